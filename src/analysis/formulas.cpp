@@ -1,0 +1,85 @@
+#include "analysis/formulas.hpp"
+
+namespace lattice::analysis {
+
+LayerBytes layer_activation_parts(const ActivationShape& x) {
+  const int64_t sbh = x.s * x.b * x.h;
+  const int64_t as2b = x.a * x.s * x.s * x.b;
+  const int64_t d = x.d;
+  const int64_t mask = x.dropout ? 1 : 0;
+  LayerBytes r{};
+  r.replicated = sbh * (4 * d + 2 * mask);
+  r.tp_divided = sbh * 12 * d / x.t;
+  // softmax output (d) + mask (1) + dropout output (d); without dropout the output is the input.
+  r.attention = as2b * (x.dropout ? 2 * d + 1 : d) / x.t;
+  if (x.sp) r.replicated /= x.t;
+  return r;
+}
+
+int64_t layer_activation_bytes(const ActivationShape& x, bool full, bool selective) {
+  if (full) return x.s * x.b * x.h * x.d / (x.sp ? x.t : 1);  // the layer input only
+  const LayerBytes p = layer_activation_parts(x);
+  return p.replicated + p.tp_divided + (selective ? 0 : p.attention);
+}
+
+int64_t extra_activation_bytes(const ActivationShape& x, int pp, int in_flight) {
+  const int64_t sbh = x.s * x.b * x.h;
+  const int64_t shard = x.sp ? x.t : 1;
+  int64_t bytes = x.dropout ? sbh * in_flight / shard : 0;  // embedding dropout masks
+  if (pp == 1) {
+    bytes += 2 * sbh * x.d / shard;       // final LN input, output-projection input
+    bytes += 4 * x.s * x.b * x.v / x.t;   // fp32 logits (vocabulary-parallel)
+  }
+  return bytes;
+}
+
+bool layer_fully_recomputed(const LayoutConfig& layout, int layer, int layers) {
+  if (layout.recompute != Recompute::full) return false;
+  const int n = layout.recompute_layers < 0 ? layers : layout.recompute_layers;
+  return layer < n;
+}
+
+double first_stage_layer_bytes(const ActivationShape& x, const LayoutConfig& layout, int layers) {
+  double sum = 0;
+  for (int l = 0; l < layers; ++l)
+    sum += double(layer_activation_bytes(x, layer_fully_recomputed(layout, l, layers),
+                                         layout.recompute == Recompute::selective));
+  if (layout.pp > 1 && layout.virtual_stages > 1)
+    sum *= 1.0 + double(layout.pp - 1) / double(layout.pp * layout.virtual_stages);
+  return sum;
+}
+
+ModelStateBytes model_state_bytes(int64_t psi, int dp, int zero, bool mixed,
+                                  int64_t optimizer_state_bytes_per_param) {
+  const int64_t w = mixed ? 2 : 4;                                   // weights and grads
+  const int64_t opt = optimizer_state_bytes_per_param + (mixed ? 4 : 0);  // + fp32 master copy
+  auto shard = [dp](int64_t bytes) { return (bytes + dp - 1) / dp; };
+  ModelStateBytes m{w * psi, w * psi, opt * psi};
+  if (zero >= 1) m.optimizer = shard(opt * psi);
+  if (zero >= 2) m.grads = shard(w * psi);
+  if (zero >= 3) m.params = shard(w * psi);
+  return m;
+}
+
+double model_flops(const FlopsShape& f) {
+  return 72.0 * f.B * f.s * f.L * f.h * f.h * (1.0 + f.s / (6.0 * f.h) + f.v / (12.0 * f.h * f.L));
+}
+
+static double full_layer_forward(const FlopsShape& f) {
+  return 24.0 * f.B * f.s * f.L * f.h * f.h * (1.0 + f.s / (6.0 * f.h));
+}
+
+double hardware_flops_counted(const FlopsShape& f, Recompute r) {
+  const double m = model_flops(f);
+  if (r == Recompute::full) return m + full_layer_forward(f);
+  if (r == Recompute::selective) return m + 4.0 * f.B * f.s * f.s * f.h * f.L;
+  return m;
+}
+
+double hardware_flops_paper(const FlopsShape& f, Recompute r) {
+  if (r == Recompute::selective)
+    return 72.0 * f.B * f.s * f.L * f.h * f.h * (1.0 + f.s / (3.0 * f.h) + f.v / (12.0 * f.h * f.L));
+  return hardware_flops_counted(f, r);
+}
+
+}  // namespace lattice::analysis

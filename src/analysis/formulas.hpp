@@ -1,0 +1,67 @@
+#pragma once
+// The one source of the paper's formulas: activation memory (Table 2 for any d, eq. 5),
+// model-state bytes (ZeRO stages) and FLOPs (eq. 7, eq. 8). The planner, the memory report
+// and the tests all call these; nothing else restates them.
+#include <cstdint>
+
+#include "core/config.hpp"
+
+namespace lattice::analysis {
+
+// Shape of one micro-batch as seen by the activation formulas.
+struct ActivationShape {
+  int64_t s = 0, b = 0, h = 0, a = 0;
+  int64_t v = 0;         // vocabulary as stored (padded) — only the extras use it
+  int t = 1;             // tensor-parallel size
+  bool sp = false;       // sequence parallel
+  int d = 4;             // bytes per stored activation element
+  bool dropout = true;   // with dropout 0 no masks are kept and dropout output aliases its input
+};
+
+// Bytes one transformer layer keeps for backward, for one micro-batch, on one rank.
+// `full` = this layer is fully recomputed (keeps only its input); otherwise `selective`
+// drops the s² tensors. Table 2 of the paper, written for any d and for dropout on or off.
+int64_t layer_activation_bytes(const ActivationShape& x, bool full, bool selective);
+
+// The three parts of the per-layer row, exposed so reports can show where bytes go.
+struct LayerBytes {
+  int64_t replicated;  // LN1/LN2/QKV/FC1 inputs + two residual masks (divided by t only under SP)
+  int64_t tp_divided;  // Q, K, V, projection input, GeLU input, FC2 input
+  int64_t attention;   // softmax output, its mask and dropout output (the s² part)
+};
+LayerBytes layer_activation_parts(const ActivationShape& x);
+
+// Bytes kept outside the layers on the first stage (eq. 5 note): the embedding dropout mask for
+// `in_flight` micro-batches, and with p == 1 the final LN input, output-projection input and
+// fp32 logits of one micro-batch.
+int64_t extra_activation_bytes(const ActivationShape& x, int pp, int in_flight);
+
+// Does layer `layer` (0-based) of `layers` run full recompute under this layout?
+bool layer_fully_recomputed(const LayoutConfig& layout, int layer, int layers);
+
+// Eq. 5: activation bytes of the first pipeline stage's layers under 1F1B (L layers' worth
+// of the per-layer row), times 1 + (p-1)/(p·m) for the interleaved schedule.
+double first_stage_layer_bytes(const ActivationShape& x, const LayoutConfig& layout, int layers);
+
+// Model states per rank: what each rank owns between steps.
+struct ModelStateBytes {
+  int64_t params = 0, grads = 0, optimizer = 0;
+  int64_t total() const { return params + grads + optimizer; }
+};
+// psi = parameters on this rank's model shard; zero = 0..3; mixed = bf16/fp16 weights and grads
+// with fp32 master weights (2+2+12 bytes), otherwise fp32 (4+4+8). optimizer_state_bytes_per_param
+// is 8 for Adam's two moments.
+ModelStateBytes model_state_bytes(int64_t psi, int dp, int zero, bool mixed,
+                                  int64_t optimizer_state_bytes_per_param = 8);
+
+// FLOPs of one iteration for a global batch of B sequences (paper appendix).
+struct FlopsShape {
+  double B = 0, s = 0, L = 0, h = 0, v = 0;
+};
+double model_flops(const FlopsShape& f);  // eq. 7: 72BsLh²(1 + s/6h + v/12hL)
+// Hardware FLOPs counted operation by operation (selective adds 4Bs²h per layer: 1 + 2s/9h).
+double hardware_flops_counted(const FlopsShape& f, Recompute r);
+// Hardware FLOPs in the paper's own form (eq. 8 writes 1 + s/3h for selective).
+double hardware_flops_paper(const FlopsShape& f, Recompute r);
+
+}  // namespace lattice::analysis

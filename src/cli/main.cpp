@@ -1,0 +1,51 @@
+// lattice: one binary, one sub-command per concern.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "cli/commands.hpp"
+
+namespace {
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+  const char* help;
+};
+const Command kCommands[] = {
+    {"prepare", lattice::cli::run_prepare, "tokenize a text corpus into train.bin / val.bin"},
+    {"train", lattice::cli::run_train, "train a GPT model"},
+    {"eval", lattice::cli::run_eval, "evaluate a checkpoint on a token file"},
+    {"sample", lattice::cli::run_sample, "generate text from a checkpoint"},
+    {"plan", lattice::cli::run_plan, "memory, FLOPs and time of a layout; search the best layout"},
+};
+
+void usage(FILE* out) {
+  std::fprintf(out, "usage: lattice <command> [flags]   (lattice <command> --help for its flags)\n\ncommands:\n");
+  for (const auto& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.help);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    usage(stdout);
+    return 0;
+  }
+  for (const auto& c : kCommands) {
+    if (name == c.name) {
+      try {
+        return c.run(argc - 1, argv + 1);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "lattice %s: error: %s\n", c.name, e.what());
+        return 1;
+      }
+    }
+  }
+  std::fprintf(stderr, "lattice: error: unknown command '%s' (try: lattice --help)\n", name.c_str());
+  return 2;
+}
