@@ -1,0 +1,71 @@
+#include "kernels/layernorm.hpp"
+
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+namespace lattice {
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = inp + n * C;
+    float* y = out + n * C;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < C; ++i) sum += x[i];
+    const float m = sum / float(C);
+    float var = 0.0f;
+#pragma omp simd reduction(+ : var)
+    for (int64_t i = 0; i < C; ++i) var += (x[i] - m) * (x[i] - m);
+    const float r = 1.0f / std::sqrt(var / float(C) + 1e-5f);
+#pragma omp simd
+    for (int64_t i = 0; i < C; ++i) y[i] = (x[i] - m) * r * weight[i] + bias[i];
+    mean[n] = m;
+    rstd[n] = r;
+  }
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  const int threads = omp_get_max_threads();
+  // Per-thread partial sums for the parameter gradients, added in a fixed order (deterministic).
+  std::vector<float> partial(size_t(threads) * 2 * size_t(C), 0.0f);
+#pragma omp parallel num_threads(threads)
+  {
+    float* dw = partial.data() + size_t(omp_get_thread_num()) * 2 * size_t(C);
+    float* db = dw + C;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* x = inp + n * C;
+      const float* dy = dout + n * C;
+      float* dx = dinp + n * C;
+      const float m = mean[n], r = rstd[n];
+      float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+      for (int64_t i = 0; i < C; ++i) {
+        const float xhat = (x[i] - m) * r;
+        const float dnorm = weight[i] * dy[i];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * xhat;
+      }
+      dnorm_mean /= float(C);
+      dnorm_norm_mean /= float(C);
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) {
+        const float xhat = (x[i] - m) * r;
+        dw[i] += dy[i] * xhat;
+        db[i] += dy[i];
+        dx[i] += (weight[i] * dy[i] - dnorm_mean - xhat * dnorm_norm_mean) * r;
+      }
+    }
+  }
+  for (int t = 0; t < threads; ++t) {
+    const float* dw = partial.data() + size_t(t) * 2 * size_t(C);
+    for (int64_t i = 0; i < C; ++i) dweight[i] += dw[i], dbias[i] += dw[C + i];
+  }
+}
+
+}  // namespace lattice

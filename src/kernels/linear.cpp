@@ -1,0 +1,47 @@
+#include "kernels/linear.hpp"
+
+#include "tensor/bf16.hpp"
+
+namespace lattice {
+
+void linear_forward(float* y, GemmOperand x, GemmOperand w, const float* bias, int64_t N, int64_t in, int64_t out) {
+  GemmShape s;
+  s.M = N, s.N = out, s.K = in;
+  gemm(s, x, w, y, bias);
+}
+
+void bias_backward(float* db, const float* dy, int64_t N, int64_t out) {
+  constexpr int64_t kChunk = 64;
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = 0; c0 < out; c0 += kChunk) {
+    const int64_t c1 = c0 + kChunk < out ? c0 + kChunk : out;
+    float acc[kChunk] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      const float* row = dy + n * out;
+#pragma omp simd
+      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += row[c];
+    }
+    for (int64_t c = c0; c < c1; ++c) db[c] += acc[c - c0];
+  }
+}
+
+void linear_backward(float* dx, float* dw, float* db, const float* dy, GemmOperand dy_op, GemmOperand x,
+                     GemmOperand w, int64_t N, int64_t in, int64_t out) {
+  if (dx) {
+    GemmShape s;  // dx[N, in] = dy[N, out] · Wᵀ, W stored [in, out] = [N_gemm, K_gemm]
+    s.M = N, s.N = in, s.K = out, s.trans_b = true;
+    gemm(s, dy_op, w, dx);
+  }
+  GemmShape s;  // dW[in, out] += xᵀ · dy, x stored [N, in] = [K_gemm, M_gemm]
+  s.M = in, s.N = out, s.K = N, s.trans_a = true, s.accumulate = true;
+  gemm(s, x, dy_op, dw);
+  if (db) bias_backward(db, dy, N, out);
+}
+
+GemmOperand as_operand(const float* src, int64_t n, DType dt, uint16_t* half) {
+  if (dt == DType::fp32) return {src, DType::fp32};
+  to_bf16(src, half, n);
+  return {half, DType::bf16};
+}
+
+}  // namespace lattice

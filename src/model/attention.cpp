@@ -1,0 +1,154 @@
+#include "model/attention.hpp"
+
+#include <cmath>
+
+#include "kernels/dropout.hpp"
+#include "kernels/linear.hpp"
+#include "kernels/softmax.hpp"
+
+namespace lattice {
+
+void split_heads(float* q, float* k, float* v, const float* qkv, const LayerContext& c) {
+  const int64_t dh = c.dh(), h = c.h;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t bi = 0; bi < c.b; ++bi)
+    for (int64_t si = 0; si < c.s; ++si) {
+      const float* row = qkv + (bi * c.s + si) * 3 * h;
+      for (int64_t hd = 0; hd < c.a; ++hd) {
+        const int64_t dst = ((bi * c.a + hd) * c.s + si) * dh;
+        for (int64_t e = 0; e < dh; ++e) {
+          q[dst + e] = row[hd * dh + e];
+          k[dst + e] = row[h + hd * dh + e];
+          v[dst + e] = row[2 * h + hd * dh + e];
+        }
+      }
+    }
+}
+
+void merge_heads(float* out, const float* heads, const LayerContext& c) {
+  const int64_t dh = c.dh();
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t bi = 0; bi < c.b; ++bi)
+    for (int64_t si = 0; si < c.s; ++si)
+      for (int64_t hd = 0; hd < c.a; ++hd)
+        for (int64_t e = 0; e < dh; ++e)
+          out[(bi * c.s + si) * c.h + hd * dh + e] = heads[((bi * c.a + hd) * c.s + si) * dh + e];
+}
+
+void unmerge_heads(float* heads, const float* rows, const LayerContext& c) {
+  const int64_t dh = c.dh();
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t bi = 0; bi < c.b; ++bi)
+    for (int64_t si = 0; si < c.s; ++si)
+      for (int64_t hd = 0; hd < c.a; ++hd)
+        for (int64_t e = 0; e < dh; ++e)
+          heads[((bi * c.a + hd) * c.s + si) * dh + e] = rows[(bi * c.s + si) * c.h + hd * dh + e];
+}
+
+void merge_qkv_grads(float* dqkv, const float* dq, const float* dk, const float* dv, const LayerContext& c) {
+  const int64_t dh = c.dh(), h = c.h;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t bi = 0; bi < c.b; ++bi)
+    for (int64_t si = 0; si < c.s; ++si) {
+      float* row = dqkv + (bi * c.s + si) * 3 * h;
+      for (int64_t hd = 0; hd < c.a; ++hd) {
+        const int64_t src = ((bi * c.a + hd) * c.s + si) * dh;
+        for (int64_t e = 0; e < dh; ++e) {
+          row[hd * dh + e] = dq[src + e];
+          row[h + hd * dh + e] = dk[src + e];
+          row[2 * h + hd * dh + e] = dv[src + e];
+        }
+      }
+    }
+}
+
+namespace {
+
+GemmOperand stored_operand(const Stored& t) { return {t.data(), t.dtype()}; }
+
+// The attention dropout mask: each (row, head) block of s×s is contiguous in the global index
+// ((global_row · A + global_head) · S + i) · S + j.
+void fill_attention_mask(uint8_t* mask, const LayerContext& c) {
+  DropoutStream st = c.stream;
+  st.site = DropoutSite::attention;
+  const int64_t block = c.s * c.s;
+  for (int64_t bi = 0; bi < c.b; ++bi)
+    for (int64_t hd = 0; hd < c.a; ++hd) {
+      const uint64_t first = uint64_t(((c.first_row + bi) * c.heads_total + c.head0 + hd) * block);
+      dropout_mask_fill(mask + (bi * c.a + hd) * block, st, first, block, c.dropout);
+    }
+}
+
+}  // namespace
+
+void attention_core_forward(LayerKept& kept, bool keep_s2, float* ctx_out, const LayerContext& c, Workspace& ws) {
+  const int64_t n_att = c.b * c.a * c.s * c.s, dh = c.dh();
+  const int layer = c.stream.layer;
+  const bool fp32 = c.dtype == DType::fp32, drop = c.dropout > 0.0f;
+
+  GemmShape qk;
+  qk.batch = c.b * c.a, qk.M = c.s, qk.N = c.s, qk.K = dh, qk.trans_b = true;
+  qk.alpha = 1.0f / std::sqrt(float(dh));
+  gemm(qk, stored_operand(kept.q), stored_operand(kept.k), ws.att1.data());
+
+  if (keep_s2) kept.probs = Stored(n_att, c.dtype, layer, "softmax");
+  float* probs32 = keep_s2 && fp32 ? kept.probs.f32() : ws.att1.data();
+  softmax_causal_forward(probs32, ws.att1.data(), c.b * c.a, c.s);
+  if (keep_s2) kept.probs.store(probs32);
+
+  const float* dropped32 = probs32;
+  GemmOperand dropped_op{};
+  if (drop) {
+    uint8_t* mask = ws.mask8.data();
+    if (keep_s2) {
+      kept.attn_mask = TrackedBuffer(size_t(n_att), layer, "attn_mask");
+      mask = static_cast<uint8_t*>(kept.attn_mask.data());
+      kept.attn_dropped = Stored(n_att, c.dtype, layer, "attn_dropout");
+    }
+    fill_attention_mask(mask, c);
+    float* out32 = keep_s2 && fp32 ? kept.attn_dropped.f32() : ws.att2.data();
+    dropout_forward(out32, probs32, mask, n_att, c.dropout);
+    dropped32 = out32;
+    if (keep_s2) kept.attn_dropped.store(out32);
+  }
+  if (!ctx_out) return;
+  if (keep_s2)
+    dropped_op = stored_operand(drop ? kept.attn_dropped : kept.probs);
+  else
+    dropped_op = as_operand(dropped32, n_att, c.dtype, ws.half.data());
+
+  GemmShape pv;
+  pv.batch = c.b * c.a, pv.M = c.s, pv.N = dh, pv.K = c.s;
+  gemm(pv, dropped_op, stored_operand(kept.v), ctx_out);
+}
+
+void attention_core_backward(float* dq, float* dk, float* dv, const float* dctx, const LayerKept& kept,
+                             const LayerContext& c, Workspace& ws) {
+  const int64_t n_att = c.b * c.a * c.s * c.s, dh = c.dh(), nh = c.b * c.a * c.s * dh;
+  const bool drop = c.dropout > 0.0f;
+  const Stored& dropped = drop ? kept.attn_dropped : kept.probs;
+
+  const GemmOperand dctx_op = as_operand(dctx, nh, c.dtype, ws.half.data());
+  GemmShape dp;  // dDropped = dctx · Vᵀ
+  dp.batch = c.b * c.a, dp.M = c.s, dp.N = c.s, dp.K = dh, dp.trans_b = true;
+  gemm(dp, dctx_op, stored_operand(kept.v), ws.att1.data());
+  GemmShape dvs;  // dV = droppedᵀ · dctx
+  dvs.batch = c.b * c.a, dvs.M = c.s, dvs.N = dh, dvs.K = c.s, dvs.trans_a = true;
+  gemm(dvs, stored_operand(dropped), dctx_op, dv);
+
+  if (drop)
+    dropout_backward(ws.att1.data(), ws.att1.data(), static_cast<const uint8_t*>(kept.attn_mask.data()), n_att,
+                     c.dropout);
+  const float* probs32 = kept.probs.load(ws.att2.data());
+  softmax_causal_backward(ws.att1.data(), ws.att1.data(), probs32, c.b * c.a, c.s);
+
+  const GemmOperand ds_op = as_operand(ws.att1.data(), n_att, c.dtype, ws.half.data());
+  GemmShape dqs;  // dQ = dS · K / √dh
+  dqs.batch = c.b * c.a, dqs.M = c.s, dqs.N = dh, dqs.K = c.s, dqs.alpha = 1.0f / std::sqrt(float(dh));
+  gemm(dqs, ds_op, stored_operand(kept.k), dq);
+  GemmShape dks = dqs;  // dK = dSᵀ · Q / √dh
+  dks.trans_a = true;
+  gemm(dks, ds_op, stored_operand(kept.q), dk);
+}
+
+}  // namespace lattice

@@ -1,0 +1,24 @@
+#pragma once
+// The s² part of self-attention: scores = QKᵀ/√dh with causal mask, softmax, dropout,
+// context = dropped·V. These are the tensors selective recompute drops and re-creates.
+#include "model/layer_context.hpp"
+#include "model/layer_kept.hpp"
+#include "model/workspace.hpp"
+
+namespace lattice {
+
+// Head split/merge between [N, 3h] (or [N, h]) token rows and [b, a, s, dh] per-head blocks.
+void split_heads(float* q, float* k, float* v, const float* qkv, const LayerContext& c);
+void merge_heads(float* out, const float* heads, const LayerContext& c);             // [b,a,s,dh] → [N,h]
+void unmerge_heads(float* heads, const float* rows, const LayerContext& c);          // [N,h] → [b,a,s,dh]
+void merge_qkv_grads(float* dqkv, const float* dq, const float* dk, const float* dv, const LayerContext& c);
+
+// From kept Q, K, V. When keep_s2, the softmax output, mask and dropout output are stored in
+// `kept` (tracked); otherwise they live only in the workspace. When ctx_out is non-null the
+// context dropped·V is written there ([b, a, s, dh], fp32).
+void attention_core_forward(LayerKept& kept, bool keep_s2, float* ctx_out, const LayerContext& c, Workspace& ws);
+// dq, dk, dv [b,a,s,dh] from dctx [b,a,s,dh]; needs the s² tensors in `kept`.
+void attention_core_backward(float* dq, float* dk, float* dv, const float* dctx, const LayerKept& kept,
+                             const LayerContext& c, Workspace& ws);
+
+}  // namespace lattice

@@ -1,0 +1,79 @@
+#pragma once
+// The GPT-2 model on one rank: flat parameters and gradients, embedding → L layers → final
+// LayerNorm → tied output projection → cross-entropy, with the recompute mode of the layout.
+#include <cstdint>
+#include <vector>
+
+#include "core/config.hpp"
+#include "model/layer_context.hpp"
+#include "model/layer_kept.hpp"
+#include "model/params.hpp"
+#include "model/workspace.hpp"
+
+namespace lattice {
+
+// Rows of one micro-batch: `rows` sequences of seq_len tokens; first_row is the global batch row
+// of the first one (dropout masks are keyed by it).
+struct MicroBatch {
+  const int32_t* inputs = nullptr;
+  const int32_t* targets = nullptr;
+  int64_t rows = 0;
+  int64_t first_row = 0;
+};
+
+class GPT {
+ public:
+  GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed);
+
+  const ModelConfig& config() const { return model_; }
+  const LayoutConfig& layout() const { return layout_; }
+  const ParamTable& table() const { return table_; }
+  int64_t num_params() const { return table_.total(); }
+  float* params() { return params_.data(); }
+  const float* params() const { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  void zero_grads();
+  // Call after the parameters change: refreshes the bf16 copy the GEMMs read.
+  void refresh_compute_weights();
+
+  // Forward and backward of one micro-batch at optimizer step `step`; gradients accumulate,
+  // scaled by loss_scale (1 / tokens in the global batch). Returns the micro-batch's loss sum.
+  double forward_backward(const MicroBatch& mb, uint64_t step, float loss_scale);
+  // Forward only, no dropout, nothing kept: the loss sum of the micro-batch.
+  double forward_loss(const MicroBatch& mb);
+  // Probabilities of the next token after ids[0..len) (len <= seq_len), real vocabulary only.
+  std::vector<float> next_token_probs(const int32_t* ids, int64_t len);
+
+  // Measured by the tracking allocator during the last training forward: bytes each layer kept
+  // for backward, and bytes kept outside the layers (embedding mask and ids, head, logits).
+  const std::vector<int64_t>& kept_bytes_per_layer() const { return kept_bytes_per_layer_; }
+  int64_t kept_bytes_outside_layers() const { return kept_bytes_outside_; }
+
+ private:
+  // What a forward keeps outside the layers (embedding and head), tracked like the layers.
+  struct OutsideKept {
+    TrackedBuffer tokens, emb_mask, lnf_stats, logits;
+    Stored lnf_in, head_in;
+  };
+  double forward(const MicroBatch& mb, uint64_t step, bool training, int64_t s, OutsideKept& out);
+  void backward(const MicroBatch& mb, uint64_t step, float loss_scale, int64_t s, OutsideKept& out);
+  LayerWeights layer_weights(int l) const;
+  LayerGrads layer_grads(int l);
+  LayerContext layer_context(int l, uint64_t step, bool training, int64_t rows, int64_t first_row,
+                             int64_t s) const;
+  GemmOperand weight_operand(int64_t offset) const;  // fp32 or its bf16 copy
+  void run_head_gemm(float* logits, const Stored& head_in, int64_t N) const;
+
+  ModelConfig model_;
+  LayoutConfig layout_;
+  ParamTable table_;
+  uint64_t seed_;
+  TrackedArray<float> params_, grads_;
+  TrackedArray<uint16_t> params16_;  // bf16 copy for the GEMMs when activations are bf16
+  std::vector<LayerKept> kept_;
+  Workspace ws_;
+  std::vector<int64_t> kept_bytes_per_layer_;
+  int64_t kept_bytes_outside_ = 0;
+};
+
+}  // namespace lattice

@@ -1,0 +1,34 @@
+#pragma once
+// What one transformer layer needs to know about the micro-batch it runs and where that
+// micro-batch sits in the global picture (so dropout masks are drawn by global position).
+#include <cstdint>
+
+#include "core/config.hpp"
+#include "kernels/gemm.hpp"
+#include "random/philox.hpp"
+
+namespace lattice {
+
+struct LayerContext {
+  int64_t b = 0, s = 0, h = 0, a = 0;  // local micro-batch rows, sequence, hidden, heads
+  DType dtype = DType::fp32;           // activation storage and GEMM input dtype
+  float dropout = 0.0f;
+  DropoutStream stream;                // seed, step, layer (site set per use)
+  int64_t first_row = 0;               // global batch row of local row 0
+  int64_t heads_total = 0, head0 = 0;  // global heads and the first local one (tensor parallel)
+  int64_t seq_total = 0, pos0 = 0;     // global sequence length and first local position (sequence parallel)
+  int64_t N() const { return b * s; }
+  int64_t dh() const { return h / (heads_total ? heads_total : a); }
+};
+
+// The weights of one layer as the kernels take them: fp32 for LayerNorm and biases, GEMM operands
+// (fp32 or a bf16 copy) for the four matrices.
+struct LayerWeights {
+  const float *ln1_w, *ln1_b, *qkv_b, *proj_b, *ln2_w, *ln2_b, *fc1_b, *fc2_b;
+  GemmOperand qkv, proj, fc1, fc2;
+};
+struct LayerGrads {
+  float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+};
+
+}  // namespace lattice

@@ -1,0 +1,42 @@
+#pragma once
+// Exactly the tensors one transformer layer keeps for its backward (SPEC §3), each allocated
+// through the tracking allocator under this layer's tag.
+#include <cstdint>
+
+#include "tensor/memory_tracker.hpp"
+#include "tensor/stored.hpp"
+
+namespace lattice {
+
+struct LayerKept {
+  Stored ln1_in;              // LN1 input = the layer input               sbh
+  TrackedBuffer ln1_stats;    // LN1 mean, rstd (small, fp32)              2sb·4
+  Stored qkv_in;              // LN1 output                                sbh
+  Stored q, k, v;             // heads split [b, a, s, dh]                 3sbh
+  Stored probs;               // softmax output                            as²b   (not under selective)
+  TrackedBuffer attn_mask;    // attention dropout mask, 1 byte            as²b   (not under selective)
+  Stored attn_dropped;        // attention dropout output                  as²b   (not under selective)
+  Stored proj_in;             // context, heads merged                     sbh
+  TrackedBuffer resid1_mask;  // residual dropout mask (attention branch)  sbh
+  Stored ln2_in;              // LN2 input                                 sbh
+  TrackedBuffer ln2_stats;    //                                           2sb·4
+  Stored fc1_in;              // LN2 output                                sbh
+  Stored gelu_in;             // FC1 output                                4sbh
+  Stored fc2_in;              // GeLU output                               4sbh
+  TrackedBuffer resid2_mask;  // residual dropout mask (MLP branch)        sbh
+
+  bool has_attention_s2() const { return bool(probs); }
+  void release_attention_s2() { probs.reset(), attn_mask.reset(), attn_dropped.reset(); }
+  // Full recompute keeps only the layer input.
+  void release_all_but_input() {
+    release_attention_s2();
+    ln1_stats.reset(), qkv_in.reset(), q.reset(), k.reset(), v.reset(), proj_in.reset(), resid1_mask.reset();
+    ln2_in.reset(), ln2_stats.reset(), fc1_in.reset(), gelu_in.reset(), fc2_in.reset(), resid2_mask.reset();
+  }
+  void release() {
+    release_all_but_input();
+    ln1_in.reset();
+  }
+};
+
+}  // namespace lattice

@@ -1,0 +1,24 @@
+#pragma once
+// One pre-LN transformer layer: x + Dropout(Proj(Attn(LN1(x)))), then x + Dropout(FC2(GeLU(FC1(LN2(x))))).
+// Forward keeps exactly SPEC §3's tensors in `kept`; backward reads only `kept`.
+#include "model/attention.hpp"
+#include "model/layer_context.hpp"
+#include "model/layer_kept.hpp"
+#include "model/workspace.hpp"
+
+namespace lattice {
+
+// x: the residual stream [N, h] (fp32), replaced by the layer's output. keep_s2 = false is
+// selective recompute's forward (the softmax output, its mask and dropout output are not kept).
+void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& w, const LayerContext& c,
+                   Workspace& ws);
+
+// Selective recompute: re-create the s² tensors in `kept` from its Q, K, V.
+void layer_recompute_attention(LayerKept& kept, const LayerContext& c, Workspace& ws);
+
+// dx: gradient w.r.t. the layer output [N, h], replaced by the gradient w.r.t. its input.
+// Parameter gradients accumulate into g.
+void layer_backward(float* dx, const LayerKept& kept, const LayerWeights& w, const LayerGrads& g,
+                    const LayerContext& c, Workspace& ws);
+
+}  // namespace lattice

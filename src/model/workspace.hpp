@@ -1,0 +1,32 @@
+#pragma once
+// Transient fp32/bf16 buffers reused by every layer (not activations kept for backward, so not
+// counted by the tracking allocator: ZeRO-R's "constant-size buffers").
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace lattice {
+
+struct Workspace {
+  std::vector<float> ln, g1, g2;              // [N, h]
+  std::vector<float> big1, big2, widen;       // [N, 4h] (widen also holds bf16 tensors read back)
+  std::vector<float> q, k, v, dq, dk, dv, ctx;  // [b, a, s, dh] staging
+  std::vector<float> att1, att2;              // [b, a, s, s]
+  std::vector<uint8_t> mask8;                 // [b, a, s, s] (selective recompute's forward)
+  std::vector<uint16_t> half;                 // bf16 staging of the largest operand
+  std::vector<float> resid, dresid;           // the residual stream and its gradient [N, h]
+
+  void ensure(int64_t b, int64_t s, int64_t h, int64_t a, int64_t vocab_padded) {
+    const int64_t N = b * s, att = b * a * s * s;
+    auto grow = [](auto& buf, int64_t n) {
+      if (int64_t(buf.size()) < n) buf.resize(size_t(n));
+    };
+    for (auto* buf : {&ln, &g1, &g2, &q, &k, &v, &dq, &dk, &dv, &ctx, &resid, &dresid}) grow(*buf, N * h);
+    grow(big1, N * 4 * h), grow(big2, N * 4 * h);
+    grow(widen, std::max(N * 4 * h, att));
+    grow(att1, att), grow(att2, att), grow(mask8, att);
+    grow(half, std::max({N * 4 * h, att, N * vocab_padded}));
+  }
+};
+
+}  // namespace lattice

@@ -1,0 +1,44 @@
+#pragma once
+// Counter-based random numbers (Philox4x32-10, Salmon et al. 2011). A draw is a pure function of
+// (key, counter): no state to carry, so a dropout mask element depends only on where it is
+// (seed, step, layer, site, global element index) and recomputation or any parallel layout draws
+// the same value.
+#include <array>
+#include <cstdint>
+
+namespace lattice {
+
+inline std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> ctr, std::array<uint32_t, 2> key) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = uint64_t(kM0) * ctr[0];
+    const uint64_t p1 = uint64_t(kM1) * ctr[2];
+    ctr = {uint32_t(p1 >> 32) ^ ctr[1] ^ key[0], uint32_t(p1), uint32_t(p0 >> 32) ^ ctr[3] ^ key[1],
+           uint32_t(p0)};
+    key[0] += kW0;
+    key[1] += kW1;
+  }
+  return ctr;
+}
+
+// Where a dropout mask lives: the stream of one site of one layer at one optimizer step.
+// `init` is the stream of parameter initialisation, kept apart from every dropout site.
+enum class DropoutSite : uint32_t { embedding = 1, attention = 2, attention_residual = 3, mlp_residual = 4, init = 5 };
+
+struct DropoutStream {
+  uint64_t seed = 0;
+  uint64_t step = 0;
+  int layer = 0;  // -1 for the embedding
+  DropoutSite site = DropoutSite::embedding;
+};
+
+// 32 random bits for global element `index` of a stream.
+inline uint32_t philox_bits(const DropoutStream& st, uint64_t index) {
+  const std::array<uint32_t, 4> ctr = {uint32_t(index >> 2), uint32_t(index >> 34), uint32_t(st.step),
+                                       (uint32_t(st.layer + 2) << 8) | uint32_t(st.site)};
+  const std::array<uint32_t, 2> key = {uint32_t(st.seed), uint32_t(st.seed >> 32) ^ uint32_t(st.step >> 32)};
+  return philox4x32(ctr, key)[index & 3];
+}
+
+}  // namespace lattice

@@ -1,0 +1,67 @@
+#include "tensor/memory_tracker.hpp"
+
+#include <cstdlib>
+#include <new>
+
+namespace lattice {
+
+MemoryTracker& MemoryTracker::activations() {
+  static MemoryTracker tracker;
+  return tracker;
+}
+
+MemoryTracker& MemoryTracker::model_states() {
+  static MemoryTracker tracker;
+  return tracker;
+}
+
+void* MemoryTracker::allocate(size_t bytes, int layer, const char* op) {
+  void* ptr = nullptr;
+  auto it = free_by_size_.find(bytes);
+  if (it != free_by_size_.end() && !it->second.empty()) {
+    ptr = it->second.back();
+    it->second.pop_back();
+  } else {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    ptr = std::aligned_alloc(64, rounded);
+    if (!ptr) throw std::bad_alloc();
+  }
+  live_blocks_[ptr] = Block{bytes, layer, op};
+  live_ += int64_t(bytes);
+  if (live_ > peak_) peak_ = live_;
+  return ptr;
+}
+
+void MemoryTracker::release(void* ptr) {
+  auto it = live_blocks_.find(ptr);
+  if (it == live_blocks_.end()) return;
+  live_ -= int64_t(it->second.bytes);
+  free_by_size_[it->second.bytes].push_back(ptr);
+  live_blocks_.erase(it);
+}
+
+int64_t MemoryTracker::live_bytes_of_layer(int layer) const {
+  int64_t sum = 0;
+  for (const auto& [ptr, b] : live_blocks_)
+    if (b.layer == layer) sum += int64_t(b.bytes);
+  return sum;
+}
+
+std::map<std::string, int64_t> MemoryTracker::live_by_op() const {
+  std::map<std::string, int64_t> out;
+  for (const auto& [ptr, b] : live_blocks_) {
+    const std::string where = b.layer == kEmbeddingLayer ? "embedding"
+                              : b.layer == kHeadLayer    ? "head"
+                                                         : "layer" + std::to_string(b.layer);
+    out[where + "/" + b.op] += int64_t(b.bytes);
+  }
+  return out;
+}
+
+void MemoryTracker::release_cache() {
+  for (auto& [size, ptrs] : free_by_size_)
+    for (void* p : ptrs) std::free(p);
+  free_by_size_.clear();
+}
+
+}  // namespace lattice
