@@ -1,0 +1,221 @@
+#include "checkpoint/safetensors.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "checkpoint/atomic_dir.hpp"
+#include "core/error.hpp"
+
+namespace lattice::checkpoint {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kMetadataKey[] = "__metadata__";
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Element count of a shape, or -1 for a negative dimension or an overflow.
+int64_t element_count(const std::vector<int64_t>& shape) {
+  int64_t count = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(count, d, &count)) return -1;
+  }
+  return count;
+}
+
+// Bytes a dtype and shape need, or throws with `where` naming the tensor.
+size_t tensor_bytes(const std::string& where, const std::string& dtype, const std::vector<int64_t>& shape) {
+  const int64_t count = element_count(shape);
+  require(count >= 0, where + " has an invalid shape " + shape_text(shape));
+  size_t bytes = 0;
+  require(!__builtin_mul_overflow(static_cast<size_t>(count), dtype_bytes(dtype), &bytes),
+          where + " is too large: shape " + shape_text(shape));
+  return bytes;
+}
+
+void write_u64_le(AtomicFile& file, uint64_t v) {
+  unsigned char b[8];
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(v >> (8 * i));
+  file.write(b, sizeof(b));
+}
+
+}  // namespace
+
+size_t dtype_bytes(const std::string& dtype) {
+  static const std::map<std::string, size_t> kSizes = {
+      {"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2},
+      {"I8", 1},  {"U8", 1},  {"BOOL", 1}, {"U16", 2},  {"U32", 4}, {"U64", 8}};
+  const auto it = kSizes.find(dtype);
+  require(it != kSizes.end(), "unknown safetensors dtype '" + dtype + "'");
+  return it->second;
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::set<std::string> seen;
+  for (const TensorRef& t : tensors) {
+    const std::string where = "cannot write " + path + ": tensor '" + t.name + "'";
+    require(!t.name.empty() && t.name != kMetadataKey,
+            "cannot write " + path + ": invalid tensor name '" + t.name + "'");
+    require(seen.insert(t.name).second, where + " appears twice");
+    require(dtype_bytes(t.dtype) > 0, where + " has an unknown dtype");
+    const size_t expected = tensor_bytes(where, t.dtype, t.shape);
+    require(t.bytes == expected, where + " is " + t.dtype + " " + shape_text(t.shape) + " = " +
+                                     std::to_string(expected) + " bytes, but " + std::to_string(t.bytes) +
+                                     " bytes were given");
+    require(t.data != nullptr || t.bytes == 0, where + " has no data");
+  }
+
+  // Widest elements first: with an 8-byte-aligned data section every tensor stays aligned.
+  std::vector<const TensorRef*> order;
+  for (const TensorRef& t : tensors) order.push_back(&t);
+  std::stable_sort(order.begin(), order.end(), [](const TensorRef* a, const TensorRef* b) {
+    return dtype_bytes(a->dtype) > dtype_bytes(b->dtype);
+  });
+
+  json header = json::object();
+  size_t offset = 0;
+  for (const TensorRef* t : order) {
+    header[t->name] = {
+        {"dtype", t->dtype}, {"shape", t->shape}, {"data_offsets", {offset, offset + t->bytes}}};
+    offset += t->bytes;
+  }
+  if (!metadata.empty()) header[kMetadataKey] = metadata;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the format allows trailing spaces
+
+  AtomicFile file(path);
+  write_u64_le(file, text.size());
+  file.write(text.data(), text.size());
+  for (const TensorRef* t : order) file.write(t->data, t->bytes);
+  file.commit();
+}
+
+SafetensorsFile SafetensorsFile::load(const std::string& path) {
+  const std::string who = "checkpoint " + path;
+  std::error_code ec;
+  require(std::filesystem::is_regular_file(path, ec), who + " does not exist or is not a regular file");
+  const uint64_t file_bytes = std::filesystem::file_size(path, ec);
+  require(!ec, "cannot read " + who + ": " + ec.message());
+  std::ifstream in(path, std::ios::binary);
+  require(in.good(), "cannot open " + who);
+
+  require(file_bytes >= 8, who + " is truncated: " + std::to_string(file_bytes) +
+                               " bytes, less than the 8-byte header length");
+  unsigned char len_bytes[8];
+  in.read(reinterpret_cast<char*>(len_bytes), 8);
+  uint64_t header_bytes = 0;
+  for (int i = 0; i < 8; ++i) header_bytes |= static_cast<uint64_t>(len_bytes[i]) << (8 * i);
+  require(header_bytes <= file_bytes - 8, who + " is truncated: header length says " +
+                                              std::to_string(header_bytes) + " bytes, file has " +
+                                              std::to_string(file_bytes - 8) + " after it");
+  std::string header_text(header_bytes, '\0');
+  in.read(header_text.data(), static_cast<std::streamsize>(header_bytes));
+  require(in.good(), "cannot read the header of " + who);
+
+  json header;
+  try {
+    header = json::parse(header_text);
+  } catch (const json::parse_error& e) {
+    fail(who + " has a malformed JSON header (error at byte " + std::to_string(e.byte) + ")");
+  }
+  require(header.is_object(), who + " has a JSON header that is not an object");
+
+  SafetensorsFile file;
+  file.path_ = path;
+  const uint64_t data_bytes = file_bytes - 8 - header_bytes;
+  struct Span {
+    uint64_t begin, end;
+    std::string name;
+  };
+  std::vector<Span> spans;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == kMetadataKey) {
+      require(entry.is_object(), who + ": __metadata__ is not an object");
+      for (const auto& [key, value] : entry.items()) {
+        require(value.is_string(), who + ": __metadata__ value of '" + key + "' is not a string");
+        file.metadata_[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = who + ": tensor '" + name + "'";
+    require(entry.is_object(), where + " is not a JSON object");
+    require(entry.contains("dtype") && entry["dtype"].is_string(), where + " has no string \"dtype\"");
+    const std::string dtype = entry["dtype"].get<std::string>();
+    try {
+      dtype_bytes(dtype);
+    } catch (const InputError&) {
+      fail(where + " has unknown dtype '" + dtype + "'");
+    }
+    require(entry.contains("shape") && entry["shape"].is_array(), where + " has no \"shape\" array");
+    std::vector<int64_t> shape;
+    for (const json& d : entry["shape"]) {
+      require(d.is_number_integer() && d.get<int64_t>() >= 0,
+              where + " has a shape entry that is not a non-negative integer");
+      shape.push_back(d.get<int64_t>());
+    }
+    const json& offsets = entry.value("data_offsets", json());
+    require(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+                offsets[1].is_number_unsigned() && offsets[0].get<uint64_t>() <= offsets[1].get<uint64_t>(),
+            where + " has no valid \"data_offsets\" [begin, end]");
+    const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+    const size_t expected = tensor_bytes(where, dtype, shape);
+    require(end - begin == expected, where + " is " + dtype + " " + shape_text(shape) + " = " +
+                                         std::to_string(expected) + " bytes, but its data_offsets span " +
+                                         std::to_string(end - begin) + " bytes");
+    spans.push_back({begin, end, name});
+    file.tensors_[name] = TensorRef{name, dtype, shape, nullptr, expected};
+  }
+
+  uint64_t data_end = 0;
+  for (const Span& s : spans) data_end = std::max(data_end, s.end);
+  require(data_end <= data_bytes, who + " is truncated: header says " + std::to_string(data_end) +
+                                      " bytes of data, file has " + std::to_string(data_bytes));
+  require(data_end == data_bytes,
+          who + " has " + std::to_string(data_bytes - data_end) + " unexpected bytes after its last tensor");
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < spans.size(); ++i) {
+    require(spans[i].begin >= spans[i - 1].end,
+            who + ": tensors '" + spans[i - 1].name + "' and '" + spans[i].name + "' overlap");
+  }
+
+  auto data = std::make_shared<std::vector<uint64_t>>((data_bytes + 7) / 8);
+  in.read(reinterpret_cast<char*>(data->data()), static_cast<std::streamsize>(data_bytes));
+  require(in.good() || data_bytes == 0, "cannot read the tensor data of " + who);
+  const char* base = reinterpret_cast<const char*>(data->data());
+  for (const Span& s : spans) file.tensors_[s.name].data = base + s.begin;
+  file.data_ = std::move(data);
+  return file;
+}
+
+const TensorRef& SafetensorsFile::get(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  require(it != tensors_.end(), "checkpoint " + path_ + " has no tensor '" + name + "'");
+  return it->second;
+}
+
+const TensorRef& SafetensorsFile::get(const std::string& name, const std::string& dtype,
+                                      const std::vector<int64_t>& shape) const {
+  const TensorRef& t = get(name);
+  require(t.dtype == dtype && t.shape == shape, "checkpoint " + path_ + ": tensor '" + name + "' is " +
+                                                    t.dtype + " " + shape_text(t.shape) + ", expected " +
+                                                    dtype + " " + shape_text(shape));
+  return t;
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : tensors_) out.push_back(name);
+  return out;
+}
+
+}  // namespace lattice::checkpoint

@@ -1,0 +1,13 @@
+#pragma once
+// Shared flag parsing for the sub-commands: CLI11 errors become one stderr line and exit 2.
+#include <CLI/CLI.hpp>
+#include <optional>
+
+namespace lattice::cli {
+
+// Parses argv (argv[0] is the sub-command's name) into `app`. Returns an exit status when the
+// command must stop here: 0 after --help was printed, 2 after a usage error was reported as one
+// line "lattice <command>: error: <message>" on stderr. Returns nullopt when the command should run.
+std::optional<int> parse_flags(CLI::App& app, int argc, char** argv);
+
+}  // namespace lattice::cli

@@ -1,0 +1,40 @@
+#pragma once
+// llm.c's token file: a header of 256 int32 (magic 20240520, version 1, token count), then the
+// tokens as uint16, all little-endian.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lattice::data {
+
+inline constexpr int32_t kTokenFileMagic = 20240520;
+inline constexpr int32_t kTokenFileVersion = 1;
+inline constexpr size_t kTokenFileHeaderInts = 256;
+inline constexpr size_t kTokenFileHeaderBytes = kTokenFileHeaderInts * sizeof(int32_t);
+
+// Writes atomically (temporary file, fsync, rename): a crash never leaves a half-written file.
+void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens);
+
+// A validated token file held in memory. Copies are cheap and share the tokens.
+class TokenFile {
+ public:
+  // Throws InputError naming the file and the defect: missing, short header, bad magic or
+  // version, size not matching the count, or a token >= vocab.
+  static TokenFile load(const std::string& path, int vocab);
+
+  const std::vector<uint16_t>& tokens() const { return *tokens_; }
+  size_t size() const { return tokens_->size(); }
+  const std::string& path() const { return path_; }
+
+ private:
+  TokenFile(std::string path, std::shared_ptr<const std::vector<uint16_t>> tokens)
+      : path_(std::move(path)), tokens_(std::move(tokens)) {}
+
+  std::string path_;
+  std::shared_ptr<const std::vector<uint16_t>> tokens_;
+};
+
+}  // namespace lattice::data

@@ -1,0 +1,264 @@
+// Checkpoint I/O: safetensors round trips and validation, atomic files and directories.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "checkpoint/atomic_dir.hpp"
+#include "checkpoint/safetensors.hpp"
+#include "core/error.hpp"
+
+namespace fs = std::filesystem;
+using namespace lattice::checkpoint;
+
+namespace {
+
+std::string scratch_dir() {
+  const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+  const fs::path dir = fs::temp_directory_path() /
+                       ("lattice_ckpt_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+template <class F>
+void expect_input_error(F&& f, const std::string& fragment) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an InputError containing: " << fragment;
+  } catch (const lattice::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+        << "message: " << e.what() << "\nexpected to contain: " << fragment;
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "not one line: " << e.what();
+  }
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_all(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// A hand-made safetensors file: length prefix, the given header text, then `data_bytes` zeros.
+void write_raw_safetensors(const std::string& path, const std::string& header, size_t data_bytes) {
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  write_all(path, bytes + header + std::string(data_bytes, '\0'));
+}
+
+struct Sample {
+  std::vector<float> f32 = {1.5f, -2.0f, 3.25f, 0.0f, 1e-8f, 6.0f};  // [2, 3]
+  std::vector<uint16_t> bf16 = {0x3f80, 0xc000};                     // [2]
+  std::vector<int32_t> i32 = {7, -9, 123456};                        // [3]
+  std::vector<uint8_t> u8 = {1, 2, 3, 4, 5};                         // [5]: odd size
+  std::vector<TensorRef> refs() const {
+    // The U8 tensor first: the writer must still keep the wider tensors aligned.
+    return {{"bytes", "U8", {5}, u8.data(), 5},
+            {"h.0.attn.c_attn.weight", "F32", {2, 3}, f32.data(), 24},
+            {"half", "BF16", {2}, bf16.data(), 4},
+            {"step", "I32", {3}, i32.data(), 12}};
+  }
+};
+
+}  // namespace
+
+TEST(Safetensors, RoundTripsTensorsAndMetadata) {
+  const std::string dir = scratch_dir();
+  const Sample s;
+  const std::string path = dir + "/model.safetensors";
+  write_safetensors(path, s.refs(), {{"format", "pt"}, {"step", "12"}});
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+
+  const SafetensorsFile file = SafetensorsFile::load(path);
+  EXPECT_EQ(file.names(), (std::vector<std::string>{"bytes", "h.0.attn.c_attn.weight", "half", "step"}));
+  EXPECT_EQ(file.metadata().at("format"), "pt");
+  EXPECT_EQ(file.metadata().at("step"), "12");
+  const TensorRef& w = file.get("h.0.attn.c_attn.weight", "F32", {2, 3});
+  ASSERT_EQ(w.bytes, 24u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(w.data) % 4, 0u);
+  EXPECT_EQ(std::memcmp(w.data, s.f32.data(), 24), 0);
+  EXPECT_EQ(std::memcmp(file.get("half", "BF16", {2}).data, s.bf16.data(), 4), 0);
+  EXPECT_EQ(std::memcmp(file.get("step", "I32", {3}).data, s.i32.data(), 12), 0);
+  EXPECT_EQ(std::memcmp(file.get("bytes", "U8", {5}).data, s.u8.data(), 5), 0);
+  EXPECT_TRUE(file.has("half"));
+  EXPECT_FALSE(file.has("nope"));
+
+  const SafetensorsFile copy = file;  // copies share the bytes
+  EXPECT_EQ(std::memcmp(copy.get("h.0.attn.c_attn.weight").data, s.f32.data(), 24), 0);
+}
+
+TEST(Safetensors, WritesTheHuggingFaceLayout) {
+  const std::string dir = scratch_dir();
+  const Sample s;
+  const std::string path = dir + "/m.safetensors";
+  write_safetensors(path, s.refs(), {{"format", "pt"}});
+  const std::string bytes = read_all(path);
+  uint64_t header_len = 0;
+  for (int i = 0; i < 8; ++i)
+    header_len |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  EXPECT_EQ(header_len % 8, 0u);
+  ASSERT_EQ(bytes.size(), 8 + header_len + 24 + 4 + 12 + 5);
+  const auto header = nlohmann::json::parse(bytes.substr(8, header_len));
+  EXPECT_EQ(header["__metadata__"]["format"], "pt");
+  const auto& w = header["h.0.attn.c_attn.weight"];
+  EXPECT_EQ(w["dtype"], "F32");
+  EXPECT_EQ(w["shape"], nlohmann::json({2, 3}));
+  const uint64_t begin = w["data_offsets"][0];
+  EXPECT_EQ(w["data_offsets"][1].get<uint64_t>() - begin, 24u);
+  EXPECT_EQ(std::memcmp(bytes.data() + 8 + header_len + begin, s.f32.data(), 24), 0);
+}
+
+TEST(Safetensors, WriteRejectsInconsistentTensors) {
+  const std::string dir = scratch_dir();
+  const std::vector<float> data(6);
+  const std::string path = dir + "/bad.safetensors";
+  expect_input_error(
+      [&] {
+        write_safetensors(path, {{"w", "F32", {2, 3}, data.data(), 20}});
+      },
+      "tensor 'w' is F32 [2, 3] = 24 bytes, but 20 bytes were given");
+  expect_input_error(
+      [&] {
+        write_safetensors(path, {{"w", "Q4", {6}, data.data(), 24}});
+      },
+      "unknown safetensors dtype 'Q4'");
+  expect_input_error(
+      [&] {
+        write_safetensors(path, {{"w", "F32", {6}, data.data(), 24}, {"w", "F32", {6}, data.data(), 24}});
+      },
+      "tensor 'w' appears twice");
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+TEST(Safetensors, RejectsTruncatedFile) {
+  const std::string dir = scratch_dir();
+  const Sample s;
+  const std::string path = dir + "/model.safetensors";
+  write_safetensors(path, s.refs());
+  const std::string bytes = read_all(path);
+  write_all(path, bytes.substr(0, bytes.size() - 4));
+  expect_input_error([&] { SafetensorsFile::load(path); },
+                     "checkpoint " + path + " is truncated: header says 45 bytes of data, file has 41");
+  write_all(path, bytes.substr(0, 20));
+  expect_input_error([&] { SafetensorsFile::load(path); }, "is truncated: header length says");
+  write_all(path, bytes.substr(0, 5));
+  expect_input_error([&] { SafetensorsFile::load(path); }, "is truncated: 5 bytes");
+  write_all(path, bytes + "xyz");
+  expect_input_error([&] { SafetensorsFile::load(path); }, "has 3 unexpected bytes after its last tensor");
+}
+
+TEST(Safetensors, RejectsMalformedHeaders) {
+  const std::string dir = scratch_dir();
+  const std::string path = dir + "/m.safetensors";
+  expect_input_error([&] { SafetensorsFile::load(dir + "/none.safetensors"); },
+                     "none.safetensors does not exist");
+
+  write_raw_safetensors(path, "{\"w\": {\"dtype\": ", 0);
+  expect_input_error([&] { SafetensorsFile::load(path); }, "has a malformed JSON header");
+
+  write_raw_safetensors(path, R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 20);
+  expect_input_error([&] { SafetensorsFile::load(path); },
+                     "tensor 'w' is F32 [2, 3] = 24 bytes, but its data_offsets span 20 bytes");
+
+  write_raw_safetensors(path, R"({"w":{"dtype":"F99","shape":[1],"data_offsets":[0,4]}})", 4);
+  expect_input_error([&] { SafetensorsFile::load(path); }, "tensor 'w' has unknown dtype 'F99'");
+
+  write_raw_safetensors(path, R"({"w":{"dtype":"F32","shape":[1]}})", 0);
+  expect_input_error([&] { SafetensorsFile::load(path); }, "tensor 'w' has no valid \"data_offsets\"");
+
+  write_raw_safetensors(path,
+                        R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                        R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                        12);
+  expect_input_error([&] { SafetensorsFile::load(path); }, "tensors 'a' and 'b' overlap");
+
+  write_raw_safetensors(path, R"({"__metadata__":{"k":3}})", 0);
+  expect_input_error([&] { SafetensorsFile::load(path); }, "__metadata__ value of 'k' is not a string");
+}
+
+TEST(Safetensors, GetNamesMissingOrMismatchedTensor) {
+  const std::string dir = scratch_dir();
+  const Sample s;
+  const std::string path = dir + "/model.safetensors";
+  write_safetensors(path, s.refs());
+  const SafetensorsFile file = SafetensorsFile::load(path);
+  expect_input_error([&] { file.get("wte.weight"); }, "checkpoint " + path + " has no tensor 'wte.weight'");
+  expect_input_error(
+      [&] {
+        file.get("h.0.attn.c_attn.weight", "F32", {3, 2});
+      },
+      "tensor 'h.0.attn.c_attn.weight' is F32 [2, 3], expected F32 [3, 2]");
+  expect_input_error([&] { file.get("half", "F32", {2}); }, "tensor 'half' is BF16 [2], expected F32 [2]");
+}
+
+TEST(AtomicFile, LeavesNothingUnlessCommitted) {
+  const std::string dir = scratch_dir();
+  const std::string path = dir + "/f.bin";
+  write_all(path, "old");
+  {
+    AtomicFile file(path);
+    file.write("new", 3);
+    EXPECT_TRUE(fs::exists(path + ".tmp"));
+  }  // abandoned, as by an exception mid-save
+  EXPECT_EQ(read_all(path), "old");
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  write_file_atomically(path, "newer", 5);
+  EXPECT_EQ(read_all(path), "newer");
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+TEST(AtomicDir, CreatesAndReplacesADirectory) {
+  const std::string dir = scratch_dir();
+  const std::string ckpt = dir + "/runs/ckpt";  // parent created on demand
+  {
+    AtomicDir out(ckpt);
+    EXPECT_EQ(out.path(), ckpt + ".tmp-" + std::to_string(::getpid()));
+    write_all(out.path() + "/a.txt", "first");
+    out.commit();
+  }
+  EXPECT_EQ(read_all(ckpt + "/a.txt"), "first");
+  {
+    AtomicDir out(ckpt);
+    write_all(out.path() + "/b.txt", "second");
+    out.commit();
+  }
+  EXPECT_EQ(read_all(ckpt + "/b.txt"), "second");
+  EXPECT_FALSE(fs::exists(ckpt + "/a.txt"));  // the previous version is replaced, not merged
+  std::vector<std::string> entries;
+  for (const auto& e : fs::directory_iterator(dir + "/runs")) entries.push_back(e.path().filename().string());
+  EXPECT_EQ(entries, std::vector<std::string>{"ckpt"});  // no .tmp-* or .old-* left behind
+}
+
+TEST(AtomicDir, UncommittedSaveLeavesPreviousCheckpointIntact) {
+  const std::string dir = scratch_dir();
+  const std::string ckpt = dir + "/ckpt";
+  fs::create_directories(ckpt);
+  write_all(ckpt + "/model.safetensors", "previous");
+  std::string temp;
+  try {
+    AtomicDir out(ckpt);
+    temp = out.path();
+    write_all(out.path() + "/model.safetensors", "partial");
+    throw std::runtime_error("crash mid-save");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(read_all(ckpt + "/model.safetensors"), "previous");
+  EXPECT_FALSE(fs::exists(temp));
+}
+
+TEST(AtomicDir, RefusesToReplaceAFile) {
+  const std::string dir = scratch_dir();
+  write_all(dir + "/ckpt", "not a dir");
+  expect_input_error([&] { AtomicDir out(dir + "/ckpt"); }, "exists and is not a directory");
+  EXPECT_EQ(read_all(dir + "/ckpt"), "not a dir");
+}
