@@ -58,6 +58,13 @@ std::map<std::string, int64_t> MemoryTracker::live_by_op() const {
   return out;
 }
 
+int64_t MemoryTracker::live_bytes_of_op(const std::string& op) const {
+  int64_t sum = 0;
+  for (const auto& [ptr, b] : live_blocks_)
+    if (op == b.op) sum += int64_t(b.bytes);
+  return sum;
+}
+
 void MemoryTracker::release_cache() {
   for (auto& [size, ptrs] : free_by_size_)
     for (void* p : ptrs) std::free(p);

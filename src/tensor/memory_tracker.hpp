@@ -33,6 +33,7 @@ class MemoryTracker {
   int64_t live_bytes_of_layer(int layer) const;
   // Live bytes per "layer/op", for the per-op breakdown of the memory report.
   std::map<std::string, int64_t> live_by_op() const;
+  int64_t live_bytes_of_op(const std::string& op) const;  // summed over layers
   void release_cache();  // return recycled buffers to the system
 
  private:

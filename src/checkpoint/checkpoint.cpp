@@ -1,0 +1,115 @@
+#include "checkpoint/checkpoint.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "checkpoint/atomic_dir.hpp"
+#include "checkpoint/llmc_import.hpp"
+#include "checkpoint/safetensors.hpp"
+#include "core/error.hpp"
+
+namespace lattice::checkpoint {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The stored shape of a parameter: the embedding without its vocabulary padding.
+std::vector<int64_t> stored_shape(const ParamInfo& p, const ModelConfig& c) {
+  if (p.name == "wte.weight") return {c.vocab, c.hidden};
+  return p.shape;
+}
+
+std::vector<TensorRef> tensors_of(const GPT& model, const float* base, const std::string& prefix) {
+  std::vector<TensorRef> out;
+  for (const auto& p : model.table().params()) {
+    auto shape = stored_shape(p, model.config());
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    out.push_back({prefix + p.name, "F32", shape, base + p.offset, size_t(n) * 4});
+  }
+  return out;
+}
+
+void read_tensors(const SafetensorsFile& file, const GPT& model, float* base, const std::string& prefix) {
+  for (const auto& p : model.table().params()) {
+    const auto shape = stored_shape(p, model.config());
+    const TensorRef& t = file.get(prefix + p.name, "F32", shape);
+    std::memcpy(base + p.offset, t.data, t.bytes);  // padding rows (if any) keep their zeros
+  }
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& dir, const GPT& model, const AdamW* optimizer,
+                     const nlohmann::json& trainer_state) {
+  AtomicDir out(dir);
+  write_safetensors(out.path() + "/model.safetensors", tensors_of(model, model.params(), ""),
+                    {{"format", "pt"}});
+  if (optimizer) {
+    auto tensors = tensors_of(model, optimizer->exp_avg(), "exp_avg.");
+    auto sq = tensors_of(model, optimizer->exp_avg_sq(), "exp_avg_sq.");
+    tensors.insert(tensors.end(), sq.begin(), sq.end());
+    write_safetensors(out.path() + "/optimizer.safetensors", tensors);
+  }
+  const std::string json = trainer_state.dump(2) + "\n";
+  write_file_atomically(out.path() + "/trainer.json", json.data(), json.size());
+  out.commit();
+}
+
+nlohmann::json read_trainer_state(const std::string& dir) {
+  const std::string path = dir + "/trainer.json";
+  if (!fs::is_directory(dir)) fail("checkpoint " + dir + " is not a directory");
+  if (!fs::exists(path)) fail("checkpoint " + dir + " has no trainer.json");
+  try {
+    return nlohmann::json::parse(read_text(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint " + path + " is not valid JSON: " + e.what());
+  }
+}
+
+ModelConfig read_model_config(const std::string& dir) {
+  const auto state = read_trainer_state(dir);
+  try {
+    const auto& m = state.at("model");
+    ModelConfig c;
+    c.layers = m.at("layers"), c.hidden = m.at("hidden"), c.heads = m.at("heads");
+    c.seq_len = m.at("seq_len"), c.vocab = m.at("vocab"), c.dropout = m.at("dropout");
+    c.validate();
+    return c;
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint " + dir + "/trainer.json lacks the model configuration: " + e.what());
+  }
+}
+
+void load_weights(const std::string& path, GPT& model) {
+  if (fs::is_directory(path)) {
+    const std::string file = path + "/model.safetensors";
+    if (!fs::exists(file)) fail("checkpoint " + path + " has no model.safetensors");
+    read_tensors(SafetensorsFile::load(file), model, model.params(), "");
+  } else if (path.size() > 4 && path.substr(path.size() - 4) == ".bin") {
+    import_llmc_weights(path, model);
+  } else {
+    read_tensors(SafetensorsFile::load(path), model, model.params(), "");
+  }
+  model.refresh_compute_weights();
+}
+
+void load_optimizer(const std::string& dir, const GPT& model, AdamW& optimizer) {
+  const std::string file = dir + "/optimizer.safetensors";
+  if (!fs::exists(file)) fail("checkpoint " + dir + " has no optimizer.safetensors");
+  const auto st = SafetensorsFile::load(file);
+  read_tensors(st, model, optimizer.exp_avg(), "exp_avg.");
+  read_tensors(st, model, optimizer.exp_avg_sq(), "exp_avg_sq.");
+}
+
+}  // namespace lattice::checkpoint

@@ -1,0 +1,28 @@
+#pragma once
+// A checkpoint directory: model.safetensors (Hugging Face GPT-2 names, Conv1D [in, out] layout,
+// fp32, unpadded vocabulary rows), optimizer.safetensors (AdamW moments under the same names),
+// trainer.json (step, configs, seed). Written to a temporary directory, fsynced, renamed.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/gpt.hpp"
+#include "train/optimizer.hpp"
+
+namespace lattice::checkpoint {
+
+void save_checkpoint(const std::string& dir, const GPT& model, const AdamW* optimizer,
+                     const nlohmann::json& trainer_state);
+
+// trainer.json of a checkpoint directory (throws InputError naming the problem).
+nlohmann::json read_trainer_state(const std::string& dir);
+// The model configuration recorded in a checkpoint's trainer.json.
+ModelConfig read_model_config(const std::string& dir);
+
+// Loads weights into `model` from a checkpoint directory, a model.safetensors file or an llm.c
+// gpt2 .bin (version 3, fp32). Shapes must match the model's configuration.
+void load_weights(const std::string& path, GPT& model);
+// Loads the AdamW moments of a checkpoint directory.
+void load_optimizer(const std::string& dir, const GPT& model, AdamW& optimizer);
+
+}  // namespace lattice::checkpoint

@@ -1,0 +1,54 @@
+// `lattice eval`: mean cross-entropy of a checkpoint on a token file.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_util.hpp"
+#include "cli/commands.hpp"
+#include "cli/model_flags.hpp"
+#include "cli/model_source.hpp"
+#include "core/error.hpp"
+#include "data/loader.hpp"
+
+namespace lattice::cli {
+
+int run_eval(int argc, char** argv) {
+  CLI::App app("Evaluate a checkpoint on a token file (llm.c format).", "lattice eval");
+  std::string checkpoint, data_file;
+  int64_t batches = 8;
+  int micro_batch = 8;
+  bool json = false;
+  ModelConfig model;
+  app.add_option("--checkpoint", checkpoint, "checkpoint directory (or model.safetensors / llm.c .bin with shape flags)")
+      ->required();
+  app.add_option("--data", data_file, "token file, e.g. data/val.bin")->required();
+  app.add_option("--batches,--eval-iters", batches, "micro-batches to evaluate")->capture_default_str();
+  app.add_option("--micro-batch,--micro-batch-size", micro_batch, "sequences per micro-batch")->capture_default_str();
+  add_model_flags(app, model);
+  app.add_flag("--json", json, "print {\"event\":\"eval\",...} on stdout");
+  if (const auto status = parse_flags(app, argc, argv)) return *status;
+  require(batches >= 1, "--batches must be at least 1");
+  require(micro_batch >= 1, "--micro-batch must be at least 1");
+
+  const bool shapes_given = app.count("--layers") || app.count("--hidden") || app.count("--heads") ||
+                            app.count("--seq-len") || app.count("--vocab");
+  auto gpt = load_model_for_inference(checkpoint, model, shapes_given, DType::fp32);
+  const ModelConfig& c = gpt->config();
+  const auto file = data::TokenFile::load(data_file, c.vocab);
+  const data::BatchLoader loader(file, c.seq_len, micro_batch, 0, false);
+  std::vector<int32_t> inputs(size_t(micro_batch * c.seq_len)), targets(inputs.size());
+  double sum = 0.0;
+  for (int64_t k = 0; k < batches; ++k) {
+    loader.fill(k, 0, micro_batch, inputs.data(), targets.data());
+    sum += gpt->forward_loss({inputs.data(), targets.data(), micro_batch, 0});
+  }
+  const int64_t tokens = batches * micro_batch * c.seq_len;
+  const double loss = sum / double(tokens);
+  if (json)
+    std::cout << nlohmann::json{{"event", "eval"}, {"loss", loss}, {"tokens", tokens}}.dump() << "\n";
+  else
+    std::fprintf(stderr, "eval loss %.4f over %lld tokens of %s\n", loss, (long long)tokens, data_file.c_str());
+  return 0;
+}
+
+}  // namespace lattice::cli

@@ -1,0 +1,80 @@
+#include "cli/model_flags.hpp"
+
+#include "core/error.hpp"
+
+namespace lattice::cli {
+
+void add_model_flags(CLI::App& app, ModelConfig& m) {
+  app.add_option("--layers,--num-layers", m.layers, "transformer layers L")->capture_default_str();
+  app.add_option("--hidden,--hidden-size", m.hidden, "hidden size h")->capture_default_str();
+  app.add_option("--heads,--num-attention-heads", m.heads, "attention heads a")->capture_default_str();
+  app.add_option("--seq-len,--seq-length", m.seq_len, "sequence length s")->capture_default_str();
+  app.add_option("--vocab,--vocab-size", m.vocab, "vocabulary (256 for the byte tokenizer)")->capture_default_str();
+  app.add_option("--dropout,--hidden-dropout", m.dropout, "dropout probability at the four sites")
+      ->capture_default_str();
+}
+
+void add_layout_flags(CLI::App& app, LayoutFlags& f) {
+  LayoutConfig& l = f.layout;
+  app.add_option("--recompute,--recompute-granularity", f.recompute, "none | selective | full")
+      ->capture_default_str();
+  app.add_option("--recompute-layers,--recompute-num-layers", l.recompute_layers,
+                 "full recompute of the first N layers only (block method)");
+  app.add_option("--recompute-method", f.recompute_method, "block (Megatron's; uniform is not supported)");
+  app.add_option("--activation-dtype", f.activation_dtype, "fp32 | bf16 storage of kept activations")
+      ->capture_default_str();
+  app.add_option("--tensor-model-parallel-size", l.tp, "tensor-parallel size t")->capture_default_str();
+  app.add_option("--pipeline-model-parallel-size", l.pp, "pipeline-parallel size p")->capture_default_str();
+  app.add_option("--virtual-stages,--virtual-pipeline-model-parallel-size", l.virtual_stages,
+                 "interleaved chunks per pipeline rank m");
+  app.add_flag("--sequence-parallel", l.sequence_parallel, "sequence parallelism (needs t > 1)");
+  app.add_option("--zero", l.zero, "ZeRO stage 0-3");
+  app.add_flag_callback("--use-distributed-optimizer", [&l] { l.zero = 1; }, "alias of --zero 1");
+}
+
+LayoutConfig LayoutFlags::resolve() {
+  layout.recompute = parse_recompute(recompute);
+  layout.activation_dtype = parse_dtype(activation_dtype);
+  require(recompute_method == "block", "--recompute-method must be block (got '" + recompute_method + "')");
+  require(layout.tp >= 1 && layout.pp >= 1 && layout.virtual_stages >= 1,
+          "parallel sizes must be at least 1");
+  require(layout.zero >= 0 && layout.zero <= 3, "--zero must be 0, 1, 2 or 3 (got " + std::to_string(layout.zero) + ")");
+  return layout;
+}
+
+void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
+  app.add_option("--data", t.data_dir, "directory with train.bin (and val.bin)");
+  app.add_option("--steps,--train-iters", t.steps, "optimizer steps")->capture_default_str();
+  app.add_option("--micro-batch,--micro-batch-size", t.micro_batch, "sequences per micro-batch b")
+      ->capture_default_str();
+  app.add_option("--global-batch,--global-batch-size", t.global_batch,
+                 "sequences per optimizer step (multiple of --micro-batch; default: one micro-batch)");
+  app.add_option("--lr", t.lr, "peak learning rate")->capture_default_str();
+  app.add_option("--min-lr", t.min_lr, "final learning rate of the cosine schedule")->capture_default_str();
+  app.add_option("--lr-schedule,--lr-decay-style", t.lr_schedule, "constant | cosine")->capture_default_str();
+  app.add_option("--warmup,--lr-warmup-iters", t.warmup, "linear warm-up steps")->capture_default_str();
+  app.add_option("--beta1,--adam-beta1", t.adamw.beta1, "AdamW β1")->capture_default_str();
+  app.add_option("--beta2,--adam-beta2", t.adamw.beta2, "AdamW β2")->capture_default_str();
+  app.add_option("--eps,--adam-eps", t.adamw.eps, "AdamW ε")->capture_default_str();
+  app.add_option("--weight-decay", t.adamw.weight_decay, "decoupled weight decay")->capture_default_str();
+  app.add_option("--clip-grad", t.clip_grad, "clip the global gradient norm (0 = off)")->capture_default_str();
+  app.add_option("--shuffle", shuffle, "on | off (off reads like llm.c's loader)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--seed", t.seed, "seed of initialisation, data order and dropout")->capture_default_str();
+  app.add_option("--init,--load", t.init, "start from weights: checkpoint dir, .safetensors or llm.c .bin");
+  app.add_option("--save", t.save, "write a checkpoint directory at the end");
+  app.add_option("--save-every,--save-interval", t.save_every, "also every N steps");
+  app.add_option("--resume", t.resume, "continue a run from its checkpoint directory");
+  app.add_option("--eval-every,--eval-interval", t.eval_every, "validation loss every N steps");
+  app.add_option("--eval-batches,--eval-iters", t.eval_batches, "micro-batches per validation");
+  app.add_option("--peak-flops", t.peak_flops, "peak FLOP/s for MFU (default: this CPU's GEMM peak)");
+  app.add_option("--threads", t.threads, "OpenMP threads (default: all cores)");
+  app.add_flag("--json", t.json, "JSON Lines on stdout");
+}
+
+void add_config_file(CLI::App& app) {
+  app.set_config("--config", "", "TOML file of flags (long names as keys); command-line flags win");
+}
+
+}  // namespace lattice::cli

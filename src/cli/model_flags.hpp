@@ -1,0 +1,25 @@
+#pragma once
+// The model, layout and training flags, with Megatron-LM's names as aliases, shared by the
+// sub-commands that take them. Values are checked after parsing (ModelConfig::validate etc.).
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "core/config.hpp"
+#include "train/train_config.hpp"
+
+namespace lattice::cli {
+
+struct LayoutFlags {
+  LayoutConfig layout;
+  std::string recompute = "none", activation_dtype = "fp32", recompute_method = "block";
+  // Turns the string flags into the layout (throws InputError for bad values).
+  LayoutConfig resolve();
+};
+
+void add_model_flags(CLI::App& app, ModelConfig& model);
+void add_layout_flags(CLI::App& app, LayoutFlags& flags);
+void add_train_flags(CLI::App& app, TrainConfig& train, std::string& shuffle);
+// --config FILE.toml: keys are the long flag names; flags on the command line win.
+void add_config_file(CLI::App& app);
+
+}  // namespace lattice::cli

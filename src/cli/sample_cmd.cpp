@@ -1,0 +1,81 @@
+// `lattice sample`: generate text from a checkpoint (temperature, top-k).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "cli/cli_util.hpp"
+#include "cli/commands.hpp"
+#include "cli/model_flags.hpp"
+#include "cli/model_source.hpp"
+#include "core/error.hpp"
+#include "data/tokenizer.hpp"
+#include "random/philox.hpp"
+
+namespace lattice::cli {
+
+namespace {
+// Draws from probs restricted to the top_k most likely, sharpened by temperature.
+int draw_token(const std::vector<float>& probs, double temperature, int top_k, double u) {
+  std::vector<int> order(probs.size());
+  std::iota(order.begin(), order.end(), 0);
+  const size_t k = top_k > 0 ? std::min(size_t(top_k), order.size()) : order.size();
+  std::partial_sort(order.begin(), order.begin() + long(k), order.end(),
+                    [&](int a, int b) { return probs[size_t(a)] > probs[size_t(b)]; });
+  std::vector<double> w(k);
+  for (size_t i = 0; i < k; ++i)
+    w[i] = std::pow(std::max(double(probs[size_t(order[i])]), 1e-30), 1.0 / temperature);
+  const double total = std::accumulate(w.begin(), w.end(), 0.0);
+  double acc = 0.0;
+  for (size_t i = 0; i < k; ++i) {
+    acc += w[i] / total;
+    if (u < acc) return order[i];
+  }
+  return order[k - 1];
+}
+}  // namespace
+
+int run_sample(int argc, char** argv) {
+  CLI::App app("Generate text from a checkpoint with the byte tokenizer.", "lattice sample");
+  std::string checkpoint, prompt = "\n";
+  int tokens = 200, top_k = 40;
+  double temperature = 0.8;
+  uint64_t seed = 42;
+  ModelConfig model;
+  app.add_option("--checkpoint", checkpoint, "checkpoint directory")->required();
+  app.add_option("--prompt", prompt, "text to continue")->capture_default_str();
+  app.add_option("--tokens", tokens, "tokens to generate")->capture_default_str();
+  app.add_option("--temperature", temperature, "sampling temperature (> 0)")->capture_default_str();
+  app.add_option("--top-k", top_k, "sample among the k most likely (0 = all)")->capture_default_str();
+  app.add_option("--seed", seed, "sampling seed")->capture_default_str();
+  add_model_flags(app, model);
+  if (const auto status = parse_flags(app, argc, argv)) return *status;
+  require(tokens >= 0, "--tokens must be >= 0");
+  require(temperature > 0, "--temperature must be > 0");
+  require(top_k >= 0, "--top-k must be >= 0");
+
+  const bool shapes_given = app.count("--layers") || app.count("--hidden") || app.count("--heads") ||
+                            app.count("--seq-len") || app.count("--vocab");
+  auto gpt = load_model_for_inference(checkpoint, model, shapes_given, DType::fp32);
+  const ModelConfig& c = gpt->config();
+  data::ByteTokenizer tokenizer;
+  require(c.vocab == data::ByteTokenizer::kVocab, "sample decodes bytes: the checkpoint's vocab must be 256");
+  std::vector<int32_t> ids;
+  for (uint16_t t : tokenizer.encode(prompt)) ids.push_back(int32_t(t));
+  require(!ids.empty(), "--prompt must not be empty");
+  std::fputs(prompt.c_str(), stdout);
+  const DropoutStream stream{seed, 0, 0, DropoutSite::init};
+  for (int i = 0; i < tokens; ++i) {
+    const int64_t len = std::min<int64_t>(int64_t(ids.size()), c.seq_len);
+    const auto probs = gpt->next_token_probs(ids.data() + ids.size() - size_t(len), len);
+    const double u = double(philox_bits(stream, uint64_t(i))) / 4294967296.0;
+    const int next = draw_token(probs, temperature, top_k, u);
+    ids.push_back(next);
+    std::fputs(tokenizer.decode({next}).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  std::fputs("\n", stdout);
+  return 0;
+}
+
+}  // namespace lattice::cli

@@ -1,0 +1,61 @@
+#include "train/report.hpp"
+
+#include <cstdio>
+#include <iostream>
+
+namespace lattice {
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 4) b /= 1024.0, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u ? "%.2f %s" : "%.0f %s", b, units[u]);
+  return buf;
+}
+
+void print_step(const StepReport& r, bool json) {
+  if (json) {
+    nlohmann::json j = {{"event", "step"},    {"step", r.step},
+                        {"loss", r.loss},     {"lr", r.lr},
+                        {"grad_norm", r.grad_norm}, {"step_s", r.step_s},
+                        {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
+                        {"activation_peak_bytes", r.activation_peak_bytes}};
+    std::cout << j.dump() << "\n" << std::flush;
+    return;
+  }
+  std::fprintf(stderr, "step %5lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%  act %s\n",
+               (long long)r.step, (long long)r.steps, r.loss, r.lr, r.grad_norm, r.step_s * 1e3, r.tokens_per_s,
+               r.mfu * 100.0, human_bytes(double(r.activation_peak_bytes)).c_str());
+}
+
+nlohmann::json memory_json(const MemoryReport& m) {
+  return {{"rank", 0},
+          {"tp_rank", 0},
+          {"pp_rank", 0},
+          {"dp_rank", 0},
+          {"activation_bytes_per_layer", m.activation_bytes_per_layer},
+          {"activation_bytes_per_layer_formula", m.activation_bytes_per_layer_formula},
+          {"activation_bytes_outside_layers", m.activation_bytes_outside_layers},
+          {"activation_bytes_outside_layers_formula", m.activation_bytes_outside_formula},
+          {"activation_peak_bytes", m.activation_peak_bytes},
+          {"model_state_bytes", {{"params", m.params}, {"grads", m.grads}, {"optimizer", m.optimizer}}},
+          {"compute_weight_bytes", m.compute_weights}};
+}
+
+void print_memory_table(const MemoryReport& m) {
+  std::fprintf(stderr, "memory (measured by the tracking allocator; formula = SPEC §4):\n");
+  std::fprintf(stderr, "  %-8s %14s %14s %8s\n", "layer", "kept bytes", "formula", "ratio");
+  for (size_t l = 0; l < m.activation_bytes_per_layer.size(); ++l) {
+    const double meas = double(m.activation_bytes_per_layer[l]), form = double(m.activation_bytes_per_layer_formula[l]);
+    std::fprintf(stderr, "  %-8zu %14s %14s %8.4f\n", l, human_bytes(meas).c_str(), human_bytes(form).c_str(),
+                 form > 0 ? meas / form : 0.0);
+  }
+  std::fprintf(stderr, "  outside  %14s %14s\n", human_bytes(double(m.activation_bytes_outside_layers)).c_str(),
+               human_bytes(double(m.activation_bytes_outside_formula)).c_str());
+  std::fprintf(stderr, "  activation peak %s; params %s, grads %s, optimizer %s\n",
+               human_bytes(double(m.activation_peak_bytes)).c_str(), human_bytes(double(m.params)).c_str(),
+               human_bytes(double(m.grads)).c_str(), human_bytes(double(m.optimizer)).c_str());
+}
+
+}  // namespace lattice

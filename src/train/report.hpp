@@ -1,0 +1,33 @@
+#pragma once
+// What training prints: one line per optimizer step (human on stderr, or JSON Lines on stdout
+// with --json) and the final summary with the measured memory beside the formula.
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config.hpp"
+#include "train/train_config.hpp"
+
+namespace lattice {
+
+struct StepReport {
+  int64_t step = 0, steps = 0;
+  double loss = 0, lr = 0, grad_norm = 0, step_s = 0, tokens_per_s = 0, mfu = 0;
+  int64_t activation_peak_bytes = 0;
+};
+
+struct MemoryReport {
+  std::vector<int64_t> activation_bytes_per_layer;          // measured
+  std::vector<int64_t> activation_bytes_per_layer_formula;  // SPEC §4, the same layout
+  int64_t activation_bytes_outside_layers = 0, activation_bytes_outside_formula = 0;
+  int64_t activation_peak_bytes = 0;
+  int64_t params = 0, grads = 0, optimizer = 0, compute_weights = 0;  // measured model states
+};
+
+void print_step(const StepReport& r, bool json);
+nlohmann::json memory_json(const MemoryReport& m);
+void print_memory_table(const MemoryReport& m);
+std::string human_bytes(double bytes);
+
+}  // namespace lattice

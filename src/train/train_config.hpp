@@ -1,0 +1,32 @@
+#pragma once
+// Everything `lattice train` needs beyond the model and the layout.
+#include <cstdint>
+#include <string>
+
+#include "train/optimizer.hpp"
+
+namespace lattice {
+
+struct TrainConfig {
+  std::string data_dir;
+  int64_t steps = 300;
+  int micro_batch = 16;
+  int global_batch = 0;  // 0 = micro_batch (no accumulation)
+  double lr = 3e-3, min_lr = 3e-4;
+  std::string lr_schedule = "cosine";
+  int64_t warmup = 20;
+  AdamWConfig adamw;
+  double clip_grad = 1.0;  // 0 = off
+  bool shuffle = true;
+  uint64_t seed = 1337;
+  std::string init, save, resume;
+  int64_t save_every = 0;
+  int64_t eval_every = 0, eval_batches = 8;
+  double peak_flops = 0;  // for MFU; 0 = this machine's measured GEMM peak for the dtype
+  bool json = false;
+  int threads = 0;  // 0 = OpenMP's default
+
+  int accumulation_steps() const { return global_batch / micro_batch; }
+};
+
+}  // namespace lattice

@@ -1,0 +1,47 @@
+#pragma once
+// The training loop: micro-batches with gradient accumulation, global-norm clipping, AdamW with
+// its learning-rate schedule, progress lines, checkpoints, and the final memory summary.
+#include <memory>
+
+#include "core/config.hpp"
+#include "data/loader.hpp"
+#include "model/gpt.hpp"
+#include "train/lr_schedule.hpp"
+#include "train/optimizer.hpp"
+#include "train/train_config.hpp"
+
+namespace lattice {
+
+struct StepResult {
+  int64_t step = 0;
+  double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+};
+
+class Trainer {
+ public:
+  // Validates everything (throws InputError) before any training work starts.
+  Trainer(const ModelConfig& model, const LayoutConfig& layout, const TrainConfig& train);
+  ~Trainer();
+
+  StepResult train_step();  // one optimizer step
+  int run();                // the whole run with reports and checkpoints; returns exit status
+  double evaluate(int64_t batches);  // mean validation loss (or train data when no val.bin)
+
+  GPT& model() { return *model_; }
+  AdamW& optimizer() { return *optimizer_; }
+  int64_t step() const { return step_; }
+  void save(const std::string& dir) const;
+
+ private:
+  ModelConfig model_config_;
+  LayoutConfig layout_;
+  TrainConfig config_;
+  std::unique_ptr<GPT> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<data::BatchLoader> train_loader_, val_loader_;
+  LrSchedule schedule_;
+  int64_t step_ = 0;  // optimizer steps done
+  int64_t activation_peak_ = 0;
+};
+
+}  // namespace lattice
