@@ -54,6 +54,12 @@ struct ModelStateBytes {
 ModelStateBytes model_state_bytes(int64_t psi, int dp, int zero, bool mixed,
                                   int64_t optimizer_state_bytes_per_param = 8);
 
+// Parameters held by the most loaded model shard under tensor size t and pipeline size p: the
+// first stage, with L/p layers (weights and column-parallel biases split by t; row-parallel
+// biases and LayerNorms replicated), the vocabulary-parallel embedding (padded for t) and the
+// replicated position embedding; with p == 1 also the final LayerNorm (the output layer is tied).
+int64_t shard_parameters(const ModelConfig& model, int tp, int pp);
+
 // FLOPs of one iteration for a global batch of B sequences (paper appendix).
 struct FlopsShape {
   double B = 0, s = 0, L = 0, h = 0, v = 0;

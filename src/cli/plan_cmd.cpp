@@ -1,6 +1,140 @@
-// Placeholder until the plan command lands (being written now).
+// `lattice plan`: memory, FLOPs and predicted time of one layout, the best layouts for a cluster
+// (--search), or the paper's tables and figures (--paper). Flags mirror `lattice train`.
+#include <chrono>
 #include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
+#include "core/error.hpp"
+#include "plan/evaluate.hpp"
+#include "plan/paper_report.hpp"
+#include "plan/report.hpp"
+#include "plan/search.hpp"
+#include "plan/units.hpp"
+
 namespace lattice::cli {
-int run_plan(int, char**) { std::fprintf(stderr, "lattice plan: not built yet\n"); return 1; }
+
+namespace {
+
+struct PlanFlags {
+  ModelConfig model;
+  LayoutConfig layout;
+  std::string recompute = "none", dtype = "bf16";
+  bool distributed_optimizer = false;
+  int micro_batch = 1, global_batch = 0, gpus = 0, top = 5;
+  std::string gpu_memory, hardware = "A100-80GB", peak_flops, svg_dir;
+  double iteration_time = 0;
+  bool search = false, paper = false, json = false;
+};
+
+void add_flags(CLI::App& app, PlanFlags& f) {
+  app.add_option("--layers,--num-layers", f.model.layers, "transformer layers L");
+  app.add_option("--hidden,--hidden-size", f.model.hidden, "hidden size h");
+  app.add_option("--heads,--num-attention-heads", f.model.heads, "attention heads a");
+  app.add_option("--seq-len,--seq-length", f.model.seq_len, "sequence length s");
+  app.add_option("--vocab", f.model.vocab, "vocabulary size v (padded to 128·t)");
+  app.add_option("--dropout", f.model.dropout, "dropout probability (0 keeps no masks)");
+  app.add_option("--micro-batch,--micro-batch-size", f.micro_batch, "micro-batch size b");
+  app.add_option("--global-batch,--global-batch-size", f.global_batch,
+                 "sequences per iteration (default: one micro-batch per data-parallel rank; "
+                 "with --search, one per GPU)");
+  app.add_option("--tensor-model-parallel-size", f.layout.tp, "tensor-parallel size t");
+  app.add_option("--pipeline-model-parallel-size", f.layout.pp, "pipeline-parallel size p");
+  app.add_option("--virtual-stages,--virtual-pipeline-model-parallel-size", f.layout.virtual_stages,
+                 "interleaved chunks per pipeline rank m");
+  app.add_flag("--sequence-parallel", f.layout.sequence_parallel, "sequence parallelism (SP)");
+  app.add_option("--recompute,--recompute-granularity", f.recompute, "none, selective or full");
+  app.add_option("--recompute-layers,--recompute-num-layers", f.layout.recompute_layers,
+                 "with --recompute full: recompute only the first N layers");
+  app.add_option("--activation-dtype", f.dtype, "bf16 (mixed precision) or fp32");
+  app.add_option("--zero", f.layout.zero, "ZeRO stage 0-3");
+  app.add_flag("--use-distributed-optimizer", f.distributed_optimizer, "same as --zero 1");
+  app.add_option("--gpus", f.gpus, "devices: t·p·DP (default t·p)");
+  app.add_option("--gpu-memory", f.gpu_memory, "bytes per device, e.g. 80GB or 80GiB (default: the preset's)");
+  app.add_option("--hardware", f.hardware, "A100-80GB, H100-80GB, H200 or cpu");
+  app.add_option("--iteration-time", f.iteration_time, "measured seconds per iteration (MFU/HFU from it)");
+  app.add_option("--peak-flops", f.peak_flops, "peak FLOP/s per device for MFU, e.g. 312T (default: the preset's)");
+  app.add_flag("--search", f.search, "rank every layout of --gpus devices that fits");
+  app.add_option("--top", f.top, "layouts --search prints (default 5)");
+  app.add_flag("--paper", f.paper, "reproduce the paper's Table 2, figures 1 and 7, Tables 4 and 5");
+  app.add_option("--svg", f.svg_dir, "with --paper: write figure1.svg and figure7.svg into this directory");
+  app.add_flag("--json", f.json, "print one JSON object on one line");
+}
+
+int run_paper(const PlanFlags& f, const plan::Hardware& hw) {
+  if (!f.svg_dir.empty()) plan::write_paper_svgs(f.svg_dir);
+  if (f.json) {
+    std::printf("%s\n", plan::paper_json(hw).dump().c_str());
+  } else {
+    std::fputs(plan::paper_text(hw).c_str(), stdout);
+    if (!f.svg_dir.empty()) std::printf("\nwrote %s/figure1.svg and %s/figure7.svg\n", f.svg_dir.c_str(), f.svg_dir.c_str());
+  }
+  return 0;
+}
+
+// Turns the flags into a request, filling the defaults that depend on the layout.
+plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
+  plan::PlanRequest r;
+  f.layout.recompute = parse_recompute(f.recompute);
+  f.layout.activation_dtype = parse_dtype(f.dtype);
+  if (f.distributed_optimizer && f.layout.zero == 0) f.layout.zero = 1;
+  r.model = f.model;
+  r.layout = f.layout;
+  r.micro_batch = f.micro_batch;
+  r.gpu_memory = f.gpu_memory.empty() ? hw.memory_bytes : plan::parse_bytes(f.gpu_memory, "--gpu-memory");
+  require(f.layout.tp >= 1 && f.layout.pp >= 1, "parallel sizes must be at least 1");
+  require(f.gpus >= 0, "--gpus must be positive (got " + std::to_string(f.gpus) + ")");
+  require(f.global_batch >= 0, "--global-batch must be positive");
+  const int tp_pp = f.layout.tp * f.layout.pp;
+  r.gpus = f.gpus > 0 ? f.gpus : tp_pp;
+  if (!f.search)
+    require(r.gpus % tp_pp == 0, "t·p·DP must equal --gpus: --gpus (" + std::to_string(r.gpus) +
+                                     ") is not a multiple of t·p = " + std::to_string(tp_pp));
+  r.layout.dp = r.gpus / tp_pp;
+  r.global_batch = f.global_batch > 0 ? f.global_batch : (f.search ? r.gpus : f.micro_batch * r.layout.dp);
+  return r;
+}
+
+}  // namespace
+
+int run_plan(int argc, char** argv) {
+  CLI::App app{"memory, FLOPs and time of a layout; --search the best layout; --paper"};
+  app.name("lattice plan");
+  PlanFlags f;
+  add_flags(app, f);
+  if (auto status = parse_flags(app, argc, argv)) return *status;
+
+  const plan::Hardware& hw = plan::hardware_preset(f.hardware);
+  require(f.svg_dir.empty() || f.paper, "--svg needs --paper");
+  if (f.paper) return run_paper(f, hw);
+
+  const plan::PlanRequest request = build_request(f, hw);
+  const double peak = f.peak_flops.empty() ? 0 : plan::parse_rate(f.peak_flops, "--peak-flops");
+  require(f.iteration_time >= 0, "--iteration-time must be positive");
+
+  if (f.search) {
+    request.model.validate();
+    require(f.top >= 1, "--top must be at least 1");
+    const auto start = std::chrono::steady_clock::now();
+    const plan::SearchResult found = plan::search_layouts(request, hw, size_t(f.top), peak);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (f.json)
+      std::printf("%s\n", plan::search_json(found.best, found.considered, seconds).dump().c_str());
+    else
+      std::fputs(plan::search_text(found.best, found.considered, seconds).c_str(), stdout);
+    return 0;
+  }
+
+  plan::check_layout(request);
+  const plan::Plan p = plan::evaluate(request, hw, f.iteration_time, peak);
+  if (f.json)
+    std::printf("%s\n", plan::plan_json(p).dump().c_str());
+  else
+    std::fputs(plan::plan_text(p, hw).c_str(), stdout);
+  return 0;
+}
+
 }  // namespace lattice::cli

@@ -1,0 +1,120 @@
+#include "plan/collectives.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace lattice::plan {
+namespace {
+
+int floor_log2(int n) {
+  int k = 0;
+  while ((2 << k) <= n) ++k;
+  return k;
+}
+bool power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+void consider(CollectiveCost& best, double seconds, Algorithm a) {
+  if (best.algorithm == Algorithm::none || seconds < best.seconds) best = {seconds, a};
+}
+
+}  // namespace
+
+const char* to_string(Algorithm a) {
+  switch (a) {
+    case Algorithm::none: return "none";
+    case Algorithm::ring: return "ring";
+    case Algorithm::halving_doubling: return "halving-doubling";
+    case Algorithm::tree: return "tree";
+    case Algorithm::torus2d: return "2d-torus";
+  }
+  return "?";
+}
+
+GroupTopology group_topology(const Hardware& hw, int size, int stride) {
+  GroupTopology g;
+  g.size = size;
+  g.intra = hw.intra;
+  g.inter = hw.inter;
+  // Ranks `stride` apart: a node of D devices holds D/stride of them (at least one).
+  const int per_node = stride >= hw.devices_per_node ? 1 : hw.devices_per_node / stride;
+  g.per_node = std::max(1, std::min(size, per_node));
+  return g;
+}
+
+double ring_all_reduce(int n, const Link& l, double bytes) {
+  if (n <= 1) return 0;
+  return 2.0 * (n - 1) * l.alpha + 2.0 * (n - 1) / n * bytes * l.beta;
+}
+
+// Rabenseifner: reduce-scatter by recursive halving, all-gather by recursive doubling. With
+// n not a power of two, the r = n - 2^k extra ranks first hand their whole vector to a partner
+// and get the result back at the end (the seed's 13-server example): two extra full-size steps.
+double halving_doubling_all_reduce(int n, const Link& l, double bytes) {
+  if (n <= 1) return 0;
+  const int k = floor_log2(n);
+  const int core = 1 << k;
+  double t = 2.0 * k * l.alpha + 2.0 * (core - 1) / core * bytes * l.beta;
+  if (!power_of_two(n)) t += 2.0 * (l.alpha + bytes * l.beta);
+  return t;
+}
+
+// Two pipelined binary trees (NCCL's double binary tree): each carries half the data through a
+// reduce up and a broadcast down; latency grows with the depth, bandwidth term ~2·nβ.
+double tree_all_reduce(int n, const Link& l, double bytes) {
+  if (n <= 1) return 0;
+  const double depth = std::ceil(std::log2(double(n)));
+  return 2.0 * depth * l.alpha + 2.0 * bytes * l.beta;
+}
+
+// Hierarchical 2D torus: reduce-scatter along the node's row, all-reduce the 1/per_node shard
+// across nodes, all-gather along the row.
+double torus2d_all_reduce(int per_node, int nodes, const Link& intra, const Link& inter, double bytes) {
+  return 2.0 * ring_half(per_node, intra, bytes) + ring_all_reduce(nodes, inter, bytes / per_node);
+}
+
+double ring_half(int n, const Link& l, double bytes) {
+  if (n <= 1) return 0;
+  return (n - 1) * l.alpha + double(n - 1) / n * bytes * l.beta;
+}
+
+// Recursive halving (reduce-scatter) or doubling (all-gather); non-power-of-two ranks fold in
+// as for the all-reduce: one full-size step before, one shard-size step after.
+double halving_doubling_half(int n, const Link& l, double bytes) {
+  if (n <= 1) return 0;
+  const int k = floor_log2(n);
+  const int core = 1 << k;
+  double t = k * l.alpha + double(core - 1) / core * bytes * l.beta;
+  if (!power_of_two(n)) t += 2.0 * l.alpha + (bytes + bytes / n) * l.beta;
+  return t;
+}
+
+double torus2d_half(int per_node, int nodes, const Link& intra, const Link& inter, double bytes) {
+  return ring_half(per_node, intra, bytes) + ring_half(nodes, inter, bytes / per_node);
+}
+
+CollectiveCost all_reduce(const GroupTopology& g, double bytes) {
+  CollectiveCost best;
+  if (g.size <= 1) return best;
+  const Link& l = g.flat_link();
+  consider(best, ring_all_reduce(g.size, l, bytes), Algorithm::ring);
+  consider(best, halving_doubling_all_reduce(g.size, l, bytes), Algorithm::halving_doubling);
+  consider(best, tree_all_reduce(g.size, l, bytes), Algorithm::tree);
+  if (g.nodes() > 1 && g.per_node > 1 && g.size % g.per_node == 0)
+    consider(best, torus2d_all_reduce(g.per_node, g.nodes(), g.intra, g.inter, bytes), Algorithm::torus2d);
+  return best;
+}
+
+CollectiveCost reduce_scatter(const GroupTopology& g, double bytes) {
+  CollectiveCost best;
+  if (g.size <= 1) return best;
+  const Link& l = g.flat_link();
+  consider(best, ring_half(g.size, l, bytes), Algorithm::ring);
+  consider(best, halving_doubling_half(g.size, l, bytes), Algorithm::halving_doubling);
+  if (g.nodes() > 1 && g.per_node > 1 && g.size % g.per_node == 0)
+    consider(best, torus2d_half(g.per_node, g.nodes(), g.intra, g.inter, bytes), Algorithm::torus2d);
+  return best;
+}
+
+CollectiveCost all_gather(const GroupTopology& g, double bytes) { return reduce_scatter(g, bytes); }
+
+}  // namespace lattice::plan

@@ -1,0 +1,46 @@
+#include "plan/evaluate.hpp"
+
+namespace lattice::plan {
+
+FlopsPlan plan_flops(const PlanRequest& r) {
+  const analysis::FlopsShape f = flops_shape(r);
+  FlopsPlan out;
+  out.model_flops = analysis::model_flops(f);
+  out.hardware_flops = analysis::hardware_flops_paper(f, r.layout.recompute);
+  out.hardware_flops_counted = analysis::hardware_flops_counted(f, r.layout.recompute);
+  // Full recompute of only some layers re-runs only their forward.
+  if (r.layout.recompute == Recompute::full && r.layout.recompute_layers >= 0) {
+    const double share = double(r.layout.recompute_layers) / r.model.layers;
+    const double extra = out.hardware_flops_counted - out.model_flops;
+    out.hardware_flops = out.hardware_flops_counted = out.model_flops + share * extra;
+  }
+  return out;
+}
+
+Utilisation utilisation(const FlopsPlan& f, int gpus, double seconds, double peak_flops) {
+  Utilisation u;
+  u.iteration_s = seconds;
+  u.peak_flops = peak_flops;
+  const double capacity = seconds * gpus * peak_flops;
+  if (capacity > 0) {
+    u.mfu = f.model_flops / capacity;
+    u.hfu = f.hardware_flops / capacity;
+    u.hfu_counted = f.hardware_flops_counted / capacity;
+  }
+  return u;
+}
+
+Plan evaluate(const PlanRequest& r, const Hardware& hw, double iteration_time, double peak_flops) {
+  Plan p;
+  p.request = r;
+  p.memory = plan_memory(r);
+  p.flops = plan_flops(r);
+  p.time = plan_time(r, hw);
+  const double peak = peak_flops > 0 ? peak_flops : hw.peak_flops(r.mixed_precision());
+  const bool measured = iteration_time > 0;
+  p.use = utilisation(p.flops, r.gpus, measured ? iteration_time : p.time.iteration_s, peak);
+  p.use.measured = measured;
+  return p;
+}
+
+}  // namespace lattice::plan

@@ -1,0 +1,66 @@
+// The constraints a layout must meet before anything is computed (issue 6, "Bad input").
+#include <string>
+
+#include "core/error.hpp"
+#include "plan/plan_request.hpp"
+
+namespace lattice::plan {
+
+namespace {
+std::string n(int64_t v) { return std::to_string(v); }
+}  // namespace
+
+analysis::ActivationShape activation_shape(const PlanRequest& r) {
+  analysis::ActivationShape x;
+  x.s = r.model.seq_len;
+  x.b = r.micro_batch;
+  x.h = r.model.hidden;
+  x.a = r.model.heads;
+  x.v = r.model.padded_vocab(r.layout.tp);
+  x.t = r.layout.tp;
+  x.sp = r.layout.sequence_parallel;
+  x.d = bytes_of(r.layout.activation_dtype);
+  x.dropout = r.model.dropout > 0;
+  return x;
+}
+
+analysis::FlopsShape flops_shape(const PlanRequest& r) {
+  return {double(r.global_batch), double(r.model.seq_len), double(r.model.layers),
+          double(r.model.hidden), double(r.model.padded_vocab(r.layout.tp))};
+}
+
+std::string layout_problem(const PlanRequest& r) {
+  const LayoutConfig& l = r.layout;
+  const int t = l.tp, p = l.pp, m = l.virtual_stages;
+  if (t < 1 || p < 1 || m < 1 || l.dp < 1)
+    return "parallel sizes must be at least 1 (t=" + n(t) + ", p=" + n(p) + ", m=" + n(m) + ")";
+  if (int64_t(t) * p * l.dp != r.gpus)
+    return "t·p·DP must equal --gpus: " + n(t) + "·" + n(p) + "·" + n(l.dp) + " != " + n(r.gpus);
+  if (r.model.heads % t != 0)
+    return "--heads (" + n(r.model.heads) + ") must be divisible by the tensor-parallel size (" + n(t) + ")";
+  if (r.model.layers % (p * m) != 0)
+    return "--layers (" + n(r.model.layers) + ") must be divisible by p·m = " + n(p) + "·" + n(m);
+  if (m > 1 && p == 1) return "--virtual-stages > 1 needs --pipeline-model-parallel-size > 1";
+  if (r.micro_batch < 1) return "--micro-batch must be at least 1 (got " + n(r.micro_batch) + ")";
+  if (r.global_batch % (int64_t(r.micro_batch) * l.dp) != 0)
+    return "--global-batch (" + n(r.global_batch) + ") must be a multiple of micro-batch·DP = " +
+           n(r.micro_batch) + "·" + n(l.dp);
+  if (r.micro_batches() < 1) return "--global-batch must hold at least one micro-batch per rank";
+  if (m > 1 && r.micro_batches() % p != 0)
+    return "the interleaved schedule needs micro-batches per step (" + n(r.micro_batches()) +
+           ") to be a multiple of p (" + n(p) + ")";
+  if (l.zero < 0 || l.zero > 3) return "--zero must be 0, 1, 2 or 3 (got " + n(l.zero) + ")";
+  if (l.recompute_layers >= 0 && l.recompute != Recompute::full)
+    return "--recompute-layers needs --recompute full";
+  if (l.recompute_layers > r.model.layers)
+    return "--recompute-layers (" + n(l.recompute_layers) + ") exceeds --layers (" + n(r.model.layers) + ")";
+  return "";
+}
+
+void check_layout(const PlanRequest& r) {
+  r.model.validate();
+  const std::string problem = layout_problem(r);
+  require(problem.empty(), problem);
+}
+
+}  // namespace lattice::plan

@@ -1,0 +1,30 @@
+#pragma once
+// `lattice plan --paper`: the paper's Table 2, figures 1 and 7, Table 4 (calibration) and
+// Table 5 (MFU/HFU from its times, and the time model's predictions against them).
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/hardware.hpp"
+#include "plan/svg_chart.hpp"
+
+namespace lattice::plan {
+
+// One Table 5 row: the paper's times next to the time model's.
+struct Table5Row {
+  std::string model;
+  double paper_full_s, paper_this_s, predicted_full_s, predicted_this_s;
+  double paper_speedup, predicted_speedup;  // full / this - 1 (fractions)
+  double mfu, hfu, hfu_counted;             // from the paper's "this work" time, 312 TFLOP/s
+};
+Table5Row table5_row(size_t model_index, const Hardware& hw);
+
+std::string paper_text(const Hardware& hw);
+nlohmann::ordered_json paper_json(const Hardware& hw);  // {"event":"paper", "table5":[...]}
+
+BarChart figure1_chart();  // model states + activations per GPU against 80 GB
+BarChart figure7_chart();  // activation memory as % of the TP baseline
+// Writes figure1.svg and figure7.svg into `dir` (created if missing); throws InputError.
+void write_paper_svgs(const std::string& dir);
+
+}  // namespace lattice::plan

@@ -1,0 +1,32 @@
+#pragma once
+// What `lattice plan` is asked about: a model, a batch, a layout and the machines.
+#include <cstdint>
+#include <string>
+
+#include "analysis/formulas.hpp"
+#include "core/config.hpp"
+
+namespace lattice::plan {
+
+struct PlanRequest {
+  ModelConfig model;
+  LayoutConfig layout;       // layout.dp = gpus / (t·p)
+  int micro_batch = 1;       // b
+  int global_batch = 1;      // B sequences per iteration
+  int gpus = 1;              // t · p · dp
+  int64_t gpu_memory = 0;    // bytes per device
+
+  int micro_batches() const { return global_batch / (micro_batch * layout.dp); }  // n_mb per rank
+  bool mixed_precision() const { return layout.activation_dtype == DType::bf16; }
+};
+
+// The activation shape of one micro-batch on one rank, as the formulas take it.
+analysis::ActivationShape activation_shape(const PlanRequest& r);
+analysis::FlopsShape flops_shape(const PlanRequest& r);
+
+// Empty when the layout can run; otherwise one sentence naming the broken constraint.
+std::string layout_problem(const PlanRequest& r);
+// Throws InputError with layout_problem's sentence.
+void check_layout(const PlanRequest& r);
+
+}  // namespace lattice::plan

@@ -1,0 +1,95 @@
+#include "plan/search.hpp"
+
+#include <algorithm>
+
+namespace lattice::plan {
+
+namespace {
+
+std::vector<int> divisors(int n, int limit) {
+  std::vector<int> out;
+  for (int k = 1; k <= n && k <= limit; ++k)
+    if (n % k == 0) out.push_back(k);
+  return out;
+}
+
+struct Candidate {
+  double seconds;
+  double bytes;
+  PlanRequest request;
+};
+
+// Full recompute of the first N layers: memory falls and time rises with N, so the best N is the
+// smallest that fits; binary search it. Returns -1 when even N = L does not fit.
+int fewest_recomputed_layers(PlanRequest r) {
+  int lo = 1, hi = r.model.layers;
+  r.layout.recompute_layers = hi;
+  if (!plan_memory(r).fits()) return -1;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    r.layout.recompute_layers = mid;
+    if (plan_memory(r).fits()) hi = mid; else lo = mid + 1;
+  }
+  return lo;
+}
+
+}  // namespace
+
+SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t top, double peak_flops) {
+  SearchResult result;
+  std::vector<Candidate> fitting;
+  const int L = base.model.layers;
+  auto consider = [&](const PlanRequest& r) {
+    if (!layout_problem(r).empty()) return;
+    ++result.considered;
+    const MemoryPlan mem = plan_memory(r);
+    if (!mem.fits()) return;
+    fitting.push_back({plan_time(r, hw).iteration_s, mem.total_bytes, r});
+  };
+
+  for (int t : divisors(base.gpus, hw.devices_per_node)) {
+    if (base.model.heads % t != 0) continue;
+    for (int p : divisors(base.gpus / t, L)) {
+      const int dp = base.gpus / (t * p);
+      if (base.global_batch % dp != 0) continue;
+      for (int m : p == 1 ? std::vector<int>{1} : divisors(L / p, L)) {
+        for (int b : divisors(base.global_batch / dp, 64)) {
+          for (int sp = 0; sp <= (t > 1 ? 1 : 0); ++sp) {
+            for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
+              PlanRequest r = base;
+              r.layout.tp = t;
+              r.layout.pp = p;
+              r.layout.virtual_stages = m;
+              r.layout.dp = dp;
+              r.layout.sequence_parallel = sp == 1;
+              r.layout.zero = zero;
+              r.layout.recompute_layers = -1;
+              r.micro_batch = b;
+              for (Recompute mode : {Recompute::none, Recompute::selective}) {
+                r.layout.recompute = mode;
+                consider(r);
+              }
+              r.layout.recompute = Recompute::full;
+              if (!layout_problem(r).empty()) continue;
+              const int n = fewest_recomputed_layers(r);
+              if (n < 0) { ++result.considered; continue; }
+              r.layout.recompute_layers = n == L ? -1 : n;
+              consider(r);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  result.fitting = fitting.size();
+  const size_t keep = std::min(top, fitting.size());
+  std::partial_sort(fitting.begin(), fitting.begin() + keep, fitting.end(),
+                    [](const Candidate& x, const Candidate& y) {
+                      return x.seconds != y.seconds ? x.seconds < y.seconds : x.bytes < y.bytes;
+                    });
+  for (size_t i = 0; i < keep; ++i) result.best.push_back(evaluate(fitting[i].request, hw, 0, peak_flops));
+  return result;
+}
+
+}  // namespace lattice::plan

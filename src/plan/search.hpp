@@ -1,0 +1,21 @@
+#pragma once
+// --search: every layout of `gpus` devices (t inside a node, p, m, DP, SP, recompute mode and
+// layer count, micro-batch, ZeRO stage), those that fit ranked by predicted iteration time.
+#include <cstddef>
+#include <vector>
+
+#include "plan/evaluate.hpp"
+
+namespace lattice::plan {
+
+struct SearchResult {
+  std::vector<Plan> best;  // fastest first, at most `top`
+  size_t considered = 0;   // layouts that can run (inconsistent ones are skipped silently)
+  size_t fitting = 0;
+};
+
+// `base` supplies the model, global batch, gpus, memory and activation dtype; its layout is
+// ignored. peak_flops <= 0 takes the preset's peak for the MFU column.
+SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t top, double peak_flops = 0);
+
+}  // namespace lattice::plan

@@ -1,0 +1,173 @@
+#include "plan/time_model.hpp"
+
+#include <algorithm>
+
+#include "plan/memory_model.hpp"
+
+namespace lattice::plan {
+
+double attention_elementwise_bytes(const analysis::ActivationShape& x) {
+  const double s2 = double(x.a) * x.s * x.s * x.b / x.t;
+  // scale-mask-softmax reads and writes the scores; dropout reads them, writes output and mask.
+  return x.dropout ? s2 * (4.0 * x.d + 1) : s2 * 2.0 * x.d;
+}
+
+double layer_elementwise_bytes(const analysis::ActivationShape& x) {
+  const double sbh = double(x.s) * x.b * x.h;
+  const double mask = x.dropout ? 1 : 0;
+  // Two LayerNorms (read + write) and two bias-dropout-adds (two reads, a write, a mask) run on
+  // the replicated [s, b, h] tensor, or on a 1/t sequence shard under SP.
+  const double replicated = sbh * (10.0 * x.d + 2 * mask) / (x.sp ? x.t : 1);
+  const double gelu = 8.0 * sbh * x.d / x.t;  // fused bias-GeLU on the 4h/t shard
+  return replicated + gelu + attention_elementwise_bytes(x);
+}
+
+namespace {
+
+// Forward of one layer for one micro-batch on one rank.
+struct LayerCost {
+  double gemm = 0, elementwise = 0, comm = 0;
+  double total() const { return gemm + elementwise + comm; }
+};
+
+LayerCost layer_forward(const PlanRequest& r, const Hardware& hw, const analysis::ActivationShape& x,
+                        const GroupTopology& tp_group, Algorithm& tp_algorithm) {
+  const double s = x.s, b = x.b, h = x.h, t = x.t;
+  const double flops_per_s = hw.peak_flops(r.mixed_precision()) * hw.gemm_efficiency;
+  LayerCost c;
+  c.gemm = (24.0 * b * s * h * h + 4.0 * b * s * s * h) / t / flops_per_s;
+  c.elementwise = layer_elementwise_bytes(x) / hw.memory_bandwidth;
+  // Two conjugate pairs per layer (attention, MLP): all-reduce, or all-gather + reduce-scatter.
+  const double bytes = s * b * h * x.d;
+  if (x.t > 1) {
+    CollectiveCost one = all_reduce(tp_group, bytes);
+    if (x.sp) {
+      const CollectiveCost rs = reduce_scatter(tp_group, bytes);
+      one = {rs.seconds + all_gather(tp_group, bytes).seconds, rs.algorithm};
+    }
+    c.comm = 2 * one.seconds;
+    tp_algorithm = one.algorithm;
+  }
+  return c;
+}
+
+// The forward of one layer and the extra forward work its recomputation adds.
+struct LayerWork {
+  LayerCost forward, recompute;
+  // Under SP the column-parallel inputs are kept as sequence shards, so backward all-gathers
+  // them again (QKV and FC1) to form the weight gradients.
+  double backward_extra_comm = 0;
+  Algorithm tp_algorithm = Algorithm::none;
+};
+
+LayerWork layer_work(const PlanRequest& r, const Hardware& hw) {
+  const LayoutConfig& l = r.layout;
+  const analysis::ActivationShape x = activation_shape(r);
+  const double flops_per_s = hw.peak_flops(r.mixed_precision()) * hw.gemm_efficiency;
+  LayerWork w;
+  const GroupTopology tp_group = group_topology(hw, l.tp, 1);
+  w.forward = layer_forward(r, hw, x, tp_group, w.tp_algorithm);
+  if (x.sp && x.t > 1) w.backward_extra_comm = 2 * all_gather(tp_group, double(x.s) * x.b * x.h * x.d).seconds;
+  // The fraction of layers fully recomputed re-runs the forward; selective re-runs QKᵀ,
+  // softmax, dropout and probs×V from the kept Q, K, V.
+  if (l.recompute == Recompute::full) {
+    const double share = l.recompute_layers < 0 ? 1.0 : double(l.recompute_layers) / r.model.layers;
+    w.recompute = {share * w.forward.gemm, share * w.forward.elementwise, share * w.forward.comm};
+  } else if (l.recompute == Recompute::selective) {
+    w.recompute.gemm = 4.0 * x.b * double(x.s) * x.s * x.h / x.t / flops_per_s;
+    w.recompute.elementwise = attention_elementwise_bytes(x) / hw.memory_bandwidth;
+  }
+  return w;
+}
+
+}  // namespace
+
+LayerTime layer_time(const PlanRequest& r, const Hardware& hw) {
+  const LayerWork w = layer_work(r, hw);
+  const LayerCost& f = w.forward;
+  return {f.total(), 2 * (f.gemm + f.elementwise) + f.comm + w.backward_extra_comm + w.recompute.total()};
+}
+
+TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
+  const LayoutConfig& l = r.layout;
+  const analysis::ActivationShape x = activation_shape(r);
+  const double s = x.s, b = x.b, h = x.h, t = x.t, v = double(x.v), d = x.d;
+  const int p = l.pp, m = l.virtual_stages, dp = l.dp;
+  const double n_mb = r.micro_batches();
+  const double flops_per_s = hw.peak_flops(r.mixed_precision()) * hw.gemm_efficiency;
+  TimePlan out;
+
+  // Ranks vary fastest along TP, then DP, then PP (SPEC §9).
+  const GroupTopology tp_group = group_topology(hw, l.tp, 1);
+  const GroupTopology dp_group = group_topology(hw, dp, l.tp);
+  const LayerWork work = layer_work(r, hw);
+  const LayerCost& fwd = work.forward;
+  out.tp_algorithm = work.tp_algorithm;
+
+  // One micro-batch through the busiest stage: its L/p layers forward (1x) and backward (2x
+  // compute, the same communication), plus the output layer on the last stage.
+  const double layers = double(r.model.layers) / p;
+  double gemm = layers * 3 * fwd.gemm;
+  double elementwise = layers * 3 * fwd.elementwise;
+  double tp_comm = layers * (2 * fwd.comm + work.backward_extra_comm);
+  const double recompute = layers * work.recompute.total();
+  gemm += 6.0 * b * s * h * v / t / flops_per_s;              // logits forward and backward
+  elementwise += 6.0 * 4.0 * s * b * v / t / hw.memory_bandwidth;  // fp32 logits, ~6 passes
+  if (l.tp > 1) {
+    tp_comm += all_reduce(tp_group, s * b * h * d).seconds;           // output layer's f / g
+    tp_comm += 3 * all_reduce(tp_group, s * b * 4.0).seconds;         // vocab-parallel cross-entropy
+    if (p == 1) tp_comm += all_reduce(tp_group, s * b * h * d).seconds;  // vocab-parallel embedding
+  }
+  // Each of the m chunks sends its output forward and receives a gradient back: 1/t of the
+  // activation per rank (the scatter-gather optimisation, or the SP shard).
+  double pp_comm = 0;
+  if (p > 1) {
+    const Link link = group_topology(hw, p, l.tp * dp).flat_link();
+    pp_comm = 2.0 * m * (link.alpha + s * b * h * d / t * link.beta);
+  }
+
+  const double per_mb = gemm + elementwise + tp_comm + recompute + pp_comm;
+  const double slots = double(p - 1) / m;  // idle micro-batch slots of the (interleaved) 1F1B
+  out.gemm_s = n_mb * gemm;
+  out.elementwise_s = n_mb * elementwise;
+  out.tp_comm_s = n_mb * tp_comm;
+  out.recompute_s = n_mb * recompute;
+  out.pp_comm_s = n_mb * pp_comm;
+  out.bubble_s = slots * per_mb;
+  out.bubble_fraction = slots / (n_mb + slots);
+
+  // Data parallelism and ZeRO (SPEC §8): gradients reduced once per step, parameters gathered
+  // back after a sharded update; ZeRO-3 gathers parameters for every forward and backward.
+  const MemoryPlan mem = plan_memory(r);
+  const double psi = double(mem.shard_parameters);
+  const double w = r.mixed_precision() ? 2 : 4;
+  CollectiveCost dp_cost;
+  if (dp > 1) {
+    if (l.zero == 0) {
+      dp_cost = all_reduce(dp_group, psi * w);
+    } else if (l.zero <= 2) {
+      dp_cost = reduce_scatter(dp_group, psi * w);
+      dp_cost.seconds += all_gather(dp_group, psi * w).seconds;
+    } else {
+      dp_cost = reduce_scatter(dp_group, psi * w);
+      dp_cost.seconds = n_mb * (dp_cost.seconds + 2 * all_gather(dp_group, psi * w).seconds);
+    }
+  }
+  out.dp_algorithm = dp_cost.algorithm;
+  out.dp_comm_s = dp_cost.seconds;
+  if (p > 1) {  // tied embedding gradient summed between first and last stage
+    const Link link = group_topology(hw, 2, l.tp * dp * (p - 1)).flat_link();
+    out.dp_comm_s += ring_all_reduce(2, link, v / t * h * w);
+  }
+  // Adam over the owned parameters: read the gradient (fp32 main grads under mixed precision,
+  // as Megatron accumulates them), read and write master weights and both moments, write the
+  // 16-bit weights, plus the gradient-norm read and the zeroing of the gradient buffer.
+  const double owned = l.zero >= 1 ? psi / dp : psi;
+  out.optimizer_s = owned * (r.mixed_precision() ? 38.0 : 36.0) / hw.memory_bandwidth;
+
+  out.iteration_s = out.gemm_s + out.elementwise_s + out.recompute_s + out.tp_comm_s + out.pp_comm_s +
+                    out.bubble_s + out.dp_comm_s + out.optimizer_s;
+  return out;
+}
+
+}  // namespace lattice::plan

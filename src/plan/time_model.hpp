@@ -1,0 +1,41 @@
+#pragma once
+// Predicted iteration time of a layout: GEMMs at a calibrated fraction of peak, memory-bound
+// kernels at a calibrated bandwidth, α–β collectives (none overlapped with compute, as in the
+// paper's Megatron), and the pipeline bubble of 1F1B / interleaved 1F1B.
+#include "plan/collectives.hpp"
+#include "plan/hardware.hpp"
+#include "plan/plan_request.hpp"
+
+namespace lattice::plan {
+
+// Seconds per iteration, split so the parts add up to iteration_s.
+struct TimePlan {
+  double gemm_s = 0;         // forward + backward matrix multiplies, all micro-batches
+  double elementwise_s = 0;  // LayerNorm, softmax, dropout, GeLU, residual, cross-entropy
+  double recompute_s = 0;    // extra forward work recomputation adds (GEMM + element-wise + TP)
+  double tp_comm_s = 0;      // tensor/sequence-parallel all-reduce or reduce-scatter + all-gather
+  double pp_comm_s = 0;      // point-to-point between stages
+  double bubble_s = 0;       // (p-1)/m micro-batch slots of idle pipeline
+  double dp_comm_s = 0;      // data-parallel gradient all-reduce or ZeRO traffic, embedding sync
+  double optimizer_s = 0;    // Adam step over the owned parameters (memory bound)
+  double iteration_s = 0;
+  double bubble_fraction = 0;
+  Algorithm tp_algorithm = Algorithm::none;
+  Algorithm dp_algorithm = Algorithm::none;
+};
+
+TimePlan plan_time(const PlanRequest& r, const Hardware& hw);
+
+// One transformer layer, one micro-batch, one rank: the paper's Table 4 quantities.
+struct LayerTime {
+  double forward_s = 0;
+  double backward_s = 0;  // includes the recomputation the layout asks for
+};
+LayerTime layer_time(const PlanRequest& r, const Hardware& hw);
+
+// Bytes element-wise kernels move per layer forward (Megatron's fused kernels); backward moves
+// about twice as much. Exposed for the tests and the docs.
+double layer_elementwise_bytes(const analysis::ActivationShape& x);
+double attention_elementwise_bytes(const analysis::ActivationShape& x);  // the s² part alone
+
+}  // namespace lattice::plan

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# lattice plan: the JSON line carries every field issue 6 names, with sane values.
+set -euo pipefail
+LATTICE=$1; SCRATCH=$2
+mkdir -p "$SCRATCH"
+
+# The paper's 175B model, SP + selective, Megatron-style flag names, with its Table 5 time.
+"$LATTICE" plan --num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 \
+  --vocab 51200 --micro-batch-size 1 --global-batch-size 64 --tensor-model-parallel-size 8 \
+  --pipeline-model-parallel-size 8 --virtual-pipeline-model-parallel-size 3 --sequence-parallel \
+  --recompute-granularity selective --activation-dtype bf16 --gpus 64 --gpu-memory 80GB \
+  --iteration-time 13.75 --peak-flops 312T --json > "$SCRATCH/plan.json"
+
+test "$(wc -l < "$SCRATCH/plan.json")" -eq 1
+python3 - "$SCRATCH/plan.json" <<'PY'
+import json, sys
+j = json.loads(open(sys.argv[1]).read())
+for k in ["event", "activation_bytes_per_layer", "activation_bytes_first_stage_layers",
+          "activation_bytes_first_stage", "model_state_bytes", "model_flops", "hardware_flops",
+          "mfu", "hfu", "hfu_counted", "predicted_iteration_s"]:
+    assert k in j, k
+assert j["event"] == "plan"
+s, b, h, t = 2048, 1, 12288, 8
+assert j["activation_bytes_per_layer"] == 34 * s * b * h // t        # Table 2, TP + SP + selective
+assert j["activation_bytes_first_stage_layers"] == 96 * 34 * s * b * h / t * (1 + 7 / 24)
+assert j["activation_bytes_first_stage"] > j["activation_bytes_first_stage_layers"]
+assert abs(j["mfu"] - 0.514) < 0.002 and abs(j["hfu"] - 0.528) < 0.002   # fractions, not percent
+assert j["mfu"] < j["hfu_counted"] < j["hfu"]
+assert 0.85 * 13.75 < j["predicted_iteration_s"] < 1.15 * 13.75
+assert 40e9 < j["model_state_bytes"] < 50e9 and j["fits"]
+PY
+
+# The readable table, and binary memory suffixes.
+"$LATTICE" plan --layers 4 --hidden 128 --heads 4 --seq-len 64 --gpu-memory 1GiB --hardware cpu \
+  --activation-dtype fp32 > "$SCRATCH/plan.txt"
+grep -q "activations per layer" "$SCRATCH/plan.txt"
+grep -q "1.07 GB" "$SCRATCH/plan.txt"   # 1 GiB shown in decimal GB
+grep -q "iteration" "$SCRATCH/plan.txt"
+
+# --use-distributed-optimizer is ZeRO-1: fewer model-state bytes than plain DP.
+plain=$("$LATTICE" plan --layers 4 --hidden 128 --heads 4 --gpus 4 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["model_state_bytes"])')
+zero1=$("$LATTICE" plan --layers 4 --hidden 128 --heads 4 --gpus 4 --use-distributed-optimizer --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["model_state_bytes"])')
+test "$zero1" -lt "$plain"
+
+"$LATTICE" plan --help > "$SCRATCH/help.txt"
+grep -q -- "--recompute-layers" "$SCRATCH/help.txt"
+echo ok

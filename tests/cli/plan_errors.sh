@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# lattice plan: bad layouts exit 1, bad flags exit 2, each with one stderr line naming the cause.
+set -uo pipefail
+LATTICE=$1; SCRATCH=$2
+mkdir -p "$SCRATCH"
+fails=0
+
+expect() {  # expect <status> <text in stderr> <args...>
+  local want=$1 text=$2; shift 2
+  "$LATTICE" plan "$@" > "$SCRATCH/out" 2> "$SCRATCH/err"
+  local got=$?
+  local lines; lines=$(wc -l < "$SCRATCH/err")
+  if [ "$got" -ne "$want" ] || [ "$lines" -ne 1 ] || ! grep -q -- "$text" "$SCRATCH/err" ||
+     ! grep -q "^lattice plan: error: " "$SCRATCH/err"; then
+    echo "FAIL: plan $* -> exit $got (want $want), stderr:"; cat "$SCRATCH/err"; fails=$((fails + 1))
+  fi
+}
+
+expect 1 "t·p·DP must equal --gpus" --tensor-model-parallel-size 4 --gpus 6
+expect 1 "divisible by the tensor-parallel size" --heads 4 --hidden 128 --tensor-model-parallel-size 8 --gpus 8
+expect 1 "must be divisible by p·m" --layers 6 --pipeline-model-parallel-size 4 --gpus 4
+expect 1 "multiple of p" --layers 8 --pipeline-model-parallel-size 2 --virtual-stages 2 --global-batch 3 --gpus 2
+expect 1 "multiple of micro-batch" --micro-batch 4 --global-batch 6
+expect 1 "--recompute must be" --recompute sometimes
+expect 1 "--gpu-memory" --gpu-memory 80XB
+expect 1 "--hardware must be one of" --hardware TPU
+expect 1 "--svg needs --paper" --svg "$SCRATCH/figs"
+expect 2 "--no-such-flag" --no-such-flag
+expect 2 "--layers" --layers many
+
+"$LATTICE" plan --help > /dev/null || { echo "FAIL: --help"; fails=$((fails + 1)); }
+test "$fails" -eq 0 && echo ok

@@ -1,0 +1,152 @@
+// The formula module against SPEC.md's closed forms (d = 2) for the paper's four models, and
+// the MFU/HFU the paper reports (SPEC §7).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "analysis/formulas.hpp"
+#include "plan/evaluate.hpp"
+#include "plan/paper_models.hpp"
+
+using namespace lattice;
+using namespace lattice::analysis;
+
+namespace {
+
+struct Dims {
+  int64_t s, b, h, a, t;
+};
+
+ActivationShape shape(const Dims& d, bool sp, int t) {
+  ActivationShape x;
+  x.s = d.s;
+  x.b = d.b;
+  x.h = d.h;
+  x.a = d.a;
+  x.v = 51200;
+  x.t = t;
+  x.sp = sp;
+  x.d = 2;
+  x.dropout = true;
+  return x;
+}
+
+std::vector<Dims> paper_dims() {
+  std::vector<Dims> out;
+  for (const auto& m : plan::paper_models()) out.push_back({2048, m.micro_batch, m.hidden, m.heads, 8});
+  return out;
+}
+
+}  // namespace
+
+// Table 2, d = 2, in integers: sbh·k plus as²b·5 over t. The paper's shapes divide exactly.
+TEST(Formulas, Table2RowsEqualSpecClosedFormsForPaperModels) {
+  for (const Dims& d : paper_dims()) {
+    const int64_t sbh = d.s * d.b * d.h, as2b = d.a * d.s * d.s * d.b, t = d.t;
+    SCOPED_TRACE("h=" + std::to_string(d.h));
+    // no parallelism: sbh(34 + 5as/h)
+    EXPECT_EQ(layer_activation_bytes(shape(d, false, 1), false, false), 34 * sbh + 5 * as2b);
+    // TP: sbh(10 + 24/t + 5as/(ht))
+    EXPECT_EQ(layer_activation_bytes(shape(d, false, 8), false, false), 10 * sbh + 24 * sbh / t + 5 * as2b / t);
+    // TP + SP: sbh/t (34 + 5as/h)
+    EXPECT_EQ(layer_activation_bytes(shape(d, true, 8), false, false), (34 * sbh + 5 * as2b) / t);
+    // TP + selective: sbh(10 + 24/t)
+    EXPECT_EQ(layer_activation_bytes(shape(d, false, 8), false, true), 10 * sbh + 24 * sbh / t);
+    // TP + SP + selective: 34 sbh / t
+    EXPECT_EQ(layer_activation_bytes(shape(d, true, 8), false, true), 34 * sbh / t);
+    // full recompute: 2sbh (and its sequence shard under SP)
+    EXPECT_EQ(layer_activation_bytes(shape(d, false, 8), true, false), 2 * sbh);
+    EXPECT_EQ(layer_activation_bytes(shape(d, true, 8), true, false), 2 * sbh / t);
+  }
+}
+
+TEST(Formulas, GeneralDSplitsIntoReplicatedDividedAndAttention) {
+  const Dims d{128, 2, 64, 4, 4};
+  for (int bytes : {2, 4}) {
+    ActivationShape x = shape(d, false, 4);
+    x.d = bytes;
+    const int64_t sbh = d.s * d.b * d.h, as2b = d.a * d.s * d.s * d.b;
+    const LayerBytes parts = layer_activation_parts(x);
+    EXPECT_EQ(parts.replicated, sbh * (4 * bytes + 2));
+    EXPECT_EQ(parts.tp_divided, sbh * 12 * bytes / 4);
+    EXPECT_EQ(parts.attention, as2b * (2 * bytes + 1) / 4);
+  }
+}
+
+// Eq. 5: L layers' worth of the per-layer row on the first stage, times 1 + (p-1)/(pm).
+TEST(Formulas, FirstStageIsLTimesTheRowWithTheInterleavedFactor) {
+  for (const auto& m : plan::paper_models()) {
+    const plan::PlanRequest r = plan::paper_request(m, Recompute::selective, true);
+    const ActivationShape x = plan::activation_shape(r);
+    const double row = double(layer_activation_bytes(x, false, true));
+    double expect = m.layers * row;
+    if (m.pp > 1 && m.virtual_stages > 1) expect *= 1.0 + double(m.pp - 1) / (m.pp * m.virtual_stages);
+    EXPECT_DOUBLE_EQ(first_stage_layer_bytes(x, r.layout, m.layers), expect) << m.name;
+  }
+}
+
+TEST(Formulas, ExtrasOutsideTheLayers) {
+  const Dims d{2048, 1, 6144, 64, 8};
+  const int64_t sbh = d.s * d.b * d.h;
+  const ActivationShape x = shape(d, false, 8);
+  // p > 1: only the embedding dropout masks of p micro-batches.
+  EXPECT_EQ(extra_activation_bytes(x, 4, 4), sbh * 4);
+  // p == 1: plus the final LN input and output-projection input (d·sbh together, sharded by t
+  // only under SP) and the fp32 logits 4sbv/t.
+  EXPECT_EQ(extra_activation_bytes(x, 1, 1), sbh + 2 * sbh * 2 + 4 * d.s * d.b * 51200 / 8);
+  const ActivationShape xs = shape(d, true, 8);
+  EXPECT_EQ(extra_activation_bytes(xs, 1, 1), sbh / 8 + 2 * sbh * 2 / 8 + 4 * d.s * d.b * 51200 / 8);
+}
+
+// SPEC §8: 16Ψ; ZeRO-1 4Ψ + 12Ψ/N; ZeRO-2 2Ψ + 14Ψ/N; ZeRO-3 16Ψ/N.
+TEST(Formulas, ModelStateBytesFollowZeroStages) {
+  const int64_t psi = 1000000, n = 8;
+  EXPECT_EQ(model_state_bytes(psi, n, 0, true).total(), 16 * psi);
+  EXPECT_EQ(model_state_bytes(psi, n, 1, true).total(), 4 * psi + 12 * psi / n);
+  EXPECT_EQ(model_state_bytes(psi, n, 2, true).total(), 2 * psi + 14 * psi / n);
+  EXPECT_EQ(model_state_bytes(psi, n, 3, true).total(), 16 * psi / n);
+  EXPECT_EQ(model_state_bytes(psi, 1, 0, false).total(), 16 * psi);  // fp32: 4 + 4 + 8
+}
+
+TEST(Formulas, ShardParametersMatchTheModelOnOneRankAndSplitUnderTP) {
+  ModelConfig m;
+  m.layers = 8;
+  m.hidden = 256;
+  m.heads = 8;
+  m.seq_len = 128;
+  m.vocab = 1000;
+  EXPECT_EQ(shard_parameters(m, 1, 1), m.num_params());
+  const int64_t h = m.hidden;
+  // t = 4, p = 2: four layers of 12h²/4 + 7h/4 + 6h, the vocabulary shard and positions.
+  EXPECT_EQ(shard_parameters(m, 4, 2), 4 * (12 * h * h / 4 + 7 * h / 4 + 6 * h) +
+                                           int64_t(m.padded_vocab(4)) / 4 * h + m.seq_len * h);
+}
+
+// Eq. 7 and the two hardware-FLOP forms.
+TEST(Formulas, FlopsFormsAgreeWithTheAppendix) {
+  const FlopsShape f{512, 2048, 128, 25600, 51200};
+  const double model = 72.0 * 512 * 2048 * 128 * 25600.0 * 25600 *
+                       (1 + 2048.0 / (6 * 25600) + 51200.0 / (12 * 25600.0 * 128));
+  EXPECT_DOUBLE_EQ(model_flops(f), model);
+  const double layer_fwd = 24.0 * 512 * 2048 * 128 * 25600.0 * 25600 * (1 + 2048.0 / (6 * 25600));
+  EXPECT_DOUBLE_EQ(hardware_flops_counted(f, Recompute::full), model + layer_fwd);
+  // Selective re-runs 4Bs²h per layer: the s-term of the bracket becomes 2s/9h (eq. 8: s/3h).
+  const double bracket = 72.0 * 512 * 2048 * 128 * 25600.0 * 25600;
+  EXPECT_NEAR(hardware_flops_counted(f, Recompute::selective),
+              bracket * (1 + 2 * 2048.0 / (9 * 25600) + 51200.0 / (12 * 25600.0 * 128)), 1e-9 * model);
+  EXPECT_NEAR(hardware_flops_paper(f, Recompute::selective),
+              bracket * (1 + 2048.0 / (3 * 25600) + 51200.0 / (12 * 25600.0 * 128)), 1e-9 * model);
+  EXPECT_DOUBLE_EQ(hardware_flops_paper(f, Recompute::none), model);
+}
+
+// SPEC §7: with the paper's times and 312 TFLOP/s, MFU/HFU within 0.2 points of the paper's.
+TEST(Formulas, MfuAndHfuReproduceTable5WithinTwoTenthsOfAPoint) {
+  for (const auto& m : plan::paper_models()) {
+    const plan::PlanRequest r = plan::paper_request(m, Recompute::selective, true);
+    const plan::Utilisation u = plan::utilisation(plan::plan_flops(r), m.gpus, m.this_work_s, 312e12);
+    EXPECT_NEAR(100 * u.mfu, m.mfu, 0.2) << m.name;
+    EXPECT_NEAR(100 * u.hfu, m.hfu, 0.2) << m.name;
+    EXPECT_LT(u.hfu_counted, u.hfu) << m.name;  // 1 + 2s/9h < 1 + s/3h
+    EXPECT_GT(u.hfu_counted, u.mfu) << m.name;
+  }
+}
