@@ -8,6 +8,7 @@
 
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
+#include "cli/model_flags.hpp"
 #include "core/error.hpp"
 #include "plan/evaluate.hpp"
 #include "plan/paper_report.hpp"
@@ -21,44 +22,29 @@ namespace {
 
 struct PlanFlags {
   ModelConfig model;
-  LayoutConfig layout;
-  std::string recompute = "none", dtype = "bf16";
-  bool distributed_optimizer = false;
+  LayoutFlags layout;
   int micro_batch = 1, global_batch = 0, gpus = 0, top = 5;
   std::string gpu_memory, hardware = "A100-80GB", peak_flops, svg_dir;
   double iteration_time = 0;
   bool search = false, paper = false, json = false;
 };
 
+// The model and layout flags are `lattice train`'s (cli/model_flags), plus the planner's own.
 void add_flags(CLI::App& app, PlanFlags& f) {
-  app.add_option("--layers,--num-layers", f.model.layers, "transformer layers L");
-  app.add_option("--hidden,--hidden-size", f.model.hidden, "hidden size h");
-  app.add_option("--heads,--num-attention-heads", f.model.heads, "attention heads a");
-  app.add_option("--seq-len,--seq-length", f.model.seq_len, "sequence length s");
-  app.add_option("--vocab", f.model.vocab, "vocabulary size v (padded to 128·t)");
-  app.add_option("--dropout", f.model.dropout, "dropout probability (0 keeps no masks)");
+  add_model_flags(app, f.model);
+  f.layout.activation_dtype = "bf16";  // planning is for mixed-precision GPU runs by default
+  add_layout_flags(app, f.layout);
   app.add_option("--micro-batch,--micro-batch-size", f.micro_batch, "micro-batch size b");
   app.add_option("--global-batch,--global-batch-size", f.global_batch,
                  "sequences per iteration (default: one micro-batch per data-parallel rank; "
                  "with --search, one per GPU)");
-  app.add_option("--tensor-model-parallel-size", f.layout.tp, "tensor-parallel size t");
-  app.add_option("--pipeline-model-parallel-size", f.layout.pp, "pipeline-parallel size p");
-  app.add_option("--virtual-stages,--virtual-pipeline-model-parallel-size", f.layout.virtual_stages,
-                 "interleaved chunks per pipeline rank m");
-  app.add_flag("--sequence-parallel", f.layout.sequence_parallel, "sequence parallelism (SP)");
-  app.add_option("--recompute,--recompute-granularity", f.recompute, "none, selective or full");
-  app.add_option("--recompute-layers,--recompute-num-layers", f.layout.recompute_layers,
-                 "with --recompute full: recompute only the first N layers");
-  app.add_option("--activation-dtype", f.dtype, "bf16 (mixed precision) or fp32");
-  app.add_option("--zero", f.layout.zero, "ZeRO stage 0-3");
-  app.add_flag("--use-distributed-optimizer", f.distributed_optimizer, "same as --zero 1");
   app.add_option("--gpus", f.gpus, "devices: t·p·DP (default t·p)");
   app.add_option("--gpu-memory", f.gpu_memory, "bytes per device, e.g. 80GB or 80GiB (default: the preset's)");
-  app.add_option("--hardware", f.hardware, "A100-80GB, H100-80GB, H200 or cpu");
+  app.add_option("--hardware", f.hardware, "A100-80GB, H100-80GB, H200 or cpu")->capture_default_str();
   app.add_option("--iteration-time", f.iteration_time, "measured seconds per iteration (MFU/HFU from it)");
   app.add_option("--peak-flops", f.peak_flops, "peak FLOP/s per device for MFU, e.g. 312T (default: the preset's)");
   app.add_flag("--search", f.search, "rank every layout of --gpus devices that fits");
-  app.add_option("--top", f.top, "layouts --search prints (default 5)");
+  app.add_option("--top", f.top, "layouts --search prints")->capture_default_str();
   app.add_flag("--paper", f.paper, "reproduce the paper's Table 2, figures 1 and 7, Tables 4 and 5");
   app.add_option("--svg", f.svg_dir, "with --paper: write figure1.svg and figure7.svg into this directory");
   app.add_flag("--json", f.json, "print one JSON object on one line");
@@ -78,17 +64,14 @@ int run_paper(const PlanFlags& f, const plan::Hardware& hw) {
 // Turns the flags into a request, filling the defaults that depend on the layout.
 plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
   plan::PlanRequest r;
-  f.layout.recompute = parse_recompute(f.recompute);
-  f.layout.activation_dtype = parse_dtype(f.dtype);
-  if (f.distributed_optimizer && f.layout.zero == 0) f.layout.zero = 1;
+  const LayoutConfig layout = f.layout.resolve();
   r.model = f.model;
-  r.layout = f.layout;
+  r.layout = layout;
   r.micro_batch = f.micro_batch;
   r.gpu_memory = f.gpu_memory.empty() ? hw.memory_bytes : plan::parse_bytes(f.gpu_memory, "--gpu-memory");
-  require(f.layout.tp >= 1 && f.layout.pp >= 1, "parallel sizes must be at least 1");
   require(f.gpus >= 0, "--gpus must be positive (got " + std::to_string(f.gpus) + ")");
   require(f.global_batch >= 0, "--global-batch must be positive");
-  const int tp_pp = f.layout.tp * f.layout.pp;
+  const int tp_pp = layout.tp * layout.pp;
   r.gpus = f.gpus > 0 ? f.gpus : tp_pp;
   if (!f.search)
     require(r.gpus % tp_pp == 0, "t·p·DP must equal --gpus: --gpus (" + std::to_string(r.gpus) +
