@@ -5,6 +5,8 @@
 namespace lattice::cli {
 
 void add_model_flags(CLI::App& app, ModelConfig& m) {
+  // A flag given twice (say in a script and again by hand) takes the last value.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--layers,--num-layers", m.layers, "transformer layers L")->capture_default_str();
   app.add_option("--hidden,--hidden-size", m.hidden, "hidden size h")->capture_default_str();
   app.add_option("--heads,--num-attention-heads", m.heads, "attention heads a")->capture_default_str();

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# `lattice train / eval / sample` end to end on a tiny corpus: JSON contract, checkpoints,
+# bit-exact resume, config files, and every bad input ending with one stderr line and exit 1/2.
+set -u
+LATTICE=$1
+SCRATCH=$2
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
+
+failures=0
+check() {  # check DESCRIPTION CONDITION...
+  local what=$1; shift
+  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; failures=$((failures + 1)); fi
+}
+json_field() { python3 -c "import json,sys; d=[json.loads(l) for l in open(sys.argv[1])]; print(eval(sys.argv[2]))" "$@"; }
+
+for i in $(seq 1 400); do echo "In the beginning $i the word was with the text, and the text was good."; done > corpus.txt
+"$LATTICE" prepare --input corpus.txt --out data 2>/dev/null
+SMALL=(--data data --layers 2 --hidden 32 --heads 4 --seq-len 32 --micro-batch 4 --threads 1)
+
+# JSON Lines contract.
+"$LATTICE" train "${SMALL[@]}" --steps 5 --global-batch 8 --json > run.jsonl 2> run.err
+check "train exits 0" test $? -eq 0
+check "5 step events" test "$(grep -c '"event":"step"' run.jsonl)" -eq 5
+check "one summary" test "$(grep -c '"event":"summary"' run.jsonl)" -eq 1
+check "step fields" test "$(json_field run.jsonl "sorted(set(['step','loss','lr','step_s','tokens_per_s']) - set(d[0]))")" = "[]"
+check "summary memory per rank" test "$(json_field run.jsonl "sorted(d[-1]['memory']['ranks'][0].keys())[:4]")" = \
+  "['activation_bytes_outside_layers', 'activation_bytes_outside_layers_formula', 'activation_bytes_per_layer', 'activation_bytes_per_layer_formula']"
+check "two layers measured" test "$(json_field run.jsonl "len(d[-1]['memory']['ranks'][0]['activation_bytes_per_layer'])")" -eq 2
+check "model states = 4+4+8 bytes/param" test "$(json_field run.jsonl \
+  "(lambda m, n: m['params'] == 4*n and m['grads'] == 4*n and m['optimizer'] == 8*n)(d[-1]['memory']['ranks'][0]['model_state_bytes'], d[-1]['parameters'])")" = True
+check "loss falls over 5 steps" test "$(json_field run.jsonl "d[4]['loss'] < d[0]['loss']")" = True
+
+# Checkpoints and bit-exact resume: 6 straight steps vs 3 + resume to 6.
+"$LATTICE" train "${SMALL[@]}" --dropout 0.1 --steps 6 --json > straight.jsonl 2>/dev/null
+"$LATTICE" train "${SMALL[@]}" --dropout 0.1 --steps 6 --save-every 3 --save ck --json > first.jsonl 2>/dev/null
+check "checkpoint files" test "$(ls ck | tr '\n' ' ')" = "model.safetensors optimizer.safetensors trainer.json "
+check "no temporary dirs left" test -z "$(ls | grep -e '\.tmp' -e '\.old')"
+"$LATTICE" train "${SMALL[@]}" --dropout 0.1 --steps 3 --save half --json > half.jsonl 2>/dev/null
+check "trainer.json step 3" test "$(python3 -c "import json; print(json.load(open('half/trainer.json'))['step'])")" -eq 3
+"$LATTICE" train "${SMALL[@]}" --dropout 0.1 --steps 6 --resume half --json > resumed.jsonl 2>/dev/null
+check "resumed run does steps 4..6" test "$(json_field resumed.jsonl "[x['step'] for x in d if x['event']=='step']")" = "[4, 5, 6]"
+check "resume is bit-exact" test "$(json_field straight.jsonl "[x['loss'] for x in d[3:6]]")" = \
+  "$(json_field resumed.jsonl "[x['loss'] for x in d[0:3]]")"
+check "saving does not change training" test "$(json_field straight.jsonl "[x['loss'] for x in d[:6]]")" = \
+  "$(json_field first.jsonl "[x['loss'] for x in d[:6]]")"
+
+# eval and sample.
+"$LATTICE" eval --checkpoint ck --data data/val.bin --batches 2 --micro-batch 2 --json > eval.jsonl 2>/dev/null
+check "eval event" test "$(json_field eval.jsonl "d[0]['event'] == 'eval' and d[0]['tokens'] == 2*2*32 and d[0]['loss'] > 0")" = True
+"$LATTICE" sample --checkpoint ck --prompt "In the" --tokens 20 > sample.txt 2>/dev/null
+check "sample prints prompt + 20 bytes" test "$(head -c 6 sample.txt)" = "In the"
+check "sample length" test "$(wc -c < sample.txt)" -ge 26
+
+# --config FILE.toml; flags on the command line win.
+printf 'layers = 1\nhidden = 16\nheads = 2\n' > small.toml
+"$LATTICE" train --data data --seq-len 16 --micro-batch 2 --steps 1 --config small.toml --hidden 32 --json > cfg.jsonl 2>/dev/null
+check "config file + flag override" test "$(json_field cfg.jsonl "len(d[-1]['memory']['ranks'][0]['activation_bytes_per_layer'])")" -eq 1
+check "flag wins over config" test "$(json_field cfg.jsonl "d[-1]['parameters']")" -eq $((256*32 + 16*32 + 12*32*32 + 13*32 + 2*32))
+
+# Bad inputs: status 1 or 2, exactly one stderr line naming the cause.
+expect_error() {  # expect_error NAME PATTERN ARGS...
+  local name=$1 pattern=$2; shift 2
+  "$LATTICE" "$@" > err.out 2> err.txt
+  local status=$?
+  check "$name: exit 1 or 2 (got $status)" test "$status" -eq 1 -o "$status" -eq 2
+  check "$name: one stderr line" test "$(wc -l < err.txt)" -eq 1
+  check "$name: names the cause" grep -q -- "$pattern" err.txt
+}
+expect_error "unknown flag" "--bogus" train "${SMALL[@]}" --bogus 3
+expect_error "unknown command" "unknown command" frobnicate
+expect_error "heads not dividing hidden" "must divide --hidden" train "${SMALL[@]}" --heads 5
+expect_error "negative layers" "--layers" train "${SMALL[@]}" --layers 0
+expect_error "bad recompute mode" "none, selective or full" train "${SMALL[@]}" --recompute sometimes
+expect_error "bad dtype" "fp32 or bf16" train "${SMALL[@]}" --activation-dtype fp8
+expect_error "global batch not a multiple" "multiple of --micro-batch" train "${SMALL[@]}" --global-batch 6
+expect_error "seq-len longer than data" "seq-len" train "${SMALL[@]}" --seq-len 100000
+expect_error "missing data" "train.bin" train --data nowhere --steps 1
+expect_error "token >= vocab" "vocab" train "${SMALL[@]}" --vocab 64 --steps 1
+mkdir -p badmagic && head -c 2048 /dev/urandom > badmagic/train.bin
+expect_error "bad magic" "magic" train --data badmagic --steps 1
+mkdir -p short && head -c 100 data/train.bin > short/train.bin
+expect_error "truncated token file" "train.bin" train --data short --steps 1
+expect_error "parallel size this build cannot honour" "one process" train "${SMALL[@]}" --tensor-model-parallel-size 2
+expect_error "recompute-layers without full" "recompute full" train "${SMALL[@]}" --recompute-layers 1
+expect_error "mismatched checkpoint" "holds model" train "${SMALL[@]}" --hidden 64 --steps 4 --resume half
+cp -r half trunc && head -c 500 half/model.safetensors > trunc/model.safetensors
+expect_error "truncated checkpoint" "model.safetensors" train "${SMALL[@]}" --steps 4 --resume trunc
+expect_error "resume from nothing" "not a directory" train "${SMALL[@]}" --steps 4 --resume nothing
+expect_error "NaN loss names the step" "at step" train "${SMALL[@]}" --lr 1e30 --clip-grad 0 --warmup 0 --steps 20 --json
+expect_error "eval without checkpoint" "checkpoint" eval --checkpoint missing --data data/val.bin
+
+echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
+[ "$failures" -eq 0 ]
