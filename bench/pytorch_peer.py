@@ -1,0 +1,112 @@
+"""PyTorch peer for the speed target: one fp32 training step of a GPT-2 (forward, backward, gradient
+clipping, AdamW) timed on random tokens, with PyTorch's own fused CPU kernels (F.linear, F.layer_norm,
+F.gelu(approximate="tanh"), F.cross_entropy) so the peer is as fast as stock PyTorch gets.
+
+Prints one JSON line: {"peer":"pytorch","tokens_per_s":F,...}. Default shape = the GPT-2-small target:
+12 layers, hidden 768, 12 heads, seq-len 256, batch 4, vocab 8192, dropout 0, 2 threads.
+Usage: python3 bench/pytorch_peer.py [--steps N] [--warmup N] [--threads T] [shape flags]
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+try:
+    import torch
+except ImportError:  # pyenv or venv interpreters on PATH may lack Debian's python3-torch
+    if os.path.exists("/usr/bin/python3") and os.path.realpath(sys.executable) != "/usr/bin/python3":
+        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
+    sys.exit("python3-torch is not installed (apt-get install python3-torch)")
+import torch.nn.functional as F
+
+
+class Block(torch.nn.Module):
+    def __init__(self, h, a):
+        super().__init__()
+        self.a = a
+        self.ln_1 = torch.nn.LayerNorm(h, eps=1e-5)
+        self.c_attn = torch.nn.Linear(h, 3 * h)
+        self.c_proj = torch.nn.Linear(h, h)
+        self.ln_2 = torch.nn.LayerNorm(h, eps=1e-5)
+        self.c_fc = torch.nn.Linear(h, 4 * h)
+        self.mlp_proj = torch.nn.Linear(4 * h, h)
+
+    def forward(self, x, mask):
+        b, s, h = x.shape
+        dh = h // self.a
+        q, k, v = self.c_attn(self.ln_1(x)).split(h, dim=-1)
+        q, k, v = (t.view(b, s, self.a, dh).transpose(1, 2) for t in (q, k, v))
+        att = torch.softmax((q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(dh)) + mask, dim=-1)
+        x = x + self.c_proj((att @ v).transpose(1, 2).reshape(b, s, h))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(torch.nn.Module):
+    def __init__(self, L, h, a, s, v):
+        super().__init__()
+        self.wte = torch.nn.Embedding(v, h)
+        self.wpe = torch.nn.Embedding(s, h)
+        self.blocks = torch.nn.ModuleList(Block(h, a) for _ in range(L))
+        self.ln_f = torch.nn.LayerNorm(h, eps=1e-5)
+        self.register_buffer("mask", torch.full((s, s), float("-inf")).triu(1))
+        for n, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * L) if n.endswith("c_proj.weight") or n.endswith("mlp_proj.weight") else 0.02
+                torch.nn.init.normal_(p, 0.0, std)
+            elif n.endswith("bias"):
+                torch.nn.init.zeros_(p)
+
+    def forward(self, idx, targets):
+        s = idx.shape[1]
+        x = self.wte(idx) + self.wpe.weight[:s]
+        for blk in self.blocks:
+            x = blk(x, self.mask[:s, :s])
+        logits = F.linear(self.ln_f(x), self.wte.weight)  # tied output projection, fp32 logits
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--hidden", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--micro-batch", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3, help="timed steps")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = GPT(args.layers, args.hidden, args.heads, args.seq_len, args.vocab)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
+    b, s = args.micro_batch, args.seq_len
+    times, losses = [], []
+    for step in range(args.warmup + args.steps):
+        data = torch.randint(0, args.vocab, (b, s + 1))
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = model(data[:, :-1], data[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        dt = time.perf_counter() - t0
+        losses.append(loss.item())
+        print(f"pytorch step {step + 1}: loss {losses[-1]:.4f} {dt:.3f} s{' (warm-up)' if step < args.warmup else ''}",
+              file=sys.stderr, flush=True)
+        if step >= args.warmup:
+            times.append(dt)
+    tokens_per_s = b * s * len(times) / sum(times)
+    print(json.dumps({"peer": "pytorch", "tokens_per_s": tokens_per_s, "step_s": sum(times) / len(times),
+                      "torch": torch.__version__, "threads": torch.get_num_threads(), "steps": len(times)}))
+
+
+if __name__ == "__main__":
+    main()
