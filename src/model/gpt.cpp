@@ -115,9 +115,14 @@ double GPT::forward(const MicroBatch& mb, uint64_t step, bool training, int64_t 
   run_head_gemm(logits, out.head_in, N);
   std::vector<float> losses(static_cast<size_t>(N));
   cross_entropy_forward(logits, losses.data(), mb.targets, N, model_.vocab, Vp);
-  if (training)
-    kept_bytes_outside_ = MemoryTracker::activations().live_bytes_of_layer(kEmbeddingLayer) +
-                          MemoryTracker::activations().live_bytes_of_layer(kHeadLayer);
+  if (training) {
+    const MemoryTracker& tracker = MemoryTracker::activations();
+    kept_bytes_outside_ = tracker.live_bytes_of_layer(kEmbeddingLayer) + tracker.live_bytes_of_layer(kHeadLayer);
+    kept_bytes_by_op_.clear();
+    for (const auto& [tag, bytes] : tracker.live_by_op())
+      if (tag.rfind("layer0/", 0) == 0 || tag.rfind("embedding/", 0) == 0 || tag.rfind("head/", 0) == 0)
+        kept_bytes_by_op_[tag] = bytes;
+  }
   double sum = 0.0;
   for (float v : losses) sum += double(v);
   return sum;

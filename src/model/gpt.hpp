@@ -2,6 +2,8 @@
 // The GPT-2 model on one rank: flat parameters and gradients, embedding → L layers → final
 // LayerNorm → tied output projection → cross-entropy, with the recompute mode of the layout.
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "core/config.hpp"
@@ -48,6 +50,8 @@ class GPT {
   // for backward, and bytes kept outside the layers (embedding mask and ids, head, logits).
   const std::vector<int64_t>& kept_bytes_per_layer() const { return kept_bytes_per_layer_; }
   int64_t kept_bytes_outside_layers() const { return kept_bytes_outside_; }
+  // The same, per "layer/op" tag (first layer and outside parts), at the end of the last forward.
+  const std::map<std::string, int64_t>& kept_bytes_by_op() const { return kept_bytes_by_op_; }
 
  private:
   // What a forward keeps outside the layers (embedding and head), tracked like the layers.
@@ -74,6 +78,7 @@ class GPT {
   Workspace ws_;
   std::vector<int64_t> kept_bytes_per_layer_;
   int64_t kept_bytes_outside_ = 0;
+  std::map<std::string, int64_t> kept_bytes_by_op_;
 };
 
 }  // namespace lattice

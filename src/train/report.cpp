@@ -38,6 +38,7 @@ nlohmann::json memory_json(const MemoryReport& m) {
           {"activation_bytes_per_layer_formula", m.activation_bytes_per_layer_formula},
           {"activation_bytes_outside_layers", m.activation_bytes_outside_layers},
           {"activation_bytes_outside_layers_formula", m.activation_bytes_outside_formula},
+          {"activation_bytes_by_op", m.activation_bytes_by_op},
           {"activation_peak_bytes", m.activation_peak_bytes},
           {"model_state_bytes", {{"params", m.params}, {"grads", m.grads}, {"optimizer", m.optimizer}}},
           {"compute_weight_bytes", m.compute_weights}};
@@ -51,6 +52,11 @@ void print_memory_table(const MemoryReport& m) {
     std::fprintf(stderr, "  %-8zu %14s %14s %8.4f\n", l, human_bytes(meas).c_str(), human_bytes(form).c_str(),
                  form > 0 ? meas / form : 0.0);
   }
+  std::fprintf(stderr, "  kept by op (measured):");
+  int col = 0;
+  for (const auto& [tag, bytes] : m.activation_bytes_by_op)
+    std::fprintf(stderr, "%s%s %s", col++ % 4 ? ", " : "\n    ", tag.c_str(), human_bytes(double(bytes)).c_str());
+  std::fprintf(stderr, "\n");
   std::fprintf(stderr, "  outside  %14s %14s\n", human_bytes(double(m.activation_bytes_outside_layers)).c_str(),
                human_bytes(double(m.activation_bytes_outside_formula)).c_str());
   std::fprintf(stderr, "  activation peak %s; params %s, grads %s, optimizer %s\n",

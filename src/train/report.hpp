@@ -2,6 +2,8 @@
 // What training prints: one line per optimizer step (human on stderr, or JSON Lines on stdout
 // with --json) and the final summary with the measured memory beside the formula.
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +23,7 @@ struct MemoryReport {
   std::vector<int64_t> activation_bytes_per_layer;          // measured
   std::vector<int64_t> activation_bytes_per_layer_formula;  // SPEC §4, the same layout
   int64_t activation_bytes_outside_layers = 0, activation_bytes_outside_formula = 0;
+  std::map<std::string, int64_t> activation_bytes_by_op;   // measured, first layer and outside
   int64_t activation_peak_bytes = 0;
   int64_t params = 0, grads = 0, optimizer = 0, compute_weights = 0;  // measured model states
 };

@@ -191,6 +191,7 @@ int Trainer::run() {
         layout_.recompute == Recompute::selective));
   mem.activation_bytes_outside_layers = model_->kept_bytes_outside_layers();
   mem.activation_bytes_outside_formula = analysis::extra_activation_bytes(shape, 1, 1);
+  mem.activation_bytes_by_op = model_->kept_bytes_by_op();
   mem.activation_peak_bytes = activation_peak_;
   const auto& ms = MemoryTracker::model_states();
   mem.params = ms.live_bytes_of_op("params"), mem.grads = ms.live_bytes_of_op("grads");
