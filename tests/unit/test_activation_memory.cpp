@@ -1,0 +1,132 @@
+// The tracking allocator's measured bytes per layer against the formula module (SPEC.md §3–4):
+// fp32 and bf16, none/selective/full and full for the first layer only, dropout on and off.
+// The formulas leave out LayerNorm statistics (2 floats a token per LayerNorm), hence the 2%.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "analysis/formulas.hpp"
+#include "model/gpt.hpp"
+#include "model_test_util.hpp"
+#include "tensor/memory_tracker.hpp"
+
+using namespace lattice;
+
+namespace {
+
+constexpr int kLayers = 2, kHidden = 64, kHeads = 4, kSeq = 32, kRows = 2;
+
+analysis::ActivationShape shape_of(const ModelConfig& m, DType dt, int64_t b) {
+  analysis::ActivationShape x;
+  x.s = m.seq_len, x.b = b, x.h = m.hidden, x.a = m.heads;
+  x.v = m.padded_vocab();
+  x.t = 1, x.sp = false;
+  x.d = bytes_of(dt);
+  x.dropout = m.dropout > 0.0;
+  return x;
+}
+
+void expect_within(int64_t measured, int64_t formula, double rel, const std::string& what) {
+  ASSERT_GT(formula, 0) << what;
+  EXPECT_GE(measured, formula) << what << ": measured below the formula (a kept tensor is missing)";
+  EXPECT_LE(std::fabs(double(measured - formula)), rel * double(formula))
+      << what << ": measured " << measured << " vs formula " << formula;
+}
+
+struct Case {
+  DType dt;
+  double dropout;
+  Recompute r;
+  int recompute_layers;
+};
+
+std::string describe(const Case& c) {
+  return std::string(to_string(c.dt)) + ", dropout " + std::to_string(c.dropout) + ", recompute " +
+         to_string(c.r) + (c.recompute_layers >= 0 ? " (first " + std::to_string(c.recompute_layers) + ")" : "");
+}
+
+// Runs one training micro-batch; returns the activation peak during it.
+int64_t run_step(GPT& gpt, const modeltest::Tokens& tok) {
+  auto& tracker = MemoryTracker::activations();
+  const int64_t live_before = tracker.live_bytes();
+  tracker.reset_peak();
+  gpt.zero_grads();
+  gpt.forward_backward(tok.rows(0, kRows, kSeq), 1, 1.0f / float(kRows * kSeq));
+  EXPECT_EQ(tracker.live_bytes(), live_before) << "activations still live after backward";
+  return tracker.peak_bytes() - live_before;
+}
+
+}  // namespace
+
+TEST(ActivationMemory, PerLayerBytesMatchFormula) {
+  std::vector<Case> cases;
+  for (DType dt : {DType::fp32, DType::bf16})
+    for (double p : {0.1, 0.0}) {
+      for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) cases.push_back({dt, p, r, -1});
+      cases.push_back({dt, p, Recompute::full, 1});
+    }
+  for (const Case& c : cases) {
+    const ModelConfig m = modeltest::small_model(c.dropout, kLayers, kHidden, kHeads, kSeq, 256);
+    GPT gpt(m, modeltest::layout(c.r, c.dt, c.recompute_layers), 3);
+    const modeltest::Tokens tok(kRows, kSeq, m.vocab, 2);
+    run_step(gpt, tok);
+    const auto x = shape_of(m, c.dt, kRows);
+    const auto& kept = gpt.kept_bytes_per_layer();
+    ASSERT_EQ(int(kept.size()), kLayers);
+    for (int l = 0; l < kLayers; ++l) {
+      const bool full = c.r == Recompute::full && (c.recompute_layers < 0 || l < c.recompute_layers);
+      const bool selective = c.r == Recompute::selective;
+      const std::string what = describe(c) + ", layer " + std::to_string(l);
+      if (full)  // only the layer input: exact
+        EXPECT_EQ(kept[size_t(l)], analysis::layer_activation_bytes(x, true, false)) << what;
+      else
+        expect_within(kept[size_t(l)], analysis::layer_activation_bytes(x, false, selective), 0.02, what);
+    }
+    expect_within(gpt.kept_bytes_outside_layers(), analysis::extra_activation_bytes(x, 1, 1), 0.02,
+                  describe(c) + ", outside the layers");
+  }
+}
+
+// The rows of the table differ by what they should: selective saves exactly the s² part, and
+// dropout 0 keeps no masks (the measured difference, not the formula's).
+TEST(ActivationMemory, MeasuredDifferencesBetweenModes) {
+  const ModelConfig m = modeltest::small_model(0.1, kLayers, kHidden, kHeads, kSeq, 256);
+  const ModelConfig m0 = modeltest::small_model(0.0, kLayers, kHidden, kHeads, kSeq, 256);
+  const modeltest::Tokens tok(kRows, kSeq, m.vocab, 2);
+  const int64_t sbh = int64_t(kSeq) * kRows * kHidden, as2b = int64_t(kHeads) * kSeq * kSeq * kRows;
+  for (DType dt : {DType::fp32, DType::bf16}) {
+    const int64_t d = bytes_of(dt);
+    GPT none(m, modeltest::layout(Recompute::none, dt), 3), sel(m, modeltest::layout(Recompute::selective, dt), 3);
+    GPT none0(m0, modeltest::layout(Recompute::none, dt), 3);
+    run_step(none, tok), run_step(sel, tok), run_step(none0, tok);
+    for (int l = 0; l < kLayers; ++l) {
+      // softmax output (d) + mask (1) + dropout output (d) per attention score.
+      EXPECT_EQ(none.kept_bytes_per_layer()[size_t(l)] - sel.kept_bytes_per_layer()[size_t(l)], as2b * (2 * d + 1))
+          << to_string(dt);
+      // Without dropout: no two residual masks, no attention mask and no separate dropout output.
+      EXPECT_EQ(none.kept_bytes_per_layer()[size_t(l)] - none0.kept_bytes_per_layer()[size_t(l)],
+                2 * sbh + as2b * (d + 1))
+          << to_string(dt);
+    }
+    EXPECT_EQ(none.kept_bytes_outside_layers() - none0.kept_bytes_outside_layers(), sbh) << "embedding mask";
+  }
+}
+
+TEST(ActivationMemory, PeakOrderingAcrossModes) {
+  for (DType dt : {DType::fp32, DType::bf16}) {
+    const ModelConfig m = modeltest::small_model(0.1, 3, kHidden, kHeads, kSeq, 256);
+    const modeltest::Tokens tok(kRows, kSeq, m.vocab, 2);
+    GPT none(m, modeltest::layout(Recompute::none, dt), 3);
+    GPT sel(m, modeltest::layout(Recompute::selective, dt), 3);
+    GPT full(m, modeltest::layout(Recompute::full, dt), 3);
+    const int64_t p_none = run_step(none, tok), p_sel = run_step(sel, tok), p_full = run_step(full, tok);
+    EXPECT_LT(p_sel, p_none) << to_string(dt);
+    EXPECT_LT(p_full, p_sel) << to_string(dt);
+    // The peak is at least everything kept at the end of the forward.
+    int64_t kept_none = none.kept_bytes_outside_layers();
+    for (int64_t k : none.kept_bytes_per_layer()) kept_none += k;
+    EXPECT_GE(p_none, kept_none) << to_string(dt);
+  }
+}
