@@ -105,6 +105,7 @@ def main():
             times.append(dt)
     tokens_per_s = b * s * len(times) / sum(times)
     print(json.dumps({"peer": "pytorch", "tokens_per_s": tokens_per_s, "step_s": sum(times) / len(times),
+                      "best_step_s": min(times), "step_times": times,
                       "torch": torch.__version__, "threads": torch.get_num_threads(), "steps": len(times)}))
 
 

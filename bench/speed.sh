@@ -3,9 +3,13 @@
 # 12 heads, seq-len 256, micro-batch 4, vocab 8192, dropout 0) with 2 threads, lattice fp32 and bf16
 # activations against the PyTorch peer (bench/pytorch_peer.py) on the same machine, same run.
 #
+# The machine's 2 cores are shared, so single steps are noisy: the three runs are interleaved for ROUNDS
+# rounds and the figures use the MEDIAN timed step of each (tokens/s = b·s / median step time); the mean
+# and the fastest step are shown beside it.
+#
 # Usage: bench/speed.sh [path/to/lattice]     (default: build/lattice, else build-bench/lattice)
-# Env:   STEPS (lattice steps, the first is warm-up and not timed; default 5),
-#        PEER_STEPS (timed PyTorch steps after one warm-up; default 3), THREADS (default 2),
+# Env:   ROUNDS (default 2), STEPS (lattice steps per round, the first is warm-up and not timed; default 5),
+#        PEER_STEPS (timed PyTorch steps per round after one warm-up; default 3), THREADS (default 2),
 #        KEEP=1 keeps the scratch directory.
 # Prints a table of tokens/s, step time, MFU and the ratios to PyTorch; exits 0 whatever the figures.
 set -euo pipefail
@@ -16,6 +20,7 @@ if [[ -z "$LATTICE" ]]; then
   for c in "$ROOT/build/lattice" "$ROOT/build-bench/lattice"; do [[ -x "$c" ]] && LATTICE="$c" && break; done
 fi
 [[ -x "$LATTICE" ]] || { echo "speed.sh: no lattice binary (build first or pass its path)" >&2; exit 2; }
+ROUNDS="${ROUNDS:-2}"
 STEPS="${STEPS:-5}"
 PEER_STEPS="${PEER_STEPS:-3}"
 THREADS="${THREADS:-2}"
@@ -39,34 +44,52 @@ EOF
 
 SHAPE=(--layers 12 --hidden 768 --heads 12 --seq-len 256 --vocab 8192 --micro-batch 4 --dropout 0)
 echo "speed.sh: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start" >&2
-
-run_lattice() {  # $1 = activation dtype; prints the summary line
+run_lattice() {  # $1 = activation dtype, $2 = round; JSON Lines into $SCRATCH/$1_$2.jsonl
   echo "+ $LATTICE train --data $SCRATCH/data ${SHAPE[*]} --activation-dtype $1 --steps $STEPS --threads $THREADS --lr-schedule constant --warmup 0 --json" >&2
   "$LATTICE" train --data "$SCRATCH/data" "${SHAPE[@]}" --activation-dtype "$1" --steps "$STEPS" \
-    --threads "$THREADS" --lr-schedule constant --warmup 0 --json | tee "$SCRATCH/$1.jsonl" | grep '"summary"'
+    --threads "$THREADS" --lr-schedule constant --warmup 0 --json >"$SCRATCH/$1_$2.jsonl"
 }
-FP32="$(run_lattice fp32)"
-BF16="$(run_lattice bf16)"
-echo "+ $PY $ROOT/bench/pytorch_peer.py --steps $PEER_STEPS --warmup 1 --threads $THREADS" >&2
-PEER="$("$PY" "$ROOT/bench/pytorch_peer.py" --steps "$PEER_STEPS" --warmup 1 --threads "$THREADS" | tail -1)"
+for r in $(seq 1 "$ROUNDS"); do
+  run_lattice fp32 "$r"
+  run_lattice bf16 "$r"
+  echo "+ $PY $ROOT/bench/pytorch_peer.py --steps $PEER_STEPS --warmup 1 --threads $THREADS" >&2
+  "$PY" "$ROOT/bench/pytorch_peer.py" --steps "$PEER_STEPS" --warmup 1 --threads "$THREADS" | tail -1 \
+    >"$SCRATCH/peer_$r.json"
+done
 echo "speed.sh: load average $(cut -d' ' -f1-3 /proc/loadavg) at end" >&2
 
-"$PY" - "$FP32" "$BF16" "$PEER" <<'EOF'
-import json, sys
-fp32, bf16, peer = (json.loads(a) for a in sys.argv[1:4])
-# Model FLOPs of one step (SPEC §7), to give the peer an MFU on lattice's fp32 peak (300 GFLOP/s).
+"$PY" - "$SCRATCH" "$ROUNDS" <<'EOF'
+import json, os, statistics, sys
+
+scratch, rounds = sys.argv[1], int(sys.argv[2])
 B, s, L, h, v = 4, 256, 12, 768, 8192
-flops = 72 * B * s * L * h * h * (1 + s / (6 * h) + v / (12 * h * L))
-peer_mfu = peer["tokens_per_s"] / (B * s) * flops / 300e9
-p = peer["tokens_per_s"]
-print(f"GPT-2-small shape (L=12 h=768 a=12 s=256 b=4 v=8192), {flops / 1e9:.0f} GFLOP/step, 2 threads")
-print(f"{'run':<18}{'tokens/s':>10}{'step s':>9}{'MFU':>8}{'vs PyTorch':>12}")
-for name, r, mfu in (("lattice fp32", fp32, fp32["mfu"]), ("lattice bf16", bf16, bf16["mfu"]),
-                     ("pytorch fp32", peer, peer_mfu)):
-    t = r["tokens_per_s"]
-    print(f"{name:<18}{t:>10.1f}{B * s / t:>9.3f}{100 * mfu:>7.1f}%{t / p:>11.2f}x")
-print("MFU: model FLOPs / time / peak; peak 300 GFLOP/s fp32, 700 GFLOP/s bf16 (lattice's defaults; "
-      "the peer is rated on the fp32 peak).")
-target = fp32["tokens_per_s"] >= 2 * p and bf16["tokens_per_s"] > fp32["tokens_per_s"]
-print(f"target (fp32 >= 2x PyTorch, bf16 faster still): {'met' if target else 'NOT met'}")
+flops = 72 * B * s * L * h * h * (1 + s / (6 * h) + v / (12 * h * L))  # model FLOPs of one step (SPEC §7)
+tokens = B * s
+
+
+def lattice_steps(dt):
+    steps = []
+    for r in range(1, rounds + 1):
+        events = [json.loads(line) for line in open(os.path.join(scratch, f"{dt}_{r}.jsonl")) if line.strip()]
+        steps += [e["step_s"] for e in events if e["event"] == "step"][1:]  # step 1 warms up
+    return steps
+
+
+runs = {"lattice fp32": (lattice_steps("fp32"), 300e9), "lattice bf16": (lattice_steps("bf16"), 700e9),
+        "pytorch fp32": (sum((json.load(open(os.path.join(scratch, f"peer_{r}.json")))["step_times"]
+                              for r in range(1, rounds + 1)), []), 300e9)}
+med = {k: statistics.median(t) for k, (t, _) in runs.items()}
+mean = {k: statistics.mean(t) for k, (t, _) in runs.items()}
+p = "pytorch fp32"
+print(f"GPT-2-small shape (L=12 h=768 a=12 s=256 b=4 v=8192), {flops / 1e9:.0f} GFLOP/step, 2 threads, "
+      f"{rounds} interleaved rounds")
+print(f"{'run':<14}{'steps':>6}{'median s':>10}{'tokens/s':>10}{'MFU':>8}{'vs PyTorch':>12}"
+      f"{'mean s':>9}{'vs PyTorch':>12}{'best s':>9}")
+for k, (t, peak) in runs.items():
+    print(f"{k:<14}{len(t):>6}{med[k]:>10.3f}{tokens / med[k]:>10.1f}{100 * flops / med[k] / peak:>7.1f}%"
+          f"{med[p] / med[k]:>11.2f}x{mean[k]:>9.3f}{mean[p] / mean[k]:>11.2f}x{min(t):>9.3f}")
+print("MFU = model FLOPs / median step time / peak, peak 300 GFLOP/s fp32 and 700 GFLOP/s bf16 (lattice's")
+print("defaults; the PyTorch peer is rated on the fp32 peak). Lattice's step 1 and PyTorch's first step are warm-up.")
+target = med[p] / med["lattice fp32"] >= 2 and med["lattice bf16"] < med["lattice fp32"]
+print(f"target (fp32 >= 2x PyTorch tokens/s, bf16 faster still; medians): {'met' if target else 'NOT met'}")
 EOF
