@@ -9,7 +9,7 @@
 namespace lattice {
 
 void split_heads(float* q, float* k, float* v, const float* qkv, const LayerContext& c) {
-  const int64_t dh = c.dh(), h = c.h;
+  const int64_t dh = c.dh(), h = c.hl();
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t bi = 0; bi < c.b; ++bi)
     for (int64_t si = 0; si < c.s; ++si) {
@@ -32,7 +32,7 @@ void merge_heads(float* out, const float* heads, const LayerContext& c) {
     for (int64_t si = 0; si < c.s; ++si)
       for (int64_t hd = 0; hd < c.a; ++hd)
         for (int64_t e = 0; e < dh; ++e)
-          out[(bi * c.s + si) * c.h + hd * dh + e] = heads[((bi * c.a + hd) * c.s + si) * dh + e];
+          out[(bi * c.s + si) * c.hl() + hd * dh + e] = heads[((bi * c.a + hd) * c.s + si) * dh + e];
 }
 
 void unmerge_heads(float* heads, const float* rows, const LayerContext& c) {
@@ -42,11 +42,11 @@ void unmerge_heads(float* heads, const float* rows, const LayerContext& c) {
     for (int64_t si = 0; si < c.s; ++si)
       for (int64_t hd = 0; hd < c.a; ++hd)
         for (int64_t e = 0; e < dh; ++e)
-          heads[((bi * c.a + hd) * c.s + si) * dh + e] = rows[(bi * c.s + si) * c.h + hd * dh + e];
+          heads[((bi * c.a + hd) * c.s + si) * dh + e] = rows[(bi * c.s + si) * c.hl() + hd * dh + e];
 }
 
 void merge_qkv_grads(float* dqkv, const float* dq, const float* dk, const float* dv, const LayerContext& c) {
-  const int64_t dh = c.dh(), h = c.h;
+  const int64_t dh = c.dh(), h = c.hl();
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t bi = 0; bi < c.b; ++bi)
     for (int64_t si = 0; si < c.s; ++si) {

@@ -1,22 +1,25 @@
 #include "model/gpt.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "analysis/formulas.hpp"
-#include "kernels/cross_entropy.hpp"
 #include "kernels/dropout.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
 #include "model/transformer_layer.hpp"
+#include "parallel/tensor/vocab_parallel.hpp"
+#include "train/optimizer.hpp"
 #include "tensor/bf16.hpp"
 
 namespace lattice {
 
-GPT::GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed)
+GPT::GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, parallel::TensorParallel tp)
     : model_(model),
       layout_(layout),
-      table_(model),
+      tp_(tp),
+      table_(model, tp.size(), tp.rank()),
       seed_(seed),
       params_(table_.total(), "params"),
       grads_(table_.total(), "grads"),
@@ -54,39 +57,78 @@ LayerGrads GPT::layer_grads(int l) {
 LayerContext GPT::layer_context(int l, uint64_t step, bool training, int64_t rows, int64_t first_row,
                                 int64_t s) const {
   LayerContext c;
-  c.b = rows, c.s = s, c.h = model_.hidden, c.a = model_.heads;
+  c.b = rows, c.s = s, c.h = model_.hidden, c.a = model_.heads / tp_.size();
   c.dtype = layout_.activation_dtype;
   c.dropout = training ? float(model_.dropout) : 0.0f;
   c.stream = DropoutStream{seed_, step, l, DropoutSite::attention};
   c.first_row = first_row;
-  c.heads_total = model_.heads, c.head0 = 0;
-  c.seq_total = s, c.pos0 = 0;
+  c.heads_total = model_.heads, c.head0 = int64_t(tp_.rank()) * c.a;
+  c.seq_total = s, c.pos0 = pos0(s), c.s_local = s_local(s);
+  c.tp = tp_;
   return c;
 }
 
-void GPT::run_head_gemm(float* logits, const Stored& head_in, int64_t N) const {
-  GemmShape g;  // logits[N, Vp] = head_in[N, h] · wteᵀ, wte stored [Vp, h]
-  g.M = N, g.N = model_.padded_vocab(), g.K = model_.hidden, g.trans_b = true;
-  gemm(g, {head_in.data(), head_in.dtype()}, weight_operand(table_.wte()), logits);
+void GPT::run_head_gemm(float* logits, GemmOperand head_in, int64_t N) const {
+  GemmShape g;  // logits[N, V/t] = head_in[N, h] · wte_shardᵀ, the shard stored [V/t, h]
+  g.M = N, g.N = vocab_local(), g.K = model_.hidden, g.trans_b = true;
+  gemm(g, head_in, weight_operand(table_.wte()), logits);
+}
+
+namespace {
+// x[b, s_local, h] += wpe[pos0 + i] row by row.
+void add_positions(float* x, const float* wpe, int64_t b, int64_t s_local, int64_t pos0, int64_t h) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < b * s_local; ++n) {
+    const float* p = wpe + (pos0 + n % s_local) * h;
+    float* y = x + n * h;
+    for (int64_t i = 0; i < h; ++i) y[i] += p[i];
+  }
+}
+void position_grads(float* dwpe, const float* dx, int64_t b, int64_t s_local, int64_t pos0, int64_t h) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < s_local; ++i)
+    for (int64_t bi = 0; bi < b; ++bi) {
+      const float* d = dx + (bi * s_local + i) * h;
+      float* g = dwpe + (pos0 + i) * h;
+      for (int64_t c = 0; c < h; ++c) g[c] += d[c];
+    }
+}
+}  // namespace
+
+parallel::VocabShard GPT::vocab_shard() const {
+  return {int64_t(tp_.rank()) * vocab_local(), vocab_local(), model_.vocab};
+}
+
+// The head GEMM's input: the kept final-LN output, or (sequence parallel) its all-gather (g).
+GemmOperand GPT::head_operand(const Stored& head_in, const float* local32, int64_t b, int64_t s) {
+  if (!(tp_.active() && tp_.sequence_parallel)) return {head_in.data(), head_in.dtype()};
+  const float* full = parallel::enter_forward(tp_, local32, ws_.full1.data(), {b, s, model_.hidden});
+  // The tail of the bf16 staging area: its head holds the dlogits operand.
+  return as_operand(full, b * s * model_.hidden, layout_.activation_dtype,
+                    ws_.half.data() + ws_.half.size() - size_t(b * s * model_.hidden));
 }
 
 double GPT::forward(const MicroBatch& mb, uint64_t step, bool training, int64_t s, OutsideKept& out) {
-  const int64_t b = mb.rows, h = model_.hidden, N = b * s, Vp = model_.padded_vocab();
+  const int64_t b = mb.rows, h = model_.hidden, N = b * s, sl = s_local(s), Nl = b * sl, p0 = pos0(s);
   const DType dt = layout_.activation_dtype;
   const float dropout = training ? float(model_.dropout) : 0.0f;
-  ws_.ensure(b, s, h, model_.heads, Vp);
+  const parallel::VocabShard vocab = vocab_shard();
+  ws_.ensure(b, s, h, model_.heads, vocab_local());
   float* x = ws_.resid.data();
 
+  // Vocabulary-parallel embedding: each rank's rows, summed over TP (f̄, or ḡ under SP), + positions.
   out.tokens = TrackedBuffer(size_t(N) * 4, kEmbeddingLayer, "tokens");
   std::copy(mb.inputs, mb.inputs + N, static_cast<int32_t*>(out.tokens.data()));
-  embedding_forward(x, mb.inputs, params_.data() + table_.wte(), params_.data() + table_.wpe(), b, s, h);
+  parallel::embedding_tokens_forward(ws_.full2.data(), mb.inputs, params_.data() + table_.wte(), vocab, N, h);
+  parallel::leave_forward(tp_, ws_.full2.data(), x, {b, s, h});
+  add_positions(x, params_.data() + table_.wpe(), b, sl, p0, h);
   if (dropout > 0.0f) {
-    out.emb_mask = TrackedBuffer(size_t(N * h), kEmbeddingLayer, "emb_mask");
+    out.emb_mask = TrackedBuffer(size_t(Nl * h), kEmbeddingLayer, "emb_mask");
     auto* mask = static_cast<uint8_t*>(out.emb_mask.data());
     const DropoutStream st{seed_, step, -1, DropoutSite::embedding};
     for (int64_t r = 0; r < b; ++r)
-      dropout_mask_fill(mask + r * s * h, st, uint64_t((mb.first_row + r) * s * h), s * h, dropout);
-    dropout_forward(x, x, mask, N * h, dropout);
+      dropout_mask_fill(mask + r * sl * h, st, uint64_t(((mb.first_row + r) * s + p0) * h), sl * h, dropout);
+    dropout_forward(x, x, mask, Nl * h, dropout);
   }
 
   for (int l = 0; l < model_.layers; ++l) {
@@ -102,19 +144,20 @@ double GPT::forward(const MicroBatch& mb, uint64_t step, bool training, int64_t 
     kept_bytes_per_layer_[size_t(l)] = MemoryTracker::activations().live_bytes_of_layer(l);
   }
 
-  out.lnf_in = Stored(N * h, dt, kHeadLayer, "lnf_input");
+  // Final LayerNorm (on the local rows), tied output projection over this rank's vocabulary shard.
+  out.lnf_in = Stored(Nl * h, dt, kHeadLayer, "lnf_input");
   out.lnf_in.store(x);
-  out.lnf_stats = TrackedBuffer(size_t(2 * N) * 4, kHeadLayer, "lnf_stats");
+  out.lnf_stats = TrackedBuffer(size_t(2 * Nl) * 4, kHeadLayer, "lnf_stats");
   auto* mean = static_cast<float*>(out.lnf_stats.data());
-  layernorm_forward(ws_.ln.data(), mean, mean + N, x, params_.data() + table_.lnf_w(),
-                    params_.data() + table_.lnf_b(), N, h);
-  out.head_in = Stored(N * h, dt, kHeadLayer, "head_input");
+  layernorm_forward(ws_.ln.data(), mean, mean + Nl, x, params_.data() + table_.lnf_w(),
+                    params_.data() + table_.lnf_b(), Nl, h);
+  out.head_in = Stored(Nl * h, dt, kHeadLayer, "head_input");
   out.head_in.store(ws_.ln.data());
-  out.logits = TrackedBuffer(size_t(N * Vp) * 4, kHeadLayer, "logits");
+  out.logits = TrackedBuffer(size_t(N * vocab.v_local) * 4, kHeadLayer, "logits");
   auto* logits = static_cast<float*>(out.logits.data());
-  run_head_gemm(logits, out.head_in, N);
+  run_head_gemm(logits, head_operand(out.head_in, ws_.ln.data(), b, s), N);
   std::vector<float> losses(static_cast<size_t>(N));
-  cross_entropy_forward(logits, losses.data(), mb.targets, N, model_.vocab, Vp);
+  parallel::cross_entropy_forward(tp_, logits, losses.data(), mb.targets, vocab, N);
   if (training) {
     const MemoryTracker& tracker = MemoryTracker::activations();
     kept_bytes_outside_ = tracker.live_bytes_of_layer(kEmbeddingLayer) + tracker.live_bytes_of_layer(kHeadLayer);
@@ -129,28 +172,33 @@ double GPT::forward(const MicroBatch& mb, uint64_t step, bool training, int64_t 
 }
 
 void GPT::backward(const MicroBatch& mb, uint64_t step, float loss_scale, int64_t s, OutsideKept& out) {
-  const int64_t b = mb.rows, h = model_.hidden, N = b * s, Vp = model_.padded_vocab();
+  const int64_t b = mb.rows, h = model_.hidden, N = b * s, sl = s_local(s), Nl = b * sl, p0 = pos0(s);
   const DType dt = layout_.activation_dtype;
+  const parallel::VocabShard vocab = vocab_shard();
   float* dx = ws_.dresid.data();
   float* dwte = grads_.data() + table_.wte();
 
-  // Head: dlogits (in place), then dx_head = dlogits · wte and dwte += dlogitsᵀ · head_in.
+  // Head: dlogits (in place); dx = dlogits · wte_shard summed over TP (f, or g under SP);
+  // dwte_shard += dlogitsᵀ · head input.
   auto* dlogits = static_cast<float*>(out.logits.data());
-  cross_entropy_backward(dlogits, dlogits, mb.targets, N, Vp, loss_scale);
-  const GemmOperand dlogits_op = as_operand(dlogits, N * Vp, dt, ws_.half.data());
+  parallel::cross_entropy_backward(dlogits, dlogits, mb.targets, vocab, N, loss_scale);
+  const float* lnf_out = out.head_in.load(ws_.widen.data());
+  const GemmOperand head_in = head_operand(out.head_in, lnf_out, b, s);
+  const GemmOperand dlogits_op = as_operand(dlogits, N * vocab.v_local, dt, ws_.half.data());
   GemmShape gx;
-  gx.M = N, gx.N = h, gx.K = Vp;
-  gemm(gx, dlogits_op, weight_operand(table_.wte()), ws_.g1.data());
+  gx.M = N, gx.N = h, gx.K = vocab.v_local;
+  gemm(gx, dlogits_op, weight_operand(table_.wte()), ws_.full2.data());
   GemmShape gw;
-  gw.M = Vp, gw.N = h, gw.K = N, gw.trans_a = true, gw.accumulate = true;
-  gemm(gw, dlogits_op, {out.head_in.data(), out.head_in.dtype()}, dwte);
+  gw.M = vocab.v_local, gw.N = h, gw.K = N, gw.trans_a = true, gw.accumulate = true;
+  gemm(gw, dlogits_op, head_in, dwte);
+  parallel::enter_backward(tp_, ws_.full2.data(), ws_.g1.data(), {b, s, h});
   out.logits.reset(), out.head_in.reset();
 
-  std::fill(dx, dx + N * h, 0.0f);
+  std::fill(dx, dx + Nl * h, 0.0f);
   const auto* mean = static_cast<const float*>(out.lnf_stats.data());
   const float* lnf_in = out.lnf_in.load(ws_.widen.data());
   layernorm_backward(dx, grads_.data() + table_.lnf_w(), grads_.data() + table_.lnf_b(), ws_.g1.data(), lnf_in,
-                     params_.data() + table_.lnf_w(), mean, mean + N, N, h);
+                     params_.data() + table_.lnf_w(), mean, mean + Nl, Nl, h);
   out.lnf_in.reset(), out.lnf_stats.reset();
 
   for (int l = model_.layers - 1; l >= 0; --l) {
@@ -159,9 +207,9 @@ void GPT::backward(const MicroBatch& mb, uint64_t step, float loss_scale, int64_
     const LayerWeights w = layer_weights(l);
     if (analysis::layer_fully_recomputed(layout_, l, model_.layers)) {
       // Re-run the whole layer from its kept input; the output is not needed again.
-      float* x = ws_.g2.data();
+      float* x = ws_.resid.data();
       const float* input = kept.ln1_in.load(ws_.widen.data());
-      std::copy(input, input + N * h, x);
+      std::copy(input, input + Nl * h, x);
       layer_forward(x, kept, /*keep_s2=*/true, w, c, ws_);
     } else if (!kept.has_attention_s2()) {
       layer_recompute_attention(kept, c, ws_);
@@ -171,8 +219,10 @@ void GPT::backward(const MicroBatch& mb, uint64_t step, float loss_scale, int64_
   }
 
   if (model_.dropout > 0.0f)
-    dropout_backward(dx, dx, static_cast<const uint8_t*>(out.emb_mask.data()), N * h, float(model_.dropout));
-  embedding_backward(dwte, grads_.data() + table_.wpe(), dx, mb.inputs, b, s, h);
+    dropout_backward(dx, dx, static_cast<const uint8_t*>(out.emb_mask.data()), Nl * h, float(model_.dropout));
+  position_grads(grads_.data() + table_.wpe(), dx, b, sl, p0, h);
+  const float* dfull = parallel::leave_backward(tp_, dx, ws_.full2.data(), {b, s, h});
+  parallel::embedding_tokens_backward(dwte, dfull, mb.inputs, vocab, N, h);
   out.tokens.reset(), out.emb_mask.reset();
 }
 
@@ -193,8 +243,29 @@ std::vector<float> GPT::next_token_probs(const int32_t* ids, int64_t len) {
   MicroBatch mb{ids, targets.data(), 1, 0};
   OutsideKept out;
   forward(mb, 0, false, len, out);
-  const auto* probs = static_cast<const float*>(out.logits.data()) + (len - 1) * model_.padded_vocab();
+  const auto* probs = static_cast<const float*>(out.logits.data()) + (len - 1) * vocab_local();
   return std::vector<float>(probs, probs + model_.vocab);
+}
+
+void GPT::finalize_grads() {
+  if (!(tp_.active() && tp_.sequence_parallel)) return;
+  for (const auto& p : table_.params())
+    if (p.split == Split::replicated && p.name.find("c_proj.bias") == std::string::npos)
+      tp_.group->all_reduce({grads_.data() + p.offset, size_t(p.numel)});
+}
+
+double GPT::grad_norm() {
+  double sums[2] = {0.0, 0.0};  // [sharded, replicated]
+  for (const auto& p : table_.params()) {
+    const double n = lattice::grad_norm(grads_.data() + p.offset, p.numel);
+    sums[p.split == Split::replicated ? 1 : 0] += n * n;
+  }
+  if (tp_.active()) {
+    float sharded = float(sums[0]);
+    tp_.group->all_reduce({&sharded, 1});
+    sums[0] = double(sharded);
+  }
+  return std::sqrt(sums[0] + sums[1]);
 }
 
 }  // namespace lattice

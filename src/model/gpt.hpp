@@ -11,6 +11,7 @@
 #include "model/layer_kept.hpp"
 #include "model/params.hpp"
 #include "model/workspace.hpp"
+#include "parallel/tensor/vocab_parallel.hpp"
 
 namespace lattice {
 
@@ -25,7 +26,8 @@ struct MicroBatch {
 
 class GPT {
  public:
-  GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed);
+  // `tp` is the tensor-parallel group this model's shard lives in (default: one rank, whole model).
+  GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, parallel::TensorParallel tp = {});
 
   const ModelConfig& config() const { return model_; }
   const LayoutConfig& layout() const { return layout_; }
@@ -37,6 +39,12 @@ class GPT {
   void zero_grads();
   // Call after the parameters change: refreshes the bf16 copy the GEMMs read.
   void refresh_compute_weights();
+  // After the last micro-batch's backward: under sequence parallelism the gradients of replicated
+  // parameters fed by sequence shards (LayerNorms, position embedding) are partial; sum them over TP.
+  void finalize_grads();
+  // Global L2 norm of the gradient over the whole model (shards summed over TP, replicas once).
+  double grad_norm();
+  const parallel::TensorParallel& tensor_parallel() const { return tp_; }
 
   // Forward and backward of one micro-batch at optimizer step `step`; gradients accumulate,
   // scaled by loss_scale (1 / tokens in the global batch). Returns the micro-batch's loss sum.
@@ -60,16 +68,22 @@ class GPT {
     Stored lnf_in, head_in;
   };
   double forward(const MicroBatch& mb, uint64_t step, bool training, int64_t s, OutsideKept& out);
+  int64_t s_local(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? s / tp_.size() : s; }
+  int64_t pos0(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? tp_.rank() * (s / tp_.size()) : 0; }
+  int64_t vocab_local() const { return table_.params()[0].shape[0]; }
   void backward(const MicroBatch& mb, uint64_t step, float loss_scale, int64_t s, OutsideKept& out);
   LayerWeights layer_weights(int l) const;
   LayerGrads layer_grads(int l);
   LayerContext layer_context(int l, uint64_t step, bool training, int64_t rows, int64_t first_row,
                              int64_t s) const;
   GemmOperand weight_operand(int64_t offset) const;  // fp32 or its bf16 copy
-  void run_head_gemm(float* logits, const Stored& head_in, int64_t N) const;
+  void run_head_gemm(float* logits, GemmOperand head_in, int64_t N) const;
+  GemmOperand head_operand(const Stored& head_in, const float* local32, int64_t b, int64_t s);
+  parallel::VocabShard vocab_shard() const;
 
   ModelConfig model_;
   LayoutConfig layout_;
+  parallel::TensorParallel tp_;
   ParamTable table_;
   uint64_t seed_;
   TrackedArray<float> params_, grads_;

@@ -5,20 +5,28 @@
 
 #include "core/config.hpp"
 #include "kernels/gemm.hpp"
+#include "parallel/tensor/conjugate.hpp"
 #include "random/philox.hpp"
 
 namespace lattice {
 
 struct LayerContext {
-  int64_t b = 0, s = 0, h = 0, a = 0;  // local micro-batch rows, sequence, hidden, heads
+  int64_t b = 0, s = 0, h = 0, a = 0;  // micro-batch rows, full sequence, hidden, heads on this rank
   DType dtype = DType::fp32;           // activation storage and GEMM input dtype
   float dropout = 0.0f;
   DropoutStream stream;                // seed, step, layer (site set per use)
   int64_t first_row = 0;               // global batch row of local row 0
   int64_t heads_total = 0, head0 = 0;  // global heads and the first local one (tensor parallel)
   int64_t seq_total = 0, pos0 = 0;     // global sequence length and first local position (sequence parallel)
-  int64_t N() const { return b * s; }
+  int64_t s_local = 0;                 // positions this rank holds outside the TP region (s/t under SP; 0 = s)
+  parallel::TensorParallel tp;         // the tensor-parallel group (none = one rank)
+
+  int64_t N() const { return b * s; }               // tokens inside the TP region
+  int64_t seq_local() const { return s_local ? s_local : s; }
+  int64_t N_local() const { return b * seq_local(); }  // tokens of the residual stream on this rank
   int64_t dh() const { return h / (heads_total ? heads_total : a); }
+  int64_t hl() const { return a * dh(); }           // this rank's share of the hidden size (its heads)
+  parallel::SequenceShape seq() const { return {b, s, h}; }
 };
 
 // The weights of one layer as the kernels take them: fp32 for LayerNorm and biases, GEMM operands

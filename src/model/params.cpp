@@ -7,34 +7,55 @@
 
 namespace lattice {
 
-ParamTable::ParamTable(const ModelConfig& c) {
-  const int64_t h = c.hidden, v = c.padded_vocab(), s = c.seq_len;
+ParamTable::ParamTable(const ModelConfig& c, int tp_size, int tp_rank) : tp_size_(tp_size), tp_rank_(tp_rank) {
+  const int64_t h = c.hidden, v = c.padded_vocab(tp_size), s = c.seq_len, t = tp_size;
   const float std_w = 0.02f, std_resid = 0.02f / std::sqrt(2.0f * float(c.layers));
-  auto add = [&](std::string name, std::vector<int64_t> shape, bool decay, float std, float value) {
+  auto add = [&](std::string name, std::vector<int64_t> full, Split split, bool decay, float std, float value) {
+    std::vector<int64_t> shape = full;
+    if (split == Split::rows) shape[0] /= t;
+    if (split == Split::columns || split == Split::qkv_columns) shape.back() /= t;
     int64_t n = 1;
     for (auto d : shape) n *= d;
-    params_.push_back({std::move(name), std::move(shape), total_, n, decay, std, value});
+    params_.push_back({std::move(name), shape, std::move(full), split, total_, n, decay, std, value});
     total_ += n;
   };
-  add("wte.weight", {v, h}, true, std_w, 0);
-  add("wpe.weight", {s, h}, true, std_w, 0);
+  add("wte.weight", {v, h}, Split::rows, true, std_w, 0);
+  add("wpe.weight", {s, h}, Split::replicated, true, std_w, 0);
   for (int l = 0; l < c.layers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
-    add(p + "ln_1.weight", {h}, false, 0, 1);
-    add(p + "ln_1.bias", {h}, false, 0, 0);
-    add(p + "attn.c_attn.weight", {h, 3 * h}, true, std_w, 0);
-    add(p + "attn.c_attn.bias", {3 * h}, false, 0, 0);
-    add(p + "attn.c_proj.weight", {h, h}, true, std_resid, 0);
-    add(p + "attn.c_proj.bias", {h}, false, 0, 0);
-    add(p + "ln_2.weight", {h}, false, 0, 1);
-    add(p + "ln_2.bias", {h}, false, 0, 0);
-    add(p + "mlp.c_fc.weight", {h, 4 * h}, true, std_w, 0);
-    add(p + "mlp.c_fc.bias", {4 * h}, false, 0, 0);
-    add(p + "mlp.c_proj.weight", {4 * h, h}, true, std_resid, 0);
-    add(p + "mlp.c_proj.bias", {h}, false, 0, 0);
+    add(p + "ln_1.weight", {h}, Split::replicated, false, 0, 1);
+    add(p + "ln_1.bias", {h}, Split::replicated, false, 0, 0);
+    add(p + "attn.c_attn.weight", {h, 3 * h}, Split::qkv_columns, true, std_w, 0);
+    add(p + "attn.c_attn.bias", {3 * h}, Split::qkv_columns, false, 0, 0);
+    add(p + "attn.c_proj.weight", {h, h}, Split::rows, true, std_resid, 0);
+    add(p + "attn.c_proj.bias", {h}, Split::replicated, false, 0, 0);
+    add(p + "ln_2.weight", {h}, Split::replicated, false, 0, 1);
+    add(p + "ln_2.bias", {h}, Split::replicated, false, 0, 0);
+    add(p + "mlp.c_fc.weight", {h, 4 * h}, Split::columns, true, std_w, 0);
+    add(p + "mlp.c_fc.bias", {4 * h}, Split::columns, false, 0, 0);
+    add(p + "mlp.c_proj.weight", {4 * h, h}, Split::rows, true, std_resid, 0);
+    add(p + "mlp.c_proj.bias", {h}, Split::replicated, false, 0, 0);
   }
-  add("ln_f.weight", {h}, false, 0, 1);
-  add("ln_f.bias", {h}, false, 0, 0);
+  add("ln_f.weight", {h}, Split::replicated, false, 0, 1);
+  add("ln_f.bias", {h}, Split::replicated, false, 0, 0);
+}
+
+int64_t ParamTable::global_index(const ParamInfo& p, int64_t local) const {
+  const int64_t cols = p.shape.back(), full_cols = p.full_shape.back();
+  const int64_t row = local / cols, col = local % cols;
+  switch (p.split) {
+    case Split::replicated:
+      return local;
+    case Split::rows:
+      return local + int64_t(tp_rank_) * p.numel;
+    case Split::columns:
+      return row * full_cols + int64_t(tp_rank_) * cols + col;
+    case Split::qkv_columns: {
+      const int64_t block = cols / 3;  // this rank's share of Q (or K, or V)
+      return row * full_cols + (col / block) * (full_cols / 3) + int64_t(tp_rank_) * block + col % block;
+    }
+  }
+  return local;
 }
 
 const ParamInfo& ParamTable::find(const std::string& name) const {
@@ -55,14 +76,17 @@ void init_params(const ParamTable& table, float* params, uint64_t seed, int real
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < p.numel; ++i) {
       // Box–Muller from two independent 32-bit draws of this element's counter.
-      const uint32_t u1 = philox_bits(stream, uint64_t(2 * i)), u2 = philox_bits(stream, uint64_t(2 * i + 1));
+      const int64_t g = table.global_index(p, i);
+      const uint32_t u1 = philox_bits(stream, uint64_t(2 * g)), u2 = philox_bits(stream, uint64_t(2 * g + 1));
       const double a = (double(u1) + 1.0) / 4294967297.0, b = double(u2) / 4294967296.0;
       w[i] = float(std::sqrt(-2.0 * std::log(a)) * std::cos(6.283185307179586 * b)) * p.init_std;
     }
   }
   // Padded vocabulary rows stay zero: they are never an input and never predicted.
-  const int64_t h = table.params()[0].shape[1];
-  for (int64_t i = int64_t(real_vocab) * h; i < table.params()[0].numel; ++i) params[table.wte() + i] = 0.0f;
+  const ParamInfo& wte = table.params()[0];
+  const int64_t h = wte.shape[1];
+  for (int64_t i = 0; i < wte.numel; ++i)
+    if (table.global_index(wte, i) >= int64_t(real_vocab) * h) params[wte.offset + i] = 0.0f;
 }
 
 }  // namespace lattice

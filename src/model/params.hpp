@@ -10,9 +10,16 @@
 
 namespace lattice {
 
+// How a tensor is split across the tensor-parallel group (Megatron-LM): the vocabulary-parallel
+// embedding and row-parallel weights by rows, column-parallel weights and biases by columns; the
+// fused QKV weight by columns within each of its Q, K and V blocks (heads split across ranks).
+enum class Split { replicated, rows, columns, qkv_columns };
+
 struct ParamInfo {
   std::string name;
-  std::vector<int64_t> shape;
+  std::vector<int64_t> shape;       // this rank's shard
+  std::vector<int64_t> full_shape;  // the whole tensor (Hugging Face layout, padded vocabulary)
+  Split split = Split::replicated;
   int64_t offset = 0;
   int64_t numel = 0;
   bool decay = false;          // AdamW weight decay applies (matrices and embeddings only)
@@ -28,7 +35,12 @@ struct LayerTensors {
 
 class ParamTable {
  public:
-  explicit ParamTable(const ModelConfig& config);
+  // The shard of tensor-parallel rank tp_rank of tp_size (the whole model when tp_size is 1).
+  explicit ParamTable(const ModelConfig& config, int tp_size = 1, int tp_rank = 0);
+  int tp_size() const { return tp_size_; }
+  int tp_rank() const { return tp_rank_; }
+  // Index in the full tensor of element `local` of this rank's shard of p.
+  int64_t global_index(const ParamInfo& p, int64_t local) const;
 
   const std::vector<ParamInfo>& params() const { return params_; }
   int64_t total() const { return total_; }
@@ -49,11 +61,12 @@ class ParamTable {
  private:
   std::vector<ParamInfo> params_;
   int64_t total_ = 0;
+  int tp_size_ = 1, tp_rank_ = 0;
 };
 
 // GPT-2 initialisation: normal(0, 0.02), residual projections 0.02/√(2L), LayerNorm 1/0,
-// biases 0. Each element is a pure function of (seed, tensor index, element index), so a shard
-// of a tensor initialises the same as the whole.
+// biases 0. Each element is a pure function of (seed, tensor index, global element index), so a
+// shard of a tensor initialises the same as the whole.
 void init_params(const ParamTable& table, float* params, uint64_t seed, int real_vocab);
 
 }  // namespace lattice

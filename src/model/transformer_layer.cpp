@@ -14,21 +14,27 @@ GemmOperand stored_operand(const Stored& t) { return {t.data(), t.dtype()}; }
 // Where fp32 results go before being stored: straight into the kept tensor when it is fp32.
 float* staging(Stored& t, float* scratch) { return t.dtype() == DType::fp32 ? t.f32() : scratch; }
 
-// Residual dropout mask over [b, s, h] rows: global index (global_row · S + pos) · H + col.
+// Residual dropout mask over this rank's [b, s_local, h] rows: global index
+// (global_row · S + pos0 + i) · H + col, so sequence shards draw the one-rank mask.
 void fill_residual_mask(uint8_t* mask, DropoutSite site, const LayerContext& c) {
   DropoutStream st = c.stream;
   st.site = site;
-  const int64_t row = c.s * c.h;
+  const int64_t row = c.seq_local() * c.h;
   for (int64_t bi = 0; bi < c.b; ++bi) {
     const uint64_t first = uint64_t(((c.first_row + bi) * c.seq_total + c.pos0) * c.h);
     dropout_mask_fill(mask + bi * row, st, first, row, c.dropout);
   }
 }
 
-// x += Dropout(y) with the mask kept in `mask_buf`.
-void residual_dropout_add(float* x, float* y, TrackedBuffer& mask_buf, DropoutSite site, const char* tag,
-                          const LayerContext& c) {
-  const int64_t n = c.N() * c.h;
+// x += Dropout(y + bias) over the local rows, with the mask kept in `mask_buf`.
+void residual_dropout_add(float* x, float* y, const float* bias, TrackedBuffer& mask_buf, DropoutSite site,
+                          const char* tag, const LayerContext& c) {
+  const int64_t n = c.N_local() * c.h, h = c.h;
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < c.N_local(); ++r)
+      for (int64_t i = 0; i < h; ++i) y[r * h + i] += bias[i];
+  }
   if (c.dropout > 0.0f) {
     mask_buf = TrackedBuffer(size_t(n), c.stream.layer, tag);
     auto* mask = static_cast<uint8_t*>(mask_buf.data());
@@ -39,100 +45,152 @@ void residual_dropout_add(float* x, float* y, TrackedBuffer& mask_buf, DropoutSi
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
-void layernorm_kept(Stored& out, TrackedBuffer& stats, const float* x, const float* w, const float* b,
-                    const LayerContext& c, Workspace& ws, const char* tag) {
-  const int64_t N = c.N();
+// LayerNorm of the local rows into `out` (kept); returns the fp32 result.
+const float* layernorm_kept(Stored& out, TrackedBuffer& stats, const float* x, const float* w, const float* b,
+                            const LayerContext& c, Workspace& ws, const char* tag) {
+  const int64_t N = c.N_local();
   stats = TrackedBuffer(size_t(2 * N) * 4, c.stream.layer, tag);
   float* mean = static_cast<float*>(stats.data());
   float* y = staging(out, ws.ln.data());
   layernorm_forward(y, mean, mean + N, x, w, b, N, c.h);
   out.store(y);
+  return y;
+}
+
+// The operand a column-parallel GEMM reads: the kept input itself, or (sequence parallel) its
+// all-gather along the sequence (g) in the compute dtype.
+GemmOperand column_input(const Stored& kept, const float* local32, const LayerContext& c, Workspace& ws,
+                         uint16_t* half) {
+  if (!(c.tp.active() && c.tp.sequence_parallel)) return stored_operand(kept);
+  const float* full = parallel::enter_forward(c.tp, local32, ws.full1.data(), c.seq());
+  return as_operand(full, c.N() * c.h, c.dtype, half);
+}
+
+// A row-parallel GEMM's output: y = x·W (+ bias), summed over the TP group (f̄, or ḡ under SP)
+// into the local rows `out`; the bias is added by residual_dropout_add when the output is reduced.
+const float* row_parallel_forward(float* out, GemmOperand x, GemmOperand w, const float* bias, int64_t in,
+                                  const LayerContext& c, Workspace& ws, const float** bias_after) {
+  if (!c.tp.active()) {
+    linear_forward(out, x, w, bias, c.N(), in, c.h);
+    *bias_after = nullptr;
+    return out;
+  }
+  linear_forward(ws.full2.data(), x, w, nullptr, c.N(), in, c.h);
+  parallel::leave_forward(c.tp, ws.full2.data(), out, c.seq());
+  *bias_after = bias;
+  return out;
 }
 
 }  // namespace
 
 void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& w, const LayerContext& c,
                    Workspace& ws) {
-  const int64_t N = c.N(), h = c.h, layer = c.stream.layer;
+  const int64_t N = c.N(), Nl = c.N_local(), h = c.h, hl = c.hl();
   const DType dt = c.dtype;
-  const int l = int(layer);
+  const int l = int(c.stream.layer);
+  const float* bias_after = nullptr;
 
   // Attention block.
-  if (!kept.ln1_in) kept.ln1_in = Stored(N * h, dt, l, "ln1_input");
+  if (!kept.ln1_in) kept.ln1_in = Stored(Nl * h, dt, l, "ln1_input");
   kept.ln1_in.store(x);
-  kept.qkv_in = Stored(N * h, dt, l, "qkv_input");
-  layernorm_kept(kept.qkv_in, kept.ln1_stats, x, w.ln1_w, w.ln1_b, c, ws, "ln1_stats");
-  linear_forward(ws.big1.data(), stored_operand(kept.qkv_in), w.qkv, w.qkv_b, N, h, 3 * h);
-  kept.q = Stored(N * h, dt, l, "q"), kept.k = Stored(N * h, dt, l, "k"), kept.v = Stored(N * h, dt, l, "v");
+  kept.qkv_in = Stored(Nl * h, dt, l, "qkv_input");
+  const float* ln1 = layernorm_kept(kept.qkv_in, kept.ln1_stats, x, w.ln1_w, w.ln1_b, c, ws, "ln1_stats");
+  linear_forward(ws.big1.data(), column_input(kept.qkv_in, ln1, c, ws, ws.half.data()), w.qkv, w.qkv_b, N, h,
+                 3 * hl);
+  kept.q = Stored(N * hl, dt, l, "q"), kept.k = Stored(N * hl, dt, l, "k"), kept.v = Stored(N * hl, dt, l, "v");
   float *q = staging(kept.q, ws.q.data()), *k = staging(kept.k, ws.k.data()), *v = staging(kept.v, ws.v.data());
   split_heads(q, k, v, ws.big1.data(), c);
   kept.q.store(q), kept.k.store(k), kept.v.store(v);
   attention_core_forward(kept, keep_s2, ws.ctx.data(), c, ws);
-  kept.proj_in = Stored(N * h, dt, l, "proj_input");
+  kept.proj_in = Stored(N * hl, dt, l, "proj_input");
   float* merged = staging(kept.proj_in, ws.ln.data());
   merge_heads(merged, ws.ctx.data(), c);
   kept.proj_in.store(merged);
-  linear_forward(ws.big1.data(), stored_operand(kept.proj_in), w.proj, w.proj_b, N, h, h);
-  residual_dropout_add(x, ws.big1.data(), kept.resid1_mask, DropoutSite::attention_residual, "resid1_mask", c);
+  row_parallel_forward(ws.big1.data(), stored_operand(kept.proj_in), w.proj, w.proj_b, hl, c, ws, &bias_after);
+  residual_dropout_add(x, ws.big1.data(), bias_after, kept.resid1_mask, DropoutSite::attention_residual,
+                       "resid1_mask", c);
 
   // MLP block.
-  kept.ln2_in = Stored(N * h, dt, l, "ln2_input");
+  kept.ln2_in = Stored(Nl * h, dt, l, "ln2_input");
   kept.ln2_in.store(x);
-  kept.fc1_in = Stored(N * h, dt, l, "fc1_input");
-  layernorm_kept(kept.fc1_in, kept.ln2_stats, x, w.ln2_w, w.ln2_b, c, ws, "ln2_stats");
-  kept.gelu_in = Stored(N * 4 * h, dt, l, "gelu_input");
+  kept.fc1_in = Stored(Nl * h, dt, l, "fc1_input");
+  const float* ln2 = layernorm_kept(kept.fc1_in, kept.ln2_stats, x, w.ln2_w, w.ln2_b, c, ws, "ln2_stats");
+  kept.gelu_in = Stored(N * 4 * hl, dt, l, "gelu_input");
   float* pre = staging(kept.gelu_in, ws.big1.data());
-  linear_forward(pre, stored_operand(kept.fc1_in), w.fc1, w.fc1_b, N, h, 4 * h);
+  linear_forward(pre, column_input(kept.fc1_in, ln2, c, ws, ws.half.data()), w.fc1, w.fc1_b, N, h, 4 * hl);
   kept.gelu_in.store(pre);
-  kept.fc2_in = Stored(N * 4 * h, dt, l, "fc2_input");
+  kept.fc2_in = Stored(N * 4 * hl, dt, l, "fc2_input");
   float* act = staging(kept.fc2_in, ws.big2.data());
-  gelu_forward(act, pre, N * 4 * h);
+  gelu_forward(act, pre, N * 4 * hl);
   kept.fc2_in.store(act);
-  linear_forward(ws.big1.data(), stored_operand(kept.fc2_in), w.fc2, w.fc2_b, N, 4 * h, h);
-  residual_dropout_add(x, ws.big1.data(), kept.resid2_mask, DropoutSite::mlp_residual, "resid2_mask", c);
+  row_parallel_forward(ws.big1.data(), stored_operand(kept.fc2_in), w.fc2, w.fc2_b, 4 * hl, c, ws, &bias_after);
+  residual_dropout_add(x, ws.big1.data(), bias_after, kept.resid2_mask, DropoutSite::mlp_residual, "resid2_mask",
+                       c);
 }
 
 void layer_recompute_attention(LayerKept& kept, const LayerContext& c, Workspace& ws) {
   attention_core_forward(kept, /*keep_s2=*/true, /*ctx_out=*/nullptr, c, ws);
 }
 
+namespace {
+
+// Backward of one residual branch's output: dy_local = Dropout'(dx_local), then the full-sequence
+// gradient the row-parallel GEMM's backward reads (ḡ's backward all-gathers it under SP).
+const float* branch_output_grad(const float* dx, const TrackedBuffer& mask, const LayerContext& c, Workspace& ws) {
+  const int64_t n = c.N_local() * c.h;
+  float* dy = ws.g1.data();
+  if (c.dropout > 0.0f)
+    dropout_backward(dy, dx, static_cast<const uint8_t*>(mask.data()), n, c.dropout);
+  else
+    std::copy(dx, dx + n, dy);
+  return parallel::leave_backward(c.tp, dy, ws.full2.data(), c.seq());
+}
+
+// The column-parallel GEMM's input for its weight gradient: the kept input, or (SP) re-gathered.
+GemmOperand column_input_again(const Stored& kept, const LayerContext& c, Workspace& ws, uint16_t* half) {
+  if (!(c.tp.active() && c.tp.sequence_parallel)) return stored_operand(kept);
+  const float* local = kept.load(ws.widen.data());
+  return column_input(kept, local, c, ws, half);
+}
+
+}  // namespace
+
 void layer_backward(float* dx, const LayerKept& kept, const LayerWeights& w, const LayerGrads& g,
                     const LayerContext& c, Workspace& ws) {
-  const int64_t N = c.N(), h = c.h;
+  const int64_t N = c.N(), Nl = c.N_local(), h = c.h, hl = c.hl();
   const DType dt = c.dtype;
   uint16_t* half = ws.half.data();
+  uint16_t* half_input = ws.half.data() + std::max(N * 4 * hl, N * h);  // second bf16 staging area
   const auto* ln1_stats = static_cast<const float*>(kept.ln1_stats.data());
   const auto* ln2_stats = static_cast<const float*>(kept.ln2_stats.data());
 
-  // MLP block: dy = Dropout'(dx); FC2, GeLU, FC1, LN2; dx += LN2'(...).
-  float* dy = ws.g1.data();
-  if (c.dropout > 0.0f)
-    dropout_backward(dy, dx, static_cast<const uint8_t*>(kept.resid2_mask.data()), N * h, c.dropout);
-  else
-    std::copy(dx, dx + N * h, dy);
+  // MLP block: FC2 (row-parallel), GeLU, FC1 (column-parallel), LN2.
+  const float* dy = branch_output_grad(dx, kept.resid2_mask, c, ws);
   linear_backward(ws.big1.data(), g.fc2_w, g.fc2_b, dy, as_operand(dy, N * h, dt, half),
-                  stored_operand(kept.fc2_in), w.fc2, N, 4 * h, h);
+                  stored_operand(kept.fc2_in), w.fc2, N, 4 * hl, h);
   const float* pre = kept.gelu_in.load(ws.widen.data());
-  gelu_backward(ws.big1.data(), pre, ws.big1.data(), N * 4 * h);
-  linear_backward(ws.g2.data(), g.fc1_w, g.fc1_b, ws.big1.data(), as_operand(ws.big1.data(), N * 4 * h, dt, half),
-                  stored_operand(kept.fc1_in), w.fc1, N, h, 4 * h);
+  gelu_backward(ws.big1.data(), pre, ws.big1.data(), N * 4 * hl);
+  const GemmOperand fc1_in = column_input_again(kept.fc1_in, c, ws, half_input);
+  // dy (in full2 under SP) is spent; the input gradient goes there, the re-gathered input is in full1.
+  linear_backward(ws.full2.data(), g.fc1_w, g.fc1_b, ws.big1.data(),
+                  as_operand(ws.big1.data(), N * 4 * hl, dt, half), fc1_in, w.fc1, N, h, 4 * hl);
+  parallel::enter_backward(c.tp, ws.full2.data(), ws.g2.data(), c.seq());
   const float* ln2_in = kept.ln2_in.load(ws.widen.data());
-  layernorm_backward(dx, g.ln2_w, g.ln2_b, ws.g2.data(), ln2_in, w.ln2_w, ln2_stats, ln2_stats + N, N, h);
+  layernorm_backward(dx, g.ln2_w, g.ln2_b, ws.g2.data(), ln2_in, w.ln2_w, ln2_stats, ln2_stats + Nl, Nl, h);
 
-  // Attention block.
-  if (c.dropout > 0.0f)
-    dropout_backward(dy, dx, static_cast<const uint8_t*>(kept.resid1_mask.data()), N * h, c.dropout);
-  else
-    std::copy(dx, dx + N * h, dy);
-  linear_backward(ws.g2.data(), g.proj_w, g.proj_b, dy, as_operand(dy, N * h, dt, half),
-                  stored_operand(kept.proj_in), w.proj, N, h, h);
-  unmerge_heads(ws.ctx.data(), ws.g2.data(), c);
+  // Attention block: projection (row-parallel), attention core, QKV (column-parallel), LN1.
+  dy = branch_output_grad(dx, kept.resid1_mask, c, ws);
+  linear_backward(ws.big2.data(), g.proj_w, g.proj_b, dy, as_operand(dy, N * h, dt, half),
+                  stored_operand(kept.proj_in), w.proj, N, hl, h);
+  unmerge_heads(ws.ctx.data(), ws.big2.data(), c);
   attention_core_backward(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.ctx.data(), kept, c, ws);
   merge_qkv_grads(ws.big1.data(), ws.dq.data(), ws.dk.data(), ws.dv.data(), c);
-  linear_backward(ws.g2.data(), g.qkv_w, g.qkv_b, ws.big1.data(), as_operand(ws.big1.data(), N * 3 * h, dt, half),
-                  stored_operand(kept.qkv_in), w.qkv, N, h, 3 * h);
+  const GemmOperand qkv_in = column_input_again(kept.qkv_in, c, ws, half_input);
+  linear_backward(ws.full2.data(), g.qkv_w, g.qkv_b, ws.big1.data(),
+                  as_operand(ws.big1.data(), N * 3 * hl, dt, half), qkv_in, w.qkv, N, h, 3 * hl);
+  parallel::enter_backward(c.tp, ws.full2.data(), ws.g2.data(), c.seq());
   const float* ln1_in = kept.ln1_in.load(ws.widen.data());
-  layernorm_backward(dx, g.ln1_w, g.ln1_b, ws.g2.data(), ln1_in, w.ln1_w, ln1_stats, ln1_stats + N, N, h);
+  layernorm_backward(dx, g.ln1_w, g.ln1_b, ws.g2.data(), ln1_in, w.ln1_w, ln1_stats, ln1_stats + Nl, Nl, h);
 }
 
 }  // namespace lattice

@@ -15,17 +15,19 @@ struct Workspace {
   std::vector<uint8_t> mask8;                 // [b, a, s, s] (selective recompute's forward)
   std::vector<uint16_t> half;                 // bf16 staging of the largest operand
   std::vector<float> resid, dresid;           // the residual stream and its gradient [N, h]
+  std::vector<float> full1, full2;            // full-sequence [N, h] inside the TP region (sequence parallel)
 
   void ensure(int64_t b, int64_t s, int64_t h, int64_t a, int64_t vocab_padded) {
     const int64_t N = b * s, att = b * a * s * s;
     auto grow = [](auto& buf, int64_t n) {
       if (int64_t(buf.size()) < n) buf.resize(size_t(n));
     };
-    for (auto* buf : {&ln, &g1, &g2, &q, &k, &v, &dq, &dk, &dv, &ctx, &resid, &dresid}) grow(*buf, N * h);
+    for (auto* buf : {&ln, &g1, &g2, &q, &k, &v, &dq, &dk, &dv, &ctx, &resid, &dresid, &full1, &full2}) grow(*buf, N * h);
     grow(big1, N * 4 * h), grow(big2, N * 4 * h);
     grow(widen, std::max(N * 4 * h, att));
     grow(att1, att), grow(att2, att), grow(mask8, att);
-    grow(half, std::max({N * 4 * h, att, N * vocab_padded}));
+    // Two staging areas: a gradient operand and, under sequence parallelism, a re-gathered input.
+    grow(half, std::max({N * 4 * h, att, N * vocab_padded}) + N * 4 * h);
   }
 };
 
