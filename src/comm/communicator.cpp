@@ -1,0 +1,90 @@
+#include "comm/communicator.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace lattice::comm {
+
+void Communicator::count(CollectiveOp op, size_t floats, int root) {
+  if (!ledger_) return;
+  const double payload = double(floats) * sizeof(float);
+  ledger_->record(kind_, op, ring_bytes_sent(op, payload, size(), rank(), root),
+                  int64_t(floats * sizeof(float)));
+}
+
+// Misuse is a programming error in the caller, not bad user input: std::logic_error.
+void Communicator::check_peer(int peer, const char* what) const {
+  if (peer < 0 || peer >= size())
+    throw std::logic_error(std::string(what) + ": rank " + std::to_string(peer) + " is outside the " +
+                           to_string(kind_) + " group of " + std::to_string(size()));
+}
+
+size_t Communicator::chunk_of(size_t whole, size_t part, const char* what) const {
+  if (whole != part * size_t(size()))
+    throw std::logic_error(std::string(what) + ": " + std::to_string(whole) + " floats are not " +
+                           std::to_string(size()) + " chunks of " + std::to_string(part));
+  return part;
+}
+
+void Communicator::all_reduce(std::span<float> data, ReduceOp op) {
+  count(CollectiveOp::all_reduce, data.size());
+  do_all_reduce(data, op);
+}
+
+void Communicator::reduce_scatter(std::span<const float> input, std::span<float> output) {
+  chunk_of(input.size(), output.size(), "reduce_scatter");
+  count(CollectiveOp::reduce_scatter, input.size());
+  do_reduce_scatter(input, output);
+}
+
+void Communicator::all_gather(std::span<const float> input, std::span<float> output) {
+  chunk_of(output.size(), input.size(), "all_gather");
+  count(CollectiveOp::all_gather, output.size());
+  do_all_gather(input, output);
+}
+
+void Communicator::broadcast(std::span<float> data, int root) {
+  check_peer(root, "broadcast");
+  count(CollectiveOp::broadcast, data.size(), root);
+  do_broadcast(data, root);
+}
+
+void Communicator::all_to_all(std::span<const float> input, std::span<float> output) {
+  if (input.size() != output.size() || input.size() % size_t(size()) != 0)
+    throw std::logic_error("all_to_all: input and output must be " + std::to_string(size()) + " equal chunks");
+  count(CollectiveOp::all_to_all, input.size());
+  do_all_to_all(input, output);
+}
+
+void Communicator::send(std::span<const float> data, int dest, int tag) {
+  check_peer(dest, "send");
+  count(CollectiveOp::send, data.size());
+  do_send(data, dest, tag);
+}
+
+void Communicator::recv(std::span<float> data, int source, int tag) {
+  check_peer(source, "recv");
+  count(CollectiveOp::recv, data.size());
+  do_recv(data, source, tag);
+}
+
+void Communicator::barrier() { do_barrier(); }
+
+Handle Communicator::all_reduce_async(std::span<float> data, ReduceOp op) {
+  count(CollectiveOp::all_reduce, data.size());
+  return Handle(do_all_reduce_async(data, op));
+}
+
+Handle Communicator::send_async(std::span<const float> data, int dest, int tag) {
+  check_peer(dest, "send_async");
+  count(CollectiveOp::send, data.size());
+  return Handle(do_send_async(data, dest, tag));
+}
+
+Handle Communicator::recv_async(std::span<float> data, int source, int tag) {
+  check_peer(source, "recv_async");
+  count(CollectiveOp::recv, data.size());
+  return Handle(do_recv_async(data, source, tag));
+}
+
+}  // namespace lattice::comm

@@ -1,0 +1,107 @@
+#pragma once
+// A process group's collectives, as the model and trainer see them. Backend-neutral: the MPI
+// backend implements the do_* hooks; an NCCL backend could be added without touching model code.
+// The public calls are non-virtual so every backend counts traffic the same way (traffic.hpp).
+//
+// Buffers are float spans; a call returns when this rank's buffers are ready (blocking calls) or
+// when the Handle's wait() returns (non-blocking calls). Issue collectives from one thread only.
+#include <cstddef>
+#include <memory>
+#include <span>
+
+#include "comm/traffic.hpp"
+
+namespace lattice::comm {
+
+enum class ReduceOp { sum, max };
+
+// An operation in flight. Backends implement it; callers hold it through a Handle.
+class PendingOp {
+ public:
+  virtual ~PendingOp() = default;
+  virtual void wait() = 0;
+};
+
+// Move-only owner of a non-blocking operation. wait() is idempotent; destroying a Handle that was
+// not waited waits, so a buffer is never released while the backend still reads or writes it.
+class Handle {
+ public:
+  Handle() = default;
+  explicit Handle(std::unique_ptr<PendingOp> op) : op_(std::move(op)) {}
+  Handle(Handle&&) noexcept = default;
+  Handle& operator=(Handle&& other) noexcept {
+    if (this != &other) {
+      wait();
+      op_ = std::move(other.op_);
+    }
+    return *this;
+  }
+  ~Handle() { wait(); }
+
+  void wait() {
+    if (op_) {
+      op_->wait();
+      op_.reset();
+    }
+  }
+  bool pending() const { return op_ != nullptr; }
+
+ private:
+  std::unique_ptr<PendingOp> op_;
+};
+
+class Communicator {
+ public:
+  // `ledger` (may be null) receives this group's traffic under `kind`; it must outlive *this.
+  Communicator(GroupKind kind, TrafficLedger* ledger) : kind_(kind), ledger_(ledger) {}
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  GroupKind kind() const { return kind_; }
+
+  // In place: every rank ends with the element-wise sum (or max) over the group.
+  void all_reduce(std::span<float> data, ReduceOp op = ReduceOp::sum);
+  // input holds size() equal chunks; rank r receives the sum of every rank's chunk r in output.
+  void reduce_scatter(std::span<const float> input, std::span<float> output);
+  // output = the inputs of ranks 0, 1, ..., size()-1 concatenated (equal chunks).
+  void all_gather(std::span<const float> input, std::span<float> output);
+  // data of group rank `root` copied to every rank.
+  void broadcast(std::span<float> data, int root);
+  // input and output hold size() equal chunks: chunk j of rank i lands in chunk i of rank j.
+  void all_to_all(std::span<const float> input, std::span<float> output);
+  // Point-to-point with group ranks; `tag` tells apart messages between the same pair.
+  void send(std::span<const float> data, int dest, int tag = 0);
+  void recv(std::span<float> data, int source, int tag = 0);
+  void barrier();
+
+  // Non-blocking variants: the buffers must stay alive and untouched until wait().
+  [[nodiscard]] Handle all_reduce_async(std::span<float> data, ReduceOp op = ReduceOp::sum);
+  [[nodiscard]] Handle send_async(std::span<const float> data, int dest, int tag = 0);
+  [[nodiscard]] Handle recv_async(std::span<float> data, int source, int tag = 0);
+
+ protected:
+  virtual void do_all_reduce(std::span<float> data, ReduceOp op) = 0;
+  virtual void do_reduce_scatter(std::span<const float> input, std::span<float> output) = 0;
+  virtual void do_all_gather(std::span<const float> input, std::span<float> output) = 0;
+  virtual void do_broadcast(std::span<float> data, int root) = 0;
+  virtual void do_all_to_all(std::span<const float> input, std::span<float> output) = 0;
+  virtual void do_send(std::span<const float> data, int dest, int tag) = 0;
+  virtual void do_recv(std::span<float> data, int source, int tag) = 0;
+  virtual void do_barrier() = 0;
+  virtual std::unique_ptr<PendingOp> do_all_reduce_async(std::span<float> data, ReduceOp op) = 0;
+  virtual std::unique_ptr<PendingOp> do_send_async(std::span<const float> data, int dest, int tag) = 0;
+  virtual std::unique_ptr<PendingOp> do_recv_async(std::span<float> data, int source, int tag) = 0;
+
+ private:
+  void count(CollectiveOp op, size_t floats, int root = 0);
+  void check_peer(int peer, const char* what) const;
+  size_t chunk_of(size_t whole, size_t part, const char* what) const;
+
+  GroupKind kind_;
+  TrafficLedger* ledger_;
+};
+
+}  // namespace lattice::comm

@@ -1,0 +1,126 @@
+#include "comm/distributed.hpp"
+
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "comm/fault.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "core/error.hpp"
+
+namespace lattice::comm {
+
+namespace {
+
+const char* launcher_env(const char* const* names) {
+  for (const char* const* n = names; *n; ++n)
+    if (const char* value = std::getenv(*n)) return value;
+  return nullptr;
+}
+
+constexpr const char* kRankVars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", nullptr};
+constexpr const char* kSizeVars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", nullptr};
+
+std::vector<int> everyone(int world) {
+  std::vector<int> all(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) all[size_t(r)] = r;
+  return all;
+}
+
+bool session_started = false;  // MPI can be initialized once per process
+
+// Splits MPI_COMM_WORLD so that the ranks of each group share a communicator; a rank's rank in
+// it is its position in the group's list. Ranks outside every group get no communicator.
+std::unique_ptr<Communicator> split(const parallel::Groups& groups, int world_rank, GroupKind kind,
+                                    TrafficLedger* ledger) {
+  int color = MPI_UNDEFINED, key = 0;
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (size_t i = 0; i < groups[g].size(); ++i)
+      if (groups[g][i] == world_rank) {
+        color = int(g);
+        key = int(i);
+      }
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm);  // collective over the world
+  if (comm == MPI_COMM_NULL) return nullptr;
+  return std::make_unique<MpiCommunicator>(comm, kind, ledger);
+}
+
+}  // namespace
+
+bool started_by_launcher() { return launcher_env(kSizeVars) != nullptr || launcher_env(kRankVars) != nullptr; }
+
+int launcher_rank() {
+  const char* value = launcher_env(kRankVars);
+  return value ? std::atoi(value) : 0;
+}
+
+MpiSession::MpiSession() {
+  if (session_started) throw std::logic_error("MPI can only be started once per process");
+  session_started = true;
+  if (!started_by_launcher()) {
+    // A singleton needs no network: without these OpenMPI probes every transport and spawns a
+    // daemon, adding about half a second to a plain `lattice train`. The user's settings win.
+    setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
+    setenv("OMPI_MCA_pml", "ob1", 0);
+    setenv("OMPI_MCA_btl", "self", 0);
+  }
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  if (provided < MPI_THREAD_FUNNELED) {
+    MPI_Finalize();
+    throw std::runtime_error("the MPI library does not support MPI_THREAD_FUNNELED");
+  }
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+Distributed::Distributed(int tp, int pp, const std::string& command) : command_(command) {
+  int world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  check_on_all_ranks(command_, [&] {
+    try {
+      layout_ = parallel::make_layout(world, tp, pp);
+    } catch (const InputError& e) {
+      if (world == 1 && int64_t(tp) * pp > 1)
+        fail(std::string(e.what()) + " (start the ranks with mpirun -np N)");
+      throw;
+    }
+  });
+  if (world > 1) abort_all_ranks_on_terminate(command_);
+  coords_ = parallel::coords_of(layout_, rank_);
+  groups_ = parallel::groups_of(layout_, rank_);
+
+  world_ = split({everyone(world)}, rank_, GroupKind::world, &traffic_);
+  tp_ = split(parallel::tp_groups(layout_), rank_, GroupKind::tp, &traffic_);
+  dp_ = split(parallel::dp_groups(layout_), rank_, GroupKind::dp, &traffic_);
+  pp_ = split(parallel::pp_groups(layout_), rank_, GroupKind::pp, &traffic_);
+  model_ = split(parallel::model_parallel_groups(layout_), rank_, GroupKind::model, &traffic_);
+  embedding_ = split(parallel::embedding_groups(layout_), rank_, GroupKind::embedding, &traffic_);
+}
+
+Distributed::~Distributed() {
+  // Communicators go before the session finalizes MPI (members die in reverse order anyway;
+  // explicit here because MPI_Comm_free after MPI_Finalize is an error).
+  embedding_.reset();
+  model_.reset();
+  pp_.reset();
+  dp_.reset();
+  tp_.reset();
+  world_.reset();
+}
+
+Communicator& Distributed::embedding() {
+  if (!embedding_)
+    throw std::logic_error("rank " + std::to_string(rank_) + " is in no embedding group (not a first or last stage)");
+  return *embedding_;
+}
+
+}  // namespace lattice::comm

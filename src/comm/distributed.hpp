@@ -1,0 +1,72 @@
+#pragma once
+// The process's place in the parallel layout: starts MPI, checks the layout, and splits one
+// communicator per group kind (TP, DP, PP, embedding, model-parallel, world) for this rank.
+// One Distributed per process, created after flag parsing and kept for the whole run.
+//
+// Started plainly (not by mpirun) the process is an MPI singleton: world 1, every group of size 1,
+// and the singleton is told to skip the network transports so it starts in well under a second.
+#include <memory>
+#include <string>
+
+#include "comm/communicator.hpp"
+#include "comm/traffic.hpp"
+#include "parallel/groups.hpp"
+
+namespace lattice::comm {
+
+// True when a launcher (mpirun, srun) started this process; readable before MPI starts.
+bool started_by_launcher();
+// This process's world rank as the launcher announced it (0 when not launched): lets code that
+// runs before MPI starts, such as flag parsing, print its errors from rank 0 only.
+int launcher_rank();
+
+// Joins MPI (MPI_Init_thread, MPI_THREAD_FUNNELED) for its lifetime and finalizes after.
+class MpiSession {
+ public:
+  MpiSession();
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
+
+class Distributed {
+ public:
+  // Checks world % (t·p) == 0 the way check_on_all_ranks does (one line from rank 0, every rank
+  // exits 1; a lone process throws lattice::InputError instead). `command` names the sub-command
+  // in error lines ("train" → "lattice train: error: ...").
+  Distributed(int tp, int pp, const std::string& command);
+  ~Distributed();  // frees the communicators, then finalizes MPI
+  Distributed(const Distributed&) = delete;
+  Distributed& operator=(const Distributed&) = delete;
+
+  const parallel::ParallelLayout& layout() const { return layout_; }
+  const parallel::RankCoords& coords() const { return coords_; }
+  const parallel::RankGroups& groups() const { return groups_; }  // world ranks of this rank's groups
+  int rank() const { return rank_; }                                // world rank
+  int world_size() const { return layout_.world; }
+  const std::string& command() const { return command_; }
+
+  Communicator& world() { return *world_; }
+  Communicator& tp() { return *tp_; }
+  Communicator& dp() { return *dp_; }
+  Communicator& pp() { return *pp_; }
+  Communicator& model() { return *model_; }  // t·p ranks of one model replica (global grad norm)
+  // Only ranks of the first or last pipeline stage are in an embedding group.
+  bool in_embedding_group() const { return embedding_ != nullptr; }
+  Communicator& embedding();  // std::logic_error when !in_embedding_group()
+
+  // Bytes sent by this rank per group kind; reset it per step, copy it to snapshot.
+  TrafficLedger& traffic() { return traffic_; }
+
+ private:
+  MpiSession session_;  // first member: MPI outlives every communicator below
+  std::string command_;
+  TrafficLedger traffic_;
+  parallel::ParallelLayout layout_;
+  parallel::RankCoords coords_;
+  parallel::RankGroups groups_;
+  int rank_ = 0;
+  std::unique_ptr<Communicator> world_, tp_, dp_, pp_, model_, embedding_;
+};
+
+}  // namespace lattice::comm

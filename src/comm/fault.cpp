@@ -1,0 +1,119 @@
+#include "comm/fault.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <vector>
+
+#include "comm/mpi_include.hpp"
+
+namespace lattice::comm {
+
+namespace {
+
+bool mpi_running() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+int world_rank() {
+  int rank = 0;
+  if (mpi_running()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+int world_size() {
+  int size = 1;
+  if (mpi_running()) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+// The message of the lowest failing rank, sent to every rank.
+std::string message_of(int rank, const std::string& mine) {
+  int length = int(mine.size());
+  MPI_Bcast(&length, 1, MPI_INT, rank, MPI_COMM_WORLD);
+  std::vector<char> text(mine.begin(), mine.end());
+  text.resize(size_t(length));
+  MPI_Bcast(text.data(), length, MPI_CHAR, rank, MPI_COMM_WORLD);
+  return std::string(text.begin(), text.end());
+}
+
+std::string& terminate_command() {
+  static std::string command = "lattice";
+  return command;
+}
+
+}  // namespace
+
+void abort_all_ranks(const std::string& command, const std::string& message) {
+  const int size = world_size();
+  std::fprintf(stderr, "lattice %s: rank %d: error: %s\n", command.c_str(), world_rank(), message.c_str());
+  std::fflush(stderr);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (mpi_running()) MPI_Finalize();  // a singleton has nobody to abort
+  std::exit(1);
+}
+
+int run_or_abort_all(const std::string& command, const std::function<int()>& body) {
+  if (world_size() <= 1) return body();
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    abort_all_ranks(command, e.what());
+  }
+}
+
+void check_on_all_ranks(const std::string& command, const std::function<void()>& check) {
+  const int size = world_size();
+  if (size <= 1) {
+    check();
+    return;
+  }
+  const int rank = world_rank();
+  std::string mine;
+  bool failed = false;
+  try {
+    check();
+  } catch (const std::exception& e) {
+    failed = true;
+    mine = e.what();
+  }
+  int first_failing = failed ? rank : size;
+  MPI_Allreduce(MPI_IN_PLACE, &first_failing, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first_failing == size) return;
+
+  const std::string message = message_of(first_failing, mine);
+  if (rank == 0) {
+    const std::string where = first_failing == 0 ? "" : "rank " + std::to_string(first_failing) + ": ";
+    std::fprintf(stderr, "lattice %s: error: %s%s\n", command.c_str(), where.c_str(), message.c_str());
+    std::fflush(stderr);
+  }
+  // Nobody exits before rank 0 has printed: mpirun may kill the job at the first non-zero exit.
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Finalize();
+  std::exit(1);
+}
+
+void abort_all_ranks_on_terminate(const std::string& command) {
+  terminate_command() = command;
+  std::set_terminate([] {
+    std::string what = "terminated";
+    if (const std::exception_ptr current = std::current_exception()) {
+      try {
+        std::rethrow_exception(current);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+        what = "terminated by an unknown exception";
+      }
+    }
+    std::fprintf(stderr, "lattice %s: rank %d: error: %s\n", terminate_command().c_str(), world_rank(), what.c_str());
+    std::fflush(stderr);
+    if (world_size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    std::abort();
+  });
+}
+
+}  // namespace lattice::comm

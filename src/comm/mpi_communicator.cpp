@@ -1,0 +1,98 @@
+#include "comm/mpi_communicator.hpp"
+
+#include <climits>
+#include <stdexcept>
+#include <string>
+
+namespace lattice::comm {
+
+namespace {
+
+// MPI counts are ints; a larger buffer must be split by the caller (buckets are far smaller).
+int mpi_count(size_t floats) {
+  if (floats > size_t(INT_MAX))
+    throw std::length_error("MPI call of " + std::to_string(floats) + " floats exceeds INT_MAX elements");
+  return int(floats);
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
+
+class MpiRequest final : public PendingOp {
+ public:
+  MpiRequest() = default;
+  ~MpiRequest() override { wait(); }
+  MPI_Request* request() { return &request_; }
+  void wait() override {
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+
+ private:
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, GroupKind kind, TrafficLedger* ledger)
+    : Communicator(kind, ledger), comm_(comm) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiCommunicator::do_all_reduce(std::span<float> data, ReduceOp op) {
+  MPI_Allreduce(MPI_IN_PLACE, data.data(), mpi_count(data.size()), MPI_FLOAT, mpi_op(op), comm_);
+}
+
+void MpiCommunicator::do_reduce_scatter(std::span<const float> input, std::span<float> output) {
+  MPI_Reduce_scatter_block(input.data(), output.data(), mpi_count(output.size()), MPI_FLOAT, MPI_SUM, comm_);
+}
+
+void MpiCommunicator::do_all_gather(std::span<const float> input, std::span<float> output) {
+  const int n = mpi_count(input.size());
+  MPI_Allgather(input.data(), n, MPI_FLOAT, output.data(), n, MPI_FLOAT, comm_);
+}
+
+void MpiCommunicator::do_broadcast(std::span<float> data, int root) {
+  MPI_Bcast(data.data(), mpi_count(data.size()), MPI_FLOAT, root, comm_);
+}
+
+void MpiCommunicator::do_all_to_all(std::span<const float> input, std::span<float> output) {
+  const int chunk = mpi_count(input.size() / size_t(size_));
+  MPI_Alltoall(input.data(), chunk, MPI_FLOAT, output.data(), chunk, MPI_FLOAT, comm_);
+}
+
+void MpiCommunicator::do_send(std::span<const float> data, int dest, int tag) {
+  MPI_Send(data.data(), mpi_count(data.size()), MPI_FLOAT, dest, tag, comm_);
+}
+
+void MpiCommunicator::do_recv(std::span<float> data, int source, int tag) {
+  MPI_Recv(data.data(), mpi_count(data.size()), MPI_FLOAT, source, tag, comm_, MPI_STATUS_IGNORE);
+}
+
+void MpiCommunicator::do_barrier() { MPI_Barrier(comm_); }
+
+std::unique_ptr<PendingOp> MpiCommunicator::do_all_reduce_async(std::span<float> data, ReduceOp op) {
+  auto pending = std::make_unique<MpiRequest>();
+  MPI_Iallreduce(MPI_IN_PLACE, data.data(), mpi_count(data.size()), MPI_FLOAT, mpi_op(op), comm_,
+                 pending->request());
+  return pending;
+}
+
+std::unique_ptr<PendingOp> MpiCommunicator::do_send_async(std::span<const float> data, int dest, int tag) {
+  auto pending = std::make_unique<MpiRequest>();
+  MPI_Isend(data.data(), mpi_count(data.size()), MPI_FLOAT, dest, tag, comm_, pending->request());
+  return pending;
+}
+
+std::unique_ptr<PendingOp> MpiCommunicator::do_recv_async(std::span<float> data, int source, int tag) {
+  auto pending = std::make_unique<MpiRequest>();
+  MPI_Irecv(data.data(), mpi_count(data.size()), MPI_FLOAT, source, tag, comm_, pending->request());
+  return pending;
+}
+
+}  // namespace lattice::comm

@@ -1,0 +1,37 @@
+#pragma once
+// The OpenMPI backend: one MPI communicator per process group, MPI's own collectives
+// (MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather, MPI_Iallreduce, ...).
+#include "comm/communicator.hpp"
+#include "comm/mpi_include.hpp"
+
+namespace lattice::comm {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Takes ownership of `comm` (freed in the destructor); never pass MPI_COMM_WORLD itself.
+  MpiCommunicator(MPI_Comm comm, GroupKind kind, TrafficLedger* ledger);
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  MPI_Comm handle() const { return comm_; }
+
+ protected:
+  void do_all_reduce(std::span<float> data, ReduceOp op) override;
+  void do_reduce_scatter(std::span<const float> input, std::span<float> output) override;
+  void do_all_gather(std::span<const float> input, std::span<float> output) override;
+  void do_broadcast(std::span<float> data, int root) override;
+  void do_all_to_all(std::span<const float> input, std::span<float> output) override;
+  void do_send(std::span<const float> data, int dest, int tag) override;
+  void do_recv(std::span<float> data, int source, int tag) override;
+  void do_barrier() override;
+  std::unique_ptr<PendingOp> do_all_reduce_async(std::span<float> data, ReduceOp op) override;
+  std::unique_ptr<PendingOp> do_send_async(std::span<const float> data, int dest, int tag) override;
+  std::unique_ptr<PendingOp> do_recv_async(std::span<float> data, int source, int tag) override;
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace lattice::comm

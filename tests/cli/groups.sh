@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# lattice groups: Megatron's groups as text, one-line JSON and an SVG; bad layouts exit 1, bad
+# flags exit 2, each with one stderr line.
+set -uo pipefail
+LATTICE=$1; SCRATCH=$2
+mkdir -p "$SCRATCH"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+want='{"event":"groups","tp":[[0,1],[2,3],[4,5],[6,7],[8,9],[10,11],[12,13],[14,15]],'
+want+='"dp":[[0,2],[1,3],[4,6],[5,7],[8,10],[9,11],[12,14],[13,15]],'
+want+='"pp":[[0,4,8,12],[1,5,9,13],[2,6,10,14],[3,7,11,15]],"embedding":[[0,12],[1,13],[2,14],[3,15]]}'
+got=$("$LATTICE" groups --world 16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --json)
+[ "$got" = "$want" ] || fail "JSON of Megatron's 16-rank example: $got"
+
+got=$("$LATTICE" groups --world 4 --json)
+[ "$got" = '{"event":"groups","tp":[[0],[1],[2],[3]],"dp":[[0,1,2,3]],"pp":[[0],[1],[2],[3]],"embedding":[[0],[1],[2],[3]]}' ] ||
+  fail "pure data parallelism: $got"
+
+"$LATTICE" groups --world 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 > "$SCRATCH/text" ||
+  fail "text output exits 0"
+grep -q "^data-parallel groups (4): *\[0,2\] \[1,3\] \[4,6\] \[5,7\]$" "$SCRATCH/text" || fail "text lists DP groups"
+grep -q "^embedding groups (4): *\[0,4\] \[1,5\] \[2,6\] \[3,7\]$" "$SCRATCH/text" || fail "text lists embedding groups"
+
+rm -f "$SCRATCH/grid.svg"
+"$LATTICE" groups --world 16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --svg "$SCRATCH/grid.svg" \
+  --json > /dev/null || fail "--svg exits 0"
+[ -s "$SCRATCH/grid.svg" ] || fail "--svg writes the file"
+head -c 4 "$SCRATCH/grid.svg" | grep -q "<svg" || fail "the file is an SVG"
+tail -n 1 "$SCRATCH/grid.svg" | grep -q "</svg>" || fail "the SVG is complete"
+[ "$(grep -o "class='cell'" "$SCRATCH/grid.svg" | wc -l)" -eq 64 ] || fail "4 panels of 16 ranks"
+ls "$SCRATCH"/grid.svg.* > /dev/null 2>&1 && fail "no temporary file left behind"
+if command -v python3 > /dev/null; then
+  python3 -c "import sys, xml.dom.minidom; xml.dom.minidom.parse(sys.argv[1])" "$SCRATCH/grid.svg" ||
+    fail "the SVG is well-formed XML"
+fi
+
+expect() {  # expect <status> <text in stderr> <args...>
+  local want=$1 text=$2; shift 2
+  "$LATTICE" groups "$@" > "$SCRATCH/out" 2> "$SCRATCH/err"
+  local got=$?
+  if [ "$got" -ne "$want" ] || [ "$(wc -l < "$SCRATCH/err")" -ne 1 ] || ! grep -q -- "$text" "$SCRATCH/err" ||
+     ! grep -q "^lattice groups: error: " "$SCRATCH/err"; then
+    fail "groups $* -> exit $got (want $want), stderr: $(cat "$SCRATCH/err")"
+  fi
+}
+expect 1 "world size 6 is not divisible by t·p = 4" --world 6 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
+expect 1 "needs at least 8 ranks but the world size is 4" --world 4 --tensor-model-parallel-size 8
+expect 1 "tensor-model-parallel size must be at least 1" --world 4 --tensor-model-parallel-size 0
+expect 1 "world size must be between 1" --world 0
+expect 1 "--svg draws at most" --world 8192 --svg "$SCRATCH/big.svg"
+expect 2 "--world" --tensor-model-parallel-size 2
+expect 2 "--world" --world lots
+expect 2 "--no-such-flag" --world 4 --no-such-flag
+[ -e "$SCRATCH/big.svg" ] && fail "a refused --svg writes nothing"
+
+"$LATTICE" groups --help > /dev/null || fail "--help"
+test "$fails" -eq 0 && echo ok

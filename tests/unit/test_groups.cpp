@@ -1,0 +1,123 @@
+// Megatron-LM's process groups (SPEC §9), checked against the example in Megatron's
+// initialize_model_parallel docstring: 16 ranks, t = 2, p = 4.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.hpp"
+#include "parallel/groups.hpp"
+#include "parallel/groups_svg.hpp"
+
+using namespace lattice;
+using namespace lattice::parallel;
+
+namespace {
+
+// Every rank of the world appears in exactly one group.
+void expect_partition(const Groups& groups, int world) {
+  std::vector<int> seen(size_t(world), 0);
+  for (const auto& g : groups)
+    for (int r : g) {
+      ASSERT_GE(r, 0);
+      ASSERT_LT(r, world);
+      ++seen[size_t(r)];
+    }
+  for (int r = 0; r < world; ++r) EXPECT_EQ(seen[size_t(r)], 1) << "rank " << r;
+}
+
+std::string error_of(int world, int tp, int pp) {
+  try {
+    make_layout(world, tp, pp);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Groups, MegatronExample16Ranks) {
+  const ParallelLayout l = make_layout(16, 2, 4);
+  EXPECT_EQ(l.dp, 2);
+  EXPECT_EQ(tp_groups(l), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
+  EXPECT_EQ(dp_groups(l), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(pp_groups(l), (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
+  EXPECT_EQ(embedding_groups(l), (Groups{{0, 12}, {1, 13}, {2, 14}, {3, 15}}));
+  EXPECT_EQ(model_parallel_groups(l),
+            (Groups{{0, 1, 4, 5, 8, 9, 12, 13}, {2, 3, 6, 7, 10, 11, 14, 15}}));
+}
+
+TEST(Groups, EveryRankInExactlyOneGroupOfEachKind) {
+  for (auto [world, tp, pp] : {std::tuple{16, 2, 4}, {8, 8, 1}, {8, 1, 8}, {24, 2, 3}, {1, 1, 1}, {12, 3, 2}}) {
+    SCOPED_TRACE(std::to_string(world) + " " + std::to_string(tp) + " " + std::to_string(pp));
+    const ParallelLayout l = make_layout(world, tp, pp);
+    expect_partition(tp_groups(l), world);
+    expect_partition(dp_groups(l), world);
+    expect_partition(pp_groups(l), world);
+    expect_partition(model_parallel_groups(l), world);
+    EXPECT_EQ(tp_groups(l).size(), size_t(world / tp));
+    EXPECT_EQ(dp_groups(l).size(), size_t(tp * pp));
+    EXPECT_EQ(pp_groups(l).size(), size_t(world / pp));
+  }
+}
+
+TEST(Groups, RankFormulaRoundTrips) {
+  const ParallelLayout l = make_layout(24, 2, 3);
+  for (int r = 0; r < l.world; ++r) {
+    const RankCoords c = coords_of(l, r);
+    EXPECT_EQ(r, c.tp_rank + l.tp * c.dp_rank + l.tp * l.dp * c.pp_rank);
+    EXPECT_EQ(rank_of(l, c), r);
+  }
+  const RankCoords c = coords_of(l, 13);  // 13 = 1 + 2·2 + 8·1
+  EXPECT_EQ(c.tp_rank, 1);
+  EXPECT_EQ(c.dp_rank, 2);
+  EXPECT_EQ(c.pp_rank, 1);
+  EXPECT_THROW(coords_of(l, 24), std::out_of_range);
+}
+
+TEST(Groups, GroupsOfARankAreItsRowsInTheLists) {
+  const ParallelLayout l = make_layout(16, 2, 4);
+  for (int r = 0; r < l.world; ++r) {
+    const RankGroups mine = groups_of(l, r);
+    auto holds = [r](const std::vector<int>& g) { return std::find(g.begin(), g.end(), r) != g.end(); };
+    auto find_in = [&](const Groups& all) {
+      for (const auto& g : all)
+        if (holds(g)) return g;
+      return std::vector<int>{};
+    };
+    EXPECT_EQ(mine.tp, find_in(tp_groups(l)));
+    EXPECT_EQ(mine.dp, find_in(dp_groups(l)));
+    EXPECT_EQ(mine.pp, find_in(pp_groups(l)));
+    EXPECT_EQ(mine.embedding, find_in(embedding_groups(l)));
+    EXPECT_EQ(mine.model, find_in(model_parallel_groups(l)));
+  }
+  EXPECT_TRUE(groups_of(l, 5).embedding.empty());  // stage 1 of 4: no tied embedding
+}
+
+TEST(Groups, EmbeddingGroupIsOneRankWithoutPipeline) {
+  const ParallelLayout l = make_layout(4, 2, 1);
+  EXPECT_EQ(embedding_groups(l), (Groups{{0}, {1}, {2}, {3}}));
+  EXPECT_EQ(groups_of(l, 3).embedding, std::vector<int>{3});
+  EXPECT_EQ(embedding_groups(make_layout(4, 1, 2)), (Groups{{0, 2}, {1, 3}}));
+}
+
+TEST(Groups, BadLayoutsNameTheCause) {
+  EXPECT_EQ(error_of(6, 2, 2), "world size 6 is not divisible by t·p = 4");
+  EXPECT_EQ(error_of(2, 2, 2), "t·p = 4 needs at least 4 ranks but the world size is 2");
+  EXPECT_NE(error_of(4, 0, 1).find("tensor-model-parallel size must be at least 1"), std::string::npos);
+  EXPECT_NE(error_of(4, 1, -1).find("pipeline-model-parallel size must be at least 1"), std::string::npos);
+  EXPECT_NE(error_of(0, 1, 1).find("world size must be between 1"), std::string::npos);
+  EXPECT_EQ(error_of(65536, 65536, 65536).find("t·p = 4294967296"), 0u);  // no int overflow
+}
+
+TEST(GroupsSvg, DrawsEveryRankOncePerPanel) {
+  const std::string svg = groups_svg(make_layout(16, 2, 4));
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  size_t cells = 0;
+  for (size_t at = svg.find("class='cell'"); at != std::string::npos; at = svg.find("class='cell'", at + 1)) ++cells;
+  EXPECT_EQ(cells, 4u * 16u);
+  EXPECT_NE(svg.find("Embedding groups (4)"), std::string::npos);
+  EXPECT_THROW(groups_svg(make_layout(kMaxSvgRanks * 2, 1, 1)), InputError);
+}
