@@ -15,16 +15,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The stored shape of a parameter: the embedding without its vocabulary padding.
+// The stored shape of a parameter: the whole tensor, the embedding without vocabulary padding.
 std::vector<int64_t> stored_shape(const ParamInfo& p, const ModelConfig& c) {
   if (p.name == "wte.weight") return {c.vocab, c.hidden};
-  return p.shape;
+  return p.full_shape;
 }
 
-std::vector<TensorRef> tensors_of(const GPT& model, const float* base, const std::string& prefix) {
+std::vector<TensorRef> tensors_of(const ParamTable& table, const ModelConfig& c, const float* base,
+                                  const std::string& prefix) {
   std::vector<TensorRef> out;
-  for (const auto& p : model.table().params()) {
-    auto shape = stored_shape(p, model.config());
+  for (const auto& p : table.params()) {
+    auto shape = stored_shape(p, c);
     int64_t n = 1;
     for (auto d : shape) n *= d;
     out.push_back({prefix + p.name, "F32", shape, base + p.offset, size_t(n) * 4});
@@ -32,11 +33,19 @@ std::vector<TensorRef> tensors_of(const GPT& model, const float* base, const std
   return out;
 }
 
+// Fills this rank's shard of every tensor from the file (padding rows stay zero).
 void read_tensors(const SafetensorsFile& file, const GPT& model, float* base, const std::string& prefix) {
-  for (const auto& p : model.table().params()) {
+  const ParamTable& table = model.table();
+  for (const auto& p : table.params()) {
     const auto shape = stored_shape(p, model.config());
     const TensorRef& t = file.get(prefix + p.name, "F32", shape);
-    std::memcpy(base + p.offset, t.data, t.bytes);  // padding rows (if any) keep their zeros
+    const auto* src = static_cast<const float*>(t.data);
+    const int64_t stored = int64_t(t.bytes / 4);
+    float* dst = base + p.offset;
+    for (int64_t i = 0; i < p.numel; ++i) {
+      const int64_t g = table.global_index(p, i);
+      dst[i] = g < stored ? src[g] : 0.0f;
+    }
   }
 }
 
@@ -50,14 +59,15 @@ std::string read_text(const std::string& path) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& dir, const GPT& model, const AdamW* optimizer,
+void save_checkpoint(const std::string& dir, const ModelConfig& config, const FullState& state,
                      const nlohmann::json& trainer_state) {
+  const ParamTable table(config);
   AtomicDir out(dir);
-  write_safetensors(out.path() + "/model.safetensors", tensors_of(model, model.params(), ""),
+  write_safetensors(out.path() + "/model.safetensors", tensors_of(table, config, state.params, ""),
                     {{"format", "pt"}});
-  if (optimizer) {
-    auto tensors = tensors_of(model, optimizer->exp_avg(), "exp_avg.");
-    auto sq = tensors_of(model, optimizer->exp_avg_sq(), "exp_avg_sq.");
+  if (state.exp_avg && state.exp_avg_sq) {
+    auto tensors = tensors_of(table, config, state.exp_avg, "exp_avg.");
+    auto sq = tensors_of(table, config, state.exp_avg_sq, "exp_avg_sq.");
     tensors.insert(tensors.end(), sq.begin(), sq.end());
     write_safetensors(out.path() + "/optimizer.safetensors", tensors);
   }

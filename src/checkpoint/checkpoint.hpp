@@ -11,7 +11,14 @@
 
 namespace lattice::checkpoint {
 
-void save_checkpoint(const std::string& dir, const GPT& model, const AdamW* optimizer,
+// The whole model in one rank's layout (ParamTable(config) without tensor parallelism): what a
+// checkpoint stores. Tensor-parallel runs gather their shards into it first.
+struct FullState {
+  const float* params = nullptr;
+  const float* exp_avg = nullptr;     // may be null (no optimizer.safetensors written)
+  const float* exp_avg_sq = nullptr;
+};
+void save_checkpoint(const std::string& dir, const ModelConfig& config, const FullState& state,
                      const nlohmann::json& trainer_state);
 
 // trainer.json of a checkpoint directory (throws InputError naming the problem).
@@ -19,8 +26,8 @@ nlohmann::json read_trainer_state(const std::string& dir);
 // The model configuration recorded in a checkpoint's trainer.json.
 ModelConfig read_model_config(const std::string& dir);
 
-// Loads weights into `model` from a checkpoint directory, a model.safetensors file or an llm.c
-// gpt2 .bin (version 3, fp32). Shapes must match the model's configuration.
+// Loads weights into `model` (this rank's shard) from a checkpoint directory, a model.safetensors
+// file or an llm.c gpt2 .bin (version 3, fp32). Shapes must match the model's configuration.
 void load_weights(const std::string& path, GPT& model);
 // Loads the AdamW moments of a checkpoint directory.
 void load_optimizer(const std::string& dir, const GPT& model, AdamW& optimizer);

@@ -73,6 +73,7 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
   app.add_option("--peak-flops", t.peak_flops, "peak FLOP/s for MFU (default: this CPU's GEMM peak)");
   app.add_option("--threads", t.threads, "OpenMP threads (default: all cores)");
   app.add_flag("--json", t.json, "JSON Lines on stdout");
+  app.add_flag("--comm-report", t.comm_report, "print the bytes each rank sent per group in the last step");
 }
 
 void add_config_file(CLI::App& app) {

@@ -2,6 +2,8 @@
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_flags.hpp"
+#include "comm/distributed.hpp"
+#include "comm/fault.hpp"
 #include "core/error.hpp"
 #include "train/trainer.hpp"
 
@@ -19,8 +21,17 @@ int run_train(int argc, char** argv) {
   add_config_file(app);
   if (const auto status = parse_flags(app, argc, argv)) return *status;
   train.shuffle = shuffle == "on";
-  Trainer trainer(model, layout.resolve(), train);
-  return trainer.run();
+  const LayoutConfig resolved = layout.resolve();
+  if (!comm::started_by_launcher() && resolved.tp == 1 && resolved.pp == 1) {
+    Trainer trainer(model, resolved, train);
+    return trainer.run();
+  }
+  // Several processes: bad input is reported once, by rank 0, and every rank exits 1; a rank that
+  // fails later aborts the whole job.
+  comm::Distributed dist(resolved.tp, resolved.pp, "train");
+  std::unique_ptr<Trainer> trainer;
+  comm::check_on_all_ranks("train", [&] { trainer = std::make_unique<Trainer>(model, resolved, train, &dist); });
+  return comm::run_or_abort_all("train", [&] { return trainer->run(); });
 }
 
 }  // namespace lattice::cli

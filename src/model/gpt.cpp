@@ -216,6 +216,7 @@ void GPT::backward(const MicroBatch& mb, uint64_t step, float loss_scale, int64_
     }
     layer_backward(dx, kept, w, layer_grads(l), c, ws_);
     kept.release();
+    if (layer_grads_ready_) layer_grads_ready_(l);
   }
 
   if (model_.dropout > 0.0f)

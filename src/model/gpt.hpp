@@ -2,6 +2,7 @@
 // The GPT-2 model on one rank: flat parameters and gradients, embedding → L layers → final
 // LayerNorm → tied output projection → cross-entropy, with the recompute mode of the layout.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -45,6 +46,9 @@ class GPT {
   // Global L2 norm of the gradient over the whole model (shards summed over TP, replicas once).
   double grad_norm();
   const parallel::TensorParallel& tensor_parallel() const { return tp_; }
+  // Called after backward has finished layer l's gradients (data parallelism overlaps its
+  // all-reduce with the layers below); empty = nothing to do.
+  void set_layer_grads_ready(std::function<void(int)> hook) { layer_grads_ready_ = std::move(hook); }
 
   // Forward and backward of one micro-batch at optimizer step `step`; gradients accumulate,
   // scaled by loss_scale (1 / tokens in the global batch). Returns the micro-batch's loss sum.
@@ -93,6 +97,7 @@ class GPT {
   std::vector<int64_t> kept_bytes_per_layer_;
   int64_t kept_bytes_outside_ = 0;
   std::map<std::string, int64_t> kept_bytes_by_op_;
+  std::function<void(int)> layer_grads_ready_;
 };
 
 }  // namespace lattice

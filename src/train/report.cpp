@@ -30,10 +30,10 @@ void print_step(const StepReport& r, bool json) {
 }
 
 nlohmann::json memory_json(const MemoryReport& m) {
-  return {{"rank", 0},
-          {"tp_rank", 0},
-          {"pp_rank", 0},
-          {"dp_rank", 0},
+  return {{"rank", m.rank},
+          {"tp_rank", m.tp_rank},
+          {"pp_rank", m.pp_rank},
+          {"dp_rank", m.dp_rank},
           {"activation_bytes_per_layer", m.activation_bytes_per_layer},
           {"activation_bytes_per_layer_formula", m.activation_bytes_per_layer_formula},
           {"activation_bytes_outside_layers", m.activation_bytes_outside_layers},
@@ -62,6 +62,16 @@ void print_memory_table(const MemoryReport& m) {
   std::fprintf(stderr, "  activation peak %s; params %s, grads %s, optimizer %s\n",
                human_bytes(double(m.activation_peak_bytes)).c_str(), human_bytes(double(m.params)).c_str(),
                human_bytes(double(m.grads)).c_str(), human_bytes(double(m.optimizer)).c_str());
+}
+
+void print_comm_report(const nlohmann::json& comm_ranks) {
+  std::fprintf(stderr, "communication, last step (bytes sent; ring accounting: all-reduce 2(t-1)/t·n, "
+                       "reduce-scatter and all-gather (t-1)/t·n each, send n):\n");
+  std::fprintf(stderr, "  %-6s %14s %14s %14s\n", "rank", "tp", "dp", "pp");
+  for (const auto& r : comm_ranks)
+    std::fprintf(stderr, "  %-6d %14s %14s %14s\n", r["rank"].get<int>(),
+                 human_bytes(r["tp"].get<double>()).c_str(), human_bytes(r["dp"].get<double>()).c_str(),
+                 human_bytes(r["pp"].get<double>()).c_str());
 }
 
 }  // namespace lattice

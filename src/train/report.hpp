@@ -20,6 +20,7 @@ struct StepReport {
 };
 
 struct MemoryReport {
+  int rank = 0, tp_rank = 0, pp_rank = 0, dp_rank = 0;
   std::vector<int64_t> activation_bytes_per_layer;          // measured
   std::vector<int64_t> activation_bytes_per_layer_formula;  // SPEC §4, the same layout
   int64_t activation_bytes_outside_layers = 0, activation_bytes_outside_formula = 0;
@@ -31,6 +32,8 @@ struct MemoryReport {
 void print_step(const StepReport& r, bool json);
 nlohmann::json memory_json(const MemoryReport& m);
 void print_memory_table(const MemoryReport& m);
+// Bytes each rank sent per group kind in the last step (ring accounting, SPEC §5).
+void print_comm_report(const nlohmann::json& comm_ranks);
 std::string human_bytes(double bytes);
 
 }  // namespace lattice

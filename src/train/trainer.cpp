@@ -3,12 +3,14 @@
 #include <omp.h>
 
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
 
 #include "analysis/formulas.hpp"
 #include "checkpoint/checkpoint.hpp"
+#include "parallel/tensor/gather.hpp"
 #include "core/error.hpp"
 #include "train/report.hpp"
 
@@ -43,19 +45,38 @@ void validate(const ModelConfig& m, const LayoutConfig& layout, const TrainConfi
           "--recompute-layers applies to --recompute full only");
   require(layout.recompute_layers <= m.layers, "--recompute-layers (" + std::to_string(layout.recompute_layers) +
                                                    ") is more than --layers (" + std::to_string(m.layers) + ")");
-  require(layout.tp == 1 && layout.pp == 1 && layout.dp == 1,
-          "this build runs one process: tensor/pipeline/data-parallel sizes other than 1 are not available yet");
-  require(!layout.sequence_parallel, "--sequence-parallel needs tensor parallelism (not available in one process)");
-  require(layout.zero == 0, "--zero needs data parallelism (not available in one process)");
+  require(layout.pp == 1, "--pipeline-model-parallel-size " + std::to_string(layout.pp) +
+                             ": pipeline parallelism is not available in this build yet");
+  require(layout.zero == 0, "--zero " + std::to_string(layout.zero) + ": ZeRO is not available in this build yet");
+  require(m.heads % layout.tp == 0, "--tensor-model-parallel-size " + std::to_string(layout.tp) +
+                                        " must divide --heads " + std::to_string(m.heads));
+  require(!layout.sequence_parallel || layout.tp > 1,
+          "--sequence-parallel needs tensor parallelism (--tensor-model-parallel-size > 1)");
+  require(!layout.sequence_parallel || m.seq_len % layout.tp == 0,
+          "--sequence-parallel needs --seq-len (" + std::to_string(m.seq_len) +
+              ") divisible by --tensor-model-parallel-size (" + std::to_string(layout.tp) + ")");
+  require(t.global_batch % (t.micro_batch * layout.dp) == 0,
+          "--global-batch (" + std::to_string(t.global_batch) + ") must be a multiple of --micro-batch x data-parallel size (" +
+              std::to_string(t.micro_batch) + " x " + std::to_string(layout.dp) + ")");
 }
 
 double default_peak(DType dt) { return dt == DType::bf16 ? 700e9 : 300e9; }
 
 }  // namespace
 
-Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const TrainConfig& train)
-    : model_config_(model), layout_(layout), config_(train) {
-  if (config_.global_batch == 0) config_.global_batch = config_.micro_batch;
+Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const TrainConfig& train,
+                 comm::Distributed* dist)
+    : model_config_(model), layout_(layout), config_(train), dist_(dist) {
+  if (dist_) {
+    require(dist_->layout().tp == layout_.tp && dist_->layout().pp == layout_.pp,
+            "the process groups disagree with the layout flags");
+    layout_.dp = dist_->layout().dp;
+  } else {
+    require(layout_.tp == 1 && layout_.pp == 1,
+            "--tensor-model-parallel-size/--pipeline-model-parallel-size above 1 need several processes: "
+            "start with mpirun -np N");
+  }
+  if (config_.global_batch == 0) config_.global_batch = config_.micro_batch * layout_.dp;
   validate(model_config_, layout_, config_);
   if (config_.threads > 0) omp_set_num_threads(config_.threads);
 
@@ -82,8 +103,12 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
                 " but the flags ask for " + model_json(model_config_).dump());
     if (resume_state.contains("seed")) config_.seed = resume_state["seed"].get<uint64_t>();
   }
-  model_ = std::make_unique<GPT>(model_config_, layout_, config_.seed);
+  parallel::TensorParallel tp;
+  if (dist_) tp = {&dist_->tp(), layout_.sequence_parallel};
+  model_ = std::make_unique<GPT>(model_config_, layout_, config_.seed, tp);
   optimizer_ = std::make_unique<AdamW>(model_->table(), config_.adamw);
+  grad_sync_ = std::make_unique<parallel::GradientSync>(dist_ ? &dist_->dp() : nullptr, model_->table(),
+                                                        model_config_.layers);
   if (!config_.resume.empty()) {
     checkpoint::load_weights(config_.resume, *model_);
     checkpoint::load_optimizer(config_.resume, *model_, *optimizer_);
@@ -93,6 +118,10 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   } else if (!config_.init.empty()) {
     checkpoint::load_weights(config_.init, *model_);
   }
+  if (dist_ && layout_.dp > 1) {  // every data-parallel replica starts from rank 0's weights
+    dist_->dp().broadcast({model_->params(), size_t(model_->num_params())}, 0);
+    model_->refresh_compute_weights();
+  }
   schedule_ = LrSchedule{config_.lr_schedule, config_.lr, config_.min_lr, config_.warmup, config_.steps};
 }
 
@@ -101,14 +130,29 @@ Trainer::~Trainer() = default;
 StepResult Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t s = model_config_.seq_len, b = config_.micro_batch, B = config_.global_batch;
+  // This data-parallel rank's rows of the global batch, in micro-batches of b.
+  const int dp_rank = dist_ ? dist_->coords().dp_rank : 0;
+  const int64_t rows = B / layout_.dp, row0 = dp_rank * rows;
   const float loss_scale = 1.0f / float(B * s);
   std::vector<int32_t> inputs(size_t(b * s)), targets(size_t(b * s));
   model_->zero_grads();
   MemoryTracker::activations().reset_peak();
+  if (dist_) dist_->traffic().reset();
   double loss_sum = 0.0;
-  for (int64_t first = 0; first < B; first += b) {
+  for (int64_t first = row0; first < row0 + rows; first += b) {
+    const bool last = first + b >= row0 + rows;  // only the last micro-batch synchronises gradients
+    if (last && grad_sync_->active())
+      model_->set_layer_grads_ready([this](int l) { grad_sync_->layer_ready(model_->grads(), l); });
     train_loader_->fill(step_, first, int(b), inputs.data(), targets.data());
     loss_sum += model_->forward_backward({inputs.data(), targets.data(), b, first}, uint64_t(step_), loss_scale);
+    model_->set_layer_grads_ready({});
+  }
+  grad_sync_->finish(model_->grads());
+  model_->finalize_grads();
+  if (dist_ && layout_.dp > 1) {
+    float sum = float(loss_sum);
+    dist_->dp().all_reduce({&sum, 1});
+    loss_sum = double(sum);
   }
   activation_peak_ = MemoryTracker::activations().peak_bytes();
   StepResult r;
@@ -117,7 +161,7 @@ StepResult Trainer::train_step() {
   if (!std::isfinite(r.loss))
     throw TrainingError("loss is " + std::string(std::isnan(r.loss) ? "NaN" : "infinite") + " at step " +
                         std::to_string(r.step) + ": training stopped (lower --lr or check the data)");
-  r.grad_norm = grad_norm(model_->grads(), model_->num_params());
+  r.grad_norm = model_->grad_norm();
   if (config_.clip_grad > 0 && r.grad_norm > config_.clip_grad)
     scale_grads(model_->grads(), model_->num_params(), float(config_.clip_grad / r.grad_norm));
   r.lr = schedule_.at(r.step);
@@ -146,9 +190,34 @@ void Trainer::save(const std::string& dir) const {
                           {"data_position", {{"step", step_}, {"shuffle", config_.shuffle}}},
                           {"generator", {{"kind", "philox4x32-10"}, {"seed", config_.seed}, {"step", step_}}},
                           {"train", {{"micro_batch", config_.micro_batch}, {"global_batch", config_.global_batch},
-                                     {"lr", config_.lr}, {"lr_schedule", config_.lr_schedule}}}};
-  checkpoint::save_checkpoint(dir, *model_, optimizer_.get(), state);
+                                     {"lr", config_.lr}, {"lr_schedule", config_.lr_schedule}}},
+                          {"layout", {{"tp", layout_.tp}, {"pp", layout_.pp}, {"dp", layout_.dp},
+                                      {"sequence_parallel", layout_.sequence_parallel}}}};
+  // Tensor-parallel shards are gathered into one rank's layout; world rank 0 writes.
+  comm::Communicator* tp = dist_ ? &dist_->tp() : nullptr;
+  const auto params = parallel::gather_full(tp, model_config_, model_->params());
+  const auto m = parallel::gather_full(tp, model_config_, optimizer_->exp_avg());
+  const auto v = parallel::gather_full(tp, model_config_, optimizer_->exp_avg_sq());
+  if (is_logging_rank())
+    checkpoint::save_checkpoint(dir, model_config_, {params.data(), m.data(), v.data()}, state);
+  if (dist_) dist_->world().barrier();
 }
+
+namespace {
+
+// Every rank's measured numbers, gathered to all ranks (int64 carried bit for bit in float pairs).
+std::vector<std::vector<int64_t>> gather_rows(comm::Distributed* dist, const std::vector<int64_t>& mine) {
+  if (!dist || dist->world_size() == 1) return {mine};
+  const size_t n = mine.size() * 2;
+  std::vector<float> send(n), recv(n * size_t(dist->world_size()));
+  std::memcpy(send.data(), mine.data(), n * 4);
+  dist->world().all_gather({send.data(), n}, {recv.data(), recv.size()});
+  std::vector<std::vector<int64_t>> rows(size_t(dist->world_size()), std::vector<int64_t>(mine.size()));
+  for (size_t r = 0; r < rows.size(); ++r) std::memcpy(rows[r].data(), recv.data() + r * n, n * 4);
+  return rows;
+}
+
+}  // namespace
 
 int Trainer::run() {
   const double peak = config_.peak_flops > 0 ? config_.peak_flops : default_peak(layout_.activation_dtype);
@@ -157,12 +226,16 @@ int Trainer::run() {
                                          double(model_config_.padded_vocab())};
   const double step_flops = analysis::model_flops(flops_shape);
   const int64_t tokens = int64_t(config_.global_batch) * model_config_.seq_len;
-  if (!config_.json)
-    std::fprintf(stderr, "lattice: %lld parameters, %d layers, hidden %d, %d heads, seq %d, batch %d x %d, "
-                 "recompute %s, activations %s, %d threads\n",
-                 (long long)model_->num_params(), model_config_.layers, model_config_.hidden, model_config_.heads,
-                 model_config_.seq_len, config_.micro_batch, config_.accumulation_steps(),
-                 to_string(layout_.recompute), to_string(layout_.activation_dtype), omp_get_max_threads());
+  const int world = dist_ ? dist_->world_size() : 1;
+  const bool log = is_logging_rank();
+  if (log && !config_.json)
+    std::fprintf(stderr, "lattice: %lld parameters, %d layers, hidden %d, %d heads, seq %d, batch %d x %d x %d, "
+                 "recompute %s, activations %s, %d rank(s) (t=%d, dp=%d%s), %d threads\n",
+                 (long long)model_config_.num_params(), model_config_.layers, model_config_.hidden,
+                 model_config_.heads, model_config_.seq_len, config_.micro_batch,
+                 config_.global_batch / (config_.micro_batch * layout_.dp), layout_.dp, to_string(layout_.recompute),
+                 to_string(layout_.activation_dtype), world, layout_.tp, layout_.dp,
+                 layout_.sequence_parallel ? ", sp" : "", omp_get_max_threads());
   double first_loss = NAN, last_loss = NAN, total_s = 0;
   int64_t timed_steps = 0;
   while (step_ < config_.steps) {
@@ -170,49 +243,75 @@ int Trainer::run() {
     if (std::isnan(first_loss)) first_loss = r.loss;
     last_loss = r.loss;
     if (r.step > 1 || config_.steps == 1) total_s += r.seconds, ++timed_steps;  // step 1 warms caches
-    print_step({r.step, config_.steps, r.loss, r.lr, r.grad_norm, r.seconds, double(tokens) / r.seconds,
-                step_flops / r.seconds / peak, activation_peak_},
-               config_.json);
+    if (log)
+      print_step({r.step, config_.steps, r.loss, r.lr, r.grad_norm, r.seconds, double(tokens) / r.seconds,
+                  step_flops / r.seconds / peak / world, activation_peak_},
+                 config_.json);
     if (config_.save_every > 0 && r.step % config_.save_every == 0 && r.step < config_.steps) save(config_.save);
-    if (config_.eval_every > 0 && r.step % config_.eval_every == 0 && !config_.json)
-      std::fprintf(stderr, "  eval loss %.4f\n", evaluate(config_.eval_batches));
+    if (config_.eval_every > 0 && r.step % config_.eval_every == 0 && !config_.json) {
+      const double eval_loss = evaluate(config_.eval_batches);
+      if (log) std::fprintf(stderr, "  eval loss %.4f\n", eval_loss);
+    }
   }
   if (!config_.save.empty()) save(config_.save);
 
-  // Summary: the memory the tracking allocator measured, the formula beside it.
-  MemoryReport mem;
-  mem.activation_bytes_per_layer = model_->kept_bytes_per_layer();
+  // Summary: the memory the tracking allocator measured on every rank, the formula beside it.
   analysis::ActivationShape shape{model_config_.seq_len, config_.micro_batch, model_config_.hidden,
-                                  model_config_.heads, model_config_.padded_vocab(), 1, false,
-                                  bytes_of(layout_.activation_dtype), model_config_.dropout > 0};
+                                  model_config_.heads, model_config_.padded_vocab(layout_.tp), layout_.tp,
+                                  layout_.sequence_parallel, bytes_of(layout_.activation_dtype),
+                                  model_config_.dropout > 0};
+  std::vector<int64_t> formula;
   for (int l = 0; l < model_config_.layers; ++l)
-    mem.activation_bytes_per_layer_formula.push_back(analysis::layer_activation_bytes(
-        shape, analysis::layer_fully_recomputed(layout_, l, model_config_.layers),
-        layout_.recompute == Recompute::selective));
-  mem.activation_bytes_outside_layers = model_->kept_bytes_outside_layers();
-  mem.activation_bytes_outside_formula = analysis::extra_activation_bytes(shape, 1, 1);
-  mem.activation_bytes_by_op = model_->kept_bytes_by_op();
-  mem.activation_peak_bytes = activation_peak_;
+    formula.push_back(analysis::layer_activation_bytes(shape, analysis::layer_fully_recomputed(layout_, l, model_config_.layers),
+                                                       layout_.recompute == Recompute::selective));
   const auto& ms = MemoryTracker::model_states();
-  mem.params = ms.live_bytes_of_op("params"), mem.grads = ms.live_bytes_of_op("grads");
-  mem.optimizer = ms.live_bytes_of_op("optimizer"), mem.compute_weights = ms.live_bytes_of_op("bf16_weights");
+  const parallel::RankCoords coords = dist_ ? dist_->coords() : parallel::RankCoords{};
+  std::vector<int64_t> mine = {dist_ ? dist_->rank() : 0, coords.tp_rank, coords.pp_rank, coords.dp_rank,
+                               activation_peak_, model_->kept_bytes_outside_layers(),
+                               ms.live_bytes_of_op("params"), ms.live_bytes_of_op("grads"),
+                               ms.live_bytes_of_op("optimizer"), ms.live_bytes_of_op("bf16_weights")};
+  for (int kind : {int(comm::GroupKind::tp), int(comm::GroupKind::dp), int(comm::GroupKind::pp)})
+    mine.push_back(dist_ ? int64_t(dist_->traffic().total(comm::GroupKind(kind)).sent_bytes) : 0);
+  const auto& per_layer = model_->kept_bytes_per_layer();
+  mine.insert(mine.end(), per_layer.begin(), per_layer.end());
+  const auto rows = gather_rows(dist_, mine);
+  if (!log) return 0;
+
+  std::vector<MemoryReport> reports;
+  nlohmann::json comm_ranks = nlohmann::json::array();
+  for (const auto& row : rows) {
+    MemoryReport m;
+    m.rank = int(row[0]), m.tp_rank = int(row[1]), m.pp_rank = int(row[2]), m.dp_rank = int(row[3]);
+    m.activation_peak_bytes = row[4], m.activation_bytes_outside_layers = row[5];
+    m.params = row[6], m.grads = row[7], m.optimizer = row[8], m.compute_weights = row[9];
+    m.activation_bytes_per_layer.assign(row.begin() + 13, row.end());
+    m.activation_bytes_per_layer_formula = formula;
+    m.activation_bytes_outside_formula = analysis::extra_activation_bytes(shape, 1, 1);
+    if (m.rank == 0) m.activation_bytes_by_op = model_->kept_bytes_by_op();
+    comm_ranks.push_back({{"rank", m.rank}, {"tp", row[10]}, {"dp", row[11]}, {"pp", row[12]}});
+    reports.push_back(std::move(m));
+  }
 
   const double tokens_per_s = timed_steps ? double(tokens) * double(timed_steps) / total_s : 0.0;
-  const double mfu = timed_steps ? step_flops * double(timed_steps) / total_s / peak : 0.0;
+  const double mfu = timed_steps ? step_flops * double(timed_steps) / total_s / peak / world : 0.0;
   if (config_.json) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& m : reports) ranks.push_back(memory_json(m));
     nlohmann::json summary = {{"event", "summary"},
                               {"steps", step_},
                               {"first_loss", first_loss},
                               {"final_loss", last_loss},
                               {"tokens_per_s", tokens_per_s},
                               {"mfu", mfu},
-                              {"parameters", model_->num_params()},
-                              {"memory", {{"ranks", {memory_json(mem)}}}}};
+                              {"parameters", model_config_.num_params()},
+                              {"memory", {{"ranks", ranks}}},
+                              {"comm", {{"ranks", comm_ranks}}}};
     std::cout << summary.dump() << "\n" << std::flush;
   } else {
     std::fprintf(stderr, "done: %lld steps, loss %.4f -> %.4f, %.0f tokens/s, MFU %.1f%%\n", (long long)step_,
                  first_loss, last_loss, tokens_per_s, mfu * 100);
-    print_memory_table(mem);
+    print_memory_table(reports[0]);
+    if (config_.comm_report) print_comm_report(comm_ranks);
   }
   return 0;
 }

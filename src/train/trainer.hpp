@@ -3,7 +3,9 @@
 // its learning-rate schedule, progress lines, checkpoints, and the final memory summary.
 #include <memory>
 
+#include "comm/distributed.hpp"
 #include "core/config.hpp"
+#include "parallel/data/grad_sync.hpp"
 #include "data/loader.hpp"
 #include "model/gpt.hpp"
 #include "train/lr_schedule.hpp"
@@ -19,8 +21,10 @@ struct StepResult {
 
 class Trainer {
  public:
-  // Validates everything (throws InputError) before any training work starts.
-  Trainer(const ModelConfig& model, const LayoutConfig& layout, const TrainConfig& train);
+  // Validates everything (throws InputError) before any training work starts. `dist` is the
+  // process's place in a multi-rank run (null: one process).
+  Trainer(const ModelConfig& model, const LayoutConfig& layout, const TrainConfig& train,
+          comm::Distributed* dist = nullptr);
   ~Trainer();
 
   StepResult train_step();  // one optimizer step
@@ -31,6 +35,7 @@ class Trainer {
   AdamW& optimizer() { return *optimizer_; }
   int64_t step() const { return step_; }
   void save(const std::string& dir) const;
+  bool is_logging_rank() const { return !dist_ || dist_->rank() == 0; }
 
  private:
   ModelConfig model_config_;
@@ -40,6 +45,8 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<data::BatchLoader> train_loader_, val_loader_;
   LrSchedule schedule_;
+  comm::Distributed* dist_ = nullptr;
+  std::unique_ptr<parallel::GradientSync> grad_sync_;
   int64_t step_ = 0;  // optimizer steps done
   int64_t activation_peak_ = 0;
 };
