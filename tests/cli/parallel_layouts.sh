@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Every parallel layout trains the same model as one rank: same seed, data and dropout (on), the
+# per-step losses agree to 1e-5 relative and the final weights to 1e-5 (issue 4's list of layouts).
+set -u
+LATTICE=$1
+SCRATCH=$2
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Ranks oversubscribe the 2 cores: one thread each, and threads that sleep instead of spinning.
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+
+failures=0
+check() {
+  local what=$1; shift
+  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; failures=$((failures + 1)); fi
+}
+
+for i in $(seq 1 300); do echo "And it came to pass $i that the layouts agreed, every one of them."; done > corpus.txt
+"$LATTICE" prepare --input corpus.txt --out data 2>/dev/null
+MODEL=(--data data --layers 2 --hidden 64 --heads 4 --seq-len 32 --micro-batch 2 --global-batch 8 --steps 4
+       --dropout 0.1 --threads 1 --json)
+
+run() {  # run NAME NP FLAGS...
+  local name=$1 np=$2; shift 2
+  if [ "$np" -eq 1 ]; then
+    "$LATTICE" train "${MODEL[@]}" --save "ck_$name" "$@" > "$name.jsonl" 2> "$name.err"
+  else
+    timeout 300 mpirun --oversubscribe -np "$np" "$LATTICE" train "${MODEL[@]}" --save "ck_$name" "$@" \
+      > "$name.jsonl" 2> "$name.err"
+  fi
+  check "$name: exit 0" test $? -eq 0
+}
+
+compare() {  # compare NAME: losses and weights against the one-rank run
+  "$PY" - "$1" <<'PYEOF'
+import json, struct, sys
+name = sys.argv[1]
+def losses(f):
+    return [json.loads(l)["loss"] for l in open(f) if '"event":"step"' in l]
+def tensors(d):
+    raw = open(d + "/model.safetensors", "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__": continue
+        b, e = v["data_offsets"]
+        out[k] = struct.unpack("<%df" % ((e - b) // 4), raw[8 + n + b:8 + n + e])
+    return out
+a, b = losses("one.jsonl"), losses(name + ".jsonl")
+assert len(a) == len(b) == 4, (a, b)
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+wa, wb = tensors("ck_one"), tensors("ck_" + name)
+assert wa.keys() == wb.keys()
+wworst = max(abs(x - y) for k in wa for x, y in zip(wa[k], wb[k]))
+print("%s: losses within %.2e relative, weights within %.2e" % (name, worst, wworst))
+sys.exit(0 if worst <= 1e-5 and wworst <= 1e-5 else 1)
+PYEOF
+}
+
+run one 1
+run tp2 2 --tensor-model-parallel-size 2
+run tp2_sp 2 --tensor-model-parallel-size 2 --sequence-parallel
+run tp4_sp 4 --tensor-model-parallel-size 4 --sequence-parallel
+run dp2 2
+run tp2_dp2_selective 4 --tensor-model-parallel-size 2 --recompute selective
+for name in tp2 tp2_sp tp4_sp dp2 tp2_dp2_selective; do
+  check "$name trains the one-rank model" compare "$name"
+done
+
+# The summary reports every rank, with TP-divided kept bytes (Table 2's TP and TP+SP rows).
+check "tp4_sp reports 4 ranks" test "$("$PY" -c "import json; d=[json.loads(l) for l in open('tp4_sp.jsonl')][-1]; print(len(d['memory']['ranks']))")" -eq 4
+check "kept bytes per layer within 2% of the formula on every rank" "$PY" -c "
+import json, sys
+for f in ['tp2.jsonl', 'tp2_sp.jsonl', 'tp4_sp.jsonl', 'tp2_dp2_selective.jsonl']:
+    d = [json.loads(l) for l in open(f)][-1]
+    for r in d['memory']['ranks']:
+        for m, fo in zip(r['activation_bytes_per_layer'], r['activation_bytes_per_layer_formula']):
+            if not (fo <= m <= 1.02 * fo): sys.exit('%s rank %d: %d vs %d' % (f, r['rank'], m, fo))
+"
+check "SP keeps less than TP alone" "$PY" -c "
+import json, sys
+kept = lambda f: [json.loads(l) for l in open(f)][-1]['memory']['ranks'][0]['activation_bytes_per_layer'][0]
+sys.exit(0 if kept('tp2_sp.jsonl') < kept('tp2.jsonl') else 1)"
+check "DP ranks report DP traffic" "$PY" -c "
+import json, sys
+d = [json.loads(l) for l in open('dp2.jsonl')][-1]
+sys.exit(0 if all(r['dp'] > 0 and r['tp'] == 0 for r in d['comm']['ranks']) else 1)"
+
+# Bad layouts: one line from rank 0, every rank exits non-zero.
+bad_layout() {  # bad_layout NAME PATTERN NP FLAGS...
+  local name=$1 pattern=$2 np=$3; shift 3
+  timeout 60 mpirun --oversubscribe -np "$np" "$LATTICE" train "${MODEL[@]}" "$@" > bad.out 2> bad.err
+  local status=$?
+  check "$name: non-zero exit ($status)" test "$status" -ne 0 -a "$status" -ne 124
+  check "$name: one error line" test "$(grep -c 'error' bad.err)" -eq 1
+  check "$name: names the cause" grep -q -- "$pattern" bad.err
+}
+bad_layout "world not divisible by t" "not divisible" 3 --tensor-model-parallel-size 2
+bad_layout "t not dividing heads" "must divide --heads" 3 --tensor-model-parallel-size 3
+bad_layout "SP without TP" "sequence-parallel" 2 --sequence-parallel
+bad_layout "more ranks asked than exist" "needs at least" 2 --tensor-model-parallel-size 4
+
+echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
+[ "$failures" -eq 0 ]
