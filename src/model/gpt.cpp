@@ -100,9 +100,9 @@ parallel::VocabShard GPT::vocab_shard() const {
 }
 
 // The head GEMM's input: the kept final-LN output, or (sequence parallel) its all-gather (g).
-GemmOperand GPT::head_operand(const Stored& head_in, const float* local32, int64_t b, int64_t s) {
+GemmOperand GPT::head_operand(const Stored& head_in, const float* local32, int64_t b, int64_t s, bool regather) {
   if (!(tp_.active() && tp_.sequence_parallel)) return {head_in.data(), head_in.dtype()};
-  const float* full = parallel::enter_forward(tp_, local32, ws_.full1.data(), {b, s, model_.hidden});
+  const float* full = parallel::enter_forward(tp_, local32, ws_.full1.data(), {b, s, model_.hidden}, regather);
   // The tail of the bf16 staging area: its head holds the dlogits operand.
   return as_operand(full, b * s * model_.hidden, layout_.activation_dtype,
                     ws_.half.data() + ws_.half.size() - size_t(b * s * model_.hidden));
@@ -155,7 +155,7 @@ double GPT::forward(const MicroBatch& mb, uint64_t step, bool training, int64_t 
   out.head_in.store(ws_.ln.data());
   out.logits = TrackedBuffer(size_t(N * vocab.v_local) * 4, kHeadLayer, "logits");
   auto* logits = static_cast<float*>(out.logits.data());
-  run_head_gemm(logits, head_operand(out.head_in, ws_.ln.data(), b, s), N);
+  run_head_gemm(logits, head_operand(out.head_in, ws_.ln.data(), b, s, false), N);
   std::vector<float> losses(static_cast<size_t>(N));
   parallel::cross_entropy_forward(tp_, logits, losses.data(), mb.targets, vocab, N);
   if (training) {
@@ -183,7 +183,7 @@ void GPT::backward(const MicroBatch& mb, uint64_t step, float loss_scale, int64_
   auto* dlogits = static_cast<float*>(out.logits.data());
   parallel::cross_entropy_backward(dlogits, dlogits, mb.targets, vocab, N, loss_scale);
   const float* lnf_out = out.head_in.load(ws_.widen.data());
-  const GemmOperand head_in = head_operand(out.head_in, lnf_out, b, s);
+  const GemmOperand head_in = head_operand(out.head_in, lnf_out, b, s, /*regather=*/true);
   const GemmOperand dlogits_op = as_operand(dlogits, N * vocab.v_local, dt, ws_.half.data());
   GemmShape gx;
   gx.M = N, gx.N = h, gx.K = vocab.v_local;

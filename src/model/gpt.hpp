@@ -82,7 +82,7 @@ class GPT {
                              int64_t s) const;
   GemmOperand weight_operand(int64_t offset) const;  // fp32 or its bf16 copy
   void run_head_gemm(float* logits, GemmOperand head_in, int64_t N) const;
-  GemmOperand head_operand(const Stored& head_in, const float* local32, int64_t b, int64_t s);
+  GemmOperand head_operand(const Stored& head_in, const float* local32, int64_t b, int64_t s, bool regather);
   parallel::VocabShard vocab_shard() const;
 
   ModelConfig model_;

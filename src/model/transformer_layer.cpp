@@ -60,9 +60,9 @@ const float* layernorm_kept(Stored& out, TrackedBuffer& stats, const float* x, c
 // The operand a column-parallel GEMM reads: the kept input itself, or (sequence parallel) its
 // all-gather along the sequence (g) in the compute dtype.
 GemmOperand column_input(const Stored& kept, const float* local32, const LayerContext& c, Workspace& ws,
-                         uint16_t* half) {
+                         uint16_t* half, bool regather = false) {
   if (!(c.tp.active() && c.tp.sequence_parallel)) return stored_operand(kept);
-  const float* full = parallel::enter_forward(c.tp, local32, ws.full1.data(), c.seq());
+  const float* full = parallel::enter_forward(c.tp, local32, ws.full1.data(), c.seq(), regather);
   return as_operand(full, c.N() * c.h, c.dtype, half);
 }
 
@@ -150,7 +150,7 @@ const float* branch_output_grad(const float* dx, const TrackedBuffer& mask, cons
 GemmOperand column_input_again(const Stored& kept, const LayerContext& c, Workspace& ws, uint16_t* half) {
   if (!(c.tp.active() && c.tp.sequence_parallel)) return stored_operand(kept);
   const float* local = kept.load(ws.widen.data());
-  return column_input(kept, local, c, ws, half);
+  return column_input(kept, local, c, ws, half, /*regather=*/true);
 }
 
 }  // namespace

@@ -67,11 +67,13 @@ void print_memory_table(const MemoryReport& m) {
 void print_comm_report(const nlohmann::json& comm_ranks) {
   std::fprintf(stderr, "communication, last step (bytes sent; ring accounting: all-reduce 2(t-1)/t·n, "
                        "reduce-scatter and all-gather (t-1)/t·n each, send n):\n");
-  std::fprintf(stderr, "  %-6s %14s %14s %14s\n", "rank", "tp", "dp", "pp");
+  std::fprintf(stderr, "  %-6s %14s %14s %14s   %s\n", "rank", "tp", "dp", "pp",
+               "tp through f, f̄, g, ḡ / SP re-gathers");
   for (const auto& r : comm_ranks)
-    std::fprintf(stderr, "  %-6d %14s %14s %14s\n", r["rank"].get<int>(),
+    std::fprintf(stderr, "  %-6d %14s %14s %14s   %s / %s\n", r["rank"].get<int>(),
                  human_bytes(r["tp"].get<double>()).c_str(), human_bytes(r["dp"].get<double>()).c_str(),
-                 human_bytes(r["pp"].get<double>()).c_str());
+                 human_bytes(r["pp"].get<double>()).c_str(), human_bytes(r["tp_conjugate"].get<double>()).c_str(),
+                 human_bytes(r["tp_regather"].get<double>()).c_str());
 }
 
 }  // namespace lattice

@@ -138,6 +138,7 @@ StepResult Trainer::train_step() {
   model_->zero_grads();
   MemoryTracker::activations().reset_peak();
   if (dist_) dist_->traffic().reset();
+  parallel::conjugate_traffic() = {};
   double loss_sum = 0.0;
   for (int64_t first = row0; first < row0 + rows; first += b) {
     const bool last = first + b >= row0 + rows;  // only the last micro-batch synchronises gradients
@@ -272,6 +273,8 @@ int Trainer::run() {
                                ms.live_bytes_of_op("optimizer"), ms.live_bytes_of_op("bf16_weights")};
   for (int kind : {int(comm::GroupKind::tp), int(comm::GroupKind::dp), int(comm::GroupKind::pp)})
     mine.push_back(dist_ ? int64_t(dist_->traffic().total(comm::GroupKind(kind)).sent_bytes) : 0);
+  mine.push_back(int64_t(parallel::conjugate_traffic().conjugate()));
+  mine.push_back(int64_t(parallel::conjugate_traffic().regather));
   const auto& per_layer = model_->kept_bytes_per_layer();
   mine.insert(mine.end(), per_layer.begin(), per_layer.end());
   const auto rows = gather_rows(dist_, mine);
@@ -284,11 +287,12 @@ int Trainer::run() {
     m.rank = int(row[0]), m.tp_rank = int(row[1]), m.pp_rank = int(row[2]), m.dp_rank = int(row[3]);
     m.activation_peak_bytes = row[4], m.activation_bytes_outside_layers = row[5];
     m.params = row[6], m.grads = row[7], m.optimizer = row[8], m.compute_weights = row[9];
-    m.activation_bytes_per_layer.assign(row.begin() + 13, row.end());
+    m.activation_bytes_per_layer.assign(row.begin() + 15, row.end());
     m.activation_bytes_per_layer_formula = formula;
     m.activation_bytes_outside_formula = analysis::extra_activation_bytes(shape, 1, 1);
     if (m.rank == 0) m.activation_bytes_by_op = model_->kept_bytes_by_op();
-    comm_ranks.push_back({{"rank", m.rank}, {"tp", row[10]}, {"dp", row[11]}, {"pp", row[12]}});
+    comm_ranks.push_back({{"rank", m.rank}, {"tp", row[10]}, {"dp", row[11]}, {"pp", row[12]},
+                          {"tp_conjugate", row[13]}, {"tp_regather", row[14]}});
     reports.push_back(std::move(m));
   }
 

@@ -83,6 +83,12 @@ check "SP keeps less than TP alone" "$PY" -c "
 import json, sys
 kept = lambda f: [json.loads(l) for l in open(f)][-1]['memory']['ranks'][0]['activation_bytes_per_layer'][0]
 sys.exit(0 if kept('tp2_sp.jsonl') < kept('tp2.jsonl') else 1)"
+check "TP and TP+SP move the same bytes through f, f̄, g, ḡ (paper §4.3)" "$PY" -c "
+import json, sys
+conj = lambda f: [r['tp_conjugate'] for r in [json.loads(l) for l in open(f)][-1]['comm']['ranks']]
+a, b = conj('tp2.jsonl'), conj('tp2_sp.jsonl')
+print('TP', a, 'TP+SP', b)
+sys.exit(0 if a == b and a[0] > 0 else 1)"
 check "DP ranks report DP traffic" "$PY" -c "
 import json, sys
 d = [json.loads(l) for l in open('dp2.jsonl')][-1]

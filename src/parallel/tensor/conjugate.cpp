@@ -28,17 +28,34 @@ void from_rank_major(const float* chunks, float* full, const SequenceShape& x, i
       std::memcpy(full + (bi * x.s + r * sl) * x.h, chunks + (r * x.b + bi) * row, size_t(row) * 4);
 }
 
+double ring_share(const comm::Communicator& tp, double bytes, double halves) {
+  const double t = tp.size();
+  return halves * (t - 1) / t * bytes;
+}
+
 }  // namespace
+
+ConjugateTraffic& conjugate_traffic() {
+  static ConjugateTraffic traffic;
+  return traffic;
+}
 
 void f_forward(const float* x, float* y, int64_t n) {
   if (x != y) std::copy(x, x + n, y);
 }
-void f_backward(comm::Communicator& tp, float* grad, int64_t n) { tp.all_reduce({grad, size_t(n)}); }
+void f_backward(comm::Communicator& tp, float* grad, int64_t n) {
+  tp.all_reduce({grad, size_t(n)});
+  conjugate_traffic().f += ring_share(tp, double(n) * 4, 2);
+}
 
-void fbar_forward(comm::Communicator& tp, float* x, int64_t n) { tp.all_reduce({x, size_t(n)}); }
+void fbar_forward(comm::Communicator& tp, float* x, int64_t n) {
+  tp.all_reduce({x, size_t(n)});
+  conjugate_traffic().fbar += ring_share(tp, double(n) * 4, 2);
+}
 void fbar_backward(const float* grad_out, float* grad_in, int64_t n) { f_forward(grad_out, grad_in, n); }
 
-void g_forward(comm::Communicator& tp, const float* shard, float* full, const SequenceShape& x) {
+namespace {
+void gather_sequence(comm::Communicator& tp, const float* shard, float* full, const SequenceShape& x) {
   const int t = tp.size();
   const int64_t local = x.b * (x.s / t) * x.h;
   std::vector<float>& chunks = pack_buffer(local * t);
@@ -46,24 +63,42 @@ void g_forward(comm::Communicator& tp, const float* shard, float* full, const Se
   from_rank_major(chunks.data(), full, x, t);
 }
 
-void g_backward(comm::Communicator& tp, const float* grad_full, float* grad_shard, const SequenceShape& x) {
+void scatter_sequence(comm::Communicator& tp, const float* grad_full, float* grad_shard, const SequenceShape& x) {
   const int t = tp.size();
   const int64_t local = x.b * (x.s / t) * x.h;
   std::vector<float>& chunks = pack_buffer(local * t);
   to_rank_major(grad_full, chunks.data(), x, t);
   tp.reduce_scatter({chunks.data(), size_t(local * t)}, {grad_shard, size_t(local)});
 }
+double full_bytes(const SequenceShape& x) { return double(x.b * x.s * x.h) * 4; }
+}  // namespace
 
+void g_forward(comm::Communicator& tp, const float* shard, float* full, const SequenceShape& x) {
+  gather_sequence(tp, shard, full, x);
+  conjugate_traffic().g += ring_share(tp, full_bytes(x), 1);
+}
+void g_backward(comm::Communicator& tp, const float* grad_full, float* grad_shard, const SequenceShape& x) {
+  scatter_sequence(tp, grad_full, grad_shard, x);
+  conjugate_traffic().g += ring_share(tp, full_bytes(x), 1);
+}
 void gbar_forward(comm::Communicator& tp, const float* partial_full, float* shard, const SequenceShape& x) {
-  g_backward(tp, partial_full, shard, x);  // the same collective: reduce-scatter along the sequence
+  scatter_sequence(tp, partial_full, shard, x);
+  conjugate_traffic().gbar += ring_share(tp, full_bytes(x), 1);
 }
 void gbar_backward(comm::Communicator& tp, const float* grad_shard, float* grad_full, const SequenceShape& x) {
-  g_forward(tp, grad_shard, grad_full, x);  // all-gather along the sequence
+  gather_sequence(tp, grad_shard, grad_full, x);
+  conjugate_traffic().gbar += ring_share(tp, full_bytes(x), 1);
 }
 
-const float* enter_forward(const TensorParallel& tp, const float* x_local, float* full, const SequenceShape& x) {
+const float* enter_forward(const TensorParallel& tp, const float* x_local, float* full, const SequenceShape& x,
+                           bool regather) {
   if (!tp.active() || !tp.sequence_parallel) return x_local;  // f: identity
-  g_forward(*tp.group, x_local, full, x);
+  if (regather) {
+    gather_sequence(*tp.group, x_local, full, x);
+    conjugate_traffic().regather += ring_share(*tp.group, full_bytes(x), 1);
+  } else {
+    g_forward(*tp.group, x_local, full, x);
+  }
   return full;
 }
 

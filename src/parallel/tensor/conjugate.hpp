@@ -18,6 +18,16 @@ struct SequenceShape {
   int64_t b = 0, s = 0, h = 0;  // s = the full sequence; each rank holds s / group size positions
 };
 
+// Bytes each operator made this rank send (ring accounting, SPEC §5), so a report can show that
+// TP and TP+SP move the same bytes through f, f̄, g, ḡ (paper §4.3). `regather` counts the
+// sequence-parallel backward's second all-gather of a column-parallel GEMM's input (kept as a
+// shard to save memory, gathered again for the weight gradient), which the paper's count leaves out.
+struct ConjugateTraffic {
+  double f = 0, fbar = 0, g = 0, gbar = 0, regather = 0;
+  double conjugate() const { return f + fbar + g + gbar; }
+};
+ConjugateTraffic& conjugate_traffic();  // this process's counters; reset by assigning {}
+
 // f
 void f_forward(const float* x, float* y, int64_t n);  // copy (identity) unless y == x
 void f_backward(comm::Communicator& tp, float* grad, int64_t n);
@@ -41,7 +51,9 @@ struct TensorParallel {
   bool active() const { return group && group->size() > 1; }
 };
 // x_local → the full-sequence input of a column-parallel GEMM (returns x_local itself without SP).
-const float* enter_forward(const TensorParallel& tp, const float* x_local, float* full, const SequenceShape& shape);
+// `regather` marks the backward's second gather of a kept input (counted apart, see above).
+const float* enter_forward(const TensorParallel& tp, const float* x_local, float* full, const SequenceShape& shape,
+                           bool regather = false);
 // partial full-sequence input gradient (summed over ranks) → gradient of x_local (in place without SP).
 void enter_backward(const TensorParallel& tp, float* grad_full, float* grad_local, const SequenceShape& shape);
 // partial output of a row-parallel GEMM → summed local output (in place without SP).
