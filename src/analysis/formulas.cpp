@@ -93,4 +93,15 @@ double hardware_flops_paper(const FlopsShape& f, Recompute r) {
   return hardware_flops_counted(f, r);
 }
 
+double tp_conjugate_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int64_t n_mb, int bytes) {
+  if (t <= 1) return 0.0;
+  const double n = double(s * b * h) * bytes;
+  return double(n_mb) * (4.0 * layers + 2.0) * 2.0 * double(t - 1) / double(t) * n;
+}
+
+double dp_gradient_bytes_per_step(int64_t psi, int dp, int bytes) {
+  if (dp <= 1) return 0.0;
+  return 2.0 * double(dp - 1) / double(dp) * double(psi) * bytes;
+}
+
 }  // namespace lattice::analysis

@@ -70,4 +70,13 @@ double hardware_flops_counted(const FlopsShape& f, Recompute r);
 // Hardware FLOPs in the paper's own form (eq. 8 writes 1 + s/3h for selective).
 double hardware_flops_paper(const FlopsShape& f, Recompute r);
 
+// Bytes one rank sends per optimizer step through the tensor-parallel conjugate operators (ring
+// accounting, SPEC §5), n_mb micro-batches of sbh elements of `bytes` each: per micro-batch every
+// layer's two f̄ forward and two f backward all-reduces, plus the embedding's f̄ and the head's f:
+// (4L + 2) · 2(t−1)/t · sbh·bytes. Under SP each all-reduce becomes a reduce-scatter plus an
+// all-gather (ḡ/g and their backwards), which is the same number of bytes (paper §4.3).
+double tp_conjugate_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int64_t n_mb, int bytes = 4);
+// Data-parallel gradient all-reduce per step for psi parameters on this rank: 2(N_d−1)/N_d · psi·bytes.
+double dp_gradient_bytes_per_step(int64_t psi, int dp, int bytes = 4);
+
 }  // namespace lattice::analysis

@@ -74,6 +74,10 @@ void print_comm_report(const nlohmann::json& comm_ranks) {
                  human_bytes(r["tp"].get<double>()).c_str(), human_bytes(r["dp"].get<double>()).c_str(),
                  human_bytes(r["pp"].get<double>()).c_str(), human_bytes(r["tp_conjugate"].get<double>()).c_str(),
                  human_bytes(r["tp_regather"].get<double>()).c_str());
+  if (!comm_ranks.empty())
+    std::fprintf(stderr, "  formulas: tp (4L+2)·2(t-1)/t·sbh·4·n_mb = %s; dp gradients 2(N-1)/N·Ψ·4 = %s\n",
+                 human_bytes(comm_ranks[0]["tp_conjugate_formula"].get<double>()).c_str(),
+                 human_bytes(comm_ranks[0]["dp_gradients_formula"].get<double>()).c_str());
 }
 
 }  // namespace lattice

@@ -280,6 +280,12 @@ int Trainer::run() {
   const auto rows = gather_rows(dist_, mine);
   if (!log) return 0;
 
+  // Traffic the formulas predict for one step (the ring-algorithm accounting beside the counts).
+  const int64_t n_mb = config_.global_batch / (config_.micro_batch * layout_.dp);
+  const double tp_formula = analysis::tp_conjugate_bytes_per_step(model_config_.seq_len, config_.micro_batch,
+                                                                  model_config_.hidden, model_config_.layers,
+                                                                  layout_.tp, n_mb);
+  const double dp_formula = analysis::dp_gradient_bytes_per_step(model_->num_params(), layout_.dp);
   std::vector<MemoryReport> reports;
   nlohmann::json comm_ranks = nlohmann::json::array();
   for (const auto& row : rows) {
@@ -292,7 +298,8 @@ int Trainer::run() {
     m.activation_bytes_outside_formula = analysis::extra_activation_bytes(shape, 1, 1);
     if (m.rank == 0) m.activation_bytes_by_op = model_->kept_bytes_by_op();
     comm_ranks.push_back({{"rank", m.rank}, {"tp", row[10]}, {"dp", row[11]}, {"pp", row[12]},
-                          {"tp_conjugate", row[13]}, {"tp_regather", row[14]}});
+                          {"tp_conjugate", row[13]}, {"tp_regather", row[14]},
+                          {"tp_conjugate_formula", tp_formula}, {"dp_gradients_formula", dp_formula}});
     reports.push_back(std::move(m));
   }
 

@@ -89,6 +89,13 @@ conj = lambda f: [r['tp_conjugate'] for r in [json.loads(l) for l in open(f)][-1
 a, b = conj('tp2.jsonl'), conj('tp2_sp.jsonl')
 print('TP', a, 'TP+SP', b)
 sys.exit(0 if a == b and a[0] > 0 else 1)"
+check "conjugate bytes equal the ring formula, DP bytes the gradient all-reduce (+ the loss)" "$PY" -c "
+import json, sys
+for f in ['tp2.jsonl', 'tp2_sp.jsonl', 'tp4_sp.jsonl', 'dp2.jsonl', 'tp2_dp2_selective.jsonl']:
+    for r in [json.loads(l) for l in open(f)][-1]['comm']['ranks']:
+        if abs(r['tp_conjugate'] - r['tp_conjugate_formula']) > 1: sys.exit('%s: tp %s' % (f, r))
+        if not (0 <= r['dp'] - r['dp_gradients_formula'] <= 16): sys.exit('%s: dp %s' % (f, r))
+"
 check "DP ranks report DP traffic" "$PY" -c "
 import json, sys
 d = [json.loads(l) for l in open('dp2.jsonl')][-1]
@@ -107,6 +114,23 @@ bad_layout "world not divisible by t" "not divisible" 3 --tensor-model-parallel-
 bad_layout "t not dividing heads" "must divide --heads" 3 --tensor-model-parallel-size 3
 bad_layout "SP without TP" "sequence-parallel" 2 --sequence-parallel
 bad_layout "more ranks asked than exist" "needs at least" 2 --tensor-model-parallel-size 4
+
+# A rank that dies mid-run (SIGKILL) makes every rank stop within seconds, never a hang.
+mpirun --oversubscribe -np 2 "$LATTICE" train "${MODEL[@]}" --steps 100000 --tensor-model-parallel-size 2 \
+  > die.out 2> die.err &
+MPIPID=$!
+sleep 4
+victim=$(pgrep -P "$MPIPID" | head -1)
+check "found a rank to kill" test -n "$victim"
+start=$(date +%s)
+kill -9 "$victim" 2>/dev/null
+for _ in $(seq 1 200); do kill -0 "$MPIPID" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$MPIPID" 2>/dev/null && { kill -9 "$MPIPID"; echo "mpirun still running 20 s after a rank died"; }
+wait "$MPIPID"
+status=$?
+check "job exits non-zero after a rank died ($status)" test "$status" -ne 0
+check "within seconds ($(( $(date +%s) - start )) s)" test $(( $(date +%s) - start )) -le 15
+check "no lattice process left" test -z "$(pgrep -f "train ${MODEL[*]} --steps 100000")"
 
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
 [ "$failures" -eq 0 ]
