@@ -49,6 +49,10 @@ double first_stage_layer_bytes(const ActivationShape& x, const LayoutConfig& lay
   return sum;
 }
 
+double pipeline_bubble_fraction(int p, int n_mb, int m) {
+  return double(p - 1) / (double(m) * n_mb + (p - 1));
+}
+
 ModelStateBytes model_state_bytes(int64_t psi, int dp, int zero, bool mixed,
                                   int64_t optimizer_state_bytes_per_param) {
   const int64_t w = mixed ? 2 : 4;                                   // weights and grads

@@ -43,6 +43,11 @@ bool layer_fully_recomputed(const LayoutConfig& layout, int layer, int layers);
 // of the per-layer row), times 1 + (p-1)/(p·m) for the interleaved schedule.
 double first_stage_layer_bytes(const ActivationShape& x, const LayoutConfig& layout, int layers);
 
+// Pipeline bubble: idle share of a step, (p−1)/(m·n_mb + p−1) for n_mb micro-batches on p stages
+// of m interleaved chunks each (m = 1: GPipe and 1F1B; the paper writes it as (p−1)/(m·n_mb) of
+// the ideal time).
+double pipeline_bubble_fraction(int p, int n_mb, int m);
+
 // Model states per rank: what each rank owns between steps.
 struct ModelStateBytes {
   int64_t params = 0, grads = 0, optimizer = 0;
