@@ -7,16 +7,11 @@
 #include "core/error.hpp"
 #include "plan/evaluate.hpp"
 #include "plan/paper_models.hpp"
+#include "plan/report.hpp"
 
 namespace lattice::plan {
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 // The rows of Table 2; `t` = 1 for the no-parallelism row.
 struct Table2Row {

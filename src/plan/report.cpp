@@ -4,12 +4,13 @@
 
 namespace lattice::plan {
 
-namespace {
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
 }
+
+namespace {
 std::string line(const std::string& label, const std::string& value) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "  %-40s %s\n", label.c_str(), value.c_str());

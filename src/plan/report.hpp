@@ -9,6 +9,8 @@
 
 namespace lattice::plan {
 
+// printf of one number into a string (the tables' cells).
+std::string fmt(const char* format, double value);
 std::string format_bytes(double bytes);  // "12.34 GB" (decimal, as GPU memory is sold)
 std::string describe_layout(const PlanRequest& r);  // "t=8 p=8 m=3 dp=1 sp selective zero0 b=1"
 
