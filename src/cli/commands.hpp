@@ -8,4 +8,5 @@ int run_eval(int argc, char** argv);
 int run_sample(int argc, char** argv);
 int run_plan(int argc, char** argv);
 int run_groups(int argc, char** argv);
+int run_schedule(int argc, char** argv);
 }  // namespace lattice::cli

@@ -19,6 +19,7 @@ const Command kCommands[] = {
     {"sample", lattice::cli::run_sample, "generate text from a checkpoint"},
     {"plan", lattice::cli::run_plan, "memory, FLOPs and time of a layout; search the best layout"},
     {"groups", lattice::cli::run_groups, "print the TP/DP/PP/embedding process groups of a layout"},
+    {"schedule", lattice::cli::run_schedule, "simulate a pipeline schedule: bubble, activations held, timeline SVG"},
 };
 
 void usage(FILE* out) {

@@ -1,0 +1,144 @@
+// lattice schedule: a pipeline schedule simulated without a model — bubble beside the formula,
+// activations held per stage beside eq. 5, the action lists, and the timeline as an SVG.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/atomic_dir.hpp"
+#include "cli/cli_util.hpp"
+#include "cli/commands.hpp"
+#include "parallel/pipeline/schedule.hpp"
+#include "parallel/pipeline/schedule_svg.hpp"
+#include "parallel/pipeline/simulate.hpp"
+
+namespace lattice::cli {
+
+namespace {
+
+namespace pl = parallel::pipeline;
+
+constexpr size_t kListedActionsPerRank = 32;  // action lists are printed unasked up to this size
+constexpr int kListedRanks = 8;
+
+std::vector<std::string> action_texts(const pl::RankActions& list, int m) {
+  std::vector<std::string> out;
+  for (const auto& a : list) out.push_back(pl::describe_action(a, m));
+  return out;
+}
+
+std::string formula_text(pl::ScheduleKind kind) {
+  return kind == pl::ScheduleKind::interleaved ? "(p-1)/(m*n+p-1)" : "(p-1)/(n+p-1)";
+}
+
+std::string eq5_text(pl::ScheduleKind kind) {
+  switch (kind) {
+    case pl::ScheduleKind::gpipe: return "n_mb";
+    case pl::ScheduleKind::one_f_one_b: return "p";
+    case pl::ScheduleKind::interleaved: return "p*(1+(p-1)/(p*m))";
+  }
+  return "";
+}
+
+}  // namespace
+
+int run_schedule(int argc, char** argv) {
+  CLI::App app{"simulate a pipeline schedule (GPipe, 1F1B, interleaved 1F1B): bubble, activations held, timeline"};
+  app.name("lattice schedule");
+  int p = 0, n_mb = 0, m = 1;
+  std::string kind_name = "1f1b", svg;
+  bool json = false, list_actions = false;
+  pl::SimulationOptions options;
+  app.add_option("--pipeline-model-parallel-size", p, "pipeline ranks p")->required();
+  app.add_option("--micro-batches", n_mb, "micro-batches per step n_mb")->required();
+  app.add_option("--schedule", kind_name, "gpipe | 1f1b | interleaved")->capture_default_str();
+  app.add_option("--virtual-stages,--virtual-pipeline-model-parallel-size", m,
+                 "model chunks per rank m (interleaved only)")
+      ->capture_default_str();
+  app.add_option("--forward-time", options.forward_time, "forward time of one stage (L/p layers)")
+      ->capture_default_str();
+  app.add_option("--backward-time", options.backward_time, "backward time of one stage")->capture_default_str();
+  app.add_option("--p2p-latency", options.p2p_latency, "time from a send to its receive")->capture_default_str();
+  app.add_option("--svg", svg, "draw the timeline into this SVG file");
+  app.add_flag("--actions", list_actions, "print every rank's action list (printed anyway when small)");
+  app.add_flag("--json", json, "print one JSON object on one line");
+  if (auto status = parse_flags(app, argc, argv)) return *status;
+
+  const pl::ScheduleKind kind = pl::parse_schedule_kind(kind_name);
+  const auto lists = pl::build_schedule(kind, p, n_mb, m);
+  const pl::Simulation sim = pl::simulate(lists, m, options);
+  const double formula = pl::bubble_formula(kind, p, n_mb, m);
+  const double eq5 = pl::first_stage_in_flight_formula(kind, p, n_mb, m);
+  if (!svg.empty()) {
+    const std::string doc = pl::schedule_svg(sim, {kind, p, n_mb, m, options});
+    checkpoint::write_file_atomically(svg, doc.data(), doc.size());
+  }
+
+  std::vector<int> peak;
+  std::vector<double> peak_layers;
+  for (const auto& line : sim.ranks) {
+    peak.push_back(line.peak_in_flight);
+    peak_layers.push_back(line.peak_stage_equivalents);
+  }
+  bool small = p <= kListedRanks;
+  for (const auto& list : lists) small = small && list.size() <= kListedActionsPerRank;
+
+  if (json) {
+    nlohmann::ordered_json j;
+    j["event"] = "schedule";
+    j["schedule"] = pl::schedule_name(kind);
+    j["p"] = p;
+    j["micro_batches"] = n_mb;
+    j["virtual_stages"] = m;
+    j["bubble"] = sim.bubble;
+    j["bubble_formula"] = formula;
+    j["total_time"] = sim.total_time;
+    j["ideal_time"] = n_mb * (options.forward_time + options.backward_time);
+    j["peak_in_flight"] = peak;                 // chunk micro-batches held, per rank
+    j["peak_in_flight_stages"] = peak_layers;   // the same in micro-batches of L/p layers
+    j["first_stage_formula"] = eq5;             // eq. 5, in micro-batches of L/p layers
+    j["forward_time"] = options.forward_time;
+    j["backward_time"] = options.backward_time;
+    j["p2p_latency"] = options.p2p_latency;
+    if (list_actions) {
+      nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+      for (const auto& list : lists) ranks.push_back(action_texts(list, m));
+      j["actions"] = ranks;
+    }
+    if (!svg.empty()) j["svg"] = svg;
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+
+  std::printf("%s schedule: p = %d ranks, %d micro-batches, %d chunk%s per rank (forward %g, backward %g per "
+              "stage, p2p latency %g)\n",
+              pl::schedule_name(kind), p, n_mb, m, m > 1 ? "s" : "", options.forward_time, options.backward_time,
+              options.p2p_latency);
+  std::printf("bubble: %.2f%% simulated, %.2f%% by %s; total time %g (ideal %g)\n", 100 * sim.bubble,
+              100 * formula, formula_text(kind).c_str(), sim.total_time,
+              n_mb * (options.forward_time + options.backward_time));
+  std::printf("peak in-flight micro-batches (activations held)%s:\n",
+              m > 1 ? ", in chunks of L/(p*m) layers and in stages of L/p layers" : "");
+  for (int r = 0; r < p; ++r) {
+    const auto& line = sim.ranks[size_t(r)];
+    if (m > 1)
+      std::printf("  rank %d: %d chunks = %g x L/p layers", r, line.peak_in_flight, line.peak_stage_equivalents);
+    else
+      std::printf("  rank %d: %d", r, line.peak_in_flight);
+    if (r == 0) std::printf("    (eq. 5, first stage: %s = %g)", eq5_text(kind).c_str(), eq5);
+    std::printf("\n");
+  }
+  if (list_actions || small) {
+    std::printf("actions (F/B micro-batch[.chunk], <-rank received from, ->rank sent to):\n");
+    for (int r = 0; r < p; ++r) {
+      std::string text;
+      for (const auto& s : action_texts(lists[size_t(r)], m)) text += (text.empty() ? "" : " | ") + s;
+      std::printf("  rank %d: %s\n", r, text.c_str());
+    }
+  }
+  if (!svg.empty()) std::printf("wrote %s\n", svg.c_str());
+  return 0;
+}
+
+}  // namespace lattice::cli

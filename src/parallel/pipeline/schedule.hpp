@@ -1,0 +1,60 @@
+#pragma once
+// Pipeline schedules as data (SPEC §6). build_schedule() is a pure function returning, for each
+// pipeline rank, the ordered list of actions that rank runs in one training step. The executor
+// runs these lists with non-blocking MPI point-to-point; the simulator, the SVG timeline and the
+// tests read the same lists, so what is drawn and tested is what runs.
+//
+// Execution contract for a consumer of an Action list:
+//   1. if recv_from != kNoPeer, wait for the tensor that rank sends for this (pass, micro_batch,
+//      stage): activations for a forward, the output gradient for a backward;
+//   2. run the pass of model chunk `chunk` on micro-batch `micro_batch`;
+//   3. if send_to != kNoPeer, send the result (activations / input gradient) without waiting.
+// A backward consumes the activations its own forward kept on this rank (a local dependency).
+// Between any two ranks, messages of one kind (activations or gradients) are sent in exactly the
+// order the receiver's list consumes them, so with MPI's non-overtaking rule one tag per kind is
+// enough, and receives can be posted ahead in list order.
+#include <string>
+#include <vector>
+
+namespace lattice::parallel::pipeline {
+
+enum class ScheduleKind { gpipe, one_f_one_b, interleaved };
+enum class Pass { forward, backward };
+
+inline constexpr int kNoPeer = -1;  // the ends: data loader before stage 0, the loss after the last
+
+struct Action {
+  Pass pass = Pass::forward;
+  int micro_batch = 0;  // 0..n_mb-1
+  int chunk = 0;        // model chunk on this rank, 0..m-1
+  int stage = 0;        // global virtual stage = chunk·p + rank: layers [stage, stage+1)·L/(p·m)
+  int recv_from = kNoPeer;  // rank producing this action's input (activations or output gradient)
+  int send_to = kNoPeer;    // rank consuming this action's output (activations or input gradient)
+
+  bool operator==(const Action&) const = default;
+};
+
+using RankActions = std::vector<Action>;
+
+// "gpipe" | "1f1b" | "interleaved" (the --schedule spellings); InputError otherwise.
+ScheduleKind parse_schedule_kind(const std::string& name);
+const char* schedule_name(ScheduleKind kind);
+
+// Checks p ≥ 1, n_mb ≥ 1, m ≥ 1, m > 1 only (and always) for interleaved, interleaved needs p ≥ 2
+// and n_mb a multiple of p (Megatron's classic constraint). Throws lattice::InputError, one line.
+void validate_schedule(ScheduleKind kind, int p, int n_mb, int m);
+
+// For each rank 0..p-1, its actions in execution order (validates first).
+//   gpipe:       all n_mb forwards, then all n_mb backwards (micro-batch order both times).
+//   one_f_one_b: min(p−rank−1, n_mb) warm-up forwards, then forward/backward pairs, then the
+//                cool-down backwards (PipeDream-flush as in Megatron-LM).
+//   interleaved: Megatron-LM's virtual pipeline: chunks visited in groups of p micro-batches,
+//                warm-up of (p−rank−1)·2 + (m−1)·p forwards (all m·n_mb when n_mb == p).
+std::vector<RankActions> build_schedule(ScheduleKind kind, int p, int n_mb, int m);
+
+// "F3" / "B3", with ".c1" for chunk 1 when m > 1 — the label drawn in the timeline.
+std::string action_label(const Action& a, int m);
+// One line for humans: "F3.c1 <-r2 ->r0" (arrows only where there is a peer).
+std::string describe_action(const Action& a, int m);
+
+}  // namespace lattice::parallel::pipeline
