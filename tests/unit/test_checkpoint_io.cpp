@@ -12,32 +12,15 @@
 #include "checkpoint/atomic_dir.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "core/error.hpp"
+#include "test_util.hpp"
 
 namespace fs = std::filesystem;
 using namespace lattice::checkpoint;
 
 namespace {
 
-std::string scratch_dir() {
-  const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path dir = fs::temp_directory_path() /
-                       ("lattice_ckpt_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
-
-template <class F>
-void expect_input_error(F&& f, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an InputError containing: " << fragment;
-  } catch (const lattice::InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << fragment;
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "not one line: " << e.what();
-  }
-}
+std::string scratch_dir() { return lattice::testing_util::scratch_dir("ckpt"); }
+using lattice::testing_util::expect_input_error;
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

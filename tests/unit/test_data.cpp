@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "test_util.hpp"
 #include "data/loader.hpp"
 #include "data/prepare.hpp"
 #include "data/token_file.hpp"
@@ -21,26 +22,8 @@ using namespace lattice::data;
 namespace {
 
 // A fresh, empty directory per test.
-std::string scratch_dir() {
-  const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path dir = fs::temp_directory_path() /
-                       ("lattice_data_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
-
-template <class F>
-void expect_input_error(F&& f, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an InputError containing: " << fragment;
-  } catch (const lattice::InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << fragment;
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "not one line: " << e.what();
-  }
-}
+std::string scratch_dir() { return lattice::testing_util::scratch_dir("data"); }
+using lattice::testing_util::expect_input_error;
 
 void write_raw(const std::string& path, const std::vector<int32_t>& header,
                const std::vector<uint16_t>& tokens) {

@@ -1,0 +1,37 @@
+#pragma once
+// Helpers shared by the unit tests that touch files and bad input.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace lattice::testing_util {
+
+// A fresh directory for the running test: <tmp>/lattice_<prefix>_<test name>_<pid>.
+inline std::string scratch_dir(const std::string& prefix) {
+  namespace fs = std::filesystem;
+  const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+  const fs::path dir = fs::temp_directory_path() /
+                       ("lattice_" + prefix + "_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+// f must throw an InputError whose one-line message contains `fragment`.
+template <class F>
+void expect_input_error(F&& f, const std::string& fragment) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an InputError containing: " << fragment;
+  } catch (const lattice::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+        << "message: " << e.what() << "\nexpected to contain: " << fragment;
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "not one line: " << e.what();
+  }
+}
+
+}  // namespace lattice::testing_util
