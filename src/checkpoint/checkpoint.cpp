@@ -118,8 +118,12 @@ void load_optimizer(const std::string& dir, const GPT& model, AdamW& optimizer) 
   const std::string file = dir + "/optimizer.safetensors";
   if (!fs::exists(file)) fail("checkpoint " + dir + " has no optimizer.safetensors");
   const auto st = SafetensorsFile::load(file);
-  read_tensors(st, model, optimizer.exp_avg(), "exp_avg.");
-  read_tensors(st, model, optimizer.exp_avg_sq(), "exp_avg_sq.");
+  // Read this rank's whole (TP-shard) layout, keep the optimizer's range (a ZeRO shard or all).
+  std::vector<float> m(static_cast<size_t>(model.num_params())), v(m.size());
+  read_tensors(st, model, m.data(), "exp_avg.");
+  read_tensors(st, model, v.data(), "exp_avg_sq.");
+  std::copy(m.begin() + optimizer.begin(), m.begin() + optimizer.end(), optimizer.exp_avg());
+  std::copy(v.begin() + optimizer.begin(), v.begin() + optimizer.end(), optimizer.exp_avg_sq());
 }
 
 }  // namespace lattice::checkpoint

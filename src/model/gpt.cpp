@@ -255,18 +255,18 @@ void GPT::finalize_grads() {
       tp_.group->all_reduce({grads_.data() + p.offset, size_t(p.numel)});
 }
 
-double GPT::grad_norm() {
-  double sums[2] = {0.0, 0.0};  // [sharded, replicated]
+double GPT::grad_norm(int64_t begin, int64_t end, comm::Communicator* dp) {
+  if (end < 0) end = table_.total();
+  float sums[2] = {0.0f, 0.0f};  // squares of [TP-sharded, replicated] parameters
   for (const auto& p : table_.params()) {
-    const double n = lattice::grad_norm(grads_.data() + p.offset, p.numel);
-    sums[p.split == Split::replicated ? 1 : 0] += n * n;
+    const int64_t b = std::max(p.offset, begin), e = std::min(p.offset + p.numel, end);
+    if (b >= e) continue;
+    const double n = lattice::grad_norm(grads_.data() + b, e - b);
+    sums[p.split == Split::replicated ? 1 : 0] += float(n * n);
   }
-  if (tp_.active()) {
-    float sharded = float(sums[0]);
-    tp_.group->all_reduce({&sharded, 1});
-    sums[0] = double(sharded);
-  }
-  return std::sqrt(sums[0] + sums[1]);
+  if (dp && dp->size() > 1) dp->all_reduce({sums, 2});
+  if (tp_.active()) tp_.group->all_reduce({sums, 1});
+  return std::sqrt(double(sums[0]) + double(sums[1]));
 }
 
 }  // namespace lattice

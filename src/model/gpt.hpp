@@ -44,7 +44,9 @@ class GPT {
   // parameters fed by sequence shards (LayerNorms, position embedding) are partial; sum them over TP.
   void finalize_grads();
   // Global L2 norm of the gradient over the whole model (shards summed over TP, replicas once).
-  double grad_norm();
+  // Under ZeRO each data-parallel rank holds the gradient of [begin, end) only: the partial sums
+  // are then added over `dp`.
+  double grad_norm(int64_t begin = 0, int64_t end = -1, comm::Communicator* dp = nullptr);
   const parallel::TensorParallel& tensor_parallel() const { return tp_; }
   // Called after backward has finished layer l's gradients (data parallelism overlaps its
   // all-reduce with the layers below); empty = nothing to do.

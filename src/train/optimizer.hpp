@@ -15,11 +15,17 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(const ParamTable& table, const AdamWConfig& config);
+  // Keeps moments for the flat range [begin, end) of the parameters (the whole model by default;
+  // one data-parallel rank's shard under ZeRO).
+  AdamW(const ParamTable& table, const AdamWConfig& config, int64_t begin = 0, int64_t end = -1);
 
-  // One update with learning rate lr; `step` counts from 1 (bias correction).
+  // One update of params[begin, end) from grads[begin, end) with learning rate lr; `step` counts
+  // from 1 (bias correction).
   void update(float* params, const float* grads, double lr, int64_t step);
+  int64_t begin() const { return begin_; }
+  int64_t end() const { return end_; }
 
+  // Moments of [begin, end): element i belongs to parameter element begin + i.
   float* exp_avg() { return m_.data(); }
   float* exp_avg_sq() { return v_.data(); }
   const float* exp_avg() const { return m_.data(); }
@@ -33,6 +39,7 @@ class AdamW {
   };
   std::vector<Range> ranges_;
   AdamWConfig config_;
+  int64_t begin_ = 0, end_ = 0;
   TrackedArray<float> m_, v_;
 };
 

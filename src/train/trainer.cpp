@@ -47,7 +47,8 @@ void validate(const ModelConfig& m, const LayoutConfig& layout, const TrainConfi
                                                    ") is more than --layers (" + std::to_string(m.layers) + ")");
   require(layout.pp == 1, "--pipeline-model-parallel-size " + std::to_string(layout.pp) +
                              ": pipeline parallelism is not available in this build yet");
-  require(layout.zero == 0, "--zero " + std::to_string(layout.zero) + ": ZeRO is not available in this build yet");
+  require(layout.zero <= 1, "--zero " + std::to_string(layout.zero) +
+                                ": ZeRO stages 2 and 3 are not available in this build yet (stage 1 is)");
   require(m.heads % layout.tp == 0, "--tensor-model-parallel-size " + std::to_string(layout.tp) +
                                         " must divide --heads " + std::to_string(m.heads));
   require(!layout.sequence_parallel || layout.tp > 1,
@@ -106,9 +107,14 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   parallel::TensorParallel tp;
   if (dist_) tp = {&dist_->tp(), layout_.sequence_parallel};
   model_ = std::make_unique<GPT>(model_config_, layout_, config_.seed, tp);
-  optimizer_ = std::make_unique<AdamW>(model_->table(), config_.adamw);
-  grad_sync_ = std::make_unique<parallel::GradientSync>(dist_ ? &dist_->dp() : nullptr, model_->table(),
-                                                        model_config_.layers);
+  if (layout_.zero >= 1 && layout_.dp > 1)
+    zero_ = std::make_unique<parallel::ZeroShards>(dist_->dp(), model_->num_params());
+  optimizer_ = zero_ ? std::make_unique<AdamW>(model_->table(), config_.adamw, zero_->begin(), zero_->end())
+                     : std::make_unique<AdamW>(model_->table(), config_.adamw);
+  if (layout_.zero >= 1 && layout_.dp == 1 && (!dist_ || dist_->rank() == 0))
+    std::fprintf(stderr, "lattice train: note: --zero %d with data-parallel size 1 shards nothing\n", layout_.zero);
+  grad_sync_ = std::make_unique<parallel::GradientSync>(dist_ && !zero_ ? &dist_->dp() : nullptr,
+                                                        model_->table(), model_config_.layers);
   if (!config_.resume.empty()) {
     checkpoint::load_weights(config_.resume, *model_);
     checkpoint::load_optimizer(config_.resume, *model_, *optimizer_);
@@ -150,6 +156,7 @@ StepResult Trainer::train_step() {
   }
   grad_sync_->finish(model_->grads());
   model_->finalize_grads();
+  if (zero_) zero_->reduce_scatter(model_->grads());
   if (dist_ && layout_.dp > 1) {
     float sum = float(loss_sum);
     dist_->dp().all_reduce({&sum, 1});
@@ -162,11 +169,14 @@ StepResult Trainer::train_step() {
   if (!std::isfinite(r.loss))
     throw TrainingError("loss is " + std::string(std::isnan(r.loss) ? "NaN" : "infinite") + " at step " +
                         std::to_string(r.step) + ": training stopped (lower --lr or check the data)");
-  r.grad_norm = model_->grad_norm();
+  // Under ZeRO-1 this rank holds (and updates) the gradient of its shard [begin, end) only.
+  const int64_t begin = optimizer_->begin(), end = optimizer_->end();
+  r.grad_norm = model_->grad_norm(begin, end, zero_ ? &dist_->dp() : nullptr);
   if (config_.clip_grad > 0 && r.grad_norm > config_.clip_grad)
-    scale_grads(model_->grads(), model_->num_params(), float(config_.clip_grad / r.grad_norm));
+    scale_grads(model_->grads() + begin, end - begin, float(config_.clip_grad / r.grad_norm));
   r.lr = schedule_.at(r.step);
   optimizer_->update(model_->params(), model_->grads(), r.lr, r.step);
+  if (zero_) zero_->all_gather(model_->params());
   model_->refresh_compute_weights();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
@@ -197,8 +207,11 @@ void Trainer::save(const std::string& dir) const {
   // Tensor-parallel shards are gathered into one rank's layout; world rank 0 writes.
   comm::Communicator* tp = dist_ ? &dist_->tp() : nullptr;
   const auto params = parallel::gather_full(tp, model_config_, model_->params());
-  const auto m = parallel::gather_full(tp, model_config_, optimizer_->exp_avg());
-  const auto v = parallel::gather_full(tp, model_config_, optimizer_->exp_avg_sq());
+  // Under ZeRO-1 the moments are first gathered over DP into this rank's full (TP-shard) layout.
+  const std::vector<float> m_local = zero_ ? zero_->gather(optimizer_->exp_avg()) : std::vector<float>();
+  const std::vector<float> v_local = zero_ ? zero_->gather(optimizer_->exp_avg_sq()) : std::vector<float>();
+  const auto m = parallel::gather_full(tp, model_config_, zero_ ? m_local.data() : optimizer_->exp_avg());
+  const auto v = parallel::gather_full(tp, model_config_, zero_ ? v_local.data() : optimizer_->exp_avg_sq());
   if (is_logging_rank())
     checkpoint::save_checkpoint(dir, model_config_, {params.data(), m.data(), v.data()}, state);
   if (dist_) dist_->world().barrier();

@@ -6,6 +6,7 @@
 #include "comm/distributed.hpp"
 #include "core/config.hpp"
 #include "parallel/data/grad_sync.hpp"
+#include "parallel/data/zero.hpp"
 #include "data/loader.hpp"
 #include "model/gpt.hpp"
 #include "train/lr_schedule.hpp"
@@ -47,6 +48,7 @@ class Trainer {
   LrSchedule schedule_;
   comm::Distributed* dist_ = nullptr;
   std::unique_ptr<parallel::GradientSync> grad_sync_;
+  std::unique_ptr<parallel::ZeroShards> zero_;  // ZeRO-1: this DP rank's optimizer shard
   int64_t step_ = 0;  // optimizer steps done
   int64_t activation_peak_ = 0;
 };

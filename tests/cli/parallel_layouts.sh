@@ -65,7 +65,9 @@ run tp2_sp 2 --tensor-model-parallel-size 2 --sequence-parallel
 run tp4_sp 4 --tensor-model-parallel-size 4 --sequence-parallel
 run dp2 2
 run tp2_dp2_selective 4 --tensor-model-parallel-size 2 --recompute selective
-for name in tp2 tp2_sp tp4_sp dp2 tp2_dp2_selective; do
+run zero1_dp4 4 --zero 1
+run zero1_tp2_dp2 4 --zero 1 --tensor-model-parallel-size 2 --sequence-parallel
+for name in tp2 tp2_sp tp4_sp dp2 tp2_dp2_selective zero1_dp4 zero1_tp2_dp2; do
   check "$name trains the one-rank model" compare "$name"
 done
 
@@ -79,6 +81,24 @@ for f in ['tp2.jsonl', 'tp2_sp.jsonl', 'tp4_sp.jsonl', 'tp2_dp2_selective.jsonl'
         for m, fo in zip(r['activation_bytes_per_layer'], r['activation_bytes_per_layer_formula']):
             if not (fo <= m <= 1.02 * fo): sys.exit('%s rank %d: %d vs %d' % (f, r['rank'], m, fo))
 "
+check "ZeRO-1 keeps 8Ψ/N_d optimizer bytes per rank (Ψ = this rank's TP shard)" "$PY" -c "
+import json, sys
+for f, dp in [('zero1_dp4.jsonl', 4), ('zero1_tp2_dp2.jsonl', 2), ('dp2.jsonl', 1)]:
+    for r in [json.loads(l) for l in open(f)][-1]['memory']['ranks']:
+        m = r['model_state_bytes']; psi = m['params'] / 4
+        want = 8 * psi / dp
+        if abs(m['optimizer'] - want) > 0.03 * want: sys.exit('%s rank %d: %s, want %d' % (f, r['rank'], m, want))
+"
+# A ZeRO-1 checkpoint of 4 data-parallel ranks resumes on one rank as if nothing had changed.
+timeout 300 mpirun --oversubscribe -np 4 "$LATTICE" train "${MODEL[@]}" --steps 2 --zero 1 --save ck_zero_half \
+  > zero_half.jsonl 2>/dev/null
+"$LATTICE" train "${MODEL[@]}" --resume ck_zero_half > zero_resumed.jsonl 2>/dev/null
+check "ZeRO-1 checkpoint resumes on another layout" "$PY" -c "
+import json, sys
+l = lambda f: [json.loads(x)['loss'] for x in open(f) if '\"event\":\"step\"' in x]
+a, b = l('one.jsonl')[2:], l('zero_resumed.jsonl')
+print(a, b)
+sys.exit(0 if len(b) == 2 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)) else 1)"
 check "SP keeps less than TP alone" "$PY" -c "
 import json, sys
 kept = lambda f: [json.loads(l) for l in open(f)][-1]['memory']['ranks'][0]['activation_bytes_per_layer'][0]
