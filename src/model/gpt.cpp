@@ -23,7 +23,6 @@ GPT::GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, pa
       seed_(seed),
       params_(table_.total(), "params"),
       grads_(table_.total(), "grads"),
-      kept_(size_t(model.layers)),
       kept_bytes_per_layer_(size_t(model.layers), 0) {
   if (layout_.activation_dtype == DType::bf16) params16_ = TrackedArray<uint16_t>(table_.total(), "bf16_weights");
   init_params(table_, params_.data(), seed, model.vocab);
@@ -108,18 +107,14 @@ GemmOperand GPT::head_operand(const Stored& head_in, const float* local32, int64
                     ws_.half.data() + ws_.half.size() - size_t(b * s * model_.hidden));
 }
 
-double GPT::forward(const MicroBatch& mb, uint64_t step, bool training, int64_t s, OutsideKept& out) {
+void GPT::embed_forward(const MicroBatch& mb, uint64_t step, bool training, int64_t s, OutsideKept& out) {
   const int64_t b = mb.rows, h = model_.hidden, N = b * s, sl = s_local(s), Nl = b * sl, p0 = pos0(s);
-  const DType dt = layout_.activation_dtype;
   const float dropout = training ? float(model_.dropout) : 0.0f;
-  const parallel::VocabShard vocab = vocab_shard();
-  ws_.ensure(b, s, h, model_.heads, vocab_local());
   float* x = ws_.resid.data();
-
   // Vocabulary-parallel embedding: each rank's rows, summed over TP (f̄, or ḡ under SP), + positions.
   out.tokens = TrackedBuffer(size_t(N) * 4, kEmbeddingLayer, "tokens");
   std::copy(mb.inputs, mb.inputs + N, static_cast<int32_t*>(out.tokens.data()));
-  parallel::embedding_tokens_forward(ws_.full2.data(), mb.inputs, params_.data() + table_.wte(), vocab, N, h);
+  parallel::embedding_tokens_forward(ws_.full2.data(), mb.inputs, params_.data() + table_.wte(), vocab_shard(), N, h);
   parallel::leave_forward(tp_, ws_.full2.data(), x, {b, s, h});
   add_positions(x, params_.data() + table_.wpe(), b, sl, p0, h);
   if (dropout > 0.0f) {
@@ -130,20 +125,13 @@ double GPT::forward(const MicroBatch& mb, uint64_t step, bool training, int64_t 
       dropout_mask_fill(mask + r * sl * h, st, uint64_t(((mb.first_row + r) * s + p0) * h), sl * h, dropout);
     dropout_forward(x, x, mask, Nl * h, dropout);
   }
+}
 
-  for (int l = 0; l < model_.layers; ++l) {
-    const LayerContext c = layer_context(l, step, training, b, mb.first_row, s);
-    const bool full = analysis::layer_fully_recomputed(layout_, l, model_.layers);
-    const bool keep_s2 = full || layout_.recompute != Recompute::selective;
-    layer_forward(x, kept_[size_t(l)], keep_s2, layer_weights(l), c, ws_);
-    if (!training) {
-      kept_[size_t(l)].release();
-      continue;
-    }
-    if (full) kept_[size_t(l)].release_all_but_input();
-    kept_bytes_per_layer_[size_t(l)] = MemoryTracker::activations().live_bytes_of_layer(l);
-  }
-
+double GPT::head_forward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
+  const int64_t b = mb.rows, h = model_.hidden, N = b * s, Nl = b * s_local(s);
+  const DType dt = layout_.activation_dtype;
+  const parallel::VocabShard vocab = vocab_shard();
+  const float* x = ws_.resid.data();
   // Final LayerNorm (on the local rows), tied output projection over this rank's vocabulary shard.
   out.lnf_in = Stored(Nl * h, dt, kHeadLayer, "lnf_input");
   out.lnf_in.store(x);
@@ -158,27 +146,17 @@ double GPT::forward(const MicroBatch& mb, uint64_t step, bool training, int64_t 
   run_head_gemm(logits, head_operand(out.head_in, ws_.ln.data(), b, s, false), N);
   std::vector<float> losses(static_cast<size_t>(N));
   parallel::cross_entropy_forward(tp_, logits, losses.data(), mb.targets, vocab, N);
-  if (training) {
-    const MemoryTracker& tracker = MemoryTracker::activations();
-    kept_bytes_outside_ = tracker.live_bytes_of_layer(kEmbeddingLayer) + tracker.live_bytes_of_layer(kHeadLayer);
-    kept_bytes_by_op_.clear();
-    for (const auto& [tag, bytes] : tracker.live_by_op())
-      if (tag.rfind("layer0/", 0) == 0 || tag.rfind("embedding/", 0) == 0 || tag.rfind("head/", 0) == 0)
-        kept_bytes_by_op_[tag] = bytes;
-  }
   double sum = 0.0;
   for (float v : losses) sum += double(v);
   return sum;
 }
 
-void GPT::backward(const MicroBatch& mb, uint64_t step, float loss_scale, int64_t s, OutsideKept& out) {
-  const int64_t b = mb.rows, h = model_.hidden, N = b * s, sl = s_local(s), Nl = b * sl, p0 = pos0(s);
+void GPT::head_backward(const MicroBatch& mb, float loss_scale, int64_t s, OutsideKept& out) {
+  const int64_t b = mb.rows, h = model_.hidden, N = b * s, Nl = b * s_local(s);
   const DType dt = layout_.activation_dtype;
   const parallel::VocabShard vocab = vocab_shard();
   float* dx = ws_.dresid.data();
-  float* dwte = grads_.data() + table_.wte();
-
-  // Head: dlogits (in place); dx = dlogits · wte_shard summed over TP (f, or g under SP);
+  // dlogits (in place); dx = dlogits · wte_shard summed over TP (f, or g under SP);
   // dwte_shard += dlogitsᵀ · head input.
   auto* dlogits = static_cast<float*>(out.logits.data());
   parallel::cross_entropy_backward(dlogits, dlogits, mb.targets, vocab, N, loss_scale);
@@ -190,7 +168,7 @@ void GPT::backward(const MicroBatch& mb, uint64_t step, float loss_scale, int64_
   gemm(gx, dlogits_op, weight_operand(table_.wte()), ws_.full2.data());
   GemmShape gw;
   gw.M = vocab.v_local, gw.N = h, gw.K = N, gw.trans_a = true, gw.accumulate = true;
-  gemm(gw, dlogits_op, head_in, dwte);
+  gemm(gw, dlogits_op, head_in, grads_.data() + table_.wte());
   parallel::enter_backward(tp_, ws_.full2.data(), ws_.g1.data(), {b, s, h});
   out.logits.reset(), out.head_in.reset();
 
@@ -200,9 +178,82 @@ void GPT::backward(const MicroBatch& mb, uint64_t step, float loss_scale, int64_
   layernorm_backward(dx, grads_.data() + table_.lnf_w(), grads_.data() + table_.lnf_b(), ws_.g1.data(), lnf_in,
                      params_.data() + table_.lnf_w(), mean, mean + Nl, Nl, h);
   out.lnf_in.reset(), out.lnf_stats.reset();
+}
 
-  for (int l = model_.layers - 1; l >= 0; --l) {
-    LayerKept& kept = kept_[size_t(l)];
+void GPT::embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
+  const int64_t b = mb.rows, h = model_.hidden, N = b * s, sl = s_local(s), Nl = b * sl;
+  float* dx = ws_.dresid.data();
+  if (model_.dropout > 0.0f)
+    dropout_backward(dx, dx, static_cast<const uint8_t*>(out.emb_mask.data()), Nl * h, float(model_.dropout));
+  position_grads(grads_.data() + table_.wpe(), dx, b, sl, pos0(s), h);
+  const float* dfull = parallel::leave_backward(tp_, dx, ws_.full2.data(), {b, s, h});
+  parallel::embedding_tokens_backward(grads_.data() + table_.wte(), dfull, mb.inputs, vocab_shard(), N, h);
+  out.tokens.reset(), out.emb_mask.reset();
+}
+
+double GPT::forward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, bool training, int64_t s, int l0, int l1,
+                          const float* x_in, float* x_out) {
+  const int64_t b = mb.rows, h = model_.hidden, Nl = b * s_local(s);
+  ws_.ensure(b, s, h, model_.heads, vocab_local());
+  MicroState& state = in_flight_[id];
+  if (state.layers.empty()) state.layers.resize(size_t(model_.layers));
+  ++state.chunks;
+  MemoryTracker& tracker = MemoryTracker::activations();
+  float* x = ws_.resid.data();
+  int64_t outside = 0;
+  if (l0 == 0) {
+    const int64_t before = tracker.live_bytes_of_layer(kEmbeddingLayer);
+    embed_forward(mb, step, training, s, state.outside);
+    outside += tracker.live_bytes_of_layer(kEmbeddingLayer) - before;
+  } else {
+    std::copy(x_in, x_in + Nl * h, x);
+  }
+  for (int l = l0; l < l1; ++l) {
+    const LayerContext c = layer_context(l, step, training, b, mb.first_row, s);
+    const bool full = analysis::layer_fully_recomputed(layout_, l, model_.layers);
+    const bool keep_s2 = full || layout_.recompute != Recompute::selective;
+    const int64_t before = tracker.live_bytes_of_layer(l);  // other micro-batches in flight
+    LayerKept& kept = state.layers[size_t(l)];
+    layer_forward(x, kept, keep_s2, layer_weights(l), c, ws_);
+    if (!training) {
+      kept.release();
+      continue;
+    }
+    if (full) kept.release_all_but_input();
+    kept_bytes_per_layer_[size_t(l)] = tracker.live_bytes_of_layer(l) - before;
+  }
+  double loss = 0.0;
+  if (l1 == model_.layers) {
+    const int64_t before = tracker.live_bytes_of_layer(kHeadLayer);
+    loss = head_forward(mb, s, state.outside);
+    outside += tracker.live_bytes_of_layer(kHeadLayer) - before;
+  } else {
+    std::copy(x, x + Nl * h, x_out);
+  }
+  if (training) {
+    if (l0 == 0) kept_bytes_outside_ = 0;
+    kept_bytes_outside_ += outside;
+    if (l0 == 0) {
+      kept_bytes_by_op_.clear();
+      for (const auto& [tag, bytes] : tracker.live_by_op())
+        if (tag.rfind("layer0/", 0) == 0 || tag.rfind("embedding/", 0) == 0 || tag.rfind("head/", 0) == 0)
+          kept_bytes_by_op_[tag] = bytes;
+    }
+  }
+  return loss;
+}
+
+void GPT::backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float loss_scale, int64_t s, int l0,
+                         int l1, const float* dx_in, float* dx_out) {
+  const int64_t b = mb.rows, h = model_.hidden, Nl = b * s_local(s);
+  MicroState& state = in_flight_.at(id);
+  float* dx = ws_.dresid.data();
+  if (l1 == model_.layers)
+    head_backward(mb, loss_scale, s, state.outside);
+  else
+    std::copy(dx_in, dx_in + Nl * h, dx);
+  for (int l = l1 - 1; l >= l0; --l) {
+    LayerKept& kept = state.layers[size_t(l)];
     const LayerContext c = layer_context(l, step, true, b, mb.first_row, s);
     const LayerWeights w = layer_weights(l);
     if (analysis::layer_fully_recomputed(layout_, l, model_.layers)) {
@@ -218,34 +269,33 @@ void GPT::backward(const MicroBatch& mb, uint64_t step, float loss_scale, int64_
     kept.release();
     if (layer_grads_ready_) layer_grads_ready_(l);
   }
-
-  if (model_.dropout > 0.0f)
-    dropout_backward(dx, dx, static_cast<const uint8_t*>(out.emb_mask.data()), Nl * h, float(model_.dropout));
-  position_grads(grads_.data() + table_.wpe(), dx, b, sl, p0, h);
-  const float* dfull = parallel::leave_backward(tp_, dx, ws_.full2.data(), {b, s, h});
-  parallel::embedding_tokens_backward(dwte, dfull, mb.inputs, vocab, N, h);
-  out.tokens.reset(), out.emb_mask.reset();
+  if (l0 == 0)
+    embed_backward(mb, s, state.outside);
+  else
+    std::copy(dx, dx + Nl * h, dx_out);
+  if (--state.chunks == 0) in_flight_.erase(id);
 }
 
 double GPT::forward_backward(const MicroBatch& mb, uint64_t step, float loss_scale) {
-  OutsideKept out;
-  const double loss = forward(mb, step, true, model_.seq_len, out);
-  backward(mb, step, loss_scale, model_.seq_len, out);
+  const double loss = forward_chunk(mb, 0, step, true, model_.seq_len, 0, model_.layers, nullptr, nullptr);
+  backward_chunk(mb, 0, step, loss_scale, model_.seq_len, 0, model_.layers, nullptr, nullptr);
   return loss;
 }
 
 double GPT::forward_loss(const MicroBatch& mb) {
-  OutsideKept out;
-  return forward(mb, 0, false, model_.seq_len, out);
+  const double loss = forward_chunk(mb, -1, 0, false, model_.seq_len, 0, model_.layers, nullptr, nullptr);
+  in_flight_.erase(-1);
+  return loss;
 }
 
 std::vector<float> GPT::next_token_probs(const int32_t* ids, int64_t len) {
   std::vector<int32_t> targets(size_t(len), 0);
   MicroBatch mb{ids, targets.data(), 1, 0};
-  OutsideKept out;
-  forward(mb, 0, false, len, out);
-  const auto* probs = static_cast<const float*>(out.logits.data()) + (len - 1) * vocab_local();
-  return std::vector<float>(probs, probs + model_.vocab);
+  forward_chunk(mb, -1, 0, false, len, 0, model_.layers, nullptr, nullptr);
+  const auto* probs = static_cast<const float*>(in_flight_.at(-1).outside.logits.data()) + (len - 1) * vocab_local();
+  std::vector<float> out(probs, probs + model_.vocab);
+  in_flight_.erase(-1);
+  return out;
 }
 
 void GPT::finalize_grads() {

@@ -55,6 +55,14 @@ class GPT {
   // Forward and backward of one micro-batch at optimizer step `step`; gradients accumulate,
   // scaled by loss_scale (1 / tokens in the global batch). Returns the micro-batch's loss sum.
   double forward_backward(const MicroBatch& mb, uint64_t step, float loss_scale);
+  // Pipeline stages run layers [l0, l1) of micro-batch `id` (several may be in flight): the chunk
+  // with l0 == 0 starts from the embedding, otherwise from x_in ([rows·s_local, h] activations);
+  // the chunk with l1 == layers ends with the loss (returned), otherwise writes x_out.
+  double forward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, bool training, int64_t s, int l0, int l1,
+                       const float* x_in, float* x_out);
+  // Its backward: from the loss (l1 == layers) or dx_in; down to the embedding (l0 == 0) or dx_out.
+  void backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float loss_scale, int64_t s, int l0, int l1,
+                      const float* dx_in, float* dx_out);
   // Forward only, no dropout, nothing kept: the loss sum of the micro-batch.
   double forward_loss(const MicroBatch& mb);
   // Probabilities of the next token after ids[0..len) (len <= seq_len), real vocabulary only.
@@ -73,11 +81,19 @@ class GPT {
     TrackedBuffer tokens, emb_mask, lnf_stats, logits;
     Stored lnf_in, head_in;
   };
-  double forward(const MicroBatch& mb, uint64_t step, bool training, int64_t s, OutsideKept& out);
+  // What one micro-batch keeps while it is in flight, per layer and outside the layers.
+  struct MicroState {
+    std::vector<LayerKept> layers;
+    OutsideKept outside;
+    int chunks = 0;  // forwards run minus backwards run
+  };
+  void embed_forward(const MicroBatch& mb, uint64_t step, bool training, int64_t s, OutsideKept& out);
+  double head_forward(const MicroBatch& mb, int64_t s, OutsideKept& out);
+  void head_backward(const MicroBatch& mb, float loss_scale, int64_t s, OutsideKept& out);
+  void embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out);
   int64_t s_local(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? s / tp_.size() : s; }
   int64_t pos0(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? tp_.rank() * (s / tp_.size()) : 0; }
   int64_t vocab_local() const { return table_.params()[0].shape[0]; }
-  void backward(const MicroBatch& mb, uint64_t step, float loss_scale, int64_t s, OutsideKept& out);
   LayerWeights layer_weights(int l) const;
   LayerGrads layer_grads(int l);
   LayerContext layer_context(int l, uint64_t step, bool training, int64_t rows, int64_t first_row,
@@ -94,7 +110,7 @@ class GPT {
   uint64_t seed_;
   TrackedArray<float> params_, grads_;
   TrackedArray<uint16_t> params16_;  // bf16 copy for the GEMMs when activations are bf16
-  std::vector<LayerKept> kept_;
+  std::map<int64_t, MicroState> in_flight_;  // by micro-batch id
   Workspace ws_;
   std::vector<int64_t> kept_bytes_per_layer_;
   int64_t kept_bytes_outside_ = 0;
