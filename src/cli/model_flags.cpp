@@ -73,6 +73,8 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
   app.add_option("--peak-flops", t.peak_flops, "peak FLOP/s for MFU (default: this CPU's GEMM peak)");
   app.add_option("--threads", t.threads, "OpenMP threads (default: all cores)");
   app.add_flag("--json", t.json, "JSON Lines on stdout");
+  app.add_option("--schedule", t.schedule, "pipeline schedule: gpipe | 1f1b | interleaved (with --virtual-stages)")
+      ->capture_default_str();
   app.add_flag("--comm-report", t.comm_report, "print the bytes each rank sent per group in the last step");
 }
 

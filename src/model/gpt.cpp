@@ -305,16 +305,19 @@ void GPT::finalize_grads() {
       tp_.group->all_reduce({grads_.data() + p.offset, size_t(p.numel)});
 }
 
-double GPT::grad_norm(int64_t begin, int64_t end, comm::Communicator* dp) {
+double GPT::grad_norm(int64_t begin, int64_t end, comm::Communicator* dp, comm::Communicator* pp,
+                      bool count_wte) {
   if (end < 0) end = table_.total();
   float sums[2] = {0.0f, 0.0f};  // squares of [TP-sharded, replicated] parameters
   for (const auto& p : table_.params()) {
+    if (!count_wte && p.offset == table_.wte()) continue;
     const int64_t b = std::max(p.offset, begin), e = std::min(p.offset + p.numel, end);
     if (b >= e) continue;
     const double n = lattice::grad_norm(grads_.data() + b, e - b);
     sums[p.split == Split::replicated ? 1 : 0] += float(n * n);
   }
   if (dp && dp->size() > 1) dp->all_reduce({sums, 2});
+  if (pp && pp->size() > 1) pp->all_reduce({sums, 2});
   if (tp_.active()) tp_.group->all_reduce({sums, 1});
   return std::sqrt(double(sums[0]) + double(sums[1]));
 }

@@ -46,7 +46,10 @@ class GPT {
   // Global L2 norm of the gradient over the whole model (shards summed over TP, replicas once).
   // Under ZeRO each data-parallel rank holds the gradient of [begin, end) only: the partial sums
   // are then added over `dp`.
-  double grad_norm(int64_t begin = 0, int64_t end = -1, comm::Communicator* dp = nullptr);
+  // Under pipeline parallelism each stage adds the squares of what it holds over `pp`; the tied
+  // embedding, held by the first and the last stage, is counted by the first only (count_wte).
+  double grad_norm(int64_t begin = 0, int64_t end = -1, comm::Communicator* dp = nullptr,
+                   comm::Communicator* pp = nullptr, bool count_wte = true);
   const parallel::TensorParallel& tensor_parallel() const { return tp_; }
   // Called after backward has finished layer l's gradients (data parallelism overlaps its
   // all-reduce with the layers below); empty = nothing to do.

@@ -24,7 +24,8 @@ struct TrainConfig {
   int64_t eval_every = 0, eval_batches = 8;
   double peak_flops = 0;  // for MFU; 0 = this machine's measured GEMM peak for the dtype
   bool json = false;
-  bool comm_report = false;  // bytes each rank sent per group in the last step
+  bool comm_report = false;
+  std::string schedule = "1f1b";  // pipeline schedule: gpipe | 1f1b | interleaved  // bytes each rank sent per group in the last step
   int threads = 0;  // 0 = OpenMP's default
 
   int accumulation_steps() const { return global_batch / micro_batch; }

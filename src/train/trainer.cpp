@@ -45,8 +45,17 @@ void validate(const ModelConfig& m, const LayoutConfig& layout, const TrainConfi
           "--recompute-layers applies to --recompute full only");
   require(layout.recompute_layers <= m.layers, "--recompute-layers (" + std::to_string(layout.recompute_layers) +
                                                    ") is more than --layers (" + std::to_string(m.layers) + ")");
-  require(layout.pp == 1, "--pipeline-model-parallel-size " + std::to_string(layout.pp) +
-                             ": pipeline parallelism is not available in this build yet");
+  if (layout.pp > 1) {
+    const int stages = layout.pp * layout.virtual_stages;
+    require(m.layers % stages == 0, "--layers " + std::to_string(m.layers) + " is not divisible by p·m = " +
+                                        std::to_string(stages) + " (pipeline stages × virtual stages)");
+    const int n_mb = t.global_batch / (t.micro_batch * layout.dp);
+    parallel::pipeline::validate_schedule(parallel::pipeline::parse_schedule_kind(t.schedule), layout.pp, n_mb,
+                                          layout.virtual_stages);
+    require(t.eval_every == 0, "--eval-every is not available with pipeline parallelism yet");
+  } else {
+    require(layout.virtual_stages == 1, "--virtual-stages needs --pipeline-model-parallel-size > 1");
+  }
   require(layout.zero <= 1, "--zero " + std::to_string(layout.zero) +
                                 ": ZeRO stages 2 and 3 are not available in this build yet (stage 1 is)");
   require(m.heads % layout.tp == 0, "--tensor-model-parallel-size " + std::to_string(layout.tp) +
@@ -107,6 +116,10 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   parallel::TensorParallel tp;
   if (dist_) tp = {&dist_->tp(), layout_.sequence_parallel};
   model_ = std::make_unique<GPT>(model_config_, layout_, config_.seed, tp);
+  if (layout_.pp > 1)
+    pipeline_ = std::make_unique<parallel::pipeline::Executor>(
+        *model_, dist_->pp(), parallel::pipeline::parse_schedule_kind(config_.schedule),
+        config_.global_batch / (config_.micro_batch * layout_.dp), layout_.virtual_stages, config_.micro_batch);
   if (layout_.zero >= 1 && layout_.dp > 1)
     zero_ = std::make_unique<parallel::ZeroShards>(dist_->dp(), model_->num_params());
   optimizer_ = zero_ ? std::make_unique<AdamW>(model_->table(), config_.adamw, zero_->begin(), zero_->end())
@@ -146,17 +159,34 @@ StepResult Trainer::train_step() {
   if (dist_) dist_->traffic().reset();
   parallel::conjugate_traffic() = {};
   double loss_sum = 0.0;
-  for (int64_t first = row0; first < row0 + rows; first += b) {
-    const bool last = first + b >= row0 + rows;  // only the last micro-batch synchronises gradients
-    if (last && grad_sync_->active())
-      model_->set_layer_grads_ready([this](int l) { grad_sync_->layer_ready(model_->grads(), l); });
-    train_loader_->fill(step_, first, int(b), inputs.data(), targets.data());
-    loss_sum += model_->forward_backward({inputs.data(), targets.data(), b, first}, uint64_t(step_), loss_scale);
-    model_->set_layer_grads_ready({});
+  if (pipeline_) {
+    loss_sum = pipeline_->run(uint64_t(step_), loss_scale, [&](int k, int32_t* in, int32_t* tgt) {
+      train_loader_->fill(step_, row0 + k * b, int(b), in, tgt);
+      return row0 + k * b;
+    });
+  } else {
+    for (int64_t first = row0; first < row0 + rows; first += b) {
+      const bool last = first + b >= row0 + rows;  // only the last micro-batch synchronises gradients
+      if (last && grad_sync_->active())
+        model_->set_layer_grads_ready([this](int l) { grad_sync_->layer_ready(model_->grads(), l); });
+      train_loader_->fill(step_, first, int(b), inputs.data(), targets.data());
+      loss_sum += model_->forward_backward({inputs.data(), targets.data(), b, first}, uint64_t(step_), loss_scale);
+      model_->set_layer_grads_ready({});
+    }
   }
   grad_sync_->finish(model_->grads());
+  if (pipeline_ && dist_->in_embedding_group() && dist_->embedding().size() > 1) {
+    // The tied embedding: the first stage's (input) and the last stage's (output) gradients summed.
+    const ParamInfo& wte = model_->table().params()[0];
+    dist_->embedding().all_reduce({model_->grads() + wte.offset, size_t(wte.numel)});
+  }
   model_->finalize_grads();
   if (zero_) zero_->reduce_scatter(model_->grads());
+  if (pipeline_) {
+    float sum = float(loss_sum);
+    dist_->pp().all_reduce({&sum, 1});
+    loss_sum = double(sum);
+  }
   if (dist_ && layout_.dp > 1) {
     float sum = float(loss_sum);
     dist_->dp().all_reduce({&sum, 1});
@@ -171,7 +201,9 @@ StepResult Trainer::train_step() {
                         std::to_string(r.step) + ": training stopped (lower --lr or check the data)");
   // Under ZeRO-1 this rank holds (and updates) the gradient of its shard [begin, end) only.
   const int64_t begin = optimizer_->begin(), end = optimizer_->end();
-  r.grad_norm = model_->grad_norm(begin, end, zero_ ? &dist_->dp() : nullptr);
+  const bool last_stage_of_many = pipeline_ && dist_->coords().pp_rank == layout_.pp - 1;
+  r.grad_norm = model_->grad_norm(begin, end, zero_ ? &dist_->dp() : nullptr, pipeline_ ? &dist_->pp() : nullptr,
+                                  !last_stage_of_many);
   if (config_.clip_grad > 0 && r.grad_norm > config_.clip_grad)
     scale_grads(model_->grads() + begin, end - begin, float(config_.clip_grad / r.grad_norm));
   r.lr = schedule_.at(r.step);
@@ -204,17 +236,45 @@ void Trainer::save(const std::string& dir) const {
                                      {"lr", config_.lr}, {"lr_schedule", config_.lr_schedule}}},
                           {"layout", {{"tp", layout_.tp}, {"pp", layout_.pp}, {"dp", layout_.dp},
                                       {"sequence_parallel", layout_.sequence_parallel}}}};
-  // Tensor-parallel shards are gathered into one rank's layout; world rank 0 writes.
+  // Pipeline stages contribute what they hold, tensor-parallel shards are gathered into one
+  // rank's layout; world rank 0 writes.
   comm::Communicator* tp = dist_ ? &dist_->tp() : nullptr;
-  const auto params = parallel::gather_full(tp, model_config_, model_->params());
+  const std::vector<float> params_local = owned_by_stage(model_->params());
+  const auto params = parallel::gather_full(tp, model_config_, params_local.data());
   // Under ZeRO-1 the moments are first gathered over DP into this rank's full (TP-shard) layout.
-  const std::vector<float> m_local = zero_ ? zero_->gather(optimizer_->exp_avg()) : std::vector<float>();
-  const std::vector<float> v_local = zero_ ? zero_->gather(optimizer_->exp_avg_sq()) : std::vector<float>();
-  const auto m = parallel::gather_full(tp, model_config_, zero_ ? m_local.data() : optimizer_->exp_avg());
-  const auto v = parallel::gather_full(tp, model_config_, zero_ ? v_local.data() : optimizer_->exp_avg_sq());
+  const std::vector<float> m_local = owned_by_stage(zero_ ? zero_->gather(optimizer_->exp_avg()).data()
+                                                         : optimizer_->exp_avg());
+  const std::vector<float> v_local = owned_by_stage(zero_ ? zero_->gather(optimizer_->exp_avg_sq()).data()
+                                                         : optimizer_->exp_avg_sq());
+  const auto m = parallel::gather_full(tp, model_config_, m_local.data());
+  const auto v = parallel::gather_full(tp, model_config_, v_local.data());
   if (is_logging_rank())
     checkpoint::save_checkpoint(dir, model_config_, {params.data(), m.data(), v.data()}, state);
   if (dist_) dist_->world().barrier();
+}
+
+std::vector<int> Trainer::local_layers() const {
+  std::vector<int> layers;
+  for (int l = 0; l < model_config_.layers; ++l)
+    if (!pipeline_ || pipeline_->owns_layer(l)) layers.push_back(l);
+  return layers;
+}
+
+std::vector<float> Trainer::owned_by_stage(const float* values) const {
+  std::vector<float> out(values, values + model_->num_params());
+  if (!pipeline_) return out;
+  // Each parameter from the stage that holds it: the embeddings from the first stage, the final
+  // LayerNorm from the last, every layer from its own; the stages' contributions are summed.
+  const auto& params = model_->table().params();
+  const int stage = dist_->coords().pp_rank, last = layout_.pp - 1;
+  for (size_t k = 0; k < params.size(); ++k) {
+    const bool owned = k < 2                   ? stage == 0
+                       : k >= params.size() - 2 ? stage == last
+                                               : pipeline_->owns_layer(int(k - 2) / 12);
+    if (!owned) std::fill(out.begin() + params[k].offset, out.begin() + params[k].offset + params[k].numel, 0.0f);
+  }
+  dist_->pp().all_reduce({out.data(), out.size()});
+  return out;
 }
 
 namespace {
@@ -275,7 +335,7 @@ int Trainer::run() {
                                   layout_.sequence_parallel, bytes_of(layout_.activation_dtype),
                                   model_config_.dropout > 0};
   std::vector<int64_t> formula;
-  for (int l = 0; l < model_config_.layers; ++l)
+  for (int l : local_layers())
     formula.push_back(analysis::layer_activation_bytes(shape, analysis::layer_fully_recomputed(layout_, l, model_config_.layers),
                                                        layout_.recompute == Recompute::selective));
   const auto& ms = MemoryTracker::model_states();
@@ -288,8 +348,7 @@ int Trainer::run() {
     mine.push_back(dist_ ? int64_t(dist_->traffic().total(comm::GroupKind(kind)).sent_bytes) : 0);
   mine.push_back(int64_t(parallel::conjugate_traffic().conjugate()));
   mine.push_back(int64_t(parallel::conjugate_traffic().regather));
-  const auto& per_layer = model_->kept_bytes_per_layer();
-  mine.insert(mine.end(), per_layer.begin(), per_layer.end());
+  for (int l : local_layers()) mine.push_back(model_->kept_bytes_per_layer()[size_t(l)]);
   const auto rows = gather_rows(dist_, mine);
   if (!log) return 0;
 

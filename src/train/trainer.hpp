@@ -7,6 +7,7 @@
 #include "core/config.hpp"
 #include "parallel/data/grad_sync.hpp"
 #include "parallel/data/zero.hpp"
+#include "parallel/pipeline/executor.hpp"
 #include "data/loader.hpp"
 #include "model/gpt.hpp"
 #include "train/lr_schedule.hpp"
@@ -49,6 +50,9 @@ class Trainer {
   comm::Distributed* dist_ = nullptr;
   std::unique_ptr<parallel::GradientSync> grad_sync_;
   std::unique_ptr<parallel::ZeroShards> zero_;  // ZeRO-1: this DP rank's optimizer shard
+  std::unique_ptr<parallel::pipeline::Executor> pipeline_;  // this rank's stage (p > 1)
+  std::vector<float> owned_by_stage(const float* values) const;  // pipeline: the whole model's values
+  std::vector<int> local_layers() const;
   int64_t step_ = 0;  // optimizer steps done
   int64_t activation_peak_ = 0;
 };

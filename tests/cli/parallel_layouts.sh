@@ -32,10 +32,10 @@ run() {  # run NAME NP FLAGS...
   check "$name: exit 0" test $? -eq 0
 }
 
-compare() {  # compare NAME: losses and weights against the one-rank run
-  "$PY" - "$1" <<'PYEOF'
+compare() {  # compare NAME [REFERENCE]: losses and weights against the one-rank run
+  "$PY" - "$1" "${2:-one}" <<'PYEOF'
 import json, struct, sys
-name = sys.argv[1]
+name, ref = sys.argv[1], sys.argv[2]
 def losses(f):
     return [json.loads(l)["loss"] for l in open(f) if '"event":"step"' in l]
 def tensors(d):
@@ -48,10 +48,10 @@ def tensors(d):
         b, e = v["data_offsets"]
         out[k] = struct.unpack("<%df" % ((e - b) // 4), raw[8 + n + b:8 + n + e])
     return out
-a, b = losses("one.jsonl"), losses(name + ".jsonl")
+a, b = losses(ref + ".jsonl"), losses(name + ".jsonl")
 assert len(a) == len(b) == 4, (a, b)
 worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-wa, wb = tensors("ck_one"), tensors("ck_" + name)
+wa, wb = tensors("ck_" + ref), tensors("ck_" + name)
 assert wa.keys() == wb.keys()
 wworst = max(abs(x - y) for k in wa for x, y in zip(wa[k], wb[k]))
 print("%s: losses within %.2e relative, weights within %.2e" % (name, worst, wworst))
@@ -70,6 +70,34 @@ run zero1_tp2_dp2 4 --zero 1 --tensor-model-parallel-size 2 --sequence-parallel
 for name in tp2 tp2_sp tp4_sp dp2 tp2_dp2_selective zero1_dp4 zero1_tp2_dp2; do
   check "$name trains the one-rank model" compare "$name"
 done
+
+# Pipeline schedules (4 layers, 4 micro-batches a step), alone and in 3D with TP + SP and DP.
+MODEL_SAVED=("${MODEL[@]}")
+MODEL=("${MODEL[@]}" --layers 4)
+run one_l4 1
+run pp2_gpipe 2 --pipeline-model-parallel-size 2 --schedule gpipe
+run pp2_1f1b 2 --pipeline-model-parallel-size 2 --schedule 1f1b
+run pp4_1f1b 4 --pipeline-model-parallel-size 4 --schedule 1f1b
+run pp2_interleaved 2 --pipeline-model-parallel-size 2 --schedule interleaved --virtual-stages 2
+run tp2_pp2_dp2_sp 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel
+for name in pp2_gpipe pp2_1f1b pp4_1f1b pp2_interleaved tp2_pp2_dp2_sp; do
+  check "$name trains the one-rank model" compare "$name" one_l4
+done
+# First-stage activation peak (eq. 5): 1F1B holds L layers' worth, interleaved × (1 + (p−1)/(p·m)),
+# GPipe n_mb micro-batches of L/p layers.
+check "first-stage activation peak follows eq. 5" "$PY" -c "
+import json, sys
+cases = [('pp2_1f1b.jsonl', 4 * 1.0), ('pp4_1f1b.jsonl', 4 * 1.0), ('pp2_interleaved.jsonl', 4 * 1.25),
+         ('pp2_gpipe.jsonl', 4 * 2 / 2 * 2)]
+for f, layers_worth in cases:
+    r = [x for x in [json.loads(l) for l in open(f)][-1]['memory']['ranks'] if x['pp_rank'] == 0][0]
+    per = r['activation_bytes_per_layer_formula'][0]
+    want = layers_worth * per
+    got = r['activation_peak_bytes']
+    print(f, got, want, got / want)
+    if not (want <= got <= 1.03 * want): sys.exit('%s: peak %d, eq. 5 says %d' % (f, got, want))
+"
+MODEL=("${MODEL_SAVED[@]}")
 
 # The summary reports every rank, with TP-divided kept bytes (Table 2's TP and TP+SP rows).
 check "tp4_sp reports 4 ranks" test "$("$PY" -c "import json; d=[json.loads(l) for l in open('tp4_sp.jsonl')][-1]; print(len(d['memory']['ranks']))")" -eq 4
