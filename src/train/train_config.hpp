@@ -25,6 +25,7 @@ struct TrainConfig {
   double peak_flops = 0;  // for MFU; 0 = this machine's measured GEMM peak for the dtype
   bool json = false;
   bool comm_report = false;
+  std::string trace;  // Chrome trace file (Perfetto), one track per rank
   std::string schedule = "1f1b";  // pipeline schedule: gpipe | 1f1b | interleaved  // bytes each rank sent per group in the last step
   int threads = 0;  // 0 = OpenMP's default
 

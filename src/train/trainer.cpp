@@ -13,6 +13,7 @@
 #include "parallel/tensor/gather.hpp"
 #include "core/error.hpp"
 #include "train/report.hpp"
+#include "train/trace.hpp"
 
 namespace lattice {
 
@@ -141,6 +142,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     dist_->dp().broadcast({model_->params(), size_t(model_->num_params())}, 0);
     model_->refresh_compute_weights();
   }
+  if (!config_.trace.empty()) Trace::instance().enable();
   schedule_ = LrSchedule{config_.lr_schedule, config_.lr, config_.min_lr, config_.warmup, config_.steps};
 }
 
@@ -170,7 +172,16 @@ StepResult Trainer::train_step() {
       if (last && grad_sync_->active())
         model_->set_layer_grads_ready([this](int l) { grad_sync_->layer_ready(model_->grads(), l); });
       train_loader_->fill(step_, first, int(b), inputs.data(), targets.data());
-      loss_sum += model_->forward_backward({inputs.data(), targets.data(), b, first}, uint64_t(step_), loss_scale);
+      const int64_t k = (first - row0) / b;
+      const MicroBatch mb{inputs.data(), targets.data(), b, first};
+      {
+        TraceSpan span(Trace::Kind::forward, k, 0, step_);
+        loss_sum += model_->forward_chunk(mb, 0, uint64_t(step_), true, model_config_.seq_len, 0,
+                                          model_config_.layers, nullptr, nullptr);
+      }
+      TraceSpan span(Trace::Kind::backward, k, 0, step_);
+      model_->backward_chunk(mb, 0, uint64_t(step_), loss_scale, model_config_.seq_len, 0, model_config_.layers,
+                             nullptr, nullptr);
       model_->set_layer_grads_ready({});
     }
   }
@@ -199,6 +210,7 @@ StepResult Trainer::train_step() {
   if (!std::isfinite(r.loss))
     throw TrainingError("loss is " + std::string(std::isnan(r.loss) ? "NaN" : "infinite") + " at step " +
                         std::to_string(r.step) + ": training stopped (lower --lr or check the data)");
+  TraceSpan optimizer_span(Trace::Kind::optimizer, -1, -1, step_ - 1);
   // Under ZeRO-1 this rank holds (and updates) the gradient of its shard [begin, end) only.
   const int64_t begin = optimizer_->begin(), end = optimizer_->end();
   const bool last_stage_of_many = pipeline_ && dist_->coords().pp_rank == layout_.pp - 1;
@@ -328,6 +340,8 @@ int Trainer::run() {
     }
   }
   if (!config_.save.empty()) save(config_.save);
+  if (!config_.trace.empty()) Trace::instance().write(config_.trace, dist_ ? &dist_->world() : nullptr,
+                                                      dist_ ? dist_->rank() : 0);
 
   // Summary: the memory the tracking allocator measured on every rank, the formula beside it.
   analysis::ActivationShape shape{model_config_.seq_len, config_.micro_batch, model_config_.hidden,

@@ -97,6 +97,16 @@ for f, layers_worth in cases:
     print(f, got, want, got / want)
     if not (want <= got <= 1.03 * want): sys.exit('%s: peak %d, eq. 5 says %d' % (f, got, want))
 "
+# --trace: a Chrome trace with one track per rank, a forward and a backward per micro-batch and step.
+run pp4_trace 4 --pipeline-model-parallel-size 4 --trace trace.json
+check "trace: one track per rank, every forward and backward" "$PY" -c "
+import json, sys, collections
+ev = json.load(open('trace.json'))['traceEvents']
+tracks = [e for e in ev if e['ph'] == 'M']
+count = collections.Counter((e['tid'], e['cat']) for e in ev if e['ph'] == 'X')
+ok = len(tracks) == 4 and all(count[(r, 'forward')] == 4 * 4 and count[(r, 'backward')] == 4 * 4 for r in range(4))
+ok = ok and all(count[(r, 'optimizer')] == 4 for r in range(4)) and count[(1, 'receive')] == 2 * 4 * 4
+sys.exit(0 if ok else 'trace: %d tracks, %s' % (len(tracks), dict(count)))"
 MODEL=("${MODEL_SAVED[@]}")
 
 # The summary reports every rank, with TP-divided kept bytes (Table 2's TP and TP+SP rows).

@@ -2,6 +2,8 @@
 
 #include <deque>
 
+#include "train/trace.hpp"
+
 namespace lattice::parallel::pipeline {
 
 namespace {
@@ -49,16 +51,23 @@ double Executor::run(uint64_t step, float loss_scale, const MicroBatchSource& so
     const auto [l0, l1] = layers_of(a.stage);
     const bool forward = a.pass == Pass::forward;
     const int tag = forward ? kActivationTag : kGradientTag;
-    if (a.recv_from != kNoPeer) pp_.recv({in.data(), in.size()}, a.recv_from, tag);
-    if (forward)
-      loss += model_.forward_chunk(mb, a.micro_batch, step, true, s, l0, l1, in.data(), out.data());
-    else
-      model_.backward_chunk(mb, a.micro_batch, step, loss_scale, s, l0, l1, in.data(), out.data());
+    if (a.recv_from != kNoPeer) {
+      TraceSpan span(Trace::Kind::receive, a.micro_batch, a.chunk, int64_t(step));
+      pp_.recv({in.data(), in.size()}, a.recv_from, tag);
+    }
+    {
+      TraceSpan span(forward ? Trace::Kind::forward : Trace::Kind::backward, a.micro_batch, a.chunk, int64_t(step));
+      if (forward)
+        loss += model_.forward_chunk(mb, a.micro_batch, step, true, s, l0, l1, in.data(), out.data());
+      else
+        model_.backward_chunk(mb, a.micro_batch, step, loss_scale, s, l0, l1, in.data(), out.data());
+    }
     if (a.send_to != kNoPeer) {
       outgoing.push_back(out);
       sends.push_back(pp_.send_async({outgoing.back().data(), outgoing.back().size()}, a.send_to, tag));
     }
   }
+  TraceSpan span(Trace::Kind::send, -1, -1, int64_t(step));
   for (auto& h : sends) h.wait();
   return loss;
 }
