@@ -7,6 +7,7 @@ int run_train(int argc, char** argv);
 int run_eval(int argc, char** argv);
 int run_sample(int argc, char** argv);
 int run_plan(int argc, char** argv);
+int run_bench(int argc, char** argv);
 int run_groups(int argc, char** argv);
 int run_schedule(int argc, char** argv);
 }  // namespace lattice::cli

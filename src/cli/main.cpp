@@ -18,6 +18,7 @@ const Command kCommands[] = {
     {"eval", lattice::cli::run_eval, "evaluate a checkpoint on a token file"},
     {"sample", lattice::cli::run_sample, "generate text from a checkpoint"},
     {"plan", lattice::cli::run_plan, "memory, FLOPs and time of a layout; search the best layout"},
+    {"bench", lattice::cli::run_bench, "measure this machine's GEMM rates and bandwidth (plan's cpu preset)"},
     {"groups", lattice::cli::run_groups, "print the TP/DP/PP/embedding process groups of a layout"},
     {"schedule", lattice::cli::run_schedule, "simulate a pipeline schedule: bubble, activations held, timeline SVG"},
 };

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# `lattice bench` measures this machine; `lattice plan --hardware FILE.json` plans with what it measured.
+set -u
+LATTICE=$1
+SCRATCH=$2
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
+failures=0
+check() {
+  local what=$1; shift
+  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; failures=$((failures + 1)); fi
+}
+"$LATTICE" bench --seconds 0.2 --json > cpu.json
+check "bench exits 0" test $? -eq 0
+check "bench reports positive rates" python3 -c "
+import json, sys
+d = json.load(open('cpu.json'))
+sys.exit(0 if d['event'] == 'bench' and d['gemm_fp32_flops'] > 1e9 and d['gemm_bf16_flops'] > 1e9 and d['memory_bandwidth'] > 1e8 else 1)"
+SHAPE=(--layers 4 --hidden 128 --heads 4 --seq-len 64 --vocab 256 --micro-batch 4 --global-batch 4 --activation-dtype fp32 --json)
+"$LATTICE" plan --hardware cpu.json "${SHAPE[@]}" > measured.json
+"$LATTICE" plan --hardware cpu "${SHAPE[@]}" > preset.json
+check "plan uses the measured rates" python3 -c "
+import json, sys
+a, b = json.load(open('measured.json')), json.load(open('preset.json'))
+sys.exit(0 if a['predicted_iteration_s'] > 0 and a['predicted_iteration_s'] != b['predicted_iteration_s'] else 1)"
+echo '{"event":"bench"}' > broken.json
+"$LATTICE" plan --hardware broken.json "${SHAPE[@]}" > /dev/null 2> err.txt
+check "a broken bench file: exit 1 with one line" test $? -eq 1 -a "$(wc -l < err.txt)" -eq 1
+check "names the file" grep -q "broken.json" err.txt
+"$LATTICE" bench --seconds 0 > /dev/null 2> err.txt
+check "bad --seconds: exit 1" test $? -eq 1
+echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
+[ "$failures" -eq 0 ]
