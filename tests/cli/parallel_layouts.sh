@@ -80,7 +80,8 @@ run pp2_1f1b 2 --pipeline-model-parallel-size 2 --schedule 1f1b
 run pp4_1f1b 4 --pipeline-model-parallel-size 4 --schedule 1f1b
 run pp2_interleaved 2 --pipeline-model-parallel-size 2 --schedule interleaved --virtual-stages 2
 run tp2_pp2_dp2_sp 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel
-for name in pp2_gpipe pp2_1f1b pp4_1f1b pp2_interleaved tp2_pp2_dp2_sp; do
+run pp2_full_recompute 2 --pipeline-model-parallel-size 2 --recompute full --recompute-layers 1
+for name in pp2_gpipe pp2_1f1b pp4_1f1b pp2_interleaved tp2_pp2_dp2_sp pp2_full_recompute; do
   check "$name trains the one-rank model" compare "$name" one_l4
 done
 # First-stage activation peak (eq. 5): 1F1B holds L layers' worth, interleaved × (1 + (p−1)/(p·m)),
@@ -172,9 +173,11 @@ bad_layout "world not divisible by t" "not divisible" 3 --tensor-model-parallel-
 bad_layout "t not dividing heads" "must divide --heads" 3 --tensor-model-parallel-size 3
 bad_layout "SP without TP" "sequence-parallel" 2 --sequence-parallel
 bad_layout "more ranks asked than exist" "needs at least" 2 --tensor-model-parallel-size 4
+bad_layout "layers not divisible by p·m" "not divisible by p·m" 2 --pipeline-model-parallel-size 2 --schedule interleaved --virtual-stages 2
+bad_layout "micro-batches the schedule cannot run" "multiple" 2 --pipeline-model-parallel-size 2 --schedule interleaved --virtual-stages 2 --layers 4 --global-batch 6
 
 # A rank that dies mid-run (SIGKILL) makes every rank stop within seconds, never a hang.
-mpirun --oversubscribe -np 2 "$LATTICE" train "${MODEL[@]}" --steps 100000 --tensor-model-parallel-size 2 \
+mpirun --oversubscribe -np 2 "$LATTICE" train "${MODEL[@]}" --steps 100000 --pipeline-model-parallel-size 2 \
   > die.out 2> die.err &
 MPIPID=$!
 sleep 4
