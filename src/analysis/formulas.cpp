@@ -97,10 +97,14 @@ double hardware_flops_paper(const FlopsShape& f, Recompute r) {
   return hardware_flops_counted(f, r);
 }
 
-double tp_conjugate_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int64_t n_mb, int bytes) {
+double tp_conjugate_bytes_per_layer(int64_t s, int64_t b, int64_t h, int t, int64_t n_mb, int bytes) {
   if (t <= 1) return 0.0;
-  const double n = double(s * b * h) * bytes;
-  return double(n_mb) * (4.0 * layers + 2.0) * 2.0 * double(t - 1) / double(t) * n;
+  return double(n_mb) * 4.0 * 2.0 * double(t - 1) / double(t) * double(s * b * h) * bytes;
+}
+
+double tp_conjugate_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int64_t n_mb, int bytes) {
+  // Every layer's share, plus the embedding's f̄ and the head's f: half a layer's worth.
+  return tp_conjugate_bytes_per_layer(s, b, h, t, n_mb, bytes) * (double(layers) + 0.5);
 }
 
 double dp_gradient_bytes_per_step(int64_t psi, int dp, int bytes) {

@@ -81,6 +81,8 @@ double hardware_flops_paper(const FlopsShape& f, Recompute r);
 // (4L + 2) · 2(t−1)/t · sbh·bytes. Under SP each all-reduce becomes a reduce-scatter plus an
 // all-gather (ḡ/g and their backwards), which is the same number of bytes (paper §4.3).
 double tp_conjugate_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int64_t n_mb, int bytes = 4);
+// One layer's share of it: 4 · 2(t−1)/t · sbh·bytes per micro-batch.
+double tp_conjugate_bytes_per_layer(int64_t s, int64_t b, int64_t h, int t, int64_t n_mb, int bytes = 4);
 // Data-parallel gradient all-reduce per step for psi parameters on this rank: 2(N_d−1)/N_d · psi·bytes.
 double dp_gradient_bytes_per_step(int64_t psi, int dp, int bytes = 4);
 

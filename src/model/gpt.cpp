@@ -23,11 +23,19 @@ GPT::GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, pa
       seed_(seed),
       params_(table_.total(), "params"),
       grads_(table_.total(), "grads"),
-      kept_bytes_per_layer_(size_t(model.layers), 0) {
+      kept_bytes_per_layer_(size_t(model.layers), 0),
+      tp_bytes_per_layer_(size_t(model.layers), 0.0) {
   if (layout_.activation_dtype == DType::bf16) params16_ = TrackedArray<uint16_t>(table_.total(), "bf16_weights");
   init_params(table_, params_.data(), seed, model.vocab);
   refresh_compute_weights();
 }
+
+namespace {
+double layer_tp_bytes() {
+  const parallel::ConjugateTraffic& t = parallel::conjugate_traffic();
+  return t.conjugate() + t.regather;
+}
+}  // namespace
 
 void GPT::zero_grads() { std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f); }
 
@@ -214,7 +222,9 @@ double GPT::forward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, bool 
     const bool keep_s2 = full || layout_.recompute != Recompute::selective;
     const int64_t before = tracker.live_bytes_of_layer(l);  // other micro-batches in flight
     LayerKept& kept = state.layers[size_t(l)];
+    const double sent = layer_tp_bytes();
     layer_forward(x, kept, keep_s2, layer_weights(l), c, ws_);
+    if (training) tp_bytes_per_layer_[size_t(l)] += layer_tp_bytes() - sent;
     if (!training) {
       kept.release();
       continue;
@@ -256,6 +266,7 @@ void GPT::backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float 
     LayerKept& kept = state.layers[size_t(l)];
     const LayerContext c = layer_context(l, step, true, b, mb.first_row, s);
     const LayerWeights w = layer_weights(l);
+    const double sent = layer_tp_bytes();
     if (analysis::layer_fully_recomputed(layout_, l, model_.layers)) {
       // Re-run the whole layer from its kept input; the output is not needed again.
       float* x = ws_.resid.data();
@@ -266,6 +277,7 @@ void GPT::backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float 
       layer_recompute_attention(kept, c, ws_);
     }
     layer_backward(dx, kept, w, layer_grads(l), c, ws_);
+    tp_bytes_per_layer_[size_t(l)] += layer_tp_bytes() - sent;
     kept.release();
     if (layer_grads_ready_) layer_grads_ready_(l);
   }

@@ -77,6 +77,10 @@ class GPT {
   int64_t kept_bytes_outside_layers() const { return kept_bytes_outside_; }
   // The same, per "layer/op" tag (first layer and outside parts), at the end of the last forward.
   const std::map<std::string, int64_t>& kept_bytes_by_op() const { return kept_bytes_by_op_; }
+  // Bytes each layer sent through the tensor-parallel operators (f, f̄, g, ḡ and SP's re-gathers),
+  // forward and backward, since the last reset: the per-layer communication report.
+  const std::vector<double>& tp_bytes_per_layer() const { return tp_bytes_per_layer_; }
+  void reset_tp_bytes_per_layer() { tp_bytes_per_layer_.assign(size_t(model_.layers), 0.0); }
 
  private:
   // What a forward keeps outside the layers (embedding and head), tracked like the layers.
@@ -118,6 +122,7 @@ class GPT {
   std::vector<int64_t> kept_bytes_per_layer_;
   int64_t kept_bytes_outside_ = 0;
   std::map<std::string, int64_t> kept_bytes_by_op_;
+  std::vector<double> tp_bytes_per_layer_;
   std::function<void(int)> layer_grads_ready_;
 };
 

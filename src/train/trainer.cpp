@@ -160,6 +160,7 @@ StepResult Trainer::train_step() {
   MemoryTracker::activations().reset_peak();
   if (dist_) dist_->traffic().reset();
   parallel::conjugate_traffic() = {};
+  model_->reset_tp_bytes_per_layer();
   double loss_sum = 0.0;
   if (pipeline_) {
     loss_sum = pipeline_->run(uint64_t(step_), loss_scale, [&](int k, int32_t* in, int32_t* tgt) {
@@ -391,6 +392,8 @@ int Trainer::run() {
 
   const double tokens_per_s = timed_steps ? double(tokens) * double(timed_steps) / total_s : 0.0;
   const double mfu = timed_steps ? step_flops * double(timed_steps) / total_s / peak / world : 0.0;
+  std::vector<double> rank0_layer_bytes;
+  for (int l : local_layers()) rank0_layer_bytes.push_back(model_->tp_bytes_per_layer()[size_t(l)]);
   if (config_.json) {
     nlohmann::json ranks = nlohmann::json::array();
     for (const auto& m : reports) ranks.push_back(memory_json(m));
@@ -402,13 +405,27 @@ int Trainer::run() {
                               {"mfu", mfu},
                               {"parameters", model_config_.num_params()},
                               {"memory", {{"ranks", ranks}}},
-                              {"comm", {{"ranks", comm_ranks}}}};
+                              {"comm", {{"ranks", comm_ranks}, {"rank0_tp_bytes_per_layer", rank0_layer_bytes},
+                                        {"tp_bytes_per_layer_formula",
+                                         analysis::tp_conjugate_bytes_per_layer(model_config_.seq_len,
+                                                                                config_.micro_batch,
+                                                                                model_config_.hidden,
+                                                                                layout_.tp, n_mb)}}}};
     std::cout << summary.dump() << "\n" << std::flush;
   } else {
     std::fprintf(stderr, "done: %lld steps, loss %.4f -> %.4f, %.0f tokens/s, MFU %.1f%%\n", (long long)step_,
                  first_loss, last_loss, tokens_per_s, mfu * 100);
     print_memory_table(reports[0]);
-    if (config_.comm_report) print_comm_report(comm_ranks);
+    if (config_.comm_report) {
+      print_comm_report(comm_ranks);
+      std::fprintf(stderr, "  rank 0, tp bytes per layer (forward + backward, all micro-batches):");
+      for (int l : local_layers())
+        std::fprintf(stderr, " L%d %s", l, human_bytes(model_->tp_bytes_per_layer()[size_t(l)]).c_str());
+      std::fprintf(stderr, "\n  per layer by the formula: 4·2(t-1)/t·sbh·4·n_mb = %s\n",
+                   human_bytes(analysis::tp_conjugate_bytes_per_layer(model_config_.seq_len, config_.micro_batch,
+                                                                      model_config_.hidden, layout_.tp, n_mb))
+                       .c_str());
+    }
   }
   return 0;
 }

@@ -155,6 +155,14 @@ for f in ['tp2.jsonl', 'tp2_sp.jsonl', 'tp4_sp.jsonl', 'dp2.jsonl', 'tp2_dp2_sel
         if abs(r['tp_conjugate'] - r['tp_conjugate_formula']) > 1: sys.exit('%s: tp %s' % (f, r))
         if not (0 <= r['dp'] - r['dp_gradients_formula'] <= 16): sys.exit('%s: dp %s' % (f, r))
 "
+check "TP bytes per layer equal 4·2(t-1)/t·sbh·4 per micro-batch (no SP)" "$PY" -c "
+import json, sys
+for f in ['tp2.jsonl', 'tp4_sp.jsonl']:
+    c = [json.loads(l) for l in open(f)][-1]['comm']
+    per, want = c['rank0_tp_bytes_per_layer'], c['tp_bytes_per_layer_formula']
+    extra = 0 if f == 'tp2.jsonl' else want / 4   # SP re-gathers two inputs a layer: 2 of the 8 halves
+    if not all(abs(x - want - extra) < 1 for x in per): sys.exit('%s: %s vs %s' % (f, per, want))
+"
 check "DP ranks report DP traffic" "$PY" -c "
 import json, sys
 d = [json.loads(l) for l in open('dp2.jsonl')][-1]
