@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "analysis/formulas.hpp"
+#include "core/error.hpp"
 #include "kernels/dropout.hpp"
-#include "kernels/embedding.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
 #include "model/transformer_layer.hpp"
@@ -301,6 +301,7 @@ double GPT::forward_loss(const MicroBatch& mb) {
 }
 
 std::vector<float> GPT::next_token_probs(const int32_t* ids, int64_t len) {
+  require(!tp_.active(), "sampling runs on one rank (the logits of a vocabulary shard are partial)");
   std::vector<int32_t> targets(size_t(len), 0);
   MicroBatch mb{ids, targets.data(), 1, 0};
   forward_chunk(mb, -1, 0, false, len, 0, model_.layers, nullptr, nullptr);

@@ -4,6 +4,7 @@
 // shard of the model is a range of offsets.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.hpp"
@@ -35,6 +36,7 @@ struct LayerTensors {
 
 class ParamTable {
  public:
+  static constexpr size_t kTensorsPerLayer = 12;
   // The shard of tensor-parallel rank tp_rank of tp_size (the whole model when tp_size is 1).
   explicit ParamTable(const ModelConfig& config, int tp_size = 1, int tp_rank = 0);
   int tp_size() const { return tp_size_; }
@@ -50,9 +52,20 @@ class ParamTable {
   int64_t wpe() const { return params_[1].offset; }  // [s, h]
   int64_t lnf_w() const { return params_[params_.size() - 2].offset; }
   int64_t lnf_b() const { return params_[params_.size() - 1].offset; }
+  // The flat offsets [begin, end) of layer l's twelve tensors (contiguous), and the layer a
+  // tensor of the table belongs to (-1 for the embeddings and the final LayerNorm).
+  std::pair<int64_t, int64_t> layer_range(int l) const {
+    const ParamInfo& first = params_[2 + size_t(l) * kTensorsPerLayer];
+    const ParamInfo& last = params_[2 + size_t(l) * kTensorsPerLayer + kTensorsPerLayer - 1];
+    return {first.offset, last.offset + last.numel};
+  }
+  int layer_of(size_t tensor) const {
+    if (tensor < 2 || tensor >= params_.size() - 2) return -1;
+    return int((tensor - 2) / kTensorsPerLayer);
+  }
   template <class T>
   LayerTensors<T> layer(T* base, int l) const {
-    const ParamInfo* p = &params_[2 + size_t(l) * 12];
+    const ParamInfo* p = &params_[2 + size_t(l) * kTensorsPerLayer];
     return {base + p[0].offset, base + p[1].offset, base + p[2].offset,  base + p[3].offset,
             base + p[4].offset, base + p[5].offset, base + p[6].offset,  base + p[7].offset,
             base + p[8].offset, base + p[9].offset, base + p[10].offset, base + p[11].offset};

@@ -1,11 +1,9 @@
 #include "train/trace.hpp"
 
-#include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/atomic_dir.hpp"
-#include "comm/communicator.hpp"
+#include "comm/gather_int64.hpp"
 
 namespace lattice {
 
@@ -23,28 +21,10 @@ void Trace::record(Kind kind, int64_t start_us, int64_t end_us, int64_t micro_ba
 }
 
 void Trace::write(const std::string& path, comm::Communicator* world, int rank) const {
-  // Gather every rank's events: counts first, then the padded lists (int64 carried in float pairs).
-  const int ranks = world ? world->size() : 1;
-  std::vector<std::vector<int64_t>> all(static_cast<size_t>(ranks));
-  if (!world || ranks == 1) {
-    all[0] = events_;
-  } else {
-    float mine = float(events_.size()), most = mine;
-    world->all_reduce({&most, 1}, comm::ReduceOp::max);
-    (void)mine;
-    const size_t n = size_t(most) + 1;  // +1: the real length first
-    std::vector<int64_t> padded(n, 0);
-    padded[0] = int64_t(events_.size());
-    std::copy(events_.begin(), events_.end(), padded.begin() + 1);
-    std::vector<float> send(n * 2), recv(n * 2 * size_t(ranks));
-    std::memcpy(send.data(), padded.data(), n * 8);
-    world->all_gather({send.data(), send.size()}, {recv.data(), recv.size()});
-    for (int r = 0; r < ranks; ++r) {
-      std::vector<int64_t> row(n);
-      std::memcpy(row.data(), recv.data() + size_t(r) * n * 2, n * 8);
-      all[size_t(r)].assign(row.begin() + 1, row.begin() + 1 + row[0]);
-    }
-  }
+  // Every rank's events, gathered to all (only rank 0 writes).
+  const std::vector<std::vector<int64_t>> all =
+      world && world->size() > 1 ? comm::all_gather_int64(*world, events_) : std::vector<std::vector<int64_t>>{events_};
+  const int ranks = int(all.size());
   if (rank != 0) return;
   static const char* names[] = {"forward", "backward", "receive", "send", "optimizer"};
   nlohmann::json events = nlohmann::json::array();

@@ -10,6 +10,7 @@
 
 #include "analysis/formulas.hpp"
 #include "checkpoint/checkpoint.hpp"
+#include "comm/gather_int64.hpp"
 #include "parallel/tensor/gather.hpp"
 #include "core/error.hpp"
 #include "train/report.hpp"
@@ -137,10 +138,6 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
                                                         config_.seed, config_.shuffle);
   } else if (!config_.init.empty()) {
     checkpoint::load_weights(config_.init, *model_);
-  }
-  if (dist_ && layout_.dp > 1) {  // every data-parallel replica starts from rank 0's weights
-    dist_->dp().broadcast({model_->params(), size_t(model_->num_params())}, 0);
-    model_->refresh_compute_weights();
   }
   if (!config_.trace.empty()) Trace::instance().enable();
   schedule_ = LrSchedule{config_.lr_schedule, config_.lr, config_.min_lr, config_.warmup, config_.steps};
@@ -281,9 +278,8 @@ std::vector<float> Trainer::owned_by_stage(const float* values) const {
   const auto& params = model_->table().params();
   const int stage = dist_->coords().pp_rank, last = layout_.pp - 1;
   for (size_t k = 0; k < params.size(); ++k) {
-    const bool owned = k < 2                   ? stage == 0
-                       : k >= params.size() - 2 ? stage == last
-                                               : pipeline_->owns_layer(int(k - 2) / 12);
+    const int layer = model_->table().layer_of(k);
+    const bool owned = layer >= 0 ? pipeline_->owns_layer(layer) : (k < 2 ? stage == 0 : stage == last);
     if (!owned) std::fill(out.begin() + params[k].offset, out.begin() + params[k].offset + params[k].numel, 0.0f);
   }
   dist_->pp().all_reduce({out.data(), out.size()});
@@ -292,21 +288,21 @@ std::vector<float> Trainer::owned_by_stage(const float* values) const {
 
 namespace {
 
-// Every rank's measured numbers, gathered to all ranks (int64 carried bit for bit in float pairs).
+// Every rank's measured numbers, gathered to all ranks.
 std::vector<std::vector<int64_t>> gather_rows(comm::Distributed* dist, const std::vector<int64_t>& mine) {
   if (!dist || dist->world_size() == 1) return {mine};
-  const size_t n = mine.size() * 2;
-  std::vector<float> send(n), recv(n * size_t(dist->world_size()));
-  std::memcpy(send.data(), mine.data(), n * 4);
-  dist->world().all_gather({send.data(), n}, {recv.data(), recv.size()});
-  std::vector<std::vector<int64_t>> rows(size_t(dist->world_size()), std::vector<int64_t>(mine.size()));
-  for (size_t r = 0; r < rows.size(); ++r) std::memcpy(rows[r].data(), recv.data() + r * n, n * 4);
-  return rows;
+  return comm::all_gather_int64(dist->world(), mine);
 }
 
 }  // namespace
 
 int Trainer::run() {
+  // Every data-parallel replica starts from rank 0's weights. (Here, not in the constructor: the
+  // constructor may fail on one rank only, and must not leave the others waiting in a collective.)
+  if (dist_ && layout_.dp > 1) {
+    dist_->dp().broadcast({model_->params(), size_t(model_->num_params())}, 0);
+    model_->refresh_compute_weights();
+  }
   const double peak = config_.peak_flops > 0 ? config_.peak_flops : default_peak(layout_.activation_dtype);
   const analysis::FlopsShape flops_shape{double(config_.global_batch), double(model_config_.seq_len),
                                          double(model_config_.layers), double(model_config_.hidden),

@@ -6,9 +6,8 @@ GradientSync::GradientSync(comm::Communicator* dp, const ParamTable& table, int 
     : dp_(dp), launched_(size_t(layers), false) {
   const auto& params = table.params();
   for (int l = 0; l < layers; ++l) {
-    const ParamInfo& first = params[2 + size_t(l) * 12];
-    const ParamInfo& last = params[2 + size_t(l) * 12 + 11];
-    layer_ranges_.push_back({first.offset, last.offset + last.numel});
+    const auto [begin, end] = table.layer_range(l);
+    layer_ranges_.push_back({begin, end});
   }
   rest_.push_back({params[0].offset, params[1].offset + params[1].numel});
   rest_.push_back({params[params.size() - 2].offset, params.back().offset + params.back().numel});

@@ -27,7 +27,7 @@ bool Executor::owns_layer(int layer) const {
   return false;
 }
 
-double Executor::run(uint64_t step, float loss_scale, const MicroBatchSource& source) {
+double Executor::run(uint64_t step, float loss_scale, const MicroBatchSource& source) noexcept {
   const ModelConfig& c = model_.config();
   const int64_t s = c.seq_len, tokens = int64_t(rows_) * s;
   const auto& tp = model_.tensor_parallel();

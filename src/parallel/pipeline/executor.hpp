@@ -20,12 +20,13 @@ class Executor {
   Executor(GPT& model, comm::Communicator& pp, ScheduleKind kind, int n_mb, int m, int rows_per_micro_batch);
 
   // One optimizer step's forwards and backwards; gradients accumulate in the model. Returns the
-  // loss sum of the micro-batches whose last stage ran here (0 on other stages).
-  double run(uint64_t step, float loss_scale, const MicroBatchSource& source);
+  // loss sum of the micro-batches whose last stage ran here (0 on other stages). noexcept: a
+  // failure mid-schedule terminates, and the terminate handler aborts every rank at once instead
+  // of unwinding through sends that peers may never receive.
+  double run(uint64_t step, float loss_scale, const MicroBatchSource& source) noexcept;
 
   // The layers [l0, l1) of global virtual stage `stage`.
   std::pair<int, int> layers_of(int stage) const;
-  const RankActions& actions() const { return actions_; }
   bool owns_layer(int layer) const;
 
  private:
