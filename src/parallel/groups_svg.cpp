@@ -1,5 +1,7 @@
 #include "parallel/groups_svg.hpp"
 
+#include "core/svg.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -20,23 +22,7 @@ constexpr int kPanelGap = 30;
 constexpr int kTop = 56;           // document title
 
 // Distinct pastel colours: hues a golden angle apart, so neighbouring group indices differ most.
-std::string group_colour(int index) {
-  const double h = std::fmod(index * 137.508, 360.0) / 60.0, s = 0.60, l = 0.74;
-  const double c = (1 - std::abs(2 * l - 1)) * s, x = c * (1 - std::abs(std::fmod(h, 2.0) - 1)), m = l - c / 2;
-  double r = 0, g = 0, b = 0;
-  switch (int(h)) {
-    case 0: r = c, g = x; break;
-    case 1: r = x, g = c; break;
-    case 2: g = c, b = x; break;
-    case 3: g = x, b = c; break;
-    case 4: r = x, b = c; break;
-    default: r = c, b = x; break;
-  }
-  char hex[8];
-  std::snprintf(hex, sizeof hex, "#%02x%02x%02x", int(std::lround((r + m) * 255)), int(std::lround((g + m) * 255)),
-                int(std::lround((b + m) * 255)));
-  return hex;
-}
+std::string group_colour(int index) { return svg::hsl(std::fmod(index * 137.508, 360.0), 0.60, 0.74); }
 
 struct Panel {
   const char* title;

@@ -1,5 +1,7 @@
 #include "plan/svg_chart.hpp"
 
+#include "core/svg.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -17,16 +19,7 @@ std::string num(double v) {
   return buf;
 }
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '&') out += "&amp;";
-    else if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else out += c;
-  }
-  return out;
-}
+using svg::escape;
 
 std::string text(double x, double y, const std::string& s, const char* anchor = "middle", int size = 12) {
   return "<text x=\"" + num(x) + "\" y=\"" + num(y) + "\" font-size=\"" + std::to_string(size) +

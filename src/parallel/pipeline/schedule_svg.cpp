@@ -1,5 +1,7 @@
 #include "parallel/pipeline/schedule_svg.hpp"
 
+#include "core/svg.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -24,23 +26,7 @@ std::string num(double v) {
   return s;
 }
 
-std::string hsl(double h, double s, double l) {
-  const double c = (1 - std::abs(2 * l - 1)) * s, hp = h / 60.0;
-  const double x = c * (1 - std::abs(std::fmod(hp, 2.0) - 1)), m0 = l - c / 2;
-  double r = 0, g = 0, b = 0;
-  switch (int(hp)) {
-    case 0: r = c, g = x; break;
-    case 1: r = x, g = c; break;
-    case 2: g = c, b = x; break;
-    case 3: g = x, b = c; break;
-    case 4: r = x, b = c; break;
-    default: r = c, b = x; break;
-  }
-  char hex[8];
-  std::snprintf(hex, sizeof hex, "#%02x%02x%02x", int(std::lround((r + m0) * 255)), int(std::lround((g + m0) * 255)),
-                int(std::lround((b + m0) * 255)));
-  return hex;
-}
+using svg::hsl;
 
 // Forward blue, backward green as in the papers' figures; later chunks lighter.
 double chunk_lightness(int chunk, int m) { return m == 1 ? 0.47 : 0.36 + 0.34 * chunk / (m - 1); }
@@ -50,16 +36,7 @@ std::string box_fill(Pass pass, int chunk, int m) {
 const char* text_class(int chunk, int m) { return chunk_lightness(chunk, m) < 0.55 ? "lbl" : "lbl dark"; }
 
 // describe_action writes "<-r1": text content needs its markup characters escaped.
-std::string xml_escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
-  }
-  return out;
-}
+std::string xml_escape(const std::string& text) { return svg::escape(text); }
 
 // A tick step of 1, 2 or 5 × 10^k giving about `target` ticks.
 double tick_step(double span, int target) {
