@@ -12,6 +12,7 @@
 #include "parallel/pipeline/schedule.hpp"
 #include "parallel/pipeline/schedule_svg.hpp"
 #include "parallel/pipeline/simulate.hpp"
+#include "parallel/pipeline/trace_timeline.hpp"
 
 namespace lattice::cli {
 
@@ -61,13 +62,19 @@ int run_schedule(int argc, char** argv) {
   app.add_option("--backward-time", options.backward_time, "backward time of one stage")->capture_default_str();
   app.add_option("--p2p-latency", options.p2p_latency, "time from a send to its receive")->capture_default_str();
   app.add_option("--svg", svg, "draw the timeline into this SVG file");
+  std::string from_trace;
+  int trace_step = -1;
+  app.add_option("--from-trace", from_trace,
+                 "measure and draw a real run's step from its lattice train --trace file instead of simulating");
+  app.add_option("--trace-step", trace_step, "which optimizer step of the trace (default: the last)");
   app.add_flag("--actions", list_actions, "print every rank's action list (printed anyway when small)");
   app.add_flag("--json", json, "print one JSON object on one line");
   if (auto status = parse_flags(app, argc, argv)) return *status;
 
   const pl::ScheduleKind kind = pl::parse_schedule_kind(kind_name);
   const auto lists = pl::build_schedule(kind, p, n_mb, m);
-  const pl::Simulation sim = pl::simulate(lists, m, options);
+  const pl::Simulation sim = from_trace.empty() ? pl::simulate(lists, m, options)
+                                                : pl::timeline_from_trace(from_trace, p, m, trace_step);
   const double formula = pl::bubble_formula(kind, p, n_mb, m);
   const double eq5 = pl::first_stage_in_flight_formula(kind, p, n_mb, m);
   if (!svg.empty()) {
@@ -115,7 +122,8 @@ int run_schedule(int argc, char** argv) {
               "stage, p2p latency %g)\n",
               pl::schedule_name(kind), p, n_mb, m, m > 1 ? "s" : "", options.forward_time, options.backward_time,
               options.p2p_latency);
-  std::printf("bubble: %.2f%% simulated, %.2f%% by %s; total time %g (ideal %g)\n", 100 * sim.bubble,
+  std::printf("bubble: %.2f%% %s, %.2f%% by %s; total time %g (ideal %g)\n", 100 * sim.bubble,
+              from_trace.empty() ? "simulated" : "measured in the trace (time in mean stage forwards)",
               100 * formula, formula_text(kind).c_str(), sim.total_time,
               n_mb * (options.forward_time + options.backward_time));
   std::printf("peak in-flight micro-batches (activations held)%s:\n",

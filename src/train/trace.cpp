@@ -1,5 +1,8 @@
 #include "train/trace.hpp"
 
+#include <algorithm>
+#include <climits>
+
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/atomic_dir.hpp"
@@ -13,7 +16,9 @@ Trace& Trace::instance() {
 }
 
 int64_t Trace::now_us() const {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - origin_).count();
+  // The monotonic clock's own epoch, shared by every process on a machine, so ranks line up.
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 void Trace::record(Kind kind, int64_t start_us, int64_t end_us, int64_t micro_batch, int64_t chunk, int64_t step) {
@@ -26,6 +31,9 @@ void Trace::write(const std::string& path, comm::Communicator* world, int rank) 
       world && world->size() > 1 ? comm::all_gather_int64(*world, events_) : std::vector<std::vector<int64_t>>{events_};
   const int ranks = int(all.size());
   if (rank != 0) return;
+  int64_t origin = INT64_MAX;  // times from the first event of any rank
+  for (const auto& ev : all)
+    for (size_t i = 0; i + 6 <= ev.size(); i += 6) origin = std::min(origin, ev[i + 1]);
   static const char* names[] = {"forward", "backward", "receive", "send", "optimizer"};
   nlohmann::json events = nlohmann::json::array();
   for (int r = 0; r < ranks; ++r) {
@@ -41,7 +49,7 @@ void Trace::write(const std::string& path, comm::Communicator* world, int rank) 
         if (chunk > 0) name.append(".").append(std::to_string(chunk));
       }
       nlohmann::json e = {{"name", name}, {"cat", names[kind]}, {"ph", "X"}, {"pid", 0}, {"tid", r},
-                          {"ts", ev[i + 1]}, {"dur", std::max<int64_t>(1, ev[i + 2] - ev[i + 1])}};
+                          {"ts", ev[i + 1] - origin}, {"dur", std::max<int64_t>(1, ev[i + 2] - ev[i + 1])}};
       if (step >= 0) e["args"] = {{"step", step}, {"micro_batch", mb}, {"chunk", chunk}};
       events.push_back(e);
     }

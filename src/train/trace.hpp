@@ -29,7 +29,6 @@ class Trace {
 
  private:
   bool enabled_ = false;
-  std::chrono::steady_clock::time_point origin_ = std::chrono::steady_clock::now();
   std::vector<int64_t> events_;  // kind, start, end, micro-batch, chunk, step
 };
 

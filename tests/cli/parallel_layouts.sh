@@ -108,6 +108,14 @@ count = collections.Counter((e['tid'], e['cat']) for e in ev if e['ph'] == 'X')
 ok = len(tracks) == 4 and all(count[(r, 'forward')] == 4 * 4 and count[(r, 'backward')] == 4 * 4 for r in range(4))
 ok = ok and all(count[(r, 'optimizer')] == 4 for r in range(4)) and count[(1, 'receive')] == 2 * 4 * 4
 sys.exit(0 if ok else 'trace: %d tracks, %s' % (len(tracks), dict(count)))"
+# The real run's step drawn and measured like a simulated one: 1F1B holds 4, 3, 2, 1 micro-batches.
+"$LATTICE" schedule --pipeline-model-parallel-size 4 --micro-batches 4 --from-trace trace.json --svg real.svg \
+  --json > real.json 2> real.err
+check "trace drawn as a timeline, 1F1B's in-flight counts measured" "$PY" -c "
+import json, sys
+d = json.load(open('real.json'))
+sys.exit(0 if d['peak_in_flight'] == [4, 3, 2, 1] and 0 < d['bubble'] < 1 else 'real.json: %s' % d)"
+check "real timeline SVG written" grep -q "</svg>" real.svg
 MODEL=("${MODEL_SAVED[@]}")
 
 # The summary reports every rank, with TP-divided kept bytes (Table 2's TP and TP+SP rows).
