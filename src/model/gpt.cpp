@@ -15,11 +15,12 @@
 
 namespace lattice {
 
-GPT::GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, parallel::TensorParallel tp)
+GPT::GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, parallel::TensorParallel tp,
+         const StageParams& stage)
     : model_(model),
       layout_(layout),
       tp_(tp),
-      table_(model, tp.size(), tp.rank()),
+      table_(model, tp.size(), tp.rank(), stage),
       seed_(seed),
       params_(table_.total(), "params"),
       grads_(table_.total(), "grads"),

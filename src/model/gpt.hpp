@@ -28,7 +28,9 @@ struct MicroBatch {
 class GPT {
  public:
   // `tp` is the tensor-parallel group this model's shard lives in (default: one rank, whole model).
-  GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, parallel::TensorParallel tp = {});
+  // `stage`: the parameters this pipeline stage holds (all by default).
+  GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, parallel::TensorParallel tp = {},
+      const StageParams& stage = {});
 
   const ModelConfig& config() const { return model_; }
   const LayoutConfig& layout() const { return layout_; }
@@ -100,7 +102,7 @@ class GPT {
   void embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out);
   int64_t s_local(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? s / tp_.size() : s; }
   int64_t pos0(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? tp_.rank() * (s / tp_.size()) : 0; }
-  int64_t vocab_local() const { return table_.params()[0].shape[0]; }
+  int64_t vocab_local() const { return model_.padded_vocab(tp_.size()) / tp_.size(); }
   LayerWeights layer_weights(int l) const;
   LayerGrads layer_grads(int l);
   LayerContext layer_context(int l, uint64_t step, bool training, int64_t rows, int64_t first_row,

@@ -7,37 +7,46 @@
 
 namespace lattice {
 
-ParamTable::ParamTable(const ModelConfig& c, int tp_size, int tp_rank) : tp_size_(tp_size), tp_rank_(tp_rank) {
+ParamTable::ParamTable(const ModelConfig& c, int tp_size, int tp_rank, const StageParams& stage)
+    : tp_size_(tp_size), tp_rank_(tp_rank), layer_first_(size_t(c.layers), -1) {
   const int64_t h = c.hidden, v = c.padded_vocab(tp_size), s = c.seq_len, t = tp_size;
   const float std_w = 0.02f, std_resid = 0.02f / std::sqrt(2.0f * float(c.layers));
-  auto add = [&](std::string name, std::vector<int64_t> full, Split split, bool decay, float std, float value) {
+  int full_index = 0;
+  // Every tensor of the whole model is visited in one order (its full_index); a stage keeps its own.
+  auto add = [&](bool held, std::string name, std::vector<int64_t> full, Split split, bool decay, float std,
+                 float value, int layer = -1) {
+    const int index = full_index++;
+    if (!held) return int64_t(-1);
     std::vector<int64_t> shape = full;
     if (split == Split::rows) shape[0] /= t;
     if (split == Split::columns || split == Split::qkv_columns) shape.back() /= t;
     int64_t n = 1;
     for (auto d : shape) n *= d;
-    params_.push_back({std::move(name), shape, std::move(full), split, total_, n, decay, std, value});
+    params_.push_back({std::move(name), shape, std::move(full), split, total_, n, decay, std, value, layer, index});
     total_ += n;
+    return params_.back().offset;
   };
-  add("wte.weight", {v, h}, Split::rows, true, std_w, 0);
-  add("wpe.weight", {s, h}, Split::replicated, true, std_w, 0);
+  wte_ = add(stage.embedding || stage.head, "wte.weight", {v, h}, Split::rows, true, std_w, 0);
+  wpe_ = add(stage.embedding, "wpe.weight", {s, h}, Split::replicated, true, std_w, 0);
   for (int l = 0; l < c.layers; ++l) {
+    const bool held = stage.has_layer(l);
+    if (held) layer_first_[size_t(l)] = int(params_.size());
     const std::string p = "h." + std::to_string(l) + ".";
-    add(p + "ln_1.weight", {h}, Split::replicated, false, 0, 1);
-    add(p + "ln_1.bias", {h}, Split::replicated, false, 0, 0);
-    add(p + "attn.c_attn.weight", {h, 3 * h}, Split::qkv_columns, true, std_w, 0);
-    add(p + "attn.c_attn.bias", {3 * h}, Split::qkv_columns, false, 0, 0);
-    add(p + "attn.c_proj.weight", {h, h}, Split::rows, true, std_resid, 0);
-    add(p + "attn.c_proj.bias", {h}, Split::replicated, false, 0, 0);
-    add(p + "ln_2.weight", {h}, Split::replicated, false, 0, 1);
-    add(p + "ln_2.bias", {h}, Split::replicated, false, 0, 0);
-    add(p + "mlp.c_fc.weight", {h, 4 * h}, Split::columns, true, std_w, 0);
-    add(p + "mlp.c_fc.bias", {4 * h}, Split::columns, false, 0, 0);
-    add(p + "mlp.c_proj.weight", {4 * h, h}, Split::rows, true, std_resid, 0);
-    add(p + "mlp.c_proj.bias", {h}, Split::replicated, false, 0, 0);
+    add(held, p + "ln_1.weight", {h}, Split::replicated, false, 0, 1, l);
+    add(held, p + "ln_1.bias", {h}, Split::replicated, false, 0, 0, l);
+    add(held, p + "attn.c_attn.weight", {h, 3 * h}, Split::qkv_columns, true, std_w, 0, l);
+    add(held, p + "attn.c_attn.bias", {3 * h}, Split::qkv_columns, false, 0, 0, l);
+    add(held, p + "attn.c_proj.weight", {h, h}, Split::rows, true, std_resid, 0, l);
+    add(held, p + "attn.c_proj.bias", {h}, Split::replicated, false, 0, 0, l);
+    add(held, p + "ln_2.weight", {h}, Split::replicated, false, 0, 1, l);
+    add(held, p + "ln_2.bias", {h}, Split::replicated, false, 0, 0, l);
+    add(held, p + "mlp.c_fc.weight", {h, 4 * h}, Split::columns, true, std_w, 0, l);
+    add(held, p + "mlp.c_fc.bias", {4 * h}, Split::columns, false, 0, 0, l);
+    add(held, p + "mlp.c_proj.weight", {4 * h, h}, Split::rows, true, std_resid, 0, l);
+    add(held, p + "mlp.c_proj.bias", {h}, Split::replicated, false, 0, 0, l);
   }
-  add("ln_f.weight", {h}, Split::replicated, false, 0, 1);
-  add("ln_f.bias", {h}, Split::replicated, false, 0, 0);
+  lnf_w_ = add(stage.head, "ln_f.weight", {h}, Split::replicated, false, 0, 1);
+  lnf_b_ = add(stage.head, "ln_f.bias", {h}, Split::replicated, false, 0, 0);
 }
 
 int64_t ParamTable::global_index(const ParamInfo& p, int64_t local) const {
@@ -72,7 +81,7 @@ void init_params(const ParamTable& table, float* params, uint64_t seed, int real
       for (int64_t i = 0; i < p.numel; ++i) w[i] = p.init_value;
       continue;
     }
-    const DropoutStream stream{seed, 0, int(t), DropoutSite::init};
+    const DropoutStream stream{seed, 0, p.full_index, DropoutSite::init};
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < p.numel; ++i) {
       // Box–Muller from two independent 32-bit draws of this element's counter.
@@ -83,6 +92,7 @@ void init_params(const ParamTable& table, float* params, uint64_t seed, int real
     }
   }
   // Padded vocabulary rows stay zero: they are never an input and never predicted.
+  if (table.wte() < 0) return;
   const ParamInfo& wte = table.params()[0];
   const int64_t h = wte.shape[1];
   for (int64_t i = 0; i < wte.numel; ++i)

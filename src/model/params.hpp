@@ -26,6 +26,16 @@ struct ParamInfo {
   bool decay = false;          // AdamW weight decay applies (matrices and embeddings only)
   float init_std = 0.0f;       // 0 = constant init
   float init_value = 0.0f;     // for constant init (LayerNorm weight 1, biases 0)
+  int layer = -1;              // transformer layer, -1 for the embeddings and the final LayerNorm
+  int full_index = 0;          // position in the whole model's table (keys its init stream)
+};
+
+// The parameters one pipeline stage holds: its layers, the input embeddings on the first stage,
+// the tied output embedding and the final LayerNorm on the last.
+struct StageParams {
+  std::vector<bool> layers;  // empty = every layer
+  bool embedding = true, head = true;
+  bool has_layer(int l) const { return layers.empty() || layers[size_t(l)]; }
 };
 
 // Pointers into a flat buffer (parameters or gradients) for one transformer layer.
@@ -37,8 +47,9 @@ struct LayerTensors {
 class ParamTable {
  public:
   static constexpr size_t kTensorsPerLayer = 12;
-  // The shard of tensor-parallel rank tp_rank of tp_size (the whole model when tp_size is 1).
-  explicit ParamTable(const ModelConfig& config, int tp_size = 1, int tp_rank = 0);
+  // The shard of tensor-parallel rank tp_rank of tp_size (the whole model when tp_size is 1), of
+  // the tensors pipeline stage `stage` holds (all by default).
+  explicit ParamTable(const ModelConfig& config, int tp_size = 1, int tp_rank = 0, const StageParams& stage = {});
   int tp_size() const { return tp_size_; }
   int tp_rank() const { return tp_rank_; }
   // Index in the full tensor of element `local` of this rank's shard of p.
@@ -48,24 +59,22 @@ class ParamTable {
   int64_t total() const { return total_; }
   const ParamInfo& find(const std::string& name) const;  // throws std::out_of_range
 
-  int64_t wte() const { return params_[0].offset; }  // [padded vocab, h]
-  int64_t wpe() const { return params_[1].offset; }  // [s, h]
-  int64_t lnf_w() const { return params_[params_.size() - 2].offset; }
-  int64_t lnf_b() const { return params_[params_.size() - 1].offset; }
-  // The flat offsets [begin, end) of layer l's twelve tensors (contiguous), and the layer a
-  // tensor of the table belongs to (-1 for the embeddings and the final LayerNorm).
+  // Offsets of the named outside tensors (-1 where this stage does not hold them).
+  int64_t wte() const { return wte_; }  // [padded vocab / t, h]
+  int64_t wpe() const { return wpe_; }  // [s, h]
+  int64_t lnf_w() const { return lnf_w_; }
+  int64_t lnf_b() const { return lnf_b_; }
+  bool has_layer(int l) const { return layer_first_[size_t(l)] >= 0; }
+  // The flat offsets [begin, end) of layer l's twelve tensors (contiguous).
   std::pair<int64_t, int64_t> layer_range(int l) const {
-    const ParamInfo& first = params_[2 + size_t(l) * kTensorsPerLayer];
-    const ParamInfo& last = params_[2 + size_t(l) * kTensorsPerLayer + kTensorsPerLayer - 1];
+    const ParamInfo& first = params_[size_t(layer_first_[size_t(l)])];
+    const ParamInfo& last = params_[size_t(layer_first_[size_t(l)]) + kTensorsPerLayer - 1];
     return {first.offset, last.offset + last.numel};
   }
-  int layer_of(size_t tensor) const {
-    if (tensor < 2 || tensor >= params_.size() - 2) return -1;
-    return int((tensor - 2) / kTensorsPerLayer);
-  }
+  int layer_of(size_t tensor) const { return params_[tensor].layer; }
   template <class T>
   LayerTensors<T> layer(T* base, int l) const {
-    const ParamInfo* p = &params_[2 + size_t(l) * kTensorsPerLayer];
+    const ParamInfo* p = &params_[size_t(layer_first_[size_t(l)])];
     return {base + p[0].offset, base + p[1].offset, base + p[2].offset,  base + p[3].offset,
             base + p[4].offset, base + p[5].offset, base + p[6].offset,  base + p[7].offset,
             base + p[8].offset, base + p[9].offset, base + p[10].offset, base + p[11].offset};
@@ -75,6 +84,8 @@ class ParamTable {
   std::vector<ParamInfo> params_;
   int64_t total_ = 0;
   int tp_size_ = 1, tp_rank_ = 0;
+  int64_t wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;
+  std::vector<int> layer_first_;  // index of each layer's first tensor, -1 if not held
 };
 
 // GPT-2 initialisation: normal(0, 0.02), residual projections 0.02/√(2L), LayerNorm 1/0,

@@ -117,7 +117,17 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   }
   parallel::TensorParallel tp;
   if (dist_) tp = {&dist_->tp(), layout_.sequence_parallel};
-  model_ = std::make_unique<GPT>(model_config_, layout_, config_.seed, tp);
+  // A pipeline stage holds its own layers (virtual stages c·p + rank of L/(p·m) layers each), the
+  // input embeddings on the first stage, the tied output embedding and final LayerNorm on the last.
+  StageParams stage;
+  if (layout_.pp > 1) {
+    const int rank = dist_->coords().pp_rank, per_chunk = model_config_.layers / (layout_.pp * layout_.virtual_stages);
+    stage.layers.assign(size_t(model_config_.layers), false);
+    for (int l = 0; l < model_config_.layers; ++l) stage.layers[size_t(l)] = (l / per_chunk) % layout_.pp == rank;
+    stage.embedding = rank == 0;
+    stage.head = rank == layout_.pp - 1;
+  }
+  model_ = std::make_unique<GPT>(model_config_, layout_, config_.seed, tp, stage);
   if (layout_.pp > 1)
     pipeline_ = std::make_unique<parallel::pipeline::Executor>(
         *model_, dist_->pp(), parallel::pipeline::parse_schedule_kind(config_.schedule),
@@ -271,16 +281,16 @@ std::vector<int> Trainer::local_layers() const {
 }
 
 std::vector<float> Trainer::owned_by_stage(const float* values) const {
-  std::vector<float> out(values, values + model_->num_params());
-  if (!pipeline_) return out;
-  // Each parameter from the stage that holds it: the embeddings from the first stage, the final
-  // LayerNorm from the last, every layer from its own; the stages' contributions are summed.
-  const auto& params = model_->table().params();
-  const int stage = dist_->coords().pp_rank, last = layout_.pp - 1;
-  for (size_t k = 0; k < params.size(); ++k) {
-    const int layer = model_->table().layer_of(k);
-    const bool owned = layer >= 0 ? pipeline_->owns_layer(layer) : (k < 2 ? stage == 0 : stage == last);
-    if (!owned) std::fill(out.begin() + params[k].offset, out.begin() + params[k].offset + params[k].numel, 0.0f);
+  if (!pipeline_) return std::vector<float>(values, values + model_->num_params());
+  // Each stage places the tensors it holds into the whole model's layout (this TP rank's shard of
+  // it) and the stages are summed; the tied embedding is taken from the first stage only.
+  const ParamTable whole(model_config_, layout_.tp, dist_->coords().tp_rank);
+  std::vector<float> out(static_cast<size_t>(whole.total()), 0.0f);
+  const bool first = dist_->coords().pp_rank == 0;
+  for (const ParamInfo& p : model_->table().params()) {
+    if (p.offset == model_->table().wte() && !first) continue;
+    const ParamInfo& w = whole.params()[size_t(p.full_index)];
+    std::copy(values + p.offset, values + p.offset + p.numel, out.begin() + w.offset);
   }
   dist_->pp().all_reduce({out.data(), out.size()});
   return out;

@@ -98,6 +98,14 @@ for f, layers_worth in cases:
     print(f, got, want, got / want)
     if not (want <= got <= 1.03 * want): sys.exit('%s: peak %d, eq. 5 says %d' % (f, got, want))
 "
+check "pipeline stages hold only their own parameters (the tied embedding on the first and the last)" "$PY" -c "
+import json, sys
+one = [json.loads(l) for l in open('one_l4.jsonl')][-1]['memory']['ranks'][0]['model_state_bytes']['params']
+ranks = [json.loads(l) for l in open('pp4_1f1b.jsonl')][-1]['memory']['ranks']
+total = sum(r['model_state_bytes']['params'] for r in ranks)
+wte = 256 * 64 * 4
+print('one rank', one, 'sum of 4 stages', total)
+sys.exit(0 if total == one + wte and max(r['model_state_bytes']['params'] for r in ranks) < one / 2 else 1)"
 # --trace: a Chrome trace with one track per rank, a forward and a backward per micro-batch and step.
 run pp4_trace 4 --pipeline-model-parallel-size 4 --trace trace.json
 check "trace: one track per rank, every forward and backward" "$PY" -c "
