@@ -153,44 +153,49 @@ GemmOperand column_input_again(const Stored& kept, const LayerContext& c, Worksp
   return column_input(kept, local, c, ws, half, /*regather=*/true);
 }
 
+// Backward of LayerNorm → column-parallel linear (LN1 → QKV, LN2 → FC1): from the linear's
+// output gradient dout [N, out], its weight and bias gradients, then the LayerNorm's, whose input
+// gradient is added to dx (the residual stream).
+void ln_column_backward(float* dx, float* dout, int64_t out, const Stored& linear_in, GemmOperand w, float* dw,
+                        float* db, const Stored& ln_in, const TrackedBuffer& ln_stats, const float* ln_w, float* dln_w,
+                        float* dln_b, const LayerContext& c, Workspace& ws) {
+  const int64_t N = c.N(), Nl = c.N_local(), h = c.h;
+  uint16_t* half_input = ws.half.data() + std::max(N * out, N * h);  // beside dout's bf16 copy
+  const GemmOperand in = column_input_again(linear_in, c, ws, half_input);
+  // The input gradient goes to full2 (a spent dy under SP); a re-gathered input sits in full1.
+  linear_backward(ws.full2.data(), dw, db, dout, as_operand(dout, N * out, c.dtype, ws.half.data()), in, w, N, h,
+                  out);
+  parallel::enter_backward(c.tp, ws.full2.data(), ws.g2.data(), c.seq());
+  const auto* stats = static_cast<const float*>(ln_stats.data());
+  layernorm_backward(dx, dln_w, dln_b, ws.g2.data(), ln_in.load(ws.widen.data()), ln_w, stats, stats + Nl, Nl, h);
+}
+
 }  // namespace
 
 void layer_backward(float* dx, const LayerKept& kept, const LayerWeights& w, const LayerGrads& g,
                     const LayerContext& c, Workspace& ws) {
-  const int64_t N = c.N(), Nl = c.N_local(), h = c.h, hl = c.hl();
+  const int64_t N = c.N(), h = c.h, hl = c.hl();
   const DType dt = c.dtype;
   uint16_t* half = ws.half.data();
-  uint16_t* half_input = ws.half.data() + std::max(N * 4 * hl, N * h);  // second bf16 staging area
-  const auto* ln1_stats = static_cast<const float*>(kept.ln1_stats.data());
-  const auto* ln2_stats = static_cast<const float*>(kept.ln2_stats.data());
 
-  // MLP block: FC2 (row-parallel), GeLU, FC1 (column-parallel), LN2.
+  // MLP block: FC2 (row-parallel), GeLU, then LN2 → FC1 (column-parallel).
   const float* dy = branch_output_grad(dx, kept.resid2_mask, c, ws);
   linear_backward(ws.big1.data(), g.fc2_w, g.fc2_b, dy, as_operand(dy, N * h, dt, half),
                   stored_operand(kept.fc2_in), w.fc2, N, 4 * hl, h);
   const float* pre = kept.gelu_in.load(ws.widen.data());
   gelu_backward(ws.big1.data(), pre, ws.big1.data(), N * 4 * hl);
-  const GemmOperand fc1_in = column_input_again(kept.fc1_in, c, ws, half_input);
-  // dy (in full2 under SP) is spent; the input gradient goes there, the re-gathered input is in full1.
-  linear_backward(ws.full2.data(), g.fc1_w, g.fc1_b, ws.big1.data(),
-                  as_operand(ws.big1.data(), N * 4 * hl, dt, half), fc1_in, w.fc1, N, h, 4 * hl);
-  parallel::enter_backward(c.tp, ws.full2.data(), ws.g2.data(), c.seq());
-  const float* ln2_in = kept.ln2_in.load(ws.widen.data());
-  layernorm_backward(dx, g.ln2_w, g.ln2_b, ws.g2.data(), ln2_in, w.ln2_w, ln2_stats, ln2_stats + Nl, Nl, h);
+  ln_column_backward(dx, ws.big1.data(), 4 * hl, kept.fc1_in, w.fc1, g.fc1_w, g.fc1_b, kept.ln2_in, kept.ln2_stats,
+                     w.ln2_w, g.ln2_w, g.ln2_b, c, ws);
 
-  // Attention block: projection (row-parallel), attention core, QKV (column-parallel), LN1.
+  // Attention block: projection (row-parallel), attention core, then LN1 → QKV (column-parallel).
   dy = branch_output_grad(dx, kept.resid1_mask, c, ws);
   linear_backward(ws.big2.data(), g.proj_w, g.proj_b, dy, as_operand(dy, N * h, dt, half),
                   stored_operand(kept.proj_in), w.proj, N, hl, h);
   unmerge_heads(ws.ctx.data(), ws.big2.data(), c);
   attention_core_backward(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.ctx.data(), kept, c, ws);
   merge_qkv_grads(ws.big1.data(), ws.dq.data(), ws.dk.data(), ws.dv.data(), c);
-  const GemmOperand qkv_in = column_input_again(kept.qkv_in, c, ws, half_input);
-  linear_backward(ws.full2.data(), g.qkv_w, g.qkv_b, ws.big1.data(),
-                  as_operand(ws.big1.data(), N * 3 * hl, dt, half), qkv_in, w.qkv, N, h, 3 * hl);
-  parallel::enter_backward(c.tp, ws.full2.data(), ws.g2.data(), c.seq());
-  const float* ln1_in = kept.ln1_in.load(ws.widen.data());
-  layernorm_backward(dx, g.ln1_w, g.ln1_b, ws.g2.data(), ln1_in, w.ln1_w, ln1_stats, ln1_stats + Nl, Nl, h);
+  ln_column_backward(dx, ws.big1.data(), 3 * hl, kept.qkv_in, w.qkv, g.qkv_w, g.qkv_b, kept.ln1_in, kept.ln1_stats,
+                     w.ln1_w, g.ln1_w, g.ln1_b, c, ws);
 }
 
 }  // namespace lattice
