@@ -106,6 +106,16 @@ total = sum(r['model_state_bytes']['params'] for r in ranks)
 wte = 256 * 64 * 4
 print('one rank', one, 'sum of 4 stages', total)
 sys.exit(0 if total == one + wte and max(r['model_state_bytes']['params'] for r in ranks) < one / 2 else 1)"
+# bf16 activations (bf16 GEMM inputs) under TP + SP + PP: the one-rank bf16 losses to bf16 rounding.
+run one_l4_bf16 1 --activation-dtype bf16
+run tp2_pp2_sp_bf16 4 --activation-dtype bf16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+  --sequence-parallel --recompute selective
+check "bf16 under TP + SP + PP trains the one-rank bf16 model (to 1e-4)" "$PY" -c "
+import json, sys
+l = lambda f: [json.loads(x)['loss'] for x in open(f) if '\"event\":\"step\"' in x]
+a, b = l('one_l4_bf16.jsonl'), l('tp2_pp2_sp_bf16.jsonl')
+print(a, b)
+sys.exit(0 if len(a) == len(b) == 4 and all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip(a, b)) else 1)"
 # --trace: a Chrome trace with one track per rank, a forward and a backward per micro-batch and step.
 run pp4_trace 4 --pipeline-model-parallel-size 4 --trace trace.json
 check "trace: one track per rank, every forward and backward" "$PY" -c "
