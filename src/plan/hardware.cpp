@@ -57,15 +57,16 @@ Hardware h200() {
   return h;
 }
 
-// This machine: 2 cores, one "device" per rank. Peaks are what oneDNN GEMMs reach here
-// (~300 GFLOP/s fp32, ~700 bf16), so gemm_efficiency is 1. Memory bandwidth: a 2-thread triad
+// This machine: 2 cores, one "device" per rank. Peaks are what oneDNN GEMMs reach here when the
+// machine is quiet (`lattice bench`: ~200 GFLOP/s fp32, ~400 bf16 at the FC shapes), so
+// gemm_efficiency is 1. Memory bandwidth: a 2-thread triad
 // measures ~27 GB/s. MPI over shared memory: 2-rank ping-pong measures ~0.5 µs latency and
 // ~5 GB/s for 64 MB messages. Both ranks share one node, so there is no inter-node link.
 Hardware cpu() {
   Hardware h;
   h.name = "cpu";
-  h.peak_flops_bf16 = 700e9;
-  h.peak_flops_fp32 = 300e9;
+  h.peak_flops_bf16 = 400e9;
+  h.peak_flops_fp32 = 200e9;
   h.gemm_efficiency = 1.0;
   h.memory_bandwidth = 27e9;
   h.memory_bytes = int64_t(23) * 1024 * 1024 * 1024;
