@@ -427,7 +427,7 @@ int Trainer::run() {
       std::fprintf(stderr, "  rank 0, tp bytes per layer (forward + backward, all micro-batches):");
       for (int l : local_layers())
         std::fprintf(stderr, " L%d %s", l, human_bytes(model_->tp_bytes_per_layer()[size_t(l)]).c_str());
-      std::fprintf(stderr, "\n  per layer by the formula: 4·2(t-1)/t·sbh·4·n_mb = %s\n",
+      std::fprintf(stderr, "\n  per layer by the formula (conjugate operators; SP adds its re-gathers): 4·2(t-1)/t·sbh·4·n_mb = %s\n",
                    human_bytes(analysis::tp_conjugate_bytes_per_layer(model_config_.seq_len, config_.micro_batch,
                                                                       model_config_.hidden, layout_.tp, n_mb))
                        .c_str());
