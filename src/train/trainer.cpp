@@ -96,6 +96,15 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   require(!config_.data_dir.empty(), "--data DIR is required (make one with: lattice prepare --input TEXT --out DIR)");
   require(std::filesystem::exists(train_path), "no " + train_path + " (make it with: lattice prepare --input TEXT --out " +
                                                    config_.data_dir + ")");
+  nlohmann::json resume_state;
+  if (!config_.resume.empty()) {
+    resume_state = checkpoint::read_trainer_state(config_.resume);
+    const ModelConfig saved = checkpoint::read_model_config(config_.resume);
+    require(model_json(saved) == model_json(model_config_),
+            "checkpoint " + config_.resume + " holds model " + model_json(saved).dump() +
+                " but the flags ask for " + model_json(model_config_).dump());
+    if (resume_state.contains("seed")) config_.seed = resume_state["seed"].get<uint64_t>();
+  }
   const auto train_file = data::TokenFile::load(train_path, model_config_.vocab);
   train_loader_ = std::make_unique<data::BatchLoader>(train_file, model_config_.seq_len, config_.global_batch,
                                                       config_.seed, config_.shuffle);
@@ -106,15 +115,6 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
                                                         config_.seed, false);
   }
 
-  nlohmann::json resume_state;
-  if (!config_.resume.empty()) {
-    resume_state = checkpoint::read_trainer_state(config_.resume);
-    const ModelConfig saved = checkpoint::read_model_config(config_.resume);
-    require(model_json(saved) == model_json(model_config_),
-            "checkpoint " + config_.resume + " holds model " + model_json(saved).dump() +
-                " but the flags ask for " + model_json(model_config_).dump());
-    if (resume_state.contains("seed")) config_.seed = resume_state["seed"].get<uint64_t>();
-  }
   parallel::TensorParallel tp;
   if (dist_) tp = {&dist_->tp(), layout_.sequence_parallel};
   // A pipeline stage holds its own layers (virtual stages c·p + rank of L/(p·m) layers each), the
@@ -144,8 +144,6 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     checkpoint::load_weights(config_.resume, *model_);
     checkpoint::load_optimizer(config_.resume, *model_, *optimizer_);
     step_ = resume_state.value("step", int64_t(0));
-    train_loader_ = std::make_unique<data::BatchLoader>(train_file, model_config_.seq_len, config_.global_batch,
-                                                        config_.seed, config_.shuffle);
   } else if (!config_.init.empty()) {
     checkpoint::load_weights(config_.init, *model_);
   }
