@@ -64,8 +64,6 @@ void merge_qkv_grads(float* dqkv, const float* dq, const float* dk, const float*
 
 namespace {
 
-GemmOperand stored_operand(const Stored& t) { return {t.data(), t.dtype()}; }
-
 // The attention dropout mask: each (row, head) block of s×s is contiguous in the global index
 // ((global_row · A + global_head) · S + i) · S + j.
 void fill_attention_mask(uint8_t* mask, const LayerContext& c) {

@@ -107,9 +107,11 @@ parallel::VocabShard GPT::vocab_shard() const {
   return {int64_t(tp_.rank()) * vocab_local(), vocab_local(), model_.vocab};
 }
 
-// The head GEMM's input: the kept final-LN output, or (sequence parallel) its all-gather (g).
+// The head GEMM's input: the kept final-LN output, or (sequence parallel) its all-gather (g) from
+// local32, the fp32 values (null: widened from head_in here, only when needed).
 GemmOperand GPT::head_operand(const Stored& head_in, const float* local32, int64_t b, int64_t s, bool regather) {
-  if (!(tp_.active() && tp_.sequence_parallel)) return {head_in.data(), head_in.dtype()};
+  if (!(tp_.active() && tp_.sequence_parallel)) return stored_operand(head_in);
+  if (!local32) local32 = head_in.load(ws_.widen.data());
   const float* full = parallel::enter_forward(tp_, local32, ws_.full1.data(), {b, s, model_.hidden}, regather);
   // The tail of the bf16 staging area: its head holds the dlogits operand.
   return as_operand(full, b * s * model_.hidden, layout_.activation_dtype,
@@ -169,8 +171,7 @@ void GPT::head_backward(const MicroBatch& mb, float loss_scale, int64_t s, Outsi
   // dwte_shard += dlogitsᵀ · head input.
   auto* dlogits = static_cast<float*>(out.logits.data());
   parallel::cross_entropy_backward(dlogits, dlogits, mb.targets, vocab, N, loss_scale);
-  const float* lnf_out = out.head_in.load(ws_.widen.data());
-  const GemmOperand head_in = head_operand(out.head_in, lnf_out, b, s, /*regather=*/true);
+  const GemmOperand head_in = head_operand(out.head_in, nullptr, b, s, /*regather=*/true);
   const GemmOperand dlogits_op = as_operand(dlogits, N * vocab.v_local, dt, ws_.half.data());
   GemmShape gx;
   gx.M = N, gx.N = h, gx.K = vocab.v_local;

@@ -53,6 +53,8 @@ class GPT {
   double grad_norm(int64_t begin = 0, int64_t end = -1, comm::Communicator* dp = nullptr,
                    comm::Communicator* pp = nullptr, bool count_wte = true);
   const parallel::TensorParallel& tensor_parallel() const { return tp_; }
+  // Positions of a sequence of s this rank holds outside the TP region (s/t under SP).
+  int64_t s_local(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? s / tp_.size() : s; }
   // Called after backward has finished layer l's gradients (data parallelism overlaps its
   // all-reduce with the layers below); empty = nothing to do.
   void set_layer_grads_ready(std::function<void(int)> hook) { layer_grads_ready_ = std::move(hook); }
@@ -100,7 +102,6 @@ class GPT {
   double head_forward(const MicroBatch& mb, int64_t s, OutsideKept& out);
   void head_backward(const MicroBatch& mb, float loss_scale, int64_t s, OutsideKept& out);
   void embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out);
-  int64_t s_local(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? s / tp_.size() : s; }
   int64_t pos0(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? tp_.rank() * (s / tp_.size()) : 0; }
   int64_t vocab_local() const { return model_.padded_vocab(tp_.size()) / tp_.size(); }
   LayerWeights layer_weights(int l) const;

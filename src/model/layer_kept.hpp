@@ -3,10 +3,14 @@
 // through the tracking allocator under this layer's tag.
 #include <cstdint>
 
+#include "kernels/gemm.hpp"
 #include "tensor/memory_tracker.hpp"
 #include "tensor/stored.hpp"
 
 namespace lattice {
+
+// A kept tensor as the GEMMs read it (its storage dtype is the compute dtype).
+inline GemmOperand stored_operand(const Stored& t) { return {t.data(), t.dtype()}; }
 
 struct LayerKept {
   Stored ln1_in;              // LN1 input = the layer input               sbh

@@ -9,8 +9,6 @@ namespace lattice {
 
 namespace {
 
-GemmOperand stored_operand(const Stored& t) { return {t.data(), t.dtype()}; }
-
 // Where fp32 results go before being stored: straight into the kept tensor when it is fp32.
 float* staging(Stored& t, float* scratch) { return t.dtype() == DType::fp32 ? t.f32() : scratch; }
 

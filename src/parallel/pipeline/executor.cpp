@@ -30,8 +30,7 @@ bool Executor::owns_layer(int layer) const {
 double Executor::run(uint64_t step, float loss_scale, const MicroBatchSource& source) noexcept {
   const ModelConfig& c = model_.config();
   const int64_t s = c.seq_len, tokens = int64_t(rows_) * s;
-  const auto& tp = model_.tensor_parallel();
-  const int64_t act = int64_t(rows_) * (tp.active() && tp.sequence_parallel ? s / tp.size() : s) * c.hidden;
+  const int64_t act = int64_t(rows_) * model_.s_local(s) * c.hidden;
   struct Rows {
     std::vector<int32_t> inputs, targets;
     int64_t first_row = -1;
