@@ -316,7 +316,7 @@ std::vector<float> GPT::next_token_probs(const int32_t* ids, int64_t len) {
 void GPT::finalize_grads() {
   if (!(tp_.active() && tp_.sequence_parallel)) return;
   for (const auto& p : table_.params())
-    if (p.split == Split::replicated && p.name.find("c_proj.bias") == std::string::npos)
+    if (p.sequence_partial)
       tp_.group->all_reduce({grads_.data() + p.offset, size_t(p.numel)});
 }
 

@@ -14,7 +14,7 @@ ParamTable::ParamTable(const ModelConfig& c, int tp_size, int tp_rank, const Sta
   int full_index = 0;
   // Every tensor of the whole model is visited in one order (its full_index); a stage keeps its own.
   auto add = [&](bool held, std::string name, std::vector<int64_t> full, Split split, bool decay, float std,
-                 float value, int layer = -1) {
+                 float value, int layer = -1, bool sequence_partial = true) {
     const int index = full_index++;
     if (!held) return int64_t(-1);
     std::vector<int64_t> shape = full;
@@ -22,7 +22,8 @@ ParamTable::ParamTable(const ModelConfig& c, int tp_size, int tp_rank, const Sta
     if (split == Split::columns || split == Split::qkv_columns) shape.back() /= t;
     int64_t n = 1;
     for (auto d : shape) n *= d;
-    params_.push_back({std::move(name), shape, std::move(full), split, total_, n, decay, std, value, layer, index});
+    params_.push_back({std::move(name), shape, std::move(full), split, total_, n, decay, std, value, layer, index,
+                       split == Split::replicated && sequence_partial});
     total_ += n;
     return params_.back().offset;
   };
@@ -37,13 +38,13 @@ ParamTable::ParamTable(const ModelConfig& c, int tp_size, int tp_rank, const Sta
     add(held, p + "attn.c_attn.weight", {h, 3 * h}, Split::qkv_columns, true, std_w, 0, l);
     add(held, p + "attn.c_attn.bias", {3 * h}, Split::qkv_columns, false, 0, 0, l);
     add(held, p + "attn.c_proj.weight", {h, h}, Split::rows, true, std_resid, 0, l);
-    add(held, p + "attn.c_proj.bias", {h}, Split::replicated, false, 0, 0, l);
+    add(held, p + "attn.c_proj.bias", {h}, Split::replicated, false, 0, 0, l, /*sequence_partial=*/false);
     add(held, p + "ln_2.weight", {h}, Split::replicated, false, 0, 1, l);
     add(held, p + "ln_2.bias", {h}, Split::replicated, false, 0, 0, l);
     add(held, p + "mlp.c_fc.weight", {h, 4 * h}, Split::columns, true, std_w, 0, l);
     add(held, p + "mlp.c_fc.bias", {4 * h}, Split::columns, false, 0, 0, l);
     add(held, p + "mlp.c_proj.weight", {4 * h, h}, Split::rows, true, std_resid, 0, l);
-    add(held, p + "mlp.c_proj.bias", {h}, Split::replicated, false, 0, 0, l);
+    add(held, p + "mlp.c_proj.bias", {h}, Split::replicated, false, 0, 0, l, /*sequence_partial=*/false);
   }
   lnf_w_ = add(stage.head, "ln_f.weight", {h}, Split::replicated, false, 0, 1);
   lnf_b_ = add(stage.head, "ln_f.bias", {h}, Split::replicated, false, 0, 0);

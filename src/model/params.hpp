@@ -28,6 +28,10 @@ struct ParamInfo {
   float init_value = 0.0f;     // for constant init (LayerNorm weight 1, biases 0)
   int layer = -1;              // transformer layer, -1 for the embeddings and the final LayerNorm
   int full_index = 0;          // position in the whole model's table (keys its init stream)
+  // Under sequence parallelism each TP rank sees only its sequence shard's share of this gradient
+  // (replicated tensors fed by shards: LayerNorms, position embedding), so it is summed over TP.
+  // Not the row-parallel biases: they are added after the reduce and see the whole sequence.
+  bool sequence_partial = false;
 };
 
 // The parameters one pipeline stage holds: its layers, the input embeddings on the first stage,
