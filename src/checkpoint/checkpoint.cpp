@@ -65,11 +65,15 @@ void save_checkpoint(const std::string& dir, const ModelConfig& config, const Fu
   AtomicDir out(dir);
   write_safetensors(out.path() + "/model.safetensors", tensors_of(table, config, state.params, ""),
                     {{"format", "pt"}});
-  if (state.exp_avg && state.exp_avg_sq) {
-    auto tensors = tensors_of(table, config, state.exp_avg, "exp_avg.");
-    auto sq = tensors_of(table, config, state.exp_avg_sq, "exp_avg_sq.");
-    tensors.insert(tensors.end(), sq.begin(), sq.end());
-    write_safetensors(out.path() + "/optimizer.safetensors", tensors);
+  if (!state.optimizer.empty()) {
+    std::vector<TensorRef> tensors;
+    for (const auto& [prefix, values] : state.element_states) {
+      auto more = tensors_of(table, config, values, prefix);
+      tensors.insert(tensors.end(), more.begin(), more.end());
+    }
+    for (const auto& [name, values] : state.tensor_states)
+      tensors.push_back({name, "F32", {int64_t(values.size())}, values.data(), values.size() * 4});
+    write_safetensors(out.path() + "/optimizer.safetensors", tensors, {{"optimizer", state.optimizer}});
   }
   const std::string json = trainer_state.dump(2) + "\n";
   write_file_atomically(out.path() + "/trainer.json", json.data(), json.size());
@@ -114,16 +118,30 @@ void load_weights(const std::string& path, GPT& model) {
   model.refresh_compute_weights();
 }
 
-void load_optimizer(const std::string& dir, const GPT& model, AdamW& optimizer) {
+void load_optimizer(const std::string& dir, const GPT& model, Optimizer& optimizer) {
   const std::string file = dir + "/optimizer.safetensors";
   if (!fs::exists(file)) fail("checkpoint " + dir + " has no optimizer.safetensors");
   const auto st = SafetensorsFile::load(file);
-  // Read this rank's whole (TP-shard) layout, keep the optimizer's range (a ZeRO shard or all).
-  std::vector<float> m(static_cast<size_t>(model.num_params())), v(m.size());
-  read_tensors(st, model, m.data(), "exp_avg.");
-  read_tensors(st, model, v.data(), "exp_avg_sq.");
-  std::copy(m.begin() + optimizer.begin(), m.begin() + optimizer.end(), optimizer.exp_avg());
-  std::copy(v.begin() + optimizer.begin(), v.begin() + optimizer.end(), optimizer.exp_avg_sq());
+  const auto kind = st.metadata().find("optimizer");
+  const std::string saved = kind == st.metadata().end() ? "adamw" : kind->second;
+  if (saved != optimizer.name())
+    fail("checkpoint " + dir + " holds " + saved + " states but the run asks for --optimizer " + optimizer.name());
+  // Read this rank's whole (TP-shard) layout, keep the owned pieces (a ZeRO shard, or all).
+  std::vector<float> full(static_cast<size_t>(model.num_params()));
+  for (const auto& state : optimizer.element_states()) {
+    read_tensors(st, model, full.data(), state.prefix);
+    float* out = state.values;
+    for (const FlatPiece& piece : optimizer.owned()) out = std::copy(full.begin() + piece.begin, full.begin() + piece.end, out);
+  }
+  for (const auto& state : optimizer.tensor_states()) {
+    const TensorRef& t = st.get(state.name);
+    if (t.dtype != "F32" || t.shape.size() != 1 || state.shape.size() != 1)
+      fail("checkpoint " + file + ": " + state.name + " is not an F32 vector");
+    const auto* src = static_cast<const float*>(t.data);
+    const int64_t n = std::min(t.shape[0], state.shape[0]);
+    std::copy(src, src + n, state.values);
+    std::fill(state.values + n, state.values + state.shape[0], 0.0f);
+  }
 }
 
 }  // namespace lattice::checkpoint

@@ -15,8 +15,11 @@ namespace lattice::checkpoint {
 // checkpoint stores. Tensor-parallel runs gather their shards into it first.
 struct FullState {
   const float* params = nullptr;
-  const float* exp_avg = nullptr;     // may be null (no optimizer.safetensors written)
-  const float* exp_avg_sq = nullptr;
+  std::string optimizer;  // empty: no optimizer.safetensors written
+  // Element states in the parameters' layout ("exp_avg." + the parameter's name), and the
+  // optimizer's small per-tensor vectors under their own names.
+  std::vector<std::pair<std::string, const float*>> element_states;
+  std::vector<std::pair<std::string, std::vector<float>>> tensor_states;
 };
 void save_checkpoint(const std::string& dir, const ModelConfig& config, const FullState& state,
                      const nlohmann::json& trainer_state);
@@ -29,7 +32,9 @@ ModelConfig read_model_config(const std::string& dir);
 // Loads weights into `model` (this rank's shard) from a checkpoint directory, a model.safetensors
 // file or an llm.c gpt2 .bin (version 3, fp32). Shapes must match the model's configuration.
 void load_weights(const std::string& path, GPT& model);
-// Loads the AdamW moments of a checkpoint directory.
-void load_optimizer(const std::string& dir, const GPT& model, AdamW& optimizer);
+// Loads an optimizer's states from a checkpoint directory: each element state's owned pieces out of
+// this rank's layout, each tensor state by name (a vector saved longer or shorter — the
+// vocabulary padding of another TP size — is cut or zero-filled at its end).
+void load_optimizer(const std::string& dir, const GPT& model, Optimizer& optimizer);
 
 }  // namespace lattice::checkpoint

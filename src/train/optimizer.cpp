@@ -5,32 +5,47 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.hpp"
+
 namespace lattice {
 
-AdamW::AdamW(const ParamTable& table, const AdamWConfig& config, int64_t begin, int64_t end)
-    : config_(config),
-      begin_(begin),
-      end_(end < 0 ? table.total() : std::min(end, table.total())),
-      m_(std::max<int64_t>(0, end_ - begin_), "optimizer"),
-      v_(std::max<int64_t>(0, end_ - begin_), "optimizer") {
-  for (const auto& p : table.params()) {
-    const int64_t b = std::max(p.offset, begin_), e = std::min(p.offset + p.numel, end_);
-    if (b < e) ranges_.push_back({b, e, p.decay});
+Optimizer::Optimizer(const ParamTable& table, const OptimizerConfig& config, std::vector<FlatPiece> owned,
+                     OptimizerGroups groups)
+    : table_(table), config_(config), groups_(groups), owned_(std::move(owned)) {
+  if (owned_.empty() && table.total() > 0) owned_.push_back({0, table.total()});
+  for (size_t i = 0; i < owned_.size(); ++i) {
+    const FlatPiece& piece = owned_[i];
+    for (const auto& p : table.params()) {
+      const int64_t b = std::max(p.offset, piece.begin), e = std::min(p.offset + p.numel, piece.end);
+      if (b < e) segments_.push_back({i, &p, b, e, owned_size_ + (b - piece.begin)});
+    }
+    owned_size_ += piece.size();
   }
 }
 
-void AdamW::update(float* params, const float* grads, double lr, int64_t step) {
+AdamW::AdamW(const ParamTable& table, const OptimizerConfig& config, std::vector<FlatPiece> owned,
+             OptimizerGroups groups)
+    : Optimizer(table, config, std::move(owned), groups),
+      m_(owned_size(), "optimizer"),
+      v_(owned_size(), "optimizer") {}
+
+std::vector<Optimizer::ElementState> AdamW::element_states() {
+  return {{"exp_avg.", m_.data()}, {"exp_avg_sq.", v_.data()}};
+}
+
+void AdamW::update(std::span<const PieceData> pieces, double lr, int64_t step) {
   const float b1 = float(config_.beta1), b2 = float(config_.beta2), eps = float(config_.eps);
   const float bc1 = float(1.0 - std::pow(config_.beta1, double(step)));
   const float bc2 = float(1.0 - std::pow(config_.beta2, double(step)));
   const float step_size = float(lr) / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
-  for (const Range& r : ranges_) {
-    const float decay = r.decay ? float(1.0 - lr * config_.weight_decay) : 1.0f;
-    float* m = m_.data() + (r.begin - begin_);  // moments are indexed from begin_
-    float* v = v_.data() + (r.begin - begin_);
-    float* w = params + r.begin;
-    const float* grad = grads + r.begin;
-    const int64_t n = r.end - r.begin;
+  for (const Segment& s : segments()) {
+    const float decay = s.param->decay ? float(1.0 - lr * config_.weight_decay) : 1.0f;
+    const int64_t in_piece = s.begin - owned()[s.piece].begin;
+    float* m = m_.data() + s.state_index;
+    float* v = v_.data() + s.state_index;
+    float* w = pieces[s.piece].master + in_piece;
+    const float* grad = pieces[s.piece].grad + in_piece;
+    const int64_t n = s.end - s.begin;
 #pragma omp parallel for simd schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) {
       const float g = grad[i];
@@ -40,6 +55,12 @@ void AdamW::update(float* params, const float* grads, double lr, int64_t step) {
       w[i] = w[i] * decay - step_size * m[i] / denom;
     }
   }
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const ParamTable& table, const OptimizerConfig& config,
+                                          std::vector<FlatPiece> owned, OptimizerGroups groups) {
+  if (config.kind == "adamw") return std::make_unique<AdamW>(table, config, std::move(owned), groups);
+  throw InputError("--optimizer must be adamw, adafactor or sm3 (got '" + config.kind + "')");
 }
 
 double grad_norm(const float* grads, int64_t n) {

@@ -1,49 +1,116 @@
 #pragma once
-// AdamW (decoupled weight decay) over the flat parameter buffer. Weight decay applies only to
-// matrices and embeddings (ParamInfo::decay), never to LayerNorm weights or biases.
+// Optimizers over the pieces of the flat parameter buffer this rank updates (the whole buffer, or
+// its ZeRO shard: one piece per bucket). Each optimizer keeps
+//  - element states (Adam's moments, SM3's momentum): one value per owned element, laid out over
+//    the owned pieces in order, so a ZeRO shard keeps 1/N_d of them;
+//  - tensor states (Adafactor's row and column factors, SM3's cover accumulators): small vectors in
+//    whole-tensor coordinates, identical on every rank that holds the tensor (their partial sums
+//    are reduced over the TP group and the ZeRO shard group).
+// Weight decay is decoupled and applies only to matrices and embeddings (ParamInfo::decay).
 #include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
+#include "comm/communicator.hpp"
 #include "model/params.hpp"
 #include "tensor/memory_tracker.hpp"
 
 namespace lattice {
 
-struct AdamWConfig {
+struct OptimizerConfig {
+  std::string kind = "adamw";  // adamw | adafactor | sm3
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  // Adafactor (Shazeer & Stern 2018, no momentum): β2_t = 1 − t^decay_rate, update clipped to RMS d.
+  double adafactor_decay_rate = -0.8, adafactor_eps1 = 1e-30, adafactor_clip = 1.0;
 };
 
-class AdamW {
+// Flat offsets [begin, end) of a contiguous piece of this rank's parameter buffer.
+struct FlatPiece {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+
+// Where one owned piece's values (fp32 master weights) and summed gradient are in memory.
+struct PieceData {
+  float* master;
+  const float* grad;
+};
+
+// Groups whose ranks hold different parts of the same tensors: the tensor-parallel group (split
+// tensors) and the group the optimizer state is sharded over (ZeRO's DP group). Null = none.
+struct OptimizerGroups {
+  comm::Communicator* tp = nullptr;
+  comm::Communicator* shard = nullptr;
+};
+
+class Optimizer {
  public:
-  // Keeps moments for the flat range [begin, end) of the parameters (the whole model by default;
-  // one data-parallel rank's shard under ZeRO).
-  AdamW(const ParamTable& table, const AdamWConfig& config, int64_t begin = 0, int64_t end = -1);
+  struct ElementState {
+    std::string prefix;  // checkpoint name prefix, e.g. "exp_avg."
+    float* values;       // owned_size() values, over the owned pieces in order
+  };
+  struct TensorState {
+    std::string name;             // checkpoint name, e.g. "exp_avg_sq_row.h.0.mlp.c_fc.weight"
+    std::vector<int64_t> shape;   // whole-tensor coordinates
+    float* values;
+  };
 
-  // One update of params[begin, end) from grads[begin, end) with learning rate lr; `step` counts
-  // from 1 (bias correction).
-  void update(float* params, const float* grads, double lr, int64_t step);
-  int64_t begin() const { return begin_; }
-  int64_t end() const { return end_; }
+  Optimizer(const ParamTable& table, const OptimizerConfig& config, std::vector<FlatPiece> owned,
+            OptimizerGroups groups);
+  virtual ~Optimizer() = default;
+  virtual const char* name() const = 0;
+  // One update: pieces[i] holds owned()[i]'s master values and gradient. `step` counts from 1.
+  virtual void update(std::span<const PieceData> pieces, double lr, int64_t step) = 0;
+  virtual std::vector<ElementState> element_states() = 0;
+  virtual std::vector<TensorState> tensor_states() { return {}; }
+  // Bytes this optimizer's states occupy (the allocator's "optimizer" tag counts the same).
+  virtual int64_t state_bytes() const = 0;
 
-  // Moments of [begin, end): element i belongs to parameter element begin + i.
-  float* exp_avg() { return m_.data(); }
-  float* exp_avg_sq() { return v_.data(); }
-  const float* exp_avg() const { return m_.data(); }
-  const float* exp_avg_sq() const { return v_.data(); }
-  int64_t size() const { return m_.size(); }
+  const std::vector<FlatPiece>& owned() const { return owned_; }
+  int64_t owned_size() const { return owned_size_; }
+  const ParamTable& table() const { return table_; }
+
+ protected:
+  // A run of owned elements that belongs to one tensor: its table index, the flat range, and the
+  // position of its first element in the element-state layout.
+  struct Segment {
+    size_t piece;
+    const ParamInfo* param;
+    int64_t begin, end;   // flat offsets
+    int64_t state_index;  // index of `begin` in element states
+  };
+  const std::vector<Segment>& segments() const { return segments_; }
+  const ParamTable& table_;
+  OptimizerConfig config_;
+  OptimizerGroups groups_;
 
  private:
-  struct Range {
-    int64_t begin, end;
-    bool decay;
-  };
-  std::vector<Range> ranges_;
-  AdamWConfig config_;
-  int64_t begin_ = 0, end_ = 0;
+  std::vector<FlatPiece> owned_;
+  int64_t owned_size_ = 0;
+  std::vector<Segment> segments_;
+};
+
+// AdamW: two element states (exp_avg, exp_avg_sq), 8 bytes per owned parameter.
+class AdamW final : public Optimizer {
+ public:
+  AdamW(const ParamTable& table, const OptimizerConfig& config, std::vector<FlatPiece> owned,
+        OptimizerGroups groups = {});
+  const char* name() const override { return "adamw"; }
+  void update(std::span<const PieceData> pieces, double lr, int64_t step) override;
+  std::vector<ElementState> element_states() override;
+  int64_t state_bytes() const override { return 4 * (m_.size() + v_.size()); }
+
+ private:
   TrackedArray<float> m_, v_;
 };
 
-// Global L2 norm of the gradient buffer (double accumulation, deterministic order).
+// The optimizer `config.kind` names over `owned` (the whole buffer when empty).
+std::unique_ptr<Optimizer> make_optimizer(const ParamTable& table, const OptimizerConfig& config,
+                                          std::vector<FlatPiece> owned, OptimizerGroups groups = {});
+
+// Global L2 norm of a gradient array (double accumulation, deterministic order).
 double grad_norm(const float* grads, int64_t n);
 void scale_grads(float* grads, int64_t n, float factor);
 

@@ -15,7 +15,7 @@ struct TrainConfig {
   double lr = 3e-3, min_lr = 3e-4;
   std::string lr_schedule = "cosine";
   int64_t warmup = 20;
-  AdamWConfig adamw;
+  OptimizerConfig optim;
   double clip_grad = 1.0;  // 0 = off
   bool shuffle = true;
   uint64_t seed = 1337;

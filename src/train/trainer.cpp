@@ -36,10 +36,10 @@ void validate(const ModelConfig& m, const LayoutConfig& layout, const TrainConfi
   require(t.lr_schedule == "constant" || t.lr_schedule == "cosine",
           "--lr-schedule must be constant or cosine (got '" + t.lr_schedule + "')");
   require(t.warmup >= 0, "--warmup must be >= 0");
-  require(t.adamw.beta1 >= 0 && t.adamw.beta1 < 1, "--beta1 must be in [0, 1)");
-  require(t.adamw.beta2 >= 0 && t.adamw.beta2 < 1, "--beta2 must be in [0, 1)");
-  require(t.adamw.eps > 0, "--eps must be positive");
-  require(t.adamw.weight_decay >= 0, "--weight-decay must be >= 0");
+  require(t.optim.beta1 >= 0 && t.optim.beta1 < 1, "--beta1 must be in [0, 1)");
+  require(t.optim.beta2 >= 0 && t.optim.beta2 < 1, "--beta2 must be in [0, 1)");
+  require(t.optim.eps > 0, "--eps must be positive");
+  require(t.optim.weight_decay >= 0, "--weight-decay must be >= 0");
   require(t.clip_grad >= 0, "--clip-grad must be >= 0 (0 = off)");
   require(t.save_every >= 0, "--save-every must be >= 0");
   require(t.save_every == 0 || !t.save.empty(), "--save-every needs --save DIR");
@@ -134,8 +134,10 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
         config_.global_batch / (config_.micro_batch * layout_.dp), layout_.virtual_stages, config_.micro_batch);
   if (layout_.zero >= 1 && layout_.dp > 1)
     zero_ = std::make_unique<parallel::ZeroShards>(dist_->dp(), model_->num_params());
-  optimizer_ = zero_ ? std::make_unique<AdamW>(model_->table(), config_.adamw, zero_->begin(), zero_->end())
-                     : std::make_unique<AdamW>(model_->table(), config_.adamw);
+  std::vector<FlatPiece> owned;
+  if (zero_) owned.push_back({zero_->begin(), zero_->end()});
+  optimizer_ = make_optimizer(model_->table(), config_.optim, owned,
+                              {dist_ && layout_.tp > 1 ? &dist_->tp() : nullptr, zero_ ? &dist_->dp() : nullptr});
   if (layout_.zero >= 1 && layout_.dp == 1 && (!dist_ || dist_->rank() == 0))
     std::fprintf(stderr, "lattice train: note: --zero %d with data-parallel size 1 shards nothing\n", layout_.zero);
   grad_sync_ = std::make_unique<parallel::GradientSync>(dist_ && !zero_ ? &dist_->dp() : nullptr,
@@ -218,14 +220,15 @@ StepResult Trainer::train_step() {
                         std::to_string(r.step) + ": training stopped (lower --lr or check the data)");
   TraceSpan optimizer_span(Trace::Kind::optimizer, -1, -1, step_ - 1);
   // Under ZeRO-1 this rank holds (and updates) the gradient of its shard [begin, end) only.
-  const int64_t begin = optimizer_->begin(), end = optimizer_->end();
+  const int64_t begin = zero_ ? zero_->begin() : 0, end = zero_ ? zero_->end() : model_->num_params();
   const bool last_stage_of_many = pipeline_ && dist_->coords().pp_rank == layout_.pp - 1;
   r.grad_norm = model_->grad_norm(begin, end, zero_ ? &dist_->dp() : nullptr, pipeline_ ? &dist_->pp() : nullptr,
                                   !last_stage_of_many);
   if (config_.clip_grad > 0 && r.grad_norm > config_.clip_grad)
     scale_grads(model_->grads() + begin, end - begin, float(config_.clip_grad / r.grad_norm));
   r.lr = schedule_.at(r.step);
-  optimizer_->update(model_->params(), model_->grads(), r.lr, r.step);
+  const PieceData piece{model_->params() + begin, model_->grads() + begin};
+  optimizer_->update({&piece, 1}, r.lr, r.step);
   if (zero_) zero_->all_gather(model_->params());
   model_->refresh_compute_weights();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -259,15 +262,17 @@ void Trainer::save(const std::string& dir) const {
   comm::Communicator* tp = dist_ ? &dist_->tp() : nullptr;
   const std::vector<float> params_local = owned_by_stage(model_->params());
   const auto params = parallel::gather_full(tp, model_config_, params_local.data());
-  // Under ZeRO-1 the moments are first gathered over DP into this rank's full (TP-shard) layout.
-  const std::vector<float> m_local = owned_by_stage(zero_ ? zero_->gather(optimizer_->exp_avg()).data()
-                                                         : optimizer_->exp_avg());
-  const std::vector<float> v_local = owned_by_stage(zero_ ? zero_->gather(optimizer_->exp_avg_sq()).data()
-                                                         : optimizer_->exp_avg_sq());
-  const auto m = parallel::gather_full(tp, model_config_, m_local.data());
-  const auto v = parallel::gather_full(tp, model_config_, v_local.data());
-  if (is_logging_rank())
-    checkpoint::save_checkpoint(dir, model_config_, {params.data(), m.data(), v.data()}, state);
+  // Element states (a ZeRO shard is first gathered over DP into this rank's full TP-shard layout).
+  checkpoint::FullState full{params.data(), optimizer_->name(), {}, {}};
+  std::vector<std::vector<float>> element_values;
+  for (const auto& e : optimizer_->element_states()) {
+    const std::vector<float> local = owned_by_stage(zero_ ? zero_->gather(e.values).data() : e.values);
+    element_values.push_back(parallel::gather_full(tp, model_config_, local.data()));
+    full.element_states.push_back({e.prefix, element_values.back().data()});
+  }
+  for (const auto& t : optimizer_->tensor_states())
+    full.tensor_states.push_back({t.name, std::vector<float>(t.values, t.values + t.shape[0])});
+  if (is_logging_rank()) checkpoint::save_checkpoint(dir, model_config_, full, state);
   if (dist_) dist_->world().barrier();
 }
 

@@ -34,7 +34,7 @@ class Trainer {
   double evaluate(int64_t batches);  // mean validation loss (or train data when no val.bin)
 
   GPT& model() { return *model_; }
-  AdamW& optimizer() { return *optimizer_; }
+  Optimizer& optimizer() { return *optimizer_; }
   int64_t step() const { return step_; }
   void save(const std::string& dir) const;
   bool is_logging_rank() const { return !dist_ || dist_->rank() == 0; }
@@ -44,7 +44,7 @@ class Trainer {
   LayoutConfig layout_;
   TrainConfig config_;
   std::unique_ptr<GPT> model_;
-  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<data::BatchLoader> train_loader_, val_loader_;
   LrSchedule schedule_;
   comm::Distributed* dist_ = nullptr;
