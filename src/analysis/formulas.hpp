@@ -85,5 +85,12 @@ double tp_conjugate_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, 
 double tp_conjugate_bytes_per_layer(int64_t s, int64_t b, int64_t h, int t, int64_t n_mb, int bytes = 4);
 // Data-parallel gradient all-reduce per step for psi parameters on this rank: 2(N_d−1)/N_d · psi·bytes.
 double dp_gradient_bytes_per_step(int64_t psi, int dp, int bytes = 4);
+// The same under ZeRO stage `zero` with n_mb micro-batches per step: stages 0–1 move 2Ψ once
+// (all-reduce, or reduce-scatter + all-gather); stage 2 reduce-scatters each micro-batch's
+// gradient as backward produces it, then all-gathers once; stage 3 also gathers the parameters
+// before each micro-batch's forward and again before its backward: 3Ψ per micro-batch.
+// `extra_gathered` corrects stage 3 for tensors gathered more or less often (the tied embedding
+// gathered again for the head, the position embedding not needed in backward).
+double dp_bytes_per_step(int64_t psi, int dp, int zero, int64_t n_mb, int64_t extra_gathered = 0, int bytes = 4);
 
 }  // namespace lattice::analysis

@@ -75,6 +75,27 @@ Handle Communicator::all_reduce_async(std::span<float> data, ReduceOp op) {
   return Handle(do_all_reduce_async(data, op));
 }
 
+void Communicator::check_counts(size_t whole, size_t mine, std::span<const int> counts, const char* what) const {
+  size_t sum = 0;
+  for (int c : counts) sum += size_t(c);
+  if (counts.size() != size_t(size()) || sum != whole || size_t(counts[size_t(rank())]) != mine)
+    throw std::logic_error(std::string(what) + ": chunk counts do not match the buffers");
+}
+
+Handle Communicator::reduce_scatter_v_async(std::span<const float> input, std::span<float> output,
+                                            std::span<const int> counts) {
+  check_counts(input.size(), output.size(), counts, "reduce_scatter_v");
+  count(CollectiveOp::reduce_scatter, input.size());
+  return Handle(do_reduce_scatter_v_async(input, output, counts));
+}
+
+Handle Communicator::all_gather_v_async(std::span<const float> input, std::span<float> output,
+                                        std::span<const int> counts) {
+  check_counts(output.size(), input.size(), counts, "all_gather_v");
+  count(CollectiveOp::all_gather, output.size());
+  return Handle(do_all_gather_v_async(input, output, counts));
+}
+
 Handle Communicator::send_async(std::span<const float> data, int dest, int tag) {
   check_peer(dest, "send_async");
   count(CollectiveOp::send, data.size());

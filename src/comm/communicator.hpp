@@ -79,6 +79,13 @@ class Communicator {
 
   // Non-blocking variants: the buffers must stay alive and untouched until wait().
   [[nodiscard]] Handle all_reduce_async(std::span<float> data, ReduceOp op = ReduceOp::sum);
+  // Uneven chunks: rank r's chunk holds counts[r] floats (input of reduce_scatter_v and output of
+  // all_gather_v are the chunks in rank order). all_gather_v runs in place when `input` already
+  // sits at this rank's chunk of `output`. ZeRO's buckets, split over DP ranks without padding.
+  [[nodiscard]] Handle reduce_scatter_v_async(std::span<const float> input, std::span<float> output,
+                                              std::span<const int> counts);
+  [[nodiscard]] Handle all_gather_v_async(std::span<const float> input, std::span<float> output,
+                                          std::span<const int> counts);
   [[nodiscard]] Handle send_async(std::span<const float> data, int dest, int tag = 0);
   [[nodiscard]] Handle recv_async(std::span<float> data, int source, int tag = 0);
 
@@ -92,6 +99,11 @@ class Communicator {
   virtual void do_recv(std::span<float> data, int source, int tag) = 0;
   virtual void do_barrier() = 0;
   virtual std::unique_ptr<PendingOp> do_all_reduce_async(std::span<float> data, ReduceOp op) = 0;
+  virtual std::unique_ptr<PendingOp> do_reduce_scatter_v_async(std::span<const float> input,
+                                                               std::span<float> output,
+                                                               std::span<const int> counts) = 0;
+  virtual std::unique_ptr<PendingOp> do_all_gather_v_async(std::span<const float> input, std::span<float> output,
+                                                           std::span<const int> counts) = 0;
   virtual std::unique_ptr<PendingOp> do_send_async(std::span<const float> data, int dest, int tag) = 0;
   virtual std::unique_ptr<PendingOp> do_recv_async(std::span<float> data, int source, int tag) = 0;
 
@@ -99,6 +111,7 @@ class Communicator {
   void count(CollectiveOp op, size_t floats, int root = 0);
   void check_peer(int peer, const char* what) const;
   size_t chunk_of(size_t whole, size_t part, const char* what) const;
+  void check_counts(size_t whole, size_t mine, std::span<const int> counts, const char* what) const;
 
   GroupKind kind_;
   TrafficLedger* ledger_;

@@ -3,6 +3,7 @@
 #include <climits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace lattice::comm {
 
@@ -20,6 +21,12 @@ MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
 class MpiRequest final : public PendingOp {
  public:
   MpiRequest() = default;
+  // Non-blocking collectives read their count and displacement arrays until completion.
+  MpiRequest(std::span<const int> counts) : counts_(counts.begin(), counts.end()), displs_(counts.size(), 0) {
+    for (size_t r = 1; r < counts_.size(); ++r) displs_[r] = displs_[r - 1] + counts_[r - 1];
+  }
+  const int* counts() const { return counts_.data(); }
+  const int* displs() const { return displs_.data(); }
   ~MpiRequest() override { wait(); }
   MPI_Request* request() { return &request_; }
   void wait() override {
@@ -28,6 +35,7 @@ class MpiRequest final : public PendingOp {
 
  private:
   MPI_Request request_ = MPI_REQUEST_NULL;
+  std::vector<int> counts_, displs_;
 };
 
 }  // namespace
@@ -80,6 +88,27 @@ std::unique_ptr<PendingOp> MpiCommunicator::do_all_reduce_async(std::span<float>
   auto pending = std::make_unique<MpiRequest>();
   MPI_Iallreduce(MPI_IN_PLACE, data.data(), mpi_count(data.size()), MPI_FLOAT, mpi_op(op), comm_,
                  pending->request());
+  return pending;
+}
+
+std::unique_ptr<PendingOp> MpiCommunicator::do_reduce_scatter_v_async(std::span<const float> input,
+                                                                       std::span<float> output,
+                                                                       std::span<const int> counts) {
+  auto pending = std::make_unique<MpiRequest>(counts);
+  mpi_count(input.size());
+  MPI_Ireduce_scatter(input.data(), output.data(), pending->counts(), MPI_FLOAT, MPI_SUM, comm_,
+                      pending->request());
+  return pending;
+}
+
+std::unique_ptr<PendingOp> MpiCommunicator::do_all_gather_v_async(std::span<const float> input,
+                                                                   std::span<float> output,
+                                                                   std::span<const int> counts) {
+  auto pending = std::make_unique<MpiRequest>(counts);
+  mpi_count(output.size());
+  const bool in_place = input.data() == output.data() + pending->displs()[rank_];
+  MPI_Iallgatherv(in_place ? MPI_IN_PLACE : input.data(), int(input.size()), MPI_FLOAT, output.data(),
+                  pending->counts(), pending->displs(), MPI_FLOAT, comm_, pending->request());
   return pending;
 }
 

@@ -26,6 +26,10 @@ class MpiCommunicator final : public Communicator {
   void do_recv(std::span<float> data, int source, int tag) override;
   void do_barrier() override;
   std::unique_ptr<PendingOp> do_all_reduce_async(std::span<float> data, ReduceOp op) override;
+  std::unique_ptr<PendingOp> do_reduce_scatter_v_async(std::span<const float> input, std::span<float> output,
+                                                       std::span<const int> counts) override;
+  std::unique_ptr<PendingOp> do_all_gather_v_async(std::span<const float> input, std::span<float> output,
+                                                   std::span<const int> counts) override;
   std::unique_ptr<PendingOp> do_send_async(std::span<const float> data, int dest, int tag) override;
   std::unique_ptr<PendingOp> do_recv_async(std::span<float> data, int source, int tag) override;
 

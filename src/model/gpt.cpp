@@ -23,9 +23,11 @@ GPT::GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, pa
       table_(model, tp.size(), tp.rank(), stage),
       seed_(seed),
       params_(table_.total(), "params"),
-      grads_(table_.total(), "grads"),
       kept_bytes_per_layer_(size_t(model.layers), 0),
-      tp_bytes_per_layer_(size_t(model.layers), 0.0) {
+      tp_bytes_per_layer_(size_t(model.layers), 0.0),
+      buckets_(model_buckets(table_, model.layers)) {
+  // ZeRO-2/3 keep only a shard of the gradients (the bucket store's); no full buffer here.
+  if (!(layout_.zero >= 2 && layout_.dp > 1)) grads_ = TrackedArray<float>(table_.total(), "grads");
   if (layout_.activation_dtype == DType::bf16) params16_ = TrackedArray<uint16_t>(table_.total(), "bf16_weights");
   init_params(table_, params_.data(), seed, model.vocab);
   refresh_compute_weights();
@@ -40,25 +42,47 @@ double layer_tp_bytes() {
 
 void GPT::zero_grads() { std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f); }
 
+void GPT::release_full_params() {
+  params_ = TrackedArray<float>();
+  params16_ = TrackedArray<uint16_t>();
+}
+
+const float* GPT::bucket_params(int b, int next) {
+  if (store_ && store_->holds_params()) return store_->params(b, next);
+  return params_.data() + buckets_[size_t(b)].begin;
+}
+
+void GPT::bucket_params_done(int b) {
+  if (store_ && store_->holds_params()) store_->params_done(b);
+}
+
+float* GPT::bucket_grads(int b) { return store_ ? store_->grads(b) : grads_.data() + buckets_[size_t(b)].begin; }
+
+void GPT::bucket_grads_done(int b) {
+  if (store_) store_->grads_done(b);
+  else if (b < model_.layers && layer_grads_ready_) layer_grads_ready_(b);
+}
+
 void GPT::refresh_compute_weights() {
   if (params16_.size()) to_bf16(params_.data(), params16_.data(), params_.size());
 }
 
-GemmOperand GPT::weight_operand(int64_t offset) const {
+// `values` points at the tensor's fp32 values, `offset` is its flat offset (for the bf16 copy).
+GemmOperand GPT::weight_operand(const float* values, int64_t offset) const {
   if (params16_.size()) return {params16_.data() + offset, DType::bf16};
-  return {params_.data() + offset, DType::fp32};
+  return {values, DType::fp32};
 }
 
-LayerWeights GPT::layer_weights(int l) const {
-  const auto p = table_.layer(params_.data(), l);
-  auto off = [&](const float* ptr) { return int64_t(ptr - params_.data()); };
+LayerWeights GPT::layer_weights(int l, const float* bucket) const {
+  const auto p = table_.layer_at(bucket, l);
+  const int64_t begin = buckets_[size_t(l)].begin;
+  auto w = [&](const float* ptr) { return weight_operand(ptr, begin + int64_t(ptr - bucket)); };
   return {p.ln1_w, p.ln1_b, p.qkv_b, p.proj_b, p.ln2_w, p.ln2_b, p.fc1_b, p.fc2_b,
-          weight_operand(off(p.qkv_w)), weight_operand(off(p.proj_w)), weight_operand(off(p.fc1_w)),
-          weight_operand(off(p.fc2_w))};
+          w(p.qkv_w), w(p.proj_w), w(p.fc1_w), w(p.fc2_w)};
 }
 
-LayerGrads GPT::layer_grads(int l) {
-  const auto g = table_.layer(grads_.data(), l);
+LayerGrads GPT::layer_grads(int l, float* bucket) const {
+  const auto g = table_.layer_at(bucket, l);
   return {g.ln1_w, g.ln1_b, g.qkv_w, g.qkv_b, g.proj_w, g.proj_b, g.ln2_w, g.ln2_b, g.fc1_w, g.fc1_b, g.fc2_w, g.fc2_b};
 }
 
@@ -76,10 +100,10 @@ LayerContext GPT::layer_context(int l, uint64_t step, bool training, int64_t row
   return c;
 }
 
-void GPT::run_head_gemm(float* logits, GemmOperand head_in, int64_t N) const {
+void GPT::run_head_gemm(float* logits, GemmOperand head_in, const float* wte, int64_t N) const {
   GemmShape g;  // logits[N, V/t] = head_in[N, h] · wte_shardᵀ, the shard stored [V/t, h]
   g.M = N, g.N = vocab_local(), g.K = model_.hidden, g.trans_b = true;
-  gemm(g, head_in, weight_operand(table_.wte()), logits);
+  gemm(g, head_in, weight_operand(wte, table_.wte()), logits);
 }
 
 namespace {
@@ -125,9 +149,12 @@ void GPT::embed_forward(const MicroBatch& mb, uint64_t step, bool training, int6
   // Vocabulary-parallel embedding: each rank's rows, summed over TP (f̄, or ḡ under SP), + positions.
   out.tokens = TrackedBuffer(size_t(N) * 4, kEmbeddingLayer, "tokens");
   std::copy(mb.inputs, mb.inputs + N, static_cast<int32_t*>(out.tokens.data()));
-  parallel::embedding_tokens_forward(ws_.full2.data(), mb.inputs, params_.data() + table_.wte(), vocab_shard(), N, h);
+  const int L = model_.layers;
+  parallel::embedding_tokens_forward(ws_.full2.data(), mb.inputs, bucket_params(wte_bucket(L)), vocab_shard(), N, h);
+  bucket_params_done(wte_bucket(L));
   parallel::leave_forward(tp_, ws_.full2.data(), x, {b, s, h});
-  add_positions(x, params_.data() + table_.wpe(), b, sl, p0, h);
+  add_positions(x, bucket_params(wpe_bucket(L), 0), b, sl, p0, h);
+  bucket_params_done(wpe_bucket(L));
   if (dropout > 0.0f) {
     out.emb_mask = TrackedBuffer(size_t(Nl * h), kEmbeddingLayer, "emb_mask");
     auto* mask = static_cast<uint8_t*>(out.emb_mask.data());
@@ -148,13 +175,16 @@ double GPT::head_forward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
   out.lnf_in.store(x);
   out.lnf_stats = TrackedBuffer(size_t(2 * Nl) * 4, kHeadLayer, "lnf_stats");
   auto* mean = static_cast<float*>(out.lnf_stats.data());
-  layernorm_forward(ws_.ln.data(), mean, mean + Nl, x, params_.data() + table_.lnf_w(),
-                    params_.data() + table_.lnf_b(), Nl, h);
+  const int L = model_.layers;
+  const float* lnf = bucket_params(lnf_bucket(L), wte_bucket(L));
+  layernorm_forward(ws_.ln.data(), mean, mean + Nl, x, lnf, lnf + h, Nl, h);
+  bucket_params_done(lnf_bucket(L));
   out.head_in = Stored(Nl * h, dt, kHeadLayer, "head_input");
   out.head_in.store(ws_.ln.data());
   out.logits = TrackedBuffer(size_t(N * vocab.v_local) * 4, kHeadLayer, "logits");
   auto* logits = static_cast<float*>(out.logits.data());
-  run_head_gemm(logits, head_operand(out.head_in, ws_.ln.data(), b, s, false), N);
+  run_head_gemm(logits, head_operand(out.head_in, ws_.ln.data(), b, s, false), bucket_params(wte_bucket(L)), N);
+  bucket_params_done(wte_bucket(L));
   std::vector<float> losses(static_cast<size_t>(N));
   parallel::cross_entropy_forward(tp_, logits, losses.data(), mb.targets, vocab, N);
   double sum = 0.0;
@@ -171,22 +201,26 @@ void GPT::head_backward(const MicroBatch& mb, float loss_scale, int64_t s, Outsi
   // dwte_shard += dlogitsᵀ · head input.
   auto* dlogits = static_cast<float*>(out.logits.data());
   parallel::cross_entropy_backward(dlogits, dlogits, mb.targets, vocab, N, loss_scale);
+  const int L = model_.layers;
   const GemmOperand head_in = head_operand(out.head_in, nullptr, b, s, /*regather=*/true);
   const GemmOperand dlogits_op = as_operand(dlogits, N * vocab.v_local, dt, ws_.half.data());
   GemmShape gx;
   gx.M = N, gx.N = h, gx.K = vocab.v_local;
-  gemm(gx, dlogits_op, weight_operand(table_.wte()), ws_.full2.data());
+  gemm(gx, dlogits_op, weight_operand(bucket_params(wte_bucket(L), lnf_bucket(L)), table_.wte()), ws_.full2.data());
+  bucket_params_done(wte_bucket(L));
   GemmShape gw;
   gw.M = vocab.v_local, gw.N = h, gw.K = N, gw.trans_a = true, gw.accumulate = true;
-  gemm(gw, dlogits_op, head_in, grads_.data() + table_.wte());
+  gemm(gw, dlogits_op, head_in, bucket_grads(wte_bucket(L)));  // handed back at the chunk's end
   parallel::enter_backward(tp_, ws_.full2.data(), ws_.g1.data(), {b, s, h});
   out.logits.reset(), out.head_in.reset();
 
   std::fill(dx, dx + Nl * h, 0.0f);
   const auto* mean = static_cast<const float*>(out.lnf_stats.data());
   const float* lnf_in = out.lnf_in.load(ws_.widen.data());
-  layernorm_backward(dx, grads_.data() + table_.lnf_w(), grads_.data() + table_.lnf_b(), ws_.g1.data(), lnf_in,
-                     params_.data() + table_.lnf_w(), mean, mean + Nl, Nl, h);
+  float* dlnf = bucket_grads(lnf_bucket(L));
+  layernorm_backward(dx, dlnf, dlnf + h, ws_.g1.data(), lnf_in, bucket_params(lnf_bucket(L)), mean, mean + Nl, Nl, h);
+  bucket_params_done(lnf_bucket(L));
+  bucket_grads_done(lnf_bucket(L));
   out.lnf_in.reset(), out.lnf_stats.reset();
 }
 
@@ -195,9 +229,11 @@ void GPT::embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
   float* dx = ws_.dresid.data();
   if (model_.dropout > 0.0f)
     dropout_backward(dx, dx, static_cast<const uint8_t*>(out.emb_mask.data()), Nl * h, float(model_.dropout));
-  position_grads(grads_.data() + table_.wpe(), dx, b, sl, pos0(s), h);
+  const int L = model_.layers;
+  position_grads(bucket_grads(wpe_bucket(L)), dx, b, sl, pos0(s), h);
+  bucket_grads_done(wpe_bucket(L));
   const float* dfull = parallel::leave_backward(tp_, dx, ws_.full2.data(), {b, s, h});
-  parallel::embedding_tokens_backward(grads_.data() + table_.wte(), dfull, mb.inputs, vocab_shard(), N, h);
+  parallel::embedding_tokens_backward(bucket_grads(wte_bucket(L)), dfull, mb.inputs, vocab_shard(), N, h);
   out.tokens.reset(), out.emb_mask.reset();
 }
 
@@ -225,7 +261,8 @@ double GPT::forward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, bool 
     const int64_t before = tracker.live_bytes_of_layer(l);  // other micro-batches in flight
     LayerKept& kept = state.layers[size_t(l)];
     const double sent = layer_tp_bytes();
-    layer_forward(x, kept, keep_s2, layer_weights(l), c, ws_);
+    layer_forward(x, kept, keep_s2, layer_weights(l, bucket_params(l, l + 1 < l1 ? l + 1 : -1)), c, ws_);
+    bucket_params_done(l);
     if (training) tp_bytes_per_layer_[size_t(l)] += layer_tp_bytes() - sent;
     if (!training) {
       kept.release();
@@ -267,7 +304,7 @@ void GPT::backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float 
   for (int l = l1 - 1; l >= l0; --l) {
     LayerKept& kept = state.layers[size_t(l)];
     const LayerContext c = layer_context(l, step, true, b, mb.first_row, s);
-    const LayerWeights w = layer_weights(l);
+    const LayerWeights w = layer_weights(l, bucket_params(l, l - 1 >= l0 ? l - 1 : -1));
     const double sent = layer_tp_bytes();
     if (analysis::layer_fully_recomputed(layout_, l, model_.layers)) {
       // Re-run the whole layer from its kept input; the output is not needed again.
@@ -278,15 +315,18 @@ void GPT::backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float 
     } else if (!kept.has_attention_s2()) {
       layer_recompute_attention(kept, c, ws_);
     }
-    layer_backward(dx, kept, w, layer_grads(l), c, ws_);
+    layer_backward(dx, kept, w, layer_grads(l, bucket_grads(l)), c, ws_);
+    bucket_params_done(l);
     tp_bytes_per_layer_[size_t(l)] += layer_tp_bytes() - sent;
     kept.release();
-    if (layer_grads_ready_) layer_grads_ready_(l);
+    bucket_grads_done(l);
   }
   if (l0 == 0)
     embed_backward(mb, s, state.outside);
   else
     std::copy(dx, dx + Nl * h, dx_out);
+  // The tied embedding's gradient collects the head's and the embedding's parts of this chunk.
+  if (l0 == 0 || l1 == model_.layers) bucket_grads_done(wte_bucket(model_.layers));
   if (--state.chunks == 0) in_flight_.erase(id);
 }
 
@@ -311,30 +351,6 @@ std::vector<float> GPT::next_token_probs(const int32_t* ids, int64_t len) {
   std::vector<float> out(probs, probs + model_.vocab);
   in_flight_.erase(-1);
   return out;
-}
-
-void GPT::finalize_grads() {
-  if (!(tp_.active() && tp_.sequence_parallel)) return;
-  for (const auto& p : table_.params())
-    if (p.sequence_partial)
-      tp_.group->all_reduce({grads_.data() + p.offset, size_t(p.numel)});
-}
-
-double GPT::grad_norm(int64_t begin, int64_t end, comm::Communicator* dp, comm::Communicator* pp,
-                      bool count_wte) {
-  if (end < 0) end = table_.total();
-  float sums[2] = {0.0f, 0.0f};  // squares of [TP-sharded, replicated] parameters
-  for (const auto& p : table_.params()) {
-    if (!count_wte && p.offset == table_.wte()) continue;
-    const int64_t b = std::max(p.offset, begin), e = std::min(p.offset + p.numel, end);
-    if (b >= e) continue;
-    const double n = lattice::grad_norm(grads_.data() + b, e - b);
-    sums[p.split == Split::replicated ? 1 : 0] += float(n * n);
-  }
-  if (dp && dp->size() > 1) dp->all_reduce({sums, 2});
-  if (pp && pp->size() > 1) pp->all_reduce({sums, 2});
-  if (tp_.active()) tp_.group->all_reduce({sums, 1});
-  return std::sqrt(double(sums[0]) + double(sums[1]));
 }
 
 }  // namespace lattice

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "model/bucket_store.hpp"
 #include "model/layer_context.hpp"
 #include "model/layer_kept.hpp"
 #include "model/params.hpp"
@@ -38,20 +39,15 @@ class GPT {
   int64_t num_params() const { return table_.total(); }
   float* params() { return params_.data(); }
   const float* params() const { return params_.data(); }
-  float* grads() { return grads_.data(); }
+  float* grads() { return grads_.data(); }  // empty under ZeRO-2/3 (the bucket store keeps them)
   void zero_grads();
+  // ZeRO-2/3: gradients (and in stage 3 parameters) are kept by `store` bucket by bucket.
+  void set_bucket_store(BucketStore* store) { store_ = store; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  // ZeRO-3, once the store holds its shard: the full parameter buffers are freed.
+  void release_full_params();
   // Call after the parameters change: refreshes the bf16 copy the GEMMs read.
   void refresh_compute_weights();
-  // After the last micro-batch's backward: under sequence parallelism the gradients of replicated
-  // parameters fed by sequence shards (LayerNorms, position embedding) are partial; sum them over TP.
-  void finalize_grads();
-  // Global L2 norm of the gradient over the whole model (shards summed over TP, replicas once).
-  // Under ZeRO each data-parallel rank holds the gradient of [begin, end) only: the partial sums
-  // are then added over `dp`.
-  // Under pipeline parallelism each stage adds the squares of what it holds over `pp`; the tied
-  // embedding, held by the first and the last stage, is counted by the first only (count_wte).
-  double grad_norm(int64_t begin = 0, int64_t end = -1, comm::Communicator* dp = nullptr,
-                   comm::Communicator* pp = nullptr, bool count_wte = true);
   const parallel::TensorParallel& tensor_parallel() const { return tp_; }
   // Positions of a sequence of s this rank holds outside the TP region (s/t under SP).
   int64_t s_local(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? s / tp_.size() : s; }
@@ -104,12 +100,17 @@ class GPT {
   void embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out);
   int64_t pos0(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? tp_.rank() * (s / tp_.size()) : 0; }
   int64_t vocab_local() const { return model_.padded_vocab(tp_.size()) / tp_.size(); }
-  LayerWeights layer_weights(int l) const;
-  LayerGrads layer_grads(int l);
+  LayerWeights layer_weights(int l, const float* bucket) const;
+  LayerGrads layer_grads(int l, float* bucket) const;
+  // A bucket's parameters and gradients: the model's own buffers, or the ZeRO store's.
+  const float* bucket_params(int b, int next = -1);
+  void bucket_params_done(int b);
+  float* bucket_grads(int b);
+  void bucket_grads_done(int b);
   LayerContext layer_context(int l, uint64_t step, bool training, int64_t rows, int64_t first_row,
                              int64_t s) const;
-  GemmOperand weight_operand(int64_t offset) const;  // fp32 or its bf16 copy
-  void run_head_gemm(float* logits, GemmOperand head_in, int64_t N) const;
+  GemmOperand weight_operand(const float* values, int64_t offset) const;  // fp32 or its bf16 copy
+  void run_head_gemm(float* logits, GemmOperand head_in, const float* wte, int64_t N) const;
   GemmOperand head_operand(const Stored& head_in, const float* local32, int64_t b, int64_t s, bool regather);
   parallel::VocabShard vocab_shard() const;
 
@@ -127,6 +128,8 @@ class GPT {
   std::map<std::string, int64_t> kept_bytes_by_op_;
   std::vector<double> tp_bytes_per_layer_;
   std::function<void(int)> layer_grads_ready_;
+  std::vector<Bucket> buckets_;
+  BucketStore* store_ = nullptr;
 };
 
 }  // namespace lattice

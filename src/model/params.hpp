@@ -42,6 +42,13 @@ struct StageParams {
   bool has_layer(int l) const { return layers.empty() || layers[size_t(l)]; }
 };
 
+// Flat offsets [begin, end) of a contiguous piece of a rank's parameter buffer (a ZeRO shard is a
+// list of them).
+struct FlatPiece {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+
 // Pointers into a flat buffer (parameters or gradients) for one transformer layer.
 template <class T>
 struct LayerTensors {
@@ -78,10 +85,14 @@ class ParamTable {
   int layer_of(size_t tensor) const { return params_[tensor].layer; }
   template <class T>
   LayerTensors<T> layer(T* base, int l) const {
+    return layer_at(base + layer_range(l).first, l);
+  }
+  // The same from a buffer holding just layer l's tensors (a ZeRO bucket).
+  template <class T>
+  LayerTensors<T> layer_at(T* bucket, int l) const {
     const ParamInfo* p = &params_[size_t(layer_first_[size_t(l)])];
-    return {base + p[0].offset, base + p[1].offset, base + p[2].offset,  base + p[3].offset,
-            base + p[4].offset, base + p[5].offset, base + p[6].offset,  base + p[7].offset,
-            base + p[8].offset, base + p[9].offset, base + p[10].offset, base + p[11].offset};
+    auto at = [&](int k) { return bucket + (p[k].offset - p[0].offset); };
+    return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10), at(11)};
   }
 
  private:

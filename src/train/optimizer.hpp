@@ -26,12 +26,6 @@ struct OptimizerConfig {
   double adafactor_decay_rate = -0.8, adafactor_eps1 = 1e-30, adafactor_clip = 1.0;
 };
 
-// Flat offsets [begin, end) of a contiguous piece of this rank's parameter buffer.
-struct FlatPiece {
-  int64_t begin = 0, end = 0;
-  int64_t size() const { return end - begin; }
-};
-
 // Where one owned piece's values (fp32 master weights) and summed gradient are in memory.
 struct PieceData {
   float* master;

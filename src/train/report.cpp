@@ -41,6 +41,9 @@ nlohmann::json memory_json(const MemoryReport& m) {
           {"activation_bytes_by_op", m.activation_bytes_by_op},
           {"activation_peak_bytes", m.activation_peak_bytes},
           {"model_state_bytes", {{"params", m.params}, {"grads", m.grads}, {"optimizer", m.optimizer}}},
+          {"model_state_bytes_formula",
+           {{"params", m.params_formula}, {"grads", m.grads_formula}, {"optimizer", m.optimizer_formula}}},
+          {"transient_peak_bytes", m.transient_peak_bytes},
           {"compute_weight_bytes", m.compute_weights}};
 }
 
@@ -59,9 +62,13 @@ void print_memory_table(const MemoryReport& m) {
   std::fprintf(stderr, "\n");
   std::fprintf(stderr, "  outside  %14s %14s\n", human_bytes(double(m.activation_bytes_outside_layers)).c_str(),
                human_bytes(double(m.activation_bytes_outside_formula)).c_str());
-  std::fprintf(stderr, "  activation peak %s; params %s, grads %s, optimizer %s\n",
+  std::fprintf(stderr, "  activation peak %s; model states: params %s, grads %s, optimizer %s (SPEC §8: %s, %s, %s)",
                human_bytes(double(m.activation_peak_bytes)).c_str(), human_bytes(double(m.params)).c_str(),
-               human_bytes(double(m.grads)).c_str(), human_bytes(double(m.optimizer)).c_str());
+               human_bytes(double(m.grads)).c_str(), human_bytes(double(m.optimizer)).c_str(),
+               human_bytes(double(m.params_formula)).c_str(), human_bytes(double(m.grads_formula)).c_str(),
+               human_bytes(double(m.optimizer_formula)).c_str());
+  if (m.transient_peak_bytes) std::fprintf(stderr, "; ZeRO transient peak %s", human_bytes(double(m.transient_peak_bytes)).c_str());
+  std::fprintf(stderr, "\n");
 }
 
 void print_comm_report(const nlohmann::json& comm_ranks) {
@@ -75,9 +82,9 @@ void print_comm_report(const nlohmann::json& comm_ranks) {
                  human_bytes(r["pp"].get<double>()).c_str(), human_bytes(r["tp_conjugate"].get<double>()).c_str(),
                  human_bytes(r["tp_regather"].get<double>()).c_str());
   if (!comm_ranks.empty())
-    std::fprintf(stderr, "  formulas: tp (4L+2)·2(t-1)/t·sbh·4·n_mb = %s; dp gradients 2(N-1)/N·Ψ·4 = %s\n",
+    std::fprintf(stderr, "  formulas: tp (4L+2)·2(t-1)/t·sbh·4·n_mb = %s; dp (N-1)/N·4·(2Ψ, ZeRO-2 (n_mb+1)Ψ, ZeRO-3 3Ψ·n_mb) = %s\n",
                  human_bytes(comm_ranks[0]["tp_conjugate_formula"].get<double>()).c_str(),
-                 human_bytes(comm_ranks[0]["dp_gradients_formula"].get<double>()).c_str());
+                 human_bytes(comm_ranks[0]["dp_formula"].get<double>()).c_str());
 }
 
 }  // namespace lattice

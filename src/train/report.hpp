@@ -27,6 +27,8 @@ struct MemoryReport {
   std::map<std::string, int64_t> activation_bytes_by_op;   // measured, first layer and outside
   int64_t activation_peak_bytes = 0;
   int64_t params = 0, grads = 0, optimizer = 0, compute_weights = 0;  // measured model states
+  int64_t params_formula = 0, grads_formula = 0, optimizer_formula = 0;  // SPEC §8 for this rank
+  int64_t transient_peak_bytes = 0;  // ZeRO's gather/scatter buffers, at most at once (measured)
 };
 
 void print_step(const StepReport& r, bool json);

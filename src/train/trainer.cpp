@@ -58,8 +58,8 @@ void validate(const ModelConfig& m, const LayoutConfig& layout, const TrainConfi
   } else {
     require(layout.virtual_stages == 1, "--virtual-stages needs --pipeline-model-parallel-size > 1");
   }
-  require(layout.zero <= 1, "--zero " + std::to_string(layout.zero) +
-                                ": ZeRO stages 2 and 3 are not available in this build yet (stage 1 is)");
+  require(layout.zero < 3 || layout.activation_dtype == DType::fp32,
+          "--zero 3 keeps fp32 parameter shards: use --activation-dtype fp32 with it");
   require(m.heads % layout.tp == 0, "--tensor-model-parallel-size " + std::to_string(layout.tp) +
                                         " must divide --heads " + std::to_string(m.heads));
   require(!layout.sequence_parallel || layout.tp > 1,
@@ -132,11 +132,12 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     pipeline_ = std::make_unique<parallel::pipeline::Executor>(
         *model_, dist_->pp(), parallel::pipeline::parse_schedule_kind(config_.schedule),
         config_.global_batch / (config_.micro_batch * layout_.dp), layout_.virtual_stages, config_.micro_batch);
-  if (layout_.zero >= 1 && layout_.dp > 1)
-    zero_ = std::make_unique<parallel::ZeroShards>(dist_->dp(), model_->num_params());
-  std::vector<FlatPiece> owned;
-  if (zero_) owned.push_back({zero_->begin(), zero_->end()});
-  optimizer_ = make_optimizer(model_->table(), config_.optim, owned,
+  if (layout_.zero >= 1 && layout_.dp > 1) {
+    zero_ = std::make_unique<parallel::ZeroStates>(dist_->dp(), layout_.zero, model_->buckets());
+    if (layout_.zero >= 2) model_->set_bucket_store(zero_.get());
+    if (layout_.zero <= 2) zero_->set_full_params(model_->params());
+  }
+  optimizer_ = make_optimizer(model_->table(), config_.optim, zero_ ? zero_->owned() : std::vector<FlatPiece>{},
                               {dist_ && layout_.tp > 1 ? &dist_->tp() : nullptr, zero_ ? &dist_->dp() : nullptr});
   if (layout_.zero >= 1 && layout_.dp == 1 && (!dist_ || dist_->rank() == 0))
     std::fprintf(stderr, "lattice train: note: --zero %d with data-parallel size 1 shards nothing\n", layout_.zero);
@@ -148,6 +149,11 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     step_ = resume_state.value("step", int64_t(0));
   } else if (!config_.init.empty()) {
     checkpoint::load_weights(config_.init, *model_);
+  }
+  if (zero_ && zero_->stage() >= 3) {
+    // Every DP rank initialised (or loaded) the same weights; each keeps its shard.
+    zero_->take_params(model_->params());
+    model_->release_full_params();
   }
   if (!config_.trace.empty()) Trace::instance().enable();
   schedule_ = LrSchedule{config_.lr_schedule, config_.lr, config_.min_lr, config_.warmup, config_.steps};
@@ -164,6 +170,7 @@ StepResult Trainer::train_step() {
   const float loss_scale = 1.0f / float(B * s);
   std::vector<int32_t> inputs(size_t(b * s)), targets(size_t(b * s));
   model_->zero_grads();
+  if (zero_) zero_->begin_step();
   MemoryTracker::activations().reset_peak();
   if (dist_) dist_->traffic().reset();
   parallel::conjugate_traffic() = {};
@@ -176,9 +183,13 @@ StepResult Trainer::train_step() {
     });
   } else {
     for (int64_t first = row0; first < row0 + rows; first += b) {
-      const bool last = first + b >= row0 + rows;  // only the last micro-batch synchronises gradients
+      // Only the last micro-batch synchronises gradients (all-reduce, or ZeRO-1's reduce-scatter)
+      // layer by layer as backward finishes them.
+      const bool last = first + b >= row0 + rows;
       if (last && grad_sync_->active())
         model_->set_layer_grads_ready([this](int l) { grad_sync_->layer_ready(model_->grads(), l); });
+      if (last && zero_ && zero_->stage() == 1)
+        model_->set_layer_grads_ready([this](int l) { zero_->reduce_bucket(l, model_->grads()); });
       train_loader_->fill(step_, first, int(b), inputs.data(), targets.data());
       const int64_t k = (first - row0) / b;
       const MicroBatch mb{inputs.data(), targets.data(), b, first};
@@ -193,14 +204,22 @@ StepResult Trainer::train_step() {
       model_->set_layer_grads_ready({});
     }
   }
-  grad_sync_->finish(model_->grads());
+  // The gradient this rank updates: the whole buffer (all-reduced), or its ZeRO pieces.
+  parallel::OwnedGrads grads{{{0, model_->num_params()}}, {model_->grads()}};
+  if (zero_) {
+    zero_->finish_reduce(model_->grads());
+    grads = zero_->owned_grads();
+  } else {
+    grad_sync_->finish(model_->grads());
+  }
   if (pipeline_ && dist_->in_embedding_group() && dist_->embedding().size() > 1) {
     // The tied embedding: the first stage's (input) and the last stage's (output) gradients summed.
     const ParamInfo& wte = model_->table().params()[0];
-    dist_->embedding().all_reduce({model_->grads() + wte.offset, size_t(wte.numel)});
+    parallel::for_each_owned(grads, wte.offset, wte.offset + wte.numel,
+                             [&](float* v, int64_t n) { dist_->embedding().all_reduce({v, size_t(n)}); });
   }
-  model_->finalize_grads();
-  if (zero_) zero_->reduce_scatter(model_->grads());
+  if (model_->tensor_parallel().active() && layout_.sequence_parallel)
+    parallel::finish_sequence_parallel(model_->table(), dist_->tp(), grads);
   if (pipeline_) {
     float sum = float(loss_sum);
     dist_->pp().all_reduce({&sum, 1});
@@ -219,17 +238,21 @@ StepResult Trainer::train_step() {
     throw TrainingError("loss is " + std::string(std::isnan(r.loss) ? "NaN" : "infinite") + " at step " +
                         std::to_string(r.step) + ": training stopped (lower --lr or check the data)");
   TraceSpan optimizer_span(Trace::Kind::optimizer, -1, -1, step_ - 1);
-  // Under ZeRO-1 this rank holds (and updates) the gradient of its shard [begin, end) only.
-  const int64_t begin = zero_ ? zero_->begin() : 0, end = zero_ ? zero_->end() : model_->num_params();
   const bool last_stage_of_many = pipeline_ && dist_->coords().pp_rank == layout_.pp - 1;
-  r.grad_norm = model_->grad_norm(begin, end, zero_ ? &dist_->dp() : nullptr, pipeline_ ? &dist_->pp() : nullptr,
-                                  !last_stage_of_many);
+  r.grad_norm = parallel::global_grad_norm(model_->table(), grads, layout_.tp > 1 ? &dist_->tp() : nullptr,
+                                           zero_ ? &dist_->dp() : nullptr, pipeline_ ? &dist_->pp() : nullptr,
+                                           !last_stage_of_many);
   if (config_.clip_grad > 0 && r.grad_norm > config_.clip_grad)
-    scale_grads(model_->grads() + begin, end - begin, float(config_.clip_grad / r.grad_norm));
+    parallel::scale_grads(grads, float(config_.clip_grad / r.grad_norm));
   r.lr = schedule_.at(r.step);
-  const PieceData piece{model_->params() + begin, model_->grads() + begin};
-  optimizer_->update({&piece, 1}, r.lr, r.step);
-  if (zero_) zero_->all_gather(model_->params());
+  const std::vector<float*> master = zero_ ? zero_->master_pieces() : std::vector<float*>{model_->params()};
+  std::vector<PieceData> pieces;
+  for (size_t i = 0; i < master.size(); ++i) pieces.push_back({master[i], grads.data[i]});
+  optimizer_->update(pieces, r.lr, r.step);
+  if (zero_) {
+    zero_->gather_params();
+    zero_->end_step();
+  }
   model_->refresh_compute_weights();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
@@ -260,13 +283,14 @@ void Trainer::save(const std::string& dir) const {
   // Pipeline stages contribute what they hold, tensor-parallel shards are gathered into one
   // rank's layout; world rank 0 writes.
   comm::Communicator* tp = dist_ ? &dist_->tp() : nullptr;
-  const std::vector<float> params_local = owned_by_stage(model_->params());
+  const std::vector<float> params_local =
+      owned_by_stage(zero_ && zero_->stage() >= 3 ? zero_->gather_full(zero_->shard_params()).data() : model_->params());
   const auto params = parallel::gather_full(tp, model_config_, params_local.data());
   // Element states (a ZeRO shard is first gathered over DP into this rank's full TP-shard layout).
   checkpoint::FullState full{params.data(), optimizer_->name(), {}, {}};
   std::vector<std::vector<float>> element_values;
   for (const auto& e : optimizer_->element_states()) {
-    const std::vector<float> local = owned_by_stage(zero_ ? zero_->gather(e.values).data() : e.values);
+    const std::vector<float> local = owned_by_stage(zero_ ? zero_->gather_full(e.values).data() : e.values);
     element_values.push_back(parallel::gather_full(tp, model_config_, local.data()));
     full.element_states.push_back({e.prefix, element_values.back().data()});
   }
@@ -312,7 +336,7 @@ std::vector<std::vector<int64_t>> gather_rows(comm::Distributed* dist, const std
 int Trainer::run() {
   // Every data-parallel replica starts from rank 0's weights. (Here, not in the constructor: the
   // constructor may fail on one rank only, and must not leave the others waiting in a collective.)
-  if (dist_ && layout_.dp > 1) {
+  if (dist_ && layout_.dp > 1 && !(zero_ && zero_->stage() >= 3)) {
     dist_->dp().broadcast({model_->params(), size_t(model_->num_params())}, 0);
     model_->refresh_compute_weights();
   }
@@ -372,6 +396,7 @@ int Trainer::run() {
     mine.push_back(dist_ ? int64_t(dist_->traffic().total(comm::GroupKind(kind)).sent_bytes) : 0);
   mine.push_back(int64_t(parallel::conjugate_traffic().conjugate()));
   mine.push_back(int64_t(parallel::conjugate_traffic().regather));
+  mine.push_back(zero_ ? zero_->transient_peak_bytes() : 0);
   for (int l : local_layers()) mine.push_back(model_->kept_bytes_per_layer()[size_t(l)]);
   const auto rows = gather_rows(dist_, mine);
   if (!log) return 0;
@@ -381,7 +406,16 @@ int Trainer::run() {
   const double tp_formula = analysis::tp_conjugate_bytes_per_step(model_config_.seq_len, config_.micro_batch,
                                                                   model_config_.hidden, model_config_.layers,
                                                                   layout_.tp, n_mb);
-  const double dp_formula = analysis::dp_gradient_bytes_per_step(model_->num_params(), layout_.dp);
+  // Stage 3 gathers the tied embedding again for the head, and the position embedding only in forward.
+  const ParamTable& table = model_->table();
+  int64_t extra_gathered = 0;
+  if (table.wte() >= 0 && table.wpe() >= 0 && table.lnf_w() >= 0) extra_gathered += table.params()[0].numel;
+  if (table.wpe() >= 0) extra_gathered -= table.params()[1].numel;
+  const double dp_formula = analysis::dp_bytes_per_step(model_->num_params(), layout_.dp, zero_ ? layout_.zero : 0,
+                                                        n_mb, extra_gathered);
+  const bool adam = std::string(optimizer_->name()) == "adamw";
+  const analysis::ModelStateBytes states_formula =
+      analysis::model_state_bytes(model_->num_params(), layout_.dp, zero_ ? layout_.zero : 0, false, adam ? 8 : 0);
   std::vector<MemoryReport> reports;
   nlohmann::json comm_ranks = nlohmann::json::array();
   for (const auto& row : rows) {
@@ -389,13 +423,17 @@ int Trainer::run() {
     m.rank = int(row[0]), m.tp_rank = int(row[1]), m.pp_rank = int(row[2]), m.dp_rank = int(row[3]);
     m.activation_peak_bytes = row[4], m.activation_bytes_outside_layers = row[5];
     m.params = row[6], m.grads = row[7], m.optimizer = row[8], m.compute_weights = row[9];
-    m.activation_bytes_per_layer.assign(row.begin() + 15, row.end());
+    m.transient_peak_bytes = row[15];
+    m.params_formula = states_formula.params, m.grads_formula = states_formula.grads;
+    // Adafactor and SM3: their own count of the states they keep (tensor shapes, not a per-Ψ rule).
+    m.optimizer_formula = adam ? states_formula.optimizer : optimizer_->state_bytes();
+    m.activation_bytes_per_layer.assign(row.begin() + 16, row.end());
     m.activation_bytes_per_layer_formula = formula;
     m.activation_bytes_outside_formula = analysis::extra_activation_bytes(shape, 1, 1);
     if (m.rank == 0) m.activation_bytes_by_op = model_->kept_bytes_by_op();
     comm_ranks.push_back({{"rank", m.rank}, {"tp", row[10]}, {"dp", row[11]}, {"pp", row[12]},
                           {"tp_conjugate", row[13]}, {"tp_regather", row[14]},
-                          {"tp_conjugate_formula", tp_formula}, {"dp_gradients_formula", dp_formula}});
+                          {"tp_conjugate_formula", tp_formula}, {"dp_formula", dp_formula}});
     reports.push_back(std::move(m));
   }
 

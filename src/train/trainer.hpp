@@ -49,7 +49,7 @@ class Trainer {
   LrSchedule schedule_;
   comm::Distributed* dist_ = nullptr;
   std::unique_ptr<parallel::GradientSync> grad_sync_;
-  std::unique_ptr<parallel::ZeroShards> zero_;  // ZeRO-1: this DP rank's optimizer shard
+  std::unique_ptr<parallel::ZeroStates> zero_;  // ZeRO: this DP rank's shard of the model states
   std::unique_ptr<parallel::pipeline::Executor> pipeline_;  // this rank's stage (p > 1)
   std::vector<float> owned_by_stage(const float* values) const;  // pipeline: the whole model's values
   std::vector<int> local_layers() const;

@@ -179,7 +179,7 @@ import json, sys
 for f in ['tp2.jsonl', 'tp2_sp.jsonl', 'tp4_sp.jsonl', 'dp2.jsonl', 'tp2_dp2_selective.jsonl']:
     for r in [json.loads(l) for l in open(f)][-1]['comm']['ranks']:
         if abs(r['tp_conjugate'] - r['tp_conjugate_formula']) > 1: sys.exit('%s: tp %s' % (f, r))
-        if not (0 <= r['dp'] - r['dp_gradients_formula'] <= 16): sys.exit('%s: dp %s' % (f, r))
+        if not (0 <= r['dp'] - r['dp_formula'] <= 16): sys.exit('%s: dp %s' % (f, r))
 "
 check "TP bytes per layer equal 4·2(t-1)/t·sbh·4 per micro-batch (no SP)" "$PY" -c "
 import json, sys

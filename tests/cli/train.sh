@@ -80,9 +80,12 @@ expect_error "bad magic" "magic" train --data badmagic --steps 1
 mkdir -p short && head -c 100 data/train.bin > short/train.bin
 expect_error "truncated token file" "train.bin" train --data short --steps 1
 expect_error "more ranks asked than exist" "mpirun" train "${SMALL[@]}" --tensor-model-parallel-size 2
-expect_error "ZeRO-2 not in this build" "stages 2 and 3" train "${SMALL[@]}" --zero 2
-"$LATTICE" train "${SMALL[@]}" --steps 1 --zero 1 > zero.out 2> zero.err
-check "ZeRO-1 on one rank runs and says it shards nothing" grep -q "shards nothing" zero.err
+expect_error "unknown ZeRO stage" "--zero must be 0, 1, 2 or 3" train "${SMALL[@]}" --zero 4
+expect_error "ZeRO-3 with bf16 activations" "--zero 3" train "${SMALL[@]}" --zero 3 --activation-dtype bf16
+for stage in 1 2 3; do
+  "$LATTICE" train "${SMALL[@]}" --steps 1 --zero $stage > zero.out 2> zero.err
+  check "ZeRO-$stage on one rank runs and says it shards nothing" grep -q "shards nothing" zero.err
+done
 expect_error "recompute-layers without full" "recompute full" train "${SMALL[@]}" --recompute-layers 1
 expect_error "mismatched checkpoint" "holds model" train "${SMALL[@]}" --hidden 64 --steps 4 --resume half
 cp -r half trunc && head -c 500 half/model.safetensors > trunc/model.safetensors

@@ -1,35 +1,95 @@
 #pragma once
-// ZeRO stage 1 (Megatron's distributed optimizer) over the data-parallel group. The flat gradient
-// buffer, padded to a multiple of N_d, is reduce-scattered so each rank holds the summed gradient of
-// its 1/N_d shard; the optimizer keeps moments for that shard only and updates it; the updated
-// shards are all-gathered into every rank's parameters. Reduce-scatter + all-gather move the same
-// 2Ψ as the all-reduce they replace (SPEC §8).
+// ZeRO over the data-parallel group (SPEC §8), bucket by bucket (model/bucket_store.hpp). Each
+// bucket — a layer, the token embedding, the position embedding, the final LayerNorm — is split
+// evenly over the N_d ranks (uneven last chunk, no padding), so rank r owns one piece of every
+// bucket; its pieces, concatenated in bucket order, are its shard. The optimizer keeps states for
+// the shard only (stage 1), the gradient is kept for the shard only (stage 2: each bucket's gradient
+// lives in a transient buffer from the moment backward writes it until its reduce-scatter lands),
+// and so are the parameters (stage 3: each bucket is all-gathered right before forward and again
+// before backward, freed after use, the next layer's gather prefetched while one computes).
+//   stage 1: reduce-scatter + all-gather = the 2Ψ of an all-reduce;  stage 3: + a second gather = 3Ψ.
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "model/bucket_store.hpp"
+#include "parallel/data/owned_grads.hpp"
+#include "tensor/memory_tracker.hpp"
 
 namespace lattice::parallel {
 
-class ZeroShards {
+class ZeroStates final : public BucketStore {
  public:
-  ZeroShards(comm::Communicator& dp, int64_t total);
+  ZeroStates(comm::Communicator& dp, int stage, std::vector<Bucket> buckets);
+  int stage() const { return stage_; }
+  const std::vector<FlatPiece>& owned() const { return owned_; }  // non-empty pieces, bucket order
+  int64_t shard_size() const { return shard_size_; }
 
-  int64_t begin() const { return begin_; }  // this rank's shard of the flat buffer, [begin, end)
-  int64_t end() const { return end_; }
-  int64_t shard_size() const { return shard_; }  // padded: shard_size · N_d >= total
+  // Stages 1–2: the model's full parameters (the master copy of the owned pieces lives in them).
+  void set_full_params(float* params) { full_params_ = params; }
+  // Stage 3: keep this rank's pieces of the full parameters (the model then frees its copy).
+  void take_params(const float* full);
+  float* shard_params() { return shard_params_.data(); }
 
-  // grads (full size, this rank's sum over its micro-batches) → grads[begin, end) summed over DP.
-  void reduce_scatter(float* grads);
-  // Every rank's params[begin, end) → all of params.
-  void all_gather(float* params);
-  // A shard-sized array (e.g. Adam moments) of every rank → the full-size array.
-  std::vector<float> gather(const float* shard_values);
+  // One step: begin_step; backward (stage 1: reduce_bucket per finished bucket, from the model's
+  // full gradient; stages 2–3: the BucketStore calls); finish_reduce; optimizer on owned_grads();
+  // gather_params (stages 1–2); end_step.
+  void begin_step();
+  void reduce_bucket(int bucket, const float* full_grads);
+  void finish_reduce(const float* full_grads);
+  OwnedGrads owned_grads();
+  std::vector<float*> master_pieces();  // where each owned piece's fp32 values are updated
+  void gather_params();
+  void end_step();
+
+  // Every rank's shard values (e.g. Adam moments, or stage-3 parameters) → the full-size array.
+  std::vector<float> gather_full(const float* shard_values);
+  // This rank's pieces of a full-size array → shard_values.
+  void scatter_full(const float* full, float* shard_values) const;
+  // The largest amount of gather/scatter buffers alive at once, measured by the allocator.
+  int64_t transient_peak_bytes() const { return transient_peak_; }
+
+  // BucketStore (stages 2–3).
+  bool holds_params() const override { return stage_ >= 3; }
+  const float* params(int bucket, int next) override;
+  void params_done(int bucket) override;
+  float* grads(int bucket) override;
+  void grads_done(int bucket) override;
 
  private:
+  struct Gathered {
+    TrackedArray<float> values;
+    comm::Handle pending;
+    int users = 0;
+  };
+  struct Reducing {
+    int bucket;
+    TrackedArray<float> full, mine;  // the bucket's gradient; this rank's summed piece
+    comm::Handle pending;
+  };
+  void launch_gather(int bucket);
+  void complete_oldest_reduce();
+  void note_transient();
+  std::span<const int> counts(int bucket) const { return {counts_.data() + size_t(bucket) * n_, size_t(n_)}; }
+  FlatPiece piece(int bucket) const { return pieces_[size_t(bucket)]; }
+
   comm::Communicator& dp_;
-  int64_t total_, shard_, begin_, end_;
-  std::vector<float> padded_;  // transient full-size staging (padding counted)
+  int stage_, n_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> counts_;             // [bucket][rank]: elements of each rank's piece
+  std::vector<FlatPiece> pieces_;       // this rank's piece of each bucket (may be empty)
+  std::vector<int64_t> shard_offset_;   // where each bucket's piece starts in the shard
+  std::vector<FlatPiece> owned_;
+  std::vector<int> owned_bucket_;
+  int64_t shard_size_ = 0;
+  float* full_params_ = nullptr;
+  TrackedArray<float> shard_params_, shard_grads_;
+  std::vector<bool> reduced_;                       // stage 1: bucket launched this step
+  std::vector<Reducing> reducing_;                  // in flight, oldest first
+  std::map<int, TrackedArray<float>> bucket_grads_;  // stages 2–3: being written by backward
+  std::map<int, Gathered> gathered_;                // stage 3
+  int64_t transient_peak_ = 0;
 };
 
 }  // namespace lattice::parallel

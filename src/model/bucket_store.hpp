@@ -1,0 +1,39 @@
+#pragma once
+// The flat parameter buffer in buckets — one per transformer layer, then the token embedding, the
+// position embedding and the final LayerNorm — and the interface through which ZeRO-2/3 keep a
+// bucket's gradients (and, in stage 3, its parameters) outside the model's own buffers: the model
+// asks for a bucket right before it uses it and says when it is done with it.
+#include <cstdint>
+#include <vector>
+
+#include "model/params.hpp"
+
+namespace lattice {
+
+struct Bucket {
+  int64_t begin = 0, end = 0;  // flat offsets; empty when this pipeline stage does not hold it
+  int64_t size() const { return end - begin; }
+};
+
+// Bucket indices: layers 0..L-1, then these.
+inline int wte_bucket(int layers) { return layers; }
+inline int wpe_bucket(int layers) { return layers + 1; }
+inline int lnf_bucket(int layers) { return layers + 2; }
+std::vector<Bucket> model_buckets(const ParamTable& table, int layers);
+
+class BucketStore {
+ public:
+  virtual ~BucketStore() = default;
+  // ZeRO-3: the parameters live here (sharded); otherwise the model's own buffer is read.
+  virtual bool holds_params() const = 0;
+  // The whole bucket's values (bucket-relative), valid until params_done; `next` (or -1) is the
+  // bucket the model will ask for next, to prefetch while this one is used.
+  virtual const float* params(int bucket, int next) = 0;
+  virtual void params_done(int bucket) = 0;
+  // The bucket's gradient buffer for this micro-batch (bucket-relative, zero the first time it is
+  // asked for); grads_done hands it back for reduction.
+  virtual float* grads(int bucket) = 0;
+  virtual void grads_done(int bucket) = 0;
+};
+
+}  // namespace lattice
