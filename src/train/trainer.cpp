@@ -254,6 +254,9 @@ StepResult Trainer::train_step() {
     zero_->end_step();
   }
   model_->refresh_compute_weights();
+  // The step's traffic, before anything else (checkpoint gathers, evaluation) adds to the counters.
+  for (int kind : {int(comm::GroupKind::tp), int(comm::GroupKind::dp), int(comm::GroupKind::pp)})
+    step_sent_bytes_[size_t(kind)] = dist_ ? int64_t(dist_->traffic().total(comm::GroupKind(kind)).sent_bytes) : 0;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
@@ -386,6 +389,17 @@ int Trainer::run() {
   for (int l : local_layers())
     formula.push_back(analysis::layer_activation_bytes(shape, analysis::layer_fully_recomputed(layout_, l, model_config_.layers),
                                                        layout_.recompute == Recompute::selective));
+  // Stage 3 gathers each bucket twice a micro-batch, except: the position embedding once (its
+  // backward needs no weights), the tied embedding once for the embedding and twice for the head.
+  const ParamTable& table = model_->table();
+  const bool embedding = table.wpe() >= 0, head = table.lnf_w() >= 0;
+  int64_t extra_gathered = 0;
+  if (table.wte() >= 0) extra_gathered += table.params()[0].numel * ((embedding ? 1 : 0) + (head ? 2 : 0) - 2);
+  if (embedding) extra_gathered -= table.params()[1].numel;
+  const int64_t n_mb = config_.global_batch / (config_.micro_batch * layout_.dp);
+  const double dp_formula =
+      analysis::dp_bytes_per_step(model_->num_params(), layout_.dp, zero_ ? layout_.zero : 0, n_mb, extra_gathered);
+
   const auto& ms = MemoryTracker::model_states();
   const parallel::RankCoords coords = dist_ ? dist_->coords() : parallel::RankCoords{};
   std::vector<int64_t> mine = {dist_ ? dist_->rank() : 0, coords.tp_rank, coords.pp_rank, coords.dp_rank,
@@ -393,29 +407,22 @@ int Trainer::run() {
                                ms.live_bytes_of_op("params"), ms.live_bytes_of_op("grads"),
                                ms.live_bytes_of_op("optimizer"), ms.live_bytes_of_op("bf16_weights")};
   for (int kind : {int(comm::GroupKind::tp), int(comm::GroupKind::dp), int(comm::GroupKind::pp)})
-    mine.push_back(dist_ ? int64_t(dist_->traffic().total(comm::GroupKind(kind)).sent_bytes) : 0);
+    mine.push_back(step_sent_bytes_[size_t(kind)]);
   mine.push_back(int64_t(parallel::conjugate_traffic().conjugate()));
   mine.push_back(int64_t(parallel::conjugate_traffic().regather));
   mine.push_back(zero_ ? zero_->transient_peak_bytes() : 0);
+  mine.push_back(model_->num_params());  // this rank's Ψ (its TP shard of its stage)
+  mine.push_back(int64_t(dp_formula));
+  mine.push_back(optimizer_->state_bytes());
   for (int l : local_layers()) mine.push_back(model_->kept_bytes_per_layer()[size_t(l)]);
   const auto rows = gather_rows(dist_, mine);
   if (!log) return 0;
 
   // Traffic the formulas predict for one step (the ring-algorithm accounting beside the counts).
-  const int64_t n_mb = config_.global_batch / (config_.micro_batch * layout_.dp);
   const double tp_formula = analysis::tp_conjugate_bytes_per_step(model_config_.seq_len, config_.micro_batch,
                                                                   model_config_.hidden, model_config_.layers,
                                                                   layout_.tp, n_mb);
-  // Stage 3 gathers the tied embedding again for the head, and the position embedding only in forward.
-  const ParamTable& table = model_->table();
-  int64_t extra_gathered = 0;
-  if (table.wte() >= 0 && table.wpe() >= 0 && table.lnf_w() >= 0) extra_gathered += table.params()[0].numel;
-  if (table.wpe() >= 0) extra_gathered -= table.params()[1].numel;
-  const double dp_formula = analysis::dp_bytes_per_step(model_->num_params(), layout_.dp, zero_ ? layout_.zero : 0,
-                                                        n_mb, extra_gathered);
   const bool adam = std::string(optimizer_->name()) == "adamw";
-  const analysis::ModelStateBytes states_formula =
-      analysis::model_state_bytes(model_->num_params(), layout_.dp, zero_ ? layout_.zero : 0, false, adam ? 8 : 0);
   std::vector<MemoryReport> reports;
   nlohmann::json comm_ranks = nlohmann::json::array();
   for (const auto& row : rows) {
@@ -424,16 +431,18 @@ int Trainer::run() {
     m.activation_peak_bytes = row[4], m.activation_bytes_outside_layers = row[5];
     m.params = row[6], m.grads = row[7], m.optimizer = row[8], m.compute_weights = row[9];
     m.transient_peak_bytes = row[15];
+    const analysis::ModelStateBytes states_formula =
+        analysis::model_state_bytes(row[16], layout_.dp, zero_ ? layout_.zero : 0, false, adam ? 8 : 0);
     m.params_formula = states_formula.params, m.grads_formula = states_formula.grads;
     // Adafactor and SM3: their own count of the states they keep (tensor shapes, not a per-Ψ rule).
-    m.optimizer_formula = adam ? states_formula.optimizer : optimizer_->state_bytes();
-    m.activation_bytes_per_layer.assign(row.begin() + 16, row.end());
+    m.optimizer_formula = adam ? states_formula.optimizer : row[18];
+    m.activation_bytes_per_layer.assign(row.begin() + 19, row.end());
     m.activation_bytes_per_layer_formula = formula;
     m.activation_bytes_outside_formula = analysis::extra_activation_bytes(shape, 1, 1);
     if (m.rank == 0) m.activation_bytes_by_op = model_->kept_bytes_by_op();
     comm_ranks.push_back({{"rank", m.rank}, {"tp", row[10]}, {"dp", row[11]}, {"pp", row[12]},
                           {"tp_conjugate", row[13]}, {"tp_regather", row[14]},
-                          {"tp_conjugate_formula", tp_formula}, {"dp_formula", dp_formula}});
+                          {"tp_conjugate_formula", tp_formula}, {"dp_formula", row[17]}});
     reports.push_back(std::move(m));
   }
 

@@ -1,6 +1,7 @@
 #pragma once
 // The training loop: micro-batches with gradient accumulation, global-norm clipping, AdamW with
 // its learning-rate schedule, progress lines, checkpoints, and the final memory summary.
+#include <array>
 #include <memory>
 
 #include "comm/distributed.hpp"
@@ -55,6 +56,7 @@ class Trainer {
   std::vector<int> local_layers() const;
   int64_t step_ = 0;  // optimizer steps done
   int64_t activation_peak_ = 0;
+  std::array<int64_t, 8> step_sent_bytes_{};  // by comm::GroupKind, measured at the end of the last step
 };
 
 }  // namespace lattice

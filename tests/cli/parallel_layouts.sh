@@ -5,59 +5,7 @@ set -u
 LATTICE=$1
 SCRATCH=$2
 rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Ranks oversubscribe the 2 cores: one thread each, and threads that sleep instead of spinning.
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
-
-failures=0
-check() {
-  local what=$1; shift
-  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; failures=$((failures + 1)); fi
-}
-
-for i in $(seq 1 300); do echo "And it came to pass $i that the layouts agreed, every one of them."; done > corpus.txt
-"$LATTICE" prepare --input corpus.txt --out data 2>/dev/null
-MODEL=(--data data --layers 2 --hidden 64 --heads 4 --seq-len 32 --micro-batch 2 --global-batch 8 --steps 4
-       --dropout 0.1 --threads 1 --json)
-
-run() {  # run NAME NP FLAGS...
-  local name=$1 np=$2; shift 2
-  if [ "$np" -eq 1 ]; then
-    "$LATTICE" train "${MODEL[@]}" --save "ck_$name" "$@" > "$name.jsonl" 2> "$name.err"
-  else
-    timeout 300 mpirun --oversubscribe -np "$np" "$LATTICE" train "${MODEL[@]}" --save "ck_$name" "$@" \
-      > "$name.jsonl" 2> "$name.err"
-  fi
-  check "$name: exit 0" test $? -eq 0
-}
-
-compare() {  # compare NAME [REFERENCE]: losses and weights against the one-rank run
-  "$PY" - "$1" "${2:-one}" <<'PYEOF'
-import json, struct, sys
-name, ref = sys.argv[1], sys.argv[2]
-def losses(f):
-    return [json.loads(l)["loss"] for l in open(f) if '"event":"step"' in l]
-def tensors(d):
-    raw = open(d + "/model.safetensors", "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__": continue
-        b, e = v["data_offsets"]
-        out[k] = struct.unpack("<%df" % ((e - b) // 4), raw[8 + n + b:8 + n + e])
-    return out
-a, b = losses(ref + ".jsonl"), losses(name + ".jsonl")
-assert len(a) == len(b) == 4, (a, b)
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-wa, wb = tensors("ck_" + ref), tensors("ck_" + name)
-assert wa.keys() == wb.keys()
-wworst = max(abs(x - y) for k in wa for x, y in zip(wa[k], wb[k]))
-print("%s: losses within %.2e relative, weights within %.2e" % (name, worst, wworst))
-sys.exit(0 if worst <= 1e-5 and wworst <= 1e-5 else 1)
-PYEOF
-}
+. "$(dirname "$0")/lib/layouts.sh"
 
 run one 1
 run tp2 2 --tensor-model-parallel-size 2
@@ -65,9 +13,7 @@ run tp2_sp 2 --tensor-model-parallel-size 2 --sequence-parallel
 run tp4_sp 4 --tensor-model-parallel-size 4 --sequence-parallel
 run dp2 2
 run tp2_dp2_selective 4 --tensor-model-parallel-size 2 --recompute selective
-run zero1_dp4 4 --zero 1
-run zero1_tp2_dp2 4 --zero 1 --tensor-model-parallel-size 2 --sequence-parallel
-for name in tp2 tp2_sp tp4_sp dp2 tp2_dp2_selective zero1_dp4 zero1_tp2_dp2; do
+for name in tp2 tp2_sp tp4_sp dp2 tp2_dp2_selective; do
   check "$name trains the one-rank model" compare "$name"
 done
 
@@ -146,24 +92,6 @@ for f in ['tp2.jsonl', 'tp2_sp.jsonl', 'tp4_sp.jsonl', 'tp2_dp2_selective.jsonl'
         for m, fo in zip(r['activation_bytes_per_layer'], r['activation_bytes_per_layer_formula']):
             if not (fo <= m <= 1.02 * fo): sys.exit('%s rank %d: %d vs %d' % (f, r['rank'], m, fo))
 "
-check "ZeRO-1 keeps 8Ψ/N_d optimizer bytes per rank (Ψ = this rank's TP shard)" "$PY" -c "
-import json, sys
-for f, dp in [('zero1_dp4.jsonl', 4), ('zero1_tp2_dp2.jsonl', 2), ('dp2.jsonl', 1)]:
-    for r in [json.loads(l) for l in open(f)][-1]['memory']['ranks']:
-        m = r['model_state_bytes']; psi = m['params'] / 4
-        want = 8 * psi / dp
-        if abs(m['optimizer'] - want) > 0.03 * want: sys.exit('%s rank %d: %s, want %d' % (f, r['rank'], m, want))
-"
-# A ZeRO-1 checkpoint of 4 data-parallel ranks resumes on one rank as if nothing had changed.
-timeout 300 mpirun --oversubscribe -np 4 "$LATTICE" train "${MODEL[@]}" --steps 2 --zero 1 --save ck_zero_half \
-  > zero_half.jsonl 2>/dev/null
-"$LATTICE" train "${MODEL[@]}" --resume ck_zero_half > zero_resumed.jsonl 2>/dev/null
-check "ZeRO-1 checkpoint resumes on another layout" "$PY" -c "
-import json, sys
-l = lambda f: [json.loads(x)['loss'] for x in open(f) if '\"event\":\"step\"' in x]
-a, b = l('one.jsonl')[2:], l('zero_resumed.jsonl')
-print(a, b)
-sys.exit(0 if len(b) == 2 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)) else 1)"
 check "SP keeps less than TP alone" "$PY" -c "
 import json, sys
 kept = lambda f: [json.loads(l) for l in open(f)][-1]['memory']['ranks'][0]['activation_bytes_per_layer'][0]

@@ -5,9 +5,9 @@
 namespace lattice::parallel {
 
 namespace {
-// Reduce-scatters in flight at once: enough to overlap backward, few enough that the transient
-// bucket buffers stay a couple of layers' worth.
-constexpr size_t kMaxReducing = 2;
+// Reduce-scatters in flight at once: one overlaps the next layer's backward, and the transient
+// bucket buffers stay two layers' worth.
+constexpr size_t kMaxReducing = 1;
 }  // namespace
 
 ZeroStates::ZeroStates(comm::Communicator& dp, int stage, std::vector<Bucket> buckets)
