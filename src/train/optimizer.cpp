@@ -6,6 +6,8 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "train/adafactor.hpp"
+#include "train/sm3.hpp"
 
 namespace lattice {
 
@@ -60,6 +62,8 @@ void AdamW::update(std::span<const PieceData> pieces, double lr, int64_t step) {
 std::unique_ptr<Optimizer> make_optimizer(const ParamTable& table, const OptimizerConfig& config,
                                           std::vector<FlatPiece> owned, OptimizerGroups groups) {
   if (config.kind == "adamw") return std::make_unique<AdamW>(table, config, std::move(owned), groups);
+  if (config.kind == "adafactor") return std::make_unique<Adafactor>(table, config, std::move(owned), groups);
+  if (config.kind == "sm3") return std::make_unique<SM3>(table, config, std::move(owned), groups);
   throw InputError("--optimizer must be adamw, adafactor or sm3 (got '" + config.kind + "')");
 }
 
