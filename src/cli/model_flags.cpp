@@ -55,7 +55,9 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
   app.add_option("--min-lr", t.min_lr, "final learning rate of the cosine schedule")->capture_default_str();
   app.add_option("--lr-schedule,--lr-decay-style", t.lr_schedule, "constant | cosine")->capture_default_str();
   app.add_option("--warmup,--lr-warmup-iters", t.warmup, "linear warm-up steps")->capture_default_str();
-  app.add_option("--beta1,--adam-beta1", t.optim.beta1, "AdamW β1")->capture_default_str();
+  app.add_option("--optimizer", t.optim.kind, "adamw | adafactor (factored second moments) | sm3")
+      ->capture_default_str();
+  app.add_option("--beta1,--adam-beta1", t.optim.beta1, "AdamW β1 (SM3: momentum)")->capture_default_str();
   app.add_option("--beta2,--adam-beta2", t.optim.beta2, "AdamW β2")->capture_default_str();
   app.add_option("--eps,--adam-eps", t.optim.eps, "AdamW ε")->capture_default_str();
   app.add_option("--weight-decay", t.optim.weight_decay, "decoupled weight decay")->capture_default_str();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 namespace lattice::comm {
 
@@ -28,6 +29,35 @@ std::vector<std::vector<int64_t>> all_gather_int64(Communicator& group, const st
   for (size_t r = 0; r < rows.size(); ++r)
     rows[r].assign(all.begin() + long(r) * longest, all.begin() + long(r) * longest + lengths[r]);
   return rows;
+}
+
+std::vector<NamedVector> all_gather_named(Communicator& group, const std::vector<NamedVector>& mine) {
+  // Each vector travels as [name length, characters..., value count, value bits...].
+  std::vector<int64_t> record;
+  for (const auto& [name, values] : mine) {
+    record.push_back(int64_t(name.size()));
+    for (char c : name) record.push_back(int64_t(static_cast<unsigned char>(c)));
+    record.push_back(int64_t(values.size()));
+    for (float v : values) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      record.push_back(int64_t(bits));
+    }
+  }
+  std::map<std::string, std::vector<float>> merged;
+  for (const auto& rank : all_gather_int64(group, record)) {
+    for (size_t i = 0; i < rank.size();) {
+      std::string name;
+      for (int64_t k = rank[i++]; k > 0; --k) name += char(rank[i++]);
+      std::vector<float> values(static_cast<size_t>(rank[i++]));
+      for (float& v : values) {
+        const auto bits = uint32_t(rank[i++]);
+        std::memcpy(&v, &bits, 4);
+      }
+      merged.emplace(std::move(name), std::move(values));
+    }
+  }
+  return {merged.begin(), merged.end()};
 }
 
 }  // namespace lattice::comm

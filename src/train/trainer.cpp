@@ -297,8 +297,10 @@ void Trainer::save(const std::string& dir) const {
     element_values.push_back(parallel::gather_full(tp, model_config_, local.data()));
     full.element_states.push_back({e.prefix, element_values.back().data()});
   }
+  // Tensor states are whole-tensor vectors, the same on every TP and DP rank; stages hold different ones.
   for (const auto& t : optimizer_->tensor_states())
     full.tensor_states.push_back({t.name, std::vector<float>(t.values, t.values + t.shape[0])});
+  if (pipeline_) full.tensor_states = comm::all_gather_named(dist_->pp(), full.tensor_states);
   if (is_logging_rank()) checkpoint::save_checkpoint(dir, model_config_, full, state);
   if (dist_) dist_->world().barrier();
 }

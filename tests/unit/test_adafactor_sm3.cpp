@@ -222,6 +222,14 @@ class ThreadComm final : public comm::Communicator {
   void do_recv(std::span<float>, int, int) override { unused(); }
   void do_barrier() override { unused(); }
   std::unique_ptr<comm::PendingOp> do_all_reduce_async(std::span<float>, comm::ReduceOp) override { unused(); }
+  std::unique_ptr<comm::PendingOp> do_reduce_scatter_v_async(std::span<const float>, std::span<float>,
+                                                             std::span<const int>) override {
+    unused();
+  }
+  std::unique_ptr<comm::PendingOp> do_all_gather_v_async(std::span<const float>, std::span<float>,
+                                                         std::span<const int>) override {
+    unused();
+  }
   std::unique_ptr<comm::PendingOp> do_send_async(std::span<const float>, int, int) override { unused(); }
   std::unique_ptr<comm::PendingOp> do_recv_async(std::span<float>, int, int) override { unused(); }
 

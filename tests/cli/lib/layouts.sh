@@ -49,7 +49,16 @@ assert len(a) == len(b) == 4, (a, b)
 worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
 wa, wb = tensors("ck_" + ref), tensors("ck_" + name)
 assert wa.keys() == wb.keys()
-wworst = max(abs(x - y) for k in wa for x, y in zip(wa[k], wb[k]))
+# The key bias's gradient is zero in exact arithmetic (softmax ignores a constant added to every
+# key's score), so it is rounding noise; normalising optimizers (Adafactor, SM3) scale that noise
+# to full-size steps that differ by layout. With SKIP_KEY_BIAS=1 the K third is left out.
+import os
+def part(k, v):
+    if os.environ.get('SKIP_KEY_BIAS') == '1' and k.endswith('attn.c_attn.bias'):
+        third = len(v) // 3
+        return v[:third] + v[2 * third:]
+    return v
+wworst = max(abs(x - y) for k in wa for x, y in zip(part(k, wa[k]), part(k, wb[k])))
 print("%s: losses within %.2e relative, weights within %.2e" % (name, worst, wworst))
 sys.exit(0 if worst <= 1e-5 and wworst <= 1e-5 else 1)
 PYEOF
