@@ -43,6 +43,10 @@ struct LayoutConfig {
   int recompute_layers = -1;  // full recompute of the first N layers only; -1 = all (when full)
   DType activation_dtype = DType::fp32;
   int zero = 0;
+  // Model weights and gradients for compute: fp32, or 16-bit ("bf16", "fp16") with fp32 master
+  // weights in the optimizer (mixed precision, SPEC §8).
+  std::string params_dtype = "fp32";
+  bool mixed_precision() const { return params_dtype != "fp32"; }
 };
 
 }  // namespace lattice

@@ -29,6 +29,8 @@ class BucketStore {
   // The whole bucket's values (bucket-relative), valid until params_done; `next` (or -1) is the
   // bucket the model will ask for next, to prefetch while this one is used.
   virtual const float* params(int bucket, int next) = 0;
+  // The same values in bf16 for bf16 GEMMs, if the store keeps or makes them (else null).
+  virtual const uint16_t* params_bf16(int /*bucket*/) { return nullptr; }
   virtual void params_done(int bucket) = 0;
   // The bucket's gradient buffer for this micro-batch (bucket-relative, zero the first time it is
   // asked for); grads_done hands it back for reduction.

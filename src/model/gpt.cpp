@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "analysis/formulas.hpp"
 #include "core/error.hpp"
@@ -27,7 +28,9 @@ GPT::GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, pa
       tp_bytes_per_layer_(size_t(model.layers), 0.0),
       buckets_(model_buckets(table_, model.layers)) {
   // ZeRO-2/3 keep only a shard of the gradients (the bucket store's); no full buffer here.
-  if (!(layout_.zero >= 2 && layout_.dp > 1)) grads_ = TrackedArray<float>(table_.total(), "grads");
+  // Mixed precision keeps 16-bit gradients in its store too.
+  if (!(layout_.zero >= 2 && layout_.dp > 1) && !layout_.mixed_precision())
+    grads_ = TrackedArray<float>(table_.total(), "grads");
   if (layout_.activation_dtype == DType::bf16) params16_ = TrackedArray<uint16_t>(table_.total(), "bf16_weights");
   init_params(table_, params_.data(), seed, model.vocab);
   refresh_compute_weights();
@@ -67,16 +70,22 @@ void GPT::refresh_compute_weights() {
   if (params16_.size()) to_bf16(params_.data(), params16_.data(), params_.size());
 }
 
-// `values` points at the tensor's fp32 values, `offset` is its flat offset (for the bf16 copy).
-GemmOperand GPT::weight_operand(const float* values, int64_t offset) const {
+// `values` points at the tensor's fp32 values, `offset` is its flat offset in `bucket` (for the
+// bf16 copy, or the store's bf16 values when the store keeps the weights).
+GemmOperand GPT::weight_operand(const float* values, int64_t offset, int bucket) const {
   if (params16_.size()) return {params16_.data() + offset, DType::bf16};
+  if (layout_.activation_dtype == DType::bf16 && store_ && store_->holds_params()) {
+    const uint16_t* b16 = store_->params_bf16(bucket);
+    if (!b16) throw std::logic_error("bf16 GEMMs need the store's bf16 weights");
+    return {b16 + (offset - buckets_[size_t(bucket)].begin), DType::bf16};
+  }
   return {values, DType::fp32};
 }
 
 LayerWeights GPT::layer_weights(int l, const float* bucket) const {
   const auto p = table_.layer_at(bucket, l);
   const int64_t begin = buckets_[size_t(l)].begin;
-  auto w = [&](const float* ptr) { return weight_operand(ptr, begin + int64_t(ptr - bucket)); };
+  auto w = [&](const float* ptr) { return weight_operand(ptr, begin + int64_t(ptr - bucket), l); };
   return {p.ln1_w, p.ln1_b, p.qkv_b, p.proj_b, p.ln2_w, p.ln2_b, p.fc1_b, p.fc2_b,
           w(p.qkv_w), w(p.proj_w), w(p.fc1_w), w(p.fc2_w)};
 }
@@ -103,7 +112,7 @@ LayerContext GPT::layer_context(int l, uint64_t step, bool training, int64_t row
 void GPT::run_head_gemm(float* logits, GemmOperand head_in, const float* wte, int64_t N) const {
   GemmShape g;  // logits[N, V/t] = head_in[N, h] · wte_shardᵀ, the shard stored [V/t, h]
   g.M = N, g.N = vocab_local(), g.K = model_.hidden, g.trans_b = true;
-  gemm(g, head_in, weight_operand(wte, table_.wte()), logits);
+  gemm(g, head_in, weight_operand(wte, table_.wte(), wte_bucket(model_.layers)), logits);
 }
 
 namespace {
@@ -206,7 +215,8 @@ void GPT::head_backward(const MicroBatch& mb, float loss_scale, int64_t s, Outsi
   const GemmOperand dlogits_op = as_operand(dlogits, N * vocab.v_local, dt, ws_.half.data());
   GemmShape gx;
   gx.M = N, gx.N = h, gx.K = vocab.v_local;
-  gemm(gx, dlogits_op, weight_operand(bucket_params(wte_bucket(L), lnf_bucket(L)), table_.wte()), ws_.full2.data());
+  gemm(gx, dlogits_op, weight_operand(bucket_params(wte_bucket(L), lnf_bucket(L)), table_.wte(), wte_bucket(L)),
+       ws_.full2.data());
   bucket_params_done(wte_bucket(L));
   GemmShape gw;
   gw.M = vocab.v_local, gw.N = h, gw.K = N, gw.trans_a = true, gw.accumulate = true;

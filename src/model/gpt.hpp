@@ -109,7 +109,7 @@ class GPT {
   void bucket_grads_done(int b);
   LayerContext layer_context(int l, uint64_t step, bool training, int64_t rows, int64_t first_row,
                              int64_t s) const;
-  GemmOperand weight_operand(const float* values, int64_t offset) const;  // fp32 or its bf16 copy
+  GemmOperand weight_operand(const float* values, int64_t offset, int bucket) const;  // fp32 or bf16
   void run_head_gemm(float* logits, GemmOperand head_in, const float* wte, int64_t N) const;
   GemmOperand head_operand(const Stored& head_in, const float* local32, int64_t b, int64_t s, bool regather);
   parallel::VocabShard vocab_shard() const;

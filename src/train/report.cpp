@@ -21,12 +21,15 @@ void print_step(const StepReport& r, bool json) {
                         {"grad_norm", r.grad_norm}, {"step_s", r.step_s},
                         {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
                         {"activation_peak_bytes", r.activation_peak_bytes}};
+    if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale, j["skipped"] = r.skipped;
     std::cout << j.dump() << "\n" << std::flush;
     return;
   }
-  std::fprintf(stderr, "step %5lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%  act %s\n",
+  std::fprintf(stderr, "step %5lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%  act %s",
                (long long)r.step, (long long)r.steps, r.loss, r.lr, r.grad_norm, r.step_s * 1e3, r.tokens_per_s,
                r.mfu * 100.0, human_bytes(double(r.activation_peak_bytes)).c_str());
+  if (r.loss_scale > 0) std::fprintf(stderr, "  scale %g%s", r.loss_scale, r.skipped ? " (inf/NaN: step skipped, scale halved)" : "");
+  std::fprintf(stderr, "\n");
 }
 
 nlohmann::json memory_json(const MemoryReport& m) {

@@ -17,6 +17,8 @@ struct TrainConfig {
   int64_t warmup = 20;
   OptimizerConfig optim;
   double clip_grad = 1.0;  // 0 = off
+  double initial_loss_scale = 65536.0;
+  int64_t loss_scale_window = 1000;  // fp16: clean steps before the loss scale doubles
   bool shuffle = true;
   uint64_t seed = 1337;
   std::string init, save, resume;

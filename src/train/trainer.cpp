@@ -40,6 +40,8 @@ void validate(const ModelConfig& m, const LayoutConfig& layout, const TrainConfi
   require(t.optim.beta2 >= 0 && t.optim.beta2 < 1, "--beta2 must be in [0, 1)");
   require(t.optim.eps > 0, "--eps must be positive");
   require(t.optim.weight_decay >= 0, "--weight-decay must be >= 0");
+  require(t.initial_loss_scale >= 1 && std::isfinite(t.initial_loss_scale), "--initial-loss-scale must be >= 1");
+  require(t.loss_scale_window >= 1, "--loss-scale-window must be >= 1");
   require(t.clip_grad >= 0, "--clip-grad must be >= 0 (0 = off)");
   require(t.save_every >= 0, "--save-every must be >= 0");
   require(t.save_every == 0 || !t.save.empty(), "--save-every needs --save DIR");
@@ -58,6 +60,8 @@ void validate(const ModelConfig& m, const LayoutConfig& layout, const TrainConfi
   } else {
     require(layout.virtual_stages == 1, "--virtual-stages needs --pipeline-model-parallel-size > 1");
   }
+  require(!layout.mixed_precision() || layout.zero <= 1,
+          "--params-dtype " + layout.params_dtype + " works with --zero 0 or 1 in this build (stages 2 and 3 keep fp32 shards)");
   require(layout.zero < 3 || layout.activation_dtype == DType::fp32,
           "--zero 3 keeps fp32 parameter shards: use --activation-dtype fp32 with it");
   require(m.heads % layout.tp == 0, "--tensor-model-parallel-size " + std::to_string(layout.tp) +
@@ -141,7 +145,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
                               {dist_ && layout_.tp > 1 ? &dist_->tp() : nullptr, zero_ ? &dist_->dp() : nullptr});
   if (layout_.zero >= 1 && layout_.dp == 1 && (!dist_ || dist_->rank() == 0))
     std::fprintf(stderr, "lattice train: note: --zero %d with data-parallel size 1 shards nothing\n", layout_.zero);
-  grad_sync_ = std::make_unique<parallel::GradientSync>(dist_ && !zero_ ? &dist_->dp() : nullptr,
+  grad_sync_ = std::make_unique<parallel::GradientSync>(dist_ && !zero_ && !layout_.mixed_precision() ? &dist_->dp() : nullptr,
                                                         model_->table(), model_config_.layers);
   if (!config_.resume.empty()) {
     checkpoint::load_weights(config_.resume, *model_);
@@ -149,6 +153,17 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     step_ = resume_state.value("step", int64_t(0));
   } else if (!config_.init.empty()) {
     checkpoint::load_weights(config_.init, *model_);
+  }
+  if (layout_.mixed_precision()) {
+    // 16-bit weights and gradients in the store, fp32 masters beside the optimizer's moments.
+    half_ = std::make_unique<HalfStore>(HalfFormat{layout_.params_dtype == "fp16"}, model_->buckets(),
+                                        model_->num_params(), layout_.activation_dtype == DType::bf16);
+    mixed_ = std::make_unique<MixedPrecision>(*half_, model_->params(), model_->num_params(), zero_.get(),
+                                              dist_ && layout_.dp > 1 ? &dist_->dp() : nullptr);
+    model_->set_bucket_store(half_.get());
+    model_->release_full_params();
+    loss_scaler_.window = config_.loss_scale_window;
+    loss_scaler_.scale = config_.initial_loss_scale;
   }
   if (zero_ && zero_->stage() >= 3) {
     // Every DP rank initialised (or loaded) the same weights; each keeps its shard.
@@ -167,10 +182,13 @@ StepResult Trainer::train_step() {
   // This data-parallel rank's rows of the global batch, in micro-batches of b.
   const int dp_rank = dist_ ? dist_->coords().dp_rank : 0;
   const int64_t rows = B / layout_.dp, row0 = dp_rank * rows;
-  const float loss_scale = 1.0f / float(B * s);
+  // fp16: the loss (and so every gradient) is scaled up so small gradients survive 16 bits.
+  const bool fp16 = layout_.params_dtype == "fp16";
+  const float loss_scale = float((fp16 ? loss_scaler_.scale : 1.0) / double(B * s));
   std::vector<int32_t> inputs(size_t(b * s)), targets(size_t(b * s));
   model_->zero_grads();
-  if (zero_) zero_->begin_step();
+  if (half_) half_->zero_grads();
+  else if (zero_) zero_->begin_step();
   MemoryTracker::activations().reset_peak();
   if (dist_) dist_->traffic().reset();
   parallel::conjugate_traffic() = {};
@@ -188,7 +206,7 @@ StepResult Trainer::train_step() {
       const bool last = first + b >= row0 + rows;
       if (last && grad_sync_->active())
         model_->set_layer_grads_ready([this](int l) { grad_sync_->layer_ready(model_->grads(), l); });
-      if (last && zero_ && zero_->stage() == 1)
+      if (last && zero_ && zero_->stage() == 1 && !mixed_)
         model_->set_layer_grads_ready([this](int l) { zero_->reduce_bucket(l, model_->grads()); });
       train_loader_->fill(step_, first, int(b), inputs.data(), targets.data());
       const int64_t k = (first - row0) / b;
@@ -206,7 +224,9 @@ StepResult Trainer::train_step() {
   }
   // The gradient this rank updates: the whole buffer (all-reduced), or its ZeRO pieces.
   parallel::OwnedGrads grads{{{0, model_->num_params()}}, {model_->grads()}};
-  if (zero_) {
+  if (mixed_) {
+    grads = mixed_->reduce();
+  } else if (zero_) {
     zero_->finish_reduce(model_->grads());
     grads = zero_->owned_grads();
   } else {
@@ -238,6 +258,23 @@ StepResult Trainer::train_step() {
     throw TrainingError("loss is " + std::string(std::isnan(r.loss) ? "NaN" : "infinite") + " at step " +
                         std::to_string(r.step) + ": training stopped (lower --lr or check the data)");
   TraceSpan optimizer_span(Trace::Kind::optimizer, -1, -1, step_ - 1);
+  if (fp16) {
+    // Every rank agrees whether any gradient overflowed; a skipped step leaves the weights alone.
+    float overflow = 0.0f;
+    for (size_t i = 0; i < grads.pieces.size(); ++i)
+      for (int64_t k = 0; k < grads.pieces[i].size(); ++k)
+        if (!std::isfinite(grads.data[i][k])) overflow = 1.0f;
+    if (dist_) dist_->world().all_reduce({&overflow, 1}, comm::ReduceOp::max);
+    r.loss_scale = loss_scaler_.scale;
+    if (!loss_scaler_.update(overflow == 0.0f)) {
+      r.skipped = true;
+      mixed_->finish_step(false);
+      r.lr = schedule_.at(r.step);
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return r;
+    }
+    parallel::scale_grads(grads, float(1.0 / r.loss_scale));
+  }
   const bool last_stage_of_many = pipeline_ && dist_->coords().pp_rank == layout_.pp - 1;
   r.grad_norm = parallel::global_grad_norm(model_->table(), grads, layout_.tp > 1 ? &dist_->tp() : nullptr,
                                            zero_ ? &dist_->dp() : nullptr, pipeline_ ? &dist_->pp() : nullptr,
@@ -245,11 +282,16 @@ StepResult Trainer::train_step() {
   if (config_.clip_grad > 0 && r.grad_norm > config_.clip_grad)
     parallel::scale_grads(grads, float(config_.clip_grad / r.grad_norm));
   r.lr = schedule_.at(r.step);
-  const std::vector<float*> master = zero_ ? zero_->master_pieces() : std::vector<float*>{model_->params()};
+  const std::vector<float*> master = mixed_ ? mixed_->master_pieces()
+                                     : zero_ ? zero_->master_pieces()
+                                             : std::vector<float*>{model_->params()};
   std::vector<PieceData> pieces;
   for (size_t i = 0; i < master.size(); ++i) pieces.push_back({master[i], grads.data[i]});
-  optimizer_->update(pieces, r.lr, r.step);
-  if (zero_) {
+  // Adam's bias correction counts the updates applied (fp16 may skip some).
+  optimizer_->update(pieces, r.lr, r.step - loss_scaler_.skipped);
+  if (mixed_) {
+    mixed_->finish_step(true);
+  } else if (zero_) {
     zero_->gather_params();
     zero_->end_step();
   }
@@ -286,8 +328,11 @@ void Trainer::save(const std::string& dir) const {
   // Pipeline stages contribute what they hold, tensor-parallel shards are gathered into one
   // rank's layout; world rank 0 writes.
   comm::Communicator* tp = dist_ ? &dist_->tp() : nullptr;
-  const std::vector<float> params_local =
-      owned_by_stage(zero_ && zero_->stage() >= 3 ? zero_->gather_full(zero_->shard_params()).data() : model_->params());
+  // The fp32 weights: the model's, stage 3's shards gathered, or (mixed precision) the masters.
+  const std::vector<float> whole = mixed_ ? mixed_->full_master()
+                                   : zero_ && zero_->stage() >= 3 ? zero_->gather_full(zero_->shard_params())
+                                                                  : std::vector<float>();
+  const std::vector<float> params_local = owned_by_stage(whole.empty() ? model_->params() : whole.data());
   const auto params = parallel::gather_full(tp, model_config_, params_local.data());
   // Element states (a ZeRO shard is first gathered over DP into this rank's full TP-shard layout).
   checkpoint::FullState full{params.data(), optimizer_->name(), {}, {}};
@@ -341,7 +386,7 @@ std::vector<std::vector<int64_t>> gather_rows(comm::Distributed* dist, const std
 int Trainer::run() {
   // Every data-parallel replica starts from rank 0's weights. (Here, not in the constructor: the
   // constructor may fail on one rank only, and must not leave the others waiting in a collective.)
-  if (dist_ && layout_.dp > 1 && !(zero_ && zero_->stage() >= 3)) {
+  if (dist_ && layout_.dp > 1 && !(zero_ && zero_->stage() >= 3) && !mixed_) {
     dist_->dp().broadcast({model_->params(), size_t(model_->num_params())}, 0);
     model_->refresh_compute_weights();
   }
@@ -370,7 +415,7 @@ int Trainer::run() {
     if (r.step > 1 || config_.steps == 1) total_s += r.seconds, ++timed_steps;  // step 1 warms caches
     if (log)
       print_step({r.step, config_.steps, r.loss, r.lr, r.grad_norm, r.seconds, double(tokens) / r.seconds,
-                  step_flops / r.seconds / peak / world, activation_peak_},
+                  step_flops / r.seconds / peak / world, activation_peak_, r.loss_scale, r.skipped},
                  config_.json);
     if (config_.save_every > 0 && r.step % config_.save_every == 0 && r.step < config_.steps) save(config_.save);
     if (config_.eval_every > 0 && r.step % config_.eval_every == 0 && !config_.json) {
@@ -412,7 +457,7 @@ int Trainer::run() {
     mine.push_back(step_sent_bytes_[size_t(kind)]);
   mine.push_back(int64_t(parallel::conjugate_traffic().conjugate()));
   mine.push_back(int64_t(parallel::conjugate_traffic().regather));
-  mine.push_back(zero_ ? zero_->transient_peak_bytes() : 0);
+  mine.push_back(std::max(zero_ ? zero_->transient_peak_bytes() : 0, half_ ? half_->transient_peak_bytes() : 0));
   mine.push_back(model_->num_params());  // this rank's Ψ (its TP shard of its stage)
   mine.push_back(int64_t(dp_formula));
   mine.push_back(optimizer_->state_bytes());
@@ -434,7 +479,8 @@ int Trainer::run() {
     m.params = row[6], m.grads = row[7], m.optimizer = row[8], m.compute_weights = row[9];
     m.transient_peak_bytes = row[15];
     const analysis::ModelStateBytes states_formula =
-        analysis::model_state_bytes(row[16], layout_.dp, zero_ ? layout_.zero : 0, false, adam ? 8 : 0);
+        analysis::model_state_bytes(row[16], layout_.dp, zero_ ? layout_.zero : 0, layout_.mixed_precision(),
+                                    adam ? 8 : 0);
     m.params_formula = states_formula.params, m.grads_formula = states_formula.grads;
     // Adafactor and SM3: their own count of the states they keep (tensor shapes, not a per-Ψ rule).
     m.optimizer_formula = adam ? states_formula.optimizer : row[18];

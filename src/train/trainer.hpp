@@ -12,6 +12,7 @@
 #include "data/loader.hpp"
 #include "model/gpt.hpp"
 #include "train/lr_schedule.hpp"
+#include "train/mixed_precision.hpp"
 #include "train/optimizer.hpp"
 #include "train/train_config.hpp"
 
@@ -20,6 +21,8 @@ namespace lattice {
 struct StepResult {
   int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+  double loss_scale = 0;  // fp16: the scale this step's backward used
+  bool skipped = false;   // fp16: an inf/NaN gradient, no update
 };
 
 class Trainer {
@@ -51,6 +54,9 @@ class Trainer {
   comm::Distributed* dist_ = nullptr;
   std::unique_ptr<parallel::GradientSync> grad_sync_;
   std::unique_ptr<parallel::ZeroStates> zero_;  // ZeRO: this DP rank's shard of the model states
+  std::unique_ptr<HalfStore> half_;         // --params-dtype bf16|fp16: 16-bit weights and grads
+  std::unique_ptr<MixedPrecision> mixed_;   // ... and the fp32 masters
+  LossScaler loss_scaler_;
   std::unique_ptr<parallel::pipeline::Executor> pipeline_;  // this rank's stage (p > 1)
   std::vector<float> owned_by_stage(const float* values) const;  // pipeline: the whole model's values
   std::vector<int> local_layers() const;

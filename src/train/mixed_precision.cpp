@@ -1,0 +1,161 @@
+#include "train/mixed_precision.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "tensor/bf16.hpp"
+
+namespace lattice {
+
+namespace {
+uint16_t to_fp16(float f) {
+  const _Float16 h = static_cast<_Float16>(f);
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+float from_fp16(uint16_t u) {
+  _Float16 h;
+  std::memcpy(&h, &u, 2);
+  return static_cast<float>(h);
+}
+}  // namespace
+
+void HalfFormat::narrow(const float* src, uint16_t* dst, int64_t n) const {
+  if (!fp16) return to_bf16(src, dst, n);
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_fp16(src[i]);
+}
+
+void HalfFormat::widen(const uint16_t* src, float* dst, int64_t n) const {
+  if (!fp16) return from_bf16(src, dst, n);
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) dst[i] = from_fp16(src[i]);
+}
+
+HalfStore::HalfStore(HalfFormat format, std::vector<Bucket> buckets, int64_t total, bool bf16_gemms)
+    : format_(format),
+      buckets_(std::move(buckets)),
+      bf16_gemms_(bf16_gemms),
+      params16_(total, "params"),
+      grads16_(total, "grads") {}
+
+void HalfStore::note_transient() {
+  transient_peak_ = std::max(transient_peak_, MemoryTracker::model_states().live_bytes_of_op("transient"));
+}
+
+void HalfStore::zero_grads() { std::fill(grads16_.data(), grads16_.data() + grads16_.size(), uint16_t(0)); }
+
+const float* HalfStore::params(int b, int /*next*/) {
+  Widened& w = widened_[b];
+  if (w.users++ == 0) {
+    const Bucket& bucket = buckets_[size_t(b)];
+    w.values = TrackedArray<float>(bucket.size(), "transient");
+    format_.widen(params16_.data() + bucket.begin, w.values.data(), bucket.size());
+    if (bf16_gemms_ && format_.fp16) {
+      w.bf16 = TrackedArray<uint16_t>(bucket.size(), "transient");
+      to_bf16(w.values.data(), w.bf16.data(), bucket.size());
+    }
+    note_transient();
+  }
+  return w.values.data();
+}
+
+const uint16_t* HalfStore::params_bf16(int b) {
+  if (!bf16_gemms_) return nullptr;
+  if (!format_.fp16) return params16_.data() + buckets_[size_t(b)].begin;  // the weights themselves
+  return widened_.at(b).bf16.data();
+}
+
+void HalfStore::params_done(int b) {
+  auto it = widened_.find(b);
+  if (it != widened_.end() && --it->second.users == 0) widened_.erase(it);
+}
+
+float* HalfStore::grads(int b) {
+  auto it = bucket_grads_.find(b);
+  if (it == bucket_grads_.end()) {
+    it = bucket_grads_.emplace(b, TrackedArray<float>(buckets_[size_t(b)].size(), "transient")).first;
+    note_transient();
+  }
+  return it->second.data();
+}
+
+void HalfStore::grads_done(int b) {
+  auto it = bucket_grads_.find(b);
+  if (it == bucket_grads_.end()) return;
+  // The 16-bit gradient accumulates this micro-batch's fp32 bucket (one rounding per micro-batch).
+  const Bucket& bucket = buckets_[size_t(b)];
+  uint16_t* g16 = grads16_.data() + bucket.begin;
+  float* g32 = it->second.data();
+  std::vector<float> old(static_cast<size_t>(bucket.size()));
+  format_.widen(g16, old.data(), bucket.size());
+  for (int64_t i = 0; i < bucket.size(); ++i) g32[i] += old[size_t(i)];
+  format_.narrow(g32, g16, bucket.size());
+  bucket_grads_.erase(it);
+}
+
+MixedPrecision::MixedPrecision(HalfStore& store, const float* full32, int64_t total, parallel::ZeroStates* zero,
+                               comm::Communicator* dp)
+    : store_(store), total_(total), zero_(zero), dp_(dp), master_(zero ? zero->shard_size() : total, "optimizer") {
+  if (zero_) zero_->scatter_full(full32, master_.data());
+  else std::copy(full32, full32 + total, master_.data());
+  store_.format().narrow(full32, store_.params16(), total);
+}
+
+parallel::OwnedGrads MixedPrecision::reduce() {
+  grads32_ = TrackedArray<float>(total_, "transient");
+  store_.format().widen(store_.grads16(), grads32_.data(), total_);
+  store_.note_transient();
+  if (zero_) {
+    zero_->begin_step();
+    zero_->finish_reduce(grads32_.data());
+    store_.note_transient();
+    grads32_ = TrackedArray<float>();
+    return zero_->owned_grads();
+  }
+  if (dp_ && dp_->size() > 1) dp_->all_reduce({grads32_.data(), size_t(total_)});
+  return {{{0, total_}}, {grads32_.data()}};
+}
+
+std::vector<float*> MixedPrecision::master_pieces() {
+  if (!zero_) return {master_.data()};
+  std::vector<float*> out;
+  int64_t offset = 0;
+  for (const FlatPiece& p : zero_->owned()) {
+    out.push_back(master_.data() + offset);
+    offset += p.size();
+  }
+  return out;
+}
+
+void MixedPrecision::finish_step(bool updated) {
+  grads32_ = TrackedArray<float>();
+  if (zero_) {
+    if (updated) {
+      const std::vector<float> full = zero_->gather_full(master_.data());
+      store_.format().narrow(full.data(), store_.params16(), total_);
+    }
+    zero_->end_step();
+  } else if (updated) {
+    store_.format().narrow(master_.data(), store_.params16(), total_);
+  }
+}
+
+std::vector<float> MixedPrecision::full_master() {
+  if (zero_) return zero_->gather_full(master_.data());
+  return std::vector<float>(master_.data(), master_.data() + total_);
+}
+
+bool LossScaler::update(bool finite) {
+  if (!finite) {
+    scale = std::max(1.0, scale / 2);
+    clean_steps = 0;
+    ++skipped;
+    return false;
+  }
+  if (++clean_steps >= window) scale *= 2, clean_steps = 0;
+  return true;
+}
+
+}  // namespace lattice

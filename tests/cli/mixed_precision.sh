@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# --params-dtype bf16|fp16 (issue 7): 16-bit weights and gradients with fp32 master weights. Model
+# states follow 2Ψ + 2Ψ + 12Ψ (and ZeRO-1's 4Ψ + 12Ψ/N) as measured by the allocator; bf16 tracks
+# fp32 training; layouts train the one-rank 16-bit model to 16-bit rounding; fp16's dynamic loss
+# scale halves and skips on overflow and grows after clean steps; checkpoints resume exactly.
+set -u
+LATTICE=$1
+SCRATCH=$2
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
+. "$(dirname "$0")/lib/layouts.sh"
+MODEL=("${MODEL[@]}" --layers 4)
+
+run fp32 1
+run bf16 1 --params-dtype bf16
+run fp16 1 --params-dtype fp16
+run bf16_zero1_dp4 4 --params-dtype bf16 --zero 1
+run bf16_act_one 1 --params-dtype bf16 --activation-dtype bf16
+run bf16_act_tp2_pp2_sp 4 --params-dtype bf16 --activation-dtype bf16 --tensor-model-parallel-size 2 \
+  --pipeline-model-parallel-size 2 --sequence-parallel --recompute selective
+
+close() {  # close A B TOLERANCE: per-step losses within TOLERANCE relative
+  "$PY" -c "
+import json, sys
+l = lambda f: [json.loads(x)['loss'] for x in open(f) if '\"event\":\"step\"' in x]
+a, b = l('$1.jsonl'), l('$2.jsonl')
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print('$1 vs $2: losses within %.2e' % worst)
+sys.exit(0 if len(a) == len(b) == 4 and worst <= $3 else 1)"
+}
+check "bf16 weights train like fp32 (losses within 1e-4)" close fp32 bf16 1e-4
+check "fp16 weights train like fp32 (losses within 1e-4)" close fp32 fp16 1e-4
+check "bf16 ZeRO-1 on 4 ranks trains the one-rank bf16 model (to 1e-4)" close bf16 bf16_zero1_dp4 1e-4
+check "bf16 weights + activations under TP + SP + PP train the one-rank model (to 1e-4)" \
+  close bf16_act_one bf16_act_tp2_pp2_sp 1e-4
+check "model states: 2Ψ + 2Ψ + 12Ψ, ZeRO-1 4Ψ + 12Ψ/N (within 3%), as the summary's formula says" "$PY" -c "
+import json, sys
+last = lambda f: [json.loads(l) for l in open(f)][-1]
+psi = last('fp32.jsonl')['memory']['ranks'][0]['model_state_bytes']['params'] / 4
+for f, want in [('bf16.jsonl', 16 * psi), ('fp16.jsonl', 16 * psi), ('bf16_zero1_dp4.jsonl', 4 * psi + 12 * psi / 4)]:
+    for r in last(f)['memory']['ranks']:
+        m = r['model_state_bytes']; total = sum(m.values())
+        print(f, r['rank'], m, round(total / want, 4))
+        if abs(total - want) > 0.03 * want or m['params'] != 2 * psi or m != r['model_state_bytes_formula']:
+            sys.exit('%s rank %d: %s' % (f, r['rank'], m))
+"
+
+# fp16 loss scaling: start far too high; every overflow skips the step and halves the scale, every
+# 2 clean steps double it, and training goes on once the scale fits.
+"$LATTICE" train "${MODEL[@]}" --steps 10 --params-dtype fp16 --initial-loss-scale 4194304 --loss-scale-window 2 \
+  > scaling.jsonl 2> scaling.err
+check "fp16 dynamic loss scale: halve and skip on inf/NaN, double after the window" "$PY" -c "
+import json, sys
+steps = [json.loads(x) for x in open('scaling.jsonl') if '\"event\":\"step\"' in x]
+seq = [(s['loss_scale'], s['skipped']) for s in steps]
+print(seq)
+assert seq[0] == (4194304, True), seq
+clean = 0
+for (scale, skipped), (nxt, _) in zip(seq, seq[1:]):
+    if skipped: want, clean = scale / 2, 0
+    else:
+        clean += 1
+        want = scale * 2 if clean == 2 else scale
+        if clean == 2: clean = 0
+    assert nxt == want, (scale, skipped, nxt, want)
+assert sum(not s for _, s in seq) >= 3, 'too few clean steps'
+"
+HUMAN=(); for a in "${MODEL[@]}"; do [ "$a" != --json ] && HUMAN+=("$a"); done
+"$LATTICE" train "${HUMAN[@]}" --steps 1 --params-dtype fp16 --initial-loss-scale 1e12 2> human.err
+check "fp16: the human step line says the step was skipped" grep -q "step skipped, scale halved" human.err
+
+# Checkpoints keep the fp32 masters: half a bf16 run, resumed, equals the whole bf16 run.
+"$LATTICE" train "${MODEL[@]}" --steps 2 --params-dtype bf16 --save ck_bf16_half > bf16_half.jsonl 2>/dev/null
+"$LATTICE" train "${MODEL[@]}" --params-dtype bf16 --resume ck_bf16_half > bf16_resumed.jsonl 2>/dev/null
+check "bf16 checkpoint resumes bit for bit" "$PY" -c "
+import json, sys
+l = lambda f: [json.loads(x)['loss'] for x in open(f) if '\"event\":\"step\"' in x]
+a, b = l('bf16.jsonl')[2:], l('bf16_resumed.jsonl')
+print(a, b)
+sys.exit(0 if len(b) == 2 and a == b else 1)"
+
+expect_error() {  # expect_error NAME PATTERN ARGS...
+  local name=$1 pattern=$2; shift 2
+  "$LATTICE" "$@" > err.out 2> err.txt
+  local status=$?
+  check "$name: exit 1 or 2 (got $status)" test "$status" -eq 1 -o "$status" -eq 2
+  check "$name: one stderr line" test "$(wc -l < err.txt)" -eq 1
+  check "$name: names the cause" grep -q -- "$pattern" err.txt
+}
+expect_error "unknown params dtype" "fp32, bf16 or fp16" train "${MODEL[@]}" --params-dtype fp8
+expect_error "16-bit params with ZeRO-2" "--zero 0 or 1" train "${MODEL[@]}" --params-dtype bf16 --zero 2
+expect_error "loss scale below 1" "initial-loss-scale" train "${MODEL[@]}" --params-dtype fp16 --initial-loss-scale 0.5
+
+echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
+[ "$failures" -eq 0 ]
