@@ -4,9 +4,11 @@
 // bucket's gradients (and, in stage 3, its parameters) outside the model's own buffers: the model
 // asks for a bucket right before it uses it and says when it is done with it.
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "model/params.hpp"
+#include "tensor/memory_tracker.hpp"
 
 namespace lattice {
 
@@ -36,6 +38,27 @@ class BucketStore {
   // asked for); grads_done hands it back for reduction.
   virtual float* grads(int bucket) = 0;
   virtual void grads_done(int bucket) = 0;
+};
+
+// The gradient buffers of the buckets backward is writing (stores keeping gradients elsewhere):
+// made zeroed on the first request of a micro-batch, handed over when backward is done.
+class TransientGrads {
+ public:
+  float* get(int bucket, int64_t size) {
+    auto it = live_.find(bucket);
+    if (it == live_.end()) it = live_.emplace(bucket, TrackedArray<float>(size, "transient")).first;
+    return it->second.data();
+  }
+  TrackedArray<float> take(int bucket) {  // empty when backward never asked for it
+    auto it = live_.find(bucket);
+    if (it == live_.end()) return {};
+    TrackedArray<float> out = std::move(it->second);
+    live_.erase(it);
+    return out;
+  }
+
+ private:
+  std::map<int, TrackedArray<float>> live_;
 };
 
 }  // namespace lattice

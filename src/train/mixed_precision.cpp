@@ -73,26 +73,22 @@ void HalfStore::params_done(int b) {
 }
 
 float* HalfStore::grads(int b) {
-  auto it = bucket_grads_.find(b);
-  if (it == bucket_grads_.end()) {
-    it = bucket_grads_.emplace(b, TrackedArray<float>(buckets_[size_t(b)].size(), "transient")).first;
-    note_transient();
-  }
-  return it->second.data();
+  float* g = bucket_grads_.get(b, buckets_[size_t(b)].size());
+  note_transient();
+  return g;
 }
 
 void HalfStore::grads_done(int b) {
-  auto it = bucket_grads_.find(b);
-  if (it == bucket_grads_.end()) return;
+  TrackedArray<float> done = bucket_grads_.take(b);
+  if (!done.size()) return;
   // The 16-bit gradient accumulates this micro-batch's fp32 bucket (one rounding per micro-batch).
   const Bucket& bucket = buckets_[size_t(b)];
   uint16_t* g16 = grads16_.data() + bucket.begin;
-  float* g32 = it->second.data();
+  float* g32 = done.data();
   std::vector<float> old(static_cast<size_t>(bucket.size()));
   format_.widen(g16, old.data(), bucket.size());
   for (int64_t i = 0; i < bucket.size(); ++i) g32[i] += old[size_t(i)];
   format_.narrow(g32, g16, bucket.size());
-  bucket_grads_.erase(it);
 }
 
 MixedPrecision::MixedPrecision(HalfStore& store, const float* full32, int64_t total, parallel::ZeroStates* zero,

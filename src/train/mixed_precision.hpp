@@ -53,7 +53,7 @@ class HalfStore final : public BucketStore {
   bool bf16_gemms_;
   TrackedArray<uint16_t> params16_, grads16_;
   std::map<int, Widened> widened_;
-  std::map<int, TrackedArray<float>> bucket_grads_;
+  TransientGrads bucket_grads_;
   int64_t transient_peak_ = 0;
 };
 

@@ -78,14 +78,6 @@ a, b = l('bf16.jsonl')[2:], l('bf16_resumed.jsonl')
 print(a, b)
 sys.exit(0 if len(b) == 2 and a == b else 1)"
 
-expect_error() {  # expect_error NAME PATTERN ARGS...
-  local name=$1 pattern=$2; shift 2
-  "$LATTICE" "$@" > err.out 2> err.txt
-  local status=$?
-  check "$name: exit 1 or 2 (got $status)" test "$status" -eq 1 -o "$status" -eq 2
-  check "$name: one stderr line" test "$(wc -l < err.txt)" -eq 1
-  check "$name: names the cause" grep -q -- "$pattern" err.txt
-}
 expect_error "unknown params dtype" "fp32, bf16 or fp16" train "${MODEL[@]}" --params-dtype fp8
 expect_error "16-bit params with ZeRO-2" "--zero 0 or 1" train "${MODEL[@]}" --params-dtype bf16 --zero 2
 expect_error "loss scale below 1" "initial-loss-scale" train "${MODEL[@]}" --params-dtype fp16 --initial-loss-scale 0.5

@@ -39,14 +39,6 @@ ok = ok and s['model_state_bytes']['optimizer'] < 0.6 * a['model_state_bytes']['
 ok = ok and all(r['model_state_bytes']['optimizer'] == r['model_state_bytes_formula']['optimizer'] for r in (f, s))
 sys.exit(0 if ok else 1)"
 
-expect_error() {  # expect_error NAME PATTERN ARGS...
-  local name=$1 pattern=$2; shift 2
-  "$LATTICE" "$@" > err.out 2> err.txt
-  local status=$?
-  check "$name: exit 1 or 2 (got $status)" test "$status" -eq 1 -o "$status" -eq 2
-  check "$name: one stderr line" test "$(wc -l < err.txt)" -eq 1
-  check "$name: names the cause" grep -q -- "$pattern" err.txt
-}
 expect_error "unknown optimizer" "adamw, adafactor or sm3" train "${MODEL[@]}" --optimizer lion
 expect_error "resume with another optimizer" "holds sm3 states" train "${MODEL[@]}" --optimizer adamw --resume ck_half_sm3
 

@@ -6,11 +6,7 @@ LATTICE=$1
 SCRATCH=$2
 rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
 
-failures=0
-check() {  # check DESCRIPTION CONDITION...
-  local what=$1; shift
-  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; failures=$((failures + 1)); fi
-}
+. "$(dirname "$0")/lib/check.sh"
 json_field() { python3 -c "import json,sys; d=[json.loads(l) for l in open(sys.argv[1])]; print(eval(sys.argv[2]))" "$@"; }
 
 for i in $(seq 1 400); do echo "In the beginning $i the word was with the text, and the text was good."; done > corpus.txt
@@ -57,14 +53,6 @@ check "config file + flag override" test "$(json_field cfg.jsonl "len(d[-1]['mem
 check "flag wins over config" test "$(json_field cfg.jsonl "d[-1]['parameters']")" -eq $((256*32 + 16*32 + 12*32*32 + 13*32 + 2*32))
 
 # Bad inputs: status 1 or 2, exactly one stderr line naming the cause.
-expect_error() {  # expect_error NAME PATTERN ARGS...
-  local name=$1 pattern=$2; shift 2
-  "$LATTICE" "$@" > err.out 2> err.txt
-  local status=$?
-  check "$name: exit 1 or 2 (got $status)" test "$status" -eq 1 -o "$status" -eq 2
-  check "$name: one stderr line" test "$(wc -l < err.txt)" -eq 1
-  check "$name: names the cause" grep -q -- "$pattern" err.txt
-}
 expect_error "unknown flag" "--bogus" train "${SMALL[@]}" --bogus 3
 expect_error "unknown command" "unknown command" frobnicate
 expect_error "heads not dividing hidden" "must divide --hidden" train "${SMALL[@]}" --heads 5

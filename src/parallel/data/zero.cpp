@@ -153,19 +153,15 @@ void ZeroStates::params_done(int b) {
 }
 
 float* ZeroStates::grads(int b) {
-  auto it = bucket_grads_.find(b);
-  if (it == bucket_grads_.end()) {
-    it = bucket_grads_.emplace(b, TrackedArray<float>(buckets_[size_t(b)].size(), "transient")).first;
-    note_transient();
-  }
-  return it->second.data();
+  float* g = bucket_grads_.get(b, buckets_[size_t(b)].size());
+  note_transient();
+  return g;
 }
 
 void ZeroStates::grads_done(int b) {
-  auto it = bucket_grads_.find(b);
-  if (it == bucket_grads_.end()) return;
-  Reducing r{b, std::move(it->second), TrackedArray<float>(piece(b).size(), "transient"), {}};
-  bucket_grads_.erase(it);
+  TrackedArray<float> full = bucket_grads_.take(b);
+  if (!full.size()) return;
+  Reducing r{b, std::move(full), TrackedArray<float>(piece(b).size(), "transient"), {}};
   note_transient();
   r.pending = dp_.reduce_scatter_v_async({r.full.data(), size_t(r.full.size())},
                                          {r.mine.data(), size_t(r.mine.size())}, counts(b));

@@ -87,7 +87,7 @@ class ZeroStates final : public BucketStore {
   TrackedArray<float> shard_params_, shard_grads_;
   std::vector<bool> reduced_;                       // stage 1: bucket launched this step
   std::vector<Reducing> reducing_;                  // in flight, oldest first
-  std::map<int, TrackedArray<float>> bucket_grads_;  // stages 2–3: being written by backward
+  TransientGrads bucket_grads_;                     // stages 2–3: being written by backward
   std::map<int, Gathered> gathered_;                // stage 3
   int64_t transient_peak_ = 0;
 };
