@@ -7,32 +7,6 @@
 
 namespace lattice {
 
-namespace {
-uint16_t to_fp16(float f) {
-  const _Float16 h = static_cast<_Float16>(f);
-  uint16_t u;
-  std::memcpy(&u, &h, 2);
-  return u;
-}
-float from_fp16(uint16_t u) {
-  _Float16 h;
-  std::memcpy(&h, &u, 2);
-  return static_cast<float>(h);
-}
-}  // namespace
-
-void HalfFormat::narrow(const float* src, uint16_t* dst, int64_t n) const {
-  if (!fp16) return to_bf16(src, dst, n);
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) dst[i] = to_fp16(src[i]);
-}
-
-void HalfFormat::widen(const uint16_t* src, float* dst, int64_t n) const {
-  if (!fp16) return from_bf16(src, dst, n);
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) dst[i] = from_fp16(src[i]);
-}
-
 HalfStore::HalfStore(HalfFormat format, std::vector<Bucket> buckets, int64_t total, bool bf16_gemms)
     : format_(format),
       buckets_(std::move(buckets)),
@@ -82,13 +56,7 @@ void HalfStore::grads_done(int b) {
   TrackedArray<float> done = bucket_grads_.take(b);
   if (!done.size()) return;
   // The 16-bit gradient accumulates this micro-batch's fp32 bucket (one rounding per micro-batch).
-  const Bucket& bucket = buckets_[size_t(b)];
-  uint16_t* g16 = grads16_.data() + bucket.begin;
-  float* g32 = done.data();
-  std::vector<float> old(static_cast<size_t>(bucket.size()));
-  format_.widen(g16, old.data(), bucket.size());
-  for (int64_t i = 0; i < bucket.size(); ++i) g32[i] += old[size_t(i)];
-  format_.narrow(g32, g16, bucket.size());
+  format_.accumulate(done.data(), grads16_.data() + buckets_[size_t(b)].begin, done.size());
 }
 
 MixedPrecision::MixedPrecision(HalfStore& store, const float* full32, int64_t total, parallel::ZeroStates* zero,

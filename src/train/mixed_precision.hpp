@@ -12,16 +12,10 @@
 #include "model/bucket_store.hpp"
 #include "parallel/data/owned_grads.hpp"
 #include "parallel/data/zero.hpp"
+#include "tensor/half.hpp"
 #include "tensor/memory_tracker.hpp"
 
 namespace lattice {
-
-// 16-bit storage: bf16 (fp32's exponent, 8-bit mantissa) or IEEE fp16.
-struct HalfFormat {
-  bool fp16 = false;
-  void narrow(const float* src, uint16_t* dst, int64_t n) const;
-  void widen(const uint16_t* src, float* dst, int64_t n) const;
-};
 
 class HalfStore final : public BucketStore {
  public:

@@ -60,10 +60,6 @@ void validate(const ModelConfig& m, const LayoutConfig& layout, const TrainConfi
   } else {
     require(layout.virtual_stages == 1, "--virtual-stages needs --pipeline-model-parallel-size > 1");
   }
-  require(!layout.mixed_precision() || layout.zero <= 1,
-          "--params-dtype " + layout.params_dtype + " works with --zero 0 or 1 in this build (stages 2 and 3 keep fp32 shards)");
-  require(layout.zero < 3 || layout.activation_dtype == DType::fp32,
-          "--zero 3 keeps fp32 parameter shards: use --activation-dtype fp32 with it");
   require(m.heads % layout.tp == 0, "--tensor-model-parallel-size " + std::to_string(layout.tp) +
                                         " must divide --heads " + std::to_string(m.heads));
   require(!layout.sequence_parallel || layout.tp > 1,
@@ -94,6 +90,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   }
   if (config_.global_batch == 0) config_.global_batch = config_.micro_batch * layout_.dp;
   validate(model_config_, layout_, config_);
+  half_format_.fp16 = layout_.params_dtype == "fp16";
   if (config_.threads > 0) omp_set_num_threads(config_.threads);
 
   const std::string train_path = config_.data_dir + "/train.bin", val_path = config_.data_dir + "/val.bin";
@@ -137,9 +134,12 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
         *model_, dist_->pp(), parallel::pipeline::parse_schedule_kind(config_.schedule),
         config_.global_batch / (config_.micro_batch * layout_.dp), layout_.virtual_stages, config_.micro_batch);
   if (layout_.zero >= 1 && layout_.dp > 1) {
-    zero_ = std::make_unique<parallel::ZeroStates>(dist_->dp(), layout_.zero, model_->buckets());
+    // Stages 2-3 keep the 16-bit weights and gradients themselves; stage 1 leaves them to HalfStore.
+    zero_ = std::make_unique<parallel::ZeroStates>(dist_->dp(), layout_.zero, model_->buckets(),
+                                                   layout_.mixed_precision() && layout_.zero >= 2 ? &half_format_ : nullptr,
+                                                   layout_.activation_dtype == DType::bf16);
     if (layout_.zero >= 2) model_->set_bucket_store(zero_.get());
-    if (layout_.zero <= 2) zero_->set_full_params(model_->params());
+    if (layout_.zero <= 2 && !layout_.mixed_precision()) zero_->set_full_params(model_->params());
   }
   optimizer_ = make_optimizer(model_->table(), config_.optim, zero_ ? zero_->owned() : std::vector<FlatPiece>{},
                               {dist_ && layout_.tp > 1 ? &dist_->tp() : nullptr, zero_ ? &dist_->dp() : nullptr});
@@ -154,18 +154,17 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   } else if (!config_.init.empty()) {
     checkpoint::load_weights(config_.init, *model_);
   }
-  if (layout_.mixed_precision()) {
+  if (layout_.params_dtype == "fp16") loss_scaler_ = {config_.initial_loss_scale, config_.loss_scale_window};
+  if (layout_.mixed_precision() && !(zero_ && zero_->stage() >= 2)) {
     // 16-bit weights and gradients in the store, fp32 masters beside the optimizer's moments.
-    half_ = std::make_unique<HalfStore>(HalfFormat{layout_.params_dtype == "fp16"}, model_->buckets(),
+    half_ = std::make_unique<HalfStore>(half_format_, model_->buckets(),
                                         model_->num_params(), layout_.activation_dtype == DType::bf16);
     mixed_ = std::make_unique<MixedPrecision>(*half_, model_->params(), model_->num_params(), zero_.get(),
                                               dist_ && layout_.dp > 1 ? &dist_->dp() : nullptr);
     model_->set_bucket_store(half_.get());
     model_->release_full_params();
-    loss_scaler_.window = config_.loss_scale_window;
-    loss_scaler_.scale = config_.initial_loss_scale;
   }
-  if (zero_ && zero_->stage() >= 3) {
+  if (zero_ && (zero_->stage() >= 3 || (zero_->stage() >= 2 && layout_.mixed_precision()))) {
     // Every DP rank initialised (or loaded) the same weights; each keeps its shard.
     zero_->take_params(model_->params());
     model_->release_full_params();
@@ -268,7 +267,8 @@ StepResult Trainer::train_step() {
     r.loss_scale = loss_scaler_.scale;
     if (!loss_scaler_.update(overflow == 0.0f)) {
       r.skipped = true;
-      mixed_->finish_step(false);
+      if (mixed_) mixed_->finish_step(false);
+      else if (zero_) zero_->end_step();
       r.lr = schedule_.at(r.step);
       r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       return r;
@@ -329,9 +329,9 @@ void Trainer::save(const std::string& dir) const {
   // rank's layout; world rank 0 writes.
   comm::Communicator* tp = dist_ ? &dist_->tp() : nullptr;
   // The fp32 weights: the model's, stage 3's shards gathered, or (mixed precision) the masters.
-  const std::vector<float> whole = mixed_ ? mixed_->full_master()
-                                   : zero_ && zero_->stage() >= 3 ? zero_->gather_full(zero_->shard_params())
-                                                                  : std::vector<float>();
+  const std::vector<float> whole = mixed_                    ? mixed_->full_master()
+                                   : zero_ && zero_->master() ? zero_->gather_full(zero_->master())
+                                                              : std::vector<float>();
   const std::vector<float> params_local = owned_by_stage(whole.empty() ? model_->params() : whole.data());
   const auto params = parallel::gather_full(tp, model_config_, params_local.data());
   // Element states (a ZeRO shard is first gathered over DP into this rank's full TP-shard layout).
@@ -386,7 +386,7 @@ std::vector<std::vector<int64_t>> gather_rows(comm::Distributed* dist, const std
 int Trainer::run() {
   // Every data-parallel replica starts from rank 0's weights. (Here, not in the constructor: the
   // constructor may fail on one rank only, and must not leave the others waiting in a collective.)
-  if (dist_ && layout_.dp > 1 && !(zero_ && zero_->stage() >= 3) && !mixed_) {
+  if (dist_ && layout_.dp > 1 && !(zero_ && zero_->stage() >= 3) && !layout_.mixed_precision()) {
     dist_->dp().broadcast({model_->params(), size_t(model_->num_params())}, 0);
     model_->refresh_compute_weights();
   }

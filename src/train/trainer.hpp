@@ -56,6 +56,7 @@ class Trainer {
   std::unique_ptr<parallel::ZeroStates> zero_;  // ZeRO: this DP rank's shard of the model states
   std::unique_ptr<HalfStore> half_;         // --params-dtype bf16|fp16: 16-bit weights and grads
   std::unique_ptr<MixedPrecision> mixed_;   // ... and the fp32 masters
+  HalfFormat half_format_;                  // bf16 or fp16 (set from the layout)
   LossScaler loss_scaler_;
   std::unique_ptr<parallel::pipeline::Executor> pipeline_;  // this rank's stage (p > 1)
   std::vector<float> owned_by_stage(const float* values) const;  // pipeline: the whole model's values

@@ -16,6 +16,14 @@ run zero3_dp4 4 --zero 3
 run zero2_dp2_accumulate 2 --zero 2          # two micro-batches a step: reduce-scatter each
 run zero1_tp2_dp2_sp 4 --zero 1 --tensor-model-parallel-size 2 --sequence-parallel
 run zero3_tp2_dp2_sp_selective 4 --zero 3 --tensor-model-parallel-size 2 --sequence-parallel --recompute selective
+run one_bf16_act 1 --activation-dtype bf16
+run zero3_dp4_bf16_act 4 --zero 3 --activation-dtype bf16   # gathered buckets converted for bf16 GEMMs
+check "ZeRO-3 with bf16 activations trains the one-rank bf16-activation model (to 1e-4)" "$PY" -c "
+import json, sys
+l = lambda f: [json.loads(x)['loss'] for x in open(f) if '\"event\":\"step\"' in x]
+a, b = l('one_bf16_act.jsonl'), l('zero3_dp4_bf16_act.jsonl')
+print(a, b)
+sys.exit(0 if len(a) == len(b) == 4 and all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip(a, b)) else 1)"
 for name in zero1_dp4 zero2_dp4 zero3_dp4 zero2_dp2_accumulate zero1_tp2_dp2_sp zero3_tp2_dp2_sp_selective; do
   check "$name trains the one-rank model" compare "$name"
 done

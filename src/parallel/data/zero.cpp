@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tensor/bf16.hpp"
+
 namespace lattice::parallel {
 
 namespace {
@@ -10,8 +12,9 @@ namespace {
 constexpr size_t kMaxReducing = 1;
 }  // namespace
 
-ZeroStates::ZeroStates(comm::Communicator& dp, int stage, std::vector<Bucket> buckets)
-    : dp_(dp), stage_(stage), n_(dp.size()), buckets_(std::move(buckets)) {
+ZeroStates::ZeroStates(comm::Communicator& dp, int stage, std::vector<Bucket> buckets, const HalfFormat* half,
+                       bool bf16_gemms)
+    : dp_(dp), stage_(stage), n_(dp.size()), buckets_(std::move(buckets)), half_(half), bf16_gemms_(bf16_gemms) {
   const int r = dp.rank();
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bucket = buckets_[b];
@@ -30,7 +33,8 @@ ZeroStates::ZeroStates(comm::Communicator& dp, int stage, std::vector<Bucket> bu
     shard_size_ += pieces_.back().size();
   }
   reduced_.assign(buckets_.size(), false);
-  if (stage_ >= 2) shard_grads_ = TrackedArray<float>(shard_size_, "grads");
+  if (stage_ >= 2 && half_) grads16_ = TrackedArray<uint16_t>(shard_size_, "grads");
+  else if (stage_ >= 2) shard_grads_ = TrackedArray<float>(shard_size_, "grads");
 }
 
 void ZeroStates::note_transient() {
@@ -38,14 +42,36 @@ void ZeroStates::note_transient() {
 }
 
 void ZeroStates::take_params(const float* full) {
-  shard_params_ = TrackedArray<float>(shard_size_, "params");
-  scatter_full(full, shard_params_.data());
+  if (!half_) {
+    shard_params_ = TrackedArray<float>(shard_size_, "params");
+    scatter_full(full, shard_params_.data());
+    return;
+  }
+  master_ = TrackedArray<float>(shard_size_, "optimizer");  // fp32 masters: part of the 12Ψ
+  scatter_full(full, master_.data());
+  if (stage_ >= 3) {
+    params16_ = TrackedArray<uint16_t>(shard_size_, "params");
+    half_->narrow(master_.data(), params16_.data(), shard_size_);
+  } else {
+    const int64_t total = buckets_.empty() ? 0 : std::max_element(buckets_.begin(), buckets_.end(), [](auto& a, auto& b) {
+                                                    return a.end < b.end;
+                                                  })->end;
+    params16_ = TrackedArray<uint16_t>(total, "params");
+    half_->narrow(full, params16_.data(), total);
+  }
+}
+
+float* ZeroStates::master() {
+  if (half_) return master_.data();
+  return stage_ >= 3 ? shard_params_.data() : nullptr;
 }
 
 void ZeroStates::begin_step() {
   if (stage_ == 1) {
     shard_grads_ = TrackedArray<float>(shard_size_, "transient");
     note_transient();
+  } else if (half_) {
+    std::fill(grads16_.data(), grads16_.data() + shard_size_, uint16_t(0));
   } else {
     std::fill(shard_grads_.data(), shard_grads_.data() + shard_size_, 0.0f);
   }
@@ -67,9 +93,15 @@ void ZeroStates::reduce_bucket(int b, const float* full_grads) {
 void ZeroStates::complete_oldest_reduce() {
   Reducing& r = reducing_.front();
   r.pending.wait();
-  float* dst = shard_grads_.data() + shard_offset_[size_t(r.bucket)];
-  const float* src = r.mine.data();
-  for (int64_t i = 0; i < r.mine.size(); ++i) dst[i] += src[i];  // micro-batches accumulate (stage 2-3)
+  // Micro-batches accumulate (stages 2–3).
+  const int64_t offset = shard_offset_[size_t(r.bucket)];
+  if (half_) {
+    half_->accumulate(r.mine.data(), grads16_.data() + offset, r.mine.size());
+  } else {
+    float* dst = shard_grads_.data() + offset;
+    const float* src = r.mine.data();
+    for (int64_t i = 0; i < r.mine.size(); ++i) dst[i] += src[i];
+  }
   reducing_.erase(reducing_.begin());
 }
 
@@ -80,20 +112,44 @@ void ZeroStates::finish_reduce(const float* full_grads) {
 }
 
 OwnedGrads ZeroStates::owned_grads() {
+  float* grads = shard_grads_.data();
+  if (half_) {  // the optimizer reads fp32: the shard widened for this step
+    grads32_ = TrackedArray<float>(shard_size_, "transient");
+    half_->widen(grads16_.data(), grads32_.data(), shard_size_);
+    note_transient();
+    grads = grads32_.data();
+  }
   OwnedGrads g{owned_, {}};
-  for (int b : owned_bucket_) g.data.push_back(shard_grads_.data() + shard_offset_[size_t(b)]);
+  for (int b : owned_bucket_) g.data.push_back(grads + shard_offset_[size_t(b)]);
   return g;
 }
 
 std::vector<float*> ZeroStates::master_pieces() {
   std::vector<float*> out;
+  float* shard = master();
   for (size_t i = 0; i < owned_.size(); ++i)
-    out.push_back(stage_ >= 3 ? shard_params_.data() + shard_offset_[size_t(owned_bucket_[i])]
-                              : full_params_ + owned_[i].begin);
+    out.push_back(shard ? shard + shard_offset_[size_t(owned_bucket_[i])] : full_params_ + owned_[i].begin);
   return out;
 }
 
 void ZeroStates::gather_params() {
+  if (half_ && stage_ >= 3) {  // the 16-bit shard from the masters; gathered when forward needs it
+    half_->narrow(master_.data(), params16_.data(), shard_size_);
+    return;
+  }
+  if (half_) {  // every rank's updated masters, bucket by bucket, into the 16-bit weights
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const Bucket& bucket = buckets_[b];
+      if (bucket.size() == 0) continue;
+      TrackedArray<float> values(bucket.size(), "transient");
+      note_transient();
+      dp_.all_gather_v_async({master_.data() + shard_offset_[b], size_t(pieces_[b].size())},
+                             {values.data(), size_t(bucket.size())}, counts(int(b)))
+          .wait();
+      half_->narrow(values.data(), params16_.data() + bucket.begin, bucket.size());
+    }
+    return;
+  }
   if (stage_ >= 3) return;  // gathered bucket by bucket when the next forward needs them
   std::vector<comm::Handle> pending;
   for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -108,6 +164,7 @@ void ZeroStates::gather_params() {
 
 void ZeroStates::end_step() {
   if (stage_ == 1) shard_grads_ = TrackedArray<float>();
+  grads32_ = TrackedArray<float>();
 }
 
 std::vector<float> ZeroStates::gather_full(const float* shard_values) {
@@ -133,18 +190,47 @@ void ZeroStates::launch_gather(int b) {
   const Bucket& bucket = buckets_[size_t(b)];
   Gathered& g = gathered_[b];
   g.values = TrackedArray<float>(bucket.size(), "transient");
+  const int64_t offset = shard_offset_[size_t(b)], n = piece(b).size();
+  if (stage_ < 3) {  // 16-bit weights, whole on every rank: widen, nothing to gather
+    half_->widen(params16_.data() + bucket.begin, g.values.data(), bucket.size());
+    note_transient();
+    return;
+  }
+  const float* mine = shard_params_.data() + offset;
+  if (half_) {
+    g.piece = TrackedArray<float>(n, "transient");
+    half_->widen(params16_.data() + offset, g.piece.data(), n);
+    mine = g.piece.data();
+  }
   note_transient();
-  g.pending = dp_.all_gather_v_async({shard_params_.data() + shard_offset_[size_t(b)], size_t(piece(b).size())},
-                                     {g.values.data(), size_t(bucket.size())}, counts(b));
+  g.pending = dp_.all_gather_v_async({mine, size_t(n)}, {g.values.data(), size_t(bucket.size())}, counts(b));
+}
+
+// A gathered bucket is about to be read: wait for it, and make its bf16 copy if GEMMs need one.
+void ZeroStates::ready(int b, Gathered& g) {
+  g.pending.wait();
+  g.piece = TrackedArray<float>();
+  const bool stored_bf16 = half_ && !half_->fp16 && stage_ < 3;
+  if (bf16_gemms_ && !stored_bf16 && !g.bf16.size()) {
+    g.bf16 = TrackedArray<uint16_t>(buckets_[size_t(b)].size(), "transient");
+    to_bf16(g.values.data(), g.bf16.data(), g.bf16.size());
+    note_transient();
+  }
 }
 
 const float* ZeroStates::params(int b, int next) {
   if (!gathered_.count(b)) launch_gather(b);
   Gathered& g = gathered_.at(b);
   ++g.users;
-  if (next >= 0 && buckets_[size_t(next)].size() > 0 && !gathered_.count(next)) launch_gather(next);
-  g.pending.wait();
+  if (stage_ >= 3 && next >= 0 && buckets_[size_t(next)].size() > 0 && !gathered_.count(next)) launch_gather(next);
+  ready(b, g);
   return g.values.data();
+}
+
+const uint16_t* ZeroStates::params_bf16(int b) {
+  if (!bf16_gemms_) return nullptr;
+  if (half_ && !half_->fp16 && stage_ < 3) return params16_.data() + buckets_[size_t(b)].begin;  // stored bf16
+  return gathered_.at(b).bf16.data();
 }
 
 void ZeroStates::params_done(int b) {

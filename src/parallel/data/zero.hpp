@@ -8,6 +8,8 @@
 // and so are the parameters (stage 3: each bucket is all-gathered right before forward and again
 // before backward, freed after use, the next layer's gather prefetched while one computes).
 //   stage 1: reduce-scatter + all-gather = the 2Ψ of an all-reduce;  stage 3: + a second gather = 3Ψ.
+// With 16-bit weights (stages 2–3), the weights and the gradient shard are kept in 16 bits and the
+// fp32 masters of the owned pieces sit beside the optimizer's moments; the wire carries fp32.
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -15,22 +17,29 @@
 #include "comm/communicator.hpp"
 #include "model/bucket_store.hpp"
 #include "parallel/data/owned_grads.hpp"
+#include "tensor/half.hpp"
 #include "tensor/memory_tracker.hpp"
 
 namespace lattice::parallel {
 
 class ZeroStates final : public BucketStore {
  public:
-  ZeroStates(comm::Communicator& dp, int stage, std::vector<Bucket> buckets);
+  // `half` (stages 2–3; null = fp32): 16-bit weights and gradients. `bf16_gemms`: the model's GEMMs
+  // read bf16 weights (params_bf16).
+  ZeroStates(comm::Communicator& dp, int stage, std::vector<Bucket> buckets, const HalfFormat* half = nullptr,
+             bool bf16_gemms = false);
   int stage() const { return stage_; }
   const std::vector<FlatPiece>& owned() const { return owned_; }  // non-empty pieces, bucket order
   int64_t shard_size() const { return shard_size_; }
 
   // Stages 1–2: the model's full parameters (the master copy of the owned pieces lives in them).
   void set_full_params(float* params) { full_params_ = params; }
-  // Stage 3: keep this rank's pieces of the full parameters (the model then frees its copy).
+  // Stage 3 (or 16-bit weights): keep this rank's pieces of the full parameters, and the 16-bit
+  // weights; the model then frees its copy.
   void take_params(const float* full);
-  float* shard_params() { return shard_params_.data(); }
+  // The fp32 values of the owned pieces when they live here (stage-3 shard, or the 16-bit runs'
+  // masters), in shard order; null when they live in the model's full buffer.
+  float* master();
 
   // One step: begin_step; backward (stage 1: reduce_bucket per finished bucket, from the model's
   // full gradient; stages 2–3: the BucketStore calls); finish_reduce; optimizer on owned_grads();
@@ -51,15 +60,17 @@ class ZeroStates final : public BucketStore {
   int64_t transient_peak_bytes() const { return transient_peak_; }
 
   // BucketStore (stages 2–3).
-  bool holds_params() const override { return stage_ >= 3; }
+  bool holds_params() const override { return stage_ >= 3 || half_; }
   const float* params(int bucket, int next) override;
+  const uint16_t* params_bf16(int bucket) override;
   void params_done(int bucket) override;
   float* grads(int bucket) override;
   void grads_done(int bucket) override;
 
  private:
   struct Gathered {
-    TrackedArray<float> values;
+    TrackedArray<float> values, piece;  // the whole bucket; this rank's piece widened (16-bit)
+    TrackedArray<uint16_t> bf16;        // for bf16 GEMMs, when the stored weights are not bf16
     comm::Handle pending;
     int users = 0;
   };
@@ -69,6 +80,7 @@ class ZeroStates final : public BucketStore {
     comm::Handle pending;
   };
   void launch_gather(int bucket);
+  void ready(int bucket, Gathered& g);
   void complete_oldest_reduce();
   void note_transient();
   std::span<const int> counts(int bucket) const { return {counts_.data() + size_t(bucket) * n_, size_t(n_)}; }
@@ -83,8 +95,12 @@ class ZeroStates final : public BucketStore {
   std::vector<FlatPiece> owned_;
   std::vector<int> owned_bucket_;
   int64_t shard_size_ = 0;
+  const HalfFormat* half_;
+  bool bf16_gemms_;
   float* full_params_ = nullptr;
-  TrackedArray<float> shard_params_, shard_grads_;
+  TrackedArray<float> shard_params_, shard_grads_;  // fp32 runs
+  TrackedArray<uint16_t> params16_, grads16_;       // 16-bit runs: full (stage 2) or shard weights; shard grads
+  TrackedArray<float> master_, grads32_;            // 16-bit runs: fp32 masters; the step's widened shard grads
   std::vector<bool> reduced_;                       // stage 1: bucket launched this step
   std::vector<Reducing> reducing_;                  // in flight, oldest first
   TransientGrads bucket_grads_;                     // stages 2–3: being written by backward
