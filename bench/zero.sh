@@ -19,7 +19,8 @@ for i in $(seq 1 2000); do echo "In the beginning $i the ranks divided the state
 MODEL=(--data data --layers "${LAYERS:-8}" --hidden "${HIDDEN:-256}" --heads 8 --seq-len 128 --micro-batch 2
        --global-batch 8 --steps "${STEPS:-4}" --threads 1 --json)
 configs=("zero0:--zero 0" "zero1:--zero 1" "zero2:--zero 2" "zero3:--zero 3"
-         "bf16:--params-dtype bf16" "bf16_zero1:--params-dtype bf16 --zero 1")
+         "bf16:--params-dtype bf16" "bf16_zero1:--params-dtype bf16 --zero 1"
+         "bf16_zero2:--params-dtype bf16 --zero 2" "bf16_zero3:--params-dtype bf16 --zero 3")
 for c in "${configs[@]}"; do
   name=${c%%:*}; flags=${c#*:}
   # shellcheck disable=SC2086

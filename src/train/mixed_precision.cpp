@@ -59,25 +59,30 @@ void HalfStore::grads_done(int b) {
   format_.accumulate(done.data(), grads16_.data() + buckets_[size_t(b)].begin, done.size());
 }
 
-MixedPrecision::MixedPrecision(HalfStore& store, const float* full32, int64_t total, parallel::ZeroStates* zero,
-                               comm::Communicator* dp)
-    : store_(store), total_(total), zero_(zero), dp_(dp), master_(zero ? zero->shard_size() : total, "optimizer") {
+MixedPrecision::MixedPrecision(HalfStore& store, const float* full32, int64_t total, std::vector<Bucket> buckets,
+                               parallel::ZeroStates* zero, comm::Communicator* dp)
+    : store_(store), total_(total), buckets_(std::move(buckets)), zero_(zero), dp_(dp), master_(zero ? zero->shard_size() : total, "optimizer") {
   if (zero_) zero_->scatter_full(full32, master_.data());
   else std::copy(full32, full32 + total, master_.data());
   store_.format().narrow(full32, store_.params16(), total);
 }
 
 parallel::OwnedGrads MixedPrecision::reduce() {
+  if (zero_) {  // bucket by bucket: widen, reduce-scatter (a few buckets in flight)
+    zero_->begin_step();
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      if (buckets_[b].size() == 0) continue;
+      TrackedArray<float> values(buckets_[b].size(), "transient");
+      store_.format().widen(store_.grads16() + buckets_[b].begin, values.data(), buckets_[b].size());
+      zero_->reduce_bucket(int(b), std::move(values));
+    }
+    zero_->finish_reduce(nullptr);
+    return zero_->owned_grads();
+  }
+  // The optimizer reads the whole fp32 gradient at once (Adafactor's statistics span tensors).
   grads32_ = TrackedArray<float>(total_, "transient");
   store_.format().widen(store_.grads16(), grads32_.data(), total_);
   store_.note_transient();
-  if (zero_) {
-    zero_->begin_step();
-    zero_->finish_reduce(grads32_.data());
-    store_.note_transient();
-    grads32_ = TrackedArray<float>();
-    return zero_->owned_grads();
-  }
   if (dp_ && dp_->size() > 1) dp_->all_reduce({grads32_.data(), size_t(total_)});
   return {{{0, total_}}, {grads32_.data()}};
 }

@@ -57,8 +57,8 @@ class MixedPrecision {
  public:
   // `full32`: the model's initial (or loaded) fp32 weights, the same on every DP rank; `zero`:
   // ZeRO-1's pieces, or null. No collective here (a constructor may fail on one rank alone).
-  MixedPrecision(HalfStore& store, const float* full32, int64_t total, parallel::ZeroStates* zero,
-                 comm::Communicator* dp);
+  MixedPrecision(HalfStore& store, const float* full32, int64_t total, std::vector<Bucket> buckets,
+                 parallel::ZeroStates* zero, comm::Communicator* dp);
   // The summed fp32 gradient of the owned pieces: the 16-bit gradient widened, all-reduced over
   // DP or (ZeRO-1) reduce-scattered. Valid until finish_step.
   parallel::OwnedGrads reduce();
@@ -72,6 +72,7 @@ class MixedPrecision {
  private:
   HalfStore& store_;
   int64_t total_;
+  std::vector<Bucket> buckets_;
   parallel::ZeroStates* zero_;
   comm::Communicator* dp_;
   TrackedArray<float> master_;  // tagged "optimizer": part of the 12Ψ

@@ -159,7 +159,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     // 16-bit weights and gradients in the store, fp32 masters beside the optimizer's moments.
     half_ = std::make_unique<HalfStore>(half_format_, model_->buckets(),
                                         model_->num_params(), layout_.activation_dtype == DType::bf16);
-    mixed_ = std::make_unique<MixedPrecision>(*half_, model_->params(), model_->num_params(), zero_.get(),
+    mixed_ = std::make_unique<MixedPrecision>(*half_, model_->params(), model_->num_params(), model_->buckets(), zero_.get(),
                                               dist_ && layout_.dp > 1 ? &dist_->dp() : nullptr);
     model_->set_bucket_store(half_.get());
     model_->release_full_params();

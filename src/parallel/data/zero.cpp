@@ -246,8 +246,12 @@ float* ZeroStates::grads(int b) {
 
 void ZeroStates::grads_done(int b) {
   TrackedArray<float> full = bucket_grads_.take(b);
-  if (!full.size()) return;
-  Reducing r{b, std::move(full), TrackedArray<float>(piece(b).size(), "transient"), {}};
+  if (full.size()) reduce_bucket(b, std::move(full));
+}
+
+void ZeroStates::reduce_bucket(int b, TrackedArray<float> values) {
+  reduced_[size_t(b)] = true;
+  Reducing r{b, std::move(values), TrackedArray<float>(piece(b).size(), "transient"), {}};
   note_transient();
   r.pending = dp_.reduce_scatter_v_async({r.full.data(), size_t(r.full.size())},
                                          {r.mine.data(), size_t(r.mine.size())}, counts(b));

@@ -46,6 +46,8 @@ class ZeroStates final : public BucketStore {
   // gather_params (stages 1–2); end_step.
   void begin_step();
   void reduce_bucket(int bucket, const float* full_grads);
+  // The same from a bucket-sized buffer this object keeps until the reduction lands.
+  void reduce_bucket(int bucket, TrackedArray<float> values);
   void finish_reduce(const float* full_grads);
   OwnedGrads owned_grads();
   std::vector<float*> master_pieces();  // where each owned piece's fp32 values are updated
