@@ -38,7 +38,7 @@ std::vector<Optimizer::TensorState> Adafactor::tensor_states() {
 void Adafactor::gather_squares(std::span<const PieceData> pieces) {
   const double eps1 = config_.adafactor_eps1;
   std::vector<double> sums(squares_.values().size(), 0.0);
-  for (const Segment& s : segments()) {
+  for_each_segment_parallel([&](const Segment& s) {
     const TensorSlots& slot = slots_[tensor_index(table_, *s.param)];
     const float* grad = pieces[s.piece].grad + (s.begin - owned()[s.piece].begin);
     const int64_t first = s.begin - s.param->offset;
@@ -57,7 +57,7 @@ void Adafactor::gather_squares(std::span<const PieceData> pieces) {
       }
       sums[size_t(slot.row(row))] += row_sum;
     });
-  }
+  });
   std::span<float> out = squares_.values();
   for (size_t i = 0; i < out.size(); ++i) out[i] = float(sums[i]);
 }
@@ -80,7 +80,7 @@ void Adafactor::fold_squares(double beta2) {
 template <class Fn>
 void Adafactor::for_each_direction(std::span<const PieceData> pieces, Fn&& fn) const {
   const float* v = second_moments_.data();
-  for (const Segment& s : segments()) {
+  for_each_segment_parallel([&](const Segment& s) {
     const size_t k = tensor_index(table_, *s.param);
     const TensorSlots& slot = slots_[k];
     const int64_t in_piece = s.begin - owned()[s.piece].begin;
@@ -98,7 +98,7 @@ void Adafactor::for_each_direction(std::span<const PieceData> pieces, Fn&& fn) c
       for (int64_t i = 0; i < run.length; ++i)
         fn(k, w[at + i], direction(grad[at + i], row_share * double(v[slot.col(col + i)])));
     });
-  }
+  });
 }
 
 // Per tensor, 1 / max(1, RMS(U) / d) with the RMS over the whole tensor: this rank's Σ U² are

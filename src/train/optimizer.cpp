@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "core/error.hpp"
 #include "train/adafactor.hpp"
@@ -23,6 +24,9 @@ Optimizer::Optimizer(const ParamTable& table, const OptimizerConfig& config, std
     }
     owned_size_ += piece.size();
   }
+  std::map<const ParamInfo*, std::vector<size_t>> by_tensor;
+  for (size_t i = 0; i < segments_.size(); ++i) by_tensor[segments_[i].param].push_back(i);
+  for (auto& [param, list] : by_tensor) segments_by_tensor_.push_back(std::move(list));
 }
 
 AdamW::AdamW(const ParamTable& table, const OptimizerConfig& config, std::vector<FlatPiece> owned,

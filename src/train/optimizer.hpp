@@ -76,6 +76,16 @@ class Optimizer {
     int64_t state_index;  // index of `begin` in element states
   };
   const std::vector<Segment>& segments() const { return segments_; }
+  // Calls fn(segment) for every segment, tensors spread over threads; the segments of one tensor
+  // run in order on one thread, so per-tensor statistics are race-free and do not depend on the
+  // thread count.
+  template <class Fn>
+  void for_each_segment_parallel(Fn&& fn) const {
+    const int64_t n = int64_t(segments_by_tensor_.size());
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t t = 0; t < n; ++t)
+      for (size_t i : segments_by_tensor_[size_t(t)]) fn(segments_[i]);
+  }
   const ParamTable& table_;
   OptimizerConfig config_;
   OptimizerGroups groups_;
@@ -84,6 +94,7 @@ class Optimizer {
   std::vector<FlatPiece> owned_;
   int64_t owned_size_ = 0;
   std::vector<Segment> segments_;
+  std::vector<std::vector<size_t>> segments_by_tensor_;  // tensors with owned elements
 };
 
 // AdamW: two element states (exp_avg, exp_avg_sq), 8 bytes per owned parameter.

@@ -35,7 +35,7 @@ std::vector<Optimizer::TensorState> SM3::tensor_states() {
 // cover never falls below its previous μ, since the element that set μ rebuilds at least μ.
 void SM3::update(std::span<const PieceData> pieces, double lr, int64_t /*step*/) {
   maxima_.fill(0.0f);
-  for (const Segment& s : segments()) update_segment(pieces[s.piece], s, lr);
+  for_each_segment_parallel([&](const Segment& s) { update_segment(pieces[s.piece], s, lr); });
   maxima_.reduce(groups_, comm::ReduceOp::max);
   const std::span<const float> maxima = maxima_.values();
   std::copy(maxima.begin(), maxima.end(), accumulators_.data());
