@@ -373,15 +373,6 @@ std::vector<float> Trainer::owned_by_stage(const float* values) const {
   return out;
 }
 
-namespace {
-
-// Every rank's measured numbers, gathered to all ranks.
-std::vector<std::vector<int64_t>> gather_rows(comm::Distributed* dist, const std::vector<int64_t>& mine) {
-  if (!dist || dist->world_size() == 1) return {mine};
-  return comm::all_gather_int64(dist->world(), mine);
-}
-
-}  // namespace
 
 int Trainer::run() {
   // Every data-parallel replica starts from rank 0's weights. (Here, not in the constructor: the
@@ -427,110 +418,7 @@ int Trainer::run() {
   if (!config_.trace.empty()) Trace::instance().write(config_.trace, dist_ ? &dist_->world() : nullptr,
                                                       dist_ ? dist_->rank() : 0);
 
-  // Summary: the memory the tracking allocator measured on every rank, the formula beside it.
-  analysis::ActivationShape shape{model_config_.seq_len, config_.micro_batch, model_config_.hidden,
-                                  model_config_.heads, model_config_.padded_vocab(layout_.tp), layout_.tp,
-                                  layout_.sequence_parallel, bytes_of(layout_.activation_dtype),
-                                  model_config_.dropout > 0};
-  std::vector<int64_t> formula;
-  for (int l : local_layers())
-    formula.push_back(analysis::layer_activation_bytes(shape, analysis::layer_fully_recomputed(layout_, l, model_config_.layers),
-                                                       layout_.recompute == Recompute::selective));
-  // Stage 3 gathers each bucket twice a micro-batch, except: the position embedding once (its
-  // backward needs no weights), the tied embedding once for the embedding and twice for the head.
-  const ParamTable& table = model_->table();
-  const bool embedding = table.wpe() >= 0, head = table.lnf_w() >= 0;
-  int64_t extra_gathered = 0;
-  if (table.wte() >= 0) extra_gathered += table.params()[0].numel * ((embedding ? 1 : 0) + (head ? 2 : 0) - 2);
-  if (embedding) extra_gathered -= table.params()[1].numel;
-  const int64_t n_mb = config_.global_batch / (config_.micro_batch * layout_.dp);
-  const double dp_formula =
-      analysis::dp_bytes_per_step(model_->num_params(), layout_.dp, zero_ ? layout_.zero : 0, n_mb, extra_gathered);
-
-  const auto& ms = MemoryTracker::model_states();
-  const parallel::RankCoords coords = dist_ ? dist_->coords() : parallel::RankCoords{};
-  std::vector<int64_t> mine = {dist_ ? dist_->rank() : 0, coords.tp_rank, coords.pp_rank, coords.dp_rank,
-                               activation_peak_, model_->kept_bytes_outside_layers(),
-                               ms.live_bytes_of_op("params"), ms.live_bytes_of_op("grads"),
-                               ms.live_bytes_of_op("optimizer"), ms.live_bytes_of_op("bf16_weights")};
-  for (int kind : {int(comm::GroupKind::tp), int(comm::GroupKind::dp), int(comm::GroupKind::pp)})
-    mine.push_back(step_sent_bytes_[size_t(kind)]);
-  mine.push_back(int64_t(parallel::conjugate_traffic().conjugate()));
-  mine.push_back(int64_t(parallel::conjugate_traffic().regather));
-  mine.push_back(std::max(zero_ ? zero_->transient_peak_bytes() : 0, half_ ? half_->transient_peak_bytes() : 0));
-  mine.push_back(model_->num_params());  // this rank's Ψ (its TP shard of its stage)
-  mine.push_back(int64_t(dp_formula));
-  mine.push_back(optimizer_->state_bytes());
-  for (int l : local_layers()) mine.push_back(model_->kept_bytes_per_layer()[size_t(l)]);
-  const auto rows = gather_rows(dist_, mine);
-  if (!log) return 0;
-
-  // Traffic the formulas predict for one step (the ring-algorithm accounting beside the counts).
-  const double tp_formula = analysis::tp_conjugate_bytes_per_step(model_config_.seq_len, config_.micro_batch,
-                                                                  model_config_.hidden, model_config_.layers,
-                                                                  layout_.tp, n_mb);
-  const bool adam = std::string(optimizer_->name()) == "adamw";
-  std::vector<MemoryReport> reports;
-  nlohmann::json comm_ranks = nlohmann::json::array();
-  for (const auto& row : rows) {
-    MemoryReport m;
-    m.rank = int(row[0]), m.tp_rank = int(row[1]), m.pp_rank = int(row[2]), m.dp_rank = int(row[3]);
-    m.activation_peak_bytes = row[4], m.activation_bytes_outside_layers = row[5];
-    m.params = row[6], m.grads = row[7], m.optimizer = row[8], m.compute_weights = row[9];
-    m.transient_peak_bytes = row[15];
-    const analysis::ModelStateBytes states_formula =
-        analysis::model_state_bytes(row[16], layout_.dp, zero_ ? layout_.zero : 0, layout_.mixed_precision(),
-                                    adam ? 8 : 0);
-    m.params_formula = states_formula.params, m.grads_formula = states_formula.grads;
-    // Adafactor and SM3: their own count of the states they keep (tensor shapes, not a per-Ψ rule).
-    m.optimizer_formula = adam ? states_formula.optimizer : row[18];
-    m.activation_bytes_per_layer.assign(row.begin() + 19, row.end());
-    m.activation_bytes_per_layer_formula = formula;
-    m.activation_bytes_outside_formula = analysis::extra_activation_bytes(shape, 1, 1);
-    if (m.rank == 0) m.activation_bytes_by_op = model_->kept_bytes_by_op();
-    comm_ranks.push_back({{"rank", m.rank}, {"tp", row[10]}, {"dp", row[11]}, {"pp", row[12]},
-                          {"tp_conjugate", row[13]}, {"tp_regather", row[14]},
-                          {"tp_conjugate_formula", tp_formula}, {"dp_formula", row[17]}});
-    reports.push_back(std::move(m));
-  }
-
-  const double tokens_per_s = timed_steps ? double(tokens) * double(timed_steps) / total_s : 0.0;
-  const double mfu = timed_steps ? step_flops * double(timed_steps) / total_s / peak / world : 0.0;
-  std::vector<double> rank0_layer_bytes;
-  for (int l : local_layers()) rank0_layer_bytes.push_back(model_->tp_bytes_per_layer()[size_t(l)]);
-  if (config_.json) {
-    nlohmann::json ranks = nlohmann::json::array();
-    for (const auto& m : reports) ranks.push_back(memory_json(m));
-    nlohmann::json summary = {{"event", "summary"},
-                              {"steps", step_},
-                              {"first_loss", first_loss},
-                              {"final_loss", last_loss},
-                              {"tokens_per_s", tokens_per_s},
-                              {"mfu", mfu},
-                              {"parameters", model_config_.num_params()},
-                              {"memory", {{"ranks", ranks}}},
-                              {"comm", {{"ranks", comm_ranks}, {"rank0_tp_bytes_per_layer", rank0_layer_bytes},
-                                        {"tp_bytes_per_layer_formula",
-                                         analysis::tp_conjugate_bytes_per_layer(model_config_.seq_len,
-                                                                                config_.micro_batch,
-                                                                                model_config_.hidden,
-                                                                                layout_.tp, n_mb)}}}};
-    std::cout << summary.dump() << "\n" << std::flush;
-  } else {
-    std::fprintf(stderr, "done: %lld steps, loss %.4f -> %.4f, %.0f tokens/s, MFU %.1f%%\n", (long long)step_,
-                 first_loss, last_loss, tokens_per_s, mfu * 100);
-    print_memory_table(reports[0]);
-    if (config_.comm_report) {
-      print_comm_report(comm_ranks);
-      std::fprintf(stderr, "  rank 0, tp bytes per layer (forward + backward, all micro-batches):");
-      for (int l : local_layers())
-        std::fprintf(stderr, " L%d %s", l, human_bytes(model_->tp_bytes_per_layer()[size_t(l)]).c_str());
-      std::fprintf(stderr, "\n  per layer by the formula (conjugate operators; SP adds its re-gathers): 4·2(t-1)/t·sbh·4·n_mb = %s\n",
-                   human_bytes(analysis::tp_conjugate_bytes_per_layer(model_config_.seq_len, config_.micro_batch,
-                                                                      model_config_.hidden, layout_.tp, n_mb))
-                       .c_str());
-    }
-  }
+  summarize({first_loss, last_loss, total_s, timed_steps, step_flops, tokens, peak, world});
   return 0;
 }
 

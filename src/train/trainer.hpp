@@ -59,6 +59,15 @@ class Trainer {
   HalfFormat half_format_;                  // bf16 or fp16 (set from the layout)
   LossScaler loss_scaler_;
   std::unique_ptr<parallel::pipeline::Executor> pipeline_;  // this rank's stage (p > 1)
+  struct RunTotals {
+    double first_loss, last_loss, total_s;
+    int64_t timed_steps;
+    double step_flops;
+    int64_t tokens;
+    double peak;
+    int world;
+  };
+  void summarize(const RunTotals& totals);  // trainer_summary.cpp
   std::vector<float> owned_by_stage(const float* values) const;  // pipeline: the whole model's values
   std::vector<int> local_layers() const;
   int64_t step_ = 0;  // optimizer steps done

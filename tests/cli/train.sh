@@ -19,7 +19,8 @@ check "train exits 0" test $? -eq 0
 check "5 step events" test "$(grep -c '"event":"step"' run.jsonl)" -eq 5
 check "one summary" test "$(grep -c '"event":"summary"' run.jsonl)" -eq 1
 check "step fields" test "$(json_field run.jsonl "sorted(set(['step','loss','lr','step_s','tokens_per_s']) - set(d[0]))")" = "[]"
-check "summary memory per rank" test "$(json_field run.jsonl "sorted({'rank','tp_rank','pp_rank','dp_rank','activation_bytes_per_layer','activation_bytes_per_layer_formula','activation_peak_bytes','model_state_bytes'} - set(d[-1]['memory']['ranks'][0]))")" = "[]"
+check "summary fields" test "$(json_field run.jsonl "sorted({'steps','first_loss','final_loss','tokens_per_s','mfu','parameters','memory','comm'} - set(d[-1]))")" = "[]"
+check "summary memory per rank" test "$(json_field run.jsonl "sorted({'rank','tp_rank','pp_rank','dp_rank','activation_bytes_per_layer','activation_bytes_per_layer_formula','activation_peak_bytes','model_state_bytes','model_state_bytes_formula','transient_peak_bytes'} - set(d[-1]['memory']['ranks'][0]))")" = "[]"
 check "two layers measured" test "$(json_field run.jsonl "len(d[-1]['memory']['ranks'][0]['activation_bytes_per_layer'])")" -eq 2
 check "model states = 4+4+8 bytes/param" test "$(json_field run.jsonl \
   "(lambda m, n: m['params'] == 4*n and m['grads'] == 4*n and m['optimizer'] == 8*n)(d[-1]['memory']['ranks'][0]['model_state_bytes'], d[-1]['parameters'])")" = True
