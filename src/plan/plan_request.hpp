@@ -17,7 +17,8 @@ struct PlanRequest {
   int64_t gpu_memory = 0;    // bytes per device
 
   int micro_batches() const { return global_batch / (micro_batch * layout.dp); }  // n_mb per rank
-  bool mixed_precision() const { return layout.activation_dtype == DType::bf16; }
+  // 16-bit weights and gradients with fp32 masters (--params-dtype; the planner's default is bf16).
+  bool mixed_precision() const { return layout.mixed_precision(); }
 };
 
 // The activation shape of one micro-batch on one rank, as the formulas take it.
