@@ -41,6 +41,9 @@ grep -q "iteration" "$SCRATCH/plan.txt"
 plain=$("$LATTICE" plan --layers 4 --hidden 128 --heads 4 --gpus 4 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["model_state_bytes"])')
 zero1=$("$LATTICE" plan --layers 4 --hidden 128 --heads 4 --gpus 4 --use-distributed-optimizer --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["model_state_bytes"])')
 test "$zero1" -lt "$plain"
+# --params-dtype fp32: ZeRO-1's 8Ψ + 8Ψ/N against the default mixed precision's 4Ψ + 12Ψ/N (N = 4).
+zero1_fp32=$("$LATTICE" plan --layers 4 --hidden 128 --heads 4 --gpus 4 --zero 1 --params-dtype fp32 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["model_state_bytes"])')
+test "$((zero1_fp32 * 7))" -eq "$((zero1 * 10))"
 
 "$LATTICE" plan --help > "$SCRATCH/help.txt"
 grep -q -- "--recompute-layers" "$SCRATCH/help.txt"
