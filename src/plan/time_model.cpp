@@ -136,8 +136,10 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   out.bubble_s = slots * per_mb;
   out.bubble_fraction = slots / (n_mb + slots);
 
-  // Data parallelism and ZeRO (SPEC §8): gradients reduced once per step, parameters gathered
-  // back after a sharded update; ZeRO-3 gathers parameters for every forward and backward.
+  // Data parallelism and ZeRO (SPEC §8), as the engine runs them (analysis::dp_bytes_per_step):
+  // gradients reduced once per step and parameters gathered back after a sharded update; ZeRO-2
+  // reduce-scatters each micro-batch's gradient (no full buffer to accumulate in); ZeRO-3 also
+  // gathers parameters for every forward and backward.
   const MemoryPlan mem = plan_memory(r);
   const double psi = double(mem.shard_parameters);
   const double w = r.mixed_precision() ? 2 : 4;
@@ -145,9 +147,12 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   if (dp > 1) {
     if (l.zero == 0) {
       dp_cost = all_reduce(dp_group, psi * w);
-    } else if (l.zero <= 2) {
+    } else if (l.zero == 1) {
       dp_cost = reduce_scatter(dp_group, psi * w);
       dp_cost.seconds += all_gather(dp_group, psi * w).seconds;
+    } else if (l.zero == 2) {
+      dp_cost = reduce_scatter(dp_group, psi * w);
+      dp_cost.seconds = n_mb * dp_cost.seconds + all_gather(dp_group, psi * w).seconds;
     } else {
       dp_cost = reduce_scatter(dp_group, psi * w);
       dp_cost.seconds = n_mb * (dp_cost.seconds + 2 * all_gather(dp_group, psi * w).seconds);
