@@ -391,12 +391,13 @@ int Trainer::run() {
   const bool log = is_logging_rank();
   if (log && !config_.json)
     std::fprintf(stderr, "lattice: %lld parameters, %d layers, hidden %d, %d heads, seq %d, batch %d x %d x %d, "
-                 "recompute %s, activations %s, %d rank(s) (t=%d, dp=%d%s), %d threads\n",
+                 "recompute %s, activations %s, weights %s, %s, ZeRO %d, %d rank(s) (t=%d, dp=%d%s), %d threads\n",
                  (long long)model_config_.num_params(), model_config_.layers, model_config_.hidden,
                  model_config_.heads, model_config_.seq_len, config_.micro_batch,
                  config_.global_batch / (config_.micro_batch * layout_.dp), layout_.dp, to_string(layout_.recompute),
-                 to_string(layout_.activation_dtype), world, layout_.tp, layout_.dp,
-                 layout_.sequence_parallel ? ", sp" : "", omp_get_max_threads());
+                 to_string(layout_.activation_dtype), layout_.params_dtype.c_str(), optimizer_->name(),
+                 zero_ ? layout_.zero : 0, world, layout_.tp, layout_.dp, layout_.sequence_parallel ? ", sp" : "",
+                 omp_get_max_threads());
   double first_loss = NAN, last_loss = NAN, total_s = 0;
   int64_t timed_steps = 0;
   while (step_ < config_.steps) {
