@@ -260,9 +260,14 @@ StepResult Trainer::train_step() {
   if (fp16) {
     // Every rank agrees whether any gradient overflowed; a skipped step leaves the weights alone.
     float overflow = 0.0f;
-    for (size_t i = 0; i < grads.pieces.size(); ++i)
-      for (int64_t k = 0; k < grads.pieces[i].size(); ++k)
-        if (!std::isfinite(grads.data[i][k])) overflow = 1.0f;
+    for (size_t i = 0; i < grads.pieces.size(); ++i) {
+      const float* g = grads.data[i];
+      const int64_t n = grads.pieces[i].size();
+      int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n > 65536)
+      for (int64_t k = 0; k < n; ++k) bad |= !std::isfinite(g[k]);
+      if (bad) overflow = 1.0f;
+    }
     if (dist_) dist_->world().all_reduce({&overflow, 1}, comm::ReduceOp::max);
     r.loss_scale = loss_scaler_.scale;
     if (!loss_scaler_.update(overflow == 0.0f)) {
