@@ -10,6 +10,7 @@ namespace {
 // Fixed-size all-gather of `n` int64 per rank.
 std::vector<int64_t> gather_fixed(Communicator& group, const std::vector<int64_t>& mine) {
   const size_t n = mine.size();
+  if (n == 0) return {};  // every rank passes the same n: nothing to send anywhere
   std::vector<float> send(n * 2), recv(n * 2 * size_t(group.size()));
   std::memcpy(send.data(), mine.data(), n * 8);
   group.all_gather({send.data(), send.size()}, {recv.data(), recv.size()});
