@@ -31,6 +31,7 @@ ZeroStates::ZeroStates(comm::Communicator& dp, int stage, std::vector<Bucket> bu
       owned_bucket_.push_back(int(b));
     }
     shard_size_ += pieces_.back().size();
+    total_ = std::max(total_, bucket.end);
   }
   reduced_.assign(buckets_.size(), false);
   if (stage_ >= 2 && half_) grads16_ = TrackedArray<uint16_t>(shard_size_, "grads");
@@ -53,11 +54,8 @@ void ZeroStates::take_params(const float* full) {
     params16_ = TrackedArray<uint16_t>(shard_size_, "params");
     half_->narrow(master_.data(), params16_.data(), shard_size_);
   } else {
-    const int64_t total = buckets_.empty() ? 0 : std::max_element(buckets_.begin(), buckets_.end(), [](auto& a, auto& b) {
-                                                    return a.end < b.end;
-                                                  })->end;
-    params16_ = TrackedArray<uint16_t>(total, "params");
-    half_->narrow(full, params16_.data(), total);
+    params16_ = TrackedArray<uint16_t>(total_, "params");
+    half_->narrow(full, params16_.data(), total_);
   }
 }
 
@@ -102,7 +100,7 @@ void ZeroStates::complete_oldest_reduce() {
     const float* src = r.mine.data();
     for (int64_t i = 0; i < r.mine.size(); ++i) dst[i] += src[i];
   }
-  reducing_.erase(reducing_.begin());
+  reducing_.pop_front();
 }
 
 void ZeroStates::finish_reduce(const float* full_grads) {
@@ -168,9 +166,7 @@ void ZeroStates::end_step() {
 }
 
 std::vector<float> ZeroStates::gather_full(const float* shard_values) {
-  int64_t total = 0;
-  for (const Bucket& b : buckets_) total = std::max(total, b.end);
-  std::vector<float> full(static_cast<size_t>(total), 0.0f);
+  std::vector<float> full(static_cast<size_t>(total_), 0.0f);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bucket = buckets_[b];
     if (bucket.size() == 0) continue;

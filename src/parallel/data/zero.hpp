@@ -11,6 +11,7 @@
 // With 16-bit weights (stages 2–3), the weights and the gradient shard are kept in 16 bits and the
 // fp32 masters of the owned pieces sit beside the optimizer's moments; the wire carries fp32.
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <vector>
 
@@ -96,7 +97,7 @@ class ZeroStates final : public BucketStore {
   std::vector<int64_t> shard_offset_;   // where each bucket's piece starts in the shard
   std::vector<FlatPiece> owned_;
   std::vector<int> owned_bucket_;
-  int64_t shard_size_ = 0;
+  int64_t shard_size_ = 0, total_ = 0;  // total_: the flat buffer's size
   const HalfFormat* half_;
   bool bf16_gemms_;
   float* full_params_ = nullptr;
@@ -104,7 +105,7 @@ class ZeroStates final : public BucketStore {
   TrackedArray<uint16_t> params16_, grads16_;       // 16-bit runs: full (stage 2) or shard weights; shard grads
   TrackedArray<float> master_, grads32_;            // 16-bit runs: fp32 masters; the step's widened shard grads
   std::vector<bool> reduced_;                       // stage 1: bucket launched this step
-  std::vector<Reducing> reducing_;                  // in flight, oldest first
+  std::deque<Reducing> reducing_;                   // in flight, oldest first
   TransientGrads bucket_grads_;                     // stages 2–3: being written by backward
   std::map<int, Gathered> gathered_;                // stage 3
   int64_t transient_peak_ = 0;
