@@ -36,7 +36,7 @@ Plan evaluate(const PlanRequest& r, const Hardware& hw, double iteration_time, d
   p.memory = plan_memory(r);
   p.flops = plan_flops(r);
   p.time = plan_time(r, hw);
-  const double peak = peak_flops > 0 ? peak_flops : hw.peak_flops(r.mixed_precision());
+  const double peak = peak_flops > 0 ? peak_flops : hw.peak_flops(r.bf16_compute());
   const bool measured = iteration_time > 0;
   p.use = utilisation(p.flops, r.gpus, measured ? iteration_time : p.time.iteration_s, peak);
   p.use.measured = measured;

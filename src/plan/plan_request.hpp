@@ -19,6 +19,8 @@ struct PlanRequest {
   int micro_batches() const { return global_batch / (micro_batch * layout.dp); }  // n_mb per rank
   // 16-bit weights and gradients with fp32 masters (--params-dtype; the planner's default is bf16).
   bool mixed_precision() const { return layout.mixed_precision(); }
+  // GEMMs run in the activations' dtype (the device's bf16 or fp32 peak).
+  bool bf16_compute() const { return layout.activation_dtype == DType::bf16; }
 };
 
 // The activation shape of one micro-batch on one rank, as the formulas take it.

@@ -33,7 +33,7 @@ struct LayerCost {
 LayerCost layer_forward(const PlanRequest& r, const Hardware& hw, const analysis::ActivationShape& x,
                         const GroupTopology& tp_group, Algorithm& tp_algorithm) {
   const double s = x.s, b = x.b, h = x.h, t = x.t;
-  const double flops_per_s = hw.peak_flops(r.mixed_precision()) * hw.gemm_efficiency;
+  const double flops_per_s = hw.peak_flops(r.bf16_compute()) * hw.gemm_efficiency;
   LayerCost c;
   c.gemm = (24.0 * b * s * h * h + 4.0 * b * s * s * h) / t / flops_per_s;
   c.elementwise = layer_elementwise_bytes(x) / hw.memory_bandwidth;
@@ -63,7 +63,7 @@ struct LayerWork {
 LayerWork layer_work(const PlanRequest& r, const Hardware& hw) {
   const LayoutConfig& l = r.layout;
   const analysis::ActivationShape x = activation_shape(r);
-  const double flops_per_s = hw.peak_flops(r.mixed_precision()) * hw.gemm_efficiency;
+  const double flops_per_s = hw.peak_flops(r.bf16_compute()) * hw.gemm_efficiency;
   LayerWork w;
   const GroupTopology tp_group = group_topology(hw, l.tp, 1);
   w.forward = layer_forward(r, hw, x, tp_group, w.tp_algorithm);
@@ -94,7 +94,7 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   const double s = x.s, b = x.b, h = x.h, t = x.t, v = double(x.v), d = x.d;
   const int p = l.pp, m = l.virtual_stages, dp = l.dp;
   const double n_mb = r.micro_batches();
-  const double flops_per_s = hw.peak_flops(r.mixed_precision()) * hw.gemm_efficiency;
+  const double flops_per_s = hw.peak_flops(r.bf16_compute()) * hw.gemm_efficiency;
   TimePlan out;
 
   // Ranks vary fastest along TP, then DP, then PP (SPEC §9).

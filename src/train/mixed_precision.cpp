@@ -101,10 +101,7 @@ std::vector<float*> MixedPrecision::master_pieces() {
 void MixedPrecision::finish_step(bool updated) {
   grads32_ = TrackedArray<float>();
   if (zero_) {
-    if (updated) {
-      const std::vector<float> full = zero_->gather_full(master_.data());
-      store_.format().narrow(full.data(), store_.params16(), total_);
-    }
+    if (updated) zero_->gather_narrowed(master_.data(), store_.format(), store_.params16());
     zero_->end_step();
   } else if (updated) {
     store_.format().narrow(master_.data(), store_.params16(), total_);
@@ -123,7 +120,7 @@ bool LossScaler::update(bool finite) {
     ++skipped;
     return false;
   }
-  if (++clean_steps >= window) scale *= 2, clean_steps = 0;
+  if (++clean_steps >= window) scale = std::min(kMaxScale, scale * 2), clean_steps = 0;
   return true;
 }
 

@@ -82,6 +82,7 @@ class MixedPrecision {
 // fp16's dynamic loss scaling: the loss is multiplied by `scale` before backward; a step whose
 // gradient holds an inf or NaN is skipped and the scale halved; after `window` clean steps it doubles.
 struct LossScaler {
+  static constexpr double kMaxScale = 4294967296.0;  // 2^32: scaled fp32 losses stay finite
   double scale = 65536.0;
   int64_t window = 1000, clean_steps = 0, skipped = 0;
   // Returns whether the step may be applied (and how the scale moves).

@@ -40,7 +40,8 @@ void validate(const ModelConfig& m, const LayoutConfig& layout, const TrainConfi
   require(t.optim.beta2 >= 0 && t.optim.beta2 < 1, "--beta2 must be in [0, 1)");
   require(t.optim.eps > 0, "--eps must be positive");
   require(t.optim.weight_decay >= 0, "--weight-decay must be >= 0");
-  require(t.initial_loss_scale >= 1 && std::isfinite(t.initial_loss_scale), "--initial-loss-scale must be >= 1");
+  require(t.initial_loss_scale >= 1 && t.initial_loss_scale <= LossScaler::kMaxScale,
+          "--initial-loss-scale must be in [1, 2^32]");
   require(t.loss_scale_window >= 1, "--loss-scale-window must be >= 1");
   require(t.clip_grad >= 0, "--clip-grad must be >= 0 (0 = off)");
   require(t.save_every >= 0, "--save-every must be >= 0");
@@ -155,6 +156,16 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     checkpoint::load_weights(config_.init, *model_);
   }
   if (layout_.params_dtype == "fp16") loss_scaler_ = {config_.initial_loss_scale, config_.loss_scale_window};
+  if (!config_.resume.empty()) {
+    // Adam's bias correction (and Adafactor's β2) count the updates applied, not the steps: an
+    // fp16 run may have skipped some; its loss scale continues where it was.
+    loss_scaler_.skipped = step_ - resume_state.value("updates_applied", step_);
+    if (layout_.params_dtype == "fp16" && resume_state.contains("loss_scale")) {
+      const auto& ls = resume_state["loss_scale"];
+      loss_scaler_.scale = ls.value("scale", loss_scaler_.scale);
+      loss_scaler_.clean_steps = ls.value("clean_steps", int64_t(0));
+    }
+  }
   if (layout_.mixed_precision() && !(zero_ && zero_->stage() >= 2)) {
     // 16-bit weights and gradients in the store, fp32 masters beside the optimizer's moments.
     half_ = std::make_unique<HalfStore>(half_format_, model_->buckets(),
@@ -270,6 +281,9 @@ StepResult Trainer::train_step() {
     }
     if (dist_) dist_->world().all_reduce({&overflow, 1}, comm::ReduceOp::max);
     r.loss_scale = loss_scaler_.scale;
+    if (overflow != 0.0f && loss_scaler_.scale <= 1.0)
+      throw TrainingError("fp16 gradients overflow even at loss scale 1 at step " + std::to_string(r.step) +
+                          ": training stopped (try --params-dtype bf16 or a lower --lr)");
     if (!loss_scaler_.update(overflow == 0.0f)) {
       r.skipped = true;
       if (mixed_) mixed_->finish_step(false);
@@ -329,7 +343,10 @@ void Trainer::save(const std::string& dir) const {
                           {"train", {{"micro_batch", config_.micro_batch}, {"global_batch", config_.global_batch},
                                      {"lr", config_.lr}, {"lr_schedule", config_.lr_schedule}}},
                           {"layout", {{"tp", layout_.tp}, {"pp", layout_.pp}, {"dp", layout_.dp},
-                                      {"sequence_parallel", layout_.sequence_parallel}}}};
+                                      {"sequence_parallel", layout_.sequence_parallel}}},
+                          {"updates_applied", step_ - loss_scaler_.skipped}};
+  if (layout_.params_dtype == "fp16")
+    state["loss_scale"] = {{"scale", loss_scaler_.scale}, {"clean_steps", loss_scaler_.clean_steps}};
   // Pipeline stages contribute what they hold, tensor-parallel shards are gathered into one
   // rank's layout; world rank 0 writes.
   comm::Communicator* tp = dist_ ? &dist_->tp() : nullptr;

@@ -77,7 +77,7 @@ void Trainer::summarize(const RunTotals& t) {
                                     adam ? 8 : 0);
     m.params_formula = states_formula.params, m.grads_formula = states_formula.grads;
     // Adafactor and SM3: their own count of the states they keep (tensor shapes, not a per-Ψ rule).
-    m.optimizer_formula = adam ? states_formula.optimizer : row[18];
+    m.optimizer_formula = states_formula.optimizer + (adam ? 0 : row[18]);  // (+ masters when 16-bit)
     m.activation_bytes_per_layer.assign(row.begin() + 19, row.end());
     m.activation_bytes_per_layer_formula = formula;
     m.activation_bytes_outside_formula = analysis::extra_activation_bytes(shape, 1, 1);

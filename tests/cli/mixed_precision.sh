@@ -78,8 +78,20 @@ for (scale, skipped), (nxt, _) in zip(seq, seq[1:]):
 assert sum(not s for _, s in seq) >= 3, 'too few clean steps'
 "
 HUMAN=(); for a in "${MODEL[@]}"; do [ "$a" != --json ] && HUMAN+=("$a"); done
-"$LATTICE" train "${HUMAN[@]}" --steps 1 --params-dtype fp16 --initial-loss-scale 1e12 2> human.err
+"$LATTICE" train "${HUMAN[@]}" --steps 1 --params-dtype fp16 --initial-loss-scale 4294967296 2> human.err
 check "fp16: the human step line says the step was skipped" grep -q "step skipped, scale halved" human.err
+
+# fp16 resumes with its loss scale and the count of applied updates (Adam's bias correction).
+"$LATTICE" train "${MODEL[@]}" --steps 5 --params-dtype fp16 --initial-loss-scale 4194304 --loss-scale-window 2 \
+  --save ck_fp16_half > /dev/null 2>&1
+"$LATTICE" train "${MODEL[@]}" --steps 10 --params-dtype fp16 --initial-loss-scale 4194304 --loss-scale-window 2 \
+  --resume ck_fp16_half > fp16_resumed.jsonl 2>/dev/null
+check "fp16 resume continues the loss scale and the losses of the whole run" "$PY" -c "
+import json, sys
+steps = lambda f: [(s['loss'], s['loss_scale'], s['skipped']) for s in map(json.loads, open(f)) if s.get('event') == 'step']
+a, b = steps('scaling.jsonl')[5:], steps('fp16_resumed.jsonl')
+print(a, b)
+sys.exit(0 if len(b) == 5 and a == b else 1)"
 
 # Checkpoints keep the fp32 masters: half a bf16 run, resumed, equals the whole bf16 run.
 "$LATTICE" train "${MODEL[@]}" --steps 2 --params-dtype bf16 --save ck_bf16_half > bf16_half.jsonl 2>/dev/null
@@ -93,6 +105,7 @@ sys.exit(0 if len(b) == 2 and a == b else 1)"
 
 expect_error "unknown params dtype" "fp32, bf16 or fp16" train "${MODEL[@]}" --params-dtype fp8
 expect_error "loss scale below 1" "initial-loss-scale" train "${MODEL[@]}" --params-dtype fp16 --initial-loss-scale 0.5
+expect_error "loss scale above 2^32" "initial-loss-scale" train "${MODEL[@]}" --params-dtype fp16 --initial-loss-scale 1e300
 
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
 [ "$failures" -eq 0 ]

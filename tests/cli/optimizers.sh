@@ -29,6 +29,15 @@ print(a, b)
 sys.exit(0 if len(b) == 2 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)) else 1)"
 done
 run one_adamw 1
+run one_adafactor_bf16 1 --optimizer adafactor --params-dtype bf16
+check "Adafactor with 16-bit weights: optimizer bytes = its states + the fp32 masters, as reported" "$PY" -c "
+import json, sys
+r = [json.loads(l) for l in open('one_adafactor_bf16.jsonl')][-1]['memory']['ranks'][0]
+f = [json.loads(l) for l in open('one_adafactor.jsonl')][-1]['memory']['ranks'][0]
+psi = f['model_state_bytes']['params'] / 4
+print(r['model_state_bytes'], r['model_state_bytes_formula'])
+sys.exit(0 if r['model_state_bytes'] == r['model_state_bytes_formula'] and
+         r['model_state_bytes']['optimizer'] == f['model_state_bytes']['optimizer'] + 4 * psi else 1)"
 check "optimizer state bytes: Adafactor < 1/10 of AdamW's, SM3 (with momentum) < 6/10; reported = measured" "$PY" -c "
 import json, sys
 state = lambda f: [json.loads(l) for l in open(f)][-1]['memory']['ranks'][0]

@@ -135,17 +135,8 @@ void ZeroStates::gather_params() {
     half_->narrow(master_.data(), params16_.data(), shard_size_);
     return;
   }
-  if (half_) {  // every rank's updated masters, bucket by bucket, into the 16-bit weights
-    for (size_t b = 0; b < buckets_.size(); ++b) {
-      const Bucket& bucket = buckets_[b];
-      if (bucket.size() == 0) continue;
-      TrackedArray<float> values(bucket.size(), "transient");
-      note_transient();
-      dp_.all_gather_v_async({master_.data() + shard_offset_[b], size_t(pieces_[b].size())},
-                             {values.data(), size_t(bucket.size())}, counts(int(b)))
-          .wait();
-      half_->narrow(values.data(), params16_.data() + bucket.begin, bucket.size());
-    }
+  if (half_) {
+    gather_narrowed(master_.data(), *half_, params16_.data());
     return;
   }
   if (stage_ >= 3) return;  // gathered bucket by bucket when the next forward needs them
@@ -158,6 +149,19 @@ void ZeroStates::gather_params() {
                                              counts(int(b))));
   }
   for (auto& h : pending) h.wait();
+}
+
+void ZeroStates::gather_narrowed(const float* shard_values, const HalfFormat& format, uint16_t* full16) {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Bucket& bucket = buckets_[b];
+    if (bucket.size() == 0) continue;
+    TrackedArray<float> values(bucket.size(), "transient");
+    note_transient();
+    dp_.all_gather_v_async({shard_values + shard_offset_[b], size_t(pieces_[b].size())},
+                           {values.data(), size_t(bucket.size())}, counts(int(b)))
+        .wait();
+    format.narrow(values.data(), full16 + bucket.begin, bucket.size());
+  }
 }
 
 void ZeroStates::end_step() {

@@ -55,6 +55,8 @@ class ZeroStates final : public BucketStore {
   void gather_params();
   void end_step();
 
+  // Every rank's updated shard values, bucket by bucket, into full-size 16-bit weights.
+  void gather_narrowed(const float* shard_values, const HalfFormat& format, uint16_t* full16);
   // Every rank's shard values (e.g. Adam moments, or stage-3 parameters) → the full-size array.
   std::vector<float> gather_full(const float* shard_values);
   // This rank's pieces of a full-size array → shard_values.
