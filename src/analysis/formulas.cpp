@@ -112,12 +112,14 @@ double dp_gradient_bytes_per_step(int64_t psi, int dp, int bytes) {
   return 2.0 * double(dp - 1) / double(dp) * double(psi) * bytes;
 }
 
-double dp_bytes_per_step(int64_t psi, int dp, int zero, int64_t n_mb, int64_t extra_gathered, int bytes) {
+double dp_bytes_per_step(int64_t psi, int dp, int zero, int64_t n_mb, int64_t extra_gathered, int64_t extra_reduced,
+                         int bytes) {
   if (dp <= 1) return 0.0;
   const double ring = double(dp - 1) / double(dp) * bytes;
   if (zero <= 1) return 2.0 * ring * double(psi);
-  if (zero == 2) return ring * double(psi) * double(n_mb + 1);
-  return ring * double(n_mb) * (3.0 * double(psi) + double(extra_gathered));
+  const double reduced = double(n_mb) * double(psi + extra_reduced);
+  if (zero == 2) return ring * (reduced + double(psi));
+  return ring * (reduced + double(n_mb) * (2.0 * double(psi) + double(extra_gathered)));
 }
 
 }  // namespace lattice::analysis

@@ -90,7 +90,10 @@ double dp_gradient_bytes_per_step(int64_t psi, int dp, int bytes = 4);
 // gradient as backward produces it, then all-gathers once; stage 3 also gathers the parameters
 // before each micro-batch's forward and again before its backward: 3Ψ per micro-batch.
 // `extra_gathered` corrects stage 3 for tensors gathered more or less often (the tied embedding
-// gathered again for the head, the position embedding not needed in backward).
-double dp_bytes_per_step(int64_t psi, int dp, int zero, int64_t n_mb, int64_t extra_gathered = 0, int bytes = 4);
+// gathered again for the head, the position embedding not needed in backward); `extra_reduced`
+// stages 2-3 for tensors reduce-scattered twice a micro-batch (the tied embedding's head part and
+// embedding part, handed back separately when one stage holds both).
+double dp_bytes_per_step(int64_t psi, int dp, int zero, int64_t n_mb, int64_t extra_gathered = 0,
+                         int64_t extra_reduced = 0, int bytes = 4);
 
 }  // namespace lattice::analysis

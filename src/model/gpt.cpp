@@ -220,7 +220,10 @@ void GPT::head_backward(const MicroBatch& mb, float loss_scale, int64_t s, Outsi
   bucket_params_done(wte_bucket(L));
   GemmShape gw;
   gw.M = vocab.v_local, gw.N = h, gw.K = N, gw.trans_a = true, gw.accumulate = true;
-  gemm(gw, dlogits_op, head_in, bucket_grads(wte_bucket(L)));  // handed back at the chunk's end
+  gemm(gw, dlogits_op, head_in, bucket_grads(wte_bucket(L)));
+  // Handed back now, not at the embedding's backward: a store keeping gradients apart (ZeRO-2/3)
+  // reduces the head's part at once instead of holding a vocabulary-sized buffer through backward.
+  bucket_grads_done(wte_bucket(L));
   parallel::enter_backward(tp_, ws_.full2.data(), ws_.g1.data(), {b, s, h});
   out.logits.reset(), out.head_in.reset();
 
@@ -244,6 +247,7 @@ void GPT::embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
   bucket_grads_done(wpe_bucket(L));
   const float* dfull = parallel::leave_backward(tp_, dx, ws_.full2.data(), {b, s, h});
   parallel::embedding_tokens_backward(bucket_grads(wte_bucket(L)), dfull, mb.inputs, vocab_shard(), N, h);
+  bucket_grads_done(wte_bucket(L));  // the embedding's part of the tied gradient
   out.tokens.reset(), out.emb_mask.reset();
 }
 
@@ -335,8 +339,6 @@ void GPT::backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float 
     embed_backward(mb, s, state.outside);
   else
     std::copy(dx, dx + Nl * h, dx_out);
-  // The tied embedding's gradient collects the head's and the embedding's parts of this chunk.
-  if (l0 == 0 || l1 == model_.layers) bucket_grads_done(wte_bucket(model_.layers));
   if (--state.chunks == 0) in_flight_.erase(id);
 }
 

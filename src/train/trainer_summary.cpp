@@ -37,9 +37,11 @@ void Trainer::summarize(const RunTotals& t) {
   int64_t extra_gathered = 0;
   if (table.wte() >= 0) extra_gathered += table.params()[0].numel * ((embedding ? 1 : 0) + (head ? 2 : 0) - 2);
   if (embedding) extra_gathered -= table.params()[1].numel;
+  // Stages 2-3 reduce the tied embedding's head part and embedding part apart (one stage, both).
+  const int64_t extra_reduced = embedding && head ? table.params()[0].numel : 0;
   const int64_t n_mb = config_.global_batch / (config_.micro_batch * layout_.dp);
-  const double dp_formula =
-      analysis::dp_bytes_per_step(model_->num_params(), layout_.dp, zero_ ? layout_.zero : 0, n_mb, extra_gathered);
+  const double dp_formula = analysis::dp_bytes_per_step(model_->num_params(), layout_.dp, zero_ ? layout_.zero : 0,
+                                                        n_mb, extra_gathered, extra_reduced);
 
   const auto& ms = MemoryTracker::model_states();
   const parallel::RankCoords coords = dist_ ? dist_->coords() : parallel::RankCoords{};
