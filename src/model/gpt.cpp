@@ -17,13 +17,13 @@
 namespace lattice {
 
 GPT::GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, parallel::TensorParallel tp,
-         const StageParams& stage)
+         const StageParams& stage, bool materialize)
     : model_(model),
       layout_(layout),
       tp_(tp),
       table_(model, tp.size(), tp.rank(), stage),
       seed_(seed),
-      params_(table_.total(), "params"),
+      params_(materialize ? table_.total() : 0, "params"),
       kept_bytes_per_layer_(size_t(model.layers), 0),
       tp_bytes_per_layer_(size_t(model.layers), 0.0),
       buckets_(model_buckets(table_, model.layers)) {
@@ -31,6 +31,7 @@ GPT::GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, pa
   // Mixed precision keeps 16-bit gradients in its store too.
   if (!(layout_.zero >= 2 && layout_.dp > 1) && !layout_.mixed_precision())
     grads_ = TrackedArray<float>(table_.total(), "grads");
+  if (!materialize) return;
   if (layout_.activation_dtype == DType::bf16) params16_ = TrackedArray<uint16_t>(table_.total(), "bf16_weights");
   init_params(table_, params_.data(), seed, model.vocab);
   refresh_compute_weights();

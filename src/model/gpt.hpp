@@ -30,8 +30,10 @@ class GPT {
  public:
   // `tp` is the tensor-parallel group this model's shard lives in (default: one rank, whole model).
   // `stage`: the parameters this pipeline stage holds (all by default).
+  // `materialize` false (ZeRO-3 starting from the seed): no full parameter buffer is made at all;
+  // the bucket store initialises its shard (init_params over its pieces).
   GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, parallel::TensorParallel tp = {},
-      const StageParams& stage = {});
+      const StageParams& stage = {}, bool materialize = true);
 
   const ModelConfig& config() const { return model_; }
   const LayoutConfig& layout() const { return layout_; }

@@ -1,5 +1,7 @@
 #include "model/params.hpp"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <stdexcept>
 
@@ -74,30 +76,30 @@ const ParamInfo& ParamTable::find(const std::string& name) const {
   throw std::out_of_range("no parameter named " + name);
 }
 
-void init_params(const ParamTable& table, float* params, uint64_t seed, int real_vocab) {
+void init_params(const ParamTable& table, float* out, uint64_t seed, int real_vocab, FlatPiece range) {
+  if (range.end < 0) range.end = table.total();
   for (size_t t = 0; t < table.params().size(); ++t) {
     const ParamInfo& p = table.params()[t];
-    float* w = params + p.offset;
-    if (p.init_std == 0.0f) {
-      for (int64_t i = 0; i < p.numel; ++i) w[i] = p.init_value;
-      continue;
-    }
+    const int64_t first = std::max(p.offset, range.begin) - p.offset;  // element range of p to fill
+    const int64_t last = std::min(p.offset + p.numel, range.end) - p.offset;
+    if (first >= last) continue;
+    float* w = out + (p.offset - range.begin);
+    // Padded vocabulary rows stay zero: they are never an input and never predicted.
+    const int64_t real_end = p.offset == table.wte() ? int64_t(real_vocab) * p.shape[1] : INT64_MAX;
     const DropoutStream stream{seed, 0, p.full_index, DropoutSite::init};
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < p.numel; ++i) {
-      // Box–Muller from two independent 32-bit draws of this element's counter.
+    for (int64_t i = first; i < last; ++i) {
       const int64_t g = table.global_index(p, i);
+      if (p.init_std == 0.0f || g >= real_end) {
+        w[i] = g >= real_end ? 0.0f : p.init_value;
+        continue;
+      }
+      // Box–Muller from two independent 32-bit draws of this element's counter.
       const uint32_t u1 = philox_bits(stream, uint64_t(2 * g)), u2 = philox_bits(stream, uint64_t(2 * g + 1));
       const double a = (double(u1) + 1.0) / 4294967297.0, b = double(u2) / 4294967296.0;
       w[i] = float(std::sqrt(-2.0 * std::log(a)) * std::cos(6.283185307179586 * b)) * p.init_std;
     }
   }
-  // Padded vocabulary rows stay zero: they are never an input and never predicted.
-  if (table.wte() < 0) return;
-  const ParamInfo& wte = table.params()[0];
-  const int64_t h = wte.shape[1];
-  for (int64_t i = 0; i < wte.numel; ++i)
-    if (table.global_index(wte, i) >= int64_t(real_vocab) * h) params[wte.offset + i] = 0.0f;
 }
 
 }  // namespace lattice

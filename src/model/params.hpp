@@ -106,6 +106,8 @@ class ParamTable {
 // GPT-2 initialisation: normal(0, 0.02), residual projections 0.02/√(2L), LayerNorm 1/0,
 // biases 0. Each element is a pure function of (seed, tensor index, global element index), so a
 // shard of a tensor initialises the same as the whole.
-void init_params(const ParamTable& table, float* params, uint64_t seed, int real_vocab);
+// `range` (default: all) limits it to flat offsets [begin, end), written to out[offset - begin]:
+// a ZeRO-3 shard initialises its pieces without the whole model ever existing on one rank.
+void init_params(const ParamTable& table, float* out, uint64_t seed, int real_vocab, FlatPiece range = {0, -1});
 
 }  // namespace lattice

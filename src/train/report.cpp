@@ -47,6 +47,7 @@ nlohmann::json memory_json(const MemoryReport& m) {
           {"model_state_bytes_formula",
            {{"params", m.params_formula}, {"grads", m.grads_formula}, {"optimizer", m.optimizer_formula}}},
           {"transient_peak_bytes", m.transient_peak_bytes},
+          {"model_state_peak_bytes", m.model_state_peak_bytes},
           {"compute_weight_bytes", m.compute_weights}};
 }
 

@@ -31,6 +31,7 @@ struct MemoryReport {
   int64_t params = 0, grads = 0, optimizer = 0, compute_weights = 0;  // measured model states
   int64_t params_formula = 0, grads_formula = 0, optimizer_formula = 0;  // SPEC §8 for this rank
   int64_t transient_peak_bytes = 0;  // ZeRO's gather/scatter buffers, at most at once (measured)
+  int64_t model_state_peak_bytes = 0;  // all model-state buffers at once, setup included (measured)
 };
 
 void print_step(const StepReport& r, bool json);

@@ -129,7 +129,9 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     stage.embedding = rank == 0;
     stage.head = rank == layout_.pp - 1;
   }
-  model_ = std::make_unique<GPT>(model_config_, layout_, config_.seed, tp, stage);
+  // ZeRO-3 from the seed never builds the whole model: each rank initialises its own pieces.
+  const bool shard_from_seed = layout_.zero >= 3 && layout_.dp > 1 && config_.resume.empty() && config_.init.empty();
+  model_ = std::make_unique<GPT>(model_config_, layout_, config_.seed, tp, stage, !shard_from_seed);
   if (layout_.pp > 1)
     pipeline_ = std::make_unique<parallel::pipeline::Executor>(
         *model_, dist_->pp(), parallel::pipeline::parse_schedule_kind(config_.schedule),
@@ -175,8 +177,10 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     model_->set_bucket_store(half_.get());
     model_->release_full_params();
   }
-  if (zero_ && (zero_->stage() >= 3 || (zero_->stage() >= 2 && layout_.mixed_precision()))) {
-    // Every DP rank initialised (or loaded) the same weights; each keeps its shard.
+  if (shard_from_seed) {
+    zero_->init_params(model_->table(), config_.seed, model_config_.vocab);
+  } else if (zero_ && (zero_->stage() >= 3 || (zero_->stage() >= 2 && layout_.mixed_precision()))) {
+    // Every DP rank loaded (or initialised) the same weights; each keeps its shard.
     zero_->take_params(model_->params());
     model_->release_full_params();
   }

@@ -57,6 +57,7 @@ void Trainer::summarize(const RunTotals& t) {
   mine.push_back(model_->num_params());  // this rank's Ψ (its TP shard of its stage)
   mine.push_back(int64_t(dp_formula));
   mine.push_back(optimizer_->state_bytes());
+  mine.push_back(MemoryTracker::model_states().peak_bytes());  // since start: setup included
   for (int l : local_layers()) mine.push_back(model_->kept_bytes_per_layer()[size_t(l)]);
   const auto rows = gather_rows(dist_, mine);
   if (!is_logging_rank()) return;
@@ -80,7 +81,8 @@ void Trainer::summarize(const RunTotals& t) {
     m.params_formula = states_formula.params, m.grads_formula = states_formula.grads;
     // Adafactor and SM3: their own count of the states they keep (tensor shapes, not a per-Ψ rule).
     m.optimizer_formula = states_formula.optimizer + (adam ? 0 : row[18]);  // (+ masters when 16-bit)
-    m.activation_bytes_per_layer.assign(row.begin() + 19, row.end());
+    m.model_state_peak_bytes = row[19];
+    m.activation_bytes_per_layer.assign(row.begin() + 20, row.end());
     m.activation_bytes_per_layer_formula = formula;
     m.activation_bytes_outside_formula = analysis::extra_activation_bytes(shape, 1, 1);
     if (m.rank == 0) m.activation_bytes_by_op = model_->kept_bytes_by_op();

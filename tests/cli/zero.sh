@@ -74,6 +74,13 @@ for f, bound in [('zero2_dp4_l8.jsonl', 0.4), ('zero3_dp4_l8.jsonl', 0.6)]:
         print(f, r['rank'], r['transient_peak_bytes'], full, r['transient_peak_bytes'] / full)
         if not (0 < r['transient_peak_bytes'] < bound * full): sys.exit('%s rank %d: %s' % (f, r['rank'], r))
 "
+check "ZeRO-3 from the seed never holds the whole model: peak model-state bytes = shards + transient" "$PY" -c "
+import json, sys
+for r in [json.loads(l) for l in open('zero3_dp4_l8.jsonl')][-1]['memory']['ranks']:
+    states = sum(r['model_state_bytes'].values())
+    print(r['rank'], r['model_state_peak_bytes'], states, r['transient_peak_bytes'])
+    if r['model_state_peak_bytes'] > states + r['transient_peak_bytes']: sys.exit('rank %d: %s' % (r['rank'], r))
+"
 check "DP bytes: 2Ψ for stages 1 (and 2 with one micro-batch), (n_mb+1)Ψ for stage 2, 3Ψ for stage 3" "$PY" -c "
 import json, sys
 for f in ['zero1_dp4.jsonl', 'zero2_dp4.jsonl', 'zero3_dp4.jsonl', 'zero2_dp2_accumulate.jsonl', 'zero3_pp2_dp2_full.jsonl']:

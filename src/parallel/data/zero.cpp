@@ -43,13 +43,26 @@ void ZeroStates::note_transient() {
 }
 
 void ZeroStates::take_params(const float* full) {
+  keep_params([&](const FlatPiece& p, float* out) { std::copy(full + p.begin, full + p.end, out); }, full);
+}
+
+void ZeroStates::init_params(const ParamTable& table, uint64_t seed, int real_vocab) {
+  keep_params([&](const FlatPiece& p, float* out) { lattice::init_params(table, out, seed, real_vocab, p); }, nullptr);
+}
+
+// fill(piece, out) writes a piece's fp32 values; `full` (stage 2, 16-bit) is the whole model.
+void ZeroStates::keep_params(const std::function<void(const FlatPiece&, float*)>& fill, const float* full) {
+  float* shard;
   if (!half_) {
     shard_params_ = TrackedArray<float>(shard_size_, "params");
-    scatter_full(full, shard_params_.data());
-    return;
+    shard = shard_params_.data();
+  } else {
+    master_ = TrackedArray<float>(shard_size_, "optimizer");  // fp32 masters: part of the 12Ψ
+    shard = master_.data();
   }
-  master_ = TrackedArray<float>(shard_size_, "optimizer");  // fp32 masters: part of the 12Ψ
-  scatter_full(full, master_.data());
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (pieces_[b].size() > 0) fill(pieces_[b], shard + shard_offset_[b]);
+  if (!half_) return;
   if (stage_ >= 3) {
     params16_ = TrackedArray<uint16_t>(shard_size_, "params");
     half_->narrow(master_.data(), params16_.data(), shard_size_);

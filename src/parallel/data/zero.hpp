@@ -12,6 +12,7 @@
 // fp32 masters of the owned pieces sit beside the optimizer's moments; the wire carries fp32.
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -38,6 +39,9 @@ class ZeroStates final : public BucketStore {
   // Stage 3 (or 16-bit weights): keep this rank's pieces of the full parameters, and the 16-bit
   // weights; the model then frees its copy.
   void take_params(const float* full);
+  // The same from the seed (stage 3), each piece initialised where it lives: the whole model never
+  // exists on one rank.
+  void init_params(const ParamTable& table, uint64_t seed, int real_vocab);
   // The fp32 values of the owned pieces when they live here (stage-3 shard, or the 16-bit runs'
   // masters), in shard order; null when they live in the model's full buffer.
   float* master();
@@ -84,6 +88,7 @@ class ZeroStates final : public BucketStore {
     TrackedArray<float> full, mine;  // the bucket's gradient; this rank's summed piece
     comm::Handle pending;
   };
+  void keep_params(const std::function<void(const FlatPiece&, float*)>& fill, const float* full);
   void launch_gather(int bucket);
   void ready(int bucket, Gathered& g);
   void complete_oldest_reduce();
