@@ -66,6 +66,10 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
   app.add_option("--beta2,--adam-beta2", t.optim.beta2, "AdamW β2")->capture_default_str();
   app.add_option("--eps,--adam-eps", t.optim.eps, "AdamW ε")->capture_default_str();
   app.add_option("--weight-decay", t.optim.weight_decay, "decoupled weight decay")->capture_default_str();
+  app.add_option("--zero-prefetch", t.zero_prefetch,
+                 "on | off: ZeRO-3 gathers the next layer while one computes (holds one more layer)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   app.add_option("--initial-loss-scale", t.initial_loss_scale, "fp16: the first loss scale")->capture_default_str();
   app.add_option("--loss-scale-window", t.loss_scale_window, "fp16: clean steps before the loss scale doubles")
       ->capture_default_str();

@@ -85,6 +85,10 @@ void print_comm_report(const nlohmann::json& comm_ranks) {
                  human_bytes(r["tp"].get<double>()).c_str(), human_bytes(r["dp"].get<double>()).c_str(),
                  human_bytes(r["pp"].get<double>()).c_str(), human_bytes(r["tp_conjugate"].get<double>()).c_str(),
                  human_bytes(r["tp_regather"].get<double>()).c_str());
+  for (const auto& r : comm_ranks)
+    if (r["zero_wait_s"].get<double>() > 0)
+      std::fprintf(stderr, "  rank %d blocked %.1f ms on ZeRO gathers/reduce-scatters (not hidden by prefetch/overlap)\n",
+                   r["rank"].get<int>(), r["zero_wait_s"].get<double>() * 1e3);
   if (!comm_ranks.empty())
     std::fprintf(stderr, "  formulas: tp (4L+2)·2(t-1)/t·sbh·4·n_mb = %s; dp (N-1)/N·4·(2Ψ, ZeRO-2 (n_mb+1)Ψ, ZeRO-3 3Ψ·n_mb) = %s\n",
                  human_bytes(comm_ranks[0]["tp_conjugate_formula"].get<double>()).c_str(),

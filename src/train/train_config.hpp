@@ -17,6 +17,7 @@ struct TrainConfig {
   int64_t warmup = 20;
   OptimizerConfig optim;
   double clip_grad = 1.0;  // 0 = off
+  bool zero_prefetch = true;  // ZeRO-3: gather the next layer while this one computes
   double initial_loss_scale = 65536.0;
   int64_t loss_scale_window = 1000;  // fp16: clean steps before the loss scale doubles
   bool shuffle = true;

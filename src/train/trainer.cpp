@@ -140,7 +140,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     // Stages 2-3 keep the 16-bit weights and gradients themselves; stage 1 leaves them to HalfStore.
     zero_ = std::make_unique<parallel::ZeroStates>(dist_->dp(), layout_.zero, model_->buckets(),
                                                    layout_.mixed_precision() && layout_.zero >= 2 ? &half_format_ : nullptr,
-                                                   layout_.activation_dtype == DType::bf16);
+                                                   layout_.activation_dtype == DType::bf16, config_.zero_prefetch);
     if (layout_.zero >= 2) model_->set_bucket_store(zero_.get());
     if (layout_.zero <= 2 && !layout_.mixed_precision()) zero_->set_full_params(model_->params());
   }

@@ -58,6 +58,7 @@ void Trainer::summarize(const RunTotals& t) {
   mine.push_back(int64_t(dp_formula));
   mine.push_back(optimizer_->state_bytes());
   mine.push_back(MemoryTracker::model_states().peak_bytes());  // since start: setup included
+  mine.push_back(zero_ ? int64_t(zero_->wait_seconds() * 1e6) : 0);  // µs, the last step
   for (int l : local_layers()) mine.push_back(model_->kept_bytes_per_layer()[size_t(l)]);
   const auto rows = gather_rows(dist_, mine);
   if (!is_logging_rank()) return;
@@ -82,13 +83,14 @@ void Trainer::summarize(const RunTotals& t) {
     // Adafactor and SM3: their own count of the states they keep (tensor shapes, not a per-Ψ rule).
     m.optimizer_formula = states_formula.optimizer + (adam ? 0 : row[18]);  // (+ masters when 16-bit)
     m.model_state_peak_bytes = row[19];
-    m.activation_bytes_per_layer.assign(row.begin() + 20, row.end());
+    m.activation_bytes_per_layer.assign(row.begin() + 21, row.end());
     m.activation_bytes_per_layer_formula = formula;
     m.activation_bytes_outside_formula = analysis::extra_activation_bytes(shape, 1, 1);
     if (m.rank == 0) m.activation_bytes_by_op = model_->kept_bytes_by_op();
     comm_ranks.push_back({{"rank", m.rank}, {"tp", row[10]}, {"dp", row[11]}, {"pp", row[12]},
                           {"tp_conjugate", row[13]}, {"tp_regather", row[14]},
-                          {"tp_conjugate_formula", tp_formula}, {"dp_formula", row[17]}});
+                          {"tp_conjugate_formula", tp_formula}, {"dp_formula", row[17]},
+                          {"zero_wait_s", double(row[20]) * 1e-6}});
     reports.push_back(std::move(m));
   }
 

@@ -13,6 +13,7 @@ run one 1
 run zero1_dp4 4 --zero 1
 run zero2_dp4 4 --zero 2
 run zero3_dp4 4 --zero 3
+run zero3_dp4_no_prefetch 4 --zero 3 --zero-prefetch off
 run zero2_dp2_accumulate 2 --zero 2          # two micro-batches a step: reduce-scatter each
 run zero1_tp2_dp2_sp 4 --zero 1 --tensor-model-parallel-size 2 --sequence-parallel
 run zero3_tp2_dp2_sp_selective 4 --zero 3 --tensor-model-parallel-size 2 --sequence-parallel --recompute selective
@@ -24,7 +25,7 @@ l = lambda f: [json.loads(x)['loss'] for x in open(f) if '\"event\":\"step\"' in
 a, b = l('one_bf16_act.jsonl'), l('zero3_dp4_bf16_act.jsonl')
 print(a, b)
 sys.exit(0 if len(a) == len(b) == 4 and all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip(a, b)) else 1)"
-for name in zero1_dp4 zero2_dp4 zero3_dp4 zero2_dp2_accumulate zero1_tp2_dp2_sp zero3_tp2_dp2_sp_selective; do
+for name in zero1_dp4 zero2_dp4 zero3_dp4 zero3_dp4_no_prefetch zero2_dp2_accumulate zero1_tp2_dp2_sp zero3_tp2_dp2_sp_selective; do
   check "$name trains the one-rank model" compare "$name"
 done
 MODEL_SAVED=("${MODEL[@]}")
@@ -132,6 +133,12 @@ status=$?
 check "uncovered optimizer state: non-zero exit ($status), no hang" test "$status" -ne 0 -a "$status" -ne 124
 check "uncovered optimizer state: names the tensor" grep -q "exp_avg_sq.h.1.mlp.c_fc.weight" holes.err
 check "uncovered optimizer state: one line" test "$(grep -c "exp_avg_sq.h.1" holes.err)" -eq 1
+
+expect_error "bad --zero-prefetch" "zero-prefetch" train "${MODEL[@]}" --zero-prefetch maybe
+check "the summary reports how long each rank blocked on ZeRO collectives" "$PY" -c "
+import json, sys
+ranks = [json.loads(l) for l in open('zero3_dp4.jsonl')][-1]['comm']['ranks']
+sys.exit(0 if all(r['zero_wait_s'] > 0 for r in ranks) else 1)"
 
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
 [ "$failures" -eq 0 ]

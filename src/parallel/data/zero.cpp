@@ -1,6 +1,7 @@
 #include "parallel/data/zero.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "tensor/bf16.hpp"
 
@@ -13,8 +14,14 @@ constexpr size_t kMaxReducing = 1;
 }  // namespace
 
 ZeroStates::ZeroStates(comm::Communicator& dp, int stage, std::vector<Bucket> buckets, const HalfFormat* half,
-                       bool bf16_gemms)
-    : dp_(dp), stage_(stage), n_(dp.size()), buckets_(std::move(buckets)), half_(half), bf16_gemms_(bf16_gemms) {
+                       bool bf16_gemms, bool prefetch)
+    : dp_(dp),
+      stage_(stage),
+      n_(dp.size()),
+      buckets_(std::move(buckets)),
+      half_(half),
+      bf16_gemms_(bf16_gemms),
+      prefetch_(prefetch) {
   const int r = dp.rank();
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bucket = buckets_[b];
@@ -87,6 +94,7 @@ void ZeroStates::begin_step() {
     std::fill(shard_grads_.data(), shard_grads_.data() + shard_size_, 0.0f);
   }
   reduced_.assign(buckets_.size(), false);
+  wait_s_ = 0;
 }
 
 void ZeroStates::reduce_bucket(int b, const float* full_grads) {
@@ -103,7 +111,9 @@ void ZeroStates::reduce_bucket(int b, const float* full_grads) {
 
 void ZeroStates::complete_oldest_reduce() {
   Reducing& r = reducing_.front();
+  const auto t0 = std::chrono::steady_clock::now();
   r.pending.wait();
+  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Micro-batches accumulate (stages 2–3).
   const int64_t offset = shard_offset_[size_t(r.bucket)];
   if (half_) {
@@ -221,7 +231,9 @@ void ZeroStates::launch_gather(int b) {
 
 // A gathered bucket is about to be read: wait for it, and make its bf16 copy if GEMMs need one.
 void ZeroStates::ready(int b, Gathered& g) {
+  const auto t0 = std::chrono::steady_clock::now();
   g.pending.wait();
+  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   g.piece = TrackedArray<float>();
   const bool stored_bf16 = half_ && !half_->fp16 && stage_ < 3;
   if (bf16_gemms_ && !stored_bf16 && !g.bf16.size()) {
@@ -235,7 +247,8 @@ const float* ZeroStates::params(int b, int next) {
   if (!gathered_.count(b)) launch_gather(b);
   Gathered& g = gathered_.at(b);
   ++g.users;
-  if (stage_ >= 3 && next >= 0 && buckets_[size_t(next)].size() > 0 && !gathered_.count(next)) launch_gather(next);
+  if (prefetch_ && stage_ >= 3 && next >= 0 && buckets_[size_t(next)].size() > 0 && !gathered_.count(next))
+    launch_gather(next);
   ready(b, g);
   return g.values.data();
 }

@@ -29,7 +29,7 @@ class ZeroStates final : public BucketStore {
   // `half` (stages 2–3; null = fp32): 16-bit weights and gradients. `bf16_gemms`: the model's GEMMs
   // read bf16 weights (params_bf16).
   ZeroStates(comm::Communicator& dp, int stage, std::vector<Bucket> buckets, const HalfFormat* half = nullptr,
-             bool bf16_gemms = false);
+             bool bf16_gemms = false, bool prefetch = true);
   int stage() const { return stage_; }
   const std::vector<FlatPiece>& owned() const { return owned_; }  // non-empty pieces, bucket order
   int64_t shard_size() const { return shard_size_; }
@@ -67,6 +67,9 @@ class ZeroStates final : public BucketStore {
   void scatter_full(const float* full, float* shard_values) const;
   // The largest amount of gather/scatter buffers alive at once, measured by the allocator.
   int64_t transient_peak_bytes() const { return transient_peak_; }
+  // Seconds this rank blocked on ZeRO's collectives since begin_step (gathers stage 3 waited
+  // for, reduce-scatters that had not landed): what prefetching and overlap did not hide.
+  double wait_seconds() const { return wait_s_; }
 
   // BucketStore (stages 2–3).
   bool holds_params() const override { return stage_ >= 3 || half_; }
@@ -106,7 +109,8 @@ class ZeroStates final : public BucketStore {
   std::vector<int> owned_bucket_;
   int64_t shard_size_ = 0, total_ = 0;  // total_: the flat buffer's size
   const HalfFormat* half_;
-  bool bf16_gemms_;
+  bool bf16_gemms_, prefetch_;
+  double wait_s_ = 0;
   float* full_params_ = nullptr;
   TrackedArray<float> shard_params_, shard_grads_;  // fp32 runs
   TrackedArray<uint16_t> params16_, grads16_;       // 16-bit runs: full (stage 2) or shard weights; shard grads
