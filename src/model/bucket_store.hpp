@@ -3,6 +3,7 @@
 // position embedding and the final LayerNorm — and the interface through which ZeRO-2/3 keep a
 // bucket's gradients (and, in stage 3, its parameters) outside the model's own buffers: the model
 // asks for a bucket right before it uses it and says when it is done with it.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -38,6 +39,34 @@ class BucketStore {
   // asked for); grads_done hands it back for reduction.
   virtual float* grads(int bucket) = 0;
   virtual void grads_done(int bucket) = 0;
+};
+
+// A bucket's weights made fp32 for the model (widened from 16 bits, or gathered from shards), shared
+// by its users until the last one is done; with a bf16 copy when bf16 GEMMs read weights that are
+// not stored in bf16.
+struct TransientWeights {
+  TrackedArray<float> values;
+  TrackedArray<uint16_t> bf16;
+  int users = 0;
+  void make_bf16();  // once; from `values`
+};
+
+// Releases one user of `bucket` in a map of TransientWeights (or types derived from it); the last
+// one frees the buffers.
+template <class Map>
+void release_user(Map& live, int bucket) {
+  auto it = live.find(bucket);
+  if (it != live.end() && --it->second.users == 0) live.erase(it);
+}
+
+// The most transient bytes (tag "transient" of the model-state tracker) seen at once by a store.
+class TransientPeak {
+ public:
+  void note() { peak_ = std::max(peak_, MemoryTracker::model_states().live_bytes_of_op("transient")); }
+  int64_t bytes() const { return peak_; }
+
+ private:
+  int64_t peak_ = 0;
 };
 
 // The gradient buffers of the buckets backward is writing (stores keeping gradients elsewhere):

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "tensor/bf16.hpp"
 
 namespace lattice {
 
@@ -14,22 +13,15 @@ HalfStore::HalfStore(HalfFormat format, std::vector<Bucket> buckets, int64_t tot
       params16_(total, "params"),
       grads16_(total, "grads") {}
 
-void HalfStore::note_transient() {
-  transient_peak_ = std::max(transient_peak_, MemoryTracker::model_states().live_bytes_of_op("transient"));
-}
-
 void HalfStore::zero_grads() { std::fill(grads16_.data(), grads16_.data() + grads16_.size(), uint16_t(0)); }
 
 const float* HalfStore::params(int b, int /*next*/) {
-  Widened& w = widened_[b];
+  TransientWeights& w = widened_[b];
   if (w.users++ == 0) {
     const Bucket& bucket = buckets_[size_t(b)];
     w.values = TrackedArray<float>(bucket.size(), "transient");
     format_.widen(params16_.data() + bucket.begin, w.values.data(), bucket.size());
-    if (bf16_gemms_ && format_.fp16) {
-      w.bf16 = TrackedArray<uint16_t>(bucket.size(), "transient");
-      to_bf16(w.values.data(), w.bf16.data(), bucket.size());
-    }
+    if (bf16_gemms_ && format_.fp16) w.make_bf16();  // bf16 weights are read as stored
     note_transient();
   }
   return w.values.data();
@@ -41,10 +33,7 @@ const uint16_t* HalfStore::params_bf16(int b) {
   return widened_.at(b).bf16.data();
 }
 
-void HalfStore::params_done(int b) {
-  auto it = widened_.find(b);
-  if (it != widened_.end() && --it->second.users == 0) widened_.erase(it);
-}
+void HalfStore::params_done(int b) { release_user(widened_, b); }
 
 float* HalfStore::grads(int b) {
   float* g = bucket_grads_.get(b, buckets_[size_t(b)].size());

@@ -26,8 +26,8 @@ class HalfStore final : public BucketStore {
   void zero_grads();
   // The largest amount of transient buffers (widened weights, fp32 gradient buckets, the reduced
   // gradient) alive at once, measured by the allocator.
-  int64_t transient_peak_bytes() const { return transient_peak_; }
-  void note_transient();
+  int64_t transient_peak_bytes() const { return transient_peak_.bytes(); }
+  void note_transient() { transient_peak_.note(); }
 
   bool holds_params() const override { return true; }
   const float* params(int bucket, int next) override;
@@ -37,18 +37,13 @@ class HalfStore final : public BucketStore {
   void grads_done(int bucket) override;
 
  private:
-  struct Widened {
-    TrackedArray<float> values;
-    TrackedArray<uint16_t> bf16;  // fp16 weights for bf16 GEMMs
-    int users = 0;
-  };
   HalfFormat format_;
   std::vector<Bucket> buckets_;
   bool bf16_gemms_;
   TrackedArray<uint16_t> params16_, grads16_;
-  std::map<int, Widened> widened_;
+  std::map<int, TransientWeights> widened_;
   TransientGrads bucket_grads_;
-  int64_t transient_peak_ = 0;
+  TransientPeak transient_peak_;
 };
 
 // The optimizer's side of mixed precision: fp32 master weights (all, or the ZeRO-1 shard), the

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "tensor/bf16.hpp"
 
 namespace lattice::parallel {
 
@@ -43,10 +42,6 @@ ZeroStates::ZeroStates(comm::Communicator& dp, int stage, std::vector<Bucket> bu
   reduced_.assign(buckets_.size(), false);
   if (stage_ >= 2 && half_) grads16_ = TrackedArray<uint16_t>(shard_size_, "grads");
   else if (stage_ >= 2) shard_grads_ = TrackedArray<float>(shard_size_, "grads");
-}
-
-void ZeroStates::note_transient() {
-  transient_peak_ = std::max(transient_peak_, MemoryTracker::model_states().live_bytes_of_op("transient"));
 }
 
 void ZeroStates::take_params(const float* full) {
@@ -230,15 +225,14 @@ void ZeroStates::launch_gather(int b) {
 }
 
 // A gathered bucket is about to be read: wait for it, and make its bf16 copy if GEMMs need one.
-void ZeroStates::ready(int b, Gathered& g) {
+void ZeroStates::ready(Gathered& g) {
   const auto t0 = std::chrono::steady_clock::now();
   g.pending.wait();
   wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   g.piece = TrackedArray<float>();
   const bool stored_bf16 = half_ && !half_->fp16 && stage_ < 3;
-  if (bf16_gemms_ && !stored_bf16 && !g.bf16.size()) {
-    g.bf16 = TrackedArray<uint16_t>(buckets_[size_t(b)].size(), "transient");
-    to_bf16(g.values.data(), g.bf16.data(), g.bf16.size());
+  if (bf16_gemms_ && !stored_bf16) {
+    g.make_bf16();
     note_transient();
   }
 }
@@ -249,7 +243,7 @@ const float* ZeroStates::params(int b, int next) {
   ++g.users;
   if (prefetch_ && stage_ >= 3 && next >= 0 && buckets_[size_t(next)].size() > 0 && !gathered_.count(next))
     launch_gather(next);
-  ready(b, g);
+  ready(g);
   return g.values.data();
 }
 
@@ -259,10 +253,7 @@ const uint16_t* ZeroStates::params_bf16(int b) {
   return gathered_.at(b).bf16.data();
 }
 
-void ZeroStates::params_done(int b) {
-  auto it = gathered_.find(b);
-  if (it != gathered_.end() && --it->second.users == 0) gathered_.erase(it);
-}
+void ZeroStates::params_done(int b) { release_user(gathered_, b); }
 
 float* ZeroStates::grads(int b) {
   float* g = bucket_grads_.get(b, buckets_[size_t(b)].size());

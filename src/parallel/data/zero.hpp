@@ -66,7 +66,7 @@ class ZeroStates final : public BucketStore {
   // This rank's pieces of a full-size array → shard_values.
   void scatter_full(const float* full, float* shard_values) const;
   // The largest amount of gather/scatter buffers alive at once, measured by the allocator.
-  int64_t transient_peak_bytes() const { return transient_peak_; }
+  int64_t transient_peak_bytes() const { return transient_peak_.bytes(); }
   // Seconds this rank blocked on ZeRO's collectives since begin_step (gathers stage 3 waited
   // for, reduce-scatters that had not landed): what prefetching and overlap did not hide.
   double wait_seconds() const { return wait_s_; }
@@ -80,11 +80,9 @@ class ZeroStates final : public BucketStore {
   void grads_done(int bucket) override;
 
  private:
-  struct Gathered {
-    TrackedArray<float> values, piece;  // the whole bucket; this rank's piece widened (16-bit)
-    TrackedArray<uint16_t> bf16;        // for bf16 GEMMs, when the stored weights are not bf16
+  struct Gathered : TransientWeights {
+    TrackedArray<float> piece;  // this rank's piece widened (16-bit), until the gather lands
     comm::Handle pending;
-    int users = 0;
   };
   struct Reducing {
     int bucket;
@@ -93,9 +91,9 @@ class ZeroStates final : public BucketStore {
   };
   void keep_params(const std::function<void(const FlatPiece&, float*)>& fill, const float* full);
   void launch_gather(int bucket);
-  void ready(int bucket, Gathered& g);
+  void ready(Gathered& g);
   void complete_oldest_reduce();
-  void note_transient();
+  void note_transient() { transient_peak_.note(); }
   std::span<const int> counts(int bucket) const { return {counts_.data() + size_t(bucket) * n_, size_t(n_)}; }
   FlatPiece piece(int bucket) const { return pieces_[size_t(bucket)]; }
 
@@ -119,7 +117,7 @@ class ZeroStates final : public BucketStore {
   std::deque<Reducing> reducing_;                   // in flight, oldest first
   TransientGrads bucket_grads_;                     // stages 2–3: being written by backward
   std::map<int, Gathered> gathered_;                // stage 3
-  int64_t transient_peak_ = 0;
+  TransientPeak transient_peak_;
 };
 
 }  // namespace lattice::parallel
