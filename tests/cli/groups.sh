@@ -4,8 +4,7 @@
 set -uo pipefail
 LATTICE=$1; SCRATCH=$2
 mkdir -p "$SCRATCH"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib/subcommand.sh"
 
 want='{"event":"groups","tp":[[0,1],[2,3],[4,5],[6,7],[8,9],[10,11],[12,13],[14,15]],'
 want+='"dp":[[0,2],[1,3],[4,6],[5,7],[8,10],[9,11],[12,14],[13,15]],'
@@ -25,25 +24,10 @@ grep -q "^embedding groups (4): *\[0,4\] \[1,5\] \[2,6\] \[3,7\]$" "$SCRATCH/tex
 rm -f "$SCRATCH/grid.svg"
 "$LATTICE" groups --world 16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --svg "$SCRATCH/grid.svg" \
   --json > /dev/null || fail "--svg exits 0"
-[ -s "$SCRATCH/grid.svg" ] || fail "--svg writes the file"
-head -c 4 "$SCRATCH/grid.svg" | grep -q "<svg" || fail "the file is an SVG"
-tail -n 1 "$SCRATCH/grid.svg" | grep -q "</svg>" || fail "the SVG is complete"
+svg_complete "$SCRATCH/grid.svg"
 [ "$(grep -o "class='cell'" "$SCRATCH/grid.svg" | wc -l)" -eq 64 ] || fail "4 panels of 16 ranks"
-ls "$SCRATCH"/grid.svg.* > /dev/null 2>&1 && fail "no temporary file left behind"
-if command -v python3 > /dev/null; then
-  python3 -c "import sys, xml.dom.minidom; xml.dom.minidom.parse(sys.argv[1])" "$SCRATCH/grid.svg" ||
-    fail "the SVG is well-formed XML"
-fi
 
-expect() {  # expect <status> <text in stderr> <args...>
-  local want=$1 text=$2; shift 2
-  "$LATTICE" groups "$@" > "$SCRATCH/out" 2> "$SCRATCH/err"
-  local got=$?
-  if [ "$got" -ne "$want" ] || [ "$(wc -l < "$SCRATCH/err")" -ne 1 ] || ! grep -q -- "$text" "$SCRATCH/err" ||
-     ! grep -q "^lattice groups: error: " "$SCRATCH/err"; then
-    fail "groups $* -> exit $got (want $want), stderr: $(cat "$SCRATCH/err")"
-  fi
-}
+expect() { expect_status groups "$@"; }  # expect <status> <text in stderr> <args...>
 expect 1 "world size 6 is not divisible by t·p = 4" --world 6 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
 expect 1 "needs at least 8 ranks but the world size is 4" --world 4 --tensor-model-parallel-size 8
 expect 1 "tensor-model-parallel size must be at least 1" --world 4 --tensor-model-parallel-size 0

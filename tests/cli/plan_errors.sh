@@ -3,18 +3,9 @@
 set -uo pipefail
 LATTICE=$1; SCRATCH=$2
 mkdir -p "$SCRATCH"
-fails=0
+. "$(dirname "$0")/lib/subcommand.sh"
 
-expect() {  # expect <status> <text in stderr> <args...>
-  local want=$1 text=$2; shift 2
-  "$LATTICE" plan "$@" > "$SCRATCH/out" 2> "$SCRATCH/err"
-  local got=$?
-  local lines; lines=$(wc -l < "$SCRATCH/err")
-  if [ "$got" -ne "$want" ] || [ "$lines" -ne 1 ] || ! grep -q -- "$text" "$SCRATCH/err" ||
-     ! grep -q "^lattice plan: error: " "$SCRATCH/err"; then
-    echo "FAIL: plan $* -> exit $got (want $want), stderr:"; cat "$SCRATCH/err"; fails=$((fails + 1))
-  fi
-}
+expect() { expect_status plan "$@"; }  # expect <status> <text in stderr> <args...>
 
 expect 1 "t·p·DP must equal --gpus" --tensor-model-parallel-size 4 --gpus 6
 expect 1 "divisible by the tensor-parallel size" --heads 4 --hidden 128 --tensor-model-parallel-size 8 --gpus 8

@@ -4,8 +4,7 @@
 set -uo pipefail
 LATTICE=$1; SCRATCH=$2
 mkdir -p "$SCRATCH"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib/subcommand.sh"
 
 sched() { "$LATTICE" schedule --pipeline-model-parallel-size "$@"; }
 
@@ -42,25 +41,10 @@ grep -q "^actions" "$SCRATCH/big" && fail "large schedules do not list actions u
 rm -f "$SCRATCH/t.svg"
 sched 4 --micro-batches 8 --schedule interleaved --virtual-stages 2 --svg "$SCRATCH/t.svg" --json > /dev/null ||
   fail "--svg exits 0"
-[ -s "$SCRATCH/t.svg" ] || fail "--svg writes the file"
-head -c 4 "$SCRATCH/t.svg" | grep -q "<svg" || fail "the file is an SVG"
-tail -n 1 "$SCRATCH/t.svg" | grep -q "</svg>" || fail "the SVG is complete"
+svg_complete "$SCRATCH/t.svg"
 [ "$(grep -o "class='box'" "$SCRATCH/t.svg" | wc -l)" -eq 128 ] || fail "one box per action (4 ranks × 32)"
-ls "$SCRATCH"/t.svg.* > /dev/null 2>&1 && fail "no temporary file left behind"
-if command -v python3 > /dev/null; then
-  python3 -c "import sys, xml.dom.minidom; xml.dom.minidom.parse(sys.argv[1])" "$SCRATCH/t.svg" ||
-    fail "the SVG is well-formed XML"
-fi
 
-expect() {  # expect <status> <text in stderr> <args...>
-  local want=$1 text=$2; shift 2
-  "$LATTICE" schedule "$@" > "$SCRATCH/out" 2> "$SCRATCH/err"
-  local got=$?
-  if [ "$got" -ne "$want" ] || [ "$(wc -l < "$SCRATCH/err")" -ne 1 ] || ! grep -q -- "$text" "$SCRATCH/err" ||
-     ! grep -q "^lattice schedule: error: " "$SCRATCH/err"; then
-    fail "schedule $* -> exit $got (want $want), stderr: $(cat "$SCRATCH/err")"
-  fi
-}
+expect() { expect_status schedule "$@"; }  # expect <status> <text in stderr> <args...>
 P=--pipeline-model-parallel-size
 expect 1 "micro-batches (6) to be a multiple of the pipeline-model-parallel size p = 4" \
   $P 4 --micro-batches 6 --schedule interleaved --virtual-stages 2
