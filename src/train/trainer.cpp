@@ -254,16 +254,13 @@ StepResult Trainer::train_step() {
   }
   if (model_->tensor_parallel().active() && layout_.sequence_parallel)
     parallel::finish_sequence_parallel(model_->table(), dist_->tp(), grads);
-  if (pipeline_) {
-    float sum = float(loss_sum);
-    dist_->pp().all_reduce({&sum, 1});
-    loss_sum = double(sum);
-  }
-  if (dist_ && layout_.dp > 1) {
-    float sum = float(loss_sum);
-    dist_->dp().all_reduce({&sum, 1});
-    loss_sum = double(sum);
-  }
+  // The loss over the whole global batch: the last stage's sums, over the data-parallel replicas.
+  for (comm::Communicator* group : {pipeline_ ? &dist_->pp() : nullptr, dist_ && layout_.dp > 1 ? &dist_->dp() : nullptr})
+    if (group) {
+      float sum = float(loss_sum);
+      group->all_reduce({&sum, 1});
+      loss_sum = double(sum);
+    }
   activation_peak_ = MemoryTracker::activations().peak_bytes();
   StepResult r;
   r.step = ++step_;
@@ -274,15 +271,7 @@ StepResult Trainer::train_step() {
   TraceSpan optimizer_span(Trace::Kind::optimizer, -1, -1, step_ - 1);
   if (fp16) {
     // Every rank agrees whether any gradient overflowed; a skipped step leaves the weights alone.
-    float overflow = 0.0f;
-    for (size_t i = 0; i < grads.pieces.size(); ++i) {
-      const float* g = grads.data[i];
-      const int64_t n = grads.pieces[i].size();
-      int bad = 0;
-#pragma omp parallel for reduction(| : bad) schedule(static) if (n > 65536)
-      for (int64_t k = 0; k < n; ++k) bad |= !std::isfinite(g[k]);
-      if (bad) overflow = 1.0f;
-    }
+    float overflow = parallel::all_finite(grads) ? 0.0f : 1.0f;
     if (dist_) dist_->world().all_reduce({&overflow, 1}, comm::ReduceOp::max);
     r.loss_scale = loss_scaler_.scale;
     if (overflow != 0.0f && loss_scaler_.scale <= 1.0)
@@ -293,8 +282,7 @@ StepResult Trainer::train_step() {
       if (mixed_) mixed_->finish_step(false);
       else if (zero_) zero_->end_step();
       r.lr = schedule_.at(r.step);
-      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      return r;
+      return finish_step(r, t0);
     }
     parallel::scale_grads(grads, float(1.0 / r.loss_scale));
   }
@@ -319,6 +307,10 @@ StepResult Trainer::train_step() {
     zero_->end_step();
   }
   model_->refresh_compute_weights();
+  return finish_step(r, t0);
+}
+
+StepResult Trainer::finish_step(StepResult r, std::chrono::steady_clock::time_point t0) {
   // The step's traffic, before anything else (checkpoint gathers, evaluation) adds to the counters.
   for (int kind : {int(comm::GroupKind::tp), int(comm::GroupKind::dp), int(comm::GroupKind::pp)})
     step_sent_bytes_[size_t(kind)] = dist_ ? int64_t(dist_->traffic().total(comm::GroupKind(kind)).sent_bytes) : 0;

@@ -2,6 +2,7 @@
 // The training loop: micro-batches with gradient accumulation, global-norm clipping, AdamW with
 // its learning-rate schedule, progress lines, checkpoints, and the final memory summary.
 #include <array>
+#include <chrono>
 #include <memory>
 
 #include "comm/distributed.hpp"
@@ -68,6 +69,8 @@ class Trainer {
     int world;
   };
   void summarize(const RunTotals& totals);  // trainer_summary.cpp
+  // A step's end, applied or skipped: its traffic snapshot and its time.
+  StepResult finish_step(StepResult r, std::chrono::steady_clock::time_point t0);
   std::vector<float> owned_by_stage(const float* values) const;  // pipeline: the whole model's values
   std::vector<int> local_layers() const;
   int64_t step_ = 0;  // optimizer steps done

@@ -36,5 +36,7 @@ double global_grad_norm(const ParamTable& table, const OwnedGrads& g, comm::Comm
                         comm::Communicator* shard, comm::Communicator* pp, bool count_wte);
 
 void scale_grads(const OwnedGrads& g, float factor);
+// Whether every value held is finite (fp16's overflow check, this rank only).
+bool all_finite(const OwnedGrads& g);
 
 }  // namespace lattice::parallel
