@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "checkpoint/atomic_dir.hpp"
+#include "core/atomic_dir.hpp"
 #include "checkpoint/llmc_import.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "core/error.hpp"

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/gpt.hpp"
-#include "train/optimizer.hpp"
+#include "optim/optimizer.hpp"
 
 namespace lattice::checkpoint {
 

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "checkpoint/atomic_dir.hpp"
+#include "core/atomic_dir.hpp"
 #include "core/error.hpp"
 
 namespace lattice::checkpoint {

@@ -5,11 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/atomic_dir.hpp"
+#include "core/atomic_dir.hpp"
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
-#include "parallel/groups.hpp"
-#include "parallel/groups_svg.hpp"
+#include "comm/groups.hpp"
+#include "report/groups_svg.hpp"
 
 namespace lattice::cli {
 
@@ -48,7 +48,7 @@ int run_groups(int argc, char** argv) {
                          pp_g = parallel::pp_groups(layout), emb_g = parallel::embedding_groups(layout);
   if (!svg.empty()) {
     const std::string doc = parallel::groups_svg(layout);
-    checkpoint::write_file_atomically(svg, doc.data(), doc.size());
+    write_file_atomically(svg, doc.data(), doc.size());
   }
 
   if (json) {

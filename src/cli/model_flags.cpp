@@ -31,7 +31,7 @@ void add_layout_flags(CLI::App& app, LayoutFlags& f) {
                  "interleaved chunks per pipeline rank m");
   app.add_flag("--sequence-parallel", l.sequence_parallel, "sequence parallelism (needs t > 1)");
   app.add_option("--zero", l.zero, "ZeRO stage 0-3");
-  app.add_option("--params-dtype", l.params_dtype,
+  app.add_option("--params-dtype", f.params_dtype,
                  "fp32 | bf16 | fp16 model weights and gradients (16-bit: fp32 master weights; fp16: loss scaling)")
       ->capture_default_str();
   app.add_flag_callback("--use-distributed-optimizer", [&l] { l.zero = 1; }, "alias of --zero 1");
@@ -43,8 +43,7 @@ LayoutConfig LayoutFlags::resolve() {
   require(recompute_method == "block", "--recompute-method must be block (got '" + recompute_method + "')");
   require(layout.tp >= 1 && layout.pp >= 1 && layout.virtual_stages >= 1,
           "parallel sizes must be at least 1");
-  require(layout.params_dtype == "fp32" || layout.params_dtype == "bf16" || layout.params_dtype == "fp16",
-          "--params-dtype must be fp32, bf16 or fp16 (got '" + layout.params_dtype + "')");
+  layout.params_dtype = parse_params_dtype(params_dtype);
   require(layout.zero >= 0 && layout.zero <= 3, "--zero must be 0, 1, 2 or 3 (got " + std::to_string(layout.zero) + ")");
   return layout;
 }

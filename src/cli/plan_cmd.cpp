@@ -33,7 +33,7 @@ struct PlanFlags {
 void add_flags(CLI::App& app, PlanFlags& f) {
   add_model_flags(app, f.model);
   f.layout.activation_dtype = "bf16";  // planning is for mixed-precision GPU runs by default
-  f.layout.layout.params_dtype = "bf16";
+  f.layout.params_dtype = "bf16";
   add_layout_flags(app, f.layout);
   app.add_option("--micro-batch,--micro-batch-size", f.micro_batch, "micro-batch size b");
   app.add_option("--global-batch,--global-batch-size", f.global_batch,

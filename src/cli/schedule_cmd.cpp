@@ -6,13 +6,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/atomic_dir.hpp"
+#include "core/atomic_dir.hpp"
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
-#include "parallel/pipeline/schedule.hpp"
-#include "parallel/pipeline/schedule_svg.hpp"
-#include "parallel/pipeline/simulate.hpp"
-#include "parallel/pipeline/trace_timeline.hpp"
+#include "engine/schedule.hpp"
+#include "report/schedule_svg.hpp"
+#include "report/simulate.hpp"
+#include "report/trace_timeline.hpp"
 
 namespace lattice::cli {
 
@@ -79,7 +79,7 @@ int run_schedule(int argc, char** argv) {
   const double eq5 = pl::first_stage_in_flight_formula(kind, p, n_mb, m);
   if (!svg.empty()) {
     const std::string doc = pl::schedule_svg(sim, {kind, p, n_mb, m, options});
-    checkpoint::write_file_atomically(svg, doc.data(), doc.size());
+    write_file_atomically(svg, doc.data(), doc.size());
   }
 
   std::vector<int> peak;

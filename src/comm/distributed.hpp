@@ -10,7 +10,7 @@
 
 #include "comm/communicator.hpp"
 #include "comm/traffic.hpp"
-#include "parallel/groups.hpp"
+#include "comm/groups.hpp"
 
 namespace lattice::comm {
 

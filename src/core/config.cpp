@@ -13,6 +13,14 @@ const char* to_string(Recompute r) {
   return "?";
 }
 const char* to_string(DType d) { return d == DType::bf16 ? "bf16" : "fp32"; }
+const char* to_string(ParamsDType d) {
+  switch (d) {
+    case ParamsDType::fp32: return "fp32";
+    case ParamsDType::bf16: return "bf16";
+    case ParamsDType::fp16: return "fp16";
+  }
+  return "?";
+}
 
 Recompute parse_recompute(const std::string& s) {
   if (s == "none") return Recompute::none;
@@ -25,6 +33,13 @@ DType parse_dtype(const std::string& s) {
   if (s == "fp32") return DType::fp32;
   if (s == "bf16") return DType::bf16;
   fail("--activation-dtype must be fp32 or bf16 (got '" + s + "')");
+}
+
+ParamsDType parse_params_dtype(const std::string& s) {
+  if (s == "fp32") return ParamsDType::fp32;
+  if (s == "bf16") return ParamsDType::bf16;
+  if (s == "fp16") return ParamsDType::fp16;
+  fail("--params-dtype must be fp32, bf16 or fp16 (got '" + s + "')");
 }
 
 int64_t ModelConfig::num_params() const {

@@ -7,11 +7,15 @@ namespace lattice {
 
 enum class Recompute { none, selective, full };
 enum class DType { fp32, bf16 };
+// How model weights and gradients are stored: fp32, or 16 bits with fp32 master weights.
+enum class ParamsDType { fp32, bf16, fp16 };
 
 const char* to_string(Recompute r);
 const char* to_string(DType d);
+const char* to_string(ParamsDType d);
 Recompute parse_recompute(const std::string& s);  // throws InputError
 DType parse_dtype(const std::string& s);          // throws InputError
+ParamsDType parse_params_dtype(const std::string& s);  // throws InputError
 inline int bytes_of(DType d) { return d == DType::bf16 ? 2 : 4; }
 
 struct ModelConfig {
@@ -43,10 +47,10 @@ struct LayoutConfig {
   int recompute_layers = -1;  // full recompute of the first N layers only; -1 = all (when full)
   DType activation_dtype = DType::fp32;
   int zero = 0;
-  // Model weights and gradients for compute: fp32, or 16-bit ("bf16", "fp16") with fp32 master
-  // weights in the optimizer (mixed precision, SPEC §8).
-  std::string params_dtype = "fp32";
-  bool mixed_precision() const { return params_dtype != "fp32"; }
+  // Model weights and gradients for compute: fp32, or 16-bit (bf16, fp16) with fp32 master
+  // weights in the optimizer (mixed precision, docs/design.md §8).
+  ParamsDType params_dtype = ParamsDType::fp32;
+  bool mixed_precision() const { return params_dtype != ParamsDType::fp32; }
 };
 
 }  // namespace lattice

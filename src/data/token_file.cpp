@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "checkpoint/atomic_dir.hpp"
+#include "core/atomic_dir.hpp"
 #include "core/error.hpp"
 
 namespace lattice::data {
@@ -17,7 +17,7 @@ void write_token_file(const std::string& path, const std::vector<uint16_t>& toke
   header[0] = kTokenFileMagic;
   header[1] = kTokenFileVersion;
   header[2] = static_cast<int32_t>(tokens.size());
-  checkpoint::AtomicFile file(path);
+  AtomicFile file(path);
   file.write(header, sizeof(header));
   file.write(tokens.data(), tokens.size() * sizeof(uint16_t));
   file.commit();

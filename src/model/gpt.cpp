@@ -10,8 +10,7 @@
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
 #include "model/transformer_layer.hpp"
-#include "parallel/tensor/vocab_parallel.hpp"
-#include "train/optimizer.hpp"
+#include "tensor_parallel/vocab_parallel.hpp"
 #include "tensor/bf16.hpp"
 
 namespace lattice {

@@ -13,7 +13,7 @@
 #include "model/layer_kept.hpp"
 #include "model/params.hpp"
 #include "model/workspace.hpp"
-#include "parallel/tensor/vocab_parallel.hpp"
+#include "tensor_parallel/vocab_parallel.hpp"
 
 namespace lattice {
 

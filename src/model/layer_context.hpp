@@ -5,7 +5,7 @@
 
 #include "core/config.hpp"
 #include "kernels/gemm.hpp"
-#include "parallel/tensor/conjugate.hpp"
+#include "tensor_parallel/conjugate.hpp"
 #include "random/philox.hpp"
 
 namespace lattice {

@@ -27,7 +27,7 @@ PlanRequest paper_request(const PaperModel& m, Recompute recompute, bool sequenc
   r.layout.sequence_parallel = sequence_parallel;
   r.layout.recompute = recompute;
   r.layout.activation_dtype = DType::bf16;
-  r.layout.params_dtype = "bf16";
+  r.layout.params_dtype = ParamsDType::bf16;
   r.micro_batch = m.micro_batch;
   r.global_batch = m.global_batch;
   r.gpus = m.gpus;

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "train/optimizer.hpp"
+#include "optim/optimizer.hpp"
 
 namespace lattice {
 

@@ -11,10 +11,10 @@
 #include "analysis/formulas.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "comm/gather_int64.hpp"
-#include "parallel/tensor/gather.hpp"
+#include "model/gather_shards.hpp"
 #include "core/error.hpp"
-#include "train/report.hpp"
-#include "train/trace.hpp"
+#include "report/step_report.hpp"
+#include "report/trace_writer.hpp"
 
 namespace lattice {
 
@@ -434,7 +434,7 @@ int Trainer::run() {
     }
   }
   if (!config_.save.empty()) save(config_.save);
-  if (!config_.trace.empty()) Trace::instance().write(config_.trace, dist_ ? &dist_->world() : nullptr,
+  if (!config_.trace.empty()) write_trace(Trace::instance(), config_.trace, dist_ ? &dist_->world() : nullptr,
                                                       dist_ ? dist_->rank() : 0);
 
   summarize({first_loss, last_loss, total_s, timed_steps, step_flops, tokens, peak, world});

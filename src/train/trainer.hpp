@@ -7,14 +7,14 @@
 
 #include "comm/distributed.hpp"
 #include "core/config.hpp"
-#include "parallel/data/grad_sync.hpp"
-#include "parallel/data/zero.hpp"
-#include "parallel/pipeline/executor.hpp"
+#include "engine/grad_sync.hpp"
+#include "engine/zero.hpp"
+#include "engine/executor.hpp"
 #include "data/loader.hpp"
 #include "model/gpt.hpp"
-#include "train/lr_schedule.hpp"
-#include "train/mixed_precision.hpp"
-#include "train/optimizer.hpp"
+#include "optim/lr_schedule.hpp"
+#include "engine/mixed_precision.hpp"
+#include "optim/optimizer.hpp"
 #include "train/train_config.hpp"
 
 namespace lattice {

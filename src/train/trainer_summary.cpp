@@ -4,7 +4,7 @@
 
 #include "analysis/formulas.hpp"
 #include "comm/gather_int64.hpp"
-#include "train/report.hpp"
+#include "report/step_report.hpp"
 #include "train/trainer.hpp"
 
 // The end-of-run summary: every rank's measured memory and traffic gathered, the formulas beside.

@@ -7,8 +7,8 @@
 
 #include "comm/distributed.hpp"
 #include "kernels/cross_entropy.hpp"
-#include "parallel/tensor/conjugate.hpp"
-#include "parallel/tensor/vocab_parallel.hpp"
+#include "tensor_parallel/conjugate.hpp"
+#include "tensor_parallel/vocab_parallel.hpp"
 #include "random/philox.hpp"
 
 using namespace lattice;

@@ -18,7 +18,7 @@
 
 #include "comm/communicator.hpp"
 #include "model/params.hpp"
-#include "train/optimizer.hpp"
+#include "optim/optimizer.hpp"
 
 using namespace lattice;
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/atomic_dir.hpp"
+#include "core/atomic_dir.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "core/error.hpp"
 #include "test_util.hpp"

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "parallel/groups.hpp"
-#include "parallel/groups_svg.hpp"
+#include "comm/groups.hpp"
+#include "report/groups_svg.hpp"
 
 using namespace lattice;
 using namespace lattice::parallel;

@@ -13,9 +13,9 @@
 
 #include "analysis/formulas.hpp"
 #include "core/error.hpp"
-#include "parallel/pipeline/schedule.hpp"
-#include "parallel/pipeline/schedule_svg.hpp"
-#include "parallel/pipeline/simulate.hpp"
+#include "engine/schedule.hpp"
+#include "report/schedule_svg.hpp"
+#include "report/simulate.hpp"
 
 using namespace lattice;
 using namespace lattice::parallel::pipeline;

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Checks that every source file under SRC includes only its own folder and the folders
+SRC/layers.txt allows it, and that layers.txt itself only points downwards.
+Usage: check-layers.py [SRC]   (default: src beside this script). Exit 1 on any violation."""
+import os, re, sys
+
+src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+order, allowed, errors = [], {}, []
+for n, line in enumerate(open(os.path.join(src, "layers.txt")), 1):
+    line = line.split("#", 1)[0].strip()
+    if not line:
+        continue
+    name, _, deps = line.partition(":")
+    name = name.strip()
+    for d in deps.split():
+        if d not in allowed:
+            errors.append(f"layers.txt:{n}: {name} may use {d}, which is not a layer listed above it")
+    order.append(name)
+    allowed[name] = set(deps.split())
+
+include = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+for root, _, files in os.walk(src):
+    for f in sorted(files):
+        if not f.endswith((".hpp", ".cpp", ".h", ".cc")):
+            continue
+        path = os.path.join(root, f)
+        rel = os.path.relpath(path, src)
+        layer = rel.split(os.sep)[0]
+        if layer not in allowed:
+            errors.append(f"{rel}: folder {layer} is not a layer in layers.txt")
+            continue
+        for n, line in enumerate(open(path, encoding="utf-8", errors="replace"), 1):
+            m = include.match(line)
+            if not m:
+                continue
+            target = m.group(1).split("/")[0]
+            if "/" not in m.group(1) or target == layer:
+                continue
+            if target not in allowed:  # a header outside src (e.g. oneapi/dnnl)
+                continue
+            if target not in allowed[layer]:
+                where = "above" if order.index(target) > order.index(layer) else "beside"
+                errors.append(f"{rel}:{n}: includes {m.group(1)}, but {layer} may not use {target} ({where} it)")
+
+for e in errors:
+    print(e, file=sys.stderr)
+if errors:
+    print(f"check-layers: {len(errors)} include(s) against the layering in layers.txt", file=sys.stderr)
+    sys.exit(1)
+print(f"check-layers: {len(order)} layers, every include points down")

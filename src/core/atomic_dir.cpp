@@ -1,0 +1,147 @@
+#include "core/atomic_dir.hpp"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "core/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace lattice {
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+std::string parent_of(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+// fsync a file or directory by path; directories must be synced for renames in them to persist.
+void fsync_path(const std::string& path, bool is_dir) {
+  const int fd = ::open(path.c_str(), (is_dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  require(fd >= 0, "cannot open " + path + " to sync it: " + errno_text());
+  const bool ok = ::fsync(fd) == 0;
+  const std::string why = ok ? "" : errno_text();
+  ::close(fd);
+  require(ok, "cannot sync " + path + ": " + why);
+}
+
+void make_parent_dirs(const std::string& path) {
+  std::error_code ec;
+  const std::string parent = parent_of(path);
+  fs::create_directories(parent, ec);
+  require(!ec, "cannot create directory " + parent + ": " + ec.message());
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(const std::string& final_path)
+    : final_path_(final_path), temp_path_(final_path + ".tmp") {
+  make_parent_dirs(final_path_);
+  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  require(fd_ >= 0, "cannot write " + temp_path_ + ": " + errno_text());
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(temp_path_.c_str());
+  }
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  require(fd_ >= 0, "cannot write " + temp_path_ + ": file already committed");
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    require(n > 0, "cannot write " + temp_path_ + ": " + errno_text());
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+void AtomicFile::commit() {
+  require(fd_ >= 0, "cannot commit " + final_path_ + ": already committed");
+  require(::fsync(fd_) == 0, "cannot sync " + temp_path_ + ": " + errno_text());
+  const bool closed = ::close(fd_) == 0;
+  fd_ = -1;
+  if (!closed || ::rename(temp_path_.c_str(), final_path_.c_str()) != 0) {
+    const std::string why = errno_text();
+    ::unlink(temp_path_.c_str());
+    fail("cannot write " + final_path_ + ": " + why);
+  }
+  fsync_path(parent_of(final_path_), true);
+}
+
+void write_file_atomically(const std::string& path, const void* data, size_t bytes) {
+  AtomicFile file(path);
+  file.write(data, bytes);
+  file.commit();
+}
+
+AtomicDir::AtomicDir(const std::string& final_path)
+    : final_path_(final_path), temp_path_(final_path + ".tmp-" + std::to_string(::getpid())) {
+  std::error_code ec;
+  require(!fs::exists(final_path_, ec) || fs::is_directory(final_path_, ec),
+          "cannot save to " + final_path_ + ": it exists and is not a directory");
+  make_parent_dirs(final_path_);
+  fs::remove_all(temp_path_, ec);  // a leftover from a crashed process that had our pid
+  fs::create_directory(temp_path_, ec);
+  require(!ec, "cannot create directory " + temp_path_ + ": " + ec.message());
+}
+
+AtomicDir::~AtomicDir() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove_all(temp_path_, ec);  // best effort: a destructor must not throw
+}
+
+void AtomicDir::commit() {
+  require(!committed_, "cannot commit " + final_path_ + ": already committed");
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(temp_path_, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file())
+      fsync_path(it->path().string(), false);
+    else if (it->is_directory())
+      fsync_path(it->path().string(), true);
+  }
+  require(!ec, "cannot list " + temp_path_ + ": " + ec.message());
+  fsync_path(temp_path_, true);
+
+  if (!fs::exists(final_path_, ec)) {
+    require(::rename(temp_path_.c_str(), final_path_.c_str()) == 0,
+            "cannot rename " + temp_path_ + " to " + final_path_ + ": " + errno_text());
+    committed_ = true;
+    fsync_path(parent_of(final_path_), true);
+    return;
+  }
+  // Preferred: one atomic exchange, so final_path names a complete checkpoint at every instant;
+  // the temporary name then holds the previous version, which we delete.
+  std::string previous = temp_path_;
+  if (::renameat2(AT_FDCWD, temp_path_.c_str(), AT_FDCWD, final_path_.c_str(), RENAME_EXCHANGE) != 0) {
+    // Filesystem without RENAME_EXCHANGE: move the old one aside, then rename the new one in.
+    previous = final_path_ + ".old-" + std::to_string(::getpid());
+    fs::remove_all(previous, ec);
+    require(::rename(final_path_.c_str(), previous.c_str()) == 0,
+            "cannot move the previous " + final_path_ + " aside: " + errno_text());
+    if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0) {
+      const std::string why = errno_text();
+      ::rename(previous.c_str(), final_path_.c_str());  // put the previous version back
+      fail("cannot rename " + temp_path_ + " to " + final_path_ + ": " + why);
+    }
+  }
+  committed_ = true;
+  fsync_path(parent_of(final_path_), true);
+  fs::remove_all(previous, ec);
+}
+
+}  // namespace lattice

@@ -1,0 +1,39 @@
+#pragma once
+// Runs a pipeline schedule (schedule.hpp) on this rank's stage of the model: the action list is
+// the program. Receives are blocking and posted in list order, sends are non-blocking; activations
+// travel under one tag and gradients under another, and between any two ranks each kind is sent in
+// the order the receiver consumes it (checked by the schedule's tests), so nothing can deadlock.
+#include <functional>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "model/gpt.hpp"
+#include "engine/schedule.hpp"
+
+namespace lattice::parallel::pipeline {
+
+// Fills micro-batch k's rows (inputs, targets: rows × seq_len) and returns its first global row.
+using MicroBatchSource = std::function<int64_t(int k, int32_t* inputs, int32_t* targets)>;
+
+class Executor {
+ public:
+  Executor(GPT& model, comm::Communicator& pp, ScheduleKind kind, int n_mb, int m, int rows_per_micro_batch);
+
+  // One optimizer step's forwards and backwards; gradients accumulate in the model. Returns the
+  // loss sum of the micro-batches whose last stage ran here (0 on other stages). noexcept: a
+  // failure mid-schedule terminates, and the terminate handler aborts every rank at once instead
+  // of unwinding through sends that peers may never receive.
+  double run(uint64_t step, float loss_scale, const MicroBatchSource& source) noexcept;
+
+  // The layers [l0, l1) of global virtual stage `stage`.
+  std::pair<int, int> layers_of(int stage) const;
+  bool owns_layer(int layer) const;
+
+ private:
+  GPT& model_;
+  comm::Communicator& pp_;
+  RankActions actions_;
+  int n_mb_, m_, rows_;
+};
+
+}  // namespace lattice::parallel::pipeline

@@ -1,0 +1,342 @@
+// ModelStates (model_states.hpp). Every choice of where a state lives is answered by the three
+// predicates half(), whole_weights(), whole_grads(): the rest of the trainer never asks.
+#include "engine/model_states.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "tensor/bf16.hpp"
+
+namespace lattice::parallel {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+StatesLayout states_layout(const LayoutConfig& layout, int layers, bool zero_prefetch) {
+  return {layout.dp > 1 ? layout.zero : 0, layout.params_dtype, layout.activation_dtype == DType::bf16,
+          zero_prefetch, layers};
+}
+
+ModelStates::ModelStates(const StatesLayout& layout, std::vector<Bucket> buckets, comm::Communicator* dp)
+    : layout_(layout),
+      dp_(dp),
+      stage_(dp && dp->size() > 1 ? layout.zero : 0),
+      n_(stage_ >= 1 ? dp->size() : 1),
+      buckets_(std::move(buckets)) {
+  if (layout.params_dtype != ParamsDType::fp32) half_ = HalfFormat{layout.params_dtype == ParamsDType::fp16};
+  const int r = stage_ >= 1 ? dp->rank() : 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Bucket& bucket = buckets_[b];
+    const int64_t chunk = (bucket.size() + n_ - 1) / n_;
+    for (int k = 0; k < n_; ++k) {
+      const int64_t begin = std::min(bucket.end, bucket.begin + k * chunk);
+      const int64_t end = std::min(bucket.end, begin + chunk);
+      counts_.push_back(int(end - begin));
+      if (k == r) pieces_.push_back({begin, end});
+    }
+    // Without ZeRO the "shard" is the whole buffer in its own layout.
+    shard_offset_.push_back(stage_ >= 1 ? shard_size_ : bucket.begin);
+    if (pieces_.back().size() > 0) {
+      owned_.push_back(pieces_.back());
+      owned_bucket_.push_back(int(b));
+    }
+    shard_size_ += pieces_.back().size();
+    total_ = std::max(total_, bucket.end);
+  }
+  if (stage_ == 0) owned_ = {{0, total_}}, owned_bucket_.clear();
+  launched_.assign(buckets_.size(), false);
+  const int64_t grads_size = whole_grads() ? total_ : shard_size_;
+  if (half()) grads16_ = TrackedArray<uint16_t>(grads_size, "grads");
+  else grads32_ = TrackedArray<float>(grads_size, "grads");
+}
+
+void ModelStates::keep_weights(GPT& model, bool from_seed, uint64_t seed) {
+  const float* full = from_seed ? nullptr : model.params();
+  // This rank's pieces of the fp32 weights, into a shard-layout buffer.
+  auto fill_shard = [&](float* shard) {
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const FlatPiece p = pieces_[b];
+      if (p.size() == 0) continue;
+      if (from_seed) init_params(model.table(), shard + shard_offset_[b], seed, model.config().vocab, p);
+      else std::copy(full + p.begin, full + p.end, shard + shard_offset_[b]);
+    }
+  };
+  if (!half() && whole_weights()) {
+    weights32_ = model.take_params();
+    weights_bf16_ = model.take_compute_weights();
+  } else if (!half()) {
+    weights32_ = TrackedArray<float>(shard_size_, "params");
+    fill_shard(weights32_.data());
+  } else {
+    masters_ = TrackedArray<float>(masters_sharded() ? shard_size_ : total_, "optimizer");  // part of the 12Ψ
+    if (masters_sharded()) fill_shard(masters_.data());
+    else std::copy(full, full + total_, masters_.data());
+    if (whole_weights()) {
+      weights16_ = TrackedArray<uint16_t>(total_, "params");
+      half_->narrow(full, weights16_.data(), total_);
+    } else {
+      weights16_ = TrackedArray<uint16_t>(shard_size_, "params");
+      half_->narrow(masters_.data(), weights16_.data(), shard_size_);
+    }
+  }
+  model.release_weights();
+  model.set_bucket_store(this);
+}
+
+void ModelStates::sync_replicas() {
+  if (!dp_ || dp_->size() == 1 || half() || !whole_weights()) return;
+  dp_->broadcast({weights32_.data(), size_t(total_)}, 0);
+  if (weights_bf16_.size()) to_bf16(weights32_.data(), weights_bf16_.data(), total_);
+}
+
+void ModelStates::begin_step() {
+  std::fill(grads32_.data(), grads32_.data() + grads32_.size(), 0.0f);
+  std::fill(grads16_.data(), grads16_.data() + grads16_.size(), uint16_t(0));
+  if (stage_ == 1 && !half()) {  // the last micro-batch reduce-scatters into it as backward goes
+    reduced_ = TrackedArray<float>(shard_size_, "transient");
+    note_transient();
+  }
+  launched_.assign(buckets_.size(), false);
+  last_micro_batch_ = false;
+  wait_s_ = 0;
+}
+
+// ---- weights -------------------------------------------------------------------------------------
+
+const float* ModelStates::params(int b, int next) {
+  if (!half() && whole_weights()) return weights32_.data() + buckets_[size_t(b)].begin;
+  if (!gathered_.count(b)) launch_gather(b);
+  Gathered& g = gathered_.at(b);
+  ++g.users;
+  if (layout_.prefetch && stage_ >= 3 && next >= 0 && buckets_[size_t(next)].size() > 0 && !gathered_.count(next))
+    launch_gather(next);
+  ready(g);
+  return g.values.data();
+}
+
+const uint16_t* ModelStates::params_bf16(int b) {
+  if (!layout_.bf16_gemms) return nullptr;
+  const int64_t begin = buckets_[size_t(b)].begin;
+  if (!half() && whole_weights()) return weights_bf16_.data() + begin;
+  if (half() && !half_->fp16 && whole_weights()) return weights16_.data() + begin;  // stored bf16
+  return gathered_.at(b).bf16.data();
+}
+
+void ModelStates::params_done(int b) {
+  if (!half() && whole_weights()) return;
+  release_user(gathered_, b);
+}
+
+void ModelStates::launch_gather(int b) {
+  const Bucket& bucket = buckets_[size_t(b)];
+  Gathered& g = gathered_[b];
+  g.values = TrackedArray<float>(bucket.size(), "transient");
+  if (whole_weights()) {  // 16-bit weights, whole on every rank: widen, nothing to gather
+    half_->widen(weights16_.data() + bucket.begin, g.values.data(), bucket.size());
+    note_transient();
+    return;
+  }
+  const int64_t offset = shard_offset_[size_t(b)], n = piece(b).size();
+  const float* mine = weights32_.data() + offset;
+  if (half()) {
+    g.piece = TrackedArray<float>(n, "transient");
+    half_->widen(weights16_.data() + offset, g.piece.data(), n);
+    mine = g.piece.data();
+  }
+  note_transient();
+  g.pending = dp_->all_gather_v_async({mine, size_t(n)}, {g.values.data(), size_t(bucket.size())}, counts(b));
+}
+
+// A bucket's fp32 weights are about to be read: wait for them, make the bf16 copy GEMMs may need.
+void ModelStates::ready(Gathered& g) {
+  const auto t0 = std::chrono::steady_clock::now();
+  g.pending.wait();
+  wait_s_ += seconds_since(t0);
+  g.piece = TrackedArray<float>();
+  const bool stored_bf16 = half() && !half_->fp16 && whole_weights();
+  if (layout_.bf16_gemms && !stored_bf16) {
+    g.make_bf16();
+    note_transient();
+  }
+}
+
+// ---- gradients -----------------------------------------------------------------------------------
+
+float* ModelStates::grads(int b) {
+  if (!half() && whole_grads()) return grads32_.data() + buckets_[size_t(b)].begin;
+  float* g = bucket_grads_.get(b, buckets_[size_t(b)].size());
+  note_transient();
+  return g;
+}
+
+void ModelStates::grads_done(int b) {
+  if (!half() && whole_grads()) {
+    // Only the last micro-batch reduces; the tied embedding's bucket is written twice (head and
+    // embedding), so the non-layer buckets wait for reduce().
+    if (last_micro_batch_ && b < layout_.layers) launch_reduction(b);
+    return;
+  }
+  TrackedArray<float> done = bucket_grads_.take(b);
+  if (!done.size()) return;
+  if (whole_grads()) {  // the 16-bit gradient accumulates the micro-batch's fp32 bucket (one rounding)
+    half_->accumulate(done.data(), grads16_.data() + buckets_[size_t(b)].begin, done.size());
+    return;
+  }
+  reduce_scatter(b, std::move(done), 1);  // one in flight: transient buckets stay two layers' worth
+}
+
+void ModelStates::launch_reduction(int b) {
+  const Bucket& bucket = buckets_[size_t(b)];
+  if (launched_[size_t(b)] || bucket.size() == 0 || !dp_ || dp_->size() == 1) return;
+  launched_[size_t(b)] = true;
+  if (stage_ == 0) {
+    all_reducing_.push_back(dp_->all_reduce_async({grads32_.data() + bucket.begin, size_t(bucket.size())}));
+    return;
+  }
+  Reducing r{b, {}, TrackedArray<float>(piece(b).size(), "transient"), {}};
+  note_transient();
+  r.pending = dp_->reduce_scatter_v_async({grads32_.data() + bucket.begin, size_t(bucket.size())},
+                                          {r.mine.data(), size_t(r.mine.size())}, counts(b));
+  reducing_.push_back(std::move(r));
+  while (reducing_.size() > 2) complete_oldest();
+}
+
+void ModelStates::reduce_scatter(int b, TrackedArray<float> values, size_t max_in_flight) {
+  Reducing r{b, std::move(values), TrackedArray<float>(piece(b).size(), "transient"), {}};
+  note_transient();
+  r.pending = dp_->reduce_scatter_v_async({r.full.data(), size_t(r.full.size())},
+                                          {r.mine.data(), size_t(r.mine.size())}, counts(b));
+  reducing_.push_back(std::move(r));
+  while (reducing_.size() > max_in_flight) complete_oldest();
+}
+
+void ModelStates::complete_oldest() {
+  Reducing& r = reducing_.front();
+  const auto t0 = std::chrono::steady_clock::now();
+  r.pending.wait();
+  wait_s_ += seconds_since(t0);
+  // Into the step's shard (stage 1) or the kept shard gradient, where micro-batches accumulate.
+  const int64_t offset = shard_offset_[size_t(r.bucket)];
+  if (half() && stage_ >= 2) {
+    half_->accumulate(r.mine.data(), grads16_.data() + offset, r.mine.size());
+  } else {
+    float* dst = (stage_ == 1 ? reduced_.data() : grads32_.data()) + offset;
+    const float* src = r.mine.data();
+    for (int64_t i = 0; i < r.mine.size(); ++i) dst[i] += src[i];
+  }
+  reducing_.pop_front();
+}
+
+void ModelStates::finish_all_reduces() {
+  for (auto& h : all_reducing_) h.wait();
+  all_reducing_.clear();
+  while (!reducing_.empty()) complete_oldest();
+}
+
+OwnedGrads ModelStates::shard_grads(float* shard) {
+  OwnedGrads g{owned_, {}};
+  for (int b : owned_bucket_) g.data.push_back(shard + shard_offset_[size_t(b)]);
+  return g;
+}
+
+OwnedGrads ModelStates::reduce() {
+  if (!half() && whole_grads()) {  // what the last backward did not start, then wait for all
+    for (size_t b = 0; b < buckets_.size(); ++b) launch_reduction(int(b));
+    finish_all_reduces();
+    return stage_ == 0 ? OwnedGrads{owned_, {grads32_.data()}} : shard_grads(reduced_.data());
+  }
+  if (half() && stage_ == 0) {  // the optimizer reads the whole fp32 gradient at once
+    reduced_ = TrackedArray<float>(total_, "transient");
+    half_->widen(grads16_.data(), reduced_.data(), total_);
+    note_transient();
+    if (dp_ && dp_->size() > 1) dp_->all_reduce({reduced_.data(), size_t(total_)});
+    return {owned_, {reduced_.data()}};
+  }
+  if (half() && stage_ == 1) {  // bucket by bucket: widen, reduce-scatter (one in flight)
+    reduced_ = TrackedArray<float>(shard_size_, "transient");
+    note_transient();
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const Bucket& bucket = buckets_[b];
+      if (bucket.size() == 0) continue;
+      TrackedArray<float> values(bucket.size(), "transient");
+      half_->widen(grads16_.data() + bucket.begin, values.data(), bucket.size());
+      reduce_scatter(int(b), std::move(values), 1);
+    }
+    finish_all_reduces();
+    return shard_grads(reduced_.data());
+  }
+  finish_all_reduces();  // stages 2–3: the shard gradient is complete
+  if (!half()) return shard_grads(grads32_.data());
+  reduced_ = TrackedArray<float>(shard_size_, "transient");  // the optimizer reads fp32
+  half_->widen(grads16_.data(), reduced_.data(), shard_size_);
+  note_transient();
+  return shard_grads(reduced_.data());
+}
+
+// ---- after the update ----------------------------------------------------------------------------
+
+std::vector<float*> ModelStates::master_pieces() {
+  if (stage_ == 0) return {master_base()};
+  std::vector<float*> out;
+  for (int b : owned_bucket_) out.push_back(master_base() + offset_in(masters_sharded(), b));
+  return out;
+}
+
+void ModelStates::finish_step(bool updated) {
+  if (updated && !half()) {
+    if (stage_ == 1 || stage_ == 2) {  // every rank's updated pieces, gathered in place
+      std::vector<comm::Handle> pending;
+      for (size_t b = 0; b < buckets_.size(); ++b) {
+        const Bucket& bucket = buckets_[b];
+        if (bucket.size() == 0) continue;
+        pending.push_back(dp_->all_gather_v_async({weights32_.data() + pieces_[b].begin, size_t(pieces_[b].size())},
+                                                  {weights32_.data() + bucket.begin, size_t(bucket.size())},
+                                                  counts(int(b))));
+      }
+      for (auto& h : pending) h.wait();
+    }
+    if (weights_bf16_.size()) to_bf16(weights32_.data(), weights_bf16_.data(), total_);
+  } else if (updated) {
+    if (whole_weights() && stage_ >= 1) gather_narrowed();
+    else half_->narrow(masters_.data(), weights16_.data(), weights16_.size());  // whole, or stage 3's shard
+  }
+  reduced_ = TrackedArray<float>();
+}
+
+void ModelStates::gather_narrowed() {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Bucket& bucket = buckets_[b];
+    if (bucket.size() == 0) continue;
+    TrackedArray<float> values(bucket.size(), "transient");
+    note_transient();
+    dp_->all_gather_v_async({masters_.data() + shard_offset_[b], size_t(pieces_[b].size())},
+                            {values.data(), size_t(bucket.size())}, counts(int(b)))
+        .wait();
+    half_->narrow(values.data(), weights16_.data() + bucket.begin, bucket.size());
+  }
+}
+
+// ---- checkpoints ---------------------------------------------------------------------------------
+
+std::vector<float> ModelStates::full_weights() {
+  if (masters_sharded()) return gather_full(master_base());
+  return std::vector<float>(master_base(), master_base() + total_);
+}
+
+std::vector<float> ModelStates::gather_full(const float* owned_values) {
+  if (stage_ == 0) return std::vector<float>(owned_values, owned_values + total_);
+  std::vector<float> full(static_cast<size_t>(total_), 0.0f);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Bucket& bucket = buckets_[b];
+    if (bucket.size() == 0) continue;
+    dp_->all_gather_v_async({owned_values + shard_offset_[b], size_t(pieces_[b].size())},
+                            {full.data() + bucket.begin, size_t(bucket.size())}, counts(int(b)))
+        .wait();
+  }
+  return full;
+}
+
+}  // namespace lattice::parallel

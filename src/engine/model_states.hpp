@@ -1,0 +1,158 @@
+#pragma once
+// ModelStates: how this rank keeps the model's states — weights, gradients, fp32 master weights —
+// decided in one place from the layout (ZeRO stage over the data-parallel group × weight precision),
+// and the one BucketStore the model reads weights from and hands gradients to (docs/design.md §8).
+//
+// The flat parameter buffer is cut into buckets (a transformer layer, the token embedding, the
+// position embedding, the final LayerNorm: model/bucket_store.hpp). Under ZeRO every bucket is split
+// evenly over the N_d ranks (uneven last chunk, no padding), so rank r owns one piece of every
+// bucket; its pieces, in bucket order, are its shard. Without ZeRO a rank owns everything.
+//
+//   stage  weights (fp32 | 16-bit)     gradients                          masters (16-bit runs)
+//   0      whole                       whole, all-reduced by layer         whole
+//   1      whole, all-gathered         whole, reduce-scattered by layer    shard
+//   2      whole, all-gathered         shard: each bucket reduce-scattered shard
+//                                      from a transient buffer per micro-batch
+//   3      shard, gathered per bucket  shard, as stage 2                   shard
+//          before forward and backward
+//
+// 16-bit weights are widened per bucket for compute (bf16 ones go to bf16 GEMMs as stored); 16-bit
+// gradients accumulate each micro-batch's fp32 bucket; the wire carries fp32. Reductions of the
+// last micro-batch start as backward finishes each layer, so they overlap the layers below.
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "core/config.hpp"
+#include "engine/owned_grads.hpp"
+#include "model/bucket_store.hpp"
+#include "model/gpt.hpp"
+#include "tensor/half.hpp"
+#include "tensor/memory_tracker.hpp"
+
+namespace lattice::parallel {
+
+// What decides how the states are kept (build it with states_layout()).
+struct StatesLayout {
+  int zero = 0;                                  // ZeRO stage (0 when the DP group has one rank)
+  ParamsDType params_dtype = ParamsDType::fp32;  // weights and gradients
+  bool bf16_gemms = false;                       // the model's GEMMs read bf16 weights
+  bool prefetch = true;                          // stage 3: gather the next bucket while one computes
+  int layers = 0;                                // buckets [0, layers) are transformer layers
+};
+StatesLayout states_layout(const LayoutConfig& layout, int layers, bool zero_prefetch);
+
+class ModelStates final : public BucketStore {
+ public:
+  // `dp`: the data-parallel group (null: one process). Allocates the gradient buffers; the weights
+  // come with keep_weights, once they are loaded. No collective here (a constructor may fail on
+  // one rank alone).
+  ModelStates(const StatesLayout& layout, std::vector<Bucket> buckets, comm::Communicator* dp);
+
+  int zero_stage() const { return stage_; }
+  // The pieces of the flat buffer this rank updates (the whole buffer without ZeRO), in the order
+  // of master_pieces() and reduce(); the group they are sharded over (null without ZeRO).
+  const std::vector<FlatPiece>& owned() const { return owned_; }
+  comm::Communicator* shard_group() const { return stage_ >= 1 ? dp_ : nullptr; }
+
+  // Takes the model's weights (loaded or initialised, the same on every DP rank) into the form this
+  // layout keeps, and becomes the model's bucket store; `from_seed` (ZeRO-3): each piece is
+  // initialised where it lives instead, and the whole model never exists on one rank.
+  void keep_weights(GPT& model, bool from_seed, uint64_t seed);
+  // Every DP replica starts from rank 0's weights (collective; after construction succeeded everywhere).
+  void sync_replicas();
+
+  // One step: begin_step; the micro-batches' backwards (the last one marked with
+  // set_last_micro_batch); reduce; the optimizer on reduce()'s gradient and master_pieces();
+  // finish_step.
+  void begin_step();
+  void set_last_micro_batch(bool last) { last_micro_batch_ = last; }
+  OwnedGrads reduce();  // the summed fp32 gradient of the owned pieces, valid until finish_step
+  std::vector<float*> master_pieces();
+  // The updated masters become every rank's compute weights; `updated` false (an fp16 step skipped
+  // for an overflow) only releases the step's buffers.
+  void finish_step(bool updated);
+
+  // Checkpoints (collective over DP under ZeRO): the whole fp32 weights of this rank's layout, and
+  // any array laid out like master_pieces() (optimizer element states) made whole.
+  std::vector<float> full_weights();
+  std::vector<float> gather_full(const float* owned_values);
+
+  // The most transient bytes (gathered or widened weights, gradient buckets, reduced gradient) alive
+  // at once, measured by the allocator; seconds blocked on ZeRO's collectives in the last step.
+  int64_t transient_peak_bytes() const { return transient_peak_.bytes(); }
+  double wait_seconds() const { return wait_s_; }
+
+  // BucketStore
+  const float* params(int bucket, int next) override;
+  const uint16_t* params_bf16(int bucket) override;
+  void params_done(int bucket) override;
+  float* grads(int bucket) override;
+  void grads_done(int bucket) override;
+
+ private:
+  struct Gathered : TransientWeights {
+    TrackedArray<float> piece;  // this rank's piece widened (16-bit), until the gather lands
+    comm::Handle pending;
+  };
+  struct Reducing {
+    int bucket;
+    TrackedArray<float> full, mine;  // a transient bucket gradient (or none); this rank's summed piece
+    comm::Handle pending;
+  };
+  bool half() const { return half_.has_value(); }
+  bool whole_weights() const { return stage_ < 3; }
+  bool whole_grads() const { return stage_ < 2; }
+  bool masters_sharded() const { return half() ? stage_ >= 1 : stage_ >= 3; }
+  float* master_base() { return half() ? masters_.data() : weights32_.data(); }
+  int64_t offset_in(bool sharded, int bucket) const {
+    return sharded ? shard_offset_[size_t(bucket)] : pieces_[size_t(bucket)].begin;
+  }
+  std::span<const int> counts(int bucket) const { return {counts_.data() + size_t(bucket) * n_, size_t(n_)}; }
+  FlatPiece piece(int bucket) const { return pieces_[size_t(bucket)]; }
+  void note_transient() { transient_peak_.note(); }
+
+  void launch_gather(int bucket);
+  void ready(Gathered& g);
+  void launch_reduction(int bucket);  // the last micro-batch's bucket of the whole fp32 gradient
+  void reduce_scatter(int bucket, TrackedArray<float> values, size_t max_in_flight);
+  void complete_oldest();
+  void finish_all_reduces();
+  void gather_narrowed();  // masters' shards → every rank's whole 16-bit weights
+  OwnedGrads shard_grads(float* shard);
+
+  StatesLayout layout_;
+  comm::Communicator* dp_;
+  int stage_, n_;  // n_: ranks the buckets are split over (1 without ZeRO)
+  std::optional<HalfFormat> half_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> counts_;            // [bucket][rank]: elements of each rank's piece
+  std::vector<FlatPiece> pieces_;      // this rank's piece of each bucket (may be empty)
+  std::vector<int64_t> shard_offset_;  // where each bucket's piece starts in the shard
+  std::vector<FlatPiece> owned_;
+  std::vector<int> owned_bucket_;
+  int64_t shard_size_ = 0, total_ = 0;  // total_: the flat buffer's size
+
+  TrackedArray<float> weights32_;       // fp32 runs: whole (stages 0–2) or shard (3)
+  TrackedArray<uint16_t> weights_bf16_; // fp32 whole weights read by bf16 GEMMs: their bf16 copy
+  TrackedArray<uint16_t> weights16_;    // 16-bit runs: whole (stages 0–2) or shard (3)
+  TrackedArray<float> masters_;         // 16-bit runs: fp32 masters, whole (stage 0) or shard
+  TrackedArray<float> grads32_;         // fp32 runs: whole (stages 0–1) or shard (2–3)
+  TrackedArray<uint16_t> grads16_;      // 16-bit runs: whole (stages 0–1) or shard (2–3)
+  TrackedArray<float> reduced_;         // the step's summed gradient when grads32_ is not it (transient)
+
+  bool last_micro_batch_ = false;
+  std::vector<bool> launched_;          // the last micro-batch's reductions started, by bucket
+  std::vector<comm::Handle> all_reducing_;
+  std::deque<Reducing> reducing_;       // reduce-scatters in flight, oldest first
+  TransientGrads bucket_grads_;         // gradient buckets backward is writing (not whole fp32)
+  std::map<int, Gathered> gathered_;    // weights made fp32 for compute (gathered or widened)
+  TransientPeak transient_peak_;
+  double wait_s_ = 0;
+};
+
+}  // namespace lattice::parallel

@@ -1,0 +1,140 @@
+#include "engine/schedule.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/error.hpp"
+
+namespace lattice::parallel::pipeline {
+
+namespace {
+
+constexpr int kMaxPipeline = 4096, kMaxMicroBatches = 1 << 20, kMaxChunks = 1024;
+
+std::string n(int v) { return std::to_string(v); }
+
+// The action of `pass` for `micro_batch` on model chunk `chunk` of `rank`, with the peers its
+// input comes from and its output goes to: the neighbouring global virtual stages.
+Action make_action(Pass pass, int micro_batch, int chunk, int rank, int p, int m) {
+  Action a;
+  a.pass = pass;
+  a.micro_batch = micro_batch;
+  a.chunk = chunk;
+  a.stage = chunk * p + rank;
+  const int last = p * m - 1;
+  const int prev = a.stage > 0 ? (a.stage - 1) % p : kNoPeer;
+  const int next = a.stage < last ? (a.stage + 1) % p : kNoPeer;
+  a.recv_from = pass == Pass::forward ? prev : next;
+  a.send_to = pass == Pass::forward ? next : prev;
+  return a;
+}
+
+RankActions gpipe(int rank, int p, int n_mb) {
+  RankActions out;
+  for (int mb = 0; mb < n_mb; ++mb) out.push_back(make_action(Pass::forward, mb, 0, rank, p, 1));
+  for (int mb = 0; mb < n_mb; ++mb) out.push_back(make_action(Pass::backward, mb, 0, rank, p, 1));
+  return out;
+}
+
+RankActions one_f_one_b(int rank, int p, int n_mb) {
+  const int warmup = std::min(p - rank - 1, n_mb);
+  RankActions out;
+  for (int mb = 0; mb < warmup; ++mb) out.push_back(make_action(Pass::forward, mb, 0, rank, p, 1));
+  for (int i = 0; i < n_mb - warmup; ++i) {
+    out.push_back(make_action(Pass::forward, warmup + i, 0, rank, p, 1));
+    out.push_back(make_action(Pass::backward, i, 0, rank, p, 1));
+  }
+  for (int mb = n_mb - warmup; mb < n_mb; ++mb) out.push_back(make_action(Pass::backward, mb, 0, rank, p, 1));
+  return out;
+}
+
+// Megatron's interleaving walks "virtual micro-batches" k = 0..m·n_mb-1: groups of p micro-batches
+// per chunk, chunks ascending for forwards and descending for backwards.
+Action interleaved_action(Pass pass, int k, int rank, int p, int m) {
+  const int in_group = k % (p * m);
+  int chunk = in_group / p;
+  if (pass == Pass::backward) chunk = m - 1 - chunk;
+  const int micro_batch = (k / (p * m)) * p + k % p;
+  return make_action(pass, micro_batch, chunk, rank, p, m);
+}
+
+RankActions interleaved(int rank, int p, int n_mb, int m) {
+  const int total = n_mb * m;
+  // Megatron runs all forwards first when n_mb == p; otherwise later ranks start 1F1B sooner.
+  const int warmup = n_mb == p ? total : std::min((p - rank - 1) * 2 + (m - 1) * p, total);
+  RankActions out;
+  for (int k = 0; k < warmup; ++k) out.push_back(interleaved_action(Pass::forward, k, rank, p, m));
+  for (int i = 0; i < total - warmup; ++i) {
+    out.push_back(interleaved_action(Pass::forward, warmup + i, rank, p, m));
+    out.push_back(interleaved_action(Pass::backward, i, rank, p, m));
+  }
+  for (int k = total - warmup; k < total; ++k) out.push_back(interleaved_action(Pass::backward, k, rank, p, m));
+  return out;
+}
+
+}  // namespace
+
+ScheduleKind parse_schedule_kind(const std::string& name) {
+  if (name == "gpipe") return ScheduleKind::gpipe;
+  if (name == "1f1b") return ScheduleKind::one_f_one_b;
+  if (name == "interleaved") return ScheduleKind::interleaved;
+  fail("unknown schedule '" + name + "' (choose gpipe, 1f1b or interleaved)");
+}
+
+const char* schedule_name(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::gpipe: return "gpipe";
+    case ScheduleKind::one_f_one_b: return "1f1b";
+    case ScheduleKind::interleaved: return "interleaved";
+  }
+  return "?";
+}
+
+void validate_schedule(ScheduleKind kind, int p, int n_mb, int m) {
+  require(p >= 1 && p <= kMaxPipeline,
+          "pipeline-model-parallel size must be between 1 and " + n(kMaxPipeline) + " (got " + n(p) + ")");
+  require(n_mb >= 1 && n_mb <= kMaxMicroBatches,
+          "micro-batches must be between 1 and " + n(kMaxMicroBatches) + " (got " + n(n_mb) + ")");
+  require(m >= 1 && m <= kMaxChunks, "virtual stages must be between 1 and " + n(kMaxChunks) + " (got " + n(m) + ")");
+  if (kind != ScheduleKind::interleaved) {
+    require(m == 1, "virtual stages > 1 need the interleaved schedule (got m = " + n(m) + " with " +
+                        schedule_name(kind) + ")");
+    return;
+  }
+  require(m >= 2, "the interleaved schedule needs virtual stages m >= 2 (with m = 1 use 1f1b)");
+  require(p >= 2, "the interleaved schedule needs pipeline-model-parallel size p >= 2");
+  require(n_mb % p == 0, "the interleaved schedule needs micro-batches (" + n(n_mb) +
+                             ") to be a multiple of the pipeline-model-parallel size p = " + n(p));
+  require(int64_t(n_mb) * m <= kMaxMicroBatches,
+          "micro-batches × virtual stages must be at most " + n(kMaxMicroBatches));
+}
+
+std::vector<RankActions> build_schedule(ScheduleKind kind, int p, int n_mb, int m) {
+  validate_schedule(kind, p, n_mb, m);
+  std::vector<RankActions> ranks;
+  ranks.reserve(static_cast<size_t>(p));
+  for (int rank = 0; rank < p; ++rank) {
+    switch (kind) {
+      case ScheduleKind::gpipe: ranks.push_back(gpipe(rank, p, n_mb)); break;
+      case ScheduleKind::one_f_one_b: ranks.push_back(one_f_one_b(rank, p, n_mb)); break;
+      case ScheduleKind::interleaved: ranks.push_back(interleaved(rank, p, n_mb, m)); break;
+    }
+  }
+  return ranks;
+}
+
+std::string action_label(const Action& a, int m) {
+  std::string s(1, a.pass == Pass::forward ? 'F' : 'B');  // appended, not prepended: GCC 12 -Wrestrict
+  s += n(a.micro_batch);
+  if (m > 1) s += ".c" + n(a.chunk);
+  return s;
+}
+
+std::string describe_action(const Action& a, int m) {
+  std::string s = action_label(a, m);
+  if (a.recv_from != kNoPeer) s += " <-r" + n(a.recv_from);
+  if (a.send_to != kNoPeer) s += " ->r" + n(a.send_to);
+  return s;
+}
+
+}  // namespace lattice::parallel::pipeline

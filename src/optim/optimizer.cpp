@@ -1,0 +1,94 @@
+#include "optim/optimizer.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "core/error.hpp"
+#include "optim/adafactor.hpp"
+#include "optim/sm3.hpp"
+
+namespace lattice {
+
+Optimizer::Optimizer(const ParamTable& table, const OptimizerConfig& config, std::vector<FlatPiece> owned,
+                     OptimizerGroups groups)
+    : table_(table), config_(config), groups_(groups), owned_(std::move(owned)) {
+  if (owned_.empty() && table.total() > 0) owned_.push_back({0, table.total()});
+  for (size_t i = 0; i < owned_.size(); ++i) {
+    const FlatPiece& piece = owned_[i];
+    for (const auto& p : table.params()) {
+      const int64_t b = std::max(p.offset, piece.begin), e = std::min(p.offset + p.numel, piece.end);
+      if (b < e) segments_.push_back({i, &p, b, e, owned_size_ + (b - piece.begin)});
+    }
+    owned_size_ += piece.size();
+  }
+  std::map<const ParamInfo*, std::vector<size_t>> by_tensor;
+  for (size_t i = 0; i < segments_.size(); ++i) by_tensor[segments_[i].param].push_back(i);
+  for (auto& [param, list] : by_tensor) segments_by_tensor_.push_back(std::move(list));
+}
+
+AdamW::AdamW(const ParamTable& table, const OptimizerConfig& config, std::vector<FlatPiece> owned,
+             OptimizerGroups groups)
+    : Optimizer(table, config, std::move(owned), groups),
+      m_(owned_size(), "optimizer"),
+      v_(owned_size(), "optimizer") {}
+
+std::vector<Optimizer::ElementState> AdamW::element_states() {
+  return {{"exp_avg.", m_.data()}, {"exp_avg_sq.", v_.data()}};
+}
+
+void AdamW::update(std::span<const PieceData> pieces, double lr, int64_t step) {
+  const float b1 = float(config_.beta1), b2 = float(config_.beta2), eps = float(config_.eps);
+  const float bc1 = float(1.0 - std::pow(config_.beta1, double(step)));
+  const float bc2 = float(1.0 - std::pow(config_.beta2, double(step)));
+  const float step_size = float(lr) / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
+  for (const Segment& s : segments()) {
+    const float decay = s.param->decay ? float(1.0 - lr * config_.weight_decay) : 1.0f;
+    const int64_t in_piece = s.begin - owned()[s.piece].begin;
+    float* m = m_.data() + s.state_index;
+    float* v = v_.data() + s.state_index;
+    float* w = pieces[s.piece].master + in_piece;
+    const float* grad = pieces[s.piece].grad + in_piece;
+    const int64_t n = s.end - s.begin;
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = grad[i];
+      m[i] = b1 * m[i] + (1.0f - b1) * g;
+      v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+      const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
+      w[i] = w[i] * decay - step_size * m[i] / denom;
+    }
+  }
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const ParamTable& table, const OptimizerConfig& config,
+                                          std::vector<FlatPiece> owned, OptimizerGroups groups) {
+  if (config.kind == "adamw") return std::make_unique<AdamW>(table, config, std::move(owned), groups);
+  if (config.kind == "adafactor") return std::make_unique<Adafactor>(table, config, std::move(owned), groups);
+  if (config.kind == "sm3") return std::make_unique<SM3>(table, config, std::move(owned), groups);
+  throw InputError("--optimizer must be adamw, adafactor or sm3 (got '" + config.kind + "')");
+}
+
+double grad_norm(const float* grads, int64_t n) {
+  const int threads = omp_get_max_threads();
+  std::vector<double> partial(size_t(threads), 0.0);
+#pragma omp parallel num_threads(threads)
+  {
+    double acc = 0.0;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) acc += double(grads[i]) * double(grads[i]);
+    partial[size_t(omp_get_thread_num())] = acc;
+  }
+  double sum = 0.0;
+  for (double p : partial) sum += p;
+  return std::sqrt(sum);
+}
+
+void scale_grads(float* grads, int64_t n, float factor) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) grads[i] *= factor;
+}
+
+}  // namespace lattice

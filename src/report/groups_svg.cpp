@@ -1,0 +1,114 @@
+#include "report/groups_svg.hpp"
+
+#include "core/svg.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace lattice::parallel {
+
+namespace {
+
+constexpr int kCellW = 50, kCellH = 28;
+constexpr int kStageGap = 28;
+constexpr int kLeft = 64;          // room for the "dp d" row labels
+constexpr int kPanelHeader = 62;   // panel title + stage header + tp header
+constexpr int kPanelGap = 30;
+constexpr int kTop = 56;           // document title
+
+// Distinct pastel colours: hues a golden angle apart, so neighbouring group indices differ most.
+std::string group_colour(int index) { return svg::hsl(std::fmod(index * 137.508, 360.0), 0.60, 0.74); }
+
+struct Panel {
+  const char* title;
+  const char* note;
+  Groups groups;
+};
+
+class SvgGrid {
+ public:
+  explicit SvgGrid(const ParallelLayout& l) : l_(l) {}
+
+  int panel_width() const { return kLeft + l_.pp * l_.tp * kCellW + (l_.pp - 1) * kStageGap + 16; }
+  int panel_height() const { return kPanelHeader + l_.dp * kCellH; }
+
+  void draw(std::ostringstream& out, const Panel& panel, int top) const {
+    std::vector<int> group_of(size_t(l_.world), -1);
+    for (size_t g = 0; g < panel.groups.size(); ++g)
+      for (int r : panel.groups[g]) group_of[size_t(r)] = int(g);
+
+    out << "<text x='16' y='" << top + 18 << "' class='panel'>" << panel.title << " (" << panel.groups.size()
+        << ")<tspan class='note' dx='10'>" << panel.note << "</tspan></text>\n";
+    for (int stage = 0; stage < l_.pp; ++stage) {
+      const int x0 = stage_x(stage);
+      out << "<text x='" << x0 + l_.tp * kCellW / 2 << "' y='" << top + 38 << "' class='head'>stage " << stage
+          << "</text>\n";
+      if (l_.tp <= 16)
+        for (int t = 0; t < l_.tp; ++t)
+          out << "<text x='" << x0 + t * kCellW + kCellW / 2 << "' y='" << top + 54 << "' class='sub'>tp " << t
+              << "</text>\n";
+      for (int d = 0; d < l_.dp; ++d)
+        for (int t = 0; t < l_.tp; ++t) {
+          const int rank = rank_of(l_, {t, d, stage});
+          const int g = group_of[size_t(rank)];
+          const int x = x0 + t * kCellW, y = top + kPanelHeader + d * kCellH;
+          out << "<rect x='" << x << "' y='" << y << "' width='" << kCellW << "' height='" << kCellH
+              << "' class='cell' fill='" << (g < 0 ? "#eeeeee" : group_colour(g)) << "'/>"
+              << "<text x='" << x + kCellW / 2 << "' y='" << y + kCellH / 2 + 4 << "' class='"
+              << (g < 0 ? "rank none" : "rank") << "'>" << rank << "</text>\n";
+        }
+      out << "<rect x='" << x0 << "' y='" << top + kPanelHeader << "' width='" << l_.tp * kCellW << "' height='"
+          << l_.dp * kCellH << "' class='stage'/>\n";
+    }
+    for (int d = 0; d < l_.dp; ++d)
+      out << "<text x='" << kLeft - 10 << "' y='" << top + kPanelHeader + d * kCellH + kCellH / 2 + 4
+          << "' class='row'>dp " << d << "</text>\n";
+  }
+
+ private:
+  int stage_x(int stage) const { return kLeft + stage * (l_.tp * kCellW + kStageGap); }
+  const ParallelLayout& l_;
+};
+
+}  // namespace
+
+std::string groups_svg(const ParallelLayout& l) {
+  require(l.world <= kMaxSvgRanks, "--svg draws at most " + std::to_string(kMaxSvgRanks) + " ranks (world size " +
+                                       std::to_string(l.world) + ")");
+  const Panel panels[] = {
+      {"Tensor-parallel groups", "consecutive ranks", tp_groups(l)},
+      {"Data-parallel groups", "stride t, within one stage", dp_groups(l)},
+      {"Pipeline-parallel groups", "stride t\u00b7dp, one rank per stage", pp_groups(l)},
+      {"Embedding groups", "first and last stage of each pipeline; grey: in none", embedding_groups(l)}};
+  const SvgGrid grid(l);
+  const int width = std::max(grid.panel_width(), 620);
+  const int height = kTop + 4 * grid.panel_height() + 3 * kPanelGap + 16;
+
+  std::ostringstream out;
+  out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height << "' viewBox='0 0 "
+      << width << ' ' << height << "' font-family='DejaVu Sans, Helvetica, Arial, sans-serif'>\n"
+      << "<style>.title{font-size:16px;font-weight:bold}.note{font-size:11px;font-weight:normal;fill:#555}"
+         ".panel{font-size:14px;font-weight:bold}.head{font-size:12px;text-anchor:middle}"
+         ".sub{font-size:10px;fill:#666;text-anchor:middle}.row{font-size:11px;fill:#444;text-anchor:end}"
+         ".cell{stroke:#fff;stroke-width:2}.stage{fill:none;stroke:#333;stroke-width:1.5}"
+         ".rank{font-size:12px;text-anchor:middle;fill:#222}.none{fill:#aaa}</style>\n"
+      << "<rect width='100%' height='100%' fill='#fff'/>\n"
+      << "<text x='16' y='24' class='title'>world " << l.world << " = t " << l.tp << " \u00d7 dp " << l.dp
+      << " \u00d7 p " << l.pp << "</text>\n"
+      << "<text x='16' y='42' class='note'>rank = tp_rank + t\u00b7dp_rank + t\u00b7dp\u00b7pp_rank; "
+         "cells of one colour form one group</text>\n";
+  int top = kTop;
+  for (const Panel& p : panels) {
+    grid.draw(out, p, top);
+    top += grid.panel_height() + kPanelGap;
+  }
+  out << "</svg>\n";
+  return out.str();
+}
+
+}  // namespace lattice::parallel

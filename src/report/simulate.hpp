@@ -1,0 +1,50 @@
+#pragma once
+// Event simulation of pipeline action lists (no model): each rank runs its list in order; an
+// action starts once the rank is free and its input has arrived (the sender's matching action
+// finished, plus the point-to-point latency). Gives the timeline, the bubble and the activations
+// each rank holds, and reports a deadlock — no rank can proceed — as an error.
+#include <vector>
+
+#include "engine/schedule.hpp"
+
+namespace lattice::parallel::pipeline {
+
+struct SimulationOptions {
+  // Times of one whole stage (L/p layers) for one micro-batch; a chunk takes 1/m of them.
+  double forward_time = 1.0;
+  double backward_time = 2.0;
+  double p2p_latency = 0.0;  // from the end of the sending action to the input being available
+};
+
+struct TimedAction {
+  Action action;
+  double start = 0, end = 0;
+};
+
+struct RankTimeline {
+  std::vector<TimedAction> actions;  // in execution order
+  double busy = 0;                   // time spent computing
+  int peak_in_flight = 0;            // max (forwards done − backwards done), in chunk micro-batches
+  double peak_stage_equivalents = 0; // the same in units of one micro-batch of L/p layers: peak / m
+};
+
+struct Simulation {
+  std::vector<RankTimeline> ranks;
+  double total_time = 0;  // the last action's end
+  double idle = 0;        // Σ over ranks of (total_time − busy)
+  double bubble = 0;      // idle / (p · total_time)
+};
+
+// Runs the lists (as build_schedule returns them, for p ranks and m chunks per rank). Throws
+// lattice::InputError on a deadlock, a backward whose forward has not run on that rank, or a
+// message that was sent but never received, naming the rank and action.
+Simulation simulate(const std::vector<RankActions>& ranks, int m, const SimulationOptions& options = {});
+
+// What the paper predicts beside what the simulation measures.
+// Bubble (p−1)/(m·n_mb + p−1), with m = 1 for GPipe and 1F1B.
+double bubble_formula(ScheduleKind kind, int p, int n_mb, int m);
+// Micro-batches of L/p layers held by the first stage at its peak (eq. 5): GPipe n_mb, 1F1B p,
+// interleaved p·(1 + (p−1)/(p·m)).
+double first_stage_in_flight_formula(ScheduleKind kind, int p, int n_mb, int m);
+
+}  // namespace lattice::parallel::pipeline

@@ -1,0 +1,98 @@
+#include "report/step_report.hpp"
+
+#include <cstdio>
+#include <iostream>
+
+namespace lattice {
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 4) b /= 1024.0, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u ? "%.2f %s" : "%.0f %s", b, units[u]);
+  return buf;
+}
+
+void print_step(const StepReport& r, bool json) {
+  if (json) {
+    nlohmann::json j = {{"event", "step"},    {"step", r.step},
+                        {"loss", r.loss},     {"lr", r.lr},
+                        {"grad_norm", r.grad_norm}, {"step_s", r.step_s},
+                        {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
+                        {"activation_peak_bytes", r.activation_peak_bytes}};
+    if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale, j["skipped"] = r.skipped;
+    std::cout << j.dump() << "\n" << std::flush;
+    return;
+  }
+  std::fprintf(stderr, "step %5lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%  act %s",
+               (long long)r.step, (long long)r.steps, r.loss, r.lr, r.grad_norm, r.step_s * 1e3, r.tokens_per_s,
+               r.mfu * 100.0, human_bytes(double(r.activation_peak_bytes)).c_str());
+  if (r.loss_scale > 0) std::fprintf(stderr, "  scale %g%s", r.loss_scale, r.skipped ? " (inf/NaN: step skipped, scale halved)" : "");
+  std::fprintf(stderr, "\n");
+}
+
+nlohmann::json memory_json(const MemoryReport& m) {
+  return {{"rank", m.rank},
+          {"tp_rank", m.tp_rank},
+          {"pp_rank", m.pp_rank},
+          {"dp_rank", m.dp_rank},
+          {"activation_bytes_per_layer", m.activation_bytes_per_layer},
+          {"activation_bytes_per_layer_formula", m.activation_bytes_per_layer_formula},
+          {"activation_bytes_outside_layers", m.activation_bytes_outside_layers},
+          {"activation_bytes_outside_layers_formula", m.activation_bytes_outside_formula},
+          {"activation_bytes_by_op", m.activation_bytes_by_op},
+          {"activation_peak_bytes", m.activation_peak_bytes},
+          {"model_state_bytes", {{"params", m.params}, {"grads", m.grads}, {"optimizer", m.optimizer}}},
+          {"model_state_bytes_formula",
+           {{"params", m.params_formula}, {"grads", m.grads_formula}, {"optimizer", m.optimizer_formula}}},
+          {"transient_peak_bytes", m.transient_peak_bytes},
+          {"model_state_peak_bytes", m.model_state_peak_bytes},
+          {"compute_weight_bytes", m.compute_weights}};
+}
+
+void print_memory_table(const MemoryReport& m) {
+  std::fprintf(stderr, "memory (measured by the tracking allocator; formula = SPEC §4):\n");
+  std::fprintf(stderr, "  %-8s %14s %14s %8s\n", "layer", "kept bytes", "formula", "ratio");
+  for (size_t l = 0; l < m.activation_bytes_per_layer.size(); ++l) {
+    const double meas = double(m.activation_bytes_per_layer[l]), form = double(m.activation_bytes_per_layer_formula[l]);
+    std::fprintf(stderr, "  %-8zu %14s %14s %8.4f\n", l, human_bytes(meas).c_str(), human_bytes(form).c_str(),
+                 form > 0 ? meas / form : 0.0);
+  }
+  std::fprintf(stderr, "  kept by op (measured):");
+  int col = 0;
+  for (const auto& [tag, bytes] : m.activation_bytes_by_op)
+    std::fprintf(stderr, "%s%s %s", col++ % 4 ? ", " : "\n    ", tag.c_str(), human_bytes(double(bytes)).c_str());
+  std::fprintf(stderr, "\n");
+  std::fprintf(stderr, "  outside  %14s %14s\n", human_bytes(double(m.activation_bytes_outside_layers)).c_str(),
+               human_bytes(double(m.activation_bytes_outside_formula)).c_str());
+  std::fprintf(stderr, "  activation peak %s; model states: params %s, grads %s, optimizer %s (SPEC §8: %s, %s, %s)",
+               human_bytes(double(m.activation_peak_bytes)).c_str(), human_bytes(double(m.params)).c_str(),
+               human_bytes(double(m.grads)).c_str(), human_bytes(double(m.optimizer)).c_str(),
+               human_bytes(double(m.params_formula)).c_str(), human_bytes(double(m.grads_formula)).c_str(),
+               human_bytes(double(m.optimizer_formula)).c_str());
+  if (m.transient_peak_bytes) std::fprintf(stderr, "; ZeRO transient peak %s", human_bytes(double(m.transient_peak_bytes)).c_str());
+  std::fprintf(stderr, "\n");
+}
+
+void print_comm_report(const nlohmann::json& comm_ranks) {
+  std::fprintf(stderr, "communication, last step (bytes sent; ring accounting: all-reduce 2(t-1)/t·n, "
+                       "reduce-scatter and all-gather (t-1)/t·n each, send n):\n");
+  std::fprintf(stderr, "  %-6s %14s %14s %14s   %s\n", "rank", "tp", "dp", "pp",
+               "tp through f, f̄, g, ḡ / SP re-gathers");
+  for (const auto& r : comm_ranks)
+    std::fprintf(stderr, "  %-6d %14s %14s %14s   %s / %s\n", r["rank"].get<int>(),
+                 human_bytes(r["tp"].get<double>()).c_str(), human_bytes(r["dp"].get<double>()).c_str(),
+                 human_bytes(r["pp"].get<double>()).c_str(), human_bytes(r["tp_conjugate"].get<double>()).c_str(),
+                 human_bytes(r["tp_regather"].get<double>()).c_str());
+  for (const auto& r : comm_ranks)
+    if (r["zero_wait_s"].get<double>() > 0)
+      std::fprintf(stderr, "  rank %d blocked %.1f ms on ZeRO gathers/reduce-scatters (not hidden by prefetch/overlap)\n",
+                   r["rank"].get<int>(), r["zero_wait_s"].get<double>() * 1e3);
+  if (!comm_ranks.empty())
+    std::fprintf(stderr, "  formulas: tp (4L+2)·2(t-1)/t·sbh·4·n_mb = %s; dp (N-1)/N·4·(2Ψ, ZeRO-2 (n_mb+1)Ψ, ZeRO-3 3Ψ·n_mb) = %s\n",
+                 human_bytes(comm_ranks[0]["tp_conjugate_formula"].get<double>()).c_str(),
+                 human_bytes(comm_ranks[0]["dp_formula"].get<double>()).c_str());
+}
+
+}  // namespace lattice

@@ -1,0 +1,82 @@
+#include "report/trace_timeline.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+
+namespace lattice::parallel::pipeline {
+
+Simulation timeline_from_trace(const std::string& path, int p, int m, int step) {
+  std::ifstream in(path);
+  if (!in) fail("cannot read trace " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    fail("trace " + path + " is not JSON: " + e.what());
+  }
+  if (!doc.contains("traceEvents")) fail("trace " + path + " has no traceEvents (write one with lattice train --trace)");
+  std::vector<const nlohmann::json*> work;
+  int last_step = -1;
+  for (const auto& e : doc["traceEvents"]) {
+    const std::string cat = e.value("cat", "");
+    if ((cat != "forward" && cat != "backward") || !e.contains("args")) continue;
+    last_step = std::max(last_step, e["args"].value("step", -1));
+    work.push_back(&e);
+  }
+  if (step < 0) step = last_step;
+  Simulation sim;
+  sim.ranks.resize(size_t(p));
+  double t0 = 1e300;
+  for (const auto* e : work)
+    if ((*e)["args"].value("step", -1) == step) t0 = std::min(t0, (*e)["ts"].get<double>());
+  if (t0 == 1e300) fail("trace " + path + " has no forward or backward of step " + std::to_string(step));
+  for (const auto* e : work) {
+    const auto& a = (*e)["args"];
+    const int rank = (*e)["tid"].get<int>();
+    if (a.value("step", -1) != step) continue;
+    if (rank < 0 || rank >= p)
+      fail("trace " + path + " has rank " + std::to_string(rank) + " but --pipeline-model-parallel-size is " +
+           std::to_string(p));
+    TimedAction t;
+    t.action.pass = (*e)["cat"] == "forward" ? Pass::forward : Pass::backward;
+    t.action.micro_batch = a.value("micro_batch", 0);
+    t.action.chunk = std::max(0, a.value("chunk", 0));
+    t.action.stage = t.action.chunk * p + rank;
+    t.start = ((*e)["ts"].get<double>() - t0) / 1000.0;
+    t.end = t.start + (*e)["dur"].get<double>() / 1000.0;
+    sim.ranks[size_t(rank)].actions.push_back(t);
+  }
+  // Time in units of the mean forward of a chunk, so the picture has the simulator's scale.
+  double forward_sum = 0;
+  int forwards = 0;
+  for (const auto& line : sim.ranks)
+    for (const auto& t : line.actions)
+      if (t.action.pass == Pass::forward) forward_sum += t.end - t.start, ++forwards;
+  const double unit = forwards && forward_sum > 0 ? forward_sum / forwards * m : 1.0;
+  for (auto& line : sim.ranks)
+    for (auto& t : line.actions) t.start /= unit, t.end /= unit;
+  for (auto& line : sim.ranks) {
+    std::sort(line.actions.begin(), line.actions.end(),
+              [](const TimedAction& x, const TimedAction& y) { return x.start < y.start; });
+    int held = 0;
+    for (const auto& t : line.actions) {
+      line.busy += t.end - t.start;
+      held += t.action.pass == Pass::forward ? 1 : -1;
+      line.peak_in_flight = std::max(line.peak_in_flight, held);
+      sim.total_time = std::max(sim.total_time, t.end);
+    }
+    line.peak_stage_equivalents = double(line.peak_in_flight) / m;
+  }
+  for (const auto& line : sim.ranks) sim.idle += sim.total_time - line.busy;
+  sim.bubble = sim.total_time > 0 ? sim.idle / (p * sim.total_time) : 0.0;
+  return sim;
+}
+
+}  // namespace lattice::parallel::pipeline

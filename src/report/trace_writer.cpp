@@ -1,0 +1,47 @@
+#include "report/trace_writer.hpp"
+
+#include <algorithm>
+#include <climits>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/gather_int64.hpp"
+#include "core/atomic_dir.hpp"
+
+namespace lattice {
+
+void write_trace(const Trace& trace, const std::string& path, comm::Communicator* world, int rank) {
+  const std::vector<int64_t>& events = trace.events();
+  // Every rank's events, gathered to all (only rank 0 writes).
+  const std::vector<std::vector<int64_t>> all =
+      world && world->size() > 1 ? comm::all_gather_int64(*world, events) : std::vector<std::vector<int64_t>>{events};
+  const int ranks = int(all.size());
+  if (rank != 0) return;
+  int64_t origin = INT64_MAX;  // times from the first event of any rank
+  for (const auto& ev : all)
+    for (size_t i = 0; i + 6 <= ev.size(); i += 6) origin = std::min(origin, ev[i + 1]);
+  static const char* names[] = {"forward", "backward", "receive", "send", "optimizer"};
+  nlohmann::json events = nlohmann::json::array();
+  for (int r = 0; r < ranks; ++r) {
+    std::string track = "rank ";
+    track.append(std::to_string(r));
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", r}, {"args", {{"name", track}}}});
+    const auto& ev = all[size_t(r)];
+    for (size_t i = 0; i + 6 <= ev.size(); i += 6) {
+      const int64_t kind = ev[i], mb = ev[i + 3], chunk = ev[i + 4], step = ev[i + 5];
+      std::string name = names[kind];
+      if (mb >= 0) {  // appended piece by piece: GCC 12 misreads `" mb" + std::string` (-Wrestrict)
+        name.append(" mb").append(std::to_string(mb));
+        if (chunk > 0) name.append(".").append(std::to_string(chunk));
+      }
+      nlohmann::json e = {{"name", name}, {"cat", names[kind]}, {"ph", "X"}, {"pid", 0}, {"tid", r},
+                          {"ts", ev[i + 1] - origin}, {"dur", std::max<int64_t>(1, ev[i + 2] - ev[i + 1])}};
+      if (step >= 0) e["args"] = {{"step", step}, {"micro_batch", mb}, {"chunk", chunk}};
+      events.push_back(e);
+    }
+  }
+  const std::string text = nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n";
+  write_file_atomically(path, text.data(), text.size());
+}
+
+}  // namespace lattice

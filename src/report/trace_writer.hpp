@@ -1,0 +1,14 @@
+#pragma once
+// Writes the recorded trace (core/trace.hpp) of every rank as one Chrome trace file (the Trace Event
+// format Perfetto and chrome://tracing open), a track per rank.
+#include <string>
+
+#include "comm/communicator.hpp"
+#include "core/trace.hpp"
+
+namespace lattice {
+
+// Collective over `world` (null: this process alone); rank 0 writes `path` atomically.
+void write_trace(const Trace& trace, const std::string& path, comm::Communicator* world, int rank);
+
+}  // namespace lattice

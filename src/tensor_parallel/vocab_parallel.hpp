@@ -1,0 +1,30 @@
+#pragma once
+// Vocabulary-parallel embedding and cross-entropy (SPEC §5): each tensor-parallel rank holds rows
+// [v0, v0 + v_local) of the (padded) vocabulary; no rank ever holds the full logits.
+#include <cstdint>
+
+#include "tensor_parallel/conjugate.hpp"
+
+namespace lattice::parallel {
+
+struct VocabShard {
+  int64_t v0 = 0, v_local = 0;  // this rank's first row and row count
+  int64_t v_real = 0;           // the real vocabulary; rows at or past it are padding
+};
+
+// out[N, h] = wte_shard[id - v0] for ids inside the shard, 0 elsewhere (the partial sum that the
+// TP group then reduces).
+void embedding_tokens_forward(float* out, const int32_t* ids, const float* wte_shard, const VocabShard& v,
+                              int64_t N, int64_t h);
+void embedding_tokens_backward(float* dwte_shard, const float* dout, const int32_t* ids, const VocabShard& v,
+                               int64_t N, int64_t h);
+
+// logits[N, v_local] (fp32) become this shard's probabilities; losses[N] get each row's loss.
+// Max, sum of exponentials and the target logit are all-reduced over the TP group.
+void cross_entropy_forward(const TensorParallel& tp, float* logits, float* losses, const int32_t* targets,
+                           const VocabShard& v, int64_t N);
+// dlogits = (probs − onehot(target)) · scale on this shard (may alias probs).
+void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* targets, const VocabShard& v,
+                            int64_t N, float scale);
+
+}  // namespace lattice::parallel
