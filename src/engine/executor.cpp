@@ -10,8 +10,9 @@ namespace {
 constexpr int kActivationTag = 1, kGradientTag = 2;
 }
 
-Executor::Executor(GPT& model, comm::Communicator& pp, ScheduleKind kind, int n_mb, int m, int rows)
-    : model_(model), pp_(pp), actions_(build_schedule(kind, pp.size(), n_mb, m)[size_t(pp.rank())]),
+Executor::Executor(GPT& model, comm::Communicator& pp, ScheduleKind kind, int n_mb, int m, int rows,
+                   KeptBytesProbe& kept)
+    : model_(model), pp_(pp), kept_(kept), actions_(build_schedule(kind, pp.size(), n_mb, m)[size_t(pp.rank())]),
       n_mb_(n_mb), m_(m), rows_(rows) {}
 
 std::pair<int, int> Executor::layers_of(int stage) const {
@@ -56,10 +57,13 @@ double Executor::run(uint64_t step, float loss_scale, const MicroBatchSource& so
     }
     {
       TraceSpan span(forward ? Trace::Kind::forward : Trace::Kind::backward, a.micro_batch, a.chunk, int64_t(step));
-      if (forward)
+      if (forward) {
+        kept_.before_forward(l0, l1);
         loss += model_.forward_chunk(mb, a.micro_batch, step, true, s, l0, l1, in.data(), out.data());
-      else
+        kept_.after_forward(l0, l1);
+      } else {
         model_.backward_chunk(mb, a.micro_batch, step, loss_scale, s, l0, l1, in.data(), out.data());
+      }
     }
     if (a.send_to != kNoPeer) {
       outgoing.push_back(out);

@@ -9,6 +9,7 @@
 #include "comm/communicator.hpp"
 #include "model/gpt.hpp"
 #include "engine/schedule.hpp"
+#include "tensor/kept_bytes.hpp"
 
 namespace lattice::parallel::pipeline {
 
@@ -17,7 +18,9 @@ using MicroBatchSource = std::function<int64_t(int k, int32_t* inputs, int32_t* 
 
 class Executor {
  public:
-  Executor(GPT& model, comm::Communicator& pp, ScheduleKind kind, int n_mb, int m, int rows_per_micro_batch);
+  // `kept` observes what each forward keeps for backward.
+  Executor(GPT& model, comm::Communicator& pp, ScheduleKind kind, int n_mb, int m, int rows_per_micro_batch,
+           KeptBytesProbe& kept);
 
   // One optimizer step's forwards and backwards; gradients accumulate in the model. Returns the
   // loss sum of the micro-batches whose last stage ran here (0 on other stages). noexcept: a
@@ -32,6 +35,7 @@ class Executor {
  private:
   GPT& model_;
   comm::Communicator& pp_;
+  KeptBytesProbe& kept_;
   RankActions actions_;
   int n_mb_, m_, rows_;
 };

@@ -1,8 +1,8 @@
 #pragma once
 // The flat parameter buffer in buckets — one per transformer layer, then the token embedding, the
-// position embedding and the final LayerNorm — and the interface through which ZeRO-2/3 keep a
-// bucket's gradients (and, in stage 3, its parameters) outside the model's own buffers: the model
-// asks for a bucket right before it uses it and says when it is done with it.
+// position embedding and the final LayerNorm — and BucketStore, the interface through which the
+// model's weights and gradients are kept outside its own buffers (engine/model_states.hpp): the
+// model asks for a bucket right before it uses it and says when it is done with it.
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -27,8 +27,6 @@ std::vector<Bucket> model_buckets(const ParamTable& table, int layers);
 class BucketStore {
  public:
   virtual ~BucketStore() = default;
-  // ZeRO-3: the parameters live here (sharded); otherwise the model's own buffer is read.
-  virtual bool holds_params() const = 0;
   // The whole bucket's values (bucket-relative), valid until params_done; `next` (or -1) is the
   // bucket the model will ask for next, to prefetch while this one is used.
   virtual const float* params(int bucket, int next) = 0;

@@ -11,6 +11,7 @@
 #include "kernels/linear.hpp"
 #include "model/transformer_layer.hpp"
 #include "tensor_parallel/vocab_parallel.hpp"
+#include "core/region.hpp"
 #include "tensor/bf16.hpp"
 
 namespace lattice {
@@ -23,47 +24,39 @@ GPT::GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, pa
       table_(model, tp.size(), tp.rank(), stage),
       seed_(seed),
       params_(materialize ? table_.total() : 0, "params"),
-      kept_bytes_per_layer_(size_t(model.layers), 0),
-      tp_bytes_per_layer_(size_t(model.layers), 0.0),
       buckets_(model_buckets(table_, model.layers)) {
-  // ZeRO-2/3 keep only a shard of the gradients (the bucket store's); no full buffer here.
-  // Mixed precision keeps 16-bit gradients in its store too.
-  if (!(layout_.zero >= 2 && layout_.dp > 1) && !layout_.mixed_precision())
-    grads_ = TrackedArray<float>(table_.total(), "grads");
   if (!materialize) return;
   if (layout_.activation_dtype == DType::bf16) params16_ = TrackedArray<uint16_t>(table_.total(), "bf16_weights");
   init_params(table_, params_.data(), seed, model.vocab);
   refresh_compute_weights();
 }
 
-namespace {
-double layer_tp_bytes() {
-  const parallel::ConjugateTraffic& t = parallel::conjugate_traffic();
-  return t.conjugate() + t.regather;
+void GPT::zero_grads() {
+  if (!grads_.size()) grads_ = TrackedArray<float>(table_.total(), "grads");  // made zeroed
+  else std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f);
 }
-}  // namespace
 
-void GPT::zero_grads() { std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f); }
-
-void GPT::release_full_params() {
+void GPT::release_weights() {
   params_ = TrackedArray<float>();
   params16_ = TrackedArray<uint16_t>();
 }
 
 const float* GPT::bucket_params(int b, int next) {
-  if (store_ && store_->holds_params()) return store_->params(b, next);
-  return params_.data() + buckets_[size_t(b)].begin;
+  return store_ ? store_->params(b, next) : params_.data() + buckets_[size_t(b)].begin;
 }
 
 void GPT::bucket_params_done(int b) {
-  if (store_ && store_->holds_params()) store_->params_done(b);
+  if (store_) store_->params_done(b);
 }
 
-float* GPT::bucket_grads(int b) { return store_ ? store_->grads(b) : grads_.data() + buckets_[size_t(b)].begin; }
+float* GPT::bucket_grads(int b) {
+  if (store_) return store_->grads(b);
+  if (!grads_.size()) zero_grads();
+  return grads_.data() + buckets_[size_t(b)].begin;
+}
 
 void GPT::bucket_grads_done(int b) {
   if (store_) store_->grads_done(b);
-  else if (b < model_.layers && layer_grads_ready_) layer_grads_ready_(b);
 }
 
 void GPT::refresh_compute_weights() {
@@ -73,13 +66,11 @@ void GPT::refresh_compute_weights() {
 // `values` points at the tensor's fp32 values, `offset` is its flat offset in `bucket` (for the
 // bf16 copy, or the store's bf16 values when the store keeps the weights).
 GemmOperand GPT::weight_operand(const float* values, int64_t offset, int bucket) const {
-  if (params16_.size()) return {params16_.data() + offset, DType::bf16};
-  if (layout_.activation_dtype == DType::bf16 && store_ && store_->holds_params()) {
-    const uint16_t* b16 = store_->params_bf16(bucket);
-    if (!b16) throw std::logic_error("bf16 GEMMs need the store's bf16 weights");
-    return {b16 + (offset - buckets_[size_t(bucket)].begin), DType::bf16};
-  }
-  return {values, DType::fp32};
+  if (layout_.activation_dtype != DType::bf16) return {values, DType::fp32};
+  if (!store_) return {params16_.data() + offset, DType::bf16};
+  const uint16_t* b16 = store_->params_bf16(bucket);
+  if (!b16) throw std::logic_error("bf16 GEMMs need the store's bf16 weights");
+  return {b16 + (offset - buckets_[size_t(bucket)].begin), DType::bf16};
 }
 
 LayerWeights GPT::layer_weights(int l, const float* bucket) const {
@@ -258,52 +249,30 @@ double GPT::forward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, bool 
   MicroState& state = in_flight_[id];
   if (state.layers.empty()) state.layers.resize(size_t(model_.layers));
   ++state.chunks;
-  MemoryTracker& tracker = MemoryTracker::activations();
   float* x = ws_.resid.data();
-  int64_t outside = 0;
   if (l0 == 0) {
-    const int64_t before = tracker.live_bytes_of_layer(kEmbeddingLayer);
+    const LayerRegion region(kEmbeddingLayer);
     embed_forward(mb, step, training, s, state.outside);
-    outside += tracker.live_bytes_of_layer(kEmbeddingLayer) - before;
   } else {
     std::copy(x_in, x_in + Nl * h, x);
   }
   for (int l = l0; l < l1; ++l) {
+    const LayerRegion region(l);
     const LayerContext c = layer_context(l, step, training, b, mb.first_row, s);
     const bool full = analysis::layer_fully_recomputed(layout_, l, model_.layers);
     const bool keep_s2 = full || layout_.recompute != Recompute::selective;
-    const int64_t before = tracker.live_bytes_of_layer(l);  // other micro-batches in flight
     LayerKept& kept = state.layers[size_t(l)];
-    const double sent = layer_tp_bytes();
     layer_forward(x, kept, keep_s2, layer_weights(l, bucket_params(l, l + 1 < l1 ? l + 1 : -1)), c, ws_);
     bucket_params_done(l);
-    if (training) tp_bytes_per_layer_[size_t(l)] += layer_tp_bytes() - sent;
-    if (!training) {
-      kept.release();
-      continue;
-    }
-    if (full) kept.release_all_but_input();
-    kept_bytes_per_layer_[size_t(l)] = tracker.live_bytes_of_layer(l) - before;
+    if (!training) kept.release();
+    else if (full) kept.release_all_but_input();
   }
-  double loss = 0.0;
-  if (l1 == model_.layers) {
-    const int64_t before = tracker.live_bytes_of_layer(kHeadLayer);
-    loss = head_forward(mb, s, state.outside);
-    outside += tracker.live_bytes_of_layer(kHeadLayer) - before;
-  } else {
+  if (l1 < model_.layers) {
     std::copy(x, x + Nl * h, x_out);
+    return 0.0;
   }
-  if (training) {
-    if (l0 == 0) kept_bytes_outside_ = 0;
-    kept_bytes_outside_ += outside;
-    if (l0 == 0) {
-      kept_bytes_by_op_.clear();
-      for (const auto& [tag, bytes] : tracker.live_by_op())
-        if (tag.rfind("layer0/", 0) == 0 || tag.rfind("embedding/", 0) == 0 || tag.rfind("head/", 0) == 0)
-          kept_bytes_by_op_[tag] = bytes;
-    }
-  }
-  return loss;
+  const LayerRegion region(kHeadLayer);
+  return head_forward(mb, s, state.outside);
 }
 
 void GPT::backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float loss_scale, int64_t s, int l0,
@@ -311,15 +280,17 @@ void GPT::backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float 
   const int64_t b = mb.rows, h = model_.hidden, Nl = b * s_local(s);
   MicroState& state = in_flight_.at(id);
   float* dx = ws_.dresid.data();
-  if (l1 == model_.layers)
+  if (l1 == model_.layers) {
+    const LayerRegion region(kHeadLayer);
     head_backward(mb, loss_scale, s, state.outside);
-  else
+  } else {
     std::copy(dx_in, dx_in + Nl * h, dx);
+  }
   for (int l = l1 - 1; l >= l0; --l) {
+    const LayerRegion region(l);
     LayerKept& kept = state.layers[size_t(l)];
     const LayerContext c = layer_context(l, step, true, b, mb.first_row, s);
     const LayerWeights w = layer_weights(l, bucket_params(l, l - 1 >= l0 ? l - 1 : -1));
-    const double sent = layer_tp_bytes();
     if (analysis::layer_fully_recomputed(layout_, l, model_.layers)) {
       // Re-run the whole layer from its kept input; the output is not needed again.
       float* x = ws_.resid.data();
@@ -331,14 +302,15 @@ void GPT::backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float 
     }
     layer_backward(dx, kept, w, layer_grads(l, bucket_grads(l)), c, ws_);
     bucket_params_done(l);
-    tp_bytes_per_layer_[size_t(l)] += layer_tp_bytes() - sent;
     kept.release();
     bucket_grads_done(l);
   }
-  if (l0 == 0)
+  if (l0 == 0) {
+    const LayerRegion region(kEmbeddingLayer);
     embed_backward(mb, s, state.outside);
-  else
+  } else {
     std::copy(dx, dx + Nl * h, dx_out);
+  }
   if (--state.chunks == 0) in_flight_.erase(id);
 }
 

@@ -1,10 +1,10 @@
 #pragma once
-// The GPT-2 model on one rank: flat parameters and gradients, embedding → L layers → final
-// LayerNorm → tied output projection → cross-entropy, with the recompute mode of the layout.
+// The GPT-2 model on one rank: embedding → L layers → final LayerNorm → tied output projection →
+// cross-entropy, with the recompute mode of the layout. Its weights and gradients are its own flat
+// buffers, or — in training — a BucketStore's (engine/model_states.hpp decides how they are kept);
+// what it keeps for backward is measured from outside (tensor/kept_bytes.hpp, core/region.hpp).
 #include <cstdint>
-#include <functional>
 #include <map>
-#include <string>
 #include <vector>
 
 #include "core/config.hpp"
@@ -30,8 +30,8 @@ class GPT {
  public:
   // `tp` is the tensor-parallel group this model's shard lives in (default: one rank, whole model).
   // `stage`: the parameters this pipeline stage holds (all by default).
-  // `materialize` false (ZeRO-3 starting from the seed): no full parameter buffer is made at all;
-  // the bucket store initialises its shard (init_params over its pieces).
+  // `materialize` false (ZeRO-3 starting from the seed): no parameter buffer is made at all; the
+  // bucket store initialises its shard.
   GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, parallel::TensorParallel tp = {},
       const StageParams& stage = {}, bool materialize = true);
 
@@ -39,23 +39,25 @@ class GPT {
   const LayoutConfig& layout() const { return layout_; }
   const ParamTable& table() const { return table_; }
   int64_t num_params() const { return table_.total(); }
+  // The model's own buffers (null once a bucket store has taken the weights). The gradient buffer
+  // is made by the first backward (or zero_grads) that runs without a store.
   float* params() { return params_.data(); }
   const float* params() const { return params_.data(); }
-  float* grads() { return grads_.data(); }  // empty under ZeRO-2/3 (the bucket store keeps them)
+  float* grads() { return grads_.data(); }
   void zero_grads();
-  // ZeRO-2/3: gradients (and in stage 3 parameters) are kept by `store` bucket by bucket.
+  // From now on every bucket's weights and gradients are asked of `store`.
   void set_bucket_store(BucketStore* store) { store_ = store; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  // ZeRO-3, once the store holds its shard: the full parameter buffers are freed.
-  void release_full_params();
-  // Call after the parameters change: refreshes the bf16 copy the GEMMs read.
+  // For a store taking over: the fp32 weights and their bf16 copy (empty unless activations are
+  // bf16), moved out; or both freed.
+  TrackedArray<float> take_params() { return std::move(params_); }
+  TrackedArray<uint16_t> take_compute_weights() { return std::move(params16_); }
+  void release_weights();
+  // Call after the model's own weights change: refreshes the bf16 copy the GEMMs read.
   void refresh_compute_weights();
   const parallel::TensorParallel& tensor_parallel() const { return tp_; }
   // Positions of a sequence of s this rank holds outside the TP region (s/t under SP).
   int64_t s_local(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? s / tp_.size() : s; }
-  // Called after backward has finished layer l's gradients (data parallelism overlaps its
-  // all-reduce with the layers below); empty = nothing to do.
-  void set_layer_grads_ready(std::function<void(int)> hook) { layer_grads_ready_ = std::move(hook); }
 
   // Forward and backward of one micro-batch at optimizer step `step`; gradients accumulate,
   // scaled by loss_scale (1 / tokens in the global batch). Returns the micro-batch's loss sum.
@@ -72,17 +74,6 @@ class GPT {
   double forward_loss(const MicroBatch& mb);
   // Probabilities of the next token after ids[0..len) (len <= seq_len), real vocabulary only.
   std::vector<float> next_token_probs(const int32_t* ids, int64_t len);
-
-  // Measured by the tracking allocator during the last training forward: bytes each layer kept
-  // for backward, and bytes kept outside the layers (embedding mask and ids, head, logits).
-  const std::vector<int64_t>& kept_bytes_per_layer() const { return kept_bytes_per_layer_; }
-  int64_t kept_bytes_outside_layers() const { return kept_bytes_outside_; }
-  // The same, per "layer/op" tag (first layer and outside parts), at the end of the last forward.
-  const std::map<std::string, int64_t>& kept_bytes_by_op() const { return kept_bytes_by_op_; }
-  // Bytes each layer sent through the tensor-parallel operators (f, f̄, g, ḡ and SP's re-gathers),
-  // forward and backward, since the last reset: the per-layer communication report.
-  const std::vector<double>& tp_bytes_per_layer() const { return tp_bytes_per_layer_; }
-  void reset_tp_bytes_per_layer() { tp_bytes_per_layer_.assign(size_t(model_.layers), 0.0); }
 
  private:
   // What a forward keeps outside the layers (embedding and head), tracked like the layers.
@@ -125,11 +116,6 @@ class GPT {
   TrackedArray<uint16_t> params16_;  // bf16 copy for the GEMMs when activations are bf16
   std::map<int64_t, MicroState> in_flight_;  // by micro-batch id
   Workspace ws_;
-  std::vector<int64_t> kept_bytes_per_layer_;
-  int64_t kept_bytes_outside_ = 0;
-  std::map<std::string, int64_t> kept_bytes_by_op_;
-  std::vector<double> tp_bytes_per_layer_;
-  std::function<void(int)> layer_grads_ready_;
   std::vector<Bucket> buckets_;
   BucketStore* store_ = nullptr;
 };

@@ -11,10 +11,10 @@
 namespace lattice {
 
 void write_trace(const Trace& trace, const std::string& path, comm::Communicator* world, int rank) {
-  const std::vector<int64_t>& events = trace.events();
+  const std::vector<int64_t>& recorded = trace.events();
   // Every rank's events, gathered to all (only rank 0 writes).
   const std::vector<std::vector<int64_t>> all =
-      world && world->size() > 1 ? comm::all_gather_int64(*world, events) : std::vector<std::vector<int64_t>>{events};
+      world && world->size() > 1 ? comm::all_gather_int64(*world, recorded) : std::vector<std::vector<int64_t>>{recorded};
   const int ranks = int(all.size());
   if (rank != 0) return;
   int64_t origin = INT64_MAX;  // times from the first event of any rank

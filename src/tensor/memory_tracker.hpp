@@ -10,11 +10,9 @@
 #include <unordered_map>
 #include <vector>
 
-namespace lattice {
+#include "core/region.hpp"  // layer ids, kEmbeddingLayer and kHeadLayer for the outside parts
 
-// Layer index for tensors kept outside the transformer layers.
-inline constexpr int kEmbeddingLayer = -1;
-inline constexpr int kHeadLayer = -2;
+namespace lattice {
 
 class MemoryTracker {
  public:

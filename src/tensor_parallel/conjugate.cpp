@@ -4,6 +4,8 @@
 #include <cstring>
 #include <vector>
 
+#include "core/region.hpp"
+
 namespace lattice::parallel {
 
 namespace {
@@ -40,17 +42,25 @@ ConjugateTraffic& conjugate_traffic() {
   return traffic;
 }
 
+namespace {
+// Adds to one counter and to the layer the model is running (core/region.hpp), if any.
+void count(double& counter, double bytes) {
+  counter += bytes;
+  if (current_layer() >= 0) conjugate_traffic().by_layer[current_layer()] += bytes;
+}
+}  // namespace
+
 void f_forward(const float* x, float* y, int64_t n) {
   if (x != y) std::copy(x, x + n, y);
 }
 void f_backward(comm::Communicator& tp, float* grad, int64_t n) {
   tp.all_reduce({grad, size_t(n)});
-  conjugate_traffic().f += ring_share(tp, double(n) * 4, 2);
+  count(conjugate_traffic().f, ring_share(tp, double(n) * 4, 2));
 }
 
 void fbar_forward(comm::Communicator& tp, float* x, int64_t n) {
   tp.all_reduce({x, size_t(n)});
-  conjugate_traffic().fbar += ring_share(tp, double(n) * 4, 2);
+  count(conjugate_traffic().fbar, ring_share(tp, double(n) * 4, 2));
 }
 void fbar_backward(const float* grad_out, float* grad_in, int64_t n) { f_forward(grad_out, grad_in, n); }
 
@@ -75,19 +85,19 @@ double full_bytes(const SequenceShape& x) { return double(x.b * x.s * x.h) * 4; 
 
 void g_forward(comm::Communicator& tp, const float* shard, float* full, const SequenceShape& x) {
   gather_sequence(tp, shard, full, x);
-  conjugate_traffic().g += ring_share(tp, full_bytes(x), 1);
+  count(conjugate_traffic().g, ring_share(tp, full_bytes(x), 1));
 }
 void g_backward(comm::Communicator& tp, const float* grad_full, float* grad_shard, const SequenceShape& x) {
   scatter_sequence(tp, grad_full, grad_shard, x);
-  conjugate_traffic().g += ring_share(tp, full_bytes(x), 1);
+  count(conjugate_traffic().g, ring_share(tp, full_bytes(x), 1));
 }
 void gbar_forward(comm::Communicator& tp, const float* partial_full, float* shard, const SequenceShape& x) {
   scatter_sequence(tp, partial_full, shard, x);
-  conjugate_traffic().gbar += ring_share(tp, full_bytes(x), 1);
+  count(conjugate_traffic().gbar, ring_share(tp, full_bytes(x), 1));
 }
 void gbar_backward(comm::Communicator& tp, const float* grad_shard, float* grad_full, const SequenceShape& x) {
   gather_sequence(tp, grad_shard, grad_full, x);
-  conjugate_traffic().gbar += ring_share(tp, full_bytes(x), 1);
+  count(conjugate_traffic().gbar, ring_share(tp, full_bytes(x), 1));
 }
 
 const float* enter_forward(const TensorParallel& tp, const float* x_local, float* full, const SequenceShape& x,
@@ -95,7 +105,7 @@ const float* enter_forward(const TensorParallel& tp, const float* x_local, float
   if (!tp.active() || !tp.sequence_parallel) return x_local;  // f: identity
   if (regather) {
     gather_sequence(*tp.group, x_local, full, x);
-    conjugate_traffic().regather += ring_share(*tp.group, full_bytes(x), 1);
+    count(conjugate_traffic().regather, ring_share(*tp.group, full_bytes(x), 1));
   } else {
     g_forward(*tp.group, x_local, full, x);
   }

@@ -9,6 +9,7 @@
 //   g    enter TP (SP)     all-gather along the sequence   reduce-scatter along the sequence
 //   ḡ    leave TP (SP)     reduce-scatter along sequence   all-gather along the sequence
 #include <cstdint>
+#include <map>
 
 #include "comm/communicator.hpp"
 
@@ -24,6 +25,7 @@ struct SequenceShape {
 // shard to save memory, gathered again for the weight gradient), which the paper's count leaves out.
 struct ConjugateTraffic {
   double f = 0, fbar = 0, g = 0, gbar = 0, regather = 0;
+  std::map<int, double> by_layer;  // all of the above, by the transformer layer that sent it
   double conjugate() const { return f + fbar + g + gbar; }
 };
 ConjugateTraffic& conjugate_traffic();  // this process's counters; reset by assigning {}

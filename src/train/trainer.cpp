@@ -91,7 +91,6 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   }
   if (config_.global_batch == 0) config_.global_batch = config_.micro_batch * layout_.dp;
   validate(model_config_, layout_, config_);
-  half_format_.fp16 = layout_.params_dtype == "fp16";
   if (config_.threads > 0) omp_set_num_threads(config_.threads);
 
   const std::string train_path = config_.data_dir + "/train.bin", val_path = config_.data_dir + "/val.bin";
@@ -132,24 +131,20 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   // ZeRO-3 from the seed never builds the whole model: each rank initialises its own pieces.
   const bool shard_from_seed = layout_.zero >= 3 && layout_.dp > 1 && config_.resume.empty() && config_.init.empty();
   model_ = std::make_unique<GPT>(model_config_, layout_, config_.seed, tp, stage, !shard_from_seed);
+  kept_ = std::make_unique<KeptBytesProbe>(model_config_.layers);
   if (layout_.pp > 1)
     pipeline_ = std::make_unique<parallel::pipeline::Executor>(
         *model_, dist_->pp(), parallel::pipeline::parse_schedule_kind(config_.schedule),
-        config_.global_batch / (config_.micro_batch * layout_.dp), layout_.virtual_stages, config_.micro_batch);
-  if (layout_.zero >= 1 && layout_.dp > 1) {
-    // Stages 2-3 keep the 16-bit weights and gradients themselves; stage 1 leaves them to HalfStore.
-    zero_ = std::make_unique<parallel::ZeroStates>(dist_->dp(), layout_.zero, model_->buckets(),
-                                                   layout_.mixed_precision() && layout_.zero >= 2 ? &half_format_ : nullptr,
-                                                   layout_.activation_dtype == DType::bf16, config_.zero_prefetch);
-    if (layout_.zero >= 2) model_->set_bucket_store(zero_.get());
-    if (layout_.zero <= 2 && !layout_.mixed_precision()) zero_->set_full_params(model_->params());
-  }
-  optimizer_ = make_optimizer(model_->table(), config_.optim, zero_ ? zero_->owned() : std::vector<FlatPiece>{},
-                              {dist_ && layout_.tp > 1 ? &dist_->tp() : nullptr, zero_ ? &dist_->dp() : nullptr});
+        config_.global_batch / (config_.micro_batch * layout_.dp), layout_.virtual_stages, config_.micro_batch,
+        *kept_);
+  // How weights, gradients and masters are kept: decided once, here, from the layout.
+  states_ = std::make_unique<parallel::ModelStates>(
+      parallel::states_layout(layout_, model_config_.layers, config_.zero_prefetch), model_->buckets(),
+      dist_ ? &dist_->dp() : nullptr);
+  optimizer_ = make_optimizer(model_->table(), config_.optim, states_->owned(),
+                              {dist_ && layout_.tp > 1 ? &dist_->tp() : nullptr, states_->shard_group()});
   if (layout_.zero >= 1 && layout_.dp == 1 && (!dist_ || dist_->rank() == 0))
     std::fprintf(stderr, "lattice train: note: --zero %d with data-parallel size 1 shards nothing\n", layout_.zero);
-  grad_sync_ = std::make_unique<parallel::GradientSync>(dist_ && !zero_ && !layout_.mixed_precision() ? &dist_->dp() : nullptr,
-                                                        model_->table(), model_config_.layers);
   if (!config_.resume.empty()) {
     checkpoint::load_weights(config_.resume, *model_);
     checkpoint::load_optimizer(config_.resume, *model_, *optimizer_);
@@ -157,33 +152,20 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   } else if (!config_.init.empty()) {
     checkpoint::load_weights(config_.init, *model_);
   }
-  if (layout_.params_dtype == "fp16") loss_scaler_ = {config_.initial_loss_scale, config_.loss_scale_window};
+  const bool fp16 = layout_.params_dtype == ParamsDType::fp16;
+  if (fp16) loss_scaler_ = {true, config_.initial_loss_scale, config_.loss_scale_window};
   if (!config_.resume.empty()) {
     // Adam's bias correction (and Adafactor's β2) count the updates applied, not the steps: an
     // fp16 run may have skipped some; its loss scale continues where it was.
     loss_scaler_.skipped = step_ - resume_state.value("updates_applied", step_);
-    if (layout_.params_dtype == "fp16" && resume_state.contains("loss_scale")) {
+    if (fp16 && resume_state.contains("loss_scale")) {
       const auto& ls = resume_state["loss_scale"];
       loss_scaler_.scale = ls.value("scale", loss_scaler_.scale);
       loss_scaler_.clean_steps = ls.value("clean_steps", int64_t(0));
     }
   }
-  if (layout_.mixed_precision() && !(zero_ && zero_->stage() >= 2)) {
-    // 16-bit weights and gradients in the store, fp32 masters beside the optimizer's moments.
-    half_ = std::make_unique<HalfStore>(half_format_, model_->buckets(),
-                                        model_->num_params(), layout_.activation_dtype == DType::bf16);
-    mixed_ = std::make_unique<MixedPrecision>(*half_, model_->params(), model_->num_params(), model_->buckets(), zero_.get(),
-                                              dist_ && layout_.dp > 1 ? &dist_->dp() : nullptr);
-    model_->set_bucket_store(half_.get());
-    model_->release_full_params();
-  }
-  if (shard_from_seed) {
-    zero_->init_params(model_->table(), config_.seed, model_config_.vocab);
-  } else if (zero_ && (zero_->stage() >= 3 || (zero_->stage() >= 2 && layout_.mixed_precision()))) {
-    // Every DP rank loaded (or initialised) the same weights; each keeps its shard.
-    zero_->take_params(model_->params());
-    model_->release_full_params();
-  }
+  // The loaded (or initialised) weights, the same on every DP rank, go where the layout keeps them.
+  states_->keep_weights(*model_, shard_from_seed, config_.seed);
   if (!config_.trace.empty()) Trace::instance().enable();
   schedule_ = LrSchedule{config_.lr_schedule, config_.lr, config_.min_lr, config_.warmup, config_.steps};
 }
@@ -192,68 +174,18 @@ Trainer::~Trainer() = default;
 
 StepResult Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t s = model_config_.seq_len, b = config_.micro_batch, B = config_.global_batch;
-  // This data-parallel rank's rows of the global batch, in micro-batches of b.
-  const int dp_rank = dist_ ? dist_->coords().dp_rank : 0;
-  const int64_t rows = B / layout_.dp, row0 = dp_rank * rows;
-  // fp16: the loss (and so every gradient) is scaled up so small gradients survive 16 bits.
-  const bool fp16 = layout_.params_dtype == "fp16";
-  const float loss_scale = float((fp16 ? loss_scaler_.scale : 1.0) / double(B * s));
-  std::vector<int32_t> inputs(size_t(b * s)), targets(size_t(b * s));
-  model_->zero_grads();
-  if (half_) half_->zero_grads();
-  else if (zero_) zero_->begin_step();
+  const int64_t s = model_config_.seq_len, B = config_.global_batch;
+  // The loss is the mean over the global batch; fp16 scales it (and every gradient) up so small
+  // gradients survive 16 bits (scale 1 otherwise).
+  const float loss_scale = float(loss_scaler_.scale / double(B * s));
+  states_->begin_step();
   MemoryTracker::activations().reset_peak();
   if (dist_) dist_->traffic().reset();
   parallel::conjugate_traffic() = {};
-  model_->reset_tp_bytes_per_layer();
-  double loss_sum = 0.0;
-  if (pipeline_) {
-    loss_sum = pipeline_->run(uint64_t(step_), loss_scale, [&](int k, int32_t* in, int32_t* tgt) {
-      train_loader_->fill(step_, row0 + k * b, int(b), in, tgt);
-      return row0 + k * b;
-    });
-  } else {
-    for (int64_t first = row0; first < row0 + rows; first += b) {
-      // Only the last micro-batch synchronises gradients (all-reduce, or ZeRO-1's reduce-scatter)
-      // layer by layer as backward finishes them.
-      const bool last = first + b >= row0 + rows;
-      if (last && grad_sync_->active())
-        model_->set_layer_grads_ready([this](int l) { grad_sync_->layer_ready(model_->grads(), l); });
-      if (last && zero_ && zero_->stage() == 1 && !mixed_)
-        model_->set_layer_grads_ready([this](int l) { zero_->reduce_bucket(l, model_->grads()); });
-      train_loader_->fill(step_, first, int(b), inputs.data(), targets.data());
-      const int64_t k = (first - row0) / b;
-      const MicroBatch mb{inputs.data(), targets.data(), b, first};
-      {
-        TraceSpan span(Trace::Kind::forward, k, 0, step_);
-        loss_sum += model_->forward_chunk(mb, 0, uint64_t(step_), true, model_config_.seq_len, 0,
-                                          model_config_.layers, nullptr, nullptr);
-      }
-      TraceSpan span(Trace::Kind::backward, k, 0, step_);
-      model_->backward_chunk(mb, 0, uint64_t(step_), loss_scale, model_config_.seq_len, 0, model_config_.layers,
-                             nullptr, nullptr);
-      model_->set_layer_grads_ready({});
-    }
-  }
-  // The gradient this rank updates: the whole buffer (all-reduced), or its ZeRO pieces.
-  parallel::OwnedGrads grads{{{0, model_->num_params()}}, {model_->grads()}};
-  if (mixed_) {
-    grads = mixed_->reduce();
-  } else if (zero_) {
-    zero_->finish_reduce(model_->grads());
-    grads = zero_->owned_grads();
-  } else {
-    grad_sync_->finish(model_->grads());
-  }
-  if (pipeline_ && dist_->in_embedding_group() && dist_->embedding().size() > 1) {
-    // The tied embedding: the first stage's (input) and the last stage's (output) gradients summed.
-    const ParamInfo& wte = model_->table().params()[0];
-    parallel::for_each_owned(grads, wte.offset, wte.offset + wte.numel,
-                             [&](float* v, int64_t n) { dist_->embedding().all_reduce({v, size_t(n)}); });
-  }
-  if (model_->tensor_parallel().active() && layout_.sequence_parallel)
-    parallel::finish_sequence_parallel(model_->table(), dist_->tp(), grads);
+
+  double loss_sum = run_micro_batches(loss_scale);
+  const parallel::OwnedGrads grads = states_->reduce();
+  complete_gradients(grads);
   // The loss over the whole global batch: the last stage's sums, over the data-parallel replicas.
   for (comm::Communicator* group : {pipeline_ ? &dist_->pp() : nullptr, dist_ && layout_.dp > 1 ? &dist_->dp() : nullptr})
     if (group) {
@@ -265,49 +197,85 @@ StepResult Trainer::train_step() {
   StepResult r;
   r.step = ++step_;
   r.loss = loss_sum / double(B * s);
+  r.lr = schedule_.at(r.step);
   if (!std::isfinite(r.loss))
     throw TrainingError("loss is " + std::string(std::isnan(r.loss) ? "NaN" : "infinite") + " at step " +
                         std::to_string(r.step) + ": training stopped (lower --lr or check the data)");
+
   TraceSpan optimizer_span(Trace::Kind::optimizer, -1, -1, step_ - 1);
-  if (fp16) {
-    // Every rank agrees whether any gradient overflowed; a skipped step leaves the weights alone.
-    float overflow = parallel::all_finite(grads) ? 0.0f : 1.0f;
-    if (dist_) dist_->world().all_reduce({&overflow, 1}, comm::ReduceOp::max);
-    r.loss_scale = loss_scaler_.scale;
-    if (overflow != 0.0f && loss_scaler_.scale <= 1.0)
-      throw TrainingError("fp16 gradients overflow even at loss scale 1 at step " + std::to_string(r.step) +
-                          ": training stopped (try --params-dtype bf16 or a lower --lr)");
-    if (!loss_scaler_.update(overflow == 0.0f)) {
-      r.skipped = true;
-      if (mixed_) mixed_->finish_step(false);
-      else if (zero_) zero_->end_step();
-      r.lr = schedule_.at(r.step);
-      return finish_step(r, t0);
-    }
-    parallel::scale_grads(grads, float(1.0 / r.loss_scale));
+  if (!unscale(grads, r)) {
+    states_->finish_step(false);
+    return finish_step(r, t0);
   }
   const bool last_stage_of_many = pipeline_ && dist_->coords().pp_rank == layout_.pp - 1;
   r.grad_norm = parallel::global_grad_norm(model_->table(), grads, layout_.tp > 1 ? &dist_->tp() : nullptr,
-                                           zero_ ? &dist_->dp() : nullptr, pipeline_ ? &dist_->pp() : nullptr,
+                                           states_->shard_group(), pipeline_ ? &dist_->pp() : nullptr,
                                            !last_stage_of_many);
   if (config_.clip_grad > 0 && r.grad_norm > config_.clip_grad)
     parallel::scale_grads(grads, float(config_.clip_grad / r.grad_norm));
-  r.lr = schedule_.at(r.step);
-  const std::vector<float*> master = mixed_ ? mixed_->master_pieces()
-                                     : zero_ ? zero_->master_pieces()
-                                             : std::vector<float*>{model_->params()};
+  const std::vector<float*> master = states_->master_pieces();
   std::vector<PieceData> pieces;
   for (size_t i = 0; i < master.size(); ++i) pieces.push_back({master[i], grads.data[i]});
   // Adam's bias correction counts the updates applied (fp16 may skip some).
   optimizer_->update(pieces, r.lr, r.step - loss_scaler_.skipped);
-  if (mixed_) {
-    mixed_->finish_step(true);
-  } else if (zero_) {
-    zero_->gather_params();
-    zero_->end_step();
-  }
-  model_->refresh_compute_weights();
+  states_->finish_step(true);
   return finish_step(r, t0);
+}
+
+double Trainer::run_micro_batches(float loss_scale) {
+  const int64_t s = model_config_.seq_len, b = config_.micro_batch;
+  const int L = model_config_.layers;
+  // This data-parallel rank's rows of the global batch, in micro-batches of b.
+  const int dp_rank = dist_ ? dist_->coords().dp_rank : 0;
+  const int64_t rows = config_.global_batch / layout_.dp, row0 = dp_rank * rows;
+  if (pipeline_)
+    return pipeline_->run(uint64_t(step_), loss_scale, [&](int k, int32_t* in, int32_t* tgt) {
+      train_loader_->fill(step_, row0 + k * b, int(b), in, tgt);
+      return row0 + k * b;
+    });
+  std::vector<int32_t> inputs(size_t(b * s)), targets(size_t(b * s));
+  double loss_sum = 0.0;
+  for (int64_t first = row0; first < row0 + rows; first += b) {
+    // The last micro-batch's backward starts the gradient reductions layer by layer.
+    states_->set_last_micro_batch(first + b >= row0 + rows);
+    train_loader_->fill(step_, first, int(b), inputs.data(), targets.data());
+    const int64_t k = (first - row0) / b;
+    const MicroBatch mb{inputs.data(), targets.data(), b, first};
+    {
+      TraceSpan span(Trace::Kind::forward, k, 0, step_);
+      kept_->before_forward(0, L);
+      loss_sum += model_->forward_chunk(mb, 0, uint64_t(step_), true, s, 0, L, nullptr, nullptr);
+      kept_->after_forward(0, L);
+    }
+    TraceSpan span(Trace::Kind::backward, k, 0, step_);
+    model_->backward_chunk(mb, 0, uint64_t(step_), loss_scale, s, 0, L, nullptr, nullptr);
+  }
+  return loss_sum;
+}
+
+void Trainer::complete_gradients(const parallel::OwnedGrads& grads) {
+  if (pipeline_ && dist_->in_embedding_group() && dist_->embedding().size() > 1) {
+    // The tied embedding: the first stage's (input) and the last stage's (output) gradients summed.
+    const ParamInfo& wte = model_->table().params()[0];
+    parallel::for_each_owned(grads, wte.offset, wte.offset + wte.numel,
+                             [&](float* v, int64_t n) { dist_->embedding().all_reduce({v, size_t(n)}); });
+  }
+  if (model_->tensor_parallel().active() && layout_.sequence_parallel)
+    parallel::finish_sequence_parallel(model_->table(), dist_->tp(), grads);
+}
+
+bool Trainer::unscale(const parallel::OwnedGrads& grads, StepResult& r) {
+  if (!loss_scaler_.active) return true;
+  // Every rank agrees whether any gradient overflowed; a skipped step leaves the weights alone.
+  float overflow = parallel::all_finite(grads) ? 0.0f : 1.0f;
+  if (dist_) dist_->world().all_reduce({&overflow, 1}, comm::ReduceOp::max);
+  r.loss_scale = loss_scaler_.scale;
+  if (overflow != 0.0f && loss_scaler_.scale <= 1.0)
+    throw TrainingError("fp16 gradients overflow even at loss scale 1 at step " + std::to_string(r.step) +
+                        ": training stopped (try --params-dtype bf16 or a lower --lr)");
+  r.skipped = !loss_scaler_.update(overflow == 0.0f);
+  if (!r.skipped) parallel::scale_grads(grads, float(1.0 / r.loss_scale));
+  return !r.skipped;
 }
 
 StepResult Trainer::finish_step(StepResult r, std::chrono::steady_clock::time_point t0) {
@@ -319,6 +287,8 @@ StepResult Trainer::finish_step(StepResult r, std::chrono::steady_clock::time_po
 }
 
 double Trainer::evaluate(int64_t batches) {
+  // The report shows the last training step's tensor-parallel traffic, not the evaluation's.
+  const parallel::ConjugateTraffic step_traffic = parallel::conjugate_traffic();
   const data::BatchLoader& loader = val_loader_ ? *val_loader_ : *train_loader_;
   const int64_t s = model_config_.seq_len, b = config_.micro_batch;
   std::vector<int32_t> inputs(size_t(b * s)), targets(size_t(b * s));
@@ -327,6 +297,7 @@ double Trainer::evaluate(int64_t batches) {
     loader.fill(k, 0, int(b), inputs.data(), targets.data());
     sum += model_->forward_loss({inputs.data(), targets.data(), b, 0});
   }
+  parallel::conjugate_traffic() = step_traffic;
   return sum / double(batches * b * s);
 }
 
@@ -341,22 +312,19 @@ void Trainer::save(const std::string& dir) const {
                           {"layout", {{"tp", layout_.tp}, {"pp", layout_.pp}, {"dp", layout_.dp},
                                       {"sequence_parallel", layout_.sequence_parallel}}},
                           {"updates_applied", step_ - loss_scaler_.skipped}};
-  if (layout_.params_dtype == "fp16")
+  if (loss_scaler_.active)
     state["loss_scale"] = {{"scale", loss_scaler_.scale}, {"clean_steps", loss_scaler_.clean_steps}};
   // Pipeline stages contribute what they hold, tensor-parallel shards are gathered into one
   // rank's layout; world rank 0 writes.
   comm::Communicator* tp = dist_ ? &dist_->tp() : nullptr;
-  // The fp32 weights: the model's, stage 3's shards gathered, or (mixed precision) the masters.
-  const std::vector<float> whole = mixed_                    ? mixed_->full_master()
-                                   : zero_ && zero_->master() ? zero_->gather_full(zero_->master())
-                                                              : std::vector<float>();
-  const std::vector<float> params_local = owned_by_stage(whole.empty() ? model_->params() : whole.data());
+  // The fp32 weights (ZeRO shards or 16-bit runs' masters gathered), laid out as the whole model.
+  const std::vector<float> params_local = owned_by_stage(states_->full_weights().data());
   const auto params = parallel::gather_full(tp, model_config_, params_local.data());
   // Element states (a ZeRO shard is first gathered over DP into this rank's full TP-shard layout).
   checkpoint::FullState full{params.data(), optimizer_->name(), {}, {}};
   std::vector<std::vector<float>> element_values;
   for (const auto& e : optimizer_->element_states()) {
-    const std::vector<float> local = owned_by_stage(zero_ ? zero_->gather_full(e.values).data() : e.values);
+    const std::vector<float> local = owned_by_stage(states_->gather_full(e.values).data());
     element_values.push_back(parallel::gather_full(tp, model_config_, local.data()));
     full.element_states.push_back({e.prefix, element_values.back().data()});
   }
@@ -395,10 +363,7 @@ std::vector<float> Trainer::owned_by_stage(const float* values) const {
 int Trainer::run() {
   // Every data-parallel replica starts from rank 0's weights. (Here, not in the constructor: the
   // constructor may fail on one rank only, and must not leave the others waiting in a collective.)
-  if (dist_ && layout_.dp > 1 && !(zero_ && zero_->stage() >= 3) && !layout_.mixed_precision()) {
-    dist_->dp().broadcast({model_->params(), size_t(model_->num_params())}, 0);
-    model_->refresh_compute_weights();
-  }
+  states_->sync_replicas();
   const double peak = config_.peak_flops > 0 ? config_.peak_flops : default_peak(layout_.activation_dtype);
   const analysis::FlopsShape flops_shape{double(config_.global_batch), double(model_config_.seq_len),
                                          double(model_config_.layers), double(model_config_.hidden),
@@ -413,8 +378,8 @@ int Trainer::run() {
                  (long long)model_config_.num_params(), model_config_.layers, model_config_.hidden,
                  model_config_.heads, model_config_.seq_len, config_.micro_batch,
                  config_.global_batch / (config_.micro_batch * layout_.dp), layout_.dp, to_string(layout_.recompute),
-                 to_string(layout_.activation_dtype), layout_.params_dtype.c_str(), optimizer_->name(),
-                 zero_ ? layout_.zero : 0, world, layout_.tp, layout_.dp, layout_.sequence_parallel ? ", sp" : "",
+                 to_string(layout_.activation_dtype), to_string(layout_.params_dtype), optimizer_->name(),
+                 states_->zero_stage(), world, layout_.tp, layout_.dp, layout_.sequence_parallel ? ", sp" : "",
                  omp_get_max_threads());
   double first_loss = NAN, last_loss = NAN, total_s = 0;
   int64_t timed_steps = 0;

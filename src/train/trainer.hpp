@@ -1,20 +1,22 @@
 #pragma once
-// The training loop: micro-batches with gradient accumulation, global-norm clipping, AdamW with
-// its learning-rate schedule, progress lines, checkpoints, and the final memory summary.
+// The training loop: micro-batches with gradient accumulation, the reduced gradient completed,
+// clipped and applied by the optimizer with its learning-rate schedule (fp16 loss scaling), progress
+// lines, checkpoints, and the final memory summary. How model states are kept is ModelStates'
+// business (engine/model_states.hpp): a step here is the same sequence for every layout.
 #include <array>
 #include <chrono>
 #include <memory>
 
 #include "comm/distributed.hpp"
 #include "core/config.hpp"
-#include "engine/grad_sync.hpp"
-#include "engine/zero.hpp"
-#include "engine/executor.hpp"
 #include "data/loader.hpp"
+#include "engine/executor.hpp"
+#include "engine/model_states.hpp"
 #include "model/gpt.hpp"
 #include "optim/lr_schedule.hpp"
-#include "engine/mixed_precision.hpp"
 #include "optim/optimizer.hpp"
+#include "tensor/kept_bytes.hpp"
+#include "train/loss_scaler.hpp"
 #include "train/train_config.hpp"
 
 namespace lattice {
@@ -53,12 +55,9 @@ class Trainer {
   std::unique_ptr<data::BatchLoader> train_loader_, val_loader_;
   LrSchedule schedule_;
   comm::Distributed* dist_ = nullptr;
-  std::unique_ptr<parallel::GradientSync> grad_sync_;
-  std::unique_ptr<parallel::ZeroStates> zero_;  // ZeRO: this DP rank's shard of the model states
-  std::unique_ptr<HalfStore> half_;         // --params-dtype bf16|fp16: 16-bit weights and grads
-  std::unique_ptr<MixedPrecision> mixed_;   // ... and the fp32 masters
-  HalfFormat half_format_;                  // bf16 or fp16 (set from the layout)
+  std::unique_ptr<parallel::ModelStates> states_;  // weights, gradients, masters: as the layout keeps them
   LossScaler loss_scaler_;
+  std::unique_ptr<KeptBytesProbe> kept_;  // what the forwards keep for backward (measured)
   std::unique_ptr<parallel::pipeline::Executor> pipeline_;  // this rank's stage (p > 1)
   struct RunTotals {
     double first_loss, last_loss, total_s;
@@ -69,6 +68,14 @@ class Trainer {
     int world;
   };
   void summarize(const RunTotals& totals);  // trainer_summary.cpp
+  // This rank's micro-batches of the step, forward and backward (through the pipeline when p > 1);
+  // returns the loss sum of those whose head ran here.
+  double run_micro_batches(float loss_scale);
+  // The reduced gradient made the whole model's: tied embedding summed over its two stages,
+  // sequence-parallel partial sums over TP.
+  void complete_gradients(const parallel::OwnedGrads& grads);
+  // fp16: unscales the gradient, or (an inf/NaN anywhere) returns false: the step is skipped.
+  bool unscale(const parallel::OwnedGrads& grads, StepResult& r);
   // A step's end, applied or skipped: its traffic snapshot and its time.
   StepResult finish_step(StepResult r, std::chrono::steady_clock::time_point t0);
   std::vector<float> owned_by_stage(const float* values) const;  // pipeline: the whole model's values

@@ -40,26 +40,26 @@ void Trainer::summarize(const RunTotals& t) {
   // Stages 2-3 reduce the tied embedding's head part and embedding part apart (one stage, both).
   const int64_t extra_reduced = embedding && head ? table.params()[0].numel : 0;
   const int64_t n_mb = config_.global_batch / (config_.micro_batch * layout_.dp);
-  const double dp_formula = analysis::dp_bytes_per_step(model_->num_params(), layout_.dp, zero_ ? layout_.zero : 0,
+  const double dp_formula = analysis::dp_bytes_per_step(model_->num_params(), layout_.dp, states_->zero_stage(),
                                                         n_mb, extra_gathered, extra_reduced);
 
   const auto& ms = MemoryTracker::model_states();
   const parallel::RankCoords coords = dist_ ? dist_->coords() : parallel::RankCoords{};
   std::vector<int64_t> mine = {dist_ ? dist_->rank() : 0, coords.tp_rank, coords.pp_rank, coords.dp_rank,
-                               activation_peak_, model_->kept_bytes_outside_layers(),
+                               activation_peak_, kept_->outside(),
                                ms.live_bytes_of_op("params"), ms.live_bytes_of_op("grads"),
                                ms.live_bytes_of_op("optimizer"), ms.live_bytes_of_op("bf16_weights")};
   for (int kind : {int(comm::GroupKind::tp), int(comm::GroupKind::dp), int(comm::GroupKind::pp)})
     mine.push_back(step_sent_bytes_[size_t(kind)]);
   mine.push_back(int64_t(parallel::conjugate_traffic().conjugate()));
   mine.push_back(int64_t(parallel::conjugate_traffic().regather));
-  mine.push_back(std::max(zero_ ? zero_->transient_peak_bytes() : 0, half_ ? half_->transient_peak_bytes() : 0));
+  mine.push_back(states_->transient_peak_bytes());
   mine.push_back(model_->num_params());  // this rank's Ψ (its TP shard of its stage)
   mine.push_back(int64_t(dp_formula));
   mine.push_back(optimizer_->state_bytes());
   mine.push_back(MemoryTracker::model_states().peak_bytes());  // since start: setup included
-  mine.push_back(zero_ ? int64_t(zero_->wait_seconds() * 1e6) : 0);  // µs, the last step
-  for (int l : local_layers()) mine.push_back(model_->kept_bytes_per_layer()[size_t(l)]);
+  mine.push_back(int64_t(states_->wait_seconds() * 1e6));  // µs, the last step
+  for (int l : local_layers()) mine.push_back(kept_->per_layer()[size_t(l)]);
   const auto rows = gather_rows(dist_, mine);
   if (!is_logging_rank()) return;
 
@@ -77,7 +77,7 @@ void Trainer::summarize(const RunTotals& t) {
     m.params = row[6], m.grads = row[7], m.optimizer = row[8], m.compute_weights = row[9];
     m.transient_peak_bytes = row[15];
     const analysis::ModelStateBytes states_formula =
-        analysis::model_state_bytes(row[16], layout_.dp, zero_ ? layout_.zero : 0, layout_.mixed_precision(),
+        analysis::model_state_bytes(row[16], layout_.dp, states_->zero_stage(), layout_.mixed_precision(),
                                     adam ? 8 : 0);
     m.params_formula = states_formula.params, m.grads_formula = states_formula.grads;
     // Adafactor and SM3: their own count of the states they keep (tensor shapes, not a per-Ψ rule).
@@ -86,7 +86,7 @@ void Trainer::summarize(const RunTotals& t) {
     m.activation_bytes_per_layer.assign(row.begin() + 21, row.end());
     m.activation_bytes_per_layer_formula = formula;
     m.activation_bytes_outside_formula = analysis::extra_activation_bytes(shape, 1, 1);
-    if (m.rank == 0) m.activation_bytes_by_op = model_->kept_bytes_by_op();
+    if (m.rank == 0) m.activation_bytes_by_op = kept_->by_op();
     comm_ranks.push_back({{"rank", m.rank}, {"tp", row[10]}, {"dp", row[11]}, {"pp", row[12]},
                           {"tp_conjugate", row[13]}, {"tp_regather", row[14]},
                           {"tp_conjugate_formula", tp_formula}, {"dp_formula", row[17]},
@@ -97,7 +97,13 @@ void Trainer::summarize(const RunTotals& t) {
   const double tokens_per_s = t.timed_steps ? double(t.tokens) * double(t.timed_steps) / t.total_s : 0.0;
   const double mfu = t.timed_steps ? t.step_flops * double(t.timed_steps) / t.total_s / t.peak / t.world : 0.0;
   std::vector<double> rank0_layer_bytes;
-  for (int l : local_layers()) rank0_layer_bytes.push_back(model_->tp_bytes_per_layer()[size_t(l)]);
+  // Measured by layer through the model's layer regions (core/region.hpp).
+  auto tp_bytes_of = [](int l) {
+    const auto& by_layer = parallel::conjugate_traffic().by_layer;
+    const auto it = by_layer.find(l);
+    return it == by_layer.end() ? 0.0 : it->second;
+  };
+  for (int l : local_layers()) rank0_layer_bytes.push_back(tp_bytes_of(l));
   if (config_.json) {
     nlohmann::json ranks = nlohmann::json::array();
     for (const auto& m : reports) ranks.push_back(memory_json(m));
@@ -124,7 +130,7 @@ void Trainer::summarize(const RunTotals& t) {
       print_comm_report(comm_ranks);
       std::fprintf(stderr, "  rank 0, tp bytes per layer (forward + backward, all micro-batches):");
       for (int l : local_layers())
-        std::fprintf(stderr, " L%d %s", l, human_bytes(model_->tp_bytes_per_layer()[size_t(l)]).c_str());
+        std::fprintf(stderr, " L%d %s", l, human_bytes(tp_bytes_of(l)).c_str());
       std::fprintf(stderr, "\n  per layer by the formula (conjugate operators; SP adds its re-gathers): 4·2(t-1)/t·sbh·4·n_mb = %s\n",
                    human_bytes(analysis::tp_conjugate_bytes_per_layer(model_config_.seq_len, config_.micro_batch,
                                                                       model_config_.hidden, layout_.tp, n_mb))

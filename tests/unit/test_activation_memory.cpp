@@ -9,6 +9,7 @@
 
 #include "analysis/formulas.hpp"
 #include "model/gpt.hpp"
+#include "tensor/kept_bytes.hpp"
 #include "model_test_util.hpp"
 #include "tensor/memory_tracker.hpp"
 
@@ -47,13 +48,26 @@ std::string describe(const Case& c) {
          to_string(c.r) + (c.recompute_layers >= 0 ? " (first " + std::to_string(c.recompute_layers) + ")" : "");
 }
 
+// A model and the probe that measures what its forwards keep.
+struct Probed {
+  GPT gpt;
+  KeptBytesProbe kept;
+  Probed(const ModelConfig& m, const LayoutConfig& layout) : gpt(m, layout, 3), kept(m.layers) {}
+};
+
 // Runs one training micro-batch; returns the activation peak during it.
-int64_t run_step(GPT& gpt, const modeltest::Tokens& tok) {
+int64_t run_step(Probed& p, const modeltest::Tokens& tok) {
   auto& tracker = MemoryTracker::activations();
   const int64_t live_before = tracker.live_bytes();
   tracker.reset_peak();
+  GPT& gpt = p.gpt;
+  const int L = gpt.config().layers;
   gpt.zero_grads();
-  gpt.forward_backward(tok.rows(0, kRows, kSeq), 1, 1.0f / float(kRows * kSeq));
+  const MicroBatch mb = tok.rows(0, kRows, kSeq);
+  p.kept.before_forward(0, L);
+  gpt.forward_chunk(mb, 0, 1, true, kSeq, 0, L, nullptr, nullptr);
+  p.kept.after_forward(0, L);
+  gpt.backward_chunk(mb, 0, 1, 1.0f / float(kRows * kSeq), kSeq, 0, L, nullptr, nullptr);
   EXPECT_EQ(tracker.live_bytes(), live_before) << "activations still live after backward";
   return tracker.peak_bytes() - live_before;
 }
@@ -69,11 +83,11 @@ TEST(ActivationMemory, PerLayerBytesMatchFormula) {
     }
   for (const Case& c : cases) {
     const ModelConfig m = modeltest::small_model(c.dropout, kLayers, kHidden, kHeads, kSeq, 256);
-    GPT gpt(m, modeltest::layout(c.r, c.dt, c.recompute_layers), 3);
+    Probed gpt(m, modeltest::layout(c.r, c.dt, c.recompute_layers));
     const modeltest::Tokens tok(kRows, kSeq, m.vocab, 2);
     run_step(gpt, tok);
     const auto x = shape_of(m, c.dt, kRows);
-    const auto& kept = gpt.kept_bytes_per_layer();
+    const auto& kept = gpt.kept.per_layer();
     ASSERT_EQ(int(kept.size()), kLayers);
     for (int l = 0; l < kLayers; ++l) {
       const bool full = c.r == Recompute::full && (c.recompute_layers < 0 || l < c.recompute_layers);
@@ -84,7 +98,7 @@ TEST(ActivationMemory, PerLayerBytesMatchFormula) {
       else
         expect_within(kept[size_t(l)], analysis::layer_activation_bytes(x, false, selective), 0.02, what);
     }
-    expect_within(gpt.kept_bytes_outside_layers(), analysis::extra_activation_bytes(x, 1, 1), 0.02,
+    expect_within(gpt.kept.outside(), analysis::extra_activation_bytes(x, 1, 1), 0.02,
                   describe(c) + ", outside the layers");
   }
 }
@@ -98,19 +112,19 @@ TEST(ActivationMemory, MeasuredDifferencesBetweenModes) {
   const int64_t sbh = int64_t(kSeq) * kRows * kHidden, as2b = int64_t(kHeads) * kSeq * kSeq * kRows;
   for (DType dt : {DType::fp32, DType::bf16}) {
     const int64_t d = bytes_of(dt);
-    GPT none(m, modeltest::layout(Recompute::none, dt), 3), sel(m, modeltest::layout(Recompute::selective, dt), 3);
-    GPT none0(m0, modeltest::layout(Recompute::none, dt), 3);
+    Probed none(m, modeltest::layout(Recompute::none, dt)), sel(m, modeltest::layout(Recompute::selective, dt));
+    Probed none0(m0, modeltest::layout(Recompute::none, dt));
     run_step(none, tok), run_step(sel, tok), run_step(none0, tok);
     for (int l = 0; l < kLayers; ++l) {
       // softmax output (d) + mask (1) + dropout output (d) per attention score.
-      EXPECT_EQ(none.kept_bytes_per_layer()[size_t(l)] - sel.kept_bytes_per_layer()[size_t(l)], as2b * (2 * d + 1))
+      EXPECT_EQ(none.kept.per_layer()[size_t(l)] - sel.kept.per_layer()[size_t(l)], as2b * (2 * d + 1))
           << to_string(dt);
       // Without dropout: no two residual masks, no attention mask and no separate dropout output.
-      EXPECT_EQ(none.kept_bytes_per_layer()[size_t(l)] - none0.kept_bytes_per_layer()[size_t(l)],
+      EXPECT_EQ(none.kept.per_layer()[size_t(l)] - none0.kept.per_layer()[size_t(l)],
                 2 * sbh + as2b * (d + 1))
           << to_string(dt);
     }
-    EXPECT_EQ(none.kept_bytes_outside_layers() - none0.kept_bytes_outside_layers(), sbh) << "embedding mask";
+    EXPECT_EQ(none.kept.outside() - none0.kept.outside(), sbh) << "embedding mask";
   }
 }
 
@@ -118,15 +132,15 @@ TEST(ActivationMemory, PeakOrderingAcrossModes) {
   for (DType dt : {DType::fp32, DType::bf16}) {
     const ModelConfig m = modeltest::small_model(0.1, 3, kHidden, kHeads, kSeq, 256);
     const modeltest::Tokens tok(kRows, kSeq, m.vocab, 2);
-    GPT none(m, modeltest::layout(Recompute::none, dt), 3);
-    GPT sel(m, modeltest::layout(Recompute::selective, dt), 3);
-    GPT full(m, modeltest::layout(Recompute::full, dt), 3);
+    Probed none(m, modeltest::layout(Recompute::none, dt));
+    Probed sel(m, modeltest::layout(Recompute::selective, dt));
+    Probed full(m, modeltest::layout(Recompute::full, dt));
     const int64_t p_none = run_step(none, tok), p_sel = run_step(sel, tok), p_full = run_step(full, tok);
     EXPECT_LT(p_sel, p_none) << to_string(dt);
     EXPECT_LT(p_full, p_sel) << to_string(dt);
     // The peak is at least everything kept at the end of the forward.
-    int64_t kept_none = none.kept_bytes_outside_layers();
-    for (int64_t k : none.kept_bytes_per_layer()) kept_none += k;
+    int64_t kept_none = none.kept.outside();
+    for (int64_t k : none.kept.per_layer()) kept_none += k;
     EXPECT_GE(p_none, kept_none) << to_string(dt);
   }
 }

@@ -15,6 +15,7 @@
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
+using namespace lattice;
 using namespace lattice::checkpoint;
 
 namespace {
