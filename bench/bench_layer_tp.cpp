@@ -2,7 +2,7 @@
 // tensor-parallel shard for baseline TP, TP + sequence parallelism, full recompute, selective
 // recompute and selective + SP, with each one's overhead against the baseline (backward and total,
 // as the paper states them) and the activation bytes the layer keeps per rank (measured by the
-// tracking allocator after forward) beside SPEC §4's row (analysis::layer_activation_bytes).
+// tracking allocator after forward) beside docs/design.md §4's row (analysis::layer_activation_bytes).
 //
 //   mpirun --allow-run-as-root --oversubscribe -np 2 build/bench/bench_layer_tp
 //       --hidden 1024 --heads 16 --seq-len 512 --micro-batch 2 [--dropout 0.1]

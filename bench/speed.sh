@@ -63,7 +63,7 @@ import json, os, statistics, sys
 
 scratch, rounds = sys.argv[1], int(sys.argv[2])
 B, s, L, h, v = 4, 256, 12, 768, 8192
-flops = 72 * B * s * L * h * h * (1 + s / (6 * h) + v / (12 * h * L))  # model FLOPs of one step (SPEC §7)
+flops = 72 * B * s * L * h * h * (1 + s / (6 * h) + v / (12 * h * L))  # model FLOPs of one step (docs/design.md §7)
 tokens = B * s
 
 

@@ -4,7 +4,7 @@
 # bench/bench_layer.cpp (forward; backward including its recomputation) under --recompute none,
 # selective and full, fp32 and bf16 activations; and the activation bytes each layer keeps, measured by
 # lattice's tracking allocator (`lattice train --json` summary, memory.ranks[0].activation_bytes_per_layer,
-# L=2) beside SPEC §4's formula.
+# L=2) beside docs/design.md §4's formula.
 #
 # Usage: bench/table4.sh [build-dir]      (default: build, else build-bench)
 # Env:   THREADS (default 2), MIN_TIME (seconds per benchmark, default 2), KEEP=1 keeps the scratch dir.

@@ -4,7 +4,7 @@
 # h=1024, a=16, s=512, b=2, dropout 0.1, t = RANKS (default 2) ranks with one OpenMP thread each,
 # timed by bench/bench_layer_tp.cpp for fp32 and bf16 activations. Each table gives fwd/bwd ms (median
 # over iterations of the slowest rank), the overhead against baseline TP (backward and total, as the
-# paper), and the bytes one layer keeps per rank (tracking allocator) beside SPEC §4's row.
+# paper), and the bytes one layer keeps per rank (tracking allocator) beside docs/design.md §4's row.
 # Builds nothing.
 #
 # Usage: bench/table4_tp.sh [build-dir]   (default: the first of build, build-bench, build-t4 that has it)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ZeRO and mixed precision on 4 data-parallel ranks (oversubscribing this machine's cores): per-rank
-# model-state bytes measured by the tracking allocator beside SPEC §8's formula, the transient
+# model-state bytes measured by the tracking allocator beside docs/design.md §8's formula, the transient
 # gather/scatter peak, DP bytes per step beside 2Ψ / 3Ψ, the time a rank blocked on ZeRO's collectives
 # in the last step (median rank: what prefetch and overlap did not hide) and the step time (relative:
 # 4 ranks share the cores). One run per configuration, same model, data and seed.
@@ -8,7 +8,7 @@
 # Usage: bench/zero.sh [build-dir]   Env: LAYERS (8), HIDDEN (256), STEPS (4), KEEP=1 keeps the scratch dir.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-LATTICE="${1:-$ROOT/build}/lattice"
+LATTICE="$(cd "${1:-$ROOT/build}" 2>/dev/null && pwd)/lattice"
 [[ -x "$LATTICE" ]] || { echo "zero.sh: no $LATTICE (build first or pass the build dir)" >&2; exit 2; }
 PY=python3; [[ -x /usr/bin/python3 ]] && PY=/usr/bin/python3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive

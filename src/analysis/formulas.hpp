@@ -76,7 +76,7 @@ double hardware_flops_counted(const FlopsShape& f, Recompute r);
 double hardware_flops_paper(const FlopsShape& f, Recompute r);
 
 // Bytes one rank sends per optimizer step through the tensor-parallel conjugate operators (ring
-// accounting, SPEC §5), n_mb micro-batches of sbh elements of `bytes` each: per micro-batch every
+// accounting, docs/design.md §5), n_mb micro-batches of sbh elements of `bytes` each: per micro-batch every
 // layer's two f̄ forward and two f backward all-reduces, plus the embedding's f̄ and the head's f:
 // (4L + 2) · 2(t−1)/t · sbh·bytes. Under SP each all-reduce becomes a reduce-scatter plus an
 // all-gather (ḡ/g and their backwards), which is the same number of bytes (paper §4.3).

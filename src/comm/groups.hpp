@@ -1,7 +1,7 @@
 #pragma once
 // Megatron-LM's process groups as pure functions of (world, t, p): no MPI here, so the layout
 // logic is unit-tested on its own and `lattice groups` can print any layout without launching it.
-// Rank order (SPEC §9): TP fastest, then DP, then PP — rank = tp_rank + t·dp_rank + t·N_d·pp_rank.
+// Rank order (docs/design.md §9): TP fastest, then DP, then PP — rank = tp_rank + t·dp_rank + t·N_d·pp_rank.
 #include <vector>
 
 namespace lattice::parallel {

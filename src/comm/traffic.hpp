@@ -1,5 +1,5 @@
 #pragma once
-// Bytes each rank sends, per group kind and collective, counted the way SPEC §5 counts them
+// Bytes each rank sends, per group kind and collective, counted the way docs/design.md §5 counts them
 // (ring algorithm) next to the raw payload n. Pure bookkeeping, no MPI: every Communicator
 // backend records into the process's ledger, and `--comm-report` / the JSON summary read it.
 #include <array>

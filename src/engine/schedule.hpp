@@ -1,5 +1,5 @@
 #pragma once
-// Pipeline schedules as data (SPEC §6). build_schedule() is a pure function returning, for each
+// Pipeline schedules as data (docs/design.md §6). build_schedule() is a pure function returning, for each
 // pipeline rank, the ordered list of actions that rank runs in one training step. The executor
 // runs these lists with non-blocking MPI point-to-point; the simulator, the SVG timeline and the
 // tests read the same lists, so what is drawn and tested is what runs.

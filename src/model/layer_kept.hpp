@@ -1,5 +1,5 @@
 #pragma once
-// Exactly the tensors one transformer layer keeps for its backward (SPEC §3), each allocated
+// Exactly the tensors one transformer layer keeps for its backward (docs/design.md §3), each allocated
 // through the tracking allocator under this layer's tag.
 #include <cstdint>
 

@@ -1,6 +1,6 @@
 #pragma once
 // One pre-LN transformer layer: x + Dropout(Proj(Attn(LN1(x)))), then x + Dropout(FC2(GeLU(FC1(LN2(x))))).
-// Forward keeps exactly SPEC §3's tensors in `kept`; backward reads only `kept`.
+// Forward keeps exactly docs/design.md §3's tensors in `kept`; backward reads only `kept`.
 #include "model/attention.hpp"
 #include "model/layer_context.hpp"
 #include "model/layer_kept.hpp"

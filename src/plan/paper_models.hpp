@@ -1,5 +1,5 @@
 #pragma once
-// The paper's four models (Table 3) and its measurements (Tables 4 and 5), as SPEC.md §7 lists
+// The paper's four models (Table 3) and its measurements (Tables 4 and 5), as docs/design.md §7 lists
 // them: the planner reproduces and validates against these.
 #include <string>
 #include <vector>
@@ -13,7 +13,7 @@ struct PaperModel {
   int heads, hidden, layers, pp, virtual_stages, gpus, global_batch, micro_batch;
   double full_recompute_s;  // Table 5: iteration time with full recompute (no SP)
   double this_work_s;       // Table 5: iteration time with SP + selective recompute
-  double mfu, hfu;          // SPEC §7, percent (this work)
+  double mfu, hfu;          // docs/design.md §7, percent (this work)
 };
 
 const std::vector<PaperModel>& paper_models();  // 22B, 175B, 530B, 1T

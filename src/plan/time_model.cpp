@@ -97,7 +97,7 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   const double flops_per_s = hw.peak_flops(r.bf16_compute()) * hw.gemm_efficiency;
   TimePlan out;
 
-  // Ranks vary fastest along TP, then DP, then PP (SPEC §9).
+  // Ranks vary fastest along TP, then DP, then PP (docs/design.md §9).
   const GroupTopology tp_group = group_topology(hw, l.tp, 1);
   const GroupTopology dp_group = group_topology(hw, dp, l.tp);
   const LayerWork work = layer_work(r, hw);
@@ -136,7 +136,7 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   out.bubble_s = slots * per_mb;
   out.bubble_fraction = slots / (n_mb + slots);
 
-  // Data parallelism and ZeRO (SPEC §8), as the engine runs them (analysis::dp_bytes_per_step):
+  // Data parallelism and ZeRO (docs/design.md §8), as the engine runs them (analysis::dp_bytes_per_step):
   // gradients reduced once per step and parameters gathered back after a sharded update; ZeRO-2
   // reduce-scatters each micro-batch's gradient (no full buffer to accumulate in); ZeRO-3 also
   // gathers parameters for every forward and backward.

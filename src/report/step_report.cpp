@@ -52,7 +52,7 @@ nlohmann::json memory_json(const MemoryReport& m) {
 }
 
 void print_memory_table(const MemoryReport& m) {
-  std::fprintf(stderr, "memory (measured by the tracking allocator; formula = SPEC §4):\n");
+  std::fprintf(stderr, "memory (measured by the tracking allocator; formula = docs/design.md §4):\n");
   std::fprintf(stderr, "  %-8s %14s %14s %8s\n", "layer", "kept bytes", "formula", "ratio");
   for (size_t l = 0; l < m.activation_bytes_per_layer.size(); ++l) {
     const double meas = double(m.activation_bytes_per_layer[l]), form = double(m.activation_bytes_per_layer_formula[l]);
@@ -66,7 +66,7 @@ void print_memory_table(const MemoryReport& m) {
   std::fprintf(stderr, "\n");
   std::fprintf(stderr, "  outside  %14s %14s\n", human_bytes(double(m.activation_bytes_outside_layers)).c_str(),
                human_bytes(double(m.activation_bytes_outside_formula)).c_str());
-  std::fprintf(stderr, "  activation peak %s; model states: params %s, grads %s, optimizer %s (SPEC §8: %s, %s, %s)",
+  std::fprintf(stderr, "  activation peak %s; model states: params %s, grads %s, optimizer %s (docs/design.md §8: %s, %s, %s)",
                human_bytes(double(m.activation_peak_bytes)).c_str(), human_bytes(double(m.params)).c_str(),
                human_bytes(double(m.grads)).c_str(), human_bytes(double(m.optimizer)).c_str(),
                human_bytes(double(m.params_formula)).c_str(), human_bytes(double(m.grads_formula)).c_str(),

@@ -23,12 +23,12 @@ struct StepReport {
 struct MemoryReport {
   int rank = 0, tp_rank = 0, pp_rank = 0, dp_rank = 0;
   std::vector<int64_t> activation_bytes_per_layer;          // measured
-  std::vector<int64_t> activation_bytes_per_layer_formula;  // SPEC §4, the same layout
+  std::vector<int64_t> activation_bytes_per_layer_formula;  // docs/design.md §4, the same layout
   int64_t activation_bytes_outside_layers = 0, activation_bytes_outside_formula = 0;
   std::map<std::string, int64_t> activation_bytes_by_op;   // measured, first layer and outside
   int64_t activation_peak_bytes = 0;
   int64_t params = 0, grads = 0, optimizer = 0, compute_weights = 0;  // measured model states
-  int64_t params_formula = 0, grads_formula = 0, optimizer_formula = 0;  // SPEC §8 for this rank
+  int64_t params_formula = 0, grads_formula = 0, optimizer_formula = 0;  // docs/design.md §8 for this rank
   int64_t transient_peak_bytes = 0;  // ZeRO's gather/scatter buffers, at most at once (measured)
   int64_t model_state_peak_bytes = 0;  // all model-state buffers at once, setup included (measured)
 };
@@ -36,7 +36,7 @@ struct MemoryReport {
 void print_step(const StepReport& r, bool json);
 nlohmann::json memory_json(const MemoryReport& m);
 void print_memory_table(const MemoryReport& m);
-// Bytes each rank sent per group kind in the last step (ring accounting, SPEC §5).
+// Bytes each rank sent per group kind in the last step (ring accounting, docs/design.md §5).
 void print_comm_report(const nlohmann::json& comm_ranks);
 std::string human_bytes(double bytes);
 

@@ -1,5 +1,5 @@
 #pragma once
-// Megatron-LM's conjugate operators (SPEC §5), one definition each with its forward and backward
+// Megatron-LM's conjugate operators (docs/design.md §5), one definition each with its forward and backward
 // collective side by side. Activations are [b, s, h] (rows = b·s tokens); under sequence
 // parallelism a rank holds the sequence shard [b, s/t, h] of positions [r·s/t, (r+1)·s/t).
 //
@@ -19,7 +19,7 @@ struct SequenceShape {
   int64_t b = 0, s = 0, h = 0;  // s = the full sequence; each rank holds s / group size positions
 };
 
-// Bytes each operator made this rank send (ring accounting, SPEC §5), so a report can show that
+// Bytes each operator made this rank send (ring accounting, docs/design.md §5), so a report can show that
 // TP and TP+SP move the same bytes through f, f̄, g, ḡ (paper §4.3). `regather` counts the
 // sequence-parallel backward's second all-gather of a column-parallel GEMM's input (kept as a
 // shard to save memory, gathered again for the weight gradient), which the paper's count leaves out.

@@ -1,5 +1,5 @@
 #pragma once
-// Vocabulary-parallel embedding and cross-entropy (SPEC §5): each tensor-parallel rank holds rows
+// Vocabulary-parallel embedding and cross-entropy (docs/design.md §5): each tensor-parallel rank holds rows
 // [v0, v0 + v_local) of the (padded) vocabulary; no rank ever holds the full logits.
 #include <cstdint>
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The planner against the engine on small configs: model-state bytes equal what the tracking
 # allocator measured; per-layer activation bytes equal the engine's formula column exactly and
-# its measurement up to the small buffers SPEC §3 leaves out (LayerNorm mean/rstd).
+# its measurement up to the small buffers docs/design.md §3 leaves out (LayerNorm mean/rstd).
 set -euo pipefail
 LATTICE=$1; SCRATCH=$2
 rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ZeRO stages 1-3 over the data-parallel group (issue 7): every stage, alone and with TP + SP, PP and
 # each recompute mode, trains the one-rank model (losses to 1e-5 relative, weights to 1e-5); each
-# rank's model-state bytes, measured by the allocator, follow SPEC §8's fp32 forms within 3%; the DP
+# rank's model-state bytes, measured by the allocator, follow docs/design.md §8's fp32 forms within 3%; the DP
 # traffic follows 2Ψ / 3Ψ; checkpoints move between stages and DP sizes; bad input fails cleanly.
 set -u
 LATTICE=$1

@@ -1,5 +1,5 @@
 """An independent GPT-2 in plain PyTorch (1.13), written from the architecture description
-(SPEC.md §2), used as the numerical reference for lattice.
+(docs/design.md §2), used as the numerical reference for lattice.
 
 GPT-2: token embedding [v, h] + learned position embedding [s, h]; L pre-LayerNorm blocks
     x = x + proj(attn(ln_1(x)))          attention: qkv = x·W_qkv + b, causal softmax(QKᵀ/√dh)·V

@@ -1,4 +1,4 @@
-// The tracking allocator's measured bytes per layer against the formula module (SPEC.md §3–4):
+// The tracking allocator's measured bytes per layer against the formula module (docs/design.md §3–4):
 // fp32 and bf16, none/selective/full and full for the first layer only, dropout on and off.
 // The formulas leave out LayerNorm statistics (2 floats a token per LayerNorm), hence the 2%.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Ring-algorithm byte accounting (SPEC §5) and the per-group ledger, without MPI.
+// Ring-algorithm byte accounting (docs/design.md §5) and the per-group ledger, without MPI.
 #include <gtest/gtest.h>
 
 #include "comm/traffic.hpp"

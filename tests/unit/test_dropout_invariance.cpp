@@ -1,5 +1,5 @@
 // Dropout masks are a pure function of (seed, step, layer, site, global element index)
-// (SPEC.md §10), and what data parallelism will rely on: splitting a global batch into
+// (docs/design.md §10), and what data parallelism will rely on: splitting a global batch into
 // micro-batches by first_row changes neither the loss sum nor the gradient.
 #include <gtest/gtest.h>
 

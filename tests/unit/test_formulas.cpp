@@ -1,5 +1,5 @@
-// The formula module against SPEC.md's closed forms (d = 2) for the paper's four models, and
-// the MFU/HFU the paper reports (SPEC §7).
+// The formula module against docs/design.md's closed forms (d = 2) for the paper's four models, and
+// the MFU/HFU the paper reports (docs/design.md §7).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -98,7 +98,7 @@ TEST(Formulas, ExtrasOutsideTheLayers) {
   EXPECT_EQ(extra_activation_bytes(xs, 1, 1), sbh / 8 + 2 * sbh * 2 / 8 + 4 * d.s * d.b * 51200 / 8);
 }
 
-// SPEC §8: 16Ψ; ZeRO-1 4Ψ + 12Ψ/N; ZeRO-2 2Ψ + 14Ψ/N; ZeRO-3 16Ψ/N.
+// docs/design.md §8: 16Ψ; ZeRO-1 4Ψ + 12Ψ/N; ZeRO-2 2Ψ + 14Ψ/N; ZeRO-3 16Ψ/N.
 TEST(Formulas, ModelStateBytesFollowZeroStages) {
   const int64_t psi = 1000000, n = 8;
   EXPECT_EQ(model_state_bytes(psi, n, 0, true).total(), 16 * psi);
@@ -139,7 +139,7 @@ TEST(Formulas, FlopsFormsAgreeWithTheAppendix) {
   EXPECT_DOUBLE_EQ(hardware_flops_paper(f, Recompute::none), model);
 }
 
-// SPEC §7: with the paper's times and 312 TFLOP/s, MFU/HFU within 0.2 points of the paper's.
+// docs/design.md §7: with the paper's times and 312 TFLOP/s, MFU/HFU within 0.2 points of the paper's.
 TEST(Formulas, MfuAndHfuReproduceTable5WithinTwoTenthsOfAPoint) {
   for (const auto& m : plan::paper_models()) {
     const plan::PlanRequest r = plan::paper_request(m, Recompute::selective, true);

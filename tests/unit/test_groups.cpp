@@ -1,4 +1,4 @@
-// Megatron-LM's process groups (SPEC §9), checked against the example in Megatron's
+// Megatron-LM's process groups (docs/design.md §9), checked against the example in Megatron's
 // initialize_model_parallel docstring: 16 ranks, t = 2, p = 4.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Pipeline schedules as data (SPEC §6): the action lists of GPipe, 1F1B and Megatron's interleaved
+// Pipeline schedules as data (docs/design.md §6): the action lists of GPipe, 1F1B and Megatron's interleaved
 // 1F1B are checked structurally (coverage, forward before backward, peers, send/receive order),
 // then simulated: no deadlock, bubble equal to (p−1)/(m·n+p−1), first-stage memory as eq. 5.
 #include <gtest/gtest.h>
