@@ -91,6 +91,11 @@ nlohmann::json read_trainer_state(const std::string& dir) {
   }
 }
 
+nlohmann::json model_config_json(const ModelConfig& c) {
+  return {{"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
+          {"seq_len", c.seq_len}, {"vocab", c.vocab}, {"dropout", c.dropout}};
+}
+
 ModelConfig read_model_config(const std::string& dir) {
   const auto state = read_trainer_state(dir);
   try {

@@ -26,7 +26,8 @@ void save_checkpoint(const std::string& dir, const ModelConfig& config, const Fu
 
 // trainer.json of a checkpoint directory (throws InputError naming the problem).
 nlohmann::json read_trainer_state(const std::string& dir);
-// The model configuration recorded in a checkpoint's trainer.json.
+// The model configuration as trainer.json records it ("model"), and read back from a checkpoint.
+nlohmann::json model_config_json(const ModelConfig& config);
 ModelConfig read_model_config(const std::string& dir);
 
 // Loads weights into `model` (this rank's shard) from a checkpoint directory, a model.safetensors

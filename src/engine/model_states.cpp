@@ -127,7 +127,8 @@ const uint16_t* ModelStates::params_bf16(int b) {
 
 void ModelStates::params_done(int b) {
   if (!half() && whole_weights()) return;
-  release_user(gathered_, b);
+  auto it = gathered_.find(b);
+  if (it != gathered_.end() && --it->second.users == 0) gathered_.erase(it);  // the last user frees it
 }
 
 void ModelStates::launch_gather(int b) {
@@ -158,7 +159,10 @@ void ModelStates::ready(Gathered& g) {
   g.piece = TrackedArray<float>();
   const bool stored_bf16 = half() && !half_->fp16 && whole_weights();
   if (layout_.bf16_gemms && !stored_bf16) {
-    g.make_bf16();
+    if (!g.bf16.size() && g.values.size()) {
+      g.bf16 = TrackedArray<uint16_t>(g.values.size(), "transient");
+      to_bf16(g.values.data(), g.bf16.data(), g.values.size());
+    }
     note_transient();
   }
 }

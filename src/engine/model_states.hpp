@@ -29,6 +29,7 @@
 #include "comm/communicator.hpp"
 #include "core/config.hpp"
 #include "engine/owned_grads.hpp"
+#include "engine/transient_buffers.hpp"
 #include "model/bucket_store.hpp"
 #include "model/gpt.hpp"
 #include "tensor/half.hpp"
@@ -95,9 +96,15 @@ class ModelStates final : public BucketStore {
   void grads_done(int bucket) override;
 
  private:
-  struct Gathered : TransientWeights {
+  // A bucket's weights made fp32 for the model (widened from 16 bits, or gathered from shards),
+  // shared by its users until the last one is done; with a bf16 copy when bf16 GEMMs read weights
+  // that are not stored in bf16.
+  struct Gathered {
+    TrackedArray<float> values;
+    TrackedArray<uint16_t> bf16;
     TrackedArray<float> piece;  // this rank's piece widened (16-bit), until the gather lands
     comm::Handle pending;
+    int users = 0;
   };
   struct Reducing {
     int bucket;

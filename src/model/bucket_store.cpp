@@ -1,14 +1,6 @@
 #include "model/bucket_store.hpp"
 
-#include "tensor/bf16.hpp"
-
 namespace lattice {
-
-void TransientWeights::make_bf16() {
-  if (bf16.size() || !values.size()) return;
-  bf16 = TrackedArray<uint16_t>(values.size(), "transient");
-  to_bf16(values.data(), bf16.data(), values.size());
-}
 
 std::vector<Bucket> model_buckets(const ParamTable& table, int layers) {
   std::vector<Bucket> buckets(size_t(layers) + 3);

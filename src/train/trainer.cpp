@@ -20,11 +20,6 @@ namespace lattice {
 
 namespace {
 
-nlohmann::json model_json(const ModelConfig& c) {
-  return {{"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
-          {"seq_len", c.seq_len}, {"vocab", c.vocab}, {"dropout", c.dropout}};
-}
-
 void validate(const ModelConfig& m, const LayoutConfig& layout, const TrainConfig& t) {
   m.validate();
   require(t.micro_batch >= 1, "--micro-batch must be at least 1");
@@ -101,9 +96,9 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   if (!config_.resume.empty()) {
     resume_state = checkpoint::read_trainer_state(config_.resume);
     const ModelConfig saved = checkpoint::read_model_config(config_.resume);
-    require(model_json(saved) == model_json(model_config_),
-            "checkpoint " + config_.resume + " holds model " + model_json(saved).dump() +
-                " but the flags ask for " + model_json(model_config_).dump());
+    require(checkpoint::model_config_json(saved) == checkpoint::model_config_json(model_config_),
+            "checkpoint " + config_.resume + " holds model " + checkpoint::model_config_json(saved).dump() +
+                " but the flags ask for " + checkpoint::model_config_json(model_config_).dump());
     if (resume_state.contains("seed")) config_.seed = resume_state["seed"].get<uint64_t>();
   }
   const auto train_file = data::TokenFile::load(train_path, model_config_.vocab);
@@ -301,64 +296,12 @@ double Trainer::evaluate(int64_t batches) {
   return sum / double(batches * b * s);
 }
 
-void Trainer::save(const std::string& dir) const {
-  nlohmann::json state = {{"step", step_},
-                          {"seed", config_.seed},
-                          {"model", model_json(model_config_)},
-                          {"data_position", {{"step", step_}, {"shuffle", config_.shuffle}}},
-                          {"generator", {{"kind", "philox4x32-10"}, {"seed", config_.seed}, {"step", step_}}},
-                          {"train", {{"micro_batch", config_.micro_batch}, {"global_batch", config_.global_batch},
-                                     {"lr", config_.lr}, {"lr_schedule", config_.lr_schedule}}},
-                          {"layout", {{"tp", layout_.tp}, {"pp", layout_.pp}, {"dp", layout_.dp},
-                                      {"sequence_parallel", layout_.sequence_parallel}}},
-                          {"updates_applied", step_ - loss_scaler_.skipped}};
-  if (loss_scaler_.active)
-    state["loss_scale"] = {{"scale", loss_scaler_.scale}, {"clean_steps", loss_scaler_.clean_steps}};
-  // Pipeline stages contribute what they hold, tensor-parallel shards are gathered into one
-  // rank's layout; world rank 0 writes.
-  comm::Communicator* tp = dist_ ? &dist_->tp() : nullptr;
-  // The fp32 weights (ZeRO shards or 16-bit runs' masters gathered), laid out as the whole model.
-  const std::vector<float> params_local = owned_by_stage(states_->full_weights().data());
-  const auto params = parallel::gather_full(tp, model_config_, params_local.data());
-  // Element states (a ZeRO shard is first gathered over DP into this rank's full TP-shard layout).
-  checkpoint::FullState full{params.data(), optimizer_->name(), {}, {}};
-  std::vector<std::vector<float>> element_values;
-  for (const auto& e : optimizer_->element_states()) {
-    const std::vector<float> local = owned_by_stage(states_->gather_full(e.values).data());
-    element_values.push_back(parallel::gather_full(tp, model_config_, local.data()));
-    full.element_states.push_back({e.prefix, element_values.back().data()});
-  }
-  // Tensor states are whole-tensor vectors, the same on every TP and DP rank; stages hold different ones.
-  for (const auto& t : optimizer_->tensor_states())
-    full.tensor_states.push_back({t.name, std::vector<float>(t.values, t.values + t.shape[0])});
-  if (pipeline_) full.tensor_states = comm::all_gather_named(dist_->pp(), full.tensor_states);
-  if (is_logging_rank()) checkpoint::save_checkpoint(dir, model_config_, full, state);
-  if (dist_) dist_->world().barrier();
-}
-
 std::vector<int> Trainer::local_layers() const {
   std::vector<int> layers;
   for (int l = 0; l < model_config_.layers; ++l)
     if (!pipeline_ || pipeline_->owns_layer(l)) layers.push_back(l);
   return layers;
 }
-
-std::vector<float> Trainer::owned_by_stage(const float* values) const {
-  if (!pipeline_) return std::vector<float>(values, values + model_->num_params());
-  // Each stage places the tensors it holds into the whole model's layout (this TP rank's shard of
-  // it) and the stages are summed; the tied embedding is taken from the first stage only.
-  const ParamTable whole(model_config_, layout_.tp, dist_->coords().tp_rank);
-  std::vector<float> out(static_cast<size_t>(whole.total()), 0.0f);
-  const bool first = dist_->coords().pp_rank == 0;
-  for (const ParamInfo& p : model_->table().params()) {
-    if (p.offset == model_->table().wte() && !first) continue;
-    const ParamInfo& w = whole.params()[size_t(p.full_index)];
-    std::copy(values + p.offset, values + p.offset + p.numel, out.begin() + w.offset);
-  }
-  dist_->pp().all_reduce({out.data(), out.size()});
-  return out;
-}
-
 
 int Trainer::run() {
   // Every data-parallel replica starts from rank 0's weights. (Here, not in the constructor: the
