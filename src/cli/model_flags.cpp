@@ -85,6 +85,9 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
   app.add_option("--eval-batches,--eval-iters", t.eval_batches, "micro-batches per validation");
   app.add_option("--peak-flops", t.peak_flops, "peak FLOP/s for MFU (default: this CPU's GEMM peak)");
   app.add_option("--threads", t.threads, "OpenMP threads (default: all cores)");
+  app.add_option("--comm-timeout", t.comm_timeout,
+                 "seconds a rank may wait on one communication before it stops the job (0 = off)")
+      ->capture_default_str();
   app.add_flag("--json", t.json, "JSON Lines on stdout");
   app.add_option("--schedule", t.schedule, "pipeline schedule: gpipe | 1f1b | interleaved (with --virtual-stages)")
       ->capture_default_str();

@@ -1,4 +1,6 @@
 // `lattice train`: train a GPT model on a prepared token directory.
+#include <cmath>
+
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_flags.hpp"
@@ -28,9 +30,16 @@ int run_train(int argc, char** argv) {
   }
   // Several processes: bad input is reported once, by rank 0, and every rank exits 1; a rank that
   // fails later aborts the whole job.
-  comm::Distributed dist(resolved.tp, resolved.pp, "train");
+  const bool timeout_ok = std::isfinite(train.comm_timeout) && train.comm_timeout >= 0 && train.comm_timeout <= 1e6;
+  comm::Distributed dist(resolved.tp, resolved.pp, "train", timeout_ok ? train.comm_timeout : comm::kDefaultCommTimeout);
   std::unique_ptr<Trainer> trainer;
-  comm::check_on_all_ranks("train", [&] { trainer = std::make_unique<Trainer>(model, resolved, train, &dist); });
+  const std::string settings = app.config_to_str(/*default_also=*/true, /*write_description=*/false);
+  comm::check_on_all_ranks("train", [&] {
+    require(timeout_ok, "--comm-timeout must be between 0 (off) and 1e6 seconds");
+    // Before anything sized by the configuration: ranks that disagree would fail or hang elsewhere.
+    comm::require_same_configuration(settings);
+    trainer = std::make_unique<Trainer>(model, resolved, train, &dist);
+  });
   return comm::run_or_abort_all("train", [&] { return trainer->run(); });
 }
 

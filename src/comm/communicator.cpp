@@ -28,24 +28,28 @@ size_t Communicator::chunk_of(size_t whole, size_t part, const char* what) const
 
 void Communicator::all_reduce(std::span<float> data, ReduceOp op) {
   count(CollectiveOp::all_reduce, data.size());
+  const WaitScope wait("all_reduce", to_string(kind_));
   do_all_reduce(data, op);
 }
 
 void Communicator::reduce_scatter(std::span<const float> input, std::span<float> output) {
   chunk_of(input.size(), output.size(), "reduce_scatter");
   count(CollectiveOp::reduce_scatter, input.size());
+  const WaitScope wait("reduce_scatter", to_string(kind_));
   do_reduce_scatter(input, output);
 }
 
 void Communicator::all_gather(std::span<const float> input, std::span<float> output) {
   chunk_of(output.size(), input.size(), "all_gather");
   count(CollectiveOp::all_gather, output.size());
+  const WaitScope wait("all_gather", to_string(kind_));
   do_all_gather(input, output);
 }
 
 void Communicator::broadcast(std::span<float> data, int root) {
   check_peer(root, "broadcast");
   count(CollectiveOp::broadcast, data.size(), root);
+  const WaitScope wait("broadcast", to_string(kind_));
   do_broadcast(data, root);
 }
 
@@ -53,26 +57,32 @@ void Communicator::all_to_all(std::span<const float> input, std::span<float> out
   if (input.size() != output.size() || input.size() % size_t(size()) != 0)
     throw std::logic_error("all_to_all: input and output must be " + std::to_string(size()) + " equal chunks");
   count(CollectiveOp::all_to_all, input.size());
+  const WaitScope wait("all_to_all", to_string(kind_));
   do_all_to_all(input, output);
 }
 
 void Communicator::send(std::span<const float> data, int dest, int tag) {
   check_peer(dest, "send");
   count(CollectiveOp::send, data.size());
+  const WaitScope wait("send", to_string(kind_));
   do_send(data, dest, tag);
 }
 
 void Communicator::recv(std::span<float> data, int source, int tag) {
   check_peer(source, "recv");
   count(CollectiveOp::recv, data.size());
+  const WaitScope wait("recv", to_string(kind_));
   do_recv(data, source, tag);
 }
 
-void Communicator::barrier() { do_barrier(); }
+void Communicator::barrier() {
+  const WaitScope wait("barrier", to_string(kind_));
+  do_barrier();
+}
 
 Handle Communicator::all_reduce_async(std::span<float> data, ReduceOp op) {
   count(CollectiveOp::all_reduce, data.size());
-  return Handle(do_all_reduce_async(data, op));
+  return Handle(do_all_reduce_async(data, op), "all_reduce", to_string(kind_));
 }
 
 void Communicator::check_counts(size_t whole, size_t mine, std::span<const int> counts, const char* what) const {
@@ -86,26 +96,26 @@ Handle Communicator::reduce_scatter_v_async(std::span<const float> input, std::s
                                             std::span<const int> counts) {
   check_counts(input.size(), output.size(), counts, "reduce_scatter_v");
   count(CollectiveOp::reduce_scatter, input.size());
-  return Handle(do_reduce_scatter_v_async(input, output, counts));
+  return Handle(do_reduce_scatter_v_async(input, output, counts), "reduce_scatter_v", to_string(kind_));
 }
 
 Handle Communicator::all_gather_v_async(std::span<const float> input, std::span<float> output,
                                         std::span<const int> counts) {
   check_counts(output.size(), input.size(), counts, "all_gather_v");
   count(CollectiveOp::all_gather, output.size());
-  return Handle(do_all_gather_v_async(input, output, counts));
+  return Handle(do_all_gather_v_async(input, output, counts), "all_gather_v", to_string(kind_));
 }
 
 Handle Communicator::send_async(std::span<const float> data, int dest, int tag) {
   check_peer(dest, "send_async");
   count(CollectiveOp::send, data.size());
-  return Handle(do_send_async(data, dest, tag));
+  return Handle(do_send_async(data, dest, tag), "send", to_string(kind_));
 }
 
 Handle Communicator::recv_async(std::span<float> data, int source, int tag) {
   check_peer(source, "recv_async");
   count(CollectiveOp::recv, data.size());
-  return Handle(do_recv_async(data, source, tag));
+  return Handle(do_recv_async(data, source, tag), "recv", to_string(kind_));
 }
 
 }  // namespace lattice::comm

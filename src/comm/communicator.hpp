@@ -10,6 +10,7 @@
 #include <span>
 
 #include "comm/traffic.hpp"
+#include "comm/watchdog.hpp"
 
 namespace lattice::comm {
 
@@ -27,12 +28,15 @@ class PendingOp {
 class Handle {
  public:
   Handle() = default;
-  explicit Handle(std::unique_ptr<PendingOp> op) : op_(std::move(op)) {}
+  // `what` and `group` (static strings) name the wait for the comm watchdog.
+  Handle(std::unique_ptr<PendingOp> op, const char* what, const char* group)
+      : op_(std::move(op)), what_(what), group_(group) {}
   Handle(Handle&&) noexcept = default;
   Handle& operator=(Handle&& other) noexcept {
     if (this != &other) {
       wait();
       op_ = std::move(other.op_);
+      what_ = other.what_, group_ = other.group_;
     }
     return *this;
   }
@@ -40,6 +44,7 @@ class Handle {
 
   void wait() {
     if (op_) {
+      const WaitScope scope(what_, group_);
       op_->wait();
       op_.reset();
     }
@@ -48,6 +53,8 @@ class Handle {
 
  private:
   std::unique_ptr<PendingOp> op_;
+  const char* what_ = "wait";
+  const char* group_ = "";
 };
 
 class Communicator {

@@ -8,6 +8,7 @@
 
 #include "comm/fault.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "comm/watchdog.hpp"
 #include "core/error.hpp"
 
 namespace lattice::comm {
@@ -43,7 +44,10 @@ std::unique_ptr<Communicator> split(const parallel::Groups& groups, int world_ra
         key = int(i);
       }
   MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm);  // collective over the world
+  {
+    const WaitScope wait("split", "world");
+    MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm);  // collective over the world
+  }
   if (comm == MPI_COMM_NULL) return nullptr;
   return std::make_unique<MpiCommunicator>(comm, kind, ledger);
 }
@@ -81,10 +85,11 @@ MpiSession::~MpiSession() {
   if (!finalized) MPI_Finalize();
 }
 
-Distributed::Distributed(int tp, int pp, const std::string& command) : command_(command) {
+Distributed::Distributed(int tp, int pp, const std::string& command, double comm_timeout) : command_(command) {
   int world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world > 1) start_watchdog(comm_timeout, rank_);
   check_on_all_ranks(command_, [&] {
     try {
       layout_ = parallel::make_layout(world, tp, pp);

@@ -29,12 +29,16 @@ class MpiSession {
   MpiSession& operator=(const MpiSession&) = delete;
 };
 
+inline constexpr double kDefaultCommTimeout = 300;
+
 class Distributed {
  public:
   // Checks world % (t·p) == 0 the way check_on_all_ranks does (one line from rank 0, every rank
   // exits 1; a lone process throws lattice::InputError instead). `command` names the sub-command
   // in error lines ("train" → "lattice train: error: ...").
-  Distributed(int tp, int pp, const std::string& command);
+  // `comm_timeout` (seconds; <= 0: off): the watchdog ends this rank when one wait lasts longer
+  // (comm/watchdog.hpp).
+  Distributed(int tp, int pp, const std::string& command, double comm_timeout = kDefaultCommTimeout);
   ~Distributed();  // frees the communicators, then finalizes MPI
   Distributed(const Distributed&) = delete;
   Distributed& operator=(const Distributed&) = delete;

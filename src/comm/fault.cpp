@@ -1,11 +1,14 @@
 #include "comm/fault.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <vector>
 
 #include "comm/mpi_include.hpp"
+#include "comm/watchdog.hpp"
+#include "core/error.hpp"
 
 namespace lattice::comm {
 
@@ -32,6 +35,7 @@ int world_size() {
 
 // The message of the lowest failing rank, sent to every rank.
 std::string message_of(int rank, const std::string& mine) {
+  const WaitScope wait("broadcast", "world");
   int length = int(mine.size());
   MPI_Bcast(&length, 1, MPI_INT, rank, MPI_COMM_WORLD);
   std::vector<char> text(mine.begin(), mine.end());
@@ -81,6 +85,7 @@ void check_on_all_ranks(const std::string& command, const std::function<void()>&
     mine = e.what();
   }
   int first_failing = failed ? rank : size;
+  const WaitScope wait("all_reduce", "world");
   MPI_Allreduce(MPI_IN_PLACE, &first_failing, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (first_failing == size) return;
 
@@ -94,6 +99,30 @@ void check_on_all_ranks(const std::string& command, const std::function<void()>&
   MPI_Barrier(MPI_COMM_WORLD);
   MPI_Finalize();
   std::exit(1);
+}
+
+void require_same_configuration(const std::string& settings) {
+  if (world_size() <= 1) return;
+  const std::string rank0 = message_of(0, settings);
+  if (rank0 == settings) return;
+  auto lines = [](const std::string& text) {
+    std::vector<std::string> out;
+    size_t begin = 0;
+    while (begin < text.size()) {
+      size_t end = text.find('\n', begin);
+      if (end == std::string::npos) end = text.size();
+      out.push_back(text.substr(begin, end - begin));
+      begin = end + 1;
+    }
+    return out;
+  };
+  const std::vector<std::string> mine = lines(settings), theirs = lines(rank0);
+  for (size_t i = 0; i < std::max(mine.size(), theirs.size()); ++i) {
+    const std::string a = i < mine.size() ? mine[i] : "(nothing)", b = i < theirs.size() ? theirs[i] : "(nothing)";
+    if (a != b)
+      throw InputError("the ranks were started with different configurations: '" + a + "' here, '" + b +
+                       "' on rank 0");
+  }
 }
 
 void abort_all_ranks_on_terminate(const std::string& command) {

@@ -24,6 +24,12 @@ int run_or_abort_all(const std::string& command, const std::function<int()>& bod
 // Collective: every rank of the world must call it.
 void check_on_all_ranks(const std::string& command, const std::function<void()>& check);
 
+// Every rank holds `settings` (one "key = value" line per setting, as in a TOML file); throws
+// lattice::InputError on a rank whose lines differ from rank 0's, naming the first difference. Run
+// it inside check_on_all_ranks, before any work that depends on the configuration: ranks that
+// disagree would otherwise fail in ways unrelated to the cause, or hang. Collective over the world.
+void require_same_configuration(const std::string& settings);
+
 // Makes an uncaught exception or std::terminate on this rank abort the whole job with one line.
 void abort_all_ranks_on_terminate(const std::string& command);
 

@@ -29,8 +29,9 @@ struct TrainConfig {
   bool json = false;
   bool comm_report = false;
   std::string trace;  // Chrome trace file (Perfetto), one track per rank
-  std::string schedule = "1f1b";  // pipeline schedule: gpipe | 1f1b | interleaved  // bytes each rank sent per group in the last step
+  std::string schedule = "1f1b";  // pipeline schedule: gpipe | 1f1b | interleaved
   int threads = 0;  // 0 = OpenMP's default
+  double comm_timeout = 300;  // seconds one communication may wait before the rank stops (0 = off)
 
   int accumulation_steps() const { return global_batch / micro_batch; }
 };
