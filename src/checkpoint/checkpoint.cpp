@@ -1,5 +1,10 @@
 #include "checkpoint/checkpoint.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -36,6 +41,15 @@ std::vector<TensorRef> tensors_of(const ParamTable& table, const ModelConfig& c,
 // Fills this rank's shard of every tensor from the file (padding rows stay zero).
 void read_tensors(const SafetensorsFile& file, const GPT& model, float* base, const std::string& prefix) {
   const ParamTable& table = model.table();
+  if (prefix.empty()) {  // model weights: every tensor of the file is one of the model's (no partial loads)
+    const ParamTable whole(model.config());
+    for (const std::string& name : file.names()) {
+      bool known = false;
+      for (const auto& p : whole.params()) known = known || p.name == name;
+      require(known, file.path() + " holds " + name + ", which this model (" + std::to_string(model.config().layers) +
+                         " layers) does not have: it is another model");
+    }
+  }
   for (const auto& p : table.params()) {
     const auto shape = stored_shape(p, model.config());
     const TensorRef& t = file.get(prefix + p.name, "F32", shape);
@@ -59,11 +73,11 @@ std::string read_text(const std::string& path) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& dir, const ModelConfig& config, const FullState& state,
-                     const nlohmann::json& trainer_state) {
+StagedCheckpoint::StagedCheckpoint(const std::string& dir, const ModelConfig& config, const FullState& state,
+                                   const nlohmann::json& trainer_state)
+    : dir_(dir), out_(dir) {
   const ParamTable table(config);
-  AtomicDir out(dir);
-  write_safetensors(out.path() + "/model.safetensors", tensors_of(table, config, state.params, ""),
+  write_safetensors(out_.path() + "/model.safetensors", tensors_of(table, config, state.params, ""),
                     {{"format", "pt"}});
   if (!state.optimizer.empty()) {
     std::vector<TensorRef> tensors;
@@ -73,11 +87,61 @@ void save_checkpoint(const std::string& dir, const ModelConfig& config, const Fu
     }
     for (const auto& [name, values] : state.tensor_states)
       tensors.push_back({name, "F32", {int64_t(values.size())}, values.data(), values.size() * 4});
-    write_safetensors(out.path() + "/optimizer.safetensors", tensors, {{"optimizer", state.optimizer}});
+    write_safetensors(out_.path() + "/optimizer.safetensors", tensors, {{"optimizer", state.optimizer}});
   }
   const std::string json = trainer_state.dump(2) + "\n";
-  write_file_atomically(out.path() + "/trainer.json", json.data(), json.size());
-  out.commit();
+  write_file_atomically(out_.path() + "/trainer.json", json.data(), json.size());
+  // Last: the manifest of everything written, itself included.
+  nlohmann::json files = nlohmann::json::array({kManifest});
+  for (const auto& e : fs::directory_iterator(out_.path())) files.push_back(e.path().filename().string());
+  const std::string manifest =
+      nlohmann::json{{"format", "lattice checkpoint"}, {"version", 1}, {"files", files}}.dump(2) + "\n";
+  write_file_atomically(out_.path() + "/" + kManifest, manifest.data(), manifest.size());
+}
+
+void StagedCheckpoint::commit() {
+  try {
+    check_save_target(dir_);  // the directory may have changed since training started
+  } catch (const InputError& e) {
+    const std::string kept = dir_ + ".unsaved-" + std::to_string(::getpid());
+    out_.move_to(kept);
+    fail(std::string(e.what()) + " (this run's checkpoint is kept in " + kept + ")");
+  }
+  out_.commit();
+}
+
+void save_checkpoint(const std::string& dir, const ModelConfig& config, const FullState& state,
+                     const nlohmann::json& trainer_state) {
+  StagedCheckpoint(dir, config, state, trainer_state).commit();
+}
+
+void check_save_target(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    check_file_writable(dir, "--save");
+    return;
+  }
+  require(fs::is_directory(dir, ec), "cannot save to " + dir + ": it exists and is not a directory");
+  std::vector<std::string> entries;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+    entries.push_back(it->path().filename().string());
+  require(!ec, "cannot save to " + dir + ": cannot list it: " + ec.message());
+  if (entries.empty()) return;
+  const std::string refuse = "cannot save to " + dir + ": ";
+  const std::string manifest_path = dir + "/" + kManifest;
+  require(fs::exists(manifest_path, ec),
+          refuse + "it holds " + entries.front() + " and is not a lattice checkpoint (no " + kManifest +
+              "); choose a new or empty directory");
+  std::vector<std::string> listed;
+  try {
+    listed = nlohmann::json::parse(read_text(manifest_path)).at("files").get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(refuse + manifest_path + " is not a valid checkpoint manifest: " + e.what());
+  }
+  for (const std::string& name : entries)
+    require(std::find(listed.begin(), listed.end(), name) != listed.end(),
+            refuse + "it holds " + name + ", which its checkpoint manifest does not list; move it away first");
+  check_file_writable(dir + "/" + kManifest, "--save");
 }
 
 nlohmann::json read_trainer_state(const std::string& dir) {
@@ -96,24 +160,81 @@ nlohmann::json model_config_json(const ModelConfig& c) {
           {"seq_len", c.seq_len}, {"vocab", c.vocab}, {"dropout", c.dropout}};
 }
 
+namespace {
+
+// A field of trainer.json: present, of the right kind, in range — or one line naming it.
+const nlohmann::json& field(const nlohmann::json& object, const std::string& key, const std::string& where) {
+  require(object.is_object() && object.contains(key), where + " has no \"" + key + "\"");
+  return object[key];
+}
+int64_t integer(const nlohmann::json& object, const std::string& key, int64_t lo, int64_t hi, const std::string& where) {
+  const nlohmann::json& v = field(object, key, where);
+  require(v.is_number_integer(), where + ": \"" + key + "\" must be an integer (got " + v.dump() + ")");
+  // Unsigned values past int64 are out of range too.
+  require(!(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) && v.get<int64_t>() >= lo &&
+              v.get<int64_t>() <= hi,
+          where + ": \"" + key + "\" = " + v.dump() + " is outside [" + std::to_string(lo) + ", " +
+              std::to_string(hi) + "]");
+  return v.get<int64_t>();
+}
+double number(const nlohmann::json& object, const std::string& key, double lo, double hi, const std::string& where) {
+  const nlohmann::json& v = field(object, key, where);
+  require(v.is_number(), where + ": \"" + key + "\" must be a number (got " + v.dump() + ")");
+  const double x = v.get<double>();
+  require(std::isfinite(x) && x >= lo && x <= hi, where + ": \"" + key + "\" = " + v.dump() + " is out of range");
+  return x;
+}
+
+}  // namespace
+
 ModelConfig read_model_config(const std::string& dir) {
   const auto state = read_trainer_state(dir);
+  const std::string where = "checkpoint " + dir + "/trainer.json";
+  const nlohmann::json& m = field(state, "model", where);
+  const std::string mw = where + " (model)";
+  ModelConfig c;
+  c.layers = int(integer(m, "layers", 1, kMaxLayers, mw));
+  c.hidden = int(integer(m, "hidden", 1, kMaxHidden, mw));
+  c.heads = int(integer(m, "heads", 1, kMaxHidden, mw));
+  c.seq_len = int(integer(m, "seq_len", 1, kMaxSeqLen, mw));
+  c.vocab = int(integer(m, "vocab", 2, 65536, mw));
+  c.dropout = number(m, "dropout", 0.0, 1.0, mw);
   try {
-    const auto& m = state.at("model");
-    ModelConfig c;
-    c.layers = m.at("layers"), c.hidden = m.at("hidden"), c.heads = m.at("heads");
-    c.seq_len = m.at("seq_len"), c.vocab = m.at("vocab"), c.dropout = m.at("dropout");
     c.validate();
-    return c;
-  } catch (const nlohmann::json::exception& e) {
-    fail("checkpoint " + dir + "/trainer.json lacks the model configuration: " + e.what());
+  } catch (const InputError& e) {
+    fail(mw + ": " + e.what());
   }
+  return c;
+}
+
+ResumeState read_resume_state(const std::string& dir) {
+  const auto state = read_trainer_state(dir);
+  const std::string where = "checkpoint " + dir + "/trainer.json";
+  ResumeState r;
+  r.step = integer(state, "step", 0, INT64_MAX / 2, where);
+  const nlohmann::json& seed = field(state, "seed", where);
+  require(seed.is_number_unsigned() || (seed.is_number_integer() && seed.get<int64_t>() >= 0),
+          where + ": \"seed\" must be a non-negative integer (got " + seed.dump() + ")");
+  r.seed = seed.get<uint64_t>();
+  r.updates_applied = state.contains("updates_applied") ? integer(state, "updates_applied", 0, r.step, where) : r.step;
+  if (state.contains("loss_scale")) {
+    const nlohmann::json& ls = state["loss_scale"];
+    r.loss_scale = number(ls, "scale", 1.0, 4294967296.0, where + " (loss_scale)");
+    r.clean_steps = integer(ls, "clean_steps", 0, INT64_MAX / 2, where + " (loss_scale)");
+  }
+  return r;
 }
 
 void load_weights(const std::string& path, GPT& model) {
   if (fs::is_directory(path)) {
     const std::string file = path + "/model.safetensors";
     if (!fs::exists(file)) fail("checkpoint " + path + " has no model.safetensors");
+    if (fs::exists(path + "/trainer.json")) {  // a lattice checkpoint says what model it holds
+      const nlohmann::json saved = model_config_json(read_model_config(path)), mine = model_config_json(model.config());
+      for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab"})
+        require(saved[key] == mine[key], "checkpoint " + path + " holds another model (" + key + " " +
+                                             saved[key].dump() + ", this run " + mine[key].dump() + ")");
+    }
     read_tensors(SafetensorsFile::load(file), model, model.params(), "");
   } else if (path.size() > 4 && path.substr(path.size() - 4) == ".bin") {
     import_llmc_weights(path, model);

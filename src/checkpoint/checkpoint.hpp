@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_dir.hpp"
 #include "model/gpt.hpp"
 #include "optim/optimizer.hpp"
 
@@ -21,11 +22,43 @@ struct FullState {
   std::vector<std::pair<std::string, const float*>> element_states;
   std::vector<std::pair<std::string, std::vector<float>>> tensor_states;
 };
+// A checkpoint written to a temporary directory beside `dir`, not yet in place: commit() swaps it
+// in (after checking `dir` may still be replaced); destroying it uncommitted removes it and leaves
+// the previous checkpoint as it was. The directory's manifest (kManifest) lists every file in it.
+class StagedCheckpoint {
+ public:
+  StagedCheckpoint(const std::string& dir, const ModelConfig& config, const FullState& state,
+                   const nlohmann::json& trainer_state);
+  void commit();
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  AtomicDir out_;
+};
+inline constexpr const char* kManifest = "lattice-checkpoint.json";
+
+// Writes and commits at once.
 void save_checkpoint(const std::string& dir, const ModelConfig& config, const FullState& state,
                      const nlohmann::json& trainer_state);
 
+// Throws InputError unless `dir` may receive a checkpoint: it does not exist (its parents can be
+// made), or it is an empty directory, or a lattice checkpoint (a manifest) holding no file its
+// manifest does not list. Nothing else is ever replaced (a --save pointing at a data directory).
+void check_save_target(const std::string& dir);
+
 // trainer.json of a checkpoint directory (throws InputError naming the problem).
 nlohmann::json read_trainer_state(const std::string& dir);
+// What a resume reads from trainer.json, every field checked (InputError naming the field).
+struct ResumeState {
+  int64_t step = 0;
+  uint64_t seed = 0;
+  int64_t updates_applied = 0;
+  double loss_scale = 0;  // 0: not recorded (not an fp16 run)
+  int64_t clean_steps = 0;
+};
+ResumeState read_resume_state(const std::string& dir);
+
 // The model configuration as trainer.json records it ("model"), and read back from a checkpoint.
 nlohmann::json model_config_json(const ModelConfig& config);
 ModelConfig read_model_config(const std::string& dir);

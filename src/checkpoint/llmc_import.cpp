@@ -10,22 +10,12 @@
 namespace lattice::checkpoint {
 namespace {
 
-// llm.c's parameter tensors, in file order: rows x columns per layer (or of the whole tensor when
-// not per_layer), as multiples of C (`rows_c`, `cols_c`) unless given by a header field.
+// llm.c's parameter tensors, in file order.
 enum Tensor { wte, wpe, ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb, lnfw, lnfb };
-
-// Elements of llm.c tensor k for one layer (or in all, for the tensors outside the layers).
-// Every factor is positive and the products were checked against overflow by the caller's bound.
-int64_t per_layer_elements(int k, int64_t C) {
-  switch (k) {
-    case qkvw: return 3 * C * C;
-    case qkvb: return 3 * C;
-    case attprojw: return C * C;
-    case fcw: case fcprojw: return 4 * C * C;
-    case fcb: return 4 * C;
-    default: return C;  // ln1w ln1b attprojb ln2w ln2b fcprojb lnfw lnfb
-  }
-}
+// A layer tensor has kFactor[k] * C elements per layer, times C again where kSquare[k] (a weight).
+constexpr int64_t kFactor[kLlmcTensors] = {0, 0, 1, 1, 3, 3, 1, 1, 1, 1, 4, 4, 4, 1, 1, 1};
+constexpr bool kSquare[kLlmcTensors] = {false, false, false, false, true, false, true, false,
+                                        false, false, true,  false, true, false, false, false};
 
 int64_t checked_mul(int64_t a, int64_t b, bool& overflow) {
   int64_t r = 0;
@@ -92,13 +82,13 @@ LlmcCheckpoint LlmcCheckpoint::load(const std::string& path) {
   bool overflow = false;
   const int64_t C = s.hidden;
   int64_t offset = 0;
-  for (int k = 0; k < int(kLlmcTensors); ++k) {
-    ck.offsets_[size_t(k)] = offset;
+  for (size_t k = 0; k < kLlmcTensors; ++k) {
+    ck.offsets_[k] = offset;
     int64_t n = 0;
     if (k == wte) n = checked_mul(s.padded_vocab, C, overflow);
     else if (k == wpe) n = checked_mul(s.max_seq_len, C, overflow);
     else if (k == lnfw || k == lnfb) n = C;
-    else n = checked_mul(s.layers, checked_mul(per_layer_elements(k, 1), checked_mul(C, k == qkvw || k == attprojw || k == fcw || k == fcprojw ? C : 1, overflow), overflow), overflow);
+    else n = checked_mul(s.layers, checked_mul(kFactor[k], kSquare[k] ? checked_mul(C, C, overflow) : C, overflow), overflow);
     if (__builtin_add_overflow(offset, n, &offset)) overflow = true;
   }
   ck.offsets_[kLlmcTensors] = offset;

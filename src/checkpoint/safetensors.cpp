@@ -127,6 +127,8 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
     header = json::parse(header_text);
   } catch (const json::parse_error& e) {
     fail(who + " has a malformed JSON header (error at byte " + std::to_string(e.byte) + ")");
+  } catch (const json::exception&) {  // out_of_range: a number beyond double (1e999)
+    fail(who + " has a malformed JSON header (a number out of range)");
   }
   require(header.is_object(), who + " has a JSON header that is not an object");
 
@@ -135,6 +137,7 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
   const uint64_t data_bytes = file_bytes - 8 - header_bytes;
   struct Span {
     uint64_t begin, end;
+    size_t element_bytes;
     std::string name;
   };
   std::vector<Span> spans;
@@ -172,7 +175,7 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
     require(end - begin == expected, where + " is " + dtype + " " + shape_text(shape) + " = " +
                                          std::to_string(expected) + " bytes, but its data_offsets span " +
                                          std::to_string(end - begin) + " bytes");
-    spans.push_back({begin, end, name});
+    spans.push_back({begin, end, dtype_bytes(dtype), name});
     file.tensors_[name] = TensorRef{name, dtype, shape, nullptr, expected};
   }
 
@@ -191,8 +194,25 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
   auto data = std::make_shared<std::vector<uint64_t>>((data_bytes + 7) / 8);
   in.read(reinterpret_cast<char*>(data->data()), static_cast<std::streamsize>(data_bytes));
   require(in.good() || data_bytes == 0, "cannot read the tensor data of " + who);
+  // The format does not promise aligned offsets: a tensor whose offset is not a multiple of its
+  // element size is copied out to an aligned place, so every view is a valid float* (int64_t*, ...).
+  std::vector<std::pair<const Span*, uint64_t>> moved;  // span, offset in the aligned buffer
+  uint64_t moved_bytes = 0;
+  for (const Span& s : spans) {
+    if (s.begin % s.element_bytes == 0 || s.begin == s.end) continue;
+    moved.emplace_back(&s, moved_bytes);
+    moved_bytes += (s.end - s.begin + 7) / 8 * 8;  // at most data_bytes + 7 per tensor in all
+  }
+  std::shared_ptr<std::vector<uint64_t>> realigned;
+  if (!moved.empty()) realigned = std::make_shared<std::vector<uint64_t>>(moved_bytes / 8);
   const char* base = reinterpret_cast<const char*>(data->data());
-  for (const Span& s : spans) file.tensors_[s.name].data = base + s.begin;
+  for (const Span& s : spans) file.tensors_[s.name].data = s.begin == s.end ? base : base + s.begin;
+  for (const auto& [s, at] : moved) {
+    char* dst = reinterpret_cast<char*>(realigned->data()) + at;
+    std::memcpy(dst, base + s->begin, s->end - s->begin);
+    file.tensors_[s->name].data = dst;
+  }
+  file.realigned_ = std::move(realigned);
   file.data_ = std::move(data);
   return file;
 }

@@ -11,7 +11,7 @@
 
 namespace lattice::checkpoint {
 
-// A view of one tensor's bytes (little-endian, row-major).
+// A view of one tensor's bytes (little-endian, row-major), aligned to its element size.
 struct TensorRef {
   std::string name;
   std::string dtype;  // "F32", "BF16", "I32", "U8", ... (see dtype_bytes)
@@ -51,6 +51,8 @@ class SafetensorsFile {
 
   std::string path_;
   std::shared_ptr<const std::vector<uint64_t>> data_;  // uint64_t: 8-byte-aligned storage
+  // Copies of the tensors whose file offset is not a multiple of their element size (null if none).
+  std::shared_ptr<const std::vector<uint64_t>> realigned_;
   std::map<std::string, TensorRef> tensors_;
   std::map<std::string, std::string> metadata_;
 };

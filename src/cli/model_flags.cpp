@@ -21,7 +21,8 @@ void add_layout_flags(CLI::App& app, LayoutFlags& f) {
   app.add_option("--recompute,--recompute-granularity", f.recompute, "none | selective | full")
       ->capture_default_str();
   app.add_option("--recompute-layers,--recompute-num-layers", l.recompute_layers,
-                 "full recompute of the first N layers only (block method)");
+                 "full recompute of the first N layers only (block method)")
+      ->check(CLI::Range(0, kMaxLayers));
   app.add_option("--recompute-method", f.recompute_method, "block (Megatron's; uniform is not supported)");
   app.add_option("--activation-dtype", f.activation_dtype, "fp32 | bf16 storage of kept activations")
       ->capture_default_str();

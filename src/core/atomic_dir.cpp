@@ -1,12 +1,15 @@
 #include "core/atomic_dir.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <regex>
 #include <system_error>
 
 #include "core/error.hpp"
@@ -40,7 +43,50 @@ void make_parent_dirs(const std::string& path) {
   require(!ec, "cannot create directory " + parent + ": " + ec.message());
 }
 
+std::string this_host() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+// "<host> <pid>": who is writing a temporary directory.
+std::string marker_text() { return this_host() + " " + std::to_string(::getpid()) + "\n"; }
+
+// Temporaries (NAME.tmp-PID, NAME.old-PID) in `parent` left by processes of this host that are gone.
+void remove_stale_temporaries(const std::string& parent) {
+  static const std::regex temp_name(R"(.+\.(tmp|old)-([0-9]+))");
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(parent, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    std::smatch m;
+    const std::string name = it->path().filename().string();
+    if (!std::regex_match(name, m, temp_name) || !it->is_directory(ec)) continue;
+    const long pid = std::atol(m[2].str().c_str());
+    if (pid <= 0 || pid == ::getpid() || ::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive
+    std::ifstream marker(it->path() / AtomicDir::kMarker);
+    std::string host, owner;
+    if (!(marker >> host >> owner) || host != this_host() || owner != m[2].str()) continue;  // not ours
+    std::error_code ignored;
+    fs::remove_all(it->path(), ignored);
+  }
+}
+
 }  // namespace
+
+void check_file_writable(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  const std::string head = "cannot write " + what + " " + path + ": ";
+  require(!fs::is_directory(path, ec), head + "it is a directory");
+  const std::string parent = parent_of(path);
+  fs::create_directories(parent, ec);
+  require(!ec, head + "cannot create " + parent + ": " + ec.message());
+  // A file created and removed beside it: what the atomic write will do (permissions, read-only
+  // file systems, a parent that is a file).
+  const std::string probe = path + ".probe-" + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  require(fd >= 0, head + errno_text());
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
 
 AtomicFile::AtomicFile(const std::string& final_path)
     : final_path_(final_path), temp_path_(final_path + ".tmp") {
@@ -93,9 +139,12 @@ AtomicDir::AtomicDir(const std::string& final_path)
   require(!fs::exists(final_path_, ec) || fs::is_directory(final_path_, ec),
           "cannot save to " + final_path_ + ": it exists and is not a directory");
   make_parent_dirs(final_path_);
+  remove_stale_temporaries(parent_of(final_path_));
   fs::remove_all(temp_path_, ec);  // a leftover from a crashed process that had our pid
   fs::create_directory(temp_path_, ec);
   require(!ec, "cannot create directory " + temp_path_ + ": " + ec.message());
+  const std::string marker = marker_text();
+  std::ofstream(temp_path_ + "/" + kMarker) << marker;
 }
 
 AtomicDir::~AtomicDir() {
@@ -142,6 +191,13 @@ void AtomicDir::commit() {
   committed_ = true;
   fsync_path(parent_of(final_path_), true);
   fs::remove_all(previous, ec);
+}
+
+void AtomicDir::move_to(const std::string& path) {
+  require(!committed_, "cannot move " + temp_path_ + ": already committed");
+  require(::rename(temp_path_.c_str(), path.c_str()) == 0,
+          "cannot rename " + temp_path_ + " to " + path + ": " + errno_text());
+  committed_ = true;
 }
 
 }  // namespace lattice

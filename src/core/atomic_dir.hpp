@@ -26,9 +26,17 @@ class AtomicFile {
 // Writes a whole buffer atomically (an AtomicFile with one write).
 void write_file_atomically(const std::string& path, const void* data, size_t bytes);
 
-// A directory built at `final_path + ".tmp-<pid>"` and swapped in for final_path by commit().
+// Before the work that will write it: `path` can be written (missing parent directories are
+// created, as the write would). Throws InputError naming `what` (e.g. "--trace") and the reason.
+void check_file_writable(const std::string& path, const std::string& what);
+
+// A directory built at `final_path + ".tmp-<pid>"` and swapped in for final_path by commit(). The
+// temporary directory holds a marker file (kMarker: host and pid) from its first instant, so that a
+// later AtomicDir in the same parent directory removes the temporaries of processes of this host
+// that are no longer alive (a killed save), and nothing else.
 class AtomicDir {
  public:
+  static constexpr const char* kMarker = ".lattice-save";
   explicit AtomicDir(const std::string& final_path);
   ~AtomicDir();  // removes the temporary directory if commit() was not called
   AtomicDir(const AtomicDir&) = delete;
@@ -39,6 +47,8 @@ class AtomicDir {
   // exchanged atomically where the filesystem allows it, else renamed aside first) and removes
   // the previous version.
   void commit();
+  // Instead of commit: renames the temporary directory to `path` (which must not exist) and keeps it.
+  void move_to(const std::string& path);
 
  private:
   std::string final_path_, temp_path_;

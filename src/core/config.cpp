@@ -49,9 +49,14 @@ int64_t ModelConfig::num_params() const {
 }
 
 void ModelConfig::validate() const {
-  require(layers >= 1, "--layers must be at least 1 (got " + std::to_string(layers) + ")");
-  require(hidden >= 1, "--hidden must be at least 1 (got " + std::to_string(hidden) + ")");
-  require(heads >= 1, "--heads must be at least 1 (got " + std::to_string(heads) + ")");
+  auto within = [](const char* flag, int v, int lo, int hi) {
+    require(v >= lo && v <= hi, std::string(flag) + " must be between " + std::to_string(lo) + " and " +
+                                    std::to_string(hi) + " (got " + std::to_string(v) + ")");
+  };
+  within("--layers", layers, 1, kMaxLayers);
+  within("--hidden", hidden, 1, kMaxHidden);
+  within("--heads", heads, 1, kMaxHidden);
+  within("--seq-len", seq_len, 1, kMaxSeqLen);
   require(hidden % heads == 0, "--heads (" + std::to_string(heads) + ") must divide --hidden (" +
                                    std::to_string(hidden) + ")");
   require(seq_len >= 1, "--seq-len must be at least 1 (got " + std::to_string(seq_len) + ")");

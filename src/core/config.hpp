@@ -18,6 +18,12 @@ DType parse_dtype(const std::string& s);          // throws InputError
 ParamsDType parse_params_dtype(const std::string& s);  // throws InputError
 inline int bytes_of(DType d) { return d == DType::bf16 ? 2 : 4; }
 
+// Bounds of a model's shape: far past any model trained today, and small enough that every size
+// computed from them (parameters, bytes, FLOPs) fits 64-bit arithmetic.
+inline constexpr int kMaxLayers = 10000;
+inline constexpr int kMaxHidden = 1 << 20;
+inline constexpr int kMaxSeqLen = 1 << 20;
+
 struct ModelConfig {
   int layers = 4;
   int hidden = 128;

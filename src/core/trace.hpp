@@ -15,6 +15,7 @@ class Trace {
   static Trace& instance();
 
   void enable() { enabled_ = true; }
+  void set_enabled(bool on) { enabled_ = on; }
   bool enabled() const { return enabled_; }
   int64_t now_us() const;
   void record(Kind kind, int64_t start_us, int64_t end_us, int64_t micro_batch = -1, int64_t chunk = -1,

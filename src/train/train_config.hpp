@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/config.hpp"
 #include "optim/optimizer.hpp"
 
 namespace lattice {
@@ -22,6 +23,7 @@ struct TrainConfig {
   int64_t loss_scale_window = 1000;  // fp16: clean steps before the loss scale doubles
   bool shuffle = true;
   uint64_t seed = 1337;
+  bool seed_given = false;  // --seed on the command line (a resume must not change it)
   std::string init, save, resume;
   int64_t save_every = 0;
   int64_t eval_every = 0, eval_batches = 8;
@@ -35,5 +37,8 @@ struct TrainConfig {
 
   int accumulation_steps() const { return global_batch / micro_batch; }
 };
+
+// Throws InputError naming the first bad field (flags by their names) before any work starts.
+void validate_training(const ModelConfig& model, const LayoutConfig& layout, const TrainConfig& train);
 
 }  // namespace lattice

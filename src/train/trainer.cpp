@@ -12,6 +12,7 @@
 #include "checkpoint/checkpoint.hpp"
 #include "comm/gather_int64.hpp"
 #include "model/gather_shards.hpp"
+#include "core/atomic_dir.hpp"
 #include "core/error.hpp"
 #include "report/step_report.hpp"
 #include "report/trace_writer.hpp"
@@ -19,54 +20,6 @@
 namespace lattice {
 
 namespace {
-
-void validate(const ModelConfig& m, const LayoutConfig& layout, const TrainConfig& t) {
-  m.validate();
-  require(t.micro_batch >= 1, "--micro-batch must be at least 1");
-  require(t.global_batch % t.micro_batch == 0, "--global-batch (" + std::to_string(t.global_batch) +
-                                                   ") must be a multiple of --micro-batch (" +
-                                                   std::to_string(t.micro_batch) + ")");
-  require(t.steps >= 0, "--steps must be >= 0");
-  require(t.lr >= 0 && std::isfinite(t.lr), "--lr must be a finite non-negative number");
-  require(t.lr_schedule == "constant" || t.lr_schedule == "cosine",
-          "--lr-schedule must be constant or cosine (got '" + t.lr_schedule + "')");
-  require(t.warmup >= 0, "--warmup must be >= 0");
-  require(t.optim.beta1 >= 0 && t.optim.beta1 < 1, "--beta1 must be in [0, 1)");
-  require(t.optim.beta2 >= 0 && t.optim.beta2 < 1, "--beta2 must be in [0, 1)");
-  require(t.optim.eps > 0, "--eps must be positive");
-  require(t.optim.weight_decay >= 0, "--weight-decay must be >= 0");
-  require(t.initial_loss_scale >= 1 && t.initial_loss_scale <= LossScaler::kMaxScale,
-          "--initial-loss-scale must be in [1, 2^32]");
-  require(t.loss_scale_window >= 1, "--loss-scale-window must be >= 1");
-  require(t.clip_grad >= 0, "--clip-grad must be >= 0 (0 = off)");
-  require(t.save_every >= 0, "--save-every must be >= 0");
-  require(t.save_every == 0 || !t.save.empty(), "--save-every needs --save DIR");
-  require(layout.recompute_layers < 0 || layout.recompute == Recompute::full,
-          "--recompute-layers applies to --recompute full only");
-  require(layout.recompute_layers <= m.layers, "--recompute-layers (" + std::to_string(layout.recompute_layers) +
-                                                   ") is more than --layers (" + std::to_string(m.layers) + ")");
-  if (layout.pp > 1) {
-    const int stages = layout.pp * layout.virtual_stages;
-    require(m.layers % stages == 0, "--layers " + std::to_string(m.layers) + " is not divisible by p·m = " +
-                                        std::to_string(stages) + " (pipeline stages × virtual stages)");
-    const int n_mb = t.global_batch / (t.micro_batch * layout.dp);
-    parallel::pipeline::validate_schedule(parallel::pipeline::parse_schedule_kind(t.schedule), layout.pp, n_mb,
-                                          layout.virtual_stages);
-    require(t.eval_every == 0, "--eval-every is not available with pipeline parallelism yet");
-  } else {
-    require(layout.virtual_stages == 1, "--virtual-stages needs --pipeline-model-parallel-size > 1");
-  }
-  require(m.heads % layout.tp == 0, "--tensor-model-parallel-size " + std::to_string(layout.tp) +
-                                        " must divide --heads " + std::to_string(m.heads));
-  require(!layout.sequence_parallel || layout.tp > 1,
-          "--sequence-parallel needs tensor parallelism (--tensor-model-parallel-size > 1)");
-  require(!layout.sequence_parallel || m.seq_len % layout.tp == 0,
-          "--sequence-parallel needs --seq-len (" + std::to_string(m.seq_len) +
-              ") divisible by --tensor-model-parallel-size (" + std::to_string(layout.tp) + ")");
-  require(t.global_batch % (t.micro_batch * layout.dp) == 0,
-          "--global-batch (" + std::to_string(t.global_batch) + ") must be a multiple of --micro-batch x data-parallel size (" +
-              std::to_string(t.micro_batch) + " x " + std::to_string(layout.dp) + ")");
-}
 
 double default_peak(DType dt) { return dt == DType::bf16 ? 700e9 : 300e9; }
 
@@ -85,21 +38,33 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
             "start with mpirun -np N");
   }
   if (config_.global_batch == 0) config_.global_batch = config_.micro_batch * layout_.dp;
-  validate(model_config_, layout_, config_);
+  validate_training(model_config_, layout_, config_);
   if (config_.threads > 0) omp_set_num_threads(config_.threads);
 
   const std::string train_path = config_.data_dir + "/train.bin", val_path = config_.data_dir + "/val.bin";
   require(!config_.data_dir.empty(), "--data DIR is required (make one with: lattice prepare --input TEXT --out DIR)");
   require(std::filesystem::exists(train_path), "no " + train_path + " (make it with: lattice prepare --input TEXT --out " +
                                                    config_.data_dir + ")");
-  nlohmann::json resume_state;
+  checkpoint::ResumeState resume_state;
   if (!config_.resume.empty()) {
-    resume_state = checkpoint::read_trainer_state(config_.resume);
+    resume_state = checkpoint::read_resume_state(config_.resume);
     const ModelConfig saved = checkpoint::read_model_config(config_.resume);
     require(checkpoint::model_config_json(saved) == checkpoint::model_config_json(model_config_),
             "checkpoint " + config_.resume + " holds model " + checkpoint::model_config_json(saved).dump() +
                 " but the flags ask for " + checkpoint::model_config_json(model_config_).dump());
-    if (resume_state.contains("seed")) config_.seed = resume_state["seed"].get<uint64_t>();
+    // Data order and dropout masks are functions of the seed: a resume continues with the run's own.
+    require(!config_.seed_given || config_.seed == resume_state.seed,
+            "--seed " + std::to_string(config_.seed) + " differs from the seed of checkpoint " + config_.resume + " (" +
+                std::to_string(resume_state.seed) + "): a resume continues the run's own data order and dropout");
+    config_.seed = resume_state.seed;
+    require(config_.steps >= resume_state.step,
+            "--steps " + std::to_string(config_.steps) + " is below the step of checkpoint " + config_.resume + " (" +
+                std::to_string(resume_state.step) + "): nothing to train (raise --steps)");
+  }
+  // Destinations are checked before hours of training, not after (world rank 0 writes them).
+  if (is_logging_rank()) {
+    if (!config_.save.empty()) checkpoint::check_save_target(config_.save);
+    if (!config_.trace.empty()) check_file_writable(config_.trace, "--trace");
   }
   const auto train_file = data::TokenFile::load(train_path, model_config_.vocab);
   train_loader_ = std::make_unique<data::BatchLoader>(train_file, model_config_.seq_len, config_.global_batch,
@@ -143,7 +108,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   if (!config_.resume.empty()) {
     checkpoint::load_weights(config_.resume, *model_);
     checkpoint::load_optimizer(config_.resume, *model_, *optimizer_);
-    step_ = resume_state.value("step", int64_t(0));
+    step_ = resume_state.step;
   } else if (!config_.init.empty()) {
     checkpoint::load_weights(config_.init, *model_);
   }
@@ -152,11 +117,10 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   if (!config_.resume.empty()) {
     // Adam's bias correction (and Adafactor's β2) count the updates applied, not the steps: an
     // fp16 run may have skipped some; its loss scale continues where it was.
-    loss_scaler_.skipped = step_ - resume_state.value("updates_applied", step_);
-    if (fp16 && resume_state.contains("loss_scale")) {
-      const auto& ls = resume_state["loss_scale"];
-      loss_scaler_.scale = ls.value("scale", loss_scaler_.scale);
-      loss_scaler_.clean_steps = ls.value("clean_steps", int64_t(0));
+    loss_scaler_.skipped = step_ - resume_state.updates_applied;
+    if (fp16 && resume_state.loss_scale > 0) {
+      loss_scaler_.scale = resume_state.loss_scale;
+      loss_scaler_.clean_steps = resume_state.clean_steps;
     }
   }
   // The loaded (or initialised) weights, the same on every DP rank, go where the layout keeps them.
@@ -181,21 +145,19 @@ StepResult Trainer::train_step() {
   double loss_sum = run_micro_batches(loss_scale);
   const parallel::OwnedGrads grads = states_->reduce();
   complete_gradients(grads);
-  // The loss over the whole global batch: the last stage's sums, over the data-parallel replicas.
-  for (comm::Communicator* group : {pipeline_ ? &dist_->pp() : nullptr, dist_ && layout_.dp > 1 ? &dist_->dp() : nullptr})
-    if (group) {
-      float sum = float(loss_sum);
-      group->all_reduce({&sum, 1});
-      loss_sum = double(sum);
-    }
+  loss_sum = global_loss(loss_sum);
   activation_peak_ = MemoryTracker::activations().peak_bytes();
   StepResult r;
   r.step = ++step_;
   r.loss = loss_sum / double(B * s);
   r.lr = schedule_.at(r.step);
-  if (!std::isfinite(r.loss))
+  if (!std::isfinite(r.loss)) {
+    staged_.reset();  // weights that give this loss never replace a sound checkpoint
     throw TrainingError("loss is " + std::string(std::isnan(r.loss) ? "NaN" : "infinite") + " at step " +
-                        std::to_string(r.step) + ": training stopped (lower --lr or check the data)");
+                        std::to_string(r.step) + ": training stopped (lower --lr or check the data)" +
+                        saved_note());
+  }
+  promote_save();  // the saved weights (this step's) gave a finite loss
 
   TraceSpan optimizer_span(Trace::Kind::optimizer, -1, -1, step_ - 1);
   if (!unscale(grads, r)) {
@@ -215,6 +177,32 @@ StepResult Trainer::train_step() {
   optimizer_->update(pieces, r.lr, r.step - loss_scaler_.skipped);
   states_->finish_step(true);
   return finish_step(r, t0);
+}
+
+double Trainer::loss_of_next_batch() {
+  // Measured as a step would be, but reported as the last step's: counters restored after.
+  const parallel::ConjugateTraffic step_traffic = parallel::conjugate_traffic();
+  const bool tracing = Trace::instance().enabled();
+  Trace::instance().set_enabled(false);
+  states_->begin_step();
+  double loss_sum = run_micro_batches(float(loss_scaler_.scale / double(config_.global_batch * model_config_.seq_len)));
+  states_->reduce();
+  states_->finish_step(false);
+  loss_sum = global_loss(loss_sum);
+  Trace::instance().set_enabled(tracing);
+  parallel::conjugate_traffic() = step_traffic;
+  return loss_sum / double(config_.global_batch * model_config_.seq_len);
+}
+
+double Trainer::global_loss(double loss_sum) {
+  // The loss over the whole global batch: the last stage's sums, over the data-parallel replicas.
+  for (comm::Communicator* group : {pipeline_ ? &dist_->pp() : nullptr, dist_ && layout_.dp > 1 ? &dist_->dp() : nullptr})
+    if (group) {
+      float sum = float(loss_sum);
+      group->all_reduce({&sum, 1});
+      loss_sum = double(sum);
+    }
+  return loss_sum;
 }
 
 double Trainer::run_micro_batches(float loss_scale) {
@@ -335,13 +323,26 @@ int Trainer::run() {
       print_step({r.step, config_.steps, r.loss, r.lr, r.grad_norm, r.seconds, double(tokens) / r.seconds,
                   step_flops / r.seconds / peak / world, activation_peak_, r.loss_scale, r.skipped},
                  config_.json);
-    if (config_.save_every > 0 && r.step % config_.save_every == 0 && r.step < config_.steps) save(config_.save);
-    if (config_.eval_every > 0 && r.step % config_.eval_every == 0 && !config_.json) {
+    if (config_.save_every > 0 && r.step % config_.save_every == 0 && r.step < config_.steps)
+      stage_save(config_.save);
+    if (config_.eval_every > 0 && r.step % config_.eval_every == 0) {
       const double eval_loss = evaluate(config_.eval_batches);
-      if (log) std::fprintf(stderr, "  eval loss %.4f\n", eval_loss);
+      if (log && config_.json)
+        std::cout << nlohmann::json{{"event", "eval"}, {"step", r.step}, {"loss", eval_loss}}.dump() << "\n" << std::flush;
+      else if (log)
+        std::fprintf(stderr, "  eval loss %.4f\n", eval_loss);
     }
   }
-  if (!config_.save.empty()) save(config_.save);
+  if (!config_.save.empty()) {
+    stage_save(config_.save);
+    const double loss = loss_of_next_batch();
+    if (!std::isfinite(loss)) {
+      staged_.reset();
+      throw TrainingError("the final weights give a " + std::string(std::isnan(loss) ? "NaN" : "infinite") +
+                          " loss: not saved" + saved_note());
+    }
+    promote_save();
+  }
   if (!config_.trace.empty()) write_trace(Trace::instance(), config_.trace, dist_ ? &dist_->world() : nullptr,
                                                       dist_ ? dist_->rank() : 0);
 

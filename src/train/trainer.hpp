@@ -17,6 +17,7 @@
 #include "optim/optimizer.hpp"
 #include "tensor/kept_bytes.hpp"
 #include "train/loss_scaler.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "train/train_config.hpp"
 
 namespace lattice {
@@ -43,7 +44,12 @@ class Trainer {
   GPT& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
   int64_t step() const { return step_; }
-  void save(const std::string& dir) const;
+  // Writes a checkpoint of the current weights to a temporary directory beside `dir` (collective;
+  // world rank 0 writes). It replaces the previous checkpoint only once promote_save() has seen the
+  // next loss finite: the last checkpoint on disk is always one whose weights train on.
+  void stage_save(const std::string& dir);
+  void promote_save();
+  int64_t saved_step() const { return saved_step_; }  // the step the checkpoint on disk holds (-1: none)
   bool is_logging_rank() const { return !dist_ || dist_->rank() == 0; }
 
  private:
@@ -80,6 +86,13 @@ class Trainer {
   StepResult finish_step(StepResult r, std::chrono::steady_clock::time_point t0);
   std::vector<float> owned_by_stage(const float* values) const;  // pipeline: the whole model's values
   std::vector<int> local_layers() const;
+  // The loss of the current weights on the next batch (forward and backward as a step runs them,
+  // no update): what the final save is checked with.
+  double loss_of_next_batch();
+  double global_loss(double loss_sum);  // summed over the last stage and the DP replicas
+  std::string saved_note() const;  // "; the checkpoint in DIR holds step N" (or that none was written)
+  std::unique_ptr<checkpoint::StagedCheckpoint> staged_;  // rank 0: written, not yet promoted
+  int64_t staged_step_ = -1, saved_step_ = -1;
   int64_t step_ = 0;  // optimizer steps done
   int64_t activation_peak_ = 0;
   std::array<int64_t, 8> step_sent_bytes_{};  // by comm::GroupKind, measured at the end of the last step

@@ -7,7 +7,7 @@
 
 namespace lattice {
 
-void Trainer::save(const std::string& dir) const {
+void Trainer::stage_save(const std::string& dir) {
   nlohmann::json state = {{"step", step_},
                           {"seed", config_.seed},
                           {"model", checkpoint::model_config_json(model_config_)},
@@ -38,7 +38,9 @@ void Trainer::save(const std::string& dir) const {
   for (const auto& t : optimizer_->tensor_states())
     full.tensor_states.push_back({t.name, std::vector<float>(t.values, t.values + t.shape[0])});
   if (pipeline_) full.tensor_states = comm::all_gather_named(dist_->pp(), full.tensor_states);
-  if (is_logging_rank()) checkpoint::save_checkpoint(dir, model_config_, full, state);
+  staged_.reset();  // an earlier one never promoted
+  if (is_logging_rank()) staged_ = std::make_unique<checkpoint::StagedCheckpoint>(dir, model_config_, full, state);
+  staged_step_ = step_;
   if (dist_) dist_->world().barrier();
 }
 
@@ -56,6 +58,20 @@ std::vector<float> Trainer::owned_by_stage(const float* values) const {
   }
   dist_->pp().all_reduce({out.data(), out.size()});
   return out;
+}
+
+void Trainer::promote_save() {
+  if (staged_step_ < 0) return;
+  if (staged_) staged_->commit();
+  staged_.reset();
+  saved_step_ = staged_step_;
+  staged_step_ = -1;
+}
+
+std::string Trainer::saved_note() const {
+  if (config_.save.empty()) return "";
+  if (saved_step_ < 0) return "; no checkpoint was written to " + config_.save;
+  return "; the checkpoint in " + config_.save + " holds step " + std::to_string(saved_step_);
 }
 
 }  // namespace lattice

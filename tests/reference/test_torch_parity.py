@@ -18,6 +18,7 @@ reference's. Tolerances are justified where they are set.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -108,6 +109,7 @@ def main():
     if len(sys.argv) != 3:
         sys.exit("usage: test_torch_parity.py <lattice-binary> <scratch-dir>")
     binary, scratch = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    shutil.rmtree(scratch, ignore_errors=True)  # a fresh directory: checkpoints of an older run are not replaced
     os.makedirs(scratch, exist_ok=True)
     torch.set_num_threads(2)
     t0 = time.time()

@@ -1,0 +1,83 @@
+// validate_training: every field of a training configuration checked before any work starts.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <thread>
+
+#include "core/error.hpp"
+#include "engine/schedule.hpp"
+#include "train/loss_scaler.hpp"
+#include "train/train_config.hpp"
+
+namespace lattice {
+
+namespace {
+constexpr int kMaxRows = 1 << 20;  // sequences per batch: beyond any memory, far below int overflow
+int max_threads() { return std::max(256, 4 * int(std::thread::hardware_concurrency())); }
+}  // namespace
+
+void validate_training(const ModelConfig& m, const LayoutConfig& layout, const TrainConfig& t) {
+  m.validate();
+  require(t.micro_batch >= 1 && t.micro_batch <= kMaxRows, "--micro-batch must be between 1 and " + std::to_string(kMaxRows));
+  require(t.global_batch >= 0 && t.global_batch <= kMaxRows,
+          "--global-batch must be between 1 and " + std::to_string(kMaxRows));
+  require(t.global_batch % t.micro_batch == 0, "--global-batch (" + std::to_string(t.global_batch) +
+                                                   ") must be a multiple of --micro-batch (" +
+                                                   std::to_string(t.micro_batch) + ")");
+  require(t.steps >= 0, "--steps must be >= 0");
+  require(t.lr >= 0 && std::isfinite(t.lr), "--lr must be a finite non-negative number");
+  require(t.min_lr >= 0 && std::isfinite(t.min_lr), "--min-lr must be a finite non-negative number");
+  require(t.min_lr <= t.lr, "--min-lr (" + std::to_string(t.min_lr) + ") is above --lr (" + std::to_string(t.lr) + ")");
+  require(t.lr_schedule == "constant" || t.lr_schedule == "cosine",
+          "--lr-schedule must be constant or cosine (got '" + t.lr_schedule + "')");
+  require(t.warmup >= 0, "--warmup must be >= 0");
+  require(t.optim.beta1 >= 0 && t.optim.beta1 < 1, "--beta1 must be in [0, 1)");
+  require(t.optim.beta2 >= 0 && t.optim.beta2 < 1, "--beta2 must be in [0, 1)");
+  require(t.optim.eps > 0 && std::isfinite(t.optim.eps), "--eps must be a finite positive number");
+  require(t.optim.weight_decay >= 0 && std::isfinite(t.optim.weight_decay), "--weight-decay must be a finite number >= 0");
+  require(t.initial_loss_scale >= 1 && t.initial_loss_scale <= LossScaler::kMaxScale,
+          "--initial-loss-scale must be in [1, 2^32]");
+  require(t.loss_scale_window >= 1, "--loss-scale-window must be >= 1");
+  require(t.clip_grad >= 0 && std::isfinite(t.clip_grad), "--clip-grad must be a finite number >= 0 (0 = off)");
+  require(t.threads >= 0 && t.threads <= max_threads(),
+          "--threads must be between 0 (all cores) and " + std::to_string(max_threads()));
+  require(t.eval_every >= 0, "--eval-every must be >= 0 (0 = off)");
+  require(t.eval_batches >= 1 && t.eval_batches <= kMaxRows,
+          "--eval-batches must be between 1 and " + std::to_string(kMaxRows));
+  require(std::isfinite(t.peak_flops) && t.peak_flops >= 0, "--peak-flops must be a finite number >= 0");
+  require(t.init.empty() || t.resume.empty(),
+          "--init and --resume both given: --resume continues a run (weights, optimizer, step), "
+          "--init only starts from weights; pass one");
+  require(t.save_every >= 0, "--save-every must be >= 0");
+  require(t.save_every == 0 || !t.save.empty(), "--save-every needs --save DIR");
+  require(layout.recompute_layers < 0 || layout.recompute == Recompute::full,
+          "--recompute-layers applies to --recompute full only");
+  require(layout.recompute_layers <= m.layers, "--recompute-layers (" + std::to_string(layout.recompute_layers) +
+                                                   ") is more than --layers (" + std::to_string(m.layers) + ")");
+  // Named even when there is one stage, so a misspelt schedule is never silently ignored.
+  const auto schedule = parallel::pipeline::parse_schedule_kind(t.schedule);
+  if (layout.pp > 1) {
+    const int stages = layout.pp * layout.virtual_stages;
+    require(m.layers % stages == 0, "--layers " + std::to_string(m.layers) + " is not divisible by p·m = " +
+                                        std::to_string(stages) + " (pipeline stages × virtual stages)");
+    const int n_mb = t.global_batch / (t.micro_batch * layout.dp);
+    parallel::pipeline::validate_schedule(schedule, layout.pp, n_mb, layout.virtual_stages);
+    require(t.eval_every == 0, "--eval-every is not available with pipeline parallelism yet");
+  } else {
+    require(layout.virtual_stages == 1, "--virtual-stages needs --pipeline-model-parallel-size > 1");
+  }
+  require(m.heads % layout.tp == 0, "--tensor-model-parallel-size " + std::to_string(layout.tp) +
+                                        " must divide --heads " + std::to_string(m.heads));
+  require(!layout.sequence_parallel || layout.tp > 1,
+          "--sequence-parallel needs tensor parallelism (--tensor-model-parallel-size > 1)");
+  require(!layout.sequence_parallel || m.seq_len % layout.tp == 0,
+          "--sequence-parallel needs --seq-len (" + std::to_string(m.seq_len) +
+              ") divisible by --tensor-model-parallel-size (" + std::to_string(layout.tp) + ")");
+  require(t.global_batch % (t.micro_batch * layout.dp) == 0,
+          "--global-batch (" + std::to_string(t.global_batch) + ") must be a multiple of --micro-batch x data-parallel size (" +
+              std::to_string(t.micro_batch) + " x " + std::to_string(layout.dp) + ")");
+}
+
+}  // namespace lattice
