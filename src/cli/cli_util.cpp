@@ -3,12 +3,35 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
+
+#include "cli/config_file.hpp"
+#include "core/error.hpp"
 
 namespace lattice::cli {
 
 std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
   try {
-    app.parse(argc, argv);
+    // --config FILE: its settings go first, so the command line's flags (TakeLast) win.
+    if (app.get_option_no_throw("--config"))
+      for (size_t i = 0; i < args.size(); ++i) {
+        std::string path;
+        if (args[i] == "--config" && i + 1 < args.size()) path = args[i + 1];
+        else if (args[i].rfind("--config=", 0) == 0) path = args[i].substr(9);
+        else continue;
+        const std::vector<std::string> settings = config_file_args(path, app);
+        args.insert(args.begin(), settings.begin(), settings.end());
+        break;
+      }
+  } catch (const InputError& e) {
+    const std::string command = argc > 0 ? argv[0] : app.get_name();
+    std::fprintf(stderr, "lattice %s: error: %s\n", command.c_str(), e.what());
+    return 2;
+  }
+  std::reverse(args.begin(), args.end());  // CLI11 takes a vector last argument first
+  try {
+    app.parse(args);
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help (or --version): print it, succeed

@@ -1,4 +1,5 @@
 // `lattice eval`: mean cross-entropy of a checkpoint on a token file.
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -27,12 +28,12 @@ int run_eval(int argc, char** argv) {
   add_model_flags(app, model);
   app.add_flag("--json", json, "print {\"event\":\"eval\",...} on stdout");
   if (const auto status = parse_flags(app, argc, argv)) return *status;
-  require(batches >= 1, "--batches must be at least 1");
-  require(micro_batch >= 1, "--micro-batch must be at least 1");
+  require(batches >= 1 && batches <= (int64_t(1) << 30), "--batches must be between 1 and 2^30");
+  require(micro_batch >= 1 && micro_batch <= (1 << 20), "--micro-batch must be between 1 and 2^20");
 
   const bool shapes_given = app.count("--layers") || app.count("--hidden") || app.count("--heads") ||
                             app.count("--seq-len") || app.count("--vocab");
-  auto gpt = load_model_for_inference(checkpoint, model, shapes_given, DType::fp32);
+  auto gpt = load_model_for_inference(checkpoint, model, shapes_given, DType::fp32, micro_batch);
   const ModelConfig& c = gpt->config();
   const auto file = data::TokenFile::load(data_file, c.vocab);
   const data::BatchLoader loader(file, c.seq_len, micro_batch, 0, false);
@@ -44,6 +45,8 @@ int run_eval(int argc, char** argv) {
   }
   const int64_t tokens = batches * micro_batch * c.seq_len;
   const double loss = sum / double(tokens);
+  require(std::isfinite(loss), "the weights of " + checkpoint + " give a " + (std::isnan(loss) ? "NaN" : "infinite") +
+                                   " loss on " + data_file);
   if (json)
     std::cout << nlohmann::json{{"event", "eval"}, {"loss", loss}, {"tokens", tokens}}.dump() << "\n";
   else

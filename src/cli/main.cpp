@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
+#include <stdexcept>
 #include <string>
 
 #include "cli/commands.hpp"
@@ -43,6 +45,13 @@ int main(int argc, char** argv) {
     if (name == c.name) {
       try {
         return c.run(argc - 1, argv + 1);
+      } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "lattice %s: error: out of memory: the sizes asked for need more memory than this "
+                     "machine can give (lower --micro-batch, --seq-len, --hidden or --layers)\n", c.name);
+        return 1;
+      } catch (const std::length_error&) {
+        std::fprintf(stderr, "lattice %s: error: a size asked for is too large to represent\n", c.name);
+        return 1;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "lattice %s: error: %s\n", c.name, e.what());
         return 1;

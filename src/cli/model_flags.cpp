@@ -96,8 +96,9 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
   app.add_flag("--comm-report", t.comm_report, "print the bytes each rank sent per group in the last step");
 }
 
-void add_config_file(CLI::App& app) {
-  app.set_config("--config", "", "TOML file of flags (long names as keys); command-line flags win");
+void add_config_file(CLI::App& app, std::string& path) {
+  // Read by parse_flags (cli/config_file.hpp), strictly: unknown keys and wrong types are errors.
+  app.add_option("--config", path, "TOML file of flags (long names as keys); command-line flags win");
 }
 
 }  // namespace lattice::cli

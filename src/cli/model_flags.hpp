@@ -20,6 +20,6 @@ void add_model_flags(CLI::App& app, ModelConfig& model);
 void add_layout_flags(CLI::App& app, LayoutFlags& flags);
 void add_train_flags(CLI::App& app, TrainConfig& train, std::string& shuffle);
 // --config FILE.toml: keys are the long flag names; flags on the command line win.
-void add_config_file(CLI::App& app);
+void add_config_file(CLI::App& app, std::string& path);
 
 }  // namespace lattice::cli

@@ -4,11 +4,12 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "core/error.hpp"
+#include "core/memory_limit.hpp"
 
 namespace lattice::cli {
 
 std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, ModelConfig config,
-                                              bool shape_flags_given, DType activation_dtype) {
+                                              bool shape_flags_given, DType activation_dtype, int64_t rows) {
   require(!checkpoint.empty(), "--checkpoint is required");
   require(std::filesystem::exists(checkpoint), "checkpoint " + checkpoint + " does not exist");
   if (std::filesystem::is_directory(checkpoint)) {
@@ -21,6 +22,10 @@ std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, Mod
   }
   config.dropout = 0.0;
   config.validate();
+  const double s = config.seq_len, h = config.hidden, b = double(rows);
+  const double workspace = 4.0 * (s * b * (12 * h + 2 * config.padded_vocab()) + 3 * config.heads * s * s * b);
+  require_fits_memory(4.0 * double(config.num_params()) + workspace, "the model and one micro-batch",
+                      "lower --micro-batch");
   LayoutConfig layout;
   layout.activation_dtype = activation_dtype;
   auto model = std::make_unique<GPT>(config, layout, 0);

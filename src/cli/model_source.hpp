@@ -1,12 +1,14 @@
 #pragma once
 // Loading a model for inference: its configuration comes from the checkpoint's trainer.json when
 // the path is a checkpoint directory, from the shape flags otherwise.
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "model/gpt.hpp"
 
 namespace lattice::cli {
+// `rows`: sequences per forward, for the check that the model and its workspaces fit in memory.
 std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, ModelConfig flags_config,
-                                              bool shape_flags_given, DType activation_dtype);
+                                              bool shape_flags_given, DType activation_dtype, int64_t rows);
 }  // namespace lattice::cli

@@ -1,6 +1,7 @@
 // `lattice plan`: memory, FLOPs and predicted time of one layout, the best layouts for a cluster
 // (--search), or the paper's tables and figures (--paper). Flags mirror `lattice train`.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -9,6 +10,7 @@
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_flags.hpp"
+#include "core/atomic_dir.hpp"
 #include "core/error.hpp"
 #include "plan/evaluate.hpp"
 #include "plan/paper_report.hpp"
@@ -62,6 +64,8 @@ int run_paper(const PlanFlags& f, const plan::Hardware& hw) {
   return 0;
 }
 
+constexpr int kMaxDevices = 1 << 20;
+
 // Turns the flags into a request, filling the defaults that depend on the layout.
 plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
   plan::PlanRequest r;
@@ -70,8 +74,13 @@ plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
   r.layout = layout;
   r.micro_batch = f.micro_batch;
   r.gpu_memory = f.gpu_memory.empty() ? hw.memory_bytes : plan::parse_bytes(f.gpu_memory, "--gpu-memory");
-  require(f.gpus >= 0, "--gpus must be positive (got " + std::to_string(f.gpus) + ")");
-  require(f.global_batch >= 0, "--global-batch must be positive");
+  r.model.validate();
+  require(f.gpus >= 0 && f.gpus <= kMaxDevices,
+          "--gpus must be between 1 and " + std::to_string(kMaxDevices) + " (got " + std::to_string(f.gpus) + ")");
+  require(f.micro_batch >= 1 && f.micro_batch <= (1 << 20), "--micro-batch must be between 1 and 2^20");
+  require(f.global_batch >= 0 && f.global_batch <= (1 << 30), "--global-batch must be between 1 and 2^30");
+  require(int64_t(layout.tp) * layout.pp * layout.virtual_stages <= kMaxDevices,
+          "t·p·m must be at most " + std::to_string(kMaxDevices));
   const int tp_pp = layout.tp * layout.pp;
   r.gpus = f.gpus > 0 ? f.gpus : tp_pp;
   if (!f.search)
@@ -93,15 +102,16 @@ int run_plan(int argc, char** argv) {
 
   const plan::Hardware& hw = plan::hardware_preset(f.hardware);
   require(f.svg_dir.empty() || f.paper, "--svg needs --paper");
+  if (!f.svg_dir.empty()) check_file_writable(f.svg_dir + "/figure1.svg", "--svg");
   if (f.paper) return run_paper(f, hw);
 
   const plan::PlanRequest request = build_request(f, hw);
   const double peak = f.peak_flops.empty() ? 0 : plan::parse_rate(f.peak_flops, "--peak-flops");
-  require(f.iteration_time >= 0, "--iteration-time must be positive");
+  require(f.iteration_time >= 0 && std::isfinite(f.iteration_time), "--iteration-time must be a finite number >= 0");
 
   if (f.search) {
     request.model.validate();
-    require(f.top >= 1, "--top must be at least 1");
+    require(f.top >= 1 && f.top <= 10000, "--top must be between 1 and 10000");
     const auto start = std::chrono::steady_clock::now();
     const plan::SearchResult found = plan::search_layouts(request, hw, size_t(f.top), peak);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

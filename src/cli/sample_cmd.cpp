@@ -15,23 +15,26 @@
 namespace lattice::cli {
 
 namespace {
-// Draws from probs restricted to the top_k most likely, sharpened by temperature.
+// Draws from probs restricted to the top_k most likely, sharpened by temperature. In log space, the
+// most likely token weighing 1: as the temperature tends to 0 this tends to greedy decoding (no
+// underflow to 0/0), and top-k 1 is greedy.
 int draw_token(const std::vector<float>& probs, double temperature, int top_k, double u) {
+  for (float p : probs) require(std::isfinite(p), "the model's next-token probabilities are not finite (NaN weights?)");
   std::vector<int> order(probs.size());
   std::iota(order.begin(), order.end(), 0);
   const size_t k = top_k > 0 ? std::min(size_t(top_k), order.size()) : order.size();
   std::partial_sort(order.begin(), order.begin() + long(k), order.end(),
                     [&](int a, int b) { return probs[size_t(a)] > probs[size_t(b)]; });
+  auto log_p = [&](size_t i) { return std::log(std::max(double(probs[size_t(order[i])]), 1e-30)); };
   std::vector<double> w(k);
-  for (size_t i = 0; i < k; ++i)
-    w[i] = std::pow(std::max(double(probs[size_t(order[i])]), 1e-30), 1.0 / temperature);
-  const double total = std::accumulate(w.begin(), w.end(), 0.0);
+  for (size_t i = 0; i < k; ++i) w[i] = std::exp((log_p(i) - log_p(0)) / temperature);
+  const double total = std::accumulate(w.begin(), w.end(), 0.0);  // >= 1
   double acc = 0.0;
   for (size_t i = 0; i < k; ++i) {
     acc += w[i] / total;
     if (u < acc) return order[i];
   }
-  return order[k - 1];
+  return order[0];  // u within rounding of 1
 }
 }  // namespace
 
@@ -50,13 +53,13 @@ int run_sample(int argc, char** argv) {
   app.add_option("--seed", seed, "sampling seed")->capture_default_str();
   add_model_flags(app, model);
   if (const auto status = parse_flags(app, argc, argv)) return *status;
-  require(tokens >= 0, "--tokens must be >= 0");
-  require(temperature > 0, "--temperature must be > 0");
-  require(top_k >= 0, "--top-k must be >= 0");
+  require(tokens >= 0 && tokens <= (1 << 24), "--tokens must be between 0 and " + std::to_string(1 << 24));
+  require(temperature > 0 && std::isfinite(temperature), "--temperature must be a finite number > 0");
+  require(top_k >= 0, "--top-k must be >= 0 (0 = all)");
 
   const bool shapes_given = app.count("--layers") || app.count("--hidden") || app.count("--heads") ||
                             app.count("--seq-len") || app.count("--vocab");
-  auto gpt = load_model_for_inference(checkpoint, model, shapes_given, DType::fp32);
+  auto gpt = load_model_for_inference(checkpoint, model, shapes_given, DType::fp32, 1);
   const ModelConfig& c = gpt->config();
   data::ByteTokenizer tokenizer;
   require(c.vocab == data::ByteTokenizer::kVocab, "sample decodes bytes: the checkpoint's vocab must be 256");

@@ -1,5 +1,6 @@
 // lattice schedule: a pipeline schedule simulated without a model — bubble beside the formula,
 // activations held per stage beside eq. 5, the action lists, and the timeline as an SVG.
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -7,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_dir.hpp"
+#include "core/error.hpp"
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "engine/schedule.hpp"
@@ -71,6 +73,11 @@ int run_schedule(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON object on one line");
   if (auto status = parse_flags(app, argc, argv)) return *status;
 
+  for (const auto& [flag, value] : {std::pair<const char*, double>{"--forward-time", options.forward_time},
+                                   {"--backward-time", options.backward_time}, {"--p2p-latency", options.p2p_latency}})
+    require(std::isfinite(value) && value >= 0 && value <= 1e12,
+            std::string(flag) + " must be a finite number of time units between 0 and 1e12");
+  if (!svg.empty()) check_file_writable(svg, "--svg");
   const pl::ScheduleKind kind = pl::parse_schedule_kind(kind_name);
   const auto lists = pl::build_schedule(kind, p, n_mb, m);
   const pl::Simulation sim = from_trace.empty() ? pl::simulate(lists, m, options)

@@ -20,7 +20,8 @@ int run_train(int argc, char** argv) {
   add_model_flags(app, model);
   add_layout_flags(app, layout);
   add_train_flags(app, train, shuffle);
-  add_config_file(app);
+  std::string config_path;
+  add_config_file(app, config_path);
   if (const auto status = parse_flags(app, argc, argv)) return *status;
   train.shuffle = shuffle == "on";
   train.seed_given = app.count("--seed") > 0;

@@ -6,7 +6,9 @@
 #include <string>
 #include <thread>
 
+#include "analysis/formulas.hpp"
 #include "core/error.hpp"
+#include "core/memory_limit.hpp"
 #include "engine/schedule.hpp"
 #include "train/loss_scaler.hpp"
 #include "train/train_config.hpp"
@@ -16,6 +18,29 @@ namespace lattice {
 namespace {
 constexpr int kMaxRows = 1 << 20;  // sequences per batch: beyond any memory, far below int overflow
 int max_threads() { return std::max(256, 4 * int(std::thread::hardware_concurrency())); }
+
+// A lower bound of what one rank holds while training (model states, one micro-batch's kept
+// activations, the largest workspaces), so absurd sizes are refused before any allocation.
+void require_fits(const ModelConfig& m, const LayoutConfig& layout, const TrainConfig& t) {
+  const double s = m.seq_len, b = t.micro_batch, h = m.hidden, tp = layout.tp;
+  const double a_local = double(m.heads) / tp, v_local = double(m.padded_vocab(layout.tp)) / tp;
+  const double layers = double(m.layers) / layout.pp;
+  const double states = 16.0 * double(m.num_params()) / (tp * layout.pp) / (layout.zero >= 3 ? layout.dp : 1);
+  double kept = 0;
+  const double sbh = s * b * h, as2b = a_local * s * s * b;
+  if (sbh < 0x1p50 && as2b < 0x1p50) {  // the formula's 64-bit sizes cannot overflow
+    const analysis::ActivationShape shape{m.seq_len, t.micro_batch, m.hidden, m.heads / layout.tp,
+                                          m.padded_vocab(layout.tp), layout.tp, layout.sequence_parallel,
+                                          bytes_of(layout.activation_dtype), m.dropout > 0};
+    kept = double(analysis::layer_activation_bytes(shape, layout.recompute == Recompute::full,
+                                                   layout.recompute == Recompute::selective)) * layers;
+  } else {
+    kept = sbh + as2b;  // already past any machine
+  }
+  const double workspace = 4.0 * (s * b * (12 * h + 2 * v_local) + 3 * as2b);
+  require_fits_memory(states + kept + workspace, "this configuration (per rank: model states, kept activations, workspace)",
+                      "lower --layers, --hidden, --seq-len or --micro-batch, or spread it over more ranks");
+}
 }  // namespace
 
 void validate_training(const ModelConfig& m, const LayoutConfig& layout, const TrainConfig& t) {
@@ -78,6 +103,7 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
   require(t.global_batch % (t.micro_batch * layout.dp) == 0,
           "--global-batch (" + std::to_string(t.global_batch) + ") must be a multiple of --micro-batch x data-parallel size (" +
               std::to_string(t.micro_batch) + " x " + std::to_string(layout.dp) + ")");
+  require_fits(m, layout, t);
 }
 
 }  // namespace lattice
