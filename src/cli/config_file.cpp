@@ -32,9 +32,9 @@ std::vector<std::string> config_file_args(const std::string& path, const CLI::Ap
     const std::string name(key.str());
     const std::string at = "config " + path + ":" + std::to_string(node.source().begin.line) + ": " + name;
     const CLI::Option* opt = app.get_option_no_throw("--" + name);
-    require(opt != nullptr && name != "config" && name != "help",
-            at + " is not a flag of lattice " + app.get_name() + " (see --help)");
     require(!node.is_table() && !node.is_array(), at + ": tables and arrays are not flags (write key = value)");
+    require(opt != nullptr && name != "config" && name != "help",
+            at + " is not a flag of " + app.get_name() + " (see --help)");
     const std::string type = opt->get_type_name();
     if (opt->get_expected_min() == 0) {  // a flag without a value
       require(node.is_boolean(), at + " takes true or false");

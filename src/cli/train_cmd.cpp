@@ -37,7 +37,6 @@ int run_train(int argc, char** argv) {
   std::unique_ptr<Trainer> trainer;
   const std::string settings = app.config_to_str(/*default_also=*/true, /*write_description=*/false);
   comm::check_on_all_ranks("train", [&] {
-    require(timeout_ok, "--comm-timeout must be between 0 (off) and 1e6 seconds");
     // Before anything sized by the configuration: ranks that disagree would fail or hang elsewhere.
     comm::require_same_configuration(settings);
     trainer = std::make_unique<Trainer>(model, resolved, train, &dist);

@@ -72,6 +72,8 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
   require(t.eval_batches >= 1 && t.eval_batches <= kMaxRows,
           "--eval-batches must be between 1 and " + std::to_string(kMaxRows));
   require(std::isfinite(t.peak_flops) && t.peak_flops >= 0, "--peak-flops must be a finite number >= 0");
+  require(std::isfinite(t.comm_timeout) && t.comm_timeout >= 0 && t.comm_timeout <= 1e6,
+          "--comm-timeout must be between 0 (off) and 1e6 seconds");
   require(t.init.empty() || t.resume.empty(),
           "--init and --resume both given: --resume continues a run (weights, optimizer, step), "
           "--init only starts from weights; pass one");

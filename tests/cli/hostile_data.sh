@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Hostile use, class "data must never be lost": --save at a directory that is not a checkpoint, a
+# checkpoint holding a user's file, a run that blows up under --save-every, killed saves, and
+# destinations that cannot be written. Every refusal comes before training, in one line, exit 1,
+# with every file of the user's untouched.
+set -u
+LATTICE=$(realpath "$1")
+SCRATCH=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
+. "$HERE/lib/check.sh"
+. "$HERE/lib/hostile.sh"
+
+for i in $(seq 1 400); do echo "In the beginning $i the word was with the text, and the text was good."; done > corpus.txt
+"$LATTICE" prepare --input corpus.txt --out data 2>/dev/null
+SMALL=(train --data data --layers 2 --hidden 32 --heads 4 --seq-len 32 --micro-batch 4 --threads 1)
+
+# --save at the data directory (it used to delete train.bin and val.bin).
+hostile "save into the data directory" 1 "cannot save to data: it holds .* is not a lattice checkpoint" -- \
+  "${SMALL[@]}" --steps 2 --save data
+check "train.bin and val.bin still there" test -s data/train.bin -a -s data/val.bin
+
+# A checkpoint directory replaced only when it holds nothing but what its manifest lists.
+"$LATTICE" "${SMALL[@]}" --steps 1 --save ck 2>/dev/null
+check "a checkpoint lists its files" grep -q '"model.safetensors"' ck/lattice-checkpoint.json
+"$LATTICE" "${SMALL[@]}" --steps 2 --save ck 2>/dev/null
+check "a checkpoint replaces a checkpoint" grep -q '"step": 2' ck/trainer.json
+echo "my notes" > ck/notes.txt
+PROTECT=ck hostile "save over a checkpoint holding the user's notes" 1 "holds notes.txt, which its checkpoint manifest does not list" -- \
+  "${SMALL[@]}" --steps 3 --save ck
+mkdir -p plain && echo "keep me" > plain/readme
+PROTECT=plain hostile "save into a directory of other files" 1 "cannot save to plain: it holds readme" -- \
+  "${SMALL[@]}" --steps 1 --save plain
+
+# A run that blows up: the last checkpoint on disk is one whose weights give a finite loss.
+hostile "lr 1e4 blows up under --save-every 1" 1 "loss is NaN at step [0-9]+: .*the checkpoint in boom holds step [0-9]+" -- \
+  "${SMALL[@]}" --steps 30 --lr 1e4 --warmup 0 --lr-schedule constant --clip-grad 0 --save-every 1 --save boom --json
+nan_step=$(grep -oE "NaN at step [0-9]+" hostile.err | grep -oE "[0-9]+$")
+held=$(grep -oE "holds step [0-9]+" hostile.err | grep -oE "[0-9]+$")
+check "the checkpoint holds the step before the last finite one" test "$held" -eq $((nan_step - 2))
+check "the checkpoint's trainer.json says so" grep -q "\"step\": $held" boom/trainer.json
+"$LATTICE" "${SMALL[@]}" --steps $((held + 2)) --resume boom --lr 1e-3 --json > resumed.jsonl 2>/dev/null
+check "resuming from it trains (finite losses)" python3 -c "
+import json, math, sys
+d = [json.loads(l) for l in open('resumed.jsonl') if '\"step\"' in l and '\"event\":\"step\"' in l]
+sys.exit(0 if len(d) == 2 and all(math.isfinite(e['loss']) for e in d) else 1)"
+"$LATTICE" "${SMALL[@]}" --steps 3 --lr 1e9 --warmup 0 --lr-schedule constant --save fresh 2>/dev/null
+check "a run that blows up before its first save writes nothing" test ! -e fresh
+
+# Killed saves: temporaries of processes that are gone are removed by the next save beside them;
+# a directory that merely looks like one (no marker of ours) is left alone.
+mkdir -p runs
+for k in 1 2 3; do
+  "$LATTICE" train --data data --layers 4 --hidden 256 --heads 4 --seq-len 64 --micro-batch 4 --threads 1 \
+    --steps 1000 --save-every 1 --save runs/ck > /dev/null 2>&1 &
+  victim=$!
+  sleep $((k + 2))
+  kill -9 $victim 2>/dev/null; wait $victim 2>/dev/null
+done
+echo "3 killed runs left $(ls -d runs/ck.tmp-* 2>/dev/null | wc -l) temporaries (each run also removes its predecessors')"
+mkdir -p runs/ck.tmp-424242 runs/mine.tmp-31337
+echo "$(hostname) 424242" > runs/ck.tmp-424242/.lattice-save
+echo "data" > runs/mine.tmp-31337/file
+"$LATTICE" "${SMALL[@]}" --steps 1 --save runs/other 2>/dev/null
+check "the next save removed every dead temporary" test "$(ls -d runs/*.tmp-* runs/*.old-* 2>/dev/null | grep -v mine.tmp-31337 | wc -l)" -eq 0
+check "a look-alike directory without our marker is kept" test -s runs/mine.tmp-31337/file
+check "the killed runs' checkpoint is whole or absent" test ! -e runs/ck -o -s runs/ck/lattice-checkpoint.json
+
+# Destinations that cannot be written fail at start, not after the training.
+hostile "--save under a file" 1 "cannot write --save data/train.bin/ck" -- "${SMALL[@]}" --steps 2 --save data/train.bin/ck
+hostile "--trace under a file" 1 "cannot write --trace data/val.bin/trace.json" -- "${SMALL[@]}" --steps 2 --trace data/val.bin/trace.json
+hostile "--trace at a directory" 1 "cannot write --trace data: it is a directory" -- "${SMALL[@]}" --steps 2 --trace data
+hostile "schedule --svg under a file" 1 "cannot write --svg data/train.bin/s.svg" -- \
+  schedule --pipeline-model-parallel-size 2 --micro-batches 4 --svg data/train.bin/s.svg
+"$LATTICE" "${SMALL[@]}" --steps 1 --save new/deeper/ck 2>/dev/null
+check "missing parents of --save are created" test -s new/deeper/ck/model.safetensors
+
+hostile_summary
+echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"
+[ "$failures" -eq 0 ]

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Hostile use, classes "every parser validates every field", "numeric flags have bounds", "no flag
+# is silently ignored" and sampling at the extremes: each case ends with one stderr line naming the
+# cause, exit 1 (2 for usage), no signal, and no file of the user's touched.
+set -u
+LATTICE=$(realpath "$1")
+SCRATCH=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
+. "$HERE/lib/check.sh"
+. "$HERE/lib/hostile.sh"
+
+for i in $(seq 1 400); do echo "In the beginning $i the word was with the text, and the text was good."; done > corpus.txt
+"$LATTICE" prepare --input corpus.txt --out data 2>/dev/null
+MODEL=(--data data --layers 2 --hidden 32 --heads 4 --seq-len 32 --micro-batch 4 --threads 1)
+"$LATTICE" train "${MODEL[@]}" --steps 2 --save ck --seed 7 2>/dev/null
+PROTECT=ck
+
+# trainer.json: every field it reads is checked (a copy of the checkpoint edited by python).
+edit() {  # edit NAME PYTHON-STATEMENT: a copy of ck with trainer.json changed
+  rm -rf "$1" && cp -r ck "$1"
+  python3 -c "import json; p='$1/trainer.json'; d=json.load(open(p)); $2; json.dump(d, open(p, 'w'))"
+}
+edit no_step "del d['step']"
+hostile "trainer.json without step" 1 'no_step/trainer.json has no "step"' -- train "${MODEL[@]}" --steps 4 --resume no_step
+edit wide "d['model']['hidden'] = 2**32 + 64"
+hostile "trainer.json hidden 2^32+64" 1 '"hidden" = 4294967360 is outside' -- train "${MODEL[@]}" --steps 4 --resume wide
+edit frac "d['model']['layers'] = 2.7"
+hostile "trainer.json layers 2.7" 1 '"layers" must be an integer' -- train "${MODEL[@]}" --steps 4 --resume frac
+edit huge "d['step'] = 1e20"
+hostile "trainer.json step 1e20" 1 '"step" must be an integer' -- train "${MODEL[@]}" --steps 4 --resume huge
+edit badseed "d['seed'] = -3"
+hostile "trainer.json negative seed" 1 '"seed" must be a non-negative integer' -- train "${MODEL[@]}" --steps 4 --resume badseed
+rm -rf notjson && cp -r ck notjson && echo "{ step: 3" > notjson/trainer.json
+hostile "trainer.json not JSON" 1 "notjson/trainer.json is not valid JSON" -- train "${MODEL[@]}" --steps 4 --resume notjson
+hostile "eval of a checkpoint with a bad trainer.json" 1 '"layers" must be an integer' -- \
+  eval --checkpoint frac --data data/val.bin --batches 1
+
+# TOML config files: strict.
+printf 'layerz = 3\n' > misspelt.toml
+hostile "config: misspelt key" 2 "misspelt.toml:1: layerz is not a flag of lattice train" -- train "${MODEL[@]}" --steps 1 --config misspelt.toml
+printf '[model]\nlayers = 3\n' > table.toml
+hostile "config: keys under a table" 2 "table.toml:1: model: tables and arrays are not flags" -- train "${MODEL[@]}" --steps 1 --config table.toml
+printf 'layers = 2\nlayers = 3\n' > dup.toml
+hostile "config: duplicate key" 2 "dup.toml:2: .*(redefin|already)" -- train "${MODEL[@]}" --steps 1 --config dup.toml
+printf 'layers 3\n' > prose.toml
+hostile "config: not TOML" 2 "prose.toml:1:" -- train "${MODEL[@]}" --steps 1 --config prose.toml
+printf 'layers = "three"\n' > type.toml
+hostile "config: wrong type" 2 "type.toml:1: layers takes an integer" -- train "${MODEL[@]}" --steps 1 --config type.toml
+printf 'lr = true\n' > type2.toml
+hostile "config: bool for a number" 2 "type2.toml:1: lr takes a number" -- train "${MODEL[@]}" --steps 1 --config type2.toml
+hostile "config: missing file" 2 "config nowhere.toml" -- train "${MODEL[@]}" --steps 1 --config nowhere.toml
+printf 'layers = 1\nhidden = 16\nheads = 2\nsequence-parallel = false\nlr-schedule = "constant"\nlr = 1e-3\n' > good.toml
+"$LATTICE" train --data data --seq-len 16 --micro-batch 2 --steps 1 --config good.toml --json > good.jsonl 2>/dev/null
+check "config: a valid file of every kind of value trains" grep -q '"event":"summary"' good.jsonl
+
+# Numeric flags have bounds in every command.
+hostile "train --threads 100000" 1 "--threads must be between 0" -- train "${MODEL[@]}" --steps 1 --threads 100000
+hostile "train --hidden 2000000000" 1 "--hidden must be between 1 and" -- train "${MODEL[@]}" --steps 1 --hidden 2000000000
+hostile "train --micro-batch 100000000" 1 "--micro-batch must be between 1 and" -- train "${MODEL[@]}" --steps 1 --micro-batch 100000000
+hostile "train at 100k wide" 1 "needs at least .* GiB, more than this machine" -- train "${MODEL[@]}" --steps 1 --hidden 131072 --heads 1
+hostile "train --lr nan" 1 "--lr must be a finite" -- train "${MODEL[@]}" --steps 1 --lr nan
+hostile "eval --micro-batch 100000000" 1 "--micro-batch must be between 1 and" -- eval --checkpoint ck --data data/val.bin --micro-batch 100000000
+hostile "eval --micro-batch 1000000" 1 "needs at least .* GiB" -- eval --checkpoint ck --data data/val.bin --micro-batch 1000000
+hostile "sample --temperature inf" 1 "--temperature must be a finite number" -- sample --checkpoint ck --temperature inf
+hostile "sample --tokens 2^30" 1 "--tokens must be between 0 and" -- sample --checkpoint ck --tokens 1073741824
+hostile "plan --gpus 1073741824" 1 "--gpus must be between 1 and" -- plan --layers 2 --hidden 64 --heads 4 --gpus 1073741824
+hostile "plan --hidden 2000000000" 1 "--hidden must be between 1 and" -- plan --layers 2 --hidden 2000000000 --heads 4
+hostile "plan --search --gpus 1073741824" 1 "--gpus must be between 1 and" -- plan --search --layers 2 --hidden 64 --heads 4 --gpus 1073741824
+hostile "schedule --p2p-latency inf" 1 "--p2p-latency must be a finite" -- schedule --pipeline-model-parallel-size 2 --micro-batches 4 --p2p-latency inf
+hostile "schedule -p 1000000" 1 "between 1 and" -- schedule --pipeline-model-parallel-size 1000000 --micro-batches 4
+
+# Flags that used to be silently ignored are errors, or honoured.
+hostile "--init with --resume" 1 "--init and --resume both given" -- train "${MODEL[@]}" --steps 4 --resume ck --init ck
+hostile "--seed that differs on resume" 1 "--seed 8 differs from the seed of checkpoint ck \(7\)" -- train "${MODEL[@]}" --steps 4 --resume ck --seed 8
+"$LATTICE" train "${MODEL[@]}" --steps 3 --resume ck --seed 7 --save ck_same 2>/dev/null
+check "--seed equal to the checkpoint's is accepted" test -s ck_same/model.safetensors
+hostile "--steps below the checkpoint's step" 1 "--steps 1 is below the step of checkpoint ck \(2\)" -- train "${MODEL[@]}" --steps 1 --resume ck
+"$LATTICE" train --data data --layers 3 --hidden 32 --heads 4 --seq-len 32 --micro-batch 4 --threads 1 --steps 1 --save ck3 2>/dev/null
+hostile "--init from another shape" 1 "checkpoint ck3 holds another model \(layers 3, this run 2\)" -- train "${MODEL[@]}" --steps 1 --init ck3
+hostile "--init from another shape's safetensors" 1 "holds h.2.* which this model \(2 layers\) does not have" -- \
+  train "${MODEL[@]}" --steps 1 --init ck3/model.safetensors
+hostile "--eval-batches 0" 1 "--eval-batches must be between 1" -- train "${MODEL[@]}" --steps 2 --eval-every 1 --eval-batches 0
+hostile "--min-lr above --lr" 1 "--min-lr .* is above --lr" -- train "${MODEL[@]}" --steps 2 --lr 1e-4 --min-lr 1e-3
+hostile "--recompute-layers -1" 2 "--recompute-layers" -- train "${MODEL[@]}" --steps 1 --recompute full --recompute-layers -1
+hostile "--schedule foo with one stage" 1 "schedule" -- train "${MODEL[@]}" --steps 1 --schedule foo
+"$LATTICE" train "${MODEL[@]}" --steps 4 --eval-every 2 --eval-batches 1 --json > evals.jsonl 2>/dev/null
+check "--eval-every under --json prints eval events" test "$(grep -c '"event":"eval"' evals.jsonl)" -eq 2
+# eval of weights that are NaN: a checkpoint whose model.safetensors holds NaNs.
+rm -rf nanck && cp -r ck nanck
+python3 - <<'PYEOF'
+import json, struct
+p = "nanck/model.safetensors"
+raw = bytearray(open(p, "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+b, e = header["ln_f.weight"]["data_offsets"]
+for i in range(8 + n + b, 8 + n + e, 4): raw[i:i + 4] = struct.pack("<f", float("nan"))
+open(p, "wb").write(raw)
+PYEOF
+hostile "eval of NaN weights" 1 "give a NaN loss" -- eval --checkpoint nanck --data data/val.bin --batches 1
+
+# Sampling at the extremes: temperature -> 0 is greedy, and top-k 1 is greedy.
+"$LATTICE" sample --checkpoint ck --prompt "In the" --tokens 30 --temperature 0.0001 > cold.txt 2>/dev/null
+"$LATTICE" sample --checkpoint ck --prompt "In the" --tokens 30 --top-k 1 --seed 5 > greedy.txt 2>/dev/null
+"$LATTICE" sample --checkpoint ck --prompt "In the" --tokens 30 --temperature 0.0001 --top-k 1 --seed 9 > both.txt 2>/dev/null
+check "temperature 1e-4 decodes greedily (= top-k 1)" cmp -s cold.txt greedy.txt
+check "top-k 1 is greedy whatever the seed" cmp -s greedy.txt both.txt
+check "greedy text is the prompt plus 30 bytes" test "$(head -c 6 greedy.txt)" = "In the" -a "$(wc -c < greedy.txt)" -ge 36
+
+hostile_summary
+echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"
+[ "$failures" -eq 0 ]

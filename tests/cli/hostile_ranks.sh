@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Hostile use, class "ranks that disagree or stop": ranks started with different configurations
+# stop at once with one line (no malloc abort, no hang); a rank that stops responding (SIGSTOP)
+# makes every rank stop within --comm-timeout, with a line naming the rank, operation and group.
+set -u
+LATTICE=$(realpath "$1")
+SCRATCH=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
+. "$HERE/lib/check.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+MPIRUN=(timeout 120 mpirun --oversubscribe)
+
+for i in $(seq 1 400); do echo "In the beginning $i the word was with the text, and the text was good."; done > corpus.txt
+"$LATTICE" prepare --input corpus.txt --out data 2>/dev/null
+A=(train --data data --hidden 64 --heads 4 --seq-len 32 --micro-batch 4 --threads 1)
+
+disagree() {  # disagree NAME PATTERN FLAGS-RANK0 -- FLAGS-RANK1
+  local name=$1 pattern=$2; shift 2
+  local r0=() r1=()
+  while [ "$1" != "--" ]; do r0+=("$1"); shift; done; shift
+  r1=("$@")
+  local t0=$SECONDS
+  "${MPIRUN[@]}" -np 1 "$LATTICE" "${A[@]}" "${r0[@]}" : -np 1 "$LATTICE" "${A[@]}" "${r1[@]}" > out.txt 2> err.txt
+  local status=$?
+  check "$name: non-zero exit, not a timeout (got $status)" test "$status" -ne 0 -a "$status" -ne 124
+  check "$name: within 60 s" test $((SECONDS - t0)) -lt 60
+  check "$name: exactly one line from lattice" test "$(grep -c '^lattice' err.txt)" -eq 1
+  check "$name: names the difference" grep -qE -- "$pattern" err.txt
+  check "$name: no abort or signal text" test "$(grep -ciE 'malloc|double free|Signal:|core dumped|bad_alloc|terminate called' err.txt)" -eq 0
+}
+disagree "different --layers" "different configurations: 'layers=3' here, 'layers=2' on rank 0" --layers 2 --steps 5 -- --layers 3 --steps 5
+disagree "different --steps" "different configurations: 'steps=7' here, 'steps=5' on rank 0" --layers 2 --steps 5 -- --layers 2 --steps 7
+
+# A stopped rank: every rank gone within the timeout (+ 30 s), one line naming rank, op and group.
+"${MPIRUN[@]}" -np 2 "$LATTICE" "${A[@]}" --layers 2 --steps 100000 --comm-timeout 5 > stop.out 2> stop.err &
+launcher=$!
+for _ in $(seq 1 100); do [ "$(pgrep -f -- "--comm-timeout 5" | wc -l)" -ge 2 ] && grep -q "^step" stop.err && break; sleep 0.2; done
+victim=$(pgrep -f -- "lattice train --data data .*--comm-timeout 5" | tail -1)
+kill -STOP "$victim"
+t0=$SECONDS
+while pgrep -f -- "lattice train --data data .*--comm-timeout 5" > /dev/null && [ $((SECONDS - t0)) -lt 60 ]; do sleep 0.5; done
+gone=$((SECONDS - t0))
+wait $launcher
+status=$?
+echo "after SIGSTOP every rank was gone in ${gone} s; mpirun exited $status"
+check "stopped rank: every rank gone within timeout + 30 s" test "$gone" -le 35
+check "stopped rank: mpirun exits non-zero" test "$status" -ne 0 -a "$status" -ne 124
+check "stopped rank: the line names rank, operation and group" \
+  grep -qE "lattice: rank [01]: no progress for [0-9]+ s in [a-z_]+ on the (dp|world|tp|pp) group" stop.err
+check "--comm-timeout out of range is refused" \
+  bash -c "! '$LATTICE' train --data data --steps 1 --comm-timeout -1 2>/dev/null"
+
+echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"
+[ "$failures" -eq 0 ]
