@@ -17,6 +17,28 @@ using nlohmann::json;
 
 constexpr char kMetadataKey[] = "__metadata__";
 
+// A name from a file, fit for a one-line message: control characters escaped (\x0a), cut at
+// 80 bytes.
+std::string printable(const std::string& text) {
+  constexpr size_t kMax = 80;
+  size_t end = std::min(text.size(), kMax);
+  while (end > 0 && end < text.size() && (static_cast<unsigned char>(text[end]) & 0xc0) == 0x80) --end;
+  std::string out;
+  for (size_t i = 0; i < end; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (end < text.size()) out += "...";
+  return out;
+}
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -55,7 +77,7 @@ size_t dtype_bytes(const std::string& dtype) {
       {"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2},
       {"I8", 1},  {"U8", 1},  {"BOOL", 1}, {"U16", 2},  {"U32", 4}, {"U64", 8}};
   const auto it = kSizes.find(dtype);
-  require(it != kSizes.end(), "unknown safetensors dtype '" + dtype + "'");
+  require(it != kSizes.end(), "unknown safetensors dtype '" + printable(dtype) + "'");
   return it->second;
 }
 
@@ -63,9 +85,9 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
                        const std::map<std::string, std::string>& metadata) {
   std::set<std::string> seen;
   for (const TensorRef& t : tensors) {
-    const std::string where = "cannot write " + path + ": tensor '" + t.name + "'";
+    const std::string where = "cannot write " + path + ": tensor '" + printable(t.name) + "'";
     require(!t.name.empty() && t.name != kMetadataKey,
-            "cannot write " + path + ": invalid tensor name '" + t.name + "'");
+            "cannot write " + path + ": invalid tensor name '" + printable(t.name) + "'");
     require(seen.insert(t.name).second, where + " appears twice");
     require(dtype_bytes(t.dtype) > 0, where + " has an unknown dtype");
     const size_t expected = tensor_bytes(where, t.dtype, t.shape);
@@ -145,19 +167,19 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
     if (name == kMetadataKey) {
       require(entry.is_object(), who + ": __metadata__ is not an object");
       for (const auto& [key, value] : entry.items()) {
-        require(value.is_string(), who + ": __metadata__ value of '" + key + "' is not a string");
+        require(value.is_string(), who + ": __metadata__ value of '" + printable(key) + "' is not a string");
         file.metadata_[key] = value.get<std::string>();
       }
       continue;
     }
-    const std::string where = who + ": tensor '" + name + "'";
+    const std::string where = who + ": tensor '" + printable(name) + "'";
     require(entry.is_object(), where + " is not a JSON object");
     require(entry.contains("dtype") && entry["dtype"].is_string(), where + " has no string \"dtype\"");
     const std::string dtype = entry["dtype"].get<std::string>();
     try {
       dtype_bytes(dtype);
     } catch (const InputError&) {
-      fail(where + " has unknown dtype '" + dtype + "'");
+      fail(where + " has unknown dtype '" + printable(dtype) + "'");
     }
     require(entry.contains("shape") && entry["shape"].is_array(), where + " has no \"shape\" array");
     std::vector<int64_t> shape;
@@ -188,7 +210,7 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
   for (size_t i = 1; i < spans.size(); ++i) {
     require(spans[i].begin >= spans[i - 1].end,
-            who + ": tensors '" + spans[i - 1].name + "' and '" + spans[i].name + "' overlap");
+            who + ": tensors '" + printable(spans[i - 1].name) + "' and '" + printable(spans[i].name) + "' overlap");
   }
 
   auto data = std::make_shared<std::vector<uint64_t>>((data_bytes + 7) / 8);
@@ -219,14 +241,14 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
 
 const TensorRef& SafetensorsFile::get(const std::string& name) const {
   const auto it = tensors_.find(name);
-  require(it != tensors_.end(), "checkpoint " + path_ + " has no tensor '" + name + "'");
+  require(it != tensors_.end(), "checkpoint " + path_ + " has no tensor '" + printable(name) + "'");
   return it->second;
 }
 
 const TensorRef& SafetensorsFile::get(const std::string& name, const std::string& dtype,
                                       const std::vector<int64_t>& shape) const {
   const TensorRef& t = get(name);
-  require(t.dtype == dtype && t.shape == shape, "checkpoint " + path_ + ": tensor '" + name + "' is " +
+  require(t.dtype == dtype && t.shape == shape, "checkpoint " + path_ + ": tensor '" + printable(name) + "' is " +
                                                     t.dtype + " " + shape_text(t.shape) + ", expected " +
                                                     dtype + " " + shape_text(shape));
   return t;

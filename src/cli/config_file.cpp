@@ -1,8 +1,14 @@
+// The --config reader (config_file.hpp): the `key = value` subset of TOML that flags need, parsed
+// here line by line (a general TOML library brought assertion failures on malformed input, found
+// by fuzzing). Anything outside the subset — tables, arrays, inline tables, dotted or quoted keys,
+// multi-line strings — is an error naming the line, never a guess.
 #include "cli/config_file.hpp"
 
-#include <toml++/toml.h>
-
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
 #include <iomanip>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -11,51 +17,122 @@
 namespace lattice::cli {
 
 namespace {
-std::string shortest(double v) {  // round-trips
-  std::ostringstream out;
-  out << std::setprecision(17) << v;
-  return out.str();
+
+enum class Kind { boolean, integer, number, string };
+struct Value {
+  Kind kind;
+  std::string text;  // as the flag will read it
+};
+
+bool bare_key_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
 }
+
+// A quoted string starting at s[i] (after the quote); returns its value, i past the closing quote.
+std::string quoted(const std::string& s, size_t& i, char quote, const std::string& at) {
+  std::string out;
+  while (i < s.size() && s[i] != quote) {
+    char c = s[i++];
+    if (static_cast<unsigned char>(c) < 0x20 && c != '\t') fail(at + ": a control character in a string");
+    if (c == '\\' && quote == '"') {
+      require(i < s.size(), at + ": a string ends in a backslash");
+      switch (s[i++]) {
+        case '"': c = '"'; break;
+        case '\\': c = '\\'; break;
+        case 'n': c = '\n'; break;
+        case 't': c = '\t'; break;
+        default: fail(at + ": an escape other than \\\" \\\\ \\n \\t in a string");
+      }
+    }
+    out += c;
+  }
+  require(i < s.size(), at + ": a string without its closing quote (multi-line strings are not flags)");
+  ++i;
+  return out;
+}
+
+Value parse_value(const std::string& s, size_t& i, const std::string& at) {
+  require(i < s.size(), at + ": a key without a value");
+  const char c = s[i];
+  if (c == '"' || c == '\'') {
+    require(s.compare(i, 3, std::string(3, c)) != 0, at + ": multi-line strings are not flags");
+    ++i;
+    return {Kind::string, quoted(s, i, c, at)};
+  }
+  require(c != '[' && c != '{', at + ": tables and arrays are not flags (write key = value)");
+  size_t end = i;
+  while (end < s.size() && s[end] != ' ' && s[end] != '\t' && s[end] != '#') ++end;
+  const std::string token = s.substr(i, end - i);
+  i = end;
+  if (token == "true" || token == "false") return {Kind::boolean, token};
+  std::string digits;  // TOML allows 1_000
+  for (size_t k = 0; k < token.size(); ++k)
+    if (token[k] != '_' || k == 0 || k + 1 == token.size()) digits += token[k];
+  char* stop = nullptr;
+  errno = 0;
+  (void)std::strtoll(digits.c_str(), &stop, 10);
+  if (!digits.empty() && *stop == '\0' && errno == 0) return {Kind::integer, digits};
+  require(errno != ERANGE || digits.find_first_of(".eE") != std::string::npos, at + ": " + token + " is out of range");
+  errno = 0;
+  (void)std::strtod(digits.c_str(), &stop);
+  const bool number = !digits.empty() && *stop == '\0' && digits.find_first_of("xX") == std::string::npos;
+  require(number, at + ": '" + token + "' is not a value (strings go in quotes)");
+  return {Kind::number, digits};
+}
+
 }  // namespace
 
 std::vector<std::string> config_file_args(const std::string& path, const CLI::App& app) {
-  toml::table table;
-  try {
-    table = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    const auto& where = e.source().begin;
-    fail("config " + path + (where.line ? ":" + std::to_string(where.line) : std::string()) + ": " +
-         std::string(e.description()));
-  }
+  std::ifstream in(path, std::ios::binary);
+  require(in.good(), "config " + path + ": cannot read it");
+  std::map<std::string, int> seen;  // key → line
   std::vector<std::string> args;
-  for (const auto& [key, node] : table) {
-    const std::string name(key.str());
-    const std::string at = "config " + path + ":" + std::to_string(node.source().begin.line) + ": " + name;
-    const CLI::Option* opt = app.get_option_no_throw("--" + name);
-    require(!node.is_table() && !node.is_array(), at + ": tables and arrays are not flags (write key = value)");
-    require(opt != nullptr && name != "config" && name != "help",
-            at + " is not a flag of " + app.get_name() + " (see --help)");
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const std::string where = "config " + path + ":" + std::to_string(number);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    size_t i = 0;
+    auto skip_blanks = [&] {
+      while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+    };
+    skip_blanks();
+    if (i == line.size() || line[i] == '#') continue;
+    require(line[i] != '[', where + ": tables are not flags (write key = value at the top level)");
+    const size_t key_begin = i;
+    while (i < line.size() && bare_key_char(line[i])) ++i;
+    const std::string key = line.substr(key_begin, i - key_begin);
+    require(!key.empty(), where + ": expected key = value");
+    const std::string at = where + ": " + key;
+    skip_blanks();
+    require(i < line.size() && line[i] != '.', at + ": dotted keys (tables) are not flags");
+    require(line[i] == '=', where + ": expected key = value");
+    ++i;
+    skip_blanks();
+    const Value value = parse_value(line, i, at);
+    skip_blanks();
+    require(i == line.size() || line[i] == '#', at + ": something follows the value");
+    const auto [it, fresh] = seen.emplace(key, number);
+    require(fresh, at + " is defined twice (first on line " + std::to_string(it->second) + ")");
+
+    const CLI::Option* opt = app.get_option_no_throw("--" + key);
+    require(opt != nullptr && key != "config" && key != "help", at + " is not a flag of " + app.get_name() + " (see --help)");
     const std::string type = opt->get_type_name();
     if (opt->get_expected_min() == 0) {  // a flag without a value
-      require(node.is_boolean(), at + " takes true or false");
-      if (node.as_boolean()->get()) args.push_back("--" + name);
+      require(value.kind == Kind::boolean, at + " takes true or false");
+      if (value.text == "true") args.push_back("--" + key);
       continue;
     }
-    std::string value;
     if (type.find("INT") != std::string::npos) {
-      require(node.is_integer(), at + " takes an integer");
-      value = std::to_string(node.as_integer()->get());
+      require(value.kind == Kind::integer, at + " takes an integer");
     } else if (type.find("FLOAT") != std::string::npos) {
-      require(node.is_integer() || node.is_floating_point(), at + " takes a number");
-      value = node.is_integer() ? std::to_string(node.as_integer()->get())
-                                : shortest(node.as_floating_point()->get());
+      require(value.kind == Kind::integer || value.kind == Kind::number, at + " takes a number");
     } else {
-      require(node.is_string(), at + " takes a string (in quotes)");
-      value = node.as_string()->get();
+      require(value.kind == Kind::string, at + " takes a string (in quotes)");
     }
-    args.push_back("--" + name);
-    args.push_back(value);
+    args.push_back("--" + key);
+    args.push_back(value.text);
   }
+  require(!in.bad(), "config " + path + ": cannot read it");
   return args;
 }
 

@@ -1,5 +1,6 @@
 #pragma once
-// --config FILE.toml: a file of flags, read strictly. Top-level `key = value` pairs only, each key a
+// --config FILE.toml: a file of flags, read strictly. Top-level `key = value` pairs only (the subset of
+// TOML flags need: integers, numbers, true/false, quoted strings, comments), each key a
 // long flag name of the command (`layers = 4`, `sequence-parallel = true`, `lr-schedule = "cosine"`).
 // A syntax error, a duplicate key, a table, an array, a key that is not a flag, or a value of the
 // wrong type is an error naming the file, the line and the key — never silently ignored.

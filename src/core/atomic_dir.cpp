@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <system_error>
 
 #include "core/error.hpp"
@@ -54,17 +53,20 @@ std::string marker_text() { return this_host() + " " + std::to_string(::getpid()
 
 // Temporaries (NAME.tmp-PID, NAME.old-PID) in `parent` left by processes of this host that are gone.
 void remove_stale_temporaries(const std::string& parent) {
-  static const std::regex temp_name(R"(.+\.(tmp|old)-([0-9]+))");
   std::error_code ec;
   for (auto it = fs::directory_iterator(parent, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    std::smatch m;
     const std::string name = it->path().filename().string();
-    if (!std::regex_match(name, m, temp_name) || !it->is_directory(ec)) continue;
-    const long pid = std::atol(m[2].str().c_str());
+    const size_t dash = name.find_last_of('-');  // NAME.tmp-PID or NAME.old-PID
+    if (dash == std::string::npos || dash < 5 || dash + 1 == name.size() || !it->is_directory(ec)) continue;
+    const std::string kind = name.substr(dash - 4, 4), digits = name.substr(dash + 1);
+    if ((kind != ".tmp" && kind != ".old") || digits.size() > 9 ||
+        digits.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    const long pid = std::atol(digits.c_str());
     if (pid <= 0 || pid == ::getpid() || ::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive
     std::ifstream marker(it->path() / AtomicDir::kMarker);
     std::string host, owner;
-    if (!(marker >> host >> owner) || host != this_host() || owner != m[2].str()) continue;  // not ours
+    if (!(marker >> host >> owner) || host != this_host() || owner != digits) continue;  // not ours
     std::error_code ignored;
     fs::remove_all(it->path(), ignored);
   }
