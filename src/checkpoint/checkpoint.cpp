@@ -217,6 +217,13 @@ ResumeState read_resume_state(const std::string& dir) {
           where + ": \"seed\" must be a non-negative integer (got " + seed.dump() + ")");
   r.seed = seed.get<uint64_t>();
   r.updates_applied = state.contains("updates_applied") ? integer(state, "updates_applied", 0, r.step, where) : r.step;
+  if (state.contains("train") && state["train"].contains("global_batch"))
+    r.global_batch = integer(state["train"], "global_batch", 1, INT64_MAX / 2, where + " (train)");
+  if (state.contains("data_position") && state["data_position"].contains("shuffle")) {
+    const nlohmann::json& sh = state["data_position"]["shuffle"];
+    require(sh.is_boolean(), where + ": \"shuffle\" must be true or false");
+    r.shuffle = sh.get<bool>() ? 1 : 0;
+  }
   if (state.contains("loss_scale")) {
     const nlohmann::json& ls = state["loss_scale"];
     r.loss_scale = number(ls, "scale", 1.0, 4294967296.0, where + " (loss_scale)");

@@ -56,6 +56,8 @@ struct ResumeState {
   int64_t updates_applied = 0;
   double loss_scale = 0;  // 0: not recorded (not an fp16 run)
   int64_t clean_steps = 0;
+  int64_t global_batch = 0;  // 0: not recorded
+  int shuffle = -1;          // -1: not recorded
 };
 ResumeState read_resume_state(const std::string& dir);
 

@@ -13,6 +13,13 @@ namespace lattice::cli {
 std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
   std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
   try {
+    // An empty value would read as 0 (or an empty path): never what was meant.
+    for (size_t i = 0; i < args.size(); ++i) {
+      const size_t eq = args[i].find('=');
+      const bool empty_attached = args[i].rfind("--", 0) == 0 && eq != std::string::npos && eq + 1 == args[i].size();
+      require(!args[i].empty() && !empty_attached,
+              "an empty value for " + (empty_attached ? args[i].substr(0, eq) : i > 0 ? args[i - 1] : std::string("an argument")));
+    }
     // --config FILE: its settings go first, so the command line's flags (TakeLast) win.
     if (app.get_option_no_throw("--config"))
       for (size_t i = 0; i < args.size(); ++i) {
@@ -20,6 +27,9 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
         if (args[i] == "--config" && i + 1 < args.size()) path = args[i + 1];
         else if (args[i].rfind("--config=", 0) == 0) path = args[i].substr(9);
         else continue;
+        for (size_t j = i + 2; j < args.size(); ++j)
+          require(args[j] != "--config" && args[j].rfind("--config=", 0) != 0,
+                  "--config given twice (one file of flags per run)");
         const std::vector<std::string> settings = config_file_args(path, app);
         args.insert(args.begin(), settings.begin(), settings.end());
         break;

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <map>
@@ -41,7 +42,27 @@ std::string quoted(const std::string& s, size_t& i, char quote, const std::strin
         case '\\': c = '\\'; break;
         case 'n': c = '\n'; break;
         case 't': c = '\t'; break;
-        default: fail(at + ": an escape other than \\\" \\\\ \\n \\t in a string");
+        case 'u':
+        case 'U': {  // \uXXXX, \UXXXXXXXX: a code point, written as UTF-8
+          const size_t n = s[i - 1] == 'u' ? 4 : 8;
+          require(i + n <= s.size() && s.substr(i, n).find_first_not_of("0123456789abcdefABCDEF") == std::string::npos,
+                  at + ": a \\u escape needs " + std::to_string(n) + " hex digits");
+          const unsigned long cp = std::stoul(s.substr(i, n), nullptr, 16);
+          i += n;
+          require(cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF), at + ": a \\u escape outside Unicode");
+          if (cp < 0x80) {
+            out += char(cp);
+          } else if (cp < 0x800) {
+            out += char(0xC0 | (cp >> 6)), out += char(0x80 | (cp & 0x3F));
+          } else if (cp < 0x10000) {
+            out += char(0xE0 | (cp >> 12)), out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
+          } else {
+            out += char(0xF0 | (cp >> 18)), out += char(0x80 | ((cp >> 12) & 0x3F));
+            out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
+          }
+          continue;
+        }
+        default: fail(at + ": an escape other than \\\" \\\\ \\n \\t \\u in a string");
       }
     }
     out += c;
@@ -83,6 +104,8 @@ Value parse_value(const std::string& s, size_t& i, const std::string& at) {
 }  // namespace
 
 std::vector<std::string> config_file_args(const std::string& path, const CLI::App& app) {
+  std::error_code ec;
+  require(std::filesystem::is_regular_file(path, ec), "config " + path + ": not a readable regular file");
   std::ifstream in(path, std::ios::binary);
   require(in.good(), "config " + path + ": cannot read it");
   std::map<std::string, int> seen;  // key → line
@@ -91,6 +114,7 @@ std::vector<std::string> config_file_args(const std::string& path, const CLI::Ap
   for (int number = 1; std::getline(in, line); ++number) {
     const std::string where = "config " + path + ":" + std::to_string(number);
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (number == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 byte-order mark
     size_t i = 0;
     auto skip_blanks = [&] {
       while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;

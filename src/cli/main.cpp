@@ -1,4 +1,5 @@
 // lattice: one binary, one sub-command per concern.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -44,7 +45,13 @@ int main(int argc, char** argv) {
   for (const auto& c : kCommands) {
     if (name == c.name) {
       try {
-        return c.run(argc - 1, argv + 1);
+        const int status = c.run(argc - 1, argv + 1);
+        // Output that did not reach its file (a full disk under `> log.jsonl`) is a failure too.
+        if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+          std::fprintf(stderr, "lattice %s: error: cannot write standard output: %s\n", c.name, std::strerror(errno));
+          return 1;
+        }
+        return status;
       } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "lattice %s: error: out of memory: the sizes asked for need more memory than this "
                      "machine can give (lower --micro-batch, --seq-len, --hidden or --layers)\n", c.name);
@@ -53,7 +60,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "lattice %s: error: a size asked for is too large to represent\n", c.name);
         return 1;
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "lattice %s: error: %s\n", c.name, e.what());
+        std::string what = e.what();  // one line, whatever the message holds (a path with a newline)
+        for (char& ch : what)
+          if (ch == '\n' || ch == '\r') ch = ' ';
+        std::fprintf(stderr, "lattice %s: error: %s\n", c.name, what.c_str());
         return 1;
       }
     }

@@ -1,5 +1,8 @@
 #include "cli/model_flags.hpp"
 
+#include <cerrno>
+#include <cstdlib>
+
 #include "core/error.hpp"
 
 namespace lattice::cli {
@@ -77,7 +80,9 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
   app.add_option("--shuffle", shuffle, "on | off (off reads like llm.c's loader)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  app.add_option("--seed", t.seed, "seed of initialisation, data order and dropout")->capture_default_str();
+  app.add_option("--seed", t.seed, "seed of initialisation, data order and dropout")
+      ->check(seed_range())
+      ->capture_default_str();
   app.add_option("--init,--load", t.init, "start from weights: checkpoint dir, .safetensors or llm.c .bin");
   app.add_option("--save", t.save, "write a checkpoint directory at the end");
   app.add_option("--save-every,--save-interval", t.save_every, "also every N steps");
@@ -94,6 +99,18 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
       ->capture_default_str();
   app.add_option("--trace", t.trace, "write a Chrome trace (Perfetto) of every rank's forward/backward/receive/send/optimizer");
   app.add_flag("--comm-report", t.comm_report, "print the bytes each rank sent per group in the last step");
+}
+
+CLI::Validator seed_range() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+          return "a seed is a non-negative integer (got '" + s + "')";
+        errno = 0;
+        (void)std::strtoull(s.c_str(), nullptr, 10);
+        return errno == ERANGE ? "a seed is below 2^64 (got " + s + ")" : std::string();
+      },
+      "UINT64");
 }
 
 void add_config_file(CLI::App& app, std::string& path) {

@@ -21,5 +21,7 @@ void add_layout_flags(CLI::App& app, LayoutFlags& flags);
 void add_train_flags(CLI::App& app, TrainConfig& train, std::string& shuffle);
 // --config FILE.toml: keys are the long flag names; flags on the command line win.
 void add_config_file(CLI::App& app, std::string& path);
+// A seed is an integer in [0, 2^64): CLI11 alone would wrap -1 and saturate 2^64.
+CLI::Validator seed_range();
 
 }  // namespace lattice::cli

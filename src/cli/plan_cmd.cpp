@@ -75,6 +75,9 @@ plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
   r.micro_batch = f.micro_batch;
   r.gpu_memory = f.gpu_memory.empty() ? hw.memory_bytes : plan::parse_bytes(f.gpu_memory, "--gpu-memory");
   r.model.validate();
+  require(!layout.sequence_parallel || layout.tp > 1,
+          "--sequence-parallel needs tensor parallelism (--tensor-model-parallel-size > 1)");
+  require(r.gpu_memory > 0 && r.gpu_memory <= (int64_t(1) << 60), "--gpu-memory must be between 1 byte and 1 EiB");
   require(f.gpus >= 0 && f.gpus <= kMaxDevices,
           "--gpus must be between 1 and " + std::to_string(kMaxDevices) + " (got " + std::to_string(f.gpus) + ")");
   require(f.micro_batch >= 1 && f.micro_batch <= (1 << 20), "--micro-batch must be between 1 and 2^20");

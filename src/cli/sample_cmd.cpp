@@ -50,13 +50,14 @@ int run_sample(int argc, char** argv) {
   app.add_option("--tokens", tokens, "tokens to generate")->capture_default_str();
   app.add_option("--temperature", temperature, "sampling temperature (> 0)")->capture_default_str();
   app.add_option("--top-k", top_k, "sample among the k most likely (0 = all)")->capture_default_str();
-  app.add_option("--seed", seed, "sampling seed")->capture_default_str();
+  app.add_option("--seed", seed, "sampling seed")->check(seed_range())->capture_default_str();
   add_model_flags(app, model);
   if (const auto status = parse_flags(app, argc, argv)) return *status;
   require(tokens >= 0 && tokens <= (1 << 24), "--tokens must be between 0 and " + std::to_string(1 << 24));
   require(temperature > 0 && std::isfinite(temperature), "--temperature must be a finite number > 0");
   require(top_k >= 0, "--top-k must be >= 0 (0 = all)");
 
+  require(app.count("--dropout") == 0, "--dropout does not apply here: inference runs without dropout");
   const bool shapes_given = app.count("--layers") || app.count("--hidden") || app.count("--heads") ||
                             app.count("--seq-len") || app.count("--vocab");
   auto gpt = load_model_for_inference(checkpoint, model, shapes_given, DType::fp32, 1);

@@ -78,6 +78,8 @@ int run_schedule(int argc, char** argv) {
     require(std::isfinite(value) && value >= 0 && value <= 1e12,
             std::string(flag) + " must be a finite number of time units between 0 and 1e12");
   if (!svg.empty()) check_file_writable(svg, "--svg");
+  require(trace_step == -1 || !from_trace.empty(), "--trace-step needs --from-trace FILE");
+  require(trace_step >= -1, "--trace-step must be >= 0");
   const pl::ScheduleKind kind = pl::parse_schedule_kind(kind_name);
   const auto lists = pl::build_schedule(kind, p, n_mb, m);
   const pl::Simulation sim = from_trace.empty() ? pl::simulate(lists, m, options)

@@ -25,6 +25,7 @@ int run_train(int argc, char** argv) {
   if (const auto status = parse_flags(app, argc, argv)) return *status;
   train.shuffle = shuffle == "on";
   train.seed_given = app.count("--seed") > 0;
+  train.zero_prefetch_given = app.count("--zero-prefetch") > 0;
   const LayoutConfig resolved = layout.resolve();
   if (!comm::started_by_launcher() && resolved.tp == 1 && resolved.pp == 1) {
     Trainer trainer(model, resolved, train);

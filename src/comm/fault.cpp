@@ -53,7 +53,10 @@ std::string& terminate_command() {
 
 void abort_all_ranks(const std::string& command, const std::string& message) {
   const int size = world_size();
-  std::fprintf(stderr, "lattice %s: rank %d: error: %s\n", command.c_str(), world_rank(), message.c_str());
+  std::string line = message;
+  for (char& ch : line)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  std::fprintf(stderr, "lattice %s: rank %d: error: %s\n", command.c_str(), world_rank(), line.c_str());
   std::fflush(stderr);
   if (size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
   if (mpi_running()) MPI_Finalize();  // a singleton has nobody to abort

@@ -56,6 +56,18 @@ void remove_stale_temporaries(const std::string& parent) {
   std::error_code ec;
   for (auto it = fs::directory_iterator(parent, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
     const std::string name = it->path().filename().string();
+    const size_t trash = name.rfind(AtomicDir::kTrashInfix);
+    if (trash != std::string::npos && trash > 0) {  // NAME.lattice-trash-PID: only lattice makes these
+      const std::string pid_text = name.substr(trash + std::strlen(AtomicDir::kTrashInfix));
+      const long pid = pid_text.size() <= 9 && !pid_text.empty() &&
+                               pid_text.find_first_not_of("0123456789") == std::string::npos
+                           ? std::atol(pid_text.c_str())
+                           : 0;
+      std::error_code ignored;
+      if (pid > 0 && pid != ::getpid() && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH && it->is_directory(ignored))
+        fs::remove_all(it->path(), ignored);
+      continue;
+    }
     const size_t dash = name.find_last_of('-');  // NAME.tmp-PID or NAME.old-PID
     if (dash == std::string::npos || dash < 5 || dash + 1 == name.size() || !it->is_directory(ec)) continue;
     const std::string kind = name.substr(dash - 4, 4), digits = name.substr(dash + 1);
@@ -91,21 +103,19 @@ void check_file_writable(const std::string& path, const std::string& what) {
 }
 
 AtomicFile::AtomicFile(const std::string& final_path)
-    : final_path_(final_path), temp_path_(final_path + ".tmp") {
+    : final_path_(final_path), temp_path_(final_path + ".tmp-" + std::to_string(::getpid())) {
   make_parent_dirs(final_path_);
-  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   require(fd_ >= 0, "cannot write " + temp_path_ + ": " + errno_text());
 }
 
 AtomicFile::~AtomicFile() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlink(temp_path_.c_str());
-  }
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(temp_path_.c_str());
 }
 
 void AtomicFile::write(const void* data, size_t bytes) {
-  require(fd_ >= 0, "cannot write " + temp_path_ + ": file already committed");
+  require(fd_ >= 0, "cannot write " + temp_path_ + ": file already synced");
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
     const ssize_t n = ::write(fd_, p, bytes);
@@ -116,16 +126,20 @@ void AtomicFile::write(const void* data, size_t bytes) {
   }
 }
 
-void AtomicFile::commit() {
-  require(fd_ >= 0, "cannot commit " + final_path_ + ": already committed");
-  require(::fsync(fd_) == 0, "cannot sync " + temp_path_ + ": " + errno_text());
+void AtomicFile::sync() {
+  if (synced_) return;
+  require(fd_ >= 0 && ::fsync(fd_) == 0, "cannot sync " + temp_path_ + ": " + errno_text());
   const bool closed = ::close(fd_) == 0;
   fd_ = -1;
-  if (!closed || ::rename(temp_path_.c_str(), final_path_.c_str()) != 0) {
-    const std::string why = errno_text();
-    ::unlink(temp_path_.c_str());
-    fail("cannot write " + final_path_ + ": " + why);
-  }
+  require(closed, "cannot write " + temp_path_ + ": " + errno_text());
+  synced_ = true;
+}
+
+void AtomicFile::commit() {
+  require(!committed_, "cannot commit " + final_path_ + ": already committed");
+  sync();
+  require(::rename(temp_path_.c_str(), final_path_.c_str()) == 0, "cannot write " + final_path_ + ": " + errno_text());
+  committed_ = true;
   fsync_path(parent_of(final_path_), true);
 }
 
@@ -176,11 +190,13 @@ void AtomicDir::commit() {
     return;
   }
   // Preferred: one atomic exchange, so final_path names a complete checkpoint at every instant;
-  // the temporary name then holds the previous version, which we delete.
+  // the temporary name then holds the previous version, which is renamed to a trash name (which only
+  // lattice makes: a later save removes it even if this process dies halfway through deleting it).
+  const std::string trash = final_path_ + kTrashInfix + std::to_string(::getpid());
   std::string previous = temp_path_;
   if (::renameat2(AT_FDCWD, temp_path_.c_str(), AT_FDCWD, final_path_.c_str(), RENAME_EXCHANGE) != 0) {
     // Filesystem without RENAME_EXCHANGE: move the old one aside, then rename the new one in.
-    previous = final_path_ + ".old-" + std::to_string(::getpid());
+    previous = trash;
     fs::remove_all(previous, ec);
     require(::rename(final_path_.c_str(), previous.c_str()) == 0,
             "cannot move the previous " + final_path_ + " aside: " + errno_text());
@@ -192,6 +208,7 @@ void AtomicDir::commit() {
   }
   committed_ = true;
   fsync_path(parent_of(final_path_), true);
+  if (previous != trash && ::rename(previous.c_str(), trash.c_str()) == 0) previous = trash;
   fs::remove_all(previous, ec);
 }
 

@@ -7,7 +7,8 @@
 
 namespace lattice {
 
-// A file written to `final_path + ".tmp"` and renamed over final_path by commit().
+// A file written to `final_path + ".tmp-<pid>"` (never an existing file: a user's file of that name
+// is an error, not overwritten) and renamed over final_path by commit().
 class AtomicFile {
  public:
   explicit AtomicFile(const std::string& final_path);
@@ -16,11 +17,13 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   void write(const void* data, size_t bytes);
-  void commit();  // fsync, close, rename over final_path, fsync the parent directory
+  void sync();    // fsync and close: the data is on disk, not yet in place (commit() calls it if needed)
+  void commit();  // rename over final_path, fsync the parent directory
 
  private:
   std::string final_path_, temp_path_;
   int fd_ = -1;
+  bool synced_ = false, committed_ = false;
 };
 
 // Writes a whole buffer atomically (an AtomicFile with one write).
@@ -37,6 +40,7 @@ void check_file_writable(const std::string& path, const std::string& what);
 class AtomicDir {
  public:
   static constexpr const char* kMarker = ".lattice-save";
+  static constexpr const char* kTrashInfix = ".lattice-trash-";  // a replaced version being deleted
   explicit AtomicDir(const std::string& final_path);
   ~AtomicDir();  // removes the temporary directory if commit() was not called
   AtomicDir(const AtomicDir&) = delete;

@@ -19,7 +19,7 @@ constexpr size_t kMinValTokens = 2;  // one input and its target
 std::string read_text(const std::string& path) {
   std::error_code ec;
   require(fs::exists(path, ec), "input " + path + " does not exist");
-  require(!fs::is_directory(path, ec), "input " + path + " is a directory, not a text file");
+  require(fs::is_regular_file(path, ec), "input " + path + " is not a regular file (a directory, device or pipe)");
   std::ifstream in(path, std::ios::binary);
   require(in.good(), "cannot open input " + path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -49,13 +49,12 @@ PrepareStats prepare_corpus(const std::string& input_text_path, const std::strin
                                     tokens.begin() + static_cast<std::ptrdiff_t>(train_count));
   const std::vector<uint16_t> val(tokens.begin() + static_cast<std::ptrdiff_t>(train_count), tokens.end());
   const std::string train_path = (fs::path(out_dir) / "train.bin").string();
-  write_token_file(train_path, train);
-  try {
-    write_token_file((fs::path(out_dir) / "val.bin").string(), val);
-  } catch (...) {
-    fs::remove(train_path, ec);  // never leave a train.bin without its val.bin
-    throw;
-  }
+  // Both files written and synced before either replaces its old version: a full disk or a kill
+  // while writing leaves the previous pair as it was, never a new train.bin beside an old val.bin.
+  const auto train_file = stage_token_file(train_path, train);
+  const auto val_file = stage_token_file((fs::path(out_dir) / "val.bin").string(), val);
+  train_file->commit();
+  val_file->commit();
   return {train_count, val_count};
 }
 

@@ -9,7 +9,7 @@
 
 namespace lattice::data {
 
-void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
+std::unique_ptr<AtomicFile> stage_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
   require(tokens.size() <= static_cast<size_t>(INT32_MAX), "cannot write " + path + ": " +
                                                                std::to_string(tokens.size()) +
                                                                " tokens exceed the format's int32 count");
@@ -17,10 +17,15 @@ void write_token_file(const std::string& path, const std::vector<uint16_t>& toke
   header[0] = kTokenFileMagic;
   header[1] = kTokenFileVersion;
   header[2] = static_cast<int32_t>(tokens.size());
-  AtomicFile file(path);
-  file.write(header, sizeof(header));
-  file.write(tokens.data(), tokens.size() * sizeof(uint16_t));
-  file.commit();
+  auto file = std::make_unique<AtomicFile>(path);
+  file->write(header, sizeof(header));
+  file->write(tokens.data(), tokens.size() * sizeof(uint16_t));
+  file->sync();
+  return file;
+}
+
+void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
+  stage_token_file(path, tokens)->commit();
 }
 
 TokenFile TokenFile::load(const std::string& path, int vocab) {

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/atomic_dir.hpp"
+
 namespace lattice::data {
 
 inline constexpr int32_t kTokenFileMagic = 20240520;
@@ -17,6 +19,9 @@ inline constexpr size_t kTokenFileHeaderBytes = kTokenFileHeaderInts * sizeof(in
 
 // Writes atomically (temporary file, fsync, rename): a crash never leaves a half-written file.
 void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens);
+// The same written and synced beside `path`, not yet in place (commit() renames it over `path`;
+// dropping it removes it): files that belong together are all written before any replaces its old one.
+std::unique_ptr<AtomicFile> stage_token_file(const std::string& path, const std::vector<uint16_t>& tokens);
 
 // A validated token file held in memory. Copies are cheap and share the tokens.
 class TokenFile {

@@ -9,7 +9,7 @@ namespace lattice::parallel::pipeline {
 
 namespace {
 
-constexpr int kMaxPipeline = 4096, kMaxMicroBatches = 1 << 20, kMaxChunks = 1024;
+constexpr int kMaxPipeline = 4096, kMaxMicroBatches = 1 << 20, kMaxChunks = 1024, kMaxActions = 1 << 22;
 
 std::string n(int v) { return std::to_string(v); }
 
@@ -96,6 +96,9 @@ void validate_schedule(ScheduleKind kind, int p, int n_mb, int m) {
   require(n_mb >= 1 && n_mb <= kMaxMicroBatches,
           "micro-batches must be between 1 and " + n(kMaxMicroBatches) + " (got " + n(n_mb) + ")");
   require(m >= 1 && m <= kMaxChunks, "virtual stages must be between 1 and " + n(kMaxChunks) + " (got " + n(m) + ")");
+  require(int64_t(p) * n_mb * m <= kMaxActions,
+          "p · micro-batches · virtual stages must be at most " + n(kMaxActions) + " (got " +
+              std::to_string(int64_t(p) * n_mb * m) + "): the schedule would not fit in memory");
   if (kind != ScheduleKind::interleaved) {
     require(m == 1, "virtual stages > 1 need the interleaved schedule (got m = " + n(m) + " with " +
                         schedule_name(kind) + ")");

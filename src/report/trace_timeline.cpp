@@ -1,6 +1,7 @@
 #include "report/trace_timeline.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -10,7 +11,14 @@
 
 namespace lattice::parallel::pipeline {
 
+namespace {
+Simulation timeline_from_doc(const nlohmann::json& doc, const std::string& path, int p, int m, int step);
+}  // namespace
+
 Simulation timeline_from_trace(const std::string& path, int p, int m, int step) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) fail("trace " + path + " is not a readable regular file");
+  if (std::filesystem::file_size(path, ec) > (uintmax_t(1) << 30)) fail("trace " + path + " is larger than 1 GiB");
   std::ifstream in(path);
   if (!in) fail("cannot read trace " + path);
   std::stringstream text;
@@ -18,10 +26,15 @@ Simulation timeline_from_trace(const std::string& path, int p, int m, int step) 
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(text.str());
+    return timeline_from_doc(doc, path, p, m, step);
   } catch (const nlohmann::json::exception& e) {
-    fail("trace " + path + " is not JSON: " + e.what());
+    fail("trace " + path + " is not a lattice trace (write one with lattice train --trace): " + e.what());
   }
-  if (!doc.contains("traceEvents")) fail("trace " + path + " has no traceEvents (write one with lattice train --trace)");
+}
+
+namespace {
+Simulation timeline_from_doc(const nlohmann::json& doc, const std::string& path, int p, int m, int step) {
+  if (!doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array()) fail("trace " + path + " has no traceEvents (write one with lattice train --trace)");
   std::vector<const nlohmann::json*> work;
   int last_step = -1;
   for (const auto& e : doc["traceEvents"]) {
@@ -78,5 +91,6 @@ Simulation timeline_from_trace(const std::string& path, int p, int m, int step) 
   sim.bubble = sim.total_time > 0 ? sim.idle / (p * sim.total_time) : 0.0;
   return sim;
 }
+}  // namespace
 
 }  // namespace lattice::parallel::pipeline

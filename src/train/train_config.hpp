@@ -19,6 +19,7 @@ struct TrainConfig {
   OptimizerConfig optim;
   double clip_grad = 1.0;  // 0 = off
   bool zero_prefetch = true;  // ZeRO-3: gather the next layer while this one computes
+  bool zero_prefetch_given = false;  // --zero-prefetch on the command line (meaningful with --zero 3 only)
   double initial_loss_scale = 65536.0;
   int64_t loss_scale_window = 1000;  // fp16: clean steps before the loss scale doubles
   bool shuffle = true;

@@ -57,6 +57,14 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
             "--seed " + std::to_string(config_.seed) + " differs from the seed of checkpoint " + config_.resume + " (" +
                 std::to_string(resume_state.seed) + "): a resume continues the run's own data order and dropout");
     config_.seed = resume_state.seed;
+    // The batch at a step is a function of (seed, step, global row): another batch size or order
+    // would silently repeat and skip data.
+    require(resume_state.global_batch == 0 || resume_state.global_batch == config_.global_batch,
+            "--global-batch " + std::to_string(config_.global_batch) + " differs from checkpoint " + config_.resume +
+                "'s (" + std::to_string(resume_state.global_batch) + "): a resume continues the run's data order");
+    require(resume_state.shuffle < 0 || resume_state.shuffle == (config_.shuffle ? 1 : 0),
+            std::string("--shuffle ") + (config_.shuffle ? "on" : "off") + " differs from checkpoint " + config_.resume +
+                "'s: a resume continues the run's data order");
     require(config_.steps >= resume_state.step,
             "--steps " + std::to_string(config_.steps) + " is below the step of checkpoint " + config_.resume + " (" +
                 std::to_string(resume_state.step) + "): nothing to train (raise --steps)");
@@ -75,6 +83,9 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
       val_loader_ = std::make_unique<data::BatchLoader>(val_file, model_config_.seq_len, config_.micro_batch,
                                                         config_.seed, false);
   }
+  if (config_.eval_every > 0 && !val_loader_ && is_logging_rank())
+    std::fprintf(stderr, "lattice train: note: %s is missing or shorter than one sequence: --eval-every evaluates "
+                 "on train.bin\n", val_path.c_str());
 
   parallel::TensorParallel tp;
   if (dist_) tp = {&dist_->tp(), layout_.sequence_parallel};

@@ -51,7 +51,10 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
   require(t.global_batch % t.micro_batch == 0, "--global-batch (" + std::to_string(t.global_batch) +
                                                    ") must be a multiple of --micro-batch (" +
                                                    std::to_string(t.micro_batch) + ")");
-  require(t.steps >= 0, "--steps must be >= 0");
+  constexpr int64_t kMaxSteps = int64_t(1) << 40;
+  require(t.steps >= 0 && t.steps <= kMaxSteps, "--steps must be between 0 and 2^40");
+  require(t.save_every <= kMaxSteps && t.eval_every <= kMaxSteps && t.warmup <= kMaxSteps,
+          "--save-every, --eval-every and --warmup must be at most 2^40");
   require(t.lr >= 0 && std::isfinite(t.lr), "--lr must be a finite non-negative number");
   require(t.min_lr >= 0 && std::isfinite(t.min_lr), "--min-lr must be a finite non-negative number");
   require(t.min_lr <= t.lr, "--min-lr (" + std::to_string(t.min_lr) + ") is above --lr (" + std::to_string(t.lr) + ")");
@@ -74,6 +77,7 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
   require(std::isfinite(t.peak_flops) && t.peak_flops >= 0, "--peak-flops must be a finite number >= 0");
   require(std::isfinite(t.comm_timeout) && t.comm_timeout >= 0 && t.comm_timeout <= 1e6,
           "--comm-timeout must be between 0 (off) and 1e6 seconds");
+  require(!t.zero_prefetch_given || layout.zero == 3, "--zero-prefetch applies to --zero 3 only");
   require(t.init.empty() || t.resume.empty(),
           "--init and --resume both given: --resume continues a run (weights, optimizer, step), "
           "--init only starts from weights; pass one");

@@ -75,6 +75,26 @@ hostile "schedule --svg under a file" 1 "cannot write --svg data/train.bin/s.svg
 "$LATTICE" "${SMALL[@]}" --steps 1 --save new/deeper/ck 2>/dev/null
 check "missing parents of --save are created" test -s new/deeper/ck/model.safetensors
 
+# prepare never clobbers a file that merely has its temporary's name, and a full disk or a kill while
+# writing leaves the previous train.bin/val.bin pair as it was.
+mkdir -p out && echo precious > out/train.bin.tmp
+"$LATTICE" prepare --input corpus.txt --out out 2>/dev/null
+check "prepare keeps the user's train.bin.tmp" test "$(cat out/train.bin.tmp)" = precious
+if mkdir -p full && mount -t tmpfs -o size=2m tmpfs full 2>/dev/null; then
+  cp -r data full/d
+  python3 -c "print('y' * 1100000, end='')" > mid.txt
+  before=$(md5sum full/d/train.bin full/d/val.bin)
+  "$LATTICE" prepare --input mid.txt --out full/d > /dev/null 2> full.err
+  check "prepare on a full disk fails in one line" test $? -eq 1 -a "$(wc -l < full.err)" -eq 1
+  check "prepare on a full disk leaves the old pair" test "$before" = "$(md5sum full/d/train.bin full/d/val.bin)"
+  dd if=/dev/zero of=full/filler bs=64k 2>/dev/null  # fills the disk
+  "$LATTICE" groups --world 64 --json > full/g.json 2> full.err
+  check "stdout to a full disk is an error" test $? -eq 1 && grep -q "cannot write standard output" full.err
+  umount full
+else
+  echo "skipped: the full-disk cases need a tmpfs mount (root)"
+fi
+
 hostile_summary
 echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"
 [ "$failures" -eq 0 ]

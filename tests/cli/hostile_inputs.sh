@@ -108,6 +108,31 @@ check "temperature 1e-4 decodes greedily (= top-k 1)" cmp -s cold.txt greedy.txt
 check "top-k 1 is greedy whatever the seed" cmp -s greedy.txt both.txt
 check "greedy text is the prompt plus 30 bytes" test "$(head -c 6 greedy.txt)" = "In the" -a "$(wc -c < greedy.txt)" -ge 36
 
+# Found by the hostile pass of this issue (each once silent, unclear or a hang).
+hostile "--seed -1" 2 "a seed is a non-negative integer" -- train "${MODEL[@]}" --steps 1 --seed -1
+hostile "--seed 2^64" 2 "a seed is below 2\^64" -- train "${MODEL[@]}" --steps 1 --seed 18446744073709551616
+hostile "--steps ''" 2 "an empty value for --steps" -- train "${MODEL[@]}" --steps ''
+hostile "--steps 1e20" 1 "--steps must be between 0 and 2\^40" -- train "${MODEL[@]}" --steps 99999999999999999999
+hostile "resume with another --shuffle" 1 "--shuffle off differs from checkpoint ck" -- train "${MODEL[@]}" --steps 4 --resume ck --shuffle off
+hostile "resume with another --global-batch" 1 "--global-batch 8 differs from checkpoint ck" -- train "${MODEL[@]}" --steps 4 --resume ck --global-batch 8
+hostile "eval --dropout" 1 "--dropout does not apply here" -- eval --checkpoint ck --data data/val.bin --dropout 5
+hostile "--zero-prefetch without --zero 3" 1 "--zero-prefetch applies to --zero 3 only" -- train "${MODEL[@]}" --steps 1 --zero-prefetch off --zero 1
+printf 'steps = 2\n' > a.toml
+hostile "--config twice" 2 "--config given twice" -- train "${MODEL[@]}" --steps 1 --config a.toml --config misspelt.toml
+printf '\xef\xbb\xbflayers = 1\nsave = "ck_\\u00e9"\n' > bom.toml
+"$LATTICE" train "${MODEL[@]}" --steps 1 --config bom.toml 2>/dev/null
+check "config: a byte-order mark and a \\u escape are TOML" test -s "ck_é/model.safetensors"
+hostile "plan --sequence-parallel with t = 1" 1 "--sequence-parallel needs tensor parallelism" -- plan --layers 2 --hidden 64 --heads 4 --sequence-parallel
+hostile "schedule --trace-step without a trace" 1 "--trace-step needs --from-trace" -- schedule --pipeline-model-parallel-size 2 --micro-batches 4 --trace-step 5
+echo '{"traceEvents": [{"cat":"forward","args":{"step":1},"tid":"zero","ts":1,"dur":5}]}' > bad_trace.json
+hostile "schedule --from-trace of a foreign JSON" 1 "trace bad_trace.json is not a lattice trace" -- \
+  schedule --pipeline-model-parallel-size 2 --micro-batches 4 --from-trace bad_trace.json
+hostile "schedule 4096 x 2^20" 1 "must be at most .*: the schedule would not fit" -- schedule --pipeline-model-parallel-size 4096 --micro-batches 1048576
+mkfifo pipe.txt
+hostile "prepare from a FIFO" 1 "input pipe.txt is not a regular file" -- prepare --input pipe.txt --out fifo_out
+hostile "--config from a FIFO" 2 "config pipe.txt: not a readable regular file" -- train "${MODEL[@]}" --steps 1 --config pipe.txt
+hostile "a newline in a path" 1 "^lattice train: error: .*" -- train --data $'bad\npath' --steps 1
+
 hostile_summary
 echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"
 [ "$failures" -eq 0 ]

@@ -60,7 +60,7 @@ TEST(Safetensors, RoundTripsTensorsAndMetadata) {
   const Sample s;
   const std::string path = dir + "/model.safetensors";
   write_safetensors(path, s.refs(), {{"format", "pt"}, {"step", "12"}});
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_FALSE(fs::exists(path + ".tmp-" + std::to_string(::getpid())));
 
   const SafetensorsFile file = SafetensorsFile::load(path);
   EXPECT_EQ(file.names(), (std::vector<std::string>{"bytes", "h.0.attn.c_attn.weight", "half", "step"}));
@@ -121,7 +121,7 @@ TEST(Safetensors, WriteRejectsInconsistentTensors) {
       },
       "tensor 'w' appears twice");
   EXPECT_FALSE(fs::exists(path));
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_FALSE(fs::exists(path + ".tmp-" + std::to_string(::getpid())));
 }
 
 TEST(Safetensors, RejectsTruncatedFile) {
@@ -192,13 +192,13 @@ TEST(AtomicFile, LeavesNothingUnlessCommitted) {
   {
     AtomicFile file(path);
     file.write("new", 3);
-    EXPECT_TRUE(fs::exists(path + ".tmp"));
+    EXPECT_TRUE(fs::exists(path + ".tmp-" + std::to_string(::getpid())));
   }  // abandoned, as by an exception mid-save
   EXPECT_EQ(read_all(path), "old");
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_FALSE(fs::exists(path + ".tmp-" + std::to_string(::getpid())));
   write_file_atomically(path, "newer", 5);
   EXPECT_EQ(read_all(path), "newer");
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_FALSE(fs::exists(path + ".tmp-" + std::to_string(::getpid())));
 }
 
 TEST(AtomicDir, CreatesAndReplacesADirectory) {
