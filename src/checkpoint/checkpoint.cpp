@@ -115,6 +115,23 @@ void save_checkpoint(const std::string& dir, const ModelConfig& config, const Fu
   StagedCheckpoint(dir, config, state, trainer_state).commit();
 }
 
+namespace {
+// A checkpoint written before checkpoints carried a manifest: exactly its three files, and a
+// trainer.json that records a model and a step.
+bool is_legacy_checkpoint(const std::string& dir, const std::vector<std::string>& entries) {
+  static const std::vector<std::string> files = {"model.safetensors", "optimizer.safetensors", "trainer.json"};
+  for (const std::string& name : entries)
+    if (std::find(files.begin(), files.end(), name) == files.end()) return false;
+  try {
+    const nlohmann::json state = nlohmann::json::parse(read_text(dir + "/trainer.json"));
+    return state.contains("model") && state.contains("step") &&
+           std::find(entries.begin(), entries.end(), "model.safetensors") != entries.end();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+}  // namespace
+
 void check_save_target(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) {
@@ -129,6 +146,7 @@ void check_save_target(const std::string& dir) {
   if (entries.empty()) return;
   const std::string refuse = "cannot save to " + dir + ": ";
   const std::string manifest_path = dir + "/" + kManifest;
+  if (!fs::exists(manifest_path, ec) && is_legacy_checkpoint(dir, entries)) return;
   require(fs::exists(manifest_path, ec),
           refuse + "it holds " + entries.front() + " and is not a lattice checkpoint (no " + kManifest +
               "); choose a new or empty directory");
