@@ -36,6 +36,13 @@ hostile "trainer.json not JSON" 1 "notjson/trainer.json is not valid JSON" -- tr
 hostile "eval of a checkpoint with a bad trainer.json" 1 '"layers" must be an integer' -- \
   eval --checkpoint frac --data data/val.bin --batches 1
 
+# llm.c .bin: a padded vocabulary below the vocabulary (Vp 0 and 1 with V 65536 read past a buffer).
+for vp in 0 1; do
+  hostile "llm.c .bin with Vp=$vp, V=65536" 1 "llm.c|padded vocab|Vp" -- \
+    eval --checkpoint "$HERE/../fuzz/regressions/llmc/vp${vp}_vocab65536.bin" --data data/val.bin \
+    --layers 1 --hidden 1 --heads 1 --seq-len 1 --vocab 65536 --batches 1
+done
+
 # TOML config files: strict.
 printf 'layerz = 3\n' > misspelt.toml
 hostile "config: misspelt key" 2 "misspelt.toml:1: layerz is not a flag of lattice train" -- train "${MODEL[@]}" --steps 1 --config misspelt.toml
