@@ -122,4 +122,8 @@ double dp_bytes_per_step(int64_t psi, int dp, int zero, int64_t n_mb, int64_t ex
   return ring * (reduced + double(n_mb) * (2.0 * double(psi) + double(extra_gathered)));
 }
 
+double forward_workspace_bytes(double s, double b, double h, double a_local, double v_local) {
+  return 4.0 * (s * b * (12 * h + 2 * v_local) + 3 * a_local * s * s * b);
+}
+
 }  // namespace lattice::analysis

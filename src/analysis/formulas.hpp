@@ -36,6 +36,12 @@ LayerBytes layer_activation_parts(const ActivationShape& x);
 // fp32 logits of one micro-batch.
 int64_t extra_activation_bytes(const ActivationShape& x, int pp, int in_flight);
 
+// A lower bound of the fp32 workspaces one forward/backward of a micro-batch needs on one rank (the
+// residual-stream, 4h and logits staging buffers and three s² attention buffers), in double so an
+// absurd shape is measured, not overflowed: what refuses sizes beyond the machine before allocating.
+// `a_local`, `v_local`: this rank's heads and vocabulary rows.
+double forward_workspace_bytes(double s, double b, double h, double a_local, double v_local);
+
 // Does layer `layer` (0-based) of `layers` run full recompute under this layout?
 bool layer_fully_recomputed(const LayoutConfig& layout, int layer, int layers);
 

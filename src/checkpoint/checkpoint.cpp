@@ -203,11 +203,8 @@ double number(const nlohmann::json& object, const std::string& key, double lo, d
   return x;
 }
 
-}  // namespace
-
-ModelConfig read_model_config(const std::string& dir) {
-  const auto state = read_trainer_state(dir);
-  const std::string where = "checkpoint " + dir + "/trainer.json";
+// The "model" object of a parsed trainer.json (`where` names the file in messages).
+ModelConfig model_config_of(const nlohmann::json& state, const std::string& where) {
   const nlohmann::json& m = field(state, "model", where);
   const std::string mw = where + " (model)";
   ModelConfig c;
@@ -225,10 +222,17 @@ ModelConfig read_model_config(const std::string& dir) {
   return c;
 }
 
+}  // namespace
+
+ModelConfig read_model_config(const std::string& dir) {
+  return model_config_of(read_trainer_state(dir), "checkpoint " + dir + "/trainer.json");
+}
+
 ResumeState read_resume_state(const std::string& dir) {
   const auto state = read_trainer_state(dir);
   const std::string where = "checkpoint " + dir + "/trainer.json";
   ResumeState r;
+  r.model = model_config_of(state, where);
   r.step = integer(state, "step", 0, INT64_MAX / 2, where);
   const nlohmann::json& seed = field(state, "seed", where);
   require(seed.is_number_unsigned() || (seed.is_number_integer() && seed.get<int64_t>() >= 0),

@@ -51,6 +51,7 @@ void check_save_target(const std::string& dir);
 nlohmann::json read_trainer_state(const std::string& dir);
 // What a resume reads from trainer.json, every field checked (InputError naming the field).
 struct ResumeState {
+  ModelConfig model;
   int64_t step = 0;
   uint64_t seed = 0;
   int64_t updates_applied = 0;

@@ -31,9 +31,7 @@ int run_eval(int argc, char** argv) {
   require(batches >= 1 && batches <= (int64_t(1) << 30), "--batches must be between 1 and 2^30");
   require(micro_batch >= 1 && micro_batch <= (1 << 20), "--micro-batch must be between 1 and 2^20");
 
-  require(app.count("--dropout") == 0, "--dropout does not apply here: inference runs without dropout");
-  const bool shapes_given = app.count("--layers") || app.count("--hidden") || app.count("--heads") ||
-                            app.count("--seq-len") || app.count("--vocab");
+  const bool shapes_given = inference_shape_flags(app);
   auto gpt = load_model_for_inference(checkpoint, model, shapes_given, DType::fp32, micro_batch);
   const ModelConfig& c = gpt->config();
   const auto file = data::TokenFile::load(data_file, c.vocab);

@@ -3,10 +3,17 @@
 #include <filesystem>
 
 #include "checkpoint/checkpoint.hpp"
+#include "analysis/formulas.hpp"
 #include "core/error.hpp"
 #include "core/memory_limit.hpp"
 
 namespace lattice::cli {
+
+bool inference_shape_flags(const CLI::App& app) {
+  require(app.count("--dropout") == 0, "--dropout does not apply here: inference runs without dropout");
+  return app.count("--layers") || app.count("--hidden") || app.count("--heads") || app.count("--seq-len") ||
+         app.count("--vocab");
+}
 
 std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, ModelConfig config,
                                               bool shape_flags_given, DType activation_dtype, int64_t rows) {
@@ -22,8 +29,8 @@ std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, Mod
   }
   config.dropout = 0.0;
   config.validate();
-  const double s = config.seq_len, h = config.hidden, b = double(rows);
-  const double workspace = 4.0 * (s * b * (12 * h + 2 * config.padded_vocab()) + 3 * config.heads * s * s * b);
+  const double workspace = analysis::forward_workspace_bytes(config.seq_len, double(rows), config.hidden,
+                                                            config.heads, config.padded_vocab());
   require_fits_memory(4.0 * double(config.num_params()) + workspace, "the model and one micro-batch",
                       "lower --micro-batch");
   LayoutConfig layout;

@@ -57,9 +57,7 @@ int run_sample(int argc, char** argv) {
   require(temperature > 0 && std::isfinite(temperature), "--temperature must be a finite number > 0");
   require(top_k >= 0, "--top-k must be >= 0 (0 = all)");
 
-  require(app.count("--dropout") == 0, "--dropout does not apply here: inference runs without dropout");
-  const bool shapes_given = app.count("--layers") || app.count("--hidden") || app.count("--heads") ||
-                            app.count("--seq-len") || app.count("--vocab");
+  const bool shapes_given = inference_shape_flags(app);
   auto gpt = load_model_for_inference(checkpoint, model, shapes_given, DType::fp32, 1);
   const ModelConfig& c = gpt->config();
   data::ByteTokenizer tokenizer;

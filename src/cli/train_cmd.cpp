@@ -1,6 +1,4 @@
 // `lattice train`: train a GPT model on a prepared token directory.
-#include <cmath>
-
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_flags.hpp"
@@ -33,8 +31,9 @@ int run_train(int argc, char** argv) {
   }
   // Several processes: bad input is reported once, by rank 0, and every rank exits 1; a rank that
   // fails later aborts the whole job.
-  const bool timeout_ok = std::isfinite(train.comm_timeout) && train.comm_timeout >= 0 && train.comm_timeout <= 1e6;
-  comm::Distributed dist(resolved.tp, resolved.pp, "train", timeout_ok ? train.comm_timeout : comm::kDefaultCommTimeout);
+  // A bad --comm-timeout is reported by the validation below, once; the watchdog runs meanwhile.
+  comm::Distributed dist(resolved.tp, resolved.pp, "train",
+                         valid_comm_timeout(train.comm_timeout) ? train.comm_timeout : comm::kDefaultCommTimeout);
   std::unique_ptr<Trainer> trainer;
   const std::string settings = app.config_to_str(/*default_also=*/true, /*write_description=*/false);
   comm::check_on_all_ranks("train", [&] {

@@ -51,35 +51,34 @@ std::string this_host() {
 // "<host> <pid>": who is writing a temporary directory.
 std::string marker_text() { return this_host() + " " + std::to_string(::getpid()) + "\n"; }
 
-// Temporaries (NAME.tmp-PID, NAME.old-PID) in `parent` left by processes of this host that are gone.
+// Whether `digits` (the tail of a name) is the id of a process of this host that is gone.
+bool dead_process(const std::string& digits) {
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return false;
+  const long pid = std::atol(digits.c_str());
+  return pid > 0 && pid != ::getpid() && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH;
+}
+
+// Temporaries in `parent` left by processes of this host that are gone: NAME.lattice-trash-PID (a
+// replaced version being deleted; only lattice makes these names), and NAME.tmp-PID / NAME.old-PID
+// carrying our marker with that host and pid.
 void remove_stale_temporaries(const std::string& parent) {
   std::error_code ec;
   for (auto it = fs::directory_iterator(parent, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    std::error_code ignored;
+    if (!it->is_directory(ignored)) continue;
     const std::string name = it->path().filename().string();
     const size_t trash = name.rfind(AtomicDir::kTrashInfix);
-    if (trash != std::string::npos && trash > 0) {  // NAME.lattice-trash-PID: only lattice makes these
-      const std::string pid_text = name.substr(trash + std::strlen(AtomicDir::kTrashInfix));
-      const long pid = pid_text.size() <= 9 && !pid_text.empty() &&
-                               pid_text.find_first_not_of("0123456789") == std::string::npos
-                           ? std::atol(pid_text.c_str())
-                           : 0;
-      std::error_code ignored;
-      if (pid > 0 && pid != ::getpid() && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH && it->is_directory(ignored))
-        fs::remove_all(it->path(), ignored);
+    if (trash != std::string::npos && trash > 0) {
+      if (dead_process(name.substr(trash + std::strlen(AtomicDir::kTrashInfix)))) fs::remove_all(it->path(), ignored);
       continue;
     }
-    const size_t dash = name.find_last_of('-');  // NAME.tmp-PID or NAME.old-PID
-    if (dash == std::string::npos || dash < 5 || dash + 1 == name.size() || !it->is_directory(ec)) continue;
+    const size_t dash = name.find_last_of('-');
+    if (dash == std::string::npos || dash < 5) continue;
     const std::string kind = name.substr(dash - 4, 4), digits = name.substr(dash + 1);
-    if ((kind != ".tmp" && kind != ".old") || digits.size() > 9 ||
-        digits.find_first_not_of("0123456789") != std::string::npos)
-      continue;
-    const long pid = std::atol(digits.c_str());
-    if (pid <= 0 || pid == ::getpid() || ::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive
+    if ((kind != ".tmp" && kind != ".old") || !dead_process(digits)) continue;
     std::ifstream marker(it->path() / AtomicDir::kMarker);
     std::string host, owner;
     if (!(marker >> host >> owner) || host != this_host() || owner != digits) continue;  // not ours
-    std::error_code ignored;
     fs::remove_all(it->path(), ignored);
   }
 }

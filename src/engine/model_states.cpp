@@ -89,6 +89,10 @@ void ModelStates::keep_weights(GPT& model, bool from_seed, uint64_t seed) {
 void ModelStates::sync_replicas() {
   if (!dp_ || dp_->size() == 1 || half() || !whole_weights()) return;
   dp_->broadcast({weights32_.data(), size_t(total_)}, 0);
+  refresh_bf16();
+}
+
+void ModelStates::refresh_bf16() {
   if (weights_bf16_.size()) to_bf16(weights32_.data(), weights_bf16_.data(), total_);
 }
 
@@ -121,7 +125,7 @@ const uint16_t* ModelStates::params_bf16(int b) {
   if (!layout_.bf16_gemms) return nullptr;
   const int64_t begin = buckets_[size_t(b)].begin;
   if (!half() && whole_weights()) return weights_bf16_.data() + begin;
-  if (half() && !half_->fp16 && whole_weights()) return weights16_.data() + begin;  // stored bf16
+  if (stored_bf16()) return weights16_.data() + begin;
   return gathered_.at(b).bf16.data();
 }
 
@@ -157,8 +161,7 @@ void ModelStates::ready(Gathered& g) {
   g.pending.wait();
   wait_s_ += seconds_since(t0);
   g.piece = TrackedArray<float>();
-  const bool stored_bf16 = half() && !half_->fp16 && whole_weights();
-  if (layout_.bf16_gemms && !stored_bf16) {
+  if (layout_.bf16_gemms && !stored_bf16()) {
     if (!g.bf16.size() && g.values.size()) {
       g.bf16 = TrackedArray<uint16_t>(g.values.size(), "transient");
       to_bf16(g.values.data(), g.bf16.data(), g.values.size());
@@ -302,7 +305,7 @@ void ModelStates::finish_step(bool updated) {
       }
       for (auto& h : pending) h.wait();
     }
-    if (weights_bf16_.size()) to_bf16(weights32_.data(), weights_bf16_.data(), total_);
+    refresh_bf16();
   } else if (updated) {
     if (whole_weights() && stage_ >= 1) gather_narrowed();
     else half_->narrow(masters_.data(), weights16_.data(), weights16_.size());  // whole, or stage 3's shard

@@ -115,6 +115,8 @@ class ModelStates final : public BucketStore {
   bool whole_weights() const { return stage_ < 3; }
   bool whole_grads() const { return stage_ < 2; }
   bool masters_sharded() const { return half() ? stage_ >= 1 : stage_ >= 3; }
+  bool stored_bf16() const { return half() && !half_->fp16 && whole_weights(); }  // GEMMs read the weights as kept
+  void refresh_bf16();  // fp32 whole weights → their bf16 copy, if GEMMs read one
   float* master_base() { return half() ? masters_.data() : weights32_.data(); }
   int64_t offset_in(bool sharded, int bucket) const {
     return sharded ? shard_offset_[size_t(bucket)] : pieces_[size_t(bucket)].begin;

@@ -39,6 +39,9 @@ struct TrainConfig {
   int accumulation_steps() const { return global_batch / micro_batch; }
 };
 
+// --comm-timeout's range: 0 (off) to 1e6 seconds, finite.
+inline bool valid_comm_timeout(double seconds) { return seconds >= 0 && seconds <= 1e6; }
+
 // Throws InputError naming the first bad field (flags by their names) before any work starts.
 void validate_training(const ModelConfig& model, const LayoutConfig& layout, const TrainConfig& train);
 

@@ -22,6 +22,7 @@ namespace lattice {
 namespace {
 
 double default_peak(DType dt) { return dt == DType::bf16 ? 700e9 : 300e9; }
+std::string nonfinite(double loss) { return std::isnan(loss) ? "NaN" : "infinite"; }
 
 }  // namespace
 
@@ -48,7 +49,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   checkpoint::ResumeState resume_state;
   if (!config_.resume.empty()) {
     resume_state = checkpoint::read_resume_state(config_.resume);
-    const ModelConfig saved = checkpoint::read_model_config(config_.resume);
+    const ModelConfig& saved = resume_state.model;
     require(checkpoint::model_config_json(saved) == checkpoint::model_config_json(model_config_),
             "checkpoint " + config_.resume + " holds model " + checkpoint::model_config_json(saved).dump() +
                 " but the flags ask for " + checkpoint::model_config_json(model_config_).dump());
@@ -144,29 +145,20 @@ Trainer::~Trainer() = default;
 
 StepResult Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t s = model_config_.seq_len, B = config_.global_batch;
-  // The loss is the mean over the global batch; fp16 scales it (and every gradient) up so small
-  // gradients survive 16 bits (scale 1 otherwise).
-  const float loss_scale = float(loss_scaler_.scale / double(B * s));
-  states_->begin_step();
   MemoryTracker::activations().reset_peak();
   if (dist_) dist_->traffic().reset();
   parallel::conjugate_traffic() = {};
 
-  double loss_sum = run_micro_batches(loss_scale);
-  const parallel::OwnedGrads grads = states_->reduce();
-  complete_gradients(grads);
-  loss_sum = global_loss(loss_sum);
-  activation_peak_ = MemoryTracker::activations().peak_bytes();
+  parallel::OwnedGrads grads;
   StepResult r;
+  r.loss = forward_backward(grads);
+  activation_peak_ = MemoryTracker::activations().peak_bytes();
   r.step = ++step_;
-  r.loss = loss_sum / double(B * s);
   r.lr = schedule_.at(r.step);
   if (!std::isfinite(r.loss)) {
     staged_.reset();  // weights that give this loss never replace a sound checkpoint
-    throw TrainingError("loss is " + std::string(std::isnan(r.loss) ? "NaN" : "infinite") + " at step " +
-                        std::to_string(r.step) + ": training stopped (lower --lr or check the data)" +
-                        saved_note());
+    throw TrainingError("loss is " + nonfinite(r.loss) + " at step " + std::to_string(r.step) +
+                        ": training stopped (lower --lr or check the data)" + saved_note());
   }
   promote_save();  // the saved weights (this step's) gave a finite loss
 
@@ -190,19 +182,28 @@ StepResult Trainer::train_step() {
   return finish_step(r, t0);
 }
 
+double Trainer::forward_backward(parallel::OwnedGrads& grads) {
+  const double tokens = double(config_.global_batch) * model_config_.seq_len;
+  states_->begin_step();
+  // The loss is the mean over the global batch; fp16 scales it (and every gradient) up so small
+  // gradients survive 16 bits (scale 1 otherwise).
+  const double loss_sum = run_micro_batches(float(loss_scaler_.scale / tokens));
+  grads = states_->reduce();
+  complete_gradients(grads);
+  return global_loss(loss_sum) / tokens;
+}
+
 double Trainer::loss_of_next_batch() {
-  // Measured as a step would be, but reported as the last step's: counters restored after.
+  // Run as a step would be, but reported as the last step's: counters restored after.
   const parallel::ConjugateTraffic step_traffic = parallel::conjugate_traffic();
   const bool tracing = Trace::instance().enabled();
   Trace::instance().set_enabled(false);
-  states_->begin_step();
-  double loss_sum = run_micro_batches(float(loss_scaler_.scale / double(config_.global_batch * model_config_.seq_len)));
-  states_->reduce();
+  parallel::OwnedGrads grads;
+  const double loss = forward_backward(grads);
   states_->finish_step(false);
-  loss_sum = global_loss(loss_sum);
   Trace::instance().set_enabled(tracing);
   parallel::conjugate_traffic() = step_traffic;
-  return loss_sum / double(config_.global_batch * model_config_.seq_len);
+  return loss;
 }
 
 double Trainer::global_loss(double loss_sum) {
@@ -349,8 +350,7 @@ int Trainer::run() {
     const double loss = loss_of_next_batch();
     if (!std::isfinite(loss)) {
       staged_.reset();
-      throw TrainingError("the final weights give a " + std::string(std::isnan(loss) ? "NaN" : "infinite") +
-                          " loss: not saved" + saved_note());
+      throw TrainingError("the final weights give a " + nonfinite(loss) + " loss: not saved" + saved_note());
     }
     promote_save();
   }

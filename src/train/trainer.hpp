@@ -86,6 +86,9 @@ class Trainer {
   StepResult finish_step(StepResult r, std::chrono::steady_clock::time_point t0);
   std::vector<float> owned_by_stage(const float* values) const;  // pipeline: the whole model's values
   std::vector<int> local_layers() const;
+  // A step's forwards and backwards (the next batch), the reduced gradient completed into
+  // `grads`; returns the mean loss over the global batch. Shared by the step and the final check.
+  double forward_backward(parallel::OwnedGrads& grads);
   // The loss of the current weights on the next batch (forward and backward as a step runs them,
   // no update): what the final save is checked with.
   double loss_of_next_batch();

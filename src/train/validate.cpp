@@ -37,7 +37,7 @@ void require_fits(const ModelConfig& m, const LayoutConfig& layout, const TrainC
   } else {
     kept = sbh + as2b;  // already past any machine
   }
-  const double workspace = 4.0 * (s * b * (12 * h + 2 * v_local) + 3 * as2b);
+  const double workspace = analysis::forward_workspace_bytes(s, b, h, a_local, v_local);
   require_fits_memory(states + kept + workspace, "this configuration (per rank: model states, kept activations, workspace)",
                       "lower --layers, --hidden, --seq-len or --micro-batch, or spread it over more ranks");
 }
@@ -75,7 +75,7 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
   require(t.eval_batches >= 1 && t.eval_batches <= kMaxRows,
           "--eval-batches must be between 1 and " + std::to_string(kMaxRows));
   require(std::isfinite(t.peak_flops) && t.peak_flops >= 0, "--peak-flops must be a finite number >= 0");
-  require(std::isfinite(t.comm_timeout) && t.comm_timeout >= 0 && t.comm_timeout <= 1e6,
+  require(valid_comm_timeout(t.comm_timeout),
           "--comm-timeout must be between 0 (off) and 1e6 seconds");
   require(!t.zero_prefetch_given || layout.zero == 3, "--zero-prefetch applies to --zero 3 only");
   require(t.init.empty() || t.resume.empty(),
