@@ -11,8 +11,7 @@ rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
 . "$HERE/lib/check.sh"
 . "$HERE/lib/hostile.sh"
 
-for i in $(seq 1 400); do echo "In the beginning $i the word was with the text, and the text was good."; done > corpus.txt
-"$LATTICE" prepare --input corpus.txt --out data 2>/dev/null
+hostile_corpus
 SMALL=(train --data data --layers 2 --hidden 32 --heads 4 --seq-len 32 --micro-batch 4 --threads 1)
 
 # --save at the data directory (it used to delete train.bin and val.bin).

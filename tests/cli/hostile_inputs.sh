@@ -10,8 +10,7 @@ rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
 . "$HERE/lib/check.sh"
 . "$HERE/lib/hostile.sh"
 
-for i in $(seq 1 400); do echo "In the beginning $i the word was with the text, and the text was good."; done > corpus.txt
-"$LATTICE" prepare --input corpus.txt --out data 2>/dev/null
+hostile_corpus
 MODEL=(--data data --layers 2 --hidden 32 --heads 4 --seq-len 32 --micro-batch 4 --threads 1)
 "$LATTICE" train "${MODEL[@]}" --steps 2 --save ck --seed 7 2>/dev/null
 PROTECT=ck

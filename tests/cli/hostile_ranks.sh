@@ -8,11 +8,11 @@ SCRATCH=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
 . "$HERE/lib/check.sh"
+. "$HERE/lib/hostile.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 MPIRUN=(timeout 120 mpirun --oversubscribe)
 
-for i in $(seq 1 400); do echo "In the beginning $i the word was with the text, and the text was good."; done > corpus.txt
-"$LATTICE" prepare --input corpus.txt --out data 2>/dev/null
+hostile_corpus
 A=(train --data data --hidden 64 --heads 4 --seq-len 32 --micro-batch 4 --threads 1)
 
 disagree() {  # disagree NAME PATTERN FLAGS-RANK0 -- FLAGS-RANK1

@@ -22,3 +22,7 @@ hostile() {
   return 0
 }
 hostile_summary() { echo "hostile cases: $HOSTILE_TRIED tried, $((HOSTILE_TRIED - HOSTILE_FAILED)) ended with one clear line"; }
+hostile_corpus() {  # corpus.txt and its data/ (train.bin, val.bin), shared by the hostile scripts
+  for i in $(seq 1 400); do echo "In the beginning $i the word was with the text, and the text was good."; done > corpus.txt
+  "$LATTICE" prepare --input corpus.txt --out data 2>/dev/null
+}
