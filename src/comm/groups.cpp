@@ -17,22 +17,29 @@ void check_rank(const ParallelLayout& l, int rank) {
 }
 }  // namespace
 
-ParallelLayout make_layout(int world, int tp, int pp) {
+ParallelLayout make_layout(int world, int tp, int pp, int ep) {
   require(world >= 1 && world <= kMaxWorld,
           "world size must be between 1 and " + std::to_string(kMaxWorld) + " (got " + std::to_string(world) + ")");
   require(tp >= 1, "tensor-model-parallel size must be at least 1 (got " + std::to_string(tp) + ")");
   require(pp >= 1, "pipeline-model-parallel size must be at least 1 (got " + std::to_string(pp) + ")");
+  require(ep >= 1, "--expert-model-parallel-size must be at least 1 (got " + std::to_string(ep) + ")");
   const int64_t model = int64_t(tp) * pp;
   require(model <= world, "t·p = " + std::to_string(model) + " needs at least " + std::to_string(model) +
                               " ranks but the world size is " + std::to_string(world));
   require(world % model == 0,
           "world size " + std::to_string(world) + " is not divisible by t·p = " + std::to_string(model));
-  return ParallelLayout{world, tp, pp, int(world / model)};
+  const int dp = int(world / model);
+  // EP groups are cut from DP groups, so e must divide N_d (Megatron-Core's rule).
+  require(dp % ep == 0, "--expert-model-parallel-size " + std::to_string(ep) + " does not divide the data-parallel size " +
+                            std::to_string(dp) + " (world " + std::to_string(world) + " / t·p = " +
+                            std::to_string(model) + ")");
+  return ParallelLayout{world, tp, pp, dp, ep};
 }
 
 RankCoords coords_of(const ParallelLayout& l, int rank) {
   check_rank(l, rank);
-  return RankCoords{rank % l.tp, (rank / l.tp) % l.dp, rank / (l.tp * l.dp)};
+  const int dp_rank = (rank / l.tp) % l.dp;
+  return RankCoords{rank % l.tp, dp_rank, rank / (l.tp * l.dp), dp_rank % l.ep, dp_rank / l.ep};
 }
 
 int rank_of(const ParallelLayout& l, const RankCoords& c) {
@@ -97,6 +104,32 @@ Groups model_parallel_groups(const ParallelLayout& l) {
   return out;
 }
 
+// Megatron-Core's order: stage by stage, then by EP block, then by tp_rank.
+Groups ep_groups(const ParallelLayout& l) {
+  Groups out;
+  for (int stage = 0; stage < l.pp; ++stage)
+    for (int block = 0; block < l.dp / l.ep; ++block)
+      for (int t = 0; t < l.tp; ++t) {
+        std::vector<int> g;
+        for (int i = 0; i < l.ep; ++i) g.push_back(rank_of(l, {t, block * l.ep + i, stage}));
+        out.push_back(std::move(g));
+      }
+  return out;
+}
+
+// One group per (stage, EP position, tp_rank); members by dp_rank, i.e. by expert_dp_rank.
+Groups expert_dp_groups(const ParallelLayout& l) {
+  Groups out;
+  for (int stage = 0; stage < l.pp; ++stage)
+    for (int position = 0; position < l.ep; ++position)
+      for (int t = 0; t < l.tp; ++t) {
+        std::vector<int> g;
+        for (int d = position; d < l.dp; d += l.ep) g.push_back(rank_of(l, {t, d, stage}));
+        out.push_back(std::move(g));
+      }
+  return out;
+}
+
 RankGroups groups_of(const ParallelLayout& l, int rank) {
   const RankCoords c = coords_of(l, rank);
   RankGroups r;
@@ -109,6 +142,9 @@ RankGroups groups_of(const ParallelLayout& l, int rank) {
   }
   for (int s = 0; s < l.pp; ++s)
     for (int t = 0; t < l.tp; ++t) r.model.push_back(rank_of(l, {t, c.dp_rank, s}));
+  const int block_start = c.dp_rank - c.ep_rank;
+  for (int i = 0; i < l.ep; ++i) r.ep.push_back(rank_of(l, {c.tp_rank, block_start + i, c.pp_rank}));
+  for (int d = c.ep_rank; d < l.dp; d += l.ep) r.expert_dp.push_back(rank_of(l, {c.tp_rank, d, c.pp_rank}));
   return r;
 }
 

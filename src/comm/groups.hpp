@@ -1,7 +1,8 @@
 #pragma once
-// Megatron-LM's process groups as pure functions of (world, t, p): no MPI here, so the layout
+// Megatron-LM's process groups as pure functions of (world, t, p, e): no MPI here, so the layout
 // logic is unit-tested on its own and `lattice groups` can print any layout without launching it.
 // Rank order (docs/design.md §9): TP fastest, then DP, then PP — rank = tp_rank + t·dp_rank + t·N_d·pp_rank.
+// Expert parallelism (EP, size e) adds no dimension: it cuts each DP group into blocks of e ranks.
 #include <vector>
 
 namespace lattice::parallel {
@@ -11,19 +12,23 @@ struct ParallelLayout {
   int tp = 1;  // tensor-model-parallel size t
   int pp = 1;  // pipeline-model-parallel size p
   int dp = 1;  // data-parallel size N_d = world / (t·p), derived
+  int ep = 1;  // expert-model-parallel size e, a divisor of N_d
 };
 
 // Validates and derives DP; throws lattice::InputError with one line, e.g.
-// "world size 6 is not divisible by t·p = 4".
-ParallelLayout make_layout(int world, int tp, int pp);
+// "world size 6 is not divisible by t·p = 4" or
+// "--expert-model-parallel-size 4 does not divide the data-parallel size 2 (world 4 / t·p = 2)".
+ParallelLayout make_layout(int world, int tp, int pp, int ep = 1);
 
 struct RankCoords {
   int tp_rank = 0;
   int dp_rank = 0;
   int pp_rank = 0;
+  int ep_rank = 0;         // dp_rank % e: position in the EP group (which experts this rank holds)
+  int expert_dp_rank = 0;  // dp_rank / e: position in the expert-DP group
 };
 RankCoords coords_of(const ParallelLayout& layout, int rank);  // rank must be in [0, world)
-int rank_of(const ParallelLayout& layout, const RankCoords& c);
+int rank_of(const ParallelLayout& layout, const RankCoords& c);  // reads tp_rank, dp_rank, pp_rank only
 
 // Each list holds every group of that kind; each group lists its ranks in the order of their rank
 // inside the group (a PP group in stage order, an embedding group as {first stage, last stage}).
@@ -33,11 +38,14 @@ Groups dp_groups(const ParallelLayout& layout);              // stride t within 
 Groups pp_groups(const ParallelLayout& layout);              // stride t·N_d across stages
 Groups embedding_groups(const ParallelLayout& layout);       // first and last stage of each pipeline
 Groups model_parallel_groups(const ParallelLayout& layout);  // the t·p ranks sharing one dp_rank
+// Both cut each DP group (same tp_rank and pp_rank); listed, like the others, by first member.
+Groups ep_groups(const ParallelLayout& layout);         // DP ranks [k·e, (k+1)·e): stride t
+Groups expert_dp_groups(const ParallelLayout& layout);  // DP ranks with one dp_rank % e: stride t·e
 
 // The groups one rank belongs to. `embedding` is empty when the rank is in neither the first nor
 // the last stage (p > 2); with p = 1 it is the rank alone.
 struct RankGroups {
-  std::vector<int> tp, dp, pp, embedding, model;
+  std::vector<int> tp, dp, pp, embedding, model, ep, expert_dp;
 };
 RankGroups groups_of(const ParallelLayout& layout, int rank);
 

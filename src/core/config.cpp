@@ -1,5 +1,7 @@
 #include "core/config.hpp"
 
+#include <cmath>
+
 #include "core/error.hpp"
 
 namespace lattice {
@@ -20,6 +22,41 @@ const char* to_string(ParamsDType d) {
     case ParamsDType::fp16: return "fp16";
   }
   return "?";
+}
+
+const char* to_string(MoERouter r) {
+  switch (r) {
+    case MoERouter::topk: return "topk";
+    case MoERouter::gshard: return "gshard";
+    case MoERouter::switch_: return "switch";
+    case MoERouter::expert_choice: return "expert-choice";
+  }
+  return "?";
+}
+const char* to_string(DropPolicy p) { return p == DropPolicy::probs ? "probs" : "position"; }
+
+MoERouter parse_moe_router(const std::string& s) {
+  if (s == "topk") return MoERouter::topk;
+  if (s == "gshard") return MoERouter::gshard;
+  if (s == "switch") return MoERouter::switch_;
+  if (s == "expert-choice") return MoERouter::expert_choice;
+  fail("--moe-router must be topk, gshard, switch or expert-choice (got '" + s + "')");
+}
+
+DropPolicy parse_drop_policy(const std::string& s) {
+  if (s == "probs") return DropPolicy::probs;
+  if (s == "position") return DropPolicy::position;
+  fail("--moe-token-drop-policy must be probs or position (got '" + s + "')");
+}
+
+int MoEConfig::k() const {
+  if (topk > 0) return topk;
+  return router == MoERouter::topk || router == MoERouter::gshard ? 2 : 1;
+}
+
+int ModelConfig::moe_layers() const {
+  if (!moe.enabled()) return 0;
+  return (layers + moe.layer_freq - 1) / moe.layer_freq;
 }
 
 Recompute parse_recompute(const std::string& s) {
@@ -45,7 +82,13 @@ ParamsDType parse_params_dtype(const std::string& s) {
 int64_t ModelConfig::num_params() const {
   const int64_t h = hidden, L = layers;
   const int64_t per_layer = 12 * h * h + 13 * h;  // qkv, proj, fc1, fc2 weights+biases, two LNs
-  return int64_t(padded_vocab()) * h + int64_t(seq_len) * h + L * per_layer + 2 * h;
+  const int64_t dense = int64_t(padded_vocab()) * h + int64_t(seq_len) * h + L * per_layer + 2 * h;
+  if (!moe.enabled()) return dense;
+  // An MoE layer's MLP (8h² + 5h) becomes E experts of 2hf + f + h, and a router (hE, twice for
+  // noisy top-k).
+  const int64_t f = ffn_hidden(), E = moe.experts;
+  const int64_t router = h * E * (moe.router == MoERouter::topk ? 2 : 1);
+  return dense + int64_t(moe_layers()) * (E * (2 * h * f + f + h) + router - (8 * h * h + 5 * h));
 }
 
 void ModelConfig::validate() const {
@@ -63,6 +106,22 @@ void ModelConfig::validate() const {
   require(vocab >= 2 && vocab <= 65536,
           "--vocab must be between 2 and 65536 (tokens are uint16; got " + std::to_string(vocab) + ")");
   require(dropout >= 0.0 && dropout < 1.0, "--dropout must be in [0, 1) (got " + std::to_string(dropout) + ")");
+  if (!moe.enabled()) return;
+  within("--num-experts", moe.experts, 1, 1 << 16);
+  within("--moe-layer-freq", moe.layer_freq, 1, kMaxLayers);
+  within("--moe-router-topk", moe.k(), 1, moe.experts);
+  within("--moe-ffn-hidden-size", ffn_hidden(), 1, 4 * kMaxHidden);
+  within("--moe-groups", moe.groups, 1, 1 << 20);
+  require(std::isfinite(moe.capacity_factor) && moe.capacity_factor >= 0.0 && moe.capacity_factor <= 1e4,
+          "--moe-expert-capacity-factor must be in [0, 10000] (got " + std::to_string(moe.capacity_factor) + ")");
+  require(moe.router != MoERouter::expert_choice || moe.capacity_factor > 0.0,
+          "--moe-router expert-choice needs a capacity: --moe-expert-capacity-factor must be above 0");
+  require(std::isfinite(moe.aux_loss_coeff) && moe.aux_loss_coeff >= 0.0 && moe.aux_loss_coeff <= 1e3,
+          "--moe-aux-loss-coeff must be in [0, 1000] (got " + std::to_string(moe.aux_loss_coeff) + ")");
+  require(moe.expert_dropout >= 0.0 && moe.expert_dropout < 1.0,
+          "--expert-dropout must be in [0, 1) (got " + std::to_string(moe.expert_dropout) + ")");
+  require(std::isfinite(moe.init_scale) && moe.init_scale > 0.0 && moe.init_scale <= 100.0,
+          "--moe-init-scale must be in (0, 100] (got " + std::to_string(moe.init_scale) + ")");
 }
 
 }  // namespace lattice

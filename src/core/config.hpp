@@ -24,6 +24,33 @@ inline constexpr int kMaxLayers = 10000;
 inline constexpr int kMaxHidden = 1 << 20;
 inline constexpr int kMaxSeqLen = 1 << 20;
 
+// Mixture-of-Experts (docs/design.md §12): the MLP of layer i is E experts behind a router when
+// experts > 0 and i % layer_freq == 0.
+enum class MoERouter { topk, gshard, switch_, expert_choice };
+enum class DropPolicy { probs, position };  // which tokens over an expert's capacity are dropped
+const char* to_string(MoERouter r);
+const char* to_string(DropPolicy p);
+MoERouter parse_moe_router(const std::string& s);    // throws InputError
+DropPolicy parse_drop_policy(const std::string& s);  // throws InputError
+
+struct MoEConfig {
+  int experts = 0;            // E; 0 = dense model
+  int layer_freq = 1;         // F
+  int topk = 0;               // k; 0 = the router's own (topk 2, gshard 2, switch 1, expert-choice 1)
+  int ffn_hidden = 0;         // each expert's hidden size f; 0 = 4h
+  MoERouter router = MoERouter::topk;
+  double capacity_factor = 1.0;  // cf; 0 = no dropping (token-choice routers)
+  DropPolicy drop_policy = DropPolicy::probs;
+  double aux_loss_coeff = 0.01;
+  int groups = 1;             // local group dispatching: routing groups per micro-batch (G)
+  double expert_dropout = 0;  // dropout on each expert's hidden activation
+  double init_scale = 1.0;    // multiplies the router's and experts' init std (Switch: 0.1)
+
+  bool enabled() const { return experts > 0; }
+  bool is_moe_layer(int layer) const { return experts > 0 && layer % layer_freq == 0; }
+  int k() const;  // the number of experts each token is sent to (expert choice: the c of C = k·T·cf/E)
+};
+
 struct ModelConfig {
   int layers = 4;
   int hidden = 128;
@@ -31,7 +58,10 @@ struct ModelConfig {
   int seq_len = 64;
   int vocab = 256;     // the tokenizer's vocabulary; padded internally
   double dropout = 0.1;
+  MoEConfig moe;
 
+  int ffn_hidden() const { return moe.ffn_hidden ? moe.ffn_hidden : 4 * hidden; }
+  int moe_layers() const;  // how many layers are MoE layers
   int head_dim() const { return hidden / heads; }
   // Megatron's --make-vocab-size-divisible-by 128, times the tensor-parallel size.
   int padded_vocab(int tp = 1) const {
@@ -53,6 +83,7 @@ struct LayoutConfig {
   int recompute_layers = -1;  // full recompute of the first N layers only; -1 = all (when full)
   DType activation_dtype = DType::fp32;
   int zero = 0;
+  int ep = 1;             // expert-parallel size e (divides N_d)
   // Model weights and gradients for compute: fp32, or 16-bit (bf16, fp16) with fp32 master
   // weights in the optimizer (mixed precision, docs/design.md §8).
   ParamsDType params_dtype = ParamsDType::fp32;
