@@ -73,4 +73,78 @@ double forward_flops_per_token(const ModelConfig& c) {
   return total + (L - M) * dense_mlp + M * moe_mlp;
 }
 
+int64_t all_expert_parameters(const ModelConfig& c) {
+  return int64_t(c.moe_layers()) * c.moe.experts * moe_expert_params(c);
+}
+
+int first_stage_layer(int i, int layers, int pp, int virtual_stages) {
+  const int chunk = layers / (pp * virtual_stages);
+  return (i / chunk) * pp * chunk + i % chunk;
+}
+
+int first_stage_moe_layers(const ModelConfig& c, int pp, int virtual_stages) {
+  int n = 0;
+  for (int i = 0; i < c.layers / pp; ++i) n += c.moe.is_moe_layer(first_stage_layer(i, c.layers, pp, virtual_stages));
+  return n;
+}
+
+MoEShardParameters moe_shard_parameters(const ModelConfig& c, int tp, int pp, int virtual_stages, int ep) {
+  const int64_t h = c.hidden, f = c.ffn_hidden(), t = tp;
+  const int64_t attention = 4 * h * h / t + 3 * h / t + h + 4 * h;  // QKV, proj, their biases, two LNs
+  const int64_t mlp = 8 * h * h / t + 4 * h / t + h;
+  const int64_t expert = 2 * h * f / t + f / t + h;  // FC1 column-, FC2 row-parallel
+  const int64_t layers = c.layers / pp, moe = c.moe.enabled() ? first_stage_moe_layers(c, pp, virtual_stages) : 0;
+  MoEShardParameters p;
+  p.dense = int64_t(c.padded_vocab(tp)) / t * h + int64_t(c.seq_len) * h + (pp == 1 ? 2 * h : 0);
+  p.dense += layers * attention + (layers - moe) * mlp + moe * moe_router_params(c);
+  p.experts = moe * (c.moe.experts / ep) * expert;
+  return p;
+}
+
+ModelStateBytes moe_model_state_bytes(const MoEShardParameters& psi, int dp, int ep, int zero, bool mixed,
+                                      int64_t optimizer_state_bytes_per_param) {
+  const ModelStateBytes d = model_state_bytes(psi.dense, dp, zero, mixed, optimizer_state_bytes_per_param);
+  const ModelStateBytes e = model_state_bytes(psi.experts, dp / ep, zero, mixed, optimizer_state_bytes_per_param);
+  return {d.params + e.params, d.grads + e.grads, d.optimizer + e.optimizer};
+}
+
+double moe_first_stage_layer_bytes(const ActivationShape& x, const MoEKeptShape& m, const LayoutConfig& layout,
+                                   const ModelConfig& c) {
+  const int L = c.layers, stage = L / layout.pp;
+  const bool selective = layout.recompute == Recompute::selective;
+  double sum = 0;
+  for (int l = 0; l < L; ++l) {  // p micro-batches in flight of the stage's L/p layers
+    const bool full = layer_fully_recomputed(layout, l, L);
+    const int layer = first_stage_layer(l % stage, L, layout.pp, layout.virtual_stages);
+    sum += double(c.moe.is_moe_layer(layer) ? moe_layer_activation_bytes(x, m, full, selective)
+                                            : layer_activation_bytes(x, full, selective));
+  }
+  if (layout.pp > 1 && layout.virtual_stages > 1)
+    sum *= 1.0 + double(layout.pp - 1) / double(layout.pp * layout.virtual_stages);
+  return sum;
+}
+
+double moe_all_to_all_bytes(int64_t assignments, int64_t h, int ep, int bytes) {
+  if (ep <= 1) return 0.0;
+  return double(ep - 1) / double(ep) * double(assignments) * double(h) * bytes;
+}
+
+int64_t moe_received_rows_bound(const MoEConfig& moe, int64_t tokens, int ep) {
+  const int64_t all = int64_t(ep) * routed_assignments_bound(moe, tokens);
+  const int64_t C = expert_capacity(moe, tokens / moe.groups);
+  return C ? std::min(all, int64_t(moe.experts) * moe.groups * C) : all;
+}
+
+double moe_model_flops(const ModelConfig& c, double B) {
+  return 3.0 * B * double(c.seq_len) * forward_flops_per_token(c);
+}
+
+double moe_hardware_flops_counted(const ModelConfig& c, double B, Recompute r) {
+  const double tokens = B * double(c.seq_len), h = c.hidden, s = c.seq_len;
+  double extra = 0;
+  if (r == Recompute::full) extra = forward_flops_per_token(c) - 2.0 * h * double(c.padded_vocab());
+  if (r == Recompute::selective) extra = double(c.layers) * 4.0 * s * h;
+  return moe_model_flops(c, B) + tokens * extra;
+}
+
 }  // namespace lattice::analysis

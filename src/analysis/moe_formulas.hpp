@@ -57,4 +57,56 @@ int64_t active_parameters(const ModelConfig& model);
 // attention's 4·s·h per layer (backward is twice that).
 double forward_flops_per_token(const ModelConfig& model);
 
+// --- Planning an MoE run (src/plan, docs/design.md §12) ---
+
+// Parameters in all experts of all MoE layers: moe_layers · E · moe_expert_params (the rest of
+// num_params is dense).
+int64_t all_expert_parameters(const ModelConfig& model);
+
+// The global index of the i-th layer pipeline rank 0 holds: chunks 0, p, 2p, … of L/(p·m) consecutive
+// layers each (m = 1: layers 0 … L/p − 1).
+int first_stage_layer(int i, int layers, int pp, int virtual_stages);
+// How many of pipeline rank 0's L/p layers are MoE layers.
+int first_stage_moe_layers(const ModelConfig& model, int pp, int virtual_stages);
+
+// Parameters of the most loaded model shard (pipeline rank 0) under tensor size t, pipeline size p
+// (m chunks) and expert-parallel size e, split by the group their gradients are reduced over:
+// `dense` (attention, dense MLPs, routers, LayerNorms, embeddings — the N_d data-parallel ranks; the
+// same count as shard_parameters for a dense model) and `experts` (E/e experts of each of the stage's
+// MoE layers, TP-split like an MLP — the N_d/e ranks of the expert-data-parallel group).
+struct MoEShardParameters {
+  int64_t dense = 0, experts = 0;
+  int64_t total() const { return dense + experts; }
+};
+MoEShardParameters moe_shard_parameters(const ModelConfig& model, int tp, int pp, int virtual_stages, int ep);
+
+// Model states per rank: the dense parameters' states as model_state_bytes over N_d ranks, the
+// experts' over the N_d/e ranks of the expert-data-parallel group (ZeRO shards each over its group).
+ModelStateBytes moe_model_state_bytes(const MoEShardParameters& psi, int dp, int ep, int zero, bool mixed,
+                                      int64_t optimizer_state_bytes_per_param = 8);
+
+// Eq. 5 for an MoE model: first_stage_layer_bytes (L layers' worth, the first N fully recomputed, the
+// interleaved factor) with each of the first stage's MoE layers at moe_layer_activation_bytes.
+double moe_first_stage_layer_bytes(const ActivationShape& x, const MoEKeptShape& m, const LayoutConfig& layout,
+                                   const ModelConfig& model);
+
+// Bytes one rank sends in one all-to-all of an MoE layer (the dispatch, or the combine that brings the
+// same rows back): the (e−1)/e of its `assignments` whose expert sits on another of the e ranks, h
+// elements of `bytes` each (fp32 on the wire).
+double moe_all_to_all_bytes(int64_t assignments, int64_t h, int ep, int bytes = 4);
+// Rows the experts of one rank can receive at most for one micro-batch of `tokens` tokens per rank
+// when the routing is not balanced: every one of the e ranks' A assignments (e·A), and with a capacity
+// no more than C per expert from each source rank and routing group (E/e experts × e sources × G × C).
+int64_t moe_received_rows_bound(const MoEConfig& moe, int64_t tokens, int ep);
+// All-to-alls of one MoE layer per micro-batch: dispatch and combine forward, and the same two backward.
+inline constexpr int kMoEAllToAllsPerLayer = 4;
+
+// Model FLOPs of one iteration of B sequences: forward and backward (3×) of forward_flops_per_token
+// for each of the B·s tokens (for a dense model this is eq. 7 with the vocabulary padded for t = 1).
+double moe_model_flops(const ModelConfig& model, double B);
+// The same plus what recomputation runs again, op by op: full recompute one more forward of every
+// layer (forward_flops_per_token without the logits' 2hv), selective QKᵀ and probs×V (4·s·h a token,
+// a layer).
+double moe_hardware_flops_counted(const ModelConfig& model, double B, Recompute r);
+
 }  // namespace lattice::analysis

@@ -1,7 +1,11 @@
-// lattice groups: Megatron's TP/DP/PP/embedding process groups of a layout, printed (or drawn)
-// without launching anything.
+// lattice groups: Megatron's TP/DP/PP/embedding process groups of a layout, and with
+// --expert-model-parallel-size the EP and expert-DP groups, printed (or drawn) without launching
+// anything.
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -31,21 +35,25 @@ std::string list_text(const parallel::Groups& groups) {
 }  // namespace
 
 int run_groups(int argc, char** argv) {
-  CLI::App app{"print the TP/DP/PP/embedding process groups of a layout (Megatron-LM order)"};
+  CLI::App app{"print the TP/DP/PP/embedding (and EP/expert-DP) process groups of a layout (Megatron-LM order)"};
   app.name("lattice groups");
-  int world = 0, tp = 1, pp = 1;
+  int world = 0, tp = 1, pp = 1, ep = 1;
   std::string svg;
   bool json = false;
   app.add_option("--world", world, "number of ranks N")->required();
   app.add_option("--tensor-model-parallel-size", tp, "tensor-parallel size t")->capture_default_str();
   app.add_option("--pipeline-model-parallel-size", pp, "pipeline-parallel size p")->capture_default_str();
+  app.add_option("--expert-model-parallel-size,--ep", ep,
+                 "expert-parallel size e (divides the data-parallel size); e > 1 adds the EP and expert-DP groups")
+      ->capture_default_str();
   app.add_option("--svg", svg, "also draw the rank grid coloured by group into this SVG file");
   app.add_flag("--json", json, "print one JSON object on one line");
   if (auto status = parse_flags(app, argc, argv)) return *status;
 
-  const parallel::ParallelLayout layout = parallel::make_layout(world, tp, pp);
+  const parallel::ParallelLayout layout = parallel::make_layout(world, tp, pp, ep);
   const parallel::Groups tp_g = parallel::tp_groups(layout), dp_g = parallel::dp_groups(layout),
-                         pp_g = parallel::pp_groups(layout), emb_g = parallel::embedding_groups(layout);
+                         pp_g = parallel::pp_groups(layout), emb_g = parallel::embedding_groups(layout),
+                         ep_g = parallel::ep_groups(layout), edp_g = parallel::expert_dp_groups(layout);
   if (!svg.empty()) {
     const std::string doc = parallel::groups_svg(layout);
     write_file_atomically(svg, doc.data(), doc.size());
@@ -58,16 +66,31 @@ int run_groups(int argc, char** argv) {
     j["dp"] = dp_g;
     j["pp"] = pp_g;
     j["embedding"] = emb_g;
+    j["ep"] = ep_g;  // always present in JSON (every rank alone when e = 1), so the keys are fixed
+    j["expert_dp"] = edp_g;
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
   std::printf("world %d = tensor-model-parallel %d x data-parallel %d x pipeline-model-parallel %d\n", layout.world,
               layout.tp, layout.dp, layout.pp);
   std::printf("rank = tp_rank + %d*dp_rank + %d*pp_rank\n", layout.tp, layout.tp * layout.dp);
-  std::printf("tensor-parallel groups (%zu):   %s\n", tp_g.size(), list_text(tp_g).c_str());
-  std::printf("data-parallel groups (%zu):     %s\n", dp_g.size(), list_text(dp_g).c_str());
-  std::printf("pipeline-parallel groups (%zu): %s\n", pp_g.size(), list_text(pp_g).c_str());
-  std::printf("embedding groups (%zu):         %s\n", emb_g.size(), list_text(emb_g).c_str());
+  std::vector<std::pair<std::string, const parallel::Groups*>> rows = {
+      {"tensor-parallel", &tp_g}, {"data-parallel", &dp_g}, {"pipeline-parallel", &pp_g}, {"embedding", &emb_g}};
+  if (layout.ep > 1) {  // with e = 1 they are every rank alone and the DP groups: noise in text
+    rows.push_back({"expert-parallel", &ep_g});
+    rows.push_back({"expert-data-parallel", &edp_g});
+  }
+  std::vector<std::string> labels;
+  size_t width = 0;
+  for (const auto& [name, groups] : rows) {
+    labels.push_back(name + " groups (" + std::to_string(groups->size()) + "):");
+    width = std::max(width, labels.back().size());
+  }
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::printf("%-*s %s\n", int(width), labels[i].c_str(), list_text(*rows[i].second).c_str());
+  if (layout.ep > 1)
+    std::printf("data-parallel %d = expert-model-parallel %d x expert-data-parallel %d\n", layout.dp, layout.ep,
+                layout.dp / layout.ep);
   if (!svg.empty()) std::printf("wrote %s\n", svg.c_str());
   return 0;
 }

@@ -17,6 +17,38 @@ void add_model_flags(CLI::App& app, ModelConfig& m) {
   app.add_option("--vocab,--vocab-size", m.vocab, "vocabulary (256 for the byte tokenizer)")->capture_default_str();
   app.add_option("--dropout,--hidden-dropout", m.dropout, "dropout probability at the four sites")
       ->capture_default_str();
+  add_moe_flags(app, m.moe);
+}
+
+void add_moe_flags(CLI::App& app, MoEConfig& moe) {
+  app.add_option("--num-experts", moe.experts, "Mixture-of-Experts: experts per MoE layer E (0 = dense)");
+  app.add_option("--moe-layer-freq", moe.layer_freq, "layer i is an MoE layer when i % F == 0 (GShard: 2)")
+      ->capture_default_str();
+  app.add_option("--moe-router-topk", moe.topk, "experts per token k (default: topk 2, gshard 2, switch 1, "
+                                                "expert-choice 1 = the c of its capacity)");
+  app.add_option("--moe-ffn-hidden-size", moe.ffn_hidden, "each expert's hidden size (default 4h)");
+  app.add_option_function<std::string>(
+         "--moe-router", [&moe](const std::string& s) { moe.router = parse_moe_router(s); },
+         "topk (noisy top-k) | gshard | switch | expert-choice")
+      ->check(CLI::IsMember({"topk", "gshard", "switch", "expert-choice"}));
+  app.add_option("--moe-expert-capacity-factor", moe.capacity_factor,
+                 "capacity C = ceil(k·T·cf/E) tokens per expert; 0 = no dropping")
+      ->capture_default_str();
+  app.add_flag_callback("--moe-no-drop", [&moe] { moe.capacity_factor = 0; }, "alias of --moe-expert-capacity-factor 0");
+  app.add_option_function<std::string>(
+         "--moe-token-drop-policy", [&moe](const std::string& s) { moe.drop_policy = parse_drop_policy(s); },
+         "probs (drop the lowest gates) | position (drop the latest tokens)")
+      ->check(CLI::IsMember({"probs", "position"}));
+  app.add_option("--moe-aux-loss-coeff", moe.aux_loss_coeff, "weight of the router's auxiliary losses")
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--moe-router-load-balancing-type", [&moe](const std::string& s) { moe.load_balancing = s == "aux_loss"; },
+         "aux_loss | none (none: the auxiliary losses are reported but not trained on)")
+      ->check(CLI::IsMember({"aux_loss", "none"}));
+  app.add_option("--moe-groups", moe.groups, "routing groups per micro-batch (GShard's local group dispatching)")
+      ->capture_default_str();
+  app.add_option("--expert-dropout", moe.expert_dropout, "dropout on each expert's hidden activation (Switch)");
+  app.add_option("--moe-init-scale", moe.init_scale, "multiplies the router's and experts' init std (Switch: 0.1)");
 }
 
 void add_layout_flags(CLI::App& app, LayoutFlags& f) {
@@ -35,6 +67,8 @@ void add_layout_flags(CLI::App& app, LayoutFlags& f) {
                  "interleaved chunks per pipeline rank m");
   app.add_flag("--sequence-parallel", l.sequence_parallel, "sequence parallelism (needs t > 1)");
   app.add_option("--zero", l.zero, "ZeRO stage 0-3");
+  app.add_option("--expert-model-parallel-size,--ep", l.ep, "expert-parallel size e (divides the data-parallel size)")
+      ->capture_default_str();
   app.add_option("--params-dtype", f.params_dtype,
                  "fp32 | bf16 | fp16 model weights and gradients (16-bit: fp32 master weights; fp16: loss scaling)")
       ->capture_default_str();
@@ -45,7 +79,7 @@ LayoutConfig LayoutFlags::resolve() {
   layout.recompute = parse_recompute(recompute);
   layout.activation_dtype = parse_dtype(activation_dtype);
   require(recompute_method == "block", "--recompute-method must be block (got '" + recompute_method + "')");
-  require(layout.tp >= 1 && layout.pp >= 1 && layout.virtual_stages >= 1,
+  require(layout.tp >= 1 && layout.pp >= 1 && layout.virtual_stages >= 1 && layout.ep >= 1,
           "parallel sizes must be at least 1");
   layout.params_dtype = parse_params_dtype(params_dtype);
   require(layout.zero >= 0 && layout.zero <= 3, "--zero must be 0, 1, 2 or 3 (got " + std::to_string(layout.zero) + ")");

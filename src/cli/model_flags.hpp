@@ -17,6 +17,7 @@ struct LayoutFlags {
 };
 
 void add_model_flags(CLI::App& app, ModelConfig& model);
+void add_moe_flags(CLI::App& app, MoEConfig& moe);
 void add_layout_flags(CLI::App& app, LayoutFlags& flags);
 void add_train_flags(CLI::App& app, TrainConfig& train, std::string& shuffle);
 // --config FILE.toml: keys are the long flag names; flags on the command line win.

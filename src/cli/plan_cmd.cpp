@@ -1,5 +1,6 @@
 // `lattice plan`: memory, FLOPs and predicted time of one layout, the best layouts for a cluster
-// (--search), or the paper's tables and figures (--paper). Flags mirror `lattice train`.
+// (--search), the paper's tables and figures (--paper), or the published MoE configurations'
+// parameter counts (--moe-paper). Flags mirror `lattice train`, MoE and expert parallelism included.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -28,7 +29,7 @@ struct PlanFlags {
   int micro_batch = 1, global_batch = 0, gpus = 0, top = 5;
   std::string gpu_memory, hardware = "A100-80GB", peak_flops, svg_dir;
   double iteration_time = 0;
-  bool search = false, paper = false, json = false;
+  bool search = false, paper = false, moe_paper = false, json = false;
 };
 
 // The model and layout flags are `lattice train`'s (cli/model_flags), plus the planner's own.
@@ -49,6 +50,8 @@ void add_flags(CLI::App& app, PlanFlags& f) {
   app.add_flag("--search", f.search, "rank every layout of --gpus devices that fits");
   app.add_option("--top", f.top, "layouts --search prints")->capture_default_str();
   app.add_flag("--paper", f.paper, "reproduce the paper's Table 2, figures 1 and 7, Tables 4 and 5");
+  app.add_flag("--moe-paper", f.moe_paper,
+               "parameters of Switch-Base and GShard 600B as published against lattice's count");
   app.add_option("--svg", f.svg_dir, "with --paper: write figure1.svg and figure7.svg into this directory");
   app.add_flag("--json", f.json, "print one JSON object on one line");
 }
@@ -106,7 +109,15 @@ int run_plan(int argc, char** argv) {
   const plan::Hardware& hw = plan::hardware_preset(f.hardware);
   require(f.svg_dir.empty() || f.paper, "--svg needs --paper");
   if (!f.svg_dir.empty()) check_file_writable(f.svg_dir + "/figure1.svg", "--svg");
+  require(!(f.paper && f.moe_paper), "--paper and --moe-paper are separate reports: give one");
   if (f.paper) return run_paper(f, hw);
+  if (f.moe_paper) {
+    if (f.json)
+      std::printf("%s\n", plan::moe_paper_json().dump().c_str());
+    else
+      std::fputs(plan::moe_paper_text().c_str(), stdout);
+    return 0;
+  }
 
   const plan::PlanRequest request = build_request(f, hw);
   const double peak = f.peak_flops.empty() ? 0 : plan::parse_rate(f.peak_flops, "--peak-flops");

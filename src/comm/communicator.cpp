@@ -6,10 +6,12 @@
 namespace lattice::comm {
 
 void Communicator::count(CollectiveOp op, size_t floats, int root) {
-  if (!ledger_) return;
   const double payload = double(floats) * sizeof(float);
-  ledger_->record(kind_, op, ring_bytes_sent(op, payload, size(), rank(), root),
-                  int64_t(floats * sizeof(float)));
+  record(op, ring_bytes_sent(op, payload, size(), rank(), root), int64_t(floats * sizeof(float)));
+}
+
+void Communicator::record(CollectiveOp op, double sent_bytes, int64_t payload_bytes) {
+  if (ledger_) ledger_->record(kind_, op, sent_bytes, payload_bytes);
 }
 
 // Misuse is a programming error in the caller, not bad user input: std::logic_error.
@@ -59,6 +61,45 @@ void Communicator::all_to_all(std::span<const float> input, std::span<float> out
   count(CollectiveOp::all_to_all, input.size());
   const WaitScope wait("all_to_all", to_string(kind_));
   do_all_to_all(input, output);
+}
+
+// One count per group rank, none negative, their sum within the buffer; returns the sum.
+size_t Communicator::check_v_counts(size_t buffer, std::span<const int> counts, const char* which) const {
+  if (counts.size() != size_t(size()))
+    throw std::logic_error(std::string("all_to_all_v: ") + std::to_string(counts.size()) + " " + which +
+                           " for a group of " + std::to_string(size()));
+  size_t sum = 0;
+  for (int c : counts) {
+    if (c < 0) throw std::logic_error(std::string("all_to_all_v: negative ") + which);
+    sum += size_t(c);
+  }
+  if (sum > buffer)
+    throw std::logic_error(std::string("all_to_all_v: ") + which + " sum to " + std::to_string(sum) +
+                           " floats but the buffer holds " + std::to_string(buffer));
+  return sum;
+}
+
+void Communicator::all_to_all_v(std::span<const float> input, std::span<const int> send_counts,
+                                std::span<float> output, std::span<const int> recv_counts) {
+  const size_t sent = check_v_counts(input.size(), send_counts, "send_counts");
+  check_v_counts(output.size(), recv_counts, "recv_counts");
+  // The one pair of counts a rank can check alone: the chunk it keeps for itself.
+  if (send_counts[size_t(rank())] != recv_counts[size_t(rank())])
+    throw std::logic_error("all_to_all_v: this rank sends itself " + std::to_string(send_counts[size_t(rank())]) +
+                           " floats but expects " + std::to_string(recv_counts[size_t(rank())]));
+  record(CollectiveOp::all_to_all, all_to_all_v_bytes_sent(send_counts, rank(), sizeof(float)),
+         int64_t(sent * sizeof(float)));
+  const WaitScope wait("all_to_all_v", to_string(kind_));
+  do_all_to_all_v(input, send_counts, output, recv_counts);
+}
+
+void Communicator::all_to_all_counts(std::span<const int> send, std::span<int> recv) {
+  if (send.size() != size_t(size()) || recv.size() != size_t(size()))
+    throw std::logic_error("all_to_all_counts: send and recv must hold one count per rank of the " +
+                           std::to_string(size()) + " in the group");
+  record(CollectiveOp::all_to_all, double(size() - 1) * sizeof(int), int64_t(send.size() * sizeof(int)));
+  const WaitScope wait("all_to_all_counts", to_string(kind_));
+  do_all_to_all_counts(send, recv);
 }
 
 void Communicator::send(std::span<const float> data, int dest, int tag) {

@@ -6,6 +6,7 @@
 // Buffers are float spans; a call returns when this rank's buffers are ready (blocking calls) or
 // when the Handle's wait() returns (non-blocking calls). Issue collectives from one thread only.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 
@@ -79,6 +80,15 @@ class Communicator {
   void broadcast(std::span<float> data, int root);
   // input and output hold size() equal chunks: chunk j of rank i lands in chunk i of rank j.
   void all_to_all(std::span<const float> input, std::span<float> output);
+  // Uneven all-to-all (MoE token dispatch and return): send_counts[r] floats go to group rank r,
+  // taken from `input` where the chunks lie contiguous in rank order; recv_counts[r] floats arrive
+  // from rank r into `output`, likewise. Counts may be 0 and the buffers longer than their sum. Rank
+  // r's recv_counts[q] must equal rank q's send_counts[r]: exchange them first (all_to_all_counts).
+  // Counted as all_to_all with the exact bytes sent to other ranks (all_to_all_v_bytes_sent).
+  void all_to_all_v(std::span<const float> input, std::span<const int> send_counts, std::span<float> output,
+                    std::span<const int> recv_counts);
+  // One int per rank each way: send[r] goes to rank r, recv[q] comes from rank q.
+  void all_to_all_counts(std::span<const int> send, std::span<int> recv);
   // Point-to-point with group ranks; `tag` tells apart messages between the same pair.
   void send(std::span<const float> data, int dest, int tag = 0);
   void recv(std::span<float> data, int source, int tag = 0);
@@ -102,6 +112,9 @@ class Communicator {
   virtual void do_all_gather(std::span<const float> input, std::span<float> output) = 0;
   virtual void do_broadcast(std::span<float> data, int root) = 0;
   virtual void do_all_to_all(std::span<const float> input, std::span<float> output) = 0;
+  virtual void do_all_to_all_v(std::span<const float> input, std::span<const int> send_counts,
+                               std::span<float> output, std::span<const int> recv_counts) = 0;
+  virtual void do_all_to_all_counts(std::span<const int> send, std::span<int> recv) = 0;
   virtual void do_send(std::span<const float> data, int dest, int tag) = 0;
   virtual void do_recv(std::span<float> data, int source, int tag) = 0;
   virtual void do_barrier() = 0;
@@ -115,10 +128,12 @@ class Communicator {
   virtual std::unique_ptr<PendingOp> do_recv_async(std::span<float> data, int source, int tag) = 0;
 
  private:
-  void count(CollectiveOp op, size_t floats, int root = 0);
+  void count(CollectiveOp op, size_t floats, int root = 0);  // ring accounting (traffic.hpp)
+  void record(CollectiveOp op, double sent_bytes, int64_t payload_bytes);  // exact bytes
   void check_peer(int peer, const char* what) const;
   size_t chunk_of(size_t whole, size_t part, const char* what) const;
   void check_counts(size_t whole, size_t mine, std::span<const int> counts, const char* what) const;
+  size_t check_v_counts(size_t buffer, std::span<const int> counts, const char* which) const;
 
   GroupKind kind_;
   TrafficLedger* ledger_;

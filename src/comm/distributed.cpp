@@ -85,16 +85,17 @@ MpiSession::~MpiSession() {
   if (!finalized) MPI_Finalize();
 }
 
-Distributed::Distributed(int tp, int pp, const std::string& command, double comm_timeout) : command_(command) {
+Distributed::Distributed(int tp, int pp, const std::string& command, double comm_timeout, int ep)
+    : command_(command) {
   int world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (world > 1) start_watchdog(comm_timeout, rank_);
   check_on_all_ranks(command_, [&] {
     try {
-      layout_ = parallel::make_layout(world, tp, pp);
+      layout_ = parallel::make_layout(world, tp, pp, ep);
     } catch (const InputError& e) {
-      if (world == 1 && int64_t(tp) * pp > 1)
+      if (world == 1 && tp >= 1 && pp >= 1 && ep >= 1 && int64_t(tp) * pp * ep > 1)
         fail(std::string(e.what()) + " (start the ranks with mpirun -np N)");
       throw;
     }
@@ -109,11 +110,15 @@ Distributed::Distributed(int tp, int pp, const std::string& command, double comm
   pp_ = split(parallel::pp_groups(layout_), rank_, GroupKind::pp, &traffic_);
   model_ = split(parallel::model_parallel_groups(layout_), rank_, GroupKind::model, &traffic_);
   embedding_ = split(parallel::embedding_groups(layout_), rank_, GroupKind::embedding, &traffic_);
+  ep_ = split(parallel::ep_groups(layout_), rank_, GroupKind::ep, &traffic_);
+  expert_dp_ = split(parallel::expert_dp_groups(layout_), rank_, GroupKind::expert_dp, &traffic_);
 }
 
 Distributed::~Distributed() {
   // Communicators go before the session finalizes MPI (members die in reverse order anyway;
   // explicit here because MPI_Comm_free after MPI_Finalize is an error).
+  expert_dp_.reset();
+  ep_.reset();
   embedding_.reset();
   model_.reset();
   pp_.reset();

@@ -1,6 +1,7 @@
 #pragma once
 // The process's place in the parallel layout: starts MPI, checks the layout, and splits one
-// communicator per group kind (TP, DP, PP, embedding, model-parallel, world) for this rank.
+// communicator per group kind (TP, DP, PP, embedding, model-parallel, world, EP, expert-DP) for
+// this rank.
 // One Distributed per process, created after flag parsing and kept for the whole run.
 //
 // Started plainly (not by mpirun) the process is an MPI singleton: world 1, every group of size 1,
@@ -33,12 +34,12 @@ inline constexpr double kDefaultCommTimeout = 300;
 
 class Distributed {
  public:
-  // Checks world % (t·p) == 0 the way check_on_all_ranks does (one line from rank 0, every rank
-  // exits 1; a lone process throws lattice::InputError instead). `command` names the sub-command
-  // in error lines ("train" → "lattice train: error: ...").
+  // Checks world % (t·p) == 0 and N_d % e == 0 the way check_on_all_ranks does (one line from
+  // rank 0, every rank exits 1; a lone process throws lattice::InputError instead). `command` names
+  // the sub-command in error lines ("train" → "lattice train: error: ...").
   // `comm_timeout` (seconds; <= 0: off): the watchdog ends this rank when one wait lasts longer
-  // (comm/watchdog.hpp).
-  Distributed(int tp, int pp, const std::string& command, double comm_timeout = kDefaultCommTimeout);
+  // (comm/watchdog.hpp). `ep`: the expert-model-parallel size e (docs/design.md §9).
+  Distributed(int tp, int pp, const std::string& command, double comm_timeout = kDefaultCommTimeout, int ep = 1);
   ~Distributed();  // frees the communicators, then finalizes MPI
   Distributed(const Distributed&) = delete;
   Distributed& operator=(const Distributed&) = delete;
@@ -55,6 +56,8 @@ class Distributed {
   Communicator& dp() { return *dp_; }
   Communicator& pp() { return *pp_; }
   Communicator& model() { return *model_; }  // t·p ranks of one model replica (global grad norm)
+  Communicator& ep() { return *ep_; }                // e ranks exchanging tokens (MoE all-to-all)
+  Communicator& expert_dp() { return *expert_dp_; }  // N_d/e ranks holding the same experts
   // Only ranks of the first or last pipeline stage are in an embedding group.
   bool in_embedding_group() const { return embedding_ != nullptr; }
   Communicator& embedding();  // std::logic_error when !in_embedding_group()
@@ -70,7 +73,7 @@ class Distributed {
   parallel::RankCoords coords_;
   parallel::RankGroups groups_;
   int rank_ = 0;
-  std::unique_ptr<Communicator> world_, tp_, dp_, pp_, model_, embedding_;
+  std::unique_ptr<Communicator> world_, tp_, dp_, pp_, model_, embedding_, ep_, expert_dp_;
 };
 
 }  // namespace lattice::comm

@@ -30,9 +30,9 @@ ParallelLayout make_layout(int world, int tp, int pp, int ep) {
           "world size " + std::to_string(world) + " is not divisible by t·p = " + std::to_string(model));
   const int dp = int(world / model);
   // EP groups are cut from DP groups, so e must divide N_d (Megatron-Core's rule).
-  require(dp % ep == 0, "--expert-model-parallel-size " + std::to_string(ep) + " does not divide the data-parallel size " +
-                            std::to_string(dp) + " (world " + std::to_string(world) + " / t·p = " +
-                            std::to_string(model) + ")");
+  require(dp % ep == 0, "--expert-model-parallel-size " + std::to_string(ep) +
+                            " does not divide the data-parallel size " + std::to_string(dp) + " (world " +
+                            std::to_string(world) + " / t·p = " + std::to_string(model) + ")");
   return ParallelLayout{world, tp, pp, dp, ep};
 }
 

@@ -74,6 +74,28 @@ void MpiCommunicator::do_all_to_all(std::span<const float> input, std::span<floa
   MPI_Alltoall(input.data(), chunk, MPI_FLOAT, output.data(), chunk, MPI_FLOAT, comm_);
 }
 
+void MpiCommunicator::do_all_to_all_v(std::span<const float> input, std::span<const int> send_counts,
+                                      std::span<float> output, std::span<const int> recv_counts) {
+  // MPI displacements are ints too: the chunks must start below INT_MAX.
+  auto displacements = [](std::span<const int> counts) {
+    std::vector<int> displs(counts.size(), 0);
+    size_t at = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      displs[r] = mpi_count(at);
+      at += size_t(counts[r]);
+    }
+    mpi_count(at);
+    return displs;
+  };
+  const std::vector<int> sdispls = displacements(send_counts), rdispls = displacements(recv_counts);
+  MPI_Alltoallv(input.data(), send_counts.data(), sdispls.data(), MPI_FLOAT, output.data(), recv_counts.data(),
+                rdispls.data(), MPI_FLOAT, comm_);
+}
+
+void MpiCommunicator::do_all_to_all_counts(std::span<const int> send, std::span<int> recv) {
+  MPI_Alltoall(send.data(), 1, MPI_INT, recv.data(), 1, MPI_INT, comm_);
+}
+
 void MpiCommunicator::do_send(std::span<const float> data, int dest, int tag) {
   MPI_Send(data.data(), mpi_count(data.size()), MPI_FLOAT, dest, tag, comm_);
 }

@@ -1,6 +1,6 @@
 #pragma once
 // The OpenMPI backend: one MPI communicator per process group, MPI's own collectives
-// (MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather, MPI_Iallreduce, ...).
+// (MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather, MPI_Alltoallv, MPI_Iallreduce, ...).
 #include "comm/communicator.hpp"
 #include "comm/mpi_include.hpp"
 
@@ -22,6 +22,9 @@ class MpiCommunicator final : public Communicator {
   void do_all_gather(std::span<const float> input, std::span<float> output) override;
   void do_broadcast(std::span<float> data, int root) override;
   void do_all_to_all(std::span<const float> input, std::span<float> output) override;
+  void do_all_to_all_v(std::span<const float> input, std::span<const int> send_counts, std::span<float> output,
+                       std::span<const int> recv_counts) override;
+  void do_all_to_all_counts(std::span<const int> send, std::span<int> recv) override;
   void do_send(std::span<const float> data, int dest, int tag) override;
   void do_recv(std::span<float> data, int source, int tag) override;
   void do_barrier() override;

@@ -10,6 +10,8 @@ const char* to_string(GroupKind k) {
     case GroupKind::embedding: return "embedding";
     case GroupKind::model: return "model";
     case GroupKind::world: return "world";
+    case GroupKind::ep: return "ep";
+    case GroupKind::expert_dp: return "expert_dp";
   }
   return "?";
 }
@@ -56,6 +58,13 @@ double ring_bytes_sent(CollectiveOp op, double payload, int size, int rank, int 
     case CollectiveOp::recv: return 0;
   }
   return 0;
+}
+
+double all_to_all_v_bytes_sent(std::span<const int> send_counts, int rank, size_t element_bytes) {
+  double elements = 0;
+  for (size_t r = 0; r < send_counts.size(); ++r)
+    if (int(r) != rank) elements += send_counts[r];
+  return elements * double(element_bytes);
 }
 
 void TrafficLedger::record(GroupKind kind, CollectiveOp op, double sent_bytes, int64_t payload_bytes) {

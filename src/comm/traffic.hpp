@@ -5,12 +5,13 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace lattice::comm {
 
-enum class GroupKind { tp, dp, pp, embedding, model, world };
-inline constexpr int kGroupKinds = 6;
-const char* to_string(GroupKind k);  // "tp", "dp", "pp", "embedding", "model", "world"
+enum class GroupKind { tp, dp, pp, embedding, model, world, ep, expert_dp };
+inline constexpr int kGroupKinds = 8;
+const char* to_string(GroupKind k);  // "tp", "dp", "pp", "embedding", "model", "world", "ep", "expert_dp"
 
 enum class CollectiveOp { all_reduce, reduce_scatter, all_gather, broadcast, all_to_all, send, recv };
 inline constexpr int kCollectiveOps = 7;
@@ -26,6 +27,10 @@ const char* ring_formula(CollectiveOp op);  // "2(t-1)/t·n", "(t-1)/t·n", "n",
 //   broadcast       n on every rank of the pipelined ring but the last, 0 on that one
 //   send n, recv 0
 double ring_bytes_sent(CollectiveOp op, double payload, int size, int rank = 0, int root = 0);
+
+// An uneven all-to-all has no ring estimate: its bytes are exact, every chunk but the one `rank`
+// keeps for itself, send_counts[r] elements of `element_bytes` each.
+double all_to_all_v_bytes_sent(std::span<const int> send_counts, int rank, size_t element_bytes);
 
 struct TrafficEntry {
   int64_t calls = 0;

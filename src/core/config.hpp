@@ -42,6 +42,7 @@ struct MoEConfig {
   double capacity_factor = 1.0;  // cf; 0 = no dropping (token-choice routers)
   DropPolicy drop_policy = DropPolicy::probs;
   double aux_loss_coeff = 0.01;
+  bool load_balancing = true;  // false: the auxiliary losses are reported, not added to the loss
   int groups = 1;             // local group dispatching: routing groups per micro-batch (G)
   double expert_dropout = 0;  // dropout on each expert's hidden activation
   double init_scale = 1.0;    // multiplies the router's and experts' init std (Switch: 0.1)

@@ -94,10 +94,7 @@ void init_params(const ParamTable& table, float* out, uint64_t seed, int real_vo
         w[i] = g >= real_end ? 0.0f : p.init_value;
         continue;
       }
-      // Box–Muller from two independent 32-bit draws of this element's counter.
-      const uint32_t u1 = philox_bits(stream, uint64_t(2 * g)), u2 = philox_bits(stream, uint64_t(2 * g + 1));
-      const double a = (double(u1) + 1.0) / 4294967297.0, b = double(u2) / 4294967296.0;
-      w[i] = float(std::sqrt(-2.0 * std::log(a)) * std::cos(6.283185307179586 * b)) * p.init_std;
+      w[i] = philox_normal(stream, uint64_t(g)) * p.init_std;
     }
   }
 }

@@ -26,6 +26,7 @@ const char* to_string(Algorithm a) {
     case Algorithm::halving_doubling: return "halving-doubling";
     case Algorithm::tree: return "tree";
     case Algorithm::torus2d: return "2d-torus";
+    case Algorithm::pairwise: return "pairwise";
   }
   return "?";
 }
@@ -116,5 +117,17 @@ CollectiveCost reduce_scatter(const GroupTopology& g, double bytes) {
 }
 
 CollectiveCost all_gather(const GroupTopology& g, double bytes) { return reduce_scatter(g, bytes); }
+
+double pairwise_all_to_all(int n, int per_node, const Link& intra, const Link& inter, double sent_bytes) {
+  if (n <= 1) return 0;
+  const int k = std::max(1, std::min(per_node, n));
+  const double m = sent_bytes / (n - 1);
+  return (k - 1) * (intra.alpha + m * intra.beta) + (n - k) * (inter.alpha + m * inter.beta);
+}
+
+CollectiveCost all_to_all(const GroupTopology& g, double sent_bytes) {
+  if (g.size <= 1) return {};
+  return {pairwise_all_to_all(g.size, g.per_node, g.intra, g.inter, sent_bytes), Algorithm::pairwise};
+}
 
 }  // namespace lattice::plan

@@ -8,7 +8,7 @@
 
 namespace lattice::plan {
 
-enum class Algorithm { none, ring, halving_doubling, tree, torus2d };
+enum class Algorithm { none, ring, halving_doubling, tree, torus2d, pairwise };
 const char* to_string(Algorithm a);
 
 // Where a group's ranks sit: `size` ranks, `per_node` of them in each node (size when the group
@@ -40,9 +40,16 @@ double ring_half(int n, const Link& l, double bytes);              // (n-1)α + 
 double halving_doubling_half(int n, const Link& l, double bytes);  // log2(n)α + (n-1)/n·nβ
 double torus2d_half(int per_node, int nodes, const Link& intra, const Link& inter, double bytes);
 
+// All-to-all in which each of the n ranks sends `sent_bytes` in all, spread evenly over the n−1 others
+// (pairwise exchange: n−1 steps of one sent/(n−1)-byte message each, the per_node−1 peers inside the
+// node over the intra-node link, the rest over the inter-node link):
+// (k−1)(α_intra + mβ_intra) + (n−k)(α_inter + mβ_inter), m = sent/(n−1), k = per_node.
+double pairwise_all_to_all(int n, int per_node, const Link& intra, const Link& inter, double sent_bytes);
+
 // The cheapest algorithm for this group and size.
 CollectiveCost all_reduce(const GroupTopology& g, double bytes);
 CollectiveCost reduce_scatter(const GroupTopology& g, double bytes);  // same cost as all-gather
 CollectiveCost all_gather(const GroupTopology& g, double bytes);
+CollectiveCost all_to_all(const GroupTopology& g, double sent_bytes);  // pairwise exchange
 
 }  // namespace lattice::plan

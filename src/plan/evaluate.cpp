@@ -5,9 +5,17 @@ namespace lattice::plan {
 FlopsPlan plan_flops(const PlanRequest& r) {
   const analysis::FlopsShape f = flops_shape(r);
   FlopsPlan out;
-  out.model_flops = analysis::model_flops(f);
-  out.hardware_flops = analysis::hardware_flops_paper(f, r.layout.recompute);
-  out.hardware_flops_counted = analysis::hardware_flops_counted(f, r.layout.recompute);
+  if (r.model.moe.enabled()) {
+    // Active parameters: each token passes through k experts, not E (analysis/moe_formulas). Eq. 8's
+    // selective form has no MoE counterpart, so both hardware figures are the operation count.
+    out.model_flops = analysis::moe_model_flops(r.model, r.global_batch);
+    out.hardware_flops = out.hardware_flops_counted =
+        analysis::moe_hardware_flops_counted(r.model, r.global_batch, r.layout.recompute);
+  } else {
+    out.model_flops = analysis::model_flops(f);
+    out.hardware_flops = analysis::hardware_flops_paper(f, r.layout.recompute);
+    out.hardware_flops_counted = analysis::hardware_flops_counted(f, r.layout.recompute);
+  }
   // Full recompute of only some layers re-runs only their forward.
   if (r.layout.recompute == Recompute::full && r.layout.recompute_layers >= 0) {
     const double share = double(r.layout.recompute_layers) / r.model.layers;

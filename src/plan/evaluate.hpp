@@ -8,7 +8,7 @@
 namespace lattice::plan {
 
 struct FlopsPlan {
-  double model_flops = 0;             // eq. 7, per iteration, all devices
+  double model_flops = 0;             // eq. 7 (MoE: 3 × forward FLOPs per token × tokens), per iteration, all devices
   double hardware_flops = 0;          // eq. 8's form (the paper's HFU)
   double hardware_flops_counted = 0;  // the literal operation count
 };

@@ -29,6 +29,52 @@ analysis::FlopsShape flops_shape(const PlanRequest& r) {
           double(r.model.hidden), double(r.model.padded_vocab(r.layout.tp))};
 }
 
+analysis::MoEKeptShape moe_kept_shape(const PlanRequest& r) {
+  const analysis::ActivationShape x = activation_shape(r);
+  const MoEConfig& moe = r.model.moe;
+  analysis::MoEKeptShape m;
+  m.s = x.s;
+  m.b = x.b;
+  m.h = x.h;
+  m.t = x.t;
+  m.sp = x.sp;
+  m.d = x.d;
+  m.dropout = x.dropout;
+  m.experts = moe.experts;
+  m.ffn_hidden = r.model.ffn_hidden();
+  m.noisy_router = moe.router == MoERouter::topk;
+  m.expert_dropout = moe.expert_dropout > 0;
+  // Balanced experts: each rank's experts receive as many rows as its own router sends out.
+  m.assignments = moe.enabled() ? analysis::routed_assignments_bound(moe, x.s * x.b) : 0;
+  m.received = m.assignments;
+  return m;
+}
+
+namespace {
+// Expert parallelism and the MoE shape (issue 13): empty when they can run.
+std::string moe_layout_problem(const PlanRequest& r) {
+  const LayoutConfig& l = r.layout;
+  const MoEConfig& moe = r.model.moe;
+  if (l.ep < 1) return "--expert-model-parallel-size must be at least 1 (got " + n(l.ep) + ")";
+  if (!moe.enabled()) {
+    if (l.ep > 1) return "--expert-model-parallel-size " + n(l.ep) + " needs an MoE model (--num-experts)";
+    return "";
+  }
+  if (moe.experts % l.ep != 0)
+    return "--num-experts (" + n(moe.experts) + ") must be divisible by the expert-parallel size (" + n(l.ep) + ")";
+  if (l.dp % l.ep != 0)
+    return "the expert-parallel size (" + n(l.ep) + ") must divide the data-parallel size N_d = gpus/(t·p) = " +
+           n(l.dp) + ": expert-parallel groups are cut from the data-parallel ranks";
+  if (r.model.ffn_hidden() % l.tp != 0)
+    return "the experts' hidden size (" + n(r.model.ffn_hidden()) + ") must be divisible by the tensor-parallel size (" +
+           n(l.tp) + ")";
+  const int64_t tokens = int64_t(r.model.seq_len) * r.micro_batch;
+  if (tokens % moe.groups != 0)
+    return "--moe-groups (" + n(moe.groups) + ") must divide the tokens of a micro-batch, s·b = " + n(tokens);
+  return "";
+}
+}  // namespace
+
 std::string layout_problem(const PlanRequest& r) {
   const LayoutConfig& l = r.layout;
   const int t = l.tp, p = l.pp, m = l.virtual_stages;
@@ -54,7 +100,7 @@ std::string layout_problem(const PlanRequest& r) {
     return "--recompute-layers needs --recompute full";
   if (l.recompute_layers > r.model.layers)
     return "--recompute-layers (" + n(l.recompute_layers) + ") exceeds --layers (" + n(r.model.layers) + ")";
-  return "";
+  return moe_layout_problem(r);
 }
 
 void check_layout(const PlanRequest& r) {

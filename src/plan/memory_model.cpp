@@ -5,15 +5,34 @@ namespace lattice::plan {
 MemoryPlan plan_memory(const PlanRequest& r) {
   const analysis::ActivationShape x = activation_shape(r);
   const LayoutConfig& l = r.layout;
+  const bool first_full = analysis::layer_fully_recomputed(l, 0, r.model.layers);
+  const bool selective = l.recompute == Recompute::selective;
   MemoryPlan m;
-  m.activation_bytes_per_layer = analysis::layer_activation_bytes(
-      x, analysis::layer_fully_recomputed(l, 0, r.model.layers), l.recompute == Recompute::selective);
-  m.first_stage_layer_bytes = analysis::first_stage_layer_bytes(x, l, r.model.layers);
+  m.activation_bytes_per_layer = analysis::layer_activation_bytes(x, first_full, selective);
+  if (r.model.moe.enabled()) {
+    // MoE layers keep the attention half of Table 2's row plus the MoE block, sized for balanced
+    // experts (docs/design.md §12); the dense parameters' states shard over N_d, the experts' over N_d/e.
+    const analysis::MoEKeptShape moe = moe_kept_shape(r);
+    m.moe_layer_activation_bytes = analysis::moe_layer_activation_bytes(x, moe, first_full, selective);
+    analysis::MoEKeptShape loaded = moe;
+    loaded.received = m.moe_received_rows_max =
+        analysis::moe_received_rows_bound(r.model.moe, x.s * x.b, l.ep);
+    m.moe_layer_activation_bytes_max = analysis::moe_layer_activation_bytes(x, loaded, first_full, selective);
+    m.first_stage_moe_layers = analysis::first_stage_moe_layers(r.model, l.pp, l.virtual_stages);
+    m.first_stage_layer_bytes = analysis::moe_first_stage_layer_bytes(x, moe, l, r.model);
+    const analysis::MoEShardParameters psi = analysis::moe_shard_parameters(r.model, l.tp, l.pp, l.virtual_stages, l.ep);
+    m.dense_parameters = psi.dense;
+    m.expert_parameters = psi.experts;
+    m.shard_parameters = psi.total();
+    m.model_state = analysis::moe_model_state_bytes(psi, l.dp, l.ep, l.zero, r.mixed_precision());
+  } else {
+    m.first_stage_layer_bytes = analysis::first_stage_layer_bytes(x, l, r.model.layers);
+    m.shard_parameters = m.dense_parameters = analysis::shard_parameters(r.model, l.tp, l.pp);
+    m.model_state = analysis::model_state_bytes(m.shard_parameters, l.dp, l.zero, r.mixed_precision());
+  }
   // p micro-batches are in flight on the first stage under 1F1B (eq. 5 note).
   m.extra_activation_bytes = analysis::extra_activation_bytes(x, l.pp, l.pp);
   m.first_stage_activation_bytes = m.first_stage_layer_bytes + double(m.extra_activation_bytes);
-  m.shard_parameters = analysis::shard_parameters(r.model, l.tp, l.pp);
-  m.model_state = analysis::model_state_bytes(m.shard_parameters, l.dp, l.zero, r.mixed_precision());
   m.total_bytes = double(m.model_state.total()) + m.first_stage_activation_bytes;
   m.capacity_bytes = r.gpu_memory;
   return m;

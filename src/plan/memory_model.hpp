@@ -1,5 +1,6 @@
 #pragma once
-// Memory of the most loaded rank (the first pipeline stage), entirely from analysis/formulas.
+// Memory of the most loaded rank (the first pipeline stage), entirely from analysis/formulas and
+// analysis/moe_formulas.
 #include <cstdint>
 
 #include "analysis/formulas.hpp"
@@ -8,11 +9,17 @@
 namespace lattice::plan {
 
 struct MemoryPlan {
-  int64_t activation_bytes_per_layer = 0;   // Table 2 row of the first layer under this layout
+  int64_t activation_bytes_per_layer = 0;   // Table 2 row of the first layer under this layout (as a dense layer)
+  int64_t moe_layer_activation_bytes = 0;   // MoE models: one MoE layer's bytes, balanced experts (else 0)
+  int64_t moe_received_rows_max = 0;        // rows this rank's experts can receive unbalanced (moe_received_rows_bound)
+  int64_t moe_layer_activation_bytes_max = 0;  // one MoE layer's bytes when they do
+  int first_stage_moe_layers = 0;           // MoE layers among the first stage's L/p
   double first_stage_layer_bytes = 0;       // eq. 5 with the interleaved factor
   int64_t extra_activation_bytes = 0;       // embedding masks; with p == 1 final LN, logits
   double first_stage_activation_bytes = 0;  // the two above
   int64_t shard_parameters = 0;             // parameters on the most loaded shard
+  int64_t dense_parameters = 0;             // of which reduced over the N_d data-parallel ranks
+  int64_t expert_parameters = 0;            // of which experts, reduced over the N_d/e expert-data-parallel ranks
   analysis::ModelStateBytes model_state;    // per rank, after ZeRO sharding
   double total_bytes = 0;                   // model states + first-stage activations
   int64_t capacity_bytes = 0;

@@ -46,4 +46,46 @@ const std::vector<PaperLayerTiming>& paper_table4() {
   return rows;
 }
 
+namespace {
+
+ModelConfig moe_model(int layers, int hidden, int heads, int seq_len, int vocab, int experts, int layer_freq,
+                      int ffn_hidden, MoERouter router) {
+  ModelConfig c;
+  c.layers = layers;
+  c.hidden = hidden;
+  c.heads = heads;
+  c.seq_len = seq_len;
+  c.vocab = vocab;
+  c.moe.experts = experts;
+  c.moe.layer_freq = layer_freq;
+  c.moe.ffn_hidden = ffn_hidden;
+  c.moe.router = router;
+  return c;
+}
+
+}  // namespace
+
+const std::vector<MoEPaperModel>& moe_paper_models() {
+  static const std::vector<MoEPaperModel> models = {
+      {"Switch-Base", "Fedus, Zoph, Shazeer 2021, Switch Transformers (arXiv:2101.03961)", 7.4e9,
+       "Table 7, the 128-expert Switch-Base; Table 9 rounds the same model to 7B", 0.01,
+       moe_model(24, 768, 12, 512, 32128, 128, 2, 3072, MoERouter::switch_),
+       "T5-Base: 12 encoder + 12 decoder layers, h 768, 12 heads, FFN 3072, vocabulary 32128; 128 experts "
+       "in every other FFN layer (6 + 6 = 12 MoE layers), top-1 switch router. Stand-in: the 24 layers as "
+       "one stack (MoE layers 0, 2, ..., 22), s = 512",
+       "total parameters. Not in the stand-in: the decoder's cross-attention (4h^2 in each of its 12 "
+       "layers). In the stand-in, not in T5: biases (an expert's f + h), LayerNorm shifts, a learned "
+       "position embedding (T5 has relative position biases), the vocabulary padded to 32256"},
+      {"GShard 600B", "Lepikhin et al. 2020, GShard (arXiv:2006.16668)", 600e9,
+       "Table 1, MoE(2048E, 36L) (the abstract: \"beyond 600 billion parameters\")", 0.05,
+       moe_model(36, 1024, 16, 1024, 64000, 2048, 2, 8192, MoERouter::gshard),
+       "36 layers (encoder + decoder), h 1024, 16 heads, FFN 8192; 2048 experts in every other layer "
+       "(18 MoE layers: the paper's 36,864 experts), top-2 GShard router. Stand-in: the 36 layers as one "
+       "stack, s = 1024, vocabulary 64000 (assumed; 0.01% of the count)",
+       "total parameters. The published figure is rounded down to 600B; the experts alone hold 18 x 2048 x "
+       "2hf = 6.18e11. The stand-in leaves out the decoder's cross-attention and adds biases, as for Switch"},
+  };
+  return models;
+}
+
 }  // namespace lattice::plan

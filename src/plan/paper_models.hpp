@@ -30,4 +30,19 @@ struct PaperLayerTiming {
 };
 const std::vector<PaperLayerTiming>& paper_table4();
 
+// Published Mixture-of-Experts configurations (issue 13): lattice's parameter count of a decoder-only
+// stand-in (ModelConfig::num_params) against the count its authors published. Both models are
+// encoder–decoder Transformers; the stand-in stacks their encoder and decoder layers into one.
+struct MoEPaperModel {
+  std::string name;
+  std::string source;           // the paper
+  double published_parameters;  // as the paper states it
+  std::string published_where;  // where in the paper, and how it is rounded
+  double bound;                 // |computed / published − 1| the tests allow
+  ModelConfig model;            // the decoder-only stand-in
+  std::string shape;            // the published shape and how the stand-in holds it
+  std::string compared;         // what differs between the stand-in and the published architecture
+};
+const std::vector<MoEPaperModel>& moe_paper_models();  // Switch-Base (128 experts), GShard 600B
+
 }  // namespace lattice::plan

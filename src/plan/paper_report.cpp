@@ -161,6 +161,65 @@ nlohmann::ordered_json paper_json(const Hardware& hw) {
   return j;
 }
 
+MoEPaperRow moe_paper_row(size_t i) {
+  const MoEPaperModel& m = moe_paper_models().at(i);
+  MoEPaperRow row;
+  row.model = m.name;
+  row.published = m.published_parameters;
+  row.computed = double(m.model.num_params());
+  row.relative_difference = row.computed / row.published - 1;
+  row.bound = m.bound;
+  row.moe_layers = m.model.moe_layers();
+  row.experts_total = int64_t(row.moe_layers) * m.model.moe.experts;
+  row.expert_parameters = analysis::all_expert_parameters(m.model);
+  row.active_parameters = analysis::active_parameters(m.model);
+  return row;
+}
+
+std::string moe_paper_text() {
+  std::string out = "Published MoE configurations: parameters as published vs lattice's count of a decoder-only stand-in\n";
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "  %-12s %12s %12s %11s %7s %12s %10s %8s %14s\n", "model", "published", "computed",
+                "difference", "bound", "in experts", "MoE layers", "experts", "active/token");
+  out += buf;
+  for (size_t i = 0; i < moe_paper_models().size(); ++i) {
+    const MoEPaperRow r = moe_paper_row(i);
+    std::snprintf(buf, sizeof buf, "  %-12s %12.4g %12.4g %+10.2f%% %6.0f%% %12.4g %10d %8lld %14.4g\n", r.model.c_str(),
+                  r.published, r.computed, 100 * r.relative_difference, 100 * r.bound, double(r.expert_parameters),
+                  r.moe_layers, static_cast<long long>(r.experts_total), double(r.active_parameters));
+    out += buf;
+  }
+  for (const MoEPaperModel& m : moe_paper_models()) {
+    out += "\n" + m.name + " (" + m.source + ")\n";
+    out += "  published: " + fmt("%.4g", m.published_parameters) + " parameters, " + m.published_where + "\n";
+    out += "  shape: " + m.shape + "\n";
+    out += "  compared: " + m.compared + "\n";
+  }
+  return out;
+}
+
+nlohmann::ordered_json moe_paper_json() {
+  nlohmann::ordered_json j;
+  j["event"] = "moe_paper";
+  j["models"] = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < moe_paper_models().size(); ++i) {
+    const MoEPaperRow r = moe_paper_row(i);
+    const MoEPaperModel& m = moe_paper_models()[i];
+    j["models"].push_back({{"model", r.model}, {"source", m.source}, {"published_parameters", r.published},
+                           {"computed_parameters", r.computed}, {"relative_difference", r.relative_difference},
+                           {"bound", r.bound}, {"expert_parameters", r.expert_parameters},
+                           {"moe_layers", r.moe_layers}, {"experts_total", r.experts_total},
+                           {"active_parameters", r.active_parameters},
+                           {"stand_in", {{"layers", m.model.layers}, {"hidden", m.model.hidden},
+                                         {"heads", m.model.heads}, {"seq_len", m.model.seq_len},
+                                         {"vocab", m.model.vocab}, {"experts", m.model.moe.experts},
+                                         {"layer_freq", m.model.moe.layer_freq},
+                                         {"ffn_hidden", m.model.ffn_hidden()},
+                                         {"router", to_string(m.model.moe.router)}, {"topk", m.model.moe.k()}}}});
+  }
+  return j;
+}
+
 BarChart figure1_chart() {
   BarChart c;
   c.title = "Figure 1: memory per GPU (first pipeline stage)";

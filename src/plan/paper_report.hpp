@@ -1,6 +1,7 @@
 #pragma once
 // `lattice plan --paper`: the paper's Table 2, figures 1 and 7, Table 4 (calibration) and
 // Table 5 (MFU/HFU from its times, and the time model's predictions against them).
+#include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +22,21 @@ Table5Row table5_row(size_t model_index, const Hardware& hw);
 
 std::string paper_text(const Hardware& hw);
 nlohmann::ordered_json paper_json(const Hardware& hw);  // {"event":"paper", "table5":[...]}
+
+// `lattice plan --moe-paper`: the published MoE configurations' parameter counts against lattice's.
+struct MoEPaperRow {
+  std::string model;
+  double published, computed;
+  double relative_difference;  // computed / published − 1
+  double bound;
+  int64_t expert_parameters;   // all MoE layers' experts
+  int moe_layers;
+  int64_t experts_total;       // experts over all MoE layers
+  int64_t active_parameters;   // per token
+};
+MoEPaperRow moe_paper_row(size_t model_index);
+std::string moe_paper_text();
+nlohmann::ordered_json moe_paper_json();  // {"event":"moe_paper", "models":[...]}
 
 BarChart figure1_chart();  // model states + activations per GPU against 80 GB
 BarChart figure7_chart();  // activation memory as % of the TP baseline

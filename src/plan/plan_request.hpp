@@ -4,13 +4,14 @@
 #include <string>
 
 #include "analysis/formulas.hpp"
+#include "analysis/moe_formulas.hpp"
 #include "core/config.hpp"
 
 namespace lattice::plan {
 
 struct PlanRequest {
   ModelConfig model;
-  LayoutConfig layout;       // layout.dp = gpus / (t·p)
+  LayoutConfig layout;       // layout.dp = gpus / (t·p); layout.ep (MoE) divides it
   int micro_batch = 1;       // b
   int global_batch = 1;      // B sequences per iteration
   int gpus = 1;              // t · p · dp
@@ -26,6 +27,10 @@ struct PlanRequest {
 // The activation shape of one micro-batch on one rank, as the formulas take it.
 analysis::ActivationShape activation_shape(const PlanRequest& r);
 analysis::FlopsShape flops_shape(const PlanRequest& r);
+// MoE models: what one MoE layer keeps on one rank for one micro-batch, with balanced experts — the
+// rank routes A = routed_assignments_bound(s·b tokens) assignments and its experts receive A rows
+// (the most loaded rank of a real run can receive more).
+analysis::MoEKeptShape moe_kept_shape(const PlanRequest& r);
 
 // Empty when the layout can run; otherwise one sentence naming the broken constraint.
 std::string layout_problem(const PlanRequest& r);

@@ -1,5 +1,6 @@
 #include "plan/report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace lattice::plan {
@@ -31,8 +32,10 @@ std::string format_bytes(double bytes) {
 std::string describe_layout(const PlanRequest& r) {
   const LayoutConfig& l = r.layout;
   char buf[160];
-  std::snprintf(buf, sizeof buf, "t=%d p=%d m=%d dp=%d b=%d%s %s", l.tp, l.pp, l.virtual_stages, l.dp,
-                r.micro_batch, l.sequence_parallel ? " sp" : "", to_string(l.recompute));
+  std::string ep;  // MoE models: the expert-parallel size
+  if (r.model.moe.enabled()) ep = " ep=" + std::to_string(l.ep);
+  std::snprintf(buf, sizeof buf, "t=%d p=%d m=%d dp=%d%s b=%d%s %s", l.tp, l.pp, l.virtual_stages, l.dp,
+                ep.c_str(), r.micro_batch, l.sequence_parallel ? " sp" : "", to_string(l.recompute));
   std::string s = buf;
   if (l.recompute == Recompute::full && l.recompute_layers >= 0) {
     std::snprintf(buf, sizeof buf, "(%d)", l.recompute_layers);
@@ -46,20 +49,45 @@ std::string plan_text(const Plan& p, const Hardware& hw) {
   const PlanRequest& r = p.request;
   const MemoryPlan& m = p.memory;
   const TimePlan& t = p.time;
+  const MoEConfig& moe = r.model.moe;
+  const LayoutConfig& l = r.layout;
   std::string out;
   out += "model   L=" + std::to_string(r.model.layers) + " h=" + std::to_string(r.model.hidden) +
          " a=" + std::to_string(r.model.heads) + " s=" + std::to_string(r.model.seq_len) +
          " v=" + std::to_string(r.model.padded_vocab(r.layout.tp)) + "  (" +
          fmt("%.3g", double(r.model.num_params())) + " parameters)\n";
+  if (moe.enabled()) {
+    const int M = r.model.moe_layers();
+    out += "MoE     E=" + std::to_string(moe.experts) + " experts of f=" + std::to_string(r.model.ffn_hidden()) +
+           (moe.layer_freq == 1 ? std::string(" in every layer")
+                                : " in layers i % " + std::to_string(moe.layer_freq) + " == 0") +
+           " (" + std::to_string(M) + " MoE layers), " + to_string(moe.router) + " router, k=" + std::to_string(moe.k()) +
+           (moe.capacity_factor > 0 ? fmt(", capacity factor %g", moe.capacity_factor) : std::string(", no dropping")) +
+           (moe.groups > 1 ? ", " + std::to_string(moe.groups) + " routing groups" : std::string()) + "\n";
+    const int64_t experts = analysis::all_expert_parameters(r.model);
+    out += "        parameters: " + fmt("%.4g", double(r.model.num_params())) + " = " + fmt("%.4g", double(experts)) +
+           " in experts + " + fmt("%.4g", double(r.model.num_params() - experts)) + " dense; " +
+           fmt("%.4g", double(analysis::active_parameters(r.model))) + " active per token\n";
+  }
   out += "layout  " + describe_layout(r) + " on " + std::to_string(r.gpus) + " x " + hw.name + ", " +
          std::to_string(r.micro_batches()) + " micro-batches of " + std::to_string(r.micro_batch) +
          ", activations " + to_string(r.layout.activation_dtype) + "\n\n";
 
   out += "memory per rank (first pipeline stage)\n";
   out += line("activations per layer (Table 2)", format_bytes(double(m.activation_bytes_per_layer)));
+  if (moe.enabled())
+    out += line("activations per MoE layer (balanced)", format_bytes(double(m.moe_layer_activation_bytes)));
   out += line("activations, stage layers (eq. 5)", format_bytes(m.first_stage_layer_bytes));
   out += line("activations outside the layers", format_bytes(double(m.extra_activation_bytes)));
   out += line("parameters on this shard", fmt("%.4g", double(m.shard_parameters)));
+  if (moe.enabled()) {
+    out += line("  dense", fmt("%.4g", double(m.dense_parameters)) + "  (gradients reduced over the " +
+                               std::to_string(l.dp) + " DP ranks)");
+    out += line("  experts: " + std::to_string(moe.experts / l.ep) + " of " + std::to_string(moe.experts) + " x " +
+                    std::to_string(m.first_stage_moe_layers) + " MoE layers",
+                fmt("%.4g", double(m.expert_parameters)) + "  (over the " + std::to_string(l.dp / l.ep) +
+                    " expert-DP ranks)");
+  }
   out += line("weights", format_bytes(double(m.model_state.params)));
   out += line("gradients", format_bytes(double(m.model_state.grads)));
   out += line("optimizer states", format_bytes(double(m.model_state.optimizer)));
@@ -67,8 +95,14 @@ std::string plan_text(const Plan& p, const Hardware& hw) {
                            (m.fits() ? "  (fits)" : "  (DOES NOT FIT)"));
 
   out += "\nFLOPs per iteration\n";
-  out += line("model (eq. 7)", fmt("%.4g", p.flops.model_flops));
-  out += line("hardware (eq. 8 form)", fmt("%.4g", p.flops.hardware_flops));
+  if (moe.enabled()) {
+    out += line("active parameters per token", fmt("%.4g", double(analysis::active_parameters(r.model))));
+    out += line("forward FLOPs per token", fmt("%.4g", analysis::forward_flops_per_token(r.model)));
+    out += line("model (3 x forward x tokens)", fmt("%.4g", p.flops.model_flops));
+  } else {
+    out += line("model (eq. 7)", fmt("%.4g", p.flops.model_flops));
+    out += line("hardware (eq. 8 form)", fmt("%.4g", p.flops.hardware_flops));
+  }
   out += line("hardware (counted)", fmt("%.4g", p.flops.hardware_flops_counted));
 
   out += "\npredicted time per iteration\n";
@@ -77,18 +111,36 @@ std::string plan_text(const Plan& p, const Hardware& hw) {
   out += line("recomputation", seconds_and_share(t.recompute_s, t.iteration_s));
   out += line(std::string("TP communication (") + to_string(t.tp_algorithm) + ")",
               seconds_and_share(t.tp_comm_s, t.iteration_s));
+  if (moe.enabled())
+    out += line("expert all-to-all (EP " + std::to_string(l.ep) + (l.ep > 1 ? ", pairwise)" : ")"),
+                seconds_and_share(t.ep_comm_s, t.iteration_s));
   out += line("PP point-to-point", seconds_and_share(t.pp_comm_s, t.iteration_s));
   out += line(fmt("pipeline bubble (%.1f%%)", 100 * t.bubble_fraction), seconds_and_share(t.bubble_s, t.iteration_s));
   out += line(std::string("DP / ZeRO communication (") + to_string(t.dp_algorithm) + ")",
               seconds_and_share(t.dp_comm_s, t.iteration_s));
+  if (moe.enabled()) out += line("  of which expert-DP", seconds_and_share(t.expert_dp_comm_s, t.iteration_s));
   out += line("optimizer step", seconds_and_share(t.optimizer_s, t.iteration_s));
   out += line("iteration", fmt("%10.4f s", t.iteration_s));
 
   out += "\nutilisation (" + std::string(p.use.measured ? "measured" : "predicted") +
          fmt(" %.4g s", p.use.iteration_s) + fmt(", peak %.4g FLOP/s per device)\n", p.use.peak_flops);
   out += line("MFU", fmt("%.1f%%", 100 * p.use.mfu));
-  out += line("HFU (paper's eq. 8)", fmt("%.1f%%", 100 * p.use.hfu));
+  if (!moe.enabled()) out += line("HFU (paper's eq. 8)", fmt("%.1f%%", 100 * p.use.hfu));
   out += line("HFU (counted)", fmt("%.1f%%", 100 * p.use.hfu_counted));
+  if (moe.enabled()) {
+    const analysis::MoEKeptShape k = moe_kept_shape(r);
+    const int64_t C = analysis::expert_capacity(moe, k.s * k.b / moe.groups);
+    out += "\nnote: the MoE figures assume balanced experts: this rank routes A = " + std::to_string(k.assignments) +
+           " assignments a micro-batch (" +
+           (C ? "capacity " + std::to_string(C) + " tokens per expert" : std::string("no dropping")) +
+           ") and its experts receive A rows. ";
+    if (m.moe_received_rows_max > k.received)
+      out += "The most loaded rank of a real run can receive more, up to " + std::to_string(m.moe_received_rows_max) +
+             " rows: " + format_bytes(double(m.moe_layer_activation_bytes_max)) + " per MoE layer instead of " +
+             format_bytes(double(m.moe_layer_activation_bytes)) + ".\n";
+    else
+      out += "The capacity caps what the most loaded rank's experts can receive at the same A rows.\n";
+  }
   return out;
 }
 
@@ -113,17 +165,40 @@ nlohmann::ordered_json plan_json(const Plan& p) {
   j["gpu_memory_bytes"] = p.memory.capacity_bytes;
   j["fits"] = p.memory.fits();
   j["shard_parameters"] = p.memory.shard_parameters;
-  j["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"virtual_stages", l.virtual_stages}, {"dp", l.dp},
+  j["parameters"] = r.model.num_params();
+  j["active_parameters"] = analysis::active_parameters(r.model);
+  j["forward_flops_per_token"] = analysis::forward_flops_per_token(r.model);
+  j["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"virtual_stages", l.virtual_stages}, {"dp", l.dp}, {"ep", l.ep},
                  {"sequence_parallel", l.sequence_parallel}, {"recompute", to_string(l.recompute)},
                  {"recompute_layers", l.recompute_layers}, {"zero", l.zero},
                  {"micro_batch", r.micro_batch}, {"micro_batches", r.micro_batches()}};
   const TimePlan& t = p.time;
   j["time_breakdown_s"] = {{"gemm", t.gemm_s}, {"elementwise", t.elementwise_s},
-                           {"recompute", t.recompute_s}, {"tp_comm", t.tp_comm_s},
+                           {"recompute", t.recompute_s}, {"tp_comm", t.tp_comm_s}, {"ep_comm", t.ep_comm_s},
                            {"pp_comm", t.pp_comm_s}, {"bubble", t.bubble_s}, {"dp_comm", t.dp_comm_s},
                            {"optimizer", t.optimizer_s}};
   j["tp_algorithm"] = to_string(t.tp_algorithm);
   j["dp_algorithm"] = to_string(t.dp_algorithm);
+  const MoEConfig& moe = r.model.moe;
+  if (moe.enabled()) {
+    const analysis::MoEKeptShape k = moe_kept_shape(r);
+    const MemoryPlan& m = p.memory;
+    j["expert_dp_comm_s"] = t.expert_dp_comm_s;
+    j["moe"] = {{"experts", moe.experts}, {"layer_freq", moe.layer_freq}, {"moe_layers", r.model.moe_layers()},
+                {"first_stage_moe_layers", m.first_stage_moe_layers}, {"topk", moe.k()},
+                {"router", to_string(moe.router)}, {"capacity_factor", moe.capacity_factor},
+                {"groups", moe.groups}, {"ffn_hidden", r.model.ffn_hidden()},
+                {"capacity", analysis::expert_capacity(moe, k.s * k.b / moe.groups)},
+                {"assignments_per_micro_batch", k.assignments},
+                {"balanced_experts", true},
+                {"activation_bytes_per_moe_layer", m.moe_layer_activation_bytes},
+                {"received_rows_max", m.moe_received_rows_max},
+                {"activation_bytes_per_moe_layer_max", m.moe_layer_activation_bytes_max},
+                {"dense_parameters", m.dense_parameters}, {"expert_parameters", m.expert_parameters},
+                {"all_to_all_bytes", analysis::moe_all_to_all_bytes(k.assignments, k.h, l.ep)},
+                {"all_to_alls_per_step", int64_t(analysis::kMoEAllToAllsPerLayer) * m.first_stage_moe_layers *
+                                             r.micro_batches()}};
+  }
   return j;
 }
 
@@ -131,17 +206,19 @@ std::string search_text(const std::vector<Plan>& ranked, size_t considered, doub
   std::string out = fmt("searched %.0f layouts", double(considered)) + fmt(" in %.3f s; ", seconds) +
                     std::to_string(ranked.size()) + " shown, fastest first\n\n";
   char buf[320];
-  std::snprintf(buf, sizeof buf, "%-4s %-46s %10s %10s %10s %8s %8s %8s %7s\n", "rank", "layout", "memory",
+  int width = 46;  // wider when a layout (with ep=) needs it
+  for (const Plan& p : ranked) width = std::max(width, int(describe_layout(p.request).size()));
+  std::snprintf(buf, sizeof buf, "%-4s %-*s %10s %10s %10s %8s %8s %8s %7s\n", "rank", width, "layout", "memory",
                 "states", "activ.", "iter s", "bubble", "comm s", "MFU");
   out += buf;
   int rank = 1;
   for (const Plan& p : ranked) {
     const TimePlan& t = p.time;
-    std::snprintf(buf, sizeof buf, "%-4d %-46s %10s %10s %10s %8.3f %7.1f%% %8.3f %6.1f%%\n", rank++,
+    std::snprintf(buf, sizeof buf, "%-4d %-*s %10s %10s %10s %8.3f %7.1f%% %8.3f %6.1f%%\n", rank++, width,
                   describe_layout(p.request).c_str(), format_bytes(p.memory.total_bytes).c_str(),
                   format_bytes(double(p.memory.model_state.total())).c_str(),
                   format_bytes(p.memory.first_stage_activation_bytes).c_str(), t.iteration_s,
-                  100 * t.bubble_fraction, t.tp_comm_s + t.pp_comm_s + t.dp_comm_s, 100 * p.use.mfu);
+                  100 * t.bubble_fraction, t.tp_comm_s + t.ep_comm_s + t.pp_comm_s + t.dp_comm_s, 100 * p.use.mfu);
     out += buf;
   }
   if (ranked.empty()) out += "no layout fits\n";

@@ -52,29 +52,39 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
     for (int p : divisors(base.gpus / t, L)) {
       const int dp = base.gpus / (t * p);
       if (base.global_batch % dp != 0) continue;
+      // An MoE model also tries every expert-parallel size e dividing DP (and the expert count).
+      std::vector<int> eps{1};
+      if (base.model.moe.enabled()) {
+        eps.clear();
+        for (int e : divisors(dp, dp))
+          if (base.model.moe.experts % e == 0) eps.push_back(e);
+      }
       for (int m : p == 1 ? std::vector<int>{1} : divisors(L / p, L)) {
         for (int b : divisors(base.global_batch / dp, 64)) {
           for (int sp = 0; sp <= (t > 1 ? 1 : 0); ++sp) {
-            for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
-              PlanRequest r = base;
-              r.layout.tp = t;
-              r.layout.pp = p;
-              r.layout.virtual_stages = m;
-              r.layout.dp = dp;
-              r.layout.sequence_parallel = sp == 1;
-              r.layout.zero = zero;
-              r.layout.recompute_layers = -1;
-              r.micro_batch = b;
-              for (Recompute mode : {Recompute::none, Recompute::selective}) {
-                r.layout.recompute = mode;
+            for (int e : eps) {
+              for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
+                PlanRequest r = base;
+                r.layout.tp = t;
+                r.layout.pp = p;
+                r.layout.virtual_stages = m;
+                r.layout.dp = dp;
+                r.layout.ep = e;
+                r.layout.sequence_parallel = sp == 1;
+                r.layout.zero = zero;
+                r.layout.recompute_layers = -1;
+                r.micro_batch = b;
+                for (Recompute mode : {Recompute::none, Recompute::selective}) {
+                  r.layout.recompute = mode;
+                  consider(r);
+                }
+                r.layout.recompute = Recompute::full;
+                if (!layout_problem(r).empty()) continue;
+                const int n = fewest_recomputed_layers(r);
+                if (n < 0) { ++result.considered; continue; }
+                r.layout.recompute_layers = n == L ? -1 : n;
                 consider(r);
               }
-              r.layout.recompute = Recompute::full;
-              if (!layout_problem(r).empty()) continue;
-              const int n = fewest_recomputed_layers(r);
-              if (n < 0) { ++result.considered; continue; }
-              r.layout.recompute_layers = n == L ? -1 : n;
-              consider(r);
             }
           }
         }

@@ -22,21 +22,41 @@ double layer_elementwise_bytes(const analysis::ActivationShape& x) {
   return replicated + gelu + attention_elementwise_bytes(x);
 }
 
+double moe_mlp_elementwise_bytes(const analysis::MoEKeptShape& m) {
+  const double N = double(m.s) * m.b, A = double(m.assignments), R = double(m.received);
+  const double h = double(m.h), f = double(m.ffn_hidden) / m.t, d = m.d;
+  return 8.0 * N * double(m.experts) + 2.0 * A * h * d + (A + N) * h * d + 2.0 * R * f * d;
+}
+
 namespace {
 
 // Forward of one layer for one micro-batch on one rank.
 struct LayerCost {
   double gemm = 0, elementwise = 0, comm = 0;
-  double total() const { return gemm + elementwise + comm; }
+  double all_to_all = 0;  // MoE layers: dispatch + combine over the expert-parallel group
+  double total() const { return gemm + elementwise + comm + all_to_all; }
 };
 
+// `moe`: the layer's MLP is an MoE block (experts on the received rows, the router, two all-to-alls).
 LayerCost layer_forward(const PlanRequest& r, const Hardware& hw, const analysis::ActivationShape& x,
-                        const GroupTopology& tp_group, Algorithm& tp_algorithm) {
+                        const GroupTopology& tp_group, Algorithm& tp_algorithm, bool moe) {
   const double s = x.s, b = x.b, h = x.h, t = x.t;
   const double flops_per_s = hw.peak_flops(r.bf16_compute()) * hw.gemm_efficiency;
   LayerCost c;
   c.gemm = (24.0 * b * s * h * h + 4.0 * b * s * s * h) / t / flops_per_s;
   c.elementwise = layer_elementwise_bytes(x) / hw.memory_bandwidth;
+  if (moe) {
+    // The dense MLP's FC1 and FC2 (16bsh²/t) and bias-GeLU (8sbh·d/t) become the experts' FC1 and FC2
+    // on the R received rows (4·R·h·f/t), the router GEMM (2·s·b·router parameters, not split by t)
+    // and the MoE block's element-wise work; the rows go out and back by two all-to-alls.
+    const analysis::MoEKeptShape m = moe_kept_shape(r);
+    const double f = r.model.ffn_hidden();
+    c.gemm += (4.0 * double(m.received) * h * f / t - 16.0 * b * s * h * h / t +
+               2.0 * s * b * double(analysis::moe_router_params(r.model))) / flops_per_s;
+    c.elementwise += (moe_mlp_elementwise_bytes(m) - 8.0 * s * b * h * x.d / t) / hw.memory_bandwidth;
+    const GroupTopology ep_group = group_topology(hw, r.layout.ep, r.layout.tp);  // consecutive dp ranks
+    c.all_to_all = 2 * all_to_all(ep_group, analysis::moe_all_to_all_bytes(m.assignments, x.h, r.layout.ep)).seconds;
+  }
   // Two conjugate pairs per layer (attention, MLP): all-reduce, or all-gather + reduce-scatter.
   const double bytes = s * b * h * x.d;
   if (x.t > 1) {
@@ -60,19 +80,20 @@ struct LayerWork {
   Algorithm tp_algorithm = Algorithm::none;
 };
 
-LayerWork layer_work(const PlanRequest& r, const Hardware& hw) {
+LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
   const LayoutConfig& l = r.layout;
   const analysis::ActivationShape x = activation_shape(r);
   const double flops_per_s = hw.peak_flops(r.bf16_compute()) * hw.gemm_efficiency;
   LayerWork w;
   const GroupTopology tp_group = group_topology(hw, l.tp, 1);
-  w.forward = layer_forward(r, hw, x, tp_group, w.tp_algorithm);
+  w.forward = layer_forward(r, hw, x, tp_group, w.tp_algorithm, moe);
   if (x.sp && x.t > 1) w.backward_extra_comm = 2 * all_gather(tp_group, double(x.s) * x.b * x.h * x.d).seconds;
   // The fraction of layers fully recomputed re-runs the forward; selective re-runs QKᵀ,
   // softmax, dropout and probs×V from the kept Q, K, V.
   if (l.recompute == Recompute::full) {
     const double share = l.recompute_layers < 0 ? 1.0 : double(l.recompute_layers) / r.model.layers;
-    w.recompute = {share * w.forward.gemm, share * w.forward.elementwise, share * w.forward.comm};
+    w.recompute = {share * w.forward.gemm, share * w.forward.elementwise, share * w.forward.comm,
+                   share * w.forward.all_to_all};
   } else if (l.recompute == Recompute::selective) {
     w.recompute.gemm = 4.0 * x.b * double(x.s) * x.s * x.h / x.t / flops_per_s;
     w.recompute.elementwise = attention_elementwise_bytes(x) / hw.memory_bandwidth;
@@ -83,7 +104,7 @@ LayerWork layer_work(const PlanRequest& r, const Hardware& hw) {
 }  // namespace
 
 LayerTime layer_time(const PlanRequest& r, const Hardware& hw) {
-  const LayerWork w = layer_work(r, hw);
+  const LayerWork w = layer_work(r, hw, false);
   const LayerCost& f = w.forward;
   return {f.total(), 2 * (f.gemm + f.elementwise) + f.comm + w.backward_extra_comm + w.recompute.total()};
 }
@@ -100,17 +121,24 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   // Ranks vary fastest along TP, then DP, then PP (docs/design.md §9).
   const GroupTopology tp_group = group_topology(hw, l.tp, 1);
   const GroupTopology dp_group = group_topology(hw, dp, l.tp);
-  const LayerWork work = layer_work(r, hw);
-  const LayerCost& fwd = work.forward;
+  const LayerWork work = layer_work(r, hw, false);
   out.tp_algorithm = work.tp_algorithm;
 
   // One micro-batch through the busiest stage: its L/p layers forward (1x) and backward (2x
-  // compute, the same communication), plus the output layer on the last stage.
-  const double layers = double(r.model.layers) / p;
-  double gemm = layers * 3 * fwd.gemm;
-  double elementwise = layers * 3 * fwd.elementwise;
-  double tp_comm = layers * (2 * fwd.comm + work.backward_extra_comm);
-  const double recompute = layers * work.recompute.total();
+  // compute, the same communication), plus the output layer on the last stage. Of an MoE model's
+  // layers, the first stage's MoE layers run the MoE block (and its all-to-alls, forward and backward).
+  const int moe_layers = r.model.moe.enabled() ? analysis::first_stage_moe_layers(r.model, p, m) : 0;
+  const double dense_layers = double(r.model.layers) / p - moe_layers;
+  double gemm = 0, elementwise = 0, tp_comm = 0, ep_comm = 0, recompute = 0;
+  auto add_layers = [&](const LayerWork& w, double count) {
+    gemm += count * 3 * w.forward.gemm;
+    elementwise += count * 3 * w.forward.elementwise;
+    tp_comm += count * (2 * w.forward.comm + w.backward_extra_comm);
+    ep_comm += count * 2 * w.forward.all_to_all;
+    recompute += count * w.recompute.total();
+  };
+  add_layers(work, dense_layers);
+  if (moe_layers > 0) add_layers(layer_work(r, hw, true), moe_layers);
   gemm += 6.0 * b * s * h * v / t / flops_per_s;              // logits forward and backward
   elementwise += 6.0 * 4.0 * s * b * v / t / hw.memory_bandwidth;  // fp32 logits, ~6 passes
   if (l.tp > 1) {
@@ -126,11 +154,12 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
     pp_comm = 2.0 * m * (link.alpha + s * b * h * d / t * link.beta);
   }
 
-  const double per_mb = gemm + elementwise + tp_comm + recompute + pp_comm;
+  const double per_mb = gemm + elementwise + tp_comm + ep_comm + recompute + pp_comm;
   const double slots = double(p - 1) / m;  // idle micro-batch slots of the (interleaved) 1F1B
   out.gemm_s = n_mb * gemm;
   out.elementwise_s = n_mb * elementwise;
   out.tp_comm_s = n_mb * tp_comm;
+  out.ep_comm_s = n_mb * ep_comm;
   out.recompute_s = n_mb * recompute;
   out.pp_comm_s = n_mb * pp_comm;
   out.bubble_s = slots * per_mb;
@@ -139,27 +168,34 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   // Data parallelism and ZeRO (docs/design.md §8), as the engine runs them (analysis::dp_bytes_per_step):
   // gradients reduced once per step and parameters gathered back after a sharded update; ZeRO-2
   // reduce-scatters each micro-batch's gradient (no full buffer to accumulate in); ZeRO-3 also
-  // gathers parameters for every forward and backward.
+  // gathers parameters for every forward and backward. An MoE model's expert parameters do the same
+  // over their expert-data-parallel group (the N_d/e ranks at the same expert-parallel position,
+  // stride t·e), the dense ones over the whole data-parallel group.
   const MemoryPlan mem = plan_memory(r);
-  const double psi = double(mem.shard_parameters);
+  const double psi = double(mem.dense_parameters), psi_experts = double(mem.expert_parameters);
   const double w = r.mixed_precision() ? 2 : 4;
-  CollectiveCost dp_cost;
-  if (dp > 1) {
+  auto data_parallel = [&](const GroupTopology& group, double params) {
+    CollectiveCost c;
+    if (group.size <= 1 || params <= 0) return c;
     if (l.zero == 0) {
-      dp_cost = all_reduce(dp_group, psi * w);
+      c = all_reduce(group, params * w);
     } else if (l.zero == 1) {
-      dp_cost = reduce_scatter(dp_group, psi * w);
-      dp_cost.seconds += all_gather(dp_group, psi * w).seconds;
+      c = reduce_scatter(group, params * w);
+      c.seconds += all_gather(group, params * w).seconds;
     } else if (l.zero == 2) {
-      dp_cost = reduce_scatter(dp_group, psi * w);
-      dp_cost.seconds = n_mb * dp_cost.seconds + all_gather(dp_group, psi * w).seconds;
+      c = reduce_scatter(group, params * w);
+      c.seconds = n_mb * c.seconds + all_gather(group, params * w).seconds;
     } else {
-      dp_cost = reduce_scatter(dp_group, psi * w);
-      dp_cost.seconds = n_mb * (dp_cost.seconds + 2 * all_gather(dp_group, psi * w).seconds);
+      c = reduce_scatter(group, params * w);
+      c.seconds = n_mb * (c.seconds + 2 * all_gather(group, params * w).seconds);
     }
-  }
+    return c;
+  };
+  const CollectiveCost dp_cost = data_parallel(dp_group, psi);
+  const int expert_dp = dp / l.ep;
+  out.expert_dp_comm_s = data_parallel(group_topology(hw, expert_dp, l.tp * l.ep), psi_experts).seconds;
   out.dp_algorithm = dp_cost.algorithm;
-  out.dp_comm_s = dp_cost.seconds;
+  out.dp_comm_s = dp_cost.seconds + out.expert_dp_comm_s;
   if (p > 1) {  // tied embedding gradient summed between first and last stage
     const Link link = group_topology(hw, 2, l.tp * dp * (p - 1)).flat_link();
     out.dp_comm_s += ring_all_reduce(2, link, v / t * h * w);
@@ -167,11 +203,11 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   // Adam over the owned parameters: read the gradient (fp32 main grads under mixed precision,
   // as Megatron accumulates them), read and write master weights and both moments, write the
   // 16-bit weights, plus the gradient-norm read and the zeroing of the gradient buffer.
-  const double owned = l.zero >= 1 ? psi / dp : psi;
+  const double owned = l.zero >= 1 ? psi / dp + psi_experts / expert_dp : psi + psi_experts;
   out.optimizer_s = owned * (r.mixed_precision() ? 38.0 : 36.0) / hw.memory_bandwidth;
 
-  out.iteration_s = out.gemm_s + out.elementwise_s + out.recompute_s + out.tp_comm_s + out.pp_comm_s +
-                    out.bubble_s + out.dp_comm_s + out.optimizer_s;
+  out.iteration_s = out.gemm_s + out.elementwise_s + out.recompute_s + out.tp_comm_s + out.ep_comm_s +
+                    out.pp_comm_s + out.bubble_s + out.dp_comm_s + out.optimizer_s;
   return out;
 }
 

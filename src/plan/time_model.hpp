@@ -14,9 +14,11 @@ struct TimePlan {
   double elementwise_s = 0;  // LayerNorm, softmax, dropout, GeLU, residual, cross-entropy
   double recompute_s = 0;    // extra forward work recomputation adds (GEMM + element-wise + TP)
   double tp_comm_s = 0;      // tensor/sequence-parallel all-reduce or reduce-scatter + all-gather
+  double ep_comm_s = 0;      // MoE: the experts' all-to-alls (dispatch, combine; forward and backward)
   double pp_comm_s = 0;      // point-to-point between stages
   double bubble_s = 0;       // (p-1)/m micro-batch slots of idle pipeline
   double dp_comm_s = 0;      // data-parallel gradient all-reduce or ZeRO traffic, embedding sync
+  double expert_dp_comm_s = 0;  // MoE: the part of dp_comm_s spent on the expert-data-parallel groups
   double optimizer_s = 0;    // Adam step over the owned parameters (memory bound)
   double iteration_s = 0;
   double bubble_fraction = 0;
@@ -37,5 +39,9 @@ LayerTime layer_time(const PlanRequest& r, const Hardware& hw);
 // about twice as much. Exposed for the tests and the docs.
 double layer_elementwise_bytes(const analysis::ActivationShape& x);
 double attention_elementwise_bytes(const analysis::ActivationShape& x);  // the s² part alone
+// An MoE layer's MLP block instead of the dense MLP's bias-GeLU: the router's fp32 softmax (read and
+// write N·E), the dispatch permutation (read and write A·h), the combine (read A·h, write N·h), and the
+// experts' bias-GeLU on the R received rows (read and write R·f/t), at d bytes an element.
+double moe_mlp_elementwise_bytes(const analysis::MoEKeptShape& m);
 
 }  // namespace lattice::plan

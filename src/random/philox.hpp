@@ -4,6 +4,7 @@
 // (seed, step, layer, site, global element index) and recomputation or any parallel layout draws
 // the same value.
 #include <array>
+#include <cmath>
 #include <cstdint>
 
 namespace lattice {
@@ -24,7 +25,11 @@ inline std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> ctr, std::arra
 
 // Where a dropout mask lives: the stream of one site of one layer at one optimizer step.
 // `init` is the stream of parameter initialisation, kept apart from every dropout site.
-enum class DropoutSite : uint32_t { embedding = 1, attention = 2, attention_residual = 3, mlp_residual = 4, init = 5 };
+// The MoE sites draw a router's noise, GShard's random routing and the experts' dropout.
+enum class DropoutSite : uint32_t {
+  embedding = 1, attention = 2, attention_residual = 3, mlp_residual = 4, init = 5,
+  moe_noise = 6, moe_route = 7, expert_dropout = 8
+};
 
 struct DropoutStream {
   uint64_t seed = 0;
@@ -39,6 +44,13 @@ inline uint32_t philox_bits(const DropoutStream& st, uint64_t index) {
                                        (uint32_t(st.layer + 2) << 8) | uint32_t(st.site)};
   const std::array<uint32_t, 2> key = {uint32_t(st.seed), uint32_t(st.seed >> 32) ^ uint32_t(st.step >> 32)};
   return philox4x32(ctr, key)[index & 3];
+}
+
+// A standard normal draw for global element `index` (Box–Muller on two 32-bit draws).
+inline float philox_normal(const DropoutStream& st, uint64_t index) {
+  const uint32_t u1 = philox_bits(st, 2 * index), u2 = philox_bits(st, 2 * index + 1);
+  const double a = (double(u1) + 1.0) / 4294967297.0, b = double(u2) / 4294967296.0;
+  return float(std::sqrt(-2.0 * std::log(a)) * std::cos(6.283185307179586 * b));
 }
 
 }  // namespace lattice

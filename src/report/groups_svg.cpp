@@ -80,14 +80,19 @@ class SvgGrid {
 std::string groups_svg(const ParallelLayout& l) {
   require(l.world <= kMaxSvgRanks, "--svg draws at most " + std::to_string(kMaxSvgRanks) + " ranks (world size " +
                                        std::to_string(l.world) + ")");
-  const Panel panels[] = {
+  std::vector<Panel> panels = {
       {"Tensor-parallel groups", "consecutive ranks", tp_groups(l)},
       {"Data-parallel groups", "stride t, within one stage", dp_groups(l)},
       {"Pipeline-parallel groups", "stride t\u00b7dp, one rank per stage", pp_groups(l)},
       {"Embedding groups", "first and last stage of each pipeline; grey: in none", embedding_groups(l)}};
+  if (l.ep > 1) {  // with e = 1 every rank is alone in its EP group and expert-DP is DP
+    panels.push_back({"Expert-parallel groups", "e consecutive dp ranks: stride t", ep_groups(l)});
+    panels.push_back({"Expert-data-parallel groups", "same EP position: stride t\u00b7e", expert_dp_groups(l)});
+  }
   const SvgGrid grid(l);
+  const int n = int(panels.size());
   const int width = std::max(grid.panel_width(), 620);
-  const int height = kTop + 4 * grid.panel_height() + 3 * kPanelGap + 16;
+  const int height = kTop + n * grid.panel_height() + (n - 1) * kPanelGap + 16;
 
   std::ostringstream out;
   out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height << "' viewBox='0 0 "
@@ -99,7 +104,9 @@ std::string groups_svg(const ParallelLayout& l) {
          ".rank{font-size:12px;text-anchor:middle;fill:#222}.none{fill:#aaa}</style>\n"
       << "<rect width='100%' height='100%' fill='#fff'/>\n"
       << "<text x='16' y='24' class='title'>world " << l.world << " = t " << l.tp << " \u00d7 dp " << l.dp
-      << " \u00d7 p " << l.pp << "</text>\n"
+      << " \u00d7 p " << l.pp;
+  if (l.ep > 1) out << " (dp " << l.dp << " = e " << l.ep << " \u00d7 expert-dp " << l.dp / l.ep << ')';
+  out << "</text>\n"
       << "<text x='16' y='42' class='note'>rank = tp_rank + t\u00b7dp_rank + t\u00b7dp\u00b7pp_rank; "
          "cells of one colour form one group</text>\n";
   int top = kTop;

@@ -1,7 +1,8 @@
 #pragma once
 // The rank grid of a layout drawn as Megatron users draw it on a whiteboard: one panel per group
-// kind (TP, DP, PP, embedding); in each, pipeline stages are columns of blocks, a block's rows are
-// DP ranks and its cells TP ranks; cells of one colour form one group.
+// kind (TP, DP, PP, embedding, and EP and expert-DP when e > 1); in each, pipeline stages are
+// columns of blocks, a block's rows are DP ranks and its cells TP ranks; cells of one colour form
+// one group.
 #include <string>
 
 #include "comm/groups.hpp"

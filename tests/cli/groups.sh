@@ -8,30 +8,57 @@ mkdir -p "$SCRATCH"
 
 want='{"event":"groups","tp":[[0,1],[2,3],[4,5],[6,7],[8,9],[10,11],[12,13],[14,15]],'
 want+='"dp":[[0,2],[1,3],[4,6],[5,7],[8,10],[9,11],[12,14],[13,15]],'
-want+='"pp":[[0,4,8,12],[1,5,9,13],[2,6,10,14],[3,7,11,15]],"embedding":[[0,12],[1,13],[2,14],[3,15]]}'
+want+='"pp":[[0,4,8,12],[1,5,9,13],[2,6,10,14],[3,7,11,15]],"embedding":[[0,12],[1,13],[2,14],[3,15]],'
+want+='"ep":[[0],[1],[2],[3],[4],[5],[6],[7],[8],[9],[10],[11],[12],[13],[14],[15]],'
+want+='"expert_dp":[[0,2],[1,3],[4,6],[5,7],[8,10],[9,11],[12,14],[13,15]]}'
 got=$("$LATTICE" groups --world 16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --json)
 [ "$got" = "$want" ] || fail "JSON of Megatron's 16-rank example: $got"
 
 got=$("$LATTICE" groups --world 4 --json)
-[ "$got" = '{"event":"groups","tp":[[0],[1],[2],[3]],"dp":[[0,1,2,3]],"pp":[[0],[1],[2],[3]],"embedding":[[0],[1],[2],[3]]}' ] ||
-  fail "pure data parallelism: $got"
+want='{"event":"groups","tp":[[0],[1],[2],[3]],"dp":[[0,1,2,3]],"pp":[[0],[1],[2],[3]],"embedding":[[0],[1],[2],[3]],'
+want+='"ep":[[0],[1],[2],[3]],"expert_dp":[[0,1,2,3]]}'
+[ "$got" = "$want" ] || fail "pure data parallelism: $got"
 
 "$LATTICE" groups --world 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 > "$SCRATCH/text" ||
   fail "text output exits 0"
 grep -q "^data-parallel groups (4): *\[0,2\] \[1,3\] \[4,6\] \[5,7\]$" "$SCRATCH/text" || fail "text lists DP groups"
 grep -q "^embedding groups (4): *\[0,4\] \[1,5\] \[2,6\] \[3,7\]$" "$SCRATCH/text" || fail "text lists embedding groups"
+grep -q "expert" "$SCRATCH/text" && fail "no expert groups in the text without --expert-model-parallel-size"
+
+# Expert parallelism: world 16, t 2, p 2, e 2 (N_d = 4), the groups written out by hand.
+"$LATTICE" groups --world 16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+  --expert-model-parallel-size 2 > "$SCRATCH/text" || fail "text with --expert-model-parallel-size exits 0"
+grep -q "^expert-parallel groups (8): *\[0,2\] \[1,3\] \[4,6\] \[5,7\] \[8,10\] \[9,11\] \[12,14\] \[13,15\]$" \
+  "$SCRATCH/text" || fail "text lists EP groups: $(cat "$SCRATCH/text")"
+grep -q "^expert-data-parallel groups (8): *\[0,4\] \[1,5\] \[2,6\] \[3,7\] \[8,12\] \[9,13\] \[10,14\] \[11,15\]$" \
+  "$SCRATCH/text" || fail "text lists expert-DP groups: $(cat "$SCRATCH/text")"
+grep -q "^data-parallel 4 = expert-model-parallel 2 x expert-data-parallel 2$" "$SCRATCH/text" || fail "EP x expert-DP = DP"
+got=$("$LATTICE" groups --world 8 --ep 4 --json)  # the short alias; N_d = 8, two EP blocks
+[ "$got" = '{"event":"groups","tp":[[0],[1],[2],[3],[4],[5],[6],[7]],"dp":[[0,1,2,3,4,5,6,7]],"pp":[[0],[1],[2],[3],[4],[5],[6],[7]],"embedding":[[0],[1],[2],[3],[4],[5],[6],[7]],"ep":[[0,1,2,3],[4,5,6,7]],"expert_dp":[[0,4],[1,5],[2,6],[3,7]]}' ] ||
+  fail "--ep 4 JSON: $got"
 
 rm -f "$SCRATCH/grid.svg"
 "$LATTICE" groups --world 16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --svg "$SCRATCH/grid.svg" \
   --json > /dev/null || fail "--svg exits 0"
 svg_complete "$SCRATCH/grid.svg"
 [ "$(grep -o "class='cell'" "$SCRATCH/grid.svg" | wc -l)" -eq 64 ] || fail "4 panels of 16 ranks"
+rm -f "$SCRATCH/ep.svg"
+"$LATTICE" groups --world 16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --ep 2 \
+  --svg "$SCRATCH/ep.svg" > /dev/null || fail "--svg with --ep exits 0"
+svg_complete "$SCRATCH/ep.svg"
+[ "$(grep -o "class='cell'" "$SCRATCH/ep.svg" | wc -l)" -eq 96 ] || fail "6 panels of 16 ranks with EP"
+grep -q "Expert-parallel groups (8)" "$SCRATCH/ep.svg" || fail "the SVG has an EP panel"
+grep -q "Expert-data-parallel groups (8)" "$SCRATCH/ep.svg" || fail "the SVG has an expert-DP panel"
 
 expect() { expect_status groups "$@"; }  # expect <status> <text in stderr> <args...>
 expect 1 "world size 6 is not divisible by t·p = 4" --world 6 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
 expect 1 "needs at least 8 ranks but the world size is 4" --world 4 --tensor-model-parallel-size 8
 expect 1 "tensor-model-parallel size must be at least 1" --world 4 --tensor-model-parallel-size 0
 expect 1 "world size must be between 1" --world 0
+expect 1 "--expert-model-parallel-size 4 does not divide the data-parallel size 2 (world 4 / t·p = 2)" \
+  --world 4 --tensor-model-parallel-size 2 --expert-model-parallel-size 4
+expect 1 "--expert-model-parallel-size must be at least 1 (got 0)" --world 4 --ep 0
+expect 2 "--expert-model-parallel-size = two" --world 4 --ep two
 expect 1 "--svg draws at most" --world 8192 --svg "$SCRATCH/big.svg"
 expect 2 "--world" --tensor-model-parallel-size 2
 expect 2 "--world" --world lots

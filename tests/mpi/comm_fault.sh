@@ -25,6 +25,8 @@ expect_stop "rank 1: error: uncaught failure" --terminate-on-rank 1
 expect_stop "rank 0: error: injected failure" --throw-on-rank 0
 expect_stop "error: world size 4 is not divisible by t·p = 3" --tp 3 --pp 1
 expect_stop "error: t·p = 8 needs at least 8 ranks but the world size is 4" --tp 4 --pp 2
+expect_stop "error: --expert-model-parallel-size 4 does not divide the data-parallel size 2 (world 4 / t·p = 2)" \
+  --tp 2 --pp 1 --ep 4
 
 # A rank that dies without a word (no MPI_Finalize): mpirun stops the others.
 start=$SECONDS
@@ -39,6 +41,14 @@ fi
 got=$?
 if [ "$got" -ne 1 ] || [ "$(wc -l < "$SCRATCH/err")" -ne 1 ] || ! grep -q "mpirun -np N" "$SCRATCH/err"; then
   echo "FAIL: singleton --tp 2 -> exit $got, stderr:"; cat "$SCRATCH/err"; fails=$((fails + 1))
+fi
+
+# The same for a lone process asking for expert parallelism.
+"$COMM_TEST" --tp 1 --pp 1 --ep 2 > /dev/null 2> "$SCRATCH/err"
+got=$?
+if [ "$got" -ne 1 ] || [ "$(wc -l < "$SCRATCH/err")" -ne 1 ] ||
+   ! grep -q "expert-model-parallel-size 2 does not divide the data-parallel size 1.*mpirun -np N" "$SCRATCH/err"; then
+  echo "FAIL: singleton --ep 2 -> exit $got, stderr:"; cat "$SCRATCH/err"; fails=$((fails + 1))
 fi
 
 test "$fails" -eq 0 && echo ok

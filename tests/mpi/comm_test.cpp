@@ -1,6 +1,6 @@
 // The MPI backend under mpirun: every collective against its dense result, the groups that
 // MPI_Comm_split built against src/parallel/groups, the byte counters, and (with a scenario flag)
-// the fault paths. Run: mpirun -np 4 comm_test [--tp t] [--pp p] [--throw-on-rank r |
+// the fault paths. Run: mpirun -np 4 comm_test [--tp t] [--pp p] [--ep e] [--throw-on-rank r |
 // --terminate-on-rank r | --die-on-rank r]. Exit 0 when every check passed on every rank.
 #include <algorithm>
 #include <cstdio>
@@ -19,7 +19,7 @@ using namespace lattice::comm;
 namespace {
 
 struct Options {
-  int tp = 2, pp = 2;
+  int tp = 2, pp = 2, ep = 1;
   int throw_on = -1, terminate_on = -1, die_on = -1;
 };
 
@@ -72,6 +72,33 @@ void check_groups(Distributed& d, Checks& ck) {
   ck.expect(d.tp().rank() == d.coords().tp_rank, "tp rank = tp_rank");
   ck.expect(d.dp().rank() == d.coords().dp_rank, "dp rank = dp_rank");
   ck.expect(d.pp().rank() == d.coords().pp_rank, "pp rank = pp_rank (stage)");
+  check(d.ep(), g.ep, "ep");
+  check(d.expert_dp(), g.expert_dp, "expert_dp");
+  ck.expect(d.ep().rank() == d.coords().ep_rank, "ep rank = dp_rank % e");
+  ck.expect(d.expert_dp().rank() == d.coords().expert_dp_rank, "expert_dp rank = dp_rank / e");
+  ck.expect(d.ep().kind() == GroupKind::ep && d.expert_dp().kind() == GroupKind::expert_dp, "expert group kinds");
+}
+
+// The EP and expert-DP groups of the 4-rank layouts with e = 2, written out by hand (§9).
+void check_expert_groups_by_hand(Distributed& d, Checks& ck) {
+  const auto& l = d.layout();
+  if (l.world != 4 || l.ep != 2 || l.pp != 1) return;
+  const int r = d.rank();
+  std::vector<std::vector<int>> ep, edp;  // by world rank
+  if (l.tp == 1) {  // N_d = 4: EP {0,1} {2,3}, expert-DP {0,2} {1,3}
+    ep = {{0, 1}, {0, 1}, {2, 3}, {2, 3}};
+    edp = {{0, 2}, {1, 3}, {0, 2}, {1, 3}};
+  } else if (l.tp == 2) {  // N_d = 2: EP {0,2} {1,3} (stride t), expert-DP every rank alone
+    ep = {{0, 2}, {1, 3}, {0, 2}, {1, 3}};
+    edp = {{0}, {1}, {2}, {3}};
+  } else {
+    return;
+  }
+  ck.expect(members(d.ep(), r) == ep[size_t(r)] && d.ep().size() == int(ep[size_t(r)].size()), "EP group by hand");
+  ck.expect(members(d.expert_dp(), r) == edp[size_t(r)] && d.expert_dp().size() == int(edp[size_t(r)].size()),
+            "expert-DP group by hand");
+  const int ep_rank = r == ep[size_t(r)][0] ? 0 : 1;
+  ck.expect(d.ep().rank() == ep_rank, "EP rank by hand");
 }
 
 void check_all_reduce(Distributed& d, Checks& ck) {
@@ -138,6 +165,79 @@ void check_scatter_gather(Distributed& d, Checks& ck) {
   for (int q = 0; q < t; ++q)
     for (size_t i = 0; i < chunk; ++i) ok = ok && recv[size_t(q) * chunk + i] == float(q * 100 + r) * 10000 + float(i);
   ck.expect(ok, "all_to_all transposes chunks");
+}
+
+// all_to_all_v and all_to_all_counts against tables worked out by hand for groups of 4 and 2.
+// send[q][r] floats go from rank q to rank r; element i of that chunk is q·100 + r·10 + i. Zero
+// counts included: rank 1 of 4 sends nothing to rank 0 nor to itself, rank 0 of 2 nothing to 1.
+struct AllToAllTable {
+  std::vector<std::vector<int>> send, recv;  // recv[r][q] = send[q][r]
+  std::vector<std::vector<float>> out;       // what rank r receives, in rank order
+  std::vector<double> bytes;                 // bytes rank q sends to others
+};
+
+const AllToAllTable& table_of(int size) {
+  static const AllToAllTable four{{{1, 2, 0, 3}, {0, 0, 4, 1}, {2, 0, 1, 0}, {0, 3, 0, 2}},
+                                  {{1, 0, 2, 0}, {2, 0, 0, 3}, {0, 4, 1, 0}, {3, 1, 0, 2}},
+                                  {{0, 200, 201},
+                                   {10, 11, 310, 311, 312},
+                                   {120, 121, 122, 123, 220},
+                                   {30, 31, 32, 130, 330, 331}},
+                                  {20, 20, 8, 12}};
+  static const AllToAllTable two{{{2, 0}, {3, 1}}, {{2, 3}, {0, 1}}, {{0, 1, 100, 101, 102}, {110}}, {0, 12}};
+  return size == 4 ? four : two;
+}
+
+void check_all_to_all_v(Communicator& c, TrafficLedger& traffic, Checks& ck) {
+  if (c.size() != 4 && c.size() != 2) return;
+  const AllToAllTable& t = table_of(c.size());
+  const int me = c.rank();
+  const std::string group = to_string(c.kind());
+  const std::vector<int>& send_counts = t.send[size_t(me)];
+
+  traffic.reset();
+  std::vector<int> recv_counts(size_t(c.size()), -1);
+  c.all_to_all_counts(send_counts, recv_counts);
+  ck.expect(recv_counts == t.recv[size_t(me)], "all_to_all_counts over " + group);
+  const TrafficEntry counted = traffic.entry(c.kind(), CollectiveOp::all_to_all);
+  ck.expect(counted.calls == 1 && counted.sent_bytes == 4.0 * (c.size() - 1) && counted.payload_bytes == 4 * c.size(),
+            "all_to_all_counts counts 4 bytes per other rank over " + group);
+
+  std::vector<float> input;
+  for (int r = 0; r < c.size(); ++r)
+    for (int i = 0; i < send_counts[size_t(r)]; ++i) input.push_back(float(me * 100 + r * 10 + i));
+  input.push_back(-7.0f);  // beyond the counts: never sent
+  std::vector<float> output(t.out[size_t(me)].size() + 3, -1.0f);  // longer than needed: the tail stays
+  traffic.reset();
+  c.all_to_all_v(input, send_counts, output, recv_counts);
+  std::vector<float> want = t.out[size_t(me)];
+  want.insert(want.end(), 3, -1.0f);
+  ck.expect(output == want, "all_to_all_v delivers the uneven chunks over " + group);
+  const TrafficEntry sent = traffic.entry(c.kind(), CollectiveOp::all_to_all);
+  ck.expect(sent.calls == 1 && sent.sent_bytes == t.bytes[size_t(me)],
+            "all_to_all_v counts the exact bytes over " + group);
+  traffic.reset();
+
+  // Misuse is refused before any message moves (every rank throws, so no rank waits).
+  auto refused = [&](auto&& call) {
+    try {
+      call();
+    } catch (const std::logic_error&) {
+      return true;
+    }
+    return false;
+  };
+  const std::vector<int> short_counts(send_counts.begin(), send_counts.end() - 1);
+  std::vector<int> negative = send_counts, self = recv_counts;
+  negative[size_t((me + 1) % c.size())] = -1;
+  self[size_t(me)] += 1;
+  std::vector<float> none;  // every rank of the tables receives something
+  ck.expect(refused([&] { c.all_to_all_v(input, short_counts, output, recv_counts); }), "one count per rank");
+  ck.expect(refused([&] { c.all_to_all_v(input, negative, output, recv_counts); }), "no negative count");
+  ck.expect(refused([&] { c.all_to_all_v(input, send_counts, none, recv_counts); }), "output holds the counts");
+  ck.expect(refused([&] { c.all_to_all_v(input, send_counts, output, self); }), "own chunk sent = received");
+  ck.expect(refused([&] { c.all_to_all_counts(short_counts, recv_counts); }), "counts: one per rank");
+  ck.expect(traffic.total(c.kind()).calls == 0, "refused calls count nothing");
 }
 
 void check_point_to_point(Distributed& d, Checks& ck) {
@@ -232,6 +332,9 @@ void check_counters(Distributed& d, Checks& ck) {
 int run_checks(Distributed& d) {
   Checks ck(d.rank());
   check_groups(d, ck);
+  check_expert_groups_by_hand(d, ck);
+  check_all_to_all_v(d.world(), d.traffic(), ck);
+  check_all_to_all_v(d.ep(), d.traffic(), ck);
   check_all_reduce(d, ck);
   check_scatter_gather(d, ck);
   check_point_to_point(d, ck);
@@ -241,8 +344,8 @@ int run_checks(Distributed& d) {
   float failed = float(ck.failed());
   d.world().all_reduce({&failed, 1});
   if (d.rank() == 0)
-    std::printf("comm_test: world %d (t %d, dp %d, p %d): %d checks per rank, %g failed\n", d.world_size(),
-                d.layout().tp, d.layout().dp, d.layout().pp, ck.count(), double(failed));
+    std::printf("comm_test: world %d (t %d, dp %d, p %d, e %d): %d checks per rank, %g failed\n", d.world_size(),
+                d.layout().tp, d.layout().dp, d.layout().pp, d.layout().ep, ck.count(), double(failed));
   return failed == 0 ? 0 : 1;
 }
 
@@ -267,6 +370,7 @@ Options parse(int argc, char** argv) {
     const int value = std::atoi(argv[i + 1]);
     if (flag == "--tp") o.tp = value;
     else if (flag == "--pp") o.pp = value;
+    else if (flag == "--ep") o.ep = value;
     else if (flag == "--throw-on-rank") o.throw_on = value;
     else if (flag == "--terminate-on-rank") o.terminate_on = value;
     else if (flag == "--die-on-rank") o.die_on = value;
@@ -280,7 +384,7 @@ Options parse(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
-    Distributed d(o.tp, o.pp, "comm_test");
+    Distributed d(o.tp, o.pp, "comm_test", kDefaultCommTimeout, o.ep);
     const bool fault = o.throw_on >= 0 || o.terminate_on >= 0 || o.die_on >= 0;
     return run_or_abort_all("comm_test", [&] { return fault ? run_fault(d, o) : run_checks(d); });
   } catch (const std::exception& e) {  // a lone process: errors reach main as in lattice

@@ -218,6 +218,10 @@ class ThreadComm final : public comm::Communicator {
   void do_all_gather(std::span<const float>, std::span<float>) override { unused(); }
   void do_broadcast(std::span<float>, int) override { unused(); }
   void do_all_to_all(std::span<const float>, std::span<float>) override { unused(); }
+  void do_all_to_all_v(std::span<const float>, std::span<const int>, std::span<float>, std::span<const int>) override {
+    unused();
+  }
+  void do_all_to_all_counts(std::span<const int>, std::span<int>) override { unused(); }
   void do_send(std::span<const float>, int, int) override { unused(); }
   void do_recv(std::span<float>, int, int) override { unused(); }
   void do_barrier() override { unused(); }

@@ -52,3 +52,30 @@ TEST(CommTraffic, LedgerTotalsSnapshotsAndReset) {
   EXPECT_STREQ(to_string(GroupKind::embedding), "embedding");
   EXPECT_STREQ(ring_formula(CollectiveOp::all_reduce), "2(t-1)/t·n");
 }
+
+TEST(CommTraffic, UnevenAllToAllCountsExactlyTheChunksSentToOthers) {
+  const int counts[] = {3, 0, 5, 7};
+  // Rank 2 keeps its own 5 floats: 3 + 0 + 7 = 10 sent, 40 bytes.
+  EXPECT_DOUBLE_EQ(all_to_all_v_bytes_sent(counts, 2, 4), 40);
+  EXPECT_DOUBLE_EQ(all_to_all_v_bytes_sent(counts, 0, 4), 48);
+  EXPECT_DOUBLE_EQ(all_to_all_v_bytes_sent(counts, 1, 4), 60);  // sends nothing to itself anyway
+  EXPECT_DOUBLE_EQ(all_to_all_v_bytes_sent(counts, 0, 2), 24);  // element size scales the bytes
+  const int alone[] = {9};
+  EXPECT_DOUBLE_EQ(all_to_all_v_bytes_sent(alone, 0, 4), 0);  // a group of one sends nothing
+  // Even counts: the same as the ring estimate (t-1)/t·n for all_to_all.
+  const int even[] = {6, 6, 6, 6};
+  EXPECT_DOUBLE_EQ(all_to_all_v_bytes_sent(even, 1, 4), ring_bytes_sent(CollectiveOp::all_to_all, 4 * 24, 4));
+}
+
+TEST(CommTraffic, ExpertGroupKinds) {
+  EXPECT_EQ(kGroupKinds, int(GroupKind::expert_dp) + 1);
+  EXPECT_STREQ(to_string(GroupKind::ep), "ep");
+  EXPECT_STREQ(to_string(GroupKind::expert_dp), "expert_dp");
+  TrafficLedger ledger;
+  ledger.record(GroupKind::expert_dp, CollectiveOp::all_reduce, 30, 20);
+  ledger.record(GroupKind::ep, CollectiveOp::all_to_all, 40, 60);
+  EXPECT_DOUBLE_EQ(ledger.total(GroupKind::ep).sent_bytes, 40);
+  EXPECT_DOUBLE_EQ(ledger.total(GroupKind::expert_dp).sent_bytes, 30);
+  EXPECT_EQ(ledger.total(GroupKind::dp).calls, 0);
+  EXPECT_EQ(ledger.since(TrafficLedger{}).entry(GroupKind::ep, CollectiveOp::all_to_all).payload_bytes, 60);
+}

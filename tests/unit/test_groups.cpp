@@ -26,9 +26,9 @@ void expect_partition(const Groups& groups, int world) {
   for (int r = 0; r < world; ++r) EXPECT_EQ(seen[size_t(r)], 1) << "rank " << r;
 }
 
-std::string error_of(int world, int tp, int pp) {
+std::string error_of(int world, int tp, int pp, int ep = 1) {
   try {
-    make_layout(world, tp, pp);
+    make_layout(world, tp, pp, ep);
   } catch (const InputError& e) {
     return e.what();
   }
@@ -111,6 +111,84 @@ TEST(Groups, BadLayoutsNameTheCause) {
   EXPECT_EQ(error_of(65536, 65536, 65536).find("t·p = 4294967296"), 0u);  // no int overflow
 }
 
+// Expert parallelism (docs/design.md §9): EP and expert-DP groups cut each DP group.
+TEST(ExpertGroups, World8Tp2Ep2) {
+  const ParallelLayout l = make_layout(8, 2, 1, 2);  // N_d = 4: DP {0,2,4,6}, {1,3,5,7}
+  EXPECT_EQ(l.dp, 4);
+  EXPECT_EQ(l.ep, 2);
+  EXPECT_EQ(ep_groups(l), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(expert_dp_groups(l), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  const RankCoords c = coords_of(l, 6);  // tp 0, dp 3
+  EXPECT_EQ(c.dp_rank, 3);
+  EXPECT_EQ(c.ep_rank, 1);
+  EXPECT_EQ(c.expert_dp_rank, 1);
+  EXPECT_EQ(groups_of(l, 6).ep, (std::vector<int>{4, 6}));
+  EXPECT_EQ(groups_of(l, 6).expert_dp, (std::vector<int>{2, 6}));
+}
+
+TEST(ExpertGroups, World16Tp2Pp2Ep2) {
+  const ParallelLayout l = make_layout(16, 2, 2, 2);  // N_d = 4 per stage
+  EXPECT_EQ(ep_groups(l), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(expert_dp_groups(l), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+}
+
+TEST(ExpertGroups, World16Tp1Ep4) {
+  const ParallelLayout l = make_layout(16, 1, 2, 4);  // N_d = 8: two EP blocks of 4 per stage
+  EXPECT_EQ(ep_groups(l), (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}}));
+  EXPECT_EQ(expert_dp_groups(l), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+}
+
+TEST(ExpertGroups, EpTimesExpertDpIsDp) {
+  for (auto [world, tp, pp, ep] : {std::tuple{8, 2, 1, 2}, {16, 2, 2, 2}, {24, 1, 3, 4}, {24, 2, 1, 12}, {12, 3, 1, 1},
+                                   {8, 1, 1, 8}, {1, 1, 1, 1}, {36, 1, 2, 3}}) {
+    SCOPED_TRACE(std::to_string(world) + " " + std::to_string(tp) + " " + std::to_string(pp) + " " +
+                 std::to_string(ep));
+    const ParallelLayout l = make_layout(world, tp, pp, ep);
+    const Groups eps = ep_groups(l), edps = expert_dp_groups(l);
+    expect_partition(eps, world);
+    expect_partition(edps, world);
+    EXPECT_EQ(eps.size(), size_t(world / ep));
+    EXPECT_EQ(edps.size(), size_t(tp * pp * ep));
+    for (int r = 0; r < world; ++r) {
+      const RankGroups g = groups_of(l, r);
+      const RankCoords c = coords_of(l, r);
+      ASSERT_EQ(g.ep.size(), size_t(ep));
+      ASSERT_EQ(g.expert_dp.size(), size_t(l.dp / ep));
+      EXPECT_EQ(g.ep[size_t(c.ep_rank)], r);  // a rank's place in its group is its coordinate
+      EXPECT_EQ(g.expert_dp[size_t(c.expert_dp_rank)], r);
+      EXPECT_EQ(c.dp_rank, c.expert_dp_rank * ep + c.ep_rank);
+      EXPECT_NE(std::find(eps.begin(), eps.end(), g.ep), eps.end()) << "rank " << r;
+      EXPECT_NE(std::find(edps.begin(), edps.end(), g.expert_dp), edps.end()) << "rank " << r;
+      // Each EP group lies inside its DP group, and EP × expert-DP is that DP group.
+      std::vector<int> product;
+      for (int a : g.ep) {
+        EXPECT_NE(std::find(g.dp.begin(), g.dp.end(), a), g.dp.end()) << "EP member " << a << " of rank " << r;
+        for (int b : groups_of(l, a).expert_dp) product.push_back(b);
+      }
+      std::sort(product.begin(), product.end());
+      EXPECT_EQ(product, g.dp) << "rank " << r;
+    }
+  }
+}
+
+TEST(ExpertGroups, EpOfOneIsEveryRankAloneAndExpertDpIsDp) {
+  const ParallelLayout l = make_layout(16, 2, 4);
+  EXPECT_EQ(l.ep, 1);
+  EXPECT_EQ(expert_dp_groups(l), dp_groups(l));
+  for (const auto& g : ep_groups(l)) EXPECT_EQ(g.size(), 1u);
+}
+
+TEST(ExpertGroups, BadEpNamesTheFlag) {
+  EXPECT_EQ(error_of(4, 2, 1, 4),
+            "--expert-model-parallel-size 4 does not divide the data-parallel size 2 (world 4 / t·p = 2)");
+  EXPECT_EQ(error_of(12, 1, 2, 4),
+            "--expert-model-parallel-size 4 does not divide the data-parallel size 6 (world 12 / t·p = 2)");
+  EXPECT_EQ(error_of(4, 1, 1, 0), "--expert-model-parallel-size must be at least 1 (got 0)");
+  EXPECT_EQ(error_of(4, 1, 1, -2), "--expert-model-parallel-size must be at least 1 (got -2)");
+  EXPECT_EQ(error_of(6, 2, 2, 2), "world size 6 is not divisible by t·p = 4");  // t·p is checked first
+  EXPECT_EQ(error_of(1, 1, 1, 2).find("--expert-model-parallel-size 2 does not divide"), 0u);
+}
+
 TEST(GroupsSvg, DrawsEveryRankOncePerPanel) {
   const std::string svg = groups_svg(make_layout(16, 2, 4));
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
@@ -120,4 +198,15 @@ TEST(GroupsSvg, DrawsEveryRankOncePerPanel) {
   EXPECT_EQ(cells, 4u * 16u);
   EXPECT_NE(svg.find("Embedding groups (4)"), std::string::npos);
   EXPECT_THROW(groups_svg(make_layout(kMaxSvgRanks * 2, 1, 1)), InputError);
+  EXPECT_EQ(svg.find("Expert-parallel groups"), std::string::npos);  // e = 1: no EP panels
+}
+
+TEST(GroupsSvg, ExpertPanelsWhenEpAboveOne) {
+  const std::string svg = groups_svg(make_layout(16, 2, 2, 2));
+  size_t cells = 0;
+  for (size_t at = svg.find("class='cell'"); at != std::string::npos; at = svg.find("class='cell'", at + 1)) ++cells;
+  EXPECT_EQ(cells, 6u * 16u);
+  EXPECT_NE(svg.find("Expert-parallel groups (8)"), std::string::npos);
+  EXPECT_NE(svg.find("Expert-data-parallel groups (8)"), std::string::npos);
+  EXPECT_LT(svg.find("Expert-parallel groups"), svg.find("Expert-data-parallel groups"));
 }
