@@ -174,8 +174,18 @@ nlohmann::json read_trainer_state(const std::string& dir) {
 }
 
 nlohmann::json model_config_json(const ModelConfig& c) {
-  return {{"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
-          {"seq_len", c.seq_len}, {"vocab", c.vocab}, {"dropout", c.dropout}};
+  nlohmann::json j = {{"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
+                      {"seq_len", c.seq_len}, {"vocab", c.vocab}, {"dropout", c.dropout}};
+  if (c.moe.enabled()) {
+    const MoEConfig& m = c.moe;
+    j["moe"] = {{"experts", m.experts},          {"layer_freq", m.layer_freq},
+                {"topk", m.k()},                 {"ffn_hidden", c.ffn_hidden()},
+                {"router", to_string(m.router)}, {"capacity_factor", m.capacity_factor},
+                {"drop_policy", to_string(m.drop_policy)}, {"aux_loss_coeff", m.aux_loss_coeff},
+                {"load_balancing", m.load_balancing}, {"groups", m.groups},
+                {"expert_dropout", m.expert_dropout}, {"init_scale", m.init_scale}};
+  }
+  return j;
 }
 
 namespace {
@@ -214,6 +224,31 @@ ModelConfig model_config_of(const nlohmann::json& state, const std::string& wher
   c.seq_len = int(integer(m, "seq_len", 1, kMaxSeqLen, mw));
   c.vocab = int(integer(m, "vocab", 2, 65536, mw));
   c.dropout = number(m, "dropout", 0.0, 1.0, mw);
+  if (m.contains("moe")) {  // a Mixture-of-Experts model (docs/design.md §12)
+    const nlohmann::json& x = m["moe"];
+    const std::string xw = where + " (model.moe)";
+    c.moe.experts = int(integer(x, "experts", 1, 1 << 16, xw));
+    c.moe.layer_freq = int(integer(x, "layer_freq", 1, kMaxLayers, xw));
+    c.moe.topk = int(integer(x, "topk", 1, 1 << 16, xw));
+    c.moe.ffn_hidden = int(integer(x, "ffn_hidden", 1, 4 * int64_t(kMaxHidden), xw));
+    c.moe.capacity_factor = number(x, "capacity_factor", 0.0, 1e4, xw);
+    c.moe.aux_loss_coeff = number(x, "aux_loss_coeff", 0.0, 1e3, xw);
+    c.moe.groups = int(integer(x, "groups", 1, 1 << 20, xw));
+    c.moe.expert_dropout = number(x, "expert_dropout", 0.0, 1.0, xw);
+    c.moe.init_scale = number(x, "init_scale", 0.0, 100.0, xw);
+    const nlohmann::json& lb = field(x, "load_balancing", xw);
+    require(lb.is_boolean(), xw + ": \"load_balancing\" must be true or false");
+    c.moe.load_balancing = lb.get<bool>();
+    try {
+      const nlohmann::json& router = field(x, "router", xw);
+      const nlohmann::json& policy = field(x, "drop_policy", xw);
+      require(router.is_string() && policy.is_string(), xw + ": \"router\" and \"drop_policy\" must be strings");
+      c.moe.router = parse_moe_router(router.get<std::string>());
+      c.moe.drop_policy = parse_drop_policy(policy.get<std::string>());
+    } catch (const InputError& e) {
+      fail(xw + ": " + e.what());
+    }
+  }
   try {
     c.validate();
   } catch (const InputError& e) {

@@ -25,7 +25,7 @@ int run_train(int argc, char** argv) {
   train.seed_given = app.count("--seed") > 0;
   train.zero_prefetch_given = app.count("--zero-prefetch") > 0;
   const LayoutConfig resolved = layout.resolve();
-  if (!comm::started_by_launcher() && resolved.tp == 1 && resolved.pp == 1) {
+  if (!comm::started_by_launcher() && resolved.tp == 1 && resolved.pp == 1 && resolved.ep == 1) {
     Trainer trainer(model, resolved, train);
     return trainer.run();
   }
@@ -33,7 +33,8 @@ int run_train(int argc, char** argv) {
   // fails later aborts the whole job.
   // A bad --comm-timeout is reported by the validation below, once; the watchdog runs meanwhile.
   comm::Distributed dist(resolved.tp, resolved.pp, "train",
-                         valid_comm_timeout(train.comm_timeout) ? train.comm_timeout : comm::kDefaultCommTimeout);
+                         valid_comm_timeout(train.comm_timeout) ? train.comm_timeout : comm::kDefaultCommTimeout,
+                         resolved.ep);
   std::unique_ptr<Trainer> trainer;
   const std::string settings = app.config_to_str(/*default_also=*/true, /*write_description=*/false);
   comm::check_on_all_ranks("train", [&] {

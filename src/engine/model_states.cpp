@@ -20,21 +20,23 @@ StatesLayout states_layout(const LayoutConfig& layout, int layers, bool zero_pre
           zero_prefetch, layers};
 }
 
-ModelStates::ModelStates(const StatesLayout& layout, std::vector<Bucket> buckets, comm::Communicator* dp)
+ModelStates::ModelStates(const StatesLayout& layout, std::vector<Bucket> buckets, comm::Communicator* dp,
+                         comm::Communicator* expert_dp)
     : layout_(layout),
       dp_(dp),
+      expert_dp_(expert_dp ? expert_dp : dp),
       stage_(dp && dp->size() > 1 ? layout.zero : 0),
-      n_(stage_ >= 1 ? dp->size() : 1),
       buckets_(std::move(buckets)) {
   if (layout.params_dtype != ParamsDType::fp32) half_ = HalfFormat{layout.params_dtype == ParamsDType::fp16};
-  const int r = stage_ >= 1 ? dp->rank() : 0;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bucket = buckets_[b];
-    const int64_t chunk = (bucket.size() + n_ - 1) / n_;
-    for (int k = 0; k < n_; ++k) {
+    const int n = stage_ >= 1 ? group(int(b))->size() : 1, r = stage_ >= 1 ? group(int(b))->rank() : 0;
+    const int64_t chunk = (bucket.size() + n - 1) / n;
+    counts_.emplace_back();
+    for (int k = 0; k < n; ++k) {
       const int64_t begin = std::min(bucket.end, bucket.begin + k * chunk);
       const int64_t end = std::min(bucket.end, begin + chunk);
-      counts_.push_back(int(end - begin));
+      counts_.back().push_back(int(end - begin));
       if (k == r) pieces_.push_back({begin, end});
     }
     // Without ZeRO the "shard" is the whole buffer in its own layout.
@@ -87,8 +89,10 @@ void ModelStates::keep_weights(GPT& model, bool from_seed, uint64_t seed) {
 }
 
 void ModelStates::sync_replicas() {
-  if (!dp_ || dp_->size() == 1 || half() || !whole_weights()) return;
-  dp_->broadcast({weights32_.data(), size_t(total_)}, 0);
+  if (half() || !whole_weights()) return;
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (replicated(int(b)) && buckets_[b].size() > 0)
+      group(int(b))->broadcast({weights32_.data() + buckets_[b].begin, size_t(buckets_[b].size())}, 0);
   refresh_bf16();
 }
 
@@ -152,7 +156,7 @@ void ModelStates::launch_gather(int b) {
     mine = g.piece.data();
   }
   note_transient();
-  g.pending = dp_->all_gather_v_async({mine, size_t(n)}, {g.values.data(), size_t(bucket.size())}, counts(b));
+  g.pending = group(b)->all_gather_v_async({mine, size_t(n)}, {g.values.data(), size_t(bucket.size())}, counts(b));
 }
 
 // A bucket's fp32 weights are about to be read: wait for them, make the bf16 copy GEMMs may need.
@@ -183,7 +187,7 @@ void ModelStates::grads_done(int b) {
   if (!half() && whole_grads()) {
     // Only the last micro-batch reduces; the tied embedding's bucket is written twice (head and
     // embedding), so the non-layer buckets wait for reduce().
-    if (last_micro_batch_ && b < layout_.layers) launch_reduction(b);
+    if (last_micro_batch_ && per_layer_bucket(b, layout_.layers)) launch_reduction(b);
     return;
   }
   TrackedArray<float> done = bucket_grads_.take(b);
@@ -197,15 +201,16 @@ void ModelStates::grads_done(int b) {
 
 void ModelStates::launch_reduction(int b) {
   const Bucket& bucket = buckets_[size_t(b)];
-  if (launched_[size_t(b)] || bucket.size() == 0 || !dp_ || dp_->size() == 1) return;
+  // Stage 0 has nothing to do in a group of one; a shard (stages 1–2) is still moved into place.
+  if (launched_[size_t(b)] || bucket.size() == 0 || !group(b) || (stage_ == 0 && !replicated(b))) return;
   launched_[size_t(b)] = true;
   if (stage_ == 0) {
-    all_reducing_.push_back(dp_->all_reduce_async({grads32_.data() + bucket.begin, size_t(bucket.size())}));
+    all_reducing_.push_back(group(b)->all_reduce_async({grads32_.data() + bucket.begin, size_t(bucket.size())}));
     return;
   }
   Reducing r{b, {}, TrackedArray<float>(piece(b).size(), "transient"), {}};
   note_transient();
-  r.pending = dp_->reduce_scatter_v_async({grads32_.data() + bucket.begin, size_t(bucket.size())},
+  r.pending = group(b)->reduce_scatter_v_async({grads32_.data() + bucket.begin, size_t(bucket.size())},
                                           {r.mine.data(), size_t(r.mine.size())}, counts(b));
   reducing_.push_back(std::move(r));
   while (reducing_.size() > 2) complete_oldest();
@@ -214,7 +219,7 @@ void ModelStates::launch_reduction(int b) {
 void ModelStates::reduce_scatter(int b, TrackedArray<float> values, size_t max_in_flight) {
   Reducing r{b, std::move(values), TrackedArray<float>(piece(b).size(), "transient"), {}};
   note_transient();
-  r.pending = dp_->reduce_scatter_v_async({r.full.data(), size_t(r.full.size())},
+  r.pending = group(b)->reduce_scatter_v_async({r.full.data(), size_t(r.full.size())},
                                           {r.mine.data(), size_t(r.mine.size())}, counts(b));
   reducing_.push_back(std::move(r));
   while (reducing_.size() > max_in_flight) complete_oldest();
@@ -259,7 +264,9 @@ OwnedGrads ModelStates::reduce() {
     reduced_ = TrackedArray<float>(total_, "transient");
     half_->widen(grads16_.data(), reduced_.data(), total_);
     note_transient();
-    if (dp_ && dp_->size() > 1) dp_->all_reduce({reduced_.data(), size_t(total_)});
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      if (replicated(int(b)) && buckets_[b].size() > 0)
+        group(int(b))->all_reduce({reduced_.data() + buckets_[b].begin, size_t(buckets_[b].size())});
     return {owned_, {reduced_.data()}};
   }
   if (half() && stage_ == 1) {  // bucket by bucket: widen, reduce-scatter (one in flight)
@@ -299,7 +306,7 @@ void ModelStates::finish_step(bool updated) {
       for (size_t b = 0; b < buckets_.size(); ++b) {
         const Bucket& bucket = buckets_[b];
         if (bucket.size() == 0) continue;
-        pending.push_back(dp_->all_gather_v_async({weights32_.data() + pieces_[b].begin, size_t(pieces_[b].size())},
+        pending.push_back(group(int(b))->all_gather_v_async({weights32_.data() + pieces_[b].begin, size_t(pieces_[b].size())},
                                                   {weights32_.data() + bucket.begin, size_t(bucket.size())},
                                                   counts(int(b))));
       }
@@ -319,7 +326,7 @@ void ModelStates::gather_narrowed() {
     if (bucket.size() == 0) continue;
     TrackedArray<float> values(bucket.size(), "transient");
     note_transient();
-    dp_->all_gather_v_async({masters_.data() + shard_offset_[b], size_t(pieces_[b].size())},
+    group(int(b))->all_gather_v_async({masters_.data() + shard_offset_[b], size_t(pieces_[b].size())},
                             {values.data(), size_t(bucket.size())}, counts(int(b)))
         .wait();
     half_->narrow(values.data(), weights16_.data() + bucket.begin, bucket.size());
@@ -339,7 +346,7 @@ std::vector<float> ModelStates::gather_full(const float* owned_values) {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bucket = buckets_[b];
     if (bucket.size() == 0) continue;
-    dp_->all_gather_v_async({owned_values + shard_offset_[b], size_t(pieces_[b].size())},
+    group(int(b))->all_gather_v_async({owned_values + shard_offset_[b], size_t(pieces_[b].size())},
                             {full.data() + bucket.begin, size_t(bucket.size())}, counts(int(b)))
         .wait();
   }

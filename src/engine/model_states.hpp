@@ -49,10 +49,12 @@ StatesLayout states_layout(const LayoutConfig& layout, int layers, bool zero_pre
 
 class ModelStates final : public BucketStore {
  public:
-  // `dp`: the data-parallel group (null: one process). Allocates the gradient buffers; the weights
+  // `dp`: the data-parallel group (null: one process); `expert_dp`: the expert-data-parallel group
+  // the experts' buckets are kept over (null: dp). Allocates the gradient buffers; the weights
   // come with keep_weights, once they are loaded. No collective here (a constructor may fail on
   // one rank alone).
-  ModelStates(const StatesLayout& layout, std::vector<Bucket> buckets, comm::Communicator* dp);
+  ModelStates(const StatesLayout& layout, std::vector<Bucket> buckets, comm::Communicator* dp,
+              comm::Communicator* expert_dp = nullptr);
 
   int zero_stage() const { return stage_; }
   // The pieces of the flat buffer this rank updates (the whole buffer without ZeRO), in the order
@@ -121,7 +123,10 @@ class ModelStates final : public BucketStore {
   int64_t offset_in(bool sharded, int bucket) const {
     return sharded ? shard_offset_[size_t(bucket)] : pieces_[size_t(bucket)].begin;
   }
-  std::span<const int> counts(int bucket) const { return {counts_.data() + size_t(bucket) * n_, size_t(n_)}; }
+  std::span<const int> counts(int bucket) const { return counts_[size_t(bucket)]; }
+  // The group a bucket is data-parallel over: the expert-DP group for experts, else the DP group.
+  comm::Communicator* group(int bucket) const { return buckets_[size_t(bucket)].experts ? expert_dp_ : dp_; }
+  bool replicated(int bucket) const { return group(bucket) && group(bucket)->size() > 1; }
   FlatPiece piece(int bucket) const { return pieces_[size_t(bucket)]; }
   void note_transient() { transient_peak_.note(); }
 
@@ -136,10 +141,11 @@ class ModelStates final : public BucketStore {
 
   StatesLayout layout_;
   comm::Communicator* dp_;
-  int stage_, n_;  // n_: ranks the buckets are split over (1 without ZeRO)
+  comm::Communicator* expert_dp_;  // experts' buckets (the DP group without expert parallelism)
+  int stage_;
   std::optional<HalfFormat> half_;
   std::vector<Bucket> buckets_;
-  std::vector<int> counts_;            // [bucket][rank]: elements of each rank's piece
+  std::vector<std::vector<int>> counts_;  // [bucket][rank of its group]: elements of each rank's piece
   std::vector<FlatPiece> pieces_;      // this rank's piece of each bucket (may be empty)
   std::vector<int64_t> shard_offset_;  // where each bucket's piece starts in the shard
   std::vector<FlatPiece> owned_;

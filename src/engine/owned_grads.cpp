@@ -14,19 +14,23 @@ void finish_sequence_parallel(const ParamTable& table, comm::Communicator& tp, c
 }
 
 double global_grad_norm(const ParamTable& table, const OwnedGrads& g, comm::Communicator* tp,
-                        comm::Communicator* shard, comm::Communicator* pp, bool count_wte) {
-  float sums[2] = {0.0f, 0.0f};  // squares of [TP-sharded, replicated] parameters
+                        comm::Communicator* shard, comm::Communicator* pp, bool count_wte, comm::Communicator* ep) {
+  float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // squares of [TP-sharded, replicated] × [dense, experts]
   for (const auto& p : table.params()) {
     if (!count_wte && p.offset == table.wte()) continue;
     for_each_owned(g, p.offset, p.offset + p.numel, [&](float* v, int64_t n) {
       const double norm = lattice::grad_norm(v, n);
-      sums[p.split == Split::replicated ? 1 : 0] += float(norm * norm);
+      sums[(p.split == Split::replicated ? 1 : 0) + (p.expert ? 2 : 0)] += float(norm * norm);
     });
   }
-  if (shard && shard->size() > 1) shard->all_reduce({sums, 2});
-  if (pp && pp->size() > 1) pp->all_reduce({sums, 2});
-  if (tp && tp->size() > 1) tp->all_reduce({sums, 1});
-  return std::sqrt(double(sums[0]) + double(sums[1]));
+  if (shard && shard->size() > 1) shard->all_reduce({sums, 4});
+  else if (ep && ep->size() > 1) ep->all_reduce({sums + 2, 2});
+  if (pp && pp->size() > 1) pp->all_reduce({sums, 4});
+  if (tp && tp->size() > 1) {
+    tp->all_reduce({sums, 1});
+    tp->all_reduce({sums + 2, 1});
+  }
+  return std::sqrt(double(sums[0]) + double(sums[1]) + double(sums[2]) + double(sums[3]));
 }
 
 void scale_grads(const OwnedGrads& g, float factor) {

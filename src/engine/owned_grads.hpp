@@ -30,10 +30,12 @@ void for_each_owned(const OwnedGrads& g, int64_t begin, int64_t end, Fn&& fn) {
 void finish_sequence_parallel(const ParamTable& table, comm::Communicator& tp, const OwnedGrads& g);
 
 // Global L2 norm over the whole model: TP shards summed over `tp`, replicated tensors once; ZeRO
-// pieces summed over `shard`; pipeline stages over `pp`, the tied embedding counted by the stage
-// with count_wte only. Null groups are skipped.
+// pieces summed over `shard`; without ZeRO, experts over the expert-parallel group `ep` (each rank
+// holds its own); pipeline stages over `pp`, the tied embedding counted by the stage with count_wte
+// only. Null groups are skipped.
 double global_grad_norm(const ParamTable& table, const OwnedGrads& g, comm::Communicator* tp,
-                        comm::Communicator* shard, comm::Communicator* pp, bool count_wte);
+                        comm::Communicator* shard, comm::Communicator* pp, bool count_wte,
+                        comm::Communicator* ep = nullptr);
 
 void scale_grads(const OwnedGrads& g, float factor);
 // Whether every value held is finite (fp16's overflow check, this rank only).

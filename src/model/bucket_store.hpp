@@ -12,13 +12,18 @@ namespace lattice {
 
 struct Bucket {
   int64_t begin = 0, end = 0;  // flat offsets; empty when this pipeline stage does not hold it
+  bool experts = false;        // an MoE layer's experts: data-parallel over the expert-DP group only
   int64_t size() const { return end - begin; }
 };
 
-// Bucket indices: layers 0..L-1, then these.
+// Bucket indices: layers 0..L-1, then these, then each layer's experts (empty for a dense layer).
 inline int wte_bucket(int layers) { return layers; }
 inline int wpe_bucket(int layers) { return layers + 1; }
 inline int lnf_bucket(int layers) { return layers + 2; }
+inline int experts_bucket(int layers, int layer) { return layers + 3 + layer; }
+// Buckets a backward hands back once per micro-batch (the layers and their experts), as opposed to
+// the embedding's and head's, which the tied embedding touches twice.
+inline bool per_layer_bucket(int bucket, int layers) { return bucket < layers || bucket >= layers + 3; }
 std::vector<Bucket> model_buckets(const ParamTable& table, int layers);
 
 class BucketStore {

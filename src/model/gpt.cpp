@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "analysis/formulas.hpp"
+#include "analysis/moe_formulas.hpp"
 #include "core/error.hpp"
 #include "kernels/dropout.hpp"
 #include "kernels/layernorm.hpp"
@@ -73,17 +74,37 @@ GemmOperand GPT::weight_operand(const float* values, int64_t offset, int bucket)
   return {b16 + (offset - buckets_[size_t(bucket)].begin), DType::bf16};
 }
 
-LayerWeights GPT::layer_weights(int l, const float* bucket) const {
+LayerWeights GPT::layer_weights(int l, const float* bucket, const float* experts) const {
   const auto p = table_.layer_at(bucket, l);
   const int64_t begin = buckets_[size_t(l)].begin;
   auto w = [&](const float* ptr) { return weight_operand(ptr, begin + int64_t(ptr - bucket), l); };
-  return {p.ln1_w, p.ln1_b, p.qkv_b, p.proj_b, p.ln2_w, p.ln2_b, p.fc1_b, p.fc2_b,
-          w(p.qkv_w), w(p.proj_w), w(p.fc1_w), w(p.fc2_w)};
+  if (!p.router_w)
+    return {p.ln1_w, p.ln1_b, p.qkv_b, p.proj_b, p.ln2_w, p.ln2_b, p.fc1_b, p.fc2_b,
+            w(p.qkv_w), w(p.proj_w), w(p.fc1_w), w(p.fc2_w), {}};
+  LayerWeights lw{p.ln1_w, p.ln1_b, p.qkv_b, p.proj_b, p.ln2_w, p.ln2_b, nullptr, nullptr,
+                  w(p.qkv_w), w(p.proj_w), {}, {}, {}};
+  lw.moe.router = p.router_w, lw.moe.router_noise = p.router_noise_w;
+  const int eb = experts_bucket(model_.layers, l);
+  const int64_t e_begin = buckets_[size_t(eb)].begin;
+  auto we = [&](const float* ptr) { return weight_operand(ptr, e_begin + int64_t(ptr - experts), eb); };
+  for (int j = 0; j < table_.held_experts(l); ++j) {
+    const auto e = table_.expert_at(experts, l, j);
+    lw.moe.experts.push_back({we(e.fc1_w), we(e.fc2_w), e.fc1_b, e.fc2_b});
+  }
+  return lw;
 }
 
-LayerGrads GPT::layer_grads(int l, float* bucket) const {
+LayerGrads GPT::layer_grads(int l, float* bucket, float* experts) const {
   const auto g = table_.layer_at(bucket, l);
-  return {g.ln1_w, g.ln1_b, g.qkv_w, g.qkv_b, g.proj_w, g.proj_b, g.ln2_w, g.ln2_b, g.fc1_w, g.fc1_b, g.fc2_w, g.fc2_b};
+  LayerGrads lg{g.ln1_w, g.ln1_b, g.qkv_w, g.qkv_b, g.proj_w, g.proj_b, g.ln2_w, g.ln2_b,
+                g.fc1_w, g.fc1_b, g.fc2_w, g.fc2_b, {}};
+  if (!g.router_w) return lg;
+  lg.moe.router = g.router_w, lg.moe.router_noise = g.router_noise_w;
+  for (int j = 0; j < table_.held_experts(l); ++j) {
+    const auto e = table_.expert_at(experts, l, j);
+    lg.moe.experts.push_back({e.fc1_w, e.fc1_b, e.fc2_w, e.fc2_b});
+  }
+  return lg;
 }
 
 LayerContext GPT::layer_context(int l, uint64_t step, bool training, int64_t rows, int64_t first_row,
@@ -97,6 +118,22 @@ LayerContext GPT::layer_context(int l, uint64_t step, bool training, int64_t row
   c.heads_total = model_.heads, c.head0 = int64_t(tp_.rank()) * c.a;
   c.seq_total = s, c.pos0 = pos0(s), c.s_local = s_local(s);
   c.tp = tp_;
+  if (!model_.moe.is_moe_layer(l)) return c;
+  // The MoE block routes the whole sequence of the micro-batch (docs/design.md §12).
+  const MoEConfig& m = model_.moe;
+  c.is_moe = true;
+  moe::MoEContext& x = c.moe;
+  const int64_t N = rows * s;
+  x.route = {m.router, m.experts, m.k(), m.drop_policy, N, m.groups, analysis::expert_capacity(m, N / m.groups),
+             training, DropoutStream{seed_, step, l, DropoutSite::moe_noise}, s, first_row};
+  x.h = model_.hidden, x.ffn_local = model_.ffn_hidden() / tp_.size(), x.ffn_total = model_.ffn_hidden();
+  x.dtype = layout_.activation_dtype;
+  x.tp_rank = tp_.rank(), x.tp = tp_.active() ? tp_.group : nullptr;
+  x.ep = ep_ && ep_->size() > 1 ? ep_ : nullptr;
+  x.expert0 = table_.expert0(), x.local_experts = table_.held_experts(l);
+  x.expert_dropout = training ? float(m.expert_dropout) : 0.0f;
+  x.aux_coeff = m.aux_loss_coeff;
+  x.layer = l;
   return c;
 }
 
@@ -258,12 +295,17 @@ double GPT::forward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, bool 
   }
   for (int l = l0; l < l1; ++l) {
     const LayerRegion region(l);
-    const LayerContext c = layer_context(l, step, training, b, mb.first_row, s);
+    LayerContext c = layer_context(l, step, training, b, mb.first_row, s);
     const bool full = analysis::layer_fully_recomputed(layout_, l, model_.layers);
     const bool keep_s2 = full || layout_.recompute != Recompute::selective;
     LayerKept& kept = state.layers[size_t(l)];
-    layer_forward(x, kept, keep_s2, layer_weights(l, bucket_params(l, l + 1 < l1 ? l + 1 : -1)), c, ws_);
+    const int eb = experts_bucket(model_.layers, l), next = l + 1 < l1 ? l + 1 : -1;
+    const bool moe = c.is_moe;
+    if (moe && training) c.moe.stats = &moe_stats_;
+    const float* dense = bucket_params(l, moe ? eb : next);
+    layer_forward(x, kept, keep_s2, layer_weights(l, dense, moe ? bucket_params(eb, next) : nullptr), c, ws_);
     bucket_params_done(l);
+    if (moe) bucket_params_done(eb);
     if (!training) kept.release();
     else if (full) kept.release_all_but_input();
   }
@@ -289,8 +331,13 @@ void GPT::backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float 
   for (int l = l1 - 1; l >= l0; --l) {
     const LayerRegion region(l);
     LayerKept& kept = state.layers[size_t(l)];
-    const LayerContext c = layer_context(l, step, true, b, mb.first_row, s);
-    const LayerWeights w = layer_weights(l, bucket_params(l, l - 1 >= l0 ? l - 1 : -1));
+    LayerContext c = layer_context(l, step, true, b, mb.first_row, s);
+    // Each routing group's auxiliary loss weighs coeff · (its tokens / the global batch's tokens).
+    if (model_.moe.load_balancing)
+      c.moe_aux_weight = model_.moe.aux_loss_coeff * double(b * s / model_.moe.groups) * double(loss_scale);
+    const int eb = experts_bucket(model_.layers, l), next = l - 1 >= l0 ? l - 1 : -1;
+    const float* dense = bucket_params(l, c.is_moe ? eb : next);
+    const LayerWeights w = layer_weights(l, dense, c.is_moe ? bucket_params(eb, next) : nullptr);
     if (analysis::layer_fully_recomputed(layout_, l, model_.layers)) {
       // Re-run the whole layer from its kept input; the output is not needed again.
       float* x = ws_.resid.data();
@@ -300,10 +347,12 @@ void GPT::backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float 
     } else if (!kept.has_attention_s2()) {
       layer_recompute_attention(kept, c, ws_);
     }
-    layer_backward(dx, kept, w, layer_grads(l, bucket_grads(l)), c, ws_);
+    layer_backward(dx, kept, w, layer_grads(l, bucket_grads(l), c.is_moe ? bucket_grads(eb) : nullptr), c, ws_);
     bucket_params_done(l);
+    if (c.is_moe) bucket_params_done(eb);
     kept.release();
     bucket_grads_done(l);
+    if (c.is_moe) bucket_grads_done(eb);
   }
   if (l0 == 0) {
     const LayerRegion region(kEmbeddingLayer);

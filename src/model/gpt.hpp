@@ -5,6 +5,7 @@
 // what it keeps for backward is measured from outside (tensor/kept_bytes.hpp, core/region.hpp).
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "core/config.hpp"
@@ -56,6 +57,10 @@ class GPT {
   // Call after the model's own weights change: refreshes the bf16 copy the GEMMs read.
   void refresh_compute_weights();
   const parallel::TensorParallel& tensor_parallel() const { return tp_; }
+  // The expert-parallel group the table's experts are split over (null: this rank holds every expert).
+  void set_expert_parallel(comm::Communicator* ep) { ep_ = ep; }
+  // What the MoE blocks' forwards counted since the last take (auxiliary loss, drops, loads).
+  moe::MoEStats take_moe_stats() { return std::exchange(moe_stats_, {}); }
   // Positions of a sequence of s this rank holds outside the TP region (s/t under SP).
   int64_t s_local(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? s / tp_.size() : s; }
 
@@ -93,8 +98,9 @@ class GPT {
   void embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out);
   int64_t pos0(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? tp_.rank() * (s / tp_.size()) : 0; }
   int64_t vocab_local() const { return model_.padded_vocab(tp_.size()) / tp_.size(); }
-  LayerWeights layer_weights(int l, const float* bucket) const;
-  LayerGrads layer_grads(int l, float* bucket) const;
+  // `experts`: the layer's experts bucket (an MoE layer's), else null.
+  LayerWeights layer_weights(int l, const float* bucket, const float* experts) const;
+  LayerGrads layer_grads(int l, float* bucket, float* experts) const;
   // A bucket's parameters and gradients: the model's own buffers, or the ZeRO store's.
   const float* bucket_params(int b, int next = -1);
   void bucket_params_done(int b);
@@ -118,6 +124,8 @@ class GPT {
   Workspace ws_;
   std::vector<Bucket> buckets_;
   BucketStore* store_ = nullptr;
+  comm::Communicator* ep_ = nullptr;
+  moe::MoEStats moe_stats_;
 };
 
 }  // namespace lattice

@@ -5,6 +5,7 @@
 
 #include "core/config.hpp"
 #include "kernels/gemm.hpp"
+#include "moe/moe_layer.hpp"
 #include "tensor_parallel/conjugate.hpp"
 #include "random/philox.hpp"
 
@@ -20,6 +21,9 @@ struct LayerContext {
   int64_t seq_total = 0, pos0 = 0;     // global sequence length and first local position (sequence parallel)
   int64_t s_local = 0;                 // positions this rank holds outside the TP region (s/t under SP; 0 = s)
   parallel::TensorParallel tp;         // the tensor-parallel group (none = one rank)
+  bool is_moe = false;                 // the MLP is an MoE block (docs/design.md §12)
+  moe::MoEContext moe;
+  double moe_aux_weight = 0;           // backward: d loss / d (each routing group's auxiliary loss)
 
   int64_t N() const { return b * s; }               // tokens inside the TP region
   int64_t seq_local() const { return s_local ? s_local : s; }
@@ -30,13 +34,15 @@ struct LayerContext {
 };
 
 // The weights of one layer as the kernels take them: fp32 for LayerNorm and biases, GEMM operands
-// (fp32 or a bf16 copy) for the four matrices.
+// (fp32 or a bf16 copy) for the four matrices; an MoE layer's MLP is `moe` instead of fc1, fc2.
 struct LayerWeights {
   const float *ln1_w, *ln1_b, *qkv_b, *proj_b, *ln2_w, *ln2_b, *fc1_b, *fc2_b;
   GemmOperand qkv, proj, fc1, fc2;
+  moe::MoEWeights moe;
 };
 struct LayerGrads {
   float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+  moe::MoEGrads moe;
 };
 
 }  // namespace lattice

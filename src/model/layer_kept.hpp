@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/gemm.hpp"
+#include "moe/moe_layer.hpp"
 #include "tensor/memory_tracker.hpp"
 #include "tensor/stored.hpp"
 
@@ -24,10 +25,11 @@ struct LayerKept {
   TrackedBuffer resid1_mask;  // residual dropout mask (attention branch)  sbh
   Stored ln2_in;              // LN2 input                                 sbh
   TrackedBuffer ln2_stats;    //                                           2sb·4
-  Stored fc1_in;              // LN2 output                                sbh
+  Stored fc1_in;              // LN2 output (an MoE layer's router input)   sbh
   Stored gelu_in;             // FC1 output                                4sbh
   Stored fc2_in;              // GeLU output                               4sbh
   TrackedBuffer resid2_mask;  // residual dropout mask (MLP branch)        sbh
+  moe::MoEKept moe;           // an MoE layer's block instead of gelu_in, fc2_in (analysis/moe_formulas.hpp)
 
   bool has_attention_s2() const { return bool(probs); }
   void release_attention_s2() { probs.reset(), attn_mask.reset(), attn_dropped.reset(); }
@@ -36,6 +38,7 @@ struct LayerKept {
     release_attention_s2();
     ln1_stats.reset(), qkv_in.reset(), q.reset(), k.reset(), v.reset(), proj_in.reset(), resid1_mask.reset();
     ln2_in.reset(), ln2_stats.reset(), fc1_in.reset(), gelu_in.reset(), fc2_in.reset(), resid2_mask.reset();
+    moe.release();
   }
   void release() {
     release_all_but_input();

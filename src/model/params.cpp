@@ -10,7 +10,13 @@
 namespace lattice {
 
 ParamTable::ParamTable(const ModelConfig& c, int tp_size, int tp_rank, const StageParams& stage)
-    : tp_size_(tp_size), tp_rank_(tp_rank), layer_first_(size_t(c.layers), -1) {
+    : tp_size_(tp_size),
+      tp_rank_(tp_rank),
+      layer_first_(size_t(c.layers), -1),
+      layer_count_(size_t(c.layers), 0),
+      expert_first_(size_t(c.layers), -1),
+      expert_count_(size_t(c.layers), 0),
+      expert0_(stage.experts < 0 ? 0 : stage.expert0) {
   const int64_t h = c.hidden, v = c.padded_vocab(tp_size), s = c.seq_len, t = tp_size;
   const float std_w = 0.02f, std_resid = 0.02f / std::sqrt(2.0f * float(c.layers));
   int full_index = 0;
@@ -43,10 +49,35 @@ ParamTable::ParamTable(const ModelConfig& c, int tp_size, int tp_rank, const Sta
     add(held, p + "attn.c_proj.bias", {h}, Split::replicated, false, 0, 0, l, /*sequence_partial=*/false);
     add(held, p + "ln_2.weight", {h}, Split::replicated, false, 0, 1, l);
     add(held, p + "ln_2.bias", {h}, Split::replicated, false, 0, 0, l);
-    add(held, p + "mlp.c_fc.weight", {h, 4 * h}, Split::columns, true, std_w, 0, l);
-    add(held, p + "mlp.c_fc.bias", {4 * h}, Split::columns, false, 0, 0, l);
-    add(held, p + "mlp.c_proj.weight", {4 * h, h}, Split::rows, true, std_resid, 0, l);
-    add(held, p + "mlp.c_proj.bias", {h}, Split::replicated, false, 0, 0, l, /*sequence_partial=*/false);
+    if (!c.moe.is_moe_layer(l)) {
+      add(held, p + "mlp.c_fc.weight", {h, 4 * h}, Split::columns, true, std_w, 0, l);
+      add(held, p + "mlp.c_fc.bias", {4 * h}, Split::columns, false, 0, 0, l);
+      add(held, p + "mlp.c_proj.weight", {4 * h, h}, Split::rows, true, std_resid, 0, l);
+      add(held, p + "mlp.c_proj.bias", {h}, Split::replicated, false, 0, 0, l, /*sequence_partial=*/false);
+      if (held) layer_count_[size_t(l)] = int(params_.size()) - layer_first_[size_t(l)];
+      continue;
+    }
+    // MoE: the router sees the whole sequence (inside the TP region), so no tensor here is a
+    // sequence-parallel partial sum; each expert is an MLP of hidden f, split like the dense one.
+    const float scale = float(c.moe.init_scale);
+    const int64_t E = c.moe.experts, f = c.ffn_hidden();
+    add(held, p + "mlp.router.weight", {h, E}, Split::replicated, true, std_w * scale, 0, l, false);
+    if (c.moe.router == MoERouter::topk)
+      add(held, p + "mlp.router.noise_weight", {h, E}, Split::replicated, true, std_w * scale, 0, l, false);
+    if (held) layer_count_[size_t(l)] = int(params_.size()) - layer_first_[size_t(l)];
+    if (held) expert_first_[size_t(l)] = int(params_.size());
+    for (int64_t e = 0; e < E; ++e) {
+      const bool mine = held && stage.has_expert(int(e));
+      const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+      add(mine, x + "c_fc.weight", {h, f}, Split::columns, true, std_w * scale, 0, l, false);
+      add(mine, x + "c_fc.bias", {f}, Split::columns, false, 0, 0, l, false);
+      add(mine, x + "c_proj.weight", {f, h}, Split::rows, true, std_resid * scale, 0, l, false);
+      add(mine, x + "c_proj.bias", {h}, Split::replicated, false, 0, 0, l, false);
+    }
+    if (held) {
+      expert_count_[size_t(l)] = int(params_.size()) - expert_first_[size_t(l)];
+      for (size_t i = size_t(expert_first_[size_t(l)]); i < params_.size(); ++i) params_[i].expert = true;
+    }
   }
   lnf_w_ = add(stage.head, "ln_f.weight", {h}, Split::replicated, false, 0, 1);
   lnf_b_ = add(stage.head, "ln_f.bias", {h}, Split::replicated, false, 0, 0);

@@ -4,6 +4,7 @@
 #include "kernels/gelu.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
+#include "moe/moe_layer.hpp"
 
 namespace lattice {
 
@@ -111,8 +112,16 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
   // MLP block.
   kept.ln2_in = Stored(Nl * h, dt, l, "ln2_input");
   kept.ln2_in.store(x);
-  kept.fc1_in = Stored(Nl * h, dt, l, "fc1_input");
+  kept.fc1_in = Stored(Nl * h, dt, l, c.is_moe ? "router_input" : "fc1_input");
   const float* ln2 = layernorm_kept(kept.fc1_in, kept.ln2_stats, x, w.ln2_w, w.ln2_b, c, ws, "ln2_stats");
+  if (c.is_moe) {  // the block's output is partial over TP, reduced like a row-parallel GEMM's
+    const float* full = parallel::enter_forward(c.tp, ln2, ws.full1.data(), c.seq());
+    float* partial = c.tp.active() ? ws.full2.data() : ws.big1.data();
+    moe::moe_forward(partial, full, kept.moe, w.moe, c.moe, ws.moe);
+    if (c.tp.active()) parallel::leave_forward(c.tp, partial, ws.big1.data(), c.seq());
+    residual_dropout_add(x, ws.big1.data(), nullptr, kept.resid2_mask, DropoutSite::mlp_residual, "resid2_mask", c);
+    return;
+  }
   kept.gelu_in = Stored(N * 4 * hl, dt, l, "gelu_input");
   float* pre = staging(kept.gelu_in, ws.big1.data());
   linear_forward(pre, column_input(kept.fc1_in, ln2, c, ws, ws.half.data()), w.fc1, w.fc1_b, N, h, 4 * hl);
@@ -151,21 +160,29 @@ GemmOperand column_input_again(const Stored& kept, const LayerContext& c, Worksp
   return column_input(kept, local, c, ws, half, /*regather=*/true);
 }
 
+// Backward of a LayerNorm whose output fed the TP region: the partial full-sequence gradient of its
+// output, summed over TP (f, or g under SP), then the LayerNorm's input gradient added to dx.
+void ln_backward(float* dx, float* dout_full, const Stored& ln_in, const TrackedBuffer& ln_stats, const float* ln_w,
+                 float* dln_w, float* dln_b, const LayerContext& c, Workspace& ws) {
+  const int64_t Nl = c.N_local(), h = c.h;
+  parallel::enter_backward(c.tp, dout_full, ws.g2.data(), c.seq());
+  const auto* stats = static_cast<const float*>(ln_stats.data());
+  layernorm_backward(dx, dln_w, dln_b, ws.g2.data(), ln_in.load(ws.widen.data()), ln_w, stats, stats + Nl, Nl, h);
+}
+
 // Backward of LayerNorm → column-parallel linear (LN1 → QKV, LN2 → FC1): from the linear's
 // output gradient dout [N, out], its weight and bias gradients, then the LayerNorm's, whose input
 // gradient is added to dx (the residual stream).
 void ln_column_backward(float* dx, float* dout, int64_t out, const Stored& linear_in, GemmOperand w, float* dw,
                         float* db, const Stored& ln_in, const TrackedBuffer& ln_stats, const float* ln_w, float* dln_w,
                         float* dln_b, const LayerContext& c, Workspace& ws) {
-  const int64_t N = c.N(), Nl = c.N_local(), h = c.h;
+  const int64_t N = c.N(), h = c.h;
   uint16_t* half_input = ws.half.data() + std::max(N * out, N * h);  // beside dout's bf16 copy
   const GemmOperand in = column_input_again(linear_in, c, ws, half_input);
   // The input gradient goes to full2 (a spent dy under SP); a re-gathered input sits in full1.
   linear_backward(ws.full2.data(), dw, db, dout, as_operand(dout, N * out, c.dtype, ws.half.data()), in, w, N, h,
                   out);
-  parallel::enter_backward(c.tp, ws.full2.data(), ws.g2.data(), c.seq());
-  const auto* stats = static_cast<const float*>(ln_stats.data());
-  layernorm_backward(dx, dln_w, dln_b, ws.g2.data(), ln_in.load(ws.widen.data()), ln_w, stats, stats + Nl, Nl, h);
+  ln_backward(dx, ws.full2.data(), ln_in, ln_stats, ln_w, dln_w, dln_b, c, ws);
 }
 
 }  // namespace
@@ -176,14 +193,21 @@ void layer_backward(float* dx, const LayerKept& kept, const LayerWeights& w, con
   const DType dt = c.dtype;
   uint16_t* half = ws.half.data();
 
-  // MLP block: FC2 (row-parallel), GeLU, then LN2 → FC1 (column-parallel).
+  // MLP block: FC2 (row-parallel), GeLU, then LN2 → FC1 (column-parallel); or the MoE block.
   const float* dy = branch_output_grad(dx, kept.resid2_mask, c, ws);
+  if (c.is_moe) {
+    const float* full = parallel::enter_forward(c.tp, kept.fc1_in.load(ws.widen.data()), ws.full1.data(), c.seq(),
+                                                /*regather=*/true);
+    moe::moe_backward(ws.big1.data(), dy, full, kept.moe, w.moe, g.moe, c.moe, c.moe_aux_weight, ws.moe);
+    ln_backward(dx, ws.big1.data(), kept.ln2_in, kept.ln2_stats, w.ln2_w, g.ln2_w, g.ln2_b, c, ws);
+  } else {
   linear_backward(ws.big1.data(), g.fc2_w, g.fc2_b, dy, as_operand(dy, N * h, dt, half),
                   stored_operand(kept.fc2_in), w.fc2, N, 4 * hl, h);
   const float* pre = kept.gelu_in.load(ws.widen.data());
   gelu_backward(ws.big1.data(), pre, ws.big1.data(), N * 4 * hl);
   ln_column_backward(dx, ws.big1.data(), 4 * hl, kept.fc1_in, w.fc1, g.fc1_w, g.fc1_b, kept.ln2_in, kept.ln2_stats,
                      w.ln2_w, g.ln2_w, g.ln2_b, c, ws);
+  }
 
   // Attention block: projection (row-parallel), attention core, then LN1 → QKV (column-parallel).
   dy = branch_output_grad(dx, kept.resid1_mask, c, ws);

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "moe/moe_layer.hpp"
+
 namespace lattice {
 
 struct Workspace {
@@ -16,6 +18,7 @@ struct Workspace {
   std::vector<uint16_t> half;                 // bf16 staging of the largest operand
   std::vector<float> resid, dresid;           // the residual stream and its gradient [N, h]
   std::vector<float> full1, full2;            // full-sequence [N, h] inside the TP region (sequence parallel)
+  moe::MoEWorkspace moe;                      // the MoE block's, sized by its routing
 
   void ensure(int64_t b, int64_t s, int64_t h, int64_t a, int64_t vocab_padded) {
     const int64_t N = b * s, att = b * a * s * s;

@@ -22,6 +22,9 @@ void print_step(const StepReport& r, bool json) {
                         {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
                         {"activation_peak_bytes", r.activation_peak_bytes}};
     if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale, j["skipped"] = r.skipped;
+    if (r.moe.active)
+      j["moe_aux_loss"] = r.moe.aux_loss, j["moe_dropped_fraction"] = r.moe.dropped_fraction,
+      j["moe_load_min"] = r.moe.load_min, j["moe_load_max"] = r.moe.load_max;
     std::cout << j.dump() << "\n" << std::flush;
     return;
   }
@@ -29,6 +32,9 @@ void print_step(const StepReport& r, bool json) {
                (long long)r.step, (long long)r.steps, r.loss, r.lr, r.grad_norm, r.step_s * 1e3, r.tokens_per_s,
                r.mfu * 100.0, human_bytes(double(r.activation_peak_bytes)).c_str());
   if (r.loss_scale > 0) std::fprintf(stderr, "  scale %g%s", r.loss_scale, r.skipped ? " (inf/NaN: step skipped, scale halved)" : "");
+  if (r.moe.active)
+    std::fprintf(stderr, "  aux %.4f  drop %.1f%%  load %lld-%lld", r.moe.aux_loss, r.moe.dropped_fraction * 100.0,
+                 (long long)r.moe.load_min, (long long)r.moe.load_max);
   std::fprintf(stderr, "\n");
 }
 

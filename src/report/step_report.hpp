@@ -12,12 +12,22 @@
 
 namespace lattice {
 
+// A step's routing over the global batch (docs/design.md §12): the auxiliary losses as added to
+// the loss, the share of assignments dropped over capacity (expert choice: of tokens no expert
+// took), and the fewest and most tokens an expert of any MoE layer received.
+struct MoEStepStats {
+  bool active = false;
+  double aux_loss = 0, dropped_fraction = 0;
+  int64_t load_min = 0, load_max = 0;
+};
+
 struct StepReport {
   int64_t step = 0, steps = 0;
   double loss = 0, lr = 0, grad_norm = 0, step_s = 0, tokens_per_s = 0, mfu = 0;
   int64_t activation_peak_bytes = 0;
   double loss_scale = 0;  // fp16 training: the step's loss scale (0 = none)
   bool skipped = false;   // fp16: overflow, the update was skipped
+  MoEStepStats moe;       // Mixture-of-Experts models only
 };
 
 struct MemoryReport {

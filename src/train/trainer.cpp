@@ -100,9 +100,15 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     stage.embedding = rank == 0;
     stage.head = rank == layout_.pp - 1;
   }
+  // Expert parallelism: this rank's E/e experts of every MoE layer (docs/design.md §12).
+  if (layout_.ep > 1) {
+    stage.experts = model_config_.moe.experts / layout_.ep;
+    stage.expert0 = dist_->coords().ep_rank * stage.experts;
+  }
   // ZeRO-3 from the seed never builds the whole model: each rank initialises its own pieces.
   const bool shard_from_seed = layout_.zero >= 3 && layout_.dp > 1 && config_.resume.empty() && config_.init.empty();
   model_ = std::make_unique<GPT>(model_config_, layout_, config_.seed, tp, stage, !shard_from_seed);
+  if (layout_.ep > 1) model_->set_expert_parallel(&dist_->ep());
   kept_ = std::make_unique<KeptBytesProbe>(model_config_.layers);
   if (layout_.pp > 1)
     pipeline_ = std::make_unique<parallel::pipeline::Executor>(
@@ -112,7 +118,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   // How weights, gradients and masters are kept: decided once, here, from the layout.
   states_ = std::make_unique<parallel::ModelStates>(
       parallel::states_layout(layout_, model_config_.layers, config_.zero_prefetch), model_->buckets(),
-      dist_ ? &dist_->dp() : nullptr);
+      dist_ ? &dist_->dp() : nullptr, dist_ ? &dist_->expert_dp() : nullptr);
   optimizer_ = make_optimizer(model_->table(), config_.optim, states_->owned(),
                               {dist_ && layout_.tp > 1 ? &dist_->tp() : nullptr, states_->shard_group()});
   if (layout_.zero >= 1 && layout_.dp == 1 && (!dist_ || dist_->rank() == 0))
@@ -152,6 +158,7 @@ StepResult Trainer::train_step() {
   parallel::OwnedGrads grads;
   StepResult r;
   r.loss = forward_backward(grads);
+  r.moe = moe_step_stats(true);
   activation_peak_ = MemoryTracker::activations().peak_bytes();
   r.step = ++step_;
   r.lr = schedule_.at(r.step);
@@ -170,7 +177,7 @@ StepResult Trainer::train_step() {
   const bool last_stage_of_many = pipeline_ && dist_->coords().pp_rank == layout_.pp - 1;
   r.grad_norm = parallel::global_grad_norm(model_->table(), grads, layout_.tp > 1 ? &dist_->tp() : nullptr,
                                            states_->shard_group(), pipeline_ ? &dist_->pp() : nullptr,
-                                           !last_stage_of_many);
+                                           !last_stage_of_many, layout_.ep > 1 ? &dist_->ep() : nullptr);
   if (config_.clip_grad > 0 && r.grad_norm > config_.clip_grad)
     parallel::scale_grads(grads, float(config_.clip_grad / r.grad_norm));
   const std::vector<float*> master = states_->master_pieces();
@@ -200,6 +207,7 @@ double Trainer::loss_of_next_batch() {
   Trace::instance().set_enabled(false);
   parallel::OwnedGrads grads;
   const double loss = forward_backward(grads);
+  moe_step_stats(false);
   states_->finish_step(false);
   Trace::instance().set_enabled(tracing);
   parallel::conjugate_traffic() = step_traffic;
@@ -215,6 +223,38 @@ double Trainer::global_loss(double loss_sum) {
       loss_sum = double(sum);
     }
   return loss_sum;
+}
+
+MoEStepStats Trainer::moe_step_stats(bool count) {
+  moe::MoEStats mine = model_->take_moe_stats();
+  const MoEConfig& moe = model_config_.moe;
+  if (!moe.enabled()) return {};
+  // [aux·tokens, offered, dropped, loads by (MoE layer, expert)]; TP ranks route alike, so DP and
+  // the stages hold the distinct parts. Counts stay exact in fp32 below 2^24 a step.
+  const int E = moe.experts;
+  std::vector<int> layers;
+  for (int l = 0; l < model_config_.layers; ++l)
+    if (moe.is_moe_layer(l)) layers.push_back(l);
+  std::vector<float> v(3 + layers.size() * size_t(E), 0.0f);
+  v[0] = float(mine.aux_loss_tokens), v[1] = float(mine.offered), v[2] = float(mine.dropped);
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (size_t(layers[i]) < mine.load.size())
+      for (size_t e = 0; e < mine.load[size_t(layers[i])].size(); ++e)
+        v[3 + i * size_t(E) + e] = float(mine.load[size_t(layers[i])][e]);
+  for (comm::Communicator* group : {pipeline_ ? &dist_->pp() : nullptr, dist_ && layout_.dp > 1 ? &dist_->dp() : nullptr})
+    if (group) group->all_reduce(v);
+  MoEStepStats r;
+  r.active = true;
+  r.aux_loss = double(v[0]) / (double(config_.global_batch) * model_config_.seq_len);
+  r.dropped_fraction = v[1] > 0 ? double(v[2]) / double(v[1]) : 0.0;
+  r.load_min = INT64_MAX, r.load_max = 0;
+  if (count) moe_load_.resize(layers.size(), std::vector<int64_t>(size_t(E), 0));
+  for (size_t i = 0; i < layers.size() * size_t(E); ++i) {
+    const auto n = int64_t(v[3 + i]);
+    r.load_min = std::min(r.load_min, n), r.load_max = std::max(r.load_max, n);
+    if (count) moe_load_[i / size_t(E)][i % size_t(E)] += n;
+  }
+  return r;
 }
 
 double Trainer::run_micro_batches(float loss_scale) {
@@ -333,7 +373,7 @@ int Trainer::run() {
     if (r.step > 1 || config_.steps == 1) total_s += r.seconds, ++timed_steps;  // step 1 warms caches
     if (log)
       print_step({r.step, config_.steps, r.loss, r.lr, r.grad_norm, r.seconds, double(tokens) / r.seconds,
-                  step_flops / r.seconds / peak / world, activation_peak_, r.loss_scale, r.skipped},
+                  step_flops / r.seconds / peak / world, activation_peak_, r.loss_scale, r.skipped, r.moe},
                  config_.json);
     if (config_.save_every > 0 && r.step % config_.save_every == 0 && r.step < config_.steps)
       stage_save(config_.save);

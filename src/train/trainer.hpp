@@ -15,6 +15,7 @@
 #include "model/gpt.hpp"
 #include "optim/lr_schedule.hpp"
 #include "optim/optimizer.hpp"
+#include "report/step_report.hpp"
 #include "tensor/kept_bytes.hpp"
 #include "train/loss_scaler.hpp"
 #include "checkpoint/checkpoint.hpp"
@@ -27,6 +28,7 @@ struct StepResult {
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
   double loss_scale = 0;  // fp16: the scale this step's backward used
   bool skipped = false;   // fp16: an inf/NaN gradient, no update
+  MoEStepStats moe;
 };
 
 class Trainer {
@@ -93,11 +95,15 @@ class Trainer {
   // no update): what the final save is checked with.
   double loss_of_next_batch();
   double global_loss(double loss_sum);  // summed over the last stage and the DP replicas
+  // The model's routing counters of this step over the global batch (summed over DP and stages);
+  // adds the loads to the run's histogram when `count`.
+  MoEStepStats moe_step_stats(bool count);
   std::string saved_note() const;  // "; the checkpoint in DIR holds step N" (or that none was written)
   std::unique_ptr<checkpoint::StagedCheckpoint> staged_;  // rank 0: written, not yet promoted
   int64_t staged_step_ = -1, saved_step_ = -1;
   int64_t step_ = 0;  // optimizer steps done
   int64_t activation_peak_ = 0;
+  std::vector<std::vector<int64_t>> moe_load_;  // [MoE layer][expert]: tokens over the run
   std::array<int64_t, 8> step_sent_bytes_{};  // by comm::GroupKind, measured at the end of the last step
 };
 

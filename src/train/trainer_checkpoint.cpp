@@ -15,7 +15,7 @@ void Trainer::stage_save(const std::string& dir) {
                           {"generator", {{"kind", "philox4x32-10"}, {"seed", config_.seed}, {"step", step_}}},
                           {"train", {{"micro_batch", config_.micro_batch}, {"global_batch", config_.global_batch},
                                      {"lr", config_.lr}, {"lr_schedule", config_.lr_schedule}}},
-                          {"layout", {{"tp", layout_.tp}, {"pp", layout_.pp}, {"dp", layout_.dp},
+                          {"layout", {{"tp", layout_.tp}, {"pp", layout_.pp}, {"dp", layout_.dp}, {"ep", layout_.ep},
                                       {"sequence_parallel", layout_.sequence_parallel}}},
                           {"updates_applied", step_ - loss_scaler_.skipped}};
   if (loss_scaler_.active)
@@ -45,18 +45,21 @@ void Trainer::stage_save(const std::string& dir) {
 }
 
 std::vector<float> Trainer::owned_by_stage(const float* values) const {
-  if (!pipeline_) return std::vector<float>(values, values + model_->num_params());
-  // Each stage places the tensors it holds into the whole model's layout (this TP rank's shard of
-  // it) and the stages are summed; the tied embedding is taken from the first stage only.
+  if (!pipeline_ && layout_.ep == 1) return std::vector<float>(values, values + model_->num_params());
+  // Each stage (and expert-parallel rank) places the tensors it holds into the whole model's layout
+  // (this TP rank's shard of it) and the parts are summed; the tied embedding is taken from the
+  // first stage only, dense tensors (the same on every EP rank) from EP rank 0 only.
   const ParamTable whole(model_config_, layout_.tp, dist_->coords().tp_rank);
   std::vector<float> out(static_cast<size_t>(whole.total()), 0.0f);
-  const bool first = dist_->coords().pp_rank == 0;
+  const bool first = dist_->coords().pp_rank == 0, ep_first = dist_->coords().ep_rank == 0;
   for (const ParamInfo& p : model_->table().params()) {
     if (p.offset == model_->table().wte() && !first) continue;
+    if (!p.expert && !ep_first) continue;
     const ParamInfo& w = whole.params()[size_t(p.full_index)];
     std::copy(values + p.offset, values + p.offset + p.numel, out.begin() + w.offset);
   }
-  dist_->pp().all_reduce({out.data(), out.size()});
+  if (pipeline_) dist_->pp().all_reduce({out.data(), out.size()});
+  if (layout_.ep > 1) dist_->ep().all_reduce({out.data(), out.size()});
   return out;
 }
 

@@ -121,11 +121,26 @@ void Trainer::summarize(const RunTotals& t) {
                                                                                 config_.micro_batch,
                                                                                 model_config_.hidden,
                                                                                 layout_.tp, n_mb)}}}};
+    if (model_config_.moe.enabled()) {
+      nlohmann::json layers = nlohmann::json::array();
+      int i = 0;
+      for (int l = 0; l < model_config_.layers; ++l)
+        if (model_config_.moe.is_moe_layer(l) && size_t(i) < moe_load_.size())
+          layers.push_back({{"layer", l}, {"tokens_per_expert", moe_load_[size_t(i++)]}});
+      summary["moe_load"] = layers;
+    }
     std::cout << summary.dump() << "\n" << std::flush;
   } else {
     std::fprintf(stderr, "done: %lld steps, loss %.4f -> %.4f, %.0f tokens/s, MFU %.1f%%\n", (long long)step_,
                  t.first_loss, t.last_loss, tokens_per_s, mfu * 100);
     print_memory_table(reports[0]);
+    int i = 0;
+    for (int l = 0; l < model_config_.layers; ++l) {
+      if (!model_config_.moe.is_moe_layer(l) || size_t(i) >= moe_load_.size()) continue;
+      std::fprintf(stderr, "  layer %d tokens per expert:", l);
+      for (int64_t n : moe_load_[size_t(i++)]) std::fprintf(stderr, " %lld", (long long)n);
+      std::fprintf(stderr, "\n");
+    }
     if (config_.comm_report) {
       print_comm_report(comm_ranks);
       std::fprintf(stderr, "  rank 0, tp bytes per layer (forward + backward, all micro-batches):");

@@ -43,6 +43,34 @@ void require_fits(const ModelConfig& m, const LayoutConfig& layout, const TrainC
 }
 }  // namespace
 
+namespace {
+// Mixture-of-Experts against the layout (docs/design.md §12).
+void validate_moe(const ModelConfig& m, const LayoutConfig& layout, const TrainConfig& t) {
+  const MoEConfig& moe = m.moe;
+  if (!moe.enabled()) {
+    require(layout.ep == 1, "--expert-model-parallel-size " + std::to_string(layout.ep) +
+                                " needs a Mixture-of-Experts model (--num-experts)");
+    return;
+  }
+  require(moe.experts % layout.ep == 0, "--num-experts " + std::to_string(moe.experts) +
+                                            " is not divisible by --expert-model-parallel-size " +
+                                            std::to_string(layout.ep));
+  require(layout.dp % layout.ep == 0, "--expert-model-parallel-size " + std::to_string(layout.ep) +
+                                          " does not divide the data-parallel size " + std::to_string(layout.dp));
+  require(m.ffn_hidden() % layout.tp == 0, "--moe-ffn-hidden-size " + std::to_string(m.ffn_hidden()) +
+                                                " is not divisible by --tensor-model-parallel-size " +
+                                                std::to_string(layout.tp));
+  const int64_t tokens = int64_t(t.micro_batch) * m.seq_len;
+  require(tokens % moe.groups == 0, "--moe-groups " + std::to_string(moe.groups) + " does not divide the " +
+                                        std::to_string(tokens) + " tokens of a micro-batch (--micro-batch x --seq-len)");
+  require(moe.experts < (1 << 24) && tokens * moe.k() < (int64_t(1) << 24),
+          "a micro-batch routes at most 2^24 tokens to the experts (lower --micro-batch or --moe-router-topk)");
+  require(layout.ep == 1 || t.optim.kind == "adamw",
+          "--optimizer " + t.optim.kind + " keeps per-tensor statistics that are not split over the "
+          "expert-parallel group yet: use --optimizer adamw with --expert-model-parallel-size > 1");
+}
+}  // namespace
+
 void validate_training(const ModelConfig& m, const LayoutConfig& layout, const TrainConfig& t) {
   m.validate();
   require(t.micro_batch >= 1 && t.micro_batch <= kMaxRows, "--micro-batch must be between 1 and " + std::to_string(kMaxRows));
@@ -109,6 +137,7 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
   require(t.global_batch % (t.micro_batch * layout.dp) == 0,
           "--global-batch (" + std::to_string(t.global_batch) + ") must be a multiple of --micro-batch x data-parallel size (" +
               std::to_string(t.micro_batch) + " x " + std::to_string(layout.dp) + ")");
+  validate_moe(m, layout, t);
   require_fits(m, layout, t);
 }
 
