@@ -39,7 +39,7 @@ void print_step(const StepReport& r, bool json) {
 }
 
 nlohmann::json memory_json(const MemoryReport& m) {
-  return {{"rank", m.rank},
+  nlohmann::json j = {{"rank", m.rank},
           {"tp_rank", m.tp_rank},
           {"pp_rank", m.pp_rank},
           {"dp_rank", m.dp_rank},
@@ -55,6 +55,8 @@ nlohmann::json memory_json(const MemoryReport& m) {
           {"transient_peak_bytes", m.transient_peak_bytes},
           {"model_state_peak_bytes", m.model_state_peak_bytes},
           {"compute_weight_bytes", m.compute_weights}};
+  if (!m.moe_assignments.empty()) j["moe_assignments"] = m.moe_assignments, j["moe_received"] = m.moe_received;
+  return j;
 }
 
 void print_memory_table(const MemoryReport& m) {

@@ -34,6 +34,9 @@ struct MemoryReport {
   int rank = 0, tp_rank = 0, pp_rank = 0, dp_rank = 0;
   std::vector<int64_t> activation_bytes_per_layer;          // measured
   std::vector<int64_t> activation_bytes_per_layer_formula;  // docs/design.md §4, the same layout
+  // MoE layers: the assignments this rank routed and the rows its experts received in the measured
+  // forward (the formula's data-dependent inputs; 0 for dense layers). Empty for dense models.
+  std::vector<int64_t> moe_assignments, moe_received;
   int64_t activation_bytes_outside_layers = 0, activation_bytes_outside_formula = 0;
   std::map<std::string, int64_t> activation_bytes_by_op;   // measured, first layer and outside
   int64_t activation_peak_bytes = 0;

@@ -21,12 +21,16 @@ class KeptBytesProbe {
   const std::vector<int64_t>& per_layer() const { return per_layer_; }
   int64_t outside() const { return embedding_ + head_; }
   const std::map<std::string, int64_t>& by_op() const { return by_op_; }
+  // What each layer's last forward kept, by op ("fc1_input" ...): sizes that depend on the data,
+  // such as an MoE layer's routed tokens, are read back from them.
+  const std::vector<std::map<std::string, int64_t>>& layer_ops() const { return layer_ops_; }
 
  private:
   int layers_;
   std::vector<int64_t> per_layer_, before_;  // before_: layers, then embedding, head
   int64_t embedding_ = 0, head_ = 0;
-  std::map<std::string, int64_t> by_op_;
+  std::map<std::string, int64_t> by_op_, ops_before_;
+  std::vector<std::map<std::string, int64_t>> layer_ops_;
 };
 
 }  // namespace lattice

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "analysis/formulas.hpp"
+#include "analysis/moe_formulas.hpp"
 #include "comm/gather_int64.hpp"
 #include "report/step_report.hpp"
 #include "train/trainer.hpp"
@@ -26,10 +27,29 @@ void Trainer::summarize(const RunTotals& t) {
                                   model_config_.heads, model_config_.padded_vocab(layout_.tp), layout_.tp,
                                   layout_.sequence_parallel, bytes_of(layout_.activation_dtype),
                                   model_config_.dropout > 0};
-  std::vector<int64_t> formula;
-  for (int l : local_layers())
-    formula.push_back(analysis::layer_activation_bytes(shape, analysis::layer_fully_recomputed(layout_, l, model_config_.layers),
-                                                       layout_.recompute == Recompute::selective));
+  // This rank's formula per layer: an MoE layer's with the assignments and received rows its last
+  // forward kept (read back from the dispatch indices and the experts' inputs), which the data decide.
+  std::vector<int64_t> formula, moe_assignments, moe_received;
+  const MoEConfig& moe = model_config_.moe;
+  for (int l : local_layers()) {
+    const bool full = analysis::layer_fully_recomputed(layout_, l, model_config_.layers);
+    const bool selective = layout_.recompute == Recompute::selective;
+    if (!moe.is_moe_layer(l)) {
+      formula.push_back(analysis::layer_activation_bytes(shape, full, selective));
+      moe_assignments.push_back(0), moe_received.push_back(0);
+      continue;
+    }
+    const auto& ops = kept_->layer_ops()[size_t(l)];
+    auto bytes = [&](const char* op) { const auto it = ops.find(op); return it == ops.end() ? int64_t(0) : it->second; };
+    analysis::MoEKeptShape m{model_config_.seq_len, config_.micro_batch, model_config_.hidden, layout_.tp,
+                             layout_.sequence_parallel, bytes_of(layout_.activation_dtype), model_config_.dropout > 0,
+                             moe.experts, model_config_.ffn_hidden(), moe.router == MoERouter::topk,
+                             moe.expert_dropout > 0, 0, 0};
+    if (bytes("dispatch_indices") > 0) m.assignments = bytes("dispatch_indices") / 8 - moe.experts;
+    m.received = bytes("expert_fc1_input") / (int64_t(model_config_.hidden) * bytes_of(layout_.activation_dtype));
+    formula.push_back(analysis::moe_layer_activation_bytes(shape, m, full, selective));
+    moe_assignments.push_back(m.assignments), moe_received.push_back(m.received);
+  }
   // Stage 3 gathers each bucket twice a micro-batch, except: the position embedding once (its
   // backward needs no weights), the tied embedding once for the embedding and twice for the head.
   const ParamTable& table = model_->table();
@@ -59,7 +79,12 @@ void Trainer::summarize(const RunTotals& t) {
   mine.push_back(optimizer_->state_bytes());
   mine.push_back(MemoryTracker::model_states().peak_bytes());  // since start: setup included
   mine.push_back(int64_t(states_->wait_seconds() * 1e6));  // µs, the last step
+  int64_t expert_psi = 0;
+  for (const ParamInfo& p : model_->table().params()) expert_psi += p.expert ? p.numel : 0;
+  mine.push_back(expert_psi);  // [21]
+  const size_t layers_at = mine.size(), n_layers = local_layers().size();
   for (int l : local_layers()) mine.push_back(kept_->per_layer()[size_t(l)]);
+  for (auto* v : {&formula, &moe_assignments, &moe_received}) mine.insert(mine.end(), v->begin(), v->end());
   const auto rows = gather_rows(dist_, mine);
   if (!is_logging_rank()) return;
 
@@ -76,15 +101,18 @@ void Trainer::summarize(const RunTotals& t) {
     m.activation_peak_bytes = row[4], m.activation_bytes_outside_layers = row[5];
     m.params = row[6], m.grads = row[7], m.optimizer = row[8], m.compute_weights = row[9];
     m.transient_peak_bytes = row[15];
-    const analysis::ModelStateBytes states_formula =
-        analysis::model_state_bytes(row[16], layout_.dp, states_->zero_stage(), layout_.mixed_precision(),
-                                    adam ? 8 : 0);
+    // Dense states over the DP group, experts' over the expert-DP group (ZeRO shards each over its own).
+    const analysis::ModelStateBytes states_formula = analysis::moe_model_state_bytes(
+        {row[16] - row[21], row[21]}, layout_.dp, layout_.ep, states_->zero_stage(), layout_.mixed_precision(),
+        adam ? 8 : 0);
     m.params_formula = states_formula.params, m.grads_formula = states_formula.grads;
     // Adafactor and SM3: their own count of the states they keep (tensor shapes, not a per-Ψ rule).
     m.optimizer_formula = states_formula.optimizer + (adam ? 0 : row[18]);  // (+ masters when 16-bit)
     m.model_state_peak_bytes = row[19];
-    m.activation_bytes_per_layer.assign(row.begin() + 21, row.end());
-    m.activation_bytes_per_layer_formula = formula;
+    auto part = [&](size_t k) { return std::vector<int64_t>(row.begin() + long(layers_at + k * n_layers),
+                                                            row.begin() + long(layers_at + (k + 1) * n_layers)); };
+    m.activation_bytes_per_layer = part(0), m.activation_bytes_per_layer_formula = part(1);
+    if (moe.enabled()) m.moe_assignments = part(2), m.moe_received = part(3);
     m.activation_bytes_outside_formula = analysis::extra_activation_bytes(shape, 1, 1);
     if (m.rank == 0) m.activation_bytes_by_op = kept_->by_op();
     comm_ranks.push_back({{"rank", m.rank}, {"tp", row[10]}, {"dp", row[11]}, {"pp", row[12]},
