@@ -60,6 +60,10 @@ int run_sample(int argc, char** argv) {
   const bool shapes_given = inference_shape_flags(app);
   auto gpt = load_model_for_inference(checkpoint, model, shapes_given, DType::fp32, 1);
   const ModelConfig& c = gpt->config();
+  // Expert choice ranks every token of the sequence, future ones included: not a causal model.
+  require(!(c.moe.enabled() && c.moe.router == MoERouter::expert_choice),
+          "sample cannot generate with an expert-choice MoE model: its routing sees future tokens "
+          "(score it with lattice eval instead)");
   data::ByteTokenizer tokenizer;
   require(c.vocab == data::ByteTokenizer::kVocab, "sample decodes bytes: the checkpoint's vocab must be 256");
   std::vector<int32_t> ids;

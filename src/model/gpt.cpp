@@ -124,7 +124,9 @@ LayerContext GPT::layer_context(int l, uint64_t step, bool training, int64_t row
   c.is_moe = true;
   moe::MoEContext& x = c.moe;
   const int64_t N = rows * s;
-  x.route = {m.router, m.experts, m.k(), m.drop_policy, N, m.groups, analysis::expert_capacity(m, N / m.groups),
+  // Training checks that the groups divide a micro-batch; a shorter sequence (sampling) routes as one.
+  const int groups = N % m.groups == 0 ? m.groups : 1;
+  x.route = {m.router, m.experts, m.k(), m.drop_policy, N, groups, analysis::expert_capacity(m, N / groups),
              training, DropoutStream{seed_, step, l, DropoutSite::moe_noise}, s, first_row};
   x.h = model_.hidden, x.ffn_local = model_.ffn_hidden() / tp_.size(), x.ffn_total = model_.ffn_hidden();
   x.dtype = layout_.activation_dtype;
@@ -334,7 +336,7 @@ void GPT::backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float 
     LayerContext c = layer_context(l, step, true, b, mb.first_row, s);
     // Each routing group's auxiliary loss weighs coeff · (its tokens / the global batch's tokens).
     if (model_.moe.load_balancing)
-      c.moe_aux_weight = model_.moe.aux_loss_coeff * double(b * s / model_.moe.groups) * double(loss_scale);
+      c.moe_aux_weight = model_.moe.aux_loss_coeff * double(b * s / c.moe.route.groups) * double(loss_scale);
     const int eb = experts_bucket(model_.layers, l), next = l - 1 >= l0 ? l - 1 : -1;
     const float* dense = bucket_params(l, c.is_moe ? eb : next);
     const LayerWeights w = layer_weights(l, dense, c.is_moe ? bucket_params(eb, next) : nullptr);

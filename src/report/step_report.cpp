@@ -97,6 +97,13 @@ void print_comm_report(const nlohmann::json& comm_ranks) {
     if (r["zero_wait_s"].get<double>() > 0)
       std::fprintf(stderr, "  rank %d blocked %.1f ms on ZeRO gathers/reduce-scatters (not hidden by prefetch/overlap)\n",
                    r["rank"].get<int>(), r["zero_wait_s"].get<double>() * 1e3);
+  for (const auto& r : comm_ranks)
+    if (r.contains("ep") && r["ep_formula_balanced"].get<double>() > 0)
+      std::fprintf(stderr, "  rank %d: ep all-to-all %s (balanced routing: 4·(e-1)/e·A·h·4 per MoE layer and micro-batch = %s), "
+                           "expert-dp %s\n",
+                   r["rank"].get<int>(), human_bytes(r["ep"].get<double>()).c_str(),
+                   human_bytes(r["ep_formula_balanced"].get<double>()).c_str(),
+                   human_bytes(r["expert_dp"].get<double>()).c_str());
   if (!comm_ranks.empty())
     std::fprintf(stderr, "  formulas: tp (4L+2)·2(t-1)/t·sbh·4·n_mb = %s; dp (N-1)/N·4·(2Ψ, ZeRO-2 (n_mb+1)Ψ, ZeRO-3 3Ψ·n_mb) = %s\n",
                  human_bytes(comm_ranks[0]["tp_conjugate_formula"].get<double>()).c_str(),

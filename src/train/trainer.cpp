@@ -315,7 +315,7 @@ bool Trainer::unscale(const parallel::OwnedGrads& grads, StepResult& r) {
 
 StepResult Trainer::finish_step(StepResult r, std::chrono::steady_clock::time_point t0) {
   // The step's traffic, before anything else (checkpoint gathers, evaluation) adds to the counters.
-  for (int kind : {int(comm::GroupKind::tp), int(comm::GroupKind::dp), int(comm::GroupKind::pp)})
+  for (int kind = 0; kind < comm::kGroupKinds; ++kind)
     step_sent_bytes_[size_t(kind)] = dist_ ? int64_t(dist_->traffic().total(comm::GroupKind(kind)).sent_bytes) : 0;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;

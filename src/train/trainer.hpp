@@ -104,7 +104,7 @@ class Trainer {
   int64_t step_ = 0;  // optimizer steps done
   int64_t activation_peak_ = 0;
   std::vector<std::vector<int64_t>> moe_load_;  // [MoE layer][expert]: tokens over the run
-  std::array<int64_t, 8> step_sent_bytes_{};  // by comm::GroupKind, measured at the end of the last step
+  std::array<int64_t, comm::kGroupKinds> step_sent_bytes_{};  // by comm::GroupKind, measured at the end of the last step
 };
 
 }  // namespace lattice

@@ -82,6 +82,8 @@ void Trainer::summarize(const RunTotals& t) {
   int64_t expert_psi = 0;
   for (const ParamInfo& p : model_->table().params()) expert_psi += p.expert ? p.numel : 0;
   mine.push_back(expert_psi);  // [21]
+  mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::ep)]);         // [22]
+  mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::expert_dp)]);  // [23]
   const size_t layers_at = mine.size(), n_layers = local_layers().size();
   for (int l : local_layers()) mine.push_back(kept_->per_layer()[size_t(l)]);
   for (auto* v : {&formula, &moe_assignments, &moe_received}) mine.insert(mine.end(), v->begin(), v->end());
@@ -93,6 +95,17 @@ void Trainer::summarize(const RunTotals& t) {
                                                                   model_config_.hidden, model_config_.layers,
                                                                   layout_.tp, n_mb);
   const bool adam = std::string(optimizer_->name()) == "adamw";
+  // The all-to-alls of a step if every expert got its share: per MoE layer and micro-batch, dispatch
+  // and combine forward and backward of the routed rows, and the forward's exchange of E counts.
+  double ep_formula = 0;
+  if (moe.enabled() && layout_.ep > 1) {
+    const int64_t A = analysis::routed_assignments_bound(moe, int64_t(config_.micro_batch) * model_config_.seq_len);
+    int64_t moe_layers = 0;
+    for (int l : local_layers()) moe_layers += moe.is_moe_layer(l) ? 1 : 0;
+    const double rows = analysis::kMoEAllToAllsPerLayer * analysis::moe_all_to_all_bytes(A, model_config_.hidden, layout_.ep);
+    const double counts = double(layout_.ep - 1) / layout_.ep * moe.experts * 4;
+    ep_formula = double(n_mb * moe_layers) * (rows + counts);
+  }
   std::vector<MemoryReport> reports;
   nlohmann::json comm_ranks = nlohmann::json::array();
   for (const auto& row : rows) {
@@ -119,6 +132,10 @@ void Trainer::summarize(const RunTotals& t) {
                           {"tp_conjugate", row[13]}, {"tp_regather", row[14]},
                           {"tp_conjugate_formula", tp_formula}, {"dp_formula", row[17]},
                           {"zero_wait_s", double(row[20]) * 1e-6}});
+    if (moe.enabled()) {
+      comm_ranks.back()["ep"] = row[22], comm_ranks.back()["expert_dp"] = row[23];
+      comm_ranks.back()["ep_formula_balanced"] = ep_formula;
+    }
     reports.push_back(std::move(m));
   }
 
