@@ -106,7 +106,19 @@ void ModelConfig::validate() const {
   require(vocab >= 2 && vocab <= 65536,
           "--vocab must be between 2 and 65536 (tokens are uint16; got " + std::to_string(vocab) + ")");
   require(dropout >= 0.0 && dropout < 1.0, "--dropout must be in [0, 1) (got " + std::to_string(dropout) + ")");
-  if (!moe.enabled()) return;
+  if (!moe.enabled()) {
+    const MoEConfig d;
+    const bool moe_flags = moe.layer_freq != d.layer_freq || moe.topk != d.topk || moe.ffn_hidden != d.ffn_hidden ||
+                           moe.router != d.router || moe.capacity_factor != d.capacity_factor ||
+                           moe.drop_policy != d.drop_policy || moe.aux_loss_coeff != d.aux_loss_coeff ||
+                           moe.load_balancing != d.load_balancing || moe.groups != d.groups ||
+                           moe.expert_dropout != d.expert_dropout || moe.init_scale != d.init_scale;
+    require(moe.experts == 0 && !moe_flags, moe.experts < 0 ? "--num-experts must be 0 (dense) or more (got " +
+                                                                  std::to_string(moe.experts) + ")"
+                                                            : std::string("the --moe-* and --expert-dropout flags "
+                                                                          "need a Mixture-of-Experts model (--num-experts E)"));
+    return;
+  }
   within("--num-experts", moe.experts, 1, 1 << 16);
   within("--moe-layer-freq", moe.layer_freq, 1, kMaxLayers);
   within("--moe-router-topk", moe.k(), 1, moe.experts);
