@@ -49,7 +49,7 @@ struct LayerParams {
       return bf16 ? GemmOperand{h.data(), DType::bf16} : GemmOperand{f.data(), DType::fp32};
     };
     return {ln1_w.data(), ln1_b.data(), qkv_b.data(), proj_b.data(), ln2_w.data(), ln2_b.data(), fc1_b.data(),
-            fc2_b.data(), op(qkv_w, qkv16), op(proj_w, proj16), op(fc1_w, fc116), op(fc2_w, fc216)};
+            fc2_b.data(), op(qkv_w, qkv16), op(proj_w, proj16), op(fc1_w, fc116), op(fc2_w, fc216), {}};
   }
 };
 
@@ -63,7 +63,7 @@ struct LayerGradBuffers {
   }
   LayerGrads grads() {
     return {ln1_w.data(), ln1_b.data(), qkv_w.data(), qkv_b.data(), proj_w.data(), proj_b.data(),
-            ln2_w.data(), ln2_b.data(), fc1_w.data(), fc1_b.data(), fc2_w.data(), fc2_b.data()};
+            ln2_w.data(), ln2_b.data(), fc1_w.data(), fc1_b.data(), fc2_w.data(), fc2_b.data(), {}};
   }
 };
 

@@ -167,10 +167,10 @@ int main(int argc, char** argv) {
   constexpr int kLayer = 0;
   const auto p = table.layer(params.data(), kLayer);
   const LayerWeights w{p.ln1_w, p.ln1_b, p.qkv_b, p.proj_b, p.ln2_w, p.ln2_b, p.fc1_b, p.fc2_b,
-                       operand(p.qkv_w), operand(p.proj_w), operand(p.fc1_w), operand(p.fc2_w)};
+                       operand(p.qkv_w), operand(p.proj_w), operand(p.fc1_w), operand(p.fc2_w), {}};
   const auto gp = table.layer(grads.data(), kLayer);
   const LayerGrads g{gp.ln1_w, gp.ln1_b, gp.qkv_w, gp.qkv_b, gp.proj_w, gp.proj_b,
-                     gp.ln2_w, gp.ln2_b, gp.fc1_w, gp.fc1_b, gp.fc2_w, gp.fc2_b};
+                     gp.ln2_w, gp.ln2_b, gp.fc1_w, gp.fc1_b, gp.fc2_w, gp.fc2_b, {}};
 
   const int64_t b = o.micro_batch, s = o.seq_len, h = o.hidden;
   // The residual stream and its gradient, the same full tensors on every rank; SP takes a slice.

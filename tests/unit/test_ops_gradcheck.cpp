@@ -395,11 +395,11 @@ struct LayerParams {
   LayerWeights weights() const {
     return {t[0].data(), t[1].data(), t[3].data(), t[5].data(), t[6].data(), t[7].data(), t[9].data(),
             t[11].data(), f32_operand(t[2].data()), f32_operand(t[4].data()), f32_operand(t[8].data()),
-            f32_operand(t[10].data())};
+            f32_operand(t[10].data()), {}};
   }
   LayerGrads grads() {
     return {g[0].data(), g[1].data(), g[2].data(), g[3].data(),  g[4].data(),  g[5].data(),
-            g[6].data(), g[7].data(), g[8].data(), g[9].data(), g[10].data(), g[11].data()};
+            g[6].data(), g[7].data(), g[8].data(), g[9].data(), g[10].data(), g[11].data(), {}};
   }
 };
 
