@@ -56,6 +56,19 @@ for name in ep2_full ep2_selective_zero3 ep2_zero1_tp2; do
   check "$name trains the one-rank model" compare "$name" one_topk
   check "$name routes as one rank" same_routing "$name" one_topk
 done
+# Every pipeline schedule: 4 layers, MoE every other layer (GShard's F = 2).
+MODEL_SAVED=("${MODEL[@]}")
+MODEL=("${MODEL[@]}" --layers 4 --moe-layer-freq 2 --moe-router gshard)
+run one_l4 1
+run ep2_pp2_gpipe 4 --expert-model-parallel-size 2 --pipeline-model-parallel-size 2 --schedule gpipe
+run ep2_pp2_interleaved 4 --expert-model-parallel-size 2 --pipeline-model-parallel-size 2 --schedule interleaved \
+  --virtual-stages 2
+for name in ep2_pp2_gpipe ep2_pp2_interleaved; do
+  check "$name trains the one-rank model" compare "$name" one_l4
+  check "$name routes as one rank" same_routing "$name" one_l4
+done
+MODEL=("${MODEL_SAVED[@]}")
+
 run one_nodrop 1 --moe-router switch --moe-no-drop
 run ep2_nodrop 2 --moe-router switch --moe-no-drop --expert-model-parallel-size 2
 check "no dropping: EP 2 trains the one-rank model" compare ep2_nodrop one_nodrop
