@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "kernels/dropout.hpp"
 #include "kernels/gelu.hpp"
@@ -38,6 +39,17 @@ void for_row_chunks(int64_t rows, F&& fn) {
   }
 }
 
+// fn(local expert j, first row, rows) for each chunk of each local expert's rows, which sit
+// expert-major one after another.
+template <class F>
+void for_expert_chunks(const std::vector<int64_t>& rows_of_expert, F&& fn) {
+  int64_t row0 = 0;
+  for (size_t j = 0; j < rows_of_expert.size(); ++j) {
+    for_row_chunks(rows_of_expert[j], [&](int64_t r0, int64_t m) { fn(j, row0 + r0, m); });
+    row0 += rows_of_expert[j];
+  }
+}
+
 // Rows [row0, …) of a kept [rows, width] tensor as a GEMM operand in its storage dtype.
 GemmOperand rows_of(const Stored& t, int64_t row0, int64_t width) {
   const auto* base = static_cast<const char*>(t.data());
@@ -53,6 +65,14 @@ struct Counts {
 Counts counts_of(const MoEKept& k, int64_t A, int E) {
   const auto* d = static_cast<const int32_t*>(k.dispatch.data());
   return {d + 2 * A, d + 2 * A + E};
+}
+
+// Rows each local expert received, over every source.
+std::vector<int64_t> expert_rows(Counts n, int sources, int local_experts) {
+  std::vector<int64_t> rows(size_t(local_experts), 0);
+  for (int s = 0; s < sources; ++s)
+    for (int j = 0; j < local_experts; ++j) rows[size_t(j)] += n.recv[s * local_experts + j];
+  return rows;
 }
 
 int ep_size(const MoEContext& c) { return c.ep ? c.ep->size() : 1; }
@@ -147,10 +167,8 @@ void moe_forward(float* out, const float* x, MoEKept& kept, const MoEWeights& w,
   kept.combine_weights = TrackedBuffer(size_t(A) * 4, layer, "combine_weights");
   std::copy(r.gate.begin(), r.gate.end(), static_cast<float*>(kept.combine_weights.data()));
   const Counts n = counts_of(kept, A, E);
-  int64_t R = 0;
-  std::vector<int64_t> rows_of_expert(static_cast<size_t>(L), 0);
-  for (int s = 0; s < e; ++s)
-    for (int j = 0; j < L; ++j) rows_of_expert[size_t(j)] += n.recv[s * L + j], R += n.recv[s * L + j];
+  const std::vector<int64_t> rows_of_expert = expert_rows(n, e, L);
+  const int64_t R = std::accumulate(rows_of_expert.begin(), rows_of_expert.end(), int64_t(0));
   kept.received = R;
 
   // Dispatch: the assigned tokens' rows, in assignment order, to their experts.
@@ -176,14 +194,9 @@ void moe_forward(float* out, const float* x, MoEKept& kept, const MoEWeights& w,
   kept.expert_gelu_in = Stored(R * fl, c.dtype, layer, "expert_gelu_input");
   kept.expert_fc2_in = Stored(R * fl, c.dtype, layer, "expert_fc2_input");
   float* pre = grow(ws.hidden, R * fl);
-  int64_t row0 = 0;
-  for (int j = 0; j < L; ++j) {
-    for_row_chunks(rows_of_expert[size_t(j)], [&](int64_t r0, int64_t m) {
-      linear_forward(pre + (row0 + r0) * fl, rows_of(kept.expert_fc1_in, row0 + r0, h), w.experts[size_t(j)].fc1,
-                     w.experts[size_t(j)].fc1_b, m, h, fl);
-    });
-    row0 += rows_of_expert[size_t(j)];
-  }
+  for_expert_chunks(rows_of_expert, [&](size_t j, int64_t at, int64_t m) {
+    linear_forward(pre + at * fl, rows_of(kept.expert_fc1_in, at, h), w.experts[j].fc1, w.experts[j].fc1_b, m, h, fl);
+  });
   kept.expert_gelu_in.store(pre);
   float* act = grow(ws.hidden2, R * fl);
   gelu_forward(act, pre, R * fl);
@@ -192,7 +205,7 @@ void moe_forward(float* out, const float* x, MoEKept& kept, const MoEWeights& w,
     auto* mask = static_cast<uint8_t*>(kept.expert_mask.data());
     DropoutStream st = spec.stream;
     st.site = DropoutSite::expert_dropout;
-    row0 = 0;
+    int64_t row0 = 0;
     for (int j = 0; j < L; ++j) {
       const uint64_t expert = uint64_t(c.expert0 + j);
       for (int64_t i = row0; i < row0 + rows_of_expert[size_t(j)]; ++i) {
@@ -206,16 +219,11 @@ void moe_forward(float* out, const float* x, MoEKept& kept, const MoEWeights& w,
   }
   kept.expert_fc2_in.store(act);
   float* y = expert_rows;  // its fp32 input is spent
-  row0 = 0;
-  for (int j = 0; j < L; ++j) {
+  for_expert_chunks(rows_of_expert, [&](size_t j, int64_t at, int64_t m) {
     // The second bias once over the TP group: outputs are partial sums until the caller reduces them.
-    const float* bias = c.tp_rank == 0 ? w.experts[size_t(j)].fc2_b : nullptr;
-    for_row_chunks(rows_of_expert[size_t(j)], [&](int64_t r0, int64_t m) {
-      linear_forward(y + (row0 + r0) * h, rows_of(kept.expert_fc2_in, row0 + r0, fl), w.experts[size_t(j)].fc2, bias,
-                     m, fl, h);
-    });
-    row0 += rows_of_expert[size_t(j)];
-  }
+    const float* bias = c.tp_rank == 0 ? w.experts[j].fc2_b : nullptr;
+    linear_forward(y + at * h, rows_of(kept.expert_fc2_in, at, fl), w.experts[j].fc2, bias, m, fl, h);
+  });
 
   // Return and combine: out[token] = Σ gate · expert output.
   exchange(c, n, y, rows, h, false, ws.hidden);
@@ -247,9 +255,7 @@ void moe_backward(float* dx, const float* dout, const float* x, const MoEKept& k
   const int32_t* expert = token + A;
   const float* gate = static_cast<const float*>(kept.combine_weights.data());
   const Counts n = counts_of(kept, A, E);
-  std::vector<int64_t> rows_of_expert(static_cast<size_t>(L), 0);
-  for (int s = 0; s < e; ++s)
-    for (int j = 0; j < L; ++j) rows_of_expert[size_t(j)] += n.recv[s * L + j];
+  const std::vector<int64_t> rows_of_expert = expert_rows(n, e, L);
 
   // Combine: dgate_a = ⟨dout[token_a], y_a⟩ (y_a partial under TP: summed), dy_a = gate_a · dout[token_a].
   float* rows = grow(ws.rows, std::max(A, R) * h);
@@ -274,34 +280,21 @@ void moe_backward(float* dx, const float* dout, const float* x, const MoEKept& k
   // Experts backward: FC2, dropout, GeLU, FC1; the rows' input gradients go to `rows`.
   float* dhidden = grow(ws.hidden, R * fl);
   uint16_t* half = grow(ws.half, std::max(R * h, R * fl));
-  int64_t row0 = 0;
-  for (int j = 0; j < L; ++j) {
-    const ExpertWeights& ew = w.experts[size_t(j)];
-    const ExpertGrads& eg = g.experts[size_t(j)];
-    for_row_chunks(rows_of_expert[size_t(j)], [&](int64_t r0, int64_t m) {
-      const int64_t at = row0 + r0;
-      linear_backward(dhidden + at * fl, eg.fc2_w, eg.fc2_b, dy + at * h,
-                      as_operand(dy + at * h, m * h, c.dtype, half + at * h), rows_of(kept.expert_fc2_in, at, fl),
-                      ew.fc2, m, fl, h);
-    });
-    row0 += rows_of_expert[size_t(j)];
-  }
+  for_expert_chunks(rows_of_expert, [&](size_t j, int64_t at, int64_t m) {
+    const ExpertGrads& eg = g.experts[j];
+    linear_backward(dhidden + at * fl, eg.fc2_w, eg.fc2_b, dy + at * h, as_operand(dy + at * h, m * h, c.dtype, half + at * h),
+                    rows_of(kept.expert_fc2_in, at, fl), w.experts[j].fc2, m, fl, h);
+  });
   if (c.expert_dropout > 0.0f)
     dropout_backward(dhidden, dhidden, static_cast<const uint8_t*>(kept.expert_mask.data()), R * fl, c.expert_dropout);
   float* widen = grow(ws.hidden2, R * fl);
   gelu_backward(dhidden, kept.expert_gelu_in.load(widen), dhidden, R * fl);
-  row0 = 0;
-  for (int j = 0; j < L; ++j) {
-    const ExpertWeights& ew = w.experts[size_t(j)];
-    const ExpertGrads& eg = g.experts[size_t(j)];
-    for_row_chunks(rows_of_expert[size_t(j)], [&](int64_t r0, int64_t m) {
-      const int64_t at = row0 + r0;
-      linear_backward(rows + at * h, eg.fc1_w, eg.fc1_b, dhidden + at * fl,
-                      as_operand(dhidden + at * fl, m * fl, c.dtype, half + at * fl),
-                      rows_of(kept.expert_fc1_in, at, h), ew.fc1, m, h, fl);
-    });
-    row0 += rows_of_expert[size_t(j)];
-  }
+  for_expert_chunks(rows_of_expert, [&](size_t j, int64_t at, int64_t m) {
+    const ExpertGrads& eg = g.experts[j];
+    linear_backward(rows + at * h, eg.fc1_w, eg.fc1_b, dhidden + at * fl,
+                    as_operand(dhidden + at * fl, m * fl, c.dtype, half + at * fl), rows_of(kept.expert_fc1_in, at, h),
+                    w.experts[j].fc1, m, h, fl);
+  });
   float* drows = dy;  // spent
   exchange(c, n, rows, drows, h, false, ws.hidden2);
   std::fill(dx, dx + N * h, 0.0f);
