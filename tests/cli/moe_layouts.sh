@@ -76,8 +76,9 @@ check "no dropping drops nothing" "$PY" -c "
 import json; assert all(json.loads(l)['moe_dropped_fraction'] == 0 for l in open('ep2_nodrop.jsonl') if '\"event\":\"step\"' in l)"
 run one_bf16 1 --moe-router gshard --activation-dtype bf16
 run ep2_bf16 2 --moe-router gshard --activation-dtype bf16 --expert-model-parallel-size 2
-# bf16 GEMM inputs: the losses to 1e-5 (Adam turns bf16-rounded gradient noise into weight steps of
-# its own size, so weights are compared only in fp32, as for the dense layouts).
+# bf16 GEMM inputs: Adam turns bf16-rounded gradient noise into weight steps of its own size, and a
+# routing decision is discrete, so a near-tie may flip after a few updates: the losses to 1e-4 (as for
+# the dense layouts' bf16 check) and the first step's routing identical.
 losses_within() {  # losses_within A B BOUND
   "$PY" -c "
 import json, sys
@@ -85,8 +86,12 @@ def losses(n): return [json.loads(l)['loss'] for l in open(n + '.jsonl') if '\"e
 a, b = losses('$1'), losses('$2')
 assert len(a) == len(b) == 4 and max(abs(x - y) / x for x, y in zip(a, b)) < $3, (a, b)"
 }
-check "bf16 activations: EP 2 trains the one-rank model (losses to 1e-5)" losses_within one_bf16 ep2_bf16 1e-5
-check "bf16 activations: EP 2 routes as one rank" same_routing ep2_bf16 one_bf16
+check "bf16 activations: EP 2 trains the one-rank model (losses to 1e-4)" losses_within one_bf16 ep2_bf16 1e-4
+check "bf16 activations: EP 2's first step routes as one rank" "$PY" -c "
+import json
+def first(n): return [json.loads(l) for l in open(n + '.jsonl') if '\"event\":\"step\"' in l][0]
+a, b = first('one_bf16'), first('ep2_bf16')
+assert all(a[k] == b[k] for k in ('moe_load_min', 'moe_load_max', 'moe_dropped_fraction')), (a, b)"
 # 16-bit weights accumulate each rank's micro-batches in bf16 before the fp32 reduction, so any DP
 # layout rounds differently from one rank: the same run to bf16's precision (1e-3 of the loss).
 run one_bf16w 1 --moe-router gshard --params-dtype bf16
