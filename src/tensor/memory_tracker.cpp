@@ -15,15 +15,28 @@ MemoryTracker& MemoryTracker::model_states() {
   return tracker;
 }
 
+namespace {
+// Freed blocks are recycled by size class, not exact size: sizes that change every step (an MoE
+// layer's routed rows) then reuse a few classes instead of growing the cache without bound. Classes
+// are eighths of a power of two (at most 12.5% over the request); the accounting keeps the request.
+size_t size_class(size_t bytes) {
+  if (bytes <= 4096) return (bytes + 63) / 64 * 64;
+  size_t p = 4096;
+  while (p * 2 <= bytes) p *= 2;
+  const size_t step = p / 8;
+  return (bytes + step - 1) / step * step;
+}
+}  // namespace
+
 void* MemoryTracker::allocate(size_t bytes, int layer, const char* op) {
   void* ptr = nullptr;
-  auto it = free_by_size_.find(bytes);
+  const size_t cls = size_class(bytes);
+  auto it = free_by_size_.find(cls);
   if (it != free_by_size_.end() && !it->second.empty()) {
     ptr = it->second.back();
     it->second.pop_back();
   } else {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    ptr = std::aligned_alloc(64, rounded);
+    ptr = std::aligned_alloc(64, cls);
     if (!ptr) throw std::bad_alloc();
   }
   live_blocks_[ptr] = Block{bytes, layer, op};
@@ -36,7 +49,7 @@ void MemoryTracker::release(void* ptr) {
   auto it = live_blocks_.find(ptr);
   if (it == live_blocks_.end()) return;
   live_ -= int64_t(it->second.bytes);
-  free_by_size_[it->second.bytes].push_back(ptr);
+  free_by_size_[size_class(it->second.bytes)].push_back(ptr);
   live_blocks_.erase(it);
 }
 
