@@ -29,6 +29,13 @@ MoEKeptBytes moe_mlp_kept_bytes(const MoEKeptShape& m) {
   return r;
 }
 
+MoEKeptShape moe_kept_shape(const ActivationShape& x, const ModelConfig& model, int64_t assignments,
+                            int64_t received) {
+  const MoEConfig& moe = model.moe;
+  return {x.s, x.b, x.h, x.t, x.sp, x.d, x.dropout, moe.experts, model.ffn_hidden(),
+          moe.router == MoERouter::topk, moe.expert_dropout > 0, assignments, received};
+}
+
 int64_t moe_layer_activation_bytes(const ActivationShape& x, const MoEKeptShape& m, bool full, bool selective) {
   if (full) return layer_activation_bytes(x, true, selective);
   // Table 2's MLP half: LN2 input, FC1 input, residual mask (replicated) and GeLU, FC2 inputs (4sbh·d each).

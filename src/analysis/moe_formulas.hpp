@@ -39,6 +39,10 @@ struct MoEKeptBytes {
   int64_t total() const { return replicated + router + dispatch + combine + experts; }
 };
 MoEKeptBytes moe_mlp_kept_bytes(const MoEKeptShape& m);
+// The shape of a model's MoE block for one micro-batch of `x`, with A and R given (the planner's
+// balanced bound, or what a run's routing kept).
+MoEKeptShape moe_kept_shape(const ActivationShape& x, const ModelConfig& model, int64_t assignments,
+                            int64_t received);
 
 // A whole MoE layer: the attention half of Table 2's row (layer_activation_bytes without its MLP
 // half) plus the MoE block; under full recompute, the layer input only; selective drops the s² part.

@@ -75,6 +75,20 @@ std::vector<int64_t> expert_rows(Counts n, int sources, int local_experts) {
   return rows;
 }
 
+// out [N, h] = Σ_a weight_a · rows[a] into row token[a] (weight 1 when null). Threads split the
+// columns, so rows of one token never race and the sum order is the assignments' (deterministic).
+void scatter_add_rows(float* out, int64_t N, int64_t h, const int32_t* token, const float* weight,
+                      const float* rows, int64_t A) {
+  std::fill(out, out + N * h, 0.0f);
+#pragma omp parallel for schedule(static)
+  for (int64_t col = 0; col < h; col += 64)
+    for (int64_t a = 0; a < A; ++a) {
+      float* o = out + int64_t(token[a]) * h;
+      const float w = weight ? weight[a] : 1.0f;
+      for (int64_t i = col; i < std::min(col + 64, h); ++i) o[i] += w * rows[a * h + i];
+    }
+}
+
 int ep_size(const MoEContext& c) { return c.ep ? c.ep->size() : 1; }
 
 // Moves rows between the routing ranks and the experts' ranks. `to_experts`: from assignment order
@@ -229,15 +243,7 @@ void moe_forward(float* out, const float* x, MoEKept& kept, const MoEWeights& w,
   exchange(c, n, y, rows, h, false, ws.hidden);
   kept.combine_input = Stored(A * h, c.dtype, layer, "combine_input");
   kept.combine_input.store(rows);
-  std::fill(out, out + N * h, 0.0f);
-  const float* gate = static_cast<const float*>(kept.combine_weights.data());
-#pragma omp parallel for schedule(static)
-  for (int64_t col = 0; col < h; col += 64)
-    for (int64_t a = 0; a < A; ++a) {
-      float* o = out + int64_t(r.token[size_t(a)]) * h;
-      const float* ya = rows + a * h;
-      for (int64_t i = col; i < std::min(col + 64, h); ++i) o[i] += gate[a] * ya[i];
-    }
+  scatter_add_rows(out, N, h, r.token.data(), static_cast<const float*>(kept.combine_weights.data()), rows, A);
 
   if (c.stats) {
     c.stats->aux_loss_tokens += c.aux_coeff * r.aux_loss * double(N);
@@ -297,13 +303,7 @@ void moe_backward(float* dx, const float* dout, const float* x, const MoEKept& k
   });
   float* drows = dy;  // spent
   exchange(c, n, rows, drows, h, false, ws.hidden2);
-  std::fill(dx, dx + N * h, 0.0f);
-#pragma omp parallel for schedule(static)
-  for (int64_t col = 0; col < h; col += 64)
-    for (int64_t a = 0; a < A; ++a) {
-      float* o = dx + int64_t(token[a]) * h;
-      for (int64_t i = col; i < std::min(col + 64, h); ++i) o[i] += drows[a * h + i];
-    }
+  scatter_add_rows(dx, N, h, token, nullptr, drows, A);
 
   // Router backward: its logits' gradient; dW_g += xᵀ·dlogits; dx += dlogits·W_gᵀ once over TP.
   float* dlogits = grow(ws.logits, N * E);

@@ -31,23 +31,9 @@ analysis::FlopsShape flops_shape(const PlanRequest& r) {
 
 analysis::MoEKeptShape moe_kept_shape(const PlanRequest& r) {
   const analysis::ActivationShape x = activation_shape(r);
-  const MoEConfig& moe = r.model.moe;
-  analysis::MoEKeptShape m;
-  m.s = x.s;
-  m.b = x.b;
-  m.h = x.h;
-  m.t = x.t;
-  m.sp = x.sp;
-  m.d = x.d;
-  m.dropout = x.dropout;
-  m.experts = moe.experts;
-  m.ffn_hidden = r.model.ffn_hidden();
-  m.noisy_router = moe.router == MoERouter::topk;
-  m.expert_dropout = moe.expert_dropout > 0;
   // Balanced experts: each rank's experts receive as many rows as its own router sends out.
-  m.assignments = moe.enabled() ? analysis::routed_assignments_bound(moe, x.s * x.b) : 0;
-  m.received = m.assignments;
-  return m;
+  const int64_t a = r.model.moe.enabled() ? analysis::routed_assignments_bound(r.model.moe, x.s * x.b) : 0;
+  return analysis::moe_kept_shape(x, r.model, a, a);
 }
 
 namespace {

@@ -214,15 +214,16 @@ double Trainer::loss_of_next_batch() {
   return loss;
 }
 
+void Trainer::sum_over_stages_and_replicas(std::span<float> values) {
+  for (comm::Communicator* group : {pipeline_ ? &dist_->pp() : nullptr, dist_ && layout_.dp > 1 ? &dist_->dp() : nullptr})
+    if (group) group->all_reduce(values);
+}
+
 double Trainer::global_loss(double loss_sum) {
   // The loss over the whole global batch: the last stage's sums, over the data-parallel replicas.
-  for (comm::Communicator* group : {pipeline_ ? &dist_->pp() : nullptr, dist_ && layout_.dp > 1 ? &dist_->dp() : nullptr})
-    if (group) {
-      float sum = float(loss_sum);
-      group->all_reduce({&sum, 1});
-      loss_sum = double(sum);
-    }
-  return loss_sum;
+  float sum = float(loss_sum);
+  sum_over_stages_and_replicas({&sum, 1});
+  return double(sum);
 }
 
 MoEStepStats Trainer::moe_step_stats(bool count) {
@@ -241,8 +242,7 @@ MoEStepStats Trainer::moe_step_stats(bool count) {
     if (size_t(layers[i]) < mine.load.size())
       for (size_t e = 0; e < mine.load[size_t(layers[i])].size(); ++e)
         v[3 + i * size_t(E) + e] = float(mine.load[size_t(layers[i])][e]);
-  for (comm::Communicator* group : {pipeline_ ? &dist_->pp() : nullptr, dist_ && layout_.dp > 1 ? &dist_->dp() : nullptr})
-    if (group) group->all_reduce(v);
+  sum_over_stages_and_replicas(v);
   MoEStepStats r;
   r.active = true;
   r.aux_loss = double(v[0]) / (double(config_.global_batch) * model_config_.seq_len);

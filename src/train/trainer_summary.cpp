@@ -41,12 +41,10 @@ void Trainer::summarize(const RunTotals& t) {
     }
     const auto& ops = kept_->layer_ops()[size_t(l)];
     auto bytes = [&](const char* op) { const auto it = ops.find(op); return it == ops.end() ? int64_t(0) : it->second; };
-    analysis::MoEKeptShape m{model_config_.seq_len, config_.micro_batch, model_config_.hidden, layout_.tp,
-                             layout_.sequence_parallel, bytes_of(layout_.activation_dtype), model_config_.dropout > 0,
-                             moe.experts, model_config_.ffn_hidden(), moe.router == MoERouter::topk,
-                             moe.expert_dropout > 0, 0, 0};
-    if (bytes("dispatch_indices") > 0) m.assignments = bytes("dispatch_indices") / 8 - moe.experts;
-    m.received = bytes("expert_fc1_input") / (int64_t(model_config_.hidden) * bytes_of(layout_.activation_dtype));
+    // dispatch_indices holds (2A + 2E) int32; expert_fc1_input R rows of h.
+    const int64_t assignments = bytes("dispatch_indices") > 0 ? bytes("dispatch_indices") / 8 - moe.experts : 0;
+    const int64_t received = bytes("expert_fc1_input") / (int64_t(model_config_.hidden) * shape.d);
+    const analysis::MoEKeptShape m = analysis::moe_kept_shape(shape, model_config_, assignments, received);
     formula.push_back(analysis::moe_layer_activation_bytes(shape, m, full, selective));
     moe_assignments.push_back(m.assignments), moe_received.push_back(m.received);
   }
