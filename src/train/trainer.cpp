@@ -221,9 +221,20 @@ void Trainer::sum_over_stages_and_replicas(std::span<float> values) {
 
 double Trainer::global_loss(double loss_sum) {
   // The loss over the whole global batch: the last stage's sums, over the data-parallel replicas.
-  float sum = float(loss_sum);
-  sum_over_stages_and_replicas({&sum, 1});
-  return double(sum);
+  // Summed in double (each rank's sum as an fp32 pair hi + lo, gathered, added in rank order): an fp32
+  // sum would round the reported loss to one ulp (~9e-8 relative at 5.5), hiding how closely a
+  // layout follows one rank (docs/design.md §10).
+  double sum = loss_sum;
+  for (comm::Communicator* group : {pipeline_ ? &dist_->pp() : nullptr, dist_ && layout_.dp > 1 ? &dist_->dp() : nullptr}) {
+    if (!group) continue;
+    const auto hi = float(sum);
+    const float mine[2] = {hi, float(sum - double(hi))};
+    std::vector<float> all(2 * size_t(group->size()));
+    group->all_gather(mine, all);
+    sum = 0.0;
+    for (size_t r = 0; r < all.size(); r += 2) sum += double(all[r]) + double(all[r + 1]);
+  }
+  return sum;
 }
 
 MoEStepStats Trainer::moe_step_stats(bool count) {
