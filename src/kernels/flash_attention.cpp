@@ -1,0 +1,273 @@
+#include "kernels/flash_attention.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/fast_math.hpp"
+
+namespace lattice {
+
+namespace {
+
+// Queries and keys per tile. 64 × 64 fp32 scores (16 KB) plus the Q, K, V tiles stay in L1/L2;
+// the register blocks below hold 4 rows × 64 columns, so tiles are whole multiples of them.
+constexpr int64_t kB = 64;
+
+// Sixteen floats, unaligned, as the compiler's vector extension: with AVX-512 one zmm register.
+typedef float v16 __attribute__((vector_size(64), aligned(4), may_alias));
+inline v16 load16(const float* p) { return *reinterpret_cast<const v16*>(p); }
+inline void store16(float* p, v16 x) { *reinterpret_cast<v16*>(p) = x; }
+
+// S[r][0..64) = alpha · Σ_e X[r][e] · Yt[e][0..64) for R rows of X (row stride dh): 4R
+// accumulators in registers, one broadcast of X per row and four loads of Yt per e.
+template <int R>
+inline void block_abt(float* S, const float* X, int64_t dh, const float* Yt, float alpha) {
+  v16 acc[R][4] = {};
+  for (int64_t e = 0; e < dh; ++e) {
+    const float* y = Yt + e * kB;
+    const v16 y0 = load16(y), y1 = load16(y + 16), y2 = load16(y + 32), y3 = load16(y + 48);
+    for (int r = 0; r < R; ++r) {
+      const float x = X[r * dh + e];
+      acc[r][0] += x * y0, acc[r][1] += x * y1, acc[r][2] += x * y2, acc[r][3] += x * y3;
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < 4; ++c) store16(S + r * kB + 16 * c, acc[r][c] * alpha);
+}
+
+// A tile of X·Yᵀ: `rows` rows of X [rows, dh] against Yt = Yᵀ [dh, 64] (zero-padded keys).
+void tile_abt(float* S, const float* X, int64_t rows, int64_t dh, const float* Yt, float alpha) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) block_abt<4>(S + r * kB, X + r * dh, dh, Yt, alpha);
+  for (; r < rows; ++r) block_abt<1>(S + r * kB, X + r * dh, dh, Yt, alpha);
+}
+
+// C[r][0..16·NV) += Σ_c W[r][c] · Y[c][0..16·NV) for R rows, n terms (W rows of stride kB).
+template <int R, int NV>
+inline void block_ab(float* C, int64_t ldc, const float* W, const float* Y, int64_t ldy, int64_t n) {
+  v16 acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = load16(C + r * ldc + 16 * v);
+  for (int64_t c = 0; c < n; ++c) {
+    v16 y[NV];
+    for (int v = 0; v < NV; ++v) y[v] = load16(Y + c * ldy + 16 * v);
+    for (int r = 0; r < R; ++r) {
+      const float w = W[r * kB + c];
+      for (int v = 0; v < NV; ++v) acc[r][v] += w * y[v];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) store16(C + r * ldc + 16 * v, acc[r][v]);
+}
+
+template <int NV>
+void rows_ab(float* C, int64_t ldc, const float* W, const float* Y, int64_t ldy, int64_t rows, int64_t n) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) block_ab<4, NV>(C + r * ldc, ldc, W + r * kB, Y, ldy, n);
+  for (; r < rows; ++r) block_ab<1, NV>(C + r * ldc, ldc, W + r * kB, Y, ldy, n);
+}
+
+// C [rows, dh] (row stride dh) += W [rows, n] (row stride kB) · Y [n, dh] (row stride dh).
+void tile_ab(float* C, const float* W, const float* Y, int64_t rows, int64_t n, int64_t dh) {
+  int64_t e = 0;
+  for (; e + 64 <= dh; e += 64) rows_ab<4>(C + e, dh, W, Y + e, dh, rows, n);
+  for (; e + 16 <= dh; e += 16) rows_ab<1>(C + e, dh, W, Y + e, dh, rows, n);
+  for (; e < dh; ++e)
+    for (int64_t r = 0; r < rows; ++r) {
+      float sum = C[r * dh + e];
+      for (int64_t c = 0; c < n; ++c) sum += W[r * kB + c] * Y[c * dh + e];
+      C[r * dh + e] = sum;
+    }
+}
+
+// Yt [dh, 64] = Yᵀ of n rows of Y [n, dh], keys n..63 zero.
+void transpose_in(float* Yt, const float* Y, int64_t n, int64_t dh) {
+  for (int64_t e = 0; e < dh; ++e) {
+    float* row = Yt + e * kB;
+    for (int64_t j = 0; j < n; ++j) row[j] = Y[j * dh + e];
+    for (int64_t j = n; j < kB; ++j) row[j] = 0.0f;
+  }
+}
+
+// T [cols, 64] = Aᵀ of A [rows, 64] (both with row stride kB).
+void transpose_tile(float* T, const float* A, int64_t rows, int64_t cols) {
+  for (int64_t j = 0; j < cols; ++j)
+    for (int64_t r = 0; r < rows; ++r) T[j * kB + r] = A[r * kB + j];
+}
+
+// The dropout draw of docs/design.md §10 for one tile: keep flags of global elements
+// first .. first + n - 1, Philox blocks of four counters exactly as dropout_mask_fill draws them
+// (keep when the 32 bits are >= p · 2^32), without its OpenMP region (a tile row is 64 elements).
+struct MaskDrawer {
+  std::array<uint32_t, 2> key;
+  uint32_t c2, c3, threshold;
+  explicit MaskDrawer(const FlashDropout& d)
+      : key{uint32_t(d.stream.seed), uint32_t(d.stream.seed >> 32) ^ uint32_t(d.stream.step >> 32)},
+        c2(uint32_t(d.stream.step)),
+        c3((uint32_t(d.stream.layer + 2) << 8) | uint32_t(DropoutSite::attention)),
+        threshold(uint32_t(std::min(double(d.p) * 4294967296.0, 4294967295.0))) {}
+  void row(uint8_t* keep, uint64_t first, int64_t n) const {
+    const uint64_t last = first + uint64_t(n);
+    for (uint64_t blk = first >> 2; (blk << 2) < last; ++blk) {
+      const auto r = philox4x32({uint32_t(blk), uint32_t(blk >> 32), c2, c3}, key);
+      for (uint64_t lane = 0; lane < 4; ++lane) {
+        const uint64_t idx = (blk << 2) + lane;
+        if (idx >= first && idx < last) keep[idx - first] = r[lane] >= threshold ? 1 : 0;
+      }
+    }
+  }
+};
+
+// Global index of (local row bi, local head hd, query i, key 0): ((row·A + head)·s + i)·s.
+uint64_t mask_base(const FlashShape& x, const FlashDropout& d, int64_t bh) {
+  const int64_t bi = bh / x.a, hd = bh % x.a;
+  const int64_t heads = d.heads_total ? d.heads_total : x.a;
+  return uint64_t((d.first_row + bi) * heads + d.head0 + hd) * uint64_t(x.s) * uint64_t(x.s);
+}
+
+// Keys of query i visible in the key tile starting at j0 with nk keys (causal: j <= i).
+inline int64_t visible(int64_t i, int64_t j0, int64_t nk) { return std::min(nk, i - j0 + 1); }
+
+// Draws the keep flags of the nq × nk tile at (i0, j0) into keep [64, 64] (visible keys only).
+void draw_tile(uint8_t* keep, const MaskDrawer& m, uint64_t base, int64_t s, int64_t i0, int64_t nq, int64_t j0,
+               int64_t nk) {
+  for (int64_t r = 0; r < nq; ++r) {
+    const int64_t n = visible(i0 + r, j0, nk);
+    if (n > 0) m.row(keep + r * kB, base + uint64_t(i0 + r) * uint64_t(s) + uint64_t(j0), n);
+  }
+}
+
+}  // namespace
+
+void flash_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                             const FlashShape& x, const FlashDropout& drop) {
+  const int64_t s = x.s, dh = x.dh, nqb = (s + kB - 1) / kB, items = x.b * x.a * nqb;
+  const float scale = 1.0f / std::sqrt(float(dh)), keep_scale = drop.p > 0 ? 1.0f / (1.0f - drop.p) : 1.0f;
+  const MaskDrawer drawer(drop);
+  // Later query blocks see more keys: hand them out first so the dynamic schedule ends even.
+#pragma omp parallel
+  {
+    std::vector<float> S(kB * kB), P(kB * kB), Kt(dh * kB), acc(kB * dh);
+    std::vector<float> m(kB), l(kB);
+    std::vector<uint8_t> keep(kB * kB);
+#pragma omp for schedule(dynamic)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t bh = item / nqb, qb = nqb - 1 - item % nqb;
+      const int64_t i0 = qb * kB, nq = std::min(kB, s - i0), head = bh * s * dh;
+      const float* Q = q + head + i0 * dh;
+      std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+      std::fill(l.begin(), l.end(), 0.0f);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      const uint64_t base = drop.p > 0 ? mask_base(x, drop, bh) : 0;
+      for (int64_t j0 = 0; j0 <= i0 + nq - 1; j0 += kB) {  // causal: key tiles past the last query skipped
+        const int64_t nk = std::min(kB, s - j0);
+        transpose_in(Kt.data(), k + head + j0 * dh, nk, dh);
+        tile_abt(S.data(), Q, nq, dh, Kt.data(), scale);
+        if (drop.p > 0) draw_tile(keep.data(), drawer, base, s, i0, nq, j0, nk);
+        for (int64_t r = 0; r < nq; ++r) {
+          const int64_t n = visible(i0 + r, j0, nk);
+          float* sr = S.data() + r * kB;
+          float* pr = P.data() + r * kB;
+          std::fill(pr + std::max<int64_t>(n, 0), pr + nk, 0.0f);
+          if (n <= 0) continue;
+          float mx = m[size_t(r)];
+          for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]);
+          const float corr = fast_exp(m[size_t(r)] - mx);  // 0 on the first tile (-inf → exp(-87))
+          float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+          for (int64_t j = 0; j < n; ++j) {
+            const float e = fast_exp(sr[j] - mx);
+            sum += e;
+            pr[j] = e;
+          }
+          if (drop.p > 0) {
+            const uint8_t* kr = keep.data() + r * kB;
+            for (int64_t j = 0; j < n; ++j) pr[j] = kr[j] ? pr[j] * keep_scale : 0.0f;
+          }
+          l[size_t(r)] = l[size_t(r)] * corr + sum;
+          m[size_t(r)] = mx;
+          if (corr != 1.0f) {
+            float* ar = acc.data() + r * dh;
+            for (int64_t e = 0; e < dh; ++e) ar[e] *= corr;
+          }
+        }
+        tile_ab(acc.data(), P.data(), v + head + j0 * dh, nq, nk, dh);
+      }
+      for (int64_t r = 0; r < nq; ++r) {
+        const float inv = 1.0f / l[size_t(r)];
+        float* o = out + head + (i0 + r) * dh;
+        for (int64_t e = 0; e < dh; ++e) o[e] = acc[size_t(r * dh + e)] * inv;
+        lse[bh * s + i0 + r] = m[size_t(r)] + std::log(l[size_t(r)]);
+      }
+    }
+  }
+}
+
+void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                              const float* v, const float* out, const float* lse, const FlashShape& x,
+                              const FlashDropout& drop) {
+  const int64_t s = x.s, dh = x.dh, heads = x.b * x.a;
+  const float scale = 1.0f / std::sqrt(float(dh)), keep_scale = drop.p > 0 ? 1.0f / (1.0f - drop.p) : 1.0f;
+  const MaskDrawer drawer(drop);
+  // One head per work item: its dK, dV tiles and its dQ rows are written by one thread only.
+#pragma omp parallel
+  {
+    std::vector<float> S(kB * kB), dP(kB * kB), PZ(kB * kB), T(kB * kB), Kt(dh * kB), Vt(dh * kB);
+    std::vector<float> dK(kB * dh), dV(kB * dh), D(static_cast<size_t>(s));
+    std::vector<uint8_t> keep(kB * kB);
+#pragma omp for schedule(dynamic)
+    for (int64_t bh = 0; bh < heads; ++bh) {
+      const int64_t head = bh * s * dh;
+      const float* L = lse + bh * s;
+      // D_i = Σ_e dO_ie · O_ie = Σ_j P_ij · dP_ij (the softmax backward's row term, dropout included).
+      for (int64_t i = 0; i < s; ++i) {
+        float sum = 0.0f;
+        for (int64_t e = 0; e < dh; ++e) sum += dout[head + i * dh + e] * out[head + i * dh + e];
+        D[size_t(i)] = sum;
+      }
+      std::fill(dq + head, dq + head + s * dh, 0.0f);
+      const uint64_t base = drop.p > 0 ? mask_base(x, drop, bh) : 0;
+      for (int64_t j0 = 0; j0 < s; j0 += kB) {
+        const int64_t nk = std::min(kB, s - j0);
+        transpose_in(Kt.data(), k + head + j0 * dh, nk, dh);
+        transpose_in(Vt.data(), v + head + j0 * dh, nk, dh);
+        std::fill(dK.begin(), dK.end(), 0.0f);
+        std::fill(dV.begin(), dV.end(), 0.0f);
+        for (int64_t i0 = j0 / kB * kB; i0 < s; i0 += kB) {  // causal: query tiles before j0 see none of it
+          const int64_t nq = std::min(kB, s - i0);
+          const float* Q = q + head + i0 * dh;
+          const float* dO = dout + head + i0 * dh;
+          tile_abt(S.data(), Q, nq, dh, Kt.data(), scale);
+          tile_abt(dP.data(), dO, nq, dh, Vt.data(), 1.0f);  // d(dropout output) = dO · Vᵀ
+          if (drop.p > 0) draw_tile(keep.data(), drawer, base, s, i0, nq, j0, nk);
+          for (int64_t r = 0; r < nq; ++r) {
+            const int64_t n = std::max<int64_t>(visible(i0 + r, j0, nk), 0);
+            const float li = L[i0 + r], di = D[size_t(i0 + r)];
+            float *sr = S.data() + r * kB, *dr = dP.data() + r * kB, *zr = PZ.data() + r * kB;
+            const uint8_t* kr = keep.data() + r * kB;
+            for (int64_t j = 0; j < n; ++j) {
+              const float p = fast_exp(sr[j] - li);
+              const float z = drop.p > 0 ? (kr[j] ? keep_scale : 0.0f) : 1.0f;
+              zr[j] = p * z;                             // dropout output, for dV
+              sr[j] = p * (dr[j] * z - di) * scale;      // dS / √dh, for dQ and dK
+            }
+            std::fill(zr + n, zr + nk, 0.0f);
+            std::fill(sr + n, sr + nk, 0.0f);
+          }
+          transpose_tile(T.data(), PZ.data(), nq, nk);
+          tile_ab(dV.data(), T.data(), dO, nk, nq, dh);           // dV_j += (P∘Z)ᵀ · dO_i
+          tile_ab(dq + head + i0 * dh, S.data(), k + head + j0 * dh, nq, nk, dh);  // dQ_i += dS · K_j
+          transpose_tile(T.data(), S.data(), nq, nk);
+          tile_ab(dK.data(), T.data(), Q, nk, nq, dh);            // dK_j += dSᵀ · Q_i
+        }
+        std::copy(dK.begin(), dK.begin() + nk * dh, dk + head + j0 * dh);
+        std::copy(dV.begin(), dV.begin() + nk * dh, dv + head + j0 * dh);
+      }
+    }
+  }
+}
+
+}  // namespace lattice
