@@ -11,7 +11,7 @@ LayerBytes layer_activation_parts(const ActivationShape& x) {
   r.replicated = sbh * (4 * d + 2 * mask);
   r.tp_divided = sbh * 12 * d / x.t;
   // softmax output (d) + mask (1) + dropout output (d); without dropout the output is the input.
-  r.attention = as2b * (x.dropout ? 2 * d + 1 : d) / x.t;
+  r.attention = x.fused_attention ? fused_attention_bytes(x) : as2b * (x.dropout ? 2 * d + 1 : d) / x.t;
   if (x.sp) r.replicated /= x.t;
   return r;
 }
@@ -19,8 +19,10 @@ LayerBytes layer_activation_parts(const ActivationShape& x) {
 int64_t layer_activation_bytes(const ActivationShape& x, bool full, bool selective) {
   if (full) return x.s * x.b * x.h * x.d / (x.sp ? x.t : 1);  // the layer input only
   const LayerBytes p = layer_activation_parts(x);
-  return p.replicated + p.tp_divided + (selective ? 0 : p.attention);
+  return p.replicated + p.tp_divided + (selective && !x.fused_attention ? 0 : p.attention);
 }
+
+int64_t fused_attention_bytes(const ActivationShape& x) { return 4 * x.a * x.s * x.b / x.t; }
 
 int64_t extra_activation_bytes(const ActivationShape& x, int pp, int in_flight) {
   const int64_t sbh = x.s * x.b * x.h;
@@ -90,6 +92,8 @@ double hardware_flops_counted(const FlopsShape& f, Recompute r) {
   if (r == Recompute::selective) return m + 4.0 * f.B * f.s * f.s * f.h * f.L;
   return m;
 }
+
+double fused_attention_recompute_flops(const FlopsShape& f) { return 2.0 * f.B * f.s * f.s * f.h * f.L; }
 
 double hardware_flops_paper(const FlopsShape& f, Recompute r) {
   if (r == Recompute::selective)

@@ -16,20 +16,28 @@ struct ActivationShape {
   bool sp = false;       // sequence parallel
   int d = 4;             // bytes per stored activation element
   bool dropout = true;   // with dropout 0 no masks are kept and dropout output aliases its input
+  bool fused_attention = false;  // --attention fused: the log-sum-exp instead of the s² tensors (§3.1)
 };
 
 // Bytes one transformer layer keeps for backward, for one micro-batch, on one rank.
 // `full` = this layer is fully recomputed (keeps only its input); otherwise `selective`
 // drops the s² tensors. Table 2 of the paper, written for any d and for dropout on or off.
+// With x.fused_attention the attention part is fused_attention_bytes and selective keeps it too
+// (there is no s² tensor left to drop: selective = none, docs/design.md §3.1).
 int64_t layer_activation_bytes(const ActivationShape& x, bool full, bool selective);
 
 // The three parts of the per-layer row, exposed so reports can show where bytes go.
 struct LayerBytes {
   int64_t replicated;  // LN1/LN2/QKV/FC1 inputs + two residual masks (divided by t only under SP)
   int64_t tp_divided;  // Q, K, V, projection input, GeLU input, FC2 input
-  int64_t attention;   // softmax output, its mask and dropout output (the s² part)
+  int64_t attention;   // softmax output, its mask and dropout output (the s² part); fused: the log-sum-exp
 };
 LayerBytes layer_activation_parts(const ActivationShape& x);
+
+// Fused attention's own kept bytes (docs/design.md §3.1): the fp32 log-sum-exp of every query row
+// of this rank's heads, 4·a·s·b/t (dropout or not, any d; Q, K, V and the context are counted in
+// tp_divided as for the unfused path).
+int64_t fused_attention_bytes(const ActivationShape& x);
 
 // Bytes kept outside the layers on the first stage (eq. 5 note): the embedding dropout mask for
 // `in_flight` micro-batches, and with p == 1 the final LN input, output-projection input and
@@ -78,6 +86,9 @@ struct FlopsShape {
 double model_flops(const FlopsShape& f);  // eq. 7: 72BsLh²(1 + s/6h + v/12hL)
 // Hardware FLOPs counted operation by operation (selective adds 4Bs²h per layer: 1 + 2s/9h).
 double hardware_flops_counted(const FlopsShape& f, Recompute r);
+// Fused attention's backward recomputes QKᵀ from Q, K and the log-sum-exp (docs/design.md §3.1):
+// 2Bs²h per layer, 2BLs²h in all, in every recompute mode.
+double fused_attention_recompute_flops(const FlopsShape& f);
 // Hardware FLOPs in the paper's own form (eq. 8 writes 1 + s/3h for selective).
 double hardware_flops_paper(const FlopsShape& f, Recompute r);
 

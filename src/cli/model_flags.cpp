@@ -59,6 +59,10 @@ void add_layout_flags(CLI::App& app, LayoutFlags& f) {
                  "full recompute of the first N layers only (block method)")
       ->check(CLI::Range(0, kMaxLayers));
   app.add_option("--recompute-method", f.recompute_method, "block (Megatron's; uniform is not supported)");
+  app.add_option("--attention", f.attention,
+                 "unfused | fused (tiled causal attention keeping the log-sum-exp, not the s² tensors)")
+      ->check(CLI::IsMember({"unfused", "fused"}))
+      ->capture_default_str();
   app.add_option("--activation-dtype", f.activation_dtype, "fp32 | bf16 storage of kept activations")
       ->capture_default_str();
   app.add_option("--tensor-model-parallel-size", l.tp, "tensor-parallel size t")->capture_default_str();
@@ -78,6 +82,7 @@ void add_layout_flags(CLI::App& app, LayoutFlags& f) {
 LayoutConfig LayoutFlags::resolve() {
   layout.recompute = parse_recompute(recompute);
   layout.activation_dtype = parse_dtype(activation_dtype);
+  layout.attention = parse_attention(attention);
   require(recompute_method == "block", "--recompute-method must be block (got '" + recompute_method + "')");
   require(layout.tp >= 1 && layout.pp >= 1 && layout.virtual_stages >= 1 && layout.ep >= 1,
           "parallel sizes must be at least 1");

@@ -24,6 +24,8 @@ const char* to_string(ParamsDType d) {
   return "?";
 }
 
+const char* to_string(AttentionKernel k) { return k == AttentionKernel::fused ? "fused" : "unfused"; }
+
 const char* to_string(MoERouter r) {
   switch (r) {
     case MoERouter::topk: return "topk";
@@ -70,6 +72,12 @@ DType parse_dtype(const std::string& s) {
   if (s == "fp32") return DType::fp32;
   if (s == "bf16") return DType::bf16;
   fail("--activation-dtype must be fp32 or bf16 (got '" + s + "')");
+}
+
+AttentionKernel parse_attention(const std::string& s) {
+  if (s == "unfused") return AttentionKernel::unfused;
+  if (s == "fused") return AttentionKernel::fused;
+  fail("--attention must be unfused or fused (got '" + s + "')");
 }
 
 ParamsDType parse_params_dtype(const std::string& s) {

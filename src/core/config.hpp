@@ -9,13 +9,19 @@ enum class Recompute { none, selective, full };
 enum class DType { fp32, bf16 };
 // How model weights and gradients are stored: fp32, or 16 bits with fp32 master weights.
 enum class ParamsDType { fp32, bf16, fp16 };
+// How the s² part of attention runs: unfused (the scores, probabilities and dropout output as
+// tensors, the paper's kept bytes) or fused (tiled, online softmax, the log-sum-exp kept:
+// docs/design.md §3.1).
+enum class AttentionKernel { unfused, fused };
 
 const char* to_string(Recompute r);
 const char* to_string(DType d);
 const char* to_string(ParamsDType d);
+const char* to_string(AttentionKernel k);
 Recompute parse_recompute(const std::string& s);  // throws InputError
 DType parse_dtype(const std::string& s);          // throws InputError
 ParamsDType parse_params_dtype(const std::string& s);  // throws InputError
+AttentionKernel parse_attention(const std::string& s);  // throws InputError
 inline int bytes_of(DType d) { return d == DType::bf16 ? 2 : 4; }
 
 // Bounds of a model's shape: far past any model trained today, and small enough that every size
@@ -88,6 +94,8 @@ struct LayoutConfig {
   // Model weights and gradients for compute: fp32, or 16-bit (bf16, fp16) with fp32 master
   // weights in the optimizer (mixed precision, docs/design.md §8).
   ParamsDType params_dtype = ParamsDType::fp32;
+  AttentionKernel attention = AttentionKernel::unfused;
+  bool fused_attention() const { return attention == AttentionKernel::fused; }
   bool mixed_precision() const { return params_dtype != ParamsDType::fp32; }
 };
 

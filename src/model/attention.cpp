@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/dropout.hpp"
+#include "kernels/flash_attention.hpp"
 #include "kernels/linear.hpp"
 #include "kernels/softmax.hpp"
 
@@ -77,9 +78,47 @@ void fill_attention_mask(uint8_t* mask, const LayerContext& c) {
     }
 }
 
+FlashShape flash_shape(const LayerContext& c) { return {c.b, c.a, c.s, c.dh()}; }
+
+// The attention mask of fill_attention_mask, described for the fused kernel to draw tile by tile.
+FlashDropout flash_dropout(const LayerContext& c) {
+  FlashDropout d;
+  d.stream = c.stream;
+  d.stream.site = DropoutSite::attention;
+  d.p = c.dropout;
+  d.first_row = c.first_row, d.heads_total = c.heads_total, d.head0 = c.head0;
+  return d;
+}
+
+// Fused forward: the context into ctx_out, the log-sum-exp kept (4 bytes a row, docs/design.md §3.1).
+// bf16 Q, K, V are widened once into fp32 staging, as the unfused GEMMs read their operands.
+void fused_forward(LayerKept& kept, float* ctx_out, const LayerContext& c, Workspace& ws) {
+  kept.attn_lse = TrackedBuffer(size_t(c.b * c.a * c.s) * sizeof(float), c.stream.layer, "attn_lse");
+  const float* q = kept.q.load(ws.dq.data());
+  const float* k = kept.k.load(ws.dk.data());
+  const float* v = kept.v.load(ws.dv.data());
+  flash_attention_forward(ctx_out, static_cast<float*>(kept.attn_lse.data()), q, k, v, flash_shape(c),
+                          flash_dropout(c));
+}
+
+// Fused backward: O is the kept context (proj_in, heads merged) split back into heads.
+void fused_backward(float* dq, float* dk, float* dv, const float* dctx, const LayerKept& kept, const LayerContext& c,
+                    Workspace& ws) {
+  const float* q = kept.q.load(ws.q.data());
+  const float* k = kept.k.load(ws.k.data());
+  const float* v = kept.v.load(ws.v.data());
+  unmerge_heads(ws.big2.data(), kept.proj_in.load(ws.widen.data()), c);
+  flash_attention_backward(dq, dk, dv, dctx, q, k, v, ws.big2.data(), static_cast<const float*>(kept.attn_lse.data()),
+                           flash_shape(c), flash_dropout(c));
+}
+
 }  // namespace
 
 void attention_core_forward(LayerKept& kept, bool keep_s2, float* ctx_out, const LayerContext& c, Workspace& ws) {
+  if (c.fused_attention) {
+    if (ctx_out) fused_forward(kept, ctx_out, c, ws);
+    return;
+  }
   const int64_t n_att = c.b * c.a * c.s * c.s, dh = c.dh();
   const int layer = c.stream.layer;
   const bool fp32 = c.dtype == DType::fp32, drop = c.dropout > 0.0f;
@@ -122,6 +161,7 @@ void attention_core_forward(LayerKept& kept, bool keep_s2, float* ctx_out, const
 
 void attention_core_backward(float* dq, float* dk, float* dv, const float* dctx, const LayerKept& kept,
                              const LayerContext& c, Workspace& ws) {
+  if (c.fused_attention) return fused_backward(dq, dk, dv, dctx, kept, c, ws);
   const int64_t n_att = c.b * c.a * c.s * c.s, dh = c.dh(), nh = c.b * c.a * c.s * dh;
   const bool drop = c.dropout > 0.0f;
   const Stored& dropped = drop ? kept.attn_dropped : kept.probs;

@@ -13,6 +13,9 @@ void merge_heads(float* out, const float* heads, const LayerContext& c);        
 void unmerge_heads(float* heads, const float* rows, const LayerContext& c);          // [N,h] → [b,a,s,dh]
 void merge_qkv_grads(float* dqkv, const float* dq, const float* dk, const float* dv, const LayerContext& c);
 
+// With c.fused_attention the tiled kernel (docs/design.md §3.1) runs instead: it keeps only the
+// per-row log-sum-exp (`kept.attn_lse`) whatever keep_s2 says, and its backward reads Q, K, V,
+// the kept context (`kept.proj_in`) and the log-sum-exp.
 // From kept Q, K, V. When keep_s2, the softmax output, mask and dropout output are stored in
 // `kept` (tracked); otherwise they live only in the workspace. When ctx_out is non-null the
 // context dropped·V is written there ([b, a, s, dh], fp32).

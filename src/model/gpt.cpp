@@ -118,6 +118,7 @@ LayerContext GPT::layer_context(int l, uint64_t step, bool training, int64_t row
   c.heads_total = model_.heads, c.head0 = int64_t(tp_.rank()) * c.a;
   c.seq_total = s, c.pos0 = pos0(s), c.s_local = s_local(s);
   c.tp = tp_;
+  c.fused_attention = layout_.fused_attention();
   if (!model_.moe.is_moe_layer(l)) return c;
   // The MoE block routes the whole sequence of the micro-batch (docs/design.md §12).
   const MoEConfig& m = model_.moe;
@@ -284,7 +285,7 @@ void GPT::embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
 double GPT::forward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, bool training, int64_t s, int l0, int l1,
                           const float* x_in, float* x_out) {
   const int64_t b = mb.rows, h = model_.hidden, Nl = b * s_local(s);
-  ws_.ensure(b, s, h, model_.heads, vocab_local());
+  ws_.ensure(b, s, h, model_.heads, vocab_local(), !layout_.fused_attention());
   MicroState& state = in_flight_[id];
   if (state.layers.empty()) state.layers.resize(size_t(model_.layers));
   ++state.chunks;

@@ -21,6 +21,7 @@ struct LayerKept {
   Stored probs;               // softmax output                            as²b   (not under selective)
   TrackedBuffer attn_mask;    // attention dropout mask, 1 byte            as²b   (not under selective)
   Stored attn_dropped;        // attention dropout output                  as²b   (not under selective)
+  TrackedBuffer attn_lse;     // fused attention: per-row log-sum-exp, fp32 4asb   (instead of the three above)
   Stored proj_in;             // context, heads merged                     sbh
   TrackedBuffer resid1_mask;  // residual dropout mask (attention branch)  sbh
   Stored ln2_in;              // LN2 input                                 sbh
@@ -36,7 +37,7 @@ struct LayerKept {
   // Full recompute keeps only the layer input.
   void release_all_but_input() {
     release_attention_s2();
-    ln1_stats.reset(), qkv_in.reset(), q.reset(), k.reset(), v.reset(), proj_in.reset(), resid1_mask.reset();
+    attn_lse.reset(), ln1_stats.reset(), qkv_in.reset(), q.reset(), k.reset(), v.reset(), proj_in.reset(), resid1_mask.reset();
     ln2_in.reset(), ln2_stats.reset(), fc1_in.reset(), gelu_in.reset(), fc2_in.reset(), resid2_mask.reset();
     moe.release();
   }

@@ -136,6 +136,7 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
 }
 
 void layer_recompute_attention(LayerKept& kept, const LayerContext& c, Workspace& ws) {
+  if (c.fused_attention) return;  // its forward kept the log-sum-exp whatever the mode: nothing to re-create
   attention_core_forward(kept, /*keep_s2=*/true, /*ctx_out=*/nullptr, c, ws);
 }
 

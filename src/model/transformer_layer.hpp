@@ -13,7 +13,8 @@ namespace lattice {
 void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& w, const LayerContext& c,
                    Workspace& ws);
 
-// Selective recompute: re-create the s² tensors in `kept` from its Q, K, V.
+// Selective recompute: re-create the s² tensors in `kept` from its Q, K, V (fused attention keeps
+// none, so nothing: docs/design.md §3.1).
 void layer_recompute_attention(LayerKept& kept, const LayerContext& c, Workspace& ws);
 
 // dx: gradient w.r.t. the layer output [N, h], replaced by the gradient w.r.t. its input.

@@ -20,8 +20,9 @@ struct Workspace {
   std::vector<float> full1, full2;            // full-sequence [N, h] inside the TP region (sequence parallel)
   moe::MoEWorkspace moe;                      // the MoE block's, sized by its routing
 
-  void ensure(int64_t b, int64_t s, int64_t h, int64_t a, int64_t vocab_padded) {
-    const int64_t N = b * s, att = b * a * s * s;
+  // attention_s2 = false: fused attention (docs/design.md §3.1) needs no [b, a, s, s] buffers.
+  void ensure(int64_t b, int64_t s, int64_t h, int64_t a, int64_t vocab_padded, bool attention_s2 = true) {
+    const int64_t N = b * s, att = attention_s2 ? b * a * s * s : 0;
     auto grow = [](auto& buf, int64_t n) {
       if (int64_t(buf.size()) < n) buf.resize(size_t(n));
     };

@@ -5,22 +5,28 @@ namespace lattice::plan {
 FlopsPlan plan_flops(const PlanRequest& r) {
   const analysis::FlopsShape f = flops_shape(r);
   FlopsPlan out;
+  // Fused attention: selective recomputes nothing (no s² tensor was dropped), and the backward
+  // recomputes QKᵀ in every mode (docs/design.md §3.1).
+  const bool fused = r.layout.fused_attention();
+  const Recompute recompute =
+      fused && r.layout.recompute == Recompute::selective ? Recompute::none : r.layout.recompute;
+  const double fused_extra = fused ? analysis::fused_attention_recompute_flops(f) : 0.0;
   if (r.model.moe.enabled()) {
     // Active parameters: each token passes through k experts, not E (analysis/moe_formulas). Eq. 8's
     // selective form has no MoE counterpart, so both hardware figures are the operation count.
     out.model_flops = analysis::moe_model_flops(r.model, r.global_batch);
     out.hardware_flops = out.hardware_flops_counted =
-        analysis::moe_hardware_flops_counted(r.model, r.global_batch, r.layout.recompute);
+        analysis::moe_hardware_flops_counted(r.model, r.global_batch, recompute) + fused_extra;
   } else {
     out.model_flops = analysis::model_flops(f);
-    out.hardware_flops = analysis::hardware_flops_paper(f, r.layout.recompute);
-    out.hardware_flops_counted = analysis::hardware_flops_counted(f, r.layout.recompute);
+    out.hardware_flops = analysis::hardware_flops_paper(f, recompute) + fused_extra;
+    out.hardware_flops_counted = analysis::hardware_flops_counted(f, recompute) + fused_extra;
   }
   // Full recompute of only some layers re-runs only their forward.
   if (r.layout.recompute == Recompute::full && r.layout.recompute_layers >= 0) {
     const double share = double(r.layout.recompute_layers) / r.model.layers;
-    const double extra = out.hardware_flops_counted - out.model_flops;
-    out.hardware_flops = out.hardware_flops_counted = out.model_flops + share * extra;
+    const double extra = out.hardware_flops_counted - fused_extra - out.model_flops;
+    out.hardware_flops = out.hardware_flops_counted = out.model_flops + share * extra + fused_extra;
   }
   return out;
 }

@@ -21,6 +21,7 @@ analysis::ActivationShape activation_shape(const PlanRequest& r) {
   x.sp = r.layout.sequence_parallel;
   x.d = bytes_of(r.layout.activation_dtype);
   x.dropout = r.model.dropout > 0;
+  x.fused_attention = r.layout.fused_attention();
   return x;
 }
 

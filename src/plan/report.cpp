@@ -71,7 +71,8 @@ std::string plan_text(const Plan& p, const Hardware& hw) {
   }
   out += "layout  " + describe_layout(r) + " on " + std::to_string(r.gpus) + " x " + hw.name + ", " +
          std::to_string(r.micro_batches()) + " micro-batches of " + std::to_string(r.micro_batch) +
-         ", activations " + to_string(r.layout.activation_dtype) + "\n\n";
+         ", activations " + to_string(r.layout.activation_dtype) +
+         (l.fused_attention() ? ", fused attention (log-sum-exp kept, no s² tensor)" : "") + "\n\n";
 
   out += "memory per rank (first pipeline stage)\n";
   out += line("activations per layer (Table 2)", format_bytes(double(m.activation_bytes_per_layer)));
@@ -171,6 +172,7 @@ nlohmann::ordered_json plan_json(const Plan& p) {
   j["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"virtual_stages", l.virtual_stages}, {"dp", l.dp}, {"ep", l.ep},
                  {"sequence_parallel", l.sequence_parallel}, {"recompute", to_string(l.recompute)},
                  {"recompute_layers", l.recompute_layers}, {"zero", l.zero},
+                 {"attention", to_string(l.attention)},
                  {"micro_batch", r.micro_batch}, {"micro_batches", r.micro_batches()}};
   const TimePlan& t = p.time;
   j["time_breakdown_s"] = {{"gemm", t.gemm_s}, {"elementwise", t.elementwise_s},

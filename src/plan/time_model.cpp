@@ -7,6 +7,7 @@
 namespace lattice::plan {
 
 double attention_elementwise_bytes(const analysis::ActivationShape& x) {
+  if (x.fused_attention) return 0.0;  // the score tiles stay in cache (docs/design.md §3.1)
   const double s2 = double(x.a) * x.s * x.s * x.b / x.t;
   // scale-mask-softmax reads and writes the scores; dropout reads them, writes output and mask.
   return x.dropout ? s2 * (4.0 * x.d + 1) : s2 * 2.0 * x.d;
@@ -94,10 +95,13 @@ LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
     const double share = l.recompute_layers < 0 ? 1.0 : double(l.recompute_layers) / r.model.layers;
     w.recompute = {share * w.forward.gemm, share * w.forward.elementwise, share * w.forward.comm,
                    share * w.forward.all_to_all};
-  } else if (l.recompute == Recompute::selective) {
+  } else if (l.recompute == Recompute::selective && !x.fused_attention) {
     w.recompute.gemm = 4.0 * x.b * double(x.s) * x.s * x.h / x.t / flops_per_s;
     w.recompute.elementwise = attention_elementwise_bytes(x) / hw.memory_bandwidth;
   }
+  // Fused attention keeps no s² tensor (selective has nothing to drop) and its backward recomputes
+  // QKᵀ tile by tile in every mode.
+  if (x.fused_attention) w.recompute.gemm += 2.0 * x.b * double(x.s) * x.s * x.h / x.t / flops_per_s;
   return w;
 }
 

@@ -31,13 +31,15 @@ void require_fits(const ModelConfig& m, const LayoutConfig& layout, const TrainC
   if (sbh < 0x1p50 && as2b < 0x1p50) {  // the formula's 64-bit sizes cannot overflow
     const analysis::ActivationShape shape{m.seq_len, t.micro_batch, m.hidden, m.heads / layout.tp,
                                           m.padded_vocab(layout.tp), layout.tp, layout.sequence_parallel,
-                                          bytes_of(layout.activation_dtype), m.dropout > 0};
+                                          bytes_of(layout.activation_dtype), m.dropout > 0,
+                                          layout.fused_attention()};
     kept = double(analysis::layer_activation_bytes(shape, layout.recompute == Recompute::full,
                                                    layout.recompute == Recompute::selective)) * layers;
   } else {
     kept = sbh + as2b;  // already past any machine
   }
-  const double workspace = analysis::forward_workspace_bytes(s, b, h, a_local, v_local);
+  // Fused attention allocates no s² workspace (docs/design.md §3.1).
+  const double workspace = analysis::forward_workspace_bytes(s, b, h, layout.fused_attention() ? 0.0 : a_local, v_local);
   require_fits_memory(states + kept + workspace, "this configuration (per rank: model states, kept activations, workspace)",
                       "lower --layers, --hidden, --seq-len or --micro-batch, or spread it over more ranks");
 }
