@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# --attention fused (docs/design.md §3.1): with dropout on, fused trains the unfused model (per-step
+# losses and final weights to fp32 rounding); fused under TP 2 + SP, PP 2 and DP 2 trains the
+# one-rank fused model; every rank's measured kept bytes per layer equal the fused formula plus the
+# LayerNorm statistics the formula leaves out (exactly); `lattice plan` knows the formula; a bad
+# --attention value exits 2 with one line.
+set -u
+LATTICE=$1
+SCRATCH=$2
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
+. "$(dirname "$0")/lib/layouts.sh"
+MODEL=("${MODEL[@]}" --seq-len 40)  # 40: one partial 64-wide tile
+
+run one 1
+run fused 1 --attention fused
+# Fused against unfused, one rank, dropout 0.1 (the masks drawn tile by tile are the unfused masks).
+# Measured: losses within 3.6e-9 relative, final weights within 3.4e-7; asserted 1e-6 and 1e-6.
+check "fused trains the unfused model (losses 1e-6 relative, weights 1e-6)" "$PY" - <<'PYEOF'
+import json, struct, sys
+def losses(f):
+    return [json.loads(l)["loss"] for l in open(f) if '"event":"step"' in l]
+def tensors(d):
+    raw = open(d + "/model.safetensors", "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
+                             raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in header.items() if k != "__metadata__"}
+a, b = losses("one.jsonl"), losses("fused.jsonl")
+assert len(a) == len(b) == 4, (a, b)
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+wa, wb = tensors("ck_one"), tensors("ck_fused")
+wworst = max(abs(x - y) for k in wa for x, y in zip(wa[k], wb[k]))
+print("fused vs unfused: losses within %.2e relative, weights within %.2e" % (worst, wworst))
+sys.exit(0 if worst <= 1e-6 and wworst <= 1e-6 else 1)
+PYEOF
+
+run fused_tp2_sp 2 --attention fused --tensor-model-parallel-size 2 --sequence-parallel
+run fused_dp2 2 --attention fused
+run fused_pp2 2 --attention fused --pipeline-model-parallel-size 2 --schedule 1f1b
+run fused_selective 1 --attention fused --recompute selective
+run fused_full 1 --attention fused --recompute full
+for name in fused_tp2_sp fused_dp2 fused_pp2 fused_selective fused_full; do
+  check "$name trains the one-rank fused model" compare "$name" fused
+done
+
+# Kept bytes per layer on every rank: the fused formula (4·a·s·b/t for the log-sum-exp instead of
+# the s² terms) plus the LayerNorm statistics (2 LNs × 2 floats × the rows the rank normalises).
+check "measured kept bytes = fused formula (+ LayerNorm stats, exactly) on every rank" "$PY" - <<'PYEOF'
+import json, sys
+s, b, h, a = 40, 2, 64, 4
+bad = 0
+for name, t, sp, full in [("fused", 1, False, False), ("fused_tp2_sp", 2, True, False), ("fused_dp2", 1, False, False),
+                          ("fused_pp2", 1, False, False), ("fused_selective", 1, False, False),
+                          ("fused_full", 1, False, True)]:
+    ranks = [json.loads(l) for l in open(name + ".jsonl")][-1]["memory"]["ranks"]
+    rows = s * b // (t if sp else 1)
+    sbh = s * b * h
+    if full:
+        want = 4 * sbh // (t if sp else 1)
+        stats = 0
+    else:
+        replicated = sbh * (4 * 4 + 2) // (t if sp else 1)
+        want = replicated + sbh * 12 * 4 // t + 4 * a * s * b // t
+        stats = 2 * 2 * 4 * rows
+    for r in ranks:
+        for got, formula in zip(r["activation_bytes_per_layer"], r["activation_bytes_per_layer_formula"]):
+            ok = formula == want and got == formula + stats and abs(got - formula) <= 0.02 * formula
+            print("%s rank %d: measured %d, formula %d (+%d LN stats)%s" % (name, r["rank"], got, formula, stats,
+                                                                          "" if ok else "  <-- WRONG"))
+            bad += not ok
+sys.exit(1 if bad else 0)
+PYEOF
+
+# The unfused run keeps the s² tensors: fused saves exactly 9·a·s²·b − 4·a·s·b bytes a layer (d = 4, dropout on).
+check "fused keeps 9as²b − 4asb less than unfused per layer" "$PY" -c "
+import json, sys
+per = lambda f: [json.loads(l) for l in open(f)][-1]['memory']['ranks'][0]['activation_bytes_per_layer']
+u, f = per('one.jsonl'), per('fused.jsonl')
+a, s, b = 4, 40, 2
+print('unfused', u, 'fused', f)
+sys.exit(0 if all(x - y == 9 * a * s * s * b - 4 * a * s * b for x, y in zip(u, f)) else 1)"
+
+# lattice plan: the fused row (bf16 activations, TP 8 + SP, the paper's 22B shape) and its JSON.
+"$LATTICE" plan --layers 48 --hidden 6144 --heads 64 --seq-len 2048 --micro-batch 1 \
+  --tensor-model-parallel-size 8 --sequence-parallel --attention fused --json > plan_fused.json 2> plan.err
+check "plan --attention fused: exit 0" test $? -eq 0
+check "plan --attention fused: per-layer bytes = 34sbh/t + 4asb/t" "$PY" -c "
+import json, sys
+p = json.load(open('plan_fused.json'))
+s, b, h, a, t = 2048, 1, 6144, 64, 8
+want = 34 * s * b * h // t + 4 * a * s * b // t
+print(p['activation_bytes_per_layer'], want, p['layout']['attention'])
+sys.exit(0 if p['activation_bytes_per_layer'] == want and p['layout']['attention'] == 'fused' else 1)"
+
+"$LATTICE" train "${MODEL[@]}" --attention flash > bad.out 2> bad.err
+status=$?
+check "--attention flash: exit 2 (got $status)" test "$status" -eq 2
+check "--attention flash: one stderr line naming the flag" test "$(wc -l < bad.err)" -eq 1
+check "--attention flash: names the cause" grep -q -- "--attention: flash not in {unfused,fused}" bad.err
+cat bad.err
+
+[ "$failures" -eq 0 ] || { echo "$failures check(s) failed"; exit 1; }
+echo "all fused attention checks passed"

@@ -1,0 +1,258 @@
+// Fused attention (docs/design.md §3.1) against the unfused path: the context, the log-sum-exp and
+// dQ, dK, dV agree to fp32 rounding with dropout off and on (the masks drawn tile by tile are the
+// unfused path's mask), for sequence lengths that are not multiples of the 64-wide tile, several
+// heads and rows, head dimensions on every code path (multiples of 64 and of 16, and neither), and
+// tensor-parallel offsets (global rows and heads). Then finite differences of the fused kernel
+// itself, the model trained fused against unfused, and the kept bytes against the formula.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "analysis/formulas.hpp"
+#include "gradcheck_util.hpp"
+#include "model/attention.hpp"
+#include "model/gpt.hpp"
+#include "model_test_util.hpp"
+#include "tensor/kept_bytes.hpp"
+
+using namespace lattice;
+
+namespace {
+
+struct Shape {
+  int64_t b, a, s, dh;
+  int64_t first_row = 0, heads_total = 0, head0 = 0;  // tensor-parallel offsets (0: one rank)
+};
+
+LayerContext context(const Shape& x, float dropout, bool fused) {
+  LayerContext c;
+  c.b = x.b, c.s = x.s, c.a = x.a;
+  c.heads_total = x.heads_total ? x.heads_total : x.a, c.head0 = x.head0;
+  c.h = c.heads_total * x.dh;
+  c.dtype = DType::fp32;
+  c.dropout = dropout;
+  c.stream = DropoutStream{99, 7, 2, DropoutSite::attention};
+  c.first_row = x.first_row;
+  c.seq_total = x.s;
+  c.fused_attention = fused;
+  return c;
+}
+
+// One attention core, forward and backward, on given Q, K, V and context gradient.
+struct CoreRun {
+  std::vector<float> ctx, dq, dk, dv, lse;
+  int64_t lse_bytes = 0;
+  bool s2_kept = false;
+};
+
+CoreRun run_core(const Shape& x, float dropout, bool fused, const std::vector<float>& q, const std::vector<float>& k,
+             const std::vector<float>& v, const std::vector<float>& dctx) {
+  const LayerContext c = context(x, dropout, fused);
+  const int64_t n = x.b * x.a * x.s * x.dh;
+  Workspace ws;
+  ws.ensure(x.b, x.s, c.h, x.a, 128, !fused);
+  LayerKept kept;
+  kept.q = Stored(n, DType::fp32, 1, "q"), kept.k = Stored(n, DType::fp32, 1, "k");
+  kept.v = Stored(n, DType::fp32, 1, "v");
+  kept.q.store(q.data()), kept.k.store(k.data()), kept.v.store(v.data());
+  CoreRun r;
+  r.ctx.resize(static_cast<size_t>(n)), r.dq.resize(static_cast<size_t>(n)), r.dk.resize(static_cast<size_t>(n)), r.dv.resize(static_cast<size_t>(n));
+  attention_core_forward(kept, /*keep_s2=*/true, r.ctx.data(), c, ws);
+  kept.proj_in = Stored(n, DType::fp32, 1, "proj_input");  // the context, heads merged, as the layer keeps it
+  merge_heads(kept.proj_in.f32(), r.ctx.data(), c);
+  r.s2_kept = kept.has_attention_s2() || bool(kept.attn_mask) || bool(kept.attn_dropped);
+  r.lse_bytes = int64_t(kept.attn_lse.bytes());
+  if (kept.attn_lse) {
+    const auto* l = static_cast<const float*>(kept.attn_lse.data());
+    r.lse.assign(l, l + x.b * x.a * x.s);
+  }
+  attention_core_backward(r.dq.data(), r.dk.data(), r.dv.data(), dctx.data(), kept, c, ws);
+  return r;
+}
+
+// max |a − b| / max |b|: fp32 rounding of sums of up to s terms is a few 1e-7 of the largest value.
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < b.size(); ++i)
+    diff = std::max(diff, double(std::fabs(a[i] - b[i]))), scale = std::max(scale, double(std::fabs(b[i])));
+  return diff / scale;
+}
+
+// Measured on every shape below (fp32, s up to 150, dropout 0 and 0.2): context within 6.8e-7,
+// dQ, dK, dV within 8.5e-7 of the largest element. 2e-6 leaves room for another CPU's summation
+// order; a wrong mask bit, scale or causal edge moves an output by far more (one dropped
+// probability of ~1/s changes a context element by ~1e-2).
+constexpr double kTol = 2e-6;
+
+}  // namespace
+
+class FlashVsUnfused : public ::testing::TestWithParam<float> {};
+
+TEST_P(FlashVsUnfused, ContextLseAndGradients) {
+  const float dropout = GetParam();
+  const Shape shapes[] = {
+      {2, 3, 100, 16},             // s not a multiple of 64; dh on the 16-wide path
+      {1, 2, 150, 64},             // three tiles, the last partial; dh on the 64-wide path
+      {2, 2, 64, 24},              // one whole tile; dh = 16 + 8 (vector and scalar columns)
+      {2, 2, 70, 8, 5, 6, 3},      // a tensor-parallel rank: global rows 5-6, heads 3-4 of 6
+  };
+  for (const Shape& x : shapes) {
+    const std::string what = "b " + std::to_string(x.b) + " a " + std::to_string(x.a) + " s " + std::to_string(x.s) +
+                             " dh " + std::to_string(x.dh) + " dropout " + std::to_string(dropout);
+    const int64_t n = x.b * x.a * x.s * x.dh;
+    const auto q = gradcheck::randn(n, 11, 1.5f), k = gradcheck::randn(n, 12, 1.5f), v = gradcheck::randn(n, 13);
+    const auto dctx = gradcheck::randn(n, 14);
+    const CoreRun ref = run_core(x, dropout, false, q, k, v, dctx);
+    const CoreRun got = run_core(x, dropout, true, q, k, v, dctx);
+    EXPECT_FALSE(got.s2_kept) << what << ": fused attention kept an s² tensor";
+    EXPECT_EQ(got.lse_bytes, 4 * x.b * x.a * x.s) << what;
+    EXPECT_LE(rel_diff(got.ctx, ref.ctx), kTol) << what << ": context";
+    EXPECT_LE(rel_diff(got.dq, ref.dq), kTol) << what << ": dQ";
+    EXPECT_LE(rel_diff(got.dk, ref.dk), kTol) << what << ": dK";
+    EXPECT_LE(rel_diff(got.dv, ref.dv), kTol) << what << ": dV";
+    // The log-sum-exp of each row's visible scores, in double.
+    const double scale = 1.0 / std::sqrt(double(x.dh));
+    double worst = 0;
+    for (int64_t bh = 0; bh < x.b * x.a; ++bh)
+      for (int64_t i = 0; i < x.s; ++i) {
+        std::vector<double> sc;
+        for (int64_t j = 0; j <= i; ++j)
+          sc.push_back(scale * gradcheck::dot(&q[size_t((bh * x.s + i) * x.dh)], &k[size_t((bh * x.s + j) * x.dh)],
+                                              x.dh));
+        double mx = sc[0], sum = 0;
+        for (double y : sc) mx = std::max(mx, y);
+        for (double y : sc) sum += std::exp(y - mx);
+        worst = std::max(worst, std::fabs(double(got.lse[size_t(bh * x.s + i)]) - (mx + std::log(sum))));
+      }
+    EXPECT_LE(worst, 1e-5) << what << ": log-sum-exp";  // measured 4.0e-6 (absolute; values ~5-10)
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dropout, FlashVsUnfused, ::testing::Values(0.0f, 0.2f));
+
+// Finite differences of the fused kernel alone (it is its own reference here, not the unfused path).
+class FlashGradcheck : public ::testing::TestWithParam<float> {};
+
+TEST_P(FlashGradcheck, QKV) {
+  const float dropout = GetParam();
+  const Shape x{1, 2, 70, 8};  // two tiles: a full one and a partial diagonal one
+  const int64_t n = x.b * x.a * x.s * x.dh;
+  const LayerContext c = context(x, dropout, true);
+  Workspace ws;
+  ws.ensure(x.b, x.s, c.h, x.a, 128, false);
+  LayerKept kept;
+  kept.q = Stored(n, DType::fp32, 1, "q"), kept.k = Stored(n, DType::fp32, 1, "k");
+  kept.v = Stored(n, DType::fp32, 1, "v");
+  const auto q0 = gradcheck::randn(n, 21, 1.2f), k0 = gradcheck::randn(n, 22, 1.2f), v0 = gradcheck::randn(n, 23);
+  kept.q.store(q0.data()), kept.k.store(k0.data()), kept.v.store(v0.data());
+  const auto r = gradcheck::randn(n, 24);
+  std::vector<float> ctx(static_cast<size_t>(n));
+  auto f = [&] {
+    attention_core_forward(kept, true, ctx.data(), c, ws);
+    return gradcheck::dot(ctx.data(), r.data(), n);
+  };
+  f();
+  kept.proj_in = Stored(n, DType::fp32, 1, "proj_input");
+  merge_heads(kept.proj_in.f32(), ctx.data(), c);
+  std::vector<float> dq(static_cast<size_t>(n)), dk(static_cast<size_t>(n)), dv(static_cast<size_t>(n));
+  attention_core_backward(dq.data(), dk.data(), dv.data(), r.data(), kept, c, ws);
+  gradcheck::check_elements("fused dq", f, kept.q.f32(), dq.data(), n, 1e-2f, {}, 5);
+  gradcheck::check_elements("fused dk", f, kept.k.f32(), dk.data(), n, 1e-2f, {}, 5);
+  gradcheck::check_elements("fused dv", f, kept.v.f32(), dv.data(), n, 1e-2f, {}, 5);
+  gradcheck::check_directions("fused dq", f, kept.q.f32(), dq.data(), n, 1e-3f, 25);
+  gradcheck::check_directions("fused dk", f, kept.k.f32(), dk.data(), n, 1e-3f, 26);
+  gradcheck::check_directions("fused dv", f, kept.v.f32(), dv.data(), n, 1e-3f, 27);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dropout, FlashGradcheck, ::testing::Values(0.0f, 0.2f));
+
+namespace {
+
+struct ModelRun {
+  std::vector<double> losses;
+  std::vector<float> grads;
+  std::vector<int64_t> kept;  // per layer, measured
+};
+
+// Two steps of two micro-batches (dropout on: different masks each step) and the kept bytes.
+ModelRun train_model(const ModelConfig& m, LayoutConfig layout, AttentionKernel attention) {
+  layout.attention = attention;
+  GPT gpt(m, layout, 11);
+  modeltest::randomize_params(gpt, 300);
+  KeptBytesProbe probe(m.layers);
+  const int64_t s = m.seq_len;
+  const modeltest::Tokens tok(4, s, m.vocab, 5);
+  const float scale = 1.0f / float(4 * s);
+  ModelRun r;
+  gpt.zero_grads();
+  for (uint64_t step : {1u, 2u})
+    for (int64_t first : {0, 2}) {
+      const MicroBatch mb = tok.rows(first, 2, s);
+      probe.before_forward(0, m.layers);
+      const double loss = gpt.forward_chunk(mb, 0, step, true, s, 0, m.layers, nullptr, nullptr);
+      probe.after_forward(0, m.layers);
+      gpt.backward_chunk(mb, 0, step, scale, s, 0, m.layers, nullptr, nullptr);
+      r.losses.push_back(loss);
+    }
+  r.grads.assign(gpt.grads(), gpt.grads() + gpt.num_params());
+  r.kept = probe.per_layer();
+  return r;
+}
+
+}  // namespace
+
+// The whole model with dropout on: fused and unfused give the same losses and gradients to fp32
+// rounding in every recompute mode; fused recompute modes are bit-identical to each other (the
+// kernel is deterministic and selective has nothing to drop); kept bytes per layer = the formula
+// plus exactly what both paths keep beyond it (the LayerNorm statistics, 16·s·b bytes).
+TEST(FlashModel, TrainsTheUnfusedModelAndKeepsTheFormula) {
+  const ModelConfig m = modeltest::small_model(0.1, 2, 64, 4, 70, 64);  // s = 70: a partial tile
+  const int64_t b = 2, stats = 2 * 2 * 4 * int64_t(m.seq_len) * b;
+  analysis::ActivationShape x;
+  x.s = m.seq_len, x.b = b, x.h = m.hidden, x.a = m.heads, x.v = m.padded_vocab(), x.d = 4, x.dropout = true;
+  const ModelRun ref = train_model(m, modeltest::layout(Recompute::none, DType::fp32), AttentionKernel::unfused);
+  ModelRun fused_none;
+  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+    const ModelRun got = train_model(m, modeltest::layout(r, DType::fp32), AttentionKernel::fused);
+    const std::string what = std::string("recompute ") + to_string(r);
+    for (size_t i = 0; i < ref.losses.size(); ++i)
+      EXPECT_LE(std::fabs(got.losses[i] - ref.losses[i]), 1e-7 * std::fabs(ref.losses[i])) << what << ", loss " << i;
+    EXPECT_LE(rel_diff(got.grads, ref.grads), 1e-6) << what << ": gradients";  // measured 2.6e-8, 2.4e-7
+    if (r == Recompute::none) fused_none = got;
+    EXPECT_EQ(0, std::memcmp(got.grads.data(), fused_none.grads.data(), got.grads.size() * sizeof(float))) << what;
+    x.fused_attention = true;
+    const int64_t formula = analysis::layer_activation_bytes(x, r == Recompute::full, r == Recompute::selective);
+    for (int64_t kept : got.kept)
+      EXPECT_EQ(kept, formula + (r == Recompute::full ? 0 : stats)) << what << ": kept bytes per layer";
+  }
+  x.fused_attention = false;
+  for (int64_t kept : ref.kept) EXPECT_EQ(kept, analysis::layer_activation_bytes(x, false, false) + stats);
+}
+
+// bf16 storage: fused reads the same bf16 Q, K, V as the unfused GEMMs but keeps no bf16 copies of
+// the probabilities, so the two agree to bf16 rounding, not fp32's.
+TEST(FlashModel, Bf16AgreesToBf16Rounding) {
+  const ModelConfig m = modeltest::small_model(0.1, 2, 64, 4, 70, 64);
+  const ModelRun ref = train_model(m, modeltest::layout(Recompute::none, DType::bf16), AttentionKernel::unfused);
+  const ModelRun got = train_model(m, modeltest::layout(Recompute::selective, DType::bf16), AttentionKernel::fused);
+  for (size_t i = 0; i < ref.losses.size(); ++i)
+    EXPECT_LE(std::fabs(got.losses[i] - ref.losses[i]), 1e-3 * std::fabs(ref.losses[i])) << "loss " << i;
+  EXPECT_LE(rel_diff(got.grads, ref.grads), 5e-3);  // measured: losses 5.3e-4, gradients 2.4e-3
+}
+
+// The formula module's own rows: fused replaces the s² term by 4·a·s·b/t in none and selective alike.
+TEST(FlashModel, FormulaRows) {
+  analysis::ActivationShape x;
+  x.s = 2048, x.b = 1, x.h = 768, x.a = 12, x.t = 2, x.sp = true, x.d = 2, x.dropout = true;
+  const int64_t sbh = x.s * x.b * x.h;
+  x.fused_attention = true;
+  EXPECT_EQ(analysis::fused_attention_bytes(x), 4 * 12 * 2048 / 2);
+  EXPECT_EQ(analysis::layer_activation_bytes(x, false, false), 34 * sbh / 2 + 4 * 12 * 2048 / 2);
+  EXPECT_EQ(analysis::layer_activation_bytes(x, false, true), analysis::layer_activation_bytes(x, false, false));
+  EXPECT_EQ(analysis::layer_activation_bytes(x, true, false), 2 * sbh / 2);
+  x.sp = false;
+  EXPECT_EQ(analysis::layer_activation_bytes(x, false, false), sbh * (10 + 24 / 2) + 4 * 12 * 2048 / 2);
+}
