@@ -28,7 +28,11 @@ inline void block_abt(float* S, const float* X, int64_t dh, const float* Yt, flo
   v16 acc[R][4] = {};
   for (int64_t e = 0; e < dh; ++e) {
     const float* y = Yt + e * kB;
-    const v16 y0 = load16(y), y1 = load16(y + 16), y2 = load16(y + 32), y3 = load16(y + 48);
+    v16 y0 = load16(y), y1 = load16(y + 16), y2 = load16(y + 32), y3 = load16(y + 48);
+    // Keep the four Yt vectors in registers: folded into every FMA they are reloaded R times and
+    // the loads, not the FMAs, bound the loop (one core, a 64×64×64 tile: 89 → 214 GFLOP/s,
+    // where oneDNN's matmul call reaches 140; docs/design.md §3.1).
+    __asm__("" : "+v"(y0), "+v"(y1), "+v"(y2), "+v"(y3));
     for (int r = 0; r < R; ++r) {
       const float x = X[r * dh + e];
       acc[r][0] += x * y0, acc[r][1] += x * y1, acc[r][2] += x * y2, acc[r][3] += x * y3;
@@ -45,17 +49,22 @@ void tile_abt(float* S, const float* X, int64_t rows, int64_t dh, const float* Y
   for (; r < rows; ++r) block_abt<1>(S + r * kB, X + r * dh, dh, Yt, alpha);
 }
 
-// C[r][0..16·NV) += Σ_c W[r][c] · Y[c][0..16·NV) for R rows, n terms (W rows of stride kB).
-template <int R, int NV>
+// C[r][0..16·NV) += Σ_c W[r][c] · Y[c][0..16·NV) for R rows, n terms (W rows of stride kB; with
+// TW, W is stored transposed, W[r][c] at c·kB + r: a broadcast reads any address, so the backward's
+// Pᵀ·dO and dSᵀ·Q need no transposed copy).
+template <int R, int NV, bool TW>
 inline void block_ab(float* C, int64_t ldc, const float* W, const float* Y, int64_t ldy, int64_t n) {
   v16 acc[R][NV];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = load16(C + r * ldc + 16 * v);
   for (int64_t c = 0; c < n; ++c) {
     v16 y[NV];
-    for (int v = 0; v < NV; ++v) y[v] = load16(Y + c * ldy + 16 * v);
+    for (int v = 0; v < NV; ++v) {
+      y[v] = load16(Y + c * ldy + 16 * v);
+      __asm__("" : "+v"(y[v]));  // in a register, not reloaded per row (as in block_abt)
+    }
     for (int r = 0; r < R; ++r) {
-      const float w = W[r * kB + c];
+      const float w = TW ? W[c * kB + r] : W[r * kB + c];
       for (int v = 0; v < NV; ++v) acc[r][v] += w * y[v];
     }
   }
@@ -63,22 +72,24 @@ inline void block_ab(float* C, int64_t ldc, const float* W, const float* Y, int6
     for (int v = 0; v < NV; ++v) store16(C + r * ldc + 16 * v, acc[r][v]);
 }
 
-template <int NV>
+template <int NV, bool TW>
 void rows_ab(float* C, int64_t ldc, const float* W, const float* Y, int64_t ldy, int64_t rows, int64_t n) {
+  const int64_t step = TW ? 1 : kB;  // where row r of W starts
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) block_ab<4, NV>(C + r * ldc, ldc, W + r * kB, Y, ldy, n);
-  for (; r < rows; ++r) block_ab<1, NV>(C + r * ldc, ldc, W + r * kB, Y, ldy, n);
+  for (; r + 4 <= rows; r += 4) block_ab<4, NV, TW>(C + r * ldc, ldc, W + r * step, Y, ldy, n);
+  for (; r < rows; ++r) block_ab<1, NV, TW>(C + r * ldc, ldc, W + r * step, Y, ldy, n);
 }
 
-// C [rows, dh] (row stride dh) += W [rows, n] (row stride kB) · Y [n, dh] (row stride dh).
+// C [rows, dh] (row stride dh) += W [rows, n] (row stride kB, or transposed: TW) · Y [n, dh].
+template <bool TW = false>
 void tile_ab(float* C, const float* W, const float* Y, int64_t rows, int64_t n, int64_t dh) {
   int64_t e = 0;
-  for (; e + 64 <= dh; e += 64) rows_ab<4>(C + e, dh, W, Y + e, dh, rows, n);
-  for (; e + 16 <= dh; e += 16) rows_ab<1>(C + e, dh, W, Y + e, dh, rows, n);
+  for (; e + 64 <= dh; e += 64) rows_ab<4, TW>(C + e, dh, W, Y + e, dh, rows, n);
+  for (; e + 16 <= dh; e += 16) rows_ab<1, TW>(C + e, dh, W, Y + e, dh, rows, n);
   for (; e < dh; ++e)
     for (int64_t r = 0; r < rows; ++r) {
       float sum = C[r * dh + e];
-      for (int64_t c = 0; c < n; ++c) sum += W[r * kB + c] * Y[c * dh + e];
+      for (int64_t c = 0; c < n; ++c) sum += (TW ? W[c * kB + r] : W[r * kB + c]) * Y[c * dh + e];
       C[r * dh + e] = sum;
     }
 }
@@ -92,31 +103,54 @@ void transpose_in(float* Yt, const float* Y, int64_t n, int64_t dh) {
   }
 }
 
-// T [cols, 64] = Aᵀ of A [rows, 64] (both with row stride kB).
-void transpose_tile(float* T, const float* A, int64_t rows, int64_t cols) {
-  for (int64_t j = 0; j < cols; ++j)
-    for (int64_t r = 0; r < rows; ++r) T[j * kB + r] = A[r * kB + j];
-}
-
 // The dropout draw of docs/design.md §10 for one tile: keep flags of global elements
-// first .. first + n - 1, Philox blocks of four counters exactly as dropout_mask_fill draws them
-// (keep when the 32 bits are >= p · 2^32), without its OpenMP region (a tile row is 64 elements).
+// first .. first + n - 1, each Philox4x32-10 block of four counters exactly as dropout_mask_fill
+// draws it (keep when the 32 bits are >= p · 2^32). Eight blocks run side by side in 64-bit
+// vector lanes (a 32×32→64 multiply each), twice, so a tile row of 64 elements is one call.
+typedef uint64_t u64x8 __attribute__((vector_size(64)));
 struct MaskDrawer {
-  std::array<uint32_t, 2> key;
-  uint32_t c2, c3, threshold;
+  uint32_t k0, k1, c2, c3, threshold;
   explicit MaskDrawer(const FlashDropout& d)
-      : key{uint32_t(d.stream.seed), uint32_t(d.stream.seed >> 32) ^ uint32_t(d.stream.step >> 32)},
+      : k0(uint32_t(d.stream.seed)),
+        k1(uint32_t(d.stream.seed >> 32) ^ uint32_t(d.stream.step >> 32)),
         c2(uint32_t(d.stream.step)),
         c3((uint32_t(d.stream.layer + 2) << 8) | uint32_t(DropoutSite::attention)),
         threshold(uint32_t(std::min(double(d.p) * 4294967296.0, 4294967295.0))) {}
+  // Philox4x32-10 of counters {blk0 + l, c2, c3} for l = 0..7 (the counter's upper word is blk >> 32).
+  void blocks(const uint64_t blk0, u64x8 out[4]) const {
+    constexpr uint64_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kLo = 0xFFFFFFFFu;
+    const u64x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    const u64x8 blk = blk0 + lane;
+    u64x8 x0 = blk & kLo, x1 = blk >> 32, x2 = u64x8{} + uint64_t(c2), x3 = u64x8{} + uint64_t(c3);
+    uint32_t key0 = k0, key1 = k1;
+    for (int round = 0; round < 10; ++round) {
+      const u64x8 p0 = x0 * kM0, p1 = x2 * kM1;  // x0, x2 < 2^32: exact 64-bit products
+      x0 = (p1 >> 32) ^ x1 ^ uint64_t(key0);
+      x1 = p1 & kLo;
+      x2 = (p0 >> 32) ^ x3 ^ uint64_t(key1);
+      x3 = p0 & kLo;
+      key0 += 0x9E3779B9u, key1 += 0xBB67AE85u;
+    }
+    out[0] = x0, out[1] = x1, out[2] = x2, out[3] = x3;
+  }
   void row(uint8_t* keep, uint64_t first, int64_t n) const {
     const uint64_t last = first + uint64_t(n);
-    for (uint64_t blk = first >> 2; (blk << 2) < last; ++blk) {
-      const auto r = philox4x32({uint32_t(blk), uint32_t(blk >> 32), c2, c3}, key);
-      for (uint64_t lane = 0; lane < 4; ++lane) {
-        const uint64_t idx = (blk << 2) + lane;
-        if (idx >= first && idx < last) keep[idx - first] = r[lane] >= threshold ? 1 : 0;
+    u64x8 r[4];
+    for (uint64_t blk0 = first >> 2; (blk0 << 2) < last; blk0 += 8) {
+      blocks(blk0, r);
+      if ((blk0 << 2) >= first && (blk0 << 2) + 32 <= last) {  // the whole group inside: no range tests
+        uint8_t* out = keep + ((blk0 << 2) - first);
+        for (int w = 0; w < 4; ++w) {
+          const u64x8 kept = r[w] >= uint64_t(threshold);  // all ones where kept
+          for (int l = 0; l < 8; ++l) out[4 * l + w] = uint8_t(kept[l] & 1);
+        }
+        continue;
       }
+      for (int l = 0; l < 8; ++l)
+        for (int w = 0; w < 4; ++w) {
+          const uint64_t idx = ((blk0 + uint64_t(l)) << 2) + uint64_t(w);
+          if (idx >= first && idx < last) keep[idx - first] = r[w][l] >= threshold ? 1 : 0;
+        }
     }
   }
 };
@@ -147,10 +181,18 @@ void flash_attention_forward(float* out, float* lse, const float* q, const float
   const int64_t s = x.s, dh = x.dh, nqb = (s + kB - 1) / kB, items = x.b * x.a * nqb;
   const float scale = 1.0f / std::sqrt(float(dh)), keep_scale = drop.p > 0 ? 1.0f / (1.0f - drop.p) : 1.0f;
   const MaskDrawer drawer(drop);
+  // Kᵀ tile by tile, once: every query tile of a head reads the same key tiles.
+  const int64_t nkb = nqb, heads = x.b * x.a;
+  std::vector<float> kt(size_t(heads * nkb * dh * kB));
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < heads * nkb; ++t) {
+    const int64_t bh = t / nkb, j0 = t % nkb * kB;
+    transpose_in(kt.data() + t * dh * kB, k + bh * s * dh + j0 * dh, std::min(kB, s - j0), dh);
+  }
   // Later query blocks see more keys: hand them out first so the dynamic schedule ends even.
 #pragma omp parallel
   {
-    std::vector<float> S(kB * kB), P(kB * kB), Kt(dh * kB), acc(kB * dh);
+    std::vector<float> S(kB * kB), P(kB * kB), acc(kB * dh);
     std::vector<float> m(kB), l(kB);
     std::vector<uint8_t> keep(kB * kB);
 #pragma omp for schedule(dynamic)
@@ -164,8 +206,7 @@ void flash_attention_forward(float* out, float* lse, const float* q, const float
       const uint64_t base = drop.p > 0 ? mask_base(x, drop, bh) : 0;
       for (int64_t j0 = 0; j0 <= i0 + nq - 1; j0 += kB) {  // causal: key tiles past the last query skipped
         const int64_t nk = std::min(kB, s - j0);
-        transpose_in(Kt.data(), k + head + j0 * dh, nk, dh);
-        tile_abt(S.data(), Q, nq, dh, Kt.data(), scale);
+        tile_abt(S.data(), Q, nq, dh, kt.data() + (bh * nkb + j0 / kB) * dh * kB, scale);
         if (drop.p > 0) draw_tile(keep.data(), drawer, base, s, i0, nq, j0, nk);
         for (int64_t r = 0; r < nq; ++r) {
           const int64_t n = visible(i0 + r, j0, nk);
@@ -174,6 +215,7 @@ void flash_attention_forward(float* out, float* lse, const float* q, const float
           std::fill(pr + std::max<int64_t>(n, 0), pr + nk, 0.0f);
           if (n <= 0) continue;
           float mx = m[size_t(r)];
+#pragma omp simd reduction(max : mx)
           for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]);
           const float corr = fast_exp(m[size_t(r)] - mx);  // 0 on the first tile (-inf → exp(-87))
           float sum = 0.0f;
@@ -215,7 +257,7 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
   // One head per work item: its dK, dV tiles and its dQ rows are written by one thread only.
 #pragma omp parallel
   {
-    std::vector<float> S(kB * kB), dP(kB * kB), PZ(kB * kB), T(kB * kB), Kt(dh * kB), Vt(dh * kB);
+    std::vector<float> S(kB * kB), dP(kB * kB), PZ(kB * kB), Kt(dh * kB), Vt(dh * kB);
     std::vector<float> dK(kB * dh), dV(kB * dh), D(static_cast<size_t>(s));
     std::vector<uint8_t> keep(kB * kB);
 #pragma omp for schedule(dynamic)
@@ -257,11 +299,9 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
             std::fill(zr + n, zr + nk, 0.0f);
             std::fill(sr + n, sr + nk, 0.0f);
           }
-          transpose_tile(T.data(), PZ.data(), nq, nk);
-          tile_ab(dV.data(), T.data(), dO, nk, nq, dh);           // dV_j += (P∘Z)ᵀ · dO_i
+          tile_ab<true>(dV.data(), PZ.data(), dO, nk, nq, dh);    // dV_j += (P∘Z)ᵀ · dO_i
           tile_ab(dq + head + i0 * dh, S.data(), k + head + j0 * dh, nq, nk, dh);  // dQ_i += dS · K_j
-          transpose_tile(T.data(), S.data(), nq, nk);
-          tile_ab(dK.data(), T.data(), Q, nk, nq, dh);            // dK_j += dSᵀ · Q_i
+          tile_ab<true>(dK.data(), S.data(), Q, nk, nq, dh);      // dK_j += dSᵀ · Q_i
         }
         std::copy(dK.begin(), dK.begin() + nk * dh, dk + head + j0 * dh);
         std::copy(dV.begin(), dV.begin() + nk * dh, dv + head + j0 * dh);
