@@ -44,6 +44,20 @@ for name in fused_tp2_sp fused_dp2 fused_pp2 fused_selective fused_full; do
   check "$name trains the one-rank fused model" compare "$name" fused
 done
 
+# bf16 activations under TP 2 + SP: the one-rank bf16 fused losses to bf16 rounding (1e-4, as the
+# dense layouts' bf16 check in parallel_layouts.sh), and fused bf16 against unfused bf16 to 1e-4.
+# Measured: 1.4e-6 and 5.6e-6.
+run fused_bf16 1 --attention fused --activation-dtype bf16
+run unfused_bf16 1 --activation-dtype bf16
+run fused_tp2_sp_bf16 2 --attention fused --activation-dtype bf16 --tensor-model-parallel-size 2 --sequence-parallel
+check "bf16: fused TP 2 + SP = one rank (1e-4), fused = unfused (1e-4)" "$PY" -c "
+import json, sys
+l = lambda f: [json.loads(x)['loss'] for x in open(f) if '\"event\":\"step\"' in x]
+a, b, u = l('fused_bf16.jsonl'), l('fused_tp2_sp_bf16.jsonl'), l('unfused_bf16.jsonl')
+tp = max(abs(x - y) / abs(x) for x, y in zip(a, b)); fu = max(abs(x - y) / abs(x) for x, y in zip(u, a))
+print('bf16: TP 2 + SP within %.2e, fused vs unfused within %.2e' % (tp, fu))
+sys.exit(0 if len(a) == len(b) == len(u) == 4 and tp <= 1e-4 and fu <= 1e-4 else 1)"
+
 # Kept bytes per layer on every rank: the fused formula (4·a·s·b/t for the log-sum-exp instead of
 # the s² terms) plus the LayerNorm statistics (2 LNs × 2 floats × the rows the rank normalises).
 check "measured kept bytes = fused formula (+ LayerNorm stats, exactly) on every rank" "$PY" - <<'PYEOF'
