@@ -368,11 +368,11 @@ int Trainer::run() {
   const bool log = is_logging_rank();
   if (log && !config_.json)
     std::fprintf(stderr, "lattice: %lld parameters, %d layers, hidden %d, %d heads, seq %d, batch %d x %d x %d, "
-                 "recompute %s, activations %s, weights %s, %s, ZeRO %d, %d rank(s) (t=%d, dp=%d%s), %d threads\n",
+                 "recompute %s, %s attention, activations %s, weights %s, %s, ZeRO %d, %d rank(s) (t=%d, dp=%d%s), %d threads\n",
                  (long long)model_config_.num_params(), model_config_.layers, model_config_.hidden,
                  model_config_.heads, model_config_.seq_len, config_.micro_batch,
                  config_.global_batch / (config_.micro_batch * layout_.dp), layout_.dp, to_string(layout_.recompute),
-                 to_string(layout_.activation_dtype), to_string(layout_.params_dtype), optimizer_->name(),
+                 to_string(layout_.attention), to_string(layout_.activation_dtype), to_string(layout_.params_dtype), optimizer_->name(),
                  states_->zero_stage(), world, layout_.tp, layout_.dp, layout_.sequence_parallel ? ", sp" : "",
                  omp_get_max_threads());
   double first_loss = NAN, last_loss = NAN, total_s = 0;
