@@ -123,6 +123,7 @@ void Communicator::barrier() {
 
 Handle Communicator::all_reduce_async(std::span<float> data, ReduceOp op) {
   count(CollectiveOp::all_reduce, data.size());
+  const WaitScope wait("all_reduce", to_string(kind_));  // a backend may run it at issue (mpi_communicator.hpp)
   return Handle(do_all_reduce_async(data, op), "all_reduce", to_string(kind_));
 }
 
@@ -137,6 +138,7 @@ Handle Communicator::reduce_scatter_v_async(std::span<const float> input, std::s
                                             std::span<const int> counts) {
   check_counts(input.size(), output.size(), counts, "reduce_scatter_v");
   count(CollectiveOp::reduce_scatter, input.size());
+  const WaitScope wait("reduce_scatter_v", to_string(kind_));  // a backend may run it at issue (mpi_communicator.hpp)
   return Handle(do_reduce_scatter_v_async(input, output, counts), "reduce_scatter_v", to_string(kind_));
 }
 
@@ -144,6 +146,7 @@ Handle Communicator::all_gather_v_async(std::span<const float> input, std::span<
                                         std::span<const int> counts) {
   check_counts(output.size(), input.size(), counts, "all_gather_v");
   count(CollectiveOp::all_gather, output.size());
+  const WaitScope wait("all_gather_v", to_string(kind_));  // a backend may run it at issue (mpi_communicator.hpp)
   return Handle(do_all_gather_v_async(input, output, counts), "all_gather_v", to_string(kind_));
 }
 

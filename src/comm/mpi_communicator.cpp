@@ -1,5 +1,6 @@
 #include "comm/mpi_communicator.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <stdexcept>
 #include <string>
@@ -18,15 +19,9 @@ int mpi_count(size_t floats) {
 
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
 
+// A point-to-point send or receive in flight.
 class MpiRequest final : public PendingOp {
  public:
-  MpiRequest() = default;
-  // Non-blocking collectives read their count and displacement arrays until completion.
-  MpiRequest(std::span<const int> counts) : counts_(counts.begin(), counts.end()), displs_(counts.size(), 0) {
-    for (size_t r = 1; r < counts_.size(); ++r) displs_[r] = displs_[r - 1] + counts_[r - 1];
-  }
-  const int* counts() const { return counts_.data(); }
-  const int* displs() const { return displs_.data(); }
   ~MpiRequest() override { wait(); }
   MPI_Request* request() { return &request_; }
   void wait() override {
@@ -35,10 +30,78 @@ class MpiRequest final : public PendingOp {
 
  private:
   MPI_Request request_ = MPI_REQUEST_NULL;
-  std::vector<int> counts_, displs_;
 };
 
+// A completed operation: the collectives below run eagerly (see do_all_reduce_async).
+class Done final : public PendingOp {
+ public:
+  void wait() override {}
+};
+
+// Tag of the ring collectives' messages; the pipeline's sends use small tags (engine/executor.cpp).
+constexpr int kRingTag = 0x7a11;
+
+std::vector<int> displacements_of(std::span<const int> counts) {
+  std::vector<int> displs(counts.size(), 0);
+  size_t at = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    displs[r] = mpi_count(at);
+    at += size_t(counts[r]);
+  }
+  mpi_count(at);
+  return displs;
+}
+
 }  // namespace
+
+// Ring reduce-scatter (docs/design.md §5): p−1 rounds; in round k a rank sends its running sum of
+// chunk (r−k−1) mod p to its right neighbour and adds what its left neighbour sends into chunk
+// (r−k−2) mod p, so after the last round it holds the whole sum of its own chunk r. Measured against
+// MPI_Reduce_scatter_block and MPI_Ireduce_scatter by bench/bench_collectives.cpp (README, Speed).
+void MpiCommunicator::ring_reduce_scatter(std::span<const float> input, std::span<float> output,
+                                          std::span<const int> counts) {
+  const int p = size_, r = rank_;
+  if (p == 1) {
+    std::copy(input.begin(), input.begin() + long(output.size()), output.begin());
+    return;
+  }
+  const std::vector<int> displs = displacements_of(counts);
+  const int right = (r + 1) % p, left = (r + p - 1) % p;
+  int largest = 0;
+  for (int c : counts) largest = std::max(largest, c);
+  // Scratch of two chunks (like MPI's own buffers, outside the tracking allocator: docs/design.md §5).
+  const auto chunk_max = static_cast<size_t>(largest);
+  std::vector<float> incoming(chunk_max), sum(p > 2 ? chunk_max : 0);
+  for (int k = 0; k < p - 1; ++k) {
+    // Round 0 sends this rank's own part; later rounds the sum that arrived the round before.
+    const int send_chunk = (r - k - 1 + 2 * p) % p, recv_chunk = (r - k - 2 + 2 * p) % p;
+    const float* sending = k == 0 ? input.data() + displs[size_t(send_chunk)] : sum.data();
+    MPI_Sendrecv(sending, counts[size_t(send_chunk)], MPI_FLOAT, right, kRingTag, incoming.data(),
+                 counts[size_t(recv_chunk)], MPI_FLOAT, left, kRingTag, comm_, MPI_STATUS_IGNORE);
+    const float* mine = input.data() + displs[size_t(recv_chunk)];
+    float* dst = k == p - 2 ? output.data() : sum.data();
+    const int64_t n = counts[size_t(recv_chunk)];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) dst[i] = mine[i] + incoming[size_t(i)];
+  }
+}
+
+// Ring all-gather: p−1 rounds; in round k a rank passes chunk (r−k) mod p to its right neighbour and
+// receives chunk (r−k−1) mod p from its left one, straight into place.
+void MpiCommunicator::ring_all_gather(std::span<const float> input, std::span<float> output,
+                                      std::span<const int> counts) {
+  const int p = size_, r = rank_;
+  const std::vector<int> displs = displacements_of(counts);
+  float* own = output.data() + displs[size_t(r)];
+  if (input.data() != own) std::copy(input.begin(), input.end(), own);
+  const int right = (r + 1) % p, left = (r + p - 1) % p;
+  for (int k = 0; k < p - 1; ++k) {
+    const int send_chunk = (r - k + 2 * p) % p, recv_chunk = (r - k - 1 + 2 * p) % p;
+    MPI_Sendrecv(output.data() + displs[size_t(send_chunk)], counts[size_t(send_chunk)], MPI_FLOAT, right,
+                 kRingTag, output.data() + displs[size_t(recv_chunk)], counts[size_t(recv_chunk)], MPI_FLOAT,
+                 left, kRingTag, comm_, MPI_STATUS_IGNORE);
+  }
+}
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, GroupKind kind, TrafficLedger* ledger)
     : Communicator(kind, ledger), comm_(comm) {
@@ -57,7 +120,7 @@ void MpiCommunicator::do_all_reduce(std::span<float> data, ReduceOp op) {
 }
 
 void MpiCommunicator::do_reduce_scatter(std::span<const float> input, std::span<float> output) {
-  MPI_Reduce_scatter_block(input.data(), output.data(), mpi_count(output.size()), MPI_FLOAT, MPI_SUM, comm_);
+  ring_reduce_scatter(input, output, std::vector<int>(size_t(size_), mpi_count(output.size())));
 }
 
 void MpiCommunicator::do_all_gather(std::span<const float> input, std::span<float> output) {
@@ -106,32 +169,30 @@ void MpiCommunicator::do_recv(std::span<float> data, int source, int tag) {
 
 void MpiCommunicator::do_barrier() { MPI_Barrier(comm_); }
 
+// The collectives below run at issue and return a completed operation. OpenMPI 4.1 advances a
+// non-blocking collective only inside MPI calls, so one started during backward did its work at the
+// final wait, and its schedules ran 10-20x slower than the blocking calls (bench/bench_collectives.cpp):
+// DP 2 lost 41% of the machine to it. Ranks reach these calls in the same order, so running them
+// eagerly costs the blocking call's time and cannot deadlock.
 std::unique_ptr<PendingOp> MpiCommunicator::do_all_reduce_async(std::span<float> data, ReduceOp op) {
-  auto pending = std::make_unique<MpiRequest>();
-  MPI_Iallreduce(MPI_IN_PLACE, data.data(), mpi_count(data.size()), MPI_FLOAT, mpi_op(op), comm_,
-                 pending->request());
-  return pending;
+  do_all_reduce(data, op);
+  return std::make_unique<Done>();
 }
 
 std::unique_ptr<PendingOp> MpiCommunicator::do_reduce_scatter_v_async(std::span<const float> input,
                                                                        std::span<float> output,
                                                                        std::span<const int> counts) {
-  auto pending = std::make_unique<MpiRequest>(counts);
   mpi_count(input.size());
-  MPI_Ireduce_scatter(input.data(), output.data(), pending->counts(), MPI_FLOAT, MPI_SUM, comm_,
-                      pending->request());
-  return pending;
+  ring_reduce_scatter(input, output, counts);
+  return std::make_unique<Done>();
 }
 
 std::unique_ptr<PendingOp> MpiCommunicator::do_all_gather_v_async(std::span<const float> input,
                                                                    std::span<float> output,
                                                                    std::span<const int> counts) {
-  auto pending = std::make_unique<MpiRequest>(counts);
   mpi_count(output.size());
-  const bool in_place = input.data() == output.data() + pending->displs()[rank_];
-  MPI_Iallgatherv(in_place ? MPI_IN_PLACE : input.data(), int(input.size()), MPI_FLOAT, output.data(),
-                  pending->counts(), pending->displs(), MPI_FLOAT, comm_, pending->request());
-  return pending;
+  ring_all_gather(input, output, counts);
+  return std::make_unique<Done>();
 }
 
 std::unique_ptr<PendingOp> MpiCommunicator::do_send_async(std::span<const float> data, int dest, int tag) {

@@ -1,6 +1,8 @@
 #pragma once
-// The OpenMPI backend: one MPI communicator per process group, MPI's own collectives
-// (MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather, MPI_Alltoallv, MPI_Iallreduce, ...).
+// The OpenMPI backend: one MPI communicator per process group. All-reduce, broadcast and all-to-all
+// are MPI's own; reduce-scatter and all-gather are rings over MPI_Sendrecv; the "async" collectives
+// run eagerly (OpenMPI 4.1's non-blocking collectives progress only inside MPI calls and ran 10-20x
+// slower than the blocking ones here: bench/bench_collectives.cpp). Point-to-point stays non-blocking.
 #include "comm/communicator.hpp"
 #include "comm/mpi_include.hpp"
 
@@ -15,6 +17,11 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   MPI_Comm handle() const { return comm_; }
+
+  // The ring algorithms of docs/design.md §5 over MPI_Sendrecv, chunk r of `counts` being rank r's:
+  // what this backend runs for reduce-scatter and all-gather, chosen by bench/bench_collectives.cpp.
+  void ring_reduce_scatter(std::span<const float> input, std::span<float> output, std::span<const int> counts);
+  void ring_all_gather(std::span<const float> input, std::span<float> output, std::span<const int> counts);
 
  protected:
   void do_all_reduce(std::span<float> data, ReduceOp op) override;

@@ -151,6 +151,26 @@ void check_scatter_gather(Distributed& d, Checks& ck) {
     for (size_t i = 0; i < chunk; ++i) ok = ok && all[size_t(q) * chunk + i] == float(q * 100000) + float(i);
   ck.expect(ok, "all_gather in rank order");
 
+  // Uneven chunks (rank q owns q+1 values, rank 0's chunk the largest), as ZeRO's buckets split: the
+  // v-collectives' rings must route every chunk, including an empty-ish one, to its owner.
+  std::vector<int> counts(static_cast<size_t>(t));
+  for (int q = 0; q < t; ++q) counts[size_t(q)] = q == 0 ? 7 : q + 1;
+  size_t whole = 0, mine_at = 0;
+  for (int q = 0; q < t; ++q) (q < r ? mine_at += size_t(counts[size_t(q)]) : 0), whole += size_t(counts[size_t(q)]);
+  std::vector<float> v_in(whole), v_out(static_cast<size_t>(counts[size_t(r)]));
+  for (size_t i = 0; i < whole; ++i) v_in[i] = float(r + 1) * float(i + 1);
+  w.reduce_scatter_v_async(v_in, v_out, counts).wait();
+  ok = true;
+  for (size_t i = 0; i < v_out.size(); ++i) ok = ok && v_out[i] == float(t * (t + 1) / 2) * float(mine_at + i + 1);
+  ck.expect(ok, "reduce_scatter_v with uneven chunks");
+  std::vector<float> v_all(whole, -1.0f);
+  for (size_t i = 0; i < v_out.size(); ++i) v_all[mine_at + i] = float(r * 1000) + float(i);
+  w.all_gather_v_async({v_all.data() + mine_at, v_out.size()}, v_all, counts).wait();  // in place
+  ok = true;
+  for (int q = 0, at = 0; q < t; at += counts[size_t(q)], ++q)
+    for (int i = 0; i < counts[size_t(q)]; ++i) ok = ok && v_all[size_t(at + i)] == float(q * 1000) + float(i);
+  ck.expect(ok, "all_gather_v with uneven chunks, in place");
+
   const int root = t > 1 ? 1 : 0;
   std::vector<float> b = iota_from(chunk, r == root ? 42.0f : -1.0f);
   w.broadcast(b, root);

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# How fast each parallel layout runs on the same cores as one rank: the GPT-2-small shape (12 layers,
+# hidden 768, 12 heads, seq-len 256, vocab 8192, global batch 4, dropout 0, fp32) trained as one rank
+# with 2 threads and under TP 2, TP 2 + SP, DP 2, PP 2 (1F1B, 4 micro-batches of 1) with one thread per
+# rank, and TP 2 × DP 2 and PP 2 × DP 2 at 4 ranks (2 ranks per core: oversubscribed 2×, one thread
+# each). Efficiency = one rank's median step / the layout's median step (same cores, same global batch).
+#
+# The cases are interleaved for ROUNDS rounds; each run's first step warms up and is not timed; the
+# figures are medians of the timed steps of all rounds. The PP rows are also rated against their bubble
+# formula (docs/design.md §6): the best a 2-stage 1F1B step can do is t_one · (1 + (p−1)/m) / p per
+# core-equivalent, so the formula's efficiency is 1 / (1 + (p−1)/m) = 0.80 at p 2, m 4.
+#
+# Usage: bench/scaling.sh [path/to/lattice]     (default: build/lattice)
+# Env:   ROUNDS (default 3), STEPS (per run, first untimed; default 4), CASES (default all, e.g. "one dp2"),
+#        KEEP=1 keeps the scratch directory. Prints one table; exits 0 whatever the figures.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+LATTICE="${1:-$ROOT/build/lattice}"
+[[ -x "$LATTICE" ]] || { echo "scaling.sh: no lattice binary at $LATTICE (build first or pass its path)" >&2; exit 2; }
+ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-4}
+CASES=${CASES:-"one tp2 tp2_sp dp2 pp2 tp2_dp2 pp2_dp2"}
+PY=python3; [[ -x /usr/bin/python3 ]] && PY=/usr/bin/python3
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/lattice-scaling.XXXXXX")
+[[ "${KEEP:-0}" == 1 ]] || trap 'rm -rf "$SCRATCH"' EXIT
+
+"$PY" - "$SCRATCH/data" <<'PYEOF'
+import os, random, struct, sys
+out = sys.argv[1]; os.makedirs(out, exist_ok=True)
+n, rng = 300_000, random.Random(8192)
+with open(os.path.join(out, "train.bin"), "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack(f"<{n}H", *(rng.randrange(8192) for _ in range(n))))
+PYEOF
+
+COMMON=(train --data "$SCRATCH/data" --layers 12 --hidden 768 --heads 12 --seq-len 256 --vocab 8192
+        --global-batch 4 --dropout 0 --steps "$STEPS" --lr-schedule constant --warmup 0 --json)
+MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1)
+run() {  # $1 case, $2 round → $SCRATCH/$1_$2.jsonl
+  local out="$SCRATCH/$1_$2.jsonl" cmd
+  case $1 in
+    one)     cmd=("$LATTICE" "${COMMON[@]}" --micro-batch 4 --threads 2) ;;
+    tp2)     cmd=("${MPI[@]}" -np 2 "$LATTICE" "${COMMON[@]}" --micro-batch 4 --threads 1 --tensor-model-parallel-size 2) ;;
+    tp2_sp)  cmd=("${MPI[@]}" -np 2 "$LATTICE" "${COMMON[@]}" --micro-batch 4 --threads 1 --tensor-model-parallel-size 2 --sequence-parallel) ;;
+    dp2)     cmd=("${MPI[@]}" -np 2 "$LATTICE" "${COMMON[@]}" --micro-batch 2 --threads 1) ;;
+    pp2)     cmd=("${MPI[@]}" -np 2 "$LATTICE" "${COMMON[@]}" --micro-batch 1 --threads 1 --pipeline-model-parallel-size 2) ;;
+    tp2_dp2) cmd=("${MPI[@]}" -np 4 "$LATTICE" "${COMMON[@]}" --micro-batch 2 --threads 1 --tensor-model-parallel-size 2) ;;
+    pp2_dp2) cmd=("${MPI[@]}" -np 4 "$LATTICE" "${COMMON[@]}" --micro-batch 1 --threads 1 --pipeline-model-parallel-size 2) ;;
+    *) echo "scaling.sh: unknown case $1" >&2; exit 2 ;;
+  esac
+  echo "+ ${cmd[*]}" >&2
+  "${cmd[@]}" >"$out" 2>"$SCRATCH/$1_$2.err" || { echo "scaling.sh: case $1 failed:" >&2; tail -3 "$SCRATCH/$1_$2.err" >&2; }
+}
+echo "scaling.sh: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start" >&2
+for r in $(seq 1 "$ROUNDS"); do for c in $CASES; do run "$c" "$r"; done; done
+echo "scaling.sh: load average $(cut -d' ' -f1-3 /proc/loadavg) at end" >&2
+
+"$PY" - "$SCRATCH" "$ROUNDS" "$CASES" <<'PYEOF'
+import json, os, statistics, sys
+scratch, rounds, cases = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+label = {"one": "one rank, 2 threads", "tp2": "TP 2", "tp2_sp": "TP 2 + SP", "dp2": "DP 2 (micro-batch 2 each)",
+         "pp2": "PP 2, 1F1B, 4 micro-batches of 1", "tp2_dp2": "TP 2 x DP 2 (4 ranks, 2x oversubscribed)",
+         "pp2_dp2": "PP 2 x DP 2 (4 ranks, 2x oversubscribed, 2 micro-batches of 1)"}
+bubble = {"pp2": 1 / (1 + 1 / 4), "pp2_dp2": 1 / (1 + 1 / 2)}  # 1 / (1 + (p-1)/m), docs/design.md §6
+def steps(c):
+    t = []
+    for r in range(1, rounds + 1):
+        try:
+            ev = [json.loads(l) for l in open(os.path.join(scratch, f"{c}_{r}.jsonl")) if l.startswith("{")]
+        except OSError:
+            continue
+        t += [e["step_s"] for e in ev if e.get("event") == "step"][1:]
+    return t
+med = {c: statistics.median(steps(c)) for c in cases if steps(c)}
+print(f"GPT-2-small shape (L 12, h 768, a 12, s 256, v 8192, B 4, fp32), {os.cpu_count()} cores, "
+      f"{rounds} interleaved rounds, medians of timed steps")
+print(f"{'run':<62}{'steps':>6}{'s/step':>9}{'efficiency':>12}{'vs bubble':>11}")
+for c in cases:
+    if c not in med:
+        print(f"{label[c]:<62}  failed"); continue
+    eff = med["one"] / med[c] if "one" in med else float("nan")
+    vb = f"{eff / bubble[c]:>10.2f}" if c in bubble else f"{'':>10}"
+    print(f"{label[c]:<62}{len(steps(c)):>6}{med[c]:>9.3f}{eff:>12.2f}{vb} ")
+print("efficiency = one rank's median step / the layout's (same 2 cores); vs bubble = efficiency / the 1F1B "
+      "bubble formula's 1/(1+(p-1)/m)")
+PYEOF
