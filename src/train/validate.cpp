@@ -29,7 +29,7 @@ void require_fits(const ModelConfig& m, const LayoutConfig& layout, const TrainC
   double kept = 0;
   const double sbh = s * b * h, as2b = a_local * s * s * b;
   if (sbh < 0x1p50 && as2b < 0x1p50) {  // the formula's 64-bit sizes cannot overflow
-    const analysis::ActivationShape shape{m.seq_len, t.micro_batch, m.hidden, m.heads / layout.tp,
+    const analysis::ActivationShape shape{m.seq_len, t.micro_batch, m.hidden, m.heads,
                                           m.padded_vocab(layout.tp), layout.tp, layout.sequence_parallel,
                                           bytes_of(layout.activation_dtype), m.dropout > 0,
                                           layout.fused_attention()};
