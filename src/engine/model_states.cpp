@@ -156,7 +156,9 @@ void ModelStates::launch_gather(int b) {
     mine = g.piece.data();
   }
   note_transient();
+  const auto t0 = std::chrono::steady_clock::now();  // a backend may run it at issue (docs/design.md §5)
   g.pending = group(b)->all_gather_v_async({mine, size_t(n)}, {g.values.data(), size_t(bucket.size())}, counts(b));
+  wait_s_ += seconds_since(t0);
 }
 
 // A bucket's fp32 weights are about to be read: wait for them, make the bf16 copy GEMMs may need.
@@ -210,8 +212,10 @@ void ModelStates::launch_reduction(int b) {
   }
   Reducing r{b, {}, TrackedArray<float>(piece(b).size(), "transient"), {}};
   note_transient();
+  const auto t0 = std::chrono::steady_clock::now();
   r.pending = group(b)->reduce_scatter_v_async({grads32_.data() + bucket.begin, size_t(bucket.size())},
                                           {r.mine.data(), size_t(r.mine.size())}, counts(b));
+  wait_s_ += seconds_since(t0);
   reducing_.push_back(std::move(r));
   while (reducing_.size() > 2) complete_oldest();
 }
@@ -219,8 +223,10 @@ void ModelStates::launch_reduction(int b) {
 void ModelStates::reduce_scatter(int b, TrackedArray<float> values, size_t max_in_flight) {
   Reducing r{b, std::move(values), TrackedArray<float>(piece(b).size(), "transient"), {}};
   note_transient();
+  const auto t0 = std::chrono::steady_clock::now();
   r.pending = group(b)->reduce_scatter_v_async({r.full.data(), size_t(r.full.size())},
                                           {r.mine.data(), size_t(r.mine.size())}, counts(b));
+  wait_s_ += seconds_since(t0);
   reducing_.push_back(std::move(r));
   while (reducing_.size() > max_in_flight) complete_oldest();
 }
