@@ -93,3 +93,5 @@ print("defaults; the PyTorch peer is rated on the fp32 peak). Lattice's step 1 a
 target = med[p] / med["lattice fp32"] >= 2 and med["lattice bf16"] < med["lattice fp32"]
 print(f"target (fp32 >= 2x PyTorch tokens/s, bf16 faster still; medians): {'met' if target else 'NOT met'}")
 EOF
+# The GEMM rates at the model's exact shapes in the same run (bench/bench_gemm_candidates.cpp, needs libblis-dev).
+GC="$(dirname "$LATTICE")/bench/bench_gemm_candidates"; if [[ -x "$GC" ]]; then echo "GEMM candidates at the step's shapes ($GC --summary --threads $THREADS):"; "$GC" --summary --threads "$THREADS" || true; fi
