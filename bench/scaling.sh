@@ -12,7 +12,9 @@
 #
 # Usage: bench/scaling.sh [path/to/lattice]     (default: build/lattice)
 # Env:   ROUNDS (default 3), STEPS (per run, first untimed; default 4), CASES (default all, e.g. "one dp2"),
-#        KEEP=1 keeps the scratch directory. Prints one table; exits 0 whatever the figures.
+#        BEFORE=path/to/older/lattice runs every case with it too, interleaved, and adds its columns
+#        (what a change bought, measured in one run), KEEP=1 keeps the scratch directory.
+# Prints one table; exits 0 whatever the figures.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LATTICE="${1:-$ROOT/build/lattice}"
@@ -35,8 +37,10 @@ PYEOF
 COMMON=(train --data "$SCRATCH/data" --layers 12 --hidden 768 --heads 12 --seq-len 256 --vocab 8192
         --global-batch 4 --dropout 0 --steps "$STEPS" --lr-schedule constant --warmup 0 --json)
 MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1)
-run() {  # $1 case, $2 round → $SCRATCH/$1_$2.jsonl
-  local out="$SCRATCH/$1_$2.jsonl" cmd
+BEFORE=${BEFORE:-}
+[[ -z "$BEFORE" || -x "$BEFORE" ]] || { echo "scaling.sh: BEFORE=$BEFORE is not an executable" >&2; exit 2; }
+run() {  # $1 case, $2 round, $3 binary, $4 tag → $SCRATCH/$4$1_$2.jsonl
+  local out="$SCRATCH/$4$1_$2.jsonl" cmd LATTICE=$3
   case $1 in
     one)     cmd=("$LATTICE" "${COMMON[@]}" --micro-batch 4 --threads 2) ;;
     tp2)     cmd=("${MPI[@]}" -np 2 "$LATTICE" "${COMMON[@]}" --micro-batch 4 --threads 1 --tensor-model-parallel-size 2) ;;
@@ -48,38 +52,48 @@ run() {  # $1 case, $2 round → $SCRATCH/$1_$2.jsonl
     *) echo "scaling.sh: unknown case $1" >&2; exit 2 ;;
   esac
   echo "+ ${cmd[*]}" >&2
-  "${cmd[@]}" >"$out" 2>"$SCRATCH/$1_$2.err" || { echo "scaling.sh: case $1 failed:" >&2; tail -3 "$SCRATCH/$1_$2.err" >&2; }
+  "${cmd[@]}" >"$out" 2>"$SCRATCH/$4$1_$2.err" || { echo "scaling.sh: case $1 failed:" >&2; tail -3 "$SCRATCH/$4$1_$2.err" >&2; }
 }
 echo "scaling.sh: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start" >&2
-for r in $(seq 1 "$ROUNDS"); do for c in $CASES; do run "$c" "$r"; done; done
+for r in $(seq 1 "$ROUNDS"); do
+  for c in $CASES; do
+    [[ -n "$BEFORE" ]] && run "$c" "$r" "$BEFORE" before_
+    run "$c" "$r" "$LATTICE" ""
+  done
+done
 echo "scaling.sh: load average $(cut -d' ' -f1-3 /proc/loadavg) at end" >&2
 
-"$PY" - "$SCRATCH" "$ROUNDS" "$CASES" <<'PYEOF'
+"$PY" - "$SCRATCH" "$ROUNDS" "$CASES" "${BEFORE:+before_}" <<'PYEOF'
 import json, os, statistics, sys
-scratch, rounds, cases = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+scratch, rounds, cases, before = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4]
 label = {"one": "one rank, 2 threads", "tp2": "TP 2", "tp2_sp": "TP 2 + SP", "dp2": "DP 2 (micro-batch 2 each)",
          "pp2": "PP 2, 1F1B, 4 micro-batches of 1", "tp2_dp2": "TP 2 x DP 2 (4 ranks, 2x oversubscribed)",
          "pp2_dp2": "PP 2 x DP 2 (4 ranks, 2x oversubscribed, 2 micro-batches of 1)"}
 bubble = {"pp2": 1 / (1 + 1 / 4), "pp2_dp2": 1 / (1 + 1 / 2)}  # 1 / (1 + (p-1)/m), docs/design.md §6
-def steps(c):
+def steps(c, tag=""):
     t = []
     for r in range(1, rounds + 1):
         try:
-            ev = [json.loads(l) for l in open(os.path.join(scratch, f"{c}_{r}.jsonl")) if l.startswith("{")]
+            ev = [json.loads(l) for l in open(os.path.join(scratch, f"{tag}{c}_{r}.jsonl")) if l.startswith("{")]
         except OSError:
             continue
         t += [e["step_s"] for e in ev if e.get("event") == "step"][1:]
     return t
 med = {c: statistics.median(steps(c)) for c in cases if steps(c)}
+old = {c: statistics.median(steps(c, before)) for c in cases if before and steps(c, before)}
 print(f"GPT-2-small shape (L 12, h 768, a 12, s 256, v 8192, B 4, fp32), {os.cpu_count()} cores, "
       f"{rounds} interleaved rounds, medians of timed steps")
-print(f"{'run':<62}{'steps':>6}{'s/step':>9}{'efficiency':>12}{'vs bubble':>11}")
+print(f"{'run':<62}{'steps':>6}{'s/step':>9}{'efficiency':>12}{'vs bubble':>11}"
+      + (f"{'before s/step':>15}{'before eff.':>13}" if before else ""))
 for c in cases:
     if c not in med:
         print(f"{label[c]:<62}  failed"); continue
     eff = med["one"] / med[c] if "one" in med else float("nan")
     vb = f"{eff / bubble[c]:>10.2f}" if c in bubble else f"{'':>10}"
-    print(f"{label[c]:<62}{len(steps(c)):>6}{med[c]:>9.3f}{eff:>12.2f}{vb} ")
+    tail = ""
+    if before and c in old:
+        tail = f"{old[c]:>15.3f}{(old['one'] / old[c] if 'one' in old else float('nan')):>13.2f}"
+    print(f"{label[c]:<62}{len(steps(c)):>6}{med[c]:>9.3f}{eff:>12.2f}{vb} {tail}")
 print("efficiency = one rank's median step / the layout's (same 2 cores); vs bubble = efficiency / the 1F1B "
       "bubble formula's 1/(1+(p-1)/m)")
 PYEOF
