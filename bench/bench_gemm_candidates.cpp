@@ -6,7 +6,8 @@
 //   onednn-f32   lattice's gemm() (oneDNN matmul), fp32 operands
 //   onednn-bf16  lattice's gemm() with bf16 operands, fp32 accumulate (as lattice's bf16 activations call it)
 //   blis         BLIS bli_sgemm (Debian's libblis-dev, OpenMP build), BLIS threaded to --threads;
-//                batched cases loop over the batch, one threaded GEMM each
+//                batched cases loop over the batch, one threaded GEMM each; kernel set skx (AVX-512) unless
+//                BLIS_ARCH_TYPE says otherwise (its auto-detection gives "generic" on this AMD family 0x1A CPU)
 //   blis-bpar    batched cases only: the batch split over the threads, one single-threaded BLIS GEMM each
 //   mine         a small packed AVX-512 fp32 GEMM of this file (8x32 microkernel; columns split over
 //                threads, or the batch for batched cases), where M % 8 == 0 and N % 32 == 0
@@ -35,6 +36,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "blis.h"
 #include "kernels/gemm.hpp"
@@ -409,8 +412,14 @@ int main(int argc, char** argv) {
   bli_thread_set_num_threads(threads);
 
   // Debian's BLIS 0.9.0 does not recognise this CPU (AMD family 0x1A) and would run its generic reference
-  // kernels; unless BLIS_ARCH_TYPE is set, use its Skylake-X (AVX-512) kernel set (arch id 0).
-  setenv("BLIS_ARCH_TYPE", "0", 0);
+  // kernels; unless BLIS_ARCH_TYPE is set, use its Skylake-X (AVX-512) kernel set (arch id 0). BLIS reads
+  // the variable when the library is loaded, so the program runs itself again with it set.
+  if (!std::getenv("BLIS_ARCH_TYPE")) {
+    setenv("BLIS_ARCH_TYPE", "0", 1);
+    execv("/proc/self/exe", argv);
+    std::perror("bench_gemm_candidates: execv");
+    return 1;
+  }
   const bool ok = verify_small(!summary);
   if (!ok) return 1;
   if (check_only) {
