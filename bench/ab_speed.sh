@@ -12,16 +12,10 @@ OLD=${1:?usage: ab_speed.sh OLD_LATTICE NEW_LATTICE} NEW=${2:?usage: ab_speed.sh
 for b in "$OLD" "$NEW"; do [[ -x "$b" ]] || { echo "ab_speed.sh: $b is not an executable" >&2; exit 2; }; done
 ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-4} THREADS=${THREADS:-2} LAYOUTS=${LAYOUTS:-0}
 PY=python3; [[ -x /usr/bin/python3 ]] && PY=/usr/bin/python3
+. "$(dirname "${BASH_SOURCE[0]}")/lib/token_file.sh"
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/lattice-ab.XXXXXX"); trap 'rm -rf "$SCRATCH"' EXIT
 
-"$PY" - "$SCRATCH/data" <<'PYEOF'
-import os, random, struct, sys
-out = sys.argv[1]; os.makedirs(out, exist_ok=True)
-n, rng = 300_000, random.Random(8192)
-with open(os.path.join(out, "train.bin"), "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(struct.pack(f"<{n}H", *(rng.randrange(8192) for _ in range(n))))
-PYEOF
+random_token_file "$SCRATCH/data" 300000 8192 8192
 
 BIG=(--layers 12 --hidden 768 --heads 12 --seq-len 256 --vocab 8192 --micro-batch 4 --dropout 0)
 SMALL=(--layers 4 --hidden 256 --heads 4 --seq-len 128 --vocab 8192 --micro-batch 4 --global-batch 8 --dropout 0)

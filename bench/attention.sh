@@ -22,6 +22,7 @@ ROUNDS="${ROUNDS:-7}"
 SEQS="${SEQS:-256 1024 2048}"
 PY=python3
 [[ -x /usr/bin/python3 ]] && PY=/usr/bin/python3
+. "$(dirname "${BASH_SOURCE[0]}")/lib/token_file.sh"
 EXTRA=()
 [[ "${BF16:-0}" == 1 ]] && EXTRA+=(--bf16)
 
@@ -35,14 +36,7 @@ echo "+ OMP_NUM_THREADS=$THREADS ${cmd[*]}" >&2
 OMP_NUM_THREADS="$THREADS" "${cmd[@]}" > "$SCRATCH/bench.jsonl" 2> "$SCRATCH/bench.txt"
 
 # The trainer's own report: measured kept bytes per layer beside the formula (s = 1024, one step).
-"$PY" - "$SCRATCH/data" <<'EOF'
-import os, random, struct, sys
-os.makedirs(sys.argv[1], exist_ok=True)
-n, rng = 20000, random.Random(4)
-with open(os.path.join(sys.argv[1], "train.bin"), "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(struct.pack(f"<{n}H", *(rng.randrange(256) for _ in range(n))))
-EOF
+random_token_file "$SCRATCH/data" 20000 256 4
 for attn in unfused fused; do
   for mode in none selective; do
     "$BUILD/lattice" train --data "$SCRATCH/data" --layers 2 --hidden 768 --heads 12 --seq-len 1024 --micro-batch 1 \

@@ -22,17 +22,11 @@ LATTICE="${1:-$ROOT/build/lattice}"
 ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-4}
 CASES=${CASES:-"one tp2 tp2_sp dp2 pp2 tp2_dp2 pp2_dp2"}
 PY=python3; [[ -x /usr/bin/python3 ]] && PY=/usr/bin/python3
+. "$(dirname "${BASH_SOURCE[0]}")/lib/token_file.sh"
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/lattice-scaling.XXXXXX")
 [[ "${KEEP:-0}" == 1 ]] || trap 'rm -rf "$SCRATCH"' EXIT
 
-"$PY" - "$SCRATCH/data" <<'PYEOF'
-import os, random, struct, sys
-out = sys.argv[1]; os.makedirs(out, exist_ok=True)
-n, rng = 300_000, random.Random(8192)
-with open(os.path.join(out, "train.bin"), "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(struct.pack(f"<{n}H", *(rng.randrange(8192) for _ in range(n))))
-PYEOF
+random_token_file "$SCRATCH/data" 300000 8192 8192
 
 COMMON=(train --data "$SCRATCH/data" --layers 12 --hidden 768 --heads 12 --seq-len 256 --vocab 8192
         --global-batch 4 --dropout 0 --steps "$STEPS" --lr-schedule constant --warmup 0 --json)

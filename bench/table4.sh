@@ -21,6 +21,7 @@ THREADS="${THREADS:-2}"
 MIN_TIME="${MIN_TIME:-2}"
 PY=python3
 [[ -x /usr/bin/python3 ]] && PY=/usr/bin/python3
+. "$(dirname "${BASH_SOURCE[0]}")/lib/token_file.sh"
 
 SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/lattice-table4.XXXXXX")"
 [[ "${KEEP:-0}" == 1 ]] || trap 'rm -rf "$SCRATCH"' EXIT
@@ -34,14 +35,7 @@ OMP_NUM_THREADS="$THREADS" "$BUILD/bench/bench_layer" --benchmark_filter="BM_Lay
   --benchmark_out_format=json >/dev/null
 
 # 2. Measured activation bytes per layer from the trainer (one step of an L=2 model, byte vocabulary).
-"$PY" - "$SCRATCH/data" <<'EOF'
-import os, random, struct, sys
-os.makedirs(sys.argv[1], exist_ok=True)
-n, rng = 20000, random.Random(4)
-with open(os.path.join(sys.argv[1], "train.bin"), "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(struct.pack(f"<{n}H", *(rng.randrange(256) for _ in range(n))))
-EOF
+random_token_file "$SCRATCH/data" 20000 256 4
 for dt in fp32 bf16; do
   for mode in none selective full; do
     cmd=("$BUILD/lattice" train --data "$SCRATCH/data" --layers $L --hidden $H --heads $A --seq-len $S

@@ -41,6 +41,7 @@ class Done final : public PendingOp {
 // Tag of the ring collectives' messages; the pipeline's sends use small tags (engine/executor.cpp).
 constexpr int kRingTag = 0x7a11;
 
+// Where each rank's chunk starts; MPI displacements are ints too, so the chunks must start below INT_MAX.
 std::vector<int> displacements_of(std::span<const int> counts) {
   std::vector<int> displs(counts.size(), 0);
   size_t at = 0;
@@ -139,18 +140,7 @@ void MpiCommunicator::do_all_to_all(std::span<const float> input, std::span<floa
 
 void MpiCommunicator::do_all_to_all_v(std::span<const float> input, std::span<const int> send_counts,
                                       std::span<float> output, std::span<const int> recv_counts) {
-  // MPI displacements are ints too: the chunks must start below INT_MAX.
-  auto displacements = [](std::span<const int> counts) {
-    std::vector<int> displs(counts.size(), 0);
-    size_t at = 0;
-    for (size_t r = 0; r < counts.size(); ++r) {
-      displs[r] = mpi_count(at);
-      at += size_t(counts[r]);
-    }
-    mpi_count(at);
-    return displs;
-  };
-  const std::vector<int> sdispls = displacements(send_counts), rdispls = displacements(recv_counts);
+  const std::vector<int> sdispls = displacements_of(send_counts), rdispls = displacements_of(recv_counts);
   MPI_Alltoallv(input.data(), send_counts.data(), sdispls.data(), MPI_FLOAT, output.data(), recv_counts.data(),
                 rdispls.data(), MPI_FLOAT, comm_);
 }

@@ -15,6 +15,7 @@ LATTICE=$(readlink -f "$LATTICE")
 mn_up
 rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
 . "$HERE/../cli/lib/check.sh"
+. "$HERE/../cli/lib/compare.sh"
 PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 echo "hosts: $MN_A ($MN_ADDR_A) and $MN_B ($MN_ADDR_B), mpirun in $MN_HEAD"
 
@@ -64,28 +65,7 @@ for grp in g["dp"]:
 print("placement:", where, "tp", g["tp"], "dp", g["dp"])
 PYEOF
 
-check "per-step losses within 5e-8 relative, final weights within 1e-5 of one rank" "$PY" - <<'PYEOF'
-import json, struct, sys
-def losses(f):
-    return [json.loads(l)["loss"] for l in open(f) if '"event":"step"' in l]
-def tensors(d):
-    raw = open(d + "/model.safetensors", "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
-                              raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
-            for k, v in header.items() if k != "__metadata__"}
-a, b = losses("one.jsonl"), losses("tp2dp2.jsonl")
-print("one rank :", a)
-print("two hosts:", b)
-if not (len(a) == len(b) == 4): sys.exit("expected 4 steps each")
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-wa, wb = tensors("ck_one"), tensors("ck_tp2dp2")
-if wa.keys() != wb.keys(): sys.exit("checkpoints hold different tensors")
-wworst = max(abs(x - y) for k in wa for x, y in zip(wa[k], wb[k]))
-print("losses within %.2e relative, weights within %.2e" % (worst, wworst))
-sys.exit(0 if worst <= 5e-8 and wworst <= 1e-5 else 1)
-PYEOF
+LOSS_TOL=5e-8 check "per-step losses within 5e-8 relative, final weights within 1e-5 of one rank" compare tp2dp2 one
 
 # Host b's ranks (2, 3) all-reduce gradients with their DP peers on host a (0, 1): at least the DP
 # bytes they report (per step, ring accounting) x steps crossed b's cable each way, over TCP. Their

@@ -7,6 +7,7 @@ export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 
 . "$(dirname "${BASH_SOURCE[0]}")/check.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/compare.sh"
 
 for i in $(seq 1 300); do echo "And it came to pass $i that the layouts agreed, every one of them."; done > corpus.txt
 "$LATTICE" prepare --input corpus.txt --out data 2>/dev/null
@@ -24,39 +25,4 @@ run() {  # run NAME NP FLAGS...
   check "$name: exit 0" test $? -eq 0
 }
 
-compare() {  # compare NAME [REFERENCE]: losses and weights against the one-rank run
-  "$PY" - "$1" "${2:-one}" <<'PYEOF'
-import json, struct, sys
-name, ref = sys.argv[1], sys.argv[2]
-def losses(f):
-    return [json.loads(l)["loss"] for l in open(f) if '"event":"step"' in l]
-def tensors(d):
-    raw = open(d + "/model.safetensors", "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__": continue
-        b, e = v["data_offsets"]
-        out[k] = struct.unpack("<%df" % ((e - b) // 4), raw[8 + n + b:8 + n + e])
-    return out
-a, b = losses(ref + ".jsonl"), losses(name + ".jsonl")
-assert len(a) == len(b) == 4, (a, b)
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-wa, wb = tensors("ck_" + ref), tensors("ck_" + name)
-assert wa.keys() == wb.keys()
-# The key bias's gradient is zero in exact arithmetic (softmax ignores a constant added to every
-# key's score), so it is rounding noise; normalising optimizers (Adafactor, SM3) scale that noise
-# to full-size steps that differ by layout. With SKIP_KEY_BIAS=1 the K third is left out.
-import os
-def part(k, v):
-    if os.environ.get('SKIP_KEY_BIAS') == '1' and k.endswith('attn.c_attn.bias'):
-        third = len(v) // 3
-        return v[:third] + v[2 * third:]
-    return v
-wworst = max(abs(x - y) for k in wa for x, y in zip(part(k, wa[k]), part(k, wb[k])))
-print("%s: losses within %.2e relative, weights within %.2e" % (name, worst, wworst))
-sys.exit(0 if worst <= 1e-5 and wworst <= 1e-5 else 1)
-PYEOF
-}
 
