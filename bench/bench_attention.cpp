@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "model/transformer_layer.hpp"
 #include "tensor/bf16.hpp"
 #include "tensor/memory_tracker.hpp"
@@ -69,12 +70,6 @@ struct Config {
   bool selective, fused;
 };
 const Config kConfigs[] = {{"unfused_none", false, false}, {"unfused_selective", true, false}, {"fused", false, true}};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 }  // namespace
 
@@ -137,9 +132,9 @@ int main(int argc, char** argv) {
         times[k].push_back(std::chrono::duration<double>(t1 - t0).count());
         kept_bytes[k] = bytes;
       }
-    const double base = median(times[0]);
+    const double base = lattice::bench::median(times[0]);
     for (int k = 0; k < 3; ++k) {
-      const double t = median(times[k]);
+      const double t = lattice::bench::median(times[k]);
       std::printf("{\"s\":%lld,\"h\":%lld,\"heads\":%lld,\"b\":%lld,\"dtype\":\"%s\",\"dropout\":%g,\"config\":\"%s\","
                   "\"median_s\":%.6f,\"rounds\":%d,\"kept_bytes\":%lld,\"time_vs_none\":%.4f,\"kept_vs_none\":%.4f}\n",
                   (long long)s, (long long)h, (long long)a, (long long)b, bf16 ? "bf16" : "fp32", double(dropout),

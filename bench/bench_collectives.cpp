@@ -15,14 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "comm/mpi_communicator.hpp"
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct Candidate {
   std::string name;
@@ -77,7 +73,7 @@ int main(int argc, char** argv) {
       }
     if (r == 0) {
       std::printf("%s (%zu floats)\n", label, n);
-      for (auto& cand : c) std::printf("  %-48s %9.2f\n", cand.name.c_str(), median(cand.seconds) * 1e3);
+      for (auto& cand : c) std::printf("  %-48s %9.2f\n", cand.name.c_str(), lattice::bench::median(cand.seconds) * 1e3);
     }
   }
   MPI_Finalize();

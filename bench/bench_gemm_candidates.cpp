@@ -39,6 +39,7 @@
 
 #include <unistd.h>
 
+#include "bench_util.hpp"
 #include "blis.h"
 #include "kernels/gemm.hpp"
 #include "tensor/bf16.hpp"
@@ -385,12 +386,6 @@ double cpuinfo_mhz() {
   return 0;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -470,7 +465,7 @@ int main(int argc, char** argv) {
         times[k].push_back(seconds_since(t0) / calls);
       }
     for (size_t k = 0; k < nc; ++k)
-      if (!times[k].empty()) med[ci][k] = median(times[k]);
+      if (!times[k].empty()) med[ci][k] = lattice::bench::median(times[k]);
   }
 
   auto gf = [&](size_t ci, size_t k) { return med[ci][k] > 0 ? cases[ci].flops() / med[ci][k] / 1e9 : 0.0; };

@@ -35,6 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.hpp"
 #include "analysis/formulas.hpp"
 #include "comm/distributed.hpp"
 #include "model/params.hpp"
@@ -123,12 +124,6 @@ constexpr Mode kModes[] = {
     {"selective", false, true, false},
     {"selective + SP", true, true, false},
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 struct Result {
   double fwd_ms = 0, bwd_ms = 0, fwd_min = 0, bwd_min = 0, fwd_max = 0, bwd_max = 0;
@@ -286,7 +281,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < fwd.size(); ++i) times[i] = float(fwd[i]), times[fwd.size() + i] = float(bwd[i]);
     world.all_reduce(times, comm::ReduceOp::max);
     for (size_t i = 0; i < fwd.size(); ++i) fwd[i] = times[i], bwd[i] = times[fwd.size() + i];
-    res.fwd_ms = median(fwd), res.bwd_ms = median(bwd);
+    res.fwd_ms = lattice::bench::median(fwd), res.bwd_ms = lattice::bench::median(bwd);
     res.fwd_min = *std::min_element(fwd.begin(), fwd.end()), res.fwd_max = *std::max_element(fwd.begin(), fwd.end());
     res.bwd_min = *std::min_element(bwd.begin(), bwd.end()), res.bwd_max = *std::max_element(bwd.begin(), bwd.end());
     // Bytes of every rank, exactly (as 2^20 multiples plus remainders, both exact in float): max over ranks.
