@@ -14,8 +14,9 @@ MODEL=("${MODEL[@]}" --seq-len 40)  # 40: one partial 64-wide tile
 run one 1
 run fused 1 --attention fused
 # Fused against unfused, one rank, dropout 0.1 (the masks drawn tile by tile are the unfused masks).
-# Measured: losses within 3.6e-9 relative, final weights within 3.4e-7; asserted 1e-6 and 1e-6.
-LOSS_TOL=1e-6 WEIGHT_TOL=1e-6 check "fused trains the unfused model (losses 1e-6 relative, weights 1e-6)" compare fused one
+# Measured: losses within 3.6e-9 relative, final weights within 3.4e-7 (1.2e-6 in the ASan build, whose
+# code rounds differently); asserted 1e-6 for the losses and 1e-5 for the weights, as every layout.
+LOSS_TOL=1e-6 WEIGHT_TOL=1e-5 check "fused trains the unfused model (losses 1e-6 relative, weights 1e-5)" compare fused one
 
 run fused_tp2_sp 2 --attention fused --tensor-model-parallel-size 2 --sequence-parallel
 run fused_dp2 2 --attention fused
