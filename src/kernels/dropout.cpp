@@ -1,24 +1,19 @@
 #include "kernels/dropout.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace lattice {
 
-namespace {
-uint32_t keep_threshold(float p) {
-  // keep when the 32 random bits are >= p · 2^32
-  return uint32_t(std::min(double(p) * 4294967296.0, 4294967295.0));
-}
-}  // namespace
+uint32_t dropout_keep_threshold(float p) { return uint32_t(std::min(double(p) * 4294967296.0, 4294967295.0)); }
 
 void dropout_mask_fill(uint8_t* mask, const DropoutStream& st, uint64_t first_index, int64_t n, float p) {
-  const uint32_t threshold = keep_threshold(p);
+  const uint32_t threshold = dropout_keep_threshold(p);
   const uint64_t first_block = first_index >> 2, last_block = (first_index + uint64_t(n) + 3) >> 2;
-  const std::array<uint32_t, 2> key = {uint32_t(st.seed), uint32_t(st.seed >> 32) ^ uint32_t(st.step >> 32)};
-  const uint32_t c2 = uint32_t(st.step), c3 = (uint32_t(st.layer + 2) << 8) | uint32_t(st.site);
+  const PhiloxWords words = philox_words(st);
 #pragma omp parallel for schedule(static) if (n > 16384)
   for (uint64_t blk = first_block; blk < last_block; ++blk) {
-    const auto r = philox4x32({uint32_t(blk), uint32_t(blk >> 32), c2, c3}, key);
+    const auto r = philox_block(words, blk);
     for (int lane = 0; lane < 4; ++lane) {
       const uint64_t idx = (blk << 2) + uint64_t(lane);
       if (idx < first_index || idx >= first_index + uint64_t(n)) continue;

@@ -7,6 +7,8 @@
 
 namespace lattice {
 
+// An element is kept when its 32 random bits are >= this, p · 2^32 (capped).
+uint32_t dropout_keep_threshold(float p);
 // mask[i] = 1 (keep) or 0 (drop) for global elements first_index .. first_index + n - 1.
 void dropout_mask_fill(uint8_t* mask, const DropoutStream& stream, uint64_t first_index, int64_t n, float p);
 // out = inp · mask / (1 - p)   (out may alias inp)

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/dropout.hpp"
 #include "kernels/fast_math.hpp"
 
 namespace lattice {
@@ -103,33 +104,37 @@ void transpose_in(float* Yt, const float* Y, int64_t n, int64_t dh) {
   }
 }
 
+// The stream of the attention mask (site = attention whatever the caller set).
+DropoutStream attention_stream(const FlashDropout& d) {
+  DropoutStream st = d.stream;
+  st.site = DropoutSite::attention;
+  return st;
+}
+
 // The dropout draw of docs/design.md §10 for one tile: keep flags of global elements
 // first .. first + n - 1, each Philox4x32-10 block of four counters exactly as dropout_mask_fill
 // draws it (keep when the 32 bits are >= p · 2^32). Eight blocks run side by side in 64-bit
 // vector lanes (a 32×32→64 multiply each), twice, so a tile row of 64 elements is one call.
 typedef uint64_t u64x8 __attribute__((vector_size(64)));
 struct MaskDrawer {
-  uint32_t k0, k1, c2, c3, threshold;
+  PhiloxWords words;
+  uint32_t threshold;
   explicit MaskDrawer(const FlashDropout& d)
-      : k0(uint32_t(d.stream.seed)),
-        k1(uint32_t(d.stream.seed >> 32) ^ uint32_t(d.stream.step >> 32)),
-        c2(uint32_t(d.stream.step)),
-        c3((uint32_t(d.stream.layer + 2) << 8) | uint32_t(DropoutSite::attention)),
-        threshold(uint32_t(std::min(double(d.p) * 4294967296.0, 4294967295.0))) {}
-  // Philox4x32-10 of counters {blk0 + l, c2, c3} for l = 0..7 (the counter's upper word is blk >> 32).
+      : words(philox_words(attention_stream(d))), threshold(dropout_keep_threshold(d.p)) {}
+  // philox_block of blocks blk0 + l for l = 0..7, the ten rounds of philox4x32 in vector lanes.
   void blocks(const uint64_t blk0, u64x8 out[4]) const {
-    constexpr uint64_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kLo = 0xFFFFFFFFu;
+    constexpr uint64_t kLo = 0xFFFFFFFFu;
     const u64x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
     const u64x8 blk = blk0 + lane;
-    u64x8 x0 = blk & kLo, x1 = blk >> 32, x2 = u64x8{} + uint64_t(c2), x3 = u64x8{} + uint64_t(c3);
-    uint32_t key0 = k0, key1 = k1;
+    u64x8 x0 = blk & kLo, x1 = blk >> 32, x2 = u64x8{} + uint64_t(words.c2), x3 = u64x8{} + uint64_t(words.c3);
+    uint32_t key0 = words.key[0], key1 = words.key[1];
     for (int round = 0; round < 10; ++round) {
-      const u64x8 p0 = x0 * kM0, p1 = x2 * kM1;  // x0, x2 < 2^32: exact 64-bit products
+      const u64x8 p0 = x0 * uint64_t(kPhiloxM0), p1 = x2 * uint64_t(kPhiloxM1);  // x0, x2 < 2^32: exact
       x0 = (p1 >> 32) ^ x1 ^ uint64_t(key0);
       x1 = p1 & kLo;
       x2 = (p0 >> 32) ^ x3 ^ uint64_t(key1);
       x3 = p0 & kLo;
-      key0 += 0x9E3779B9u, key1 += 0xBB67AE85u;
+      key0 += kPhiloxW0, key1 += kPhiloxW1;
     }
     out[0] = x0, out[1] = x1, out[2] = x2, out[3] = x3;
   }

@@ -9,16 +9,18 @@
 
 namespace lattice {
 
+// The round multipliers and key increments (a vectorised variant, kernels/flash_attention.cpp, uses them too).
+inline constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u;
+inline constexpr uint32_t kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;
+
 inline std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> ctr, std::array<uint32_t, 2> key) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
   for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = uint64_t(kM0) * ctr[0];
-    const uint64_t p1 = uint64_t(kM1) * ctr[2];
+    const uint64_t p0 = uint64_t(kPhiloxM0) * ctr[0];
+    const uint64_t p1 = uint64_t(kPhiloxM1) * ctr[2];
     ctr = {uint32_t(p1 >> 32) ^ ctr[1] ^ key[0], uint32_t(p1), uint32_t(p0 >> 32) ^ ctr[3] ^ key[1],
            uint32_t(p0)};
-    key[0] += kW0;
-    key[1] += kW1;
+    key[0] += kPhiloxW0;
+    key[1] += kPhiloxW1;
   }
   return ctr;
 }
@@ -38,12 +40,25 @@ struct DropoutStream {
   DropoutSite site = DropoutSite::embedding;
 };
 
+// How a stream enters Philox: global element `index` is lane index & 3 of the block with counter
+// {index >> 2 (low, high word), c2, c3} under `key` (docs/design.md §10).
+struct PhiloxWords {
+  std::array<uint32_t, 2> key;
+  uint32_t c2, c3;
+};
+inline PhiloxWords philox_words(const DropoutStream& st) {
+  return {{uint32_t(st.seed), uint32_t(st.seed >> 32) ^ uint32_t(st.step >> 32)},
+          uint32_t(st.step),
+          (uint32_t(st.layer + 2) << 8) | uint32_t(st.site)};
+}
+// The four 32-bit draws of block `block` (elements 4·block .. 4·block + 3) of a stream.
+inline std::array<uint32_t, 4> philox_block(const PhiloxWords& w, uint64_t block) {
+  return philox4x32({uint32_t(block), uint32_t(block >> 32), w.c2, w.c3}, w.key);
+}
+
 // 32 random bits for global element `index` of a stream.
 inline uint32_t philox_bits(const DropoutStream& st, uint64_t index) {
-  const std::array<uint32_t, 4> ctr = {uint32_t(index >> 2), uint32_t(index >> 34), uint32_t(st.step),
-                                       (uint32_t(st.layer + 2) << 8) | uint32_t(st.site)};
-  const std::array<uint32_t, 2> key = {uint32_t(st.seed), uint32_t(st.seed >> 32) ^ uint32_t(st.step >> 32)};
-  return philox4x32(ctr, key)[index & 3];
+  return philox_block(philox_words(st), index >> 2)[index & 3];
 }
 
 // A standard normal draw for global element `index` (Box–Muller on two 32-bit draws).
