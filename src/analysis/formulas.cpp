@@ -93,7 +93,10 @@ double hardware_flops_counted(const FlopsShape& f, Recompute r) {
   return m;
 }
 
-double fused_attention_recompute_flops(const FlopsShape& f) { return 2.0 * f.B * f.s * f.s * f.h * f.L; }
+double fused_attention_recompute_flops_per_layer(double b, double s, double h) { return 2.0 * b * s * s * h; }
+double fused_attention_recompute_flops(const FlopsShape& f) {
+  return fused_attention_recompute_flops_per_layer(f.B, f.s, f.h) * f.L;
+}
 
 double hardware_flops_paper(const FlopsShape& f, Recompute r) {
   if (r == Recompute::selective)

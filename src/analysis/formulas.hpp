@@ -87,7 +87,8 @@ double model_flops(const FlopsShape& f);  // eq. 7: 72BsLh²(1 + s/6h + v/12hL)
 // Hardware FLOPs counted operation by operation (selective adds 4Bs²h per layer: 1 + 2s/9h).
 double hardware_flops_counted(const FlopsShape& f, Recompute r);
 // Fused attention's backward recomputes QKᵀ from Q, K and the log-sum-exp (docs/design.md §3.1):
-// 2Bs²h per layer, 2BLs²h in all, in every recompute mode.
+// 2bs²h per layer for b sequences, 2BLs²h in all, in every recompute mode.
+double fused_attention_recompute_flops_per_layer(double b, double s, double h);
 double fused_attention_recompute_flops(const FlopsShape& f);
 // Hardware FLOPs in the paper's own form (eq. 8 writes 1 + s/3h for selective).
 double hardware_flops_paper(const FlopsShape& f, Recompute r);

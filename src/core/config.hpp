@@ -96,6 +96,11 @@ struct LayoutConfig {
   ParamsDType params_dtype = ParamsDType::fp32;
   AttentionKernel attention = AttentionKernel::unfused;
   bool fused_attention() const { return attention == AttentionKernel::fused; }
+  // The recompute that actually runs: with fused attention there is no s² tensor for selective to
+  // drop, so selective is none (docs/design.md §3.1).
+  Recompute recompute_in_effect() const {
+    return fused_attention() && recompute == Recompute::selective ? Recompute::none : recompute;
+  }
   bool mixed_precision() const { return params_dtype != ParamsDType::fp32; }
 };
 

@@ -7,10 +7,8 @@ FlopsPlan plan_flops(const PlanRequest& r) {
   FlopsPlan out;
   // Fused attention: selective recomputes nothing (no s² tensor was dropped), and the backward
   // recomputes QKᵀ in every mode (docs/design.md §3.1).
-  const bool fused = r.layout.fused_attention();
-  const Recompute recompute =
-      fused && r.layout.recompute == Recompute::selective ? Recompute::none : r.layout.recompute;
-  const double fused_extra = fused ? analysis::fused_attention_recompute_flops(f) : 0.0;
+  const Recompute recompute = r.layout.recompute_in_effect();
+  const double fused_extra = r.layout.fused_attention() ? analysis::fused_attention_recompute_flops(f) : 0.0;
   if (r.model.moe.enabled()) {
     // Active parameters: each token passes through k experts, not E (analysis/moe_formulas). Eq. 8's
     // selective form has no MoE counterpart, so both hardware figures are the operation count.

@@ -95,13 +95,15 @@ LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
     const double share = l.recompute_layers < 0 ? 1.0 : double(l.recompute_layers) / r.model.layers;
     w.recompute = {share * w.forward.gemm, share * w.forward.elementwise, share * w.forward.comm,
                    share * w.forward.all_to_all};
-  } else if (l.recompute == Recompute::selective && !x.fused_attention) {
+  } else if (l.recompute_in_effect() == Recompute::selective) {
     w.recompute.gemm = 4.0 * x.b * double(x.s) * x.s * x.h / x.t / flops_per_s;
     w.recompute.elementwise = attention_elementwise_bytes(x) / hw.memory_bandwidth;
   }
   // Fused attention keeps no s² tensor (selective has nothing to drop) and its backward recomputes
   // QKᵀ tile by tile in every mode.
-  if (x.fused_attention) w.recompute.gemm += 2.0 * x.b * double(x.s) * x.s * x.h / x.t / flops_per_s;
+  if (x.fused_attention)
+    w.recompute.gemm += analysis::fused_attention_recompute_flops_per_layer(double(x.b), double(x.s), double(x.h)) /
+                        x.t / flops_per_s;
   return w;
 }
 

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <cmath>
@@ -214,8 +215,12 @@ double Trainer::loss_of_next_batch() {
   return loss;
 }
 
+std::array<comm::Communicator*, 2> Trainer::stage_and_replica_groups() {
+  return {pipeline_ ? &dist_->pp() : nullptr, dist_ && layout_.dp > 1 ? &dist_->dp() : nullptr};
+}
+
 void Trainer::sum_over_stages_and_replicas(std::span<float> values) {
-  for (comm::Communicator* group : {pipeline_ ? &dist_->pp() : nullptr, dist_ && layout_.dp > 1 ? &dist_->dp() : nullptr})
+  for (comm::Communicator* group : stage_and_replica_groups())
     if (group) group->all_reduce(values);
 }
 
@@ -225,7 +230,7 @@ double Trainer::global_loss(double loss_sum) {
   // sum would round the reported loss to one ulp (~9e-8 relative at 5.5), hiding how closely a
   // layout follows one rank (docs/design.md §10).
   double sum = loss_sum;
-  for (comm::Communicator* group : {pipeline_ ? &dist_->pp() : nullptr, dist_ && layout_.dp > 1 ? &dist_->dp() : nullptr}) {
+  for (comm::Communicator* group : stage_and_replica_groups()) {
     if (!group) continue;
     const auto hi = float(sum);
     const float mine[2] = {hi, float(sum - double(hi))};

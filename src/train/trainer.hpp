@@ -96,6 +96,7 @@ class Trainer {
   // no update): what the final save is checked with.
   double loss_of_next_batch();
   double global_loss(double loss_sum);  // summed over the last stage and the DP replicas
+  std::array<comm::Communicator*, 2> stage_and_replica_groups();  // PP then DP; null where absent
   void sum_over_stages_and_replicas(std::span<float> values);  // in place, over PP then DP
   // The model's routing counters of this step over the global batch (summed over DP and stages);
   // adds the loads to the run's histogram when `count`.
