@@ -210,22 +210,17 @@ void ModelStates::launch_reduction(int b) {
     all_reducing_.push_back(group(b)->all_reduce_async({grads32_.data() + bucket.begin, size_t(bucket.size())}));
     return;
   }
-  Reducing r{b, {}, TrackedArray<float>(piece(b).size(), "transient"), {}};
-  note_transient();
-  const auto t0 = std::chrono::steady_clock::now();
-  r.pending = group(b)->reduce_scatter_v_async({grads32_.data() + bucket.begin, size_t(bucket.size())},
-                                          {r.mine.data(), size_t(r.mine.size())}, counts(b));
-  wait_s_ += seconds_since(t0);
-  reducing_.push_back(std::move(r));
-  while (reducing_.size() > 2) complete_oldest();
+  reduce_scatter(b, {}, 2);
 }
 
 void ModelStates::reduce_scatter(int b, TrackedArray<float> values, size_t max_in_flight) {
+  const Bucket& bucket = buckets_[size_t(b)];
+  const float* full = values.size() ? values.data() : grads32_.data() + bucket.begin;
   Reducing r{b, std::move(values), TrackedArray<float>(piece(b).size(), "transient"), {}};
   note_transient();
-  const auto t0 = std::chrono::steady_clock::now();
-  r.pending = group(b)->reduce_scatter_v_async({r.full.data(), size_t(r.full.size())},
-                                          {r.mine.data(), size_t(r.mine.size())}, counts(b));
+  const auto t0 = std::chrono::steady_clock::now();  // a backend may run it at issue (docs/design.md §5)
+  r.pending = group(b)->reduce_scatter_v_async({full, size_t(bucket.size())}, {r.mine.data(), size_t(r.mine.size())},
+                                               counts(b));
   wait_s_ += seconds_since(t0);
   reducing_.push_back(std::move(r));
   while (reducing_.size() > max_in_flight) complete_oldest();

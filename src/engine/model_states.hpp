@@ -133,6 +133,7 @@ class ModelStates final : public BucketStore {
   void launch_gather(int bucket);
   void ready(Gathered& g);
   void launch_reduction(int bucket);  // the last micro-batch's bucket of the whole fp32 gradient
+  // Reduce-scatters a bucket's full gradient: `values`, or when empty the bucket of grads32_.
   void reduce_scatter(int bucket, TrackedArray<float> values, size_t max_in_flight);
   void complete_oldest();
   void finish_all_reduces();
