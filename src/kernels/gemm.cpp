@@ -1,10 +1,14 @@
 #include "kernels/gemm.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <stdexcept>
 #include <tuple>
 
+#include "kernels/packed_gemm.hpp"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace lattice {
@@ -71,10 +75,32 @@ std::map<Key, Prim>& cache() {
   return c;
 }
 
+bool packed_kernel_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("LATTICE_GEMM");
+    return !(v && std::strcmp(v, "onednn") == 0);
+  }();
+  return allowed;
+}
+
 }  // namespace
+
+GemmKernel gemm_kernel_for(const GemmShape& s, DType operands, bool has_bias) {
+  // Measured at every GEMM shape of a GPT-2-small step on this machine (bench/bench_gemm_candidates.cpp,
+  // docs/design.md §7): where B is not transposed and the output is wide or the depth deep (≥ 2048: FC1
+  // forward and weight gradient, FC2 forward, the head's input gradient) the packed kernel beats oneDNN by
+  // 7–24%; on the narrow shallow ones (N = K = 768) and wherever B is transposed it loses 2–14%.
+  const bool packed = operands == DType::fp32 && s.batch == 1 && !s.trans_b && (!has_bias || s.alpha == 1.0f) &&
+                      std::max(s.N, s.K) >= 2048 && packed_gemm_available();
+  return packed ? GemmKernel::packed : GemmKernel::onednn;
+}
 
 void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias) {
   if (a.dtype != b.dtype) throw std::logic_error("gemm: A and B must share a dtype");
+  if (packed_kernel_allowed() && gemm_kernel_for(s, a.dtype, bias != nullptr) == GemmKernel::packed) {
+    packed_gemm_f32(s, static_cast<const float*>(a.ptr), static_cast<const float*>(b.ptr), c, bias);
+    return;
+  }
   const Key key{s.batch, s.M, s.N, s.K, s.trans_a, s.trans_b, s.accumulate, bias != nullptr,
                 a.dtype == DType::bf16, s.alpha};
   auto it = cache().find(key);
