@@ -3,15 +3,14 @@
 // the forward, data-gradient and weight-gradient GEMMs of QKV, proj, fc1, fc2 and the LM head, with the
 // transposes and accumulation lattice uses (src/kernels/linear.cpp, src/model/gpt.cpp), and the batched
 // attention GEMMs (b·a = 48 batches, src/model/attention.cpp). Candidates, all in one run:
-//   onednn-f32   lattice's gemm() held on oneDNN's matmul (LATTICE_GEMM=onednn), fp32 operands
+//   onednn-f32   lattice's gemm() (oneDNN matmul), fp32 operands
 //   onednn-bf16  lattice's gemm() with bf16 operands, fp32 accumulate (as lattice's bf16 activations call it)
 //   blis         BLIS bli_sgemm (Debian's libblis-dev, OpenMP build), BLIS threaded to --threads;
 //                batched cases loop over the batch, one threaded GEMM each; kernel set skx (AVX-512) unless
 //                BLIS_ARCH_TYPE says otherwise (its auto-detection gives "generic" on this AMD family 0x1A CPU)
 //   blis-bpar    batched cases only: the batch split over the threads, one single-threaded BLIS GEMM each
-//   packed       lattice's own packed AVX-512 fp32 GEMM (kernels/packed_gemm.hpp: 8x32 microkernel, columns
-//                split over the threads), unbatched cases; gemm() runs it where B is not transposed
-//   dispatched   what lattice's gemm() runs: its rule (gemm_kernel_for) choosing packed or onednn-f32
+//   mine         a small packed AVX-512 fp32 GEMM of this file (8x32 microkernel; columns split over
+//                threads, or the batch for batched cases), where M % 8 == 0 and N % 32 == 0
 // Each candidate is checked against a naive double-precision reference on small cases of every
 // transpose/accumulate/batch combination (max relative error printed), and at the real shapes against
 // onednn-f32. Timings: every repetition runs the candidates one after another (rotating the order), the
@@ -45,7 +44,6 @@
 #include "bench_util.hpp"
 #include "blis.h"
 #include "kernels/gemm.hpp"
-#include "kernels/packed_gemm.hpp"
 #include "tensor/bf16.hpp"
 
 namespace {
@@ -165,15 +163,92 @@ void run_blis_bpar(const Case& c, Operands& o) {
   }
 }
 
-// --- lattice's packed kernel (kernels/packed_gemm.hpp), which gemm() runs where B is not transposed. ---
-bool packed_supports(const Case& c) { return c.batch == 1 && packed_gemm_available(); }
-void run_packed(const Case& c, Operands& o) {
-  packed_gemm_f32(lattice_shape(c), o.a.data(), o.b.data(), o.c.data(), nullptr);
+// --- mine: a packed fp32 GEMM with an 8x32 AVX-512 microkernel (16 zmm accumulators). ---------------
+constexpr int64_t kMR = 8, kNR = 32, kKC = 192, kMC = 128;
+
+// c[8,32] (+)= alpha · a_panel[kc][8] · b_panel[kc][32]; add = C already holds a partial sum or beta = 1.
+inline void micro_8x32(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha, bool add) {
+  __m512 acc[kMR][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < kMR; ++r) {
+      const __m512 ar = _mm512_set1_ps(a[r]);
+      acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
+    }
+    a += kMR;
+    b += kNR;
+  }
+  const __m512 va = _mm512_set1_ps(alpha);
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r) {
+    float* cr = c + r * ldc;
+    __m512 v0 = _mm512_mul_ps(va, acc[r][0]), v1 = _mm512_mul_ps(va, acc[r][1]);
+    if (add) v0 = _mm512_add_ps(v0, _mm512_loadu_ps(cr)), v1 = _mm512_add_ps(v1, _mm512_loadu_ps(cr + 16));
+    _mm512_storeu_ps(cr, v0);
+    _mm512_storeu_ps(cr + 16, v1);
+  }
 }
-// What a training step runs: gemm()'s dispatch rule (gemm_kernel_for) choosing between the two.
-void run_dispatched(const Case& c, Operands& o) {
-  if (gemm_kernel_for(lattice_shape(c), DType::fp32, false) == GemmKernel::packed) run_packed(c, o);
-  else run_onednn_f32(c, o);
+
+// One thread: C[M, j0:j1] of one matrix, Goto-style loops (B block packed per KC, A block per MC).
+void mine_block(const Case& c, const Strides& st, const float* A, const float* B, float* C, int64_t j0, int64_t j1,
+                std::vector<float>& ap, std::vector<float>& bp) {
+  const int64_t nc = j1 - j0;
+  bp.resize(size_t(kKC * nc));
+  ap.resize(size_t(kKC * kMC));
+  for (int64_t pc = 0; pc < c.K; pc += kKC) {
+    const int64_t kc = std::min(kKC, c.K - pc);
+    for (int64_t jp = 0; jp < nc; jp += kNR) {  // B panel [kc][32] per 32 columns
+      float* dst = bp.data() + jp * kc;
+      const float* src = B + pc * st.rsb + (j0 + jp) * st.csb;
+      if (st.csb == 1) {
+        for (int64_t k = 0; k < kc; ++k) std::memcpy(dst + k * kNR, src + k * st.rsb, kNR * sizeof(float));
+      } else {
+        for (int64_t j = 0; j < kNR; ++j)
+          for (int64_t k = 0; k < kc; ++k) dst[k * kNR + j] = src[j * st.csb + k * st.rsb];
+      }
+    }
+    for (int64_t ic = 0; ic < c.M; ic += kMC) {
+      const int64_t mc = std::min(kMC, c.M - ic);
+      for (int64_t ip = 0; ip < mc; ip += kMR) {  // A panel [kc][8] per 8 rows
+        float* dst = ap.data() + ip * kc;
+        const float* src = A + (ic + ip) * st.rsa + pc * st.csa;
+        if (st.rsa == 1) {
+          for (int64_t k = 0; k < kc; ++k) std::memcpy(dst + k * kMR, src + k * st.csa, kMR * sizeof(float));
+        } else {
+          for (int64_t r = 0; r < kMR; ++r)
+            for (int64_t k = 0; k < kc; ++k) dst[k * kMR + r] = src[r * st.rsa + k * st.csa];
+        }
+      }
+      const bool add = pc > 0 || c.acc;
+      for (int64_t jp = 0; jp < nc; jp += kNR)
+        for (int64_t ip = 0; ip < mc; ip += kMR)
+          micro_8x32(kc, ap.data() + ip * kc, bp.data() + jp * kc, C + (ic + ip) * c.N + j0 + jp, c.N, c.alpha, add);
+    }
+  }
+}
+
+bool mine_supports(const Case& c) { return c.M % kMR == 0 && c.N % kNR == 0; }
+
+void run_mine(const Case& c, Operands& o) {
+  const Strides st = strides_of(c);
+#pragma omp parallel
+  {
+    static thread_local std::vector<float> ap, bp;
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    if (c.batch > 1) {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < c.batch; ++i)
+        mine_block(c, st, o.a.data() + i * c.M * c.K, o.b.data() + i * c.K * c.N, o.c.data() + i * c.M * c.N, 0,
+                   c.N, ap, bp);
+    } else {
+      const int64_t panels = c.N / kNR, p0 = panels * t / nt, p1 = panels * (t + 1) / nt;
+      if (p1 > p0) mine_block(c, st, o.a.data(), o.b.data(), o.c.data(), p0 * kNR, p1 * kNR, ap, bp);
+    }
+  }
 }
 
 struct Candidate {
@@ -191,8 +266,7 @@ const std::vector<Candidate>& candidates() {
       {"onednn-bf16", run_onednn_bf16, always, false},
       {"blis", run_blis, always, true},
       {"blis-bpar", run_blis_bpar, batched, true},
-      {"packed", run_packed, packed_supports, true},
-      {"dispatched", run_dispatched, always, true},
+      {"mine", run_mine, mine_supports, true},
   };
   return c;
 }
@@ -235,7 +309,7 @@ bool verify_small(bool print) {
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb)
         for (int acc = 0; acc < 2; ++acc) {
-          // K not a multiple of any candidate's depth block.
+          // M, N multiples of 8 and 32 so that mine is checked too; K not a multiple of its block.
           Case c{"small", batch, 24, 64, 211, ta != 0, tb != 0, acc != 0, acc ? 1.0f : 0.125f, 1};
           Operands o = make_operands(c, uint32_t(seed++));
           std::vector<float> c0(o.c.size());
@@ -337,9 +411,6 @@ int main(int argc, char** argv) {
   // Debian's BLIS 0.9.0 does not recognise this CPU (AMD family 0x1A) and would run its generic reference
   // kernels; unless BLIS_ARCH_TYPE is set, use its Skylake-X (AVX-512) kernel set (arch id 0). BLIS reads
   // the variable when the library is loaded, so the program runs itself again with it set.
-  // gemm() itself is held on oneDNN (the packed kernel is its own candidate); it reads LATTICE_GEMM at its
-  // first call.
-  setenv("LATTICE_GEMM", "onednn", 1);
   if (!std::getenv("BLIS_ARCH_TYPE")) {
     setenv("BLIS_ARCH_TYPE", "0", 1);
     execv("/proc/self/exe", argv);
@@ -405,7 +476,7 @@ int main(int argc, char** argv) {
                 reps);
     std::printf("%-10s %-22s %4s", "shape", "batch x M x N x K", "x");
     for (const auto& k : cs) std::printf("%13s", k.name);
-    std::printf("  best fp32  | rel err vs onednn-f32 (bf16, blis, bpar, packed)\n");
+    std::printf("  best fp32  | rel err vs onednn-f32 (bf16, blis, bpar, mine)\n");
     for (size_t ci = 0; ci < cases.size(); ++ci) {
       const Case& c = cases[ci];
       char dims[64];

@@ -7,8 +7,11 @@
 #include <mutex>
 #include <stdexcept>
 #include <tuple>
+#include <unordered_map>
+#include <vector>
 
-#include "kernels/packed_gemm.hpp"
+#include <omp.h>
+
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace lattice {
@@ -17,41 +20,49 @@ namespace {
 using dt = dnnl::memory::data_type;
 using dims = dnnl::memory::dims;
 
+constexpr int64_t kMinPartColumns = 256;  // narrower column parts would starve oneDNN's blocking
+
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
 }
-dnnl::stream& cpu_stream() {
-  static dnnl::stream stream(cpu_engine());
+dnnl::stream& cpu_stream() {  // one per thread: column parts run their primitives concurrently
+  static thread_local dnnl::stream stream(cpu_engine());
   return stream;
 }
 
+// A primitive computes columns [j0, j0 + n) of an M×N product (n = N for the whole); `threads` is how many
+// threads oneDNN plans it for (1 for a column part, which one thread of ours runs).
 struct Key {
-  int64_t batch, M, N, K;
+  int64_t batch, M, N, K, n;
   bool ta, tb, acc, bias, bf16;
   float alpha;
-  auto tie() const { return std::tie(batch, M, N, K, ta, tb, acc, bias, bf16, alpha); }
+  int threads;
+  auto tie() const { return std::tie(batch, M, N, K, n, ta, tb, acc, bias, bf16, alpha, threads); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
 struct Prim {
   dnnl::matmul matmul;
-  dnnl::memory::desc a, b, c, bias;
+  dnnl::memory::desc a, b, c, bias, scratch;
 };
 
-// 3-D descriptors [batch, rows, cols]; a transposed operand is described by its strides.
-dnnl::memory::desc operand_desc(int64_t batch, int64_t rows, int64_t cols, bool transposed, dt type) {
-  if (!transposed) return dnnl::memory::desc(dims{batch, rows, cols}, type, dims{rows * cols, cols, 1});
-  return dnnl::memory::desc(dims{batch, rows, cols}, type, dims{rows * cols, 1, rows});
+// 3-D descriptors [batch, rows, cols] of a matrix whose rows are `ld` apart; a transposed operand
+// ([cols, rows] in memory) is described by its strides.
+dnnl::memory::desc operand_desc(int64_t batch, int64_t rows, int64_t cols, int64_t ld, bool transposed, dt type) {
+  if (!transposed) return dnnl::memory::desc(dims{batch, rows, cols}, type, dims{rows * ld, ld, 1});
+  return dnnl::memory::desc(dims{batch, rows, cols}, type, dims{cols * ld, 1, ld});
 }
 
 Prim make_prim(const Key& k) {
   const dt in = k.bf16 ? dt::bf16 : dt::f32;
   Prim p;
-  p.a = operand_desc(k.batch, k.M, k.K, k.ta, in);
-  p.b = operand_desc(k.batch, k.K, k.N, k.tb, in);
-  p.c = dnnl::memory::desc(dims{k.batch, k.M, k.N}, dt::f32, dims{k.M * k.N, k.N, 1});
+  p.a = operand_desc(k.batch, k.M, k.K, k.ta ? k.M : k.K, k.ta, in);
+  p.b = operand_desc(k.batch, k.K, k.n, k.tb ? k.K : k.N, k.tb, in);
+  p.c = dnnl::memory::desc(dims{k.batch, k.M, k.n}, dt::f32, dims{k.M * k.N, k.N, 1});
   dnnl::primitive_attr attr;
+  // Our scratchpad, passed at execution: concurrent column parts must not share the library's.
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (k.alpha != 1.0f) attr.set_output_scales(0, {k.alpha});
   if (k.acc) {
     dnnl::post_ops ops;
@@ -60,12 +71,13 @@ Prim make_prim(const Key& k) {
   }
   std::unique_ptr<dnnl::matmul::desc> desc;
   if (k.bias) {
-    p.bias = dnnl::memory::desc(dims{1, 1, k.N}, dt::f32, dims{k.N, k.N, 1});
+    p.bias = dnnl::memory::desc(dims{1, 1, k.n}, dt::f32, dims{k.n, k.n, 1});
     desc = std::make_unique<dnnl::matmul::desc>(p.a, p.b, p.bias, p.c);
   } else {
     desc = std::make_unique<dnnl::matmul::desc>(p.a, p.b, p.c);
   }
   dnnl::matmul::primitive_desc pd(*desc, attr, cpu_engine());
+  p.scratch = pd.scratchpad_desc();
   p.matmul = dnnl::matmul(pd);
   return p;
 }
@@ -74,48 +86,79 @@ std::map<Key, Prim>& cache() {
   static std::map<Key, Prim> c;
   return c;
 }
-
-bool packed_kernel_allowed() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("LATTICE_GEMM");
-    return !(v && std::strcmp(v, "onednn") == 0);
-  }();
-  return allowed;
+std::mutex& cache_mutex() {
+  static std::mutex m;
+  return m;
 }
 
-}  // namespace
-
-GemmKernel gemm_kernel_for(const GemmShape& s, DType operands, bool has_bias) {
-  // Measured at every GEMM shape of a GPT-2-small step on this machine (bench/bench_gemm_candidates.cpp,
-  // docs/design.md §7): where B is not transposed and the output is wide or the depth deep (≥ 2048: FC1
-  // forward and weight gradient, FC2 forward, the head's input gradient) the packed kernel beats oneDNN by
-  // 7–24%; on the narrow shallow ones (N = K = 768) and wherever B is transposed it loses 2–14%.
-  const bool packed = operands == DType::fp32 && s.batch == 1 && !s.trans_b && (!has_bias || s.alpha == 1.0f) &&
-                      std::max(s.N, s.K) >= 2048 && packed_gemm_available();
-  return packed ? GemmKernel::packed : GemmKernel::onednn;
-}
-
-void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias) {
-  if (a.dtype != b.dtype) throw std::logic_error("gemm: A and B must share a dtype");
-  if (packed_kernel_allowed() && gemm_kernel_for(s, a.dtype, bias != nullptr) == GemmKernel::packed) {
-    packed_gemm_f32(s, static_cast<const float*>(a.ptr), static_cast<const float*>(b.ptr), c, bias);
-    return;
-  }
-  const Key key{s.batch, s.M, s.N, s.K, s.trans_a, s.trans_b, s.accumulate, bias != nullptr,
-                a.dtype == DType::bf16, s.alpha};
+const Prim& primitive(const Key& key) {
+  std::lock_guard<std::mutex> lock(cache_mutex());
   auto it = cache().find(key);
   if (it == cache().end()) it = cache().emplace(key, make_prim(key)).first;
-  const Prim& p = it->second;
+  return it->second;  // std::map nodes do not move: the reference outlives the lock
+}
+
+// Columns [j0, j0 + key.n) of C through one primitive, on the calling thread's stream.
+void run_columns(const Key& key, const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias,
+                 int64_t j0) {
+  const Prim& p = primitive(key);
   auto& eng = cpu_engine();
+  const size_t elem = a.dtype == DType::bf16 ? 2 : 4;
+  const char* b_part = static_cast<const char*>(b.ptr) + size_t(j0 * (s.trans_b ? s.K : 1)) * elem;
   dnnl::memory am(p.a, eng, const_cast<void*>(a.ptr));
-  dnnl::memory bm(p.b, eng, const_cast<void*>(b.ptr));
-  dnnl::memory cm(p.c, eng, c);
+  dnnl::memory bm(p.b, eng, const_cast<char*>(b_part));
+  dnnl::memory cm(p.c, eng, c + j0);
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias, eng, const_cast<float*>(bias)));
+  if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias, eng, const_cast<float*>(bias + j0)));
+  // The scratchpad: a per-thread buffer that only grows to the largest primitive's need (a few MiB at most).
+  static thread_local std::vector<uint8_t> scratch;
+  if (scratch.size() < p.scratch.get_size()) scratch.resize(p.scratch.get_size());
+  args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratch, eng, scratch.data()));
   p.matmul.execute(cpu_stream(), args);
   cpu_stream().wait();
 }
 
-int64_t gemm_cached_primitives() { return int64_t(cache().size()); }
+// LATTICE_GEMM=whole: one oneDNN primitive per GEMM, threaded by oneDNN (the behaviour before column
+// parts; kept for A/B benchmarks in one run, bench/ab_speed.sh).
+bool whole_primitives() {
+  static const bool whole = [] {
+    const char* v = std::getenv("LATTICE_GEMM");
+    return v && std::strcmp(v, "whole") == 0;
+  }();
+  return whole;
+}
+
+}  // namespace
+
+void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias) {
+  if (a.dtype != b.dtype) throw std::logic_error("gemm: A and B must share a dtype");
+  const bool bf16 = a.dtype == DType::bf16;
+  // oneDNN's own threading of one matmul left one thread waiting for the other at its end (measured
+  // 7% of a bf16 step, docs/design.md §7), so an unbatched GEMM with enough columns is split into
+  // equal column parts, one per thread, each a single-threaded primitive.
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int parts =
+      s.batch == 1 && !whole_primitives() ? int(std::min<int64_t>(threads, s.N / kMinPartColumns)) : 1;
+  if (parts < 2) {
+    run_columns(Key{s.batch, s.M, s.N, s.K, s.N, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16, s.alpha,
+                    threads},
+                s, a, b, c, bias, 0);
+    return;
+  }
+#pragma omp parallel num_threads(parts)
+  {
+    omp_set_num_threads(1);  // oneDNN plans and runs this thread's part on this thread alone
+    const int t = omp_get_thread_num();
+    const int64_t j0 = s.N * t / parts / 16 * 16, j1 = t + 1 == parts ? s.N : s.N * (t + 1) / parts / 16 * 16;
+    run_columns(Key{s.batch, s.M, s.N, s.K, j1 - j0, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16,
+                    s.alpha, 1},
+                s, a, b, c, bias, j0);
+  }
+}
+
+int64_t gemm_cached_primitives() {
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  return int64_t(cache().size());
+}
 
 }  // namespace lattice

@@ -1,8 +1,10 @@
 #pragma once
-// Matrix multiplication: C[M,N] (+)= alpha · op(A)[M,K] · op(B)[K,N] (+ bias), optionally batched over
-// `batch` contiguous matrices. A and B are fp32 or bf16 (both the same), accumulation and C are fp32.
-// Two kernels serve it, chosen per shape by a fixed rule (gemm_kernel_for): oneDNN's matmul (primitives
-// created once per shape and cached) and lattice's packed AVX-512 kernel (kernels/packed_gemm.hpp).
+// Matrix multiplication through oneDNN: C[M,N] (+)= alpha · op(A)[M,K] · op(B)[K,N] (+ bias),
+// optionally batched over `batch` contiguous matrices. A and B are fp32 or bf16 (both the same),
+// accumulation and C are fp32. Primitives are created once per shape and cached. An unbatched GEMM
+// with at least 256 columns per thread runs as equal column parts, one single-threaded primitive per
+// thread (docs/design.md §7); LATTICE_GEMM=whole in the environment runs one oneDNN-threaded
+// primitive instead (for A/B benchmarks).
 #include <cstdint>
 
 #include "core/config.hpp"
@@ -22,12 +24,6 @@ struct GemmShape {
   float alpha = 1.0f;
   bool accumulate = false;  // C += result instead of C = result
 };
-
-enum class GemmKernel { onednn, packed };
-// The kernel gemm() runs for a shape: a pure function of the shape and dtype, so a run's numerics do not
-// depend on timing. LATTICE_GEMM=onednn in the environment holds gemm() on oneDNN for every shape (for
-// A/B benchmarks); this function states the rule regardless.
-GemmKernel gemm_kernel_for(const GemmShape& shape, DType operands, bool has_bias);
 
 void gemm(const GemmShape& shape, GemmOperand a, GemmOperand b, float* c, const float* bias = nullptr);
 

@@ -1,6 +1,6 @@
-// gemm(): the packed AVX-512 kernel against a double-precision reference on every transpose, accumulate,
-// alpha and bias case and on edge shapes (rows not a multiple of 8, columns not of 32, depth past one
-// 384-deep block, columns past one 1536-wide block), thread-count independence, and the dispatch rule.
+// gemm() against a double-precision reference on every transpose, accumulate, alpha and bias case, on
+// shapes that run whole and shapes split into column parts (one single-threaded oneDNN primitive per
+// thread, boundaries not multiples of the part width), for 1, 2 and 3 threads.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/gemm.hpp"
-#include "kernels/packed_gemm.hpp"
+#include "tensor/bf16.hpp"
 
 namespace lattice {
 namespace {
@@ -40,8 +40,8 @@ Problem make_problem(int64_t M, int64_t N, int64_t K, bool ta, bool tb, bool acc
   return p;
 }
 
-// Checks c against the exact result, element by element, within fp32's worst-case summation bound
-// (K + 3)·ε·(Σ|alpha·a·b| + |bias| + |c0|) — a wrong index or a lost block is off by O(1).
+// Element by element within fp32's worst-case summation bound (K + 3)·ε·(Σ|alpha·a·b| + |bias| + |c0|):
+// a column part written at the wrong offset, a lost bias or accumulate is off by O(1).
 void expect_matches_reference(const Problem& p, const std::vector<float>& c) {
   const GemmShape& s = p.s;
   const double eps = std::numeric_limits<float>::epsilon();
@@ -58,104 +58,63 @@ void expect_matches_reference(const Problem& p, const std::vector<float>& c) {
       mag *= std::fabs(double(s.alpha));
       if (!p.bias.empty()) want += p.bias[size_t(j)], mag += std::fabs(p.bias[size_t(j)]);
       if (s.accumulate) want += p.c0[size_t(i * s.N + j)], mag += std::fabs(p.c0[size_t(i * s.N + j)]);
-      const double got = c[size_t(i * s.N + j)];
-      ASSERT_LE(std::fabs(got - want), double(s.K + 3) * eps * mag + 1e-30)
+      ASSERT_LE(std::fabs(double(c[size_t(i * s.N + j)]) - want), double(s.K + 3) * eps * mag + 1e-30)
           << "at (" << i << ", " << j << ") of " << s.M << "x" << s.N << "x" << s.K << " ta " << s.trans_a << " tb "
-          << s.trans_b << " acc " << s.accumulate;
+          << s.trans_b << " acc " << s.accumulate << " threads " << omp_get_max_threads();
     }
 }
 
-std::vector<float> run_packed(const Problem& p) {
-  std::vector<float> c = p.c0;
-  packed_gemm_f32(p.s, p.a.data(), p.b.data(), c.data(), p.bias.empty() ? nullptr : p.bias.data());
-  return c;
-}
-
-TEST(PackedGemm, MatchesReferenceOnEveryCaseAndEdge) {
-  if (!packed_gemm_available()) GTEST_SKIP() << "built without AVX-512";
+TEST(Gemm, MatchesReferenceWholeAndInColumnParts) {
+  const int saved = omp_get_max_threads();
   uint32_t seed = 1;
   struct Dims {
     int64_t M, N, K;
   };
-  // Edges: M % 8, N % 32, K past one depth block (384), a single row/column/depth.
-  for (const Dims d : {Dims{1, 1, 1}, Dims{7, 31, 5}, Dims{8, 32, 384}, Dims{9, 33, 385}, Dims{17, 70, 800},
-                       Dims{130, 96, 64}, Dims{64, 200, 3}})
-    for (int ta = 0; ta < 2; ++ta)
-      for (int tb = 0; tb < 2; ++tb)
-        for (int acc = 0; acc < 2; ++acc)
-          for (int with_bias = 0; with_bias < 2; ++with_bias) {
-            const float alpha = with_bias ? 1.0f : 0.375f;
-            const Problem p = make_problem(d.M, d.N, d.K, ta, tb, acc, alpha, with_bias, seed++);
-            expect_matches_reference(p, run_packed(p));
-          }
-}
-
-TEST(PackedGemm, WideOutputCrossesColumnBlocksOnOneThread) {
-  if (!packed_gemm_available()) GTEST_SKIP() << "built without AVX-512";
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);  // one thread owns all 3201 columns: three 1536-wide blocks, the last partial
-  const Problem p = make_problem(19, 3201, 40, false, false, true, 1.0f, true, 99);
-  const auto c = run_packed(p);
+  // N = 100 runs whole; N = 600 splits into 2 parts (boundary 288) and N = 1000 into 3 (boundaries 320, 656).
+  for (const Dims d : {Dims{7, 100, 33}, Dims{9, 600, 70}, Dims{5, 1000, 19}})
+    for (const int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      for (int ta = 0; ta < 2; ++ta)
+        for (int tb = 0; tb < 2; ++tb)
+          for (int acc = 0; acc < 2; ++acc)
+            for (int with_bias = 0; with_bias < 2; ++with_bias) {
+              const float alpha = with_bias ? 1.0f : 0.375f;
+              const Problem p = make_problem(d.M, d.N, d.K, ta, tb, acc, alpha, with_bias, seed++);
+              std::vector<float> c = p.c0;
+              gemm(p.s, f32_operand(p.a.data()), f32_operand(p.b.data()), c.data(),
+                   p.bias.empty() ? nullptr : p.bias.data());
+              expect_matches_reference(p, c);
+            }
+    }
   omp_set_num_threads(saved);
-  expect_matches_reference(p, c);
 }
 
-TEST(PackedGemm, ResultDoesNotDependOnThreadCount) {
-  if (!packed_gemm_available()) GTEST_SKIP() << "built without AVX-512";
-  // Each element's sum runs in the same order whichever thread owns its column: bitwise equal.
-  const Problem p = make_problem(72, 1000, 900, true, false, true, 1.0f, false, 5);
+TEST(Gemm, Bf16OperandsInColumnParts) {
+  // bf16 operands: against the reference of the bf16-rounded operands.
   const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const auto one = run_packed(p);
-  omp_set_num_threads(3);
-  const auto three = run_packed(p);
-  omp_set_num_threads(saved);
-  ASSERT_EQ(one.size(), three.size());
-  for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(one[i], three[i]) << "element " << i;
-}
-
-TEST(PackedGemm, EmptyDepthGivesBiasPlusAccumulator) {
-  if (!packed_gemm_available()) GTEST_SKIP() << "built without AVX-512";
-  Problem p = make_problem(3, 5, 0, false, false, true, 1.0f, true, 8);
-  expect_matches_reference(p, run_packed(p));
-  p.s.accumulate = false;
-  expect_matches_reference(p, run_packed(p));
-}
-
-TEST(Gemm, DispatchRule) {
-  GemmShape nn;
-  nn.M = 1024, nn.N = 3072, nn.K = 768;
-  const GemmKernel packed = packed_gemm_available() ? GemmKernel::packed : GemmKernel::onednn;
-  EXPECT_EQ(gemm_kernel_for(nn, DType::fp32, true), packed);
-  GemmShape tn = nn;
-  tn.trans_a = true, tn.accumulate = true;
-  EXPECT_EQ(gemm_kernel_for(tn, DType::fp32, false), packed);
-  GemmShape nt = nn;
-  nt.trans_b = true;
-  EXPECT_EQ(gemm_kernel_for(nt, DType::fp32, false), GemmKernel::onednn);
-  EXPECT_EQ(gemm_kernel_for(nn, DType::bf16, false), GemmKernel::onednn);
-  GemmShape batched = nn;
-  batched.batch = 4;
-  EXPECT_EQ(gemm_kernel_for(batched, DType::fp32, false), GemmKernel::onednn);
-  GemmShape narrow = nn;  // N = K = 768: oneDNN measured faster
-  narrow.N = 768;
-  EXPECT_EQ(gemm_kernel_for(narrow, DType::fp32, false), GemmKernel::onednn);
-  narrow.K = 3072;  // a deep one (FC2's forward): packed
-  EXPECT_EQ(gemm_kernel_for(narrow, DType::fp32, false), packed);
-  GemmShape scaled = nn;
-  scaled.alpha = 0.5f;
-  EXPECT_EQ(gemm_kernel_for(scaled, DType::fp32, true), GemmKernel::onednn);  // alpha with bias: oneDNN's order
-}
-
-TEST(Gemm, BothKernelsAgreeThroughGemm) {
-  // gemm() on a shape of each kernel against the reference: the dispatch passes operands through intact.
+  omp_set_num_threads(2);
   for (const bool tb : {false, true}) {
-    const Problem p = make_problem(40, 2048, 200, false, tb, true, 1.0f, true, tb ? 11u : 12u);
-    ASSERT_EQ(gemm_kernel_for(p.s, DType::fp32, true) == GemmKernel::packed, !tb && packed_gemm_available());
+    Problem p = make_problem(6, 640, 48, false, tb, true, 1.0f, true, tb ? 21u : 22u);
+    std::vector<uint16_t> a16(p.a.size()), b16(p.b.size());
+    for (size_t i = 0; i < a16.size(); ++i) a16[i] = to_bf16(p.a[i]), p.a[i] = from_bf16(a16[i]);
+    for (size_t i = 0; i < b16.size(); ++i) b16[i] = to_bf16(p.b[i]), p.b[i] = from_bf16(b16[i]);
     std::vector<float> c = p.c0;
-    gemm(p.s, f32_operand(p.a.data()), f32_operand(p.b.data()), c.data(), p.bias.data());
+    gemm(p.s, {a16.data(), DType::bf16}, {b16.data(), DType::bf16}, c.data(), p.bias.data());
     expect_matches_reference(p, c);
   }
+  omp_set_num_threads(saved);
+}
+
+TEST(Gemm, CallsFromInsideAParallelRegionRunWhole) {
+  // gemm() inside an OpenMP region (as the MoE experts may call it) must not split again.
+  Problem p = make_problem(4, 800, 16, false, false, false, 1.0f, false, 31);
+  std::vector<float> c(p.c0.size());
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp single
+    gemm(p.s, f32_operand(p.a.data()), f32_operand(p.b.data()), c.data());
+  }
+  expect_matches_reference(p, c);
 }
 
 }  // namespace
