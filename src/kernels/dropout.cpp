@@ -7,19 +7,34 @@ namespace lattice {
 
 uint32_t dropout_keep_threshold(float p) { return uint32_t(std::min(double(p) * 4294967296.0, 4294967295.0)); }
 
+void dropout_keep_flags(uint8_t* keep, const PhiloxWords& words, uint32_t threshold, uint64_t first, int64_t n) {
+  const uint64_t last = first + uint64_t(n);
+  PhiloxLanes r[4];
+  for (uint64_t blk0 = first >> 2; (blk0 << 2) < last; blk0 += 8) {  // 8 blocks = 32 elements per draw
+    philox_blocks8(words, blk0, r);
+    if ((blk0 << 2) >= first && (blk0 << 2) + 32 <= last) {  // the whole group inside: no range tests
+      uint8_t* out = keep + ((blk0 << 2) - first);
+      for (int w = 0; w < 4; ++w) {
+        const PhiloxLanes kept = r[w] >= uint64_t(threshold);  // all ones where kept
+        for (int l = 0; l < 8; ++l) out[4 * l + w] = uint8_t(kept[l] & 1);
+      }
+      continue;
+    }
+    for (int l = 0; l < 8; ++l)
+      for (int w = 0; w < 4; ++w) {
+        const uint64_t idx = ((blk0 + uint64_t(l)) << 2) + uint64_t(w);
+        if (idx >= first && idx < last) keep[idx - first] = r[w][l] >= threshold ? 1 : 0;
+      }
+  }
+}
+
 void dropout_mask_fill(uint8_t* mask, const DropoutStream& st, uint64_t first_index, int64_t n, float p) {
   const uint32_t threshold = dropout_keep_threshold(p);
-  const uint64_t first_block = first_index >> 2, last_block = (first_index + uint64_t(n) + 3) >> 2;
   const PhiloxWords words = philox_words(st);
-#pragma omp parallel for schedule(static) if (n > 16384)
-  for (uint64_t blk = first_block; blk < last_block; ++blk) {
-    const auto r = philox_block(words, blk);
-    for (int lane = 0; lane < 4; ++lane) {
-      const uint64_t idx = (blk << 2) + uint64_t(lane);
-      if (idx < first_index || idx >= first_index + uint64_t(n)) continue;
-      mask[idx - first_index] = r[size_t(lane)] >= threshold ? 1 : 0;
-    }
-  }
+  constexpr int64_t kChunk = 1 << 14;  // elements per task, a multiple of the 32 one draw gives
+#pragma omp parallel for schedule(static) if (n > kChunk)
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk)
+    dropout_keep_flags(mask + c0, words, threshold, first_index + uint64_t(c0), std::min(kChunk, n - c0));
 }
 
 void dropout_forward(float* out, const float* inp, const uint8_t* mask, int64_t n, float p) {

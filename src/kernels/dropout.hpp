@@ -9,6 +9,25 @@ namespace lattice {
 
 // An element is kept when its 32 random bits are >= this, p · 2^32 (capped).
 uint32_t dropout_keep_threshold(float p);
+// Where an attention dropout mask comes from: element (row bi, head hd, query i, key j) of the local
+// [b, a, s, s] scores is global index ((global_row · heads_total + global_head) · s + i) · s + j of
+// `stream` (site = attention), with global_row = first_row + bi, global_head = head0 + hd (tensor
+// parallelism splits heads). The unfused and the fused attention draw the same mask from it.
+struct AttentionDropout {
+  DropoutStream stream;
+  float p = 0.0f;  // 0: no dropout
+  int64_t first_row = 0, heads_total = 0, head0 = 0;
+};
+// Global index of (local batch·head bh, query 0, key 0), for `local_heads` heads on this rank.
+inline uint64_t attention_mask_first(const AttentionDropout& d, int64_t local_heads, int64_t s, int64_t bh) {
+  const int64_t bi = bh / local_heads, hd = bh % local_heads;
+  const int64_t heads = d.heads_total ? d.heads_total : local_heads;
+  return uint64_t((d.first_row + bi) * heads + d.head0 + hd) * uint64_t(s) * uint64_t(s);
+}
+
+// keep[i] = 1 (keep) or 0 (drop) for global elements first .. first + n - 1 of the stream `words`, on the
+// calling thread (the fused attention kernel draws its tiles' rows with it).
+void dropout_keep_flags(uint8_t* keep, const PhiloxWords& words, uint32_t threshold, uint64_t first, int64_t n);
 // mask[i] = 1 (keep) or 0 (drop) for global elements first_index .. first_index + n - 1.
 void dropout_mask_fill(uint8_t* mask, const DropoutStream& stream, uint64_t first_index, int64_t n, float p);
 // out = inp · mask / (1 - p)   (out may alias inp)

@@ -105,67 +105,22 @@ void transpose_in(float* Yt, const float* Y, int64_t n, int64_t dh) {
 }
 
 // The stream of the attention mask (site = attention whatever the caller set).
-DropoutStream attention_stream(const FlashDropout& d) {
+DropoutStream attention_stream(const AttentionDropout& d) {
   DropoutStream st = d.stream;
   st.site = DropoutSite::attention;
   return st;
 }
 
-// The dropout draw of docs/design.md §10 for one tile: keep flags of global elements
-// first .. first + n - 1, each Philox4x32-10 block of four counters exactly as dropout_mask_fill
-// draws it (keep when the 32 bits are >= p · 2^32). Eight blocks run side by side in 64-bit
-// vector lanes (a 32×32→64 multiply each), twice, so a tile row of 64 elements is one call.
-typedef uint64_t u64x8 __attribute__((vector_size(64)));
+// The dropout draw of docs/design.md §10 for one tile row: keep flags of global elements
+// first .. first + n - 1, exactly as dropout_mask_fill draws them.
 struct MaskDrawer {
   PhiloxWords words;
   uint32_t threshold;
-  explicit MaskDrawer(const FlashDropout& d)
+  explicit MaskDrawer(const AttentionDropout& d)
       : words(philox_words(attention_stream(d))), threshold(dropout_keep_threshold(d.p)) {}
-  // philox_block of blocks blk0 + l for l = 0..7, the ten rounds of philox4x32 in vector lanes.
-  void blocks(const uint64_t blk0, u64x8 out[4]) const {
-    constexpr uint64_t kLo = 0xFFFFFFFFu;
-    const u64x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
-    const u64x8 blk = blk0 + lane;
-    u64x8 x0 = blk & kLo, x1 = blk >> 32, x2 = u64x8{} + uint64_t(words.c2), x3 = u64x8{} + uint64_t(words.c3);
-    uint32_t key0 = words.key[0], key1 = words.key[1];
-    for (int round = 0; round < 10; ++round) {
-      const u64x8 p0 = x0 * uint64_t(kPhiloxM0), p1 = x2 * uint64_t(kPhiloxM1);  // x0, x2 < 2^32: exact
-      x0 = (p1 >> 32) ^ x1 ^ uint64_t(key0);
-      x1 = p1 & kLo;
-      x2 = (p0 >> 32) ^ x3 ^ uint64_t(key1);
-      x3 = p0 & kLo;
-      key0 += kPhiloxW0, key1 += kPhiloxW1;
-    }
-    out[0] = x0, out[1] = x1, out[2] = x2, out[3] = x3;
-  }
-  void row(uint8_t* keep, uint64_t first, int64_t n) const {
-    const uint64_t last = first + uint64_t(n);
-    u64x8 r[4];
-    for (uint64_t blk0 = first >> 2; (blk0 << 2) < last; blk0 += 8) {
-      blocks(blk0, r);
-      if ((blk0 << 2) >= first && (blk0 << 2) + 32 <= last) {  // the whole group inside: no range tests
-        uint8_t* out = keep + ((blk0 << 2) - first);
-        for (int w = 0; w < 4; ++w) {
-          const u64x8 kept = r[w] >= uint64_t(threshold);  // all ones where kept
-          for (int l = 0; l < 8; ++l) out[4 * l + w] = uint8_t(kept[l] & 1);
-        }
-        continue;
-      }
-      for (int l = 0; l < 8; ++l)
-        for (int w = 0; w < 4; ++w) {
-          const uint64_t idx = ((blk0 + uint64_t(l)) << 2) + uint64_t(w);
-          if (idx >= first && idx < last) keep[idx - first] = r[w][l] >= threshold ? 1 : 0;
-        }
-    }
-  }
+  void row(uint8_t* keep, uint64_t first, int64_t n) const { dropout_keep_flags(keep, words, threshold, first, n); }
 };
 
-// Global index of (local row bi, local head hd, query i, key 0): ((row·A + head)·s + i)·s.
-uint64_t mask_base(const FlashShape& x, const FlashDropout& d, int64_t bh) {
-  const int64_t bi = bh / x.a, hd = bh % x.a;
-  const int64_t heads = d.heads_total ? d.heads_total : x.a;
-  return uint64_t((d.first_row + bi) * heads + d.head0 + hd) * uint64_t(x.s) * uint64_t(x.s);
-}
 
 // Keys of query i visible in the key tile starting at j0 with nk keys (causal: j <= i).
 inline int64_t visible(int64_t i, int64_t j0, int64_t nk) { return std::min(nk, i - j0 + 1); }
@@ -182,7 +137,7 @@ void draw_tile(uint8_t* keep, const MaskDrawer& m, uint64_t base, int64_t s, int
 }  // namespace
 
 void flash_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                             const FlashShape& x, const FlashDropout& drop) {
+                             const FlashShape& x, const AttentionDropout& drop) {
   const int64_t s = x.s, dh = x.dh, nqb = (s + kB - 1) / kB, items = x.b * x.a * nqb;
   const float scale = 1.0f / std::sqrt(float(dh)), keep_scale = drop.p > 0 ? 1.0f / (1.0f - drop.p) : 1.0f;
   const MaskDrawer drawer(drop);
@@ -208,7 +163,7 @@ void flash_attention_forward(float* out, float* lse, const float* q, const float
       std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
       std::fill(l.begin(), l.end(), 0.0f);
       std::fill(acc.begin(), acc.end(), 0.0f);
-      const uint64_t base = drop.p > 0 ? mask_base(x, drop, bh) : 0;
+      const uint64_t base = drop.p > 0 ? attention_mask_first(drop, x.a, x.s, bh) : 0;
       for (int64_t j0 = 0; j0 <= i0 + nq - 1; j0 += kB) {  // causal: key tiles past the last query skipped
         const int64_t nk = std::min(kB, s - j0);
         tile_abt(S.data(), Q, nq, dh, kt.data() + (bh * nkb + j0 / kB) * dh * kB, scale);
@@ -255,7 +210,7 @@ void flash_attention_forward(float* out, float* lse, const float* q, const float
 
 void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                               const float* v, const float* out, const float* lse, const FlashShape& x,
-                              const FlashDropout& drop) {
+                              const AttentionDropout& drop) {
   const int64_t s = x.s, dh = x.dh, heads = x.b * x.a;
   const float scale = 1.0f / std::sqrt(float(dh)), keep_scale = drop.p > 0 ? 1.0f / (1.0f - drop.p) : 1.0f;
   const MaskDrawer drawer(drop);
@@ -276,7 +231,7 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
         D[size_t(i)] = sum;
       }
       std::fill(dq + head, dq + head + s * dh, 0.0f);
-      const uint64_t base = drop.p > 0 ? mask_base(x, drop, bh) : 0;
+      const uint64_t base = drop.p > 0 ? attention_mask_first(drop, x.a, x.s, bh) : 0;
       for (int64_t j0 = 0; j0 < s; j0 += kB) {
         const int64_t nk = std::min(kB, s - j0);
         transpose_in(Kt.data(), k + head + j0 * dh, nk, dh);

@@ -7,7 +7,7 @@
 // both paths drop the same elements and compute the same function to fp32 rounding.
 #include <cstdint>
 
-#include "random/philox.hpp"
+#include "kernels/dropout.hpp"
 
 namespace lattice {
 
@@ -17,23 +17,14 @@ struct FlashShape {
   int64_t b = 0, a = 0, s = 0, dh = 0;
 };
 
-// Where the dropout mask comes from: element (row bi, head hd, query i, key j) is global index
-// ((global_row · heads_total + global_head) · s + i) · s + j of `stream` (site = attention), with
-// global_row = first_row + bi, global_head = head0 + hd (tensor parallelism splits heads).
-struct FlashDropout {
-  DropoutStream stream;
-  float p = 0.0f;  // 0: no dropout
-  int64_t first_row = 0, heads_total = 0, head0 = 0;
-};
-
 // out = Dropout(softmax(causal(Q·Kᵀ/√dh))) · V; lse[row] = log Σ_j exp(score_j) (the softmax's
 // normaliser before dropout), what the backward needs instead of the probabilities.
 void flash_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                             const FlashShape& x, const FlashDropout& drop);
+                             const FlashShape& x, const AttentionDropout& drop);
 
 // dq, dk, dv (overwritten) from dout and the forward's Q, K, V, output and log-sum-exp.
 void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                               const float* v, const float* out, const float* lse, const FlashShape& x,
-                              const FlashDropout& drop);
+                              const AttentionDropout& drop);
 
 }  // namespace lattice

@@ -65,24 +65,12 @@ void merge_qkv_grads(float* dqkv, const float* dq, const float* dk, const float*
 
 namespace {
 
-// The attention dropout mask: each (row, head) block of s×s is contiguous in the global index
-// ((global_row · A + global_head) · S + i) · S + j.
-void fill_attention_mask(uint8_t* mask, const LayerContext& c) {
-  DropoutStream st = c.stream;
-  st.site = DropoutSite::attention;
-  const int64_t block = c.s * c.s;
-  for (int64_t bi = 0; bi < c.b; ++bi)
-    for (int64_t hd = 0; hd < c.a; ++hd) {
-      const uint64_t first = uint64_t(((c.first_row + bi) * c.heads_total + c.head0 + hd) * block);
-      dropout_mask_fill(mask + (bi * c.a + hd) * block, st, first, block, c.dropout);
-    }
-}
-
 FlashShape flash_shape(const LayerContext& c) { return {c.b, c.a, c.s, c.dh()}; }
 
-// The attention mask of fill_attention_mask, described for the fused kernel to draw tile by tile.
-FlashDropout flash_dropout(const LayerContext& c) {
-  FlashDropout d;
+// Where this micro-batch's attention dropout mask lives (each (row, head) block of s×s contiguous in
+// the global index, docs/design.md §10); both the unfused and the fused attention draw from it.
+AttentionDropout attention_dropout(const LayerContext& c) {
+  AttentionDropout d;
   d.stream = c.stream;
   d.stream.site = DropoutSite::attention;
   d.p = c.dropout;
@@ -98,7 +86,7 @@ void fused_forward(LayerKept& kept, float* ctx_out, const LayerContext& c, Works
   const float* k = kept.k.load(ws.dk.data());
   const float* v = kept.v.load(ws.dv.data());
   flash_attention_forward(ctx_out, static_cast<float*>(kept.attn_lse.data()), q, k, v, flash_shape(c),
-                          flash_dropout(c));
+                          attention_dropout(c));
 }
 
 // Fused backward: O is the kept context (proj_in, heads merged) split back into heads.
@@ -109,7 +97,7 @@ void fused_backward(float* dq, float* dk, float* dv, const float* dctx, const La
   const float* v = kept.v.load(ws.v.data());
   unmerge_heads(ws.big2.data(), kept.proj_in.load(ws.widen.data()), c);
   flash_attention_backward(dq, dk, dv, dctx, q, k, v, ws.big2.data(), static_cast<const float*>(kept.attn_lse.data()),
-                           flash_shape(c), flash_dropout(c));
+                           flash_shape(c), attention_dropout(c));
 }
 
 }  // namespace
@@ -128,31 +116,23 @@ void attention_core_forward(LayerKept& kept, bool keep_s2, float* ctx_out, const
   qk.alpha = 1.0f / std::sqrt(float(dh));
   gemm(qk, stored_operand(kept.q), stored_operand(kept.k), ws.att1.data());
 
-  if (keep_s2) kept.probs = Stored(n_att, c.dtype, layer, "softmax");
-  float* probs32 = keep_s2 && fp32 ? kept.probs.f32() : ws.att1.data();
-  softmax_causal_forward(probs32, ws.att1.data(), c.b * c.a, c.s);
-  if (keep_s2) kept.probs.store(probs32);
-
-  const float* dropped32 = probs32;
-  GemmOperand dropped_op{};
-  if (drop) {
-    uint8_t* mask = ws.mask8.data();
-    if (keep_s2) {
+  // One pass per row: the kept tensors when s² is kept (none, or selective's recompute), else only what
+  // the P·V GEMM reads, in its operand dtype, in the workspace.
+  void* operand = fp32 ? static_cast<void*>(ws.att2.data()) : static_cast<void*>(ws.half.data());
+  if (keep_s2) {
+    kept.probs = Stored(n_att, c.dtype, layer, "softmax");
+    if (drop) {
       kept.attn_mask = TrackedBuffer(size_t(n_att), layer, "attn_mask");
-      mask = static_cast<uint8_t*>(kept.attn_mask.data());
       kept.attn_dropped = Stored(n_att, c.dtype, layer, "attn_dropout");
     }
-    fill_attention_mask(mask, c);
-    float* out32 = keep_s2 && fp32 ? kept.attn_dropped.f32() : ws.att2.data();
-    dropout_forward(out32, probs32, mask, n_att, c.dropout);
-    dropped32 = out32;
-    if (keep_s2) kept.attn_dropped.store(out32);
   }
+  void* probs = keep_s2 ? kept.probs.data() : drop ? nullptr : operand;
+  uint8_t* mask = keep_s2 && drop ? static_cast<uint8_t*>(kept.attn_mask.data()) : nullptr;
+  void* dropped = !drop ? nullptr : keep_s2 ? kept.attn_dropped.data() : operand;
+  softmax_dropout_forward(probs, mask, dropped, c.dtype, ws.att1.data(), c.a, c.b * c.a, c.s, attention_dropout(c));
   if (!ctx_out) return;
-  if (keep_s2)
-    dropped_op = stored_operand(drop ? kept.attn_dropped : kept.probs);
-  else
-    dropped_op = as_operand(dropped32, n_att, c.dtype, ws.half.data());
+  const GemmOperand dropped_op =
+      keep_s2 ? stored_operand(drop ? kept.attn_dropped : kept.probs) : GemmOperand{operand, c.dtype};
 
   GemmShape pv;
   pv.batch = c.b * c.a, pv.M = c.s, pv.N = dh, pv.K = c.s;

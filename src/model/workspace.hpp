@@ -14,7 +14,6 @@ struct Workspace {
   std::vector<float> big1, big2, widen;       // [N, 4h] (widen also holds bf16 tensors read back)
   std::vector<float> q, k, v, dq, dk, dv, ctx;  // [b, a, s, dh] staging
   std::vector<float> att1, att2;              // [b, a, s, s]
-  std::vector<uint8_t> mask8;                 // [b, a, s, s] (selective recompute's forward)
   std::vector<uint16_t> half;                 // bf16 staging of the largest operand
   std::vector<float> resid, dresid;           // the residual stream and its gradient [N, h]
   std::vector<float> full1, full2;            // full-sequence [N, h] inside the TP region (sequence parallel)
@@ -29,7 +28,7 @@ struct Workspace {
     for (auto* buf : {&ln, &g1, &g2, &q, &k, &v, &dq, &dk, &dv, &ctx, &resid, &dresid, &full1, &full2}) grow(*buf, N * h);
     grow(big1, N * 4 * h), grow(big2, N * 4 * h);
     grow(widen, std::max(N * 4 * h, att));
-    grow(att1, att), grow(att2, att), grow(mask8, att);
+    grow(att1, att), grow(att2, att);
     // Two staging areas: a gradient operand and, under sequence parallelism, a re-gathered input.
     grow(half, std::max({N * 4 * h, att, N * vocab_padded}) + N * 4 * h);
   }

@@ -9,7 +9,7 @@
 
 namespace lattice {
 
-// The round multipliers and key increments (a vectorised variant, kernels/flash_attention.cpp, uses them too).
+// The round multipliers and key increments (philox4x32 and its eight-lane form philox_blocks8).
 inline constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u;
 inline constexpr uint32_t kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;
 
@@ -54,6 +54,27 @@ inline PhiloxWords philox_words(const DropoutStream& st) {
 // The four 32-bit draws of block `block` (elements 4·block .. 4·block + 3) of a stream.
 inline std::array<uint32_t, 4> philox_block(const PhiloxWords& w, uint64_t block) {
   return philox4x32({uint32_t(block), uint32_t(block >> 32), w.c2, w.c3}, w.key);
+}
+
+// philox_block of the eight blocks first_block .. first_block + 7 side by side in 64-bit vector lanes
+// (one 32×32→64 multiply per lane and round): out[w][l] is word w of block first_block + l. The same
+// draws as philox_block, about eight times faster on AVX-512.
+typedef uint64_t PhiloxLanes __attribute__((vector_size(64)));
+inline void philox_blocks8(const PhiloxWords& w, uint64_t first_block, PhiloxLanes out[4]) {
+  constexpr uint64_t kLo = 0xFFFFFFFFu;
+  const PhiloxLanes lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  const PhiloxLanes blk = first_block + lane;
+  PhiloxLanes x0 = blk & kLo, x1 = blk >> 32, x2 = PhiloxLanes{} + uint64_t(w.c2), x3 = PhiloxLanes{} + uint64_t(w.c3);
+  uint32_t key0 = w.key[0], key1 = w.key[1];
+  for (int round = 0; round < 10; ++round) {
+    const PhiloxLanes p0 = x0 * uint64_t(kPhiloxM0), p1 = x2 * uint64_t(kPhiloxM1);  // x0, x2 < 2^32: exact
+    x0 = (p1 >> 32) ^ x1 ^ uint64_t(key0);
+    x1 = p1 & kLo;
+    x2 = (p0 >> 32) ^ x3 ^ uint64_t(key1);
+    x3 = p0 & kLo;
+    key0 += kPhiloxW0, key1 += kPhiloxW1;
+  }
+  out[0] = x0, out[1] = x1, out[2] = x2, out[3] = x3;
 }
 
 // 32 random bits for global element `index` of a stream.

@@ -9,6 +9,8 @@
 
 #include "gradcheck_util.hpp"
 #include "kernels/dropout.hpp"
+#include "kernels/softmax.hpp"
+#include "tensor/bf16.hpp"
 #include "model/gpt.hpp"
 #include "model_test_util.hpp"
 
@@ -51,6 +53,19 @@ TEST(DropoutMask, SubRangesAtAnyOffsetMatchTheWhole) {
     for (int64_t j : {int64_t(0), int64_t(2), int64_t(777), n - 1})
       EXPECT_EQ(fill(kStream, base + uint64_t(j), 1, p)[0], whole[size_t(j)]);
     EXPECT_EQ(fill(kStream, base, n, p), whole);
+  }
+}
+
+TEST(DropoutMask, EqualsTheScalarDefinition) {
+  // The eight-lane drawer against philox_bits element by element (§10: keep when bits >= p · 2^32),
+  // across the 32-element groups and the 2^32 block boundary, over more than one parallel chunk.
+  const float p = 0.3f;
+  const uint32_t threshold = dropout_keep_threshold(p);
+  for (uint64_t base : {uint64_t(3), (uint64_t(1) << 34) - 101}) {
+    const int64_t n = (1 << 14) + 77;
+    const auto m = fill(kStream, base, n, p);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(m[size_t(i)], philox_bits(kStream, base + uint64_t(i)) >= threshold ? 1 : 0) << "element " << i;
   }
 }
 
@@ -149,4 +164,42 @@ TEST(DropoutInvariance, MicroBatchSplitGivesSameLossAndGradient) {
   const MicroBatch rows_2_3_keyed_as_0{tok.inputs.data() + 2 * s, tok.targets.data() + 2 * s, 2, 0};
   const double loss_wrong_b = wrong.forward_backward(rows_2_3_keyed_as_0, step, scale);
   EXPECT_GT(std::fabs(loss_wrong_b - loss_b), 1e-4 * std::fabs(loss_b)) << "first_row does not key the masks";
+}
+
+TEST(DropoutMask, OnePassSoftmaxDropoutEqualsTheFourPasses) {
+  // softmax_dropout_forward against softmax_causal_forward → dropout_mask_fill (per (row, head) block at
+  // attention_mask_first) → dropout_forward → conversion, bitwise, fp32 and bf16, with TP-style head offsets.
+  const int64_t b = 2, a = 3, s = 37, n = b * a * s * s;
+  AttentionDropout d;
+  d.stream = kStream;
+  d.p = 0.2f, d.first_row = 5, d.heads_total = 6, d.head0 = 3;
+  std::vector<float> scores(static_cast<size_t>(n));
+  uint32_t x = 12345;
+  for (auto& v : scores) x = x * 1664525u + 1013904223u, v = float(int(x >> 9) % 2000) / 250.0f - 4.0f;
+  std::vector<float> probs(static_cast<size_t>(n)), dropped(static_cast<size_t>(n));
+  std::vector<uint8_t> mask(static_cast<size_t>(n));
+  softmax_causal_forward(probs.data(), scores.data(), b * a, s);
+  for (int64_t bh = 0; bh < b * a; ++bh)
+    dropout_mask_fill(mask.data() + bh * s * s, d.stream, attention_mask_first(d, a, s, bh), s * s, d.p);
+  dropout_forward(dropped.data(), probs.data(), mask.data(), n, d.p);
+  for (const DType dt : {DType::fp32, DType::bf16}) {
+    const size_t elem = dt == DType::fp32 ? 4 : 2;
+    std::vector<char> p1(size_t(n) * elem), d1(size_t(n) * elem);
+    std::vector<uint8_t> m1(size_t(n), 0xAB);
+    softmax_dropout_forward(p1.data(), m1.data(), d1.data(), dt, scores.data(), a, b * a, s, d);
+    ASSERT_EQ(m1, mask);
+    for (int64_t i = 0; i < n; ++i) {
+      if (dt == DType::fp32) {
+        ASSERT_EQ(reinterpret_cast<const float*>(p1.data())[i], probs[size_t(i)]) << i;
+        ASSERT_EQ(reinterpret_cast<const float*>(d1.data())[i], dropped[size_t(i)]) << i;
+      } else {
+        ASSERT_EQ(reinterpret_cast<const uint16_t*>(p1.data())[i], to_bf16(probs[size_t(i)])) << i;
+        ASSERT_EQ(reinterpret_cast<const uint16_t*>(d1.data())[i], to_bf16(dropped[size_t(i)])) << i;
+      }
+    }
+    // Only the dropped probabilities (selective recompute's forward): the same values.
+    std::vector<char> d2(size_t(n) * elem);
+    softmax_dropout_forward(nullptr, nullptr, d2.data(), dt, scores.data(), a, b * a, s, d);
+    ASSERT_EQ(d2, d1);
+  }
 }
