@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -145,15 +146,22 @@ void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const floa
                 s, a, b, c, bias, 0);
     return;
   }
+  std::exception_ptr failure;  // an exception may not leave a parallel region: carried out of it
 #pragma omp parallel num_threads(parts)
   {
     omp_set_num_threads(1);  // oneDNN plans and runs this thread's part on this thread alone
     const int t = omp_get_thread_num();
     const int64_t j0 = s.N * t / parts / 16 * 16, j1 = t + 1 == parts ? s.N : s.N * (t + 1) / parts / 16 * 16;
-    run_columns(Key{s.batch, s.M, s.N, s.K, j1 - j0, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16,
-                    s.alpha, 1},
-                s, a, b, c, bias, j0);
+    try {
+      run_columns(Key{s.batch, s.M, s.N, s.K, j1 - j0, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16,
+                      s.alpha, 1},
+                  s, a, b, c, bias, j0);
+    } catch (...) {
+#pragma omp critical(lattice_gemm_failure)
+      failure = std::current_exception();
+    }
   }
+  if (failure) std::rethrow_exception(failure);
 }
 
 int64_t gemm_cached_primitives() {

@@ -117,5 +117,19 @@ TEST(Gemm, CallsFromInsideAParallelRegionRunWhole) {
   expect_matches_reference(p, c);
 }
 
+TEST(Gemm, EmptyRowsAndEmptyDepthInColumnParts) {
+  // An expert that received no tokens: M = 0 (nothing to write) or K = 0 (an empty sum) on a shape wide
+  // enough to split, as whole-matrix calls handled them.
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  Problem none = make_problem(0, 1024, 8, false, false, true, 1.0f, false, 41);
+  gemm(none.s, f32_operand(none.a.data()), f32_operand(none.b.data()), none.c0.data());
+  Problem empty = make_problem(3, 1024, 0, false, false, true, 1.0f, false, 42);
+  std::vector<float> c = empty.c0;
+  gemm(empty.s, f32_operand(empty.a.data()), f32_operand(empty.b.data()), c.data());
+  omp_set_num_threads(saved);
+  expect_matches_reference(empty, c);
+}
+
 }  // namespace
 }  // namespace lattice
