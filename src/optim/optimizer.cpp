@@ -76,10 +76,13 @@ double grad_norm(const float* grads, int64_t n) {
   std::vector<double> partial(size_t(threads), 0.0);
 #pragma omp parallel num_threads(threads)
   {
+    // Each thread's contiguous share summed in vector lanes (a fixed order for a given thread count).
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
     double acc = 0.0;
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) acc += double(grads[i]) * double(grads[i]);
-    partial[size_t(omp_get_thread_num())] = acc;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = begin; i < end; ++i) acc += double(grads[i]) * double(grads[i]);
+    partial[size_t(t)] = acc;
   }
   double sum = 0.0;
   for (double p : partial) sum += p;

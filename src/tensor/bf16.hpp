@@ -1,5 +1,7 @@
 #pragma once
-// bfloat16 storage: the top 16 bits of an fp32, rounded to nearest even.
+// bfloat16 storage: the top 16 bits of an fp32, rounded to nearest even, with the conversion rules of
+// the AVX512-BF16 instruction (VCVTNEPS2BF16), so the scalar and the vector paths agree bit for bit:
+// a NaN stays a quiet NaN, and subnormal inputs count as zero (their sign kept).
 #include <cstdint>
 #include <cstring>
 
@@ -9,6 +11,7 @@ inline uint16_t to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // keep NaN a NaN
+  if ((u & 0x7f800000u) == 0) u &= 0x80000000u;                            // subnormal: zero
   u += 0x7fffu + ((u >> 16) & 1u);
   return uint16_t(u >> 16);
 }
