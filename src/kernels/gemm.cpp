@@ -99,16 +99,18 @@ const Prim& primitive(const Key& key) {
   return it->second;  // std::map nodes do not move: the reference outlives the lock
 }
 
-// Columns [j0, j0 + key.n) of C through one primitive, on the calling thread's stream.
-void run_columns(const Key& key, const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias,
-                 int64_t j0) {
+// Matrices [b0, b0 + key.batch) of the batch, columns [j0, j0 + key.n) of each C, through one primitive on
+// the calling thread's stream.
+void run_part(const Key& key, const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias,
+              int64_t b0, int64_t j0) {
   const Prim& p = primitive(key);
   auto& eng = cpu_engine();
   const size_t elem = a.dtype == DType::bf16 ? 2 : 4;
-  const char* b_part = static_cast<const char*>(b.ptr) + size_t(j0 * (s.trans_b ? s.K : 1)) * elem;
-  dnnl::memory am(p.a, eng, const_cast<void*>(a.ptr));
+  const char* a_part = static_cast<const char*>(a.ptr) + size_t(b0 * s.M * s.K) * elem;
+  const char* b_part = static_cast<const char*>(b.ptr) + size_t(b0 * s.K * s.N + j0 * (s.trans_b ? s.K : 1)) * elem;
+  dnnl::memory am(p.a, eng, const_cast<char*>(a_part));
   dnnl::memory bm(p.b, eng, const_cast<char*>(b_part));
-  dnnl::memory cm(p.c, eng, c + j0);
+  dnnl::memory cm(p.c, eng, c + b0 * s.M * s.N + j0);
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
   if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias, eng, const_cast<float*>(bias + j0)));
   // The scratchpad: a per-thread buffer that only grows to the largest primitive's need (a few MiB at most).
@@ -134,16 +136,16 @@ bool whole_primitives() {
 void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias) {
   if (a.dtype != b.dtype) throw std::logic_error("gemm: A and B must share a dtype");
   const bool bf16 = a.dtype == DType::bf16;
-  // oneDNN's own threading of one matmul left one thread waiting for the other at its end (measured
-  // 7% of a bf16 step, docs/design.md §7), so an unbatched GEMM with enough columns is split into
-  // equal column parts, one per thread, each a single-threaded primitive.
+  // oneDNN's own threading of one matmul left one thread waiting for the other at its end (docs/design.md
+  // §7), so a GEMM is cut into equal parts, one per thread, each a single-threaded primitive: a batch by
+  // its matrices, an unbatched GEMM with enough columns by its columns.
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  const int parts =
-      s.batch == 1 && !whole_primitives() ? int(std::min<int64_t>(threads, s.N / kMinPartColumns)) : 1;
+  const int64_t units = s.batch > 1 ? s.batch : s.N / kMinPartColumns;
+  const int parts = whole_primitives() ? 1 : int(std::min<int64_t>(threads, units));
   if (parts < 2) {
-    run_columns(Key{s.batch, s.M, s.N, s.K, s.N, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16, s.alpha,
-                    threads},
-                s, a, b, c, bias, 0);
+    run_part(Key{s.batch, s.M, s.N, s.K, s.N, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16, s.alpha,
+                 threads},
+             s, a, b, c, bias, 0, 0);
     return;
   }
   std::exception_ptr failure;  // an exception may not leave a parallel region: carried out of it
@@ -151,11 +153,16 @@ void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const floa
   {
     omp_set_num_threads(1);  // oneDNN plans and runs this thread's part on this thread alone
     const int t = omp_get_thread_num();
-    const int64_t j0 = s.N * t / parts / 16 * 16, j1 = t + 1 == parts ? s.N : s.N * (t + 1) / parts / 16 * 16;
+    int64_t b0 = 0, nb = s.batch, j0 = 0, n = s.N;
+    if (s.batch > 1) {
+      b0 = s.batch * t / parts, nb = s.batch * (t + 1) / parts - b0;
+    } else {  // column boundaries on multiples of 16
+      j0 = s.N * t / parts / 16 * 16;
+      n = (t + 1 == parts ? s.N : s.N * (t + 1) / parts / 16 * 16) - j0;
+    }
     try {
-      run_columns(Key{s.batch, s.M, s.N, s.K, j1 - j0, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16,
-                      s.alpha, 1},
-                  s, a, b, c, bias, j0);
+      run_part(Key{nb, s.M, s.N, s.K, n, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16, s.alpha, 1}, s,
+               a, b, c, bias, b0, j0);
     } catch (...) {
 #pragma omp critical(lattice_gemm_failure)
       failure = std::current_exception();

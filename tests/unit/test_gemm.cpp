@@ -117,6 +117,32 @@ TEST(Gemm, CallsFromInsideAParallelRegionRunWhole) {
   expect_matches_reference(p, c);
 }
 
+TEST(Gemm, BatchesSplitOverThreads) {
+  // A batch runs as parts of whole matrices, one per thread (3 matrices over 2 threads: 1 and 2).
+  const int saved = omp_get_max_threads();
+  uint32_t seed = 50;
+  for (const int threads : {2, 3})
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        omp_set_num_threads(threads);
+        const int64_t batch = 3, M = 5, N = 7, K = 9;
+        std::vector<Problem> mats;
+        std::vector<float> a, b, c;
+        for (int64_t i = 0; i < batch; ++i) {
+          mats.push_back(make_problem(M, N, K, ta, tb, true, 0.5f, false, seed++));
+          a.insert(a.end(), mats.back().a.begin(), mats.back().a.end());
+          b.insert(b.end(), mats.back().b.begin(), mats.back().b.end());
+          c.insert(c.end(), mats.back().c0.begin(), mats.back().c0.end());
+        }
+        GemmShape s = mats[0].s;
+        s.batch = batch;
+        gemm(s, f32_operand(a.data()), f32_operand(b.data()), c.data());
+        for (int64_t i = 0; i < batch; ++i)
+          expect_matches_reference(mats[size_t(i)], std::vector<float>(c.begin() + i * M * N, c.begin() + (i + 1) * M * N));
+      }
+  omp_set_num_threads(saved);
+}
+
 TEST(Gemm, EmptyRowsAndEmptyDepthInColumnParts) {
   // An expert that received no tokens: M = 0 (nothing to write) or K = 0 (an empty sum) on a shape wide
   // enough to split, as whole-matrix calls handled them.
