@@ -21,25 +21,25 @@ namespace {
 using dt = dnnl::memory::data_type;
 using dims = dnnl::memory::dims;
 
-constexpr int64_t kMinPartColumns = 256;  // narrower column parts would starve oneDNN's blocking
+constexpr int64_t kMinPartRows = 256;  // shorter row parts would starve oneDNN's blocking
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
 }
-dnnl::stream& cpu_stream() {  // one per thread: column parts run their primitives concurrently
+dnnl::stream& cpu_stream() {  // one per thread: parts run their primitives concurrently
   static thread_local dnnl::stream stream(cpu_engine());
   return stream;
 }
 
-// A primitive computes columns [j0, j0 + n) of an M×N product (n = N for the whole); `threads` is how many
-// threads oneDNN plans it for (1 for a column part, which one thread of ours runs).
+// A primitive computes rows [i0, i0 + m) of `batch` M×N products (m = M for whole matrices); `threads` is
+// how many threads oneDNN plans it for (1 for a part, which one thread of ours runs).
 struct Key {
-  int64_t batch, M, N, K, n;
+  int64_t batch, M, N, K, m;
   bool ta, tb, acc, bias, bf16;
   float alpha;
   int threads;
-  auto tie() const { return std::tie(batch, M, N, K, n, ta, tb, acc, bias, bf16, alpha, threads); }
+  auto tie() const { return std::tie(batch, M, N, K, m, ta, tb, acc, bias, bf16, alpha, threads); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
@@ -58,11 +58,11 @@ dnnl::memory::desc operand_desc(int64_t batch, int64_t rows, int64_t cols, int64
 Prim make_prim(const Key& k) {
   const dt in = k.bf16 ? dt::bf16 : dt::f32;
   Prim p;
-  p.a = operand_desc(k.batch, k.M, k.K, k.ta ? k.M : k.K, k.ta, in);
-  p.b = operand_desc(k.batch, k.K, k.n, k.tb ? k.K : k.N, k.tb, in);
-  p.c = dnnl::memory::desc(dims{k.batch, k.M, k.n}, dt::f32, dims{k.M * k.N, k.N, 1});
+  p.a = operand_desc(k.batch, k.m, k.K, k.ta ? k.M : k.K, k.ta, in);
+  p.b = operand_desc(k.batch, k.K, k.N, k.tb ? k.K : k.N, k.tb, in);
+  p.c = dnnl::memory::desc(dims{k.batch, k.m, k.N}, dt::f32, dims{k.M * k.N, k.N, 1});
   dnnl::primitive_attr attr;
-  // Our scratchpad, passed at execution: concurrent column parts must not share the library's.
+  // Our scratchpad, passed at execution: concurrent parts must not share the library's.
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (k.alpha != 1.0f) attr.set_output_scales(0, {k.alpha});
   if (k.acc) {
@@ -72,7 +72,7 @@ Prim make_prim(const Key& k) {
   }
   std::unique_ptr<dnnl::matmul::desc> desc;
   if (k.bias) {
-    p.bias = dnnl::memory::desc(dims{1, 1, k.n}, dt::f32, dims{k.n, k.n, 1});
+    p.bias = dnnl::memory::desc(dims{1, 1, k.N}, dt::f32, dims{k.N, k.N, 1});
     desc = std::make_unique<dnnl::matmul::desc>(p.a, p.b, p.bias, p.c);
   } else {
     desc = std::make_unique<dnnl::matmul::desc>(p.a, p.b, p.c);
@@ -99,20 +99,20 @@ const Prim& primitive(const Key& key) {
   return it->second;  // std::map nodes do not move: the reference outlives the lock
 }
 
-// Matrices [b0, b0 + key.batch) of the batch, columns [j0, j0 + key.n) of each C, through one primitive on
+// Matrices [b0, b0 + key.batch) of the batch, rows [i0, i0 + key.m) of each C, through one primitive on
 // the calling thread's stream.
 void run_part(const Key& key, const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias,
-              int64_t b0, int64_t j0) {
+              int64_t b0, int64_t i0) {
   const Prim& p = primitive(key);
   auto& eng = cpu_engine();
   const size_t elem = a.dtype == DType::bf16 ? 2 : 4;
-  const char* a_part = static_cast<const char*>(a.ptr) + size_t(b0 * s.M * s.K) * elem;
-  const char* b_part = static_cast<const char*>(b.ptr) + size_t(b0 * s.K * s.N + j0 * (s.trans_b ? s.K : 1)) * elem;
+  const char* a_part = static_cast<const char*>(a.ptr) + size_t(b0 * s.M * s.K + i0 * (s.trans_a ? 1 : s.K)) * elem;
+  const char* b_part = static_cast<const char*>(b.ptr) + size_t(b0 * s.K * s.N) * elem;
   dnnl::memory am(p.a, eng, const_cast<char*>(a_part));
   dnnl::memory bm(p.b, eng, const_cast<char*>(b_part));
-  dnnl::memory cm(p.c, eng, c + b0 * s.M * s.N + j0);
+  dnnl::memory cm(p.c, eng, c + b0 * s.M * s.N + i0 * s.N);
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias, eng, const_cast<float*>(bias + j0)));
+  if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias, eng, const_cast<float*>(bias)));
   // The scratchpad: a per-thread buffer that only grows to the largest primitive's need (a few MiB at most).
   static thread_local std::vector<uint8_t> scratch;
   if (scratch.size() < p.scratch.get_size()) scratch.resize(p.scratch.get_size());
@@ -121,8 +121,8 @@ void run_part(const Key& key, const GemmShape& s, GemmOperand a, GemmOperand b, 
   cpu_stream().wait();
 }
 
-// LATTICE_GEMM=whole: one oneDNN primitive per GEMM, threaded by oneDNN (the behaviour before column
-// parts; kept for A/B benchmarks in one run, bench/ab_speed.sh).
+// LATTICE_GEMM=whole: one oneDNN primitive per GEMM, threaded by oneDNN (the behaviour before parts;
+// kept for A/B benchmarks in one run, bench/ab_speed.sh).
 bool whole_primitives() {
   static const bool whole = [] {
     const char* v = std::getenv("LATTICE_GEMM");
@@ -138,12 +138,13 @@ void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const floa
   const bool bf16 = a.dtype == DType::bf16;
   // oneDNN's own threading of one matmul left one thread waiting for the other at its end (docs/design.md
   // §7), so a GEMM is cut into equal parts, one per thread, each a single-threaded primitive: a batch by
-  // its matrices, an unbatched GEMM with enough columns by its columns.
+  // its matrices, an unbatched GEMM with enough rows by its rows (measured faster than by columns on
+  // every weight-gradient shape and no slower elsewhere).
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  const int64_t units = s.batch > 1 ? s.batch : s.N / kMinPartColumns;
+  const int64_t units = s.batch > 1 ? s.batch : s.M / kMinPartRows;
   const int parts = whole_primitives() ? 1 : int(std::min<int64_t>(threads, units));
   if (parts < 2) {
-    run_part(Key{s.batch, s.M, s.N, s.K, s.N, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16, s.alpha,
+    run_part(Key{s.batch, s.M, s.N, s.K, s.M, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16, s.alpha,
                  threads},
              s, a, b, c, bias, 0, 0);
     return;
@@ -153,16 +154,16 @@ void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const floa
   {
     omp_set_num_threads(1);  // oneDNN plans and runs this thread's part on this thread alone
     const int t = omp_get_thread_num();
-    int64_t b0 = 0, nb = s.batch, j0 = 0, n = s.N;
+    int64_t b0 = 0, nb = s.batch, i0 = 0, m = s.M;
     if (s.batch > 1) {
       b0 = s.batch * t / parts, nb = s.batch * (t + 1) / parts - b0;
-    } else {  // column boundaries on multiples of 16
-      j0 = s.N * t / parts / 16 * 16;
-      n = (t + 1 == parts ? s.N : s.N * (t + 1) / parts / 16 * 16) - j0;
+    } else {  // row boundaries on multiples of 16
+      i0 = s.M * t / parts / 16 * 16;
+      m = (t + 1 == parts ? s.M : s.M * (t + 1) / parts / 16 * 16) - i0;
     }
     try {
-      run_part(Key{nb, s.M, s.N, s.K, n, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16, s.alpha, 1}, s,
-               a, b, c, bias, b0, j0);
+      run_part(Key{nb, s.M, s.N, s.K, m, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16, s.alpha, 1}, s,
+               a, b, c, bias, b0, i0);
     } catch (...) {
 #pragma omp critical(lattice_gemm_failure)
       failure = std::current_exception();

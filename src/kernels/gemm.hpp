@@ -1,10 +1,10 @@
 #pragma once
 // Matrix multiplication through oneDNN: C[M,N] (+)= alpha · op(A)[M,K] · op(B)[K,N] (+ bias),
 // optionally batched over `batch` contiguous matrices. A and B are fp32 or bf16 (both the same),
-// accumulation and C are fp32. Primitives are created once per shape and cached. An unbatched GEMM
-// with at least 256 columns per thread runs as equal column parts, one single-threaded primitive per
-// thread (docs/design.md §7); LATTICE_GEMM=whole in the environment runs one oneDNN-threaded
-// primitive instead (for A/B benchmarks).
+// accumulation and C are fp32. Primitives are created once per shape and cached. A GEMM runs as equal
+// parts, one single-threaded primitive per thread: a batch by its matrices, an unbatched GEMM with at
+// least 256 rows per thread by its rows (docs/design.md §7); LATTICE_GEMM=whole in the environment runs
+// one oneDNN-threaded primitive instead (for A/B benchmarks).
 #include <cstdint>
 
 #include "core/config.hpp"

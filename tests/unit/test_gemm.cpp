@@ -1,6 +1,6 @@
 // gemm() against a double-precision reference on every transpose, accumulate, alpha and bias case, on
-// shapes that run whole and shapes split into column parts (one single-threaded oneDNN primitive per
-// thread, boundaries not multiples of the part width), for 1, 2 and 3 threads.
+// shapes that run whole and shapes split into row parts or batch parts (one single-threaded oneDNN
+// primitive per thread, boundaries not multiples of the part height), for 1, 2 and 3 threads.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -41,7 +41,7 @@ Problem make_problem(int64_t M, int64_t N, int64_t K, bool ta, bool tb, bool acc
 }
 
 // Element by element within fp32's worst-case summation bound (K + 3)·ε·(Σ|alpha·a·b| + |bias| + |c0|):
-// a column part written at the wrong offset, a lost bias or accumulate is off by O(1).
+// a part written at the wrong offset, a lost bias or accumulate is off by O(1).
 void expect_matches_reference(const Problem& p, const std::vector<float>& c) {
   const GemmShape& s = p.s;
   const double eps = std::numeric_limits<float>::epsilon();
@@ -64,14 +64,14 @@ void expect_matches_reference(const Problem& p, const std::vector<float>& c) {
     }
 }
 
-TEST(Gemm, MatchesReferenceWholeAndInColumnParts) {
+TEST(Gemm, MatchesReferenceWholeAndInRowParts) {
   const int saved = omp_get_max_threads();
   uint32_t seed = 1;
   struct Dims {
     int64_t M, N, K;
   };
-  // N = 100 runs whole; N = 600 splits into 2 parts (boundary 288) and N = 1000 into 3 (boundaries 320, 656).
-  for (const Dims d : {Dims{7, 100, 33}, Dims{9, 600, 70}, Dims{5, 1000, 19}})
+  // M = 100 runs whole; M = 600 splits into 2 parts (boundary 288) and M = 1000 into 3 (boundaries 320, 656).
+  for (const Dims d : {Dims{100, 7, 33}, Dims{600, 9, 70}, Dims{1000, 5, 19}})
     for (const int threads : {1, 2, 3}) {
       omp_set_num_threads(threads);
       for (int ta = 0; ta < 2; ++ta)
@@ -89,12 +89,12 @@ TEST(Gemm, MatchesReferenceWholeAndInColumnParts) {
   omp_set_num_threads(saved);
 }
 
-TEST(Gemm, Bf16OperandsInColumnParts) {
+TEST(Gemm, Bf16OperandsInRowParts) {
   // bf16 operands: against the reference of the bf16-rounded operands.
   const int saved = omp_get_max_threads();
   omp_set_num_threads(2);
   for (const bool tb : {false, true}) {
-    Problem p = make_problem(6, 640, 48, false, tb, true, 1.0f, true, tb ? 21u : 22u);
+    Problem p = make_problem(640, 6, 48, false, tb, true, 1.0f, true, tb ? 21u : 22u);
     std::vector<uint16_t> a16(p.a.size()), b16(p.b.size());
     for (size_t i = 0; i < a16.size(); ++i) a16[i] = to_bf16(p.a[i]), p.a[i] = from_bf16(a16[i]);
     for (size_t i = 0; i < b16.size(); ++i) b16[i] = to_bf16(p.b[i]), p.b[i] = from_bf16(b16[i]);
@@ -107,7 +107,7 @@ TEST(Gemm, Bf16OperandsInColumnParts) {
 
 TEST(Gemm, CallsFromInsideAParallelRegionRunWhole) {
   // gemm() inside an OpenMP region (as the MoE experts may call it) must not split again.
-  Problem p = make_problem(4, 800, 16, false, false, false, 1.0f, false, 31);
+  Problem p = make_problem(800, 4, 16, false, false, false, 1.0f, false, 31);
   std::vector<float> c(p.c0.size());
 #pragma omp parallel num_threads(2)
   {
@@ -143,14 +143,14 @@ TEST(Gemm, BatchesSplitOverThreads) {
   omp_set_num_threads(saved);
 }
 
-TEST(Gemm, EmptyRowsAndEmptyDepthInColumnParts) {
-  // An expert that received no tokens: M = 0 (nothing to write) or K = 0 (an empty sum) on a shape wide
+TEST(Gemm, EmptyOutputAndEmptyDepthInRowParts) {
+  // An expert that received no tokens: N = 0 (nothing to write) or K = 0 (an empty sum) on a shape tall
   // enough to split, as whole-matrix calls handled them.
   const int saved = omp_get_max_threads();
   omp_set_num_threads(2);
-  Problem none = make_problem(0, 1024, 8, false, false, true, 1.0f, false, 41);
+  Problem none = make_problem(1024, 0, 8, false, false, true, 1.0f, false, 41);
   gemm(none.s, f32_operand(none.a.data()), f32_operand(none.b.data()), none.c0.data());
-  Problem empty = make_problem(3, 1024, 0, false, false, true, 1.0f, false, 42);
+  Problem empty = make_problem(1024, 3, 0, false, false, true, 1.0f, false, 42);
   std::vector<float> c = empty.c0;
   gemm(empty.s, f32_operand(empty.a.data()), f32_operand(empty.b.data()), c.data());
   omp_set_num_threads(saved);
