@@ -48,18 +48,19 @@ struct Prim {
   dnnl::memory::desc a, b, c, bias, scratch;
 };
 
-// 3-D descriptors [batch, rows, cols] of a matrix whose rows are `ld` apart; a transposed operand
-// ([cols, rows] in memory) is described by its strides.
-dnnl::memory::desc operand_desc(int64_t batch, int64_t rows, int64_t cols, int64_t ld, bool transposed, dt type) {
-  if (!transposed) return dnnl::memory::desc(dims{batch, rows, cols}, type, dims{rows * ld, ld, 1});
-  return dnnl::memory::desc(dims{batch, rows, cols}, type, dims{cols * ld, 1, ld});
+// 3-D descriptors [batch, rows, cols] of matrices `stride` elements apart whose rows are `ld` apart; a
+// transposed operand ([cols, rows] in memory) is described by its strides.
+dnnl::memory::desc operand_desc(int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld, bool transposed,
+                                dt type) {
+  if (!transposed) return dnnl::memory::desc(dims{batch, rows, cols}, type, dims{stride, ld, 1});
+  return dnnl::memory::desc(dims{batch, rows, cols}, type, dims{stride, 1, ld});
 }
 
 Prim make_prim(const Key& k) {
   const dt in = k.bf16 ? dt::bf16 : dt::f32;
   Prim p;
-  p.a = operand_desc(k.batch, k.m, k.K, k.ta ? k.M : k.K, k.ta, in);
-  p.b = operand_desc(k.batch, k.K, k.N, k.tb ? k.K : k.N, k.tb, in);
+  p.a = operand_desc(k.batch, k.M * k.K, k.m, k.K, k.ta ? k.M : k.K, k.ta, in);
+  p.b = operand_desc(k.batch, k.K * k.N, k.K, k.N, k.tb ? k.K : k.N, k.tb, in);
   p.c = dnnl::memory::desc(dims{k.batch, k.m, k.N}, dt::f32, dims{k.M * k.N, k.N, 1});
   dnnl::primitive_attr attr;
   // Our scratchpad, passed at execution: concurrent parts must not share the library's.
