@@ -28,6 +28,12 @@ void dropout_keep_flags(uint8_t* keep, const PhiloxWords& words, uint32_t thresh
   }
 }
 
+AttentionMaskDraw::AttentionMaskDraw(const AttentionDropout& d) : threshold(dropout_keep_threshold(d.p)) {
+  DropoutStream stream = d.stream;
+  stream.site = DropoutSite::attention;
+  words = philox_words(stream);
+}
+
 void dropout_mask_fill(uint8_t* mask, const DropoutStream& st, uint64_t first_index, int64_t n, float p) {
   const uint32_t threshold = dropout_keep_threshold(p);
   const PhiloxWords words = philox_words(st);

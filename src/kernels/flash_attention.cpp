@@ -104,29 +104,11 @@ void transpose_in(float* Yt, const float* Y, int64_t n, int64_t dh) {
   }
 }
 
-// The stream of the attention mask (site = attention whatever the caller set).
-DropoutStream attention_stream(const AttentionDropout& d) {
-  DropoutStream st = d.stream;
-  st.site = DropoutSite::attention;
-  return st;
-}
-
-// The dropout draw of docs/design.md §10 for one tile row: keep flags of global elements
-// first .. first + n - 1, exactly as dropout_mask_fill draws them.
-struct MaskDrawer {
-  PhiloxWords words;
-  uint32_t threshold;
-  explicit MaskDrawer(const AttentionDropout& d)
-      : words(philox_words(attention_stream(d))), threshold(dropout_keep_threshold(d.p)) {}
-  void row(uint8_t* keep, uint64_t first, int64_t n) const { dropout_keep_flags(keep, words, threshold, first, n); }
-};
-
-
 // Keys of query i visible in the key tile starting at j0 with nk keys (causal: j <= i).
 inline int64_t visible(int64_t i, int64_t j0, int64_t nk) { return std::min(nk, i - j0 + 1); }
 
 // Draws the keep flags of the nq × nk tile at (i0, j0) into keep [64, 64] (visible keys only).
-void draw_tile(uint8_t* keep, const MaskDrawer& m, uint64_t base, int64_t s, int64_t i0, int64_t nq, int64_t j0,
+void draw_tile(uint8_t* keep, const AttentionMaskDraw& m, uint64_t base, int64_t s, int64_t i0, int64_t nq, int64_t j0,
                int64_t nk) {
   for (int64_t r = 0; r < nq; ++r) {
     const int64_t n = visible(i0 + r, j0, nk);
@@ -140,7 +122,7 @@ void flash_attention_forward(float* out, float* lse, const float* q, const float
                              const FlashShape& x, const AttentionDropout& drop) {
   const int64_t s = x.s, dh = x.dh, nqb = (s + kB - 1) / kB, items = x.b * x.a * nqb;
   const float scale = 1.0f / std::sqrt(float(dh)), keep_scale = drop.p > 0 ? 1.0f / (1.0f - drop.p) : 1.0f;
-  const MaskDrawer drawer(drop);
+  const AttentionMaskDraw drawer(drop);
   // Kᵀ tile by tile, once: every query tile of a head reads the same key tiles.
   const int64_t nkb = nqb, heads = x.b * x.a;
   std::vector<float> kt(size_t(heads * nkb * dh * kB));
@@ -213,7 +195,7 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
                               const AttentionDropout& drop) {
   const int64_t s = x.s, dh = x.dh, heads = x.b * x.a;
   const float scale = 1.0f / std::sqrt(float(dh)), keep_scale = drop.p > 0 ? 1.0f / (1.0f - drop.p) : 1.0f;
-  const MaskDrawer drawer(drop);
+  const AttentionMaskDraw drawer(drop);
   // One head per work item: its dK, dV tiles and its dQ rows are written by one thread only.
 #pragma omp parallel
   {

@@ -47,10 +47,7 @@ void softmax_dropout_forward(void* probs, uint8_t* mask, void* dropped, DType dt
                              int64_t local_heads, int64_t batch, int64_t s, const AttentionDropout& drop) {
   const bool dropout = drop.p > 0.0f;
   const size_t elem = dtype == DType::fp32 ? 4 : 2;
-  DropoutStream stream = drop.stream;
-  stream.site = DropoutSite::attention;
-  const PhiloxWords words = philox_words(stream);
-  const uint32_t threshold = dropout_keep_threshold(drop.p);
+  const AttentionMaskDraw draw(drop);
   const float scale = dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
 #pragma omp parallel
   {
@@ -63,7 +60,7 @@ void softmax_dropout_forward(void* probs, uint8_t* mask, void* dropped, DType dt
       if (probs) write_as(static_cast<char*>(probs) + size_t(row * s) * elem, dtype, y.data(), s);
       if (!dropout) continue;
       uint8_t* k = mask ? mask + row * s : keep.data();
-      dropout_keep_flags(k, words, threshold, attention_mask_first(drop, local_heads, s, bh) + uint64_t(i * s), s);
+      draw.row(k, attention_mask_first(drop, local_heads, s, bh) + uint64_t(i * s), s);
       if (!dropped) continue;
       for (int64_t j = 0; j < s; ++j) out[size_t(j)] = k[j] ? y[size_t(j)] * scale : 0.0f;  // as dropout_forward
       write_as(static_cast<char*>(dropped) + size_t(row * s) * elem, dtype, out.data(), s);

@@ -71,8 +71,7 @@ FlashShape flash_shape(const LayerContext& c) { return {c.b, c.a, c.s, c.dh()}; 
 // the global index, docs/design.md §10); both the unfused and the fused attention draw from it.
 AttentionDropout attention_dropout(const LayerContext& c) {
   AttentionDropout d;
-  d.stream = c.stream;
-  d.stream.site = DropoutSite::attention;
+  d.stream = c.stream;  // the mask's draw sets site = attention (AttentionMaskDraw)
   d.p = c.dropout;
   d.first_row = c.first_row, d.heads_total = c.heads_total, d.head0 = c.head0;
   return d;
