@@ -3,7 +3,8 @@
 // the forward, data-gradient and weight-gradient GEMMs of QKV, proj, fc1, fc2 and the LM head, with the
 // transposes and accumulation lattice uses (src/kernels/linear.cpp, src/model/gpt.cpp), and the batched
 // attention GEMMs (b·a = 48 batches, src/model/attention.cpp). Candidates, all in one run:
-//   onednn-f32   lattice's gemm() (oneDNN matmul), fp32 operands
+//   onednn-f32   lattice's gemm() (oneDNN matmul in per-thread parts as a step runs it; LATTICE_GEMM=whole in
+//                the environment measures one oneDNN-threaded primitive instead), fp32 operands
 //   onednn-bf16  lattice's gemm() with bf16 operands, fp32 accumulate (as lattice's bf16 activations call it)
 //   blis         BLIS bli_sgemm (Debian's libblis-dev, OpenMP build), BLIS threaded to --threads;
 //                batched cases loop over the batch, one threaded GEMM each; kernel set skx (AVX-512) unless
