@@ -31,7 +31,7 @@ for c in "${configs[@]}"; do
 done
 "$PY" - "${configs[@]%%:*}" <<'PYEOF'
 import json, sys
-print("| run (4 DP ranks) | params | grads | optimizer | total / formula | transient peak | DP bytes/step (formula) | ZeRO wait ms | step s |")
+print("| run (4 DP ranks) | params | grads | optimizer | total / formula | transient peak | DP bytes/step (formula) | DP wait ms | step s |")
 print("|---|---|---|---|---|---|---|---|---|")
 mib = lambda b: "%.2f MiB" % (b / 2**20)
 for name in sys.argv[1:]:
@@ -40,7 +40,7 @@ for name in sys.argv[1:]:
     r = summary["memory"]["ranks"][0]; c = summary["comm"]["ranks"][0]
     m, f = r["model_state_bytes"], r["model_state_bytes_formula"]
     step_s = sorted(s["step_s"] for s in steps[1:])[len(steps[1:]) // 2]
-    wait_ms = 1e3 * sorted(x["zero_wait_s"] for x in summary["comm"]["ranks"])[len(summary["comm"]["ranks"]) // 2]
+    wait_ms = 1e3 * sorted(x["dp_wait_s"] for x in summary["comm"]["ranks"])[len(summary["comm"]["ranks"]) // 2]
     print("| %s | %s | %s | %s | %.4f | %s | %s (%s) | %.0f | %.3f |" % (
         name, mib(m["params"]), mib(m["grads"]), mib(m["optimizer"]), sum(m.values()) / sum(f.values()),
         mib(r["transient_peak_bytes"]), mib(c["dp"]), mib(c["dp_formula"]), wait_ms, step_s))

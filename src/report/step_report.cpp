@@ -56,6 +56,13 @@ nlohmann::json memory_json(const MemoryReport& m) {
           {"model_state_peak_bytes", m.model_state_peak_bytes},
           {"compute_weight_bytes", m.compute_weights}};
   if (!m.moe_assignments.empty()) j["moe_assignments"] = m.moe_assignments, j["moe_received"] = m.moe_received;
+  nlohmann::json categories = nlohmann::json::object();
+  for (const auto& [name, bytes] : m.category_peak_bytes) categories[name] = bytes;
+  j["category_peak_bytes"] = categories;
+  j["accounted_peak_bytes"] = m.accounted_peak_bytes;
+  j["reserved_peak_bytes"] = m.reserved_peak_bytes;
+  j["rss_peak_bytes"] = m.rss_peak_bytes;
+  j["unaccounted_bytes"] = m.unaccounted_bytes();
   return j;
 }
 
@@ -80,7 +87,12 @@ void print_memory_table(const MemoryReport& m) {
                human_bytes(double(m.params_formula)).c_str(), human_bytes(double(m.grads_formula)).c_str(),
                human_bytes(double(m.optimizer_formula)).c_str());
   if (m.transient_peak_bytes) std::fprintf(stderr, "; ZeRO transient peak %s", human_bytes(double(m.transient_peak_bytes)).c_str());
-  std::fprintf(stderr, "\n");
+  std::fprintf(stderr, "\n  every byte (peaks since start):");
+  for (const auto& [name, bytes] : m.category_peak_bytes)
+    if (bytes) std::fprintf(stderr, " %s %s,", name.c_str(), human_bytes(double(bytes)).c_str());
+  std::fprintf(stderr, " all at once %s; reserved %s; peak RSS %s, of which %s not accounted (runtime)\n",
+               human_bytes(double(m.accounted_peak_bytes)).c_str(), human_bytes(double(m.reserved_peak_bytes)).c_str(),
+               human_bytes(double(m.rss_peak_bytes)).c_str(), human_bytes(double(m.unaccounted_bytes())).c_str());
 }
 
 void print_comm_report(const nlohmann::json& comm_ranks) {
@@ -94,9 +106,9 @@ void print_comm_report(const nlohmann::json& comm_ranks) {
                  human_bytes(r["pp"].get<double>()).c_str(), human_bytes(r["tp_conjugate"].get<double>()).c_str(),
                  human_bytes(r["tp_regather"].get<double>()).c_str());
   for (const auto& r : comm_ranks)
-    if (r["zero_wait_s"].get<double>() > 0)
-      std::fprintf(stderr, "  rank %d blocked %.1f ms on ZeRO gathers/reduce-scatters (issue and wait: this MPI backend runs them at issue)\n",
-                   r["rank"].get<int>(), r["zero_wait_s"].get<double>() * 1e3);
+    if (r["dp_wait_s"].get<double>() > 0)
+      std::fprintf(stderr, "  rank %d blocked %.1f ms on data-parallel gradient reductions and ZeRO gathers (this MPI backend runs them at issue)\n",
+                   r["rank"].get<int>(), r["dp_wait_s"].get<double>() * 1e3);
   for (const auto& r : comm_ranks)
     if (r.contains("ep") && r["ep_formula_balanced"].get<double>() > 0)
       std::fprintf(stderr, "  rank %d: ep all-to-all %s (balanced routing: 4·(e-1)/e·A·h·4 per MoE layer and micro-batch = %s), "

@@ -5,6 +5,7 @@
 #include "analysis/formulas.hpp"
 #include "analysis/moe_formulas.hpp"
 #include "comm/gather_int64.hpp"
+#include "core/memory_limit.hpp"
 #include "report/step_report.hpp"
 #include "train/trainer.hpp"
 
@@ -82,6 +83,11 @@ void Trainer::summarize(const RunTotals& t) {
   mine.push_back(expert_psi);  // [21]
   mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::ep)]);         // [22]
   mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::expert_dp)]);  // [23]
+  constexpr size_t kCategoriesAt = 24;  // [24, 24 + categories): each category's peak; then the totals
+  for (int c = 0; c < kMemoryCategories; ++c) mine.push_back(MemoryTracker::of(MemoryCategory(c)).run_peak_bytes());
+  mine.push_back(MemoryTracker::accounted_peak_bytes());
+  mine.push_back(MemoryTracker::reserved_peak_bytes());
+  mine.push_back(resident_bytes().peak);
   const size_t layers_at = mine.size(), n_layers = local_layers().size();
   for (int l : local_layers()) mine.push_back(kept_->per_layer()[size_t(l)]);
   for (auto* v : {&formula, &moe_assignments, &moe_received}) mine.insert(mine.end(), v->begin(), v->end());
@@ -120,6 +126,11 @@ void Trainer::summarize(const RunTotals& t) {
     // Adafactor and SM3: their own count of the states they keep (tensor shapes, not a per-Ψ rule).
     m.optimizer_formula = states_formula.optimizer + (adam ? 0 : row[18]);  // (+ masters when 16-bit)
     m.model_state_peak_bytes = row[19];
+    for (int c = 0; c < kMemoryCategories; ++c)
+      m.category_peak_bytes.emplace_back(category_name(MemoryCategory(c)), row[kCategoriesAt + size_t(c)]);
+    m.accounted_peak_bytes = row[kCategoriesAt + kMemoryCategories];
+    m.reserved_peak_bytes = row[kCategoriesAt + kMemoryCategories + 1];
+    m.rss_peak_bytes = row[kCategoriesAt + kMemoryCategories + 2];
     auto part = [&](size_t k) { return std::vector<int64_t>(row.begin() + long(layers_at + k * n_layers),
                                                             row.begin() + long(layers_at + (k + 1) * n_layers)); };
     m.activation_bytes_per_layer = part(0), m.activation_bytes_per_layer_formula = part(1);
@@ -129,7 +140,7 @@ void Trainer::summarize(const RunTotals& t) {
     comm_ranks.push_back({{"rank", m.rank}, {"tp", row[10]}, {"dp", row[11]}, {"pp", row[12]},
                           {"tp_conjugate", row[13]}, {"tp_regather", row[14]},
                           {"tp_conjugate_formula", tp_formula}, {"dp_formula", row[17]},
-                          {"zero_wait_s", double(row[20]) * 1e-6}});
+                          {"dp_wait_s", double(row[20]) * 1e-6}});
     if (moe.enabled()) {
       comm_ranks.back()["ep"] = row[22], comm_ranks.back()["expert_dp"] = row[23];
       comm_ranks.back()["ep_formula_balanced"] = ep_formula;
