@@ -317,7 +317,7 @@ void load_optimizer(const std::string& dir, const GPT& model, Optimizer& optimiz
   if (saved != optimizer.name())
     fail("checkpoint " + dir + " holds " + saved + " states but the run asks for --optimizer " + optimizer.name());
   // Read this rank's whole (TP-shard) layout, keep the owned pieces (a ZeRO shard, or all).
-  std::vector<float> full(static_cast<size_t>(model.num_params()));
+  tracked_vector<float, MemoryCategory::checkpoint_io> full(static_cast<size_t>(model.num_params()));
   for (const auto& state : optimizer.element_states()) {
     read_tensors(st, model, full.data(), state.prefix);
     float* out = state.values;

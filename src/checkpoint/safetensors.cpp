@@ -213,7 +213,7 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
             who + ": tensors '" + printable(spans[i - 1].name) + "' and '" + printable(spans[i].name) + "' overlap");
   }
 
-  auto data = std::make_shared<std::vector<uint64_t>>((data_bytes + 7) / 8);
+  auto data = std::make_shared<Storage>((data_bytes + 7) / 8);
   in.read(reinterpret_cast<char*>(data->data()), static_cast<std::streamsize>(data_bytes));
   require(in.good() || data_bytes == 0, "cannot read the tensor data of " + who);
   // The format does not promise aligned offsets: a tensor whose offset is not a multiple of its
@@ -225,8 +225,8 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
     moved.emplace_back(&s, moved_bytes);
     moved_bytes += (s.end - s.begin + 7) / 8 * 8;  // at most data_bytes + 7 per tensor in all
   }
-  std::shared_ptr<std::vector<uint64_t>> realigned;
-  if (!moved.empty()) realigned = std::make_shared<std::vector<uint64_t>>(moved_bytes / 8);
+  std::shared_ptr<Storage> realigned;
+  if (!moved.empty()) realigned = std::make_shared<Storage>(moved_bytes / 8);
   const char* base = reinterpret_cast<const char*>(data->data());
   for (const Span& s : spans) file.tensors_[s.name].data = s.begin == s.end ? base : base + s.begin;
   for (const auto& [s, at] : moved) {

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "tensor/memory_tracker.hpp"
+
 namespace lattice::checkpoint {
 
 // A view of one tensor's bytes (little-endian, row-major), aligned to its element size.
@@ -50,9 +52,10 @@ class SafetensorsFile {
   SafetensorsFile() = default;
 
   std::string path_;
-  std::shared_ptr<const std::vector<uint64_t>> data_;  // uint64_t: 8-byte-aligned storage
+  using Storage = tracked_vector<uint64_t, MemoryCategory::checkpoint_io>;  // 8-byte-aligned
+  std::shared_ptr<const Storage> data_;
   // Copies of the tensors whose file offset is not a multiple of their element size (null if none).
-  std::shared_ptr<const std::vector<uint64_t>> realigned_;
+  std::shared_ptr<const Storage> realigned_;
   std::map<std::string, TensorRef> tensors_;
   std::map<std::string, std::string> metadata_;
 };

@@ -22,6 +22,7 @@ class PendingOp {
  public:
   virtual ~PendingOp() = default;
   virtual void wait() = 0;
+  virtual bool test() = 0;  // complete now? (never blocks; gives the backend a chance to progress)
 };
 
 // Move-only owner of a non-blocking operation. wait() is idempotent; destroying a Handle that was
@@ -51,6 +52,11 @@ class Handle {
     }
   }
   bool pending() const { return op_ != nullptr; }
+  // Completed (or nothing in flight)? Releases the operation when it has.
+  bool test() {
+    if (op_ && op_->test()) op_.reset();
+    return op_ == nullptr;
+  }
 
  private:
   std::unique_ptr<PendingOp> op_;

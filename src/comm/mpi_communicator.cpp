@@ -27,6 +27,11 @@ class MpiRequest final : public PendingOp {
   void wait() override {
     if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
+  bool test() override {
+    int done = 1;
+    if (request_ != MPI_REQUEST_NULL) MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+    return done != 0;
+  }
 
  private:
   MPI_Request request_ = MPI_REQUEST_NULL;
@@ -36,6 +41,7 @@ class MpiRequest final : public PendingOp {
 class Done final : public PendingOp {
  public:
   void wait() override {}
+  bool test() override { return true; }
 };
 
 // Tag of the ring collectives' messages; the pipeline's sends use small tags (engine/executor.cpp).
@@ -70,20 +76,20 @@ void MpiCommunicator::ring_reduce_scatter(std::span<const float> input, std::spa
   const int right = (r + 1) % p, left = (r + p - 1) % p;
   int largest = 0;
   for (int c : counts) largest = std::max(largest, c);
-  // Scratch of two chunks (like MPI's own buffers, outside the tracking allocator: docs/design.md §5).
-  const auto chunk_max = static_cast<size_t>(largest);
-  std::vector<float> incoming(chunk_max), sum(p > 2 ? chunk_max : 0);
+  // Scratch of two chunks, kept for the next call (MemoryCategory::communication).
+  float* incoming = ring_incoming_.ensure(largest);
+  float* sum = p > 2 ? ring_sum_.ensure(largest) : nullptr;
   for (int k = 0; k < p - 1; ++k) {
     // Round 0 sends this rank's own part; later rounds the sum that arrived the round before.
     const int send_chunk = (r - k - 1 + 2 * p) % p, recv_chunk = (r - k - 2 + 2 * p) % p;
-    const float* sending = k == 0 ? input.data() + displs[size_t(send_chunk)] : sum.data();
-    MPI_Sendrecv(sending, counts[size_t(send_chunk)], MPI_FLOAT, right, kRingTag, incoming.data(),
+    const float* sending = k == 0 ? input.data() + displs[size_t(send_chunk)] : sum;
+    MPI_Sendrecv(sending, counts[size_t(send_chunk)], MPI_FLOAT, right, kRingTag, incoming,
                  counts[size_t(recv_chunk)], MPI_FLOAT, left, kRingTag, comm_, MPI_STATUS_IGNORE);
     const float* mine = input.data() + displs[size_t(recv_chunk)];
-    float* dst = k == p - 2 ? output.data() : sum.data();
+    float* dst = k == p - 2 ? output.data() : sum;
     const int64_t n = counts[size_t(recv_chunk)];
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) dst[i] = mine[i] + incoming[size_t(i)];
+    for (int64_t i = 0; i < n; ++i) dst[i] = mine[i] + incoming[i];
   }
 }
 

@@ -5,6 +5,7 @@
 // slower than the blocking ones here: bench/bench_collectives.cpp). Point-to-point stays non-blocking.
 #include "comm/communicator.hpp"
 #include "comm/mpi_include.hpp"
+#include "tensor/memory_tracker.hpp"
 
 namespace lattice::comm {
 
@@ -46,6 +47,8 @@ class MpiCommunicator final : public Communicator {
  private:
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  ScratchArray<float> ring_incoming_{MemoryCategory::communication, "ring"};  // the ring's two chunks
+  ScratchArray<float> ring_sum_{MemoryCategory::communication, "ring"};
 };
 
 }  // namespace lattice::comm

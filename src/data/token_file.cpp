@@ -9,7 +9,7 @@
 
 namespace lattice::data {
 
-std::unique_ptr<AtomicFile> stage_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
+std::unique_ptr<AtomicFile> stage_token_file(const std::string& path, std::span<const uint16_t> tokens) {
   require(tokens.size() <= static_cast<size_t>(INT32_MAX), "cannot write " + path + ": " +
                                                                std::to_string(tokens.size()) +
                                                                " tokens exceed the format's int32 count");
@@ -24,7 +24,7 @@ std::unique_ptr<AtomicFile> stage_token_file(const std::string& path, const std:
   return file;
 }
 
-void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
+void write_token_file(const std::string& path, std::span<const uint16_t> tokens) {
   stage_token_file(path, tokens)->commit();
 }
 
@@ -55,7 +55,7 @@ TokenFile TokenFile::load(const std::string& path, int vocab) {
           "token file " + path + " has the wrong size: header says " + std::to_string(count) + " tokens (" +
               std::to_string(expected_bytes) + " bytes), file has " + std::to_string(file_bytes) + " bytes");
 
-  auto tokens = std::make_shared<std::vector<uint16_t>>(count);
+  auto tokens = std::make_shared<Tokens>(count);
   in.read(reinterpret_cast<char*>(tokens->data()), static_cast<std::streamsize>(count * sizeof(uint16_t)));
   require(in.good() || count == 0, "cannot read the tokens of token file " + path);
   for (size_t i = 0; i < count; ++i) {

@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "core/atomic_dir.hpp"
+#include "tensor/memory_tracker.hpp"
 
 namespace lattice::data {
 
@@ -18,28 +20,29 @@ inline constexpr size_t kTokenFileHeaderInts = 256;
 inline constexpr size_t kTokenFileHeaderBytes = kTokenFileHeaderInts * sizeof(int32_t);
 
 // Writes atomically (temporary file, fsync, rename): a crash never leaves a half-written file.
-void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens);
+void write_token_file(const std::string& path, std::span<const uint16_t> tokens);
 // The same written and synced beside `path`, not yet in place (commit() renames it over `path`;
 // dropping it removes it): files that belong together are all written before any replaces its old one.
-std::unique_ptr<AtomicFile> stage_token_file(const std::string& path, const std::vector<uint16_t>& tokens);
+std::unique_ptr<AtomicFile> stage_token_file(const std::string& path, std::span<const uint16_t> tokens);
 
-// A validated token file held in memory. Copies are cheap and share the tokens.
+// A validated token file held in memory (MemoryCategory::data). Copies are cheap and share the tokens.
 class TokenFile {
  public:
+  using Tokens = tracked_vector<uint16_t, MemoryCategory::data>;
   // Throws InputError naming the file and the defect: missing, short header, bad magic or
   // version, size not matching the count, or a token >= vocab.
   static TokenFile load(const std::string& path, int vocab);
 
-  const std::vector<uint16_t>& tokens() const { return *tokens_; }
+  std::span<const uint16_t> tokens() const { return *tokens_; }
   size_t size() const { return tokens_->size(); }
   const std::string& path() const { return path_; }
 
  private:
-  TokenFile(std::string path, std::shared_ptr<const std::vector<uint16_t>> tokens)
+  TokenFile(std::string path, std::shared_ptr<const Tokens> tokens)
       : path_(std::move(path)), tokens_(std::move(tokens)) {}
 
   std::string path_;
-  std::shared_ptr<const std::vector<uint16_t>> tokens_;
+  std::shared_ptr<const Tokens> tokens_;
 };
 
 }  // namespace lattice::data

@@ -1,7 +1,5 @@
 #include "engine/executor.hpp"
 
-#include <deque>
-
 #include "core/trace.hpp"
 
 namespace lattice::parallel::pipeline {
@@ -13,7 +11,22 @@ constexpr int kActivationTag = 1, kGradientTag = 2;
 Executor::Executor(GPT& model, comm::Communicator& pp, ScheduleKind kind, int n_mb, int m, int rows,
                    KeptBytesProbe& kept)
     : model_(model), pp_(pp), kept_(kept), actions_(build_schedule(kind, pp.size(), n_mb, m)[size_t(pp.rank())]),
-      n_mb_(n_mb), m_(m), rows_(rows) {}
+      last_action_(size_t(n_mb), 0), n_mb_(n_mb), m_(m), rows_(rows) {
+  for (size_t i = 0; i < actions_.size(); ++i) last_action_[size_t(actions_[i].micro_batch)] = i;
+}
+
+float* Executor::free_send_buffer(size_t bytes) {
+  for (size_t k = 0; k < sends_.size(); ++k) {
+    SendSlot& slot = sends_[(size_t(next_send_) + 1 + k) % sends_.size()];  // oldest first
+    if (slot.pending.test() && slot.message.bytes() == bytes) {
+      next_send_ = int((size_t(next_send_) + 1 + k) % sends_.size());
+      return static_cast<float*>(slot.message.data());
+    }
+  }
+  sends_.push_back({TrackedBuffer(bytes, kNoLayer, "send", MemoryTracker::of(MemoryCategory::pipeline)), {}});
+  next_send_ = int(sends_.size()) - 1;
+  return static_cast<float*>(sends_.back().message.data());
+}
 
 std::pair<int, int> Executor::layers_of(int stage) const {
   const int per_stage = model_.config().layers / (pp_.size() * m_);
@@ -33,15 +46,15 @@ double Executor::run(uint64_t step, float loss_scale, const MicroBatchSource& so
   const int64_t s = c.seq_len, tokens = int64_t(rows_) * s;
   const int64_t act = int64_t(rows_) * model_.s_local(s) * c.hidden;
   struct Rows {
-    std::vector<int32_t> inputs, targets;
+    tracked_vector<int32_t, MemoryCategory::data> inputs, targets;
     int64_t first_row = -1;
   };
   std::vector<Rows> batches(static_cast<size_t>(n_mb_));
-  std::vector<float> in(static_cast<size_t>(act)), out(static_cast<size_t>(act));
-  std::deque<std::vector<float>> outgoing;  // kept alive until their sends complete
-  std::vector<comm::Handle> sends;
+  float* in = received_.ensure(act);
   double loss = 0.0;
-  for (const Action& a : actions_) {
+  for (size_t i = 0; i < actions_.size(); ++i) {
+    const Action& a = actions_[i];
+    for (SendSlot& slot : sends_) slot.pending.test();  // progress, and completion, of the sends in flight
     Rows& r = batches[size_t(a.micro_batch)];
     if (r.first_row < 0) {
       r.inputs.resize(size_t(tokens)), r.targets.resize(size_t(tokens));
@@ -53,25 +66,24 @@ double Executor::run(uint64_t step, float loss_scale, const MicroBatchSource& so
     const int tag = forward ? kActivationTag : kGradientTag;
     if (a.recv_from != kNoPeer) {
       TraceSpan span(Trace::Kind::receive, a.micro_batch, a.chunk, int64_t(step));
-      pp_.recv({in.data(), in.size()}, a.recv_from, tag);
+      pp_.recv({in, size_t(act)}, a.recv_from, tag);
     }
+    float* out = a.send_to != kNoPeer ? free_send_buffer(size_t(act) * sizeof(float)) : nullptr;
     {
       TraceSpan span(forward ? Trace::Kind::forward : Trace::Kind::backward, a.micro_batch, a.chunk, int64_t(step));
       if (forward) {
         kept_.before_forward(l0, l1);
-        loss += model_.forward_chunk(mb, a.micro_batch, step, true, s, l0, l1, in.data(), out.data());
+        loss += model_.forward_chunk(mb, a.micro_batch, step, true, s, l0, l1, in, out);
         kept_.after_forward(l0, l1);
       } else {
-        model_.backward_chunk(mb, a.micro_batch, step, loss_scale, s, l0, l1, in.data(), out.data());
+        model_.backward_chunk(mb, a.micro_batch, step, loss_scale, s, l0, l1, in, out);
       }
     }
-    if (a.send_to != kNoPeer) {
-      outgoing.push_back(out);
-      sends.push_back(pp_.send_async({outgoing.back().data(), outgoing.back().size()}, a.send_to, tag));
-    }
+    if (out) sends_[size_t(next_send_)].pending = pp_.send_async({out, size_t(act)}, a.send_to, tag);
+    if (i == last_action_[size_t(a.micro_batch)]) r = Rows{};  // its tokens are not read again here
   }
   TraceSpan span(Trace::Kind::send, -1, -1, int64_t(step));
-  for (auto& h : sends) h.wait();
+  for (SendSlot& slot : sends_) slot.pending.wait();
   return loss;
 }
 

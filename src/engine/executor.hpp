@@ -3,6 +3,12 @@
 // the program. Receives are blocking and posted in list order, sends are non-blocking; activations
 // travel under one tag and gradients under another, and between any two ranks each kind is sent in
 // the order the receiver consumes it (checked by the schedule's tests), so nothing can deadlock.
+//
+// What a stage holds for the pipeline (docs/design.md §6, tracked as MemoryCategory::pipeline): one
+// receive buffer and a pool of send buffers, each outgoing message written by the model straight
+// into a free one and freed for reuse as soon as its send completes (tested before every action), so
+// the pool holds what the schedule keeps in flight, not a message per micro-batch; and each
+// micro-batch's tokens (MemoryCategory::data) only from its first action on this stage to its last.
 #include <functional>
 #include <vector>
 
@@ -10,6 +16,7 @@
 #include "model/gpt.hpp"
 #include "engine/schedule.hpp"
 #include "tensor/kept_bytes.hpp"
+#include "tensor/memory_tracker.hpp"
 
 namespace lattice::parallel::pipeline {
 
@@ -31,13 +38,24 @@ class Executor {
   // The layers [l0, l1) of global virtual stage `stage`.
   std::pair<int, int> layers_of(int stage) const;
   bool owns_layer(int layer) const;
+  int send_buffers() const { return int(sends_.size()); }  // the pool's size: the most sends in flight
 
  private:
+  struct SendSlot {
+    TrackedBuffer message;
+    comm::Handle pending;
+  };
+  float* free_send_buffer(size_t bytes);  // a slot whose send completed, or a new one
+
   GPT& model_;
   comm::Communicator& pp_;
   KeptBytesProbe& kept_;
   RankActions actions_;
+  std::vector<size_t> last_action_;  // per micro-batch: the index of its last action here
   int n_mb_, m_, rows_;
+  ScratchArray<float> received_{MemoryCategory::pipeline, "receive"};
+  std::vector<SendSlot> sends_;
+  int next_send_ = 0;  // the slot the last message went out from
 };
 
 }  // namespace lattice::parallel::pipeline

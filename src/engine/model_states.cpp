@@ -207,7 +207,9 @@ void ModelStates::launch_reduction(int b) {
   if (launched_[size_t(b)] || bucket.size() == 0 || !group(b) || (stage_ == 0 && !replicated(b))) return;
   launched_[size_t(b)] = true;
   if (stage_ == 0) {
+    const auto t0 = std::chrono::steady_clock::now();  // a backend may run it at issue (docs/design.md §5)
     all_reducing_.push_back(group(b)->all_reduce_async({grads32_.data() + bucket.begin, size_t(bucket.size())}));
+    wait_s_ += seconds_since(t0);
     return;
   }
   reduce_scatter(b, {}, 2);
@@ -336,14 +338,14 @@ void ModelStates::gather_narrowed() {
 
 // ---- checkpoints ---------------------------------------------------------------------------------
 
-std::vector<float> ModelStates::full_weights() {
+tracked_vector<float, MemoryCategory::checkpoint_io> ModelStates::full_weights() {
   if (masters_sharded()) return gather_full(master_base());
-  return std::vector<float>(master_base(), master_base() + total_);
+  return tracked_vector<float, MemoryCategory::checkpoint_io>(master_base(), master_base() + total_);
 }
 
-std::vector<float> ModelStates::gather_full(const float* owned_values) {
-  if (stage_ == 0) return std::vector<float>(owned_values, owned_values + total_);
-  std::vector<float> full(static_cast<size_t>(total_), 0.0f);
+tracked_vector<float, MemoryCategory::checkpoint_io> ModelStates::gather_full(const float* owned_values) {
+  if (stage_ == 0) return tracked_vector<float, MemoryCategory::checkpoint_io>(owned_values, owned_values + total_);
+  tracked_vector<float, MemoryCategory::checkpoint_io> full(static_cast<size_t>(total_), 0.0f);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bucket = buckets_[b];
     if (bucket.size() == 0) continue;

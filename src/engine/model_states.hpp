@@ -82,8 +82,8 @@ class ModelStates final : public BucketStore {
 
   // Checkpoints (collective over DP under ZeRO): the whole fp32 weights of this rank's layout, and
   // any array laid out like master_pieces() (optimizer element states) made whole.
-  std::vector<float> full_weights();
-  std::vector<float> gather_full(const float* owned_values);
+  tracked_vector<float, MemoryCategory::checkpoint_io> full_weights();
+  tracked_vector<float, MemoryCategory::checkpoint_io> gather_full(const float* owned_values);
 
   // The most transient bytes (gathered or widened weights, gradient buckets, reduced gradient) alive
   // at once, measured by the allocator; seconds blocked on ZeRO's collectives in the last step.

@@ -8,6 +8,7 @@
 
 #include "kernels/dropout.hpp"
 #include "kernels/fast_math.hpp"
+#include "tensor/memory_tracker.hpp"
 
 namespace lattice {
 
@@ -125,7 +126,7 @@ void flash_attention_forward(float* out, float* lse, const float* q, const float
   const AttentionMaskDraw drawer(drop);
   // Kᵀ tile by tile, once: every query tile of a head reads the same key tiles.
   const int64_t nkb = nqb, heads = x.b * x.a;
-  std::vector<float> kt(size_t(heads * nkb * dh * kB));
+  tracked_vector<float, MemoryCategory::workspaces> kt(size_t(heads * nkb * dh * kB));
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < heads * nkb; ++t) {
     const int64_t bh = t / nkb, j0 = t % nkb * kB;
@@ -134,9 +135,9 @@ void flash_attention_forward(float* out, float* lse, const float* q, const float
   // Later query blocks see more keys: hand them out first so the dynamic schedule ends even.
 #pragma omp parallel
   {
-    std::vector<float> S(kB * kB), P(kB * kB), acc(kB * dh);
-    std::vector<float> m(kB), l(kB);
-    std::vector<uint8_t> keep(kB * kB);
+    tracked_vector<float, MemoryCategory::workspaces> S(kB * kB), P(kB * kB), acc(kB * dh);
+    tracked_vector<float, MemoryCategory::workspaces> m(kB), l(kB);
+    tracked_vector<uint8_t, MemoryCategory::workspaces> keep(kB * kB);
 #pragma omp for schedule(dynamic)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t bh = item / nqb, qb = nqb - 1 - item % nqb;
@@ -199,9 +200,9 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
   // One head per work item: its dK, dV tiles and its dQ rows are written by one thread only.
 #pragma omp parallel
   {
-    std::vector<float> S(kB * kB), dP(kB * kB), PZ(kB * kB), Kt(dh * kB), Vt(dh * kB);
-    std::vector<float> dK(kB * dh), dV(kB * dh), D(static_cast<size_t>(s));
-    std::vector<uint8_t> keep(kB * kB);
+    tracked_vector<float, MemoryCategory::workspaces> S(kB * kB), dP(kB * kB), PZ(kB * kB), Kt(dh * kB), Vt(dh * kB);
+    tracked_vector<float, MemoryCategory::workspaces> dK(kB * dh), dV(kB * dh), D(static_cast<size_t>(s));
+    tracked_vector<uint8_t, MemoryCategory::workspaces> keep(kB * kB);
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < heads; ++bh) {
       const int64_t head = bh * s * dh;

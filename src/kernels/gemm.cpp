@@ -14,6 +14,7 @@
 #include <omp.h>
 
 #include "oneapi/dnnl/dnnl.hpp"
+#include "tensor/memory_tracker.hpp"
 
 namespace lattice {
 namespace {
@@ -115,9 +116,8 @@ void run_part(const Key& key, const GemmShape& s, GemmOperand a, GemmOperand b, 
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
   if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias, eng, const_cast<float*>(bias)));
   // The scratchpad: a per-thread buffer that only grows to the largest primitive's need (a few MiB at most).
-  static thread_local std::vector<uint8_t> scratch;
-  if (scratch.size() < p.scratch.get_size()) scratch.resize(p.scratch.get_size());
-  args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratch, eng, scratch.data()));
+  static thread_local ScratchArray<uint8_t> scratch(MemoryCategory::workspaces, "gemm_scratchpad");
+  args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratch, eng, scratch.ensure(int64_t(p.scratch.get_size()))));
   p.matmul.execute(cpu_stream(), args);
   cpu_stream().wait();
 }

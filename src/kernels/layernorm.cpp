@@ -1,4 +1,5 @@
 #include "kernels/layernorm.hpp"
+#include "tensor/memory_tracker.hpp"
 
 #include <omp.h>
 
@@ -32,7 +33,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
   const int threads = omp_get_max_threads();
   // Per-thread partial sums for the parameter gradients, added in a fixed order (deterministic).
-  std::vector<float> partial(size_t(threads) * 2 * size_t(C), 0.0f);
+  tracked_vector<float, MemoryCategory::workspaces> partial(size_t(threads) * 2 * size_t(C), 0.0f);
 #pragma omp parallel num_threads(threads)
   {
     float* dw = partial.data() + size_t(omp_get_thread_num()) * 2 * size_t(C);

@@ -4,6 +4,7 @@
 
 #include "kernels/fast_math.hpp"
 #include "tensor/bf16.hpp"
+#include "tensor/memory_tracker.hpp"
 
 namespace lattice {
 namespace {
@@ -51,8 +52,9 @@ void softmax_dropout_forward(void* probs, uint8_t* mask, void* dropped, DType dt
   const float scale = dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
 #pragma omp parallel
   {
-    std::vector<float> y(static_cast<size_t>(s)), out(static_cast<size_t>(s));  // one row, in cache while written out
-    std::vector<uint8_t> keep(static_cast<size_t>(dropout ? s : 0));
+    // One row, in cache while written out.
+    tracked_vector<float, MemoryCategory::workspaces> y(static_cast<size_t>(s)), out(static_cast<size_t>(s));
+    tracked_vector<uint8_t, MemoryCategory::workspaces> keep(static_cast<size_t>(dropout ? s : 0));
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < batch * s; ++row) {
       const int64_t i = row % s, bh = row / s;

@@ -2,13 +2,13 @@
 
 namespace lattice::parallel {
 
-std::vector<float> gather_full(comm::Communicator* tp, const ModelConfig& config, const float* local) {
+tracked_vector<float, MemoryCategory::checkpoint_io> gather_full(comm::Communicator* tp, const ModelConfig& config, const float* local) {
   const int t = tp ? tp->size() : 1;
   const ParamTable full_table(config);
-  std::vector<float> full(size_t(full_table.total()), 0.0f);
+  tracked_vector<float, MemoryCategory::checkpoint_io> full(size_t(full_table.total()), 0.0f);
   const ParamTable mine(config, t, tp ? tp->rank() : 0);
   const int64_t n = mine.total();
-  std::vector<float> all(size_t(n * t));
+  tracked_vector<float, MemoryCategory::checkpoint_io> all(size_t(n * t));
   if (t > 1)
     tp->all_gather({local, size_t(n)}, {all.data(), all.size()});
   else

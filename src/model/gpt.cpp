@@ -225,7 +225,7 @@ double GPT::head_forward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
   auto* logits = static_cast<float*>(out.logits.data());
   run_head_gemm(logits, head_operand(out.head_in, ws_.ln.data(), b, s, false), bucket_params(wte_bucket(L)), N);
   bucket_params_done(wte_bucket(L));
-  std::vector<float> losses(static_cast<size_t>(N));
+  tracked_vector<float, MemoryCategory::workspaces> losses(static_cast<size_t>(N));
   parallel::cross_entropy_forward(tp_, logits, losses.data(), mb.targets, vocab, N);
   double sum = 0.0;
   for (float v : losses) sum += double(v);
@@ -285,7 +285,7 @@ void GPT::embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
 double GPT::forward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, bool training, int64_t s, int l0, int l1,
                           const float* x_in, float* x_out) {
   const int64_t b = mb.rows, h = model_.hidden, Nl = b * s_local(s);
-  ws_.ensure(b, s, h, model_.heads, vocab_local(), !layout_.fused_attention());
+  ws_.ensure(b, s, h, model_.heads / tp_.size(), vocab_local(), !layout_.fused_attention());  // this rank's heads
   MicroState& state = in_flight_[id];
   if (state.layers.empty()) state.layers.resize(size_t(model_.layers));
   ++state.chunks;

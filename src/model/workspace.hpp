@@ -1,22 +1,25 @@
 #pragma once
-// Transient fp32/bf16 buffers reused by every layer (not activations kept for backward, so not
-// counted by the tracking allocator: ZeRO-R's "constant-size buffers").
+// Transient fp32/bf16 buffers reused by every layer (ZeRO-R's "constant-size buffers"): not
+// activations kept for backward, so counted apart, under MemoryCategory::workspaces.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "moe/moe_layer.hpp"
+#include "tensor/memory_tracker.hpp"
 
 namespace lattice {
 
 struct Workspace {
-  std::vector<float> ln, g1, g2;              // [N, h]
-  std::vector<float> big1, big2, widen;       // [N, 4h] (widen also holds bf16 tensors read back)
-  std::vector<float> q, k, v, dq, dk, dv, ctx;  // [b, a, s, dh] staging
-  std::vector<float> att1, att2;              // [b, a, s, s]
-  std::vector<uint16_t> half;                 // bf16 staging of the largest operand
-  std::vector<float> resid, dresid;           // the residual stream and its gradient [N, h]
-  std::vector<float> full1, full2;            // full-sequence [N, h] inside the TP region (sequence parallel)
+  template <class T>
+  using buffer = tracked_vector<T, MemoryCategory::workspaces>;
+  buffer<float> ln, g1, g2;              // [N, h]
+  buffer<float> big1, big2, widen;       // [N, 4h] (widen also holds bf16 tensors read back)
+  buffer<float> q, k, v, dq, dk, dv, ctx;  // [b, a, s, dh] staging
+  buffer<float> att1, att2;              // [b, a, s, s]
+  buffer<uint16_t> half;                 // bf16 staging of the largest operand
+  buffer<float> resid, dresid;           // the residual stream and its gradient [N, h]
+  buffer<float> full1, full2;            // full-sequence [N, h] inside the TP region (sequence parallel)
   moe::MoEWorkspace moe;                      // the MoE block's, sized by its routing
 
   // attention_s2 = false: fused attention (docs/design.md §3.1) needs no [b, a, s, s] buffers.

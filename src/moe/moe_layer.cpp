@@ -20,8 +20,8 @@ void MoEStats::add_load(int layer, const std::vector<int64_t>& per_expert) {
 
 namespace {
 
-template <class T>
-T* grow(std::vector<T>& v, int64_t n) {
+template <class Vector>
+auto* grow(Vector& v, int64_t n) {
   if (int64_t(v.size()) < n) v.resize(size_t(n));
   return v.data();
 }
@@ -94,7 +94,7 @@ int ep_size(const MoEContext& c) { return c.ep ? c.ep->size() : 1; }
 // Moves rows between the routing ranks and the experts' ranks. `to_experts`: from assignment order
 // (expert-major, so rank-major) to expert-major rows on the experts' rank; otherwise back.
 void exchange(const MoEContext& c, Counts n, const float* in, float* out, int64_t width, bool to_experts,
-              std::vector<float>& scratch) {
+              tracked_vector<float, MemoryCategory::workspaces>& scratch) {
   const int e = ep_size(c), L = c.local_experts;
   int64_t total_in = 0, total_out = 0;
   std::vector<int> sent(static_cast<size_t>(e), 0), received(size_t(e), 0);

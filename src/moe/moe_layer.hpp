@@ -80,10 +80,11 @@ struct MoEContext {
   int layer = 0;
 };
 
-// Scratch buffers reused by every MoE block (not kept: ZeRO-R's constant-size buffers).
+// Scratch buffers reused by every MoE block (not kept: ZeRO-R's constant-size buffers; tracked as
+// workspaces, sized by the routing).
 struct MoEWorkspace {
-  std::vector<float> logits, noise, rows, rows2, hidden, hidden2, dgate;
-  std::vector<uint16_t> half;
+  tracked_vector<float, MemoryCategory::workspaces> logits, noise, rows, rows2, hidden, hidden2, dgate;
+  tracked_vector<uint16_t, MemoryCategory::workspaces> half;
 };
 
 // out [N, h] = Σ_a gate_a · expert_a(x[token_a]) (partial over TP); x [N, h] fp32, the block's input

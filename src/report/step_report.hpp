@@ -44,6 +44,12 @@ struct MemoryReport {
   int64_t params_formula = 0, grads_formula = 0, optimizer_formula = 0;  // docs/design.md §8 for this rank
   int64_t transient_peak_bytes = 0;  // ZeRO's gather/scatter buffers, at most at once (measured)
   int64_t model_state_peak_bytes = 0;  // all model-state buffers at once, setup included (measured)
+  // Every byte (docs/design.md §4): each category's peak since start, all of them at once (accounted),
+  // what requests used of the blocks the process got from the system for them (reserved), and the
+  // OS's peak resident set; unaccounted = peak RSS − reserved peak (libraries, threads, MPI, metadata).
+  std::vector<std::pair<std::string, int64_t>> category_peak_bytes;
+  int64_t accounted_peak_bytes = 0, reserved_peak_bytes = 0, rss_peak_bytes = 0;
+  int64_t unaccounted_bytes() const { return rss_peak_bytes - reserved_peak_bytes; }
 };
 
 void print_step(const StepReport& r, bool json);

@@ -1,18 +1,51 @@
 #include "tensor/memory_tracker.hpp"
 
+#include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <new>
 
 namespace lattice {
 
-MemoryTracker& MemoryTracker::activations() {
-  static MemoryTracker tracker;
-  return tracker;
+const char* category_name(MemoryCategory c) {
+  static const char* const names[kMemoryCategories] = {"activations", "model_states", "communication", "pipeline",
+                                                       "workspaces",  "data",         "checkpoint_io"};
+  return names[int(c)];
 }
 
-MemoryTracker& MemoryTracker::model_states() {
-  static MemoryTracker tracker;
-  return tracker;
+namespace {
+// The process-wide lock and totals (function statics: built before the first tracker's first use).
+struct Totals {
+  std::mutex mu;
+  int64_t live = 0, peak = 0, reserved = 0, reserved_peak = 0;
+};
+Totals& totals() {
+  static Totals t;
+  return t;
+}
+}  // namespace
+
+MemoryTracker& MemoryTracker::of(MemoryCategory c) {
+  totals();  // constructed first, so destroyed after every tracker
+  static MemoryTracker trackers[kMemoryCategories];
+  return trackers[int(c)];
+}
+
+int64_t MemoryTracker::accounted_live_bytes() {
+  std::lock_guard lock(totals().mu);
+  return totals().live;
+}
+int64_t MemoryTracker::accounted_peak_bytes() {
+  std::lock_guard lock(totals().mu);
+  return totals().peak;
+}
+int64_t MemoryTracker::reserved_bytes() {
+  std::lock_guard lock(totals().mu);
+  return totals().reserved;
+}
+int64_t MemoryTracker::reserved_peak_bytes() {
+  std::lock_guard lock(totals().mu);
+  return totals().reserved_peak;
 }
 
 namespace {
@@ -29,6 +62,8 @@ size_t size_class(size_t bytes) {
 }  // namespace
 
 void* MemoryTracker::allocate(size_t bytes, int layer, const char* op) {
+  Totals& t = totals();
+  std::lock_guard lock(t.mu);
   void* ptr = nullptr;
   const size_t cls = size_class(bytes);
   auto it = free_by_size_.find(cls);
@@ -38,22 +73,37 @@ void* MemoryTracker::allocate(size_t bytes, int layer, const char* op) {
   } else {
     ptr = std::aligned_alloc(64, cls);
     if (!ptr) throw std::bad_alloc();
+    used_[ptr] = 0;
+  }
+  // A block's pages become resident as requests write them: count the most any request used of it.
+  size_t& used = used_[ptr];
+  if (bytes > used) {
+    t.reserved += int64_t(bytes - used);
+    t.reserved_peak = std::max(t.reserved_peak, t.reserved);
+    used = bytes;
   }
   live_blocks_[ptr] = Block{bytes, layer, op};
   live_ += int64_t(bytes);
-  if (live_ > peak_) peak_ = live_;
+  peak_ = std::max(peak_, live_);
+  run_peak_ = std::max(run_peak_, live_);
+  t.live += int64_t(bytes);
+  t.peak = std::max(t.peak, t.live);
   return ptr;
 }
 
 void MemoryTracker::release(void* ptr) {
+  Totals& t = totals();
+  std::lock_guard lock(t.mu);
   auto it = live_blocks_.find(ptr);
   if (it == live_blocks_.end()) return;
   live_ -= int64_t(it->second.bytes);
+  t.live -= int64_t(it->second.bytes);
   free_by_size_[size_class(it->second.bytes)].push_back(ptr);
   live_blocks_.erase(it);
 }
 
 int64_t MemoryTracker::live_bytes_of_layer(int layer) const {
+  std::lock_guard lock(totals().mu);
   int64_t sum = 0;
   for (const auto& [ptr, b] : live_blocks_)
     if (b.layer == layer) sum += int64_t(b.bytes);
@@ -61,6 +111,7 @@ int64_t MemoryTracker::live_bytes_of_layer(int layer) const {
 }
 
 std::map<std::string, int64_t> MemoryTracker::live_by_op() const {
+  std::lock_guard lock(totals().mu);
   std::map<std::string, int64_t> out;
   for (const auto& [ptr, b] : live_blocks_) {
     const std::string where = b.layer == kEmbeddingLayer ? "embedding"
@@ -72,6 +123,7 @@ std::map<std::string, int64_t> MemoryTracker::live_by_op() const {
 }
 
 int64_t MemoryTracker::live_bytes_of_op(const std::string& op) const {
+  std::lock_guard lock(totals().mu);
   int64_t sum = 0;
   for (const auto& [ptr, b] : live_blocks_)
     if (op == b.op) sum += int64_t(b.bytes);
@@ -79,8 +131,14 @@ int64_t MemoryTracker::live_bytes_of_op(const std::string& op) const {
 }
 
 void MemoryTracker::release_cache() {
+  Totals& t = totals();
+  std::lock_guard lock(t.mu);
   for (auto& [size, ptrs] : free_by_size_)
-    for (void* p : ptrs) std::free(p);
+    for (void* p : ptrs) {
+      t.reserved -= int64_t(used_[p]);
+      used_.erase(p);
+      std::free(p);
+    }
   free_by_size_.clear();
 }
 

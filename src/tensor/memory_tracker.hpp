@@ -1,6 +1,7 @@
 #pragma once
-// The tracking allocator: every activation a forward pass keeps for backward is allocated here
-// under a (layer, op) tag, so the memory report shows measured bytes, not a formula.
+// The tracking allocator: every buffer that grows with the model, the batch, the micro-batch count or
+// the layout is allocated here under a category and a (layer, op) tag, so the memory report shows
+// measured bytes, not a formula (docs/design.md §4, "Every byte a rank holds").
 // Buffers are recycled by size: a training step allocates the same shapes every time, so after
 // the first step no allocation reaches the system allocator (and no pages are faulted anew).
 #include <cstddef>
@@ -14,22 +15,46 @@
 
 namespace lattice {
 
+// What a buffer is for. Activations kept for backward and model states (params, grads, optimizer)
+// are the two halves of the paper's picture; the rest are what a rank also holds.
+enum class MemoryCategory {
+  activations,    // kept for backward, by layer and op
+  model_states,   // weights, gradients, optimizer states, ZeRO's transient buckets
+  communication,  // collective scratch and staging (ring chunks, SP's rank-major packing)
+  pipeline,       // messages between stages: the send pool, the receive buffer
+  workspaces,     // reusable staging of the kernels (GEMM scratchpads, attention tiles, MoE routing)
+  data,           // the token files and each micro-batch's tokens
+  checkpoint_io,  // what a save or a load holds beyond the states themselves
+  count
+};
+inline constexpr int kMemoryCategories = int(MemoryCategory::count);
+const char* category_name(MemoryCategory c);
+
 class MemoryTracker {
  public:
-  // Activations kept for backward (by layer and op) and model states (params, grads, optimizer)
-  // are counted apart: the two halves of the paper's memory picture.
-  static MemoryTracker& activations();
-  static MemoryTracker& model_states();
-  // The trackers are function statics built before any buffer they serve, so they outlive them;
+  // One tracker per category, built on first use (so before any buffer it serves, which it outlives);
   // at exit the recycled blocks go back to the system (LeakSanitizer would report them otherwise).
+  static MemoryTracker& of(MemoryCategory c);
+  static MemoryTracker& activations() { return of(MemoryCategory::activations); }
+  static MemoryTracker& model_states() { return of(MemoryCategory::model_states); }
   ~MemoryTracker() { release_cache(); }
 
+  // Thread-safe (one process-wide lock: a step makes a few hundred allocations, most on one thread).
   void* allocate(size_t bytes, int layer, const char* op);
   void release(void* ptr);
 
   int64_t live_bytes() const { return live_; }
-  int64_t peak_bytes() const { return peak_; }
+  int64_t peak_bytes() const { return peak_; }  // since the last reset_peak() (the trainer's: a step)
   void reset_peak() { peak_ = live_; }
+  int64_t run_peak_bytes() const { return run_peak_; }  // since start, never reset
+  // All categories together at one instant: the accounted bytes (live requests) and the reserved
+  // bytes, each with its peak. Reserved = over every block obtained from the system (live or kept for
+  // recycling), the most bytes any request has used of it: the pages that became resident, since a
+  // block's size-class tail past the largest request is never written.
+  static int64_t accounted_live_bytes();
+  static int64_t accounted_peak_bytes();
+  static int64_t reserved_bytes();
+  static int64_t reserved_peak_bytes();
   // Live bytes per layer (kEmbeddingLayer/kHeadLayer for the outside parts).
   int64_t live_bytes_of_layer(int layer) const;
   // Live bytes per "layer/op", for the per-op breakdown of the memory report.
@@ -45,7 +70,8 @@ class MemoryTracker {
   };
   std::unordered_map<void*, Block> live_blocks_;
   std::unordered_map<size_t, std::vector<void*>> free_by_size_;
-  int64_t live_ = 0, peak_ = 0;
+  std::unordered_map<void*, size_t> used_;  // every block from the system: the most bytes a request used
+  int64_t live_ = 0, peak_ = 0, run_peak_ = 0;
 };
 
 // A tagged, tracked buffer that frees itself (move-only).
@@ -83,6 +109,28 @@ class TrackedBuffer {
   size_t bytes_ = 0;
 };
 
+// A std::vector allocator drawing from a category's tracker (tag "vector"), for buffers whose size
+// the code grows as it goes: tracked_vector<float, MemoryCategory::communication> v(n).
+template <class T, MemoryCategory C>
+struct TrackedAllocator {
+  using value_type = T;
+  template <class U>
+  struct rebind {
+    using other = TrackedAllocator<U, C>;
+  };
+  TrackedAllocator() = default;
+  template <class U>
+  TrackedAllocator(const TrackedAllocator<U, C>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(MemoryTracker::of(C).allocate(n * sizeof(T), kNoLayer, "vector")); }
+  void deallocate(T* p, size_t) { MemoryTracker::of(C).release(p); }
+  template <class U>
+  bool operator==(const TrackedAllocator<U, C>&) const { return true; }
+  template <class U>
+  bool operator!=(const TrackedAllocator<U, C>&) const { return false; }
+};
+template <class T, MemoryCategory C>
+using tracked_vector = std::vector<T, TrackedAllocator<T, C>>;
+
 }  // namespace lattice
 
 namespace lattice {
@@ -96,6 +144,7 @@ class TrackedArray {
       : buf_(size_t(n) * sizeof(T), 0, op, tracker), n_(n) {
     for (int64_t i = 0; i < n; ++i) data()[i] = T{};
   }
+  TrackedArray(int64_t n, const char* op, MemoryCategory c) : TrackedArray(n, op, MemoryTracker::of(c)) {}
   T* data() { return static_cast<T*>(buf_.data()); }
   const T* data() const { return static_cast<const T*>(buf_.data()); }
   int64_t size() const { return n_; }
@@ -103,6 +152,34 @@ class TrackedArray {
   const T& operator[](int64_t i) const { return data()[i]; }
 
  private:
+  TrackedBuffer buf_;
+  int64_t n_ = 0;
+};
+
+}  // namespace lattice
+
+namespace lattice {
+
+// A grow-only, tracked staging array (not zero-filled): ensure(n) keeps the contents' capacity and
+// reallocates only to grow, so a workspace reused every step costs one allocation a run.
+template <class T>
+class ScratchArray {
+ public:
+  ScratchArray(MemoryCategory c, const char* op) : category_(c), op_(op) {}
+  T* ensure(int64_t n) {
+    if (n > n_) {
+      buf_ = TrackedBuffer(size_t(n) * sizeof(T), kNoLayer, op_, MemoryTracker::of(category_));
+      n_ = n;
+    }
+    return data();
+  }
+  T* data() { return static_cast<T*>(buf_.data()); }
+  int64_t size() const { return n_; }
+  void clear() { buf_.reset(), n_ = 0; }
+
+ private:
+  MemoryCategory category_;
+  const char* op_;
   TrackedBuffer buf_;
   int64_t n_ = 0;
 };

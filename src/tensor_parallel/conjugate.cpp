@@ -5,15 +5,18 @@
 #include <vector>
 
 #include "core/region.hpp"
+#include "tensor/memory_tracker.hpp"
 
 namespace lattice::parallel {
 
 namespace {
 
-std::vector<float>& pack_buffer(int64_t n) {
-  static std::vector<float> buf;  // collectives are issued from one thread
-  if (int64_t(buf.size()) < n) buf.resize(size_t(n));
-  return buf;
+// Collectives are issued from one thread. The tracker is built first, so it outlives the buffer.
+float* pack_buffer(int64_t n) {
+  static MemoryTracker& tracker = MemoryTracker::of(MemoryCategory::communication);
+  static ScratchArray<float> buf(MemoryCategory::communication, "sp_pack");
+  (void)tracker;
+  return buf.ensure(n);
 }
 
 // [b, s, h] ⇄ [t][b, s/t, h]: the rank-major order the collectives exchange chunks in.
@@ -68,17 +71,17 @@ namespace {
 void gather_sequence(comm::Communicator& tp, const float* shard, float* full, const SequenceShape& x) {
   const int t = tp.size();
   const int64_t local = x.b * (x.s / t) * x.h;
-  std::vector<float>& chunks = pack_buffer(local * t);
-  tp.all_gather({shard, size_t(local)}, {chunks.data(), size_t(local * t)});
-  from_rank_major(chunks.data(), full, x, t);
+  float* chunks = pack_buffer(local * t);
+  tp.all_gather({shard, size_t(local)}, {chunks, size_t(local * t)});
+  from_rank_major(chunks, full, x, t);
 }
 
 void scatter_sequence(comm::Communicator& tp, const float* grad_full, float* grad_shard, const SequenceShape& x) {
   const int t = tp.size();
   const int64_t local = x.b * (x.s / t) * x.h;
-  std::vector<float>& chunks = pack_buffer(local * t);
-  to_rank_major(grad_full, chunks.data(), x, t);
-  tp.reduce_scatter({chunks.data(), size_t(local * t)}, {grad_shard, size_t(local)});
+  float* chunks = pack_buffer(local * t);
+  to_rank_major(grad_full, chunks, x, t);
+  tp.reduce_scatter({chunks, size_t(local * t)}, {grad_shard, size_t(local)});
 }
 double full_bytes(const SequenceShape& x) { return double(x.b * x.s * x.h) * 4; }
 }  // namespace

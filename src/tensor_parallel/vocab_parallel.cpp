@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/fast_math.hpp"
+#include "tensor/memory_tracker.hpp"
 
 namespace lattice::parallel {
 
@@ -42,7 +43,7 @@ void cross_entropy_forward(const TensorParallel& tp, float* logits, float* losse
                            const VocabShard& v, int64_t N) {
   // Columns of this shard that are real tokens.
   const int64_t real = std::max<int64_t>(0, std::min(v.v_local, v.v_real - v.v0));
-  std::vector<float> row_max(static_cast<size_t>(N)), row_sum(row_max.size()), target_logit(row_max.size());
+  tracked_vector<float, MemoryCategory::workspaces> row_max(static_cast<size_t>(N)), row_sum(row_max.size()), target_logit(row_max.size());
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = logits + n * v.v_local;

@@ -284,7 +284,7 @@ double Trainer::run_micro_batches(float loss_scale) {
       train_loader_->fill(step_, row0 + k * b, int(b), in, tgt);
       return row0 + k * b;
     });
-  std::vector<int32_t> inputs(size_t(b * s)), targets(size_t(b * s));
+  tracked_vector<int32_t, MemoryCategory::data> inputs(size_t(b * s)), targets(size_t(b * s));
   double loss_sum = 0.0;
   for (int64_t first = row0; first < row0 + rows; first += b) {
     // The last micro-batch's backward starts the gradient reductions layer by layer.
@@ -342,7 +342,7 @@ double Trainer::evaluate(int64_t batches) {
   const parallel::ConjugateTraffic step_traffic = parallel::conjugate_traffic();
   const data::BatchLoader& loader = val_loader_ ? *val_loader_ : *train_loader_;
   const int64_t s = model_config_.seq_len, b = config_.micro_batch;
-  std::vector<int32_t> inputs(size_t(b * s)), targets(size_t(b * s));
+  tracked_vector<int32_t, MemoryCategory::data> inputs(size_t(b * s)), targets(size_t(b * s));
   double sum = 0.0;
   for (int64_t k = 0; k < batches; ++k) {
     loader.fill(k, 0, int(b), inputs.data(), targets.data());

@@ -24,13 +24,13 @@ void Trainer::stage_save(const std::string& dir) {
   // rank's layout; world rank 0 writes.
   comm::Communicator* tp = dist_ ? &dist_->tp() : nullptr;
   // The fp32 weights (ZeRO shards or 16-bit runs' masters gathered), laid out as the whole model.
-  const std::vector<float> params_local = owned_by_stage(states_->full_weights().data());
+  const auto params_local = owned_by_stage(states_->full_weights().data());
   const auto params = parallel::gather_full(tp, model_config_, params_local.data());
   // Element states (a ZeRO shard is first gathered over DP into this rank's full TP-shard layout).
   checkpoint::FullState full{params.data(), optimizer_->name(), {}, {}};
-  std::vector<std::vector<float>> element_values;
+  std::vector<tracked_vector<float, MemoryCategory::checkpoint_io>> element_values;
   for (const auto& e : optimizer_->element_states()) {
-    const std::vector<float> local = owned_by_stage(states_->gather_full(e.values).data());
+    const auto local = owned_by_stage(states_->gather_full(e.values).data());
     element_values.push_back(parallel::gather_full(tp, model_config_, local.data()));
     full.element_states.push_back({e.prefix, element_values.back().data()});
   }
@@ -44,13 +44,13 @@ void Trainer::stage_save(const std::string& dir) {
   if (dist_) dist_->world().barrier();
 }
 
-std::vector<float> Trainer::owned_by_stage(const float* values) const {
-  if (!pipeline_ && layout_.ep == 1) return std::vector<float>(values, values + model_->num_params());
+tracked_vector<float, MemoryCategory::checkpoint_io> Trainer::owned_by_stage(const float* values) const {
+  if (!pipeline_ && layout_.ep == 1) return tracked_vector<float, MemoryCategory::checkpoint_io>(values, values + model_->num_params());
   // Each stage (and expert-parallel rank) places the tensors it holds into the whole model's layout
   // (this TP rank's shard of it) and the parts are summed; the tied embedding is taken from the
   // first stage only, dense tensors (the same on every EP rank) from EP rank 0 only.
   const ParamTable whole(model_config_, layout_.tp, dist_->coords().tp_rank);
-  std::vector<float> out(static_cast<size_t>(whole.total()), 0.0f);
+  tracked_vector<float, MemoryCategory::checkpoint_io> out(static_cast<size_t>(whole.total()), 0.0f);
   const bool first = dist_->coords().pp_rank == 0, ep_first = dist_->coords().ep_rank == 0;
   for (const ParamInfo& p : model_->table().params()) {
     if (p.offset == model_->table().wte() && !first) continue;

@@ -1,6 +1,8 @@
 // Fuzz target: data::TokenFile::load (train.bin / val.bin in llm.c's format, `lattice train --data`,
 // `lattice eval --data`). A file that loads must hold exactly the header's count of tokens, each
 // below the vocabulary, and write back and load again to the same tokens.
+#include <algorithm>
+
 #include "data/token_file.hpp"
 #include "fuzz_util.hpp"
 
@@ -17,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(size == data::kTokenFileHeaderBytes + file.size() * sizeof(uint16_t));
       for (const uint16_t t : file.tokens()) FUZZ_CHECK(t < vocab);
       data::write_token_file(again, file.tokens());
-      FUZZ_CHECK(data::TokenFile::load(again, vocab).tokens() == file.tokens());
+      FUZZ_CHECK(std::ranges::equal(data::TokenFile::load(again, vocab).tokens(), file.tokens()));
     });
   }
   return 0;
