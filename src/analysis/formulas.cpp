@@ -6,13 +6,15 @@ LayerBytes layer_activation_parts(const ActivationShape& x) {
   const int64_t sbh = x.s * x.b * x.h;
   const int64_t as2b = x.a * x.s * x.s * x.b;
   const int64_t d = x.d;
-  const int64_t mask = x.dropout ? 1 : 0;
+  const int64_t shard = x.sp ? x.t : 1;  // SP keeps a sequence shard of the replicated part
   LayerBytes r{};
-  r.replicated = sbh * (4 * d + 2 * mask);
+  // Two residual dropout masks of sbh elements (one byte each, or one bit with --pack-masks).
+  r.replicated = sbh * 4 * d / shard + (x.dropout ? 2 * mask_bytes(x, sbh / shard) : 0);
   r.tp_divided = sbh * 12 * d / x.t;
-  // softmax output (d) + mask (1) + dropout output (d); without dropout the output is the input.
-  r.attention = x.fused_attention ? fused_attention_bytes(x) : as2b * (x.dropout ? 2 * d + 1 : d) / x.t;
-  if (x.sp) r.replicated /= x.t;
+  // softmax output (d) + mask (1, or 1/8) + dropout output (d); without dropout the output is the input.
+  r.attention = x.fused_attention ? fused_attention_bytes(x)
+                : x.dropout       ? as2b * 2 * d / x.t + mask_bytes(x, as2b / x.t)
+                                  : as2b * d / x.t;
   return r;
 }
 
@@ -27,7 +29,7 @@ int64_t fused_attention_bytes(const ActivationShape& x) { return 4 * x.a * x.s *
 int64_t extra_activation_bytes(const ActivationShape& x, int pp, int in_flight) {
   const int64_t sbh = x.s * x.b * x.h;
   const int64_t shard = x.sp ? x.t : 1;
-  int64_t bytes = x.dropout ? sbh * in_flight / shard : 0;  // embedding dropout masks
+  int64_t bytes = x.dropout ? mask_bytes(x, sbh / shard) * in_flight : 0;  // embedding dropout masks
   if (pp == 1) {
     bytes += 2 * sbh * x.d / shard;       // final LN input, output-projection input
     bytes += 4 * x.s * x.b * x.v / x.t;   // fp32 logits (vocabulary-parallel)

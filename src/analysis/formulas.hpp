@@ -17,7 +17,10 @@ struct ActivationShape {
   int d = 4;             // bytes per stored activation element
   bool dropout = true;   // with dropout 0 no masks are kept and dropout output aliases its input
   bool fused_attention = false;  // --attention fused: the log-sum-exp instead of the s² tensors (§3.1)
+  bool packed_masks = false;     // --pack-masks: dropout masks at one bit an element (n/8 bytes, rounded up)
 };
+// The bytes a kept dropout mask of n elements takes.
+inline int64_t mask_bytes(const ActivationShape& x, int64_t n) { return x.packed_masks ? (n + 7) / 8 : n; }
 
 // Bytes one transformer layer keeps for backward, for one micro-batch, on one rank.
 // `full` = this layer is fully recomputed (keeps only its input); otherwise `selective`

@@ -63,6 +63,8 @@ void add_layout_flags(CLI::App& app, LayoutFlags& f) {
                  "unfused | fused (tiled causal attention keeping the log-sum-exp, not the s² tensors)")
       ->check(CLI::IsMember({"unfused", "fused"}))
       ->capture_default_str();
+  app.add_flag("--pack-masks", l.pack_masks,
+               "keep dropout masks at one bit an element instead of one byte (bit-identical training)");
   app.add_option("--activation-dtype", f.activation_dtype, "fp32 | bf16 storage of kept activations")
       ->capture_default_str();
   app.add_option("--tensor-model-parallel-size", l.tp, "tensor-parallel size t")->capture_default_str();

@@ -95,6 +95,7 @@ struct LayoutConfig {
   // weights in the optimizer (mixed precision, docs/design.md §8).
   ParamsDType params_dtype = ParamsDType::fp32;
   AttentionKernel attention = AttentionKernel::unfused;
+  bool pack_masks = false;  // dropout masks kept at one bit an element (docs/design.md §4)
   bool fused_attention() const { return attention == AttentionKernel::fused; }
   // The recompute that actually runs: with fused attention there is no s² tensor for selective to
   // drop, so selective is none (docs/design.md §3.1).

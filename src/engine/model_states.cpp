@@ -267,9 +267,11 @@ OwnedGrads ModelStates::reduce() {
     reduced_ = TrackedArray<float>(total_, "transient");
     half_->widen(grads16_.data(), reduced_.data(), total_);
     note_transient();
+    const auto t0 = std::chrono::steady_clock::now();
     for (size_t b = 0; b < buckets_.size(); ++b)
       if (replicated(int(b)) && buckets_[b].size() > 0)
         group(int(b))->all_reduce({reduced_.data() + buckets_[b].begin, size_t(buckets_[b].size())});
+    wait_s_ += seconds_since(t0);
     return {owned_, {reduced_.data()}};
   }
   if (half() && stage_ == 1) {  // bucket by bucket: widen, reduce-scatter (one in flight)

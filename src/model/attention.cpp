@@ -120,15 +120,14 @@ void attention_core_forward(LayerKept& kept, bool keep_s2, float* ctx_out, const
   void* operand = fp32 ? static_cast<void*>(ws.att2.data()) : static_cast<void*>(ws.half.data());
   if (keep_s2) {
     kept.probs = Stored(n_att, c.dtype, layer, "softmax");
-    if (drop) {
-      kept.attn_mask = TrackedBuffer(size_t(n_att), layer, "attn_mask");
-      kept.attn_dropped = Stored(n_att, c.dtype, layer, "attn_dropout");
-    }
+    if (drop) kept.attn_dropped = Stored(n_att, c.dtype, layer, "attn_dropout");
   }
   void* probs = keep_s2 ? kept.probs.data() : drop ? nullptr : operand;
-  uint8_t* mask = keep_s2 && drop ? static_cast<uint8_t*>(kept.attn_mask.data()) : nullptr;
+  uint8_t* mask = keep_s2 && drop ? kept.attn_mask.begin(n_att, c.pack_masks, layer, "attn_mask", ws.mask_bytes.data())
+                                  : nullptr;
   void* dropped = !drop ? nullptr : keep_s2 ? kept.attn_dropped.data() : operand;
   softmax_dropout_forward(probs, mask, dropped, c.dtype, ws.att1.data(), c.a, c.b * c.a, c.s, attention_dropout(c));
+  if (mask) kept.attn_mask.finish();
   if (!ctx_out) return;
   const GemmOperand dropped_op =
       keep_s2 ? stored_operand(drop ? kept.attn_dropped : kept.probs) : GemmOperand{operand, c.dtype};
@@ -154,8 +153,7 @@ void attention_core_backward(float* dq, float* dk, float* dv, const float* dctx,
   gemm(dvs, stored_operand(dropped), dctx_op, dv);
 
   if (drop)
-    dropout_backward(ws.att1.data(), ws.att1.data(), static_cast<const uint8_t*>(kept.attn_mask.data()), n_att,
-                     c.dropout);
+    dropout_backward(ws.att1.data(), ws.att1.data(), kept.attn_mask.bytes(ws.mask_bytes.data()), n_att, c.dropout);
   const float* probs32 = kept.probs.load(ws.att2.data());
   softmax_causal_backward(ws.att1.data(), ws.att1.data(), probs32, c.b * c.a, c.s);
 

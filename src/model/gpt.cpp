@@ -119,6 +119,7 @@ LayerContext GPT::layer_context(int l, uint64_t step, bool training, int64_t row
   c.seq_total = s, c.pos0 = pos0(s), c.s_local = s_local(s);
   c.tp = tp_;
   c.fused_attention = layout_.fused_attention();
+  c.pack_masks = layout_.pack_masks;
   if (!model_.moe.is_moe_layer(l)) return c;
   // The MoE block routes the whole sequence of the micro-batch (docs/design.md §12).
   const MoEConfig& m = model_.moe;
@@ -196,12 +197,12 @@ void GPT::embed_forward(const MicroBatch& mb, uint64_t step, bool training, int6
   add_positions(x, bucket_params(wpe_bucket(L), 0), b, sl, p0, h);
   bucket_params_done(wpe_bucket(L));
   if (dropout > 0.0f) {
-    out.emb_mask = TrackedBuffer(size_t(Nl * h), kEmbeddingLayer, "emb_mask");
-    auto* mask = static_cast<uint8_t*>(out.emb_mask.data());
+    uint8_t* mask = out.emb_mask.begin(Nl * h, layout_.pack_masks, kEmbeddingLayer, "emb_mask", ws_.mask_bytes.data());
     const DropoutStream st{seed_, step, -1, DropoutSite::embedding};
     for (int64_t r = 0; r < b; ++r)
       dropout_mask_fill(mask + r * sl * h, st, uint64_t(((mb.first_row + r) * s + p0) * h), sl * h, dropout);
     dropout_forward(x, x, mask, Nl * h, dropout);
+    out.emb_mask.finish();
   }
 }
 
@@ -272,7 +273,7 @@ void GPT::embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
   const int64_t b = mb.rows, h = model_.hidden, N = b * s, sl = s_local(s), Nl = b * sl;
   float* dx = ws_.dresid.data();
   if (model_.dropout > 0.0f)
-    dropout_backward(dx, dx, static_cast<const uint8_t*>(out.emb_mask.data()), Nl * h, float(model_.dropout));
+    dropout_backward(dx, dx, out.emb_mask.bytes(ws_.mask_bytes.data()), Nl * h, float(model_.dropout));
   const int L = model_.layers;
   position_grads(bucket_grads(wpe_bucket(L)), dx, b, sl, pos0(s), h);
   bucket_grads_done(wpe_bucket(L));
@@ -285,7 +286,8 @@ void GPT::embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
 double GPT::forward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, bool training, int64_t s, int l0, int l1,
                           const float* x_in, float* x_out) {
   const int64_t b = mb.rows, h = model_.hidden, Nl = b * s_local(s);
-  ws_.ensure(b, s, h, model_.heads / tp_.size(), vocab_local(), !layout_.fused_attention());  // this rank's heads
+  ws_.ensure(b, s, h, model_.heads / tp_.size(), vocab_local(), !layout_.fused_attention(),  // this rank's heads
+             layout_.pack_masks && model_.dropout > 0);
   MicroState& state = in_flight_[id];
   if (state.layers.empty()) state.layers.resize(size_t(model_.layers));
   ++state.chunks;

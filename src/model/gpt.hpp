@@ -83,7 +83,8 @@ class GPT {
  private:
   // What a forward keeps outside the layers (embedding and head), tracked like the layers.
   struct OutsideKept {
-    TrackedBuffer tokens, emb_mask, lnf_stats, logits;
+    TrackedBuffer tokens, lnf_stats, logits;
+    KeptMask emb_mask;
     Stored lnf_in, head_in;
   };
   // What one micro-batch keeps while it is in flight, per layer and outside the layers.

@@ -22,6 +22,7 @@ struct LayerContext {
   int64_t s_local = 0;                 // positions this rank holds outside the TP region (s/t under SP; 0 = s)
   parallel::TensorParallel tp;         // the tensor-parallel group (none = one rank)
   bool fused_attention = false;        // tiled attention keeping the log-sum-exp (docs/design.md §3.1)
+  bool pack_masks = false;             // dropout masks kept at one bit an element (docs/design.md §4)
   bool is_moe = false;                 // the MLP is an MoE block (docs/design.md §12)
   moe::MoEContext moe;
   double moe_aux_weight = 0;           // backward: d loss / d (each routing group's auxiliary loss)

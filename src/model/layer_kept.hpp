@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/gemm.hpp"
+#include "kernels/kept_mask.hpp"
 #include "moe/moe_layer.hpp"
 #include "tensor/memory_tracker.hpp"
 #include "tensor/stored.hpp"
@@ -19,17 +20,17 @@ struct LayerKept {
   Stored qkv_in;              // LN1 output                                sbh
   Stored q, k, v;             // heads split [b, a, s, dh]                 3sbh
   Stored probs;               // softmax output                            as²b   (not under selective)
-  TrackedBuffer attn_mask;    // attention dropout mask, 1 byte            as²b   (not under selective)
+  KeptMask attn_mask;         // attention dropout mask, 1 byte (1 bit)    as²b   (not under selective)
   Stored attn_dropped;        // attention dropout output                  as²b   (not under selective)
   TrackedBuffer attn_lse;     // fused attention: per-row log-sum-exp, fp32 4asb   (instead of the three above)
   Stored proj_in;             // context, heads merged                     sbh
-  TrackedBuffer resid1_mask;  // residual dropout mask (attention branch)  sbh
+  KeptMask resid1_mask;       // residual dropout mask (attention branch)  sbh    (sbh/8 with --pack-masks)
   Stored ln2_in;              // LN2 input                                 sbh
   TrackedBuffer ln2_stats;    //                                           2sb·4
   Stored fc1_in;              // LN2 output (an MoE layer's router input)   sbh
   Stored gelu_in;             // FC1 output                                4sbh
   Stored fc2_in;              // GeLU output                               4sbh
-  TrackedBuffer resid2_mask;  // residual dropout mask (MLP branch)        sbh
+  KeptMask resid2_mask;       // residual dropout mask (MLP branch)        sbh    (sbh/8 with --pack-masks)
   moe::MoEKept moe;           // an MoE layer's block instead of gelu_in, fc2_in (analysis/moe_formulas.hpp)
 
   bool has_attention_s2() const { return bool(probs); }

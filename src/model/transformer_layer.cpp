@@ -26,8 +26,8 @@ void fill_residual_mask(uint8_t* mask, DropoutSite site, const LayerContext& c) 
 }
 
 // x += Dropout(y + bias) over the local rows, with the mask kept in `mask_buf`.
-void residual_dropout_add(float* x, float* y, const float* bias, TrackedBuffer& mask_buf, DropoutSite site,
-                          const char* tag, const LayerContext& c) {
+void residual_dropout_add(float* x, float* y, const float* bias, KeptMask& kept_mask, DropoutSite site,
+                          const char* tag, const LayerContext& c, Workspace& ws) {
   const int64_t n = c.N_local() * c.h, h = c.h;
   if (bias) {
 #pragma omp parallel for schedule(static)
@@ -35,10 +35,10 @@ void residual_dropout_add(float* x, float* y, const float* bias, TrackedBuffer& 
       for (int64_t i = 0; i < h; ++i) y[r * h + i] += bias[i];
   }
   if (c.dropout > 0.0f) {
-    mask_buf = TrackedBuffer(size_t(n), c.stream.layer, tag);
-    auto* mask = static_cast<uint8_t*>(mask_buf.data());
+    uint8_t* mask = kept_mask.begin(n, c.pack_masks, int(c.stream.layer), tag, ws.mask_bytes.data());
     fill_residual_mask(mask, site, c);
     dropout_forward(y, y, mask, n, c.dropout);
+    kept_mask.finish();
   }
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
@@ -107,7 +107,7 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
   kept.proj_in.store(merged);
   row_parallel_forward(ws.big1.data(), stored_operand(kept.proj_in), w.proj, w.proj_b, hl, c, ws, &bias_after);
   residual_dropout_add(x, ws.big1.data(), bias_after, kept.resid1_mask, DropoutSite::attention_residual,
-                       "resid1_mask", c);
+                       "resid1_mask", c, ws);
 
   // MLP block.
   kept.ln2_in = Stored(Nl * h, dt, l, "ln2_input");
@@ -119,7 +119,7 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
     float* partial = c.tp.active() ? ws.full2.data() : ws.big1.data();
     moe::moe_forward(partial, full, kept.moe, w.moe, c.moe, ws.moe);
     if (c.tp.active()) parallel::leave_forward(c.tp, partial, ws.big1.data(), c.seq());
-    residual_dropout_add(x, ws.big1.data(), nullptr, kept.resid2_mask, DropoutSite::mlp_residual, "resid2_mask", c);
+    residual_dropout_add(x, ws.big1.data(), nullptr, kept.resid2_mask, DropoutSite::mlp_residual, "resid2_mask", c, ws);
     return;
   }
   kept.gelu_in = Stored(N * 4 * hl, dt, l, "gelu_input");
@@ -132,7 +132,7 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
   kept.fc2_in.store(act);
   row_parallel_forward(ws.big1.data(), stored_operand(kept.fc2_in), w.fc2, w.fc2_b, 4 * hl, c, ws, &bias_after);
   residual_dropout_add(x, ws.big1.data(), bias_after, kept.resid2_mask, DropoutSite::mlp_residual, "resid2_mask",
-                       c);
+                       c, ws);
 }
 
 void layer_recompute_attention(LayerKept& kept, const LayerContext& c, Workspace& ws) {
@@ -144,11 +144,11 @@ namespace {
 
 // Backward of one residual branch's output: dy_local = Dropout'(dx_local), then the full-sequence
 // gradient the row-parallel GEMM's backward reads (ḡ's backward all-gathers it under SP).
-const float* branch_output_grad(const float* dx, const TrackedBuffer& mask, const LayerContext& c, Workspace& ws) {
+const float* branch_output_grad(const float* dx, const KeptMask& mask, const LayerContext& c, Workspace& ws) {
   const int64_t n = c.N_local() * c.h;
   float* dy = ws.g1.data();
   if (c.dropout > 0.0f)
-    dropout_backward(dy, dx, static_cast<const uint8_t*>(mask.data()), n, c.dropout);
+    dropout_backward(dy, dx, mask.bytes(ws.mask_bytes.data()), n, c.dropout);
   else
     std::copy(dx, dx + n, dy);
   return parallel::leave_backward(c.tp, dy, ws.full2.data(), c.seq());

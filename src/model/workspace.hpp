@@ -20,10 +20,12 @@ struct Workspace {
   buffer<uint16_t> half;                 // bf16 staging of the largest operand
   buffer<float> resid, dresid;           // the residual stream and its gradient [N, h]
   buffer<float> full1, full2;            // full-sequence [N, h] inside the TP region (sequence parallel)
+  buffer<uint8_t> mask_bytes;                 // --pack-masks: a mask's bytes before packing / after unpacking
   moe::MoEWorkspace moe;                      // the MoE block's, sized by its routing
 
   // attention_s2 = false: fused attention (docs/design.md §3.1) needs no [b, a, s, s] buffers.
-  void ensure(int64_t b, int64_t s, int64_t h, int64_t a, int64_t vocab_padded, bool attention_s2 = true) {
+  void ensure(int64_t b, int64_t s, int64_t h, int64_t a, int64_t vocab_padded, bool attention_s2 = true,
+              bool pack_masks = false) {
     const int64_t N = b * s, att = attention_s2 ? b * a * s * s : 0;
     auto grow = [](auto& buf, int64_t n) {
       if (int64_t(buf.size()) < n) buf.resize(size_t(n));
@@ -34,6 +36,7 @@ struct Workspace {
     grow(att1, att), grow(att2, att);
     // Two staging areas: a gradient operand and, under sequence parallelism, a re-gathered input.
     grow(half, std::max({N * 4 * h, att, N * vocab_padded}) + N * 4 * h);
+    if (pack_masks) grow(mask_bytes, std::max(N * h, att));
   }
 };
 

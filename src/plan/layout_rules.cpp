@@ -22,6 +22,7 @@ analysis::ActivationShape activation_shape(const PlanRequest& r) {
   x.d = bytes_of(r.layout.activation_dtype);
   x.dropout = r.model.dropout > 0;
   x.fused_attention = r.layout.fused_attention();
+  x.packed_masks = r.layout.pack_masks;
   return x;
 }
 

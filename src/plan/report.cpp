@@ -42,7 +42,7 @@ std::string describe_layout(const PlanRequest& r) {
     s += buf;
   }
   std::snprintf(buf, sizeof buf, " zero%d", l.zero);
-  return s + buf + (l.fused_attention() ? " fused-attn" : "");
+  return s + buf + (l.fused_attention() ? " fused-attn" : "") + (l.pack_masks ? " packed-masks" : "");
 }
 
 std::string plan_text(const Plan& p, const Hardware& hw) {

@@ -13,7 +13,16 @@ run tp2_sp 2 --tensor-model-parallel-size 2 --sequence-parallel
 run tp4_sp 4 --tensor-model-parallel-size 4 --sequence-parallel
 run dp2 2
 run tp2_dp2_selective 4 --tensor-model-parallel-size 2 --recompute selective
-for name in tp2 tp2_sp tp4_sp dp2 tp2_dp2_selective; do
+run one_packed 1 --pack-masks
+check "--pack-masks trains bit for bit the model of byte masks (losses and weights equal)" "$PY" -c "
+import json, sys
+l = lambda f: [json.loads(x)['loss'] for x in open(f) if '\"event\":\"step\"' in x]
+a, b = l('one.jsonl'), l('one_packed.jsonl')
+same = open('ck_one/model.safetensors', 'rb').read() == open('ck_one_packed/model.safetensors', 'rb').read()
+print(a, b, same)
+sys.exit(0 if len(a) == 4 and a == b and same else 1)"
+run tp2_sp_packed 2 --tensor-model-parallel-size 2 --sequence-parallel --pack-masks
+for name in tp2 tp2_sp tp4_sp dp2 tp2_dp2_selective tp2_sp_packed; do
   check "$name trains the one-rank model" compare "$name"
 done
 
@@ -27,7 +36,10 @@ run pp4_1f1b 4 --pipeline-model-parallel-size 4 --schedule 1f1b
 run pp2_interleaved 2 --pipeline-model-parallel-size 2 --schedule interleaved --virtual-stages 2
 run tp2_pp2_dp2_sp 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel
 run pp2_full_recompute 2 --pipeline-model-parallel-size 2 --recompute full --recompute-layers 1
-for name in pp2_gpipe pp2_1f1b pp4_1f1b pp2_interleaved tp2_pp2_dp2_sp pp2_full_recompute; do
+# --pack-masks keeps the same masks at one bit an element: every layout still trains the one-rank model.
+run tp2_pp2_sp_selective_packed 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+  --sequence-parallel --recompute selective --pack-masks
+for name in pp2_gpipe pp2_1f1b pp4_1f1b pp2_interleaved tp2_pp2_dp2_sp pp2_full_recompute tp2_pp2_sp_selective_packed; do
   check "$name trains the one-rank model" compare "$name" one_l4
 done
 # First-stage activation peak (eq. 5): 1F1B holds L layers' worth, interleaved × (1 + (p−1)/(p·m)),

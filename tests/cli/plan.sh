@@ -45,6 +45,21 @@ test "$zero1" -lt "$plain"
 zero1_fp32=$("$LATTICE" plan --layers 4 --hidden 128 --heads 4 --gpus 4 --zero 1 --params-dtype fp32 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["model_state_bytes"])')
 test "$((zero1_fp32 * 7))" -eq "$((zero1 * 10))"
 
+# --pack-masks: the 1-bit rows of Table 2 (docs/design.md §4), TP 2 with bf16 activations, with and
+# without selective recompute: sbh(4d + 2/8 + 12d/t) + as²b(2d + 1/8)/t, and sbh(4d + 2/8 + 12d/t).
+for mode in none selective; do
+  "$LATTICE" plan --layers 24 --hidden 2048 --heads 16 --seq-len 2048 --micro-batch 1 --global-batch 8 \
+    --tensor-model-parallel-size 2 --activation-dtype bf16 --recompute "$mode" --pack-masks --json > "$SCRATCH/packed_$mode.json"
+  python3 - "$SCRATCH/packed_$mode.json" "$mode" <<'PY'
+import json, sys
+j = json.loads(open(sys.argv[1]).read())
+s, b, h, a, t, d = 2048, 1, 2048, 16, 2, 2
+sbh, as2b = s * b * h, a * s * s * b
+want = sbh * (4 * d + 12 * d // t) + 2 * sbh // 8 + (0 if sys.argv[2] == "selective" else (as2b * 2 * d + as2b // 8) // t)
+assert j["activation_bytes_per_layer"] == want, (j["activation_bytes_per_layer"], want)
+PY
+done
+
 "$LATTICE" plan --help > "$SCRATCH/help.txt"
 grep -q -- "--recompute-layers" "$SCRATCH/help.txt"
 echo ok

@@ -144,3 +144,33 @@ TEST(ActivationMemory, PeakOrderingAcrossModes) {
     EXPECT_GE(p_none, kept_none) << to_string(dt);
   }
 }
+
+// --pack-masks (docs/design.md §4): every dropout mask kept at one bit an element. The per-layer
+// bytes follow the 1-bit formula (sbh(16d + 2/8) + as²b(2d + 1/8)), the layer saves exactly 7/8 of
+// its masks against the byte masks, and the gradients are bit-identical.
+TEST(ActivationMemory, PackedMasksKeepOneBitAndTrainTheSame) {
+  const ModelConfig m = modeltest::small_model(0.1, kLayers, kHidden, kHeads, kSeq, 256);
+  const modeltest::Tokens tok(kRows, kSeq, m.vocab, 2);
+  const int64_t sbh = int64_t(kSeq) * kRows * kHidden, as2b = int64_t(kHeads) * kSeq * kSeq * kRows;
+  for (DType dt : {DType::fp32, DType::bf16})
+    for (Recompute r : {Recompute::none, Recompute::selective}) {
+      LayoutConfig bytes = modeltest::layout(r, dt), bits = bytes;
+      bits.pack_masks = true;
+      Probed a(m, bytes), b(m, bits);
+      run_step(a, tok), run_step(b, tok);
+      auto x = shape_of(m, dt, kRows);
+      x.packed_masks = true;
+      const std::string what = std::string(to_string(dt)) + ", recompute " + to_string(r);
+      for (int l = 0; l < kLayers; ++l) {
+        expect_within(b.kept.per_layer()[size_t(l)], analysis::layer_activation_bytes(x, false, r == Recompute::selective),
+                      0.02, what);
+        const int64_t masks = 2 * sbh + (r == Recompute::selective ? 0 : as2b);
+        EXPECT_EQ(a.kept.per_layer()[size_t(l)] - b.kept.per_layer()[size_t(l)], masks - masks / 8) << what;
+      }
+      EXPECT_EQ(a.kept.outside() - b.kept.outside(), sbh - sbh / 8) << what << ", embedding mask";
+      expect_within(b.kept.outside(), analysis::extra_activation_bytes(x, 1, 1), 0.02, what + ", outside");
+      ASSERT_EQ(a.gpt.num_params(), b.gpt.num_params());
+      for (int64_t i = 0; i < a.gpt.num_params(); ++i)
+        ASSERT_EQ(a.gpt.grads()[i], b.gpt.grads()[i]) << what << ", gradient " << i;
+    }
+}

@@ -3,12 +3,14 @@
 // micro-batches by first_row changes neither the loss sum nor the gradient.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "gradcheck_util.hpp"
 #include "kernels/dropout.hpp"
+#include "kernels/kept_mask.hpp"
 #include "kernels/softmax.hpp"
 #include "tensor/bf16.hpp"
 #include "model/gpt.hpp"
@@ -201,5 +203,33 @@ TEST(DropoutMask, OnePassSoftmaxDropoutEqualsTheFourPasses) {
     std::vector<char> d2(size_t(n) * elem);
     softmax_dropout_forward(nullptr, nullptr, d2.data(), dt, scores.data(), a, b * a, s, d);
     ASSERT_EQ(d2, d1);
+  }
+}
+
+// --pack-masks: a mask of 0/1 bytes packs to bits and unpacks to the same bytes, for every length
+// (the last partial byte included), and KeptMask hands the backward what the forward wrote.
+TEST(DropoutMask, PackedBitsRoundTrip) {
+  for (int64_t n : {1, 7, 8, 9, 63, 64, 65, 1000, 4099}) {
+    std::vector<uint8_t> mask(static_cast<size_t>(n)), bits(static_cast<size_t>(packed_mask_bytes(n)), 0xff);
+    std::vector<uint8_t> back(static_cast<size_t>(n), 7);
+    const DropoutStream st{42, 3, 1, DropoutSite::mlp_residual};
+    dropout_mask_fill(mask.data(), st, 1000, n, 0.3f);
+    pack_mask_bits(bits.data(), mask.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ((bits[size_t(i / 8)] >> (i % 8)) & 1, mask[size_t(i)]) << n << " " << i;
+    if (n % 8) {
+      EXPECT_EQ(bits.back() >> (n % 8), 0) << "unused bits of the last byte are 0";
+    }
+    unpack_mask_bits(back.data(), bits.data(), n);
+    EXPECT_EQ(back, mask) << n;
+
+    std::vector<uint8_t> scratch(static_cast<size_t>(n));
+    KeptMask kept;
+    uint8_t* w = kept.begin(n, true, kNoLayer, "test", scratch.data());
+    EXPECT_EQ(w, scratch.data());
+    std::copy(mask.begin(), mask.end(), w);
+    kept.finish();
+    std::fill(scratch.begin(), scratch.end(), uint8_t(9));
+    const uint8_t* r = kept.bytes(scratch.data());
+    EXPECT_TRUE(std::equal(mask.begin(), mask.end(), r)) << n;
   }
 }
