@@ -21,11 +21,12 @@ int64_t routed_assignments_bound(const MoEConfig& moe, int64_t tokens) {
 MoEKeptBytes moe_mlp_kept_bytes(const MoEKeptShape& m) {
   const int64_t N = m.s * m.b, Nl = m.sp ? N / m.t : N, fl = m.ffn_hidden / m.t;
   MoEKeptBytes r{};
-  r.replicated = Nl * m.h * (2 * m.d + (m.dropout ? 1 : 0));
+  const auto mask = [&](int64_t n) { return m.packed_masks ? (n + 7) / 8 : n; };
+  r.replicated = Nl * m.h * 2 * m.d + (m.dropout ? mask(Nl * m.h) : 0);
   r.router = N * m.experts * 4 * (m.noisy_router ? 3 : 1);
   r.dispatch = (2 * m.assignments + 2 * m.experts) * 4;
   r.combine = m.assignments * 4 + m.assignments * m.h * m.d;
-  r.experts = m.received * (m.h * m.d + 2 * fl * m.d + (m.expert_dropout ? fl : 0));
+  r.experts = m.received * (m.h * m.d + 2 * fl * m.d) + (m.expert_dropout ? mask(m.received * fl) : 0);
   return r;
 }
 
@@ -33,14 +34,15 @@ MoEKeptShape moe_kept_shape(const ActivationShape& x, const ModelConfig& model, 
                             int64_t received) {
   const MoEConfig& moe = model.moe;
   return {x.s, x.b, x.h, x.t, x.sp, x.d, x.dropout, moe.experts, model.ffn_hidden(),
-          moe.router == MoERouter::topk, moe.expert_dropout > 0, assignments, received};
+          moe.router == MoERouter::topk, moe.expert_dropout > 0, assignments, received, x.packed_masks};
 }
 
 int64_t moe_layer_activation_bytes(const ActivationShape& x, const MoEKeptShape& m, bool full, bool selective) {
   if (full) return layer_activation_bytes(x, true, selective);
   // Table 2's MLP half: LN2 input, FC1 input, residual mask (replicated) and GeLU, FC2 inputs (4sbh·d each).
   const int64_t sbh = x.s * x.b * x.h;
-  const int64_t mlp_replicated = sbh * (2 * x.d + (x.dropout ? 1 : 0)) / (x.sp ? x.t : 1);
+  const int64_t shard = x.sp ? x.t : 1;
+  const int64_t mlp_replicated = sbh * 2 * x.d / shard + (x.dropout ? mask_bytes(x, sbh / shard) : 0);
   const int64_t mlp_divided = sbh * 8 * x.d / x.t;
   return layer_activation_bytes(x, false, selective) - mlp_replicated - mlp_divided + moe_mlp_kept_bytes(m).total();
 }

@@ -29,6 +29,7 @@ struct MoEKeptShape {
   bool noisy_router = false;    // noisy top-k keeps clean and noise logits beside the gates
   bool expert_dropout = false;  // a 1-byte mask on each expert's hidden activation
   int64_t assignments = 0, received = 0;
+  bool packed_masks = false;    // --pack-masks: every mask at one bit an element
 };
 struct MoEKeptBytes {
   int64_t replicated;  // LN2 input, router input, residual mask (÷t under SP)

@@ -47,7 +47,7 @@ void KeptMask::finish() {
   scratch_ = nullptr;
 }
 
-const uint8_t* KeptMask::bytes(uint8_t* scratch) const {
+const uint8_t* KeptMask::unpacked(uint8_t* scratch) const {
   if (!packed_) return static_cast<const uint8_t*>(kept_.data());
   unpack_mask_bits(scratch, static_cast<const uint8_t*>(kept_.data()), n_);
   return scratch;

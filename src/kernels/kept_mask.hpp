@@ -2,7 +2,7 @@
 // A dropout mask kept for backward: one byte an element (the paper's Table 2), or one bit with
 // --pack-masks (Gist's binarisation, docs/design.md §4). The forward writes the mask's bytes where
 // begin() says — the kept buffer itself, or a scratch that finish() packs into the kept bits; the
-// backward reads bytes() — the kept buffer, or the bits unpacked into a scratch. Masks are the same
+// backward reads unpacked() — the kept buffer, or the bits unpacked into a scratch. Masks are the same
 // either way, so training is bit-identical.
 #include <cstdint>
 
@@ -22,7 +22,9 @@ class KeptMask {
   uint8_t* begin(int64_t n, bool packed, int layer, const char* tag, uint8_t* scratch);
   void finish();  // packs what the forward wrote (nothing to do unpacked)
   // The n mask bytes for backward (unpacked into `scratch` when packed).
-  const uint8_t* bytes(uint8_t* scratch) const;
+  const uint8_t* unpacked(uint8_t* scratch) const;
+  const void* data() const { return kept_.data(); }  // what is kept (bits when packed)
+  size_t kept_bytes() const { return kept_.bytes(); }
   void reset() { kept_.reset(), n_ = 0, scratch_ = nullptr; }
   explicit operator bool() const { return bool(kept_); }
 

@@ -153,7 +153,7 @@ void attention_core_backward(float* dq, float* dk, float* dv, const float* dctx,
   gemm(dvs, stored_operand(dropped), dctx_op, dv);
 
   if (drop)
-    dropout_backward(ws.att1.data(), ws.att1.data(), kept.attn_mask.bytes(ws.mask_bytes.data()), n_att, c.dropout);
+    dropout_backward(ws.att1.data(), ws.att1.data(), kept.attn_mask.unpacked(ws.mask_bytes.data()), n_att, c.dropout);
   const float* probs32 = kept.probs.load(ws.att2.data());
   softmax_causal_backward(ws.att1.data(), ws.att1.data(), probs32, c.b * c.a, c.s);
 

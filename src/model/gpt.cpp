@@ -136,6 +136,7 @@ LayerContext GPT::layer_context(int l, uint64_t step, bool training, int64_t row
   x.ep = ep_ && ep_->size() > 1 ? ep_ : nullptr;
   x.expert0 = table_.expert0(), x.local_experts = table_.held_experts(l);
   x.expert_dropout = training ? float(m.expert_dropout) : 0.0f;
+  x.pack_masks = layout_.pack_masks;
   x.aux_coeff = m.aux_loss_coeff;
   x.layer = l;
   return c;
@@ -273,7 +274,7 @@ void GPT::embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
   const int64_t b = mb.rows, h = model_.hidden, N = b * s, sl = s_local(s), Nl = b * sl;
   float* dx = ws_.dresid.data();
   if (model_.dropout > 0.0f)
-    dropout_backward(dx, dx, out.emb_mask.bytes(ws_.mask_bytes.data()), Nl * h, float(model_.dropout));
+    dropout_backward(dx, dx, out.emb_mask.unpacked(ws_.mask_bytes.data()), Nl * h, float(model_.dropout));
   const int L = model_.layers;
   position_grads(bucket_grads(wpe_bucket(L)), dx, b, sl, pos0(s), h);
   bucket_grads_done(wpe_bucket(L));

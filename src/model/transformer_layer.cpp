@@ -148,7 +148,7 @@ const float* branch_output_grad(const float* dx, const KeptMask& mask, const Lay
   const int64_t n = c.N_local() * c.h;
   float* dy = ws.g1.data();
   if (c.dropout > 0.0f)
-    dropout_backward(dy, dx, mask.bytes(ws.mask_bytes.data()), n, c.dropout);
+    dropout_backward(dy, dx, mask.unpacked(ws.mask_bytes.data()), n, c.dropout);
   else
     std::copy(dx, dx + n, dy);
   return parallel::leave_backward(c.tp, dy, ws.full2.data(), c.seq());

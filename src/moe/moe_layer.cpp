@@ -215,8 +215,8 @@ void moe_forward(float* out, const float* x, MoEKept& kept, const MoEWeights& w,
   float* act = grow(ws.hidden2, R * fl);
   gelu_forward(act, pre, R * fl);
   if (c.expert_dropout > 0.0f) {
-    kept.expert_mask = TrackedBuffer(size_t(R * fl), layer, "expert_dropout_mask");
-    auto* mask = static_cast<uint8_t*>(kept.expert_mask.data());
+    uint8_t* mask = kept.expert_mask.begin(R * fl, c.pack_masks, layer, "expert_dropout_mask",
+                                           c.pack_masks ? grow(ws.mask_bytes, R * fl) : nullptr);
     DropoutStream st = spec.stream;
     st.site = DropoutSite::expert_dropout;
     int64_t row0 = 0;
@@ -230,6 +230,7 @@ void moe_forward(float* out, const float* x, MoEKept& kept, const MoEWeights& w,
       row0 += rows_of_expert[size_t(j)];
     }
     dropout_forward(act, act, mask, R * fl, c.expert_dropout);
+    kept.expert_mask.finish();
   }
   kept.expert_fc2_in.store(act);
   float* y = expert_rows;  // its fp32 input is spent
@@ -292,7 +293,8 @@ void moe_backward(float* dx, const float* dout, const float* x, const MoEKept& k
                     rows_of(kept.expert_fc2_in, at, fl), w.experts[j].fc2, m, fl, h);
   });
   if (c.expert_dropout > 0.0f)
-    dropout_backward(dhidden, dhidden, static_cast<const uint8_t*>(kept.expert_mask.data()), R * fl, c.expert_dropout);
+    dropout_backward(dhidden, dhidden, kept.expert_mask.unpacked(c.pack_masks ? grow(ws.mask_bytes, R * fl) : nullptr),
+                     R * fl, c.expert_dropout);
   float* widen = grow(ws.hidden2, R * fl);
   gelu_backward(dhidden, kept.expert_gelu_in.load(widen), dhidden, R * fl);
   for_expert_chunks(rows_of_expert, [&](size_t j, int64_t at, int64_t m) {

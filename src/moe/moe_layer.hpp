@@ -10,6 +10,7 @@
 
 #include "comm/communicator.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/kept_mask.hpp"
 #include "moe/router.hpp"
 #include "tensor/memory_tracker.hpp"
 #include "tensor/stored.hpp"
@@ -28,7 +29,7 @@ struct MoEKept {
   Stored expert_fc1_in;               // [R, h] the permuted tokens as the experts read them
   Stored expert_gelu_in;              // [R, f/t]
   Stored expert_fc2_in;               // [R, f/t] GeLU output (after expert dropout)
-  TrackedBuffer expert_mask;          // [R, f/t] expert dropout mask
+  KeptMask expert_mask;               // [R, f/t] expert dropout mask (a byte, or a bit with --pack-masks)
   int64_t assignments = 0, received = 0;
 
   void release() {
@@ -75,6 +76,7 @@ struct MoEContext {
   int expert0 = 0, local_experts = 0;   // the first expert this rank holds and how many
   int64_t ffn_total = 0;                // f, for expert dropout's global element index
   float expert_dropout = 0.0f;
+  bool pack_masks = false;              // keep the expert dropout mask at one bit an element
   double aux_coeff = 0;                 // the auxiliary loss's weight in the loss
   MoEStats* stats = nullptr;            // null: not counted (recompute, evaluation)
   int layer = 0;
@@ -85,6 +87,7 @@ struct MoEContext {
 struct MoEWorkspace {
   tracked_vector<float, MemoryCategory::workspaces> logits, noise, rows, rows2, hidden, hidden2, dgate;
   tracked_vector<uint16_t, MemoryCategory::workspaces> half;
+  tracked_vector<uint8_t, MemoryCategory::workspaces> mask_bytes;  // --pack-masks: the expert mask's bytes
 };
 
 // out [N, h] = Σ_a gate_a · expert_a(x[token_a]) (partial over TP); x [N, h] fp32, the block's input

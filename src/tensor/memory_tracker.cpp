@@ -23,6 +23,10 @@ Totals& totals() {
   static Totals t;
   return t;
 }
+int64_t read_total(int64_t Totals::*field) {
+  std::lock_guard lock(totals().mu);
+  return totals().*field;
+}
 }  // namespace
 
 MemoryTracker& MemoryTracker::of(MemoryCategory c) {
@@ -31,22 +35,10 @@ MemoryTracker& MemoryTracker::of(MemoryCategory c) {
   return trackers[int(c)];
 }
 
-int64_t MemoryTracker::accounted_live_bytes() {
-  std::lock_guard lock(totals().mu);
-  return totals().live;
-}
-int64_t MemoryTracker::accounted_peak_bytes() {
-  std::lock_guard lock(totals().mu);
-  return totals().peak;
-}
-int64_t MemoryTracker::reserved_bytes() {
-  std::lock_guard lock(totals().mu);
-  return totals().reserved;
-}
-int64_t MemoryTracker::reserved_peak_bytes() {
-  std::lock_guard lock(totals().mu);
-  return totals().reserved_peak;
-}
+int64_t MemoryTracker::accounted_live_bytes() { return read_total(&Totals::live); }
+int64_t MemoryTracker::accounted_peak_bytes() { return read_total(&Totals::peak); }
+int64_t MemoryTracker::reserved_bytes() { return read_total(&Totals::reserved); }
+int64_t MemoryTracker::reserved_peak_bytes() { return read_total(&Totals::reserved_peak); }
 
 namespace {
 // Freed blocks are recycled by size class, not exact size: sizes that change every step (an MoE

@@ -3,7 +3,8 @@
 # (analysis::moe_layer_activation_bytes, docs/design.md §12) within 2% on every rank: for each router,
 # with and without dropping, under TP + SP and EP. The routed assignments A and received rows R the
 # formula takes are checked against what the routing must give (k·N without dropping, E·C for expert
-# choice, never above the capacity bound), and model states under EP × ZeRO equal their formula.
+# choice, never above the capacity bound), and model states under EP × ZeRO equal their formula;
+# --pack-masks keeps every mask, the experts' included, at one bit, and the formula follows.
 set -u
 LATTICE=$1
 SCRATCH=$2
@@ -50,6 +51,21 @@ done
 run ep2_tp2_sp_bf16 4 --moe-router switch --expert-model-parallel-size 2 --tensor-model-parallel-size 2 \
   --sequence-parallel --activation-dtype bf16 --moe-expert-capacity-factor 1.5
 check "EP 2 × TP 2 + SP, bf16, capacity 1.5: kept bytes = formula" kept ep2_tp2_sp_bf16 1 1.5 switch
+run tp2_sp_topk_packed 2 --moe-router topk --tensor-model-parallel-size 2 --sequence-parallel --pack-masks
+check "--pack-masks (the expert mask at one bit too) under TP 2 + SP: kept bytes = formula" kept tp2_sp_topk_packed 2 1.0 topk
+check "--pack-masks: the same losses, and 7/8 of every mask saved on every rank" "$PY" -c "
+import json, sys
+lines = lambda f: [json.loads(l) for l in open(f)]
+a, b = lines('tp2_sp_topk.jsonl'), lines('tp2_sp_topk_packed.jsonl')
+la = [x['loss'] for x in a if x.get('event') == 'step']; lb = [x['loss'] for x in b if x.get('event') == 'step']
+ok = la == lb
+for ra, rb in zip(a[-1]['memory']['ranks'], b[-1]['memory']['ranks']):
+    for ka, kb, rows in zip(ra['activation_bytes_per_layer'], rb['activation_bytes_per_layer'], ra['moe_received']):
+        sbh, as2b, f = 32 * 2 * 64 // 2, 4 * 32 * 32 * 2 // 2, 4 * 64 // 2  # SP shard, TP heads, f/t
+        masks = 2 * sbh + as2b + rows * f
+        print(ka - kb, masks - masks // 8)
+        ok = ok and ka - kb == masks - masks // 8
+sys.exit(0 if ok else 1)"
 run ep2_selective 2 --moe-router gshard --expert-model-parallel-size 2 --recompute selective
 check "selective recompute under EP: kept bytes = formula" kept ep2_selective 2 1.0 gshard
 

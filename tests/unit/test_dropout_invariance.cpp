@@ -229,7 +229,7 @@ TEST(DropoutMask, PackedBitsRoundTrip) {
     std::copy(mask.begin(), mask.end(), w);
     kept.finish();
     std::fill(scratch.begin(), scratch.end(), uint8_t(9));
-    const uint8_t* r = kept.bytes(scratch.data());
+    const uint8_t* r = kept.unpacked(scratch.data());
     EXPECT_TRUE(std::equal(mask.begin(), mask.end(), r)) << n;
   }
 }

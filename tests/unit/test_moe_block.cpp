@@ -428,7 +428,7 @@ TEST(MoEBlock, KeptBuffersHaveTheBytesTheFormulaCounts) {
     EXPECT_EQ(int64_t(kp.dispatch.bytes()), want.dispatch) << k.name;
     EXPECT_EQ(int64_t(kp.combine_weights.bytes()) + kp.combine_input.bytes(), want.combine) << k.name;
     EXPECT_EQ(kp.expert_fc1_in.bytes() + kp.expert_gelu_in.bytes() + kp.expert_fc2_in.bytes() +
-                  int64_t(kp.expert_mask.bytes()),
+                  int64_t(kp.expert_mask.kept_bytes()),
               want.experts)
         << k.name;
     // And the same by hand: fp32 [N, E] once (thrice for noisy top-k); int32 2A + 2E; 4A + A·h·d;
