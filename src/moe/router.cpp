@@ -7,6 +7,10 @@
 
 namespace lattice::moe {
 
+// The routers' per-token scratch grows with the tokens and the experts: tracked (docs/design.md §4).
+template <class T>
+using scratch = tracked_vector<T, MemoryCategory::workspaces>;
+
 namespace {
 
 void softmax_row(const float* x, float* p, int n) {
@@ -59,11 +63,11 @@ double cv_squared(const std::vector<double>& x, std::vector<double>* grad) {
 
 // Noisy top-k's values for token n: σ = softplus(noise logits), ε, H = logits + ε·σ (training).
 struct NoisyRow {
-  std::vector<float> sigma, eps, H;
+  scratch<float> sigma, eps, H;
 };
 NoisyRow noisy_row(const RouterSpec& s, int64_t n, const float* logits, const float* noise_logits) {
   const int E = s.experts;
-  NoisyRow r{std::vector<float>(size_t(E)), std::vector<float>(size_t(E), 0.0f), std::vector<float>(size_t(E))};
+  NoisyRow r{scratch<float>(size_t(E)), scratch<float>(size_t(E), 0.0f), scratch<float>(size_t(E))};
   DropoutStream st = s.stream;
   st.site = DropoutSite::moe_noise;
   for (int i = 0; i < E; ++i) {
@@ -98,10 +102,11 @@ struct Candidate {
   float gate;
   int slot;
 };
+using Candidates = scratch<Candidate>;
 
 // Keeps at most `capacity` candidates of one expert: the highest gates (probs) or the earliest
 // tokens (position).
-void apply_capacity(std::vector<Candidate>& c, int64_t capacity, DropPolicy policy) {
+void apply_capacity(Candidates& c, int64_t capacity, DropPolicy policy) {
   if (capacity <= 0 || int64_t(c.size()) <= capacity) return;
   if (policy == DropPolicy::probs)
     std::stable_sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {
@@ -132,14 +137,14 @@ Routing route_forward(const RouterSpec& s, const float* logits, const float* noi
   const int64_t T = s.group_tokens();
   Routing out;
   out.load.assign(size_t(E), 0);
-  std::vector<Candidate> kept;
+  Candidates kept;
   for (int g = 0; g < s.groups; ++g) {
     const int64_t n0 = g * T;
-    std::vector<std::vector<Candidate>> per_expert(static_cast<size_t>(E));
+    std::vector<Candidates> per_expert(static_cast<size_t>(E));
     if (s.kind == MoERouter::expert_choice) {
       for (int64_t n = n0; n < n0 + T; ++n) softmax_row(logits + n * E, probs + n * E, E);
-      std::vector<char> taken(static_cast<size_t>(T), 0);
-      std::vector<float> column(static_cast<size_t>(T));
+      scratch<char> taken(static_cast<size_t>(T), 0);
+      scratch<float> column(static_cast<size_t>(T));
       for (int e = 0; e < E; ++e) {
         for (int64_t n = 0; n < T; ++n) column[size_t(n)] = probs[(n0 + n) * E + e];
         for (int n : top_indices(column.data(), int(T), int(std::min<int64_t>(s.capacity, T)))) {
@@ -247,7 +252,7 @@ void route_backward(const RouterSpec& s, const float* logits, const float* noise
     }
     // Noisy top-k: importance (through the gates) and load (through Φ) losses.
     std::vector<double> importance(static_cast<size_t>(E), 0.0), load(size_t(E), 0.0), d_imp, d_load;
-    std::vector<NoisyRow> rows;
+    scratch<NoisyRow> rows;
     std::vector<std::vector<int>> orders;
     for (int64_t n = n0; n < n0 + T; ++n) {
       rows.push_back(noisy_row(s, n, logits, noise_logits));

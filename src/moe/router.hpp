@@ -16,6 +16,7 @@
 
 #include "core/config.hpp"
 #include "random/philox.hpp"
+#include "tensor/memory_tracker.hpp"
 
 namespace lattice::moe {
 
@@ -37,8 +38,8 @@ struct RouterSpec {
 // One micro-batch's routing: assignments (token, expert, gate) in dispatch order — expert-major,
 // tokens ascending within an expert — and what the step report shows.
 struct Routing {
-  std::vector<int32_t> token, expert;
-  std::vector<float> gate;
+  tracked_vector<int32_t, MemoryCategory::workspaces> token, expert;
+  tracked_vector<float, MemoryCategory::workspaces> gate;
   std::vector<int64_t> load;   // assignments per expert, after dropping
   double aux_loss = 0;         // the router's auxiliary loss, mean over the groups (unweighted)
   int64_t offered = 0, dropped = 0;  // token choice: assignments wanted / over capacity;

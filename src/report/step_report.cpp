@@ -61,8 +61,10 @@ nlohmann::json memory_json(const MemoryReport& m) {
   j["category_peak_bytes"] = categories;
   j["accounted_peak_bytes"] = m.accounted_peak_bytes;
   j["reserved_peak_bytes"] = m.reserved_peak_bytes;
-  j["rss_peak_bytes"] = m.rss_peak_bytes;
-  j["unaccounted_bytes"] = m.unaccounted_bytes();
+  if (m.rss_peak_bytes > 0) {  // 0: the OS did not say (no /proc)
+    j["rss_peak_bytes"] = m.rss_peak_bytes;
+    j["unaccounted_bytes"] = m.unaccounted_bytes();
+  }
   return j;
 }
 
@@ -90,9 +92,13 @@ void print_memory_table(const MemoryReport& m) {
   std::fprintf(stderr, "\n  every byte (peaks since start):");
   for (const auto& [name, bytes] : m.category_peak_bytes)
     if (bytes) std::fprintf(stderr, " %s %s,", name.c_str(), human_bytes(double(bytes)).c_str());
-  std::fprintf(stderr, " all at once %s; reserved %s; peak RSS %s, of which %s not accounted (runtime)\n",
-               human_bytes(double(m.accounted_peak_bytes)).c_str(), human_bytes(double(m.reserved_peak_bytes)).c_str(),
-               human_bytes(double(m.rss_peak_bytes)).c_str(), human_bytes(double(m.unaccounted_bytes())).c_str());
+  std::fprintf(stderr, " all at once %s; reserved %s", human_bytes(double(m.accounted_peak_bytes)).c_str(),
+               human_bytes(double(m.reserved_peak_bytes)).c_str());
+  if (m.rss_peak_bytes > 0)
+    std::fprintf(stderr, "; peak RSS %s, of which %s not accounted (runtime)\n", human_bytes(double(m.rss_peak_bytes)).c_str(),
+                 human_bytes(double(m.unaccounted_bytes())).c_str());
+  else
+    std::fprintf(stderr, "; peak RSS unknown (the OS does not report it)\n");
 }
 
 void print_comm_report(const nlohmann::json& comm_ranks) {
