@@ -61,13 +61,15 @@ double cv_squared(const std::vector<double>& x, std::vector<double>* grad) {
   return var / (mu * mu);
 }
 
-// Noisy top-k's values for token n: σ = softplus(noise logits), ε, H = logits + ε·σ (training).
+// Noisy top-k's values for token n: σ = softplus(noise logits), ε, H = logits + ε·σ (training),
+// written to `out` (3E floats: σ, ε, H) and viewed from there.
 struct NoisyRow {
-  scratch<float> sigma, eps, H;
+  float *sigma, *eps, *H;
 };
-NoisyRow noisy_row(const RouterSpec& s, int64_t n, const float* logits, const float* noise_logits) {
+NoisyRow noisy_row(const RouterSpec& s, int64_t n, const float* logits, const float* noise_logits, float* out) {
   const int E = s.experts;
-  NoisyRow r{scratch<float>(size_t(E)), scratch<float>(size_t(E), 0.0f), scratch<float>(size_t(E))};
+  NoisyRow r{out, out + E, out + 2 * E};
+  std::fill(r.eps, r.eps + E, 0.0f);
   DropoutStream st = s.stream;
   st.site = DropoutSite::moe_noise;
   for (int i = 0; i < E; ++i) {
@@ -80,14 +82,14 @@ NoisyRow noisy_row(const RouterSpec& s, int64_t n, const float* logits, const fl
 
 // The value expert i must beat to be in the top k when only its own noise is redrawn: the k-th
 // largest of the other experts' H (the (k+1)-th overall if i is in, the k-th if not) and its index.
-int threshold_index(const std::vector<int>& order, int i, int k) {
+int threshold_index(const int* order, int i, int k) {
   for (int j = 0; j < k; ++j)
     if (order[size_t(j)] == i) return order[size_t(k)];
   return order[size_t(k - 1)];
 }
 
 // Shazeer's load: P(token n routes to expert i) = Φ((clean_i − threshold_i) / σ_i).
-double load_probability(const NoisyRow& r, const float* clean, const std::vector<int>& order, int i, int k, int E,
+double load_probability(const NoisyRow& r, const float* clean, const int* order, int i, int k, int E,
                         double* z_out, int* thr_out) {
   if (k >= E) return 1.0;  // every expert is always in
   const int j = threshold_index(order, i, k);
@@ -158,11 +160,12 @@ Routing route_forward(const RouterSpec& s, const float* logits, const float* noi
       std::vector<double> importance(static_cast<size_t>(E), 0.0), load(size_t(E), 0.0);
       DropoutStream route = s.stream;
       route.site = DropoutSite::moe_route;
+      std::vector<float> row_values(3 * size_t(E));  // one token's σ, ε, H
       for (int64_t n = n0; n < n0 + T; ++n) {
         float* p = probs + n * E;
         if (s.kind == MoERouter::topk) {
-          const NoisyRow r = noisy_row(s, n, logits, noise_logits);
-          const std::vector<int> order = top_indices(r.H.data(), E, std::min(k + 1, E));
+          const NoisyRow r = noisy_row(s, n, logits, noise_logits, row_values.data());
+          const std::vector<int> order = top_indices(r.H, E, std::min(k + 1, E));
           std::vector<float> hs(static_cast<size_t>(k)), gs(static_cast<size_t>(k));
           for (int j = 0; j < k; ++j) hs[size_t(j)] = r.H[size_t(order[size_t(j)])];
           softmax_row(hs.data(), gs.data(), k);
@@ -173,7 +176,8 @@ Routing route_forward(const RouterSpec& s, const float* logits, const float* noi
             importance[size_t(e)] += gs[size_t(j)];
             per_expert[size_t(e)].push_back({int32_t(n), e, gs[size_t(j)], j});
           }
-          for (int i = 0; i < E; ++i) load[size_t(i)] += load_probability(r, logits + n * E, order, i, k, E, nullptr, nullptr);
+          for (int i = 0; i < E; ++i)
+            load[size_t(i)] += load_probability(r, logits + n * E, order.data(), i, k, E, nullptr, nullptr);
         } else {
           softmax_row(logits + n * E, p, E);
           const std::vector<int> top = top_indices(p, E, s.kind == MoERouter::gshard ? 2 : k);
@@ -252,21 +256,29 @@ void route_backward(const RouterSpec& s, const float* logits, const float* noise
     }
     // Noisy top-k: importance (through the gates) and load (through Φ) losses.
     std::vector<double> importance(static_cast<size_t>(E), 0.0), load(size_t(E), 0.0), d_imp, d_load;
-    scratch<NoisyRow> rows;
-    std::vector<std::vector<int>> orders;
+    // Every token's σ, ε, H and its k + 1 largest H, kept through the group (flat: T·3E and T·(k+1)).
+    const int kept_order = std::min(k + 1, E);
+    scratch<float> values(size_t(T * 3 * E));
+    scratch<int> orders(size_t(T * kept_order));
+    const auto row_of = [&](int64_t n) {
+      float* v = &values[size_t((n - n0) * 3 * E)];
+      return NoisyRow{v, v + E, v + 2 * E};
+    };
+    const auto order_of = [&](int64_t n) { return &orders[size_t((n - n0) * kept_order)]; };
     for (int64_t n = n0; n < n0 + T; ++n) {
-      rows.push_back(noisy_row(s, n, logits, noise_logits));
-      orders.push_back(top_indices(rows.back().H.data(), E, std::min(k + 1, E)));
+      const NoisyRow r = noisy_row(s, n, logits, noise_logits, row_of(n).sigma);
+      const std::vector<int> top = top_indices(r.H, E, kept_order);
+      std::copy(top.begin(), top.end(), order_of(n));
       for (int i = 0; i < E; ++i) {
         importance[size_t(i)] += probs[n * E + i];
-        load[size_t(i)] += load_probability(rows.back(), logits + n * E, orders.back(), i, k, E, nullptr, nullptr);
+        load[size_t(i)] += load_probability(r, logits + n * E, order_of(n), i, k, E, nullptr, nullptr);
       }
     }
     cv_squared(importance, &d_imp);
     cv_squared(load, &d_load);
     for (int64_t n = n0; n < n0 + T; ++n) {
-      const NoisyRow& r = rows[size_t(n - n0)];
-      const std::vector<int>& order = orders[size_t(n - n0)];
+      const NoisyRow r = row_of(n);
+      const int* order = order_of(n);
       const float* p = probs + n * E;
       float* dl = dlogits + n * E;
       std::vector<double> dH(static_cast<size_t>(E), 0.0), dsigma(size_t(E), 0.0);

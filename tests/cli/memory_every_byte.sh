@@ -82,10 +82,10 @@ import json, sys
 r = [json.loads(l) for l in open('dp2_zero3_save.jsonl')][-1]['memory']['ranks']
 print([x['category_peak_bytes']['checkpoint_io'] for x in r])
 sys.exit(0 if all(x['category_peak_bytes']['checkpoint_io'] > 0 for x in r) else 1)"
-go moe_e4 1 --num-experts 4 --moe-router topk
-go moe_e32 1 --num-experts 32 --moe-router topk
+go moe_e4 1 --num-experts 4 --moe-router topk --seq-len 256 --micro-batch 8 --global-batch 8
+go moe_e32 1 --num-experts 32 --moe-router topk --seq-len 256 --micro-batch 8 --global-batch 8
 check "E 4 -> 32 (noisy top-k): the unaccounted rest stays" same_rest moe_e4 moe_e32 2
-go moe_ec 1 --num-experts 32 --moe-router expert-choice
+go moe_ec 1 --num-experts 32 --moe-router expert-choice --seq-len 256 --micro-batch 8 --global-batch 8
 check "E 32, top-k -> expert choice: the unaccounted rest stays" same_rest moe_e32 moe_ec -1000
 
 go dp4 4
