@@ -60,13 +60,16 @@ check "L 2 -> 16: the unaccounted rest stays" same_rest base l_large 2
 go pp2_mb4 2 --pipeline-model-parallel-size 2 --seq-len 256 --hidden 128
 go pp2_mb32 2 --pipeline-model-parallel-size 2 --seq-len 256 --hidden 128 --global-batch 64
 check "n_mb 4 -> 32 (PP 2, 1F1B): the unaccounted rest stays" same_rest pp2_mb4 pp2_mb32 0
-check "n_mb 4 -> 32 (PP 2, 1F1B): the pipeline's buffers stay, at most p + 1 messages and the receive buffer" "$PY" -c "
+# The pool's size depends on when sends complete (a busy peer receives later), so it is checked
+# against the schedule's bound, p + 1 messages in flight, not for equality; before the pool, stage 0
+# held a copy of every message of the step (32 at n_mb 32).
+check "n_mb 4 -> 32 (PP 2, 1F1B): the pipeline holds at most p + 1 messages and the receive buffer" "$PY" -c "
 import json, sys
 peak = lambda f: [r['category_peak_bytes']['pipeline'] for r in [json.loads(l) for l in open(f)][-1]['memory']['ranks']]
 a, b = peak('pp2_mb4.jsonl'), peak('pp2_mb32.jsonl')
 message = 2 * 256 * 128 * 4  # b·s·h fp32
 print(a, b, message)
-sys.exit(0 if a == b and all(0 < x <= (2 + 2) * message for x in a) else 1)"
+sys.exit(0 if all(2 * message <= x <= (2 + 2) * message for x in a + b) else 1)"
 
 go dp2 2
 go tp2 2 --tensor-model-parallel-size 2 --sequence-parallel
