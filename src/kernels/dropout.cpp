@@ -28,19 +28,23 @@ void dropout_keep_flags(uint8_t* keep, const PhiloxWords& words, uint32_t thresh
   }
 }
 
-AttentionMaskDraw::AttentionMaskDraw(const AttentionDropout& d) : threshold(dropout_keep_threshold(d.p)) {
-  DropoutStream stream = d.stream;
+MaskDraw::MaskDraw(const DropoutStream& stream, float p)
+    : words(philox_words(stream)), threshold(dropout_keep_threshold(p)) {}
+
+namespace {
+DropoutStream at_attention_site(DropoutStream stream) {
   stream.site = DropoutSite::attention;
-  words = philox_words(stream);
+  return stream;
 }
+}  // namespace
+
+AttentionMaskDraw::AttentionMaskDraw(const AttentionDropout& d) : MaskDraw(at_attention_site(d.stream), d.p) {}
 
 void dropout_mask_fill(uint8_t* mask, const DropoutStream& st, uint64_t first_index, int64_t n, float p) {
-  const uint32_t threshold = dropout_keep_threshold(p);
-  const PhiloxWords words = philox_words(st);
+  const MaskDraw draw(st, p);
   constexpr int64_t kChunk = 1 << 14;  // elements per task, a multiple of the 32 one draw gives
 #pragma omp parallel for schedule(static) if (n > kChunk)
-  for (int64_t c0 = 0; c0 < n; c0 += kChunk)
-    dropout_keep_flags(mask + c0, words, threshold, first_index + uint64_t(c0), std::min(kChunk, n - c0));
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk) draw.row(mask + c0, first_index + uint64_t(c0), std::min(kChunk, n - c0));
 }
 
 void dropout_forward(float* out, const float* inp, const uint8_t* mask, int64_t n, float p) {

@@ -29,15 +29,19 @@ inline uint64_t attention_mask_first(const AttentionDropout& d, int64_t local_he
 // calling thread.
 void dropout_keep_flags(uint8_t* keep, const PhiloxWords& words, uint32_t threshold, uint64_t first, int64_t n);
 
-// The attention mask's draw (docs/design.md §10), set up once per call of a kernel: the stream's Philox
-// words with site = attention whatever the caller's stream says, and the keep threshold. The unfused
-// one-pass softmax/dropout and the fused attention draw their rows through it.
-struct AttentionMaskDraw {
+// A mask's draw (docs/design.md §10), set up once per call of a kernel: the stream's Philox words and
+// the keep threshold of p.
+struct MaskDraw {
   PhiloxWords words;
   uint32_t threshold;
-  explicit AttentionMaskDraw(const AttentionDropout& d);
+  MaskDraw(const DropoutStream& stream, float p);
   // Keep flags of global elements first .. first + n - 1 (a row of the mask or part of one).
   void row(uint8_t* keep, uint64_t first, int64_t n) const { dropout_keep_flags(keep, words, threshold, first, n); }
+};
+// The attention mask's draw: site = attention whatever the caller's stream says. The unfused one-pass
+// softmax/dropout and the fused attention draw their rows through it.
+struct AttentionMaskDraw : MaskDraw {
+  explicit AttentionMaskDraw(const AttentionDropout& d);
 };
 // mask[i] = 1 (keep) or 0 (drop) for global elements first_index .. first_index + n - 1.
 void dropout_mask_fill(uint8_t* mask, const DropoutStream& stream, uint64_t first_index, int64_t n, float p);

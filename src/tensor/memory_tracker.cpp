@@ -65,7 +65,6 @@ void* MemoryTracker::allocate(size_t bytes, int layer, const char* op) {
   } else {
     ptr = std::aligned_alloc(64, cls);
     if (!ptr) throw std::bad_alloc();
-    used_[ptr] = 0;
   }
   // A block's pages become resident as requests write them: count the most any request used of it.
   size_t& used = used_[ptr];

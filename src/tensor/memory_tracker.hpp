@@ -161,14 +161,15 @@ class TrackedArray {
 namespace lattice {
 
 // A grow-only, tracked staging array (not zero-filled): ensure(n) keeps the contents' capacity and
-// reallocates only to grow, so a workspace reused every step costs one allocation a run.
+// reallocates only to grow, so a workspace reused every step costs one allocation a run. Its tracker
+// is built when it is, so a static or thread_local ScratchArray is destroyed before its tracker.
 template <class T>
 class ScratchArray {
  public:
-  ScratchArray(MemoryCategory c, const char* op) : category_(c), op_(op) {}
+  ScratchArray(MemoryCategory c, const char* op) : tracker_(&MemoryTracker::of(c)), op_(op) {}
   T* ensure(int64_t n) {
     if (n > n_) {
-      buf_ = TrackedBuffer(size_t(n) * sizeof(T), kNoLayer, op_, MemoryTracker::of(category_));
+      buf_ = TrackedBuffer(size_t(n) * sizeof(T), kNoLayer, op_, *tracker_);
       n_ = n;
     }
     return data();
@@ -178,7 +179,7 @@ class ScratchArray {
   void clear() { buf_.reset(), n_ = 0; }
 
  private:
-  MemoryCategory category_;
+  MemoryTracker* tracker_;
   const char* op_;
   TrackedBuffer buf_;
   int64_t n_ = 0;

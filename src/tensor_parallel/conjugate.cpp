@@ -11,11 +11,8 @@ namespace lattice::parallel {
 
 namespace {
 
-// Collectives are issued from one thread. The tracker is built first, so it outlives the buffer.
 float* pack_buffer(int64_t n) {
-  static MemoryTracker& tracker = MemoryTracker::of(MemoryCategory::communication);
-  static ScratchArray<float> buf(MemoryCategory::communication, "sp_pack");
-  (void)tracker;
+  static ScratchArray<float> buf(MemoryCategory::communication, "sp_pack");  // collectives: one thread
   return buf.ensure(n);
 }
 
