@@ -26,43 +26,6 @@ std::vector<int64_t> stored_shape(const ParamInfo& p, const ModelConfig& c) {
   return p.full_shape;
 }
 
-std::vector<TensorRef> tensors_of(const ParamTable& table, const ModelConfig& c, const float* base,
-                                  const std::string& prefix) {
-  std::vector<TensorRef> out;
-  for (const auto& p : table.params()) {
-    auto shape = stored_shape(p, c);
-    int64_t n = 1;
-    for (auto d : shape) n *= d;
-    out.push_back({prefix + p.name, "F32", shape, base + p.offset, size_t(n) * 4});
-  }
-  return out;
-}
-
-// Fills this rank's shard of every tensor from the file (padding rows stay zero).
-void read_tensors(const SafetensorsFile& file, const GPT& model, float* base, const std::string& prefix) {
-  const ParamTable& table = model.table();
-  if (prefix.empty()) {  // model weights: every tensor of the file is one of the model's (no partial loads)
-    const ParamTable whole(model.config());
-    for (const std::string& name : file.names()) {
-      bool known = false;
-      for (const auto& p : whole.params()) known = known || p.name == name;
-      require(known, file.path() + " holds " + name + ", which this model (" + std::to_string(model.config().layers) +
-                         " layers) does not have: it is another model");
-    }
-  }
-  for (const auto& p : table.params()) {
-    const auto shape = stored_shape(p, model.config());
-    const TensorRef& t = file.get(prefix + p.name, "F32", shape);
-    const auto* src = static_cast<const float*>(t.data);
-    const int64_t stored = int64_t(t.bytes / 4);
-    float* dst = base + p.offset;
-    for (int64_t i = 0; i < p.numel; ++i) {
-      const int64_t g = table.global_index(p, i);
-      dst[i] = g < stored ? src[g] : 0.0f;
-    }
-  }
-}
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   if (!in) fail("cannot read " + path);
@@ -73,22 +36,93 @@ std::string read_text(const std::string& path) {
 
 }  // namespace
 
-StagedCheckpoint::StagedCheckpoint(const std::string& dir, const ModelConfig& config, const FullState& state,
-                                   const nlohmann::json& trainer_state)
-    : dir_(dir), out_(dir) {
-  const ParamTable table(config);
-  write_safetensors(out_.path() + "/model.safetensors", tensors_of(table, config, state.params, ""),
-                    {{"format", "pt"}});
-  if (!state.optimizer.empty()) {
-    std::vector<TensorRef> tensors;
-    for (const auto& [prefix, values] : state.element_states) {
-      auto more = tensors_of(table, config, values, prefix);
-      tensors.insert(tensors.end(), more.begin(), more.end());
-    }
-    for (const auto& [name, values] : state.tensor_states)
-      tensors.push_back({name, "F32", {int64_t(values.size())}, values.data(), values.size() * 4});
-    write_safetensors(out_.path() + "/optimizer.safetensors", tensors, {{"optimizer", state.optimizer}});
+ModelArrayReader::ModelArrayReader(const std::string& file, const ParamTable& table, const ModelConfig& config)
+    : file_(SafetensorsFile::open(file)), table_(table), config_(config) {}
+
+void ModelArrayReader::check_model_file() const {
+  const ParamTable whole(config_);
+  for (const std::string& name : file_.names()) {
+    bool known = false;
+    for (const auto& p : whole.params()) known = known || p.name == name;
+    require(known, file_.path() + " holds " + name + ", which this model (" + std::to_string(config_.layers) +
+                       " layers) does not have: it is another model");
   }
+}
+
+void ModelArrayReader::read(const std::string& prefix, FlatPiece range, float* out) {
+  for (const ParamInfo& p : table_.params()) {
+    const int64_t begin = std::max(range.begin, p.offset), end = std::min(range.end, p.offset + p.numel);
+    if (begin >= end) continue;
+    const std::string name = prefix + p.name;
+    const TensorRef& t = file_.get(name, "F32", stored_shape(p, config_));
+    const int64_t stored = int64_t(t.bytes / 4);
+    if (name != held_) {  // one whole tensor at a time (a shard's elements are scattered in it)
+      held_.clear();
+      file_.read(name, 0, t.bytes, tensor_.ensure(stored));
+      held_ = name;
+    }
+    const float* src = tensor_.data();
+    for (int64_t i = begin - p.offset; i < end - p.offset; ++i) {
+      const int64_t g = table_.global_index(p, i);
+      out[p.offset + i - range.begin] = g < stored ? src[g] : 0.0f;  // vocabulary padding rows: zero
+    }
+  }
+}
+
+void ModelArrayReader::release() {
+  tensor_.clear();
+  held_.clear();
+}
+
+std::string weights_file(const std::string& path, const ModelConfig& config) {
+  if (!fs::is_directory(path)) return path;
+  const std::string file = path + "/model.safetensors";
+  if (!fs::exists(file)) fail("checkpoint " + path + " has no model.safetensors");
+  if (fs::exists(path + "/trainer.json")) {  // a lattice checkpoint says what model it holds
+    const nlohmann::json saved = model_config_json(read_model_config(path)), mine = model_config_json(config);
+    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab"})
+      require(saved[key] == mine[key], "checkpoint " + path + " holds another model (" + key + " " +
+                                           saved[key].dump() + ", this run " + mine[key].dump() + ")");
+  }
+  return file;
+}
+
+bool is_llmc_file(const std::string& path) {
+  return !fs::is_directory(path) && path.size() > 4 && path.substr(path.size() - 4) == ".bin";
+}
+
+std::vector<TensorSpec> model_tensor_specs(const ModelConfig& config, const std::string& prefix) {
+  std::vector<TensorSpec> out;
+  const ParamTable table(config);
+  for (const auto& p : table.params()) out.push_back({prefix + p.name, "F32", stored_shape(p, config)});
+  return out;
+}
+
+StagedCheckpoint::StagedCheckpoint(const std::string& dir) : dir_(dir), out_(dir) {}
+
+SafetensorsWriter& StagedCheckpoint::model_file(const ModelConfig& config) {
+  model_ = std::make_unique<SafetensorsWriter>(out_.path() + "/model.safetensors", model_tensor_specs(config),
+                                               std::map<std::string, std::string>{{"format", "pt"}});
+  return *model_;
+}
+
+SafetensorsWriter& StagedCheckpoint::optimizer_file(const ModelConfig& config, const std::string& optimizer,
+                                                    const std::vector<std::string>& element_prefixes,
+                                                    const std::vector<TensorSpec>& tensor_states) {
+  std::vector<TensorSpec> specs;
+  for (const std::string& prefix : element_prefixes) {
+    auto more = model_tensor_specs(config, prefix);
+    specs.insert(specs.end(), more.begin(), more.end());
+  }
+  specs.insert(specs.end(), tensor_states.begin(), tensor_states.end());
+  optimizer_ = std::make_unique<SafetensorsWriter>(out_.path() + "/optimizer.safetensors", std::move(specs),
+                                                   std::map<std::string, std::string>{{"optimizer", optimizer}});
+  return *optimizer_;
+}
+
+void StagedCheckpoint::finish(const nlohmann::json& trainer_state) {
+  if (model_) model_->commit();
+  if (optimizer_) optimizer_->commit();
   const std::string json = trainer_state.dump(2) + "\n";
   write_file_atomically(out_.path() + "/trainer.json", json.data(), json.size());
   // Last: the manifest of everything written, itself included.
@@ -108,11 +142,6 @@ void StagedCheckpoint::commit() {
     fail(std::string(e.what()) + " (this run's checkpoint is kept in " + kept + ")");
   }
   out_.commit();
-}
-
-void save_checkpoint(const std::string& dir, const ModelConfig& config, const FullState& state,
-                     const nlohmann::json& trainer_state) {
-  StagedCheckpoint(dir, config, state, trainer_state).commit();
 }
 
 namespace {
@@ -290,46 +319,39 @@ ResumeState read_resume_state(const std::string& dir) {
 }
 
 void load_weights(const std::string& path, GPT& model) {
-  if (fs::is_directory(path)) {
-    const std::string file = path + "/model.safetensors";
-    if (!fs::exists(file)) fail("checkpoint " + path + " has no model.safetensors");
-    if (fs::exists(path + "/trainer.json")) {  // a lattice checkpoint says what model it holds
-      const nlohmann::json saved = model_config_json(read_model_config(path)), mine = model_config_json(model.config());
-      for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab"})
-        require(saved[key] == mine[key], "checkpoint " + path + " holds another model (" + key + " " +
-                                             saved[key].dump() + ", this run " + mine[key].dump() + ")");
-    }
-    read_tensors(SafetensorsFile::load(file), model, model.params(), "");
-  } else if (path.size() > 4 && path.substr(path.size() - 4) == ".bin") {
+  if (is_llmc_file(path)) {
     import_llmc_weights(path, model);
   } else {
-    read_tensors(SafetensorsFile::load(path), model, model.params(), "");
+    ModelArrayReader reader(weights_file(path, model.config()), model.table(), model.config());
+    reader.check_model_file();
+    reader.read("", {0, model.num_params()}, model.params());
   }
   model.refresh_compute_weights();
 }
 
-void load_optimizer(const std::string& dir, const GPT& model, Optimizer& optimizer) {
+void load_optimizer(const std::string& dir, const ParamTable& table, const ModelConfig& config, Optimizer& optimizer) {
   const std::string file = dir + "/optimizer.safetensors";
   if (!fs::exists(file)) fail("checkpoint " + dir + " has no optimizer.safetensors");
-  const auto st = SafetensorsFile::load(file);
+  ModelArrayReader reader(file, table, config);
+  const SafetensorsFile& st = reader.file();
   const auto kind = st.metadata().find("optimizer");
   const std::string saved = kind == st.metadata().end() ? "adamw" : kind->second;
   if (saved != optimizer.name())
     fail("checkpoint " + dir + " holds " + saved + " states but the run asks for --optimizer " + optimizer.name());
-  // Read this rank's whole (TP-shard) layout, keep the owned pieces (a ZeRO shard, or all).
-  tracked_vector<float, MemoryCategory::checkpoint_io> full(static_cast<size_t>(model.num_params()));
+  // Each element state's owned pieces (a ZeRO shard, or all), read straight into place.
   for (const auto& state : optimizer.element_states()) {
-    read_tensors(st, model, full.data(), state.prefix);
     float* out = state.values;
-    for (const FlatPiece& piece : optimizer.owned()) out = std::copy(full.begin() + piece.begin, full.begin() + piece.end, out);
+    for (const FlatPiece& piece : optimizer.owned()) {
+      reader.read(state.prefix, piece, out);
+      out += piece.size();
+    }
   }
   for (const auto& state : optimizer.tensor_states()) {
     const TensorRef& t = st.get(state.name);
     if (t.dtype != "F32" || t.shape.size() != 1 || state.shape.size() != 1)
       fail("checkpoint " + file + ": " + state.name + " is not an F32 vector");
-    const auto* src = static_cast<const float*>(t.data);
     const int64_t n = std::min(t.shape[0], state.shape[0]);
-    std::copy(src, src + n, state.values);
+    st.read(state.name, 0, size_t(n) * 4, state.values);
     std::fill(state.values + n, state.values + state.shape[0], 0.0f);
   }
 }

@@ -2,45 +2,47 @@
 // A checkpoint directory: model.safetensors (Hugging Face GPT-2 names, Conv1D [in, out] layout,
 // fp32, unpadded vocabulary rows), optimizer.safetensors (AdamW moments under the same names),
 // trainer.json (step, configs, seed). Written to a temporary directory, fsynced, renamed.
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/safetensors.hpp"
 #include "core/atomic_dir.hpp"
 #include "model/gpt.hpp"
 #include "optim/optimizer.hpp"
 
 namespace lattice::checkpoint {
 
-// The whole model in one rank's layout (ParamTable(config) without tensor parallelism): what a
-// checkpoint stores. Tensor-parallel runs gather their shards into it first.
-struct FullState {
-  const float* params = nullptr;
-  std::string optimizer;  // empty: no optimizer.safetensors written
-  // Element states in the parameters' layout ("exp_avg." + the parameter's name), and the
-  // optimizer's small per-tensor vectors under their own names.
-  std::vector<std::pair<std::string, const float*>> element_states;
-  std::vector<std::pair<std::string, std::vector<float>>> tensor_states;
-};
-// A checkpoint written to a temporary directory beside `dir`, not yet in place: commit() swaps it
-// in (after checking `dir` may still be replaced); destroying it uncommitted removes it and leaves
-// the previous checkpoint as it was. The directory's manifest (kManifest) lists every file in it.
+// The tensors of model.safetensors in file order: every tensor of ParamTable(config) under its
+// Hugging Face name after `prefix`, fp32, the embedding without vocabulary padding.
+std::vector<TensorSpec> model_tensor_specs(const ModelConfig& config, const std::string& prefix = "");
+
+// A checkpoint written to a temporary directory beside `dir`, not yet in place. Its files are
+// streamed: model_file() and optimizer_file() open writers the caller appends tensors to in file
+// order, finish() completes them and adds trainer.json and the manifest (kManifest: every file in
+// it). commit() swaps it in (after checking `dir` may still be replaced); destroying it uncommitted
+// removes it and leaves the previous checkpoint as it was.
 class StagedCheckpoint {
  public:
-  StagedCheckpoint(const std::string& dir, const ModelConfig& config, const FullState& state,
-                   const nlohmann::json& trainer_state);
+  explicit StagedCheckpoint(const std::string& dir);
+  SafetensorsWriter& model_file(const ModelConfig& config);
+  // optimizer.safetensors: each element state under its prefix ("exp_avg." + the parameter's
+  // name), then the optimizer's per-tensor vectors.
+  SafetensorsWriter& optimizer_file(const ModelConfig& config, const std::string& optimizer,
+                                    const std::vector<std::string>& element_prefixes,
+                                    const std::vector<TensorSpec>& tensor_states);
+  void finish(const nlohmann::json& trainer_state);
   void commit();
   const std::string& dir() const { return dir_; }
 
  private:
   std::string dir_;
   AtomicDir out_;
+  std::unique_ptr<SafetensorsWriter> model_, optimizer_;
 };
 inline constexpr const char* kManifest = "lattice-checkpoint.json";
-
-// Writes and commits at once.
-void save_checkpoint(const std::string& dir, const ModelConfig& config, const FullState& state,
-                     const nlohmann::json& trainer_state);
 
 // Throws InputError unless `dir` may receive a checkpoint: it does not exist (its parents can be
 // made), or it is an empty directory, or a lattice checkpoint (a manifest) holding no file its
@@ -66,12 +68,40 @@ ResumeState read_resume_state(const std::string& dir);
 nlohmann::json model_config_json(const ModelConfig& config);
 ModelConfig read_model_config(const std::string& dir);
 
+// Reads model-shaped arrays of a safetensors file (weights, or optimizer element states under a
+// prefix) into pieces of this rank's layout (`table`: its TP shard of its stage), holding one whole
+// tensor at a time: a rank never holds a file, nor any tensor it does not need.
+class ModelArrayReader {
+ public:
+  ModelArrayReader(const std::string& file, const ParamTable& table, const ModelConfig& config);
+  const SafetensorsFile& file() const { return file_; }
+  // Throws InputError if the file holds a tensor the model does not have (another model).
+  void check_model_file() const;
+  // Elements [range.begin, range.end) of this rank's layout into out[0, range.size()); shapes
+  // are checked against the model's (InputError naming the tensor and the file).
+  void read(const std::string& prefix, FlatPiece range, float* out);
+  void release();  // the staging tensor
+
+ private:
+  SafetensorsFile file_;
+  const ParamTable& table_;
+  ModelConfig config_;
+  ScratchArray<float> tensor_{MemoryCategory::checkpoint_io, "checkpoint/tensor"};
+  std::string held_;  // the tensor in tensor_
+};
+
+// The model.safetensors a --resume or --init path names: a checkpoint directory (whose
+// trainer.json, if any, must describe `config`) or a file. Throws InputError naming the problem.
+std::string weights_file(const std::string& path, const ModelConfig& config);
+// An llm.c gpt2 .bin (read whole by import_llmc_weights), not a safetensors checkpoint.
+bool is_llmc_file(const std::string& path);
+
 // Loads weights into `model` (this rank's shard) from a checkpoint directory, a model.safetensors
 // file or an llm.c gpt2 .bin (version 3, fp32). Shapes must match the model's configuration.
 void load_weights(const std::string& path, GPT& model);
 // Loads an optimizer's states from a checkpoint directory: each element state's owned pieces out of
-// this rank's layout, each tensor state by name (a vector saved longer or shorter — the
+// this rank's layout (`table`), each tensor state by name (a vector saved longer or shorter — the
 // vocabulary padding of another TP size — is cut or zero-filled at its end).
-void load_optimizer(const std::string& dir, const GPT& model, Optimizer& optimizer);
+void load_optimizer(const std::string& dir, const ParamTable& table, const ModelConfig& config, Optimizer& optimizer);
 
 }  // namespace lattice::checkpoint

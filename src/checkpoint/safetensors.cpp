@@ -81,48 +81,107 @@ size_t dtype_bytes(const std::string& dtype) {
   return it->second;
 }
 
-void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<TensorSpec> specs,
+                                     const std::map<std::string, std::string>& metadata)
+    : path_(path) {
   std::set<std::string> seen;
-  for (const TensorRef& t : tensors) {
+  for (const TensorSpec& t : specs) {
     const std::string where = "cannot write " + path + ": tensor '" + printable(t.name) + "'";
     require(!t.name.empty() && t.name != kMetadataKey,
             "cannot write " + path + ": invalid tensor name '" + printable(t.name) + "'");
     require(seen.insert(t.name).second, where + " appears twice");
     require(dtype_bytes(t.dtype) > 0, where + " has an unknown dtype");
-    const size_t expected = tensor_bytes(where, t.dtype, t.shape);
-    require(t.bytes == expected, where + " is " + t.dtype + " " + shape_text(t.shape) + " = " +
-                                     std::to_string(expected) + " bytes, but " + std::to_string(t.bytes) +
-                                     " bytes were given");
-    require(t.data != nullptr || t.bytes == 0, where + " has no data");
+    tensor_bytes(where, t.dtype, t.shape);
   }
-
   // Widest elements first: with an 8-byte-aligned data section every tensor stays aligned.
-  std::vector<const TensorRef*> order;
-  for (const TensorRef& t : tensors) order.push_back(&t);
-  std::stable_sort(order.begin(), order.end(), [](const TensorRef* a, const TensorRef* b) {
-    return dtype_bytes(a->dtype) > dtype_bytes(b->dtype);
+  std::stable_sort(specs.begin(), specs.end(), [](const TensorSpec& a, const TensorSpec& b) {
+    return dtype_bytes(a.dtype) > dtype_bytes(b.dtype);
   });
-
+  specs_ = std::move(specs);
   json header = json::object();
   size_t offset = 0;
-  for (const TensorRef* t : order) {
-    header[t->name] = {
-        {"dtype", t->dtype}, {"shape", t->shape}, {"data_offsets", {offset, offset + t->bytes}}};
-    offset += t->bytes;
+  for (const TensorSpec& t : specs_) {
+    sizes_.push_back(tensor_bytes(path, t.dtype, t.shape));
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + sizes_.back()}}};
+    offset += sizes_.back();
   }
   if (!metadata.empty()) header[kMetadataKey] = metadata;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the format allows trailing spaces
 
-  AtomicFile file(path);
-  write_u64_le(file, text.size());
-  file.write(text.data(), text.size());
-  for (const TensorRef* t : order) file.write(t->data, t->bytes);
-  file.commit();
+  file_ = std::make_unique<AtomicFile>(path);
+  write_u64_le(*file_, text.size());
+  file_->write(text.data(), text.size());
+  while (current_ < sizes_.size() && sizes_[current_] == 0) ++current_;
 }
 
-SafetensorsFile SafetensorsFile::load(const std::string& path) {
+SafetensorsWriter::~SafetensorsWriter() = default;
+
+void SafetensorsWriter::append(const std::string& name, const void* data, size_t bytes) {
+  if (bytes == 0) return;
+  const std::string where = "cannot write " + path_ + ": tensor '" + printable(name) + "'";
+  require(current_ < specs_.size(), where + ": every tensor is already written");
+  require(specs_[current_].name == name, where + " arrived while '" + printable(specs_[current_].name) +
+                                             "' has " + std::to_string(sizes_[current_] - written_) +
+                                             " bytes to come");
+  require(bytes <= sizes_[current_] - written_, where + ": " + std::to_string(bytes) + " bytes given, " +
+                                                    std::to_string(sizes_[current_] - written_) + " to come");
+  require(data != nullptr, where + " has no data");
+  file_->write(data, bytes);
+  written_ += bytes;
+  if (written_ == sizes_[current_]) {
+    written_ = 0;
+    ++current_;
+    while (current_ < sizes_.size() && sizes_[current_] == 0) ++current_;
+  }
+}
+
+void SafetensorsWriter::commit() {
+  require(current_ == specs_.size(), "cannot write " + path_ + ": tensor '" +
+                                         printable(current_ < specs_.size() ? specs_[current_].name : "") +
+                                         "' is not complete");
+  file_->commit();
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorSpec> specs;
+  for (const TensorRef& t : tensors) {
+    const std::string where = "cannot write " + path + ": tensor '" + printable(t.name) + "'";
+    const size_t expected = tensor_bytes(where, t.dtype, t.shape);
+    require(t.bytes == expected, where + " is " + t.dtype + " " + shape_text(t.shape) + " = " +
+                                     std::to_string(expected) + " bytes, but " + std::to_string(t.bytes) +
+                                     " bytes were given");
+    require(t.data != nullptr || t.bytes == 0, where + " has no data");
+    specs.push_back({t.name, t.dtype, t.shape});
+  }
+  SafetensorsWriter out(path, std::move(specs), metadata);
+  for (const TensorSpec& spec : out.order())
+    for (const TensorRef& t : tensors)
+      if (t.name == spec.name) out.append(t.name, t.data, t.bytes);
+  out.commit();
+}
+
+SafetensorsFile SafetensorsFile::load(const std::string& path) { return parse(path, true); }
+SafetensorsFile SafetensorsFile::open(const std::string& path) { return parse(path, false); }
+
+void SafetensorsFile::read(const std::string& name, size_t offset, size_t bytes, void* out) const {
+  const TensorRef& t = get(name);
+  require(offset <= t.bytes && bytes <= t.bytes - offset, "checkpoint " + path_ + ": bytes [" +
+                                                              std::to_string(offset) + ", " + std::to_string(offset + bytes) +
+                                                              ") are beyond tensor '" + printable(name) + "'");
+  if (t.data) {
+    std::memcpy(out, static_cast<const char*>(t.data) + offset, bytes);
+    return;
+  }
+  std::ifstream in(path_, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(file_offset_.at(name) + offset));
+  in.read(static_cast<char*>(out), static_cast<std::streamsize>(bytes));
+  require(in.good() || bytes == 0, "cannot read tensor '" + printable(name) + "' of checkpoint " + path_ +
+                                       " (the file changed or shrank while it was read)");
+}
+
+SafetensorsFile SafetensorsFile::parse(const std::string& path, bool hold_data) {
   const std::string who = "checkpoint " + path;
   std::error_code ec;
   require(std::filesystem::is_regular_file(path, ec), who + " does not exist or is not a regular file");
@@ -213,6 +272,8 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
             who + ": tensors '" + printable(spans[i - 1].name) + "' and '" + printable(spans[i].name) + "' overlap");
   }
 
+  for (const Span& s : spans) file.file_offset_[s.name] = 8 + header_bytes + s.begin;
+  if (!hold_data) return file;
   auto data = std::make_shared<Storage>((data_bytes + 7) / 8);
   in.read(reinterpret_cast<char*>(data->data()), static_cast<std::streamsize>(data_bytes));
   require(in.good() || data_bytes == 0, "cannot read the tensor data of " + who);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 
 #include "tensor/bf16.hpp"
 
@@ -55,14 +56,16 @@ ModelStates::ModelStates(const StatesLayout& layout, std::vector<Bucket> buckets
   else grads32_ = TrackedArray<float>(grads_size, "grads");
 }
 
-void ModelStates::keep_weights(GPT& model, bool from_seed, uint64_t seed) {
-  const float* full = from_seed ? nullptr : model.params();
+void ModelStates::keep_weights(GPT& model, const WeightSource& fill) {
+  const bool in_place = bool(fill);
+  if (in_place && !masters_sharded()) throw std::logic_error("keep_weights: only sharded weights are filled in place");
+  const float* full = in_place ? nullptr : model.params();
   // This rank's pieces of the fp32 weights, into a shard-layout buffer.
   auto fill_shard = [&](float* shard) {
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const FlatPiece p = pieces_[b];
       if (p.size() == 0) continue;
-      if (from_seed) init_params(model.table(), shard + shard_offset_[b], seed, model.config().vocab, p);
+      if (in_place) fill(p, shard + shard_offset_[b]);
       else std::copy(full + p.begin, full + p.end, shard + shard_offset_[b]);
     }
   };
@@ -340,22 +343,19 @@ void ModelStates::gather_narrowed() {
 
 // ---- checkpoints ---------------------------------------------------------------------------------
 
-tracked_vector<float, MemoryCategory::checkpoint_io> ModelStates::full_weights() {
-  if (masters_sharded()) return gather_full(master_base());
-  return tracked_vector<float, MemoryCategory::checkpoint_io>(master_base(), master_base() + total_);
-}
-
-tracked_vector<float, MemoryCategory::checkpoint_io> ModelStates::gather_full(const float* owned_values) {
-  if (stage_ == 0) return tracked_vector<float, MemoryCategory::checkpoint_io>(owned_values, owned_values + total_);
-  tracked_vector<float, MemoryCategory::checkpoint_io> full(static_cast<size_t>(total_), 0.0f);
+std::vector<ModelStates::SavePiece> ModelStates::save_pieces(const float* owned_values) const {
+  const bool sharded = owned_values ? stage_ >= 1 : masters_sharded();
+  const float* base = owned_values ? owned_values : master_base();
+  std::vector<SavePiece> out;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bucket = buckets_[b];
-    if (bucket.size() == 0) continue;
-    group(int(b))->all_gather_v_async({owned_values + shard_offset_[b], size_t(pieces_[b].size())},
-                            {full.data() + bucket.begin, size_t(bucket.size())}, counts(int(b)))
-        .wait();
+    if (sharded) {
+      if (pieces_[b].size() > 0) out.push_back({pieces_[b], base + shard_offset_[b]});
+    } else if (bucket.size() > 0 && (!group(int(b)) || group(int(b))->rank() == 0)) {
+      out.push_back({{bucket.begin, bucket.begin + bucket.size()}, base + bucket.begin});
+    }
   }
-  return full;
+  return out;
 }
 
 }  // namespace lattice::parallel

@@ -63,9 +63,12 @@ class ModelStates final : public BucketStore {
   comm::Communicator* shard_group() const { return stage_ >= 1 ? dp_ : nullptr; }
 
   // Takes the model's weights (loaded or initialised, the same on every DP rank) into the form this
-  // layout keeps, and becomes the model's bucket store; `from_seed` (ZeRO-3): each piece is
-  // initialised where it lives instead, and the whole model never exists on one rank.
-  void keep_weights(GPT& model, bool from_seed, uint64_t seed);
+  // layout keeps, and becomes the model's bucket store. With `fill` (ZeRO-3, a model built without
+  // weights), each piece is filled where it lives instead — fill(range, out) writes the weights of
+  // flat offsets [range.begin, range.end): initialised from the seed or read from a checkpoint —
+  // and the whole model never exists on one rank.
+  using WeightSource = std::function<void(FlatPiece range, float* out)>;
+  void keep_weights(GPT& model, const WeightSource& fill = {});
   // Every DP replica starts from rank 0's weights (collective; after construction succeeded everywhere).
   void sync_replicas();
 
@@ -80,10 +83,16 @@ class ModelStates final : public BucketStore {
   // for an overflow) only releases the step's buffers.
   void finish_step(bool updated);
 
-  // Checkpoints (collective over DP under ZeRO): the whole fp32 weights of this rank's layout, and
-  // any array laid out like master_pieces() (optimizer element states) made whole.
-  tracked_vector<float, MemoryCategory::checkpoint_io> full_weights();
-  tracked_vector<float, MemoryCategory::checkpoint_io> gather_full(const float* owned_values);
+  // Checkpoints: what this rank contributes when the whole model is written from `owned_values`
+  // (laid out like master_pieces(): optimizer element states), or from the fp32 weights (masters of
+  // 16-bit runs) when null. Sharded values give this rank's piece of every bucket; whole ones the
+  // buckets of which it is its group's rank 0, so no element comes from two ranks of a DP group.
+  // Nothing is copied or gathered (a checkpoint streams: docs/design.md §10).
+  struct SavePiece {
+    FlatPiece range;       // flat offsets of this rank's layout
+    const float* values;   // values[0] is range.begin's
+  };
+  std::vector<SavePiece> save_pieces(const float* owned_values) const;
 
   // The most transient bytes (gathered or widened weights, gradient buckets, reduced gradient) alive
   // at once, measured by the allocator; seconds blocked on ZeRO's collectives in the last step.
@@ -120,6 +129,7 @@ class ModelStates final : public BucketStore {
   bool stored_bf16() const { return half() && !half_->fp16 && whole_weights(); }  // GEMMs read the weights as kept
   void refresh_bf16();  // fp32 whole weights → their bf16 copy, if GEMMs read one
   float* master_base() { return half() ? masters_.data() : weights32_.data(); }
+  const float* master_base() const { return half() ? masters_.data() : weights32_.data(); }
   int64_t offset_in(bool sharded, int bucket) const {
     return sharded ? shard_offset_[size_t(bucket)] : pieces_[size_t(bucket)].begin;
   }

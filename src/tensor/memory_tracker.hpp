@@ -169,6 +169,7 @@ class ScratchArray {
   ScratchArray(MemoryCategory c, const char* op) : tracker_(&MemoryTracker::of(c)), op_(op) {}
   T* ensure(int64_t n) {
     if (n > n_) {
+      buf_.reset();  // first: the old and new buffers never coexist (what it held is not kept)
       buf_ = TrackedBuffer(size_t(n) * sizeof(T), kNoLayer, op_, *tracker_);
       n_ = n;
     }

@@ -12,7 +12,6 @@
 #include "analysis/formulas.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "comm/gather_int64.hpp"
-#include "model/gather_shards.hpp"
 #include "core/atomic_dir.hpp"
 #include "core/error.hpp"
 #include "report/step_report.hpp"
@@ -106,9 +105,11 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     stage.experts = model_config_.moe.experts / layout_.ep;
     stage.expert0 = dist_->coords().ep_rank * stage.experts;
   }
-  // ZeRO-3 from the seed never builds the whole model: each rank initialises its own pieces.
-  const bool shard_from_seed = layout_.zero >= 3 && layout_.dp > 1 && config_.resume.empty() && config_.init.empty();
-  model_ = std::make_unique<GPT>(model_config_, layout_, config_.seed, tp, stage, !shard_from_seed);
+  // ZeRO-3 never builds the whole model: each rank initialises its own pieces, or reads them from
+  // the checkpoint (an llm.c file is read whole: the one exception).
+  const std::string weights_path = !config_.resume.empty() ? config_.resume : config_.init;
+  const bool shard_in_place = layout_.zero >= 3 && layout_.dp > 1 && !checkpoint::is_llmc_file(weights_path);
+  model_ = std::make_unique<GPT>(model_config_, layout_, config_.seed, tp, stage, !shard_in_place);
   if (layout_.ep > 1) model_->set_expert_parallel(&dist_->ep());
   kept_ = std::make_unique<KeptBytesProbe>(model_config_.layers);
   if (layout_.pp > 1)
@@ -124,12 +125,10 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
                               {dist_ && layout_.tp > 1 ? &dist_->tp() : nullptr, states_->shard_group()});
   if (layout_.zero >= 1 && layout_.dp == 1 && (!dist_ || dist_->rank() == 0))
     std::fprintf(stderr, "lattice train: note: --zero %d with data-parallel size 1 shards nothing\n", layout_.zero);
+  if (!weights_path.empty() && !shard_in_place) checkpoint::load_weights(weights_path, *model_);
   if (!config_.resume.empty()) {
-    checkpoint::load_weights(config_.resume, *model_);
-    checkpoint::load_optimizer(config_.resume, *model_, *optimizer_);
+    checkpoint::load_optimizer(config_.resume, model_->table(), model_config_, *optimizer_);
     step_ = resume_state.step;
-  } else if (!config_.init.empty()) {
-    checkpoint::load_weights(config_.init, *model_);
   }
   const bool fp16 = layout_.params_dtype == ParamsDType::fp16;
   if (fp16) loss_scaler_ = {true, config_.initial_loss_scale, config_.loss_scale_window};
@@ -143,7 +142,19 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     }
   }
   // The loaded (or initialised) weights, the same on every DP rank, go where the layout keeps them.
-  states_->keep_weights(*model_, shard_from_seed, config_.seed);
+  std::unique_ptr<checkpoint::ModelArrayReader> reader;
+  parallel::ModelStates::WeightSource fill;
+  if (shard_in_place && weights_path.empty()) {
+    fill = [&](FlatPiece range, float* out) {
+      init_params(model_->table(), out, config_.seed, model_config_.vocab, range);
+    };
+  } else if (shard_in_place) {
+    reader = std::make_unique<checkpoint::ModelArrayReader>(checkpoint::weights_file(weights_path, model_config_),
+                                                            model_->table(), model_config_);
+    reader->check_model_file();
+    fill = [&](FlatPiece range, float* out) { reader->read("", range, out); };
+  }
+  states_->keep_weights(*model_, fill);
   if (!config_.trace.empty()) Trace::instance().enable();
   schedule_ = LrSchedule{config_.lr_schedule, config_.lr, config_.min_lr, config_.warmup, config_.steps};
 }

@@ -87,7 +87,6 @@ class Trainer {
   bool unscale(const parallel::OwnedGrads& grads, StepResult& r);
   // A step's end, applied or skipped: its traffic snapshot and its time.
   StepResult finish_step(StepResult r, std::chrono::steady_clock::time_point t0);
-  tracked_vector<float, MemoryCategory::checkpoint_io> owned_by_stage(const float* values) const;  // pipeline: the whole model's values
   std::vector<int> local_layers() const;
   // A step's forwards and backwards (the next batch), the reduced gradient completed into
   // `grads`; returns the mean loss over the global batch. Shared by the step and the final check.

@@ -134,6 +134,35 @@ check "uncovered optimizer state: non-zero exit ($status), no hang" test "$statu
 check "uncovered optimizer state: names the tensor" grep -q "exp_avg_sq.h.1.mlp.c_fc.weight" holes.err
 check "uncovered optimizer state: one line" test "$(grep -c "exp_avg_sq.h.1" holes.err)" -eq 1
 
+# Checkpoints stream (issue 15): under ZeRO-3 no rank holds more than its shards plus one tensor and
+# one message while a checkpoint is written or read back. Measured by the OS (peak RSS) against the
+# same run without --save, and by the allocator (the checkpoint_io category's peak).
+BIG=(--data data --layers 8 --hidden 384 --heads 6 --seq-len 32 --micro-batch 2 --global-batch 4 --dropout 0.1
+     --threads 1 --json --zero 3)
+timeout 300 mpirun --oversubscribe -np 2 "$LATTICE" train "${BIG[@]}" --steps 2 > big_nosave.jsonl 2> big_nosave.err
+timeout 300 mpirun --oversubscribe -np 2 "$LATTICE" train "${BIG[@]}" --steps 2 --save ck_big > big_save.jsonl 2> big_save.err
+timeout 300 mpirun --oversubscribe -np 2 "$LATTICE" train "${BIG[@]}" --steps 3 --resume ck_big > big_resume.jsonl 2> big_resume.err
+check "ZeRO-3 x2, 14M parameters: runs with and without --save and the resume exit 0" \
+  test -s big_nosave.jsonl -a -s big_save.jsonl -a -s big_resume.jsonl -a -d ck_big
+check "ZeRO-3 --save and --resume peak within 15% of the run without --save; checkpoint I/O at most two tensors" "$PY" -c "
+import json, struct, sys
+last = lambda f: [json.loads(l) for l in open(f)][-1]['memory']['ranks']
+raw = open('ck_big/model.safetensors', 'rb').read()
+header = json.loads(raw[8:8 + struct.unpack('<Q', raw[:8])[0]])
+largest = max(v['data_offsets'][1] - v['data_offsets'][0] for k, v in header.items() if k != '__metadata__')
+psi = sum((v['data_offsets'][1] - v['data_offsets'][0]) // 4 for k, v in header.items() if k != '__metadata__')
+print('psi', psi, 'largest tensor', largest)
+base = {r['rank']: r for r in last('big_nosave.jsonl')}
+for f in ['big_save.jsonl', 'big_resume.jsonl']:
+    for r in last(f):
+        b = base[r['rank']]
+        io = r['category_peak_bytes']['checkpoint_io']
+        print(f, r['rank'], 'rss', r['rss_peak_bytes'], 'unsaved', b['rss_peak_bytes'],
+              round(r['rss_peak_bytes'] / b['rss_peak_bytes'], 3), 'checkpoint_io', io)
+        if r['rss_peak_bytes'] > 1.15 * b['rss_peak_bytes']: sys.exit('%s rank %d: RSS' % (f, r['rank']))
+        if io > 2 * largest or (r['rank'] == 0 and io == 0): sys.exit('%s rank %d: checkpoint_io %d' % (f, r['rank'], io))
+"
+
 expect_error "bad --zero-prefetch" "zero-prefetch" train "${MODEL[@]}" --zero-prefetch maybe
 check "the summary reports how long each rank blocked on DP collectives" "$PY" -c "
 import json, sys

@@ -124,6 +124,59 @@ TEST(Safetensors, WriteRejectsInconsistentTensors) {
   EXPECT_FALSE(fs::exists(path + ".tmp-" + std::to_string(::getpid())));
 }
 
+// The streaming writer: a tensor's bytes may come in any number of appends, in file order only,
+// and the file appears only when every byte has come; open() reads the header and read() the bytes
+// the file holds, equal to what load() holds.
+TEST(Safetensors, StreamsTensorsInPiecesAndReadsThemBack) {
+  const std::string dir = scratch_dir();
+  const std::string path = dir + "/streamed.safetensors";
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {-1, -2, -3};
+  const std::vector<uint16_t> h = {0x3f80, 0x4000};
+  {
+    SafetensorsWriter out(path, {{"a", "F32", {2, 3}}, {"h", "BF16", {2}}, {"b", "F32", {3}}, {"empty", "F32", {0}}},
+                          {{"format", "pt"}});
+    // Widest first, else in the given order: a, b, empty, then the 2-byte h.
+    ASSERT_EQ(out.order().size(), 4u);
+    EXPECT_EQ(out.order()[1].name, "b");
+    EXPECT_EQ(out.order()[3].name, "h");
+    out.append("a", a.data(), 8);
+    expect_input_error([&] { out.append("b", b.data(), 12); }, "tensor 'b' arrived while 'a' has 16 bytes to come");
+    expect_input_error([&] { out.append("a", a.data() + 2, 20); }, "20 bytes given, 16 to come");
+    out.append("a", a.data() + 2, 16);
+    out.append("b", b.data(), 12);
+    expect_input_error([&] { out.commit(); }, "tensor 'h' is not complete");
+    EXPECT_FALSE(fs::exists(path));
+    out.append("h", h.data(), 4);
+    out.commit();
+  }
+  const auto loaded = SafetensorsFile::load(path);
+  EXPECT_EQ(std::memcmp(loaded.get("a", "F32", {2, 3}).data, a.data(), 24), 0);
+  EXPECT_EQ(std::memcmp(loaded.get("b").data, b.data(), 12), 0);
+  EXPECT_EQ(loaded.metadata().at("format"), "pt");
+  const auto opened = SafetensorsFile::open(path);
+  EXPECT_EQ(opened.get("a").data, nullptr);
+  std::vector<float> got(2);
+  opened.read("a", 12, 8, got.data());
+  EXPECT_EQ(got, (std::vector<float>{4, 5}));
+  uint16_t second = 0;
+  opened.read("h", 2, 2, &second);
+  EXPECT_EQ(second, 0x4000);
+  expect_input_error([&] { opened.read("b", 8, 8, got.data()); }, "are beyond tensor 'b'");
+  expect_input_error([&] { opened.read("c", 0, 4, got.data()); }, "has no tensor 'c'");
+}
+
+TEST(Safetensors, AnUncommittedStreamLeavesNoFile) {
+  const std::string dir = scratch_dir();
+  const std::string path = dir + "/dropped.safetensors";
+  const std::vector<float> a = {1, 2};
+  {
+    SafetensorsWriter out(path, {{"a", "F32", {2}}});
+    out.append("a", a.data(), 4);
+  }  // a failure elsewhere: destroyed before commit
+  EXPECT_FALSE(fs::exists(path));
+  for (const auto& e : fs::directory_iterator(dir)) ADD_FAILURE() << "left behind: " << e.path();
+}
+
 TEST(Safetensors, RejectsTruncatedFile) {
   const std::string dir = scratch_dir();
   const Sample s;

@@ -1,0 +1,44 @@
+#pragma once
+// Streaming a model-shaped array (weights, or one optimizer element state) from the ranks that hold
+// its pieces into one safetensors file written by world rank 0, one tensor at a time: the writer
+// holds one whole tensor and one message beyond its own states, the others nothing beyond theirs
+// (docs/design.md §14, "Checkpoints stream").
+#include <string>
+#include <vector>
+
+#include "checkpoint/safetensors.hpp"
+#include "comm/distributed.hpp"
+#include "engine/model_states.hpp"
+#include "model/params.hpp"
+#include "tensor/memory_tracker.hpp"
+
+namespace lattice {
+
+class CheckpointStream {
+ public:
+  // `local`: this rank's parameter table (its TP shard of its stage's tensors); `dist` null: one process.
+  CheckpointStream(const ModelConfig& config, const ParamTable& local, comm::Distributed* dist);
+  // Collective over the world. `pieces`: what this rank contributes (ModelStates::save_pieces);
+  // `out`: the file on world rank 0 (null on the others), whose next tensors are the model's under
+  // `prefix`, in table order.
+  void write(const std::string& prefix, const std::vector<parallel::ModelStates::SavePiece>& pieces,
+             checkpoint::SafetensorsWriter* out);
+
+ private:
+  struct Span {
+    int64_t begin = 0, end = 0;  // elements of the local shard of one whole tensor
+  };
+  // For each tensor of the whole model: which of its local elements this rank sends.
+  std::vector<Span> spans_of(const std::vector<parallel::ModelStates::SavePiece>& pieces) const;
+
+  ModelConfig config_;
+  const ParamTable& local_;
+  comm::Distributed* dist_;
+  ParamTable whole_;
+  std::vector<int> local_index_;  // [whole tensor] → index in local_ (-1: not held here)
+  std::vector<ParamTable> tp_tables_;  // [tp rank]: every tensor's shard on that TP rank
+  ScratchArray<float> tensor_{MemoryCategory::checkpoint_io, "checkpoint/tensor"};
+  ScratchArray<float> message_{MemoryCategory::checkpoint_io, "checkpoint/message"};
+};
+
+}  // namespace lattice
