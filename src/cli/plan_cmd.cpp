@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -29,6 +30,8 @@ struct PlanFlags {
   int micro_batch = 1, global_batch = 0, gpus = 0, top = 5;
   std::string gpu_memory, hardware = "A100-80GB", peak_flops, svg_dir;
   double iteration_time = 0;
+  std::string data;
+  bool save = false;
   bool search = false, paper = false, moe_paper = false, json = false;
 };
 
@@ -54,6 +57,8 @@ void add_flags(CLI::App& app, PlanFlags& f) {
                "parameters of Switch-Base and GShard 600B as published against lattice's count");
   app.add_option("--svg", f.svg_dir, "with --paper: write figure1.svg and figure7.svg into this directory");
   app.add_flag("--json", f.json, "print one JSON object on one line");
+  app.add_option("--data", f.data, "token directory the run reads: its files join the per-category prediction");
+  app.add_flag("--save", f.save, "the run writes a checkpoint: the writer's staging joins the prediction");
 }
 
 int run_paper(const PlanFlags& f, const plan::Hardware& hw) {
@@ -93,6 +98,15 @@ plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
     require(r.gpus % tp_pp == 0, "t·p·DP must equal --gpus: --gpus (" + std::to_string(r.gpus) +
                                      ") is not a multiple of t·p = " + std::to_string(tp_pp));
   r.layout.dp = r.gpus / tp_pp;
+  r.save = f.save;
+  if (!f.data.empty()) {
+    std::error_code ec;
+    require(std::filesystem::is_directory(f.data, ec), "--data " + f.data + " is not a directory");
+    for (const char* name : {"/train.bin", "/val.bin"}) {
+      const auto bytes = std::filesystem::file_size(f.data + name, ec);
+      if (!ec) r.data_bytes += int64_t(bytes);
+    }
+  }
   r.global_batch = f.global_batch > 0 ? f.global_batch : (f.search ? r.gpus : f.micro_batch * r.layout.dp);
   return r;
 }

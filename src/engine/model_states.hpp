@@ -87,7 +87,7 @@ class ModelStates final : public BucketStore {
   // (laid out like master_pieces(): optimizer element states), or from the fp32 weights (masters of
   // 16-bit runs) when null. Sharded values give this rank's piece of every bucket; whole ones the
   // buckets of which it is its group's rank 0, so no element comes from two ranks of a DP group.
-  // Nothing is copied or gathered (a checkpoint streams: docs/design.md §10).
+  // Nothing is copied or gathered (a checkpoint streams: docs/design.md §14).
   struct SavePiece {
     FlatPiece range;       // flat offsets of this rank's layout
     const float* values;   // values[0] is range.begin's

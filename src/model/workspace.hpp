@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "analysis/memory_categories.hpp"
 #include "moe/moe_layer.hpp"
 #include "tensor/memory_tracker.hpp"
 
@@ -26,17 +27,17 @@ struct Workspace {
   // attention_s2 = false: fused attention (docs/design.md §3.1) needs no [b, a, s, s] buffers.
   void ensure(int64_t b, int64_t s, int64_t h, int64_t a, int64_t vocab_padded, bool attention_s2 = true,
               bool pack_masks = false) {
-    const int64_t N = b * s, att = attention_s2 ? b * a * s * s : 0;
+    // Sized by the formula module, so the planner predicts exactly these bytes.
+    const analysis::LayerWorkspace w = analysis::layer_workspace(b, s, h, a, vocab_padded, attention_s2, pack_masks);
     auto grow = [](auto& buf, int64_t n) {
       if (int64_t(buf.size()) < n) buf.resize(size_t(n));
     };
-    for (auto* buf : {&ln, &g1, &g2, &q, &k, &v, &dq, &dk, &dv, &ctx, &resid, &dresid, &full1, &full2}) grow(*buf, N * h);
-    grow(big1, N * 4 * h), grow(big2, N * 4 * h);
-    grow(widen, std::max(N * 4 * h, att));
-    grow(att1, att), grow(att2, att);
-    // Two staging areas: a gradient operand and, under sequence parallelism, a re-gathered input.
-    grow(half, std::max({N * 4 * h, att, N * vocab_padded}) + N * 4 * h);
-    if (pack_masks) grow(mask_bytes, std::max(N * h, att));
+    for (auto* buf : {&ln, &g1, &g2, &q, &k, &v, &dq, &dk, &dv, &ctx, &resid, &dresid, &full1, &full2}) grow(*buf, w.nh);
+    grow(big1, w.n4h), grow(big2, w.n4h);
+    grow(widen, w.widen);
+    grow(att1, w.att), grow(att2, w.att);
+    grow(half, w.half);
+    grow(mask_bytes, w.mask_bytes);
   }
 };
 

@@ -35,6 +35,13 @@ MemoryPlan plan_memory(const PlanRequest& r) {
   m.first_stage_activation_bytes = m.first_stage_layer_bytes + double(m.extra_activation_bytes);
   m.total_bytes = double(m.model_state.total()) + m.first_stage_activation_bytes;
   m.capacity_bytes = r.gpu_memory;
+  if (!r.model.moe.enabled()) {
+    analysis::MemoryCase c{x, r.model, l, r.micro_batches(), r.data_bytes, r.save, false};
+    for (int stage = 0; stage < l.pp; ++stage) {
+      c.writer = r.save && stage == 0;  // world rank 0 is on the first stage
+      m.by_stage.push_back(analysis::rank_memory(c, stage));
+    }
+  }
   return m;
 }
 

@@ -3,7 +3,10 @@
 // analysis/moe_formulas.
 #include <cstdint>
 
+#include <vector>
+
 #include "analysis/formulas.hpp"
+#include "analysis/memory_categories.hpp"
 #include "plan/plan_request.hpp"
 
 namespace lattice::plan {
@@ -23,6 +26,9 @@ struct MemoryPlan {
   analysis::ModelStateBytes model_state;    // per rank, after ZeRO sharding
   double total_bytes = 0;                   // model states + first-stage activations
   int64_t capacity_bytes = 0;
+  // Every byte by category, per pipeline stage (docs/design.md §4): dense models; empty for MoE,
+  // whose block's workspaces and routing buffers the prediction does not cover yet.
+  std::vector<analysis::CategoryBytes> by_stage;
   bool fits() const { return total_bytes <= double(capacity_bytes); }
 };
 

@@ -94,6 +94,21 @@ std::string plan_text(const Plan& p, const Hardware& hw) {
   out += line("optimizer states", format_bytes(double(m.model_state.optimizer)));
   out += line("total", format_bytes(m.total_bytes) + " of " + format_bytes(double(m.capacity_bytes)) +
                            (m.fits() ? "  (fits)" : "  (DOES NOT FIT)"));
+  for (size_t stage = 0; stage < m.by_stage.size(); ++stage) {
+    const analysis::CategoryBytes& c = m.by_stage[stage];
+    out += "\nevery byte, stage " + std::to_string(stage) + " (what the run's summary measures by category)\n";
+    out += line("activations", format_bytes(double(c.activations)));
+    out += line("model states", format_bytes(double(c.model_states)) +
+                                    (c.model_states_transient ? "  (of which ZeRO transient " +
+                                                                     format_bytes(double(c.model_states_transient)) + ")"
+                                                              : std::string()));
+    out += line("workspaces", format_bytes(double(c.workspaces)));
+    if (c.communication) out += line("communication", format_bytes(double(c.communication)));
+    if (c.pipeline) out += line("pipeline", format_bytes(double(c.pipeline)));
+    out += line("data", format_bytes(double(c.data)) + (r.data_bytes ? "" : "  (token files not counted: --data)"));
+    if (c.checkpoint_io) out += line("checkpoint I/O", format_bytes(double(c.checkpoint_io)));
+    out += line("accounted peak", format_bytes(double(c.accounted())) + "  (+ the runtime: libraries, threads, MPI)");
+  }
 
   out += "\nFLOPs per iteration\n";
   if (moe.enabled()) {
@@ -166,6 +181,13 @@ nlohmann::ordered_json plan_json(const Plan& p) {
   j["gpu_memory_bytes"] = p.memory.capacity_bytes;
   j["fits"] = p.memory.fits();
   j["shard_parameters"] = p.memory.shard_parameters;
+  nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  for (const analysis::CategoryBytes& c : p.memory.by_stage)
+    stages.push_back({{"activations", c.activations}, {"model_states", c.model_states},
+                      {"model_states_transient", c.model_states_transient}, {"communication", c.communication},
+                      {"pipeline", c.pipeline}, {"workspaces", c.workspaces}, {"data", c.data},
+                      {"checkpoint_io", c.checkpoint_io}, {"accounted_peak_bytes", c.accounted()}});
+  j["memory_by_stage"] = stages;
   j["parameters"] = r.model.num_params();
   j["active_parameters"] = analysis::active_parameters(r.model);
   j["forward_flops_per_token"] = analysis::forward_flops_per_token(r.model);

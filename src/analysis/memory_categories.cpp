@@ -1,0 +1,135 @@
+#include "analysis/memory_categories.hpp"
+
+#include <algorithm>
+
+namespace lattice::analysis {
+
+LayerWorkspace layer_workspace(int64_t b, int64_t s, int64_t h, int64_t a_local, int64_t v_local, bool attention_s2,
+                               bool pack_masks) {
+  const int64_t N = b * s, att = attention_s2 ? b * a_local * s * s : 0;
+  LayerWorkspace w;
+  w.nh = N * h;
+  w.n4h = N * 4 * h;
+  w.widen = std::max(N * 4 * h, att);
+  w.att = att;
+  // Two staging areas: a gradient operand and, under sequence parallelism, a re-gathered input.
+  w.half = std::max({N * 4 * h, att, N * v_local}) + N * 4 * h;
+  w.mask_bytes = pack_masks ? std::max(N * h, att) : 0;
+  return w;
+}
+
+int64_t stage_parameters(const ModelConfig& model, int tp, int pp, int stage) {
+  const int64_t h = model.hidden, t = tp;
+  const int64_t per_layer = 12 * h * h / t + 7 * h / t + 6 * h;  // as shard_parameters
+  int64_t n = int64_t(model.layers / pp) * per_layer;
+  const int64_t wte = int64_t(model.padded_vocab(tp)) / t * h;
+  if (stage == 0) n += wte + int64_t(model.seq_len) * h;
+  if (stage == pp - 1) n += 2 * h + (pp > 1 ? wte : 0);
+  return n;
+}
+
+namespace {
+
+// The largest bucket a rank of `stage` keeps (a transformer layer, or the vocabulary shard of the
+// embedding), in elements.
+int64_t largest_bucket(const ModelConfig& model, int tp, int pp, int stage) {
+  const int64_t h = model.hidden, t = tp;
+  int64_t largest = 12 * h * h / t + 7 * h / t + 6 * h;
+  if (stage == 0 || stage == pp - 1) largest = std::max(largest, int64_t(model.padded_vocab(tp)) / t * h);
+  return largest;
+}
+
+// ZeRO's transient buffers (docs/design.md §8), fp32 weights, B the largest bucket, N_d ranks: stage 1
+// keeps the reduced shard all step and up to three reduced pieces; stage 2 two gradient buckets in
+// flight with their pieces; stage 3 also the gathered weights (the bucket in use, the prefetched
+// one, less this rank's own piece of one). `at_activation_peak`: what is live at the end of a
+// forward — the reduced shard (stage 1), the piece of the previous micro-batch's last reduction still
+// in flight (stages 2–3 with accumulation), and stage 3's two gathered buckets.
+int64_t zero_transient_bytes(const MemoryCase& c, int64_t psi, int64_t bucket, bool at_activation_peak) {
+  const LayoutConfig& l = c.layout;
+  const int64_t nd = l.dp, piece = 4 * ((bucket + nd - 1) / nd), shard = 4 * ((psi + nd - 1) / nd);
+  if (nd <= 1 || l.zero == 0) return 0;
+  if (at_activation_peak) {
+    if (l.zero == 1) return shard;
+    return (c.micro_batches > 1 ? piece : 0) + (l.zero == 3 ? 2 * 4 * bucket : 0);
+  }
+  if (l.zero == 1) return shard + 3 * piece;
+  return 2 * 4 * bucket + 2 * piece + (l.zero == 3 ? 2 * 4 * bucket - piece : 0);
+}
+
+// The largest tensor of the checkpoint file (fp32, the embedding unpadded): what its writer stages.
+int64_t largest_tensor_bytes(const ModelConfig& model) {
+  const int64_t h = model.hidden;
+  return 4 * std::max(4 * h * h, int64_t(model.vocab) * h);
+}
+
+}  // namespace
+
+CategoryBytes rank_memory(const MemoryCase& c, int stage) {
+  const ActivationShape& x = c.x;
+  const LayoutConfig& l = c.layout;
+  const int p = l.pp;
+  const int64_t L = c.model.layers, N = x.s * x.b, shard = x.sp ? x.t : 1, N_l = N / shard;
+  const int64_t sbh = N * x.h;
+  CategoryBytes m;
+
+  // Activations: this stage's layers for the micro-batches 1F1B keeps in flight (p − stage; eq. 5
+  // for the first), the one layer a backward re-keeps under recompute, and the outside tensors.
+  const int64_t in_flight = p == 1 ? 1 : std::min<int64_t>(p - stage, c.micro_batches);
+  // Interleaved: stage r runs 2(p − r − 1) + (m − 1)p warm-up forwards of chunks of L/(p·m) layers
+  // (the executor's schedule, docs/design.md §6), so that many chunks plus one are kept at once.
+  const int64_t m_chunks = l.virtual_stages;
+  const int64_t chunks_in_flight =
+      std::min<int64_t>(2 * (p - stage - 1) + (m_chunks - 1) * p + 1, c.micro_batches * m_chunks);
+  const bool selective = l.recompute == Recompute::selective;
+  double layers = 0;
+  const int64_t per_stage = L / p;
+  for (int64_t k = 0; k < per_stage; ++k)
+    layers += double(layer_activation_bytes(x, layer_fully_recomputed(l, int(k), int(L)), selective));
+  layers *= p > 1 && m_chunks > 1 ? double(chunks_in_flight) / double(m_chunks) : double(in_flight);
+  int64_t rekept = 0;
+  if (layer_fully_recomputed(l, 0, int(L))) rekept = layer_activation_bytes(x, false, false);
+  else if (selective) rekept = layer_activation_parts(x).attention;
+  const int64_t ln_stats = 2 * 8 * N_l * per_stage * in_flight;  // each LayerNorm's mean and 1/σ
+  int64_t outside = 0;
+  if (stage == 0) outside += extra_activation_bytes(x, 2, int(in_flight)) + 4 * N * in_flight;  // masks, token ids
+  if (stage == p - 1) outside += extra_activation_bytes(x, 1, 0) + 8 * N_l;                       // head, lnf stats
+  m.activations = int64_t(layers) + rekept + ln_stats + outside;
+
+  // Model states: the formula's steady bytes, the bf16 copy fp32 weights keep for bf16 GEMMs, and
+  // ZeRO's transient buffers.
+  const int64_t psi = stage_parameters(c.model, x.t, p, stage);
+  m.model_states_steady = model_state_bytes(psi, l.dp, l.zero, l.mixed_precision()).total();
+  if (l.activation_dtype == DType::bf16 && !l.mixed_precision() && l.zero < 3) m.model_states_steady += 2 * psi;
+  const int64_t bucket = largest_bucket(c.model, x.t, p, stage);
+  m.model_states_transient = zero_transient_bytes(c, psi, bucket, false);
+  m.model_states = m.model_states_steady + m.model_states_transient;
+  const int64_t transient_at_peak = zero_transient_bytes(c, psi, bucket, true);
+
+  // Workspaces: the layer's (sized by layer_workspace), plus the step's losses.
+  const int64_t a_local = x.a / x.t, v_local = x.v / x.t;
+  m.workspaces = layer_workspace(x.b, x.s, x.h, a_local, v_local, !x.fused_attention, x.packed_masks).bytes() + 4 * N;
+
+  // Communication: each reduce-scatter's ring scratch (one chunk with two ranks, two beyond) per
+  // group that runs one, and SP's rank-major staging.
+  auto ring = [](int64_t chunk, int64_t ranks) { return ranks <= 1 ? 0 : 4 * chunk * (ranks > 2 ? 2 : 1); };
+  if (x.sp) m.communication += ring(N_l * x.h, x.t) + 4 * sbh;
+  if (l.zero >= 1) m.communication += ring((bucket + l.dp - 1) / l.dp, l.dp);
+
+  // Pipeline: the sends 1F1B has in flight and the receive buffer, a micro-batch's boundary each.
+  // Interleaved: at most p·m sends (the schedule's bound) and the receive buffer.
+  if (p > 1) m.pipeline = (m_chunks > 1 ? p * m_chunks + 1 : in_flight + 1) * 4 * N_l * x.h;
+
+  m.data = c.data_bytes + 8 * N;  // token files, one micro-batch's ids
+  // Checkpoint I/O: the writer's whole tensor and one message no larger (docs/design.md §14).
+  if (c.save && c.writer) m.checkpoint_io = 2 * largest_tensor_bytes(c.model);
+
+  // All at one instant: the end of a forward (every category but checkpoint I/O at its peak, ZeRO's
+  // transient as it is then), or the save after training (no activations left).
+  const int64_t rest = m.workspaces + m.communication + m.pipeline + m.data;
+  m.accounted_peak = std::max(m.activations + m.model_states_steady + transient_at_peak + rest,
+                              m.model_states_steady + rest + m.checkpoint_io);
+  return m;
+}
+
+}  // namespace lattice::analysis

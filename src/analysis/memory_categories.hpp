@@ -1,0 +1,53 @@
+#pragma once
+// Every byte a rank holds, predicted by category (docs/design.md §4, "Every byte a rank holds"):
+// the same categories the tracking allocator measures, composed from the formulas of
+// analysis/formulas.hpp and the buffers' own sizes. `lattice plan` prints it, bench/memory.sh sets
+// it beside the measured peaks, and the layer's workspace is sized by layer_workspace() itself.
+#include <cstdint>
+
+#include "analysis/formulas.hpp"
+#include "core/config.hpp"
+
+namespace lattice::analysis {
+
+// The layer workspace's buffers (model/workspace.hpp), in elements: 14 of [N, h], two of [N, 4h],
+// the widening buffer, two s² buffers, the bf16 staging and the unpacked-mask bytes.
+struct LayerWorkspace {
+  int64_t nh = 0, n4h = 0, widen = 0, att = 0, half = 0, mask_bytes = 0;
+  int64_t bytes() const { return 4 * (14 * nh + 2 * n4h + widen + 2 * att) + 2 * half + mask_bytes; }
+};
+// b, s: one micro-batch's sequences and length (the whole sequence, also under SP); a_local,
+// v_local: this rank's heads and vocabulary rows; attention_s2 false under fused attention.
+LayerWorkspace layer_workspace(int64_t b, int64_t s, int64_t h, int64_t a_local, int64_t v_local, bool attention_s2,
+                               bool pack_masks);
+
+// What a prediction needs beyond one micro-batch's activation shape.
+struct MemoryCase {
+  ActivationShape x;       // one micro-batch on one rank (x.t, x.sp, x.d, masks, fused attention)
+  ModelConfig model;
+  LayoutConfig layout;
+  int64_t micro_batches = 1;  // per rank per step
+  int64_t data_bytes = 0;     // token files read (train and validation), 0 if unknown
+  bool save = false;          // the run writes a checkpoint
+  bool writer = false;        // ... and this is the rank that writes it (world rank 0)
+};
+
+// Bytes by category, each the category's own peak, and the accounted peak: all categories at one
+// instant, which is less than the sum when ZeRO's transient buckets or a checkpoint's staging peak
+// at another time than the activations.
+struct CategoryBytes {
+  int64_t activations = 0, model_states = 0, communication = 0, pipeline = 0, workspaces = 0, data = 0,
+          checkpoint_io = 0;
+  int64_t model_states_steady = 0, model_states_transient = 0;  // the parts of model_states
+  int64_t accounted_peak = 0;
+  int64_t accounted() const { return accounted_peak; }
+};
+
+// Parameters pipeline stage `stage` of p holds (its L/p layers; the embeddings on the first stage,
+// the tied embedding and final LayerNorm on the last), this TP rank's shard.
+int64_t stage_parameters(const ModelConfig& model, int tp, int pp, int stage);
+
+// One rank of pipeline stage `stage` (TP and DP ranks are alike but for the checkpoint writer).
+CategoryBytes rank_memory(const MemoryCase& c, int stage);
+
+}  // namespace lattice::analysis
