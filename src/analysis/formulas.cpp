@@ -10,12 +10,20 @@ LayerBytes layer_activation_parts(const ActivationShape& x) {
   LayerBytes r{};
   // Two residual dropout masks of sbh elements (one byte each, or one bit with --pack-masks).
   r.replicated = sbh * 4 * d / shard + (x.dropout ? 2 * mask_bytes(x, sbh / shard) : 0);
-  r.tp_divided = sbh * 12 * d / x.t;
-  // softmax output (d) + mask (1, or 1/8) + dropout output (d); without dropout the output is the input.
+  // Q, K, V and the projection input (4sbh·d/t), then the GeLU and FC2 inputs.
+  r.tp_divided = sbh * 4 * d / x.t + mlp_4h_kept_bytes(x);
+  // softmax output (d, or 8 bits) + mask (1, or 1/8) + dropout output (the same as the softmax
+  // output); without dropout the output is the input.
+  const int64_t s2 = x.fp8_kept ? fp8_bytes(as2b / x.t, x.s) : as2b * d / x.t;
   r.attention = x.fused_attention ? fused_attention_bytes(x)
-                : x.dropout       ? as2b * 2 * d / x.t + mask_bytes(x, as2b / x.t)
-                                  : as2b * d / x.t;
+                : x.dropout       ? 2 * s2 + mask_bytes(x, as2b / x.t)
+                                  : s2;
   return r;
+}
+
+int64_t mlp_4h_kept_bytes(const ActivationShape& x) {
+  const int64_t n = x.s * x.b * 4 * x.h / x.t;  // one [s·b, 4h/t] tensor
+  return 2 * (x.fp8_kept ? fp8_bytes(n, 4 * x.h / x.t) : n * x.d);
 }
 
 int64_t layer_activation_bytes(const ActivationShape& x, bool full, bool selective) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/config.hpp"
+#include "core/fp8_layout.hpp"
 
 namespace lattice::analysis {
 
@@ -18,9 +19,15 @@ struct ActivationShape {
   bool dropout = true;   // with dropout 0 no masks are kept and dropout output aliases its input
   bool fused_attention = false;  // --attention fused: the log-sum-exp instead of the s² tensors (§3.1)
   bool packed_masks = false;     // --pack-masks: dropout masks at one bit an element (n/8 bytes, rounded up)
+  // --activation-compression fp8: the GeLU and FC2 inputs and the softmax and attention-dropout
+  // outputs kept in 8 bits with a scale byte per 32 elements (core/fp8_layout.hpp; docs/design.md §4).
+  bool fp8_kept = false;
 };
 // The bytes a kept dropout mask of n elements takes.
 inline int64_t mask_bytes(const ActivationShape& x, int64_t n) { return x.packed_masks ? (n + 7) / 8 : n; }
+
+// The GeLU input and FC2 input one dense layer keeps (8sbh·d/t, or 8 bits each under fp8_kept).
+int64_t mlp_4h_kept_bytes(const ActivationShape& x);
 
 // Bytes one transformer layer keeps for backward, for one micro-batch, on one rank.
 // `full` = this layer is fully recomputed (keeps only its input); otherwise `selective`

@@ -39,11 +39,11 @@ MoEKeptShape moe_kept_shape(const ActivationShape& x, const ModelConfig& model, 
 
 int64_t moe_layer_activation_bytes(const ActivationShape& x, const MoEKeptShape& m, bool full, bool selective) {
   if (full) return layer_activation_bytes(x, true, selective);
-  // Table 2's MLP half: LN2 input, FC1 input, residual mask (replicated) and GeLU, FC2 inputs (4sbh·d each).
+  // Table 2's MLP half: LN2 input, FC1 input, residual mask (replicated) and GeLU, FC2 inputs.
   const int64_t sbh = x.s * x.b * x.h;
   const int64_t shard = x.sp ? x.t : 1;
   const int64_t mlp_replicated = sbh * 2 * x.d / shard + (x.dropout ? mask_bytes(x, sbh / shard) : 0);
-  const int64_t mlp_divided = sbh * 8 * x.d / x.t;
+  const int64_t mlp_divided = mlp_4h_kept_bytes(x);
   return layer_activation_bytes(x, false, selective) - mlp_replicated - mlp_divided + moe_mlp_kept_bytes(m).total();
 }
 

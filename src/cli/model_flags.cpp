@@ -65,6 +65,11 @@ void add_layout_flags(CLI::App& app, LayoutFlags& f) {
       ->capture_default_str();
   app.add_flag("--pack-masks", l.pack_masks,
                "keep dropout masks at one bit an element instead of one byte (bit-identical training)");
+  app.add_option("--activation-compression", f.activation_compression,
+                 "none | fp8: keep the GeLU and FC2 inputs and the attention's s² tensors for backward in 8 bits "
+                 "(e4m3, a scale per 32 elements); the forward computes at full precision")
+      ->check(CLI::IsMember({"none", "fp8"}))
+      ->capture_default_str();
   app.add_option("--activation-dtype", f.activation_dtype, "fp32 | bf16 storage of kept activations")
       ->capture_default_str();
   app.add_option("--tensor-model-parallel-size", l.tp, "tensor-parallel size t")->capture_default_str();
@@ -85,6 +90,9 @@ LayoutConfig LayoutFlags::resolve() {
   layout.recompute = parse_recompute(recompute);
   layout.activation_dtype = parse_dtype(activation_dtype);
   layout.attention = parse_attention(attention);
+  require(activation_compression == "none" || activation_compression == "fp8",
+          "--activation-compression must be none or fp8 (got '" + activation_compression + "')");
+  layout.fp8_kept = activation_compression == "fp8";
   require(recompute_method == "block", "--recompute-method must be block (got '" + recompute_method + "')");
   require(layout.tp >= 1 && layout.pp >= 1 && layout.virtual_stages >= 1 && layout.ep >= 1,
           "parallel sizes must be at least 1");

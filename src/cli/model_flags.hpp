@@ -12,7 +12,7 @@ namespace lattice::cli {
 struct LayoutFlags {
   LayoutConfig layout;
   std::string recompute = "none", activation_dtype = "fp32", params_dtype = "fp32", recompute_method = "block";
-  std::string attention = "unfused";
+  std::string attention = "unfused", activation_compression = "none";
   // Turns the string flags into the layout (throws InputError for bad values).
   LayoutConfig resolve();
 };

@@ -96,6 +96,7 @@ struct LayoutConfig {
   ParamsDType params_dtype = ParamsDType::fp32;
   AttentionKernel attention = AttentionKernel::unfused;
   bool pack_masks = false;  // dropout masks kept at one bit an element (docs/design.md §4)
+  bool fp8_kept = false;    // --activation-compression fp8: selected kept tensors in 8 bits (docs/design.md §4)
   bool fused_attention() const { return attention == AttentionKernel::fused; }
   // The recompute that actually runs: with fused attention there is no s² tensor for selective to
   // drop, so selective is none (docs/design.md §3.1).

@@ -117,20 +117,30 @@ void attention_core_forward(LayerKept& kept, bool keep_s2, float* ctx_out, const
 
   // One pass per row: the kept tensors when s² is kept (none, or selective's recompute), else only what
   // the P·V GEMM reads, in its operand dtype, in the workspace.
+  // --activation-compression fp8: the kept s² tensors go to 8 bits after the forward used them at
+  // full precision (not selective's recompute in backward: it keeps nothing across the step).
   void* operand = fp32 ? static_cast<void*>(ws.att2.data()) : static_cast<void*>(ws.half.data());
+  const bool compress = keep_s2 && ctx_out && c.fp8_kept;
   if (keep_s2) {
-    kept.probs = Stored(n_att, c.dtype, layer, "softmax");
-    if (drop) kept.attn_dropped = Stored(n_att, c.dtype, layer, "attn_dropout");
+    kept.probs = compress ? Stored::fp8(n_att, c.s, c.dtype, layer, "softmax") : Stored(n_att, c.dtype, layer, "softmax");
+    if (drop)
+      kept.attn_dropped = compress ? Stored::fp8(n_att, c.s, c.dtype, layer, "attn_dropout")
+                                   : Stored(n_att, c.dtype, layer, "attn_dropout");
   }
-  void* probs = keep_s2 ? kept.probs.data() : drop ? nullptr : operand;
+  void* probs_full = compress ? static_cast<void*>(ws.widen.data()) : nullptr;  // full precision, for the forward
+  void* probs = keep_s2 ? (compress ? probs_full : kept.probs.data()) : drop ? nullptr : operand;
   uint8_t* mask = keep_s2 && drop ? kept.attn_mask.begin(n_att, c.pack_masks, layer, "attn_mask", ws.mask_bytes.data())
                                   : nullptr;
-  void* dropped = !drop ? nullptr : keep_s2 ? kept.attn_dropped.data() : operand;
+  void* dropped = !drop ? nullptr : keep_s2 && !compress ? kept.attn_dropped.data() : operand;
   softmax_dropout_forward(probs, mask, dropped, c.dtype, ws.att1.data(), c.a, c.b * c.a, c.s, attention_dropout(c));
   if (mask) kept.attn_mask.finish();
+  if (compress) {
+    kept.probs.store_compressed(probs);
+    if (drop) kept.attn_dropped.store_compressed(dropped);
+  }
   if (!ctx_out) return;
-  const GemmOperand dropped_op =
-      keep_s2 ? stored_operand(drop ? kept.attn_dropped : kept.probs) : GemmOperand{operand, c.dtype};
+  const GemmOperand dropped_op = keep_s2 && !compress ? stored_operand(drop ? kept.attn_dropped : kept.probs)
+                                                      : GemmOperand{drop ? dropped : probs, c.dtype};
 
   GemmShape pv;
   pv.batch = c.b * c.a, pv.M = c.s, pv.N = dh, pv.K = c.s;
@@ -150,7 +160,7 @@ void attention_core_backward(float* dq, float* dk, float* dv, const float* dctx,
   gemm(dp, dctx_op, stored_operand(kept.v), ws.att1.data());
   GemmShape dvs;  // dV = droppedᵀ · dctx
   dvs.batch = c.b * c.a, dvs.M = c.s, dvs.N = dh, dvs.K = c.s, dvs.trans_a = true;
-  gemm(dvs, stored_operand(dropped), dctx_op, dv);
+  gemm(dvs, compute_operand(dropped, ws.widen.data()), dctx_op, dv);
 
   if (drop)
     dropout_backward(ws.att1.data(), ws.att1.data(), kept.attn_mask.unpacked(ws.mask_bytes.data()), n_att, c.dropout);

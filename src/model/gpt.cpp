@@ -120,6 +120,7 @@ LayerContext GPT::layer_context(int l, uint64_t step, bool training, int64_t row
   c.tp = tp_;
   c.fused_attention = layout_.fused_attention();
   c.pack_masks = layout_.pack_masks;
+  c.fp8_kept = layout_.fp8_kept;
   if (!model_.moe.is_moe_layer(l)) return c;
   // The MoE block routes the whole sequence of the micro-batch (docs/design.md §12).
   const MoEConfig& m = model_.moe;

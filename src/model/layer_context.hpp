@@ -23,6 +23,7 @@ struct LayerContext {
   parallel::TensorParallel tp;         // the tensor-parallel group (none = one rank)
   bool fused_attention = false;        // tiled attention keeping the log-sum-exp (docs/design.md §3.1)
   bool pack_masks = false;             // dropout masks kept at one bit an element (docs/design.md §4)
+  bool fp8_kept = false;               // GeLU input, FC2 input, s² tensors kept in 8 bits (docs/design.md §4)
   bool is_moe = false;                 // the MLP is an MoE block (docs/design.md §12)
   moe::MoEContext moe;
   double moe_aux_weight = 0;           // backward: d loss / d (each routing group's auxiliary loss)

@@ -2,6 +2,7 @@
 // Exactly the tensors one transformer layer keeps for its backward (docs/design.md §3), each allocated
 // through the tracking allocator under this layer's tag.
 #include <cstdint>
+#include <stdexcept>
 
 #include "kernels/gemm.hpp"
 #include "kernels/kept_mask.hpp"
@@ -12,7 +13,16 @@
 namespace lattice {
 
 // A kept tensor as the GEMMs read it (its storage dtype is the compute dtype).
-inline GemmOperand stored_operand(const Stored& t) { return {t.data(), t.dtype()}; }
+inline GemmOperand stored_operand(const Stored& t) {
+  if (t.compressed()) throw std::logic_error("an 8-bit kept tensor is read through compute_operand");
+  return {t.data(), t.dtype()};
+}
+// A kept tensor as a GEMM reads it: itself, or (8-bit) expanded into `scratch` in the compute dtype.
+inline GemmOperand compute_operand(const Stored& t, void* scratch) {
+  if (!t.compressed()) return stored_operand(t);
+  t.load_as(scratch);
+  return {scratch, t.dtype()};
+}
 
 struct LayerKept {
   Stored ln1_in;              // LN1 input = the layer input               sbh

@@ -11,7 +11,14 @@ namespace lattice {
 namespace {
 
 // Where fp32 results go before being stored: straight into the kept tensor when it is fp32.
-float* staging(Stored& t, float* scratch) { return t.dtype() == DType::fp32 ? t.f32() : scratch; }
+float* staging(Stored& t, float* scratch) { return t.dtype() == DType::fp32 && !t.compressed() ? t.f32() : scratch; }
+
+// A kept tensor of `numel` elements in rows of `row`: in the activation dtype, or in 8 bits when the
+// layout compresses it (--activation-compression fp8: the GeLU input, the FC2 input and the
+// attention's s² tensors; docs/design.md §4).
+Stored kept_tensor(bool compress, int64_t numel, int64_t row, DType dtype, int layer, const char* op) {
+  return compress ? Stored::fp8(numel, row, dtype, layer, op) : Stored(numel, dtype, layer, op);
+}
 
 // Residual dropout mask over this rank's [b, s_local, h] rows: global index
 // (global_row · S + pos0 + i) · H + col, so sequence shards draw the one-rank mask.
@@ -122,15 +129,18 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
     residual_dropout_add(x, ws.big1.data(), nullptr, kept.resid2_mask, DropoutSite::mlp_residual, "resid2_mask", c, ws);
     return;
   }
-  kept.gelu_in = Stored(N * 4 * hl, dt, l, "gelu_input");
+  kept.gelu_in = kept_tensor(c.fp8_kept, N * 4 * hl, 4 * hl, dt, l, "gelu_input");
   float* pre = staging(kept.gelu_in, ws.big1.data());
   linear_forward(pre, column_input(kept.fc1_in, ln2, c, ws, ws.half.data()), w.fc1, w.fc1_b, N, h, 4 * hl);
   kept.gelu_in.store(pre);
-  kept.fc2_in = Stored(N * 4 * hl, dt, l, "fc2_input");
+  kept.fc2_in = kept_tensor(c.fp8_kept, N * 4 * hl, 4 * hl, dt, l, "fc2_input");
   float* act = staging(kept.fc2_in, ws.big2.data());
   gelu_forward(act, pre, N * 4 * hl);
   kept.fc2_in.store(act);
-  row_parallel_forward(ws.big1.data(), stored_operand(kept.fc2_in), w.fc2, w.fc2_b, 4 * hl, c, ws, &bias_after);
+  // The forward reads the full-precision values; only what backward reads is compressed.
+  const GemmOperand fc2_x =
+      kept.fc2_in.compressed() ? as_operand(act, N * 4 * hl, dt, ws.half.data()) : stored_operand(kept.fc2_in);
+  row_parallel_forward(ws.big1.data(), fc2_x, w.fc2, w.fc2_b, 4 * hl, c, ws, &bias_after);
   residual_dropout_add(x, ws.big1.data(), bias_after, kept.resid2_mask, DropoutSite::mlp_residual, "resid2_mask",
                        c, ws);
 }
@@ -203,7 +213,7 @@ void layer_backward(float* dx, const LayerKept& kept, const LayerWeights& w, con
     ln_backward(dx, ws.big1.data(), kept.ln2_in, kept.ln2_stats, w.ln2_w, g.ln2_w, g.ln2_b, c, ws);
   } else {
   linear_backward(ws.big1.data(), g.fc2_w, g.fc2_b, dy, as_operand(dy, N * h, dt, half),
-                  stored_operand(kept.fc2_in), w.fc2, N, 4 * hl, h);
+                  compute_operand(kept.fc2_in, ws.big2.data()), w.fc2, N, 4 * hl, h);
   const float* pre = kept.gelu_in.load(ws.widen.data());
   gelu_backward(ws.big1.data(), pre, ws.big1.data(), N * 4 * hl);
   ln_column_backward(dx, ws.big1.data(), 4 * hl, kept.fc1_in, w.fc1, g.fc1_w, g.fc1_b, kept.ln2_in, kept.ln2_stats,

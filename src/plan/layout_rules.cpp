@@ -23,6 +23,7 @@ analysis::ActivationShape activation_shape(const PlanRequest& r) {
   x.dropout = r.model.dropout > 0;
   x.fused_attention = r.layout.fused_attention();
   x.packed_masks = r.layout.pack_masks;
+  x.fp8_kept = r.layout.fp8_kept;
   return x;
 }
 

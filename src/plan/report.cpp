@@ -42,7 +42,8 @@ std::string describe_layout(const PlanRequest& r) {
     s += buf;
   }
   std::snprintf(buf, sizeof buf, " zero%d", l.zero);
-  return s + buf + (l.fused_attention() ? " fused-attn" : "") + (l.pack_masks ? " packed-masks" : "");
+  return s + buf + (l.fused_attention() ? " fused-attn" : "") + (l.pack_masks ? " packed-masks" : "") +
+         (l.fp8_kept ? " fp8-kept" : "");
 }
 
 std::string plan_text(const Plan& p, const Hardware& hw) {

@@ -27,7 +27,8 @@ void Trainer::summarize(const RunTotals& t) {
   analysis::ActivationShape shape{model_config_.seq_len, config_.micro_batch, model_config_.hidden,
                                   model_config_.heads, model_config_.padded_vocab(layout_.tp), layout_.tp,
                                   layout_.sequence_parallel, bytes_of(layout_.activation_dtype),
-                                  model_config_.dropout > 0, layout_.fused_attention(), layout_.pack_masks};
+                                  model_config_.dropout > 0, layout_.fused_attention(), layout_.pack_masks,
+                                  layout_.fp8_kept};
   // This rank's formula per layer: an MoE layer's with the assignments and received rows its last
   // forward kept (read back from the dispatch indices and the experts' inputs), which the data decide.
   std::vector<int64_t> formula, moe_assignments, moe_received;

@@ -32,7 +32,7 @@ void require_fits(const ModelConfig& m, const LayoutConfig& layout, const TrainC
     const analysis::ActivationShape shape{m.seq_len, t.micro_batch, m.hidden, m.heads,
                                           m.padded_vocab(layout.tp), layout.tp, layout.sequence_parallel,
                                           bytes_of(layout.activation_dtype), m.dropout > 0,
-                                          layout.fused_attention(), layout.pack_masks};
+                                          layout.fused_attention(), layout.pack_masks, layout.fp8_kept};
     kept = double(analysis::layer_activation_bytes(shape, layout.recompute == Recompute::full,
                                                    layout.recompute == Recompute::selective)) * layers;
   } else {

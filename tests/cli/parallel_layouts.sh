@@ -26,6 +26,15 @@ for name in tp2 tp2_sp tp4_sp dp2 tp2_dp2_selective tp2_sp_packed; do
   check "$name trains the one-rank model" compare "$name"
 done
 
+# --activation-compression fp8: the 8-bit kept tensors' scales cover 32 elements of a row, never a
+# TP rank's boundary, so every layout still trains the one-rank model of 8-bit activations.
+run one_fp8 1 --activation-compression fp8
+run tp2_sp_fp8 2 --tensor-model-parallel-size 2 --sequence-parallel --activation-compression fp8
+run tp2_dp2_full_fp8 4 --tensor-model-parallel-size 2 --recompute full --activation-compression fp8
+for name in tp2_sp_fp8 tp2_dp2_full_fp8; do
+  check "$name trains the one-rank fp8 model" compare "$name" one_fp8
+done
+
 # Pipeline schedules (4 layers, 4 micro-batches a step), alone and in 3D with TP + SP and DP.
 MODEL_SAVED=("${MODEL[@]}")
 MODEL=("${MODEL[@]}" --layers 4)
@@ -42,6 +51,9 @@ run tp2_pp2_sp_selective_packed 4 --tensor-model-parallel-size 2 --pipeline-mode
 for name in pp2_gpipe pp2_1f1b pp4_1f1b pp2_interleaved tp2_pp2_dp2_sp pp2_full_recompute tp2_pp2_sp_selective_packed; do
   check "$name trains the one-rank model" compare "$name" one_l4
 done
+run one_l4_fp8 1 --activation-compression fp8
+run pp2_1f1b_fp8 2 --pipeline-model-parallel-size 2 --schedule 1f1b --activation-compression fp8
+check "pp2_1f1b_fp8 trains the one-rank fp8 model" compare pp2_1f1b_fp8 one_l4_fp8
 # First-stage activation peak (eq. 5): 1F1B holds L layers' worth, interleaved × (1 + (p−1)/(p·m)),
 # GPipe n_mb micro-batches of L/p layers.
 check "first-stage activation peak follows eq. 5" "$PY" -c "

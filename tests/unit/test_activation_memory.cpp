@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -55,8 +56,8 @@ struct Probed {
   Probed(const ModelConfig& m, const LayoutConfig& layout) : gpt(m, layout, 3), kept(m.layers) {}
 };
 
-// Runs one training micro-batch; returns the activation peak during it.
-int64_t run_step(Probed& p, const modeltest::Tokens& tok) {
+// Runs one training micro-batch; returns the activation peak during it (and its loss in *loss).
+int64_t run_step(Probed& p, const modeltest::Tokens& tok, double* loss = nullptr) {
   auto& tracker = MemoryTracker::activations();
   const int64_t live_before = tracker.live_bytes();
   tracker.reset_peak();
@@ -65,7 +66,8 @@ int64_t run_step(Probed& p, const modeltest::Tokens& tok) {
   gpt.zero_grads();
   const MicroBatch mb = tok.rows(0, kRows, kSeq);
   p.kept.before_forward(0, L);
-  gpt.forward_chunk(mb, 0, 1, true, kSeq, 0, L, nullptr, nullptr);
+  const double l = gpt.forward_chunk(mb, 0, 1, true, kSeq, 0, L, nullptr, nullptr);
+  if (loss) *loss = l;
   p.kept.after_forward(0, L);
   gpt.backward_chunk(mb, 0, 1, 1.0f / float(kRows * kSeq), kSeq, 0, L, nullptr, nullptr);
   EXPECT_EQ(tracker.live_bytes(), live_before) << "activations still live after backward";
@@ -172,5 +174,45 @@ TEST(ActivationMemory, PackedMasksKeepOneBitAndTrainTheSame) {
       ASSERT_EQ(a.gpt.num_params(), b.gpt.num_params());
       for (int64_t i = 0; i < a.gpt.num_params(); ++i)
         ASSERT_EQ(a.gpt.grads()[i], b.gpt.grads()[i]) << what << ", gradient " << i;
+    }
+}
+
+// --activation-compression fp8 (Gist's delayed precision reduction): the GeLU and FC2 inputs and the
+// attention's softmax and dropout outputs are kept in 8 bits (measured = the formula), the forward
+// still computes at full precision (the same loss), and the gradients move by what 8-bit inputs
+// to the backward cost: a few percent of each gradient's norm, not more.
+TEST(ActivationMemory, Fp8KeptTensorsAreCountedAndGradientsStayClose) {
+  const ModelConfig m = modeltest::small_model(0.1, kLayers, kHidden, kHeads, kSeq, 256);
+  const modeltest::Tokens tok(kRows, kSeq, m.vocab, 2);
+  const int64_t big = int64_t(kSeq) * kRows * 4 * kHidden, as2b = int64_t(kHeads) * kSeq * kSeq * kRows;
+  for (DType dt : {DType::fp32, DType::bf16})
+    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+      LayoutConfig plain = modeltest::layout(r, dt), fp8 = plain;
+      fp8.fp8_kept = true;
+      Probed a(m, plain), b(m, fp8);
+      double loss_a = 0, loss_b = 0;
+      run_step(a, tok, &loss_a), run_step(b, tok, &loss_b);
+      auto x = shape_of(m, dt, kRows);
+      x.fp8_kept = true;
+      const std::string what = std::string(to_string(dt)) + ", recompute " + to_string(r);
+      const int d = dt == DType::fp32 ? 4 : 2;
+      for (int l = 0; l < kLayers; ++l) {
+        expect_within(b.kept.per_layer()[size_t(l)],
+                      analysis::layer_activation_bytes(x, r == Recompute::full, r == Recompute::selective), 0.02, what);
+        // GeLU and FC2 inputs: d bytes → 1 + 1/32; the two s² tensors likewise when kept.
+        const int64_t s2 = r == Recompute::none ? 2 * as2b : 0;
+        const int64_t saved = r == Recompute::full ? 0 : (2 * big + s2) * d - (2 * big + s2) * 33 / 32;
+        EXPECT_EQ(a.kept.per_layer()[size_t(l)] - b.kept.per_layer()[size_t(l)], saved) << what;
+      }
+      EXPECT_EQ(loss_a, loss_b) << what << ": the forward is not compressed";
+      double diff = 0, norm = 0;
+      for (int64_t i = 0; i < a.gpt.num_params(); ++i) {
+        const double e = double(a.gpt.grads()[i]) - double(b.gpt.grads()[i]);
+        diff += e * e, norm += double(a.gpt.grads()[i]) * double(a.gpt.grads()[i]);
+      }
+      const double rel = std::sqrt(diff / norm);
+      EXPECT_GT(rel, 0.0) << what << ": the backward read 8-bit values";
+      EXPECT_LT(rel, 0.05) << what;
+      std::printf("%s: gradient moved by %.4f of its norm\n", what.c_str(), rel);
     }
 }
