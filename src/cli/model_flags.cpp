@@ -118,6 +118,8 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
   app.add_option("--beta2,--adam-beta2", t.optim.beta2, "AdamW β2")->capture_default_str();
   app.add_option("--eps,--adam-eps", t.optim.eps, "AdamW ε")->capture_default_str();
   app.add_option("--weight-decay", t.optim.weight_decay, "decoupled weight decay")->capture_default_str();
+  app.add_option("--offload-optimizer", t.optim.offload_dir,
+                 "keep AdamW's moments on disk in this directory, read ahead and written back a bucket at a time");
   app.add_option("--zero-prefetch", t.zero_prefetch,
                  "on | off: ZeRO-3 gathers the next layer while one computes (holds one more layer)")
       ->check(CLI::IsMember({"on", "off"}))

@@ -31,11 +31,20 @@ Optimizer::Optimizer(const ParamTable& table, const OptimizerConfig& config, std
 
 AdamW::AdamW(const ParamTable& table, const OptimizerConfig& config, std::vector<FlatPiece> owned,
              OptimizerGroups groups)
-    : Optimizer(table, config, std::move(owned), groups),
-      m_(owned_size(), "optimizer"),
-      v_(owned_size(), "optimizer") {}
+    : Optimizer(table, config, std::move(owned), groups) {
+  if (config.offload_dir.empty()) {
+    m_ = TrackedArray<float>(owned_size(), "optimizer");
+    v_ = TrackedArray<float>(owned_size(), "optimizer");
+    return;
+  }
+  std::vector<int64_t> units;
+  for (int64_t first = 0; first < owned_size(); first += kOffloadUnit)
+    units.push_back(std::min(kOffloadUnit, owned_size() - first));
+  offload_ = std::make_unique<OffloadedStates>(config.offload_dir, std::move(units), 2);
+}
 
 std::vector<Optimizer::ElementState> AdamW::element_states() {
+  if (offload_) return {{"exp_avg.", offload_->mapped()}, {"exp_avg_sq.", offload_->mapped() + offload_->total()}};
   return {{"exp_avg.", m_.data()}, {"exp_avg_sq.", v_.data()}};
 }
 
@@ -44,14 +53,7 @@ void AdamW::update(std::span<const PieceData> pieces, double lr, int64_t step) {
   const float bc1 = float(1.0 - std::pow(config_.beta1, double(step)));
   const float bc2 = float(1.0 - std::pow(config_.beta2, double(step)));
   const float step_size = float(lr) / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
-  for (const Segment& s : segments()) {
-    const float decay = s.param->decay ? float(1.0 - lr * config_.weight_decay) : 1.0f;
-    const int64_t in_piece = s.begin - owned()[s.piece].begin;
-    float* m = m_.data() + s.state_index;
-    float* v = v_.data() + s.state_index;
-    float* w = pieces[s.piece].master + in_piece;
-    const float* grad = pieces[s.piece].grad + in_piece;
-    const int64_t n = s.end - s.begin;
+  auto adam = [&](float* m, float* v, float* w, const float* grad, int64_t n, float decay) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) {
       const float g = grad[i];
@@ -60,12 +62,48 @@ void AdamW::update(std::span<const PieceData> pieces, double lr, int64_t step) {
       const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
       w[i] = w[i] * decay - step_size * m[i] / denom;
     }
+  };
+  if (offload_) offload_->begin();
+  size_t staged_unit = size_t(-1);
+  float* staged = nullptr;
+  for (const Segment& s : segments()) {
+    const float decay = s.param->decay ? float(1.0 - lr * config_.weight_decay) : 1.0f;
+    const int64_t in_piece = s.begin - owned()[s.piece].begin;
+    float* w = pieces[s.piece].master + in_piece;
+    const float* grad = pieces[s.piece].grad + in_piece;
+    const int64_t n = s.end - s.begin;
+    if (!offload_) {
+      adam(m_.data() + s.state_index, v_.data() + s.state_index, w, grad, n, decay);
+      continue;
+    }
+    // Offloaded: the moments come in units of kOffloadUnit elements, in order; a segment may span
+    // several, and each unit's two moments sit one after the other in its staging slot.
+    for (int64_t done = 0; done < n;) {
+      const int64_t at = s.state_index + done;
+      const size_t unit = size_t(at / kOffloadUnit);
+      if (unit != staged_unit) {
+        if (staged_unit != size_t(-1)) offload_->done(staged_unit);
+        staged = offload_->piece(unit);
+        staged_unit = unit;
+      }
+      const int64_t unit_first = int64_t(unit) * kOffloadUnit;
+      const int64_t unit_size = std::min(kOffloadUnit, owned_size() - unit_first);
+      const int64_t len = std::min(n - done, unit_first + unit_size - at);
+      adam(staged + (at - unit_first), staged + unit_size + (at - unit_first), w + done, grad + done, len, decay);
+      done += len;
+    }
+  }
+  if (offload_) {
+    if (staged_unit != size_t(-1)) offload_->done(staged_unit);
+    offload_->end();
   }
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const ParamTable& table, const OptimizerConfig& config,
                                           std::vector<FlatPiece> owned, OptimizerGroups groups) {
   if (config.kind == "adamw") return std::make_unique<AdamW>(table, config, std::move(owned), groups);
+  require(config.offload_dir.empty(), "--offload-optimizer keeps AdamW's moments on disk; --optimizer " + config.kind +
+                                          " keeps its states in memory (use --optimizer adamw)");
   if (config.kind == "adafactor") return std::make_unique<Adafactor>(table, config, std::move(owned), groups);
   if (config.kind == "sm3") return std::make_unique<SM3>(table, config, std::move(owned), groups);
   throw InputError("--optimizer must be adamw, adafactor or sm3 (got '" + config.kind + "')");

@@ -15,6 +15,7 @@
 
 #include "comm/communicator.hpp"
 #include "model/params.hpp"
+#include "optim/offloaded_states.hpp"
 #include "tensor/memory_tracker.hpp"
 
 namespace lattice {
@@ -24,6 +25,7 @@ struct OptimizerConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
   // Adafactor (Shazeer & Stern 2018, no momentum): β2_t = 1 − t^decay_rate, update clipped to RMS d.
   double adafactor_decay_rate = -0.8, adafactor_eps1 = 1e-30, adafactor_clip = 1.0;
+  std::string offload_dir;  // --offload-optimizer: AdamW's moments kept on disk there (optim/offloaded_states.hpp)
 };
 
 // Where one owned piece's values (fp32 master weights) and summed gradient are in memory.
@@ -105,10 +107,14 @@ class AdamW final : public Optimizer {
   const char* name() const override { return "adamw"; }
   void update(std::span<const PieceData> pieces, double lr, int64_t step) override;
   std::vector<ElementState> element_states() override;
-  int64_t state_bytes() const override { return 4 * (m_.size() + v_.size()); }
+  int64_t state_bytes() const override { return 4 * (m_.size() + v_.size()); }  // resident: 0 when offloaded
 
  private:
   TrackedArray<float> m_, v_;
+  // --offload-optimizer: m and v on disk instead, moved in units of 2^20 owned elements (8 MiB of
+  // moments; three units are staged at a time), whatever the pieces' sizes.
+  static constexpr int64_t kOffloadUnit = int64_t(1) << 20;
+  std::unique_ptr<OffloadedStates> offload_;
 };
 
 // The optimizer `config.kind` names over `owned` (the whole buffer when empty).

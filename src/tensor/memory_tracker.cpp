@@ -9,7 +9,7 @@ namespace lattice {
 
 const char* category_name(MemoryCategory c) {
   static const char* const names[kMemoryCategories] = {"activations", "model_states", "communication", "pipeline",
-                                                       "workspaces",  "data",         "checkpoint_io"};
+                                                       "workspaces",  "data",         "checkpoint_io", "offload_io"};
   return names[int(c)];
 }
 

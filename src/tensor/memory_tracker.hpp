@@ -25,6 +25,7 @@ enum class MemoryCategory {
   workspaces,     // reusable staging of the kernels (GEMM scratchpads, attention tiles, MoE routing)
   data,           // the token files and each micro-batch's tokens
   checkpoint_io,  // what a save or a load holds beyond the states themselves
+  offload_io,     // --offload-optimizer: the read-ahead and write-back staging of states kept on disk
   count
 };
 inline constexpr int kMemoryCategories = int(MemoryCategory::count);
