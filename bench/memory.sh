@@ -28,6 +28,7 @@ all_rows=("one:1:"
       "one_full:1:--recompute full"
       "one_bf16:1:--activation-dtype bf16"
       "one_fp8:1:--activation-compression fp8"
+      "one_offload:1:--offload-optimizer offload"
       "tp2_sp:2:--tensor-model-parallel-size 2 --sequence-parallel"
       "pp2_1f1b:2:--pipeline-model-parallel-size 2"
       "pp2_interleaved:2:--pipeline-model-parallel-size 2 --schedule interleaved --virtual-stages 2"
@@ -63,7 +64,7 @@ import json, sys
 mib = lambda b: "%.2f" % (b / 2**20)
 last = lambda f: [json.loads(l) for l in open(f)][-1]
 runtime = {n: max(r["unaccounted_bytes"] for r in last("runtime_%d.jsonl" % n)["memory"]["ranks"]) for n in (1, 2)}
-cats = ["activations", "model_states", "workspaces", "communication", "pipeline", "data", "checkpoint_io"]
+cats = ["activations", "model_states", "workspaces", "communication", "pipeline", "data", "checkpoint_io", "offload_io"]
 print("runtime constant (unaccounted bytes of a 1-layer h 64 run): 1 rank %s MiB, 2 ranks %s MiB" % (mib(runtime[1]), mib(runtime[2])))
 print()
 print("| layout | rank (stage) | " + " | ".join(cats) + " | accounted: predicted / measured | RSS: predicted / measured |")

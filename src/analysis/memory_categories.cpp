@@ -99,7 +99,7 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage) {
   // Model states: the formula's steady bytes, the bf16 copy fp32 weights keep for bf16 GEMMs, and
   // ZeRO's transient buffers.
   const int64_t psi = stage_parameters(c.model, x.t, p, stage);
-  m.model_states_steady = model_state_bytes(psi, l.dp, l.zero, l.mixed_precision()).total();
+  m.model_states_steady = model_state_bytes(psi, l.dp, l.zero, l.mixed_precision(), c.offload_optimizer ? 0 : 8).total();
   if (l.activation_dtype == DType::bf16 && !l.mixed_precision() && l.zero < 3) m.model_states_steady += 2 * psi;
   const int64_t bucket = largest_bucket(c.model, x.t, p, stage);
   m.model_states_transient = zero_transient_bytes(c, psi, bucket, false);
@@ -121,12 +121,19 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage) {
   if (p > 1) m.pipeline = (m_chunks > 1 ? p * m_chunks + 1 : in_flight + 1) * 4 * N_l * x.h;
 
   m.data = c.data_bytes + 8 * N;  // token files, one micro-batch's ids
+  // Offloaded moments: three staging units of two moments (2^20 elements at most) in memory, two
+  // versions of 8 bytes per owned parameter on disk (optim/offloaded_states.hpp).
+  if (c.offload_optimizer) {
+    const int64_t owned = l.zero >= 1 && l.dp > 1 ? (psi + l.dp - 1) / l.dp : psi;
+    m.offload_io = 3 * 2 * 4 * std::min<int64_t>(owned, int64_t(1) << 20);
+    m.offload_disk_bytes = 2 * 8 * owned;
+  }
   // Checkpoint I/O: the writer's whole tensor and one message no larger (docs/design.md §14).
   if (c.save && c.writer) m.checkpoint_io = 2 * largest_tensor_bytes(c.model);
 
   // All at one instant: the end of a forward (every category but checkpoint I/O at its peak, ZeRO's
   // transient as it is then), or the save after training (no activations left).
-  const int64_t rest = m.workspaces + m.communication + m.pipeline + m.data;
+  const int64_t rest = m.workspaces + m.communication + m.pipeline + m.data + m.offload_io;
   m.accounted_peak = std::max(m.activations + m.model_states_steady + transient_at_peak + rest,
                               m.model_states_steady + rest + m.checkpoint_io);
   return m;

@@ -30,6 +30,7 @@ struct MemoryCase {
   int64_t data_bytes = 0;     // token files read (train and validation), 0 if unknown
   bool save = false;          // the run writes a checkpoint
   bool writer = false;        // ... and this is the rank that writes it (world rank 0)
+  bool offload_optimizer = false;  // AdamW's moments on disk (--offload-optimizer)
 };
 
 // Bytes by category, each the category's own peak, and the accounted peak: all categories at one
@@ -37,7 +38,8 @@ struct MemoryCase {
 // at another time than the activations.
 struct CategoryBytes {
   int64_t activations = 0, model_states = 0, communication = 0, pipeline = 0, workspaces = 0, data = 0,
-          checkpoint_io = 0;
+          checkpoint_io = 0, offload_io = 0;
+  int64_t offload_disk_bytes = 0;  // not memory: the two versions of the moments' file
   int64_t model_states_steady = 0, model_states_transient = 0;  // the parts of model_states
   int64_t accounted_peak = 0;
   int64_t accounted() const { return accounted_peak; }

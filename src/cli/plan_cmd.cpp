@@ -30,7 +30,7 @@ struct PlanFlags {
   int micro_batch = 1, global_batch = 0, gpus = 0, top = 5;
   std::string gpu_memory, hardware = "A100-80GB", peak_flops, svg_dir;
   double iteration_time = 0;
-  std::string data;
+  std::string data, offload_optimizer;
   bool save = false;
   bool search = false, paper = false, moe_paper = false, json = false;
 };
@@ -59,6 +59,8 @@ void add_flags(CLI::App& app, PlanFlags& f) {
   app.add_flag("--json", f.json, "print one JSON object on one line");
   app.add_option("--data", f.data, "token directory the run reads: its files join the per-category prediction");
   app.add_flag("--save", f.save, "the run writes a checkpoint: the writer's staging joins the prediction");
+  app.add_option("--offload-optimizer", f.offload_optimizer,
+                 "DIR: AdamW's moments on disk, as train's flag (memory without them, their I/O time)");
 }
 
 int run_paper(const PlanFlags& f, const plan::Hardware& hw) {
@@ -99,6 +101,7 @@ plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
                                      ") is not a multiple of t·p = " + std::to_string(tp_pp));
   r.layout.dp = r.gpus / tp_pp;
   r.save = f.save;
+  r.offload_optimizer = !f.offload_optimizer.empty();
   if (!f.data.empty()) {
     std::error_code ec;
     require(std::filesystem::is_directory(f.data, ec), "--data " + f.data + " is not a directory");

@@ -23,6 +23,9 @@ struct Hardware {
   int devices_per_node = 1;     // tensor-parallel groups stay inside one node
   Link intra;                   // inside a node (NVLink / shared memory)
   Link inter;                   // between nodes (one NIC per device)
+  // --offload-optimizer: bytes/s the optimizer's moments move each way between the offload
+  // directory and memory (a local NVMe for the GPU presets; measured by bench/offload.sh for cpu).
+  double offload_bandwidth = 3e9;
 
   double peak_flops(bool bf16) const { return bf16 ? peak_flops_bf16 : peak_flops_fp32; }
 };

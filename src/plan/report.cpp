@@ -108,6 +108,9 @@ std::string plan_text(const Plan& p, const Hardware& hw) {
     if (c.pipeline) out += line("pipeline", format_bytes(double(c.pipeline)));
     out += line("data", format_bytes(double(c.data)) + (r.data_bytes ? "" : "  (token files not counted: --data)"));
     if (c.checkpoint_io) out += line("checkpoint I/O", format_bytes(double(c.checkpoint_io)));
+    if (c.offload_io)
+      out += line("offload staging", format_bytes(double(c.offload_io)) + "  (moments on disk: " +
+                                          format_bytes(double(c.offload_disk_bytes)) + ")");
     out += line("accounted peak", format_bytes(double(c.accounted())) + "  (+ the runtime: libraries, threads, MPI)");
   }
 
@@ -187,7 +190,8 @@ nlohmann::ordered_json plan_json(const Plan& p) {
     stages.push_back({{"activations", c.activations}, {"model_states", c.model_states},
                       {"model_states_transient", c.model_states_transient}, {"communication", c.communication},
                       {"pipeline", c.pipeline}, {"workspaces", c.workspaces}, {"data", c.data},
-                      {"checkpoint_io", c.checkpoint_io}, {"accounted_peak_bytes", c.accounted()}});
+                      {"checkpoint_io", c.checkpoint_io}, {"offload_io", c.offload_io},
+                      {"offload_disk_bytes", c.offload_disk_bytes}, {"accounted_peak_bytes", c.accounted()}});
   j["memory_by_stage"] = stages;
   j["parameters"] = r.model.num_params();
   j["active_parameters"] = analysis::active_parameters(r.model);

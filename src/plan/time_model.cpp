@@ -211,6 +211,9 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   // 16-bit weights, plus the gradient-norm read and the zeroing of the gradient buffer.
   const double owned = l.zero >= 1 ? psi / dp + psi_experts / expert_dp : psi + psi_experts;
   out.optimizer_s = owned * (r.mixed_precision() ? 38.0 : 36.0) / hw.memory_bandwidth;
+  // Offloaded moments: 8 bytes a parameter read and 8 written, overlapped with the update (the
+  // read-ahead and write-back of optim/offloaded_states.hpp), so the slower of the two counts.
+  if (r.offload_optimizer) out.optimizer_s = std::max(out.optimizer_s, owned * 16.0 / hw.offload_bandwidth);
 
   out.iteration_s = out.gemm_s + out.elementwise_s + out.recompute_s + out.tp_comm_s + out.ep_comm_s +
                     out.pp_comm_s + out.bubble_s + out.dp_comm_s + out.optimizer_s;
