@@ -57,10 +57,11 @@ int64_t zero_transient_bytes(const MemoryCase& c, int64_t psi, int64_t bucket, b
   return 2 * 4 * bucket + 2 * piece + (l.zero == 3 ? 2 * 4 * bucket - piece : 0);
 }
 
-// The largest tensor of the checkpoint file (fp32, the embedding unpadded): what its writer stages.
-int64_t largest_tensor_bytes(const ModelConfig& model) {
-  const int64_t h = model.hidden;
-  return 4 * std::max(4 * h * h, int64_t(model.vocab) * h);
+// What a checkpoint's writer stages (train/checkpoint_stream): the largest tensor of the file (fp32,
+// the embedding unpadded) and one message, at most 2^20 floats and never more than the tensor.
+int64_t checkpoint_writer_bytes(const ModelConfig& model) {
+  const int64_t h = model.hidden, largest = 4 * std::max(4 * h * h, int64_t(model.vocab) * h);
+  return largest + std::min<int64_t>(largest, 4 << 20);
 }
 
 }  // namespace
@@ -89,7 +90,11 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage) {
   layers *= p > 1 && m_chunks > 1 ? double(chunks_in_flight) / double(m_chunks) : double(in_flight);
   int64_t rekept = 0;
   if (layer_fully_recomputed(l, 0, int(L))) rekept = layer_activation_bytes(x, false, false);
-  else if (selective) rekept = layer_activation_parts(x).attention;
+  else if (selective) {  // selective's backward re-creates the s² tensors at full precision (never 8 bits)
+    ActivationShape full_precision = x;
+    full_precision.fp8_kept = false;
+    rekept = layer_activation_parts(full_precision).attention;
+  }
   const int64_t ln_stats = 2 * 8 * N_l * per_stage * in_flight;  // each LayerNorm's mean and 1/σ
   int64_t outside = 0;
   if (stage == 0) outside += extra_activation_bytes(x, 2, int(in_flight)) + 4 * N * in_flight;  // masks, token ids
@@ -129,7 +134,7 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage) {
     m.offload_disk_bytes = 2 * 8 * owned;
   }
   // Checkpoint I/O: the writer's whole tensor and one message no larger (docs/design.md §14).
-  if (c.save && c.writer) m.checkpoint_io = 2 * largest_tensor_bytes(c.model);
+  if (c.save && c.writer) m.checkpoint_io = checkpoint_writer_bytes(c.model);
 
   // All at one instant: the end of a forward (every category but checkpoint I/O at its peak, ZeRO's
   // transient as it is then), or the save after training (no activations left).

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 
 #include "core/error.hpp"
 
@@ -119,7 +120,7 @@ void OffloadedStates::begin() {
   for (float* m : map_)
     if (m) ::madvise(m, size_t(file_bytes()), MADV_DONTNEED);
   std::lock_guard<std::mutex> lock(mu_);
-  reads_done_ = reads_queued_ = writes_done_ = writes_queued_ = 0;
+  reads_done_ = reads_queued_ = writes_done_ = writes_queued_ = next_piece_ = 0;
   queue_reads(1);
   cv_.notify_all();
 }
@@ -141,7 +142,11 @@ void OffloadedStates::queue_reads(size_t last) {
 float* OffloadedStates::piece(size_t i) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_reads(i + 2);  // this one (pieces may be skipped) and two ahead
+    // Every piece, in order: one skipped would be read and never written, and the version that
+    // becomes current would hold its states of two steps before.
+    if (i != next_piece_) throw std::logic_error("OffloadedStates: piece " + std::to_string(i) + " asked for out of order");
+    ++next_piece_;
+    queue_reads(i + 2);  // this one and two ahead
   }
   cv_.notify_all();
   wait_for(i + 1);
@@ -161,6 +166,9 @@ void OffloadedStates::end() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return (writes_done_ >= writes_queued_ && queue_.empty()) || !error_.empty(); });
   require(error_.empty(), error_);
+  if (writes_queued_ != sizes_.size())
+    throw std::logic_error("OffloadedStates: " + std::to_string(writes_queued_) + " of " +
+                           std::to_string(sizes_.size()) + " pieces written back");
   current_ = 1 - current_;
 }
 

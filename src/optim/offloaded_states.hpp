@@ -32,7 +32,7 @@ class OffloadedStates {
   OffloadedStates(const OffloadedStates&) = delete;
   OffloadedStates& operator=(const OffloadedStates&) = delete;
 
-  // One update: begin(); for each piece in order, piece(i) — its states, state s at
+  // One update: begin(); for every piece in order, piece(i) — its states, state s at
   // [s·size_i, (s+1)·size_i), read from the current version — then done(i); end() waits for the
   // writes and makes them current. An I/O error surfaces as InputError from piece() or end().
   void begin();
@@ -70,7 +70,7 @@ class OffloadedStates {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
-  size_t reads_done_ = 0, reads_queued_ = 0, writes_done_ = 0, writes_queued_ = 0;
+  size_t reads_done_ = 0, reads_queued_ = 0, writes_done_ = 0, writes_queued_ = 0, next_piece_ = 0;
   std::string error_;
   bool stop_ = false;
   std::thread io_thread_;

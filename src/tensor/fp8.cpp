@@ -64,7 +64,11 @@ void compress(const In* src, int64_t numel, int64_t row, uint8_t* codes, uint8_t
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t begin = r * row + blk * kFp8Block, end = std::min(begin + kFp8Block, (r + 1) * row);
       float amax = 0.0f;
-      for (int64_t i = begin; i < end; ++i) amax = std::max(amax, std::fabs(value(src, i)));
+      // The finite values set the scale (an inf saturates to ±448 instead of flushing its block to 0).
+      for (int64_t i = begin; i < end; ++i) {
+        const float a = std::fabs(value(src, i));
+        if (std::isfinite(a)) amax = std::max(amax, a);
+      }
       const int k = block_exponent(amax);
       scales[r * blocks + blk] = uint8_t(k + 127);
       const float inv = std::ldexp(1.0f, -k);

@@ -8,6 +8,7 @@
 
 #include "analysis/formulas.hpp"
 #include "core/error.hpp"
+#include "core/fp8_layout.hpp"
 #include "core/memory_limit.hpp"
 #include "engine/schedule.hpp"
 #include "train/loss_scaler.hpp"
@@ -98,6 +99,10 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
   require(t.initial_loss_scale >= 1 && t.initial_loss_scale <= LossScaler::kMaxScale,
           "--initial-loss-scale must be in [1, 2^32]");
   require(t.loss_scale_window >= 1, "--loss-scale-window must be >= 1");
+  // An 8-bit block's scale must not straddle two TP ranks' columns (docs/design.md §4).
+  require(!layout.fp8_kept || layout.tp == 1 || (4 * int64_t(m.hidden) / layout.tp) % kFp8Block == 0,
+          "--activation-compression fp8 with --tensor-model-parallel-size " + std::to_string(layout.tp) +
+              " needs 4h/t to be a multiple of 32 (h " + std::to_string(m.hidden) + ")");
   require(t.clip_grad >= 0 && std::isfinite(t.clip_grad), "--clip-grad must be a finite number >= 0 (0 = off)");
   require(t.threads >= 0 && t.threads <= max_threads(),
           "--threads must be between 0 (all cores) and " + std::to_string(max_threads()));

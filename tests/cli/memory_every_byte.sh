@@ -2,8 +2,8 @@
 # Every byte a rank holds (issue 15, docs/design.md §4 "Every byte a rank holds"): what the tracking
 # allocator does not see — peak RSS minus the reserved peak, "unaccounted" in the summary — is the
 # runtime's constant. Pairs of runs differ in one dimension (s, b, h, L, n_mb, t, p, N_d, ZeRO stage,
-# a save, the expert count and router) at the same world size; the accounted bytes move by many MiB,
-# the unaccounted rest may not.
+# a save, 8-bit kept activations, offloaded moments, the expert count and router) at the same world
+# size; the accounted bytes move by many MiB, the unaccounted rest may not.
 # Also: the pipeline's buffers do not grow with the micro-batch count (1F1B holds a few messages,
 # not one per micro-batch), and every category the summary names is reported.
 set -u
@@ -54,6 +54,11 @@ go b_large 1 --micro-batch 16 --global-batch 64
 check "b 2 -> 16: the unaccounted rest stays" same_rest base b_large 10
 go h_large 1 --hidden 512 --heads 8
 check "h 64 -> 512: the unaccounted rest stays" same_rest base h_large 20
+go h_large_fp8 1 --hidden 512 --heads 8 --activation-compression fp8
+check "h 512, 8-bit kept activations: the unaccounted rest stays" same_rest h_large h_large_fp8 -1000
+go h_large_offload 1 --hidden 512 --heads 8 --offload-optimizer offload
+check "h 512, moments offloaded to disk: the unaccounted rest stays (the staging is accounted)" \
+  same_rest h_large h_large_offload -1000
 go l_large 1 --layers 16
 check "L 2 -> 16: the unaccounted rest stays" same_rest base l_large 2
 
@@ -98,7 +103,7 @@ check "N_d 2 -> 4 (PP 2 x DP 2 vs DP 4): the unaccounted rest stays" same_rest p
 check "the summary names every category and the totals" "$PY" -c "
 import json, sys
 r = [json.loads(l) for l in open('tp2.jsonl')][-1]['memory']['ranks'][0]
-want = {'activations', 'model_states', 'communication', 'pipeline', 'workspaces', 'data', 'checkpoint_io'}
+want = {'activations', 'model_states', 'communication', 'pipeline', 'workspaces', 'data', 'checkpoint_io', 'offload_io'}
 print(r['category_peak_bytes'])
 ok = set(r['category_peak_bytes']) == want and r['category_peak_bytes']['communication'] > 0 \
      and r['category_peak_bytes']['workspaces'] > 0 and r['category_peak_bytes']['data'] > 0 \
