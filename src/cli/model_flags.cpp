@@ -120,6 +120,15 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
   app.add_option("--weight-decay", t.optim.weight_decay, "decoupled weight decay")->capture_default_str();
   app.add_option("--offload-optimizer", t.optim.offload_dir,
                  "keep AdamW's moments on disk in this directory, read ahead and written back a bucket at a time");
+  app.add_option_function<std::string>(
+      "--offload-params",
+      [&t](const std::string& dir) {
+        require(t.optim.offload_dir.empty() || t.optim.offload_dir == dir,
+                "--offload-params and --offload-optimizer share one file: give them the same directory");
+        t.optim.offload_dir = dir;
+        t.optim.offload_params = true;
+      },
+      "ZeRO-3: keep the fp32 weight shards on disk too (with the moments, in this directory)");
   app.add_option("--zero-prefetch", t.zero_prefetch,
                  "on | off: ZeRO-3 gathers the next layer while one computes (holds one more layer)")
       ->check(CLI::IsMember({"on", "off"}))

@@ -72,6 +72,9 @@ void ModelStates::keep_weights(GPT& model, const WeightSource& fill) {
   if (!half() && whole_weights()) {
     weights32_ = model.take_params();
     weights_bf16_ = model.take_compute_weights();
+  } else if (!half() && weight_file_) {  // --offload-params: filled through the file's mapping
+    fill_shard(weight_file_->mapped());
+    weight_file_->drop_mapped_pages();
   } else if (!half()) {
     weights32_ = TrackedArray<float>(shard_size_, "params");
     fill_shard(weights32_.data());
@@ -153,7 +156,11 @@ void ModelStates::launch_gather(int b) {
   }
   const int64_t offset = shard_offset_[size_t(b)], n = piece(b).size();
   const float* mine = weights32_.data() + offset;
-  if (half()) {
+  if (weight_file_) {  // --offload-params: this rank's piece comes from the disk first
+    g.piece = TrackedArray<float>(n, "transient");
+    weight_file_->read(0, offset, n, g.piece.data());
+    mine = g.piece.data();
+  } else if (half()) {
     g.piece = TrackedArray<float>(n, "transient");
     half_->widen(weights16_.data() + offset, g.piece.data(), n);
     mine = g.piece.data();

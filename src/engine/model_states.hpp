@@ -32,6 +32,7 @@
 #include "engine/transient_buffers.hpp"
 #include "model/bucket_store.hpp"
 #include "model/gpt.hpp"
+#include "optim/offloaded_states.hpp"
 #include "tensor/half.hpp"
 #include "tensor/memory_tracker.hpp"
 
@@ -69,6 +70,10 @@ class ModelStates final : public BucketStore {
   // and the whole model never exists on one rank.
   using WeightSource = std::function<void(FlatPiece range, float* out)>;
   void keep_weights(GPT& model, const WeightSource& fill = {});
+  // --offload-params (ZeRO-3, fp32 weights; before keep_weights): the weights' shard lives in the
+  // optimizer's offload file (state 0, laid out like master_pieces()), not in memory; each bucket's
+  // piece is read from it right before the bucket is gathered, and the optimizer updates it there.
+  void keep_weights_in(OffloadedStates* file) { weight_file_ = file; }
   // Every DP replica starts from rank 0's weights (collective; after construction succeeded everywhere).
   void sync_replicas();
 
@@ -128,8 +133,10 @@ class ModelStates final : public BucketStore {
   bool masters_sharded() const { return half() ? stage_ >= 1 : stage_ >= 3; }
   bool stored_bf16() const { return half() && !half_->fp16 && whole_weights(); }  // GEMMs read the weights as kept
   void refresh_bf16();  // fp32 whole weights → their bf16 copy, if GEMMs read one
-  float* master_base() { return half() ? masters_.data() : weights32_.data(); }
-  const float* master_base() const { return half() ? masters_.data() : weights32_.data(); }
+  float* master_base() { return weight_file_ ? weight_file_->mapped() : half() ? masters_.data() : weights32_.data(); }
+  const float* master_base() const {
+    return weight_file_ ? weight_file_->mapped() : half() ? masters_.data() : weights32_.data();
+  }
   int64_t offset_in(bool sharded, int bucket) const {
     return sharded ? shard_offset_[size_t(bucket)] : pieces_[size_t(bucket)].begin;
   }
@@ -163,7 +170,8 @@ class ModelStates final : public BucketStore {
   std::vector<int> owned_bucket_;
   int64_t shard_size_ = 0, total_ = 0;  // total_: the flat buffer's size
 
-  TrackedArray<float> weights32_;       // fp32 runs: whole (stages 0–2) or shard (3)
+  TrackedArray<float> weights32_;       // fp32 runs: whole (stages 0–2) or shard (3; none when offloaded)
+  OffloadedStates* weight_file_ = nullptr;  // --offload-params: the shard's file (state 0)
   TrackedArray<uint16_t> weights_bf16_; // fp32 whole weights read by bf16 GEMMs: their bf16 copy
   TrackedArray<uint16_t> weights16_;    // 16-bit runs: whole (stages 0–2) or shard (3)
   TrackedArray<float> masters_;         // 16-bit runs: fp32 masters, whole (stage 0) or shard

@@ -74,6 +74,17 @@ OffloadedStates::~OffloadedStates() {
 
 float* OffloadedStates::mapped() { return map_[current_]; }
 
+void OffloadedStates::read(int state, int64_t first, int64_t count, float* out) const {
+  const off_t offset = off_t(sizeof(float)) * (state * total_ + first);
+  if (!transfer(false, fd_[current_], reinterpret_cast<char*>(out), size_t(count) * sizeof(float), offset))
+    fail("--offload-optimizer " + dir_ + ": cannot read the offloaded weights: " + errno_text());
+}
+
+void OffloadedStates::drop_mapped_pages() {
+  for (float* m : map_)
+    if (m) ::madvise(m, size_t(file_bytes()), MADV_DONTNEED);
+}
+
 void OffloadedStates::run_io() {
   for (;;) {
     Task t;
@@ -117,8 +128,7 @@ void OffloadedStates::io(const Task& t) {
 void OffloadedStates::begin() {
   // A checkpoint may have read or filled the states through the mapping: its pages leave this
   // process (they stay in the page cache, and the file holds them), so they are not resident here.
-  for (float* m : map_)
-    if (m) ::madvise(m, size_t(file_bytes()), MADV_DONTNEED);
+  drop_mapped_pages();
   std::lock_guard<std::mutex> lock(mu_);
   reads_done_ = reads_queued_ = writes_done_ = writes_queued_ = next_piece_ = 0;
   queue_reads(1);

@@ -44,6 +44,12 @@ class OffloadedStates {
   // [s·total + k]), mapped from the file for checkpoints to read and fill; its pages belong to the
   // page cache, not to this process's accounted memory.
   float* mapped();
+  // Elements [first, first + count) of state `state` of the current version into `out` (pread; the
+  // I/O thread may run beside it). Throws InputError naming the directory on an I/O error.
+  void read(int state, int64_t first, int64_t count, float* out) const;
+  // What a checkpoint or the initialisation touched through the mapping leaves this process's
+  // resident set (the page cache and the file keep it).
+  void drop_mapped_pages();
   int64_t total() const { return total_; }
   int64_t file_bytes() const { return int64_t(sizeof(float)) * states_ * total_; }
 

@@ -40,11 +40,14 @@ AdamW::AdamW(const ParamTable& table, const OptimizerConfig& config, std::vector
   std::vector<int64_t> units;
   for (int64_t first = 0; first < owned_size(); first += kOffloadUnit)
     units.push_back(std::min(kOffloadUnit, owned_size() - first));
-  offload_ = std::make_unique<OffloadedStates>(config.offload_dir, std::move(units), 2);
+  offload_ = std::make_unique<OffloadedStates>(config.offload_dir, std::move(units), config.offload_params ? 3 : 2);
 }
 
 std::vector<Optimizer::ElementState> AdamW::element_states() {
-  if (offload_) return {{"exp_avg.", offload_->mapped()}, {"exp_avg_sq.", offload_->mapped() + offload_->total()}};
+  if (offload_) {
+    float* m = offload_->mapped() + (config_.offload_params ? offload_->total() : 0);
+    return {{"exp_avg.", m}, {"exp_avg_sq.", m + offload_->total()}};
+  }
   return {{"exp_avg.", m_.data()}, {"exp_avg_sq.", v_.data()}};
 }
 
@@ -69,7 +72,7 @@ void AdamW::update(std::span<const PieceData> pieces, double lr, int64_t step) {
   for (const Segment& s : segments()) {
     const float decay = s.param->decay ? float(1.0 - lr * config_.weight_decay) : 1.0f;
     const int64_t in_piece = s.begin - owned()[s.piece].begin;
-    float* w = pieces[s.piece].master + in_piece;
+    float* w = pieces[s.piece].master + in_piece;  // (offloaded weights: staged below instead)
     const float* grad = pieces[s.piece].grad + in_piece;
     const int64_t n = s.end - s.begin;
     if (!offload_) {
@@ -89,7 +92,10 @@ void AdamW::update(std::span<const PieceData> pieces, double lr, int64_t step) {
       const int64_t unit_first = int64_t(unit) * kOffloadUnit;
       const int64_t unit_size = std::min(kOffloadUnit, owned_size() - unit_first);
       const int64_t len = std::min(n - done, unit_first + unit_size - at);
-      adam(staged + (at - unit_first), staged + unit_size + (at - unit_first), w + done, grad + done, len, decay);
+      // States in the slot: [weights (offload_params)] [m] [v], unit_size elements each.
+      float* unit_states = staged + (config_.offload_params ? unit_size : 0) + (at - unit_first);
+      float* weights = config_.offload_params ? staged + (at - unit_first) : w + done;
+      adam(unit_states, unit_states + unit_size, weights, grad + done, len, decay);
       done += len;
     }
   }

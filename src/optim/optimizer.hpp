@@ -26,6 +26,9 @@ struct OptimizerConfig {
   // Adafactor (Shazeer & Stern 2018, no momentum): β2_t = 1 − t^decay_rate, update clipped to RMS d.
   double adafactor_decay_rate = -0.8, adafactor_eps1 = 1e-30, adafactor_clip = 1.0;
   std::string offload_dir;  // --offload-optimizer: AdamW's moments kept on disk there (optim/offloaded_states.hpp)
+  // --offload-params (ZeRO-3, fp32): the weights' shard is a third state of the same file, ahead of
+  // the moments; ModelStates reads each bucket's piece from it before the bucket's gather.
+  bool offload_params = false;
 };
 
 // Where one owned piece's values (fp32 master weights) and summed gradient are in memory.
@@ -63,6 +66,9 @@ class Optimizer {
   virtual std::vector<TensorState> tensor_states() { return {}; }
   // Bytes this optimizer's states occupy (the allocator's "optimizer" tag counts the same).
   virtual int64_t state_bytes() const = 0;
+  // The file the states are offloaded to (null: in memory); with offload_params its state 0 holds
+  // the fp32 weights of the owned pieces, which the update then reads and writes there.
+  virtual OffloadedStates* offloaded() { return nullptr; }
 
   const std::vector<FlatPiece>& owned() const { return owned_; }
   int64_t owned_size() const { return owned_size_; }
@@ -108,6 +114,7 @@ class AdamW final : public Optimizer {
   void update(std::span<const PieceData> pieces, double lr, int64_t step) override;
   std::vector<ElementState> element_states() override;
   int64_t state_bytes() const override { return 4 * (m_.size() + v_.size()); }  // resident: 0 when offloaded
+  OffloadedStates* offloaded() override { return offload_.get(); }
 
  private:
   TrackedArray<float> m_, v_;

@@ -154,7 +154,14 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     reader->check_model_file();
     fill = [&](FlatPiece range, float* out) { reader->read("", range, out); };
   }
+  if (config_.optim.offload_params) {
+    require(states_->zero_stage() == 3, "--offload-params needs ZeRO-3 over more than one data-parallel rank (with "
+                                        "one, ZeRO shards nothing and the weights stay whole)");
+    states_->keep_weights_in(optimizer_->offloaded());
+  }
   states_->keep_weights(*model_, fill);
+  // A resume filled the offloaded states through their mapping: those pages leave the resident set.
+  if (OffloadedStates* file = optimizer_->offloaded()) file->drop_mapped_pages();
   if (!config_.trace.empty()) Trace::instance().enable();
   schedule_ = LrSchedule{config_.lr_schedule, config_.lr, config_.min_lr, config_.warmup, config_.steps};
 }

@@ -123,7 +123,8 @@ void Trainer::summarize(const RunTotals& t) {
     const analysis::ModelStateBytes states_formula = analysis::moe_model_state_bytes(
         {row[16] - row[21], row[21]}, layout_.dp, layout_.ep, states_->zero_stage(), layout_.mixed_precision(),
         adam && config_.optim.offload_dir.empty() ? 8 : 0);  // offloaded moments: on disk, not resident
-    m.params_formula = states_formula.params, m.grads_formula = states_formula.grads;
+    m.params_formula = config_.optim.offload_params ? 0 : states_formula.params;  // on disk when offloaded
+    m.grads_formula = states_formula.grads;
     // Adafactor and SM3: their own count of the states they keep (tensor shapes, not a per-Ψ rule).
     m.optimizer_formula = states_formula.optimizer + (adam ? 0 : row[18]);  // (+ masters when 16-bit)
     m.model_state_peak_bytes = row[19];

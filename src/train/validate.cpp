@@ -99,6 +99,12 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
   require(t.initial_loss_scale >= 1 && t.initial_loss_scale <= LossScaler::kMaxScale,
           "--initial-loss-scale must be in [1, 2^32]");
   require(t.loss_scale_window >= 1, "--loss-scale-window must be >= 1");
+  if (t.optim.offload_params) {  // the shard shares the moments' file (docs/design.md §8, "Offload")
+    require(layout.zero == 3, "--offload-params keeps ZeRO-3's weight shards on disk: it needs --zero 3");
+    require(layout.params_dtype == ParamsDType::fp32, "--offload-params keeps fp32 weight shards (not --params-dtype " +
+                                                          std::string(to_string(layout.params_dtype)) + ")");
+    require(t.optim.kind == "adamw", "--offload-params shares AdamW's offload file: it needs --optimizer adamw");
+  }
   // An 8-bit block's scale must not straddle two TP ranks' columns (docs/design.md §4).
   require(!layout.fp8_kept || layout.tp == 1 || (4 * int64_t(m.hidden) / layout.tp) % kFp8Block == 0,
           "--activation-compression fp8 with --tensor-model-parallel-size " + std::to_string(layout.tp) +

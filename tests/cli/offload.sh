@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# --offload-optimizer DIR (issue 15): AdamW's moments on disk, read ahead and written back a unit
-# at a time. The same update as in memory (losses, weights and optimizer states byte for byte, one
+# --offload-optimizer DIR and --offload-params DIR (issue 15): AdamW's moments (and ZeRO-3's fp32
+# weight shards) on disk, read ahead and written back a unit at a time. The same update as in memory (losses, weights and optimizer states byte for byte, one
 # rank and DP 2 with ZeRO-1); no moment resident between steps (model_state_bytes.optimizer 0) and
 # the staging bounded; checkpoints save and resume through it; a killed run leaves nothing in DIR;
 # bad input fails cleanly.
@@ -50,6 +50,33 @@ check "DP 2, ZeRO-3, bf16 weights: offloaded shards train the same model" same_l
 run pp2_off 2 --pipeline-model-parallel-size 2 --offload-optimizer off_pp
 run pp2 2 --pipeline-model-parallel-size 2
 check "PP 2: each stage's offloaded moments train the same model" same_losses pp2.jsonl pp2_off.jsonl
+
+# --offload-params: ZeRO-3's fp32 weight shards join the moments on disk; each bucket's piece is read
+# right before its gather. Same model, same checkpoints, nothing of either resident between steps.
+run dp2_zero3 2 --zero 3
+run dp2_zero3_offp 2 --zero 3 --offload-params off_p
+check "DP 2, ZeRO-3: offloaded weight shards and moments train the same model" same_losses dp2_zero3.jsonl dp2_zero3_offp.jsonl
+check "DP 2, ZeRO-3: the checkpoints are byte for byte the same" same_files ck_dp2_zero3 ck_dp2_zero3_offp
+check "--offload-params: neither the weights' shard nor the moments are resident" "$PY" -c "
+import json, sys
+for r in [json.loads(l) for l in open('dp2_zero3_offp.jsonl')][-1]['memory']['ranks']:
+    m, f = r['model_state_bytes'], r['model_state_bytes_formula']
+    print(r['rank'], m, f, r['category_peak_bytes']['offload_io'])
+    if m['params'] or m['optimizer'] or f['params'] or f['optimizer'] or not m['grads']: sys.exit(1)"
+timeout 300 mpirun --oversubscribe -np 2 "$LATTICE" train "${MODEL[@]}" --steps 2 --zero 3 --offload-params off_p2 \
+  --save ck_p_half > p_half.jsonl 2> p_half.err
+timeout 300 mpirun --oversubscribe -np 2 "$LATTICE" train "${MODEL[@]}" --zero 3 --offload-params off_p2 \
+  --resume ck_p_half > p_resumed.jsonl 2> p_resumed.err
+check "--offload-params: saved at step 2 and resumed, the uninterrupted run's losses" "$PY" -c "
+import json, sys
+l = lambda f: [json.loads(x)['loss'] for x in open(f) if '\"event\":\"step\"' in x]
+a, b = l('dp2_zero3_offp.jsonl')[2:], l('p_resumed.jsonl')
+print(a, b)
+sys.exit(0 if len(b) == 2 and a == b else 1)"
+expect_error "--offload-params without ZeRO-3" "zero 3" train "${MODEL[@]}" --offload-params off_bad
+expect_error "--offload-params with bf16 weights" "fp32" train "${MODEL[@]}" --zero 3 --params-dtype bf16 --offload-params off_bad
+expect_error "--offload-params and --offload-optimizer apart" "same directory" train "${MODEL[@]}" \
+  --offload-optimizer off_a --offload-params off_b
 
 # Resume: two steps saved with offload, two more resumed with offload = the four-step run.
 "$LATTICE" train "${MODEL[@]}" --steps 2 --offload-optimizer off_half --save ck_half > half.jsonl 2> half.err
