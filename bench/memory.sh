@@ -35,7 +35,8 @@ all_rows=("one:1:"
       "dp2_zero1:2:--zero 1"
       "dp2_zero2:2:--zero 2"
       "dp2_zero3:2:--zero 3"
-      "dp2_zero3_save:2:--zero 3 --save ck")
+      "dp2_zero3_save:2:--zero 3 --save ck"
+      "dp2_zero3_offload:2:--zero 3 --offload-params offload")
 rows=()
 for row in "${all_rows[@]}"; do
   [[ -z "${ROWS:-}" || " $ROWS " == *" ${row%%:*} "* ]] && rows+=("$row")

@@ -54,7 +54,8 @@ int64_t zero_transient_bytes(const MemoryCase& c, int64_t psi, int64_t bucket, b
     return (c.micro_batches > 1 ? piece : 0) + (l.zero == 3 ? 2 * 4 * bucket : 0);
   }
   if (l.zero == 1) return shard + 3 * piece;
-  return 2 * 4 * bucket + 2 * piece + (l.zero == 3 ? 2 * 4 * bucket - piece : 0);
+  // --offload-params: a gather's piece is read into its own buffer first.
+  return 2 * 4 * bucket + 2 * piece + (l.zero == 3 ? 2 * 4 * bucket - piece : 0) + (c.offload_params ? piece : 0);
 }
 
 // What a checkpoint's writer stages (train/checkpoint_stream): the largest tensor of the file (fp32,
@@ -104,7 +105,9 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage) {
   // Model states: the formula's steady bytes, the bf16 copy fp32 weights keep for bf16 GEMMs, and
   // ZeRO's transient buffers.
   const int64_t psi = stage_parameters(c.model, x.t, p, stage);
-  m.model_states_steady = model_state_bytes(psi, l.dp, l.zero, l.mixed_precision(), c.offload_optimizer ? 0 : 8).total();
+  const bool offloaded = c.offload_optimizer || c.offload_params;
+  const ModelStateBytes steady = model_state_bytes(psi, l.dp, l.zero, l.mixed_precision(), offloaded ? 0 : 8);
+  m.model_states_steady = steady.total() - (c.offload_params ? steady.params : 0);
   if (l.activation_dtype == DType::bf16 && !l.mixed_precision() && l.zero < 3) m.model_states_steady += 2 * psi;
   const int64_t bucket = largest_bucket(c.model, x.t, p, stage);
   m.model_states_transient = zero_transient_bytes(c, psi, bucket, false);
@@ -128,10 +131,11 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage) {
   m.data = c.data_bytes + 8 * N;  // token files, one micro-batch's ids
   // Offloaded moments: three staging units of two moments (2^20 elements at most) in memory, two
   // versions of 8 bytes per owned parameter on disk (optim/offloaded_states.hpp).
-  if (c.offload_optimizer) {
-    const int64_t owned = l.zero >= 1 && l.dp > 1 ? (psi + l.dp - 1) / l.dp : psi;
-    m.offload_io = 3 * 2 * 4 * std::min<int64_t>(owned, int64_t(1) << 20);
-    m.offload_disk_bytes = 2 * 8 * owned;
+  // With --offload-params the fp32 weights of the shard are a third state of the same file.
+  if (offloaded) {
+    const int64_t owned = l.zero >= 1 && l.dp > 1 ? (psi + l.dp - 1) / l.dp : psi, states = c.offload_params ? 3 : 2;
+    m.offload_io = 3 * states * 4 * std::min<int64_t>(owned, int64_t(1) << 20);
+    m.offload_disk_bytes = 2 * 4 * states * owned;
   }
   // Checkpoint I/O: the writer's whole tensor and one message no larger (docs/design.md §14).
   if (c.save && c.writer) m.checkpoint_io = checkpoint_writer_bytes(c.model);

@@ -31,6 +31,7 @@ struct MemoryCase {
   bool save = false;          // the run writes a checkpoint
   bool writer = false;        // ... and this is the rank that writes it (world rank 0)
   bool offload_optimizer = false;  // AdamW's moments on disk (--offload-optimizer)
+  bool offload_params = false;     // ZeRO-3's fp32 weight shards on disk too (--offload-params)
 };
 
 // Bytes by category, each the category's own peak, and the accounted peak: all categories at one

@@ -30,7 +30,7 @@ struct PlanFlags {
   int micro_batch = 1, global_batch = 0, gpus = 0, top = 5;
   std::string gpu_memory, hardware = "A100-80GB", peak_flops, svg_dir;
   double iteration_time = 0;
-  std::string data, offload_optimizer;
+  std::string data, offload_optimizer, offload_params;
   bool save = false;
   bool search = false, paper = false, moe_paper = false, json = false;
 };
@@ -61,6 +61,7 @@ void add_flags(CLI::App& app, PlanFlags& f) {
   app.add_flag("--save", f.save, "the run writes a checkpoint: the writer's staging joins the prediction");
   app.add_option("--offload-optimizer", f.offload_optimizer,
                  "DIR: AdamW's moments on disk, as train's flag (memory without them, their I/O time)");
+  app.add_option("--offload-params", f.offload_params, "DIR: ZeRO-3's fp32 weight shards on disk too, as train's flag");
 }
 
 int run_paper(const PlanFlags& f, const plan::Hardware& hw) {
@@ -102,6 +103,9 @@ plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
   r.layout.dp = r.gpus / tp_pp;
   r.save = f.save;
   r.offload_optimizer = !f.offload_optimizer.empty();
+  r.offload_params = !f.offload_params.empty();
+  require(!r.offload_params || (r.layout.zero == 3 && !r.layout.mixed_precision()),
+          "--offload-params keeps ZeRO-3's fp32 weight shards on disk: it needs --zero 3 and fp32 weights");
   if (!f.data.empty()) {
     std::error_code ec;
     require(std::filesystem::is_directory(f.data, ec), "--data " + f.data + " is not a directory");

@@ -25,20 +25,22 @@ MemoryPlan plan_memory(const PlanRequest& r) {
     m.expert_parameters = psi.experts;
     m.shard_parameters = psi.total();
     m.model_state = analysis::moe_model_state_bytes(psi, l.dp, l.ep, l.zero, r.mixed_precision(),
-                                                    r.offload_optimizer ? 0 : 8);
+                                                    r.offload_optimizer || r.offload_params ? 0 : 8);
   } else {
     m.first_stage_layer_bytes = analysis::first_stage_layer_bytes(x, l, r.model.layers);
     m.shard_parameters = m.dense_parameters = analysis::shard_parameters(r.model, l.tp, l.pp);
     m.model_state = analysis::model_state_bytes(m.shard_parameters, l.dp, l.zero, r.mixed_precision(),
-                                                r.offload_optimizer ? 0 : 8);  // offloaded moments live on disk
+                                                r.offload_optimizer || r.offload_params ? 0 : 8);  // offloaded moments live on disk
   }
+  if (r.offload_params) m.model_state.params = 0;  // the shard lives on disk (--offload-params)
   // p micro-batches are in flight on the first stage under 1F1B (eq. 5 note).
   m.extra_activation_bytes = analysis::extra_activation_bytes(x, l.pp, l.pp);
   m.first_stage_activation_bytes = m.first_stage_layer_bytes + double(m.extra_activation_bytes);
   m.total_bytes = double(m.model_state.total()) + m.first_stage_activation_bytes;
   m.capacity_bytes = r.gpu_memory;
   if (!r.model.moe.enabled()) {
-    analysis::MemoryCase c{x, r.model, l, r.micro_batches(), r.data_bytes, r.save, false, r.offload_optimizer};
+    analysis::MemoryCase c{x, r.model, l, r.micro_batches(), r.data_bytes, r.save, false, r.offload_optimizer,
+                           r.offload_params};
     for (int stage = 0; stage < l.pp; ++stage) {
       c.writer = r.save && stage == 0;  // world rank 0 is on the first stage
       m.by_stage.push_back(analysis::rank_memory(c, stage));

@@ -19,6 +19,7 @@ struct PlanRequest {
   int64_t data_bytes = 0;    // token files a run reads (--data), for the per-category prediction
   bool save = false;         // the run writes a checkpoint (--save)
   bool offload_optimizer = false;  // AdamW's moments kept on disk (--offload-optimizer)
+  bool offload_params = false;     // ZeRO-3's fp32 weight shards on disk too (--offload-params)
 
   int micro_batches() const { return global_batch / (micro_batch * layout.dp); }  // n_mb per rank
   // 16-bit weights and gradients with fp32 masters (--params-dtype; the planner's default is bf16).

@@ -140,6 +140,7 @@ std::string plan_text(const Plan& p, const Hardware& hw) {
               seconds_and_share(t.dp_comm_s, t.iteration_s));
   if (moe.enabled()) out += line("  of which expert-DP", seconds_and_share(t.expert_dp_comm_s, t.iteration_s));
   out += line("optimizer step", seconds_and_share(t.optimizer_s, t.iteration_s));
+  if (t.offload_s > 0) out += line("weight pieces read from disk", seconds_and_share(t.offload_s, t.iteration_s));
   out += line("iteration", fmt("%10.4f s", t.iteration_s));
 
   out += "\nutilisation (" + std::string(p.use.measured ? "measured" : "predicted") +
@@ -205,7 +206,7 @@ nlohmann::ordered_json plan_json(const Plan& p) {
   j["time_breakdown_s"] = {{"gemm", t.gemm_s}, {"elementwise", t.elementwise_s},
                            {"recompute", t.recompute_s}, {"tp_comm", t.tp_comm_s}, {"ep_comm", t.ep_comm_s},
                            {"pp_comm", t.pp_comm_s}, {"bubble", t.bubble_s}, {"dp_comm", t.dp_comm_s},
-                           {"optimizer", t.optimizer_s}};
+                           {"optimizer", t.optimizer_s}, {"offload", t.offload_s}};
   j["tp_algorithm"] = to_string(t.tp_algorithm);
   j["dp_algorithm"] = to_string(t.dp_algorithm);
   const MoEConfig& moe = r.model.moe;

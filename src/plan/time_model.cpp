@@ -213,10 +213,14 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   out.optimizer_s = owned * (r.mixed_precision() ? 38.0 : 36.0) / hw.memory_bandwidth;
   // Offloaded moments: 8 bytes a parameter read and 8 written, overlapped with the update (the
   // read-ahead and write-back of optim/offloaded_states.hpp), so the slower of the two counts.
-  if (r.offload_optimizer) out.optimizer_s = std::max(out.optimizer_s, owned * 16.0 / hw.offload_bandwidth);
+  // Offloaded weight shards move with them (4 bytes each way more), and each bucket's piece is read
+  // before its forward and its backward gather, every micro-batch, not overlapped.
+  if (r.offload_optimizer || r.offload_params)
+    out.optimizer_s = std::max(out.optimizer_s, owned * (r.offload_params ? 24.0 : 16.0) / hw.offload_bandwidth);
+  if (r.offload_params) out.offload_s = 2.0 * n_mb * owned * 4.0 / hw.offload_bandwidth;
 
   out.iteration_s = out.gemm_s + out.elementwise_s + out.recompute_s + out.tp_comm_s + out.ep_comm_s +
-                    out.pp_comm_s + out.bubble_s + out.dp_comm_s + out.optimizer_s;
+                    out.pp_comm_s + out.bubble_s + out.dp_comm_s + out.optimizer_s + out.offload_s;
   return out;
 }
 

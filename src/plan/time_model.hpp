@@ -19,7 +19,8 @@ struct TimePlan {
   double bubble_s = 0;       // (p-1)/m micro-batch slots of idle pipeline
   double dp_comm_s = 0;      // data-parallel gradient all-reduce or ZeRO traffic, embedding sync
   double expert_dp_comm_s = 0;  // MoE: the part of dp_comm_s spent on the expert-data-parallel groups
-  double optimizer_s = 0;    // Adam step over the owned parameters (memory bound)
+  double optimizer_s = 0;    // Adam step over the owned parameters (memory bound, or its offload I/O)
+  double offload_s = 0;      // --offload-params: each bucket's piece read from disk before its gathers
   double iteration_s = 0;
   double bubble_fraction = 0;
   Algorithm tp_algorithm = Algorithm::none;
