@@ -37,7 +37,7 @@ std::vector<Optimizer::TensorState> Adafactor::tensor_states() {
 // up to one rounding however the elements are spread over ranks and pieces.
 void Adafactor::gather_squares(std::span<const PieceData> pieces) {
   const double eps1 = config_.adafactor_eps1;
-  std::vector<double> sums(squares_.values().size(), 0.0);
+  tracked_vector<double, MemoryCategory::workspaces> sums(squares_.values().size(), 0.0);
   for_each_segment_parallel([&](const Segment& s) {
     const TensorSlots& slot = slots_[tensor_index(table_, *s.param)];
     const float* grad = pieces[s.piece].grad + (s.begin - owned()[s.piece].begin);
@@ -103,13 +103,13 @@ void Adafactor::for_each_direction(std::span<const PieceData> pieces, Fn&& fn) c
 
 // Per tensor, 1 / max(1, RMS(U) / d) with the RMS over the whole tensor: this rank's Σ U² are
 // reduced like the statistics.
-std::vector<double> Adafactor::clip_scales(std::span<const PieceData> pieces) {
-  std::vector<double> sums(slots_.size(), 0.0);
+tracked_vector<double, MemoryCategory::workspaces> Adafactor::clip_scales(std::span<const PieceData> pieces) {
+  tracked_vector<double, MemoryCategory::workspaces> sums(slots_.size(), 0.0);
   for_each_direction(pieces, [&](size_t k, float&, float u) { sums[k] += double(u) * u; });
   for (size_t k = 0; k < sums.size(); ++k) *update_squares_.of(k) = float(sums[k]);
   update_squares_.reduce(groups_, comm::ReduceOp::sum);
   const double d = config_.adafactor_clip;
-  std::vector<double> scales(slots_.size(), 1.0);
+  tracked_vector<double, MemoryCategory::workspaces> scales(slots_.size(), 1.0);
   for (size_t k = 0; k < scales.size(); ++k) {
     const double rms = std::sqrt(double(*update_squares_.of(k)) / full_numel(table_.params()[k]));
     if (d > 0 && rms > d) scales[k] = d / rms;
@@ -123,8 +123,8 @@ void Adafactor::update(std::span<const PieceData> pieces, double lr, int64_t ste
   gather_squares(pieces);
   squares_.reduce(groups_, comm::ReduceOp::sum);
   fold_squares(beta2);
-  const std::vector<double> scales = clip_scales(pieces);
-  std::vector<float> decay(slots_.size()), step_size(slots_.size());
+  const auto scales = clip_scales(pieces);
+  tracked_vector<float, MemoryCategory::workspaces> decay(slots_.size()), step_size(slots_.size());
   for (size_t k = 0; k < slots_.size(); ++k) {
     decay[k] = table_.params()[k].decay ? float(1.0 - lr * config_.weight_decay) : 1.0f;
     step_size[k] = float(lr * scales[k]);

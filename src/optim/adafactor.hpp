@@ -33,7 +33,7 @@ class Adafactor final : public Optimizer {
   // Calls fn(tensor, weight, u) for every owned element, u = g / sqrt(V̂) unclipped.
   template <class Fn>
   void for_each_direction(std::span<const PieceData> pieces, Fn&& fn) const;
-  std::vector<double> clip_scales(std::span<const PieceData> pieces);
+  tracked_vector<double, MemoryCategory::workspaces> clip_scales(std::span<const PieceData> pieces);
 
   std::vector<TensorSlots> slots_;
   TrackedArray<float> second_moments_;  // R and C of each matrix, V of the other tensors

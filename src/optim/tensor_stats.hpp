@@ -86,7 +86,7 @@ class PartialStats {
  private:
   const ParamTable& table_;
   std::vector<int64_t> begin_;  // tensor k's values are [begin_[k], begin_[k + 1])
-  std::vector<float> values_;   // scratch, not optimizer state
+  tracked_vector<float, MemoryCategory::workspaces> values_;   // scratch, not optimizer state
 };
 
 }  // namespace lattice

@@ -59,6 +59,10 @@ check "h 512, 8-bit kept activations: the unaccounted rest stays" same_rest h_la
 go h_large_offload 1 --hidden 512 --heads 8 --offload-optimizer offload
 check "h 512, moments offloaded to disk: the unaccounted rest stays (the staging is accounted)" \
   same_rest h_large h_large_offload -1000
+go adafactor_h64 1 --optimizer adafactor
+go adafactor_h512 1 --hidden 512 --heads 8 --optimizer adafactor
+check "h 64 -> 512 under Adafactor (its per-tensor statistics): the unaccounted rest stays" \
+  same_rest adafactor_h64 adafactor_h512 20
 go l_large 1 --layers 16
 check "L 2 -> 16: the unaccounted rest stays" same_rest base l_large 2
 
