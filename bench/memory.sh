@@ -2,8 +2,8 @@
 # Every byte, predicted and measured (issue 15): for a matrix of layouts, `lattice plan --json`'s
 # per-stage categories (analysis/memory_categories) beside what `lattice train --json` measured on
 # each rank — the categories, the accounted peak (all of them at one instant) and the OS's peak RSS.
-# The runtime's constant (libraries, threads, MPI: what no allocator sees) is the unaccounted rest
-# of the smallest run of the same world size, measured in the same invocation.
+# The runtime's constant (libraries, threads, MPI: what no allocator sees) comes from `lattice bench`
+# for one process and from the smallest 2-rank run for MPI jobs, measured in the same invocation.
 #
 # Usage: bench/memory.sh [build-dir]   Env: LAYERS (4), HIDDEN (256), SEQ (256), ROWS (a subset by name),
 # KEEP=1 keeps the scratch dir. tests/cli/plan_memory.sh runs it on a smaller model.
@@ -45,10 +45,12 @@ launch() {  # launch RANKS ARGS...
   local n=$1; shift
   if [[ "$n" == 1 ]]; then "$LATTICE" "$@"; else mpirun --oversubscribe -np "$n" "$LATTICE" "$@"; fi
 }
-for n in 1 2; do
-  launch "$n" train "${TINY[@]}" --steps 1 --threads 1 --json > "runtime_$n.jsonl" 2> "runtime_$n.err" ||
-    { echo "memory.sh: the runtime run on $n ranks failed: $(tail -1 "runtime_$n.err")" >&2; exit 1; }
-done
+# The runtime's constant: `lattice bench`'s for one process; with MPI, the unaccounted rest of a tiny
+# 2-rank run (MPI's shared-memory segments and threads, which lattice bench does not start).
+OMP_NUM_THREADS=1 "$LATTICE" bench --seconds 0.05 --json > runtime_bench.json 2> runtime_bench.err ||
+  { echo "memory.sh: lattice bench failed: $(tail -1 runtime_bench.err)" >&2; exit 1; }
+launch 2 train "${TINY[@]}" --steps 1 --threads 1 --json > runtime_2.jsonl 2> runtime_2.err ||
+  { echo "memory.sh: the runtime run on 2 ranks failed: $(tail -1 runtime_2.err)" >&2; exit 1; }
 for row in "${rows[@]}"; do
   IFS=: read -r name n flags <<< "$row"
   plan_flags=${flags/--save ck/--save}
@@ -64,9 +66,10 @@ done
 import json, sys
 mib = lambda b: "%.2f" % (b / 2**20)
 last = lambda f: [json.loads(l) for l in open(f)][-1]
-runtime = {n: max(r["unaccounted_bytes"] for r in last("runtime_%d.jsonl" % n)["memory"]["ranks"]) for n in (1, 2)}
+runtime = {1: json.load(open("runtime_bench.json"))["runtime_rss_bytes"],
+           2: max(r["unaccounted_bytes"] for r in last("runtime_2.jsonl")["memory"]["ranks"])}
 cats = ["activations", "model_states", "workspaces", "communication", "pipeline", "data", "checkpoint_io", "offload_io"]
-print("runtime constant (unaccounted bytes of a 1-layer h 64 run): 1 rank %s MiB, 2 ranks %s MiB" % (mib(runtime[1]), mib(runtime[2])))
+print("runtime constant: 1 process %s MiB (lattice bench --json: runtime_rss_bytes), 2 ranks %s MiB (unaccounted bytes of a 1-layer h 64 run under mpirun)" % (mib(runtime[1]), mib(runtime[2])))
 print()
 print("| layout | rank (stage) | " + " | ".join(cats) + " | accounted: predicted / measured | RSS: predicted / measured |")
 print("|---|---|" + "---|" * len(cats) + "---|---|")

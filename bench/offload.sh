@@ -3,7 +3,8 @@
 # parameters, 734 MB of AdamW moments): step time and memory with the moments in RAM and on disk,
 # interleaved rounds, medians; then both under a cgroup memory limit smaller than the in-RAM run's
 # peak, where the page cache cannot hold the moments either: the in-RAM run is killed, the offloaded
-# one trains, reading and writing the moments from the disk each step.
+# one trains, reading and writing the moments from the disk each step. Also ZeRO-3 on 2 ranks with
+# the weight shards offloaded too (--offload-params) beside the same run in RAM.
 #
 # Usage: bench/offload.sh [lattice-binary]   Env: ROUNDS (2), STEPS (5), LIMIT (bytes, default 1.9 GiB),
 # OFFLOAD_DIR (default: a directory in the scratch dir, which must be on a disk, not tmpfs). Root for the cgroup.
@@ -29,6 +30,15 @@ run() {  # run NAME [FLAGS...]: JSON Lines into NAME.jsonl
 for r in $(seq 1 "$ROUNDS"); do
   run "ram_$r"
   run "disk_$r" --offload-optimizer "$OFF"
+done
+# ZeRO-3 on 2 ranks (one thread each), the weight shards offloaded too (--offload-params).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=passive
+ZERO3=(--zero 3 --global-batch 8 --threads 1)
+for r in $(seq 1 "$ROUNDS"); do
+  mpirun --oversubscribe -np 2 "$LATTICE" train "${SHAPE[@]}" --steps "$STEPS" "${ZERO3[@]}" \
+    > "$SCRATCH/z3ram_$r.jsonl" 2> "$SCRATCH/z3ram_$r.err"
+  mpirun --oversubscribe -np 2 "$LATTICE" train "${SHAPE[@]}" --steps "$STEPS" "${ZERO3[@]}" \
+    --offload-params "$OFF" > "$SCRATCH/z3disk_$r.jsonl" 2> "$SCRATCH/z3disk_$r.err"
 done
 limited="no cgroup (not root, or no memory controller)"
 if mkdir "$CG" 2> /dev/null && echo "$LIMIT" > "$CG/memory.limit_in_bytes"; then
@@ -64,6 +74,15 @@ for mode, label in (("ram", "moments in RAM"), ("disk", "--offload-optimizer")):
     states = sum(m["model_state_bytes"].values())
     print("| %s | %.3f | %s | %s | %s | %s |" % (label, statistics.median(times), mib(states), mib(m["model_state_bytes"]["optimizer"]),
           mib(m["category_peak_bytes"].get("offload_io", 0)), mib(m["rss_peak_bytes"])))
+for mode, label in (("z3ram", "ZeRO-3, DP 2, shards in RAM"), ("z3disk", "ZeRO-3, DP 2, --offload-params")):
+    times, last = [], None
+    for r in range(1, rounds + 1):
+        steps, summary = load("%s_%d" % (mode, r))
+        times += [s["step_s"] for s in steps[1:]]
+        last = summary
+    m = last["memory"]["ranks"][0]
+    print("| %s (rank 0) | %.3f | %s | %s | %s | %s |" % (label, statistics.median(times), mib(sum(m["model_state_bytes"].values())),
+          mib(m["model_state_bytes"]["optimizer"]), mib(m["category_peak_bytes"].get("offload_io", 0)), mib(m["rss_peak_bytes"])))
 print()
 print("under %s:" % limited)
 for mode in ("ram", "disk"):

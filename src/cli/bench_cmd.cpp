@@ -22,8 +22,10 @@ int run_bench(int argc, char** argv) {
     std::cout << plan::measurement_json(m) << "\n";
     return 0;
   }
-  std::printf("threads %d\nGEMM fp32 %.1f GFLOP/s\nGEMM bf16 %.1f GFLOP/s\ntriad bandwidth %.1f GB/s\n", m.threads,
-              m.gemm_fp32_flops / 1e9, m.gemm_bf16_flops / 1e9, m.memory_bandwidth / 1e9);
+  std::printf("threads %d\nGEMM fp32 %.1f GFLOP/s\nGEMM bf16 %.1f GFLOP/s\ntriad bandwidth %.1f GB/s\n"
+              "runtime resident %.1f MiB (libraries, threads, kernels: what no allocator sees)\n",
+              m.threads, m.gemm_fp32_flops / 1e9, m.gemm_bf16_flops / 1e9, m.memory_bandwidth / 1e9,
+              double(m.runtime_rss_bytes) / (1 << 20));
   return 0;
 }
 

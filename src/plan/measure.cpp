@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -10,7 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/memory_limit.hpp"
 #include "kernels/gemm.hpp"
+#include "tensor/memory_tracker.hpp"
 #include "tensor/bf16.hpp"
 
 namespace lattice::plan {
@@ -57,10 +60,26 @@ double triad_bandwidth(double seconds) {
   return 3.0 * 4.0 * double(n) / t;
 }
 
+// Measured first, before the rate tests' large buffers: small GEMMs of both dtypes start the
+// threads and generate the kernels, as a training run's first step does.
+int64_t runtime_rss_bytes() {
+  const int64_t n = 64;
+  std::vector<float> a(size_t(n * n), 0.5f), c(size_t(n * n));
+  std::vector<uint16_t> a16(a.size());
+  to_bf16(a.data(), a16.data(), int64_t(a.size()));
+  GemmShape s;
+  s.M = s.N = s.K = n;
+  gemm(s, {a.data(), DType::fp32}, {a.data(), DType::fp32}, c.data());
+  gemm(s, {a16.data(), DType::bf16}, {a16.data(), DType::bf16}, c.data());
+  const ResidentBytes r = resident_bytes();
+  return std::max<int64_t>(0, r.now - MemoryTracker::reserved_bytes());
+}
+
 }  // namespace
 
 Measurement measure_this_machine(double seconds) {
   Measurement m;
+  m.runtime_rss_bytes = runtime_rss_bytes();
   m.threads = omp_get_max_threads();
   m.gemm_fp32_flops = gemm_rate(false, seconds);
   m.gemm_bf16_flops = gemm_rate(true, seconds);
@@ -82,7 +101,8 @@ std::string measurement_json(const Measurement& m) {
                         {"threads", m.threads},
                         {"gemm_fp32_flops", m.gemm_fp32_flops},
                         {"gemm_bf16_flops", m.gemm_bf16_flops},
-                        {"memory_bandwidth", m.memory_bandwidth}}
+                        {"memory_bandwidth", m.memory_bandwidth},
+                        {"runtime_rss_bytes", m.runtime_rss_bytes}}
       .dump();
 }
 

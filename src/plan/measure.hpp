@@ -12,6 +12,10 @@ struct Measurement {
   double gemm_fp32_flops = 0, gemm_bf16_flops = 0;  // FLOP/s
   double memory_bandwidth = 0;                      // bytes/s of a triad a[i] = b[i] + s·c[i]
   int threads = 0;
+  // The runtime's resident constant: what this process holds with its libraries loaded, its
+  // threads started and its GEMM kernels generated, beyond the tracking allocator's bytes — what
+  // a training run's summary reports as unaccounted (one process; MPI's own segments not included).
+  int64_t runtime_rss_bytes = 0;
 };
 
 Measurement measure_this_machine(double seconds_per_test);
