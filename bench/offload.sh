@@ -64,24 +64,16 @@ def load(name):
     return steps, (lines[-1] if lines and "memory" in lines[-1] else None)
 print("| run | median step s (steps 2+) | model states resident | of which moments | offload staging | peak RSS |")
 print("|---|---|---|---|---|---|")
-for mode, label in (("ram", "moments in RAM"), ("disk", "--offload-optimizer")):
+# One row: the median step over every round (steps 2+) and rank 0's memory of the last round.
+for mode, label in (("ram", "moments in RAM"), ("disk", "--offload-optimizer"),
+                    ("z3ram", "ZeRO-3, DP 2, shards in RAM (rank 0)"), ("z3disk", "ZeRO-3, DP 2, --offload-params (rank 0)")):
     times, last = [], None
     for r in range(1, rounds + 1):
         steps, summary = load("%s_%d" % (mode, r))
         times += [s["step_s"] for s in steps[1:]]
         last = summary
     m = last["memory"]["ranks"][0]
-    states = sum(m["model_state_bytes"].values())
-    print("| %s | %.3f | %s | %s | %s | %s |" % (label, statistics.median(times), mib(states), mib(m["model_state_bytes"]["optimizer"]),
-          mib(m["category_peak_bytes"].get("offload_io", 0)), mib(m["rss_peak_bytes"])))
-for mode, label in (("z3ram", "ZeRO-3, DP 2, shards in RAM"), ("z3disk", "ZeRO-3, DP 2, --offload-params")):
-    times, last = [], None
-    for r in range(1, rounds + 1):
-        steps, summary = load("%s_%d" % (mode, r))
-        times += [s["step_s"] for s in steps[1:]]
-        last = summary
-    m = last["memory"]["ranks"][0]
-    print("| %s (rank 0) | %.3f | %s | %s | %s | %s |" % (label, statistics.median(times), mib(sum(m["model_state_bytes"].values())),
+    print("| %s | %.3f | %s | %s | %s | %s |" % (label, statistics.median(times), mib(sum(m["model_state_bytes"].values())),
           mib(m["model_state_bytes"]["optimizer"]), mib(m["category_peak_bytes"].get("offload_io", 0)), mib(m["rss_peak_bytes"])))
 print()
 print("under %s:" % limited)
