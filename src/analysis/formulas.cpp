@@ -77,16 +77,23 @@ ModelStateBytes model_state_bytes(int64_t psi, int dp, int zero, bool mixed,
   return m;
 }
 
-int64_t shard_parameters(const ModelConfig& model, int tp, int pp) {
+int64_t layer_shard_parameters(const ModelConfig& model, int tp) {
   const int64_t h = model.hidden, t = tp;
   // QKV (3h) and FC1 (4h) are column-parallel with their biases; proj and FC2 biases (2h) and
   // the two LayerNorms (4h) are replicated on every tensor rank.
-  const int64_t per_layer = 12 * h * h / t + 7 * h / t + 6 * h;
-  int64_t n = int64_t(model.layers / pp) * per_layer;
-  n += int64_t(model.padded_vocab(tp)) / t * h + int64_t(model.seq_len) * h;
-  if (pp == 1) n += 2 * h;
+  return 12 * h * h / t + 7 * h / t + 6 * h;
+}
+
+int64_t stage_parameters(const ModelConfig& model, int tp, int pp, int stage) {
+  const int64_t h = model.hidden;
+  int64_t n = int64_t(model.layers / pp) * layer_shard_parameters(model, tp);
+  const int64_t wte = int64_t(model.padded_vocab(tp)) / tp * h;
+  if (stage == 0) n += wte + int64_t(model.seq_len) * h;
+  if (stage == pp - 1) n += 2 * h + (pp > 1 ? wte : 0);  // final LayerNorm; the tied embedding again
   return n;
 }
+
+int64_t shard_parameters(const ModelConfig& model, int tp, int pp) { return stage_parameters(model, tp, pp, 0); }
 
 double model_flops(const FlopsShape& f) {
   return 72.0 * f.B * f.s * f.L * f.h * f.h * (1.0 + f.s / (6.0 * f.h) + f.v / (12.0 * f.h * f.L));

@@ -88,6 +88,10 @@ ModelStateBytes model_state_bytes(int64_t psi, int dp, int zero, bool mixed,
 // biases and LayerNorms replicated), the vocabulary-parallel embedding (padded for t) and the
 // replicated position embedding; with p == 1 also the final LayerNorm (the output layer is tied).
 int64_t shard_parameters(const ModelConfig& model, int tp, int pp);
+// The same for any stage (the last holds the tied embedding again and the final LayerNorm), and
+// one transformer layer's share.
+int64_t stage_parameters(const ModelConfig& model, int tp, int pp, int stage);
+int64_t layer_shard_parameters(const ModelConfig& model, int tp);
 
 // FLOPs of one iteration for a global batch of B sequences (paper appendix).
 struct FlopsShape {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/offload_layout.hpp"
+
 namespace lattice::analysis {
 
 LayerWorkspace layer_workspace(int64_t b, int64_t s, int64_t h, int64_t a_local, int64_t v_local, bool attention_s2,
@@ -18,24 +20,13 @@ LayerWorkspace layer_workspace(int64_t b, int64_t s, int64_t h, int64_t a_local,
   return w;
 }
 
-int64_t stage_parameters(const ModelConfig& model, int tp, int pp, int stage) {
-  const int64_t h = model.hidden, t = tp;
-  const int64_t per_layer = 12 * h * h / t + 7 * h / t + 6 * h;  // as shard_parameters
-  int64_t n = int64_t(model.layers / pp) * per_layer;
-  const int64_t wte = int64_t(model.padded_vocab(tp)) / t * h;
-  if (stage == 0) n += wte + int64_t(model.seq_len) * h;
-  if (stage == pp - 1) n += 2 * h + (pp > 1 ? wte : 0);
-  return n;
-}
-
 namespace {
 
 // The largest bucket a rank of `stage` keeps (a transformer layer, or the vocabulary shard of the
 // embedding), in elements.
 int64_t largest_bucket(const ModelConfig& model, int tp, int pp, int stage) {
-  const int64_t h = model.hidden, t = tp;
-  int64_t largest = 12 * h * h / t + 7 * h / t + 6 * h;
-  if (stage == 0 || stage == pp - 1) largest = std::max(largest, int64_t(model.padded_vocab(tp)) / t * h);
+  int64_t largest = layer_shard_parameters(model, tp);
+  if (stage == 0 || stage == pp - 1) largest = std::max(largest, int64_t(model.padded_vocab(tp)) / tp * model.hidden);
   return largest;
 }
 
@@ -129,12 +120,12 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage) {
   if (p > 1) m.pipeline = (m_chunks > 1 ? p * m_chunks + 1 : in_flight + 1) * 4 * N_l * x.h;
 
   m.data = c.data_bytes + 8 * N;  // token files, one micro-batch's ids
-  // Offloaded moments: three staging units of two moments (2^20 elements at most) in memory, two
-  // versions of 8 bytes per owned parameter on disk (optim/offloaded_states.hpp).
+  // Offloaded moments: kOffloadSlots staging units of two moments in memory, two versions of 8 bytes
+  // per owned parameter on disk (core/offload_layout.hpp, optim/offloaded_states.hpp).
   // With --offload-params the fp32 weights of the shard are a third state of the same file.
   if (offloaded) {
     const int64_t owned = l.zero >= 1 && l.dp > 1 ? (psi + l.dp - 1) / l.dp : psi, states = c.offload_params ? 3 : 2;
-    m.offload_io = 3 * states * 4 * std::min<int64_t>(owned, int64_t(1) << 20);
+    m.offload_io = kOffloadSlots * states * 4 * std::min(owned, kOffloadUnit);
     m.offload_disk_bytes = 2 * 4 * states * owned;
   }
   // Checkpoint I/O: the writer's whole tensor and one message no larger (docs/design.md §14).

@@ -46,10 +46,6 @@ struct CategoryBytes {
   int64_t accounted() const { return accounted_peak; }
 };
 
-// Parameters pipeline stage `stage` of p holds (its L/p layers; the embeddings on the first stage,
-// the tied embedding and final LayerNorm on the last), this TP rank's shard.
-int64_t stage_parameters(const ModelConfig& model, int tp, int pp, int stage);
-
 // One rank of pipeline stage `stage` (TP and DP ranks are alike but for the checkpoint writer).
 CategoryBytes rank_memory(const MemoryCase& c, int stage);
 

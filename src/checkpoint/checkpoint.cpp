@@ -20,12 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The stored shape of a parameter: the whole tensor, the embedding without vocabulary padding.
-std::vector<int64_t> stored_shape(const ParamInfo& p, const ModelConfig& c) {
-  if (p.name == "wte.weight") return {c.vocab, c.hidden};
-  return p.full_shape;
-}
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   if (!in) fail("cannot read " + path);
@@ -69,11 +63,6 @@ void ModelArrayReader::read(const std::string& prefix, FlatPiece range, float* o
   }
 }
 
-void ModelArrayReader::release() {
-  tensor_.clear();
-  held_.clear();
-}
-
 std::string weights_file(const std::string& path, const ModelConfig& config) {
   if (!fs::is_directory(path)) return path;
   const std::string file = path + "/model.safetensors";
@@ -89,6 +78,11 @@ std::string weights_file(const std::string& path, const ModelConfig& config) {
 
 bool is_llmc_file(const std::string& path) {
   return !fs::is_directory(path) && path.size() > 4 && path.substr(path.size() - 4) == ".bin";
+}
+
+std::vector<int64_t> stored_shape(const ParamInfo& p, const ModelConfig& c) {
+  if (p.name == "wte.weight") return {c.vocab, c.hidden};
+  return p.full_shape;
 }
 
 std::vector<TensorSpec> model_tensor_specs(const ModelConfig& config, const std::string& prefix) {

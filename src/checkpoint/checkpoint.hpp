@@ -15,6 +15,9 @@
 
 namespace lattice::checkpoint {
 
+// A parameter's shape in the file: the whole tensor, the embedding without vocabulary padding.
+std::vector<int64_t> stored_shape(const ParamInfo& p, const ModelConfig& config);
+
 // The tensors of model.safetensors in file order: every tensor of ParamTable(config) under its
 // Hugging Face name after `prefix`, fp32, the embedding without vocabulary padding.
 std::vector<TensorSpec> model_tensor_specs(const ModelConfig& config, const std::string& prefix = "");
@@ -80,7 +83,6 @@ class ModelArrayReader {
   // Elements [range.begin, range.end) of this rank's layout into out[0, range.size()); shapes
   // are checked against the model's (InputError naming the tensor and the file).
   void read(const std::string& prefix, FlatPiece range, float* out);
-  void release();  // the staging tensor
 
  private:
   SafetensorsFile file_;

@@ -15,7 +15,6 @@
 namespace lattice {
 
 namespace {
-constexpr int kSlots = 3;  // the piece being updated, the one read ahead, the one written behind
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -55,7 +54,7 @@ OffloadedStates::OffloadedStates(const std::string& dir, std::vector<int64_t> pi
     require(m != MAP_FAILED, "--offload-optimizer " + dir + ": cannot map the states file: " + errno_text());
     map_[v] = static_cast<float*>(m);
   }
-  slots_ = TrackedArray<float>(kSlots * states_ * largest_, "offload_staging", MemoryCategory::offload_io);
+  slots_ = TrackedArray<float>(kOffloadSlots * states_ * largest_, "offload_staging", MemoryCategory::offload_io);
   io_thread_ = std::thread([this] { run_io(); });
 }
 
@@ -146,7 +145,7 @@ void OffloadedStates::wait_for(size_t reads_done) {
 // write is done before this read starts.
 void OffloadedStates::queue_reads(size_t last) {
   for (; reads_queued_ <= last && reads_queued_ < sizes_.size(); ++reads_queued_)
-    queue_.push_back({false, reads_queued_, int(reads_queued_ % kSlots)});
+    queue_.push_back({false, reads_queued_, int(reads_queued_ % kOffloadSlots)});
 }
 
 float* OffloadedStates::piece(size_t i) {
@@ -160,13 +159,13 @@ float* OffloadedStates::piece(size_t i) {
   }
   cv_.notify_all();
   wait_for(i + 1);
-  return slots_.data() + int64_t(i % kSlots) * states_ * largest_;
+  return slots_.data() + int64_t(i % kOffloadSlots) * states_ * largest_;
 }
 
 void OffloadedStates::done(size_t i) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back({true, i, int(i % kSlots)});
+    queue_.push_back({true, i, int(i % kOffloadSlots)});
     ++writes_queued_;
   }
   cv_.notify_all();

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/offload_layout.hpp"
 #include "tensor/memory_tracker.hpp"
 
 namespace lattice {

@@ -118,9 +118,8 @@ class AdamW final : public Optimizer {
 
  private:
   TrackedArray<float> m_, v_;
-  // --offload-optimizer: m and v on disk instead, moved in units of 2^20 owned elements (8 MiB of
-  // moments; three units are staged at a time), whatever the pieces' sizes.
-  static constexpr int64_t kOffloadUnit = int64_t(1) << 20;
+  // --offload-optimizer: m and v on disk instead, moved in units of kOffloadUnit owned elements
+  // (core/offload_layout.hpp), whatever the pieces' sizes.
   std::unique_ptr<OffloadedStates> offload_;
 };
 

@@ -8,6 +8,7 @@ MemoryPlan plan_memory(const PlanRequest& r) {
   const bool first_full = analysis::layer_fully_recomputed(l, 0, r.model.layers);
   const bool selective = l.recompute == Recompute::selective;
   MemoryPlan m;
+  const int64_t moment_bytes = r.offload_optimizer || r.offload_params ? 0 : 8;  // offloaded moments live on disk
   m.activation_bytes_per_layer = analysis::layer_activation_bytes(x, first_full, selective);
   if (r.model.moe.enabled()) {
     // MoE layers keep the attention half of Table 2's row plus the MoE block, sized for balanced
@@ -24,13 +25,11 @@ MemoryPlan plan_memory(const PlanRequest& r) {
     m.dense_parameters = psi.dense;
     m.expert_parameters = psi.experts;
     m.shard_parameters = psi.total();
-    m.model_state = analysis::moe_model_state_bytes(psi, l.dp, l.ep, l.zero, r.mixed_precision(),
-                                                    r.offload_optimizer || r.offload_params ? 0 : 8);
+    m.model_state = analysis::moe_model_state_bytes(psi, l.dp, l.ep, l.zero, r.mixed_precision(), moment_bytes);
   } else {
     m.first_stage_layer_bytes = analysis::first_stage_layer_bytes(x, l, r.model.layers);
     m.shard_parameters = m.dense_parameters = analysis::shard_parameters(r.model, l.tp, l.pp);
-    m.model_state = analysis::model_state_bytes(m.shard_parameters, l.dp, l.zero, r.mixed_precision(),
-                                                r.offload_optimizer || r.offload_params ? 0 : 8);  // offloaded moments live on disk
+    m.model_state = analysis::model_state_bytes(m.shard_parameters, l.dp, l.zero, r.mixed_precision(), moment_bytes);
   }
   if (r.offload_params) m.model_state.params = 0;  // the shard lives on disk (--offload-params)
   // p micro-batches are in flight on the first stage under 1F1B (eq. 5 note).

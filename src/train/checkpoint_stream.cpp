@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "checkpoint/checkpoint.hpp"
 #include "comm/gather_int64.hpp"
 
 namespace lattice {
@@ -66,7 +67,8 @@ void CheckpointStream::write(const std::string& prefix, const std::vector<parall
 
   for (size_t k = 0; k < whole_.params().size(); ++k) {
     const ParamInfo& w = whole_.params()[k];
-    const int64_t stored = w.name == "wte.weight" ? int64_t(config_.vocab) * config_.hidden : w.numel;
+    int64_t stored = 1;
+    for (int64_t d : checkpoint::stored_shape(w, config_)) stored *= d;
     if (!writer) {
       if (mine[k].begin < mine[k].end) {
         const float* values = local_values(k, mine[k].begin);
