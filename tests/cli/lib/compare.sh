@@ -37,3 +37,17 @@ loss_tol = float(os.environ.get("LOSS_TOL", "1e-5")); weight_tol = float(os.envi
 sys.exit(0 if worst <= loss_tol and wworst <= weight_tol else 1)
 PYEOF
 }
+
+# continues FULL RESUMED [TOL]: a run resumed from step 2's checkpoint (RESUMED.jsonl, two steps)
+# repeats steps 3-4 of the uninterrupted run (FULL.jsonl): losses within TOL relative (default 0:
+# equal).
+continues() {
+  "$PY" - "$1" "$2" "${3:-0}" <<'PYEOF'
+import json, sys
+full, resumed, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+l = lambda f: [json.loads(x)['loss'] for x in open(f) if '"event":"step"' in x]
+a, b = l(full)[2:], l(resumed)
+print(a, b)
+sys.exit(0 if len(b) == 2 and all(abs(x - y) <= tol * abs(x) for x, y in zip(a, b)) else 1)
+PYEOF
+}
