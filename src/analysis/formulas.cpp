@@ -1,5 +1,7 @@
 #include "analysis/formulas.hpp"
 
+#include "core/stage_partition.hpp"
+
 namespace lattice::analysis {
 
 LayerBytes layer_activation_parts(const ActivationShape& x) {
@@ -51,7 +53,23 @@ bool layer_fully_recomputed(const LayoutConfig& layout, int layer, int layers) {
   return layer < n;
 }
 
+double stage_in_flight(const LayoutConfig& layout, int rank) {
+  const int p = layout.pp, m = layout.virtual_stages;
+  if (p == 1) return 1;
+  if (m == 1) return p - rank;
+  return double(2 * (p - rank - 1) + (m - 1) * p + 1) / m;
+}
+
+double stage_layer_bytes(const ActivationShape& x, const LayoutConfig& layout, int layers, int rank) {
+  double sum = 0;
+  for (int l : StagePartition::of(layout, layers).layers_of_rank(rank, layout.pp))
+    sum += double(layer_activation_bytes(x, layer_fully_recomputed(layout, l, layers),
+                                         layout.recompute == Recompute::selective));
+  return sum * stage_in_flight(layout, rank);
+}
+
 double first_stage_layer_bytes(const ActivationShape& x, const LayoutConfig& layout, int layers) {
+  if (!layout.stage_layers.empty()) return stage_layer_bytes(x, layout, layers, 0);
   double sum = 0;
   for (int l = 0; l < layers; ++l)
     sum += double(layer_activation_bytes(x, layer_fully_recomputed(layout, l, layers),
@@ -84,16 +102,18 @@ int64_t layer_shard_parameters(const ModelConfig& model, int tp) {
   return 12 * h * h / t + 7 * h / t + 6 * h;
 }
 
-int64_t stage_parameters(const ModelConfig& model, int tp, int pp, int stage) {
+int64_t stage_parameters(const ModelConfig& model, int tp, int pp, int stage, int stage_layers) {
   const int64_t h = model.hidden;
-  int64_t n = int64_t(model.layers / pp) * layer_shard_parameters(model, tp);
+  int64_t n = int64_t(stage_layers) * layer_shard_parameters(model, tp);
   const int64_t wte = int64_t(model.padded_vocab(tp)) / tp * h;
   if (stage == 0) n += wte + int64_t(model.seq_len) * h;
   if (stage == pp - 1) n += 2 * h + (pp > 1 ? wte : 0);  // final LayerNorm; the tied embedding again
   return n;
 }
 
-int64_t shard_parameters(const ModelConfig& model, int tp, int pp) { return stage_parameters(model, tp, pp, 0); }
+int64_t shard_parameters(const ModelConfig& model, int tp, int pp) {
+  return stage_parameters(model, tp, pp, 0, model.layers / pp);
+}
 
 double model_flops(const FlopsShape& f) {
   return 72.0 * f.B * f.s * f.L * f.h * f.h * (1.0 + f.s / (6.0 * f.h) + f.v / (12.0 * f.h * f.L));

@@ -64,8 +64,15 @@ double forward_workspace_bytes(double s, double b, double h, double a_local, dou
 bool layer_fully_recomputed(const LayoutConfig& layout, int layer, int layers);
 
 // Eq. 5: activation bytes of the first pipeline stage's layers under 1F1B (L layers' worth
-// of the per-layer row), times 1 + (p-1)/(p·m) for the interleaved schedule.
+// of the per-layer row), times 1 + (p-1)/(p·m) for the interleaved schedule. With uneven stages
+// (--pipeline-layers) it is stage_layer_bytes of rank 0.
 double first_stage_layer_bytes(const ActivationShape& x, const LayoutConfig& layout, int layers);
+// Pipeline rank r's layers under (interleaved) 1F1B: the p − r micro-batches it keeps in flight
+// (2(p−r−1) + (m−1)p + 1 chunks of m when interleaved) times the rows of its own layers, as the
+// layout's partition gives them (core/stage_partition.hpp); the number of micro-batches is taken ≥ p.
+double stage_layer_bytes(const ActivationShape& x, const LayoutConfig& layout, int layers, int rank);
+// The micro-batches (in layers' worth of its chunks) pipeline rank r keeps in flight, as above.
+double stage_in_flight(const LayoutConfig& layout, int rank);
 
 // Pipeline bubble: idle share of a step, (p−1)/(m·n_mb + p−1) for n_mb micro-batches on p stages
 // of m interleaved chunks each (m = 1: GPipe and 1F1B; the paper writes it as (p−1)/(m·n_mb) of
@@ -88,9 +95,9 @@ ModelStateBytes model_state_bytes(int64_t psi, int dp, int zero, bool mixed,
 // biases and LayerNorms replicated), the vocabulary-parallel embedding (padded for t) and the
 // replicated position embedding; with p == 1 also the final LayerNorm (the output layer is tied).
 int64_t shard_parameters(const ModelConfig& model, int tp, int pp);
-// The same for any stage (the last holds the tied embedding again and the final LayerNorm), and
-// one transformer layer's share.
-int64_t stage_parameters(const ModelConfig& model, int tp, int pp, int stage);
+// The same for any stage holding `stage_layers` layers (the last holds the tied embedding again and
+// the final LayerNorm), and one transformer layer's share.
+int64_t stage_parameters(const ModelConfig& model, int tp, int pp, int stage, int stage_layers);
 int64_t layer_shard_parameters(const ModelConfig& model, int tp);
 
 // FLOPs of one iteration for a global batch of B sequences (paper appendix).

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/offload_layout.hpp"
+#include "core/stage_partition.hpp"
 
 namespace lattice::analysis {
 
@@ -76,12 +77,16 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage) {
       std::min<int64_t>(2 * (p - stage - 1) + (m_chunks - 1) * p + 1, c.micro_batches * m_chunks);
   const bool selective = l.recompute == Recompute::selective;
   double layers = 0;
-  const int64_t per_stage = L / p;
-  for (int64_t k = 0; k < per_stage; ++k)
-    layers += double(layer_activation_bytes(x, layer_fully_recomputed(l, int(k), int(L)), selective));
+  const std::vector<int> mine = StagePartition::of(l, int(L)).layers_of_rank(stage, p);
+  const int64_t per_stage = int64_t(mine.size());
+  bool any_full = false;
+  for (int layer : mine) {
+    any_full = any_full || layer_fully_recomputed(l, layer, int(L));
+    layers += double(layer_activation_bytes(x, layer_fully_recomputed(l, layer, int(L)), selective));
+  }
   layers *= p > 1 && m_chunks > 1 ? double(chunks_in_flight) / double(m_chunks) : double(in_flight);
   int64_t rekept = 0;
-  if (layer_fully_recomputed(l, 0, int(L))) rekept = layer_activation_bytes(x, false, false);
+  if (any_full) rekept = layer_activation_bytes(x, false, false);
   else if (selective) {  // selective's backward re-creates the s² tensors at full precision (never 8 bits)
     ActivationShape full_precision = x;
     full_precision.fp8_kept = false;
@@ -95,7 +100,7 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage) {
 
   // Model states: the formula's steady bytes, the bf16 copy fp32 weights keep for bf16 GEMMs, and
   // ZeRO's transient buffers.
-  const int64_t psi = stage_parameters(c.model, x.t, p, stage);
+  const int64_t psi = stage_parameters(c.model, x.t, p, stage, int(per_stage));
   const bool offloaded = c.offload_optimizer || c.offload_params;
   const ModelStateBytes steady = model_state_bytes(psi, l.dp, l.zero, l.mixed_precision(), offloaded ? 0 : 8);
   m.model_states_steady = steady.total() - (c.offload_params ? steady.params : 0);

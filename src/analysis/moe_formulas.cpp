@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/stage_partition.hpp"
+
 namespace lattice::analysis {
 
 int64_t expert_capacity(const MoEConfig& moe, int64_t T) {
@@ -86,23 +88,20 @@ int64_t all_expert_parameters(const ModelConfig& c) {
   return int64_t(c.moe_layers()) * c.moe.experts * moe_expert_params(c);
 }
 
-int first_stage_layer(int i, int layers, int pp, int virtual_stages) {
-  const int chunk = layers / (pp * virtual_stages);
-  return (i / chunk) * pp * chunk + i % chunk;
-}
-
-int first_stage_moe_layers(const ModelConfig& c, int pp, int virtual_stages) {
+int first_stage_moe_layers(const ModelConfig& c, const LayoutConfig& layout) {
   int n = 0;
-  for (int i = 0; i < c.layers / pp; ++i) n += c.moe.is_moe_layer(first_stage_layer(i, c.layers, pp, virtual_stages));
+  for (int l : StagePartition::of(layout, c.layers).layers_of_rank(0, layout.pp)) n += c.moe.is_moe_layer(l);
   return n;
 }
 
-MoEShardParameters moe_shard_parameters(const ModelConfig& c, int tp, int pp, int virtual_stages, int ep) {
+MoEShardParameters moe_shard_parameters(const ModelConfig& c, const LayoutConfig& layout) {
+  const int tp = layout.tp, pp = layout.pp, ep = layout.ep;
   const int64_t h = c.hidden, f = c.ffn_hidden(), t = tp;
   const int64_t attention = 4 * h * h / t + 3 * h / t + h + 4 * h;  // QKV, proj, their biases, two LNs
   const int64_t mlp = 8 * h * h / t + 4 * h / t + h;
   const int64_t expert = 2 * h * f / t + f / t + h;  // FC1 column-, FC2 row-parallel
-  const int64_t layers = c.layers / pp, moe = c.moe.enabled() ? first_stage_moe_layers(c, pp, virtual_stages) : 0;
+  const int64_t layers = int64_t(StagePartition::of(layout, c.layers).layers_of_rank(0, pp).size());
+  const int64_t moe = c.moe.enabled() ? first_stage_moe_layers(c, layout) : 0;
   MoEShardParameters p;
   p.dense = int64_t(c.padded_vocab(tp)) / t * h + int64_t(c.seq_len) * h + (pp == 1 ? 2 * h : 0);
   p.dense += layers * attention + (layers - moe) * mlp + moe * moe_router_params(c);
@@ -119,18 +118,27 @@ ModelStateBytes moe_model_state_bytes(const MoEShardParameters& psi, int dp, int
 
 double moe_first_stage_layer_bytes(const ActivationShape& x, const MoEKeptShape& m, const LayoutConfig& layout,
                                    const ModelConfig& c) {
-  const int L = c.layers, stage = L / layout.pp;
+  const int L = c.layers;
   const bool selective = layout.recompute == Recompute::selective;
+  const std::vector<int> stage = StagePartition::of(layout, L).layers_of_rank(0, layout.pp);
   double sum = 0;
-  for (int l = 0; l < L; ++l) {  // p micro-batches in flight of the stage's L/p layers
-    const bool full = layer_fully_recomputed(layout, l, L);
-    const int layer = first_stage_layer(l % stage, L, layout.pp, layout.virtual_stages);
+  if (layout.stage_layers.empty()) {
+    for (int l = 0; l < L; ++l) {  // p micro-batches in flight of the stage's L/p layers (eq. 5's L layers)
+      const bool full = layer_fully_recomputed(layout, l, L);
+      const int layer = stage[size_t(l) % stage.size()];
+      sum += double(c.moe.is_moe_layer(layer) ? moe_layer_activation_bytes(x, m, full, selective)
+                                              : layer_activation_bytes(x, full, selective));
+    }
+    if (layout.pp > 1 && layout.virtual_stages > 1)
+      sum *= 1.0 + double(layout.pp - 1) / double(layout.pp * layout.virtual_stages);
+    return sum;
+  }
+  for (int layer : stage) {
+    const bool full = layer_fully_recomputed(layout, layer, L);
     sum += double(c.moe.is_moe_layer(layer) ? moe_layer_activation_bytes(x, m, full, selective)
                                             : layer_activation_bytes(x, full, selective));
   }
-  if (layout.pp > 1 && layout.virtual_stages > 1)
-    sum *= 1.0 + double(layout.pp - 1) / double(layout.pp * layout.virtual_stages);
-  return sum;
+  return sum * stage_in_flight(layout, 0);
 }
 
 double moe_all_to_all_bytes(int64_t assignments, int64_t h, int ep, int bytes) {

@@ -68,11 +68,8 @@ double forward_flops_per_token(const ModelConfig& model);
 // num_params is dense).
 int64_t all_expert_parameters(const ModelConfig& model);
 
-// The global index of the i-th layer pipeline rank 0 holds: chunks 0, p, 2p, … of L/(p·m) consecutive
-// layers each (m = 1: layers 0 … L/p − 1).
-int first_stage_layer(int i, int layers, int pp, int virtual_stages);
-// How many of pipeline rank 0's L/p layers are MoE layers.
-int first_stage_moe_layers(const ModelConfig& model, int pp, int virtual_stages);
+// How many of pipeline rank 0's layers (its chunks, as the layout's partition gives them) are MoE layers.
+int first_stage_moe_layers(const ModelConfig& model, const LayoutConfig& layout);
 
 // Parameters of the most loaded model shard (pipeline rank 0) under tensor size t, pipeline size p
 // (m chunks) and expert-parallel size e, split by the group their gradients are reduced over:
@@ -83,7 +80,7 @@ struct MoEShardParameters {
   int64_t dense = 0, experts = 0;
   int64_t total() const { return dense + experts; }
 };
-MoEShardParameters moe_shard_parameters(const ModelConfig& model, int tp, int pp, int virtual_stages, int ep);
+MoEShardParameters moe_shard_parameters(const ModelConfig& model, const LayoutConfig& layout);
 
 // Model states per rank: the dense parameters' states as model_state_bytes over N_d ranks, the
 // experts' over the N_d/e ranks of the expert-data-parallel group (ZeRO shards each over its group).

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "core/error.hpp"
+#include "core/stage_partition.hpp"
 
 namespace lattice::cli {
 
@@ -76,6 +77,13 @@ void add_layout_flags(CLI::App& app, LayoutFlags& f) {
   app.add_option("--pipeline-model-parallel-size", l.pp, "pipeline-parallel size p")->capture_default_str();
   app.add_option("--virtual-stages,--virtual-pipeline-model-parallel-size", l.virtual_stages,
                  "interleaved chunks per pipeline rank m");
+  app.add_option("--pipeline-layers", f.pipeline_layers,
+                 "layers per pipeline stage, e.g. 3,4,4,1 (p·m counts in virtual-stage order), or auto: the "
+                 "partition minimising the slowest stage under the memory limit (default: L/(p·m) each)");
+  app.add_option("--decoder-first-pipeline-num-layers", f.first_stage_layers,
+                 "layers on the first pipeline stage (the rest spread evenly; Megatron's name)");
+  app.add_option("--decoder-last-pipeline-num-layers", f.last_stage_layers,
+                 "layers on the last pipeline stage (the rest spread evenly; Megatron's name)");
   app.add_flag("--sequence-parallel", l.sequence_parallel, "sequence parallelism (needs t > 1)");
   app.add_option("--zero", l.zero, "ZeRO stage 0-3");
   app.add_option("--expert-model-parallel-size,--ep", l.ep, "expert-parallel size e (divides the data-parallel size)")
@@ -86,7 +94,25 @@ void add_layout_flags(CLI::App& app, LayoutFlags& f) {
   app.add_flag_callback("--use-distributed-optimizer", [&l] { l.zero = 1; }, "alias of --zero 1");
 }
 
-LayoutConfig LayoutFlags::resolve() {
+namespace {
+// Megatron's first/last-stage counts: the other stages share the rest evenly.
+std::vector<int> first_last_counts(int first, int last, int layers, int p, int m) {
+  require(m == 1, "--decoder-first/last-pipeline-num-layers need --virtual-stages 1");
+  require(p > 1, "--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1");
+  require(first >= 0 && last >= 0, "--decoder-first/last-pipeline-num-layers must be at least 1");
+  const int middle = p - (first > 0) - (last > 0), rest = layers - first - last;
+  require(rest >= middle && (middle == 0 ? rest == 0 : rest % middle == 0),
+          "--decoder-first/last-pipeline-num-layers leave " + std::to_string(rest) + " of --layers " +
+              std::to_string(layers) + ", which do not spread evenly over the other " + std::to_string(middle) +
+              " stages");
+  std::vector<int> counts(size_t(p), middle > 0 ? rest / middle : 0);
+  if (first > 0) counts.front() = first;
+  if (last > 0) counts.back() = last;
+  return counts;
+}
+}  // namespace
+
+LayoutConfig LayoutFlags::resolve(int layers) {
   layout.recompute = parse_recompute(recompute);
   layout.activation_dtype = parse_dtype(activation_dtype);
   layout.attention = parse_attention(attention);
@@ -98,6 +124,17 @@ LayoutConfig LayoutFlags::resolve() {
           "parallel sizes must be at least 1");
   layout.params_dtype = parse_params_dtype(params_dtype);
   require(layout.zero >= 0 && layout.zero <= 3, "--zero must be 0, 1, 2 or 3 (got " + std::to_string(layout.zero) + ")");
+  const bool first_last = first_stage_layers != 0 || last_stage_layers != 0;
+  require(pipeline_layers.empty() || !first_last,
+          "--pipeline-layers and --decoder-first/last-pipeline-num-layers both given: pass one");
+  partition_auto = pipeline_layers == "auto";
+  if (partition_auto) {
+    require(layout.virtual_stages == 1, "--pipeline-layers auto needs --virtual-stages 1");
+  } else if (!pipeline_layers.empty()) {
+    layout.stage_layers = parse_layer_counts(pipeline_layers, "--pipeline-layers");
+  } else if (first_last) {
+    layout.stage_layers = first_last_counts(first_stage_layers, last_stage_layers, layers, layout.pp, layout.virtual_stages);
+  }
   return layout;
 }
 

@@ -13,8 +13,13 @@ struct LayoutFlags {
   LayoutConfig layout;
   std::string recompute = "none", activation_dtype = "fp32", params_dtype = "fp32", recompute_method = "block";
   std::string attention = "unfused", activation_compression = "none";
-  // Turns the string flags into the layout (throws InputError for bad values).
-  LayoutConfig resolve();
+  std::string pipeline_layers;                    // "3,4,4,1" or "auto" (empty: even stages)
+  int first_stage_layers = 0, last_stage_layers = 0;  // Megatron's aliases for uneven first/last stages
+  // Turns the string flags into the layout for a model of `layers` layers (throws InputError for bad
+  // values). `--pipeline-layers auto` leaves stage_layers empty and sets partition_auto: the caller
+  // partitions (analysis/partition.hpp) once it knows the costs.
+  LayoutConfig resolve(int layers);
+  bool partition_auto = false;
 };
 
 void add_model_flags(CLI::App& app, ModelConfig& model);

@@ -80,7 +80,7 @@ constexpr int kMaxDevices = 1 << 20;
 // Turns the flags into a request, filling the defaults that depend on the layout.
 plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
   plan::PlanRequest r;
-  const LayoutConfig layout = f.layout.resolve();
+  const LayoutConfig layout = f.layout.resolve(f.model.layers);
   r.model = f.model;
   r.layout = layout;
   r.micro_batch = f.micro_batch;

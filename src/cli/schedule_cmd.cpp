@@ -9,6 +9,7 @@
 
 #include "core/atomic_dir.hpp"
 #include "core/error.hpp"
+#include "core/stage_partition.hpp"
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "engine/schedule.hpp"
@@ -63,6 +64,12 @@ int run_schedule(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--backward-time", options.backward_time, "backward time of one stage")->capture_default_str();
   app.add_option("--p2p-latency", options.p2p_latency, "time from a send to its receive")->capture_default_str();
+  std::string stage_layers;
+  app.add_option("--pipeline-layers", stage_layers,
+                 "layers per virtual stage, e.g. 3,4,4,1: each stage's times scale with its share of L/(p·m)");
+  app.add_option("--head-time", options.head_time,
+                 "forward time of the output layer on the last stage (its backward: twice that)")
+      ->capture_default_str();
   app.add_option("--svg", svg, "draw the timeline into this SVG file");
   std::string from_trace;
   int trace_step = -1;
@@ -74,7 +81,8 @@ int run_schedule(int argc, char** argv) {
   if (auto status = parse_flags(app, argc, argv)) return *status;
 
   for (const auto& [flag, value] : {std::pair<const char*, double>{"--forward-time", options.forward_time},
-                                   {"--backward-time", options.backward_time}, {"--p2p-latency", options.p2p_latency}})
+                                   {"--backward-time", options.backward_time}, {"--p2p-latency", options.p2p_latency},
+                                   {"--head-time", options.head_time}})
     require(std::isfinite(value) && value >= 0 && value <= 1e12,
             std::string(flag) + " must be a finite number of time units between 0 and 1e12");
   if (!svg.empty()) check_file_writable(svg, "--svg");
@@ -82,6 +90,15 @@ int run_schedule(int argc, char** argv) {
   require(trace_step >= -1, "--trace-step must be >= 0");
   const pl::ScheduleKind kind = pl::parse_schedule_kind(kind_name);
   const auto lists = pl::build_schedule(kind, p, n_mb, m);
+  if (!stage_layers.empty()) {
+    const std::vector<int> counts = parse_layer_counts(stage_layers, "--pipeline-layers");
+    require(int64_t(counts.size()) == int64_t(p) * m, "--pipeline-layers " + stage_layers + " gives " +
+                                                         std::to_string(counts.size()) + " stages; p·m = " +
+                                                         std::to_string(int64_t(p) * m));
+    double layers = 0;
+    for (int c : counts) layers += c;
+    for (int c : counts) options.stage_scale.push_back(c * double(counts.size()) / layers);
+  }
   const pl::Simulation sim = from_trace.empty() ? pl::simulate(lists, m, options)
                                                 : pl::timeline_from_trace(from_trace, p, m, trace_step);
   const double formula = pl::bubble_formula(kind, p, n_mb, m);
@@ -117,6 +134,8 @@ int run_schedule(int argc, char** argv) {
     j["forward_time"] = options.forward_time;
     j["backward_time"] = options.backward_time;
     j["p2p_latency"] = options.p2p_latency;
+    if (!options.stage_scale.empty()) j["stage_scale"] = options.stage_scale;
+    j["head_time"] = options.head_time;
     if (list_actions) {
       nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
       for (const auto& list : lists) ranks.push_back(action_texts(list, m));

@@ -24,7 +24,14 @@ int run_train(int argc, char** argv) {
   train.shuffle = shuffle == "on";
   train.seed_given = app.count("--seed") > 0;
   train.zero_prefetch_given = app.count("--zero-prefetch") > 0;
-  const LayoutConfig resolved = layout.resolve();
+  LayoutConfig resolved;
+  try {
+    resolved = layout.resolve(model.layers);
+  } catch (const InputError&) {
+    // Every rank parses the same flags before any communicator exists: rank 0 alone reports.
+    if (comm::started_by_launcher() && comm::launcher_rank() != 0) return 1;
+    throw;
+  }
   if (!comm::started_by_launcher() && resolved.tp == 1 && resolved.pp == 1 && resolved.ep == 1) {
     Trainer trainer(model, resolved, train);
     return trainer.run();

@@ -2,6 +2,7 @@
 // Model and layout configuration shared by the engine, the planner and the reports.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lattice {
 
@@ -97,6 +98,9 @@ struct LayoutConfig {
   AttentionKernel attention = AttentionKernel::unfused;
   bool pack_masks = false;  // dropout masks kept at one bit an element (docs/design.md §4)
   bool fp8_kept = false;    // --activation-compression fp8: selected kept tensors in 8 bits (docs/design.md §4)
+  // --pipeline-layers: layers per virtual stage (c·p + r order), summing to L; empty = L/(p·m) each
+  // (core/stage_partition.hpp, docs/design.md §6).
+  std::vector<int> stage_layers;
   bool fused_attention() const { return attention == AttentionKernel::fused; }
   // The recompute that actually runs: with fused attention there is no s² tensor for selective to
   // drop, so selective is none (docs/design.md §3.1).

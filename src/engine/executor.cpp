@@ -8,10 +8,16 @@ namespace {
 constexpr int kActivationTag = 1, kGradientTag = 2;
 }
 
-Executor::Executor(GPT& model, comm::Communicator& pp, ScheduleKind kind, int n_mb, int m, int rows,
-                   KeptBytesProbe& kept)
-    : model_(model), pp_(pp), kept_(kept), actions_(build_schedule(kind, pp.size(), n_mb, m)[size_t(pp.rank())]),
-      last_action_(size_t(n_mb), 0), n_mb_(n_mb), m_(m), rows_(rows) {
+Executor::Executor(GPT& model, comm::Communicator& pp, ScheduleKind kind, int n_mb, const StagePartition& partition,
+                   int rows, KeptBytesProbe& kept)
+    : model_(model),
+      pp_(pp),
+      kept_(kept),
+      actions_(build_schedule(kind, pp.size(), n_mb, partition.stages() / pp.size())[size_t(pp.rank())]),
+      last_action_(size_t(n_mb), 0),
+      partition_(partition),
+      n_mb_(n_mb),
+      rows_(rows) {
   for (size_t i = 0; i < actions_.size(); ++i) last_action_[size_t(actions_[i].micro_batch)] = i;
 }
 
@@ -29,8 +35,7 @@ float* Executor::free_send_buffer(size_t bytes) {
 }
 
 std::pair<int, int> Executor::layers_of(int stage) const {
-  const int per_stage = model_.config().layers / (pp_.size() * m_);
-  return {stage * per_stage, (stage + 1) * per_stage};
+  return {partition_.begin(stage), partition_.end(stage)};
 }
 
 bool Executor::owns_layer(int layer) const {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "core/stage_partition.hpp"
 #include "model/gpt.hpp"
 #include "engine/schedule.hpp"
 #include "tensor/kept_bytes.hpp"
@@ -26,8 +27,9 @@ using MicroBatchSource = std::function<int64_t(int k, int32_t* inputs, int32_t* 
 class Executor {
  public:
   // `kept` observes what each forward keeps for backward.
-  Executor(GPT& model, comm::Communicator& pp, ScheduleKind kind, int n_mb, int m, int rows_per_micro_batch,
-           KeptBytesProbe& kept);
+  // `partition` gives each virtual stage's layers (its stages() = p·m).
+  Executor(GPT& model, comm::Communicator& pp, ScheduleKind kind, int n_mb, const StagePartition& partition,
+           int rows_per_micro_batch, KeptBytesProbe& kept);
 
   // One optimizer step's forwards and backwards; gradients accumulate in the model. Returns the
   // loss sum of the micro-batches whose last stage ran here (0 on other stages). noexcept: a
@@ -52,7 +54,8 @@ class Executor {
   KeptBytesProbe& kept_;
   RankActions actions_;
   std::vector<size_t> last_action_;  // per micro-batch: the index of its last action here
-  int n_mb_, m_, rows_;
+  StagePartition partition_;
+  int n_mb_, rows_;
   ScratchArray<float> received_{MemoryCategory::pipeline, "receive"};
   std::vector<SendSlot> sends_;
   int next_send_ = 0;  // the slot the last message went out from

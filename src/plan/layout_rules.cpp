@@ -2,6 +2,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/stage_partition.hpp"
 #include "plan/plan_request.hpp"
 
 namespace lattice::plan {
@@ -73,8 +74,16 @@ std::string layout_problem(const PlanRequest& r) {
     return "t·p·DP must equal --gpus: " + n(t) + "·" + n(p) + "·" + n(l.dp) + " != " + n(r.gpus);
   if (r.model.heads % t != 0)
     return "--heads (" + n(r.model.heads) + ") must be divisible by the tensor-parallel size (" + n(t) + ")";
-  if (r.model.layers % (p * m) != 0)
-    return "--layers (" + n(r.model.layers) + ") must be divisible by p·m = " + n(p) + "·" + n(m);
+  if (l.stage_layers.empty() && r.model.layers % (p * m) != 0)
+    return "--layers (" + n(r.model.layers) + ") must be divisible by p·m = " + n(p) + "·" + n(m) +
+           " (or give the stages' counts with --pipeline-layers)";
+  if (!l.stage_layers.empty()) {
+    try {
+      StagePartition::of(l, r.model.layers);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+  }
   if (m > 1 && p == 1) return "--virtual-stages > 1 needs --pipeline-model-parallel-size > 1";
   if (r.micro_batch < 1) return "--micro-batch must be at least 1 (got " + n(r.micro_batch) + ")";
   if (r.global_batch % (int64_t(r.micro_batch) * l.dp) != 0)

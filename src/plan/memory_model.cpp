@@ -1,5 +1,7 @@
 #include "plan/memory_model.hpp"
 
+#include "core/stage_partition.hpp"
+
 namespace lattice::plan {
 
 MemoryPlan plan_memory(const PlanRequest& r) {
@@ -8,6 +10,7 @@ MemoryPlan plan_memory(const PlanRequest& r) {
   const bool first_full = analysis::layer_fully_recomputed(l, 0, r.model.layers);
   const bool selective = l.recompute == Recompute::selective;
   MemoryPlan m;
+  const StagePartition partition = StagePartition::of(l, r.model.layers);
   const int64_t moment_bytes = r.offload_optimizer || r.offload_params ? 0 : 8;  // offloaded moments live on disk
   m.activation_bytes_per_layer = analysis::layer_activation_bytes(x, first_full, selective);
   if (r.model.moe.enabled()) {
@@ -19,16 +22,17 @@ MemoryPlan plan_memory(const PlanRequest& r) {
     loaded.received = m.moe_received_rows_max =
         analysis::moe_received_rows_bound(r.model.moe, x.s * x.b, l.ep);
     m.moe_layer_activation_bytes_max = analysis::moe_layer_activation_bytes(x, loaded, first_full, selective);
-    m.first_stage_moe_layers = analysis::first_stage_moe_layers(r.model, l.pp, l.virtual_stages);
+    m.first_stage_moe_layers = analysis::first_stage_moe_layers(r.model, l);
     m.first_stage_layer_bytes = analysis::moe_first_stage_layer_bytes(x, moe, l, r.model);
-    const analysis::MoEShardParameters psi = analysis::moe_shard_parameters(r.model, l.tp, l.pp, l.virtual_stages, l.ep);
+    const analysis::MoEShardParameters psi = analysis::moe_shard_parameters(r.model, l);
     m.dense_parameters = psi.dense;
     m.expert_parameters = psi.experts;
     m.shard_parameters = psi.total();
     m.model_state = analysis::moe_model_state_bytes(psi, l.dp, l.ep, l.zero, r.mixed_precision(), moment_bytes);
   } else {
     m.first_stage_layer_bytes = analysis::first_stage_layer_bytes(x, l, r.model.layers);
-    m.shard_parameters = m.dense_parameters = analysis::shard_parameters(r.model, l.tp, l.pp);
+    m.shard_parameters = m.dense_parameters =
+        analysis::stage_parameters(r.model, l.tp, l.pp, 0, int(partition.layers_of_rank(0, l.pp).size()));
     m.model_state = analysis::model_state_bytes(m.shard_parameters, l.dp, l.zero, r.mixed_precision(), moment_bytes);
   }
   if (r.offload_params) m.model_state.params = 0;  // the shard lives on disk (--offload-params)
@@ -36,6 +40,26 @@ MemoryPlan plan_memory(const PlanRequest& r) {
   m.extra_activation_bytes = analysis::extra_activation_bytes(x, l.pp, l.pp);
   m.first_stage_activation_bytes = m.first_stage_layer_bytes + double(m.extra_activation_bytes);
   m.total_bytes = double(m.model_state.total()) + m.first_stage_activation_bytes;
+  // Uneven stages (--pipeline-layers): the heaviest stage need not be the first; the figures above
+  // then describe the heaviest (its layers, micro-batches in flight, parameters and outside tensors).
+  for (int stage = 1; !r.model.moe.enabled() && !l.stage_layers.empty() && stage < l.pp; ++stage) {
+    const int64_t psi = analysis::stage_parameters(r.model, l.tp, l.pp, stage,
+                                                   int(partition.layers_of_rank(stage, l.pp).size()));
+    const analysis::ModelStateBytes states =
+        analysis::model_state_bytes(psi, l.dp, l.zero, r.mixed_precision(), moment_bytes);
+    const double layers = analysis::stage_layer_bytes(x, l, r.model.layers, stage);
+    const int64_t extra = stage == l.pp - 1 ? analysis::extra_activation_bytes(x, 1, 0) : 0;
+    const double total = double(states.total() - (r.offload_params ? states.params : 0)) + layers + double(extra);
+    if (total <= m.total_bytes) continue;
+    m.stage = stage;
+    m.first_stage_layer_bytes = layers;
+    m.extra_activation_bytes = extra;
+    m.first_stage_activation_bytes = layers + double(extra);
+    m.shard_parameters = m.dense_parameters = psi;
+    m.model_state = states;
+    if (r.offload_params) m.model_state.params = 0;
+    m.total_bytes = total;
+  }
   m.capacity_bytes = r.gpu_memory;
   if (!r.model.moe.enabled()) {
     analysis::MemoryCase c{x, r.model, l, r.micro_batches(), r.data_bytes, r.save, false, r.offload_optimizer,

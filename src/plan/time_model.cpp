@@ -1,5 +1,7 @@
 #include "plan/time_model.hpp"
 
+#include "core/stage_partition.hpp"
+
 #include <algorithm>
 
 #include "plan/memory_model.hpp"
@@ -115,43 +117,92 @@ LayerTime layer_time(const PlanRequest& r, const Hardware& hw) {
   return {f.total(), 2 * (f.gemm + f.elementwise) + f.comm + w.backward_extra_comm + w.recompute.total()};
 }
 
+namespace {
+
+// One micro-batch's seconds on one pipeline stage, by part.
+struct StageWork {
+  double gemm = 0, elementwise = 0, tp_comm = 0, ep_comm = 0, recompute = 0;
+  double total() const { return gemm + elementwise + tp_comm + ep_comm + recompute; }
+  void add_layers(const LayerWork& w, double count) {
+    gemm += count * 3 * w.forward.gemm;
+    elementwise += count * 3 * w.forward.elementwise;
+    tp_comm += count * (2 * w.forward.comm + w.backward_extra_comm);
+    ep_comm += count * 2 * w.forward.all_to_all;
+    recompute += count * w.recompute.total();
+  }
+};
+
+// The output layer's share of the last stage: logits forward and backward, the fp32 logits'
+// passes, and under TP the output layer's f / g and the vocabulary-parallel cross-entropy.
+StageWork head_work(const PlanRequest& r, const Hardware& hw) {
+  const analysis::ActivationShape x = activation_shape(r);
+  const double s = x.s, b = x.b, h = x.h, t = x.t, v = double(x.v), d = x.d;
+  const double flops_per_s = hw.peak_flops(r.bf16_compute()) * hw.gemm_efficiency;
+  StageWork w;
+  w.gemm = 6.0 * b * s * h * v / t / flops_per_s;
+  w.elementwise = 6.0 * 4.0 * s * b * v / t / hw.memory_bandwidth;  // fp32 logits, ~6 passes
+  if (r.layout.tp > 1) {
+    const GroupTopology tp_group = group_topology(hw, r.layout.tp, 1);
+    w.tp_comm += all_reduce(tp_group, s * b * h * d).seconds;                             // output layer's f / g
+    w.tp_comm += 3 * all_reduce(tp_group, s * b * 4.0).seconds;                           // vocab-parallel cross-entropy
+    if (r.layout.pp == 1) w.tp_comm += all_reduce(tp_group, s * b * h * d).seconds;  // vocab-parallel embedding
+  }
+  return w;
+}
+
+StageWork slowest_stage(const PlanRequest& r, const Hardware& hw, const LayerWork& dense) {
+  const LayoutConfig& l = r.layout;
+  const StagePartition partition = StagePartition::of(l, r.model.layers);
+  const bool moe = r.model.moe.enabled();
+  const LayerWork moe_work = moe ? layer_work(r, hw, true) : LayerWork{};
+  StageWork slowest;
+  for (int rank = l.pp - 1; rank >= 0; --rank) {
+    StageWork w = rank == l.pp - 1 ? head_work(r, hw) : StageWork{};
+    int moe_layers = 0, layers = 0;
+    for (int layer : partition.layers_of_rank(rank, l.pp)) ++layers, moe_layers += moe && r.model.moe.is_moe_layer(layer);
+    w.add_layers(dense, layers - moe_layers);
+    if (moe_layers > 0) w.add_layers(moe_work, moe_layers);
+    if (w.total() > slowest.total()) slowest = w;
+  }
+  return slowest;
+}
+
+}  // namespace
+
+StageSeconds stage_seconds(const PlanRequest& r, const Hardware& hw) {
+  StageSeconds out;
+  const LayerWork dense = layer_work(r, hw, false);
+  const bool moe = r.model.moe.enabled();
+  const LayerWork moe_work = moe ? layer_work(r, hw, true) : LayerWork{};
+  for (int layer = 0; layer < r.model.layers; ++layer) {
+    StageWork w;
+    w.add_layers(moe && r.model.moe.is_moe_layer(layer) ? moe_work : dense, 1);
+    out.layer.push_back(w.total());
+  }
+  out.head = head_work(r, hw).total();
+  return out;
+}
+
 TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   const LayoutConfig& l = r.layout;
   const analysis::ActivationShape x = activation_shape(r);
   const double s = x.s, b = x.b, h = x.h, t = x.t, v = double(x.v), d = x.d;
   const int p = l.pp, m = l.virtual_stages, dp = l.dp;
   const double n_mb = r.micro_batches();
-  const double flops_per_s = hw.peak_flops(r.bf16_compute()) * hw.gemm_efficiency;
   TimePlan out;
 
   // Ranks vary fastest along TP, then DP, then PP (docs/design.md §9).
-  const GroupTopology tp_group = group_topology(hw, l.tp, 1);
   const GroupTopology dp_group = group_topology(hw, dp, l.tp);
   const LayerWork work = layer_work(r, hw, false);
   out.tp_algorithm = work.tp_algorithm;
 
-  // One micro-batch through the busiest stage: its L/p layers forward (1x) and backward (2x
-  // compute, the same communication), plus the output layer on the last stage. Of an MoE model's
-  // layers, the first stage's MoE layers run the MoE block (and its all-to-alls, forward and backward).
-  const int moe_layers = r.model.moe.enabled() ? analysis::first_stage_moe_layers(r.model, p, m) : 0;
-  const double dense_layers = double(r.model.layers) / p - moe_layers;
-  double gemm = 0, elementwise = 0, tp_comm = 0, ep_comm = 0, recompute = 0;
-  auto add_layers = [&](const LayerWork& w, double count) {
-    gemm += count * 3 * w.forward.gemm;
-    elementwise += count * 3 * w.forward.elementwise;
-    tp_comm += count * (2 * w.forward.comm + w.backward_extra_comm);
-    ep_comm += count * 2 * w.forward.all_to_all;
-    recompute += count * w.recompute.total();
-  };
-  add_layers(work, dense_layers);
-  if (moe_layers > 0) add_layers(layer_work(r, hw, true), moe_layers);
-  gemm += 6.0 * b * s * h * v / t / flops_per_s;              // logits forward and backward
-  elementwise += 6.0 * 4.0 * s * b * v / t / hw.memory_bandwidth;  // fp32 logits, ~6 passes
-  if (l.tp > 1) {
-    tp_comm += all_reduce(tp_group, s * b * h * d).seconds;           // output layer's f / g
-    tp_comm += 3 * all_reduce(tp_group, s * b * 4.0).seconds;         // vocab-parallel cross-entropy
-    if (p == 1) tp_comm += all_reduce(tp_group, s * b * h * d).seconds;  // vocab-parallel embedding
-  }
+  // One micro-batch through the slowest stage: its layers forward (1x) and backward (2x compute,
+  // the same communication), plus the output layer on the last stage (the embedding is a lookup).
+  // An MoE layer runs the MoE block (and its all-to-alls, forward and backward). Even stages: the
+  // last is the slowest.
+  const StageWork stage = slowest_stage(r, hw, work);
+  const double gemm = stage.gemm, elementwise = stage.elementwise, tp_comm = stage.tp_comm, ep_comm = stage.ep_comm,
+               recompute = stage.recompute;
   // Each of the m chunks sends its output forward and receives a gradient back: 1/t of the
   // activation per rank (the scatter-gather optimisation, or the SP shard).
   double pp_comm = 0;

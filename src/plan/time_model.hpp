@@ -2,6 +2,8 @@
 // Predicted iteration time of a layout: GEMMs at a calibrated fraction of peak, memory-bound
 // kernels at a calibrated bandwidth, α–β collectives (none overlapped with compute, as in the
 // paper's Megatron), and the pipeline bubble of 1F1B / interleaved 1F1B.
+#include <vector>
+
 #include "plan/collectives.hpp"
 #include "plan/hardware.hpp"
 #include "plan/plan_request.hpp"
@@ -28,6 +30,15 @@ struct TimePlan {
 };
 
 TimePlan plan_time(const PlanRequest& r, const Hardware& hw);
+
+// One micro-batch's forward and backward seconds of each layer (recompute and TP/EP communication
+// included) and of the output layer: what plan_time's slowest stage adds up, and what the pipeline
+// partitioner (analysis/partition.hpp) balances.
+struct StageSeconds {
+  std::vector<double> layer;
+  double head = 0;
+};
+StageSeconds stage_seconds(const PlanRequest& r, const Hardware& hw);
 
 // One transformer layer, one micro-batch, one rank: the paper's Table 4 quantities.
 struct LayerTime {

@@ -22,8 +22,10 @@ std::string where(int rank, const Action& a, int m) { return "rank " + std::to_s
 
 Simulation simulate(const std::vector<RankActions>& lists, int m, const SimulationOptions& options) {
   require(m >= 1, "simulate: m must be at least 1");
-  require(options.forward_time > 0 && options.backward_time > 0 && options.p2p_latency >= 0,
+  require(options.forward_time > 0 && options.backward_time > 0 && options.p2p_latency >= 0 && options.head_time >= 0,
           "simulate: forward and backward times must be positive and the latency non-negative");
+  require(options.stage_scale.empty() || options.stage_scale.size() == lists.size() * size_t(m),
+          "simulate: one time scale per virtual stage");
   const int p = int(lists.size());
   Simulation sim;
   sim.ranks.resize(lists.size());
@@ -59,7 +61,10 @@ Simulation simulate(const std::vector<RankActions>& lists, int m, const Simulati
           require(kept[size_t(r)].erase(held) == 1, where(r, a, m) + " runs before its forward on that rank");
           --in_flight[size_t(r)];
         }
-        const double duration = (a.pass == Pass::forward ? options.forward_time : options.backward_time) / m;
+        const bool forward = a.pass == Pass::forward;
+        const double scale = options.stage_scale.empty() ? 1.0 : options.stage_scale[size_t(a.stage)];
+        double duration = (forward ? options.forward_time : options.backward_time) / m * scale;
+        if (a.stage == p * m - 1) duration += (forward ? 1 : 2) * options.head_time;
         line.actions.push_back({a, ready, ready + duration});
         line.busy += duration;
         free_at[size_t(r)] = ready + duration;

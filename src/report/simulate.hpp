@@ -14,6 +14,10 @@ struct SimulationOptions {
   double forward_time = 1.0;
   double backward_time = 2.0;
   double p2p_latency = 0.0;  // from the end of the sending action to the input being available
+  // Uneven stages (--pipeline-layers): virtual stage s's times are stage_scale[s] times an even
+  // stage's (its layers over L/(p·m)); empty: all even.
+  std::vector<double> stage_scale;
+  double head_time = 0.0;  // the output layer's forward on the last stage (its backward twice that)
 };
 
 struct TimedAction {

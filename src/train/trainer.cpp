@@ -14,6 +14,7 @@
 #include "comm/gather_int64.hpp"
 #include "core/atomic_dir.hpp"
 #include "core/error.hpp"
+#include "core/stage_partition.hpp"
 #include "report/step_report.hpp"
 #include "report/trace_writer.hpp"
 
@@ -90,13 +91,14 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
 
   parallel::TensorParallel tp;
   if (dist_) tp = {&dist_->tp(), layout_.sequence_parallel};
-  // A pipeline stage holds its own layers (virtual stages c·p + rank of L/(p·m) layers each), the
-  // input embeddings on the first stage, the tied output embedding and final LayerNorm on the last.
+  // A pipeline stage holds its own layers (virtual stages c·p + rank, as the partition gives them),
+  // the input embeddings on the first stage, the tied output embedding and final LayerNorm on the last.
+  const StagePartition partition = StagePartition::of(layout_, model_config_.layers);
   StageParams stage;
   if (layout_.pp > 1) {
-    const int rank = dist_->coords().pp_rank, per_chunk = model_config_.layers / (layout_.pp * layout_.virtual_stages);
+    const int rank = dist_->coords().pp_rank;
     stage.layers.assign(size_t(model_config_.layers), false);
-    for (int l = 0; l < model_config_.layers; ++l) stage.layers[size_t(l)] = (l / per_chunk) % layout_.pp == rank;
+    for (int l : partition.layers_of_rank(rank, layout_.pp)) stage.layers[size_t(l)] = true;
     stage.embedding = rank == 0;
     stage.head = rank == layout_.pp - 1;
   }
@@ -115,8 +117,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   if (layout_.pp > 1)
     pipeline_ = std::make_unique<parallel::pipeline::Executor>(
         *model_, dist_->pp(), parallel::pipeline::parse_schedule_kind(config_.schedule),
-        config_.global_batch / (config_.micro_batch * layout_.dp), layout_.virtual_stages, config_.micro_batch,
-        *kept_);
+        config_.global_batch / (config_.micro_batch * layout_.dp), partition, config_.micro_batch, *kept_);
   // How weights, gradients and masters are kept: decided once, here, from the layout.
   states_ = std::make_unique<parallel::ModelStates>(
       parallel::states_layout(layout_, model_config_.layers, config_.zero_prefetch), model_->buckets(),

@@ -3,6 +3,7 @@
 // (train/checkpoint_stream.hpp, checkpoint/checkpoint.hpp).
 #include "checkpoint/checkpoint.hpp"
 #include "comm/gather_int64.hpp"
+#include "core/stage_partition.hpp"
 #include "train/checkpoint_stream.hpp"
 #include "train/trainer.hpp"
 
@@ -17,7 +18,10 @@ void Trainer::stage_save(const std::string& dir) {
                           {"train", {{"micro_batch", config_.micro_batch}, {"global_batch", config_.global_batch},
                                      {"lr", config_.lr}, {"lr_schedule", config_.lr_schedule}}},
                           {"layout", {{"tp", layout_.tp}, {"pp", layout_.pp}, {"dp", layout_.dp}, {"ep", layout_.ep},
-                                      {"sequence_parallel", layout_.sequence_parallel}}},
+                                      {"sequence_parallel", layout_.sequence_parallel},
+                                      // recorded, not checked: weights are stored by name, so any partition resumes
+                                      {"pipeline_layers",
+                                       layer_counts_text(StagePartition::of(layout_, model_config_.layers).counts())}}},
                           {"updates_applied", step_ - loss_scaler_.skipped}};
   if (loss_scaler_.active)
     state["loss_scale"] = {{"scale", loss_scaler_.scale}, {"clean_steps", loss_scaler_.clean_steps}};

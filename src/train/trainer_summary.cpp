@@ -89,7 +89,7 @@ void Trainer::summarize(const RunTotals& t) {
   mine.push_back(MemoryTracker::accounted_peak_bytes());
   mine.push_back(MemoryTracker::reserved_peak_bytes());
   mine.push_back(resident_bytes().peak);
-  const size_t layers_at = mine.size(), n_layers = local_layers().size();
+  const size_t layers_at = mine.size();  // then four per-layer runs of this rank's layers (stages may differ)
   for (int l : local_layers()) mine.push_back(kept_->per_layer()[size_t(l)]);
   for (auto* v : {&formula, &moe_assignments, &moe_received}) mine.insert(mine.end(), v->begin(), v->end());
   const auto rows = gather_rows(dist_, mine);
@@ -133,6 +133,7 @@ void Trainer::summarize(const RunTotals& t) {
     m.accounted_peak_bytes = row[kCategoriesAt + kMemoryCategories];
     m.reserved_peak_bytes = row[kCategoriesAt + kMemoryCategories + 1];
     m.rss_peak_bytes = row[kCategoriesAt + kMemoryCategories + 2];
+    const size_t n_layers = (row.size() - layers_at) / 4;
     auto part = [&](size_t k) { return std::vector<int64_t>(row.begin() + long(layers_at + k * n_layers),
                                                             row.begin() + long(layers_at + (k + 1) * n_layers)); };
     m.activation_bytes_per_layer = part(0), m.activation_bytes_per_layer_formula = part(1);

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/fp8_layout.hpp"
 #include "core/memory_limit.hpp"
+#include "core/stage_partition.hpp"
 #include "engine/schedule.hpp"
 #include "train/loss_scaler.hpp"
 #include "train/train_config.hpp"
@@ -25,7 +26,10 @@ int max_threads() { return std::max(256, 4 * int(std::thread::hardware_concurren
 void require_fits(const ModelConfig& m, const LayoutConfig& layout, const TrainConfig& t) {
   const double s = m.seq_len, b = t.micro_batch, h = m.hidden, tp = layout.tp;
   const double a_local = double(m.heads) / tp, v_local = double(m.padded_vocab(layout.tp)) / tp;
-  const double layers = double(m.layers) / layout.pp;
+  const StagePartition stages = StagePartition::of(layout, m.layers);
+  size_t most = 0;
+  for (int r = 0; r < layout.pp; ++r) most = std::max(most, stages.layers_of_rank(r, layout.pp).size());
+  const double layers = double(most);
   const double states = 16.0 * double(m.num_params()) / (tp * layout.pp) / (layout.zero >= 3 ? layout.dp : 1);
   double kept = 0;
   const double sbh = s * b * h, as2b = a_local * s * s * b;
@@ -131,14 +135,13 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
   // Named even when there is one stage, so a misspelt schedule is never silently ignored.
   const auto schedule = parallel::pipeline::parse_schedule_kind(t.schedule);
   if (layout.pp > 1) {
-    const int stages = layout.pp * layout.virtual_stages;
-    require(m.layers % stages == 0, "--layers " + std::to_string(m.layers) + " is not divisible by p·m = " +
-                                        std::to_string(stages) + " (pipeline stages × virtual stages)");
+    StagePartition::of(layout, m.layers);  // the stages' layer counts fit the model and the layout
     const int n_mb = t.global_batch / (t.micro_batch * layout.dp);
     parallel::pipeline::validate_schedule(schedule, layout.pp, n_mb, layout.virtual_stages);
     require(t.eval_every == 0, "--eval-every is not available with pipeline parallelism yet");
   } else {
     require(layout.virtual_stages == 1, "--virtual-stages needs --pipeline-model-parallel-size > 1");
+    StagePartition::of(layout, m.layers);  // one stage: --pipeline-layers, if given, must be L
   }
   require(m.heads % layout.tp == 0, "--tensor-model-parallel-size " + std::to_string(layout.tp) +
                                         " must divide --heads " + std::to_string(m.heads));

@@ -9,6 +9,7 @@
 
 #include "analysis/formulas.hpp"
 #include "analysis/moe_formulas.hpp"
+#include "core/stage_partition.hpp"
 #include "core/config.hpp"
 
 using namespace lattice;
@@ -80,18 +81,26 @@ TEST(MoEFormulas, ActiveParametersCountKExpertsAndTheSwitchRouterIsOneMatrix) {
 }
 
 // The planner's split of a shard: dense (reduced over N_d) and experts (over N_d/e).
+namespace {
+LayoutConfig pipeline(int tp, int pp, int m, int ep) {
+  LayoutConfig l;
+  l.tp = tp, l.pp = pp, l.virtual_stages = m, l.ep = ep;
+  return l;
+}
+}  // namespace
+
 TEST(MoEFormulas, ShardParametersSplitDenseFromExpertsPerPipelineStage) {
   const ModelConfig c = small_moe();
-  const MoEShardParameters one = moe_shard_parameters(c, 1, 1, 1, 2);
+  const MoEShardParameters one = moe_shard_parameters(c, pipeline(1, 1, 1, 2));
   EXPECT_EQ(one.dense, 1168 + 1280 + 1104 + 2 * 64);  // routers are dense
   EXPECT_EQ(one.experts, 2 * 2 * 280);
   EXPECT_EQ(one.total(), moe_rank_parameters(c, 1, 2));
   // p = 2: the first stage holds layers 0 and 1 (one MoE layer) and no final LayerNorm.
-  const MoEShardParameters stage = moe_shard_parameters(c, 1, 2, 1, 1);
+  const MoEShardParameters stage = moe_shard_parameters(c, pipeline(1, 2, 1, 1));
   EXPECT_EQ(stage.dense, 1024 + 128 + 2 * 320 + 552 + 64);
   EXPECT_EQ(stage.experts, 4 * 280);
   // p = 2, m = 2: chunks of one layer; pipeline rank 0 holds layers 0 and 2, both MoE layers.
-  const MoEShardParameters interleaved = moe_shard_parameters(c, 1, 2, 2, 1);
+  const MoEShardParameters interleaved = moe_shard_parameters(c, pipeline(1, 2, 2, 1));
   EXPECT_EQ(interleaved.dense, 1024 + 128 + 2 * 320 + 2 * 64);
   EXPECT_EQ(interleaved.experts, 2 * 4 * 280);
   // A dense model: the same count as the dense formula, written separately (docs/design.md §8).
@@ -101,8 +110,8 @@ TEST(MoEFormulas, ShardParametersSplitDenseFromExpertsPerPipelineStage) {
   for (int tp : {1, 2, 4})
     for (int pp : {1, 2, 4}) {
       SCOPED_TRACE("t=" + std::to_string(tp) + " p=" + std::to_string(pp));
-      EXPECT_EQ(moe_shard_parameters(dense, tp, pp, 1, 1).dense, shard_parameters(dense, tp, pp));
-      EXPECT_EQ(moe_shard_parameters(dense, tp, pp, 1, 1).experts, 0);
+      EXPECT_EQ(moe_shard_parameters(dense, pipeline(tp, pp, 1, 1)).dense, shard_parameters(dense, tp, pp));
+      EXPECT_EQ(moe_shard_parameters(dense, pipeline(tp, pp, 1, 1)).experts, 0);
     }
 }
 
@@ -110,16 +119,21 @@ TEST(MoEFormulas, FirstStageLayersUnderPipelineAndInterleaving) {
   ModelConfig c = small_moe();
   c.layers = 12;
   c.moe.layer_freq = 3;  // MoE layers 0, 3, 6, 9
-  EXPECT_EQ(first_stage_moe_layers(c, 1, 1), 4);
-  EXPECT_EQ(first_stage_moe_layers(c, 2, 1), 2);  // layers 0-5: 0, 3
-  EXPECT_EQ(first_stage_moe_layers(c, 4, 1), 1);  // layers 0-2: 0
+  EXPECT_EQ(first_stage_moe_layers(c, pipeline(1, 1, 1, 1)), 4);
+  EXPECT_EQ(first_stage_moe_layers(c, pipeline(1, 2, 1, 1)), 2);  // layers 0-5: 0, 3
+  EXPECT_EQ(first_stage_moe_layers(c, pipeline(1, 4, 1, 1)), 1);  // layers 0-2: 0
   // p = 4, m = 3: chunks of one layer; rank 0 holds layers 0, 4, 8 — only 0 is an MoE layer.
-  EXPECT_EQ(first_stage_layer(1, 12, 4, 3), 4);
-  EXPECT_EQ(first_stage_layer(2, 12, 4, 3), 8);
-  EXPECT_EQ(first_stage_moe_layers(c, 4, 3), 1);
+  EXPECT_EQ(StagePartition::of(pipeline(1, 4, 3, 1), 12).layers_of_rank(0, 4), (std::vector<int>{0, 4, 8}));
+  EXPECT_EQ(first_stage_moe_layers(c, pipeline(1, 4, 3, 1)), 1);
   // p = 3, m = 2: chunks of two layers; rank 0 holds layers 0, 1 and 6, 7 — MoE 0 and 6.
-  EXPECT_EQ(first_stage_layer(2, 12, 3, 2), 6);
-  EXPECT_EQ(first_stage_moe_layers(c, 3, 2), 2);
+  EXPECT_EQ(StagePartition::of(pipeline(1, 3, 2, 1), 12).layers_of_rank(0, 3), (std::vector<int>{0, 1, 6, 7}));
+  EXPECT_EQ(first_stage_moe_layers(c, pipeline(1, 3, 2, 1)), 2);
+  // Uneven stages: 5 layers on the first stage hold MoE layers 0 and 3.
+  LayoutConfig uneven = pipeline(1, 2, 1, 1);
+  uneven.stage_layers = {5, 7};
+  EXPECT_EQ(first_stage_moe_layers(c, uneven), 2);
+  uneven.stage_layers = {1, 11};
+  EXPECT_EQ(first_stage_moe_layers(c, uneven), 1);
 }
 
 // ---- Capacity and routing -----------------------------------------------------------------------

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Uneven pipeline stages (--pipeline-layers, Megatron's first/last-stage counts, docs/design.md §6):
+# any partition of L layers trains the one-rank model (losses 1e-5, weights 1e-5) with TP + SP, DP +
+# ZeRO and interleaving; a checkpoint of one partition resumes under another; each stage keeps its
+# own layers' activations and parameters; bad counts are one clear line.
+set -u
+LATTICE=$1
+SCRATCH=$2
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
+. "$(dirname "$0")/lib/layouts.sh"
+MODEL=("${MODEL[@]}" --layers 5)
+
+run one 1
+run pp2_2_3 2 --pipeline-model-parallel-size 2 --pipeline-layers 2,3
+run pp2_4_1 2 --pipeline-model-parallel-size 2 --pipeline-layers 4,1 --schedule gpipe
+run pp4_first_last 4 --pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 2 \
+  --decoder-last-pipeline-num-layers 1
+run tp2_pp2_sp_3_2 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel \
+  --pipeline-layers 3,2 --recompute selective
+run pp2_dp2_zero2_1_4 4 --pipeline-model-parallel-size 2 --pipeline-layers 1,4 --zero 2
+run pp2_interleaved 2 --pipeline-model-parallel-size 2 --schedule interleaved --virtual-stages 2 \
+  --pipeline-layers 1,2,1,1
+for name in pp2_2_3 pp2_4_1 pp4_first_last tp2_pp2_sp_3_2 pp2_dp2_zero2_1_4 pp2_interleaved; do
+  check "$name trains the one-rank model" compare "$name"
+done
+
+# Each stage keeps its own layers: stage r of 1F1B holds p − r micro-batches of its layers (the
+# formula's stage_layer_bytes), and its parameters are its layers' (plus the embeddings at the ends).
+check "stage activation peaks follow their layer counts (2,3: 2 × 2 layers, 1 × 3 layers)" "$PY" -c "
+import json, sys
+ranks = [json.loads(l) for l in open('pp2_2_3.jsonl')][-1]['memory']['ranks']
+for r in ranks:
+    per = r['activation_bytes_per_layer_formula']
+    want = (2 if r['pp_rank'] == 0 else 1) * sum(per)
+    got = r['activation_peak_bytes'] - (0 if r['pp_rank'] == 0 else r['activation_bytes_outside_layers'])
+    print(r['pp_rank'], len(per), got, want, got / want)
+    if len(per) != (2 if r['pp_rank'] == 0 else 3) or not (want <= got <= 1.03 * want): sys.exit('stage %d: %d vs %d' % (r['pp_rank'], got, want))
+"
+check "stage parameters follow the layer counts (4,1)" "$PY" -c "
+import json, sys
+ranks = {r['pp_rank']: r['model_state_bytes']['params'] for r in [json.loads(l) for l in open('pp2_4_1.jsonl')][-1]['memory']['ranks']}
+h, v, s = 64, 256, 32
+layer = 4 * (12 * h * h + 13 * h)
+want0, want1 = 4 * layer + 4 * (v * h + s * h), layer + 4 * (v * h + 2 * h)
+print(ranks, want0, want1)
+sys.exit(0 if ranks[0] == want0 and ranks[1] == want1 else 1)"
+
+# A checkpoint stores weights by name in the one-rank layout: saved under 2,3, resumed under 4,1
+# and on one rank, both continue the uninterrupted run.
+timeout 300 mpirun --oversubscribe -np 2 "$LATTICE" train "${MODEL[@]}" --steps 2 --pipeline-model-parallel-size 2 \
+  --pipeline-layers 2,3 --save ck_half > half.jsonl 2> half.err
+check "saved under 2,3" test -f ck_half/model.safetensors
+timeout 300 mpirun --oversubscribe -np 2 "$LATTICE" train "${MODEL[@]}" --pipeline-model-parallel-size 2 \
+  --pipeline-layers 4,1 --resume ck_half > resumed_4_1.jsonl 2> resumed_4_1.err
+check "resumed under 4,1: the uninterrupted run's steps 3-4" continues pp2_2_3.jsonl resumed_4_1.jsonl 1e-5
+"$LATTICE" train "${MODEL[@]}" --resume ck_half > resumed_one.jsonl 2> resumed_one.err
+check "resumed on one rank: the uninterrupted run's steps 3-4" continues one.jsonl resumed_one.jsonl 1e-5
+check "trainer.json records the partition" grep -q '"pipeline_layers": "2,3"' ck_half/trainer.json
+
+# The planner plans the same partition: per-stage memory follows the counts.
+"$LATTICE" plan --layers 5 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --micro-batch 2 --global-batch 8 \
+  --pipeline-model-parallel-size 2 --pipeline-layers 4,1 --json > plan_4_1.json 2> plan.err
+check "plan --pipeline-layers 4,1: stage 0 holds more than stage 1" "$PY" -c "
+import json, sys
+st = json.load(open('plan_4_1.json'))['memory_by_stage']
+a = [s['activations'] for s in st]
+print(a)
+sys.exit(0 if len(a) == 2 and a[0] > 4 * a[1] / 2 else 1)"
+
+# Bad counts: one line each, before any rank starts work.
+expect_error "counts not adding up to L" "adds up to 4 layers" train "${MODEL[@]}" --pipeline-layers 4
+expect_error "a count that is not a number" "positive layer counts" train "${MODEL[@]}" --pipeline-layers 2,x
+expect_error "an empty stage" "positive layer counts" train "${MODEL[@]}" --pipeline-layers 0,5
+expect_error "two lists at once" "pass one" train "${MODEL[@]}" --pipeline-layers 2,3 \
+  --decoder-first-pipeline-num-layers 2
+expect_error "first/last counts without a pipeline" "pipeline-model-parallel-size" train "${MODEL[@]}" \
+  --decoder-first-pipeline-num-layers 2
+expect_error "one stage given two counts" "gives 2 stages" train "${MODEL[@]}" --pipeline-layers 2,3
+expect_error "plan: counts for another p" "gives 2 stages" plan --layers 5 --hidden 64 --heads 4 --seq-len 32 \
+  --pipeline-model-parallel-size 4 --pipeline-layers 2,3
+bad_layout() {  # bad_layout NAME PATTERN NP FLAGS...: one line from rank 0, every rank exits non-zero
+  local name=$1 pattern=$2 np=$3; shift 3
+  timeout 60 mpirun --oversubscribe -np "$np" "$LATTICE" train "${MODEL[@]}" "$@" > bad.out 2> bad.err
+  local status=$?
+  check "$name: non-zero exit ($status)" test "$status" -ne 0 -a "$status" -ne 124
+  check "$name: one error line" test "$(grep -c 'error' bad.err)" -eq 1
+  check "$name: names the cause" grep -q -- "$pattern" bad.err
+}
+bad_layout "three counts for two stages" "gives 3 stages" 2 --pipeline-model-parallel-size 2 --pipeline-layers 1,2,2
+bad_layout "two counts not adding up to L" "adds up to 6 layers" 2 --pipeline-model-parallel-size 2 --pipeline-layers 3,3
+bad_layout "first/last leaving an uneven middle" "spread evenly" 4 --pipeline-model-parallel-size 4 \
+  --decoder-first-pipeline-num-layers 1
+bad_layout "5 layers, even stages" "pipeline-layers" 2 --pipeline-model-parallel-size 2
+
+echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
+[ "$failures" -eq 0 ]
