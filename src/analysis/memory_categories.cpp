@@ -60,10 +60,20 @@ int64_t checkpoint_writer_bytes(const ModelConfig& model) {
 }  // namespace
 
 CategoryBytes rank_memory(const MemoryCase& c, int stage) {
+  const int L = c.model.layers;
+  StageLayers mine;
+  for (int layer : StagePartition::of(c.layout, L).layers_of_rank(stage, c.layout.pp)) {
+    ++mine.count;
+    mine.fully_recomputed += layer_fully_recomputed(c.layout, layer, L);
+  }
+  return rank_memory(c, stage, mine);
+}
+
+CategoryBytes rank_memory(const MemoryCase& c, int stage, StageLayers mine) {
   const ActivationShape& x = c.x;
   const LayoutConfig& l = c.layout;
   const int p = l.pp;
-  const int64_t L = c.model.layers, N = x.s * x.b, shard = x.sp ? x.t : 1, N_l = N / shard;
+  const int64_t N = x.s * x.b, shard = x.sp ? x.t : 1, N_l = N / shard;
   const int64_t sbh = N * x.h;
   CategoryBytes m;
 
@@ -76,17 +86,12 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage) {
   const int64_t chunks_in_flight =
       std::min<int64_t>(2 * (p - stage - 1) + (m_chunks - 1) * p + 1, c.micro_batches * m_chunks);
   const bool selective = l.recompute == Recompute::selective;
-  double layers = 0;
-  const std::vector<int> mine = StagePartition::of(l, int(L)).layers_of_rank(stage, p);
-  const int64_t per_stage = int64_t(mine.size());
-  bool any_full = false;
-  for (int layer : mine) {
-    any_full = any_full || layer_fully_recomputed(l, layer, int(L));
-    layers += double(layer_activation_bytes(x, layer_fully_recomputed(l, layer, int(L)), selective));
-  }
+  const int64_t per_stage = mine.count;
+  double layers = double(mine.fully_recomputed) * double(layer_activation_bytes(x, true, selective)) +
+                  double(mine.count - mine.fully_recomputed) * double(layer_activation_bytes(x, false, selective));
   layers *= p > 1 && m_chunks > 1 ? double(chunks_in_flight) / double(m_chunks) : double(in_flight);
   int64_t rekept = 0;
-  if (any_full) rekept = layer_activation_bytes(x, false, false);
+  if (mine.fully_recomputed > 0) rekept = layer_activation_bytes(x, false, false);
   else if (selective) {  // selective's backward re-creates the s² tensors at full precision (never 8 bits)
     ActivationShape full_precision = x;
     full_precision.fp8_kept = false;

@@ -46,7 +46,14 @@ struct CategoryBytes {
   int64_t accounted() const { return accounted_peak; }
 };
 
-// One rank of pipeline stage `stage` (TP and DP ranks are alike but for the checkpoint writer).
+// One rank of pipeline stage `stage` (TP and DP ranks are alike but for the checkpoint writer),
+// holding the layers the layout's partition gives it.
 CategoryBytes rank_memory(const MemoryCase& c, int stage);
+// The same for a stage holding `count` layers, `fully_recomputed` of them under full recompute:
+// what the pipeline partitioner (analysis/partition.hpp) asks of every candidate stage.
+struct StageLayers {
+  int64_t count = 0, fully_recomputed = 0;
+};
+CategoryBytes rank_memory(const MemoryCase& c, int stage, StageLayers layers);
 
 }  // namespace lattice::analysis

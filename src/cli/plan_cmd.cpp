@@ -14,6 +14,7 @@
 #include "cli/model_flags.hpp"
 #include "core/atomic_dir.hpp"
 #include "core/error.hpp"
+#include "plan/auto_partition.hpp"
 #include "plan/evaluate.hpp"
 #include "plan/paper_report.hpp"
 #include "plan/report.hpp"
@@ -115,6 +116,8 @@ plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
     }
   }
   r.global_batch = f.global_batch > 0 ? f.global_batch : (f.search ? r.gpus : f.micro_batch * r.layout.dp);
+  if (f.layout.partition_auto && !f.search)
+    r.layout.stage_layers = plan::auto_partition(r, hw, double(r.gpu_memory)).counts;
   return r;
 }
 

@@ -135,7 +135,7 @@ int run_schedule(int argc, char** argv) {
     j["backward_time"] = options.backward_time;
     j["p2p_latency"] = options.p2p_latency;
     if (!options.stage_scale.empty()) j["stage_scale"] = options.stage_scale;
-    j["head_time"] = options.head_time;
+    if (options.head_time > 0) j["head_time"] = options.head_time;
     if (list_actions) {
       nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
       for (const auto& list : lists) ranks.push_back(action_texts(list, m));

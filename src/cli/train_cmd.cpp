@@ -1,13 +1,62 @@
 // `lattice train`: train a GPT model on a prepared token directory.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_flags.hpp"
 #include "comm/distributed.hpp"
 #include "comm/fault.hpp"
 #include "core/error.hpp"
+#include "core/memory_limit.hpp"
+#include "core/stage_partition.hpp"
+#include "plan/auto_partition.hpp"
+#include "plan/units.hpp"
 #include "train/trainer.hpp"
 
 namespace lattice::cli {
+
+namespace {
+
+// --pipeline-layers auto: the planner's partition of this run's layers (analysis/partition.hpp),
+// from the time model at `hardware` and the per-category memory prediction within `limit` bytes a
+// rank (default: this machine's memory shared by its ranks). Every rank computes the same counts
+// from the same flags; world rank 0 prints them.
+void partition_automatically(LayoutConfig& layout, const ModelConfig& model, const TrainConfig& train, int world,
+                             int local_ranks, const std::string& hardware, const std::string& limit, bool print) {
+  plan::PlanRequest r;
+  r.model = model;
+  r.layout = layout;
+  r.layout.dp = std::max(1, world / (layout.tp * layout.pp));
+  r.micro_batch = train.micro_batch;
+  r.global_batch = train.global_batch > 0 ? train.global_batch : train.micro_batch * r.layout.dp;
+  r.gpus = world;
+  r.save = !train.save.empty();
+  r.offload_optimizer = !train.optim.offload_dir.empty();
+  r.offload_params = train.optim.offload_params;
+  const double cap = limit.empty() ? physical_memory_bytes() / std::max(1, local_ranks)
+                                   : double(plan::parse_bytes(limit, "--pipeline-memory-limit"));
+  r.gpu_memory = int64_t(cap);
+  require(r.micro_batch >= 1 && r.global_batch % (r.micro_batch * r.layout.dp) == 0,
+          "--pipeline-layers auto needs --global-batch a multiple of --micro-batch × data-parallel size");
+  model.validate();
+  const analysis::Partition chosen = plan::auto_partition(r, plan::hardware_preset(hardware), cap);
+  layout.stage_layers = chosen.counts;
+  if (print)
+    std::fprintf(stderr,
+                 "lattice train: pipeline layers (auto): %s — slowest stage %.4g s a micro-batch at %s, peak %.1f "
+                 "MiB of %.1f MiB a rank\n",
+                 layer_counts_text(chosen.counts).c_str(), chosen.slowest_seconds, hardware.c_str(),
+                 chosen.peak_bytes / double(1 << 20), cap / double(1 << 20));
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+}  // namespace
 
 int run_train(int argc, char** argv) {
   CLI::App app("Train a GPT-2 style model (Megatron-LM flag names are accepted as aliases).", "lattice train");
@@ -18,12 +67,21 @@ int run_train(int argc, char** argv) {
   add_model_flags(app, model);
   add_layout_flags(app, layout);
   add_train_flags(app, train, shuffle);
+  std::string hardware = "cpu", memory_limit;
+  app.add_option("--hardware", hardware,
+                 "--pipeline-layers auto: the machine its time model plans for (a preset, or a lattice bench "
+                 "--json file)")
+      ->capture_default_str();
+  app.add_option("--pipeline-memory-limit", memory_limit,
+                 "--pipeline-layers auto: bytes a rank may hold (default: this machine's memory over its ranks)");
   std::string config_path;
   add_config_file(app, config_path);
   if (const auto status = parse_flags(app, argc, argv)) return *status;
   train.shuffle = shuffle == "on";
   train.seed_given = app.count("--seed") > 0;
   train.zero_prefetch_given = app.count("--zero-prefetch") > 0;
+  require(layout.pipeline_layers == "auto" || (app.count("--hardware") == 0 && memory_limit.empty()),
+          "--hardware and --pipeline-memory-limit apply to --pipeline-layers auto only");
   LayoutConfig resolved;
   try {
     resolved = layout.resolve(model.layers);
@@ -33,6 +91,7 @@ int run_train(int argc, char** argv) {
     throw;
   }
   if (!comm::started_by_launcher() && resolved.tp == 1 && resolved.pp == 1 && resolved.ep == 1) {
+    if (layout.partition_auto) partition_automatically(resolved, model, train, 1, 1, hardware, memory_limit, false);
     Trainer trainer(model, resolved, train);
     return trainer.run();
   }
@@ -47,6 +106,12 @@ int run_train(int argc, char** argv) {
   comm::check_on_all_ranks("train", [&] {
     // Before anything sized by the configuration: ranks that disagree would fail or hang elsewhere.
     comm::require_same_configuration(settings);
+    if (layout.partition_auto) {
+      partition_automatically(resolved, model, train, dist.world_size(),
+                              env_int("OMPI_COMM_WORLD_LOCAL_SIZE", dist.world_size()), hardware, memory_limit,
+                              dist.rank() == 0);
+      comm::require_same_configuration(layer_counts_text(resolved.stage_layers));  // ranks on unlike machines
+    }
     trainer = std::make_unique<Trainer>(model, resolved, train, &dist);
   });
   return comm::run_or_abort_all("train", [&] { return trainer->run(); });

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/stage_partition.hpp"
+
 namespace lattice::plan {
 
 std::string fmt(const char* f, double v) {
@@ -37,6 +39,7 @@ std::string describe_layout(const PlanRequest& r) {
   std::snprintf(buf, sizeof buf, "t=%d p=%d m=%d dp=%d%s b=%d%s %s", l.tp, l.pp, l.virtual_stages, l.dp,
                 ep.c_str(), r.micro_batch, l.sequence_parallel ? " sp" : "", to_string(l.recompute));
   std::string s = buf;
+  if (!l.stage_layers.empty()) s.insert(s.find(" m="), " [" + layer_counts_text(l.stage_layers) + "]");
   if (l.recompute == Recompute::full && l.recompute_layers >= 0) {
     std::snprintf(buf, sizeof buf, "(%d)", l.recompute_layers);
     s += buf;
@@ -201,7 +204,9 @@ nlohmann::ordered_json plan_json(const Plan& p) {
                  {"sequence_parallel", l.sequence_parallel}, {"recompute", to_string(l.recompute)},
                  {"recompute_layers", l.recompute_layers}, {"zero", l.zero},
                  {"attention", to_string(l.attention)},
-                 {"micro_batch", r.micro_batch}, {"micro_batches", r.micro_batches()}};
+                 {"micro_batch", r.micro_batch}, {"micro_batches", r.micro_batches()},
+                 {"pipeline_layers", layer_counts_text(StagePartition::of(l, r.model.layers).counts())}};
+  j["memory_stage"] = p.memory.stage;  // the stage the "first stage" figures describe (uneven: the heaviest)
   const TimePlan& t = p.time;
   j["time_breakdown_s"] = {{"gemm", t.gemm_s}, {"elementwise", t.elementwise_s},
                            {"recompute", t.recompute_s}, {"tp_comm", t.tp_comm_s}, {"ep_comm", t.ep_comm_s},

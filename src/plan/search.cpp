@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "core/error.hpp"
+#include "plan/auto_partition.hpp"
+
 namespace lattice::plan {
 
 namespace {
@@ -39,6 +42,18 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
   SearchResult result;
   std::vector<Candidate> fitting;
   const int L = base.model.layers;
+  // The partitioner's counts for r (m = 1) within the device memory; false when none fits.
+  auto partition = [&](PlanRequest& r) {
+    r.layout.stage_layers.clear();
+    r.layout.recompute_layers = -1;
+    try {
+      r.layout.stage_layers = auto_partition(r, hw, double(r.gpu_memory)).counts;
+      return true;
+    } catch (const InputError&) {
+      ++result.considered;
+      return false;
+    }
+  };
   auto consider = [&](const PlanRequest& r) {
     if (!layout_problem(r).empty()) return;
     ++result.considered;
@@ -59,7 +74,7 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
         for (int e : divisors(dp, dp))
           if (base.model.moe.experts % e == 0) eps.push_back(e);
       }
-      for (int m : p == 1 ? std::vector<int>{1} : divisors(L / p, L)) {
+      for (int m : p == 1 || L % p != 0 ? std::vector<int>{1} : divisors(L / p, L)) {
         for (int b : divisors(base.global_batch / dp, 64)) {
           for (int sp = 0; sp <= (t > 1 ? 1 : 0); ++sp) {
             for (int e : eps) {
@@ -74,11 +89,16 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
                 r.layout.zero = zero;
                 r.layout.recompute_layers = -1;
                 r.micro_batch = b;
+                r.layout.stage_layers.clear();
+                // p not dividing L: stages of uneven sizes, as the partitioner balances them.
+                const bool uneven = m == 1 && L % p != 0;
                 for (Recompute mode : {Recompute::none, Recompute::selective}) {
                   r.layout.recompute = mode;
+                  if (uneven && !partition(r)) continue;
                   consider(r);
                 }
                 r.layout.recompute = Recompute::full;
+                if (uneven && !partition(r)) continue;
                 if (!layout_problem(r).empty()) continue;
                 const int n = fewest_recomputed_layers(r);
                 if (n < 0) { ++result.considered; continue; }

@@ -67,6 +67,32 @@ a = [s['activations'] for s in st]
 print(a)
 sys.exit(0 if len(a) == 2 and a[0] > 4 * a[1] / 2 else 1)"
 
+# --pipeline-layers auto: the planner's partition (time model + per-category memory), the same in
+# train and plan, printed once; it trains the one-rank model; a limit nothing fits is one line.
+run pp2_auto 2 --pipeline-model-parallel-size 2 --pipeline-layers auto
+check "pp2_auto trains the one-rank model" compare pp2_auto
+"$LATTICE" plan --layers 5 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --micro-batch 2 --global-batch 8 \
+  --pipeline-model-parallel-size 2 --pipeline-layers auto --hardware cpu --json > plan_auto.json 2> plan.err
+counts=$("$PY" -c "import json; print(json.load(open('plan_auto.json'))['layout']['pipeline_layers'])")
+check "train and plan choose the same partition ($counts)" grep -q "pipeline layers (auto): $counts " pp2_auto.err
+check "printed once" test "$(grep -c 'pipeline layers (auto)' pp2_auto.err)" -eq 1
+check "the partition is uneven for 5 layers on 2 stages" test "$counts" = 3,2 -o "$counts" = 2,3
+bad_layout() {  # bad_layout NAME PATTERN NP FLAGS...: one line from rank 0, every rank exits non-zero
+  local name=$1 pattern=$2 np=$3; shift 3
+  timeout 60 mpirun --oversubscribe -np "$np" "$LATTICE" train "${MODEL[@]}" "$@" > bad.out 2> bad.err
+  local status=$?
+  check "$name: non-zero exit ($status)" test "$status" -ne 0 -a "$status" -ne 124
+  check "$name: one error line" test "$(grep -c 'error' bad.err)" -eq 1
+  check "$name: names the cause" grep -q -- "$pattern" bad.err
+}
+bad_layout "auto under a limit nothing fits" "the smallest peak is .* at [0-9],[0-9]" 2 --pipeline-model-parallel-size 2 \
+  --pipeline-layers auto --pipeline-memory-limit 1MB
+bad_layout "auto with interleaving" "virtual-stages 1" 2 --pipeline-model-parallel-size 2 --pipeline-layers auto \
+  --schedule interleaved --virtual-stages 2
+expect_error "--hardware without auto" "auto only" train "${MODEL[@]}" --hardware cpu
+expect_error "plan: auto under a limit nothing fits" "no partition of 5 layers" plan --layers 5 --hidden 64 --heads 4 \
+  --seq-len 32 --pipeline-model-parallel-size 2 --pipeline-layers auto --gpu-memory 1MB
+
 # Bad counts: one line each, before any rank starts work.
 expect_error "counts not adding up to L" "adds up to 4 layers" train "${MODEL[@]}" --pipeline-layers 4
 expect_error "a count that is not a number" "positive layer counts" train "${MODEL[@]}" --pipeline-layers 2,x
@@ -78,14 +104,6 @@ expect_error "first/last counts without a pipeline" "pipeline-model-parallel-siz
 expect_error "one stage given two counts" "gives 2 stages" train "${MODEL[@]}" --pipeline-layers 2,3
 expect_error "plan: counts for another p" "gives 2 stages" plan --layers 5 --hidden 64 --heads 4 --seq-len 32 \
   --pipeline-model-parallel-size 4 --pipeline-layers 2,3
-bad_layout() {  # bad_layout NAME PATTERN NP FLAGS...: one line from rank 0, every rank exits non-zero
-  local name=$1 pattern=$2 np=$3; shift 3
-  timeout 60 mpirun --oversubscribe -np "$np" "$LATTICE" train "${MODEL[@]}" "$@" > bad.out 2> bad.err
-  local status=$?
-  check "$name: non-zero exit ($status)" test "$status" -ne 0 -a "$status" -ne 124
-  check "$name: one error line" test "$(grep -c 'error' bad.err)" -eq 1
-  check "$name: names the cause" grep -q -- "$pattern" bad.err
-}
 bad_layout "three counts for two stages" "gives 3 stages" 2 --pipeline-model-parallel-size 2 --pipeline-layers 1,2,2
 bad_layout "two counts not adding up to L" "adds up to 6 layers" 2 --pipeline-model-parallel-size 2 --pipeline-layers 3,3
 bad_layout "first/last leaving an uneven middle" "spread evenly" 4 --pipeline-model-parallel-size 4 \

@@ -44,6 +44,15 @@ sched 4 --micro-batches 8 --schedule interleaved --virtual-stages 2 --svg "$SCRA
 svg_complete "$SCRATCH/t.svg"
 [ "$(grep -o "class='box'" "$SCRATCH/t.svg" | wc -l)" -eq 128 ] || fail "one box per action (4 ranks × 32)"
 
+# Uneven stages: even counts simulate exactly like no counts; with an output layer on the last stage,
+# moving layers off it shortens the step; no step beats n micro-batches of its slowest stage.
+total() { "$LATTICE" schedule --pipeline-model-parallel-size 4 --micro-batches 8 --json "$@" |
+          python3 -c "import json, sys; print(json.load(sys.stdin)['total_time'])"; }
+[ "$(total --pipeline-layers 3,3,3,3)" = "$(total)" ] || fail "even counts change the simulation"
+even=$(total --head-time 0.5); uneven=$(total --head-time 0.5 --pipeline-layers 4,3,3,2)
+python3 -c "import sys; e, u = $even, $uneven; sys.exit(0 if u < e and u >= 8 * (4 / 3) * 3 else 1)" ||
+  fail "head time 0.5: 4,3,3,2 takes $uneven against even stages' $even"
+
 expect() { expect_status schedule "$@"; }  # expect <status> <text in stderr> <args...>
 P=--pipeline-model-parallel-size
 expect 1 "micro-batches (6) to be a multiple of the pipeline-model-parallel size p = 4" \
@@ -56,6 +65,9 @@ expect 1 "micro-batches must be between 1" $P 2 --micro-batches 0
 expect 1 "unknown schedule 'zb'" $P 2 --micro-batches 4 --schedule zb
 expect 1 "forward and backward times must be positive" $P 2 --micro-batches 4 --backward-time 0
 expect 1 "--svg draws at most" $P 8 --micro-batches 4000 --svg "$SCRATCH/huge.svg"
+expect 1 "gives 2 stages; p·m = 4" $P 4 --micro-batches 8 --pipeline-layers 6,6
+expect 1 "positive layer counts" $P 4 --micro-batches 8 --pipeline-layers 3,3,0,3
+expect 1 "--head-time must be a finite" $P 4 --micro-batches 8 --head-time -1
 expect 2 "--micro-batches" $P 4
 expect 2 "--pipeline-model-parallel-size" --micro-batches 4
 expect 2 "--micro-batches" $P 4 --micro-batches many

@@ -1,0 +1,86 @@
+#include "analysis/partition.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "core/error.hpp"
+#include "core/stage_partition.hpp"
+
+namespace lattice::analysis {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string binary_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && bytes >= 1024) bytes /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+// One DP over (stage, end layer) minimising a cost that is the max over stages of `key`, with a
+// second key (also max over stages) breaking ties; `allowed` filters stages. Returns the counts,
+// or an empty vector when no partition passes.
+template <class Key, class Tie, class Allowed>
+std::vector<int> minimise_max(const PartitionCosts& c, Key key, Tie tie, Allowed allowed) {
+  const int L = c.layers, p = c.stages;
+  struct Cell {
+    double best = kInf, tie = kInf;
+    int from = -1;
+  };
+  std::vector<std::vector<Cell>> A(size_t(p), std::vector<Cell>(size_t(L) + 1));
+  for (int j = 1; j <= L - (p - 1); ++j)
+    if (allowed(0, 0, j)) A[0][size_t(j)] = {key(0, 0, j), tie(0, 0, j), 0};
+  for (int r = 1; r < p; ++r)
+    for (int j = r + 1; j <= L - (p - 1 - r); ++j)
+      for (int i = r; i < j; ++i) {
+        const Cell& prev = A[size_t(r - 1)][size_t(i)];
+        if (prev.from < 0 || !allowed(r, i, j)) continue;
+        const double best = std::max(prev.best, key(r, i, j)), second = std::max(prev.tie, tie(r, i, j));
+        Cell& cell = A[size_t(r)][size_t(j)];
+        if (best < cell.best || (best == cell.best && second < cell.tie)) cell = {best, second, i};
+      }
+  if (A[size_t(p - 1)][size_t(L)].from < 0) return {};
+  std::vector<int> counts(static_cast<size_t>(p));
+  for (int r = p - 1, j = L; r >= 0; --r) {
+    const int i = A[size_t(r)][size_t(j)].from;
+    counts[size_t(r)] = j - i;
+    j = i;
+  }
+  return counts;
+}
+
+}  // namespace
+
+Partition evaluate_partition(const PartitionCosts& c, const std::vector<int>& counts) {
+  Partition out{counts, 0, 0};
+  int i = 0;
+  for (int r = 0; r < int(counts.size()); ++r) {
+    const int j = i + counts[size_t(r)];
+    out.slowest_seconds = std::max(out.slowest_seconds, c.seconds(r, i, j));
+    out.peak_bytes = std::max(out.peak_bytes, c.bytes(r, i, j));
+    i = j;
+  }
+  return out;
+}
+
+Partition partition_layers(const PartitionCosts& c, double memory_cap) {
+  require(c.stages >= 1 && c.layers >= c.stages,
+          "--pipeline-layers auto: " + std::to_string(c.layers) + " layers cannot fill " + std::to_string(c.stages) +
+              " pipeline stages (each needs at least one)");
+  const std::vector<int> counts = minimise_max(
+      c, c.seconds, c.bytes, [&](int r, int i, int j) { return c.bytes(r, i, j) <= memory_cap; });
+  if (!counts.empty()) return evaluate_partition(c, counts);
+  const Partition least =
+      evaluate_partition(c, minimise_max(c, c.bytes, c.seconds, [](int, int, int) { return true; }));
+  fail("no partition of " + std::to_string(c.layers) + " layers over " + std::to_string(c.stages) +
+       " pipeline stages fits in " + binary_bytes(memory_cap) + " per rank; the smallest peak is " + binary_bytes(least.peak_bytes) +
+       " at " + layer_counts_text(least.counts));
+}
+
+}  // namespace lattice::analysis

@@ -1,0 +1,47 @@
+#include "plan/auto_partition.hpp"
+
+#include <memory>
+#include <vector>
+
+#include "analysis/memory_categories.hpp"
+#include "core/error.hpp"
+#include "plan/time_model.hpp"
+
+namespace lattice::plan {
+
+analysis::PartitionCosts partition_costs(const PlanRequest& r, const Hardware& hw) {
+  const int L = r.model.layers, p = r.layout.pp;
+  const StageSeconds seconds = stage_seconds(r, hw);
+  // Prefix sums: a stage's layer seconds and fully recomputed layers in O(1).
+  auto time = std::make_shared<std::vector<double>>(size_t(L) + 1, 0.0);
+  auto full = std::make_shared<std::vector<int>>(size_t(L) + 1, 0);
+  for (int l = 0; l < L; ++l) {
+    (*time)[size_t(l) + 1] = (*time)[size_t(l)] + seconds.layer[size_t(l)];
+    (*full)[size_t(l) + 1] = (*full)[size_t(l)] + analysis::layer_fully_recomputed(r.layout, l, L);
+  }
+  // Two cases: world rank 0 (on the first stage) writes the checkpoint, the others do not.
+  auto memory = std::make_shared<std::vector<analysis::MemoryCase>>(
+      2, analysis::MemoryCase{activation_shape(r), r.model, r.layout, r.micro_batches(), r.data_bytes, r.save, false,
+                              r.offload_optimizer, r.offload_params});
+  (*memory)[0].writer = r.save;
+  for (auto& m : *memory) m.layout.stage_layers.clear();  // each candidate stage is given its layers explicitly
+  analysis::PartitionCosts c;
+  c.layers = L;
+  c.stages = p;
+  const double head = seconds.head;
+  c.seconds = [time, head, p](int stage, int i, int j) {
+    return (*time)[size_t(j)] - (*time)[size_t(i)] + (stage == p - 1 ? head : 0.0);
+  };
+  c.bytes = [memory, full](int stage, int i, int j) {
+    const analysis::StageLayers layers{j - i, (*full)[size_t(j)] - (*full)[size_t(i)]};
+    return double(analysis::rank_memory((*memory)[stage == 0 ? 0 : 1], stage, layers).accounted_peak);
+  };
+  return c;
+}
+
+analysis::Partition auto_partition(const PlanRequest& r, const Hardware& hw, double memory_cap) {
+  require(r.layout.virtual_stages == 1, "--pipeline-layers auto needs --virtual-stages 1");
+  return analysis::partition_layers(partition_costs(r, hw), memory_cap);
+}
+
+}  // namespace lattice::plan

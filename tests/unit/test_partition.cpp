@@ -1,0 +1,193 @@
+// Pipeline partitions: StagePartition's counts and parsing, PipeDream's dynamic program against
+// brute force over every composition, its memory cap, and the planner's costs against the planner.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "analysis/memory_categories.hpp"
+#include "analysis/partition.hpp"
+#include "core/error.hpp"
+#include "core/stage_partition.hpp"
+#include "plan/auto_partition.hpp"
+#include "plan/evaluate.hpp"
+
+using namespace lattice;
+using namespace lattice::analysis;
+
+namespace {
+
+// Every composition of L into p positive parts.
+void compositions(int L, int p, std::vector<int>& prefix, const std::function<void(const std::vector<int>&)>& f) {
+  if (p == 1) {
+    prefix.push_back(L);
+    f(prefix);
+    prefix.pop_back();
+    return;
+  }
+  for (int c = 1; c <= L - (p - 1); ++c) {
+    prefix.push_back(c);
+    compositions(L - c, p - 1, prefix, f);
+    prefix.pop_back();
+  }
+}
+
+struct RandomCosts {
+  std::vector<double> t, a;
+  std::vector<double> head_t, stage_fixed, in_flight;
+  PartitionCosts costs(int L, int p) const {
+    PartitionCosts c;
+    c.layers = L, c.stages = p;
+    c.seconds = [this, p](int r, int i, int j) {
+      double s = r == p - 1 ? head_t[0] : 0.0;
+      for (int l = i; l < j; ++l) s += t[size_t(l)];
+      return s;
+    };
+    c.bytes = [this](int r, int i, int j) {
+      double b = stage_fixed[size_t(r)];
+      for (int l = i; l < j; ++l) b += in_flight[size_t(r)] * a[size_t(l)];
+      return b;
+    };
+    return c;
+  }
+};
+
+RandomCosts random_costs(std::mt19937& rng, int L, int p) {
+  std::uniform_real_distribution<double> u(0.1, 1.0);
+  RandomCosts r;
+  for (int l = 0; l < L; ++l) r.t.push_back(u(rng)), r.a.push_back(u(rng));
+  r.head_t.push_back(3 * u(rng));
+  for (int s = 0; s < p; ++s) r.stage_fixed.push_back(2 * u(rng)), r.in_flight.push_back(p - s);
+  return r;
+}
+
+}  // namespace
+
+TEST(StagePartition, EvenAndExplicitCountsAndRanksChunks) {
+  LayoutConfig l;
+  l.pp = 2;
+  l.virtual_stages = 2;
+  const StagePartition even = StagePartition::of(l, 8);
+  EXPECT_EQ(even.counts(), (std::vector<int>{2, 2, 2, 2}));
+  EXPECT_EQ(even.layers_of_rank(1, 2), (std::vector<int>{2, 3, 6, 7}));
+  l.stage_layers = {1, 3, 2, 2};
+  const StagePartition given = StagePartition::of(l, 8);
+  EXPECT_EQ(given.layers_of_rank(0, 2), (std::vector<int>{0, 4, 5}));
+  EXPECT_EQ(given.stage_of(3), 1);
+  EXPECT_EQ(given.stage_of(7), 3);
+  EXPECT_FALSE(given.is_even());
+  l.stage_layers = {1, 3, 2, 1};
+  EXPECT_THROW(StagePartition::of(l, 8), InputError);  // adds up to 7
+  l.stage_layers = {4, 4};
+  EXPECT_THROW(StagePartition::of(l, 8), InputError);  // two counts for p·m = 4
+  l.stage_layers.clear();
+  EXPECT_THROW(StagePartition::of(l, 6), InputError);  // 6 layers, 4 even stages
+}
+
+TEST(StagePartition, ParsesCountsAndRefusesAnythingElse) {
+  EXPECT_EQ(parse_layer_counts("3,4,4,1", "--pipeline-layers"), (std::vector<int>{3, 4, 4, 1}));
+  EXPECT_EQ(layer_counts_text({3, 4, 4, 1}), "3,4,4,1");
+  for (const char* bad : {"", ",", "3,", ",3", "3,,4", "3;4", "0,4", "-1,5", "3.5", "x", "3 ,4", "99999999999"})
+    EXPECT_THROW(parse_layer_counts(bad, "--pipeline-layers"), InputError) << bad;
+}
+
+// The dynamic program's slowest stage equals the best of every composition, for random costs with
+// and without a memory cap, and its partition is one of those that fit.
+TEST(Partition, DynamicProgramEqualsBruteForce) {
+  std::mt19937 rng(7);
+  int checked = 0, refused = 0;
+  for (int L = 1; L <= 10; ++L)
+    for (int p = 1; p <= std::min(L, 4); ++p)
+      for (int trial = 0; trial < 5; ++trial) {
+        const RandomCosts rc = random_costs(rng, L, p);
+        const PartitionCosts c = rc.costs(L, p);
+        for (double cap : {1e9, 2.0 + 0.6 * L}) {
+          double best = 1e300;
+          std::vector<int> prefix;
+          compositions(L, p, prefix, [&](const std::vector<int>& counts) {
+            const Partition e = evaluate_partition(c, counts);
+            if (e.peak_bytes <= cap) best = std::min(best, e.slowest_seconds);
+          });
+          if (best == 1e300) {
+            EXPECT_THROW(partition_layers(c, cap), InputError);
+            ++refused;
+            continue;
+          }
+          const Partition got = partition_layers(c, cap);
+          int sum = 0;
+          for (int k : got.counts) {
+            sum += k;
+            EXPECT_GE(k, 1);
+          }
+          EXPECT_EQ(sum, L);
+          EXPECT_EQ(int(got.counts.size()), p);
+          EXPECT_NEAR(got.slowest_seconds, best, 1e-12) << "L=" << L << " p=" << p;
+          EXPECT_LE(got.peak_bytes, cap);
+          EXPECT_DOUBLE_EQ(evaluate_partition(c, got.counts).slowest_seconds, got.slowest_seconds);
+          ++checked;
+        }
+      }
+  EXPECT_GT(checked, 200);  // both kinds of case were exercised
+  EXPECT_GT(refused, 2);
+}
+
+TEST(Partition, AHeavyHeadMovesLayersOffTheLastStage) {
+  RandomCosts rc;
+  rc.t.assign(12, 1.0), rc.a.assign(12, 1.0);
+  rc.head_t = {3.0};
+  rc.stage_fixed.assign(4, 0.0), rc.in_flight.assign(4, 1.0);
+  const Partition got = partition_layers(rc.costs(12, 4), 1e9);
+  EXPECT_EQ(got.counts.back(), 1);
+  EXPECT_DOUBLE_EQ(got.slowest_seconds, 4.0);  // 4 + 4 + 3 + (1 + 3): 11 layers over the first three
+}
+
+TEST(Partition, NothingFitsNamesTheSmallestPeak) {
+  RandomCosts rc;
+  rc.t.assign(4, 1.0), rc.a.assign(4, 1.0);
+  rc.head_t = {0.0};
+  rc.stage_fixed = {0.0, 0.0}, rc.in_flight = {2.0, 1.0};
+  // Stage 0 keeps two micro-batches of its layers: the least peak is 1 layer there (2) and 3 on the last (3).
+  try {
+    partition_layers(rc.costs(4, 2), 2.5);
+    FAIL() << "a cap below every partition's peak was accepted";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("no partition of 4 layers over 2 pipeline stages"), std::string::npos) << what;
+    EXPECT_NE(what.find("at 1,3"), std::string::npos) << what;
+  }
+  EXPECT_EQ(partition_layers(rc.costs(4, 2), 3.0).counts, (std::vector<int>{1, 3}));
+  EXPECT_EQ(partition_layers(rc.costs(4, 2), 1e9).counts, (std::vector<int>{2, 2}));
+  EXPECT_THROW(partition_layers(rc.costs(1, 2), 1e9), InputError);  // fewer layers than stages
+}
+
+// The planner's costs are the planner's own: a stage's bytes are rank_memory of that stage holding
+// those layers, and the slowest stage the time model's per-layer seconds plus the head.
+TEST(Partition, PlannerCostsAreThePlannersFigures) {
+  plan::PlanRequest r;
+  r.model.layers = 10, r.model.hidden = 256, r.model.heads = 8, r.model.seq_len = 128, r.model.vocab = 32768;
+  r.layout.pp = 4, r.layout.recompute = Recompute::full, r.layout.recompute_layers = 3;
+  r.gpus = 4, r.micro_batch = 1, r.global_batch = 8, r.gpu_memory = int64_t(1) << 40;
+  const plan::Hardware& hw = plan::hardware_preset("cpu");
+  const PartitionCosts c = plan::partition_costs(r, hw);
+  const plan::StageSeconds s = plan::stage_seconds(r, hw);
+  const Partition chosen = plan::auto_partition(r, hw, double(r.gpu_memory));
+  r.layout.stage_layers = chosen.counts;
+  const MemoryCase m{plan::activation_shape(r), r.model, r.layout, r.micro_batches(), 0, false, false, false, false};
+  int first = 0;
+  for (int stage = 0; stage < 4; ++stage) {
+    const int end = first + chosen.counts[size_t(stage)];
+    EXPECT_DOUBLE_EQ(c.bytes(stage, first, end), double(rank_memory(m, stage).accounted_peak)) << stage;
+    double seconds = stage == 3 ? s.head : 0.0;
+    for (int l = first; l < end; ++l) seconds += s.layer[size_t(l)];
+    EXPECT_DOUBLE_EQ(c.seconds(stage, first, end), seconds);
+    first = end;
+  }
+  EXPECT_GT(s.head, s.layer[5]);  // v = 32768: the head outweighs a layer of h 256
+  EXPECT_LT(chosen.counts.back(), chosen.counts.front());
+  // The planner's own time model runs the chosen partition no slower than near-even stages.
+  EXPECT_EQ(plan::layout_problem(r), "");
+  plan::PlanRequest near_even = r;
+  near_even.layout.stage_layers = {3, 3, 2, 2};
+  EXPECT_LT(plan::plan_time(r, hw).iteration_s, plan::plan_time(near_even, hw).iteration_s);
+}
