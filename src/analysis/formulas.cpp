@@ -53,6 +53,17 @@ bool layer_fully_recomputed(const LayoutConfig& layout, int layer, int layers) {
   return layer < n;
 }
 
+int64_t layer_weight_pending_bytes(const ActivationShape& x) {
+  const int64_t N = x.s * x.b, h = x.h, hl = x.h / x.t;
+  const int64_t fc2_in = x.fp8_kept ? fp8_bytes(N * 4 * hl, 4 * hl) : N * 4 * hl * x.d;
+  return x.d * N * (4 * h + 8 * hl) + fc2_in;
+}
+
+int64_t layer_weight_pending_small_bytes(const ActivationShape& x, int64_t threads) {
+  const int64_t h = x.h, hl = x.h / x.t;
+  return 4 * (2 * h + 7 * hl) + 2 * threads * 2 * h * 4;
+}
+
 double stage_in_flight(const LayoutConfig& layout, int rank) {
   const int p = layout.pp, m = layout.virtual_stages;
   if (p == 1) return 1;

@@ -63,6 +63,14 @@ double forward_workspace_bytes(double s, double b, double h, double a_local, dou
 // Does layer `layer` (0-based) of `layers` run full recompute under this layout?
 bool layer_fully_recomputed(const LayoutConfig& layout, int layer, int layers);
 
+// M_W: what a split backward's input pass keeps of one dense layer and micro-batch until its weight
+// pass (docs/design.md §6): the four linears' inputs and output gradients in the compute dtype,
+// d·N·(4h + 12h/t) (each linear's whole-sequence operands, also under SP; the FC2 input 8-bit under
+// fp8). Beside it, the small part: the biases' column sums (fp32) and both LayerNorms' per-thread
+// partial sums (`threads` × 2h fp32 each).
+int64_t layer_weight_pending_bytes(const ActivationShape& x);
+int64_t layer_weight_pending_small_bytes(const ActivationShape& x, int64_t threads);
+
 // Eq. 5: activation bytes of the first pipeline stage's layers under 1F1B (L layers' worth
 // of the per-layer row), times 1 + (p-1)/(p·m) for the interleaved schedule. With uneven stages
 // (--pipeline-layers) it is stage_layer_bytes of rank 0.

@@ -3,6 +3,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -29,14 +30,16 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   }
 }
 
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
-  const int threads = omp_get_max_threads();
-  // Per-thread partial sums for the parameter gradients, added in a fixed order (deterministic).
-  tracked_vector<float, MemoryCategory::workspaces> partial(size_t(threads) * 2 * size_t(C), 0.0f);
+int64_t layernorm_partial_floats(int64_t C) { return int64_t(omp_get_max_threads()) * 2 * C; }
+
+void layernorm_backward_input(float* dinp, float* partial, int64_t partial_floats, const float* dout,
+                              const float* inp, const float* weight, const float* mean, const float* rstd, int64_t N,
+                              int64_t C) {
+  const int threads = int(partial_floats / (2 * C));
+  std::fill(partial, partial + partial_floats, 0.0f);
 #pragma omp parallel num_threads(threads)
   {
-    float* dw = partial.data() + size_t(omp_get_thread_num()) * 2 * size_t(C);
+    float* dw = partial + size_t(omp_get_thread_num()) * 2 * size_t(C);
     float* db = dw + C;
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
@@ -63,10 +66,23 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       }
     }
   }
-  for (int t = 0; t < threads; ++t) {
-    const float* dw = partial.data() + size_t(t) * 2 * size_t(C);
+}
+
+void layernorm_reduce_partials(float* dweight, float* dbias, const float* partial, int64_t partial_floats, int64_t C) {
+  const int64_t threads = partial_floats / (2 * C);
+  for (int64_t t = 0; t < threads; ++t) {
+    const float* dw = partial + t * 2 * C;
     for (int64_t i = 0; i < C; ++i) dweight[i] += dw[i], dbias[i] += dw[C + i];
   }
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  // Per-thread partial sums for the parameter gradients, added in a fixed order (deterministic).
+  const int64_t floats = layernorm_partial_floats(C);
+  tracked_vector<float, MemoryCategory::workspaces> partial(static_cast<size_t>(floats));
+  layernorm_backward_input(dinp, partial.data(), floats, dout, inp, weight, mean, rstd, N, C);
+  layernorm_reduce_partials(dweight, dbias, partial.data(), floats, C);
 }
 
 }  // namespace lattice

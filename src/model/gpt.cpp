@@ -326,6 +326,36 @@ double GPT::forward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, bool 
 
 void GPT::backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float loss_scale, int64_t s, int l0,
                          int l1, const float* dx_in, float* dx_out) {
+  backward_pass(mb, id, step, loss_scale, s, l0, l1, dx_in, dx_out, false);
+}
+
+void GPT::backward_input_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float loss_scale, int64_t s, int l0,
+                               int l1, const float* dx_in, float* dx_out) {
+  backward_pass(mb, id, step, loss_scale, s, l0, l1, dx_in, dx_out, true);
+}
+
+void GPT::backward_weight_chunk(int64_t id, int l0, int l1) {
+  MicroState& state = in_flight_.at(id);
+  for (int l = l1 - 1; l >= l0 && !state.pending.empty(); --l) {
+    LayerWeightPending& pending = state.pending[size_t(l)];
+    if (pending.empty()) continue;
+    const LayerRegion region(l);
+    layer_backward_weight(pending, layer_grads(l, bucket_grads(l), nullptr), ws_);
+    bucket_grads_done(l);
+  }
+  finish_if_done(id);
+}
+
+void GPT::finish_if_done(int64_t id) {
+  const MicroState& state = in_flight_.at(id);
+  if (state.chunks > 0) return;
+  for (const auto& p : state.pending)
+    if (!p.empty()) return;
+  in_flight_.erase(id);
+}
+
+void GPT::backward_pass(const MicroBatch& mb, int64_t id, uint64_t step, float loss_scale, int64_t s, int l0, int l1,
+                        const float* dx_in, float* dx_out, bool split) {
   const int64_t b = mb.rows, h = model_.hidden, Nl = b * s_local(s);
   MicroState& state = in_flight_.at(id);
   float* dx = ws_.dresid.data();
@@ -345,7 +375,8 @@ void GPT::backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float 
     const int eb = experts_bucket(model_.layers, l), next = l - 1 >= l0 ? l - 1 : -1;
     const float* dense = bucket_params(l, c.is_moe ? eb : next);
     const LayerWeights w = layer_weights(l, dense, c.is_moe ? bucket_params(eb, next) : nullptr);
-    if (analysis::layer_fully_recomputed(layout_, l, model_.layers)) {
+    const bool full = analysis::layer_fully_recomputed(layout_, l, model_.layers);
+    if (full) {
       // Re-run the whole layer from its kept input; the output is not needed again.
       float* x = ws_.resid.data();
       const float* input = kept.ln1_in.load(ws_.widen.data());
@@ -353,6 +384,14 @@ void GPT::backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float 
       layer_forward(x, kept, /*keep_s2=*/true, w, c, ws_);
     } else if (!kept.has_attention_s2()) {
       layer_recompute_attention(kept, c, ws_);
+    }
+    // Split: a dense layer's parameter gradients wait for backward_weight_chunk, which alone writes
+    // its bucket; an MoE or fully recomputed layer's backward stays whole (docs/design.md §6).
+    if (split && !c.is_moe && !full) {
+      if (state.pending.empty()) state.pending.resize(size_t(model_.layers));
+      layer_backward_input(dx, kept, w, c, ws_, state.pending[size_t(l)]);
+      bucket_params_done(l);
+      continue;
     }
     layer_backward(dx, kept, w, layer_grads(l, bucket_grads(l), c.is_moe ? bucket_grads(eb) : nullptr), c, ws_);
     bucket_params_done(l);
@@ -367,7 +406,8 @@ void GPT::backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float 
   } else {
     std::copy(dx, dx + Nl * h, dx_out);
   }
-  if (--state.chunks == 0) in_flight_.erase(id);
+  --state.chunks;
+  finish_if_done(id);
 }
 
 double GPT::forward_backward(const MicroBatch& mb, uint64_t step, float loss_scale) {

@@ -75,6 +75,13 @@ class GPT {
   // Its backward: from the loss (l1 == layers) or dx_in; down to the embedding (l0 == 0) or dx_out.
   void backward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float loss_scale, int64_t s, int l0, int l1,
                       const float* dx_in, float* dx_out);
+  // The same backward split for zero-bubble schedules (docs/design.md §6): the input pass leaves each
+  // dense, not fully recomputed layer's parameter gradients pending (its kept tensors become their
+  // operands); the weight pass, any time later, adds them for layers l1−1 … l0 and completes those
+  // layers' gradient buckets. Input then weight pass equal backward_chunk bit for bit.
+  void backward_input_chunk(const MicroBatch& mb, int64_t id, uint64_t step, float loss_scale, int64_t s, int l0,
+                            int l1, const float* dx_in, float* dx_out);
+  void backward_weight_chunk(int64_t id, int l0, int l1);
   // Forward only, no dropout, nothing kept: the loss sum of the micro-batch.
   double forward_loss(const MicroBatch& mb);
   // Probabilities of the next token after ids[0..len) (len <= seq_len), real vocabulary only.
@@ -92,7 +99,11 @@ class GPT {
     std::vector<LayerKept> layers;
     OutsideKept outside;
     int chunks = 0;  // forwards run minus backwards run
+    std::vector<LayerWeightPending> pending;  // per layer: a split backward's weight pass still to run
   };
+  void backward_pass(const MicroBatch& mb, int64_t id, uint64_t step, float loss_scale, int64_t s, int l0, int l1,
+                     const float* dx_in, float* dx_out, bool split);
+  void finish_if_done(int64_t id);  // forgets micro-batch id once both its backward passes have run
   void embed_forward(const MicroBatch& mb, uint64_t step, bool training, int64_t s, OutsideKept& out);
   double head_forward(const MicroBatch& mb, int64_t s, OutsideKept& out);
   void head_backward(const MicroBatch& mb, float loss_scale, int64_t s, OutsideKept& out);

@@ -58,4 +58,20 @@ struct LayerKept {
   }
 };
 
+// What a split backward's input pass (B) keeps of one layer and micro-batch for its weight pass (W)
+// (docs/design.md §6): each linear's input and output gradient as its weight-gradient GEMM reads them
+// (the kept input itself, moved, or its sequence-parallel re-gather), its bias's column sums, and
+// each LayerNorm's per-thread partial sums; all tracked as activations under the layer's tag.
+struct LayerWeightPending {
+  struct Linear {
+    Stored x, dy;            // [N, in] and [N, out] in the compute dtype (x may be 8-bit: compute_operand)
+    TrackedBuffer bias_sums;  // [out] fp32
+    int64_t N = 0, in = 0, out = 0;
+  };
+  Linear fc2, fc1, proj, qkv;  // in the order the fused backward computes them
+  TrackedBuffer ln2_partials, ln1_partials;
+  bool empty() const { return !qkv.dy; }
+  void release() { *this = LayerWeightPending{}; }
+};
+
 }  // namespace lattice

@@ -1,5 +1,8 @@
 #include "model/transformer_layer.hpp"
 
+#include <cstring>
+#include <stdexcept>
+
 #include "kernels/dropout.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/layernorm.hpp"
@@ -152,6 +155,52 @@ void layer_recompute_attention(LayerKept& kept, const LayerContext& c, Workspace
 
 namespace {
 
+// Where a layer's backward puts its parameter gradients (docs/design.md §6): straight into the
+// gradient buffers (the fused backward: `grads`), or, for a backward split into an input pass (B)
+// and a weight pass (W), their operands into `pending` for layer_backward_weight. A split
+// backward also moves or releases each kept tensor once it has been read, so B never holds more
+// than the kept tensors it started with plus one gradient (ZB-H1's peak is 1F1B's).
+struct GradSink {
+  const LayerGrads* grads = nullptr;
+  LayerWeightPending* pending = nullptr;
+  LayerKept* kept = nullptr;  // the split backward's kept tensors, writable
+  template <class T>
+  void release(T LayerKept::*member) {
+    if (kept) (kept->*member).reset();
+  }
+};
+
+// A copy of a GEMM operand's bytes as a tracked tensor of the layer.
+Stored copy_operand(GemmOperand op, int64_t numel, const LayerContext& c, const char* tag) {
+  Stored t(numel, op.dtype, int(c.stream.layer), tag);
+  std::memcpy(t.data(), op.ptr, size_t(numel) * bytes_of(op.dtype));
+  return t;
+}
+
+// The weight and bias gradients of a linear whose input operand is x (read from the kept tensor
+// `kept_x`, or its re-gather) and whose output gradient is dy (fp32, and dy_op as the GEMM reads it).
+void linear_weight_grads(GradSink& sink, float* LayerGrads::*dw, float* LayerGrads::*db,
+                         LayerWeightPending::Linear LayerWeightPending::*slot, Stored LayerKept::*kept_x, GemmOperand x,
+                         const float* dy, GemmOperand dy_op, int64_t N, int64_t in, int64_t out, const LayerContext& c,
+                         bool read_again = false) {
+  if (sink.grads) {
+    linear_backward_weight(sink.grads->*dw, x, dy_op, N, in, out);
+    bias_backward(sink.grads->*db, dy, N, out);
+    return;
+  }
+  LayerWeightPending::Linear& p = sink.pending->*slot;
+  Stored& kept = sink.kept->*kept_x;
+  // The kept input itself (8-bit ones are expanded again by W), or a copy of its re-gather or of a
+  // kept tensor the backward reads again (fused attention's output).
+  const bool move = !read_again && (kept.compressed() || x.ptr == kept.data());
+  p.x = move ? std::move(kept) : copy_operand(x, N * in, c, "w_input");
+  if (!read_again) kept.reset();
+  p.dy = copy_operand(dy_op, N * out, c, "w_output_grad");
+  p.bias_sums = TrackedBuffer(size_t(out) * 4, int(c.stream.layer), "w_bias_sums");
+  bias_column_sums(static_cast<float*>(p.bias_sums.data()), dy, N, out);
+  p.N = N, p.in = in, p.out = out;
+}
+
 // Backward of one residual branch's output: dy_local = Dropout'(dx_local), then the full-sequence
 // gradient the row-parallel GEMM's backward reads (ḡ's backward all-gathers it under SP).
 const float* branch_output_grad(const float* dx, const KeptMask& mask, const LayerContext& c, Workspace& ws) {
@@ -172,63 +221,137 @@ GemmOperand column_input_again(const Stored& kept, const LayerContext& c, Worksp
 }
 
 // Backward of a LayerNorm whose output fed the TP region: the partial full-sequence gradient of its
-// output, summed over TP (f, or g under SP), then the LayerNorm's input gradient added to dx.
+// output, summed over TP (f, or g under SP), then the LayerNorm's input gradient added to dx and its
+// parameter gradients to the sink.
 void ln_backward(float* dx, float* dout_full, const Stored& ln_in, const TrackedBuffer& ln_stats, const float* ln_w,
-                 float* dln_w, float* dln_b, const LayerContext& c, Workspace& ws) {
+                 float* LayerGrads::*dln_w, float* LayerGrads::*dln_b, TrackedBuffer LayerWeightPending::*partials,
+                 GradSink& sink, const LayerContext& c, Workspace& ws) {
   const int64_t Nl = c.N_local(), h = c.h;
   parallel::enter_backward(c.tp, dout_full, ws.g2.data(), c.seq());
   const auto* stats = static_cast<const float*>(ln_stats.data());
-  layernorm_backward(dx, dln_w, dln_b, ws.g2.data(), ln_in.load(ws.widen.data()), ln_w, stats, stats + Nl, Nl, h);
+  const float* in = ln_in.load(ws.widen.data());
+  if (sink.grads) {
+    layernorm_backward(dx, sink.grads->*dln_w, sink.grads->*dln_b, ws.g2.data(), in, ln_w, stats, stats + Nl, Nl, h);
+    return;
+  }
+  const int64_t floats = layernorm_partial_floats(h);
+  TrackedBuffer& kept = sink.pending->*partials;
+  kept = TrackedBuffer(size_t(floats) * 4, int(c.stream.layer), "w_layernorm_partials");
+  layernorm_backward_input(dx, static_cast<float*>(kept.data()), floats, ws.g2.data(), in, ln_w, stats, stats + Nl,
+                           Nl, h);
 }
 
 // Backward of LayerNorm → column-parallel linear (LN1 → QKV, LN2 → FC1): from the linear's
-// output gradient dout [N, out], its weight and bias gradients, then the LayerNorm's, whose input
-// gradient is added to dx (the residual stream).
-void ln_column_backward(float* dx, float* dout, int64_t out, const Stored& linear_in, GemmOperand w, float* dw,
-                        float* db, const Stored& ln_in, const TrackedBuffer& ln_stats, const float* ln_w, float* dln_w,
-                        float* dln_b, const LayerContext& c, Workspace& ws) {
+// output gradient dout [N, out], its input gradient, weight and bias gradients, then the
+// LayerNorm's, whose input gradient is added to dx (the residual stream).
+struct LnColumn {
+  Stored LayerKept::*linear_in;
+  float* LayerGrads::*dw;
+  float* LayerGrads::*db;
+  LayerWeightPending::Linear LayerWeightPending::*slot;
+  Stored LayerKept::*ln_in;
+  TrackedBuffer LayerKept::*ln_stats;
+  float* LayerGrads::*dln_w;
+  float* LayerGrads::*dln_b;
+  TrackedBuffer LayerWeightPending::*partials;
+};
+void ln_column_backward(float* dx, float* dout, int64_t out, const LnColumn& u, const LayerKept& kept, GemmOperand w,
+                        const float* ln_w, GradSink& sink, const LayerContext& c, Workspace& ws) {
   const int64_t N = c.N(), h = c.h;
   uint16_t* half_input = ws.half.data() + std::max(N * out, N * h);  // beside dout's bf16 copy
-  const GemmOperand in = column_input_again(linear_in, c, ws, half_input);
+  const GemmOperand in = column_input_again(kept.*u.linear_in, c, ws, half_input);
+  const GemmOperand dout_op = as_operand(dout, N * out, c.dtype, ws.half.data());
   // The input gradient goes to full2 (a spent dy under SP); a re-gathered input sits in full1.
-  linear_backward(ws.full2.data(), dw, db, dout, as_operand(dout, N * out, c.dtype, ws.half.data()), in, w, N, h,
-                  out);
-  ln_backward(dx, ws.full2.data(), ln_in, ln_stats, ln_w, dln_w, dln_b, c, ws);
+  linear_backward_input(ws.full2.data(), dout_op, w, N, h, out);
+  linear_weight_grads(sink, u.dw, u.db, u.slot, u.linear_in, in, dout, dout_op, N, h, out, c);
+  ln_backward(dx, ws.full2.data(), kept.*u.ln_in, kept.*u.ln_stats, ln_w, u.dln_w, u.dln_b, u.partials, sink, c, ws);
+  sink.release(u.ln_in), sink.release(u.ln_stats);
 }
 
-}  // namespace
+constexpr LnColumn kLn2Fc1{&LayerKept::fc1_in, &LayerGrads::fc1_w, &LayerGrads::fc1_b, &LayerWeightPending::fc1,
+                           &LayerKept::ln2_in, &LayerKept::ln2_stats, &LayerGrads::ln2_w, &LayerGrads::ln2_b,
+                           &LayerWeightPending::ln2_partials};
+constexpr LnColumn kLn1Qkv{&LayerKept::qkv_in, &LayerGrads::qkv_w, &LayerGrads::qkv_b, &LayerWeightPending::qkv,
+                           &LayerKept::ln1_in, &LayerKept::ln1_stats, &LayerGrads::ln1_w, &LayerGrads::ln1_b,
+                           &LayerWeightPending::ln1_partials};
 
-void layer_backward(float* dx, const LayerKept& kept, const LayerWeights& w, const LayerGrads& g,
-                    const LayerContext& c, Workspace& ws) {
+// The layer's backward in its one order, its parameter gradients going to `sink`.
+void backward(float* dx, const LayerKept& kept, const LayerWeights& w, GradSink& sink, const LayerContext& c,
+              Workspace& ws) {
   const int64_t N = c.N(), h = c.h, hl = c.hl();
   const DType dt = c.dtype;
   uint16_t* half = ws.half.data();
 
   // MLP block: FC2 (row-parallel), GeLU, then LN2 → FC1 (column-parallel); or the MoE block.
   const float* dy = branch_output_grad(dx, kept.resid2_mask, c, ws);
+  sink.release(&LayerKept::resid2_mask);
   if (c.is_moe) {
+    if (!sink.grads) throw std::logic_error("an MoE layer's backward is not split (docs/design.md §6)");
     const float* full = parallel::enter_forward(c.tp, kept.fc1_in.load(ws.widen.data()), ws.full1.data(), c.seq(),
                                                 /*regather=*/true);
-    moe::moe_backward(ws.big1.data(), dy, full, kept.moe, w.moe, g.moe, c.moe, c.moe_aux_weight, ws.moe);
-    ln_backward(dx, ws.big1.data(), kept.ln2_in, kept.ln2_stats, w.ln2_w, g.ln2_w, g.ln2_b, c, ws);
+    moe::moe_backward(ws.big1.data(), dy, full, kept.moe, w.moe, sink.grads->moe, c.moe, c.moe_aux_weight, ws.moe);
+    ln_backward(dx, ws.big1.data(), kept.ln2_in, kept.ln2_stats, w.ln2_w, &LayerGrads::ln2_w, &LayerGrads::ln2_b,
+                &LayerWeightPending::ln2_partials, sink, c, ws);
   } else {
-  linear_backward(ws.big1.data(), g.fc2_w, g.fc2_b, dy, as_operand(dy, N * h, dt, half),
-                  compute_operand(kept.fc2_in, ws.big2.data()), w.fc2, N, 4 * hl, h);
-  const float* pre = kept.gelu_in.load(ws.widen.data());
-  gelu_backward(ws.big1.data(), pre, ws.big1.data(), N * 4 * hl);
-  ln_column_backward(dx, ws.big1.data(), 4 * hl, kept.fc1_in, w.fc1, g.fc1_w, g.fc1_b, kept.ln2_in, kept.ln2_stats,
-                     w.ln2_w, g.ln2_w, g.ln2_b, c, ws);
+    const GemmOperand dy_op = as_operand(dy, N * h, dt, half);
+    linear_backward_input(ws.big1.data(), dy_op, w.fc2, N, 4 * hl, h);
+    linear_weight_grads(sink, &LayerGrads::fc2_w, &LayerGrads::fc2_b, &LayerWeightPending::fc2, &LayerKept::fc2_in,
+                        compute_operand(kept.fc2_in, ws.big2.data()), dy, dy_op, N, 4 * hl, h, c);
+    const float* pre = kept.gelu_in.load(ws.widen.data());
+    gelu_backward(ws.big1.data(), pre, ws.big1.data(), N * 4 * hl);
+    sink.release(&LayerKept::gelu_in);
+    ln_column_backward(dx, ws.big1.data(), 4 * hl, kLn2Fc1, kept, w.fc1, w.ln2_w, sink, c, ws);
   }
 
   // Attention block: projection (row-parallel), attention core, then LN1 → QKV (column-parallel).
   dy = branch_output_grad(dx, kept.resid1_mask, c, ws);
-  linear_backward(ws.big2.data(), g.proj_w, g.proj_b, dy, as_operand(dy, N * h, dt, half),
-                  stored_operand(kept.proj_in), w.proj, N, hl, h);
+  sink.release(&LayerKept::resid1_mask);
+  const GemmOperand dy_op = as_operand(dy, N * h, dt, half);
+  linear_backward_input(ws.big2.data(), dy_op, w.proj, N, hl, h);
+  linear_weight_grads(sink, &LayerGrads::proj_w, &LayerGrads::proj_b, &LayerWeightPending::proj, &LayerKept::proj_in,
+                      stored_operand(kept.proj_in), dy, dy_op, N, hl, h, c, /*read_again=*/c.fused_attention);
   unmerge_heads(ws.ctx.data(), ws.big2.data(), c);
   attention_core_backward(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.ctx.data(), kept, c, ws);
+  if (sink.kept) {  // the attention's kept tensors are spent
+    sink.kept->release_attention_s2();
+    sink.kept->attn_lse.reset(), sink.kept->q.reset(), sink.kept->k.reset(), sink.kept->v.reset();
+    sink.kept->proj_in.reset();
+  }
   merge_qkv_grads(ws.big1.data(), ws.dq.data(), ws.dk.data(), ws.dv.data(), c);
-  ln_column_backward(dx, ws.big1.data(), 3 * hl, kept.qkv_in, w.qkv, g.qkv_w, g.qkv_b, kept.ln1_in, kept.ln1_stats,
-                     w.ln1_w, g.ln1_w, g.ln1_b, c, ws);
+  ln_column_backward(dx, ws.big1.data(), 3 * hl, kLn1Qkv, kept, w.qkv, w.ln1_w, sink, c, ws);
+}
+
+}  // namespace
+
+void layer_backward(float* dx, const LayerKept& kept, const LayerWeights& w, const LayerGrads& g,
+                    const LayerContext& c, Workspace& ws) {
+  GradSink sink{&g, nullptr, nullptr};
+  backward(dx, kept, w, sink, c, ws);
+}
+
+void layer_backward_input(float* dx, LayerKept& kept, const LayerWeights& w, const LayerContext& c, Workspace& ws,
+                          LayerWeightPending& pending) {
+  GradSink sink{nullptr, &pending, &kept};
+  backward(dx, kept, w, sink, c, ws);
+  kept.release();
+}
+
+void layer_backward_weight(LayerWeightPending& p, const LayerGrads& g, Workspace& ws) {
+  auto linear = [&](LayerWeightPending::Linear& l, float* dw, float* db) {
+    linear_backward_weight(dw, compute_operand(l.x, ws.big2.data()), stored_operand(l.dy), l.N, l.in, l.out);
+    bias_add(db, static_cast<const float*>(l.bias_sums.data()), l.out);
+  };
+  auto layernorm = [](const TrackedBuffer& partials, float* dw, float* db, int64_t h) {
+    layernorm_reduce_partials(dw, db, static_cast<const float*>(partials.data()), int64_t(partials.bytes() / 4), h);
+  };
+  const int64_t h = p.fc2.out;
+  linear(p.fc2, g.fc2_w, g.fc2_b);
+  linear(p.fc1, g.fc1_w, g.fc1_b);
+  layernorm(p.ln2_partials, g.ln2_w, g.ln2_b, h);
+  linear(p.proj, g.proj_w, g.proj_b);
+  linear(p.qkv, g.qkv_w, g.qkv_b);
+  layernorm(p.ln1_partials, g.ln1_w, g.ln1_b, h);
+  p.release();
 }
 
 }  // namespace lattice

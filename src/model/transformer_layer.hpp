@@ -22,4 +22,13 @@ void layer_recompute_attention(LayerKept& kept, const LayerContext& c, Workspace
 void layer_backward(float* dx, const LayerKept& kept, const LayerWeights& w, const LayerGrads& g,
                     const LayerContext& c, Workspace& ws);
 
+// The same backward split in two (docs/design.md §6, zero-bubble schedules): the input pass (B)
+// computes dx and keeps what the parameter gradients need in `pending`, releasing `kept` as it reads
+// it; the weight pass (W), later, adds the parameter gradients into g. B then W is layer_backward
+// bit for bit: the same kernels on the same operands in the same order. Dense layers only (an MoE
+// layer's backward stays whole).
+void layer_backward_input(float* dx, LayerKept& kept, const LayerWeights& w, const LayerContext& c, Workspace& ws,
+                          LayerWeightPending& pending);
+void layer_backward_weight(LayerWeightPending& pending, const LayerGrads& g, Workspace& ws);
+
 }  // namespace lattice
