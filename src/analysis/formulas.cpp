@@ -90,6 +90,17 @@ double first_stage_layer_bytes(const ActivationShape& x, const LayoutConfig& lay
   return sum;
 }
 
+double pipeline_step_time(bool zero_bubble, int p, int n_mb, PassTimes t) {
+  const double n = n_mb, slots = p - 1;
+  if (!zero_bubble) return (n + slots) * (t.f + t.b + t.w);
+  if (n_mb < p) return (n + slots) * (t.f + t.b) + t.w;
+  return n * (t.f + t.b + t.w) + slots * (t.f + t.b - t.w);
+}
+
+double pipeline_bubble_fraction(bool zero_bubble, int p, int n_mb, PassTimes t) {
+  return 1.0 - n_mb * (t.f + t.b + t.w) / pipeline_step_time(zero_bubble, p, n_mb, t);
+}
+
 double pipeline_bubble_fraction(int p, int n_mb, int m) {
   return double(p - 1) / (double(m) * n_mb + (p - 1));
 }

@@ -82,6 +82,16 @@ double stage_layer_bytes(const ActivationShape& x, const LayoutConfig& layout, i
 // The micro-batches (in layers' worth of its chunks) pipeline rank r keeps in flight, as above.
 double stage_in_flight(const LayoutConfig& layout, int rank);
 
+// One step of n micro-batches on p equal stages (m = 1) given a stage's forward F, input-gradient
+// backward B and weight-gradient backward W per micro-batch (the fused backward is B + W), and its
+// bubble, the idle share 1 − n(F+B+W)/step (docs/design.md §6). GPipe and 1F1B: (n+p−1)(F+B+W).
+// ZB-H1: n(F+B+W) + (p−1)(F+B−W) when n ≥ p and W ≤ min(F, B); (n+p−1)(F+B) + W when n < p.
+struct PassTimes {
+  double f = 1, b = 1, w = 1;
+};
+double pipeline_step_time(bool zero_bubble, int p, int n_mb, PassTimes t);
+double pipeline_bubble_fraction(bool zero_bubble, int p, int n_mb, PassTimes t);
+
 // Pipeline bubble: idle share of a step, (p−1)/(m·n_mb + p−1) for n_mb micro-batches on p stages
 // of m interleaved chunks each (m = 1: GPipe and 1F1B; the paper writes it as (p−1)/(m·n_mb) of
 // the ideal time).

@@ -33,13 +33,15 @@ std::vector<std::string> action_texts(const pl::RankActions& list, int m) {
 }
 
 std::string formula_text(pl::ScheduleKind kind) {
+  if (kind == pl::ScheduleKind::zb_h1) return "(p-1)(F+B-W)/(n(F+B+W)+(p-1)(F+B-W))";
   return kind == pl::ScheduleKind::interleaved ? "(p-1)/(m*n+p-1)" : "(p-1)/(n+p-1)";
 }
 
 std::string eq5_text(pl::ScheduleKind kind) {
   switch (kind) {
     case pl::ScheduleKind::gpipe: return "n_mb";
-    case pl::ScheduleKind::one_f_one_b: return "p";
+    case pl::ScheduleKind::one_f_one_b:
+    case pl::ScheduleKind::zb_h1: return "p";
     case pl::ScheduleKind::interleaved: return "p*(1+(p-1)/(p*m))";
   }
   return "";
@@ -56,13 +58,16 @@ int run_schedule(int argc, char** argv) {
   pl::SimulationOptions options;
   app.add_option("--pipeline-model-parallel-size", p, "pipeline ranks p")->required();
   app.add_option("--micro-batches", n_mb, "micro-batches per step n_mb")->required();
-  app.add_option("--schedule", kind_name, "gpipe | 1f1b | interleaved")->capture_default_str();
+  app.add_option("--schedule", kind_name, "gpipe | 1f1b | interleaved | zb-h1")->capture_default_str();
   app.add_option("--virtual-stages,--virtual-pipeline-model-parallel-size", m,
                  "model chunks per rank m (interleaved only)")
       ->capture_default_str();
   app.add_option("--forward-time", options.forward_time, "forward time of one stage (L/p layers)")
       ->capture_default_str();
   app.add_option("--backward-time", options.backward_time, "backward time of one stage")->capture_default_str();
+  app.add_option("--weight-time", options.weight_time,
+                 "zb-h1: the part of the backward time that is the weight-gradient pass W")
+      ->capture_default_str();
   app.add_option("--p2p-latency", options.p2p_latency, "time from a send to its receive")->capture_default_str();
   std::string stage_layers;
   app.add_option("--pipeline-layers", stage_layers,
@@ -82,7 +87,7 @@ int run_schedule(int argc, char** argv) {
 
   for (const auto& [flag, value] : {std::pair<const char*, double>{"--forward-time", options.forward_time},
                                    {"--backward-time", options.backward_time}, {"--p2p-latency", options.p2p_latency},
-                                   {"--head-time", options.head_time}})
+                                   {"--head-time", options.head_time}, {"--weight-time", options.weight_time}})
     require(std::isfinite(value) && value >= 0 && value <= 1e12,
             std::string(flag) + " must be a finite number of time units between 0 and 1e12");
   if (!svg.empty()) check_file_writable(svg, "--svg");
@@ -101,7 +106,7 @@ int run_schedule(int argc, char** argv) {
   }
   const pl::Simulation sim = from_trace.empty() ? pl::simulate(lists, m, options)
                                                 : pl::timeline_from_trace(from_trace, p, m, trace_step);
-  const double formula = pl::bubble_formula(kind, p, n_mb, m);
+  const double formula = pl::bubble_formula(kind, p, n_mb, m, options);
   const double eq5 = pl::first_stage_in_flight_formula(kind, p, n_mb, m);
   if (!svg.empty()) {
     const std::string doc = pl::schedule_svg(sim, {kind, p, n_mb, m, options});
@@ -130,6 +135,12 @@ int run_schedule(int argc, char** argv) {
     j["ideal_time"] = n_mb * (options.forward_time + options.backward_time);
     j["peak_in_flight"] = peak;                 // chunk micro-batches held, per rank
     j["peak_in_flight_stages"] = peak_layers;   // the same in micro-batches of L/p layers
+    if (kind == pl::ScheduleKind::zb_h1) {       // also those whose weight pass is still to run
+      std::vector<int> held;
+      for (const auto& line : sim.ranks) held.push_back(line.peak_held);
+      j["peak_held"] = held;
+      j["weight_time"] = options.weight_time;
+    }
     j["first_stage_formula"] = eq5;             // eq. 5, in micro-batches of L/p layers
     j["forward_time"] = options.forward_time;
     j["backward_time"] = options.backward_time;

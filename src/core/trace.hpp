@@ -1,6 +1,7 @@
 #pragma once
 // A Chrome trace (the Trace Event format Perfetto and chrome://tracing open) of what each rank did:
-// forward, backward, receive (waiting for a peer), send (waiting for sends to drain), optimizer.
+// forward, backward (or its input and weight passes), receive (waiting for a peer), send (waiting for
+// sends to drain), optimizer.
 // Ranks record locally here; report/trace_writer.hpp gathers every rank's events into one file.
 #include <chrono>
 #include <cstdint>
@@ -11,7 +12,8 @@ namespace lattice {
 
 class Trace {
  public:
-  enum class Kind : int64_t { forward, backward, receive, send, optimizer };
+  // Appended kinds keep the stored values of the earlier ones.
+  enum class Kind : int64_t { forward, backward, receive, send, optimizer, backward_input, backward_weight };
   static Trace& instance();
 
   void enable() { enabled_ = true; }

@@ -18,7 +18,9 @@ Executor::Executor(GPT& model, comm::Communicator& pp, ScheduleKind kind, int n_
       partition_(partition),
       n_mb_(n_mb),
       rows_(rows) {
-  for (size_t i = 0; i < actions_.size(); ++i) last_action_[size_t(actions_[i].micro_batch)] = i;
+  // A weight pass reads no tokens: a micro-batch's rows are freed after its last other action.
+  for (size_t i = 0; i < actions_.size(); ++i)
+    if (actions_[i].pass != Pass::backward_weight) last_action_[size_t(actions_[i].micro_batch)] = i;
 }
 
 float* Executor::free_send_buffer(size_t bytes) {
@@ -60,13 +62,18 @@ double Executor::run(uint64_t step, float loss_scale, const MicroBatchSource& so
   for (size_t i = 0; i < actions_.size(); ++i) {
     const Action& a = actions_[i];
     for (SendSlot& slot : sends_) slot.pending.test();  // progress, and completion, of the sends in flight
+    const auto [l0, l1] = layers_of(a.stage);
+    if (a.pass == Pass::backward_weight) {  // no tokens, no messages: the pending parameter gradients
+      TraceSpan span(Trace::Kind::backward_weight, a.micro_batch, a.chunk, int64_t(step));
+      model_.backward_weight_chunk(a.micro_batch, l0, l1);
+      continue;
+    }
     Rows& r = batches[size_t(a.micro_batch)];
     if (r.first_row < 0) {
       r.inputs.resize(size_t(tokens)), r.targets.resize(size_t(tokens));
       r.first_row = source(a.micro_batch, r.inputs.data(), r.targets.data());
     }
     const MicroBatch mb{r.inputs.data(), r.targets.data(), rows_, r.first_row};
-    const auto [l0, l1] = layers_of(a.stage);
     const bool forward = a.pass == Pass::forward;
     const int tag = forward ? kActivationTag : kGradientTag;
     if (a.recv_from != kNoPeer) {
@@ -75,11 +82,16 @@ double Executor::run(uint64_t step, float loss_scale, const MicroBatchSource& so
     }
     float* out = a.send_to != kNoPeer ? free_send_buffer(size_t(act) * sizeof(float)) : nullptr;
     {
-      TraceSpan span(forward ? Trace::Kind::forward : Trace::Kind::backward, a.micro_batch, a.chunk, int64_t(step));
+      const Trace::Kind kind = forward                            ? Trace::Kind::forward
+                               : a.pass == Pass::backward_input    ? Trace::Kind::backward_input
+                                                                  : Trace::Kind::backward;
+      TraceSpan span(kind, a.micro_batch, a.chunk, int64_t(step));
       if (forward) {
         kept_.before_forward(l0, l1);
         loss += model_.forward_chunk(mb, a.micro_batch, step, true, s, l0, l1, in, out);
         kept_.after_forward(l0, l1);
+      } else if (a.pass == Pass::backward_input) {
+        model_.backward_input_chunk(mb, a.micro_batch, step, loss_scale, s, l0, l1, in, out);
       } else {
         model_.backward_chunk(mb, a.micro_batch, step, loss_scale, s, l0, l1, in, out);
       }

@@ -24,6 +24,7 @@ Action make_action(Pass pass, int micro_batch, int chunk, int rank, int p, int m
   const int last = p * m - 1;
   const int prev = a.stage > 0 ? (a.stage - 1) % p : kNoPeer;
   const int next = a.stage < last ? (a.stage + 1) % p : kNoPeer;
+  if (pass == Pass::backward_weight) return a;  // nothing to receive or send
   a.recv_from = pass == Pass::forward ? prev : next;
   a.send_to = pass == Pass::forward ? next : prev;
   return a;
@@ -45,6 +46,22 @@ RankActions one_f_one_b(int rank, int p, int n_mb) {
     out.push_back(make_action(Pass::backward, i, 0, rank, p, 1));
   }
   for (int mb = n_mb - warmup; mb < n_mb; ++mb) out.push_back(make_action(Pass::backward, mb, 0, rank, p, 1));
+  return out;
+}
+
+RankActions zb_h1(int rank, int p, int n_mb) {
+  RankActions out;
+  for (Action a : one_f_one_b(rank, p, n_mb)) {
+    if (a.pass == Pass::forward) {
+      out.push_back(a);
+      continue;
+    }
+    a.pass = Pass::backward_input;
+    out.push_back(a);
+    if (a.micro_batch >= rank) out.push_back(make_action(Pass::backward_weight, a.micro_batch - rank, 0, rank, p, 1));
+  }
+  for (int mb = std::max(0, n_mb - rank); mb < n_mb; ++mb)
+    out.push_back(make_action(Pass::backward_weight, mb, 0, rank, p, 1));
   return out;
 }
 
@@ -78,7 +95,8 @@ ScheduleKind parse_schedule_kind(const std::string& name) {
   if (name == "gpipe") return ScheduleKind::gpipe;
   if (name == "1f1b") return ScheduleKind::one_f_one_b;
   if (name == "interleaved") return ScheduleKind::interleaved;
-  fail("unknown schedule '" + name + "' (choose gpipe, 1f1b or interleaved)");
+  if (name == "zb-h1") return ScheduleKind::zb_h1;
+  fail("unknown schedule '" + name + "' (choose gpipe, 1f1b, interleaved or zb-h1)");
 }
 
 const char* schedule_name(ScheduleKind kind) {
@@ -86,6 +104,7 @@ const char* schedule_name(ScheduleKind kind) {
     case ScheduleKind::gpipe: return "gpipe";
     case ScheduleKind::one_f_one_b: return "1f1b";
     case ScheduleKind::interleaved: return "interleaved";
+    case ScheduleKind::zb_h1: return "zb-h1";
   }
   return "?";
 }
@@ -121,13 +140,14 @@ std::vector<RankActions> build_schedule(ScheduleKind kind, int p, int n_mb, int 
       case ScheduleKind::gpipe: ranks.push_back(gpipe(rank, p, n_mb)); break;
       case ScheduleKind::one_f_one_b: ranks.push_back(one_f_one_b(rank, p, n_mb)); break;
       case ScheduleKind::interleaved: ranks.push_back(interleaved(rank, p, n_mb, m)); break;
+      case ScheduleKind::zb_h1: ranks.push_back(zb_h1(rank, p, n_mb)); break;
     }
   }
   return ranks;
 }
 
 std::string action_label(const Action& a, int m) {
-  std::string s(1, a.pass == Pass::forward ? 'F' : 'B');  // appended, not prepended: GCC 12 -Wrestrict
+  std::string s(1, a.pass == Pass::forward ? 'F' : a.pass == Pass::backward_weight ? 'W' : 'B');  // appended: GCC 12 -Wrestrict
   s += n(a.micro_batch);
   if (m > 1) s += ".c" + n(a.chunk);
   return s;

@@ -18,8 +18,11 @@
 
 namespace lattice::parallel::pipeline {
 
-enum class ScheduleKind { gpipe, one_f_one_b, interleaved };
-enum class Pass { forward, backward };
+enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
+// backward = the whole backward; a zero-bubble schedule splits it into backward_input (B: the
+// input gradient, which the previous stage waits for) and backward_weight (W: the parameter
+// gradients, which nobody waits for, so it fills the bubbles).
+enum class Pass { forward, backward, backward_input, backward_weight };
 
 inline constexpr int kNoPeer = -1;  // the ends: data loader before stage 0, the loss after the last
 
@@ -36,7 +39,10 @@ struct Action {
 
 using RankActions = std::vector<Action>;
 
-// "gpipe" | "1f1b" | "interleaved" (the --schedule spellings); InputError otherwise.
+// A backward of either kind: receives an output gradient and sends an input gradient.
+inline bool is_backward(Pass pass) { return pass == Pass::backward || pass == Pass::backward_input; }
+
+// "gpipe" | "1f1b" | "interleaved" | "zb-h1" (the --schedule spellings); InputError otherwise.
 ScheduleKind parse_schedule_kind(const std::string& name);
 const char* schedule_name(ScheduleKind kind);
 
@@ -50,9 +56,15 @@ void validate_schedule(ScheduleKind kind, int p, int n_mb, int m);
 //                cool-down backwards (PipeDream-flush as in Megatron-LM).
 //   interleaved: Megatron-LM's virtual pipeline: chunks visited in groups of p micro-batches,
 //                warm-up of (p−rank−1)·2 + (m−1)·p forwards (all m·n_mb when n_mb == p).
+//   zb_h1:       Qi et al. 2023's ZB-H1: rank r's 1F1B list with each backward an input pass B,
+//                the weight pass W(i−r) right after B(i) (i ≥ r), and the last r W's at the end. Its
+//                F/B order is 1F1B's, W has no messages: as deadlock-free as 1F1B, rank 0 holds
+//                1F1B's peak, and each W fills time 1F1B's rank r spends waiting.
+//                (docs/design.md §6)
 std::vector<RankActions> build_schedule(ScheduleKind kind, int p, int n_mb, int m);
 
-// "F3" / "B3", with ".c1" for chunk 1 when m > 1 — the label drawn in the timeline.
+// "F3" / "B3" / "W3" (a split backward's input pass is drawn B), with ".c1" for chunk 1 when m > 1 —
+// the label drawn in the timeline.
 std::string action_label(const Action& a, int m);
 // One line for humans: "F3.c1 <-r2 ->r0" (arrows only where there is a peer).
 std::string describe_action(const Action& a, int m);

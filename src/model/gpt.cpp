@@ -335,7 +335,9 @@ void GPT::backward_input_chunk(const MicroBatch& mb, int64_t id, uint64_t step, 
 }
 
 void GPT::backward_weight_chunk(int64_t id, int l0, int l1) {
-  MicroState& state = in_flight_.at(id);
+  const auto it = in_flight_.find(id);
+  if (it == in_flight_.end()) return;  // every layer's backward ran whole (MoE, full recompute)
+  MicroState& state = it->second;
   for (int l = l1 - 1; l >= l0 && !state.pending.empty(); --l) {
     LayerWeightPending& pending = state.pending[size_t(l)];
     if (pending.empty()) continue;

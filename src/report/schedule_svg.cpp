@@ -30,8 +30,11 @@ using svg::hsl;
 
 // Forward blue, backward green as in the papers' figures; later chunks lighter.
 double chunk_lightness(int chunk, int m) { return m == 1 ? 0.47 : 0.36 + 0.34 * chunk / (m - 1); }
+// A split backward's weight pass amber (the input pass stays green).
 std::string box_fill(Pass pass, int chunk, int m) {
-  return pass == Pass::forward ? hsl(212, 0.62, chunk_lightness(chunk, m)) : hsl(140, 0.48, chunk_lightness(chunk, m));
+  if (pass == Pass::forward) return hsl(212, 0.62, chunk_lightness(chunk, m));
+  if (pass == Pass::backward_weight) return hsl(35, 0.80, chunk_lightness(chunk, m));
+  return hsl(140, 0.48, chunk_lightness(chunk, m));
 }
 const char* text_class(int chunk, int m) { return chunk_lightness(chunk, m) < 0.55 ? "lbl" : "lbl dark"; }
 
@@ -51,6 +54,7 @@ const char* long_name(ScheduleKind kind) {
     case ScheduleKind::gpipe: return "GPipe";
     case ScheduleKind::one_f_one_b: return "1F1B (PipeDream-flush)";
     case ScheduleKind::interleaved: return "Interleaved 1F1B";
+    case ScheduleKind::zb_h1: return "ZB-H1 (zero bubble)";
   }
   return "";
 }
@@ -128,13 +132,21 @@ std::string schedule_svg(const Simulation& sim, const TimelineCaption& cap) {
         << (m > 1 ? num(line.peak_stage_equivalents) : std::to_string(line.peak_in_flight)) << "</text>\n";
   }
 
-  // Legend: one swatch per (pass, chunk).
+  // Legend: one swatch per (pass, chunk), for the passes drawn.
   double lx = kLeft;
   const double ly = kTop + rows_h + kAxisH + 2;
-  for (Pass pass : {Pass::forward, Pass::backward})
+  bool split = false;
+  for (const auto& line : sim.ranks)
+    for (const auto& ta : line.actions) split = split || ta.action.pass == Pass::backward_weight;
+  const std::vector<Pass> passes = split ? std::vector<Pass>{Pass::forward, Pass::backward_input, Pass::backward_weight}
+                                         : std::vector<Pass>{Pass::forward, Pass::backward};
+  for (Pass pass : passes)
     for (int c = 0; c < m; ++c) {
-      const std::string label = std::string(pass == Pass::forward ? "forward" : "backward") +
-                                (m > 1 ? " chunk " + std::to_string(c) : "");
+      const char* name = pass == Pass::forward           ? "forward"
+                         : pass == Pass::backward        ? "backward"
+                         : pass == Pass::backward_input  ? "input gradient (B)"
+                                                         : "weight gradient (W)";
+      const std::string label = std::string(name) + (m > 1 ? " chunk " + std::to_string(c) : "");
       out << "<rect x='" << num(lx) << "' y='" << num(ly) << "' width='16' height='14' rx='2' fill='"
           << box_fill(pass, c, m) << "'/><text x='" << num(lx + 21) << "' y='" << num(ly + 7) << "' class='legend'>"
           << label << "</text>\n";

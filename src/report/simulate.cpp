@@ -24,6 +24,10 @@ Simulation simulate(const std::vector<RankActions>& lists, int m, const Simulati
   require(m >= 1, "simulate: m must be at least 1");
   require(options.forward_time > 0 && options.backward_time > 0 && options.p2p_latency >= 0 && options.head_time >= 0,
           "simulate: forward and backward times must be positive and the latency non-negative");
+  for (const auto& list : lists)
+    for (const Action& a : list)
+      require(a.pass != Pass::backward_weight || (options.weight_time > 0 && options.weight_time < options.backward_time),
+              "simulate: the weight pass must take part of the backward time (0 < weight time < backward time)");
   require(options.stage_scale.empty() || options.stage_scale.size() == lists.size() * size_t(m),
           "simulate: one time scale per virtual stage");
   const int p = int(lists.size());
@@ -33,6 +37,9 @@ Simulation simulate(const std::vector<RankActions>& lists, int m, const Simulati
   std::vector<double> free_at(lists.size(), 0.0);
   std::vector<int> in_flight(lists.size(), 0);
   std::vector<std::set<std::pair<int, int>>> kept(lists.size());  // (micro-batch, chunk) forwards held
+  std::vector<std::set<std::pair<int, int>>> pending(lists.size());  // split backwards awaiting W
+  std::vector<int> held(lists.size(), 0);
+  std::vector<int> fused(lists.size(), 0), split(lists.size(), 0);
   std::map<MessageKey, double> arrivals;
 
   size_t remaining = 0;
@@ -53,18 +60,34 @@ Simulation simulate(const std::vector<RankActions>& lists, int m, const Simulati
           ready = std::max(ready, it->second);
           arrivals.erase(it);
         }
-        const std::pair<int, int> held{a.micro_batch, a.chunk};
+        const std::pair<int, int> mb{a.micro_batch, a.chunk};
         if (a.pass == Pass::forward) {
-          require(kept[size_t(r)].insert(held).second, where(r, a, m) + " runs a second forward of that micro-batch");
+          require(kept[size_t(r)].insert(mb).second, where(r, a, m) + " runs a second forward of that micro-batch");
           line.peak_in_flight = std::max(line.peak_in_flight, ++in_flight[size_t(r)]);
+          line.peak_held = std::max(line.peak_held, ++held[size_t(r)]);
+        } else if (a.pass == Pass::backward_weight) {
+          require(pending[size_t(r)].erase(mb) == 1, where(r, a, m) + " runs before its input pass on that rank");
+          --held[size_t(r)];
         } else {
-          require(kept[size_t(r)].erase(held) == 1, where(r, a, m) + " runs before its forward on that rank");
+          require(kept[size_t(r)].erase(mb) == 1, where(r, a, m) + " runs before its forward on that rank");
           --in_flight[size_t(r)];
+          if (a.pass == Pass::backward_input) {
+            pending[size_t(r)].insert(mb);
+            ++split[size_t(r)];
+          } else {
+            --held[size_t(r)];
+            ++fused[size_t(r)];
+          }
+          require(fused[size_t(r)] == 0 || split[size_t(r)] == 0, where(r, a, m) + " mixes whole and split backwards");
         }
         const bool forward = a.pass == Pass::forward;
         const double scale = options.stage_scale.empty() ? 1.0 : options.stage_scale[size_t(a.stage)];
-        double duration = (forward ? options.forward_time : options.backward_time) / m * scale;
-        if (a.stage == p * m - 1) duration += (forward ? 1 : 2) * options.head_time;
+        const double base = forward                                ? options.forward_time
+                            : a.pass == Pass::backward             ? options.backward_time
+                            : a.pass == Pass::backward_input       ? options.backward_time - options.weight_time
+                                                                   : options.weight_time;
+        double duration = base / m * scale;
+        if (a.stage == p * m - 1) duration += (forward ? 1 : a.pass == Pass::backward_weight ? 0 : 2) * options.head_time;
         line.actions.push_back({a, ready, ready + duration});
         line.busy += duration;
         free_at[size_t(r)] = ready + duration;
@@ -100,6 +123,8 @@ Simulation simulate(const std::vector<RankActions>& lists, int m, const Simulati
   }
   for (int r = 0; r < p; ++r)
     require(in_flight[size_t(r)] == 0, "rank " + std::to_string(r) + " ends with forwards never run backward");
+  for (int r = 0; r < p; ++r)
+    require(pending[size_t(r)].empty(), "rank " + std::to_string(r) + " ends with weight passes never run");
 
   for (const auto& line : sim.ranks)
     if (!line.actions.empty()) sim.total_time = std::max(sim.total_time, line.actions.back().end);
@@ -111,14 +136,19 @@ Simulation simulate(const std::vector<RankActions>& lists, int m, const Simulati
   return sim;
 }
 
-double bubble_formula(ScheduleKind kind, int p, int n_mb, int m) {
+double bubble_formula(ScheduleKind kind, int p, int n_mb, int m, const SimulationOptions& options) {
+  if (kind == ScheduleKind::zb_h1)
+    return analysis::pipeline_bubble_fraction(
+        true, p, n_mb,
+        {options.forward_time, options.backward_time - options.weight_time, options.weight_time});
   return analysis::pipeline_bubble_fraction(p, n_mb, kind == ScheduleKind::interleaved ? m : 1);
 }
 
 double first_stage_in_flight_formula(ScheduleKind kind, int p, int n_mb, int m) {
   switch (kind) {
     case ScheduleKind::gpipe: return n_mb;
-    case ScheduleKind::one_f_one_b: return p;
+    case ScheduleKind::one_f_one_b:
+    case ScheduleKind::zb_h1: return p;
     case ScheduleKind::interleaved: return p * (1.0 + double(p - 1) / (double(p) * m));
   }
   return 0;

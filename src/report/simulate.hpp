@@ -12,7 +12,8 @@ namespace lattice::parallel::pipeline {
 struct SimulationOptions {
   // Times of one whole stage (L/p layers) for one micro-batch; a chunk takes 1/m of them.
   double forward_time = 1.0;
-  double backward_time = 2.0;
+  double backward_time = 2.0;  // the whole backward; split (ZB-H1), its weight pass takes weight_time of it
+  double weight_time = 1.0;
   double p2p_latency = 0.0;  // from the end of the sending action to the input being available
   // Uneven stages (--pipeline-layers): virtual stage s's times are stage_scale[s] times an even
   // stage's (its layers over L/(p·m)); empty: all even.
@@ -29,6 +30,8 @@ struct RankTimeline {
   std::vector<TimedAction> actions;  // in execution order
   double busy = 0;                   // time spent computing
   int peak_in_flight = 0;            // max (forwards done − backwards done), in chunk micro-batches
+  int peak_held = 0;                 // max (forwards done − weight passes done): with a split backward,
+                                     // micro-batches whose parameter gradients are still pending count too
   double peak_stage_equivalents = 0; // the same in units of one micro-batch of L/p layers: peak / m
 };
 
@@ -45,10 +48,11 @@ struct Simulation {
 Simulation simulate(const std::vector<RankActions>& ranks, int m, const SimulationOptions& options = {});
 
 // What the paper predicts beside what the simulation measures.
-// Bubble (p−1)/(m·n_mb + p−1), with m = 1 for GPipe and 1F1B.
-double bubble_formula(ScheduleKind kind, int p, int n_mb, int m);
+// Bubble (p−1)/(m·n_mb + p−1), with m = 1 for GPipe and 1F1B; ZB-H1's at the options' pass times
+// (analysis::pipeline_bubble_fraction).
+double bubble_formula(ScheduleKind kind, int p, int n_mb, int m, const SimulationOptions& options = {});
 // Micro-batches of L/p layers held by the first stage at its peak (eq. 5): GPipe n_mb, 1F1B p,
-// interleaved p·(1 + (p−1)/(p·m)).
+// interleaved p·(1 + (p−1)/(p·m)), ZB-H1 p (its W's hold less than a whole micro-batch).
 double first_stage_in_flight_formula(ScheduleKind kind, int p, int n_mb, int m);
 
 }  // namespace lattice::parallel::pipeline

@@ -39,7 +39,9 @@ Simulation timeline_from_doc(const nlohmann::json& doc, const std::string& path,
   int last_step = -1;
   for (const auto& e : doc["traceEvents"]) {
     const std::string cat = e.value("cat", "");
-    if ((cat != "forward" && cat != "backward") || !e.contains("args")) continue;
+    if ((cat != "forward" && cat != "backward" && cat != "backward_input" && cat != "backward_weight") ||
+        !e.contains("args"))
+      continue;
     last_step = std::max(last_step, e["args"].value("step", -1));
     work.push_back(&e);
   }
@@ -58,7 +60,11 @@ Simulation timeline_from_doc(const nlohmann::json& doc, const std::string& path,
       fail("trace " + path + " has rank " + std::to_string(rank) + " but --pipeline-model-parallel-size is " +
            std::to_string(p));
     TimedAction t;
-    t.action.pass = (*e)["cat"] == "forward" ? Pass::forward : Pass::backward;
+    const std::string cat = (*e)["cat"];
+    t.action.pass = cat == "forward"          ? Pass::forward
+                    : cat == "backward_input"  ? Pass::backward_input
+                    : cat == "backward_weight" ? Pass::backward_weight
+                                               : Pass::backward;
     t.action.micro_batch = a.value("micro_batch", 0);
     t.action.chunk = std::max(0, a.value("chunk", 0));
     t.action.stage = t.action.chunk * p + rank;
@@ -78,11 +84,14 @@ Simulation timeline_from_doc(const nlohmann::json& doc, const std::string& path,
   for (auto& line : sim.ranks) {
     std::sort(line.actions.begin(), line.actions.end(),
               [](const TimedAction& x, const TimedAction& y) { return x.start < y.start; });
-    int held = 0;
+    int in_flight = 0, held = 0;  // forwards not yet run backward; not yet through their weight pass
     for (const auto& t : line.actions) {
       line.busy += t.end - t.start;
-      held += t.action.pass == Pass::forward ? 1 : -1;
-      line.peak_in_flight = std::max(line.peak_in_flight, held);
+      const Pass pass = t.action.pass;
+      in_flight += pass == Pass::forward ? 1 : pass == Pass::backward_weight ? 0 : -1;
+      held += pass == Pass::forward ? 1 : pass == Pass::backward_input ? 0 : -1;
+      line.peak_in_flight = std::max(line.peak_in_flight, in_flight);
+      line.peak_held = std::max(line.peak_held, held);
       sim.total_time = std::max(sim.total_time, t.end);
     }
     line.peak_stage_equivalents = double(line.peak_in_flight) / m;

@@ -20,7 +20,8 @@ void write_trace(const Trace& trace, const std::string& path, comm::Communicator
   int64_t origin = INT64_MAX;  // times from the first event of any rank
   for (const auto& ev : all)
     for (size_t i = 0; i + 6 <= ev.size(); i += 6) origin = std::min(origin, ev[i + 1]);
-  static const char* names[] = {"forward", "backward", "receive", "send", "optimizer"};
+  static const char* names[] = {"forward", "backward", "receive", "send", "optimizer", "backward_input",
+                                "backward_weight"};
   nlohmann::json events = nlohmann::json::array();
   for (int r = 0; r < ranks; ++r) {
     std::string track = "rank ";

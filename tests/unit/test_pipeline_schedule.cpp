@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <tuple>
@@ -27,18 +28,23 @@ struct Case {
   int p, n_mb, m;
 };
 
-// Every (kind, p, n_mb, m) the tests sweep: p 1..8, n_mb 1..16, m 2..4 for interleaved where allowed.
+// Every (kind, p, n_mb, m) the tests sweep: p 1..8, n_mb 1..32, m 2..4 for interleaved where allowed.
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (int p = 1; p <= 8; ++p)
-    for (int n = 1; n <= 16; ++n) {
+    for (int n = 1; n <= 32; ++n) {
       cases.push_back({ScheduleKind::gpipe, p, n, 1});
       cases.push_back({ScheduleKind::one_f_one_b, p, n, 1});
+      cases.push_back({ScheduleKind::zb_h1, p, n, 1});
       if (p >= 2 && n % p == 0)
         for (int m = 2; m <= 4; ++m) cases.push_back({ScheduleKind::interleaved, p, n, m});
     }
   return cases;
 }
+
+bool split(ScheduleKind kind) { return kind == ScheduleKind::zb_h1; }
+// The pass that receives the output gradient and sends the input gradient.
+Pass backward_of(ScheduleKind kind) { return split(kind) ? Pass::backward_input : Pass::backward; }
 
 std::string name_of(const Case& c) {
   std::string s = schedule_name(c.kind);
@@ -70,7 +76,7 @@ std::string labels(const RankActions& list, int m) {
 }  // namespace
 
 // Each rank runs exactly one forward and one backward of every (micro-batch, chunk), each on the
-// stage chunk·p + rank, the forward first.
+// stage chunk·p + rank, the forward first; a split backward's input pass, then its weight pass.
 TEST(PipelineSchedule, EveryMicroBatchAndChunkOnceForwardBeforeBackward) {
   for (const Case& c : all_cases()) {
     SCOPED_TRACE(name_of(c));
@@ -78,7 +84,7 @@ TEST(PipelineSchedule, EveryMicroBatchAndChunkOnceForwardBeforeBackward) {
     ASSERT_EQ(int(ranks.size()), c.p);
     for (int r = 0; r < c.p; ++r) {
       const auto& list = ranks[size_t(r)];
-      ASSERT_EQ(list.size(), size_t(2 * c.n_mb * c.m)) << "rank " << r;
+      ASSERT_EQ(list.size(), size_t((split(c.kind) ? 3 : 2) * c.n_mb * c.m)) << "rank " << r;
       std::map<std::tuple<Pass, int, int>, size_t> position;
       for (size_t i = 0; i < list.size(); ++i) {
         const Action& a = list[i];
@@ -92,8 +98,13 @@ TEST(PipelineSchedule, EveryMicroBatchAndChunkOnceForwardBeforeBackward) {
       }
       for (int mb = 0; mb < c.n_mb; ++mb)
         for (int ch = 0; ch < c.m; ++ch)
-          EXPECT_LT(position.at({Pass::forward, mb, ch}), position.at({Pass::backward, mb, ch}))
+        {
+          EXPECT_LT(position.at({Pass::forward, mb, ch}), position.at({backward_of(c.kind), mb, ch}))
               << "rank " << r << " micro-batch " << mb << " chunk " << ch;
+          if (split(c.kind)) {
+            EXPECT_LT(position.at({Pass::backward_input, mb, ch}), position.at({Pass::backward_weight, mb, ch}));
+          }
+        }
     }
   }
 }
@@ -107,6 +118,11 @@ TEST(PipelineSchedule, PeersAreTheNeighbouringVirtualStages) {
     const auto ranks = build_schedule(c.kind, c.p, c.n_mb, c.m);
     for (const auto& list : ranks)
       for (const Action& a : list) {
+        if (a.pass == Pass::backward_weight) {  // the weight pass talks to nobody
+          EXPECT_EQ(a.recv_from, kNoPeer);
+          EXPECT_EQ(a.send_to, kNoPeer);
+          continue;
+        }
         const int before = a.stage == 0 ? kNoPeer : (a.stage - 1) % c.p;
         const int after = a.stage == last ? kNoPeer : (a.stage + 1) % c.p;
         EXPECT_EQ(a.recv_from, a.pass == Pass::forward ? before : after) << describe_action(a, c.m);
@@ -157,6 +173,63 @@ TEST(PipelineSchedule, MegatronOrderings) {
   EXPECT_EQ(labels(all_warm[1], 2), "F0.c0 F1.c0 F0.c1 F1.c1 B0.c1 B1.c1 B0.c0 B1.c0");
 }
 
+// ZB-H1 (Qi et al. 2023, figure 3's H1), p = 4, n_mb = 8: 1F1B's F/B order, W(i−r) after B(i).
+TEST(PipelineSchedule, ZeroBubbleH1Orderings) {
+  const auto zb = build_schedule(ScheduleKind::zb_h1, 4, 8, 1);
+  EXPECT_EQ(labels(zb[0], 1), "F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7");
+  EXPECT_EQ(labels(zb[1], 1), "F0 F1 F2 B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 F6 B4 W3 F7 B5 W4 B6 W5 B7 W6 W7");
+  EXPECT_EQ(labels(zb[2], 1), "F0 F1 B0 F2 B1 F3 B2 W0 F4 B3 W1 F5 B4 W2 F6 B5 W3 F7 B6 W4 B7 W5 W6 W7");
+  EXPECT_EQ(labels(zb[3], 1), "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7");
+  // Without its W's, each rank's list is 1F1B's.
+  const auto f1b1 = build_schedule(ScheduleKind::one_f_one_b, 4, 8, 1);
+  for (int r = 0; r < 4; ++r) {
+    RankActions fb;
+    for (Action a : zb[size_t(r)]) {
+      if (a.pass == Pass::backward_weight) continue;
+      if (a.pass == Pass::backward_input) a.pass = Pass::backward;
+      fb.push_back(a);
+    }
+    EXPECT_EQ(fb, f1b1[size_t(r)]) << "rank " << r;
+  }
+}
+
+// ZB-H1's step, simulated, is the formula's n(F+B+W) + (p−1)(F+B−W) when n ≥ p and W ≤ min(F, B),
+// and (n+p−1)(F+B) + W when n < p; at any pass times it is never longer than 1F1B's.
+TEST(PipelineSimulation, ZeroBubbleStepEqualsItsFormula) {
+  struct Times { double f, b, w; };
+  for (const Times t : {Times{1, 1, 1}, Times{1, 1.5, 0.5}, Times{1, 2, 1}, Times{2, 2, 1}, Times{1, 1, 0.25}}) {
+    SimulationOptions options;
+    options.forward_time = t.f, options.backward_time = t.b + t.w, options.weight_time = t.w;
+    for (int p = 1; p <= 8; ++p)
+      for (int n = 1; n <= 32; ++n) {
+        SCOPED_TRACE("p=" + std::to_string(p) + " n=" + std::to_string(n) + " F,B,W=" + std::to_string(t.f) + "," +
+                     std::to_string(t.b) + "," + std::to_string(t.w));
+        const Simulation sim = simulate(build_schedule(ScheduleKind::zb_h1, p, n, 1), 1, options);
+        const analysis::PassTimes pt{t.f, t.b, t.w};
+        EXPECT_NEAR(sim.total_time, analysis::pipeline_step_time(true, p, n, pt), 1e-9);
+        EXPECT_NEAR(sim.bubble, bubble_formula(ScheduleKind::zb_h1, p, n, 1, options), 1e-12);
+        for (const auto& line : sim.ranks) EXPECT_NEAR(line.busy, n * (t.f + t.b + t.w), 1e-9);
+        const Simulation fb = simulate(build_schedule(ScheduleKind::one_f_one_b, p, n, 1), 1, options);
+        EXPECT_LE(sim.total_time, fb.total_time + 1e-9);
+        if (p > 1 && n >= p) {
+          EXPECT_LT(sim.total_time, fb.total_time - 1e-9) << "W fills part of 1F1B's bubble";
+        }
+      }
+  }
+  // Random pass times outside the formula's domain: never slower than 1F1B.
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> u(0.1, 3.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    SimulationOptions options;
+    const double b = u(rng), w = u(rng);
+    options.forward_time = u(rng), options.backward_time = b + w, options.weight_time = w;
+    const int p = 1 + trial % 8, n = 1 + (trial * 7) % 32;
+    const Simulation zb = simulate(build_schedule(ScheduleKind::zb_h1, p, n, 1), 1, options);
+    const Simulation fb = simulate(build_schedule(ScheduleKind::one_f_one_b, p, n, 1), 1, options);
+    EXPECT_LE(zb.total_time, fb.total_time + 1e-9) << "p=" << p << " n=" << n;
+  }
+}
+
 // The simulation runs every schedule to the end. With zero latency and equal stages, the bubble is
 // exactly (p−1)/(m·n+p−1) for all three, for any forward/backward ratio: the last rank cannot start
 // before p−1 chunk forwards (p−1)·tf/m, and after its last action (a chunk-0 backward) p−1 chunk
@@ -167,6 +240,7 @@ TEST(PipelineSimulation, BubbleEqualsFormulaExactly) {
     SimulationOptions options;
     options.backward_time = backward;
     for (const Case& c : all_cases()) {
+      if (split(c.kind)) continue;  // ZeroBubbleStepEqualsItsFormula
       SCOPED_TRACE(name_of(c) + " backward " + std::to_string(backward));
       const Simulation sim = simulate(build_schedule(c.kind, c.p, c.n_mb, c.m), c.m, options);
       const double per_mb = options.forward_time + options.backward_time;
@@ -227,10 +301,15 @@ TEST(PipelineSimulation, PeakInFlightFollowsEq5) {
         EXPECT_DOUBLE_EQ(first, eq5);
         break;
       case ScheduleKind::one_f_one_b:
+      case ScheduleKind::zb_h1:
         for (int r = 0; r < c.p; ++r) EXPECT_EQ(sim.ranks[size_t(r)].peak_in_flight, std::min(c.p - r, c.n_mb));
         if (c.n_mb >= c.p) {
           EXPECT_DOUBLE_EQ(first, eq5);
         }
+        // ZB-H1: counting micro-batches whose weight pass is still to run, every stage holds min(p, n)
+        // (1F1B: its in-flight count); what W holds is less than a micro-batch (M_W < M_B).
+        for (int r = 0; r < c.p; ++r)
+          EXPECT_EQ(sim.ranks[size_t(r)].peak_held, split(c.kind) ? std::min(c.p, c.n_mb) : std::min(c.p - r, c.n_mb));
         break;
       case ScheduleKind::interleaved:
         if (c.n_mb >= 2 * c.p) {
@@ -257,6 +336,23 @@ TEST(PipelineSimulation, DetectsDeadlock) {
   const std::string e = error_of([&] { simulate(lists, 1); });
   EXPECT_NE(e.find("pipeline deadlock"), std::string::npos) << e;
   EXPECT_NE(e.find("rank 0 B0 waits for rank 1"), std::string::npos) << e;
+}
+
+// A weight pass before its input pass, a list mixing whole and split backwards, and an input pass
+// whose weight pass never runs are each refused by name.
+TEST(PipelineSimulation, DetectsMisplacedWeightPasses) {
+  auto lists = build_schedule(ScheduleKind::zb_h1, 1, 2, 1);  // F0 B0 W0 F1 B1 W1
+  ASSERT_EQ(labels(lists[0], 1), "F0 B0 W0 F1 B1 W1");
+  auto early = lists;
+  std::swap(early[0][1], early[0][2]);
+  EXPECT_NE(error_of([&] { simulate(early, 1); }).find("W0 runs before its input pass"), std::string::npos);
+  auto mixed = lists;
+  mixed[0][4].pass = Pass::backward;
+  mixed[0].pop_back();
+  EXPECT_NE(error_of([&] { simulate(mixed, 1); }).find("mixes whole and split backwards"), std::string::npos);
+  auto unfinished = lists;
+  unfinished[0].pop_back();
+  EXPECT_NE(error_of([&] { simulate(unfinished, 1); }).find("weight passes never run"), std::string::npos);
 }
 
 TEST(PipelineSimulation, DetectsBackwardBeforeForwardAndLostMessages) {
