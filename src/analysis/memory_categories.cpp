@@ -97,6 +97,13 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, StageLayers mine) {
     full_precision.fp8_kept = false;
     rekept = layer_activation_parts(full_precision).attention;
   }
+  // ZB-H1 (docs/design.md §6): stage r defers each weight pass by r, so min(p, n) − min(p − r, n)
+  // micro-batches' weight-pass operands (M_W) of its split layers (not fully recomputed) are held too.
+  if (c.zero_bubble && p > 1) {
+    const int64_t deferred = std::min<int64_t>(p, c.micro_batches) - in_flight;
+    layers += double(deferred * (mine.count - mine.fully_recomputed)) *
+              double(layer_weight_pending_bytes(x) + layer_weight_pending_small_bytes(x, c.threads));
+  }
   const int64_t ln_stats = 2 * 8 * N_l * per_stage * in_flight;  // each LayerNorm's mean and 1/σ
   int64_t outside = 0;
   if (stage == 0) outside += extra_activation_bytes(x, 2, int(in_flight)) + 4 * N * in_flight;  // masks, token ids

@@ -32,6 +32,8 @@ struct MemoryCase {
   bool writer = false;        // ... and this is the rank that writes it (world rank 0)
   bool offload_optimizer = false;  // AdamW's moments on disk (--offload-optimizer)
   bool offload_params = false;     // ZeRO-3's fp32 weight shards on disk too (--offload-params)
+  bool zero_bubble = false;        // ZB-H1: stage r also holds r micro-batches' weight-pass operands
+  int64_t threads = 1;             // threads a rank runs (each keeps LayerNorm partial sums for W)
 };
 
 // Bytes by category, each the category's own peak, and the accounted peak: all categories at one

@@ -22,7 +22,7 @@ analysis::PartitionCosts partition_costs(const PlanRequest& r, const Hardware& h
   // Two cases: world rank 0 (on the first stage) writes the checkpoint, the others do not.
   auto memory = std::make_shared<std::vector<analysis::MemoryCase>>(
       2, analysis::MemoryCase{activation_shape(r), r.model, r.layout, r.micro_batches(), r.data_bytes, r.save, false,
-                              r.offload_optimizer, r.offload_params});
+                              r.offload_optimizer, r.offload_params, r.zero_bubble});
   (*memory)[0].writer = r.save;
   for (auto& m : *memory) m.layout.stage_layers.clear();  // each candidate stage is given its layers explicitly
   analysis::PartitionCosts c;

@@ -63,7 +63,7 @@ MemoryPlan plan_memory(const PlanRequest& r) {
   m.capacity_bytes = r.gpu_memory;
   if (!r.model.moe.enabled()) {
     analysis::MemoryCase c{x, r.model, l, r.micro_batches(), r.data_bytes, r.save, false, r.offload_optimizer,
-                           r.offload_params};
+                           r.offload_params, r.zero_bubble};
     for (int stage = 0; stage < l.pp; ++stage) {
       c.writer = r.save && stage == 0;  // world rank 0 is on the first stage
       m.by_stage.push_back(analysis::rank_memory(c, stage));

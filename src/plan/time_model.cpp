@@ -80,6 +80,9 @@ struct LayerWork {
   // Under SP the column-parallel inputs are kept as sequence shards, so backward all-gathers
   // them again (QKV and FC1) to form the weight gradients.
   double backward_extra_comm = 0;
+  // A split backward's weight pass (ZB-H1): the four dW GEMMs, 24·b·s·h²/t FLOPs, of the layers whose
+  // backward is split (not MoE, not fully recomputed).
+  double weight_gemm = 0;
   Algorithm tp_algorithm = Algorithm::none;
 };
 
@@ -91,6 +94,10 @@ LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
   const GroupTopology tp_group = group_topology(hw, l.tp, 1);
   w.forward = layer_forward(r, hw, x, tp_group, w.tp_algorithm, moe);
   if (x.sp && x.t > 1) w.backward_extra_comm = 2 * all_gather(tp_group, double(x.s) * x.b * x.h * x.d).seconds;
+  const double full_share = l.recompute != Recompute::full  ? 0.0
+                            : l.recompute_layers < 0       ? 1.0
+                                                           : double(l.recompute_layers) / r.model.layers;
+  if (!moe) w.weight_gemm = (1 - full_share) * 24.0 * x.b * double(x.s) * x.h * x.h / x.t / flops_per_s;
   // The fraction of layers fully recomputed re-runs the forward; selective re-runs QKᵀ,
   // softmax, dropout and probs×V from the kept Q, K, V.
   if (l.recompute == Recompute::full) {
@@ -122,8 +129,10 @@ namespace {
 // One micro-batch's seconds on one pipeline stage, by part.
 struct StageWork {
   double gemm = 0, elementwise = 0, tp_comm = 0, ep_comm = 0, recompute = 0;
+  double weight = 0;  // of which a split backward's weight passes (part of gemm)
   double total() const { return gemm + elementwise + tp_comm + ep_comm + recompute; }
   void add_layers(const LayerWork& w, double count) {
+    weight += count * w.weight_gemm;
     gemm += count * 3 * w.forward.gemm;
     elementwise += count * 3 * w.forward.elementwise;
     tp_comm += count * (2 * w.forward.comm + w.backward_extra_comm);
@@ -203,6 +212,7 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   const StageWork stage = slowest_stage(r, hw, work);
   const double gemm = stage.gemm, elementwise = stage.elementwise, tp_comm = stage.tp_comm, ep_comm = stage.ep_comm,
                recompute = stage.recompute;
+  const double weight_pass = stage.weight;
   // Each of the m chunks sends its output forward and receives a gradient back: 1/t of the
   // activation per rank (the scatter-gather optimisation, or the SP shard).
   double pp_comm = 0;
@@ -221,6 +231,14 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   out.pp_comm_s = n_mb * pp_comm;
   out.bubble_s = slots * per_mb;
   out.bubble_fraction = slots / (n_mb + slots);
+  if (r.zero_bubble && p > 1) {
+    // ZB-H1 (docs/design.md §6): a third of a micro-batch's stage time is its forward, the weight
+    // passes W are the dW GEMMs, the input pass B the rest; the formula module gives the step.
+    const analysis::PassTimes t{per_mb / 3, per_mb - per_mb / 3 - weight_pass, weight_pass};
+    const double step = analysis::pipeline_step_time(true, p, int(n_mb), t);
+    out.bubble_s = step - n_mb * per_mb;
+    out.bubble_fraction = analysis::pipeline_bubble_fraction(true, p, int(n_mb), t);
+  }
 
   // Data parallelism and ZeRO (docs/design.md §8), as the engine runs them (analysis::dp_bytes_per_step):
   // gradients reduced once per step and parameters gathered back after a sharded update; ZeRO-2

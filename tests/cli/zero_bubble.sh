@@ -76,6 +76,24 @@ d = json.load(open('real.json'))
 sys.exit(0 if d['peak_in_flight'] == [4, 3, 2, 1] and d['peak_held'] == [4, 4, 4, 4] else d)"
 check "the real timeline drawn with W boxes" grep -q "weight gradient (W)" real.svg
 
+# The planner: the same schedule's bubble (the formula module's) below 1F1B's, the last stage's memory
+# above it by p − 1 micro-batches' M_W of its layers, the first stage's unchanged.
+for sch in 1f1b zb-h1; do
+  "$LATTICE" plan --layers 8 --hidden 256 --heads 8 --seq-len 128 --vocab 256 --micro-batch 1 --global-batch 8 \
+    --pipeline-model-parallel-size 4 --hardware cpu --schedule "$sch" --json > "plan_$sch.json" 2> plan.err
+done
+check "plan --schedule zb-h1: less bubble, the same first stage, more on the last" "$PY" -c "
+import json, sys
+a, b = json.load(open('plan_1f1b.json')), json.load(open('plan_zb-h1.json'))
+fa, fb = a['time_breakdown_s']['bubble'], b['time_breakdown_s']['bubble']
+sa, sb = [s['activations'] for s in a['memory_by_stage']], [s['activations'] for s in b['memory_by_stage']]
+print(fa, fb, sa, sb, b['layout']['schedule'])
+sys.exit(0 if fb < fa and sa[0] == sb[0] and all(sb[r] > sa[r] for r in (1, 2, 3)) and b['layout']['schedule'] == 'zb-h1' else 1)"
+expect_error "plan: zb-h1 with virtual stages" "virtual-stages 1" plan --layers 8 --hidden 256 --heads 8 \
+  --pipeline-model-parallel-size 4 --virtual-stages 2 --schedule zb-h1
+expect_error "plan: a schedule it does not model" "models 1f1b" plan --layers 8 --hidden 256 --heads 8 \
+  --pipeline-model-parallel-size 4 --schedule gpipe
+
 # Bad input.
 expect_error "zb-h1 with virtual stages" "interleaved schedule" schedule --pipeline-model-parallel-size 2 \
   --micro-batches 4 --schedule zb-h1 --virtual-stages 2
