@@ -100,12 +100,12 @@ std::vector<int> first_last_counts(int first, int last, int layers, int p, int m
   require(m == 1, "--decoder-first/last-pipeline-num-layers need --virtual-stages 1");
   require(p > 1, "--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1");
   require(first >= 0 && last >= 0, "--decoder-first/last-pipeline-num-layers must be at least 1");
-  const int middle = p - (first > 0) - (last > 0), rest = layers - first - last;
+  const int64_t middle = int64_t(p) - (first > 0) - (last > 0), rest = int64_t(layers) - first - last;
   require(rest >= middle && (middle == 0 ? rest == 0 : rest % middle == 0),
           "--decoder-first/last-pipeline-num-layers leave " + std::to_string(rest) + " of --layers " +
               std::to_string(layers) + ", which do not spread evenly over the other " + std::to_string(middle) +
               " stages");
-  std::vector<int> counts(size_t(p), middle > 0 ? rest / middle : 0);
+  std::vector<int> counts(size_t(p), middle > 0 ? int(rest / middle) : 0);
   if (first > 0) counts.front() = first;
   if (last > 0) counts.back() = last;
   return counts;

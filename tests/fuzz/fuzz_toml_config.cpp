@@ -57,7 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::accepts([&] {
     if (cli::parse_flags(flags->app, 3, argv)) return;  // --help, or a usage error reported
     (void)flags->app.config_to_str(/*default_also=*/true, /*write_description=*/false);
-    flags->layout.resolve();
+    flags->layout.resolve(flags->model.layers);
     flags->model.validate();
   });
   return 0;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ostream>
 #include <vector>
 
 #include "analysis/formulas.hpp"
@@ -79,6 +80,8 @@ struct Variant {
   bool pack_masks, fp8;
   double dropout;
 };
+
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
 // Two micro-batches through a 3-layer model: fused backwards, or B(0) B(1) F(2) W(0) W(1) (the third
 // forward reuses the workspace between B and W, as a pipeline's would). Returns the gradient.
