@@ -64,6 +64,28 @@ int64_t layer_weight_pending_small_bytes(const ActivationShape& x, int64_t threa
   return 4 * (2 * h + 7 * hl) + 2 * threads * 2 * h * 4;
 }
 
+InputPassBytes layer_input_pass_bytes(const ActivationShape& x, int64_t threads) {
+  const int64_t N = x.s * x.b, shard = x.sp ? x.t : 1, N_l = N / shard, h = x.h, hl = x.h / x.t, d = x.d;
+  const int64_t mask = x.dropout ? mask_bytes(x, N_l * h) : 0, partials = threads * 2 * h * 4;
+  const int64_t regather = x.sp && x.t > 1 ? N * h * d - N_l * h * d : 0;  // SP: a whole-sequence copy for a shard
+  const int64_t ln = N_l * h * d + 2 * N_l * 4;                            // a LayerNorm's input and statistics
+  const int64_t proj_in_copy = x.fused_attention ? N * hl * d : 0;         // read again by the fused backward
+  int64_t held = 0, most = 0;
+  auto step = [&](int64_t bytes) { held += bytes, most = std::max(most, held); };
+  step(-mask);                                      // the MLP branch's residual mask, read
+  step(N * h * d + 4 * h);                          // FC2: its output gradient and bias sums (its input moves)
+  step(-(mlp_4h_kept_bytes(x) / 2));                // the GeLU input, read
+  step(regather + N * 4 * hl * d + 4 * 4 * hl);     // FC1: its input (re-gathered under SP), output gradient, sums
+  step(partials - ln);                              // LN2: partial sums kept, its input and statistics freed
+  step(-mask);                                      // the attention branch's residual mask
+  step(N * h * d + 4 * h + proj_in_copy);           // projection: output gradient, sums (its input moves or is copied)
+  const LayerBytes parts = layer_activation_parts(x);
+  step(-(3 * N * hl * d + parts.attention + proj_in_copy));  // the attention's kept tensors, read
+  step(regather + N * 3 * hl * d + 4 * 3 * hl);     // QKV: its input, output gradient, sums
+  step(partials - ln);                              // LN1
+  return {most, held};
+}
+
 double stage_in_flight(const LayoutConfig& layout, int rank) {
   const int p = layout.pp, m = layout.virtual_stages;
   if (p == 1) return 1;

@@ -70,6 +70,14 @@ bool layer_fully_recomputed(const LayoutConfig& layout, int layer, int layers);
 // partial sums (`threads` × 2h fp32 each).
 int64_t layer_weight_pending_bytes(const ActivationShape& x);
 int64_t layer_weight_pending_small_bytes(const ActivationShape& x, int64_t threads);
+// A split layer's input pass against what the layer kept when it began: it allocates W's operands as
+// it goes and frees each kept tensor once read (the order of model/transformer_layer.cpp), so it
+// holds the most inside the pass (`peak`, never negative) and `net` more at its end (M_W − M_B less
+// the LayerNorm statistics: negative unless whole-sequence operands under SP outweigh the shards).
+struct InputPassBytes {
+  int64_t peak = 0, net = 0;
+};
+InputPassBytes layer_input_pass_bytes(const ActivationShape& x, int64_t threads);
 
 // Eq. 5: activation bytes of the first pipeline stage's layers under 1F1B (L layers' worth
 // of the per-layer row), times 1 + (p-1)/(p·m) for the interleaved schedule. With uneven stages

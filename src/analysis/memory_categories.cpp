@@ -97,12 +97,21 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, StageLayers mine) {
     full_precision.fp8_kept = false;
     rekept = layer_activation_parts(full_precision).attention;
   }
-  // ZB-H1 (docs/design.md §6): stage r defers each weight pass by r, so min(p, n) − min(p − r, n)
-  // micro-batches' weight-pass operands (M_W) of its split layers (not fully recomputed) are held too.
+  // ZB-H1 (docs/design.md §6.1): stage r defers each weight pass by r, so min(p, n) − min(p − r, n)
+  // micro-batches' weight-pass operands (M_W) of its split layers (not fully recomputed) are held
+  // too; and one input pass at a time holds more than its layer kept while it runs (its operands
+  // are made before the kept tensors are freed: layer_input_pass_excess_bytes).
   if (c.zero_bubble && p > 1) {
     const int64_t deferred = std::min<int64_t>(p, c.micro_batches) - in_flight;
-    layers += double(deferred * (mine.count - mine.fully_recomputed)) *
-              double(layer_weight_pending_bytes(x) + layer_weight_pending_small_bytes(x, c.threads));
+    const double m_w = double(layer_weight_pending_bytes(x) + layer_weight_pending_small_bytes(x, c.threads));
+    const int64_t split = mine.count - mine.fully_recomputed;
+    layers += double(split) * double(deferred) * m_w;
+    // The stage's input pass runs its layers one after another: after j of them it holds j·net more,
+    // then the next one's peak. The last stage has freed its head's tensors by then.
+    const InputPassBytes pass = layer_input_pass_bytes(x, c.threads);
+    int64_t excess = split > 0 ? pass.peak + std::max<int64_t>(0, (split - 1) * pass.net) : 0;
+    if (stage == p - 1) excess = std::max<int64_t>(0, excess - (extra_activation_bytes(x, 1, 0) + 8 * N_l));
+    layers += double(excess);
   }
   const int64_t ln_stats = 2 * 8 * N_l * per_stage * in_flight;  // each LayerNorm's mean and 1/σ
   int64_t outside = 0;

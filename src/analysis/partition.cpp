@@ -13,6 +13,7 @@ namespace lattice::analysis {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int kMaxPartitionedLayers = 2048;  // O(p·L²) cost evaluations: about a second at p = 8
 
 std::string binary_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -36,15 +37,19 @@ std::vector<int> minimise_max(const PartitionCosts& c, Key key, Tie tie, Allowed
   std::vector<std::vector<Cell>> A(size_t(p), std::vector<Cell>(size_t(L) + 1));
   for (int j = 1; j <= L - (p - 1); ++j)
     if (allowed(0, 0, j)) A[0][size_t(j)] = {key(0, 0, j), tie(0, 0, j), 0};
+  // Stage r starts at i: a stage's bytes grow with its layers, so once [i, j) is refused no longer
+  // stage from i fits.
   for (int r = 1; r < p; ++r)
-    for (int j = r + 1; j <= L - (p - 1 - r); ++j)
-      for (int i = r; i < j; ++i) {
-        const Cell& prev = A[size_t(r - 1)][size_t(i)];
-        if (prev.from < 0 || !allowed(r, i, j)) continue;
+    for (int i = r; i < L - (p - 1 - r); ++i) {
+      const Cell prev = A[size_t(r - 1)][size_t(i)];
+      if (prev.from < 0) continue;
+      for (int j = i + 1; j <= L - (p - 1 - r); ++j) {
+        if (!allowed(r, i, j)) break;
         const double best = std::max(prev.best, key(r, i, j)), second = std::max(prev.tie, tie(r, i, j));
         Cell& cell = A[size_t(r)][size_t(j)];
         if (best < cell.best || (best == cell.best && second < cell.tie)) cell = {best, second, i};
       }
+    }
   if (A[size_t(p - 1)][size_t(L)].from < 0) return {};
   std::vector<int> counts(static_cast<size_t>(p));
   for (int r = p - 1, j = L; r >= 0; --r) {
@@ -73,6 +78,9 @@ Partition partition_layers(const PartitionCosts& c, double memory_cap) {
   require(c.stages >= 1 && c.layers >= c.stages,
           "--pipeline-layers auto: " + std::to_string(c.layers) + " layers cannot fill " + std::to_string(c.stages) +
               " pipeline stages (each needs at least one)");
+  require(c.layers <= kMaxPartitionedLayers,
+          "--pipeline-layers auto partitions at most " + std::to_string(kMaxPartitionedLayers) + " layers (got " +
+              std::to_string(c.layers) + "): give the counts");
   const std::vector<int> counts = minimise_max(
       c, c.seconds, c.bytes, [&](int r, int i, int j) { return c.bytes(r, i, j) <= memory_cap; });
   if (!counts.empty()) return evaluate_partition(c, counts);

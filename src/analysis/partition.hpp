@@ -4,7 +4,8 @@
 // memory cap (docs/design.md §6). With T_r(i, j) and M_r(i, j) the time and memory of stage r
 // holding layers [i, j):
 //   A[0][j] = T_0(0, j),  A[r][j] = min over i of max(A[r−1][i], T_r(i, j)),  answer A[p−1][L],
-// over the (i, j) whose M_r(i, j) fits. O(p·L²) evaluations of each cost.
+// over the (i, j) whose M_r(i, j) fits. O(p·L²) evaluations of each cost; a stage's bytes must not
+// shrink as it takes more layers (the search stops growing a stage at the first that does not fit).
 #include <functional>
 #include <string>
 #include <vector>
@@ -26,9 +27,10 @@ struct Partition {
   double peak_bytes = 0;       // the largest stage's memory
 };
 
-// The partition with the least slowest-stage time among those whose every stage fits in
-// `memory_cap` bytes; ties go to the smaller peak memory. Throws InputError when none fits,
-// naming the smallest peak any partition reaches and that partition.
+// A partition with the least slowest-stage time among those whose every stage fits in
+// `memory_cap` bytes (ties broken towards a smaller peak where the recursion compares them: a
+// deterministic choice, not always the least peak). Throws InputError when none fits, naming the
+// smallest peak any partition reaches and that partition; at most 2048 layers.
 Partition partition_layers(const PartitionCosts& costs, double memory_cap);
 
 // A partition's figures under the costs (for checks and reports).

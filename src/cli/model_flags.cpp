@@ -99,9 +99,12 @@ namespace {
 std::vector<int> first_last_counts(int first, int last, int layers, int p, int m) {
   require(m == 1, "--decoder-first/last-pipeline-num-layers need --virtual-stages 1");
   require(p > 1, "--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1");
-  require(first >= 0 && last >= 0, "--decoder-first/last-pipeline-num-layers must be at least 1");
+  require(first >= 0 && last >= 0, "--decoder-first/last-pipeline-num-layers must be positive (0: not set)");
   const int64_t middle = int64_t(p) - (first > 0) - (last > 0), rest = int64_t(layers) - first - last;
-  require(rest >= middle && (middle == 0 ? rest == 0 : rest % middle == 0),
+  require(rest >= middle, "--decoder-first/last-pipeline-num-layers leave " + std::to_string(rest) + " of --layers " +
+                             std::to_string(layers) + " for the other " + std::to_string(middle) +
+                             " stages, which need at least one each");
+  require(middle == 0 ? rest == 0 : rest % middle == 0,
           "--decoder-first/last-pipeline-num-layers leave " + std::to_string(rest) + " of --layers " +
               std::to_string(layers) + ", which do not spread evenly over the other " + std::to_string(middle) +
               " stages");

@@ -31,7 +31,8 @@ struct PlanFlags {
   int micro_batch = 1, global_batch = 0, gpus = 0, top = 5;
   std::string gpu_memory, hardware = "A100-80GB", peak_flops, svg_dir;
   double iteration_time = 0;
-  std::string data, offload_optimizer, offload_params, schedule = "1f1b";
+  std::string data, offload_optimizer, offload_params, schedule;  // schedule: default 1f1b, or interleaved with m > 1
+  int threads = 1;
   bool save = false;
   bool search = false, paper = false, moe_paper = false, json = false;
 };
@@ -52,7 +53,9 @@ void add_flags(CLI::App& app, PlanFlags& f) {
   app.add_option("--iteration-time", f.iteration_time, "measured seconds per iteration (MFU/HFU from it)");
   app.add_option("--peak-flops", f.peak_flops, "peak FLOP/s per device for MFU, e.g. 312T (default: the preset's)");
   app.add_option("--schedule", f.schedule,
-                 "pipeline schedule: 1f1b | interleaved (with --virtual-stages) | zb-h1 (weight passes in the bubbles)")
+                 "pipeline schedule: 1f1b | interleaved (with --virtual-stages) | zb-h1 (weight passes in the bubbles); "
+                 "default 1f1b, interleaved with --virtual-stages > 1");
+  app.add_option("--threads", f.threads, "threads a rank runs (zb-h1 keeps each thread's LayerNorm partial sums)")
       ->capture_default_str();
   app.add_flag("--search", f.search, "rank every layout of --gpus devices that fits");
   app.add_option("--top", f.top, "layouts --search prints")->capture_default_str();
@@ -106,10 +109,13 @@ plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
                                      ") is not a multiple of t·p = " + std::to_string(tp_pp));
   r.layout.dp = r.gpus / tp_pp;
   r.save = f.save;
-  require(f.schedule == "1f1b" || f.schedule == "interleaved" || f.schedule == "zb-h1",
+  require(f.schedule.empty() || f.schedule == "1f1b" || f.schedule == "interleaved" || f.schedule == "zb-h1",
           "--schedule: the planner models 1f1b, interleaved and zb-h1 (got '" + f.schedule + "')");
   require(f.schedule != "interleaved" || layout.virtual_stages > 1, "--schedule interleaved needs --virtual-stages > 1");
-  require(f.schedule != "zb-h1" || layout.virtual_stages == 1, "--schedule zb-h1 needs --virtual-stages 1");
+  require(f.schedule.empty() || f.schedule == "interleaved" || layout.virtual_stages == 1,
+          "--schedule " + f.schedule + " needs --virtual-stages 1 (more chunks a rank is the interleaved schedule)");
+  require(f.threads >= 1 && f.threads <= 4096, "--threads must be between 1 and 4096");
+  r.threads = f.threads;
   r.zero_bubble = f.schedule == "zb-h1";
   r.offload_optimizer = !f.offload_optimizer.empty();
   r.offload_params = !f.offload_params.empty();

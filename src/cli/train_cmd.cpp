@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <omp.h>
+
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_flags.hpp"
@@ -35,6 +37,8 @@ void partition_automatically(LayoutConfig& layout, const ModelConfig& model, con
   r.save = !train.save.empty();
   r.offload_optimizer = !train.optim.offload_dir.empty();
   r.offload_params = train.optim.offload_params;
+  r.zero_bubble = train.schedule == "zb-h1";
+  r.threads = train.threads > 0 ? train.threads : omp_get_max_threads();
   const double cap = limit.empty() ? physical_memory_bytes() / std::max(1, local_ranks)
                                    : double(plan::parse_bytes(limit, "--pipeline-memory-limit"));
   r.gpu_memory = int64_t(cap);
@@ -51,10 +55,6 @@ void partition_automatically(LayoutConfig& layout, const ModelConfig& model, con
                  chosen.peak_bytes / double(1 << 20), cap / double(1 << 20));
 }
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
 
 }  // namespace
 
@@ -80,10 +80,10 @@ int run_train(int argc, char** argv) {
   train.shuffle = shuffle == "on";
   train.seed_given = app.count("--seed") > 0;
   train.zero_prefetch_given = app.count("--zero-prefetch") > 0;
-  require(layout.pipeline_layers == "auto" || (app.count("--hardware") == 0 && memory_limit.empty()),
-          "--hardware and --pipeline-memory-limit apply to --pipeline-layers auto only");
   LayoutConfig resolved;
   try {
+    require(layout.pipeline_layers == "auto" || (app.count("--hardware") == 0 && memory_limit.empty()),
+            "--hardware and --pipeline-memory-limit apply to --pipeline-layers auto only");
     resolved = layout.resolve(model.layers);
   } catch (const InputError&) {
     // Every rank parses the same flags before any communicator exists: rank 0 alone reports.
@@ -103,17 +103,20 @@ int run_train(int argc, char** argv) {
                          resolved.ep);
   std::unique_ptr<Trainer> trainer;
   const std::string settings = app.config_to_str(/*default_also=*/true, /*write_description=*/false);
-  comm::check_on_all_ranks("train", [&] {
-    // Before anything sized by the configuration: ranks that disagree would fail or hang elsewhere.
-    comm::require_same_configuration(settings);
-    if (layout.partition_auto) {
-      partition_automatically(resolved, model, train, dist.world_size(),
-                              env_int("OMPI_COMM_WORLD_LOCAL_SIZE", dist.world_size()), hardware, memory_limit,
+  // Before anything sized by the configuration: ranks that disagree would fail or hang elsewhere.
+  comm::check_on_all_ranks("train", [&] { comm::require_same_configuration(settings); });
+  if (layout.partition_auto) {
+    // Every rank partitions (a rank that cannot stops them all here, before any other collective),
+    // then the counts are compared: ranks on hosts of unlike memory could choose differently.
+    const int host_ranks = dist.ranks_on_this_host();
+    comm::check_on_all_ranks("train", [&] {
+      partition_automatically(resolved, model, train, dist.world_size(), host_ranks, hardware, memory_limit,
                               dist.rank() == 0);
-      comm::require_same_configuration(layer_counts_text(resolved.stage_layers));  // ranks on unlike machines
-    }
-    trainer = std::make_unique<Trainer>(model, resolved, train, &dist);
-  });
+    });
+    comm::check_on_all_ranks("train",
+                             [&] { comm::require_same_configuration(layer_counts_text(resolved.stage_layers)); });
+  }
+  comm::check_on_all_ranks("train", [&] { trainer = std::make_unique<Trainer>(model, resolved, train, &dist); });
   return comm::run_or_abort_all("train", [&] { return trainer->run(); });
 }
 

@@ -133,4 +133,13 @@ Communicator& Distributed::embedding() {
   return *embedding_;
 }
 
+int Distributed::ranks_on_this_host() const {
+  MPI_Comm host;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host);
+  int n = 1;
+  MPI_Comm_size(host, &n);
+  MPI_Comm_free(&host);
+  return n;
+}
+
 }  // namespace lattice::comm

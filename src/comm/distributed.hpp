@@ -49,6 +49,8 @@ class Distributed {
   const parallel::RankGroups& groups() const { return groups_; }  // world ranks of this rank's groups
   int rank() const { return rank_; }                                // world rank
   int world_size() const { return layout_.world; }
+  // How many ranks share this rank's host (its memory): collective over the world.
+  int ranks_on_this_host() const;
   const std::string& command() const { return command_; }
 
   Communicator& world() { return *world_; }

@@ -7,6 +7,11 @@
 
 namespace lattice {
 
+namespace {
+// A user's list in an error line, cut to a readable length.
+std::string shortened(const std::string& text) { return text.size() <= 60 ? text : text.substr(0, 57) + "..."; }
+}  // namespace
+
 StagePartition StagePartition::even(int layers, int stages) {
   StagePartition p;
   for (int s = 0; s <= stages; ++s) p.first.push_back(int(int64_t(layers) * s / stages));
@@ -27,7 +32,7 @@ StagePartition StagePartition::of(const LayoutConfig& layout, int layers) {
                                       " (pipeline stages × virtual stages); give the counts with --pipeline-layers");
     return even(layers, stages);
   }
-  const std::string given = "--pipeline-layers " + layer_counts_text(layout.stage_layers);
+  const std::string given = "--pipeline-layers " + shortened(layer_counts_text(layout.stage_layers));
   require(int(layout.stage_layers.size()) == stages,
           given + " gives " + std::to_string(layout.stage_layers.size()) + " stages; the layout has p·m = " +
               std::to_string(stages));
@@ -74,9 +79,10 @@ std::vector<int> parse_layer_counts(const std::string& text, const std::string& 
     const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
     char* end = nullptr;
     errno = 0;
-    const long v = item.empty() ? 0 : std::strtol(item.c_str(), &end, 10);
-    require(!item.empty() && end && *end == '\0' && errno == 0 && v >= 1 && v <= 1 << 20,
-            flag + " must be a list of positive layer counts such as 3,4,4,1 (got '" + text + "')");
+    const bool digits = !item.empty() && item[0] >= '0' && item[0] <= '9';  // no sign, no space
+    const long v = digits ? std::strtol(item.c_str(), &end, 10) : 0;
+    require(digits && end && *end == '\0' && errno == 0 && v >= 1 && v <= 1 << 20,
+            flag + " must be a list of positive layer counts such as 3,4,4,1 (got '" + shortened(text) + "')");
     counts.push_back(int(v));
     if (comma == std::string::npos) break;
     at = comma + 1;

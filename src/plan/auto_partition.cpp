@@ -1,6 +1,8 @@
 #include "plan/auto_partition.hpp"
 
+#include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "analysis/memory_categories.hpp"
@@ -22,7 +24,7 @@ analysis::PartitionCosts partition_costs(const PlanRequest& r, const Hardware& h
   // Two cases: world rank 0 (on the first stage) writes the checkpoint, the others do not.
   auto memory = std::make_shared<std::vector<analysis::MemoryCase>>(
       2, analysis::MemoryCase{activation_shape(r), r.model, r.layout, r.micro_batches(), r.data_bytes, r.save, false,
-                              r.offload_optimizer, r.offload_params, r.zero_bubble});
+                              r.offload_optimizer, r.offload_params, r.zero_bubble, r.threads});
   (*memory)[0].writer = r.save;
   for (auto& m : *memory) m.layout.stage_layers.clear();  // each candidate stage is given its layers explicitly
   analysis::PartitionCosts c;
@@ -32,15 +34,24 @@ analysis::PartitionCosts partition_costs(const PlanRequest& r, const Hardware& h
   c.seconds = [time, head, p](int stage, int i, int j) {
     return (*time)[size_t(j)] - (*time)[size_t(i)] + (stage == p - 1 ? head : 0.0);
   };
-  c.bytes = [memory, full](int stage, int i, int j) {
+  // A stage's bytes depend only on the stage, its layer count and how many are fully recomputed.
+  auto known = std::make_shared<std::map<std::tuple<int, int, int>, double>>();
+  c.bytes = [memory, full, known](int stage, int i, int j) {
     const analysis::StageLayers layers{j - i, (*full)[size_t(j)] - (*full)[size_t(i)]};
-    return double(analysis::rank_memory((*memory)[stage == 0 ? 0 : 1], stage, layers).accounted_peak);
+    const auto key = std::make_tuple(stage, int(layers.count), int(layers.fully_recomputed));
+    const auto it = known->find(key);
+    if (it != known->end()) return it->second;
+    const double bytes = double(analysis::rank_memory((*memory)[stage == 0 ? 0 : 1], stage, layers).accounted_peak);
+    known->emplace(key, bytes);
+    return bytes;
   };
   return c;
 }
 
 analysis::Partition auto_partition(const PlanRequest& r, const Hardware& hw, double memory_cap) {
   require(r.layout.virtual_stages == 1, "--pipeline-layers auto needs --virtual-stages 1");
+  require(!r.model.moe.enabled(),
+          "--pipeline-layers auto does not partition Mixture-of-Experts models yet: give the counts (3,4,4,1)");
   return analysis::partition_layers(partition_costs(r, hw), memory_cap);
 }
 

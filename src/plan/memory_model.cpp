@@ -42,7 +42,7 @@ MemoryPlan plan_memory(const PlanRequest& r) {
   m.total_bytes = double(m.model_state.total()) + m.first_stage_activation_bytes;
   // Uneven stages (--pipeline-layers): the heaviest stage need not be the first; the figures above
   // then describe the heaviest (its layers, micro-batches in flight, parameters and outside tensors).
-  for (int stage = 1; !r.model.moe.enabled() && !l.stage_layers.empty() && stage < l.pp; ++stage) {
+  for (int stage = 1; !r.model.moe.enabled() && !l.stage_layers.empty() && !r.zero_bubble && stage < l.pp; ++stage) {
     const int64_t psi = analysis::stage_parameters(r.model, l.tp, l.pp, stage,
                                                    int(partition.layers_of_rank(stage, l.pp).size()));
     const analysis::ModelStateBytes states =
@@ -63,11 +63,21 @@ MemoryPlan plan_memory(const PlanRequest& r) {
   m.capacity_bytes = r.gpu_memory;
   if (!r.model.moe.enabled()) {
     analysis::MemoryCase c{x, r.model, l, r.micro_batches(), r.data_bytes, r.save, false, r.offload_optimizer,
-                           r.offload_params, r.zero_bubble};
+                           r.offload_params, r.zero_bubble, r.threads};
     for (int stage = 0; stage < l.pp; ++stage) {
       c.writer = r.save && stage == 0;  // world rank 0 is on the first stage
       m.by_stage.push_back(analysis::rank_memory(c, stage));
     }
+    // ZB-H1: later stages hold weight-pass operands too, so the heaviest stage decides what fits
+    // (its activations and steady model states, as total_bytes counts them).
+    if (r.zero_bubble)
+      for (int stage = 0; stage < l.pp; ++stage) {
+        const analysis::CategoryBytes& b = m.by_stage[size_t(stage)];
+        const double total = double(b.activations + b.model_states_steady);
+        if (total <= m.total_bytes) continue;
+        m.stage = stage;
+        m.total_bytes = total;
+      }
   }
   return m;
 }

@@ -13,7 +13,7 @@ namespace lattice::plan {
 
 // With uneven stages (--pipeline-layers) the "first stage" figures are those of the heaviest stage.
 struct MemoryPlan {
-  int stage = 0;                            // the stage described: the first, or the heaviest of uneven ones
+  int stage = 0;  // the stage that decides what fits: the first, or the heaviest (uneven stages, ZB-H1)
   int64_t activation_bytes_per_layer = 0;   // Table 2 row of the first layer under this layout (as a dense layer)
   int64_t moe_layer_activation_bytes = 0;   // MoE models: one MoE layer's bytes, balanced experts (else 0)
   int64_t moe_received_rows_max = 0;        // rows this rank's experts can receive unbalanced (moe_received_rows_bound)

@@ -45,7 +45,6 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
   // The partitioner's counts for r (m = 1) within the device memory; false when none fits.
   auto partition = [&](PlanRequest& r) {
     r.layout.stage_layers.clear();
-    r.layout.recompute_layers = -1;
     try {
       r.layout.stage_layers = auto_partition(r, hw, double(r.gpu_memory)).counts;
       return true;
@@ -92,7 +91,7 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
                 r.micro_batch = b;
                 r.layout.stage_layers.clear();
                 // p not dividing L: stages of uneven sizes, as the partitioner balances them.
-                const bool uneven = m == 1 && L % p != 0;
+                const bool uneven = m == 1 && L % p != 0 && !base.model.moe.enabled();
                 for (Recompute mode : {Recompute::none, Recompute::selective}) {
                   r.layout.recompute = mode;
                   if (uneven && !partition(r)) continue;
@@ -104,6 +103,7 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
                 const int n = fewest_recomputed_layers(r);
                 if (n < 0) { ++result.considered; continue; }
                 r.layout.recompute_layers = n == L ? -1 : n;
+                if (uneven && !partition(r)) continue;  // balanced for the layers actually recomputed
                 consider(r);
               }
             }

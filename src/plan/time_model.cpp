@@ -94,10 +94,7 @@ LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
   const GroupTopology tp_group = group_topology(hw, l.tp, 1);
   w.forward = layer_forward(r, hw, x, tp_group, w.tp_algorithm, moe);
   if (x.sp && x.t > 1) w.backward_extra_comm = 2 * all_gather(tp_group, double(x.s) * x.b * x.h * x.d).seconds;
-  const double full_share = l.recompute != Recompute::full  ? 0.0
-                            : l.recompute_layers < 0       ? 1.0
-                                                           : double(l.recompute_layers) / r.model.layers;
-  if (!moe) w.weight_gemm = (1 - full_share) * 24.0 * x.b * double(x.s) * x.h * x.h / x.t / flops_per_s;
+  if (!moe) w.weight_gemm = 24.0 * x.b * double(x.s) * x.h * x.h / x.t / flops_per_s;
   // The fraction of layers fully recomputed re-runs the forward; selective re-runs QKᵀ,
   // softmax, dropout and probs×V from the kept Q, K, V.
   if (l.recompute == Recompute::full) {
@@ -131,8 +128,9 @@ struct StageWork {
   double gemm = 0, elementwise = 0, tp_comm = 0, ep_comm = 0, recompute = 0;
   double weight = 0;  // of which a split backward's weight passes (part of gemm)
   double total() const { return gemm + elementwise + tp_comm + ep_comm + recompute; }
-  void add_layers(const LayerWork& w, double count) {
-    weight += count * w.weight_gemm;
+  // `split`: how many of them run their backward split (not fully recomputed; ZB-H1's W).
+  void add_layers(const LayerWork& w, double count, double split = 0) {
+    weight += split * w.weight_gemm;
     gemm += count * 3 * w.forward.gemm;
     elementwise += count * 3 * w.forward.elementwise;
     tp_comm += count * (2 * w.forward.comm + w.backward_extra_comm);
@@ -167,9 +165,13 @@ StageWork slowest_stage(const PlanRequest& r, const Hardware& hw, const LayerWor
   StageWork slowest;
   for (int rank = l.pp - 1; rank >= 0; --rank) {
     StageWork w = rank == l.pp - 1 ? head_work(r, hw) : StageWork{};
-    int moe_layers = 0, layers = 0;
-    for (int layer : partition.layers_of_rank(rank, l.pp)) ++layers, moe_layers += moe && r.model.moe.is_moe_layer(layer);
-    w.add_layers(dense, layers - moe_layers);
+    int moe_layers = 0, layers = 0, split = 0;
+    for (int layer : partition.layers_of_rank(rank, l.pp)) {
+      const bool is_moe = moe && r.model.moe.is_moe_layer(layer);
+      ++layers, moe_layers += is_moe;
+      split += !is_moe && !analysis::layer_fully_recomputed(l, layer, r.model.layers);
+    }
+    w.add_layers(dense, layers - moe_layers, split);
     if (moe_layers > 0) w.add_layers(moe_work, moe_layers);
     if (w.total() > slowest.total()) slowest = w;
   }

@@ -27,7 +27,8 @@ Simulation simulate(const std::vector<RankActions>& lists, int m, const Simulati
   for (const auto& list : lists)
     for (const Action& a : list)
       require(a.pass != Pass::backward_weight || (options.weight_time > 0 && options.weight_time < options.backward_time),
-              "simulate: the weight pass must take part of the backward time (0 < weight time < backward time)");
+              "--weight-time must be part of --backward-time (0 < weight time < backward time): the backward is "
+              "the input pass plus the weight pass");
   require(options.stage_scale.empty() || options.stage_scale.size() == lists.size() * size_t(m),
           "simulate: one time scale per virtual stage");
   const int p = int(lists.size());

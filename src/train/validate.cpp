@@ -30,7 +30,12 @@ void require_fits(const ModelConfig& m, const LayoutConfig& layout, const TrainC
   size_t most = 0;
   for (int r = 0; r < layout.pp; ++r) most = std::max(most, stages.layers_of_rank(r, layout.pp).size());
   const double layers = double(most);
-  const double states = 16.0 * double(m.num_params()) / (tp * layout.pp) / (layout.zero >= 3 ? layout.dp : 1);
+  double most_params = 0;  // the heaviest stage's (uneven stages hold different shares)
+  for (int r = 0; r < layout.pp; ++r)
+    most_params = std::max(most_params, double(analysis::stage_parameters(
+                                            m, layout.tp, layout.pp, r, int(stages.layers_of_rank(r, layout.pp).size()))));
+  if (layout.pp == 1) most_params = double(m.num_params()) / tp;
+  const double states = 16.0 * most_params / (layout.zero >= 3 ? layout.dp : 1);
   double kept = 0;
   const double sbh = s * b * h, as2b = a_local * s * s * b;
   if (sbh < 0x1p50 && as2b < 0x1p50) {  // the formula's 64-bit sizes cannot overflow

@@ -96,6 +96,9 @@ expect_error "plan: auto under a limit nothing fits" "no partition of 5 layers" 
 # Bad counts: one line each, before any rank starts work.
 expect_error "counts not adding up to L" "adds up to 4 layers" train "${MODEL[@]}" --pipeline-layers 4
 expect_error "a count that is not a number" "positive layer counts" train "${MODEL[@]}" --pipeline-layers 2,x
+expect_error "a signed count" "positive layer counts" train "${MODEL[@]}" --pipeline-layers +2,3
+expect_error "plan: auto for an MoE model" "Mixture-of-Experts" plan --layers 5 --hidden 64 --heads 4 --seq-len 32 \
+  --num-experts 4 --pipeline-model-parallel-size 2 --pipeline-layers auto
 expect_error "an empty stage" "positive layer counts" train "${MODEL[@]}" --pipeline-layers 0,5
 expect_error "two lists at once" "pass one" train "${MODEL[@]}" --pipeline-layers 2,3 \
   --decoder-first-pipeline-num-layers 2

@@ -59,6 +59,28 @@ for r in range(4):
     if not (0.97 * want <= b <= 1.03 * want): sys.exit('rank %d holds %d under zb-h1; 1F1B %d + %d x M_W = %d' % (r, b, a, r, want))
 "
 
+# The per-stage prediction (lattice plan --schedule zb-h1, rank_memory) against the measured peaks,
+# also under TP + SP, where each weight pass keeps whole-sequence operands (M_W may exceed M_B).
+predicted_vs_measured() {  # predicted_vs_measured RUN NP PLAN-FLAGS...
+  local run=$1 np=$2; shift 2
+  "$LATTICE" plan --layers 4 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --micro-batch 2 --global-batch 8 \
+    --activation-dtype fp32 --params-dtype fp32 --hardware cpu --gpus "$np" --schedule zb-h1 "$@" --json \
+    > "$run.plan.json" 2> "$run.plan.err"
+  "$PY" - "$run" <<'PYEOF'
+import json, sys
+run = sys.argv[1]
+plan = json.load(open(run + '.plan.json'))['memory_by_stage']
+for r in [json.loads(l) for l in open(run + '.jsonl')][-1]['memory']['ranks']:
+    got, want = r['activation_peak_bytes'], plan[r['pp_rank']]['activations']
+    print(run, r['rank'], r['pp_rank'], got, want, got / want)
+    if not (0.97 * want <= got <= 1.03 * want): sys.exit('%s rank %d: measured %d, predicted %d' % (run, r['rank'], got, want))
+PYEOF
+}
+check "pp4 zb-h1: every stage's activations as predicted (3%)" predicted_vs_measured pp4_zb 4 \
+  --pipeline-model-parallel-size 4
+check "TP 2 + SP + PP 2 zb-h1: every stage's activations as predicted (3%)" predicted_vs_measured tp2_pp2_sp_zb 4 \
+  --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel
+
 # The trace records the split passes; lattice schedule reads it back with ZB-H1's counts.
 run pp4_trace 4 --pipeline-model-parallel-size 4 --schedule zb-h1 --trace trace.json
 check "trace: every B and W of every micro-batch on every rank" "$PY" -c "
@@ -76,8 +98,8 @@ d = json.load(open('real.json'))
 sys.exit(0 if d['peak_in_flight'] == [4, 3, 2, 1] and d['peak_held'] == [4, 4, 4, 4] else d)"
 check "the real timeline drawn with W boxes" grep -q "weight gradient (W)" real.svg
 
-# The planner: the same schedule's bubble (the formula module's) below 1F1B's, the last stage's memory
-# above it by p − 1 micro-batches' M_W of its layers, the first stage's unchanged.
+# The planner: the same schedule's bubble (the formula module's) below 1F1B's, the later stages'
+# memory above 1F1B's by their deferred M_W, the first stage's within one input pass's excess (1%).
 for sch in 1f1b zb-h1; do
   "$LATTICE" plan --layers 8 --hidden 256 --heads 8 --seq-len 128 --vocab 256 --micro-batch 1 --global-batch 8 \
     --pipeline-model-parallel-size 4 --hardware cpu --schedule "$sch" --json > "plan_$sch.json" 2> plan.err
@@ -88,7 +110,7 @@ a, b = json.load(open('plan_1f1b.json')), json.load(open('plan_zb-h1.json'))
 fa, fb = a['time_breakdown_s']['bubble'], b['time_breakdown_s']['bubble']
 sa, sb = [s['activations'] for s in a['memory_by_stage']], [s['activations'] for s in b['memory_by_stage']]
 print(fa, fb, sa, sb, b['layout']['schedule'])
-sys.exit(0 if fb < fa and sa[0] == sb[0] and all(sb[r] > sa[r] for r in (1, 2, 3)) and b['layout']['schedule'] == 'zb-h1' else 1)"
+sys.exit(0 if fb < fa and sa[0] <= sb[0] <= 1.01 * sa[0] and all(sb[r] > sa[r] for r in (1, 2, 3)) and b['layout']['schedule'] == 'zb-h1' else 1)"
 expect_error "plan: zb-h1 with virtual stages" "virtual-stages 1" plan --layers 8 --hidden 256 --heads 8 \
   --pipeline-model-parallel-size 4 --virtual-stages 2 --schedule zb-h1
 expect_error "plan: a schedule it does not model" "models 1f1b" plan --layers 8 --hidden 256 --heads 8 \
