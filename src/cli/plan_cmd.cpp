@@ -14,11 +14,13 @@
 #include "cli/model_flags.hpp"
 #include "core/atomic_dir.hpp"
 #include "core/error.hpp"
+#include "core/stage_partition.hpp"
 #include "plan/auto_partition.hpp"
 #include "plan/evaluate.hpp"
 #include "plan/paper_report.hpp"
 #include "plan/report.hpp"
 #include "plan/search.hpp"
+#include "plan/time_model.hpp"
 #include "plan/units.hpp"
 
 namespace lattice::cli {
@@ -130,8 +132,12 @@ plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
     }
   }
   r.global_batch = f.global_batch > 0 ? f.global_batch : (f.search ? r.gpus : f.micro_batch * r.layout.dp);
-  if (f.layout.partition_auto && !f.search)
+  if (f.layout.partition_auto && !f.search) {
     r.layout.stage_layers = plan::auto_partition(r, hw, double(r.gpu_memory)).counts;
+    std::fprintf(stderr, "lattice plan: pipeline layers (auto): %s from %s\n",
+                 layer_counts_text(r.layout.stage_layers).c_str(),
+                 plan::stage_seconds(r, hw).measured ? "measured layer costs" : "the time model's layer costs");
+  }
   return r;
 }
 

@@ -14,6 +14,7 @@
 #include "core/memory_limit.hpp"
 #include "core/stage_partition.hpp"
 #include "plan/auto_partition.hpp"
+#include "plan/time_model.hpp"
 #include "plan/units.hpp"
 #include "train/trainer.hpp"
 
@@ -45,13 +46,15 @@ void partition_automatically(LayoutConfig& layout, const ModelConfig& model, con
   require(r.micro_batch >= 1 && r.global_batch % (r.micro_batch * r.layout.dp) == 0,
           "--pipeline-layers auto needs --global-batch a multiple of --micro-batch × data-parallel size");
   model.validate();
-  const analysis::Partition chosen = plan::auto_partition(r, plan::hardware_preset(hardware), cap);
+  const plan::Hardware& hw = plan::hardware_preset(hardware);
+  const analysis::Partition chosen = plan::auto_partition(r, hw, cap);
   layout.stage_layers = chosen.counts;
   if (print)
     std::fprintf(stderr,
-                 "lattice train: pipeline layers (auto): %s — slowest stage %.4g s a micro-batch at %s, peak %.1f "
-                 "MiB of %.1f MiB a rank\n",
+                 "lattice train: pipeline layers (auto): %s — slowest stage %.4g s a micro-batch at %s (%s), peak "
+                 "%.1f MiB of %.1f MiB a rank\n",
                  layer_counts_text(chosen.counts).c_str(), chosen.slowest_seconds, hardware.c_str(),
+                 plan::stage_seconds(r, hw).measured ? "measured layer costs" : "the time model's layer costs",
                  chosen.peak_bytes / double(1 << 20), cap / double(1 << 20));
 }
 

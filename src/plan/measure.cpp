@@ -118,7 +118,19 @@ Hardware hardware_from_file(const std::string& path) {
     m.memory_bandwidth = j.at("memory_bandwidth");
     if (m.gemm_fp32_flops <= 0 || m.gemm_bf16_flops <= 0 || m.memory_bandwidth <= 0)
       fail(path + ": measured rates must be positive");
-    return hardware_from(m);
+    Hardware h = hardware_from(m);
+    if (j.contains("layer_costs")) {
+      const auto& c = j.at("layer_costs");
+      MeasuredLayerCosts& l = h.layer_costs;
+      l.hidden = c.at("hidden"), l.heads = c.at("heads"), l.seq_len = c.at("seq_len");
+      l.micro_batch = c.at("micro_batch"), l.vocab = c.at("vocab");
+      l.activation_dtype = c.at("activation_dtype"), l.recompute = c.at("recompute"), l.attention = c.at("attention");
+      l.forward_s = c.at("forward_s"), l.backward_input_s = c.at("backward_input_s");
+      l.backward_weight_s = c.at("backward_weight_s"), l.head_s = c.at("head_s");
+      for (double v : {l.forward_s, l.backward_input_s, l.backward_weight_s, l.head_s})
+        if (!(v > 0 && v < 1e6)) fail(path + ": measured layer costs must be positive seconds");
+    }
+    return h;
   } catch (const nlohmann::json::exception& e) {
     fail(path + " is not a lattice bench result: " + e.what());
   }

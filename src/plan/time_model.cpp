@@ -180,8 +180,28 @@ StageWork slowest_stage(const PlanRequest& r, const Hardware& hw, const LayerWor
 
 }  // namespace
 
+namespace {
+// Do the measured layer costs describe r's layers: one process (t = 1), a dense model, the same shape,
+// activation dtype, recompute mode and attention kernel?
+bool costs_fit(const MeasuredLayerCosts& c, const PlanRequest& r) {
+  const LayoutConfig& l = r.layout;
+  return c.valid() && l.tp == 1 && !r.model.moe.enabled() && c.hidden == r.model.hidden &&
+         c.heads == r.model.heads && c.seq_len == r.model.seq_len && c.micro_batch == r.micro_batch &&
+         c.vocab == r.model.padded_vocab(1) && c.activation_dtype == to_string(l.activation_dtype) &&
+         c.recompute == to_string(l.recompute) && c.attention == to_string(l.attention) &&
+         (l.recompute != Recompute::full || l.recompute_layers < 0);
+}
+}  // namespace
+
 StageSeconds stage_seconds(const PlanRequest& r, const Hardware& hw) {
   StageSeconds out;
+  if (costs_fit(hw.layer_costs, r)) {
+    const MeasuredLayerCosts& c = hw.layer_costs;
+    out.layer.assign(size_t(r.model.layers), c.forward_s + c.backward_input_s + c.backward_weight_s);
+    out.head = c.head_s;
+    out.measured = true;
+    return out;
+  }
   const LayerWork dense = layer_work(r, hw, false);
   const bool moe = r.model.moe.enabled();
   const LayerWork moe_work = moe ? layer_work(r, hw, true) : LayerWork{};

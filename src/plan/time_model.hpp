@@ -37,6 +37,7 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw);
 struct StageSeconds {
   std::vector<double> layer;
   double head = 0;
+  bool measured = false;  // from the hardware's MeasuredLayerCosts (its shape and layout are this run's)
 };
 StageSeconds stage_seconds(const PlanRequest& r, const Hardware& hw);
 

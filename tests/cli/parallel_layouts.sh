@@ -147,14 +147,6 @@ d = [json.loads(l) for l in open('dp2.jsonl')][-1]
 sys.exit(0 if all(r['dp'] > 0 and r['tp'] == 0 for r in d['comm']['ranks']) else 1)"
 
 # Bad layouts: one line from rank 0, every rank exits non-zero.
-bad_layout() {  # bad_layout NAME PATTERN NP FLAGS...
-  local name=$1 pattern=$2 np=$3; shift 3
-  timeout 60 mpirun --oversubscribe -np "$np" "$LATTICE" train "${MODEL[@]}" "$@" > bad.out 2> bad.err
-  local status=$?
-  check "$name: non-zero exit ($status)" test "$status" -ne 0 -a "$status" -ne 124
-  check "$name: one error line" test "$(grep -c 'error' bad.err)" -eq 1
-  check "$name: names the cause" grep -q -- "$pattern" bad.err
-}
 bad_layout "world not divisible by t" "not divisible" 3 --tensor-model-parallel-size 2
 bad_layout "t not dividing heads" "must divide --heads" 3 --tensor-model-parallel-size 3
 bad_layout "SP without TP" "sequence-parallel" 2 --sequence-parallel

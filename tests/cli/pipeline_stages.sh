@@ -77,14 +77,6 @@ counts=$("$PY" -c "import json; print(json.load(open('plan_auto.json'))['layout'
 check "train and plan choose the same partition ($counts)" grep -q "pipeline layers (auto): $counts " pp2_auto.err
 check "printed once" test "$(grep -c 'pipeline layers (auto)' pp2_auto.err)" -eq 1
 check "the partition is uneven for 5 layers on 2 stages" test "$counts" = 3,2 -o "$counts" = 2,3
-bad_layout() {  # bad_layout NAME PATTERN NP FLAGS...: one line from rank 0, every rank exits non-zero
-  local name=$1 pattern=$2 np=$3; shift 3
-  timeout 60 mpirun --oversubscribe -np "$np" "$LATTICE" train "${MODEL[@]}" "$@" > bad.out 2> bad.err
-  local status=$?
-  check "$name: non-zero exit ($status)" test "$status" -ne 0 -a "$status" -ne 124
-  check "$name: one error line" test "$(grep -c 'error' bad.err)" -eq 1
-  check "$name: names the cause" grep -q -- "$pattern" bad.err
-}
 bad_layout "auto under a limit nothing fits" "the smallest peak is .* at [0-9],[0-9]" 2 --pipeline-model-parallel-size 2 \
   --pipeline-layers auto --pipeline-memory-limit 1MB
 bad_layout "auto with interleaving" "virtual-stages 1" 2 --pipeline-model-parallel-size 2 --pipeline-layers auto \
@@ -92,6 +84,37 @@ bad_layout "auto with interleaving" "virtual-stages 1" 2 --pipeline-model-parall
 expect_error "--hardware without auto" "auto only" train "${MODEL[@]}" --hardware cpu
 expect_error "plan: auto under a limit nothing fits" "no partition of 5 layers" plan --layers 5 --hidden 64 --heads 4 \
   --seq-len 32 --pipeline-model-parallel-size 2 --pipeline-layers auto --gpu-memory 1MB
+
+# Measured layer costs (lattice bench --layer-costs): a layer's forward, input and weight passes and the
+# output layer at the run's shape; --hardware FILE hands them to the partitioner in place of the time
+# model. A file whose output layer costs 100 layers leaves the last stage one layer.
+SHAPE=(--hidden 64 --heads 4 --seq-len 32 --vocab 256 --micro-batch 2)
+"$LATTICE" bench --seconds 0.05 --layer-costs --layers 5 "${SHAPE[@]}" --json > hw.json 2> hw.err
+check "bench --layer-costs: positive times at the shape" "$PY" -c "
+import json, sys
+c = json.load(open('hw.json'))['layer_costs']
+print(c)
+sys.exit(0 if all(c[k] > 0 for k in ('forward_s', 'backward_input_s', 'backward_weight_s', 'head_s'))
+         and c['hidden'] == 64 and c['micro_batch'] == 2 and c['vocab'] == 256 else 1)"
+"$PY" -c "
+import json
+d = json.load(open('hw.json'))
+d['layer_costs']['head_s'] = 100 * d['layer_costs']['forward_s']
+json.dump(d, open('heavy_head.json', 'w'))"
+PLAN_AUTO=(plan --layers 5 "${SHAPE[@]}" --global-batch 8 --activation-dtype fp32 --params-dtype fp32
+           --pipeline-model-parallel-size 2 --pipeline-layers auto --json)
+"$LATTICE" "${PLAN_AUTO[@]}" --hardware heavy_head.json > heavy.json 2> heavy.err
+check "measured costs used: a heavy output layer leaves the last stage one layer" "$PY" -c "
+import json, sys
+sys.exit(0 if json.load(open('heavy.json'))['layout']['pipeline_layers'] == '4,1' else 1)"
+check "... and plan says where the costs came from" grep -q "from measured layer costs" heavy.err
+"$LATTICE" "${PLAN_AUTO[@]}" --hardware heavy_head.json --seq-len 64 > other.json 2> other.err
+check "costs of another shape are not used" grep -q "the time model's layer costs" other.err
+run pp2_auto_measured 2 --pipeline-model-parallel-size 2 --pipeline-layers auto --hardware hw.json
+check "train partitions from the measured costs" grep -q "(measured layer costs)" pp2_auto_measured.err
+check "pp2_auto_measured trains the one-rank model" compare pp2_auto_measured
+expect_error "--layer-costs with a parallel layout" "one process" bench --seconds 0.05 --layer-costs \
+  --tensor-model-parallel-size 2 "${SHAPE[@]}"
 
 # Bad counts: one line each, before any rank starts work.
 expect_error "counts not adding up to L" "adds up to 4 layers" train "${MODEL[@]}" --pipeline-layers 4

@@ -1,5 +1,5 @@
-# Shared by the layout tests (sourced): a corpus, the small model, run NAME NP FLAGS... and
-# compare NAME [REFERENCE] (per-step losses to 1e-5 relative, final weights to 1e-5).
+# Shared by the layout tests (sourced): a corpus, the small model, run NAME NP FLAGS..., compare
+# NAME [REFERENCE] (per-step losses to 1e-5 relative, final weights to 1e-5) and bad_layout.
 # Needs LATTICE and the current directory set; exports the MPI/OpenMP settings for oversubscription.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Ranks oversubscribe the 2 cores: one thread each, and threads that sleep instead of spinning.
@@ -25,4 +25,11 @@ run() {  # run NAME NP FLAGS...
   check "$name: exit 0" test $? -eq 0
 }
 
-
+bad_layout() {  # bad_layout NAME PATTERN NP FLAGS...: one line from rank 0, every rank exits non-zero
+  local name=$1 pattern=$2 np=$3; shift 3
+  timeout 60 mpirun --oversubscribe -np "$np" "$LATTICE" train "${MODEL[@]}" "$@" > bad.out 2> bad.err
+  local status=$?
+  check "$name: non-zero exit ($status)" test "$status" -ne 0 -a "$status" -ne 124
+  check "$name: one error line" test "$(grep -c 'error' bad.err)" -eq 1
+  check "$name: names the cause" grep -q -- "$pattern" bad.err
+}
