@@ -1,7 +1,9 @@
 // `lattice train`: train a GPT model on a prepared token directory.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include <omp.h>
 
@@ -89,8 +91,13 @@ int run_train(int argc, char** argv) {
             "--hardware and --pipeline-memory-limit apply to --pipeline-layers auto only");
     resolved = layout.resolve(model.layers);
   } catch (const InputError&) {
-    // Every rank parses the same flags before any communicator exists: rank 0 alone reports.
-    if (comm::started_by_launcher() && comm::launcher_rank() != 0) return 1;
+    // Every rank parses the same flags before any communicator exists: rank 0 alone reports. The
+    // others wait before exiting, since the launcher ends the job at the first non-zero exit and
+    // rank 0 must have written its line by then; its own exit ends them sooner.
+    if (comm::started_by_launcher() && comm::launcher_rank() != 0) {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      return 1;
+    }
     throw;
   }
   if (!comm::started_by_launcher() && resolved.tp == 1 && resolved.pp == 1 && resolved.ep == 1) {
