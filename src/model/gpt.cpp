@@ -1,3 +1,6 @@
+// The GPT model: embedding, layers and head, as whole forward/backward passes and as pipeline chunks
+// (forward, whole backward, and a backward split into input and weight passes). Past 400 lines because
+// the chunk entry points share the per-layer loops they drive; splitting them apart would copy those.
 #include "model/gpt.hpp"
 
 #include <algorithm>
