@@ -46,12 +46,6 @@ StagePartition StagePartition::of(const LayoutConfig& layout, int layers) {
   return from_counts(layout.stage_layers);
 }
 
-int StagePartition::stage_of(int layer) const {
-  int s = 0;
-  while (s + 1 < stages() && layer >= end(s)) ++s;
-  return s;
-}
-
 std::vector<int> StagePartition::layers_of_rank(int rank, int pp) const {
   std::vector<int> out;
   for (int s = rank; s < stages(); s += pp)
@@ -63,12 +57,6 @@ std::vector<int> StagePartition::counts() const {
   std::vector<int> c;
   for (int s = 0; s < stages(); ++s) c.push_back(layers(s));
   return c;
-}
-
-bool StagePartition::is_even() const {
-  for (int s = 1; s < stages(); ++s)
-    if (layers(s) != layers(0)) return false;
-  return true;
 }
 
 std::vector<int> parse_layer_counts(const std::string& text, const std::string& flag) {

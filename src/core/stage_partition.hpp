@@ -24,11 +24,9 @@ struct StagePartition {
   int begin(int s) const { return first[size_t(s)]; }
   int end(int s) const { return first[size_t(s) + 1]; }
   int layers(int s) const { return end(s) - begin(s); }
-  int stage_of(int layer) const;
   // Rank r's layers over its chunks, ascending (pp ranks, stages()/pp chunks each).
   std::vector<int> layers_of_rank(int rank, int pp) const;
   std::vector<int> counts() const;
-  bool is_even() const;
 };
 
 // "3,4,4,1" → {3, 4, 4, 1}: positive integers separated by commas (InputError otherwise).
