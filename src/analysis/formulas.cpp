@@ -123,12 +123,20 @@ double pipeline_bubble_fraction(bool zero_bubble, int p, int n_mb, PassTimes t) 
   return 1.0 - n_mb * (t.f + t.b + t.w) / pipeline_step_time(zero_bubble, p, n_mb, t);
 }
 
+double pipedream_2bw_time(int p, int n_mb, PassTimes t, int steps) {
+  return steps * (n_mb * (t.f + t.b + t.w) + (p - 1) * t.f) + (p - 1) * (t.b + t.w);
+}
+
+double pipedream_2bw_bubble_fraction(int p, int n_mb, PassTimes t, int steps) {
+  return 1.0 - steps * n_mb * (t.f + t.b + t.w) / pipedream_2bw_time(p, n_mb, t, steps);
+}
+
 double pipeline_bubble_fraction(int p, int n_mb, int m) {
   return double(p - 1) / (double(m) * n_mb + (p - 1));
 }
 
 ModelStateBytes model_state_bytes(int64_t psi, int dp, int zero, bool mixed,
-                                  int64_t optimizer_state_bytes_per_param) {
+                                  int64_t optimizer_state_bytes_per_param, int versions) {
   const int64_t w = mixed ? 2 : 4;                                   // weights and grads
   const int64_t opt = optimizer_state_bytes_per_param + (mixed ? 4 : 0);  // + fp32 master copy
   auto shard = [dp](int64_t bytes) { return (bytes + dp - 1) / dp; };
@@ -136,6 +144,7 @@ ModelStateBytes model_state_bytes(int64_t psi, int dp, int zero, bool mixed,
   if (zero >= 1) m.optimizer = shard(opt * psi);
   if (zero >= 2) m.grads = shard(w * psi);
   if (zero >= 3) m.params = shard(w * psi);
+  m.params *= versions, m.grads *= versions;
   return m;
 }
 

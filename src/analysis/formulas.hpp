@@ -99,6 +99,11 @@ struct PassTimes {
 };
 double pipeline_step_time(bool zero_bubble, int p, int n_mb, PassTimes t);
 double pipeline_bubble_fraction(bool zero_bubble, int p, int n_mb, PassTimes t);
+// PipeDream-2BW (no flush, docs/design.md §6.3) over `steps` steps, each closed by the trainer's
+// collectives over the pipeline, with one drain at the end: steps·(n(F+B+W) + (p−1)F) + (p−1)(B+W),
+// n ≥ p. One step is 1F1B's; a steady step saves 1F1B's (p−1)(B+W).
+double pipedream_2bw_time(int p, int n_mb, PassTimes t, int steps);
+double pipedream_2bw_bubble_fraction(int p, int n_mb, PassTimes t, int steps);
 
 // Pipeline bubble: idle share of a step, (p−1)/(m·n_mb + p−1) for n_mb micro-batches on p stages
 // of m interleaved chunks each (m = 1: GPipe and 1F1B; the paper writes it as (p−1)/(m·n_mb) of
@@ -113,8 +118,9 @@ struct ModelStateBytes {
 // psi = parameters on this rank's model shard; zero = 0..3; mixed = bf16/fp16 weights and grads
 // with fp32 master weights (2+2+12 bytes), otherwise fp32 (4+4+8). optimizer_state_bytes_per_param
 // is 8 for Adam's two moments.
+// `versions`: weight and gradient copies (PipeDream-2BW keeps 2; the masters stay one).
 ModelStateBytes model_state_bytes(int64_t psi, int dp, int zero, bool mixed,
-                                  int64_t optimizer_state_bytes_per_param = 8);
+                                  int64_t optimizer_state_bytes_per_param = 8, int versions = 1);
 
 // Parameters held by the most loaded model shard under tensor size t and pipeline size p: the
 // first stage, with L/p layers (weights and column-parallel biases split by t; row-parallel

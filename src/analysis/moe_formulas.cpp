@@ -110,9 +110,10 @@ MoEShardParameters moe_shard_parameters(const ModelConfig& c, const LayoutConfig
 }
 
 ModelStateBytes moe_model_state_bytes(const MoEShardParameters& psi, int dp, int ep, int zero, bool mixed,
-                                      int64_t optimizer_state_bytes_per_param) {
-  const ModelStateBytes d = model_state_bytes(psi.dense, dp, zero, mixed, optimizer_state_bytes_per_param);
-  const ModelStateBytes e = model_state_bytes(psi.experts, dp / ep, zero, mixed, optimizer_state_bytes_per_param);
+                                      int64_t optimizer_state_bytes_per_param, int versions) {
+  const ModelStateBytes d = model_state_bytes(psi.dense, dp, zero, mixed, optimizer_state_bytes_per_param, versions);
+  const ModelStateBytes e =
+      model_state_bytes(psi.experts, dp / ep, zero, mixed, optimizer_state_bytes_per_param, versions);
   return {d.params + e.params, d.grads + e.grads, d.optimizer + e.optimizer};
 }
 

@@ -83,9 +83,10 @@ struct MoEShardParameters {
 MoEShardParameters moe_shard_parameters(const ModelConfig& model, const LayoutConfig& layout);
 
 // Model states per rank: the dense parameters' states as model_state_bytes over N_d ranks, the
-// experts' over the N_d/e ranks of the expert-data-parallel group (ZeRO shards each over its group).
+// experts' over the N_d/e ranks of the expert-data-parallel group (ZeRO shards each over its group);
+// `versions` weight and gradient copies (PipeDream-2BW: 2).
 ModelStateBytes moe_model_state_bytes(const MoEShardParameters& psi, int dp, int ep, int zero, bool mixed,
-                                      int64_t optimizer_state_bytes_per_param = 8);
+                                      int64_t optimizer_state_bytes_per_param = 8, int versions = 1);
 
 // Eq. 5 for an MoE model: first_stage_layer_bytes (L layers' worth, the first N fully recomputed, the
 // interleaved factor) with each of the first stage's MoE layers at moe_layer_activation_bytes.

@@ -100,6 +100,12 @@ SafetensorsWriter& StagedCheckpoint::model_file(const ModelConfig& config) {
   return *model_;
 }
 
+SafetensorsWriter& StagedCheckpoint::previous_model_file(const ModelConfig& config) {
+  previous_ = std::make_unique<SafetensorsWriter>(out_.path() + "/" + kPreviousModelFile, model_tensor_specs(config),
+                                                  std::map<std::string, std::string>{{"format", "pt"}});
+  return *previous_;
+}
+
 SafetensorsWriter& StagedCheckpoint::optimizer_file(const ModelConfig& config, const std::string& optimizer,
                                                     const std::vector<std::string>& element_prefixes,
                                                     const std::vector<TensorSpec>& tensor_states) {
@@ -116,6 +122,7 @@ SafetensorsWriter& StagedCheckpoint::optimizer_file(const ModelConfig& config, c
 
 void StagedCheckpoint::finish(const nlohmann::json& trainer_state) {
   if (model_) model_->commit();
+  if (previous_) previous_->commit();
   if (optimizer_) optimizer_->commit();
   const std::string json = trainer_state.dump(2) + "\n";
   write_file_atomically(out_.path() + "/trainer.json", json.data(), json.size());

@@ -31,6 +31,9 @@ class StagedCheckpoint {
  public:
   explicit StagedCheckpoint(const std::string& dir);
   SafetensorsWriter& model_file(const ModelConfig& config);
+  // PipeDream-2BW: model_previous.safetensors, the weight version older than model.safetensors'
+  // (the one the next batch reads: docs/design.md §6.3), in model.safetensors' form.
+  SafetensorsWriter& previous_model_file(const ModelConfig& config);
   // optimizer.safetensors: each element state under its prefix ("exp_avg." + the parameter's
   // name), then the optimizer's per-tensor vectors.
   SafetensorsWriter& optimizer_file(const ModelConfig& config, const std::string& optimizer,
@@ -43,9 +46,10 @@ class StagedCheckpoint {
  private:
   std::string dir_;
   AtomicDir out_;
-  std::unique_ptr<SafetensorsWriter> model_, optimizer_;
+  std::unique_ptr<SafetensorsWriter> model_, previous_, optimizer_;
 };
 inline constexpr const char* kManifest = "lattice-checkpoint.json";
+inline constexpr const char* kPreviousModelFile = "model_previous.safetensors";
 
 // Throws InputError unless `dir` may receive a checkpoint: it does not exist (its parents can be
 // made), or it is an empty directory, or a lattice checkpoint (a manifest) holding no file its

@@ -33,6 +33,7 @@ std::vector<std::string> action_texts(const pl::RankActions& list, int m) {
 }
 
 std::string formula_text(pl::ScheduleKind kind) {
+  if (kind == pl::ScheduleKind::pipedream_2bw) return "1-S*n(F+B)/(S(n(F+B)+(p-1)F)+(p-1)B)";
   if (kind == pl::ScheduleKind::zb_h1) return "(p-1)(F+B-W)/(n(F+B+W)+(p-1)(F+B-W))";
   return kind == pl::ScheduleKind::interleaved ? "(p-1)/(m*n+p-1)" : "(p-1)/(n+p-1)";
 }
@@ -41,7 +42,8 @@ std::string eq5_text(pl::ScheduleKind kind) {
   switch (kind) {
     case pl::ScheduleKind::gpipe: return "n_mb";
     case pl::ScheduleKind::one_f_one_b:
-    case pl::ScheduleKind::zb_h1: return "p";
+    case pl::ScheduleKind::zb_h1:
+    case pl::ScheduleKind::pipedream_2bw: return "p";
     case pl::ScheduleKind::interleaved: return "p*(1+(p-1)/(p*m))";
   }
   return "";
@@ -50,7 +52,8 @@ std::string eq5_text(pl::ScheduleKind kind) {
 }  // namespace
 
 int run_schedule(int argc, char** argv) {
-  CLI::App app{"simulate a pipeline schedule (GPipe, 1F1B, interleaved 1F1B): bubble, activations held, timeline"};
+  CLI::App app{"simulate a pipeline schedule (GPipe, 1F1B, interleaved 1F1B, ZB-H1, PipeDream-2BW): bubble, "
+               "activations held, timeline"};
   app.name("lattice schedule");
   int p = 0, n_mb = 0, m = 1;
   std::string kind_name = "1f1b", svg;
@@ -58,7 +61,12 @@ int run_schedule(int argc, char** argv) {
   pl::SimulationOptions options;
   app.add_option("--pipeline-model-parallel-size", p, "pipeline ranks p")->required();
   app.add_option("--micro-batches", n_mb, "micro-batches per step n_mb")->required();
-  app.add_option("--schedule", kind_name, "gpipe | 1f1b | interleaved | zb-h1")->capture_default_str();
+  app.add_option("--schedule", kind_name, "gpipe | 1f1b | interleaved | zb-h1 | pipedream-2bw")->capture_default_str();
+  int steps = 1;
+  app.add_option("--steps", steps,
+                 "pipedream-2bw: simulate this many steps, each ending in the trainer's barrier, with one drain "
+                 "at the end (the other schedules flush every step, so every step is alike)")
+      ->capture_default_str();
   app.add_option("--virtual-stages,--virtual-pipeline-model-parallel-size", m,
                  "model chunks per rank m (interleaved only)")
       ->capture_default_str();
@@ -94,7 +102,14 @@ int run_schedule(int argc, char** argv) {
   require(trace_step == -1 || !from_trace.empty(), "--trace-step needs --from-trace FILE");
   require(trace_step >= -1, "--trace-step must be >= 0");
   const pl::ScheduleKind kind = pl::parse_schedule_kind(kind_name);
-  const auto lists = pl::build_schedule(kind, p, n_mb, m);
+  require(steps >= 1 && steps <= 1000, "--steps must be between 1 and 1000");
+  require(steps == 1 || kind == pl::ScheduleKind::pipedream_2bw,
+          "--steps needs --schedule pipedream-2bw (the other schedules flush: every step is the same)");
+  require(steps == 1 || from_trace.empty(), "--steps cannot be used with --from-trace (it reads one step)");
+  std::vector<pl::Phase> phases;
+  for (int t = 0; t < steps; ++t) phases.push_back(pl::step_phase(t == 0, t == steps - 1));
+  const auto lists = kind == pl::ScheduleKind::pipedream_2bw ? pl::build_run(kind, p, n_mb, m, phases)
+                                                             : pl::build_schedule(kind, p, n_mb, m);
   if (!stage_layers.empty()) {
     const std::vector<int> counts = parse_layer_counts(stage_layers, "--pipeline-layers");
     require(int64_t(counts.size()) == int64_t(p) * m, "--pipeline-layers " + stage_layers + " gives " +
@@ -106,7 +121,8 @@ int run_schedule(int argc, char** argv) {
   }
   const pl::Simulation sim = from_trace.empty() ? pl::simulate(lists, m, options)
                                                 : pl::timeline_from_trace(from_trace, p, m, trace_step);
-  const double formula = pl::bubble_formula(kind, p, n_mb, m, options);
+  const double formula = pl::bubble_formula(kind, p, n_mb, m, options, steps);
+  const double ideal = double(steps) * n_mb * (options.forward_time + options.backward_time);
   const double eq5 = pl::first_stage_in_flight_formula(kind, p, n_mb, m);
   if (!svg.empty()) {
     const std::string doc = pl::schedule_svg(sim, {kind, p, n_mb, m, options});
@@ -132,7 +148,8 @@ int run_schedule(int argc, char** argv) {
     j["bubble"] = sim.bubble;
     j["bubble_formula"] = formula;
     j["total_time"] = sim.total_time;
-    j["ideal_time"] = n_mb * (options.forward_time + options.backward_time);
+    j["ideal_time"] = ideal;
+    j["steps"] = steps;
     j["peak_in_flight"] = peak;                 // chunk micro-batches held, per rank
     j["peak_in_flight_stages"] = peak_layers;   // the same in micro-batches of L/p layers
     if (kind == pl::ScheduleKind::zb_h1) {       // also those whose weight pass is still to run
@@ -157,14 +174,14 @@ int run_schedule(int argc, char** argv) {
     return 0;
   }
 
-  std::printf("%s schedule: p = %d ranks, %d micro-batches, %d chunk%s per rank (forward %g, backward %g per "
+  std::printf("%s schedule: p = %d ranks, %d micro-batches%s, %d chunk%s per rank (forward %g, backward %g per "
               "stage, p2p latency %g)\n",
-              pl::schedule_name(kind), p, n_mb, m, m > 1 ? "s" : "", options.forward_time, options.backward_time,
-              options.p2p_latency);
+              pl::schedule_name(kind), p, n_mb,
+              steps > 1 ? (" a step, " + std::to_string(steps) + " steps").c_str() : "", m, m > 1 ? "s" : "",
+              options.forward_time, options.backward_time, options.p2p_latency);
   std::printf("bubble: %.2f%% %s, %.2f%% by %s; total time %g (ideal %g)\n", 100 * sim.bubble,
               from_trace.empty() ? "simulated" : "measured in the trace (time in mean stage forwards)",
-              100 * formula, formula_text(kind).c_str(), sim.total_time,
-              n_mb * (options.forward_time + options.backward_time));
+              100 * formula, formula_text(kind).c_str(), sim.total_time, ideal);
   std::printf("peak in-flight micro-batches (activations held)%s:\n",
               m > 1 ? ", in chunks of L/(p*m) layers and in stages of L/p layers" : "");
   for (int r = 0; r < p; ++r) {

@@ -9,18 +9,24 @@ constexpr int kActivationTag = 1, kGradientTag = 2;
 }
 
 Executor::Executor(GPT& model, comm::Communicator& pp, ScheduleKind kind, int n_mb, const StagePartition& partition,
-                   int rows, KeptBytesProbe& kept)
+                   int rows, KeptBytesProbe& kept, ModelStates* versions)
     : model_(model),
       pp_(pp),
       kept_(kept),
-      actions_(build_schedule(kind, pp.size(), n_mb, partition.stages() / pp.size())[size_t(pp.rank())]),
-      last_action_(size_t(n_mb), 0),
+      kind_(kind),
       partition_(partition),
       n_mb_(n_mb),
-      rows_(rows) {
-  // A weight pass reads no tokens: a micro-batch's rows are freed after its last other action.
-  for (size_t i = 0; i < actions_.size(); ++i)
-    if (actions_[i].pass != Pass::backward_weight) last_action_[size_t(actions_[i].micro_batch)] = i;
+      rows_(rows),
+      versions_(versions) {
+  actions(Phase::whole);  // validates the schedule
+}
+
+const RankActions& Executor::actions(Phase phase) {
+  auto it = actions_.find(phase);
+  if (it == actions_.end())
+    it = actions_.emplace(phase, build_step_schedule(kind_, pp_.size(), n_mb_, partition_.stages() / pp_.size(),
+                                                     phase)[size_t(pp_.rank())]).first;
+  return it->second;
 }
 
 float* Executor::free_send_buffer(size_t bytes) {
@@ -41,35 +47,35 @@ std::pair<int, int> Executor::layers_of(int stage) const {
 }
 
 bool Executor::owns_layer(int layer) const {
-  for (const Action& a : actions_) {
+  for (const Action& a : actions_.at(Phase::whole)) {
     const auto [l0, l1] = layers_of(a.stage);
     if (layer >= l0 && layer < l1) return true;
   }
   return false;
 }
 
-double Executor::run(uint64_t step, float loss_scale, const MicroBatchSource& source) noexcept {
+double Executor::run(uint64_t step, float loss_scale, const MicroBatchSource& source, Phase phase) noexcept {
   const ModelConfig& c = model_.config();
   const int64_t s = c.seq_len, tokens = int64_t(rows_) * s;
   const int64_t act = int64_t(rows_) * model_.s_local(s) * c.hidden;
-  struct Rows {
-    tracked_vector<int32_t, MemoryCategory::data> inputs, targets;
-    int64_t first_row = -1;
-  };
-  std::vector<Rows> batches(static_cast<size_t>(n_mb_));
   float* in = received_.ensure(act);
   double loss = 0.0;
-  for (size_t i = 0; i < actions_.size(); ++i) {
-    const Action& a = actions_[i];
+  for (const Action& a : actions(phase)) {
     for (SendSlot& slot : sends_) slot.pending.test();  // progress, and completion, of the sends in flight
     const auto [l0, l1] = layers_of(a.stage);
+    // The micro-batch over the run: it names the model's kept state and the tokens, and its batch
+    // (the step it was forwarded in) keys its randomness and picks the weight version.
+    const uint64_t batch = step + uint64_t(int64_t(a.batch));
+    const int64_t id = int64_t(batch) * n_mb_ + a.micro_batch;
+    if (versions_) versions_->use_version(batch);
     if (a.pass == Pass::backward_weight) {  // no tokens, no messages: the pending parameter gradients
       TraceSpan span(Trace::Kind::backward_weight, a.micro_batch, a.chunk, int64_t(step));
-      model_.backward_weight_chunk(a.micro_batch, l0, l1);
+      model_.backward_weight_chunk(id, l0, l1);
       continue;
     }
-    Rows& r = batches[size_t(a.micro_batch)];
-    if (r.first_row < 0) {
+    Rows& r = rows_held_[id];
+    if (r.first_row < 0) {  // only this step's micro-batches start here
+      r.backwards_left = partition_.stages() / pp_.size();  // one a chunk
       r.inputs.resize(size_t(tokens)), r.targets.resize(size_t(tokens));
       r.first_row = source(a.micro_batch, r.inputs.data(), r.targets.data());
     }
@@ -88,17 +94,19 @@ double Executor::run(uint64_t step, float loss_scale, const MicroBatchSource& so
       TraceSpan span(kind, a.micro_batch, a.chunk, int64_t(step));
       if (forward) {
         kept_.before_forward(l0, l1);
-        loss += model_.forward_chunk(mb, a.micro_batch, step, true, s, l0, l1, in, out);
+        loss += model_.forward_chunk(mb, id, batch, true, s, l0, l1, in, out);
         kept_.after_forward(l0, l1);
       } else if (a.pass == Pass::backward_input) {
-        model_.backward_input_chunk(mb, a.micro_batch, step, loss_scale, s, l0, l1, in, out);
+        model_.backward_input_chunk(mb, id, batch, loss_scale, s, l0, l1, in, out);
       } else {
-        model_.backward_chunk(mb, a.micro_batch, step, loss_scale, s, l0, l1, in, out);
+        model_.backward_chunk(mb, id, batch, loss_scale, s, l0, l1, in, out);
       }
     }
     if (out) sends_[size_t(next_send_)].pending = pp_.send_async({out, size_t(act)}, a.send_to, tag);
-    if (i == last_action_[size_t(a.micro_batch)]) r = Rows{};  // its tokens are not read again here
+    // Its last backward is a micro-batch's last action that reads tokens (a weight pass reads none).
+    if (!forward && --r.backwards_left == 0) rows_held_.erase(id);
   }
+  if (phase == Phase::first || phase == Phase::steady) return loss;  // the stream goes on: see run()'s comment
   TraceSpan span(Trace::Kind::send, -1, -1, int64_t(step));
   for (SendSlot& slot : sends_) slot.pending.wait();
   return loss;

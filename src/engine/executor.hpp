@@ -8,13 +8,15 @@
 // receive buffer and a pool of send buffers, each outgoing message written by the model straight
 // into a free one and freed for reuse as soon as its send completes (tested before every action), so
 // the pool holds what the schedule keeps in flight, not a message per micro-batch; and each
-// micro-batch's tokens (MemoryCategory::data) only from its first action on this stage to its last.
+// micro-batch's tokens (MemoryCategory::data) only from its first action on this stage to its backward.
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "comm/communicator.hpp"
 #include "core/stage_partition.hpp"
 #include "model/gpt.hpp"
+#include "engine/model_states.hpp"
 #include "engine/schedule.hpp"
 #include "tensor/kept_bytes.hpp"
 #include "tensor/memory_tracker.hpp"
@@ -28,14 +30,20 @@ class Executor {
  public:
   // `kept` observes what each forward keeps for backward.
   // `partition` gives each virtual stage's layers (its stages() = p·m).
+  // `versions` (PipeDream-2BW; null otherwise): the weight and gradient versions, switched to each
+  // action's global batch before it runs.
   Executor(GPT& model, comm::Communicator& pp, ScheduleKind kind, int n_mb, const StagePartition& partition,
-           int rows_per_micro_batch, KeptBytesProbe& kept);
+           int rows_per_micro_batch, KeptBytesProbe& kept, ModelStates* versions = nullptr);
 
-  // One optimizer step's forwards and backwards; gradients accumulate in the model. Returns the
-  // loss sum of the micro-batches whose last stage ran here (0 on other stages). noexcept: a
-  // failure mid-schedule terminates, and the terminate handler aborts every rank at once instead
-  // of unwinding through sends that peers may never receive.
-  double run(uint64_t step, float loss_scale, const MicroBatchSource& source) noexcept;
+  // One optimizer step's forwards and backwards in `phase` (build_step_schedule); gradients
+  // accumulate in the model. Returns the loss sum of the micro-batches whose last stage ran here
+  // (0 on other stages). A phase that leaves backwards to the next step keeps what they need (the
+  // model's kept tensors, the micro-batches' tokens) and does not wait for its sends: the last
+  // gradient it sends is received in the neighbour's next step, and waiting for it here while the
+  // neighbour waits in the trainer's step-end collectives would deadlock under MPI's rendezvous
+  // protocol. noexcept: a failure mid-schedule terminates, and the terminate handler aborts every
+  // rank at once instead of unwinding through sends that peers may never receive.
+  double run(uint64_t step, float loss_scale, const MicroBatchSource& source, Phase phase = Phase::whole) noexcept;
 
   // The layers [l0, l1) of global virtual stage `stage`.
   std::pair<int, int> layers_of(int stage) const;
@@ -47,15 +55,23 @@ class Executor {
     TrackedBuffer message;
     comm::Handle pending;
   };
+  struct Rows {
+    tracked_vector<int32_t, MemoryCategory::data> inputs, targets;
+    int64_t first_row = -1;
+    int backwards_left = 0;  // the chunks of this rank still to run its backward
+  };
   float* free_send_buffer(size_t bytes);  // a slot whose send completed, or a new one
+  const RankActions& actions(Phase phase);
 
   GPT& model_;
   comm::Communicator& pp_;
   KeptBytesProbe& kept_;
-  RankActions actions_;
-  std::vector<size_t> last_action_;  // per micro-batch: the index of its last action here
+  ScheduleKind kind_;
+  std::map<Phase, RankActions> actions_;  // this rank's list of each phase run so far
   StagePartition partition_;
   int n_mb_, rows_;
+  ModelStates* versions_;
+  std::map<int64_t, Rows> rows_held_;  // by micro-batch over the run: tokens from its first action to its backward
   ScratchArray<float> received_{MemoryCategory::pipeline, "receive"};
   std::vector<SendSlot> sends_;
   int next_send_ = 0;  // the slot the last message went out from

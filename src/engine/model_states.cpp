@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
+#include <type_traits>
+#include <utility>
 
 #include "tensor/bf16.hpp"
 
@@ -54,6 +56,11 @@ ModelStates::ModelStates(const StatesLayout& layout, std::vector<Bucket> buckets
   const int64_t grads_size = whole_grads() ? total_ : shard_size_;
   if (half()) grads16_ = TrackedArray<uint16_t>(grads_size, "grads");
   else grads32_ = TrackedArray<float>(grads_size, "grads");
+  if (layout_.versions == 2) {
+    if (stage_ >= 3) throw std::logic_error("ModelStates: two weight versions need whole weights (ZeRO < 3)");
+    if (half()) other_.grads16 = TrackedArray<uint16_t>(grads_size, "grads");
+    else other_.grads32 = TrackedArray<float>(grads_size, "grads");
+  }
 }
 
 void ModelStates::keep_weights(GPT& model, const WeightSource& fill) {
@@ -90,8 +97,36 @@ void ModelStates::keep_weights(GPT& model, const WeightSource& fill) {
       half_->narrow(masters_.data(), weights16_.data(), shard_size_);
     }
   }
+  if (layout_.versions == 2) {  // both versions start as the model (docs/design.md §6.3: W⁽⁻¹⁾ = W⁽⁰⁾)
+    auto copy = [](const auto& from, auto& to, const char* op) {
+      if (!from.size()) return;
+      to = std::remove_cvref_t<decltype(to)>(from.size(), op);
+      std::copy(from.data(), from.data() + from.size(), to.data());
+    };
+    copy(weights32_, other_.weights32, "params");
+    copy(weights_bf16_, other_.weights_bf16, "bf16_weights");  // as the model names its copy
+    copy(weights16_, other_.weights16, "params");
+  }
   model.release_weights();
   model.set_bucket_store(this);
+}
+
+void ModelStates::use_version(uint64_t batch) {
+  const int version = int(batch & 1);
+  if (layout_.versions == 1 || version == version_) return;
+  if (!gathered_.empty()) throw std::logic_error("ModelStates::use_version: weights still in use");
+  while (!reducing_.empty()) complete_oldest();  // into the version they were started for
+  std::swap(weights32_, other_.weights32);
+  std::swap(weights_bf16_, other_.weights_bf16);
+  std::swap(weights16_, other_.weights16);
+  std::swap(grads32_, other_.grads32);
+  std::swap(grads16_, other_.grads16);
+  version_ = version;
+}
+
+void ModelStates::begin_update() {
+  // fp32 weights are their own masters: the update's version first takes the newest (the other).
+  if (layout_.versions == 2 && !half()) std::copy(other_.weights32.data(), other_.weights32.data() + total_, weights32_.data());
 }
 
 void ModelStates::sync_replicas() {
@@ -269,6 +304,10 @@ OwnedGrads ModelStates::shard_grads(float* shard) {
 
 OwnedGrads ModelStates::reduce() {
   if (!half() && whole_grads()) {  // what the last backward did not start, then wait for all
+    if (stage_ == 1 && !reduced_.size()) {  // a second update in one step (PipeDream-2BW's drain)
+      reduced_ = TrackedArray<float>(shard_size_, "transient");
+      note_transient();
+    }
     for (size_t b = 0; b < buckets_.size(); ++b) launch_reduction(int(b));
     finish_all_reduces();
     return stage_ == 0 ? OwnedGrads{owned_, {grads32_.data()}} : shard_grads(reduced_.data());
@@ -315,6 +354,7 @@ std::vector<float*> ModelStates::master_pieces() {
 }
 
 void ModelStates::finish_step(bool updated) {
+  launched_.assign(buckets_.size(), false);  // the next reduce() starts every reduction again
   if (updated && !half()) {
     if (stage_ == 1 || stage_ == 2) {  // every rank's updated pieces, gathered in place
       std::vector<comm::Handle> pending;
@@ -349,6 +389,36 @@ void ModelStates::gather_narrowed() {
 }
 
 // ---- checkpoints ---------------------------------------------------------------------------------
+
+std::vector<ModelStates::SavePiece> ModelStates::previous_save_pieces() {
+  if (layout_.versions == 1) return {};
+  const float* base = other_.weights32.data();
+  if (half()) {
+    previous32_ = TrackedArray<float>(total_, "transient");
+    half_->widen(other_.weights16.data(), previous32_.data(), total_);
+    base = previous32_.data();
+  }
+  std::vector<SavePiece> out;
+  for (size_t b = 0; b < buckets_.size(); ++b) {  // whole weights: each bucket from its group's rank 0
+    const Bucket& bucket = buckets_[b];
+    if (bucket.size() > 0 && (!group(int(b)) || group(int(b))->rank() == 0))
+      out.push_back({{bucket.begin, bucket.begin + bucket.size()}, base + bucket.begin});
+  }
+  return out;
+}
+
+void ModelStates::keep_previous_weights(const WeightSource& fill, uint64_t next_batch) {
+  if (layout_.versions == 1) return;
+  version_ = int((next_batch + 1) & 1);  // the arrays above hold the newest: the version the next batch does not read
+  TrackedArray<float> values(total_, "transient");
+  fill({0, total_}, values.data());
+  if (half()) {
+    half_->narrow(values.data(), other_.weights16.data(), total_);
+  } else {
+    std::copy(values.data(), values.data() + total_, other_.weights32.data());
+    if (other_.weights_bf16.size()) to_bf16(values.data(), other_.weights_bf16.data(), total_);
+  }
+}
 
 std::vector<ModelStates::SavePiece> ModelStates::save_pieces(const float* owned_values) const {
   const bool sharded = owned_values ? stage_ >= 1 : masters_sharded();

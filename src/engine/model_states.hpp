@@ -45,6 +45,7 @@ struct StatesLayout {
   bool bf16_gemms = false;                       // the model's GEMMs read bf16 weights
   bool prefetch = true;                          // stage 3: gather the next bucket while one computes
   int layers = 0;                                // buckets [0, layers) are transformer layers
+  int versions = 1;  // PipeDream-2BW: 2 versions of the weights and gradients (docs/design.md §6.3)
 };
 StatesLayout states_layout(const LayoutConfig& layout, int layers, bool zero_prefetch);
 
@@ -78,10 +79,19 @@ class ModelStates final : public BucketStore {
   void sync_replicas();
 
   // One step: begin_step; the micro-batches' backwards (the last one marked with
-  // set_last_micro_batch); reduce; the optimizer on reduce()'s gradient and master_pieces();
-  // finish_step.
+  // set_last_micro_batch); reduce; begin_update; the optimizer on reduce()'s gradient and
+  // master_pieces(); finish_step.
+  //
+  // With two versions (PipeDream-2BW, docs/design.md §6.3) global batch t reads weight version t & 1
+  // and accumulates into gradient version t & 1: use_version(t) selects them for params(), grads(),
+  // begin_step() and reduce(). Update u runs on version u & 1 (batch u is done, so its weights are
+  // free): begin_update brings the newest weights into it, the optimizer writes the next ones there.
+  // The fp32 masters of 16-bit runs stay one copy, the newest. With one version these are no-ops.
+  void use_version(uint64_t batch);
+  void begin_update();
   void begin_step();
-  void set_last_micro_batch(bool last) { last_micro_batch_ = last; }
+  // With two versions a batch's gradient completes in a later step: reductions wait for reduce().
+  void set_last_micro_batch(bool last) { last_micro_batch_ = last && layout_.versions == 1; }
   OwnedGrads reduce();  // the summed fp32 gradient of the owned pieces, valid until finish_step
   std::vector<float*> master_pieces();
   // The updated masters become every rank's compute weights; `updated` false (an fp16 step skipped
@@ -98,6 +108,14 @@ class ModelStates final : public BucketStore {
     const float* values;   // values[0] is range.begin's
   };
   std::vector<SavePiece> save_pieces(const float* owned_values) const;
+  // Two versions: the weights older than the newest (the version the next batch reads after a
+  // drain), as save_pieces(nullptr) gives the newest: this rank's pieces, widened from 16 bits into
+  // a buffer kept until the next call. Empty with one version.
+  std::vector<SavePiece> previous_save_pieces();
+  // Two versions, on resume (after keep_weights took the newest): fills the previous version, the one
+  // global batch `next_batch` reads, from fill(range, out) over the whole flat buffer.
+  void keep_previous_weights(const WeightSource& fill, uint64_t next_batch);
+  int versions() const { return layout_.versions; }
 
   // The most transient bytes (gathered or widened weights, gradient buckets, reduced gradient) alive
   // at once, measured by the allocator; seconds blocked on ZeRO's collectives in the last step.
@@ -178,6 +196,15 @@ class ModelStates final : public BucketStore {
   TrackedArray<float> grads32_;         // fp32 runs: whole (stages 0–1) or shard (2–3)
   TrackedArray<uint16_t> grads16_;      // 16-bit runs: whole (stages 0–1) or shard (2–3)
   TrackedArray<float> reduced_;         // the step's summed gradient when grads32_ is not it (transient)
+  // Two versions: the other version's weights and gradients, swapped with the arrays above by
+  // use_version (a move, nothing copied), so everything else reads the arrays above.
+  struct Version {
+    TrackedArray<float> weights32, grads32;
+    TrackedArray<uint16_t> weights_bf16, weights16, grads16;
+  };
+  Version other_;
+  int version_ = 0;                     // the version the arrays above hold: batch & 1
+  TrackedArray<float> previous32_;      // previous_save_pieces' widened copy
 
   bool last_micro_batch_ = false;
   std::vector<bool> launched_;          // the last micro-batch's reductions started, by bucket

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 
 #include "core/error.hpp"
 
@@ -65,6 +66,26 @@ RankActions zb_h1(int rank, int p, int n_mb) {
   return out;
 }
 
+// PipeDream-2BW's step: F(j) of this batch, each followed by the backward w places behind it, which
+// belongs to the previous batch while j < w; `last` appends this batch's last w backwards.
+RankActions pipedream_2bw(int rank, int p, int n_mb, Phase phase) {
+  const int w = std::min(p - rank - 1, n_mb);
+  const bool tail_in = phase == Phase::steady || phase == Phase::last;
+  RankActions out;
+  for (int j = 0; j < n_mb; ++j) {
+    out.push_back(make_action(Pass::forward, j, 0, rank, p, 1));
+    if (j >= w) {
+      out.push_back(make_action(Pass::backward, j - w, 0, rank, p, 1));
+    } else if (tail_in) {
+      out.push_back(make_action(Pass::backward, n_mb + j - w, 0, rank, p, 1));
+      out.back().batch = -1;
+    }
+  }
+  if (phase == Phase::whole || phase == Phase::last)
+    for (int mb = n_mb - w; mb < n_mb; ++mb) out.push_back(make_action(Pass::backward, mb, 0, rank, p, 1));
+  return out;
+}
+
 // Megatron's interleaving walks "virtual micro-batches" k = 0..m·n_mb-1: groups of p micro-batches
 // per chunk, chunks ascending for forwards and descending for backwards.
 Action interleaved_action(Pass pass, int k, int rank, int p, int m) {
@@ -96,7 +117,8 @@ ScheduleKind parse_schedule_kind(const std::string& name) {
   if (name == "1f1b") return ScheduleKind::one_f_one_b;
   if (name == "interleaved") return ScheduleKind::interleaved;
   if (name == "zb-h1") return ScheduleKind::zb_h1;
-  fail("unknown schedule '" + name + "' (choose gpipe, 1f1b, interleaved or zb-h1)");
+  if (name == "pipedream-2bw") return ScheduleKind::pipedream_2bw;
+  fail("unknown schedule '" + name + "' (choose gpipe, 1f1b, interleaved, zb-h1 or pipedream-2bw)");
 }
 
 const char* schedule_name(ScheduleKind kind) {
@@ -105,6 +127,7 @@ const char* schedule_name(ScheduleKind kind) {
     case ScheduleKind::one_f_one_b: return "1f1b";
     case ScheduleKind::interleaved: return "interleaved";
     case ScheduleKind::zb_h1: return "zb-h1";
+    case ScheduleKind::pipedream_2bw: return "pipedream-2bw";
   }
   return "?";
 }
@@ -118,6 +141,9 @@ void validate_schedule(ScheduleKind kind, int p, int n_mb, int m) {
   require(int64_t(p) * n_mb * m <= kMaxActions,
           "p · micro-batches · virtual stages must be at most " + n(kMaxActions) + " (got " +
               std::to_string(int64_t(p) * n_mb * m) + "): the schedule would not fit in memory");
+  if (kind == ScheduleKind::pipedream_2bw)
+    require(n_mb >= p, "pipedream-2bw needs at least p = " + n(p) + " micro-batches per step (got " + n(n_mb) +
+                           "): with fewer, a stage would need a third weight version");
   if (kind != ScheduleKind::interleaved) {
     require(m == 1, "virtual stages > 1 need the interleaved schedule (got m = " + n(m) + " with " +
                         schedule_name(kind) + ")");
@@ -132,7 +158,13 @@ void validate_schedule(ScheduleKind kind, int p, int n_mb, int m) {
 }
 
 std::vector<RankActions> build_schedule(ScheduleKind kind, int p, int n_mb, int m) {
+  return build_step_schedule(kind, p, n_mb, m, Phase::whole);
+}
+
+std::vector<RankActions> build_step_schedule(ScheduleKind kind, int p, int n_mb, int m, Phase phase) {
   validate_schedule(kind, p, n_mb, m);
+  if (kind != ScheduleKind::pipedream_2bw && phase != Phase::whole)
+    throw std::logic_error("build_step_schedule: only pipedream-2bw has phases");
   std::vector<RankActions> ranks;
   ranks.reserve(static_cast<size_t>(p));
   for (int rank = 0; rank < p; ++rank) {
@@ -141,13 +173,44 @@ std::vector<RankActions> build_schedule(ScheduleKind kind, int p, int n_mb, int 
       case ScheduleKind::one_f_one_b: ranks.push_back(one_f_one_b(rank, p, n_mb)); break;
       case ScheduleKind::interleaved: ranks.push_back(interleaved(rank, p, n_mb, m)); break;
       case ScheduleKind::zb_h1: ranks.push_back(zb_h1(rank, p, n_mb)); break;
+      case ScheduleKind::pipedream_2bw: ranks.push_back(pipedream_2bw(rank, p, n_mb, phase)); break;
     }
   }
   return ranks;
 }
 
+Phase step_phase(bool after_drain, bool drains) {
+  if (after_drain) return drains ? Phase::whole : Phase::first;
+  return drains ? Phase::last : Phase::steady;
+}
+
+std::vector<RankActions> build_run(ScheduleKind kind, int p, int n_mb, int m, const std::vector<Phase>& phases) {
+  std::vector<RankActions> run(static_cast<size_t>(p));
+  for (size_t t = 0; t < phases.size(); ++t) {
+    const auto step = build_step_schedule(kind, p, n_mb, m, phases[t]);
+    for (size_t r = 0; r < step.size(); ++r) {
+      for (Action a : step[r]) {
+        const int64_t k = (int64_t(t) + a.batch) * n_mb + a.micro_batch;
+        require(k >= 0 && k <= INT32_MAX, "build_run: the run's first step must start the stream (phase first or whole)");
+        a.micro_batch = int(k), a.batch = 0;
+        run[r].push_back(a);
+      }
+      Action end;
+      end.pass = Pass::step_end, end.micro_batch = int(t), end.stage = int(r);
+      run[r].push_back(end);
+    }
+  }
+  return run;
+}
+
 std::string action_label(const Action& a, int m) {
+  if (a.pass == Pass::step_end) {
+    std::string end = "|";  // appended, not "|" + …: GCC 12 -Wrestrict
+    end += n(a.micro_batch);
+    return end;
+  }
   std::string s(1, a.pass == Pass::forward ? 'F' : a.pass == Pass::backward_weight ? 'W' : 'B');  // appended: GCC 12 -Wrestrict
+  if (a.batch != 0) s += "'";  // the previous batch's
   s += n(a.micro_batch);
   if (m > 1) s += ".c" + n(a.chunk);
   return s;

@@ -18,11 +18,18 @@
 
 namespace lattice::parallel::pipeline {
 
-enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
+enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1, pipedream_2bw };
 // backward = the whole backward; a zero-bubble schedule splits it into backward_input (B: the
 // input gradient, which the previous stage waits for) and backward_weight (W: the parameter
 // gradients, which nobody waits for, so it fills the bubbles).
-enum class Pass { forward, backward, backward_input, backward_weight };
+// step_end appears only in a run's lists (build_run): where a step ends and the trainer's collectives
+// over the pipeline (loss, gradient norm, tied embedding) make every rank wait for every other.
+enum class Pass { forward, backward, backward_input, backward_weight, step_end };
+
+// PipeDream-2BW never flushes: a step's list may run backwards of the previous global batch (Action::batch
+// −1). `whole` is a step alone (1F1B's list); `first` starts the stream (after a start, a resume or a
+// drain), `steady` continues it, `last` drains it (docs/design.md §6.3). Other schedules: whole only.
+enum class Phase { whole, first, steady, last };
 
 inline constexpr int kNoPeer = -1;  // the ends: data loader before stage 0, the loss after the last
 
@@ -33,6 +40,7 @@ struct Action {
   int stage = 0;        // global virtual stage = chunk·p + rank: layers [stage, stage+1)·L/(p·m)
   int recv_from = kNoPeer;  // rank producing this action's input (activations or output gradient)
   int send_to = kNoPeer;    // rank consuming this action's output (activations or input gradient)
+  int batch = 0;            // the global batch, relative to the step's: −1 for PipeDream-2BW's previous one
 
   bool operator==(const Action&) const = default;
 };
@@ -42,12 +50,14 @@ using RankActions = std::vector<Action>;
 // A backward of either kind: receives an output gradient and sends an input gradient.
 inline bool is_backward(Pass pass) { return pass == Pass::backward || pass == Pass::backward_input; }
 
-// "gpipe" | "1f1b" | "interleaved" | "zb-h1" (the --schedule spellings); InputError otherwise.
+// "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "pipedream-2bw" (the --schedule spellings); InputError otherwise.
 ScheduleKind parse_schedule_kind(const std::string& name);
 const char* schedule_name(ScheduleKind kind);
 
 // Checks p ≥ 1, n_mb ≥ 1, m ≥ 1, m > 1 only (and always) for interleaved, interleaved needs p ≥ 2
-// and n_mb a multiple of p (Megatron's classic constraint). Throws lattice::InputError, one line.
+// and n_mb a multiple of p (Megatron's classic constraint), PipeDream-2BW n_mb ≥ p (a stage's tail of
+// one batch must end before the batch after the next starts there: two weight versions suffice).
+// Throws lattice::InputError, one line.
 void validate_schedule(ScheduleKind kind, int p, int n_mb, int m);
 
 // For each rank 0..p-1, its actions in execution order (validates first).
@@ -61,7 +71,21 @@ void validate_schedule(ScheduleKind kind, int p, int n_mb, int m);
 //                F/B order is 1F1B's, W has no messages: as deadlock-free as 1F1B, rank 0 holds
 //                1F1B's peak, and each W fills time 1F1B's rank r spends waiting.
 //                (docs/design.md §6)
+//   pipedream_2bw: the `whole` phase (a one-step run), which is 1F1B's list.
 std::vector<RankActions> build_schedule(ScheduleKind kind, int p, int n_mb, int m);
+
+// One step's lists in `phase`. Only PipeDream-2BW has phases other than whole: rank r runs the
+// stream F(k+w) B(k), w = p−r−1, k the micro-batch's index over all batches, and a step's list is
+// the stretch from the step's first forward up to the next step's: its n forwards, the last w
+// backwards of the previous batch (batch −1; not in `first`) and its own first n−w backwards (all n
+// in `last`).
+std::vector<RankActions> build_step_schedule(ScheduleKind kind, int p, int n_mb, int m, Phase phase);
+// The phase of a run's step: `first` after a drain (or at the start), `last` when it drains.
+Phase step_phase(bool after_drain, bool drains);
+// A run of steps in the given phases as one list per rank, for the simulator and the timeline:
+// micro-batches numbered over the run (batch·n_mb + micro-batch, batch 0), each step closed by a
+// step_end that every rank reaches before any goes on.
+std::vector<RankActions> build_run(ScheduleKind kind, int p, int n_mb, int m, const std::vector<Phase>& phases);
 
 // "F3" / "B3" / "W3" (a split backward's input pass is drawn B), with ".c1" for chunk 1 when m > 1 —
 // the label drawn in the timeline.

@@ -55,6 +55,7 @@ const char* long_name(ScheduleKind kind) {
     case ScheduleKind::one_f_one_b: return "1F1B (PipeDream-flush)";
     case ScheduleKind::interleaved: return "Interleaved 1F1B";
     case ScheduleKind::zb_h1: return "ZB-H1 (zero bubble)";
+    case ScheduleKind::pipedream_2bw: return "PipeDream-2BW (no flush)";
   }
   return "";
 }

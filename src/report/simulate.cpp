@@ -54,6 +54,7 @@ Simulation simulate(const std::vector<RankActions>& lists, int m, const Simulati
       RankTimeline& line = sim.ranks[size_t(r)];
       while (next[size_t(r)] < list.size()) {
         const Action& a = list[next[size_t(r)]];
+        if (a.pass == Pass::step_end) break;  // released below, once every rank is there
         double ready = free_at[size_t(r)];
         if (a.recv_from != kNoPeer) {
           auto it = arrivals.find({a.recv_from, r, a.pass, a.micro_batch, a.stage});
@@ -105,13 +106,28 @@ Simulation simulate(const std::vector<RankActions>& lists, int m, const Simulati
         progressed = true;
       }
     }
+    // A step's end is a barrier: when every rank waits at one, all go on from the latest.
+    bool all_at_end = true;
+    double latest = 0;
+    for (int r = 0; r < p && all_at_end; ++r) {
+      const auto& list = lists[size_t(r)];
+      all_at_end = next[size_t(r)] < list.size() && list[next[size_t(r)]].pass == Pass::step_end &&
+                   list[next[size_t(r)]].micro_batch == lists[0][next[0]].micro_batch;
+      if (all_at_end) latest = std::max(latest, free_at[size_t(r)]);
+    }
+    if (all_at_end) {
+      for (int r = 0; r < p; ++r) free_at[size_t(r)] = latest, ++next[size_t(r)], --remaining;
+      progressed = true;
+    }
     if (!progressed) {
       std::string stuck;
       int shown = 0;
       for (int r = 0; r < p && shown < 4; ++r) {
         if (next[size_t(r)] >= lists[size_t(r)].size()) continue;
         const Action& a = lists[size_t(r)][next[size_t(r)]];
-        stuck += (shown++ ? "; " : "") + where(r, a, m) + " waits for rank " + std::to_string(a.recv_from);
+        stuck += (shown++ ? "; " : "") + where(r, a, m) +
+                 (a.pass == Pass::step_end ? " waits for the other ranks' step end"
+                                           : " waits for rank " + std::to_string(a.recv_from));
       }
       fail("pipeline deadlock: no rank can proceed (" + stuck + ")");
     }
@@ -137,7 +153,9 @@ Simulation simulate(const std::vector<RankActions>& lists, int m, const Simulati
   return sim;
 }
 
-double bubble_formula(ScheduleKind kind, int p, int n_mb, int m, const SimulationOptions& options) {
+double bubble_formula(ScheduleKind kind, int p, int n_mb, int m, const SimulationOptions& options, int steps) {
+  if (kind == ScheduleKind::pipedream_2bw)
+    return analysis::pipedream_2bw_bubble_fraction(p, n_mb, {options.forward_time, options.backward_time, 0}, steps);
   if (kind == ScheduleKind::zb_h1)
     return analysis::pipeline_bubble_fraction(
         true, p, n_mb,
@@ -149,7 +167,8 @@ double first_stage_in_flight_formula(ScheduleKind kind, int p, int n_mb, int m) 
   switch (kind) {
     case ScheduleKind::gpipe: return n_mb;
     case ScheduleKind::one_f_one_b:
-    case ScheduleKind::zb_h1: return p;
+    case ScheduleKind::zb_h1:
+    case ScheduleKind::pipedream_2bw: return p;
     case ScheduleKind::interleaved: return p * (1.0 + double(p - 1) / (double(p) * m));
   }
   return 0;

@@ -48,11 +48,12 @@ struct Simulation {
 Simulation simulate(const std::vector<RankActions>& ranks, int m, const SimulationOptions& options = {});
 
 // What the paper predicts beside what the simulation measures.
-// Bubble (p−1)/(m·n_mb + p−1), with m = 1 for GPipe and 1F1B; ZB-H1's at the options' pass times
+// Bubble (p−1)/(m·n_mb + p−1), with m = 1 for GPipe, 1F1B and a one-step PipeDream-2BW; ZB-H1's at the options' pass times
 // (analysis::pipeline_bubble_fraction).
-double bubble_formula(ScheduleKind kind, int p, int n_mb, int m, const SimulationOptions& options = {});
+// PipeDream-2BW's over `steps` steps with one drain (analysis::pipedream_2bw_bubble_fraction).
+double bubble_formula(ScheduleKind kind, int p, int n_mb, int m, const SimulationOptions& options = {}, int steps = 1);
 // Micro-batches of L/p layers held by the first stage at its peak (eq. 5): GPipe n_mb, 1F1B p,
-// interleaved p·(1 + (p−1)/(p·m)), ZB-H1 p (its W's hold less than a whole micro-batch).
+// interleaved p·(1 + (p−1)/(p·m)), ZB-H1 p (its W's hold less than a whole micro-batch), 2BW p.
 double first_stage_in_flight_formula(ScheduleKind kind, int p, int n_mb, int m);
 
 }  // namespace lattice::parallel::pipeline

@@ -114,14 +114,17 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   model_ = std::make_unique<GPT>(model_config_, layout_, config_.seed, tp, stage, !shard_in_place);
   if (layout_.ep > 1) model_->set_expert_parallel(&dist_->ep());
   kept_ = std::make_unique<KeptBytesProbe>(model_config_.layers);
+  // How weights, gradients and masters are kept: decided once, here, from the layout (and the
+  // schedule: PipeDream-2BW keeps two versions).
+  const auto schedule = parallel::pipeline::parse_schedule_kind(config_.schedule);
+  parallel::StatesLayout states_layout = parallel::states_layout(layout_, model_config_.layers, config_.zero_prefetch);
+  if (schedule == parallel::pipeline::ScheduleKind::pipedream_2bw) states_layout.versions = 2;
+  states_ = std::make_unique<parallel::ModelStates>(states_layout, model_->buckets(), dist_ ? &dist_->dp() : nullptr,
+                                                    dist_ ? &dist_->expert_dp() : nullptr);
   if (layout_.pp > 1)
     pipeline_ = std::make_unique<parallel::pipeline::Executor>(
-        *model_, dist_->pp(), parallel::pipeline::parse_schedule_kind(config_.schedule),
-        config_.global_batch / (config_.micro_batch * layout_.dp), partition, config_.micro_batch, *kept_);
-  // How weights, gradients and masters are kept: decided once, here, from the layout.
-  states_ = std::make_unique<parallel::ModelStates>(
-      parallel::states_layout(layout_, model_config_.layers, config_.zero_prefetch), model_->buckets(),
-      dist_ ? &dist_->dp() : nullptr, dist_ ? &dist_->expert_dp() : nullptr);
+        *model_, dist_->pp(), schedule, config_.global_batch / (config_.micro_batch * layout_.dp), partition,
+        config_.micro_batch, *kept_, states_layout.versions == 2 ? states_.get() : nullptr);
   optimizer_ = make_optimizer(model_->table(), config_.optim, states_->owned(),
                               {dist_ && layout_.tp > 1 ? &dist_->tp() : nullptr, states_->shard_group()});
   if (layout_.zero >= 1 && layout_.dp == 1 && (!dist_ || dist_->rank() == 0))
@@ -161,6 +164,16 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     states_->keep_weights_in(optimizer_->offloaded());
   }
   states_->keep_weights(*model_, fill);
+  // PipeDream-2BW resumes both weight versions: the newest (model.safetensors, kept above) and the one
+  // the next batch reads; from a checkpoint without it (another schedule's), both are the model
+  // (docs/design.md §6.3).
+  const std::string previous = config_.resume + "/" + checkpoint::kPreviousModelFile;
+  if (states_->versions() == 2 && !config_.resume.empty() && std::filesystem::is_regular_file(previous)) {
+    checkpoint::ModelArrayReader previous_reader(previous, model_->table(), model_config_);
+    previous_reader.check_model_file();
+    states_->keep_previous_weights([&](FlatPiece range, float* out) { previous_reader.read("", range, out); },
+                                   uint64_t(step_));
+  }
   // A resume filled the offloaded states through their mapping: those pages leave the resident set.
   if (OffloadedStates* file = optimizer_->offloaded()) file->drop_mapped_pages();
   if (!config_.trace.empty()) Trace::instance().enable();
@@ -175,9 +188,13 @@ StepResult Trainer::train_step() {
   if (dist_) dist_->traffic().reset();
   parallel::conjugate_traffic() = {};
 
-  parallel::OwnedGrads grads;
+  // Global batch t = step_ runs now; PipeDream-2BW finishes the previous batch in this step and
+  // drains only where weights must be whole (docs/design.md §6.3); other schedules drain every step.
+  const uint64_t batch = uint64_t(step_);
+  const bool drains = drains_after(step_ + 1);
+  const auto phase = parallel::pipeline::step_phase(after_drain_, drains);
   StepResult r;
-  r.loss = forward_backward(grads);
+  r.loss = forward_backward(batch, phase);
   r.moe = moe_step_stats(true);
   activation_peak_ = MemoryTracker::activations().peak_bytes();
   r.step = ++step_;
@@ -190,9 +207,26 @@ StepResult Trainer::train_step() {
   promote_save();  // the saved weights (this step's) gave a finite loss
 
   TraceSpan optimizer_span(Trace::Kind::optimizer, -1, -1, step_ - 1);
+  using parallel::pipeline::Phase;
+  if (phase == Phase::steady || phase == Phase::last) apply_update(batch - 1, r);  // its tail ran in this step
+  if (drains) apply_update(batch, r);
+  after_drain_ = drains;
+  return finish_step(r, t0);
+}
+
+bool Trainer::drains_after(int64_t step) const {
+  const bool eval = config_.eval_every > 0 && step % config_.eval_every == 0;
+  const bool save = config_.save_every > 0 && step % config_.save_every == 0;
+  return states_->versions() == 1 || !pipeline_ || step >= config_.steps || eval || save;
+}
+
+void Trainer::apply_update(uint64_t batch, StepResult& r) {
+  states_->use_version(batch);
+  const parallel::OwnedGrads grads = states_->reduce();
+  complete_gradients(grads);
   if (!unscale(grads, r)) {
     states_->finish_step(false);
-    return finish_step(r, t0);
+    return;
   }
   const bool last_stage_of_many = pipeline_ && dist_->coords().pp_rank == layout_.pp - 1;
   r.grad_norm = parallel::global_grad_norm(model_->table(), grads, layout_.tp > 1 ? &dist_->tp() : nullptr,
@@ -200,23 +234,24 @@ StepResult Trainer::train_step() {
                                            !last_stage_of_many, layout_.ep > 1 ? &dist_->ep() : nullptr);
   if (config_.clip_grad > 0 && r.grad_norm > config_.clip_grad)
     parallel::scale_grads(grads, float(config_.clip_grad / r.grad_norm));
+  states_->begin_update();
   const std::vector<float*> master = states_->master_pieces();
   std::vector<PieceData> pieces;
   for (size_t i = 0; i < master.size(); ++i) pieces.push_back({master[i], grads.data[i]});
-  // Adam's bias correction counts the updates applied (fp16 may skip some).
-  optimizer_->update(pieces, r.lr, r.step - loss_scaler_.skipped);
+  // Update u is the (u+1)-th: its learning rate, and Adam's bias correction counting the updates
+  // applied (fp16 may skip some).
+  const auto update = int64_t(batch) + 1;
+  optimizer_->update(pieces, schedule_.at(update), update - loss_scaler_.skipped);
   states_->finish_step(true);
-  return finish_step(r, t0);
 }
 
-double Trainer::forward_backward(parallel::OwnedGrads& grads) {
+double Trainer::forward_backward(uint64_t batch, parallel::pipeline::Phase phase) {
   const double tokens = double(config_.global_batch) * model_config_.seq_len;
+  states_->use_version(batch);
   states_->begin_step();
   // The loss is the mean over the global batch; fp16 scales it (and every gradient) up so small
   // gradients survive 16 bits (scale 1 otherwise).
-  const double loss_sum = run_micro_batches(float(loss_scaler_.scale / tokens));
-  grads = states_->reduce();
-  complete_gradients(grads);
+  const double loss_sum = run_micro_batches(float(loss_scaler_.scale / tokens), phase);
   return global_loss(loss_sum) / tokens;
 }
 
@@ -225,8 +260,8 @@ double Trainer::loss_of_next_batch() {
   const parallel::ConjugateTraffic step_traffic = parallel::conjugate_traffic();
   const bool tracing = Trace::instance().enabled();
   Trace::instance().set_enabled(false);
-  parallel::OwnedGrads grads;
-  const double loss = forward_backward(grads);
+  const double loss = forward_backward(uint64_t(step_), parallel::pipeline::Phase::whole);
+  states_->reduce();  // completes what the backward started
   moe_step_stats(false);
   states_->finish_step(false);
   Trace::instance().set_enabled(tracing);
@@ -292,7 +327,7 @@ MoEStepStats Trainer::moe_step_stats(bool count) {
   return r;
 }
 
-double Trainer::run_micro_batches(float loss_scale) {
+double Trainer::run_micro_batches(float loss_scale, parallel::pipeline::Phase phase) {
   const int64_t s = model_config_.seq_len, b = config_.micro_batch;
   const int L = model_config_.layers;
   // This data-parallel rank's rows of the global batch, in micro-batches of b.
@@ -302,7 +337,7 @@ double Trainer::run_micro_batches(float loss_scale) {
     return pipeline_->run(uint64_t(step_), loss_scale, [&](int k, int32_t* in, int32_t* tgt) {
       train_loader_->fill(step_, row0 + k * b, int(b), in, tgt);
       return row0 + k * b;
-    });
+    }, phase);
   tracked_vector<int32_t, MemoryCategory::data> inputs(size_t(b * s)), targets(size_t(b * s));
   double loss_sum = 0.0;
   for (int64_t first = row0; first < row0 + rows; first += b) {

@@ -79,7 +79,7 @@ class Trainer {
   void summarize(const RunTotals& totals);  // trainer_summary.cpp
   // This rank's micro-batches of the step, forward and backward (through the pipeline when p > 1);
   // returns the loss sum of those whose head ran here.
-  double run_micro_batches(float loss_scale);
+  double run_micro_batches(float loss_scale, parallel::pipeline::Phase phase);
   // The reduced gradient made the whole model's: tied embedding summed over its two stages,
   // sequence-parallel partial sums over TP.
   void complete_gradients(const parallel::OwnedGrads& grads);
@@ -88,9 +88,16 @@ class Trainer {
   // A step's end, applied or skipped: its traffic snapshot and its time.
   StepResult finish_step(StepResult r, std::chrono::steady_clock::time_point t0);
   std::vector<int> local_layers() const;
-  // A step's forwards and backwards (the next batch), the reduced gradient completed into
-  // `grads`; returns the mean loss over the global batch. Shared by the step and the final check.
-  double forward_backward(parallel::OwnedGrads& grads);
+  // Global batch `batch`'s forwards and backwards in `phase`, on its weight version; returns the
+  // mean loss over the global batch. Shared by the step and the final check.
+  double forward_backward(uint64_t batch, parallel::pipeline::Phase phase);
+  // Update `batch`: W(batch+1) from its gradient, reduced and completed (tied embedding, SP),
+  // unscaled, clipped; its learning rate and grad norm go into `r`.
+  void apply_update(uint64_t batch, StepResult& r);
+  // Whether the step that ends as step `step` drains the pipeline (every step but PipeDream-2BW's
+  // steady ones: docs/design.md §6.3).
+  bool drains_after(int64_t step) const;
+  bool after_drain_ = true;  // the next step starts the stream (the run's start, a resume, a drain)
   // The loss of the current weights on the next batch (forward and backward as a step runs them,
   // no update): what the final save is checked with.
   double loss_of_next_batch();

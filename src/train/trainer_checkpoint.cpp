@@ -22,7 +22,9 @@ void Trainer::stage_save(const std::string& dir) {
                                       // recorded, not checked: weights are stored by name, so any partition resumes
                                       {"pipeline_layers",
                                        layer_counts_text(StagePartition::of(layout_, model_config_.layers).counts())}}},
-                          {"updates_applied", step_ - loss_scaler_.skipped}};
+                          {"updates_applied", step_ - loss_scaler_.skipped},
+                          {"schedule", config_.schedule},
+                          {"weight_versions", states_->versions()}};
   if (loss_scaler_.active)
     state["loss_scale"] = {{"scale", loss_scaler_.scale}, {"clean_steps", loss_scaler_.clean_steps}};
   // Tensor states are whole-tensor vectors, the same on every TP and DP rank; stages hold different
@@ -36,6 +38,8 @@ void Trainer::stage_save(const std::string& dir) {
   if (is_logging_rank()) staged = std::make_unique<checkpoint::StagedCheckpoint>(dir);
   CheckpointStream stream(model_config_, model_->table(), dist_);
   stream.write("", states_->save_pieces(nullptr), staged ? &staged->model_file(model_config_) : nullptr);
+  if (states_->versions() == 2)  // the version the next batch reads (docs/design.md §6.3)
+    stream.write("", states_->previous_save_pieces(), staged ? &staged->previous_model_file(model_config_) : nullptr);
   std::vector<std::string> prefixes;
   std::vector<checkpoint::TensorSpec> tensor_specs;
   for (const auto& e : optimizer_->element_states()) prefixes.push_back(e.prefix);

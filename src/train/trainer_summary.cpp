@@ -122,7 +122,8 @@ void Trainer::summarize(const RunTotals& t) {
     // Dense states over the DP group, experts' over the expert-DP group (ZeRO shards each over its own).
     const analysis::ModelStateBytes states_formula = analysis::moe_model_state_bytes(
         {row[16] - row[21], row[21]}, layout_.dp, layout_.ep, states_->zero_stage(), layout_.mixed_precision(),
-        adam && config_.optim.offload_dir.empty() ? 8 : 0);  // offloaded moments: on disk, not resident
+        adam && config_.optim.offload_dir.empty() ? 8 : 0,  // offloaded moments: on disk, not resident
+        states_->versions());
     m.params_formula = config_.optim.offload_params ? 0 : states_formula.params;  // on disk when offloaded
     m.grads_formula = states_formula.grads;
     // Adafactor and SM3: their own count of the states they keep (tensor shapes, not a per-Ψ rule).

@@ -139,6 +139,16 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
                                                    ") is more than --layers (" + std::to_string(m.layers) + ")");
   // Named even when there is one stage, so a misspelt schedule is never silently ignored.
   const auto schedule = parallel::pipeline::parse_schedule_kind(t.schedule);
+  if (schedule == parallel::pipeline::ScheduleKind::pipedream_2bw) {
+    // Two whole weight versions, and updates that fall between a batch's forwards and its last backwards.
+    require(layout.zero < 3 || layout.dp == 1, "--schedule pipedream-2bw keeps two whole weight versions on every "
+                                               "rank: --zero 3 shards them; use --zero 1 or 2");
+    require(!t.optim.offload_params, "--schedule pipedream-2bw keeps two whole weight versions in memory: "
+                                     "--offload-params is not available with it");
+    require(layout.params_dtype != ParamsDType::fp16,
+            "--schedule pipedream-2bw with --params-dtype fp16: a step skipped for a loss-scale overflow would "
+            "fall between a batch's forwards and its last backwards; use --params-dtype bf16");
+  }
   if (layout.pp > 1) {
     StagePartition::of(layout, m.layers);  // the stages' layer counts fit the model and the layout
     const int n_mb = t.global_batch / (t.micro_batch * layout.dp);

@@ -36,6 +36,7 @@ std::vector<Case> all_cases() {
       cases.push_back({ScheduleKind::gpipe, p, n, 1});
       cases.push_back({ScheduleKind::one_f_one_b, p, n, 1});
       cases.push_back({ScheduleKind::zb_h1, p, n, 1});
+      if (n >= p) cases.push_back({ScheduleKind::pipedream_2bw, p, n, 1});  // one step: its whole phase
       if (p >= 2 && n % p == 0)
         for (int m = 2; m <= 4; ++m) cases.push_back({ScheduleKind::interleaved, p, n, m});
     }
@@ -302,6 +303,7 @@ TEST(PipelineSimulation, PeakInFlightFollowsEq5) {
         break;
       case ScheduleKind::one_f_one_b:
       case ScheduleKind::zb_h1:
+      case ScheduleKind::pipedream_2bw:
         for (int r = 0; r < c.p; ++r) EXPECT_EQ(sim.ranks[size_t(r)].peak_in_flight, std::min(c.p - r, c.n_mb));
         if (c.n_mb >= c.p) {
           EXPECT_DOUBLE_EQ(first, eq5);
