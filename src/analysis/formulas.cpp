@@ -123,8 +123,16 @@ double pipeline_bubble_fraction(bool zero_bubble, int p, int n_mb, PassTimes t) 
   return 1.0 - n_mb * (t.f + t.b + t.w) / pipeline_step_time(zero_bubble, p, n_mb, t);
 }
 
+double pipedream_2bw_steady_step_time(int p, int n_mb, PassTimes t) {
+  return n_mb * (t.f + t.b + t.w) + (p - 1) * t.f;
+}
+
+double pipedream_2bw_steady_bubble_fraction(int p, int n_mb, PassTimes t) {
+  return (p - 1) * t.f / pipedream_2bw_steady_step_time(p, n_mb, t);
+}
+
 double pipedream_2bw_time(int p, int n_mb, PassTimes t, int steps) {
-  return steps * (n_mb * (t.f + t.b + t.w) + (p - 1) * t.f) + (p - 1) * (t.b + t.w);
+  return steps * pipedream_2bw_steady_step_time(p, n_mb, t) + (p - 1) * (t.b + t.w);
 }
 
 double pipedream_2bw_bubble_fraction(int p, int n_mb, PassTimes t, int steps) {

@@ -103,6 +103,8 @@ double pipeline_bubble_fraction(bool zero_bubble, int p, int n_mb, PassTimes t);
 // collectives over the pipeline, with one drain at the end: steps·(n(F+B+W) + (p−1)F) + (p−1)(B+W),
 // n ≥ p. One step is 1F1B's; a steady step saves 1F1B's (p−1)(B+W).
 double pipedream_2bw_time(int p, int n_mb, PassTimes t, int steps);
+double pipedream_2bw_steady_step_time(int p, int n_mb, PassTimes t);  // n(F+B+W) + (p−1)F
+double pipedream_2bw_steady_bubble_fraction(int p, int n_mb, PassTimes t);  // (p−1)F / that
 double pipedream_2bw_bubble_fraction(int p, int n_mb, PassTimes t, int steps);
 
 // Pipeline bubble: idle share of a step, (p−1)/(m·n_mb + p−1) for n_mb micro-batches on p stages

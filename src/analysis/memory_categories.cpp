@@ -123,9 +123,11 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, StageLayers mine) {
   // ZeRO's transient buffers.
   const int64_t psi = stage_parameters(c.model, x.t, p, stage, int(per_stage));
   const bool offloaded = c.offload_optimizer || c.offload_params;
-  const ModelStateBytes steady = model_state_bytes(psi, l.dp, l.zero, l.mixed_precision(), offloaded ? 0 : 8);
+  const ModelStateBytes steady =
+      model_state_bytes(psi, l.dp, l.zero, l.mixed_precision(), offloaded ? 0 : 8, c.weight_versions);
   m.model_states_steady = steady.total() - (c.offload_params ? steady.params : 0);
-  if (l.activation_dtype == DType::bf16 && !l.mixed_precision() && l.zero < 3) m.model_states_steady += 2 * psi;
+  if (l.activation_dtype == DType::bf16 && !l.mixed_precision() && l.zero < 3)
+    m.model_states_steady += 2 * psi * c.weight_versions;
   const int64_t bucket = largest_bucket(c.model, x.t, p, stage);
   m.model_states_transient = zero_transient_bytes(c, psi, bucket, false);
   m.model_states = m.model_states_steady + m.model_states_transient;
@@ -156,6 +158,9 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, StageLayers mine) {
   }
   // Checkpoint I/O: the writer's whole tensor and one message no larger (docs/design.md §14).
   if (c.save && c.writer) m.checkpoint_io = checkpoint_writer_bytes(c.model);
+  // PipeDream-2BW with 16-bit weights: the previous version widened to fp32 while it is saved, on
+  // each DP group's rank 0 (ModelStates::previous_save_pieces), alongside the writer's buffers.
+  if (c.save && c.weight_versions == 2 && l.mixed_precision()) m.checkpoint_io += 4 * psi;
 
   // All at one instant: the end of a forward (every category but checkpoint I/O at its peak, ZeRO's
   // transient as it is then), or the save after training (no activations left).

@@ -34,6 +34,7 @@ struct MemoryCase {
   bool offload_params = false;     // ZeRO-3's fp32 weight shards on disk too (--offload-params)
   bool zero_bubble = false;        // ZB-H1: stage r also holds r micro-batches' weight-pass operands
   int64_t threads = 1;             // threads a rank runs (each keeps LayerNorm partial sums for W)
+  int weight_versions = 1;         // PipeDream-2BW: 2 versions of the weights and gradients
 };
 
 // Bytes by category, each the category's own peak, and the accounted peak: all categories at one

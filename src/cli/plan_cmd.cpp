@@ -111,14 +111,16 @@ plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
                                      ") is not a multiple of t·p = " + std::to_string(tp_pp));
   r.layout.dp = r.gpus / tp_pp;
   r.save = f.save;
-  require(f.schedule.empty() || f.schedule == "1f1b" || f.schedule == "interleaved" || f.schedule == "zb-h1",
-          "--schedule: the planner models 1f1b, interleaved and zb-h1 (got '" + f.schedule + "')");
+  require(f.schedule.empty() || f.schedule == "1f1b" || f.schedule == "interleaved" || f.schedule == "zb-h1" ||
+              f.schedule == "pipedream-2bw",
+          "--schedule: the planner models 1f1b, interleaved, zb-h1 and pipedream-2bw (got '" + f.schedule + "')");
   require(f.schedule != "interleaved" || layout.virtual_stages > 1, "--schedule interleaved needs --virtual-stages > 1");
   require(f.schedule.empty() || f.schedule == "interleaved" || layout.virtual_stages == 1,
           "--schedule " + f.schedule + " needs --virtual-stages 1 (more chunks a rank is the interleaved schedule)");
   require(f.threads >= 1 && f.threads <= 4096, "--threads must be between 1 and 4096");
   r.threads = f.threads;
   r.zero_bubble = f.schedule == "zb-h1";
+  r.pipedream_2bw = f.schedule == "pipedream-2bw";
   r.offload_optimizer = !f.offload_optimizer.empty();
   r.offload_params = !f.offload_params.empty();
   require(!r.offload_params || (r.layout.zero == 3 && !r.layout.mixed_precision()),

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/formulas.hpp"
 #include "core/atomic_dir.hpp"
 #include "core/error.hpp"
 #include "core/stage_partition.hpp"
@@ -149,7 +150,7 @@ int run_schedule(int argc, char** argv) {
     j["bubble_formula"] = formula;
     j["total_time"] = sim.total_time;
     j["ideal_time"] = ideal;
-    j["steps"] = steps;
+    if (steps > 1) j["steps"] = steps;
     j["peak_in_flight"] = peak;                 // chunk micro-batches held, per rank
     j["peak_in_flight_stages"] = peak_layers;   // the same in micro-batches of L/p layers
     if (kind == pl::ScheduleKind::zb_h1) {       // also those whose weight pass is still to run
@@ -163,6 +164,13 @@ int run_schedule(int argc, char** argv) {
     j["backward_time"] = options.backward_time;
     j["p2p_latency"] = options.p2p_latency;
     if (!options.stage_scale.empty()) j["stage_scale"] = options.stage_scale;
+    if (sim.step_ends.size() >= 3) {  // a steady step of PipeDream-2BW: between the first two step ends
+      const double steady = sim.step_ends[1] - sim.step_ends[0];
+      j["steady_step_time"] = steady;
+      j["steady_bubble"] = 1.0 - n_mb * (options.forward_time + options.backward_time) / steady;
+      j["steady_bubble_formula"] = analysis::pipedream_2bw_steady_bubble_fraction(
+          p, n_mb, {options.forward_time, options.backward_time, 0});
+    }
     if (options.head_time > 0) j["head_time"] = options.head_time;
     if (list_actions) {
       nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
@@ -182,6 +190,13 @@ int run_schedule(int argc, char** argv) {
   std::printf("bubble: %.2f%% %s, %.2f%% by %s; total time %g (ideal %g)\n", 100 * sim.bubble,
               from_trace.empty() ? "simulated" : "measured in the trace (time in mean stage forwards)",
               100 * formula, formula_text(kind).c_str(), sim.total_time, ideal);
+  if (sim.step_ends.size() >= 3) {
+    const double steady = sim.step_ends[1] - sim.step_ends[0];
+    std::printf("steady step: time %g, bubble %.2f%% simulated, %.2f%% by (p-1)F/(n(F+B)+(p-1)F)\n", steady,
+                100 * (1.0 - n_mb * (options.forward_time + options.backward_time) / steady),
+                100 * analysis::pipedream_2bw_steady_bubble_fraction(p, n_mb,
+                                                                      {options.forward_time, options.backward_time, 0}));
+  }
   std::printf("peak in-flight micro-batches (activations held)%s:\n",
               m > 1 ? ", in chunks of L/(p*m) layers and in stages of L/p layers" : "");
   for (int r = 0; r < p; ++r) {

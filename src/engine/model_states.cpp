@@ -390,19 +390,26 @@ void ModelStates::gather_narrowed() {
 
 // ---- checkpoints ---------------------------------------------------------------------------------
 
-std::vector<ModelStates::SavePiece> ModelStates::previous_save_pieces() {
-  if (layout_.versions == 1) return {};
-  const float* base = other_.weights32.data();
-  if (half()) {
-    previous32_ = TrackedArray<float>(total_, "transient");
-    half_->widen(other_.weights16.data(), previous32_.data(), total_);
-    base = previous32_.data();
-  }
-  std::vector<SavePiece> out;
-  for (size_t b = 0; b < buckets_.size(); ++b) {  // whole weights: each bucket from its group's rank 0
+ModelStates::PreviousPieces ModelStates::previous_save_pieces() const {
+  PreviousPieces out;
+  if (layout_.versions == 1) return out;
+  // Whole weights: each bucket comes from its group's rank 0, widened (16-bit runs) into one
+  // buffer of checkpoint I/O holding just those buckets.
+  std::vector<size_t> mine;
+  int64_t widened = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (buckets_[b].size() > 0 && (!group(int(b)) || group(int(b))->rank() == 0))
+      mine.push_back(b), widened += buckets_[b].size();
+  if (half()) out.widened = TrackedArray<float>(widened, "previous_weights", MemoryCategory::checkpoint_io);
+  float* next = out.widened.data();
+  for (size_t b : mine) {
     const Bucket& bucket = buckets_[b];
-    if (bucket.size() > 0 && (!group(int(b)) || group(int(b))->rank() == 0))
-      out.push_back({{bucket.begin, bucket.begin + bucket.size()}, base + bucket.begin});
+    const float* values = other_.weights32.data() + bucket.begin;
+    if (half()) {
+      half_->widen(other_.weights16.data() + bucket.begin, next, bucket.size());
+      values = next, next += bucket.size();
+    }
+    out.pieces.push_back({{bucket.begin, bucket.begin + bucket.size()}, values});
   }
   return out;
 }

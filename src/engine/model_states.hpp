@@ -109,9 +109,13 @@ class ModelStates final : public BucketStore {
   };
   std::vector<SavePiece> save_pieces(const float* owned_values) const;
   // Two versions: the weights older than the newest (the version the next batch reads after a
-  // drain), as save_pieces(nullptr) gives the newest: this rank's pieces, widened from 16 bits into
-  // a buffer kept until the next call. Empty with one version.
-  std::vector<SavePiece> previous_save_pieces();
+  // drain), as save_pieces(nullptr) gives the newest: whole buckets from each group's rank 0,
+  // widened from 16 bits into `widened` (checkpoint I/O) when kept in 16. Empty with one version.
+  struct PreviousPieces {
+    std::vector<SavePiece> pieces;
+    TrackedArray<float> widened;
+  };
+  PreviousPieces previous_save_pieces() const;
   // Two versions, on resume (after keep_weights took the newest): fills the previous version, the one
   // global batch `next_batch` reads, from fill(range, out) over the whole flat buffer.
   void keep_previous_weights(const WeightSource& fill, uint64_t next_batch);
@@ -204,7 +208,6 @@ class ModelStates final : public BucketStore {
   };
   Version other_;
   int version_ = 0;                     // the version the arrays above hold: batch & 1
-  TrackedArray<float> previous32_;      // previous_save_pieces' widened copy
 
   bool last_micro_batch_ = false;
   std::vector<bool> launched_;          // the last micro-batch's reductions started, by bucket

@@ -7,6 +7,7 @@
 
 #include "analysis/memory_categories.hpp"
 #include "core/error.hpp"
+#include "plan/memory_model.hpp"
 #include "plan/time_model.hpp"
 
 namespace lattice::plan {
@@ -22,9 +23,7 @@ analysis::PartitionCosts partition_costs(const PlanRequest& r, const Hardware& h
     (*full)[size_t(l) + 1] = (*full)[size_t(l)] + analysis::layer_fully_recomputed(r.layout, l, L);
   }
   // Two cases: world rank 0 (on the first stage) writes the checkpoint, the others do not.
-  auto memory = std::make_shared<std::vector<analysis::MemoryCase>>(
-      2, analysis::MemoryCase{activation_shape(r), r.model, r.layout, r.micro_batches(), r.data_bytes, r.save, false,
-                              r.offload_optimizer, r.offload_params, r.zero_bubble, r.threads});
+  auto memory = std::make_shared<std::vector<analysis::MemoryCase>>(2, memory_case(r));
   (*memory)[0].writer = r.save;
   for (auto& m : *memory) m.layout.stage_layers.clear();  // each candidate stage is given its layers explicitly
   analysis::PartitionCosts c;

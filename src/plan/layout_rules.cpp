@@ -94,6 +94,13 @@ std::string layout_problem(const PlanRequest& r) {
     return "the interleaved schedule needs micro-batches per step (" + n(r.micro_batches()) +
            ") to be a multiple of p (" + n(p) + ")";
   if (l.zero < 0 || l.zero > 3) return "--zero must be 0, 1, 2 or 3 (got " + n(l.zero) + ")";
+  if (r.pipedream_2bw) {  // as the trainer refuses them (docs/design.md §6.3)
+    if (m > 1) return "pipedream-2bw runs one chunk a rank (--virtual-stages 1)";
+    if (r.micro_batches() < p)
+      return "pipedream-2bw needs at least p = " + n(p) + " micro-batches per step (got " + n(r.micro_batches()) + ")";
+    if (l.zero == 3 && l.dp > 1) return "pipedream-2bw keeps two whole weight versions: --zero 3 shards them";
+    if (l.params_dtype == ParamsDType::fp16) return "pipedream-2bw does not run fp16 weights (use bf16)";
+  }
   if (l.recompute_layers >= 0 && l.recompute != Recompute::full)
     return "--recompute-layers needs --recompute full";
   if (l.recompute_layers > r.model.layers)

@@ -4,6 +4,14 @@
 
 namespace lattice::plan {
 
+analysis::MemoryCase memory_case(const PlanRequest& r) {
+  analysis::MemoryCase c{activation_shape(r), r.model, r.layout, r.micro_batches(), r.data_bytes, r.save};
+  c.offload_optimizer = r.offload_optimizer, c.offload_params = r.offload_params;
+  c.zero_bubble = r.zero_bubble, c.threads = r.threads;
+  c.weight_versions = r.pipedream_2bw ? 2 : 1;
+  return c;
+}
+
 MemoryPlan plan_memory(const PlanRequest& r) {
   const analysis::ActivationShape x = activation_shape(r);
   const LayoutConfig& l = r.layout;
@@ -12,6 +20,7 @@ MemoryPlan plan_memory(const PlanRequest& r) {
   MemoryPlan m;
   const StagePartition partition = StagePartition::of(l, r.model.layers);
   const int64_t moment_bytes = r.offload_optimizer || r.offload_params ? 0 : 8;  // offloaded moments live on disk
+  const int versions = memory_case(r).weight_versions;
   m.activation_bytes_per_layer = analysis::layer_activation_bytes(x, first_full, selective);
   if (r.model.moe.enabled()) {
     // MoE layers keep the attention half of Table 2's row plus the MoE block, sized for balanced
@@ -28,12 +37,12 @@ MemoryPlan plan_memory(const PlanRequest& r) {
     m.dense_parameters = psi.dense;
     m.expert_parameters = psi.experts;
     m.shard_parameters = psi.total();
-    m.model_state = analysis::moe_model_state_bytes(psi, l.dp, l.ep, l.zero, r.mixed_precision(), moment_bytes);
+    m.model_state = analysis::moe_model_state_bytes(psi, l.dp, l.ep, l.zero, r.mixed_precision(), moment_bytes, versions);
   } else {
     m.first_stage_layer_bytes = analysis::first_stage_layer_bytes(x, l, r.model.layers);
     m.shard_parameters = m.dense_parameters =
         analysis::stage_parameters(r.model, l.tp, l.pp, 0, int(partition.layers_of_rank(0, l.pp).size()));
-    m.model_state = analysis::model_state_bytes(m.shard_parameters, l.dp, l.zero, r.mixed_precision(), moment_bytes);
+    m.model_state = analysis::model_state_bytes(m.shard_parameters, l.dp, l.zero, r.mixed_precision(), moment_bytes, versions);
   }
   if (r.offload_params) m.model_state.params = 0;  // the shard lives on disk (--offload-params)
   // p micro-batches are in flight on the first stage under 1F1B (eq. 5 note).
@@ -46,7 +55,7 @@ MemoryPlan plan_memory(const PlanRequest& r) {
     const int64_t psi = analysis::stage_parameters(r.model, l.tp, l.pp, stage,
                                                    int(partition.layers_of_rank(stage, l.pp).size()));
     const analysis::ModelStateBytes states =
-        analysis::model_state_bytes(psi, l.dp, l.zero, r.mixed_precision(), moment_bytes);
+        analysis::model_state_bytes(psi, l.dp, l.zero, r.mixed_precision(), moment_bytes, versions);
     const double layers = analysis::stage_layer_bytes(x, l, r.model.layers, stage);
     const int64_t extra = stage == l.pp - 1 ? analysis::extra_activation_bytes(x, 1, 0) : 0;
     const double total = double(states.total() - (r.offload_params ? states.params : 0)) + layers + double(extra);
@@ -62,8 +71,7 @@ MemoryPlan plan_memory(const PlanRequest& r) {
   }
   m.capacity_bytes = r.gpu_memory;
   if (!r.model.moe.enabled()) {
-    analysis::MemoryCase c{x, r.model, l, r.micro_batches(), r.data_bytes, r.save, false, r.offload_optimizer,
-                           r.offload_params, r.zero_bubble, r.threads};
+    analysis::MemoryCase c = memory_case(r);
     for (int stage = 0; stage < l.pp; ++stage) {
       c.writer = r.save && stage == 0;  // world rank 0 is on the first stage
       m.by_stage.push_back(analysis::rank_memory(c, stage));

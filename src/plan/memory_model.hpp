@@ -35,5 +35,7 @@ struct MemoryPlan {
 };
 
 MemoryPlan plan_memory(const PlanRequest& r);
+// The request as the per-category model takes it (analysis::rank_memory); no rank writes a checkpoint.
+analysis::MemoryCase memory_case(const PlanRequest& r);
 
 }  // namespace lattice::plan

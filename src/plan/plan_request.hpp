@@ -21,6 +21,7 @@ struct PlanRequest {
   bool offload_optimizer = false;  // AdamW's moments kept on disk (--offload-optimizer)
   bool offload_params = false;     // ZeRO-3's fp32 weight shards on disk too (--offload-params)
   bool zero_bubble = false;        // --schedule zb-h1: backward split, weight passes in the bubbles
+  bool pipedream_2bw = false;      // --schedule pipedream-2bw: no flush, two weight versions
   int threads = 1;                 // threads a rank runs (zb-h1: each keeps LayerNorm partial sums for W)
 
   int micro_batches() const { return global_batch / (micro_batch * layout.dp); }  // n_mb per rank

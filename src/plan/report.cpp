@@ -45,7 +45,7 @@ std::string describe_layout(const PlanRequest& r) {
     s += buf;
   }
   std::snprintf(buf, sizeof buf, " zero%d", l.zero);
-  return s + buf + (r.zero_bubble ? " zb-h1" : "") + (l.fused_attention() ? " fused-attn" : "") +
+  return s + buf + (r.zero_bubble ? " zb-h1" : r.pipedream_2bw ? " 2bw" : "") + (l.fused_attention() ? " fused-attn" : "") +
          (l.pack_masks ? " packed-masks" : "") +
          (l.fp8_kept ? " fp8-kept" : "");
 }
@@ -207,7 +207,10 @@ nlohmann::ordered_json plan_json(const Plan& p) {
                  {"attention", to_string(l.attention)},
                  {"micro_batch", r.micro_batch}, {"micro_batches", r.micro_batches()},
                  {"pipeline_layers", layer_counts_text(StagePartition::of(l, r.model.layers).counts())},
-                 {"schedule", r.zero_bubble ? "zb-h1" : l.virtual_stages > 1 ? "interleaved" : "1f1b"}};
+                 {"schedule", r.zero_bubble     ? "zb-h1"
+                              : r.pipedream_2bw ? "pipedream-2bw"
+                              : l.virtual_stages > 1 ? "interleaved"
+                                                     : "1f1b"}};
   j["memory_stage"] = p.memory.stage;  // the stage the "first stage" figures describe (uneven: the heaviest)
   const TimePlan& t = p.time;
   j["time_breakdown_s"] = {{"gemm", t.gemm_s}, {"elementwise", t.elementwise_s},

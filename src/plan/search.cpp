@@ -83,6 +83,7 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
                 r.layout.pp = p;
                 r.layout.virtual_stages = m;
                 r.zero_bubble = base.zero_bubble && m == 1;  // --schedule zb-h1: the non-interleaved layouts
+                r.pipedream_2bw = base.pipedream_2bw && m == 1;
                 r.layout.dp = dp;
                 r.layout.ep = e;
                 r.layout.sequence_parallel = sp == 1;

@@ -261,6 +261,14 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
     out.bubble_s = step - n_mb * per_mb;
     out.bubble_fraction = analysis::pipeline_bubble_fraction(true, p, int(n_mb), t);
   }
+  if (r.pipedream_2bw && p > 1) {
+    // PipeDream-2BW (docs/design.md §6.3): a steady step of a long run, no flush; the forward a
+    // third of the stage time, as for ZB-H1.
+    const analysis::PassTimes t{per_mb / 3, per_mb - per_mb / 3, 0};
+    const double step = analysis::pipedream_2bw_steady_step_time(p, int(n_mb), t);
+    out.bubble_s = step - n_mb * per_mb;
+    out.bubble_fraction = analysis::pipedream_2bw_steady_bubble_fraction(p, int(n_mb), t);
+  }
 
   // Data parallelism and ZeRO (docs/design.md §8), as the engine runs them (analysis::dp_bytes_per_step):
   // gradients reduced once per step and parameters gathered back after a sharded update; ZeRO-2

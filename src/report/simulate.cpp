@@ -117,6 +117,7 @@ Simulation simulate(const std::vector<RankActions>& lists, int m, const Simulati
     }
     if (all_at_end) {
       for (int r = 0; r < p; ++r) free_at[size_t(r)] = latest, ++next[size_t(r)], --remaining;
+      sim.step_ends.push_back(latest);
       progressed = true;
     }
     if (!progressed) {

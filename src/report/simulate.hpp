@@ -40,6 +40,7 @@ struct Simulation {
   double total_time = 0;  // the last action's end
   double idle = 0;        // Σ over ranks of (total_time − busy)
   double bubble = 0;      // idle / (p · total_time)
+  std::vector<double> step_ends;  // a run's lists (build_run): when each step's barrier released
 };
 
 // Runs the lists (as build_schedule returns them, for p ranks and m chunks per rank). Throws

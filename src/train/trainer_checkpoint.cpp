@@ -38,8 +38,10 @@ void Trainer::stage_save(const std::string& dir) {
   if (is_logging_rank()) staged = std::make_unique<checkpoint::StagedCheckpoint>(dir);
   CheckpointStream stream(model_config_, model_->table(), dist_);
   stream.write("", states_->save_pieces(nullptr), staged ? &staged->model_file(model_config_) : nullptr);
-  if (states_->versions() == 2)  // the version the next batch reads (docs/design.md §6.3)
-    stream.write("", states_->previous_save_pieces(), staged ? &staged->previous_model_file(model_config_) : nullptr);
+  if (states_->versions() == 2) {  // the version the next batch reads (docs/design.md §6.3)
+    const parallel::ModelStates::PreviousPieces previous = states_->previous_save_pieces();
+    stream.write("", previous.pieces, staged ? &staged->previous_model_file(model_config_) : nullptr);
+  }
   std::vector<std::string> prefixes;
   std::vector<checkpoint::TensorSpec> tensor_specs;
   for (const auto& e : optimizer_->element_states()) prefixes.push_back(e.prefix);

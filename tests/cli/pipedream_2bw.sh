@@ -139,6 +139,49 @@ for a, b in zip(ranks('pp2_1f1b.jsonl'), ranks('pp2.jsonl')):
     assert b['params'] == 2 * a['params'] and b['grads'] == 2 * a['grads'] and b['optimizer'] == a['optimizer']
 "
 
+# The planner predicts both versions: each stage's steady model states exactly (ZeRO's transient
+# buckets are the memory benchmark's rows), its activations (1F1B's) to 3%.
+plan_vs_measured() {  # plan_vs_measured RUN NP PLAN-FLAGS...
+  local run=$1 np=$2; shift 2
+  "$LATTICE" plan --layers 4 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --micro-batch 2 --global-batch 8 \
+    --activation-dtype fp32 --hardware cpu --gpus "$np" --schedule pipedream-2bw "$@" --json \
+    > "$run.plan.json" 2> "$run.plan.err"
+  "$PY" - "$run" <<'PYEOF'
+import json, sys
+run = sys.argv[1]
+plan = json.load(open(run + '.plan.json'))['memory_by_stage']
+for r in [json.loads(l) for l in open(run + '.jsonl')][-1]['memory']['ranks']:
+    want = plan[r['pp_rank']]
+    states, acts = sum(r['model_state_bytes'].values()), r['activation_peak_bytes']
+    steady = want['model_states'] - want['model_states_transient']
+    print(run, r['rank'], states, steady, acts, want['activations'])
+    if states != steady or not 0.97 * want['activations'] <= acts <= 1.03 * want['activations']:
+        sys.exit('%s rank %d: measured %d / %d, predicted %d / %d' % (run, r['rank'], states, acts, steady,
+                                                                    want['activations']))
+PYEOF
+}
+check "plan --schedule pipedream-2bw: pp2's stages as measured" plan_vs_measured pp2 2 --pipeline-model-parallel-size 2 \
+  --params-dtype fp32
+check "plan --schedule pipedream-2bw: pp2 x dp2 bf16 weights ZeRO-2 as measured" plan_vs_measured pp2_dp2_bf16 4 \
+  --pipeline-model-parallel-size 2 --params-dtype bf16 --zero 2
+for sch in 1f1b pipedream-2bw; do
+  "$LATTICE" plan --layers 8 --hidden 256 --heads 8 --seq-len 128 --vocab 256 --micro-batch 1 --global-batch 8 \
+    --pipeline-model-parallel-size 4 --hardware cpu --schedule "$sch" --json > "plan_$sch.json" 2> plan.err
+done
+check "plan: 2BW's steady step has less bubble than 1F1B's, (p-1)F, and twice the weights and gradients" "$PY" -c "
+import json, sys
+a, b = json.load(open('plan_1f1b.json')), json.load(open('plan_pipedream-2bw.json'))
+fa, fb = a['time_breakdown_s']['bubble'], b['time_breakdown_s']['bubble']
+sa, sb = a['memory_by_stage'][0], b['memory_by_stage'][0]
+print(fa, fb, sa['model_states'], sb['model_states'], b['layout']['schedule'])
+# F is a third of a micro-batch's stage time: 1F1B idles 3 slots of F+B = 3F each, 2BW 3 slots of F.
+sys.exit(0 if abs(fb - fa / 3) <= 1e-9 * fa and sb['model_states'] > sa['model_states'] and
+         sb['activations'] == sa['activations'] and b['layout']['schedule'] == 'pipedream-2bw' else 1)"
+expect_error "plan: 2BW with ZeRO-3" "zero 3" plan --layers 8 --hidden 256 --heads 8 --pipeline-model-parallel-size 2 \
+  --gpus 4 --global-batch 8 --zero 3 --schedule pipedream-2bw
+expect_error "plan: 2BW with fewer micro-batches than stages" "at least p" plan --layers 8 --hidden 256 --heads 8 \
+  --pipeline-model-parallel-size 4 --global-batch 2 --schedule pipedream-2bw
+
 # The trace has every forward and backward of the run.
 run traced 2 "${P2[@]}" --trace traced.json
 check "the trace holds 4 steps x 4 micro-batches of F and B on each of 2 ranks" "$PY" -c "

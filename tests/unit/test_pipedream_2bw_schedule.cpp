@@ -132,6 +132,11 @@ TEST(PipeDream2BW, SimulatedRunEqualsItsFormula) {
           const Simulation sim = simulate(run, 1, options);
           const int steps = int(phases.size());
           EXPECT_NEAR(sim.total_time, analysis::pipedream_2bw_time(p, n, {f, b, 0}, steps), 1e-9);
+          // Every step but the drain takes the steady step's time, the first one included.
+          ASSERT_EQ(sim.step_ends.size(), size_t(steps));
+          for (int k = 0; k + 1 < steps; ++k)
+            EXPECT_NEAR(sim.step_ends[size_t(k)], (k + 1) * analysis::pipedream_2bw_steady_step_time(p, n, {f, b, 0}),
+                        1e-9);
           EXPECT_NEAR(sim.bubble, bubble_formula(k2bw, p, n, 1, options, steps), 1e-12);
           for (int r = 0; r < p; ++r) EXPECT_EQ(sim.ranks[size_t(r)].peak_in_flight, std::min(p - r, n));
           const Simulation free = simulate(without_step_ends(run), 1, options);
