@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Pipeline schedules and partitions, measured on one engine (issue 16): for p = 2 and 4 and 8 and 16
-# micro-batches a step, GPipe, 1F1B, interleaved 1F1B (m = 2) and ZB-H1 on even stages, and 1F1B and
-# ZB-H1 on the partitioner's stages (--pipeline-layers auto); each row gives the median step time, the
-# bubble measured from the trace (the idle share of the last step), the bubble the simulator gives at
-# the trace's mean pass times beside the schedule's formula, and rank 0's and the largest rank's
+# micro-batches a step, GPipe, 1F1B, interleaved 1F1B (m = 2), ZB-H1 and PipeDream-2BW on even stages,
+# and 1F1B and ZB-H1 on the partitioner's stages (--pipeline-layers auto); each row gives the median
+# step time, the bubble measured from the trace (the idle share of the last step; for 2BW the
+# second-to-last, a steady step, since the last one drains), the bubble the simulator gives at the
+# trace's mean pass times beside the schedule's formula (2BW: a steady step's), and rank 0's and the largest rank's
 # activation peak beside the formula (first stage: eq. 5's micro-batches × its layers' rows; others
 # from the per-stage prediction of `lattice plan`). The model's head is heavy (vocabulary 8192 on
 # h 256), so the last stage's output layer weighs about 2.5 layers, as GPT-2's does on small models.
@@ -12,7 +13,7 @@
 # time-sharing, so its bubbles are larger than any schedule's; compare rows of one p.
 #
 # Usage: bench/pipeline.sh [build-dir]   Env: LAYERS (8), HIDDEN (256), SEQ (128), VOCAB (8192),
-#        STEPS (4), PS ("2 4"), NS ("8 16")
+#        STEPS (4), PS ("2 4"), NS ("8 16"), BAL_P (2: the balanced 1F1B-vs-2BW table's p)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LATTICE="$(cd "${1:-$ROOT/build}" 2>/dev/null && pwd)/lattice"
@@ -31,7 +32,7 @@ echo "cores: $(getconf _NPROCESSORS_ONLN); ranks of one thread each; model: ${MO
 rows=()
 for p in ${PS:-2 4}; do
   for n in ${NS:-8 16}; do
-    for spec in "gpipe:even" "1f1b:even" "interleaved:even" "zb-h1:even" "1f1b:auto" "zb-h1:auto"; do
+    for spec in "gpipe:even" "1f1b:even" "interleaved:even" "zb-h1:even" "pipedream-2bw:even" "1f1b:auto" "zb-h1:auto"; do
       sched=${spec%%:*} part=${spec##*:}
       name="p${p}_n${n}_${sched}_${part}"
       flags=(--pipeline-model-parallel-size "$p" --global-batch "$n" --schedule "$sched" --trace "$name.trace.json")
@@ -40,12 +41,14 @@ for p in ${PS:-2 4}; do
       mpirun --oversubscribe -np "$p" "$LATTICE" train "${MODEL[@]}" "${flags[@]}" > "$name.jsonl" 2> "$name.err" ||
         { echo "pipeline.sh: $name failed: $(tail -1 "$name.err")" >&2; exit 1; }
       m=1; [[ "$sched" == interleaved ]] && m=2
+      trace_step=()
+      [[ "$sched" == pipedream-2bw ]] && trace_step=(--trace-step $((${STEPS:-4} - 2)))
       "$LATTICE" schedule --pipeline-model-parallel-size "$p" --micro-batches "$n" --virtual-stages "$m" \
-        --schedule "$sched" --from-trace "$name.trace.json" --json > "$name.real.json" 2> "$name.real.err"
+        --schedule "$sched" --from-trace "$name.trace.json" "${trace_step[@]}" --json > "$name.real.json" 2> "$name.real.err"
       counts=$(grep -o 'pipeline layers (auto): [0-9,]*' "$name.err" | grep -o '[0-9,]*$' || true)
       plan_flags=(--pipeline-model-parallel-size "$p" --global-batch "$n" --gpus "$p" --activation-dtype fp32
                   --params-dtype fp32 --hardware cpu)
-      [[ "$sched" == zb-h1 ]] && plan_flags+=(--schedule zb-h1)
+      [[ "$sched" == zb-h1 || "$sched" == pipedream-2bw ]] && plan_flags+=(--schedule "$sched")
       [[ "$sched" == interleaved ]] && plan_flags+=(--virtual-stages 2)
       [[ -n "$counts" ]] && plan_flags+=(--pipeline-layers "$counts")
       if [[ "$sched" == gpipe ]]; then
@@ -82,7 +85,9 @@ for row in sys.argv[2:]:
     args = [lattice, "schedule", "--pipeline-model-parallel-size", str(p), "--micro-batches", str(n), "--virtual-stages", str(m),
             "--schedule", sched, "--forward-time", str(f), "--backward-time", str(b + w), "--json"]
     if w > 0: args += ["--weight-time", str(w)]
+    if sched == "pipedream-2bw": args += ["--steps", "3"]  # first, steady, last: the steady step is compared
     sim = json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
+    if sched == "pipedream-2bw": sim["bubble"], sim["bubble_formula"] = sim["steady_bubble"], sim["steady_bubble_formula"]
     first = [r for r in ranks if r["pp_rank"] == 0][0]
     eq5 = sim["first_stage_formula"] * sum(first["activation_bytes_per_layer_formula"])
     largest = max(ranks, key=lambda r: r["activation_peak_bytes"])
@@ -92,4 +97,32 @@ for row in sys.argv[2:]:
         p, n, sched + (" (m=2)" if m > 1 else ""), counts, statistics.median(steps), 100 * real["bubble"],
         100 * sim["bubble"], 100 * sim["bubble_formula"], mib(first["activation_peak_bytes"]), mib(eq5),
         mib(largest["activation_peak_bytes"]), predicted, largest["pp_rank"]))
+PYEOF
+
+# PipeDream-2BW against 1F1B where the stages are even (vocabulary 256: a light head) and the bubble
+# is large (n = 2p): 3 rounds interleaved, each the median of steps 2–STEPS; the ratio of the medians
+# beside the formulas' (steady 2BW step over the 1F1B step at F = B/2).
+BAL_P=${BAL_P:-2}; BAL_N=$((2 * BAL_P))
+BAL=(--data data --layers "$LAYERS" --hidden "${HIDDEN:-256}" --heads 8 --seq-len "${SEQ:-128}" --vocab 256
+     --micro-batch 1 --steps "${STEPS:-4}" --dropout 0.1 --threads 1 --json
+     --pipeline-model-parallel-size "$BAL_P" --global-batch "$BAL_N")
+for round in 1 2 3; do
+  for sched in 1f1b pipedream-2bw; do
+    mpirun --oversubscribe -np "$BAL_P" "$LATTICE" train "${BAL[@]}" --schedule "$sched" > "bal_${sched}_$round.jsonl" \
+      2> "bal_$sched.err" || { echo "pipeline.sh: balanced $sched failed: $(tail -1 "bal_$sched.err")" >&2; exit 1; }
+  done
+done
+"$PY" - "$BAL_P" "$BAL_N" <<'PYEOF'
+import json, statistics, sys
+p, n = int(sys.argv[1]), int(sys.argv[2])
+med = lambda f: statistics.median([e["step_s"] for e in map(json.loads, open(f)) if e.get("event") == "step"][1:])
+a = [med("bal_1f1b_%d.jsonl" % r) for r in (1, 2, 3)]
+b = [med("bal_pipedream-2bw_%d.jsonl" % r) for r in (1, 2, 3)]
+F, B = 1.0, 2.0
+want = (n * (F + B) + (p - 1) * F) / ((n + p - 1) * (F + B))
+print()
+print("| p | n | 1F1B s/step (3 rounds) | 2BW s/step (3 rounds) | 2BW / 1F1B: measured (median) / formula |")
+print("|---|---|---|---|---|")
+print("| %d | %d | %s | %s | %.3f / %.3f |" % (p, n, " ".join("%.4f" % x for x in a), " ".join("%.4f" % x for x in b),
+      statistics.median(y / x for x, y in zip(a, b)), want))
 PYEOF

@@ -195,7 +195,8 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
                  "seconds a rank may wait on one communication before it stops the job (0 = off)")
       ->capture_default_str();
   app.add_flag("--json", t.json, "JSON Lines on stdout");
-  app.add_option("--schedule", t.schedule, "pipeline schedule: gpipe | 1f1b | interleaved (with --virtual-stages) | zb-h1 (zero bubble: backward split into input and weight passes)")
+  app.add_option("--schedule", t.schedule, "pipeline schedule: gpipe | 1f1b | interleaved (with --virtual-stages) | zb-h1 (zero bubble: backward split "
+                 "into input and weight passes) | pipedream-2bw (no flush, two weight versions, updates one step late)")
       ->capture_default_str();
   app.add_option("--trace", t.trace, "write a Chrome trace (Perfetto) of every rank's forward/backward/receive/send/optimizer");
   app.add_flag("--comm-report", t.comm_report, "print the bytes each rank sent per group in the last step");

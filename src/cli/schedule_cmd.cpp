@@ -126,7 +126,7 @@ int run_schedule(int argc, char** argv) {
   const double ideal = double(steps) * n_mb * (options.forward_time + options.backward_time);
   const double eq5 = pl::first_stage_in_flight_formula(kind, p, n_mb, m);
   if (!svg.empty()) {
-    const std::string doc = pl::schedule_svg(sim, {kind, p, n_mb, m, options});
+    const std::string doc = pl::schedule_svg(sim, {kind, p, n_mb, m, options, steps});
     write_file_atomically(svg, doc.data(), doc.size());
   }
 

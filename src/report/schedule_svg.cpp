@@ -76,7 +76,8 @@ std::string schedule_svg(const Simulation& sim, const TimelineCaption& cap) {
   const double width = std::max(kLeft + plot_w + kRight, 640.0);
   const double rows_h = p * (kRowH + kRowGap) - kRowGap;
   const double height = kTop + rows_h + kAxisH + kLegendH;
-  const double formula = bubble_formula(cap.kind, cap.p, cap.n_mb, cap.m);
+  const double formula = bubble_formula(cap.kind, cap.p, cap.n_mb, cap.m, cap.options, cap.steps);
+  const bool two_bw = cap.kind == ScheduleKind::pipedream_2bw;
 
   std::ostringstream out;
   out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << num(width) << "' height='" << num(height)
@@ -92,14 +93,17 @@ std::string schedule_svg(const Simulation& sim, const TimelineCaption& cap) {
 
   out << "<text x='16' y='28' class='title'>" << long_name(cap.kind) << " — p = " << cap.p << ", "
       << cap.n_mb << " micro-batches" << (m > 1 ? ", m = " + std::to_string(m) + " chunks per rank" : "")
-      << "</text>\n";
+      << (cap.steps > 1 ? ", " + std::to_string(cap.steps) + " steps" : "") << "</text>\n";
   out << "<text x='16' y='50' class='sub'>bubble " << num(100 * sim.bubble) << "% simulated, " << num(100 * formula)
-      << "% by (p−1)/(" << (m > 1 ? "m·" : "") << "n+p−1) · total time " << num(sim.total_time)
+      << (two_bw ? "% by 1 − S·n(F+B)/(S(n(F+B)+(p−1)F)+(p−1)B)"
+                 : std::string("% by (p−1)/(") + (m > 1 ? "m·" : "") + "n+p−1)")
+      << " · total time " << num(sim.total_time)
       << " · forward " << num(cap.options.forward_time) << ", backward " << num(cap.options.backward_time)
       << " per stage" << (cap.options.p2p_latency > 0 ? ", p2p latency " + num(cap.options.p2p_latency) : "")
       << "</text>\n";
-  out << "<text x='16' y='70' class='sub'>boxes: micro-batch number (from 0) · empty lane: idle (the bubble) · "
-         "right: peak activations held, in micro-batches of L/p layers</text>\n";
+  out << "<text x='16' y='70' class='sub'>boxes: micro-batch number (from 0" << (cap.steps > 1 ? ", over the run" : "")
+      << ") · empty lane: idle (the bubble) · right: peak activations held, in micro-batches of L/p layers"
+      << (cap.steps > 1 ? " · dashed: a step's end (the trainer's collectives)" : "") << "</text>\n";
 
   // Time grid behind the lanes.
   const double step = tick_step(total, 12);
@@ -110,6 +114,9 @@ std::string schedule_svg(const Simulation& sim, const TimelineCaption& cap) {
         << "' class='tick'>" << num(t) << "</text>\n";
   }
   out << "<text x='" << num(kLeft + plot_w / 2) << "' y='" << num(kTop + rows_h + 34) << "' class='tick'>time</text>\n";
+  for (double end : sim.step_ends)
+    out << "<line x1='" << num(kLeft + end * scale) << "' y1='" << num(kTop - 8) << "' x2='" << num(kLeft + end * scale)
+        << "' y2='" << num(kTop + rows_h + 8) << "' stroke='#c0392b' stroke-width='1.5' stroke-dasharray='5,3'/>\n";
 
   for (int r = 0; r < p; ++r) {
     const RankTimeline& line = sim.ranks[size_t(r)];

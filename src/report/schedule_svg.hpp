@@ -14,6 +14,7 @@ struct TimelineCaption {
   ScheduleKind kind = ScheduleKind::one_f_one_b;
   int p = 1, n_mb = 1, m = 1;
   SimulationOptions options;
+  int steps = 1;  // a run of PipeDream-2BW steps (build_run): step ends drawn as dashed lines
 };
 
 // A self-contained SVG document. Throws lattice::InputError above kMaxSvgActions actions.
