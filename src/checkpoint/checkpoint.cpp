@@ -304,6 +304,7 @@ ResumeState read_resume_state(const std::string& dir) {
           where + ": \"seed\" must be a non-negative integer (got " + seed.dump() + ")");
   r.seed = seed.get<uint64_t>();
   r.updates_applied = state.contains("updates_applied") ? integer(state, "updates_applied", 0, r.step, where) : r.step;
+  r.weight_versions = state.contains("weight_versions") ? int(integer(state, "weight_versions", 1, 2, where)) : 1;
   if (state.contains("train") && state["train"].contains("global_batch"))
     r.global_batch = integer(state["train"], "global_batch", 1, INT64_MAX / 2, where + " (train)");
   if (state.contains("data_position") && state["data_position"].contains("shuffle")) {

@@ -41,6 +41,7 @@ void partition_automatically(LayoutConfig& layout, const ModelConfig& model, con
   r.offload_optimizer = !train.optim.offload_dir.empty();
   r.offload_params = train.optim.offload_params;
   r.zero_bubble = train.schedule == "zb-h1";
+  r.pipedream_2bw = train.schedule == "pipedream-2bw";  // two weight versions to place
   r.threads = train.threads > 0 ? train.threads : omp_get_max_threads();
   const double cap = limit.empty() ? physical_memory_bytes() / std::max(1, local_ranks)
                                    : double(plan::parse_bytes(limit, "--pipeline-memory-limit"));

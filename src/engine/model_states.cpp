@@ -131,10 +131,13 @@ void ModelStates::begin_update() {
 
 void ModelStates::sync_replicas() {
   if (half() || !whole_weights()) return;
-  for (size_t b = 0; b < buckets_.size(); ++b)
-    if (replicated(int(b)) && buckets_[b].size() > 0)
-      group(int(b))->broadcast({weights32_.data() + buckets_[b].begin, size_t(buckets_[b].size())}, 0);
-  refresh_bf16();
+  for (int version = 0; version < layout_.versions; ++version) {  // both versions alike: each in turn
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      if (replicated(int(b)) && buckets_[b].size() > 0)
+        group(int(b))->broadcast({weights32_.data() + buckets_[b].begin, size_t(buckets_[b].size())}, 0);
+    refresh_bf16();
+    use_version(uint64_t(version_ + 1));
+  }
 }
 
 void ModelStates::refresh_bf16() {
@@ -418,6 +421,7 @@ void ModelStates::keep_previous_weights(const WeightSource& fill, uint64_t next_
   if (layout_.versions == 1) return;
   version_ = int((next_batch + 1) & 1);  // the arrays above hold the newest: the version the next batch does not read
   TrackedArray<float> values(total_, "transient");
+  note_transient();
   fill({0, total_}, values.data());
   if (half()) {
     half_->narrow(values.data(), other_.weights16.data(), total_);

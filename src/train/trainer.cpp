@@ -168,11 +168,17 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   // the next batch reads; from a checkpoint without it (another schedule's), both are the model
   // (docs/design.md §6.3).
   const std::string previous = config_.resume + "/" + checkpoint::kPreviousModelFile;
-  if (states_->versions() == 2 && !config_.resume.empty() && std::filesystem::is_regular_file(previous)) {
+  if (!config_.resume.empty() && resume_state.weight_versions == 2)
+    require(std::filesystem::is_regular_file(previous), "checkpoint " + config_.resume + " records two weight versions "
+            "(PipeDream-2BW) but has no " + checkpoint::kPreviousModelFile);
+  if (states_->versions() == 2 && !config_.resume.empty() && resume_state.weight_versions == 2) {
     checkpoint::ModelArrayReader previous_reader(previous, model_->table(), model_config_);
     previous_reader.check_model_file();
     states_->keep_previous_weights([&](FlatPiece range, float* out) { previous_reader.read("", range, out); },
                                    uint64_t(step_));
+  } else if (states_->versions() == 2 && !config_.resume.empty() && is_logging_rank()) {
+    std::fprintf(stderr, "lattice train: note: %s holds one weight version (not a PipeDream-2BW checkpoint): both "
+                 "versions start from its model (docs/design.md §6.3)\n", config_.resume.c_str());
   }
   // A resume filled the offloaded states through their mapping: those pages leave the resident set.
   if (OffloadedStates* file = optimizer_->offloaded()) file->drop_mapped_pages();
@@ -241,7 +247,8 @@ void Trainer::apply_update(uint64_t batch, StepResult& r) {
   // Update u is the (u+1)-th: its learning rate, and Adam's bias correction counting the updates
   // applied (fp16 may skip some).
   const auto update = int64_t(batch) + 1;
-  optimizer_->update(pieces, schedule_.at(update), update - loss_scaler_.skipped);
+  r.lr = schedule_.at(update);  // the step reports the last update it applied
+  optimizer_->update(pieces, r.lr, update - loss_scaler_.skipped);
   states_->finish_step(true);
 }
 
@@ -255,12 +262,27 @@ double Trainer::forward_backward(uint64_t batch, parallel::pipeline::Phase phase
   return global_loss(loss_sum) / tokens;
 }
 
+void Trainer::promote_checked_save() {
+  const double loss = loss_of_next_batch();
+  if (!std::isfinite(loss)) {
+    staged_.reset();
+    throw TrainingError("the weights of step " + std::to_string(step_) + " give a " + nonfinite(loss) +
+                        " loss: not saved" + saved_note());
+  }
+  promote_save();
+}
+
 double Trainer::loss_of_next_batch() {
-  // Run as a step would be, but reported as the last step's: counters restored after.
+  // Run as a step would be, but reported as the last step's: counters restored after. The newest
+  // weights are checked: with two versions (PipeDream-2BW, after a drain) batch step_ + 1 is the
+  // first to read them, so that batch runs (the step counter keys the data, dropout and version).
   const parallel::ConjugateTraffic step_traffic = parallel::conjugate_traffic();
   const bool tracing = Trace::instance().enabled();
   Trace::instance().set_enabled(false);
+  const int64_t step = step_;
+  step_ += states_->versions() - 1;
   const double loss = forward_backward(uint64_t(step_), parallel::pipeline::Phase::whole);
+  step_ = step;
   states_->reduce();  // completes what the backward started
   moe_step_stats(false);
   states_->finish_step(false);
@@ -445,8 +467,11 @@ int Trainer::run() {
       print_step({r.step, config_.steps, r.loss, r.lr, r.grad_norm, r.seconds, double(tokens) / r.seconds,
                   step_flops / r.seconds / peak / world, activation_peak_, r.loss_scale, r.skipped, r.moe},
                  config_.json);
-    if (config_.save_every > 0 && r.step % config_.save_every == 0 && r.step < config_.steps)
+    if (config_.save_every > 0 && r.step % config_.save_every == 0 && r.step < config_.steps) {
       stage_save(config_.save);
+      // PipeDream-2BW's newest weights are first read two steps on: checked now, not by the next step.
+      if (states_->versions() == 2) promote_checked_save();
+    }
     if (config_.eval_every > 0 && r.step % config_.eval_every == 0) {
       const double eval_loss = evaluate(config_.eval_batches);
       if (log && config_.json)
@@ -457,12 +482,7 @@ int Trainer::run() {
   }
   if (!config_.save.empty()) {
     stage_save(config_.save);
-    const double loss = loss_of_next_batch();
-    if (!std::isfinite(loss)) {
-      staged_.reset();
-      throw TrainingError("the final weights give a " + nonfinite(loss) + " loss: not saved" + saved_note());
-    }
-    promote_save();
+    promote_checked_save();
   }
   if (!config_.trace.empty()) write_trace(Trace::instance(), config_.trace, dist_ ? &dist_->world() : nullptr,
                                                       dist_ ? dist_->rank() : 0);

@@ -98,9 +98,11 @@ class Trainer {
   // steady ones: docs/design.md §6.3).
   bool drains_after(int64_t step) const;
   bool after_drain_ = true;  // the next step starts the stream (the run's start, a resume, a drain)
-  // The loss of the current weights on the next batch (forward and backward as a step runs them,
-  // no update): what the final save is checked with.
+  // The loss of the newest weights on a batch they have not trained on (forward and backward as a
+  // step runs them, no update): what a save is checked with before it replaces the last one.
   double loss_of_next_batch();
+  // The staged save promoted once loss_of_next_batch() is finite (TrainingError otherwise).
+  void promote_checked_save();
   double global_loss(double loss_sum);  // summed over the last stage and the DP replicas
   std::array<comm::Communicator*, 2> stage_and_replica_groups();  // PP then DP; null where absent
   void sum_over_stages_and_replicas(std::span<float> values);  // in place, over PP then DP

@@ -117,6 +117,45 @@ sys.exit(0 if len(b) == 4 and max(abs(x - y) / x for x, y in zip(a, b)) <= 1e-5 
 cat half.jsonl resumed.jsonl > resumed_all.jsonl && ln -s ck_resumed ck_resumed_all
 check "the resumed run's final weights are the one-rank run's" compare resumed_all
 check "the resumed run's previous version is the one-rank run's" previous_matches resumed
+# An odd step too: the versions swap roles with the step's parity.
+MODEL=("${MODEL_4[@]}" --steps 3)
+run half3 2 "${P2[@]}"
+MODEL=("${MODEL_4[@]}")
+run resumed3 2 "${P2[@]}" --resume ck_half3
+cat half3.jsonl resumed3.jsonl > resumed3_all.jsonl && ln -s ck_resumed3 ck_resumed3_all
+check "a pp2 run resumed at step 3 continues the uninterrupted run" compare resumed3_all
+
+# The semantics checked against 1F1B runs, independently of the version logic: 2BW's step 2 is batch
+# 1 on the initial weights (a 1F1B run with learning rate 0 computes that loss), and after two steps
+# its previous version is update 0 applied to the initial weights (1F1B's weights after one step).
+run lr0 1 --schedule 1f1b --lr 0 --min-lr 0
+MODEL=("${MODEL_4[@]}" --steps 2 --lr-schedule constant)
+run two_steps 1
+run one_step_1f1b 1 --schedule 1f1b --steps 1
+MODEL=("${MODEL_4[@]}")
+check "2BW's step 2 is batch 1 on W(0); after 2 steps its previous version is 1F1B's W(1)" "$PY" - <<'PYEOF'
+import json, struct, sys
+l = lambda f: [json.loads(x)['loss'] for x in open(f) if '"event":"step"' in x]
+def tensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    return {k: raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in header.items() if k != "__metadata__"}
+a, b = l('one.jsonl'), l('lr0.jsonl')
+print(a[1], b[1])
+same = tensors('ck_two_steps/model_previous.safetensors') == tensors('ck_one_step_1f1b/model.safetensors')
+newest = tensors('ck_two_steps/model.safetensors') != tensors('ck_one_step_1f1b/model.safetensors')
+print('previous = 1F1B W(1):', same, '; newest differs:', newest)
+sys.exit(0 if abs(a[1] - b[1]) <= 1e-9 * abs(b[1]) and same and newest else 1)
+PYEOF
+
+# A 1F1B checkpoint has one version: 2BW resumes it with both versions the model, and says so.
+MODEL=("${MODEL_4[@]}" --steps 5)
+run from_sync 2 "${P2[@]}" --resume ck_sync
+MODEL=("${MODEL_4[@]}")
+check "a 1F1B checkpoint resumed under 2BW: one note, one step, two versions saved" \
+  test "$(grep -c 'both versions start from its model' from_sync.err)" -eq 1 -a \
+  "$(grep -c '"event":"step"' from_sync.jsonl)" -eq 1 -a -e ck_from_sync/model_previous.safetensors
 
 # Memory: every weight and gradient array twice (the masters of 16-bit runs once), measured by
 # the allocator, beside the formula (analysis::model_state_bytes with two versions).
@@ -194,6 +233,12 @@ print(f, b)
 sys.exit(0 if f == b == 32 else 1)"
 
 # Refused, one line each.
+cp -r ck_half ck_no_previous && rm ck_no_previous/model_previous.safetensors
+"$PY" -c "
+import json; m = json.load(open('ck_no_previous/lattice-checkpoint.json'))
+m['files'] = [f for f in m['files'] if f != 'model_previous.safetensors']; json.dump(m, open('ck_no_previous/lattice-checkpoint.json', 'w'))"
+bad_layout "a 2BW checkpoint without its previous version" "no model_previous.safetensors" 2 "${P2[@]}" \
+  --resume ck_no_previous
 bad_layout "2BW with ZeRO-3" "zero 3" 4 "${P2[@]}" --zero 3
 bad_layout "2BW with fp16 weights" "fp16" 2 "${P2[@]}" --params-dtype fp16
 bad_layout "2BW with fewer micro-batches than stages" "at least p" 4 --pipeline-model-parallel-size 4 --global-batch 4
