@@ -39,6 +39,8 @@ class StagedCheckpoint {
   SafetensorsWriter& optimizer_file(const ModelConfig& config, const std::string& optimizer,
                                     const std::vector<std::string>& element_prefixes,
                                     const std::vector<TensorSpec>& tensor_states);
+  // A small file written whole beside the others (the tokenizer's: data/tokenizer_files.hpp).
+  void add_file(const std::string& name, const std::string& contents);
   void finish(const nlohmann::json& trainer_state);
   void commit();
   const std::string& dir() const { return dir_; }
@@ -65,6 +67,7 @@ struct ResumeState {
   uint64_t seed = 0;
   int64_t updates_applied = 0;
   int weight_versions = 1;  // PipeDream-2BW checkpoints: 2 (model_previous.safetensors)
+  std::string tokenizer = "bytes";  // the fingerprint of the tokenizer it was trained with
   double loss_scale = 0;  // 0: not recorded (not an fp16 run)
   int64_t clean_steps = 0;
   int64_t global_batch = 0;  // 0: not recorded

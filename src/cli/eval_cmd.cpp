@@ -1,6 +1,7 @@
 // `lattice eval`: mean cross-entropy of a checkpoint on a token file.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -10,6 +11,7 @@
 #include "cli/model_source.hpp"
 #include "core/error.hpp"
 #include "data/loader.hpp"
+#include "data/tokenizer_files.hpp"
 
 namespace lattice::cli {
 
@@ -34,6 +36,16 @@ int run_eval(int argc, char** argv) {
   const bool shapes_given = inference_shape_flags(app);
   auto gpt = load_model_for_inference(checkpoint, model, shapes_given, DType::fp32, micro_batch);
   const ModelConfig& c = gpt->config();
+  // The tokens must be the checkpoint's tokenizer's: a data directory that records another is refused.
+  const std::string data_dir = std::filesystem::path(data_file).parent_path().string();
+  const data::Tokenizer tokenizer =
+      std::filesystem::is_directory(checkpoint) ? data::load_tokenizer(checkpoint) : data::Tokenizer();
+  if (data::has_tokenizer(data_dir.empty() ? "." : data_dir)) {
+    const data::Tokenizer of_data = data::load_tokenizer(data_dir.empty() ? "." : data_dir);
+    require(of_data.fingerprint() == tokenizer.fingerprint(),
+            data_file + " holds tokens of " + of_data.fingerprint() + ", but " + checkpoint + " was trained with " +
+                tokenizer.fingerprint());
+  }
   const auto file = data::TokenFile::load(data_file, c.vocab);
   const data::BatchLoader loader(file, c.seq_len, micro_batch, 0, false);
   std::vector<int32_t> inputs(size_t(micro_batch * c.seq_len)), targets(inputs.size());
@@ -46,10 +58,21 @@ int run_eval(int argc, char** argv) {
   const double loss = sum / double(tokens);
   require(std::isfinite(loss), "the weights of " + checkpoint + " give a " + (std::isnan(loss) ? "NaN" : "infinite") +
                                    " loss on " + data_file);
-  if (json)
-    std::cout << nlohmann::json{{"event", "eval"}, {"loss", loss}, {"tokens", tokens}}.dump() << "\n";
-  else
-    std::fprintf(stderr, "eval loss %.4f over %lld tokens of %s\n", loss, (long long)tokens, data_file.c_str());
+  // Bits per byte from the bytes of text the file's tokens encode (data.json), or for byte tokens.
+  const data::DataSizes sizes = data::read_data_sizes(data_dir.empty() ? "." : data_dir);
+  const std::string name = std::filesystem::path(data_file).filename().string();
+  const bool known = sizes.recorded ? (name == "train.bin" || name == "val.bin")
+                                    : tokenizer.kind() == data::TokenizerKind::bytes;
+  const double bpb = data::bits_per_byte(loss, name == "train.bin" ? sizes.train : sizes.val);
+  if (json) {
+    nlohmann::json j{{"event", "eval"}, {"loss", loss}, {"tokens", tokens}};
+    if (known) j["bits_per_byte"] = bpb;
+    std::cout << j.dump() << "\n";
+  } else {
+    std::fprintf(stderr, "eval loss %.4f%s over %lld tokens of %s\n", loss,
+                 known ? (" (" + std::to_string(bpb).substr(0, 5) + " bits/byte)").c_str() : "", (long long)tokens,
+                 data_file.c_str());
+  }
   return 0;
 }
 

@@ -4,6 +4,7 @@
 
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
+#include "core/error.hpp"
 #include "data/prepare.hpp"
 
 namespace lattice::cli {
@@ -23,17 +24,35 @@ std::string with_thousands(size_t n) {
 
 int run_prepare(int argc, char** argv) {
   CLI::App app(
-      "Tokenize a text corpus (byte-level, vocab 256) into train.bin (first 90%) and "
-      "val.bin (last 10%) in llm.c's token format.",
+      "Tokenize a text corpus into train.bin (first 90%) and val.bin (last 10%) in llm.c's token format: "
+      "byte tokens (vocab 256), or a SentencePiece BPE or unigram model trained on the corpus.",
       "lattice prepare");
-  std::string input, out_dir;
+  std::string input, out_dir, tokenizer = "bytes";
+  int vocab = 0;
   app.add_option("--input", input, "text file to tokenize")->required();
   app.add_option("--out", out_dir, "output directory (created if needed)")->required();
+  app.add_option("--tokenizer", tokenizer, "bytes | bpe | unigram (SentencePiece, trained on the input)")
+      ->capture_default_str();
+  app.add_option("--vocab-size", vocab, "bpe and unigram: pieces in the vocabulary (at least 300, at most 65536)");
   if (const auto status = parse_flags(app, argc, argv)) return *status;
+  const data::TokenizerKind kind = data::parse_tokenizer_kind(tokenizer);
+  if (kind == data::TokenizerKind::bytes) {
+    require(vocab == 0 || vocab == data::Tokenizer::kByteVocab, "--vocab-size applies to --tokenizer bpe|unigram "
+                                                                "(the byte tokenizer's vocabulary is 256)");
+    vocab = data::Tokenizer::kByteVocab;
+  } else {
+    // Byte fallback takes 256 pieces and the unknown piece one: the rest are learned.
+    require(vocab >= 300 && vocab <= 65536, "--tokenizer " + tokenizer +
+                                                " needs --vocab-size between 300 and 65536 (token files hold uint16)");
+  }
 
-  const data::PrepareStats stats = data::prepare_corpus(input, out_dir);
-  std::fprintf(stderr, "prepared %s: train.bin %s tokens, val.bin %s tokens\n", out_dir.c_str(),
-               with_thousands(stats.train_tokens).c_str(), with_thousands(stats.val_tokens).c_str());
+  const data::PrepareStats stats = data::prepare_corpus(input, out_dir, kind, vocab);
+  const std::string fewer = stats.vocab < vocab ? " (of " + std::to_string(vocab) + " asked: the text holds no more)" : "";
+  std::fprintf(stderr, "prepared %s: %s tokenizer, vocab %d%s; train.bin %s tokens, val.bin %s tokens (%.2f bytes a "
+               "token)\n", out_dir.c_str(), tokenizer.c_str(), stats.vocab, fewer.c_str(),
+               with_thousands(stats.train_tokens).c_str(),
+               with_thousands(stats.val_tokens).c_str(),
+               double(stats.bytes) / double(stats.train_tokens + stats.val_tokens));
   return 0;
 }
 

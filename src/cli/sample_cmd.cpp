@@ -1,6 +1,8 @@
 // `lattice sample`: generate text from a checkpoint (temperature, top-k).
 #include <algorithm>
 #include <cmath>
+#include <string_view>
+#include <filesystem>
 #include <cstdio>
 #include <numeric>
 
@@ -9,7 +11,7 @@
 #include "cli/model_flags.hpp"
 #include "cli/model_source.hpp"
 #include "core/error.hpp"
-#include "data/tokenizer.hpp"
+#include "data/tokenizer_files.hpp"
 #include "random/philox.hpp"
 
 namespace lattice::cli {
@@ -39,7 +41,7 @@ int draw_token(const std::vector<float>& probs, double temperature, int top_k, d
 }  // namespace
 
 int run_sample(int argc, char** argv) {
-  CLI::App app("Generate text from a checkpoint with the byte tokenizer.", "lattice sample");
+  CLI::App app("Generate text from a checkpoint, with the tokenizer it was trained with.", "lattice sample");
   std::string checkpoint, prompt = "\n";
   int tokens = 200, top_k = 40;
   double temperature = 0.8;
@@ -64,21 +66,37 @@ int run_sample(int argc, char** argv) {
   require(!(c.moe.enabled() && c.moe.router == MoERouter::expert_choice),
           "sample cannot generate with an expert-choice MoE model: its routing sees future tokens "
           "(score it with lattice eval instead)");
-  data::ByteTokenizer tokenizer;
-  require(c.vocab == data::ByteTokenizer::kVocab, "sample decodes bytes: the checkpoint's vocab must be 256");
+  // The checkpoint's tokenizer (a weights file alone: bytes); its ids must be the model's.
+  const data::Tokenizer tokenizer =
+      std::filesystem::is_directory(checkpoint) ? data::load_tokenizer(checkpoint) : data::Tokenizer();
+  require(c.vocab >= tokenizer.vocab(), "the model's vocabulary (" + std::to_string(c.vocab) + ") is smaller than its " +
+                                            data::to_string(tokenizer.kind()) + " tokenizer's (" +
+                                            std::to_string(tokenizer.vocab()) + ")");
   std::vector<int32_t> ids;
   for (uint16_t t : tokenizer.encode(prompt)) ids.push_back(int32_t(t));
   require(!ids.empty(), "--prompt must not be empty");
   std::fputs(prompt.c_str(), stdout);
   const DropoutStream stream{seed, 0, 0, DropoutSite::init};
+  // Shown as decoded so far: a piece may end inside a character (byte fallback), whose replacement
+  // mark is held back until the next piece completes it.
+  std::vector<int> generated;
+  std::string shown;
+  constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
   for (int i = 0; i < tokens; ++i) {
     const int64_t len = std::min<int64_t>(int64_t(ids.size()), c.seq_len);
-    const auto probs = gpt->next_token_probs(ids.data() + ids.size() - size_t(len), len);
+    auto probs = gpt->next_token_probs(ids.data() + ids.size() - size_t(len), len);
+    probs.resize(size_t(tokenizer.vocab()));  // rows past the tokenizer's are never a token
     const double u = double(philox_bits(stream, uint64_t(i))) / 4294967296.0;
     const int next = draw_token(probs, temperature, top_k, u);
     ids.push_back(next);
-    std::fputs(tokenizer.decode({next}).c_str(), stdout);
-    std::fflush(stdout);
+    generated.push_back(next);
+    std::string text = tokenizer.decode(generated);
+    while (text.size() >= kReplacement.size() && text.ends_with(kReplacement)) text.resize(text.size() - 3);
+    if (text.size() > shown.size() && text.compare(0, shown.size(), shown) == 0) {
+      std::fputs(text.c_str() + shown.size(), stdout);
+      shown = std::move(text);
+      std::fflush(stdout);
+    }
   }
   std::fputs("\n", stdout);
   return 0;

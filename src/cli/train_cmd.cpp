@@ -13,6 +13,7 @@
 #include "comm/distributed.hpp"
 #include "comm/fault.hpp"
 #include "core/error.hpp"
+#include "data/tokenizer_files.hpp"
 #include "core/memory_limit.hpp"
 #include "core/stage_partition.hpp"
 #include "plan/auto_partition.hpp"
@@ -91,6 +92,8 @@ int run_train(int argc, char** argv) {
     require(layout.pipeline_layers == "auto" || (app.count("--hardware") == 0 && memory_limit.empty()),
             "--hardware and --pipeline-memory-limit apply to --pipeline-layers auto only");
     resolved = layout.resolve(model.layers);
+    // The vocabulary is the data's tokenizer's unless given (the trainer checks a given one).
+    if (app.count("--vocab") == 0) model.vocab = data::load_tokenizer(train.data_dir).vocab();
   } catch (const InputError&) {
     // Every rank parses the same flags before any communicator exists: rank 0 alone reports. The
     // others wait before exiting, since the launcher ends the job at the first non-zero exit and

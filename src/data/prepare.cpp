@@ -8,6 +8,8 @@
 #include "core/error.hpp"
 #include "data/token_file.hpp"
 #include "data/tokenizer.hpp"
+#include "data/tokenizer_files.hpp"
+#include "core/atomic_dir.hpp"
 
 namespace fs = std::filesystem;
 
@@ -29,10 +31,19 @@ std::string read_text(const std::string& path) {
 
 }  // namespace
 
-PrepareStats prepare_corpus(const std::string& input_text_path, const std::string& out_dir) {
+PrepareStats prepare_corpus(const std::string& input_text_path, const std::string& out_dir, TokenizerKind kind,
+                            int vocab) {
   const std::string text = read_text(input_text_path);
   require(!text.empty(), "input " + input_text_path + " is empty");
-  const std::vector<uint16_t> tokens = ByteTokenizer().encode(text);
+  const Tokenizer tokenizer = kind == TokenizerKind::bytes ? Tokenizer() : Tokenizer::train(text, kind, vocab);
+  const std::vector<uint16_t> tokens = tokenizer.encode(text);
+  if (kind != TokenizerKind::bytes) {  // what bits per byte and sampling rely on
+    const std::string back = tokenizer.decode(std::vector<int>(tokens.begin(), tokens.end()));
+    size_t at = 0;
+    while (at < std::min(back.size(), text.size()) && back[at] == text[at]) ++at;
+    require(back == text, "the " + std::string(to_string(kind)) + " tokenizer does not reproduce " + input_text_path +
+                              " (first difference at byte " + std::to_string(at) + ")");
+  }
 
   const size_t train_count = tokens.size() * 9 / 10;
   const size_t val_count = tokens.size() - train_count;
@@ -48,14 +59,24 @@ PrepareStats prepare_corpus(const std::string& input_text_path, const std::strin
   const std::vector<uint16_t> train(tokens.begin(),
                                     tokens.begin() + static_cast<std::ptrdiff_t>(train_count));
   const std::vector<uint16_t> val(tokens.begin() + static_cast<std::ptrdiff_t>(train_count), tokens.end());
-  const std::string train_path = (fs::path(out_dir) / "train.bin").string();
-  // Both files written and synced before either replaces its old version: a full disk or a kill
-  // while writing leaves the previous pair as it was, never a new train.bin beside an old val.bin.
-  const auto train_file = stage_token_file(train_path, train);
-  const auto val_file = stage_token_file((fs::path(out_dir) / "val.bin").string(), val);
-  train_file->commit();
-  val_file->commit();
-  return {train_count, val_count};
+  DataSizes sizes;
+  sizes.train = {int64_t(train_count), int64_t(tokenizer.decode(std::vector<int>(train.begin(), train.end())).size())};
+  sizes.val = {int64_t(val_count), int64_t(text.size()) - sizes.train.bytes};
+  // Every file written and synced before any replaces its old version: a full disk or a kill while
+  // writing leaves the previous set as it was, never a new train.bin beside an old val.bin.
+  std::vector<std::unique_ptr<AtomicFile>> staged;
+  staged.push_back(stage_token_file((fs::path(out_dir) / "train.bin").string(), train));
+  staged.push_back(stage_token_file((fs::path(out_dir) / "val.bin").string(), val));
+  std::vector<NamedFile> files = tokenizer_files(tokenizer);
+  files.push_back({kDataJson, data_sizes_json(sizes)});
+  for (const NamedFile& f : files) {
+    staged.push_back(std::make_unique<AtomicFile>((fs::path(out_dir) / f.name).string()));
+    staged.back()->write(f.contents.data(), f.contents.size());
+    staged.back()->sync();
+  }
+  for (auto& f : staged) f->commit();
+  if (kind == TokenizerKind::bytes) fs::remove(fs::path(out_dir) / kTokenizerModel, ec);  // an earlier prepare's
+  return {train_count, val_count, text.size(), tokenizer.vocab()};
 }
 
 }  // namespace lattice::data

@@ -1,25 +1,158 @@
 #include "data/tokenizer.hpp"
 
+#include <cstdio>
+#include <unordered_map>
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
 #include "core/error.hpp"
 
 namespace lattice::data {
 
-std::vector<uint16_t> ByteTokenizer::encode(std::string_view text) const {
+namespace {
+
+// Lines of a text, for the trainer (SentencePiece trains on sentences; a line is one here).
+class LineIterator final : public sentencepiece::SentenceIterator {
+ public:
+  explicit LineIterator(std::string_view text) : text_(text) { Next(); }
+  bool done() const override { return done_; }
+  void Next() override {
+    if (pos_ > text_.size()) {
+      done_ = true;
+      return;
+    }
+    const size_t end = std::min(text_.find('\n', pos_), text_.size());
+    line_.assign(text_.substr(pos_, end - pos_));
+    pos_ = end + 1;
+  }
+  const std::string& value() const override { return line_; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  std::string_view text_;
+  size_t pos_ = 0;
+  std::string line_;
+  bool done_ = false;
+};
+
+uint64_t fnv1a(const std::string& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+constexpr const char* kNewlinePiece = "<0x0A>";  // byte fallback's piece for '\n'
+
+}  // namespace
+
+const char* to_string(TokenizerKind kind) {
+  switch (kind) {
+    case TokenizerKind::bytes: return "bytes";
+    case TokenizerKind::bpe: return "bpe";
+    case TokenizerKind::unigram: return "unigram";
+  }
+  return "?";
+}
+
+TokenizerKind parse_tokenizer_kind(const std::string& name) {
+  if (name == "bytes") return TokenizerKind::bytes;
+  if (name == "bpe") return TokenizerKind::bpe;
+  if (name == "unigram") return TokenizerKind::unigram;
+  fail("unknown tokenizer '" + name + "' (choose bytes, bpe or unigram)");
+}
+
+Tokenizer::Tokenizer() = default;
+
+Tokenizer Tokenizer::train(std::string_view text, TokenizerKind kind, int vocab) {
+  require(kind != TokenizerKind::bytes, "Tokenizer::train: the byte tokenizer is not trained");
+  // Byte fallback and no normalisation: every text round-trips; spaces stay as written.
+  const std::unordered_map<std::string, std::string> args = {
+      {"model_type", to_string(kind)},
+      {"vocab_size", std::to_string(vocab)},
+      {"hard_vocab_limit", "false"},  // at most `vocab`: a small text may hold fewer pieces
+      {"byte_fallback", "true"},
+      {"character_coverage", "1.0"},
+      {"normalization_rule_name", "identity"},
+      {"add_dummy_prefix", "false"},
+      {"remove_extra_whitespaces", "false"},
+      {"allow_whitespace_only_pieces", "true"},
+      {"split_digits", "true"},
+      {"bos_id", "-1"},
+      {"eos_id", "-1"},
+      {"unk_id", "0"},
+      {"num_threads", "2"},
+      {"minloglevel", "2"},
+  };
+  LineIterator lines(text);
+  std::string model;
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &model);
+  require(status.ok(), "SentencePiece could not train a " + std::string(to_string(kind)) + " tokenizer of " +
+                           std::to_string(vocab) + " pieces on this text: " + status.ToString());
+  return from_model(model, kind, "the trained model");
+}
+
+Tokenizer Tokenizer::from_model(const std::string& serialized, TokenizerKind kind, const std::string& source) {
+  require(kind != TokenizerKind::bytes, source + ": the byte tokenizer has no model");
+  auto sp = std::make_shared<sentencepiece::SentencePieceProcessor>();
+  const auto status = sp->LoadFromSerializedProto(serialized);
+  require(status.ok(), source + " is not a SentencePiece model: " + status.ToString());
+  require(sp->GetPieceSize() > 0 && sp->GetPieceSize() <= 65536,
+          source + " has " + std::to_string(sp->GetPieceSize()) + " pieces (token files hold at most 65536)");
+  require(sp->PieceToId(kNewlinePiece) != sp->unk_id(), source + " has no byte fallback (no piece " + kNewlinePiece +
+                                                           "): it cannot encode every text");
+  Tokenizer t;
+  t.kind_ = kind;
+  t.vocab_ = sp->GetPieceSize();
+  t.model_ = serialized;
+  t.sp_ = std::move(sp);
+  return t;
+}
+
+std::string Tokenizer::fingerprint() const {
+  if (kind_ == TokenizerKind::bytes) return "bytes";
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(model_)));
+  return std::string(to_string(kind_)) + "-" + std::to_string(vocab_) + "-" + hex;
+}
+
+std::vector<uint16_t> Tokenizer::encode(std::string_view text) const {
   std::vector<uint16_t> ids;
-  ids.reserve(text.size());
-  for (char c : text) ids.push_back(static_cast<unsigned char>(c));
+  if (!sp_) {
+    ids.reserve(text.size());
+    for (char c : text) ids.push_back(static_cast<unsigned char>(c));
+    return ids;
+  }
+  // Line by line, '\n' as its byte piece: SentencePiece encodes sentences, not line breaks.
+  const auto newline = uint16_t(sp_->PieceToId(kNewlinePiece));
+  std::vector<int> piece_ids;
+  for (size_t pos = 0; pos <= text.size();) {
+    const size_t end = std::min(text.find('\n', pos), text.size());
+    if (end > pos) {
+      const auto status = sp_->Encode(text.substr(pos, end - pos), &piece_ids);
+      require(status.ok(), "SentencePiece could not encode the text: " + status.ToString());
+      for (int id : piece_ids) ids.push_back(uint16_t(id));
+    }
+    if (end < text.size()) ids.push_back(newline);
+    pos = end + 1;
+  }
   return ids;
 }
 
-std::string ByteTokenizer::decode(const std::vector<int>& ids) const {
-  std::string text;
-  text.reserve(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    require(ids[i] >= 0 && ids[i] < kVocab, "token " + std::to_string(ids[i]) + " at index " +
-                                                std::to_string(i) + " is not a byte (vocab " +
-                                                std::to_string(kVocab) + ")");
-    text.push_back(static_cast<char>(ids[i]));
+std::string Tokenizer::decode(const std::vector<int>& ids) const {
+  for (size_t i = 0; i < ids.size(); ++i)
+    require(ids[i] >= 0 && ids[i] < vocab_, "token " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
+                                                " is outside the tokenizer's vocabulary (" + std::to_string(vocab_) +
+                                                ")");
+  if (!sp_) {
+    std::string text;
+    text.reserve(ids.size());
+    for (int id : ids) text.push_back(static_cast<char>(id));
+    return text;
   }
+  std::string text;
+  const auto status = sp_->Decode(ids, &text);
+  require(status.ok(), "SentencePiece could not decode: " + status.ToString());
   return text;
 }
 

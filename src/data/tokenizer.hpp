@@ -1,19 +1,52 @@
 #pragma once
-// Byte-level tokenizer: every byte is its own token, so any text round-trips and vocab is 256.
+// Tokenizers: bytes (every byte its own token, vocabulary 256, any text round-trips) and SentencePiece
+// models (BPE or unigram, trained by `lattice prepare` with Debian's libsentencepiece on the corpus,
+// with byte fallback and no normalisation, so they round-trip any text too). A data directory and a
+// checkpoint carry the one they were made with (docs/design.md §15).
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
 namespace lattice::data {
 
-class ByteTokenizer {
+enum class TokenizerKind { bytes, bpe, unigram };
+const char* to_string(TokenizerKind kind);
+// "bytes" | "bpe" | "unigram"; InputError otherwise.
+TokenizerKind parse_tokenizer_kind(const std::string& name);
+
+class Tokenizer {
  public:
-  static constexpr int kVocab = 256;
+  static constexpr int kByteVocab = 256;
+
+  Tokenizer();  // bytes
+  // Trains a SentencePiece model of `kind` (bpe or unigram) with at most `vocab` pieces on `text`
+  // (fewer when the text holds fewer); InputError when the library refuses, naming its reason.
+  static Tokenizer train(std::string_view text, TokenizerKind kind, int vocab);
+  // A serialized SentencePiece model of `kind` (as model_bytes() gives it); InputError naming `source`
+  // when it is not one.
+  static Tokenizer from_model(const std::string& serialized, TokenizerKind kind, const std::string& source);
+
+  TokenizerKind kind() const { return kind_; }
+  int vocab() const { return vocab_; }
+  const std::string& model_bytes() const { return model_; }  // empty for bytes
+  // Identifies the tokenizer: "bytes", or the kind and an FNV-1a hash of the model's bytes.
+  std::string fingerprint() const;
 
   std::vector<uint16_t> encode(std::string_view text) const;
-  // Throws InputError for an id outside [0, kVocab): a model with a padded vocab must never emit one.
+  // Throws InputError for an id outside [0, vocab()): a model with a padded vocabulary must never emit one.
   std::string decode(const std::vector<int>& ids) const;
+
+ private:
+  TokenizerKind kind_ = TokenizerKind::bytes;
+  int vocab_ = kByteVocab;
+  std::string model_;
+  std::shared_ptr<const sentencepiece::SentencePieceProcessor> sp_;
 };
 
 }  // namespace lattice::data

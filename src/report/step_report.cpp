@@ -17,7 +17,7 @@ std::string human_bytes(double b) {
 void print_step(const StepReport& r, bool json) {
   if (json) {
     nlohmann::json j = {{"event", "step"},    {"step", r.step},
-                        {"loss", r.loss},     {"lr", r.lr},
+                        {"loss", r.loss},     {"bits_per_byte", r.bits_per_byte}, {"lr", r.lr},
                         {"grad_norm", r.grad_norm}, {"step_s", r.step_s},
                         {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
                         {"activation_peak_bytes", r.activation_peak_bytes}};
@@ -28,8 +28,8 @@ void print_step(const StepReport& r, bool json) {
     std::cout << j.dump() << "\n" << std::flush;
     return;
   }
-  std::fprintf(stderr, "step %5lld/%lld  loss %.4f  lr %.2e  |g| %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%  act %s",
-               (long long)r.step, (long long)r.steps, r.loss, r.lr, r.grad_norm, r.step_s * 1e3, r.tokens_per_s,
+  std::fprintf(stderr, "step %5lld/%lld  loss %.4f (%.3f bits/byte)  lr %.2e  |g| %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%  act %s",
+               (long long)r.step, (long long)r.steps, r.loss, r.bits_per_byte, r.lr, r.grad_norm, r.step_s * 1e3, r.tokens_per_s,
                r.mfu * 100.0, human_bytes(double(r.activation_peak_bytes)).c_str());
   if (r.loss_scale > 0) std::fprintf(stderr, "  scale %g%s", r.loss_scale, r.skipped ? " (inf/NaN: step skipped, scale halved)" : "");
   if (r.moe.active)

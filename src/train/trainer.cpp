@@ -47,9 +47,21 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   require(!config_.data_dir.empty(), "--data DIR is required (make one with: lattice prepare --input TEXT --out DIR)");
   require(std::filesystem::exists(train_path), "no " + train_path + " (make it with: lattice prepare --input TEXT --out " +
                                                    config_.data_dir + ")");
+  // The data's tokenizer: the model's vocabulary must hold it (byte tokens may be given a larger,
+  // partly unused one), and a checkpoint it resumes must have been trained with it.
+  tokenizer_ = data::load_tokenizer(config_.data_dir);
+  data_sizes_ = data::read_data_sizes(config_.data_dir);
+  require(model_config_.vocab == tokenizer_.vocab() ||
+              (tokenizer_.kind() == data::TokenizerKind::bytes && model_config_.vocab >= tokenizer_.vocab()),
+          "--vocab " + std::to_string(model_config_.vocab) + " does not match the " + data::to_string(tokenizer_.kind()) +
+              " tokenizer of " + config_.data_dir + " (vocab " + std::to_string(tokenizer_.vocab()) +
+              "): leave --vocab out to take the data's");
   checkpoint::ResumeState resume_state;
   if (!config_.resume.empty()) {
     resume_state = checkpoint::read_resume_state(config_.resume);
+    require(resume_state.tokenizer == tokenizer_.fingerprint(),
+            "checkpoint " + config_.resume + " was trained with tokenizer " + resume_state.tokenizer + ", but " +
+                config_.data_dir + " holds " + tokenizer_.fingerprint() + ": a run continues on its own tokens");
     const ModelConfig& saved = resume_state.model;
     require(checkpoint::model_config_json(saved) == checkpoint::model_config_json(model_config_),
             "checkpoint " + config_.resume + " holds model " + checkpoint::model_config_json(saved).dump() +
@@ -463,10 +475,16 @@ int Trainer::run() {
     if (std::isnan(first_loss)) first_loss = r.loss;
     last_loss = r.loss;
     if (r.step > 1 || config_.steps == 1) total_s += r.seconds, ++timed_steps;  // step 1 warms caches
-    if (log)
-      print_step({r.step, config_.steps, r.loss, r.lr, r.grad_norm, r.seconds, double(tokens) / r.seconds,
-                  step_flops / r.seconds / peak / world, activation_peak_, r.loss_scale, r.skipped, r.moe},
-                 config_.json);
+    if (log) {
+      StepReport report;
+      report.step = r.step, report.steps = config_.steps, report.loss = r.loss, report.lr = r.lr;
+      report.grad_norm = r.grad_norm, report.step_s = r.seconds, report.tokens_per_s = double(tokens) / r.seconds;
+      report.mfu = step_flops / r.seconds / peak / world;
+      report.bits_per_byte = data::bits_per_byte(r.loss, data_sizes_.train);
+      report.activation_peak_bytes = activation_peak_, report.loss_scale = r.loss_scale, report.skipped = r.skipped;
+      report.moe = r.moe;
+      print_step(report, config_.json);
+    }
     if (config_.save_every > 0 && r.step % config_.save_every == 0 && r.step < config_.steps) {
       stage_save(config_.save);
       // PipeDream-2BW's newest weights are first read two steps on: checked now, not by the next step.
@@ -474,10 +492,13 @@ int Trainer::run() {
     }
     if (config_.eval_every > 0 && r.step % config_.eval_every == 0) {
       const double eval_loss = evaluate(config_.eval_batches);
+      // Validation windows are val.bin's when it exists (evaluate()), so its bytes a token apply.
+      const double bpb = data::bits_per_byte(eval_loss, val_loader_ ? data_sizes_.val : data_sizes_.train);
       if (log && config_.json)
-        std::cout << nlohmann::json{{"event", "eval"}, {"step", r.step}, {"loss", eval_loss}}.dump() << "\n" << std::flush;
+        std::cout << nlohmann::json{{"event", "eval"}, {"step", r.step}, {"loss", eval_loss}, {"bits_per_byte", bpb}}.dump()
+                  << "\n" << std::flush;
       else if (log)
-        std::fprintf(stderr, "  eval loss %.4f\n", eval_loss);
+        std::fprintf(stderr, "  eval loss %.4f (%.3f bits/byte)\n", eval_loss, bpb);
     }
   }
   if (!config_.save.empty()) {

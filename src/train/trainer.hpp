@@ -11,6 +11,7 @@
 #include "comm/distributed.hpp"
 #include "core/config.hpp"
 #include "data/loader.hpp"
+#include "data/tokenizer_files.hpp"
 #include "engine/executor.hpp"
 #include "engine/model_states.hpp"
 #include "model/gpt.hpp"
@@ -64,6 +65,8 @@ class Trainer {
   std::unique_ptr<data::BatchLoader> train_loader_, val_loader_;
   LrSchedule schedule_;
   comm::Distributed* dist_ = nullptr;
+  data::Tokenizer tokenizer_;  // the data's (recorded in every checkpoint)
+  data::DataSizes data_sizes_;  // tokens and text bytes of train.bin and val.bin: bits per byte
   std::unique_ptr<parallel::ModelStates> states_;  // weights, gradients, masters: as the layout keeps them
   LossScaler loss_scaler_;
   std::unique_ptr<KeptBytesProbe> kept_;  // what the forwards keep for backward (measured)

@@ -24,6 +24,7 @@ void Trainer::stage_save(const std::string& dir) {
                                        layer_counts_text(StagePartition::of(layout_, model_config_.layers).counts())}}},
                           {"updates_applied", step_ - loss_scaler_.skipped},
                           {"schedule", config_.schedule},
+                          {"tokenizer", tokenizer_.fingerprint()},
                           {"weight_versions", states_->versions()}};
   if (loss_scaler_.active)
     state["loss_scale"] = {{"scale", loss_scaler_.scale}, {"clean_steps", loss_scaler_.clean_steps}};
@@ -52,6 +53,7 @@ void Trainer::stage_save(const std::string& dir) {
     stream.write(e.prefix, states_->save_pieces(e.values), optimizer_file);
   if (staged) {
     for (const auto& [name, values] : tensor_states) optimizer_file->append(name, values.data(), values.size() * 4);
+    for (const data::NamedFile& f : data::tokenizer_files(tokenizer_)) staged->add_file(f.name, f.contents);
     staged->finish(state);
   }
   staged_ = std::move(staged);

@@ -21,7 +21,7 @@ check "corpus is 2000 bytes" test "$(stat -c %s corpus.txt)" -eq 2000
 "$LATTICE" prepare --input corpus.txt --out data 2> ok.err
 check "prepare succeeds" test $? -eq 0
 check "one summary line" test "$(lines ok.err)" -eq 1
-check "summary counts tokens" grep -q "prepared data: train.bin 1,800 tokens, val.bin 200 tokens" ok.err
+check "summary counts tokens" grep -q "prepared data: bytes tokenizer, vocab 256; train.bin 1,800 tokens, val.bin 200 tokens" ok.err
 check "train.bin size" test "$(stat -c %s data/train.bin)" -eq $((1024 + 2 * 1800))
 check "val.bin size" test "$(stat -c %s data/val.bin)" -eq $((1024 + 2 * 200))
 check "magic" test "$(int32_at data/train.bin 0)" = 20240520
@@ -33,7 +33,8 @@ check "first token is the first byte" test "$(od -An -t u2 -j 1024 -N 2 data/tra
 numbers() { tr -s ' \n' '\n\n' | grep -v '^$'; }
 check "val.bin holds the last 10%" \
   test "$(od -An -v -t u2 -j 1024 data/val.bin | numbers)" = "$(tail -c 200 corpus.txt | od -An -v -t u1 | numbers)"
-check "no temporary files" test -z "$(ls data | grep -v -e '^train.bin$' -e '^val.bin$')"
+check "no temporary files" test -z "$(ls data | grep -v -e '^train.bin$' -e '^val.bin$' -e '^tokenizer.json$' -e '^data.json$')"
+check "data.json counts tokens and bytes" grep -q '"bytes": 1800' data/data.json
 
 # Bad inputs: status 1 or 2, exactly one stderr line naming the cause, no output directory.
 expect_error() {  # expect_error NAME PATTERN ARGS...

@@ -54,7 +54,9 @@ TokenFile ramp_file(const std::string& dir, size_t n) {
 TEST(ByteTokenizer, RoundTripsEveryByte) {
   std::string text;
   for (int b = 0; b < 256; ++b) text.push_back(static_cast<char>(b));
-  const ByteTokenizer tok;
+  const Tokenizer tok;
+  EXPECT_EQ(tok.vocab(), 256);
+  EXPECT_EQ(tok.fingerprint(), "bytes");
   const std::vector<uint16_t> ids = tok.encode(text);
   ASSERT_EQ(ids.size(), 256u);
   for (int b = 0; b < 256; ++b) EXPECT_EQ(ids[b], b);
@@ -63,7 +65,7 @@ TEST(ByteTokenizer, RoundTripsEveryByte) {
 }
 
 TEST(ByteTokenizer, DecodeRejectsNonBytes) {
-  const ByteTokenizer tok;
+  const Tokenizer tok;
   expect_input_error([&] { tok.decode({65, 256}); }, "token 256 at index 1");
   expect_input_error([&] { tok.decode({-1}); }, "token -1 at index 0");
 }

@@ -1,0 +1,98 @@
+#include "data/tokenizer_files.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace lattice::data {
+
+namespace {
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  require(in.good(), "cannot open " + path);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  require(!in.bad(), "cannot read " + path);
+  return bytes;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  try {
+    return nlohmann::json::parse(read_all(path));
+  } catch (const nlohmann::json::exception&) {
+    fail(path + " is not valid JSON");
+  }
+}
+
+int64_t count(const nlohmann::json& j, const char* key, const std::string& where) {
+  require(j.is_object() && j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() >= 0,
+          where + ": \"" + key + "\" must be a non-negative integer");
+  return j[key].get<int64_t>();
+}
+
+}  // namespace
+
+std::vector<NamedFile> tokenizer_files(const Tokenizer& tokenizer) {
+  const nlohmann::ordered_json j = {
+      {"kind", to_string(tokenizer.kind())}, {"vocab", tokenizer.vocab()}, {"fingerprint", tokenizer.fingerprint()}};
+  std::vector<NamedFile> files{{kTokenizerJson, j.dump(2) + "\n"}};
+  if (tokenizer.kind() != TokenizerKind::bytes) files.push_back({kTokenizerModel, tokenizer.model_bytes()});
+  return files;
+}
+
+bool has_tokenizer(const std::string& dir) { return fs::is_regular_file(fs::path(dir) / kTokenizerJson); }
+
+Tokenizer load_tokenizer(const std::string& dir) {
+  if (!has_tokenizer(dir)) return Tokenizer();
+  const std::string path = (fs::path(dir) / kTokenizerJson).string();
+  const nlohmann::json j = read_json(path);
+  require(j.is_object() && j.contains("kind") && j["kind"].is_string(), path + ": \"kind\" must be a string");
+  const TokenizerKind kind = parse_tokenizer_kind(j["kind"].get<std::string>());
+  const int64_t vocab = count(j, "vocab", path);
+  require(j.contains("fingerprint") && j["fingerprint"].is_string(), path + ": \"fingerprint\" must be a string");
+  Tokenizer t;
+  if (kind != TokenizerKind::bytes) {
+    const std::string model_path = (fs::path(dir) / kTokenizerModel).string();
+    require(fs::is_regular_file(model_path), path + " names a " + to_string(kind) + " tokenizer but " + model_path +
+                                                 " is missing");
+    t = Tokenizer::from_model(read_all(model_path), kind, model_path);
+  }
+  require(t.vocab() == vocab && t.fingerprint() == j["fingerprint"].get<std::string>(),
+          path + " records tokenizer " + j["fingerprint"].get<std::string>() + " but the directory holds " +
+              t.fingerprint());
+  return t;
+}
+
+DataSizes read_data_sizes(const std::string& dir) {
+  DataSizes s;
+  const std::string path = (fs::path(dir) / kDataJson).string();
+  if (!fs::is_regular_file(path)) return s;
+  const nlohmann::json j = read_json(path);
+  for (const auto& [key, split] : {std::pair{"train", &s.train}, {"val", &s.val}}) {
+    require(j.is_object() && j.contains(key), path + ": \"" + key + "\" is missing");
+    split->tokens = count(j[key], "tokens", path + " (" + key + ")");
+    split->bytes = count(j[key], "bytes", path + " (" + key + ")");
+  }
+  s.recorded = true;
+  return s;
+}
+
+std::string data_sizes_json(const DataSizes& s) {
+  const nlohmann::ordered_json j = {{"train", {{"tokens", s.train.tokens}, {"bytes", s.train.bytes}}},
+                                    {"val", {{"tokens", s.val.tokens}, {"bytes", s.val.bytes}}}};
+  return j.dump(2) + "\n";
+}
+
+double bits_per_byte(double loss, const SplitSize& size) {
+  const double tokens_per_byte = size.bytes > 0 ? double(size.tokens) / double(size.bytes) : 1.0;
+  return loss * tokens_per_byte / std::log(2.0);
+}
+
+}  // namespace lattice::data

@@ -1,0 +1,45 @@
+#pragma once
+// The tokenizer a directory carries — a data directory made by `lattice prepare`, or a checkpoint —
+// as tokenizer.json ({"kind", "vocab", "fingerprint"}) and, for SentencePiece, tokenizer.model. A
+// directory without tokenizer.json holds byte tokens. data.json records each token file's tokens and
+// the bytes of text they encode, for bits per byte (docs/design.md §15).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/atomic_dir.hpp"
+#include "data/tokenizer.hpp"
+
+namespace lattice::data {
+
+inline constexpr const char* kTokenizerJson = "tokenizer.json";
+inline constexpr const char* kTokenizerModel = "tokenizer.model";
+inline constexpr const char* kDataJson = "data.json";
+
+// The files that record `tokenizer` in a directory: {name, contents}.
+struct NamedFile {
+  std::string name, contents;
+};
+std::vector<NamedFile> tokenizer_files(const Tokenizer& tokenizer);
+// The tokenizer of `dir` (bytes when it has no tokenizer.json); InputError naming the file and the
+// defect (a model that is not one, or whose fingerprint or size is not the one recorded).
+Tokenizer load_tokenizer(const std::string& dir);
+// Whether `dir` records a tokenizer (tokenizer.json).
+bool has_tokenizer(const std::string& dir);
+
+// Tokens and the bytes of text they encode, of one token file.
+struct SplitSize {
+  int64_t tokens = 0, bytes = 0;
+};
+struct DataSizes {
+  SplitSize train, val;
+  bool recorded = false;  // data.json present (else byte tokens: bytes = tokens)
+};
+DataSizes read_data_sizes(const std::string& dir);
+std::string data_sizes_json(const DataSizes& sizes);
+// A loss in nats per token as bits per byte of the text, over a file of `size`: loss·tokens/(bytes·ln 2);
+// with nothing recorded, loss/ln 2 (byte tokens).
+double bits_per_byte(double loss, const SplitSize& size);
+
+}  // namespace lattice::data

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# SentencePiece tokenizers end to end (docs/design.md §15): prepare trains one on the corpus, train
+# takes its vocabulary from the data and reports bits per byte, the checkpoint carries it, sample and
+# eval use it, and every mismatch or damaged file is one clear line.
+set -u
+LATTICE=$1
+SCRATCH=$2
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
+. "$(dirname "$0")/lib/check.sh"
+PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+export OMP_NUM_THREADS=1
+
+for i in $(seq 1 400); do
+  echo "And God said, Let there be light: and there was light $i. And the evening and the morning were the first day."
+done > corpus.txt
+"$LATTICE" prepare --input corpus.txt --out bpe --tokenizer bpe --vocab-size 400 2> prep.err
+check "prepare --tokenizer bpe: exit 0" test $? -eq 0
+VOCAB=$("$PY" -c "import json; print(json.load(open('bpe/tokenizer.json'))['vocab'])")
+check "prepare names the tokenizer, its vocabulary and compression" grep -q "bpe tokenizer, vocab $VOCAB.*bytes a token" prep.err
+check "the data directory records the tokenizer" test -s bpe/tokenizer.model -a -s bpe/tokenizer.json -a -s bpe/data.json
+"$LATTICE" prepare --input corpus.txt --out uni --tokenizer unigram --vocab-size 400 2> /dev/null
+check "prepare --tokenizer unigram: exit 0" test $? -eq 0 -a -s uni/tokenizer.model
+"$LATTICE" prepare --input corpus.txt --out bytes 2> /dev/null
+
+MODEL=(--layers 2 --hidden 64 --heads 4 --seq-len 32 --micro-batch 4 --global-batch 4 --threads 1 --json)
+"$LATTICE" train --data bpe "${MODEL[@]}" --steps 30 --eval-every 30 --save ck > train.jsonl 2> train.err
+check "train on bpe data without --vocab: exit 0" test $? -eq 0
+check "steps and the evaluation report bits per byte, loss x tokens/bytes / ln 2" "$PY" -c "
+import json, math, sys
+d = json.load(open('bpe/data.json'))
+ev = [json.loads(l) for l in open('train.jsonl')]
+step = [e for e in ev if e.get('event') == 'step'][-1]
+val = [e for e in ev if e.get('event') == 'eval'][-1]
+want_t = step['loss'] * d['train']['tokens'] / d['train']['bytes'] / math.log(2)
+want_v = val['loss'] * d['val']['tokens'] / d['val']['bytes'] / math.log(2)
+print(step['loss'], step['bits_per_byte'], want_t, val['bits_per_byte'], want_v)
+sys.exit(0 if abs(step['bits_per_byte'] - want_t) < 1e-9 * want_t and abs(val['bits_per_byte'] - want_v) < 1e-9 * want_v else 1)"
+check "the model's vocabulary is the tokenizer's ($VOCAB)" "$PY" -c "
+import json, sys
+sys.exit(0 if json.load(open('ck/trainer.json'))['model']['vocab'] == $VOCAB else 1)"
+check "the checkpoint carries the tokenizer" cmp -s bpe/tokenizer.model ck/tokenizer.model
+check "trainer.json records its fingerprint" grep -q "\"tokenizer\": \"bpe-$VOCAB-" ck/trainer.json
+
+"$LATTICE" sample --checkpoint ck --prompt "And God said" --tokens 40 > sample.txt 2> sample.err
+check "sample with the checkpoint's tokenizer: exit 0" test $? -eq 0
+check "the sample continues the prompt in text" "$PY" -c "
+import sys
+t = open('sample.txt', encoding='utf-8').read()
+sys.exit(0 if t.startswith('And God said') and len(t) > len('And God said') + 20 else 1)"
+"$LATTICE" eval --checkpoint ck --data bpe/val.bin --batches 2 --micro-batch 2 --json > eval.jsonl 2> eval.err
+check "eval reports bits per byte for val.bin" grep -q '"bits_per_byte"' eval.jsonl
+
+# Mismatches and damage: one line each.
+expect_error "a --vocab that is not the tokenizer's" "does not match the bpe tokenizer" train --data bpe \
+  "${MODEL[@]}" --vocab 256 --steps 1
+expect_error "resuming on another tokenizer's tokens" "was trained with tokenizer bpe-$VOCAB-" train --data uni \
+  "${MODEL[@]}" --steps 31 --resume ck
+expect_error "eval on byte tokens with a bpe checkpoint" "holds tokens of bytes" eval --checkpoint ck \
+  --data bytes/val.bin --batches 1 --micro-batch 1
+cp -r bpe swapped && cp uni/tokenizer.model swapped/tokenizer.model
+expect_error "a data directory whose model was swapped" "but the directory holds" train --data swapped \
+  "${MODEL[@]}" --steps 1
+cp -r bpe broken && head -c 100 bpe/tokenizer.model > broken/tokenizer.model
+expect_error "a damaged tokenizer model" "tokenizer.model is not a SentencePiece model" train --data broken \
+  "${MODEL[@]}" --steps 1
+expect_error "an unknown tokenizer" "unknown tokenizer 'wordpiece'" prepare --input corpus.txt --out x \
+  --tokenizer wordpiece
+expect_error "bpe without a vocabulary size" "needs --vocab-size between 300 and 65536" prepare --input corpus.txt \
+  --out x --tokenizer bpe
+expect_error "a vocabulary size for bytes" "applies to --tokenizer bpe" prepare --input corpus.txt --out x \
+  --vocab-size 512
+check "failed prepares leave no directory" test ! -e x
+head -c 300 corpus.txt > tiny.txt
+"$LATTICE" prepare --input tiny.txt --out tiny --tokenizer bpe --vocab-size 60000 2> tiny.err
+check "a vocabulary larger than the text holds: fewer pieces, said" grep -q "of 60000 asked: the text holds no more" tiny.err
+
+echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
+[ "$failures" -eq 0 ]
