@@ -47,12 +47,12 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   require(!config_.data_dir.empty(), "--data DIR is required (make one with: lattice prepare --input TEXT --out DIR)");
   require(std::filesystem::exists(train_path), "no " + train_path + " (make it with: lattice prepare --input TEXT --out " +
                                                    config_.data_dir + ")");
-  // The data's tokenizer: the model's vocabulary must hold it (byte tokens may be given a larger,
-  // partly unused one), and a checkpoint it resumes must have been trained with it.
+  // The data's tokenizer: a SentencePiece model's vocabulary is the model's (byte tokens may be given
+  // any, the token files' check below holding them to it), and a resumed checkpoint must have been
+  // trained with it.
   tokenizer_ = data::load_tokenizer(config_.data_dir);
   data_sizes_ = data::read_data_sizes(config_.data_dir);
-  require(model_config_.vocab == tokenizer_.vocab() ||
-              (tokenizer_.kind() == data::TokenizerKind::bytes && model_config_.vocab >= tokenizer_.vocab()),
+  require(model_config_.vocab == tokenizer_.vocab() || tokenizer_.kind() == data::TokenizerKind::bytes,
           "--vocab " + std::to_string(model_config_.vocab) + " does not match the " + data::to_string(tokenizer_.kind()) +
               " tokenizer of " + config_.data_dir + " (vocab " + std::to_string(tokenizer_.vocab()) +
               "): leave --vocab out to take the data's");
