@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Installs, builds, prepares the King James Bible (Debian's bible-kjv), trains the default model
-# for about a minute and prints generated text.
+# Installs, builds, prepares the King James Bible (Debian's bible-kjv) with a 4096-piece BPE
+# tokenizer, trains the demo model (scripts/demo.toml: about five minutes on 2 cores) and prints
+# generated text.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
-mkdir -p data
-if [ ! -f data/kjv/train.bin ]; then
+DATA=data/kjv-bpe4096
+if [ ! -f "$DATA/tokenizer.model" ]; then
+  mkdir -p data
   bible "Gen1:1-Rev22:21" > data/kjv.txt
-  build/lattice prepare --input data/kjv.txt --out data/kjv
+  build/lattice prepare --input data/kjv.txt --out "$DATA" --tokenizer bpe --vocab-size 4096
 fi
-build/lattice train --data data/kjv --steps "${STEPS:-600}" --save checkpoints/demo --eval-every 200
+STEPS_FLAG=()
+[ -n "${STEPS:-}" ] && STEPS_FLAG=(--steps "$STEPS")
+build/lattice train --config scripts/demo.toml --data "$DATA" "${STEPS_FLAG[@]}" --save checkpoints/demo \
+  --eval-every "${STEPS:-1500}" --eval-batches 64
 echo
-echo "--- sample (lattice sample --checkpoint checkpoints/demo --prompt 'And God said' --tokens 300) ---"
-build/lattice sample --checkpoint checkpoints/demo --prompt "And God said" --tokens 300
+echo "--- sample (lattice sample --checkpoint checkpoints/demo --prompt 'And God said' --tokens 200) ---"
+build/lattice sample --checkpoint checkpoints/demo --prompt "And God said" --tokens 200

@@ -4,6 +4,8 @@
 // multi-line strings — is an error naming the line, never a guess.
 #include "cli/config_file.hpp"
 
+#include <algorithm>
+
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -158,6 +160,57 @@ std::vector<std::string> config_file_args(const std::string& path, const CLI::Ap
   }
   require(!in.bad(), "config " + path + ": cannot read it");
   return args;
+}
+
+namespace {
+bool skipped(const std::string& key) { return key == "help" || key == "config" || key == "dump-config"; }
+std::string value_of(const CLI::Option* opt) {
+  if (opt->count() == 0) return opt->get_default_str();
+  const std::vector<std::string>& given = opt->results();
+  return given.empty() ? std::string() : given.back();
+}
+}  // namespace
+
+std::string dump_config(const CLI::App& app, const std::vector<std::string>& derived) {
+  std::string out;
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->get_lnames().empty() || skipped(opt->get_lnames().front())) continue;
+    const std::string key = opt->get_lnames().front();
+    const bool given = opt->count() > 0;
+    if (!given && std::find(derived.begin(), derived.end(), key) != derived.end()) continue;
+    std::string value;
+    if (opt->get_expected_min() == 0) {  // a flag
+      value = given ? "true" : "false";
+    } else {
+      value = value_of(opt);
+      if (value.empty()) continue;
+      const std::string type = opt->get_type_name();
+      if (type.find("INT") == std::string::npos && type.find("FLOAT") == std::string::npos) {
+        std::string quoted = "\"";
+        for (char c : value) {
+          if (c == '"' || c == '\\') quoted += '\\';
+          quoted += c;
+        }
+        value = quoted + "\"";
+      }
+    }
+    // Defaults are written commented out: the file reads back as the same run, and shows the rest.
+    out += (given ? "" : "# ") + key + " = " + value + "\n";
+  }
+  return out;
+}
+
+std::string given_flags(const CLI::App& app) {
+  std::string out;
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() == 0 || opt->get_lnames().empty() || skipped(opt->get_lnames().front())) continue;
+    out += (out.empty() ? "--" : " --") + opt->get_lnames().front();
+    if (opt->get_expected_min() == 0) continue;
+    const std::string value = value_of(opt);
+    const bool plain = !value.empty() && value.find_first_of(" \t\"'\\$`;&|<>()*?![]{}#~") == std::string::npos;
+    out += " " + (plain ? value : "'" + value + "'");
+  }
+  return out;
 }
 
 }  // namespace lattice::cli

@@ -14,4 +14,13 @@ namespace lattice::cli {
 // before the real arguments so that those win. Throws InputError.
 std::vector<std::string> config_file_args(const std::string& path, const CLI::App& app);
 
+// Every setting of the parsed `app` as a file config_file_args reads back (--dump-config): the given
+// values under the long names (flags as true/false), and the defaults as comments, so the file reads
+// back as the same run; options with no value are left out.
+// `derived`: options whose default another source replaces (train's --vocab: the data's), left out
+// unless given.
+std::string dump_config(const CLI::App& app, const std::vector<std::string>& derived = {});
+// The settings given (on the command line or by --config) as one line of flags: "--layers 6 --lr 0.003".
+std::string given_flags(const CLI::App& app);
+
 }  // namespace lattice::cli

@@ -172,7 +172,7 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
   app.add_option("--zero-prefetch", t.zero_prefetch,
                  "on | off: ZeRO-3 gathers the next layer while one computes (holds one more layer)")
       ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
+      ->default_str(t.zero_prefetch ? "on" : "off");  // as it is written (--dump-config writes it back)
   app.add_option("--initial-loss-scale", t.initial_loss_scale, "fp16: the first loss scale")->capture_default_str();
   app.add_option("--loss-scale-window", t.loss_scale_window, "fp16: clean steps before the loss scale doubles")
       ->capture_default_str();

@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include "cli/cli_util.hpp"
+#include "cli/config_file.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_flags.hpp"
 #include "comm/distributed.hpp"
@@ -83,7 +84,17 @@ int run_train(int argc, char** argv) {
                  "--pipeline-layers auto: bytes a rank may hold (default: this machine's memory over its ranks)");
   std::string config_path;
   add_config_file(app, config_path);
+  bool dump = false;
+  app.add_flag("--dump-config", dump, "print every setting as a TOML file for --config, and exit");
   if (const auto status = parse_flags(app, argc, argv)) return *status;
+  const bool first_rank = !comm::started_by_launcher() || comm::launcher_rank() == 0;
+  if (dump) {
+    if (first_rank) std::fputs(dump_config(app, {"vocab"}).c_str(), stdout);
+    return 0;
+  }
+  if (first_rank && !train.json)
+    std::fprintf(stderr, "lattice train: settings: %s (--dump-config prints every setting as TOML)\n",
+                 given_flags(app).c_str());
   train.shuffle = shuffle == "on";
   train.seed_given = app.count("--seed") > 0;
   train.zero_prefetch_given = app.count("--zero-prefetch") > 0;

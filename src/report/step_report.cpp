@@ -1,5 +1,7 @@
 #include "report/step_report.hpp"
 
+#include <algorithm>
+
 #include <cstdio>
 #include <iostream>
 
@@ -14,10 +16,22 @@ std::string human_bytes(double b) {
   return buf;
 }
 
+namespace {
+// 75 -> "1:15", 3725 -> "1:02:05": durations as people read them.
+std::string clock_text(double seconds) {
+  const auto s = static_cast<long long>(std::max(0.0, seconds) + 0.5);
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%lld:%02lld", s / 60, s % 60);
+  return buf;
+}
+}  // namespace
+
 void print_step(const StepReport& r, bool json) {
   if (json) {
     nlohmann::json j = {{"event", "step"},    {"step", r.step},
                         {"loss", r.loss},     {"bits_per_byte", r.bits_per_byte}, {"lr", r.lr},
+                        {"elapsed_s", r.elapsed_s}, {"eta_s", r.eta_s},
                         {"grad_norm", r.grad_norm}, {"step_s", r.step_s},
                         {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
                         {"activation_peak_bytes", r.activation_peak_bytes}};
@@ -35,7 +49,7 @@ void print_step(const StepReport& r, bool json) {
   if (r.moe.active)
     std::fprintf(stderr, "  aux %.4f  drop %.1f%%  load %lld-%lld", r.moe.aux_loss, r.moe.dropped_fraction * 100.0,
                  (long long)r.moe.load_min, (long long)r.moe.load_max);
-  std::fprintf(stderr, "\n");
+  std::fprintf(stderr, "  %s elapsed, ETA %s\n", clock_text(r.elapsed_s).c_str(), clock_text(r.eta_s).c_str());
 }
 
 nlohmann::json memory_json(const MemoryReport& m) {

@@ -469,6 +469,8 @@ int Trainer::run() {
                  states_->zero_stage(), world, layout_.tp, layout_.dp, layout_.sequence_parallel ? ", sp" : "",
                  omp_get_max_threads());
   double first_loss = NAN, last_loss = NAN, total_s = 0;
+  const auto run_start = std::chrono::steady_clock::now();
+  const int64_t first_step = step_;  // a resume counts from where it started
   int64_t timed_steps = 0;
   while (step_ < config_.steps) {
     const StepResult r = train_step();
@@ -480,6 +482,8 @@ int Trainer::run() {
       report.step = r.step, report.steps = config_.steps, report.loss = r.loss, report.lr = r.lr;
       report.grad_norm = r.grad_norm, report.step_s = r.seconds, report.tokens_per_s = double(tokens) / r.seconds;
       report.mfu = step_flops / r.seconds / peak / world;
+      report.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+      report.eta_s = report.elapsed_s / double(r.step - first_step) * double(config_.steps - r.step);
       report.bits_per_byte = data::bits_per_byte(r.loss, data_sizes_.train);
       report.activation_peak_bytes = activation_peak_, report.loss_scale = r.loss_scale, report.skipped = r.skipped;
       report.moe = r.moe;
