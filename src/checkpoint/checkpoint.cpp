@@ -293,6 +293,30 @@ ModelConfig model_config_of(const nlohmann::json& state, const std::string& wher
 
 }  // namespace
 
+std::string hf_gpt2_config(const ModelConfig& c) {
+  // GPT2Config's keys: sizes, the tanh-approximated GELU, LayerNorm's epsilon (kernels/layernorm.cpp),
+  // dropout at the embedding, residual and attention sites, the tied output embedding.
+  const nlohmann::ordered_json j = {{"architectures", {"GPT2LMHeadModel"}},
+                                    {"model_type", "gpt2"},
+                                    {"vocab_size", c.vocab},
+                                    {"n_positions", c.seq_len},
+                                    {"n_ctx", c.seq_len},
+                                    {"n_embd", c.hidden},
+                                    {"n_layer", c.layers},
+                                    {"n_head", c.heads},
+                                    {"n_inner", nullptr},
+                                    {"activation_function", "gelu_new"},
+                                    {"layer_norm_epsilon", 1e-5},
+                                    {"resid_pdrop", c.dropout},
+                                    {"embd_pdrop", c.dropout},
+                                    {"attn_pdrop", c.dropout},
+                                    {"initializer_range", 0.02},
+                                    {"scale_attn_weights", true},
+                                    {"tie_word_embeddings", true},
+                                    {"torch_dtype", "float32"}};
+  return j.dump(2) + "\n";
+}
+
 ModelConfig read_model_config(const std::string& dir) {
   return model_config_of(read_trainer_state(dir), "checkpoint " + dir + "/trainer.json");
 }

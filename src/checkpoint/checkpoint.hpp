@@ -78,6 +78,10 @@ ResumeState read_resume_state(const std::string& dir);
 // The model configuration as trainer.json records it ("model"), and read back from a checkpoint.
 nlohmann::json model_config_json(const ModelConfig& config);
 ModelConfig read_model_config(const std::string& dir);
+// Hugging Face's config.json for GPT2LMHeadModel with this model's sizes (dense models: GPT-2 has no
+// experts), so a checkpoint directory loads with from_pretrained (docs/design.md §14).
+inline constexpr const char* kHuggingFaceConfig = "config.json";
+std::string hf_gpt2_config(const ModelConfig& config);
 
 // Reads model-shaped arrays of a safetensors file (weights, or optimizer element states under a
 // prefix) into pieces of this rank's layout (`table`: its TP shard of its stage), holding one whole

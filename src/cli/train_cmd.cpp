@@ -92,9 +92,7 @@ int run_train(int argc, char** argv) {
     if (first_rank) std::fputs(dump_config(app, {"vocab"}).c_str(), stdout);
     return 0;
   }
-  if (first_rank && !train.json)
-    std::fprintf(stderr, "lattice train: settings: %s (--dump-config prints every setting as TOML)\n",
-                 given_flags(app).c_str());
+  train.settings = given_flags(app);  // printed once training starts (bad input stays one line)
   train.shuffle = shuffle == "on";
   train.seed_given = app.count("--seed") > 0;
   train.zero_prefetch_given = app.count("--zero-prefetch") > 0;

@@ -30,6 +30,7 @@ struct TrainConfig {
   int64_t eval_every = 0, eval_batches = 8;
   double peak_flops = 0;  // for MFU; 0 = this machine's measured GEMM peak for the dtype
   bool json = false;
+  std::string settings;  // the run's flags as given, printed once at start (cli: given_flags)
   bool comm_report = false;
   std::string trace;  // Chrome trace file (Perfetto), one track per rank
   std::string schedule = "1f1b";  // pipeline schedule: gpipe | 1f1b | interleaved

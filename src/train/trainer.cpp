@@ -468,6 +468,9 @@ int Trainer::run() {
                  to_string(layout_.attention), to_string(layout_.activation_dtype), to_string(layout_.params_dtype), optimizer_->name(),
                  states_->zero_stage(), world, layout_.tp, layout_.dp, layout_.sequence_parallel ? ", sp" : "",
                  omp_get_max_threads());
+  if (log && !config_.json && !config_.settings.empty())
+    std::fprintf(stderr, "lattice train: settings: %s (--dump-config prints every setting as TOML)\n",
+                 config_.settings.c_str());
   double first_loss = NAN, last_loss = NAN, total_s = 0;
   const auto run_start = std::chrono::steady_clock::now();
   const int64_t first_step = step_;  // a resume counts from where it started

@@ -54,6 +54,8 @@ void Trainer::stage_save(const std::string& dir) {
   if (staged) {
     for (const auto& [name, values] : tensor_states) optimizer_file->append(name, values.data(), values.size() * 4);
     for (const data::NamedFile& f : data::tokenizer_files(tokenizer_)) staged->add_file(f.name, f.contents);
+    if (!model_config_.moe.enabled())  // Hugging Face's GPT-2 has no experts
+      staged->add_file(checkpoint::kHuggingFaceConfig, checkpoint::hf_gpt2_config(model_config_));
     staged->finish(state);
   }
   staged_ = std::move(staged);

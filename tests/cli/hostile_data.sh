@@ -26,7 +26,7 @@ check "a checkpoint lists its files" grep -q '"model.safetensors"' ck/lattice-ch
 check "a checkpoint replaces a checkpoint" grep -q '"step": 2' ck/trainer.json
 # A checkpoint of an earlier lattice (no manifest, no tokenizer: its three files only) may still be replaced.
 "$LATTICE" "${SMALL[@]}" --steps 1 --save legacy 2>/dev/null &&
-  rm -f legacy/lattice-checkpoint.json legacy/.lattice-save legacy/tokenizer.json
+  rm -f legacy/lattice-checkpoint.json legacy/.lattice-save legacy/tokenizer.json legacy/config.json
 "$LATTICE" "${SMALL[@]}" --steps 2 --save legacy 2>/dev/null
 check "a checkpoint written before manifests is replaced" grep -q '"step": 2' legacy/trainer.json
 echo "my notes" > ck/notes.txt

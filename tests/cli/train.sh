@@ -29,7 +29,7 @@ check "loss falls over 5 steps" test "$(json_field run.jsonl "d[4]['loss'] < d[0
 # Checkpoints and bit-exact resume: 6 straight steps vs 3 + resume to 6.
 "$LATTICE" train "${SMALL[@]}" --dropout 0.1 --steps 6 --json > straight.jsonl 2>/dev/null
 "$LATTICE" train "${SMALL[@]}" --dropout 0.1 --steps 6 --save-every 3 --save ck --json > first.jsonl 2>/dev/null
-check "checkpoint files (with the manifest listing them)" test "$(ls ck | tr '\n' ' ')" = "lattice-checkpoint.json model.safetensors optimizer.safetensors tokenizer.json trainer.json "
+check "checkpoint files (with the manifest listing them)" test "$(ls ck | tr '\n' ' ')" = "config.json lattice-checkpoint.json model.safetensors optimizer.safetensors tokenizer.json trainer.json "
 check "no temporary dirs left" test -z "$(ls | grep -e '\.tmp' -e '\.old')"
 "$LATTICE" train "${SMALL[@]}" --dropout 0.1 --steps 3 --save half --json > half.jsonl 2>/dev/null
 check "trainer.json step 3" test "$(python3 -c "import json; print(json.load(open('half/trainer.json'))['step'])")" -eq 3
