@@ -89,6 +89,13 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     if (!config_.trace.empty()) check_file_writable(config_.trace, "--trace");
   }
   const auto train_file = data::TokenFile::load(train_path, model_config_.vocab);
+  // Bits per byte need each file's text bytes: a SentencePiece directory must say them, for these files.
+  require(data_sizes_.recorded || tokenizer_.kind() == data::TokenizerKind::bytes,
+          config_.data_dir + " has a " + data::to_string(tokenizer_.kind()) + " tokenizer but no " + data::kDataJson +
+              " (prepare it again with lattice prepare)");
+  require(!data_sizes_.recorded || data_sizes_.train.tokens == int64_t(train_file.size()),
+          config_.data_dir + "/" + data::kDataJson + " records " + std::to_string(data_sizes_.train.tokens) +
+              " tokens for train.bin, which holds " + std::to_string(train_file.size()) + " (prepare it again)");
   train_loader_ = std::make_unique<data::BatchLoader>(train_file, model_config_.seq_len, config_.global_batch,
                                                       config_.seed, config_.shuffle);
   if (std::filesystem::exists(val_path)) {

@@ -63,6 +63,11 @@ expect_error "a data directory whose model was swapped" "but the directory holds
 cp -r bpe broken && head -c 100 bpe/tokenizer.model > broken/tokenizer.model
 expect_error "a damaged tokenizer model" "tokenizer.model is not a SentencePiece model" train --data broken \
   "${MODEL[@]}" --steps 1
+cp -r bpe no_sizes && rm no_sizes/data.json
+expect_error "a bpe directory without data.json" "but no data.json" train --data no_sizes "${MODEL[@]}" --steps 1
+cp -r bpe stale && cp bytes/train.bin stale/train.bin
+expect_error "data.json that does not describe train.bin" "records .* tokens for train.bin" train --data stale \
+  "${MODEL[@]}" --steps 1 --vocab "$VOCAB"
 expect_error "an unknown tokenizer" "unknown tokenizer 'wordpiece'" prepare --input corpus.txt --out x \
   --tokenizer wordpiece
 expect_error "bpe without a vocabulary size" "needs --vocab-size between 300 and 65536" prepare --input corpus.txt \
