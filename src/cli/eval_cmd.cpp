@@ -40,12 +40,11 @@ int run_eval(int argc, char** argv) {
   const std::string data_dir = std::filesystem::path(data_file).parent_path().string();
   const data::Tokenizer tokenizer =
       std::filesystem::is_directory(checkpoint) ? data::load_tokenizer(checkpoint) : data::Tokenizer();
-  if (data::has_tokenizer(data_dir.empty() ? "." : data_dir)) {
-    const data::Tokenizer of_data = data::load_tokenizer(data_dir.empty() ? "." : data_dir);
-    require(of_data.fingerprint() == tokenizer.fingerprint(),
-            data_file + " holds tokens of " + of_data.fingerprint() + ", but " + checkpoint + " was trained with " +
-                tokenizer.fingerprint());
-  }
+  // A directory that records no tokenizer holds byte tokens (docs/design.md §15).
+  const data::Tokenizer of_data = data::load_tokenizer(data_dir.empty() ? "." : data_dir);
+  require(of_data.fingerprint() == tokenizer.fingerprint(),
+          data_file + " holds tokens of " + of_data.fingerprint() + ", but " + checkpoint + " was trained with " +
+              tokenizer.fingerprint());
   const auto file = data::TokenFile::load(data_file, c.vocab);
   const data::BatchLoader loader(file, c.seq_len, micro_batch, 0, false);
   std::vector<int32_t> inputs(size_t(micro_batch * c.seq_len)), targets(inputs.size());

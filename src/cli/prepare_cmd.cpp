@@ -1,11 +1,13 @@
 // `lattice prepare --input TEXT --out DIR`: tokenize a corpus into DIR/train.bin and DIR/val.bin.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "core/error.hpp"
 #include "data/prepare.hpp"
+#include "data/tokenizer_files.hpp"
 
 namespace lattice::cli {
 namespace {
@@ -34,7 +36,21 @@ int run_prepare(int argc, char** argv) {
   app.add_option("--tokenizer", tokenizer, "bytes | bpe | unigram (SentencePiece, trained on the input)")
       ->capture_default_str();
   app.add_option("--vocab-size", vocab, "bpe and unigram: pieces in the vocabulary (at least 300, at most 65536)");
+  std::string tokenizer_from;
+  app.add_option("--tokenizer-from", tokenizer_from,
+                 "use the tokenizer of this data or checkpoint directory instead of training one (fine-tuning)");
   if (const auto status = parse_flags(app, argc, argv)) return *status;
+  if (!tokenizer_from.empty()) {
+    require(app.count("--tokenizer") == 0 && app.count("--vocab-size") == 0,
+            "--tokenizer-from takes the tokenizer as it is: --tokenizer and --vocab-size do not apply");
+    require(std::filesystem::is_directory(tokenizer_from), "--tokenizer-from " + tokenizer_from + " is not a directory");
+    const data::Tokenizer given = data::load_tokenizer(tokenizer_from);
+    const data::PrepareStats stats = data::prepare_corpus(input, out_dir, given);
+    std::fprintf(stderr, "prepared %s: the %s tokenizer of %s (%s); train.bin %s tokens, val.bin %s tokens\n",
+                 out_dir.c_str(), data::to_string(given.kind()), tokenizer_from.c_str(), given.fingerprint().c_str(),
+                 with_thousands(stats.train_tokens).c_str(), with_thousands(stats.val_tokens).c_str());
+    return 0;
+  }
   const data::TokenizerKind kind = data::parse_tokenizer_kind(tokenizer);
   if (kind == data::TokenizerKind::bytes) {
     require(vocab == 0 || vocab == data::Tokenizer::kByteVocab, "--vocab-size applies to --tokenizer bpe|unigram "

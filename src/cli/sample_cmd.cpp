@@ -69,6 +69,9 @@ int run_sample(int argc, char** argv) {
   // The checkpoint's tokenizer (a weights file alone: bytes); its ids must be the model's.
   const data::Tokenizer tokenizer =
       std::filesystem::is_directory(checkpoint) ? data::load_tokenizer(checkpoint) : data::Tokenizer();
+  require(std::filesystem::is_directory(checkpoint) || c.vocab == data::Tokenizer::kByteVocab,
+          "a weights file carries no tokenizer: sample decodes it as bytes only with a vocabulary of 256 (give the "
+          "checkpoint directory, which records its tokenizer)");
   require(c.vocab >= tokenizer.vocab(), "the model's vocabulary (" + std::to_string(c.vocab) + ") is smaller than its " +
                                             data::to_string(tokenizer.kind()) + " tokenizer's (" +
                                             std::to_string(tokenizer.vocab()) + ")");

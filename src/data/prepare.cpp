@@ -31,18 +31,38 @@ std::string read_text(const std::string& path) {
 
 }  // namespace
 
+namespace {
+PrepareStats write_corpus(const std::string& text, const std::string& input_text_path, const std::string& out_dir,
+                          const Tokenizer& tokenizer);
+}  // namespace
+
 PrepareStats prepare_corpus(const std::string& input_text_path, const std::string& out_dir, TokenizerKind kind,
                             int vocab) {
   const std::string text = read_text(input_text_path);
   require(!text.empty(), "input " + input_text_path + " is empty");
-  const Tokenizer tokenizer = kind == TokenizerKind::bytes ? Tokenizer() : Tokenizer::train(text, kind, vocab);
+  return write_corpus(text, input_text_path, out_dir,
+                      kind == TokenizerKind::bytes ? Tokenizer() : Tokenizer::train(text, kind, vocab));
+}
+
+PrepareStats prepare_corpus(const std::string& input_text_path, const std::string& out_dir,
+                            const Tokenizer& tokenizer) {
+  const std::string text = read_text(input_text_path);
+  require(!text.empty(), "input " + input_text_path + " is empty");
+  return write_corpus(text, input_text_path, out_dir, tokenizer);
+}
+
+namespace {
+PrepareStats write_corpus(const std::string& text, const std::string& input_text_path, const std::string& out_dir,
+                          const Tokenizer& tokenizer) {
+  const TokenizerKind kind = tokenizer.kind();
   const std::vector<uint16_t> tokens = tokenizer.encode(text);
   if (kind != TokenizerKind::bytes) {  // what bits per byte and sampling rely on
     const std::string back = tokenizer.decode(std::vector<int>(tokens.begin(), tokens.end()));
     size_t at = 0;
     while (at < std::min(back.size(), text.size()) && back[at] == text[at]) ++at;
     require(back == text, "the " + std::string(to_string(kind)) + " tokenizer does not reproduce " + input_text_path +
-                              " (first difference at byte " + std::to_string(at) + ")");
+                              " (first difference at byte " + std::to_string(at) + "): SentencePiece reproduces "
+                              "UTF-8 text without U+2581; use --tokenizer bytes for other text");
   }
 
   const size_t train_count = tokens.size() * 9 / 10;
@@ -78,5 +98,6 @@ PrepareStats prepare_corpus(const std::string& input_text_path, const std::strin
   if (kind == TokenizerKind::bytes) fs::remove(fs::path(out_dir) / kTokenizerModel, ec);  // an earlier prepare's
   return {train_count, val_count, text.size(), tokenizer.vocab()};
 }
+}  // namespace
 
 }  // namespace lattice::data

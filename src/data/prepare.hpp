@@ -21,5 +21,8 @@ struct PrepareStats {
 // reproduce the text; on error no output file is replaced.
 PrepareStats prepare_corpus(const std::string& input_text_path, const std::string& out_dir,
                             TokenizerKind kind = TokenizerKind::bytes, int vocab = Tokenizer::kByteVocab);
+// The same with a given tokenizer (another directory's: fine-tuning keeps a checkpoint's tokens).
+PrepareStats prepare_corpus(const std::string& input_text_path, const std::string& out_dir,
+                            const Tokenizer& tokenizer);
 
 }  // namespace lattice::data

@@ -24,7 +24,7 @@ struct MoEStepStats {
 struct StepReport {
   int64_t step = 0, steps = 0;
   double loss = 0, lr = 0, grad_norm = 0, step_s = 0, tokens_per_s = 0, mfu = 0;
-  double bits_per_byte = 0;  // the loss per byte of text (tokenizers compare): docs/design.md §15
+  double bits_per_byte = 0;  // the loss per byte of text (tokenizers compare; 0: unknown): docs/design.md §15
   double elapsed_s = 0, eta_s = 0;  // since the run started; the rest at this run's mean step time
   int64_t activation_peak_bytes = 0;
   double loss_scale = 0;  // fp16 training: the step's loss scale (0 = none)

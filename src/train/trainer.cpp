@@ -56,6 +56,13 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
           "--vocab " + std::to_string(model_config_.vocab) + " does not match the " + data::to_string(tokenizer_.kind()) +
               " tokenizer of " + config_.data_dir + " (vocab " + std::to_string(tokenizer_.vocab()) +
               "): leave --vocab out to take the data's");
+  // --init from a checkpoint directory: its embeddings are its tokenizer's (records absent: bytes).
+  if (!config_.init.empty() && std::filesystem::is_directory(config_.init)) {
+    const std::string of_init = data::load_tokenizer(config_.init).fingerprint();
+    require(of_init == tokenizer_.fingerprint(),
+            "checkpoint " + config_.init + " was trained with tokenizer " + of_init + ", but " + config_.data_dir +
+                " holds " + tokenizer_.fingerprint() + " (prepare the data with --tokenizer-from " + config_.init + ")");
+  }
   checkpoint::ResumeState resume_state;
   if (!config_.resume.empty()) {
     resume_state = checkpoint::read_resume_state(config_.resume);
@@ -494,7 +501,8 @@ int Trainer::run() {
       report.mfu = step_flops / r.seconds / peak / world;
       report.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
       report.eta_s = report.elapsed_s / double(r.step - first_step) * double(config_.steps - r.step);
-      report.bits_per_byte = data::bits_per_byte(r.loss, data_sizes_.train);
+      // Known where data.json gives the text's bytes (or byte tokens of a 256 vocabulary); else 0, not shown.
+      if (bits_per_byte_known()) report.bits_per_byte = data::bits_per_byte(r.loss, data_sizes_.train);
       report.activation_peak_bytes = activation_peak_, report.loss_scale = r.loss_scale, report.skipped = r.skipped;
       report.moe = r.moe;
       print_step(report, config_.json);
@@ -508,11 +516,14 @@ int Trainer::run() {
       const double eval_loss = evaluate(config_.eval_batches);
       // Validation windows are val.bin's when it exists (evaluate()), so its bytes a token apply.
       const double bpb = data::bits_per_byte(eval_loss, val_loader_ ? data_sizes_.val : data_sizes_.train);
+      nlohmann::json event{{"event", "eval"}, {"step", r.step}, {"loss", eval_loss}};
+      if (bits_per_byte_known()) event["bits_per_byte"] = bpb;
       if (log && config_.json)
-        std::cout << nlohmann::json{{"event", "eval"}, {"step", r.step}, {"loss", eval_loss}, {"bits_per_byte", bpb}}.dump()
-                  << "\n" << std::flush;
-      else if (log)
+        std::cout << event.dump() << "\n" << std::flush;
+      else if (log && bits_per_byte_known())
         std::fprintf(stderr, "  eval loss %.4f (%.3f bits/byte)\n", eval_loss, bpb);
+      else if (log)
+        std::fprintf(stderr, "  eval loss %.4f\n", eval_loss);
     }
   }
   if (!config_.save.empty()) {

@@ -67,6 +67,7 @@ class Trainer {
   comm::Distributed* dist_ = nullptr;
   data::Tokenizer tokenizer_;  // the data's (recorded in every checkpoint)
   data::DataSizes data_sizes_;  // tokens and text bytes of train.bin and val.bin: bits per byte
+  bool bits_per_byte_known() const { return data_sizes_.recorded || model_config_.vocab == data::Tokenizer::kByteVocab; }
   std::unique_ptr<parallel::ModelStates> states_;  // weights, gradients, masters: as the layout keeps them
   LossScaler loss_scaler_;
   std::unique_ptr<KeptBytesProbe> kept_;  // what the forwards keep for backward (measured)

@@ -68,6 +68,17 @@ expect_error "a bpe directory without data.json" "but no data.json" train --data
 cp -r bpe stale && cp bytes/train.bin stale/train.bin
 expect_error "data.json that does not describe train.bin" "records .* tokens for train.bin" train --data stale \
   "${MODEL[@]}" --steps 1 --vocab "$VOCAB"
+expect_error "--init from another tokenizer's checkpoint" "prepare the data with --tokenizer-from ck" train \
+  --data uni "${MODEL[@]}" --steps 1 --init ck
+"$LATTICE" prepare --input corpus.txt --out again --tokenizer-from ck 2> again.err
+check "prepare --tokenizer-from a checkpoint keeps its tokenizer" cmp -s again/tokenizer.model bpe/tokenizer.model
+"$LATTICE" train --data again "${MODEL[@]}" --steps 2 --init ck > /dev/null 2> init.err
+check "... and --init from that checkpoint trains on it" test $? -eq 0
+rm bytes/tokenizer.json
+expect_error "eval of unrecorded (byte) tokens with a bpe checkpoint" "holds tokens of bytes" eval --checkpoint ck \
+  --data bytes/val.bin --batches 1 --micro-batch 1
+expect_error "sample from a bare weights file of a bpe model" "a weights file carries no tokenizer" sample \
+  --checkpoint ck/model.safetensors --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab "$VOCAB"
 expect_error "an unknown tokenizer" "unknown tokenizer 'wordpiece'" prepare --input corpus.txt --out x \
   --tokenizer wordpiece
 expect_error "bpe without a vocabulary size" "needs --vocab-size between 300 and 65536" prepare --input corpus.txt \
