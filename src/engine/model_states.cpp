@@ -1,5 +1,7 @@
 // ModelStates (model_states.hpp). Every choice of where a state lives is answered by the three
-// predicates half(), whole_weights(), whole_grads(): the rest of the trainer never asks.
+// predicates half(), whole_weights(), whole_grads(): the rest of the trainer never asks. Past 400
+// lines: weights, gradients, their reductions, PipeDream-2BW's versions and the checkpoint pieces
+// share those predicates and the bucket pieces, so they stay together.
 #include "engine/model_states.hpp"
 
 #include <algorithm>

@@ -1,3 +1,7 @@
+// Trainer (trainer.hpp): setup from the configuration (data and tokenizer, resume, model, states,
+// pipeline), the step and its updates, evaluation and the run loop. Past 400 lines because the
+// setup's checks and the step read best in one place; checkpoints and the summary live in
+// trainer_checkpoint.cpp and trainer_summary.cpp.
 #include "train/trainer.hpp"
 
 #include <omp.h>
