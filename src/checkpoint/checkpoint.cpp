@@ -333,11 +333,6 @@ ResumeState read_resume_state(const std::string& dir) {
   r.seed = seed.get<uint64_t>();
   r.updates_applied = state.contains("updates_applied") ? integer(state, "updates_applied", 0, r.step, where) : r.step;
   r.weight_versions = state.contains("weight_versions") ? int(integer(state, "weight_versions", 1, 2, where)) : 1;
-  if (state.contains("tokenizer")) {
-    require(state["tokenizer"].is_string() && !state["tokenizer"].get<std::string>().empty(),
-            where + ": \"tokenizer\" must be a non-empty string");
-    r.tokenizer = state["tokenizer"].get<std::string>();
-  }
   if (state.contains("train") && state["train"].contains("global_batch"))
     r.global_batch = integer(state["train"], "global_batch", 1, INT64_MAX / 2, where + " (train)");
   if (state.contains("data_position") && state["data_position"].contains("shuffle")) {

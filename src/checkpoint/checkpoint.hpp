@@ -67,7 +67,6 @@ struct ResumeState {
   uint64_t seed = 0;
   int64_t updates_applied = 0;
   int weight_versions = 1;  // PipeDream-2BW checkpoints: 2 (model_previous.safetensors)
-  std::string tokenizer = "bytes";  // the fingerprint of the tokenizer it was trained with
   double loss_scale = 0;  // 0: not recorded (not an fp16 run)
   int64_t clean_steps = 0;
   int64_t global_batch = 0;  // 0: not recorded

@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "data/loader.hpp"
 #include "data/tokenizer_files.hpp"
+#include "report/step_report.hpp"
 
 namespace lattice::cli {
 
@@ -39,7 +40,7 @@ int run_eval(int argc, char** argv) {
   // The tokens must be the checkpoint's tokenizer's: a data directory that records another is refused.
   const std::string data_dir = std::filesystem::path(data_file).parent_path().string();
   const data::Tokenizer tokenizer =
-      std::filesystem::is_directory(checkpoint) ? data::load_tokenizer(checkpoint) : data::Tokenizer();
+      checkpoint_tokenizer(checkpoint);
   // A directory that records no tokenizer holds byte tokens (docs/design.md §15).
   const data::Tokenizer of_data = data::load_tokenizer(data_dir.empty() ? "." : data_dir);
   require(of_data.fingerprint() == tokenizer.fingerprint(),
@@ -68,9 +69,8 @@ int run_eval(int argc, char** argv) {
     if (known) j["bits_per_byte"] = bpb;
     std::cout << j.dump() << "\n";
   } else {
-    std::fprintf(stderr, "eval loss %.4f%s over %lld tokens of %s\n", loss,
-                 known ? (" (" + std::to_string(bpb).substr(0, 5) + " bits/byte)").c_str() : "", (long long)tokens,
-                 data_file.c_str());
+    std::fprintf(stderr, "eval loss %.4f%s over %lld tokens of %s\n", loss, bits_per_byte_note(known ? bpb : 0).c_str(),
+                 (long long)tokens, data_file.c_str());
   }
   return 0;
 }

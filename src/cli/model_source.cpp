@@ -6,6 +6,7 @@
 #include "analysis/formulas.hpp"
 #include "core/error.hpp"
 #include "core/memory_limit.hpp"
+#include "data/tokenizer_files.hpp"
 
 namespace lattice::cli {
 
@@ -13,6 +14,10 @@ bool inference_shape_flags(const CLI::App& app) {
   require(app.count("--dropout") == 0, "--dropout does not apply here: inference runs without dropout");
   return app.count("--layers") || app.count("--hidden") || app.count("--heads") || app.count("--seq-len") ||
          app.count("--vocab");
+}
+
+data::Tokenizer checkpoint_tokenizer(const std::string& checkpoint) {
+  return std::filesystem::is_directory(checkpoint) ? data::load_tokenizer(checkpoint) : data::Tokenizer();
 }
 
 std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, ModelConfig config,

@@ -68,7 +68,7 @@ int run_sample(int argc, char** argv) {
           "(score it with lattice eval instead)");
   // The checkpoint's tokenizer (a weights file alone: bytes); its ids must be the model's.
   const data::Tokenizer tokenizer =
-      std::filesystem::is_directory(checkpoint) ? data::load_tokenizer(checkpoint) : data::Tokenizer();
+      checkpoint_tokenizer(checkpoint);
   require(std::filesystem::is_directory(checkpoint) || c.vocab == data::Tokenizer::kByteVocab,
           "a weights file carries no tokenizer: sample decodes it as bytes only with a vocabulary of 256 (give the "
           "checkpoint directory, which records its tokenizer)");

@@ -26,6 +26,7 @@ std::string read_text(const std::string& path) {
   require(in.good(), "cannot open input " + path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   require(!in.bad(), "cannot read input " + path);
+  require(!text.empty(), "input " + path + " is empty");
   return text;
 }
 
@@ -39,16 +40,13 @@ PrepareStats write_corpus(const std::string& text, const std::string& input_text
 PrepareStats prepare_corpus(const std::string& input_text_path, const std::string& out_dir, TokenizerKind kind,
                             int vocab) {
   const std::string text = read_text(input_text_path);
-  require(!text.empty(), "input " + input_text_path + " is empty");
   return write_corpus(text, input_text_path, out_dir,
                       kind == TokenizerKind::bytes ? Tokenizer() : Tokenizer::train(text, kind, vocab));
 }
 
 PrepareStats prepare_corpus(const std::string& input_text_path, const std::string& out_dir,
                             const Tokenizer& tokenizer) {
-  const std::string text = read_text(input_text_path);
-  require(!text.empty(), "input " + input_text_path + " is empty");
-  return write_corpus(text, input_text_path, out_dir, tokenizer);
+  return write_corpus(read_text(input_text_path), input_text_path, out_dir, tokenizer);
 }
 
 namespace {

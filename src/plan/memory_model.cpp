@@ -8,7 +8,7 @@ analysis::MemoryCase memory_case(const PlanRequest& r) {
   analysis::MemoryCase c{activation_shape(r), r.model, r.layout, r.micro_batches(), r.data_bytes, r.save};
   c.offload_optimizer = r.offload_optimizer, c.offload_params = r.offload_params;
   c.zero_bubble = r.zero_bubble, c.threads = r.threads;
-  c.weight_versions = r.pipedream_2bw ? 2 : 1;
+  c.weight_versions = r.weight_versions();
   return c;
 }
 
@@ -20,7 +20,7 @@ MemoryPlan plan_memory(const PlanRequest& r) {
   MemoryPlan m;
   const StagePartition partition = StagePartition::of(l, r.model.layers);
   const int64_t moment_bytes = r.offload_optimizer || r.offload_params ? 0 : 8;  // offloaded moments live on disk
-  const int versions = memory_case(r).weight_versions;
+  const int versions = r.weight_versions();
   m.activation_bytes_per_layer = analysis::layer_activation_bytes(x, first_full, selective);
   if (r.model.moe.enabled()) {
     // MoE layers keep the attention half of Table 2's row plus the MoE block, sized for balanced

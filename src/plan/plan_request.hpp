@@ -25,6 +25,7 @@ struct PlanRequest {
   int threads = 1;                 // threads a rank runs (zb-h1: each keeps LayerNorm partial sums for W)
 
   int micro_batches() const { return global_batch / (micro_batch * layout.dp); }  // n_mb per rank
+  int weight_versions() const { return pipedream_2bw ? 2 : 1; }  // of weights and gradients a stage keeps
   // 16-bit weights and gradients with fp32 masters (--params-dtype; the planner's default is bf16).
   bool mixed_precision() const { return layout.mixed_precision(); }
   // GEMMs run in the activations' dtype (the device's bf16 or fp32 peak).

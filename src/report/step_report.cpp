@@ -27,6 +27,13 @@ std::string clock_text(double seconds) {
 }
 }  // namespace
 
+std::string bits_per_byte_note(double bits_per_byte) {
+  if (!(bits_per_byte > 0)) return "";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, " (%.3f bits/byte)", bits_per_byte);
+  return buf;
+}
+
 void print_step(const StepReport& r, bool json) {
   if (json) {
     nlohmann::json j = {{"event", "step"},    {"step", r.step},
@@ -43,10 +50,9 @@ void print_step(const StepReport& r, bool json) {
     std::cout << j.dump() << "\n" << std::flush;
     return;
   }
-  char bpb[32] = "";
-  if (r.bits_per_byte > 0) std::snprintf(bpb, sizeof bpb, " (%.3f bits/byte)", r.bits_per_byte);
+  const std::string bpb = bits_per_byte_note(r.bits_per_byte);
   std::fprintf(stderr, "step %5lld/%lld  loss %.4f%s  lr %.2e  |g| %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%  act %s",
-               (long long)r.step, (long long)r.steps, r.loss, bpb, r.lr, r.grad_norm, r.step_s * 1e3, r.tokens_per_s,
+               (long long)r.step, (long long)r.steps, r.loss, bpb.c_str(), r.lr, r.grad_norm, r.step_s * 1e3, r.tokens_per_s,
                r.mfu * 100.0, human_bytes(double(r.activation_peak_bytes)).c_str());
   if (r.loss_scale > 0) std::fprintf(stderr, "  scale %g%s", r.loss_scale, r.skipped ? " (inf/NaN: step skipped, scale halved)" : "");
   if (r.moe.active)

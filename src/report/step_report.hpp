@@ -55,6 +55,8 @@ struct MemoryReport {
 };
 
 void print_step(const StepReport& r, bool json);
+// " (1.234 bits/byte)" after a loss, or "" when unknown (≤ 0).
+std::string bits_per_byte_note(double bits_per_byte);
 nlohmann::json memory_json(const MemoryReport& m);
 void print_memory_table(const MemoryReport& m);
 // Bytes each rank sent per group kind in the last step (ring accounting, docs/design.md §5).

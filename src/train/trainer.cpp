@@ -60,19 +60,19 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
           "--vocab " + std::to_string(model_config_.vocab) + " does not match the " + data::to_string(tokenizer_.kind()) +
               " tokenizer of " + config_.data_dir + " (vocab " + std::to_string(tokenizer_.vocab()) +
               "): leave --vocab out to take the data's");
-  // --init from a checkpoint directory: its embeddings are its tokenizer's (records absent: bytes).
-  if (!config_.init.empty() && std::filesystem::is_directory(config_.init)) {
-    const std::string of_init = data::load_tokenizer(config_.init).fingerprint();
-    require(of_init == tokenizer_.fingerprint(),
-            "checkpoint " + config_.init + " was trained with tokenizer " + of_init + ", but " + config_.data_dir +
-                " holds " + tokenizer_.fingerprint() + " (prepare the data with --tokenizer-from " + config_.init + ")");
-  }
+  // A checkpoint's embeddings are its tokenizer's (a directory recording none: bytes).
+  auto require_trained_on_these_tokens = [&](const std::string& dir, const std::string& remedy) {
+    const std::string of_checkpoint = data::load_tokenizer(dir).fingerprint();
+    require(of_checkpoint == tokenizer_.fingerprint(), "checkpoint " + dir + " was trained with tokenizer " +
+                                                           of_checkpoint + ", but " + config_.data_dir + " holds " +
+                                                           tokenizer_.fingerprint() + remedy);
+  };
+  if (!config_.init.empty() && std::filesystem::is_directory(config_.init))
+    require_trained_on_these_tokens(config_.init, " (prepare the data with --tokenizer-from " + config_.init + ")");
   checkpoint::ResumeState resume_state;
   if (!config_.resume.empty()) {
     resume_state = checkpoint::read_resume_state(config_.resume);
-    require(resume_state.tokenizer == tokenizer_.fingerprint(),
-            "checkpoint " + config_.resume + " was trained with tokenizer " + resume_state.tokenizer + ", but " +
-                config_.data_dir + " holds " + tokenizer_.fingerprint() + ": a run continues on its own tokens");
+    require_trained_on_these_tokens(config_.resume, ": a run continues on its own tokens");
     const ModelConfig& saved = resume_state.model;
     require(checkpoint::model_config_json(saved) == checkpoint::model_config_json(model_config_),
             "checkpoint " + config_.resume + " holds model " + checkpoint::model_config_json(saved).dump() +
@@ -524,10 +524,9 @@ int Trainer::run() {
       if (bits_per_byte_known()) event["bits_per_byte"] = bpb;
       if (log && config_.json)
         std::cout << event.dump() << "\n" << std::flush;
-      else if (log && bits_per_byte_known())
-        std::fprintf(stderr, "  eval loss %.4f (%.3f bits/byte)\n", eval_loss, bpb);
       else if (log)
-        std::fprintf(stderr, "  eval loss %.4f\n", eval_loss);
+        std::fprintf(stderr, "  eval loss %.4f%s\n", eval_loss,
+                     bits_per_byte_note(bits_per_byte_known() ? bpb : 0).c_str());
     }
   }
   if (!config_.save.empty()) {
