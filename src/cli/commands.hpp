@@ -10,4 +10,5 @@ int run_plan(int argc, char** argv);
 int run_bench(int argc, char** argv);
 int run_groups(int argc, char** argv);
 int run_schedule(int argc, char** argv);
+int run_report(int argc, char** argv);
 }  // namespace lattice::cli

@@ -24,6 +24,7 @@ const Command kCommands[] = {
     {"bench", lattice::cli::run_bench, "measure this machine's GEMM rates and bandwidth (plan's cpu preset)"},
     {"groups", lattice::cli::run_groups, "print the TP/DP/PP/embedding process groups of a layout"},
     {"schedule", lattice::cli::run_schedule, "simulate a pipeline schedule: bubble, activations held, timeline SVG"},
+    {"report", lattice::cli::run_report, "draw a training run's JSON Lines as one self-contained HTML page"},
 };
 
 void usage(FILE* out) {

@@ -199,6 +199,8 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
                  "into input and weight passes) | pipedream-2bw (no flush, two weight versions, updates one step late)")
       ->capture_default_str();
   app.add_option("--trace", t.trace, "write a Chrome trace (Perfetto) of every rank's forward/backward/receive/send/optimizer");
+  app.add_option("--report-dir", t.report_dir,
+                 "write run.jsonl and a self-contained report.html (curves, memory, traffic, timeline) here as the run goes");
   app.add_flag("--comm-report", t.comm_report, "print the bytes each rank sent per group in the last step");
 }
 

@@ -19,6 +19,7 @@
 #include "plan/evaluate.hpp"
 #include "plan/paper_report.hpp"
 #include "plan/report.hpp"
+#include "plan/plan_html.hpp"
 #include "plan/search.hpp"
 #include "plan/time_model.hpp"
 #include "plan/units.hpp"
@@ -37,6 +38,7 @@ struct PlanFlags {
   int threads = 1;
   bool save = false;
   bool search = false, paper = false, moe_paper = false, json = false;
+  std::string html;  // --html FILE
 };
 
 // The model and layout flags are `lattice train`'s (cli/model_flags), plus the planner's own.
@@ -66,6 +68,7 @@ void add_flags(CLI::App& app, PlanFlags& f) {
                "parameters of Switch-Base and GShard 600B as published against lattice's count");
   app.add_option("--svg", f.svg_dir, "with --paper: write figure1.svg and figure7.svg into this directory");
   app.add_flag("--json", f.json, "print one JSON object on one line");
+  app.add_option("--html", f.html, "also write the plan (or --search's ranking) as a self-contained HTML page");
   app.add_option("--data", f.data, "token directory the run reads: its files join the per-category prediction");
   app.add_flag("--save", f.save, "the run writes a checkpoint: the writer's staging joins the prediction");
   app.add_option("--offload-optimizer", f.offload_optimizer,
@@ -156,6 +159,8 @@ int run_plan(int argc, char** argv) {
   require(f.svg_dir.empty() || f.paper, "--svg needs --paper");
   if (!f.svg_dir.empty()) check_file_writable(f.svg_dir + "/figure1.svg", "--svg");
   require(!(f.paper && f.moe_paper), "--paper and --moe-paper are separate reports: give one");
+  require(f.html.empty() || (!f.paper && !f.moe_paper), "--html draws a plan or a --search: not --paper or --moe-paper");
+  if (!f.html.empty()) check_file_writable(f.html, "--html");
   if (f.paper) return run_paper(f, hw);
   if (f.moe_paper) {
     if (f.json)
@@ -175,6 +180,10 @@ int run_plan(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     const plan::SearchResult found = plan::search_layouts(request, hw, size_t(f.top), peak);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!f.html.empty()) {
+      const std::string page = plan::search_html(found.best, found.considered, seconds);
+      write_file_atomically(f.html, page.data(), page.size());
+    }
     if (f.json)
       std::printf("%s\n", plan::search_json(found.best, found.considered, seconds).dump().c_str());
     else
@@ -184,6 +193,10 @@ int run_plan(int argc, char** argv) {
 
   plan::check_layout(request);
   const plan::Plan p = plan::evaluate(request, hw, f.iteration_time, peak);
+  if (!f.html.empty()) {
+    const std::string page = plan::plan_html(p, hw);
+    write_file_atomically(f.html, page.data(), page.size());
+  }
   if (f.json)
     std::printf("%s\n", plan::plan_json(p).dump().c_str());
   else

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include <omp.h>
@@ -18,6 +19,8 @@
 #include "core/memory_limit.hpp"
 #include "core/stage_partition.hpp"
 #include "plan/auto_partition.hpp"
+#include "plan/memory_model.hpp"
+#include "plan/report.hpp"
 #include "plan/time_model.hpp"
 #include "plan/units.hpp"
 #include "train/trainer.hpp"
@@ -26,12 +29,9 @@ namespace lattice::cli {
 
 namespace {
 
-// --pipeline-layers auto: the planner's partition of this run's layers (analysis/partition.hpp),
-// from the time model at `hardware` and the per-category memory prediction within `limit` bytes a
-// rank (default: this machine's memory shared by its ranks). Every rank computes the same counts
-// from the same flags; world rank 0 prints them.
-void partition_automatically(LayoutConfig& layout, const ModelConfig& model, const TrainConfig& train, int world,
-                             int local_ranks, const std::string& hardware, const std::string& limit, bool print) {
+// The run as the planner sees it: `world` ranks, this run's batch, save, offload and schedule.
+plan::PlanRequest run_request(const ModelConfig& model, const LayoutConfig& layout, const TrainConfig& train,
+                              int world) {
   plan::PlanRequest r;
   r.model = model;
   r.layout = layout;
@@ -45,6 +45,21 @@ void partition_automatically(LayoutConfig& layout, const ModelConfig& model, con
   r.zero_bubble = train.schedule == "zb-h1";
   r.pipedream_2bw = train.schedule == "pipedream-2bw";  // two weight versions to place
   r.threads = train.threads > 0 ? train.threads : omp_get_max_threads();
+  for (const char* name : {"/train.bin", "/val.bin"}) {  // the token files join the data category
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(train.data_dir + name, ec);
+    if (!ec) r.data_bytes += int64_t(bytes);
+  }
+  return r;
+}
+
+// --pipeline-layers auto: the planner's partition of this run's layers (analysis/partition.hpp),
+// from the time model at `hardware` and the per-category memory prediction within `limit` bytes a
+// rank (default: this machine's memory shared by its ranks). Every rank computes the same counts
+// from the same flags; world rank 0 prints them.
+void partition_automatically(LayoutConfig& layout, const ModelConfig& model, const TrainConfig& train, int world,
+                             int local_ranks, const std::string& hardware, const std::string& limit, bool print) {
+  plan::PlanRequest r = run_request(model, layout, train, world);
   const double cap = limit.empty() ? physical_memory_bytes() / std::max(1, local_ranks)
                                    : double(plan::parse_bytes(limit, "--pipeline-memory-limit"));
   r.gpu_memory = int64_t(cap);
@@ -63,6 +78,27 @@ void partition_automatically(LayoutConfig& layout, const ModelConfig& model, con
                  chosen.peak_bytes / double(1 << 20), cap / double(1 << 20));
 }
 
+// The planner's bytes by category for each stage (and the checkpoint writer, world rank 0), for the
+// run report to set beside what the tracking allocator measures. Null where the per-category model
+// does not cover the run (MoE) or cannot plan it; the run itself does not depend on it.
+nlohmann::json predicted_memory(const ModelConfig& model, const LayoutConfig& layout, const TrainConfig& train,
+                                int world) {
+  if (model.moe.enabled()) return nullptr;
+  try {
+    analysis::MemoryCase c = plan::memory_case(run_request(model, layout, train, world));
+    nlohmann::json stages = nlohmann::json::array();
+    for (int stage = 0; stage < layout.pp; ++stage)
+      for (bool writer : {false, true}) {
+        if (writer && (stage != 0 || train.save.empty())) continue;
+        c.writer = writer;
+        stages.push_back({{"stage", stage}, {"writer", writer},
+                          {"bytes", plan::category_bytes_json(analysis::rank_memory(c, stage))}});
+      }
+    return stages;
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
 
 }  // namespace
 
@@ -115,6 +151,7 @@ int run_train(int argc, char** argv) {
   }
   if (!comm::started_by_launcher() && resolved.tp == 1 && resolved.pp == 1 && resolved.ep == 1) {
     if (layout.partition_auto) partition_automatically(resolved, model, train, 1, 1, hardware, memory_limit, false);
+    if (train.json || !train.report_dir.empty()) train.predicted_memory = predicted_memory(model, resolved, train, 1);
     Trainer trainer(model, resolved, train);
     return trainer.run();
   }
@@ -139,6 +176,8 @@ int run_train(int argc, char** argv) {
     comm::check_on_all_ranks("train",
                              [&] { comm::require_same_configuration(layer_counts_text(resolved.stage_layers)); });
   }
+  if ((train.json || !train.report_dir.empty()) && dist.rank() == 0)
+    train.predicted_memory = predicted_memory(model, resolved, train, dist.world_size());
   comm::check_on_all_ranks("train", [&] { trainer = std::make_unique<Trainer>(model, resolved, train, &dist); });
   return comm::run_or_abort_all("train", [&] { return trainer->run(); });
 }

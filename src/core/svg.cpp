@@ -11,6 +11,7 @@ std::string escape(const std::string& text) {
     if (c == '&') out += "&amp;";
     else if (c == '<') out += "&lt;";
     else if (c == '>') out += "&gt;";
+    else if (c == '"') out += "&quot;";
     else out += c;
   }
   return out;

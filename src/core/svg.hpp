@@ -4,7 +4,7 @@
 
 namespace lattice::svg {
 
-std::string escape(const std::string& text);       // &, <, > as entities
+std::string escape(const std::string& text);       // &, <, >, " as entities (text and attributes)
 std::string hsl(double hue_degrees, double s, double l);  // "#rrggbb"
 
 }  // namespace lattice::svg

@@ -7,9 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/hardware.hpp"
-#include "plan/svg_chart.hpp"
+#include "core/chart.hpp"
 
 namespace lattice::plan {
+
+using chart::BarChart;
+using chart::render_svg;
 
 // One Table 5 row: the paper's times next to the time model's.
 struct Table5Row {

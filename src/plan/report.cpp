@@ -169,6 +169,14 @@ std::string plan_text(const Plan& p, const Hardware& hw) {
   return out;
 }
 
+nlohmann::ordered_json category_bytes_json(const analysis::CategoryBytes& c) {
+  return {{"activations", c.activations}, {"model_states", c.model_states},
+          {"model_states_transient", c.model_states_transient}, {"communication", c.communication},
+          {"pipeline", c.pipeline}, {"workspaces", c.workspaces}, {"data", c.data},
+          {"checkpoint_io", c.checkpoint_io}, {"offload_io", c.offload_io},
+          {"offload_disk_bytes", c.offload_disk_bytes}, {"accounted_peak_bytes", c.accounted()}};
+}
+
 nlohmann::ordered_json plan_json(const Plan& p) {
   const PlanRequest& r = p.request;
   const LayoutConfig& l = r.layout;
@@ -192,11 +200,7 @@ nlohmann::ordered_json plan_json(const Plan& p) {
   j["shard_parameters"] = p.memory.shard_parameters;
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (const analysis::CategoryBytes& c : p.memory.by_stage)
-    stages.push_back({{"activations", c.activations}, {"model_states", c.model_states},
-                      {"model_states_transient", c.model_states_transient}, {"communication", c.communication},
-                      {"pipeline", c.pipeline}, {"workspaces", c.workspaces}, {"data", c.data},
-                      {"checkpoint_io", c.checkpoint_io}, {"offload_io", c.offload_io},
-                      {"offload_disk_bytes", c.offload_disk_bytes}, {"accounted_peak_bytes", c.accounted()}});
+    stages.push_back(category_bytes_json(c));
   j["memory_by_stage"] = stages;
   j["parameters"] = r.model.num_params();
   j["active_parameters"] = analysis::active_parameters(r.model);

@@ -16,6 +16,8 @@ std::string describe_layout(const PlanRequest& r);  // "t=8 p=8 m=3 dp=1 sp sele
 
 std::string plan_text(const Plan& p, const Hardware& hw);
 nlohmann::ordered_json plan_json(const Plan& p);  // the `"event":"plan"` object of issue 6
+// One rank's bytes by category (the tracking allocator's names) and its accounted peak.
+nlohmann::ordered_json category_bytes_json(const analysis::CategoryBytes& c);
 
 // --search: the ranked candidates, best first.
 std::string search_text(const std::vector<Plan>& ranked, size_t considered, double seconds);

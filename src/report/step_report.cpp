@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include <cstdio>
-#include <iostream>
 
 namespace lattice {
 
@@ -34,22 +33,22 @@ std::string bits_per_byte_note(double bits_per_byte) {
   return buf;
 }
 
-void print_step(const StepReport& r, bool json) {
-  if (json) {
-    nlohmann::json j = {{"event", "step"},    {"step", r.step},
-                        {"loss", r.loss},     {"lr", r.lr},
-                        {"elapsed_s", r.elapsed_s}, {"eta_s", r.eta_s},
-                        {"grad_norm", r.grad_norm}, {"step_s", r.step_s},
-                        {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
-                        {"activation_peak_bytes", r.activation_peak_bytes}};
-    if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale, j["skipped"] = r.skipped;
-    if (r.bits_per_byte > 0) j["bits_per_byte"] = r.bits_per_byte;
-    if (r.moe.active)
-      j["moe_aux_loss"] = r.moe.aux_loss, j["moe_dropped_fraction"] = r.moe.dropped_fraction,
-      j["moe_load_min"] = r.moe.load_min, j["moe_load_max"] = r.moe.load_max;
-    std::cout << j.dump() << "\n" << std::flush;
-    return;
-  }
+nlohmann::json step_json(const StepReport& r) {
+  nlohmann::json j = {{"event", "step"},    {"step", r.step},
+                      {"steps", r.steps},   {"loss", r.loss},
+                      {"lr", r.lr},         {"elapsed_s", r.elapsed_s},
+                      {"eta_s", r.eta_s},   {"grad_norm", r.grad_norm},
+                      {"step_s", r.step_s}, {"tokens_per_s", r.tokens_per_s},
+                      {"mfu", r.mfu},       {"activation_peak_bytes", r.activation_peak_bytes}};
+  if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale, j["skipped"] = r.skipped;
+  if (r.bits_per_byte > 0) j["bits_per_byte"] = r.bits_per_byte;
+  if (r.moe.active)
+    j["moe_aux_loss"] = r.moe.aux_loss, j["moe_dropped_fraction"] = r.moe.dropped_fraction,
+    j["moe_load_min"] = r.moe.load_min, j["moe_load_max"] = r.moe.load_max;
+  return j;
+}
+
+void print_step_line(const StepReport& r) {
   const std::string bpb = bits_per_byte_note(r.bits_per_byte);
   std::fprintf(stderr, "step %5lld/%lld  loss %.4f%s  lr %.2e  |g| %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%  act %s",
                (long long)r.step, (long long)r.steps, r.loss, bpb.c_str(), r.lr, r.grad_norm, r.step_s * 1e3, r.tokens_per_s,

@@ -1,6 +1,6 @@
 #pragma once
-// What training prints: one line per optimizer step (human on stderr, or JSON Lines on stdout
-// with --json) and the final summary with the measured memory beside the formula.
+// What training prints: one line per optimizer step (human on stderr, or a JSON Lines record for
+// report/run_log.hpp) and the final summary with the measured memory beside the formula.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -54,7 +54,8 @@ struct MemoryReport {
   int64_t unaccounted_bytes() const { return rss_peak_bytes - reserved_peak_bytes; }
 };
 
-void print_step(const StepReport& r, bool json);
+nlohmann::json step_json(const StepReport& r);  // {"event":"step", ...}: a JSON Lines record
+void print_step_line(const StepReport& r);       // the human progress line, on stderr
 // " (1.234 bits/byte)" after a loss, or "" when unknown (≤ 0).
 std::string bits_per_byte_note(double bits_per_byte);
 nlohmann::json memory_json(const MemoryReport& m);

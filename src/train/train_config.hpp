@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/config.hpp"
 #include "optim/optimizer.hpp"
 
@@ -33,6 +35,10 @@ struct TrainConfig {
   std::string settings;  // the run's flags as given, printed once at start (cli: given_flags)
   bool comm_report = false;
   std::string trace;  // Chrome trace file (Perfetto), one track per rank
+  std::string report_dir;  // run.jsonl and report.html, drawn as the run goes (report/run_log.hpp)
+  // The planner's per-category bytes for this run (cli: plan/memory_model), carried into the start
+  // record for the report to set beside the measured peaks: [{stage, writer, categories, accounted_peak}].
+  nlohmann::json predicted_memory;
   std::string schedule = "1f1b";  // pipeline schedule: gpipe | 1f1b | interleaved
   int threads = 0;  // 0 = OpenMP's default
   double comm_timeout = 300;  // seconds one communication may wait before the rank stops (0 = off)

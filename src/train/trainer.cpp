@@ -98,6 +98,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   if (is_logging_rank()) {
     if (!config_.save.empty()) checkpoint::check_save_target(config_.save);
     if (!config_.trace.empty()) check_file_writable(config_.trace, "--trace");
+    if (!config_.report_dir.empty()) check_report_dir(config_.report_dir);
   }
   const auto train_file = data::TokenFile::load(train_path, model_config_.vocab);
   // Bits per byte need each file's text bytes: a SentencePiece directory must say them, for these files.
@@ -439,6 +440,7 @@ StepResult Trainer::finish_step(StepResult r, std::chrono::steady_clock::time_po
   // The step's traffic, before anything else (checkpoint gathers, evaluation) adds to the counters.
   for (int kind = 0; kind < comm::kGroupKinds; ++kind)
     step_sent_bytes_[size_t(kind)] = dist_ ? int64_t(dist_->traffic().total(comm::GroupKind(kind)).sent_bytes) : 0;
+  if (dist_) step_traffic_ = dist_->traffic();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
@@ -489,6 +491,10 @@ int Trainer::run() {
   if (log && !config_.json && !config_.settings.empty())
     std::fprintf(stderr, "lattice train: settings: %s (--dump-config prints every setting as TOML)\n",
                  config_.settings.c_str());
+  if (log && (config_.json || !config_.report_dir.empty())) {
+    run_log_ = std::make_unique<RunLog>(config_.json, config_.report_dir, config_.trace, !config_.resume.empty());
+    run_log_->record(start_record(world));
+  }
   double first_loss = NAN, last_loss = NAN, total_s = 0;
   const auto run_start = std::chrono::steady_clock::now();
   const int64_t first_step = step_;  // a resume counts from where it started
@@ -509,7 +515,8 @@ int Trainer::run() {
       if (bits_per_byte_known()) report.bits_per_byte = data::bits_per_byte(r.loss, data_sizes_.train);
       report.activation_peak_bytes = activation_peak_, report.loss_scale = r.loss_scale, report.skipped = r.skipped;
       report.moe = r.moe;
-      print_step(report, config_.json);
+      if (run_log_) run_log_->record(step_json(report));
+      if (!config_.json) print_step_line(report);
     }
     if (config_.save_every > 0 && r.step % config_.save_every == 0 && r.step < config_.steps) {
       stage_save(config_.save);
@@ -522,9 +529,8 @@ int Trainer::run() {
       const double bpb = data::bits_per_byte(eval_loss, val_loader_ ? data_sizes_.val : data_sizes_.train);
       nlohmann::json event{{"event", "eval"}, {"step", r.step}, {"loss", eval_loss}};
       if (bits_per_byte_known()) event["bits_per_byte"] = bpb;
-      if (log && config_.json)
-        std::cout << event.dump() << "\n" << std::flush;
-      else if (log)
+      if (run_log_) run_log_->record(event);
+      if (log && !config_.json)
         std::fprintf(stderr, "  eval loss %.4f%s\n", eval_loss,
                      bits_per_byte_note(bits_per_byte_known() ? bpb : 0).c_str());
     }
@@ -537,6 +543,7 @@ int Trainer::run() {
                                                       dist_ ? dist_->rank() : 0);
 
   summarize({first_loss, last_loss, total_s, timed_steps, step_flops, tokens, peak, world});
+  if (run_log_) run_log_->finish();
   return 0;
 }
 

@@ -17,6 +17,7 @@
 #include "model/gpt.hpp"
 #include "optim/lr_schedule.hpp"
 #include "optim/optimizer.hpp"
+#include "report/run_log.hpp"
 #include "report/step_report.hpp"
 #include "tensor/kept_bytes.hpp"
 #include "train/loss_scaler.hpp"
@@ -81,6 +82,8 @@ class Trainer {
     int world;
   };
   void summarize(const RunTotals& totals);  // trainer_summary.cpp
+  nlohmann::json start_record(int world) const;  // {"event":"start"}: the run's configuration (trainer_summary.cpp)
+  std::unique_ptr<RunLog> run_log_;  // the logging rank's records: stdout (--json), --report-dir
   // This rank's micro-batches of the step, forward and backward (through the pipeline when p > 1);
   // returns the loss sum of those whose head ran here.
   double run_micro_batches(float loss_scale, parallel::pipeline::Phase phase);
@@ -120,6 +123,7 @@ class Trainer {
   int64_t activation_peak_ = 0;
   std::vector<std::vector<int64_t>> moe_load_;  // [MoE layer][expert]: tokens over the run
   std::array<int64_t, comm::kGroupKinds> step_sent_bytes_{};  // by comm::GroupKind, measured at the end of the last step
+  comm::TrafficLedger step_traffic_;  // the same by group and operator
 };
 
 }  // namespace lattice

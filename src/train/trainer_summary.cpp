@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include <omp.h>
+
 #include "analysis/formulas.hpp"
 #include "analysis/moe_formulas.hpp"
 #include "comm/gather_int64.hpp"
@@ -21,6 +23,42 @@ std::vector<std::vector<int64_t>> gather_rows(comm::Distributed* dist, const std
 }
 
 }  // namespace
+
+nlohmann::json Trainer::start_record(int world) const {
+  const LayoutConfig& l = layout_;
+  nlohmann::json model = {{"layers", model_config_.layers}, {"hidden", model_config_.hidden},
+                          {"heads", model_config_.heads},   {"seq_len", model_config_.seq_len},
+                          {"vocab", model_config_.vocab},   {"ffn_hidden", model_config_.ffn_hidden()},
+                          {"experts", model_config_.moe.experts}};
+  nlohmann::json layout = {{"tp", l.tp},
+                           {"pp", l.pp},
+                           {"dp", l.dp},
+                           {"ep", l.ep},
+                           {"virtual_stages", l.virtual_stages},
+                           {"sequence_parallel", l.sequence_parallel},
+                           {"recompute", to_string(l.recompute)},
+                           {"zero", states_->zero_stage()},
+                           {"activation_dtype", to_string(l.activation_dtype)},
+                           {"params_dtype", to_string(l.params_dtype)},
+                           {"attention", to_string(l.attention)},
+                           {"schedule", config_.schedule},
+                           {"stage_layers", l.stage_layers}};
+  nlohmann::json j = {{"event", "start"},
+                      {"settings", config_.settings},
+                      {"model", model},
+                      {"layout", layout},
+                      {"parameters", model_config_.num_params()},
+                      {"steps", config_.steps},
+                      {"micro_batch", config_.micro_batch},
+                      {"global_batch", config_.global_batch},
+                      {"micro_batches", config_.global_batch / (config_.micro_batch * l.dp)},
+                      {"optimizer", optimizer_->name()},
+                      {"world", world},
+                      {"threads", omp_get_max_threads()},
+                      {"save", !config_.save.empty()}};
+  if (!config_.predicted_memory.is_null()) j["predicted_memory"] = config_.predicted_memory;
+  return j;
+}
 
 void Trainer::summarize(const RunTotals& t) {
   // Summary: the memory the tracking allocator measured on every rank, the formula beside it.
@@ -89,6 +127,13 @@ void Trainer::summarize(const RunTotals& t) {
   mine.push_back(MemoryTracker::accounted_peak_bytes());
   mine.push_back(MemoryTracker::reserved_peak_bytes());
   mine.push_back(resident_bytes().peak);
+  // The last step's traffic by group and operator: calls and bytes sent (ring accounting).
+  const size_t ops_at = mine.size();
+  for (int g = 0; g < comm::kGroupKinds; ++g)
+    for (int op = 0; op < comm::kCollectiveOps; ++op) {
+      const comm::TrafficEntry& e = step_traffic_.entry(comm::GroupKind(g), comm::CollectiveOp(op));
+      mine.push_back(e.calls), mine.push_back(int64_t(e.sent_bytes)), mine.push_back(e.payload_bytes);
+    }
   const size_t layers_at = mine.size();  // then four per-layer runs of this rank's layers (stages may differ)
   for (int l : local_layers()) mine.push_back(kept_->per_layer()[size_t(l)]);
   for (auto* v : {&formula, &moe_assignments, &moe_received}) mine.insert(mine.end(), v->begin(), v->end());
@@ -139,9 +184,20 @@ void Trainer::summarize(const RunTotals& t) {
                                                             row.begin() + long(layers_at + (k + 1) * n_layers)); };
     m.activation_bytes_per_layer = part(0), m.activation_bytes_per_layer_formula = part(1);
     if (moe.enabled()) m.moe_assignments = part(2), m.moe_received = part(3);
-    m.activation_bytes_outside_formula = analysis::extra_activation_bytes(shape, 1, 1);
+    // The first stage keeps the embedding's dropout mask, the last the head's tensors (the idioms of
+    // analysis/memory_categories.cpp: p = 2 gives the mask alone, in_flight = 0 the head alone).
+    m.activation_bytes_outside_formula = (m.pp_rank == 0 ? analysis::extra_activation_bytes(shape, 2, 1) : 0) +
+                                         (m.pp_rank == layout_.pp - 1 ? analysis::extra_activation_bytes(shape, 1, 0) : 0);
     if (m.rank == 0) m.activation_bytes_by_op = kept_->by_op();
-    comm_ranks.push_back({{"rank", m.rank}, {"tp", row[10]}, {"dp", row[11]}, {"pp", row[12]},
+    nlohmann::json by_op = nlohmann::json::object();
+    for (int g = 0; g < comm::kGroupKinds; ++g)
+      for (int op = 0; op < comm::kCollectiveOps; ++op) {
+        const size_t at = ops_at + 3 * size_t(g * comm::kCollectiveOps + op);
+        if (row[at] == 0) continue;
+        by_op[comm::to_string(comm::GroupKind(g))][comm::to_string(comm::CollectiveOp(op))] = {
+            {"calls", row[at]}, {"sent_bytes", row[at + 1]}, {"payload_bytes", row[at + 2]}};
+      }
+    comm_ranks.push_back({{"rank", m.rank}, {"tp", row[10]}, {"dp", row[11]}, {"pp", row[12]}, {"by_op", by_op},
                           {"tp_conjugate", row[13]}, {"tp_regather", row[14]},
                           {"tp_conjugate_formula", tp_formula}, {"dp_formula", row[17]},
                           {"dp_wait_s", double(row[20]) * 1e-6}});
@@ -162,9 +218,19 @@ void Trainer::summarize(const RunTotals& t) {
     return it == by_layer.end() ? 0.0 : it->second;
   };
   for (int l : local_layers()) rank0_layer_bytes.push_back(tp_bytes_of(l));
-  if (config_.json) {
+  if (run_log_) {
     nlohmann::json ranks = nlohmann::json::array();
     for (const auto& m : reports) ranks.push_back(memory_json(m));
+    // Table 2's three terms of rank 0's first layer, beside its kept bytes by op (a dense layer
+    // keeping its activations; selective recompute keeps no attention term).
+    if (!moe.is_moe_layer(0) && !analysis::layer_fully_recomputed(layout_, 0, model_config_.layers)) {
+      const analysis::LayerBytes parts = analysis::layer_activation_parts(shape);
+      const bool selective = layout_.recompute == Recompute::selective;
+      ranks[0]["activation_bytes_by_op_first_layer"] = kept_->layer_ops()[size_t(local_layers().front())];
+      ranks[0]["activation_parts_formula"] = {{"replicated", parts.replicated},
+                                              {"tp_divided", parts.tp_divided},
+                                              {"attention", selective ? 0 : parts.attention}};
+    }
     nlohmann::json summary = {{"event", "summary"},
                               {"steps", step_},
                               {"first_loss", t.first_loss},
@@ -187,8 +253,9 @@ void Trainer::summarize(const RunTotals& t) {
           layers.push_back({{"layer", l}, {"tokens_per_expert", moe_load_[size_t(i++)]}});
       summary["moe_load"] = layers;
     }
-    std::cout << summary.dump() << "\n" << std::flush;
-  } else {
+    run_log_->record(summary);
+  }
+  if (!config_.json) {
     std::fprintf(stderr, "done: %lld steps, loss %.4f -> %.4f, %.0f tokens/s, MFU %.1f%%\n", (long long)step_,
                  t.first_loss, t.last_loss, tokens_per_s, mfu * 100);
     print_memory_table(reports[0]);

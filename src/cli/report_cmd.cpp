@@ -1,0 +1,52 @@
+// `lattice report RUN_DIR|RUN.jsonl --html FILE`: a training run's JSON Lines drawn as one
+// self-contained HTML page (report/run_report.hpp), with the pipeline timeline when a trace exists.
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/cli_util.hpp"
+#include "cli/commands.hpp"
+#include "core/atomic_dir.hpp"
+#include "core/error.hpp"
+#include "report/run_report.hpp"
+
+namespace lattice::cli {
+
+int run_report(int argc, char** argv) {
+  CLI::App app("Draw a training run as one self-contained HTML page: loss and validation curves, learning rate, "
+               "tokens/s and MFU, memory by category and op per rank beside the formulas, traffic by group and "
+               "operator, and the pipeline timeline.",
+               "lattice report");
+  std::string run, html, trace;
+  app.add_option("run", run, "a --report-dir directory (its run.jsonl, and trace.json if there) or a lattice train --json file")
+      ->required();
+  app.add_option("--html", html, "the HTML file to write")->required();
+  app.add_option("--trace", trace, "a lattice train --trace file for the timeline (default: RUN_DIR/trace.json if it exists)");
+  if (const auto status = parse_flags(app, argc, argv)) return *status;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::string log = run;
+  if (fs::is_directory(run, ec)) {
+    log = (fs::path(run) / "run.jsonl").string();
+    require(fs::is_regular_file(log, ec), run + " holds no run.jsonl (write one with lattice train --report-dir " + run + ")");
+    if (trace.empty() && fs::is_regular_file(fs::path(run) / "trace.json", ec)) trace = (fs::path(run) / "trace.json").string();
+  }
+  require(fs::exists(log, ec), run + " does not exist");
+  if (!trace.empty()) require(fs::is_regular_file(trace, ec), "--trace " + trace + " is not a readable file");
+  for (const std::string& input : {log, trace})
+    require(input.empty() || !fs::exists(html, ec) || !fs::equivalent(html, input, ec),
+            "--html " + html + " is an input of the report: name another file");
+  check_file_writable(html, "--html");
+  const RunRecords records = read_run_records(log);
+  const std::string page = run_report_html(records, trace);
+  write_file_atomically(html, page.data(), page.size());
+  const size_t ranks = records.summary.is_object() && records.summary.contains("memory")
+                           ? records.summary["memory"].value("ranks", nlohmann::json::array()).size()
+                           : 0;
+  std::fprintf(stderr, "lattice report: wrote %s (%zu steps, %zu evaluations, %s%s)\n", html.c_str(),
+               records.steps.size(), records.evals.size(),
+               ranks ? (std::to_string(ranks) + " rank(s)").c_str() : "no summary yet",
+               trace.empty() ? "" : ", timeline from the trace");
+  return 0;
+}
+
+}  // namespace lattice::cli

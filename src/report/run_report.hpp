@@ -1,0 +1,30 @@
+#pragma once
+// The run report: one self-contained HTML page drawn from a training run's JSON Lines (the records
+// `lattice train --json` prints, which `train --report-dir` also writes to run.jsonl) and, where
+// one exists, its trace — loss and validation curves, learning rate, gradient norm, tokens/s and
+// MFU over steps, every rank's memory by category and kept activations by layer and op (measured
+// beside the formulas), bytes sent by group and operator, and the pipeline timeline per rank.
+// `lattice report` and the trainer's report directory both draw through run_report_html.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace lattice {
+
+// The records of one run, by kind ("event"); records of other kinds are kept out.
+struct RunRecords {
+  nlohmann::json start;  // {"event":"start"}: configuration and predictions (null if absent)
+  std::vector<nlohmann::json> steps, evals;
+  nlohmann::json summary;  // null while the run goes on
+  void add(const nlohmann::json& record);
+};
+
+// Reads a JSON Lines file. Throws InputError naming the file and line of a record that is not a
+// JSON object, and a file holding no training step ("is this lattice train --json output?").
+RunRecords read_run_records(const std::string& path);
+
+// trace_path: a `lattice train --trace` file, or "" (no timeline section).
+std::string run_report_html(const RunRecords& run, const std::string& trace_path);
+
+}  // namespace lattice
