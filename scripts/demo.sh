@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs, builds, prepares the King James Bible (Debian's bible-kjv) with a 4096-piece BPE
 # tokenizer, trains the demo model (scripts/demo.toml: about five minutes on 2 cores) and prints
-# generated text.
+# generated text; the run's HTML report is written to reports/demo/report.html as it trains.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -15,7 +15,9 @@ fi
 STEPS_FLAG=()
 [ -n "${STEPS:-}" ] && STEPS_FLAG=(--steps "$STEPS")
 build/lattice train --config scripts/demo.toml --data "$DATA" "${STEPS_FLAG[@]}" --save checkpoints/demo \
-  --eval-every "${STEPS:-1500}" --eval-batches 64
+  --eval-every "$(( ${STEPS:-1500} / 3 > 0 ? ${STEPS:-1500} / 3 : 1 ))" --eval-batches 64 --report-dir reports/demo
 echo
 echo "--- sample (lattice sample --checkpoint checkpoints/demo --prompt 'And God said' --tokens 200) ---"
 build/lattice sample --checkpoint checkpoints/demo --prompt "And God said" --tokens 200
+echo
+echo "--- the run's report (curves, memory by category, traffic): open reports/demo/report.html in a browser ---"

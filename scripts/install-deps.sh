@@ -5,7 +5,8 @@ set -euo pipefail
 PKGS=(build-essential cmake pkg-config libdnnl-dev libopenblas-dev libomp-dev
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
       openmpi-bin libopenmpi-dev bible-kjv iproute2 clang libclang-rt-14-dev lld libblis-dev
-      libsentencepiece-dev)
+      libsentencepiece-dev chromium)
+# chromium (headless) is the browser the report test renders the HTML run report in.
 # python3-torch is the independent reference (tests/reference); optional for the build itself.
 if [ "${LATTICE_NO_TORCH:-0}" != "1" ]; then PKGS+=(python3-torch python3-numpy); fi
 missing=()
