@@ -1,11 +1,23 @@
-// `lattice bench`: measure this machine for the planner's cpu preset; with --layer-costs, also one
-// transformer layer's forward, input and weight passes and the output layer at a model's shape (what
+// `lattice bench`: measure this machine for the planner's cpu preset — GEMM rates, the triad's
+// bandwidth, the element-wise kernels' and AdamW's rates — and, under mpirun, the collectives' times
+// for every group shape a layout of that many ranks forms (comm/measure_collectives.hpp), every rank
+// measuring at once and rank 0 alone printing; --save writes the result where `lattice plan
+// --hardware local` reads it (plan::bench_result_path). With --layer-costs, also one transformer
+// layer's forward, input and weight passes and the output layer at a model's shape (what
 // `--pipeline-layers auto` balances when `--hardware FILE` carries them).
+#include <omp.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -13,9 +25,16 @@
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_flags.hpp"
+#include "comm/distributed.hpp"
+#include "comm/fault.hpp"
+#include "comm/measure_collectives.hpp"
+#include "core/atomic_dir.hpp"
 #include "core/error.hpp"
 #include "model/gpt.hpp"
+#include "model/params.hpp"
+#include "optim/optimizer.hpp"
 #include "plan/measure.hpp"
+#include "plan/units.hpp"
 
 namespace lattice::cli {
 
@@ -83,17 +102,117 @@ nlohmann::json measure_layer_costs(ModelConfig model, const LayoutConfig& layout
           {"repetitions", forward.size()}};
 }
 
+// AdamW's rate in bytes/s over the 36 bytes a parameter plan/time_model.cpp charges an fp32 step's
+// optimizer: the gradient-norm read, the update (gradient read; weight and both moments read and
+// written) and the gradient buffer's zeroing, as the trainer runs them, on a 1-layer model of about
+// 1 M parameters (h 256: 196k-element matrices, the biases and LayerNorms as small tensors).
+double adamw_rate(double seconds, const std::function<void()>& before_each) {
+  ModelConfig model;
+  model.layers = 1, model.hidden = 256, model.heads = 4, model.seq_len = 64, model.vocab = 896;
+  const ParamTable table(model);
+  const int64_t n = table.total();
+  std::vector<float> masters(size_t(n), 0.02f), grads(size_t(n), 1e-3f);
+  AdamW adam(table, OptimizerConfig{}, {FlatPiece{0, n}});
+  const PieceData piece{masters.data(), grads.data()};
+  int64_t step = 0;
+  auto call = [&] {
+    volatile double norm = grad_norm(grads.data(), n);
+    (void)norm;
+    adam.update({&piece, 1}, 1e-4, ++step);
+    std::fill(grads.begin(), grads.end(), 0.0f);
+  };
+  if (before_each) before_each();
+  return 36.0 * double(n) / plan::median_call_seconds(seconds, call);
+}
+
+int host_cores() {
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? int(n) : std::max(1, int(std::thread::hardware_concurrency()));
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+nlohmann::json mpi_json(const comm::CollectiveBench& c) {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const comm::GroupBench& g : c.groups) {
+    nlohmann::json ops = nlohmann::json::object();
+    for (const comm::BenchCurve& curve : g.curves) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (const comm::BenchSample& s : curve.samples) rows.push_back({s.bytes, s.seconds});
+      ops[comm::bench_op_name(curve.op)][curve.engine_async ? "engine_async" : "blocking"] = rows;
+    }
+    groups.push_back({{"size", g.shape.size}, {"stride", g.shape.stride}, {"concurrent", g.concurrent}, {"ops", ops}});
+  }
+  return {{"ranks", c.ranks},           {"ranks_per_host", c.ranks_on_host}, {"max_bytes", c.max_bytes},
+          {"max_small_bytes", c.max_small_bytes}, {"seconds", c.seconds},     {"skipped", c.skipped},
+          {"groups", groups}};
+}
+
+// The MPI tables for people: median µs per call, blocking / the engine's form, a row per size.
+void print_mpi(const comm::CollectiveBench& c, double budget) {
+  std::printf("MPI: %d ranks (%d on this host), %.1f s of a %.0f s budget%s; median µs per call (blocking / engine's "
+              "call), p2p one message\n",
+              c.ranks, c.ranks_on_host, c.seconds, budget,
+              c.skipped ? (", " + std::to_string(c.skipped) + " cells left out").c_str() : "");
+  for (const comm::GroupBench& g : c.groups) {
+    std::printf("group size %d, stride %d (%d at once)\n%12s", g.shape.size, g.shape.stride, g.concurrent, "bytes");
+    for (comm::BenchOp op : comm::kBenchOps) std::printf(" %21s", comm::bench_op_name(op));
+    std::printf("\n");
+    std::vector<double> sizes;
+    for (const comm::BenchCurve& curve : g.curves)
+      for (const comm::BenchSample& s : curve.samples) sizes.push_back(s.bytes);
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    for (double bytes : sizes) {
+      std::printf("%12.0f", bytes);
+      for (comm::BenchOp op : comm::kBenchOps) {
+        double t[2] = {-1, -1};
+        for (const comm::BenchCurve& curve : g.curves)
+          if (curve.op == op)
+            for (const comm::BenchSample& s : curve.samples)
+              if (s.bytes == bytes) t[curve.engine_async] = s.seconds * 1e6;
+        char cell[64];
+        if (t[0] < 0 && t[1] < 0) std::snprintf(cell, sizeof cell, "-");
+        else std::snprintf(cell, sizeof cell, "%.1f / %.1f", t[0], t[1]);
+        std::printf(" %21s", cell);
+      }
+      std::printf("\n");
+    }
+  }
+}
+
 }  // namespace
 
 int run_bench(int argc, char** argv) {
-  CLI::App app("Measure GEMM rates and memory bandwidth (the planner's cpu calibration).", "lattice bench");
-  double seconds = 1.0;
-  bool json = false, layer_costs = false;
+  CLI::App app("Measure GEMM rates, memory bandwidth, element-wise kernels and (under mpirun) MPI collectives "
+               "(the planner's cpu calibration and --hardware local).",
+               "lattice bench");
+  double seconds = 1.0, budget = 30;
+  bool json = false, layer_costs = false, save = false;
+  std::string max_bytes_text = "256MiB";
+  int threads = 0;
   ModelConfig model;
   LayoutFlags layout;
   int micro_batch = 1;
   app.add_option("--seconds", seconds, "time spent on each measurement")->capture_default_str();
   app.add_flag("--json", json, "one JSON line on stdout (lattice plan --hardware FILE.json reads it)");
+  app.add_flag("--save", save,
+               "also write the result where lattice plan --hardware local reads it: "
+               "${LATTICE_BENCH_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lattice}/bench-<host>-np<ranks>.json");
+  app.add_option("--budget", budget, "under mpirun: seconds the MPI collectives may take in all (at most 60)")
+      ->capture_default_str();
+  app.add_option("--max-bytes", max_bytes_text,
+                 "under mpirun: the largest buffer all-reduce, reduce-scatter and all-gather are timed at (p2p and "
+                 "all-to-all stop at 16 MiB or this; lowered to fit in half the memory), e.g. 64KiB, 16MiB")
+      ->capture_default_str();
+  app.add_option("--threads", threads, "OpenMP threads of each process (default: all cores, as lattice train)");
   app.add_flag("--layer-costs", layer_costs,
                "also time a transformer layer (forward, input and weight passes) and the output layer at the "
                "model flags' shape: --pipeline-layers auto balances these with --hardware FILE.json");
@@ -102,35 +221,110 @@ int run_bench(int argc, char** argv) {
   app.add_option("--micro-batch,--micro-batch-size", micro_batch, "--layer-costs: sequences per micro-batch")
       ->capture_default_str();
   if (const auto status = parse_flags(app, argc, argv)) return *status;
-  require(seconds > 0 && seconds <= 60, "--seconds must be in (0, 60]");
-  // The machine first: its runtime constant is read before any model is built.
-  const plan::Measurement m = plan::measure_this_machine(seconds);
-  nlohmann::json costs;
-  if (layer_costs) {
-    const LayoutConfig l = layout.resolve(3);
-    require(l.tp == 1 && l.pp == 1 && l.ep == 1 && !l.sequence_parallel,
-            "--layer-costs times one process: leave out the parallel sizes (the costs are a layer's)");
-    require(!model.moe.enabled(), "--layer-costs times dense layers (MoE models are not partitioned automatically)");
-    require(micro_batch >= 1 && micro_batch <= 4096, "--micro-batch must be between 1 and 4096");
-    costs = measure_layer_costs(model, l, micro_batch, seconds);
+  const bool launched = comm::started_by_launcher();
+  int64_t max_bytes = 0;
+  LayoutConfig resolved;
+  try {
+    require(seconds > 0 && seconds <= 60, "--seconds must be in (0, 60]");
+    char given[32];
+    std::snprintf(given, sizeof given, "%g", budget);
+    require(budget > 0 && budget <= 60, std::string("--budget must be in (0, 60] seconds (got ") + given + ")");
+    max_bytes = plan::parse_bytes(max_bytes_text, "--max-bytes");
+    require(max_bytes >= 8 && max_bytes <= (int64_t(4) << 30),
+            "--max-bytes must be between 8 B and 4 GiB (got " + max_bytes_text + ")");
+    require(threads >= 0 && threads <= 4096, "--threads must be between 1 and 4096 (0 or left out: all cores)");
+    if (layer_costs) {
+      resolved = layout.resolve(3);
+      require(resolved.tp == 1 && resolved.pp == 1 && resolved.ep == 1 && !resolved.sequence_parallel,
+              "--layer-costs times one process: leave out the parallel sizes (the costs are a layer's)");
+      require(!model.moe.enabled(), "--layer-costs times dense layers (MoE models are not partitioned automatically)");
+      require(micro_batch >= 1 && micro_batch <= 4096, "--micro-batch must be between 1 and 4096");
+    }
+    if (save && !launched) check_file_writable(plan::bench_result_path(1), "--save");
+  } catch (const InputError&) {
+    // Every rank parses the same flags: rank 0 alone reports, the others wait for its exit to end them.
+    if (launched && comm::launcher_rank() != 0) {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      return 1;
+    }
+    throw;
   }
-  if (json) {
+  if (threads > 0) omp_set_num_threads(threads);
+
+  auto measure = [&](bool mpi) {
+    const int rank = mpi ? comm::world_rank() : 0, ranks = mpi ? comm::world_size() : 1;
+    std::string path;
+    if (save) {
+      if (mpi) comm::check_on_all_ranks("bench", [&] {
+          path = plan::bench_result_path(ranks);
+          if (rank == 0) check_file_writable(path, "--save");
+        });
+      else path = plan::bench_result_path(1);
+    }
+    const std::function<void()> sync = mpi ? std::function<void()>(comm::world_barrier) : std::function<void()>();
+    // The machine first: its runtime constant is read before any model is built. Under mpirun every
+    // rank runs each test at once; the slowest rank's rate is kept.
+    plan::Measurement m = plan::measure_this_machine(seconds, sync);
+    std::map<std::string, double> elementwise = plan::measure_elementwise(seconds / 16, sync);
+    elementwise["adamw"] = adamw_rate(seconds / 16, sync);
+    if (mpi) {
+      m.gemm_fp32_flops = comm::world_min(m.gemm_fp32_flops);
+      m.gemm_bf16_flops = comm::world_min(m.gemm_bf16_flops);
+      m.memory_bandwidth = comm::world_min(m.memory_bandwidth);
+      m.runtime_rss_bytes = int64_t(comm::world_max(double(m.runtime_rss_bytes)));
+      for (auto& [kernel, rate] : elementwise) rate = comm::world_min(rate);  // same keys, same order everywhere
+    }
+    nlohmann::json costs;
+    if (layer_costs) costs = measure_layer_costs(model, resolved, micro_batch, seconds);
+    comm::CollectiveBench collectives;
+    if (mpi) {
+      comm::CollectiveBenchOptions o;
+      o.budget_s = budget;
+      o.max_bytes = max_bytes;
+      o.max_small_bytes = std::min<int64_t>(o.max_small_bytes, max_bytes);
+      collectives = comm::measure_collectives(o);
+    }
+    if (rank != 0) return 0;
     nlohmann::json out = nlohmann::json::parse(plan::measurement_json(m));
+    out["schema"] = 2;
+    out["host"] = plan::bench_host_name();
+    out["cores"] = host_cores();
+    out["ranks"] = ranks;
+    out["threads_per_rank"] = m.threads;
+    out["measured_at"] = utc_now();
+    out["elementwise"] = elementwise;
+    if (mpi) out["mpi"] = mpi_json(collectives);
     if (layer_costs) out["layer_costs"] = costs;
-    std::cout << out.dump() << "\n";
+    const std::string line = out.dump() + "\n";
+    if (save) {
+      write_file_atomically(path, line.data(), line.size());
+      std::fprintf(stderr, "lattice bench: saved %s\n", path.c_str());
+    }
+    if (json) {
+      std::cout << line;
+      return 0;
+    }
+    std::printf("threads %d%s\nGEMM fp32 %.1f GFLOP/s\nGEMM bf16 %.1f GFLOP/s\ntriad bandwidth %.1f GB/s\n"
+                "runtime resident %.1f MiB (libraries, threads, kernels: what no allocator sees)\n",
+                m.threads, mpi ? (" per rank, " + std::to_string(ranks) + " ranks at once (the slowest rank's rates)").c_str() : "",
+                m.gemm_fp32_flops / 1e9, m.gemm_bf16_flops / 1e9, m.memory_bandwidth / 1e9,
+                double(m.runtime_rss_bytes) / (1 << 20));
+    std::printf("element-wise GB/s (over the time model's bytes):");
+    for (const auto& [kernel, rate] : elementwise) std::printf(" %s %.1f", kernel.c_str(), rate / 1e9);
+    std::printf("\n");
+    if (layer_costs)
+      std::printf("layer (h %lld, s %lld, b %d): forward %.3f ms, input pass %.3f ms, weight pass %.3f ms; output "
+                  "layer %.3f ms\n",
+                  static_cast<long long>(model.hidden), static_cast<long long>(model.seq_len), micro_batch,
+                  1e3 * double(costs["forward_s"]), 1e3 * double(costs["backward_input_s"]),
+                  1e3 * double(costs["backward_weight_s"]), 1e3 * double(costs["head_s"]));
+    if (mpi) print_mpi(collectives, budget);
     return 0;
-  }
-  std::printf("threads %d\nGEMM fp32 %.1f GFLOP/s\nGEMM bf16 %.1f GFLOP/s\ntriad bandwidth %.1f GB/s\n"
-              "runtime resident %.1f MiB (libraries, threads, kernels: what no allocator sees)\n",
-              m.threads, m.gemm_fp32_flops / 1e9, m.gemm_bf16_flops / 1e9, m.memory_bandwidth / 1e9,
-              double(m.runtime_rss_bytes) / (1 << 20));
-  if (layer_costs)
-    std::printf("layer (h %lld, s %lld, b %d): forward %.3f ms, input pass %.3f ms, weight pass %.3f ms; output "
-                "layer %.3f ms\n",
-                static_cast<long long>(model.hidden), static_cast<long long>(model.seq_len), micro_batch,
-                1e3 * double(costs["forward_s"]), 1e3 * double(costs["backward_input_s"]),
-                1e3 * double(costs["backward_weight_s"]), 1e3 * double(costs["head_s"]));
-  return 0;
+  };
+  if (!launched) return measure(false);  // one process: no MPI at all, as fast as before
+  comm::MpiSession session;
+  if (comm::world_size() > 1) comm::abort_all_ranks_on_terminate("bench");
+  return comm::run_or_abort_all("bench", [&] { return measure(true); });
 }
 
 }  // namespace lattice::cli
