@@ -20,23 +20,31 @@ int run_report(int argc, char** argv) {
   app.add_option("run", run, "a --report-dir directory (its run.jsonl, and trace.json if there) or a lattice train --json file")
       ->required();
   app.add_option("--html", html, "the HTML file to write")->required();
-  app.add_option("--trace", trace, "a lattice train --trace file for the timeline (default: RUN_DIR/trace.json if it exists)");
+  app.add_option("--trace", trace, "a lattice train --trace file for the timeline (default: the trace the run wrote into RUN_DIR)");
   if (const auto status = parse_flags(app, argc, argv)) return *status;
   namespace fs = std::filesystem;
   std::error_code ec;
   std::string log = run;
-  if (fs::is_directory(run, ec)) {
+  const bool directory = fs::is_directory(run, ec);
+  if (directory) {
     log = (fs::path(run) / "run.jsonl").string();
     require(fs::is_regular_file(log, ec), run + " holds no run.jsonl (write one with lattice train --report-dir " + run + ")");
-    if (trace.empty() && fs::is_regular_file(fs::path(run) / "trace.json", ec)) trace = (fs::path(run) / "trace.json").string();
   }
   require(fs::exists(log, ec), run + " does not exist");
+  require(!html.empty() && html.back() != '/' && !fs::is_directory(html, ec), "--html " + html + " must name a file");
+  const RunRecords records = read_run_records(log);  // before anything is created for the output
+  if (directory && trace.empty()) {
+    // The trace the run wrote into its directory (its start record names it), never an older run's.
+    const nlohmann::json& own = records.start.is_object() && records.start.contains("report_trace")
+                                    ? records.start["report_trace"] : nlohmann::json();
+    if (own.is_string() && fs::is_regular_file(fs::path(run) / own.get<std::string>(), ec))
+      trace = (fs::path(run) / own.get<std::string>()).string();
+  }
   if (!trace.empty()) require(fs::is_regular_file(trace, ec), "--trace " + trace + " is not a readable file");
   for (const std::string& input : {log, trace})
     require(input.empty() || !fs::exists(html, ec) || !fs::equivalent(html, input, ec),
             "--html " + html + " is an input of the report: name another file");
   check_file_writable(html, "--html");
-  const RunRecords records = read_run_records(log);
   const std::string page = run_report_html(records, trace);
   write_file_atomically(html, page.data(), page.size());
   const size_t ranks = records.summary.is_object() && records.summary.contains("memory")

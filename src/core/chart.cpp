@@ -59,19 +59,30 @@ std::string short_number(double v) {
   return buf;
 }
 
-// Ticks at a round step covering [lo, hi]: the axis runs from the first to the last.
+// Ticks at a round step covering [lo, hi]: the axis runs from the first to the last. At most
+// wanted + 2 ticks for any finite input: a range too narrow for its magnitude (values equal to the
+// last bits, or spanning the whole double range) is widened or clamped first.
 std::vector<double> ticks(double lo, double hi, int wanted) {
-  if (!(hi > lo)) {
-    const double pad = lo == 0 ? 1 : std::abs(lo) * 0.1;
+  const double big = 1e300;
+  lo = std::max(-big, std::min(big, lo)), hi = std::max(-big, std::min(big, hi));
+  const double magnitude = std::max({std::abs(lo), std::abs(hi), 1e-300});
+  if (!(hi - lo > magnitude * 1e-9)) {
+    const double pad = std::max(magnitude * 0.1, 1e-300);
     lo -= pad, hi += pad;
   }
   const double raw = (hi - lo) / wanted, p = std::pow(10.0, std::floor(std::log10(raw)));
   double step = 10 * p;
   for (double m : {1.0, 2.0, 5.0})
     if (m * p >= raw) { step = m * p; break; }
+  if (!std::isfinite(step) || !(step > 0)) return {lo, hi};
+  const double first = std::floor(lo / step);
   std::vector<double> t;
-  for (double v = std::floor(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
-  if (t.back() < hi) t.push_back(t.back() + step);
+  for (int i = 0; i <= wanted + 2; ++i) {
+    const double v = (first + i) * step;
+    t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+    if (v >= hi - step * 1e-9) break;
+  }
+  if (t.size() < 2 || !(t.back() > t.front())) return {lo, hi};
   return t;
 }
 
@@ -118,10 +129,10 @@ std::string render_svg(const BarChart& c) {
   for (const auto& g : c.values)
     for (const auto& bar : g) {
       double sum = 0;
-      for (double v : bar) sum += v;
+      for (double v : bar) sum += std::isfinite(v) ? std::max(0.0, v) : 0.0;
       peak = std::max(peak, sum);
     }
-  const double y_max = nice_ceiling(peak * 1.05);
+  const double y_max = nice_ceiling(std::min(peak, 1e300) * 1.05);
   auto y_of = [&](double v) { return top + plot_h * (1 - v / y_max); };
 
   std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"bar-chart\" width=\"" + num(width) +
@@ -143,7 +154,7 @@ std::string render_svg(const BarChart& c) {
       const double x = gx + b * (bar_w + bar_gap);
       double base = 0;
       for (size_t k = 0; k < c.values[g][b].size(); ++k) {
-        const double v = c.values[g][b][k];
+        const double v = std::isfinite(c.values[g][b][k]) ? std::max(0.0, c.values[g][b][k]) : 0.0;
         const std::string what = c.groups[g] + ", " + c.bars[b] + (colour_by_bar ? "" : ", " + c.stacks[k]) + ": " +
                                  short_number(v) + " " + c.y_label;
         s += rect(x, y_of(base + v), bar_w, y_of(base) - y_of(base + v), colour_by_bar ? color(b) : color(k), what);
@@ -228,10 +239,12 @@ std::string render_svg(const LineChart& c) {
   for (size_t i = 0; i < c.series.size(); ++i) {
     const Series& se = c.series[i];
     std::string path, dots;
+    size_t finite = 0;
+    for (size_t k = 0; k < se.x.size() && k < se.y.size(); ++k) finite += std::isfinite(se.x[k]) && std::isfinite(se.y[k]);
     for (size_t k = 0; k < se.x.size() && k < se.y.size(); ++k) {
       if (!std::isfinite(se.x[k]) || !std::isfinite(se.y[k])) continue;
       path += (path.empty() ? "M" : " L") + num(px(se.x[k])) + " " + num(py(se.y[k]));
-      if (se.markers)
+      if (se.markers || finite == 1)  // a lone point is drawn as a dot: a one-point path shows nothing
         dots += "<circle cx=\"" + num(px(se.x[k])) + "\" cy=\"" + num(py(se.y[k])) + "\" r=\"3.5\" fill=\"" +
                 color(i) + "\"><title>" + escape(se.name + " at " + short_number(se.x[k]) + ": " + short_number(se.y[k])) +
                 "</title></circle>\n";

@@ -1,6 +1,14 @@
 #include "report/run_log.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "core/atomic_dir.hpp"
@@ -10,60 +18,138 @@ namespace lattice {
 
 namespace fs = std::filesystem;
 
-void check_report_dir(const std::string& dir) {
+namespace {
+
+std::string log_path(const std::string& dir) { return (fs::path(dir) / "run.jsonl").string(); }
+
+// Is `inner` the same path as `outer` or below it (both as they will be, made absolute)?
+bool within(const std::string& inner, const std::string& outer) {
+  std::error_code ec;
+  const fs::path a = fs::weakly_canonical(fs::absolute(inner, ec), ec), b = fs::weakly_canonical(fs::absolute(outer, ec), ec);
+  auto ai = a.begin();
+  for (auto bi = b.begin(); bi != b.end(); ++bi, ++ai)
+    if (bi->empty() && std::next(bi) == b.end()) break;  // a trailing separator
+    else if (ai == a.end() || *ai != *bi) return false;
+  return true;
+}
+
+// The first line of a lattice run log is a start record (or, before there were start records, a step).
+bool is_run_log(const std::string& path) {
+  std::ifstream in(path);
+  std::string first;
+  if (!std::getline(in, first)) return true;  // empty: nothing of anyone's to lose
+  try {
+    const nlohmann::json j = nlohmann::json::parse(first);
+    const std::string event = j.is_object() ? j.value("event", std::string()) : "";
+    return event == "start" || event == "step";
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+void check_report_dir(const std::string& dir, const std::string& save, const std::string& trace, bool append) {
+  require(!dir.empty(), "--report-dir needs a directory");
+  require(save.empty() || (!within(dir, save) && !within(save, dir)),
+          "--report-dir " + dir + " and --save " + save + " overlap: a checkpoint directory holds only the checkpoint");
+  require(trace.empty() || !within(dir, trace), "--report-dir " + dir + " is the --trace file");
   std::error_code ec;
   if (!fs::exists(dir, ec)) {
-    check_file_writable((fs::path(dir) / "run.jsonl").string(), "--report-dir");
+    check_file_writable(log_path(dir), "--report-dir");
     return;
   }
   require(fs::is_directory(dir, ec), "--report-dir " + dir + " exists and is not a directory");
-  const bool ours = fs::is_regular_file(fs::path(dir) / "run.jsonl", ec);
+  const bool ours = fs::is_regular_file(log_path(dir), ec);
   require(ours || fs::is_empty(dir, ec),
           "--report-dir " + dir + " holds files and no run.jsonl: name a new or empty directory (or an earlier report's)");
-  check_file_writable((fs::path(dir) / "run.jsonl").string(), "--report-dir");
+  require(!ours || is_run_log(log_path(dir)),
+          "--report-dir " + dir + ": its run.jsonl is not a lattice run log: name a new or empty directory");
+  if (ours && append) {
+    try {
+      (void)read_run_records(log_path(dir));
+    } catch (const InputError& e) {
+      const std::string why = e.what();
+      require(why.find("holds no training step") != std::string::npos,
+              "--report-dir " + dir + " cannot be continued: " + why);
+    }
+  }
+  check_file_writable(log_path(dir), "--report-dir");
 }
 
 RunLog::RunLog(bool json_stdout, const std::string& report_dir, const std::string& trace_path, bool append)
-    : json_stdout_(json_stdout), dir_(report_dir), trace_(trace_path), last_render_(std::chrono::steady_clock::now()) {
+    : json_stdout_(json_stdout),
+      dir_(report_dir),
+      trace_(trace_path),
+      last_render_(std::chrono::steady_clock::now() - std::chrono::hours(1)) {  // the first step draws a page
   if (dir_.empty()) return;
-  const std::string path = (fs::path(dir_) / "run.jsonl").string();
+  const std::string path = log_path(dir_);
   std::error_code ec;
   fs::create_directories(dir_, ec);
   require(!ec, "--report-dir: cannot create " + dir_ + ": " + ec.message());
-  if (append) {
-    // A resumed run: its report covers the steps before the resume too.
-    try {
-      if (fs::is_regular_file(path, ec)) run_ = read_run_records(path);
-    } catch (const InputError&) {
-      run_ = {};  // an empty or unreadable earlier log: the report starts here
-    }
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  require(fd_ >= 0, "--report-dir: cannot write " + path + ": " + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd_), fd_ = -1;
+    fail("--report-dir " + dir_ + " is being written by another lattice run");
   }
-  file_.open(path, append ? std::ios::app : std::ios::trunc);
-  require(bool(file_), "--report-dir: cannot write " + path);
+  if (append) {
+    // A resumed run: its report covers the steps before the resume too. A last line cut short (the
+    // run before was killed mid-write) is cut off, so the next record starts a line of its own.
+    std::ifstream in(path, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t keep = text.empty() || text.back() == '\n' ? text.size() : text.rfind('\n') + 1;  // npos + 1 = 0
+    if (keep != text.size()) require(::ftruncate(fd_, off_t(keep)) == 0, "--report-dir: cannot repair " + path);
+    if (keep > 0) run_ = read_run_records(path);
+    ::lseek(fd_, 0, SEEK_END);
+  } else {
+    require(::ftruncate(fd_, 0) == 0, "--report-dir: cannot write " + path);
+  }
 }
 
-void RunLog::record(const nlohmann::json& record) {
-  const std::string line = record.dump();
-  if (json_stdout_) std::cout << line << "\n" << std::flush;
+RunLog::~RunLog() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+}
+
+void RunLog::record(const nlohmann::json& given) {
+  nlohmann::json record = given;
+  // A trace written into the report directory is named in the start record, relative to it, so
+  // `lattice report DIR` draws this run's trace and never an older run's left there.
+  if (!dir_.empty() && !trace_.empty() && record.value("event", std::string()) == "start" && within(trace_, dir_)) {
+    std::error_code ec;
+    record["report_trace"] = fs::relative(fs::weakly_canonical(fs::absolute(trace_)), fs::weakly_canonical(fs::absolute(dir_)), ec).string();
+  }
+  const std::string line = record.dump() + "\n";
+  if (json_stdout_) std::cout << line << std::flush;
   if (dir_.empty()) return;
-  file_ << line << "\n" << std::flush;
-  require(bool(file_), "--report-dir: cannot write " + (fs::path(dir_) / "run.jsonl").string() + " (disk full?)");
+  for (size_t done = 0; done < line.size();) {
+    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    require(n > 0, "--report-dir: cannot write " + log_path(dir_) + ": " + std::strerror(errno));
+    done += size_t(n);
+  }
   run_.add(record);
   const std::string event = record.value("event", std::string());
   const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_render_).count();
-  if (event == "eval" || since >= kRenderSeconds) render(false);
+  if ((event == "eval" && since >= kMinRenderSeconds) || since >= kRenderSeconds) render(false);
 }
 
 void RunLog::finish() { render(true); }
 
 void RunLog::render(bool with_trace) {
   if (dir_.empty() || run_.steps.empty()) return;
+  last_render_ = std::chrono::steady_clock::now();
   std::error_code ec;
   // The trace is written at the end of the run: a file at its path before then is an older run's.
   const std::string trace = with_trace && !trace_.empty() && fs::is_regular_file(trace_, ec) ? trace_ : "";
-  const std::string page = run_report_html(run_, trace);
-  write_file_atomically((fs::path(dir_) / "report.html").string(), page.data(), page.size());
-  last_render_ = std::chrono::steady_clock::now();
+  try {
+    const std::string page = run_report_html(run_, trace);
+    write_file_atomically((fs::path(dir_) / "report.html").string(), page.data(), page.size());
+  } catch (const std::exception& e) {
+    // The report is for looking at: a full disk or an odd record must not stop the training.
+    if (!warned_) std::fprintf(stderr, "lattice train: warning: report.html not redrawn: %s\n", e.what());
+    warned_ = true;
+  }
 }
 
 }  // namespace lattice

@@ -1,9 +1,9 @@
 #pragma once
 // Where a training run's JSON Lines records go: standard output (--json) and, with
 // --report-dir DIR, DIR/run.jsonl, from which DIR/report.html (report/run_report.hpp) is drawn
-// again as the run goes: at every evaluation, at least every kRenderSeconds, and at the end.
+// again as the run goes: at evaluations (at most every kMinRenderSeconds), at least every
+// kRenderSeconds, and at the end.
 #include <chrono>
-#include <fstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -12,26 +12,34 @@
 
 namespace lattice {
 
-// Before training starts: DIR is new, empty, or a report directory of an earlier run (it holds
-// run.jsonl). Anything else is a user's directory and is refused (InputError naming it).
-void check_report_dir(const std::string& dir);
+// Before training starts: DIR is new, empty, or the report directory of an earlier run (its
+// run.jsonl a lattice run log, not being written by another run); neither the checkpoint directory
+// nor inside it (or it inside DIR), nor the trace file. `append` (a resume): the log must be readable
+// to the end. Anything else is refused with one line (InputError) naming it.
+void check_report_dir(const std::string& dir, const std::string& save, const std::string& trace, bool append);
 
 class RunLog {
  public:
-  static constexpr double kRenderSeconds = 30;
-  // append: a resumed run continues the directory's run.jsonl; else it starts a new one.
+  static constexpr double kRenderSeconds = 30, kMinRenderSeconds = 5;
+  // append: a resumed run continues the directory's run.jsonl (a last line cut short is cut off);
+  // else it starts a new one. The log is locked against another run for as long as this one lives.
   RunLog(bool json_stdout, const std::string& report_dir, const std::string& trace_path, bool append);
-  void record(const nlohmann::json& record);
+  ~RunLog();
+  RunLog(const RunLog&) = delete;
+  RunLog& operator=(const RunLog&) = delete;
+  // Prints the record (--json) and appends it to run.jsonl; a record that cannot be written to the
+  // log stops the run (InputError). A report that cannot be redrawn is a warning: training goes on.
+  void record(const nlohmann::json& given);
   void finish();  // report.html with the trace: the end of the run, after the trace is written
-  bool active() const { return json_stdout_ || !dir_.empty(); }
 
  private:
   void render(bool with_trace);
   bool json_stdout_;
   std::string dir_, trace_;
-  std::ofstream file_;
+  int fd_ = -1;
   RunRecords run_;
   std::chrono::steady_clock::time_point last_render_;
+  bool warned_ = false;
 };
 
 }  // namespace lattice

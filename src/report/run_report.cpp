@@ -1,5 +1,6 @@
 #include "report/run_report.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -259,7 +260,9 @@ std::string communication(const RunRecords& run) {
   c.title = "Bytes sent in the last step, by group";
   c.y_label = "MiB";
   c.bars = {"sent"};
-  c.stacks = {"tp", "dp", "pp", "ep", "expert_dp"};
+  for (const auto& r : ranks)  // every group any rank sent on (tp, dp, pp, embedding, ep, ...)
+    for (const auto& [group, by_op] : field(r, "by_op").items())
+      if (std::find(c.stacks.begin(), c.stacks.end(), group) == c.stacks.end()) c.stacks.push_back(group);
   html::Table ops;
   ops.header = {"rank", "group", "operator", "calls", "bytes sent (ring accounting)", "payload bytes"};
   for (const auto& r : ranks) {
@@ -275,8 +278,9 @@ std::string communication(const RunRecords& run) {
                            bytes_text(number(r, "ep_formula_balanced")), text_of(number(r, "dp_wait_s"), "%.4f")});
     std::vector<double> stack;
     for (const auto& k : c.stacks) {
-      const double v = number(r, k.c_str());
-      stack.push_back(std::isfinite(v) ? v / 1048576 : 0);
+      double sent = 0;
+      for (const auto& [op, e] : field(field(r, "by_op"), k.c_str()).items()) sent += std::max(0.0, number(e, "sent_bytes"));
+      stack.push_back(sent / 1048576);
     }
     c.groups.push_back("rank " + rank);
     c.values.push_back({stack});
@@ -306,17 +310,22 @@ std::string timeline(const RunRecords& run, const std::string& trace_path) {
   if (trace_path.empty())
     return html::paragraph("No trace: run lattice train with --trace FILE (or --report-dir DIR --trace DIR/trace.json) "
                            "to draw each rank's forwards and backwards.", "note");
-  const json& l = run.start.value("layout", json::object());
-  // One row per rank of the trace (every world rank: TP and DP ranks of a stage run alike).
-  const int world = std::max(1, int(number(run.start, "world"))), m = std::max(1, int(number(l, "virtual_stages")));
-  const int p = std::max(1, int(number(l, "pp")));
-  const int n_mb = std::max(1, int(number(run.start, "micro_batches")));
-  const std::string kind_name = l.value("schedule", std::string("1f1b"));
+  const json& l = field(run.start, "layout");
+  // One row per rank of the trace (every world rank: TP and DP ranks of a stage run alike). The
+  // counts come from the log: bounded before they size anything.
+  const double world = number(run.start, "world"), m = number(l, "virtual_stages"), p = number(l, "pp"),
+               n_mb = number(run.start, "micro_batches");
+  if (!(world >= 1 && world <= 1024 && m >= 1 && m <= 64 && p >= 1 && p <= world && n_mb >= 1 && n_mb <= 4096))
+    return html::paragraph("The trace is not drawn: the log does not say the layout it ran (a start record with the "
+                           "world size, stages and micro-batches).", "note");
+  const json& schedule = field(l, "schedule");
   try {
-    const pl::Simulation sim = pl::timeline_from_trace(trace_path, world, m);
-    std::string svg = pl::schedule_svg(sim, {pl::parse_schedule_kind(kind_name), p, n_mb, m, {}, 1});
-    return html::paragraph("The last step of " + trace_path + ", one row per rank; white gaps are the bubble "
-                           "(measured bubble " + text_of(100 * sim.bubble, "%.1f") + "%).", "note") +
+    const pl::Simulation sim = pl::timeline_from_trace(trace_path, int(world), int(m));
+    const pl::ScheduleKind kind = pl::parse_schedule_kind(schedule.is_string() ? schedule.get<std::string>() : "1f1b");
+    std::string svg = pl::schedule_svg(sim, {kind, int(p), int(n_mb), int(m), {}, 1});
+    const std::string idle = p > 1 ? "white gaps are the bubble (measured " : "white gaps are idle time (";
+    return html::paragraph("The last step of " + trace_path + ", one row per rank; " + idle +
+                               text_of(100 * sim.bubble, "%.1f") + "% of the ranks' time).", "note") +
            html::chart_block(svg);
   } catch (const InputError& e) {
     return html::paragraph(std::string("The trace could not be drawn: ") + e.what(), "note");
@@ -327,10 +336,28 @@ std::string timeline(const RunRecords& run, const std::string& trace_path) {
 
 void RunRecords::add(const json& record) {
   const std::string event = record.value("event", std::string());
-  if (event == "start") start = record;
-  else if (event == "step") steps.push_back(record);
-  else if (event == "eval" && record.contains("step")) evals.push_back(record);
-  else if (event == "summary") summary = record;
+  const double at = number(record, "step");
+  // A resumed run repeats the steps after its checkpoint: what came after them before is superseded.
+  auto drop_from = [&](std::vector<json>& kept) {
+    while (!kept.empty() && number(kept.back(), "step") >= at) kept.pop_back();
+  };
+  if (event == "start") {
+    start = record, summary = nullptr;
+  } else if (event == "step") {
+    drop_from(steps), drop_from(evals);
+    steps.push_back(record);
+    if (steps.size() > 2 * kMaxSteps) {
+      std::vector<json> thinned;
+      for (size_t i = 0; i < steps.size(); ++i)
+        if (i % 2 == 0 || i + 1 == steps.size()) thinned.push_back(std::move(steps[i]));
+      steps = std::move(thinned);
+    }
+  } else if (event == "eval" && record.contains("step")) {
+    drop_from(evals);
+    evals.push_back(record);
+  } else if (event == "summary") {
+    summary = record;
+  }
 }
 
 RunRecords read_run_records(const std::string& path) {
@@ -344,10 +371,12 @@ RunRecords read_run_records(const std::string& path) {
   while (std::getline(in, line)) {
     ++number_of_line;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const bool last_cut_short = in.eof();  // getline reached the end without a newline
     json record;
     try {
       record = json::parse(line);
     } catch (const json::exception&) {
+      if (last_cut_short) break;  // a run killed mid-line: its complete records stand
       throw InputError(path + " line " + std::to_string(number_of_line) +
                        " is not JSON (a report reads the JSON Lines of lattice train --json)");
     }

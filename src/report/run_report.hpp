@@ -12,8 +12,13 @@
 
 namespace lattice {
 
-// The records of one run, by kind ("event"); records of other kinds are kept out.
+// The records of one run, by kind ("event"); records of other kinds are kept out. A run resumed into
+// the same log starts again from its checkpoint's step: a start record drops the earlier summary,
+// and a step at or below one already kept drops the kept steps and evaluations from there on, so the
+// curves are the run's as it now stands. Beyond kMaxSteps step records every other one is dropped
+// (first and last kept): a long run's page and memory stay bounded.
 struct RunRecords {
+  static constexpr size_t kMaxSteps = 4000;
   nlohmann::json start;  // {"event":"start"}: configuration and predictions (null if absent)
   std::vector<nlohmann::json> steps, evals;
   nlohmann::json summary;  // null while the run goes on
@@ -21,7 +26,8 @@ struct RunRecords {
 };
 
 // Reads a JSON Lines file. Throws InputError naming the file and line of a record that is not a
-// JSON object, and a file holding no training step ("is this lattice train --json output?").
+// JSON object, and a file holding no training step ("is this lattice train --json output?"). A last
+// line cut short (no newline: a killed run, a full disk) is left out, not an error.
 RunRecords read_run_records(const std::string& path);
 
 // trace_path: a `lattice train --trace` file, or "" (no timeline section).

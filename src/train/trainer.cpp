@@ -98,7 +98,8 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   if (is_logging_rank()) {
     if (!config_.save.empty()) checkpoint::check_save_target(config_.save);
     if (!config_.trace.empty()) check_file_writable(config_.trace, "--trace");
-    if (!config_.report_dir.empty()) check_report_dir(config_.report_dir);
+    if (!config_.report_dir.empty())
+      check_report_dir(config_.report_dir, config_.save, config_.trace, !config_.resume.empty());
   }
   const auto train_file = data::TokenFile::load(train_path, model_config_.vocab);
   // Bits per byte need each file's text bytes: a SentencePiece directory must say them, for these files.
@@ -479,6 +480,9 @@ int Trainer::run() {
   const int64_t tokens = int64_t(config_.global_batch) * model_config_.seq_len;
   const int world = dist_ ? dist_->world_size() : 1;
   const bool log = is_logging_rank();
+  // The log is opened (and locked against another run) before anything is printed: a refusal is one line.
+  if (log && (config_.json || !config_.report_dir.empty()))
+    run_log_ = std::make_unique<RunLog>(config_.json, config_.report_dir, config_.trace, !config_.resume.empty());
   if (log && !config_.json)
     std::fprintf(stderr, "lattice: %lld parameters, %d layers, hidden %d, %d heads, seq %d, batch %d x %d x %d, "
                  "recompute %s, %s attention, activations %s, weights %s, %s, ZeRO %d, %d rank(s) (t=%d, dp=%d%s), %d threads\n",
@@ -491,10 +495,7 @@ int Trainer::run() {
   if (log && !config_.json && !config_.settings.empty())
     std::fprintf(stderr, "lattice train: settings: %s (--dump-config prints every setting as TOML)\n",
                  config_.settings.c_str());
-  if (log && (config_.json || !config_.report_dir.empty())) {
-    run_log_ = std::make_unique<RunLog>(config_.json, config_.report_dir, config_.trace, !config_.resume.empty());
-    run_log_->record(start_record(world));
-  }
+  if (run_log_) run_log_->record(start_record(world));
   double first_loss = NAN, last_loss = NAN, total_s = 0;
   const auto run_start = std::chrono::steady_clock::now();
   const int64_t first_step = step_;  // a resume counts from where it started

@@ -55,7 +55,8 @@ nlohmann::json Trainer::start_record(int world) const {
                       {"optimizer", optimizer_->name()},
                       {"world", world},
                       {"threads", omp_get_max_threads()},
-                      {"save", !config_.save.empty()}};
+                      {"save", !config_.save.empty()},
+                      {"trace", config_.trace}};
   if (!config_.predicted_memory.is_null()) j["predicted_memory"] = config_.predicted_memory;
   return j;
 }

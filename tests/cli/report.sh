@@ -51,7 +51,11 @@ check "... the same page the run drew" cmp -s again.html rep/report.html
 "$LATTICE" report stdout.jsonl --html from_jsonl.html 2> /dev/null
 check "lattice report RUN.jsonl draws the same page" cmp -s from_jsonl.html rep/report.html
 
-# A resumed run continues the directory's log: the report covers every step.
+# A resumed run continues the directory's log, even one whose last line a kill cut short: the report
+# covers every step, once.
+"$PY" -c "
+s = open('rep/run.jsonl').read()
+open('rep/run.jsonl', 'w').write(s[:-40])"
 "$LATTICE" train --data data "${MODEL[@]}" --steps 9 --eval-every 3 --resume ck --report-dir rep 2> resume.err
 check "resume into the same --report-dir: exit 0" test $? -eq 0
 check "run.jsonl holds steps 1-9 across the two runs" "$PY" -c "
@@ -59,6 +63,17 @@ import json, sys
 steps = [json.loads(l)['step'] for l in open('rep/run.jsonl') if '\"event\":\"step\"' in l]
 sys.exit(0 if steps == list(range(1, 10)) else 1)"
 check "... and the report says 9 steps" grep -q "finished: 9 steps" rep/report.html
+"$LATTICE" train --data data "${MODEL[@]}" --steps 9 --eval-every 3 --resume ck --report-dir rep 2> resume2.err
+check "resumed twice from the same checkpoint: the steps are 1-9 once, and lattice report reads the log" "$PY" -c "
+import json, subprocess, sys
+steps = [json.loads(l)['step'] for l in open('rep/run.jsonl') if '\"event\":\"step\"' in l]
+sys.exit(0 if steps == list(range(1, 10)) + [7, 8, 9] else 1)"
+"$LATTICE" report rep --html twice.html 2> /dev/null
+check "... and the page draws steps 1-9, each once" "$PY" -c "
+import json, re, sys
+s = open('twice.html').read()
+series = json.loads(re.search(r'data-series=\"([^\"]*)\"', s).group(1).replace('&quot;', '\"'))
+sys.exit(0 if [p[0] for p in series[0][2]] == list(range(1, 10)) else 1)"
 
 # Drawn as the run goes: after the first evaluation, before the end.
 "$LATTICE" train --data data "${MODEL[@]}" --steps 1000000 --eval-every 2 --eval-batches 1 --report-dir live \
@@ -95,6 +110,27 @@ sys.exit(0 if '>stage 0<' in s and '>stage 1<' in s and '>stage 2<' not in s and
   --gpus 8 --search --top 5 --html search.html > search.txt
 check "plan --search --html: the five layouts in the table" test "$(grep -c '<td class="n">[1-5]</td><td>t=' search.html)" -eq 5
 
+# Two runs into one directory: the second is refused while the first writes.
+"$LATTICE" train --data data "${MODEL[@]}" --steps 1000000 --report-dir busy > /dev/null 2> busy.err &
+BUSY=$!
+for _ in $(seq 1 300); do [ -s busy/run.jsonl ] && break; sleep 0.1; done
+"$LATTICE" train --data data "${MODEL[@]}" --steps 2 --report-dir busy > /dev/null 2> busy2.err
+check "a second run into a directory another run writes: exit 1, one line" test $? -eq 1 -a "$(wc -l < busy2.err)" -eq 1
+check "... naming the other run" grep -q "being written by another lattice run" busy2.err
+kill -KILL $BUSY 2>/dev/null; wait $BUSY 2>/dev/null
+
+# A full disk under the report (40 KiB: the log fits, a second page does not): a warning, and training goes on (only the log itself is essential).
+mkdir -p small
+if mount -t tmpfs -o size=40k tmpfs small 2>/dev/null; then
+  "$LATTICE" train --data data "${MODEL[@]}" --steps 12 --report-dir small/rep > /dev/null 2> full.err
+  check "a report that no longer fits: the run still ends with exit 0" test $? -eq 0
+  check "... saying once that report.html was not redrawn" test "$(grep -c 'warning: report.html not redrawn' full.err)" -eq 1
+  check "... and the log holds every step" test "$(grep -c '"event":"step"' small/rep/run.jsonl)" -eq 12
+  umount small
+else
+  echo "skipped: a 40 KiB tmpfs could not be mounted here"
+fi
+
 # Bad input: one line each, nothing of the user's touched.
 mkdir -p mine && echo "my notes" > mine/notes.txt && echo "not a dir" > afile
 printf '{"event":"step","step":1}\nthis is not json\n' > broken.jsonl
@@ -108,6 +144,14 @@ hostile "a missing --trace" 1 "--trace nowhere.json is not a readable file" -- r
 hostile "--report-dir holds a user's files" 1 "holds files and no run.jsonl" -- \
   train --data data "${MODEL[@]}" --steps 2 --report-dir mine
 hostile "--report-dir is a file" 1 "is not a directory" -- train --data data "${MODEL[@]}" --steps 2 --report-dir afile
+mkdir -p notes && echo "my notes, not a log" > notes/run.jsonl
+PROTECT="$PROTECT notes"
+hostile "--report-dir holds someone else's run.jsonl" 1 "not a lattice run log" -- \
+  train --data data "${MODEL[@]}" --steps 2 --report-dir notes
+hostile "--report-dir is the --save directory" 1 "overlap" -- train --data data "${MODEL[@]}" --steps 2 --save same --report-dir same
+hostile "--report-dir inside the --save directory" 1 "overlap" -- \
+  train --data data "${MODEL[@]}" --steps 2 --save outer --report-dir outer/rep
+hostile "--html names a directory" 1 "must name a file" -- report rep --html mine/
 hostile "--html with --paper" 1 "--html draws a plan" -- plan --paper --html p.html
 hostile "--html where nothing can be written" 1 "--html" -- plan --layers 2 --hidden 64 --heads 4 --html /proc/version/x.html
 check "no report written by the refused commands" test ! -e b.html -a ! -e m.html -a ! -e n.html -a ! -e t.html -a ! -e p.html

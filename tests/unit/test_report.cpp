@@ -214,3 +214,60 @@ TEST(RunReport, RecordsOfTheWrongShapeAreInputErrorsNotCrashes) {
   run.add({{"event", "start"}, {"layout", {{"sequence_parallel", "yes"}}}});
   testing_util::expect_input_error([&] { run_report_html(run, ""); }, "not lattice train's");
 }
+
+TEST(Chart, TicksStayFewForAnyFiniteValues) {
+  const std::vector<std::pair<double, double>> ranges = {
+      {1.0, 1.0000000000000002}, {-1e308, 1e308}, {5e-324, 1e-323}, {0, 0}, {1e300, 1e300}, {-3, -3.0000001}};
+  for (const auto& [lo, hi] : ranges) {
+    chart::LineChart c;
+    c.series = {{"s", {1e308, -1e308, 3}, {lo, hi, lo}, false}};
+    const std::string svg = chart::render_svg(c);
+    EXPECT_NE(svg.find("</svg>"), std::string::npos) << lo << " " << hi;
+    EXPECT_LT(count(svg, "<line"), 40u) << lo << " " << hi;  // gridlines and ticks: a handful
+    EXPECT_EQ(svg.find("nan"), std::string::npos) << lo << " " << hi;
+  }
+}
+
+TEST(Chart, ALonePointIsDrawnAsADot) {
+  chart::LineChart c;
+  c.series = {{"loss", {1}, {5.5}, false}};
+  EXPECT_EQ(count(chart::render_svg(c), "<circle"), 1u);
+}
+
+TEST(RunReport, AResumedRunSupersedesWhatCameAfterItsCheckpoint) {
+  RunRecords run;
+  run.add({{"event", "start"}, {"world", 1}});
+  for (int i = 1; i <= 6; ++i) run.add(step(i, 6));
+  run.add({{"event", "eval"}, {"step", 6}, {"loss", 4.0}});
+  run.add({{"event", "summary"}, {"steps", 6}});
+  run.add({{"event", "start"}, {"world", 1}});  // resumed from step 4's checkpoint
+  EXPECT_TRUE(run.summary.is_null());
+  json again = step(5, 8);
+  again["loss"] = 9.5;
+  run.add(again);
+  ASSERT_EQ(run.steps.size(), 5u);
+  EXPECT_EQ(run.steps.back()["loss"], 9.5);
+  EXPECT_TRUE(run.evals.empty());
+  for (size_t i = 0; i < run.steps.size(); ++i) EXPECT_EQ(run.steps[i]["step"], int(i) + 1);
+}
+
+TEST(RunReport, ALongRunIsThinnedWithItsFirstAndLastStepsKept) {
+  RunRecords run;
+  const int n = 50000;
+  for (int i = 1; i <= n; ++i) run.add(step(i, n));
+  EXPECT_LE(run.steps.size(), 2 * RunRecords::kMaxSteps);
+  EXPECT_GE(run.steps.size(), RunRecords::kMaxSteps);
+  EXPECT_EQ(run.steps.front()["step"], 1);
+  EXPECT_EQ(run.steps.back()["step"], n);
+  for (size_t i = 1; i < run.steps.size(); ++i) EXPECT_LT(run.steps[i - 1]["step"], run.steps[i]["step"]);
+  EXPECT_LT(run_report_html(run, "").size(), size_t(4) << 20);
+}
+
+TEST(RunReport, ALastLineCutShortIsLeftOutButOneInTheMiddleIsAnError) {
+  const std::string dir = testing_util::scratch_dir("report");
+  const std::string two = step(1, 3).dump() + "\n" + step(2, 3).dump() + "\n";
+  write(dir + "/cut.jsonl", two + step(3, 3).dump().substr(0, 20));
+  EXPECT_EQ(read_run_records(dir + "/cut.jsonl").steps.size(), 2u);
+  write(dir + "/middle.jsonl", step(1, 3).dump().substr(0, 20) + "\n" + two);
+  testing_util::expect_input_error([&] { read_run_records(dir + "/middle.jsonl"); }, "line 1 is not JSON");
+}
