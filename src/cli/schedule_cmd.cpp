@@ -1,5 +1,6 @@
 // lattice schedule: a pipeline schedule simulated without a model — bubble beside the formula,
-// activations held per stage beside eq. 5, the action lists, and the timeline as an SVG.
+// activations held per stage beside eq. 5, the action lists, and the timeline as an SVG; or, with
+// --from-trace FILE --split, a real step's time per rank in the planner's parts (report/trace_split.hpp).
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -16,6 +17,7 @@
 #include "engine/schedule.hpp"
 #include "report/schedule_svg.hpp"
 #include "report/simulate.hpp"
+#include "report/trace_split.hpp"
 #include "report/trace_timeline.hpp"
 
 namespace lattice::cli {
@@ -50,6 +52,42 @@ std::string eq5_text(pl::ScheduleKind kind) {
   return "";
 }
 
+// --split: the step's parts per rank, seconds and share of the step (a row per part, a column per rank).
+int print_split(const std::string& path, int trace_step, bool json) {
+  const std::vector<StepSplit> ranks = split_step(path, trace_step);
+  if (json) {
+    nlohmann::ordered_json j;
+    j["event"] = "trace_split";
+    j["trace"] = path;
+    j["step"] = ranks.front().step;
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const StepSplit& r : ranks) {
+      nlohmann::ordered_json o;
+      o["rank"] = r.rank;
+      o["step_s"] = r.step_s;
+      for (const SplitPart& part : split_parts()) o[std::string(part.name) + "_s"] = r.*part.seconds;
+      list.push_back(o);
+    }
+    j["ranks"] = list;
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("step %lld of %s: seconds per part, and %% of the step, on each rank\n",
+              static_cast<long long>(ranks.front().step), path.c_str());
+  std::printf("%-12s", "part");
+  for (const StepSplit& r : ranks) std::printf("  %17s", ("rank " + std::to_string(r.rank)).c_str());
+  std::printf("\n%-12s", "step");
+  for (const StepSplit& r : ranks) std::printf("  %10.6f 100.0%%", r.step_s);
+  std::printf("\n");
+  for (const SplitPart& part : split_parts()) {
+    std::printf("%-12s", part.name);
+    for (const StepSplit& r : ranks)
+      std::printf("  %10.6f %5.1f%%", r.*part.seconds, r.step_s > 0 ? 100 * (r.*part.seconds) / r.step_s : 0.0);
+    std::printf("\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_schedule(int argc, char** argv) {
@@ -60,8 +98,9 @@ int run_schedule(int argc, char** argv) {
   std::string kind_name = "1f1b", svg;
   bool json = false, list_actions = false;
   pl::SimulationOptions options;
-  app.add_option("--pipeline-model-parallel-size", p, "pipeline ranks p")->required();
-  app.add_option("--micro-batches", n_mb, "micro-batches per step n_mb")->required();
+  // Required unless --split (checked after parsing, worded as the parser words it).
+  auto* p_flag = app.add_option("--pipeline-model-parallel-size", p, "pipeline ranks p (required unless --split)");
+  auto* n_mb_flag = app.add_option("--micro-batches", n_mb, "micro-batches per step n_mb (required unless --split)");
   app.add_option("--schedule", kind_name, "gpipe | 1f1b | interleaved | zb-h1 | pipedream-2bw")->capture_default_str();
   int steps = 1;
   app.add_option("--steps", steps,
@@ -90,9 +129,24 @@ int run_schedule(int argc, char** argv) {
   app.add_option("--from-trace", from_trace,
                  "measure and draw a real run's step from its lattice train --trace file instead of simulating");
   app.add_option("--trace-step", trace_step, "which optimizer step of the trace (default: the last)");
+  bool split = false;
+  app.add_flag("--split", split,
+               "with --from-trace: the step's time on each rank in the planner's parts (GEMM, element-wise, "
+               "recompute, TP/EP/PP comm, bubble, DP comm, optimizer, other); needs no pipeline flags");
   app.add_flag("--actions", list_actions, "print every rank's action list (printed anyway when small)");
   app.add_flag("--json", json, "print one JSON object on one line");
   if (auto status = parse_flags(app, argc, argv)) return *status;
+  for (const CLI::Option* flag : {p_flag, n_mb_flag})
+    if (!split && flag->count() == 0) {
+      std::fprintf(stderr, "lattice schedule: error: %s is required\n", flag->get_name().c_str());
+      return 2;
+    }
+  if (split) {
+    require(!from_trace.empty(), "--split needs --from-trace FILE");
+    require(trace_step >= -1, "--trace-step must be >= 0");
+    require(svg.empty() && !list_actions, "--split prints the split only (no --svg or --actions)");
+    return print_split(from_trace, trace_step, json);
+  }
 
   for (const auto& [flag, value] : {std::pair<const char*, double>{"--forward-time", options.forward_time},
                                    {"--backward-time", options.backward_time}, {"--p2p-latency", options.p2p_latency},

@@ -5,6 +5,20 @@
 
 namespace lattice::comm {
 
+Trace::Kind trace_kind(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::tp: return Trace::Kind::comm_tp;
+    case GroupKind::dp:
+    case GroupKind::expert_dp: return Trace::Kind::comm_dp;
+    case GroupKind::pp: return Trace::Kind::comm_pp;
+    case GroupKind::embedding: return Trace::Kind::comm_embedding;
+    case GroupKind::ep: return Trace::Kind::comm_ep;
+    case GroupKind::model:
+    case GroupKind::world: return Trace::Kind::comm_other;
+  }
+  return Trace::Kind::comm_other;
+}
+
 void Communicator::count(CollectiveOp op, size_t floats, int root) {
   const double payload = double(floats) * sizeof(float);
   record(op, ring_bytes_sent(op, payload, size(), rank(), root), int64_t(floats * sizeof(float)));
@@ -30,6 +44,7 @@ size_t Communicator::chunk_of(size_t whole, size_t part, const char* what) const
 
 void Communicator::all_reduce(std::span<float> data, ReduceOp op) {
   count(CollectiveOp::all_reduce, data.size());
+  const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_reduce", to_string(kind_));
   do_all_reduce(data, op);
 }
@@ -37,6 +52,7 @@ void Communicator::all_reduce(std::span<float> data, ReduceOp op) {
 void Communicator::reduce_scatter(std::span<const float> input, std::span<float> output) {
   chunk_of(input.size(), output.size(), "reduce_scatter");
   count(CollectiveOp::reduce_scatter, input.size());
+  const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("reduce_scatter", to_string(kind_));
   do_reduce_scatter(input, output);
 }
@@ -44,6 +60,7 @@ void Communicator::reduce_scatter(std::span<const float> input, std::span<float>
 void Communicator::all_gather(std::span<const float> input, std::span<float> output) {
   chunk_of(output.size(), input.size(), "all_gather");
   count(CollectiveOp::all_gather, output.size());
+  const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_gather", to_string(kind_));
   do_all_gather(input, output);
 }
@@ -51,6 +68,7 @@ void Communicator::all_gather(std::span<const float> input, std::span<float> out
 void Communicator::broadcast(std::span<float> data, int root) {
   check_peer(root, "broadcast");
   count(CollectiveOp::broadcast, data.size(), root);
+  const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("broadcast", to_string(kind_));
   do_broadcast(data, root);
 }
@@ -59,6 +77,7 @@ void Communicator::all_to_all(std::span<const float> input, std::span<float> out
   if (input.size() != output.size() || input.size() % size_t(size()) != 0)
     throw std::logic_error("all_to_all: input and output must be " + std::to_string(size()) + " equal chunks");
   count(CollectiveOp::all_to_all, input.size());
+  const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_to_all", to_string(kind_));
   do_all_to_all(input, output);
 }
@@ -89,6 +108,7 @@ void Communicator::all_to_all_v(std::span<const float> input, std::span<const in
                            " floats but expects " + std::to_string(recv_counts[size_t(rank())]));
   record(CollectiveOp::all_to_all, all_to_all_v_bytes_sent(send_counts, rank(), sizeof(float)),
          int64_t(sent * sizeof(float)));
+  const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_to_all_v", to_string(kind_));
   do_all_to_all_v(input, send_counts, output, recv_counts);
 }
@@ -98,6 +118,7 @@ void Communicator::all_to_all_counts(std::span<const int> send, std::span<int> r
     throw std::logic_error("all_to_all_counts: send and recv must hold one count per rank of the " +
                            std::to_string(size()) + " in the group");
   record(CollectiveOp::all_to_all, double(size() - 1) * sizeof(int), int64_t(send.size() * sizeof(int)));
+  const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_to_all_counts", to_string(kind_));
   do_all_to_all_counts(send, recv);
 }
@@ -105,6 +126,7 @@ void Communicator::all_to_all_counts(std::span<const int> send, std::span<int> r
 void Communicator::send(std::span<const float> data, int dest, int tag) {
   check_peer(dest, "send");
   count(CollectiveOp::send, data.size());
+  const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("send", to_string(kind_));
   do_send(data, dest, tag);
 }
@@ -112,19 +134,28 @@ void Communicator::send(std::span<const float> data, int dest, int tag) {
 void Communicator::recv(std::span<float> data, int source, int tag) {
   check_peer(source, "recv");
   count(CollectiveOp::recv, data.size());
+  const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("recv", to_string(kind_));
   do_recv(data, source, tag);
 }
 
+void Communicator::probe(int source, int tag) {
+  check_peer(source, "probe");
+  const WaitScope wait("probe", to_string(kind_));
+  do_probe(source, tag);
+}
+
 void Communicator::barrier() {
+  const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("barrier", to_string(kind_));
   do_barrier();
 }
 
 Handle Communicator::all_reduce_async(std::span<float> data, ReduceOp op) {
   count(CollectiveOp::all_reduce, data.size());
+  const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_reduce", to_string(kind_));  // a backend may run it at issue (mpi_communicator.hpp)
-  return Handle(do_all_reduce_async(data, op), "all_reduce", to_string(kind_));
+  return Handle(do_all_reduce_async(data, op), "all_reduce", to_string(kind_), trace_kind(kind_));
 }
 
 void Communicator::check_counts(size_t whole, size_t mine, std::span<const int> counts, const char* what) const {
@@ -138,28 +169,32 @@ Handle Communicator::reduce_scatter_v_async(std::span<const float> input, std::s
                                             std::span<const int> counts) {
   check_counts(input.size(), output.size(), counts, "reduce_scatter_v");
   count(CollectiveOp::reduce_scatter, input.size());
+  const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("reduce_scatter_v", to_string(kind_));  // a backend may run it at issue (mpi_communicator.hpp)
-  return Handle(do_reduce_scatter_v_async(input, output, counts), "reduce_scatter_v", to_string(kind_));
+  return Handle(do_reduce_scatter_v_async(input, output, counts), "reduce_scatter_v", to_string(kind_),
+                trace_kind(kind_));
 }
 
 Handle Communicator::all_gather_v_async(std::span<const float> input, std::span<float> output,
                                         std::span<const int> counts) {
   check_counts(output.size(), input.size(), counts, "all_gather_v");
   count(CollectiveOp::all_gather, output.size());
+  const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_gather_v", to_string(kind_));  // a backend may run it at issue (mpi_communicator.hpp)
-  return Handle(do_all_gather_v_async(input, output, counts), "all_gather_v", to_string(kind_));
+  return Handle(do_all_gather_v_async(input, output, counts), "all_gather_v", to_string(kind_),
+                trace_kind(kind_));
 }
 
 Handle Communicator::send_async(std::span<const float> data, int dest, int tag) {
   check_peer(dest, "send_async");
   count(CollectiveOp::send, data.size());
-  return Handle(do_send_async(data, dest, tag), "send", to_string(kind_));
+  return Handle(do_send_async(data, dest, tag), "send", to_string(kind_), trace_kind(kind_));
 }
 
 Handle Communicator::recv_async(std::span<float> data, int source, int tag) {
   check_peer(source, "recv_async");
   count(CollectiveOp::recv, data.size());
-  return Handle(do_recv_async(data, source, tag), "recv", to_string(kind_));
+  return Handle(do_recv_async(data, source, tag), "recv", to_string(kind_), trace_kind(kind_));
 }
 
 }  // namespace lattice::comm

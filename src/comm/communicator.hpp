@@ -5,6 +5,7 @@
 //
 // Buffers are float spans; a call returns when this rank's buffers are ready (blocking calls) or
 // when the Handle's wait() returns (non-blocking calls). Issue collectives from one thread only.
+// Every blocking call and every wait is a trace span (core/trace.hpp) of its group's kind (trace_kind).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include "comm/traffic.hpp"
 #include "comm/watchdog.hpp"
+#include "core/trace.hpp"
 
 namespace lattice::comm {
 
@@ -30,15 +32,16 @@ class PendingOp {
 class Handle {
  public:
   Handle() = default;
-  // `what` and `group` (static strings) name the wait for the comm watchdog.
-  Handle(std::unique_ptr<PendingOp> op, const char* what, const char* group)
-      : op_(std::move(op)), what_(what), group_(group) {}
+  // `what` and `group` (static strings) name the wait for the comm watchdog; `span` is its trace kind.
+  Handle(std::unique_ptr<PendingOp> op, const char* what, const char* group,
+         Trace::Kind span = Trace::Kind::comm_other)
+      : op_(std::move(op)), what_(what), group_(group), span_(span) {}
   Handle(Handle&&) noexcept = default;
   Handle& operator=(Handle&& other) noexcept {
     if (this != &other) {
       wait();
       op_ = std::move(other.op_);
-      what_ = other.what_, group_ = other.group_;
+      what_ = other.what_, group_ = other.group_, span_ = other.span_;
     }
     return *this;
   }
@@ -46,6 +49,7 @@ class Handle {
 
   void wait() {
     if (op_) {
+      const TraceSpan span(span_);
       const WaitScope scope(what_, group_);
       op_->wait();
       op_.reset();
@@ -62,7 +66,12 @@ class Handle {
   std::unique_ptr<PendingOp> op_;
   const char* what_ = "wait";
   const char* group_ = "";
+  Trace::Kind span_ = Trace::Kind::comm_other;
 };
+
+// The trace kind of a wait on a group of `kind`: comm_tp, comm_dp (expert_dp too: a gradient
+// reduction), comm_pp, comm_embedding, comm_ep; comm_other for the model and world groups.
+Trace::Kind trace_kind(GroupKind kind);
 
 class Communicator {
  public:
@@ -98,6 +107,9 @@ class Communicator {
   // Point-to-point with group ranks; `tag` tells apart messages between the same pair.
   void send(std::span<const float> data, int dest, int tag = 0);
   void recv(std::span<float> data, int source, int tag = 0);
+  // Returns once a message from `source` with `tag` can be received, without receiving it: the wait
+  // for the peer to send, apart from the copy recv() then does (no trace span: the caller names it).
+  void probe(int source, int tag = 0);
   void barrier();
 
   // Non-blocking variants: the buffers must stay alive and untouched until wait().
@@ -123,6 +135,7 @@ class Communicator {
   virtual void do_all_to_all_counts(std::span<const int> send, std::span<int> recv) = 0;
   virtual void do_send(std::span<const float> data, int dest, int tag) = 0;
   virtual void do_recv(std::span<float> data, int source, int tag) = 0;
+  virtual void do_probe(int /*source*/, int /*tag*/) {}  // a backend without one waits in do_recv
   virtual void do_barrier() = 0;
   virtual std::unique_ptr<PendingOp> do_all_reduce_async(std::span<float> data, ReduceOp op) = 0;
   virtual std::unique_ptr<PendingOp> do_reduce_scatter_v_async(std::span<const float> input,

@@ -163,6 +163,8 @@ void MpiCommunicator::do_recv(std::span<float> data, int source, int tag) {
   MPI_Recv(data.data(), mpi_count(data.size()), MPI_FLOAT, source, tag, comm_, MPI_STATUS_IGNORE);
 }
 
+void MpiCommunicator::do_probe(int source, int tag) { MPI_Probe(source, tag, comm_, MPI_STATUS_IGNORE); }
+
 void MpiCommunicator::do_barrier() { MPI_Barrier(comm_); }
 
 // The collectives below run at issue and return a completed operation. OpenMPI 4.1 advances a

@@ -35,6 +35,7 @@ class MpiCommunicator final : public Communicator {
   void do_all_to_all_counts(std::span<const int> send, std::span<int> recv) override;
   void do_send(std::span<const float> data, int dest, int tag) override;
   void do_recv(std::span<float> data, int source, int tag) override;
+  void do_probe(int source, int tag) override;
   void do_barrier() override;
   std::unique_ptr<PendingOp> do_all_reduce_async(std::span<float> data, ReduceOp op) override;
   std::unique_ptr<PendingOp> do_reduce_scatter_v_async(std::span<const float> input, std::span<float> output,

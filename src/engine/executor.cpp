@@ -84,6 +84,10 @@ double Executor::run(uint64_t step, float loss_scale, const MicroBatchSource& so
     const int tag = forward ? kActivationTag : kGradientTag;
     if (a.recv_from != kNoPeer) {
       TraceSpan span(Trace::Kind::receive, a.micro_batch, a.chunk, int64_t(step));
+      {  // waiting for the peer to send (the bubble), apart from the copy (comm_pp, in recv)
+        TraceSpan wait(Trace::Kind::receive_wait, a.micro_batch, a.chunk, int64_t(step));
+        pp_.probe(a.recv_from, tag);
+      }
       pp_.recv({in, size_t(act)}, a.recv_from, tag);
     }
     float* out = a.send_to != kNoPeer ? free_send_buffer(size_t(act) * sizeof(float)) : nullptr;

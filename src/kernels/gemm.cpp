@@ -6,6 +6,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <tuple>
 #include <unordered_map>
@@ -13,6 +14,7 @@
 
 #include <omp.h>
 
+#include "core/trace.hpp"
 #include "oneapi/dnnl/dnnl.hpp"
 #include "tensor/memory_tracker.hpp"
 
@@ -141,7 +143,10 @@ void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const floa
   // §7), so a GEMM is cut into equal parts, one per thread, each a single-threaded primitive: a batch by
   // its matrices, an unbatched GEMM with enough rows by its rows (measured faster than by columns on
   // every weight-gradient shape and no slower elsewhere).
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const bool nested = omp_in_parallel();
+  const int threads = nested ? 1 : omp_get_max_threads();
+  std::optional<TraceSpan> span;  // a GEMM of the step (one inside a parallel region is its caller's time)
+  if (!nested) span.emplace(Trace::Kind::gemm);
   const int64_t units = s.batch > 1 ? s.batch : s.M / kMinPartRows;
   const int parts = whole_primitives() ? 1 : int(std::min<int64_t>(threads, units));
   if (parts < 2) {

@@ -16,6 +16,7 @@
 #include "model/transformer_layer.hpp"
 #include "tensor_parallel/vocab_parallel.hpp"
 #include "core/region.hpp"
+#include "core/trace.hpp"
 #include "tensor/bf16.hpp"
 
 namespace lattice {
@@ -383,11 +384,13 @@ void GPT::backward_pass(const MicroBatch& mb, int64_t id, uint64_t step, float l
     const bool full = analysis::layer_fully_recomputed(layout_, l, model_.layers);
     if (full) {
       // Re-run the whole layer from its kept input; the output is not needed again.
+      const TraceSpan span(Trace::Kind::recompute);
       float* x = ws_.resid.data();
       const float* input = kept.ln1_in.load(ws_.widen.data());
       std::copy(input, input + Nl * h, x);
       layer_forward(x, kept, /*keep_s2=*/true, w, c, ws_);
     } else if (!kept.has_attention_s2()) {
+      const TraceSpan span(Trace::Kind::recompute);
       layer_recompute_attention(kept, c, ws_);
     }
     // Split: a dense layer's parameter gradients wait for backward_weight_chunk, which alone writes

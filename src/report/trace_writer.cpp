@@ -20,8 +20,6 @@ void write_trace(const Trace& trace, const std::string& path, comm::Communicator
   int64_t origin = INT64_MAX;  // times from the first event of any rank
   for (const auto& ev : all)
     for (size_t i = 0; i + 6 <= ev.size(); i += 6) origin = std::min(origin, ev[i + 1]);
-  static const char* names[] = {"forward", "backward", "receive", "send", "optimizer", "backward_input",
-                                "backward_weight"};
   nlohmann::json events = nlohmann::json::array();
   for (int r = 0; r < ranks; ++r) {
     std::string track = "rank ";
@@ -30,13 +28,15 @@ void write_trace(const Trace& trace, const std::string& path, comm::Communicator
     const auto& ev = all[size_t(r)];
     for (size_t i = 0; i + 6 <= ev.size(); i += 6) {
       const int64_t kind = ev[i], mb = ev[i + 3], chunk = ev[i + 4], step = ev[i + 5];
-      std::string name = names[kind];
+      const char* cat = Trace::name(Trace::Kind(kind));
+      std::string name = cat;
       if (mb >= 0) {  // appended piece by piece: GCC 12 misreads `" mb" + std::string` (-Wrestrict)
         name.append(" mb").append(std::to_string(mb));
         if (chunk > 0) name.append(".").append(std::to_string(chunk));
       }
-      nlohmann::json e = {{"name", name}, {"cat", names[kind]}, {"ph", "X"}, {"pid", 0}, {"tid", r},
-                          {"ts", ev[i + 1] - origin}, {"dur", std::max<int64_t>(1, ev[i + 2] - ev[i + 1])}};
+      // Microseconds (the format's unit) to the nanosecond, so nested spans stay nested when read back.
+      nlohmann::json e = {{"name", name}, {"cat", cat}, {"ph", "X"}, {"pid", 0}, {"tid", r},
+                          {"ts", double(ev[i + 1] - origin) / 1000.0}, {"dur", double(ev[i + 2] - ev[i + 1]) / 1000.0}};
       if (step >= 0) e["args"] = {{"step", step}, {"micro_batch", mb}, {"chunk", chunk}};
       events.push_back(e);
     }

@@ -1,6 +1,8 @@
 #pragma once
 // Writes the recorded trace (core/trace.hpp) of every rank as one Chrome trace file (the Trace Event
-// format Perfetto and chrome://tracing open), a track per rank.
+// format Perfetto and chrome://tracing open), a track per rank: an "X" event per span, its `cat` the
+// kind (Trace::name), `ts` and `dur` in microseconds to the nanosecond (fractions), `args` the step,
+// micro-batch and chunk of the spans that carry them. report/trace_split.hpp reads it back.
 #include <string>
 
 #include "comm/communicator.hpp"

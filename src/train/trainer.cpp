@@ -221,6 +221,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
 Trainer::~Trainer() = default;
 
 StepResult Trainer::train_step() {
+  const TraceSpan step_span(Trace::Kind::step, -1, -1, step_);  // the whole step (report/trace_split.hpp)
   const auto t0 = std::chrono::steady_clock::now();
   MemoryTracker::activations().reset_peak();
   if (dist_) dist_->traffic().reset();

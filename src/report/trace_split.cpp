@@ -1,0 +1,207 @@
+#include "report/trace_split.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/trace.hpp"
+
+namespace lattice {
+
+namespace {
+
+using Kind = Trace::Kind;
+
+enum Part { gemm, elementwise, recompute, tp_comm, ep_comm, pp_comm, bubble, dp_comm, optimizer, other, kParts };
+
+struct Span {
+  Kind kind;
+  int64_t start, end;  // ns from the file's origin
+  int64_t step;        // args.step, -1 when absent
+};
+
+// Where a span's own time goes, given what encloses it (see trace_split.hpp).
+Part part_of(Kind kind, bool in_recompute, bool in_drain) {
+  if (kind == Kind::comm_dp || kind == Kind::comm_embedding) return dp_comm;
+  if (in_recompute || kind == Kind::recompute) return recompute;
+  if (in_drain || kind == Kind::send) return bubble;
+  switch (kind) {
+    case Kind::gemm: return gemm;
+    case Kind::comm_tp: return tp_comm;
+    case Kind::comm_ep: return ep_comm;
+    case Kind::comm_pp:
+    case Kind::receive: return pp_comm;
+    case Kind::receive_wait: return bubble;
+    case Kind::forward:
+    case Kind::backward:
+    case Kind::backward_input:
+    case Kind::backward_weight: return elementwise;
+    case Kind::optimizer: return optimizer;
+    default: return other;  // step, comm_other
+  }
+}
+
+// Outer kinds first when two spans start and end at the same nanosecond.
+int depth_order(Kind kind) {
+  switch (kind) {
+    case Kind::step: return 0;
+    case Kind::optimizer:
+    case Kind::send: return 1;
+    case Kind::forward:
+    case Kind::backward:
+    case Kind::backward_input:
+    case Kind::backward_weight:
+    case Kind::receive: return 2;
+    case Kind::recompute: return 3;
+    case Kind::gemm:
+    case Kind::receive_wait: return 5;
+    default: return 4;  // comm
+  }
+}
+
+std::string read_text(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) fail("trace " + path + " is not a readable regular file");
+  if (std::filesystem::file_size(path, ec) > (uintmax_t(1) << 30)) fail("trace " + path + " is larger than 1 GiB");
+  std::ifstream in(path);
+  if (!in) fail("cannot read trace " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Microseconds (the file's unit, to the nanosecond) to integer nanoseconds.
+int64_t to_ns(const nlohmann::json& v, const std::string& path, const char* field) {
+  const double us = v.get<double>();
+  if (!std::isfinite(us) || std::fabs(us) > 1e15)
+    fail("trace " + path + " has an event whose " + field + " is not a time in microseconds");
+  return std::llround(us * 1000.0);
+}
+
+// Every rank's spans, by rank (the track's tid).
+std::map<int, std::vector<Span>> read_spans(const nlohmann::json& doc, const std::string& path) {
+  if (!doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array())
+    fail("trace " + path + " has no traceEvents (write one with lattice train --trace)");
+  std::map<std::string, Kind> kinds;
+  for (int k = 0; k < Trace::kKinds; ++k) kinds[Trace::name(Kind(k))] = Kind(k);
+  std::map<int, std::vector<Span>> ranks;
+  for (const auto& e : doc["traceEvents"]) {
+    if (!e.is_object()) fail("trace " + path + " has an event that is not an object");
+    if (e.value("ph", "") != "X") continue;  // track names
+    const std::string cat = e.value("cat", "");
+    const auto kind = kinds.find(cat);
+    if (kind == kinds.end())
+      fail("trace " + path + " has an event of unknown kind '" + cat + "' (not written by this lattice)");
+    const int rank = e.at("tid").get<int>();
+    if (rank < 0) fail("trace " + path + " has a negative track (rank) " + std::to_string(rank));
+    const int64_t start = to_ns(e.at("ts"), path, "ts"), dur = to_ns(e.at("dur"), path, "dur");
+    if (dur < 0) fail("trace " + path + " has an event of negative duration");
+    int64_t step = -1;
+    if (e.contains("args")) step = e["args"].value("step", int64_t(-1));
+    ranks[rank].push_back({kind->second, start, start + dur, step});
+  }
+  return ranks;
+}
+
+std::vector<StepSplit> split_doc(const nlohmann::json& doc, const std::string& path, int step) {
+  const std::map<int, std::vector<Span>> ranks = read_spans(doc, path);
+  int64_t first = INT64_MAX, last = -1;
+  for (const auto& [rank, spans] : ranks)
+    for (const Span& s : spans)
+      if (s.kind == Kind::step) first = std::min(first, s.step), last = std::max(last, s.step);
+  if (last < 0)
+    fail("trace " + path + " has no step spans (written by an older lattice: trace the run again to split its steps)");
+  const int64_t want = step < 0 ? last : step;
+  if (want < first || want > last)
+    fail("trace " + path + " has no step " + std::to_string(want) + " (it holds steps " + std::to_string(first) +
+         " to " + std::to_string(last) + ")");
+  std::vector<StepSplit> out;
+  for (const auto& [rank, all] : ranks) {
+    const Span* root = nullptr;
+    for (const Span& s : all)
+      if (s.kind == Kind::step && s.step == want) {
+        if (root)
+          fail("trace " + path + " has two spans of step " + std::to_string(want) + " on rank " + std::to_string(rank));
+        root = &s;
+      }
+    if (!root) fail("trace " + path + " has no step " + std::to_string(want) + " on rank " + std::to_string(rank));
+    // The step's spans, outer before inner; then a stack of the open ones gives each its parent.
+    std::vector<const Span*> inside;
+    for (const Span& s : all)
+      if (&s != root && s.start >= root->start && s.end <= root->end) inside.push_back(&s);
+    std::sort(inside.begin(), inside.end(), [](const Span* x, const Span* y) {
+      if (x->start != y->start) return x->start < y->start;
+      if (x->end != y->end) return x->end > y->end;
+      return depth_order(x->kind) < depth_order(y->kind);
+    });
+    struct Open {
+      const Span* span;
+      Part part;
+      bool in_recompute, in_drain;
+    };
+    std::array<int64_t, kParts> ns{};
+    std::vector<Open> open{{root, other, false, false}};
+    ns[other] += root->end - root->start;
+    for (const Span* s : inside) {
+      while (open.size() > 1 && open.back().span->end <= s->start) open.pop_back();
+      const Open& parent = open.back();
+      if (s->end > parent.span->end)
+        fail("trace " + path + ": on rank " + std::to_string(rank) + " a " + Trace::name(s->kind) +
+             " span overlaps a " + Trace::name(parent.span->kind) +
+             " span without nesting in it (not one thread's spans)");
+      if (s->kind == Kind::step)
+        fail("trace " + path + " has a step span inside another on rank " + std::to_string(rank));
+      const bool in_recompute = parent.in_recompute || parent.span->kind == Kind::recompute;
+      const bool in_drain = parent.in_drain || parent.span->kind == Kind::send;
+      const Part part = part_of(s->kind, in_recompute, in_drain);
+      // Its time leaves its parent's part (the parent's own time is what its children leave).
+      ns[part] += s->end - s->start;
+      ns[parent.part] -= s->end - s->start;
+      open.push_back({s, part, in_recompute, in_drain});
+    }
+    StepSplit r;
+    r.rank = rank, r.step = want;
+    const int64_t total = root->end - root->start;
+    r.step_s = double(total) * 1e-9;
+    int64_t listed = 0;
+    for (int p = 0; p < kParts; ++p)
+      if (p != other) listed += ns[size_t(p)];
+    const auto s = [&](Part p) { return double(ns[size_t(p)]) * 1e-9; };
+    r.gemm_s = s(gemm), r.elementwise_s = s(elementwise), r.recompute_s = s(recompute), r.tp_comm_s = s(tp_comm);
+    r.ep_comm_s = s(ep_comm), r.pp_comm_s = s(pp_comm), r.bubble_s = s(bubble), r.dp_comm_s = s(dp_comm);
+    r.optimizer_s = s(optimizer);
+    r.other_s = double(total - listed) * 1e-9;  // = ns[other]: the parts tile the step
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<StepSplit> split_step(const std::string& trace_path, int step) {
+  const std::string text = read_text(trace_path);
+  try {
+    return split_doc(nlohmann::json::parse(text), trace_path, step);
+  } catch (const nlohmann::json::exception& e) {
+    fail("trace " + trace_path + " is not a lattice trace (write one with lattice train --trace): " + e.what());
+  }
+}
+
+const std::vector<SplitPart>& split_parts() {
+  static const std::vector<SplitPart> parts = {
+      {"gemm", &StepSplit::gemm_s},           {"elementwise", &StepSplit::elementwise_s},
+      {"recompute", &StepSplit::recompute_s}, {"tp_comm", &StepSplit::tp_comm_s},
+      {"ep_comm", &StepSplit::ep_comm_s},     {"pp_comm", &StepSplit::pp_comm_s},
+      {"bubble", &StepSplit::bubble_s},       {"dp_comm", &StepSplit::dp_comm_s},
+      {"optimizer", &StepSplit::optimizer_s}, {"other", &StepSplit::other_s}};
+  return parts;
+}
+
+}  // namespace lattice

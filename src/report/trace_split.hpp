@@ -1,0 +1,44 @@
+#pragma once
+// What one optimizer step's time went to on each rank, measured from a `lattice train --trace` file,
+// in the parts the planner predicts (plan/time_model.hpp, TimePlan), so the two can be set side by side.
+//
+// A rank's spans nest (core/trace.hpp: one recording thread), so every nanosecond of the step lies in
+// exactly one innermost span, and goes to one part:
+//   recompute    a recompute span and everything in it (its GEMMs, element-wise work, TP comm)
+//   dp_comm      comm_dp (expert-DP too) and comm_embedding, wherever they are
+//   bubble       receive_wait (a pipeline receive waiting for its peer) and the send span (the
+//                pipeline's drain of its sends at the end of the step) with what it holds
+//   gemm         gemm spans outside recompute
+//   tp_comm, ep_comm, pp_comm   comm_tp, comm_ep, comm_pp (and a receive's own time besides its
+//                wait and its copy) outside recompute and the drain
+//   elementwise  the forward / backward / backward_input / backward_weight spans' own time
+//   optimizer    the optimizer span's own time (its comm goes to that comm's part)
+//   other        the step span's own time (the loader, loss reductions, bookkeeping) and comm_other
+// The parts add up to the step span exactly (integer nanoseconds, converted once).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lattice {
+
+struct StepSplit {
+  int rank = 0;
+  int64_t step = -1;  // the optimizer step (0-based, the trace's args.step)
+  double step_s = 0;  // the step span
+  double gemm_s = 0, elementwise_s = 0, recompute_s = 0, tp_comm_s = 0, ep_comm_s = 0, pp_comm_s = 0,
+         bubble_s = 0, dp_comm_s = 0, optimizer_s = 0, other_s = 0;  // add up to step_s exactly
+};
+
+// One optimizer step (-1: the last in the file) of a `lattice train --trace` file, one entry per
+// rank in rank order. InputError on a file that is not a lattice trace, spans that overlap without
+// nesting, a step that is not in the file, or a file with no step spans (written by an older lattice).
+std::vector<StepSplit> split_step(const std::string& trace_path, int step = -1);
+
+// The parts in TimePlan's order with their names ("gemm", ...), for tables and JSON ("gemm_s").
+struct SplitPart {
+  const char* name;
+  double StepSplit::*seconds;
+};
+const std::vector<SplitPart>& split_parts();
+
+}  // namespace lattice

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# lattice schedule --from-trace FILE --split: a real step's time on each rank in the planner's parts
+# (report/trace_split.hpp), from `lattice train --trace`. One rank: GEMMs, no comm; TP 2: TP comm and
+# no pipeline; PP 2: point-to-point or bubble and no TP; DP 2: DP comm; selective and full
+# recompute: recompute time. On every rank the parts add up to the step. Old traces are refused.
+set -u
+LATTICE=$1
+SCRATCH=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
+. "$HERE/lib/check.sh"
+. "$HERE/lib/hostile.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive  # ranks oversubscribe the 2 cores
+PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+start=$(date +%s)
+checks=0
+c() { checks=$((checks + 1)); check "$@"; }
+
+hostile_corpus
+MODEL=(--data data --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --micro-batch 2 --global-batch 8
+       --steps 2 --threads 1)
+
+traced() {  # traced NAME NP FLAGS...: train with --trace NAME.json, then its split as NAME.split.json
+  local name=$1 np=$2; shift 2
+  if [ "$np" -eq 1 ]; then
+    "$LATTICE" train "${MODEL[@]}" --trace "$name.json" "$@" > "$name.out" 2> "$name.err"
+  else
+    timeout 120 mpirun --oversubscribe -np "$np" "$LATTICE" train "${MODEL[@]}" --trace "$name.json" "$@" \
+      > "$name.out" 2> "$name.err"
+  fi
+  c "$name: train exits 0" test $? -eq 0
+  "$LATTICE" schedule --from-trace "$name.json" --split --json > "$name.split.json" 2> "$name.split.err"
+  c "$name: --split exits 0" test $? -eq 0
+}
+
+# split NAME NP CONDITION: the split of NAME has NP ranks, each summing to its step, and CONDITION (a
+# Python expression over r, one rank's parts) holds on every rank.
+split() {
+  local name=$1 np=$2 cond=$3
+  "$PY" -c "
+import json, sys
+d = json.load(open('$name.split.json'))
+parts = ['gemm_s', 'elementwise_s', 'recompute_s', 'tp_comm_s', 'ep_comm_s', 'pp_comm_s', 'bubble_s', 'dp_comm_s',
+         'optimizer_s', 'other_s']
+ok = d['event'] == 'trace_split' and d['step'] == 1 and [r['rank'] for r in d['ranks']] == list(range($np))
+for r in d['ranks']:
+    total = sum(r[p] for p in parts)
+    ok = ok and r['step_s'] > 0 and abs(total - r['step_s']) <= 1e-9 * r['step_s'] and min(r[p] for p in parts) >= 0
+    ok = ok and bool($cond)
+if not ok: print(json.dumps(d))
+sys.exit(0 if ok else 1)"
+}
+
+traced one 1
+c "one rank: GEMMs and element-wise time, no comm, no bubble, parts sum to the step" split one 1 \
+  "r['gemm_s'] > 0 and r['elementwise_s'] > 0 and r['optimizer_s'] > 0 and
+   r['tp_comm_s'] == r['pp_comm_s'] == r['dp_comm_s'] == r['bubble_s'] == r['recompute_s'] == 0"
+traced tp2 2 --tensor-model-parallel-size 2
+c "TP 2: TP comm on both ranks, no pipeline" split tp2 2 \
+  "r['tp_comm_s'] > 0 and r['gemm_s'] > 0 and r['pp_comm_s'] == r['bubble_s'] == r['dp_comm_s'] == 0"
+traced pp2 2 --pipeline-model-parallel-size 2
+c "PP 2: point-to-point or bubble on both ranks, no TP comm" split pp2 2 \
+  "r['pp_comm_s'] + r['bubble_s'] > 0 and r['tp_comm_s'] == 0 and r['gemm_s'] > 0"
+c "PP 2: the embedding's gradient sum is DP comm (tied wte on both stages)" split pp2 2 "r['dp_comm_s'] > 0"
+traced dp2 2
+c "DP 2: the gradient reduction is DP comm, no TP or pipeline" split dp2 2 \
+  "r['dp_comm_s'] > 0 and r['tp_comm_s'] == r['pp_comm_s'] == r['bubble_s'] == 0"
+traced selective 1 --recompute selective
+c "selective recompute: recompute time" split selective 1 "r['recompute_s'] > 0"
+traced full 1 --recompute full
+c "full recompute: recompute time, more of the step than selective's" split full 1 "r['recompute_s'] > 0"
+"$PY" -c "
+import json, sys
+f = json.load(open('full.split.json'))['ranks'][0]; s = json.load(open('selective.split.json'))['ranks'][0]
+sys.exit(0 if f['recompute_s'] / f['step_s'] > s['recompute_s'] / s['step_s'] else 1)"
+c "full recompute re-runs more of the step than selective" test $? -eq 0
+
+# The trace still draws as a timeline (the new kinds are skipped there).
+"$LATTICE" schedule --pipeline-model-parallel-size 2 --micro-batches 4 --from-trace pp2.json --json \
+  > pp2.timeline 2> pp2.timeline.err
+c "the PP 2 trace still reads as a timeline" grep -q '"peak_in_flight":\[2,1\]' pp2.timeline
+
+# Text: a row per part, a column per rank, seconds and share of the step.
+"$LATTICE" schedule --from-trace tp2.json --split > tp2.split.txt 2> tp2.split.err
+c "text: exit 0" test $? -eq 0
+c "text: the header names the step and the file" grep -q "^step 1 of tp2.json" tp2.split.txt
+c "text: a column per rank" grep -qE "^part +rank 0 +rank 1$" tp2.split.txt
+c "text: the step is 100% on both ranks" grep -qE "^step +[0-9.]+ 100\.0% +[0-9.]+ 100\.0%$" tp2.split.txt
+rows="^(gemm|elementwise|recompute|tp_comm|ep_comm|pp_comm|bubble|dp_comm|optimizer|other) "
+c "text: every part on its row" test "$(grep -cE "$rows" tp2.split.txt)" -eq 10
+"$LATTICE" schedule --from-trace one.json --split --json --trace-step 0 > step0.json 2> step0.err
+c "--trace-step 0 splits the first step" grep -q '"step":0,' step0.json
+
+# Refused, one line each: exit 1 for bad input, 2 for usage.
+"$PY" -c "
+import json
+d = json.load(open('one.json'))
+d['traceEvents'] = [e for e in d['traceEvents'] if e.get('cat') in (None, 'forward', 'backward', 'optimizer')]
+json.dump(d, open('old.json', 'w'))"
+hostile "a trace written before step spans" 1 "old.json has no step spans \(written by an older lattice" -- \
+  schedule --from-trace old.json --split
+hostile "a step not in the trace" 1 "has no step 9 \(it holds steps 0 to 1\)" -- \
+  schedule --from-trace one.json --split --trace-step 9
+hostile "--split without a trace" 1 "--split needs --from-trace FILE" -- schedule --split
+echo '{"traceEvents": [{"cat":"step","ph":"X","args":{"step":1},"tid":"zero","ts":1,"dur":5}]}' > foreign.json
+hostile "a foreign JSON" 1 "foreign.json is not a lattice trace" -- schedule --from-trace foreign.json --split
+hostile "--split with --svg" 1 "no --svg or --actions" -- schedule --from-trace one.json --split --svg x.svg
+hostile "no pipeline flags without --split" 2 "--pipeline-model-parallel-size is required" -- \
+  schedule --from-trace one.json --micro-batches 4
+checks=$((checks + 4 * HOSTILE_TRIED))
+
+c "under 90 s ($(( $(date +%s) - start )) s)" test $(( $(date +%s) - start )) -le 90
+echo "$((checks - failures)) passed, $failures failed"
+[ "$failures" -eq 0 ]
