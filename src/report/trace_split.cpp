@@ -28,10 +28,11 @@ struct Span {
 };
 
 // Where a span's own time goes, given what encloses it (see trace_split.hpp).
-Part part_of(Kind kind, bool in_recompute, bool in_drain) {
+Part part_of(Kind kind, Kind parent, bool in_recompute, bool in_drain) {
   if (kind == Kind::comm_dp || kind == Kind::comm_embedding) return dp_comm;
   if (in_recompute || kind == Kind::recompute) return recompute;
   if (in_drain || kind == Kind::send) return bubble;
+  if (kind == Kind::comm_pp && parent == Kind::step) return bubble;  // the stages waiting for each other
   switch (kind) {
     case Kind::gemm: return gemm;
     case Kind::comm_tp: return tp_comm;
@@ -160,7 +161,7 @@ std::vector<StepSplit> split_doc(const nlohmann::json& doc, const std::string& p
         fail("trace " + path + " has a step span inside another on rank " + std::to_string(rank));
       const bool in_recompute = parent.in_recompute || parent.span->kind == Kind::recompute;
       const bool in_drain = parent.in_drain || parent.span->kind == Kind::send;
-      const Part part = part_of(s->kind, in_recompute, in_drain);
+      const Part part = part_of(s->kind, parent.span->kind, in_recompute, in_drain);
       // Its time leaves its parent's part (the parent's own time is what its children leave).
       ns[part] += s->end - s->start;
       ns[parent.part] -= s->end - s->start;

@@ -6,11 +6,14 @@
 // exactly one innermost span, and goes to one part:
 //   recompute    a recompute span and everything in it (its GEMMs, element-wise work, TP comm)
 //   dp_comm      comm_dp (expert-DP too) and comm_embedding, wherever they are
-//   bubble       receive_wait (a pipeline receive waiting for its peer) and the send span (the
-//                pipeline's drain of its sends at the end of the step) with what it holds
+//   bubble       receive_wait (a pipeline receive waiting for its peer), the send span (the
+//                pipeline's drain of its sends at the end of the step) with what it holds, and a
+//                comm_pp in the step itself, outside passes and optimizer: the loss's gather over
+//                the stages, where a stage that finished early waits for the others (the last
+//                stage's share of the pipeline's idle slots; 8 bytes, so no transfer to speak of)
 //   gemm         gemm spans outside recompute
 //   tp_comm, ep_comm, pp_comm   comm_tp, comm_ep, comm_pp (and a receive's own time besides its
-//                wait and its copy) outside recompute and the drain
+//                wait and its copy) outside recompute, the drain and the above
 //   elementwise  the forward / backward / backward_input / backward_weight spans' own time
 //   optimizer    the optimizer span's own time (its comm goes to that comm's part)
 //   other        the step span's own time (the loader, loss reductions, bookkeeping) and comm_other

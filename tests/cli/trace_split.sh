@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # lattice schedule --from-trace FILE --split: a real step's time on each rank in the planner's parts
 # (report/trace_split.hpp), from `lattice train --trace`. One rank: GEMMs, no comm; TP 2: TP comm and
-# no pipeline; PP 2: point-to-point or bubble and no TP; DP 2: DP comm; selective and full
+# no pipeline; PP 2: point-to-point and bubble, no TP; DP 2: DP comm; selective and full
 # recompute: recompute time. On every rank the parts add up to the step. Old traces are refused.
 set -u
 LATTICE=$1
@@ -60,8 +60,8 @@ traced tp2 2 --tensor-model-parallel-size 2
 c "TP 2: TP comm on both ranks, no pipeline" split tp2 2 \
   "r['tp_comm_s'] > 0 and r['gemm_s'] > 0 and r['pp_comm_s'] == r['bubble_s'] == r['dp_comm_s'] == 0"
 traced pp2 2 --pipeline-model-parallel-size 2
-c "PP 2: point-to-point or bubble on both ranks, no TP comm" split pp2 2 \
-  "r['pp_comm_s'] + r['bubble_s'] > 0 and r['tp_comm_s'] == 0 and r['gemm_s'] > 0"
+c "PP 2: point-to-point copies and a bubble on both ranks, no TP comm" split pp2 2 \
+  "r['pp_comm_s'] > 0 and r['bubble_s'] > 0 and r['tp_comm_s'] == 0 and r['gemm_s'] > 0"
 c "PP 2: the embedding's gradient sum is DP comm (tied wte on both stages)" split pp2 2 "r['dp_comm_s'] > 0"
 traced dp2 2
 c "DP 2: the gradient reduction is DP comm, no TP or pipeline" split dp2 2 \

@@ -90,7 +90,9 @@ TEST(TraceSplit, PipelineWaitsAreTheBubbleAndTheCopyIsPpComm) {
       {"forward", 30, 50, 1, 3}, {"comm_ep", 35, 37, 1}, {"gemm", 40, 45, 1},
       {"send", 90, 99, 1, 3}, {"comm_pp", 90, 98, 1},  // the drain: waiting for the peer to take it
       {"step", 0, 60, 0, 3}, {"forward", 1, 31, 0, 3}, {"gemm", 2, 12, 0},
+      {"comm_pp", 32, 38, 0},  // the loss gathered over the stages: waiting for the other stage
       {"comm_embedding", 40, 50, 0},
+      {"optimizer", 50, 60, 0, 3}, {"comm_pp", 51, 53, 0},  // the grad norm's sum over stages
   });
   const std::vector<StepSplit> split = split_step(path);
   ASSERT_EQ(split.size(), 2u);
@@ -101,7 +103,10 @@ TEST(TraceSplit, PipelineWaitsAreTheBubbleAndTheCopyIsPpComm) {
   EXPECT_NEAR(r0.gemm_s, 10 * us, 1e-12);
   EXPECT_NEAR(r0.elementwise_s, 20 * us, 1e-12);
   EXPECT_NEAR(r0.dp_comm_s, 10 * us, 1e-12);  // the tied embedding's all-reduce
-  EXPECT_NEAR(r0.other_s, 20 * us, 1e-12);
+  EXPECT_NEAR(r0.bubble_s, 6 * us, 1e-12);
+  EXPECT_NEAR(r0.pp_comm_s, 2 * us, 1e-12);
+  EXPECT_NEAR(r0.optimizer_s, 8 * us, 1e-12);
+  EXPECT_NEAR(r0.other_s, 4 * us, 1e-12);
   const StepSplit& r1 = split[1];
   EXPECT_NEAR(r1.bubble_s, 34 * us, 1e-12);  // 25 waiting to receive, 9 draining
   EXPECT_NEAR(r1.pp_comm_s, 5 * us, 1e-12);  // the copy 4, the receive's own 1
