@@ -2,6 +2,8 @@
 // (--search), the paper's tables and figures (--paper), or the published MoE configurations'
 // parameter counts (--moe-paper). Flags mirror `lattice train`, MoE and expert parallelism included.
 #include <chrono>
+
+#include <omp.h>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -17,6 +19,7 @@
 #include "core/stage_partition.hpp"
 #include "plan/auto_partition.hpp"
 #include "plan/evaluate.hpp"
+#include "plan/local_hardware.hpp"
 #include "plan/paper_report.hpp"
 #include "plan/report.hpp"
 #include "plan/plan_html.hpp"
@@ -53,7 +56,10 @@ void add_flags(CLI::App& app, PlanFlags& f) {
                  "with --search, one per GPU)");
   app.add_option("--gpus", f.gpus, "devices: t·p·DP (default t·p)");
   app.add_option("--gpu-memory", f.gpu_memory, "bytes per device, e.g. 80GB or 80GiB (default: the preset's)");
-  app.add_option("--hardware", f.hardware, "A100-80GB, H100-80GB, H200 or cpu")->capture_default_str();
+  app.add_option("--hardware", f.hardware,
+                 "A100-80GB, H100-80GB, H200, cpu, a lattice bench --json file, or local (this machine as mpirun "
+                 "runs the layout: ranks share its cores, MPI at measured rates)")
+      ->capture_default_str();
   app.add_option("--iteration-time", f.iteration_time, "measured seconds per iteration (MFU/HFU from it)");
   app.add_option("--peak-flops", f.peak_flops, "peak FLOP/s per device for MFU, e.g. 312T (default: the preset's)");
   app.add_option("--schedule", f.schedule,
@@ -155,7 +161,17 @@ int run_plan(int argc, char** argv) {
   add_flags(app, f);
   if (auto status = parse_flags(app, argc, argv)) return *status;
 
-  const plan::Hardware& hw = plan::hardware_preset(f.hardware);
+  // --hardware local: this machine as mpirun would run the layout (its ranks share the cores).
+  plan::Hardware local;
+  const bool is_local = f.hardware == "local";
+  if (is_local) {
+    require(!f.paper && !f.moe_paper, "--hardware local plans a layout on this machine: not --paper or --moe-paper");
+    if (app.count("--threads") == 0) f.threads = omp_get_max_threads();  // as lattice train runs
+    require(f.threads >= 1 && f.threads <= 4096, "--threads must be between 1 and 4096");
+    const LayoutConfig layout = f.layout.resolve(f.model.layers);
+    local = plan::local_hardware(f.gpus > 0 ? f.gpus : layout.tp * layout.pp, f.threads, !f.json);
+  }
+  const plan::Hardware& hw = is_local ? local : plan::hardware_preset(f.hardware);
   require(f.svg_dir.empty() || f.paper, "--svg needs --paper");
   if (!f.svg_dir.empty()) check_file_writable(f.svg_dir + "/figure1.svg", "--svg");
   require(!(f.paper && f.moe_paper), "--paper and --moe-paper are separate reports: give one");

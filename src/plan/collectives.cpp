@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "plan/comm_table.hpp"
+
 namespace lattice::plan {
 namespace {
 
@@ -17,6 +19,15 @@ void consider(CollectiveCost& best, double seconds, Algorithm a) {
   if (best.algorithm == Algorithm::none || seconds < best.seconds) best = {seconds, a};
 }
 
+// The measured time of `op` moving `bytes` (the full buffer) in g, when the bench measured it.
+bool measured(const GroupTopology& g, MeasuredOp op, double bytes, CollectiveCost& out) {
+  if (!g.measured || !g.measured->has(op, g.size)) return false;
+  const double t = g.measured->seconds(op, g.size, g.stride, bytes, /*engine_async=*/false);
+  if (!std::isfinite(t)) return false;
+  out = {t, Algorithm::measured};
+  return true;
+}
+
 }  // namespace
 
 const char* to_string(Algorithm a) {
@@ -27,6 +38,7 @@ const char* to_string(Algorithm a) {
     case Algorithm::tree: return "tree";
     case Algorithm::torus2d: return "2d-torus";
     case Algorithm::pairwise: return "pairwise";
+    case Algorithm::measured: return "measured";
   }
   return "?";
 }
@@ -39,6 +51,8 @@ GroupTopology group_topology(const Hardware& hw, int size, int stride) {
   // Ranks `stride` apart: a node of D devices holds D/stride of them (at least one).
   const int per_node = stride >= hw.devices_per_node ? 1 : hw.devices_per_node / stride;
   g.per_node = std::max(1, std::min(size, per_node));
+  g.measured = hw.local.comm.get();
+  g.stride = stride;
   return g;
 }
 
@@ -95,7 +109,7 @@ double torus2d_half(int per_node, int nodes, const Link& intra, const Link& inte
 
 CollectiveCost all_reduce(const GroupTopology& g, double bytes) {
   CollectiveCost best;
-  if (g.size <= 1) return best;
+  if (g.size <= 1 || measured(g, MeasuredOp::all_reduce, bytes, best)) return best;
   const Link& l = g.flat_link();
   consider(best, ring_all_reduce(g.size, l, bytes), Algorithm::ring);
   consider(best, halving_doubling_all_reduce(g.size, l, bytes), Algorithm::halving_doubling);
@@ -107,7 +121,7 @@ CollectiveCost all_reduce(const GroupTopology& g, double bytes) {
 
 CollectiveCost reduce_scatter(const GroupTopology& g, double bytes) {
   CollectiveCost best;
-  if (g.size <= 1) return best;
+  if (g.size <= 1 || measured(g, MeasuredOp::reduce_scatter, bytes, best)) return best;
   const Link& l = g.flat_link();
   consider(best, ring_half(g.size, l, bytes), Algorithm::ring);
   consider(best, halving_doubling_half(g.size, l, bytes), Algorithm::halving_doubling);
@@ -116,7 +130,11 @@ CollectiveCost reduce_scatter(const GroupTopology& g, double bytes) {
   return best;
 }
 
-CollectiveCost all_gather(const GroupTopology& g, double bytes) { return reduce_scatter(g, bytes); }
+CollectiveCost all_gather(const GroupTopology& g, double bytes) {
+  CollectiveCost best;
+  if (g.size > 1 && measured(g, MeasuredOp::all_gather, bytes, best)) return best;
+  return reduce_scatter(GroupTopology{g.size, g.per_node, g.intra, g.inter, nullptr, g.stride}, bytes);
+}
 
 double pairwise_all_to_all(int n, int per_node, const Link& intra, const Link& inter, double sent_bytes) {
   if (n <= 1) return 0;
@@ -127,7 +145,17 @@ double pairwise_all_to_all(int n, int per_node, const Link& intra, const Link& i
 
 CollectiveCost all_to_all(const GroupTopology& g, double sent_bytes) {
   if (g.size <= 1) return {};
+  CollectiveCost best;  // the bench's all-to-all moves n in all, (size−1)/size of it sent
+  if (measured(g, MeasuredOp::all_to_all, sent_bytes * g.size / (g.size - 1), best)) return best;
   return {pairwise_all_to_all(g.size, g.per_node, g.intra, g.inter, sent_bytes), Algorithm::pairwise};
+}
+
+CollectiveCost point_to_point(const GroupTopology& g, double bytes) {
+  CollectiveCost best;
+  if (measured(GroupTopology{2, g.per_node, g.intra, g.inter, g.measured, g.stride}, MeasuredOp::p2p, bytes, best))
+    return best;
+  const Link l = g.flat_link();
+  return {l.alpha + bytes * l.beta, Algorithm::pairwise};
 }
 
 }  // namespace lattice::plan

@@ -8,7 +8,7 @@
 
 namespace lattice::plan {
 
-enum class Algorithm { none, ring, halving_doubling, tree, torus2d, pairwise };
+enum class Algorithm { none, ring, halving_doubling, tree, torus2d, pairwise, measured };
 const char* to_string(Algorithm a);
 
 // Where a group's ranks sit: `size` ranks, `per_node` of them in each node (size when the group
@@ -17,6 +17,10 @@ struct GroupTopology {
   int size = 1;
   int per_node = 1;
   Link intra, inter;
+  // --hardware local: this machine's measured MPI times (a group of `size` ranks `stride` apart),
+  // used instead of the α–β algorithms wherever the bench measured the operation.
+  const CommTable* measured = nullptr;
+  int stride = 1;
   int nodes() const { return (size + per_node - 1) / per_node; }
   Link flat_link() const { return nodes() > 1 ? inter : intra; }
 };
@@ -46,10 +50,11 @@ double torus2d_half(int per_node, int nodes, const Link& intra, const Link& inte
 // (k−1)(α_intra + mβ_intra) + (n−k)(α_inter + mβ_inter), m = sent/(n−1), k = per_node.
 double pairwise_all_to_all(int n, int per_node, const Link& intra, const Link& inter, double sent_bytes);
 
-// The cheapest algorithm for this group and size.
+// The cheapest algorithm for this group and size (the measured time where the group has one).
 CollectiveCost all_reduce(const GroupTopology& g, double bytes);
 CollectiveCost reduce_scatter(const GroupTopology& g, double bytes);  // same cost as all-gather
 CollectiveCost all_gather(const GroupTopology& g, double bytes);
 CollectiveCost all_to_all(const GroupTopology& g, double sent_bytes);  // pairwise exchange
+CollectiveCost point_to_point(const GroupTopology& g, double bytes);   // one message of `bytes` to a neighbour
 
 }  // namespace lattice::plan

@@ -99,6 +99,7 @@ const Hardware& hardware_preset(const std::string& name) {
   }
   for (const auto& h : presets())
     if (lower(h.name) == lower(name)) return h;
+  require(lower(name) != "local", "--hardware local is lattice plan's (it plans the layout's ranks on this machine)");
   std::string known;
   for (const auto& n : hardware_names()) known += (known.empty() ? "" : ", ") + n;
   fail("--hardware must be one of " + known + " (got '" + name + "')");

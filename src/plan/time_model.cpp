@@ -3,7 +3,9 @@
 #include "core/stage_partition.hpp"
 
 #include <algorithm>
+#include <string>
 
+#include "plan/gemm_shapes.hpp"
 #include "plan/memory_model.hpp"
 
 namespace lattice::plan {
@@ -33,6 +35,58 @@ double moe_mlp_elementwise_bytes(const analysis::MoEKeptShape& m) {
 
 namespace {
 
+// --hardware local (plan/local_hardware.hpp): what the engine's ranks get of this machine. GEMMs are
+// the engine's calls timed here per shape (plan/gemm_shapes.hpp) and element-wise work moves bytes at
+// the rate measured alone, both slowed by the share of the cores a rank gets while every rank computes;
+// the engine communicates fp32 whatever the activation dtype (16-bit gradients are widened first).
+double compute_share(const Hardware& hw) { return hw.local.active() ? hw.local.share(hw.local.ranks) : 1.0; }
+double elementwise_share(const Hardware& hw) { return hw.local.rates_shared ? 1.0 : compute_share(hw); }
+double elementwise_rate(const Hardware& hw) {
+  return hw.local.active() ? hw.local.elementwise_bandwidth * elementwise_share(hw) : hw.memory_bandwidth;
+}
+// Seconds of `bytes` moved by kernel `name` at the bench's rate for it (the element-wise rate when
+// the bench did not time that kernel).
+double kernel_seconds(const Hardware& hw, const char* name, double bytes) {
+  const auto it = hw.local.kernel_rates.find(name);
+  const double rate = it != hw.local.kernel_rates.end() && it->second > 0 ? it->second * elementwise_share(hw)
+                                                                          : elementwise_rate(hw);
+  return bytes / rate;
+}
+// A layer's element-wise kernels kernel by kernel (the bytes of layer_elementwise_bytes), forward or
+// backward (each backward kernel moves twice its forward's bytes).
+double layer_elementwise_seconds(const Hardware& hw, const analysis::ActivationShape& x, bool backward) {
+  const double sbh = double(x.s) * x.b * x.h, replicated = sbh / (x.sp ? x.t : 1), d = x.d, k = backward ? 2 : 1;
+  const std::string pass = backward ? "_bwd" : "_fwd";
+  double t = 2 * kernel_seconds(hw, ("layernorm" + pass).c_str(), k * 2 * d * replicated);
+  t += 2 * (x.dropout ? kernel_seconds(hw, ("bias_dropout_add" + pass).c_str(), k * (3 * d + 1) * replicated)
+                      : kernel_seconds(hw, ("residual_add" + pass).c_str(), k * 3 * d * replicated));
+  t += kernel_seconds(hw, ("bias_gelu" + pass).c_str(), k * 2 * d * 4 * sbh / x.t);
+  if (!x.fused_attention) {
+    const double s2 = double(x.a) * x.s * x.s * x.b / x.t;
+    t += x.dropout ? kernel_seconds(hw, ("softmax_dropout" + pass).c_str(), k * (4 * d + 1) * s2)
+                   : kernel_seconds(hw, ("softmax" + pass).c_str(), k * 2 * d * s2);
+  }
+  return t;
+}
+double comm_element_bytes(const Hardware& hw, double d) { return hw.local.active() ? 4.0 : d; }
+template <class Keep>
+double measured_gemms(const Hardware& hw, const std::vector<GemmCall>& calls, bool bf16, Keep keep) {
+  double seconds = 0;
+  for (const GemmCall& c : calls)
+    if (keep(c)) seconds += hw.local.gemm->seconds(c.shape, bf16);
+  return seconds / compute_share(hw);
+}
+// FLOP/s of the GEMMs the time model counts by FLOPs alone (MoE experts, fused attention's
+// recompute): the preset's rate, or locally the layer's forward GEMMs' measured mean rate.
+double gemm_rate(const PlanRequest& r, const Hardware& hw, const analysis::ActivationShape& x) {
+  if (!hw.local.active()) return hw.peak_flops(r.bf16_compute()) * hw.gemm_efficiency;
+  double flops = 0;
+  const std::vector<GemmCall> calls = layer_gemms(x);
+  for (const GemmCall& c : calls)
+    if (c.pass == GemmPass::forward) flops += gemm_flops(c.shape);
+  return flops / measured_gemms(hw, calls, r.bf16_compute(), [](const GemmCall& c) { return c.pass == GemmPass::forward; });
+}
+
 // Forward of one layer for one micro-batch on one rank.
 struct LayerCost {
   double gemm = 0, elementwise = 0, comm = 0;
@@ -44,10 +98,12 @@ struct LayerCost {
 LayerCost layer_forward(const PlanRequest& r, const Hardware& hw, const analysis::ActivationShape& x,
                         const GroupTopology& tp_group, Algorithm& tp_algorithm, bool moe) {
   const double s = x.s, b = x.b, h = x.h, t = x.t;
-  const double flops_per_s = hw.peak_flops(r.bf16_compute()) * hw.gemm_efficiency;
+  const double flops_per_s = gemm_rate(r, hw, x);
   LayerCost c;
-  c.gemm = (24.0 * b * s * h * h + 4.0 * b * s * s * h) / t / flops_per_s;
-  c.elementwise = layer_elementwise_bytes(x) / hw.memory_bandwidth;
+  c.gemm = hw.local.active() ? measured_gemms(hw, layer_gemms(x), r.bf16_compute(),
+                                              [](const GemmCall& g) { return g.pass == GemmPass::forward; })
+                             : (24.0 * b * s * h * h + 4.0 * b * s * s * h) / t / flops_per_s;
+  c.elementwise = hw.local.active() ? layer_elementwise_seconds(hw, x, false) : layer_elementwise_bytes(x) / hw.memory_bandwidth;
   if (moe) {
     // The dense MLP's FC1 and FC2 (16bsh²/t) and bias-GeLU (8sbh·d/t) become the experts' FC1 and FC2
     // on the R received rows (4·R·h·f/t), the router GEMM (2·s·b·router parameters, not split by t)
@@ -56,12 +112,12 @@ LayerCost layer_forward(const PlanRequest& r, const Hardware& hw, const analysis
     const double f = r.model.ffn_hidden();
     c.gemm += (4.0 * double(m.received) * h * f / t - 16.0 * b * s * h * h / t +
                2.0 * s * b * double(analysis::moe_router_params(r.model))) / flops_per_s;
-    c.elementwise += (moe_mlp_elementwise_bytes(m) - 8.0 * s * b * h * x.d / t) / hw.memory_bandwidth;
+    c.elementwise += (moe_mlp_elementwise_bytes(m) - 8.0 * s * b * h * x.d / t) / elementwise_rate(hw);
     const GroupTopology ep_group = group_topology(hw, r.layout.ep, r.layout.tp);  // consecutive dp ranks
     c.all_to_all = 2 * all_to_all(ep_group, analysis::moe_all_to_all_bytes(m.assignments, x.h, r.layout.ep)).seconds;
   }
   // Two conjugate pairs per layer (attention, MLP): all-reduce, or all-gather + reduce-scatter.
-  const double bytes = s * b * h * x.d;
+  const double bytes = s * b * h * comm_element_bytes(hw, x.d);
   if (x.t > 1) {
     CollectiveCost one = all_reduce(tp_group, bytes);
     if (x.sp) {
@@ -77,6 +133,8 @@ LayerCost layer_forward(const PlanRequest& r, const Hardware& hw, const analysis
 // The forward of one layer and the extra forward work its recomputation adds.
 struct LayerWork {
   LayerCost forward, recompute;
+  double backward_gemm = 0;  // input and weight gradients: twice the forward's FLOPs, or measured per shape
+  double backward_elementwise = 0;  // twice the forward's bytes
   // Under SP the column-parallel inputs are kept as sequence shards, so backward all-gathers
   // them again (QKV and FC1) to form the weight gradients.
   double backward_extra_comm = 0;
@@ -89,12 +147,22 @@ struct LayerWork {
 LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
   const LayoutConfig& l = r.layout;
   const analysis::ActivationShape x = activation_shape(r);
-  const double flops_per_s = hw.peak_flops(r.bf16_compute()) * hw.gemm_efficiency;
+  const double flops_per_s = gemm_rate(r, hw, x);
+  const bool local = hw.local.active();
+  const bool bf16 = r.bf16_compute();
   LayerWork w;
   const GroupTopology tp_group = group_topology(hw, l.tp, 1);
   w.forward = layer_forward(r, hw, x, tp_group, w.tp_algorithm, moe);
-  if (x.sp && x.t > 1) w.backward_extra_comm = 2 * all_gather(tp_group, double(x.s) * x.b * x.h * x.d).seconds;
-  if (!moe) w.weight_gemm = 24.0 * x.b * double(x.s) * x.h * x.h / x.t / flops_per_s;
+  w.backward_gemm = 2 * w.forward.gemm;
+  w.backward_elementwise = local && !moe ? layer_elementwise_seconds(hw, x, true) : 2 * w.forward.elementwise;
+  if (local && !moe)
+    w.backward_gemm = measured_gemms(hw, layer_gemms(x), bf16, [](const GemmCall& g) { return g.pass != GemmPass::forward; });
+  if (x.sp && x.t > 1)
+    w.backward_extra_comm = 2 * all_gather(tp_group, double(x.s) * x.b * x.h * comm_element_bytes(hw, x.d)).seconds;
+  if (!moe)
+    w.weight_gemm = local ? measured_gemms(hw, layer_gemms(x), bf16,
+                                           [](const GemmCall& g) { return g.pass == GemmPass::backward_weight; })
+                          : 24.0 * x.b * double(x.s) * x.h * x.h / x.t / flops_per_s;
   // The fraction of layers fully recomputed re-runs the forward; selective re-runs QKᵀ,
   // softmax, dropout and probs×V from the kept Q, K, V.
   if (l.recompute == Recompute::full) {
@@ -102,8 +170,10 @@ LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
     w.recompute = {share * w.forward.gemm, share * w.forward.elementwise, share * w.forward.comm,
                    share * w.forward.all_to_all};
   } else if (l.recompute_in_effect() == Recompute::selective) {
-    w.recompute.gemm = 4.0 * x.b * double(x.s) * x.s * x.h / x.t / flops_per_s;
-    w.recompute.elementwise = attention_elementwise_bytes(x) / hw.memory_bandwidth;
+    w.recompute.gemm = local ? measured_gemms(hw, layer_gemms(x), bf16,
+                                              [](const GemmCall& g) { return g.attention && g.pass == GemmPass::forward; })
+                             : 4.0 * x.b * double(x.s) * x.s * x.h / x.t / flops_per_s;
+    w.recompute.elementwise = attention_elementwise_bytes(x) / elementwise_rate(hw);
   }
   // Fused attention keeps no s² tensor (selective has nothing to drop) and its backward recomputes
   // QKᵀ tile by tile in every mode.
@@ -118,7 +188,7 @@ LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
 LayerTime layer_time(const PlanRequest& r, const Hardware& hw) {
   const LayerWork w = layer_work(r, hw, false);
   const LayerCost& f = w.forward;
-  return {f.total(), 2 * (f.gemm + f.elementwise) + f.comm + w.backward_extra_comm + w.recompute.total()};
+  return {f.total(), w.backward_gemm + w.backward_elementwise + f.comm + w.backward_extra_comm + w.recompute.total()};
 }
 
 namespace {
@@ -131,8 +201,8 @@ struct StageWork {
   // `split`: how many of them run their backward split (not fully recomputed; ZB-H1's W).
   void add_layers(const LayerWork& w, double count, double split = 0) {
     weight += split * w.weight_gemm;
-    gemm += count * 3 * w.forward.gemm;
-    elementwise += count * 3 * w.forward.elementwise;
+    gemm += count * (w.forward.gemm + w.backward_gemm);
+    elementwise += count * (w.forward.elementwise + w.backward_elementwise);
     tp_comm += count * (2 * w.forward.comm + w.backward_extra_comm);
     ep_comm += count * 2 * w.forward.all_to_all;
     recompute += count * w.recompute.total();
@@ -143,11 +213,11 @@ struct StageWork {
 // passes, and under TP the output layer's f / g and the vocabulary-parallel cross-entropy.
 StageWork head_work(const PlanRequest& r, const Hardware& hw) {
   const analysis::ActivationShape x = activation_shape(r);
-  const double s = x.s, b = x.b, h = x.h, t = x.t, v = double(x.v), d = x.d;
-  const double flops_per_s = hw.peak_flops(r.bf16_compute()) * hw.gemm_efficiency;
+  const double s = x.s, b = x.b, h = x.h, t = x.t, v = double(x.v), d = comm_element_bytes(hw, x.d);
   StageWork w;
-  w.gemm = 6.0 * b * s * h * v / t / flops_per_s;
-  w.elementwise = 6.0 * 4.0 * s * b * v / t / hw.memory_bandwidth;  // fp32 logits, ~6 passes
+  w.gemm = hw.local.active() ? measured_gemms(hw, head_gemms(x), r.bf16_compute(), [](const GemmCall&) { return true; })
+                             : 6.0 * b * s * h * v / t / (hw.peak_flops(r.bf16_compute()) * hw.gemm_efficiency);
+  w.elementwise = 6.0 * 4.0 * s * b * v / t / elementwise_rate(hw);  // fp32 logits, ~6 passes
   if (r.layout.tp > 1) {
     const GroupTopology tp_group = group_topology(hw, r.layout.tp, 1);
     w.tp_comm += all_reduce(tp_group, s * b * h * d).seconds;                             // output layer's f / g
@@ -237,8 +307,11 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   const double weight_pass = stage.weight;
   // Each of the m chunks sends its output forward and receives a gradient back: 1/t of the
   // activation per rank (the scatter-gather optimisation, or the SP shard).
+  // Locally, as the engine sends it: fp32, the whole [s, b, h] activation unless SP shards it.
   double pp_comm = 0;
-  if (p > 1) {
+  if (p > 1 && hw.local.active()) {
+    pp_comm = 2.0 * m * point_to_point(group_topology(hw, 2, l.tp * dp), s * b * h * 4.0 / (x.sp ? t : 1)).seconds;
+  } else if (p > 1) {
     const Link link = group_topology(hw, p, l.tp * dp).flat_link();
     pp_comm = 2.0 * m * (link.alpha + s * b * h * d / t * link.beta);
   }
@@ -252,6 +325,9 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   out.recompute_s = n_mb * recompute;
   out.pp_comm_s = n_mb * pp_comm;
   out.bubble_s = slots * per_mb;
+  // Locally, ranks idle in the pipeline's ramp give their cores to the others: about half the ranks
+  // compute there, each at the share of the cores that leaves it.
+  if (hw.local.active() && p > 1) out.bubble_s *= compute_share(hw) / hw.local.share(std::max(1.0, hw.local.ranks / 2.0));
   out.bubble_fraction = slots / (n_mb + slots);
   if (r.zero_bubble && p > 1) {
     // ZB-H1 (docs/design.md §6): a third of a micro-batch's stage time is its forward, the weight
@@ -278,7 +354,7 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   // stride t·e), the dense ones over the whole data-parallel group.
   const MemoryPlan mem = plan_memory(r);
   const double psi = double(mem.dense_parameters), psi_experts = double(mem.expert_parameters);
-  const double w = r.mixed_precision() ? 2 : 4;
+  const double w = comm_element_bytes(hw, r.mixed_precision() ? 2 : 4);
   auto data_parallel = [&](const GroupTopology& group, double params) {
     CollectiveCost c;
     if (group.size <= 1 || params <= 0) return c;
@@ -309,7 +385,8 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   // as Megatron accumulates them), read and write master weights and both moments, write the
   // 16-bit weights, plus the gradient-norm read and the zeroing of the gradient buffer.
   const double owned = l.zero >= 1 ? psi / dp + psi_experts / expert_dp : psi + psi_experts;
-  out.optimizer_s = owned * (r.mixed_precision() ? 38.0 : 36.0) / hw.memory_bandwidth;
+  out.optimizer_s = hw.local.active() ? kernel_seconds(hw, "adamw", owned * (r.mixed_precision() ? 38.0 : 36.0))
+                                      : owned * (r.mixed_precision() ? 38.0 : 36.0) / hw.memory_bandwidth;
   // Offloaded moments: 8 bytes a parameter read and 8 written, overlapped with the update (the
   // read-ahead and write-back of optim/offloaded_states.hpp), so the slower of the two counts.
   // Offloaded weight shards move with them (4 bytes each way more), and each bucket's piece is read

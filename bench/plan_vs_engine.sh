@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The planner against the engine, layout by layout, on this machine: for each row, `lattice plan
+# --hardware local` (this host as mpirun runs the layout: ranks share the cores, MPI at the rates a
+# saved `lattice bench` measured) predicts the step, and `lattice train` runs it. Printed: predicted
+# step beside the measured median (min–max over the timed steps of all rounds) and the error; the
+# prediction split into the planner's parts (GEMM, element-wise, recompute, TP, PP p2p, bubble,
+# DP/ZeRO, optimizer) beside the measured split from each run's trace (`lattice schedule --from-trace
+# --split`, the slowest rank); and the predicted per-rank accounted peak beside the measured one.
+#
+# Shapes (SHAPE): gpt2s = 12 layers, hidden 768, 12 heads, seq 256, vocab 8192, global batch 4;
+# small = 4 layers, hidden 256, 8 heads, seq 128, vocab 8192, global batch 8; tiny = the test's model.
+# Dropout 0, fp32 unless the row says bf16, one thread a rank under mpirun (2 for one rank).
+#
+# Usage: bench/plan_vs_engine.sh [path/to/lattice]        (default: build/lattice)
+# Env:   SHAPE (gpt2s), ROUNDS (2), STEPS (4, the first untimed), ROWS (default all, e.g. "one tp2"),
+#        CHECK=1 exits 1 when a row's step is outside ±10% (default 0: print only), KEEP=1 keeps the scratch
+#        directory. The MPI benches for 2 and 4 ranks are measured first, into the scratch directory.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+LATTICE="${1:-$ROOT/build/lattice}"
+[[ -x "$LATTICE" ]] || { echo "plan_vs_engine.sh: no lattice binary at $LATTICE" >&2; exit 2; }
+SHAPE=${SHAPE:-gpt2s} ROUNDS=${ROUNDS:-2} STEPS=${STEPS:-4} CHECK=${CHECK:-0}
+ROWS=${ROWS:-"one tp2 tp2_sp dp2_z0 dp2_z1 dp2_z2 dp2_z3 pp2_gpipe pp2_1f1b pp2_interleaved tp2_dp2 tp2_pp2 one_selective one_full tp2_sp_selective one_bf16 tp2_bf16"}
+PY=python3; [[ -x /usr/bin/python3 ]] && PY=/usr/bin/python3
+. "$(dirname "${BASH_SOURCE[0]}")/lib/token_file.sh"
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/lattice-plan-vs-engine.XXXXXX")
+[[ "${KEEP:-0}" == 1 ]] || trap 'rm -rf "$SCRATCH"' EXIT
+export LATTICE_BENCH_DIR="$SCRATCH/bench"
+
+case $SHAPE in
+  gpt2s) MODEL=(--layers 12 --hidden 768 --heads 12 --seq-len 256 --vocab 8192); GB=4 ;;
+  small) MODEL=(--layers 4 --hidden 256 --heads 8 --seq-len 128 --vocab 8192); GB=8 ;;
+  tiny)  MODEL=(--layers 4 --hidden 64 --heads 4 --seq-len 32 --vocab 256); GB=8 ;;
+  *) echo "plan_vs_engine.sh: SHAPE must be gpt2s, small or tiny" >&2; exit 2 ;;
+esac
+random_token_file "$SCRATCH/data" 300000 "${MODEL[9]}" 8192
+MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1)
+
+# row -> "ranks threads micro-batch flags..." (the same flags go to train and plan)
+row_spec() {
+  case $1 in
+    one)              echo "1 2 $((GB)) " ;;
+    tp2)              echo "2 1 $((GB)) --tensor-model-parallel-size 2" ;;
+    tp2_sp)           echo "2 1 $((GB)) --tensor-model-parallel-size 2 --sequence-parallel" ;;
+    dp2_z0)           echo "2 1 $((GB / 2)) --zero 0" ;;
+    dp2_z1)           echo "2 1 $((GB / 2)) --zero 1" ;;
+    dp2_z2)           echo "2 1 $((GB / 2)) --zero 2" ;;
+    dp2_z3)           echo "2 1 $((GB / 2)) --zero 3" ;;
+    pp2_gpipe)        echo "2 1 1 --pipeline-model-parallel-size 2 --schedule gpipe" ;;
+    pp2_1f1b)         echo "2 1 1 --pipeline-model-parallel-size 2 --schedule 1f1b" ;;
+    pp2_interleaved)  echo "2 1 1 --pipeline-model-parallel-size 2 --virtual-stages 2 --schedule interleaved" ;;
+    tp2_dp2)          echo "4 1 $((GB / 2)) --tensor-model-parallel-size 2" ;;
+    tp2_pp2)          echo "4 1 1 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2" ;;
+    one_selective)    echo "1 2 $((GB)) --recompute selective" ;;
+    one_full)         echo "1 2 $((GB)) --recompute full" ;;
+    tp2_sp_selective) echo "2 1 $((GB)) --tensor-model-parallel-size 2 --sequence-parallel --recompute selective" ;;
+    one_bf16)         echo "1 2 $((GB)) --activation-dtype bf16" ;;
+    tp2_bf16)         echo "2 1 $((GB)) --tensor-model-parallel-size 2 --activation-dtype bf16" ;;
+    *) echo "plan_vs_engine.sh: unknown row $1" >&2; exit 2 ;;
+  esac
+}
+
+echo "plan_vs_engine.sh: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start; shape $SHAPE" >&2
+needed=$(for r in $ROWS; do row_spec "$r" | cut -d' ' -f1; done | sort -u)
+for n in $needed; do
+  [[ $n == 1 ]] && continue
+  echo "+ mpirun -np $n lattice bench --save --budget 30" >&2
+  "${MPI[@]}" -np "$n" "$LATTICE" bench --save --budget 30 >/dev/null 2>"$SCRATCH/bench_np$n.err" ||
+    { echo "plan_vs_engine.sh: the MPI bench for $n ranks failed:" >&2; tail -3 "$SCRATCH/bench_np$n.err" >&2; exit 1; }
+done
+
+for row in $ROWS; do
+  read -r ranks threads mb flags <<<"$(row_spec "$row")"
+  # shellcheck disable=SC2086
+  plan_flags=("${MODEL[@]}" --micro-batch "$mb" --global-batch "$GB" --gpus "$ranks" --threads "$threads"
+              --dropout 0 --params-dtype fp32 $flags)
+  [[ " $flags " == *" --activation-dtype "* ]] || plan_flags+=(--activation-dtype fp32)
+  plan_flags=("${plan_flags[@]/gpipe/1f1b}")  # the planner times GPipe as 1F1B (same passes, more memory)
+  "$LATTICE" plan --hardware local "${plan_flags[@]}" --data "$SCRATCH/data" --json >"$SCRATCH/$row.plan.json" \
+    2>"$SCRATCH/$row.plan.err" || { echo "plan_vs_engine.sh: plan of $row failed:" >&2; tail -2 "$SCRATCH/$row.plan.err" >&2; }
+done
+for round in $(seq 1 "$ROUNDS"); do
+  for row in $ROWS; do
+    read -r ranks threads mb flags <<<"$(row_spec "$row")"
+    # shellcheck disable=SC2086
+    args=(train --data "$SCRATCH/data" "${MODEL[@]}" --micro-batch "$mb" --global-batch "$GB" --threads "$threads"
+          --dropout 0 --steps "$STEPS" --lr-schedule constant --warmup 0 --json --trace "$SCRATCH/$row.$round.trace.json" $flags)
+    if [[ $ranks == 1 ]]; then cmd=(env OMP_NUM_THREADS="$threads" "$LATTICE" "${args[@]}")
+    else cmd=("${MPI[@]}" -np "$ranks" "$LATTICE" "${args[@]}"); fi
+    echo "+ ${cmd[*]}" >&2
+    "${cmd[@]}" >"$SCRATCH/$row.$round.jsonl" 2>"$SCRATCH/$row.$round.err" ||
+      { echo "plan_vs_engine.sh: $row failed:" >&2; tail -3 "$SCRATCH/$row.$round.err" >&2; continue; }
+    "$LATTICE" schedule --from-trace "$SCRATCH/$row.$round.trace.json" --split --json \
+      >"$SCRATCH/$row.$round.split.json" 2>/dev/null || true
+  done
+done
+echo "plan_vs_engine.sh: load average $(cut -d' ' -f1-3 /proc/loadavg) at end" >&2
+
+"$PY" - "$SCRATCH" "$ROUNDS" "$ROWS" "$CHECK" "$SHAPE" <<'PYEOF'
+import json, os, statistics, sys
+scratch, rounds, rows, check, shape = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4] == "1", sys.argv[5]
+parts = [("gemm", "gemm_s"), ("elementwise", "elementwise_s"), ("recompute", "recompute_s"), ("tp_comm", "tp_comm_s"),
+         ("pp_comm", "pp_comm_s"), ("bubble", "bubble_s"), ("dp_comm", "dp_comm_s"), ("optimizer", "optimizer_s")]
+def load(path):
+    try:
+        return [json.loads(l) for l in open(path) if l.strip()]
+    except (OSError, ValueError):
+        return []
+print(f"## plan --hardware local against lattice train, shape {shape} (step seconds; parts predicted / measured)\n")
+print("| row | ranks | predicted s | measured s (min–max) | error | " + " | ".join(p for p, _ in parts) +
+      " | peak/rank predicted | measured |")
+print("|---|---|---|---|---|" + "---|" * len(parts) + "---|---|")
+outside = 0
+for row in rows:
+    plan = load(os.path.join(scratch, row + ".plan.json"))
+    plan = plan[0] if plan else {}
+    steps, splits, peak = [], [], 0
+    for r in range(1, rounds + 1):
+        recs = load(os.path.join(scratch, f"{row}.{r}.jsonl"))
+        steps += [e["step_s"] for e in recs if e.get("event") == "step" and e["step"] > 1]
+        for e in recs:
+            if e.get("event") == "summary":
+                peak = max([peak] + [m.get("accounted_peak_bytes", 0) for m in e["memory"]["ranks"]])
+        sp = load(os.path.join(scratch, f"{row}.{r}.split.json"))
+        if sp:
+            splits.append(max(sp[0]["ranks"], key=lambda x: x["step_s"]))
+    ranks = plan.get("layout", {}).get("dp", 1) * plan.get("layout", {}).get("tp", 1) * plan.get("layout", {}).get("pp", 1)
+    pred = plan.get("predicted_iteration_s")
+    if not steps or pred is None:
+        print(f"| {row} | {ranks} | {pred} | (no run) | | " + " | " * len(parts) + " |")
+        outside += 1
+        continue
+    med = statistics.median(steps)
+    err = (pred - med) / med
+    outside += abs(err) > 0.10
+    cells = []
+    for name, key in parts:
+        p = plan.get("time_breakdown_s", {}).get(name)
+        m = statistics.median([s[key] for s in splits]) if splits and key in splits[0] else None
+        cells.append(("%.3f" % p if p is not None else "–") + " / " + ("%.3f" % m if m is not None else "–"))
+    pred_peak = max([s.get("accounted_peak_bytes", 0) for s in plan.get("memory_by_stage", [])] or [0])
+    print(f"| {row} | {ranks} | {pred:.3f} | {med:.3f} ({min(steps):.3f}–{max(steps):.3f}) | {100 * err:+.1f}% | " +
+          " | ".join(cells) + f" | {pred_peak / 2**20:.1f} MiB | {peak / 2**20:.1f} MiB |")
+print(f"\n{len(rows) - outside} of {len(rows)} rows within ±10%")
+sys.exit(1 if check and outside else 0)
+PYEOF

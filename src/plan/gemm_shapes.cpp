@@ -1,0 +1,94 @@
+#include "plan/gemm_shapes.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <vector>
+#include <cstdio>
+#include <cstdlib>
+
+#include "tensor/bf16.hpp"
+
+namespace lattice::plan {
+
+double gemm_flops(const GemmShape& s) { return 2.0 * double(s.batch) * double(s.M) * double(s.N) * double(s.K); }
+
+namespace {
+
+GemmShape shape(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a = false, bool trans_b = false,
+                bool accumulate = false) {
+  GemmShape s;
+  s.batch = batch, s.M = M, s.N = N, s.K = K, s.trans_a = trans_a, s.trans_b = trans_b, s.accumulate = accumulate;
+  return s;
+}
+
+// A linear layer y[N, out] = x[N, in] · W[in, out]: forward, dX = dy · Wᵀ, dW += xᵀ · dy.
+void linear(std::vector<GemmCall>& calls, int64_t rows, int64_t in, int64_t out) {
+  calls.push_back({shape(1, rows, out, in), GemmPass::forward, false});
+  calls.push_back({shape(1, rows, in, out, false, true), GemmPass::backward_input, false});
+  calls.push_back({shape(1, in, out, rows, true, false, true), GemmPass::backward_weight, false});
+}
+
+}  // namespace
+
+std::vector<GemmCall> layer_gemms(const analysis::ActivationShape& x) {
+  const int64_t rows = x.s * x.b, h = x.h, t = x.t, heads = x.a / x.t, dh = x.h / x.a;
+  std::vector<GemmCall> calls;
+  linear(calls, rows, h, 3 * h / t);  // QKV
+  const int64_t batch = x.b * heads;
+  calls.push_back({shape(batch, x.s, x.s, dh, false, true), GemmPass::forward, true});           // QKᵀ
+  calls.push_back({shape(batch, x.s, dh, x.s), GemmPass::forward, true});                        // P·V
+  calls.push_back({shape(batch, x.s, x.s, dh, false, true), GemmPass::backward_input, true});    // dP = dctx·Vᵀ
+  calls.push_back({shape(batch, x.s, dh, x.s, true, false), GemmPass::backward_input, true});    // dV = Pᵀ·dctx
+  calls.push_back({shape(batch, x.s, dh, x.s), GemmPass::backward_input, true});                 // dQ = dS·K
+  calls.push_back({shape(batch, x.s, dh, x.s, true, false), GemmPass::backward_input, true});    // dK = dSᵀ·Q
+  linear(calls, rows, h / t, h);          // projection
+  linear(calls, rows, h, 4 * h / t);      // FC1
+  linear(calls, rows, 4 * h / t, h);      // FC2
+  return calls;
+}
+
+std::vector<GemmCall> head_gemms(const analysis::ActivationShape& x) {
+  const int64_t rows = x.s * x.b, v = x.v / x.t;
+  return {{shape(1, rows, v, x.h, false, true), GemmPass::forward, false},
+          {shape(1, rows, x.h, v), GemmPass::backward_input, false},
+          {shape(1, v, x.h, rows, true, false, true), GemmPass::backward_weight, false}};
+}
+
+double GemmTimer::seconds(const GemmShape& s, bool bf16) {
+  const auto key = std::make_tuple(s.batch, s.M, s.N, s.K, s.trans_a, s.trans_b, bf16);
+  if (const auto it = cache_.find(key); it != cache_.end()) return it->second;
+  const size_t a_n = size_t(s.batch * s.M * s.K), b_n = size_t(s.batch * s.K * s.N), c_n = size_t(s.batch * s.M * s.N);
+  std::vector<float> a(a_n, 0.5f), b(b_n, 0.25f), c(c_n, 0.0f);
+  std::vector<uint16_t> a16, b16;
+  GemmOperand ao = f32_operand(a.data()), bo = f32_operand(b.data());
+  if (bf16) {
+    a16.resize(a_n), b16.resize(b_n);
+    to_bf16(a.data(), a16.data(), int64_t(a_n));
+    to_bf16(b.data(), b16.data(), int64_t(b_n));
+    ao = {a16.data(), DType::bf16}, bo = {b16.data(), DType::bf16};
+  }
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads_);
+  gemm(s, ao, bo, c.data());  // warm-up: the primitive is created and cached
+  // At least 3 calls, and 30 ms or 20 calls, whichever comes first: the median.
+  std::vector<double> times;
+  double total = 0;
+  while (times.size() < 3 || (total < 0.3 && times.size() < 50)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    gemm(s, ao, bo, c.data());
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    total += times.back();
+  }
+  omp_set_num_threads(saved);
+  std::nth_element(times.begin(), times.begin() + long(times.size() / 2), times.end());
+  if (std::getenv("LATTICE_DEBUG_GEMM"))
+    std::fprintf(stderr, "gemm %lld x %lld x %lld x %lld ta %d tb %d: %.3f ms %.1f GFLOP/s (%zu calls)\n", (long long)s.batch,
+                 (long long)s.M, (long long)s.N, (long long)s.K, s.trans_a, s.trans_b, times[times.size() / 2] * 1e3,
+                 gemm_flops(s) / times[times.size() / 2] / 1e9, times.size());
+  return cache_[key] = times[times.size() / 2];
+}
+
+}  // namespace lattice::plan

@@ -1,0 +1,44 @@
+#pragma once
+// The GEMMs of a step as the engine calls them (src/kernels/linear.cpp, src/model/attention.cpp,
+// the head in src/model/gpt.cpp), one micro-batch on one rank, and their measured times on this
+// machine: what `--hardware local` charges instead of one rate for every shape (docs/plan.md).
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "analysis/formulas.hpp"
+#include "kernels/gemm.hpp"
+
+namespace lattice::plan {
+
+enum class GemmPass { forward, backward_input, backward_weight };
+
+struct GemmCall {
+  GemmShape shape;
+  GemmPass pass = GemmPass::forward;
+  bool attention = false;  // the s² GEMMs (QKᵀ, P·V and their backward): what selective recompute re-runs
+};
+
+double gemm_flops(const GemmShape& s);  // 2·batch·M·N·K
+
+// A dense transformer layer (rows = s·b: under SP the linears see the gathered sequence; heads a/t).
+std::vector<GemmCall> layer_gemms(const analysis::ActivationShape& x);
+// The output layer: logits [s·b, v/t] = x · wteᵀ, its input gradient and its weight gradient.
+std::vector<GemmCall> head_gemms(const analysis::ActivationShape& x);
+
+// Seconds of one call of each shape, measured once in this process at `threads` OpenMP threads with
+// fp32 or bf16 operands (median of a few calls after a warm-up) and remembered.
+class GemmTimer {
+ public:
+  explicit GemmTimer(int threads) : threads_(threads) {}
+  double seconds(const GemmShape& shape, bool bf16);
+  int threads() const { return threads_; }
+  size_t shapes_measured() const { return cache_.size(); }
+
+ private:
+  int threads_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, bool>, double> cache_;
+};
+
+}  // namespace lattice::plan

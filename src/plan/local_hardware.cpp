@@ -1,0 +1,104 @@
+#include "plan/local_hardware.hpp"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "core/error.hpp"
+#include "core/memory_limit.hpp"
+#include "plan/comm_table.hpp"
+#include "plan/gemm_shapes.hpp"
+#include "plan/measure.hpp"
+
+namespace lattice::plan {
+
+double LocalHost::share(double busy) const {
+  if (cores <= 0 || threads <= 0) return 1.0;
+  return std::min(double(threads), double(cores) / std::max(1.0, busy)) / threads;
+}
+
+namespace {
+
+int host_cores() {
+  const int n = omp_get_num_procs();
+  return n > 0 ? n : std::max(1u, std::thread::hardware_concurrency());
+}
+
+// The element-wise rate the saved bench measured (the mean of the kernels' rates), else its triad.
+double elementwise_rate_of(const LocalBench& bench) {
+  double sum = 0;
+  int n = 0;
+  for (const auto& [kernel, rate] : bench.elementwise)
+    if (kernel != "adamw" && rate > 0) sum += rate, ++n;
+  return n ? sum / n : bench.compute.memory_bandwidth;
+}
+
+// Runs `mpirun -np ranks <this binary> bench --save --budget 40` (bounded by `timeout`); true when
+// it wrote the file.
+bool measure_mpi(int ranks, const std::string& path) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string command = "timeout 90 mpirun --oversubscribe";
+  if (geteuid() == 0) command += " --allow-run-as-root";
+  command += " -np " + std::to_string(ranks) + " '" + self + "' bench --save --budget 40 > /dev/null 2>&1";
+  const int status = std::system(command.c_str());
+  std::error_code ec;
+  return status == 0 && std::filesystem::is_regular_file(path, ec);
+}
+
+}  // namespace
+
+Hardware local_hardware(int ranks, int threads, bool announce) {
+  require(ranks >= 1 && ranks <= 64, "--hardware local plans ranks on this machine: 1 to 64 (got " +
+                                         std::to_string(ranks) + ")");
+  Hardware h = hardware_preset("cpu");
+  h.name = "local";
+  LocalHost& l = h.local;
+  l.cores = host_cores(), l.ranks = ranks, l.threads = threads;
+  l.gemm = std::make_shared<GemmTimer>(threads);
+  h.memory_bytes = int64_t(physical_memory_bytes() / ranks);  // the host's memory, shared by its ranks
+  h.devices_per_node = ranks;                                 // one host: no inter-node link
+  const std::string path = bench_result_path(ranks);
+  std::error_code ec;
+  if (ranks > 1 && !std::filesystem::is_regular_file(path, ec)) {
+    if (announce)
+      std::fprintf(stderr, "lattice plan: no saved MPI bench for %d ranks (%s): measuring it now (about 40 s)\n",
+                   ranks, path.c_str());
+    require(measure_mpi(ranks, path), "--hardware local: no MPI bench for " + std::to_string(ranks) + " ranks at " +
+                                          path + ", and measuring one failed: run mpirun -np " +
+                                          std::to_string(ranks) + " lattice bench --save");
+  }
+  if (std::filesystem::is_regular_file(path, ec)) {
+    const LocalBench bench = read_local_bench(path);
+    l.source = path;
+    if (!bench.comm.empty()) l.comm = std::make_shared<CommTable>(bench.comm);
+    if (bench.threads_per_rank == threads && bench.compute.memory_bandwidth > 0) {
+      // Measured by this many ranks of these threads at once: the sharing of the cores is in them.
+      l.elementwise_bandwidth = elementwise_rate_of(bench);
+      l.kernel_rates = bench.elementwise;
+      l.rates_shared = bench.ranks == ranks;
+    }
+    h.peak_flops_fp32 = bench.compute.gemm_fp32_flops > 0 ? bench.compute.gemm_fp32_flops : h.peak_flops_fp32;
+    h.peak_flops_bf16 = bench.compute.gemm_bf16_flops > 0 ? bench.compute.gemm_bf16_flops : h.peak_flops_bf16;
+  }
+  if (l.elementwise_bandwidth <= 0) {  // measured now, at the run's threads
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    const Measurement m = measure_this_machine(0.1);
+    omp_set_num_threads(saved);
+    l.elementwise_bandwidth = m.memory_bandwidth;
+    h.peak_flops_fp32 = m.gemm_fp32_flops, h.peak_flops_bf16 = m.gemm_bf16_flops;
+    if (l.source.empty()) l.source = "measured now";
+  }
+  h.memory_bandwidth = l.elementwise_bandwidth;
+  if (announce)
+    std::fprintf(stderr, "lattice plan: hardware local: %d rank(s) × %d thread(s) on %d cores; MPI and rates from %s\n",
+                 ranks, threads, l.cores, l.source.c_str());
+  return h;
+}
+
+}  // namespace lattice::plan
