@@ -52,6 +52,21 @@ double kernel_seconds(const Hardware& hw, const char* name, double bytes) {
                                                                           : elementwise_rate(hw);
   return bytes / rate;
 }
+// Elements a layer converts between fp32 and bf16 under bf16 activations (each read in one width and
+// written in the other: 6 bytes), as the engine runs it: forward, the QKV and FC1 inputs narrowed for
+// their GEMMs; backward, each linear's output gradient and attention's dctx and dS narrowed, and the
+// kept bf16 tensors its kernels read widened (LayerNorm and FC1 inputs, the GeLU input, the
+// projection input, Q, K, V, the probabilities and, with dropout, the dropped probabilities).
+double layer_bf16_conversions(const analysis::ActivationShape& x, bool backward) {
+  if (x.d != 2) return 0;
+  const double N = double(x.s) * x.b, h = double(x.h), t = x.t, local = N / (x.sp ? t : 1);
+  const double s2 = x.fused_attention ? 0 : double(x.a) * x.s * x.s * x.b / t;
+  if (!backward) return 2 * N * h;
+  const double narrowed = N * (3 * h / t + h + 4 * h / t + h) + N * h / t + s2;
+  const double widened = 2 * local * h + N * h + N * 4 * h / t + N * h / t + 3 * N * h / t + s2 * (x.dropout ? 2 : 1);
+  return narrowed + widened;
+}
+
 // A layer's element-wise kernels kernel by kernel (the bytes of layer_elementwise_bytes), forward or
 // backward (each backward kernel moves twice its forward's bytes).
 double layer_elementwise_seconds(const Hardware& hw, const analysis::ActivationShape& x, bool backward) {
@@ -66,7 +81,7 @@ double layer_elementwise_seconds(const Hardware& hw, const analysis::ActivationS
     t += x.dropout ? kernel_seconds(hw, ("softmax_dropout" + pass).c_str(), k * (4 * d + 1) * s2)
                    : kernel_seconds(hw, ("softmax" + pass).c_str(), k * 2 * d * s2);
   }
-  return t;
+  return t + kernel_seconds(hw, "to_bf16", 6.0 * layer_bf16_conversions(x, backward));
 }
 double comm_element_bytes(const Hardware& hw, double d) { return hw.local.active() ? 4.0 : d; }
 template <class Keep>
@@ -218,6 +233,8 @@ StageWork head_work(const PlanRequest& r, const Hardware& hw) {
   w.gemm = hw.local.active() ? measured_gemms(hw, head_gemms(x), r.bf16_compute(), [](const GemmCall&) { return true; })
                              : 6.0 * b * s * h * v / t / (hw.peak_flops(r.bf16_compute()) * hw.gemm_efficiency);
   w.elementwise = 6.0 * 4.0 * s * b * v / t / elementwise_rate(hw);  // fp32 logits, ~6 passes
+  if (hw.local.active() && x.d == 2)  // the logits' gradient and the head's input narrowed for the GEMMs
+    w.elementwise += kernel_seconds(hw, "to_bf16", 6.0 * s * b * (v / t + 2 * h));
   if (r.layout.tp > 1) {
     const GroupTopology tp_group = group_topology(hw, r.layout.tp, 1);
     w.tp_comm += all_reduce(tp_group, s * b * h * d).seconds;                             // output layer's f / g
@@ -387,6 +404,9 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   const double owned = l.zero >= 1 ? psi / dp + psi_experts / expert_dp : psi + psi_experts;
   out.optimizer_s = hw.local.active() ? kernel_seconds(hw, "adamw", owned * (r.mixed_precision() ? 38.0 : 36.0))
                                       : owned * (r.mixed_precision() ? 38.0 : 36.0) / hw.memory_bandwidth;
+  // Locally under bf16 activations the updated fp32 weights are narrowed to the GEMMs' bf16 copy.
+  if (hw.local.active() && r.bf16_compute() && !r.mixed_precision())
+    out.optimizer_s += kernel_seconds(hw, "to_bf16", 6.0 * double(mem.shard_parameters));
   // Offloaded moments: 8 bytes a parameter read and 8 written, overlapped with the update (the
   // read-ahead and write-back of optim/offloaded_states.hpp), so the slower of the two counts.
   // Offloaded weight shards move with them (4 bytes each way more), and each bucket's piece is read

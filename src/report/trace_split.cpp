@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "report/trace_timeline.hpp"
 #include "core/trace.hpp"
 
 namespace lattice {
@@ -67,16 +68,6 @@ int depth_order(Kind kind) {
   }
 }
 
-std::string read_text(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) fail("trace " + path + " is not a readable regular file");
-  if (std::filesystem::file_size(path, ec) > (uintmax_t(1) << 30)) fail("trace " + path + " is larger than 1 GiB");
-  std::ifstream in(path);
-  if (!in) fail("cannot read trace " + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // Microseconds (the file's unit, to the nanosecond) to integer nanoseconds.
 int64_t to_ns(const nlohmann::json& v, const std::string& path, const char* field) {
@@ -187,7 +178,7 @@ std::vector<StepSplit> split_doc(const nlohmann::json& doc, const std::string& p
 }  // namespace
 
 std::vector<StepSplit> split_step(const std::string& trace_path, int step) {
-  const std::string text = read_text(trace_path);
+  const std::string text = parallel::pipeline::read_trace_file(trace_path);
   try {
     return split_doc(nlohmann::json::parse(text), trace_path, step);
   } catch (const nlohmann::json::exception& e) {

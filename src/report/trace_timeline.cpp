@@ -15,7 +15,7 @@ namespace {
 Simulation timeline_from_doc(const nlohmann::json& doc, const std::string& path, int p, int m, int step);
 }  // namespace
 
-Simulation timeline_from_trace(const std::string& path, int p, int m, int step) {
+std::string read_trace_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) fail("trace " + path + " is not a readable regular file");
   if (std::filesystem::file_size(path, ec) > (uintmax_t(1) << 30)) fail("trace " + path + " is larger than 1 GiB");
@@ -23,9 +23,14 @@ Simulation timeline_from_trace(const std::string& path, int p, int m, int step) 
   if (!in) fail("cannot read trace " + path);
   std::stringstream text;
   text << in.rdbuf();
+  return text.str();
+}
+
+Simulation timeline_from_trace(const std::string& path, int p, int m, int step) {
+  const std::string text = read_trace_file(path);
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(text.str());
+    doc = nlohmann::json::parse(text);
     return timeline_from_doc(doc, path, p, m, step);
   } catch (const nlohmann::json::exception& e) {
     fail("trace " + path + " is not a lattice trace (write one with lattice train --trace): " + e.what());

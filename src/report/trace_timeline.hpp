@@ -7,6 +7,10 @@
 
 namespace lattice::parallel::pipeline {
 
+// A trace file's text: one line (InputError) for a file that is missing, not regular, unreadable or
+// over 1 GiB. Shared by the timeline and the step split (report/trace_split.hpp).
+std::string read_trace_file(const std::string& path);
+
 // The forwards and backwards of optimizer step `step` (-1: the last step in the file), times from
 // that step's first action in units of one stage's mean forward (the simulator's unit); p = number
 // of pipeline ranks (tracks), m = chunks per rank.
