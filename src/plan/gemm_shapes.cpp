@@ -61,24 +61,32 @@ double GemmTimer::seconds(const GemmShape& s, bool bf16) {
   const auto key = std::make_tuple(s.batch, s.M, s.N, s.K, s.trans_a, s.trans_b, bf16);
   if (const auto it = cache_.find(key); it != cache_.end()) return it->second;
   const size_t a_n = size_t(s.batch * s.M * s.K), b_n = size_t(s.batch * s.K * s.N), c_n = size_t(s.batch * s.M * s.N);
-  std::vector<float> a(a_n, 0.5f), b(b_n, 0.25f), c(c_n, 0.0f);
-  std::vector<uint16_t> a16, b16;
-  GemmOperand ao = f32_operand(a.data()), bo = f32_operand(b.data());
-  if (bf16) {
-    a16.resize(a_n), b16.resize(b_n);
-    to_bf16(a.data(), a16.data(), int64_t(a_n));
-    to_bf16(b.data(), b16.data(), int64_t(b_n));
-    ao = {a16.data(), DType::bf16}, bo = {b16.data(), DType::bf16};
+  // In a step a GEMM's operands come from memory, not from the cache the previous call left them in:
+  // the calls cycle through copies that together pass 64 MiB (the caches' size many times over).
+  const size_t set_bytes = (a_n + b_n) * (bf16 ? 2 : 4) + c_n * 4;
+  const size_t copies = std::clamp<size_t>((size_t(64) << 20) / std::max<size_t>(set_bytes, 1) + 1, 1, 16);
+  std::vector<std::vector<float>> a(copies, std::vector<float>(a_n, 0.5f)), b(copies, std::vector<float>(b_n, 0.25f)),
+      c(copies, std::vector<float>(c_n, 0.0f));
+  std::vector<std::vector<uint16_t>> a16(bf16 ? copies : 0, std::vector<uint16_t>(a_n)),
+      b16(bf16 ? copies : 0, std::vector<uint16_t>(b_n));
+  for (size_t i = 0; bf16 && i < copies; ++i) {
+    to_bf16(a[i].data(), a16[i].data(), int64_t(a_n));
+    to_bf16(b[i].data(), b16[i].data(), int64_t(b_n));
   }
+  auto call = [&](size_t i) {
+    const GemmOperand ao = bf16 ? GemmOperand{a16[i].data(), DType::bf16} : f32_operand(a[i].data());
+    const GemmOperand bo = bf16 ? GemmOperand{b16[i].data(), DType::bf16} : f32_operand(b[i].data());
+    gemm(s, ao, bo, c[i].data());
+  };
   const int saved = omp_get_max_threads();
   omp_set_num_threads(threads_);
-  gemm(s, ao, bo, c.data());  // warm-up: the primitive is created and cached
-  // At least 3 calls, and 30 ms or 20 calls, whichever comes first: the median.
+  call(0);  // warm-up: the primitive is created and cached
+  // At least 3 calls, and 0.3 s or 50 calls, whichever comes first: the median.
   std::vector<double> times;
   double total = 0;
   while (times.size() < 3 || (total < 0.3 && times.size() < 50)) {
     const auto t0 = std::chrono::steady_clock::now();
-    gemm(s, ao, bo, c.data());
+    call((times.size() + 1) % copies);
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     total += times.back();
   }
