@@ -1,5 +1,7 @@
 #include "cli/cli_util.hpp"
 
+#include <filesystem>
+
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -51,6 +53,16 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
     std::fprintf(stderr, "lattice %s: error: %s\n", command.c_str(), message.c_str());
     return 2;
   }
+}
+
+int64_t token_file_bytes(const std::string& dir) {
+  int64_t bytes = 0;
+  for (const char* name : {"/train.bin", "/val.bin"}) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(dir + name, ec);
+    if (!ec) bytes += int64_t(size);
+  }
+  return bytes;
 }
 
 }  // namespace lattice::cli

@@ -1,7 +1,9 @@
 #pragma once
 // Shared flag parsing for the sub-commands: CLI11 errors become one stderr line and exit 2.
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <optional>
+#include <string>
 
 namespace lattice::cli {
 
@@ -9,5 +11,9 @@ namespace lattice::cli {
 // command must stop here: 0 after --help was printed, 2 after a usage error was reported as one
 // line "lattice <command>: error: <message>" on stderr. Returns nullopt when the command should run.
 std::optional<int> parse_flags(CLI::App& app, int argc, char** argv);
+
+// Bytes of a token directory's train.bin and val.bin (those that exist): what a run holds in its
+// data category, for the planner's per-category prediction.
+int64_t token_file_bytes(const std::string& dir);
 
 }  // namespace lattice::cli

@@ -137,10 +137,7 @@ plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
   if (!f.data.empty()) {
     std::error_code ec;
     require(std::filesystem::is_directory(f.data, ec), "--data " + f.data + " is not a directory");
-    for (const char* name : {"/train.bin", "/val.bin"}) {
-      const auto bytes = std::filesystem::file_size(f.data + name, ec);
-      if (!ec) r.data_bytes += int64_t(bytes);
-    }
+    r.data_bytes = token_file_bytes(f.data);
   }
   r.global_batch = f.global_batch > 0 ? f.global_batch : (f.search ? r.gpus : f.micro_batch * r.layout.dp);
   if (f.layout.partition_auto && !f.search) {

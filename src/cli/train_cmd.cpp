@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <thread>
 
 #include <omp.h>
@@ -45,11 +44,7 @@ plan::PlanRequest run_request(const ModelConfig& model, const LayoutConfig& layo
   r.zero_bubble = train.schedule == "zb-h1";
   r.pipedream_2bw = train.schedule == "pipedream-2bw";  // two weight versions to place
   r.threads = train.threads > 0 ? train.threads : omp_get_max_threads();
-  for (const char* name : {"/train.bin", "/val.bin"}) {  // the token files join the data category
-    std::error_code ec;
-    const auto bytes = std::filesystem::file_size(train.data_dir + name, ec);
-    if (!ec) r.data_bytes += int64_t(bytes);
-  }
+  r.data_bytes = token_file_bytes(train.data_dir);  // the token files join the data category
   return r;
 }
 

@@ -3,12 +3,10 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <vector>
-#include <cstdio>
-#include <cstdlib>
 
+#include "plan/measure.hpp"
 #include "tensor/bf16.hpp"
 
 namespace lattice::plan {
@@ -80,23 +78,10 @@ double GemmTimer::seconds(const GemmShape& s, bool bf16) {
   };
   const int saved = omp_get_max_threads();
   omp_set_num_threads(threads_);
-  call(0);  // warm-up: the primitive is created and cached
-  // At least 3 calls, and 0.3 s or 50 calls, whichever comes first: the median.
-  std::vector<double> times;
-  double total = 0;
-  while (times.size() < 3 || (total < 0.3 && times.size() < 50)) {
-    const auto t0 = std::chrono::steady_clock::now();
-    call((times.size() + 1) % copies);
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    total += times.back();
-  }
+  size_t next = 0;  // each call on the next copy of the operands
+  const double seconds = median_call_seconds(0.3, [&] { call(next++ % copies); }, 50);
   omp_set_num_threads(saved);
-  std::nth_element(times.begin(), times.begin() + long(times.size() / 2), times.end());
-  if (std::getenv("LATTICE_DEBUG_GEMM"))
-    std::fprintf(stderr, "gemm %lld x %lld x %lld x %lld ta %d tb %d: %.3f ms %.1f GFLOP/s (%zu calls)\n", (long long)s.batch,
-                 (long long)s.M, (long long)s.N, (long long)s.K, s.trans_a, s.trans_b, times[times.size() / 2] * 1e3,
-                 gemm_flops(s) / times[times.size() / 2] / 1e9, times.size());
-  return cache_[key] = times[times.size() / 2];
+  return cache_[key] = seconds;
 }
 
 }  // namespace lattice::plan

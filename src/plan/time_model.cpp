@@ -36,8 +36,9 @@ double moe_mlp_elementwise_bytes(const analysis::MoEKeptShape& m) {
 namespace {
 
 // --hardware local (plan/local_hardware.hpp): what the engine's ranks get of this machine. GEMMs are
-// the engine's calls timed here per shape (plan/gemm_shapes.hpp) and element-wise work moves bytes at
-// the rate measured alone, both slowed by the share of the cores a rank gets while every rank computes;
+// the engine's calls timed here per shape (plan/gemm_shapes.hpp), slowed by the share of the cores a
+// rank gets while every rank computes; element-wise kernels move bytes at the bench's rate for each
+// (measured with every rank running when the bench had this many ranks, else slowed the same way);
 // the engine communicates fp32 whatever the activation dtype (16-bit gradients are widened first).
 double compute_share(const Hardware& hw) { return hw.local.active() ? hw.local.share(hw.local.ranks) : 1.0; }
 double elementwise_share(const Hardware& hw) { return hw.local.rates_shared ? 1.0 : compute_share(hw); }
