@@ -1,0 +1,29 @@
+#pragma once
+// What each layer keeps for backward and how it gets the rest back (docs/design.md §3, issue 19): the
+// one per-layer list the engine runs, the formulas size, the planner times and the chooser fills.
+//   none        keeps all its activations (Table 2's row);
+//   selective   keeps all but the s² tensors, re-running QKᵀ, softmax, dropout and probs×V;
+//   checkpoint  keeps only its input and starts a segment: in backward the segment is re-run from it;
+//   in_segment  keeps nothing: a later layer of the segment its nearest checkpoint below starts.
+// Block N (Megatron's --recompute-method block) is N one-layer segments at the bottom; uniform k
+// (--recompute-method uniform --recompute-layers k, Chen et al. 2016) a k-layer segment every k layers
+// of each virtual stage. Segments never cross a virtual stage (a chunk's backward is one action).
+#include <string>
+#include <vector>
+
+namespace lattice {
+
+enum class LayerRecompute { none, selective, checkpoint, in_segment };
+
+// One character a layer: n s c ~ (e.g. "c~~c~~ssnn"), for printing, for comparing across ranks and
+// for --recompute-plan.
+char to_char(LayerRecompute r);
+std::string recompute_plan_text(const std::vector<LayerRecompute>& plan);
+std::vector<LayerRecompute> parse_recompute_plan(const std::string& text);  // throws InputError
+
+// Does layer l keep only its input (checkpoint) or nothing (in_segment): its forward is re-run.
+inline bool forward_recomputed(LayerRecompute r) {
+  return r == LayerRecompute::checkpoint || r == LayerRecompute::in_segment;
+}
+
+}  // namespace lattice
