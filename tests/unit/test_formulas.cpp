@@ -2,9 +2,12 @@
 // the MFU/HFU the paper reports (docs/design.md §7).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "analysis/formulas.hpp"
+#include "analysis/recompute_choice.hpp"
+#include "core/error.hpp"
 #include "plan/evaluate.hpp"
 #include "plan/paper_models.hpp"
 
@@ -149,4 +152,31 @@ TEST(Formulas, MfuAndHfuReproduceTable5WithinTwoTenthsOfAPoint) {
     EXPECT_LT(u.hfu_counted, u.hfu) << m.name;  // 1 + 2s/9h < 1 + s/3h
     EXPECT_GT(u.hfu_counted, u.mfu) << m.name;
   }
+}
+
+// docs/design.md §4: the stage peak of a per-layer plan, (f − 1)·K + max(K + H, max_u pre(u) + live(u)) + fixed.
+TEST(Formulas, StageActivationPeakOfAPlan) {
+  const double I = 10, A = 250, S = 60, S2 = 90, F = 1000, H = 40;
+  StageRecomputeCosts c;
+  c.mode[size_t(LayerRecompute::none)] = {A, A, 0};
+  c.mode[size_t(LayerRecompute::selective)] = {A - S, A - S + S2, 100};
+  c.mode[size_t(LayerRecompute::checkpoint)] = {I, A, F};
+  c.mode[size_t(LayerRecompute::in_segment)] = {0, A, F};
+  c.head = H, c.in_flight = 3, c.fixed = 7;
+  // All none: K = 6A, and the head's tensors sit on top of it.
+  EXPECT_DOUBLE_EQ(stage_activation_peak(c, parse_recompute_plan("nnnnnn")), 2 * 6 * A + 6 * A + H + 7);
+  // Uniform 2: K = 3I; the top segment re-runs two layers over the two checkpoints below it.
+  EXPECT_DOUBLE_EQ(stage_activation_peak(c, parse_recompute_plan("c~c~c~")), 2 * 3 * I + (2 * I + 2 * A) + 7);
+  EXPECT_DOUBLE_EQ(recompute_flops(c, parse_recompute_plan("c~c~c~")), 6 * F);
+  // Every layer a checkpoint (full): K = 6I, one layer live over five inputs.
+  EXPECT_DOUBLE_EQ(stage_activation_peak(c, parse_recompute_plan("cccccc")), 2 * 6 * I + (5 * I + A) + 7);
+  // A mix: the selective layer's backward holds its re-made s² tensors over c~ (I) below it.
+  const double K = I + 2 * (A - S) + A;
+  EXPECT_DOUBLE_EQ(stage_activation_peak(c, parse_recompute_plan("c~ssn")),
+                   2 * K + std::max({K + H, 2 * A, I + (A - S) + (A - S + S2), I + 2 * (A - S) + A}) + 7);
+  EXPECT_DOUBLE_EQ(recompute_flops(c, parse_recompute_plan("c~ssn")), 2 * F + 200);
+  EXPECT_THROW(stage_activation_peak(c, parse_recompute_plan("~cn")), InputError);
+  EXPECT_THROW(stage_activation_peak(c, parse_recompute_plan("n~")), InputError);
+  EXPECT_THROW(parse_recompute_plan("cx"), InputError);
+  EXPECT_EQ(recompute_plan_text(parse_recompute_plan("c~sn")), "c~sn");
 }
