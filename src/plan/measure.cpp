@@ -141,6 +141,9 @@ std::map<std::string, double> measure_elementwise(double seconds, const std::fun
       bias_column_sums(sums.data(), dpre.data(), N, 4 * h);
     });
     measure("to_bf16", 6.0 * double(n4), [&] { to_bf16(pre.data(), half.data(), n4); });
+    // A plain copy: kept inputs stored, heads split and merged (model/attention.cpp's permutations
+    // move rows of head_dim floats, near a copy's rate).
+    measure("copy", 8.0 * double(n4), [&] { std::copy(pre.begin(), pre.end(), act.begin()); });
   }
   {  // the residual branch's end, as model/transformer_layer.cpp's residual_dropout_add: y += bias,
      // y = dropout(y) with a mask drawn now, x += y; backward: dropout's backward (or the copy) and

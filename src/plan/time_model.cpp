@@ -82,6 +82,13 @@ double layer_elementwise_seconds(const Hardware& hw, const analysis::ActivationS
     t += x.dropout ? kernel_seconds(hw, ("softmax_dropout" + pass).c_str(), k * (4 * d + 1) * s2)
                    : kernel_seconds(hw, ("softmax" + pass).c_str(), k * 2 * d * s2);
   }
+  // Copies: forward stores the two LayerNorm inputs it keeps (narrowed under bf16) and splits the QKV
+  // output into heads and merges the context back; backward unmerges the context's gradient, merges
+  // dQ, dK, dV into one row and sums the QKV bias's columns (the other biases' sums are in the
+  // kernels above).
+  const double N = double(x.s) * x.b, hl = double(x.h) / x.t;
+  t += backward ? kernel_seconds(hw, "copy", 8.0 * 4 * N * hl + 4.0 * 3 * N * hl)
+                : kernel_seconds(hw, "copy", (4.0 + d) * 2 * replicated + 8.0 * 4 * N * hl);
   return t + kernel_seconds(hw, "to_bf16", 6.0 * layer_bf16_conversions(x, backward));
 }
 double comm_element_bytes(const Hardware& hw, double d) { return hw.local.active() ? 4.0 : d; }
@@ -245,14 +252,16 @@ StageWork head_work(const PlanRequest& r, const Hardware& hw) {
   return w;
 }
 
-StageWork slowest_stage(const PlanRequest& r, const Hardware& hw, const LayerWork& dense) {
+// Each pipeline stage's work for one micro-batch, first stage first.
+std::vector<StageWork> stage_works(const PlanRequest& r, const Hardware& hw, const LayerWork& dense) {
   const LayoutConfig& l = r.layout;
   const StagePartition partition = StagePartition::of(l, r.model.layers);
   const bool moe = r.model.moe.enabled();
   const LayerWork moe_work = moe ? layer_work(r, hw, true) : LayerWork{};
-  StageWork slowest;
-  for (int rank = l.pp - 1; rank >= 0; --rank) {
-    StageWork w = rank == l.pp - 1 ? head_work(r, hw) : StageWork{};
+  std::vector<StageWork> stages(size_t(l.pp));
+  for (int rank = 0; rank < l.pp; ++rank) {
+    StageWork& w = stages[size_t(rank)];
+    if (rank == l.pp - 1) w = head_work(r, hw);
     int moe_layers = 0, layers = 0, split = 0;
     for (int layer : partition.layers_of_rank(rank, l.pp)) {
       const bool is_moe = moe && r.model.moe.is_moe_layer(layer);
@@ -261,9 +270,36 @@ StageWork slowest_stage(const PlanRequest& r, const Hardware& hw, const LayerWor
     }
     w.add_layers(dense, layers - moe_layers, split);
     if (moe_layers > 0) w.add_layers(moe_work, moe_layers);
-    if (w.total() > slowest.total()) slowest = w;
   }
+  return stages;
+}
+
+// The stage that sets the pipeline's pace (the last of equals: it has the output layer).
+StageWork slowest_stage(const std::vector<StageWork>& stages) {
+  StageWork slowest;
+  for (auto it = stages.rbegin(); it != stages.rend(); ++it)
+    if (it->total() > slowest.total()) slowest = *it;
   return slowest;
+}
+
+// Locally, ranks that wait for a slower stage give their cores to the ranks that compute (they
+// sleep while waiting: comm/mpi_communicator.cpp). With R ranks of T threads on C < R·T cores, a
+// micro-batch's compute then takes the larger of the slowest stage's own work at the share its
+// stage's R/p ranks get alone, and the stages' total work over the cores (the mean stage time at
+// the all-ranks-busy share). The factor that scales the slowest stage's compute, at the all-busy
+// share, to it; 1 without oversubscription or with equal stages.
+double shared_compute_factor(const Hardware& hw, const std::vector<StageWork>& stages, const StageWork& slowest) {
+  const LocalHost& host = hw.local;
+  const double compute = slowest.gemm + slowest.elementwise + slowest.recompute;
+  if (!host.active() || stages.size() < 2 || compute <= 0 || host.share(host.ranks) >= 1) return 1.0;
+  double sum = 0, critical = 0;
+  const double per_stage = double(host.ranks) / double(stages.size());
+  for (const StageWork& w : stages) {
+    const double c = w.gemm + w.elementwise + w.recompute;
+    sum += c;
+    critical = std::max(critical, c * host.share(host.ranks) / host.share(per_stage));
+  }
+  return std::max(sum / double(stages.size()), critical) / compute;
 }
 
 }  // namespace
@@ -319,10 +355,12 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   // the same communication), plus the output layer on the last stage (the embedding is a lookup).
   // An MoE layer runs the MoE block (and its all-to-alls, forward and backward). Even stages: the
   // last is the slowest.
-  const StageWork stage = slowest_stage(r, hw, work);
-  const double gemm = stage.gemm, elementwise = stage.elementwise, tp_comm = stage.tp_comm, ep_comm = stage.ep_comm,
-               recompute = stage.recompute;
-  const double weight_pass = stage.weight;
+  const std::vector<StageWork> stages = stage_works(r, hw, work);
+  const StageWork stage = slowest_stage(stages);
+  const double shared = shared_compute_factor(hw, stages, stage);
+  const double gemm = shared * stage.gemm, elementwise = shared * stage.elementwise, tp_comm = stage.tp_comm,
+               ep_comm = stage.ep_comm, recompute = shared * stage.recompute;
+  const double weight_pass = shared * stage.weight;
   // Each of the m chunks sends its output forward and receives a gradient back: 1/t of the
   // activation per rank (the scatter-gather optimisation, or the SP shard).
   // Locally, as the engine sends it: fp32, the whole [s, b, h] activation unless SP shards it.
@@ -342,7 +380,8 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   out.ep_comm_s = n_mb * ep_comm;
   out.recompute_s = n_mb * recompute;
   out.pp_comm_s = n_mb * pp_comm;
-  out.bubble_s = slots * per_mb;
+  // The ramp runs the slowest stage's own work (the others' cores are shared out below).
+  out.bubble_s = slots * (stage.total() + pp_comm);
   // Locally, ranks idle in the pipeline's ramp give their cores to the others: about half the ranks
   // compute there, each at the share of the cores that leaves it.
   if (hw.local.active() && p > 1) out.bubble_s *= compute_share(hw) / hw.local.share(std::max(1.0, hw.local.ranks / 2.0));

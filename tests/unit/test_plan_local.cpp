@@ -2,12 +2,15 @@
 // cores as processor sharing says, and measured MPI times replace the α–β model where they exist.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "plan/collectives.hpp"
 #include "plan/comm_table.hpp"
 #include "plan/gemm_shapes.hpp"
 #include "plan/hardware.hpp"
+#include "plan/plan_request.hpp"
+#include "plan/time_model.hpp"
 
 using namespace lattice;
 using namespace lattice::plan;
@@ -83,4 +86,30 @@ TEST(PlanLocal, TheGemmTimerMeasuresEachShapeOnce) {
   EXPECT_EQ(timer.shapes_measured(), 1u);
   EXPECT_GT(timer.seconds(s, true), 0);
   EXPECT_EQ(timer.shapes_measured(), 2u);
+}
+
+// Four one-thread ranks (PP 2 × DP 2) on two cores, the last stage carrying more layers: the ranks of
+// the faster stage sleep while they wait and give their cores to the slower one, so a micro-batch's
+// compute takes the larger of the stages' mean at the all-busy share and the slowest stage alone on
+// its ranks' cores (plan/time_model.cpp, shared_compute_factor); on eight cores it is the slowest.
+TEST(PlanLocal, IdleStagesGiveTheirCoresToTheSlowest) {
+  PlanRequest r;
+  r.model.layers = 4, r.model.hidden = 64, r.model.heads = 4, r.model.seq_len = 32, r.model.vocab = 256;
+  r.model.dropout = 0;
+  r.layout.pp = 2, r.layout.dp = 2, r.layout.stage_layers = {1, 3};
+  r.micro_batch = 2, r.global_batch = 16, r.gpus = 4;
+  for (int cores : {2, 8}) {
+    Hardware hw = hardware_preset("cpu");
+    hw.local.cores = cores, hw.local.ranks = 4, hw.local.threads = 1;
+    hw.local.elementwise_bandwidth = 1e10;
+    hw.local.gemm = std::make_shared<GemmTimer>(1);
+    const StageSeconds per_layer = stage_seconds(r, hw);  // no TP: compute only, at the all-busy share
+    const double first = per_layer.layer[0];
+    const double last = per_layer.layer[1] + per_layer.layer[2] + per_layer.layer[3] + per_layer.head;
+    const TimePlan t = plan_time(r, hw);
+    const double n_mb = r.micro_batches();
+    const double expected = cores == 2 ? std::max((first + last) / 2, last * 0.5) : last;
+    EXPECT_NEAR((t.gemm_s + t.elementwise_s + t.recompute_s) / n_mb, expected, 1e-9 * expected) << cores;
+    EXPECT_LT(expected, last + 1e-12);
+  }
 }
