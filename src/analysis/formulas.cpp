@@ -48,7 +48,9 @@ int64_t extra_activation_bytes(const ActivationShape& x, int pp, int in_flight) 
 }
 
 bool layer_fully_recomputed(const LayoutConfig& layout, int layer, int layers) {
+  if (!layout.recompute_plan.empty()) return forward_recomputed(layout.recompute_plan[size_t(layer)]);
   if (layout.recompute != Recompute::full) return false;
+  if (layout.recompute_method == RecomputeMethod::uniform) return true;  // every layer is in a segment
   const int n = layout.recompute_layers < 0 ? layers : layout.recompute_layers;
   return layer < n;
 }

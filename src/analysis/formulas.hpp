@@ -60,7 +60,8 @@ int64_t extra_activation_bytes(const ActivationShape& x, int pp, int in_flight);
 // `a_local`, `v_local`: this rank's heads and vocabulary rows.
 double forward_workspace_bytes(double s, double b, double h, double a_local, double v_local);
 
-// Does layer `layer` (0-based) of `layers` run full recompute under this layout?
+// Is layer `layer` (0-based) of `layers` re-run whole in backward under this layout (a checkpoint or
+// in a segment of its list, core/recompute_plan.hpp)? O(1): the planner asks it of every layer.
 bool layer_fully_recomputed(const LayoutConfig& layout, int layer, int layers);
 
 // M_W: what a split backward's input pass keeps of one dense layer and micro-batch until its weight

@@ -57,9 +57,14 @@ void add_layout_flags(CLI::App& app, LayoutFlags& f) {
   app.add_option("--recompute,--recompute-granularity", f.recompute, "none | selective | full")
       ->capture_default_str();
   app.add_option("--recompute-layers,--recompute-num-layers", l.recompute_layers,
-                 "full recompute of the first N layers only (block method)")
+                 "block: full recompute of the first N layers only; uniform: the layers k of each segment")
       ->check(CLI::Range(0, kMaxLayers));
-  app.add_option("--recompute-method", f.recompute_method, "block (Megatron's; uniform is not supported)");
+  app.add_option("--recompute-method", f.recompute_method,
+                 "with --recompute full: block (the first --recompute-layers N layers, default all) | uniform "
+                 "(segments of --recompute-layers k layers, only each segment's input kept; Chen et al.)");
+  app.add_option("--recompute-plan", f.recompute_plan,
+                 "every layer's mode, one character a layer: n none, s selective, c checkpoint (keeps its input, "
+                 "starts a segment), ~ in the segment below (keeps nothing), e.g. c~c~ssnn");
   app.add_option("--attention", f.attention,
                  "unfused | fused (tiled causal attention keeping the log-sum-exp, not the s² tensors)")
       ->check(CLI::IsMember({"unfused", "fused"}))
@@ -122,7 +127,14 @@ LayoutConfig LayoutFlags::resolve(int layers) {
   require(activation_compression == "none" || activation_compression == "fp8",
           "--activation-compression must be none or fp8 (got '" + activation_compression + "')");
   layout.fp8_kept = activation_compression == "fp8";
-  require(recompute_method == "block", "--recompute-method must be block (got '" + recompute_method + "')");
+  require(recompute_method.empty() || layout.recompute == Recompute::full,
+          "--recompute-method applies to --recompute full only (got --recompute " + recompute + ")");
+  layout.recompute_method = parse_recompute_method(recompute_method.empty() ? "block" : recompute_method);
+  if (!recompute_plan.empty()) {
+    require(recompute_method.empty() && layout.recompute_layers < 0,
+            "--recompute-plan gives every layer's mode: pass it without --recompute-method and --recompute-layers");
+    layout.recompute_plan = parse_recompute_plan(recompute_plan);
+  }
   require(layout.tp >= 1 && layout.pp >= 1 && layout.virtual_stages >= 1 && layout.ep >= 1,
           "parallel sizes must be at least 1");
   layout.params_dtype = parse_params_dtype(params_dtype);

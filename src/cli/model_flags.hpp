@@ -11,7 +11,8 @@ namespace lattice::cli {
 
 struct LayoutFlags {
   LayoutConfig layout;
-  std::string recompute = "none", activation_dtype = "fp32", params_dtype = "fp32", recompute_method = "block";
+  std::string recompute = "none", activation_dtype = "fp32", params_dtype = "fp32";
+  std::string recompute_method, recompute_plan;  // empty: not given (block; derived from the flags)
   std::string attention = "unfused", activation_compression = "none";
   std::string pipeline_layers;                    // "3,4,4,1" or "auto" (empty: even stages)
   int first_stage_layers = 0, last_stage_layers = 0;  // Megatron's aliases for uneven first/last stages

@@ -14,6 +14,7 @@ const char* to_string(Recompute r) {
   }
   return "?";
 }
+const char* to_string(RecomputeMethod m) { return m == RecomputeMethod::uniform ? "uniform" : "block"; }
 const char* to_string(DType d) { return d == DType::bf16 ? "bf16" : "fp32"; }
 const char* to_string(ParamsDType d) {
   switch (d) {
@@ -66,6 +67,12 @@ Recompute parse_recompute(const std::string& s) {
   if (s == "selective") return Recompute::selective;
   if (s == "full") return Recompute::full;
   fail("--recompute must be none, selective or full (got '" + s + "')");
+}
+
+RecomputeMethod parse_recompute_method(const std::string& s) {
+  if (s == "block") return RecomputeMethod::block;
+  if (s == "uniform") return RecomputeMethod::uniform;
+  fail("--recompute-method must be block or uniform (got '" + s + "')");
 }
 
 DType parse_dtype(const std::string& s) {

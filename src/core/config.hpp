@@ -4,9 +4,14 @@
 #include <string>
 #include <vector>
 
+#include "core/recompute_plan.hpp"
+
 namespace lattice {
 
 enum class Recompute { none, selective, full };
+// Which layers --recompute full re-runs (docs/design.md §3): block = the first N layers, each its own
+// one-layer segment; uniform = a k-layer segment every k layers of each virtual stage.
+enum class RecomputeMethod { block, uniform };
 enum class DType { fp32, bf16 };
 // How model weights and gradients are stored: fp32, or 16 bits with fp32 master weights.
 enum class ParamsDType { fp32, bf16, fp16 };
@@ -16,10 +21,12 @@ enum class ParamsDType { fp32, bf16, fp16 };
 enum class AttentionKernel { unfused, fused };
 
 const char* to_string(Recompute r);
+const char* to_string(RecomputeMethod m);
 const char* to_string(DType d);
 const char* to_string(ParamsDType d);
 const char* to_string(AttentionKernel k);
 Recompute parse_recompute(const std::string& s);  // throws InputError
+RecomputeMethod parse_recompute_method(const std::string& s);  // throws InputError
 DType parse_dtype(const std::string& s);          // throws InputError
 ParamsDType parse_params_dtype(const std::string& s);  // throws InputError
 AttentionKernel parse_attention(const std::string& s);  // throws InputError
@@ -88,7 +95,11 @@ struct LayoutConfig {
   int dp = 1;             // data-parallel size N_d
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
-  int recompute_layers = -1;  // full recompute of the first N layers only; -1 = all (when full)
+  int recompute_layers = -1;  // block: full recompute of the first N layers only, -1 = all; uniform: k
+  RecomputeMethod recompute_method = RecomputeMethod::block;
+  // --recompute-plan: each layer's mode given outright (L entries, core/recompute_plan.hpp); empty =
+  // derived from recompute, recompute_method and recompute_layers (layer_recompute).
+  std::vector<LayerRecompute> recompute_plan;
   DType activation_dtype = DType::fp32;
   int zero = 0;
   int ep = 1;             // expert-parallel size e (divides N_d)

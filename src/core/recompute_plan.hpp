@@ -13,6 +13,8 @@
 
 namespace lattice {
 
+struct LayoutConfig;
+
 enum class LayerRecompute { none, selective, checkpoint, in_segment };
 
 // One character a layer: n s c ~ (e.g. "c~~c~~ssnn"), for printing, for comparing across ranks and
@@ -20,6 +22,13 @@ enum class LayerRecompute { none, selective, checkpoint, in_segment };
 char to_char(LayerRecompute r);
 std::string recompute_plan_text(const std::vector<LayerRecompute>& plan);
 std::vector<LayerRecompute> parse_recompute_plan(const std::string& text);  // throws InputError
+
+// The list a layout runs for a model of `layers` layers: its recompute_plan when given (checked: L
+// entries, every in_segment above a checkpoint or in_segment of its own virtual stage), else none /
+// selective (none under fused attention) everywhere, block's first N layers as checkpoints, or uniform's
+// k-layer segments. Throws InputError for k <= 0, k > L, k not dividing a virtual stage's layer count,
+// uniform without --recompute full, and a stage partition that does not fit the layout.
+std::vector<LayerRecompute> layer_recompute(const LayoutConfig& layout, int layers);
 
 // Does layer l keep only its input (checkpoint) or nothing (in_segment): its forward is re-run.
 inline bool forward_recomputed(LayerRecompute r) {

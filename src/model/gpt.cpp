@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include "analysis/formulas.hpp"
@@ -25,6 +26,7 @@ GPT::GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, pa
          const StageParams& stage, bool materialize)
     : model_(model),
       layout_(layout),
+      recompute_(layer_recompute(layout, model.layers)),
       tp_(tp),
       table_(model, tp.size(), tp.rank(), stage),
       seed_(seed),
@@ -307,8 +309,8 @@ double GPT::forward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, bool 
   for (int l = l0; l < l1; ++l) {
     const LayerRegion region(l);
     LayerContext c = layer_context(l, step, training, b, mb.first_row, s);
-    const bool full = analysis::layer_fully_recomputed(layout_, l, model_.layers);
-    const bool keep_s2 = full || layout_.recompute != Recompute::selective;
+    const LayerRecompute mode = recompute_[size_t(l)];
+    const bool keep_s2 = mode != LayerRecompute::selective;
     LayerKept& kept = state.layers[size_t(l)];
     const int eb = experts_bucket(model_.layers, l), next = l + 1 < l1 ? l + 1 : -1;
     const bool moe = c.is_moe;
@@ -317,8 +319,8 @@ double GPT::forward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, bool 
     layer_forward(x, kept, keep_s2, layer_weights(l, dense, moe ? bucket_params(eb, next) : nullptr), c, ws_);
     bucket_params_done(l);
     if (moe) bucket_params_done(eb);
-    if (!training) kept.release();
-    else if (full) kept.release_all_but_input();
+    if (!training || mode == LayerRecompute::in_segment) kept.release();
+    else if (mode == LayerRecompute::checkpoint) kept.release_all_but_input();
   }
   if (l1 < model_.layers) {
     std::copy(x, x + Nl * h, x_out);
@@ -360,6 +362,23 @@ void GPT::finish_if_done(int64_t id) {
   in_flight_.erase(id);
 }
 
+void GPT::rerun_segment_below(MicroState& state, const MicroBatch& mb, uint64_t step, int64_t s, int first, int top) {
+  const int64_t b = mb.rows, Nl = b * s_local(s), h = model_.hidden;
+  float* x = ws_.resid.data();
+  const float* input = state.layers[size_t(first)].ln1_in.load(ws_.widen.data());
+  std::copy(input, input + Nl * h, x);
+  for (int j = first; j < top; ++j) {
+    const LayerRegion region(j);
+    const LayerContext c = layer_context(j, step, true, b, mb.first_row, s);
+    const int eb = experts_bucket(model_.layers, j);
+    const float* dense = bucket_params(j, c.is_moe ? eb : j + 1);
+    const LayerWeights w = layer_weights(j, dense, c.is_moe ? bucket_params(eb, j + 1) : nullptr);
+    layer_forward(x, state.layers[size_t(j)], /*keep_s2=*/true, w, c, ws_);
+    bucket_params_done(j);
+    if (c.is_moe) bucket_params_done(eb);
+  }
+}
+
 void GPT::backward_pass(const MicroBatch& mb, int64_t id, uint64_t step, float loss_scale, int64_t s, int l0, int l1,
                         const float* dx_in, float* dx_out, bool split) {
   const int64_t b = mb.rows, h = model_.hidden, Nl = b * s_local(s);
@@ -374,6 +393,17 @@ void GPT::backward_pass(const MicroBatch& mb, int64_t id, uint64_t step, float l
   for (int l = l1 - 1; l >= l0; --l) {
     const LayerRegion region(l);
     LayerKept& kept = state.layers[size_t(l)];
+    // A segment (a checkpoint and the in_segment layers above it) is re-run at its top layer; its
+    // lower layers then reach their backward holding all they need (docs/design.md §3).
+    const bool full = forward_recomputed(recompute_[size_t(l)]);
+    const bool top = full && (l + 1 == l1 || recompute_[size_t(l) + 1] != LayerRecompute::in_segment);
+    std::optional<TraceSpan> rerun;
+    if (top) {
+      rerun.emplace(Trace::Kind::recompute);
+      int first = l;
+      while (recompute_[size_t(first)] == LayerRecompute::in_segment) --first;
+      rerun_segment_below(state, mb, step, s, first, l);
+    }
     LayerContext c = layer_context(l, step, true, b, mb.first_row, s);
     // Each routing group's auxiliary loss weighs coeff · (its tokens / the global batch's tokens).
     if (model_.moe.load_balancing)
@@ -381,20 +411,16 @@ void GPT::backward_pass(const MicroBatch& mb, int64_t id, uint64_t step, float l
     const int eb = experts_bucket(model_.layers, l), next = l - 1 >= l0 ? l - 1 : -1;
     const float* dense = bucket_params(l, c.is_moe ? eb : next);
     const LayerWeights w = layer_weights(l, dense, c.is_moe ? bucket_params(eb, next) : nullptr);
-    const bool full = analysis::layer_fully_recomputed(layout_, l, model_.layers);
-    if (full) {
-      // Re-run the whole layer from its kept input; the output is not needed again.
-      const TraceSpan span(Trace::Kind::recompute);
-      float* x = ws_.resid.data();
-      const float* input = kept.ln1_in.load(ws_.widen.data());
-      std::copy(input, input + Nl * h, x);
-      layer_forward(x, kept, /*keep_s2=*/true, w, c, ws_);
-    } else if (!kept.has_attention_s2()) {
+    if (top) {
+      // The top layer's forward from its input in ws_.resid; its output is not needed again.
+      layer_forward(ws_.resid.data(), kept, /*keep_s2=*/true, w, c, ws_);
+      rerun.reset();
+    } else if (!full && !kept.has_attention_s2()) {
       const TraceSpan span(Trace::Kind::recompute);
       layer_recompute_attention(kept, c, ws_);
     }
     // Split: a dense layer's parameter gradients wait for backward_weight_chunk, which alone writes
-    // its bucket; an MoE or fully recomputed layer's backward stays whole (docs/design.md §6).
+    // its bucket; an MoE layer's or a re-run segment's backward stays whole (docs/design.md §6).
     if (split && !c.is_moe && !full) {
       if (state.pending.empty()) state.pending.resize(size_t(model_.layers));
       layer_backward_input(dx, kept, w, c, ws_, state.pending[size_t(l)]);

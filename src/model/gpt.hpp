@@ -103,6 +103,9 @@ class GPT {
   };
   void backward_pass(const MicroBatch& mb, int64_t id, uint64_t step, float loss_scale, int64_t s, int l0, int l1,
                      const float* dx_in, float* dx_out, bool split);
+  // A segment's backward at its top layer `top` (docs/design.md §3): re-runs the forward of its layers
+  // first … top − 1 from the checkpoint's kept input, leaving top's input in ws_.resid.
+  void rerun_segment_below(MicroState& state, const MicroBatch& mb, uint64_t step, int64_t s, int first, int top);
   void finish_if_done(int64_t id);  // forgets micro-batch id once both its backward passes have run
   void embed_forward(const MicroBatch& mb, uint64_t step, bool training, int64_t s, OutsideKept& out);
   double head_forward(const MicroBatch& mb, int64_t s, OutsideKept& out);
@@ -127,6 +130,7 @@ class GPT {
 
   ModelConfig model_;
   LayoutConfig layout_;
+  std::vector<LayerRecompute> recompute_;  // each layer's mode (core/recompute_plan.hpp)
   parallel::TensorParallel tp_;
   ParamTable table_;
   uint64_t seed_;

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/recompute_plan.hpp"
 #include "core/stage_partition.hpp"
 #include "plan/plan_request.hpp"
 
@@ -105,6 +106,11 @@ std::string layout_problem(const PlanRequest& r) {
     return "--recompute-layers needs --recompute full";
   if (l.recompute_layers > r.model.layers)
     return "--recompute-layers (" + n(l.recompute_layers) + ") exceeds --layers (" + n(r.model.layers) + ")";
+  try {
+    layer_recompute(l, r.model.layers);  // uniform's k against every stage (docs/design.md §3)
+  } catch (const InputError& e) {
+    return e.what();
+  }
   return moe_layout_problem(r);
 }
 

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/fp8_layout.hpp"
 #include "core/memory_limit.hpp"
+#include "core/recompute_plan.hpp"
 #include "core/stage_partition.hpp"
 #include "engine/schedule.hpp"
 #include "train/loss_scaler.hpp"
@@ -158,6 +159,7 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
     require(layout.virtual_stages == 1, "--virtual-stages needs --pipeline-model-parallel-size > 1");
     StagePartition::of(layout, m.layers);  // one stage: --pipeline-layers, if given, must be L
   }
+  layer_recompute(layout, m.layers);  // uniform's k against every stage, a --recompute-plan's length
   require(m.heads % layout.tp == 0, "--tensor-model-parallel-size " + std::to_string(layout.tp) +
                                         " must divide --heads " + std::to_string(m.heads));
   require(!layout.sequence_parallel || layout.tp > 1,
