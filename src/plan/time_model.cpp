@@ -153,9 +153,19 @@ LayerCost layer_forward(const PlanRequest& r, const Hardware& hw, const analysis
   return c;
 }
 
-// The forward of one layer and the extra forward work its recomputation adds.
+// The forward of one layer and the extra forward work its recomputation adds in each mode.
 struct LayerWork {
-  LayerCost forward, recompute;
+  LayerCost forward;
+  LayerCost recompute_full;       // a checkpoint's or segment layer's forward, re-run
+  LayerCost recompute_selective;  // QKᵀ, softmax, dropout and probs×V from the kept Q, K, V
+  LayerCost recompute_always;     // fused attention's backward recomputes QKᵀ tile by tile in every mode
+  LayerCost recompute(LayerRecompute mode) const {
+    LayerCost c = forward_recomputed(mode) ? recompute_full
+                  : mode == LayerRecompute::selective ? recompute_selective
+                                                      : LayerCost{};
+    c.gemm += recompute_always.gemm;
+    return c;
+  }
   double backward_gemm = 0;  // input and weight gradients: twice the forward's FLOPs, or measured per shape
   double backward_elementwise = 0;  // twice the forward's bytes
   // Under SP the column-parallel inputs are kept as sequence shards, so backward all-gathers
@@ -186,23 +196,15 @@ LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
     w.weight_gemm = local ? measured_gemms(hw, layer_gemms(x), bf16,
                                            [](const GemmCall& g) { return g.pass == GemmPass::backward_weight; })
                           : 24.0 * x.b * double(x.s) * x.h * x.h / x.t / flops_per_s;
-  // The fraction of layers fully recomputed re-runs the forward; selective re-runs QKᵀ,
-  // softmax, dropout and probs×V from the kept Q, K, V.
-  if (l.recompute == Recompute::full) {
-    const double share = l.recompute_layers < 0 ? 1.0 : double(l.recompute_layers) / r.model.layers;
-    w.recompute = {share * w.forward.gemm, share * w.forward.elementwise, share * w.forward.comm,
-                   share * w.forward.all_to_all};
-  } else if (l.recompute_in_effect() == Recompute::selective) {
-    w.recompute.gemm = local ? measured_gemms(hw, layer_gemms(x), bf16,
-                                              [](const GemmCall& g) { return g.attention && g.pass == GemmPass::forward; })
-                             : 4.0 * x.b * double(x.s) * x.s * x.h / x.t / flops_per_s;
-    w.recompute.elementwise = attention_elementwise_bytes(x) / elementwise_rate(hw);
-  }
-  // Fused attention keeps no s² tensor (selective has nothing to drop) and its backward recomputes
-  // QKᵀ tile by tile in every mode.
+  w.recompute_full = w.forward;
+  w.recompute_selective.gemm =
+      local ? measured_gemms(hw, layer_gemms(x), bf16,
+                             [](const GemmCall& g) { return g.attention && g.pass == GemmPass::forward; })
+            : 4.0 * x.b * double(x.s) * x.s * x.h / x.t / flops_per_s;
+  w.recompute_selective.elementwise = attention_elementwise_bytes(x) / elementwise_rate(hw);
   if (x.fused_attention)
-    w.recompute.gemm += analysis::fused_attention_recompute_flops_per_layer(double(x.b), double(x.s), double(x.h)) /
-                        x.t / flops_per_s;
+    w.recompute_always.gemm =
+        analysis::fused_attention_recompute_flops_per_layer(double(x.b), double(x.s), double(x.h)) / x.t / flops_per_s;
   return w;
 }
 
@@ -211,7 +213,10 @@ LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
 LayerTime layer_time(const PlanRequest& r, const Hardware& hw) {
   const LayerWork w = layer_work(r, hw, false);
   const LayerCost& f = w.forward;
-  return {f.total(), w.backward_gemm + w.backward_elementwise + f.comm + w.backward_extra_comm + w.recompute.total()};
+  double recompute = 0;  // the mean over the layers of the plan (block N: N/L of a full re-run)
+  const std::vector<LayerRecompute> plan = layer_recompute(r.layout, r.model.layers);
+  for (LayerRecompute mode : plan) recompute += w.recompute(mode).total() / double(plan.size());
+  return {f.total(), w.backward_gemm + w.backward_elementwise + f.comm + w.backward_extra_comm + recompute};
 }
 
 namespace {
@@ -221,14 +226,15 @@ struct StageWork {
   double gemm = 0, elementwise = 0, tp_comm = 0, ep_comm = 0, recompute = 0;
   double weight = 0;  // of which a split backward's weight passes (part of gemm)
   double total() const { return gemm + elementwise + tp_comm + ep_comm + recompute; }
-  // `split`: how many of them run their backward split (not fully recomputed; ZB-H1's W).
-  void add_layers(const LayerWork& w, double count, double split = 0) {
-    weight += split * w.weight_gemm;
-    gemm += count * (w.forward.gemm + w.backward_gemm);
-    elementwise += count * (w.forward.elementwise + w.backward_elementwise);
-    tp_comm += count * (2 * w.forward.comm + w.backward_extra_comm);
-    ep_comm += count * 2 * w.forward.all_to_all;
-    recompute += count * w.recompute.total();
+  // One layer in recompute mode `mode`; its backward is split (ZB-H1's W) unless `whole` (MoE) or
+  // its forward is re-run.
+  void add_layer(const LayerWork& w, LayerRecompute mode, bool whole) {
+    if (!whole && !forward_recomputed(mode)) weight += w.weight_gemm;
+    gemm += w.forward.gemm + w.backward_gemm;
+    elementwise += w.forward.elementwise + w.backward_elementwise;
+    tp_comm += 2 * w.forward.comm + w.backward_extra_comm;
+    ep_comm += 2 * w.forward.all_to_all;
+    recompute += w.recompute(mode).total();
   }
 };
 
@@ -258,18 +264,15 @@ std::vector<StageWork> stage_works(const PlanRequest& r, const Hardware& hw, con
   const StagePartition partition = StagePartition::of(l, r.model.layers);
   const bool moe = r.model.moe.enabled();
   const LayerWork moe_work = moe ? layer_work(r, hw, true) : LayerWork{};
+  const std::vector<LayerRecompute> plan = layer_recompute(l, r.model.layers);
   std::vector<StageWork> stages(size_t(l.pp));
   for (int rank = 0; rank < l.pp; ++rank) {
     StageWork& w = stages[size_t(rank)];
     if (rank == l.pp - 1) w = head_work(r, hw);
-    int moe_layers = 0, layers = 0, split = 0;
     for (int layer : partition.layers_of_rank(rank, l.pp)) {
       const bool is_moe = moe && r.model.moe.is_moe_layer(layer);
-      ++layers, moe_layers += is_moe;
-      split += !is_moe && !analysis::layer_fully_recomputed(l, layer, r.model.layers);
+      w.add_layer(is_moe ? moe_work : dense, plan[size_t(layer)], is_moe);
     }
-    w.add_layers(dense, layers - moe_layers, split);
-    if (moe_layers > 0) w.add_layers(moe_work, moe_layers);
   }
   return stages;
 }
@@ -313,7 +316,7 @@ bool costs_fit(const MeasuredLayerCosts& c, const PlanRequest& r) {
          c.heads == r.model.heads && c.seq_len == r.model.seq_len && c.micro_batch == r.micro_batch &&
          c.vocab == r.model.padded_vocab(1) && c.activation_dtype == to_string(l.activation_dtype) &&
          c.recompute == to_string(l.recompute) && c.attention == to_string(l.attention) &&
-         (l.recompute != Recompute::full || l.recompute_layers < 0);
+         (l.recompute != Recompute::full || l.recompute_layers < 0) && l.recompute_plan.empty();
 }
 }  // namespace
 
@@ -329,9 +332,11 @@ StageSeconds stage_seconds(const PlanRequest& r, const Hardware& hw) {
   const LayerWork dense = layer_work(r, hw, false);
   const bool moe = r.model.moe.enabled();
   const LayerWork moe_work = moe ? layer_work(r, hw, true) : LayerWork{};
+  const std::vector<LayerRecompute> plan = layer_recompute(r.layout, r.model.layers);
   for (int layer = 0; layer < r.model.layers; ++layer) {
     StageWork w;
-    w.add_layers(moe && r.model.moe.is_moe_layer(layer) ? moe_work : dense, 1);
+    const bool is_moe = moe && r.model.moe.is_moe_layer(layer);
+    w.add_layer(is_moe ? moe_work : dense, plan[size_t(layer)], is_moe);
     out.layer.push_back(w.total());
   }
   out.head = head_work(r, hw).total();
