@@ -1,5 +1,8 @@
 #include "analysis/formulas.hpp"
 
+#include <cmath>
+
+#include "core/recompute_plan.hpp"
 #include "core/stage_partition.hpp"
 
 namespace lattice::analysis {
@@ -55,6 +58,43 @@ bool layer_fully_recomputed(const LayoutConfig& layout, int layer, int layers) {
   return layer < n;
 }
 
+int64_t layer_norm_stats_bytes(const ActivationShape& x) { return 16 * x.s * x.b / (x.sp ? x.t : 1); }
+
+int64_t layer_kept_bytes(const ActivationShape& x, LayerRecompute mode) {
+  switch (mode) {
+    case LayerRecompute::none: return layer_activation_bytes(x, false, false) + layer_norm_stats_bytes(x);
+    case LayerRecompute::selective: return layer_activation_bytes(x, false, true) + layer_norm_stats_bytes(x);
+    case LayerRecompute::checkpoint: return layer_activation_bytes(x, true, false);
+    case LayerRecompute::in_segment: return 0;
+  }
+  return 0;
+}
+
+int64_t layer_live_bytes(const ActivationShape& x, LayerRecompute mode) {
+  if (mode != LayerRecompute::selective) return layer_kept_bytes(x, LayerRecompute::none);
+  ActivationShape full_precision = x;  // the re-made s² tensors are never 8 bits
+  full_precision.fp8_kept = false;
+  const int64_t remade = x.fused_attention ? 0 : layer_activation_parts(full_precision).attention;
+  return layer_kept_bytes(x, LayerRecompute::selective) + remade;
+}
+
+double layer_recompute_flops(const ActivationShape& x, LayerRecompute mode) {
+  const double sb = double(x.s) * double(x.b), h = double(x.h), t = x.t;
+  const double attention = 4.0 * sb * double(x.s) * h / t;
+  if (forward_recomputed(mode)) return 24.0 * sb * h * h / t + attention;
+  return mode == LayerRecompute::selective && !x.fused_attention ? attention : 0.0;
+}
+
+double uniform_segment_peak(int n, double I, double A, int k) { return double(n / k - 1) * I + double(k) * A; }
+
+SegmentLength best_segment_length(int n, double I, double A) {
+  SegmentLength out;
+  out.real = std::sqrt(double(n) * I / A);
+  for (int k = 1; k <= n; ++k)
+    if (n % k == 0 && uniform_segment_peak(n, I, A, k) < uniform_segment_peak(n, I, A, out.best)) out.best = k;
+  return out;
+}
+
 int64_t layer_weight_pending_bytes(const ActivationShape& x) {
   const int64_t N = x.s * x.b, h = x.h, hl = x.h / x.t;
   const int64_t fc2_in = x.fp8_kept ? fp8_bytes(N * 4 * hl, 4 * hl) : N * 4 * hl * x.d;
@@ -88,6 +128,14 @@ InputPassBytes layer_input_pass_bytes(const ActivationShape& x, int64_t threads)
   return {most, held};
 }
 
+namespace {
+// Table 2's row for a layer in this mode (a segment's inner layer keeps nothing).
+int64_t table2_bytes(const ActivationShape& x, LayerRecompute mode) {
+  if (mode == LayerRecompute::in_segment) return 0;
+  return layer_activation_bytes(x, mode == LayerRecompute::checkpoint, mode == LayerRecompute::selective);
+}
+}  // namespace
+
 double stage_in_flight(const LayoutConfig& layout, int rank) {
   const int p = layout.pp, m = layout.virtual_stages;
   if (p == 1) return 1;
@@ -97,18 +145,17 @@ double stage_in_flight(const LayoutConfig& layout, int rank) {
 
 double stage_layer_bytes(const ActivationShape& x, const LayoutConfig& layout, int layers, int rank) {
   double sum = 0;
+  const std::vector<LayerRecompute> modes = layer_recompute(layout, layers);
   for (int l : StagePartition::of(layout, layers).layers_of_rank(rank, layout.pp))
-    sum += double(layer_activation_bytes(x, layer_fully_recomputed(layout, l, layers),
-                                         layout.recompute == Recompute::selective));
+    sum += double(table2_bytes(x, modes[size_t(l)]));
   return sum * stage_in_flight(layout, rank);
 }
 
 double first_stage_layer_bytes(const ActivationShape& x, const LayoutConfig& layout, int layers) {
   if (!layout.stage_layers.empty()) return stage_layer_bytes(x, layout, layers, 0);
   double sum = 0;
-  for (int l = 0; l < layers; ++l)
-    sum += double(layer_activation_bytes(x, layer_fully_recomputed(layout, l, layers),
-                                         layout.recompute == Recompute::selective));
+  const std::vector<LayerRecompute> modes = layer_recompute(layout, layers);
+  for (int l = 0; l < layers; ++l) sum += double(table2_bytes(x, modes[size_t(l)]));
   if (layout.pp > 1 && layout.virtual_stages > 1)
     sum *= 1.0 + double(layout.pp - 1) / double(layout.pp * layout.virtual_stages);
   return sum;

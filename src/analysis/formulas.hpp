@@ -64,6 +64,28 @@ double forward_workspace_bytes(double s, double b, double h, double a_local, dou
 // in a segment of its list, core/recompute_plan.hpp)? O(1): the planner asks it of every layer.
 bool layer_fully_recomputed(const LayoutConfig& layout, int layer, int layers);
 
+// One layer's bytes by its recompute mode (core/recompute_plan.hpp; docs/design.md §4), for one micro-batch
+// on one rank, LayerNorm statistics included (2 LayerNorms × mean and 1/σ, fp32: 16·s·b/(t under SP)).
+// kept: from its forward to its backward — none A, selective A − S, checkpoint I (its input), in_segment 0.
+// live: what its backward holds at once — its full activations A when its forward is re-run (the
+// checkpoint's input is the same bytes, not a copy), A − S + S' under selective (the s² tensors re-made at
+// full precision, also under fp8).
+int64_t layer_norm_stats_bytes(const ActivationShape& x);
+int64_t layer_kept_bytes(const ActivationShape& x, LayerRecompute mode);
+int64_t layer_live_bytes(const ActivationShape& x, LayerRecompute mode);
+// The forward FLOPs a layer's backward re-runs, per micro-batch on one rank: a segment's layer
+// 24bsh²/t + 4bs²h/t, selective 4bs²h/t (0 under fused attention, where selective is none), none 0.
+double layer_recompute_flops(const ActivationShape& x, LayerRecompute mode);
+// Uniform segments of k layers on a stage of n (k divides n), I the input a checkpoint keeps and A a
+// layer's live bytes: the top segment's re-run holds (n/k − 1)·I + k·A. Over the kept (n/k)·I + k·A the
+// least is at k* = √(n·I/A), that is d* = √(n·A/I) segments: Chen's √n only when A = I (docs/design.md §4).
+double uniform_segment_peak(int n, double I, double A, int k);
+struct SegmentLength {
+  double real = 0;  // k* = √(n·I/A)
+  int best = 1;     // the divisor of n with the least uniform_segment_peak (ties to the smaller)
+};
+SegmentLength best_segment_length(int n, double I, double A);
+
 // M_W: what a split backward's input pass keeps of one dense layer and micro-batch until its weight
 // pass (docs/design.md §6): the four linears' inputs and output gradients in the compute dtype,
 // d·N·(4h + 12h/t) (each linear's whole-sequence operands, also under SP; the FC2 input 8-bit under

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/offload_layout.hpp"
+#include "core/recompute_plan.hpp"
 #include "core/stage_partition.hpp"
 
 namespace lattice::analysis {
@@ -57,19 +58,51 @@ int64_t checkpoint_writer_bytes(const ModelConfig& model) {
   return largest + std::min<int64_t>(largest, 4 << 20);
 }
 
-}  // namespace
 
-CategoryBytes rank_memory(const MemoryCase& c, int stage) {
-  const int L = c.model.layers;
-  StageLayers mine;
-  for (int layer : StagePartition::of(c.layout, L).layers_of_rank(stage, c.layout.pp)) {
-    ++mine.count;
-    mine.fully_recomputed += layer_fully_recomputed(c.layout, layer, L);
-  }
-  return rank_memory(c, stage, mine);
+// The activations' terms around the layers: the costs by mode, the head's tensors H (last stage,
+// freed before any layer's backward), the in-flight factor f, and as `fixed` the embedding's masks and
+// token ids E (first stage).
+StageRecomputeCosts activation_costs(const MemoryCase& c, int stage) {
+  const ActivationShape& x = c.x;
+  const int p = c.layout.pp;
+  const int64_t N = x.s * x.b, N_l = N / (x.sp ? x.t : 1);
+  StageRecomputeCosts costs;
+  for (LayerRecompute mode : {LayerRecompute::none, LayerRecompute::selective, LayerRecompute::checkpoint,
+                              LayerRecompute::in_segment})
+    costs.mode[size_t(mode)] = {double(layer_kept_bytes(x, mode)), double(layer_live_bytes(x, mode)),
+                                layer_recompute_flops(x, mode)};
+  // 1F1B keeps p − stage micro-batches in flight (eq. 5 for the first). Interleaved: stage r runs
+  // 2(p − r − 1) + (m − 1)p warm-up forwards of chunks (the executor's schedule, docs/design.md §6), so
+  // that many chunks plus one are kept at once.
+  const int64_t in_flight = p == 1 ? 1 : std::min<int64_t>(p - stage, c.micro_batches);
+  const int64_t m_chunks = c.layout.virtual_stages;
+  const int64_t chunks_in_flight =
+      std::min<int64_t>(2 * (p - stage - 1) + (m_chunks - 1) * p + 1, c.micro_batches * m_chunks);
+  costs.in_flight = p > 1 && m_chunks > 1 ? double(chunks_in_flight) / double(m_chunks) : double(in_flight);
+  if (stage == p - 1) costs.head = double(extra_activation_bytes(x, 1, 0) + 8 * N_l);  // head, lnf stats
+  if (stage == 0) costs.fixed = double(extra_activation_bytes(x, 2, int(in_flight)) + 4 * N * in_flight);
+  return costs;
 }
 
-CategoryBytes rank_memory(const MemoryCase& c, int stage, StageLayers mine) {
+}  // namespace
+
+std::vector<LayerRecompute> stage_modes(const MemoryCase& c, int stage) {
+  const int L = c.model.layers;
+  const std::vector<LayerRecompute> all = layer_recompute(c.layout, L);
+  std::vector<LayerRecompute> mine;
+  for (int layer : StagePartition::of(c.layout, L).layers_of_rank(stage, c.layout.pp)) mine.push_back(all[size_t(layer)]);
+  return mine;
+}
+
+CategoryBytes rank_memory(const MemoryCase& c, int stage) { return rank_memory(c, stage, {stage_modes(c, stage)}); }
+
+StageRecomputeCosts stage_recompute_costs(const MemoryCase& c, int stage) {
+  StageRecomputeCosts costs = activation_costs(c, stage);
+  costs.fixed += double(rank_memory(c, stage).beside_activations);
+  return costs;
+}
+
+CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& mine) {
   const ActivationShape& x = c.x;
   const LayoutConfig& l = c.layout;
   const int p = l.pp;
@@ -77,47 +110,30 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, StageLayers mine) {
   const int64_t sbh = N * x.h;
   CategoryBytes m;
 
-  // Activations: this stage's layers for the micro-batches 1F1B keeps in flight (p − stage; eq. 5
-  // for the first), the one layer a backward re-keeps under recompute, and the outside tensors.
+  // Activations (docs/design.md §4): (f − 1)·K + max(K + H, the largest backward unit over the kept
+  // bytes below it) + E, K the stage's kept bytes under its layers' modes.
+  const StageRecomputeCosts costs = activation_costs(c, stage);
   const int64_t in_flight = p == 1 ? 1 : std::min<int64_t>(p - stage, c.micro_batches);
-  // Interleaved: stage r runs 2(p − r − 1) + (m − 1)p warm-up forwards of chunks of L/(p·m) layers
-  // (the executor's schedule, docs/design.md §6), so that many chunks plus one are kept at once.
-  const int64_t m_chunks = l.virtual_stages;
-  const int64_t chunks_in_flight =
-      std::min<int64_t>(2 * (p - stage - 1) + (m_chunks - 1) * p + 1, c.micro_batches * m_chunks);
-  const bool selective = l.recompute == Recompute::selective;
-  const int64_t per_stage = mine.count;
-  double layers = double(mine.fully_recomputed) * double(layer_activation_bytes(x, true, selective)) +
-                  double(mine.count - mine.fully_recomputed) * double(layer_activation_bytes(x, false, selective));
-  layers *= p > 1 && m_chunks > 1 ? double(chunks_in_flight) / double(m_chunks) : double(in_flight);
-  int64_t rekept = 0;
-  if (mine.fully_recomputed > 0) rekept = layer_activation_bytes(x, false, false);
-  else if (selective) {  // selective's backward re-creates the s² tensors at full precision (never 8 bits)
-    ActivationShape full_precision = x;
-    full_precision.fp8_kept = false;
-    rekept = layer_activation_parts(full_precision).attention;
-  }
+  const int64_t per_stage = int64_t(mine.modes.size());
+  double layers = stage_activation_peak(costs, mine.modes);
   // ZB-H1 (docs/design.md §6.1): stage r defers each weight pass by r, so min(p, n) − min(p − r, n)
-  // micro-batches' weight-pass operands (M_W) of its split layers (not fully recomputed) are held
-  // too; and one input pass at a time holds more than its layer kept while it runs (its operands
-  // are made before the kept tensors are freed: layer_input_pass_excess_bytes).
+  // micro-batches' weight-pass operands (M_W) of its split layers (those whose forward is not re-run)
+  // are held too; and one input pass at a time holds more than its layer kept while it runs (its
+  // operands are made before the kept tensors are freed: layer_input_pass_bytes).
   if (c.zero_bubble && p > 1) {
     const int64_t deferred = std::min<int64_t>(p, c.micro_batches) - in_flight;
     const double m_w = double(layer_weight_pending_bytes(x) + layer_weight_pending_small_bytes(x, c.threads));
-    const int64_t split = mine.count - mine.fully_recomputed;
+    const int64_t split = std::count_if(mine.modes.begin(), mine.modes.end(),
+                                        [](LayerRecompute r) { return !forward_recomputed(r); });
     layers += double(split) * double(deferred) * m_w;
     // The stage's input pass runs its layers one after another: after j of them it holds j·net more,
     // then the next one's peak. The last stage has freed its head's tensors by then.
     const InputPassBytes pass = layer_input_pass_bytes(x, c.threads);
     int64_t excess = split > 0 ? pass.peak + std::max<int64_t>(0, (split - 1) * pass.net) : 0;
-    if (stage == p - 1) excess = std::max<int64_t>(0, excess - (extra_activation_bytes(x, 1, 0) + 8 * N_l));
+    if (stage == p - 1) excess = std::max<int64_t>(0, excess - int64_t(costs.head));
     layers += double(excess);
   }
-  const int64_t ln_stats = 2 * 8 * N_l * per_stage * in_flight;  // each LayerNorm's mean and 1/σ
-  int64_t outside = 0;
-  if (stage == 0) outside += extra_activation_bytes(x, 2, int(in_flight)) + 4 * N * in_flight;  // masks, token ids
-  if (stage == p - 1) outside += extra_activation_bytes(x, 1, 0) + 8 * N_l;                       // head, lnf stats
-  m.activations = int64_t(layers) + rekept + ln_stats + outside;
+  m.activations = int64_t(layers);
 
   // Model states: the formula's steady bytes, the bf16 copy fp32 weights keep for bf16 GEMMs, and
   // ZeRO's transient buffers.
@@ -145,6 +161,7 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, StageLayers mine) {
 
   // Pipeline: the sends 1F1B has in flight and the receive buffer, a micro-batch's boundary each.
   // Interleaved: at most p·m sends (the schedule's bound) and the receive buffer.
+  const int64_t m_chunks = l.virtual_stages;
   if (p > 1) m.pipeline = (m_chunks > 1 ? p * m_chunks + 1 : in_flight + 1) * 4 * N_l * x.h;
 
   m.data = c.data_bytes + 8 * N;  // token files, one micro-batch's ids
@@ -165,8 +182,8 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, StageLayers mine) {
   // All at one instant: the end of a forward (every category but checkpoint I/O at its peak, ZeRO's
   // transient as it is then), or the save after training (no activations left).
   const int64_t rest = m.workspaces + m.communication + m.pipeline + m.data + m.offload_io;
-  m.accounted_peak = std::max(m.activations + m.model_states_steady + transient_at_peak + rest,
-                              m.model_states_steady + rest + m.checkpoint_io);
+  m.beside_activations = m.model_states_steady + transient_at_peak + rest;
+  m.accounted_peak = std::max(m.activations + m.beside_activations, m.model_states_steady + rest + m.checkpoint_io);
   return m;
 }
 

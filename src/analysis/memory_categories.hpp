@@ -5,7 +5,10 @@
 // it beside the measured peaks, and the layer's workspace is sized by layer_workspace() itself.
 #include <cstdint>
 
+#include <vector>
+
 #include "analysis/formulas.hpp"
+#include "analysis/recompute_choice.hpp"
 #include "core/config.hpp"
 
 namespace lattice::analysis {
@@ -46,17 +49,24 @@ struct CategoryBytes {
   int64_t offload_disk_bytes = 0;  // not memory: the two versions of the moments' file
   int64_t model_states_steady = 0, model_states_transient = 0;  // the parts of model_states
   int64_t accounted_peak = 0;
+  int64_t beside_activations = 0;  // what the accounted peak holds beside the activations at their peak
   int64_t accounted() const { return accounted_peak; }
 };
 
 // One rank of pipeline stage `stage` (TP and DP ranks are alike but for the checkpoint writer),
 // holding the layers the layout's partition gives it.
 CategoryBytes rank_memory(const MemoryCase& c, int stage);
-// The same for a stage holding `count` layers, `fully_recomputed` of them under full recompute:
-// what the pipeline partitioner (analysis/partition.hpp) asks of every candidate stage.
+// The same for a stage holding the layers of `modes` (bottom first, each layer's recompute mode): what
+// the pipeline partitioner (analysis/partition.hpp) asks of every candidate stage.
 struct StageLayers {
-  int64_t count = 0, fully_recomputed = 0;
+  std::vector<LayerRecompute> modes;
 };
-CategoryBytes rank_memory(const MemoryCase& c, int stage, StageLayers layers);
+CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& layers);
+// Stage `stage`'s layers' costs by mode, its head's tensors and in-flight factor (docs/design.md §4),
+// and as `fixed` all else its accounted peak holds then: stage_activation_peak(costs, plan) is the
+// rank's accounted peak under `plan` (dense models, ZB-H1's split terms aside).
+StageRecomputeCosts stage_recompute_costs(const MemoryCase& c, int stage);
+// This rank's modes: the layout's list (core/recompute_plan.hpp) over the stage's layers.
+std::vector<LayerRecompute> stage_modes(const MemoryCase& c, int stage);
 
 }  // namespace lattice::analysis

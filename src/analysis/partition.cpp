@@ -38,13 +38,16 @@ std::vector<int> minimise_max(const PartitionCosts& c, Key key, Tie tie, Allowed
   for (int j = 1; j <= L - (p - 1); ++j)
     if (allowed(0, 0, j)) A[0][size_t(j)] = {key(0, 0, j), tie(0, 0, j), 0};
   // Stage r starts at i: a stage's bytes grow with its layers, so once [i, j) is refused no longer
-  // stage from i fits.
+  // stage from i fits; but for infinite bytes (a layer count uniform recompute's k does not divide).
   for (int r = 1; r < p; ++r)
     for (int i = r; i < L - (p - 1 - r); ++i) {
       const Cell prev = A[size_t(r - 1)][size_t(i)];
       if (prev.from < 0) continue;
       for (int j = i + 1; j <= L - (p - 1 - r); ++j) {
-        if (!allowed(r, i, j)) break;
+        if (!allowed(r, i, j)) {
+          if (c.bytes(r, i, j) == kInf) continue;
+          break;
+        }
         const double best = std::max(prev.best, key(r, i, j)), second = std::max(prev.tie, tie(r, i, j));
         Cell& cell = A[size_t(r)][size_t(j)];
         if (best < cell.best || (best == cell.best && second < cell.tie)) cell = {best, second, i};

@@ -1,12 +1,16 @@
 #include "plan/auto_partition.hpp"
 
+#include <algorithm>
+#include <limits>
 #include <map>
+#include <string>
 #include <memory>
 #include <tuple>
 #include <vector>
 
 #include "analysis/memory_categories.hpp"
 #include "core/error.hpp"
+#include "core/recompute_plan.hpp"
 #include "plan/memory_model.hpp"
 #include "plan/time_model.hpp"
 
@@ -15,12 +19,21 @@ namespace lattice::plan {
 analysis::PartitionCosts partition_costs(const PlanRequest& r, const Hardware& hw) {
   const int L = r.model.layers, p = r.layout.pp;
   const StageSeconds seconds = stage_seconds(r, hw);
-  // Prefix sums: a stage's layer seconds and fully recomputed layers in O(1).
+  // Prefix sums: a stage's layer seconds in O(1).
   auto time = std::make_shared<std::vector<double>>(size_t(L) + 1, 0.0);
-  auto full = std::make_shared<std::vector<int>>(size_t(L) + 1, 0);
-  for (int l = 0; l < L; ++l) {
-    (*time)[size_t(l) + 1] = (*time)[size_t(l)] + seconds.layer[size_t(l)];
-    (*full)[size_t(l) + 1] = (*full)[size_t(l)] + analysis::layer_fully_recomputed(r.layout, l, L);
+  for (int l = 0; l < L; ++l) (*time)[size_t(l) + 1] = (*time)[size_t(l)] + seconds.layer[size_t(l)];
+  // Each layer's recompute mode: block, none and selective fix it per layer; uniform k makes a k-layer
+  // segment every k layers of each candidate stage, which k must divide (docs/design.md §3).
+  const bool uniform = r.layout.recompute == Recompute::full && r.layout.recompute_method == RecomputeMethod::uniform &&
+                       r.layout.recompute_plan.empty();
+  const int k = r.layout.recompute_layers;
+  auto modes = std::make_shared<std::vector<LayerRecompute>>();
+  if (!uniform) {
+    LayoutConfig one_stage = r.layout;
+    one_stage.pp = 1, one_stage.virtual_stages = 1, one_stage.stage_layers.clear();
+    *modes = layer_recompute(one_stage, L);
+  } else {
+    require(k >= 1 && k <= L, "--recompute-method uniform needs --recompute-layers between 1 and --layers");
   }
   // Two cases: world rank 0 (on the first stage) writes the checkpoint, the others do not.
   auto memory = std::make_shared<std::vector<analysis::MemoryCase>>(2, memory_case(r));
@@ -33,11 +46,22 @@ analysis::PartitionCosts partition_costs(const PlanRequest& r, const Hardware& h
   c.seconds = [time, head, p](int stage, int i, int j) {
     return (*time)[size_t(j)] - (*time)[size_t(i)] + (stage == p - 1 ? head : 0.0);
   };
-  // A stage's bytes depend only on the stage, its layer count and how many are fully recomputed.
-  auto known = std::make_shared<std::map<std::tuple<int, int, int>, double>>();
-  c.bytes = [memory, full, known](int stage, int i, int j) {
-    const analysis::StageLayers layers{j - i, (*full)[size_t(j)] - (*full)[size_t(i)]};
-    const auto key = std::make_tuple(stage, int(layers.count), int(layers.fully_recomputed));
+  // A stage's bytes depend only on the stage and its layers' modes.
+  auto known = std::make_shared<std::map<std::pair<int, std::string>, double>>();
+  const bool explicit_plan = !r.layout.recompute_plan.empty();
+  c.bytes = [memory, modes, known, uniform, k, explicit_plan](int stage, int i, int j) {
+    analysis::StageLayers layers;
+    if (uniform) {
+      if ((j - i) % k != 0) return std::numeric_limits<double>::infinity();
+      for (int l = 0; l < j - i; ++l) layers.modes.push_back(l % k == 0 ? LayerRecompute::checkpoint : LayerRecompute::in_segment);
+    } else {
+      layers.modes.assign(modes->begin() + i, modes->begin() + j);
+    }
+    // Block, none and selective order a stage's modes one way (checkpoints lowest): their counts say it.
+    std::string counts;
+    for (LayerRecompute mode : {LayerRecompute::none, LayerRecompute::selective, LayerRecompute::checkpoint})
+      counts += std::to_string(std::count(layers.modes.begin(), layers.modes.end(), mode)) + ",";
+    const auto key = std::make_pair(stage, explicit_plan ? recompute_plan_text(layers.modes) : counts);
     const auto it = known->find(key);
     if (it != known->end()) return it->second;
     const double bytes = double(analysis::rank_memory((*memory)[stage == 0 ? 0 : 1], stage, layers).accounted_peak);

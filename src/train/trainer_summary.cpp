@@ -8,6 +8,7 @@
 #include "analysis/moe_formulas.hpp"
 #include "comm/gather_int64.hpp"
 #include "core/memory_limit.hpp"
+#include "core/recompute_plan.hpp"
 #include "report/step_report.hpp"
 #include "train/trainer.hpp"
 
@@ -72,9 +73,14 @@ void Trainer::summarize(const RunTotals& t) {
   // forward kept (read back from the dispatch indices and the experts' inputs), which the data decide.
   std::vector<int64_t> formula, moe_assignments, moe_received;
   const MoEConfig& moe = model_config_.moe;
+  const std::vector<LayerRecompute> recompute = layer_recompute(layout_, model_config_.layers);
   for (int l : local_layers()) {
-    const bool full = analysis::layer_fully_recomputed(layout_, l, model_config_.layers);
-    const bool selective = layout_.recompute == Recompute::selective;
+    const LayerRecompute mode = recompute[size_t(l)];
+    const bool full = forward_recomputed(mode), selective = mode == LayerRecompute::selective;
+    if (mode == LayerRecompute::in_segment) {  // keeps nothing (docs/design.md §3)
+      formula.push_back(0), moe_assignments.push_back(0), moe_received.push_back(0);
+      continue;
+    }
     if (!moe.is_moe_layer(l)) {
       formula.push_back(analysis::layer_activation_bytes(shape, full, selective));
       moe_assignments.push_back(0), moe_received.push_back(0);
@@ -96,6 +102,9 @@ void Trainer::summarize(const RunTotals& t) {
   int64_t extra_gathered = 0;
   if (table.wte() >= 0) extra_gathered += table.params()[0].numel * ((embedding ? 1 : 0) + (head ? 2 : 0) - 2);
   if (embedding) extra_gathered -= table.params()[1].numel;
+  // A segment's layers below its top are gathered a third time for its re-run (docs/design.md §3).
+  for (int l : local_layers())
+    if (recompute[size_t(l)] == LayerRecompute::in_segment) extra_gathered += model_->buckets()[size_t(l)].size();
   // Stages 2-3 reduce the tied embedding's head part and embedding part apart (one stage, both).
   const int64_t extra_reduced = embedding && head ? table.params()[0].numel : 0;
   const int64_t n_mb = config_.global_batch / (config_.micro_batch * layout_.dp);
@@ -144,7 +153,11 @@ void Trainer::summarize(const RunTotals& t) {
   // Traffic the formulas predict for one step (the ring-algorithm accounting beside the counts).
   const double tp_formula = analysis::tp_conjugate_bytes_per_step(model_config_.seq_len, config_.micro_batch,
                                                                   model_config_.hidden, model_config_.layers,
-                                                                  layout_.tp, n_mb);
+                                                                  layout_.tp, n_mb) +
+                          // each re-run layer's forward conjugates again: half a layer's share
+                          0.5 * analysis::tp_conjugate_bytes_per_layer(model_config_.seq_len, config_.micro_batch,
+                                                                       model_config_.hidden, layout_.tp, n_mb) *
+                              double(std::count_if(recompute.begin(), recompute.end(), forward_recomputed));
   const bool adam = std::string(optimizer_->name()) == "adamw";
   // The all-to-alls of a step if every expert got its share: per MoE layer and micro-batch, dispatch
   // and combine forward and backward of the routed rows, and the forward's exchange of E counts.

@@ -5,10 +5,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "analysis/formulas.hpp"
+#include "analysis/memory_categories.hpp"
+#include "core/recompute_plan.hpp"
 #include "model/gpt.hpp"
 #include "tensor/kept_bytes.hpp"
 #include "model_test_util.hpp"
@@ -215,4 +218,55 @@ TEST(ActivationMemory, Fp8KeptTensorsAreCountedAndGradientsStayClose) {
       EXPECT_LT(rel, 0.05) << what;
       std::printf("%s: gradient moved by %.4f of its norm\n", what.c_str(), rel);
     }
+}
+
+// Segments (docs/design.md §3–4): a checkpoint keeps exactly its input, a layer inside a segment
+// nothing, and the step's activation peak is the stage peak of the per-layer list
+// ((f − 1)·K + max(K + H, max over backward units of kept below + live) + E) within 2%.
+TEST(ActivationMemory, SegmentsKeepTheirInputAndPeakAsPredicted) {
+  const int L = 6;
+  const ModelConfig m = modeltest::small_model(0.1, L, kHidden, kHeads, kSeq, 256);
+  const modeltest::Tokens tok(kRows, kSeq, m.vocab, 2);
+  auto uniform = [](int k) {
+    LayoutConfig l = modeltest::layout(Recompute::full, DType::fp32, k);
+    l.recompute_method = RecomputeMethod::uniform;
+    return l;
+  };
+  auto planned = [](const char* text) {
+    LayoutConfig l = modeltest::layout(Recompute::none, DType::fp32);
+    l.recompute_plan = parse_recompute_plan(text);
+    return l;
+  };
+  const std::vector<std::pair<std::string, LayoutConfig>> cases = {
+      {"none", modeltest::layout(Recompute::none, DType::fp32)},
+      {"selective", modeltest::layout(Recompute::selective, DType::fp32)},
+      {"full", modeltest::layout(Recompute::full, DType::fp32)},
+      {"block 2", modeltest::layout(Recompute::full, DType::fp32, 2)},
+      {"uniform 2", uniform(2)},
+      {"uniform 3", uniform(3)},
+      {"uniform 6", uniform(6)},
+      {"c~snnc", planned("c~snnc")}};
+  const auto x = shape_of(m, DType::fp32, kRows);
+  std::map<std::string, int64_t> peaks;
+  for (const auto& [name, layout] : cases) {
+    Probed p(m, layout);
+    const int64_t peak = run_step(p, tok);
+    peaks[name] = peak;
+    const std::vector<LayerRecompute> modes = layer_recompute(layout, L);
+    for (int l = 0; l < L; ++l) {
+      const LayerRecompute mode = modes[size_t(l)];
+      const int64_t kept = p.kept.per_layer()[size_t(l)];
+      if (mode == LayerRecompute::checkpoint) EXPECT_EQ(kept, analysis::layer_kept_bytes(x, mode)) << name << " " << l;
+      else if (mode == LayerRecompute::in_segment) EXPECT_EQ(kept, 0) << name << " " << l;
+      else expect_within(kept, analysis::layer_kept_bytes(x, mode), 0.001, name + " layer " + std::to_string(l));
+    }
+    analysis::MemoryCase c{x, m, layout};
+    const int64_t predicted = analysis::rank_memory(c, 0).activations;
+    std::printf("%-10s %s measured peak %lld, predicted %lld (%.4f)\n", name.c_str(),
+                recompute_plan_text(modes).c_str(), (long long)peak, (long long)predicted, double(peak) / double(predicted));
+    EXPECT_LE(std::fabs(double(peak - predicted)), 0.005 * double(predicted)) << name;  // exact on this machine
+  }
+  // Uniform √L here keeps more at its peak than full (a layer's live bytes are ~25 of its inputs).
+  EXPECT_LT(peaks["full"], peaks["uniform 3"]);
+  EXPECT_LT(peaks["uniform 3"], peaks["uniform 6"]);
 }

@@ -10,6 +10,7 @@
 
 #include "analysis/formulas.hpp"
 #include "kernels/layernorm.hpp"
+#include "core/recompute_plan.hpp"
 #include "kernels/linear.hpp"
 #include "model/gpt.hpp"
 #include "model_test_util.hpp"
@@ -79,6 +80,7 @@ struct Variant {
   AttentionKernel attention;
   bool pack_masks, fp8;
   double dropout;
+  const char* plan;  // --recompute-plan (core/recompute_plan.hpp), or null
 };
 
 void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
@@ -89,6 +91,7 @@ std::vector<float> gradient(const Variant& v, bool split, int64_t* pending_peak 
   const ModelConfig m = modeltest::small_model(v.dropout, 3, 64, 4, 32, 64);
   LayoutConfig l = modeltest::layout(v.recompute, v.activations, v.recompute_layers);
   l.attention = v.attention, l.pack_masks = v.pack_masks, l.fp8_kept = v.fp8;
+  if (v.plan) l.recompute_plan = parse_recompute_plan(v.plan);
   GPT gpt(m, l, 11);
   modeltest::randomize_params(gpt, 300);
   const int64_t s = m.seq_len;
@@ -134,26 +137,32 @@ TEST_P(BackwardSplitModel, InputThenWeightPassEqualsTheFusedBackward) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, BackwardSplitModel,
-    ::testing::Values(Variant{"fp32", DType::fp32, Recompute::none, -1, AttentionKernel::unfused, false, false, 0.1},
+    ::testing::Values(Variant{"fp32", DType::fp32, Recompute::none, -1, AttentionKernel::unfused, false, false, 0.1, nullptr},
                       Variant{"fp32_no_dropout", DType::fp32, Recompute::none, -1, AttentionKernel::unfused, false,
-                              false, 0.0},
-                      Variant{"bf16", DType::bf16, Recompute::none, -1, AttentionKernel::unfused, false, false, 0.1},
+                              false, 0.0, nullptr},
+                      Variant{"bf16", DType::bf16, Recompute::none, -1, AttentionKernel::unfused, false, false, 0.1, nullptr},
                       Variant{"selective", DType::fp32, Recompute::selective, -1, AttentionKernel::unfused, false,
-                              false, 0.1},
+                              false, 0.1, nullptr},
                       Variant{"full_first_layer", DType::fp32, Recompute::full, 1, AttentionKernel::unfused, false,
-                              false, 0.1},
+                              false, 0.1, nullptr},
                       Variant{"fused_attention", DType::fp32, Recompute::none, -1, AttentionKernel::fused, false,
-                              false, 0.1},
+                              false, 0.1, nullptr},
                       Variant{"packed_masks", DType::fp32, Recompute::none, -1, AttentionKernel::unfused, true,
-                              false, 0.1},
+                              false, 0.1, nullptr},
+                      Variant{"uniform_3", DType::fp32, Recompute::none, -1, AttentionKernel::unfused, false,
+                              false, 0.1, "c~~"},
+                      Variant{"segment_then_none", DType::fp32, Recompute::none, -1, AttentionKernel::unfused, false,
+                              false, 0.1, "c~n"},
+                      Variant{"selective_then_segment", DType::fp32, Recompute::none, -1, AttentionKernel::unfused,
+                              false, false, 0.1, "sc~"},
                       Variant{"fp8_bf16", DType::bf16, Recompute::none, -1, AttentionKernel::unfused, false, true,
-                              0.1}),
+                              0.1, nullptr}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // What B leaves for W is the formula's M_W: the four linears' inputs and output gradients in the
 // compute dtype, the biases' column sums and the LayerNorms' per-thread partial sums.
 TEST(BackwardSplit, PendingBytesAreTheFormulas) {
-  const Variant v{"fp32", DType::fp32, Recompute::none, -1, AttentionKernel::unfused, false, false, 0.1};
+  const Variant v{"fp32", DType::fp32, Recompute::none, -1, AttentionKernel::unfused, false, false, 0.1, nullptr};
   int64_t pending = 0;
   gradient(v, true, &pending);
   analysis::ActivationShape x;

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "analysis/formulas.hpp"
 #include "analysis/recompute_choice.hpp"
@@ -179,4 +181,42 @@ TEST(Formulas, StageActivationPeakOfAPlan) {
   EXPECT_THROW(stage_activation_peak(c, parse_recompute_plan("n~")), InputError);
   EXPECT_THROW(parse_recompute_plan("cx"), InputError);
   EXPECT_EQ(recompute_plan_text(parse_recompute_plan("c~sn")), "c~sn");
+}
+
+// Uniform segments (docs/design.md §4): the closed form is the per-layer evaluation, the best divisor
+// is the brute force's, and with A = I (Chen's unit cost) it is √n.
+TEST(Formulas, UniformSegmentPeakAndBestLength) {
+  ActivationShape x = shape({256, 4, 768, 12, 1}, false, 1);
+  x.d = 4;
+  const double I = double(layer_kept_bytes(x, LayerRecompute::checkpoint));
+  const double A = double(layer_live_bytes(x, LayerRecompute::checkpoint));
+  EXPECT_EQ(layer_kept_bytes(x, LayerRecompute::in_segment), 0);
+  EXPECT_EQ(layer_live_bytes(x, LayerRecompute::in_segment), layer_kept_bytes(x, LayerRecompute::none));
+  EXPECT_GT(layer_live_bytes(x, LayerRecompute::selective), layer_kept_bytes(x, LayerRecompute::selective));
+  StageRecomputeCosts c;
+  for (LayerRecompute m : {LayerRecompute::none, LayerRecompute::selective, LayerRecompute::checkpoint,
+                           LayerRecompute::in_segment})
+    c.mode[size_t(m)] = {double(layer_kept_bytes(x, m)), double(layer_live_bytes(x, m)), layer_recompute_flops(x, m)};
+  for (int n : {12, 24, 48})
+    for (int k = 1; k <= n; ++k) {
+      if (n % k) continue;
+      std::vector<LayerRecompute> plan;
+      for (int l = 0; l < n; ++l) plan.push_back(l % k ? LayerRecompute::in_segment : LayerRecompute::checkpoint);
+      EXPECT_DOUBLE_EQ(stage_activation_peak(c, plan), std::max(n / k * I, uniform_segment_peak(n, I, A, k)))
+          << n << " " << k;
+    }
+  for (int n : {12, 24, 48, 60}) {
+    int best = 1;
+    for (int k = 1; k <= n; ++k)
+      if (n % k == 0 && uniform_segment_peak(n, I, A, k) < uniform_segment_peak(n, I, A, best)) best = k;
+    EXPECT_EQ(best_segment_length(n, I, A).best, best) << n;
+    EXPECT_DOUBLE_EQ(best_segment_length(n, I, A).real, std::sqrt(n * I / A));
+  }
+  EXPECT_EQ(best_segment_length(12, I, A).best, 1);  // A/I ≈ 25.5 at GPT-2-small: full beats uniform √L
+  for (int n : {16, 36, 49}) EXPECT_EQ(best_segment_length(n, 1.0, 1.0).best, int(std::lround(std::sqrt(n)))) << n;
+  // A segment's layer re-runs 24bsh² + 4bs²h, selective 4bs²h.
+  EXPECT_DOUBLE_EQ(layer_recompute_flops(x, LayerRecompute::in_segment),
+                   24.0 * 256 * 4 * 768.0 * 768 + 4.0 * 256 * 4 * 256 * 768);
+  EXPECT_DOUBLE_EQ(layer_recompute_flops(x, LayerRecompute::selective), 4.0 * 256 * 4 * 256 * 768);
+  EXPECT_EQ(layer_recompute_flops(x, LayerRecompute::none), 0.0);
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -188,4 +189,23 @@ TEST(Partition, PlannerCostsAreThePlannersFigures) {
   plan::PlanRequest near_even = r;
   near_even.layout.stage_layers = {3, 3, 2, 2};
   EXPECT_LT(plan::plan_time(r, hw).iteration_s, plan::plan_time(near_even, hw).iteration_s);
+}
+
+// Uniform k (docs/design.md §3): every chosen stage holds a multiple of k layers, and a candidate
+// stage k does not divide never fits.
+TEST(Partition, UniformSegmentsPartitionInMultiplesOfK) {
+  plan::PlanRequest r;
+  r.model.layers = 12, r.model.hidden = 256, r.model.heads = 8, r.model.seq_len = 128, r.model.vocab = 32768;
+  r.layout.pp = 3, r.layout.recompute = Recompute::full, r.layout.recompute_layers = 2;
+  r.layout.recompute_method = RecomputeMethod::uniform;
+  r.gpus = 3, r.micro_batch = 1, r.global_batch = 6, r.gpu_memory = int64_t(1) << 40;
+  const plan::Hardware& hw = plan::hardware_preset("cpu");
+  const PartitionCosts c = plan::partition_costs(r, hw);
+  EXPECT_EQ(c.bytes(0, 0, 3), std::numeric_limits<double>::infinity());
+  const Partition chosen = plan::auto_partition(r, hw, double(r.gpu_memory));
+  for (int n : chosen.counts) EXPECT_EQ(n % 2, 0) << layer_counts_text(chosen.counts);
+  r.layout.stage_layers = chosen.counts;
+  EXPECT_EQ(plan::layout_problem(r), "");
+  const MemoryCase m{plan::activation_shape(r), r.model, r.layout, r.micro_batches(), 0, false, false, false, false};
+  EXPECT_DOUBLE_EQ(c.bytes(0, 0, chosen.counts[0]), double(rank_memory(m, 0).accounted_peak));
 }
