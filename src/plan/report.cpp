@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/recompute_plan.hpp"
 #include "core/stage_partition.hpp"
+#include "plan/segment_table.hpp"
 
 namespace lattice::plan {
 
@@ -31,6 +33,27 @@ std::string format_bytes(double bytes) {
   return fmt("%.0f B", bytes);
 }
 
+namespace {
+// --recompute full: each stage's uniform segment lengths (plan/segment_table.hpp, docs/design.md §4).
+std::string segments_text(const PlanRequest& r) {
+  std::string out;
+  for (const StageSegments& t : segment_table(r)) {
+    out += "\nrecompute segments, stage " + std::to_string(t.stage) + " (" + std::to_string(t.layers) +
+           " layers a chunk; input I " + format_bytes(t.I) + ", a re-run layer A " + format_bytes(t.A) + ")\n";
+    out += "  k* = sqrt(n*I/A) = " + fmt("%.2f", t.k_star) + " layers a segment, d* = sqrt(n*A/I) = " +
+           fmt("%.2f", t.d_star) + " segments; Chen's sqrt(n) = " + fmt("%.2f", t.chen) + " (only when A = I)\n";
+    out += "     k   kept (K)       accounted peak\n";
+    for (const SegmentRow& row : t.rows) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "  %4d   %-14s %s%s\n", row.k, format_bytes(row.kept).c_str(),
+                    format_bytes(row.peak).c_str(), row.least ? "  <- least" : "");
+      out += buf;
+    }
+  }
+  return out;
+}
+}  // namespace
+
 std::string describe_layout(const PlanRequest& r) {
   const LayoutConfig& l = r.layout;
   char buf[160];
@@ -40,7 +63,13 @@ std::string describe_layout(const PlanRequest& r) {
                 ep.c_str(), r.micro_batch, l.sequence_parallel ? " sp" : "", to_string(l.recompute));
   std::string s = buf;
   if (!l.stage_layers.empty()) s.insert(s.find(" m="), " [" + layer_counts_text(l.stage_layers) + "]");
-  if (l.recompute == Recompute::full && l.recompute_layers >= 0) {
+  if (!l.recompute_plan.empty()) {
+    s.replace(s.rfind(to_string(l.recompute)), std::string(to_string(l.recompute)).size(),
+              "plan[" + recompute_plan_text(l.recompute_plan) + "]");
+  } else if (l.recompute == Recompute::full && l.recompute_method == RecomputeMethod::uniform) {
+    std::snprintf(buf, sizeof buf, "/uniform(%d)", l.recompute_layers);
+    s += buf;
+  } else if (l.recompute == Recompute::full && l.recompute_layers >= 0) {
     std::snprintf(buf, sizeof buf, "(%d)", l.recompute_layers);
     s += buf;
   }
@@ -117,6 +146,8 @@ std::string plan_text(const Plan& p, const Hardware& hw) {
                                           format_bytes(double(c.offload_disk_bytes)) + ")");
     out += line("accounted peak", format_bytes(double(c.accounted())) + "  (+ the runtime: libraries, threads, MPI)");
   }
+
+  out += segments_text(r);
 
   out += "\nFLOPs per iteration\n";
   if (moe.enabled()) {
@@ -207,7 +238,8 @@ nlohmann::ordered_json plan_json(const Plan& p) {
   j["forward_flops_per_token"] = analysis::forward_flops_per_token(r.model);
   j["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"virtual_stages", l.virtual_stages}, {"dp", l.dp}, {"ep", l.ep},
                  {"sequence_parallel", l.sequence_parallel}, {"recompute", to_string(l.recompute)},
-                 {"recompute_layers", l.recompute_layers}, {"zero", l.zero},
+                 {"recompute_layers", l.recompute_layers}, {"recompute_method", to_string(l.recompute_method)},
+                 {"recompute_plan", recompute_plan_text(layer_recompute(l, r.model.layers))}, {"zero", l.zero},
                  {"attention", to_string(l.attention)},
                  {"micro_batch", r.micro_batch}, {"micro_batches", r.micro_batches()},
                  {"pipeline_layers", layer_counts_text(StagePartition::of(l, r.model.layers).counts())},
@@ -215,6 +247,20 @@ nlohmann::ordered_json plan_json(const Plan& p) {
                               : r.pipedream_2bw ? "pipedream-2bw"
                               : l.virtual_stages > 1 ? "interleaved"
                                                      : "1f1b"}};
+  // The forward FLOPs backward re-runs in an iteration, over every rank (docs/design.md §4).
+  const analysis::ActivationShape x = activation_shape(r);
+  double recompute_flops = 0;
+  for (LayerRecompute mode : layer_recompute(l, r.model.layers)) recompute_flops += analysis::layer_recompute_flops(x, mode);
+  j["recompute_flops"] = recompute_flops * l.tp * double(r.micro_batches()) * l.dp;
+  nlohmann::ordered_json segments = nlohmann::ordered_json::array();
+  for (const StageSegments& t : segment_table(r)) {
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const SegmentRow& row : t.rows)
+      rows.push_back({{"k", row.k}, {"kept_bytes", row.kept}, {"peak_bytes", row.peak}, {"least", row.least}});
+    segments.push_back({{"stage", t.stage}, {"layers", t.layers}, {"input_bytes", t.I}, {"live_bytes", t.A},
+                        {"k_star", t.k_star}, {"d_star", t.d_star}, {"chen_sqrt_n", t.chen}, {"rows", rows}});
+  }
+  j["segment_table"] = segments;
   j["memory_stage"] = p.memory.stage;  // the stage the "first stage" figures describe (uneven: the heaviest)
   const TimePlan& t = p.time;
   j["time_breakdown_s"] = {{"gemm", t.gemm_s}, {"elementwise", t.elementwise_s},

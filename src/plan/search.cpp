@@ -89,6 +89,8 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
                 r.layout.sequence_parallel = sp == 1;
                 r.layout.zero = zero;
                 r.layout.recompute_layers = -1;
+                r.layout.recompute_method = RecomputeMethod::block;  // the search's full is block N
+                r.layout.recompute_plan.clear();
                 r.micro_batch = b;
                 r.layout.stage_layers.clear();
                 // p not dividing L: stages of uneven sizes, as the partitioner balances them.
