@@ -149,9 +149,10 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
   m.model_states = m.model_states_steady + m.model_states_transient;
   const int64_t transient_at_peak = zero_transient_bytes(c, psi, bucket, true);
 
-  // Workspaces: the layer's (sized by layer_workspace), plus the step's losses.
+  // Workspaces: the layer's (sized by layer_workspace), the step's losses and the GEMMs' scratchpads.
   const int64_t a_local = x.a / x.t, v_local = x.v / x.t;
-  m.workspaces = layer_workspace(x.b, x.s, x.h, a_local, v_local, !x.fused_attention, x.packed_masks).bytes() + 4 * N;
+  m.workspaces = layer_workspace(x.b, x.s, x.h, a_local, v_local, !x.fused_attention, x.packed_masks).bytes() + 4 * N +
+                 (stage == p - 1 ? c.gemm_scratchpad_last : c.gemm_scratchpad);
 
   // Communication: each reduce-scatter's ring scratch (one chunk with two ranks, two beyond) per
   // group that runs one, and SP's rank-major staging.

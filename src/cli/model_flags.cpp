@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "core/stage_partition.hpp"
+#include "plan/units.hpp"
 
 namespace lattice::cli {
 
@@ -54,8 +55,12 @@ void add_moe_flags(CLI::App& app, MoEConfig& moe) {
 
 void add_layout_flags(CLI::App& app, LayoutFlags& f) {
   LayoutConfig& l = f.layout;
-  app.add_option("--recompute,--recompute-granularity", f.recompute, "none | selective | full")
+  app.add_option("--recompute,--recompute-granularity", f.recompute,
+                 "none | selective | full | auto (the least recompute that fits --memory-budget)")
       ->capture_default_str();
+  app.add_option("--memory-budget", f.memory_budget,
+                 "with --recompute auto: the accounted bytes a rank may hold (e.g. 1.5GiB; the tracking "
+                 "allocator's bytes, not RSS)");
   app.add_option("--recompute-layers,--recompute-num-layers", l.recompute_layers,
                  "block: full recompute of the first N layers only; uniform: the layers k of each segment")
       ->check(CLI::Range(0, kMaxLayers));
@@ -121,7 +126,17 @@ std::vector<int> first_last_counts(int first, int last, int layers, int p, int m
 }  // namespace
 
 LayoutConfig LayoutFlags::resolve(int layers) {
-  layout.recompute = parse_recompute(recompute);
+  recompute_auto = recompute == "auto";
+  if (recompute_auto) {
+    require(!memory_budget.empty(), "--recompute auto needs --memory-budget BYTES (the accounted bytes a rank may hold)");
+    require(recompute_method.empty() && layout.recompute_layers < 0 && recompute_plan.empty(),
+            "--recompute auto chooses every layer's mode: pass it without --recompute-method, --recompute-layers "
+            "and --recompute-plan");
+    require(pipeline_layers != "auto",
+            "--recompute auto and --pipeline-layers auto each depend on the other's choice: pass one");
+  }
+  layout.recompute = recompute_auto ? Recompute::none : parse_recompute(recompute);
+  memory_budget_bytes = memory_budget.empty() ? 0 : plan::parse_bytes(memory_budget, "--memory-budget");
   layout.activation_dtype = parse_dtype(activation_dtype);
   layout.attention = parse_attention(attention);
   require(activation_compression == "none" || activation_compression == "fp8",

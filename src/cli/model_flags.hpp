@@ -15,12 +15,17 @@ struct LayoutFlags {
   std::string recompute_method, recompute_plan;  // empty: not given (block; derived from the flags)
   std::string attention = "unfused", activation_compression = "none";
   std::string pipeline_layers;                    // "3,4,4,1" or "auto" (empty: even stages)
+  std::string memory_budget;                      // --memory-budget (empty: none)
   int first_stage_layers = 0, last_stage_layers = 0;  // Megatron's aliases for uneven first/last stages
   // Turns the string flags into the layout for a model of `layers` layers (throws InputError for bad
   // values). `--pipeline-layers auto` leaves stage_layers empty and sets partition_auto: the caller
   // partitions (analysis/partition.hpp) once it knows the costs.
   LayoutConfig resolve(int layers);
   bool partition_auto = false;
+  // `--recompute auto` leaves the layout's recompute none: the caller chooses the plan
+  // (plan/recompute_auto.hpp) once it knows the model, and sets recompute_plan.
+  bool recompute_auto = false;
+  int64_t memory_budget_bytes = 0;
 };
 
 void add_model_flags(CLI::App& app, ModelConfig& model);

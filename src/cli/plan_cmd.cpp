@@ -1,12 +1,14 @@
 // `lattice plan`: memory, FLOPs and predicted time of one layout, the best layouts for a cluster
 // (--search), the paper's tables and figures (--paper), or the published MoE configurations'
 // parameter counts (--moe-paper). Flags mirror `lattice train`, MoE and expert parallelism included.
+#include <algorithm>
 #include <chrono>
 
 #include <omp.h>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -23,6 +25,7 @@
 #include "plan/paper_report.hpp"
 #include "plan/report.hpp"
 #include "plan/plan_html.hpp"
+#include "plan/recompute_auto.hpp"
 #include "plan/search.hpp"
 #include "plan/time_model.hpp"
 #include "plan/units.hpp"
@@ -140,6 +143,13 @@ plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
     r.data_bytes = token_file_bytes(f.data);
   }
   r.global_batch = f.global_batch > 0 ? f.global_batch : (f.search ? r.gpus : f.micro_batch * r.layout.dp);
+  if (f.layout.memory_budget_bytes > 0) {  // a budget of accounted bytes a rank, in place of the device's memory
+    require(f.gpu_memory.empty(), "--memory-budget takes the place of --gpu-memory: give one");
+    r.gpu_memory = f.layout.memory_budget_bytes;
+    r.accounted_budget = true;
+  }
+  require(f.layout.memory_budget.empty() || f.layout.recompute_auto || f.search,
+          "--memory-budget applies to --recompute auto and --search");
   if (f.layout.partition_auto && !f.search) {
     r.layout.stage_layers = plan::auto_partition(r, hw, double(r.gpu_memory)).counts;
     std::fprintf(stderr, "lattice plan: pipeline layers (auto): %s from %s\n",
@@ -204,16 +214,44 @@ int run_plan(int argc, char** argv) {
     return 0;
   }
 
-  plan::check_layout(request);
-  const plan::Plan p = plan::evaluate(request, hw, f.iteration_time, peak);
+  plan::PlanRequest chosen_request = request;
+  std::optional<plan::AutoRecompute> chosen;
+  if (f.layout.recompute == "auto") {  // build_request resolved a copy of the flags: the budget is gpu_memory
+    chosen = plan::choose_recompute_plan(request, request.gpu_memory);
+    chosen_request.layout.recompute_plan = chosen->plan;
+    chosen_request.layout.recompute = plan::strongest_mode(chosen->plan);
+  }
+  plan::check_layout(chosen_request);
+  const plan::Plan p = plan::evaluate(chosen_request, hw, f.iteration_time, peak);
   if (!f.html.empty()) {
     const std::string page = plan::plan_html(p, hw);
     write_file_atomically(f.html, page.data(), page.size());
   }
-  if (f.json)
-    std::printf("%s\n", plan::plan_json(p).dump().c_str());
-  else
-    std::fputs(plan::plan_text(p, hw).c_str(), stdout);
+  const std::string plan_text =
+      recompute_plan_text(layer_recompute(chosen_request.layout, chosen_request.model.layers));
+  if (f.json) {
+    nlohmann::json j = plan::plan_json(p);
+    j["recompute_plan"] = plan_text;
+    if (chosen) {
+      nlohmann::json least = nlohmann::json::array();
+      for (double b : chosen->least_peak) least.push_back(b);
+      j["recompute_auto"] = {{"budget_bytes", request.gpu_memory}, {"peak_bytes", chosen->peak},
+                             {"least_peak_bytes", least}, {"recompute_flops", chosen->recompute_flops},
+                             {"model_flops", chosen->model_flops}};
+    }
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::fputs(plan::plan_text(p, hw).c_str(), stdout);
+  const auto mib = [](double bytes) { return bytes / double(1 << 20); };
+  if (chosen)
+    std::printf("recompute (auto, %.1f MiB a rank): %s — peak %.1f MiB predicted (least possible %.1f MiB), "
+                "recompute %.4g GFLOP a step (+%.1f%% of the model's)\n",
+                mib(double(request.gpu_memory)),
+                plan::describe_recompute_plan(*chosen, chosen_request.layout.pp).c_str(), mib(chosen->peak),
+                mib(*std::max_element(chosen->least_peak.begin(), chosen->least_peak.end())),
+                chosen->recompute_flops / 1e9,
+                chosen->model_flops > 0 ? 100.0 * chosen->recompute_flops / chosen->model_flops : 0.0);
   return 0;
 }
 

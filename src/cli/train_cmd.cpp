@@ -19,6 +19,7 @@
 #include "core/stage_partition.hpp"
 #include "plan/auto_partition.hpp"
 #include "plan/memory_model.hpp"
+#include "plan/recompute_auto.hpp"
 #include "plan/report.hpp"
 #include "plan/time_model.hpp"
 #include "plan/units.hpp"
@@ -71,6 +72,24 @@ void partition_automatically(LayoutConfig& layout, const ModelConfig& model, con
                  layer_counts_text(chosen.counts).c_str(), chosen.slowest_seconds, hardware.c_str(),
                  plan::stage_seconds(r, hw).measured ? "measured layer costs" : "the time model's layer costs",
                  chosen.peak_bytes / double(1 << 20), cap / double(1 << 20));
+}
+
+// --recompute auto: each stage's plan with the least recompute FLOPs whose predicted accounted peak a
+// rank fits --memory-budget (plan/recompute_auto.hpp). Every rank computes it from the same flags;
+// world rank 0 prints it.
+void choose_recompute_automatically(LayoutConfig& layout, const ModelConfig& model, const TrainConfig& train,
+                                    int world, int64_t budget, bool print) {
+  model.validate();
+  const plan::AutoRecompute chosen = plan::choose_recompute_plan(run_request(model, layout, train, world), budget);
+  layout.recompute_plan = chosen.plan;
+  layout.recompute = plan::strongest_mode(chosen.plan);
+  if (print)
+    std::fprintf(stderr,
+                 "lattice train: recompute (auto, %.1f MiB a rank): %s — peak %.1f MiB predicted, recompute "
+                 "%.4g GFLOP a step (+%.1f%% of the model's)\n",
+                 double(budget) / double(1 << 20), plan::describe_recompute_plan(chosen, layout.pp).c_str(),
+                 chosen.peak / double(1 << 20), chosen.recompute_flops / 1e9,
+                 chosen.model_flops > 0 ? 100.0 * chosen.recompute_flops / chosen.model_flops : 0.0);
 }
 
 // The planner's bytes by category for each stage (and the checkpoint writer, world rank 0), for the
@@ -131,6 +150,7 @@ int run_train(int argc, char** argv) {
   try {
     require(layout.pipeline_layers == "auto" || (app.count("--hardware") == 0 && memory_limit.empty()),
             "--hardware and --pipeline-memory-limit apply to --pipeline-layers auto only");
+    require(layout.memory_budget.empty() || layout.recompute == "auto", "--memory-budget applies to --recompute auto only");
     resolved = layout.resolve(model.layers);
     // The vocabulary is the data's tokenizer's unless given (the trainer checks a given one).
     if (app.count("--vocab") == 0) model.vocab = data::load_tokenizer(train.data_dir).vocab();
@@ -146,6 +166,8 @@ int run_train(int argc, char** argv) {
   }
   if (!comm::started_by_launcher() && resolved.tp == 1 && resolved.pp == 1 && resolved.ep == 1) {
     if (layout.partition_auto) partition_automatically(resolved, model, train, 1, 1, hardware, memory_limit, false);
+    if (layout.recompute_auto)
+      choose_recompute_automatically(resolved, model, train, 1, layout.memory_budget_bytes, true);
     if (train.json || !train.report_dir.empty()) train.predicted_memory = predicted_memory(model, resolved, train, 1);
     Trainer trainer(model, resolved, train);
     return trainer.run();
@@ -170,6 +192,16 @@ int run_train(int argc, char** argv) {
     });
     comm::check_on_all_ranks("train",
                              [&] { comm::require_same_configuration(layer_counts_text(resolved.stage_layers)); });
+  }
+  if (layout.recompute_auto) {
+    // As for the partition: every rank chooses (one that cannot stops them all), then the plans are
+    // compared.
+    comm::check_on_all_ranks("train", [&] {
+      choose_recompute_automatically(resolved, model, train, dist.world_size(), layout.memory_budget_bytes,
+                                     dist.rank() == 0);
+    });
+    comm::check_on_all_ranks("train",
+                             [&] { comm::require_same_configuration(recompute_plan_text(resolved.recompute_plan)); });
   }
   if ((train.json || !train.report_dir.empty()) && dist.rank() == 0)
     train.predicted_memory = predicted_memory(model, resolved, train, dist.world_size());

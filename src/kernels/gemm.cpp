@@ -59,9 +59,9 @@ dnnl::memory::desc operand_desc(int64_t batch, int64_t stride, int64_t rows, int
   return dnnl::memory::desc(dims{batch, rows, cols}, type, dims{stride, 1, ld});
 }
 
-Prim make_prim(const Key& k) {
+// The primitive descriptor of a key, and the operands' descriptors it was made from.
+dnnl::matmul::primitive_desc describe(const Key& k, Prim& p) {
   const dt in = k.bf16 ? dt::bf16 : dt::f32;
-  Prim p;
   p.a = operand_desc(k.batch, k.M * k.K, k.m, k.K, k.ta ? k.M : k.K, k.ta, in);
   p.b = operand_desc(k.batch, k.K * k.N, k.K, k.N, k.tb ? k.K : k.N, k.tb, in);
   p.c = dnnl::memory::desc(dims{k.batch, k.m, k.N}, dt::f32, dims{k.M * k.N, k.N, 1});
@@ -81,7 +81,12 @@ Prim make_prim(const Key& k) {
   } else {
     desc = std::make_unique<dnnl::matmul::desc>(p.a, p.b, p.c);
   }
-  dnnl::matmul::primitive_desc pd(*desc, attr, cpu_engine());
+  return dnnl::matmul::primitive_desc(*desc, attr, cpu_engine());
+}
+
+Prim make_prim(const Key& k) {
+  Prim p;
+  const dnnl::matmul::primitive_desc pd = describe(k, p);
   p.scratch = pd.scratchpad_desc();
   p.matmul = dnnl::matmul(pd);
   return p;
@@ -134,7 +139,41 @@ bool whole_primitives() {
   return whole;
 }
 
+// How many parts a GEMM is cut into on `threads` threads, and part t's key and first matrix / row.
+int parts_of(const GemmShape& s, int threads) {
+  const int64_t units = s.batch > 1 ? s.batch : s.M / kMinPartRows;
+  return whole_primitives() ? 1 : int(std::min<int64_t>(threads, units));
+}
+Key part_key(const GemmShape& s, bool bias, bool bf16, int parts, int t, int64_t& b0, int64_t& i0) {
+  int64_t nb = s.batch, m = s.M;
+  b0 = 0, i0 = 0;
+  if (s.batch > 1) {
+    b0 = s.batch * t / parts, nb = s.batch * (t + 1) / parts - b0;
+  } else {  // row boundaries on multiples of 16
+    i0 = s.M * t / parts / 16 * 16;
+    m = (t + 1 == parts ? s.M : s.M * (t + 1) / parts / 16 * 16) - i0;
+  }
+  return Key{nb, s.M, s.N, s.K, m, s.trans_a, s.trans_b, s.accumulate, bias, bf16, s.alpha, 1};
+}
+
 }  // namespace
+
+std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& s, bool bf16, int threads) {
+  threads = std::max(1, threads);
+  std::vector<int64_t> bytes(size_t(threads), 0);
+  const int parts = parts_of(s, threads);
+  Prim unused;
+  if (parts < 2) {
+    const Key whole{s.batch, s.M, s.N, s.K, s.M, s.trans_a, s.trans_b, s.accumulate, false, bf16, s.alpha, threads};
+    bytes[0] = int64_t(describe(whole, unused).scratchpad_desc().get_size());
+    return bytes;
+  }
+  for (int t = 0; t < parts; ++t) {
+    int64_t b0 = 0, i0 = 0;
+    bytes[size_t(t)] = int64_t(describe(part_key(s, false, bf16, parts, t, b0, i0), unused).scratchpad_desc().get_size());
+  }
+  return bytes;
+}
 
 void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias) {
   if (a.dtype != b.dtype) throw std::logic_error("gemm: A and B must share a dtype");
@@ -147,8 +186,7 @@ void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const floa
   const int threads = nested ? 1 : omp_get_max_threads();
   std::optional<TraceSpan> span;  // a GEMM of the step (one inside a parallel region is its caller's time)
   if (!nested) span.emplace(Trace::Kind::gemm);
-  const int64_t units = s.batch > 1 ? s.batch : s.M / kMinPartRows;
-  const int parts = whole_primitives() ? 1 : int(std::min<int64_t>(threads, units));
+  const int parts = parts_of(s, threads);
   if (parts < 2) {
     run_part(Key{s.batch, s.M, s.N, s.K, s.M, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16, s.alpha,
                  threads},
@@ -160,16 +198,10 @@ void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const floa
   {
     omp_set_num_threads(1);  // oneDNN plans and runs this thread's part on this thread alone
     const int t = omp_get_thread_num();
-    int64_t b0 = 0, nb = s.batch, i0 = 0, m = s.M;
-    if (s.batch > 1) {
-      b0 = s.batch * t / parts, nb = s.batch * (t + 1) / parts - b0;
-    } else {  // row boundaries on multiples of 16
-      i0 = s.M * t / parts / 16 * 16;
-      m = (t + 1 == parts ? s.M : s.M * (t + 1) / parts / 16 * 16) - i0;
-    }
+    int64_t b0 = 0, i0 = 0;
+    const Key key = part_key(s, bias != nullptr, bf16, parts, t, b0, i0);
     try {
-      run_part(Key{nb, s.M, s.N, s.K, m, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16, s.alpha, 1}, s,
-               a, b, c, bias, b0, i0);
+      run_part(key, s, a, b, c, bias, b0, i0);
     } catch (...) {
 #pragma omp critical(lattice_gemm_failure)
       failure = std::current_exception();

@@ -6,6 +6,7 @@
 // least 256 rows per thread by its rows (docs/design.md §7); LATTICE_GEMM=whole in the environment runs
 // one oneDNN-threaded primitive instead (for A/B benchmarks).
 #include <cstdint>
+#include <vector>
 
 #include "core/config.hpp"
 
@@ -26,6 +27,11 @@ struct GemmShape {
 };
 
 void gemm(const GemmShape& shape, GemmOperand a, GemmOperand b, float* c, const float* bias = nullptr);
+
+// The scratchpad bytes each of `threads` threads holds for this GEMM (oneDNN's per-primitive scratch, in a
+// per-thread buffer that grows to its largest: MemoryCategory::workspaces), asked of oneDNN without
+// making the primitive. The planner sums each thread's largest over a step's GEMMs.
+std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& shape, bool bf16, int threads);
 
 // Number of cached primitives (for tests of the cache).
 int64_t gemm_cached_primitives();

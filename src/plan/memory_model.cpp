@@ -2,13 +2,54 @@
 
 #include "core/stage_partition.hpp"
 
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "kernels/gemm.hpp"
+#include "plan/gemm_shapes.hpp"
+
 namespace lattice::plan {
+
+namespace {
+// oneDNN's answer for one shape, remembered: --search asks it of the same shapes for many layouts.
+std::vector<int64_t> remembered_scratchpad(const GemmShape& s, bool bf16, int threads) {
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, float, bool, bool, int>;
+  static std::map<Key, std::vector<int64_t>> known;
+  static std::mutex guard;
+  const Key key{s.batch, s.M, s.N, s.K, s.trans_a, s.trans_b, s.alpha, s.accumulate, bf16, threads};
+  std::lock_guard<std::mutex> lock(guard);
+  auto it = known.find(key);
+  if (it == known.end()) it = known.emplace(key, gemm_scratchpad_bytes(s, bf16, threads)).first;
+  return it->second;
+}
+
+// Each thread's largest GEMM scratchpad over `calls`, summed over the threads.
+int64_t scratchpad_bytes(const std::vector<GemmCall>& calls, bool bf16, int threads) {
+  std::vector<int64_t> largest(size_t(std::max(1, threads)), 0);
+  for (const GemmCall& call : calls) {
+    const std::vector<int64_t> bytes = remembered_scratchpad(call.shape, bf16, threads);
+    for (size_t t = 0; t < largest.size() && t < bytes.size(); ++t) largest[t] = std::max(largest[t], bytes[t]);
+  }
+  int64_t sum = 0;
+  for (int64_t b : largest) sum += b;
+  return sum;
+}
+}  // namespace
 
 analysis::MemoryCase memory_case(const PlanRequest& r) {
   analysis::MemoryCase c{activation_shape(r), r.model, r.layout, r.micro_batches(), r.data_bytes, r.save};
   c.offload_optimizer = r.offload_optimizer, c.offload_params = r.offload_params;
   c.zero_bubble = r.zero_bubble, c.threads = r.threads;
   c.weight_versions = r.weight_versions();
+  if (r.engine_scratch && !r.model.moe.enabled()) {
+    std::vector<GemmCall> calls = layer_gemms(c.x);
+    c.gemm_scratchpad = scratchpad_bytes(calls, r.bf16_compute(), r.threads);
+    const std::vector<GemmCall> head = head_gemms(c.x);
+    calls.insert(calls.end(), head.begin(), head.end());
+    c.gemm_scratchpad_last = scratchpad_bytes(calls, r.bf16_compute(), r.threads);
+  }
   return c;
 }
 
@@ -76,6 +117,7 @@ MemoryPlan plan_memory(const PlanRequest& r) {
       c.writer = r.save && stage == 0;  // world rank 0 is on the first stage
       m.by_stage.push_back(analysis::rank_memory(c, stage));
     }
+    m.accounted_capacity = r.accounted_budget;
     // ZB-H1: later stages hold weight-pass operands too, so the heaviest stage decides what fits
     // (its activations and steady model states, as total_bytes counts them).
     if (r.zero_bubble)
@@ -88,6 +130,13 @@ MemoryPlan plan_memory(const PlanRequest& r) {
       }
   }
   return m;
+}
+
+bool MemoryPlan::fits() const {
+  if (!accounted_capacity || by_stage.empty()) return total_bytes <= double(capacity_bytes);
+  for (const analysis::CategoryBytes& b : by_stage)
+    if (b.accounted_peak > capacity_bytes) return false;
+  return true;
 }
 
 }  // namespace lattice::plan

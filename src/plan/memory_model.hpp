@@ -31,7 +31,8 @@ struct MemoryPlan {
   // Every byte by category, per pipeline stage (docs/design.md §4): dense models; empty for MoE,
   // whose block's workspaces and routing buffers the prediction does not cover yet.
   std::vector<analysis::CategoryBytes> by_stage;
-  bool fits() const { return total_bytes <= double(capacity_bytes); }
+  bool accounted_capacity = false;  // --memory-budget: the largest stage's accounted peak must fit
+  bool fits() const;
 };
 
 MemoryPlan plan_memory(const PlanRequest& r);

@@ -22,6 +22,12 @@ struct PlanRequest {
   bool offload_params = false;     // ZeRO-3's fp32 weight shards on disk too (--offload-params)
   bool zero_bubble = false;        // --schedule zb-h1: backward split, weight passes in the bubbles
   bool pipedream_2bw = false;      // --schedule pipedream-2bw: no flush, two weight versions
+  // --memory-budget: gpu_memory is a budget of the tracking allocator's accounted bytes a rank (the
+  // largest stage's accounted peak must fit), not a device's memory for eq. 5's total.
+  bool accounted_budget = false;
+  // oneDNN's GEMM scratchpads join the workspaces (kernels/gemm.hpp), as this engine runs the step; a few
+  // MiB at most, kept for every preset so that plan and train predict the same bytes (not in --search).
+  bool engine_scratch = true;
   int threads = 1;                 // threads a rank runs (zb-h1: each keeps LayerNorm partial sums for W)
 
   int micro_batches() const { return global_batch / (micro_batch * layout.dp); }  // n_mb per rank

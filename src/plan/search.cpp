@@ -79,6 +79,7 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
             for (int e : eps) {
               for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
                 PlanRequest r = base;
+                r.engine_scratch = false;  // a cluster's layouts: no CPU engine's GEMM scratchpads (and 5x faster)
                 r.layout.tp = t;
                 r.layout.pp = p;
                 r.layout.virtual_stages = m;

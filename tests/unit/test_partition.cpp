@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/stage_partition.hpp"
 #include "plan/auto_partition.hpp"
+#include "plan/memory_model.hpp"
 #include "plan/evaluate.hpp"
 
 using namespace lattice;
@@ -172,7 +173,7 @@ TEST(Partition, PlannerCostsAreThePlannersFigures) {
   const plan::StageSeconds s = plan::stage_seconds(r, hw);
   const Partition chosen = plan::auto_partition(r, hw, double(r.gpu_memory));
   r.layout.stage_layers = chosen.counts;
-  const MemoryCase m{plan::activation_shape(r), r.model, r.layout, r.micro_batches(), 0, false, false, false, false};
+  const MemoryCase m = plan::memory_case(r);
   int first = 0;
   for (int stage = 0; stage < 4; ++stage) {
     const int end = first + chosen.counts[size_t(stage)];
@@ -206,6 +207,6 @@ TEST(Partition, UniformSegmentsPartitionInMultiplesOfK) {
   for (int n : chosen.counts) EXPECT_EQ(n % 2, 0) << layer_counts_text(chosen.counts);
   r.layout.stage_layers = chosen.counts;
   EXPECT_EQ(plan::layout_problem(r), "");
-  const MemoryCase m{plan::activation_shape(r), r.model, r.layout, r.micro_batches(), 0, false, false, false, false};
+  const MemoryCase m = plan::memory_case(r);
   EXPECT_DOUBLE_EQ(c.bytes(0, 0, chosen.counts[0]), double(rank_memory(m, 0).accounted_peak));
 }
