@@ -1,6 +1,7 @@
 #include "plan/auto_partition.hpp"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <map>
 #include <string>
@@ -46,26 +47,43 @@ analysis::PartitionCosts partition_costs(const PlanRequest& r, const Hardware& h
   c.seconds = [time, head, p](int stage, int i, int j) {
     return (*time)[size_t(j)] - (*time)[size_t(i)] + (stage == p - 1 ? head : 0.0);
   };
-  // A stage's bytes depend only on the stage and its layers' modes.
-  auto known = std::make_shared<std::map<std::pair<int, std::string>, double>>();
+  // A stage's bytes depend only on the stage and its layers' modes. Block, none and selective order a
+  // stage's modes one way (checkpoints lowest), so the counts of each mode say them: prefix counts make
+  // that key in O(1), for the O(L²·p) questions the partitioner asks (--search asks it per layout).
+  auto counts = std::make_shared<std::vector<std::array<int, 3>>>(size_t(L) + 1, std::array<int, 3>{0, 0, 0});
+  for (int l = 0; !uniform && l < L; ++l) {
+    (*counts)[size_t(l) + 1] = (*counts)[size_t(l)];
+    const LayerRecompute mode = (*modes)[size_t(l)];
+    if (mode != LayerRecompute::in_segment) ++(*counts)[size_t(l) + 1][size_t(mode)];
+  }
+  using Key = std::tuple<int, int, int, int>;  // stage, then the counts (uniform: the stage's length)
+  auto known = std::make_shared<std::map<Key, double>>();
+  auto known_text = std::make_shared<std::map<std::pair<int, std::string>, double>>();
   const bool explicit_plan = !r.layout.recompute_plan.empty();
-  c.bytes = [memory, modes, known, uniform, k, explicit_plan](int stage, int i, int j) {
+  c.bytes = [memory, modes, counts, known, known_text, uniform, k, explicit_plan](int stage, int i, int j) {
+    if (uniform && (j - i) % k != 0) return std::numeric_limits<double>::infinity();
+    const auto& a = (*counts)[size_t(i)];
+    const auto& b = (*counts)[size_t(j)];
+    const Key key = uniform ? Key{stage, j - i, -1, -1} : Key{stage, b[0] - a[0], b[1] - a[1], b[2] - a[2]};
+    if (!explicit_plan) {
+      const auto it = known->find(key);
+      if (it != known->end()) return it->second;
+    }
     analysis::StageLayers layers;
     if (uniform) {
-      if ((j - i) % k != 0) return std::numeric_limits<double>::infinity();
       for (int l = 0; l < j - i; ++l) layers.modes.push_back(l % k == 0 ? LayerRecompute::checkpoint : LayerRecompute::in_segment);
     } else {
       layers.modes.assign(modes->begin() + i, modes->begin() + j);
     }
-    // Block, none and selective order a stage's modes one way (checkpoints lowest): their counts say it.
-    std::string counts;
-    for (LayerRecompute mode : {LayerRecompute::none, LayerRecompute::selective, LayerRecompute::checkpoint})
-      counts += std::to_string(std::count(layers.modes.begin(), layers.modes.end(), mode)) + ",";
-    const auto key = std::make_pair(stage, explicit_plan ? recompute_plan_text(layers.modes) : counts);
-    const auto it = known->find(key);
-    if (it != known->end()) return it->second;
+    std::pair<int, std::string> text_key;
+    if (explicit_plan) {
+      text_key = {stage, recompute_plan_text(layers.modes)};
+      const auto it = known_text->find(text_key);
+      if (it != known_text->end()) return it->second;
+    }
     const double bytes = double(analysis::rank_memory((*memory)[stage == 0 ? 0 : 1], stage, layers).accounted_peak);
-    known->emplace(key, bytes);
+    if (explicit_plan) known_text->emplace(text_key, bytes);
+    else known->emplace(key, bytes);
     return bytes;
   };
   return c;

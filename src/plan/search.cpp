@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "plan/auto_partition.hpp"
+#include "plan/recompute_auto.hpp"
 
 namespace lattice::plan {
 
@@ -104,6 +105,21 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
                 r.layout.recompute = Recompute::full;
                 if (uneven && !partition(r)) continue;
                 if (!layout_problem(r).empty()) continue;
+                if (!base.model.moe.enabled() && !uneven && m == 1) {
+                  // Dense, even stages: each stage's cheapest recompute plan whose accounted peak fits
+                  // (plan/recompute_auto.hpp), not only block N.
+                  try {
+                    PlanRequest chosen = r;
+                    chosen.accounted_budget = true;
+                    const AutoRecompute plan = choose_recompute_plan(chosen, chosen.gpu_memory);
+                    chosen.layout.recompute_plan = plan.plan;
+                    chosen.layout.recompute = strongest_mode(plan.plan);
+                    consider(chosen);
+                  } catch (const InputError&) {
+                    ++result.considered;  // no plan fits this layout
+                  }
+                  continue;
+                }
                 const int n = fewest_recomputed_layers(r);
                 if (n < 0) { ++result.considered; continue; }
                 r.layout.recompute_layers = n == L ? -1 : n;

@@ -38,6 +38,7 @@ nlohmann::json Trainer::start_record(int world) const {
                            {"virtual_stages", l.virtual_stages},
                            {"sequence_parallel", l.sequence_parallel},
                            {"recompute", to_string(l.recompute)},
+                           {"recompute_plan", recompute_plan_text(layer_recompute(l, model_config_.layers))},
                            {"zero", states_->zero_stage()},
                            {"activation_dtype", to_string(l.activation_dtype)},
                            {"params_dtype", to_string(l.params_dtype)},

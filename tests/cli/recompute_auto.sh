@@ -10,6 +10,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
 . "$HERE/lib/subcommand.sh"
 PY=python3; [[ -x /usr/bin/python3 ]] && PY=/usr/bin/python3
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 for i in $(seq 1 800); do echo "In the beginning $i was the word, and every byte was counted."; done > corpus.txt
 "$LATTICE" prepare --input corpus.txt --out data > /dev/null 2>&1 || { echo "FAIL: prepare"; exit 1; }
 MODEL=(--layers 6 --hidden 128 --heads 4 --seq-len 64 --micro-batch 4 --dropout 0.1 --activation-dtype fp32
