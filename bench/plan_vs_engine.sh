@@ -81,7 +81,7 @@ for row in $ROWS; do
   plan_flags=("${MODEL[@]}" --micro-batch "$mb" --global-batch "$GB" --gpus "$ranks" --threads "$threads"
               --dropout 0 --params-dtype fp32 $flags)
   [[ " $flags " == *" --activation-dtype "* ]] || plan_flags+=(--activation-dtype fp32)
-  plan_flags=("${plan_flags[@]/gpipe/1f1b}")  # the planner times GPipe as 1F1B (same passes, more memory)
+
   "$LATTICE" plan --hardware local "${plan_flags[@]}" --data "$SCRATCH/data" --json >"$SCRATCH/$row.plan.json" \
     2>"$SCRATCH/$row.plan.err" || { echo "plan_vs_engine.sh: plan of $row failed:" >&2; tail -2 "$SCRATCH/$row.plan.err" >&2; }
 done

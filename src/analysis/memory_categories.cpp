@@ -59,6 +59,14 @@ int64_t checkpoint_writer_bytes(const ModelConfig& model) {
 }
 
 
+// Micro-batches whose kept tensors stage `stage` holds at once: 1F1B keeps p − stage in flight (eq. 5
+// for the first); GPipe runs every forward before any backward, so all of them.
+int64_t micro_batches_in_flight(const MemoryCase& c, int stage) {
+  const int p = c.layout.pp;
+  if (p == 1) return 1;
+  return c.gpipe ? c.micro_batches : std::min<int64_t>(p - stage, c.micro_batches);
+}
+
 // The activations' terms around the layers: the costs by mode, the head's tensors H (last stage,
 // freed before any layer's backward), the in-flight factor f, and as `fixed` the embedding's masks and
 // token ids E (first stage).
@@ -71,16 +79,17 @@ StageRecomputeCosts activation_costs(const MemoryCase& c, int stage) {
                               LayerRecompute::in_segment})
     costs.mode[size_t(mode)] = {double(layer_kept_bytes(x, mode)), double(layer_live_bytes(x, mode)),
                                 layer_recompute_flops(x, mode)};
-  // 1F1B keeps p − stage micro-batches in flight (eq. 5 for the first). Interleaved: stage r runs
-  // 2(p − r − 1) + (m − 1)p warm-up forwards of chunks (the executor's schedule, docs/design.md §6), so
-  // that many chunks plus one are kept at once.
-  const int64_t in_flight = p == 1 ? 1 : std::min<int64_t>(p - stage, c.micro_batches);
+  // Interleaved: stage r runs 2(p − r − 1) + (m − 1)p warm-up forwards of chunks (the executor's
+  // schedule, docs/design.md §6), so that many chunks plus one are kept at once.
+  const int64_t in_flight = micro_batches_in_flight(c, stage);
   const int64_t m_chunks = c.layout.virtual_stages;
   const int64_t chunks_in_flight =
       std::min<int64_t>(2 * (p - stage - 1) + (m_chunks - 1) * p + 1, c.micro_batches * m_chunks);
   costs.in_flight = p > 1 && m_chunks > 1 ? double(chunks_in_flight) / double(m_chunks) : double(in_flight);
   if (stage == p - 1) costs.head = double(extra_activation_bytes(x, 1, 0) + 8 * N_l);  // head, lnf stats
   if (stage == 0) costs.fixed = double(extra_activation_bytes(x, 2, int(in_flight)) + 4 * N * in_flight);
+  // GPipe's last stage also holds the other in-flight micro-batches' head tensors until their backwards.
+  if (c.gpipe && stage == p - 1) costs.fixed += (costs.in_flight - 1) * costs.head;
   return costs;
 }
 
@@ -113,7 +122,7 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
   // Activations (docs/design.md §4): (f − 1)·K + max(K + H, the largest backward unit over the kept
   // bytes below it) + E, K the stage's kept bytes under its layers' modes.
   const StageRecomputeCosts costs = activation_costs(c, stage);
-  const int64_t in_flight = p == 1 ? 1 : std::min<int64_t>(p - stage, c.micro_batches);
+  const int64_t in_flight = micro_batches_in_flight(c, stage);
   const int64_t per_stage = int64_t(mine.modes.size());
   double layers = stage_activation_peak(costs, mine.modes);
   // ZB-H1 (docs/design.md §6.1): stage r defers each weight pass by r, so min(p, n) − min(p − r, n)

@@ -38,6 +38,7 @@ struct MemoryCase {
   bool zero_bubble = false;        // ZB-H1: stage r also holds r micro-batches' weight-pass operands
   int64_t threads = 1;             // threads a rank runs (each keeps LayerNorm partial sums for W)
   int weight_versions = 1;         // PipeDream-2BW: 2 versions of the weights and gradients
+  bool gpipe = false;              // GPipe: every micro-batch's forward before any backward
   // oneDNN's GEMM scratchpads on this engine's threads (each thread's largest, summed: kernels/gemm.hpp),
   // for a stage of layers and for the last stage with the output layer; 0 for other devices.
   int64_t gemm_scratchpad = 0, gemm_scratchpad_last = 0;

@@ -66,7 +66,8 @@ void add_flags(CLI::App& app, PlanFlags& f) {
   app.add_option("--iteration-time", f.iteration_time, "measured seconds per iteration (MFU/HFU from it)");
   app.add_option("--peak-flops", f.peak_flops, "peak FLOP/s per device for MFU, e.g. 312T (default: the preset's)");
   app.add_option("--schedule", f.schedule,
-                 "pipeline schedule: 1f1b | interleaved (with --virtual-stages) | zb-h1 (weight passes in the bubbles); "
+                 "pipeline schedule: gpipe (timed as 1f1b, all micro-batches kept) | 1f1b | interleaved (with --virtual-stages) | "
+                 "zb-h1 (weight passes in the bubbles) | pipedream-2bw; "
                  "default 1f1b, interleaved with --virtual-stages > 1");
   app.add_option("--threads", f.threads, "threads a rank runs (zb-h1 keeps each thread's LayerNorm partial sums)")
       ->capture_default_str();
@@ -123,9 +124,9 @@ plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
                                      ") is not a multiple of t·p = " + std::to_string(tp_pp));
   r.layout.dp = r.gpus / tp_pp;
   r.save = f.save;
-  require(f.schedule.empty() || f.schedule == "1f1b" || f.schedule == "interleaved" || f.schedule == "zb-h1" ||
-              f.schedule == "pipedream-2bw",
-          "--schedule: the planner models 1f1b, interleaved, zb-h1 and pipedream-2bw (got '" + f.schedule + "')");
+  require(f.schedule.empty() || f.schedule == "1f1b" || f.schedule == "gpipe" || f.schedule == "interleaved" ||
+              f.schedule == "zb-h1" || f.schedule == "pipedream-2bw",
+          "--schedule: the planner models gpipe, 1f1b, interleaved, zb-h1 and pipedream-2bw (got '" + f.schedule + "')");
   require(f.schedule != "interleaved" || layout.virtual_stages > 1, "--schedule interleaved needs --virtual-stages > 1");
   require(f.schedule.empty() || f.schedule == "interleaved" || layout.virtual_stages == 1,
           "--schedule " + f.schedule + " needs --virtual-stages 1 (more chunks a rank is the interleaved schedule)");
@@ -133,6 +134,7 @@ plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
   r.threads = f.threads;
   r.zero_bubble = f.schedule == "zb-h1";
   r.pipedream_2bw = f.schedule == "pipedream-2bw";
+  r.gpipe = f.schedule == "gpipe";
   r.offload_optimizer = !f.offload_optimizer.empty();
   r.offload_params = !f.offload_params.empty();
   require(!r.offload_params || (r.layout.zero == 3 && !r.layout.mixed_precision()),

@@ -44,6 +44,7 @@ plan::PlanRequest run_request(const ModelConfig& model, const LayoutConfig& layo
   r.offload_params = train.optim.offload_params;
   r.zero_bubble = train.schedule == "zb-h1";
   r.pipedream_2bw = train.schedule == "pipedream-2bw";  // two weight versions to place
+  r.gpipe = train.schedule == "gpipe";                   // every micro-batch in flight
   r.threads = train.threads > 0 ? train.threads : omp_get_max_threads();
   r.data_bytes = token_file_bytes(train.data_dir);  // the token files join the data category
   return r;

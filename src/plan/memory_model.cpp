@@ -43,6 +43,7 @@ analysis::MemoryCase memory_case(const PlanRequest& r) {
   c.offload_optimizer = r.offload_optimizer, c.offload_params = r.offload_params;
   c.zero_bubble = r.zero_bubble, c.threads = r.threads;
   c.weight_versions = r.weight_versions();
+  c.gpipe = r.gpipe;
   if (r.engine_scratch && !r.model.moe.enabled()) {
     std::vector<GemmCall> calls = layer_gemms(c.x);
     c.gemm_scratchpad = scratchpad_bytes(calls, r.bf16_compute(), r.threads);

@@ -21,6 +21,7 @@ struct PlanRequest {
   bool offload_optimizer = false;  // AdamW's moments kept on disk (--offload-optimizer)
   bool offload_params = false;     // ZeRO-3's fp32 weight shards on disk too (--offload-params)
   bool zero_bubble = false;        // --schedule zb-h1: backward split, weight passes in the bubbles
+  bool gpipe = false;              // --schedule gpipe: 1F1B's passes and time, every micro-batch kept at once
   bool pipedream_2bw = false;      // --schedule pipedream-2bw: no flush, two weight versions
   // --memory-budget: gpu_memory is a budget of the tracking allocator's accounted bytes a rank (the
   // largest stage's accounted peak must fit), not a device's memory for eq. 5's total.
