@@ -34,6 +34,8 @@ AutoRecompute choose_recompute_plan(const PlanRequest& request, int64_t budget) 
   require(!request.model.moe.enabled(),
           "--recompute auto plans dense models (the per-rank memory model has no MoE block yet)");
   require(l.virtual_stages == 1, "--recompute auto needs --virtual-stages 1");
+  require(!request.zero_bubble, "--recompute auto does not yet count ZB-H1's deferred weight-pass operands: choose "
+                                "with --schedule 1f1b, or give --recompute-plan");
   PlanRequest r = request;
   r.layout.recompute = Recompute::none, r.layout.recompute_plan.clear();
   r.layout.recompute_method = RecomputeMethod::block, r.layout.recompute_layers = -1;

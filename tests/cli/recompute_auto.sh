@@ -90,6 +90,8 @@ expect_status train 1 "below a rank's model states" "${MODEL[@]}" --data data --
 expect_status plan 1 "dense models" "${PLAN[@]}" --recompute auto --memory-budget 1GiB --num-experts 4
 expect_status plan 1 "--virtual-stages 1" "${PLAN[@]}" --recompute auto --memory-budget 1GiB \
   --pipeline-model-parallel-size 2 --virtual-stages 3 --gpus 2
+expect_status plan 1 "ZB-H1" "${PLAN[@]}" --recompute auto --memory-budget 1GiB --pipeline-model-parallel-size 2 \
+  --schedule zb-h1 --gpus 2
 expect_status plan 1 "takes the place of --gpu-memory" "${PLAN[@]}" --recompute auto --memory-budget 1GiB --gpu-memory 2GiB
 expect_status plan 1 "--memory-budget applies to --recompute auto and --search" "${PLAN[@]}" --memory-budget 1GiB
 
