@@ -66,7 +66,7 @@ Recompute parse_recompute(const std::string& s) {
   if (s == "none") return Recompute::none;
   if (s == "selective") return Recompute::selective;
   if (s == "full") return Recompute::full;
-  fail("--recompute must be none, selective or full (got '" + s + "')");
+  fail("--recompute must be none, selective, full or auto (auto with --memory-budget) (got '" + s + "')");
 }
 
 RecomputeMethod parse_recompute_method(const std::string& s) {

@@ -58,7 +58,7 @@ expect_error "unknown flag" "--bogus" train "${SMALL[@]}" --bogus 3
 expect_error "unknown command" "unknown command" frobnicate
 expect_error "heads not dividing hidden" "must divide --hidden" train "${SMALL[@]}" --heads 5
 expect_error "negative layers" "--layers" train "${SMALL[@]}" --layers 0
-expect_error "bad recompute mode" "none, selective or full" train "${SMALL[@]}" --recompute sometimes
+expect_error "bad recompute mode" "none, selective, full or auto" train "${SMALL[@]}" --recompute sometimes
 expect_error "bad dtype" "fp32 or bf16" train "${SMALL[@]}" --activation-dtype fp8
 expect_error "global batch not a multiple" "multiple of --micro-batch" train "${SMALL[@]}" --global-batch 6
 expect_error "seq-len longer than data" "seq-len" train "${SMALL[@]}" --seq-len 100000
