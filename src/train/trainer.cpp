@@ -4,6 +4,7 @@
 // trainer_checkpoint.cpp and trainer_summary.cpp.
 #include "train/trainer.hpp"
 
+#include <algorithm>
 #include <omp.h>
 
 #include <array>
@@ -18,6 +19,7 @@
 #include "comm/gather_int64.hpp"
 #include "core/atomic_dir.hpp"
 #include "core/error.hpp"
+#include "core/recompute_plan.hpp"
 #include "core/stage_partition.hpp"
 #include "report/step_report.hpp"
 #include "report/trace_writer.hpp"
@@ -484,12 +486,18 @@ int Trainer::run() {
   // The log is opened (and locked against another run) before anything is printed: a refusal is one line.
   if (log && (config_.json || !config_.report_dir.empty()))
     run_log_ = std::make_unique<RunLog>(config_.json, config_.report_dir, config_.trace, !config_.resume.empty());
+  // The mode, and each layer's when they differ (block N, segments, --recompute auto, --recompute-plan).
+  const std::vector<LayerRecompute> modes = layer_recompute(layout_, model_config_.layers);
+  std::string recompute_text = to_string(layout_.recompute);
+  if (std::any_of(modes.begin(), modes.end(), [&](LayerRecompute m) { return m != modes.front(); }) ||
+      layout_.recompute_method == RecomputeMethod::uniform)
+    recompute_text += " [" + recompute_plan_text(modes) + "]";
   if (log && !config_.json)
     std::fprintf(stderr, "lattice: %lld parameters, %d layers, hidden %d, %d heads, seq %d, batch %d x %d x %d, "
                  "recompute %s, %s attention, activations %s, weights %s, %s, ZeRO %d, %d rank(s) (t=%d, dp=%d%s), %d threads\n",
                  (long long)model_config_.num_params(), model_config_.layers, model_config_.hidden,
                  model_config_.heads, model_config_.seq_len, config_.micro_batch,
-                 config_.global_batch / (config_.micro_batch * layout_.dp), layout_.dp, to_string(layout_.recompute),
+                 config_.global_batch / (config_.micro_batch * layout_.dp), layout_.dp, recompute_text.c_str(),
                  to_string(layout_.attention), to_string(layout_.activation_dtype), to_string(layout_.params_dtype), optimizer_->name(),
                  states_->zero_stage(), world, layout_.tp, layout_.dp, layout_.sequence_parallel ? ", sp" : "",
                  omp_get_max_threads());
