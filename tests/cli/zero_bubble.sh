@@ -113,8 +113,8 @@ print(fa, fb, sa, sb, b['layout']['schedule'])
 sys.exit(0 if fb < fa and sa[0] <= sb[0] <= 1.01 * sa[0] and all(sb[r] > sa[r] for r in (1, 2, 3)) and b['layout']['schedule'] == 'zb-h1' else 1)"
 expect_error "plan: zb-h1 with virtual stages" "virtual-stages 1" plan --layers 8 --hidden 256 --heads 8 \
   --pipeline-model-parallel-size 4 --virtual-stages 2 --schedule zb-h1
-expect_error "plan: a schedule it does not model" "models 1f1b" plan --layers 8 --hidden 256 --heads 8 \
-  --pipeline-model-parallel-size 4 --schedule gpipe
+expect_error "plan: a schedule it does not model" "models gpipe, 1f1b" plan --layers 8 --hidden 256 --heads 8 \
+  --pipeline-model-parallel-size 4 --schedule zb-v
 
 # Bad input.
 expect_error "zb-h1 with virtual stages" "interleaved schedule" schedule --pipeline-model-parallel-size 2 \
