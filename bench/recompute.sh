@@ -120,7 +120,7 @@ for row in rows:
     measured = rank["accounted_peak_bytes"]
     ratio = measured / predicted
     bad += ratio > 1.0 or ratio < 0.95
-    text = start.get("recompute_plan") or plan.get("recompute_plan") or ""
+    text = start.get("layout", {}).get("recompute_plan") or plan["layout"]["recompute_plan"]
     split = lines(os.path.join(scratch, name + ".split.json"))
     share_m = "–"
     if split:

@@ -229,11 +229,8 @@ int run_plan(int argc, char** argv) {
     const std::string page = plan::plan_html(p, hw);
     write_file_atomically(f.html, page.data(), page.size());
   }
-  const std::string plan_text =
-      recompute_plan_text(layer_recompute(chosen_request.layout, chosen_request.model.layers));
   if (f.json) {
     nlohmann::json j = plan::plan_json(p);
-    j["recompute_plan"] = plan_text;
     if (chosen) {
       nlohmann::json least = nlohmann::json::array();
       for (double b : chosen->least_peak) least.push_back(b);

@@ -225,7 +225,8 @@ namespace {
 struct StageWork {
   double gemm = 0, elementwise = 0, tp_comm = 0, ep_comm = 0, recompute = 0;
   double weight = 0;  // of which a split backward's weight passes (part of gemm)
-  double total() const { return gemm + elementwise + tp_comm + ep_comm + recompute; }
+  double compute() const { return gemm + elementwise + recompute; }  // what the cores do, not the wires
+  double total() const { return compute() + tp_comm + ep_comm; }
   // One layer in recompute mode `mode`; its backward is split (ZB-H1's W) unless `whole` (MoE) or
   // its forward is re-run.
   void add_layer(const LayerWork& w, LayerRecompute mode, bool whole) {
@@ -293,12 +294,12 @@ StageWork slowest_stage(const std::vector<StageWork>& stages) {
 // share, to it; 1 without oversubscription or with equal stages.
 double shared_compute_factor(const Hardware& hw, const std::vector<StageWork>& stages, const StageWork& slowest) {
   const LocalHost& host = hw.local;
-  const double compute = slowest.gemm + slowest.elementwise + slowest.recompute;
+  const double compute = slowest.compute();
   if (!host.active() || stages.size() < 2 || compute <= 0 || host.share(host.ranks) >= 1) return 1.0;
   double sum = 0, critical = 0;
   const double per_stage = double(host.ranks) / double(stages.size());
   for (const StageWork& w : stages) {
-    const double c = w.gemm + w.elementwise + w.recompute;
+    const double c = w.compute();
     sum += c;
     critical = std::max(critical, c * host.share(host.ranks) / host.share(per_stage));
   }

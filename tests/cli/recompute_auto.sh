@@ -26,9 +26,9 @@ PEAK="max(s['accounted_peak_bytes'] for s in d['memory_by_stage'])"
 plan_json none.json --recompute none
 none=$(json none.json "$PEAK")
 plan_json at_none.json --recompute auto --memory-budget "$none"
-[ "$(json at_none.json "d['recompute_plan']")" = nnnnnn ] || fail "a budget at none's peak keeps every layer"
+[ "$(json at_none.json "d['layout']['recompute_plan']")" = nnnnnn ] || fail "a budget at none's peak keeps every layer"
 plan_json below_none.json --recompute auto --memory-budget $((none - 1))
-[ "$(json below_none.json "d['recompute_plan']")" != nnnnnn ] || fail "a byte below none's peak recomputes a layer"
+[ "$(json below_none.json "d['layout']['recompute_plan']")" != nnnnnn ] || fail "a byte below none's peak recomputes a layer"
 least=$(json at_none.json "int(max(d['recompute_auto']['least_peak_bytes']))")
 plan_json at_least.json --recompute auto --memory-budget "$least"
 [ "$(json at_least.json "int(d['recompute_auto']['peak_bytes'])")" -le "$least" ] || fail "the least peak fits itself"
@@ -46,7 +46,7 @@ for q in 75 50 25; do
   flops=$(json "auto$q.json" "int(d['recompute_auto']['recompute_flops'])")
   [ "$flops" -ge "$previous" ] || fail "budget $budget: recompute FLOPs $flops below the larger budget's $previous"
   previous=$flops
-  want=$(json "auto$q.json" "d['recompute_plan']")
+  want=$(json "auto$q.json" "d['layout']['recompute_plan']")
   "$LATTICE" train "${MODEL[@]}" --data data --steps 2 --threads 1 --recompute auto --memory-budget "$budget" \
     --json > "train$q.jsonl" 2> "train$q.err" || { fail "train at budget $budget: $(tail -1 "train$q.err")"; continue; }
   grep -q "recompute (auto, .*): $want — peak" "train$q.err" || fail "train at $budget prints plan's choice $want: $(cat "train$q.err")"
