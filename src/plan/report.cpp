@@ -74,7 +74,7 @@ std::string describe_layout(const PlanRequest& r) {
     s += buf;
   }
   std::snprintf(buf, sizeof buf, " zero%d", l.zero);
-  return s + buf + (r.zero_bubble ? " zb-h1" : r.pipedream_2bw ? " 2bw" : "") + (l.fused_attention() ? " fused-attn" : "") +
+  return s + buf + (r.zero_bubble ? " zb-h1" : r.pipedream_2bw ? " 2bw" : r.gpipe ? " gpipe" : "") + (l.fused_attention() ? " fused-attn" : "") +
          (l.pack_masks ? " packed-masks" : "") +
          (l.fp8_kept ? " fp8-kept" : "");
 }
@@ -245,6 +245,7 @@ nlohmann::ordered_json plan_json(const Plan& p) {
                  {"pipeline_layers", layer_counts_text(StagePartition::of(l, r.model.layers).counts())},
                  {"schedule", r.zero_bubble     ? "zb-h1"
                               : r.pipedream_2bw ? "pipedream-2bw"
+                              : r.gpipe         ? "gpipe"
                               : l.virtual_stages > 1 ? "interleaved"
                                                      : "1f1b"}};
   // The forward FLOPs backward re-runs in an iteration, over every rank (docs/design.md §4).
