@@ -45,6 +45,9 @@ struct RecomputeChoice {
 // InputError when no plan fits, naming the least peak any plan reaches (and that plan).
 RecomputeChoice choose_recompute(const StageRecomputeCosts& costs, int layers, double budget,
                                  bool allow_selective = true);
+// "12.34 MiB": how the chooser's errors, and its callers', name bytes.
+std::string mib_text(double bytes);
+
 // The plan with the least peak (ignoring FLOPs; ties to fewer FLOPs).
 RecomputeChoice least_peak_recompute(const StageRecomputeCosts& costs, int layers, bool allow_selective = true);
 

@@ -43,12 +43,6 @@ constexpr int kMaxGeneralLayers = 64;  // the general DP: about 3·10⁷ steps a
 const LayerModeCost& cost_of(const StageRecomputeCosts& c, Mode m) { return c.mode[static_cast<size_t>(m)]; }
 double tail_of(const StageRecomputeCosts& c, Mode m) { return cost_of(c, m).live - cost_of(c, m).kept; }
 
-std::string mib(double bytes) {
-  char text[48];
-  std::snprintf(text, sizeof text, "%.2f MiB", bytes / (1024.0 * 1024.0));
-  return text;
-}
-
 struct Shape {
   int x = 0, y = 0, z = 0;  // segments, layers in segments, selective layers
 };
@@ -391,7 +385,7 @@ RecomputeChoice choose_recompute(const StageRecomputeCosts& costs, int layers, d
   });
   if (!best) {
     const RecomputeChoice least = chooser.materialise(least_peak_shape(chooser));
-    fail("no recompute plan fits " + mib(budget) + ": the least peak is " + mib(least.peak) + " (" +
+    fail("no recompute plan fits " + mib_text(budget) + ": the least peak is " + mib_text(least.peak) + " (" +
          recompute_plan_text(least.plan) + ")");
   }
   return chooser.materialise(*best);
@@ -400,6 +394,12 @@ RecomputeChoice choose_recompute(const StageRecomputeCosts& costs, int layers, d
 RecomputeChoice least_peak_recompute(const StageRecomputeCosts& costs, int layers, bool allow_selective) {
   const Chooser chooser(costs, layers, allow_selective);
   return chooser.materialise(least_peak_shape(chooser));
+}
+
+std::string mib_text(double bytes) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.2f MiB", bytes / (1024.0 * 1024.0));
+  return text;
 }
 
 }  // namespace lattice::analysis

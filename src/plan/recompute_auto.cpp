@@ -1,6 +1,6 @@
 #include "plan/recompute_auto.hpp"
 
-#include <cstdio>
+#include <algorithm>
 
 #include "analysis/memory_categories.hpp"
 #include "core/error.hpp"
@@ -11,13 +11,7 @@
 
 namespace lattice::plan {
 
-namespace {
-std::string mib(double bytes) {
-  char text[48];
-  std::snprintf(text, sizeof text, "%.2f MiB", bytes / double(1 << 20));
-  return text;
-}
-}  // namespace
+using analysis::mib_text;
 
 Recompute strongest_mode(const std::vector<LayerRecompute>& plan) {
   Recompute mode = Recompute::none;
@@ -57,11 +51,11 @@ AutoRecompute choose_recompute_plan(const PlanRequest& request, int64_t budget) 
     const double elsewhere = double(fixed.accounted_peak) > least.peak ? double(fixed.accounted_peak) : 0.0;
     const std::string where = l.pp > 1 ? "stage " + std::to_string(stage) + "'s" : "a rank's";
     require(costs.fixed <= double(budget) && elsewhere <= double(budget),
-            "--memory-budget " + mib(double(budget)) + " is below " + where + " model states and buffers (" +
-                mib(std::max(costs.fixed, elsewhere)) + " before any activation)");
+            "--memory-budget " + mib_text(double(budget)) + " is below " + where + " model states and buffers (" +
+                mib_text(std::max(costs.fixed, elsewhere)) + " before any activation)");
     require(least.peak <= double(budget),
-            "--memory-budget " + mib(double(budget)) + ": the least peak any recompute plan reaches on " + where +
-                " layers is " + mib(least.peak) + " (" + recompute_plan_text(least.plan) +
+            "--memory-budget " + mib_text(double(budget)) + ": the least peak any recompute plan reaches on " + where +
+                " layers is " + mib_text(least.peak) + " (" + recompute_plan_text(least.plan) +
                 (allow_selective ? "" : "; selective not offered") + ")");
     analysis::RecomputeChoice choice = analysis::choose_recompute(costs, int(layers.size()), double(budget),
                                                                   allow_selective);
