@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The planner against the engine, layout by layout, on this machine: for each row, `lattice plan
 # --hardware local` (this host as mpirun runs the layout: ranks share the cores, MPI at the rates a
-# saved `lattice bench` measured) predicts the step, and `lattice train` runs it. Printed: predicted
-# step beside the measured median (min–max over the timed steps of all rounds) and the error; the
-# prediction split into the planner's parts (GEMM, element-wise, recompute, TP, PP p2p, bubble,
+# saved `lattice bench` measured) predicts the step, and `lattice train` runs it, plan and run side by
+# side in every round. Printed: the predicted step (median over the rounds' plans) beside the measured
+# median (min–max over the timed steps of all rounds) and the error; the prediction split into the planner's parts (GEMM, element-wise, recompute, TP, PP p2p, bubble,
 # DP/ZeRO, optimizer) beside the measured split from each run's trace (`lattice schedule --from-trace
 # --split`, the slowest rank); and the predicted per-rank accounted peak beside the measured one.
 #
@@ -75,19 +75,17 @@ for n in $needed; do
     { echo "plan_vs_engine.sh: the MPI bench for $n ranks failed:" >&2; tail -3 "$SCRATCH/bench_np$n.err" >&2; exit 1; }
 done
 
-for row in $ROWS; do
-  read -r ranks threads mb flags <<<"$(row_spec "$row")"
-  # shellcheck disable=SC2086
-  plan_flags=("${MODEL[@]}" --micro-batch "$mb" --global-batch "$GB" --gpus "$ranks" --threads "$threads"
-              --dropout 0 --params-dtype fp32 $flags)
-  [[ " $flags " == *" --activation-dtype "* ]] || plan_flags+=(--activation-dtype fp32)
-
-  "$LATTICE" plan --hardware local "${plan_flags[@]}" --data "$SCRATCH/data" --json >"$SCRATCH/$row.plan.json" \
-    2>"$SCRATCH/$row.plan.err" || { echo "plan_vs_engine.sh: plan of $row failed:" >&2; tail -2 "$SCRATCH/$row.plan.err" >&2; }
-done
+# Each round plans a row and then runs it, one after the other: the machine is shared and its speed drifts,
+# so a prediction is compared with the runs beside it (the medians over the rounds of each).
 for round in $(seq 1 "$ROUNDS"); do
   for row in $ROWS; do
     read -r ranks threads mb flags <<<"$(row_spec "$row")"
+    # shellcheck disable=SC2086
+    plan_flags=("${MODEL[@]}" --micro-batch "$mb" --global-batch "$GB" --gpus "$ranks" --threads "$threads"
+                --dropout 0 --params-dtype fp32 $flags)
+    [[ " $flags " == *" --activation-dtype "* ]] || plan_flags+=(--activation-dtype fp32)
+    "$LATTICE" plan --hardware local "${plan_flags[@]}" --data "$SCRATCH/data" --json >"$SCRATCH/$row.$round.plan.json" \
+      2>"$SCRATCH/$row.$round.plan.err" || { echo "plan_vs_engine.sh: plan of $row failed:" >&2; tail -2 "$SCRATCH/$row.$round.plan.err" >&2; }
     # shellcheck disable=SC2086
     args=(train --data "$SCRATCH/data" "${MODEL[@]}" --micro-batch "$mb" --global-batch "$GB" --threads "$threads"
           --dropout 0 --steps "$STEPS" --lr-schedule constant --warmup 0 --json --trace "$SCRATCH/$row.$round.trace.json" $flags)
@@ -118,8 +116,8 @@ print("| row | ranks | predicted s | measured s (min–max) | error | " + " | ".
 print("|---|---|---|---|---|" + "---|" * len(parts) + "---|---|")
 outside = 0
 for row in rows:
-    plan = load(os.path.join(scratch, row + ".plan.json"))
-    plan = plan[0] if plan else {}
+    plans = [p[0] for p in (load(os.path.join(scratch, f"{row}.{r}.plan.json")) for r in range(1, rounds + 1)) if p]
+    plan = plans[0] if plans else {}
     steps, splits, peak = [], [], 0
     for r in range(1, rounds + 1):
         recs = load(os.path.join(scratch, f"{row}.{r}.jsonl"))
@@ -131,7 +129,7 @@ for row in rows:
         if sp:
             splits.append(max(sp[0]["ranks"], key=lambda x: x["step_s"]))
     ranks = plan.get("layout", {}).get("dp", 1) * plan.get("layout", {}).get("tp", 1) * plan.get("layout", {}).get("pp", 1)
-    pred = plan.get("predicted_iteration_s")
+    pred = statistics.median([p["predicted_iteration_s"] for p in plans]) if plans else None
     if not steps or pred is None:
         print(f"| {row} | {ranks} | {pred} | (no run) | | " + " | " * len(parts) + " |")
         outside += 1
@@ -141,7 +139,8 @@ for row in rows:
     outside += abs(err) > 0.10
     cells = []
     for name, key in parts:
-        p = plan.get("time_breakdown_s", {}).get(name)
+        ps = [q["time_breakdown_s"][name] for q in plans if name in q.get("time_breakdown_s", {})]
+        p = statistics.median(ps) if ps else None
         m = statistics.median([s[key] for s in splits]) if splits and key in splits[0] else None
         cells.append(("%.3f" % p if p is not None else "–") + " / " + ("%.3f" % m if m is not None else "–"))
     pred_peak = max([s.get("accounted_peak_bytes", 0) for s in plan.get("memory_by_stage", [])] or [0])
