@@ -32,19 +32,31 @@ int64_t largest_bucket(const ModelConfig& model, int tp, int pp, int stage) {
   return largest;
 }
 
+// The piece of a ZeRO-2/3 reduction still in flight when a micro-batch's backward ends, with
+// accumulation (m > 1): that of the stage's last bucket, the tied embedding on the first stage, the
+// bottom layer elsewhere. The next micro-batch's first reduction completes it.
+int64_t pending_piece_bytes(const MemoryCase& c, int stage) {
+  const LayoutConfig& l = c.layout;
+  if (l.zero < 2 || l.dp <= 1 || c.micro_batches <= 1) return 0;
+  const int64_t last = stage == 0 ? int64_t(c.model.padded_vocab(c.x.t)) / c.x.t * c.model.hidden
+                                  : layer_shard_parameters(c.model, c.x.t);
+  return 4 * ((last + l.dp - 1) / l.dp);
+}
+
 // ZeRO's transient buffers (docs/design.md §8), fp32 weights, B the largest bucket, N_d ranks: stage 1
 // keeps the reduced shard all step and up to three reduced pieces; stage 2 two gradient buckets in
 // flight with their pieces; stage 3 also the gathered weights (the bucket in use, the prefetched
 // one, less this rank's own piece of one). `at_activation_peak`: what is live at the end of a
-// forward — the reduced shard (stage 1), the piece of the previous micro-batch's last reduction still
-// in flight (stages 2–3 with accumulation), and stage 3's two gathered buckets.
-int64_t zero_transient_bytes(const MemoryCase& c, int64_t psi, int64_t bucket, bool at_activation_peak) {
+// forward — the reduced shard (stage 1), the previous micro-batch's pending piece (stages 2–3).
+int64_t zero_transient_bytes(const MemoryCase& c, int stage, int64_t psi, int64_t bucket, bool at_activation_peak) {
   const LayoutConfig& l = c.layout;
   const int64_t nd = l.dp, piece = 4 * ((bucket + nd - 1) / nd), shard = 4 * ((psi + nd - 1) / nd);
   if (nd <= 1 || l.zero == 0) return 0;
   if (at_activation_peak) {
     if (l.zero == 1) return shard;
-    return (c.micro_batches > 1 ? piece : 0) + (l.zero == 3 ? 2 * 4 * bucket : 0);
+    // --offload-params: the prefetched gather's piece, read from disk into its own buffer.
+    // Stage 3's gathered buckets are backward's (activation_costs' extras).
+    return pending_piece_bytes(c, stage) + (l.zero == 3 && c.offload_params ? piece : 0);
   }
   if (l.zero == 1) return shard + 3 * piece;
   // --offload-params: a gather's piece is read into its own buffer first.
@@ -90,6 +102,29 @@ StageRecomputeCosts activation_costs(const MemoryCase& c, int stage) {
   if (stage == 0) costs.fixed = double(extra_activation_bytes(x, 2, int(in_flight)) + 4 * N * in_flight);
   // GPipe's last stage also holds the other in-flight micro-batches' head tensors until their backwards.
   if (c.gpipe && stage == p - 1) costs.fixed += (costs.in_flight - 1) * costs.head;
+  // Backward's transient model states (engine/model_states.cpp). The fp32 bucket backward writes when
+  // the whole fp32 gradient is not kept (ZeRO-2/3, 16-bit gradients), and with 16-bit weights (below
+  // ZeRO-3) the bucket's weights widened to fp32. Under ZeRO-2/3 the previous bucket and its piece stay
+  // while that reduction is in flight (one in flight; above the top layer only the final LayerNorm's),
+  // and the head hands its tied embedding bucket over while its tensors are still live, so that piece is
+  // there too; the first reduction of a micro-batch completes the previous one's pending piece (in
+  // `fixed`), so on the last stage it is gone once the layers' backward starts.
+  const LayoutConfig& l = c.layout;
+  const bool scattered = l.zero >= 2 && l.dp > 1, widened = l.mixed_precision() && l.zero < 3;
+  if (!c.model.moe.enabled() && (scattered || l.mixed_precision())) {
+    auto piece = [&](int64_t elements) { return scattered ? 4 * ((elements + l.dp - 1) / l.dp) : 0; };
+    const int64_t layer = layer_shard_parameters(c.model, x.t);
+    const int64_t vocab = int64_t(c.model.padded_vocab(x.t)) / x.t * c.model.hidden;
+    const int64_t unit = 4 * layer * (widened ? 2 : 1);
+    const int64_t gone = stage == p - 1 ? pending_piece_bytes(c, stage) : 0;
+    // ZeRO-3 also holds a layer's gathered weights and the next layer's, prefetched, through its backward;
+    // it releases the head's gathered embedding before making that gradient bucket, and a stage without
+    // the head ends its forward with its top layer's weights gathered again for backward.
+    const int64_t gathered = l.zero >= 3 && l.dp > 1 ? 2 * 4 * layer : 0;
+    costs.head_extra = stage == p - 1 ? double(4 * vocab * (widened ? 2 : 1) + piece(vocab)) : double(gathered / 2);
+    costs.top_extra = double(unit + gathered - gone);
+    costs.rest_extra = double(unit + (scattered ? 4 * layer + piece(layer) : 0) + gathered - pending_piece_bytes(c, stage));
+  }
   return costs;
 }
 
@@ -122,9 +157,12 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
   // Activations (docs/design.md §4): (f − 1)·K + max(K + H, the largest backward unit over the kept
   // bytes below it) + E, K the stage's kept bytes under its layers' modes.
   const StageRecomputeCosts costs = activation_costs(c, stage);
+  StageRecomputeCosts kept_only = costs;  // the activations' own peak: backward's model-state extras apart
+  kept_only.head_extra = kept_only.top_extra = kept_only.rest_extra = 0;
   const int64_t in_flight = micro_batches_in_flight(c, stage);
   const int64_t per_stage = int64_t(mine.modes.size());
-  double layers = stage_activation_peak(costs, mine.modes);
+  double layers = stage_activation_peak(kept_only, mine.modes);
+  const double extras = stage_activation_peak(costs, mine.modes) - layers;  // beside them at the accounted peak
   // ZB-H1 (docs/design.md §6.1): stage r defers each weight pass by r, so min(p, n) − min(p − r, n)
   // micro-batches' weight-pass operands (M_W) of its split layers (those whose forward is not re-run)
   // are held too; and one input pass at a time holds more than its layer kept while it runs (its
@@ -154,9 +192,9 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
   if (l.activation_dtype == DType::bf16 && !l.mixed_precision() && l.zero < 3)
     m.model_states_steady += 2 * psi * c.weight_versions;
   const int64_t bucket = largest_bucket(c.model, x.t, p, stage);
-  m.model_states_transient = zero_transient_bytes(c, psi, bucket, false);
+  m.model_states_transient = zero_transient_bytes(c, stage, psi, bucket, false);
   m.model_states = m.model_states_steady + m.model_states_transient;
-  const int64_t transient_at_peak = zero_transient_bytes(c, psi, bucket, true);
+  const int64_t transient_at_peak = zero_transient_bytes(c, stage, psi, bucket, true);
 
   // Workspaces: the layer's (sized by layer_workspace), the step's losses and the GEMMs' scratchpads.
   const int64_t a_local = x.a / x.t, v_local = x.v / x.t;
@@ -193,7 +231,8 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
   // transient as it is then), or the save after training (no activations left).
   const int64_t rest = m.workspaces + m.communication + m.pipeline + m.data + m.offload_io;
   m.beside_activations = m.model_states_steady + transient_at_peak + rest;
-  m.accounted_peak = std::max(m.activations + m.beside_activations, m.model_states_steady + rest + m.checkpoint_io);
+  m.accounted_peak = std::max(m.activations + int64_t(extras) + m.beside_activations,
+                              m.model_states_steady + rest + m.checkpoint_io);
   return m;
 }
 

@@ -34,11 +34,12 @@ double stage_activation_peak(const StageRecomputeCosts& costs, const std::vector
       live += cost_of(costs, plan[j]).live;
       unit_kept += cost_of(costs, plan[j]).kept;
     }
-    unit_max = std::max(unit_max, kept + live);
+    const double extra = end == n ? costs.top_extra : costs.rest_extra;
+    unit_max = std::max(unit_max, kept + live + extra);
     kept += unit_kept;
     i = end;
   }
-  return (costs.in_flight - 1) * kept + std::max(kept + costs.head, unit_max) + costs.fixed;
+  return (costs.in_flight - 1) * kept + std::max(kept + costs.head + costs.head_extra, unit_max) + costs.fixed;
 }
 
 double recompute_flops(const StageRecomputeCosts& costs, const std::vector<LayerRecompute>& plan) {

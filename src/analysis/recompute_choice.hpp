@@ -24,10 +24,13 @@ struct StageRecomputeCosts {
   double head = 0;       // H: tensors the output layer holds until its backward (last stage), freed before any layer's
   double in_flight = 1;  // f: micro-batches whose kept tensors the schedule holds at once on this stage
   double fixed = 0;      // everything the plan does not change: model states, buffers, embedding's tensors
+  // What backward holds beyond `fixed` (ZeRO-2/3's gradient buckets, docs/design.md §8): X_h at the
+  // output layer's backward, X_top at the top unit's, X_rest at every unit below it.
+  double head_extra = 0, top_extra = 0, rest_extra = 0;
 };
 
-// (f − 1)·K + max(K + H, max over backward units u of [kept below u + live(u)]) + fixed, where K is the
-// stage's kept bytes and a unit is a segment (checkpoint and the in_segment layers above it; live is
+// (f − 1)·K + max(K + H + X_h, max over backward units u of [kept below u + live(u) + X_u]) + fixed, where
+// K is the stage's kept bytes, X_u is X_top for the top unit and X_rest below, and a unit is a segment (checkpoint and the in_segment layers above it; live is
 // the sum of its layers' live bytes, its checkpoint's kept input reused) or a single none/selective
 // layer. `plan` lists the stage's layers bottom first; it must be valid (every in_segment above a
 // checkpoint or in_segment). Throws InputError when it is not.

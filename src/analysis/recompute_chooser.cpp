@@ -269,26 +269,27 @@ struct Candidate {
 
 class Chooser {
  public:
-  Chooser(const StageRecomputeCosts& c, int n, bool allow_selective) : c_(c), n_(n), allow_selective_(allow_selective) {
+  Chooser(const StageRecomputeCosts& c, int n, bool allow_selective)
+      : c_(folded(c)), exact_(c), n_(n), allow_selective_(allow_selective) {
     require(n >= 0, "recompute chooser: a stage of " + std::to_string(n) + " layers");
     for (const LayerModeCost& m : c.mode)
       require(std::isfinite(m.kept) && std::isfinite(m.live) && std::isfinite(m.flops) && m.kept >= 0,
               "recompute chooser: a layer mode's kept bytes must be finite and ≥ 0, its live bytes and FLOPs finite");
-    require(std::isfinite(c.head) && std::isfinite(c.in_flight) && std::isfinite(c.fixed),
-            "recompute chooser: the head, in-flight and fixed terms must be finite");
-    const LayerModeCost& in = cost_of(c, Mode::in_segment);
-    const double one_segment_tail = tail_of(c, Mode::checkpoint);
-    canonical_ = in.kept == 0 && in.live >= 0 && one_segment_tail >= tail_of(c, Mode::none) &&
-                 (!allow_selective || one_segment_tail >= tail_of(c, Mode::selective));
+    require(std::isfinite(c_.head) && std::isfinite(c_.in_flight) && std::isfinite(c_.fixed),
+            "recompute chooser: the head, in-flight, fixed and extra terms must be finite");
+    const LayerModeCost& in = cost_of(c_, Mode::in_segment);
+    const double one_segment_tail = tail_of(c_, Mode::checkpoint);
+    canonical_ = in.kept == 0 && in.live >= 0 && one_segment_tail >= tail_of(c_, Mode::none) &&
+                 (!allow_selective || one_segment_tail >= tail_of(c_, Mode::selective));
     if (canonical_) {
-      canonical_solver_.emplace(c, n);
+      canonical_solver_.emplace(c_, n);
     } else {
       require(n <= kMaxGeneralLayers,
               "recompute chooser: these costs (an in_segment layer that keeps bytes, or a none/selective layer whose "
               "live − kept exceeds a one-layer segment's) need the general search, offered up to " +
                   std::to_string(kMaxGeneralLayers) + " layers a stage, and this stage has " + std::to_string(n) +
                   (allow_selective ? "; choose without selective" : ""));
-      general_solver_.emplace(c, n, allow_selective);
+      general_solver_.emplace(c_, n, allow_selective);
     }
   }
 
@@ -319,13 +320,23 @@ class Chooser {
   RecomputeChoice materialise(const Candidate& best) const {
     RecomputeChoice choice;
     choice.plan = canonical_ ? canonical_solver_->plan(best.shape) : general_solver_->plan(best.shape);
-    choice.peak = stage_activation_peak(c_, choice.plan);
+    choice.peak = stage_activation_peak(exact_, choice.plan);
     choice.flops = recompute_flops(c_, choice.plan);
     return choice;
   }
 
  private:
-  const StageRecomputeCosts& c_;
+  // Backward's extras as constants: every unit is charged the larger of X_top and X_rest (a unit
+  // term the same for all units keeps the search's structure), so where they differ (ZeRO-2/3) a
+  // choice may hold a little less than the budget allows; the peak it reports is exact.
+  static StageRecomputeCosts folded(StageRecomputeCosts c) {
+    const double unit = std::max(c.top_extra, c.rest_extra);
+    c.head += c.head_extra - unit, c.fixed += unit;
+    c.head_extra = c.top_extra = c.rest_extra = 0;
+    return c;
+  }
+  StageRecomputeCosts c_;               // the search's costs
+  const StageRecomputeCosts& exact_;    // the caller's
   int n_;
   bool allow_selective_;
   bool canonical_ = false;
@@ -384,8 +395,9 @@ RecomputeChoice choose_recompute(const StageRecomputeCosts& costs, int layers, d
     if (peak <= budget && (!best || c.by_flops() < best->by_flops())) best = c;
   });
   if (!best) {
-    const RecomputeChoice least = chooser.materialise(least_peak_shape(chooser));
-    fail("no recompute plan fits " + mib_text(budget) + ": the least peak is " + mib_text(least.peak) + " (" +
+    const Candidate least_shape = least_peak_shape(chooser);
+    const RecomputeChoice least = chooser.materialise(least_shape);
+    fail("no recompute plan fits " + mib_text(budget) + ": the least peak is " + mib_text(least_shape.peak) + " (" +
          recompute_plan_text(least.plan) + ")");
   }
   return chooser.materialise(*best);

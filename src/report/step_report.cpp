@@ -82,6 +82,9 @@ nlohmann::json memory_json(const MemoryReport& m) {
   for (const auto& [name, bytes] : m.category_peak_bytes) categories[name] = bytes;
   j["category_peak_bytes"] = categories;
   j["accounted_peak_bytes"] = m.accounted_peak_bytes;
+  nlohmann::json at_peak = nlohmann::json::object();
+  for (const auto& [name, bytes] : m.accounted_peak_by_category) at_peak[name] = bytes;
+  j["accounted_peak_by_category"] = at_peak;
   j["reserved_peak_bytes"] = m.reserved_peak_bytes;
   if (m.rss_peak_bytes > 0) {  // 0: the OS did not say (no /proc)
     j["rss_peak_bytes"] = m.rss_peak_bytes;
@@ -114,8 +117,11 @@ void print_memory_table(const MemoryReport& m) {
   std::fprintf(stderr, "\n  every byte (peaks since start):");
   for (const auto& [name, bytes] : m.category_peak_bytes)
     if (bytes) std::fprintf(stderr, " %s %s,", name.c_str(), human_bytes(double(bytes)).c_str());
-  std::fprintf(stderr, " all at once %s; reserved %s", human_bytes(double(m.accounted_peak_bytes)).c_str(),
-               human_bytes(double(m.reserved_peak_bytes)).c_str());
+  std::fprintf(stderr, " all at once %s (", human_bytes(double(m.accounted_peak_bytes)).c_str());
+  const char* sep = "";
+  for (const auto& [name, bytes] : m.accounted_peak_by_category)
+    if (bytes) std::fprintf(stderr, "%s%s %s", sep, name.c_str(), human_bytes(double(bytes)).c_str()), sep = ", ";
+  std::fprintf(stderr, "); reserved %s", human_bytes(double(m.reserved_peak_bytes)).c_str());
   if (m.rss_peak_bytes > 0)
     std::fprintf(stderr, "; peak RSS %s, of which %s not accounted (runtime)\n", human_bytes(double(m.rss_peak_bytes)).c_str(),
                  human_bytes(double(m.unaccounted_bytes())).c_str());

@@ -50,6 +50,7 @@ struct MemoryReport {
   // what requests used of the blocks the process got from the system for them (reserved), and the
   // OS's peak resident set; unaccounted = peak RSS − reserved peak (libraries, threads, MPI, metadata).
   std::vector<std::pair<std::string, int64_t>> category_peak_bytes;
+  std::vector<std::pair<std::string, int64_t>> accounted_peak_by_category;  // each category at that instant
   int64_t accounted_peak_bytes = 0, reserved_peak_bytes = 0, rss_peak_bytes = 0;
   int64_t unaccounted_bytes() const { return rss_peak_bytes - reserved_peak_bytes; }
 };

@@ -1,6 +1,7 @@
 #include "tensor/memory_tracker.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -18,6 +19,7 @@ namespace {
 struct Totals {
   std::mutex mu;
   int64_t live = 0, peak = 0, reserved = 0, reserved_peak = 0;
+  std::array<int64_t, kMemoryCategories> at_peak{};  // each category's live bytes when `peak` was reached
 };
 Totals& totals() {
   static Totals t;
@@ -37,6 +39,10 @@ MemoryTracker& MemoryTracker::of(MemoryCategory c) {
 
 int64_t MemoryTracker::accounted_live_bytes() { return read_total(&Totals::live); }
 int64_t MemoryTracker::accounted_peak_bytes() { return read_total(&Totals::peak); }
+std::array<int64_t, kMemoryCategories> MemoryTracker::accounted_peak_by_category() {
+  std::lock_guard lock(totals().mu);
+  return totals().at_peak;
+}
 int64_t MemoryTracker::reserved_bytes() { return read_total(&Totals::reserved); }
 int64_t MemoryTracker::reserved_peak_bytes() { return read_total(&Totals::reserved_peak); }
 
@@ -78,7 +84,10 @@ void* MemoryTracker::allocate(size_t bytes, int layer, const char* op) {
   peak_ = std::max(peak_, live_);
   run_peak_ = std::max(run_peak_, live_);
   t.live += int64_t(bytes);
-  t.peak = std::max(t.peak, t.live);
+  if (t.live > t.peak) {
+    t.peak = t.live;
+    for (int c = 0; c < kMemoryCategories; ++c) t.at_peak[size_t(c)] = of(MemoryCategory(c)).live_;
+  }
   return ptr;
 }
 

@@ -4,6 +4,7 @@
 // measured bytes, not a formula (docs/design.md §4, "Every byte a rank holds").
 // Buffers are recycled by size: a training step allocates the same shapes every time, so after
 // the first step no allocation reaches the system allocator (and no pages are faulted anew).
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -54,6 +55,9 @@ class MemoryTracker {
   // block's size-class tail past the largest request is never written.
   static int64_t accounted_live_bytes();
   static int64_t accounted_peak_bytes();
+  // What each category held at the instant of the accounted peak (they sum to it): which buffers
+  // make the peak, where the per-category peaks need not coincide.
+  static std::array<int64_t, kMemoryCategories> accounted_peak_by_category();
   static int64_t reserved_bytes();
   static int64_t reserved_peak_bytes();
   // Live bytes per layer (kEmbeddingLayer/kHeadLayer for the outside parts).

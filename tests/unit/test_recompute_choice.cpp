@@ -366,3 +366,57 @@ TEST(RecomputeChoice, SelectiveTailAboveSegmentPastTheGeneralSearch) {
   EXPECT_THROW(least_peak_recompute(c, 65), InputError);
   EXPECT_EQ(least_peak_recompute(c, 200, false).plan.size(), 200u);
 }
+
+// Backward's extras (ZeRO-2/3's gradient buckets): X_h beside K + H, X_top beside the top unit, X_rest
+// beside every unit below it, worked by hand.
+TEST(RecomputeChoice, BackwardExtrasEnterThePeak) {
+  StageRecomputeCosts c = layer_costs(100, 0, 0, 10, 7, 0, 50, 1, 1000);
+  c.head_extra = 30, c.top_extra = 5, c.rest_extra = 200;
+  // "nn": layer 0 holds 100 live + 200; the top layer 100 kept below + 100 live + 5; the head 200 + 50 + 30.
+  EXPECT_EQ(peak_of(c, "nn"), 1000 + 300);
+  // "c~": one unit, the top: 200 live + 5 against 10 kept + 80.
+  EXPECT_EQ(peak_of(c, "c~"), 1000 + 205);
+  c.rest_extra = 0;
+  EXPECT_EQ(peak_of(c, "nn"), 1000 + 280);  // the head's backward is the peak now
+  c.head_extra = 0, c.top_extra = 0;
+  EXPECT_EQ(peak_of(c, "nn"), 1000 + 250);
+}
+
+// With extras the chooser charges every unit max(X_top, X_rest): its choice fits the budget under the
+// exact peak, is the brute-force choice under that charge, and never costs fewer FLOPs than the exact
+// brute force's (it is conservative, never optimistic).
+TEST(RecomputeChoice, BackwardExtrasChoiceFitsAndIsConservative) {
+  std::mt19937_64 rng(2026);
+  auto between = [&](int64_t lo, int64_t hi) { return double(std::uniform_int_distribution<int64_t>(lo, hi)(rng)); };
+  int checked = 0;
+  for (int n = 1; n <= 6; ++n)
+    for (int trial = 0; trial < 25; ++trial) {
+      StageRecomputeCosts c = random_costs(rng, CostKind::realistic);
+      c.head_extra = between(0, 60000), c.top_extra = between(0, 30000), c.rest_extra = between(0, 60000);
+      StageRecomputeCosts charged = c;
+      const double unit = std::max(c.top_extra, c.rest_extra);
+      charged.head += c.head_extra - unit, charged.fixed += unit;
+      charged.head_extra = charged.top_extra = charged.rest_extra = 0;
+      const std::vector<Scored> exact = score_all(c, n, true), conservative = score_all(charged, n, true);
+      double lo = exact.front().peak, hi = lo;
+      for (const Scored& s : conservative) lo = std::min(lo, s.peak), hi = std::max(hi, s.peak);
+      for (int i = 0; i <= 6; ++i) {
+        const double budget = lo + (hi - lo) * i / 6;
+        const Scored* want = brute_force_choice(conservative, budget);
+        const Scored* best_exact = brute_force_choice(exact, budget);
+        if (!want) {
+          EXPECT_THROW(choose_recompute(c, n, budget), InputError);
+          continue;
+        }
+        const RecomputeChoice got = choose_recompute(c, n, budget);
+        EXPECT_EQ(got.peak, stage_activation_peak(c, got.plan));
+        EXPECT_LE(got.peak, budget);
+        EXPECT_EQ(got.flops, want->flops);
+        ASSERT_NE(best_exact, nullptr);
+        EXPECT_GE(got.flops, best_exact->flops);
+        ++checked;
+      }
+      if (testing::Test::HasFailure()) return;
+    }
+  EXPECT_GT(checked, 500);
+}
