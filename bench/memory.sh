@@ -7,7 +7,8 @@
 #
 # Usage: bench/memory.sh [build-dir]   Env: LAYERS (4), HIDDEN (256), SEQ (256), ROWS (a subset by name),
 # KEEP=1 keeps the scratch dir. tests/cli/plan_memory.sh runs it on a smaller model.
-# Exit status 1 if a row's accounted peak is off by more than 5% or its RSS by more than 10%.
+# Exit status 1 if a row's accounted peak is off by more than 5% or its RSS by more than 10% (MoE rows'
+# RSS is shown, not judged: the routed rows' sizes change every step).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LATTICE="$(cd "${1:-$ROOT/build}" 2>/dev/null && pwd)/lattice"
@@ -44,7 +45,9 @@ all_rows=("one:1:"
       "dp2_zero2_full:2:--zero 2 --recompute full"
       "dp2_zero3:2:--zero 3"
       "dp2_zero3_save:2:--zero 3 --save ck"
-      "dp2_zero3_offload:2:--zero 3 --offload-params offload")
+      "dp2_zero3_offload:2:--zero 3 --offload-params offload"
+      "one_moe:1:--num-experts 4 --moe-router-topk 2"
+      "dp2_moe_ep2:2:--num-experts 4 --expert-model-parallel-size 2")
 rows=()
 for row in "${all_rows[@]}"; do
   [[ -z "${ROWS:-}" || " $ROWS " == *" ${row%%:*} "* ]] && rows+=("$row")
@@ -92,7 +95,10 @@ for row in sys.argv[1:]:
         cells = ["%s / %s" % (mib(p[c]), mib(m[c])) if p[c] or m[c] else "0" for c in cats]
         acc = p["accounted_peak_bytes"] / r["accounted_peak_bytes"]
         rss = (p["accounted_peak_bytes"] + runtime[int(n)]) / r["rss_peak_bytes"]
-        worst_acc, worst_rss = max(worst_acc, abs(acc - 1)), max(worst_rss, abs(rss - 1))
+        worst_acc = max(worst_acc, abs(acc - 1))
+        # MoE: the routed rows change every step, so the size-class blocks the allocator recycles hold
+        # more than the live requests and the RSS runs above the accounted bytes; shown, not judged.
+        if "moe" not in name: worst_rss = max(worst_rss, abs(rss - 1))
         print("| %s | %d (%d) | %s | %s / %s (%.3f) | %s / %s (%.3f) |" % (
             name, r["rank"], r["pp_rank"], " | ".join(cells), mib(p["accounted_peak_bytes"]),
             mib(r["accounted_peak_bytes"]), acc, mib(p["accounted_peak_bytes"] + runtime[int(n)]),

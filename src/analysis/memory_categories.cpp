@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "analysis/moe_formulas.hpp"
+
 #include "core/offload_layout.hpp"
 #include "core/recompute_plan.hpp"
 #include "core/stage_partition.hpp"
@@ -162,7 +164,16 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
   const int64_t in_flight = micro_batches_in_flight(c, stage);
   const int64_t per_stage = int64_t(mine.modes.size());
   double layers = stage_activation_peak(kept_only, mine.modes);
-  const double extras = stage_activation_peak(costs, mine.modes) - layers;  // beside them at the accounted peak
+  double extras = stage_activation_peak(costs, mine.modes) - layers;  // beside them at the accounted peak
+  if (c.model.moe.enabled()) {
+    // MoE layers keep other bytes than dense ones; without recompute a stage holds f·K + H + E, K its
+    // layers' kept bytes (plan/memory_model.cpp predicts MoE ranks only so).
+    double K = 0;
+    for (int layer : StagePartition::of(l, c.model.layers).layers_of_rank(stage, p))
+      K += c.model.moe.is_moe_layer(layer) ? double(c.moe_layer_kept) : double(layer_kept_bytes(x, LayerRecompute::none));
+    layers = costs.in_flight * K + costs.head + costs.fixed;
+    extras = 0;
+  }
   // ZB-H1 (docs/design.md §6.1): stage r defers each weight pass by r, so min(p, n) − min(p − r, n)
   // micro-batches' weight-pass operands (M_W) of its split layers (those whose forward is not re-run)
   // are held too; and one input pass at a time holds more than its layer kept while it runs (its
@@ -184,10 +195,12 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
 
   // Model states: the formula's steady bytes, the bf16 copy fp32 weights keep for bf16 GEMMs, and
   // ZeRO's transient buffers.
-  const int64_t psi = stage_parameters(c.model, x.t, p, stage, int(per_stage));
-  const bool offloaded = c.offload_optimizer || c.offload_params;
+  const bool moe = c.model.moe.enabled(), offloaded = c.offload_optimizer || c.offload_params;
+  const MoEShardParameters moe_psi = moe ? moe_shard_parameters(c.model, l) : MoEShardParameters{};
+  const int64_t psi = moe ? moe_psi.total() : stage_parameters(c.model, x.t, p, stage, int(per_stage));
   const ModelStateBytes steady =
-      model_state_bytes(psi, l.dp, l.zero, l.mixed_precision(), offloaded ? 0 : 8, c.weight_versions);
+      moe ? moe_model_state_bytes(moe_psi, l.dp, l.ep, l.zero, l.mixed_precision(), offloaded ? 0 : 8, c.weight_versions)
+          : model_state_bytes(psi, l.dp, l.zero, l.mixed_precision(), offloaded ? 0 : 8, c.weight_versions);
   m.model_states_steady = steady.total() - (c.offload_params ? steady.params : 0);
   if (l.activation_dtype == DType::bf16 && !l.mixed_precision() && l.zero < 3)
     m.model_states_steady += 2 * psi * c.weight_versions;
@@ -199,7 +212,7 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
   // Workspaces: the layer's (sized by layer_workspace), the step's losses and the GEMMs' scratchpads.
   const int64_t a_local = x.a / x.t, v_local = x.v / x.t;
   m.workspaces = layer_workspace(x.b, x.s, x.h, a_local, v_local, !x.fused_attention, x.packed_masks).bytes() + 4 * N +
-                 (stage == p - 1 ? c.gemm_scratchpad_last : c.gemm_scratchpad);
+                 (stage == p - 1 ? c.gemm_scratchpad_last : c.gemm_scratchpad) + c.moe_workspace;
 
   // Communication: each reduce-scatter's ring scratch (one chunk with two ranks, two beyond) per
   // group that runs one, and SP's rank-major staging.

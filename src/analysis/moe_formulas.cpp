@@ -39,6 +39,15 @@ MoEKeptShape moe_kept_shape(const ActivationShape& x, const ModelConfig& model, 
           moe.router == MoERouter::topk, moe.expert_dropout > 0, assignments, received, x.packed_masks};
 }
 
+int64_t moe_workspace_bytes(const MoEKeptShape& m) {
+  const int64_t N = m.s * m.b, A = m.assignments, R = m.received, h = m.h, fl = m.ffn_hidden / m.t, E = m.experts;
+  const int64_t rows = std::max(A, R) * h;
+  // The buffers sized by the routed rows grow by a copying resize, old and new held at once: twice.
+  const int64_t routed = 2 * 4 * rows + 4 * R * fl + 4 * std::max(R * fl, rows) + 4 * A + 2 * std::max(R * h, R * fl) +
+                         (m.expert_dropout && m.packed_masks ? R * fl : 0);
+  return 4 * N * E * (m.noisy_router ? 2 : 1) + 2 * routed + 12 * A;
+}
+
 int64_t moe_layer_activation_bytes(const ActivationShape& x, const MoEKeptShape& m, bool full, bool selective) {
   if (full) return layer_activation_bytes(x, true, selective);
   // Table 2's MLP half: LN2 input, FC1 input, residual mask (replicated) and GeLU, FC2 inputs.

@@ -45,6 +45,14 @@ MoEKeptBytes moe_mlp_kept_bytes(const MoEKeptShape& m);
 MoEKeptShape moe_kept_shape(const ActivationShape& x, const ModelConfig& model, int64_t assignments,
                             int64_t received);
 
+// The MoE block's scratch, reused by every MoE layer of a rank (moe/moe_layer.hpp's MoEWorkspace, sized
+// by the routing and grown to the largest seen): the router's logits (and noise logits), the dispatched
+// and expert-major rows, the experts' hidden activations twice (one also the all-to-all staging), the
+// gates' gradient, the 16-bit staging of backward's GEMM operands, the packed expert mask, and the
+// routing's token, expert and gate of each assignment. Those sized by the routed rows grow as the rows
+// vary, holding old and new during a growth, so they count twice. With m's A and R at their bounds, a bound.
+int64_t moe_workspace_bytes(const MoEKeptShape& m);
+
 // A whole MoE layer: the attention half of Table 2's row (layer_activation_bytes without its MLP
 // half) plus the MoE block; under full recompute, the layer input only; selective drops the s² part.
 int64_t moe_layer_activation_bytes(const ActivationShape& x, const MoEKeptShape& m, bool full, bool selective);

@@ -44,12 +44,18 @@ analysis::MemoryCase memory_case(const PlanRequest& r) {
   c.zero_bubble = r.zero_bubble, c.threads = r.threads;
   c.weight_versions = r.weight_versions();
   c.gpipe = r.gpipe;
-  if (r.engine_scratch && !r.model.moe.enabled()) {
+  if (r.engine_scratch) {  // (an MoE layer's experts: its dense MLP's shapes stand in for theirs)
     std::vector<GemmCall> calls = layer_gemms(c.x);
     c.gemm_scratchpad = scratchpad_bytes(calls, r.bf16_compute(), r.threads);
     const std::vector<GemmCall> head = head_gemms(c.x);
     calls.insert(calls.end(), head.begin(), head.end());
     c.gemm_scratchpad_last = scratchpad_bytes(calls, r.bf16_compute(), r.threads);
+  }
+  if (r.model.moe.enabled()) {
+    analysis::MoEKeptShape loaded = moe_kept_shape(r);
+    loaded.received = analysis::moe_received_rows_bound(r.model.moe, c.x.s * c.x.b, r.layout.ep);
+    c.moe_layer_kept = analysis::moe_layer_activation_bytes(c.x, loaded, false, false);
+    c.moe_workspace = analysis::moe_workspace_bytes(loaded);
   }
   return c;
 }
@@ -112,7 +118,9 @@ MemoryPlan plan_memory(const PlanRequest& r) {
     m.total_bytes = total;
   }
   m.capacity_bytes = r.gpu_memory;
-  if (!r.model.moe.enabled()) {
+  // MoE ranks are predicted for one stage without recompute (analysis/memory_categories.cpp).
+  const bool moe_predicted = l.pp == 1 && l.recompute == Recompute::none && l.recompute_plan.empty();
+  if (!r.model.moe.enabled() || moe_predicted) {
     analysis::MemoryCase c = memory_case(r);
     for (int stage = 0; stage < l.pp; ++stage) {
       c.writer = r.save && stage == 0;  // world rank 0 is on the first stage
