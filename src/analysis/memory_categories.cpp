@@ -26,13 +26,19 @@ LayerWorkspace layer_workspace(int64_t b, int64_t s, int64_t h, int64_t a_local,
 
 namespace {
 
+// The tied embedding's bucket on a rank, the vocabulary shard, in elements.
+int64_t vocab_bucket(const ModelConfig& model, int tp) { return int64_t(model.padded_vocab(tp)) / tp * model.hidden; }
+
 // The largest bucket a rank of `stage` keeps (a transformer layer, or the vocabulary shard of the
 // embedding), in elements.
 int64_t largest_bucket(const ModelConfig& model, int tp, int pp, int stage) {
   int64_t largest = layer_shard_parameters(model, tp);
-  if (stage == 0 || stage == pp - 1) largest = std::max(largest, int64_t(model.padded_vocab(tp)) / tp * model.hidden);
+  if (stage == 0 || stage == pp - 1) largest = std::max(largest, vocab_bucket(model, tp));
   return largest;
 }
+
+// A rank's fp32 piece of a bucket of `elements` reduce-scattered over `ranks`.
+int64_t piece_bytes(int64_t elements, int64_t ranks) { return 4 * ((elements + ranks - 1) / ranks); }
 
 // The piece of a ZeRO-2/3 reduction still in flight when a micro-batch's backward ends, with
 // accumulation (m > 1): that of the stage's last bucket, the tied embedding on the first stage, the
@@ -40,9 +46,8 @@ int64_t largest_bucket(const ModelConfig& model, int tp, int pp, int stage) {
 int64_t pending_piece_bytes(const MemoryCase& c, int stage) {
   const LayoutConfig& l = c.layout;
   if (l.zero < 2 || l.dp <= 1 || c.micro_batches <= 1) return 0;
-  const int64_t last = stage == 0 ? int64_t(c.model.padded_vocab(c.x.t)) / c.x.t * c.model.hidden
-                                  : layer_shard_parameters(c.model, c.x.t);
-  return 4 * ((last + l.dp - 1) / l.dp);
+  const int64_t last = stage == 0 ? vocab_bucket(c.model, c.x.t) : layer_shard_parameters(c.model, c.x.t);
+  return piece_bytes(last, l.dp);
 }
 
 // ZeRO's transient buffers (docs/design.md §8), fp32 weights, B the largest bucket, N_d ranks: stage 1
@@ -52,7 +57,7 @@ int64_t pending_piece_bytes(const MemoryCase& c, int stage) {
 // forward — the reduced shard (stage 1), the previous micro-batch's pending piece (stages 2–3).
 int64_t zero_transient_bytes(const MemoryCase& c, int stage, int64_t psi, int64_t bucket, bool at_activation_peak) {
   const LayoutConfig& l = c.layout;
-  const int64_t nd = l.dp, piece = 4 * ((bucket + nd - 1) / nd), shard = 4 * ((psi + nd - 1) / nd);
+  const int64_t nd = l.dp, piece = piece_bytes(bucket, nd), shard = piece_bytes(psi, nd);
   if (nd <= 1 || l.zero == 0) return 0;
   if (at_activation_peak) {
     if (l.zero == 1) return shard;
@@ -114,9 +119,8 @@ StageRecomputeCosts activation_costs(const MemoryCase& c, int stage) {
   const LayoutConfig& l = c.layout;
   const bool scattered = l.zero >= 2 && l.dp > 1, widened = l.mixed_precision() && l.zero < 3;
   if (!c.model.moe.enabled() && (scattered || l.mixed_precision())) {
-    auto piece = [&](int64_t elements) { return scattered ? 4 * ((elements + l.dp - 1) / l.dp) : 0; };
-    const int64_t layer = layer_shard_parameters(c.model, x.t);
-    const int64_t vocab = int64_t(c.model.padded_vocab(x.t)) / x.t * c.model.hidden;
+    auto piece = [&](int64_t elements) { return scattered ? piece_bytes(elements, l.dp) : 0; };
+    const int64_t layer = layer_shard_parameters(c.model, x.t), vocab = vocab_bucket(c.model, x.t);
     const int64_t unit = 4 * layer * (widened ? 2 : 1);
     const int64_t gone = stage == p - 1 ? pending_piece_bytes(c, stage) : 0;
     // ZeRO-3 also holds a layer's gathered weights and the next layer's, prefetched, through its backward;
@@ -159,20 +163,22 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
   // Activations (docs/design.md §4): (f − 1)·K + max(K + H, the largest backward unit over the kept
   // bytes below it) + E, K the stage's kept bytes under its layers' modes.
   const StageRecomputeCosts costs = activation_costs(c, stage);
-  StageRecomputeCosts kept_only = costs;  // the activations' own peak: backward's model-state extras apart
-  kept_only.head_extra = kept_only.top_extra = kept_only.rest_extra = 0;
   const int64_t in_flight = micro_batches_in_flight(c, stage);
   const int64_t per_stage = int64_t(mine.modes.size());
-  double layers = stage_activation_peak(kept_only, mine.modes);
-  double extras = stage_activation_peak(costs, mine.modes) - layers;  // beside them at the accounted peak
-  if (c.model.moe.enabled()) {
+  const bool moe = c.model.moe.enabled();
+  double layers = 0, extras = 0;  // the activations' own peak, and what backward's model states add beside them
+  if (moe) {
     // MoE layers keep other bytes than dense ones; without recompute a stage holds f·K + H + E, K its
     // layers' kept bytes (plan/memory_model.cpp predicts MoE ranks only so).
     double K = 0;
     for (int layer : StagePartition::of(l, c.model.layers).layers_of_rank(stage, p))
       K += c.model.moe.is_moe_layer(layer) ? double(c.moe_layer_kept) : double(layer_kept_bytes(x, LayerRecompute::none));
     layers = costs.in_flight * K + costs.head + costs.fixed;
-    extras = 0;
+  } else {
+    StageRecomputeCosts kept_only = costs;
+    kept_only.head_extra = kept_only.top_extra = kept_only.rest_extra = 0;
+    layers = stage_activation_peak(kept_only, mine.modes);
+    extras = stage_activation_peak(costs, mine.modes) - layers;
   }
   // ZB-H1 (docs/design.md §6.1): stage r defers each weight pass by r, so min(p, n) − min(p − r, n)
   // micro-batches' weight-pass operands (M_W) of its split layers (those whose forward is not re-run)
@@ -195,7 +201,7 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
 
   // Model states: the formula's steady bytes, the bf16 copy fp32 weights keep for bf16 GEMMs, and
   // ZeRO's transient buffers.
-  const bool moe = c.model.moe.enabled(), offloaded = c.offload_optimizer || c.offload_params;
+  const bool offloaded = c.offload_optimizer || c.offload_params;
   const MoEShardParameters moe_psi = moe ? moe_shard_parameters(c.model, l) : MoEShardParameters{};
   const int64_t psi = moe ? moe_psi.total() : stage_parameters(c.model, x.t, p, stage, int(per_stage));
   const ModelStateBytes steady =

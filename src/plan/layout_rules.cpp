@@ -41,6 +41,12 @@ analysis::MoEKeptShape moe_kept_shape(const PlanRequest& r) {
   return analysis::moe_kept_shape(x, r.model, a, a);
 }
 
+analysis::MoEKeptShape moe_loaded_shape(const PlanRequest& r) {
+  analysis::MoEKeptShape m = moe_kept_shape(r);
+  m.received = analysis::moe_received_rows_bound(r.model.moe, m.s * m.b, r.layout.ep);
+  return m;
+}
+
 namespace {
 // Expert parallelism and the MoE shape (issue 13): empty when they can run.
 std::string moe_layout_problem(const PlanRequest& r) {

@@ -52,8 +52,7 @@ analysis::MemoryCase memory_case(const PlanRequest& r) {
     c.gemm_scratchpad_last = scratchpad_bytes(calls, r.bf16_compute(), r.threads);
   }
   if (r.model.moe.enabled()) {
-    analysis::MoEKeptShape loaded = moe_kept_shape(r);
-    loaded.received = analysis::moe_received_rows_bound(r.model.moe, c.x.s * c.x.b, r.layout.ep);
+    const analysis::MoEKeptShape loaded = moe_loaded_shape(r);
     c.moe_layer_kept = analysis::moe_layer_activation_bytes(c.x, loaded, false, false);
     c.moe_workspace = analysis::moe_workspace_bytes(loaded);
   }
@@ -75,9 +74,8 @@ MemoryPlan plan_memory(const PlanRequest& r) {
     // experts (docs/design.md §12); the dense parameters' states shard over N_d, the experts' over N_d/e.
     const analysis::MoEKeptShape moe = moe_kept_shape(r);
     m.moe_layer_activation_bytes = analysis::moe_layer_activation_bytes(x, moe, first_full, selective);
-    analysis::MoEKeptShape loaded = moe;
-    loaded.received = m.moe_received_rows_max =
-        analysis::moe_received_rows_bound(r.model.moe, x.s * x.b, l.ep);
+    const analysis::MoEKeptShape loaded = moe_loaded_shape(r);
+    m.moe_received_rows_max = loaded.received;
     m.moe_layer_activation_bytes_max = analysis::moe_layer_activation_bytes(x, loaded, first_full, selective);
     m.first_stage_moe_layers = analysis::first_stage_moe_layers(r.model, l);
     m.first_stage_layer_bytes = analysis::moe_first_stage_layer_bytes(x, moe, l, r.model);

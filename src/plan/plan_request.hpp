@@ -46,6 +46,8 @@ analysis::FlopsShape flops_shape(const PlanRequest& r);
 // rank routes A = routed_assignments_bound(s·b tokens) assignments and its experts receive A rows
 // (the most loaded rank of a real run can receive more).
 analysis::MoEKeptShape moe_kept_shape(const PlanRequest& r);
+// The same for the most loaded rank: its experts receive the bound on rows (moe_received_rows_bound).
+analysis::MoEKeptShape moe_loaded_shape(const PlanRequest& r);
 
 // Empty when the layout can run; otherwise one sentence naming the broken constraint.
 std::string layout_problem(const PlanRequest& r);
