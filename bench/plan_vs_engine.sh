@@ -144,8 +144,8 @@ for row in rows:
         m = statistics.median([s[key] for s in splits]) if splits and key in splits[0] else None
         cells.append(("%.3f" % p if p is not None else "–") + " / " + ("%.3f" % m if m is not None else "–"))
     pred_peak = max([s.get("accounted_peak_bytes", 0) for s in plan.get("memory_by_stage", [])] or [0])
-    # MoE ranks are predicted for one stage without recompute only: say so rather than print 0.
-    pred_cell = f"{pred_peak / 2**20:.1f} MiB" if pred_peak else "– (MoE: one stage, no recompute only)"
+    # MoE ranks are predicted for one stage, no recompute, ZeRO 0-1, fp32 weights: say so rather than print 0.
+    pred_cell = f"{pred_peak / 2**20:.1f} MiB" if pred_peak else "– (MoE: one stage, no recompute, ZeRO 0-1 only)"
     print(f"| {row} | {ranks} | {pred:.3f} | {med:.3f} ({min(steps):.3f}–{max(steps):.3f}) | {100 * err:+.1f}% | " +
           " | ".join(cells) + f" | {pred_cell} | {peak / 2**20:.1f} MiB |")
 print(f"\n{len(rows) - outside} of {len(rows)} rows within ±10%")
