@@ -14,8 +14,8 @@
 # Usage: bench/plan_vs_engine.sh [path/to/lattice]        (default: build/lattice)
 # Env:   SHAPE (gpt2s), ROUNDS (2), STEPS (4, the first untimed), ROWS (default all, e.g. "one tp2"),
 #        CHECK=1 exits 1 when a row's step is outside ±10% (default 0: print only), KEEP=1 keeps the scratch
-#        directory, BENCH_BUDGET (30) the seconds of each MPI bench. The MPI benches for 2 and 4 ranks are
-#        measured first, into the scratch directory.
+#        directory, BENCH_BUDGET (30) the seconds of each MPI bench. The benches of one process (2 threads)
+#        and of 2 and 4 ranks are measured first, into the scratch directory.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LATTICE="${1:-$ROOT/build/lattice}"
@@ -69,7 +69,12 @@ row_spec() {
 echo "plan_vs_engine.sh: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start; shape $SHAPE" >&2
 needed=$(for r in $ROWS; do row_spec "$r" | cut -d' ' -f1; done | sort -u)
 for n in $needed; do
-  [[ $n == 1 ]] && continue
+  if [[ $n == 1 ]]; then
+    echo "+ lattice bench --save --threads 2" >&2
+    "$LATTICE" bench --save --threads 2 >/dev/null 2>"$SCRATCH/bench_np1.err" ||
+      { echo "plan_vs_engine.sh: the one-process bench failed:" >&2; tail -3 "$SCRATCH/bench_np1.err" >&2; exit 1; }
+    continue
+  fi
   echo "+ mpirun -np $n lattice bench --save --budget ${BENCH_BUDGET:-30}" >&2
   "${MPI[@]}" -np "$n" "$LATTICE" bench --save --budget "${BENCH_BUDGET:-30}" >/dev/null 2>"$SCRATCH/bench_np$n.err" ||
     { echo "plan_vs_engine.sh: the MPI bench for $n ranks failed:" >&2; tail -3 "$SCRATCH/bench_np$n.err" >&2; exit 1; }

@@ -1,5 +1,6 @@
 #include "analysis/formulas.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/recompute_plan.hpp"
@@ -186,6 +187,12 @@ double pipedream_2bw_time(int p, int n_mb, PassTimes t, int steps) {
 
 double pipedream_2bw_bubble_fraction(int p, int n_mb, PassTimes t, int steps) {
   return 1.0 - steps * n_mb * (t.f + t.b + t.w) / pipedream_2bw_time(p, n_mb, t, steps);
+}
+
+double pipeline_ramp_seconds(const std::vector<double>& stage_seconds, int m) {
+  double sum = 0, slowest = 0;
+  for (double c : stage_seconds) sum += c, slowest = std::max(slowest, c);
+  return (sum - slowest) / std::max(1, m);
 }
 
 double pipeline_bubble_fraction(int p, int n_mb, int m) {

@@ -3,6 +3,7 @@
 // model-state bytes (ZeRO stages) and FLOPs (eq. 7, eq. 8). The planner, the memory report
 // and the tests all call these; nothing else restates them.
 #include <cstdint>
+#include <vector>
 
 #include "core/config.hpp"
 #include "core/fp8_layout.hpp"
@@ -129,6 +130,14 @@ double pipedream_2bw_time(int p, int n_mb, PassTimes t, int steps);
 double pipedream_2bw_steady_step_time(int p, int n_mb, PassTimes t);  // n(F+B+W) + (p−1)F
 double pipedream_2bw_steady_bubble_fraction(int p, int n_mb, PassTimes t);  // (p−1)F / that
 double pipedream_2bw_bubble_fraction(int p, int n_mb, PassTimes t, int steps);
+
+// The ramp of GPipe and 1F1B when the stages differ: with c_r rank r's forward + backward seconds
+// for one micro-batch, a step takes n·max c + (Σ c − max c), the other stages' work for the first
+// micro-batch's forward and the last one's backward (docs/design.md §6). Exact when the slowest stage
+// is the last, as the output layer makes it (the simulator agrees: test PipelineSimulation.
+// UnevenStagesRamp); an upper bound otherwise. Equal stages: (p−1)·c, the classical bubble. With m
+// interleaved chunks each stage's part of it is a chunk's, so the ramp is divided by m.
+double pipeline_ramp_seconds(const std::vector<double>& stage_seconds, int m);
 
 // Pipeline bubble: idle share of a step, (p−1)/(m·n_mb + p−1) for n_mb micro-batches on p stages
 // of m interleaved chunks each (m = 1: GPipe and 1F1B; the paper writes it as (p−1)/(m·n_mb) of

@@ -63,6 +63,8 @@ Hardware local_hardware(int ranks, int threads, bool announce) {
   h.memory_bytes = int64_t(physical_memory_bytes() / ranks);  // the host's memory, shared by its ranks
   h.devices_per_node = ranks;                                 // one host: no inter-node link
   const std::string path = bench_result_path(ranks);
+  const bool oversubscribed = int64_t(ranks) * threads > l.cores;
+  std::string rates_from;  // where the element-wise rates came from
   std::error_code ec;
   if (ranks > 1 && !std::filesystem::is_regular_file(path, ec)) {
     if (announce)
@@ -76,28 +78,56 @@ Hardware local_hardware(int ranks, int threads, bool announce) {
     const LocalBench bench = read_local_bench(path);
     l.source = path;
     if (!bench.comm.empty()) l.comm = std::make_shared<CommTable>(bench.comm);
-    if (bench.threads_per_rank == threads && bench.compute.memory_bandwidth > 0) {
+    if (bench.threads_per_rank == threads && bench.compute.memory_bandwidth > 0 && !oversubscribed) {
       // Measured by this many ranks of these threads at once: the sharing of the cores is in them.
       l.elementwise_bandwidth = elementwise_rate_of(bench);
       l.kernel_rates = bench.elementwise;
       l.rates_shared = bench.ranks == ranks;
+      rates_from = path;
     }
     h.peak_flops_fp32 = bench.compute.gemm_fp32_flops > 0 ? bench.compute.gemm_fp32_flops : h.peak_flops_fp32;
     h.peak_flops_bf16 = bench.compute.gemm_bf16_flops > 0 ? bench.compute.gemm_bf16_flops : h.peak_flops_bf16;
   }
-  if (l.elementwise_bandwidth <= 0) {  // measured now, at the run's threads
+  // More ranks than the cores hold: the ranks' kernels take turns on the cores, and a rate timed while
+  // they do is a slice of the scheduler's, not the kernel's. The rates come instead from the bench of
+  // as many ranks as the cores hold (each with its core, the memory shared as in the run), slowed by
+  // the share of the cores (LocalHost::share).
+  const std::string full_cores_path = bench_result_path(std::max(1, l.cores / threads));
+  if (oversubscribed && std::filesystem::is_regular_file(full_cores_path, ec)) {
+    const LocalBench bench = read_local_bench(full_cores_path);
+    if (bench.threads_per_rank == threads && bench.ranks * threads <= l.cores) {
+      l.elementwise_bandwidth = elementwise_rate_of(bench);
+      l.kernel_rates = bench.elementwise;
+      l.rates_shared = false;
+      rates_from = full_cores_path + " (as many ranks as cores)";
+    }
+  }
+  if (l.elementwise_bandwidth <= 0) {
+    // Measured now, at the run's threads, as the bench measures them (operands out of cache), so one
+    // rank and many are charged from the same kind of figure; with one rank the sharing is in them.
     const int saved = omp_get_max_threads();
     omp_set_num_threads(threads);
     const Measurement m = measure_this_machine(0.1);
+    LocalBench now;
+    now.compute = m;
+    now.elementwise = measure_elementwise(0.1 / 16);
     omp_set_num_threads(saved);
-    l.elementwise_bandwidth = m.memory_bandwidth;
+    l.kernel_rates = now.elementwise;
+    l.elementwise_bandwidth = elementwise_rate_of(now);
+    l.rates_shared = ranks == 1;
     h.peak_flops_fp32 = m.gemm_fp32_flops, h.peak_flops_bf16 = m.gemm_bf16_flops;
     if (l.source.empty()) l.source = "measured now";
+    rates_from = "measured now";
   }
   h.memory_bandwidth = l.elementwise_bandwidth;
-  if (announce)
+  if (announce && rates_from == l.source)
     std::fprintf(stderr, "lattice plan: hardware local: %d rank(s) × %d thread(s) on %d cores; MPI and rates from %s\n",
                  ranks, threads, l.cores, l.source.c_str());
+  else if (announce)
+    std::fprintf(stderr,
+                 "lattice plan: hardware local: %d rank(s) × %d thread(s) on %d cores; MPI from %s; element-wise rates "
+                 "from %s\n",
+                 ranks, threads, l.cores, l.source.c_str(), rates_from.c_str());
   return h;
 }
 

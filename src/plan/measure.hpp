@@ -35,7 +35,9 @@ Hardware hardware_from_file(const std::string& path);
 
 // Seconds of the median call of `body` after one untimed call: at least 3 calls, about `seconds` of
 // them in all (at most max_calls). The median, since another process's burst would skew a mean.
-double median_call_seconds(double seconds, const std::function<void()>& body, size_t max_calls = 1000);
+// `untimed` (may be empty) runs before each timed call, outside its time.
+double median_call_seconds(double seconds, const std::function<void()>& body, size_t max_calls = 1000,
+                           const std::function<void()>& untimed = {});
 
 // The element-wise kernels of a transformer layer, timed at GPT-2-small's shape (b 4, s 256, h 768,
 // a 12, fp32 activations) at this process's OpenMP threads: kernel -> bytes/s, where the bytes are

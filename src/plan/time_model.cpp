@@ -70,8 +70,11 @@ double layer_bf16_conversions(const analysis::ActivationShape& x, bool backward)
 
 // A layer's element-wise kernels kernel by kernel (the bytes of layer_elementwise_bytes), forward or
 // backward (each backward kernel moves twice its forward's bytes).
+// The kernels run on fp32 staging buffers whatever the activation dtype (model/transformer_layer.cpp:
+// a kept 16-bit tensor is narrowed from, and widened back to, fp32), so they move 4 bytes an element;
+// the narrowing and widening are the to_bf16 conversions, and the kept stores are `d` wide.
 double layer_elementwise_seconds(const Hardware& hw, const analysis::ActivationShape& x, bool backward) {
-  const double sbh = double(x.s) * x.b * x.h, replicated = sbh / (x.sp ? x.t : 1), d = x.d, k = backward ? 2 : 1;
+  const double sbh = double(x.s) * x.b * x.h, replicated = sbh / (x.sp ? x.t : 1), d = 4.0, k = backward ? 2 : 1;
   const std::string pass = backward ? "_bwd" : "_fwd";
   double t = 2 * kernel_seconds(hw, ("layernorm" + pass).c_str(), k * 2 * d * replicated);
   t += 2 * (x.dropout ? kernel_seconds(hw, ("bias_dropout_add" + pass).c_str(), k * (3 * d + 1) * replicated)
@@ -88,7 +91,7 @@ double layer_elementwise_seconds(const Hardware& hw, const analysis::ActivationS
   // kernels above).
   const double N = double(x.s) * x.b, hl = double(x.h) / x.t;
   t += backward ? kernel_seconds(hw, "copy", 8.0 * 4 * N * hl + 4.0 * 3 * N * hl)
-                : kernel_seconds(hw, "copy", (4.0 + d) * 2 * replicated + 8.0 * 4 * N * hl);
+                : kernel_seconds(hw, "copy", (4.0 + x.d) * 2 * replicated + 8.0 * 4 * N * hl);
   return t + kernel_seconds(hw, "to_bf16", 6.0 * layer_bf16_conversions(x, backward));
 }
 double comm_element_bytes(const Hardware& hw, double d) { return hw.local.active() ? 4.0 : d; }
@@ -386,8 +389,12 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   out.ep_comm_s = n_mb * ep_comm;
   out.recompute_s = n_mb * recompute;
   out.pp_comm_s = n_mb * pp_comm;
-  // The ramp runs the slowest stage's own work (the others' cores are shared out below).
-  out.bubble_s = slots * (stage.total() + pp_comm);
+  // The ramp: the other stages' work on the first micro-batch's forward and the last one's backward,
+  // (p−1)/m of a stage's when they are equal (the others' cores are shared out below).
+  std::vector<double> stage_totals;
+  for (const StageWork& w : stages) stage_totals.push_back(w.total());
+  const double ramp = analysis::pipeline_ramp_seconds(stage_totals, m);
+  out.bubble_s = ramp + slots * pp_comm;
   // Locally, ranks idle in the pipeline's ramp give their cores to the others: about half the ranks
   // compute there, each at the share of the cores that leaves it.
   if (hw.local.active() && p > 1) out.bubble_s *= compute_share(hw) / hw.local.share(std::max(1.0, hw.local.ranks / 2.0));
@@ -397,7 +404,10 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
     // passes W are the dW GEMMs, the input pass B the rest; the formula module gives the step.
     const analysis::PassTimes t{per_mb / 3, per_mb - per_mb / 3 - weight_pass, weight_pass};
     const double step = analysis::pipeline_step_time(true, p, int(n_mb), t);
-    out.bubble_s = step - n_mb * per_mb;
+    // Its formula is for equal stages: scaled, as the ramp is, by the other stages' work over (p−1)
+    // slowest stages'.
+    const double uneven = stage.total() > 0 ? ramp / (slots * stage.total()) : 1.0;
+    out.bubble_s = (step - n_mb * per_mb) * uneven;
     out.bubble_fraction = analysis::pipeline_bubble_fraction(true, p, int(n_mb), t);
   }
   if (r.pipedream_2bw && p > 1) {

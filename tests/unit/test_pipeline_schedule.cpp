@@ -403,3 +403,37 @@ TEST(PipelineSvg, DrawsEveryActionAndRefusesHugeSchedules) {
   const std::string e = error_of([&] { schedule_svg(simulate(big, 1), {ScheduleKind::gpipe, 8, 2000, 1, {}}); });
   EXPECT_NE(e.find("--svg draws at most"), std::string::npos) << e;
 }
+
+// Unequal stages (the output layer on the last one, uneven --pipeline-layers): the simulated GPipe and
+// 1F1B step is n·max c + the ramp, analysis::pipeline_ramp_seconds = Σ c − max c, exactly when the last
+// stage is the slowest, and never more than that otherwise; equal stages give the classical (p−1)·c.
+TEST(PipelineSimulation, UnevenStagesRamp) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(0.3, 2.0);
+  int exact = 0;
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b})
+    for (int trial = 0; trial < 120; ++trial) {
+      const int p = 2 + trial % 4, n = 1 + (trial * 5) % (3 * p);
+      SimulationOptions options;
+      options.stage_scale.resize(size_t(p));
+      for (double& s : options.stage_scale) s = u(rng);
+      options.head_time = trial % 3 == 0 ? 0.0 : u(rng);
+      std::vector<double> c(static_cast<size_t>(p), 0.0);  // forward + backward of one micro-batch, rank by rank
+      for (int r = 0; r < p; ++r) c[size_t(r)] = options.stage_scale[size_t(r)] * 3.0;
+      c.back() += 3.0 * options.head_time;
+      const double slowest = *std::max_element(c.begin(), c.end());
+      const double formula = n * slowest + analysis::pipeline_ramp_seconds(c, 1);
+      const Simulation sim = simulate(build_schedule(kind, p, n, 1), 1, options);
+      SCOPED_TRACE("kind " + std::to_string(int(kind)) + " p " + std::to_string(p) + " n " + std::to_string(n));
+      if (c.back() == slowest && n >= p) {
+        EXPECT_NEAR(sim.total_time, formula, 1e-9);
+        ++exact;
+      } else {
+        EXPECT_LE(sim.total_time, formula + 1e-9);
+      }
+    }
+  EXPECT_GT(exact, 40) << "the exact case was drawn often enough to mean something";
+  EXPECT_DOUBLE_EQ(analysis::pipeline_ramp_seconds({2.0, 2.0, 2.0, 2.0}, 1), 3 * 2.0);
+  EXPECT_DOUBLE_EQ(analysis::pipeline_ramp_seconds({2.0, 2.0, 2.0, 2.0}, 2), 3 * 2.0 / 2);
+  EXPECT_DOUBLE_EQ(analysis::pipeline_ramp_seconds({1.0, 3.0}, 1), 1.0);
+}

@@ -2,15 +2,23 @@
 // cores as processor sharing says, and measured MPI times replace the α–β model where they exist.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
+#include <string>
 
 #include "plan/collectives.hpp"
 #include "plan/comm_table.hpp"
 #include "plan/gemm_shapes.hpp"
 #include "plan/hardware.hpp"
+#include "plan/local_hardware.hpp"
+#include "plan/measure.hpp"
 #include "plan/plan_request.hpp"
 #include "plan/time_model.hpp"
+#include "test_util.hpp"
 
 using namespace lattice;
 using namespace lattice::plan;
@@ -112,4 +120,64 @@ TEST(PlanLocal, IdleStagesGiveTheirCoresToTheSlowest) {
     EXPECT_NEAR((t.gemm_s + t.elementwise_s + t.recompute_s) / n_mb, expected, 1e-9 * expected) << cores;
     EXPECT_LT(expected, last + 1e-12);
   }
+}
+
+// The same uneven pipeline on eight cores (no sharing): the bubble is the ramp, the first stage's work
+// on one micro-batch (its forward of the first, its backward of the last) plus the p2p message,
+// not a slot of the slowest stage's (analysis::pipeline_ramp_seconds).
+TEST(PlanLocal, UnevenStagesBubbleIsTheOtherStagesWork) {
+  PlanRequest r;
+  r.model.layers = 4, r.model.hidden = 64, r.model.heads = 4, r.model.seq_len = 32, r.model.vocab = 256;
+  r.model.dropout = 0;
+  r.layout.pp = 2, r.layout.dp = 1, r.layout.stage_layers = {1, 3};
+  r.micro_batch = 2, r.global_batch = 16, r.gpus = 2;
+  Hardware hw = hardware_preset("cpu");
+  hw.local.cores = 8, hw.local.ranks = 2, hw.local.threads = 1;
+  hw.local.elementwise_bandwidth = 1e10;
+  hw.local.gemm = std::make_shared<GemmTimer>(1);
+  const StageSeconds per_layer = stage_seconds(r, hw);
+  const double first = per_layer.layer[0];
+  const double last = per_layer.layer[1] + per_layer.layer[2] + per_layer.layer[3] + per_layer.head;
+  ASSERT_GT(last, 2 * first);
+  const TimePlan t = plan_time(r, hw);
+  const double p2p = t.pp_comm_s / r.micro_batches();
+  EXPECT_NEAR(t.bubble_s, first + p2p, 1e-9 * last);
+}
+
+namespace {
+// A schema-2 bench of `ranks` one-thread ranks on this host whose element-wise kernels all ran at `rate`.
+void write_bench(int ranks, int cores, double rate) {
+  std::string text = R"({"event":"bench","schema":2,"threads":1,"gemm_fp32_flops":1e11,"gemm_bf16_flops":2e11,)"
+                     R"("memory_bandwidth":1e10,"host":"h","cores":)" + std::to_string(cores) +
+                     R"(,"ranks":)" + std::to_string(ranks) + R"(,"threads_per_rank":1,"elementwise":{"layernorm_fwd":)" +
+                     std::to_string(rate) + R"(,"adamw":)" + std::to_string(rate) + "}";
+  if (ranks > 1)
+    text += R"(,"mpi":{"ranks":)" + std::to_string(ranks) +
+            R"(,"groups":[{"size":2,"stride":1,"ops":{"all_reduce":{"blocking":[[8,1e-6],[64,2e-6]]}}}]})";
+  std::ofstream(bench_result_path(ranks)) << text << "}\n";
+}
+}  // namespace
+
+// Kernel rates timed while more ranks than cores take turns on them are the scheduler's slices: an
+// oversubscribed layout takes them from the bench of as many ranks as the cores hold, slowed by the
+// share; a layout that fits takes its own bench's, the sharing already in them.
+TEST(PlanLocal, OversubscribedRanksTakeTheFullCoresBenchsRates) {
+  const std::string dir = testing_util::scratch_dir("plan_local_rates");
+  const char* saved = std::getenv("LATTICE_BENCH_DIR");
+  const std::string keep = saved ? saved : "";
+  ::setenv("LATTICE_BENCH_DIR", dir.c_str(), 1);
+  const int cores = omp_get_num_procs();
+  if (cores >= 2) {
+    write_bench(cores, cores, 3e10);
+    write_bench(2 * cores, cores, 1e9);
+    const Hardware fits = local_hardware(cores, 1, false);
+    EXPECT_EQ(fits.local.kernel_rates.at("layernorm_fwd"), 3e10);
+    EXPECT_TRUE(fits.local.rates_shared);
+    const Hardware over = local_hardware(2 * cores, 1, false);
+    EXPECT_EQ(over.local.kernel_rates.at("layernorm_fwd"), 3e10);
+    EXPECT_FALSE(over.local.rates_shared);  // slowed by share(2·cores) = 1/2 in the time model
+    EXPECT_NE(over.local.comm, nullptr);    // communication still from its own bench
+  }
+  if (saved) ::setenv("LATTICE_BENCH_DIR", keep.c_str(), 1);
+  else ::unsetenv("LATTICE_BENCH_DIR");
 }
