@@ -12,7 +12,8 @@
 # Dropout 0, fp32 unless the row says bf16, one thread a rank under mpirun (2 for one rank).
 #
 # Usage: bench/plan_vs_engine.sh [path/to/lattice]        (default: build/lattice)
-# Env:   SHAPE (gpt2s), ROUNDS (2), STEPS (4, the first untimed), ROWS (default all, e.g. "one tp2"),
+# Env:   SHAPE (gpt2s), ROUNDS (2; 3 at small), STEPS (4, the first untimed; 8 at small, whose 0.1-s steps
+#        swing with the host's load), ROWS (default all, e.g. "one tp2"),
 #        CHECK=1 exits 1 when a row's step is outside ±10% (default 0: print only), KEEP=1 keeps the scratch
 #        directory, BENCH_BUDGET (30) the seconds of each MPI bench. The benches of one process (2 threads)
 #        and of 2 and 4 ranks are measured first, into the scratch directory.
@@ -20,7 +21,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LATTICE="${1:-$ROOT/build/lattice}"
 [[ -x "$LATTICE" ]] || { echo "plan_vs_engine.sh: no lattice binary at $LATTICE" >&2; exit 2; }
-SHAPE=${SHAPE:-gpt2s} ROUNDS=${ROUNDS:-2} STEPS=${STEPS:-4} CHECK=${CHECK:-0}
+SHAPE=${SHAPE:-gpt2s} CHECK=${CHECK:-0}
+if [[ $SHAPE == small ]]; then ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-8}; else ROUNDS=${ROUNDS:-2} STEPS=${STEPS:-4}; fi
 ROWS=${ROWS:-"one tp2 tp2_sp dp2_z0 dp2_z1 dp2_z2 dp2_z3 pp2_gpipe pp2_1f1b pp2_interleaved tp2_dp2 tp2_pp2 one_selective one_full tp2_sp_selective one_bf16 tp2_bf16 one_fused pp2_zbh1 pp2_2bw moe_ep2 one_offload"}
 PY=python3; [[ -x /usr/bin/python3 ]] && PY=/usr/bin/python3
 . "$(dirname "${BASH_SOURCE[0]}")/lib/token_file.sh"

@@ -265,7 +265,7 @@ int run_bench(int argc, char** argv) {
     // The machine first: its runtime constant is read before any model is built. Under mpirun every
     // rank runs each test at once; the slowest rank's rate is kept.
     plan::Measurement m = plan::measure_this_machine(seconds, sync);
-    std::map<std::string, double> elementwise = plan::measure_elementwise(seconds / 32, sync);
+    std::map<std::string, double> elementwise = plan::measure_elementwise(seconds / 8, sync);
     elementwise["adamw"] = adamw_rate(seconds / 32, sync);
     if (mpi) {
       m.gemm_fp32_flops = comm::world_min(m.gemm_fp32_flops);

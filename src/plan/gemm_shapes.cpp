@@ -23,10 +23,10 @@ GemmShape shape(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a = f
 }
 
 // A linear layer y[N, out] = x[N, in] · W[in, out]: forward, dX = dy · Wᵀ, dW += xᵀ · dy.
-void linear(std::vector<GemmCall>& calls, int64_t rows, int64_t in, int64_t out) {
-  calls.push_back({shape(1, rows, out, in), GemmPass::forward, false});
-  calls.push_back({shape(1, rows, in, out, false, true), GemmPass::backward_input, false});
-  calls.push_back({shape(1, in, out, rows, true, false, true), GemmPass::backward_weight, false});
+void linear(std::vector<GemmCall>& calls, int64_t rows, int64_t in, int64_t out, bool mlp = false) {
+  calls.push_back({shape(1, rows, out, in), GemmPass::forward, false, mlp});
+  calls.push_back({shape(1, rows, in, out, false, true), GemmPass::backward_input, false, mlp});
+  calls.push_back({shape(1, in, out, rows, true, false, true), GemmPass::backward_weight, false, mlp});
 }
 
 }  // namespace
@@ -43,8 +43,31 @@ std::vector<GemmCall> layer_gemms(const analysis::ActivationShape& x) {
   calls.push_back({shape(batch, x.s, dh, x.s), GemmPass::backward_input, true});                 // dQ = dS·K
   calls.push_back({shape(batch, x.s, dh, x.s, true, false), GemmPass::backward_input, true});    // dK = dSᵀ·Q
   linear(calls, rows, h / t, h);          // projection
-  linear(calls, rows, h, 4 * h / t);      // FC1
-  linear(calls, rows, 4 * h / t, h);      // FC2
+  linear(calls, rows, h, 4 * h / t, true);  // FC1
+  linear(calls, rows, 4 * h / t, h, true);  // FC2
+  return calls;
+}
+
+std::vector<GemmCall> moe_block_gemms(const analysis::MoEKeptShape& m, int local_experts) {
+  const int64_t N = m.s * m.b, h = m.h, E = m.experts, f = m.ffn_hidden / m.t;
+  std::vector<GemmCall> calls;
+  for (int router = 0; router < (m.noisy_router ? 2 : 1); ++router) {
+    calls.push_back({shape(1, N, E, h), GemmPass::forward, false});
+    calls.push_back({shape(1, h, E, N, true, false, true), GemmPass::backward_weight, false});
+    calls.push_back({shape(1, N, h, E, false, true, true), GemmPass::backward_input, false});
+  }
+  const int experts = std::max(1, local_experts);
+  for (int j = 0; j < experts; ++j) {
+    // This expert's share of the received rows, in the engine's power-of-two chunks.
+    int64_t rows = m.received / experts + (j < m.received % experts ? 1 : 0);
+    while (rows > 0) {
+      int64_t chunk = 1;
+      while (chunk * 2 <= rows) chunk *= 2;
+      linear(calls, chunk, h, f);  // FC1
+      linear(calls, chunk, f, h);  // FC2
+      rows -= chunk;
+    }
+  }
   return calls;
 }
 

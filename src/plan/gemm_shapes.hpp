@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "analysis/formulas.hpp"
+#include "analysis/moe_formulas.hpp"
 #include "kernels/gemm.hpp"
 
 namespace lattice::plan {
@@ -18,12 +19,18 @@ struct GemmCall {
   GemmShape shape;
   GemmPass pass = GemmPass::forward;
   bool attention = false;  // the s² GEMMs (QKᵀ, P·V and their backward): what selective recompute re-runs
+  bool mlp = false;        // the dense MLP's FC1 and FC2: what an MoE block replaces
 };
 
 double gemm_flops(const GemmShape& s);  // 2·batch·M·N·K
 
 // A dense transformer layer (rows = s·b: under SP the linears see the gathered sequence; heads a/t).
 std::vector<GemmCall> layer_gemms(const analysis::ActivationShape& x);
+// An MoE block (src/moe/moe_layer.cpp) on `local_experts` experts of this rank, its received rows
+// shared evenly among them: the router's GEMMs ([s·b, h] · [h, E], twice for the noisy top-k router,
+// with their weight and input gradients) and each expert's FC1 and FC2, whose rows go in power-of-two
+// chunks as the engine cuts them.
+std::vector<GemmCall> moe_block_gemms(const analysis::MoEKeptShape& m, int local_experts);
 // The output layer: logits [s·b, v/t] = x · wteᵀ, its input gradient and its weight gradient.
 std::vector<GemmCall> head_gemms(const analysis::ActivationShape& x);
 

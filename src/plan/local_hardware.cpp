@@ -110,7 +110,7 @@ Hardware local_hardware(int ranks, int threads, bool announce) {
     const Measurement m = measure_this_machine(0.1);
     LocalBench now;
     now.compute = m;
-    now.elementwise = measure_elementwise(0.1 / 16);
+    now.elementwise = measure_elementwise(0.5 / 16);
     omp_set_num_threads(saved);
     l.kernel_rates = now.elementwise;
     l.elementwise_bandwidth = elementwise_rate_of(now);

@@ -113,6 +113,9 @@ double gemm_rate(const PlanRequest& r, const Hardware& hw, const analysis::Activ
   return flops / measured_gemms(hw, calls, r.bf16_compute(), [](const GemmCall& c) { return c.pass == GemmPass::forward; });
 }
 
+// The experts an MoE rank holds (E over the expert-parallel group).
+int local_experts(const PlanRequest& r) { return int(r.model.moe.experts / std::max(1, r.layout.ep)); }
+
 // Forward of one layer for one micro-batch on one rank.
 struct LayerCost {
   double gemm = 0, elementwise = 0, comm = 0;
@@ -136,8 +139,14 @@ LayerCost layer_forward(const PlanRequest& r, const Hardware& hw, const analysis
     // and the MoE block's element-wise work; the rows go out and back by two all-to-alls.
     const analysis::MoEKeptShape m = moe_kept_shape(r);
     const double f = r.model.ffn_hidden();
-    c.gemm += (4.0 * double(m.received) * h * f / t - 16.0 * b * s * h * h / t +
-               2.0 * s * b * double(analysis::moe_router_params(r.model))) / flops_per_s;
+    if (hw.local.active())  // the attention half's calls and the block's own, each timed per shape
+      c.gemm = measured_gemms(hw, layer_gemms(x), r.bf16_compute(),
+                              [](const GemmCall& g) { return g.pass == GemmPass::forward && !g.mlp; }) +
+               measured_gemms(hw, moe_block_gemms(m, local_experts(r)), r.bf16_compute(),
+                              [](const GemmCall& g) { return g.pass == GemmPass::forward; });
+    else
+      c.gemm += (4.0 * double(m.received) * h * f / t - 16.0 * b * s * h * h / t +
+                 2.0 * s * b * double(analysis::moe_router_params(r.model))) / flops_per_s;
     c.elementwise += (moe_mlp_elementwise_bytes(m) - 8.0 * s * b * h * x.d / t) / elementwise_rate(hw);
     const GroupTopology ep_group = group_topology(hw, r.layout.ep, r.layout.tp);  // consecutive dp ranks
     c.all_to_all = 2 * all_to_all(ep_group, analysis::moe_all_to_all_bytes(m.assignments, x.h, r.layout.ep)).seconds;
@@ -193,6 +202,11 @@ LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
   w.backward_elementwise = local && !moe ? layer_elementwise_seconds(hw, x, true) : 2 * w.forward.elementwise;
   if (local && !moe)
     w.backward_gemm = measured_gemms(hw, layer_gemms(x), bf16, [](const GemmCall& g) { return g.pass != GemmPass::forward; });
+  if (local && moe)
+    w.backward_gemm = measured_gemms(hw, layer_gemms(x), bf16,
+                                     [](const GemmCall& g) { return g.pass != GemmPass::forward && !g.mlp; }) +
+                      measured_gemms(hw, moe_block_gemms(moe_kept_shape(r), local_experts(r)), bf16,
+                                     [](const GemmCall& g) { return g.pass != GemmPass::forward; });
   if (x.sp && x.t > 1)
     w.backward_extra_comm = 2 * all_gather(tp_group, double(x.s) * x.b * x.h * comm_element_bytes(hw, x.d)).seconds;
   if (!moe)
@@ -399,14 +413,14 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   // compute there, each at the share of the cores that leaves it.
   if (hw.local.active() && p > 1) out.bubble_s *= compute_share(hw) / hw.local.share(std::max(1.0, hw.local.ranks / 2.0));
   out.bubble_fraction = slots / (n_mb + slots);
+  // ZB-H1's and 2BW's formulas are for equal stages: their bubbles are scaled, as the ramp is, by the
+  // other stages' work over (p−1) slowest stages'.
+  const double uneven = p > 1 && per_mb > 0 ? (ramp + slots * pp_comm) / (slots * per_mb) : 1.0;
   if (r.zero_bubble && p > 1) {
     // ZB-H1 (docs/design.md §6): a third of a micro-batch's stage time is its forward, the weight
     // passes W are the dW GEMMs, the input pass B the rest; the formula module gives the step.
     const analysis::PassTimes t{per_mb / 3, per_mb - per_mb / 3 - weight_pass, weight_pass};
     const double step = analysis::pipeline_step_time(true, p, int(n_mb), t);
-    // Its formula is for equal stages: scaled, as the ramp is, by the other stages' work over (p−1)
-    // slowest stages'.
-    const double uneven = stage.total() > 0 ? ramp / (slots * stage.total()) : 1.0;
     out.bubble_s = (step - n_mb * per_mb) * uneven;
     out.bubble_fraction = analysis::pipeline_bubble_fraction(true, p, int(n_mb), t);
   }
@@ -415,7 +429,7 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
     // third of the stage time, as for ZB-H1.
     const analysis::PassTimes t{per_mb / 3, per_mb - per_mb / 3, 0};
     const double step = analysis::pipedream_2bw_steady_step_time(p, int(n_mb), t);
-    out.bubble_s = step - n_mb * per_mb;
+    out.bubble_s = (step - n_mb * per_mb) * uneven;
     out.bubble_fraction = analysis::pipedream_2bw_steady_bubble_fraction(p, int(n_mb), t);
   }
 

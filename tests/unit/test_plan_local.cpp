@@ -100,12 +100,20 @@ TEST(PlanLocal, TheGemmTimerMeasuresEachShapeOnce) {
 // the faster stage sleep while they wait and give their cores to the slower one, so a micro-batch's
 // compute takes the larger of the stages' mean at the all-busy share and the slowest stage alone on
 // its ranks' cores (plan/time_model.cpp, shared_compute_factor); on eight cores it is the slowest.
-TEST(PlanLocal, IdleStagesGiveTheirCoresToTheSlowest) {
+namespace {
+// A 4-layer model on PP 2 × DP dp whose last stage holds 3 layers and the output layer.
+PlanRequest uneven_pipeline(int dp) {
   PlanRequest r;
   r.model.layers = 4, r.model.hidden = 64, r.model.heads = 4, r.model.seq_len = 32, r.model.vocab = 256;
   r.model.dropout = 0;
-  r.layout.pp = 2, r.layout.dp = 2, r.layout.stage_layers = {1, 3};
-  r.micro_batch = 2, r.global_batch = 16, r.gpus = 4;
+  r.layout.pp = 2, r.layout.dp = dp, r.layout.stage_layers = {1, 3};
+  r.micro_batch = 2, r.global_batch = 16, r.gpus = 2 * dp;
+  return r;
+}
+}  // namespace
+
+TEST(PlanLocal, IdleStagesGiveTheirCoresToTheSlowest) {
+  const PlanRequest r = uneven_pipeline(2);
   for (int cores : {2, 8}) {
     Hardware hw = hardware_preset("cpu");
     hw.local.cores = cores, hw.local.ranks = 4, hw.local.threads = 1;
@@ -126,11 +134,7 @@ TEST(PlanLocal, IdleStagesGiveTheirCoresToTheSlowest) {
 // on one micro-batch (its forward of the first, its backward of the last) plus the p2p message,
 // not a slot of the slowest stage's (analysis::pipeline_ramp_seconds).
 TEST(PlanLocal, UnevenStagesBubbleIsTheOtherStagesWork) {
-  PlanRequest r;
-  r.model.layers = 4, r.model.hidden = 64, r.model.heads = 4, r.model.seq_len = 32, r.model.vocab = 256;
-  r.model.dropout = 0;
-  r.layout.pp = 2, r.layout.dp = 1, r.layout.stage_layers = {1, 3};
-  r.micro_batch = 2, r.global_batch = 16, r.gpus = 2;
+  const PlanRequest r = uneven_pipeline(1);
   Hardware hw = hardware_preset("cpu");
   hw.local.cores = 8, hw.local.ranks = 2, hw.local.threads = 1;
   hw.local.elementwise_bandwidth = 1e10;
@@ -180,4 +184,27 @@ TEST(PlanLocal, OversubscribedRanksTakeTheFullCoresBenchsRates) {
   }
   if (saved) ::setenv("LATTICE_BENCH_DIR", keep.c_str(), 1);
   else ::unsetenv("LATTICE_BENCH_DIR");
+}
+
+// An MoE block's calls (plan/gemm_shapes.hpp, moe_block_gemms) are the FLOPs the formula counts: the
+// router's 2·N·h·E a pass (twice for noisy top-k) and the experts' 4·R·h·f/t forward, backward twice,
+// whatever the power-of-two chunks the rows are cut into.
+TEST(PlanLocal, TheMoEBlocksGemmsAreItsFlops) {
+  for (bool noisy : {false, true})
+    for (int64_t received : {1024, 1000, 7})
+      for (int local : {1, 2, 3}) {
+        analysis::MoEKeptShape m;
+        m.s = 128, m.b = 4, m.h = 64, m.t = 2, m.experts = 6, m.ffn_hidden = 256, m.noisy_router = noisy;
+        m.received = received;
+        const double N = 512, routers = noisy ? 2 : 1;
+        const double forward = routers * 2 * N * 64 * 6 + 4.0 * double(received) * 64 * 128;
+        const std::vector<GemmCall> calls = moe_block_gemms(m, local);
+        EXPECT_DOUBLE_EQ(flops(calls, true), forward) << received << " " << local;
+        EXPECT_DOUBLE_EQ(flops(calls, false), 2 * forward) << received << " " << local;
+        for (const GemmCall& c : calls) {
+          if (c.shape.N == 6 || c.shape.K == 6) continue;  // the router's
+          const int64_t rows = c.pass == GemmPass::backward_weight ? c.shape.K : c.shape.M;
+          EXPECT_EQ(rows & (rows - 1), 0) << "expert rows go in power-of-two chunks: " << rows;
+        }
+      }
 }
