@@ -71,15 +71,11 @@ row_spec() {
 echo "plan_vs_engine.sh: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start; shape $SHAPE" >&2
 needed=$(for r in $ROWS; do row_spec "$r" | cut -d' ' -f1; done | sort -u)
 for n in $needed; do
-  if [[ $n == 1 ]]; then
-    echo "+ lattice bench --save --threads 2" >&2
-    "$LATTICE" bench --save --threads 2 >/dev/null 2>"$SCRATCH/bench_np1.err" ||
-      { echo "plan_vs_engine.sh: the one-process bench failed:" >&2; tail -3 "$SCRATCH/bench_np1.err" >&2; exit 1; }
-    continue
-  fi
-  echo "+ mpirun -np $n lattice bench --save --budget ${BENCH_BUDGET:-30}" >&2
-  "${MPI[@]}" -np "$n" "$LATTICE" bench --save --budget "${BENCH_BUDGET:-30}" >/dev/null 2>"$SCRATCH/bench_np$n.err" ||
-    { echo "plan_vs_engine.sh: the MPI bench for $n ranks failed:" >&2; tail -3 "$SCRATCH/bench_np$n.err" >&2; exit 1; }
+  if [[ $n == 1 ]]; then bench=("$LATTICE" bench --save --threads 2)
+  else bench=("${MPI[@]}" -np "$n" "$LATTICE" bench --save --budget "${BENCH_BUDGET:-30}"); fi
+  echo "+ ${bench[*]}" >&2
+  "${bench[@]}" >/dev/null 2>"$SCRATCH/bench_np$n.err" ||
+    { echo "plan_vs_engine.sh: the bench for $n rank(s) failed:" >&2; tail -3 "$SCRATCH/bench_np$n.err" >&2; exit 1; }
 done
 
 # Each round plans a row and then runs it, one after the other: the machine is shared and its speed drifts,

@@ -38,6 +38,14 @@ double elementwise_rate_of(const LocalBench& bench) {
   return n ? sum / n : bench.compute.memory_bandwidth;
 }
 
+// The host's element-wise rates from `bench`: each kernel's, and their mean where a kernel has none.
+// `shared`: measured with every rank of the run computing at once (else slowed by the share).
+void take_rates(LocalHost& l, const LocalBench& bench, bool shared) {
+  l.elementwise_bandwidth = elementwise_rate_of(bench);
+  l.kernel_rates = bench.elementwise;
+  l.rates_shared = shared;
+}
+
 // Runs `mpirun -np ranks <this binary> bench --save --budget 40` (bounded by `timeout`); true when
 // it wrote the file.
 bool measure_mpi(int ranks, const std::string& path) {
@@ -80,9 +88,7 @@ Hardware local_hardware(int ranks, int threads, bool announce) {
     if (!bench.comm.empty()) l.comm = std::make_shared<CommTable>(bench.comm);
     if (bench.threads_per_rank == threads && bench.compute.memory_bandwidth > 0 && !oversubscribed) {
       // Measured by this many ranks of these threads at once: the sharing of the cores is in them.
-      l.elementwise_bandwidth = elementwise_rate_of(bench);
-      l.kernel_rates = bench.elementwise;
-      l.rates_shared = bench.ranks == ranks;
+      take_rates(l, bench, bench.ranks == ranks);
       rates_from = path;
     }
     h.peak_flops_fp32 = bench.compute.gemm_fp32_flops > 0 ? bench.compute.gemm_fp32_flops : h.peak_flops_fp32;
@@ -96,9 +102,7 @@ Hardware local_hardware(int ranks, int threads, bool announce) {
   if (oversubscribed && std::filesystem::is_regular_file(full_cores_path, ec)) {
     const LocalBench bench = read_local_bench(full_cores_path);
     if (bench.threads_per_rank == threads && bench.ranks * threads <= l.cores) {
-      l.elementwise_bandwidth = elementwise_rate_of(bench);
-      l.kernel_rates = bench.elementwise;
-      l.rates_shared = false;
+      take_rates(l, bench, false);
       rates_from = full_cores_path + " (as many ranks as cores)";
     }
   }
@@ -112,9 +116,7 @@ Hardware local_hardware(int ranks, int threads, bool announce) {
     now.compute = m;
     now.elementwise = measure_elementwise(0.5 / 16);
     omp_set_num_threads(saved);
-    l.kernel_rates = now.elementwise;
-    l.elementwise_bandwidth = elementwise_rate_of(now);
-    l.rates_shared = ranks == 1;
+    take_rates(l, now, ranks == 1);
     h.peak_flops_fp32 = m.gemm_fp32_flops, h.peak_flops_bf16 = m.gemm_bf16_flops;
     if (l.source.empty()) l.source = "measured now";
     rates_from = "measured now";

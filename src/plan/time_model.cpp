@@ -116,6 +116,15 @@ double gemm_rate(const PlanRequest& r, const Hardware& hw, const analysis::Activ
 // The experts an MoE rank holds (E over the expert-parallel group).
 int local_experts(const PlanRequest& r) { return int(r.model.moe.experts / std::max(1, r.layout.ep)); }
 
+// An MoE layer's GEMMs timed here, forward or backward (input and weight passes): the attention
+// half's calls and the MoE block's own, which replace the dense MLP's FC1 and FC2.
+double moe_layer_gemm_seconds(const PlanRequest& r, const Hardware& hw, const analysis::ActivationShape& x,
+                              bool backward) {
+  auto in_pass = [backward](const GemmCall& g) { return (g.pass != GemmPass::forward) == backward; };
+  return measured_gemms(hw, layer_gemms(x), r.bf16_compute(), [&](const GemmCall& g) { return in_pass(g) && !g.mlp; }) +
+         measured_gemms(hw, moe_block_gemms(moe_kept_shape(r), local_experts(r)), r.bf16_compute(), in_pass);
+}
+
 // Forward of one layer for one micro-batch on one rank.
 struct LayerCost {
   double gemm = 0, elementwise = 0, comm = 0;
@@ -139,11 +148,8 @@ LayerCost layer_forward(const PlanRequest& r, const Hardware& hw, const analysis
     // and the MoE block's element-wise work; the rows go out and back by two all-to-alls.
     const analysis::MoEKeptShape m = moe_kept_shape(r);
     const double f = r.model.ffn_hidden();
-    if (hw.local.active())  // the attention half's calls and the block's own, each timed per shape
-      c.gemm = measured_gemms(hw, layer_gemms(x), r.bf16_compute(),
-                              [](const GemmCall& g) { return g.pass == GemmPass::forward && !g.mlp; }) +
-               measured_gemms(hw, moe_block_gemms(m, local_experts(r)), r.bf16_compute(),
-                              [](const GemmCall& g) { return g.pass == GemmPass::forward; });
+    if (hw.local.active())
+      c.gemm = moe_layer_gemm_seconds(r, hw, x, false);
     else
       c.gemm += (4.0 * double(m.received) * h * f / t - 16.0 * b * s * h * h / t +
                  2.0 * s * b * double(analysis::moe_router_params(r.model))) / flops_per_s;
@@ -202,11 +208,7 @@ LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
   w.backward_elementwise = local && !moe ? layer_elementwise_seconds(hw, x, true) : 2 * w.forward.elementwise;
   if (local && !moe)
     w.backward_gemm = measured_gemms(hw, layer_gemms(x), bf16, [](const GemmCall& g) { return g.pass != GemmPass::forward; });
-  if (local && moe)
-    w.backward_gemm = measured_gemms(hw, layer_gemms(x), bf16,
-                                     [](const GemmCall& g) { return g.pass != GemmPass::forward && !g.mlp; }) +
-                      measured_gemms(hw, moe_block_gemms(moe_kept_shape(r), local_experts(r)), bf16,
-                                     [](const GemmCall& g) { return g.pass != GemmPass::forward; });
+  if (local && moe) w.backward_gemm = moe_layer_gemm_seconds(r, hw, x, true);
   if (x.sp && x.t > 1)
     w.backward_extra_comm = 2 * all_gather(tp_group, double(x.s) * x.b * x.h * comm_element_bytes(hw, x.d)).seconds;
   if (!moe)
@@ -407,15 +409,15 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   // (p−1)/m of a stage's when they are equal (the others' cores are shared out below).
   std::vector<double> stage_totals;
   for (const StageWork& w : stages) stage_totals.push_back(w.total());
-  const double ramp = analysis::pipeline_ramp_seconds(stage_totals, m);
-  out.bubble_s = ramp + slots * pp_comm;
+  const double flush_bubble = analysis::pipeline_ramp_seconds(stage_totals, m) + slots * pp_comm;
+  out.bubble_s = flush_bubble;
   // Locally, ranks idle in the pipeline's ramp give their cores to the others: about half the ranks
   // compute there, each at the share of the cores that leaves it.
   if (hw.local.active() && p > 1) out.bubble_s *= compute_share(hw) / hw.local.share(std::max(1.0, hw.local.ranks / 2.0));
   out.bubble_fraction = slots / (n_mb + slots);
   // ZB-H1's and 2BW's formulas are for equal stages: their bubbles are scaled, as the ramp is, by the
   // other stages' work over (p−1) slowest stages'.
-  const double uneven = p > 1 && per_mb > 0 ? (ramp + slots * pp_comm) / (slots * per_mb) : 1.0;
+  const double uneven = p > 1 && per_mb > 0 ? flush_bubble / (slots * per_mb) : 1.0;
   if (r.zero_bubble && p > 1) {
     // ZB-H1 (docs/design.md §6): a third of a micro-batch's stage time is its forward, the weight
     // passes W are the dW GEMMs, the input pass B the rest; the formula module gives the step.
