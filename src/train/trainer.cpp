@@ -416,6 +416,7 @@ double Trainer::run_micro_batches(float loss_scale, parallel::pipeline::Phase ph
 }
 
 void Trainer::complete_gradients(const parallel::OwnedGrads& grads) {
+  model_->add_tied_input_grads();  // --tied-embedding-grads apart: the embedding's part, as a pipeline adds it
   if (pipeline_ && dist_->in_embedding_group() && dist_->embedding().size() > 1) {
     // The tied embedding: the first stage's (input) and the last stage's (output) gradients summed.
     const ParamInfo& wte = model_->table().params()[0];
