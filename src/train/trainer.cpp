@@ -112,14 +112,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
       checkpoint::check_save_target(config_.save, save_rules);
       save_lock_ = DirLock(config_.save, "--save");
     }
-    if (!config_.trace.empty()) {
-      OutputRules trace_rules = output_rules_;  // the report directory's own files are not a trace's to replace
-      if (!config_.report_dir.empty())
-        for (const char* name : {kRunLog, kRunReport})
-          trace_rules.inputs.push_back({"--report-dir", (std::filesystem::path(config_.report_dir) / name).string()});
-      check_output_path(config_.trace, OutputKind::trace, "--trace", trace_rules);
-      output_rules_ = trace_rules;
-    }
+    if (!config_.trace.empty()) check_output_path(config_.trace, OutputKind::trace, "--trace", trace_rules());
     if (!config_.report_dir.empty())
       check_report_dir(config_.report_dir, config_.save, config_.trace, !config_.resume.empty(), output_rules_);
   }
@@ -491,6 +484,14 @@ std::vector<int> Trainer::local_layers() const {
   return layers;
 }
 
+OutputRules Trainer::trace_rules() const {
+  OutputRules rules = output_rules_;  // the report directory's own files are not a trace's to replace
+  if (!config_.report_dir.empty())
+    for (const char* name : {kRunLog, kRunReport})
+      rules.inputs.push_back({"--report-dir", (std::filesystem::path(config_.report_dir) / name).string()});
+  return rules;
+}
+
 int Trainer::run() {
   // Every data-parallel replica starts from rank 0's weights. (Here, not in the constructor: the
   // constructor may fail on one rank only, and must not leave the others waiting in a collective.)
@@ -570,7 +571,7 @@ int Trainer::run() {
     promote_checked_save();
   }
   if (!config_.trace.empty()) write_trace(Trace::instance(), config_.trace, dist_ ? &dist_->world() : nullptr,
-                                          dist_ ? dist_->rank() : 0, output_rules_);
+                                          dist_ ? dist_->rank() : 0, trace_rules());
 
   summarize({first_loss, last_loss, total_s, timed_steps, step_flops, tokens, peak, world});
   if (run_log_) run_log_->finish();
