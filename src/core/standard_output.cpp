@@ -1,5 +1,8 @@
 #include "core/standard_output.hpp"
 
+#include <poll.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cerrno>
 #include <cstdio>
@@ -19,10 +22,12 @@ void start(const char* command) {
 
 bool flush(bool going_on) {
   if (first_error != 0) return false;
-  errno = 0;
-  const bool ok = std::fflush(stdout) == 0 && !std::ferror(stdout);
-  if (ok) return true;
-  first_error = errno != 0 ? errno : EIO;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int seen = errno;  // of the failed flush, or (likely) of the write that set the error flag
+  if (flushed && !std::ferror(stdout)) return true;
+  // A pipe whose reader left polls as an error, however long ago the failed write was.
+  pollfd out{STDOUT_FILENO, POLLOUT, 0};
+  first_error = ::poll(&out, 1, 0) == 1 && (out.revents & POLLERR) ? EPIPE : seen != 0 ? seen : EIO;
   std::fprintf(stderr, "lattice %s: error: cannot write standard output: %s%s\n", command_name,
                std::strerror(first_error), going_on ? " (carrying on without it)" : "");
   return false;
