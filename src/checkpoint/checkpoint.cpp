@@ -6,29 +6,16 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/atomic_dir.hpp"
 #include "checkpoint/llmc_import.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace lattice::checkpoint {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail("cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
 
 ModelArrayReader::ModelArrayReader(const std::string& file, const ParamTable& table, const ModelConfig& config)
     : file_(SafetensorsFile::open(file)), table_(table), config_(config) {}
@@ -149,51 +136,8 @@ void StagedCheckpoint::commit() {
   out_.commit();
 }
 
-namespace {
-// A checkpoint written before checkpoints carried a manifest: exactly its three files, and a
-// trainer.json that records a model and a step.
-bool is_legacy_checkpoint(const std::string& dir, const std::vector<std::string>& entries) {
-  static const std::vector<std::string> files = {"model.safetensors", "optimizer.safetensors", "trainer.json"};
-  for (const std::string& name : entries)
-    if (std::find(files.begin(), files.end(), name) == files.end()) return false;
-  try {
-    const nlohmann::json state = nlohmann::json::parse(read_text(dir + "/trainer.json"));
-    return state.contains("model") && state.contains("step") &&
-           std::find(entries.begin(), entries.end(), "model.safetensors") != entries.end();
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-}  // namespace
-
-void check_save_target(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::exists(dir, ec)) {
-    check_file_writable(dir, "--save");
-    return;
-  }
-  require(fs::is_directory(dir, ec), "cannot save to " + dir + ": it exists and is not a directory");
-  std::vector<std::string> entries;
-  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
-    entries.push_back(it->path().filename().string());
-  require(!ec, "cannot save to " + dir + ": cannot list it: " + ec.message());
-  if (entries.empty()) return;
-  const std::string refuse = "cannot save to " + dir + ": ";
-  const std::string manifest_path = dir + "/" + kManifest;
-  if (!fs::exists(manifest_path, ec) && is_legacy_checkpoint(dir, entries)) return;
-  require(fs::exists(manifest_path, ec),
-          refuse + "it holds " + entries.front() + " and is not a lattice checkpoint (no " + kManifest +
-              "); choose a new or empty directory");
-  std::vector<std::string> listed;
-  try {
-    listed = nlohmann::json::parse(read_text(manifest_path)).at("files").get<std::vector<std::string>>();
-  } catch (const nlohmann::json::exception& e) {
-    fail(refuse + manifest_path + " is not a valid checkpoint manifest: " + e.what());
-  }
-  for (const std::string& name : entries)
-    require(std::find(listed.begin(), listed.end(), name) != listed.end(),
-            refuse + "it holds " + name + ", which its checkpoint manifest does not list; move it away first");
-  check_file_writable(dir + "/" + kManifest, "--save");
+void check_save_target(const std::string& dir, const OutputRules& rules) {
+  check_output_path(dir, OutputKind::checkpoint_dir, "--save", rules);
 }
 
 nlohmann::json read_trainer_state(const std::string& dir) {
@@ -201,7 +145,7 @@ nlohmann::json read_trainer_state(const std::string& dir) {
   if (!fs::is_directory(dir)) fail("checkpoint " + dir + " is not a directory");
   if (!fs::exists(path)) fail("checkpoint " + dir + " has no trainer.json");
   try {
-    return nlohmann::json::parse(read_text(path));
+    return nlohmann::json::parse(read_regular_file(path, "checkpoint file", size_t(64) << 20));
   } catch (const nlohmann::json::exception& e) {
     fail("checkpoint " + path + " is not valid JSON: " + e.what());
   }

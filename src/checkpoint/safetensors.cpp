@@ -9,6 +9,7 @@
 
 #include "core/atomic_dir.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace lattice::checkpoint {
 namespace {
@@ -184,7 +185,7 @@ void SafetensorsFile::read(const std::string& name, size_t offset, size_t bytes,
 SafetensorsFile SafetensorsFile::parse(const std::string& path, bool hold_data) {
   const std::string who = "checkpoint " + path;
   std::error_code ec;
-  require(std::filesystem::is_regular_file(path, ec), who + " does not exist or is not a regular file");
+  require_regular_file(path, "checkpoint");
   const uint64_t file_bytes = std::filesystem::file_size(path, ec);
   require(!ec, "cannot read " + who + ": " + ec.message());
   std::ifstream in(path, std::ios::binary);

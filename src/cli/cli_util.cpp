@@ -55,6 +55,11 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
   }
 }
 
+void add_overwrite_flag(CLI::App& app, bool& overwrite) {
+  app.add_flag("--overwrite", overwrite,
+               "let an output path replace an existing file lattice did not write (never an input of this command)");
+}
+
 int64_t token_file_bytes(const std::string& dir) {
   int64_t bytes = 0;
   for (const char* name : {"/train.bin", "/val.bin"}) {

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace lattice::cli {
 
@@ -106,8 +107,7 @@ Value parse_value(const std::string& s, size_t& i, const std::string& at) {
 }  // namespace
 
 std::vector<std::string> config_file_args(const std::string& path, const CLI::App& app) {
-  std::error_code ec;
-  require(std::filesystem::is_regular_file(path, ec), "config " + path + ": not a readable regular file");
+  require_regular_file(path, "config");
   std::ifstream in(path, std::ios::binary);
   require(in.good(), "config " + path + ": cannot read it");
   std::map<std::string, int> seen;  // key → line

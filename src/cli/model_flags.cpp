@@ -1,5 +1,7 @@
 #include "cli/model_flags.hpp"
 
+#include "cli/cli_util.hpp"
+
 #include <cerrno>
 #include <cstdlib>
 
@@ -238,6 +240,7 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
   app.add_option("--report-dir", t.report_dir,
                  "write run.jsonl and a self-contained report.html (curves, memory, traffic, timeline) here as the run goes");
   app.add_flag("--comm-report", t.comm_report, "print the bytes each rank sent per group in the last step");
+  add_overwrite_flag(app, t.overwrite);
 }
 
 CLI::Validator seed_range() {

@@ -11,6 +11,7 @@
 #include "cli/model_flags.hpp"
 #include "cli/model_source.hpp"
 #include "core/error.hpp"
+#include "core/standard_output.hpp"
 #include "data/tokenizer_files.hpp"
 #include "random/philox.hpp"
 
@@ -98,7 +99,7 @@ int run_sample(int argc, char** argv) {
     if (text.size() > shown.size() && text.compare(0, shown.size(), shown) == 0) {
       std::fputs(text.c_str() + shown.size(), stdout);
       shown = std::move(text);
-      std::fflush(stdout);
+      if (!standard_output::flush(false)) return 0;  // the reader left (`| head`): nothing more to show
     }
   }
   std::fputs("\n", stdout);

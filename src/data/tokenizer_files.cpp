@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace fs = std::filesystem;
 
@@ -16,11 +17,7 @@ namespace lattice::data {
 namespace {
 
 std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  require(in.good(), "cannot open " + path);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  require(!in.bad(), "cannot read " + path);
-  return bytes;
+  return read_regular_file(path, "tokenizer file", size_t(256) << 20);
 }
 
 nlohmann::json read_json(const std::string& path) {

@@ -10,6 +10,7 @@
 
 #include "core/chart.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/html_page.hpp"
 #include "report/schedule_svg.hpp"
 #include "report/step_report.hpp"
@@ -361,8 +362,7 @@ void RunRecords::add(const json& record) {
 }
 
 RunRecords read_run_records(const std::string& path) {
-  std::error_code ec;
-  require(std::filesystem::is_regular_file(path, ec), path + " is not a readable file");
+  require_regular_file(path, "run log");
   std::ifstream in(path);
   require(bool(in), "cannot read " + path);
   RunRecords run;

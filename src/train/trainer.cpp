@@ -19,6 +19,7 @@
 #include "comm/gather_int64.hpp"
 #include "core/atomic_dir.hpp"
 #include "core/error.hpp"
+#include "core/output_path.hpp"
 #include "core/recompute_plan.hpp"
 #include "core/stage_partition.hpp"
 #include "report/step_report.hpp"
@@ -96,12 +97,24 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
             "--steps " + std::to_string(config_.steps) + " is below the step of checkpoint " + config_.resume + " (" +
                 std::to_string(resume_state.step) + "): nothing to train (raise --steps)");
   }
-  // Destinations are checked before hours of training, not after (world rank 0 writes them).
+  // Destinations are checked before hours of training, not after (world rank 0 writes them), under
+  // the one output rule (core/output_path.hpp); the checkpoint directory is locked for the run's life.
   if (is_logging_rank()) {
-    if (!config_.save.empty()) checkpoint::check_save_target(config_.save);
-    if (!config_.trace.empty()) check_file_writable(config_.trace, "--trace");
+    output_rules_ = {config_.overwrite, {{"--data", config_.data_dir}, {"--resume", config_.resume}, {"--init", config_.init}},
+                     {{"--save", config_.save}}};
+    output_rules_.inputs.insert(output_rules_.inputs.end(), config_.other_inputs.begin(), config_.other_inputs.end());
+    if (!config_.save.empty()) {
+      OutputRules save_rules = output_rules_;  // --save may name the --resume directory: replaced atomically
+      save_rules.closed.clear();
+      std::erase_if(save_rules.inputs, [&](const NamedPath& in) {
+        return in.flag == "--resume" && path_within(config_.save, in.path) && path_within(in.path, config_.save);
+      });
+      checkpoint::check_save_target(config_.save, save_rules);
+      save_lock_ = DirLock(config_.save, "--save");
+    }
+    if (!config_.trace.empty()) check_output_path(config_.trace, OutputKind::trace, "--trace", trace_rules());
     if (!config_.report_dir.empty())
-      check_report_dir(config_.report_dir, config_.save, config_.trace, !config_.resume.empty());
+      check_report_dir(config_.report_dir, config_.save, config_.trace, !config_.resume.empty(), output_rules_);
   }
   const auto train_file = data::TokenFile::load(train_path, model_config_.vocab);
   // Bits per byte need each file's text bytes: a SentencePiece directory must say them, for these files.
@@ -472,6 +485,14 @@ std::vector<int> Trainer::local_layers() const {
   return layers;
 }
 
+OutputRules Trainer::trace_rules() const {
+  OutputRules rules = output_rules_;  // the report directory's own files are not a trace's to replace
+  if (!config_.report_dir.empty())
+    for (const char* name : {kRunLog, kRunReport})
+      rules.inputs.push_back({"--report-dir", (std::filesystem::path(config_.report_dir) / name).string()});
+  return rules;
+}
+
 int Trainer::run() {
   // Every data-parallel replica starts from rank 0's weights. (Here, not in the constructor: the
   // constructor may fail on one rank only, and must not leave the others waiting in a collective.)
@@ -551,7 +572,7 @@ int Trainer::run() {
     promote_checked_save();
   }
   if (!config_.trace.empty()) write_trace(Trace::instance(), config_.trace, dist_ ? &dist_->world() : nullptr,
-                                                      dist_ ? dist_->rank() : 0);
+                                          dist_ ? dist_->rank() : 0, trace_rules());
 
   summarize({first_loss, last_loss, total_s, timed_steps, step_flops, tokens, peak, world});
   if (run_log_) run_log_->finish();
