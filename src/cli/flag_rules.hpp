@@ -30,8 +30,9 @@ std::string bound_violation(const FlagBound& bound, const std::string& value, bo
 // After parsing: every given numeric value within its bound (InputError), and every numeric option of
 // `app` listed in the table (std::logic_error: a flag added without its bound).
 void check_flag_bounds(const CLI::App& app, std::string_view command);
-// Before parsing, on the command line's own arguments: one flag (or two of its aliases) given twice
-// with different values is refused (InputError); the same value twice is harmless.
+// Before parsing, on the command line's own arguments: a path flag (or two of its aliases) given twice
+// with different values is refused (InputError); the same value twice is harmless, and other flags
+// keep "the last one wins" (a script's settings overridden by hand).
 void check_repeated_flags(const CLI::App& app, const std::vector<std::string>& args);
 // After parsing: pairs of flags that contradict, or a flag the rest of the line makes ignored.
 void check_flag_conflicts(const CLI::App& app, std::string_view command);
