@@ -51,6 +51,8 @@ void ModelArrayReader::read(const std::string& prefix, FlatPiece range, float* o
 }
 
 std::string weights_file(const std::string& path, const ModelConfig& config) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail("checkpoint " + path + " does not exist");
   if (!fs::is_directory(path)) return path;
   const std::string file = path + "/model.safetensors";
   if (!fs::exists(file)) fail("checkpoint " + path + " has no model.safetensors");
@@ -142,8 +144,12 @@ void check_save_target(const std::string& dir, const OutputRules& rules) {
 
 nlohmann::json read_trainer_state(const std::string& dir) {
   const std::string path = dir + "/trainer.json";
-  if (!fs::is_directory(dir)) fail("checkpoint " + dir + " is not a directory");
-  if (!fs::exists(path)) fail("checkpoint " + dir + " has no trainer.json");
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) fail("checkpoint " + dir + " does not exist");
+  if (!fs::is_directory(dir, ec)) fail("checkpoint " + dir + " is not a directory (a run's checkpoint is one)");
+  if (!fs::exists(path, ec))
+    fail("checkpoint " + dir + " has no trainer.json: it is not a lattice checkpoint directory" +
+         (fs::is_empty(dir, ec) ? std::string(" (it is empty)") : std::string()));
   try {
     return nlohmann::json::parse(read_regular_file(path, "checkpoint file", size_t(64) << 20));
   } catch (const nlohmann::json::exception& e) {
@@ -261,8 +267,50 @@ std::string hf_gpt2_config(const ModelConfig& c) {
   return j.dump(2) + "\n";
 }
 
+namespace {
+// config.json, written beside the weights for Hugging Face, must describe the same model as
+// trainer.json: a hand-edited or broken export is named here, not loaded into transformers as
+// another model. Checkpoints written before it existed have none.
+void check_hf_config(const std::string& dir, const ModelConfig& c) {
+  const std::string path = dir + "/" + kHuggingFaceConfig;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint " + path + " is not valid JSON: " + e.what());
+  }
+  require(j.is_object(), "checkpoint " + path + " is not a JSON object");
+  const nlohmann::json written = nlohmann::json::parse(hf_gpt2_config(c));
+  for (const auto& [key, value] : written.items()) {
+    if (key == "resid_pdrop" || key == "embd_pdrop" || key == "attn_pdrop") continue;  // training-only
+    require(j.contains(key), "checkpoint " + path + " has no \"" + key + "\" (trainer.json's model gives " +
+                                 value.dump() + ")");
+    require(j[key] == value, "checkpoint " + path + ": \"" + key + "\" is " + j[key].dump() + ", but trainer.json " +
+                                 "and the weights hold " + value.dump() + ": a hand-edited export (rewrite it or remove it)");
+  }
+}
+}  // namespace
+
 ModelConfig read_model_config(const std::string& dir) {
-  return model_config_of(read_trainer_state(dir), "checkpoint " + dir + "/trainer.json");
+  const ModelConfig c = model_config_of(read_trainer_state(dir), "checkpoint " + dir + "/trainer.json");
+  check_hf_config(dir, c);
+  return c;
+}
+
+ParamsDType read_params_dtype(const std::string& dir) {
+  const nlohmann::json state = read_trainer_state(dir);
+  const std::string where = "checkpoint " + dir + "/trainer.json";
+  if (!state.contains("layout") || !state["layout"].is_object() || !state["layout"].contains("params_dtype"))
+    return ParamsDType::fp32;  // written before it was recorded
+  const nlohmann::json& d = state["layout"]["params_dtype"];
+  require(d.is_string(), where + ": \"params_dtype\" must be fp32, bf16 or fp16 (got " + d.dump() + ")");
+  try {
+    return parse_params_dtype(d.get<std::string>());
+  } catch (const InputError& e) {
+    fail(where + ": " + e.what());
+  }
 }
 
 ResumeState read_resume_state(const std::string& dir) {
@@ -270,6 +318,7 @@ ResumeState read_resume_state(const std::string& dir) {
   const std::string where = "checkpoint " + dir + "/trainer.json";
   ResumeState r;
   r.model = model_config_of(state, where);
+  check_hf_config(dir, r.model);
   r.step = integer(state, "step", 0, INT64_MAX / 2, where);
   const nlohmann::json& seed = field(state, "seed", where);
   require(seed.is_number_unsigned() || (seed.is_number_integer() && seed.get<int64_t>() >= 0),

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -197,6 +198,11 @@ SafetensorsFile SafetensorsFile::parse(const std::string& path, bool hold_data) 
   in.read(reinterpret_cast<char*>(len_bytes), 8);
   uint64_t header_bytes = 0;
   for (int i = 0; i < 8; ++i) header_bytes |= static_cast<uint64_t>(len_bytes[i]) << (8 * i);
+  // A safetensors header is a JSON object right after its length: a text file, a token file or an
+  // llm.c checkpoint given as weights is named as what it is not, not by an absurd header length.
+  const int first = file_bytes > 8 ? in.peek() : EOF;
+  require(first == '{', who + " is not a safetensors file (no JSON header after its first 8 bytes): give a " +
+                            "checkpoint directory, a model.safetensors or an llm.c .bin");
   require(header_bytes <= file_bytes - 8, who + " is truncated: header length says " +
                                               std::to_string(header_bytes) + " bytes, file has " +
                                               std::to_string(file_bytes - 8) + " after it");

@@ -60,8 +60,7 @@ int run_sample(int argc, char** argv) {
   require(temperature > 0 && std::isfinite(temperature), "--temperature must be a finite number > 0");
   require(top_k >= 0, "--top-k must be >= 0 (0 = all)");
 
-  const bool shapes_given = inference_shape_flags(app);
-  auto gpt = load_model_for_inference(checkpoint, model, shapes_given, DType::fp32, 1);
+  auto gpt = load_model_for_inference(checkpoint, app, model, DType::fp32, 1);
   const ModelConfig& c = gpt->config();
   // Expert choice ranks every token of the sequence, future ones included: not a causal model.
   require(!(c.moe.enabled() && c.moe.router == MoERouter::expert_choice),

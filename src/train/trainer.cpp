@@ -59,10 +59,13 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   // trained with it.
   tokenizer_ = data::load_tokenizer(config_.data_dir);
   data_sizes_ = data::read_data_sizes(config_.data_dir);
-  require(model_config_.vocab == tokenizer_.vocab() || tokenizer_.kind() == data::TokenizerKind::bytes,
+  // The vocabulary is the recorded tokenizer's: lattice pads it for the GEMMs itself, so a larger
+  // --vocab only adds embedding rows no token reaches. Token files that record no tokenizer (llm.c's)
+  // may be given any, the token files' check below holding them to it.
+  require(model_config_.vocab == tokenizer_.vocab() || !data::has_tokenizer(config_.data_dir),
           "--vocab " + std::to_string(model_config_.vocab) + " does not match the " + data::to_string(tokenizer_.kind()) +
               " tokenizer of " + config_.data_dir + " (vocab " + std::to_string(tokenizer_.vocab()) +
-              "): leave --vocab out to take the data's");
+              "; lattice pads it to a multiple of 128 itself): leave --vocab out to take the data's");
   // A checkpoint's embeddings are its tokenizer's (a directory recording none: bytes).
   auto require_trained_on_these_tokens = [&](const std::string& dir, const std::string& remedy) {
     const std::string of_checkpoint = data::load_tokenizer(dir).fingerprint();
