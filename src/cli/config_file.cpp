@@ -97,6 +97,11 @@ Value parse_value(const std::string& s, size_t& i, const std::string& at) {
   errno = 0;
   (void)std::strtoll(digits.c_str(), &stop, 10);
   if (!digits.empty() && *stop == '\0' && errno == 0) return {Kind::integer, digits};
+  if (errno == ERANGE && digits[0] != '-') {  // past TOML's int64 but a flag's uint64 (--seed)
+    errno = 0;
+    (void)std::strtoull(digits.c_str(), &stop, 10);
+    if (*stop == '\0' && errno == 0) return {Kind::integer, digits};
+  }
   require(errno != ERANGE || digits.find_first_of(".eE") != std::string::npos, at + ": " + token + " is out of range");
   errno = 0;
   (void)std::strtod(digits.c_str(), &stop);

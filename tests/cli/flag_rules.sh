@@ -60,7 +60,7 @@ for schedule in interleaved zb-h1; do
 done
 hostile "--virtual-stages without a pipeline" 1 "--virtual-stages needs --pipeline-model-parallel-size > 1" -- \
   train "${MODEL[@]}" --steps 1 --virtual-stages 2
-hostile "--min-lr with a constant schedule" 1 "--min-lr 0.0001 applies to --lr-schedule cosine only" -- \
+hostile "--min-lr with a constant schedule" 1 "--min-lr 1e-4 applies to --lr-schedule cosine only" -- \
   train "${MODEL[@]}" --steps 1 --lr-schedule constant --min-lr 1e-4
 hostile "--initial-loss-scale without fp16" 1 "--initial-loss-scale 1024 applies to --params-dtype fp16 only" -- \
   train "${MODEL[@]}" --steps 1 --params-dtype bf16 --initial-loss-scale 1024
