@@ -127,8 +127,8 @@ void RunLog::record(const nlohmann::json& given) {
     const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      // The report is for looking at: a full disk stops it, never the training or its --save.
-      stop("cannot write " + log_path(dir_) + ": " + std::strerror(n < 0 ? errno : ENOSPC));
+      // The report is for looking at: a log that cannot be written stops it, never the training or its --save.
+      stop_log("cannot write " + log_path(dir_) + ": " + std::strerror(n < 0 ? errno : ENOSPC));
       return;
     }
     done += size_t(n);
@@ -141,7 +141,7 @@ void RunLog::record(const nlohmann::json& given) {
 
 void RunLog::finish() { render(true); }
 
-void RunLog::stop(const std::string& why) {
+void RunLog::stop_log(const std::string& why) {
   stopped_ = true;
   std::fprintf(stderr, "lattice train: warning: --report-dir %s: %s; the report stops here, training and --save go on\n",
                dir_.c_str(), why.c_str());
@@ -153,21 +153,16 @@ void RunLog::render(bool with_trace) {
   std::error_code ec;
   // The trace is written at the end of the run: a file at its path before then is an older run's.
   const std::string trace = with_trace && !trace_.empty() && fs::is_regular_file(trace_, ec) ? trace_ : "";
-  // The report is for looking at: a full disk or an odd record must not stop the training. A record
-  // the page cannot draw is said once (and drawing retried later); a page that cannot be written
-  // stops the report.
-  std::string page;
   try {
-    page = run_report_html(run_, trace);
-  } catch (const std::exception& e) {
-    if (!warned_) std::fprintf(stderr, "lattice train: warning: report.html not redrawn: %s\n", e.what());
-    warned_ = true;
-    return;
-  }
-  try {
+    const std::string page = run_report_html(run_, trace);
     write_file_atomically((fs::path(dir_) / "report.html").string(), page.data(), page.size());
   } catch (const std::exception& e) {
-    stop(e.what());
+    // The page is for looking at: a full disk or an odd record must not stop the training, nor the
+    // log (`lattice report` draws the page from it). Said once; drawing is tried again at the next turn.
+    if (!warned_)
+      std::fprintf(stderr, "lattice train: warning: report.html not redrawn: %s (run.jsonl, training and --save go on)\n",
+                   e.what());
+    warned_ = true;
   }
 }
 
