@@ -80,7 +80,7 @@ int run_eval(int argc, char** argv) {
                                     : tokenizer.kind() == data::TokenizerKind::bytes;
   const double bpb = data::bits_per_byte(loss, name == "train.bin" ? sizes.train : sizes.val);
   if (json) {
-    nlohmann::json j{{"event", "eval"}, {"loss", loss}, {"tokens", tokens}};
+    nlohmann::json j{{"event", "eval"}, {"loss", loss}, {"tokens", tokens}, {"batches", batches}};
     if (known) j["bits_per_byte"] = bpb;
     std::cout << j.dump() << "\n";
   } else {

@@ -430,7 +430,8 @@ RunRecords read_run_records(const std::string& path) {
   }
   // A finished run may have trained no step (--steps 0 saves the initial weights): its summary stands.
   require(!run.steps.empty() || (run.start.is_object() && run.summary.is_object()),
-          path + " holds no training step (is it the output of lattice train --json?)");
+          path + " holds no training step (is it the output of lattice train --json?)" +
+              (run.skipped_lines > 0 ? "; bad records left out: " + run.skipped_warning() : ""));
   return run;
 }
 

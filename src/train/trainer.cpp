@@ -96,7 +96,8 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
             "--steps " + std::to_string(config_.steps) + " is below the step of checkpoint " + config_.resume + " (" +
                 std::to_string(resume_state.step) + "): nothing to train (raise --steps)");
     // PipeDream-2BW's next batch reads the older of its two versions: another schedule would drop it.
-    require(resume_state.weight_versions == 1 || config_.schedule == "pipedream-2bw",
+    require(resume_state.weight_versions == 1 || parallel::pipeline::parse_schedule_kind(config_.schedule) ==
+                                                     parallel::pipeline::ScheduleKind::pipedream_2bw,
             "checkpoint " + config_.resume + " holds PipeDream-2BW's two weight versions: resume it with --schedule "
             "pipedream-2bw (--schedule " + config_.schedule + " would drop the version its next batch reads)");
     spike_guard_ = LossSpikeGuard(model_config_.vocab, resume_state.recent_losses);
