@@ -4,7 +4,8 @@
 // one exists, its trace — loss and validation curves, learning rate, gradient norm, tokens/s and
 // MFU over steps, every rank's memory by category and kept activations by layer and op (measured
 // beside the formulas), bytes sent by group and operator, and the pipeline timeline per rank.
-// `lattice report` and the trainer's report directory both draw through run_report_html.
+// `lattice report` and the trainer's report directory both draw through run_report_html (run_report.cpp);
+// the records are read and checked by read_run_records (run_records.cpp).
 #include <string>
 #include <vector>
 
