@@ -21,7 +21,7 @@ for n, line in enumerate(open(os.path.join(src, "layers.txt")), 1):
 include = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 for root, _, files in os.walk(src):
     for f in sorted(files):
-        if not f.endswith((".hpp", ".cpp", ".h", ".cc")):
+        if not f.endswith((".hpp", ".cpp", ".h", ".cc", ".cu", ".cuh")):
             continue
         path = os.path.join(root, f)
         rel = os.path.relpath(path, src)

@@ -1,9 +1,13 @@
 #include "analysis/memory_categories.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
 
 #include "analysis/moe_formulas.hpp"
 
+#include "core/error.hpp"
 #include "core/offload_layout.hpp"
 #include "core/recompute_plan.hpp"
 #include "core/stage_partition.hpp"
@@ -152,6 +156,18 @@ StageRecomputeCosts stage_recompute_costs(const MemoryCase& c, int stage) {
   return costs;
 }
 
+namespace {
+// A category's bytes, computed in double, as the int64 the report counts in: a model past any machine
+// (the 1e21 bytes of a 10,000-layer, 2^20-wide plan) is refused in one line, not wrapped negative.
+int64_t counted_bytes(double bytes, const char* what) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g", bytes);
+  require(std::isfinite(bytes) && bytes < 0x1p62,
+          std::string("the ") + what + " of a rank would be " + text + " bytes, past the 2^62 a size is counted in: lower --layers, --hidden, --seq-len or --micro-batch");
+  return int64_t(bytes);
+}
+}  // namespace
+
 CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& mine) {
   const ActivationShape& x = c.x;
   const LayoutConfig& l = c.layout;
@@ -197,7 +213,7 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
     if (stage == p - 1) excess = std::max<int64_t>(0, excess - int64_t(costs.head));
     layers += double(excess);
   }
-  m.activations = int64_t(layers);
+  m.activations = counted_bytes(layers, "activations");
 
   // Model states: the formula's steady bytes, the bf16 copy fp32 weights keep for bf16 GEMMs, and
   // ZeRO's transient buffers.
@@ -250,6 +266,7 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
   // transient as it is then), or the save after training (no activations left).
   const int64_t rest = m.workspaces + m.communication + m.pipeline + m.data + m.offload_io;
   m.beside_activations = m.model_states_steady + transient_at_peak + rest;
+  counted_bytes(layers + extras + double(m.beside_activations), "accounted peak");  // the sum below fits
   m.accounted_peak = std::max(m.activations + int64_t(extras) + m.beside_activations,
                               m.model_states_steady + rest + m.checkpoint_io);
   return m;

@@ -6,29 +6,16 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/atomic_dir.hpp"
 #include "checkpoint/llmc_import.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace lattice::checkpoint {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail("cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
 
 ModelArrayReader::ModelArrayReader(const std::string& file, const ParamTable& table, const ModelConfig& config)
     : file_(SafetensorsFile::open(file)), table_(table), config_(config) {}
@@ -64,6 +51,8 @@ void ModelArrayReader::read(const std::string& prefix, FlatPiece range, float* o
 }
 
 std::string weights_file(const std::string& path, const ModelConfig& config) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail("checkpoint " + path + " does not exist");
   if (!fs::is_directory(path)) return path;
   const std::string file = path + "/model.safetensors";
   if (!fs::exists(file)) fail("checkpoint " + path + " has no model.safetensors");
@@ -149,59 +138,20 @@ void StagedCheckpoint::commit() {
   out_.commit();
 }
 
-namespace {
-// A checkpoint written before checkpoints carried a manifest: exactly its three files, and a
-// trainer.json that records a model and a step.
-bool is_legacy_checkpoint(const std::string& dir, const std::vector<std::string>& entries) {
-  static const std::vector<std::string> files = {"model.safetensors", "optimizer.safetensors", "trainer.json"};
-  for (const std::string& name : entries)
-    if (std::find(files.begin(), files.end(), name) == files.end()) return false;
-  try {
-    const nlohmann::json state = nlohmann::json::parse(read_text(dir + "/trainer.json"));
-    return state.contains("model") && state.contains("step") &&
-           std::find(entries.begin(), entries.end(), "model.safetensors") != entries.end();
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-}  // namespace
-
-void check_save_target(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::exists(dir, ec)) {
-    check_file_writable(dir, "--save");
-    return;
-  }
-  require(fs::is_directory(dir, ec), "cannot save to " + dir + ": it exists and is not a directory");
-  std::vector<std::string> entries;
-  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
-    entries.push_back(it->path().filename().string());
-  require(!ec, "cannot save to " + dir + ": cannot list it: " + ec.message());
-  if (entries.empty()) return;
-  const std::string refuse = "cannot save to " + dir + ": ";
-  const std::string manifest_path = dir + "/" + kManifest;
-  if (!fs::exists(manifest_path, ec) && is_legacy_checkpoint(dir, entries)) return;
-  require(fs::exists(manifest_path, ec),
-          refuse + "it holds " + entries.front() + " and is not a lattice checkpoint (no " + kManifest +
-              "); choose a new or empty directory");
-  std::vector<std::string> listed;
-  try {
-    listed = nlohmann::json::parse(read_text(manifest_path)).at("files").get<std::vector<std::string>>();
-  } catch (const nlohmann::json::exception& e) {
-    fail(refuse + manifest_path + " is not a valid checkpoint manifest: " + e.what());
-  }
-  for (const std::string& name : entries)
-    require(std::find(listed.begin(), listed.end(), name) != listed.end(),
-            refuse + "it holds " + name + ", which its checkpoint manifest does not list; move it away first");
-  check_file_writable(dir + "/" + kManifest, "--save");
+void check_save_target(const std::string& dir, const OutputRules& rules) {
+  check_output_path(dir, OutputKind::checkpoint_dir, "--save", rules);
 }
 
 nlohmann::json read_trainer_state(const std::string& dir) {
   const std::string path = dir + "/trainer.json";
-  if (!fs::is_directory(dir)) fail("checkpoint " + dir + " is not a directory");
-  if (!fs::exists(path)) fail("checkpoint " + dir + " has no trainer.json");
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) fail("checkpoint " + dir + " does not exist");
+  if (!fs::is_directory(dir, ec)) fail("checkpoint " + dir + " is not a directory (a run's checkpoint is one)");
+  if (!fs::exists(path, ec))
+    fail("checkpoint " + dir + " has no trainer.json: it is not a lattice checkpoint directory" +
+         (fs::is_empty(dir, ec) ? std::string(" (it is empty)") : std::string()));
   try {
-    return nlohmann::json::parse(read_text(path));
+    return nlohmann::json::parse(read_regular_file(path, "checkpoint file", size_t(64) << 20));
   } catch (const nlohmann::json::exception& e) {
     fail("checkpoint " + path + " is not valid JSON: " + e.what());
   }
@@ -317,8 +267,50 @@ std::string hf_gpt2_config(const ModelConfig& c) {
   return j.dump(2) + "\n";
 }
 
+namespace {
+// config.json, written beside the weights for Hugging Face, must describe the same model as
+// trainer.json: a hand-edited or broken export is named here, not loaded into transformers as
+// another model. Checkpoints written before it existed have none.
+void check_hf_config(const std::string& dir, const ModelConfig& c) {
+  const std::string path = dir + "/" + kHuggingFaceConfig;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint " + path + " is not valid JSON: " + e.what());
+  }
+  require(j.is_object(), "checkpoint " + path + " is not a JSON object");
+  const nlohmann::json written = nlohmann::json::parse(hf_gpt2_config(c));
+  for (const auto& [key, value] : written.items()) {
+    if (key == "resid_pdrop" || key == "embd_pdrop" || key == "attn_pdrop") continue;  // training-only
+    require(j.contains(key), "checkpoint " + path + " has no \"" + key + "\" (trainer.json's model gives " +
+                                 value.dump() + ")");
+    require(j[key] == value, "checkpoint " + path + ": \"" + key + "\" is " + j[key].dump() + ", but trainer.json " +
+                                 "and the weights hold " + value.dump() + ": a hand-edited export (rewrite it or remove it)");
+  }
+}
+}  // namespace
+
 ModelConfig read_model_config(const std::string& dir) {
-  return model_config_of(read_trainer_state(dir), "checkpoint " + dir + "/trainer.json");
+  const ModelConfig c = model_config_of(read_trainer_state(dir), "checkpoint " + dir + "/trainer.json");
+  check_hf_config(dir, c);
+  return c;
+}
+
+ParamsDType read_params_dtype(const std::string& dir) {
+  const nlohmann::json state = read_trainer_state(dir);
+  const std::string where = "checkpoint " + dir + "/trainer.json";
+  if (!state.contains("layout") || !state["layout"].is_object() || !state["layout"].contains("params_dtype"))
+    return ParamsDType::fp32;  // written before it was recorded
+  const nlohmann::json& d = state["layout"]["params_dtype"];
+  require(d.is_string(), where + ": \"params_dtype\" must be fp32, bf16 or fp16 (got " + d.dump() + ")");
+  try {
+    return parse_params_dtype(d.get<std::string>());
+  } catch (const InputError& e) {
+    fail(where + ": " + e.what());
+  }
 }
 
 ResumeState read_resume_state(const std::string& dir) {
@@ -326,6 +318,7 @@ ResumeState read_resume_state(const std::string& dir) {
   const std::string where = "checkpoint " + dir + "/trainer.json";
   ResumeState r;
   r.model = model_config_of(state, where);
+  check_hf_config(dir, r.model);
   r.step = integer(state, "step", 0, INT64_MAX / 2, where);
   const nlohmann::json& seed = field(state, "seed", where);
   require(seed.is_number_unsigned() || (seed.is_number_integer() && seed.get<int64_t>() >= 0),

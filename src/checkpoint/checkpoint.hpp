@@ -10,6 +10,7 @@
 
 #include "checkpoint/safetensors.hpp"
 #include "core/atomic_dir.hpp"
+#include "core/output_path.hpp"
 #include "model/gpt.hpp"
 #include "optim/optimizer.hpp"
 
@@ -50,13 +51,15 @@ class StagedCheckpoint {
   AtomicDir out_;
   std::unique_ptr<SafetensorsWriter> model_, previous_, optimizer_;
 };
-inline constexpr const char* kManifest = "lattice-checkpoint.json";
+inline constexpr const char* kManifest = kCheckpointManifest;  // core/output_path.hpp recognises it
 inline constexpr const char* kPreviousModelFile = "model_previous.safetensors";
 
-// Throws InputError unless `dir` may receive a checkpoint: it does not exist (its parents can be
-// made), or it is an empty directory, or a lattice checkpoint (a manifest) holding no file its
-// manifest does not list. Nothing else is ever replaced (a --save pointing at a data directory).
-void check_save_target(const std::string& dir);
+// Throws InputError unless `dir` may receive a checkpoint (core/output_path.hpp's rule for
+// OutputKind::checkpoint_dir): it does not exist (its parents can be made), or it is an empty
+// directory, or a lattice checkpoint (a manifest) holding no file its manifest does not list; and
+// it is none of `rules.inputs`, nor holds one. Nothing else is ever replaced (a --save pointing at
+// a data directory).
+void check_save_target(const std::string& dir, const OutputRules& rules = {});
 
 // trainer.json of a checkpoint directory (throws InputError naming the problem).
 nlohmann::json read_trainer_state(const std::string& dir);
@@ -81,6 +84,8 @@ ResumeState read_resume_state(const std::string& dir);
 // The model configuration as trainer.json records it ("model"), and read back from a checkpoint.
 nlohmann::json model_config_json(const ModelConfig& config);
 ModelConfig read_model_config(const std::string& dir);
+// The precision the run kept its weights in (trainer.json's layout; fp32 when not recorded).
+ParamsDType read_params_dtype(const std::string& dir);
 // Hugging Face's config.json for GPT2LMHeadModel with this model's sizes (dense models: GPT-2 has no
 // experts), so a checkpoint directory loads with from_pretrained (docs/design.md §14).
 inline constexpr const char* kHuggingFaceConfig = "config.json";

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "model/gpt.hpp"
 
 namespace lattice::checkpoint {
@@ -44,7 +45,7 @@ constexpr LayerTensor kLayerTensors[] = {
 LlmcCheckpoint LlmcCheckpoint::load(const std::string& path) {
   const std::string who = "llm.c checkpoint " + path;
   std::error_code ec;
-  require(std::filesystem::is_regular_file(path, ec), who + " does not exist or is not a regular file");
+  require_regular_file(path, "llm.c checkpoint");
   const uint64_t file_bytes = std::filesystem::file_size(path, ec);
   require(!ec, "cannot read " + who + ": " + ec.message());
   require(file_bytes >= kLlmcHeaderBytes, who + " is too short for an llm.c header: " +

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/atomic_dir.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace lattice::checkpoint {
 namespace {
@@ -184,7 +186,7 @@ void SafetensorsFile::read(const std::string& name, size_t offset, size_t bytes,
 SafetensorsFile SafetensorsFile::parse(const std::string& path, bool hold_data) {
   const std::string who = "checkpoint " + path;
   std::error_code ec;
-  require(std::filesystem::is_regular_file(path, ec), who + " does not exist or is not a regular file");
+  require_regular_file(path, "checkpoint");
   const uint64_t file_bytes = std::filesystem::file_size(path, ec);
   require(!ec, "cannot read " + who + ": " + ec.message());
   std::ifstream in(path, std::ios::binary);
@@ -196,6 +198,11 @@ SafetensorsFile SafetensorsFile::parse(const std::string& path, bool hold_data) 
   in.read(reinterpret_cast<char*>(len_bytes), 8);
   uint64_t header_bytes = 0;
   for (int i = 0; i < 8; ++i) header_bytes |= static_cast<uint64_t>(len_bytes[i]) << (8 * i);
+  // A safetensors header is a JSON object right after its length: a text file, a token file or an
+  // llm.c checkpoint given as weights is named as what it is not, not by an absurd header length.
+  const int first = file_bytes > 8 ? in.peek() : EOF;
+  require(first == '{', who + " is not a safetensors file (no JSON header after its first 8 bytes): give a " +
+                            "checkpoint directory, a model.safetensors or an llm.c .bin");
   require(header_bytes <= file_bytes - 8, who + " is truncated: header length says " +
                                               std::to_string(header_bytes) + " bytes, file has " +
                                               std::to_string(file_bytes - 8) + " after it");

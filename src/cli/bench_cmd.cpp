@@ -28,7 +28,7 @@
 #include "comm/distributed.hpp"
 #include "comm/fault.hpp"
 #include "comm/measure_collectives.hpp"
-#include "core/atomic_dir.hpp"
+#include "core/output_path.hpp"
 #include "core/error.hpp"
 #include "model/gpt.hpp"
 #include "model/params.hpp"
@@ -220,7 +220,10 @@ int run_bench(int argc, char** argv) {
   add_layout_flags(app, layout);
   app.add_option("--micro-batch,--micro-batch-size", micro_batch, "--layer-costs: sequences per micro-batch")
       ->capture_default_str();
+  bool overwrite = false;
+  add_overwrite_flag(app, overwrite);
   if (const auto status = parse_flags(app, argc, argv)) return *status;
+  const OutputRules rules{overwrite, {}, {}};
   const bool launched = comm::started_by_launcher();
   int64_t max_bytes = 0;
   LayoutConfig resolved;
@@ -240,7 +243,7 @@ int run_bench(int argc, char** argv) {
       require(!model.moe.enabled(), "--layer-costs times dense layers (MoE models are not partitioned automatically)");
       require(micro_batch >= 1 && micro_batch <= 4096, "--micro-batch must be between 1 and 4096");
     }
-    if (save && !launched) check_file_writable(plan::bench_result_path(1), "--save");
+    if (save && !launched) check_output_path(plan::bench_result_path(1), OutputKind::bench, "--save", rules);
   } catch (const InputError&) {
     // Every rank parses the same flags: rank 0 alone reports, the others wait for its exit to end them.
     if (launched && comm::launcher_rank() != 0) {
@@ -257,7 +260,7 @@ int run_bench(int argc, char** argv) {
     if (save) {
       if (mpi) comm::check_on_all_ranks("bench", [&] {
           path = plan::bench_result_path(ranks);
-          if (rank == 0) check_file_writable(path, "--save");
+          if (rank == 0) check_output_path(path, OutputKind::bench, "--save", rules);
         });
       else path = plan::bench_result_path(1);
     }
@@ -297,7 +300,7 @@ int run_bench(int argc, char** argv) {
     if (layer_costs) out["layer_costs"] = costs;
     const std::string line = out.dump() + "\n";
     if (save) {
-      write_file_atomically(path, line.data(), line.size());
+      write_output_file(path, OutputKind::bench, "--save", line, rules);
       std::fprintf(stderr, "lattice bench: saved %s\n", path.c_str());
     }
     if (json) {

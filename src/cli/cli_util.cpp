@@ -3,11 +3,15 @@
 #include <filesystem>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include "cli/config_file.hpp"
+#include "cli/flag_rules.hpp"
+#include "comm/distributed.hpp"
 #include "core/error.hpp"
 
 namespace lattice::cli {
@@ -22,6 +26,7 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
       require(!args[i].empty() && !empty_attached,
               "an empty value for " + (empty_attached ? args[i].substr(0, eq) : i > 0 ? args[i - 1] : std::string("an argument")));
     }
+    check_repeated_flags(app, args);  // the command line's own: --config's may be overridden
     // --config FILE: its settings go first, so the command line's flags (TakeLast) win.
     if (app.get_option_no_throw("--config"))
       for (size_t i = 0; i < args.size(); ++i) {
@@ -37,22 +42,40 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
         break;
       }
   } catch (const InputError& e) {
-    const std::string command = argc > 0 ? argv[0] : app.get_name();
-    std::fprintf(stderr, "lattice %s: error: %s\n", command.c_str(), e.what());
+    std::fprintf(stderr, "lattice %s: error: %s\n", argc > 0 ? argv[0] : app.get_name().c_str(), e.what());
     return 2;
   }
   std::reverse(args.begin(), args.end());  // CLI11 takes a vector last argument first
+  const std::string command = argc > 0 ? argv[0] : app.get_name();
   try {
     app.parse(args);
-    return std::nullopt;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help (or --version): print it, succeed
     std::string message = e.what();
     std::replace(message.begin(), message.end(), '\n', ' ');  // the one-line error contract
-    const std::string command = argc > 0 ? argv[0] : app.get_name();
     std::fprintf(stderr, "lattice %s: error: %s\n", command.c_str(), message.c_str());
     return 2;
   }
+  // The flag rules (cli/flag_rules.hpp): a value out of its bounds or two flags that contradict is
+  // an invalid value (exit 1, as the commands' own checks), said once under a launcher (by rank 0;
+  // the others wait, so that the launcher does not end the job before rank 0 has written it).
+  try {
+    check_flag_conflicts(app, command);
+    check_flag_bounds(app, command);
+  } catch (const InputError& e) {
+    if (comm::started_by_launcher() && comm::launcher_rank() != 0) {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      return 1;
+    }
+    std::fprintf(stderr, "lattice %s: error: %s\n", command.c_str(), e.what());
+    return 1;
+  }
+  return std::nullopt;
+}
+
+void add_overwrite_flag(CLI::App& app, bool& overwrite) {
+  app.add_flag("--overwrite", overwrite,
+               "let an output path replace an existing file lattice did not write (never an input of this command)");
 }
 
 int64_t token_file_bytes(const std::string& dir) {

@@ -12,6 +12,9 @@ namespace lattice::cli {
 // line "lattice <command>: error: <message>" on stderr. Returns nullopt when the command should run.
 std::optional<int> parse_flags(CLI::App& app, int argc, char** argv);
 
+// --overwrite, the same on every command that writes a file (core/output_path.hpp's rule (c)).
+void add_overwrite_flag(CLI::App& app, bool& overwrite);
+
 // Bytes of a token directory's train.bin and val.bin (those that exist): what a run holds in its
 // data category, for the planner's per-category prediction.
 int64_t token_file_bytes(const std::string& dir);

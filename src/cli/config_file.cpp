@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace lattice::cli {
 
@@ -106,11 +108,11 @@ Value parse_value(const std::string& s, size_t& i, const std::string& at) {
 }  // namespace
 
 std::vector<std::string> config_file_args(const std::string& path, const CLI::App& app) {
-  std::error_code ec;
-  require(std::filesystem::is_regular_file(path, ec), "config " + path + ": not a readable regular file");
+  require_regular_file(path, "config");
   std::ifstream in(path, std::ios::binary);
   require(in.good(), "config " + path + ": cannot read it");
   std::map<std::string, int> seen;  // key → line
+  std::map<const CLI::Option*, std::string> keys;  // flag → the key that set it
   std::vector<std::string> args;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
@@ -142,6 +144,10 @@ std::vector<std::string> config_file_args(const std::string& path, const CLI::Ap
 
     const CLI::Option* opt = app.get_option_no_throw("--" + key);
     require(opt != nullptr && key != "config" && key != "help", at + " is not a flag of " + app.get_name() + " (see --help)");
+    // A key and its alias (layers, num-layers) name one flag: which should win is anyone's guess.
+    const auto [alias, first] = keys.emplace(opt, key);
+    require(first, at + " and " + alias->second + " (line " + std::to_string(seen[alias->second]) +
+                       ") are one flag: give it once");
     const std::string type = opt->get_type_name();
     if (opt->get_expected_min() == 0) {  // a flag without a value
       require(value.kind == Kind::boolean, at + " takes true or false");
@@ -186,10 +192,19 @@ std::string dump_config(const CLI::App& app, const std::vector<std::string>& der
       if (value.empty()) continue;
       const std::string type = opt->get_type_name();
       if (type.find("INT") == std::string::npos && type.find("FLOAT") == std::string::npos) {
+        // Escaped as the reader unescapes them, so any value (a path with a newline) reads back.
         std::string quoted = "\"";
         for (char c : value) {
-          if (c == '"' || c == '\\') quoted += '\\';
-          quoted += c;
+          if (c == '\n') {
+            quoted += "\\n";
+          } else if (static_cast<unsigned char>(c) < 0x20 && c != '\t') {
+            char code[8];
+            std::snprintf(code, sizeof code, "\\u%04x", unsigned(static_cast<unsigned char>(c)));
+            quoted += code;
+          } else {
+            if (c == '"' || c == '\\') quoted += '\\';
+            quoted += c;
+          }
         }
         value = quoted + "\"";
       }

@@ -36,8 +36,7 @@ int run_eval(int argc, char** argv) {
   require(batches >= 1 && batches <= (int64_t(1) << 30), "--batches must be between 1 and 2^30");
   require(micro_batch >= 1 && micro_batch <= (1 << 20), "--micro-batch must be between 1 and 2^20");
 
-  const bool shapes_given = inference_shape_flags(app);
-  auto gpt = load_model_for_inference(checkpoint, model, shapes_given, DType::fp32, micro_batch);
+  auto gpt = load_model_for_inference(checkpoint, app, model, DType::fp32, micro_batch);
   const ModelConfig& c = gpt->config();
   // The tokens must be the checkpoint's tokenizer's: a data directory that records another is refused.
   const std::string data_dir = std::filesystem::path(data_file).parent_path().string();

@@ -9,7 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/atomic_dir.hpp"
+#include "core/output_path.hpp"
+#include "core/svg.hpp"
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "comm/groups.hpp"
@@ -48,15 +49,18 @@ int run_groups(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--svg", svg, "also draw the rank grid coloured by group into this SVG file");
   app.add_flag("--json", json, "print one JSON object on one line");
+  bool overwrite = false;
+  add_overwrite_flag(app, overwrite);
   if (auto status = parse_flags(app, argc, argv)) return *status;
+  const OutputRules rules{overwrite, {}, {}};
+  if (!svg.empty()) check_output_path(svg, OutputKind::svg, "--svg", rules);  // before anything is printed
 
   const parallel::ParallelLayout layout = parallel::make_layout(world, tp, pp, ep);
   const parallel::Groups tp_g = parallel::tp_groups(layout), dp_g = parallel::dp_groups(layout),
                          pp_g = parallel::pp_groups(layout), emb_g = parallel::embedding_groups(layout),
                          ep_g = parallel::ep_groups(layout), edp_g = parallel::expert_dp_groups(layout);
   if (!svg.empty()) {
-    const std::string doc = parallel::groups_svg(layout);
-    write_file_atomically(svg, doc.data(), doc.size());
+    write_output_file(svg, OutputKind::svg, "--svg", svg::signed_document(parallel::groups_svg(layout)), rules);
   }
 
   if (json) {

@@ -1,13 +1,12 @@
 // lattice: one binary, one sub-command per concern.
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <new>
 #include <stdexcept>
 #include <string>
 
 #include "cli/commands.hpp"
+#include "core/standard_output.hpp"
 
 namespace {
 struct Command {
@@ -45,14 +44,11 @@ int main(int argc, char** argv) {
   }
   for (const auto& c : kCommands) {
     if (name == c.name) {
+      lattice::standard_output::start(c.name);
       try {
-        const int status = c.run(argc - 1, argv + 1);
-        // Output that did not reach its file (a full disk under `> log.jsonl`) is a failure too.
-        if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-          std::fprintf(stderr, "lattice %s: error: cannot write standard output: %s\n", c.name, std::strerror(errno));
-          return 1;
-        }
-        return status;
+        // Output that did not reach its file (a full disk under `> log.jsonl`) is a failure too;
+        // a reader that left (`| head`) is not (core/standard_output.hpp).
+        return lattice::standard_output::exit_status(c.run(argc - 1, argv + 1));
       } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "lattice %s: error: out of memory: the sizes asked for need more memory than this "
                      "machine can give (lower --micro-batch, --seq-len, --hidden or --layers)\n", c.name);

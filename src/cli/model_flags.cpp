@@ -1,5 +1,7 @@
 #include "cli/model_flags.hpp"
 
+#include "cli/cli_util.hpp"
+
 #include <cerrno>
 #include <cstdlib>
 
@@ -74,6 +76,12 @@ void add_layout_flags(CLI::App& app, LayoutFlags& f) {
                  "unfused | fused (tiled causal attention keeping the log-sum-exp, not the s² tensors)")
       ->check(CLI::IsMember({"unfused", "fused"}))
       ->capture_default_str();
+  app.add_option("--tied-embedding-grads", f.tied_embedding_grads,
+                 "together | apart: apart accumulates the tied embedding's input and output gradients apart and adds "
+                 "them at the step's end as pipeline stages do, so one rank reproduces a pipeline bit for bit "
+                 "(one rank only; one vocabulary-sized gradient buffer more)")
+      ->check(CLI::IsMember({"together", "apart"}))
+      ->capture_default_str();
   app.add_flag("--pack-masks", l.pack_masks,
                "keep dropout masks at one bit an element instead of one byte (bit-identical training)");
   app.add_option("--activation-compression", f.activation_compression,
@@ -142,6 +150,9 @@ LayoutConfig LayoutFlags::resolve(int layers) {
   require(activation_compression == "none" || activation_compression == "fp8",
           "--activation-compression must be none or fp8 (got '" + activation_compression + "')");
   layout.fp8_kept = activation_compression == "fp8";
+  require(tied_embedding_grads == "together" || tied_embedding_grads == "apart",
+          "--tied-embedding-grads must be together or apart (got '" + tied_embedding_grads + "')");
+  layout.tied_grads_apart = tied_embedding_grads == "apart";
   require(recompute_method.empty() || layout.recompute == Recompute::full,
           "--recompute-method applies to --recompute full only (got --recompute " + recompute + ")");
   layout.recompute_method = parse_recompute_method(recompute_method.empty() ? "block" : recompute_method);
@@ -229,6 +240,7 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
   app.add_option("--report-dir", t.report_dir,
                  "write run.jsonl and a self-contained report.html (curves, memory, traffic, timeline) here as the run goes");
   app.add_flag("--comm-report", t.comm_report, "print the bytes each rank sent per group in the last step");
+  add_overwrite_flag(app, t.overwrite);
 }
 
 CLI::Validator seed_range() {

@@ -13,7 +13,7 @@ struct LayoutFlags {
   LayoutConfig layout;
   std::string recompute = "none", activation_dtype = "fp32", params_dtype = "fp32";
   std::string recompute_method, recompute_plan;  // empty: not given (block; derived from the flags)
-  std::string attention = "unfused", activation_compression = "none";
+  std::string attention = "unfused", activation_compression = "none", tied_embedding_grads = "together";
   std::string pipeline_layers;                    // "3,4,4,1" or "auto" (empty: even stages)
   std::string memory_budget;                      // --memory-budget (empty: none)
   int first_stage_layers = 0, last_stage_layers = 0;  // Megatron's aliases for uneven first/last stages

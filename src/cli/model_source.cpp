@@ -1,6 +1,10 @@
 #include "cli/model_source.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "checkpoint/checkpoint.hpp"
 #include "analysis/formulas.hpp"
@@ -8,30 +12,80 @@
 #include "core/error.hpp"
 #include "core/memory_limit.hpp"
 #include "data/tokenizer_files.hpp"
+#include "tensor/half.hpp"
 
 namespace lattice::cli {
 
-bool inference_shape_flags(const CLI::App& app) {
-  require(app.count("--dropout") == 0, "--dropout does not apply here: inference runs without dropout");
-  return app.count("--layers") || app.count("--hidden") || app.count("--heads") || app.count("--seq-len") ||
-         app.count("--vocab");
+namespace {
+// A model flag's value, as the flags give it (`of` the flags' config) or as a checkpoint holds it.
+struct ModelField {
+  const char* flag;  // long name, without dashes
+  std::string (*value)(const ModelConfig&);
+};
+std::string text(double v) {
+  char out[32];
+  std::snprintf(out, sizeof out, "%g", v);
+  return out;
 }
+const ModelField kModelFields[] = {
+    {"layers", [](const ModelConfig& c) { return std::to_string(c.layers); }},
+    {"hidden", [](const ModelConfig& c) { return std::to_string(c.hidden); }},
+    {"heads", [](const ModelConfig& c) { return std::to_string(c.heads); }},
+    {"seq-len", [](const ModelConfig& c) { return std::to_string(c.seq_len); }},
+    {"vocab", [](const ModelConfig& c) { return std::to_string(c.vocab); }},
+    {"num-experts", [](const ModelConfig& c) { return std::to_string(c.moe.experts); }},
+    {"moe-layer-freq", [](const ModelConfig& c) { return std::to_string(c.moe.layer_freq); }},
+    {"moe-router-topk", [](const ModelConfig& c) { return std::to_string(c.moe.enabled() ? c.moe.k() : c.moe.topk); }},
+    {"moe-ffn-hidden-size", [](const ModelConfig& c) { return std::to_string(c.moe.enabled() ? c.ffn_hidden() : c.moe.ffn_hidden); }},
+    {"moe-router", [](const ModelConfig& c) { return std::string(to_string(c.moe.router)); }},
+    {"moe-expert-capacity-factor", [](const ModelConfig& c) { return text(c.moe.capacity_factor); }},
+    {"moe-no-drop", [](const ModelConfig& c) { return text(c.moe.capacity_factor); }},
+    {"moe-token-drop-policy", [](const ModelConfig& c) { return std::string(to_string(c.moe.drop_policy)); }},
+    {"moe-aux-loss-coeff", [](const ModelConfig& c) { return text(c.moe.aux_loss_coeff); }},
+    {"moe-router-load-balancing-type", [](const ModelConfig& c) { return std::string(c.moe.load_balancing ? "aux_loss" : "none"); }},
+    {"moe-groups", [](const ModelConfig& c) { return std::to_string(c.moe.groups); }},
+    {"expert-dropout", [](const ModelConfig& c) { return text(c.moe.expert_dropout); }},
+    {"moe-init-scale", [](const ModelConfig& c) { return text(c.moe.init_scale); }},
+};
+}  // namespace
+
+namespace {
+// The weights as a run with `dtype` weights computes with them: rounded to 16 bits and widened back.
+void round_to_params_dtype(float* weights, int64_t n, ParamsDType dtype) {
+  if (dtype == ParamsDType::fp32) return;
+  const HalfFormat format{dtype == ParamsDType::fp16};
+  constexpr int64_t kChunk = int64_t(1) << 20;
+  std::vector<uint16_t> half(size_t(std::min(n, kChunk)));
+  for (int64_t at = 0; at < n; at += kChunk) {
+    const int64_t count = std::min(kChunk, n - at);
+    format.narrow(weights + at, half.data(), count);
+    format.widen(half.data(), weights + at, count);
+  }
+}
+}  // namespace
 
 data::Tokenizer checkpoint_tokenizer(const std::string& checkpoint) {
   return std::filesystem::is_directory(checkpoint) ? data::load_tokenizer(checkpoint) : data::Tokenizer();
 }
 
-std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, ModelConfig config,
-                                              bool shape_flags_given, DType activation_dtype, int64_t rows) {
+std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, const CLI::App& app, ModelConfig config,
+                                              DType activation_dtype, int64_t rows) {
   require(!checkpoint.empty(), "--checkpoint is required");
   require(std::filesystem::exists(checkpoint), "checkpoint " + checkpoint + " does not exist");
+  ParamsDType params_dtype = ParamsDType::fp32;
   if (std::filesystem::is_directory(checkpoint)) {
+    // The checkpoint gives the model: a model flag given too must say the same, or it would be ignored.
     const ModelConfig saved = checkpoint::read_model_config(checkpoint);
-    if (shape_flags_given)
-      require(saved.layers == config.layers && saved.hidden == config.hidden && saved.heads == config.heads &&
-                  saved.vocab == config.vocab && saved.seq_len == config.seq_len,
-              "the shape flags disagree with checkpoint " + checkpoint + "/trainer.json");
+    for (const ModelField& f : kModelFields) {
+      if (!app.count("--" + std::string(f.flag))) continue;
+      const std::string mine = f.value(config), theirs = f.value(saved);
+      require(mine == theirs, "--" + std::string(f.flag) + " " + mine + " disagrees with checkpoint " + checkpoint +
+                                  ", which holds " + f.flag + " " + theirs +
+                                  (saved.moe.enabled() ? "" : " (a dense model)") +
+                                  ": leave the model flags out, the checkpoint gives them");
+    }
     config = saved;
+    params_dtype = checkpoint::read_params_dtype(checkpoint);
   }
   config.dropout = 0.0;
   config.validate();
@@ -57,6 +111,10 @@ std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, Mod
   }
   auto model = std::make_unique<GPT>(config, layout, 0);
   checkpoint::load_weights(checkpoint, *model);
+  // The run computed with its 16-bit weights (its own evaluation too), not with the fp32 masters the
+  // checkpoint stores: round them as it did, so eval reproduces the run's final eval loss exactly.
+  round_to_params_dtype(model->params(), model->num_params(), params_dtype);
+  model->refresh_compute_weights();
   return model;
 }
 

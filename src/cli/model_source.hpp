@@ -10,13 +10,13 @@
 #include "model/gpt.hpp"
 
 namespace lattice::cli {
-// Whether the model flags (add_model_flags) give a shape; --dropout is refused: inference runs
-// without it.
-bool inference_shape_flags(const CLI::App& app);
-// `rows`: sequences per forward, for the check that the model and its workspaces fit in memory.
 // The tokenizer a checkpoint was trained with: its directory's records; a bare weights file (or a
 // directory recording none) holds byte tokens.
 data::Tokenizer checkpoint_tokenizer(const std::string& checkpoint);
-std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, ModelConfig flags_config,
-                                              bool shape_flags_given, DType activation_dtype, int64_t rows);
+// A checkpoint directory gives the model (a model flag of `app` given too must agree with it, or is
+// refused naming both values) and its weights' precision (16-bit runs: the weights rounded as the
+// run computed with them); a weights file takes the flags' `flags_config`. `rows`: sequences per
+// forward, for the check that the model and its workspaces fit in memory.
+std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, const CLI::App& app,
+                                              ModelConfig flags_config, DType activation_dtype, int64_t rows);
 }  // namespace lattice::cli

@@ -16,7 +16,7 @@
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_flags.hpp"
-#include "core/atomic_dir.hpp"
+#include "core/output_path.hpp"
 #include "core/error.hpp"
 #include "core/stage_partition.hpp"
 #include "plan/auto_partition.hpp"
@@ -45,6 +45,8 @@ struct PlanFlags {
   bool save = false;
   bool search = false, paper = false, moe_paper = false, json = false;
   std::string html;  // --html FILE
+  bool overwrite = false;
+  OutputRules output_rules() const { return {overwrite, {{"--hardware", hardware}, {"--data", data}}, {}}; }
 };
 
 // The model and layout flags are `lattice train`'s (cli/model_flags), plus the planner's own.
@@ -84,10 +86,11 @@ void add_flags(CLI::App& app, PlanFlags& f) {
   app.add_option("--offload-optimizer", f.offload_optimizer,
                  "DIR: AdamW's moments on disk, as train's flag (memory without them, their I/O time)");
   app.add_option("--offload-params", f.offload_params, "DIR: ZeRO-3's fp32 weight shards on disk too, as train's flag");
+  add_overwrite_flag(app, f.overwrite);
 }
 
 int run_paper(const PlanFlags& f, const plan::Hardware& hw) {
-  if (!f.svg_dir.empty()) plan::write_paper_svgs(f.svg_dir);
+  if (!f.svg_dir.empty()) plan::write_paper_svgs(f.svg_dir, f.output_rules());
   if (f.json) {
     std::printf("%s\n", plan::paper_json(hw).dump().c_str());
   } else {
@@ -182,10 +185,11 @@ int run_plan(int argc, char** argv) {
   }
   const plan::Hardware& hw = is_local ? local : plan::hardware_preset(f.hardware);
   require(f.svg_dir.empty() || f.paper, "--svg needs --paper");
-  if (!f.svg_dir.empty()) check_file_writable(f.svg_dir + "/figure1.svg", "--svg");
+  if (!f.svg_dir.empty())
+    for (const std::string& path : plan::paper_svg_paths(f.svg_dir)) check_output_path(path, OutputKind::svg, "--svg", f.output_rules());
   require(!(f.paper && f.moe_paper), "--paper and --moe-paper are separate reports: give one");
   require(f.html.empty() || (!f.paper && !f.moe_paper), "--html draws a plan or a --search: not --paper or --moe-paper");
-  if (!f.html.empty()) check_file_writable(f.html, "--html");
+  if (!f.html.empty()) check_output_path(f.html, OutputKind::html, "--html", f.output_rules());
   if (f.paper) return run_paper(f, hw);
   if (f.moe_paper) {
     if (f.json)
@@ -206,8 +210,8 @@ int run_plan(int argc, char** argv) {
     const plan::SearchResult found = plan::search_layouts(request, hw, size_t(f.top), peak);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!f.html.empty()) {
-      const std::string page = plan::search_html(found.best, found.considered, seconds);
-      write_file_atomically(f.html, page.data(), page.size());
+      write_output_file(f.html, OutputKind::html, "--html", plan::search_html(found.best, found.considered, seconds),
+                        f.output_rules());
     }
     if (f.json)
       std::printf("%s\n", plan::search_json(found.best, found.considered, seconds).dump().c_str());
@@ -226,8 +230,7 @@ int run_plan(int argc, char** argv) {
   plan::check_layout(chosen_request);
   const plan::Plan p = plan::evaluate(chosen_request, hw, f.iteration_time, peak);
   if (!f.html.empty()) {
-    const std::string page = plan::plan_html(p, hw);
-    write_file_atomically(f.html, page.data(), page.size());
+    write_output_file(f.html, OutputKind::html, "--html", plan::plan_html(p, hw), f.output_rules());
   }
   if (f.json) {
     nlohmann::json j = plan::plan_json(p);

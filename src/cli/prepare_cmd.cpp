@@ -6,6 +6,7 @@
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "core/error.hpp"
+#include "core/output_path.hpp"
 #include "data/prepare.hpp"
 #include "data/tokenizer_files.hpp"
 
@@ -39,7 +40,13 @@ int run_prepare(int argc, char** argv) {
   std::string tokenizer_from;
   app.add_option("--tokenizer-from", tokenizer_from,
                  "use the tokenizer of this data or checkpoint directory instead of training one (fine-tuning)");
+  bool overwrite = false;
+  add_overwrite_flag(app, overwrite);
   if (const auto status = parse_flags(app, argc, argv)) return *status;
+  // Before the tokenizer is trained (minutes on a large corpus): --out must be new, empty, or a
+  // prepared-data directory of lattice's, and none of its files an input (core/output_path.hpp).
+  check_output_path(out_dir, OutputKind::data_dir, "--out",
+                    {overwrite, {{"--input", input}, {"--tokenizer-from", tokenizer_from}}, {}});
   if (!tokenizer_from.empty()) {
     require(app.count("--tokenizer") == 0 && app.count("--vocab-size") == 0,
             "--tokenizer-from takes the tokenizer as it is: --tokenizer and --vocab-size do not apply");

@@ -5,7 +5,7 @@
 
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
-#include "core/atomic_dir.hpp"
+#include "core/output_path.hpp"
 #include "core/error.hpp"
 #include "report/run_report.hpp"
 
@@ -21,6 +21,8 @@ int run_report(int argc, char** argv) {
       ->required();
   app.add_option("--html", html, "the HTML file to write")->required();
   app.add_option("--trace", trace, "a lattice train --trace file for the timeline (default: the trace the run wrote into RUN_DIR)");
+  bool overwrite = false;
+  add_overwrite_flag(app, overwrite);
   if (const auto status = parse_flags(app, argc, argv)) return *status;
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -42,12 +44,9 @@ int run_report(int argc, char** argv) {
       trace = (fs::path(run) / own.get<std::string>()).string();
   }
   if (!trace.empty()) require(fs::is_regular_file(trace, ec), "--trace " + trace + " is not a readable file");
-  for (const std::string& input : {log, trace})
-    require(input.empty() || !fs::exists(html, ec) || !fs::equivalent(html, input, ec),
-            "--html " + html + " is an input of the report: name another file");
-  check_file_writable(html, "--html");
-  const std::string page = run_report_html(records, trace);
-  write_file_atomically(html, page.data(), page.size());
+  const OutputRules rules{overwrite, {{"run log", log}, {"--trace", trace}}, {}};
+  check_output_path(html, OutputKind::html, "--html", rules);
+  write_output_file(html, OutputKind::html, "--html", run_report_html(records, trace), rules);
   const size_t ranks = records.summary.is_object() && records.summary.contains("memory")
                            ? records.summary["memory"].value("ranks", nlohmann::json::array()).size()
                            : 0;

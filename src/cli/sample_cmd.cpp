@@ -11,6 +11,7 @@
 #include "cli/model_flags.hpp"
 #include "cli/model_source.hpp"
 #include "core/error.hpp"
+#include "core/standard_output.hpp"
 #include "data/tokenizer_files.hpp"
 #include "random/philox.hpp"
 
@@ -59,8 +60,7 @@ int run_sample(int argc, char** argv) {
   require(temperature > 0 && std::isfinite(temperature), "--temperature must be a finite number > 0");
   require(top_k >= 0, "--top-k must be >= 0 (0 = all)");
 
-  const bool shapes_given = inference_shape_flags(app);
-  auto gpt = load_model_for_inference(checkpoint, model, shapes_given, DType::fp32, 1);
+  auto gpt = load_model_for_inference(checkpoint, app, model, DType::fp32, 1);
   const ModelConfig& c = gpt->config();
   // Expert choice ranks every token of the sequence, future ones included: not a causal model.
   require(!(c.moe.enabled() && c.moe.router == MoERouter::expert_choice),
@@ -98,7 +98,7 @@ int run_sample(int argc, char** argv) {
     if (text.size() > shown.size() && text.compare(0, shown.size(), shown) == 0) {
       std::fputs(text.c_str() + shown.size(), stdout);
       shown = std::move(text);
-      std::fflush(stdout);
+      if (!standard_output::flush(false)) return 0;  // the reader left (`| head`): nothing more to show
     }
   }
   std::fputs("\n", stdout);

@@ -9,7 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/formulas.hpp"
-#include "core/atomic_dir.hpp"
+#include "core/output_path.hpp"
+#include "core/svg.hpp"
 #include "core/error.hpp"
 #include "core/stage_partition.hpp"
 #include "cli/cli_util.hpp"
@@ -135,7 +136,10 @@ int run_schedule(int argc, char** argv) {
                "recompute, TP/EP/PP comm, bubble, DP comm, optimizer, other); needs no pipeline flags");
   app.add_flag("--actions", list_actions, "print every rank's action list (printed anyway when small)");
   app.add_flag("--json", json, "print one JSON object on one line");
+  bool overwrite = false;
+  add_overwrite_flag(app, overwrite);
   if (auto status = parse_flags(app, argc, argv)) return *status;
+  const OutputRules rules{overwrite, {{"--from-trace", from_trace}}, {}};
   for (const CLI::Option* flag : {p_flag, n_mb_flag})
     if (!split && flag->count() == 0) {
       std::fprintf(stderr, "lattice schedule: error: %s is required\n", flag->get_name().c_str());
@@ -153,7 +157,7 @@ int run_schedule(int argc, char** argv) {
                                    {"--head-time", options.head_time}, {"--weight-time", options.weight_time}})
     require(std::isfinite(value) && value >= 0 && value <= 1e12,
             std::string(flag) + " must be a finite number of time units between 0 and 1e12");
-  if (!svg.empty()) check_file_writable(svg, "--svg");
+  if (!svg.empty()) check_output_path(svg, OutputKind::svg, "--svg", rules);
   require(trace_step == -1 || !from_trace.empty(), "--trace-step needs --from-trace FILE");
   require(trace_step >= -1, "--trace-step must be >= 0");
   const pl::ScheduleKind kind = pl::parse_schedule_kind(kind_name);
@@ -180,8 +184,8 @@ int run_schedule(int argc, char** argv) {
   const double ideal = double(steps) * n_mb * (options.forward_time + options.backward_time);
   const double eq5 = pl::first_stage_in_flight_formula(kind, p, n_mb, m);
   if (!svg.empty()) {
-    const std::string doc = pl::schedule_svg(sim, {kind, p, n_mb, m, options, steps});
-    write_file_atomically(svg, doc.data(), doc.size());
+    write_output_file(svg, OutputKind::svg, "--svg", svg::signed_document(pl::schedule_svg(sim, {kind, p, n_mb, m, options, steps})),
+                      rules);
   }
 
   std::vector<int> peak;

@@ -143,6 +143,8 @@ int run_train(int argc, char** argv) {
     if (first_rank) std::fputs(dump_config(app, {"vocab"}).c_str(), stdout);
     return 0;
   }
+  train.other_inputs = {{"--config", config_path}};
+  if (app.count("--hardware") > 0) train.other_inputs.push_back({"--hardware", hardware});
   train.settings = given_flags(app);  // printed once training starts (bad input stays one line)
   train.shuffle = shuffle == "on";
   train.seed_given = app.count("--seed") > 0;

@@ -109,6 +109,10 @@ struct LayoutConfig {
   AttentionKernel attention = AttentionKernel::unfused;
   bool pack_masks = false;  // dropout masks kept at one bit an element (docs/design.md §4)
   bool fp8_kept = false;    // --activation-compression fp8: selected kept tensors in 8 bits (docs/design.md §4)
+  // --tied-embedding-grads apart: one rank accumulates the tied embedding's input and output gradients
+  // in two buffers and adds them at the step's end, in the order pipeline stages do, so a pipeline
+  // reproduces it bit for bit (docs/design.md §17).
+  bool tied_grads_apart = false;
   // --pipeline-layers: layers per virtual stage (c·p + r order), summing to L; empty = L/(p·m) each
   // (core/stage_partition.hpp, docs/design.md §6).
   std::vector<int> stage_layers;

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "core/output_path.hpp"
 #include "core/svg.hpp"
 
 namespace lattice::html {
@@ -112,7 +113,7 @@ std::string paragraph(const std::string& text, const std::string& css_class) {
 }
 
 std::string Page::render() const {
-  std::string s = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>" + escape(title) +
+  std::string s = std::string("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">") + kHtmlGenerator + "\n<title>" + escape(title) +
                   "</title>\n<style>" + kStyle + "</style></head>\n<body>\n<header><h1>" + escape(title) + "</h1>";
   if (!subtitle.empty()) s += "<p>" + escape(subtitle) + "</p>";
   s += "</header>\n<nav>";

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/output_path.hpp"
+
 namespace lattice::svg {
 
 std::string escape(const std::string& text) {
@@ -15,6 +17,12 @@ std::string escape(const std::string& text) {
     else out += c;
   }
   return out;
+}
+
+std::string signed_document(const std::string& svg) {
+  const size_t tag_end = svg.find('>');
+  if (svg.rfind("<svg", 0) != 0 || tag_end == std::string::npos) return svg;
+  return svg.substr(0, tag_end + 1) + "\n" + kSvgGenerator + svg.substr(tag_end + 1);
 }
 
 std::string hsl(double h, double s, double l) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "data/token_file.hpp"
 #include "data/tokenizer.hpp"
 #include "data/tokenizer_files.hpp"
@@ -19,13 +20,7 @@ namespace {
 constexpr size_t kMinValTokens = 2;  // one input and its target
 
 std::string read_text(const std::string& path) {
-  std::error_code ec;
-  require(fs::exists(path, ec), "input " + path + " does not exist");
-  require(fs::is_regular_file(path, ec), "input " + path + " is not a regular file (a directory, device or pipe)");
-  std::ifstream in(path, std::ios::binary);
-  require(in.good(), "cannot open input " + path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  require(!in.bad(), "cannot read input " + path);
+  std::string text = read_regular_file(path, "input", size_t(16) << 30);
   require(!text.empty(), "input " + path + " is empty");
   return text;
 }

@@ -6,6 +6,7 @@
 
 #include "core/atomic_dir.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace lattice::data {
 
@@ -29,9 +30,8 @@ void write_token_file(const std::string& path, std::span<const uint16_t> tokens)
 }
 
 TokenFile TokenFile::load(const std::string& path, int vocab) {
+  require_regular_file(path, "token file");
   std::error_code ec;
-  require(std::filesystem::is_regular_file(path, ec),
-          "token file " + path + " does not exist or is not a regular file");
   std::ifstream in(path, std::ios::binary);
   require(in.good(), "cannot open token file " + path);
   const size_t file_bytes = std::filesystem::file_size(path, ec);

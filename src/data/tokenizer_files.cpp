@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace fs = std::filesystem;
 
@@ -16,11 +17,7 @@ namespace lattice::data {
 namespace {
 
 std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  require(in.good(), "cannot open " + path);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  require(!in.bad(), "cannot read " + path);
-  return bytes;
+  return read_regular_file(path, "tokenizer file", size_t(256) << 20);
 }
 
 nlohmann::json read_json(const std::string& path) {
@@ -49,6 +46,10 @@ std::vector<NamedFile> tokenizer_files(const Tokenizer& tokenizer) {
 
 bool has_tokenizer(const std::string& dir) { return fs::is_regular_file(fs::path(dir) / kTokenizerJson); }
 
+namespace {
+std::string model_path_of(const std::string& dir) { return (fs::path(dir) / kTokenizerModel).string(); }
+}  // namespace
+
 Tokenizer load_tokenizer(const std::string& dir) {
   if (!has_tokenizer(dir)) return Tokenizer();
   const std::string path = (fs::path(dir) / kTokenizerJson).string();
@@ -64,9 +65,12 @@ Tokenizer load_tokenizer(const std::string& dir) {
                                                  " is missing");
     t = Tokenizer::from_model(read_all(model_path), kind, model_path);
   }
-  require(t.vocab() == vocab && t.fingerprint() == j["fingerprint"].get<std::string>(),
+  // Say what differs: the vocabulary alone (an edited "vocab"; the fingerprints then agree), or the model.
+  require(t.vocab() == vocab, path + " records a vocabulary of " + std::to_string(vocab) + " but its " +
+                                  to_string(kind) + " tokenizer has " + std::to_string(t.vocab()) + " tokens");
+  require(t.fingerprint() == j["fingerprint"].get<std::string>(),
           path + " records tokenizer " + j["fingerprint"].get<std::string>() + " but the directory holds " +
-              t.fingerprint());
+              t.fingerprint() + (kind == TokenizerKind::bytes ? "" : " (" + model_path_of(dir) + " was replaced)"));
   return t;
 }
 

@@ -161,6 +161,11 @@ Key part_key(const GemmShape& s, bool bias, bool bf16, int parts, int t, int64_t
 std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& s, bool bf16, int threads) {
   threads = std::max(1, threads);
   std::vector<int64_t> bytes(size_t(threads), 0);
+  // oneDNN's descriptor arithmetic faults (SIGFPE) on operands of ~2^60 elements, which only a
+  // planned model past any machine asks for: such a GEMM is charged no scratchpad.
+  const double batch = double(s.batch), largest = std::max({double(s.M) * double(s.K), double(s.K) * double(s.N),
+                                                            double(s.M) * double(s.N)});
+  if (batch * largest > 0x1p48 || std::max({s.M, s.N, s.K}) >= (int64_t(1) << 31)) return bytes;
   const int parts = parts_of(s, threads);
   Prim unused;
   if (parts < 2) {

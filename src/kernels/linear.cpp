@@ -10,38 +10,6 @@ void linear_forward(float* y, GemmOperand x, GemmOperand w, const float* bias, i
   gemm(s, x, w, y, bias);
 }
 
-namespace {
-// Column sums of dy [N, out], each column's rows added in order (parallel over columns, so
-// deterministic); emit(c, sum) receives them. One loop for the fused and the split backward.
-template <class Emit>
-void column_sums(const float* dy, int64_t N, int64_t out, Emit emit) {
-  constexpr int64_t kChunk = 64;
-#pragma omp parallel for schedule(static)
-  for (int64_t c0 = 0; c0 < out; c0 += kChunk) {
-    const int64_t c1 = c0 + kChunk < out ? c0 + kChunk : out;
-    float acc[kChunk] = {};
-    for (int64_t n = 0; n < N; ++n) {
-      const float* row = dy + n * out;
-#pragma omp simd
-      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += row[c];
-    }
-    for (int64_t c = c0; c < c1; ++c) emit(c, acc[c - c0]);
-  }
-}
-}  // namespace
-
-void bias_backward(float* db, const float* dy, int64_t N, int64_t out) {
-  column_sums(dy, N, out, [db](int64_t c, float sum) { db[c] += sum; });
-}
-
-void bias_column_sums(float* sums, const float* dy, int64_t N, int64_t out) {
-  column_sums(dy, N, out, [sums](int64_t c, float sum) { sums[c] = sum; });
-}
-
-void bias_add(float* db, const float* sums, int64_t out) {
-  for (int64_t c = 0; c < out; ++c) db[c] += sums[c];
-}
-
 void linear_backward_input(float* dx, GemmOperand dy_op, GemmOperand w, int64_t N, int64_t in, int64_t out) {
   GemmShape s;  // dx[N, in] = dy[N, out] · Wᵀ, W stored [in, out] = [N_gemm, K_gemm]
   s.M = N, s.N = in, s.K = out, s.trans_b = true;

@@ -3,6 +3,7 @@
 // as a pair; the backward's saved inputs (x, W) appear in its signature.
 #include <cstdint>
 
+#include "kernels/bias.hpp"
 #include "kernels/gemm.hpp"
 
 namespace lattice {
@@ -13,16 +14,11 @@ void linear_forward(float* y, GemmOperand x, GemmOperand w, const float* bias, i
 void linear_backward(float* dx, float* dw, float* db, const float* dy, GemmOperand dy_op, GemmOperand x,
                      GemmOperand w, int64_t N, int64_t in, int64_t out);
 
-// Column sums added into db (parallel over columns: deterministic).
-void bias_backward(float* db, const float* dy, int64_t N, int64_t out);
-
 // linear_backward's parts, for a backward split into an input-gradient pass (B) and a weight-gradient
 // pass (W) (docs/design.md §6): linear_backward is exactly these calls in this order, so B then W
 // gives its bits. dx = dy·Wᵀ; dW += xᵀ·dy; the bias's column sums assigned to `sums`, then added.
 void linear_backward_input(float* dx, GemmOperand dy_op, GemmOperand w, int64_t N, int64_t in, int64_t out);
 void linear_backward_weight(float* dw, GemmOperand x, GemmOperand dy_op, int64_t N, int64_t in, int64_t out);
-void bias_column_sums(float* sums, const float* dy, int64_t N, int64_t out);
-void bias_add(float* db, const float* sums, int64_t out);
 
 // The GEMM operand for fp32 data in compute dtype `dt`: the data itself, or a bf16 copy in `half`.
 GemmOperand as_operand(const float* src, int64_t n, DType dt, uint16_t* half);

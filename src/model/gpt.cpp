@@ -43,6 +43,15 @@ void GPT::zero_grads() {
   else std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f);
 }
 
+void GPT::add_tied_input_grads() {
+  if (!tied_input_grads_.size()) return;
+  // One rank, ZeRO 0, fp32 (train/validate.cpp): the tied bucket's whole fp32 gradient, the same
+  // pointer the head and embedding backward accumulate into, with nothing left to reduce.
+  float* dwte = bucket_grads(wte_bucket(model_.layers));
+  float* apart = tied_input_grads_.data();
+  for (int64_t i = 0; i < tied_input_grads_.size(); ++i) dwte[i] += apart[i], apart[i] = 0.0f;
+}
+
 void GPT::release_weights() {
   params_ = TrackedArray<float>();
   params16_ = TrackedArray<uint16_t>();
@@ -286,7 +295,12 @@ void GPT::embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
   position_grads(bucket_grads(wpe_bucket(L)), dx, b, sl, pos0(s), h);
   bucket_grads_done(wpe_bucket(L));
   const float* dfull = parallel::leave_backward(tp_, dx, ws_.full2.data(), {b, s, h});
-  parallel::embedding_tokens_backward(bucket_grads(wte_bucket(L)), dfull, mb.inputs, vocab_shard(), N, h);
+  float* dwte = bucket_grads(wte_bucket(L));
+  if (layout_.tied_grads_apart) {  // summed into dwte at the step's end (add_tied_input_grads)
+    if (!tied_input_grads_.size()) tied_input_grads_ = TrackedArray<float>(vocab_local() * h, "grads");
+    dwte = tied_input_grads_.data();
+  }
+  parallel::embedding_tokens_backward(dwte, dfull, mb.inputs, vocab_shard(), N, h);
   bucket_grads_done(wte_bucket(L));  // the embedding's part of the tied gradient
   out.tokens.reset(), out.emb_mask.reset();
 }

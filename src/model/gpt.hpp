@@ -46,6 +46,10 @@ class GPT {
   const float* params() const { return params_.data(); }
   float* grads() { return grads_.data(); }
   void zero_grads();
+  // --tied-embedding-grads apart: adds the embedding's (input) part of the tied gradient, accumulated
+  // apart over the step's micro-batches, to the head's (output) part in grads(), as a pipeline's
+  // embedding group adds its first and last stage's; then zeroes it. Without apart: nothing.
+  void add_tied_input_grads();
   // From now on every bucket's weights and gradients are asked of `store`.
   void set_bucket_store(BucketStore* store) { store_ = store; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
@@ -135,6 +139,7 @@ class GPT {
   ParamTable table_;
   uint64_t seed_;
   TrackedArray<float> params_, grads_;
+  TrackedArray<float> tied_input_grads_;  // --tied-embedding-grads apart: the embedding's part, [V/t, h]
   TrackedArray<uint16_t> params16_;  // bf16 copy for the GEMMs when activations are bf16
   std::map<int64_t, MicroState> in_flight_;  // by micro-batch id
   Workspace ws_;

@@ -1,12 +1,11 @@
 #include "optim/optimizer.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <map>
 
 #include "core/error.hpp"
+#include "kernels/optimizer_kernels.hpp"
 #include "optim/adafactor.hpp"
 #include "optim/sm3.hpp"
 
@@ -52,19 +51,9 @@ std::vector<Optimizer::ElementState> AdamW::element_states() {
 }
 
 void AdamW::update(std::span<const PieceData> pieces, double lr, int64_t step) {
-  const float b1 = float(config_.beta1), b2 = float(config_.beta2), eps = float(config_.eps);
-  const float bc1 = float(1.0 - std::pow(config_.beta1, double(step)));
-  const float bc2 = float(1.0 - std::pow(config_.beta2, double(step)));
-  const float step_size = float(lr) / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
+  const AdamWScalars scalars = adamw_scalars(config_.beta1, config_.beta2, config_.eps, lr, step);
   auto adam = [&](float* m, float* v, float* w, const float* grad, int64_t n, float decay) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) {
-      const float g = grad[i];
-      m[i] = b1 * m[i] + (1.0f - b1) * g;
-      v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-      const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
-      w[i] = w[i] * decay - step_size * m[i] / denom;
-    }
+    adamw_update(m, v, w, grad, n, decay, scalars);
   };
   if (offload_) offload_->begin();
   size_t staged_unit = size_t(-1);
@@ -115,23 +104,7 @@ std::unique_ptr<Optimizer> make_optimizer(const ParamTable& table, const Optimiz
   throw InputError("--optimizer must be adamw, adafactor or sm3 (got '" + config.kind + "')");
 }
 
-double grad_norm(const float* grads, int64_t n) {
-  const int threads = omp_get_max_threads();
-  std::vector<double> partial(size_t(threads), 0.0);
-#pragma omp parallel num_threads(threads)
-  {
-    // Each thread's contiguous share summed in vector lanes (a fixed order for a given thread count).
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
-    double acc = 0.0;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t i = begin; i < end; ++i) acc += double(grads[i]) * double(grads[i]);
-    partial[size_t(t)] = acc;
-  }
-  double sum = 0.0;
-  for (double p : partial) sum += p;
-  return std::sqrt(sum);
-}
+double grad_norm(const float* grads, int64_t n) { return std::sqrt(grad_sum_squares(grads, n)); }
 
 void scale_grads(float* grads, int64_t n, float factor) {
 #pragma omp parallel for simd schedule(static)

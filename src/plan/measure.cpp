@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/memory_limit.hpp"
 #include "kernels/dropout.hpp"
 #include "kernels/gelu.hpp"
@@ -250,11 +251,9 @@ std::string measurement_json(const Measurement& m) {
 namespace {
 
 std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail("cannot read " + path + " (write one with: lattice bench --json > " + path + ")");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  std::error_code ec;
+  require(std::filesystem::exists(path, ec), "hardware file " + path + " does not exist (write one with: lattice bench --json > " + path + ")");
+  return read_regular_file(path, "hardware file", size_t(64) << 20);
 }
 
 }  // namespace

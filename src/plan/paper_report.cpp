@@ -2,9 +2,9 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include "core/error.hpp"
+#include "core/svg.hpp"
 #include "plan/evaluate.hpp"
 #include "plan/paper_models.hpp"
 #include "plan/report.hpp"
@@ -254,18 +254,16 @@ BarChart figure7_chart() {
   return c;
 }
 
-void write_paper_svgs(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  require(!ec, "--svg: cannot create directory '" + dir + "': " + ec.message());
-  const std::pair<const char*, BarChart> figures[] = {{"figure1.svg", figure1_chart()},
-                                                      {"figure7.svg", figure7_chart()}};
-  for (const auto& [name, chart] : figures) {
-    const std::string path = (std::filesystem::path(dir) / name).string();
-    std::ofstream f(path);
-    f << render_svg(chart);
-    require(bool(f), "--svg: cannot write '" + path + "'");
-  }
+std::vector<std::string> paper_svg_paths(const std::string& dir) {
+  return {(std::filesystem::path(dir) / "figure1.svg").string(), (std::filesystem::path(dir) / "figure7.svg").string()};
+}
+
+void write_paper_svgs(const std::string& dir, const OutputRules& rules) {
+  const std::vector<std::string> paths = paper_svg_paths(dir);
+  for (const std::string& path : paths) check_output_path(path, OutputKind::svg, "--svg", rules);  // both before either
+  const BarChart charts[] = {figure1_chart(), figure7_chart()};
+  for (size_t i = 0; i < paths.size(); ++i)
+    write_output_file(paths[i], OutputKind::svg, "--svg", svg::signed_document(render_svg(charts[i])), rules);
 }
 
 }  // namespace lattice::plan

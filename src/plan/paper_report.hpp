@@ -3,11 +3,13 @@
 // Table 5 (MFU/HFU from its times, and the time model's predictions against them).
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "plan/hardware.hpp"
 #include "core/chart.hpp"
+#include "core/output_path.hpp"
 
 namespace lattice::plan {
 
@@ -43,7 +45,10 @@ nlohmann::ordered_json moe_paper_json();  // {"event":"moe_paper", "models":[...
 
 BarChart figure1_chart();  // model states + activations per GPU against 80 GB
 BarChart figure7_chart();  // activation memory as % of the TP baseline
-// Writes figure1.svg and figure7.svg into `dir` (created if missing); throws InputError.
-void write_paper_svgs(const std::string& dir);
+// figure1.svg and figure7.svg in `dir`.
+std::vector<std::string> paper_svg_paths(const std::string& dir);
+// Writes figure1.svg and figure7.svg into `dir` (created if missing) under the output rule
+// (core/output_path.hpp) with `rules`; throws InputError before writing either if one is refused.
+void write_paper_svgs(const std::string& dir, const OutputRules& rules = {});
 
 }  // namespace lattice::plan

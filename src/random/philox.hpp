@@ -7,21 +7,13 @@
 #include <cmath>
 #include <cstdint>
 
+#include "random/philox_core.hpp"
+
 namespace lattice {
 
-// The round multipliers and key increments (philox4x32 and its eight-lane form philox_blocks8).
-inline constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u;
-inline constexpr uint32_t kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;
-
+// One Philox4x32-10 block (the core in random/philox_core.hpp, shared with the CUDA kernels).
 inline std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> ctr, std::array<uint32_t, 2> key) {
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = uint64_t(kPhiloxM0) * ctr[0];
-    const uint64_t p1 = uint64_t(kPhiloxM1) * ctr[2];
-    ctr = {uint32_t(p1 >> 32) ^ ctr[1] ^ key[0], uint32_t(p1), uint32_t(p0 >> 32) ^ ctr[3] ^ key[1],
-           uint32_t(p0)};
-    key[0] += kPhiloxW0;
-    key[1] += kPhiloxW1;
-  }
+  philox4x32_10(ctr.data(), key[0], key[1]);
   return ctr;
 }
 
@@ -47,9 +39,8 @@ struct PhiloxWords {
   uint32_t c2, c3;
 };
 inline PhiloxWords philox_words(const DropoutStream& st) {
-  return {{uint32_t(st.seed), uint32_t(st.seed >> 32) ^ uint32_t(st.step >> 32)},
-          uint32_t(st.step),
-          (uint32_t(st.layer + 2) << 8) | uint32_t(st.site)};
+  const PhiloxStreamWords w = philox_stream_words(st.seed, st.step, st.layer, uint32_t(st.site));
+  return {{w.k0, w.k1}, w.c2, w.c3};
 }
 // The four 32-bit draws of block `block` (elements 4·block .. 4·block + 3) of a stream.
 inline std::array<uint32_t, 4> philox_block(const PhiloxWords& w, uint64_t block) {

@@ -13,6 +13,8 @@
 
 #include "core/atomic_dir.hpp"
 #include "core/error.hpp"
+#include "core/output_path.hpp"
+#include "core/standard_output.hpp"
 
 namespace lattice {
 
@@ -20,59 +22,39 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string log_path(const std::string& dir) { return (fs::path(dir) / "run.jsonl").string(); }
-
-// Is `inner` the same path as `outer` or below it (both as they will be, made absolute)?
-bool within(const std::string& inner, const std::string& outer) {
-  std::error_code ec;
-  const fs::path a = fs::weakly_canonical(fs::absolute(inner, ec), ec), b = fs::weakly_canonical(fs::absolute(outer, ec), ec);
-  auto ai = a.begin();
-  for (auto bi = b.begin(); bi != b.end(); ++bi, ++ai)
-    if (bi->empty() && std::next(bi) == b.end()) break;  // a trailing separator
-    else if (ai == a.end() || *ai != *bi) return false;
-  return true;
-}
-
-// The first line of a lattice run log is a start record (or, before there were start records, a step).
-bool is_run_log(const std::string& path) {
-  std::ifstream in(path);
-  std::string first;
-  if (!std::getline(in, first)) return true;  // empty: nothing of anyone's to lose
-  try {
-    const nlohmann::json j = nlohmann::json::parse(first);
-    const std::string event = j.is_object() ? j.value("event", std::string()) : "";
-    return event == "start" || event == "step";
-  } catch (const nlohmann::json::exception&) {
-    return false;
-  }
-}
+std::string log_path(const std::string& dir) { return (fs::path(dir) / kRunLog).string(); }
 
 }  // namespace
 
-void check_report_dir(const std::string& dir, const std::string& save, const std::string& trace, bool append) {
+void check_report_dir(const std::string& dir, const std::string& save, const std::string& trace, bool append,
+                      const OutputRules& rules) {
   require(!dir.empty(), "--report-dir needs a directory");
-  require(save.empty() || (!within(dir, save) && !within(save, dir)),
+  require(save.empty() || (!path_within(dir, save) && !path_within(save, dir)),
           "--report-dir " + dir + " and --save " + save + " overlap: a checkpoint directory holds only the checkpoint");
-  require(trace.empty() || !within(dir, trace), "--report-dir " + dir + " is the --trace file");
-  std::error_code ec;
-  if (!fs::exists(dir, ec)) {
-    check_file_writable(log_path(dir), "--report-dir");
-    return;
+  require(trace.empty() || !path_within(dir, trace), "--report-dir " + dir + " is the --trace file");
+  check_output_path(dir, OutputKind::report_dir, "--report-dir", rules);
+  // A live run holds the log's lock (RunLog): say so before judging its contents.
+  const int fd = ::open(log_path(dir).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd >= 0) {
+    const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    ::close(fd);
+    require(!held, "--report-dir " + dir + " is being written by another lattice run");
   }
-  require(fs::is_directory(dir, ec), "--report-dir " + dir + " exists and is not a directory");
-  const bool ours = fs::is_regular_file(log_path(dir), ec);
-  require(ours || fs::is_empty(dir, ec),
-          "--report-dir " + dir + " holds files and no run.jsonl: name a new or empty directory (or an earlier report's)");
-  require(!ours || is_run_log(log_path(dir)),
-          "--report-dir " + dir + ": its run.jsonl is not a lattice run log: name a new or empty directory");
-  if (ours && append) {
+  std::error_code ec;
+  if (fs::is_regular_file(log_path(dir), ec) && fs::file_size(log_path(dir), ec) > 0) {
+    // An earlier run's log that holds steps is kept: a resume continues it, a new run may not
+    // truncate it unless told to (--overwrite). One with no step has nothing to lose.
+    bool has_steps = true;
     try {
       (void)read_run_records(log_path(dir));
     } catch (const InputError& e) {
       const std::string why = e.what();
-      require(why.find("holds no training step") != std::string::npos,
-              "--report-dir " + dir + " cannot be continued: " + why);
+      has_steps = why.find("holds no training step") == std::string::npos;
+      require(!append || !has_steps, "--report-dir " + dir + " cannot be continued: " + why);
     }
+    require(append || !has_steps || rules.overwrite,
+            "--report-dir " + dir + " holds an earlier run's report: continue it with --resume, name a new "
+            "directory, or pass --overwrite to start it again");
   }
   check_file_writable(log_path(dir), "--report-dir");
 }
@@ -87,7 +69,7 @@ RunLog::RunLog(bool json_stdout, const std::string& report_dir, const std::strin
   std::error_code ec;
   fs::create_directories(dir_, ec);
   require(!ec, "--report-dir: cannot create " + dir_ + ": " + ec.message());
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);  // a FIFO put there does not block
   require(fd_ >= 0, "--report-dir: cannot write " + path + ": " + std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     ::close(fd_), fd_ = -1;
@@ -116,12 +98,16 @@ void RunLog::record(const nlohmann::json& given) {
   nlohmann::json record = given;
   // A trace written into the report directory is named in the start record, relative to it, so
   // `lattice report DIR` draws this run's trace and never an older run's left there.
-  if (!dir_.empty() && !trace_.empty() && record.value("event", std::string()) == "start" && within(trace_, dir_)) {
+  if (!dir_.empty() && !trace_.empty() && record.value("event", std::string()) == "start" && path_within(trace_, dir_)) {
     std::error_code ec;
     record["report_trace"] = fs::relative(fs::weakly_canonical(fs::absolute(trace_)), fs::weakly_canonical(fs::absolute(dir_)), ec).string();
   }
   const std::string line = record.dump() + "\n";
-  if (json_stdout_) std::cout << line << std::flush;
+  if (json_stdout_) {
+    // A closed stdout (`| head`) is reported once and the run goes on: the log and the save matter more.
+    std::cout << line;
+    standard_output::flush();
+  }
   if (dir_.empty() || stopped_) return;
   for (size_t done = 0; done < line.size();) {
     const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
@@ -155,7 +141,7 @@ void RunLog::render(bool with_trace) {
   const std::string trace = with_trace && !trace_.empty() && fs::is_regular_file(trace_, ec) ? trace_ : "";
   try {
     const std::string page = run_report_html(run_, trace);
-    write_file_atomically((fs::path(dir_) / "report.html").string(), page.data(), page.size());
+    write_output_file((fs::path(dir_) / kRunReport).string(), OutputKind::html, "--report-dir", page);
   } catch (const std::exception& e) {
     // The page is for looking at: a full disk or an odd record must not stop the training, nor the
     // log (`lattice report` draws the page from it). Said once; drawing is tried again at the next turn.

@@ -8,15 +8,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/output_path.hpp"
 #include "report/run_report.hpp"
 
 namespace lattice {
 
 // Before training starts: DIR is new, empty, or the report directory of an earlier run (its
-// run.jsonl a lattice run log, not being written by another run); neither the checkpoint directory
-// nor inside it (or it inside DIR), nor the trace file. `append` (a resume): the log must be readable
-// to the end. Anything else is refused with one line (InputError) naming it.
-void check_report_dir(const std::string& dir, const std::string& save, const std::string& trace, bool append);
+// run.jsonl a lattice run log: core/output_path.hpp's OutputKind::report_dir, under `rules`);
+// neither the checkpoint directory nor inside it (or it inside DIR), nor the trace file. `append` (a
+// resume): the log must be readable to the end. Not `append` (a new run): a log holding steps is an
+// earlier run's report, refused unless rules.overwrite. Anything else is refused with one line
+// (InputError) naming it.
+void check_report_dir(const std::string& dir, const std::string& save, const std::string& trace, bool append,
+                      const OutputRules& rules = {});
 
 class RunLog {
  public:

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "report/run_report.hpp"
 
 namespace lattice {
@@ -93,8 +94,7 @@ std::string record_problem(const json& record, const RunRecords& run, bool after
 }  // namespace
 
 RunRecords read_run_records(const std::string& path) {
-  std::error_code ec;
-  require(std::filesystem::is_regular_file(path, ec), path + " is not a readable file");
+  require_regular_file(path, "run log");
   std::ifstream in(path);
   require(bool(in), "cannot read " + path);
   RunRecords run;

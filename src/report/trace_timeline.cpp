@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace lattice::parallel::pipeline {
 
@@ -16,14 +17,7 @@ Simulation timeline_from_doc(const nlohmann::json& doc, const std::string& path,
 }  // namespace
 
 std::string read_trace_file(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) fail("trace " + path + " is not a readable regular file");
-  if (std::filesystem::file_size(path, ec) > (uintmax_t(1) << 30)) fail("trace " + path + " is larger than 1 GiB");
-  std::ifstream in(path);
-  if (!in) fail("cannot read trace " + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return read_regular_file(path, "trace", size_t(1) << 30);
 }
 
 Simulation timeline_from_trace(const std::string& path, int p, int m, int step) {

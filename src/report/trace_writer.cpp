@@ -6,11 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/gather_int64.hpp"
-#include "core/atomic_dir.hpp"
 
 namespace lattice {
 
-void write_trace(const Trace& trace, const std::string& path, comm::Communicator* world, int rank) {
+void write_trace(const Trace& trace, const std::string& path, comm::Communicator* world, int rank,
+                 const OutputRules& rules) {
   const std::vector<int64_t>& recorded = trace.events();
   // Every rank's events, gathered to all (only rank 0 writes).
   const std::vector<std::vector<int64_t>> all =
@@ -41,8 +41,9 @@ void write_trace(const Trace& trace, const std::string& path, comm::Communicator
       events.push_back(e);
     }
   }
-  const std::string text = nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n";
-  write_file_atomically(path, text.data(), text.size());
+  const nlohmann::json doc = {
+      {"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", {{"generator", kTraceGenerator}}}};
+  write_output_file(path, OutputKind::trace, "--trace", doc.dump() + "\n", rules);
 }
 
 }  // namespace lattice

@@ -6,11 +6,15 @@
 #include <string>
 
 #include "comm/communicator.hpp"
+#include "core/output_path.hpp"
 #include "core/trace.hpp"
 
 namespace lattice {
 
-// Collective over `world` (null: this process alone); rank 0 writes `path` atomically.
-void write_trace(const Trace& trace, const std::string& path, comm::Communicator* world, int rank);
+// Collective over `world` (null: this process alone); rank 0 writes `path` atomically, under the
+// output rule (core/output_path.hpp) with `rules`. The file carries "otherData": {"generator":
+// "lattice"}, by which a later --trace recognises it as lattice's.
+void write_trace(const Trace& trace, const std::string& path, comm::Communicator* world, int rank,
+                 const OutputRules& rules = {});
 
 }  // namespace lattice

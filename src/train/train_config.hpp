@@ -2,10 +2,12 @@
 // Everything `lattice train` needs beyond the model and the layout.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/config.hpp"
+#include "core/output_path.hpp"
 #include "optim/optimizer.hpp"
 
 namespace lattice {
@@ -36,6 +38,8 @@ struct TrainConfig {
   bool comm_report = false;
   std::string trace;  // Chrome trace file (Perfetto), one track per rank
   std::string report_dir;  // run.jsonl and report.html, drawn as the run goes (report/run_log.hpp)
+  bool overwrite = false;  // --overwrite: an output path may replace a file lattice did not write (core/output_path.hpp)
+  std::vector<NamedPath> other_inputs;  // files the command read besides the run's own (--config, --hardware)
   // The planner's per-category bytes for this run (cli: plan/memory_model), carried into the start
   // record for the report to set beside the measured peaks: [{stage, writer, categories, accounted_peak}].
   nlohmann::json predicted_memory;

@@ -19,6 +19,7 @@
 #include "comm/gather_int64.hpp"
 #include "core/atomic_dir.hpp"
 #include "core/error.hpp"
+#include "core/output_path.hpp"
 #include "core/recompute_plan.hpp"
 #include "core/stage_partition.hpp"
 #include "report/step_report.hpp"
@@ -58,10 +59,13 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   // trained with it.
   tokenizer_ = data::load_tokenizer(config_.data_dir);
   data_sizes_ = data::read_data_sizes(config_.data_dir);
-  require(model_config_.vocab == tokenizer_.vocab() || tokenizer_.kind() == data::TokenizerKind::bytes,
+  // The vocabulary is the recorded tokenizer's: lattice pads it for the GEMMs itself, so a larger
+  // --vocab only adds embedding rows no token reaches. Token files that record no tokenizer (llm.c's)
+  // may be given any, the token files' check below holding them to it.
+  require(model_config_.vocab == tokenizer_.vocab() || !data::has_tokenizer(config_.data_dir),
           "--vocab " + std::to_string(model_config_.vocab) + " does not match the " + data::to_string(tokenizer_.kind()) +
               " tokenizer of " + config_.data_dir + " (vocab " + std::to_string(tokenizer_.vocab()) +
-              "): leave --vocab out to take the data's");
+              "; lattice pads it to a multiple of 128 itself): leave --vocab out to take the data's");
   // A checkpoint's embeddings are its tokenizer's (a directory recording none: bytes).
   auto require_trained_on_these_tokens = [&](const std::string& dir, const std::string& remedy) {
     const std::string of_checkpoint = data::load_tokenizer(dir).fingerprint();
@@ -107,12 +111,24 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
                                      std::filesystem::weakly_canonical(config_.resume, ec))
       saved_step_ = resume_state.step;
   }
-  // Destinations are checked before hours of training, not after (world rank 0 writes them).
+  // Destinations are checked before hours of training, not after (world rank 0 writes them), under
+  // the one output rule (core/output_path.hpp); the checkpoint directory is locked for the run's life.
   if (is_logging_rank()) {
-    if (!config_.save.empty()) checkpoint::check_save_target(config_.save);
-    if (!config_.trace.empty()) check_file_writable(config_.trace, "--trace");
+    output_rules_ = {config_.overwrite, {{"--data", config_.data_dir}, {"--resume", config_.resume}, {"--init", config_.init}},
+                     {{"--save", config_.save}}};
+    output_rules_.inputs.insert(output_rules_.inputs.end(), config_.other_inputs.begin(), config_.other_inputs.end());
+    if (!config_.save.empty()) {
+      OutputRules save_rules = output_rules_;  // --save may name the --resume directory: replaced atomically
+      save_rules.closed.clear();
+      std::erase_if(save_rules.inputs, [&](const NamedPath& in) {
+        return in.flag == "--resume" && path_within(config_.save, in.path) && path_within(in.path, config_.save);
+      });
+      checkpoint::check_save_target(config_.save, save_rules);
+      save_lock_ = DirLock(config_.save, "--save");
+    }
+    if (!config_.trace.empty()) check_output_path(config_.trace, OutputKind::trace, "--trace", trace_rules());
     if (!config_.report_dir.empty())
-      check_report_dir(config_.report_dir, config_.save, config_.trace, !config_.resume.empty());
+      check_report_dir(config_.report_dir, config_.save, config_.trace, !config_.resume.empty(), output_rules_);
   }
   const auto train_file = data::TokenFile::load(train_path, model_config_.vocab);
   // Bits per byte need each file's text bytes: a SentencePiece directory must say them, for these files.
@@ -440,6 +456,7 @@ double Trainer::run_micro_batches(float loss_scale, parallel::pipeline::Phase ph
 }
 
 void Trainer::complete_gradients(const parallel::OwnedGrads& grads) {
+  model_->add_tied_input_grads();  // --tied-embedding-grads apart: the embedding's part, as a pipeline adds it
   if (pipeline_ && dist_->in_embedding_group() && dist_->embedding().size() > 1) {
     // The tied embedding: the first stage's (input) and the last stage's (output) gradients summed.
     const ParamInfo& wte = model_->table().params()[0];
@@ -493,6 +510,14 @@ std::vector<int> Trainer::local_layers() const {
   for (int l = 0; l < model_config_.layers; ++l)
     if (!pipeline_ || pipeline_->owns_layer(l)) layers.push_back(l);
   return layers;
+}
+
+OutputRules Trainer::trace_rules() const {
+  OutputRules rules = output_rules_;  // the report directory's own files are not a trace's to replace
+  if (!config_.report_dir.empty())
+    for (const char* name : {kRunLog, kRunReport})
+      rules.inputs.push_back({"--report-dir", (std::filesystem::path(config_.report_dir) / name).string()});
+  return rules;
 }
 
 int Trainer::run() {
@@ -576,7 +601,7 @@ int Trainer::run() {
     final_refused = promote_checked_save();
   }
   if (!config_.trace.empty()) write_trace(Trace::instance(), config_.trace, dist_ ? &dist_->world() : nullptr,
-                                                      dist_ ? dist_->rank() : 0);
+                                          dist_ ? dist_->rank() : 0, trace_rules());
 
   summarize({first_loss, last_loss, total_s, timed_steps, step_flops, tokens, peak, world});
   if (run_log_) run_log_->finish();

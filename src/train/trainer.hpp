@@ -126,6 +126,9 @@ class Trainer {
   MoEStepStats moe_step_stats(bool count);
   std::string saved_note() const;  // "; the checkpoint in DIR holds step N" (or that none was written)
   std::unique_ptr<checkpoint::StagedCheckpoint> staged_;  // rank 0: written, not yet promoted
+  OutputRules output_rules_;  // rank 0: what its outputs may not replace (core/output_path.hpp)
+  OutputRules trace_rules() const;  // output_rules_ and the report directory's own files
+  DirLock save_lock_;         // rank 0: --save held against another run for this run's life
   int64_t staged_step_ = -1, saved_step_ = -1;
   int64_t step_ = 0;  // optimizer steps done
   int64_t activation_peak_ = 0;

@@ -119,6 +119,11 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
   require(!layout.fp8_kept || layout.tp == 1 || (4 * int64_t(m.hidden) / layout.tp) % kFp8Block == 0,
           "--activation-compression fp8 with --tensor-model-parallel-size " + std::to_string(layout.tp) +
               " needs 4h/t to be a multiple of 32 (h " + std::to_string(m.hidden) + ")");
+  // Apart sums reproduce a pipeline's: only one rank has both halves of the tied gradient to sum.
+  require(!layout.tied_grads_apart || (layout.tp == 1 && layout.pp == 1 && layout.dp == 1 && layout.zero == 0 &&
+                                       layout.params_dtype == ParamsDType::fp32 && !m.moe.enabled()),
+          "--tied-embedding-grads apart is for one rank (no --tensor/--pipeline/data parallelism, --zero 0, "
+          "fp32 weights, dense): it makes one rank sum the tied gradient as a pipeline does");
   require(t.clip_grad >= 0 && std::isfinite(t.clip_grad), "--clip-grad must be a finite number >= 0 (0 = off)");
   require(t.threads >= 0 && t.threads <= max_threads(),
           "--threads must be between 0 (all cores) and " + std::to_string(max_threads()));

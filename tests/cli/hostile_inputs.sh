@@ -136,7 +136,7 @@ hostile "schedule --from-trace of a foreign JSON" 1 "trace bad_trace.json is not
 hostile "schedule 4096 x 2^20" 1 "must be at most .*: the schedule would not fit" -- schedule --pipeline-model-parallel-size 4096 --micro-batches 1048576
 mkfifo pipe.txt
 hostile "prepare from a FIFO" 1 "input pipe.txt is not a regular file" -- prepare --input pipe.txt --out fifo_out
-hostile "--config from a FIFO" 2 "config pipe.txt: not a readable regular file" -- train "${MODEL[@]}" --steps 1 --config pipe.txt
+hostile "--config from a FIFO" 2 "config pipe.txt is not a regular file" -- train "${MODEL[@]}" --steps 1 --config pipe.txt
 hostile "a newline in a path" 1 "^lattice train: error: .*" -- train --data $'bad\npath' --steps 1
 
 hostile_summary

@@ -27,12 +27,13 @@ for name in tp2 tp2_sp tp4_sp dp2 tp2_dp2_selective tp2_sp_packed; do
 done
 
 # --activation-compression fp8: the 8-bit kept tensors' scales cover 32 elements of a row, never a
-# TP rank's boundary, so every layout still trains the one-rank model of 8-bit activations.
+# TP rank's boundary, so every layout quantizes as one rank does; TP's and DP's partial sums differ
+# from one rank's in the last bit, which can flip a rounding: compare_fp8's bound (compare.sh).
 run one_fp8 1 --activation-compression fp8
 run tp2_sp_fp8 2 --tensor-model-parallel-size 2 --sequence-parallel --activation-compression fp8
 run tp2_dp2_full_fp8 4 --tensor-model-parallel-size 2 --recompute full --activation-compression fp8
 for name in tp2_sp_fp8 tp2_dp2_full_fp8; do
-  check "$name trains the one-rank fp8 model" compare "$name" one_fp8
+  check "$name trains the one-rank fp8 model" compare_fp8 "$name" one_fp8 one
 done
 
 # Pipeline schedules (4 layers, 4 micro-batches a step), alone and in 3D with TP + SP and DP.
@@ -51,9 +52,18 @@ run tp2_pp2_sp_selective_packed 4 --tensor-model-parallel-size 2 --pipeline-mode
 for name in pp2_gpipe pp2_1f1b pp4_1f1b pp2_interleaved tp2_pp2_dp2_sp pp2_full_recompute tp2_pp2_sp_selective_packed; do
   check "$name trains the one-rank model" compare "$name" one_l4
 done
+# A pipeline adds the tied embedding's two gradients after the step (first + last stage) and the norm's
+# per-tensor sums in table order: one rank summing the same way is the pipeline, bit for bit.
+run one_l4_apart 1 --tied-embedding-grads apart
+for name in pp2_gpipe pp2_1f1b pp4_1f1b pp2_interleaved pp2_full_recompute; do
+  check "$name is the one-rank model summed apart, bit for bit" same_bits "$name" one_l4_apart
+done
+# So under 8-bit kept tensors too: no last bit differs, so no rounding flips.
 run one_l4_fp8 1 --activation-compression fp8
+run one_l4_fp8_apart 1 --activation-compression fp8 --tied-embedding-grads apart
 run pp2_1f1b_fp8 2 --pipeline-model-parallel-size 2 --schedule 1f1b --activation-compression fp8
-check "pp2_1f1b_fp8 trains the one-rank fp8 model" compare pp2_1f1b_fp8 one_l4_fp8
+check "pp2_1f1b_fp8 is the one-rank fp8 model summed apart, bit for bit" same_bits pp2_1f1b_fp8 one_l4_fp8_apart
+check "pp2_1f1b_fp8 trains the one-rank fp8 model" compare_fp8 pp2_1f1b_fp8 one_l4_fp8 one_l4
 # First-stage activation peak (eq. 5): 1F1B holds L layers' worth, interleaved × (1 + (p−1)/(p·m)),
 # GPipe n_mb micro-batches of L/p layers.
 check "first-stage activation peak follows eq. 5" "$PY" -c "
@@ -152,6 +162,7 @@ bad_layout "t not dividing heads" "must divide --heads" 3 --tensor-model-paralle
 bad_layout "SP without TP" "sequence-parallel" 2 --sequence-parallel
 bad_layout "more ranks asked than exist" "needs at least" 2 --tensor-model-parallel-size 4
 bad_layout "layers not divisible by p·m" "not divisible by p·m" 2 --pipeline-model-parallel-size 2 --schedule interleaved --virtual-stages 2
+bad_layout "apart sums on many ranks" "is for one rank" 2 --pipeline-model-parallel-size 2 --tied-embedding-grads apart
 bad_layout "micro-batches the schedule cannot run" "multiple" 2 --pipeline-model-parallel-size 2 --schedule interleaved --virtual-stages 2 --layers 4 --global-batch 6
 
 # A rank that dies mid-run (SIGKILL) makes every rank stop within seconds, never a hang.

@@ -67,6 +67,11 @@ check "pp2 x ep2 (MoE) trains the one-rank 2BW MoE model" compare pp2_ep2 moe_on
 # accumulate, so the reference accumulates the same ones: one rank for pp2, DP 2 (ZeRO-2) for pp2 x dp2.
 run bf16_one 1 --params-dtype bf16
 run pp2_bf16 2 "${P2[@]}" --params-dtype bf16
+# Measured here: losses 3.4e-7 and 8.4e-7 (pp2_dp2), weights 2.3e-5 and 2.6e-5: the weight bound is
+# within 4× of one CPU with no derivation (class c, as compare's fp8 case was): it is a max over
+# elements of bf16-gradient rounding flips that Adam turns into steps of their own size, so it
+# depends on how many flips a CPU's last bits cause. To make robust: a bound scaled by the run's own
+# bf16-vs-fp32 weight gap, as compare_fp8 does (not done here: compare.sh is being changed).
 LOSS_TOL=1e-4 WEIGHT_TOL=1e-4 check "pp2 bf16 weights train the one-rank bf16 2BW model (1e-4, as bf16 weights do)" \
   compare pp2_bf16 bf16_one
 BF16_ULP=1 check "pp2 bf16 weights keep the one-rank previous version" previous_matches pp2_bf16 bf16_one

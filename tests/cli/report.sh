@@ -135,7 +135,7 @@ fi
 mkdir -p mine && echo "my notes" > mine/notes.txt && echo "not a dir" > afile
 printf '{"event":"step","step":1}\nthis is not json\n' > broken.jsonl
 PROTECT="mine afile broken.jsonl stdout.jsonl rep/run.jsonl"
-hostile "--html is the input" 1 "is an input of the report" -- report stdout.jsonl --html stdout.jsonl
+hostile "--html is the input" 1 "is an input of this command" -- report stdout.jsonl --html stdout.jsonl
 hostile "no --html" 2 "html" -- report rep
 hostile "a line that is not JSON" 1 "line 2 is not JSON" -- report broken.jsonl --html b.html
 hostile "a directory without run.jsonl" 1 "holds no run.jsonl" -- report mine --html m.html

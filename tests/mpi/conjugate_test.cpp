@@ -63,7 +63,9 @@ int main() {
     return s;
   };
 
-  // f̄ forward and f backward: all-reduce = the dense sum.
+  // f̄ forward and f backward: all-reduce = the dense sum. No oneDNN here: lattice's own code and
+  // MPI's reduction, the same bits on every CPU; a sum of t <= 4 seeded terms in another order
+  // differs by <= 2·t·2^-24·Σ|terms| <= 2·4·6e-8·4 = 1.9e-6 (|terms| <= 1): 1e-5 holds with 5×.
   std::vector<float> y = partial[size_t(r)];
   parallel::fbar_forward(tp, y.data(), n);
   expect(max_diff(y.data(), dense.data(), n) < 1e-5f, "f̄ forward = sum over ranks", r);
@@ -99,6 +101,10 @@ int main() {
     for (int64_t j = 0; j < vl; ++j) mine_logits[size_t(i * vl + j)] = logits[size_t(i * v_pad + r * vl + j)];
   const parallel::VocabShard shard{r * vl, vl, v_real};
   parallel::cross_entropy_forward({&tp, false}, mine_logits.data(), mine_loss.data(), targets.data(), shard, N);
+  // Loss = log Σ exp over v_real = 13 logits (|logit| <= 8) − the target's: the shards' sums are
+  // combined in another order, <= 13·2^-24 relative in the sum, so absolute in the log (7.7e-7),
+  // plus an ulp of the loss (~10: 9.5e-7): 1.7e-6 < 1e-5. Probabilities (<= 1) share that relative
+  // error plus exp's: <= 13·2^-24 + 2^-23 ≈ 9e-7 < 1e-6, tight but a worst case on the same bits.
   expect(max_diff(mine_loss.data(), dense_loss.data(), N) < 1e-5f, "vocab-parallel loss = dense loss", r);
   float probs_err = 0;
   for (int64_t i = 0; i < N; ++i)

@@ -155,7 +155,7 @@ TEST(RunReport, ARecordThatIsNotJsonIsNamedByItsLine) {
   testing_util::expect_input_error([&] { read_run_records(dir + "/array.jsonl"); }, "line 2 is not a JSON object");
   write(dir + "/plan.jsonl", "{\"event\": \"plan\"}\n");
   testing_util::expect_input_error([&] { read_run_records(dir + "/plan.jsonl"); }, "holds no training step");
-  testing_util::expect_input_error([&] { read_run_records(dir + "/missing.jsonl"); }, "is not a readable file");
+  testing_util::expect_input_error([&] { read_run_records(dir + "/missing.jsonl"); }, "missing.jsonl does not exist");
 }
 
 TEST(RunReport, ARunningRunIsReportedAsRunning) {

@@ -197,7 +197,7 @@ TEST(TraceSplit, RefusesOldForeignAndTangledTraces) {
   const std::string not_json = dir + "/text.json";
   std::ofstream(not_json) << "step 1: forward 10 ms\n";
   expect_input_error([&] { split_step(not_json); }, "is not a lattice trace");
-  expect_input_error([&] { split_step(dir + "/missing.json"); }, "is not a readable regular file");
+  expect_input_error([&] { split_step(dir + "/missing.json"); }, "missing.json does not exist");
   const std::string one_rank_short = write_trace_file(dir, {{"step", 0, 10, 0, 0}, {"step", 0, 10, 1, 0},
                                                             {"step", 20, 30, 0, 1}}, "short.json");
   expect_input_error([&] { split_step(one_rank_short); }, "has no step 1 on rank 1");

@@ -51,3 +51,50 @@ print(a, b)
 sys.exit(0 if len(b) == 2 and all(abs(x - y) <= tol * abs(x) for x, y in zip(a, b)) else 1)
 PYEOF
 }
+
+# same_bits NAME REFERENCE: the per-step losses equal and the saved weights byte for byte (a layout
+# whose every sum runs in the reference's order, docs/design.md §17).
+same_bits() {
+  "$PY" - "$1" "$2" <<'PYEOF'
+import json, sys
+name, ref = sys.argv[1], sys.argv[2]
+l = lambda f: [json.loads(x)['loss'] for x in open(f) if '"event":"step"' in x]
+a, b = l(ref + ".jsonl"), l(name + ".jsonl")
+same = open('ck_%s/model.safetensors' % ref, 'rb').read() == open('ck_%s/model.safetensors' % name, 'rb').read()
+print("%s: %d losses %s, weights %s" % (name, len(a), "equal" if a == b else "differ", "equal" if same else "differ"))
+sys.exit(0 if len(a) == 4 and a == b and same else 1)
+PYEOF
+}
+
+# compare_fp8 NAME REF8 REF32: an 8-bit-stash layout against the one-rank 8-bit run REF8. Losses within
+# 1e-5 relative (the forward computes at full precision: the loss moves only through the weights).
+# Weights within E/10, E being how far 8-bit kept tensors move the one-rank weights from REF32's: a
+# last-bit difference upstream flips a few roundings (each one 8-bit step of one element, moving the
+# weights by about E/80 here), while a layout that quantized differently (a block across two ranks, another
+# scale) would change every stashed element by up to that step and move the weights by ~E (docs/design.md §4).
+compare_fp8() {
+  "$PY" - "$1" "$2" "$3" <<'PYEOF'
+import json, struct, sys
+name, ref8, ref32 = sys.argv[1:4]
+def tensors(d):
+    raw = open(d + "/model.safetensors", "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    out = {}
+    for k, v in json.loads(raw[8:8 + n]).items():
+        if k == "__metadata__": continue
+        b, e = v["data_offsets"]
+        v = struct.unpack("<%df" % ((e - b) // 4), raw[8 + n + b:8 + n + e])
+        if k.endswith('attn.c_attn.bias'): v = v[:len(v) // 3] + v[2 * len(v) // 3:]  # the key bias: noise (compare.sh)
+        out[k] = v
+    return out
+l = lambda f: [json.loads(x)['loss'] for x in open(f) if '"event":"step"' in x]
+a, b = l(ref8 + ".jsonl"), l(name + ".jsonl")
+assert len(a) == len(b) == 4, (a, b)
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+w8, w32, wn = tensors("ck_" + ref8), tensors("ck_" + ref32), tensors("ck_" + name)
+E = max(abs(x - y) for k in w8 for x, y in zip(w8[k], w32[k]))
+wworst = max(abs(x - y) for k in w8 for x, y in zip(w8[k], wn[k]))
+print("%s: losses within %.2e relative, weights within %.2e; 8 bits moved one rank by E = %.2e" % (name, worst, wworst, E))
+sys.exit(0 if worst <= 1e-5 and wworst <= E / 10 else 1)
+PYEOF
+}

@@ -1,0 +1,240 @@
+// The flag rules (cli/flag_rules.hpp): the bounds table, repeated flags, contradicting pairs.
+#include "cli/flag_rules.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+
+#include "core/error.hpp"
+
+namespace lattice::cli {
+
+namespace {
+constexpr long double k2(int e) { return e == 0 ? 1.0L : 2.0L * k2(e - 1); }
+}  // namespace
+
+const std::vector<FlagBound>& flag_bounds() {
+  // Bounds: what the engine and the planner compute with (core/config.hpp's shape bounds keep every
+  // size in 64 bits), or past any real use where the engine has no limit (a learning rate of 1e6).
+  static const std::vector<FlagBound> table = {
+      // The model (add_model_flags): every command that takes it.
+      {"", "layers", 1, 10000},
+      {"", "hidden", 1, k2(20)},
+      {"", "heads", 1, k2(20)},
+      {"", "seq-len", 1, k2(20)},
+      {"", "vocab", 2, 65536},
+      {"", "dropout", 0, 1, false, true},
+      {"", "num-experts", 0, 65536},
+      {"", "moe-layer-freq", 1, 10000},
+      {"", "moe-router-topk", 1, 65536},
+      {"", "moe-ffn-hidden-size", 1, k2(22)},
+      {"", "moe-expert-capacity-factor", 0, 1e4},
+      {"", "moe-aux-loss-coeff", 0, 1e3},
+      {"", "moe-groups", 1, k2(20)},
+      {"", "expert-dropout", 0, 1, false, true},
+      {"", "moe-init-scale", 0, 100, true},
+      // The layout (add_layout_flags).
+      {"", "recompute-layers", 0, 10000},
+      {"", "tensor-model-parallel-size", 1, k2(20)},
+      {"", "pipeline-model-parallel-size", 1, k2(20)},
+      {"", "virtual-stages", 1, 1024},
+      {"", "decoder-first-pipeline-num-layers", 0, 10000},  // 0: not set
+      {"", "decoder-last-pipeline-num-layers", 0, 10000},
+      {"", "zero", 0, 3},
+      {"", "expert-model-parallel-size", 1, k2(20)},
+      // Training (add_train_flags).
+      {"train", "steps", 0, k2(40), false, false, false, "2^40"},
+      {"train", "micro-batch", 1, k2(20), false, false, false, "2^20"},
+      {"train", "global-batch", 1, k2(20), false, false, false, "2^20"},
+      {"train", "lr", 0, 1e12},  // hostile tests explode a run with 1e9
+      {"train", "min-lr", 0, 1e12},
+      {"train", "warmup", 0, k2(40), false, false, false, "2^40"},
+      {"train", "beta1", 0, 1, false, true},
+      {"train", "beta2", 0, 1, false, true},
+      {"train", "eps", 0, 1, true},
+      {"train", "weight-decay", 0, 100},
+      {"train", "initial-loss-scale", 1, k2(32), false, false, false, "2^32"},
+      {"train", "loss-scale-window", 1, k2(40), false, false, false, "2^40"},
+      {"train", "clip-grad", 0, 1e9},
+      {"", "seed", 0, 18446744073709551615.0L, false, false, false, "2^64 - 1"},
+      {"train", "save-every", 0, k2(40), false, false, false, "2^40"},
+      {"train", "eval-every", 0, k2(40), false, false, false, "2^40"},
+      {"train", "eval-batches", 1, k2(20), false, false, false, "2^20"},
+      // MFU against a peak below a MFLOP/s or above an EFLOP/s is a typo (1e-300 printed MFU inf%).
+      {"train", "peak-flops", 1e6, 1e18},
+      {"train", "threads", 0, 4096},  // 0: all cores
+      // A timeout under a millisecond would stop every job at its first collective; 0 turns it off.
+      {"train", "comm-timeout", 1e-3, 1e6, false, false, true},
+      // eval, sample.
+      {"eval", "batches", 1, k2(30), false, false, false, "2^30"},
+      {"eval", "micro-batch", 1, k2(20), false, false, false, "2^20"},
+      {"sample", "tokens", 0, k2(24), false, false, false, "2^24"},
+      {"sample", "temperature", 0, 1e6, true},
+      {"sample", "top-k", 0, 65536},  // 0: all
+      // plan.
+      {"plan", "micro-batch", 1, k2(20), false, false, false, "2^20"},
+      {"plan", "global-batch", 1, k2(30), false, false, false, "2^30"},
+      {"plan", "gpus", 1, k2(20), false, false, false, "2^20"},
+      {"plan", "iteration-time", 0, 1e9, true},
+      {"plan", "threads", 1, 4096},
+      {"plan", "top", 1, 10000},
+      // bench.
+      {"bench", "seconds", 0, 60, true},
+      {"bench", "budget", 0, 60, true},
+      {"bench", "threads", 0, 4096},
+      {"bench", "micro-batch", 1, 4096},
+      // groups, schedule, prepare.
+      {"groups", "world", 1, k2(20), false, false, false, "2^20"},
+      {"schedule", "pipeline-model-parallel-size", 1, 4096},
+      {"schedule", "micro-batches", 1, k2(20), false, false, false, "2^20"},
+      {"schedule", "virtual-stages", 1, 1024},
+      {"schedule", "steps", 1, 1000},
+      {"schedule", "forward-time", 0, 1e12},
+      {"schedule", "backward-time", 0, 1e12},
+      {"schedule", "weight-time", 0, 1e12},
+      {"schedule", "p2p-latency", 0, 1e12},
+      {"schedule", "head-time", 0, 1e12},
+      {"schedule", "trace-step", 0, k2(40), false, false, false, "2^40"},
+      {"prepare", "vocab-size", 300, 65536},
+  };
+  return table;
+}
+
+const FlagBound* find_flag_bound(std::string_view command, std::string_view flag) {
+  const FlagBound* any = nullptr;
+  for (const FlagBound& b : flag_bounds()) {
+    if (b.flag != flag) continue;
+    if (b.command == command) return &b;
+    if (b.command.empty()) any = &b;
+  }
+  return any;
+}
+
+namespace {
+std::string number_text(long double v) {
+  char text[48];
+  if (v == std::floor(v) && std::fabs(v) < 1e9L) {
+    std::snprintf(text, sizeof text, "%.0Lf", v);
+    return text;
+  }
+  std::snprintf(text, sizeof text, "%.6Lg", v);
+  std::string s = text;
+  for (const char* from : {"e+0", "e+", "e-0"}) {  // 1e+06 → 1e6, 1e-03 → 1e-3
+    const size_t at = s.find(from);
+    if (at != std::string::npos) {
+      s.replace(at, std::string(from).size(), std::string(from) == "e-0" ? "e-" : "e");
+      break;
+    }
+  }
+  return s;
+}
+}  // namespace
+
+std::string bound_violation(const FlagBound& b, const std::string& value, bool integers) {
+  char* end = nullptr;
+  const long double v = std::strtold(value.c_str(), &end);
+  const bool parsed = !value.empty() && end && *end == '\0';
+  const bool within = parsed && std::isfinite(v) && (b.lo_open ? v > b.lo : v >= b.lo) &&
+                      (b.hi_open ? v < b.hi : v <= b.hi);
+  if (within || (parsed && b.zero_is_off && v == 0)) return "";
+  const std::string lo = number_text(b.lo), hi = b.hi_text.empty() ? number_text(b.hi) : std::string(b.hi_text);
+  std::string range = integers ? "between " + lo + " and " + hi
+                               : std::string("a finite number in ") + (b.lo_open ? "(" : "[") + lo + ", " + hi +
+                                     (b.hi_open ? ")" : "]");
+  if (b.zero_is_off) range = "0 (off) or " + range;
+  return "--" + std::string(b.flag) + " must be " + range + " (got " + value + ")";
+}
+
+void check_flag_bounds(const CLI::App& app, std::string_view command) {
+  for (const CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    if (opt->get_lnames().empty() || opt->get_expected_min() == 0) continue;
+    if (type.find("INT") == std::string::npos && type.find("FLOAT") == std::string::npos) continue;
+    const std::string& name = opt->get_lnames().front();
+    const FlagBound* bound = find_flag_bound(command, name);
+    if (!bound) throw std::logic_error("--" + name + " of lattice " + std::string(command) + " has no bound in cli/flag_rules.cpp");
+    if (opt->count() == 0 || opt->results().empty()) continue;
+    const std::string message = bound_violation(*bound, opt->results().back(), type.find("FLOAT") == std::string::npos);
+    require(message.empty(), message);
+  }
+}
+
+void check_repeated_flags(const CLI::App& app, const std::vector<std::string>& args) {
+  std::map<const CLI::Option*, std::pair<std::string, std::string>> seen;  // option → (as written, value)
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].size() < 2 || args[i][0] != '-') continue;
+    const size_t eq = args[i].find('=');
+    const std::string name = args[i].substr(0, eq);
+    const CLI::Option* opt = app.get_option_no_throw(name);
+    if (!opt || opt->get_expected_min() == 0 || opt->get_expected_max() > 1) continue;  // a flag: twice is once
+    // Paths only: a script's settings overridden by hand (--layers 2 ... --layers 4) stay the last
+    // one's, but of two files or directories one would be silently neither read nor written.
+    static const std::set<std::string> kPathFlags = {"data", "save", "init", "resume", "report-dir", "trace",
+                                                     "checkpoint", "offload-optimizer", "offload-params", "out",
+                                                     "input", "html", "svg", "config", "from-trace", "hardware",
+                                                     "tokenizer-from"};
+    if (opt->get_lnames().empty() || !kPathFlags.count(opt->get_lnames().front())) continue;
+    std::string value;
+    if (eq != std::string::npos) value = args[i].substr(eq + 1);
+    else if (i + 1 < args.size()) value = args[++i];
+    const auto [it, fresh] = seen.emplace(opt, std::make_pair(name, value));
+    require(fresh || it->second.second == value, name + " given twice: " + it->second.first + " " + it->second.second +
+                                                     " and " + name + " " + value + " (one value a flag; pass one)");
+  }
+}
+
+namespace {
+// The last value of --`name` as given, or nullopt when not given (or not a flag of the command).
+std::optional<std::string> given(const CLI::App& app, const std::string& name) {
+  const CLI::Option* opt = app.get_option_no_throw("--" + name);
+  if (!opt || opt->count() == 0) return std::nullopt;
+  return opt->results().empty() ? std::string("true") : opt->results().back();
+}
+// The value in effect: as given, else the default `fallback`.
+std::string in_effect(const CLI::App& app, const std::string& name, const std::string& fallback) {
+  return given(app, name).value_or(fallback);
+}
+double number(const std::string& text) { return std::strtod(text.c_str(), nullptr); }
+}  // namespace
+
+void check_flag_conflicts(const CLI::App& app, std::string_view command) {
+  const std::string cmd(command);
+  const bool inference = cmd == "eval" || cmd == "sample";
+  require(!inference || !given(app, "dropout"), "--dropout does not apply here: inference runs without dropout");
+  if (const auto zero = given(app, "zero"); zero && given(app, "use-distributed-optimizer") && *zero != "1")
+    fail("--use-distributed-optimizer (ZeRO 1) and --zero " + *zero + " contradict: pass one");
+  if (const auto cf = given(app, "moe-expert-capacity-factor"); cf && given(app, "moe-no-drop") && number(*cf) != 0)
+    fail("--moe-no-drop (capacity factor 0) and --moe-expert-capacity-factor " + *cf + " contradict: pass one");
+  if (const auto plan = given(app, "recompute-plan"), mode = given(app, "recompute"); plan && mode)
+    fail("--recompute " + *mode + " and --recompute-plan " + *plan +
+         " both given: the plan sets every layer's mode; pass one");
+  // Pipeline-only flags on one stage would be ignored (plan --search chooses p itself). PipeDream-2BW
+  // is not among them: its updates land one step late on one stage too (the suite's reference run).
+  const bool one_stage = number(in_effect(app, "pipeline-model-parallel-size", "1")) == 1;
+  if ((cmd == "train" || (cmd == "plan" && !given(app, "search"))) && one_stage) {
+    const std::string schedule = in_effect(app, "schedule", "1f1b");
+    require(schedule != "interleaved" && schedule != "zb-h1",
+            "--schedule " + schedule + " needs a pipeline (--pipeline-model-parallel-size > 1; got 1)");
+    const auto m = given(app, "virtual-stages");
+    require(!m || number(*m) == 1,
+            "--virtual-stages needs --pipeline-model-parallel-size > 1 (got --virtual-stages " + m.value_or("") +
+                " with --pipeline-model-parallel-size 1)");
+  }
+  if (cmd == "train") {
+    const std::string schedule = in_effect(app, "lr-schedule", "cosine");
+    if (const auto min_lr = given(app, "min-lr"))
+      require(schedule == "cosine", "--min-lr " + *min_lr + " applies to --lr-schedule cosine only (got --lr-schedule " +
+                                        schedule + ")");
+    const std::string dtype = in_effect(app, "params-dtype", "fp32");
+    for (const char* fp16_only : {"initial-loss-scale", "loss-scale-window"})
+      if (const auto v = given(app, fp16_only))
+        require(dtype == "fp16", "--" + std::string(fp16_only) + " " + *v +
+                                     " applies to --params-dtype fp16 only (loss scaling; got --params-dtype " + dtype + ")");
+  }
+}
+
+}  // namespace lattice::cli

@@ -1,0 +1,18 @@
+#pragma once
+// The one check before lattice opens a file the user named (a hardware JSON, a --config TOML, token
+// files, tokenizers, checkpoints, a run.jsonl, a trace): it must be a regular file. A FIFO would
+// block the open forever, a directory reads as empty, a device never ends; each is refused with one
+// line naming the path and what it is instead.
+#include <cstddef>
+#include <string>
+
+namespace lattice {
+
+// Throws InputError "<what> <path> ..." unless `path` exists and is (or links to) a regular file.
+void require_regular_file(const std::string& path, const std::string& what);
+
+// The whole of a regular file (require_regular_file first), at most `max_bytes` of it; a longer
+// file is refused. Throws InputError naming `what`, the path and the reason.
+std::string read_regular_file(const std::string& path, const std::string& what, size_t max_bytes = size_t(1) << 30);
+
+}  // namespace lattice

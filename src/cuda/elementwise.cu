@@ -1,0 +1,316 @@
+// src/cuda's element-wise kernels: embedding, GeLU, bias, residual, dropout, AdamW, the gradient's sum
+// of squares, bf16 casts. The reductions (embedding and bias backward, sum of squares) run in fixed
+// orders with no atomics (cuda/kernels.hpp).
+#include <cub/device/device_radix_sort.cuh>
+
+#include "cuda/common.cuh"
+#include "cuda/kernels.hpp"
+#include "random/philox_core.hpp"
+
+namespace lattice::cuda {
+using namespace detail;
+
+namespace {
+
+// ---- embedding ----
+__global__ void embedding_forward_kernel(float* out, const int32_t* ids, const float* wte, const float* wpe,
+                                         int64_t s, int64_t h, int64_t total) {
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t n = k / h, i = k % h;
+    out[k] = wte[int64_t(ids[n]) * h + i] + wpe[(n % s) * h + i];
+  }
+}
+
+__global__ void iota_kernel(uint32_t* v, int64_t n) {
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x)
+    v[k] = uint32_t(k);
+}
+
+// One block per position k of the tokens sorted by id; the block at the start of a run of equal ids adds
+// the run's gradients into that row of dwte, token by token in token order (the radix sort is stable).
+__global__ void embedding_tokens_backward_kernel(float* dwte, const float* dout, const uint32_t* sorted_ids,
+                                                 const uint32_t* sorted_tokens, int64_t N, int64_t h) {
+  const int64_t k = blockIdx.x;
+  const uint32_t id = sorted_ids[k];
+  if (k > 0 && sorted_ids[k - 1] == id) return;
+  int64_t end = k + 1;
+  while (end < N && sorted_ids[end] == id) ++end;
+  float* row = dwte + int64_t(id) * h;
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
+    float acc = row[i];
+    for (int64_t t = k; t < end; ++t) acc += dout[int64_t(sorted_tokens[t]) * h + i];
+    row[i] = acc;
+  }
+}
+
+// dwpe[p, i] += Σ_bi dout[bi, p, i], the rows in order.
+__global__ void embedding_positions_backward_kernel(float* dwpe, const float* dout, int64_t b, int64_t s, int64_t h) {
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < s * h; k += int64_t(gridDim.x) * blockDim.x) {
+    float acc = dwpe[k];
+    for (int64_t bi = 0; bi < b; ++bi) acc += dout[bi * s * h + k];
+    dwpe[k] = acc;
+  }
+}
+
+int id_bits(int64_t vocab) {
+  int bits = 1;
+  while (bits < 32 && (int64_t(1) << bits) < vocab) ++bits;
+  return bits;
+}
+
+struct EmbeddingWorkspace {
+  size_t sorted_ids, tokens, sorted_tokens, temp, temp_bytes, total;
+};
+EmbeddingWorkspace embedding_layout(int64_t N, int64_t vocab) {
+  EmbeddingWorkspace w{};
+  check(cub::DeviceRadixSort::SortPairs(nullptr, w.temp_bytes, static_cast<const uint32_t*>(nullptr),
+                                        static_cast<uint32_t*>(nullptr), static_cast<const uint32_t*>(nullptr),
+                                        static_cast<uint32_t*>(nullptr), N, 0, id_bits(vocab)),
+        "radix sort size");
+  size_t at = 0;
+  const size_t words = size_t(N) * sizeof(uint32_t);
+  w.sorted_ids = carve(at, words);
+  w.tokens = carve(at, words);
+  w.sorted_tokens = carve(at, words);
+  w.temp = carve(at, w.temp_bytes);
+  w.total = at;
+  return w;
+}
+
+// ---- GeLU ----
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kCoef = 0.044715f;
+
+__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + fast_tanh(kSqrt2OverPi * (x + kCoef * x * x * x)));
+  }
+}
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = inp[i];
+    const float u = kSqrt2OverPi * (x + kCoef * x * x * x);
+    const float th = fast_tanh(u);
+    const float sech2 = 1.0f - th * th;
+    const float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kCoef * x * x);
+    dinp[i] = dout[i] * grad;
+  }
+}
+
+// ---- bias, residual ----
+__global__ void bias_add_rows_kernel(float* y, const float* bias, int64_t out, int64_t total) {
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x)
+    y[k] += bias[k % out];
+}
+__global__ void residual_add_kernel(float* x, const float* y, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] += y[i];
+}
+
+constexpr int64_t kColumnChunkRows = 64;  // rows per partial column sum
+int64_t column_chunks(int64_t N) { return (N + kColumnChunkRows - 1) / kColumnChunkRows; }
+
+// partial[chunk, c] = Σ of dy's rows [chunk·64, chunk·64 + 64) in column c, in row order.
+__global__ void column_partials_kernel(float* partial, const float* dy, int64_t N, int64_t out, int64_t chunks) {
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < chunks * out;
+       k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t chunk = k / out, c = k % out;
+    const int64_t r1 = min(N, (chunk + 1) * kColumnChunkRows);
+    float acc = 0.0f;
+    for (int64_t r = chunk * kColumnChunkRows; r < r1; ++r) acc += dy[r * out + c];
+    partial[k] = acc;
+  }
+}
+// db[c] += Σ_chunk partial[chunk, c], the chunks in order.
+__global__ void column_reduce_kernel(float* db, const float* partial, int64_t out, int64_t chunks) {
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < out; c += int64_t(gridDim.x) * blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) acc += partial[chunk * out + c];
+    db[c] += acc;
+  }
+}
+
+// ---- dropout ----
+// One thread per Philox block (four elements) of the global range [first, first + n).
+__global__ void dropout_mask_kernel(uint8_t* mask, PhiloxStreamWords words, uint32_t threshold, uint64_t first,
+                                    int64_t n) {
+  const uint64_t block0 = first >> 2, last = first + uint64_t(n);
+  const int64_t blocks = int64_t(((last + 3) >> 2) - block0);
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < blocks; k += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t blk = block0 + uint64_t(k);
+    uint32_t c[4] = {uint32_t(blk), uint32_t(blk >> 32), words.c2, words.c3};
+    philox4x32_10(c, words.k0, words.k1);
+    for (int w = 0; w < 4; ++w) {
+      const uint64_t idx = (blk << 2) + uint64_t(w);
+      if (idx >= first && idx < last) mask[idx - first] = c[w] >= threshold ? 1 : 0;
+    }
+  }
+}
+__global__ void dropout_apply_kernel(float* out, const float* inp, const uint8_t* mask, int64_t n, float scale) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = mask[i] ? inp[i] * scale : 0.0f;
+}
+
+// ---- optimizer ----
+__global__ void adamw_kernel(float* m, float* v, float* w, const float* grad, int64_t n, float decay, AdamWScalars a) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float g = grad[i];
+    const float mi = a.b1 * m[i] + (1.0f - a.b1) * g;
+    const float vi = a.b2 * v[i] + (1.0f - a.b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const float denom = sqrtf(vi) * a.inv_sqrt_bc2 + a.eps;
+    w[i] = w[i] * decay - a.step_size * mi / denom;
+  }
+}
+
+constexpr int kSumBlocks = 1024;  // fixed: the order of the sum does not depend on n's size
+__global__ void sum_squares_partial_kernel(double* partial, const float* g, int64_t n) {
+  __shared__ double scratch[32];
+  double acc = 0.0;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    acc += double(g[i]) * double(g[i]);
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+__global__ void sum_squares_final_kernel(double* out, const double* partial) {
+  __shared__ double scratch[32];
+  double acc = 0.0;
+  for (int k = int(threadIdx.x); k < kSumBlocks; k += int(blockDim.x)) acc += partial[k];
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) *out = acc;
+}
+__global__ void scale_kernel(float* g, int64_t n, float factor) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    g[i] *= factor;
+}
+
+// ---- bf16 ----
+__global__ void to_bf16_kernel(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = to_bf16_bits(src[i]);
+}
+__global__ void from_bf16_kernel(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = from_bf16_bits(src[i]);
+}
+
+void require_workspace(const Workspace& ws, size_t bytes, const char* kernel) {
+  if (ws.bytes < bytes || (bytes > 0 && !ws.data))
+    throw std::runtime_error(std::string("CUDA: ") + kernel + ": workspace of " + std::to_string(ws.bytes) +
+                             " bytes, needs " + std::to_string(bytes));
+}
+
+}  // namespace
+
+void embedding_forward(float* out, const int32_t* ids, const float* wte, const float* wpe, int64_t b, int64_t s,
+                       int64_t h, cudaStream_t stream) {
+  const int64_t total = b * s * h;
+  embedding_forward_kernel<<<grid_for(total), kBlock, 0, stream>>>(out, ids, wte, wpe, s, h, total);
+  check_launch("embedding_forward");
+}
+
+size_t embedding_backward_workspace_bytes(int64_t b, int64_t s, int64_t vocab) {
+  return embedding_layout(b * s, vocab).total;
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* ids, int64_t b, int64_t s,
+                        int64_t h, int64_t vocab, Workspace ws, cudaStream_t stream) {
+  const int64_t N = b * s;
+  const EmbeddingWorkspace w = embedding_layout(N, vocab);
+  require_workspace(ws, w.total, "embedding_backward");
+  char* base = static_cast<char*>(ws.data);
+  auto* sorted_ids = reinterpret_cast<uint32_t*>(base + w.sorted_ids);
+  auto* tokens = reinterpret_cast<uint32_t*>(base + w.tokens);
+  auto* sorted_tokens = reinterpret_cast<uint32_t*>(base + w.sorted_tokens);
+  iota_kernel<<<grid_for(N), kBlock, 0, stream>>>(tokens, N);
+  check_launch("embedding_backward iota");
+  size_t temp_bytes = w.temp_bytes;
+  check(cub::DeviceRadixSort::SortPairs(base + w.temp, temp_bytes, reinterpret_cast<const uint32_t*>(ids), sorted_ids,
+                                        tokens, sorted_tokens, N, 0, id_bits(vocab), stream),
+        "embedding_backward radix sort");
+  if (N > 0) {
+    embedding_tokens_backward_kernel<<<unsigned(N), kBlock, 0, stream>>>(dwte, dout, sorted_ids, sorted_tokens, N, h);
+    check_launch("embedding_backward tokens");
+  }
+  embedding_positions_backward_kernel<<<grid_for(s * h), kBlock, 0, stream>>>(dwpe, dout, b, s, h);
+  check_launch("embedding_backward positions");
+}
+
+void gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t stream) {
+  gelu_forward_kernel<<<grid_for(n), kBlock, 0, stream>>>(out, inp, n);
+  check_launch("gelu_forward");
+}
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, cudaStream_t stream) {
+  gelu_backward_kernel<<<grid_for(n), kBlock, 0, stream>>>(dinp, inp, dout, n);
+  check_launch("gelu_backward");
+}
+
+void bias_add_rows(float* y, const float* bias, int64_t N, int64_t out, cudaStream_t stream) {
+  bias_add_rows_kernel<<<grid_for(N * out), kBlock, 0, stream>>>(y, bias, out, N * out);
+  check_launch("bias_add_rows");
+}
+size_t bias_backward_workspace_bytes(int64_t N, int64_t out) {
+  return size_t(column_chunks(N) * out) * sizeof(float);
+}
+void bias_backward(float* db, const float* dy, int64_t N, int64_t out, Workspace ws, cudaStream_t stream) {
+  require_workspace(ws, bias_backward_workspace_bytes(N, out), "bias_backward");
+  const int64_t chunks = column_chunks(N);
+  float* partial = static_cast<float*>(ws.data);
+  column_partials_kernel<<<grid_for(chunks * out), kBlock, 0, stream>>>(partial, dy, N, out, chunks);
+  check_launch("bias_backward partials");
+  column_reduce_kernel<<<grid_for(out), kBlock, 0, stream>>>(db, partial, out, chunks);
+  check_launch("bias_backward reduce");
+}
+void residual_add(float* x, const float* y, int64_t n, cudaStream_t stream) {
+  residual_add_kernel<<<grid_for(n), kBlock, 0, stream>>>(x, y, n);
+  check_launch("residual_add");
+}
+
+void dropout_mask_fill(uint8_t* mask, const DropoutStream& st, uint64_t first_index, int64_t n, float p,
+                       cudaStream_t stream) {
+  if (n <= 0) return;
+  const PhiloxStreamWords words = philox_stream_words(st.seed, st.step, st.layer, uint32_t(st.site));
+  const int64_t blocks = int64_t(((first_index + uint64_t(n) + 3) >> 2) - (first_index >> 2));
+  dropout_mask_kernel<<<grid_for(blocks), kBlock, 0, stream>>>(mask, words, dropout_keep_threshold(p), first_index,
+                                                                n);
+  check_launch("dropout_mask_fill");
+}
+void dropout_forward(float* out, const float* inp, const uint8_t* mask, int64_t n, float p, cudaStream_t stream) {
+  dropout_apply_kernel<<<grid_for(n), kBlock, 0, stream>>>(out, inp, mask, n, 1.0f / (1.0f - p));
+  check_launch("dropout_forward");
+}
+void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float p, cudaStream_t stream) {
+  dropout_forward(dinp, dout, mask, n, p, stream);
+}
+
+void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, float decay, const AdamWScalars& a,
+                  cudaStream_t stream) {
+  adamw_kernel<<<grid_for(n), kBlock, 0, stream>>>(m, v, w, grad, n, decay, a);
+  check_launch("adamw_update");
+}
+size_t grad_sum_squares_workspace_bytes() { return kSumBlocks * sizeof(double); }
+void grad_sum_squares(double* out, const float* grads, int64_t n, Workspace ws, cudaStream_t stream) {
+  require_workspace(ws, grad_sum_squares_workspace_bytes(), "grad_sum_squares");
+  double* partial = static_cast<double*>(ws.data);
+  sum_squares_partial_kernel<<<kSumBlocks, kBlock, 0, stream>>>(partial, grads, n);
+  check_launch("grad_sum_squares partials");
+  sum_squares_final_kernel<<<1, 1024, 0, stream>>>(out, partial);
+  check_launch("grad_sum_squares final");
+}
+void scale_grads(float* grads, int64_t n, float factor, cudaStream_t stream) {
+  scale_kernel<<<grid_for(n), kBlock, 0, stream>>>(grads, n, factor);
+  check_launch("scale_grads");
+}
+
+void to_bf16(const float* src, uint16_t* dst, int64_t n, cudaStream_t stream) {
+  to_bf16_kernel<<<grid_for(n), kBlock, 0, stream>>>(src, dst, n);
+  check_launch("to_bf16");
+}
+void from_bf16(const uint16_t* src, float* dst, int64_t n, cudaStream_t stream) {
+  from_bf16_kernel<<<grid_for(n), kBlock, 0, stream>>>(src, dst, n);
+  check_launch("from_bf16");
+}
+
+}  // namespace lattice::cuda

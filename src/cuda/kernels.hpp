@@ -1,0 +1,123 @@
+#pragma once
+// The CUDA forms of the CPU's element-wise kernels (src/kernels, tensor/bf16, the vocabulary-parallel
+// cross-entropy's pieces, the optimizer's kernels): the same signatures and semantics, with device
+// pointers and a stream. Each is deterministic: no floating-point atomics, every reduction in a fixed
+// order, so a run repeats itself bit for bit. Where a CPU kernel adds in a fixed sequential order
+// (embedding backward, per element) the device adds in that order too; where the CPU reduces in
+// vector lanes (LayerNorm's row sums, softmax) the device reduces in its own fixed tree, within
+// rounding of the CPU (docs/gpu.md: what lattice_cuda_check compares, and the tolerances).
+//
+// Built only with -DLATTICE_CUDA=ON. Nothing here has run on a GPU yet (issue 33).
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/config.hpp"
+#include "kernels/dropout.hpp"
+#include "kernels/optimizer_kernels.hpp"
+#include "random/philox.hpp"
+
+namespace lattice::cuda {
+
+// Scratch memory a kernel needs besides its operands (device memory the caller owns; the backend
+// seam will take it from the tracking allocator). `bytes` must be at least what the kernel's
+// *_workspace_bytes() asks for.
+struct Workspace {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+// ---- embedding (kernels/embedding.hpp) ----
+void embedding_forward(float* out, const int32_t* ids, const float* wte, const float* wpe, int64_t b, int64_t s,
+                       int64_t h, cudaStream_t stream = nullptr);
+// Accumulates into dwte [vocab, h] and dwpe [s, h]. Deterministic: the tokens are sorted by id (a
+// stable radix sort, so equal ids keep their order) and each (row, column) of dwte adds its tokens'
+// gradients in token order, as the CPU does; dwpe's (position, column) adds its rows in order.
+size_t embedding_backward_workspace_bytes(int64_t b, int64_t s, int64_t vocab);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* ids, int64_t b, int64_t s,
+                        int64_t h, int64_t vocab, Workspace ws, cudaStream_t stream = nullptr);
+
+// ---- LayerNorm (kernels/layernorm.hpp) ----
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int64_t N, int64_t C, cudaStream_t stream = nullptr);
+// dinp += the input gradient; dweight += Σ_rows dy·x̂, dbias += Σ_rows dy (per-chunk partial sums in
+// the workspace, added in chunk order).
+size_t layernorm_backward_workspace_bytes(int64_t N, int64_t C);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C, Workspace ws,
+                        cudaStream_t stream = nullptr);
+
+// ---- GeLU, tanh form (kernels/gelu.hpp) ----
+void gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t stream = nullptr);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, cudaStream_t stream = nullptr);
+
+// ---- bias and residual ----
+// y[r, i] += bias[i] over N rows of `out` (the bias add of model/transformer_layer.cpp's
+// residual_dropout_add; the CPU's linear_forward adds it inside the GEMM).
+void bias_add_rows(float* y, const float* bias, int64_t N, int64_t out, cudaStream_t stream = nullptr);
+// db += column sums of dy [N, out] (kernels/bias.hpp).
+size_t bias_backward_workspace_bytes(int64_t N, int64_t out);
+void bias_backward(float* db, const float* dy, int64_t N, int64_t out, Workspace ws, cudaStream_t stream = nullptr);
+// x[i] += y[i] (the residual stream's add).
+void residual_add(float* x, const float* y, int64_t n, cudaStream_t stream = nullptr);
+
+// ---- dropout (kernels/dropout.hpp), masks from random/philox_core.hpp ----
+void dropout_mask_fill(uint8_t* mask, const DropoutStream& stream_, uint64_t first_index, int64_t n, float p,
+                       cudaStream_t stream = nullptr);
+void dropout_forward(float* out, const float* inp, const uint8_t* mask, int64_t n, float p,
+                     cudaStream_t stream = nullptr);
+void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float p,
+                      cudaStream_t stream = nullptr);
+
+// ---- causal softmax with the attention dropout (kernels/softmax.hpp) ----
+void softmax_causal_forward(float* probs, const float* scores, int64_t batch, int64_t s,
+                            cudaStream_t stream = nullptr);
+// probs, mask, dropped may each be null; probs and dropped written as `dtype` (fp32 or bf16 bits).
+void softmax_dropout_forward(void* probs, uint8_t* mask, void* dropped, DType dtype, const float* scores,
+                             int64_t local_heads, int64_t batch, int64_t s, const AttentionDropout& drop,
+                             cudaStream_t stream = nullptr);
+void softmax_causal_backward(float* dscores, const float* dprobs, const float* probs, int64_t batch, int64_t s,
+                             cudaStream_t stream = nullptr);
+
+// ---- vocabulary-parallel cross-entropy (tensor_parallel/vocab_parallel.hpp), in its three pieces ----
+// A rank's shard holds columns [v0, v0 + v_local) of the padded vocabulary, `real` of them real tokens
+// (max(0, min(v_local, v_real − v0))). Between the pieces the caller all-reduces row_max (max) and
+// target_logit (sum), then row_sum (sum), over the tensor-parallel group, as the CPU does.
+// 1. row_max[n] = max over the real columns (−inf if none); target_logit[n] = the target's logit if
+//    this shard holds it, else 0.
+void ce_shard_max_target(float* row_max, float* target_logit, const float* logits, const int32_t* targets,
+                         int64_t v0, int64_t v_local, int64_t real, int64_t N, cudaStream_t stream = nullptr);
+// 2. logits[n, j] = exp(logits − row_max) for real columns, 0 for padding; row_sum[n] = their sum.
+void ce_shard_exp_sum(float* row_sum, float* logits, const float* row_max, int64_t v_local, int64_t real, int64_t N,
+                      cudaStream_t stream = nullptr);
+// 3. logits /= row_sum (real columns); losses[n] = row_max + log(row_sum) − target_logit.
+void ce_shard_normalize(float* logits, float* losses, const float* row_max, const float* row_sum,
+                        const float* target_logit, int64_t v_local, int64_t real, int64_t N,
+                        cudaStream_t stream = nullptr);
+// dlogits = (probs − onehot(target − v0)) · scale on this shard (may alias probs).
+void ce_shard_backward(float* dlogits, const float* probs, const int32_t* targets, int64_t v0, int64_t v_local,
+                       int64_t N, float scale, cudaStream_t stream = nullptr);
+// kernels/cross_entropy.hpp's one-rank form: the three pieces with one shard holding everything
+// (scratch: 3·N floats).
+size_t cross_entropy_workspace_bytes(int64_t N);
+void cross_entropy_forward(float* logits_to_probs, float* losses, const int32_t* targets, int64_t N, int64_t V,
+                           int64_t Vp, Workspace ws, cudaStream_t stream = nullptr);
+void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* targets, int64_t N, int64_t Vp,
+                            float scale, cudaStream_t stream = nullptr);
+
+// ---- optimizer (kernels/optimizer_kernels.hpp) ----
+void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, float decay, const AdamWScalars& a,
+                  cudaStream_t stream = nullptr);
+// *out = Σ grads[i]² in double: a fixed grid of blocks each summing fixed slices, the block sums added
+// in block order by one block (deterministic for any n).
+size_t grad_sum_squares_workspace_bytes();
+void grad_sum_squares(double* out, const float* grads, int64_t n, Workspace ws, cudaStream_t stream = nullptr);
+// grads *= factor (clipping; optim's scale_grads).
+void scale_grads(float* grads, int64_t n, float factor, cudaStream_t stream = nullptr);
+
+// ---- bf16 (tensor/bf16.hpp): the same rounding (nearest even, NaN kept quiet, subnormals to zero) ----
+void to_bf16(const float* src, uint16_t* dst, int64_t n, cudaStream_t stream = nullptr);
+void from_bf16(const uint16_t* src, float* dst, int64_t n, cudaStream_t stream = nullptr);
+
+}  // namespace lattice::cuda

@@ -1,0 +1,300 @@
+// src/cuda's row kernels: LayerNorm, the causal softmax with the attention dropout, and the
+// vocabulary-parallel cross-entropy's pieces. One block per row; each row's sums and maxima are
+// fixed-tree block reductions (cuda/common.cuh), so the bits repeat from run to run.
+#include "cuda/common.cuh"
+#include "cuda/kernels.hpp"
+#include "random/philox_core.hpp"
+
+namespace lattice::cuda {
+using namespace detail;
+
+namespace {
+
+constexpr int kRowBlock = 256;
+unsigned row_grid(int64_t rows) {
+  if (rows > int64_t(0x7fffffff)) throw std::runtime_error("CUDA: too many rows for one launch");
+  return unsigned(rows);
+}
+
+// ---- LayerNorm ----
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                         const float* bias, int64_t C) {
+  __shared__ float scratch[32];
+  const int64_t n = blockIdx.x;
+  const float* x = inp + n * C;
+  float* y = out + n * C;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) sum += x[i];
+  const float m = block_sum(sum, scratch) / float(C);
+  float var = 0.0f;
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) var += (x[i] - m) * (x[i] - m);
+  var = block_sum(var, scratch);
+  const float r = 1.0f / sqrtf(var / float(C) + 1e-5f);
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) y[i] = (x[i] - m) * r * weight[i] + bias[i];
+  if (threadIdx.x == 0) mean[n] = m, rstd[n] = r;
+}
+
+// dinp += the input gradient of one row per block (kernels/layernorm.cpp's formula).
+__global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp, const float* weight,
+                                                const float* mean, const float* rstd, int64_t C) {
+  __shared__ float scratch[32];
+  const int64_t n = blockIdx.x;
+  const float* x = inp + n * C;
+  const float* dy = dout + n * C;
+  float* dx = dinp + n * C;
+  const float m = mean[n], r = rstd[n];
+  float a = 0.0f, b = 0.0f;
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+    const float xhat = (x[i] - m) * r, dnorm = weight[i] * dy[i];
+    a += dnorm;
+    b += dnorm * xhat;
+  }
+  const float dnorm_mean = block_sum(a, scratch) / float(C);
+  const float dnorm_norm_mean = block_sum(b, scratch) / float(C);
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+    const float xhat = (x[i] - m) * r;
+    dx[i] += (weight[i] * dy[i] - dnorm_mean - xhat * dnorm_norm_mean) * r;
+  }
+}
+
+constexpr int64_t kChunkRows = 64;
+int64_t chunks_of(int64_t N) { return (N + kChunkRows - 1) / kChunkRows; }
+
+// partial[chunk][0, c] = Σ dy·x̂, partial[chunk][1, c] = Σ dy over the chunk's rows in order.
+__global__ void layernorm_param_partials_kernel(float* partial, const float* dout, const float* inp, const float* mean,
+                                                const float* rstd, int64_t N, int64_t C, int64_t chunks) {
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < chunks * C;
+       k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t chunk = k / C, c = k % C;
+    const int64_t r1 = min(N, (chunk + 1) * kChunkRows);
+    float dw = 0.0f, db = 0.0f;
+    for (int64_t r = chunk * kChunkRows; r < r1; ++r) {
+      const float dy = dout[r * C + c];
+      dw += dy * ((inp[r * C + c] - mean[r]) * rstd[r]);
+      db += dy;
+    }
+    partial[chunk * 2 * C + c] = dw;
+    partial[chunk * 2 * C + C + c] = db;
+  }
+}
+__global__ void layernorm_param_reduce_kernel(float* dweight, float* dbias, const float* partial, int64_t C,
+                                              int64_t chunks) {
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
+    float dw = 0.0f, db = 0.0f;
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      dw += partial[chunk * 2 * C + c];
+      db += partial[chunk * 2 * C + C + c];
+    }
+    dweight[c] += dw;
+    dbias[c] += db;
+  }
+}
+
+// ---- causal softmax ----
+template <class Store>
+__device__ void store_as(void* dst, int64_t at, float v);
+template <>
+__device__ void store_as<float>(void* dst, int64_t at, float v) {
+  static_cast<float*>(dst)[at] = v;
+}
+template <>
+__device__ void store_as<uint16_t>(void* dst, int64_t at, float v) {
+  static_cast<uint16_t*>(dst)[at] = to_bf16_bits(v);
+}
+
+// Row `row` of the [batch, s, s] scores: query i = row % s attends to keys j <= i. probs and dropped
+// (either may be null) are written as T; with dropout, the row's keep flags are drawn at
+// attention_mask_first(bh) + i·s + j, as the CPU's softmax_dropout_forward draws them.
+template <class T>
+__global__ void softmax_dropout_kernel(void* probs, uint8_t* mask, void* dropped, const float* scores, int64_t s,
+                                       PhiloxStreamWords words, uint32_t threshold, float scale, bool dropout,
+                                       int64_t local_heads, int64_t first_row, int64_t heads_total, int64_t head0) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x, i = row % s, bh = row / s;
+  const float* x = scores + row * s;
+  float mx = -__int_as_float(0x7f800000);
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  mx = block_max(mx, scratch);
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) sum += fast_exp(x[j] - mx);
+  const float inv = 1.0f / block_sum(sum, scratch);
+  uint64_t first = 0;
+  if (dropout) {
+    const int64_t bi = bh / local_heads, hd = bh % local_heads;
+    const int64_t heads = heads_total ? heads_total : local_heads;
+    first = uint64_t((first_row + bi) * heads + head0 + hd) * uint64_t(s) * uint64_t(s) + uint64_t(i * s);
+  }
+  for (int64_t j = threadIdx.x; j < s; j += blockDim.x) {
+    const float y = j <= i ? fast_exp(x[j] - mx) * inv : 0.0f;
+    if (probs) store_as<T>(probs, row * s + j, y);
+    if (!dropout) continue;
+    const bool keep = philox_keep(words, threshold, first + uint64_t(j));
+    if (mask) mask[row * s + j] = keep ? 1 : 0;
+    if (dropped) store_as<T>(dropped, row * s + j, keep ? y * scale : 0.0f);
+  }
+}
+
+__global__ void softmax_backward_kernel(float* dscores, const float* dprobs, const float* probs, int64_t s) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x, i = row % s;
+  const float* p = probs + row * s;
+  const float* dp = dprobs + row * s;
+  float* ds = dscores + row * s;
+  float dot = 0.0f;
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) dot += p[j] * dp[j];
+  dot = block_sum(dot, scratch);  // every read of dp is done before any write of ds (they may alias)
+  for (int64_t j = threadIdx.x; j < s; j += blockDim.x) ds[j] = j <= i ? p[j] * (dp[j] - dot) : 0.0f;
+}
+
+// ---- vocabulary-parallel cross-entropy ----
+__global__ void ce_max_target_kernel(float* row_max, float* target_logit, const float* logits, const int32_t* targets,
+                                     int64_t v0, int64_t v_local, int64_t real) {
+  __shared__ float scratch[32];
+  const int64_t n = blockIdx.x;
+  const float* x = logits + n * v_local;
+  float mx = -__int_as_float(0x7f800000);
+  for (int64_t j = threadIdx.x; j < real; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  mx = block_max(mx, scratch);
+  if (threadIdx.x == 0) {
+    row_max[n] = mx;
+    const int64_t t = int64_t(targets[n]) - v0;
+    target_logit[n] = (t >= 0 && t < real) ? x[t] : 0.0f;
+  }
+}
+__global__ void ce_exp_sum_kernel(float* row_sum, float* logits, const float* row_max, int64_t v_local, int64_t real) {
+  __shared__ float scratch[32];
+  const int64_t n = blockIdx.x;
+  float* x = logits + n * v_local;
+  const float mx = row_max[n];
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < v_local; j += blockDim.x) {
+    const float e = j < real ? fast_exp(x[j] - mx) : 0.0f;
+    x[j] = e;
+    sum += e;
+  }
+  sum = block_sum(sum, scratch);
+  if (threadIdx.x == 0) row_sum[n] = sum;
+}
+__global__ void ce_normalize_kernel(float* logits, float* losses, const float* row_max, const float* row_sum,
+                                    const float* target_logit, int64_t v_local, int64_t real) {
+  const int64_t n = blockIdx.x;
+  float* x = logits + n * v_local;
+  const float inv = 1.0f / row_sum[n];
+  for (int64_t j = threadIdx.x; j < real; j += blockDim.x) x[j] *= inv;
+  if (threadIdx.x == 0) losses[n] = row_max[n] + logf(row_sum[n]) - target_logit[n];
+}
+__global__ void ce_backward_kernel(float* dlogits, const float* probs, const int32_t* targets, int64_t v0,
+                                   int64_t v_local, float scale) {
+  const int64_t n = blockIdx.x, t = int64_t(targets[n]) - v0;
+  const float* p = probs + n * v_local;
+  float* d = dlogits + n * v_local;
+  for (int64_t j = threadIdx.x; j < v_local; j += blockDim.x) {
+    const float g = __fmul_rn(p[j], scale);  // rounded before the target's subtraction, as the CPU's
+    d[j] = j == t ? g - scale : g;
+  }
+}
+
+}  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int64_t N, int64_t C, cudaStream_t stream) {
+  if (N <= 0) return;
+  layernorm_forward_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(out, mean, rstd, inp, weight, bias, C);
+  check_launch("layernorm_forward");
+}
+
+size_t layernorm_backward_workspace_bytes(int64_t N, int64_t C) { return size_t(chunks_of(N) * 2 * C) * sizeof(float); }
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C, Workspace ws,
+                        cudaStream_t stream) {
+  if (N <= 0) return;
+  if (ws.bytes < layernorm_backward_workspace_bytes(N, C) || !ws.data)
+    throw std::runtime_error("CUDA: layernorm_backward: workspace too small");
+  layernorm_backward_input_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, C);
+  check_launch("layernorm_backward input");
+  const int64_t chunks = chunks_of(N);
+  float* partial = static_cast<float*>(ws.data);
+  layernorm_param_partials_kernel<<<grid_for(chunks * C), kBlock, 0, stream>>>(partial, dout, inp, mean, rstd, N, C,
+                                                                                chunks);
+  check_launch("layernorm_backward partials");
+  layernorm_param_reduce_kernel<<<grid_for(C), kBlock, 0, stream>>>(dweight, dbias, partial, C, chunks);
+  check_launch("layernorm_backward reduce");
+}
+
+void softmax_causal_forward(float* probs, const float* scores, int64_t batch, int64_t s, cudaStream_t stream) {
+  softmax_dropout_forward(probs, nullptr, nullptr, DType::fp32, scores, 1, batch, s, AttentionDropout{}, stream);
+}
+
+void softmax_dropout_forward(void* probs, uint8_t* mask, void* dropped, DType dtype, const float* scores,
+                             int64_t local_heads, int64_t batch, int64_t s, const AttentionDropout& drop,
+                             cudaStream_t stream) {
+  if (batch * s <= 0) return;
+  const bool dropout = drop.p > 0.0f;
+  const PhiloxStreamWords words =
+      philox_stream_words(drop.stream.seed, drop.stream.step, drop.stream.layer, uint32_t(DropoutSite::attention));
+  const uint32_t threshold = dropout_keep_threshold(drop.p);
+  const float scale = dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
+  if (dtype == DType::fp32)
+    softmax_dropout_kernel<float><<<row_grid(batch * s), kRowBlock, 0, stream>>>(
+        probs, mask, dropped, scores, s, words, threshold, scale, dropout, local_heads, drop.first_row,
+        drop.heads_total, drop.head0);
+  else
+    softmax_dropout_kernel<uint16_t><<<row_grid(batch * s), kRowBlock, 0, stream>>>(
+        probs, mask, dropped, scores, s, words, threshold, scale, dropout, local_heads, drop.first_row,
+        drop.heads_total, drop.head0);
+  check_launch("softmax_dropout_forward");
+}
+
+void softmax_causal_backward(float* dscores, const float* dprobs, const float* probs, int64_t batch, int64_t s,
+                             cudaStream_t stream) {
+  if (batch * s <= 0) return;
+  softmax_backward_kernel<<<row_grid(batch * s), kRowBlock, 0, stream>>>(dscores, dprobs, probs, s);
+  check_launch("softmax_causal_backward");
+}
+
+void ce_shard_max_target(float* row_max, float* target_logit, const float* logits, const int32_t* targets,
+                         int64_t v0, int64_t v_local, int64_t real, int64_t N, cudaStream_t stream) {
+  if (N <= 0) return;
+  ce_max_target_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(row_max, target_logit, logits, targets, v0, v_local,
+                                                               real);
+  check_launch("ce_shard_max_target");
+}
+void ce_shard_exp_sum(float* row_sum, float* logits, const float* row_max, int64_t v_local, int64_t real, int64_t N,
+                      cudaStream_t stream) {
+  if (N <= 0) return;
+  ce_exp_sum_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(row_sum, logits, row_max, v_local, real);
+  check_launch("ce_shard_exp_sum");
+}
+void ce_shard_normalize(float* logits, float* losses, const float* row_max, const float* row_sum,
+                        const float* target_logit, int64_t v_local, int64_t real, int64_t N, cudaStream_t stream) {
+  if (N <= 0) return;
+  ce_normalize_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(logits, losses, row_max, row_sum, target_logit, v_local,
+                                                              real);
+  check_launch("ce_shard_normalize");
+}
+void ce_shard_backward(float* dlogits, const float* probs, const int32_t* targets, int64_t v0, int64_t v_local,
+                       int64_t N, float scale, cudaStream_t stream) {
+  if (N <= 0) return;
+  ce_backward_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(dlogits, probs, targets, v0, v_local, scale);
+  check_launch("ce_shard_backward");
+}
+
+size_t cross_entropy_workspace_bytes(int64_t N) { return 3 * size_t(N) * sizeof(float); }
+void cross_entropy_forward(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
+                           Workspace ws, cudaStream_t stream) {
+  if (ws.bytes < cross_entropy_workspace_bytes(N) || (N > 0 && !ws.data))
+    throw std::runtime_error("CUDA: cross_entropy_forward: workspace too small");
+  float* row_max = static_cast<float*>(ws.data);
+  float* target_logit = row_max + N;
+  float* row_sum = target_logit + N;
+  ce_shard_max_target(row_max, target_logit, logits, targets, 0, Vp, V, N, stream);
+  ce_shard_exp_sum(row_sum, logits, row_max, Vp, V, N, stream);
+  ce_shard_normalize(logits, losses, row_max, row_sum, target_logit, Vp, V, N, stream);
+}
+void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* targets, int64_t N, int64_t Vp,
+                            float scale, cudaStream_t stream) {
+  ce_shard_backward(dlogits, probs, targets, 0, Vp, N, scale, stream);
+}
+
+}  // namespace lattice::cuda

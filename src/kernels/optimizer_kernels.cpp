@@ -1,0 +1,45 @@
+#include "kernels/optimizer_kernels.hpp"
+
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+namespace lattice {
+
+AdamWScalars adamw_scalars(double beta1, double beta2, double eps, double lr, int64_t step) {
+  const float bc1 = float(1.0 - std::pow(beta1, double(step)));
+  const float bc2 = float(1.0 - std::pow(beta2, double(step)));
+  return {float(beta1), float(beta2), float(eps), float(lr) / bc1, 1.0f / std::sqrt(bc2)};
+}
+
+void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, float decay, const AdamWScalars& a) {
+  const float b1 = a.b1, b2 = a.b2, eps = a.eps, step_size = a.step_size, inv_sqrt_bc2 = a.inv_sqrt_bc2;
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    m[i] = b1 * m[i] + (1.0f - b1) * g;
+    v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+    const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
+    w[i] = w[i] * decay - step_size * m[i] / denom;
+  }
+}
+
+double grad_sum_squares(const float* grads, int64_t n) {
+  const int threads = omp_get_max_threads();
+  std::vector<double> partial(size_t(threads), 0.0);
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+    double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = begin; i < end; ++i) acc += double(grads[i]) * double(grads[i]);
+    partial[size_t(t)] = acc;
+  }
+  double sum = 0.0;
+  for (double p : partial) sum += p;
+  return sum;
+}
+
+}  // namespace lattice

@@ -1,0 +1,21 @@
+#pragma once
+// The optimizer's element-wise kernels: AdamW's update of one run of elements and the gradient's sum
+// of squares (for the global norm and clipping). optim/optimizer.cpp calls them on the CPU; src/cuda
+// has their device forms. They live here, below optim, so that both devices share one definition.
+#include <cstdint>
+
+namespace lattice {
+
+// The per-step scalars of AdamW (bias corrections folded in), in fp32 as the update uses them.
+struct AdamWScalars {
+  float b1, b2, eps, step_size, inv_sqrt_bc2;
+};
+AdamWScalars adamw_scalars(double beta1, double beta2, double eps, double lr, int64_t step);
+// m = b1·m + (1−b1)·g; v = b2·v + (1−b2)·g²; w = w·decay − step_size·m / (√v·inv_sqrt_bc2 + eps).
+void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, float decay, const AdamWScalars& a);
+
+// Σ grads[i]² in double: each thread's contiguous share summed in vector lanes, the shares added in
+// thread order (a fixed order for a given thread count).
+double grad_sum_squares(const float* grads, int64_t n);
+
+}  // namespace lattice

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# The flag rules (docs/design.md §14, "Flag rules"), a case of each class: a value outside the bounds
+# table, one flag given twice with two values, flags that contradict or are ignored, --vocab against
+# the data's tokenizer, --dump-config read back by --config, config.json checked against the
+# checkpoint, messages that name the cause, sizes that overflowed, and eval of a bf16 run.
+set -u
+LATTICE=$(realpath "$1")
+SCRATCH=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
+. "$HERE/lib/check.sh"
+. "$HERE/lib/hostile.sh"
+
+hostile_corpus
+MODEL=(--data data --layers 1 --hidden 32 --heads 2 --seq-len 16 --micro-batch 2 --threads 1)
+"$LATTICE" train "${MODEL[@]}" --steps 2 --save ck --seed 7 2>/dev/null
+check "a checkpoint to check against" test -f ck/model.safetensors
+PROTECT=ck
+
+# Bounds, from the one table, at parse time.
+hostile "--moe-router-topk 0" 1 "--moe-router-topk must be between 1 and 65536 \(got 0\)" -- \
+  train "${MODEL[@]}" --steps 1 --num-experts 4 --moe-router-topk 0
+hostile "--moe-router-topk -1" 1 "--moe-router-topk must be between 1 and 65536 \(got -1\)" -- \
+  train "${MODEL[@]}" --steps 1 --num-experts 4 --moe-router-topk -1
+hostile "--moe-ffn-hidden-size 0" 1 "--moe-ffn-hidden-size must be between 1 and" -- \
+  train "${MODEL[@]}" --steps 1 --num-experts 4 --moe-ffn-hidden-size 0
+hostile "--comm-timeout 0.0001" 1 "--comm-timeout must be 0 \(off\) or a finite number in \[0.001, 1000000\]" -- \
+  train "${MODEL[@]}" --steps 1 --comm-timeout 0.0001
+hostile "--peak-flops 1e-300" 1 "--peak-flops must be a finite number in \[1000000, 1e18\] \(got 1e-300\)" -- \
+  train "${MODEL[@]}" --steps 1 --peak-flops 1e-300
+hostile "--peak-flops inf" 1 "--peak-flops must be a finite number" -- train "${MODEL[@]}" --steps 1 --peak-flops inf
+hostile "--peak-flops 0" 1 "--peak-flops must be" -- train "${MODEL[@]}" --steps 1 --peak-flops 0
+printf 'dropout = 1\n' > dropout.toml
+hostile "--dropout 1 from a config file" 1 "--dropout must be a finite number in \[0, 1\) \(got 1\)" -- \
+  train "${MODEL[@]}" --steps 1 --config dropout.toml
+hostile "plan --top 0" 1 "--top must be between 1 and 10000" -- plan --layers 2 --hidden 64 --heads 4 --top 0
+hostile "sample --top-k -1" 1 "--top-k must be between 0 and 65536" -- sample --checkpoint ck --top-k -1
+"$LATTICE" train "${MODEL[@]}" --steps 1 --comm-timeout 0 2>/dev/null
+check "--comm-timeout 0 (off) is accepted" test $? -eq 0
+
+# One flag twice with two values (or by two names); a TOML key and its alias.
+hostile "--save a --save b" 2 "--save given twice: --save a and --save b" -- train "${MODEL[@]}" --steps 1 --save a --save b
+hostile "--init and its alias --load" 2 "--load given twice: --init ck and --load bf" -- train "${MODEL[@]}" --steps 1 --init ck --load bf
+printf 'layers = 1\nnum-layers = 2\n' > alias.toml
+hostile "a TOML key and its alias" 2 "alias.toml:2: num-layers and layers \(line 1\) are one flag" -- \
+  train "${MODEL[@]}" --steps 1 --config alias.toml
+"$LATTICE" train "${MODEL[@]}" --steps 1 --threads 1 2>/dev/null
+check "the same value twice is harmless" test $? -eq 0
+
+# Flags that contradict, or that the rest of the line ignores.
+hostile "--recompute full --recompute-plan sn" 1 "--recompute full and --recompute-plan c both given" -- \
+  train "${MODEL[@]}" --steps 1 --recompute full --recompute-plan c
+hostile "--use-distributed-optimizer --zero 3" 1 "--use-distributed-optimizer \(ZeRO 1\) and --zero 3 contradict" -- \
+  train "${MODEL[@]}" --steps 1 --use-distributed-optimizer --zero 3
+hostile "--moe-no-drop with a capacity factor" 1 "--moe-no-drop .* and --moe-expert-capacity-factor 2 contradict" -- \
+  train "${MODEL[@]}" --steps 1 --num-experts 4 --moe-no-drop --moe-expert-capacity-factor 2
+for schedule in interleaved zb-h1; do
+  hostile "--schedule $schedule without a pipeline" 1 "--schedule $schedule needs a pipeline" -- \
+    train "${MODEL[@]}" --steps 1 --schedule "$schedule"
+done
+hostile "--virtual-stages without a pipeline" 1 "--virtual-stages needs --pipeline-model-parallel-size > 1" -- \
+  train "${MODEL[@]}" --steps 1 --virtual-stages 2
+hostile "--min-lr with a constant schedule" 1 "--min-lr 0.0001 applies to --lr-schedule cosine only" -- \
+  train "${MODEL[@]}" --steps 1 --lr-schedule constant --min-lr 1e-4
+hostile "--initial-loss-scale without fp16" 1 "--initial-loss-scale 1024 applies to --params-dtype fp16 only" -- \
+  train "${MODEL[@]}" --steps 1 --params-dtype bf16 --initial-loss-scale 1024
+hostile "eval of a dense checkpoint with --num-experts" 1 "--num-experts 4 disagrees with checkpoint ck, which holds num-experts 0 \(a dense model\)" -- \
+  eval --checkpoint ck --data data/val.bin --batches 1 --num-experts 4
+hostile "sample of a dense checkpoint with --moe-router" 1 "--moe-router switch disagrees with checkpoint ck" -- \
+  sample --checkpoint ck --tokens 2 --moe-router switch
+hostile "eval with another --hidden" 1 "--hidden 64 disagrees with checkpoint ck, which holds hidden 32" -- \
+  eval --checkpoint ck --data data/val.bin --batches 1 --hidden 64
+"$LATTICE" eval --checkpoint ck --data data/val.bin --batches 1 --hidden 32 --layers 1 2> /dev/null
+check "eval with the checkpoint's own shape flags" test $? -eq 0
+
+# --vocab is the data's tokenizer's.
+hostile "--vocab 300 on byte data" 1 "--vocab 300 does not match the bytes tokenizer of data \(vocab 256" -- \
+  train "${MODEL[@]}" --steps 1 --vocab 300
+
+# --dump-config reads back with --config: the second dump is the first, byte for byte.
+MANY=(--layers 2 --hidden 48 --heads 3 --seq-len 24 --dropout 0.05 --recompute selective --activation-dtype bf16
+  --params-dtype bf16 --attention fused --pack-masks --steps 7 --micro-batch 3 --global-batch 6
+  --lr 0.002 --min-lr 1e-05 --warmup 3 --beta1 0.8 --beta2 0.99 --eps 1e-07 --weight-decay 0.05 --clip-grad 0.5
+  --shuffle off --seed 18446744073709551615 --save $'odd "dir"\nname' --eval-every 2 --eval-batches 3
+  --peak-flops 2.5e12 --comm-timeout 0.5 --json --optimizer adafactor --lr-schedule cosine --zero-prefetch on)
+"$LATTICE" train --data data "${MANY[@]}" --zero 3 --dump-config > dump1.toml 2> dump.err
+check "--dump-config of many values: exit 0" test $? -eq 0
+"$LATTICE" train --config dump1.toml --dump-config > dump2.toml 2>> dump.err
+check "--dump-config reads back" test $? -eq 0
+check "the second dump is the first, byte for byte" cmp -s dump1.toml dump2.toml
+check "a newline in a value is escaped" grep -q 'save = "odd \\"dir\\"\\nname"' dump1.toml
+
+# config.json, the checkpoint's Hugging Face export, is read and checked.
+rm -rf hf && cp -r ck hf
+python3 -c "import json; p='hf/config.json'; d=json.load(open(p)); d['n_embd'] = 64; json.dump(d, open(p, 'w'))"
+hostile "eval with a hand-edited config.json" 1 'hf/config.json: "n_embd" is 64, but trainer.json and the weights hold 32' -- \
+  eval --checkpoint hf --data data/val.bin --batches 1
+hostile "--init with a hand-edited config.json" 1 '"n_embd" is 64' -- train "${MODEL[@]}" --steps 1 --init hf
+hostile "--resume with a hand-edited config.json" 1 '"n_embd" is 64' -- train "${MODEL[@]}" --steps 4 --resume hf
+echo '{"n_embd": ' > hf/config.json
+hostile "sample with a broken config.json" 1 "hf/config.json is not valid JSON" -- sample --checkpoint hf --tokens 2
+
+# Messages that name the cause.
+hostile "--init of a text file" 1 "checkpoint corpus.txt is not a safetensors file" -- train "${MODEL[@]}" --steps 1 --init corpus.txt
+hostile "--resume of a missing path" 1 "checkpoint nowhere does not exist" -- train "${MODEL[@]}" --steps 1 --resume nowhere
+hostile "--init of a missing path" 1 "checkpoint nowhere does not exist" -- train "${MODEL[@]}" --steps 1 --init nowhere
+mkdir -p empty_dir
+hostile "--resume of an empty directory" 1 "has no trainer.json: it is not a lattice checkpoint directory \(it is empty\)" -- \
+  train "${MODEL[@]}" --steps 1 --resume empty_dir
+rm -rf tok && cp -r data tok
+python3 -c "import json; p='tok/tokenizer.json'; d=json.load(open(p)); d['vocab'] = 300; json.dump(d, open(p, 'w'))"
+hostile "a tokenizer.json with an edited vocab" 1 "records a vocabulary of 300 but its bytes tokenizer has 256 tokens" -- \
+  train --data tok --layers 1 --hidden 32 --heads 2 --seq-len 16 --steps 1
+
+# Sizes: a plan past any machine is refused in one line (it printed -9223372036854775808 B, and a
+# wider one died of SIGFPE in oneDNN).
+hostile "plan of a 1e21-byte model" 1 "past the 2\^62 a size is counted in" -- \
+  plan --layers 10000 --hidden 1048576 --heads 16 --seq-len 1048576 --micro-batch 1024
+hostile "plan of a 2^20-wide model at 2^20 sequences" 1 "past the 2\^62 a size is counted in" -- \
+  plan --layers 10000 --hidden 1048576 --heads 1048576 --seq-len 1048576 --micro-batch 1048576
+
+# eval of a bf16-weights checkpoint reproduces the run's own final eval exactly (fp32 masters rounded).
+"$LATTICE" train "${MODEL[@]}" --steps 3 --params-dtype bf16 --eval-every 3 --eval-batches 2 --save bf --json \
+  > bf.jsonl 2>/dev/null
+run_loss=$(python3 -c "import json; print(repr([json.loads(l) for l in open('bf.jsonl') if '\"eval\"' in l][-1]['loss']))")
+"$LATTICE" eval --checkpoint bf --data data/val.bin --batches 2 --micro-batch 2 --json > bf_eval.json 2>/dev/null
+eval_loss=$(python3 -c "import json; print(repr(json.load(open('bf_eval.json'))['loss']))")
+check "eval of a bf16 run: $eval_loss is the run's $run_loss" test "$eval_loss" = "$run_loss"
+
+hostile_summary
+[ "$failures" -eq 0 ] && echo "all flag-rule checks passed" || { echo "$failures failed"; exit 1; }
