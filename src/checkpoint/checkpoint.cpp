@@ -277,7 +277,7 @@ void check_hf_config(const std::string& dir, const ModelConfig& c) {
   if (!fs::exists(path, ec)) return;
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_text(path));
+    j = nlohmann::json::parse(read_regular_file(path, "config.json", size_t(64) << 20));
   } catch (const nlohmann::json::exception& e) {
     fail("checkpoint " + path + " is not valid JSON: " + e.what());
   }
