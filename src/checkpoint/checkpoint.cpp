@@ -338,6 +338,16 @@ ResumeState read_resume_state(const std::string& dir) {
     r.loss_scale = number(ls, "scale", 1.0, 4294967296.0, where + " (loss_scale)");
     r.clean_steps = integer(ls, "clean_steps", 0, INT64_MAX / 2, where + " (loss_scale)");
   }
+  if (state.contains("recent_losses")) {
+    const nlohmann::json& losses = state["recent_losses"];
+    require(losses.is_array() && losses.size() <= kMaxRecentLosses,
+            where + ": \"recent_losses\" must be an array of at most " + std::to_string(kMaxRecentLosses) + " losses");
+    for (const nlohmann::json& loss : losses) {
+      require(loss.is_number() && std::isfinite(loss.get<double>()) && loss.get<double>() >= 0,
+              where + ": \"recent_losses\" holds " + loss.dump() + ", not a finite loss >= 0");
+      r.recent_losses.push_back(loss.get<double>());
+    }
+  }
   return r;
 }
 

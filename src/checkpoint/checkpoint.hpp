@@ -74,7 +74,11 @@ struct ResumeState {
   int64_t clean_steps = 0;
   int64_t global_batch = 0;  // 0: not recorded
   int shuffle = -1;          // -1: not recorded
+  // The run's last step losses, oldest first ("recent_losses"): the loss-spike guard's window
+  // (train/loss_spike_guard.hpp). Empty where not recorded (an older checkpoint).
+  std::vector<double> recent_losses;
 };
+inline constexpr size_t kMaxRecentLosses = 4096;  // a bound on what a resume reads, above any window
 ResumeState read_resume_state(const std::string& dir);
 
 // The model configuration as trainer.json records it ("model"), and read back from a checkpoint.

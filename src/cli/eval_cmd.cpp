@@ -26,7 +26,9 @@ int run_eval(int argc, char** argv) {
   app.add_option("--checkpoint", checkpoint, "checkpoint directory (or model.safetensors / llm.c .bin with shape flags)")
       ->required();
   app.add_option("--data", data_file, "token file, e.g. data/val.bin")->required();
-  app.add_option("--batches,--eval-iters", batches, "micro-batches to evaluate")->capture_default_str();
+  app.add_option("--batches,--eval-iters", batches,
+                 "micro-batches to evaluate (default 8, or all the file holds if fewer; never wraps around)")
+      ->capture_default_str();
   app.add_option("--micro-batch,--micro-batch-size", micro_batch, "sequences per micro-batch")->capture_default_str();
   add_model_flags(app, model);
   app.add_flag("--json", json, "print {\"event\":\"eval\",...} on stdout");
@@ -47,6 +49,19 @@ int run_eval(int argc, char** argv) {
               tokenizer.fingerprint());
   const auto file = data::TokenFile::load(data_file, c.vocab);
   const data::BatchLoader loader(file, c.seq_len, micro_batch, 0, false);
+  // Past the file's windows the loader wraps to its start: those tokens would be counted twice.
+  const int64_t held = loader.windows() / micro_batch;
+  require(held >= 1, data_file + " holds " + std::to_string(loader.windows()) + " sequences of " +
+                         std::to_string(c.seq_len) + " tokens, fewer than one --micro-batch of " +
+                         std::to_string(micro_batch) + " (lower --micro-batch)");
+  const bool capped = batches > held;
+  if (capped) {
+    require(app.count("--batches") == 0,
+            "--batches " + std::to_string(batches) + " is more than " + data_file + " holds: " + std::to_string(held) +
+                " batches of " + std::to_string(micro_batch) + " sequences of " + std::to_string(c.seq_len) +
+                " tokens (more would wrap around and count tokens twice)");
+    batches = held;  // the default: the whole file, said in the result line
+  }
   std::vector<int32_t> inputs(size_t(micro_batch * c.seq_len)), targets(inputs.size());
   double sum = 0.0;
   for (int64_t k = 0; k < batches; ++k) {
@@ -64,12 +79,13 @@ int run_eval(int argc, char** argv) {
                                     : tokenizer.kind() == data::TokenizerKind::bytes;
   const double bpb = data::bits_per_byte(loss, name == "train.bin" ? sizes.train : sizes.val);
   if (json) {
-    nlohmann::json j{{"event", "eval"}, {"loss", loss}, {"tokens", tokens}};
+    nlohmann::json j{{"event", "eval"}, {"loss", loss}, {"tokens", tokens}, {"batches", batches}};
     if (known) j["bits_per_byte"] = bpb;
     std::cout << j.dump() << "\n";
   } else {
-    std::fprintf(stderr, "eval loss %.4f%s over %lld tokens of %s\n", loss, bits_per_byte_note(known ? bpb : 0).c_str(),
-                 (long long)tokens, data_file.c_str());
+    std::fprintf(stderr, "eval loss %.4f%s over %lld tokens of %s%s\n", loss, bits_per_byte_note(known ? bpb : 0).c_str(),
+                 (long long)tokens, data_file.c_str(),
+                 capped ? " (all it holds: fewer than the default 8 batches)" : "");
   }
   return 0;
 }

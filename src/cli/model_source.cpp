@@ -8,6 +8,7 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "analysis/formulas.hpp"
+#include "analysis/memory_categories.hpp"
 #include "core/error.hpp"
 #include "core/memory_limit.hpp"
 #include "data/tokenizer_files.hpp"
@@ -88,12 +89,26 @@ std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, con
   }
   config.dropout = 0.0;
   config.validate();
-  const double workspace = analysis::forward_workspace_bytes(config.seq_len, double(rows), config.hidden,
-                                                            config.heads, config.padded_vocab());
-  require_fits_memory(4.0 * double(config.num_params()) + workspace, "the model and one micro-batch",
-                      "lower --micro-batch");
   LayoutConfig layout;
   layout.activation_dtype = activation_dtype;
+  // As train's check (train/validate.cpp): the weights, the layer workspace, one layer's kept tensors
+  // (an inference forward releases each layer's as it goes) and the head's. A lower bound in double
+  // first, so an absurd shape is refused before the exact sizes could overflow.
+  const double s = config.seq_len, b = double(rows), h = config.hidden, a = config.heads, v = config.padded_vocab();
+  const double weights = 4.0 * double(config.num_params());
+  const char* what = "the model and one micro-batch (weights, workspace, one layer's activations, logits)";
+  require_fits_memory(weights + analysis::forward_workspace_bytes(s, b, h, a, v), what, "lower --micro-batch");
+  if (s * b * (4 * h + v) < 0x1p50 && a * s * s * b < 0x1p50) {
+    const analysis::ActivationShape shape{config.seq_len, rows, config.hidden, config.heads, config.padded_vocab(), 1,
+                                          false, bytes_of(activation_dtype), false, layout.fused_attention(),
+                                          layout.pack_masks, layout.fp8_kept};
+    const double forward = double(analysis::layer_workspace(rows, config.seq_len, config.hidden, config.heads,
+                                                            config.padded_vocab(), !layout.fused_attention(),
+                                                            layout.pack_masks).bytes()) +
+                           double(analysis::layer_activation_bytes(shape, false, false)) +
+                           double(analysis::extra_activation_bytes(shape, 1, 1));
+    require_fits_memory(weights + forward, what, "lower --micro-batch");
+  }
   auto model = std::make_unique<GPT>(config, layout, 0);
   checkpoint::load_weights(checkpoint, *model);
   // The run computed with its 16-bit weights (its own evaluation too), not with the fp32 masters the

@@ -35,6 +35,7 @@ int run_report(int argc, char** argv) {
   require(fs::exists(log, ec), run + " does not exist");
   require(!html.empty() && html.back() != '/' && !fs::is_directory(html, ec), "--html " + html + " must name a file");
   const RunRecords records = read_run_records(log);  // before anything is created for the output
+  if (records.skipped_lines > 0) std::fprintf(stderr, "lattice report: warning: %s\n", records.skipped_warning().c_str());
   if (directory && trace.empty()) {
     // The trace the run wrote into its directory (its start record names it), never an older run's.
     const nlohmann::json& own = records.start.is_object() && records.start.contains("report_trace")

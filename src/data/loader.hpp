@@ -24,6 +24,9 @@ class BatchLoader {
   // shuffle on: hash(seed, w) mod (n - seq_len), a stateless counter-based draw.
   int64_t window_start(int64_t step, int64_t row) const;
 
+  // W = (n - 1) / seq_len: the windows that follow one another through the file. Shuffle off, the
+  // first W windows read (steps times rows) are each read once; the next wraps to the start.
+  int64_t windows() const { return (int64_t(file_.size()) - 1) / seq_len_; }
   int seq_len() const { return seq_len_; }
   int64_t global_batch() const { return global_batch_; }
 

@@ -83,6 +83,7 @@ RunLog::RunLog(bool json_stdout, const std::string& report_dir, const std::strin
     const size_t keep = text.empty() || text.back() == '\n' ? text.size() : text.rfind('\n') + 1;  // npos + 1 = 0
     if (keep != text.size()) require(::ftruncate(fd_, off_t(keep)) == 0, "--report-dir: cannot repair " + path);
     if (keep > 0) run_ = read_run_records(path);
+    if (run_.skipped_lines > 0) std::fprintf(stderr, "lattice train: warning: %s\n", run_.skipped_warning().c_str());
     ::lseek(fd_, 0, SEEK_END);
   } else {
     require(::ftruncate(fd_, 0) == 0, "--report-dir: cannot write " + path);
@@ -107,11 +108,15 @@ void RunLog::record(const nlohmann::json& given) {
     std::cout << line;
     standard_output::flush();
   }
-  if (dir_.empty()) return;
+  if (dir_.empty() || stopped_) return;
   for (size_t done = 0; done < line.size();) {
     const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    require(n > 0, "--report-dir: cannot write " + log_path(dir_) + ": " + std::strerror(errno));
+    if (n <= 0) {
+      // The report is for looking at: a log that cannot be written stops it, never the training or its --save.
+      stop_log("cannot write " + log_path(dir_) + ": " + std::strerror(n < 0 ? errno : ENOSPC));
+      return;
+    }
     done += size_t(n);
   }
   run_.add(record);
@@ -122,8 +127,14 @@ void RunLog::record(const nlohmann::json& given) {
 
 void RunLog::finish() { render(true); }
 
+void RunLog::stop_log(const std::string& why) {
+  stopped_ = true;
+  std::fprintf(stderr, "lattice train: warning: --report-dir %s: %s; the report stops here, training and --save go on\n",
+               dir_.c_str(), why.c_str());
+}
+
 void RunLog::render(bool with_trace) {
-  if (dir_.empty() || run_.steps.empty()) return;
+  if (dir_.empty() || stopped_ || (run_.steps.empty() && run_.summary.is_null())) return;
   last_render_ = std::chrono::steady_clock::now();
   std::error_code ec;
   // The trace is written at the end of the run: a file at its path before then is an older run's.
@@ -132,8 +143,11 @@ void RunLog::render(bool with_trace) {
     const std::string page = run_report_html(run_, trace);
     write_output_file((fs::path(dir_) / kRunReport).string(), OutputKind::html, "--report-dir", page);
   } catch (const std::exception& e) {
-    // The report is for looking at: a full disk or an odd record must not stop the training.
-    if (!warned_) std::fprintf(stderr, "lattice train: warning: report.html not redrawn: %s\n", e.what());
+    // The page is for looking at: a full disk or an odd record must not stop the training, nor the
+    // log (`lattice report` draws the page from it). Said once; drawing is tried again at the next turn.
+    if (!warned_)
+      std::fprintf(stderr, "lattice train: warning: report.html not redrawn: %s (run.jsonl, training and --save go on)\n",
+                   e.what());
     warned_ = true;
   }
 }

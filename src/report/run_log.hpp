@@ -31,19 +31,22 @@ class RunLog {
   ~RunLog();
   RunLog(const RunLog&) = delete;
   RunLog& operator=(const RunLog&) = delete;
-  // Prints the record (--json) and appends it to run.jsonl; a record that cannot be written to the
-  // log stops the run (InputError). A report that cannot be redrawn is a warning: training goes on.
+  // Prints the record (--json) and appends it to run.jsonl. A log that cannot be written (a full
+  // disk) stops the report with one warning; a page that cannot be drawn or written is one warning,
+  // and the log goes on. Training and its saves go on either way.
   void record(const nlohmann::json& given);
   void finish();  // report.html with the trace: the end of the run, after the trace is written
 
  private:
   void render(bool with_trace);
+  void stop_log(const std::string& why);  // its one warning; nothing more is written to the directory
   bool json_stdout_;
   std::string dir_, trace_;
   int fd_ = -1;
   RunRecords run_;
   std::chrono::steady_clock::time_point last_render_;
-  bool warned_ = false;
+  bool warned_ = false;   // report.html could not be redrawn (said once)
+  bool stopped_ = false;  // run.jsonl could not be written: the report stopped
 };
 
 }  // namespace lattice

@@ -10,7 +10,6 @@
 
 #include "core/chart.hpp"
 #include "core/error.hpp"
-#include "core/input_file.hpp"
 #include "core/html_page.hpp"
 #include "report/schedule_svg.hpp"
 #include "report/step_report.hpp"
@@ -334,62 +333,6 @@ std::string timeline(const RunRecords& run, const std::string& trace_path) {
 }
 
 }  // namespace
-
-void RunRecords::add(const json& record) {
-  const std::string event = record.value("event", std::string());
-  const double at = number(record, "step");
-  // A resumed run repeats the steps after its checkpoint: what came after them before is superseded.
-  auto drop_from = [&](std::vector<json>& kept) {
-    while (!kept.empty() && number(kept.back(), "step") >= at) kept.pop_back();
-  };
-  if (event == "start") {
-    start = record, summary = nullptr;
-  } else if (event == "step") {
-    drop_from(steps), drop_from(evals);
-    steps.push_back(record);
-    if (steps.size() > 2 * kMaxSteps) {
-      std::vector<json> thinned;
-      for (size_t i = 0; i < steps.size(); ++i)
-        if (i % 2 == 0 || i + 1 == steps.size()) thinned.push_back(std::move(steps[i]));
-      steps = std::move(thinned);
-    }
-  } else if (event == "eval" && record.contains("step")) {
-    drop_from(evals);
-    evals.push_back(record);
-  } else if (event == "summary") {
-    summary = record;
-  }
-}
-
-RunRecords read_run_records(const std::string& path) {
-  require_regular_file(path, "run log");
-  std::ifstream in(path);
-  require(bool(in), "cannot read " + path);
-  RunRecords run;
-  std::string line;
-  int64_t number_of_line = 0;
-  while (std::getline(in, line)) {
-    ++number_of_line;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const bool last_cut_short = in.eof();  // getline reached the end without a newline
-    json record;
-    try {
-      record = json::parse(line);
-    } catch (const json::exception&) {
-      if (last_cut_short) break;  // a run killed mid-line: its complete records stand
-      throw InputError(path + " line " + std::to_string(number_of_line) +
-                       " is not JSON (a report reads the JSON Lines of lattice train --json)");
-    }
-    require(record.is_object(), path + " line " + std::to_string(number_of_line) + " is not a JSON object");
-    try {
-      run.add(record);
-    } catch (const json::exception&) {
-      throw InputError(path + " line " + std::to_string(number_of_line) + ": \"event\" is not a string");
-    }
-  }
-  require(!run.steps.empty(), path + " holds no training step (is it the output of lattice train --json?)");
-  return run;
-}
 
 std::string run_report_html(const RunRecords& run, const std::string& trace_path) {
   html::Page page;

@@ -4,7 +4,8 @@
 // one exists, its trace — loss and validation curves, learning rate, gradient norm, tokens/s and
 // MFU over steps, every rank's memory by category and kept activations by layer and op (measured
 // beside the formulas), bytes sent by group and operator, and the pipeline timeline per rank.
-// `lattice report` and the trainer's report directory both draw through run_report_html.
+// `lattice report` and the trainer's report directory both draw through run_report_html (run_report.cpp);
+// the records are read and checked by read_run_records (run_records.cpp).
 #include <string>
 #include <vector>
 
@@ -22,12 +23,20 @@ struct RunRecords {
   nlohmann::json start;  // {"event":"start"}: configuration and predictions (null if absent)
   std::vector<nlohmann::json> steps, evals;
   nlohmann::json summary;  // null while the run goes on
+  // Records read_run_records left out, and the first of them: "PATH line N: why".
+  int64_t skipped_lines = 0;
+  std::string first_skipped;
   void add(const nlohmann::json& record);
+  // "PATH line N: why: left out (and M more bad lines)", or "" when none was: a warning's text.
+  std::string skipped_warning() const;
 };
 
 // Reads a JSON Lines file. Throws InputError naming the file and line of a record that is not a
 // JSON object, and a file holding no training step ("is this lattice train --json output?"). A last
-// line cut short (no newline: a killed run, a full disk) is left out, not an error.
+// line cut short (no newline: a killed run, a full disk) is left out, not an error. A record that
+// cannot be a run's is left out and counted (skipped_lines): a number not finite, a step or
+// evaluation whose "step" is no integer >= 0 or whose "loss" is no number, a step not above the one
+// before it but after a start record (a resume).
 RunRecords read_run_records(const std::string& path);
 
 // trace_path: a `lattice train --trace` file, or "" (no timeline section).

@@ -36,7 +36,7 @@ std::string nonfinite(double loss) { return std::isnan(loss) ? "NaN" : "infinite
 
 Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const TrainConfig& train,
                  comm::Distributed* dist)
-    : model_config_(model), layout_(layout), config_(train), dist_(dist) {
+    : model_config_(model), layout_(layout), config_(train), dist_(dist), spike_guard_(model.vocab) {
   if (dist_) {
     require(dist_->layout().tp == layout_.tp && dist_->layout().pp == layout_.pp,
             "the process groups disagree with the layout flags");
@@ -99,6 +99,17 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     require(config_.steps >= resume_state.step,
             "--steps " + std::to_string(config_.steps) + " is below the step of checkpoint " + config_.resume + " (" +
                 std::to_string(resume_state.step) + "): nothing to train (raise --steps)");
+    // PipeDream-2BW's next batch reads the older of its two versions: another schedule would drop it.
+    require(resume_state.weight_versions == 1 || parallel::pipeline::parse_schedule_kind(config_.schedule) ==
+                                                     parallel::pipeline::ScheduleKind::pipedream_2bw,
+            "checkpoint " + config_.resume + " holds PipeDream-2BW's two weight versions: resume it with --schedule "
+            "pipedream-2bw (--schedule " + config_.schedule + " would drop the version its next batch reads)");
+    spike_guard_ = LossSpikeGuard(model_config_.vocab, resume_state.recent_losses);
+    // A save over the resumed checkpoint keeps it until a sound one replaces it.
+    std::error_code ec;
+    if (!config_.save.empty() && std::filesystem::weakly_canonical(config_.save, ec) ==
+                                     std::filesystem::weakly_canonical(config_.resume, ec))
+      saved_step_ = resume_state.step;
   }
   // Destinations are checked before hours of training, not after (world rank 0 writes them), under
   // the one output rule (core/output_path.hpp); the checkpoint directory is locked for the run's life.
@@ -138,6 +149,16 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   if (config_.eval_every > 0 && !val_loader_ && is_logging_rank())
     std::fprintf(stderr, "lattice train: note: %s is missing or shorter than one sequence: --eval-every evaluates "
                  "on train.bin\n", val_path.c_str());
+  // An evaluation reads val.bin from its start; past its end it would wrap and count tokens twice.
+  if (config_.eval_every > 0 && val_loader_ &&
+      config_.eval_batches * config_.micro_batch > std::max<int64_t>(val_loader_->windows(), config_.micro_batch)) {
+    const int64_t held = std::max<int64_t>(val_loader_->windows() / config_.micro_batch, 1);
+    if (is_logging_rank())
+      std::fprintf(stderr, "lattice train: note: %s holds %lld batch(es) of --micro-batch %d: --eval-every evaluates "
+                   "those, not --eval-batches %lld\n", val_path.c_str(), (long long)held, config_.micro_batch,
+                   (long long)config_.eval_batches);
+    config_.eval_batches = held;
+  }
 
   parallel::TensorParallel tp;
   if (dist_) tp = {&dist_->tp(), layout_.sequence_parallel};
@@ -261,7 +282,10 @@ StepResult Trainer::train_step() {
     throw TrainingError("loss is " + nonfinite(r.loss) + " at step " + std::to_string(r.step) +
                         ": training stopped (lower --lr or check the data)" + saved_note());
   }
-  promote_save();  // the saved weights (this step's) gave a finite loss
+  // The saved weights (this step's) gave a finite loss: promoted unless it is an outlier.
+  const std::string refused = promote_if_sound(r.loss);
+  if (!refused.empty() && is_logging_rank()) std::fprintf(stderr, "lattice train: warning: %s\n", refused.c_str());
+  spike_guard_.add(r.loss);
 
   TraceSpan optimizer_span(Trace::Kind::optimizer, -1, -1, step_ - 1);
   using parallel::pipeline::Phase;
@@ -313,14 +337,14 @@ double Trainer::forward_backward(uint64_t batch, parallel::pipeline::Phase phase
   return global_loss(loss_sum) / tokens;
 }
 
-void Trainer::promote_checked_save() {
+std::string Trainer::promote_checked_save() {
   const double loss = loss_of_next_batch();
   if (!std::isfinite(loss)) {
     staged_.reset();
     throw TrainingError("the weights of step " + std::to_string(step_) + " give a " + nonfinite(loss) +
                         " loss: not saved" + saved_note());
   }
-  promote_save();
+  return promote_if_sound(loss);
 }
 
 double Trainer::loss_of_next_batch() {
@@ -556,7 +580,8 @@ int Trainer::run() {
     if (config_.save_every > 0 && r.step % config_.save_every == 0 && r.step < config_.steps) {
       stage_save(config_.save);
       // PipeDream-2BW's newest weights are first read two steps on: checked now, not by the next step.
-      if (states_->versions() == 2) promote_checked_save();
+      const std::string refused = states_->versions() == 2 ? promote_checked_save() : "";
+      if (!refused.empty() && log) std::fprintf(stderr, "lattice train: warning: %s\n", refused.c_str());
     }
     if (config_.eval_every > 0 && r.step % config_.eval_every == 0) {
       const double eval_loss = evaluate(config_.eval_batches);
@@ -570,16 +595,19 @@ int Trainer::run() {
                      bits_per_byte_note(bits_per_byte_known() ? bpb : 0).c_str());
     }
   }
+  std::string final_refused;  // why the final save was not promoted (said last; the run exits 1)
   if (!config_.save.empty()) {
     stage_save(config_.save);
-    promote_checked_save();
+    final_refused = promote_checked_save();
   }
   if (!config_.trace.empty()) write_trace(Trace::instance(), config_.trace, dist_ ? &dist_->world() : nullptr,
                                           dist_ ? dist_->rank() : 0, trace_rules());
 
   summarize({first_loss, last_loss, total_s, timed_steps, step_flops, tokens, peak, world});
   if (run_log_) run_log_->finish();
-  return 0;
+  if (final_refused.empty()) return 0;
+  if (log) std::fprintf(stderr, "lattice train: error: %s\n", final_refused.c_str());
+  return 1;
 }
 
 }  // namespace lattice

@@ -21,6 +21,7 @@
 #include "report/step_report.hpp"
 #include "tensor/kept_bytes.hpp"
 #include "train/loss_scaler.hpp"
+#include "train/loss_spike_guard.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "train/train_config.hpp"
 
@@ -50,10 +51,10 @@ class Trainer {
   Optimizer& optimizer() { return *optimizer_; }
   int64_t step() const { return step_; }
   // Writes a checkpoint of the current weights to a temporary directory beside `dir` (collective;
-  // world rank 0 writes). It replaces the previous checkpoint only once promote_save() has seen the
-  // next loss finite: the last checkpoint on disk is always one whose weights train on.
+  // world rank 0 writes). It replaces the previous checkpoint only once the loss its weights give is
+  // finite and no outlier against the run's recent losses (promote_if_sound): the last checkpoint on
+  // disk is always one whose weights train on.
   void stage_save(const std::string& dir);
-  void promote_save();
   int64_t saved_step() const { return saved_step_; }  // the step the checkpoint on disk holds (-1: none)
   bool is_logging_rank() const { return !dist_ || dist_->rank() == 0; }
 
@@ -108,8 +109,15 @@ class Trainer {
   // The loss of the newest weights on a batch they have not trained on (forward and backward as a
   // step runs them, no update): what a save is checked with before it replaces the last one.
   double loss_of_next_batch();
-  // The staged save promoted once loss_of_next_batch() is finite (TrainingError otherwise).
-  void promote_checked_save();
+  // The staged save promoted once loss_of_next_batch() is finite (TrainingError otherwise) and no
+  // outlier; returns why it was not (empty: promoted).
+  std::string promote_checked_save();
+  // Promotes the staged save (if any) unless `loss`, its weights' loss on a batch they have not
+  // trained on, is an outlier for spike_guard_: then the save is dropped, the JSON stream gets a
+  // {"event":"promotion_refused"} record, and the one line saying why is returned (empty: promoted).
+  std::string promote_if_sound(double loss);
+  void promote_save();
+  LossSpikeGuard spike_guard_;  // the run's recent step losses (saved in trainer.json, resumed)
   double global_loss(double loss_sum);  // summed over the last stage and the DP replicas
   std::array<comm::Communicator*, 2> stage_and_replica_groups();  // PP then DP; null where absent
   void sum_over_stages_and_replicas(std::span<float> values);  // in place, over PP then DP

@@ -1,6 +1,8 @@
 // Trainer::stage_save: the whole model in one rank's layout, streamed tensor by tensor from the TP
 // shards, pipeline stages and ZeRO pieces that hold it to world rank 0, which writes it
-// (train/checkpoint_stream.hpp, checkpoint/checkpoint.hpp).
+// (train/checkpoint_stream.hpp, checkpoint/checkpoint.hpp); and its promotion past the loss-spike guard.
+#include <filesystem>
+
 #include "checkpoint/checkpoint.hpp"
 #include "comm/gather_int64.hpp"
 #include "core/stage_partition.hpp"
@@ -26,7 +28,8 @@ void Trainer::stage_save(const std::string& dir) {
                           {"updates_applied", step_ - loss_scaler_.skipped},
                           {"schedule", config_.schedule},
                           {"tokenizer", tokenizer_.fingerprint()},
-                          {"weight_versions", states_->versions()}};
+                          {"weight_versions", states_->versions()},
+                          {"recent_losses", spike_guard_.history()}};
   if (loss_scaler_.active)
     state["loss_scale"] = {{"scale", loss_scaler_.scale}, {"clean_steps", loss_scaler_.clean_steps}};
   // Tensor states are whole-tensor vectors, the same on every TP and DP rank; stages hold different
@@ -62,6 +65,35 @@ void Trainer::stage_save(const std::string& dir) {
   staged_ = std::move(staged);
   staged_step_ = step_;
   if (dist_) dist_->world().barrier();
+}
+
+std::string Trainer::promote_if_sound(double loss) {
+  if (staged_step_ < 0) return "";
+  const LossSpikeGuard::Verdict verdict = spike_guard_.judge(loss);
+  if (!verdict.outlier) {
+    promote_save();
+    return "";
+  }
+  const int64_t refused_step = staged_step_;
+  staged_.reset();  // removes the staged directory: the checkpoint on disk stays as it was
+  staged_step_ = -1;
+  if (run_log_) {
+    const LossSpikeGuard::WindowStats& w = verdict.window;
+    run_log_->record({{"event", "promotion_refused"},
+                      {"step", refused_step},
+                      {"loss", loss},
+                      {"rule", LossSpikeGuard::name(verdict.rule)},
+                      {"limit", verdict.threshold},
+                      {"window", {{"losses", w.losses}, {"mean", w.mean}, {"std", w.std}, {"median", w.median}}},
+                      {"save", config_.save},
+                      {"kept_step", saved_step_ >= 0 ? nlohmann::json(saved_step_) : nlohmann::json(nullptr)}});
+  }
+  std::error_code ec;
+  const std::string kept = saved_step_ >= 0 ? "kept the checkpoint of step " + std::to_string(saved_step_) + " in " + config_.save
+                           : std::filesystem::exists(config_.save, ec) ? "left " + config_.save + " as it was"
+                                                                        : "wrote nothing to " + config_.save;
+  return "the checkpoint of step " + std::to_string(refused_step) + " was not promoted: " +
+         LossSpikeGuard::describe(loss, verdict) + "; " + kept;
 }
 
 void Trainer::promote_save() {

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -252,8 +253,7 @@ void Trainer::summarize(const RunTotals& t) {
     }
     nlohmann::json summary = {{"event", "summary"},
                               {"steps", step_},
-                              {"first_loss", t.first_loss},
-                              {"final_loss", t.last_loss},
+
                               {"tokens_per_s", tokens_per_s},
                               {"mfu", mfu},
                               {"parameters", model_config_.num_params()},
@@ -264,6 +264,8 @@ void Trainer::summarize(const RunTotals& t) {
                                                                                 config_.micro_batch,
                                                                                 model_config_.hidden,
                                                                                 layout_.tp, n_mb)}}}};
+    // A run that trained no step (--steps 0, or --steps at a resumed checkpoint's step) has no loss.
+    if (std::isfinite(t.first_loss)) summary["first_loss"] = t.first_loss, summary["final_loss"] = t.last_loss;
     if (model_config_.moe.enabled()) {
       nlohmann::json layers = nlohmann::json::array();
       int i = 0;
@@ -275,8 +277,12 @@ void Trainer::summarize(const RunTotals& t) {
     run_log_->record(summary);
   }
   if (!config_.json) {
-    std::fprintf(stderr, "done: %lld steps, loss %.4f -> %.4f, %.0f tokens/s, MFU %.1f%%\n", (long long)step_,
-                 t.first_loss, t.last_loss, tokens_per_s, mfu * 100);
+    if (std::isfinite(t.first_loss))
+      std::fprintf(stderr, "done: %lld steps, loss %.4f -> %.4f, %.0f tokens/s, MFU %.1f%%\n", (long long)step_,
+                   t.first_loss, t.last_loss, tokens_per_s, mfu * 100);
+    else
+      std::fprintf(stderr, "done: no step trained (the run is at step %lld of --steps %lld)\n", (long long)step_,
+                   (long long)config_.steps);
     print_memory_table(reports[0]);
     int i = 0;
     for (int l = 0; l < model_config_.layers; ++l) {
