@@ -138,7 +138,10 @@ std::string bound_violation(const FlagBound& b, const std::string& value, bool i
   char* end = nullptr;
   const long double v = std::strtold(value.c_str(), &end);
   const bool parsed = !value.empty() && end && *end == '\0';
-  const bool within = parsed && std::isfinite(v) && (b.lo_open ? v > b.lo : v >= b.lo) &&
+  // The lower end compared as the double the flag becomes: "0.001" as a long double is just below the
+  // double 1e-3 the table holds, and would be refused at the very bound it names.
+  const double as_double = double(v), lo_bound = double(b.lo);
+  const bool within = parsed && std::isfinite(v) && (b.lo_open ? as_double > lo_bound : as_double >= lo_bound) &&
                       (b.hi_open ? v < b.hi : v <= b.hi);
   if (within || (parsed && b.zero_is_off && v == 0)) return "";
   const std::string lo = number_text(b.lo), hi = b.hi_text.empty() ? number_text(b.hi) : std::string(b.hi_text);

@@ -15,15 +15,6 @@ namespace lattice::comm {
 
 namespace {
 
-const char* launcher_env(const char* const* names) {
-  for (const char* const* n = names; *n; ++n)
-    if (const char* value = std::getenv(*n)) return value;
-  return nullptr;
-}
-
-constexpr const char* kRankVars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", nullptr};
-constexpr const char* kSizeVars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", nullptr};
-
 std::vector<int> everyone(int world) {
   std::vector<int> all(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) all[size_t(r)] = r;
@@ -53,13 +44,6 @@ std::unique_ptr<Communicator> split(const parallel::Groups& groups, int world_ra
 }
 
 }  // namespace
-
-bool started_by_launcher() { return launcher_env(kSizeVars) != nullptr || launcher_env(kRankVars) != nullptr; }
-
-int launcher_rank() {
-  const char* value = launcher_env(kRankVars);
-  return value ? std::atoi(value) : 0;
-}
 
 MpiSession::MpiSession() {
   if (session_started) throw std::logic_error("MPI can only be started once per process");

@@ -65,12 +65,13 @@ Tokenizer load_tokenizer(const std::string& dir) {
                                                  " is missing");
     t = Tokenizer::from_model(read_all(model_path), kind, model_path);
   }
-  // Say what differs: the vocabulary alone (an edited "vocab"; the fingerprints then agree), or the model.
-  require(t.vocab() == vocab, path + " records a vocabulary of " + std::to_string(vocab) + " but its " +
-                                  to_string(kind) + " tokenizer has " + std::to_string(t.vocab()) + " tokens");
+  // Say what differs: the model (another fingerprint), or the vocabulary alone (an edited "vocab":
+  // the fingerprints then agree).
   require(t.fingerprint() == j["fingerprint"].get<std::string>(),
           path + " records tokenizer " + j["fingerprint"].get<std::string>() + " but the directory holds " +
               t.fingerprint() + (kind == TokenizerKind::bytes ? "" : " (" + model_path_of(dir) + " was replaced)"));
+  require(t.vocab() == vocab, path + " records a vocabulary of " + std::to_string(vocab) + " but its " +
+                                  to_string(kind) + " tokenizer has " + std::to_string(t.vocab()) + " tokens");
   return t;
 }
 

@@ -53,11 +53,11 @@ grep -q "Expert-data-parallel groups (8)" "$SCRATCH/ep.svg" || fail "the SVG has
 expect() { expect_status groups "$@"; }  # expect <status> <text in stderr> <args...>
 expect 1 "world size 6 is not divisible by t·p = 4" --world 6 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
 expect 1 "needs at least 8 ranks but the world size is 4" --world 4 --tensor-model-parallel-size 8
-expect 1 "tensor-model-parallel size must be at least 1" --world 4 --tensor-model-parallel-size 0
-expect 1 "world size must be between 1" --world 0
+expect 1 "--tensor-model-parallel-size must be between 1 and" --world 4 --tensor-model-parallel-size 0
+expect 1 "--world must be between 1 and" --world 0
 expect 1 "--expert-model-parallel-size 4 does not divide the data-parallel size 2 (world 4 / t·p = 2)" \
   --world 4 --tensor-model-parallel-size 2 --expert-model-parallel-size 4
-expect 1 "--expert-model-parallel-size must be at least 1 (got 0)" --world 4 --ep 0
+expect 1 "--expert-model-parallel-size must be between 1 and .* (got 0)" --world 4 --ep 0
 expect 2 "--expert-model-parallel-size = two" --world 4 --ep two
 expect 1 "--svg draws at most" --world 8192 --svg "$SCRATCH/big.svg"
 expect 2 "--world" --tensor-model-parallel-size 2

@@ -19,8 +19,8 @@ expect_error "expert choice without capacity" "expert-choice needs a capacity" "
   --moe-router expert-choice --moe-no-drop
 expect_error "groups not dividing the micro-batch" "--moe-groups 3 does not divide" "${B[@]}" --num-experts 4 --moe-groups 3
 expect_error "MoE flags on a dense model" "need a Mixture-of-Experts model" "${B[@]}" --moe-router switch
-expect_error "negative expert count" "--num-experts must be 0" "${B[@]}" --num-experts -2
-expect_error "expert dropout 1" "--expert-dropout must be in" "${B[@]}" --num-experts 4 --expert-dropout 1
+expect_error "negative expert count" "--num-experts must be between 0 and" "${B[@]}" --num-experts -2
+expect_error "expert dropout 1" "--expert-dropout must be a finite number in \[0, 1)" "${B[@]}" --num-experts 4 --expert-dropout 1
 expect_error "EP on one process" "expert-model-parallel-size 2 does not divide" "${B[@]}" --num-experts 4 --ep 2
 
 # mpirun: E not divisible by e, and an EP size the world cannot hold, from rank 0 only.

@@ -140,7 +140,7 @@ PY
 expect() { expect_status plan "$@"; }
 expect 1 "must be divisible by the expert-parallel size" --num-experts 6 --ep 4 --gpus 8
 expect 1 "--moe-router-topk must be between 1 and 4" --num-experts 4 --moe-router-topk 5
-expect 1 "--moe-expert-capacity-factor must be in" --num-experts 4 --moe-expert-capacity-factor=-0.5
+expect 1 "--moe-expert-capacity-factor must be a finite number in" --num-experts 4 --moe-expert-capacity-factor=-0.5
 expect 1 "must divide the data-parallel size" --num-experts 8 --ep 8 --gpus 4
 expect 1 "must divide the data-parallel size" --num-experts 8 --ep 2 --gpus 3
 expect 1 "needs an MoE model" --ep 2 --gpus 2

@@ -60,7 +60,7 @@ expect 1 "micro-batches (6) to be a multiple of the pipeline-model-parallel size
 expect 1 "needs virtual stages m >= 2" $P 4 --micro-batches 8 --schedule interleaved
 expect 1 "virtual stages > 1 need the interleaved schedule" $P 4 --micro-batches 8 --virtual-stages 2
 expect 1 "needs pipeline-model-parallel size p >= 2" $P 1 --micro-batches 4 --schedule interleaved --virtual-stages 2
-expect 1 "pipeline-model-parallel size must be between 1" $P 0 --micro-batches 4
+expect 1 "--pipeline-model-parallel-size must be between 1 and" $P 0 --micro-batches 4
 expect 1 "micro-batches must be between 1" $P 2 --micro-batches 0
 expect 1 "unknown schedule 'zb'" $P 2 --micro-batches 4 --schedule zb
 expect 1 "forward and backward times must be positive" $P 2 --micro-batches 4 --backward-time 0

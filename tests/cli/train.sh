@@ -69,7 +69,7 @@ expect_error "bad magic" "magic" train --data badmagic --steps 1
 mkdir -p short && head -c 100 data/train.bin > short/train.bin
 expect_error "truncated token file" "train.bin" train --data short --steps 1
 expect_error "more ranks asked than exist" "mpirun" train "${SMALL[@]}" --tensor-model-parallel-size 2
-expect_error "unknown ZeRO stage" "--zero must be 0, 1, 2 or 3" train "${SMALL[@]}" --zero 4
+expect_error "unknown ZeRO stage" "--zero must be between 0 and 3" train "${SMALL[@]}" --zero 4
 for stage in 1 2 3; do
   "$LATTICE" train "${SMALL[@]}" --steps 1 --zero $stage > zero.out 2> zero.err
   check "ZeRO-$stage on one rank runs and says it shards nothing" grep -q "shards nothing" zero.err
@@ -78,8 +78,8 @@ expect_error "recompute-layers without full" "recompute full" train "${SMALL[@]}
 expect_error "mismatched checkpoint" "holds model" train "${SMALL[@]}" --hidden 64 --steps 4 --resume half
 cp -r half trunc && head -c 500 half/model.safetensors > trunc/model.safetensors
 expect_error "truncated checkpoint" "model.safetensors" train "${SMALL[@]}" --steps 4 --resume trunc
-expect_error "resume from nothing" "not a directory" train "${SMALL[@]}" --steps 4 --resume nothing
-expect_error "NaN loss names the step" "at step" train "${SMALL[@]}" --lr 1e30 --clip-grad 0 --warmup 0 --steps 20 --json
+expect_error "resume from nothing" "does not exist" train "${SMALL[@]}" --steps 4 --resume nothing
+expect_error "NaN loss names the step" "at step" train "${SMALL[@]}" --lr 1e12 --clip-grad 0 --warmup 0 --steps 20 --json
 expect_error "eval without checkpoint" "checkpoint" eval --checkpoint missing --data data/val.bin
 
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
