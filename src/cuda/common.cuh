@@ -1,12 +1,15 @@
 #pragma once
 // Device helpers shared by src/cuda's kernels: launch checks, grid sizes, the CPU's fast_exp/fast_tanh
-// polynomial (kernels/fast_math.hpp) in device form, bf16 rounding as tensor/bf16.hpp rounds, and
+// polynomial (kernels/fast_math.hpp) and bf16 rounding (tensor/bf16.hpp), one text for both, and
 // fixed-tree (deterministic) warp and block reductions.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+
+#include "kernels/fast_math.hpp"
+#include "tensor/bf16.hpp"
 
 namespace lattice::cuda::detail {
 
@@ -23,33 +26,12 @@ inline unsigned grid_for(int64_t n, int block = kBlock) {
   return unsigned(g < 1 ? 1 : (g > 65536 ? 65536 : g));
 }
 
-// kernels/fast_math.hpp's fast_exp, term for term (nvcc may fuse a multiply and an add where the CPU
-// build rounds twice: within an ulp or two of the CPU's value).
-__device__ __forceinline__ float fast_exp(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const float scale = __uint_as_float(uint32_t(int32_t(n) + 127) << 23);
-  return p * scale;
-}
-__device__ __forceinline__ float fast_tanh(float y) { return 1.0f - 2.0f / (fast_exp(2.0f * y) + 1.0f); }
-
-// tensor/bf16.hpp's to_bf16: nearest even, NaN kept a quiet NaN, subnormal inputs to (signed) zero.
-__device__ __forceinline__ uint16_t to_bf16_bits(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
-  if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-__device__ __forceinline__ float from_bf16_bits(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+// The CPU's fast_exp/fast_tanh and bf16 rounding, one text for both (kernels/fast_math.hpp,
+// tensor/bf16.hpp: LATTICE_HOST_DEVICE).
+using lattice::fast_exp;
+using lattice::fast_tanh;
+__device__ __forceinline__ uint16_t to_bf16_bits(float f) { return lattice::to_bf16(f); }
+__device__ __forceinline__ float from_bf16_bits(uint16_t b) { return lattice::from_bf16(b); }
 
 template <class T>
 __device__ __forceinline__ T warp_sum(T v) {

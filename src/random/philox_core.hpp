@@ -6,11 +6,7 @@
 // directly. Known-answer vectors (Random123's kat_vectors) are pinned in tests/unit/test_philox.cpp.
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define LATTICE_HOST_DEVICE __host__ __device__
-#else
-#define LATTICE_HOST_DEVICE
-#endif
+#include "core/host_device.hpp"
 
 namespace lattice {
 

@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/host_device.hpp"
+
 namespace lattice {
 
-inline uint16_t to_bf16(float f) {
+LATTICE_HOST_DEVICE inline uint16_t to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // keep NaN a NaN
@@ -15,7 +17,7 @@ inline uint16_t to_bf16(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return uint16_t(u >> 16);
 }
-inline float from_bf16(uint16_t b) {
+LATTICE_HOST_DEVICE inline float from_bf16(uint16_t b) {
   const uint32_t u = uint32_t(b) << 16;
   float f;
   std::memcpy(&f, &u, 4);
