@@ -27,6 +27,8 @@ find_nvcc() {
 header() {
   local commit gpu
   commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "unknown (no .git)")
+  # A copied tree (the lent machine's) can hold files newer than its HEAD: say so, not just HEAD.
+  git -C "$ROOT" diff --quiet HEAD -- 2>/dev/null || commit="$commit+uncommitted changes"
   gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
   record "# device-check $(date -u +%Y-%m-%dT%H:%M:%SZ) commit ${commit} gpu: ${gpu:-none seen by nvidia-smi} phases: $*"
 }
