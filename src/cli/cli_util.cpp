@@ -16,6 +16,45 @@
 
 namespace lattice::cli {
 
+namespace {
+// Edit distance, for "did you mean": a misspelt flag a letter or two away from a real one.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// CLI11's own message lists the unexpected arguments reversed (it takes a vector last argument
+// first; remaining() gives them back as typed): name them as typed, and the nearest flag.
+std::string unexpected_arguments(const CLI::App& app, const std::vector<std::string>& rest) {
+  std::string text = rest.size() == 1 ? "an argument it does not take:" : "arguments it does not take:";
+  for (const std::string& arg : rest) text += " " + arg;
+  for (const std::string& arg : rest) {
+    if (arg.rfind("--", 0) != 0) continue;
+    const std::string name = arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
+    std::string best;
+    size_t best_distance = 3;  // at most two edits away: further is a guess, not a typo
+    for (const CLI::Option* opt : app.get_options())
+      for (const std::string& candidate : opt->get_lnames()) {
+        const size_t d = edit_distance(name, candidate);
+        if (d < best_distance) best_distance = d, best = candidate;
+      }
+    if (!best.empty()) text += " (did you mean --" + best + "?)";
+    break;
+  }
+  return text + "; " + app.get_name() + " --help lists its flags";
+}
+}  // namespace
+
 std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
   std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
   try {
@@ -51,7 +90,7 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
     app.parse(args);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help (or --version): print it, succeed
-    std::string message = e.what();
+    std::string message = dynamic_cast<const CLI::ExtrasError*>(&e) ? unexpected_arguments(app, app.remaining()) : e.what();
     std::replace(message.begin(), message.end(), '\n', ' ');  // the one-line error contract
     std::fprintf(stderr, "lattice %s: error: %s\n", command.c_str(), message.c_str());
     return 2;

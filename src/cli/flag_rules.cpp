@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
-#include <set>
 #include <stdexcept>
 
 #include "core/error.hpp"
@@ -174,13 +173,9 @@ void check_repeated_flags(const CLI::App& app, const std::vector<std::string>& a
     const std::string name = args[i].substr(0, eq);
     const CLI::Option* opt = app.get_option_no_throw(name);
     if (!opt || opt->get_expected_min() == 0 || opt->get_expected_max() > 1) continue;  // a flag: twice is once
-    // Paths only: a script's settings overridden by hand (--layers 2 ... --layers 4) stay the last
-    // one's, but of two files or directories one would be silently neither read nor written.
-    static const std::set<std::string> kPathFlags = {"data", "save", "init", "resume", "report-dir", "trace",
-                                                     "checkpoint", "offload-optimizer", "offload-params", "out",
-                                                     "input", "html", "svg", "config", "from-trace", "hardware",
-                                                     "tokenizer-from"};
-    if (opt->get_lnames().empty() || !kPathFlags.count(opt->get_lnames().front())) continue;
+    // Every value flag, not just paths: of two values one would silently not be used (of two paths,
+    // one file neither read nor written). A script's setting is overridden through --config: the
+    // command line's flags replace the file's, which parse_flags puts first.
     std::string value;
     if (eq != std::string::npos) value = args[i].substr(eq + 1);
     else if (i + 1 < args.size()) value = args[++i];
