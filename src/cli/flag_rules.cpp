@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <optional>
 #include <stdexcept>
 
@@ -173,15 +174,23 @@ void check_repeated_flags(const CLI::App& app, const std::vector<std::string>& a
     const std::string name = args[i].substr(0, eq);
     const CLI::Option* opt = app.get_option_no_throw(name);
     if (!opt || opt->get_expected_min() == 0 || opt->get_expected_max() > 1) continue;  // a flag: twice is once
-    // Every value flag, not just paths: of two values one would silently not be used (of two paths,
-    // one file neither read nor written). A script's setting is overridden through --config: the
-    // command line's flags replace the file's, which parse_flags puts first.
+    // A path given twice: one of two files would silently be neither read nor written. A flag
+    // given by two of its names (--layers, --num-layers) with two values: neither spelling reads as
+    // the override of the other. The same name twice keeps "the last one wins", so a script's
+    // settings can be overridden by hand (the test scripts append to a model's flags so).
+    static const std::set<std::string> kPathFlags = {"data", "save", "init", "resume", "report-dir", "trace",
+                                                     "checkpoint", "offload-optimizer", "offload-params", "out",
+                                                     "input", "html", "svg", "config", "from-trace", "hardware",
+                                                     "tokenizer-from"};
+    const bool path = !opt->get_lnames().empty() && kPathFlags.count(opt->get_lnames().front());
     std::string value;
     if (eq != std::string::npos) value = args[i].substr(eq + 1);
     else if (i + 1 < args.size()) value = args[++i];
-    const auto [it, fresh] = seen.emplace(opt, std::make_pair(name, value));
-    require(fresh || it->second.second == value, name + " given twice: " + it->second.first + " " + it->second.second +
-                                                     " and " + name + " " + value + " (one value a flag; pass one)");
+    auto [it, fresh] = seen.emplace(opt, std::make_pair(name, value));
+    require(fresh || it->second.second == value || (!path && it->second.first == name),
+            name + " given twice: " + it->second.first + " " + it->second.second + " and " + name + " " + value +
+                " (one value a flag; pass one)");
+    if (!fresh) it->second = {name, value};
   }
 }
 

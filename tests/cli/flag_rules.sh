@@ -41,12 +41,12 @@ check "--comm-timeout 0 (off) is accepted" test $? -eq 0
 # One flag twice with two values (or by two names); a TOML key and its alias.
 hostile "--save a --save b" 2 "--save given twice: --save a and --save b" -- train "${MODEL[@]}" --steps 1 --save a --save b
 hostile "--init and its alias --load" 2 "--load given twice: --init ck and --load bf" -- train "${MODEL[@]}" --steps 1 --init ck --load bf
-hostile "--lr twice (not a path: still one value a flag)" 2 "--lr given twice: --lr 0.1 and --lr 0.2" -- \
-  train "${MODEL[@]}" --steps 1 --lr 0.1 --lr 0.2
 hostile "--num-layers and its alias --layers" 2 "--num-layers given twice: --layers 1 and --num-layers 2" -- \
   train "${MODEL[@]}" --steps 1 --num-layers 2
 printf 'lr = 0.5\n' > lr.toml
 "$LATTICE" train "${MODEL[@]}" --config lr.toml --lr 0.01 --dump-config 2>/dev/null > lr.dump
+"$LATTICE" train "${MODEL[@]}" --lr 0.1 --lr 0.01 --dump-config 2>/dev/null > lr2.dump
+check "one name twice: the last one wins (a script's setting overridden by hand)" grep -qx 'lr = 0.01' lr2.dump
 check "a config file's value is overridden on the command line" grep -qx 'lr = 0.01' lr.dump
 hostile "an unknown flag: named as typed, the nearest flag suggested" 2 \
   "arguments it does not take: --layrs 3 \(did you mean --layers\?\); lattice train --help lists its flags" -- \
