@@ -392,6 +392,12 @@ void expect_consistent_ranks(const Outcome& o, int64_t calls_per_group) {
 
 // ZeRO layouts must give the one-piece numbers up to float rounding of the reduced statistics;
 // tensor-parallel layouts (another padded vocabulary) the dense reference of their own table.
+// Why 2e-6 relative (+1e-7 of the largest) holds on any CPU: both sides run the same fp32 code and
+// differ only in the order the factored statistics (row/column sums of at most 32 squares here) are
+// added, ≤ 32·2^-24 ≈ 1.9e-6 relative in the worst case, halved by the square root the update takes;
+// a wrong shard (a piece's statistic missing or counted twice) moves an element by O(kLr) = 1e-2.
+// Against the double-precision reference, 1e-5: fp32 rounding of ~10 operations a step over kSteps
+// steps, ≤ 40·2^-24 ≈ 2.4e-6 relative, with the sums' 1.9e-6 on top.
 void check_layouts(const OptimizerConfig& config, const std::function<Tensors(const ParamTable&)>& reference,
                    int64_t calls_per_group) {
   const Tensors single = run_layout(config, {}).tensors;
