@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <system_error>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -90,15 +91,24 @@ void check_file_writable(const std::string& path, const std::string& what) {
   const std::string head = "cannot write " + what + " " + path + ": ";
   require(!fs::is_directory(path, ec), head + "it is a directory");
   const std::string parent = parent_of(path);
+  // The parents the probe needs are made for it and removed after it (deepest first): the write
+  // makes them again, and a run refused in between leaves no empty directory behind.
+  std::vector<fs::path> made;
+  for (fs::path p = parent; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) made.push_back(p);
+  const auto unmake = [&] {
+    for (const fs::path& d : made) fs::remove(d, ec);
+  };
   fs::create_directories(parent, ec);
+  if (ec) unmake();
   require(!ec, head + "cannot create " + parent + ": " + ec.message());
   // A file created and removed beside it: what the atomic write will do (permissions, read-only
   // file systems, a parent that is a file).
   const std::string probe = path + ".probe-" + std::to_string(::getpid());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  require(fd >= 0, head + errno_text());
-  ::close(fd);
-  ::unlink(probe.c_str());
+  const std::string why = fd >= 0 ? "" : errno_text();
+  if (fd >= 0) ::close(fd), ::unlink(probe.c_str());
+  unmake();
+  require(fd >= 0, head + why);
 }
 
 AtomicFile::AtomicFile(const std::string& final_path)

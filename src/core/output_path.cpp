@@ -247,17 +247,37 @@ DirLock::DirLock(const std::string& dir, const std::string& flag) {
   std::string name = ".";  // appended piece by piece: GCC 12 misreads `"." + std::string` (-Wrestrict)
   name.append(at.filename().string()).append(".lattice-lock");
   const fs::path lock = at.parent_path() / name;
+  // The parents the lock needs, made now and removed with it when still empty (a refused run
+  // leaves no empty directory behind).
+  for (fs::path p = at.parent_path(); !p.empty() && !fs::exists(p); p = p.parent_path()) made_dirs_.push_back(p.string());
   std::error_code ec;
   fs::create_directories(at.parent_path(), ec);
-  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  require(fd_ >= 0, "cannot lock " + flag + " " + dir + ": cannot open " + lock.string() + ": " + std::strerror(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    char holder[32] = {};
-    const ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
+  lock_path_ = lock.string();
+  for (;;) {
+    fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      const std::string why = std::strerror(errno);
+      lock_path_.clear();
+      release();
+      fail("cannot lock " + flag + " " + dir + ": cannot open " + lock.string() + ": " + why);
+    }
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      char holder[32] = {};
+      const ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
+      ::close(fd_), fd_ = -1;
+      lock_path_.clear();  // the holder's file, not ours to remove
+      made_dirs_.clear();
+      std::string pid = n > 0 ? std::string(holder, size_t(n)) : "";
+      pid.erase(std::remove(pid.begin(), pid.end(), '\n'), pid.end());
+      fail(flag + " " + dir + " is being written by another lattice run" + (pid.empty() ? "" : " (pid " + pid + ")"));
+    }
+    // Locked: but a holder that released it meanwhile removed the file this descriptor names, and a
+    // third run may have made a new one and locked that. Ours only if the path is still this file.
+    struct stat held {}, named {};
+    if (::fstat(fd_, &held) == 0 && ::stat(lock.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+        held.st_dev == named.st_dev)
+      break;
     ::close(fd_), fd_ = -1;
-    std::string pid = n > 0 ? std::string(holder, size_t(n)) : "";
-    pid.erase(std::remove(pid.begin(), pid.end(), '\n'), pid.end());
-    fail(flag + " " + dir + " is being written by another lattice run" + (pid.empty() ? "" : " (pid " + pid + ")"));
   }
   // Who holds it, for the message above (best effort: the lock holds without it).
   const std::string pid = std::to_string(::getpid()) + "\n";
@@ -265,15 +285,28 @@ DirLock::DirLock(const std::string& dir, const std::string& flag) {
   (void)noted;
 }
 
-DirLock::~DirLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+void DirLock::release() noexcept {
+  if (fd_ >= 0) {
+    if (!lock_path_.empty()) ::unlink(lock_path_.c_str());  // still held: no one else can own this path's file
+    ::close(fd_);  // closing releases the lock
+    fd_ = -1;
+  }
+  std::error_code ec;
+  for (const std::string& d : made_dirs_) fs::remove(d, ec);  // fails, harmlessly, unless empty
+  made_dirs_.clear();
+  lock_path_.clear();
+}
+
+void DirLock::take(DirLock& other) noexcept {
+  fd_ = other.fd_, other.fd_ = -1;
+  lock_path_ = std::move(other.lock_path_), other.lock_path_.clear();
+  made_dirs_ = std::move(other.made_dirs_), other.made_dirs_.clear();
 }
 
 DirLock& DirLock::operator=(DirLock&& other) noexcept {
   if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = other.fd_;
-    other.fd_ = -1;
+    release();
+    take(other);
   }
   return *this;
 }

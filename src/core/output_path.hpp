@@ -68,21 +68,27 @@ bool path_within(const std::string& inner, const std::string& outer);
 // An exclusive lock on an output directory for as long as the object lives: flock on a file beside
 // it, "<parent>/.<name>.lattice-lock" (the directory itself is swapped out by each atomic save). The
 // kernel drops the lock when its process ends, however it ends, so a relaunch after a crash or a
-// kill -9 is never refused. The lock file is left in place: removing it would race with a run that
-// is taking it.
+// kill -9 is never refused. The holder removes the file when it lets go (a run killed leaves it,
+// harmlessly); a run that locked a file since removed retries on the path's new file.
 class DirLock {
  public:
   DirLock() = default;
   // Throws InputError "<flag> <dir> is being written by another lattice run (pid N)" if it is held.
   DirLock(const std::string& dir, const std::string& flag);
-  ~DirLock();
-  DirLock(DirLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  ~DirLock() { release(); }
+  DirLock(DirLock&& other) noexcept { take(other); }
   DirLock& operator=(DirLock&& other) noexcept;
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
 
  private:
+  // Removes the lock file (under the lock: a waiter that opened it sees its inode gone and opens
+  // anew) and the parent directories made for it, when they are still empty.
+  void release() noexcept;
+  void take(DirLock& other) noexcept;
   int fd_ = -1;
+  std::string lock_path_;
+  std::vector<std::string> made_dirs_;  // deepest first
 };
 
 }  // namespace lattice

@@ -91,6 +91,10 @@ hostile "a second run with the same --save" 1 "--save busy is being written by a
 kill -9 $holder; wait $holder 2>/dev/null
 "$LATTICE" "${TINY[@]}" --save busy 2>/dev/null
 check "a relaunch after kill -9 is not refused" test $? -eq 0 -a -s busy/model.safetensors
+check "a run that ends removes its lock file" test ! -e .busy.lattice-lock
+# A run refused after its output paths were checked leaves none of the directories it would have made.
+"$LATTICE" "${TINY[@]}" --save new1/deep/ck --report-dir new2/deep --trace new3/deep/t.json --init no-such-checkpoint 2>/dev/null
+check "a refused run leaves no empty directory of its outputs" test ! -e new1 -a ! -e new2 -a ! -e new3
 
 # Readers refuse what is not a regular file, at once (a FIFO used to block forever).
 mkfifo pipe.json
