@@ -42,9 +42,35 @@ for root, _, files in os.walk(src):
                 where = "above" if order.index(target) > order.index(layer) else "beside"
                 errors.append(f"{rel}:{n}: includes {m.group(1)}, but {layer} may not use {target} ({where} it)")
 
+# The backend seam (docs/design.md §18): the model and the tensor-parallel pieces call kernels only as
+# dev::name(...), so the run's device serves every one. A kernel's name called bare there is an error
+# (names the folder declares itself, such as the model's own split_heads(…, context), are its own).
+SEAM_FOLDERS = ("model", "tensor_parallel")
+declared = re.compile(r"^[A-Za-z_][\w:<>,\s\*&]*?[\s\*&]([a-z_][a-z0-9_]*)\(", re.M)
+def names_in(folder, suffix=".hpp"):
+    out = set()
+    for f in os.listdir(os.path.join(src, folder)):
+        if f.endswith(suffix):
+            out |= set(declared.findall(open(os.path.join(src, folder, f), encoding="utf-8").read()))
+    return out
+kernel_names = names_in("kernels")
+for folder in SEAM_FOLDERS:
+    own = names_in(folder)
+    bare = [n for n in sorted(kernel_names - own)]
+    call = re.compile(r"(?<![\w:.>])(" + "|".join(map(re.escape, bare)) + r")\(")
+    for f in sorted(os.listdir(os.path.join(src, folder))):
+        if not f.endswith(".cpp"):
+            continue
+        for n, line in enumerate(open(os.path.join(src, folder, f), encoding="utf-8"), 1):
+            code = line.split("//", 1)[0]
+            m = call.search(code)
+            if m and not re.match(r"^\s*#", code):
+                errors.append(f"{folder}/{f}:{n}: calls the kernel {m.group(1)} directly; the seam's dev::{m.group(1)} "
+                              "serves it on the run's device (backend/device_ops.hpp)")
+
 for e in errors:
     print(e, file=sys.stderr)
 if errors:
-    print(f"check-layers: {len(errors)} include(s) against the layering in layers.txt", file=sys.stderr)
+    print(f"check-layers: {len(errors)} violation(s) of the layering in layers.txt or of the backend seam", file=sys.stderr)
     sys.exit(1)
 print(f"check-layers: {len(order)} layers, every include points down")

@@ -24,6 +24,7 @@
 
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
+#include "backend/device_ops.hpp"
 #include "cli/model_flags.hpp"
 #include "comm/distributed.hpp"
 #include "comm/fault.hpp"
@@ -218,6 +219,8 @@ int run_bench(int argc, char** argv) {
                "model flags' shape: --pipeline-layers auto balances these with --hardware FILE.json");
   add_model_flags(app, model);
   add_layout_flags(app, layout);
+  std::string device = "cpu";
+  add_device_flag(app, device);
   app.add_option("--micro-batch,--micro-batch-size", micro_batch, "--layer-costs: sequences per micro-batch")
       ->capture_default_str();
   bool overwrite = false;
@@ -228,6 +231,7 @@ int run_bench(int argc, char** argv) {
   int64_t max_bytes = 0;
   LayoutConfig resolved;
   try {
+    select_device(parse_device(device));  // once, before anything is measured
     require(seconds > 0 && seconds <= 60, "--seconds must be in (0, 60]");
     char given[32];
     std::snprintf(given, sizeof given, "%g", budget);

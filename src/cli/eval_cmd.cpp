@@ -7,6 +7,7 @@
 
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
+#include "backend/device_ops.hpp"
 #include "cli/model_flags.hpp"
 #include "cli/model_source.hpp"
 #include "core/error.hpp"
@@ -31,11 +32,14 @@ int run_eval(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--micro-batch,--micro-batch-size", micro_batch, "sequences per micro-batch")->capture_default_str();
   add_model_flags(app, model);
+  std::string device = "cpu";
+  add_device_flag(app, device);
   app.add_flag("--json", json, "print {\"event\":\"eval\",...} on stdout");
   if (const auto status = parse_flags(app, argc, argv)) return *status;
   require(batches >= 1 && batches <= (int64_t(1) << 30), "--batches must be between 1 and 2^30");
   require(micro_batch >= 1 && micro_batch <= (1 << 20), "--micro-batch must be between 1 and 2^20");
 
+  select_device(parse_device(device));  // once, before the model is built
   auto gpt = load_model_for_inference(checkpoint, app, model, DType::fp32, micro_batch);
   const ModelConfig& c = gpt->config();
   // The tokens must be the checkpoint's tokenizer's: a data directory that records another is refused.

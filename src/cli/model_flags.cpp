@@ -55,6 +55,12 @@ void add_moe_flags(CLI::App& app, MoEConfig& moe) {
   app.add_option("--moe-init-scale", moe.init_scale, "multiplies the router's and experts' init std (Switch: 0.1)");
 }
 
+void add_device_flag(CLI::App& app, std::string& device) {
+  app.add_option("--device", device, "cpu | cuda: the device that runs the kernels (cuda: docs/gpu.md)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+}
+
 void add_layout_flags(CLI::App& app, LayoutFlags& f) {
   LayoutConfig& l = f.layout;
   app.add_option("--recompute,--recompute-granularity", f.recompute,

@@ -8,6 +8,7 @@
 
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
+#include "backend/device_ops.hpp"
 #include "cli/model_flags.hpp"
 #include "cli/model_source.hpp"
 #include "core/error.hpp"
@@ -55,11 +56,14 @@ int run_sample(int argc, char** argv) {
   app.add_option("--top-k", top_k, "sample among the k most likely (0 = all)")->capture_default_str();
   app.add_option("--seed", seed, "sampling seed")->check(seed_range())->capture_default_str();
   add_model_flags(app, model);
+  std::string device = "cpu";
+  add_device_flag(app, device);
   if (const auto status = parse_flags(app, argc, argv)) return *status;
   require(tokens >= 0 && tokens <= (1 << 24), "--tokens must be between 0 and " + std::to_string(1 << 24));
   require(temperature > 0 && std::isfinite(temperature), "--temperature must be a finite number > 0");
   require(top_k >= 0, "--top-k must be >= 0 (0 = all)");
 
+  select_device(parse_device(device));  // once, before the model is built
   auto gpt = load_model_for_inference(checkpoint, app, model, DType::fp32, 1);
   const ModelConfig& c = gpt->config();
   // Expert choice ranks every token of the sequence, future ones included: not a causal model.

@@ -10,6 +10,7 @@
 #include "cli/cli_util.hpp"
 #include "cli/config_file.hpp"
 #include "cli/commands.hpp"
+#include "backend/device_ops.hpp"
 #include "cli/model_flags.hpp"
 #include "comm/distributed.hpp"
 #include "comm/fault.hpp"
@@ -126,6 +127,8 @@ int run_train(int argc, char** argv) {
   add_model_flags(app, model);
   add_layout_flags(app, layout);
   add_train_flags(app, train, shuffle);
+  std::string device = "cpu";
+  add_device_flag(app, device);
   std::string hardware = "cpu", memory_limit;
   app.add_option("--hardware", hardware,
                  "--pipeline-layers auto: the machine its time model plans for (a preset, or a lattice bench "
@@ -155,6 +158,7 @@ int run_train(int argc, char** argv) {
             "--hardware and --pipeline-memory-limit apply to --pipeline-layers auto only");
     require(layout.memory_budget.empty() || layout.recompute == "auto", "--memory-budget applies to --recompute auto only");
     resolved = layout.resolve(model.layers);
+    select_device(parse_device(device));  // once, before any model exists
     // The vocabulary is the data's tokenizer's unless given (the trainer checks a given one).
     if (app.count("--vocab") == 0) model.vocab = data::load_tokenizer(train.data_dir).vocab();
   } catch (const InputError&) {

@@ -2,65 +2,23 @@
 
 #include <cmath>
 
-#include "kernels/dropout.hpp"
-#include "kernels/flash_attention.hpp"
-#include "kernels/linear.hpp"
-#include "kernels/softmax.hpp"
+#include "backend/device_ops.hpp"
 
 namespace lattice {
 
+namespace {
+HeadShape head_shape(const LayerContext& c) { return {c.b, c.s, c.a, c.dh()}; }
+}  // namespace
+
 void split_heads(float* q, float* k, float* v, const float* qkv, const LayerContext& c) {
-  const int64_t dh = c.dh(), h = c.hl();
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t bi = 0; bi < c.b; ++bi)
-    for (int64_t si = 0; si < c.s; ++si) {
-      const float* row = qkv + (bi * c.s + si) * 3 * h;
-      for (int64_t hd = 0; hd < c.a; ++hd) {
-        const int64_t dst = ((bi * c.a + hd) * c.s + si) * dh;
-        for (int64_t e = 0; e < dh; ++e) {
-          q[dst + e] = row[hd * dh + e];
-          k[dst + e] = row[h + hd * dh + e];
-          v[dst + e] = row[2 * h + hd * dh + e];
-        }
-      }
-    }
+  dev::split_heads(q, k, v, qkv, head_shape(c));
 }
-
-void merge_heads(float* out, const float* heads, const LayerContext& c) {
-  const int64_t dh = c.dh();
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t bi = 0; bi < c.b; ++bi)
-    for (int64_t si = 0; si < c.s; ++si)
-      for (int64_t hd = 0; hd < c.a; ++hd)
-        for (int64_t e = 0; e < dh; ++e)
-          out[(bi * c.s + si) * c.hl() + hd * dh + e] = heads[((bi * c.a + hd) * c.s + si) * dh + e];
-}
-
+void merge_heads(float* out, const float* heads, const LayerContext& c) { dev::merge_heads(out, heads, head_shape(c)); }
 void unmerge_heads(float* heads, const float* rows, const LayerContext& c) {
-  const int64_t dh = c.dh();
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t bi = 0; bi < c.b; ++bi)
-    for (int64_t si = 0; si < c.s; ++si)
-      for (int64_t hd = 0; hd < c.a; ++hd)
-        for (int64_t e = 0; e < dh; ++e)
-          heads[((bi * c.a + hd) * c.s + si) * dh + e] = rows[(bi * c.s + si) * c.hl() + hd * dh + e];
+  dev::unmerge_heads(heads, rows, head_shape(c));
 }
-
 void merge_qkv_grads(float* dqkv, const float* dq, const float* dk, const float* dv, const LayerContext& c) {
-  const int64_t dh = c.dh(), h = c.hl();
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t bi = 0; bi < c.b; ++bi)
-    for (int64_t si = 0; si < c.s; ++si) {
-      float* row = dqkv + (bi * c.s + si) * 3 * h;
-      for (int64_t hd = 0; hd < c.a; ++hd) {
-        const int64_t src = ((bi * c.a + hd) * c.s + si) * dh;
-        for (int64_t e = 0; e < dh; ++e) {
-          row[hd * dh + e] = dq[src + e];
-          row[h + hd * dh + e] = dk[src + e];
-          row[2 * h + hd * dh + e] = dv[src + e];
-        }
-      }
-    }
+  dev::merge_qkv_grads(dqkv, dq, dk, dv, head_shape(c));
 }
 
 namespace {
@@ -84,7 +42,7 @@ void fused_forward(LayerKept& kept, float* ctx_out, const LayerContext& c, Works
   const float* q = kept.q.load(ws.dq.data());
   const float* k = kept.k.load(ws.dk.data());
   const float* v = kept.v.load(ws.dv.data());
-  flash_attention_forward(ctx_out, static_cast<float*>(kept.attn_lse.data()), q, k, v, flash_shape(c),
+  dev::flash_attention_forward(ctx_out, static_cast<float*>(kept.attn_lse.data()), q, k, v, flash_shape(c),
                           attention_dropout(c));
 }
 
@@ -95,7 +53,7 @@ void fused_backward(float* dq, float* dk, float* dv, const float* dctx, const La
   const float* k = kept.k.load(ws.k.data());
   const float* v = kept.v.load(ws.v.data());
   unmerge_heads(ws.big2.data(), kept.proj_in.load(ws.widen.data()), c);
-  flash_attention_backward(dq, dk, dv, dctx, q, k, v, ws.big2.data(), static_cast<const float*>(kept.attn_lse.data()),
+  dev::flash_attention_backward(dq, dk, dv, dctx, q, k, v, ws.big2.data(), static_cast<const float*>(kept.attn_lse.data()),
                            flash_shape(c), attention_dropout(c));
 }
 
@@ -113,7 +71,7 @@ void attention_core_forward(LayerKept& kept, bool keep_s2, float* ctx_out, const
   GemmShape qk;
   qk.batch = c.b * c.a, qk.M = c.s, qk.N = c.s, qk.K = dh, qk.trans_b = true;
   qk.alpha = 1.0f / std::sqrt(float(dh));
-  gemm(qk, stored_operand(kept.q), stored_operand(kept.k), ws.att1.data());
+  dev::gemm(qk, stored_operand(kept.q), stored_operand(kept.k), ws.att1.data());
 
   // One pass per row: the kept tensors when s² is kept (none, or selective's recompute), else only what
   // the P·V GEMM reads, in its operand dtype, in the workspace.
@@ -132,7 +90,7 @@ void attention_core_forward(LayerKept& kept, bool keep_s2, float* ctx_out, const
   uint8_t* mask = keep_s2 && drop ? kept.attn_mask.begin(n_att, c.pack_masks, layer, "attn_mask", ws.mask_bytes.data())
                                   : nullptr;
   void* dropped = !drop ? nullptr : keep_s2 && !compress ? kept.attn_dropped.data() : operand;
-  softmax_dropout_forward(probs, mask, dropped, c.dtype, ws.att1.data(), c.a, c.b * c.a, c.s, attention_dropout(c));
+  dev::softmax_dropout_forward(probs, mask, dropped, c.dtype, ws.att1.data(), c.a, c.b * c.a, c.s, attention_dropout(c));
   if (mask) kept.attn_mask.finish();
   if (compress) {
     kept.probs.store_compressed(probs);
@@ -144,7 +102,7 @@ void attention_core_forward(LayerKept& kept, bool keep_s2, float* ctx_out, const
 
   GemmShape pv;
   pv.batch = c.b * c.a, pv.M = c.s, pv.N = dh, pv.K = c.s;
-  gemm(pv, dropped_op, stored_operand(kept.v), ctx_out);
+  dev::gemm(pv, dropped_op, stored_operand(kept.v), ctx_out);
 }
 
 void attention_core_backward(float* dq, float* dk, float* dv, const float* dctx, const LayerKept& kept,
@@ -154,26 +112,26 @@ void attention_core_backward(float* dq, float* dk, float* dv, const float* dctx,
   const bool drop = c.dropout > 0.0f;
   const Stored& dropped = drop ? kept.attn_dropped : kept.probs;
 
-  const GemmOperand dctx_op = as_operand(dctx, nh, c.dtype, ws.half.data());
+  const GemmOperand dctx_op = dev::as_operand(dctx, nh, c.dtype, ws.half.data());
   GemmShape dp;  // dDropped = dctx · Vᵀ
   dp.batch = c.b * c.a, dp.M = c.s, dp.N = c.s, dp.K = dh, dp.trans_b = true;
-  gemm(dp, dctx_op, stored_operand(kept.v), ws.att1.data());
+  dev::gemm(dp, dctx_op, stored_operand(kept.v), ws.att1.data());
   GemmShape dvs;  // dV = droppedᵀ · dctx
   dvs.batch = c.b * c.a, dvs.M = c.s, dvs.N = dh, dvs.K = c.s, dvs.trans_a = true;
-  gemm(dvs, compute_operand(dropped, ws.widen.data()), dctx_op, dv);
+  dev::gemm(dvs, compute_operand(dropped, ws.widen.data()), dctx_op, dv);
 
   if (drop)
-    dropout_backward(ws.att1.data(), ws.att1.data(), kept.attn_mask.unpacked(ws.mask_bytes.data()), n_att, c.dropout);
+    dev::dropout_backward(ws.att1.data(), ws.att1.data(), kept.attn_mask.unpacked(ws.mask_bytes.data()), n_att, c.dropout);
   const float* probs32 = kept.probs.load(ws.att2.data());
-  softmax_causal_backward(ws.att1.data(), ws.att1.data(), probs32, c.b * c.a, c.s);
+  dev::softmax_causal_backward(ws.att1.data(), ws.att1.data(), probs32, c.b * c.a, c.s);
 
-  const GemmOperand ds_op = as_operand(ws.att1.data(), n_att, c.dtype, ws.half.data());
+  const GemmOperand ds_op = dev::as_operand(ws.att1.data(), n_att, c.dtype, ws.half.data());
   GemmShape dqs;  // dQ = dS · K / √dh
   dqs.batch = c.b * c.a, dqs.M = c.s, dqs.N = dh, dqs.K = c.s, dqs.alpha = 1.0f / std::sqrt(float(dh));
-  gemm(dqs, ds_op, stored_operand(kept.k), dq);
+  dev::gemm(dqs, ds_op, stored_operand(kept.k), dq);
   GemmShape dks = dqs;  // dK = dSᵀ · Q / √dh
   dks.trans_a = true;
-  gemm(dks, ds_op, stored_operand(kept.q), dk);
+  dev::gemm(dks, ds_op, stored_operand(kept.q), dk);
 }
 
 }  // namespace lattice

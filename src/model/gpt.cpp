@@ -11,9 +11,7 @@
 #include "analysis/formulas.hpp"
 #include "analysis/moe_formulas.hpp"
 #include "core/error.hpp"
-#include "kernels/dropout.hpp"
-#include "kernels/layernorm.hpp"
-#include "kernels/linear.hpp"
+#include "backend/device_ops.hpp"
 #include "model/transformer_layer.hpp"
 #include "tensor_parallel/vocab_parallel.hpp"
 #include "core/region.hpp"
@@ -40,7 +38,7 @@ GPT::GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, pa
 
 void GPT::zero_grads() {
   if (!grads_.size()) grads_ = TrackedArray<float>(table_.total(), "grads");  // made zeroed
-  else std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f);
+  else dev::fill_zero(grads_.data(), int64_t(grads_.size()));
 }
 
 void GPT::add_tied_input_grads() {
@@ -76,7 +74,7 @@ void GPT::bucket_grads_done(int b) {
 }
 
 void GPT::refresh_compute_weights() {
-  if (params16_.size()) to_bf16(params_.data(), params16_.data(), params_.size());
+  if (params16_.size()) dev::to_bf16(params_.data(), params16_.data(), params_.size());
 }
 
 // `values` points at the tensor's fp32 values, `offset` is its flat offset in `bucket` (for the
@@ -161,7 +159,7 @@ LayerContext GPT::layer_context(int l, uint64_t step, bool training, int64_t row
 void GPT::run_head_gemm(float* logits, GemmOperand head_in, const float* wte, int64_t N) const {
   GemmShape g;  // logits[N, V/t] = head_in[N, h] · wte_shardᵀ, the shard stored [V/t, h]
   g.M = N, g.N = vocab_local(), g.K = model_.hidden, g.trans_b = true;
-  gemm(g, head_in, weight_operand(wte, table_.wte(), wte_bucket(model_.layers)), logits);
+  dev::gemm(g, head_in, weight_operand(wte, table_.wte(), wte_bucket(model_.layers)), logits);
 }
 
 namespace {
@@ -196,7 +194,7 @@ GemmOperand GPT::head_operand(const Stored& head_in, const float* local32, int64
   if (!local32) local32 = head_in.load(ws_.widen.data());
   const float* full = parallel::enter_forward(tp_, local32, ws_.full1.data(), {b, s, model_.hidden}, regather);
   // The tail of the bf16 staging area: its head holds the dlogits operand.
-  return as_operand(full, b * s * model_.hidden, layout_.activation_dtype,
+  return dev::as_operand(full, b * s * model_.hidden, layout_.activation_dtype,
                     ws_.half.data() + ws_.half.size() - size_t(b * s * model_.hidden));
 }
 
@@ -206,7 +204,7 @@ void GPT::embed_forward(const MicroBatch& mb, uint64_t step, bool training, int6
   float* x = ws_.resid.data();
   // Vocabulary-parallel embedding: each rank's rows, summed over TP (f̄, or ḡ under SP), + positions.
   out.tokens = TrackedBuffer(size_t(N) * 4, kEmbeddingLayer, "tokens");
-  std::copy(mb.inputs, mb.inputs + N, static_cast<int32_t*>(out.tokens.data()));
+  dev::upload(static_cast<int32_t*>(out.tokens.data()), mb.inputs, N);
   const int L = model_.layers;
   parallel::embedding_tokens_forward(ws_.full2.data(), mb.inputs, bucket_params(wte_bucket(L)), vocab_shard(), N, h);
   bucket_params_done(wte_bucket(L));
@@ -217,8 +215,8 @@ void GPT::embed_forward(const MicroBatch& mb, uint64_t step, bool training, int6
     uint8_t* mask = out.emb_mask.begin(Nl * h, layout_.pack_masks, kEmbeddingLayer, "emb_mask", ws_.mask_bytes.data());
     const DropoutStream st{seed_, step, -1, DropoutSite::embedding};
     for (int64_t r = 0; r < b; ++r)
-      dropout_mask_fill(mask + r * sl * h, st, uint64_t(((mb.first_row + r) * s + p0) * h), sl * h, dropout);
-    dropout_forward(x, x, mask, Nl * h, dropout);
+      dev::dropout_mask_fill(mask + r * sl * h, st, uint64_t(((mb.first_row + r) * s + p0) * h), sl * h, dropout);
+    dev::dropout_forward(x, x, mask, Nl * h, dropout);
     out.emb_mask.finish();
   }
 }
@@ -235,7 +233,7 @@ double GPT::head_forward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
   auto* mean = static_cast<float*>(out.lnf_stats.data());
   const int L = model_.layers;
   const float* lnf = bucket_params(lnf_bucket(L), wte_bucket(L));
-  layernorm_forward(ws_.ln.data(), mean, mean + Nl, x, lnf, lnf + h, Nl, h);
+  dev::layernorm_forward(ws_.ln.data(), mean, mean + Nl, x, lnf, lnf + h, Nl, h);
   bucket_params_done(lnf_bucket(L));
   out.head_in = Stored(Nl * h, dt, kHeadLayer, "head_input");
   out.head_in.store(ws_.ln.data());
@@ -261,26 +259,26 @@ void GPT::head_backward(const MicroBatch& mb, float loss_scale, int64_t s, Outsi
   parallel::cross_entropy_backward(dlogits, dlogits, mb.targets, vocab, N, loss_scale);
   const int L = model_.layers;
   const GemmOperand head_in = head_operand(out.head_in, nullptr, b, s, /*regather=*/true);
-  const GemmOperand dlogits_op = as_operand(dlogits, N * vocab.v_local, dt, ws_.half.data());
+  const GemmOperand dlogits_op = dev::as_operand(dlogits, N * vocab.v_local, dt, ws_.half.data());
   GemmShape gx;
   gx.M = N, gx.N = h, gx.K = vocab.v_local;
-  gemm(gx, dlogits_op, weight_operand(bucket_params(wte_bucket(L), lnf_bucket(L)), table_.wte(), wte_bucket(L)),
+  dev::gemm(gx, dlogits_op, weight_operand(bucket_params(wte_bucket(L), lnf_bucket(L)), table_.wte(), wte_bucket(L)),
        ws_.full2.data());
   bucket_params_done(wte_bucket(L));
   GemmShape gw;
   gw.M = vocab.v_local, gw.N = h, gw.K = N, gw.trans_a = true, gw.accumulate = true;
-  gemm(gw, dlogits_op, head_in, bucket_grads(wte_bucket(L)));
+  dev::gemm(gw, dlogits_op, head_in, bucket_grads(wte_bucket(L)));
   // Handed back now, not at the embedding's backward: a store keeping gradients apart (ZeRO-2/3)
   // reduces the head's part at once instead of holding a vocabulary-sized buffer through backward.
   bucket_grads_done(wte_bucket(L));
   parallel::enter_backward(tp_, ws_.full2.data(), ws_.g1.data(), {b, s, h});
   out.logits.reset(), out.head_in.reset();
 
-  std::fill(dx, dx + Nl * h, 0.0f);
+  dev::fill_zero(dx, Nl * h);
   const auto* mean = static_cast<const float*>(out.lnf_stats.data());
   const float* lnf_in = out.lnf_in.load(ws_.widen.data());
   float* dlnf = bucket_grads(lnf_bucket(L));
-  layernorm_backward(dx, dlnf, dlnf + h, ws_.g1.data(), lnf_in, bucket_params(lnf_bucket(L)), mean, mean + Nl, Nl, h);
+  dev::layernorm_backward(dx, dlnf, dlnf + h, ws_.g1.data(), lnf_in, bucket_params(lnf_bucket(L)), mean, mean + Nl, Nl, h);
   bucket_params_done(lnf_bucket(L));
   bucket_grads_done(lnf_bucket(L));
   out.lnf_in.reset(), out.lnf_stats.reset();
@@ -290,7 +288,7 @@ void GPT::embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
   const int64_t b = mb.rows, h = model_.hidden, N = b * s, sl = s_local(s), Nl = b * sl;
   float* dx = ws_.dresid.data();
   if (model_.dropout > 0.0f)
-    dropout_backward(dx, dx, out.emb_mask.unpacked(ws_.mask_bytes.data()), Nl * h, float(model_.dropout));
+    dev::dropout_backward(dx, dx, out.emb_mask.unpacked(ws_.mask_bytes.data()), Nl * h, float(model_.dropout));
   const int L = model_.layers;
   position_grads(bucket_grads(wpe_bucket(L)), dx, b, sl, pos0(s), h);
   bucket_grads_done(wpe_bucket(L));
@@ -318,7 +316,7 @@ double GPT::forward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, bool 
     const LayerRegion region(kEmbeddingLayer);
     embed_forward(mb, step, training, s, state.outside);
   } else {
-    std::copy(x_in, x_in + Nl * h, x);
+    dev::copy(x, x_in, Nl * h);
   }
   for (int l = l0; l < l1; ++l) {
     const LayerRegion region(l);
@@ -337,7 +335,7 @@ double GPT::forward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, bool 
     else if (mode == LayerRecompute::checkpoint) kept.release_all_but_input();
   }
   if (l1 < model_.layers) {
-    std::copy(x, x + Nl * h, x_out);
+    dev::copy(x_out, x, Nl * h);
     return 0.0;
   }
   const LayerRegion region(kHeadLayer);
@@ -380,7 +378,7 @@ void GPT::rerun_segment_below(MicroState& state, const MicroBatch& mb, uint64_t 
   const int64_t b = mb.rows, Nl = b * s_local(s), h = model_.hidden;
   float* x = ws_.resid.data();
   const float* input = state.layers[size_t(first)].ln1_in.load(ws_.widen.data());
-  std::copy(input, input + Nl * h, x);
+  dev::copy(x, input, Nl * h);
   for (int j = first; j < top; ++j) {
     const LayerRegion region(j);
     const LayerContext c = layer_context(j, step, true, b, mb.first_row, s);
@@ -402,7 +400,7 @@ void GPT::backward_pass(const MicroBatch& mb, int64_t id, uint64_t step, float l
     const LayerRegion region(kHeadLayer);
     head_backward(mb, loss_scale, s, state.outside);
   } else {
-    std::copy(dx_in, dx_in + Nl * h, dx);
+    dev::copy(dx, dx_in, Nl * h);
   }
   for (int l = l1 - 1; l >= l0; --l) {
     const LayerRegion region(l);
@@ -452,7 +450,7 @@ void GPT::backward_pass(const MicroBatch& mb, int64_t id, uint64_t step, float l
     const LayerRegion region(kEmbeddingLayer);
     embed_backward(mb, s, state.outside);
   } else {
-    std::copy(dx, dx + Nl * h, dx_out);
+    dev::copy(dx_out, dx, Nl * h);
   }
   --state.chunks;
   finish_if_done(id);

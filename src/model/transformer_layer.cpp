@@ -3,10 +3,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "kernels/dropout.hpp"
-#include "kernels/gelu.hpp"
-#include "kernels/layernorm.hpp"
-#include "kernels/linear.hpp"
+#include "backend/device_ops.hpp"
 #include "moe/moe_layer.hpp"
 
 namespace lattice {
@@ -31,7 +28,7 @@ void fill_residual_mask(uint8_t* mask, DropoutSite site, const LayerContext& c) 
   const int64_t row = c.seq_local() * c.h;
   for (int64_t bi = 0; bi < c.b; ++bi) {
     const uint64_t first = uint64_t(((c.first_row + bi) * c.seq_total + c.pos0) * c.h);
-    dropout_mask_fill(mask + bi * row, st, first, row, c.dropout);
+    dev::dropout_mask_fill(mask + bi * row, st, first, row, c.dropout);
   }
 }
 
@@ -47,7 +44,7 @@ void residual_dropout_add(float* x, float* y, const float* bias, KeptMask& kept_
   if (c.dropout > 0.0f) {
     uint8_t* mask = kept_mask.begin(n, c.pack_masks, int(c.stream.layer), tag, ws.mask_bytes.data());
     fill_residual_mask(mask, site, c);
-    dropout_forward(y, y, mask, n, c.dropout);
+    dev::dropout_forward(y, y, mask, n, c.dropout);
     kept_mask.finish();
   }
 #pragma omp parallel for simd schedule(static)
@@ -61,7 +58,7 @@ const float* layernorm_kept(Stored& out, TrackedBuffer& stats, const float* x, c
   stats = TrackedBuffer(size_t(2 * N) * 4, c.stream.layer, tag);
   float* mean = static_cast<float*>(stats.data());
   float* y = staging(out, ws.ln.data());
-  layernorm_forward(y, mean, mean + N, x, w, b, N, c.h);
+  dev::layernorm_forward(y, mean, mean + N, x, w, b, N, c.h);
   out.store(y);
   return y;
 }
@@ -72,7 +69,7 @@ GemmOperand column_input(const Stored& kept, const float* local32, const LayerCo
                          uint16_t* half, bool regather = false) {
   if (!(c.tp.active() && c.tp.sequence_parallel)) return stored_operand(kept);
   const float* full = parallel::enter_forward(c.tp, local32, ws.full1.data(), c.seq(), regather);
-  return as_operand(full, c.N() * c.h, c.dtype, half);
+  return dev::as_operand(full, c.N() * c.h, c.dtype, half);
 }
 
 // A row-parallel GEMM's output: y = x·W (+ bias), summed over the TP group (f̄, or ḡ under SP)
@@ -80,11 +77,11 @@ GemmOperand column_input(const Stored& kept, const float* local32, const LayerCo
 const float* row_parallel_forward(float* out, GemmOperand x, GemmOperand w, const float* bias, int64_t in,
                                   const LayerContext& c, Workspace& ws, const float** bias_after) {
   if (!c.tp.active()) {
-    linear_forward(out, x, w, bias, c.N(), in, c.h);
+    dev::linear_forward(out, x, w, bias, c.N(), in, c.h);
     *bias_after = nullptr;
     return out;
   }
-  linear_forward(ws.full2.data(), x, w, nullptr, c.N(), in, c.h);
+  dev::linear_forward(ws.full2.data(), x, w, nullptr, c.N(), in, c.h);
   parallel::leave_forward(c.tp, ws.full2.data(), out, c.seq());
   *bias_after = bias;
   return out;
@@ -104,7 +101,7 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
   kept.ln1_in.store(x);
   kept.qkv_in = Stored(Nl * h, dt, l, "qkv_input");
   const float* ln1 = layernorm_kept(kept.qkv_in, kept.ln1_stats, x, w.ln1_w, w.ln1_b, c, ws, "ln1_stats");
-  linear_forward(ws.big1.data(), column_input(kept.qkv_in, ln1, c, ws, ws.half.data()), w.qkv, w.qkv_b, N, h,
+  dev::linear_forward(ws.big1.data(), column_input(kept.qkv_in, ln1, c, ws, ws.half.data()), w.qkv, w.qkv_b, N, h,
                  3 * hl);
   kept.q = Stored(N * hl, dt, l, "q"), kept.k = Stored(N * hl, dt, l, "k"), kept.v = Stored(N * hl, dt, l, "v");
   float *q = staging(kept.q, ws.q.data()), *k = staging(kept.k, ws.k.data()), *v = staging(kept.v, ws.v.data());
@@ -134,15 +131,15 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
   }
   kept.gelu_in = kept_tensor(c.fp8_kept, N * 4 * hl, 4 * hl, dt, l, "gelu_input");
   float* pre = staging(kept.gelu_in, ws.big1.data());
-  linear_forward(pre, column_input(kept.fc1_in, ln2, c, ws, ws.half.data()), w.fc1, w.fc1_b, N, h, 4 * hl);
+  dev::linear_forward(pre, column_input(kept.fc1_in, ln2, c, ws, ws.half.data()), w.fc1, w.fc1_b, N, h, 4 * hl);
   kept.gelu_in.store(pre);
   kept.fc2_in = kept_tensor(c.fp8_kept, N * 4 * hl, 4 * hl, dt, l, "fc2_input");
   float* act = staging(kept.fc2_in, ws.big2.data());
-  gelu_forward(act, pre, N * 4 * hl);
+  dev::gelu_forward(act, pre, N * 4 * hl);
   kept.fc2_in.store(act);
   // The forward reads the full-precision values; only what backward reads is compressed.
   const GemmOperand fc2_x =
-      kept.fc2_in.compressed() ? as_operand(act, N * 4 * hl, dt, ws.half.data()) : stored_operand(kept.fc2_in);
+      kept.fc2_in.compressed() ? dev::as_operand(act, N * 4 * hl, dt, ws.half.data()) : stored_operand(kept.fc2_in);
   row_parallel_forward(ws.big1.data(), fc2_x, w.fc2, w.fc2_b, 4 * hl, c, ws, &bias_after);
   residual_dropout_add(x, ws.big1.data(), bias_after, kept.resid2_mask, DropoutSite::mlp_residual, "resid2_mask",
                        c, ws);
@@ -173,7 +170,7 @@ struct GradSink {
 // A copy of a GEMM operand's bytes as a tracked tensor of the layer.
 Stored copy_operand(GemmOperand op, int64_t numel, const LayerContext& c, const char* tag) {
   Stored t(numel, op.dtype, int(c.stream.layer), tag);
-  std::memcpy(t.data(), op.ptr, size_t(numel) * bytes_of(op.dtype));
+  dev::copy(static_cast<uint8_t*>(t.data()), static_cast<const uint8_t*>(op.ptr), numel * int64_t(bytes_of(op.dtype)));
   return t;
 }
 
@@ -184,8 +181,8 @@ void linear_weight_grads(GradSink& sink, float* LayerGrads::*dw, float* LayerGra
                          const float* dy, GemmOperand dy_op, int64_t N, int64_t in, int64_t out, const LayerContext& c,
                          bool read_again = false) {
   if (sink.grads) {
-    linear_backward_weight(sink.grads->*dw, x, dy_op, N, in, out);
-    bias_backward(sink.grads->*db, dy, N, out);
+    dev::linear_backward_weight(sink.grads->*dw, x, dy_op, N, in, out);
+    dev::bias_backward(sink.grads->*db, dy, N, out);
     return;
   }
   LayerWeightPending::Linear& p = sink.pending->*slot;
@@ -197,7 +194,7 @@ void linear_weight_grads(GradSink& sink, float* LayerGrads::*dw, float* LayerGra
   if (!read_again) kept.reset();
   p.dy = copy_operand(dy_op, N * out, c, "w_output_grad");
   p.bias_sums = TrackedBuffer(size_t(out) * 4, int(c.stream.layer), "w_bias_sums");
-  bias_column_sums(static_cast<float*>(p.bias_sums.data()), dy, N, out);
+  dev::bias_column_sums(static_cast<float*>(p.bias_sums.data()), dy, N, out);
   p.N = N, p.in = in, p.out = out;
 }
 
@@ -207,9 +204,9 @@ const float* branch_output_grad(const float* dx, const KeptMask& mask, const Lay
   const int64_t n = c.N_local() * c.h;
   float* dy = ws.g1.data();
   if (c.dropout > 0.0f)
-    dropout_backward(dy, dx, mask.unpacked(ws.mask_bytes.data()), n, c.dropout);
+    dev::dropout_backward(dy, dx, mask.unpacked(ws.mask_bytes.data()), n, c.dropout);
   else
-    std::copy(dx, dx + n, dy);
+    dev::copy(dy, dx, n);
   return parallel::leave_backward(c.tp, dy, ws.full2.data(), c.seq());
 }
 
@@ -231,13 +228,13 @@ void ln_backward(float* dx, float* dout_full, const Stored& ln_in, const Tracked
   const auto* stats = static_cast<const float*>(ln_stats.data());
   const float* in = ln_in.load(ws.widen.data());
   if (sink.grads) {
-    layernorm_backward(dx, sink.grads->*dln_w, sink.grads->*dln_b, ws.g2.data(), in, ln_w, stats, stats + Nl, Nl, h);
+    dev::layernorm_backward(dx, sink.grads->*dln_w, sink.grads->*dln_b, ws.g2.data(), in, ln_w, stats, stats + Nl, Nl, h);
     return;
   }
-  const int64_t floats = layernorm_partial_floats(h);
+  const int64_t floats = dev::layernorm_partial_floats(h);
   TrackedBuffer& kept = sink.pending->*partials;
   kept = TrackedBuffer(size_t(floats) * 4, int(c.stream.layer), "w_layernorm_partials");
-  layernorm_backward_input(dx, static_cast<float*>(kept.data()), floats, ws.g2.data(), in, ln_w, stats, stats + Nl,
+  dev::layernorm_backward_input(dx, static_cast<float*>(kept.data()), floats, ws.g2.data(), in, ln_w, stats, stats + Nl,
                            Nl, h);
 }
 
@@ -260,9 +257,9 @@ void ln_column_backward(float* dx, float* dout, int64_t out, const LnColumn& u, 
   const int64_t N = c.N(), h = c.h;
   uint16_t* half_input = ws.half.data() + std::max(N * out, N * h);  // beside dout's bf16 copy
   const GemmOperand in = column_input_again(kept.*u.linear_in, c, ws, half_input);
-  const GemmOperand dout_op = as_operand(dout, N * out, c.dtype, ws.half.data());
+  const GemmOperand dout_op = dev::as_operand(dout, N * out, c.dtype, ws.half.data());
   // The input gradient goes to full2 (a spent dy under SP); a re-gathered input sits in full1.
-  linear_backward_input(ws.full2.data(), dout_op, w, N, h, out);
+  dev::linear_backward_input(ws.full2.data(), dout_op, w, N, h, out);
   linear_weight_grads(sink, u.dw, u.db, u.slot, u.linear_in, in, dout, dout_op, N, h, out, c);
   ln_backward(dx, ws.full2.data(), kept.*u.ln_in, kept.*u.ln_stats, ln_w, u.dln_w, u.dln_b, u.partials, sink, c, ws);
   sink.release(u.ln_in), sink.release(u.ln_stats);
@@ -293,12 +290,12 @@ void backward(float* dx, const LayerKept& kept, const LayerWeights& w, GradSink&
     ln_backward(dx, ws.big1.data(), kept.ln2_in, kept.ln2_stats, w.ln2_w, &LayerGrads::ln2_w, &LayerGrads::ln2_b,
                 &LayerWeightPending::ln2_partials, sink, c, ws);
   } else {
-    const GemmOperand dy_op = as_operand(dy, N * h, dt, half);
-    linear_backward_input(ws.big1.data(), dy_op, w.fc2, N, 4 * hl, h);
+    const GemmOperand dy_op = dev::as_operand(dy, N * h, dt, half);
+    dev::linear_backward_input(ws.big1.data(), dy_op, w.fc2, N, 4 * hl, h);
     linear_weight_grads(sink, &LayerGrads::fc2_w, &LayerGrads::fc2_b, &LayerWeightPending::fc2, &LayerKept::fc2_in,
                         compute_operand(kept.fc2_in, ws.big2.data()), dy, dy_op, N, 4 * hl, h, c);
     const float* pre = kept.gelu_in.load(ws.widen.data());
-    gelu_backward(ws.big1.data(), pre, ws.big1.data(), N * 4 * hl);
+    dev::gelu_backward(ws.big1.data(), pre, ws.big1.data(), N * 4 * hl);
     sink.release(&LayerKept::gelu_in);
     ln_column_backward(dx, ws.big1.data(), 4 * hl, kLn2Fc1, kept, w.fc1, w.ln2_w, sink, c, ws);
   }
@@ -306,8 +303,8 @@ void backward(float* dx, const LayerKept& kept, const LayerWeights& w, GradSink&
   // Attention block: projection (row-parallel), attention core, then LN1 → QKV (column-parallel).
   dy = branch_output_grad(dx, kept.resid1_mask, c, ws);
   sink.release(&LayerKept::resid1_mask);
-  const GemmOperand dy_op = as_operand(dy, N * h, dt, half);
-  linear_backward_input(ws.big2.data(), dy_op, w.proj, N, hl, h);
+  const GemmOperand dy_op = dev::as_operand(dy, N * h, dt, half);
+  dev::linear_backward_input(ws.big2.data(), dy_op, w.proj, N, hl, h);
   linear_weight_grads(sink, &LayerGrads::proj_w, &LayerGrads::proj_b, &LayerWeightPending::proj, &LayerKept::proj_in,
                       stored_operand(kept.proj_in), dy, dy_op, N, hl, h, c, /*read_again=*/c.fused_attention);
   unmerge_heads(ws.ctx.data(), ws.big2.data(), c);
@@ -338,11 +335,11 @@ void layer_backward_input(float* dx, LayerKept& kept, const LayerWeights& w, con
 
 void layer_backward_weight(LayerWeightPending& p, const LayerGrads& g, Workspace& ws) {
   auto linear = [&](LayerWeightPending::Linear& l, float* dw, float* db) {
-    linear_backward_weight(dw, compute_operand(l.x, ws.big2.data()), stored_operand(l.dy), l.N, l.in, l.out);
-    bias_add(db, static_cast<const float*>(l.bias_sums.data()), l.out);
+    dev::linear_backward_weight(dw, compute_operand(l.x, ws.big2.data()), stored_operand(l.dy), l.N, l.in, l.out);
+    dev::bias_add(db, static_cast<const float*>(l.bias_sums.data()), l.out);
   };
   auto layernorm = [](const TrackedBuffer& partials, float* dw, float* db, int64_t h) {
-    layernorm_reduce_partials(dw, db, static_cast<const float*>(partials.data()), int64_t(partials.bytes() / 4), h);
+    dev::layernorm_reduce_partials(dw, db, static_cast<const float*>(partials.data()), int64_t(partials.bytes() / 4), h);
   };
   const int64_t h = p.fc2.out;
   linear(p.fc2, g.fc2_w, g.fc2_b);

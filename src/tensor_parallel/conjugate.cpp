@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/device_ops.hpp"
 #include "core/region.hpp"
 #include "tensor/memory_tracker.hpp"
 
@@ -21,13 +22,13 @@ void to_rank_major(const float* full, float* chunks, const SequenceShape& x, int
   const int64_t sl = x.s / t, row = sl * x.h;
   for (int r = 0; r < t; ++r)
     for (int64_t bi = 0; bi < x.b; ++bi)
-      std::memcpy(chunks + (r * x.b + bi) * row, full + (bi * x.s + r * sl) * x.h, size_t(row) * 4);
+      dev::copy(chunks + (r * x.b + bi) * row, full + (bi * x.s + r * sl) * x.h, row);
 }
 void from_rank_major(const float* chunks, float* full, const SequenceShape& x, int t) {
   const int64_t sl = x.s / t, row = sl * x.h;
   for (int r = 0; r < t; ++r)
     for (int64_t bi = 0; bi < x.b; ++bi)
-      std::memcpy(full + (bi * x.s + r * sl) * x.h, chunks + (r * x.b + bi) * row, size_t(row) * 4);
+      dev::copy(full + (bi * x.s + r * sl) * x.h, chunks + (r * x.b + bi) * row, row);
 }
 
 double ring_share(const comm::Communicator& tp, double bytes, double halves) {
@@ -51,7 +52,7 @@ void count(double& counter, double bytes) {
 }  // namespace
 
 void f_forward(const float* x, float* y, int64_t n) {
-  if (x != y) std::copy(x, x + n, y);
+  dev::copy(y, x, n);  // nothing to do when x is y
 }
 void f_backward(comm::Communicator& tp, float* grad, int64_t n) {
   tp.all_reduce({grad, size_t(n)});

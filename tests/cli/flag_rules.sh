@@ -51,6 +51,13 @@ check "a config file's value is overridden on the command line" grep -qx 'lr = 0
 hostile "an unknown flag: named as typed, the nearest flag suggested" 2 \
   "arguments it does not take: --layrs 3 \(did you mean --layers\?\); lattice train --help lists its flags" -- \
   train "${MODEL[@]}" --steps 1 --layrs 3
+# --device: the backend seam (docs/design.md §18). A build without CUDA says so in one line, for
+# every command that runs a model; an unknown device is a usage error.
+for cmd in "train ${MODEL[*]} --steps 1" "eval --checkpoint ck --data data/val.bin" "sample --checkpoint ck" "bench"; do
+  # shellcheck disable=SC2086
+  hostile "${cmd%% *} --device cuda, not yet served" 1 "--device cuda: (this lattice was built without CUDA|the CUDA kernels are built, but the model)" -- $cmd --device cuda
+done
+hostile "--device tpu" 2 "--device: tpu not in \{cpu,cuda\}" -- train "${MODEL[@]}" --steps 1 --device tpu
 printf 'layers = 1\nnum-layers = 2\n' > alias.toml
 hostile "a TOML key and its alias" 2 "alias.toml:2: num-layers and layers \(line 1\) are one flag" -- \
   train "${MODEL[@]}" --steps 1 --config alias.toml

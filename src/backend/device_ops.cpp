@@ -1,0 +1,95 @@
+#include "backend/device_ops.hpp"
+
+#include <cstring>
+
+#include "core/error.hpp"
+#include "kernels/bias.hpp"
+#include "kernels/gelu.hpp"
+#include "kernels/layernorm.hpp"
+#include "kernels/linear.hpp"
+#include "kernels/softmax.hpp"
+#include "kernels/vocab_shard.hpp"
+#include "tensor/bf16.hpp"
+
+namespace lattice {
+
+const char* device_name(Device d) { return d == Device::cuda ? "cuda" : "cpu"; }
+
+Device parse_device(const std::string& text) {
+  if (text == "cpu") return Device::cpu;
+  if (text == "cuda") return Device::cuda;
+  fail("--device must be cpu or cuda (got " + text + ")");
+}
+
+namespace {
+
+void cpu_copy(void* dst, const void* src, size_t bytes) {
+  if (bytes && dst != src) std::memcpy(dst, src, bytes);
+}
+void cpu_fill_zero(void* dst, size_t bytes) {
+  if (bytes) std::memset(dst, 0, bytes);
+}
+void cpu_to_bf16(const float* src, uint16_t* dst, int64_t n) { to_bf16(src, dst, n); }
+
+const DeviceOps kCpu = {
+    Device::cpu,
+    gemm,
+    linear_forward,
+    linear_backward_input,
+    linear_backward_weight,
+    layernorm_forward,
+    layernorm_backward,
+    layernorm_partial_floats,
+    layernorm_backward_input,
+    layernorm_reduce_partials,
+    gelu_forward,
+    gelu_backward,
+    bias_backward,
+    bias_column_sums,
+    bias_add,
+    dropout_mask_fill,
+    dropout_forward,
+    dropout_backward,
+    softmax_dropout_forward,
+    softmax_causal_backward,
+    flash_attention_forward,
+    flash_attention_backward,
+    split_heads,
+    merge_heads,
+    unmerge_heads,
+    merge_qkv_grads,
+    embedding_shard_forward,
+    embedding_shard_backward,
+    ce_shard_max_target,
+    ce_shard_exp_sum,
+    ce_shard_normalize,
+    ce_shard_backward,
+    cpu_to_bf16,
+    cpu_copy,
+    cpu_copy,  // upload: host and device memory are one
+    cpu_fill_zero,
+};
+
+const DeviceOps* g_selected = &kCpu;
+
+}  // namespace
+
+const DeviceOps& cpu_ops() { return kCpu; }
+const DeviceOps& device_ops() { return *g_selected; }
+
+void select_device(Device d) {
+  if (d == Device::cpu) {
+    g_selected = &kCpu;
+    return;
+  }
+#ifndef LATTICE_HAVE_CUDA
+  fail("--device cuda: this lattice was built without CUDA (configure with cmake -DLATTICE_CUDA=ON; docs/gpu.md)");
+#else
+  // The CUDA kernels exist (src/cuda, checked by lattice_cuda_check), but the model's buffers are
+  // still host memory: a table of device kernels over host pointers would fault, not train.
+  fail("--device cuda: the CUDA kernels are built, but the model's memory is not yet allocated on the GPU "
+       "(docs/gpu.md, \"What exists\"); train on the CPU for now");
+#endif
+}
+
+}  // namespace lattice

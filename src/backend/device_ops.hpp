@@ -1,0 +1,209 @@
+#pragma once
+// The backend seam (docs/design.md §18): the one place that decides which implementation serves the
+// kernels the model and the tensor-parallel pieces call, and the copies between their buffers. A run
+// picks its device once (select_device, from --device); the model calls dev::name(...), one text for
+// every device, and the chosen device's table of operations answers. The table has one entry per op:
+// the CPU's fills it from src/kernels, the CUDA one (with -DLATTICE_CUDA=ON) will from src/cuda.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/config.hpp"
+#include "kernels/dropout.hpp"
+#include "kernels/flash_attention.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/heads.hpp"
+#include "random/philox.hpp"
+
+namespace lattice {
+
+enum class Device { cpu, cuda };
+const char* device_name(Device d);
+// "cpu" or "cuda"; anything else is an InputError naming the flag's values.
+Device parse_device(const std::string& text);
+
+struct DeviceOps {
+  Device device;
+  // GEMMs (kernels/gemm.hpp, kernels/linear.hpp).
+  void (*gemm)(const GemmShape&, GemmOperand, GemmOperand, float*, const float*);
+  void (*linear_forward)(float*, GemmOperand, GemmOperand, const float*, int64_t, int64_t, int64_t);
+  void (*linear_backward_input)(float*, GemmOperand, GemmOperand, int64_t, int64_t, int64_t);
+  void (*linear_backward_weight)(float*, GemmOperand, GemmOperand, int64_t, int64_t, int64_t);
+  // LayerNorm (kernels/layernorm.hpp).
+  void (*layernorm_forward)(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t);
+  void (*layernorm_backward)(float*, float*, float*, const float*, const float*, const float*, const float*,
+                             const float*, int64_t, int64_t);
+  int64_t (*layernorm_partial_floats)(int64_t);
+  void (*layernorm_backward_input)(float*, float*, int64_t, const float*, const float*, const float*, const float*,
+                                   const float*, int64_t, int64_t);
+  void (*layernorm_reduce_partials)(float*, float*, const float*, int64_t, int64_t);
+  // GeLU, bias, dropout (kernels/gelu.hpp, bias.hpp, dropout.hpp).
+  void (*gelu_forward)(float*, const float*, int64_t);
+  void (*gelu_backward)(float*, const float*, const float*, int64_t);
+  void (*bias_backward)(float*, const float*, int64_t, int64_t);
+  void (*bias_column_sums)(float*, const float*, int64_t, int64_t);
+  void (*bias_add)(float*, const float*, int64_t);
+  void (*dropout_mask_fill)(uint8_t*, const DropoutStream&, uint64_t, int64_t, float);
+  void (*dropout_forward)(float*, const float*, const uint8_t*, int64_t, float);
+  void (*dropout_backward)(float*, const float*, const uint8_t*, int64_t, float);
+  // Attention (kernels/softmax.hpp, flash_attention.hpp, heads.hpp).
+  void (*softmax_dropout_forward)(void*, uint8_t*, void*, DType, const float*, int64_t, int64_t, int64_t,
+                                  const AttentionDropout&);
+  void (*softmax_causal_backward)(float*, const float*, const float*, int64_t, int64_t);
+  void (*flash_attention_forward)(float*, float*, const float*, const float*, const float*, const FlashShape&,
+                                  const AttentionDropout&);
+  void (*flash_attention_backward)(float*, float*, float*, const float*, const float*, const float*, const float*,
+                                   const float*, const float*, const FlashShape&, const AttentionDropout&);
+  void (*split_heads)(float*, float*, float*, const float*, const HeadShape&);
+  void (*merge_heads)(float*, const float*, const HeadShape&);
+  void (*unmerge_heads)(float*, const float*, const HeadShape&);
+  void (*merge_qkv_grads)(float*, const float*, const float*, const float*, const HeadShape&);
+  // The vocabulary-parallel embedding and cross-entropy pieces (kernels/vocab_shard.hpp).
+  void (*embedding_shard_forward)(float*, const int32_t*, const float*, int64_t, int64_t, int64_t, int64_t);
+  void (*embedding_shard_backward)(float*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t);
+  void (*ce_shard_max_target)(float*, float*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t);
+  void (*ce_shard_exp_sum)(float*, float*, const float*, int64_t, int64_t, int64_t);
+  void (*ce_shard_normalize)(float*, float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
+  void (*ce_shard_backward)(float*, const float*, const int32_t*, int64_t, int64_t, int64_t, float);
+  // Casts (tensor/bf16.hpp).
+  void (*to_bf16)(const float*, uint16_t*, int64_t);
+  // Copies between buffers of the device, from the host into one (a micro-batch's tokens), and
+  // zeroing: what std::copy / memcpy / std::fill did in the model.
+  void (*copy)(void*, const void*, size_t);
+  void (*upload)(void*, const void*, size_t);
+  void (*fill_zero)(void*, size_t);
+};
+
+// The CPU's table: src/kernels, byte for byte what the model called directly before the seam.
+const DeviceOps& cpu_ops();
+// Picks the run's device, once, before the model is built. An InputError (one line, the cause) where
+// this build or machine cannot serve it: --device cuda without -DLATTICE_CUDA=ON, or before the
+// model's memory lives on the GPU (docs/gpu.md).
+void select_device(Device d);
+// The selected table (the CPU's until select_device says otherwise).
+const DeviceOps& device_ops();
+
+// What the model calls: the same names and arguments as the kernels, served by the run's device.
+namespace dev {
+inline void gemm(const GemmShape& shape, GemmOperand a, GemmOperand b, float* c, const float* bias = nullptr) {
+  device_ops().gemm(shape, a, b, c, bias);
+}
+inline void linear_forward(float* y, GemmOperand x, GemmOperand w, const float* bias, int64_t N, int64_t in,
+                           int64_t out) {
+  device_ops().linear_forward(y, x, w, bias, N, in, out);
+}
+inline void linear_backward_input(float* dx, GemmOperand dy, GemmOperand w, int64_t N, int64_t in, int64_t out) {
+  device_ops().linear_backward_input(dx, dy, w, N, in, out);
+}
+inline void linear_backward_weight(float* dw, GemmOperand x, GemmOperand dy, int64_t N, int64_t in, int64_t out) {
+  device_ops().linear_backward_weight(dw, x, dy, N, in, out);
+}
+inline void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                              const float* bias, int64_t N, int64_t C) {
+  device_ops().layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+}
+inline void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  device_ops().layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+inline int64_t layernorm_partial_floats(int64_t C) { return device_ops().layernorm_partial_floats(C); }
+inline void layernorm_backward_input(float* dinp, float* partial, int64_t partial_floats, const float* dout,
+                                     const float* inp, const float* weight, const float* mean, const float* rstd,
+                                     int64_t N, int64_t C) {
+  device_ops().layernorm_backward_input(dinp, partial, partial_floats, dout, inp, weight, mean, rstd, N, C);
+}
+inline void layernorm_reduce_partials(float* dweight, float* dbias, const float* partial, int64_t partial_floats,
+                                      int64_t C) {
+  device_ops().layernorm_reduce_partials(dweight, dbias, partial, partial_floats, C);
+}
+inline void gelu_forward(float* out, const float* inp, int64_t n) { device_ops().gelu_forward(out, inp, n); }
+inline void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  device_ops().gelu_backward(dinp, inp, dout, n);
+}
+inline void bias_backward(float* db, const float* dy, int64_t N, int64_t out) { device_ops().bias_backward(db, dy, N, out); }
+inline void bias_column_sums(float* sums, const float* dy, int64_t N, int64_t out) {
+  device_ops().bias_column_sums(sums, dy, N, out);
+}
+inline void bias_add(float* db, const float* sums, int64_t out) { device_ops().bias_add(db, sums, out); }
+inline void dropout_mask_fill(uint8_t* mask, const DropoutStream& stream, uint64_t first_index, int64_t n, float p) {
+  device_ops().dropout_mask_fill(mask, stream, first_index, n, p);
+}
+inline void dropout_forward(float* out, const float* inp, const uint8_t* mask, int64_t n, float p) {
+  device_ops().dropout_forward(out, inp, mask, n, p);
+}
+inline void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float p) {
+  device_ops().dropout_backward(dinp, dout, mask, n, p);
+}
+inline void softmax_dropout_forward(void* probs, uint8_t* mask, void* dropped, DType dtype, const float* scores,
+                                    int64_t local_heads, int64_t batch, int64_t s, const AttentionDropout& drop) {
+  device_ops().softmax_dropout_forward(probs, mask, dropped, dtype, scores, local_heads, batch, s, drop);
+}
+inline void softmax_causal_backward(float* dscores, const float* dprobs, const float* probs, int64_t batch, int64_t s) {
+  device_ops().softmax_causal_backward(dscores, dprobs, probs, batch, s);
+}
+inline void flash_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                                    const FlashShape& x, const AttentionDropout& drop) {
+  device_ops().flash_attention_forward(out, lse, q, k, v, x, drop);
+}
+inline void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                                     const float* v, const float* out, const float* lse, const FlashShape& x,
+                                     const AttentionDropout& drop) {
+  device_ops().flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, x, drop);
+}
+inline void split_heads(float* q, float* k, float* v, const float* qkv, const HeadShape& x) {
+  device_ops().split_heads(q, k, v, qkv, x);
+}
+inline void merge_heads(float* out, const float* heads, const HeadShape& x) { device_ops().merge_heads(out, heads, x); }
+inline void unmerge_heads(float* heads, const float* rows, const HeadShape& x) {
+  device_ops().unmerge_heads(heads, rows, x);
+}
+inline void merge_qkv_grads(float* dqkv, const float* dq, const float* dk, const float* dv, const HeadShape& x) {
+  device_ops().merge_qkv_grads(dqkv, dq, dk, dv, x);
+}
+inline void embedding_shard_forward(float* out, const int32_t* ids, const float* wte, int64_t v0, int64_t v_local,
+                                    int64_t N, int64_t h) {
+  device_ops().embedding_shard_forward(out, ids, wte, v0, v_local, N, h);
+}
+inline void embedding_shard_backward(float* dwte, const float* dout, const int32_t* ids, int64_t v0, int64_t v_local,
+                                     int64_t N, int64_t h) {
+  device_ops().embedding_shard_backward(dwte, dout, ids, v0, v_local, N, h);
+}
+inline void ce_shard_max_target(float* row_max, float* target_logit, const float* logits, const int32_t* targets,
+                                int64_t v0, int64_t v_local, int64_t real, int64_t N) {
+  device_ops().ce_shard_max_target(row_max, target_logit, logits, targets, v0, v_local, real, N);
+}
+inline void ce_shard_exp_sum(float* row_sum, float* logits, const float* row_max, int64_t v_local, int64_t real,
+                             int64_t N) {
+  device_ops().ce_shard_exp_sum(row_sum, logits, row_max, v_local, real, N);
+}
+inline void ce_shard_normalize(float* logits, float* losses, const float* row_max, const float* row_sum,
+                               const float* target_logit, int64_t v_local, int64_t real, int64_t N) {
+  device_ops().ce_shard_normalize(logits, losses, row_max, row_sum, target_logit, v_local, real, N);
+}
+inline void ce_shard_backward(float* dlogits, const float* probs, const int32_t* targets, int64_t v0, int64_t v_local,
+                              int64_t N, float scale) {
+  device_ops().ce_shard_backward(dlogits, probs, targets, v0, v_local, N, scale);
+}
+inline void to_bf16(const float* src, uint16_t* dst, int64_t n) { device_ops().to_bf16(src, dst, n); }
+// A GEMM operand of `n` fp32 values in the run's dtype: itself (fp32), or rounded into `half` (bf16).
+inline GemmOperand as_operand(const float* src, int64_t n, DType dt, uint16_t* half) {
+  if (dt == DType::fp32) return {src, DType::fp32};
+  to_bf16(src, half, n);
+  return {half, DType::bf16};
+}
+// Typed copies (device to device; host to device) and zeroing of `n` elements.
+template <typename T>
+inline void copy(T* dst, const T* src, int64_t n) {
+  device_ops().copy(dst, src, size_t(n) * sizeof(T));
+}
+template <typename T>
+inline void upload(T* dst, const T* host_src, int64_t n) {
+  device_ops().upload(dst, host_src, size_t(n) * sizeof(T));
+}
+template <typename T>
+inline void fill_zero(T* dst, int64_t n) {
+  device_ops().fill_zero(dst, size_t(n) * sizeof(T));
+}
+}  // namespace dev
+
+}  // namespace lattice
