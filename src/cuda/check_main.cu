@@ -4,8 +4,12 @@
 // fp32: rel = max|gpu − cpu| / max|cpu| ≤ 1e-5; bf16 outputs: rel ≤ 2^-7; dropout masks: bit-identical
 // (rel = the fraction of flags that differ, tol 0). Outputs are poisoned (NaN bytes) before each
 // launch, so an element a kernel never writes fails. The kernels whose reductions the device orders
-// itself also run twice and must repeat bit for bit ("repeat" lines). Exit status 1 on any FAIL, 2 when
-// no GPU is usable. Issue 33; docs/gpu.md. Usage: lattice_cuda_check [seed]
+// itself also run twice and must repeat bit for bit ("repeat" lines). The GEMMs are compared with a
+// double-precision loop over the same (fp32, or bf16-rounded) inputs; the fused attention with the
+// CPU's flash_attention_forward/backward; the head layouts, fp16 casts and the loss-scaling pieces
+// exactly. After the checks, "timing" lines (not pass/fail) give the bf16 GEMMs at GPT-2 124M's shapes
+// and the fused attention at b 8, a 12, s 1024, dh 64. Exit status 1 on any FAIL, 2 when no GPU is
+// usable. Issue 33; docs/gpu.md. Usage: lattice_cuda_check [seed]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,19 +18,24 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "cuda/flash_attention.hpp"
+#include "cuda/gemm.hpp"
 #include "cuda/kernels.hpp"
 #include "kernels/bias.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/dropout.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/flash_attention.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/optimizer_kernels.hpp"
 #include "kernels/softmax.hpp"
 #include "tensor/bf16.hpp"
+#include "tensor/half.hpp"
 
 namespace {
 
@@ -425,6 +434,425 @@ void check_bf16() {
   line("from_bf16 [bits]", "fwd", 0.0, std::memcmp(back.data(), gb.data(), back.size() * 4) ? 1.0 : 0.0, 0.0);
 }
 
+// ---- GEMMs (cuda/gemm.hpp) against a double-precision loop ----
+// ref = alpha·Σ_k op(A)[i,k]·op(B)[k,j] (+ bias[j]) (+ C's old value), in double over the very inputs
+// the device reads (bf16 operands widened exactly). Tolerances (rel = max|Δ| / max|ref|):
+//  - fp32, TF32 off: 1e-5. Each output is one fp32 dot product of K ≤ 320 unit-normal products; its
+//    roundings, of random sign, add to about 2^-24·K/√2 ≈ 1.4e-5 absolute (partial sums of size √k),
+//    ≈ 2e-7 of max|ref| ≈ 4√K ≈ 70 (blocked or split sums do better). The worst case, every rounding
+//    one way (K·2^-24·Σ|a·b|, 6e-5 of max|ref|), is not what random inputs give.
+//  - bf16 inputs, fp32 accumulation: 2^-7, the bf16 outputs' bound elsewhere in this program; the
+//    inputs are the same bf16 values on both sides, so only the fp32 accumulation differs (the fp32
+//    bound above), far inside it.
+//  - TF32 (by explicit choice): 2^-7: TF32 keeps 10 mantissa bits of each input (bf16: 7), so the
+//    product's relative error per term is below bf16's.
+struct GemmCase {
+  int64_t batch, M, N, K;
+  bool ta, tb, acc, bias;
+  float alpha;
+};
+
+std::vector<double> gemm_reference(const GemmCase& g, const std::vector<float>& A, const std::vector<float>& B,
+                                   const std::vector<float>& C0, const std::vector<float>& bias) {
+  std::vector<double> ref(size_t(g.batch * g.M * g.N));
+  for (int64_t b = 0; b < g.batch; ++b)
+    for (int64_t i = 0; i < g.M; ++i)
+      for (int64_t j = 0; j < g.N; ++j) {
+        double sum = 0.0;
+        for (int64_t k = 0; k < g.K; ++k) {
+          const double a = A[size_t(b * g.M * g.K + (g.ta ? k * g.M + i : i * g.K + k))];
+          const double bb = B[size_t(b * g.K * g.N + (g.tb ? j * g.K + k : k * g.N + j))];
+          sum += a * bb;
+        }
+        double v = double(g.alpha) * sum;
+        if (g.bias) v += bias[size_t(j)];
+        const size_t at = size_t((b * g.M + i) * g.N + j);
+        if (g.acc) v += C0[at];
+        ref[at] = v;
+      }
+  return ref;
+}
+
+std::string gemm_name(const char* kind, const GemmCase& g) {
+  char buf[96];  // snprintf: g++ 12's -Wrestrict misfires on chains of std::string operator+
+  std::snprintf(buf, sizeof buf, "gemm %s %c%c %lldx%lldx%lldx%lld%s%s%s", kind, g.ta ? 'T' : 'N', g.tb ? 'T' : 'N',
+                (long long)g.batch, (long long)g.M, (long long)g.N, (long long)g.K, g.acc ? " +=" : "",
+                g.bias ? " bias" : "", g.alpha != 1.0f ? " alpha" : "");
+  return buf;
+}
+
+void check_gemm() {
+  lattice::cuda::GemmContext ctx;  // 32 MiB workspace, TF32 off
+  std::printf("lattice_cuda_check: cuBLASLt GEMM context, workspace %zu bytes\n", ctx.workspace_bytes());
+  const GemmCase cases[] = {
+      {1, 256, 384, 320, false, false, false, false, 1.0f},  // x·W
+      {1, 200, 130, 96, true, false, false, false, 1.0f},    // sizes off any tile multiple
+      {1, 128, 96, 200, false, true, false, false, 1.0f},    // dy·Wᵀ
+      {3, 64, 80, 48, true, true, false, false, 1.0f},       // batched, both transposed
+      {1, 256, 192, 128, false, false, true, true, 1.0f},    // accumulate with a bias
+      {2, 96, 64, 32, false, false, false, true, 1.0f},      // batched, a bias on every matrix
+      {6, 100, 100, 64, false, true, false, false, 0.125f},  // Q·Kᵀ/√dh
+      {4, 100, 64, 100, false, false, true, false, 0.125f},  // dQ += alpha·dS·K
+      {1, 320, 192, 256, true, false, true, false, 1.0f},    // dW += xᵀ·dy
+  };
+  for (const GemmCase& g : cases)
+    for (DType dt : {DType::fp32, DType::bf16}) {
+      auto A = randn(size_t(g.batch * g.M * g.K)), B = randn(size_t(g.batch * g.K * g.N));
+      const auto C0 = randn(size_t(g.batch * g.M * g.N)), bias = randn(size_t(g.N));
+      std::vector<uint16_t> Ah(A.size()), Bh(B.size());
+      if (dt == DType::bf16) {  // the reference multiplies the bf16 values the device reads
+        lattice::to_bf16(A.data(), Ah.data(), int64_t(A.size()));
+        lattice::to_bf16(B.data(), Bh.data(), int64_t(B.size()));
+        lattice::from_bf16(Ah.data(), A.data(), int64_t(A.size()));
+        lattice::from_bf16(Bh.data(), B.data(), int64_t(B.size()));
+      }
+      const auto refd = gemm_reference(g, A, B, C0, bias);
+      std::vector<float> ref(refd.begin(), refd.end());
+      Dev<float> dA(A), dB(B), dbias(bias), dC(C0.size());
+      Dev<uint16_t> dAh(Ah), dBh(Bh);
+      if (g.acc) dC.upload(C0);  // else left NaN-poisoned: beta = 0 must not read it
+      const lattice::GemmShape shape{g.batch, g.M, g.N, g.K, g.ta, g.tb, g.alpha, g.acc};
+      const lattice::GemmOperand a = dt == DType::bf16 ? lattice::GemmOperand{dAh.p, DType::bf16}
+                                                       : lattice::GemmOperand{dA.p, DType::fp32};
+      const lattice::GemmOperand b = dt == DType::bf16 ? lattice::GemmOperand{dBh.p, DType::bf16}
+                                                       : lattice::GemmOperand{dB.p, DType::fp32};
+      ctx.gemm(shape, a, b, dC.p, g.bias ? dbias.p : nullptr);
+      const auto got = dC.get();
+      std::string name = gemm_name(dt == DType::bf16 ? "bf16" : "f32", g);
+      if (g.bias) name += ctx.last_bias_in_epilogue() ? "(epi)" : "(add)";
+      if (dt == DType::bf16)
+        compare(name + " [bf16]", "fwd", ref, got, 1.0 / 128.0);
+      else
+        compare(name, "fwd", ref, got);
+      if (&g == &cases[0] && dt == DType::fp32) {  // the same GEMM again: the same bits
+        dC.poison();
+        ctx.gemm(shape, a, b, dC.p, nullptr);
+        compare_repeat(name, "fwd", got, dC.get());
+        ctx.set_math(lattice::cuda::GemmMath::tf32);
+        dC.poison();
+        ctx.gemm(shape, a, b, dC.p, nullptr);
+        compare(gemm_name("tf32", g), "fwd", ref, dC.get(), 1.0 / 128.0);
+        ctx.set_math(lattice::cuda::GemmMath::fp32);
+      }
+    }
+}
+
+// ---- fused attention (cuda/flash_attention.hpp) against the CPU's (kernels/flash_attention.cpp) ----
+// Both in fp32 with the same formula, tile shape (64 × 64), fast_exp and order over the keys; they
+// differ in summation order inside a row (the CPU's vector lanes against four threads' shuffle tree)
+// and in FMA contraction: a few ulps of each sum. Outputs are sums of at most s = 200 terms of
+// magnitude ≤ max|ref|, so rel ≤ 1e-5 (the fp32 bound) holds with room. The backward is fed the
+// CPU's forward output and log-sum-exp, so it is compared alone.
+// The dropout mask is checked exactly: with V = I (dh = s) the forward's output row i is the dropped
+// probabilities of query i (zero exactly where dropped, since every kept probability is > 0), and
+// with dO = I the backward's dV row j is (P∘Z)ᵀ's row: both against the CPU's draw of the same
+// elements (AttentionMaskDraw at attention_mask_first + i·s + j).
+lattice::AttentionDropout flash_dropout(float p) {
+  lattice::AttentionDropout drop;
+  drop.stream = {0x1234abcdULL, 77, 5, lattice::DropoutSite::attention};
+  drop.p = p, drop.first_row = 3, drop.heads_total = 12, drop.head0 = 6;  // the second of two TP ranks
+  return drop;
+}
+
+void check_flash_case(const lattice::FlashShape& x, float p) {
+  const size_t n = size_t(x.b * x.a * x.s * x.dh), rows = size_t(x.b * x.a * x.s);
+  const auto q = randn(n), k = randn(n), v = randn(n), dout = randn(n);
+  const lattice::AttentionDropout drop = flash_dropout(p);
+  std::vector<float> out(n), lse(rows), dq(n), dk(n), dv(n);
+  lattice::flash_attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), x, drop);
+  lattice::flash_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
+                                    out.data(), lse.data(), x, drop);
+  Dev<float> d_q(q), d_k(k), d_v(v), d_dout(dout), d_out(n), d_lse(rows), d_dq(n), d_dk(n), d_dv(n);
+  lattice::cuda::flash_attention_forward(d_out.p, d_lse.p, d_q.p, d_k.p, d_v.p, x, drop);
+  const std::string name = "flash_attention b" + std::to_string(x.b) + " a" + std::to_string(x.a) + " s" +
+                           std::to_string(x.s) + " dh" + std::to_string(x.dh) + (p > 0 ? " drop" : "");
+  compare(name + " out", "fwd", out, d_out.get());
+  compare(name + " lse", "fwd", lse, d_lse.get());
+  d_out.upload(out), d_lse.upload(lse);  // the backward alone
+  Scratch ws(lattice::cuda::flash_attention_backward_workspace_bytes(x));
+  lattice::cuda::flash_attention_backward(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q.p, d_k.p, d_v.p, d_out.p, d_lse.p, x,
+                                          drop, ws.ws());
+  const auto g_dq = d_dq.get(), g_dk = d_dk.get(), g_dv = d_dv.get();
+  compare(name + " dq", "bwd", dq, g_dq);
+  compare(name + " dk", "bwd", dk, g_dk);
+  compare(name + " dv", "bwd", dv, g_dv);
+  if (p > 0) {  // the backward's order is fixed: the same bits again
+    d_dq.poison(), d_dk.poison(), d_dv.poison();
+    lattice::cuda::flash_attention_backward(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q.p, d_k.p, d_v.p, d_out.p, d_lse.p,
+                                            x, drop, ws.ws());
+    compare_repeat(name + " dq", "bwd", g_dq, d_dq.get());
+    compare_repeat(name + " dk", "bwd", g_dk, d_dk.get());
+  }
+}
+
+void check_flash_mask() {
+  const lattice::FlashShape x{2, 3, 128, 128};  // dh = s: V = I reads out the dropped probabilities
+  const size_t n = size_t(x.b * x.a * x.s * x.dh), rows = size_t(x.b * x.a * x.s);
+  const lattice::AttentionDropout drop = flash_dropout(0.1f);
+  std::vector<float> eye(n, 0.0f);
+  for (int64_t bh = 0; bh < x.b * x.a; ++bh)
+    for (int64_t i = 0; i < x.s; ++i) eye[size_t((bh * x.s + i) * x.dh + i)] = 1.0f;
+  std::vector<uint8_t> expect(n, 0);  // (bh, i, j): kept and visible
+  const lattice::AttentionMaskDraw draw(drop);
+  for (int64_t bh = 0; bh < x.b * x.a; ++bh)
+    for (int64_t i = 0; i < x.s; ++i)
+      draw.row(expect.data() + (bh * x.s + i) * x.s,
+               lattice::attention_mask_first(drop, x.a, x.s, bh) + uint64_t(i * x.s), i + 1);
+  const auto q = randn(n), k = randn(n);
+  Dev<float> d_q(q), d_k(k), d_eye(eye), d_out(n), d_lse(rows);
+  lattice::cuda::flash_attention_forward(d_out.p, d_lse.p, d_q.p, d_k.p, d_eye.p, x, drop);
+  const auto out = d_out.get();
+  std::vector<uint8_t> got(n);
+  for (size_t e = 0; e < n; ++e) got[e] = out[e] != 0.0f;
+  compare_mask("flash_attention dropout (V = I)", "fwd", expect, got);
+  // The backward with dO = I: dV[j, i] = (P∘Z)[i, j].
+  std::vector<float> o(n), lse(rows);
+  lattice::flash_attention_forward(o.data(), lse.data(), q.data(), k.data(), eye.data(), x, drop);
+  Dev<float> d_o(o), d_l(lse), d_dq(n), d_dk(n), d_dv(n);
+  Scratch ws(lattice::cuda::flash_attention_backward_workspace_bytes(x));
+  lattice::cuda::flash_attention_backward(d_dq.p, d_dk.p, d_dv.p, d_eye.p, d_q.p, d_k.p, d_eye.p, d_o.p, d_l.p, x,
+                                          drop, ws.ws());
+  const auto dv = d_dv.get();
+  for (int64_t bh = 0; bh < x.b * x.a; ++bh)
+    for (int64_t i = 0; i < x.s; ++i)
+      for (int64_t j = 0; j < x.s; ++j)
+        got[size_t((bh * x.s + i) * x.s + j)] = dv[size_t((bh * x.s + j) * x.dh + i)] != 0.0f;
+  compare_mask("flash_attention dropout (dO = I, dV)", "bwd", expect, got);
+}
+
+void check_flash() {
+  check_flash_case({2, 3, 200, 64}, 0.0f);  // s off the 64-row tile: a last tile of 8 rows
+  check_flash_case({2, 3, 200, 64}, 0.1f);
+  check_flash_case({1, 2, 130, 128}, 0.1f);  // the largest head dimension
+  check_flash_case({1, 4, 77, 40}, 0.0f);   // dh not a multiple of 4
+  check_flash_mask();
+  bool refused = false;
+  try {
+    lattice::cuda::flash_attention_forward(nullptr, nullptr, nullptr, nullptr, nullptr, {1, 1, 64, 160},
+                                           lattice::AttentionDropout{});
+  } catch (const std::invalid_argument&) {
+    refused = true;
+  }
+  line("flash_attention dh 160 refused [flag]", "fwd", refused ? 0.0 : 1.0, refused ? 0.0 : 1.0, 0.0);
+}
+
+// ---- head layouts: model/attention.cpp's loops (LayerContext's b, s, a, dh as plain sizes) ----
+void check_heads() {
+  const int64_t b = 2, s = 100, a = 6, dh = 64, h = a * dh, N = b * s;
+  const auto qkv = randn(size_t(N * 3 * h)), rows = randn(size_t(N * h));
+  const size_t n = size_t(b * a * s * dh);
+  std::vector<float> q(n), k(n), v(n), merged(size_t(N * h)), heads(n), dqkv(size_t(N * 3 * h));
+  for (int64_t bi = 0; bi < b; ++bi)  // split_heads
+    for (int64_t si = 0; si < s; ++si) {
+      const float* row = qkv.data() + (bi * s + si) * 3 * h;
+      for (int64_t hd = 0; hd < a; ++hd) {
+        const int64_t dst = ((bi * a + hd) * s + si) * dh;
+        for (int64_t e = 0; e < dh; ++e) {
+          q[size_t(dst + e)] = row[hd * dh + e];
+          k[size_t(dst + e)] = row[h + hd * dh + e];
+          v[size_t(dst + e)] = row[2 * h + hd * dh + e];
+        }
+      }
+    }
+  for (int64_t bi = 0; bi < b; ++bi)  // merge_heads (of q) and unmerge_heads (of rows)
+    for (int64_t si = 0; si < s; ++si)
+      for (int64_t hd = 0; hd < a; ++hd)
+        for (int64_t e = 0; e < dh; ++e) {
+          merged[size_t((bi * s + si) * h + hd * dh + e)] = q[size_t(((bi * a + hd) * s + si) * dh + e)];
+          heads[size_t(((bi * a + hd) * s + si) * dh + e)] = rows[size_t((bi * s + si) * h + hd * dh + e)];
+        }
+  for (int64_t bi = 0; bi < b; ++bi)  // merge_qkv_grads (of q, k, v)
+    for (int64_t si = 0; si < s; ++si) {
+      float* row = dqkv.data() + (bi * s + si) * 3 * h;
+      for (int64_t hd = 0; hd < a; ++hd) {
+        const int64_t src = ((bi * a + hd) * s + si) * dh;
+        for (int64_t e = 0; e < dh; ++e) {
+          row[hd * dh + e] = q[size_t(src + e)];
+          row[h + hd * dh + e] = k[size_t(src + e)];
+          row[2 * h + hd * dh + e] = v[size_t(src + e)];
+        }
+      }
+    }
+  Dev<float> d_qkv(qkv), d_rows(rows), d_q(n), d_k(n), d_v(n), d_merged(merged.size()), d_heads(n),
+      d_dqkv(dqkv.size());
+  lattice::cuda::split_heads(d_q.p, d_k.p, d_v.p, d_qkv.p, b, s, a, dh);
+  compare("split_heads q", "fwd", q, d_q.get(), 0.0);
+  compare("split_heads k", "fwd", k, d_k.get(), 0.0);
+  compare("split_heads v", "fwd", v, d_v.get(), 0.0);
+  d_q.upload(q), d_k.upload(k), d_v.upload(v);
+  lattice::cuda::merge_heads(d_merged.p, d_q.p, b, s, a, dh);
+  compare("merge_heads", "fwd", merged, d_merged.get(), 0.0);
+  lattice::cuda::unmerge_heads(d_heads.p, d_rows.p, b, s, a, dh);
+  compare("unmerge_heads", "bwd", heads, d_heads.get(), 0.0);
+  lattice::cuda::merge_qkv_grads(d_dqkv.p, d_q.p, d_k.p, d_v.p, b, s, a, dh);
+  compare("merge_qkv_grads", "bwd", dqkv, d_dqkv.get(), 0.0);
+}
+
+// ---- fp16 casts (tensor/half.hpp) and the loss-scaling pieces, exactly ----
+void check_fp16() {
+  const lattice::HalfFormat fp16{true};
+  // Random bit patterns (every exponent: subnormals, overflow, NaN payloads) and the edge values.
+  const int64_t n = (1 << 22) + 16;
+  std::vector<float> x(static_cast<size_t>(n));
+  std::uniform_int_distribution<uint32_t> bits;
+  for (auto& f : x) {
+    const uint32_t u = bits(rng);
+    std::memcpy(&f, &u, 4);
+  }
+  const float edges[16] = {65504.0f, 65519.996f, 65520.0f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1.8p-24f, 0x1p-14f,
+                           0x1.ffcp-15f, 1e-40f, -0.0f, INFINITY, -INFINITY, NAN, 1.0009765625f, 1.00048828125f};
+  std::copy(std::begin(edges), std::end(edges), x.begin());
+  std::vector<uint16_t> h(static_cast<size_t>(n));
+  fp16.narrow(x.data(), h.data(), n);
+  Dev<float> d_x(x);
+  Dev<uint16_t> d_h(static_cast<size_t>(n));
+  lattice::cuda::to_fp16(d_x.p, d_h.p, n);
+  const auto got = d_h.get();
+  size_t differ = 0;
+  for (size_t i = 0; i < h.size(); ++i) differ += h[i] != got[i];
+  line("to_fp16 [bits]", "fwd", differ ? 1.0 : 0.0, double(differ) / double(n), 0.0);
+
+  std::vector<uint16_t> all(65536);  // every fp16
+  for (size_t i = 0; i < all.size(); ++i) all[i] = uint16_t(i);
+  std::vector<float> wide(all.size());
+  fp16.widen(all.data(), wide.data(), int64_t(all.size()));
+  Dev<uint16_t> d_all(all);
+  Dev<float> d_wide(all.size());
+  lattice::cuda::from_fp16(d_all.p, d_wide.p, int64_t(all.size()));
+  const auto gw = d_wide.get();
+  differ = 0;
+  for (size_t i = 0; i < wide.size(); ++i) differ += std::memcmp(&wide[i], &gw[i], 4) != 0;
+  line("from_fp16 (all 65536) [bits]", "fwd", differ ? 1.0 : 0.0, double(differ) / double(wide.size()), 0.0);
+
+  const int64_t m = (1 << 20) + 7;
+  const auto w = randn(size_t(m)), g = randn(size_t(m), 0.01f);
+  std::vector<uint16_t> acc(static_cast<size_t>(m));
+  fp16.narrow(w.data(), acc.data(), m);
+  Dev<uint16_t> d_acc(acc);
+  Dev<float> d_g(g);
+  fp16.accumulate(g.data(), acc.data(), m);
+  lattice::cuda::fp16_accumulate(d_g.p, d_acc.p, m);
+  const auto ga = d_acc.get();
+  differ = 0;
+  for (size_t i = 0; i < acc.size(); ++i) differ += acc[i] != ga[i];
+  line("fp16_accumulate [bits]", "fwd", differ ? 1.0 : 0.0, double(differ) / double(m), 0.0);
+
+  // Loss scaling: the overflow flag (engine/owned_grads.cpp's all_finite, negated) over two pieces
+  // into one flag, and the unscale by float(1.0 / scale) (train/trainer.cpp).
+  Dev<int32_t> d_flag(1);
+  const int64_t pieces[2] = {m, 1000};
+  for (int bad_at : {-1, 0, 1, 2}) {  // none; an inf last in piece 0; a NaN in piece 1; a -inf first
+    std::vector<float> p0 = g, p1(static_cast<size_t>(pieces[1]), 0.5f);
+    if (bad_at == 0) p0.back() = INFINITY;
+    if (bad_at == 1) p1[500] = NAN;
+    if (bad_at == 2) p0.front() = -INFINITY;
+    bool finite = true;
+    for (float f : p0) finite = finite && std::isfinite(f);
+    for (float f : p1) finite = finite && std::isfinite(f);
+    Dev<float> d_p0(p0), d_p1(p1);
+    d_flag.upload({0});
+    lattice::cuda::grads_nonfinite(d_flag.p, d_p0.p, pieces[0]);
+    lattice::cuda::grads_nonfinite(d_flag.p, d_p1.p, pieces[1]);
+    const int32_t flag = d_flag.get()[0];
+    const bool ok = (flag != 0) == !finite && (flag == 0 || flag == 1);
+    line("grads_nonfinite case " + std::to_string(bad_at + 1) + " [flag]", "fwd", ok ? 0.0 : 1.0, ok ? 0.0 : 1.0, 0.0);
+  }
+  const double scale = 32768.0 * 3;
+  std::vector<float> un = g;
+  for (float& f : un) f *= float(1.0 / scale);
+  lattice::cuda::unscale_grads(d_g.p, m, scale);
+  const auto gu = d_g.get();
+  const bool same = std::memcmp(un.data(), gu.data(), un.size() * 4) == 0;
+  line("unscale_grads [bits]", "fwd", same ? 0.0 : 1.0, same ? 0.0 : 1.0, 0.0);
+}
+
+// ---- timings (not pass/fail): cudaEvent time of one call, the median of 20 after 3 warm-ups ----
+template <class F>
+double median_ms(F f) {
+  cudaEvent_t t0, t1;
+  cuda_ok(cudaEventCreate(&t0), "event");
+  cuda_ok(cudaEventCreate(&t1), "event");
+  for (int i = 0; i < 3; ++i) f();
+  cuda_ok(cudaDeviceSynchronize(), "warm-up");
+  std::vector<float> ms;
+  for (int i = 0; i < 20; ++i) {
+    cuda_ok(cudaEventRecord(t0), "record");
+    f();
+    cuda_ok(cudaEventRecord(t1), "record");
+    cuda_ok(cudaEventSynchronize(t1), "sync");
+    float e = 0.0f;
+    cuda_ok(cudaEventElapsedTime(&e, t0, t1), "elapsed");
+    ms.push_back(e);
+  }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  std::sort(ms.begin(), ms.end());
+  return 0.5 * (ms[9] + ms[10]);
+}
+
+void timing_line(const std::string& name, double ms, double flops) {
+  std::printf("timing %-44s median_ms=%.3f tflops=%.1f\n", name.c_str(), ms, flops / (ms * 1e-3) / 1e12);
+  std::fflush(stdout);
+}
+
+// GPT-2 124M at b·s = 8192 tokens, bf16 operands (fp32 accumulation, fp32 C): the QKV, FC1, FC2 and LM
+// head GEMMs, each as the forward (x·W, W stored [in, out]), the input gradient (dy·Wᵀ) and the
+// weight gradient (dW += xᵀ·dy). No bias (cuda::gemm's epilogue is not what is timed).
+void timing_gemm() {
+  lattice::cuda::GemmContext ctx;
+  const int64_t N = 8192;
+  const int64_t shapes[4][2] = {{768, 2304}, {768, 3072}, {3072, 768}, {768, 50304}};
+  const char* names[4] = {"qkv", "fc1", "fc2", "lm_head"};
+  for (int t = 0; t < 4; ++t) {
+    const int64_t in = shapes[t][0], out = shapes[t][1];
+    Dev<uint16_t> x(size_t(N * in)), w(size_t(in * out)), dy(size_t(N * out));
+    Dev<float> y(size_t(N * out)), dx(size_t(N * in)), dw(size_t(in * out));
+    std::vector<uint16_t> ones(size_t(std::max(N * out, in * out)), lattice::to_bf16(0.01f));  // finite inputs
+    cuda_ok(cudaMemcpy(x.p, ones.data(), x.n * 2, cudaMemcpyHostToDevice), "upload");
+    cuda_ok(cudaMemcpy(w.p, ones.data(), w.n * 2, cudaMemcpyHostToDevice), "upload");
+    cuda_ok(cudaMemcpy(dy.p, ones.data(), dy.n * 2, cudaMemcpyHostToDevice), "upload");
+    cuda_ok(cudaMemset(dw.p, 0, dw.n * 4), "zero");
+    const double flops = 2.0 * double(N) * double(in) * double(out);
+    const std::string base = "gemm bf16 " + std::string(names[t]) + " ";
+    const lattice::GemmShape fwd{1, N, out, in, false, false, 1.0f, false};
+    timing_line(base + "fwd [" + std::to_string(N) + "x" + std::to_string(in) + "]·[" + std::to_string(in) + "x" +
+                    std::to_string(out) + "]",
+                median_ms([&] { ctx.gemm(fwd, {x.p, DType::bf16}, {w.p, DType::bf16}, y.p); }), flops);
+    const lattice::GemmShape dgrad{1, N, in, out, false, true, 1.0f, false};
+    timing_line(base + "dx = dy·Wᵀ",
+                median_ms([&] { ctx.gemm(dgrad, {dy.p, DType::bf16}, {w.p, DType::bf16}, dx.p); }), flops);
+    const lattice::GemmShape wgrad{1, in, out, N, true, false, 1.0f, true};
+    timing_line(base + "dW += xᵀ·dy",
+                median_ms([&] { ctx.gemm(wgrad, {x.p, DType::bf16}, {dy.p, DType::bf16}, dw.p); }), flops);
+  }
+}
+
+// The fused attention at GPT-2 124M's b 8, a 12, s 1024, dh 64, dropout off and on. FLOPs counted
+// as FlashAttention does for a causal mask: forward 2·b·a·s²·dh (two s×s×dh products, half
+// masked), backward 2.5× that (five products; this backward computes seven, recomputing S and dP
+// for its dQ pass).
+void timing_flash() {
+  const lattice::FlashShape x{8, 12, 1024, 64};
+  const size_t n = size_t(x.b * x.a * x.s * x.dh), rows = size_t(x.b * x.a * x.s);
+  const auto q = randn(n), k = randn(n), v = randn(n), dout = randn(n);
+  Dev<float> d_q(q), d_k(k), d_v(v), d_dout(dout), d_out(n), d_lse(rows), d_dq(n), d_dk(n), d_dv(n);
+  Scratch ws(lattice::cuda::flash_attention_backward_workspace_bytes(x));
+  const double fwd_flops = 2.0 * double(x.b * x.a) * double(x.s) * double(x.s) * double(x.dh);
+  for (float p : {0.0f, 0.1f}) {
+    const lattice::AttentionDropout drop = flash_dropout(p);
+    const std::string name = std::string("flash_attention b8 a12 s1024 dh64") + (p > 0 ? " drop" : "");
+    timing_line(name + " fwd", median_ms([&] {
+                  lattice::cuda::flash_attention_forward(d_out.p, d_lse.p, d_q.p, d_k.p, d_v.p, x, drop);
+                }),
+                fwd_flops);
+    timing_line(name + " bwd", median_ms([&] {
+                  lattice::cuda::flash_attention_backward(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q.p, d_k.p, d_v.p,
+                                                          d_out.p, d_lse.p, x, drop, ws.ws());
+                }),
+                2.5 * fwd_flops);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -439,15 +867,33 @@ int main(int argc, char** argv) {
   cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("lattice_cuda_check: device %s (sm_%d%d, %d SMs), seed %llu\n", prop.name, prop.major, prop.minor,
               prop.multiProcessorCount, seed);
-  check_embedding();
-  check_layernorm();
-  check_gelu();
-  check_bias_residual();
-  check_dropout();
-  check_softmax();
-  check_cross_entropy();
-  check_optimizer();
-  check_bf16();
+  try {
+    check_embedding();
+    check_layernorm();
+    check_gelu();
+    check_bias_residual();
+    check_dropout();
+    check_softmax();
+    check_cross_entropy();
+    check_optimizer();
+    check_bf16();
+    check_fp16();
+    check_heads();
+    check_gemm();
+    check_flash();
+  } catch (const std::exception& e) {  // a kernel that threw (a refused shape, no cuBLASLt algorithm)
+    std::printf("lattice_cuda_check: error: %s\n", e.what());
+    ++failures;
+  }
   std::printf("lattice_cuda_check: %d FAIL\n", failures);
+  std::fflush(stdout);
+  std::printf("lattice_cuda_check: timings follow (not pass/fail; %s)\n", prop.name);
+  try {
+    timing_gemm();
+    timing_flash();
+  } catch (const std::exception& e) {
+    std::printf("lattice_cuda_check: timing error: %s\n", e.what());
+    return failures ? 1 : 3;
+  }
   return failures ? 1 : 0;
 }

@@ -7,7 +7,8 @@
 // vector lanes (LayerNorm's row sums, softmax) the device reduces in its own fixed tree, within
 // rounding of the CPU (docs/gpu.md: what lattice_cuda_check compares, and the tolerances).
 //
-// Built only with -DLATTICE_CUDA=ON. Nothing here has run on a GPU yet (issue 33).
+// Built only with -DLATTICE_CUDA=ON. docs/gpu.md says which of these have run on a GPU (issue 33); the
+// GEMMs are in cuda/gemm.hpp, the fused attention in cuda/flash_attention.hpp.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -119,5 +120,34 @@ void scale_grads(float* grads, int64_t n, float factor, cudaStream_t stream = nu
 // ---- bf16 (tensor/bf16.hpp): the same rounding (nearest even, NaN kept quiet, subnormals to zero) ----
 void to_bf16(const float* src, uint16_t* dst, int64_t n, cudaStream_t stream = nullptr);
 void from_bf16(const uint16_t* src, float* dst, int64_t n, cudaStream_t stream = nullptr);
+
+// ---- fp16 (tensor/half.hpp's HalfFormat{fp16 = true}): the CPU's _Float16 rounding, bit for bit ----
+// (cuda/fp16_bits.hpp: nearest even, fp16 subnormals kept, overflow to inf, NaN kept quiet.)
+void to_fp16(const float* src, uint16_t* dst, int64_t n, cudaStream_t stream = nullptr);      // narrow
+void from_fp16(const uint16_t* src, float* dst, int64_t n, cudaStream_t stream = nullptr);    // widen
+// dst += src through fp32, one rounding (HalfFormat::accumulate).
+void fp16_accumulate(const float* src, uint16_t* dst, int64_t n, cudaStream_t stream = nullptr);
+
+// ---- fp16 loss scaling (train/trainer.cpp's unscale, engine/owned_grads.cpp's all_finite) ----
+// *flag = 1 if any of grads[0, n) is an inf or NaN; *flag is left as it is otherwise, so one flag
+// (zeroed by the caller) collects several pieces, as all_finite does. Threads that find one store 1:
+// an integer store of one value, the same result in any order (no atomics needed).
+void grads_nonfinite(int32_t* flag, const float* grads, int64_t n, cudaStream_t stream = nullptr);
+// grads *= float(1.0 / loss_scale), the trainer's unscale of a clean step (scale_grads's product).
+void unscale_grads(float* grads, int64_t n, double loss_scale, cudaStream_t stream = nullptr);
+
+// ---- attention's head layout (model/attention.cpp), a = this rank's heads, hl = a·dh ----
+// [b·s, 3·hl] rows (q | k | v, head-major within each) → q, k, v [b, a, s, dh].
+void split_heads(float* q, float* k, float* v, const float* qkv, int64_t b, int64_t s, int64_t a, int64_t dh,
+                 cudaStream_t stream = nullptr);
+// [b, a, s, dh] → [b·s, hl].
+void merge_heads(float* out, const float* heads, int64_t b, int64_t s, int64_t a, int64_t dh,
+                 cudaStream_t stream = nullptr);
+// [b·s, hl] → [b, a, s, dh].
+void unmerge_heads(float* heads, const float* rows, int64_t b, int64_t s, int64_t a, int64_t dh,
+                   cudaStream_t stream = nullptr);
+// dq, dk, dv [b, a, s, dh] → dqkv [b·s, 3·hl] (split_heads' transpose).
+void merge_qkv_grads(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t b, int64_t s, int64_t a,
+                     int64_t dh, cudaStream_t stream = nullptr);
 
 }  // namespace lattice::cuda

@@ -1,0 +1,431 @@
+// Fused causal attention on the device (cuda/flash_attention.hpp). Thread layout in every kernel: 256
+// threads, thread t serves tile row t / 4 ("row") with its quarter q = t % 4; the quarter owns the 16
+// consecutive tile columns q·16 .. q·16 + 15 of the score tile and the head-dimension columns
+// q, q + 4, q + 8, ... of the outputs. The four threads of a row are adjacent lanes of one warp, so a
+// row's max and sum are two xor-shuffles, and a row written to shared memory by them is read back after
+// a __syncwarp.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "cuda/common.cuh"
+#include "cuda/flash_attention.hpp"
+#include "random/philox_core.hpp"
+
+namespace lattice::cuda {
+using namespace detail;
+
+namespace {
+
+constexpr int kT = 64;          // queries and keys per tile
+constexpr int kThreads = 256;   // 4 threads per tile row
+constexpr int kPLd = kT + 1;    // row stride of the 64 × 64 probability / dS tiles (padded: no bank conflicts)
+
+struct FlashArgs {
+  int64_t a = 0, s = 0, dh = 0;
+  float scale = 1.0f, keep_scale = 1.0f;
+  bool dropout = false;
+  PhiloxStreamWords words{};
+  uint32_t threshold = 0;
+  int64_t first_row = 0, heads = 0, head0 = 0;
+};
+
+FlashArgs make_args(const FlashShape& x, const AttentionDropout& drop) {
+  FlashArgs p;
+  p.a = x.a, p.s = x.s, p.dh = x.dh;
+  p.scale = 1.0f / std::sqrt(float(x.dh));  // the CPU's 1.0f / std::sqrt(float(dh))
+  p.dropout = drop.p > 0.0f;
+  p.keep_scale = p.dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
+  p.words = philox_stream_words(drop.stream.seed, drop.stream.step, drop.stream.layer, uint32_t(DropoutSite::attention));
+  p.threshold = dropout_keep_threshold(drop.p);
+  p.first_row = drop.first_row;
+  p.heads = drop.heads_total ? drop.heads_total : x.a;
+  p.head0 = drop.head0;
+  return p;
+}
+
+// dropout.hpp's attention_mask_first: the global index of (local batch·head bh, query 0, key 0).
+__device__ __forceinline__ uint64_t mask_base(const FlashArgs& p, int64_t bh) {
+  const int64_t bi = bh / p.a, hd = bh % p.a;
+  return uint64_t((p.first_row + bi) * p.heads + p.head0 + hd) * uint64_t(p.s) * uint64_t(p.s);
+}
+
+template <int OFF>
+__device__ __forceinline__ uint32_t collect16(const uint32_t (&r)[20], uint32_t threshold) {
+  uint32_t bits = 0;
+#pragma unroll
+  for (int k = 0; k < 16; ++k) bits |= uint32_t(r[OFF + k] >= threshold) << k;
+  return bits;
+}
+// Keep flags of global elements first .. first + 15 (bit k: element first + k), from the five Philox
+// blocks that cover them: the same bits as philox_keep element by element (random/philox_core.hpp).
+__device__ uint32_t keep_bits16(const PhiloxStreamWords& w, uint32_t threshold, uint64_t first) {
+  uint32_t r[20];
+  const uint64_t block0 = first >> 2;
+#pragma unroll
+  for (int b = 0; b < 5; ++b) {
+    const uint64_t blk = block0 + uint64_t(b);
+    uint32_t c[4] = {uint32_t(blk), uint32_t(blk >> 32), w.c2, w.c3};
+    philox4x32_10(c, w.k0, w.k1);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r[4 * b + i] = c[i];
+  }
+  switch (int(first & 3)) {
+    case 0: return collect16<0>(r, threshold);
+    case 1: return collect16<1>(r, threshold);
+    case 2: return collect16<2>(r, threshold);
+    default: return collect16<3>(r, threshold);
+  }
+}
+
+// Rows [0, 64) of a tile of X [*, dh] starting at row r0 (n rows valid, the rest zero) into shared
+// memory with row stride ld = dh + 1.
+__device__ __forceinline__ void load_tile(float* dst, const float* src, int64_t n, int64_t dh, int64_t ld) {
+  for (int64_t idx = threadIdx.x; idx < kT * dh; idx += kThreads) {
+    const int64_t r = idx / dh, e = idx % dh;
+    dst[r * ld + e] = r < n ? src[r * dh + e] : 0.0f;
+  }
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Σ_e X[e]·Y[e] over the head dimension in ascending order (as the CPU's tile_abt).
+__device__ __forceinline__ float dot(const float* x, const float* y, int64_t dh) {
+  float acc = 0.0f;
+  for (int64_t e = 0; e < dh; ++e) acc = fmaf(x[e], y[e], acc);
+  return acc;
+}
+
+// ---- forward: one block per (query tile, b·a); NC = output columns per thread (dh <= 4·NC) ----
+template <int NC>
+__global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out, float* lse, const float* q,
+                                                                 const float* k, const float* v, FlashArgs p) {
+  extern __shared__ float smem[];
+  const int64_t s = p.s, dh = p.dh, ld = dh + 1;
+  float* Qs = smem;
+  float* Ks = Qs + kT * ld;
+  float* Vs = Ks + kT * ld;
+  float* Ps = Vs + kT * ld;  // [64][kPLd]
+  const int64_t qb = int64_t(gridDim.x) - 1 - blockIdx.x;  // the longest rows first
+  const int64_t bh = blockIdx.y, head = bh * s * dh, i0 = qb * kT, nq = min(int64_t(kT), s - i0);
+  const int r = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
+  const int64_t i = i0 + r;
+  const bool row_ok = r < nq;
+  load_tile(Qs, q + head + i0 * dh, nq, dh, ld);
+  const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
+  float m = -__int_as_float(0x7f800000), l = 0.0f, acc[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
+
+  for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {  // causal: key tiles past the tile's last query skipped
+    const int64_t nk = min(int64_t(kT), s - j0);
+    __syncthreads();  // the previous tile's K, V reads are done
+    load_tile(Ks, k + head + j0 * dh, nk, dh, ld);
+    load_tile(Vs, v + head + j0 * dh, nk, dh, ld);
+    __syncthreads();
+    // Keys j0 .. j0 + n - 1 are visible to query i (j <= i); n is the same for the row's four threads.
+    const int64_t n = row_ok ? max(int64_t(0), min(nk, i - j0 + 1)) : 0;
+    float sc[16];
+    float mx = m;
+#pragma unroll
+    for (int kk = 0; kk < 16; ++kk) {
+      const int jl = quad * 16 + kk;
+      sc[kk] = dot(Qs + r * ld, Ks + jl * ld, dh) * p.scale;
+      if (jl < n) mx = fmaxf(mx, sc[kk]);
+    }
+    mx = quad_max(mx);
+    float sum = 0.0f;
+    const float corr = n > 0 ? fast_exp(m - mx) : 1.0f;  // 0-ish on the first tile (fast_exp(-inf) = e^-87)
+    const uint32_t keep = (p.dropout && n > 0) ? keep_bits16(p.words, p.threshold, base + uint64_t(i) * uint64_t(s) +
+                                                                                       uint64_t(j0 + quad * 16))
+                                               : 0xffffu;
+#pragma unroll
+    for (int kk = 0; kk < 16; ++kk) {
+      const int jl = quad * 16 + kk;
+      float e = jl < n ? fast_exp(sc[kk] - mx) : 0.0f;
+      sum += e;
+      if (p.dropout) e = ((keep >> kk) & 1u) ? e * p.keep_scale : 0.0f;
+      Ps[r * kPLd + jl] = e;
+    }
+    sum = quad_sum(sum);
+    if (n > 0) {
+      l = l * corr + sum;
+      m = mx;
+#pragma unroll
+      for (int c = 0; c < NC; ++c) acc[c] *= corr;
+    }
+    __syncwarp();  // the row's probabilities, written by its four lanes, are read by all four
+    for (int jl = 0; jl < nk; ++jl) {
+      const float pj = Ps[r * kPLd + jl];
+      const float* vr = Vs + jl * ld + quad;
+#pragma unroll
+      for (int c = 0; c < NC; ++c)
+        if (quad + 4 * c < dh) acc[c] = fmaf(pj, vr[4 * c], acc[c]);
+    }
+  }
+  if (!row_ok) return;
+  const float inv = 1.0f / l;
+  float* o = out + head + i * dh + quad;
+#pragma unroll
+  for (int c = 0; c < NC; ++c)
+    if (quad + 4 * c < dh) o[4 * c] = acc[c] * inv;
+  if (quad == 0) lse[bh * s + i] = m + logf(l);
+}
+
+// ---- backward 1: D[row] = Σ_e dO·O, one warp per row (lanes strided, then the warp's fixed tree) ----
+__global__ void flash_rowdot_kernel(float* D, const float* dout, const float* out, int64_t rows, int64_t dh) {
+  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = int(threadIdx.x) & 31;
+  if (warp >= rows) return;  // whole warps leave together
+  float acc = 0.0f;
+  for (int64_t e = lane; e < dh; e += 32) acc = fmaf(dout[warp * dh + e], out[warp * dh + e], acc);
+  acc = warp_sum(acc);
+  if (lane == 0) D[warp] = acc;
+}
+
+// ---- backward 2: dK, dV of one key tile, walking its query tiles ----
+// Thread row = key jr of the tile; its quarter's 16 queries; dK, dV columns quad + 4c.
+template <int NC>
+__global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(float* dk, float* dv, const float* dout,
+                                                              const float* q, const float* k, const float* v,
+                                                              const float* lse, const float* D, FlashArgs p) {
+  extern __shared__ float smem[];
+  const int64_t s = p.s, dh = p.dh, ld = dh + 1;
+  float* Ks = smem;
+  float* Vs = Ks + kT * ld;
+  float* Qs = Vs + kT * ld;
+  float* dOs = Qs + kT * ld;
+  float* PZt = dOs + kT * ld;   // [key][query]: the dropout output P∘Z, for dV
+  float* dSt = PZt + kT * kPLd;  // [key][query]: dS (·1/√dh), for dK
+  float* Ls = dSt + kT * kPLd;   // the query tile's log-sum-exp
+  float* Ds = Ls + kT;           // and its D
+  uint32_t* keep = reinterpret_cast<uint32_t*>(Ds + kT);  // [query][quarter of the keys]: 16 flags each
+  const int64_t bh = blockIdx.y, head = bh * s * dh, j0 = int64_t(blockIdx.x) * kT, nk = min(int64_t(kT), s - j0);
+  const int jr = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
+  const int64_t j = j0 + jr;
+  load_tile(Ks, k + head + j0 * dh, nk, dh, ld);
+  load_tile(Vs, v + head + j0 * dh, nk, dh, ld);
+  const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
+  float adk[NC], adv[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) adk[c] = 0.0f, adv[c] = 0.0f;
+
+  for (int64_t i0 = j0; i0 < s; i0 += kT) {  // causal: query tiles before the key tile see none of it
+    const int64_t nq = min(int64_t(kT), s - i0);
+    __syncthreads();  // the previous query tile's reads are done
+    load_tile(Qs, q + head + i0 * dh, nq, dh, ld);
+    load_tile(dOs, dout + head + i0 * dh, nq, dh, ld);
+    if (threadIdx.x < kT) {
+      const bool ok = int64_t(threadIdx.x) < nq;
+      Ls[threadIdx.x] = ok ? lse[bh * s + i0 + threadIdx.x] : 0.0f;
+      Ds[threadIdx.x] = ok ? D[bh * s + i0 + threadIdx.x] : 0.0f;
+    }
+    if (p.dropout) {  // thread (query row jr, quarter) draws that row's 16 flags of this key tile
+      const int64_t iq = i0 + jr;
+      keep[jr * 4 + quad] =
+          jr < nq ? keep_bits16(p.words, p.threshold, base + uint64_t(iq) * uint64_t(s) + uint64_t(j0 + quad * 16)) : 0u;
+    }
+    __syncthreads();
+#pragma unroll 4
+    for (int kk = 0; kk < 16; ++kk) {
+      const int il = quad * 16 + kk;
+      const int64_t iq = i0 + il;
+      float pz = 0.0f, ds = 0.0f;
+      if (jr < nk && il < nq && j <= iq) {
+        const float sv = dot(Qs + il * ld, Ks + jr * ld, dh) * p.scale;
+        const float dp = dot(dOs + il * ld, Vs + jr * ld, dh);  // d(dropout output) = dO · Vᵀ
+        const float pr = fast_exp(sv - Ls[il]);
+        const float z = p.dropout ? (((keep[il * 4 + (jr >> 4)] >> (jr & 15)) & 1u) ? p.keep_scale : 0.0f) : 1.0f;
+        pz = pr * z;
+        ds = pr * (dp * z - Ds[il]) * p.scale;
+      }
+      PZt[jr * kPLd + il] = pz;
+      dSt[jr * kPLd + il] = ds;
+    }
+    __syncwarp();
+    for (int il = 0; il < nq; ++il) {  // dV_j += (P∘Z)ᵀ·dO, dK_j += dSᵀ·Q: queries in order
+      const float pz = PZt[jr * kPLd + il], ds = dSt[jr * kPLd + il];
+      const float* dor = dOs + il * ld + quad;
+      const float* qr = Qs + il * ld + quad;
+#pragma unroll
+      for (int c = 0; c < NC; ++c)
+        if (quad + 4 * c < dh) adv[c] = fmaf(pz, dor[4 * c], adv[c]), adk[c] = fmaf(ds, qr[4 * c], adk[c]);
+    }
+  }
+  if (jr >= nk) return;
+  float* dkr = dk + head + j * dh + quad;
+  float* dvr = dv + head + j * dh + quad;
+#pragma unroll
+  for (int c = 0; c < NC; ++c)
+    if (quad + 4 * c < dh) dkr[4 * c] = adk[c], dvr[4 * c] = adv[c];
+}
+
+// ---- backward 3: dQ of one query tile, walking its key tiles ----
+template <int NC>
+__global__ void __launch_bounds__(kThreads) flash_dq_kernel(float* dq, const float* dout, const float* q,
+                                                            const float* k, const float* v, const float* lse,
+                                                            const float* D, FlashArgs p) {
+  extern __shared__ float smem[];
+  const int64_t s = p.s, dh = p.dh, ld = dh + 1;
+  float* Qs = smem;
+  float* dOs = Qs + kT * ld;
+  float* Ks = dOs + kT * ld;
+  float* Vs = Ks + kT * ld;
+  float* dSs = Vs + kT * ld;  // [query][key]
+  const int64_t qb = int64_t(gridDim.x) - 1 - blockIdx.x;
+  const int64_t bh = blockIdx.y, head = bh * s * dh, i0 = qb * kT, nq = min(int64_t(kT), s - i0);
+  const int r = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
+  const int64_t i = i0 + r;
+  const bool row_ok = r < nq;
+  load_tile(Qs, q + head + i0 * dh, nq, dh, ld);
+  load_tile(dOs, dout + head + i0 * dh, nq, dh, ld);
+  const float li = row_ok ? lse[bh * s + i] : 0.0f, di = row_ok ? D[bh * s + i] : 0.0f;
+  const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
+  float acc[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
+
+  for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {
+    const int64_t nk = min(int64_t(kT), s - j0);
+    __syncthreads();
+    load_tile(Ks, k + head + j0 * dh, nk, dh, ld);
+    load_tile(Vs, v + head + j0 * dh, nk, dh, ld);
+    __syncthreads();
+    const int64_t n = row_ok ? max(int64_t(0), min(nk, i - j0 + 1)) : 0;
+    const uint32_t keep = (p.dropout && n > 0) ? keep_bits16(p.words, p.threshold, base + uint64_t(i) * uint64_t(s) +
+                                                                                       uint64_t(j0 + quad * 16))
+                                               : 0xffffu;
+#pragma unroll 4
+    for (int kk = 0; kk < 16; ++kk) {
+      const int jl = quad * 16 + kk;
+      float ds = 0.0f;
+      if (jl < n) {
+        const float sv = dot(Qs + r * ld, Ks + jl * ld, dh) * p.scale;
+        const float dp = dot(dOs + r * ld, Vs + jl * ld, dh);
+        const float pr = fast_exp(sv - li);
+        const float z = p.dropout ? (((keep >> kk) & 1u) ? p.keep_scale : 0.0f) : 1.0f;
+        ds = pr * (dp * z - di) * p.scale;
+      }
+      dSs[r * kPLd + jl] = ds;
+    }
+    __syncwarp();
+    for (int jl = 0; jl < nk; ++jl) {  // dQ_i += dS·K: keys in order
+      const float ds = dSs[r * kPLd + jl];
+      const float* kr = Ks + jl * ld + quad;
+#pragma unroll
+      for (int c = 0; c < NC; ++c)
+        if (quad + 4 * c < dh) acc[c] = fmaf(ds, kr[4 * c], acc[c]);
+    }
+  }
+  if (!row_ok) return;
+  float* o = dq + head + i * dh + quad;
+#pragma unroll
+  for (int c = 0; c < NC; ++c)
+    if (quad + 4 * c < dh) o[4 * c] = acc[c];
+}
+
+size_t forward_smem(int64_t dh) { return size_t(3 * kT * (dh + 1) + kT * kPLd) * sizeof(float); }
+size_t dkdv_smem(int64_t dh) { return size_t(4 * kT * (dh + 1) + 2 * kT * kPLd + 2 * kT + 4 * kT) * sizeof(float); }
+size_t dq_smem(int64_t dh) { return size_t(4 * kT * (dh + 1) + kT * kPLd) * sizeof(float); }
+
+// Opts the kernel in to `bytes` of dynamic shared memory (past the default 48 KiB), or says why not.
+template <class Kernel>
+void allow_smem(Kernel kernel, size_t bytes, const char* name) {
+  int device = 0, optin = 0;
+  check(cudaGetDevice(&device), name);
+  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), name);
+  if (bytes > size_t(optin))
+    throw std::invalid_argument(std::string("CUDA: ") + name + ": needs " + std::to_string(bytes) +
+                                " bytes of shared memory a block, the device allows " + std::to_string(optin));
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), name);
+}
+
+void require_supported(const FlashShape& x, const char* what) {
+  const std::string why = flash_attention_unsupported(x);
+  if (!why.empty()) throw std::invalid_argument(std::string("CUDA: ") + what + ": " + why);
+}
+
+template <int NC>
+void forward_launch(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
+                    const FlashArgs& p, cudaStream_t stream) {
+  const size_t bytes = forward_smem(x.dh);
+  allow_smem(flash_forward_kernel<NC>, bytes, "flash_attention_forward");
+  const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
+  flash_forward_kernel<NC><<<grid, kThreads, bytes, stream>>>(out, lse, q, k, v, p);
+  check_launch("flash_attention_forward");
+}
+
+template <int NC>
+void backward_launch(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                     const float* v, const float* lse, const float* D, const FlashShape& x, const FlashArgs& p,
+                     cudaStream_t stream) {
+  const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
+  const size_t b1 = dkdv_smem(x.dh), b2 = dq_smem(x.dh);
+  allow_smem(flash_dkdv_kernel<NC>, b1, "flash_attention_backward dK dV");
+  allow_smem(flash_dq_kernel<NC>, b2, "flash_attention_backward dQ");
+  flash_dkdv_kernel<NC><<<grid, kThreads, b1, stream>>>(dk, dv, dout, q, k, v, lse, D, p);
+  check_launch("flash_attention_backward dK dV");
+  flash_dq_kernel<NC><<<grid, kThreads, b2, stream>>>(dq, dout, q, k, v, lse, D, p);
+  check_launch("flash_attention_backward dQ");
+}
+
+}  // namespace
+
+std::string flash_attention_unsupported(const FlashShape& x) {
+  if (x.b < 0 || x.a < 0 || x.s < 0) return "negative shape";
+  if (x.dh < 1 || x.dh > kFlashMaxHeadDim)
+    return "head dimension " + std::to_string(x.dh) + " outside 1.." + std::to_string(kFlashMaxHeadDim) +
+           " (the fused CUDA attention holds 64-row tiles of dh + 1 floats in shared memory)";
+  if (x.b * x.a > 65535) return "b·a = " + std::to_string(x.b * x.a) + " heads past the grid's 65535";
+  if ((x.s + kT - 1) / kT > int64_t(0x7fffffff)) return "sequence too long";
+  return {};
+}
+
+void flash_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                             const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream) {
+  require_supported(x, "flash_attention_forward");
+  if (x.b * x.a * x.s == 0) return;
+  const FlashArgs p = make_args(x, drop);
+  if (x.dh <= 32)
+    forward_launch<8>(out, lse, q, k, v, x, p, stream);
+  else if (x.dh <= 64)
+    forward_launch<16>(out, lse, q, k, v, x, p, stream);
+  else
+    forward_launch<32>(out, lse, q, k, v, x, p, stream);
+}
+
+size_t flash_attention_backward_workspace_bytes(const FlashShape& x) {
+  return size_t(std::max<int64_t>(0, x.b * x.a * x.s)) * sizeof(float);
+}
+
+void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                              const float* v, const float* out, const float* lse, const FlashShape& x,
+                              const AttentionDropout& drop, Workspace ws, cudaStream_t stream) {
+  require_supported(x, "flash_attention_backward");
+  const int64_t rows = x.b * x.a * x.s;
+  if (rows == 0) return;
+  if (ws.bytes < flash_attention_backward_workspace_bytes(x) || !ws.data)
+    throw std::runtime_error("CUDA: flash_attention_backward: workspace of " + std::to_string(ws.bytes) +
+                             " bytes, needs " + std::to_string(flash_attention_backward_workspace_bytes(x)));
+  float* D = static_cast<float*>(ws.data);
+  const int64_t threads = rows * 32;
+  flash_rowdot_kernel<<<unsigned((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(D, dout, out, rows, x.dh);
+  check_launch("flash_attention_backward D");
+  const FlashArgs p = make_args(x, drop);
+  if (x.dh <= 32)
+    backward_launch<8>(dq, dk, dv, dout, q, k, v, lse, D, x, p, stream);
+  else if (x.dh <= 64)
+    backward_launch<16>(dq, dk, dv, dout, q, k, v, lse, D, x, p, stream);
+  else
+    backward_launch<32>(dq, dk, dv, dout, q, k, v, lse, D, x, p, stream);
+}
+
+}  // namespace lattice::cuda

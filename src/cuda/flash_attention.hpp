@@ -1,0 +1,47 @@
+#pragma once
+// Fused causal attention on the device, with the CPU's contract (kernels/flash_attention.hpp): Q, K, V,
+// O, dO [b, a, s, dh] fp32, the log-sum-exp [b, a, s] fp32, out = Dropout(softmax(causal(Q·Kᵀ/√dh)))·V,
+// the dropout's keep flags drawn element by element from the Philox stream at the same global indices
+// as the CPU's fused and unfused attention (dropout.hpp's AttentionDropout, attention_mask_first: head
+// bh's element (i, j) at its base + i·s + j), so the same elements are dropped.
+//
+// Tiles of 64 queries × 64 keys in shared memory, 256 threads a block, four threads a row; an online
+// softmax (running max and sum per query row, with the CPU's fast_exp). The forward keeps only the
+// log-sum-exp. The backward recomputes each score tile from Q, K and it, with no atomics: a first
+// kernel computes D_i = dO_i·O_i, a second walks the query tiles for each key tile (one block owns a
+// key tile's dK and dV), a third walks the key tiles for each query tile (one block owns its dQ). Every
+// sum runs in a fixed order (the keys, the queries and the head dimension in ascending order, the four
+// threads of a row by a fixed shuffle tree), so the bits repeat from run to run.
+//
+// Supports 1 <= dh <= 128 (kFlashMaxHeadDim; GPT-2's dh is 64), any s >= 1 (a last tile shorter than
+// 64 is masked), b·a <= 65535 (the grid's y dimension); shapes outside throw std::invalid_argument.
+// Shared memory per block: forward (3·64·(dh+1) + 64·65)·4 bytes (115 KiB at dh 128), backward up to
+// (4·64·(dh+1) + 2·64·65 + 384)·4 bytes (163 KiB at dh 128): Hopper's 227 KiB opt-in limit.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "cuda/kernels.hpp"
+#include "kernels/dropout.hpp"
+#include "kernels/flash_attention.hpp"
+
+namespace lattice::cuda {
+
+inline constexpr int64_t kFlashMaxHeadDim = 128;
+
+// Empty if the shape is supported, else why not.
+std::string flash_attention_unsupported(const FlashShape& x);
+
+void flash_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                             const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream = nullptr);
+
+// Scratch of the backward: D = rowsum(dO ∘ O), b·a·s floats.
+size_t flash_attention_backward_workspace_bytes(const FlashShape& x);
+// dq, dk, dv overwritten, as on the CPU.
+void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                              const float* v, const float* out, const float* lse, const FlashShape& x,
+                              const AttentionDropout& drop, Workspace ws, cudaStream_t stream = nullptr);
+
+}  // namespace lattice::cuda

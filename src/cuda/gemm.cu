@@ -1,0 +1,227 @@
+// cuBLASLt GEMMs with kernels/gemm.hpp's row-major contract (cuda/gemm.hpp).
+#include <cublasLt.h>
+
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+#include "cuda/common.cuh"
+#include "cuda/gemm.hpp"
+
+namespace lattice::cuda {
+using namespace detail;
+
+namespace {
+
+void lt_check(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("cuBLASLt: ") + what + ": " + cublasLtGetStatusName(st) + " (" +
+                             cublasLtGetStatusString(st) + ")");
+}
+
+// The largest power of two (at most 256) dividing the address: cuBLASLt's algorithms need aligned
+// operands, and the heuristic is told the alignment it may assume.
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && (a % al) != 0) al >>= 1;
+  return al;
+}
+
+struct Key {
+  int64_t batch, M, N, K;
+  bool ta, tb, acc, bias, bf16;
+  GemmMath math;
+  uint32_t align_a, align_b, align_c, align_bias;
+  auto tie() const { return std::tie(batch, M, N, K, ta, tb, acc, bias, bf16, math, align_a, align_b, align_c, align_bias); }
+  bool operator<(const Key& o) const { return tie() < o.tie(); }
+};
+
+// A chosen algorithm and the descriptors it was chosen for (destroyed with the context).
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (our B), B (our A), C = D
+  cublasLtMatmulAlgo_t algo{};
+  bool bias_epilogue = false;
+};
+
+void destroy(Plan& p) {
+  if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+  if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+  if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+  if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+  p = Plan{};
+}
+
+// A column-major layout of `rows` × `cols` with leading dimension ld, `batch` matrices `stride` apart.
+cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                              int64_t stride) {
+  cublasLtMatrixLayout_t l = nullptr;
+  lt_check(cublasLtMatrixLayoutCreate(&l, type, uint64_t(rows), uint64_t(cols), ld), "matrix layout");
+  if (batch > 1) {
+    const int32_t count = int32_t(batch);
+    lt_check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+             "batch count");
+    lt_check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                              sizeof(stride)),
+             "batch stride");
+  }
+  return l;
+}
+
+}  // namespace
+
+struct GemmContext::Impl {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  bool owns_workspace = false;
+  GemmMath math = GemmMath::fp32;
+  bool last_bias_in_epilogue = false;
+  mutable std::mutex mutex;
+  std::map<Key, Plan> plans;
+
+  ~Impl() {
+    for (auto& [key, plan] : plans) destroy(plan);
+    if (owns_workspace && workspace) cudaFree(workspace);
+    if (handle) cublasLtDestroy(handle);
+  }
+
+  // Tries to choose an algorithm for `key`, with the bias epilogue or without; false if cuBLASLt's
+  // heuristic offers none.
+  bool choose(const Key& key, bool with_bias, const float* bias, Plan& p) {
+    const cudaDataType_t in = key.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cublasComputeType_t compute =
+        (!key.bf16 && key.math == GemmMath::tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    lt_check(cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F), "matmul descriptor");
+    // cuBLASLt's first operand is our B, its second our A (Cᵀ = op(B)ᵀ·op(A)ᵀ, column-major).
+    const cublasOperation_t op_first = key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_second = key.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)),
+             "transa");
+    lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)),
+             "transb");
+    if (with_bias) {
+      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
+      lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+               "bias pointer");
+    }
+    // Our B: row-major [K, N] is column-major [N, K] (ld N); transposed, row-major [N, K] is column-major
+    // [K, N] (ld K). Our A: row-major [M, K] is column-major [K, M] (ld K); transposed [K, M] is [M, K]
+    // (ld M). D: column-major [N, M], ld N.
+    p.a = key.tb ? layout(in, key.K, key.N, key.K, key.batch, key.K * key.N)
+                 : layout(in, key.N, key.K, key.N, key.batch, key.K * key.N);
+    p.b = key.ta ? layout(in, key.M, key.K, key.M, key.batch, key.M * key.K)
+                 : layout(in, key.K, key.M, key.K, key.batch, key.M * key.K);
+    p.c = layout(CUDA_R_32F, key.N, key.M, key.N, key.batch, key.M * key.N);
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    auto set_pref = [&](cublasLtMatmulPreferenceAttributes_t attr, const void* v, size_t n, const char* what) {
+      lt_check(cublasLtMatmulPreferenceSetAttribute(pref, attr, v, n), what);
+    };
+    const uint64_t ws = workspace_bytes;
+    set_pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws), "workspace preference");
+    // The first operand is our B, the second our A.
+    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_b, sizeof(uint32_t), "alignment A");
+    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_a, sizeof(uint32_t), "alignment B");
+    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c, sizeof(uint32_t), "alignment C");
+    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_c, sizeof(uint32_t), "alignment D");
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || found < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
+      destroy(p);
+      if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) lt_check(st, "algorithm heuristic");
+      return false;
+    }
+    p.algo = result.algo;
+    p.bias_epilogue = with_bias;
+    return true;
+  }
+
+  const Plan& plan(const Key& key, const float* bias) {
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second;
+    Plan p;
+    if (!(key.bias && choose(key, true, bias, p)) && !choose(key, false, nullptr, p))
+      throw std::runtime_error("cuBLASLt: no algorithm for GEMM " + std::to_string(key.batch) + "×[" +
+                               std::to_string(key.M) + "×" + std::to_string(key.K) + "]·[" + std::to_string(key.K) +
+                               "×" + std::to_string(key.N) + "]" + (key.bf16 ? " bf16" : " fp32"));
+    return plans.emplace(key, p).first->second;
+  }
+};
+
+GemmContext::GemmContext(Workspace workspace, GemmMath math) : impl_(std::make_unique<Impl>()) {
+  impl_->math = math;
+  lt_check(cublasLtCreate(&impl_->handle), "cublasLtCreate");
+  impl_->workspace_bytes = workspace.bytes;
+  if (workspace.data) {
+    impl_->workspace = workspace.data;
+  } else if (workspace.bytes > 0) {
+    check(cudaMalloc(&impl_->workspace, workspace.bytes), "GemmContext workspace");
+    impl_->owns_workspace = true;
+  }
+}
+
+GemmContext::~GemmContext() = default;
+
+size_t GemmContext::workspace_bytes() const { return impl_->workspace_bytes; }
+GemmMath GemmContext::math() const { return impl_->math; }
+void GemmContext::set_math(GemmMath math) { impl_->math = math; }
+int64_t GemmContext::cached_plans() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return int64_t(impl_->plans.size());
+}
+bool GemmContext::last_bias_in_epilogue() const { return impl_->last_bias_in_epilogue; }
+
+void GemmContext::gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias,
+                       cudaStream_t stream) {
+  if (a.dtype != b.dtype) throw std::logic_error("cuda::gemm: A and B must share a dtype");
+  if (a.dtype != DType::fp32 && a.dtype != DType::bf16) throw std::logic_error("cuda::gemm: A and B fp32 or bf16");
+  if (bias && s.alpha != 1.0f)
+    throw std::logic_error("cuda::gemm: alpha != 1 with a bias is not supported (cuda/gemm.hpp)");
+  if (s.batch < 1 || s.M < 0 || s.N < 0 || s.K < 0) throw std::logic_error("cuda::gemm: bad shape");
+  if (s.M == 0 || s.N == 0) return;
+  if (s.M > INT32_MAX || s.N > INT32_MAX || s.K > INT32_MAX || s.batch > INT32_MAX)
+    throw std::logic_error("cuda::gemm: a dimension past 2^31");
+  const float beta = s.accumulate ? 1.0f : 0.0f;
+  if (s.K == 0) {  // an empty sum: C = beta·C + bias, which cuBLASLt may not take
+    if (!s.accumulate) check(cudaMemsetAsync(c, 0, size_t(s.batch * s.M * s.N) * sizeof(float), stream), "gemm K=0");
+    if (bias) bias_add_rows(c, bias, s.batch * s.M, s.N, stream);
+    return;
+  }
+  const Key key{s.batch,
+                s.M,
+                s.N,
+                s.K,
+                s.trans_a,
+                s.trans_b,
+                s.accumulate,
+                bias != nullptr,
+                a.dtype == DType::bf16,
+                a.dtype == DType::bf16 ? GemmMath::fp32 : impl_->math,
+                alignment_of(a.ptr),
+                alignment_of(b.ptr),
+                alignment_of(c),
+                bias ? alignment_of(bias) : 256u};
+  std::lock_guard<std::mutex> lock(impl_->mutex);  // the cached descriptor's bias pointer is set per call
+  const Plan& p = impl_->plan(key, bias);
+  if (p.bias_epilogue)
+    lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+             "bias pointer");
+  const float alpha = s.alpha;
+  // cuBLASLt's A is our B and its B our A.
+  lt_check(cublasLtMatmul(impl_->handle, p.desc, &alpha, b.ptr, p.a, a.ptr, p.b, &beta, c, p.c, c, p.c, &p.algo,
+                          impl_->workspace, impl_->workspace_bytes, stream),
+           "cublasLtMatmul");
+  if (bias && !p.bias_epilogue) bias_add_rows(c, bias, s.batch * s.M, s.N, stream);
+  impl_->last_bias_in_epilogue = p.bias_epilogue;
+}
+
+}  // namespace lattice::cuda

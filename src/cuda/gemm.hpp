@@ -1,0 +1,74 @@
+#pragma once
+// GEMMs on the device through cuBLASLt, with the contract of kernels/gemm.hpp:
+//   C[M,N] (+)= alpha · op(A)[M,K] · op(B)[K,N] (+ bias[N] on every row),
+// batched over `batch` contiguous matrices (A every M·K elements, B every K·N, C every M·N), row-major
+// storage, A and B both fp32 or both bf16, C and the bias fp32. Pointers are device pointers.
+//
+// Row-major to cuBLASLt's column-major: a row-major [R, C] matrix is the column-major [C, R] matrix
+// with the same leading dimension, so C = op(A)·op(B) is computed as Cᵀ = op(B)ᵀ·op(A)ᵀ: B is
+// cuBLASLt's first operand and A its second, each transposed exactly when kernels/gemm.hpp's flag
+// says so, and D is column-major [N, M] with leading dimension N (the bias, one value per row of D,
+// is then one per column of C, as on the CPU).
+//
+// The math: fp32 inputs are multiplied in full fp32 (CUBLAS_COMPUTE_32F: no TF32) unless the context
+// is switched to GemmMath::tf32 by explicit choice (CUBLAS_COMPUTE_32F_FAST_TF32); bf16 inputs are
+// multiplied with fp32 accumulation (CUBLAS_COMPUTE_32F) whatever the switch says.
+//
+// Deterministic: one algorithm per shape, chosen once by cuBLASLt's heuristic and cached (the key:
+// shape, flags, dtype, math and the operands' pointer alignment), run on the context's one workspace;
+// cuBLASLt's algorithms for one device, library version and workspace repeat their bits
+// (lattice_cuda_check's [repeat] lines check it). A bias is added in cuBLASLt's epilogue when the
+// heuristic offers an algorithm with it, otherwise by bias_add_rows after the GEMM (the same sum).
+//
+// alpha != 1 with a bias is refused: oneDNN 2.x (the CPU's GEMM) scales the bias with the product
+// and cuBLASLt does not, and no caller asks for it (the attention's scaled GEMMs have no bias).
+//
+// Built only with -DLATTICE_CUDA=ON. Compiled on machines without a GPU; see docs/gpu.md for what has
+// run on one.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "cuda/kernels.hpp"
+#include "kernels/gemm.hpp"
+
+namespace lattice::cuda {
+
+enum class GemmMath {
+  fp32,  // fp32 inputs multiplied in fp32 (TF32 off): what the parity checks use
+  tf32,  // fp32 inputs rounded to TF32 inside the tensor cores: faster, about 10 bits of mantissa
+};
+
+// One cuBLASLt handle (cublasLtCreate once), one workspace and the cache of chosen algorithms. Use
+// one context per stream at a time (its workspace is shared by the GEMMs it launches). Not copyable.
+class GemmContext {
+ public:
+  static constexpr size_t kDefaultWorkspaceBytes = size_t(32) << 20;  // 32 MiB: cuBLASLt's Hopper kernels ask for up to this
+  // With `workspace.data` null the context allocates `workspace.bytes` (default 32 MiB) itself with
+  // cudaMalloc and frees it; otherwise it uses the caller's memory (the backend seam's tracked
+  // `workspaces`), which must outlive it.
+  explicit GemmContext(Workspace workspace = {nullptr, kDefaultWorkspaceBytes}, GemmMath math = GemmMath::fp32);
+  ~GemmContext();
+  GemmContext(const GemmContext&) = delete;
+  GemmContext& operator=(const GemmContext&) = delete;
+
+  // The library workspace's size, for the memory accounting (MemoryCategory::workspaces).
+  size_t workspace_bytes() const;
+  GemmMath math() const;
+  void set_math(GemmMath math);
+  // Algorithms chosen so far (one per distinct key).
+  int64_t cached_plans() const;
+  // Whether the last gemm() call added its bias in cuBLASLt's epilogue (false: by bias_add_rows).
+  bool last_bias_in_epilogue() const;
+
+  void gemm(const GemmShape& shape, GemmOperand a, GemmOperand b, float* c, const float* bias = nullptr,
+            cudaStream_t stream = nullptr);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lattice::cuda
