@@ -30,8 +30,9 @@ if HEAD=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null); then
   check "the commit is this checkout's HEAD ($HEAD; the binary says $COMMIT)" \
     test "$COMMIT" = "$HEAD" -o "$COMMIT" = "$HEAD-dirty"
 else
+  # "unknown", or what a packager named with -DLATTICE_COMMIT=...
   echo "note: $ROOT is not a git checkout; the commit is $COMMIT"
-  check "outside a git checkout the commit is unknown" test "$COMMIT" = unknown
+  check "outside a git checkout the binary still names a commit" test -n "$COMMIT"
 fi
 
 # The start record and the checkpoint carry VERSION+COMMIT.
