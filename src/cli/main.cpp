@@ -7,6 +7,7 @@
 
 #include "cli/commands.hpp"
 #include "core/standard_output.hpp"
+#include "core/version.hpp"
 
 namespace {
 struct Command {
@@ -29,6 +30,7 @@ const Command kCommands[] = {
 void usage(FILE* out) {
   std::fprintf(out, "usage: lattice <command> [flags]   (lattice <command> --help for its flags)\n\ncommands:\n");
   for (const auto& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.help);
+  std::fprintf(out, "  %-10s %s\n", "version", "print the version and the commit this binary was built from (also --version)");
 }
 }  // namespace
 
@@ -41,6 +43,15 @@ int main(int argc, char** argv) {
   if (name == "--help" || name == "-h" || name == "help") {
     usage(stdout);
     return 0;
+  }
+  if (name == "--version" || name == "version") {  // `lattice 0.3.0 (commit d95709d, built ..., GNU 12.2.0)`
+    if (argc > 2) {
+      std::fprintf(stderr, "lattice: error: %s takes no arguments\n", name.c_str());
+      return 2;
+    }
+    lattice::standard_output::start("version");
+    std::printf("%s\n", lattice::version::kLine);
+    return lattice::standard_output::exit_status(0);
   }
   for (const auto& c : kCommands) {
     if (name == c.name) {

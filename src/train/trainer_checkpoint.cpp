@@ -6,13 +6,15 @@
 #include "checkpoint/checkpoint.hpp"
 #include "comm/gather_int64.hpp"
 #include "core/stage_partition.hpp"
+#include "core/version.hpp"
 #include "train/checkpoint_stream.hpp"
 #include "train/trainer.hpp"
 
 namespace lattice {
 
 void Trainer::stage_save(const std::string& dir) {
-  nlohmann::json state = {{"step", step_},
+  nlohmann::json state = {{"lattice_version", version::kFull},  // what wrote it; read by no one
+                          {"step", step_},
                           {"seed", config_.seed},
                           {"model", checkpoint::model_config_json(model_config_)},
                           {"data_position", {{"step", step_}, {"shuffle", config_.shuffle}}},

@@ -10,6 +10,7 @@
 #include "comm/gather_int64.hpp"
 #include "core/memory_limit.hpp"
 #include "core/recompute_plan.hpp"
+#include "core/version.hpp"
 #include "report/step_report.hpp"
 #include "train/trainer.hpp"
 
@@ -47,6 +48,7 @@ nlohmann::json Trainer::start_record(int world) const {
                            {"schedule", config_.schedule},
                            {"stage_layers", l.stage_layers}};
   nlohmann::json j = {{"event", "start"},
+                      {"lattice_version", version::kFull},
                       {"settings", config_.settings},
                       {"model", model},
                       {"layout", layout},

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The demo's configuration (scripts/demo.toml) learns the King James Bible: on a short budget (200 of
 # the demo's 1500 steps, about 45 s) it reaches a stated validation bits per byte, and what it
-# samples is made of the corpus's words. The full demo (scripts/demo.sh) is measured in the README.
+# samples is made of the corpus's words. The full demo (scripts/demo.sh) is measured in docs/training.md ("The demo").
 set -u
 LATTICE=$1
 SCRATCH=$2

@@ -2,7 +2,7 @@
 // Shared by the libFuzzer targets of tests/fuzz: each target writes its input where the parser
 // reads it (a file, or a checkpoint directory) and calls lattice's real entry point.
 //
-// The contract under test (README "Bad input"): a parser given any bytes either succeeds or throws
+// The contract under test (docs/reliability.md, "Bad input"): a parser given any bytes either succeeds or throws
 // lattice::InputError with one non-empty line naming the cause. Everything else is a finding and
 // aborts, so libFuzzer saves the input: a crash or sanitizer report, a leak, a hang, a huge
 // allocation (-malloc_limit_mb), or any other exception escaping (std::bad_alloc,
