@@ -31,6 +31,8 @@
 #include "comm/measure_collectives.hpp"
 #include "core/output_path.hpp"
 #include "core/error.hpp"
+#include "core/machine_peak.hpp"
+#include "kernels/gemm.hpp"
 #include "model/gpt.hpp"
 #include "model/params.hpp"
 #include "optim/optimizer.hpp"
@@ -316,6 +318,17 @@ int run_bench(int argc, char** argv) {
                 m.threads, mpi ? (" per rank, " + std::to_string(ranks) + " ranks at once (the slowest rank's rates)").c_str() : "",
                 m.gemm_fp32_flops / 1e9, m.gemm_bf16_flops / 1e9, m.memory_bandwidth / 1e9,
                 double(m.runtime_rss_bytes) / (1 << 20));
+    // Beside the rates, the theoretical peak the trainer's MFU takes (docs/mfu.md), a rank's cores.
+    const MachineTexts machine = read_machine_texts();
+    for (const DType d : {DType::fp32, DType::bf16}) {
+      const PeakEstimate p = theoretical_peak(machine, d, m.threads, gemm_isa());
+      const double rate = d == DType::bf16 ? m.gemm_bf16_flops : m.gemm_fp32_flops;
+      if (p.flops > 0)
+        std::printf("theoretical peak %s %s (GEMM at %.0f%% of it): %s\n", to_string(d), flops_text(p.flops).c_str(),
+                    100 * rate / p.flops, p.source.c_str());
+      else
+        std::printf("theoretical peak %s unknown: %s\n", to_string(d), p.why_unknown.c_str());
+    }
     std::printf("element-wise GB/s (over the time model's bytes):");
     for (const auto& [kernel, rate] : elementwise) std::printf(" %s %.1f", kernel.c_str(), rate / 1e9);
     std::printf("\n");

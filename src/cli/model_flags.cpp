@@ -233,7 +233,8 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
   app.add_option("--resume", t.resume, "continue a run from its checkpoint directory");
   app.add_option("--eval-every,--eval-interval", t.eval_every, "validation loss every N steps");
   app.add_option("--eval-batches,--eval-iters", t.eval_batches, "micro-batches per validation");
-  app.add_option("--peak-flops", t.peak_flops, "peak FLOP/s for MFU (default: this CPU's GEMM peak)");
+  app.add_option("--peak-flops", t.peak_flops, "peak FLOP/s a rank for MFU (default: the theoretical peak of the rank's "
+                 "cores for the dtype's GEMM path, docs/mfu.md)");
   app.add_option("--threads", t.threads, "OpenMP threads (default: all cores)");
   app.add_option("--comm-timeout", t.comm_timeout,
                  "seconds a rank may wait on one communication before it stops the job (0 = off)")

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include <omp.h>
@@ -15,10 +16,13 @@
 #include "comm/distributed.hpp"
 #include "comm/fault.hpp"
 #include "core/error.hpp"
+#include "core/machine_peak.hpp"
 #include "data/tokenizer_files.hpp"
+#include "kernels/gemm.hpp"
 #include "core/memory_limit.hpp"
 #include "core/stage_partition.hpp"
 #include "plan/auto_partition.hpp"
+#include "plan/measure.hpp"
 #include "plan/memory_model.hpp"
 #include "plan/recompute_auto.hpp"
 #include "plan/report.hpp"
@@ -49,6 +53,29 @@ plan::PlanRequest run_request(const ModelConfig& model, const LayoutConfig& layo
   r.threads = train.threads > 0 ? train.threads : omp_get_max_threads();
   r.data_bytes = token_file_bytes(train.data_dir);  // the token files join the data category
   return r;
+}
+
+// The MFU's peak where --peak-flops is not given (docs/mfu.md): oneDNN's GEMM ISA caps the path the
+// trainer's theoretical peak takes; where that peak is unknown (no clock, no known GEMM path), the
+// GEMM rate a saved `lattice bench` of `host_ranks` ranks measured stands in, labelled as such. An
+// unreadable bench leaves the MFU n/a rather than stopping the run.
+void peak_inputs(TrainConfig& train, DType dtype, int host_ranks) {
+  train.gemm_isa = gemm_isa();
+  if (train.peak_flops > 0) return;
+  const int threads = train.threads > 0 ? train.threads : omp_get_max_threads();
+  if (theoretical_peak(read_machine_texts(), dtype, threads, train.gemm_isa).flops > 0) return;
+  try {
+    const std::string path = plan::bench_result_path(host_ranks);
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return;
+    const plan::LocalBench bench = plan::read_local_bench(path);
+    const bool bf16 = dtype == DType::bf16;
+    train.measured_peak_flops = bf16 ? bench.compute.gemm_bf16_flops : bench.compute.gemm_fp32_flops;
+    train.measured_peak_source = std::string("measured by lattice bench (GEMM ") + (bf16 ? "bf16" : "fp32") +
+                                 " rate, " + std::to_string(bench.threads_per_rank) + " thread(s) a rank, " + path +
+                                 "): a measured rate, not the theoretical peak";
+  } catch (const std::exception&) {
+  }
 }
 
 // --pipeline-layers auto: the planner's partition of this run's layers (analysis/partition.hpp),
@@ -176,6 +203,7 @@ int run_train(int argc, char** argv) {
     if (layout.recompute_auto)
       choose_recompute_automatically(resolved, model, train, 1, layout.memory_budget_bytes, true);
     if (train.json || !train.report_dir.empty()) train.predicted_memory = predicted_memory(model, resolved, train, 1);
+    peak_inputs(train, resolved.activation_dtype, 1);
     Trainer trainer(model, resolved, train);
     return trainer.run();
   }
@@ -212,6 +240,8 @@ int run_train(int argc, char** argv) {
   }
   if ((train.json || !train.report_dir.empty()) && dist.rank() == 0)
     train.predicted_memory = predicted_memory(model, resolved, train, dist.world_size());
+  // Every rank asks (the same flags on every rank: the host count is collective).
+  peak_inputs(train, resolved.activation_dtype, train.peak_flops > 0 ? 1 : dist.ranks_on_this_host());
   comm::check_on_all_ranks("train", [&] { trainer = std::make_unique<Trainer>(model, resolved, train, &dist); });
   return comm::run_or_abort_all("train", [&] { return trainer->run(); });
 }

@@ -215,6 +215,17 @@ void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const floa
   if (failure) std::rethrow_exception(failure);
 }
 
+GemmIsa gemm_isa() {
+  // oneDNN's ISA values are bit masks, each holding the bits of the ISAs it extends.
+  const unsigned isa = unsigned(dnnl::get_effective_cpu_isa());
+  auto has = [&](dnnl::cpu_isa level) { return (isa & unsigned(level)) == unsigned(level); };
+  if (has(dnnl::cpu_isa::avx512_core_amx)) return GemmIsa::amx;
+  if (has(dnnl::cpu_isa::avx512_core_bf16)) return GemmIsa::avx512_core_bf16;
+  if (has(dnnl::cpu_isa::avx512_core)) return GemmIsa::avx512_core;
+  if (has(dnnl::cpu_isa::avx2)) return GemmIsa::avx2;
+  return GemmIsa::sse41;
+}
+
 int64_t gemm_cached_primitives() {
   std::lock_guard<std::mutex> lock(cache_mutex());
   return int64_t(cache().size());

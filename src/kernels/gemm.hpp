@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "core/machine_peak.hpp"
 
 namespace lattice {
 
@@ -32,6 +33,10 @@ void gemm(const GemmShape& shape, GemmOperand a, GemmOperand b, float* c, const 
 // per-thread buffer that grows to its largest: MemoryCategory::workspaces), asked of oneDNN without
 // making the primitive. The planner sums each thread's largest over a step's GEMMs.
 std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& shape, bool bf16, int threads);
+
+// The widest instruction set oneDNN's GEMMs use on this CPU: its effective ISA (ONEDNN_MAX_CPU_ISA may
+// lower it), the cap core/machine_peak.hpp's peak takes.
+GemmIsa gemm_isa();
 
 // Number of cached primitives (for tests of the cache).
 int64_t gemm_cached_primitives();

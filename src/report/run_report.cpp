@@ -11,6 +11,7 @@
 #include "core/chart.hpp"
 #include "core/error.hpp"
 #include "core/html_page.hpp"
+#include "core/machine_peak.hpp"
 #include "report/schedule_svg.hpp"
 #include "report/step_report.hpp"
 #include "report/trace_timeline.hpp"
@@ -112,6 +113,17 @@ std::string overview(const RunRecords& run) {
   row("throughput", text_of(number(rate, "tokens_per_s"), "%.0f") + " tokens/s, MFU " +
                         text_of(100 * number(rate, "mfu"), "%.1f") + "%" +
                         (run.summary.is_null() ? " (last step)" : " (mean after the first step)"));
+  // The MFU's peak and where it came from (docs/mfu.md); runs logged before it was recorded have none.
+  const json& source_field = field(rate, "peak_source");
+  const std::string source = source_field.is_string() ? source_field.get<std::string>() : "";
+  if (std::isfinite(number(rate, "peak_flops")))
+    row("MFU peak", flops_text(number(rate, "peak_flops")) + " a rank" +
+                        (number(rate, "peak_flops_total") > number(rate, "peak_flops")
+                             ? ", " + flops_text(number(rate, "peak_flops_total")) + " over the ranks"
+                             : "") +
+                        ": " + source);
+  else if (!source.empty())
+    row("MFU peak", source);
   row("elapsed", text_of(number(last, "elapsed_s"), "%.1f") + " s");
   return html::render(t);
 }
@@ -132,7 +144,8 @@ std::string curves(const RunRecords& run) {
   s += line_chart("Learning rate", "lr", {series_of(run.steps, "lr", "lr")});
   s += line_chart("Gradient norm (before clipping)", "‖g‖", {series_of(run.steps, "grad_norm", "‖g‖")});
   s += line_chart("Throughput", "tokens/s", {series_of(run.steps, "tokens_per_s", "tokens/s", 1, warm)});
-  s += line_chart("Model FLOPs utilisation", "MFU (%)", {series_of(run.steps, "mfu", "MFU", 100, warm)});
+  if (has_field(run.steps, "mfu"))  // no peak known: no MFU to draw
+    s += line_chart("Model FLOPs utilisation", "MFU (%)", {series_of(run.steps, "mfu", "MFU", 100, warm)});
   if (has_field(run.steps, "loss_scale"))
     s += line_chart("fp16 loss scale", "scale", {series_of(run.steps, "loss_scale", "scale")});
   if (has_field(run.steps, "moe_aux_loss"))

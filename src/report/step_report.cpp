@@ -33,13 +33,29 @@ std::string bits_per_byte_note(double bits_per_byte) {
   return buf;
 }
 
+void add_mfu_json(nlohmann::json& j, double mfu, double peak_flops, double peak_flops_total, const std::string& source) {
+  const bool known = peak_flops_total > 0;
+  j["mfu"] = known ? nlohmann::json(mfu) : nlohmann::json(nullptr);
+  j["peak_flops"] = known ? nlohmann::json(peak_flops) : nlohmann::json(nullptr);
+  j["peak_flops_total"] = known ? nlohmann::json(peak_flops_total) : nlohmann::json(nullptr);
+  j["peak_source"] = source;
+}
+
+std::string mfu_text(double mfu, double peak_flops_total, const std::string& peak_short) {
+  if (!(peak_flops_total > 0)) return "MFU n/a";  // the start line and the summary say why
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "MFU %5.1f%% of ", mfu * 100.0);
+  return buf + peak_short;
+}
+
 nlohmann::json step_json(const StepReport& r) {
   nlohmann::json j = {{"event", "step"},    {"step", r.step},
                       {"steps", r.steps},   {"loss", r.loss},
                       {"lr", r.lr},         {"elapsed_s", r.elapsed_s},
                       {"eta_s", r.eta_s},   {"grad_norm", r.grad_norm},
                       {"step_s", r.step_s}, {"tokens_per_s", r.tokens_per_s},
-                      {"mfu", r.mfu},       {"activation_peak_bytes", r.activation_peak_bytes}};
+                      {"activation_peak_bytes", r.activation_peak_bytes}};
+  add_mfu_json(j, r.mfu, r.peak_flops, r.peak_flops_total, r.peak_source);
   if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale, j["skipped"] = r.skipped;
   if (r.bits_per_byte > 0) j["bits_per_byte"] = r.bits_per_byte;
   if (r.moe.active)
@@ -50,9 +66,9 @@ nlohmann::json step_json(const StepReport& r) {
 
 void print_step_line(const StepReport& r) {
   const std::string bpb = bits_per_byte_note(r.bits_per_byte);
-  std::fprintf(stderr, "step %5lld/%lld  loss %.4f%s  lr %.2e  |g| %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%  act %s",
+  std::fprintf(stderr, "step %5lld/%lld  loss %.4f%s  lr %.2e  |g| %.3f  %7.1f ms  %8.0f tok/s  %s  act %s",
                (long long)r.step, (long long)r.steps, r.loss, bpb.c_str(), r.lr, r.grad_norm, r.step_s * 1e3, r.tokens_per_s,
-               r.mfu * 100.0, human_bytes(double(r.activation_peak_bytes)).c_str());
+               mfu_text(r.mfu, r.peak_flops_total, r.peak_short).c_str(), human_bytes(double(r.activation_peak_bytes)).c_str());
   if (r.loss_scale > 0) std::fprintf(stderr, "  scale %g%s", r.loss_scale, r.skipped ? " (inf/NaN: step skipped, scale halved)" : "");
   if (r.moe.active)
     std::fprintf(stderr, "  aux %.4f  drop %.1f%%  load %lld-%lld", r.moe.aux_loss, r.moe.dropped_fraction * 100.0,

@@ -30,7 +30,18 @@ struct StepReport {
   double loss_scale = 0;  // fp16 training: the step's loss scale (0 = none)
   bool skipped = false;   // fp16: overflow, the update was skipped
   MoEStepStats moe;       // Mixture-of-Experts models only
+  // The MFU's denominator (core/machine_peak.hpp, docs/mfu.md): a rank's peak, the sum over ranks
+  // (mfu = model FLOP/s ÷ peak_flops_total), what the peak is and a short form for the line
+  // ("5.32T AMX"). peak_flops_total 0: no peak known, the MFU is n/a (null in the JSON).
+  double peak_flops = 0, peak_flops_total = 0;
+  std::string peak_source, peak_short;
 };
+
+// The MFU fields of a step or summary record: "mfu", "peak_flops", "peak_flops_total" (null when
+// no peak is known) and "peak_source".
+void add_mfu_json(nlohmann::json& j, double mfu, double peak_flops, double peak_flops_total, const std::string& source);
+// "MFU  31.4% of 5.32T AMX", or "MFU n/a" where no peak is known.
+std::string mfu_text(double mfu, double peak_flops_total, const std::string& peak_short);
 
 struct MemoryReport {
   int rank = 0, tp_rank = 0, pp_rank = 0, dp_rank = 0;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config.hpp"
+#include "core/machine_peak.hpp"
 #include "core/output_path.hpp"
 #include "optim/optimizer.hpp"
 
@@ -32,7 +33,13 @@ struct TrainConfig {
   std::string init, save, resume;
   int64_t save_every = 0;
   int64_t eval_every = 0, eval_batches = 8;
-  double peak_flops = 0;  // for MFU; 0 = this machine's measured GEMM peak for the dtype
+  // The MFU's peak a rank (docs/mfu.md): given, else the theoretical peak of the cores its threads
+  // run on for the dtype's GEMM path (core/machine_peak.hpp, capped at gemm_isa: the cli asks
+  // oneDNN), else the GEMM rate a saved `lattice bench` measured (the cli reads it: measured_peak_*).
+  double peak_flops = 0;  // --peak-flops; 0: not given
+  GemmIsa gemm_isa = GemmIsa::any;
+  double measured_peak_flops = 0;
+  std::string measured_peak_source;
   bool json = false;
   std::string settings;  // the run's flags as given, printed once at start (cli: given_flags)
   bool comm_report = false;

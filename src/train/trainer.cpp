@@ -19,6 +19,7 @@
 #include "comm/gather_int64.hpp"
 #include "core/atomic_dir.hpp"
 #include "core/error.hpp"
+#include "core/machine_peak.hpp"
 #include "core/output_path.hpp"
 #include "core/recompute_plan.hpp"
 #include "core/stage_partition.hpp"
@@ -29,10 +30,65 @@ namespace lattice {
 
 namespace {
 
-double default_peak(DType dt) { return dt == DType::bf16 ? 700e9 : 300e9; }
+// "5.32T": a peak in the step line's few characters.
+std::string compact_flops(double flops) {
+  const char* units[] = {"", "k", "M", "G", "T", "P", "E"};
+  int u = 0;
+  while (flops >= 1000 && u < 6) flops /= 1000, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g%s", flops, units[u]);
+  return buf;
+}
 std::string nonfinite(double loss) { return std::isnan(loss) ? "NaN" : "infinite"; }
 
 }  // namespace
+
+std::string Trainer::MfuPeak::short_text() const {
+  if (world == 1) return compact_flops(rank.flops) + " " + rank.tag;
+  if (ranks_alike) return std::to_string(world) + "×" + compact_flops(rank.flops) + " " + rank.tag;
+  return compact_flops(total) + " over " + std::to_string(world) + " ranks";
+}
+
+std::string Trainer::MfuPeak::long_text() const {
+  if (!(total > 0))
+    return "MFU n/a (no peak: pass --peak-flops or run lattice bench)" +
+           (rank.why_unknown.empty() ? std::string() : ": " + rank.why_unknown);
+  std::string s = flops_text(rank.flops) + " a rank, " + rank.source;
+  if (world > 1)
+    s += "; MFU over the sum of the " + std::to_string(world) + " ranks' peaks, " + flops_text(total) +
+         (ranks_alike ? "" : " (the ranks' peaks differ: the logging rank's shown)");
+  return s;
+}
+
+// Given, else the theoretical peak of the cores this rank's threads run on, else what a saved
+// `lattice bench` measured (the cli read it); the sum over the ranks, every rank's counted.
+Trainer::MfuPeak Trainer::mfu_peak(int world) const {
+  MfuPeak p;
+  p.world = world;
+  if (config_.peak_flops > 0) {
+    p.rank = given_peak(config_.peak_flops);
+  } else {
+    p.rank = theoretical_peak(read_machine_texts(), layout_.activation_dtype, omp_get_max_threads(), config_.gemm_isa);
+    if (!(p.rank.flops > 0) && config_.measured_peak_flops > 0) {
+      p.rank.flops = config_.measured_peak_flops, p.rank.source = config_.measured_peak_source;
+      p.rank.tag = "bench";
+    }
+  }
+  const int64_t mine = std::llround(std::max(0.0, p.rank.flops));  // whole FLOP/s travel between ranks
+  if (mine > 0) p.rank.flops = double(mine);
+  std::vector<int64_t> peaks{mine};
+  if (dist_) {
+    peaks.clear();
+    for (const auto& r : comm::all_gather_int64(dist_->world(), {mine})) peaks.push_back(r.at(0));
+  }
+  p.total = 0;
+  for (int64_t v : peaks) {
+    if (v <= 0) return p.total = 0, p;  // a rank with no peak: no MFU
+    p.total += double(v);
+    p.ranks_alike = p.ranks_alike && v == mine;
+  }
+  return p;
+}
 
 Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const TrainConfig& train,
                  comm::Distributed* dist)
@@ -524,7 +580,6 @@ int Trainer::run() {
   // Every data-parallel replica starts from rank 0's weights. (Here, not in the constructor: the
   // constructor may fail on one rank only, and must not leave the others waiting in a collective.)
   states_->sync_replicas();
-  const double peak = config_.peak_flops > 0 ? config_.peak_flops : default_peak(layout_.activation_dtype);
   const analysis::FlopsShape flops_shape{double(config_.global_batch), double(model_config_.seq_len),
                                          double(model_config_.layers), double(model_config_.hidden),
                                          double(model_config_.padded_vocab())};
@@ -550,10 +605,18 @@ int Trainer::run() {
                  to_string(layout_.attention), to_string(layout_.activation_dtype), to_string(layout_.params_dtype), optimizer_->name(),
                  states_->zero_stage(), world, layout_.tp, layout_.dp, layout_.sequence_parallel ? ", sp" : "",
                  omp_get_max_threads());
+  const MfuPeak peak = mfu_peak(world);
+  if (log && !config_.json) std::fprintf(stderr, "lattice train: MFU peak: %s\n", peak.long_text().c_str());
   if (log && !config_.json && !config_.settings.empty())
     std::fprintf(stderr, "lattice train: settings: %s (--dump-config prints every setting as TOML)\n",
                  config_.settings.c_str());
-  if (run_log_) run_log_->record(start_record(world));
+  if (run_log_) {
+    nlohmann::json start = start_record(world);
+    start["peak_flops"] = peak.total > 0 ? nlohmann::json(peak.rank.flops) : nlohmann::json(nullptr);
+    start["peak_flops_total"] = peak.total > 0 ? nlohmann::json(peak.total) : nlohmann::json(nullptr);
+    start["peak_source"] = peak.total > 0 ? peak.rank.source : peak.long_text();
+    run_log_->record(start);
+  }
   double first_loss = NAN, last_loss = NAN, total_s = 0;
   const auto run_start = std::chrono::steady_clock::now();
   const int64_t first_step = step_;  // a resume counts from where it started
@@ -567,7 +630,9 @@ int Trainer::run() {
       StepReport report;
       report.step = r.step, report.steps = config_.steps, report.loss = r.loss, report.lr = r.lr;
       report.grad_norm = r.grad_norm, report.step_s = r.seconds, report.tokens_per_s = double(tokens) / r.seconds;
-      report.mfu = step_flops / r.seconds / peak / world;
+      report.mfu = peak.total > 0 ? step_flops / r.seconds / peak.total : 0.0;
+      report.peak_flops = peak.rank.flops, report.peak_flops_total = peak.total;
+      report.peak_source = peak.total > 0 ? peak.rank.source : peak.long_text(), report.peak_short = peak.short_text();
       report.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
       report.eta_s = report.elapsed_s / double(r.step - first_step) * double(config_.steps - r.step);
       // Known where data.json gives the text's bytes (or byte tokens of a 256 vocabulary); else 0, not shown.
@@ -603,7 +668,7 @@ int Trainer::run() {
   if (!config_.trace.empty()) write_trace(Trace::instance(), config_.trace, dist_ ? &dist_->world() : nullptr,
                                           dist_ ? dist_->rank() : 0, trace_rules());
 
-  summarize({first_loss, last_loss, total_s, timed_steps, step_flops, tokens, peak, world});
+  summarize({first_loss, last_loss, total_s, timed_steps, step_flops, tokens, peak});
   if (run_log_) run_log_->finish();
   if (final_refused.empty()) return 0;
   if (log) std::fprintf(stderr, "lattice train: error: %s\n", final_refused.c_str());

@@ -74,13 +74,23 @@ class Trainer {
   LossScaler loss_scaler_;
   std::unique_ptr<KeptBytesProbe> kept_;  // what the forwards keep for backward (measured)
   std::unique_ptr<parallel::pipeline::Executor> pipeline_;  // this rank's stage (p > 1)
+  // The MFU's denominator (docs/mfu.md): this rank's peak (given, theoretical or measured) and the
+  // sum of every rank's, so the MFU is the model FLOPs over the capacity of all ranks together.
+  struct MfuPeak {
+    PeakEstimate rank;
+    double total = 0;  // Σ ranks' peaks; 0 when some rank has none (MFU n/a)
+    int world = 1;
+    bool ranks_alike = true;
+    std::string short_text() const;  // "5.32T AMX", "2×5.32T AMX", "10.6T over 2 ranks"
+    std::string long_text() const;    // the start line's and the summary's
+  };
+  MfuPeak mfu_peak(int world) const;  // collective over the world
   struct RunTotals {
     double first_loss, last_loss, total_s;
     int64_t timed_steps;
     double step_flops;
     int64_t tokens;
-    double peak;
-    int world;
+    MfuPeak peak;
   };
   void summarize(const RunTotals& totals);  // trainer_summary.cpp
   nlohmann::json start_record(int world) const;  // {"event":"start"}: the run's configuration (trainer_summary.cpp)

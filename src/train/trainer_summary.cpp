@@ -25,6 +25,12 @@ std::vector<std::vector<int64_t>> gather_rows(comm::Distributed* dist, const std
   return comm::all_gather_int64(dist->world(), mine);
 }
 
+std::string fmt_percent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", fraction * 100);
+  return buf;
+}
+
 }  // namespace
 
 nlohmann::json Trainer::start_record(int world) const {
@@ -231,7 +237,9 @@ void Trainer::summarize(const RunTotals& t) {
   }
 
   const double tokens_per_s = t.timed_steps ? double(t.tokens) * double(t.timed_steps) / t.total_s : 0.0;
-  const double mfu = t.timed_steps ? t.step_flops * double(t.timed_steps) / t.total_s / t.peak / t.world : 0.0;
+  // Model FLOPs over the capacity of every rank together (Σ ranks' peaks): docs/mfu.md.
+  const double mfu =
+      t.timed_steps && t.peak.total > 0 ? t.step_flops * double(t.timed_steps) / t.total_s / t.peak.total : 0.0;
   std::vector<double> rank0_layer_bytes;
   // Measured by layer through the model's layer regions (core/region.hpp).
   auto tp_bytes_of = [](int l) {
@@ -257,7 +265,6 @@ void Trainer::summarize(const RunTotals& t) {
                               {"steps", step_},
 
                               {"tokens_per_s", tokens_per_s},
-                              {"mfu", mfu},
                               {"parameters", model_config_.num_params()},
                               {"memory", {{"ranks", ranks}}},
                               {"comm", {{"ranks", comm_ranks}, {"rank0_tp_bytes_per_layer", rank0_layer_bytes},
@@ -266,6 +273,8 @@ void Trainer::summarize(const RunTotals& t) {
                                                                                 config_.micro_batch,
                                                                                 model_config_.hidden,
                                                                                 layout_.tp, n_mb)}}}};
+    add_mfu_json(summary, mfu, t.peak.rank.flops, t.peak.total,
+                 t.peak.total > 0 ? t.peak.rank.source : t.peak.long_text());
     // A run that trained no step (--steps 0, or --steps at a resumed checkpoint's step) has no loss.
     if (std::isfinite(t.first_loss)) summary["first_loss"] = t.first_loss, summary["final_loss"] = t.last_loss;
     if (model_config_.moe.enabled()) {
@@ -280,8 +289,10 @@ void Trainer::summarize(const RunTotals& t) {
   }
   if (!config_.json) {
     if (std::isfinite(t.first_loss))
-      std::fprintf(stderr, "done: %lld steps, loss %.4f -> %.4f, %.0f tokens/s, MFU %.1f%%\n", (long long)step_,
-                   t.first_loss, t.last_loss, tokens_per_s, mfu * 100);
+      std::fprintf(stderr, "done: %lld steps, loss %.4f -> %.4f, %.0f tokens/s, %s\n", (long long)step_,
+                   t.first_loss, t.last_loss, tokens_per_s,
+                   t.peak.total > 0 ? ("MFU " + fmt_percent(mfu) + " of " + t.peak.long_text()).c_str()
+                                    : t.peak.long_text().c_str());
     else
       std::fprintf(stderr, "done: no step trained (the run is at step %lld of --steps %lld)\n", (long long)step_,
                    (long long)config_.steps);

@@ -172,6 +172,26 @@ TEST(RunReport, ARunningRunIsReportedAsRunning) {
   EXPECT_EQ(count(page, "class=\"line-chart\""), 5u);  // loss, lr, |g|, tokens/s, MFU (no bits per byte)
 }
 
+TEST(RunReport, TheMfuPeakAndItsSourceAreShownAndNoPeakDrawsNoMfu) {
+  RunRecords run;
+  for (int i = 1; i <= 3; ++i) {
+    json s = step(i, 3);
+    s["peak_flops"] = 5.32e12, s["peak_flops_total"] = 10.64e12, s["peak_source"] = "AMX bf16: 2 cores <x>";
+    run.add(s);
+  }
+  const std::string page = run_report_html(run, "");
+  EXPECT_NE(page.find("5.32 TFLOP/s a rank, 10.6 TFLOP/s over the ranks: AMX bf16: 2 cores &lt;x&gt;"), std::string::npos);
+  RunRecords none;  // no peak known: the MFU is null, the source says why
+  for (int i = 1; i <= 3; ++i) {
+    json s = step(i, 3);
+    s["mfu"] = nullptr, s["peak_flops"] = nullptr, s["peak_source"] = "MFU n/a (no peak: pass --peak-flops)";
+    none.add(s);
+  }
+  const std::string na = run_report_html(none, "");
+  EXPECT_NE(na.find("MFU n/a (no peak: pass --peak-flops)"), std::string::npos);
+  EXPECT_EQ(count(na, "class=\"line-chart\""), 4u);  // loss, lr, |g|, tokens/s
+}
+
 TEST(RunReport, EachRankIsSetBesideItsOwnStagesPrediction) {
   RunRecords run;
   auto predicted = [](int stage, bool writer, int64_t accounted) {

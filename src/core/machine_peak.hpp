@@ -1,0 +1,62 @@
+#pragma once
+// The peak FLOP/s of the cores a rank's threads run on, for the GEMM path the dtype takes: the MFU's
+// denominator (docs/mfu.md). One formula, one place:
+//
+//   peak = physical cores × clock × FLOP/cycle/core of the GEMM path
+//
+// read from /proc/cpuinfo (flags, "model name", "cpu MHz", topology), /sys/devices/system/cpu
+// (thread_siblings_list, core_id, physical_package_id, cpufreq/cpuinfo_max_freq) and
+// sched_getaffinity. The texts are inputs (MachineTexts), so the formula is tested on any machine's.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+
+namespace lattice {
+
+// The widest GEMM instruction set the GEMM library will use (kernels/gemm.hpp: oneDNN's effective
+// ISA, which ONEDNN_MAX_CPU_ISA may lower), as a cap on what the CPU flags offer.
+enum class GemmIsa { any, sse41, avx2, avx512_core, avx512_core_bf16, amx };  // any: no cap
+
+// One logical CPU's sysfs files, each "" where absent.
+struct CpuSysfs {
+  std::string thread_siblings_list, core_id, physical_package_id;
+  std::string cpufreq_max_khz;  // cpufreq/cpuinfo_max_freq
+};
+
+struct MachineTexts {
+  std::string cpuinfo;        // /proc/cpuinfo
+  std::vector<int> allowed;   // sched_getaffinity's CPUs; empty: unknown (every processor of cpuinfo)
+  std::map<int, CpuSysfs> sysfs;  // by logical CPU
+};
+
+// Reads this machine: /proc/cpuinfo, /sys/devices/system/cpu/cpuN/..., sched_getaffinity. The paths
+// can be redirected (tests, or describing another machine): LATTICE_CPUINFO names a cpuinfo file,
+// LATTICE_CPU_SYSFS a directory standing for /sys/devices/system/cpu.
+MachineTexts read_machine_texts();
+
+struct PeakEstimate {
+  double flops = 0;    // FLOP/s; 0: unknown (why_unknown says why)
+  std::string source;  // what was used, e.g. "AMX bf16: 2 cores × 2.60 GHz (cpufreq max) × 1024 FLOP/cycle"
+  std::string tag;     // short, for the step line: "AMX", "AVX-512", "given", "bench"
+  std::string why_unknown;
+  int cores = 0;
+  double ghz = 0, flop_per_cycle = 0;
+};
+
+// The theoretical peak of the physical cores `threads` OpenMP threads run on (at most one thread a
+// core counts; hyperthread siblings count once), for `dtype`'s GEMM path capped at `isa`.
+PeakEstimate theoretical_peak(const MachineTexts& machine, DType dtype, int threads, GemmIsa isa = GemmIsa::any);
+
+// --peak-flops: source "given (--peak-flops)".
+PeakEstimate given_peak(double flops);
+
+// "5.32 TFLOP/s", "700 GFLOP/s": a peak as people read it (3 significant digits).
+std::string flops_text(double flops);
+
+// Parsing helpers (exposed for the tests).
+std::vector<int> parse_cpu_list(const std::string& text);  // "0-3,8" -> 0 1 2 3 8; bad text -> {}
+double model_name_ghz(const std::string& model_name);       // "... @ 2.60GHz" -> 2.6; none -> 0
+
+}  // namespace lattice
