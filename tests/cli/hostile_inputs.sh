@@ -139,6 +139,27 @@ hostile "prepare from a FIFO" 1 "input pipe.txt is not a regular file" -- prepar
 hostile "--config from a FIFO" 2 "config pipe.txt is not a regular file" -- train "${MODEL[@]}" --steps 1 --config pipe.txt
 hostile "a newline in a path" 1 "^lattice train: error: .*" -- train --data $'bad\npath' --steps 1
 
+# The second hostile pass: a library's wording never reaches the user's line.
+rm -rf emptyjson && cp -r ck emptyjson && : > emptyjson/trainer.json
+hostile "an empty trainer.json" 1 "emptyjson/trainer.json is not valid JSON: parse error at line 1" -- \
+  eval --checkpoint emptyjson --data data/val.bin --batches 1
+check "... without nlohmann's tag" sh -c "! grep -q 'json.exception' hostile.err"
+: > empty_bench.json
+hostile "plan --hardware of an empty file" 1 "empty_bench.json is not a lattice bench result: parse error" -- \
+  plan --layers 2 --hidden 64 --heads 4 --hardware empty_bench.json
+check "... without nlohmann's tag" sh -c "! grep -q 'json.exception' hostile.err"
+long=$(printf 'n%.0s' $(seq 1 300))
+hostile "--data with a 300-byte name" 1 "$long/.*: File name too long" -- train --data "$long" --steps 1
+check "... told as the path and why, not std::filesystem's words" sh -c "! grep -q 'filesystem error' hostile.err"
+# The environment: an OMP_NUM_THREADS libgomp cannot start (100000 died of SIGSEGV inside it).
+OMP_NUM_THREADS=100000 hostile "OMP_NUM_THREADS=100000" 1 "OMP_NUM_THREADS=100000 asks for more threads than lattice runs \(at most 4096" -- \
+  train "${MODEL[@]}" --steps 1
+# lattice --help into a full disk is an error, as every command's output is.
+"$LATTICE" --help > /dev/full 2> help.err
+status=$?
+check "lattice --help > /dev/full exits 1 (got $status)" test "$status" -eq 1
+check "... saying so once" test "$(grep -c 'cannot write standard output' help.err)" -eq 1
+
 hostile_summary
 echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"
 [ "$failures" -eq 0 ]
