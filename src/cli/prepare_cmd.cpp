@@ -47,6 +47,9 @@ int run_prepare(int argc, char** argv) {
   // prepared-data directory of lattice's, and none of its files an input (core/output_path.hpp).
   check_output_path(out_dir, OutputKind::data_dir, "--out",
                     {overwrite, {{"--input", input}, {"--tokenizer-from", tokenizer_from}}, {}});
+  // Held until the files are written, as --save and --report-dir are: two prepares into one
+  // directory could leave one's train.bin beside the other's tokenizer.
+  const DirLock lock(out_dir, "--out");
   if (!tokenizer_from.empty()) {
     require(app.count("--tokenizer") == 0 && app.count("--vocab-size") == 0,
             "--tokenizer-from takes the tokenizer as it is: --tokenizer and --vocab-size do not apply");
