@@ -73,6 +73,21 @@ hostile "eval with another --hidden" 1 "--hidden 64 disagrees with checkpoint ck
 "$LATTICE" eval --checkpoint ck --data data/val.bin --batches 1 --hidden 32 --layers 1 2> /dev/null
 check "eval with the checkpoint's own shape flags" test $? -eq 0
 
+# Found by the second hostile pass: flags the rest of the line silently ignored.
+hostile "plan --paper --layers 3" 1 "--layers does not apply to --paper" -- plan --paper --layers 3
+hostile "plan --paper --search" 1 "--search does not apply to --paper" -- plan --paper --search
+hostile "plan --moe-paper --top 3" 1 "--top does not apply to --moe-paper" -- plan --moe-paper --top 3
+hostile "schedule --weight-time with 1f1b" 1 "--weight-time applies to --schedule zb-h1 only \(its weight-gradient pass; got --schedule 1f1b\)" -- \
+  schedule --pipeline-model-parallel-size 2 --micro-batches 4 --weight-time 1
+"$LATTICE" train "${MODEL[@]}" --steps 1 --trace tr.json 2>/dev/null
+hostile "schedule --from-trace with --forward-time" 1 "--forward-time does not apply with --from-trace" -- \
+  schedule --pipeline-model-parallel-size 1 --micro-batches 1 --from-trace tr.json --forward-time 3
+printf 'save = ""\n' > empty.toml
+hostile "config: an empty string" 2 "empty.toml:1: save: an empty value" -- train "${MODEL[@]}" --steps 1 --config empty.toml
+printf 'save = "a\\u0000b"\n' > nul.toml
+hostile "config: a NUL in a path" 2 "nul.toml:1: save: a NUL character" -- train "${MODEL[@]}" --steps 1 --config nul.toml
+check "... and nothing saved at the cut path" test ! -e a
+
 # --vocab is the data's tokenizer's.
 hostile "--vocab 300 on byte data" 1 "--vocab 300 does not match the bytes tokenizer of data \(vocab 256" -- \
   train "${MODEL[@]}" --steps 1 --vocab 300

@@ -92,6 +92,17 @@ kill -9 $holder; wait $holder 2>/dev/null
 "$LATTICE" "${TINY[@]}" --save busy 2>/dev/null
 check "a relaunch after kill -9 is not refused" test $? -eq 0 -a -s busy/model.safetensors
 
+# prepare --out is locked the same way: two prepares into one directory could mix one's train.bin
+# with the other's tokenizer (second hostile pass).
+for _ in $(seq 1 100); do cat corpus.txt; done > big_corpus.txt
+"$LATTICE" prepare --input big_corpus.txt --out busy_data --tokenizer bpe --vocab-size 2000 > /dev/null 2>&1 &
+holder=$!
+for _ in $(seq 1 200); do [ -e .busy_data.lattice-lock ] && break; sleep 0.02; done
+hostile "a second prepare into the same --out" 1 "--out busy_data is being written by another lattice run" -- \
+  prepare --input corpus.txt --out busy_data
+wait $holder
+check "the first prepare's data is whole (its bpe tokenizer beside its tokens)" grep -q '"kind": "bpe"' busy_data/tokenizer.json
+
 # Readers refuse what is not a regular file, at once (a FIFO used to block forever).
 mkfifo pipe.json
 timeout 10 "$LATTICE" plan --layers 2 --hidden 64 --heads 2 --hardware pipe.json > /dev/null 2> fifo.err
