@@ -1,8 +1,12 @@
 #include "checkpoint/checkpoint.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -81,6 +85,50 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& config, const std:
   return out;
 }
 
+namespace {
+// A 64-bit sum of a file's bytes, read in 64 KiB pieces (no buffer that grows): a changed byte
+// anywhere changes it. Written as 16 hex digits; "" when the file cannot be read.
+std::string file_sum(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  uint64_t h = 0x9E3779B97F4A7C15ULL, length = 0;
+  unsigned char piece[1 << 16];
+  for (bool end = false; !end;) {
+    size_t n = 0;  // a whole piece but the last, so the sum does not depend on how reads split the file
+    while (n < sizeof piece) {
+      const ssize_t got = ::read(fd, piece + n, sizeof piece - n);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) {
+        ::close(fd);
+        return "";
+      }
+      if (got == 0) {
+        end = true;
+        break;
+      }
+      n += size_t(got);
+    }
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {  // a word at a time, then the last bytes
+      uint64_t word;
+      std::memcpy(&word, piece + i, 8);
+      h = (h ^ word) * 0x9E3779B97F4A7C15ULL;
+      h ^= h >> 29;
+    }
+    for (; i < n; ++i) h = (h ^ piece[i]) * 0x100000001B3ULL, h ^= h >> 29;
+    length += n;
+  }
+  ::close(fd);
+  h ^= length * 0xC2B2AE3D27D4EB4FULL;
+  char text[20];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+// The files a sum guards: the binary ones, whose damage no parser sees (a flipped byte in a tensor's
+// data read as a weight). The JSON files are checked field by field, the tokenizer by its fingerprint.
+bool summed(const std::string& name) { return name.size() > 12 && name.substr(name.size() - 12) == ".safetensors"; }
+}  // namespace
+
 StagedCheckpoint::StagedCheckpoint(const std::string& dir) : dir_(dir), out_(dir) {}
 
 SafetensorsWriter& StagedCheckpoint::model_file(const ModelConfig& config) {
@@ -120,10 +168,14 @@ void StagedCheckpoint::finish(const nlohmann::json& trainer_state) {
   const std::string json = trainer_state.dump(2) + "\n";
   write_file_atomically(out_.path() + "/trainer.json", json.data(), json.size());
   // Last: the manifest of everything written, itself included.
-  nlohmann::json files = nlohmann::json::array({kManifest});
-  for (const auto& e : fs::directory_iterator(out_.path())) files.push_back(e.path().filename().string());
+  nlohmann::json files = nlohmann::json::array({kManifest}), sums = nlohmann::json::object();
+  for (const auto& e : fs::directory_iterator(out_.path())) {
+    const std::string name = e.path().filename().string();
+    files.push_back(name);
+    if (summed(name)) sums[name] = file_sum(e.path().string());
+  }
   const std::string manifest =
-      nlohmann::json{{"format", "lattice checkpoint"}, {"version", 1}, {"files", files}}.dump(2) + "\n";
+      nlohmann::json{{"format", "lattice checkpoint"}, {"version", 1}, {"files", files}, {"sums", sums}}.dump(2) + "\n";
   write_file_atomically(out_.path() + "/" + kManifest, manifest.data(), manifest.size());
 }
 
@@ -293,9 +345,39 @@ void check_hf_config(const std::string& dir, const ModelConfig& c) {
 }
 }  // namespace
 
+namespace {
+// The binary files of a checkpoint against the sums its manifest recorded at the save (checkpoints
+// from before sums have none): a file changed or damaged since is named, not loaded as weights.
+// Files the manifest sums but the directory lacks are left to their readers to name.
+void check_file_sums(const std::string& dir) {
+  const std::string path = dir + "/" + kManifest;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return;
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(read_regular_file(path, "checkpoint manifest", size_t(64) << 20));
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint " + path + " is not valid JSON: " + e.what());
+  }
+  if (!manifest.is_object() || !manifest.contains("sums")) return;
+  const nlohmann::json& sums = manifest["sums"];
+  require(sums.is_object(), "checkpoint " + path + ": \"sums\" must be an object");
+  for (const auto& [name, sum] : sums.items()) {
+    require(sum.is_string() && summed(name) && name.find('/') == std::string::npos,
+            "checkpoint " + path + ": \"sums\" holds " + name + " = " + sum.dump() + ", not a file's sum");
+    const std::string file = dir + "/" + name;
+    if (!fs::exists(file, ec)) continue;
+    require(file_sum(file) == sum.get<std::string>(),
+            "checkpoint " + dir + ": " + name + " is not the file the save wrote (its sum differs from the one " +
+                kManifest + " recorded): it was changed or damaged since");
+  }
+}
+}  // namespace
+
 ModelConfig read_model_config(const std::string& dir) {
   const ModelConfig c = model_config_of(read_trainer_state(dir), "checkpoint " + dir + "/trainer.json");
   check_hf_config(dir, c);
+  check_file_sums(dir);
   return c;
 }
 
@@ -319,6 +401,7 @@ ResumeState read_resume_state(const std::string& dir) {
   ResumeState r;
   r.model = model_config_of(state, where);
   check_hf_config(dir, r.model);
+  check_file_sums(dir);
   r.step = integer(state, "step", 0, INT64_MAX / 2, where);
   const nlohmann::json& seed = field(state, "seed", where);
   require(seed.is_number_unsigned() || (seed.is_number_integer() && seed.get<int64_t>() >= 0),

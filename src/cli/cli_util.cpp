@@ -53,10 +53,22 @@ std::string unexpected_arguments(const CLI::App& app, const std::vector<std::str
   }
   return text + "; " + app.get_name() + " --help lists its flags";
 }
+
+// A refused value said once under a launcher (by rank 0; the others wait, so that the launcher does
+// not end the job before rank 0 has written it).
+int refuse_value(const std::string& command, const std::string& message, int status) {
+  if (status == 1 && comm::started_by_launcher() && comm::launcher_rank() != 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    return status;
+  }
+  std::fprintf(stderr, "lattice %s: error: %s\n", command.c_str(), message.c_str());
+  return status;
+}
 }  // namespace
 
 std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
   std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
+  const std::string command = argc > 0 ? argv[0] : app.get_name();
   try {
     // An empty value would read as 0 (or an empty path): never what was meant.
     for (size_t i = 0; i < args.size(); ++i) {
@@ -65,6 +77,7 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
       require(!args[i].empty() && !empty_attached,
               "an empty value for " + (empty_attached ? args[i].substr(0, eq) : i > 0 ? args[i - 1] : std::string("an argument")));
     }
+    if (auto bad = canonical_numbers(app, args, command)) return refuse_value(command, bad->message, bad->usage ? 2 : 1);
     check_repeated_flags(app, args);  // the command line's own: --config's may be overridden
     // --config FILE: its settings go first, so the command line's flags (TakeLast) win.
     if (app.get_option_no_throw("--config"))
@@ -76,16 +89,17 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
         for (size_t j = i + 2; j < args.size(); ++j)
           require(args[j] != "--config" && args[j].rfind("--config=", 0) != 0,
                   "--config given twice (one file of flags per run)");
-        const std::vector<std::string> settings = config_file_args(path, app);
+        std::vector<std::string> settings = config_file_args(path, app);
+        if (auto bad = canonical_numbers(app, settings, command))
+          return refuse_value(command, "config " + path + ": " + bad->message, bad->usage ? 2 : 1);
         args.insert(args.begin(), settings.begin(), settings.end());
         break;
       }
   } catch (const InputError& e) {
-    std::fprintf(stderr, "lattice %s: error: %s\n", argc > 0 ? argv[0] : app.get_name().c_str(), e.what());
+    std::fprintf(stderr, "lattice %s: error: %s\n", command.c_str(), e.what());
     return 2;
   }
   std::reverse(args.begin(), args.end());  // CLI11 takes a vector last argument first
-  const std::string command = argc > 0 ? argv[0] : app.get_name();
   try {
     app.parse(args);
   } catch (const CLI::ParseError& e) {
@@ -102,12 +116,7 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
     check_flag_conflicts(app, command);
     check_flag_bounds(app, command);
   } catch (const InputError& e) {
-    if (comm::started_by_launcher() && comm::launcher_rank() != 0) {
-      std::this_thread::sleep_for(std::chrono::seconds(10));
-      return 1;
-    }
-    std::fprintf(stderr, "lattice %s: error: %s\n", command.c_str(), e.what());
-    return 1;
+    return refuse_value(command, e.what(), 1);
   }
   return std::nullopt;
 }

@@ -165,6 +165,10 @@ std::vector<std::string> config_file_args(const std::string& path, const CLI::Ap
       require(value.kind == Kind::integer || value.kind == Kind::number, at + " takes a number");
     } else {
       require(value.kind == Kind::string, at + " takes a string (in quotes)");
+      // As on the command line: an empty value is never what was meant (an empty save = "" ran
+      // without saving), and a NUL cannot be in a flag's value (a path "a\u0000b" was cut to "a").
+      require(!value.text.empty(), at + ": an empty value");
+      require(value.text.find('\0') == std::string::npos, at + ": a NUL character (\\u0000) cannot be in a flag's value");
     }
     args.push_back("--" + key);
     args.push_back(value.text);

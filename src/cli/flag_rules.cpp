@@ -152,6 +152,91 @@ std::string bound_violation(const FlagBound& b, const std::string& value, bool i
   return "--" + std::string(b.flag) + " must be " + range + " (got " + value + ")";
 }
 
+namespace {
+// The digits of a whole number written as a person writes one: optional blanks before, a sign, then
+// decimal digits or 0x and hex digits. Returns the value (long double: 2^64 and beyond still compare
+// against a bound), or nullopt when the text is something else.
+std::optional<long double> whole_number(const std::string& text, std::string& canonical) {
+  size_t i = text.find_first_not_of(" \t");
+  if (i == std::string::npos) return std::nullopt;
+  bool negative = false;
+  if (text[i] == '+' || text[i] == '-') negative = text[i++] == '-';
+  const bool hex = text.compare(i, 2, "0x") == 0 || text.compare(i, 2, "0X") == 0;
+  if (hex) i += 2;
+  const std::string digits = text.substr(i);
+  if (digits.empty() || digits.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789") != std::string::npos)
+    return std::nullopt;
+  long double value = 0;
+  for (char c : digits) value = value * (hex ? 16 : 10) + (c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+  if (hex) {  // exact while it fits 64 bits; beyond, the flag's bound refuses it anyway
+    char text_value[48];
+    std::snprintf(text_value, sizeof text_value, "%.0Lf", value);
+    canonical = text_value;
+  } else {
+    const size_t first = digits.find_first_not_of('0');
+    canonical = first == std::string::npos ? "0" : digits.substr(first);
+  }
+  if (negative && canonical != "0") canonical = "-" + canonical;
+  return negative ? -value : value;
+}
+}  // namespace
+
+std::optional<NumberError> canonical_numbers(const CLI::App& app, std::vector<std::string>& args,
+                                             std::string_view command) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].size() < 2 || args[i][0] != '-') continue;
+    const size_t eq = args[i].find('=');
+    const CLI::Option* opt = app.get_option_no_throw(args[i].substr(0, eq));
+    if (!opt || opt->get_expected_min() == 0 || opt->get_lnames().empty()) continue;
+    std::string* value = nullptr;  // the text the option will read
+    std::string attached;
+    if (eq != std::string::npos) attached = args[i].substr(eq + 1), value = &attached;
+    else if (i + 1 < args.size()) value = &args[++i];
+    else continue;  // CLI11 says the value is missing
+    const std::string type = opt->get_type_name();
+    const bool integer = type.find("INT") != std::string::npos, unsigned_type = type.find("UINT") != std::string::npos;
+    if (!integer && type.find("FLOAT") == std::string::npos) continue;
+    const std::string name = opt->get_lnames().front();
+    const FlagBound* bound = find_flag_bound(command, name);
+    if (integer) {
+      std::string canonical;
+      const std::optional<long double> v = whole_number(*value, canonical);
+      if (!v) {
+        if (unsigned_type) continue;  // --seed's own check names what a seed is
+        const std::string range = bound ? " between " + number_text(bound->lo) + " and " +
+                                              (bound->hi_text.empty() ? number_text(bound->hi) : std::string(bound->hi_text))
+                                        : "";
+        return NumberError{"--" + name + " takes a whole number" + range + " (got " + *value + ")", true};
+      }
+      // Past 32 bits CLI11 may not hold it: say the flag's range, as the bound check would.
+      if (!unsigned_type && bound && std::fabs(*v) > 2147483647.0L) {
+        const std::string message = bound_violation(*bound, canonical, true);
+        if (!message.empty()) return NumberError{message, false};
+      }
+      *value = canonical;
+    } else {
+      const char* begin = value->c_str();
+      char* end = nullptr;
+      const long double v = std::strtold(begin, &end);
+      if (value->empty() || end == begin || *end != '\0')
+        return NumberError{"--" + name + " takes a number" +
+                               (bound ? std::string(" in ") + (bound->lo_open ? "(" : "[") + number_text(bound->lo) + ", " +
+                                            (bound->hi_text.empty() ? number_text(bound->hi) : std::string(bound->hi_text)) +
+                                            (bound->hi_open ? ")" : "]")
+                                      : std::string()) +
+                               " (got " + *value + ")",
+                           true};
+      if (value->find_first_of("xX") != std::string::npos && std::isfinite(v)) {  // a hex float, in decimal
+        char text[48];
+        std::snprintf(text, sizeof text, "%.17Lg", v);
+        *value = text;
+      }
+    }
+    if (eq != std::string::npos) args[i] = args[i].substr(0, eq + 1) + attached;
+  }
+  return std::nullopt;
+}
+
 void check_flag_bounds(const CLI::App& app, std::string_view command) {
   for (const CLI::Option* opt : app.get_options()) {
     const std::string type = opt->get_type_name();

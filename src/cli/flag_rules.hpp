@@ -3,6 +3,7 @@
 // one table of numeric bounds, a flag given twice with two values refused, and the pairs of flags
 // that contradict each other refused in one line naming both (docs/design.md, "Flag rules").
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +35,20 @@ void check_flag_bounds(const CLI::App& app, std::string_view command);
 // with different values is refused (InputError); the same value twice is harmless, and other flags
 // keep "the last one wins" (a script's settings overridden by hand).
 void check_repeated_flags(const CLI::App& app, const std::vector<std::string>& args);
+// Before parsing, on every value a numeric flag is given (the command line's and --config's), in
+// place: an integer is read as the decimal number a person wrote. CLI11 alone read "010" as octal 8
+// (and bounds-checked it as 10), and "0x10" was dumped by --dump-config as a value --config refuses:
+// each integer is rewritten in plain decimal ("010" → "10", "+4" → "4", "0x10" → "16"), a hex float
+// in decimal. A value that is no number at all is a usage error naming the flag and what it takes
+// ("--layers takes a whole number between 1 and 10000 (got 1e3)"); a whole number past what the flag
+// can hold is refused as its bound (InputError with `usage` false) before CLI11 could say only
+// "Could not convert".
+struct NumberError {
+  std::string message;
+  bool usage = true;  // exit 2; else an invalid value (exit 1), as the bounds
+};
+std::optional<NumberError> canonical_numbers(const CLI::App& app, std::vector<std::string>& args,
+                                             std::string_view command);
 // After parsing: pairs of flags that contradict, or a flag the rest of the line makes ignored.
 void check_flag_conflicts(const CLI::App& app, std::string_view command);
 

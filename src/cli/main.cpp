@@ -1,11 +1,15 @@
 // lattice: one binary, one sub-command per concern.
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <stdexcept>
 #include <string>
 
 #include "cli/commands.hpp"
+#include "core/error.hpp"
 #include "core/standard_output.hpp"
 #include "core/version.hpp"
 
@@ -27,6 +31,8 @@ const Command kCommands[] = {
     {"report", lattice::cli::run_report, "draw a training run's JSON Lines as one self-contained HTML page"},
 };
 
+constexpr int kMaxThreads = 4096;  // cli/flag_rules.cpp: --threads
+
 void usage(FILE* out) {
   std::fprintf(out, "usage: lattice <command> [flags]   (lattice <command> --help for its flags)\n\ncommands:\n");
   for (const auto& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.help);
@@ -42,7 +48,24 @@ int main(int argc, char** argv) {
   const std::string name = argv[1];
   if (name == "--help" || name == "-h" || name == "help") {
     usage(stdout);
-    return 0;
+    if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return 0;
+    std::fprintf(stderr, "lattice: error: cannot write standard output: %s\n", std::strerror(errno));
+    return 1;
+  }
+  // libgomp sizes its first parallel region by OMP_NUM_THREADS before any flag is read: 100000 died
+  // of SIGSEGV inside libgomp, 32768 of "Thread creation failed". The most --threads takes, as well.
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+    for (const char* item = env; *item;) {  // "4" or a nested list "4,2"
+      char* end = nullptr;
+      const long long n = std::strtoll(item, &end, 10);
+      if (end != item && n > kMaxThreads) {
+        std::fprintf(stderr, "lattice: error: OMP_NUM_THREADS=%s asks for more threads than lattice runs (at most %d; "
+                     "unset it, or pass --threads)\n", env, kMaxThreads);
+        return 1;
+      }
+      item = end != item ? end : item + 1;
+      while (*item == ',' || *item == ' ') ++item;
+    }
   }
   if (name == "--version" || name == "version") {  // `lattice 0.3.0 (commit d95709d, built ..., GNU 12.2.0)`
     if (argc > 2) {
@@ -68,9 +91,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "lattice %s: error: a size asked for is too large to represent\n", c.name);
         return 1;
       } catch (const std::exception& e) {
-        std::string what = e.what();  // one line, whatever the message holds (a path with a newline)
-        for (char& ch : what)
-          if (ch == '\n' || ch == '\r') ch = ' ';
+        // One line, whatever the message holds (a path with a newline), in the user's words rather
+        // than a library's (core/error.hpp).
+        const std::string what = lattice::error_line(e);
         std::fprintf(stderr, "lattice %s: error: %s\n", c.name, what.c_str());
         return 1;
       }

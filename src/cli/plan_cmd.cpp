@@ -7,6 +7,7 @@
 #include <omp.h>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -173,6 +174,16 @@ int run_plan(int argc, char** argv) {
   add_flags(app, f);
   if (auto status = parse_flags(app, argc, argv)) return *status;
 
+  // --paper and --moe-paper reproduce published configurations: a model, layout or search flag beside
+  // them would be silently ignored (plan --paper --layers 3 printed the paper's tables).
+  if (f.paper || f.moe_paper)
+    for (const CLI::Option* opt : app.get_options()) {
+      if (opt->count() == 0 || opt->get_lnames().empty()) continue;
+      const std::string name = opt->get_lnames().front();
+      static const std::set<std::string> kReportFlags = {"paper", "moe-paper", "json", "svg", "html", "hardware", "overwrite"};
+      require(kReportFlags.count(name) > 0, "--" + name + " does not apply to " + (f.paper ? "--paper" : "--moe-paper") +
+                                                " (it reproduces the published configurations): pass one");
+    }
   // --hardware local: this machine as mpirun would run the layout (its ranks share the cores).
   plan::Hardware local;
   const bool is_local = f.hardware == "local";

@@ -47,10 +47,21 @@ int run_prepare(int argc, char** argv) {
   // prepared-data directory of lattice's, and none of its files an input (core/output_path.hpp).
   check_output_path(out_dir, OutputKind::data_dir, "--out",
                     {overwrite, {{"--input", input}, {"--tokenizer-from", tokenizer_from}}, {}});
+  // Held until the files are written, as --save and --report-dir are: two prepares into one
+  // directory could leave one's train.bin beside the other's tokenizer.
+  const DirLock lock(out_dir, "--out");
   if (!tokenizer_from.empty()) {
     require(app.count("--tokenizer") == 0 && app.count("--vocab-size") == 0,
             "--tokenizer-from takes the tokenizer as it is: --tokenizer and --vocab-size do not apply");
     require(std::filesystem::is_directory(tokenizer_from), "--tokenizer-from " + tokenizer_from + " is not a directory");
+    // Without tokenizer.json a directory is read as the byte tokenizer's (lattice's data and checkpoints
+    // from before tokenizers were recorded): only when it is one of those, not any directory at all.
+    std::error_code ec;
+    bool known = false;
+    for (const char* name : {"tokenizer.json", "train.bin", "val.bin", "trainer.json"})
+      known = known || std::filesystem::exists(std::filesystem::path(tokenizer_from) / name, ec);
+    require(known, "--tokenizer-from " + tokenizer_from + " holds no tokenizer: it is neither a prepared-data directory "
+                   "(tokenizer.json, train.bin) nor a checkpoint (trainer.json)");
     const data::Tokenizer given = data::load_tokenizer(tokenizer_from);
     const data::PrepareStats stats = data::prepare_corpus(input, out_dir, given);
     std::fprintf(stderr, "prepared %s: the %s tokenizer of %s (%s); train.bin %s tokens, val.bin %s tokens\n",

@@ -44,6 +44,10 @@ int run_report(int argc, char** argv) {
       trace = (fs::path(run) / own.get<std::string>()).string();
   }
   if (!trace.empty()) require(fs::is_regular_file(trace, ec), "--trace " + trace + " is not a readable file");
+  // A --trace given by hand is drawn or refused: the page saying "could not be drawn" under a
+  // "timeline from the trace" line was a flag that did not do what it said.
+  require(app.count("--trace") == 0 || is_own_kind(trace, OutputKind::trace),
+          "--trace " + trace + " is not a lattice trace (write one with lattice train --trace)");
   const OutputRules rules{overwrite, {{"run log", log}, {"--trace", trace}}, {}};
   check_output_path(html, OutputKind::html, "--html", rules);
   write_output_file(html, OutputKind::html, "--html", run_report_html(records, trace), rules);

@@ -165,6 +165,14 @@ int run_schedule(int argc, char** argv) {
   require(steps == 1 || kind == pl::ScheduleKind::pipedream_2bw,
           "--steps needs --schedule pipedream-2bw (the other schedules flush: every step is the same)");
   require(steps == 1 || from_trace.empty(), "--steps cannot be used with --from-trace (it reads one step)");
+  // Flags the rest of the line would ignore: the weight pass is ZB-H1's alone, and a trace is
+  // measured, not simulated from these times.
+  require(app.count("--weight-time") == 0 || kind == pl::ScheduleKind::zb_h1 || !from_trace.empty(),
+          "--weight-time applies to --schedule zb-h1 only (its weight-gradient pass; got --schedule " + kind_name + ")");
+  for (const char* simulated : {"--forward-time", "--backward-time", "--weight-time", "--p2p-latency", "--head-time",
+                                "--pipeline-layers"})
+    require(from_trace.empty() || app.count(simulated) == 0,
+            std::string(simulated) + " does not apply with --from-trace (the trace's times are measured, not simulated)");
   std::vector<pl::Phase> phases;
   for (int t = 0; t < steps; ++t) phases.push_back(pl::step_phase(t == 0, t == steps - 1));
   const auto lists = kind == pl::ScheduleKind::pipedream_2bw ? pl::build_run(kind, p, n_mb, m, phases)

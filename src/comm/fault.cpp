@@ -68,7 +68,7 @@ int run_or_abort_all(const std::string& command, const std::function<int()>& bod
   try {
     return body();
   } catch (const std::exception& e) {
-    abort_all_ranks(command, e.what());
+    abort_all_ranks(command, error_line(e));
   }
 }
 
@@ -85,7 +85,7 @@ void check_on_all_ranks(const std::string& command, const std::function<void()>&
     check();
   } catch (const std::exception& e) {
     failed = true;
-    mine = e.what();
+    mine = error_line(e);
   }
   int first_failing = failed ? rank : size;
   const WaitScope wait("all_reduce", "world");
@@ -136,7 +136,7 @@ void abort_all_ranks_on_terminate(const std::string& command) {
       try {
         std::rethrow_exception(current);
       } catch (const std::exception& e) {
-        what = e.what();
+        what = error_line(e);
       } catch (...) {
         what = "terminated by an unknown exception";
       }

@@ -1,15 +1,28 @@
 #pragma once
 // Errors that reach the user as one line on stderr. InputError = bad flags, configs, files,
 // layouts (exit 1); the CLI maps usage errors from the flag parser to exit 2.
+#include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 
 namespace lattice {
+
+// A library's wording made plain for the one line a user reads: nlohmann's "[json.exception.
+// parse_error.101] " tags dropped (the file's name and the parse error stay).
+inline std::string without_library_tags(std::string s) {
+  for (size_t at = s.find("[json.exception."); at != std::string::npos; at = s.find("[json.exception.", at)) {
+    const size_t close = s.find(']', at);
+    if (close == std::string::npos) break;
+    s.erase(at, close + 1 - at + (close + 1 < s.size() && s[close + 1] == ' ' ? 1 : 0));
+  }
+  return s;
+}
 
 class InputError : public std::runtime_error {
  public:
   // Line breaks (a quoted value of the user's may hold them) are written as \n: always one line.
-  explicit InputError(const std::string& what) : std::runtime_error(one_line(what)) {}
+  explicit InputError(const std::string& what) : std::runtime_error(one_line(without_library_tags(what))) {}
 
  private:
   static std::string one_line(std::string s) {
@@ -24,6 +37,22 @@ class TrainingError : public std::runtime_error {
  public:
   explicit TrainingError(const std::string& what) : std::runtime_error(what) {}
 };
+
+// How a caught exception is told on its one line: std::filesystem's "filesystem error: status: File
+// name too long [PATH]" as "PATH: File name too long", library tags dropped, line breaks as spaces.
+inline std::string error_line(const std::exception& e) {
+  std::string s;
+  if (const auto* fs_error = dynamic_cast<const std::filesystem::filesystem_error*>(&e)) {
+    s = fs_error->path1().string();
+    if (!fs_error->path2().empty()) s += " and " + fs_error->path2().string();
+    s += (s.empty() ? "" : ": ") + fs_error->code().message();
+  } else {
+    s = without_library_tags(e.what());
+  }
+  for (char& ch : s)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  return s;
+}
 
 [[noreturn]] inline void fail(const std::string& what) { throw InputError(what); }
 inline void require(bool ok, const std::string& what) {

@@ -199,6 +199,16 @@ void check_output_path(const std::string& path, OutputKind kind, const std::stri
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
   const bool exists = fs::exists(status);
+  // A symbolic link: a save swaps its directory in whole, which would put a directory where the link
+  // was (and lock the link's target); and a link to nothing (or a loop) cannot be written at all.
+  if (fs::is_symlink(fs::symlink_status(path, ec))) {
+    std::error_code link_ec;
+    const std::string target = fs::read_symlink(path, link_ec).string();
+    if (kind == OutputKind::checkpoint_dir)
+      fail("cannot save to " + path + ": it is a symbolic link (to " + target +
+           "), and a save replaces the directory whole: name the directory itself");
+    require(exists, refuse + "it is a symbolic link to " + target + ", which does not exist (or is a loop of links)");
+  }
   // What sits at the path first: a directory where a file goes is never replaced, whatever else holds.
   if (exists && !directory && !fs::is_regular_file(status))
     fail(refuse + (fs::is_directory(status) ? "it is a directory" : "it is not a regular file (a FIFO, device or socket)"));

@@ -18,6 +18,9 @@ int first_error = 0;  // errno of the first failed write (0: none yet)
 void start(const char* command) {
   command_name = command;
   std::signal(SIGPIPE, SIG_IGN);
+  // A file past `ulimit -f` is a failed write (EFBIG) said in one line like a full disk, not a
+  // process killed by SIGXFSZ in the middle of a save.
+  std::signal(SIGXFSZ, SIG_IGN);
 }
 
 bool flush(bool going_on) {

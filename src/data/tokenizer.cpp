@@ -96,7 +96,23 @@ Tokenizer Tokenizer::from_model(const std::string& serialized, TokenizerKind kin
   require(kind != TokenizerKind::bytes, source + ": the byte tokenizer has no model");
   auto sp = std::make_shared<sentencepiece::SentencePieceProcessor>();
   const auto status = sp->LoadFromSerializedProto(serialized);
-  require(status.ok(), source + " is not a SentencePiece model: " + status.ToString());
+  if (!status.ok()) {
+    // SentencePiece's words made plain: its source file and line (a protobuf that does not parse)
+    // said as what they mean, a damaged file's raw bytes escaped.
+    std::string why = status.message();
+    if (why.find(".cc(") != std::string::npos) why = "it does not parse (a damaged file, or another kind of file)";
+    std::string plain;
+    for (const unsigned char c : why) {
+      if (c >= 0x20 && c < 0x7f) {
+        plain += char(c);
+      } else {
+        char code[8];
+        std::snprintf(code, sizeof code, "\\x%02X", unsigned(c));
+        plain += code;
+      }
+    }
+    fail(source + " is not a SentencePiece model: " + plain);
+  }
   require(sp->GetPieceSize() > 0 && sp->GetPieceSize() <= 65536,
           source + " has " + std::to_string(sp->GetPieceSize()) + " pieces (token files hold at most 65536)");
   require(sp->PieceToId(kNewlinePiece) != sp->unk_id(), source + " has no byte fallback (no piece " + kNewlinePiece +

@@ -90,6 +90,21 @@ hostile "eval with another --hidden" 1 "--hidden 64 disagrees with checkpoint ck
 "$LATTICE" eval --checkpoint ck --data data/val.bin --batches 1 --hidden 32 --layers 1 2> /dev/null
 check "eval with the checkpoint's own shape flags" test $? -eq 0
 
+# Found by the second hostile pass: flags the rest of the line silently ignored.
+hostile "plan --paper --layers 3" 1 "--layers does not apply to --paper" -- plan --paper --layers 3
+hostile "plan --paper --search" 1 "--search does not apply to --paper" -- plan --paper --search
+hostile "plan --moe-paper --top 3" 1 "--top does not apply to --moe-paper" -- plan --moe-paper --top 3
+hostile "schedule --weight-time with 1f1b" 1 "--weight-time applies to --schedule zb-h1 only \(its weight-gradient pass; got --schedule 1f1b\)" -- \
+  schedule --pipeline-model-parallel-size 2 --micro-batches 4 --weight-time 1
+"$LATTICE" train "${MODEL[@]}" --steps 1 --trace tr.json 2>/dev/null
+hostile "schedule --from-trace with --forward-time" 1 "--forward-time does not apply with --from-trace" -- \
+  schedule --pipeline-model-parallel-size 1 --micro-batches 1 --from-trace tr.json --forward-time 3
+printf 'save = ""\n' > empty.toml
+hostile "config: an empty string" 2 "empty.toml:1: save: an empty value" -- train "${MODEL[@]}" --steps 1 --config empty.toml
+printf 'save = "a\\u0000b"\n' > nul.toml
+hostile "config: a NUL in a path" 2 "nul.toml:1: save: a NUL character" -- train "${MODEL[@]}" --steps 1 --config nul.toml
+check "... and nothing saved at the cut path" test ! -e a
+
 # --vocab is the data's tokenizer's.
 hostile "--vocab 300 on byte data" 1 "--vocab 300 does not match the bytes tokenizer of data \(vocab 256" -- \
   train "${MODEL[@]}" --steps 1 --vocab 300
@@ -143,6 +158,33 @@ run_loss=$(python3 -c "import json; print(repr([json.loads(l) for l in open('bf.
 "$LATTICE" eval --checkpoint bf --data data/val.bin --batches 2 --micro-batch 2 --json > bf_eval.json 2>/dev/null
 eval_loss=$(python3 -c "import json; print(repr(json.load(open('bf_eval.json'))['loss']))")
 check "eval of a bf16 run: $eval_loss is the run's $run_loss" test "$eval_loss" = "$run_loss"
+
+# Numbers as a person writes them (second hostile pass): an integer is decimal whatever its spelling.
+# CLI11 alone read 010 as octal 8 (bounds-checked as 10), and --dump-config wrote 0x10 and ' 4' as
+# values --config refused or read back differently.
+SHAPE=(--data data --hidden 32 --heads 2 --seq-len 16 --micro-batch 2 --threads 1)  # MODEL without --layers
+dumped() { "$LATTICE" train "${SHAPE[@]}" "$@" --dump-config 2>/dev/null; }
+check "--layers 010 is 10 layers, not octal 8" test "$(dumped --layers 010 | grep '^layers')" = "layers = 10"
+check "--steps 0x10 is written as 16" test "$(dumped --steps 0x10 | grep '^steps')" = "steps = 16"
+check "--warmup +4 and ' 4' are written as 4" test "$(dumped --warmup +4 | grep '^warmup')" = "warmup = 4" -a \
+  "$(dumped --warmup ' 4' | grep '^warmup')" = "warmup = 4"
+check "--seed 010 is seed 10" test "$(dumped --seed 010 | grep '^seed')" = "seed = 10"
+check "--lr 0x1p-10 is written in decimal" test "$(dumped --lr 0x1p-10 | grep '^lr')" = "lr = 0.0009765625"
+"$LATTICE" eval --checkpoint ck --data data/val.bin --batches 010 --micro-batch 2 --json > octal.json 2>/dev/null
+check "eval --batches 010 evaluates 10 batches" grep -q '"batches":10' octal.json
+printf 'layers = 010\n' > octal.toml
+check "a config file's 010 is 10 too" sh -c "'$LATTICE' train --data data --config octal.toml --dump-config | grep -qx 'layers = 10'"
+for spelling in "--warmup 0x10" "--warmup +4" "--lr 0x1p-10" "--seed 010"; do
+  # shellcheck disable=SC2086
+  dumped $spelling > round1.toml && "$LATTICE" train --config round1.toml --dump-config > round2.toml 2>/dev/null
+  check "--dump-config of $spelling reads back the same" cmp -s round1.toml round2.toml
+done
+hostile "--layers 1e3" 2 "--layers takes a whole number between 1 and 10000 \(got 1e3\)" -- train "${SHAPE[@]}" --steps 1 --layers 1e3
+hostile "--steps 4x" 2 "--steps takes a whole number between 0 and 2\^40 \(got 4x\)" -- train "${MODEL[@]}" --steps 4x
+hostile "--batches 2^31" 1 "--batches must be between 1 and 2\^30 \(got 2147483648\)" -- eval --checkpoint ck --data data/val.bin --batches 2147483648
+hostile "--world 2^63" 1 "--world must be between 1 and 2\^20 \(got 9223372036854775808\)" -- groups --world 9223372036854775808
+hostile "--lr 1,5" 2 "--lr takes a number in \[0, 1e12\] \(got 1,5\)" -- train "${MODEL[@]}" --steps 1 --lr 1,5
+hostile "--temperature with an Arabic digit" 2 "--temperature takes a number" -- sample --checkpoint ck --temperature $'\xd9\xa1'
 
 hostile_summary
 [ "$failures" -eq 0 ] && echo "all flag-rule checks passed" || { echo "$failures failed"; exit 1; }

@@ -103,6 +103,8 @@ header = json.loads(raw[8:8 + n])
 b, e = header["ln_f.weight"]["data_offsets"]
 for i in range(8 + n + b, 8 + n + e, 4): raw[i:i + 4] = struct.pack("<f", float("nan"))
 open(p, "wb").write(raw)
+m = json.load(open("nanck/lattice-checkpoint.json"))  # as a checkpoint from before the manifest's sums
+m.pop("sums"); json.dump(m, open("nanck/lattice-checkpoint.json", "w"))
 PYEOF
 hostile "eval of NaN weights" 1 "give a NaN loss" -- eval --checkpoint nanck --data data/val.bin --batches 1
 
@@ -138,6 +140,45 @@ mkfifo pipe.txt
 hostile "prepare from a FIFO" 1 "input pipe.txt is not a regular file" -- prepare --input pipe.txt --out fifo_out
 hostile "--config from a FIFO" 2 "config pipe.txt is not a regular file" -- train "${MODEL[@]}" --steps 1 --config pipe.txt
 hostile "a newline in a path" 1 "^lattice train: error: .*" -- train --data $'bad\npath' --steps 1
+
+# The second hostile pass: a library's wording never reaches the user's line.
+rm -rf emptyjson && cp -r ck emptyjson && : > emptyjson/trainer.json
+hostile "an empty trainer.json" 1 "emptyjson/trainer.json is not valid JSON: parse error at line 1" -- \
+  eval --checkpoint emptyjson --data data/val.bin --batches 1
+check "... without nlohmann's tag" sh -c "! grep -q 'json.exception' hostile.err"
+: > empty_bench.json
+hostile "plan --hardware of an empty file" 1 "empty_bench.json is not a lattice bench result: parse error" -- \
+  plan --layers 2 --hidden 64 --heads 4 --hardware empty_bench.json
+check "... without nlohmann's tag" sh -c "! grep -q 'json.exception' hostile.err"
+long=$(printf 'n%.0s' $(seq 1 300))
+hostile "--data with a 300-byte name" 1 "$long/.*: File name too long" -- train --data "$long" --steps 1
+check "... told as the path and why, not std::filesystem's words" sh -c "! grep -q 'filesystem error' hostile.err"
+# A byte of a tensor's data changed after the save (no parser can see it: it reads as a weight) is
+# named by the manifest's sum, for eval, sample, --resume and --init alike.
+rm -rf flipped && cp -r ck flipped
+python3 -c "
+p = 'flipped/model.safetensors'; b = bytearray(open(p, 'rb').read()); b[-100] ^= 1; open(p, 'wb').write(b)"
+for use in "eval --checkpoint flipped --data data/val.bin --batches 1" "sample --checkpoint flipped --tokens 2" \
+           "train ${MODEL[*]} --steps 4 --resume flipped" "train ${MODEL[*]} --steps 1 --init flipped"; do
+  # shellcheck disable=SC2086
+  hostile "a flipped bit in model.safetensors: ${use%% *}" 1 "checkpoint flipped: model.safetensors is not the file the save wrote \(its sum differs" -- $use
+done
+check "the manifest records a sum of every .safetensors file" python3 -c "
+import json; m = json.load(open('ck/lattice-checkpoint.json')); assert sorted(m['sums']) == ['model.safetensors', 'optimizer.safetensors'], m"
+# SentencePiece's own words (its source file and line, a damaged model's raw bytes) are not the line.
+"$LATTICE" prepare --input corpus.txt --out bpe_data --tokenizer bpe --vocab-size 300 2>/dev/null
+rm -rf bad_model && cp -r bpe_data bad_model && head -c 100 /dev/urandom > bad_model/tokenizer.model
+hostile "a tokenizer.model of random bytes" 1 "bad_model/tokenizer.model is not a SentencePiece model: it does not parse" -- \
+  train --data bad_model --layers 1 --hidden 32 --heads 2 --seq-len 16 --steps 1
+check "... without SentencePiece's source line" sh -c "! grep -q '\.cc(' hostile.err"
+# The environment: an OMP_NUM_THREADS libgomp cannot start (100000 died of SIGSEGV inside it).
+OMP_NUM_THREADS=100000 hostile "OMP_NUM_THREADS=100000" 1 "OMP_NUM_THREADS=100000 asks for more threads than lattice runs \(at most 4096" -- \
+  train "${MODEL[@]}" --steps 1
+# lattice --help into a full disk is an error, as every command's output is.
+"$LATTICE" --help > /dev/full 2> help.err
+status=$?
+check "lattice --help > /dev/full exits 1 (got $status)" test "$status" -eq 1
+check "... saying so once" test "$(grep -c 'cannot write standard output' help.err)" -eq 1
 
 hostile_summary
 echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"

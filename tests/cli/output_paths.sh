@@ -96,6 +96,17 @@ check "a run that ends removes its lock file" test ! -e .busy.lattice-lock
 "$LATTICE" "${TINY[@]}" --save new1/deep/ck --report-dir new2/deep --trace new3/deep/t.json --init no-such-checkpoint 2>/dev/null
 check "a refused run leaves no empty directory of its outputs" test ! -e new1 -a ! -e new2 -a ! -e new3
 
+# prepare --out is locked the same way: two prepares into one directory could mix one's train.bin
+# with the other's tokenizer (second hostile pass).
+for _ in $(seq 1 100); do cat corpus.txt; done > big_corpus.txt
+"$LATTICE" prepare --input big_corpus.txt --out busy_data --tokenizer bpe --vocab-size 2000 > /dev/null 2>&1 &
+holder=$!
+for _ in $(seq 1 200); do [ -e .busy_data.lattice-lock ] && break; sleep 0.02; done
+hostile "a second prepare into the same --out" 1 "--out busy_data is being written by another lattice run" -- \
+  prepare --input corpus.txt --out busy_data
+wait $holder
+check "the first prepare's data is whole (its bpe tokenizer beside its tokens)" grep -q '"kind": "bpe"' busy_data/tokenizer.json
+
 # Readers refuse what is not a regular file, at once (a FIFO used to block forever).
 mkfifo pipe.json
 timeout 10 "$LATTICE" plan --layers 2 --hidden 64 --heads 2 --hardware pipe.json > /dev/null 2> fifo.err
@@ -120,5 +131,36 @@ check "... says once that stdout closed" test "$(grep -c 'cannot write standard 
 check "... and still writes its checkpoint" grep -q '"step": 200' piped/trainer.json
 "$LATTICE" groups --world 4096 --json 2> g.err | head -c 10 > /dev/null
 check "groups --json into a closed pipe: no signal" test "${PIPESTATUS[0]}" -lt 128
+# Symbolic links at an output path (second hostile pass): --save at a link to nothing trained to the
+# end and then failed to rename; at a link to a checkpoint it put a new directory where the link was
+# and locked the link's target. Both refused at start now; a link to nothing is refused for every output.
+ln -s nowhere dangling
+ln -s ck ck_link
+ln -s loop loop
+hostile "--save at a link to nothing" 1 "cannot save to dangling: it is a symbolic link \(to nowhere\)" -- "${TINY[@]}" --save dangling
+hostile "--save at a link loop" 1 "cannot save to loop: it is a symbolic link" -- "${TINY[@]}" --save loop
+hostile "--save at a link to a checkpoint" 1 "cannot save to ck_link: it is a symbolic link \(to ck\).*name the directory itself" -- \
+  "${TINY[@]}" --save ck_link
+check "the link is still a link" test -L ck_link
+hostile "--report-dir at a link to nothing" 1 "cannot write --report-dir dangling: it is a symbolic link to nowhere, which does not exist" -- \
+  "${TINY[@]}" --report-dir dangling
+hostile "prepare --out at a link to nothing" 1 "cannot write --out dangling: it is a symbolic link to nowhere" -- prepare --input corpus.txt --out dangling
+hostile "groups --svg at a link to nothing" 1 "cannot write --svg dangling: it is a symbolic link to nowhere" -- groups --world 4 --svg dangling
+check "nothing was created behind the links" test ! -e nowhere -a -L dangling -a -z "$(ls -d dangling.* 2>/dev/null)"
+# A --trace given to report is drawn or refused (a text file gave a page saying it could not be
+# drawn, and "timeline from the trace" on stderr).
+hostile "report --trace of a text file" 1 "--trace notes.txt is not a lattice trace" -- report rep --html t.html --trace notes.txt
+check "... and no page was written" test ! -e t.html
+# --tokenizer-from a directory that holds no tokenizer (an empty one was read as the byte tokenizer's).
+mkdir -p empty_tok
+hostile "prepare --tokenizer-from an empty directory" 1 "--tokenizer-from empty_tok holds no tokenizer" -- \
+  prepare --input corpus.txt --out tok_out --tokenizer-from empty_tok
+# A file past `ulimit -f`: one line naming the file, not a process killed by SIGXFSZ mid-save.
+(ulimit -f 40; "$LATTICE" "${TINY[@]}" --save fsize > /dev/null 2> fsize.err)
+status=$?
+check "a save past ulimit -f exits 1, not by a signal (got $status)" test "$status" -eq 1
+check "... in one line naming the file" grep -q "error: cannot write fsize.tmp-.*File too large" fsize.err
+check "... leaving no checkpoint and no temporary" test ! -e fsize -a -z "$(ls -d fsize.tmp-* 2>/dev/null)"
+
 hostile_summary
 exit $((failures > 0))
