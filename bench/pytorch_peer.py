@@ -4,7 +4,10 @@ F.gelu(approximate="tanh"), F.cross_entropy) so the peer is as fast as stock PyT
 
 Prints one JSON line: {"peer":"pytorch","tokens_per_s":F,...}. Default shape = the GPT-2-small target:
 12 layers, hidden 768, 12 heads, seq-len 256, batch 4, vocab 8192, dropout 0, 2 threads.
-Usage: python3 bench/pytorch_peer.py [--steps N] [--warmup N] [--threads T] [shape flags]
+With --autocast bf16 the forward (and so the backward's matmuls) runs under
+torch.autocast("cpu", dtype=torch.bfloat16): PyTorch's own bf16 path (oneDNN's AMX or AVX-512 BF16
+kernels where the CPU has them), the fair peer of lattice --activation-dtype bf16.
+Usage: python3 bench/pytorch_peer.py [--steps N] [--warmup N] [--threads T] [--autocast bf16] [shape flags]
 """
 import argparse
 import json
@@ -78,7 +81,11 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3, help="timed steps")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                    help="bf16: the forward under torch.autocast('cpu', dtype=torch.bfloat16)")
     args = ap.parse_args()
+    import contextlib
+    cast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.autocast == "bf16" else contextlib.nullcontext
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -93,7 +100,8 @@ def main():
         data = torch.randint(0, args.vocab, (b, s + 1))
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(data[:, :-1], data[:, 1:])
+        with cast():
+            loss = model(data[:, :-1], data[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -104,7 +112,7 @@ def main():
         if step >= args.warmup:
             times.append(dt)
     tokens_per_s = b * s * len(times) / sum(times)
-    print(json.dumps({"peer": "pytorch", "tokens_per_s": tokens_per_s, "step_s": sum(times) / len(times),
+    print(json.dumps({"peer": "pytorch", "autocast": args.autocast, "tokens_per_s": tokens_per_s, "step_s": sum(times) / len(times),
                       "best_step_s": min(times), "step_times": times,
                       "torch": torch.__version__, "threads": torch.get_num_threads(), "steps": len(times)}))
 
