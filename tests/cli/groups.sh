@@ -58,7 +58,7 @@ expect 1 "--world must be between 1 and" --world 0
 expect 1 "--expert-model-parallel-size 4 does not divide the data-parallel size 2 (world 4 / t·p = 2)" \
   --world 4 --tensor-model-parallel-size 2 --expert-model-parallel-size 4
 expect 1 "--expert-model-parallel-size must be between 1 and .* (got 0)" --world 4 --ep 0
-expect 2 "--expert-model-parallel-size = two" --world 4 --ep two
+expect 2 "--expert-model-parallel-size takes a whole number between 1 and 1048576 (got two)" --world 4 --ep two
 expect 1 "--svg draws at most" --world 8192 --svg "$SCRATCH/big.svg"
 expect 2 "--world" --tensor-model-parallel-size 2
 expect 2 "--world" --world lots
