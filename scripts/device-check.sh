@@ -18,11 +18,9 @@ status=0
 record() { printf '%s\n' "$*" | tee -a "$RESULTS"; }
 fail() { record "$*"; status=1; }
 
-find_nvcc() {
-  if command -v nvcc >/dev/null 2>&1; then command -v nvcc
-  elif [ -x /usr/local/cuda/bin/nvcc ]; then echo /usr/local/cuda/bin/nvcc
-  fi
-}
+# The nvcc ($CUDACXX, /usr/local/cuda/bin/nvcc, else PATH) and, for nvcc 11.x, g++-11 as its host
+# compiler: scripts/cuda-toolchain.sh (docs/gpu.md "Toolchains").
+. "$ROOT/scripts/cuda-toolchain.sh"
 
 header() {
   local commit gpu
@@ -35,13 +33,17 @@ header() {
 
 phase_build() {
   local nvcc t0 log=$DEST/device-check-build.log
-  nvcc=$(find_nvcc)
-  if [ -z "$nvcc" ]; then fail "phase build: FAIL (no nvcc on PATH or in /usr/local/cuda/bin)"; return; fi
-  record "phase build: nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), $(cmake --version | head -1), $(c++ --version 2>/dev/null | head -1)"
+  nvcc=$(cuda_find_nvcc)
+  if [ -z "$nvcc" ]; then fail "phase build: FAIL (no nvcc: \$CUDACXX, /usr/local/cuda/bin or PATH)"; return; fi
+  cuda_host_args "$nvcc"
+  [ -z "$CUDA_HOST_WARN" ] || record "phase build: $CUDA_HOST_WARN"
+  local host=""
+  [ ${#CUDA_HOST_ARGS[@]} -eq 0 ] || host="; nvcc's host compiler $("${CUDA_HOST_ARGS[0]#*=}" --version | head -1)"
+  record "phase build: nvcc $(cuda_nvcc_version "$nvcc") ($nvcc), $(cmake --version | head -1), $(c++ --version 2>/dev/null | head -1)$host"
   t0=$(date +%s)
   # Only the layers the CUDA kernels and their parity check need: no oneDNN, MPI, ... (CMakeLists.txt).
   if timeout 600 cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" \
-       -DLATTICE_CUDA=ON -DLATTICE_CUDA_KERNELS_ONLY=ON -DLATTICE_WERROR=ON -DLATTICE_ARCH=native >"$log" 2>&1 &&
+       "${CUDA_HOST_ARGS[@]}" -DLATTICE_CUDA=ON -DLATTICE_CUDA_KERNELS_ONLY=ON -DLATTICE_WERROR=ON -DLATTICE_ARCH=native >"$log" 2>&1 &&
      timeout 600 cmake --build "$BUILD_DIR" -j"$JOBS" --target lattice_cuda_check >>"$log" 2>&1; then
     record "phase build: ok ($(( $(date +%s) - t0 )) s; lattice_cuda_check built with -DLATTICE_CUDA=ON -DLATTICE_CUDA_KERNELS_ONLY=ON)"
   else
