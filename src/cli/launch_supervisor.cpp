@@ -131,26 +131,36 @@ const char* verdict_name(Verdict v) {
 }
 
 std::optional<int64_t> step_in_line(const std::string& line) {
-  static const std::regex json(R"(^\{"event":"step","step":([0-9]{1,15})[,}])");
+  // The JSON stream's keys come in any order (train writes them sorted).
+  static const std::regex step_key(R"("step":([0-9]{1,15})[,}])");
   static const std::regex text(R"(^step +([0-9]{1,15})\b)");
   std::smatch m;
-  if (std::regex_search(line, m, json) || std::regex_search(line, m, text)) return std::stoll(m[1].str());
+  if (!line.empty() && line[0] == '{') {
+    if (line.find(R"("event":"step")") != std::string::npos && std::regex_search(line, m, step_key))
+      return std::stoll(m[1].str());
+    return std::nullopt;
+  }
+  if (std::regex_search(line, m, text)) return std::stoll(m[1].str());
   return std::nullopt;
 }
 
 std::optional<int> lost_rank_in_line(const std::string& line) {
-  static const std::regex json(R"(^\{"event":"rank_lost","rank":([0-9]{1,9})[,}])");
+  static const std::regex rank_key(R"("rank":([0-9]{1,9})[,}])");
   static const std::regex text(R"(^lattice: rank ([0-9]{1,9}): .*\(exit 3: rank lost\)$)");
   std::smatch m;
-  if (std::regex_search(line, m, json) || std::regex_search(line, m, text)) return std::stoi(m[1].str());
+  if (!line.empty() && line[0] == '{') {
+    if (line.find(R"("event":"rank_lost")") != std::string::npos && std::regex_search(line, m, rank_key))
+      return std::stoi(m[1].str());
+    return std::nullopt;
+  }
+  if (std::regex_search(line, m, text)) return std::stoi(m[1].str());
   return std::nullopt;
 }
 
-std::optional<std::string> died_host_in_line(const std::string& line) {
-  static const std::regex noticed(
-      R"(mpirun noticed that process rank [0-9]+ with PID [0-9]+ on node (\S+) exited on signal)");
+std::optional<int> died_rank_in_line(const std::string& line) {
+  static const std::regex noticed(R"(mpirun noticed that process rank ([0-9]{1,9}) with PID [0-9]+ on node \S+ exited on signal)");
   std::smatch m;
-  if (std::regex_search(line, m, noticed)) return m[1].str();
+  if (std::regex_search(line, m, noticed)) return std::stoi(m[1].str());
   return std::nullopt;
 }
 

@@ -57,12 +57,13 @@ Verdict classify(const JobResult& job);
 const char* verdict_name(Verdict v);
 
 // Readers of the job's output lines, for the launcher to fill a JobResult as lines pass.
-// {"event":"step","step":N,...} or a text "step N ..." line.
+// A JSON step record ({"event":"step", "step":N, ...}, keys in any order) or a text "step N ..." line.
 std::optional<int64_t> step_in_line(const std::string& line);
 // {"event":"rank_lost","rank":N,...} or "lattice: rank N: ...; stopping (exit 3: rank lost)".
 std::optional<int> lost_rank_in_line(const std::string& line);
-// "mpirun noticed that process rank N with PID P on node HOST exited on signal S": HOST.
-std::optional<std::string> died_host_in_line(const std::string& line);
+// "mpirun noticed that process rank N with PID P on node NAME exited on signal S": N (NAME is the
+// daemon's hostname, not the hostfile's name: host_of_rank maps N to the hostfile's host).
+std::optional<int> died_rank_in_line(const std::string& line);
 
 // A layout the launcher can pass to train: the planner's choice, as flags.
 struct Layout {
