@@ -380,6 +380,7 @@ int run_launch(int argc, char** argv) {
 
   launch::Environment env;
   env.answers = [&](const Host& h) { return host_answers(h, f.probe_timeout); };
+  env.local = [](const Host& h) { return launch::is_local_host(h.name, this_hostname()); };
   env.checkpoint_step = [&] { return checkpoint_step(train.save); };
   env.plan = [&](int ranks, int slots_per_host) {
     plan::PlanRequest base;

@@ -375,7 +375,8 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
       env.event({{"event", "launch_stopped"}, {"reason", "max_restarts"}, {"checkpoint_step", saved ? *saved : 0}});
       return kExitRankLost;
     }
-    for (const std::string& h : job.hosts_died) dead.insert(h);
+    for (const std::string& h : job.hosts_died)
+      if (!(env.local && env.local(Host{h, 1}))) dead.insert(h);
     std::vector<Host> next;
     std::vector<std::string> lost;
     for (const Host& h : hosts) {

@@ -115,6 +115,9 @@ class Launcher {
 
 struct Environment {
   std::function<bool(const Host&)> answers;                // the host answers (localhost: always)
+  // The launcher's own machine: a rank killed there does not take the host out (it is up: the
+  // launcher runs on it). Unset: no host is local.
+  std::function<bool(const Host&)> local;
   std::function<std::optional<int64_t>()> checkpoint_step;  // the promoted checkpoint's step, if any
   // The planner's layout for `world` ranks, at most `slots_per_host` a host (throws InputError).
   std::function<Layout(int world, int slots_per_host)> plan;

@@ -244,6 +244,20 @@ TEST(LaunchSupervisor, AKilledHostIsLeftOutAndTheRunResumes) {
   EXPECT_EQ(w.events[0]["to"]["world"], 2);
 }
 
+TEST(LaunchSupervisor, AKilledRankOnTheLaunchersOwnHostKeepsIt) {
+  World w;
+  w.hosts = {{"localhost", 2}};
+  w.answering = {"localhost"};
+  FakeLauncher fake;
+  fake.results = {died_on("localhost", 7), JobResult{}};
+  w.saved = 6;
+  Environment env = w.env();
+  env.local = [](const Host& h) { return h.name == "localhost"; };
+  EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, env), 0);
+  ASSERT_EQ(fake.calls.size(), 2u);
+  EXPECT_EQ(fake.calls[1].hosts, std::vector<std::string>{"localhost"});
+}
+
 TEST(LaunchSupervisor, AStalledHostThatAnswersStays) {
   World w;
   FakeLauncher fake;
