@@ -11,4 +11,5 @@ int run_bench(int argc, char** argv);
 int run_groups(int argc, char** argv);
 int run_schedule(int argc, char** argv);
 int run_report(int argc, char** argv);
+int run_launch(int argc, char** argv);
 }  // namespace lattice::cli

@@ -76,6 +76,10 @@ const std::vector<FlagBound>& flag_bounds() {
       {"sample", "temperature", 0, 1e6, true},
       {"sample", "top-k", 0, 65536},  // 0: all
       // plan.
+      {"launch", "min-ranks", 1, k2(20), false, false, false, "2^20"},
+      {"launch", "max-restarts", 0, 10000},
+      {"launch", "no-progress-timeout", 1, 1e6, false, false, true},
+      {"launch", "probe-timeout", 1, 3600},
       {"plan", "micro-batch", 1, k2(20), false, false, false, "2^20"},
       {"plan", "global-batch", 1, k2(30), false, false, false, "2^30"},
       {"plan", "gpus", 1, k2(20), false, false, false, "2^20"},

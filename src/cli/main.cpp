@@ -28,6 +28,7 @@ const Command kCommands[] = {
     {"bench", lattice::cli::run_bench, "measure this machine's GEMM rates and bandwidth (plan's cpu preset)"},
     {"groups", lattice::cli::run_groups, "print the TP/DP/PP/embedding process groups of a layout"},
     {"schedule", lattice::cli::run_schedule, "simulate a pipeline schedule: bubble, activations held, timeline SVG"},
+    {"launch", lattice::cli::run_launch, "run a training job under mpirun, restarting it from its checkpoint when a rank is lost"},
     {"report", lattice::cli::run_report, "draw a training run's JSON Lines as one self-contained HTML page"},
 };
 

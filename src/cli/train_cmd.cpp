@@ -15,6 +15,7 @@
 #include "cli/model_flags.hpp"
 #include "comm/distributed.hpp"
 #include "comm/fault.hpp"
+#include "comm/watchdog.hpp"
 #include "core/error.hpp"
 #include "core/machine_peak.hpp"
 #include "data/tokenizer_files.hpp"
@@ -210,6 +211,9 @@ int run_train(int argc, char** argv) {
   // Several processes: bad input is reported once, by rank 0, and every rank exits 1; a rank that
   // fails later aborts the whole job.
   // A bad --comm-timeout is reported by the validation below, once; the watchdog runs meanwhile.
+  // A lost peer (a stall, a dead rank or link) ends this rank with exit 3 and, under --json, a
+  // {"event":"rank_lost"} line (comm/watchdog.hpp): `lattice launch` restarts on that alone.
+  comm::report_rank_lost_as_json(train.json);
   comm::Distributed dist(resolved.tp, resolved.pp, "train",
                          valid_comm_timeout(train.comm_timeout) ? train.comm_timeout : comm::kDefaultCommTimeout,
                          resolved.ep);

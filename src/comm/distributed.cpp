@@ -74,7 +74,10 @@ Distributed::Distributed(int tp, int pp, const std::string& command, double comm
   int world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (world > 1) start_watchdog(comm_timeout, rank_);
+  if (world > 1) {
+    start_watchdog(comm_timeout, rank_);
+    exit_on_mpi_errors();  // a peer that dies: exit 3 with one line, as a stall (comm/watchdog.hpp)
+  }
   check_on_all_ranks(command_, [&] {
     try {
       layout_ = parallel::make_layout(world, tp, pp, ep);

@@ -32,10 +32,11 @@ disagree() {  # disagree NAME PATTERN FLAGS-RANK0 -- FLAGS-RANK1
 disagree "different --layers" "different configurations: 'layers=3' here, 'layers=2' on rank 0" --layers 2 --steps 5 -- --layers 3 --steps 5
 disagree "different --steps" "different configurations: 'steps=7' here, 'steps=5' on rank 0" --layers 2 --steps 5 -- --layers 2 --steps 7
 
-# A stopped rank: every rank gone within the timeout (+ 30 s), one line naming rank, op and group.
-"${MPIRUN[@]}" -np 2 "$LATTICE" "${A[@]}" --layers 2 --steps 100000 --comm-timeout 5 > stop.out 2> stop.err &
+# A stopped rank: every rank gone within the timeout (+ 30 s), one line naming rank, op and group,
+# a {"event":"rank_lost"} line on the JSON stream, and exit 3 (a lost rank, not bad input's 1).
+"${MPIRUN[@]}" -np 2 "$LATTICE" "${A[@]}" --layers 2 --steps 100000 --comm-timeout 5 --json > stop.out 2> stop.err &
 launcher=$!
-for _ in $(seq 1 100); do [ "$(pgrep -f -- "--comm-timeout 5" | wc -l)" -ge 2 ] && grep -q "^step" stop.err && break; sleep 0.2; done
+for _ in $(seq 1 100); do [ "$(pgrep -f -- "--comm-timeout 5" | wc -l)" -ge 2 ] && grep -q '"event":"step"' stop.out && break; sleep 0.2; done
 victim=$(pgrep -f -- "lattice train --data data .*--comm-timeout 5" | tail -1)
 kill -STOP "$victim"
 t0=$SECONDS
@@ -45,9 +46,11 @@ wait $launcher
 status=$?
 echo "after SIGSTOP every rank was gone in ${gone} s; mpirun exited $status"
 check "stopped rank: every rank gone within timeout + 30 s" test "$gone" -le 35
-check "stopped rank: mpirun exits non-zero" test "$status" -ne 0 -a "$status" -ne 124
+check "stopped rank: mpirun exits 3, a lost rank (got $status)" test "$status" -eq 3
 check "stopped rank: the line names rank, operation and group" \
   grep -qE "lattice: rank [01]: no progress for [0-9]+ s in [a-z_]+ on the (dp|world|tp|pp) group" stop.err
+check "stopped rank: a rank_lost event on the JSON stream" \
+  grep -qE '^\{"event":"rank_lost","rank":[01],"reason":"stalled","op":"[a-z_]+","group":"[a-z]+"' stop.out
 check "--comm-timeout out of range is refused" \
   bash -c "! '$LATTICE' train --data data --steps 1 --comm-timeout -1 2>/dev/null"
 

@@ -8,6 +8,11 @@ foreach(name layout link_cut)
            COMMAND bash ${MULTINODE_DIR}/${name}.sh $<TARGET_FILE:lattice> ${MPIEXEC_EXECUTABLE}
                    ${CMAKE_CURRENT_BINARY_DIR}/scratch/multinode_${name})
 endforeach()
+# lattice launch: host b's ranks killed, a rank stopped, host b's cable cut, too few ranks left.
+add_test(NAME multinode.launch
+         COMMAND bash ${MULTINODE_DIR}/launch.sh $<TARGET_FILE:lattice> ${MPIEXEC_EXECUTABLE}
+                 ${CMAKE_CURRENT_BINARY_DIR}/scratch/multinode_launch)
+set_tests_properties(multinode.launch PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77 RESOURCE_LOCK lattice_multinode)
 add_test(NAME multinode.harness
          COMMAND bash ${MULTINODE_DIR}/harness.sh ${MPIEXEC_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR}/scratch/multinode_harness)
 # One at a time: link_cut times how fast ranks die, and the machine has few cores.

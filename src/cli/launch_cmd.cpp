@@ -1,0 +1,414 @@
+// `lattice launch --hostfile H [...] -- train <flags>`: a supervisor around mpirun (docs/recovery.md).
+// It starts mpirun as a user would, passes the job's output through, and when a rank is lost (train
+// exits 3, a rank is killed, or no output line comes for --no-progress-timeout seconds) it finds the
+// hosts that still answer, asks the planner for the fastest layout on their slots and starts the
+// job again from the last promoted checkpoint. The decisions are in launch_supervisor.*; this file
+// holds the processes: mpirun, the probes, the signals.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "cli/cli_util.hpp"
+#include "cli/commands.hpp"
+#include "cli/config_file.hpp"
+#include "cli/launch_supervisor.hpp"
+#include "cli/model_flags.hpp"
+#include "core/error.hpp"
+#include "core/input_file.hpp"
+#include "core/memory_limit.hpp"
+#include "data/tokenizer_files.hpp"
+
+namespace lattice::cli {
+
+namespace {
+
+using launch::Host;
+using launch::JobResult;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The job's process group and the signal that interrupted the launcher (forwarded to the group).
+volatile sig_atomic_t g_job_group = 0;
+volatile sig_atomic_t g_signal = 0;
+
+void forward_signal(int sig) {
+  g_signal = sig;
+  if (g_job_group > 0) kill(-pid_t(g_job_group), sig);
+}
+
+std::string this_hostname() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof name - 1) != 0) return "";
+  return name;
+}
+
+std::vector<std::string> words_of(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+// fork + exec of argv with stdin from /dev/null; the child leads its own process group. stdout and
+// stderr go to `out_fd`/`err_fd` (-1: /dev/null). Returns the child's pid, or -1.
+pid_t spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
+  const pid_t pid = fork();
+  if (pid != 0) {
+    if (pid > 0) setpgid(pid, pid);
+    return pid;
+  }
+  setpgid(0, 0);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGPIPE, SIG_DFL);
+  const int null_fd = open("/dev/null", O_RDWR);
+  dup2(null_fd, 0);
+  dup2(out_fd >= 0 ? out_fd : null_fd, 1);
+  dup2(err_fd >= 0 ? err_fd : null_fd, 2);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  std::fprintf(stderr, "lattice launch: error: cannot run %s: %s\n", argv[0].c_str(), std::strerror(errno));
+  _exit(127);
+}
+
+int exit_status_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+// Waits up to `seconds` for `pid`; returns its status, or nullopt (still running).
+std::optional<int> wait_for(pid_t pid, double seconds) {
+  const double until = now_s() + seconds;
+  for (;;) {
+    int status = 0;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return exit_status_of(status);
+    if (r < 0 && errno != EINTR) return 1;
+    if (now_s() >= until) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+struct LaunchFlags {
+  std::string hostfile, mpirun = "mpirun", hardware = "cpu";
+  std::vector<std::string> mpi_args;
+  int min_ranks = 1, max_restarts = 3;
+  double no_progress_timeout = 600, probe_timeout = 10;
+};
+
+class MpirunLauncher final : public launch::Launcher {
+ public:
+  MpirunLauncher(const LaunchFlags& flags, bool json, std::string report_log)
+      : flags_(flags), json_(json), report_log_(std::move(report_log)) {}
+
+  // The relaunch's start, for the "resumed" line when its first step arrives.
+  void restarted(double last_progress_before) {
+    restart_at_ = now_s();
+    failed_progress_at_ = last_progress_before;
+    awaiting_first_step_ = true;
+  }
+  double last_progress() const { return last_progress_; }
+
+  void emit(const nlohmann::json& event) {
+    if (json_) {
+      std::printf("%s\n", event.dump().c_str());
+      std::fflush(stdout);
+    }
+    if (!report_log_.empty()) {
+      std::ofstream log(report_log_, std::ios::app);
+      if (log) log << event.dump() << "\n";
+    }
+  }
+
+  JobResult run(const std::vector<Host>& hosts, int world, const std::vector<std::string>& args) override {
+    JobResult job;
+    char hostfile[] = "/tmp/lattice-launch-hosts-XXXXXX";
+    const int hf = mkstemp(hostfile);
+    if (hf < 0) throw std::runtime_error(std::string("cannot create a hostfile in /tmp: ") + std::strerror(errno));
+    const std::string text = launch::hostfile_text(hosts);
+    const bool wrote = write(hf, text.data(), text.size()) == ssize_t(text.size());
+    close(hf);
+    if (!wrote) throw std::runtime_error("cannot write the hostfile " + std::string(hostfile));
+
+    std::vector<std::string> argv = {flags_.mpirun, "--hostfile", hostfile, "-np", std::to_string(world)};
+    argv.insert(argv.end(), flags_.mpi_args.begin(), flags_.mpi_args.end());
+    argv.push_back(std::filesystem::read_symlink("/proc/self/exe").string());
+    argv.push_back("train");
+    argv.insert(argv.end(), args.begin(), args.end());
+
+    int out_pipe[2], err_pipe[2];
+    if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) throw std::runtime_error("cannot create pipes");
+    const double started = now_s();
+    const pid_t pid = spawn(argv, out_pipe[1], err_pipe[1]);
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    if (pid < 0) throw std::runtime_error(std::string("cannot fork: ") + std::strerror(errno));
+    g_job_group = pid;
+
+    double last_line = started;
+    last_progress_ = started;
+    std::string pending[2];
+    bool open_fd[2] = {true, true};
+    const int fds[2] = {out_pipe[0], err_pipe[0]};
+    std::optional<int> status;
+    double reaped_at = 0, term_sent = 0;
+    auto line_seen = [&](int which, const std::string& line) {
+      std::FILE* to = which == 0 ? stdout : stderr;
+      std::fwrite(line.data(), 1, line.size(), to);
+      std::fputc('\n', to);
+      std::fflush(to);
+      last_line = now_s();
+      if (const auto step = launch::step_in_line(line)) {
+        job.last_step = std::max(job.last_step, *step);
+        last_progress_ = last_line;
+        if (awaiting_first_step_) {
+          awaiting_first_step_ = false;
+          const double resume_s = last_line - restart_at_, lost_s = last_line - failed_progress_at_;
+          std::fprintf(stderr,
+                       "lattice launch: resumed: step %lld %.1f s after the relaunch, %.1f s after the last step "
+                       "before the failure\n",
+                       static_cast<long long>(*step), resume_s, lost_s);
+          std::fflush(stderr);
+          emit({{"event", "resumed"}, {"step", *step}, {"seconds_to_first_step", std::round(resume_s * 10) / 10},
+                {"seconds_since_last_step", std::round(lost_s * 10) / 10}});
+        }
+      }
+      if (const auto rank = launch::lost_rank_in_line(line)) job.ranks_reporting_lost.push_back(*rank);
+      if (const auto rank = launch::died_rank_in_line(line)) job.hosts_died.push_back(launch::host_of_rank(hosts, *rank));
+    };
+    while (open_fd[0] || open_fd[1] || !status) {
+      pollfd p[2];
+      int n = 0;
+      int which_of[2];
+      for (int i = 0; i < 2; ++i)
+        if (open_fd[i]) {
+          p[n] = {fds[i], POLLIN, 0};
+          which_of[n++] = i;
+        }
+      if (n > 0) poll(p, nfds_t(n), 200);
+      else std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      for (int k = 0; k < n; ++k) {
+        if (!(p[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        const int i = which_of[k];
+        char buf[65536];
+        const ssize_t got = read(fds[i], buf, sizeof buf);
+        if (got <= 0) {
+          if (got < 0 && errno == EINTR) continue;
+          open_fd[i] = false;
+          if (!pending[i].empty()) line_seen(i, pending[i]);
+          pending[i].clear();
+          continue;
+        }
+        pending[i].append(buf, size_t(got));
+        for (size_t nl; (nl = pending[i].find('\n')) != std::string::npos;) {
+          line_seen(i, pending[i].substr(0, nl));
+          pending[i].erase(0, nl + 1);
+        }
+      }
+      const double now = now_s();
+      if (!status) {
+        status = wait_for(pid, 0);
+        if (status) {
+          reaped_at = now;
+          kill(-pid, SIGKILL);  // what of the job is left in its group (a stopped rank, a daemon)
+        }
+      }
+      // Daemons of other hosts may hold the pipes after mpirun ended: 2 s for their last lines.
+      if (status && now - reaped_at > 2) break;
+      if (!status && !job.no_progress && flags_.no_progress_timeout > 0 && now - last_line > flags_.no_progress_timeout) {
+        job.no_progress = true;
+        std::fprintf(stderr, "lattice launch: no output from the job for %.0f s (--no-progress-timeout): ending it\n",
+                     flags_.no_progress_timeout);
+        std::fflush(stderr);
+        kill(-pid, SIGTERM);
+        term_sent = now;
+      }
+      if (!status && term_sent > 0 && now - term_sent > 5) {
+        kill(-pid, SIGKILL);
+        term_sent = now + 1e9;  // once
+      }
+    }
+    close(fds[0]);
+    close(fds[1]);
+    g_job_group = 0;
+    unlink(hostfile);
+    job.exit_status = *status;
+    job.interrupted = g_signal != 0;
+    job.seconds_since_progress = now_s() - last_progress_;
+    return job;
+  }
+
+ private:
+  LaunchFlags flags_;
+  bool json_;
+  std::string report_log_;
+  double last_progress_ = 0, restart_at_ = 0, failed_progress_at_ = 0;
+  bool awaiting_first_step_ = false;
+};
+
+// localhost answers; another host answers when its remote agent (mpirun's plm_rsh_agent, else
+// ssh) runs `true` there within the probe timeout.
+bool host_answers(const Host& host, double timeout) {
+  if (launch::is_local_host(host.name, this_hostname())) return true;
+  const char* agent = std::getenv("OMPI_MCA_plm_rsh_agent");
+  std::vector<std::string> argv = words_of(agent && *agent ? agent : "ssh");
+  if (argv.empty()) argv = {"ssh"};
+  if (std::filesystem::path(argv[0]).filename() == "ssh")
+    argv.insert(argv.end(), {"-o", "BatchMode=yes", "-o", "ConnectTimeout=" + std::to_string(int(timeout))});
+  argv.insert(argv.end(), {host.name, "true"});
+  const pid_t pid = spawn(argv, -1, -1);
+  if (pid < 0) return false;
+  const std::optional<int> status = wait_for(pid, timeout);
+  if (!status) {
+    kill(-pid, SIGKILL);
+    wait_for(pid, 5);
+    return false;
+  }
+  return *status == 0;
+}
+
+// The promoted checkpoint's step: trainer.json in --save (nullopt when none was saved yet).
+std::optional<int64_t> checkpoint_step(const std::string& dir) {
+  std::ifstream in(dir + "/trainer.json");
+  if (!in) return std::nullopt;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    if (j.contains("step") && j["step"].is_number_integer()) return j["step"].get<int64_t>();
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+constexpr const char* kUsage =
+    "usage: lattice launch --hostfile H [--min-ranks N] [--max-restarts K] [--no-progress-timeout S] -- train "
+    "<the run's flags, with --save DIR>";
+
+}  // namespace
+
+int run_launch(int argc, char** argv) {
+  // Split at "--": launch's own flags before, train's after.
+  int dash = 1;
+  while (dash < argc && std::string(argv[dash]) != "--") ++dash;
+  LaunchFlags f;
+  if (const char* env = std::getenv("MPIEXEC"); env && *env) f.mpirun = env;
+  CLI::App app("Run a training job under mpirun and restart it, on the hosts that still answer, when a rank is "
+               "lost (docs/recovery.md). " + std::string(kUsage),
+               "lattice launch");
+  app.add_option("--hostfile", f.hostfile, "OpenMPI hostfile: NAME slots=N a line")->required();
+  app.add_option("--min-ranks", f.min_ranks, "stop rather than restart on fewer slots")->capture_default_str();
+  app.add_option("--max-restarts", f.max_restarts, "restarts at most")->capture_default_str();
+  app.add_option("--no-progress-timeout", f.no_progress_timeout,
+                 "seconds without an output line before the job is ended as lost (0 = off)")
+      ->capture_default_str();
+  app.add_option("--probe-timeout", f.probe_timeout, "seconds a host has to answer the remote agent")
+      ->capture_default_str();
+  app.add_option("--mpirun", f.mpirun, "the launcher to run (default: $MPIEXEC or mpirun)");
+  app.add_option("--mpi-arg", f.mpi_args, "one more argument for mpirun (repeatable: --mpi-arg=--oversubscribe)")
+      ->allow_extra_args(false);
+  app.add_option("--hardware", f.hardware, "the machine the planner plans restarts for (a preset)")->capture_default_str();
+  if (const auto status = parse_flags(app, dash, argv)) return *status;
+  if (dash >= argc - 1 || std::string(argv[dash + 1]) != "train") {
+    std::fprintf(stderr, "lattice launch: error: %s\n", kUsage);
+    return 2;
+  }
+
+  // Train's flags, read by train's own parser (the same checks, the same messages).
+  const int train_argc = argc - dash - 1;
+  char** train_argv = argv + dash + 1;
+  std::vector<std::string> train_args(train_argv + 1, train_argv + train_argc);
+  CLI::App tapp("lattice train's flags", "lattice train");
+  ModelConfig model;
+  LayoutFlags layout;
+  TrainConfig train;
+  std::string shuffle = "on", device = "cpu", hardware = "cpu", memory_limit, config_path;
+  bool dump = false;
+  add_model_flags(tapp, model);
+  add_layout_flags(tapp, layout);
+  add_train_flags(tapp, train, shuffle);
+  add_device_flag(tapp, device);
+  tapp.add_option("--hardware", hardware);
+  tapp.add_option("--pipeline-memory-limit", memory_limit);
+  add_config_file(tapp, config_path);
+  tapp.add_flag("--dump-config", dump);
+  if (const auto status = parse_flags(tapp, train_argc, train_argv)) return *status;
+  if (train.save.empty()) {
+    std::fprintf(stderr, "lattice launch: error: the train flags must include --save DIR: a restart resumes from its "
+                         "last promoted checkpoint\n");
+    return 2;
+  }
+  require(f.min_ranks >= 1 && f.max_restarts >= 0 && f.no_progress_timeout >= 0 && f.probe_timeout > 0,
+          "--min-ranks must be at least 1, --max-restarts and --no-progress-timeout at least 0, --probe-timeout above 0");
+  const std::vector<Host> hosts =
+      launch::parse_hostfile(read_regular_file(f.hostfile, "--hostfile", size_t(1) << 20), f.hostfile);
+  if (tapp.count("--vocab") == 0) model.vocab = data::load_tokenizer(train.data_dir).vocab();
+  const LayoutConfig resolved = layout.resolve(model.layers);
+  const int world = launch::total_slots(hosts);
+  const launch::Layout first = launch::layout_of(resolved, train.micro_batch, world);
+  const int global_batch = train.global_batch > 0 ? train.global_batch : train.micro_batch * first.dp;
+  const plan::Hardware hw = plan::hardware_preset(f.hardware);
+
+  std::string report_log;
+  if (!train.report_dir.empty()) report_log = train.report_dir + "/run.jsonl";
+  MpirunLauncher launcher(f, train.json, report_log);
+
+  struct sigaction sa {};
+  sa.sa_handler = forward_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  launch::Environment env;
+  env.answers = [&](const Host& h) { return host_answers(h, f.probe_timeout); };
+  env.local = [](const Host& h) { return launch::is_local_host(h.name, this_hostname()); };
+  env.checkpoint_step = [&] { return checkpoint_step(train.save); };
+  env.plan = [&](int ranks, int slots_per_host) {
+    plan::PlanRequest base;
+    base.model = model;
+    base.layout = resolved;
+    base.micro_batch = train.micro_batch;
+    base.global_batch = global_batch;
+    base.save = true;
+    base.threads = train.threads > 0 ? train.threads : 1;
+    base.offload_optimizer = !train.optim.offload_dir.empty();
+    base.offload_params = train.optim.offload_params;
+    base.gpu_memory = int64_t(physical_memory_bytes() / std::max(1, slots_per_host));
+    return launch::choose_layout(base, hw, ranks, slots_per_host);
+  };
+  env.now = now_s;
+  env.say = [](const std::string& line) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  };
+  env.event = [&](const nlohmann::json& event) {
+    launcher.emit(event);
+    if (event.value("event", "") == "restart") launcher.restarted(launcher.last_progress());
+  };
+  launch::Options options;
+  options.min_ranks = f.min_ranks;
+  options.max_restarts = f.max_restarts;
+  options.save_dir = train.save;
+  return launch::supervise(hosts, train_args, first, global_batch, options, launcher, env);
+}
+
+}  // namespace lattice::cli

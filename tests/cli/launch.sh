@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# lattice launch on this machine (localhost): usage errors are one line and exit 2 (no --save, no
+# train command), a job's own failure is not restarted, a killed rank is restarted from the
+# checkpoint, and --max-restarts 0 stops with one line, exit 3 and the checkpoint intact. The
+# two-host cases (host lost, link cut, SIGSTOP) are tests/multinode/launch.sh.
+set -u
+LATTICE=$(realpath "$1")
+SCRATCH=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
+. "$HERE/lib/check.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+for i in $(seq 1 300); do echo "And it came to pass $i that the launcher restarted it."; done > corpus.txt
+"$LATTICE" prepare --input corpus.txt --out data 2>/dev/null
+echo "localhost slots=2" > hosts
+MODEL=(--data data --layers 2 --hidden 64 --heads 4 --seq-len 32 --micro-batch 2 --global-batch 8 --dropout 0.1
+       --threads 1 --json)
+L=(timeout 200 "$LATTICE" launch --hostfile hosts --mpi-arg=--oversubscribe --no-progress-timeout 60)
+
+usage() {  # usage NAME WANT PATTERN ARGS...
+  local name=$1 want=$2 pattern=$3; shift 3
+  "$LATTICE" launch "$@" > u.out 2> u.err
+  local status=$?
+  check "$name: exit $want (got $status)" test "$status" -eq "$want"
+  check "$name: one line" test "$(wc -l < u.err)" -eq 1
+  check "$name: says why" grep -q -- "$pattern" u.err
+}
+usage "no --save" 2 "must include --save" --hostfile hosts -- train "${MODEL[@]}" --steps 2
+usage "no train command" 2 "usage: lattice launch --hostfile" --hostfile hosts
+usage "no hostfile" 2 "hostfile is required" -- train "${MODEL[@]}" --steps 2 --save ck
+printf 'a slots=x\n' > bad_hosts
+usage "bad hostfile" 1 "bad_hosts:1: slots must be a whole number" --hostfile bad_hosts -- train "${MODEL[@]}" --steps 2 --save ck
+
+# The job's own failure (bad input: exit 1) is passed on, not restarted.
+"${L[@]}" -- train "${MODEL[@]}" --steps 2 --save ck_bad --lr -1 > bad.out 2> bad.err
+status=$?
+check "bad input: exit 1, not restarted (got $status)" test "$status" -eq 1 -a "$(grep -c 'restart ' bad.err)" -eq 0
+
+# kill_one NAME FLAGS...: launch a 2-rank run, kill one rank after 12 steps.
+kill_one() {
+  local name=$1; shift
+  "${L[@]}" "$@" -- train "${MODEL[@]}" --steps 300 --save "ck_$name" --save-every 5 --comm-timeout 5 \
+    > "$name.jsonl" 2> "$name.err" &
+  local pid=$!
+  for _ in $(seq 1 300); do [ "$(grep -c '"event":"step"' "$name.jsonl")" -ge 12 ] && break; sleep 0.1; done
+  kill -KILL "$(pgrep -f -- "--save ck_$name" | grep -v "^$pid$" | xargs -r ps -o pid=,comm= -p | awk '$2 == "lattice" {print $1}' | tail -1)"
+  wait "$pid"
+  STATUS=$?
+}
+kill_one restarted
+check "killed rank: the run completes (exit $STATUS)" test "$STATUS" -eq 0
+check "killed rank: one restart line" test "$(grep -c '^lattice launch: restart 1 of at most 3 (rank died)' restarted.err)" -eq 1
+check "killed rank: a restart event, then steps to 300" \
+  bash -c "grep -q '\"event\":\"restart\"' restarted.jsonl && grep '\"event\":\"step\"' restarted.jsonl | tail -1 | grep -q '\"step\":300'"
+
+kill_one stopped --max-restarts 0
+check "--max-restarts 0: exit 3 (got $STATUS)" test "$STATUS" -eq 3
+check "--max-restarts 0: one stop line naming the checkpoint" \
+  grep -qE '^lattice launch: stopping: a rank was lost \(rank died\) after 0 restart\(s\), the limit \(--max-restarts 0\); the checkpoint in ck_stopped holds step [0-9]+$' stopped.err
+held=$(grep -oE 'holds step [0-9]+$' stopped.err | grep -oE '[0-9]+$')
+check "--max-restarts 0: the checkpoint is intact at step $held" \
+  "$LATTICE" eval --checkpoint ck_stopped --data data/val.bin
+
+echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"
+[ "$failures" -eq 0 ]

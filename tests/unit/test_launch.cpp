@@ -1,0 +1,357 @@
+// `lattice launch`'s decisions (cli/launch_supervisor.hpp) against a fake launcher: the hostfile,
+// what a job's end means, which hosts come back, the planner's layout, the relaunch's flags, the
+// resume point, the restart and stop rules, and the restart line and event.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "cli/launch_supervisor.hpp"
+#include "core/error.hpp"
+
+namespace lattice::cli::launch {
+namespace {
+
+TEST(LaunchHostfile, ParsesSlotsCommentsAndBlankLines) {
+  const auto hosts = parse_hostfile("# two hosts\n10.0.0.2 slots=2\n\n  10.0.0.3 slots=2 max_slots=4  # b\nc\n", "H");
+  ASSERT_EQ(hosts.size(), 3u);
+  EXPECT_EQ(hosts[0].name, "10.0.0.2");
+  EXPECT_EQ(hosts[0].slots, 2);
+  EXPECT_EQ(hosts[1].name, "10.0.0.3");
+  EXPECT_EQ(hosts[2].slots, 1);  // OpenMPI's default
+  EXPECT_EQ(total_slots(hosts), 5);
+  EXPECT_EQ(host_of_rank(hosts, 0), "10.0.0.2");
+  EXPECT_EQ(host_of_rank(hosts, 3), "10.0.0.3");
+  EXPECT_EQ(host_of_rank(hosts, 4), "c");
+  EXPECT_EQ(hostfile_text(hosts), "10.0.0.2 slots=2\n10.0.0.3 slots=2\nc slots=1\n");
+}
+
+TEST(LaunchHostfile, RefusesWhatItCannotRead) {
+  auto message = [](const std::string& text) {
+    try {
+      parse_hostfile(text, "hosts.txt");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(message("a slots=2\nb slots=two\n"),
+            "hosts.txt:2: slots must be a whole number from 1 to 1048576 (got 'two')");
+  EXPECT_EQ(message("a slots=0\n"), "hosts.txt:1: slots must be a whole number from 1 to 1048576 (got '0')");
+  EXPECT_EQ(message("a cpus=2\n"), "hosts.txt:1: 'cpus=2' is not slots=N or max_slots=N");
+  EXPECT_EQ(message("a\nb\na slots=2\n"), "hosts.txt:3: host 'a' is listed twice");
+  EXPECT_EQ(message("# nothing\n\n"), "hosts.txt: the hostfile lists no host");
+  EXPECT_EQ(message("a slots=4 max_slots=2\n"), "hosts.txt:1: max_slots 2 is below slots 4");
+}
+
+TEST(LaunchHosts, LocalNames) {
+  EXPECT_TRUE(is_local_host("localhost", "node1"));
+  EXPECT_TRUE(is_local_host("127.0.0.1", "node1"));
+  EXPECT_TRUE(is_local_host("node1", "node1"));
+  EXPECT_FALSE(is_local_host("10.77.0.3", "node1"));
+}
+
+TEST(LaunchOutput, ReadsStepsLostRanksAndDeadHosts) {
+  EXPECT_EQ(step_in_line(R"({"event":"step","step":12,"loss":5.1})"), 12);
+  EXPECT_EQ(step_in_line(R"({"bits_per_byte":8.0,"event":"step","loss":5.5,"step":3,"tokens":256})"), 3);
+  EXPECT_EQ(step_in_line(R"({"event":"restart","resume_step":3})"), std::nullopt);
+  EXPECT_EQ(step_in_line("step    7/100 | loss 5.2"), 7);
+  EXPECT_EQ(step_in_line(R"({"event":"eval","step":12})"), std::nullopt);
+  EXPECT_EQ(lost_rank_in_line(R"({"event":"rank_lost","rank":2,"reason":"stalled"})"), 2);
+  EXPECT_EQ(lost_rank_in_line("lattice: rank 1: no progress for 8 s in all_reduce on the dp group (a peer stopped "
+                              "responding or the link is down; --comm-timeout 8); stopping (exit 3: rank lost)"),
+            1);
+  EXPECT_EQ(lost_rank_in_line("lattice train: rank 0: error: bad"), std::nullopt);
+  EXPECT_EQ(died_rank_in_line("mpirun noticed that process rank 2 with PID 0 on node lattice-mn-b exited on signal 9 "
+                              "(Killed)."),
+            2);
+  EXPECT_EQ(died_rank_in_line("mpirun detected that one or more processes exited with non-zero status"), std::nullopt);
+}
+
+TEST(LaunchVerdict, RestartsOnlyOnALostRank) {
+  JobResult j;
+  EXPECT_EQ(classify(j), Verdict::completed);
+  j.exit_status = 1;
+  EXPECT_EQ(classify(j), Verdict::failed);  // bad input
+  j.exit_status = 2;
+  EXPECT_EQ(classify(j), Verdict::failed);  // usage
+  j.exit_status = 3;
+  EXPECT_EQ(classify(j), Verdict::lost);  // train's lost rank
+  j.exit_status = 128 + SIGKILL;
+  EXPECT_EQ(classify(j), Verdict::lost);
+  j.exit_status = 128 + SIGSEGV;
+  EXPECT_EQ(classify(j), Verdict::failed);  // lattice crashed: a bug, not a lost host
+  j.exit_status = 1;
+  j.ranks_reporting_lost = {0};
+  EXPECT_EQ(classify(j), Verdict::lost);  // a rank said so before mpirun's status
+  j = {};
+  j.exit_status = 0;
+  j.no_progress = true;
+  EXPECT_EQ(classify(j), Verdict::lost);  // the launcher's timeout killed a hung job
+  j.interrupted = true;
+  EXPECT_EQ(classify(j), Verdict::interrupted);
+}
+
+TEST(LaunchArgs, RelaunchReplacesTheLayoutAndResumes) {
+  const std::vector<std::string> args = {"--data", "d", "--tensor-model-parallel-size", "2", "--micro-batch=2",
+                                         "--sequence-parallel", "--zero", "1", "--save", "ck", "--save-every", "3",
+                                         "--init", "w.safetensors", "--json"};
+  Layout l;
+  l.tp = 1;
+  l.pp = 1;
+  l.dp = 2;
+  l.world = 2;
+  l.micro_batch = 4;
+  const auto out = relaunch_args(args, l, 8, "ck");
+  const std::vector<std::string> want = {"--data", "d", "--save", "ck", "--save-every", "3", "--json",
+                                         "--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", "1",
+                                         "--micro-batch", "4", "--recompute", "none", "--global-batch", "8",
+                                         "--resume", "ck"};
+  EXPECT_EQ(out, want);
+  // Nothing saved yet: the run's own --init stays (from step 0).
+  const auto fresh = relaunch_args(args, l, 8, "");
+  EXPECT_EQ(std::vector<std::string>(fresh.end() - 2, fresh.end()),
+            (std::vector<std::string>{"--init", "w.safetensors"}));
+  EXPECT_EQ(flag_value(args, {"--save"}), "ck");
+  EXPECT_EQ(flag_value(args, {"--micro-batch"}), "2");
+  EXPECT_EQ(flag_value(args, {"--resume"}), std::nullopt);
+}
+
+TEST(LaunchLayout, PlannerChoosesAFittingLayoutOfTheSlotsLeft) {
+  plan::PlanRequest base;
+  base.model.layers = 2;
+  base.model.hidden = 64;
+  base.model.heads = 4;
+  base.model.seq_len = 32;
+  base.model.vocab = 256;
+  base.global_batch = 8;
+  base.micro_batch = 2;
+  base.gpu_memory = int64_t(1) << 30;
+  base.save = true;
+  const plan::Hardware hw = plan::hardware_preset("cpu");
+  const Layout two = choose_layout(base, hw, 2, 2);
+  EXPECT_EQ(two.world, 2);
+  EXPECT_EQ(two.tp * two.pp * two.dp, 2);
+  EXPECT_EQ(8 % (two.micro_batch * two.dp), 0);
+  EXPECT_GT(two.predicted_step_s, 0);
+  const Layout one = choose_layout(base, hw, 1, 1);
+  EXPECT_EQ(one.tp * one.pp * one.dp, 1);
+  // TP stays within a host: one slot a host allows no TP.
+  const Layout spread = choose_layout(base, hw, 4, 1);
+  EXPECT_EQ(spread.tp, 1);
+  base.gpu_memory = 1 << 10;  // 1 KiB a rank: nothing fits
+  EXPECT_THROW(choose_layout(base, hw, 2, 2), InputError);
+}
+
+// The fake launcher: plays back scripted job results and records what it was asked to run.
+class FakeLauncher final : public Launcher {
+ public:
+  std::deque<JobResult> results;
+  struct Call {
+    std::vector<std::string> hosts;
+    int world;
+    std::vector<std::string> args;
+  };
+  std::vector<Call> calls;
+  JobResult run(const std::vector<Host>& hosts, int world, const std::vector<std::string>& args) override {
+    Call c{{}, world, args};
+    for (const Host& h : hosts) c.hosts.push_back(h.name);
+    calls.push_back(c);
+    JobResult r = results.front();
+    results.pop_front();
+    return r;
+  }
+};
+
+struct World {
+  std::vector<Host> hosts{{"A", 2}, {"B", 2}};
+  std::vector<std::string> answering{"A", "B"};
+  std::optional<int64_t> saved;
+  double clock = 100;
+  std::vector<std::string> lines;
+  std::vector<nlohmann::json> events;
+  std::vector<int> planned_worlds;
+  Environment env() {
+    Environment e;
+    e.answers = [this](const Host& h) {
+      return std::find(answering.begin(), answering.end(), h.name) != answering.end();
+    };
+    e.checkpoint_step = [this] { return saved; };
+    e.plan = [this](int world, int) {
+      planned_worlds.push_back(world);
+      Layout l;
+      l.dp = world;
+      l.world = world;
+      l.micro_batch = 8 / world;
+      return l;
+    };
+    e.now = [this] { return clock += 0.5; };
+    e.say = [this](const std::string& line) { lines.push_back(line); };
+    e.event = [this](const nlohmann::json& j) { events.push_back(j); };
+    return e;
+  }
+};
+
+Layout tp2dp2() {
+  Layout l;
+  l.tp = 2;
+  l.dp = 2;
+  l.world = 4;
+  l.micro_batch = 2;
+  return l;
+}
+
+JobResult died_on(const std::string& host, int64_t last_step) {
+  JobResult j;
+  j.exit_status = 137;
+  j.hosts_died = {host};
+  j.last_step = last_step;
+  j.seconds_since_progress = 2;
+  return j;
+}
+
+const std::vector<std::string> kArgs = {"--data", "d", "--tensor-model-parallel-size", "2", "--micro-batch", "2",
+                                        "--save", "ck", "--save-every", "3", "--json"};
+
+TEST(LaunchSupervisor, AKilledHostIsLeftOutAndTheRunResumes) {
+  World w;
+  FakeLauncher fake;
+  fake.results = {died_on("B", 7), JobResult{}};
+  w.saved = 6;
+  const int status = supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, w.env());
+  EXPECT_EQ(status, 0);
+  ASSERT_EQ(fake.calls.size(), 2u);
+  EXPECT_EQ(fake.calls[0].world, 4);
+  EXPECT_EQ(fake.calls[1].hosts, std::vector<std::string>{"A"});  // B answers, but its rank was killed
+  EXPECT_EQ(fake.calls[1].world, 2);
+  EXPECT_EQ(w.planned_worlds, std::vector<int>{2});
+  const auto& args = fake.calls[1].args;
+  EXPECT_EQ(flag_value(args, {"--resume"}), "ck");
+  EXPECT_EQ(flag_value(args, {"--tensor-model-parallel-size"}), "1");
+  EXPECT_EQ(flag_value(args, {"--micro-batch"}), "4");
+  EXPECT_EQ(flag_value(args, {"--global-batch"}), "8");
+  ASSERT_EQ(w.lines.size(), 1u);
+  EXPECT_EQ(w.lines[0],
+            "lattice launch: restart 1 of at most 3 (rank died): lost B (its rank was killed); TP 2 × DP 2 (4 ranks, "
+            "micro-batch 2) → DP 2 (2 ranks, micro-batch 4) on A; resuming ck at step 6, 1 step(s) redone, 2.5 s lost");
+  ASSERT_EQ(w.events.size(), 1u);
+  EXPECT_EQ(w.events[0]["event"], "restart");
+  EXPECT_EQ(w.events[0]["steps_redone"], 1);
+  EXPECT_EQ(w.events[0]["resume_step"], 6);
+  EXPECT_EQ(w.events[0]["from"]["tp"], 2);
+  EXPECT_EQ(w.events[0]["to"]["world"], 2);
+}
+
+TEST(LaunchSupervisor, AKilledRankOnTheLaunchersOwnHostKeepsIt) {
+  World w;
+  w.hosts = {{"localhost", 2}};
+  w.answering = {"localhost"};
+  FakeLauncher fake;
+  fake.results = {died_on("localhost", 7), JobResult{}};
+  w.saved = 6;
+  Environment env = w.env();
+  env.local = [](const Host& h) { return h.name == "localhost"; };
+  EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, env), 0);
+  ASSERT_EQ(fake.calls.size(), 2u);
+  EXPECT_EQ(fake.calls[1].hosts, std::vector<std::string>{"localhost"});
+}
+
+TEST(LaunchSupervisor, AStalledHostThatAnswersStays) {
+  World w;
+  FakeLauncher fake;
+  JobResult stalled;
+  stalled.exit_status = 3;
+  stalled.ranks_reporting_lost = {0};
+  stalled.last_step = 4;
+  fake.results = {stalled, JobResult{}};
+  w.saved = 3;
+  EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, w.env()), 0);
+  ASSERT_EQ(fake.calls.size(), 2u);
+  EXPECT_EQ(fake.calls[1].hosts, (std::vector<std::string>{"A", "B"}));
+  EXPECT_EQ(fake.calls[1].world, 4);
+  EXPECT_NE(w.lines[0].find("(rank lost): no host lost (every host answers)"), std::string::npos) << w.lines[0];
+}
+
+TEST(LaunchSupervisor, AHostThatDoesNotAnswerIsLeftOut) {
+  World w;
+  FakeLauncher fake;
+  JobResult hung;
+  hung.no_progress = true;
+  hung.exit_status = 137;
+  hung.last_step = 5;
+  fake.results = {hung, JobResult{}};
+  w.answering = {"A"};  // the link to B is cut
+  EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, w.env()), 0);
+  EXPECT_EQ(fake.calls[1].hosts, std::vector<std::string>{"A"});
+  EXPECT_NE(w.lines[0].find("(no progress): lost B (does not answer)"), std::string::npos) << w.lines[0];
+  // Nothing saved yet: from step 0, every step redone.
+  EXPECT_EQ(flag_value(fake.calls[1].args, {"--resume"}), std::nullopt);
+  EXPECT_NE(w.lines[0].find("from step 0 (no checkpoint saved yet), 5 step(s) redone"), std::string::npos);
+}
+
+TEST(LaunchSupervisor, NeverRestartsBadInput) {
+  World w;
+  FakeLauncher fake;
+  JobResult bad;
+  bad.exit_status = 1;
+  fake.results = {bad};
+  w.saved = 3;
+  EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, w.env()), 1);
+  EXPECT_EQ(fake.calls.size(), 1u);
+  ASSERT_EQ(w.lines.size(), 1u);
+  EXPECT_EQ(w.lines[0], "lattice launch: the job failed on its own (exit 1), not by a lost rank: not restarted; the "
+                        "checkpoint in ck holds step 3");
+}
+
+TEST(LaunchSupervisor, StopsBelowMinRanks) {
+  World w;
+  FakeLauncher fake;
+  fake.results = {died_on("B", 7)};
+  w.saved = 6;
+  EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {4, 3, "ck"}, fake, w.env()), kExitRankLost);
+  EXPECT_EQ(fake.calls.size(), 1u);
+  ASSERT_EQ(w.lines.size(), 1u);
+  EXPECT_EQ(w.lines[0], "lattice launch: stopping: 2 slot(s) answer (A slots=2), fewer than --min-ranks 4; the "
+                        "checkpoint in ck holds step 6");
+  EXPECT_EQ(w.events.back()["event"], "launch_stopped");
+}
+
+TEST(LaunchSupervisor, StopsAfterMaxRestarts) {
+  World w;
+  FakeLauncher fake;
+  JobResult stalled;
+  stalled.exit_status = 3;
+  fake.results = {stalled, stalled, stalled};
+  w.saved = 3;
+  EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 2, "ck"}, fake, w.env()), kExitRankLost);
+  EXPECT_EQ(fake.calls.size(), 3u);
+  ASSERT_EQ(w.lines.size(), 3u);
+  EXPECT_EQ(w.lines[2], "lattice launch: stopping: a rank was lost (rank lost) after 2 restart(s), the limit "
+                        "(--max-restarts 2); the checkpoint in ck holds step 3");
+}
+
+TEST(LaunchSupervisor, StopsWhenNoLayoutFits) {
+  World w;
+  FakeLauncher fake;
+  fake.results = {died_on("B", 7)};
+  Environment env = w.env();
+  env.plan = [](int, int) -> Layout { throw InputError("no layout fits 2 rank(s)"); };
+  EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, env), kExitRankLost);
+  EXPECT_EQ(w.lines.back(), "lattice launch: stopping: no layout fits 2 rank(s); no checkpoint was saved yet");
+}
+
+TEST(LaunchSupervisor, InterruptedIsNotRestarted) {
+  World w;
+  FakeLauncher fake;
+  JobResult j;
+  j.interrupted = true;
+  j.exit_status = 130;
+  fake.results = {j};
+  EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, w.env()), 130);
+  EXPECT_EQ(fake.calls.size(), 1u);
+}
+
+}  // namespace
+}  // namespace lattice::cli::launch
