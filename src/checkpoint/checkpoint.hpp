@@ -43,6 +43,8 @@ class StagedCheckpoint {
   // A small file written whole beside the others (the tokenizer's: data/tokenizer_files.hpp).
   void add_file(const std::string& name, const std::string& contents);
   void finish(const nlohmann::json& trainer_state);
+  // fsyncs what finish() wrote (commit() does it too: called first, commit only swaps).
+  void sync() { out_.sync(); }
   void commit();
   const std::string& dir() const { return dir_; }
 

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli/flag_rules.hpp"
 #include "core/error.hpp"
 #include "core/input_file.hpp"
 
@@ -160,7 +161,11 @@ std::vector<std::string> config_file_args(const std::string& path, const CLI::Ap
       continue;
     }
     if (type.find("INT") != std::string::npos) {
-      require(value.kind == Kind::integer, at + " takes an integer");
+      require(value.kind == Kind::integer || (value.kind == Kind::string && flag_word(key, value.text)),
+              at + " takes an integer");
+    } else if (type == "DURATION") {  // seconds as a number, or a string with its unit ("90m")
+      require(value.kind == Kind::integer || value.kind == Kind::number || (value.kind == Kind::string && !value.text.empty()),
+              at + " takes a duration (seconds, or a string such as \"90m\")");
     } else if (type.find("FLOAT") != std::string::npos) {
       require(value.kind == Kind::integer || value.kind == Kind::number, at + " takes a number");
     } else {
@@ -200,7 +205,9 @@ std::string dump_config(const CLI::App& app, const std::vector<std::string>& der
       value = value_of(opt);
       if (value.empty()) continue;
       const std::string type = opt->get_type_name();
-      if (type.find("INT") == std::string::npos && type.find("FLOAT") == std::string::npos) {
+      const bool number = (type.find("INT") != std::string::npos || type.find("FLOAT") != std::string::npos) &&
+                          !flag_word(key, value);  // save-every = "auto"
+      if (!number) {
         // Escaped as the reader unescapes them, so any value (a path with a newline) reads back.
         std::string quoted = "\"";
         for (char c : value) {

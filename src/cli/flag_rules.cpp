@@ -61,7 +61,9 @@ const std::vector<FlagBound>& flag_bounds() {
       {"train", "loss-scale-window", 1, k2(40), false, false, false, "2^40"},
       {"train", "clip-grad", 0, 1e9},
       {"", "seed", 0, 18446744073709551615.0L, false, false, false, "2^64 - 1"},
-      {"train", "save-every", 0, k2(40), false, false, false, "2^40"},
+      {"train", "save-every", 0, k2(40), false, false, false, "2^40", "auto"},
+      // Seconds; beyond ten years no run is planned around its failures.
+      {"train", "mtbf", 0, 10 * 365.25 * 86400, true},
       {"train", "eval-every", 0, k2(40), false, false, false, "2^40"},
       {"train", "eval-batches", 1, k2(20), false, false, false, "2^20"},
       // MFU against a peak below a MFLOP/s or above an EFLOP/s is a typo (1e-300 printed MFU inf%).
@@ -106,6 +108,29 @@ const std::vector<FlagBound>& flag_bounds() {
       {"prepare", "vocab-size", 300, 65536},
   };
   return table;
+}
+
+std::optional<double> parse_duration(const std::string& text) {
+  if (text.empty() || text.find_first_of(" \t") != std::string::npos) return std::nullopt;
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  const double v = std::strtod(begin, &end);
+  if (end == begin) return std::nullopt;
+  const std::string unit(end);
+  double scale = 1;
+  if (unit == "m") scale = 60;
+  else if (unit == "h") scale = 3600;
+  else if (unit == "d") scale = 86400;
+  else if (!unit.empty() && unit != "s") return std::nullopt;
+  // A hex or an exponent with a unit reads oddly but is still a number of units; inf and nan pass
+  // here and are refused by the bound.
+  return v * scale;
+}
+
+bool flag_word(std::string_view flag, const std::string& value) {
+  for (const FlagBound& b : flag_bounds())
+    if (b.flag == flag && !b.word.empty() && b.word == value) return true;
+  return false;
 }
 
 const FlagBound* find_flag_bound(std::string_view command, std::string_view flag) {
@@ -202,13 +227,15 @@ std::optional<NumberError> canonical_numbers(const CLI::App& app, std::vector<st
     if (!integer && type.find("FLOAT") == std::string::npos) continue;
     const std::string name = opt->get_lnames().front();
     const FlagBound* bound = find_flag_bound(command, name);
+    if (bound && !bound->word.empty() && *value == bound->word) continue;  // --save-every auto
     if (integer) {
       std::string canonical;
       const std::optional<long double> v = whole_number(*value, canonical);
       if (!v) {
         if (unsigned_type) continue;  // --seed's own check names what a seed is
         const std::string range = bound ? " between " + number_text(bound->lo) + " and " +
-                                              (bound->hi_text.empty() ? number_text(bound->hi) : std::string(bound->hi_text))
+                                              (bound->hi_text.empty() ? number_text(bound->hi) : std::string(bound->hi_text)) +
+                                              (bound->word.empty() ? "" : ", or " + std::string(bound->word))
                                         : "";
         return NumberError{"--" + name + " takes a whole number" + range + " (got " + *value + ")", true};
       }
@@ -245,12 +272,25 @@ void check_flag_bounds(const CLI::App& app, std::string_view command) {
   for (const CLI::Option* opt : app.get_options()) {
     const std::string type = opt->get_type_name();
     if (opt->get_lnames().empty() || opt->get_expected_min() == 0) continue;
-    if (type.find("INT") == std::string::npos && type.find("FLOAT") == std::string::npos) continue;
+    const bool duration = type == "DURATION";
+    if (type.find("INT") == std::string::npos && type.find("FLOAT") == std::string::npos && !duration) continue;
     const std::string& name = opt->get_lnames().front();
     const FlagBound* bound = find_flag_bound(command, name);
     if (!bound) throw std::logic_error("--" + name + " of lattice " + std::string(command) + " has no bound in cli/flag_rules.cpp");
     if (opt->count() == 0 || opt->results().empty()) continue;
-    const std::string message = bound_violation(*bound, opt->results().back(), type.find("FLOAT") == std::string::npos);
+    const std::string& value = opt->results().back();
+    if (!bound->word.empty() && value == bound->word) continue;
+    if (duration) {  // bounded in seconds, named as given
+      const std::optional<double> seconds = parse_duration(value);
+      require(seconds.has_value(), "--" + name + " takes a duration: seconds, or a number with s, m, h or d (90m, 6h; got " +
+                                       value + ")");
+      char text[48];
+      std::snprintf(text, sizeof text, "%.17g", *seconds);
+      const std::string message = bound_violation(*bound, text, false);
+      require(message.empty(), message.substr(0, message.rfind(" (got ")) + " seconds (got " + value + ")");
+      continue;
+    }
+    const std::string message = bound_violation(*bound, value, type.find("FLOAT") == std::string::npos);
     require(message.empty(), message);
   }
 }

@@ -18,7 +18,16 @@ struct FlagBound {
   long double lo, hi;
   bool lo_open = false, hi_open = false, zero_is_off = false;
   std::string_view hi_text = {};  // how the upper bound is written ("2^40"); empty: the number
+  std::string_view word = {};     // a word the flag takes besides numbers (--save-every auto); empty: none
 };
+
+// A duration as --mtbf takes it: seconds, or a number followed by s, m, h or d ("90m", "6h", "1.5d",
+// "45s", "5400"), in seconds; nullopt when the text is none of these. Its range is the flag table's
+// (a flag of type DURATION is bounded in seconds).
+std::optional<double> parse_duration(const std::string& text);
+// Whether `value` is the word some command's --`flag` takes besides numbers (a --config file may
+// give it as a string where the flag otherwise takes an integer).
+bool flag_word(std::string_view flag, const std::string& value);
 
 // Every numeric flag of every command, once.
 const std::vector<FlagBound>& flag_bounds();

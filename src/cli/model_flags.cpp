@@ -1,9 +1,11 @@
 #include "cli/model_flags.hpp"
 
 #include "cli/cli_util.hpp"
+#include "cli/flag_rules.hpp"
 
 #include <cerrno>
 #include <cstdlib>
+#include <limits>
 
 #include "core/error.hpp"
 #include "core/stage_partition.hpp"
@@ -229,7 +231,23 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
       ->capture_default_str();
   app.add_option("--init,--load", t.init, "start from weights: checkpoint dir, .safetensors or llm.c .bin");
   app.add_option("--save", t.save, "write a checkpoint directory at the end");
-  app.add_option("--save-every,--save-interval", t.save_every, "also every N steps");
+  app.add_option_function<std::string>(
+         "--save-every,--save-interval",
+         [&t](const std::string& every) {  // a whole number or "auto" (cli/flag_rules.cpp checks which)
+           t.save_every_auto = every == "auto";
+           t.save_every = t.save_every_auto ? 0 : std::strtoll(every.c_str(), nullptr, 10);
+         },
+         "also every N steps, or auto: Young/Daly's interval from --mtbf and the save cost measured at the first save")
+      ->type_name("INT");  // a whole number, bounded in the flag table (which also allows "auto")
+  app.add_option_function<std::string>(
+         "--mtbf",
+         [&t](const std::string& duration) {
+           t.mtbf = parse_duration(duration).value_or(std::numeric_limits<double>::quiet_NaN());
+         },
+         "--save-every auto: the mean time between failures (seconds, or 90m, 6h, 2d)")
+      ->type_name("DURATION");
+  app.add_flag("--async-save", t.async_save,
+               "write checkpoints from host copies in a background thread while training goes on");
   app.add_option("--resume", t.resume, "continue a run from its checkpoint directory");
   app.add_option("--eval-every,--eval-interval", t.eval_every, "validation loss every N steps");
   app.add_option("--eval-batches,--eval-iters", t.eval_batches, "micro-batches per validation");

@@ -79,7 +79,13 @@ void remove_stale_temporaries(const std::string& parent) {
     if ((kind != ".tmp" && kind != ".old") || !dead_process(digits)) continue;
     std::ifstream marker(it->path() / AtomicDir::kMarker);
     std::string host, owner;
-    if (!(marker >> host >> owner) || host != this_host() || owner != digits) continue;  // not ours
+    if (!(marker >> host >> owner)) {
+      // Killed between making the directory and writing its marker: empty, so removing it loses
+      // nothing (fs::remove leaves a directory that holds anything).
+      if (!marker.is_open() && fs::is_empty(it->path(), ignored)) fs::remove(it->path(), ignored);
+      continue;
+    }
+    if (host != this_host() || owner != digits) continue;  // not ours
     fs::remove_all(it->path(), ignored);
   }
 }
@@ -178,8 +184,7 @@ AtomicDir::~AtomicDir() {
   fs::remove_all(temp_path_, ec);  // best effort: a destructor must not throw
 }
 
-void AtomicDir::commit() {
-  require(!committed_, "cannot commit " + final_path_ + ": already committed");
+void AtomicDir::sync() {
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(temp_path_, ec);
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
@@ -190,7 +195,12 @@ void AtomicDir::commit() {
   }
   require(!ec, "cannot list " + temp_path_ + ": " + ec.message());
   fsync_path(temp_path_, true);
+}
 
+void AtomicDir::commit() {
+  require(!committed_, "cannot commit " + final_path_ + ": already committed");
+  sync();
+  std::error_code ec;
   if (!fs::exists(final_path_, ec)) {
     require(::rename(temp_path_.c_str(), final_path_.c_str()) == 0,
             "cannot rename " + temp_path_ + " to " + final_path_ + ": " + errno_text());

@@ -47,6 +47,9 @@ class AtomicDir {
   AtomicDir& operator=(const AtomicDir&) = delete;
 
   const std::string& path() const { return temp_path_; }  // where to write the files
+  // fsyncs every file and the directory, not yet in place (commit() calls it: then only the swap
+  // remains; a background save syncs here, off the training thread: docs/design.md §14).
+  void sync();
   // fsyncs every file and the directory, then replaces final_path (an existing directory there is
   // exchanged atomically where the filesystem allows it, else renamed aside first) and removes
   // the previous version.

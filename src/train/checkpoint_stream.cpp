@@ -1,6 +1,7 @@
 #include "train/checkpoint_stream.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include "checkpoint/checkpoint.hpp"
@@ -46,7 +47,7 @@ std::vector<CheckpointStream::Span> CheckpointStream::spans_of(
 }
 
 void CheckpointStream::write(const std::string& prefix, const std::vector<parallel::ModelStates::SavePiece>& pieces,
-                             checkpoint::SafetensorsWriter* out) {
+                             TensorSink* out) {
   const std::vector<Span> mine = spans_of(pieces);
   // Everyone's spans on every rank (a few int64 per tensor per rank): the writer knows whom to
   // receive from, the senders need no reply.
@@ -95,9 +96,17 @@ void CheckpointStream::write(const std::string& prefix, const std::vector<parall
           world->recv({message_.ensure(n), size_t(n)}, int(r), kCheckpointTag);
           values = message_.data();
         }
-        for (int64_t i = 0; i < n; ++i) {
-          const int64_t g = table.global_index(p, at + i);
-          if (g < stored) tensor[g] = values[i], ++placed;
+        if (table.tp_size() == 1 || p.split == Split::replicated || p.split == Split::rows) {
+          // A run of whole rows in place: one copy (a division per element made a large save slow);
+          // the elements at `stored` and beyond are the vocabulary's padding rows.
+          const int64_t g = table.global_index(p, at), kept = std::clamp<int64_t>(stored - g, 0, n);
+          std::memcpy(tensor + g, values, size_t(kept) * sizeof(float));
+          placed += kept;
+        } else {
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t g = table.global_index(p, at + i);
+            if (g < stored) tensor[g] = values[i], ++placed;
+          }
         }
       }
     }

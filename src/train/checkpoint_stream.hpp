@@ -14,6 +14,22 @@
 
 namespace lattice {
 
+// Where the writer's whole tensors go, in file order: a file being written (WriterSink), or a host
+// copy a background thread writes later (train/background_save.hpp).
+class TensorSink {
+ public:
+  virtual ~TensorSink() = default;
+  virtual void append(const std::string& name, const float* values, size_t bytes) = 0;
+};
+class WriterSink final : public TensorSink {
+ public:
+  explicit WriterSink(checkpoint::SafetensorsWriter& out) : out_(out) {}
+  void append(const std::string& name, const float* values, size_t bytes) override { out_.append(name, values, bytes); }
+
+ private:
+  checkpoint::SafetensorsWriter& out_;
+};
+
 class CheckpointStream {
  public:
   // `local`: this rank's parameter table (its TP shard of its stage's tensors); `dist` null: one process.
@@ -21,8 +37,13 @@ class CheckpointStream {
   // Collective over the world. `pieces`: what this rank contributes (ModelStates::save_pieces);
   // `out`: the file on world rank 0 (null on the others), whose next tensors are the model's under
   // `prefix`, in table order.
+  void write(const std::string& prefix, const std::vector<parallel::ModelStates::SavePiece>& pieces, TensorSink* out);
   void write(const std::string& prefix, const std::vector<parallel::ModelStates::SavePiece>& pieces,
-             checkpoint::SafetensorsWriter* out);
+             checkpoint::SafetensorsWriter* out) {
+    if (!out) return write(prefix, pieces, static_cast<TensorSink*>(nullptr));
+    WriterSink sink(*out);
+    write(prefix, pieces, &sink);
+  }
 
  private:
   struct Span {

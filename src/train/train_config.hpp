@@ -32,6 +32,9 @@ struct TrainConfig {
   bool seed_given = false;  // --seed on the command line (a resume must not change it)
   std::string init, save, resume;
   int64_t save_every = 0;
+  bool save_every_auto = false;  // --save-every auto: Young/Daly's interval from --mtbf and the measured save cost
+  double mtbf = 0;               // --mtbf in seconds (0: not given; NaN: not a duration)
+  bool async_save = false;       // --async-save: written and fsynced by a background thread
   int64_t eval_every = 0, eval_batches = 8;
   // The MFU's peak a rank (docs/mfu.md): given, else the theoretical peak of the cores its threads
   // run on for the dtype's GEMM path (core/machine_peak.hpp, capped at gemm_isa: the cli asks

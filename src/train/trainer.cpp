@@ -261,6 +261,9 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     checkpoint::load_optimizer(config_.resume, model_->table(), model_config_, *optimizer_);
     step_ = resume_state.step;
   }
+  // --save-every auto measures the save cost at the run's first save: after its second step (the
+  // first warms caches), so the step time beside it is a steady one.
+  if (config_.save_every_auto) auto_first_save_ = step_ + 2;
   const bool fp16 = layout_.params_dtype == ParamsDType::fp16;
   if (fp16) loss_scaler_ = {true, config_.initial_loss_scale, config_.loss_scale_window};
   if (!config_.resume.empty()) {
@@ -334,7 +337,7 @@ StepResult Trainer::train_step() {
   r.step = ++step_;
   r.lr = schedule_.at(r.step);
   if (!std::isfinite(r.loss)) {
-    staged_.reset();  // weights that give this loss never replace a sound checkpoint
+    drop_unjudged_save();  // weights that give this loss never replace a sound checkpoint
     throw TrainingError("loss is " + nonfinite(r.loss) + " at step " + std::to_string(r.step) +
                         ": training stopped (lower --lr or check the data)" + saved_note());
   }
@@ -353,7 +356,7 @@ StepResult Trainer::train_step() {
 
 bool Trainer::drains_after(int64_t step) const {
   const bool eval = config_.eval_every > 0 && step % config_.eval_every == 0;
-  const bool save = config_.save_every > 0 && step % config_.save_every == 0;
+  const bool save = save_due(step);
   return states_->versions() == 1 || !pipeline_ || step >= config_.steps || eval || save;
 }
 
@@ -396,7 +399,7 @@ double Trainer::forward_backward(uint64_t batch, parallel::pipeline::Phase phase
 std::string Trainer::promote_checked_save() {
   const double loss = loss_of_next_batch();
   if (!std::isfinite(loss)) {
-    staged_.reset();
+    drop_unjudged_save();
     throw TrainingError("the weights of step " + std::to_string(step_) + " give a " + nonfinite(loss) +
                         " loss: not saved" + saved_note());
   }
@@ -642,11 +645,20 @@ int Trainer::run() {
       if (run_log_) run_log_->record(step_json(report));
       if (!config_.json) print_step_line(report);
     }
-    if (config_.save_every > 0 && r.step % config_.save_every == 0 && r.step < config_.steps) {
-      stage_save(config_.save);
+    if (save_due(r.step) && r.step < config_.steps) {
+      // The stall: what the save keeps training from (all of a synchronous one; the copy to host
+      // buffers of a background one, and any wait for the previous background save to finish).
+      const auto t0 = std::chrono::steady_clock::now();
+      const int64_t writing = staged_async_ ? staged_step_ : -1;
+      settle_background_save(true);  // one background save at a time
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      stage_save(config_.save, config_.async_save);
       // PipeDream-2BW's newest weights are first read two steps on: checked now, not by the next step.
       const std::string refused = states_->versions() == 2 ? promote_checked_save() : "";
       if (!refused.empty() && log) std::fprintf(stderr, "lattice train: warning: %s\n", refused.c_str());
+      const double stall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      report_save(r.step, stall, waited, writing);
+      if (config_.save_every_auto && auto_every_ == 0) choose_save_interval(stall, r.seconds);
     }
     if (config_.eval_every > 0 && r.step % config_.eval_every == 0) {
       const double eval_loss = evaluate(config_.eval_batches);
@@ -662,8 +674,18 @@ int Trainer::run() {
   }
   std::string final_refused;  // why the final save was not promoted (said last; the run exits 1)
   if (!config_.save.empty()) {
-    stage_save(config_.save);
+    // The last background save finishes (and is promoted if sound) before the final one is staged;
+    // the final one, written in the background too under --async-save, is waited for: the run ends
+    // with its checkpoint complete on disk.
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t writing = staged_async_ ? staged_step_ : -1;
+    settle_background_save(true);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stage_save(config_.save, config_.async_save);
     final_refused = promote_checked_save();
+    settle_background_save(true);
+    const double stall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    report_save(step_, stall, waited, writing);
   }
   if (!config_.trace.empty()) write_trace(Trace::instance(), config_.trace, dist_ ? &dist_->world() : nullptr,
                                           dist_ ? dist_->rank() : 0, trace_rules());

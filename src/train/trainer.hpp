@@ -20,6 +20,7 @@
 #include "report/run_log.hpp"
 #include "report/step_report.hpp"
 #include "tensor/kept_bytes.hpp"
+#include "train/background_save.hpp"
 #include "train/loss_scaler.hpp"
 #include "train/loss_spike_guard.hpp"
 #include "checkpoint/checkpoint.hpp"
@@ -54,7 +55,9 @@ class Trainer {
   // world rank 0 writes). It replaces the previous checkpoint only once the loss its weights give is
   // finite and no outlier against the run's recent losses (promote_if_sound): the last checkpoint on
   // disk is always one whose weights train on.
-  void stage_save(const std::string& dir);
+  // `background` (--async-save): world rank 0 keeps a host copy that a background thread writes and
+  // fsyncs while training goes on (train/background_save.hpp); promoted once written and sound.
+  void stage_save(const std::string& dir, bool background = false);
   int64_t saved_step() const { return saved_step_; }  // the step the checkpoint on disk holds (-1: none)
   bool is_logging_rank() const { return !dist_ || dist_->rank() == 0; }
 
@@ -136,6 +139,25 @@ class Trainer {
   MoEStepStats moe_step_stats(bool count);
   std::string saved_note() const;  // "; the checkpoint in DIR holds step N" (or that none was written)
   std::unique_ptr<checkpoint::StagedCheckpoint> staged_;  // rank 0: written, not yet promoted
+  // --async-save: the staged save is being written in the background (rank 0's thread in
+  // background_); `staged_sound_`: the guard allowed it, so it is promoted once written.
+  std::unique_ptr<BackgroundSave> background_;
+  bool staged_async_ = false, staged_sound_ = false;
+  // Promotes the background save once its write is done on rank 0 and every rank agrees (a collective
+  // on this thread); `wait`: waits for the write first. Returns the seconds it waited.
+  double settle_background_save(bool wait);
+  // The staged save is dropped (the checkpoint on disk stays), unless it was judged sound already
+  // (a background one still writing): then it is finished and promoted first.
+  void drop_unjudged_save();
+  // Whether step `step` ends with a periodic save (--save-every N, or auto: the first at the run's
+  // second step, then every auto_every_ steps).
+  bool save_due(int64_t step) const;
+  int64_t auto_every_ = 0, auto_first_save_ = -1;
+  // --save-every auto: the interval from the first save's stall and the step time (Young/Daly),
+  // agreed over the ranks, printed once with its inputs.
+  void choose_save_interval(double save_cost_s, double step_s);
+  // The save's JSON event (and a line when it waited for the previous background save).
+  void report_save(int64_t step, double stall_s, double waited_s, int64_t waited_for);
   OutputRules output_rules_;  // rank 0: what its outputs may not replace (core/output_path.hpp)
   OutputRules trace_rules() const;  // output_rules_ and the report directory's own files
   DirLock save_lock_;         // rank 0: --save held against another run for this run's life

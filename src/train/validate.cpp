@@ -139,6 +139,16 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
           "--init only starts from weights; pass one");
   require(t.save_every >= 0, "--save-every must be >= 0");
   require(t.save_every == 0 || !t.save.empty(), "--save-every needs --save DIR");
+  // --save-every auto: Young/Daly's interval needs the failure rate, and something to save.
+  require(!t.save_every_auto || (t.mtbf != 0 && !t.save.empty()),
+          std::string("--save-every auto needs --mtbf DURATION (the mean time between failures) and --save DIR") +
+              (t.mtbf != 0 ? " (no --save given)" : t.save.empty() ? " (neither given)" : " (no --mtbf given)"));
+  require(t.mtbf == 0 || t.save_every_auto,
+          "--mtbf applies to --save-every auto only (it sets the interval from the failure rate): pass --save-every auto "
+          "or leave --mtbf out");
+  require(t.mtbf == 0 || (std::isfinite(t.mtbf) && t.mtbf > 0 && t.mtbf <= 10 * 365.25 * 86400),
+          "--mtbf must be a duration in (0, 10 years]");
+  require(!t.async_save || !t.save.empty(), "--async-save needs --save DIR (it writes the checkpoints of --save)");
   require(layout.recompute_layers < 0 || layout.recompute == Recompute::full,
           "--recompute-layers applies to --recompute full only");
   require(layout.recompute_layers <= m.layers, "--recompute-layers (" + std::to_string(layout.recompute_layers) +

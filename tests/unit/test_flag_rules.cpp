@@ -26,6 +26,24 @@ TEST(FlagBounds, CommandRowsComeBeforeTheSharedOnes) {
   EXPECT_EQ(find_flag_bound("train", "no-such-flag"), nullptr);
 }
 
+TEST(FlagBounds, DurationsAreSecondsOrANumberWithItsUnit) {
+  EXPECT_EQ(parse_duration("5400"), 5400.0);
+  EXPECT_EQ(parse_duration("45s"), 45.0);
+  EXPECT_EQ(parse_duration("90m"), 5400.0);
+  EXPECT_EQ(parse_duration("6h"), 21600.0);
+  EXPECT_EQ(parse_duration("1.5d"), 129600.0);
+  EXPECT_EQ(parse_duration("0.25"), 0.25);
+  for (const char* bad : {"", "m", "6 h", "6hours", "5y", "h6", "1e"}) EXPECT_FALSE(parse_duration(bad).has_value()) << bad;
+  // Read, then refused by the bound: (0, 10 years] in seconds.
+  const FlagBound& mtbf = *find_flag_bound("train", "mtbf");
+  EXPECT_EQ(bound_violation(mtbf, "5400", false), "");
+  for (const char* bad : {"0", "-1", "nan", "inf", "1e12"}) EXPECT_NE(bound_violation(mtbf, bad, false), "") << bad;
+  // --save-every takes a whole number, or the word auto.
+  EXPECT_TRUE(flag_word("save-every", "auto"));
+  EXPECT_FALSE(flag_word("save-every", "often"));
+  EXPECT_FALSE(flag_word("eval-every", "auto"));
+}
+
 TEST(FlagBounds, MessagesNameFlagValueAndRange) {
   const FlagBound& topk = *find_flag_bound("train", "moe-router-topk");
   EXPECT_EQ(bound_violation(topk, "2", true), "");
