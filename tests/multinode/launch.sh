@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `lattice launch` on two hosts (network namespaces, see netns.sh): 2 hosts × 2 ranks train TP 2 ×
 # DP 2 with a save every SAVE_EVERY steps, and mid-run
-#   kill:  host b's lattice ranks are killed (SIGKILL): the launcher relaunches on host a alone with
+#   kill:  host b dies: its lattice ranks are killed (SIGKILL) and its cable goes down, so it no
+#          longer answers: the launcher relaunches on host a alone with
 #          the planner's layout, from the last promoted checkpoint;
 #   stop:  one of host b's ranks is stopped (SIGSTOP): the others' watchdogs end the job (exit 3),
 #          host b still answers and stays, the job restarts on both hosts;
@@ -122,9 +123,14 @@ for case in "${CASES[@]}"; do
     kill)
       launch_bg kill
       wait_steps kill 10 || { check "kill: training under way" false; cat kill.err; continue; }
+      # A host that dies: its ranks end and it stops answering (its cable down, as a powered-off
+      # host's). Killing the ranks alone leaves a host that answers, which the launcher may keep or
+      # leave out depending on whether mpirun names the killed rank before the survivors' exit 3.
       kill -KILL $(b_lattice)
+      mn_link b down
       failed_at=$(now_ms)
       finish kill "$failed_at"
+      mn_link b up
       verify kill 2 "[\"$MN_ADDR_A\"]"
       echo "kill: time from the kill to the first step after the restart: $RESUME_S s"
       ;;
@@ -154,7 +160,9 @@ for case in "${CASES[@]}"; do
       launch_bg min --min-ranks 4
       wait_steps min 10 || { check "min: training under way" false; cat min.err; continue; }
       kill -KILL $(b_lattice)
+      mn_link b down  # host b dies (see kill)
       finish min 0
+      mn_link b up
       check "min-ranks: exit 3 (got $STATUS)" test "$STATUS" -eq 3
       grep '^lattice launch' min.err
       check "min-ranks: one stop line naming the slots and the checkpoint" \
