@@ -43,6 +43,7 @@ struct TrainConfig {
   GemmIsa gemm_isa = GemmIsa::any;
   double measured_peak_flops = 0;
   std::string measured_peak_source;
+  bool measured_peak_overrides = false;  // the measured rate exceeded the theoretical peak: it is the peak
   bool json = false;
   std::string settings;  // the run's flags as given, printed once at start (cli: given_flags)
   bool comm_report = false;

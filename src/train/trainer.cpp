@@ -69,7 +69,7 @@ Trainer::MfuPeak Trainer::mfu_peak(int world) const {
     p.rank = given_peak(config_.peak_flops);
   } else {
     p.rank = theoretical_peak(read_machine_texts(), layout_.activation_dtype, omp_get_max_threads(), config_.gemm_isa);
-    if (!(p.rank.flops > 0) && config_.measured_peak_flops > 0) {
+    if ((!(p.rank.flops > 0) || config_.measured_peak_overrides) && config_.measured_peak_flops > 0) {
       p.rank.flops = config_.measured_peak_flops, p.rank.source = config_.measured_peak_source;
       p.rank.tag = "bench";
     }

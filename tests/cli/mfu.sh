@@ -75,5 +75,13 @@ LATTICE_CPUINFO=$PWD/cpuinfo LATTICE_CPU_SYSFS=$PWD/nosys "$LATTICE" train "${SM
 check "unknown clock: the bench's GEMM rate, labelled" ok measured.jsonl \
   "summary['peak_flops'] > 0 and summary['peak_source'].startswith('measured by lattice bench (GEMM fp32 rate') and summary['mfu'] > 0"
 
+# A theoretical peak below what the saved bench measured (a clock too low: here a fake cpuinfo of
+# 0.01 GHz with one thread) gives way to the measured rate, labelled: an MFU never rated against a peak
+# the same machine's GEMM exceeded.
+printf 'processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Some CPU\ncpu MHz\t\t: 10.000\nflags\t\t: fpu avx2 fma avx512f\n\n' > slowclock
+LATTICE_CPUINFO=$PWD/slowclock LATTICE_CPU_SYSFS=$PWD/nosys "$LATTICE" train "${SMALL[@]}" --json > slow.jsonl 2>/dev/null
+check "a theoretical peak below the measured GEMM rate: the measured rate, labelled" ok slow.jsonl \
+  "'above the theoretical' in summary['peak_source'] and summary['peak_flops'] > 0.01e9 * 64 and 0 < summary['mfu'] < 100"
+
 echo "$failures failure(s)"
 test "$failures" -eq 0
