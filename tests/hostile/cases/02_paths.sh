@@ -1,0 +1,57 @@
+# Paths: directories, FIFOs, devices, /proc, symlinks, missing parents, long names.
+if want paths; then
+LONG=$(printf 'a%.0s' $(seq 1 300)); DEEP=$(printf 'd/%.0s' $(seq 1 2100))
+for p in /dev/null /dev/zero /dev/full /proc/self/status /proc/cpuinfo /etc /nonexistent/x "" "$LONG" fifo "$F/link_notes.txt" "$F/notes.txt"; do
+  pre=""; [ "$p" = fifo ] && pre="mkfifo fifo; "
+  H "eval --data '$p'" fail "$pre\$L eval --checkpoint \$F/ck --data '$p' --batches 1"
+  H "train --data '$p'" fail "$pre\$L train --data '$p' --layers 1 --hidden 32 --heads 2 --seq-len 16 --steps 1"
+  H "prepare --input '$p'" fail "$pre\$L prepare --input '$p' --out out"
+  H "sample --checkpoint '$p'" fail "$pre\$L sample --checkpoint '$p' --tokens 2"
+  H "report '$p'" fail "$pre\$L report '$p' --html out.html"
+  H "train --config '$p'" fail "$pre\$L train $T --steps 1 --config '$p'"
+done
+for p in /dev/null /dev/full /dev/zero /proc/self/status "$F/notes.txt" "$F/link_notes.txt" "$F/mine.html" "$F" /etc/passwd "/nonexistent/dir/x.html" "$LONG.html" "$DEEP/x.html" "$F/data/train.bin" "$F/rep/run.jsonl" "$F/ck/model.safetensors" .; do
+  H "report --html '$p'" fail "\$L report \$F/rep --html '$p'"
+  H "groups --svg '$p'" fail "\$L groups --world 4 --svg '$p'"
+  H "plan --html '$p'" fail "\$L plan --layers 2 --hidden 64 --heads 2 --html '$p'"
+  H "train --trace '$p'" fail "\$L train $T --steps 1 --trace '$p'"
+done
+for p in /dev/null /dev/full /proc /sys "$F/notes.txt" "$F/link_notes.txt" "$F/emptydir/../data" "$F/rep" "$F/ck" "/nonexistent/ck" "$DEEP" "$LONG"; do
+  H "train --save '$p'" fail "\$L train $T --steps 1 --save '$p'"
+  H "prepare --out '$p'" fail "\$L prepare --input \$F/corpus.txt --out '$p'"
+  H "train --report-dir '$p'" fail "\$L train $T --steps 1 --report-dir '$p'"
+done
+H "train --save a symlink to the data dir" fail "ln -s \$F/data d; \$L train $T --steps 1 --save d"
+H "train --save a symlink to a checkpoint (resume)" any "ln -s \$F/ck c; \$L train $T --steps 1 --save c"
+H "train --save a dangling symlink" fail "ln -s /nonexistent/where s; \$L train $T --steps 1 --save s"
+H "train --save a symlink loop" fail "ln -s loop loop; \$L train $T --steps 1 --save loop"
+H "groups --svg a dangling symlink" fail "ln -s \$F/nothere.svg s.svg; \$L groups --world 4 --svg s.svg; ls \$F/nothere.svg"
+H "groups --svg a symlink to the user's svg" fail "ln -s \$F/mine.svg s.svg; \$L groups --world 4 --svg s.svg"
+H "groups --svg symlink to user's svg --overwrite" any "cp \$F/mine.svg my.svg; ln -s my.svg s.svg; \$L groups --world 4 --svg s.svg --overwrite; test -L s.svg && grep -q generator my.svg"
+H "report --html a symlink to the corpus" fail "ln -s \$F/corpus.txt x.html; \$L report \$F/rep --html x.html"
+H "prepare --out a symlink to the data dir" any "ln -s \$F/data d; \$L prepare --input \$F/corpus.txt --out d"
+H "prepare --input symlink into --out" fail "mkdir o; cp \$F/corpus.txt c.txt; ln -s ../c.txt o/c.txt; \$L prepare --input c.txt --out . ; ls"
+H "prepare --out = cwd with the corpus" any "cp \$F/corpus.txt c.txt; \$L prepare --input c.txt --out . && md5sum c.txt | grep -q \$(md5sum < \$F/corpus.txt | cut -c1-32)"
+H "prepare --input = --out/train.bin of a prepared dir" fail "cp -r \$F/data d; \$L prepare --input d/train.bin --out d"
+H "prepare --out the checkpoint" fail "\$L prepare --input \$F/corpus.txt --out \$F/ck"
+H "prepare --tokenizer-from the output dir" any "cp -r \$F/bpe b; \$L prepare --input \$F/corpus.txt --out b --tokenizer-from b"
+H "prepare --tokenizer-from a file" fail "\$L prepare --input \$F/corpus.txt --out o --tokenizer-from \$F/notes.txt"
+H "prepare --tokenizer-from /dev/null" fail "\$L prepare --input \$F/corpus.txt --out o --tokenizer-from /dev/null"
+H "prepare --tokenizer-from empty dir" fail "\$L prepare --input \$F/corpus.txt --out o --tokenizer-from \$F/emptydir"
+H "prepare --tokenizer-from with --tokenizer bpe" fail "\$L prepare --input \$F/corpus.txt --out o --tokenizer-from \$F/bpe --tokenizer unigram"
+H "prepare --tokenizer-from with --vocab-size" fail "\$L prepare --input \$F/corpus.txt --out o --tokenizer-from \$F/bpe --vocab-size 500"
+H "prepare --vocab-size with bytes" fail "\$L prepare --input \$F/corpus.txt --out o --vocab-size 500"
+H "prepare --tokenizer junk" fail "\$L prepare --input \$F/corpus.txt --out o --tokenizer wordpiece"
+H "prepare empty input" fail ": > e.txt; \$L prepare --input e.txt --out o"
+H "prepare 1-byte input" fail "printf a > e.txt; \$L prepare --input e.txt --out o"
+H "prepare 10-byte input" any "printf 0123456789 > e.txt; \$L prepare --input e.txt --out o"
+H "prepare binary input" any "head -c 5000 /dev/urandom > e.bin; \$L prepare --input e.bin --out o"
+H "prepare binary input bpe" any "head -c 50000 /dev/urandom > e.bin; \$L prepare --input e.bin --out o --tokenizer bpe --vocab-size 300"
+H "prepare invalid UTF-8 bpe" any "(cat \$F/corpus.txt; printf '\\xff\\xfe\\xc0\\x80') > e.txt; \$L prepare --input e.txt --out o --tokenizer bpe --vocab-size 300"
+H "prepare NUL bytes bpe" any "(cat \$F/corpus.txt; printf 'a\\0b\\0') > e.txt; \$L prepare --input e.txt --out o --tokenizer bpe --vocab-size 300"
+H "prepare tiny corpus bpe big vocab" fail "echo hello world > e.txt; \$L prepare --input e.txt --out o --tokenizer bpe --vocab-size 65536"
+H "prepare --input a directory" fail "\$L prepare --input \$F/data --out o"
+H "prepare --out over a file" fail "\$L prepare --input \$F/corpus.txt --out \$F/notes.txt"
+H "prepare --out over a file --overwrite" fail "\$L prepare --input \$F/corpus.txt --out \$F/notes.txt --overwrite"
+H "prepare --out /dev/full disk" fail "mkdir -p o && \$L prepare --input \$F/corpus.txt --out /dev/full/x"
+fi
