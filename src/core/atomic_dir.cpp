@@ -92,20 +92,28 @@ void remove_stale_temporaries(const std::string& parent) {
 
 }  // namespace
 
+std::vector<std::string> make_dirs_noting(const std::string& dir, std::error_code& ec) {
+  std::vector<std::string> made;
+  std::error_code probe;
+  for (fs::path p = dir; !p.empty() && !fs::exists(p, probe); p = p.parent_path()) made.push_back(p.string());
+  fs::create_directories(dir, ec);
+  if (ec) remove_empty_dirs(made), made.clear();
+  return made;
+}
+
+void remove_empty_dirs(const std::vector<std::string>& dirs) noexcept {
+  std::error_code ignored;
+  for (const std::string& d : dirs) fs::remove(d, ignored);  // fails, harmlessly, unless empty
+}
+
 void check_file_writable(const std::string& path, const std::string& what) {
   std::error_code ec;
   const std::string head = "cannot write " + what + " " + path + ": ";
   require(!fs::is_directory(path, ec), head + "it is a directory");
   const std::string parent = parent_of(path);
-  // The parents the probe needs are made for it and removed after it (deepest first): the write
-  // makes them again, and a run refused in between leaves no empty directory behind.
-  std::vector<fs::path> made;
-  for (fs::path p = parent; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) made.push_back(p);
-  const auto unmake = [&] {
-    for (const fs::path& d : made) fs::remove(d, ec);
-  };
-  fs::create_directories(parent, ec);
-  if (ec) unmake();
+  // The parents the probe needs are made for it and removed after it: the write makes them
+  // again, and a run refused in between leaves no empty directory behind.
+  const std::vector<std::string> made = make_dirs_noting(parent, ec);
   require(!ec, head + "cannot create " + parent + ": " + ec.message());
   // A file created and removed beside it: what the atomic write will do (permissions, read-only
   // file systems, a parent that is a file).
@@ -113,7 +121,7 @@ void check_file_writable(const std::string& path, const std::string& what) {
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   const std::string why = fd >= 0 ? "" : errno_text();
   if (fd >= 0) ::close(fd), ::unlink(probe.c_str());
-  unmake();
+  remove_empty_dirs(made);
   require(fd >= 0, head + why);
 }
 

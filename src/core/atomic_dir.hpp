@@ -4,6 +4,8 @@
 // either the complete old version or the complete new one, never a mix or a half-written file.
 #include <cstddef>
 #include <string>
+#include <vector>
+#include <system_error>
 
 namespace lattice {
 
@@ -32,6 +34,13 @@ void write_file_atomically(const std::string& path, const void* data, size_t byt
 // Before the work that will write it: `path` can be written (missing parent directories are
 // created, as the write would). Throws InputError naming `what` (e.g. "--trace") and the reason.
 void check_file_writable(const std::string& path, const std::string& what);
+
+// Makes `dir` with its missing parents and returns those it made, deepest first (empty, with `ec`
+// set, when it could not), so that a caller whose output is not written after all can take them
+// back with remove_empty_dirs: a refused run leaves no empty directory behind.
+std::vector<std::string> make_dirs_noting(const std::string& dir, std::error_code& ec);
+// Removes each of `dirs` that is still empty, in order (a non-empty one stays, harmlessly).
+void remove_empty_dirs(const std::vector<std::string>& dirs) noexcept;
 
 // A directory built at `final_path + ".tmp-<pid>"` and swapped in for final_path by commit(). The
 // temporary directory holds a marker file (kMarker: host and pid) from its first instant, so that a

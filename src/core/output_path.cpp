@@ -259,9 +259,8 @@ DirLock::DirLock(const std::string& dir, const std::string& flag) {
   const fs::path lock = at.parent_path() / name;
   // The parents the lock needs, made now and removed with it when still empty (a refused run
   // leaves no empty directory behind).
-  for (fs::path p = at.parent_path(); !p.empty() && !fs::exists(p); p = p.parent_path()) made_dirs_.push_back(p.string());
   std::error_code ec;
-  fs::create_directories(at.parent_path(), ec);
+  made_dirs_ = make_dirs_noting(at.parent_path().string(), ec);
   lock_path_ = lock.string();
   for (;;) {
     fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -301,8 +300,7 @@ void DirLock::release() noexcept {
     ::close(fd_);  // closing releases the lock
     fd_ = -1;
   }
-  std::error_code ec;
-  for (const std::string& d : made_dirs_) fs::remove(d, ec);  // fails, harmlessly, unless empty
+  remove_empty_dirs(made_dirs_);
   made_dirs_.clear();
   lock_path_.clear();
 }
