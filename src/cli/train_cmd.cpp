@@ -56,36 +56,22 @@ plan::PlanRequest run_request(const ModelConfig& model, const LayoutConfig& layo
   return r;
 }
 
-// The MFU's peak where --peak-flops is not given (docs/mfu.md): oneDNN's GEMM ISA caps the path the
-// trainer's theoretical peak takes; where that peak is unknown (no clock, no known GEMM path), the
-// GEMM rate a saved `lattice bench` of `host_ranks` ranks measured stands in, labelled as such. An
-// unreadable bench leaves the MFU n/a rather than stopping the run.
-// A saved bench also bounds the theoretical peak from below: a GEMM that ran faster than the "peak"
-// with as many threads a rank shows the clock behind it is too low (a guest's cpuinfo "cpu MHz" under
-// turbo), and an MFU against it would pass 100%; the measured rate is then the peak, labelled so.
+// A saved bench's GEMM rate for the trainer's peak (Trainer::mfu_peak decides): it stands in where
+// the theoretical peak is unknown, and bounds it from below where it ran as many threads a rank. An
+// unreadable bench leaves it out rather than stopping the run.
 void peak_inputs(TrainConfig& train, DType dtype, int host_ranks) {
   train.gemm_isa = gemm_isa();
   if (train.peak_flops > 0) return;
-  const int threads = train.threads > 0 ? train.threads : omp_get_max_threads();
-  const double theoretical = theoretical_peak(read_machine_texts(), dtype, threads, train.gemm_isa).flops;
   try {
     const std::string path = plan::bench_result_path(host_ranks);
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) return;
     const plan::LocalBench bench = plan::read_local_bench(path);
     const bool bf16 = dtype == DType::bf16;
-    const double measured = bf16 ? bench.compute.gemm_bf16_flops : bench.compute.gemm_fp32_flops;
-    const std::string rate = std::string("measured by lattice bench (GEMM ") + (bf16 ? "bf16" : "fp32") + " rate, " +
-                             std::to_string(bench.threads_per_rank) + " thread(s) a rank, " + path + ")";
-    if (!(theoretical > 0)) {
-      train.measured_peak_flops = measured;
-      train.measured_peak_source = rate + ": a measured rate, not the theoretical peak";
-    } else if (bench.threads_per_rank == threads && measured > theoretical) {
-      train.measured_peak_flops = measured;
-      train.measured_peak_source = rate + ", above the theoretical " + flops_text(theoretical) +
-                                   ": the clock that peak assumed is below the one the cores ran at";
-      train.measured_peak_overrides = true;
-    }
+    train.measured_peak_flops = bf16 ? bench.compute.gemm_bf16_flops : bench.compute.gemm_fp32_flops;
+    train.measured_peak_threads = bench.threads_per_rank;
+    train.measured_peak_source = std::string("measured by lattice bench (GEMM ") + (bf16 ? "bf16" : "fp32") + " rate, " +
+                                 std::to_string(bench.threads_per_rank) + " thread(s) a rank, " + path + ")";
   } catch (const std::exception&) {
   }
 }

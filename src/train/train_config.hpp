@@ -38,12 +38,13 @@ struct TrainConfig {
   int64_t eval_every = 0, eval_batches = 8;
   // The MFU's peak a rank (docs/mfu.md): given, else the theoretical peak of the cores its threads
   // run on for the dtype's GEMM path (core/machine_peak.hpp, capped at gemm_isa: the cli asks
-  // oneDNN), else the GEMM rate a saved `lattice bench` measured (the cli reads it: measured_peak_*).
+  // oneDNN), else (or, with as many threads, above it) the GEMM rate a saved `lattice bench`
+  // measured (the cli reads it: measured_peak_*; Trainer::mfu_peak decides).
   double peak_flops = 0;  // --peak-flops; 0: not given
   GemmIsa gemm_isa = GemmIsa::any;
   double measured_peak_flops = 0;
   std::string measured_peak_source;
-  bool measured_peak_overrides = false;  // the measured rate exceeded the theoretical peak: it is the peak
+  int measured_peak_threads = 0;  // the threads a rank the bench ran
   bool json = false;
   std::string settings;  // the run's flags as given, printed once at start (cli: given_flags)
   bool comm_report = false;

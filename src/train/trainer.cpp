@@ -68,10 +68,19 @@ Trainer::MfuPeak Trainer::mfu_peak(int world) const {
   if (config_.peak_flops > 0) {
     p.rank = given_peak(config_.peak_flops);
   } else {
-    p.rank = theoretical_peak(read_machine_texts(), layout_.activation_dtype, omp_get_max_threads(), config_.gemm_isa);
-    if ((!(p.rank.flops > 0) || config_.measured_peak_overrides) && config_.measured_peak_flops > 0) {
-      p.rank.flops = config_.measured_peak_flops, p.rank.source = config_.measured_peak_source;
-      p.rank.tag = "bench";
+    const int threads = omp_get_max_threads();
+    p.rank = theoretical_peak(read_machine_texts(), layout_.activation_dtype, threads, config_.gemm_isa);
+    // A saved bench's GEMM rate stands in where the theoretical peak is unknown, and replaces it where,
+    // with as many threads, it ran faster: the clock that peak assumed is too low (a guest's cpuinfo
+    // "cpu MHz" under turbo), and an MFU against it could pass 100%.
+    const double measured = config_.measured_peak_flops;
+    if (measured > 0 && !(p.rank.flops > 0)) {
+      p.rank.flops = measured, p.rank.tag = "bench";
+      p.rank.source = config_.measured_peak_source + ": a measured rate, not the theoretical peak";
+    } else if (measured > p.rank.flops && config_.measured_peak_threads == threads) {
+      p.rank.source = config_.measured_peak_source + ", above the theoretical " + flops_text(p.rank.flops) +
+                      ": the clock that peak assumed is below the one the cores ran at";
+      p.rank.flops = measured, p.rank.tag = "bench";
     }
   }
   const int64_t mine = std::llround(std::max(0.0, p.rank.flops));  // whole FLOP/s travel between ranks
