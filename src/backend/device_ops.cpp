@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "backend/guarded_device.hpp"
 #include "core/error.hpp"
 #include "kernels/bias.hpp"
 #include "kernels/gelu.hpp"
@@ -13,22 +14,19 @@
 
 namespace lattice {
 
-const char* device_name(Device d) { return d == Device::cuda ? "cuda" : "cpu"; }
+const char* device_name(Device d) {
+  return d == Device::cuda ? "cuda" : d == Device::cpu_guarded ? "cpu-guarded" : "cpu";
+}
 
 Device parse_device(const std::string& text) {
   if (text == "cpu") return Device::cpu;
   if (text == "cuda") return Device::cuda;
-  fail("--device must be cpu or cuda (got " + text + ")");
+  if (text == "cpu-guarded") return Device::cpu_guarded;
+  fail("--device must be cpu, cuda or cpu-guarded (got " + text + ")");
 }
 
 namespace {
 
-void cpu_copy(void* dst, const void* src, size_t bytes) {
-  if (bytes && dst != src) std::memcpy(dst, src, bytes);
-}
-void cpu_fill_zero(void* dst, size_t bytes) {
-  if (bytes) std::memset(dst, 0, bytes);
-}
 void cpu_to_bf16(const float* src, uint16_t* dst, int64_t n) { to_bf16(src, dst, n); }
 
 const DeviceOps kCpu = {
@@ -47,6 +45,8 @@ const DeviceOps kCpu = {
     bias_backward,
     bias_column_sums,
     bias_add,
+    bias_add_rows,
+    residual_add,
     dropout_mask_fill,
     dropout_forward,
     dropout_backward,
@@ -60,14 +60,17 @@ const DeviceOps kCpu = {
     merge_qkv_grads,
     embedding_shard_forward,
     embedding_shard_backward,
+    add_positions,
+    position_grads,
     ce_shard_max_target,
     ce_shard_exp_sum,
     ce_shard_normalize,
     ce_shard_backward,
     cpu_to_bf16,
-    cpu_copy,
-    cpu_copy,  // upload: host and device memory are one
-    cpu_fill_zero,
+    adamw_update,
+    grad_sum_squares,
+    scale_grads,
+    all_finite,
 };
 
 const DeviceOps* g_selected = &kCpu;
@@ -79,7 +82,13 @@ const DeviceOps& device_ops() { return *g_selected; }
 
 void select_device(Device d) {
   if (d == Device::cpu) {
+    set_device_memory(host_memory());
     g_selected = &kCpu;
+    return;
+  }
+  if (d == Device::cpu_guarded) {
+    set_device_memory(guarded_memory());
+    g_selected = &guarded_ops();
     return;
   }
 #ifndef LATTICE_HAVE_CUDA

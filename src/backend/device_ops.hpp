@@ -13,13 +13,17 @@
 #include "kernels/flash_attention.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/heads.hpp"
+#include "kernels/optimizer_kernels.hpp"
 #include "random/philox.hpp"
+#include "tensor/device_memory.hpp"
 
 namespace lattice {
 
-enum class Device { cpu, cuda };
+// cpu_guarded: the CPU's kernels over memory the host cannot touch outside the seam
+// (backend/guarded_device.hpp), the test of the GPU path's structure on a machine without one.
+enum class Device { cpu, cuda, cpu_guarded };
 const char* device_name(Device d);
-// "cpu" or "cuda"; anything else is an InputError naming the flag's values.
+// "cpu", "cuda" or "cpu-guarded"; anything else is an InputError naming the flag's values.
 Device parse_device(const std::string& text);
 
 struct DeviceOps {
@@ -43,6 +47,8 @@ struct DeviceOps {
   void (*bias_backward)(float*, const float*, int64_t, int64_t);
   void (*bias_column_sums)(float*, const float*, int64_t, int64_t);
   void (*bias_add)(float*, const float*, int64_t);
+  void (*bias_add_rows)(float*, const float*, int64_t, int64_t);
+  void (*residual_add)(float*, const float*, int64_t);
   void (*dropout_mask_fill)(uint8_t*, const DropoutStream&, uint64_t, int64_t, float);
   void (*dropout_forward)(float*, const float*, const uint8_t*, int64_t, float);
   void (*dropout_backward)(float*, const float*, const uint8_t*, int64_t, float);
@@ -61,18 +67,32 @@ struct DeviceOps {
   // The vocabulary-parallel embedding and cross-entropy pieces (kernels/vocab_shard.hpp).
   void (*embedding_shard_forward)(float*, const int32_t*, const float*, int64_t, int64_t, int64_t, int64_t);
   void (*embedding_shard_backward)(float*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t);
+  void (*add_positions)(float*, const float*, int64_t, int64_t, int64_t, int64_t);
+  void (*position_grads)(float*, const float*, int64_t, int64_t, int64_t, int64_t);
   void (*ce_shard_max_target)(float*, float*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t);
   void (*ce_shard_exp_sum)(float*, float*, const float*, int64_t, int64_t, int64_t);
   void (*ce_shard_normalize)(float*, float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
   void (*ce_shard_backward)(float*, const float*, const int32_t*, int64_t, int64_t, int64_t, float);
   // Casts (tensor/bf16.hpp).
   void (*to_bf16)(const float*, uint16_t*, int64_t);
-  // Copies between buffers of the device, from the host into one (a micro-batch's tokens), and
-  // zeroing: what std::copy / memcpy / std::fill did in the model.
-  void (*copy)(void*, const void*, size_t);
-  void (*upload)(void*, const void*, size_t);
-  void (*fill_zero)(void*, size_t);
+  // The optimizer's (kernels/optimizer_kernels.hpp): results that are one number come to the host.
+  void (*adamw_update)(float*, float*, float*, const float*, int64_t, float, const AdamWScalars&);
+  double (*grad_sum_squares)(const float*, int64_t);
+  void (*scale_grads)(float*, int64_t, float);
+  bool (*all_finite)(const float*, int64_t);
+  // The copies and zeroing of device buffers are tensor/device_memory.hpp's (the same memory serves
+  // the kept tensors' storage below this layer); dev::copy, upload, download, fill_zero call them.
 };
+
+// Every operation of the table, for code that treats them alike (the guarded device's wrappers).
+#define LATTICE_DEVICE_OPS(X)                                                                               \
+  X(gemm) X(linear_forward) X(linear_backward_input) X(linear_backward_weight) X(layernorm_forward)           \
+  X(layernorm_backward) X(layernorm_partial_floats) X(layernorm_backward_input) X(layernorm_reduce_partials)  \
+  X(gelu_forward) X(gelu_backward) X(bias_backward) X(bias_column_sums) X(bias_add) X(bias_add_rows) X(residual_add) X(dropout_mask_fill)      \
+  X(dropout_forward) X(dropout_backward) X(softmax_dropout_forward) X(softmax_causal_backward)                 \
+  X(flash_attention_forward) X(flash_attention_backward) X(split_heads) X(merge_heads) X(unmerge_heads)       \
+  X(merge_qkv_grads) X(embedding_shard_forward) X(embedding_shard_backward) X(add_positions) X(position_grads) X(ce_shard_max_target)            \
+  X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_shard_backward) X(to_bf16) X(adamw_update) X(grad_sum_squares) X(scale_grads) X(all_finite)
 
 // The CPU's table: src/kernels, byte for byte what the model called directly before the seam.
 const DeviceOps& cpu_ops();
@@ -125,6 +145,10 @@ inline void bias_column_sums(float* sums, const float* dy, int64_t N, int64_t ou
   device_ops().bias_column_sums(sums, dy, N, out);
 }
 inline void bias_add(float* db, const float* sums, int64_t out) { device_ops().bias_add(db, sums, out); }
+inline void bias_add_rows(float* y, const float* bias, int64_t N, int64_t out) {
+  device_ops().bias_add_rows(y, bias, N, out);
+}
+inline void residual_add(float* x, const float* y, int64_t n) { device_ops().residual_add(x, y, n); }
 inline void dropout_mask_fill(uint8_t* mask, const DropoutStream& stream, uint64_t first_index, int64_t n, float p) {
   device_ops().dropout_mask_fill(mask, stream, first_index, n, p);
 }
@@ -168,6 +192,12 @@ inline void embedding_shard_backward(float* dwte, const float* dout, const int32
                                      int64_t N, int64_t h) {
   device_ops().embedding_shard_backward(dwte, dout, ids, v0, v_local, N, h);
 }
+inline void add_positions(float* x, const float* wpe, int64_t b, int64_t s_local, int64_t pos0, int64_t h) {
+  device_ops().add_positions(x, wpe, b, s_local, pos0, h);
+}
+inline void position_grads(float* dwpe, const float* dx, int64_t b, int64_t s_local, int64_t pos0, int64_t h) {
+  device_ops().position_grads(dwpe, dx, b, s_local, pos0, h);
+}
 inline void ce_shard_max_target(float* row_max, float* target_logit, const float* logits, const int32_t* targets,
                                 int64_t v0, int64_t v_local, int64_t real, int64_t N) {
   device_ops().ce_shard_max_target(row_max, target_logit, logits, targets, v0, v_local, real, N);
@@ -185,24 +215,35 @@ inline void ce_shard_backward(float* dlogits, const float* probs, const int32_t*
   device_ops().ce_shard_backward(dlogits, probs, targets, v0, v_local, N, scale);
 }
 inline void to_bf16(const float* src, uint16_t* dst, int64_t n) { device_ops().to_bf16(src, dst, n); }
+inline void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, float decay,
+                         const AdamWScalars& a) {
+  device_ops().adamw_update(m, v, w, grad, n, decay, a);
+}
+inline double grad_sum_squares(const float* grads, int64_t n) { return device_ops().grad_sum_squares(grads, n); }
+inline void scale_grads(float* grads, int64_t n, float factor) { device_ops().scale_grads(grads, n, factor); }
+inline bool all_finite(const float* values, int64_t n) { return device_ops().all_finite(values, n); }
 // A GEMM operand of `n` fp32 values in the run's dtype: itself (fp32), or rounded into `half` (bf16).
 inline GemmOperand as_operand(const float* src, int64_t n, DType dt, uint16_t* half) {
   if (dt == DType::fp32) return {src, DType::fp32};
   to_bf16(src, half, n);
   return {half, DType::bf16};
 }
-// Typed copies (device to device; host to device) and zeroing of `n` elements.
+// Typed copies (device to device; host to device; device to host) and zeroing of `n` elements.
 template <typename T>
 inline void copy(T* dst, const T* src, int64_t n) {
-  device_ops().copy(dst, src, size_t(n) * sizeof(T));
+  if (n > 0) device_memory().copy(dst, src, size_t(n) * sizeof(T));
 }
 template <typename T>
 inline void upload(T* dst, const T* host_src, int64_t n) {
-  device_ops().upload(dst, host_src, size_t(n) * sizeof(T));
+  copy_to_device(dst, host_src, n);
+}
+template <typename T>
+inline void download(T* host_dst, const T* src, int64_t n) {
+  copy_to_host(host_dst, src, n);
 }
 template <typename T>
 inline void fill_zero(T* dst, int64_t n) {
-  device_ops().fill_zero(dst, size_t(n) * sizeof(T));
+  if (n > 0) device_memory().fill_zero(dst, size_t(n) * sizeof(T));
 }
 }  // namespace dev
 

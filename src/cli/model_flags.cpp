@@ -58,8 +58,10 @@ void add_moe_flags(CLI::App& app, MoEConfig& moe) {
 }
 
 void add_device_flag(CLI::App& app, std::string& device) {
-  app.add_option("--device", device, "cpu | cuda: the device that runs the kernels (cuda: docs/gpu.md)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
+  app.add_option("--device", device,
+                 "cpu | cuda | cpu-guarded: the device that runs the kernels (cuda, and cpu-guarded, the CPU "
+                 "with device memory the host cannot touch, for testing: docs/gpu.md)")
+      ->check(CLI::IsMember({"cpu", "cuda", "cpu-guarded"}))
       ->capture_default_str();
 }
 

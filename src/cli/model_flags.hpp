@@ -32,7 +32,7 @@ void add_model_flags(CLI::App& app, ModelConfig& model);
 void add_moe_flags(CLI::App& app, MoEConfig& moe);
 void add_layout_flags(CLI::App& app, LayoutFlags& flags);
 void add_train_flags(CLI::App& app, TrainConfig& train, std::string& shuffle);
-// --device cpu|cuda: which backend serves the kernels, memory and copies (backend/device_ops.hpp),
+// --device cpu|cuda|cpu-guarded: which backend serves the kernels, memory and copies (backend/device_ops.hpp),
 // chosen once by the command before it builds a model.
 void add_device_flag(CLI::App& app, std::string& device);
 // --config FILE.toml: keys are the long flag names; flags on the command line win.

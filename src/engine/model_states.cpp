@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "backend/device_ops.hpp"
 #include "tensor/bf16.hpp"
 
 namespace lattice::parallel {
@@ -103,7 +104,7 @@ void ModelStates::keep_weights(GPT& model, const WeightSource& fill) {
     auto copy = [](const auto& from, auto& to, const char* op) {
       if (!from.size()) return;
       to = std::remove_cvref_t<decltype(to)>(from.size(), op);
-      std::copy(from.data(), from.data() + from.size(), to.data());
+      dev::copy(to.data(), from.data(), from.size());
     };
     copy(weights32_, other_.weights32, "params");
     copy(weights_bf16_, other_.weights_bf16, "bf16_weights");  // as the model names its copy
@@ -128,7 +129,7 @@ void ModelStates::use_version(uint64_t batch) {
 
 void ModelStates::begin_update() {
   // fp32 weights are their own masters: the update's version first takes the newest (the other).
-  if (layout_.versions == 2 && !half()) std::copy(other_.weights32.data(), other_.weights32.data() + total_, weights32_.data());
+  if (layout_.versions == 2 && !half()) dev::copy(weights32_.data(), other_.weights32.data(), total_);
 }
 
 void ModelStates::sync_replicas() {
@@ -143,12 +144,12 @@ void ModelStates::sync_replicas() {
 }
 
 void ModelStates::refresh_bf16() {
-  if (weights_bf16_.size()) to_bf16(weights32_.data(), weights_bf16_.data(), total_);
+  if (weights_bf16_.size()) dev::to_bf16(weights32_.data(), weights_bf16_.data(), total_);
 }
 
 void ModelStates::begin_step() {
-  std::fill(grads32_.data(), grads32_.data() + grads32_.size(), 0.0f);
-  std::fill(grads16_.data(), grads16_.data() + grads16_.size(), uint16_t(0));
+  dev::fill_zero(grads32_.data(), grads32_.size());
+  dev::fill_zero(grads16_.data(), grads16_.size());
   if (stage_ == 1 && !half()) {  // the last micro-batch reduce-scatters into it as backward goes
     reduced_ = TrackedArray<float>(shard_size_, "transient");
     note_transient();

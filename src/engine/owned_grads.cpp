@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "backend/device_ops.hpp"
 #include "comm/gather_int64.hpp"
 
 #include "optim/optimizer.hpp"
@@ -61,18 +62,13 @@ double global_grad_norm(const ParamTable& table, const OwnedGrads& g, comm::Comm
 }
 
 void scale_grads(const OwnedGrads& g, float factor) {
-  for (size_t i = 0; i < g.pieces.size(); ++i) lattice::scale_grads(g.data[i], g.pieces[i].size(), factor);
+  for (size_t i = 0; i < g.pieces.size(); ++i) dev::scale_grads(g.data[i], g.pieces[i].size(), factor);
 }
 
 bool all_finite(const OwnedGrads& g) {
-  int bad = 0;
-  for (size_t i = 0; i < g.pieces.size(); ++i) {
-    const float* v = g.data[i];
-    const int64_t n = g.pieces[i].size();
-#pragma omp parallel for reduction(| : bad) schedule(static) if (n > 65536)
-    for (int64_t k = 0; k < n; ++k) bad |= !std::isfinite(v[k]);
-  }
-  return bad == 0;
+  bool finite = true;
+  for (size_t i = 0; i < g.pieces.size(); ++i) finite &= dev::all_finite(g.data[i], g.pieces[i].size());
+  return finite;
 }
 
 }  // namespace lattice::parallel

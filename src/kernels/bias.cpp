@@ -34,4 +34,16 @@ void bias_add(float* db, const float* sums, int64_t out) {
   for (int64_t c = 0; c < out; ++c) db[c] += sums[c];
 }
 
+// Moved unchanged from model/transformer_layer.cpp, to be served through the backend seam.
+void bias_add_rows(float* y, const float* bias, int64_t N, int64_t out) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t i = 0; i < out; ++i) y[r * out + i] += bias[i];
+}
+
+void residual_add(float* x, const float* y, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
 }  // namespace lattice

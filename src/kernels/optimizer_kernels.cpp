@@ -42,4 +42,17 @@ double grad_sum_squares(const float* grads, int64_t n) {
   return sum;
 }
 
+// Moved unchanged from optim/optimizer.cpp and engine/owned_grads.cpp, to be served through the seam.
+void scale_grads(float* grads, int64_t n, float factor) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) grads[i] *= factor;
+}
+
+bool all_finite(const float* v, int64_t n) {
+  int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n > 65536)
+  for (int64_t k = 0; k < n; ++k) bad |= !std::isfinite(v[k]);
+  return bad == 0;
+}
+
 }  // namespace lattice

@@ -17,5 +17,9 @@ void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, fl
 // Σ grads[i]² in double: each thread's contiguous share summed in vector lanes, the shares added in
 // thread order (a fixed order for a given thread count).
 double grad_sum_squares(const float* grads, int64_t n);
+// grads *= factor (clipping).
+void scale_grads(float* grads, int64_t n, float factor);
+// Whether every value is finite (fp16 loss scaling's overflow check).
+bool all_finite(const float* values, int64_t n);
 
 }  // namespace lattice

@@ -91,4 +91,24 @@ void ce_shard_backward(float* dlogits, const float* probs, const int32_t* target
   }
 }
 
+// Moved unchanged from model/gpt.cpp, to be served through the backend seam.
+void add_positions(float* x, const float* wpe, int64_t b, int64_t s_local, int64_t pos0, int64_t h) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < b * s_local; ++n) {
+    const float* p = wpe + (pos0 + n % s_local) * h;
+    float* y = x + n * h;
+    for (int64_t i = 0; i < h; ++i) y[i] += p[i];
+  }
+}
+
+void position_grads(float* dwpe, const float* dx, int64_t b, int64_t s_local, int64_t pos0, int64_t h) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < s_local; ++i)
+    for (int64_t bi = 0; bi < b; ++bi) {
+      const float* d = dx + (bi * s_local + i) * h;
+      float* g = dwpe + (pos0 + i) * h;
+      for (int64_t c = 0; c < h; ++c) g[c] += d[c];
+    }
+}
+
 }  // namespace lattice

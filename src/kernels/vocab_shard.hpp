@@ -13,6 +13,11 @@ void embedding_shard_forward(float* out, const int32_t* ids, const float* wte, i
 // dwte[ids[n] − v0] += dout[n] for the tokens this shard holds, in token order (per element).
 void embedding_shard_backward(float* dwte, const float* dout, const int32_t* ids, int64_t v0, int64_t v_local,
                               int64_t N, int64_t h);
+// The learned positions, for the rows of one rank's sequence slice [pos0, pos0 + s_local) of b
+// sequences: x[bi, i] += wpe[pos0 + i]; and the gradient, dwpe[pos0 + i] += Σ_bi dx[bi, i] (rows
+// added in sequence order, per element).
+void add_positions(float* x, const float* wpe, int64_t b, int64_t s_local, int64_t pos0, int64_t h);
+void position_grads(float* dwpe, const float* dx, int64_t b, int64_t s_local, int64_t pos0, int64_t h);
 // 1. row_max[n] = max over the real columns (−inf if none); target_logit[n] = the target's logit if
 //    this shard holds it, else 0.
 void ce_shard_max_target(float* row_max, float* target_logit, const float* logits, const int32_t* targets, int64_t v0,

@@ -32,7 +32,13 @@ GPT::GPT(const ModelConfig& model, const LayoutConfig& layout, uint64_t seed, pa
       buckets_(model_buckets(table_, model.layers)) {
   if (!materialize) return;
   if (layout_.activation_dtype == DType::bf16) params16_ = TrackedArray<uint16_t>(table_.total(), "bf16_weights");
-  init_params(table_, params_.data(), seed, model.vocab);
+  if (device_memory().host_addressable) {
+    init_params(table_, params_.data(), seed, model.vocab);
+  } else {  // drawn on the host, then copied once (a transient the size of the weights, before any step)
+    std::vector<float> host(size_t(table_.total()));
+    init_params(table_, host.data(), seed, model.vocab);
+    dev::upload(params_.data(), host.data(), table_.total());
+  }
   refresh_compute_weights();
 }
 
@@ -162,27 +168,6 @@ void GPT::run_head_gemm(float* logits, GemmOperand head_in, const float* wte, in
   dev::gemm(g, head_in, weight_operand(wte, table_.wte(), wte_bucket(model_.layers)), logits);
 }
 
-namespace {
-// x[b, s_local, h] += wpe[pos0 + i] row by row.
-void add_positions(float* x, const float* wpe, int64_t b, int64_t s_local, int64_t pos0, int64_t h) {
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < b * s_local; ++n) {
-    const float* p = wpe + (pos0 + n % s_local) * h;
-    float* y = x + n * h;
-    for (int64_t i = 0; i < h; ++i) y[i] += p[i];
-  }
-}
-void position_grads(float* dwpe, const float* dx, int64_t b, int64_t s_local, int64_t pos0, int64_t h) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < s_local; ++i)
-    for (int64_t bi = 0; bi < b; ++bi) {
-      const float* d = dx + (bi * s_local + i) * h;
-      float* g = dwpe + (pos0 + i) * h;
-      for (int64_t c = 0; c < h; ++c) g[c] += d[c];
-    }
-}
-}  // namespace
-
 parallel::VocabShard GPT::vocab_shard() const {
   return {int64_t(tp_.rank()) * vocab_local(), vocab_local(), model_.vocab};
 }
@@ -206,10 +191,11 @@ void GPT::embed_forward(const MicroBatch& mb, uint64_t step, bool training, int6
   out.tokens = TrackedBuffer(size_t(N) * 4, kEmbeddingLayer, "tokens");
   dev::upload(static_cast<int32_t*>(out.tokens.data()), mb.inputs, N);
   const int L = model_.layers;
-  parallel::embedding_tokens_forward(ws_.full2.data(), mb.inputs, bucket_params(wte_bucket(L)), vocab_shard(), N, h);
+  parallel::embedding_tokens_forward(ws_.full2.data(), static_cast<const int32_t*>(out.tokens.data()),
+                                     bucket_params(wte_bucket(L)), vocab_shard(), N, h);
   bucket_params_done(wte_bucket(L));
   parallel::leave_forward(tp_, ws_.full2.data(), x, {b, s, h});
-  add_positions(x, bucket_params(wpe_bucket(L), 0), b, sl, p0, h);
+  dev::add_positions(x, bucket_params(wpe_bucket(L), 0), b, sl, p0, h);
   bucket_params_done(wpe_bucket(L));
   if (dropout > 0.0f) {
     uint8_t* mask = out.emb_mask.begin(Nl * h, layout_.pack_masks, kEmbeddingLayer, "emb_mask", ws_.mask_bytes.data());
@@ -219,6 +205,17 @@ void GPT::embed_forward(const MicroBatch& mb, uint64_t step, bool training, int6
     dev::dropout_forward(x, x, mask, Nl * h, dropout);
     out.emb_mask.finish();
   }
+}
+
+// The micro-batch's targets where the device's kernels read them: the host's own array on the CPU;
+// else a copy on the device, kept with the head's tensors until its backward (4·N bytes).
+const int32_t* GPT::device_targets(const MicroBatch& mb, int64_t N, OutsideKept& out) {
+  if (device_memory().host_addressable) return mb.targets;
+  if (!out.targets) {
+    out.targets = TrackedBuffer(size_t(N) * 4, kHeadLayer, "targets");
+    dev::upload(static_cast<int32_t*>(out.targets.data()), mb.targets, N);
+  }
+  return static_cast<const int32_t*>(out.targets.data());
 }
 
 double GPT::head_forward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
@@ -241,10 +238,14 @@ double GPT::head_forward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
   auto* logits = static_cast<float*>(out.logits.data());
   run_head_gemm(logits, head_operand(out.head_in, ws_.ln.data(), b, s, false), bucket_params(wte_bucket(L)), N);
   bucket_params_done(wte_bucket(L));
-  tracked_vector<float, MemoryCategory::workspaces> losses(static_cast<size_t>(N));
-  parallel::cross_entropy_forward(tp_, logits, losses.data(), mb.targets, vocab, N);
+  DeviceVector<float, MemoryCategory::workspaces> losses(static_cast<size_t>(N));
+  parallel::cross_entropy_forward(tp_, logits, losses.data(), device_targets(mb, N, out), vocab, N);
+  const float* row_losses = losses.data();
+  tracked_vector<float, MemoryCategory::workspaces> host;  // a device's losses come to the host to be summed
+  if (!device_memory().host_addressable) host.resize(size_t(N)), dev::download(host.data(), losses.data(), N),
+                                         row_losses = host.data();
   double sum = 0.0;
-  for (float v : losses) sum += double(v);
+  for (int64_t n = 0; n < N; ++n) sum += double(row_losses[n]);
   return sum;
 }
 
@@ -256,7 +257,7 @@ void GPT::head_backward(const MicroBatch& mb, float loss_scale, int64_t s, Outsi
   // dlogits (in place); dx = dlogits · wte_shard summed over TP (f, or g under SP);
   // dwte_shard += dlogitsᵀ · head input.
   auto* dlogits = static_cast<float*>(out.logits.data());
-  parallel::cross_entropy_backward(dlogits, dlogits, mb.targets, vocab, N, loss_scale);
+  parallel::cross_entropy_backward(dlogits, dlogits, device_targets(mb, N, out), vocab, N, loss_scale);
   const int L = model_.layers;
   const GemmOperand head_in = head_operand(out.head_in, nullptr, b, s, /*regather=*/true);
   const GemmOperand dlogits_op = dev::as_operand(dlogits, N * vocab.v_local, dt, ws_.half.data());
@@ -272,7 +273,7 @@ void GPT::head_backward(const MicroBatch& mb, float loss_scale, int64_t s, Outsi
   // reduces the head's part at once instead of holding a vocabulary-sized buffer through backward.
   bucket_grads_done(wte_bucket(L));
   parallel::enter_backward(tp_, ws_.full2.data(), ws_.g1.data(), {b, s, h});
-  out.logits.reset(), out.head_in.reset();
+  out.logits.reset(), out.head_in.reset(), out.targets.reset();
 
   dev::fill_zero(dx, Nl * h);
   const auto* mean = static_cast<const float*>(out.lnf_stats.data());
@@ -290,7 +291,7 @@ void GPT::embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
   if (model_.dropout > 0.0f)
     dev::dropout_backward(dx, dx, out.emb_mask.unpacked(ws_.mask_bytes.data()), Nl * h, float(model_.dropout));
   const int L = model_.layers;
-  position_grads(bucket_grads(wpe_bucket(L)), dx, b, sl, pos0(s), h);
+  dev::position_grads(bucket_grads(wpe_bucket(L)), dx, b, sl, pos0(s), h);
   bucket_grads_done(wpe_bucket(L));
   const float* dfull = parallel::leave_backward(tp_, dx, ws_.full2.data(), {b, s, h});
   float* dwte = bucket_grads(wte_bucket(L));
@@ -298,7 +299,7 @@ void GPT::embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
     if (!tied_input_grads_.size()) tied_input_grads_ = TrackedArray<float>(vocab_local() * h, "grads");
     dwte = tied_input_grads_.data();
   }
-  parallel::embedding_tokens_backward(dwte, dfull, mb.inputs, vocab_shard(), N, h);
+  parallel::embedding_tokens_backward(dwte, dfull, static_cast<const int32_t*>(out.tokens.data()), vocab_shard(), N, h);
   bucket_grads_done(wte_bucket(L));  // the embedding's part of the tied gradient
   out.tokens.reset(), out.emb_mask.reset();
 }

@@ -95,6 +95,7 @@ class GPT {
   // What a forward keeps outside the layers (embedding and head), tracked like the layers.
   struct OutsideKept {
     TrackedBuffer tokens, lnf_stats, logits;
+    TrackedBuffer targets;  // on a device whose memory the host cannot address: the targets' copy
     KeptMask emb_mask;
     Stored lnf_in, head_in;
   };
@@ -113,6 +114,7 @@ class GPT {
   void finish_if_done(int64_t id);  // forgets micro-batch id once both its backward passes have run
   void embed_forward(const MicroBatch& mb, uint64_t step, bool training, int64_t s, OutsideKept& out);
   double head_forward(const MicroBatch& mb, int64_t s, OutsideKept& out);
+  const int32_t* device_targets(const MicroBatch& mb, int64_t N, OutsideKept& out);
   void head_backward(const MicroBatch& mb, float loss_scale, int64_t s, OutsideKept& out);
   void embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out);
   int64_t pos0(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? tp_.rank() * (s / tp_.size()) : 0; }

@@ -36,19 +36,14 @@ void fill_residual_mask(uint8_t* mask, DropoutSite site, const LayerContext& c) 
 void residual_dropout_add(float* x, float* y, const float* bias, KeptMask& kept_mask, DropoutSite site,
                           const char* tag, const LayerContext& c, Workspace& ws) {
   const int64_t n = c.N_local() * c.h, h = c.h;
-  if (bias) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < c.N_local(); ++r)
-      for (int64_t i = 0; i < h; ++i) y[r * h + i] += bias[i];
-  }
+  if (bias) dev::bias_add_rows(y, bias, c.N_local(), h);
   if (c.dropout > 0.0f) {
     uint8_t* mask = kept_mask.begin(n, c.pack_masks, int(c.stream.layer), tag, ws.mask_bytes.data());
     fill_residual_mask(mask, site, c);
     dev::dropout_forward(y, y, mask, n, c.dropout);
     kept_mask.finish();
   }
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+  dev::residual_add(x, y, n);
 }
 
 // LayerNorm of the local rows into `out` (kept); returns the fp32 result.

@@ -7,13 +7,14 @@
 
 #include "analysis/memory_categories.hpp"
 #include "moe/moe_layer.hpp"
+#include "tensor/device_memory.hpp"
 #include "tensor/memory_tracker.hpp"
 
 namespace lattice {
 
 struct Workspace {
   template <class T>
-  using buffer = tracked_vector<T, MemoryCategory::workspaces>;
+  using buffer = DeviceVector<T, MemoryCategory::workspaces>;
   buffer<float> ln, g1, g2;              // [N, h]
   buffer<float> big1, big2, widen;       // [N, 4h] (widen also holds bf16 tensors read back)
   buffer<float> q, k, v, dq, dk, dv, ctx;  // [b, a, s, dh] staging

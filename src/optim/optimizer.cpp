@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "backend/device_ops.hpp"
 #include "core/error.hpp"
 #include "kernels/optimizer_kernels.hpp"
 #include "optim/adafactor.hpp"
@@ -53,7 +54,7 @@ std::vector<Optimizer::ElementState> AdamW::element_states() {
 void AdamW::update(std::span<const PieceData> pieces, double lr, int64_t step) {
   const AdamWScalars scalars = adamw_scalars(config_.beta1, config_.beta2, config_.eps, lr, step);
   auto adam = [&](float* m, float* v, float* w, const float* grad, int64_t n, float decay) {
-    adamw_update(m, v, w, grad, n, decay, scalars);
+    dev::adamw_update(m, v, w, grad, n, decay, scalars);
   };
   if (offload_) offload_->begin();
   size_t staged_unit = size_t(-1);
@@ -104,11 +105,6 @@ std::unique_ptr<Optimizer> make_optimizer(const ParamTable& table, const Optimiz
   throw InputError("--optimizer must be adamw, adafactor or sm3 (got '" + config.kind + "')");
 }
 
-double grad_norm(const float* grads, int64_t n) { return std::sqrt(grad_sum_squares(grads, n)); }
-
-void scale_grads(float* grads, int64_t n, float factor) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) grads[i] *= factor;
-}
+double grad_norm(const float* grads, int64_t n) { return std::sqrt(dev::grad_sum_squares(grads, n)); }
 
 }  // namespace lattice

@@ -128,7 +128,6 @@ std::unique_ptr<Optimizer> make_optimizer(const ParamTable& table, const Optimiz
                                           std::vector<FlatPiece> owned, OptimizerGroups groups = {});
 
 // Global L2 norm of a gradient array (double accumulation, deterministic order).
-double grad_norm(const float* grads, int64_t n);
-void scale_grads(float* grads, int64_t n, float factor);
+double grad_norm(const float* grads, int64_t n);  // of the run's device's buffer
 
 }  // namespace lattice

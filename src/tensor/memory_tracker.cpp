@@ -6,6 +6,8 @@
 #include <mutex>
 #include <new>
 
+#include "tensor/device_memory.hpp"
+
 namespace lattice {
 
 const char* category_name(MemoryCategory c) {
@@ -18,7 +20,7 @@ namespace {
 // The process-wide lock and totals (function statics: built before the first tracker's first use).
 struct Totals {
   std::mutex mu;
-  int64_t live = 0, peak = 0, reserved = 0, reserved_peak = 0;
+  int64_t live = 0, peak = 0, reserved = 0, reserved_peak = 0, device_live = 0, device_peak = 0;
   std::array<int64_t, kMemoryCategories> at_peak{};  // each category's live bytes when `peak` was reached
 };
 Totals& totals() {
@@ -33,8 +35,24 @@ int64_t read_total(int64_t Totals::*field) {
 
 MemoryTracker& MemoryTracker::of(MemoryCategory c) {
   totals();  // constructed first, so destroyed after every tracker
-  static MemoryTracker trackers[kMemoryCategories];
+  static MemoryTracker* const trackers = [] {
+    static MemoryTracker t[kMemoryCategories];
+    for (int i = 0; i < kMemoryCategories; ++i) t[i].category_ = MemoryCategory(i);
+    return t;
+  }();
   return trackers[int(c)];
+}
+
+bool MemoryTracker::on_device() const { return category_on_device(category_); }
+
+void zero_device_bytes(void* ptr, size_t bytes) {
+  if (bytes) device_memory().fill_zero(ptr, bytes);
+}
+
+// A block goes back to the memory it came from, even when the run's device memory has changed since.
+void MemoryTracker::return_to_system(void* ptr, const SystemBlock& b) {
+  if (b.memory) b.memory->release(ptr);
+  else std::free(ptr);
 }
 
 int64_t MemoryTracker::accounted_live_bytes() { return read_total(&Totals::live); }
@@ -45,6 +63,8 @@ std::array<int64_t, kMemoryCategories> MemoryTracker::accounted_peak_by_category
 }
 int64_t MemoryTracker::reserved_bytes() { return read_total(&Totals::reserved); }
 int64_t MemoryTracker::reserved_peak_bytes() { return read_total(&Totals::reserved_peak); }
+int64_t MemoryTracker::device_live_bytes() { return read_total(&Totals::device_live); }
+int64_t MemoryTracker::device_peak_bytes() { return read_total(&Totals::device_peak); }
 
 namespace {
 // Freed blocks are recycled by size class, not exact size: sizes that change every step (an MoE
@@ -59,27 +79,35 @@ size_t size_class(size_t bytes) {
 }
 }  // namespace
 
-void* MemoryTracker::allocate(size_t bytes, int layer, const char* op) {
+void* MemoryTracker::allocate(size_t bytes, int layer, const char* op, bool host_only) {
   Totals& t = totals();
   std::lock_guard lock(t.mu);
   void* ptr = nullptr;
+  const bool device = on_device() && !host_only;
   const size_t cls = size_class(bytes);
-  auto it = free_by_size_.find(cls);
-  if (it != free_by_size_.end() && !it->second.empty()) {
+  auto& spare = free_by_size_[device];
+  auto it = spare.find(cls);
+  if (it != spare.end() && !it->second.empty()) {
     ptr = it->second.back();
     it->second.pop_back();
   } else {
-    ptr = std::aligned_alloc(64, cls);
+    const DeviceMemory* memory = device ? &device_memory() : nullptr;
+    ptr = memory ? memory->allocate(cls) : std::aligned_alloc(64, cls);
     if (!ptr) throw std::bad_alloc();
+    system_[ptr] = SystemBlock{0, memory};
   }
   // A block's pages become resident as requests write them: count the most any request used of it.
-  size_t& used = used_[ptr];
+  size_t& used = system_[ptr].used;
   if (bytes > used) {
     t.reserved += int64_t(bytes - used);
     t.reserved_peak = std::max(t.reserved_peak, t.reserved);
     used = bytes;
   }
-  live_blocks_[ptr] = Block{bytes, layer, op};
+  live_blocks_[ptr] = Block{bytes, layer, op, device};
+  if (device) {
+    t.device_live += int64_t(bytes);
+    t.device_peak = std::max(t.device_peak, t.device_live);
+  }
   live_ += int64_t(bytes);
   peak_ = std::max(peak_, live_);
   run_peak_ = std::max(run_peak_, live_);
@@ -98,7 +126,16 @@ void MemoryTracker::release(void* ptr) {
   if (it == live_blocks_.end()) return;
   live_ -= int64_t(it->second.bytes);
   t.live -= int64_t(it->second.bytes);
-  free_by_size_[size_class(it->second.bytes)].push_back(ptr);
+  if (it->second.device) t.device_live -= int64_t(it->second.bytes);
+  const auto sys = system_.find(ptr);
+  if (it->second.device && sys->second.memory != &device_memory()) {
+    // From the memory the run used before it picked its device: not recycled as the device's.
+    t.reserved -= int64_t(sys->second.used);
+    return_to_system(ptr, sys->second);
+    system_.erase(sys);
+  } else {
+    free_by_size_[it->second.device][size_class(it->second.bytes)].push_back(ptr);
+  }
   live_blocks_.erase(it);
 }
 
@@ -133,13 +170,16 @@ int64_t MemoryTracker::live_bytes_of_op(const std::string& op) const {
 void MemoryTracker::release_cache() {
   Totals& t = totals();
   std::lock_guard lock(t.mu);
-  for (auto& [size, ptrs] : free_by_size_)
-    for (void* p : ptrs) {
-      t.reserved -= int64_t(used_[p]);
-      used_.erase(p);
-      std::free(p);
-    }
-  free_by_size_.clear();
+  for (auto& spare : free_by_size_) {
+    for (auto& [size, ptrs] : spare)
+      for (void* p : ptrs) {
+        const auto sys = system_.find(p);
+        t.reserved -= int64_t(sys->second.used);
+        return_to_system(p, sys->second);
+        system_.erase(sys);
+      }
+    spare.clear();
+  }
 }
 
 }  // namespace lattice

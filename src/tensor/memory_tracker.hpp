@@ -16,6 +16,8 @@
 
 namespace lattice {
 
+struct DeviceMemory;  // tensor/device_memory.hpp
+
 // What a buffer is for. Activations kept for backward and model states (params, grads, optimizer)
 // are the two halves of the paper's picture; the rest are what a rank also holds.
 enum class MemoryCategory {
@@ -38,11 +40,16 @@ class MemoryTracker {
   // at exit the recycled blocks go back to the system (LeakSanitizer would report them otherwise).
   static MemoryTracker& of(MemoryCategory c);
   static MemoryTracker& activations() { return of(MemoryCategory::activations); }
+  MemoryCategory category() const { return category_; }
+  // Whether this category's buffers are the run's device memory (tensor/device_memory.hpp).
+  bool on_device() const;
   static MemoryTracker& model_states() { return of(MemoryCategory::model_states); }
   ~MemoryTracker() { release_cache(); }
 
   // Thread-safe (one process-wide lock: a step makes a few hundred allocations, most on one thread).
-  void* allocate(size_t bytes, int layer, const char* op);
+  // The block is the run's device memory when this category is on the device, unless `host_only`
+  // (a buffer host code reads and writes element by element: tracked_vector).
+  void* allocate(size_t bytes, int layer, const char* op, bool host_only = false);
   void release(void* ptr);
 
   int64_t live_bytes() const { return live_; }
@@ -60,6 +67,10 @@ class MemoryTracker {
   static std::array<int64_t, kMemoryCategories> accounted_peak_by_category();
   static int64_t reserved_bytes();
   static int64_t reserved_peak_bytes();
+  // Of the accounted bytes, those in the device's memory (tensor/device_memory.hpp; all of them on
+  // the CPU too, where the device's memory is the host's), live and at their own peak.
+  static int64_t device_live_bytes();
+  static int64_t device_peak_bytes();
   // Live bytes per layer (kEmbeddingLayer/kHeadLayer for the outside parts).
   int64_t live_bytes_of_layer(int layer) const;
   // Live bytes per "layer/op", for the per-op breakdown of the memory report.
@@ -72,10 +83,17 @@ class MemoryTracker {
     size_t bytes;
     int layer;
     const char* op;
+    bool device;
   };
+  struct SystemBlock {
+    size_t used;                   // the most bytes a request used of it
+    const DeviceMemory* memory;  // where it came from (null: the host's aligned_alloc)
+  };
+  void return_to_system(void* ptr, const SystemBlock& b);
+  MemoryCategory category_ = MemoryCategory::count;
   std::unordered_map<void*, Block> live_blocks_;
-  std::unordered_map<size_t, std::vector<void*>> free_by_size_;
-  std::unordered_map<void*, size_t> used_;  // every block from the system: the most bytes a request used
+  std::unordered_map<size_t, std::vector<void*>> free_by_size_[2];  // [0] host blocks, [1] the device's
+  std::unordered_map<void*, SystemBlock> system_;  // every block obtained from the system
   int64_t live_ = 0, peak_ = 0, run_peak_ = 0;
 };
 
@@ -115,7 +133,9 @@ class TrackedBuffer {
 };
 
 // A std::vector allocator drawing from a category's tracker (tag "vector"), for buffers whose size
-// the code grows as it goes: tracked_vector<float, MemoryCategory::communication> v(n).
+// the code grows as it goes: tracked_vector<float, MemoryCategory::communication> v(n). Always host
+// memory (host code touches its elements); a device buffer that grows is a DeviceVector
+// (tensor/device_memory.hpp).
 template <class T, MemoryCategory C>
 struct TrackedAllocator {
   using value_type = T;
@@ -126,7 +146,9 @@ struct TrackedAllocator {
   TrackedAllocator() = default;
   template <class U>
   TrackedAllocator(const TrackedAllocator<U, C>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(MemoryTracker::of(C).allocate(n * sizeof(T), kNoLayer, "vector")); }
+  T* allocate(size_t n) {
+    return static_cast<T*>(MemoryTracker::of(C).allocate(n * sizeof(T), kNoLayer, "vector", /*host_only=*/true));
+  }
   void deallocate(T* p, size_t) { MemoryTracker::of(C).release(p); }
   template <class U>
   bool operator==(const TrackedAllocator<U, C>&) const { return true; }
@@ -140,6 +162,9 @@ using tracked_vector = std::vector<T, TrackedAllocator<T, C>>;
 
 namespace lattice {
 
+// Zeroes bytes of the run's device memory (tensor/device_memory.hpp), for TrackedArray.
+void zero_device_bytes(void* ptr, size_t bytes);
+
 // A zero-initialised, tracked array of T (flat parameter, gradient and optimizer buffers).
 template <class T>
 class TrackedArray {
@@ -147,7 +172,9 @@ class TrackedArray {
   TrackedArray() = default;
   TrackedArray(int64_t n, const char* op, MemoryTracker& tracker = MemoryTracker::model_states())
       : buf_(size_t(n) * sizeof(T), 0, op, tracker), n_(n) {
-    for (int64_t i = 0; i < n; ++i) data()[i] = T{};
+    if (tracker.on_device()) zero_device_bytes(buf_.data(), buf_.bytes());
+    else
+      for (int64_t i = 0; i < n; ++i) data()[i] = T{};
   }
   TrackedArray(int64_t n, const char* op, MemoryCategory c) : TrackedArray(n, op, MemoryTracker::of(c)) {}
   T* data() { return static_cast<T*>(buf_.data()); }

@@ -1,11 +1,14 @@
 #pragma once
 // An activation kept for backward, stored in the activation dtype (fp32 or bf16), or compressed to
 // 8 bits (fp8(): tensor/fp8.hpp, --activation-compression fp8), and counted by the tracking
-// allocator under its (layer, op) tag.
+// allocator under its (layer, op) tag. It lives in the run's device memory (tensor/device_memory.hpp)
+// and its values come and go as device buffers; the 8-bit form is the host's only (the CLI refuses it
+// on another device).
 #include <cstdint>
 
 #include "core/config.hpp"
 #include "tensor/bf16.hpp"
+#include "tensor/device_memory.hpp"
 #include "tensor/fp8.hpp"
 #include "tensor/memory_tracker.hpp"
 
@@ -39,12 +42,15 @@ class Stored {
 
   // Store fp32 values (converting if the storage is bf16 or 8-bit).
   void store(const float* src) {
+    const DeviceMemory& m = device_memory();
     if (compressed()) {
       fp8_compress(src, numel_, row_, codes(), scales());
     } else if (dtype_ == DType::fp32) {
-      if (src != f32()) copy_f32(src, f32(), numel_);
+      if (src == f32()) return;
+      if (m.host_addressable) copy_f32(src, f32(), numel_);
+      else m.copy(f32(), src, size_t(numel_) * 4);
     } else {
-      to_bf16(src, static_cast<uint16_t*>(buf_.data()), numel_);
+      m.to_bf16(src, static_cast<uint16_t*>(buf_.data()), numel_);
     }
   }
   // Store values of the compute dtype (fp32, or bf16 bits), compressing them: 8-bit storage only.
@@ -64,7 +70,7 @@ class Stored {
       return scratch;
     }
     if (dtype_ == DType::fp32) return f32();
-    from_bf16(static_cast<const uint16_t*>(buf_.data()), scratch, numel_);
+    device_memory().from_bf16(static_cast<const uint16_t*>(buf_.data()), scratch, numel_);
     return scratch;
   }
   void reset() { buf_.reset(), numel_ = 0, row_ = 0; }

@@ -22,7 +22,8 @@ void cross_entropy_forward(const TensorParallel& tp, float* logits, float* losse
                            const VocabShard& v, int64_t N) {
   // Columns of this shard that are real tokens.
   const int64_t real = std::max<int64_t>(0, std::min(v.v_local, v.v_real - v.v0));
-  tracked_vector<float, MemoryCategory::workspaces> row_max(static_cast<size_t>(N)), row_sum(row_max.size()), target_logit(row_max.size());
+  DeviceVector<float, MemoryCategory::workspaces> row_max(static_cast<size_t>(N)), row_sum(row_max.size()),
+      target_logit(row_max.size());
   dev::ce_shard_max_target(row_max.data(), target_logit.data(), logits, targets, v.v0, v.v_local, real, N);
   if (tp.active()) {
     tp.group->all_reduce({row_max.data(), row_max.size()}, comm::ReduceOp::max);

@@ -6,6 +6,7 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "comm/gather_int64.hpp"
+#include "tensor/device_memory.hpp"
 
 namespace lattice {
 
@@ -46,6 +47,12 @@ std::vector<CheckpointStream::Span> CheckpointStream::spans_of(
   return spans;
 }
 
+const float* CheckpointStream::on_host(const float* values, int64_t n) {
+  if (device_memory().host_addressable) return values;
+  copy_to_host(from_device_.ensure(n), values, n);
+  return from_device_.data();
+}
+
 void CheckpointStream::write(const std::string& prefix, const std::vector<parallel::ModelStates::SavePiece>& pieces,
                              TensorSink* out) {
   const std::vector<Span> mine = spans_of(pieces);
@@ -75,7 +82,7 @@ void CheckpointStream::write(const std::string& prefix, const std::vector<parall
         const float* values = local_values(k, mine[k].begin);
         for (int64_t at = mine[k].begin; at < mine[k].end; at += kMessageFloats) {
           const int64_t n = std::min(kMessageFloats, mine[k].end - at);
-          world->send({values + (at - mine[k].begin), size_t(n)}, 0, kCheckpointTag);
+          world->send({on_host(values + (at - mine[k].begin), n), size_t(n)}, 0, kCheckpointTag);
         }
       }
       continue;
@@ -91,7 +98,7 @@ void CheckpointStream::write(const std::string& prefix, const std::vector<parall
         const int64_t n = std::min(kMessageFloats, end - at);
         const float* values;
         if (r == 0) {
-          values = local_values(k, at);
+          values = on_host(local_values(k, at), n);
         } else {
           world->recv({message_.ensure(n), size_t(n)}, int(r), kCheckpointTag);
           values = message_.data();
@@ -118,6 +125,7 @@ void CheckpointStream::write(const std::string& prefix, const std::vector<parall
   }
   tensor_.clear();
   message_.clear();
+  from_device_.clear();
 }
 
 }  // namespace lattice

@@ -60,6 +60,10 @@ class CheckpointStream {
   std::vector<ParamTable> tp_tables_;  // [tp rank]: every tensor's shard on that TP rank
   ScratchArray<float> tensor_{MemoryCategory::checkpoint_io, "checkpoint/tensor"};
   ScratchArray<float> message_{MemoryCategory::checkpoint_io, "checkpoint/message"};
+  // A device whose memory the host cannot address: each run of local values comes to the host here
+  // before it is sent or placed (one message's worth at a time).
+  ScratchArray<float> from_device_{MemoryCategory::checkpoint_io, "checkpoint/from_device"};
+  const float* on_host(const float* values, int64_t n);
 };
 
 }  // namespace lattice

@@ -1,0 +1,136 @@
+#include "backend/guarded_device.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <vector>
+
+#include "tensor/bf16.hpp"
+
+namespace lattice {
+
+namespace {
+
+// One reserved region, bump-allocated in whole pages; freed blocks are reused by size. The region is
+// readable and writable only while at least one seam operation is open (any thread).
+class Arena {
+ public:
+  static Arena& get() {
+    static Arena a;
+    return a;
+  }
+  void* allocate(size_t bytes) {
+    const size_t size = (bytes + page_ - 1) / page_ * page_;
+    std::lock_guard lock(mu_);
+    if (!base_) return nullptr;
+    char* p = nullptr;
+    auto& spare = free_[size];
+    if (!spare.empty()) {
+      p = spare.back();
+      spare.pop_back();
+    } else {
+      if (top_ + size > kReserve) return nullptr;
+      p = base_ + top_;
+      top_ += size;
+      if (open_ > 0) protect(p, size, PROT_READ | PROT_WRITE);
+    }
+    sizes_[p] = size;
+    return p;
+  }
+  void release(void* ptr) {
+    std::lock_guard lock(mu_);
+    const auto it = sizes_.find(static_cast<char*>(ptr));
+    if (it == sizes_.end()) return;
+    free_[it->second].push_back(it->first);
+    sizes_.erase(it);
+  }
+  void open() {
+    std::lock_guard lock(mu_);
+    if (open_++ == 0 && top_) protect(base_, top_, PROT_READ | PROT_WRITE);
+  }
+  void close() {
+    std::lock_guard lock(mu_);
+    if (--open_ == 0 && top_) protect(base_, top_, PROT_NONE);
+  }
+
+ private:
+  static constexpr size_t kReserve = size_t(64) << 30;  // address space only (MAP_NORESERVE)
+  Arena() : page_(size_t(sysconf(_SC_PAGESIZE))) {
+    void* p = mmap(nullptr, kReserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    base_ = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+  }
+  static void protect(char* p, size_t n, int prot) {
+    if (mprotect(p, n, prot) != 0) throw std::bad_alloc();  // the kernel refused: no memory for its tables
+  }
+  std::mutex mu_;
+  size_t page_;
+  char* base_ = nullptr;
+  size_t top_ = 0;
+  int open_ = 0;
+  std::unordered_map<size_t, std::vector<char*>> free_;
+  std::unordered_map<char*, size_t> sizes_;
+};
+
+// Device memory is open for the duration of one seam operation.
+struct Open {
+  Open() { Arena::get().open(); }
+  ~Open() { Arena::get().close(); }
+  Open(const Open&) = delete;
+  Open& operator=(const Open&) = delete;
+};
+
+void* g_allocate(size_t bytes) { return Arena::get().allocate(bytes); }
+void g_release(void* p) { Arena::get().release(p); }
+void g_fill_zero(void* dst, size_t bytes) {
+  Open o;
+  host_memory().fill_zero(dst, bytes);
+}
+void g_copy(void* dst, const void* src, size_t bytes) {
+  Open o;
+  host_memory().copy(dst, src, bytes);
+}
+void g_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+  Open o;
+  to_bf16(src, dst, n);
+}
+void g_from_bf16(const uint16_t* src, float* dst, int64_t n) {
+  Open o;
+  from_bf16(src, dst, n);
+}
+
+const DeviceMemory kGuardedMemory = {"cpu-guarded", false,  g_allocate, g_release,  g_fill_zero,
+                                     g_copy,        g_copy, g_copy,     g_to_bf16, g_from_bf16};
+
+// Each entry of the CPU's table, run with device memory open.
+template <auto Member>
+struct Guard;
+template <class R, class... A, R (*DeviceOps::*Member)(A...)>
+struct Guard<Member> {
+  static R call(A... a) {
+    Open o;
+    return (cpu_ops().*Member)(a...);
+  }
+};
+
+DeviceOps make_guarded_ops() {
+  DeviceOps g = cpu_ops();
+  g.device = Device::cpu_guarded;
+#define LATTICE_GUARD(name) g.name = &Guard<&DeviceOps::name>::call;
+  LATTICE_DEVICE_OPS(LATTICE_GUARD)
+#undef LATTICE_GUARD
+  return g;
+}
+
+}  // namespace
+
+const DeviceMemory& guarded_memory() { return kGuardedMemory; }
+const DeviceOps& guarded_ops() {
+  static const DeviceOps ops = make_guarded_ops();
+  return ops;
+}
+
+}  // namespace lattice

@@ -1,0 +1,37 @@
+#include "tensor/device_memory.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "tensor/bf16.hpp"
+
+namespace lattice {
+
+namespace {
+void* host_allocate(size_t bytes) { return std::aligned_alloc(64, (bytes + 63) / 64 * 64); }
+void host_release(void* p) { std::free(p); }
+void host_fill_zero(void* dst, size_t bytes) {
+  if (bytes) std::memset(dst, 0, bytes);
+}
+void host_copy(void* dst, const void* src, size_t bytes) {
+  if (bytes && dst != src) std::memcpy(dst, src, bytes);
+}
+void host_to_bf16(const float* src, uint16_t* dst, int64_t n) { to_bf16(src, dst, n); }
+void host_from_bf16(const uint16_t* src, float* dst, int64_t n) { from_bf16(src, dst, n); }
+
+const DeviceMemory kHost = {"host",    true,      host_allocate, host_release, host_fill_zero, host_copy,
+                            host_copy, host_copy, host_to_bf16,  host_from_bf16};
+const DeviceMemory* g_memory = &kHost;
+}  // namespace
+
+const DeviceMemory& host_memory() { return kHost; }
+const DeviceMemory& device_memory() { return *g_memory; }
+
+void set_device_memory(const DeviceMemory& m) {
+  if (&m == g_memory) return;
+  for (int c = 0; c < kMemoryCategories; ++c)
+    if (category_on_device(MemoryCategory(c))) MemoryTracker::of(MemoryCategory(c)).release_cache();
+  g_memory = &m;
+}
+
+}  // namespace lattice
