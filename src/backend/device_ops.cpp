@@ -28,6 +28,11 @@ Device parse_device(const std::string& text) {
 namespace {
 
 void cpu_to_bf16(const float* src, uint16_t* dst, int64_t n) { to_bf16(src, dst, n); }
+void cpu_half_narrow(bool fp16, const float* src, uint16_t* dst, int64_t n) { HalfFormat{fp16}.narrow(src, dst, n); }
+void cpu_half_widen(bool fp16, const uint16_t* src, float* dst, int64_t n) { HalfFormat{fp16}.widen(src, dst, n); }
+void cpu_half_accumulate(bool fp16, const float* src, uint16_t* dst, int64_t n) {
+  HalfFormat{fp16}.accumulate(src, dst, n);
+}
 
 const DeviceOps kCpu = {
     Device::cpu,
@@ -67,6 +72,9 @@ const DeviceOps kCpu = {
     ce_shard_normalize,
     ce_shard_backward,
     cpu_to_bf16,
+    cpu_half_narrow,
+    cpu_half_widen,
+    cpu_half_accumulate,
     adamw_update,
     grad_sum_squares,
     scale_grads,

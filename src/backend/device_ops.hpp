@@ -15,6 +15,7 @@
 #include "kernels/heads.hpp"
 #include "kernels/optimizer_kernels.hpp"
 #include "random/philox.hpp"
+#include "tensor/half.hpp"
 #include "tensor/device_memory.hpp"
 
 namespace lattice {
@@ -75,6 +76,10 @@ struct DeviceOps {
   void (*ce_shard_backward)(float*, const float*, const int32_t*, int64_t, int64_t, int64_t, float);
   // Casts (tensor/bf16.hpp).
   void (*to_bf16)(const float*, uint16_t*, int64_t);
+  // 16-bit weights and gradients (tensor/half.hpp's HalfFormat: bf16, or fp16 when the flag says).
+  void (*half_narrow)(bool, const float*, uint16_t*, int64_t);
+  void (*half_widen)(bool, const uint16_t*, float*, int64_t);
+  void (*half_accumulate)(bool, const float*, uint16_t*, int64_t);
   // The optimizer's (kernels/optimizer_kernels.hpp): results that are one number come to the host.
   void (*adamw_update)(float*, float*, float*, const float*, int64_t, float, const AdamWScalars&);
   double (*grad_sum_squares)(const float*, int64_t);
@@ -92,7 +97,7 @@ struct DeviceOps {
   X(dropout_forward) X(dropout_backward) X(softmax_dropout_forward) X(softmax_causal_backward)                 \
   X(flash_attention_forward) X(flash_attention_backward) X(split_heads) X(merge_heads) X(unmerge_heads)       \
   X(merge_qkv_grads) X(embedding_shard_forward) X(embedding_shard_backward) X(add_positions) X(position_grads) X(ce_shard_max_target)            \
-  X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_shard_backward) X(to_bf16) X(adamw_update) X(grad_sum_squares) X(scale_grads) X(all_finite)
+  X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(grad_sum_squares) X(scale_grads) X(all_finite)
 
 // The CPU's table: src/kernels, byte for byte what the model called directly before the seam.
 const DeviceOps& cpu_ops();
@@ -215,6 +220,15 @@ inline void ce_shard_backward(float* dlogits, const float* probs, const int32_t*
   device_ops().ce_shard_backward(dlogits, probs, targets, v0, v_local, N, scale);
 }
 inline void to_bf16(const float* src, uint16_t* dst, int64_t n) { device_ops().to_bf16(src, dst, n); }
+inline void half_narrow(const HalfFormat& f, const float* src, uint16_t* dst, int64_t n) {
+  device_ops().half_narrow(f.fp16, src, dst, n);
+}
+inline void half_widen(const HalfFormat& f, const uint16_t* src, float* dst, int64_t n) {
+  device_ops().half_widen(f.fp16, src, dst, n);
+}
+inline void half_accumulate(const HalfFormat& f, const float* src, uint16_t* dst, int64_t n) {
+  device_ops().half_accumulate(f.fp16, src, dst, n);
+}
 inline void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, float decay,
                          const AdamWScalars& a) {
   device_ops().adamw_update(m, v, w, grad, n, decay, a);

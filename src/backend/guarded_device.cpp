@@ -3,7 +3,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -47,6 +50,10 @@ class Arena {
     if (it == sizes_.end()) return;
     free_[it->second].push_back(it->first);
     sizes_.erase(it);
+  }
+  bool holds(const void* p) const {
+    const char* c = static_cast<const char*>(p);
+    return c >= base_ && c < base_ + kReserve;
   }
   void open() {
     std::lock_guard lock(mu_);
@@ -105,21 +112,40 @@ void g_from_bf16(const uint16_t* src, float* dst, int64_t n) {
 const DeviceMemory kGuardedMemory = {"cpu-guarded", false,  g_allocate, g_release,  g_fill_zero,
                                      g_copy,        g_copy, g_copy,     g_to_bf16, g_from_bf16};
 
-// Each entry of the CPU's table, run with device memory open.
+// A device operation reads and writes device memory only: a host pointer given to one (a staging
+// buffer, a file's mapping) is the other half of what a GPU would fault on.
+[[noreturn]] void host_pointer(const char* op) {
+  std::fprintf(stderr, "lattice: internal error: --device cpu-guarded: %s was given host memory\n", op);
+  std::abort();
+}
+template <class T>
+void check_arg(const char* op, const T& a) {
+  if constexpr (std::is_pointer_v<T>) {
+    if (a && !Arena::get().holds(a)) host_pointer(op);
+  } else if constexpr (std::is_same_v<T, GemmOperand>) {
+    if (a.ptr && !Arena::get().holds(a.ptr)) host_pointer(op);
+  }
+}
+
+// Each entry of the CPU's table, its pointers checked, run with device memory open.
 template <auto Member>
 struct Guard;
 template <class R, class... A, R (*DeviceOps::*Member)(A...)>
 struct Guard<Member> {
+  static const char* name;
   static R call(A... a) {
+    (check_arg(name, a), ...);
     Open o;
     return (cpu_ops().*Member)(a...);
   }
 };
+template <class R, class... A, R (*DeviceOps::*Member)(A...)>
+const char* Guard<Member>::name = "a device operation";
 
 DeviceOps make_guarded_ops() {
   DeviceOps g = cpu_ops();
   g.device = Device::cpu_guarded;
-#define LATTICE_GUARD(name) g.name = &Guard<&DeviceOps::name>::call;
+#define LATTICE_GUARD(op) g.op = &Guard<&DeviceOps::op>::call, Guard<&DeviceOps::op>::name = #op;
   LATTICE_DEVICE_OPS(LATTICE_GUARD)
 #undef LATTICE_GUARD
   return g;

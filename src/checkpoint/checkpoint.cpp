@@ -1,4 +1,5 @@
 #include "checkpoint/checkpoint.hpp"
+#include "tensor/device_memory.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -47,10 +48,15 @@ void ModelArrayReader::read(const std::string& prefix, FlatPiece range, float* o
       held_ = name;
     }
     const float* src = tensor_.data();
+    // The run [begin, end) of `out` is contiguous: placed directly in host memory, else assembled on
+    // the host and copied to the device once.
+    float* dst = out + (begin - range.begin);
+    float* place = device_memory().host_addressable ? dst : to_device_.ensure(end - begin);
     for (int64_t i = begin - p.offset; i < end - p.offset; ++i) {
       const int64_t g = table_.global_index(p, i);
-      out[p.offset + i - range.begin] = g < stored ? src[g] : 0.0f;  // vocabulary padding rows: zero
+      place[p.offset + i - begin] = g < stored ? src[g] : 0.0f;  // vocabulary padding rows: zero
     }
+    if (place != dst) copy_to_device(dst, place, end - begin);
   }
 }
 

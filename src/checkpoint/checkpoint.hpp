@@ -112,6 +112,9 @@ class ModelArrayReader {
   ModelConfig config_;
   ScratchArray<float> tensor_{MemoryCategory::checkpoint_io, "checkpoint/tensor"};
   std::string held_;  // the tensor in tensor_
+  // A device whose memory the host cannot address: a tensor's run of this rank's elements, assembled
+  // on the host before it is copied to the device.
+  ScratchArray<float> to_device_{MemoryCategory::checkpoint_io, "checkpoint/to_device"};
 };
 
 // The model.safetensors a --resume or --init path names: a checkpoint directory (whose

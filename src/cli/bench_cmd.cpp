@@ -233,6 +233,9 @@ int run_bench(int argc, char** argv) {
   int64_t max_bytes = 0;
   LayoutConfig resolved;
   try {
+    // The bench measures the CPU's own kernels on host buffers (the planner's calibration): the guarded
+    // device would only fault on them.
+    require(device != "cpu-guarded", "--device cpu-guarded applies to train, eval and sample; lattice bench measures the CPU");
     select_device(parse_device(device));  // once, before anything is measured
     require(seconds > 0 && seconds <= 60, "--seconds must be in (0, 60]");
     char given[32];

@@ -8,6 +8,7 @@
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "backend/device_ops.hpp"
+#include "cli/device_support.hpp"
 #include "cli/model_flags.hpp"
 #include "cli/model_source.hpp"
 #include "core/error.hpp"
@@ -42,6 +43,7 @@ int run_eval(int argc, char** argv) {
   select_device(parse_device(device));  // once, before the model is built
   auto gpt = load_model_for_inference(checkpoint, app, model, DType::fp32, micro_batch);
   const ModelConfig& c = gpt->config();
+  require_device_runs(parse_device(device), c);
   // The tokens must be the checkpoint's tokenizer's: a data directory that records another is refused.
   const std::string data_dir = std::filesystem::path(data_file).parent_path().string();
   const data::Tokenizer tokenizer =

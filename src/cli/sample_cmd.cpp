@@ -9,6 +9,7 @@
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "backend/device_ops.hpp"
+#include "cli/device_support.hpp"
 #include "cli/model_flags.hpp"
 #include "cli/model_source.hpp"
 #include "core/error.hpp"
@@ -66,6 +67,7 @@ int run_sample(int argc, char** argv) {
   select_device(parse_device(device));  // once, before the model is built
   auto gpt = load_model_for_inference(checkpoint, app, model, DType::fp32, 1);
   const ModelConfig& c = gpt->config();
+  require_device_runs(parse_device(device), c);
   // Expert choice ranks every token of the sequence, future ones included: not a causal model.
   require(!(c.moe.enabled() && c.moe.router == MoERouter::expert_choice),
           "sample cannot generate with an expert-choice MoE model: its routing sees future tokens "

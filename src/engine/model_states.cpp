@@ -76,7 +76,7 @@ void ModelStates::keep_weights(GPT& model, const WeightSource& fill) {
       const FlatPiece p = pieces_[b];
       if (p.size() == 0) continue;
       if (in_place) fill(p, shard + shard_offset_[b]);
-      else std::copy(full + p.begin, full + p.end, shard + shard_offset_[b]);
+      else dev::copy(shard + shard_offset_[b], full + p.begin, p.size());
     }
   };
   if (!half() && whole_weights()) {
@@ -91,13 +91,13 @@ void ModelStates::keep_weights(GPT& model, const WeightSource& fill) {
   } else {
     masters_ = TrackedArray<float>(masters_sharded() ? shard_size_ : total_, "optimizer");  // part of the 12Ψ
     if (masters_sharded()) fill_shard(masters_.data());
-    else std::copy(full, full + total_, masters_.data());
+    else dev::copy(masters_.data(), full, total_);
     if (whole_weights()) {
       weights16_ = TrackedArray<uint16_t>(total_, "params");
-      half_->narrow(full, weights16_.data(), total_);
+      dev::half_narrow(*half_, full, weights16_.data(), total_);
     } else {
       weights16_ = TrackedArray<uint16_t>(shard_size_, "params");
-      half_->narrow(masters_.data(), weights16_.data(), shard_size_);
+      dev::half_narrow(*half_, masters_.data(), weights16_.data(), shard_size_);
     }
   }
   if (layout_.versions == 2) {  // both versions start as the model (docs/design.md §6.3: W⁽⁻¹⁾ = W⁽⁰⁾)
@@ -191,7 +191,7 @@ void ModelStates::launch_gather(int b) {
   Gathered& g = gathered_[b];
   g.values = TrackedArray<float>(bucket.size(), "transient");
   if (whole_weights()) {  // 16-bit weights, whole on every rank: widen, nothing to gather
-    half_->widen(weights16_.data() + bucket.begin, g.values.data(), bucket.size());
+    dev::half_widen(*half_, weights16_.data() + bucket.begin, g.values.data(), bucket.size());
     note_transient();
     return;
   }
@@ -203,7 +203,7 @@ void ModelStates::launch_gather(int b) {
     mine = g.piece.data();
   } else if (half()) {
     g.piece = TrackedArray<float>(n, "transient");
-    half_->widen(weights16_.data() + offset, g.piece.data(), n);
+    dev::half_widen(*half_, weights16_.data() + offset, g.piece.data(), n);
     mine = g.piece.data();
   }
   note_transient();
@@ -246,7 +246,7 @@ void ModelStates::grads_done(int b) {
   TrackedArray<float> done = bucket_grads_.take(b);
   if (!done.size()) return;
   if (whole_grads()) {  // the 16-bit gradient accumulates the micro-batch's fp32 bucket (one rounding)
-    half_->accumulate(done.data(), grads16_.data() + buckets_[size_t(b)].begin, done.size());
+    dev::half_accumulate(*half_, done.data(), grads16_.data() + buckets_[size_t(b)].begin, done.size());
     return;
   }
   reduce_scatter(b, std::move(done), 1);  // one in flight: transient buckets stay two layers' worth
@@ -287,7 +287,7 @@ void ModelStates::complete_oldest() {
   // Into the step's shard (stage 1) or the kept shard gradient, where micro-batches accumulate.
   const int64_t offset = shard_offset_[size_t(r.bucket)];
   if (half() && stage_ >= 2) {
-    half_->accumulate(r.mine.data(), grads16_.data() + offset, r.mine.size());
+    dev::half_accumulate(*half_, r.mine.data(), grads16_.data() + offset, r.mine.size());
   } else {
     float* dst = (stage_ == 1 ? reduced_.data() : grads32_.data()) + offset;
     const float* src = r.mine.data();
@@ -320,7 +320,7 @@ OwnedGrads ModelStates::reduce() {
   }
   if (half() && stage_ == 0) {  // the optimizer reads the whole fp32 gradient at once
     reduced_ = TrackedArray<float>(total_, "transient");
-    half_->widen(grads16_.data(), reduced_.data(), total_);
+    dev::half_widen(*half_, grads16_.data(), reduced_.data(), total_);
     note_transient();
     const auto t0 = std::chrono::steady_clock::now();
     for (size_t b = 0; b < buckets_.size(); ++b)
@@ -336,7 +336,7 @@ OwnedGrads ModelStates::reduce() {
       const Bucket& bucket = buckets_[b];
       if (bucket.size() == 0) continue;
       TrackedArray<float> values(bucket.size(), "transient");
-      half_->widen(grads16_.data() + bucket.begin, values.data(), bucket.size());
+      dev::half_widen(*half_, grads16_.data() + bucket.begin, values.data(), bucket.size());
       reduce_scatter(int(b), std::move(values), 1);
     }
     finish_all_reduces();
@@ -345,7 +345,7 @@ OwnedGrads ModelStates::reduce() {
   finish_all_reduces();  // stages 2–3: the shard gradient is complete
   if (!half()) return shard_grads(grads32_.data());
   reduced_ = TrackedArray<float>(shard_size_, "transient");  // the optimizer reads fp32
-  half_->widen(grads16_.data(), reduced_.data(), shard_size_);
+  dev::half_widen(*half_, grads16_.data(), reduced_.data(), shard_size_);
   note_transient();
   return shard_grads(reduced_.data());
 }
@@ -376,7 +376,7 @@ void ModelStates::finish_step(bool updated) {
     refresh_bf16();
   } else if (updated) {
     if (whole_weights() && stage_ >= 1) gather_narrowed();
-    else half_->narrow(masters_.data(), weights16_.data(), weights16_.size());  // whole, or stage 3's shard
+    else dev::half_narrow(*half_, masters_.data(), weights16_.data(), weights16_.size());  // whole, or stage 3's shard
   }
   reduced_ = TrackedArray<float>();
 }
@@ -390,7 +390,7 @@ void ModelStates::gather_narrowed() {
     group(int(b))->all_gather_v_async({masters_.data() + shard_offset_[b], size_t(pieces_[b].size())},
                             {values.data(), size_t(bucket.size())}, counts(int(b)))
         .wait();
-    half_->narrow(values.data(), weights16_.data() + bucket.begin, bucket.size());
+    dev::half_narrow(*half_, values.data(), weights16_.data() + bucket.begin, bucket.size());
   }
 }
 
@@ -412,7 +412,7 @@ ModelStates::PreviousPieces ModelStates::previous_save_pieces() const {
     const Bucket& bucket = buckets_[b];
     const float* values = other_.weights32.data() + bucket.begin;
     if (half()) {
-      half_->widen(other_.weights16.data() + bucket.begin, next, bucket.size());
+      dev::half_widen(*half_, other_.weights16.data() + bucket.begin, next, bucket.size());
       values = next, next += bucket.size();
     }
     out.pieces.push_back({{bucket.begin, bucket.begin + bucket.size()}, values});
@@ -427,7 +427,7 @@ void ModelStates::keep_previous_weights(const WeightSource& fill, uint64_t next_
   note_transient();
   fill({0, total_}, values.data());
   if (half()) {
-    half_->narrow(values.data(), other_.weights16.data(), total_);
+    dev::half_narrow(*half_, values.data(), other_.weights16.data(), total_);
   } else {
     std::copy(values.data(), values.data() + total_, other_.weights32.data());
     if (other_.weights_bf16.size()) to_bf16(values.data(), other_.weights_bf16.data(), total_);

@@ -475,7 +475,8 @@ std::vector<float> GPT::next_token_probs(const int32_t* ids, int64_t len) {
   MicroBatch mb{ids, targets.data(), 1, 0};
   forward_chunk(mb, -1, 0, false, len, 0, model_.layers, nullptr, nullptr);
   const auto* probs = static_cast<const float*>(in_flight_.at(-1).outside.logits.data()) + (len - 1) * vocab_local();
-  std::vector<float> out(probs, probs + model_.vocab);
+  std::vector<float> out(size_t(model_.vocab));
+  dev::download(out.data(), probs, model_.vocab);
   in_flight_.erase(-1);
   return out;
 }

@@ -1,0 +1,20 @@
+#pragma once
+// What a device other than the CPU runs today (--device cuda, cpu-guarded), decided in one place:
+// the dense model on one rank, fp32 or bf16 activations, every recompute mode and segment plan, fused
+// or unfused attention, fp32/bf16/fp16 weights, AdamW with clipping, checkpoints both ways. The rest
+// is refused in one line naming the flag, before a model exists (docs/gpu.md, "What runs").
+#include <string>
+
+#include "backend/device_ops.hpp"
+#include "core/config.hpp"
+#include "train/train_config.hpp"
+
+namespace lattice::cli {
+
+// train: the model, the resolved layout, the run's settings and the ranks it was launched with.
+void require_device_runs(Device device, const ModelConfig& model, const LayoutConfig& layout,
+                         const TrainConfig& train, int world);
+// eval and sample: the model a checkpoint holds.
+void require_device_runs(Device device, const ModelConfig& model);
+
+}  // namespace lattice::cli
