@@ -221,7 +221,7 @@ void ModelStates::ready(Gathered& g) {
   if (layout_.bf16_gemms && !stored_bf16()) {
     if (!g.bf16.size() && g.values.size()) {
       g.bf16 = TrackedArray<uint16_t>(g.values.size(), "transient");
-      to_bf16(g.values.data(), g.bf16.data(), g.values.size());
+      dev::to_bf16(g.values.data(), g.bf16.data(), g.values.size());
     }
     note_transient();
   }
@@ -429,8 +429,8 @@ void ModelStates::keep_previous_weights(const WeightSource& fill, uint64_t next_
   if (half()) {
     dev::half_narrow(*half_, values.data(), other_.weights16.data(), total_);
   } else {
-    std::copy(values.data(), values.data() + total_, other_.weights32.data());
-    if (other_.weights_bf16.size()) to_bf16(values.data(), other_.weights_bf16.data(), total_);
+    dev::copy(other_.weights32.data(), values.data(), total_);
+    if (other_.weights_bf16.size()) dev::to_bf16(values.data(), other_.weights_bf16.data(), total_);
   }
 }
 

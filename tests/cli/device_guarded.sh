@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# --device cpu-guarded (docs/gpu.md, "Testing the GPU path without a GPU"): the CPU's kernels over
+# device memory the host cannot touch outside the backend seam, and device operations that refuse
+# host pointers — what a GPU faults on, both ways. A run on it must be the CPU's run bit for bit
+# (the same kernels in the same order: any difference is a copy that went wrong), so a missing or
+# misplaced host⇄device copy shows here as a crash or a changed bit, not first on a GPU.
+#   - per-step losses and the saved model and optimizer files byte-identical to --device cpu for the
+#     configurations the device path runs (fp32/bf16 activations, every recompute mode, fused
+#     attention, 16-bit weights, clipping, background saves);
+#   - checkpoints move both ways (saved guarded, resumed on the CPU, and back) and match a straight run;
+#   - eval and sample give the CPU's output;
+#   - the kept bytes per (layer, op) are the CPU's plus the targets' device copy (4·b·s bytes);
+#   - what the device path does not run yet is one line, exit 1.
+set -u
+LATTICE=$1
+SCRATCH=$2
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
+. "$(dirname "$0")/lib/layouts.sh"
+
+same_as_cpu() {  # same_as_cpu NAME FLAGS...: the run on both devices, compared byte for byte
+  local name=$1; shift
+  for d in cpu cpu-guarded; do
+    "$LATTICE" train "${MODEL[@]}" --device "$d" --save "ck_${name}_$d" "$@" > "${name}_$d.jsonl" 2> "${name}_$d.err"
+    check "$name on $d: exit 0" test $? -eq 0
+  done
+  check "$name: losses the same bits" cmp -s <(grep -o '"loss":[^,]*' "${name}_cpu.jsonl") \
+    <(grep -o '"loss":[^,]*' "${name}_cpu-guarded.jsonl")
+  check "$name: 4 losses" test "$(grep -c '"event":"step"' "${name}_cpu-guarded.jsonl")" -eq 4
+  check "$name: model.safetensors the same bytes" cmp -s "ck_${name}_cpu/model.safetensors" "ck_${name}_cpu-guarded/model.safetensors"
+  check "$name: optimizer.safetensors the same bytes" cmp -s "ck_${name}_cpu/optimizer.safetensors" \
+    "ck_${name}_cpu-guarded/optimizer.safetensors"
+}
+
+same_as_cpu fp32
+same_as_cpu bf16_selective --activation-dtype bf16 --recompute selective
+same_as_cpu fused_full --attention fused --recompute full
+same_as_cpu segments --recompute full --recompute-method block --recompute-layers 1
+same_as_cpu fp16_weights --params-dtype fp16 --activation-dtype bf16 --clip-grad 0.5
+same_as_cpu bf16_weights --params-dtype bf16
+same_as_cpu async_save --async-save --save-every 2
+
+# Kept bytes: the CPU's, plus the targets the device's cross-entropy reads (b·s int32 at the head).
+check "kept bytes per (layer, op) = the CPU's + head/targets 4·b·s" "$PY" -c "
+import json
+def ops(f):
+    s = [json.loads(x) for x in open(f) if '\"event\":\"summary\"' in x][0]
+    return s['memory']['ranks'][0]['activation_bytes_by_op']
+c, g = ops('fp32_cpu.jsonl'), ops('fp32_cpu-guarded.jsonl')
+extra = {k: g[k] - c.get(k, 0) for k in g if g[k] != c.get(k, 0)}
+assert extra == {'head/targets': 4 * 2 * 32}, extra
+assert all(k in g for k in c), set(c) - set(g)
+"
+
+# Checkpoints move between the devices: 2 steps on one, 2 more on the other = 4 straight on the CPU.
+"$LATTICE" train "${MODEL[@]}" --steps 2 --device cpu-guarded --save half_g > /dev/null 2>&1
+"$LATTICE" train "${MODEL[@]}" --steps 2 --device cpu --save half_c > /dev/null 2>&1
+"$LATTICE" train "${MODEL[@]}" --device cpu --resume half_g --save on_cpu > /dev/null 2> resume1.err
+check "guarded save resumed on the CPU: exit 0" test $? -eq 0
+"$LATTICE" train "${MODEL[@]}" --device cpu-guarded --resume half_c --save on_guarded > /dev/null 2> resume2.err
+check "CPU save resumed guarded: exit 0" test $? -eq 0
+check "guarded → CPU = straight (same bytes)" cmp -s on_cpu/model.safetensors ck_fp32_cpu/model.safetensors
+check "CPU → guarded = straight (same bytes)" cmp -s on_guarded/model.safetensors ck_fp32_cpu/model.safetensors
+
+for d in cpu cpu-guarded; do
+  "$LATTICE" eval --data data/val.bin --checkpoint ck_fp32_cpu --device "$d" > "eval_$d.txt" 2>&1
+  "$LATTICE" sample --checkpoint ck_fp32_cpu --device "$d" --tokens 24 --seed 5 --prompt "And it came" > "sample_$d.txt" 2>&1
+done
+check "eval: the CPU's loss" cmp -s eval_cpu.txt eval_cpu-guarded.txt
+check "eval: a loss printed" grep -q "eval loss" eval_cpu-guarded.txt
+check "sample: the CPU's text" cmp -s sample_cpu.txt sample_cpu-guarded.txt
+check "sample: text printed" test -s sample_cpu-guarded.txt
+
+# Not run on a device yet: one line each, exit 1.
+for flags in "--pack-masks" "--activation-compression fp8" "--num-experts 2" "--optimizer sm3" \
+             "--offload-optimizer off" "--tied-embedding-grads apart"; do
+  # shellcheck disable=SC2086
+  expect_error "refused: $flags" "does not run" train "${MODEL[@]}" --device cpu-guarded $flags
+done
+timeout 60 mpirun --oversubscribe -np 2 "$LATTICE" train "${MODEL[@]}" --device cpu-guarded \
+  --tensor-model-parallel-size 2 > mpi.out 2> mpi.err
+check "two ranks refused: non-zero exit" test $? -ne 0
+check "two ranks refused: one line naming it" test "$(grep -c 'does not run several ranks' mpi.err)" -eq 1
+expect_error "bench refuses cpu-guarded" "measures the CPU" bench --device cpu-guarded
+
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]

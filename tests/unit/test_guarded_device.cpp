@@ -1,0 +1,78 @@
+// The guarded device (backend/guarded_device.hpp), the CPU's stand-in for a GPU's memory rules: host
+// code that touches its memory dies, a device operation given host memory dies naming itself, and
+// what goes through the seam (uploads, downloads, operations on device memory) works. Also: a
+// DeviceVector grows exactly as the tracked std::vector it replaced, so the memory figures hold.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "backend/device_ops.hpp"
+#include "tensor/device_memory.hpp"
+#include "tensor/memory_tracker.hpp"
+
+using namespace lattice;
+
+namespace {
+// The run's device for one test, back to the CPU after (the tests share one process).
+struct OnDevice {
+  explicit OnDevice(Device d) { select_device(d); }
+  ~OnDevice() { select_device(Device::cpu); }
+};
+}  // namespace
+
+TEST(GuardedDevice, HostTouchDiesSeamCopiesWork) {
+  OnDevice guarded(Device::cpu_guarded);
+  EXPECT_FALSE(device_memory().host_addressable);
+  TrackedArray<float> a(1024, "params"), b(1024, "params");  // model states: device memory
+  std::vector<float> host(1024, 1.5f), back(1024, 0.0f);
+  dev::upload(a.data(), host.data(), 1024);
+  dev::upload(b.data(), host.data(), 1024);
+  dev::residual_add(a.data(), b.data(), 1024);  // an operation on device memory runs
+  dev::download(back.data(), a.data(), 1024);
+  EXPECT_EQ(back[0], 3.0f);
+  EXPECT_EQ(back[1023], 3.0f);
+  volatile float* raw = a.data();
+  EXPECT_DEATH(raw[3] = 2.0f, "");  // a host write
+  EXPECT_DEATH((void)raw[5], "");   // a host read
+  EXPECT_DEATH(dev::residual_add(a.data(), host.data(), 1024), "residual_add was given host memory");
+  // Zeroed arrays are zeroed on the device.
+  TrackedArray<float> z(16, "grads");
+  std::vector<float> zs(16, 7.0f);
+  dev::download(zs.data(), z.data(), 16);
+  EXPECT_EQ(zs, std::vector<float>(16, 0.0f));
+  // Host categories stay host memory on any device.
+  TrackedArray<float> io(8, "checkpoint", MemoryCategory::checkpoint_io);
+  io[7] = 1.0f;
+  EXPECT_EQ(io[7], 1.0f);
+}
+
+TEST(GuardedDevice, DeviceVectorGrowsAsTrackedVector) {
+  MemoryTracker& ws = MemoryTracker::of(MemoryCategory::workspaces);
+  for (Device d : {Device::cpu, Device::cpu_guarded}) {
+    OnDevice on(d);
+    for (const std::vector<size_t>& sizes : {std::vector<size_t>{100, 150, 90, 400}, {1, 2, 3, 1000, 999}}) {
+      const int64_t base = ws.live_bytes();
+      int64_t grown_std = 0, grown_dev = 0;
+      {
+        tracked_vector<float, MemoryCategory::workspaces> v;
+        for (size_t n : sizes) v.resize(n);
+        grown_std = ws.live_bytes() - base;
+      }
+      {
+        DeviceVector<float, MemoryCategory::workspaces> v;
+        std::vector<float> host;
+        for (size_t n : sizes) {
+          v.resize(n);
+          host.resize(n);
+          for (size_t i = 0; i < n; ++i) host[i] = float(i);  // keep data that must survive the next growth
+          dev::upload(v.data(), host.data(), int64_t(n));
+        }
+        grown_dev = ws.live_bytes() - base;
+        std::vector<float> back(v.size());
+        dev::download(back.data(), v.data(), int64_t(v.size()));
+        EXPECT_EQ(back, host);
+      }
+      EXPECT_EQ(grown_dev, grown_std) << device_name(d);
+    }
+  }
+}
