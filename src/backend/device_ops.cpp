@@ -3,6 +3,9 @@
 #include <cstring>
 
 #include "backend/guarded_device.hpp"
+#ifdef LATTICE_HAVE_CUDA
+#include "backend/cuda_device.hpp"
+#endif
 #include "core/error.hpp"
 #include "kernels/bias.hpp"
 #include "kernels/gelu.hpp"
@@ -102,10 +105,10 @@ void select_device(Device d) {
 #ifndef LATTICE_HAVE_CUDA
   fail("--device cuda: this lattice was built without CUDA (configure with cmake -DLATTICE_CUDA=ON; docs/gpu.md)");
 #else
-  // The CUDA kernels exist (src/cuda, checked by lattice_cuda_check), but the model's buffers are
-  // still host memory: a table of device kernels over host pointers would fault, not train.
-  fail("--device cuda: the CUDA kernels are built, but the model's memory is not yet allocated on the GPU "
-       "(docs/gpu.md, \"What exists\"); train on the CPU for now");
+  const std::string why = cuda_unavailable();
+  if (!why.empty()) fail("--device cuda: " + why);
+  set_device_memory(cuda_memory());
+  g_selected = &cuda_ops();
 #endif
 }
 

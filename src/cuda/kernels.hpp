@@ -39,6 +39,22 @@ size_t embedding_backward_workspace_bytes(int64_t b, int64_t s, int64_t vocab);
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* ids, int64_t b, int64_t s,
                         int64_t h, int64_t vocab, Workspace ws, cudaStream_t stream = nullptr);
 
+// The vocabulary-parallel embedding's pieces (kernels/vocab_shard.hpp): a shard holds rows
+// [v0, v0 + v_local) of the padded vocabulary. Forward: out[n] = wte[ids[n] − v0] or 0. Backward:
+// dwte[ids[n] − v0] += dout[n] for the tokens the shard holds, each row's tokens in token order (the
+// ids sorted stably, as embedding_backward), the same additions in the same order as the CPU.
+void embedding_shard_forward(float* out, const int32_t* ids, const float* wte, int64_t v0, int64_t v_local, int64_t N,
+                             int64_t h, cudaStream_t stream = nullptr);
+size_t embedding_shard_backward_workspace_bytes(int64_t N, int64_t v_local);
+void embedding_shard_backward(float* dwte, const float* dout, const int32_t* ids, int64_t v0, int64_t v_local,
+                              int64_t N, int64_t h, Workspace ws, cudaStream_t stream = nullptr);
+// The positions of a rank's slice [pos0, pos0 + s_local) of b sequences: x += wpe rows; dwpe += Σ_bi dx,
+// rows in sequence order per element (the CPU's order).
+void add_positions(float* x, const float* wpe, int64_t b, int64_t s_local, int64_t pos0, int64_t h,
+                   cudaStream_t stream = nullptr);
+void position_grads(float* dwpe, const float* dx, int64_t b, int64_t s_local, int64_t pos0, int64_t h,
+                    cudaStream_t stream = nullptr);
+
 // ---- LayerNorm (kernels/layernorm.hpp) ----
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                        int64_t N, int64_t C, cudaStream_t stream = nullptr);
@@ -120,6 +136,8 @@ void scale_grads(float* grads, int64_t n, float factor, cudaStream_t stream = nu
 // ---- bf16 (tensor/bf16.hpp): the same rounding (nearest even, NaN kept quiet, subnormals to zero) ----
 void to_bf16(const float* src, uint16_t* dst, int64_t n, cudaStream_t stream = nullptr);
 void from_bf16(const uint16_t* src, float* dst, int64_t n, cudaStream_t stream = nullptr);
+// dst += src through fp32, one rounding (HalfFormat::accumulate's bf16 form).
+void bf16_accumulate(const float* src, uint16_t* dst, int64_t n, cudaStream_t stream = nullptr);
 
 // ---- fp16 (tensor/half.hpp's HalfFormat{fp16 = true}): the CPU's _Float16 rounding, bit for bit ----
 // (cuda/fp16_bits.hpp: nearest even, fp16 subnormals kept, overflow to inf, NaN kept quiet.)

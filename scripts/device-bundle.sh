@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Gathers, on this machine (Debian 12, network to its mirror), the Debian packages the whole lattice
+# build needs on the GPU machine, which has nvcc, cuBLAS, CMake and a C++ compiler but none of Debian's
+# libraries and no network: oneDNN, OpenMPI (and the libraries it loads), SentencePiece, CLI11,
+# nlohmann-json. They go into .device-debs/ (git-ignored, about 20 MB), which a device call carries
+# (`carry: [".device-debs"]`); scripts/device-check.sh's build phase unpacks them into a prefix with
+# dpkg-deb -x (or ar + tar) and builds against it. docs/gpu.md, "Running the device check".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DEST=.device-debs
+PKGS=(libdnnl2 libdnnl-dev
+      libopenmpi3 libopenmpi-dev openmpi-common libpmix2 libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7
+      libfabric1 libucx0 libibverbs1 librdmacm1 libpsm2-2 libpsm-infinipath1 libnl-3-200 libnl-route-3-200
+      libmunge2 libnuma1 libltdl7 libudev1
+      libsentencepiece0 libsentencepiece-dev libprotobuf-lite32
+      libcli11-dev nlohmann-json3-dev)
+mkdir -p "$DEST"
+cd "$DEST"
+missing=()
+for p in "${PKGS[@]}"; do ls "${p}"_*.deb >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  # From the apt cache when the machine installed them already, else downloaded.
+  for p in "${missing[@]}"; do
+    f=$(ls /var/cache/apt/archives/"${p}"_*.deb 2>/dev/null | head -1 || true)
+    if [ -n "$f" ]; then cp "$f" .; else apt-get download "$p" >/dev/null || { echo "device-bundle: cannot get $p" >&2; exit 1; }; fi
+  done
+fi
+echo "device-bundle: $(ls ./*.deb | wc -l) packages, $(du -sh . | cut -f1) in $DEST (carry it: \"carry\": [\"$DEST\"])"

@@ -1,0 +1,285 @@
+#include "backend/cuda_device.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <stdexcept>
+
+#include "cuda/flash_attention.hpp"
+#include "cuda/gemm.hpp"
+#include "cuda/kernels.hpp"
+#include "tensor/memory_tracker.hpp"
+
+namespace lattice {
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
+}
+
+// ---- memory ----
+void* c_allocate(size_t bytes) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // out of memory is the caller's to report (bad_alloc), not sticky
+    return nullptr;
+  }
+  return p;
+}
+void c_release(void* p) { (void)cudaFree(p); }  // at exit the context may be gone already
+void c_fill_zero(void* dst, size_t bytes) {
+  if (bytes) check(cudaMemset(dst, 0, bytes), "cudaMemset");
+}
+void c_copy(void* dst, const void* src, size_t bytes) {
+  if (bytes && dst != src) check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy device to device");
+}
+void c_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes) check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy host to device");
+}
+void c_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes) check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy device to host");
+}
+void c_to_bf16(const float* src, uint16_t* dst, int64_t n) { cuda::to_bf16(src, dst, n); }
+void c_from_bf16(const uint16_t* src, float* dst, int64_t n) { cuda::from_bf16(src, dst, n); }
+
+const DeviceMemory kCudaMemory = {"cuda",      false,      c_allocate, c_release, c_fill_zero,
+                                  c_copy,      c_to_device, c_to_host, c_to_bf16, c_from_bf16};
+
+// Scratch of the kernels that need it (LayerNorm, bias, embedding backward, ...): one grow-only
+// device buffer; launches are ordered on one stream, so one scratch serves them all in turn.
+cuda::Workspace scratch(size_t bytes) {
+  static ScratchArray<uint8_t> buf(MemoryCategory::workspaces, "cuda_scratch");
+  return {buf.ensure(int64_t(bytes)), bytes};
+}
+
+// The cuBLASLt context, its workspace from the tracking allocator.
+cuda::GemmContext& gemms() {
+  static TrackedBuffer workspace(cuda::GemmContext::kDefaultWorkspaceBytes, kNoLayer, "cublaslt_workspace",
+                                 MemoryTracker::of(MemoryCategory::workspaces));
+  static cuda::GemmContext context({workspace.data(), workspace.bytes()});
+  return context;
+}
+
+// ---- the table ----
+void c_gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias) {
+  gemms().gemm(s, a, b, c, bias);
+}
+void c_linear_forward(float* y, GemmOperand x, GemmOperand w, const float* bias, int64_t N, int64_t in, int64_t out) {
+  GemmShape s;  // kernels/linear.cpp's shapes
+  s.M = N, s.N = out, s.K = in;
+  gemms().gemm(s, x, w, y, bias);
+}
+void c_linear_backward_input(float* dx, GemmOperand dy, GemmOperand w, int64_t N, int64_t in, int64_t out) {
+  GemmShape s;
+  s.M = N, s.N = in, s.K = out, s.trans_b = true;
+  gemms().gemm(s, dy, w, dx);
+}
+void c_linear_backward_weight(float* dw, GemmOperand x, GemmOperand dy, int64_t N, int64_t in, int64_t out) {
+  GemmShape s;
+  s.M = in, s.N = out, s.K = N, s.trans_a = true, s.accumulate = true;
+  gemms().gemm(s, x, dy, dw);
+}
+void c_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                         int64_t N, int64_t C) {
+  cuda::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+}
+void c_layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                          const float* mean, const float* rstd, int64_t N, int64_t C) {
+  cuda::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C,
+                           scratch(cuda::layernorm_backward_workspace_bytes(N, C)));
+}
+// The split backward's partials on the device: the parameter gradients themselves (2·C), summed from
+// zero by the input pass and added by the weight pass.
+int64_t c_layernorm_partial_floats(int64_t C) { return 2 * C; }
+void c_layernorm_backward_input(float* dinp, float* partial, int64_t, const float* dout, const float* inp,
+                                const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  c_fill_zero(partial, size_t(2 * C) * sizeof(float));
+  c_layernorm_backward(dinp, partial, partial + C, dout, inp, w, mean, rstd, N, C);
+}
+void c_layernorm_reduce_partials(float* dw, float* db, const float* partial, int64_t, int64_t C) {
+  cuda::residual_add(dw, partial, C);
+  cuda::residual_add(db, partial + C, C);
+}
+void c_gelu_forward(float* out, const float* inp, int64_t n) { cuda::gelu_forward(out, inp, n); }
+void c_gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  cuda::gelu_backward(dinp, inp, dout, n);
+}
+void c_bias_backward(float* db, const float* dy, int64_t N, int64_t out) {
+  cuda::bias_backward(db, dy, N, out, scratch(cuda::bias_backward_workspace_bytes(N, out)));
+}
+void c_bias_column_sums(float* sums, const float* dy, int64_t N, int64_t out) {
+  c_fill_zero(sums, size_t(out) * sizeof(float));
+  c_bias_backward(sums, dy, N, out);
+}
+void c_bias_add(float* db, const float* sums, int64_t out) { cuda::residual_add(db, sums, out); }
+void c_bias_add_rows(float* y, const float* bias, int64_t N, int64_t out) { cuda::bias_add_rows(y, bias, N, out); }
+void c_residual_add(float* x, const float* y, int64_t n) { cuda::residual_add(x, y, n); }
+void c_dropout_mask_fill(uint8_t* mask, const DropoutStream& st, uint64_t first, int64_t n, float p) {
+  cuda::dropout_mask_fill(mask, st, first, n, p);
+}
+void c_dropout_forward(float* out, const float* inp, const uint8_t* mask, int64_t n, float p) {
+  cuda::dropout_forward(out, inp, mask, n, p);
+}
+void c_dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float p) {
+  cuda::dropout_backward(dinp, dout, mask, n, p);
+}
+void c_softmax_dropout_forward(void* probs, uint8_t* mask, void* dropped, DType dt, const float* scores,
+                               int64_t heads, int64_t batch, int64_t s, const AttentionDropout& drop) {
+  cuda::softmax_dropout_forward(probs, mask, dropped, dt, scores, heads, batch, s, drop);
+}
+void c_softmax_causal_backward(float* dscores, const float* dprobs, const float* probs, int64_t batch, int64_t s) {
+  cuda::softmax_causal_backward(dscores, dprobs, probs, batch, s);
+}
+void c_flash_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
+                     const AttentionDropout& drop) {
+  cuda::flash_attention_forward(out, lse, q, k, v, x, drop);
+}
+void c_flash_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                      const float* v, const float* out, const float* lse, const FlashShape& x,
+                      const AttentionDropout& drop) {
+  cuda::flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, x, drop,
+                                 scratch(cuda::flash_attention_backward_workspace_bytes(x)));
+}
+void c_split_heads(float* q, float* k, float* v, const float* qkv, const HeadShape& x) {
+  cuda::split_heads(q, k, v, qkv, x.b, x.s, x.a, x.dh);
+}
+void c_merge_heads(float* out, const float* heads, const HeadShape& x) { cuda::merge_heads(out, heads, x.b, x.s, x.a, x.dh); }
+void c_unmerge_heads(float* heads, const float* rows, const HeadShape& x) {
+  cuda::unmerge_heads(heads, rows, x.b, x.s, x.a, x.dh);
+}
+void c_merge_qkv_grads(float* dqkv, const float* dq, const float* dk, const float* dv, const HeadShape& x) {
+  cuda::merge_qkv_grads(dqkv, dq, dk, dv, x.b, x.s, x.a, x.dh);
+}
+void c_embedding_shard_forward(float* out, const int32_t* ids, const float* wte, int64_t v0, int64_t vl, int64_t N,
+                               int64_t h) {
+  cuda::embedding_shard_forward(out, ids, wte, v0, vl, N, h);
+}
+void c_embedding_shard_backward(float* dwte, const float* dout, const int32_t* ids, int64_t v0, int64_t vl, int64_t N,
+                                int64_t h) {
+  cuda::embedding_shard_backward(dwte, dout, ids, v0, vl, N, h,
+                                 scratch(cuda::embedding_shard_backward_workspace_bytes(N, vl)));
+}
+void c_add_positions(float* x, const float* wpe, int64_t b, int64_t sl, int64_t p0, int64_t h) {
+  cuda::add_positions(x, wpe, b, sl, p0, h);
+}
+void c_position_grads(float* dwpe, const float* dx, int64_t b, int64_t sl, int64_t p0, int64_t h) {
+  cuda::position_grads(dwpe, dx, b, sl, p0, h);
+}
+void c_ce_max_target(float* row_max, float* target_logit, const float* logits, const int32_t* targets, int64_t v0,
+                     int64_t vl, int64_t real, int64_t N) {
+  cuda::ce_shard_max_target(row_max, target_logit, logits, targets, v0, vl, real, N);
+}
+void c_ce_exp_sum(float* row_sum, float* logits, const float* row_max, int64_t vl, int64_t real, int64_t N) {
+  cuda::ce_shard_exp_sum(row_sum, logits, row_max, vl, real, N);
+}
+void c_ce_normalize(float* logits, float* losses, const float* row_max, const float* row_sum,
+                    const float* target_logit, int64_t vl, int64_t real, int64_t N) {
+  cuda::ce_shard_normalize(logits, losses, row_max, row_sum, target_logit, vl, real, N);
+}
+void c_ce_backward(float* dlogits, const float* probs, const int32_t* targets, int64_t v0, int64_t vl, int64_t N,
+                   float scale) {
+  cuda::ce_shard_backward(dlogits, probs, targets, v0, vl, N, scale);
+}
+void c_half_narrow(bool fp16, const float* src, uint16_t* dst, int64_t n) {
+  if (fp16) cuda::to_fp16(src, dst, n);
+  else cuda::to_bf16(src, dst, n);
+}
+void c_half_widen(bool fp16, const uint16_t* src, float* dst, int64_t n) {
+  if (fp16) cuda::from_fp16(src, dst, n);
+  else cuda::from_bf16(src, dst, n);
+}
+void c_half_accumulate(bool fp16, const float* src, uint16_t* dst, int64_t n) {
+  if (fp16) cuda::fp16_accumulate(src, dst, n);
+  else cuda::bf16_accumulate(src, dst, n);
+}
+void c_adamw(float* m, float* v, float* w, const float* g, int64_t n, float decay, const AdamWScalars& a) {
+  cuda::adamw_update(m, v, w, g, n, decay, a);
+}
+// One number each: computed on the device, copied back (the copy waits for the kernels before it).
+double c_grad_sum_squares(const float* g, int64_t n) {
+  const size_t ws = cuda::grad_sum_squares_workspace_bytes();
+  cuda::Workspace w = scratch(ws + sizeof(double));
+  auto* out = reinterpret_cast<double*>(static_cast<char*>(w.data) + ws);  // past the kernel's scratch
+  cuda::grad_sum_squares(out, g, n, {w.data, ws});
+  double host = 0.0;
+  c_to_host(&host, out, sizeof host);
+  return host;
+}
+void c_scale_grads(float* g, int64_t n, float factor) { cuda::scale_grads(g, n, factor); }
+bool c_all_finite(const float* v, int64_t n) {
+  cuda::Workspace w = scratch(sizeof(int32_t));
+  auto* flag = static_cast<int32_t*>(w.data);
+  c_fill_zero(flag, sizeof(int32_t));
+  cuda::grads_nonfinite(flag, v, n);
+  int32_t host = 0;
+  c_to_host(&host, flag, sizeof host);
+  return host == 0;
+}
+
+const DeviceOps kCudaOps = {
+    Device::cuda,
+    c_gemm,
+    c_linear_forward,
+    c_linear_backward_input,
+    c_linear_backward_weight,
+    c_layernorm_forward,
+    c_layernorm_backward,
+    c_layernorm_partial_floats,
+    c_layernorm_backward_input,
+    c_layernorm_reduce_partials,
+    c_gelu_forward,
+    c_gelu_backward,
+    c_bias_backward,
+    c_bias_column_sums,
+    c_bias_add,
+    c_bias_add_rows,
+    c_residual_add,
+    c_dropout_mask_fill,
+    c_dropout_forward,
+    c_dropout_backward,
+    c_softmax_dropout_forward,
+    c_softmax_causal_backward,
+    c_flash_forward,
+    c_flash_backward,
+    c_split_heads,
+    c_merge_heads,
+    c_unmerge_heads,
+    c_merge_qkv_grads,
+    c_embedding_shard_forward,
+    c_embedding_shard_backward,
+    c_add_positions,
+    c_position_grads,
+    c_ce_max_target,
+    c_ce_exp_sum,
+    c_ce_normalize,
+    c_ce_backward,
+    c_to_bf16,
+    c_half_narrow,
+    c_half_widen,
+    c_half_accumulate,
+    c_adamw,
+    c_grad_sum_squares,
+    c_scale_grads,
+    c_all_finite,
+};
+
+}  // namespace
+
+std::string cuda_unavailable() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) return std::string("no CUDA device usable (") + cudaGetErrorString(e) + ")";
+  if (n == 0) return "no CUDA device on this machine";
+  return "";
+}
+const DeviceMemory& cuda_memory() { return kCudaMemory; }
+const DeviceOps& cuda_ops() { return kCudaOps; }
+int64_t cuda_driver_used_bytes() {
+  size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return -1;
+  return int64_t(total - free_bytes);
+}
+void cuda_allow_tf32(bool allow) { gemms().set_math(allow ? cuda::GemmMath::tf32 : cuda::GemmMath::fp32); }
+
+}  // namespace lattice
