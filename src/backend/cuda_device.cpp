@@ -43,8 +43,17 @@ void c_to_host(void* dst, const void* src, size_t bytes) {
 void c_to_bf16(const float* src, uint16_t* dst, int64_t n) { cuda::to_bf16(src, dst, n); }
 void c_from_bf16(const uint16_t* src, float* dst, int64_t n) { cuda::from_bf16(src, dst, n); }
 
-const DeviceMemory kCudaMemory = {"cuda",      false,      c_allocate, c_release, c_fill_zero,
-                                  c_copy,      c_to_device, c_to_host, c_to_bf16, c_from_bf16};
+int64_t c_driver_used() {
+  size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return -1;
+  return int64_t(total - free_bytes);
+}
+// Measured once, when the device is chosen: the context's own memory before any allocation.
+int64_t g_context_bytes = 0;
+int64_t c_context() { return g_context_bytes; }
+
+const DeviceMemory kCudaMemory = {"cuda",      false,      c_allocate, c_release,   c_fill_zero,    c_copy,
+                                  c_to_device, c_to_host,  c_to_bf16,  c_from_bf16, c_driver_used, c_context};
 
 // Scratch of the kernels that need it (LayerNorm, bias, embedding backward, ...): one grow-only
 // device buffer; launches are ordered on one stream, so one scratch serves them all in turn.
@@ -271,15 +280,13 @@ std::string cuda_unavailable() {
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) return std::string("no CUDA device usable (") + cudaGetErrorString(e) + ")";
   if (n == 0) return "no CUDA device on this machine";
+  const cudaError_t init = cudaFree(nullptr);  // makes the context, so its memory is measured now
+  if (init != cudaSuccess) return std::string("the CUDA context could not be made (") + cudaGetErrorString(init) + ")";
+  g_context_bytes = c_driver_used();
   return "";
 }
 const DeviceMemory& cuda_memory() { return kCudaMemory; }
 const DeviceOps& cuda_ops() { return kCudaOps; }
-int64_t cuda_driver_used_bytes() {
-  size_t free_bytes = 0, total = 0;
-  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return -1;
-  return int64_t(total - free_bytes);
-}
 void cuda_allow_tf32(bool allow) { gemms().set_math(allow ? cuda::GemmMath::tf32 : cuda::GemmMath::fp32); }
 
 }  // namespace lattice

@@ -11,13 +11,12 @@
 
 namespace lattice {
 
-// Empty when a CUDA device is usable, else why not (one line).
+// Empty when a CUDA device is usable, else why not (one line). Makes the context and measures its
+// memory (cuda_memory().context_bytes; the driver's used bytes are cudaMemGetInfo's total − free,
+// which on a shared GPU includes other processes').
 std::string cuda_unavailable();
 const DeviceMemory& cuda_memory();
 const DeviceOps& cuda_ops();
-// What the driver says the device has in use (cudaMemGetInfo: total − free), for the summary's
-// reconciliation of the tracked bytes with the context and library memory it does not track.
-int64_t cuda_driver_used_bytes();
 // Whether fp32 GEMMs may use TF32 (off by default: the parity runs compare against the CPU's fp32).
 void cuda_allow_tf32(bool allow);
 

@@ -51,6 +51,10 @@ class Arena {
     free_[it->second].push_back(it->first);
     sizes_.erase(it);
   }
+  int64_t mapped() {
+    std::lock_guard lock(mu_);
+    return int64_t(top_);
+  }
   bool holds(const void* p) const {
     const char* c = static_cast<const char*>(p);
     return c >= base_ && c < base_ + kReserve;
@@ -109,8 +113,13 @@ void g_from_bf16(const uint16_t* src, float* dst, int64_t n) {
   from_bf16(src, dst, n);
 }
 
-const DeviceMemory kGuardedMemory = {"cpu-guarded", false,  g_allocate, g_release,  g_fill_zero,
-                                     g_copy,        g_copy, g_copy,     g_to_bf16, g_from_bf16};
+// Its "driver" reports the region's pages handed out (whole pages per block), its context nothing:
+// the summary's reconciliation runs here as on a GPU.
+int64_t g_used() { return Arena::get().mapped(); }
+int64_t g_context() { return 0; }
+
+const DeviceMemory kGuardedMemory = {"cpu-guarded", false,       g_allocate, g_release, g_fill_zero, g_copy, g_copy,
+                                     g_copy,        g_to_bf16,   g_from_bf16, g_used,   g_context};
 
 // A device operation reads and writes device memory only: a host pointer given to one (a staging
 // buffer, a file's mapping) is the other half of what a GPU would fault on.

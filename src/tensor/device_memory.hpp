@@ -26,6 +26,10 @@ struct DeviceMemory {
   void (*to_host)(void* host_dst, const void* src, size_t bytes);    // device → host
   void (*to_bf16)(const float* src, uint16_t* dst, int64_t n);       // both on the device
   void (*from_bf16)(const uint16_t* src, float* dst, int64_t n);
+  // What the device's own allocator reports in use now, and what its context took before lattice
+  // allocated anything (null where there is nothing beyond the tracked bytes to reconcile: the host).
+  int64_t (*driver_used_bytes)();
+  int64_t (*context_bytes)();
 };
 
 // The host's: aligned_alloc, memset, memcpy, tensor/bf16's casts.

@@ -20,7 +20,8 @@ namespace {
 // The process-wide lock and totals (function statics: built before the first tracker's first use).
 struct Totals {
   std::mutex mu;
-  int64_t live = 0, peak = 0, reserved = 0, reserved_peak = 0, device_live = 0, device_peak = 0;
+  int64_t live = 0, peak = 0, reserved = 0, reserved_peak = 0, device_live = 0, device_peak = 0, device_held = 0,
+          device_held_peak = 0;
   std::array<int64_t, kMemoryCategories> at_peak{};  // each category's live bytes when `peak` was reached
 };
 Totals& totals() {
@@ -51,8 +52,12 @@ void zero_device_bytes(void* ptr, size_t bytes) {
 
 // A block goes back to the memory it came from, even when the run's device memory has changed since.
 void MemoryTracker::return_to_system(void* ptr, const SystemBlock& b) {
-  if (b.memory) b.memory->release(ptr);
-  else std::free(ptr);
+  if (b.memory) {
+    b.memory->release(ptr);
+    totals().device_held -= int64_t(b.size);  // (under the lock: every caller holds it)
+  } else {
+    std::free(ptr);
+  }
 }
 
 int64_t MemoryTracker::accounted_live_bytes() { return read_total(&Totals::live); }
@@ -65,6 +70,8 @@ int64_t MemoryTracker::reserved_bytes() { return read_total(&Totals::reserved); 
 int64_t MemoryTracker::reserved_peak_bytes() { return read_total(&Totals::reserved_peak); }
 int64_t MemoryTracker::device_live_bytes() { return read_total(&Totals::device_live); }
 int64_t MemoryTracker::device_peak_bytes() { return read_total(&Totals::device_peak); }
+int64_t MemoryTracker::device_held_bytes() { return read_total(&Totals::device_held); }
+int64_t MemoryTracker::device_held_peak_bytes() { return read_total(&Totals::device_held_peak); }
 
 namespace {
 // Freed blocks are recycled by size class, not exact size: sizes that change every step (an MoE
@@ -94,7 +101,11 @@ void* MemoryTracker::allocate(size_t bytes, int layer, const char* op, bool host
     const DeviceMemory* memory = device ? &device_memory() : nullptr;
     ptr = memory ? memory->allocate(cls) : std::aligned_alloc(64, cls);
     if (!ptr) throw std::bad_alloc();
-    system_[ptr] = SystemBlock{0, memory};
+    system_[ptr] = SystemBlock{cls, 0, memory};
+    if (memory) {
+      t.device_held += int64_t(cls);
+      t.device_held_peak = std::max(t.device_held_peak, t.device_held);
+    }
   }
   // A block's pages become resident as requests write them: count the most any request used of it.
   size_t& used = system_[ptr].used;

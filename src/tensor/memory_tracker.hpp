@@ -71,6 +71,10 @@ class MemoryTracker {
   // the CPU too, where the device's memory is the host's), live and at their own peak.
   static int64_t device_live_bytes();
   static int64_t device_peak_bytes();
+  // The blocks held from the device's memory (live or kept for recycling, whole size classes): what
+  // the device's allocator sees of lattice, now and at its peak.
+  static int64_t device_held_bytes();
+  static int64_t device_held_peak_bytes();
   // Live bytes per layer (kEmbeddingLayer/kHeadLayer for the outside parts).
   int64_t live_bytes_of_layer(int layer) const;
   // Live bytes per "layer/op", for the per-op breakdown of the memory report.
@@ -86,6 +90,7 @@ class MemoryTracker {
     bool device;
   };
   struct SystemBlock {
+    size_t size;                   // its size class
     size_t used;                   // the most bytes a request used of it
     const DeviceMemory* memory;  // where it came from (null: the host's aligned_alloc)
   };

@@ -12,10 +12,40 @@
 #include "core/recompute_plan.hpp"
 #include "core/version.hpp"
 #include "report/step_report.hpp"
+#include "tensor/device_memory.hpp"
 #include "train/trainer.hpp"
 
 // The end-of-run summary: every rank's measured memory and traffic gathered, the formulas beside.
 namespace lattice {
+
+namespace {
+// A device with memory of its own (--device cuda; cpu-guarded's region): the tracked bytes beside
+// what its allocator reports, so context and library memory are lines of their own, not guessed.
+nlohmann::json device_memory_json() {
+  const DeviceMemory& d = device_memory();
+  if (!d.driver_used_bytes) return nullptr;
+  const int64_t used = d.driver_used_bytes(), context = d.context_bytes ? d.context_bytes() : 0;
+  const int64_t held = MemoryTracker::device_held_bytes();
+  return {{"device", d.name},
+          {"tracked_peak_bytes", MemoryTracker::device_peak_bytes()},
+          {"held_bytes", held},
+          {"held_peak_bytes", MemoryTracker::device_held_peak_bytes()},
+          {"cublaslt_workspace_bytes", MemoryTracker::of(MemoryCategory::workspaces).live_bytes_of_op("cublaslt_workspace")},
+          {"context_bytes", context},
+          {"driver_used_bytes", used},
+          {"untracked_bytes", used - context - held}};
+}
+void print_device_memory(const nlohmann::json& j) {
+  if (j.is_null()) return;
+  const auto b = [&](const char* k) { return human_bytes(double(j[k].get<int64_t>())); };
+  std::fprintf(stderr,
+               "  device memory (%s): tracked peak %s; held from the device %s (peak %s; cuBLASLt workspace %s of it); "
+               "context %s; the device reports %s in use, %s beyond context + held\n",
+               j["device"].get<std::string>().c_str(), b("tracked_peak_bytes").c_str(), b("held_bytes").c_str(),
+               b("held_peak_bytes").c_str(), b("cublaslt_workspace_bytes").c_str(), b("context_bytes").c_str(),
+               b("driver_used_bytes").c_str(), b("untracked_bytes").c_str());
+}
+}  // namespace
 
 namespace {
 
@@ -285,6 +315,7 @@ void Trainer::summarize(const RunTotals& t) {
           layers.push_back({{"layer", l}, {"tokens_per_expert", moe_load_[size_t(i++)]}});
       summary["moe_load"] = layers;
     }
+    if (const nlohmann::json device = device_memory_json(); !device.is_null()) summary["device_memory"] = device;
     run_log_->record(summary);
   }
   if (!config_.json) {
@@ -297,6 +328,7 @@ void Trainer::summarize(const RunTotals& t) {
       std::fprintf(stderr, "done: no step trained (the run is at step %lld of --steps %lld)\n", (long long)step_,
                    (long long)config_.steps);
     print_memory_table(reports[0]);
+    print_device_memory(device_memory_json());
     int i = 0;
     for (int l = 0; l < model_config_.layers; ++l) {
       if (!model_config_.moe.is_moe_layer(l) || size_t(i) >= moe_load_.size()) continue;
