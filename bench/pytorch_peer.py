@@ -7,7 +7,11 @@ Prints one JSON line: {"peer":"pytorch","tokens_per_s":F,...}. Default shape = t
 With --autocast bf16 the forward (and so the backward's matmuls) runs under
 torch.autocast("cpu", dtype=torch.bfloat16): PyTorch's own bf16 path (oneDNN's AMX or AVX-512 BF16
 kernels where the CPU has them), the fair peer of lattice --activation-dtype bf16.
-Usage: python3 bench/pytorch_peer.py [--steps N] [--warmup N] [--threads T] [--autocast bf16] [shape flags]
+On a GPU (--device cuda: scripts/device-check.sh's speed phase) the model, the tokens and the step
+run there, autocast is torch.autocast("cuda", bf16), AdamW is PyTorch's fused CUDA one, each step is
+timed between torch.cuda.synchronize() calls, and --mode compile runs the model through torch.compile.
+Usage: python3 bench/pytorch_peer.py [--steps N] [--warmup N] [--threads T] [--autocast bf16]
+                                     [--device cpu|cuda] [--mode eager|compile] [--peak-flops F] [shape flags]
 """
 import argparse
 import json
@@ -83,28 +87,36 @@ def main():
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     ap.add_argument("--autocast", choices=["none", "bf16"], default="none",
                     help="bf16: the forward under torch.autocast('cpu', dtype=torch.bfloat16)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--mode", choices=["eager", "compile"], default="eager", help="compile: torch.compile(model)")
+    ap.add_argument("--peak-flops", type=float, default=0.0, help="for the MFU in the JSON line (6·N·tokens + attention)")
     args = ap.parse_args()
     import contextlib
-    cast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.autocast == "bf16" else contextlib.nullcontext
+    dev = torch.device(args.device)
+    cast = (lambda: torch.autocast(args.device, dtype=torch.bfloat16)) if args.autocast == "bf16" else contextlib.nullcontext
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = GPT(args.layers, args.hidden, args.heads, args.seq_len, args.vocab)
+    model = GPT(args.layers, args.hidden, args.heads, args.seq_len, args.vocab).to(dev)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if args.device == "cuda" else {}))
+    step_model = torch.compile(model) if args.mode == "compile" else model
     b, s = args.micro_batch, args.seq_len
     times, losses = [], []
     for step in range(args.warmup + args.steps):
-        data = torch.randint(0, args.vocab, (b, s + 1))
+        data = torch.randint(0, args.vocab, (b, s + 1), device=dev)
+        sync()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with cast():
-            loss = model(data[:, :-1], data[:, 1:])
+            loss = step_model(data[:, :-1], data[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sync()
         dt = time.perf_counter() - t0
         losses.append(loss.item())
         print(f"pytorch step {step + 1}: loss {losses[-1]:.4f} {dt:.3f} s{' (warm-up)' if step < args.warmup else ''}",
@@ -112,7 +124,15 @@ def main():
         if step >= args.warmup:
             times.append(dt)
     tokens_per_s = b * s * len(times) / sum(times)
-    print(json.dumps({"peer": "pytorch", "autocast": args.autocast, "tokens_per_s": tokens_per_s, "step_s": sum(times) / len(times),
+    n_params = sum(p.numel() for p in model.parameters())
+    # Model FLOPs a token (as lattice counts them): 6 per parameter, plus attention's 12·L·h·s (causal
+    # half not subtracted), the tied output projection inside the parameters.
+    flops_per_token = 6 * n_params + 12 * args.layers * args.hidden * s
+    mfu = tokens_per_s * flops_per_token / args.peak_flops if args.peak_flops > 0 else None
+    times_sorted = sorted(times)
+    print(json.dumps({"peer": "pytorch", "device": args.device, "mode": args.mode, "autocast": args.autocast,
+                      "micro_batch": b, "median_step_s": times_sorted[len(times) // 2], "mfu": mfu,
+                      "tokens_per_s": tokens_per_s, "step_s": sum(times) / len(times),
                       "best_step_s": min(times), "step_times": times,
                       "torch": torch.__version__, "threads": torch.get_num_threads(), "steps": len(times)}))
 

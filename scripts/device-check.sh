@@ -6,6 +6,8 @@
 # measured (so a run cut off still reports what it reached): $OUT/device-check-results.txt when OUT is
 # set (the lent machine's folder that comes back), else device-check-results.txt in the repository.
 # Logs go beside it. Phases not built yet say so and claim nothing. Exit status: 1 if a phase failed.
+# The whole trainer (phases parity, memory, speed) builds against Debian's packages, which the GPU
+# machine lacks: run scripts/device-bundle.sh here first and carry .device-debs (docs/gpu.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -71,17 +73,181 @@ phase_kernels() {
   else fail "phase kernels: FAIL (exit ${rc}; ${n_ok} ok, ${n_fail} FAIL)"; fi
 }
 
-not_yet() { record "phase $1: not built yet (issue 33)"; }
+not_yet() { record "phase $1: not built yet — $2"; }
 
+# ---- the whole trainer, against Debian's packages unpacked into a prefix (scripts/device-bundle.sh) ----
+DEBS=$ROOT/.device-debs
+DEPS=${DEVICE_DEPS:-/tmp/lattice-deps}
+FULL_DIR=${DEVICE_FULL_BUILD_DIR:-$ROOT/build-device-full}
+LATTICE_BIN=$FULL_DIR/lattice
+ARCH_LIB=$DEPS/usr/lib/x86_64-linux-gnu
+WORK=${DEVICE_WORK:-/tmp/device-check-work}
+runtime_env() {  # the unpacked libraries at run time (OPAL_PREFIX: OpenMPI's own files there too)
+  export LD_LIBRARY_PATH="$ARCH_LIB:$ARCH_LIB/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export OPAL_PREFIX=$DEPS/usr
+}
+unpack_debs() {
+  mkdir -p "$DEPS"
+  local f
+  for f in "$DEBS"/*.deb; do
+    if command -v dpkg-deb >/dev/null; then dpkg-deb -x "$f" "$DEPS" || return 1
+    else (cd "$(mktemp -d)" && ar x "$f" && tar -xf data.tar.* -C "$DEPS") || return 1
+    fi
+  done
+}
+phase_build_full() {
+  local log=$DEST/device-check-build-full.log t0
+  if ! ls "$DEBS"/*.deb >/dev/null 2>&1; then
+    fail "phase build: FAIL (the whole trainer: no .device-debs/*.deb; run scripts/device-bundle.sh on a Debian machine and carry .device-debs)"
+    return
+  fi
+  t0=$(date +%s)
+  unpack_debs >"$log" 2>&1 || { fail "phase build: FAIL (unpacking .device-debs into $DEPS; log: device-check-build-full.log)"; return; }
+  runtime_env
+  # Every library named, so nothing of the system's (or its absence) is picked up: MPI without its
+  # compiler wrapper, oneDNN, SentencePiece by file, CLI11 and nlohmann-json by their CMake packages.
+  if timeout 900 cmake -S "$ROOT" -B "$FULL_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$(cuda_find_nvcc)" \
+       "${CUDA_HOST_ARGS[@]}" -DLATTICE_CUDA=ON -DLATTICE_WERROR=ON -DCMAKE_PREFIX_PATH="$DEPS/usr" \
+       -DMPI_CXX_SKIP_MPICXX=ON -DMPI_CXX_LIB_NAMES=mpi -DMPI_mpi_LIBRARY="$ARCH_LIB/openmpi/lib/libmpi.so" \
+       -DMPI_CXX_HEADER_DIR="$ARCH_LIB/openmpi/include" -DMPI_C_LIB_NAMES=mpi -DMPI_C_HEADER_DIR="$ARCH_LIB/openmpi/include" \
+       -DDNNL_LIBRARY="$ARCH_LIB/libdnnl.so" -DDNNL_INCLUDE_DIR="$DEPS/usr/include" \
+       -DSENTENCEPIECE_INCLUDE_DIR="$DEPS/usr/include" -DSENTENCEPIECE_LIBRARY="$ARCH_LIB/libsentencepiece.so" \
+       -DSENTENCEPIECE_TRAIN_LIBRARY="$ARCH_LIB/libsentencepiece_train.so" \
+       -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$ARCH_LIB:$ARCH_LIB/openmpi/lib" >>"$log" 2>&1 &&
+     timeout 900 cmake --build "$FULL_DIR" -j"$JOBS" --target lattice >>"$log" 2>&1 &&
+     "$LATTICE_BIN" --version >>"$log" 2>&1; then
+    record "phase build: ok ($(( $(date +%s) - t0 )) s; the whole trainer, $FULL_DIR/lattice, -DLATTICE_CUDA=ON; $("$LATTICE_BIN" --version | head -1))"
+    local missing; missing=$(ldd "$LATTICE_BIN" | grep -c 'not found')
+    [ "$missing" -eq 0 ] || fail "phase build: FAIL ($missing libraries not found by ldd: $(ldd "$LATTICE_BIN" | grep 'not found' | tr -s ' \t' ' ' | tr '\n' ';'))"
+  else
+    tail -n 30 "$log" | sed 's/^/  build-full: /' | tee -a "$RESULTS"
+    fail "phase build: FAIL (the whole trainer; log: device-check-build-full.log)"
+  fi
+}
+
+# ---- runs of the trainer ----
+PY=python3
+COMPARE=$ROOT/scripts/device-compare.py
+need_trainer() {
+  if [ ! -x "$LATTICE_BIN" ]; then fail "phase $1: FAIL (no $LATTICE_BIN: run the build phase first)"; return 1; fi
+  runtime_env
+  mkdir -p "$WORK" && cd "$WORK" || return 1
+  if [ ! -f data/train.bin ]; then
+    "$PY" -c "
+import random
+random.seed(7)
+words = ['the', 'device', 'and', 'host', 'agree', 'on', 'every', 'bit', 'of', 'it', 'when', 'kernels', 'run']
+print('\n'.join(' '.join(random.choice(words) for _ in range(12)) for _ in range(20000)))" > corpus.txt
+    "$LATTICE_BIN" prepare --input corpus.txt --out data >/dev/null 2>&1 || { fail "phase $1: FAIL (lattice prepare)"; return 1; }
+  fi
+}
+# train NAME DEVICE FLAGS...: one run, its JSON lines in NAME.jsonl and its checkpoint in ck_NAME.
+train() {
+  local name=$1 device=$2; shift 2
+  rm -rf "ck_$name"
+  timeout 300 "$LATTICE_BIN" train "${SMALL[@]}" --device "$device" --save "ck_$name" --json "$@" >"$name.jsonl" 2>"$name.err"
+  local rc=$?
+  [ $rc -eq 0 ] || { fail "run $name ($device $*): FAIL exit $rc: $(tail -n 2 "$name.err" | tr '\n' ' ')"; return 1; }
+}
+compare() { "$PY" "$COMPARE" "$@" 2>&1 | while IFS= read -r l; do record "  $l"; [[ $l == *FAIL ]] && echo x; done | grep -q x && status=1; true; }
+# The parity model: 4 layers, dropout on, 20 steps (issue 33's "Done when").
+SMALL=(--data data --layers 4 --hidden 128 --heads 4 --seq-len 128 --micro-batch 4 --global-batch 8 --steps 20
+       --dropout 0.1 --threads "$JOBS")
+
+phase_parity() {
+  need_trainer parity || return
+  record "phase parity: the same small model on the CPU and on the GPU, fp32, TF32 off, dropout 0.1, 20 steps"
+  train cpu cpu && train gpu cuda || return
+  compare losses "parity fp32 losses gpu vs cpu" cpu.jsonl gpu.jsonl 1e-5
+  compare weights "parity fp32 final weights gpu vs cpu" ck_cpu/model.safetensors ck_gpu/model.safetensors 1e-5
+  train gpu_again cuda && compare weights "parity gpu repeats itself (bits)" ck_gpu/model.safetensors ck_gpu_again/model.safetensors 0
+  for r in selective full; do
+    train "gpu_$r" cuda --recompute "$r" && compare losses "parity gpu --recompute $r = gpu none (bits)" gpu.jsonl "gpu_$r.jsonl" 0
+  done
+  train cpu_fused cpu --attention fused && train gpu_fused cuda --attention fused &&
+    compare losses "parity fused attention gpu vs cpu" cpu_fused.jsonl gpu_fused.jsonl 1e-5
+  # bf16 activations: both devices round the same operands to bf16, but their GEMMs and reductions add
+  # in different orders; a bf16 rounding (2^-7 relative) is the bound on what one step can differ.
+  train cpu_bf16 cpu --activation-dtype bf16 && train gpu_bf16 cuda --activation-dtype bf16 &&
+    compare losses "parity bf16 activations gpu vs cpu (2^-7)" cpu_bf16.jsonl gpu_bf16.jsonl 0.0078125
+  train gpu_p16 cuda --params-dtype bf16 --activation-dtype bf16 && record "  parity gpu --params-dtype bf16: ran (final loss $(grep -o '"final_loss":[^,]*' gpu_p16.jsonl))"
+  # Resume: 10 steps saved on the GPU, 10 more on the GPU (the bits of the straight run) and on the CPU.
+  train gpu_half cuda --steps 10 && {
+    rm -rf ck_gpu_resumed ck_cpu_resumed
+    timeout 300 "$LATTICE_BIN" train "${SMALL[@]}" --device cuda --resume ck_gpu_half --save ck_gpu_resumed --json >gpu_resumed.jsonl 2>&1 &&
+      compare weights "parity gpu resume is bit-exact" ck_gpu/model.safetensors ck_gpu_resumed/model.safetensors 0
+    timeout 300 "$LATTICE_BIN" train "${SMALL[@]}" --device cpu --resume ck_gpu_half --save ck_cpu_resumed --json >cpu_resumed.jsonl 2>&1 &&
+      compare weights "parity gpu checkpoint resumed on the cpu vs cpu straight" ck_cpu/model.safetensors ck_cpu_resumed/model.safetensors 1e-5
+  }
+  record "phase parity: done"
+}
+
+phase_memory() {
+  need_trainer memory || return
+  record "phase memory: kept bytes per layer measured on the device against the formula (1%), and the device's used bytes reconciled (5%)"
+  local r dt
+  for dt in fp32 bf16; do
+    for r in none selective full; do
+      SMALL=(--data data --layers 4 --hidden 256 --heads 8 --seq-len 256 --micro-batch 4 --global-batch 4 --steps 2
+             --dropout 0.1 --threads "$JOBS")
+      train "mem_${r}_$dt" cuda --recompute "$r" --activation-dtype "$dt" || continue
+      [ "$r" = full ] || compare layers "memory $r $dt" "mem_${r}_$dt.jsonl" 0.01
+      compare device "memory $r $dt device reconciliation" "mem_${r}_$dt.jsonl" 0.05
+    done
+  done
+  record "phase memory: done"
+}
+
+# The dense bf16 peak of the card at hand, from its name (H100 SXM and H200: 989 TFLOP/s; H100 PCIe 756).
+gpu_peak() {
+  local name; name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  case "$name" in *PCIe*) echo "756e12 ${name}, PCIe: 756 TFLOP/s dense bf16" ;; *) echo "989e12 ${name}: 989 TFLOP/s dense bf16 (SXM)" ;; esac
+}
+phase_speed() {
+  need_trainer speed || return
+  if [ ! -f "$DEBS/gpt2-data/train.bin" ]; then fail "phase speed: FAIL (no .device-debs/gpt2-data: scripts/device-bundle.sh prepares it)"; return; fi
+  local peak note; read -r peak note <<<"$(gpu_peak)"
+  record "phase speed: GPT-2 124M (12 layers, h 768, 12 heads, s 1024, vocab 50304), bf16, one micro-batch a step; peak $note"
+  local b=16 flags=(--data "$DEBS/gpt2-data" --layers 12 --hidden 768 --heads 12 --seq-len 1024 --dropout 0
+                    --activation-dtype bf16 --threads "$JOBS" --peak-flops "$peak" --json --lr 6e-4)
+  # The largest micro-batch that fits, halving from 32.
+  for b in 32 16 8 4; do
+    timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device cuda --micro-batch $b --global-batch $b --steps 2 >probe.jsonl 2>probe.err && break
+  done
+  record "  speed: micro-batch $b (the largest of 32, 16, 8, 4 that ran)"
+  local round
+  for round in 1 2; do  # interleaved: lattice, PyTorch eager, PyTorch compiled, twice
+    timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device cuda --micro-batch $b --global-batch $b --steps 12 >"speed_lattice_$round.jsonl" 2>"speed_lattice_$round.err"
+    "$PY" - "speed_lattice_$round.jsonl" "$b" "$peak" <<'PY' | while IFS= read -r l; do record "  $l"; done
+import json, statistics, sys
+steps = [json.loads(x) for x in open(sys.argv[1]) if '"event":"step"' in x][2:]  # past two warm-up steps
+if not steps:
+    print("speed lattice: FAIL (no step ran)"); sys.exit()
+t = statistics.median(s["step_s"] for s in steps)
+print(f"speed lattice: median step {t*1e3:.1f} ms, {int(sys.argv[2])*1024/t:,.0f} tokens/s, MFU {statistics.median(s['mfu'] for s in steps)*100:.1f}% (of {float(sys.argv[3])/1e12:.0f} TFLOP/s)")
+PY
+    for mode in eager compile; do
+      timeout 300 "$PY" "$ROOT/bench/pytorch_peer.py" --device cuda --autocast bf16 --mode "$mode" --layers 12 --hidden 768 --heads 12 \
+        --seq-len 1024 --vocab 50304 --micro-batch $b --steps 10 --warmup 3 --peak-flops "$peak" >"speed_torch_${mode}_$round.json" 2>"speed_torch_${mode}_$round.err"
+      if [ -s "speed_torch_${mode}_$round.json" ]; then record "  speed pytorch $mode: $(cat "speed_torch_${mode}_$round.json")"
+      else record "  speed pytorch $mode: did not run ($(tail -n 1 "speed_torch_${mode}_$round.err"))"; fi
+    done
+  done
+  record "phase speed: done (where the time goes per kernel: not built yet — the trace times host spans, and the kernels are asynchronous)"
+}
 phases=("$@")
 [ ${#phases[@]} -eq 0 ] && phases=(all)
 [ "${phases[0]}" = all ] && phases=(build kernels parity memory layouts speed table4)
 header "${phases[*]}"
 for p in "${phases[@]}"; do
   case "$p" in
-    build) phase_build ;;
+    build) phase_build; phase_build_full ;;
     kernels) phase_kernels ;;
-    parity | memory | layouts | speed | table4) not_yet "$p" ;;
+    parity) phase_parity ;;
+    memory) phase_memory ;;
+    speed) phase_speed ;;
+    layouts) not_yet layouts "several ranks on one GPU need their communication staged through the host; --device cuda refuses them in one line" ;;
+    table4) not_yet table4 "timing one tensor-parallel rank's share of the 22B layer needs the layer-costs bench on the device" ;;
     *) fail "unknown phase '$p' (build|kernels|parity|memory|layouts|speed|table4|all)" ;;
   esac
 done
