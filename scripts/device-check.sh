@@ -107,9 +107,9 @@ phase_build_full() {
   # Every library named, so nothing of the system's (or its absence) is picked up: MPI without its
   # compiler wrapper, oneDNN, SentencePiece by file, CLI11 and nlohmann-json by their CMake packages.
   if timeout 900 cmake -S "$ROOT" -B "$FULL_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$(cuda_find_nvcc)" \
-       "${CUDA_HOST_ARGS[@]}" -DLATTICE_CUDA=ON -DLATTICE_WERROR=ON -DCMAKE_PREFIX_PATH="$DEPS/usr" \
+       "${CUDA_HOST_ARGS[@]}" -DLATTICE_CUDA=ON -DLATTICE_WERROR=ON -DLATTICE_BUILD_TESTS=OFF -DCMAKE_PREFIX_PATH="$DEPS/usr" \
        -DMPI_CXX_SKIP_MPICXX=ON -DMPI_CXX_LIB_NAMES=mpi -DMPI_mpi_LIBRARY="$ARCH_LIB/openmpi/lib/libmpi.so" \
-       -DMPI_CXX_HEADER_DIR="$ARCH_LIB/openmpi/include" -DMPI_C_LIB_NAMES=mpi -DMPI_C_HEADER_DIR="$ARCH_LIB/openmpi/include" \
+       -DMPI_CXX_HEADER_DIR="$ARCH_LIB/openmpi/include" \
        -DDNNL_LIBRARY="$ARCH_LIB/libdnnl.so" -DDNNL_INCLUDE_DIR="$DEPS/usr/include" \
        -DSENTENCEPIECE_INCLUDE_DIR="$DEPS/usr/include" -DSENTENCEPIECE_LIBRARY="$ARCH_LIB/libsentencepiece.so" \
        -DSENTENCEPIECE_TRAIN_LIBRARY="$ARCH_LIB/libsentencepiece_train.so" \

@@ -51,9 +51,17 @@ int64_t c_driver_used() {
 // Measured once, when the device is chosen: the context's own memory before any allocation.
 int64_t g_context_bytes = 0;
 int64_t c_context() { return g_context_bytes; }
+bool c_holds(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice;
+}
 
 const DeviceMemory kCudaMemory = {"cuda",      false,      c_allocate, c_release,   c_fill_zero,    c_copy,
-                                  c_to_device, c_to_host,  c_to_bf16,  c_from_bf16, c_driver_used, c_context};
+                                  c_to_device, c_to_host,  c_to_bf16,  c_from_bf16, c_driver_used, c_context, c_holds};
 
 // Scratch of the kernels that need it (LayerNorm, bias, embedding backward, ...): one grow-only
 // device buffer; launches are ordered on one stream, so one scratch serves them all in turn.

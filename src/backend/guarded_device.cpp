@@ -117,9 +117,10 @@ void g_from_bf16(const uint16_t* src, float* dst, int64_t n) {
 // the summary's reconciliation runs here as on a GPU.
 int64_t g_used() { return Arena::get().mapped(); }
 int64_t g_context() { return 0; }
+bool g_holds(const void* p) { return Arena::get().holds(p); }
 
 const DeviceMemory kGuardedMemory = {"cpu-guarded", false,       g_allocate, g_release, g_fill_zero, g_copy, g_copy,
-                                     g_copy,        g_to_bf16,   g_from_bf16, g_used,   g_context};
+                                     g_copy,        g_to_bf16,   g_from_bf16, g_used,   g_context, g_holds};
 
 // A device operation reads and writes device memory only: a host pointer given to one (a staging
 // buffer, a file's mapping) is the other half of what a GPU would fault on.

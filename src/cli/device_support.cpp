@@ -7,7 +7,7 @@ namespace lattice::cli {
 namespace {
 void refuse_unless(bool ok, Device device, const std::string& what) {
   require(ok, std::string("--device ") + device_name(device) + " does not run " + what +
-                  " yet: one rank, the dense model (docs/gpu.md, \"What runs\")");
+                  " yet: the dense model (docs/gpu.md, \"What runs on a device\")");
 }
 }  // namespace
 
@@ -17,10 +17,9 @@ void require_device_runs(Device device, const ModelConfig& model) {
 }
 
 void require_device_runs(Device device, const ModelConfig& model, const LayoutConfig& layout,
-                         const TrainConfig& train, int world) {
+                         const TrainConfig& train) {
   if (device == Device::cpu) return;
   require_device_runs(device, model);
-  refuse_unless(world <= 1, device, "several ranks (its communication is not staged through the host)");
   refuse_unless(!layout.fp8_kept, device, "--activation-compression fp8");
   refuse_unless(!layout.pack_masks, device, "--pack-masks");
   refuse_unless(!layout.tied_grads_apart, device, "--tied-embedding-grads apart");

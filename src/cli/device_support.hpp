@@ -1,8 +1,9 @@
 #pragma once
 // What a device other than the CPU runs today (--device cuda, cpu-guarded), decided in one place:
-// the dense model on one rank, fp32 or bf16 activations, every recompute mode and segment plan, fused
-// or unfused attention, fp32/bf16/fp16 weights, AdamW with clipping, checkpoints both ways. The rest
-// is refused in one line naming the flag, before a model exists (docs/gpu.md, "What runs").
+// the dense model in every layout (its communication staged through the host), fp32 or bf16
+// activations, every recompute mode and segment plan, fused or unfused attention, fp32/bf16/fp16
+// weights, ZeRO 1-3, AdamW with clipping, checkpoints both ways. The rest is refused in one line
+// naming the flag, before a model exists (docs/gpu.md, "What runs on a device").
 #include <string>
 
 #include "backend/device_ops.hpp"
@@ -11,9 +12,9 @@
 
 namespace lattice::cli {
 
-// train: the model, the resolved layout, the run's settings and the ranks it was launched with.
+// train: the model, the resolved layout and the run's settings.
 void require_device_runs(Device device, const ModelConfig& model, const LayoutConfig& layout,
-                         const TrainConfig& train, int world);
+                         const TrainConfig& train);
 // eval and sample: the model a checkpoint holds.
 void require_device_runs(Device device, const ModelConfig& model);
 

@@ -185,7 +185,7 @@ int run_train(int argc, char** argv) {
     require(layout.memory_budget.empty() || layout.recompute == "auto", "--memory-budget applies to --recompute auto only");
     resolved = layout.resolve(model.layers);
     select_device(parse_device(device));  // once, before any model exists
-    require_device_runs(parse_device(device), model, resolved, train, comm::launcher_size());
+    require_device_runs(parse_device(device), model, resolved, train);
     // The vocabulary is the data's tokenizer's unless given (the trainer checks a given one).
     if (app.count("--vocab") == 0) model.vocab = data::load_tokenizer(train.data_dir).vocab();
   } catch (const InputError&) {

@@ -1,4 +1,5 @@
 #include "comm/communicator.hpp"
+#include "comm/device_staging.hpp"
 
 #include <stdexcept>
 #include <string>
@@ -46,7 +47,10 @@ void Communicator::all_reduce(std::span<float> data, ReduceOp op) {
   count(CollectiveOp::all_reduce, data.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_reduce", to_string(kind_));
-  do_all_reduce(data, op);
+  if (!staging_active()) return do_all_reduce(data, op);
+  Staged d(data, true, true);
+  do_all_reduce(d.host(), op);
+  d.done();
 }
 
 void Communicator::reduce_scatter(std::span<const float> input, std::span<float> output) {
@@ -54,7 +58,10 @@ void Communicator::reduce_scatter(std::span<const float> input, std::span<float>
   count(CollectiveOp::reduce_scatter, input.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("reduce_scatter", to_string(kind_));
-  do_reduce_scatter(input, output);
+  if (!staging_active()) return do_reduce_scatter(input, output);
+  Staged in(input, true, false), out(output, false, true);
+  do_reduce_scatter(in.host_const(), out.host());
+  out.done();
 }
 
 void Communicator::all_gather(std::span<const float> input, std::span<float> output) {
@@ -62,7 +69,10 @@ void Communicator::all_gather(std::span<const float> input, std::span<float> out
   count(CollectiveOp::all_gather, output.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_gather", to_string(kind_));
-  do_all_gather(input, output);
+  if (!staging_active()) return do_all_gather(input, output);
+  Staged in(input, true, false), out(output, false, true);
+  do_all_gather(in.host_const(), out.host());
+  out.done();
 }
 
 void Communicator::broadcast(std::span<float> data, int root) {
@@ -70,7 +80,10 @@ void Communicator::broadcast(std::span<float> data, int root) {
   count(CollectiveOp::broadcast, data.size(), root);
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("broadcast", to_string(kind_));
-  do_broadcast(data, root);
+  if (!staging_active()) return do_broadcast(data, root);
+  Staged d(data, rank() == root, true);
+  do_broadcast(d.host(), root);
+  d.done();
 }
 
 void Communicator::all_to_all(std::span<const float> input, std::span<float> output) {
@@ -79,7 +92,10 @@ void Communicator::all_to_all(std::span<const float> input, std::span<float> out
   count(CollectiveOp::all_to_all, input.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_to_all", to_string(kind_));
-  do_all_to_all(input, output);
+  if (!staging_active()) return do_all_to_all(input, output);
+  Staged in(input, true, false), out(output, false, true);
+  do_all_to_all(in.host_const(), out.host());
+  out.done();
 }
 
 // One count per group rank, none negative, their sum within the buffer; returns the sum.
@@ -110,7 +126,10 @@ void Communicator::all_to_all_v(std::span<const float> input, std::span<const in
          int64_t(sent * sizeof(float)));
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_to_all_v", to_string(kind_));
-  do_all_to_all_v(input, send_counts, output, recv_counts);
+  if (!staging_active()) return do_all_to_all_v(input, send_counts, output, recv_counts);
+  Staged in(input, true, false), out(output, true, true);  // (parts of output no chunk lands in stay as they were)
+  do_all_to_all_v(in.host_const(), send_counts, out.host(), recv_counts);
+  out.done();
 }
 
 void Communicator::all_to_all_counts(std::span<const int> send, std::span<int> recv) {
@@ -128,7 +147,9 @@ void Communicator::send(std::span<const float> data, int dest, int tag) {
   count(CollectiveOp::send, data.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("send", to_string(kind_));
-  do_send(data, dest, tag);
+  if (!staging_active()) return do_send(data, dest, tag);
+  Staged d(data, true, false);
+  do_send(d.host_const(), dest, tag);
 }
 
 void Communicator::recv(std::span<float> data, int source, int tag) {
@@ -136,7 +157,10 @@ void Communicator::recv(std::span<float> data, int source, int tag) {
   count(CollectiveOp::recv, data.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("recv", to_string(kind_));
-  do_recv(data, source, tag);
+  if (!staging_active()) return do_recv(data, source, tag);
+  Staged d(data, false, true);
+  do_recv(d.host(), source, tag);
+  d.done();
 }
 
 void Communicator::probe(int source, int tag) {
@@ -155,7 +179,11 @@ Handle Communicator::all_reduce_async(std::span<float> data, ReduceOp op) {
   count(CollectiveOp::all_reduce, data.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_reduce", to_string(kind_));  // a backend may run it at issue (mpi_communicator.hpp)
-  return Handle(do_all_reduce_async(data, op), "all_reduce", to_string(kind_), trace_kind(kind_));
+  if (!staging_active()) return Handle(do_all_reduce_async(data, op), "all_reduce", to_string(kind_), trace_kind(kind_));
+  Staged d(data, true, true);
+  auto inner = do_all_reduce_async(d.host(), op);
+  return Handle(std::make_unique<StagedPending>(std::move(inner), std::move(d), Staged({}, false, false)), "all_reduce",
+                to_string(kind_), trace_kind(kind_));
 }
 
 void Communicator::check_counts(size_t whole, size_t mine, std::span<const int> counts, const char* what) const {
@@ -171,8 +199,13 @@ Handle Communicator::reduce_scatter_v_async(std::span<const float> input, std::s
   count(CollectiveOp::reduce_scatter, input.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("reduce_scatter_v", to_string(kind_));  // a backend may run it at issue (mpi_communicator.hpp)
-  return Handle(do_reduce_scatter_v_async(input, output, counts), "reduce_scatter_v", to_string(kind_),
-                trace_kind(kind_));
+  if (!staging_active())
+    return Handle(do_reduce_scatter_v_async(input, output, counts), "reduce_scatter_v", to_string(kind_),
+                  trace_kind(kind_));
+  Staged in(input, true, false), out(output, false, true);
+  auto inner = do_reduce_scatter_v_async(in.host_const(), out.host(), counts);
+  return Handle(std::make_unique<StagedPending>(std::move(inner), std::move(in), std::move(out)), "reduce_scatter_v",
+                to_string(kind_), trace_kind(kind_));
 }
 
 Handle Communicator::all_gather_v_async(std::span<const float> input, std::span<float> output,
@@ -181,20 +214,37 @@ Handle Communicator::all_gather_v_async(std::span<const float> input, std::span<
   count(CollectiveOp::all_gather, output.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_gather_v", to_string(kind_));  // a backend may run it at issue (mpi_communicator.hpp)
-  return Handle(do_all_gather_v_async(input, output, counts), "all_gather_v", to_string(kind_),
-                trace_kind(kind_));
+  if (!staging_active())
+    return Handle(do_all_gather_v_async(input, output, counts), "all_gather_v", to_string(kind_), trace_kind(kind_));
+  // In place (input at this rank's chunk of output) stays in place: output staged whole, read and written.
+  const bool in_place = input.data() >= output.data() && input.data() < output.data() + output.size();
+  Staged out(output, in_place, true);
+  Staged in(in_place ? std::span<const float>{} : input, true, false);
+  const std::span<const float> host_in =
+      in_place ? std::span<const float>(out.host().data() + (input.data() - output.data()), input.size()) : in.host_const();
+  auto inner = do_all_gather_v_async(host_in, out.host(), counts);
+  return Handle(std::make_unique<StagedPending>(std::move(inner), std::move(in), std::move(out)), "all_gather_v",
+                to_string(kind_), trace_kind(kind_));
 }
 
 Handle Communicator::send_async(std::span<const float> data, int dest, int tag) {
   check_peer(dest, "send_async");
   count(CollectiveOp::send, data.size());
-  return Handle(do_send_async(data, dest, tag), "send", to_string(kind_), trace_kind(kind_));
+  if (!staging_active()) return Handle(do_send_async(data, dest, tag), "send", to_string(kind_), trace_kind(kind_));
+  Staged d(data, true, false);
+  auto inner = do_send_async(d.host_const(), dest, tag);
+  return Handle(std::make_unique<StagedPending>(std::move(inner), std::move(d), Staged({}, false, false)), "send",
+                to_string(kind_), trace_kind(kind_));
 }
 
 Handle Communicator::recv_async(std::span<float> data, int source, int tag) {
   check_peer(source, "recv_async");
   count(CollectiveOp::recv, data.size());
-  return Handle(do_recv_async(data, source, tag), "recv", to_string(kind_), trace_kind(kind_));
+  if (!staging_active()) return Handle(do_recv_async(data, source, tag), "recv", to_string(kind_), trace_kind(kind_));
+  Staged d(data, false, true);
+  auto inner = do_recv_async(d.host(), source, tag);
+  return Handle(std::make_unique<StagedPending>(std::move(inner), std::move(d), Staged({}, false, false)), "recv",
+                to_string(kind_), trace_kind(kind_));
 }
 
 }  // namespace lattice::comm

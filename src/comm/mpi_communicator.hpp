@@ -48,8 +48,9 @@ class MpiCommunicator final : public Communicator {
  private:
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
-  ScratchArray<float> ring_incoming_{MemoryCategory::communication, "ring"};  // the ring's two chunks
-  ScratchArray<float> ring_sum_{MemoryCategory::communication, "ring"};
+  // The ring's two chunks: MPI's, so host memory on any device.
+  ScratchArray<float> ring_incoming_{MemoryCategory::communication, "ring", /*host_only=*/true};
+  ScratchArray<float> ring_sum_{MemoryCategory::communication, "ring", /*host_only=*/true};
 };
 
 }  // namespace lattice::comm

@@ -290,8 +290,7 @@ void ModelStates::complete_oldest() {
     dev::half_accumulate(*half_, r.mine.data(), grads16_.data() + offset, r.mine.size());
   } else {
     float* dst = (stage_ == 1 ? reduced_.data() : grads32_.data()) + offset;
-    const float* src = r.mine.data();
-    for (int64_t i = 0; i < r.mine.size(); ++i) dst[i] += src[i];
+    dev::residual_add(dst, r.mine.data(), r.mine.size());  // x += y, element by element
   }
   reducing_.pop_front();
 }

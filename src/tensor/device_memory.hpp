@@ -30,6 +30,9 @@ struct DeviceMemory {
   // allocated anything (null where there is nothing beyond the tracked bytes to reconcile: the host).
   int64_t (*driver_used_bytes)();
   int64_t (*context_bytes)();
+  // Whether `ptr` lies in this memory (null: never asked, the host's): communication stages such
+  // spans through the host (comm/device_staging.hpp).
+  bool (*holds)(const void* ptr);
 };
 
 // The host's: aligned_alloc, memset, memcpy, tensor/bf16's casts.
@@ -40,10 +43,13 @@ const DeviceMemory& device_memory();
 // to their old memory first, so no buffer of one memory is recycled as the other's.
 void set_device_memory(const DeviceMemory& m);
 
-// The categories the device computes on. The token files, communication and pipeline staging (MPI
-// reads and writes host memory), checkpoint and offload I/O stay host memory on every device.
+// The categories the device computes on: activations, model states, workspaces, and the buffers the
+// model writes for communication (SP's rank-major packing, pipeline messages), which the
+// communicator stages through the host for MPI (comm/device_staging.hpp). The token files and
+// checkpoint and offload I/O stay host memory on every device.
 constexpr bool category_on_device(MemoryCategory c) {
-  return c == MemoryCategory::activations || c == MemoryCategory::model_states || c == MemoryCategory::workspaces;
+  return c == MemoryCategory::activations || c == MemoryCategory::model_states || c == MemoryCategory::workspaces ||
+         c == MemoryCategory::communication || c == MemoryCategory::pipeline;
 }
 
 // Host ⇄ device copies of n elements of T through device_memory().

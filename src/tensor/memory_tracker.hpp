@@ -106,8 +106,9 @@ class MemoryTracker {
 class TrackedBuffer {
  public:
   TrackedBuffer() = default;
-  TrackedBuffer(size_t bytes, int layer, const char* op, MemoryTracker& tracker = MemoryTracker::activations())
-      : tracker_(&tracker), ptr_(bytes ? tracker.allocate(bytes, layer, op) : nullptr), bytes_(bytes) {}
+  TrackedBuffer(size_t bytes, int layer, const char* op, MemoryTracker& tracker = MemoryTracker::activations(),
+                bool host_only = false)
+      : tracker_(&tracker), ptr_(bytes ? tracker.allocate(bytes, layer, op, host_only) : nullptr), bytes_(bytes) {}
   TrackedBuffer(TrackedBuffer&& o) noexcept : tracker_(o.tracker_), ptr_(o.ptr_), bytes_(o.bytes_) {
     o.ptr_ = nullptr, o.bytes_ = 0;
   }
@@ -203,11 +204,13 @@ namespace lattice {
 template <class T>
 class ScratchArray {
  public:
-  ScratchArray(MemoryCategory c, const char* op) : tracker_(&MemoryTracker::of(c)), op_(op) {}
+  // `host_only`: host memory even in a category the device computes on (MPI's own scratch).
+  ScratchArray(MemoryCategory c, const char* op, bool host_only = false)
+      : tracker_(&MemoryTracker::of(c)), op_(op), host_only_(host_only) {}
   T* ensure(int64_t n) {
     if (n > n_) {
       buf_.reset();  // first: the old and new buffers never coexist (what it held is not kept)
-      buf_ = TrackedBuffer(size_t(n) * sizeof(T), kNoLayer, op_, *tracker_);
+      buf_ = TrackedBuffer(size_t(n) * sizeof(T), kNoLayer, op_, *tracker_, host_only_);
       n_ = n;
     }
     return data();
@@ -219,6 +222,7 @@ class ScratchArray {
  private:
   MemoryTracker* tracker_;
   const char* op_;
+  bool host_only_;
   TrackedBuffer buf_;
   int64_t n_ = 0;
 };

@@ -4,6 +4,8 @@
 // trainer_checkpoint.cpp and trainer_summary.cpp.
 #include "train/trainer.hpp"
 
+#include "tensor/device_memory.hpp"
+
 #include <algorithm>
 #include <omp.h>
 
@@ -289,7 +291,10 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   parallel::ModelStates::WeightSource fill;
   if (shard_in_place && weights_path.empty()) {
     fill = [&](FlatPiece range, float* out) {
-      init_params(model_->table(), out, config_.seed, model_config_.vocab, range);
+      if (device_memory().host_addressable) return init_params(model_->table(), out, config_.seed, model_config_.vocab, range);
+      std::vector<float> host(size_t(range.size()));  // drawn on the host, copied once (as GPT's own init)
+      init_params(model_->table(), host.data(), config_.seed, model_config_.vocab, range);
+      copy_to_device(out, host.data(), range.size());
     };
   } else if (shard_in_place) {
     reader = std::make_unique<checkpoint::ModelArrayReader>(checkpoint::weights_file(weights_path, model_config_),
