@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST=.device-debs
 PKGS=(libdnnl2 libdnnl-dev
-      libopenmpi3 libopenmpi-dev openmpi-common libpmix2 libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7
+      libopenmpi3 libopenmpi-dev openmpi-common openmpi-bin libpmix2 libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7
       libfabric1 libucx0 libibverbs1 librdmacm1 libpsm2-2 libpsm-infinipath1 libnl-3-200 libnl-route-3-200
       libmunge2 libnuma1 libltdl7 libudev1
       libsentencepiece0 libsentencepiece-dev libprotobuf-lite32

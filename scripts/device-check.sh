@@ -30,7 +30,7 @@ header() {
   # A copied tree (the lent machine's) can hold files newer than its HEAD: say so, not just HEAD.
   git -C "$ROOT" diff --quiet HEAD -- 2>/dev/null || commit="$commit+uncommitted changes"
   gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
-  record "# device-check $(date -u +%Y-%m-%dT%H:%M:%SZ) commit ${commit} gpu: ${gpu:-none seen by nvidia-smi} phases: $*"
+  record "# device-check $(date -u +%Y-%m-%dT%H:%M:%SZ) commit ${commit} gpu: ${gpu:-none seen by nvidia-smi} phases: $*${DEVICE_CHECK_DEVICE:+ (rehearsal: --device $DEVICE_CHECK_DEVICE for the GPU runs)}"
 }
 
 phase_build() {
@@ -82,10 +82,15 @@ FULL_DIR=${DEVICE_FULL_BUILD_DIR:-$ROOT/build-device-full}
 LATTICE_BIN=$FULL_DIR/lattice
 ARCH_LIB=$DEPS/usr/lib/x86_64-linux-gnu
 WORK=${DEVICE_WORK:-/tmp/device-check-work}
-runtime_env() {  # the unpacked libraries at run time (OPAL_PREFIX: OpenMPI's own files there too)
+runtime_env() {  # the unpacked libraries at run time; OpenMPI and PMIx find their plugins there too
   export LD_LIBRARY_PATH="$ARCH_LIB:$ARCH_LIB/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export OPAL_PREFIX=$DEPS/usr
+  export OPAL_PREFIX=$DEPS/usr PMIX_INSTALL_PREFIX=$ARCH_LIB/pmix2
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 }
+# The device the GPU runs use: cuda; DEVICE_CHECK_DEVICE=cpu-guarded rehearses the script on a machine
+# without a GPU (the CPU's kernels over guarded device memory: every comparison must then pass exactly).
+GPU=${DEVICE_CHECK_DEVICE:-cuda}
+MPIRUN=$DEPS/usr/bin/orterun  # Debian's mpirun is an alternatives link to it, which dpkg-deb -x does not make
 unpack_debs() {
   mkdir -p "$DEPS"
   local f
@@ -126,7 +131,7 @@ phase_build_full() {
 }
 
 # ---- runs of the trainer ----
-PY=python3
+PY=${PYTHON:-python3}  # the GPU machine's python3 has numpy and PyTorch
 COMPARE=$ROOT/scripts/device-compare.py
 need_trainer() {
   if [ ! -x "$LATTICE_BIN" ]; then fail "phase $1: FAIL (no $LATTICE_BIN: run the build phase first)"; return 1; fi
@@ -157,24 +162,24 @@ SMALL=(--data data --layers 4 --hidden 128 --heads 4 --seq-len 128 --micro-batch
 phase_parity() {
   need_trainer parity || return
   record "phase parity: the same small model on the CPU and on the GPU, fp32, TF32 off, dropout 0.1, 20 steps"
-  train cpu cpu && train gpu cuda || return
+  train cpu cpu && train gpu "$GPU" || return
   compare losses "parity fp32 losses gpu vs cpu" cpu.jsonl gpu.jsonl 1e-5
   compare weights "parity fp32 final weights gpu vs cpu" ck_cpu/model.safetensors ck_gpu/model.safetensors 1e-5
-  train gpu_again cuda && compare weights "parity gpu repeats itself (bits)" ck_gpu/model.safetensors ck_gpu_again/model.safetensors 0
+  train gpu_again "$GPU" && compare weights "parity gpu repeats itself (bits)" ck_gpu/model.safetensors ck_gpu_again/model.safetensors 0
   for r in selective full; do
-    train "gpu_$r" cuda --recompute "$r" && compare losses "parity gpu --recompute $r = gpu none (bits)" gpu.jsonl "gpu_$r.jsonl" 0
+    train "gpu_$r" "$GPU" --recompute "$r" && compare losses "parity gpu --recompute $r = gpu none (bits)" gpu.jsonl "gpu_$r.jsonl" 0
   done
-  train cpu_fused cpu --attention fused && train gpu_fused cuda --attention fused &&
+  train cpu_fused cpu --attention fused && train gpu_fused "$GPU" --attention fused &&
     compare losses "parity fused attention gpu vs cpu" cpu_fused.jsonl gpu_fused.jsonl 1e-5
   # bf16 activations: both devices round the same operands to bf16, but their GEMMs and reductions add
   # in different orders; a bf16 rounding (2^-7 relative) is the bound on what one step can differ.
-  train cpu_bf16 cpu --activation-dtype bf16 && train gpu_bf16 cuda --activation-dtype bf16 &&
+  train cpu_bf16 cpu --activation-dtype bf16 && train gpu_bf16 "$GPU" --activation-dtype bf16 &&
     compare losses "parity bf16 activations gpu vs cpu (2^-7)" cpu_bf16.jsonl gpu_bf16.jsonl 0.0078125
-  train gpu_p16 cuda --params-dtype bf16 --activation-dtype bf16 && record "  parity gpu --params-dtype bf16: ran (final loss $(grep -o '"final_loss":[^,]*' gpu_p16.jsonl))"
+  train gpu_p16 "$GPU" --params-dtype bf16 --activation-dtype bf16 && record "  parity gpu --params-dtype bf16: ran (final loss $(grep -o '"final_loss":[^,]*' gpu_p16.jsonl))"
   # Resume: 10 steps saved on the GPU, 10 more on the GPU (the bits of the straight run) and on the CPU.
-  train gpu_half cuda --steps 10 && {
+  train gpu_half "$GPU" --steps 10 && {
     rm -rf ck_gpu_resumed ck_cpu_resumed
-    timeout 300 "$LATTICE_BIN" train "${SMALL[@]}" --device cuda --resume ck_gpu_half --save ck_gpu_resumed --json >gpu_resumed.jsonl 2>&1 &&
+    timeout 300 "$LATTICE_BIN" train "${SMALL[@]}" --device "$GPU" --resume ck_gpu_half --save ck_gpu_resumed --json >gpu_resumed.jsonl 2>&1 &&
       compare weights "parity gpu resume is bit-exact" ck_gpu/model.safetensors ck_gpu_resumed/model.safetensors 0
     timeout 300 "$LATTICE_BIN" train "${SMALL[@]}" --device cpu --resume ck_gpu_half --save ck_cpu_resumed --json >cpu_resumed.jsonl 2>&1 &&
       compare weights "parity gpu checkpoint resumed on the cpu vs cpu straight" ck_cpu/model.safetensors ck_cpu_resumed/model.safetensors 1e-5
@@ -190,12 +195,32 @@ phase_memory() {
     for r in none selective full; do
       SMALL=(--data data --layers 4 --hidden 256 --heads 8 --seq-len 256 --micro-batch 4 --global-batch 4 --steps 2
              --dropout 0.1 --threads "$JOBS")
-      train "mem_${r}_$dt" cuda --recompute "$r" --activation-dtype "$dt" || continue
+      train "mem_${r}_$dt" "$GPU" --recompute "$r" --activation-dtype "$dt" || continue
       [ "$r" = full ] || compare layers "memory $r $dt" "mem_${r}_$dt.jsonl" 0.01
       compare device "memory $r $dt device reconciliation" "mem_${r}_$dt.jsonl" 0.05
     done
   done
   record "phase memory: done"
+}
+
+# Several ranks on the one GPU, their communication staged through the host: each layout against the
+# one-rank GPU run (the parity model, 1e-5 as every layout on the CPU).
+phase_layouts() {
+  need_trainer layouts || return
+  record "phase layouts: TP 2 + SP, PP 2 (1F1B), DP 2 (ZeRO 1) as two processes on one GPU against one rank on it"
+  train one_gpu "$GPU" || return
+  local name np
+  for spec in "tp2_sp:--tensor-model-parallel-size 2 --sequence-parallel" "pp2:--pipeline-model-parallel-size 2 --schedule 1f1b" \
+              "dp2:--zero 1"; do
+    name=${spec%%:*}
+    rm -rf "ck_$name"
+    # shellcheck disable=SC2086
+    timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$LATTICE_BIN" train "${SMALL[@]}" --device "$GPU" --save "ck_$name" --json \
+      ${spec#*:} >"$name.jsonl" 2>"$name.err" || { fail "  layouts $name: FAIL exit $?: $(grep -m2 -i error "$name.err" | tr '\n' ' ')"; continue; }
+    compare losses "layouts $name losses vs one gpu rank" one_gpu.jsonl "$name.jsonl" 1e-5
+    compare weights "layouts $name final weights vs one gpu rank" ck_one_gpu/model.safetensors "ck_$name/model.safetensors" 1e-5
+  done
+  record "phase layouts: done"
 }
 
 # The dense bf16 peak of the card at hand, from its name (H100 SXM and H200: 989 TFLOP/s; H100 PCIe 756).
@@ -212,12 +237,12 @@ phase_speed() {
                     --activation-dtype bf16 --threads "$JOBS" --peak-flops "$peak" --json --lr 6e-4)
   # The largest micro-batch that fits, halving from 32.
   for b in 32 16 8 4; do
-    timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device cuda --micro-batch $b --global-batch $b --steps 2 >probe.jsonl 2>probe.err && break
+    timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device "$GPU" --micro-batch $b --global-batch $b --steps 2 >probe.jsonl 2>probe.err && break
   done
   record "  speed: micro-batch $b (the largest of 32, 16, 8, 4 that ran)"
   local round
   for round in 1 2; do  # interleaved: lattice, PyTorch eager, PyTorch compiled, twice
-    timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device cuda --micro-batch $b --global-batch $b --steps 12 >"speed_lattice_$round.jsonl" 2>"speed_lattice_$round.err"
+    timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device "$GPU" --micro-batch $b --global-batch $b --steps 12 >"speed_lattice_$round.jsonl" 2>"speed_lattice_$round.err"
     "$PY" - "speed_lattice_$round.jsonl" "$b" "$peak" <<'PY' | while IFS= read -r l; do record "  $l"; done
 import json, statistics, sys
 steps = [json.loads(x) for x in open(sys.argv[1]) if '"event":"step"' in x][2:]  # past two warm-up steps
@@ -246,7 +271,7 @@ for p in "${phases[@]}"; do
     parity) phase_parity ;;
     memory) phase_memory ;;
     speed) phase_speed ;;
-    layouts) not_yet layouts "several ranks on one GPU need their communication staged through the host; --device cuda refuses them in one line" ;;
+    layouts) phase_layouts ;;
     table4) not_yet table4 "timing one tensor-parallel rank's share of the 22B layer needs the layer-costs bench on the device" ;;
     *) fail "unknown phase '$p' (build|kernels|parity|memory|layouts|speed|table4|all)" ;;
   esac
