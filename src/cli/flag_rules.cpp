@@ -71,6 +71,9 @@ const std::vector<FlagBound>& flag_bounds() {
       {"train", "threads", 0, 4096},  // 0: all cores
       // A timeout under a millisecond would stop every job at its first collective; 0 turns it off.
       {"train", "comm-timeout", 1e-3, 1e6, false, false, true},
+      // A share above the peers' median: 0 would name every rank at the first noise, 1000x is no
+      // straggler but a stopped rank (the comm timeout's business).
+      {"train", "straggler-threshold", 0, 1000, true},
       // eval, sample.
       {"eval", "batches", 1, k2(30), false, false, false, "2^30"},
       {"eval", "micro-batch", 1, k2(20), false, false, false, "2^20"},

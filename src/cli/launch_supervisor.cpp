@@ -339,6 +339,7 @@ nlohmann::json restart_event(const Restart& r) {
           {"max_restarts", r.max_restarts}, {"reason", r.reason},
           {"lost_hosts", r.lost_hosts},  {"hosts", r.hosts},
           {"from", r.from.to_json()},    {"to", r.to.to_json()},
+          {"from_text", r.from.describe()}, {"to_text", r.to.describe()},  // as the line says them (the report shows these)
           {"resume_step", r.resume_step}, {"resume", r.resume_dir.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.resume_dir)},
           {"steps_redone", r.steps_redone}, {"seconds_lost", std::round(r.seconds_lost * 10) / 10}};
 }

@@ -259,6 +259,10 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
   app.add_option("--comm-timeout", t.comm_timeout,
                  "seconds a rank may wait on one communication before it stops the job (0 = off)")
       ->capture_default_str();
+  app.add_option("--straggler-threshold", t.straggler_threshold,
+                 "name a rank a straggler when its compute time over the last 2 s exceeds the median of its "
+                 "stage's other ranks by more than this share (docs/recovery.md)")
+      ->capture_default_str();
   app.add_flag("--json", t.json, "JSON Lines on stdout");
   app.add_option("--schedule", t.schedule, "pipeline schedule: gpipe | 1f1b | interleaved (with --virtual-stages) | zb-h1 (zero bubble: backward split "
                  "into input and weight passes) | pipedream-2bw (no flush, two weight versions, updates one step late)")

@@ -69,7 +69,9 @@ RunLog::RunLog(bool json_stdout, const std::string& report_dir, const std::strin
   std::error_code ec;
   fs::create_directories(dir_, ec);
   require(!ec, "--report-dir: cannot create " + dir_ + ": " + ec.message());
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);  // a FIFO put there does not block
+  // O_APPEND: lattice launch appends its own records (restart, resumed) to the same file while the
+  // job runs; each line then lands whole at the end instead of being overwritten at this fd's offset.
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_APPEND, 0644);  // a FIFO put there does not block
   require(fd_ >= 0, "--report-dir: cannot write " + path + ": " + std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     ::close(fd_), fd_ = -1;

@@ -47,7 +47,7 @@ void RunRecords::add(const json& record) {
   if (event == "start") {
     start = record, summary = nullptr;
   } else if (event == "step") {
-    drop_from(steps), drop_from(evals);
+    drop_from(steps), drop_from(evals), drop_from(stragglers);
     steps.push_back(record);
     if (steps.size() > 2 * kMaxSteps) {
       std::vector<json> thinned;
@@ -60,6 +60,13 @@ void RunRecords::add(const json& record) {
     evals.push_back(record);
   } else if (event == "summary") {
     summary = record;
+  } else if (event == "restart") {
+    restarts.push_back(record);
+  } else if (event == "resumed" && !restarts.empty()) {
+    restarts.back()["resumed"] = record;  // the first step after the last relaunch
+  } else if (event == "straggler") {
+    drop_from(stragglers);
+    stragglers.push_back(record);
   }
 }
 

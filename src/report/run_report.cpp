@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/html_page.hpp"
 #include "core/machine_peak.hpp"
+#include "report/run_report_sections.hpp"
 #include "report/schedule_svg.hpp"
 #include "report/step_report.hpp"
 #include "report/trace_timeline.hpp"
@@ -359,6 +360,8 @@ std::string run_report_html(const RunRecords& run, const std::string& trace_path
     page.add("memory", "Memory by category", memory(run));
     page.add("activations", "Kept activations by layer and op", activations(run));
     page.add("communication", "Communication", communication(run));
+    page.add("step_time", "Step time by rank", step_time_section(run));
+    if (!run.restarts.empty()) page.add("restarts", "Restarts (lattice launch)", restarts_section(run));
     page.add("timeline", "Pipeline timeline", timeline(run, trace_path));
   } catch (const json::exception& e) {
     throw InputError(std::string("the run's records are not lattice train's (a field has the wrong shape: ") + e.what() + ")");

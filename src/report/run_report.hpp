@@ -22,6 +22,11 @@ struct RunRecords {
   static constexpr size_t kMaxSteps = 4000;
   nlohmann::json start;  // {"event":"start"}: configuration and predictions (null if absent)
   std::vector<nlohmann::json> steps, evals;
+  // Kept across a resume's start record: lattice launch's restart and resumed records (appended to
+  // the same run.jsonl), and the stragglers the trainer named (dropped like steps when a resume
+  // goes back before them).
+  // A resumed record is kept in the restart before it, as "resumed".
+  std::vector<nlohmann::json> restarts, stragglers;
   nlohmann::json summary;  // null while the run goes on
   // Records read_run_records left out, and the first of them: "PATH line N: why".
   int64_t skipped_lines = 0;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -102,6 +103,56 @@ std::map<int, std::vector<Span>> read_spans(const nlohmann::json& doc, const std
   return ranks;
 }
 
+// One rank's split of the step whose span is `root`, from its spans in any order; `source` names
+// them in errors ("trace PATH").
+StepSplit split_rank(const std::vector<Span>& all, const Span& root, int rank, const std::string& source) {
+  // The step's spans, outer before inner; then a stack of the open ones gives each its parent.
+  std::vector<const Span*> inside;
+  for (const Span& s : all)
+    if (&s != &root && s.start >= root.start && s.end <= root.end) inside.push_back(&s);
+  std::sort(inside.begin(), inside.end(), [](const Span* x, const Span* y) {
+    if (x->start != y->start) return x->start < y->start;
+    if (x->end != y->end) return x->end > y->end;
+    return depth_order(x->kind) < depth_order(y->kind);
+  });
+  struct Open {
+    const Span* span;
+    Part part;
+    bool in_recompute, in_drain;
+  };
+  std::array<int64_t, kParts> ns{};
+  std::vector<Open> open{{&root, other, false, false}};
+  ns[other] += root.end - root.start;
+  for (const Span* s : inside) {
+    while (open.size() > 1 && open.back().span->end <= s->start) open.pop_back();
+    const Open& parent = open.back();
+    if (s->end > parent.span->end)
+      fail(source + ": on rank " + std::to_string(rank) + " a " + Trace::name(s->kind) + " span overlaps a " +
+           Trace::name(parent.span->kind) + " span without nesting in it (not one thread's spans)");
+    if (s->kind == Kind::step) fail(source + " has a step span inside another on rank " + std::to_string(rank));
+    const bool in_recompute = parent.in_recompute || parent.span->kind == Kind::recompute;
+    const bool in_drain = parent.in_drain || parent.span->kind == Kind::send;
+    const Part part = part_of(s->kind, parent.span->kind, in_recompute, in_drain);
+    // Its time leaves its parent's part (the parent's own time is what its children leave).
+    ns[part] += s->end - s->start;
+    ns[parent.part] -= s->end - s->start;
+    open.push_back({s, part, in_recompute, in_drain});
+  }
+  StepSplit r;
+  r.rank = rank, r.step = root.step;
+  const int64_t total = root.end - root.start;
+  r.step_s = double(total) * 1e-9;
+  int64_t listed = 0;
+  for (int p = 0; p < kParts; ++p)
+    if (p != other) listed += ns[size_t(p)];
+  const auto s = [&](Part p) { return double(ns[size_t(p)]) * 1e-9; };
+  r.gemm_s = s(gemm), r.elementwise_s = s(elementwise), r.recompute_s = s(recompute), r.tp_comm_s = s(tp_comm);
+  r.ep_comm_s = s(ep_comm), r.pp_comm_s = s(pp_comm), r.bubble_s = s(bubble), r.dp_comm_s = s(dp_comm);
+  r.optimizer_s = s(optimizer);
+  r.other_s = double(total - listed) * 1e-9;  // = ns[other]: the parts tile the step
+  return r;
+}
+
 std::vector<StepSplit> split_doc(const nlohmann::json& doc, const std::string& path, int step) {
   const std::map<int, std::vector<Span>> ranks = read_spans(doc, path);
   int64_t first = INT64_MAX, last = -1;
@@ -124,53 +175,7 @@ std::vector<StepSplit> split_doc(const nlohmann::json& doc, const std::string& p
         root = &s;
       }
     if (!root) fail("trace " + path + " has no step " + std::to_string(want) + " on rank " + std::to_string(rank));
-    // The step's spans, outer before inner; then a stack of the open ones gives each its parent.
-    std::vector<const Span*> inside;
-    for (const Span& s : all)
-      if (&s != root && s.start >= root->start && s.end <= root->end) inside.push_back(&s);
-    std::sort(inside.begin(), inside.end(), [](const Span* x, const Span* y) {
-      if (x->start != y->start) return x->start < y->start;
-      if (x->end != y->end) return x->end > y->end;
-      return depth_order(x->kind) < depth_order(y->kind);
-    });
-    struct Open {
-      const Span* span;
-      Part part;
-      bool in_recompute, in_drain;
-    };
-    std::array<int64_t, kParts> ns{};
-    std::vector<Open> open{{root, other, false, false}};
-    ns[other] += root->end - root->start;
-    for (const Span* s : inside) {
-      while (open.size() > 1 && open.back().span->end <= s->start) open.pop_back();
-      const Open& parent = open.back();
-      if (s->end > parent.span->end)
-        fail("trace " + path + ": on rank " + std::to_string(rank) + " a " + Trace::name(s->kind) +
-             " span overlaps a " + Trace::name(parent.span->kind) +
-             " span without nesting in it (not one thread's spans)");
-      if (s->kind == Kind::step)
-        fail("trace " + path + " has a step span inside another on rank " + std::to_string(rank));
-      const bool in_recompute = parent.in_recompute || parent.span->kind == Kind::recompute;
-      const bool in_drain = parent.in_drain || parent.span->kind == Kind::send;
-      const Part part = part_of(s->kind, parent.span->kind, in_recompute, in_drain);
-      // Its time leaves its parent's part (the parent's own time is what its children leave).
-      ns[part] += s->end - s->start;
-      ns[parent.part] -= s->end - s->start;
-      open.push_back({s, part, in_recompute, in_drain});
-    }
-    StepSplit r;
-    r.rank = rank, r.step = want;
-    const int64_t total = root->end - root->start;
-    r.step_s = double(total) * 1e-9;
-    int64_t listed = 0;
-    for (int p = 0; p < kParts; ++p)
-      if (p != other) listed += ns[size_t(p)];
-    const auto s = [&](Part p) { return double(ns[size_t(p)]) * 1e-9; };
-    r.gemm_s = s(gemm), r.elementwise_s = s(elementwise), r.recompute_s = s(recompute), r.tp_comm_s = s(tp_comm);
-    r.ep_comm_s = s(ep_comm), r.pp_comm_s = s(pp_comm), r.bubble_s = s(bubble), r.dp_comm_s = s(dp_comm);
-    r.optimizer_s = s(optimizer);
-    r.other_s = double(total - listed) * 1e-9;  // = ns[other]: the parts tile the step
-    out.push_back(r);
+    out.push_back(split_rank(all, *root, rank, "trace " + path));
   }
   return out;
 }
@@ -184,6 +189,24 @@ std::vector<StepSplit> split_step(const std::string& trace_path, int step) {
   } catch (const nlohmann::json::exception& e) {
     fail("trace " + trace_path + " is not a lattice trace (write one with lattice train --trace): " + e.what());
   }
+}
+
+std::optional<StepSplit> split_recorded_step(const std::vector<int64_t>& events, size_t from, int64_t step) {
+  std::vector<Span> spans;
+  for (size_t i = from - from % 6; i + 6 <= events.size(); i += 6)
+    spans.push_back({Kind(events[i]), events[i + 1], events[i + 2], events[i + 5]});
+  for (const Span& s : spans)
+    if (s.kind == Kind::step && s.step == step) return split_rank(spans, s, 0, "this rank's trace");
+  return std::nullopt;
+}
+
+StepShares shares_of(const StepSplit& s) {
+  StepShares r;
+  r.step_s = s.step_s;
+  r.comm_wait_s = s.tp_comm_s + s.ep_comm_s + s.pp_comm_s + s.dp_comm_s;
+  r.bubble_s = s.bubble_s;
+  r.compute_s = s.step_s - r.comm_wait_s - r.bubble_s;  // the parts tile the step
+  return r;
 }
 
 const std::vector<SplitPart>& split_parts() {

@@ -19,6 +19,7 @@
 //   other        the step span's own time (the loader, loss reductions, bookkeeping) and comm_other
 // The parts add up to the step span exactly (integer nanoseconds, converted once).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,23 @@ struct StepSplit {
 // rank in rank order. InputError on a file that is not a lattice trace, spans that overlap without
 // nesting, a step that is not in the file, or a file with no step spans (written by an older lattice).
 std::vector<StepSplit> split_step(const std::string& trace_path, int step = -1);
+
+// Step `step` (args.step) of this rank's own recorded events (core/trace.hpp's flat records, from
+// index `from` on: the caller's mark where the step began), split as above; nullopt when no span of
+// that step is among them. The trainer calls it after every step (report/step_time.hpp).
+std::optional<StepSplit> split_recorded_step(const std::vector<int64_t>& events, size_t from, int64_t step);
+
+// The split in the three parts a straggler shows in (docs/recovery.md, "Stragglers"):
+//   comm_wait  tp_comm + ep_comm + pp_comm + dp_comm: blocked in a collective or a pipeline
+//              receive's copy, which includes waiting for a slower peer to arrive
+//   bubble     the pipeline's idle time (above)
+//   compute    the rest: GEMMs, element-wise work, recompute, the optimizer, and the step's own
+//              bookkeeping ("other": the loader, world-group collectives such as fp16's overflow
+//              vote); the three add up to step_s.
+struct StepShares {
+  double step_s = 0, compute_s = 0, comm_wait_s = 0, bubble_s = 0;
+};
+StepShares shares_of(const StepSplit& split);
 
 // The parts in TimePlan's order with their names ("gemm", ...), for tables and JSON ("gemm_s").
 struct SplitPart {

@@ -58,6 +58,9 @@ struct TrainConfig {
   std::string schedule = "1f1b";  // pipeline schedule: gpipe | 1f1b | interleaved
   int threads = 0;  // 0 = OpenMP's default
   double comm_timeout = 300;  // seconds one communication may wait before the rank stops (0 = off)
+  // A rank whose compute over the last 2 s exceeds its stage's median by more than this share is
+  // named a straggler (report/step_time.hpp; 0.5 = StepTimes::kDefaultThreshold).
+  double straggler_threshold = 0.5;
 
   int accumulation_steps() const { return global_batch / micro_batch; }
 };

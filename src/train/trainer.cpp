@@ -326,14 +326,24 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   }
   // A resume filled the offloaded states through their mapping: those pages leave the resident set.
   if (OffloadedStates* file = optimizer_->offloaded()) file->drop_mapped_pages();
-  if (!config_.trace.empty()) Trace::instance().enable();
+  timing_ = std::make_unique<StepTiming>(dist_, !config_.trace.empty(), config_.straggler_threshold);  // turns tracing on
   schedule_ = LrSchedule{config_.lr_schedule, config_.lr, config_.min_lr, config_.warmup, config_.steps};
 }
 
 Trainer::~Trainer() = default;
 
 StepResult Trainer::train_step() {
+  timing_->begin_step();
+  const bool first = !stepped_;  // this process's first step warms caches: not judged
+  stepped_ = true;
+  StepResult r = run_step();
+  r.stragglers = timing_->end_step(r.step - 1, !first || config_.steps == 1);
+  return r;
+}
+
+StepResult Trainer::run_step() {
   const TraceSpan step_span(Trace::Kind::step, -1, -1, step_);  // the whole step (report/trace_split.hpp)
+  timing_->test_slowdown();
   const auto t0 = std::chrono::steady_clock::now();
   MemoryTracker::activations().reset_peak();
   if (dist_) dist_->traffic().reset();
@@ -658,6 +668,10 @@ int Trainer::run() {
       report.moe = r.moe;
       if (run_log_) run_log_->record(step_json(report));
       if (!config_.json) print_step_line(report);
+      for (const Straggler& s : r.stragglers) {  // named while the run goes on (docs/recovery.md)
+        std::fprintf(stderr, "lattice train: warning: %s\n", straggler_text(s).c_str());
+        if (run_log_) run_log_->record(straggler_json(s));
+      }
     }
     if (save_due(r.step) && r.step < config_.steps) {
       // The stall: what the save keeps training from (all of a synchronous one; the copy to host

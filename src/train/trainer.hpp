@@ -23,6 +23,7 @@
 #include "train/background_save.hpp"
 #include "train/loss_scaler.hpp"
 #include "train/loss_spike_guard.hpp"
+#include "train/step_timing.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "train/train_config.hpp"
 
@@ -34,6 +35,7 @@ struct StepResult {
   double loss_scale = 0;  // fp16: the scale this step's backward used
   bool skipped = false;   // fp16: an inf/NaN gradient, no update
   MoEStepStats moe;
+  std::vector<Straggler> stragglers;  // named by the step-time rule at this step (report/step_time.hpp)
 };
 
 class Trainer {
@@ -44,7 +46,7 @@ class Trainer {
           comm::Distributed* dist = nullptr);
   ~Trainer();
 
-  StepResult train_step();  // one optimizer step
+  StepResult train_step();  // one optimizer step, timed by rank (StepTiming; collective)
   int run();                // the whole run with reports and checkpoints; returns exit status
   double evaluate(int64_t batches);  // mean validation loss (or train data when no val.bin)
 
@@ -96,6 +98,9 @@ class Trainer {
     MfuPeak peak;
   };
   void summarize(const RunTotals& totals);  // trainer_summary.cpp
+  StepResult run_step();  // train_step's work, inside the step's trace span
+  std::unique_ptr<StepTiming> timing_;  // each step split into compute, wait and bubble, by rank
+  bool stepped_ = false;  // a step has run in this process
   nlohmann::json start_record(int world) const;  // {"event":"start"}: the run's configuration (trainer_summary.cpp)
   std::unique_ptr<RunLog> run_log_;  // the logging rank's records: stdout (--json), --report-dir
   // This rank's micro-batches of the step, forward and backward (through the pipeline when p > 1);

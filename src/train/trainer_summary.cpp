@@ -303,6 +303,7 @@ void Trainer::summarize(const RunTotals& t) {
                                                                                 config_.micro_batch,
                                                                                 model_config_.hidden,
                                                                                 layout_.tp, n_mb)}}}};
+    summary["step_time"] = timing_->times().summary_json();  // by rank: compute, wait, bubble
     add_mfu_json(summary, mfu, t.peak.rank.flops, t.peak.total,
                  t.peak.total > 0 ? t.peak.rank.source : t.peak.long_text());
     // A run that trained no step (--steps 0, or --steps at a resumed checkpoint's step) has no loss.
@@ -329,6 +330,7 @@ void Trainer::summarize(const RunTotals& t) {
                    (long long)config_.steps);
     print_memory_table(reports[0]);
     print_device_memory(device_memory_json());
+    timing_->times().print(stderr);
     int i = 0;
     for (int l = 0; l < model_config_.layers; ++l) {
       if (!model_config_.moe.is_moe_layer(l) || size_t(i) >= moe_load_.size()) continue;

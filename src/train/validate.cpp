@@ -131,6 +131,8 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
   require(t.eval_batches >= 1 && t.eval_batches <= kMaxRows,
           "--eval-batches must be between 1 and " + std::to_string(kMaxRows));
   require(std::isfinite(t.peak_flops) && t.peak_flops >= 0, "--peak-flops must be a finite number >= 0");
+  require(std::isfinite(t.straggler_threshold) && t.straggler_threshold > 0 && t.straggler_threshold <= 1000,
+          "--straggler-threshold must be above 0 and at most 1000 (a share above the median: 0.5 = 50%)");
   require(valid_comm_timeout(t.comm_timeout),
           "--comm-timeout must be between 0 (off) and 1e6 seconds");
   require(!t.zero_prefetch_given || layout.zero == 3, "--zero-prefetch applies to --zero 3 only");

@@ -39,7 +39,7 @@ check "bad input: exit 1, not restarted (got $status)" test "$status" -eq 1 -a "
 # kill_one NAME FLAGS...: launch a 2-rank run, kill one rank after 12 steps.
 kill_one() {
   local name=$1; shift
-  "${L[@]}" "$@" -- train "${MODEL[@]}" --steps 300 --save "ck_$name" --save-every 5 --comm-timeout 5 \
+  "${L[@]}" "$@" -- train "${MODEL[@]}" --steps 300 --save "ck_$name" --save-every 5 --comm-timeout 5 --report-dir "rep_$name" \
     > "$name.jsonl" 2> "$name.err" &
   local pid=$!
   for _ in $(seq 1 300); do [ "$(grep -c '"event":"step"' "$name.jsonl")" -ge 12 ] && break; sleep 0.1; done
@@ -52,6 +52,16 @@ check "killed rank: the run completes (exit $STATUS)" test "$STATUS" -eq 0
 check "killed rank: one restart line" test "$(grep -c '^lattice launch: restart 1 of at most 3 (rank died)' restarted.err)" -eq 1
 check "killed rank: a restart event, then steps to 300" \
   bash -c "grep -q '\"event\":\"restart\"' restarted.jsonl && grep '\"event\":\"step\"' restarted.jsonl | tail -1 | grep -q '\"step\":300'"
+
+# The restart in the run log and the report (docs/recovery.md): the launcher's records land whole in
+# run.jsonl beside the job's, and report.html has a row naming the layouts, steps redone and seconds lost.
+check "killed rank: run.jsonl holds the restart and resumed records, every line JSON" \
+  python3 -c "import json; r=[json.loads(l) for l in open('rep_restarted/run.jsonl')]; e=[x.get('event') for x in r]; assert e.count('restart') == 1 and e.count('resumed') == 1, e"
+check "killed rank: the report's Restarts section shows the restart" \
+  bash -c "grep -q 'Restarts (lattice launch)' rep_restarted/report.html && grep -q 'rank died' rep_restarted/report.html && grep -q 'DP 2 (2 ranks, micro-batch 2) → DP 2 (2 ranks' rep_restarted/report.html"
+"$LATTICE" report rep_restarted --html restarted.html 2> report.err
+check "killed rank: lattice report draws the restart with its first step after the relaunch" \
+  python3 -c "import re; h=open('restarted.html').read(); s=h[h.index('<section id=' + chr(34) + 'restarts'):]; rows=re.findall(r'<tr>(.*?)</tr>', s, re.S); cells=re.findall(r'<td[^>]*>(.*?)</td>', rows[1]); assert len(cells) == 9 and cells[8] != '–', cells"
 
 kill_one stopped --max-restarts 0
 check "--max-restarts 0: exit 3 (got $STATUS)" test "$STATUS" -eq 3
