@@ -12,9 +12,11 @@ endforeach()
 add_test(NAME multinode.launch
          COMMAND bash ${MULTINODE_DIR}/launch.sh $<TARGET_FILE:lattice> ${MPIEXEC_EXECUTABLE}
                  ${CMAKE_CURRENT_BINARY_DIR}/scratch/multinode_launch)
-set_tests_properties(multinode.launch PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77 RESOURCE_LOCK lattice_multinode)
+set_tests_properties(multinode.launch PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77 RESOURCE_LOCK lattice_multinode
+                                                RUN_SERIAL TRUE)
 add_test(NAME multinode.harness
          COMMAND bash ${MULTINODE_DIR}/harness.sh ${MPIEXEC_EXECUTABLE} ${CMAKE_CURRENT_BINARY_DIR}/scratch/multinode_harness)
 # One at a time: link_cut times how fast ranks die, and the machine has few cores.
 set_tests_properties(multinode.layout multinode.link_cut multinode.harness PROPERTIES
-                     TIMEOUT 120 SKIP_RETURN_CODE 77 RESOURCE_LOCK lattice_multinode)
+                     TIMEOUT 120 SKIP_RETURN_CODE 77 RESOURCE_LOCK lattice_multinode
+                     RUN_SERIAL TRUE)
