@@ -191,10 +191,12 @@ phase_memory() {
   need_trainer memory || return
   record "phase memory: kept bytes per layer measured on the device against the formula (1%), and the device's used bytes reconciled (5%)"
   local r dt
+  # Its own shape, for this phase's runs only (train reads SMALL; bash's locals reach the functions called).
+  local SMALL=(--data data --layers 4 --hidden 256 --heads 8 --seq-len 256 --micro-batch 4 --global-batch 4 --steps 2
+               --dropout 0.1 --threads "$JOBS")
   for dt in fp32 bf16; do
     for r in none selective full; do
-      SMALL=(--data data --layers 4 --hidden 256 --heads 8 --seq-len 256 --micro-batch 4 --global-batch 4 --steps 2
-             --dropout 0.1 --threads "$JOBS")
+
       train "mem_${r}_$dt" "$GPU" --recompute "$r" --activation-dtype "$dt" || continue
       [ "$r" = full ] || compare layers "memory $r $dt" "mem_${r}_$dt.jsonl" 0.01
       compare device "memory $r $dt device reconciliation" "mem_${r}_$dt.jsonl" 0.05
