@@ -12,6 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 DEST=${OUT:-$ROOT}
+mkdir -p "$DEST"
 RESULTS=$DEST/device-check-results.txt
 BUILD_DIR=${DEVICE_BUILD_DIR:-$ROOT/build-device}
 JOBS=$(nproc 2>/dev/null || echo 4)
@@ -72,8 +73,6 @@ phase_kernels() {
   elif [ "$rc" -eq 2 ]; then fail "phase kernels: FAIL (no CUDA device usable: nothing checked)"
   else fail "phase kernels: FAIL (exit ${rc}; ${n_ok} ok, ${n_fail} FAIL)"; fi
 }
-
-not_yet() { record "phase $1: not built yet — $2"; }
 
 # ---- the whole trainer, against Debian's packages unpacked into a prefix (scripts/device-bundle.sh) ----
 DEBS=$ROOT/.device-debs
@@ -225,6 +224,36 @@ phase_layouts() {
   record "phase layouts: done"
 }
 
+# The paper's Table 4 on the GPU: one tensor-parallel rank's share of the 22B layer (h 6144, 64 heads,
+# t 8, s 2048, b 4; bf16), forward and backward, communication left out (bench --tp-share), for no
+# recompute, selective and full, and fused attention; overheads against no recompute beside the
+# paper's A100 figures (selective +7%, full +39%).
+phase_table4() {
+  need_trainer table4 || return
+  record "phase table4: one TP rank's share (t 8) of the 22B layer (h 6144, 64 heads, s 2048, b 4, bf16), communication left out; the paper (A100): selective +7%, full +39%"
+  local mode attn
+  # DEVICE_CHECK_TABLE4_SHAPE: a small shape for a rehearsal on the CPU (the 22B share takes minutes there).
+  local shape=(${DEVICE_CHECK_TABLE4_SHAPE:---hidden 6144 --heads 64 --seq-len 2048 --micro-batch 4})
+  for attn in unfused fused; do
+    for mode in none selective full; do
+      timeout 300 "$LATTICE_BIN" bench --device "$GPU" --layer-costs --tp-share 8 "${shape[@]}" \
+        --activation-dtype bf16 --dropout 0.1 --recompute "$mode" --attention "$attn" --seconds 5 --json \
+        >"table4_${attn}_$mode.json" 2>"table4_${attn}_$mode.err" ||
+        { fail "  table4 $attn $mode: FAIL: $(tail -n 1 "table4_${attn}_$mode.err")"; continue; }
+      "$PY" - "table4_${attn}_$mode.json" "table4_unfused_none.json" "$attn $mode" <<'PY' | while IFS= read -r l; do record "  $l"; done
+import json, sys
+c = json.load(open(sys.argv[1]))["layer_costs"]
+t = c["forward_s"] + c["backward_input_s"] + c["backward_weight_s"]
+b = json.load(open(sys.argv[2]))["layer_costs"]
+tb = b["forward_s"] + b["backward_input_s"] + b["backward_weight_s"]
+print(f"table4 {sys.argv[3]}: forward {c['forward_s']*1e3:.1f} ms, backward {(c['backward_input_s']+c['backward_weight_s'])*1e3:.1f} ms, "
+      f"together {t*1e3:.1f} ms, {100*(t/tb-1):+.0f}% against unfused none ({c['repetitions']} repetitions, median)")
+PY
+    done
+  done
+  record "phase table4: done"
+}
+
 # The dense bf16 peak of the card at hand, from its name (H100 SXM and H200: 989 TFLOP/s; H100 PCIe 756).
 gpu_peak() {
   local name; name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
@@ -274,7 +303,7 @@ for p in "${phases[@]}"; do
     memory) phase_memory ;;
     speed) phase_speed ;;
     layouts) phase_layouts ;;
-    table4) not_yet table4 "timing one tensor-parallel rank's share of the 22B layer needs the layer-costs bench on the device" ;;
+    table4) phase_table4 ;;
     *) fail "unknown phase '$p' (build|kernels|parity|memory|layouts|speed|table4|all)" ;;
   esac
 done

@@ -234,6 +234,8 @@ bool c_all_finite(const float* v, int64_t n) {
   return host == 0;
 }
 
+void c_synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
 const DeviceOps kCudaOps = {
     Device::cuda,
     c_gemm,
@@ -279,6 +281,7 @@ const DeviceOps kCudaOps = {
     c_grad_sum_squares,
     c_scale_grads,
     c_all_finite,
+    c_synchronize,
 };
 
 }  // namespace

@@ -31,6 +31,7 @@ Device parse_device(const std::string& text) {
 namespace {
 
 void cpu_to_bf16(const float* src, uint16_t* dst, int64_t n) { to_bf16(src, dst, n); }
+void cpu_synchronize() {}
 void cpu_half_narrow(bool fp16, const float* src, uint16_t* dst, int64_t n) { HalfFormat{fp16}.narrow(src, dst, n); }
 void cpu_half_widen(bool fp16, const uint16_t* src, float* dst, int64_t n) { HalfFormat{fp16}.widen(src, dst, n); }
 void cpu_half_accumulate(bool fp16, const float* src, uint16_t* dst, int64_t n) {
@@ -82,6 +83,7 @@ const DeviceOps kCpu = {
     grad_sum_squares,
     scale_grads,
     all_finite,
+    cpu_synchronize,
 };
 
 const DeviceOps* g_selected = &kCpu;

@@ -85,6 +85,8 @@ struct DeviceOps {
   double (*grad_sum_squares)(const float*, int64_t);
   void (*scale_grads)(float*, int64_t, float);
   bool (*all_finite)(const float*, int64_t);
+  // Returns once every operation issued so far has finished (a timer's edge; the CPU's are synchronous).
+  void (*synchronize)();
   // The copies and zeroing of device buffers are tensor/device_memory.hpp's (the same memory serves
   // the kept tensors' storage below this layer); dev::copy, upload, download, fill_zero call them.
 };
@@ -97,7 +99,7 @@ struct DeviceOps {
   X(dropout_forward) X(dropout_backward) X(softmax_dropout_forward) X(softmax_causal_backward)                 \
   X(flash_attention_forward) X(flash_attention_backward) X(split_heads) X(merge_heads) X(unmerge_heads)       \
   X(merge_qkv_grads) X(embedding_shard_forward) X(embedding_shard_backward) X(add_positions) X(position_grads) X(ce_shard_max_target)            \
-  X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(grad_sum_squares) X(scale_grads) X(all_finite)
+  X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(grad_sum_squares) X(scale_grads) X(all_finite) X(synchronize)
 
 // The CPU's table: src/kernels, byte for byte what the model called directly before the seam.
 const DeviceOps& cpu_ops();
@@ -236,6 +238,7 @@ inline void adamw_update(float* m, float* v, float* w, const float* grad, int64_
 inline double grad_sum_squares(const float* grads, int64_t n) { return device_ops().grad_sum_squares(grads, n); }
 inline void scale_grads(float* grads, int64_t n, float factor) { device_ops().scale_grads(grads, n, factor); }
 inline bool all_finite(const float* values, int64_t n) { return device_ops().all_finite(values, n); }
+inline void synchronize() { device_ops().synchronize(); }
 // A GEMM operand of `n` fp32 values in the run's dtype: itself (fp32), or rounded into `half` (bf16).
 inline GemmOperand as_operand(const float* src, int64_t n, DType dt, uint16_t* half) {
   if (dt == DType::fp32) return {src, DType::fp32};

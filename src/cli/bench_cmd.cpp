@@ -32,7 +32,9 @@
 #include "core/output_path.hpp"
 #include "core/error.hpp"
 #include "core/machine_peak.hpp"
+#include "comm/silent_communicator.hpp"
 #include "kernels/gemm.hpp"
+#include "tensor/device_memory.hpp"
 #include "model/gpt.hpp"
 #include "model/params.hpp"
 #include "optim/optimizer.hpp"
@@ -51,20 +53,29 @@ double median(std::vector<double> v) {
 // Times, in one process, the middle layer of a 3-layer model of the given shape: its forward, its
 // input pass and its weight pass; and the last chunk (a layer and the output layer) whole, whose
 // excess over a layer is the output layer's cost. Medians over repetitions for about `seconds`.
-nlohmann::json measure_layer_costs(ModelConfig model, const LayoutConfig& layout, int micro_batch, double seconds) {
+// `tp_share` > 1: one tensor-parallel rank's share of each layer (1/tp_share of its heads and FFN), its
+// communication left out (comm/silent_communicator.hpp). The times are the run's device's: each
+// clock is read after dev::synchronize().
+nlohmann::json measure_layer_costs(ModelConfig model, const LayoutConfig& layout, int micro_batch, double seconds,
+                                   int tp_share) {
   model.layers = 3;
   model.validate();
-  GPT gpt(model, layout, 1);
+  comm::SilentCommunicator silent(tp_share, 0);
+  GPT gpt(model, layout, 1, parallel::TensorParallel{tp_share > 1 ? &silent : nullptr, false});
   const int64_t s = model.seq_len, rows = micro_batch, n = rows * s * model.hidden;
   std::vector<int32_t> inputs(static_cast<size_t>(rows * s)), targets(inputs.size());
   std::mt19937 gen(1);
   std::uniform_int_distribution<int32_t> token(0, model.vocab - 1);
   for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = token(gen), targets[i] = token(gen);
   const MicroBatch mb{inputs.data(), targets.data(), rows, 0};
-  std::vector<float> x1(static_cast<size_t>(n)), x2(x1.size()), d2(x1.size()), d1(x1.size());
+  // The messages between chunks, where the device's pipeline keeps them.
+  DeviceVector<float, MemoryCategory::pipeline> x1(static_cast<size_t>(n)), x2(x1.size()), d2(x1.size()), d1(x1.size());
   const float scale = 1.0f / float(rows * s);
   std::vector<double> forward, input, weight, last_forward, last_backward;
-  auto now = [] { return std::chrono::steady_clock::now(); };
+  auto now = [] {
+    dev::synchronize();
+    return std::chrono::steady_clock::now();
+  };
   auto since = [&](auto t0) { return std::chrono::duration<double>(now() - t0).count(); };
   gpt.zero_grads();
   const auto start = now();
@@ -94,6 +105,8 @@ nlohmann::json measure_layer_costs(ModelConfig model, const LayoutConfig& layout
           {"heads", model.heads},
           {"seq_len", model.seq_len},
           {"micro_batch", micro_batch},
+          {"tp_share", tp_share},
+          {"device", device_name(device_ops().device)},
           {"vocab", model.padded_vocab(1)},
           {"activation_dtype", to_string(layout.activation_dtype)},
           {"recompute", to_string(layout.recompute)},
@@ -103,6 +116,17 @@ nlohmann::json measure_layer_costs(ModelConfig model, const LayoutConfig& layout
           {"backward_weight_s", w},
           {"head_s", head},
           {"repetitions", forward.size()}};
+}
+
+void print_layer_costs(const ModelConfig& model, int micro_batch, const nlohmann::json& costs) {
+  const int share = costs["tp_share"];
+  std::printf("layer (h %lld, s %lld, b %d%s, %s): forward %.3f ms, input pass %.3f ms, weight pass %.3f ms; output "
+              "layer %.3f ms\n",
+              static_cast<long long>(model.hidden), static_cast<long long>(model.seq_len), micro_batch,
+              share > 1 ? (", one rank's share of TP " + std::to_string(share) + ", communication left out").c_str() : "",
+              costs["device"].get<std::string>().c_str(), 1e3 * double(costs["forward_s"]),
+              1e3 * double(costs["backward_input_s"]), 1e3 * double(costs["backward_weight_s"]),
+              1e3 * double(costs["head_s"]));
 }
 
 // AdamW's rate in bytes/s over the 36 bytes a parameter plan/time_model.cpp charges an fp32 step's
@@ -223,6 +247,11 @@ int run_bench(int argc, char** argv) {
   add_layout_flags(app, layout);
   std::string device = "cpu";
   add_device_flag(app, device);
+  int tp_share = 1;
+  app.add_option("--tp-share", tp_share,
+                 "--layer-costs: time one tensor-parallel rank's share of the layer (1/T of its heads and FFN), "
+                 "its communication left out (the paper's Table 4)")
+      ->capture_default_str();
   app.add_option("--micro-batch,--micro-batch-size", micro_batch, "--layer-costs: sequences per micro-batch")
       ->capture_default_str();
   bool overwrite = false;
@@ -233,9 +262,10 @@ int run_bench(int argc, char** argv) {
   int64_t max_bytes = 0;
   LayoutConfig resolved;
   try {
-    // The bench measures the CPU's own kernels on host buffers (the planner's calibration): the guarded
-    // device would only fault on them.
-    require(device != "cpu-guarded", "--device cpu-guarded applies to train, eval and sample; lattice bench measures the CPU");
+    // The GEMM, bandwidth and element-wise rates and the collectives are the CPU's (the planner's
+    // calibration, on host buffers); on another device the bench times its layers alone.
+    require(device == "cpu" || (layer_costs && !launched),
+            "--device " + device + " times --layer-costs alone, in one process (the other rates are the CPU's)");
     select_device(parse_device(device));  // once, before anything is measured
     require(seconds > 0 && seconds <= 60, "--seconds must be in (0, 60]");
     char given[32];
@@ -251,6 +281,8 @@ int run_bench(int argc, char** argv) {
               "--layer-costs times one process: leave out the parallel sizes (the costs are a layer's)");
       require(!model.moe.enabled(), "--layer-costs times dense layers (MoE models are not partitioned automatically)");
       require(micro_batch >= 1 && micro_batch <= 4096, "--micro-batch must be between 1 and 4096");
+      require(tp_share >= 1 && tp_share <= 1024 && model.heads % tp_share == 0,
+              "--tp-share must divide --heads (" + std::to_string(model.heads) + "), between 1 and 1024");
     }
     if (save && !launched) check_output_path(plan::bench_result_path(1), OutputKind::bench, "--save", rules);
   } catch (const InputError&) {
@@ -263,6 +295,12 @@ int run_bench(int argc, char** argv) {
   }
   if (threads > 0) omp_set_num_threads(threads);
 
+  if (device != "cpu") {  // the layers alone, on the device
+    const nlohmann::json costs = measure_layer_costs(model, resolved, micro_batch, seconds, tp_share);
+    if (json) std::cout << nlohmann::json{{"layer_costs", costs}}.dump() << "\n";
+    else print_layer_costs(model, micro_batch, costs);
+    return 0;
+  }
   auto measure = [&](bool mpi) {
     const int rank = mpi ? comm::world_rank() : 0, ranks = mpi ? comm::world_size() : 1;
     std::string path;
@@ -287,7 +325,7 @@ int run_bench(int argc, char** argv) {
       for (auto& [kernel, rate] : elementwise) rate = comm::world_min(rate);  // same keys, same order everywhere
     }
     nlohmann::json costs;
-    if (layer_costs) costs = measure_layer_costs(model, resolved, micro_batch, seconds);
+    if (layer_costs) costs = measure_layer_costs(model, resolved, micro_batch, seconds, tp_share);
     comm::CollectiveBench collectives;
     if (mpi) {
       comm::CollectiveBenchOptions o;
@@ -335,12 +373,7 @@ int run_bench(int argc, char** argv) {
     std::printf("element-wise GB/s (over the time model's bytes):");
     for (const auto& [kernel, rate] : elementwise) std::printf(" %s %.1f", kernel.c_str(), rate / 1e9);
     std::printf("\n");
-    if (layer_costs)
-      std::printf("layer (h %lld, s %lld, b %d): forward %.3f ms, input pass %.3f ms, weight pass %.3f ms; output "
-                  "layer %.3f ms\n",
-                  static_cast<long long>(model.hidden), static_cast<long long>(model.seq_len), micro_batch,
-                  1e3 * double(costs["forward_s"]), 1e3 * double(costs["backward_input_s"]),
-                  1e3 * double(costs["backward_weight_s"]), 1e3 * double(costs["head_s"]));
+    if (layer_costs) print_layer_costs(model, micro_batch, costs);
     if (mpi) print_mpi(collectives, budget);
     return 0;
   };

@@ -96,6 +96,7 @@ const std::vector<FlagBound>& flag_bounds() {
       {"bench", "budget", 0, 60, true},
       {"bench", "threads", 0, 4096},
       {"bench", "micro-batch", 1, 4096},
+      {"bench", "tp-share", 1, 1024},
       // groups, schedule, prepare.
       {"groups", "world", 1, k2(20), false, false, false, "2^20"},
       {"schedule", "pipeline-model-parallel-size", 1, 4096},

@@ -109,7 +109,18 @@ for flags in "--pack-masks" "--activation-compression fp8" "--num-experts 2" "--
   # shellcheck disable=SC2086
   expect_error "refused: $flags" "does not run" train "${MODEL[@]}" --device cpu-guarded $flags
 done
-expect_error "bench refuses cpu-guarded" "measures the CPU" bench --device cpu-guarded
+expect_error "bench on cpu-guarded without --layer-costs" "times --layer-costs alone" bench --device cpu-guarded
+# The layer costs on a device (Table 4's measurement: one TP rank's share, communication left out).
+"$LATTICE" bench --device cpu-guarded --layer-costs --tp-share 2 --layers 2 --hidden 64 --heads 4 --seq-len 32 \
+  --micro-batch 2 --seconds 0.2 --json > costs.json 2> costs.err
+check "bench --layer-costs --tp-share 2 on cpu-guarded: exit 0" test $? -eq 0
+check "bench's layer costs name the device and the share, with positive times" "$PY" -c "
+import json
+c = json.load(open('costs.json'))['layer_costs']
+assert c['device'] == 'cpu-guarded' and c['tp_share'] == 2, c
+assert c['forward_s'] > 0 and c['backward_input_s'] > 0 and c['backward_weight_s'] > 0, c
+"
+expect_error "--tp-share must divide the heads" "must divide --heads" bench --layer-costs --tp-share 3 --heads 4
 
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
