@@ -57,7 +57,7 @@ for cmd in "train ${MODEL[*]} --steps 1" "eval --checkpoint ck --data data/val.b
   # shellcheck disable=SC2086
   hostile "${cmd%% *} --device cuda, not yet served" 1 "--device cuda: (this lattice was built without CUDA|the CUDA kernels are built, but the model)" -- $cmd --device cuda
 done
-hostile "--device tpu" 2 "--device: tpu not in \{cpu,cuda\}" -- train "${MODEL[@]}" --steps 1 --device tpu
+hostile "--device tpu" 2 "--device: tpu not in \{cpu,cuda,cpu-guarded\}" -- train "${MODEL[@]}" --steps 1 --device tpu
 printf 'layers = 1\nnum-layers = 2\n' > alias.toml
 hostile "a TOML key and its alias" 2 "alias.toml:2: num-layers and layers \(line 1\) are one flag" -- \
   train "${MODEL[@]}" --steps 1 --config alias.toml
