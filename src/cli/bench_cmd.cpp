@@ -264,9 +264,9 @@ int run_bench(int argc, char** argv) {
   try {
     // The GEMM, bandwidth and element-wise rates and the collectives are the CPU's (the planner's
     // calibration, on host buffers); on another device the bench times its layers alone.
+    select_device(parse_device(device));  // once, before anything is measured (it says if it cannot)
     require(device == "cpu" || (layer_costs && !launched),
             "--device " + device + " times --layer-costs alone, in one process (the other rates are the CPU's)");
-    select_device(parse_device(device));  // once, before anything is measured
     require(seconds > 0 && seconds <= 60, "--seconds must be in (0, 60]");
     char given[32];
     std::snprintf(given, sizeof given, "%g", budget);

@@ -55,7 +55,7 @@ hostile "an unknown flag: named as typed, the nearest flag suggested" 2 \
 # every command that runs a model; an unknown device is a usage error.
 for cmd in "train ${MODEL[*]} --steps 1" "eval --checkpoint ck --data data/val.bin" "sample --checkpoint ck" "bench"; do
   # shellcheck disable=SC2086
-  hostile "${cmd%% *} --device cuda, not yet served" 1 "--device cuda: (this lattice was built without CUDA|the CUDA kernels are built, but the model)" -- $cmd --device cuda
+  hostile "${cmd%% *} --device cuda, not yet served" 1 "--device cuda: (this lattice was built without CUDA|no CUDA device)" -- $cmd --device cuda
 done
 hostile "--device tpu" 2 "--device: tpu not in \{cpu,cuda,cpu-guarded\}" -- train "${MODEL[@]}" --steps 1 --device tpu
 printf 'layers = 1\nnum-layers = 2\n' > alias.toml
