@@ -23,6 +23,10 @@ struct ActivationShape {
   // --activation-compression fp8: the GeLU and FC2 inputs and the softmax and attention-dropout
   // outputs kept in 8 bits with a scale byte per 32 elements (core/fp8_layout.hpp; docs/design.md §4).
   bool fp8_kept = false;
+  // Context parallelism c (docs/design.md §5.1): a rank keeps s/c positions of each sequence, and its
+  // attention (Ulysses) runs a/(t·c) heads over the whole s, so every term of a layer's row is ÷ c.
+  int cp = 1;
+  int64_t positions() const { return s / cp; }  // the positions of a sequence one rank's TP region holds
 };
 // The bytes a kept dropout mask of n elements takes.
 inline int64_t mask_bytes(const ActivationShape& x, int64_t n) { return x.packed_masks ? (n + 7) / 8 : n; }
@@ -52,7 +56,7 @@ int64_t fused_attention_bytes(const ActivationShape& x);
 
 // Bytes kept outside the layers on the first stage (eq. 5 note): the embedding dropout mask for
 // `in_flight` micro-batches, and with p == 1 the final LN input, output-projection input and
-// fp32 logits of one micro-batch.
+// fp32 logits of one micro-batch (and under CP the targets of this rank's positions, 4 bytes each).
 int64_t extra_activation_bytes(const ActivationShape& x, int pp, int in_flight);
 
 // A lower bound of the fp32 workspaces one forward/backward of a micro-batch needs on one rank (the
