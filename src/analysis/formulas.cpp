@@ -264,6 +264,13 @@ double tp_conjugate_bytes_per_layer(int64_t s, int64_t b, int64_t h, int t, int6
   return double(n_mb) * 4.0 * 2.0 * double(t - 1) / double(t) * double(s * b * h) * bytes;
 }
 
+double cp_all_to_all_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int c, int64_t n_mb,
+                                    bool fused_attention, int reruns, int bytes) {
+  if (c <= 1) return 0.0;
+  const double exchanges = double(layers) * (8.0 + (fused_attention ? 1.0 : 0.0)) + 4.0 * reruns;
+  return double(n_mb) * exchanges * double(c - 1) / double(c) * double(s / c * b * h / t) * bytes;
+}
+
 double tp_conjugate_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int64_t n_mb, int bytes) {
   // Every layer's share, plus the embedding's f̄ and the head's f: half a layer's worth.
   return tp_conjugate_bytes_per_layer(s, b, h, t, n_mb, bytes) * (double(layers) + 0.5);

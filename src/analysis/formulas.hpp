@@ -192,6 +192,13 @@ double hardware_flops_paper(const FlopsShape& f, Recompute r);
 double tp_conjugate_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int64_t n_mb, int bytes = 4);
 // One layer's share of it: 4 · 2(t−1)/t · sbh·bytes per micro-batch.
 double tp_conjugate_bytes_per_layer(int64_t s, int64_t b, int64_t h, int t, int64_t n_mb, int bytes = 4);
+// Bytes one rank sends per optimizer step through context parallelism's Ulysses all-to-alls
+// (docs/design.md §5.1): per micro-batch and layer, Q, K, V and the context in forward, their four
+// gradients in backward, and with fused attention the kept context once more in backward; each moves
+// b·(s/c)·h/t elements of which (c−1)/c leave the rank. `reruns`: layers whose forward runs again in
+// backward (full recompute), each adding its four forward exchanges.
+double cp_all_to_all_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int c, int64_t n_mb,
+                                    bool fused_attention, int reruns, int bytes = 4);
 // Data-parallel gradient all-reduce per step for psi parameters on this rank: 2(N_d−1)/N_d · psi·bytes.
 double dp_gradient_bytes_per_step(int64_t psi, int dp, int bytes = 4);
 // The same under ZeRO stage `zero` with n_mb micro-batches per step: stages 0–1 move 2Ψ once

@@ -175,7 +175,8 @@ void Trainer::summarize(const RunTotals& t) {
   mine.push_back(expert_psi);  // [21]
   mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::ep)]);         // [22]
   mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::expert_dp)]);  // [23]
-  constexpr size_t kCategoriesAt = 24;  // [24, 24 + categories): each category's peak; then the totals
+  mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::cp)]);         // [24]
+  constexpr size_t kCategoriesAt = 25;  // [25, 25 + categories): each category's peak; then the totals
   for (int c = 0; c < kMemoryCategories; ++c) mine.push_back(MemoryTracker::of(MemoryCategory(c)).run_peak_bytes());
   mine.push_back(MemoryTracker::accounted_peak_bytes());
   mine.push_back(MemoryTracker::reserved_peak_bytes());
@@ -205,6 +206,11 @@ void Trainer::summarize(const RunTotals& t) {
                                                                        model_config_.hidden, layout_.tp, n_mb) *
                               double(std::count_if(recompute.begin(), recompute.end(), forward_recomputed));
   const bool adam = std::string(optimizer_->name()) == "adamw";
+  // Ulysses' all-to-alls (docs/design.md §5.1); a re-run layer exchanges its forward's four again.
+  const double cp_formula = analysis::cp_all_to_all_bytes_per_step(
+      model_config_.seq_len, config_.micro_batch, model_config_.hidden, int(local_layers().size()), layout_.tp,
+      layout_.cp, n_mb, layout_.fused_attention(),
+      int(std::count_if(recompute.begin(), recompute.end(), forward_recomputed)));
   // The all-to-alls of a step if every expert got its share: per MoE layer and micro-batch, dispatch
   // and combine forward and backward of the routed rows, and the forward's exchange of E counts.
   double ep_formula = 0;
@@ -264,6 +270,7 @@ void Trainer::summarize(const RunTotals& t) {
                           {"tp_conjugate", row[13]}, {"tp_regather", row[14]},
                           {"tp_conjugate_formula", tp_formula}, {"dp_formula", row[17]},
                           {"dp_wait_s", double(row[20]) * 1e-6}});
+    if (layout_.cp > 1) comm_ranks.back()["cp"] = row[24], comm_ranks.back()["cp_formula"] = cp_formula;
     if (moe.enabled()) {
       comm_ranks.back()["ep"] = row[22], comm_ranks.back()["expert_dp"] = row[23];
       comm_ranks.back()["ep_formula_balanced"] = ep_formula;
