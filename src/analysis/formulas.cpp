@@ -9,8 +9,8 @@
 namespace lattice::analysis {
 
 LayerBytes layer_activation_parts(const ActivationShape& x) {
-  const int64_t sbh = x.s * x.b * x.h;
-  const int64_t as2b = x.a * x.s * x.s * x.b;
+  const int64_t sbh = x.positions() * x.b * x.h;
+  const int64_t as2b = x.a * x.s * x.s * x.b / x.cp;  // a/c heads over the whole s under CP
   const int64_t d = x.d;
   const int64_t shard = x.sp ? x.t : 1;  // SP keeps a sequence shard of the replicated part
   LayerBytes r{};
@@ -28,25 +28,26 @@ LayerBytes layer_activation_parts(const ActivationShape& x) {
 }
 
 int64_t mlp_4h_kept_bytes(const ActivationShape& x) {
-  const int64_t n = x.s * x.b * 4 * x.h / x.t;  // one [s·b, 4h/t] tensor
+  const int64_t n = x.positions() * x.b * 4 * x.h / x.t;  // one [s·b, 4h/t] tensor
   return 2 * (x.fp8_kept ? fp8_bytes(n, 4 * x.h / x.t) : n * x.d);
 }
 
 int64_t layer_activation_bytes(const ActivationShape& x, bool full, bool selective) {
-  if (full) return x.s * x.b * x.h * x.d / (x.sp ? x.t : 1);  // the layer input only
+  if (full) return x.positions() * x.b * x.h * x.d / (x.sp ? x.t : 1);  // the layer input only
   const LayerBytes p = layer_activation_parts(x);
   return p.replicated + p.tp_divided + (selective && !x.fused_attention ? 0 : p.attention);
 }
 
-int64_t fused_attention_bytes(const ActivationShape& x) { return 4 * x.a * x.s * x.b / x.t; }
+int64_t fused_attention_bytes(const ActivationShape& x) { return 4 * x.a * x.positions() * x.b / x.t; }
 
 int64_t extra_activation_bytes(const ActivationShape& x, int pp, int in_flight) {
-  const int64_t sbh = x.s * x.b * x.h;
+  const int64_t sbh = x.positions() * x.b * x.h;
   const int64_t shard = x.sp ? x.t : 1;
   int64_t bytes = x.dropout ? mask_bytes(x, sbh / shard) * in_flight : 0;  // embedding dropout masks
   if (pp == 1) {
-    bytes += 2 * sbh * x.d / shard;       // final LN input, output-projection input
-    bytes += 4 * x.s * x.b * x.v / x.t;   // fp32 logits (vocabulary-parallel)
+    bytes += 2 * sbh * x.d / shard;                // final LN input, output-projection input
+    bytes += 4 * x.positions() * x.b * x.v / x.t;  // fp32 logits (vocabulary-parallel)
+    if (x.cp > 1) bytes += 4 * x.positions() * x.b;  // the targets of this rank's positions (int32)
   }
   return bytes;
 }
@@ -59,7 +60,7 @@ bool layer_fully_recomputed(const LayoutConfig& layout, int layer, int layers) {
   return layer < n;
 }
 
-int64_t layer_norm_stats_bytes(const ActivationShape& x) { return 16 * x.s * x.b / (x.sp ? x.t : 1); }
+int64_t layer_norm_stats_bytes(const ActivationShape& x) { return 16 * x.positions() * x.b / (x.sp ? x.t : 1); }
 
 int64_t layer_kept_bytes(const ActivationShape& x, LayerRecompute mode) {
   switch (mode) {
@@ -80,7 +81,7 @@ int64_t layer_live_bytes(const ActivationShape& x, LayerRecompute mode) {
 }
 
 double layer_recompute_flops(const ActivationShape& x, LayerRecompute mode) {
-  const double sb = double(x.s) * double(x.b), h = double(x.h), t = x.t;
+  const double sb = double(x.positions()) * double(x.b), h = double(x.h), t = x.t;
   const double attention = 4.0 * sb * double(x.s) * h / t;
   if (forward_recomputed(mode)) return 24.0 * sb * h * h / t + attention;
   return mode == LayerRecompute::selective && !x.fused_attention ? attention : 0.0;
@@ -97,7 +98,7 @@ SegmentLength best_segment_length(int n, double I, double A) {
 }
 
 int64_t layer_weight_pending_bytes(const ActivationShape& x) {
-  const int64_t N = x.s * x.b, h = x.h, hl = x.h / x.t;
+  const int64_t N = x.positions() * x.b, h = x.h, hl = x.h / x.t;
   const int64_t fc2_in = x.fp8_kept ? fp8_bytes(N * 4 * hl, 4 * hl) : N * 4 * hl * x.d;
   return x.d * N * (4 * h + 8 * hl) + fc2_in;
 }
@@ -108,7 +109,7 @@ int64_t layer_weight_pending_small_bytes(const ActivationShape& x, int64_t threa
 }
 
 InputPassBytes layer_input_pass_bytes(const ActivationShape& x, int64_t threads) {
-  const int64_t N = x.s * x.b, shard = x.sp ? x.t : 1, N_l = N / shard, h = x.h, hl = x.h / x.t, d = x.d;
+  const int64_t N = x.positions() * x.b, shard = x.sp ? x.t : 1, N_l = N / shard, h = x.h, hl = x.h / x.t, d = x.d;
   const int64_t mask = x.dropout ? mask_bytes(x, N_l * h) : 0, partials = threads * 2 * h * 4;
   const int64_t regather = x.sp && x.t > 1 ? N * h * d - N_l * h * d : 0;  // SP: a whole-sequence copy for a shard
   const int64_t ln = N_l * h * d + 2 * N_l * 4;                            // a LayerNorm's input and statistics
@@ -261,6 +262,13 @@ double hardware_flops_paper(const FlopsShape& f, Recompute r) {
 double tp_conjugate_bytes_per_layer(int64_t s, int64_t b, int64_t h, int t, int64_t n_mb, int bytes) {
   if (t <= 1) return 0.0;
   return double(n_mb) * 4.0 * 2.0 * double(t - 1) / double(t) * double(s * b * h) * bytes;
+}
+
+double cp_all_to_all_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int c, int64_t n_mb,
+                                    bool fused_attention, int reruns, int bytes) {
+  if (c <= 1) return 0.0;
+  const double exchanges = double(layers) * (8.0 + (fused_attention ? 1.0 : 0.0)) + 4.0 * reruns;
+  return double(n_mb) * exchanges * double(c - 1) / double(c) * double(s / c * b * h / t) * bytes;
 }
 
 double tp_conjugate_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int64_t n_mb, int bytes) {

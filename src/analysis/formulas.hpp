@@ -23,6 +23,10 @@ struct ActivationShape {
   // --activation-compression fp8: the GeLU and FC2 inputs and the softmax and attention-dropout
   // outputs kept in 8 bits with a scale byte per 32 elements (core/fp8_layout.hpp; docs/design.md §4).
   bool fp8_kept = false;
+  // Context parallelism c (docs/design.md §5.1): a rank keeps s/c positions of each sequence, and its
+  // attention (Ulysses) runs a/(t·c) heads over the whole s, so every term of a layer's row is ÷ c.
+  int cp = 1;
+  int64_t positions() const { return s / cp; }  // the positions of a sequence one rank's TP region holds
 };
 // The bytes a kept dropout mask of n elements takes.
 inline int64_t mask_bytes(const ActivationShape& x, int64_t n) { return x.packed_masks ? (n + 7) / 8 : n; }
@@ -52,7 +56,7 @@ int64_t fused_attention_bytes(const ActivationShape& x);
 
 // Bytes kept outside the layers on the first stage (eq. 5 note): the embedding dropout mask for
 // `in_flight` micro-batches, and with p == 1 the final LN input, output-projection input and
-// fp32 logits of one micro-batch.
+// fp32 logits of one micro-batch (and under CP the targets of this rank's positions, 4 bytes each).
 int64_t extra_activation_bytes(const ActivationShape& x, int pp, int in_flight);
 
 // A lower bound of the fp32 workspaces one forward/backward of a micro-batch needs on one rank (the
@@ -188,6 +192,13 @@ double hardware_flops_paper(const FlopsShape& f, Recompute r);
 double tp_conjugate_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int64_t n_mb, int bytes = 4);
 // One layer's share of it: 4 · 2(t−1)/t · sbh·bytes per micro-batch.
 double tp_conjugate_bytes_per_layer(int64_t s, int64_t b, int64_t h, int t, int64_t n_mb, int bytes = 4);
+// Bytes one rank sends per optimizer step through context parallelism's Ulysses all-to-alls
+// (docs/design.md §5.1): per micro-batch and layer, Q, K, V and the context in forward, their four
+// gradients in backward, and with fused attention the kept context once more in backward; each moves
+// b·(s/c)·h/t elements of which (c−1)/c leave the rank. `reruns`: layers whose forward runs again in
+// backward (full recompute), each adding its four forward exchanges.
+double cp_all_to_all_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int c, int64_t n_mb,
+                                    bool fused_attention, int reruns, int bytes = 4);
 // Data-parallel gradient all-reduce per step for psi parameters on this rank: 2(N_d−1)/N_d · psi·bytes.
 double dp_gradient_bytes_per_step(int64_t psi, int dp, int bytes = 4);
 // The same under ZeRO stage `zero` with n_mb micro-batches per step: stages 0–1 move 2Ψ once

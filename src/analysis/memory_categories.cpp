@@ -15,8 +15,8 @@
 namespace lattice::analysis {
 
 LayerWorkspace layer_workspace(int64_t b, int64_t s, int64_t h, int64_t a_local, int64_t v_local, bool attention_s2,
-                               bool pack_masks) {
-  const int64_t N = b * s, att = attention_s2 ? b * a_local * s * s : 0;
+                               bool pack_masks, int cp) {
+  const int64_t N = b * s, att = attention_s2 ? b * a_local * s * s * cp : 0;
   LayerWorkspace w;
   w.nh = N * h;
   w.n4h = N * 4 * h;

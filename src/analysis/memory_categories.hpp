@@ -19,10 +19,12 @@ struct LayerWorkspace {
   int64_t nh = 0, n4h = 0, widen = 0, att = 0, half = 0, mask_bytes = 0;
   int64_t bytes() const { return 4 * (14 * nh + 2 * n4h + widen + 2 * att) + 2 * half + mask_bytes; }
 };
-// b, s: one micro-batch's sequences and length (the whole sequence, also under SP); a_local,
-// v_local: this rank's heads and vocabulary rows; attention_s2 false under fused attention.
+// b, s: one micro-batch's sequences and length (the whole sequence, also under SP; under context
+// parallelism c the S/c positions a CP rank holds, whose attention runs a_local/c heads over S = c·s, so
+// its s² buffers are c times those of s); a_local, v_local: this rank's heads and vocabulary rows;
+// attention_s2 false under fused attention.
 LayerWorkspace layer_workspace(int64_t b, int64_t s, int64_t h, int64_t a_local, int64_t v_local, bool attention_s2,
-                               bool pack_masks);
+                               bool pack_masks, int cp = 1);
 
 // What a prediction needs beyond one micro-batch's activation shape.
 struct MemoryCase {

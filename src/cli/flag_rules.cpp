@@ -46,6 +46,7 @@ const std::vector<FlagBound>& flag_bounds() {
       {"", "decoder-last-pipeline-num-layers", 0, 10000},
       {"", "zero", 0, 3},
       {"", "expert-model-parallel-size", 1, k2(20)},
+      {"", "context-parallel-size", 1, k2(20)},
       // Training (add_train_flags).
       {"train", "steps", 0, k2(40), false, false, false, "2^40"},
       {"train", "micro-batch", 1, k2(20), false, false, false, "2^20"},

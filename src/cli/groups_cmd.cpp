@@ -1,6 +1,6 @@
-// lattice groups: Megatron's TP/DP/PP/embedding process groups of a layout, and with
-// --expert-model-parallel-size the EP and expert-DP groups, printed (or drawn) without launching
-// anything.
+// lattice groups: Megatron's TP/DP/PP/embedding process groups of a layout, with
+// --expert-model-parallel-size the EP and expert-DP groups and with --context-parallel-size the CP and
+// DP-with-CP groups, printed (or drawn) without launching anything.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -38,7 +38,7 @@ std::string list_text(const parallel::Groups& groups) {
 int run_groups(int argc, char** argv) {
   CLI::App app{"print the TP/DP/PP/embedding (and EP/expert-DP) process groups of a layout (Megatron-LM order)"};
   app.name("lattice groups");
-  int world = 0, tp = 1, pp = 1, ep = 1;
+  int world = 0, tp = 1, pp = 1, ep = 1, cp = 1;
   std::string svg;
   bool json = false;
   app.add_option("--world", world, "number of ranks N")->required();
@@ -46,6 +46,9 @@ int run_groups(int argc, char** argv) {
   app.add_option("--pipeline-model-parallel-size", pp, "pipeline-parallel size p")->capture_default_str();
   app.add_option("--expert-model-parallel-size,--ep", ep,
                  "expert-parallel size e (divides the data-parallel size); e > 1 adds the EP and expert-DP groups")
+      ->capture_default_str();
+  app.add_option("--context-parallel-size,--cp", cp,
+                 "context-parallel size c (ranks sharing one sequence); c > 1 adds the CP and DP-with-CP groups")
       ->capture_default_str();
   app.add_option("--svg", svg, "also draw the rank grid coloured by group into this SVG file");
   app.add_flag("--json", json, "print one JSON object on one line");
@@ -55,10 +58,11 @@ int run_groups(int argc, char** argv) {
   const OutputRules rules{overwrite, {}, {}};
   if (!svg.empty()) check_output_path(svg, OutputKind::svg, "--svg", rules);  // before anything is printed
 
-  const parallel::ParallelLayout layout = parallel::make_layout(world, tp, pp, ep);
+  const parallel::ParallelLayout layout = parallel::make_layout(world, tp, pp, ep, cp);
   const parallel::Groups tp_g = parallel::tp_groups(layout), dp_g = parallel::dp_groups(layout),
                          pp_g = parallel::pp_groups(layout), emb_g = parallel::embedding_groups(layout),
-                         ep_g = parallel::ep_groups(layout), edp_g = parallel::expert_dp_groups(layout);
+                         ep_g = parallel::ep_groups(layout), edp_g = parallel::expert_dp_groups(layout),
+                         cp_g = parallel::cp_groups(layout), dpcp_g = parallel::dp_cp_groups(layout);
   if (!svg.empty()) {
     write_output_file(svg, OutputKind::svg, "--svg", svg::signed_document(parallel::groups_svg(layout)), rules);
   }
@@ -72,14 +76,28 @@ int run_groups(int argc, char** argv) {
     j["embedding"] = emb_g;
     j["ep"] = ep_g;  // always present in JSON (every rank alone when e = 1), so the keys are fixed
     j["expert_dp"] = edp_g;
+    j["cp"] = cp_g;  // likewise always present (every rank alone when c = 1)
+    j["dp_cp"] = dpcp_g;
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("world %d = tensor-model-parallel %d x data-parallel %d x pipeline-model-parallel %d\n", layout.world,
-              layout.tp, layout.dp, layout.pp);
-  std::printf("rank = tp_rank + %d*dp_rank + %d*pp_rank\n", layout.tp, layout.tp * layout.dp);
-  std::vector<std::pair<std::string, const parallel::Groups*>> rows = {
-      {"tensor-parallel", &tp_g}, {"data-parallel", &dp_g}, {"pipeline-parallel", &pp_g}, {"embedding", &emb_g}};
+  std::vector<std::pair<std::string, const parallel::Groups*>> rows = {{"tensor-parallel", &tp_g}};
+  if (layout.cp > 1) {  // with c = 1 every rank is its own CP group and DP-with-CP is DP: noise in text
+    std::printf("world %d = tensor-model-parallel %d x context-parallel %d x data-parallel %d x "
+                "pipeline-model-parallel %d\n",
+                layout.world, layout.tp, layout.cp, layout.dp, layout.pp);
+    std::printf("rank = tp_rank + %d*cp_rank + %d*dp_rank + %d*pp_rank\n", layout.tp, layout.tp * layout.cp,
+                layout.tp * layout.cp * layout.dp);
+    rows.push_back({"context-parallel", &cp_g});
+  } else {
+    std::printf("world %d = tensor-model-parallel %d x data-parallel %d x pipeline-model-parallel %d\n", layout.world,
+                layout.tp, layout.dp, layout.pp);
+    std::printf("rank = tp_rank + %d*dp_rank + %d*pp_rank\n", layout.tp, layout.tp * layout.dp);
+  }
+  rows.push_back({"data-parallel", &dp_g});
+  if (layout.cp > 1) rows.push_back({"data-parallel-with-cp", &dpcp_g});
+  rows.push_back({"pipeline-parallel", &pp_g});
+  rows.push_back({"embedding", &emb_g});
   if (layout.ep > 1) {  // with e = 1 they are every rank alone and the DP groups: noise in text
     rows.push_back({"expert-parallel", &ep_g});
     rows.push_back({"expert-data-parallel", &edp_g});

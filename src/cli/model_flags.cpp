@@ -116,6 +116,14 @@ void add_layout_flags(CLI::App& app, LayoutFlags& f) {
   app.add_option("--zero", l.zero, "ZeRO stage 0-3");
   app.add_option("--expert-model-parallel-size,--ep", l.ep, "expert-parallel size e (divides the data-parallel size)")
       ->capture_default_str();
+  app.add_option("--context-parallel-size,--cp", l.cp,
+                 "context-parallel size c: each sequence split into 2c chunks, rank r holding chunks r and 2c-1-r "
+                 "(lattice train only)")
+      ->capture_default_str();
+  app.add_option("--cp-comm-type", f.cp_comm,
+                 "a2a | p2p: how context-parallel ranks share attention (a2a: DeepSpeed-Ulysses all-to-all; p2p, "
+                 "the K/V ring, is not built yet)")
+      ->capture_default_str();
   app.add_option("--params-dtype", f.params_dtype,
                  "fp32 | bf16 | fp16 model weights and gradients (16-bit: fp32 master weights; fp16: loss scaling)")
       ->capture_default_str();
@@ -171,8 +179,14 @@ LayoutConfig LayoutFlags::resolve(int layers) {
             "--recompute-plan gives every layer's mode: pass it without --recompute-method and --recompute-layers");
     layout.recompute_plan = parse_recompute_plan(recompute_plan);
   }
-  require(layout.tp >= 1 && layout.pp >= 1 && layout.virtual_stages >= 1 && layout.ep >= 1,
+  require(layout.tp >= 1 && layout.pp >= 1 && layout.virtual_stages >= 1 && layout.ep >= 1 && layout.cp >= 1,
           "parallel sizes must be at least 1");
+  layout.cp_comm = parse_cp_comm(cp_comm);
+  require(layout.cp == 1 || context_parallel_runs,
+          "--context-parallel-size " + std::to_string(layout.cp) +
+              ": only lattice train runs context parallelism; the planner does not model it yet");
+  require(layout.cp == 1 || layout.cp_comm == CpComm::a2a,
+          "--cp-comm-type p2p (the ring of K/V blocks) is not built yet: use --cp-comm-type a2a");
   layout.params_dtype = parse_params_dtype(params_dtype);
   require(layout.zero >= 0 && layout.zero <= 3, "--zero must be 0, 1, 2 or 3 (got " + std::to_string(layout.zero) + ")");
   const bool first_last = first_stage_layers != 0 || last_stage_layers != 0;

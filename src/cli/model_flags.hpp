@@ -15,6 +15,10 @@ struct LayoutFlags {
   std::string recompute_method, recompute_plan;  // empty: not given (block; derived from the flags)
   std::string attention = "unfused", activation_compression = "none", tied_embedding_grads = "together";
   std::string pipeline_layers;                    // "3,4,4,1" or "auto" (empty: even stages)
+  std::string cp_comm = "a2a";                    // --cp-comm-type
+  // Only `lattice train` runs context parallelism; the planner (plan, bench, launch) does not model it
+  // yet, so resolve() refuses --context-parallel-size above 1 unless the command sets this.
+  bool context_parallel_runs = false;
   std::string memory_budget;                      // --memory-budget (empty: none)
   int first_stage_layers = 0, last_stage_layers = 0;  // Megatron's aliases for uneven first/last stages
   // Turns the string flags into the layout for a model of `layers` layers (throws InputError for bad

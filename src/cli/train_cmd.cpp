@@ -42,7 +42,7 @@ plan::PlanRequest run_request(const ModelConfig& model, const LayoutConfig& layo
   plan::PlanRequest r;
   r.model = model;
   r.layout = layout;
-  r.layout.dp = std::max(1, world / (layout.tp * layout.pp));
+  r.layout.dp = std::max(1, world / (layout.tp * layout.cp * layout.pp));
   r.micro_batch = train.micro_batch;
   r.global_batch = train.global_batch > 0 ? train.global_batch : train.micro_batch * r.layout.dp;
   r.gpus = world;
@@ -125,7 +125,7 @@ void choose_recompute_automatically(LayoutConfig& layout, const ModelConfig& mod
 // does not cover the run (MoE) or cannot plan it; the run itself does not depend on it.
 nlohmann::json predicted_memory(const ModelConfig& model, const LayoutConfig& layout, const TrainConfig& train,
                                 int world) {
-  if (model.moe.enabled()) return nullptr;
+  if (model.moe.enabled() || layout.cp > 1) return nullptr;  // the planner does not model MoE or CP yet
   try {
     analysis::MemoryCase c = plan::memory_case(run_request(model, layout, train, world));
     nlohmann::json stages = nlohmann::json::array();
@@ -183,7 +183,11 @@ int run_train(int argc, char** argv) {
     require(layout.pipeline_layers == "auto" || (app.count("--hardware") == 0 && memory_limit.empty()),
             "--hardware and --pipeline-memory-limit apply to --pipeline-layers auto only");
     require(layout.memory_budget.empty() || layout.recompute == "auto", "--memory-budget applies to --recompute auto only");
+    layout.context_parallel_runs = true;
     resolved = layout.resolve(model.layers);
+    require(resolved.cp == 1 || (!layout.partition_auto && !layout.recompute_auto),
+            "--pipeline-layers auto and --recompute auto ask the planner, which does not model "
+            "--context-parallel-size yet");
     select_device(parse_device(device));  // once, before any model exists
     require_device_runs(parse_device(device), model, resolved, train);
     // The vocabulary is the data's tokenizer's unless given (the trainer checks a given one).
@@ -198,7 +202,8 @@ int run_train(int argc, char** argv) {
     }
     throw;
   }
-  if (!comm::started_by_launcher() && resolved.tp == 1 && resolved.pp == 1 && resolved.ep == 1) {
+  if (!comm::started_by_launcher() && resolved.tp == 1 && resolved.pp == 1 && resolved.ep == 1 &&
+      resolved.cp == 1) {
     if (layout.partition_auto) partition_automatically(resolved, model, train, 1, 1, hardware, memory_limit, false);
     if (layout.recompute_auto)
       choose_recompute_automatically(resolved, model, train, 1, layout.memory_budget_bytes, true);
@@ -215,7 +220,7 @@ int run_train(int argc, char** argv) {
   comm::report_rank_lost_as_json(train.json);
   comm::Distributed dist(resolved.tp, resolved.pp, "train",
                          valid_comm_timeout(train.comm_timeout) ? train.comm_timeout : comm::kDefaultCommTimeout,
-                         resolved.ep);
+                         resolved.ep, resolved.cp);
   std::unique_ptr<Trainer> trainer;
   const std::string settings = app.config_to_str(/*default_also=*/true, /*write_description=*/false);
   // Before anything sized by the configuration: ranks that disagree would fail or hang elsewhere.

@@ -15,6 +15,7 @@ Trace::Kind trace_kind(GroupKind kind) {
     case GroupKind::embedding: return Trace::Kind::comm_embedding;
     case GroupKind::ep: return Trace::Kind::comm_ep;
     case GroupKind::model:
+    case GroupKind::cp:  // no trace kind of its own yet: the planner's split has no CP part
     case GroupKind::world: return Trace::Kind::comm_other;
   }
   return Trace::Kind::comm_other;

@@ -69,7 +69,7 @@ MpiSession::~MpiSession() {
   if (!finalized) MPI_Finalize();
 }
 
-Distributed::Distributed(int tp, int pp, const std::string& command, double comm_timeout, int ep)
+Distributed::Distributed(int tp, int pp, const std::string& command, double comm_timeout, int ep, int cp)
     : command_(command) {
   int world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -80,9 +80,9 @@ Distributed::Distributed(int tp, int pp, const std::string& command, double comm
   }
   check_on_all_ranks(command_, [&] {
     try {
-      layout_ = parallel::make_layout(world, tp, pp, ep);
+      layout_ = parallel::make_layout(world, tp, pp, ep, cp);
     } catch (const InputError& e) {
-      if (world == 1 && tp >= 1 && pp >= 1 && ep >= 1 && int64_t(tp) * pp * ep > 1)
+      if (world == 1 && tp >= 1 && pp >= 1 && ep >= 1 && cp >= 1 && int64_t(tp) * pp * ep * cp > 1)
         fail(std::string(e.what()) + " (start the ranks with mpirun -np N)");
       throw;
     }
@@ -99,11 +99,15 @@ Distributed::Distributed(int tp, int pp, const std::string& command, double comm
   embedding_ = split(parallel::embedding_groups(layout_), rank_, GroupKind::embedding, &traffic_);
   ep_ = split(parallel::ep_groups(layout_), rank_, GroupKind::ep, &traffic_);
   expert_dp_ = split(parallel::expert_dp_groups(layout_), rank_, GroupKind::expert_dp, &traffic_);
+  cp_ = split(parallel::cp_groups(layout_), rank_, GroupKind::cp, &traffic_);
+  dp_cp_ = split(parallel::dp_cp_groups(layout_), rank_, GroupKind::dp, &traffic_);
 }
 
 Distributed::~Distributed() {
   // Communicators go before the session finalizes MPI (members die in reverse order anyway;
   // explicit here because MPI_Comm_free after MPI_Finalize is an error).
+  dp_cp_.reset();
+  cp_.reset();
   expert_dp_.reset();
   ep_.reset();
   embedding_.reset();

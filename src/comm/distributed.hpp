@@ -1,7 +1,7 @@
 #pragma once
 // The process's place in the parallel layout: starts MPI, checks the layout, and splits one
-// communicator per group kind (TP, DP, PP, embedding, model-parallel, world, EP, expert-DP) for
-// this rank.
+// communicator per group kind (TP, DP, PP, embedding, model-parallel, world, EP, expert-DP, CP and
+// DP-with-CP) for this rank.
 // One Distributed per process, created after flag parsing and kept for the whole run.
 //
 // Started plainly (not by mpirun) the process is an MPI singleton: world 1, every group of size 1,
@@ -38,8 +38,10 @@ class Distributed {
   // rank 0, every rank exits 1; a lone process throws lattice::InputError instead). `command` names
   // the sub-command in error lines ("train" → "lattice train: error: ...").
   // `comm_timeout` (seconds; <= 0: off): the watchdog ends this rank when one wait lasts longer
-  // (comm/watchdog.hpp). `ep`: the expert-model-parallel size e (docs/design.md §9).
-  Distributed(int tp, int pp, const std::string& command, double comm_timeout = kDefaultCommTimeout, int ep = 1);
+  // (comm/watchdog.hpp). `ep`: the expert-model-parallel size e, `cp` the context-parallel size c
+  // (docs/design.md §9).
+  Distributed(int tp, int pp, const std::string& command, double comm_timeout = kDefaultCommTimeout, int ep = 1,
+              int cp = 1);
   ~Distributed();  // frees the communicators, then finalizes MPI
   Distributed(const Distributed&) = delete;
   Distributed& operator=(const Distributed&) = delete;
@@ -60,6 +62,8 @@ class Distributed {
   Communicator& model() { return *model_; }  // t·p ranks of one model replica (global grad norm)
   Communicator& ep() { return *ep_; }                // e ranks exchanging tokens (MoE all-to-all)
   Communicator& expert_dp() { return *expert_dp_; }  // N_d/e ranks holding the same experts
+  Communicator& cp() { return *cp_; }        // c ranks sharing one sequence (attention's all-to-alls)
+  Communicator& dp_cp() { return *dp_cp_; }  // N_d·c ranks holding the same weights (gradient reductions)
   // Only ranks of the first or last pipeline stage are in an embedding group.
   bool in_embedding_group() const { return embedding_ != nullptr; }
   Communicator& embedding();  // std::logic_error when !in_embedding_group()
@@ -75,7 +79,7 @@ class Distributed {
   parallel::RankCoords coords_;
   parallel::RankGroups groups_;
   int rank_ = 0;
-  std::unique_ptr<Communicator> world_, tp_, dp_, pp_, model_, embedding_, ep_, expert_dp_;
+  std::unique_ptr<Communicator> world_, tp_, dp_, pp_, model_, embedding_, ep_, expert_dp_, cp_, dp_cp_;
 };
 
 }  // namespace lattice::comm

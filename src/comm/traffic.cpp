@@ -12,6 +12,7 @@ const char* to_string(GroupKind k) {
     case GroupKind::world: return "world";
     case GroupKind::ep: return "ep";
     case GroupKind::expert_dp: return "expert_dp";
+    case GroupKind::cp: return "cp";
   }
   return "?";
 }

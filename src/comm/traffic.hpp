@@ -9,9 +9,11 @@
 
 namespace lattice::comm {
 
-enum class GroupKind { tp, dp, pp, embedding, model, world, ep, expert_dp };
-inline constexpr int kGroupKinds = 8;
-const char* to_string(GroupKind k);  // "tp", "dp", "pp", "embedding", "model", "world", "ep", "expert_dp"
+// dp also counts the DP-with-CP group (gradient reductions); cp is the context-parallel group's
+// all-to-alls around attention.
+enum class GroupKind { tp, dp, pp, embedding, model, world, ep, expert_dp, cp };
+inline constexpr int kGroupKinds = 9;
+const char* to_string(GroupKind k);  // "tp", "dp", "pp", "embedding", "model", "world", "ep", "expert_dp", "cp"
 
 enum class CollectiveOp { all_reduce, reduce_scatter, all_gather, broadcast, all_to_all, send, recv };
 inline constexpr int kCollectiveOps = 7;

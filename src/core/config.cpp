@@ -87,6 +87,14 @@ AttentionKernel parse_attention(const std::string& s) {
   fail("--attention must be unfused or fused (got '" + s + "')");
 }
 
+const char* to_string(CpComm c) { return c == CpComm::p2p ? "p2p" : "a2a"; }
+
+CpComm parse_cp_comm(const std::string& s) {
+  if (s == "a2a") return CpComm::a2a;
+  if (s == "p2p") return CpComm::p2p;
+  fail("--cp-comm-type must be a2a or p2p (got '" + s + "')");
+}
+
 ParamsDType parse_params_dtype(const std::string& s) {
   if (s == "fp32") return ParamsDType::fp32;
   if (s == "bf16") return ParamsDType::bf16;

@@ -19,6 +19,9 @@ enum class ParamsDType { fp32, bf16, fp16 };
 // tensors, the paper's kept bytes) or fused (tiled, online softmax, the log-sum-exp kept:
 // docs/design.md §3.1).
 enum class AttentionKernel { unfused, fused };
+// How context-parallel ranks share attention (docs/design.md §5.1): a2a, DeepSpeed-Ulysses (all-to-all
+// from sequence shards to head shards around the s² part); p2p, a ring of K/V blocks (not built yet).
+enum class CpComm { a2a, p2p };
 
 const char* to_string(Recompute r);
 const char* to_string(RecomputeMethod m);
@@ -30,6 +33,8 @@ RecomputeMethod parse_recompute_method(const std::string& s);  // throws InputEr
 DType parse_dtype(const std::string& s);          // throws InputError
 ParamsDType parse_params_dtype(const std::string& s);  // throws InputError
 AttentionKernel parse_attention(const std::string& s);  // throws InputError
+const char* to_string(CpComm c);
+CpComm parse_cp_comm(const std::string& s);  // throws InputError
 inline int bytes_of(DType d) { return d == DType::bf16 ? 2 : 4; }
 
 // Bounds of a model's shape: far past any model trained today, and small enough that every size
@@ -103,6 +108,8 @@ struct LayoutConfig {
   DType activation_dtype = DType::fp32;
   int zero = 0;
   int ep = 1;             // expert-parallel size e (divides N_d)
+  int cp = 1;             // context-parallel size c: each sequence split over c ranks (docs/design.md §5.1)
+  CpComm cp_comm = CpComm::a2a;
   // Model weights and gradients for compute: fp32, or 16-bit (bf16, fp16) with fp32 master
   // weights in the optimizer (mixed precision, docs/design.md §8).
   ParamsDType params_dtype = ParamsDType::fp32;

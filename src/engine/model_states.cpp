@@ -22,7 +22,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 StatesLayout states_layout(const LayoutConfig& layout, int layers, bool zero_prefetch) {
-  return {layout.dp > 1 ? layout.zero : 0, layout.params_dtype, layout.activation_dtype == DType::bf16,
+  // Kept over DP × CP: context-parallel ranks hold the same weights (docs/design.md §5.1).
+  return {layout.dp * layout.cp > 1 ? layout.zero : 0, layout.params_dtype, layout.activation_dtype == DType::bf16,
           zero_prefetch, layers};
 }
 

@@ -48,12 +48,15 @@ void fused_forward(LayerKept& kept, float* ctx_out, const LayerContext& c, Works
 
 // Fused backward: O is the kept context (proj_in, heads merged) split back into heads.
 void fused_backward(float* dq, float* dk, float* dv, const float* dctx, const LayerKept& kept, const LayerContext& c,
-                    Workspace& ws) {
+                    Workspace& ws, const float* o_heads) {
   const float* q = kept.q.load(ws.q.data());
   const float* k = kept.k.load(ws.k.data());
   const float* v = kept.v.load(ws.v.data());
-  unmerge_heads(ws.big2.data(), kept.proj_in.load(ws.widen.data()), c);
-  dev::flash_attention_backward(dq, dk, dv, dctx, q, k, v, ws.big2.data(), static_cast<const float*>(kept.attn_lse.data()),
+  if (!o_heads) {
+    unmerge_heads(ws.big2.data(), kept.proj_in.load(ws.widen.data()), c);
+    o_heads = ws.big2.data();
+  }
+  dev::flash_attention_backward(dq, dk, dv, dctx, q, k, v, o_heads, static_cast<const float*>(kept.attn_lse.data()),
                            flash_shape(c), attention_dropout(c));
 }
 
@@ -106,8 +109,8 @@ void attention_core_forward(LayerKept& kept, bool keep_s2, float* ctx_out, const
 }
 
 void attention_core_backward(float* dq, float* dk, float* dv, const float* dctx, const LayerKept& kept,
-                             const LayerContext& c, Workspace& ws) {
-  if (c.fused_attention) return fused_backward(dq, dk, dv, dctx, kept, c, ws);
+                             const LayerContext& c, Workspace& ws, const float* o_heads) {
+  if (c.fused_attention) return fused_backward(dq, dk, dv, dctx, kept, c, ws, o_heads);
   const int64_t n_att = c.b * c.a * c.s * c.s, dh = c.dh(), nh = c.b * c.a * c.s * dh;
   const bool drop = c.dropout > 0.0f;
   const Stored& dropped = drop ? kept.attn_dropped : kept.probs;

@@ -20,8 +20,10 @@ void merge_qkv_grads(float* dqkv, const float* dq, const float* dk, const float*
 // `kept` (tracked); otherwise they live only in the workspace. When ctx_out is non-null the
 // context dropped·V is written there ([b, a, s, dh], fp32).
 void attention_core_forward(LayerKept& kept, bool keep_s2, float* ctx_out, const LayerContext& c, Workspace& ws);
-// dq, dk, dv [b,a,s,dh] from dctx [b,a,s,dh]; needs the s² tensors in `kept`.
+// dq, dk, dv [b,a,s,dh] from dctx [b,a,s,dh]; needs the s² tensors in `kept`. `o_heads` (fused only):
+// the context as [b,a,s,dh] when it is not kept.proj_in's heads at c's shape (context parallelism,
+// where proj_in holds this rank's positions of all its heads); null: from kept.proj_in.
 void attention_core_backward(float* dq, float* dk, float* dv, const float* dctx, const LayerKept& kept,
-                             const LayerContext& c, Workspace& ws);
+                             const LayerContext& c, Workspace& ws, const float* o_heads = nullptr);
 
 }  // namespace lattice

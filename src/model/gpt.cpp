@@ -129,7 +129,7 @@ LayerGrads GPT::layer_grads(int l, float* bucket, float* experts) const {
 LayerContext GPT::layer_context(int l, uint64_t step, bool training, int64_t rows, int64_t first_row,
                                 int64_t s) const {
   LayerContext c;
-  c.b = rows, c.s = s, c.h = model_.hidden, c.a = model_.heads / tp_.size();
+  c.b = rows, c.s = s_cp(s), c.h = model_.hidden, c.a = model_.heads / tp_.size();
   c.dtype = layout_.activation_dtype;
   c.dropout = training ? float(model_.dropout) : 0.0f;
   c.stream = DropoutStream{seed_, step, l, DropoutSite::attention};
@@ -137,6 +137,7 @@ LayerContext GPT::layer_context(int l, uint64_t step, bool training, int64_t row
   c.heads_total = model_.heads, c.head0 = int64_t(tp_.rank()) * c.a;
   c.seq_total = s, c.pos0 = pos0(s), c.s_local = s_local(s);
   c.tp = tp_;
+  c.cp = cp_;
   c.fused_attention = layout_.fused_attention();
   c.pack_masks = layout_.pack_masks;
   c.fp8_kept = layout_.fp8_kept;
@@ -145,7 +146,7 @@ LayerContext GPT::layer_context(int l, uint64_t step, bool training, int64_t row
   const MoEConfig& m = model_.moe;
   c.is_moe = true;
   moe::MoEContext& x = c.moe;
-  const int64_t N = rows * s;
+  const int64_t N = rows * c.s;
   // Training checks that the groups divide a micro-batch; a shorter sequence (sampling) routes as one.
   const int groups = N % m.groups == 0 ? m.groups : 1;
   x.route = {m.router, m.experts, m.k(), m.drop_policy, N, groups, analysis::expert_capacity(m, N / groups),
@@ -183,43 +184,63 @@ GemmOperand GPT::head_operand(const Stored& head_in, const float* local32, int64
                     ws_.half.data() + ws_.half.size() - size_t(b * s * model_.hidden));
 }
 
+void GPT::take_positions(const int32_t* ids, int64_t b, int64_t s, int32_t* out) const {
+  const parallel::SequenceSplit split = cp_.split(s);
+  const int64_t sc = s_cp(s);
+  if (!cp_.active()) return dev::upload(out, ids, b * s);
+  for (int64_t r = 0; r < b; ++r)
+    split.runs(0, sc, [&](int64_t local, int64_t global, int64_t len) {
+      dev::upload(out + r * sc + local, ids + r * s + global, len);
+    });
+}
+
 void GPT::embed_forward(const MicroBatch& mb, uint64_t step, bool training, int64_t s, OutsideKept& out) {
-  const int64_t b = mb.rows, h = model_.hidden, N = b * s, sl = s_local(s), Nl = b * sl, p0 = pos0(s);
+  const int64_t b = mb.rows, h = model_.hidden, sc = s_cp(s), N = b * sc, sl = s_local(s), Nl = b * sl, p0 = pos0(s);
   const float dropout = training ? float(model_.dropout) : 0.0f;
   float* x = ws_.resid.data();
-  // Vocabulary-parallel embedding: each rank's rows, summed over TP (f̄, or ḡ under SP), + positions.
+  // Vocabulary-parallel embedding of this rank's positions: each rank's rows, summed over TP (f̄, or ḡ
+  // under SP), + positions.
   out.tokens = TrackedBuffer(size_t(N) * 4, kEmbeddingLayer, "tokens");
-  dev::upload(static_cast<int32_t*>(out.tokens.data()), mb.inputs, N);
+  take_positions(mb.inputs, b, s, static_cast<int32_t*>(out.tokens.data()));
   const int L = model_.layers;
   parallel::embedding_tokens_forward(ws_.full2.data(), static_cast<const int32_t*>(out.tokens.data()),
                                      bucket_params(wte_bucket(L)), vocab_shard(), N, h);
   bucket_params_done(wte_bucket(L));
-  parallel::leave_forward(tp_, ws_.full2.data(), x, {b, s, h});
-  dev::add_positions(x, bucket_params(wpe_bucket(L), 0), b, sl, p0, h);
+  parallel::leave_forward(tp_, ws_.full2.data(), x, {b, sc, h});
+  const float* wpe = bucket_params(wpe_bucket(L), 0);
+  if (!cp_.active()) {
+    dev::add_positions(x, wpe, b, sl, p0, h);
+  } else {  // each row's runs of consecutive global positions
+    const parallel::SequenceSplit split = cp_.split(s);
+    for (int64_t r = 0; r < b; ++r)
+      split.runs(p0, sl, [&](int64_t local, int64_t global, int64_t len) {
+        dev::add_positions(x + (r * sl + local - p0) * h, wpe, 1, len, global, h);
+      });
+  }
   bucket_params_done(wpe_bucket(L));
   if (dropout > 0.0f) {
     uint8_t* mask = out.emb_mask.begin(Nl * h, layout_.pack_masks, kEmbeddingLayer, "emb_mask", ws_.mask_bytes.data());
     const DropoutStream st{seed_, step, -1, DropoutSite::embedding};
-    for (int64_t r = 0; r < b; ++r)
-      dev::dropout_mask_fill(mask + r * sl * h, st, uint64_t(((mb.first_row + r) * s + p0) * h), sl * h, dropout);
+    fill_sequence_mask(mask, st, mb.first_row, b, cp_.split(s), p0, sl, h, dropout);
     dev::dropout_forward(x, x, mask, Nl * h, dropout);
     out.emb_mask.finish();
   }
 }
 
-// The micro-batch's targets where the device's kernels read them: the host's own array on the CPU;
-// else a copy on the device, kept with the head's tensors until its backward (4·N bytes).
-const int32_t* GPT::device_targets(const MicroBatch& mb, int64_t N, OutsideKept& out) {
-  if (device_memory().host_addressable) return mb.targets;
+// The targets of this rank's positions where the device's kernels read them: the host's own array on
+// the CPU with whole sequences; else (a device, or CP's positions) a copy, kept with the head's tensors
+// until its backward (4·N bytes, N = b·s/c).
+const int32_t* GPT::device_targets(const MicroBatch& mb, int64_t s, OutsideKept& out) {
+  if (device_memory().host_addressable && !cp_.active()) return mb.targets;
   if (!out.targets) {
-    out.targets = TrackedBuffer(size_t(N) * 4, kHeadLayer, "targets");
-    dev::upload(static_cast<int32_t*>(out.targets.data()), mb.targets, N);
+    out.targets = TrackedBuffer(size_t(mb.rows * s_cp(s)) * 4, kHeadLayer, "targets");
+    take_positions(mb.targets, mb.rows, s, static_cast<int32_t*>(out.targets.data()));
   }
   return static_cast<const int32_t*>(out.targets.data());
 }
 
 double GPT::head_forward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
-  const int64_t b = mb.rows, h = model_.hidden, N = b * s, Nl = b * s_local(s);
+  const int64_t b = mb.rows, h = model_.hidden, sc = s_cp(s), N = b * sc, Nl = b * s_local(s);
   const DType dt = layout_.activation_dtype;
   const parallel::VocabShard vocab = vocab_shard();
   const float* x = ws_.resid.data();
@@ -236,10 +257,10 @@ double GPT::head_forward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
   out.head_in.store(ws_.ln.data());
   out.logits = TrackedBuffer(size_t(N * vocab.v_local) * 4, kHeadLayer, "logits");
   auto* logits = static_cast<float*>(out.logits.data());
-  run_head_gemm(logits, head_operand(out.head_in, ws_.ln.data(), b, s, false), bucket_params(wte_bucket(L)), N);
+  run_head_gemm(logits, head_operand(out.head_in, ws_.ln.data(), b, sc, false), bucket_params(wte_bucket(L)), N);
   bucket_params_done(wte_bucket(L));
   DeviceVector<float, MemoryCategory::workspaces> losses(static_cast<size_t>(N));
-  parallel::cross_entropy_forward(tp_, logits, losses.data(), device_targets(mb, N, out), vocab, N);
+  parallel::cross_entropy_forward(tp_, logits, losses.data(), device_targets(mb, s, out), vocab, N);
   const float* row_losses = losses.data();
   tracked_vector<float, MemoryCategory::workspaces> host;  // a device's losses come to the host to be summed
   if (!device_memory().host_addressable) host.resize(size_t(N)), dev::download(host.data(), losses.data(), N),
@@ -250,16 +271,16 @@ double GPT::head_forward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
 }
 
 void GPT::head_backward(const MicroBatch& mb, float loss_scale, int64_t s, OutsideKept& out) {
-  const int64_t b = mb.rows, h = model_.hidden, N = b * s, Nl = b * s_local(s);
+  const int64_t b = mb.rows, h = model_.hidden, sc = s_cp(s), N = b * sc, Nl = b * s_local(s);
   const DType dt = layout_.activation_dtype;
   const parallel::VocabShard vocab = vocab_shard();
   float* dx = ws_.dresid.data();
   // dlogits (in place); dx = dlogits · wte_shard summed over TP (f, or g under SP);
   // dwte_shard += dlogitsᵀ · head input.
   auto* dlogits = static_cast<float*>(out.logits.data());
-  parallel::cross_entropy_backward(dlogits, dlogits, device_targets(mb, N, out), vocab, N, loss_scale);
+  parallel::cross_entropy_backward(dlogits, dlogits, device_targets(mb, s, out), vocab, N, loss_scale);
   const int L = model_.layers;
-  const GemmOperand head_in = head_operand(out.head_in, nullptr, b, s, /*regather=*/true);
+  const GemmOperand head_in = head_operand(out.head_in, nullptr, b, sc, /*regather=*/true);
   const GemmOperand dlogits_op = dev::as_operand(dlogits, N * vocab.v_local, dt, ws_.half.data());
   GemmShape gx;
   gx.M = N, gx.N = h, gx.K = vocab.v_local;
@@ -272,7 +293,7 @@ void GPT::head_backward(const MicroBatch& mb, float loss_scale, int64_t s, Outsi
   // Handed back now, not at the embedding's backward: a store keeping gradients apart (ZeRO-2/3)
   // reduces the head's part at once instead of holding a vocabulary-sized buffer through backward.
   bucket_grads_done(wte_bucket(L));
-  parallel::enter_backward(tp_, ws_.full2.data(), ws_.g1.data(), {b, s, h});
+  parallel::enter_backward(tp_, ws_.full2.data(), ws_.g1.data(), {b, sc, h});
   out.logits.reset(), out.head_in.reset(), out.targets.reset();
 
   dev::fill_zero(dx, Nl * h);
@@ -286,14 +307,23 @@ void GPT::head_backward(const MicroBatch& mb, float loss_scale, int64_t s, Outsi
 }
 
 void GPT::embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
-  const int64_t b = mb.rows, h = model_.hidden, N = b * s, sl = s_local(s), Nl = b * sl;
+  const int64_t b = mb.rows, h = model_.hidden, sc = s_cp(s), N = b * sc, sl = s_local(s), Nl = b * sl, p0 = pos0(s);
   float* dx = ws_.dresid.data();
   if (model_.dropout > 0.0f)
     dev::dropout_backward(dx, dx, out.emb_mask.unpacked(ws_.mask_bytes.data()), Nl * h, float(model_.dropout));
   const int L = model_.layers;
-  dev::position_grads(bucket_grads(wpe_bucket(L)), dx, b, sl, pos0(s), h);
+  float* dwpe = bucket_grads(wpe_bucket(L));
+  if (!cp_.active()) {
+    dev::position_grads(dwpe, dx, b, sl, p0, h);
+  } else {  // each row's runs of consecutive global positions (a rank's rows hold distinct positions)
+    const parallel::SequenceSplit split = cp_.split(s);
+    for (int64_t r = 0; r < b; ++r)
+      split.runs(p0, sl, [&](int64_t local, int64_t global, int64_t len) {
+        dev::position_grads(dwpe, dx + (r * sl + local - p0) * h, 1, len, global, h);
+      });
+  }
   bucket_grads_done(wpe_bucket(L));
-  const float* dfull = parallel::leave_backward(tp_, dx, ws_.full2.data(), {b, s, h});
+  const float* dfull = parallel::leave_backward(tp_, dx, ws_.full2.data(), {b, sc, h});
   float* dwte = bucket_grads(wte_bucket(L));
   if (layout_.tied_grads_apart) {  // summed into dwte at the step's end (add_tied_input_grads)
     if (!tied_input_grads_.size()) tied_input_grads_ = TrackedArray<float>(vocab_local() * h, "grads");
@@ -307,8 +337,8 @@ void GPT::embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
 double GPT::forward_chunk(const MicroBatch& mb, int64_t id, uint64_t step, bool training, int64_t s, int l0, int l1,
                           const float* x_in, float* x_out) {
   const int64_t b = mb.rows, h = model_.hidden, Nl = b * s_local(s);
-  ws_.ensure(b, s, h, model_.heads / tp_.size(), vocab_local(), !layout_.fused_attention(),  // this rank's heads
-             layout_.pack_masks && model_.dropout > 0);
+  ws_.ensure(b, s_cp(s), h, model_.heads / tp_.size(), vocab_local(), !layout_.fused_attention(),  // this rank's heads
+             layout_.pack_masks && model_.dropout > 0, cp_.size());
   MicroState& state = in_flight_[id];
   if (state.layers.empty()) state.layers.resize(size_t(model_.layers));
   ++state.chunks;
@@ -470,7 +500,7 @@ double GPT::forward_loss(const MicroBatch& mb) {
 }
 
 std::vector<float> GPT::next_token_probs(const int32_t* ids, int64_t len) {
-  require(!tp_.active(), "sampling runs on one rank (the logits of a vocabulary shard are partial)");
+  require(!tp_.active() && !cp_.active(), "sampling runs on one rank (the logits of a vocabulary shard are partial)");
   std::vector<int32_t> targets(size_t(len), 0);
   MicroBatch mb{ids, targets.data(), 1, 0};
   forward_chunk(mb, -1, 0, false, len, 0, model_.layers, nullptr, nullptr);

@@ -63,10 +63,16 @@ class GPT {
   const parallel::TensorParallel& tensor_parallel() const { return tp_; }
   // The expert-parallel group the table's experts are split over (null: this rank holds every expert).
   void set_expert_parallel(comm::Communicator* ep) { ep_ = ep; }
+  // The context-parallel group each sequence is split over (docs/design.md §5.1; null: whole sequences).
+  // Micro-batches still carry whole sequences: the model takes this rank's positions of them.
+  void set_context_parallel(comm::Communicator* cp) { cp_ = {cp}; }
+  const parallel::ContextParallel& context_parallel() const { return cp_; }
   // What the MoE blocks' forwards counted since the last take (auxiliary loss, drops, loads).
   moe::MoEStats take_moe_stats() { return std::exchange(moe_stats_, {}); }
-  // Positions of a sequence of s this rank holds outside the TP region (s/t under SP).
-  int64_t s_local(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? s / tp_.size() : s; }
+  // Positions of a sequence of s this rank holds inside the TP region (s/c under CP) and outside it
+  // (s/(c·t) under SP).
+  int64_t s_cp(int64_t s) const { return s / cp_.size(); }
+  int64_t s_local(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? s_cp(s) / tp_.size() : s_cp(s); }
 
   // Forward and backward of one micro-batch at optimizer step `step`; gradients accumulate,
   // scaled by loss_scale (1 / tokens in the global batch). Returns the micro-batch's loss sum.
@@ -114,10 +120,13 @@ class GPT {
   void finish_if_done(int64_t id);  // forgets micro-batch id once both its backward passes have run
   void embed_forward(const MicroBatch& mb, uint64_t step, bool training, int64_t s, OutsideKept& out);
   double head_forward(const MicroBatch& mb, int64_t s, OutsideKept& out);
-  const int32_t* device_targets(const MicroBatch& mb, int64_t N, OutsideKept& out);
+  const int32_t* device_targets(const MicroBatch& mb, int64_t s, OutsideKept& out);
   void head_backward(const MicroBatch& mb, float loss_scale, int64_t s, OutsideKept& out);
   void embed_backward(const MicroBatch& mb, int64_t s, OutsideKept& out);
-  int64_t pos0(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? tp_.rank() * (s / tp_.size()) : 0; }
+  // The first of the s_cp(s) positions this rank holds outside the TP region (SP).
+  int64_t pos0(int64_t s) const { return tp_.active() && tp_.sequence_parallel ? tp_.rank() * s_local(s) : 0; }
+  // ids [b, s] (host) → this rank's [b, s_cp(s)] positions of them, in `out` (device memory).
+  void take_positions(const int32_t* ids, int64_t b, int64_t s, int32_t* out) const;
   int64_t vocab_local() const { return model_.padded_vocab(tp_.size()) / tp_.size(); }
   // `experts`: the layer's experts bucket (an MoE layer's), else null.
   LayerWeights layer_weights(int l, const float* bucket, const float* experts) const;
@@ -148,6 +157,7 @@ class GPT {
   std::vector<Bucket> buckets_;
   BucketStore* store_ = nullptr;
   comm::Communicator* ep_ = nullptr;
+  parallel::ContextParallel cp_;
   moe::MoEStats moe_stats_;
 };
 

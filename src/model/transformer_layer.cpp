@@ -20,16 +20,12 @@ Stored kept_tensor(bool compress, int64_t numel, int64_t row, DType dtype, int l
   return compress ? Stored::fp8(numel, row, dtype, layer, op) : Stored(numel, dtype, layer, op);
 }
 
-// Residual dropout mask over this rank's [b, s_local, h] rows: global index
-// (global_row · S + pos0 + i) · H + col, so sequence shards draw the one-rank mask.
+// Residual dropout mask over this rank's [b, s_local, h] rows, so sequence shards (SP, CP) draw the
+// one-rank mask.
 void fill_residual_mask(uint8_t* mask, DropoutSite site, const LayerContext& c) {
   DropoutStream st = c.stream;
   st.site = site;
-  const int64_t row = c.seq_local() * c.h;
-  for (int64_t bi = 0; bi < c.b; ++bi) {
-    const uint64_t first = uint64_t(((c.first_row + bi) * c.seq_total + c.pos0) * c.h);
-    dev::dropout_mask_fill(mask + bi * row, st, first, row, c.dropout);
-  }
+  fill_sequence_mask(mask, st, c.first_row, c.b, c.split(), c.pos0, c.seq_local(), c.h, c.dropout);
 }
 
 // x += Dropout(y + bias) over the local rows, with the mask kept in `mask_buf`.
@@ -82,7 +78,19 @@ const float* row_parallel_forward(float* out, GemmOperand x, GemmOperand w, cons
   return out;
 }
 
+// Ulysses' exchanges (tensor_parallel/context_parallel.hpp) for this layer's head blocks.
+parallel::HeadBlocks head_blocks(const LayerContext& c) { return {c.b, c.a, c.seq_total, c.dh()}; }
+
 }  // namespace
+
+void fill_sequence_mask(uint8_t* mask, const DropoutStream& stream, int64_t first_row, int64_t b,
+                        const parallel::SequenceSplit& split, int64_t pos0, int64_t n, int64_t h, float p) {
+  for (int64_t bi = 0; bi < b; ++bi)
+    split.runs(pos0, n, [&](int64_t local, int64_t global, int64_t len) {
+      const uint64_t first = uint64_t(((first_row + bi) * split.S + global) * h);
+      dev::dropout_mask_fill(mask + (bi * n + local - pos0) * h, stream, first, len * h, p);
+    });
+}
 
 void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& w, const LayerContext& c,
                    Workspace& ws) {
@@ -100,12 +108,26 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
                  3 * hl);
   kept.q = Stored(N * hl, dt, l, "q"), kept.k = Stored(N * hl, dt, l, "k"), kept.v = Stored(N * hl, dt, l, "v");
   float *q = staging(kept.q, ws.q.data()), *k = staging(kept.k, ws.k.data()), *v = staging(kept.v, ws.v.data());
-  split_heads(q, k, v, ws.big1.data(), c);
+  if (c.cp.active()) {
+    // Ulysses: this rank's positions of its heads → a/c heads at every position (kept so: backward
+    // and selective recompute read them there). dq, dk, dv are free until backward.
+    split_heads(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.big1.data(), c);
+    parallel::sequence_to_heads(c.cp, ws.dq.data(), q, head_blocks(c));
+    parallel::sequence_to_heads(c.cp, ws.dk.data(), k, head_blocks(c));
+    parallel::sequence_to_heads(c.cp, ws.dv.data(), v, head_blocks(c));
+  } else {
+    split_heads(q, k, v, ws.big1.data(), c);
+  }
   kept.q.store(q), kept.k.store(k), kept.v.store(v);
-  attention_core_forward(kept, keep_s2, ws.ctx.data(), c, ws);
+  attention_core_forward(kept, keep_s2, ws.ctx.data(), attention_context(c), ws);
+  const float* context = ws.ctx.data();
+  if (c.cp.active()) {  // back to this rank's positions of its a heads (the fused forward is done with dq)
+    parallel::heads_to_sequence(c.cp, ws.ctx.data(), ws.dq.data(), head_blocks(c));
+    context = ws.dq.data();
+  }
   kept.proj_in = Stored(N * hl, dt, l, "proj_input");
   float* merged = staging(kept.proj_in, ws.ln.data());
-  merge_heads(merged, ws.ctx.data(), c);
+  merge_heads(merged, context, c);
   kept.proj_in.store(merged);
   row_parallel_forward(ws.big1.data(), stored_operand(kept.proj_in), w.proj, w.proj_b, hl, c, ws, &bias_after);
   residual_dropout_add(x, ws.big1.data(), bias_after, kept.resid1_mask, DropoutSite::attention_residual,
@@ -142,7 +164,7 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
 
 void layer_recompute_attention(LayerKept& kept, const LayerContext& c, Workspace& ws) {
   if (c.fused_attention) return;  // its forward kept the log-sum-exp whatever the mode: nothing to re-create
-  attention_core_forward(kept, /*keep_s2=*/true, /*ctx_out=*/nullptr, c, ws);
+  attention_core_forward(kept, /*keep_s2=*/true, /*ctx_out=*/nullptr, attention_context(c), ws);
 }
 
 namespace {
@@ -303,13 +325,33 @@ void backward(float* dx, const LayerKept& kept, const LayerWeights& w, GradSink&
   linear_weight_grads(sink, &LayerGrads::proj_w, &LayerGrads::proj_b, &LayerWeightPending::proj, &LayerKept::proj_in,
                       stored_operand(kept.proj_in), dy, dy_op, N, hl, h, c, /*read_again=*/c.fused_attention);
   unmerge_heads(ws.ctx.data(), ws.big2.data(), c);
-  attention_core_backward(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.ctx.data(), kept, c, ws);
+  if (c.cp.active()) {
+    // Ulysses backward: each all-to-all's backward is the other one. The context gradient and (fused)
+    // the kept context go to head blocks; big2's first N·hl floats stage the context, the next hold it
+    // as head blocks; dq, dk, dv come back to this rank's positions in q, k, v (free once read).
+    parallel::sequence_to_heads(c.cp, ws.ctx.data(), ws.g2.data(), head_blocks(c));
+    const float* o_heads = nullptr;
+    if (c.fused_attention) {
+      unmerge_heads(ws.big2.data(), kept.proj_in.load(ws.widen.data()), c);
+      parallel::sequence_to_heads(c.cp, ws.big2.data(), ws.big2.data() + N * hl, head_blocks(c));
+      o_heads = ws.big2.data() + N * hl;
+    }
+    attention_core_backward(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.g2.data(), kept, attention_context(c), ws,
+                            o_heads);
+    parallel::heads_to_sequence(c.cp, ws.dq.data(), ws.q.data(), head_blocks(c));
+    parallel::heads_to_sequence(c.cp, ws.dk.data(), ws.k.data(), head_blocks(c));
+    parallel::heads_to_sequence(c.cp, ws.dv.data(), ws.v.data(), head_blocks(c));
+  } else {
+    attention_core_backward(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.ctx.data(), kept, c, ws);
+  }
   if (sink.kept) {  // the attention's kept tensors are spent
     sink.kept->release_attention_s2();
     sink.kept->attn_lse.reset(), sink.kept->q.reset(), sink.kept->k.reset(), sink.kept->v.reset();
     sink.kept->proj_in.reset();
   }
-  merge_qkv_grads(ws.big1.data(), ws.dq.data(), ws.dk.data(), ws.dv.data(), c);
+  const bool cp = c.cp.active();
+  merge_qkv_grads(ws.big1.data(), (cp ? ws.q : ws.dq).data(), (cp ? ws.k : ws.dk).data(), (cp ? ws.v : ws.dv).data(),
+                  c);
   ln_column_backward(dx, ws.big1.data(), 3 * hl, kLn1Qkv, kept, w.qkv, w.ln1_w, sink, c, ws);
 }
 

@@ -8,6 +8,12 @@
 
 namespace lattice {
 
+// A dropout mask over rows [b, n, h] of positions [pos0, pos0 + n) of the TP region's sequence: element
+// (row, position, column) is drawn at global index ((first_row + row)·S + global position)·h + column
+// (docs/design.md §10), global positions through the CP split, so every layout draws one rank's mask.
+void fill_sequence_mask(uint8_t* mask, const DropoutStream& stream, int64_t first_row, int64_t b,
+                        const parallel::SequenceSplit& split, int64_t pos0, int64_t n, int64_t h, float p);
+
 // x: the residual stream [N, h] (fp32), replaced by the layer's output. keep_s2 = false is
 // selective recompute's forward (the softmax output, its mask and dropout output are not kept).
 void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& w, const LayerContext& c,

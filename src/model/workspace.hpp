@@ -25,11 +25,13 @@ struct Workspace {
   buffer<uint8_t> mask_bytes;                 // --pack-masks: a mask's bytes before packing / after unpacking
   moe::MoEWorkspace moe;                      // the MoE block's, sized by its routing
 
-  // attention_s2 = false: fused attention (docs/design.md §3.1) needs no [b, a, s, s] buffers.
+  // attention_s2 = false: fused attention (docs/design.md §3.1) needs no [b, a, s, s] buffers. s: the
+  // positions inside the TP region (S/c under context parallelism, whose attention runs a/c heads over S).
   void ensure(int64_t b, int64_t s, int64_t h, int64_t a, int64_t vocab_padded, bool attention_s2 = true,
-              bool pack_masks = false) {
+              bool pack_masks = false, int cp = 1) {
     // Sized by the formula module, so the planner predicts exactly these bytes.
-    const analysis::LayerWorkspace w = analysis::layer_workspace(b, s, h, a, vocab_padded, attention_s2, pack_masks);
+    const analysis::LayerWorkspace w =
+        analysis::layer_workspace(b, s, h, a, vocab_padded, attention_s2, pack_masks, cp);
     auto grow = [](auto& buf, int64_t n) {
       if (int64_t(buf.size()) < n) buf.resize(size_t(n));
     };

@@ -34,7 +34,9 @@ class SvgGrid {
  public:
   explicit SvgGrid(const ParallelLayout& l) : l_(l) {}
 
-  int panel_width() const { return kLeft + l_.pp * l_.tp * kCellW + (l_.pp - 1) * kStageGap + 16; }
+  // A stage's columns are its (cp_rank, tp_rank) pairs, tp fastest, as the rank order runs.
+  int columns() const { return l_.tp * l_.cp; }
+  int panel_width() const { return kLeft + l_.pp * columns() * kCellW + (l_.pp - 1) * kStageGap + 16; }
   int panel_height() const { return kPanelHeader + l_.dp * kCellH; }
 
   void draw(std::ostringstream& out, const Panel& panel, int top) const {
@@ -46,23 +48,27 @@ class SvgGrid {
         << ")<tspan class='note' dx='10'>" << panel.note << "</tspan></text>\n";
     for (int stage = 0; stage < l_.pp; ++stage) {
       const int x0 = stage_x(stage);
-      out << "<text x='" << x0 + l_.tp * kCellW / 2 << "' y='" << top + 38 << "' class='head'>stage " << stage
+      out << "<text x='" << x0 + columns() * kCellW / 2 << "' y='" << top + 38 << "' class='head'>stage " << stage
           << "</text>\n";
-      if (l_.tp <= 16)
-        for (int t = 0; t < l_.tp; ++t)
-          out << "<text x='" << x0 + t * kCellW + kCellW / 2 << "' y='" << top + 54 << "' class='sub'>tp " << t
-              << "</text>\n";
+      if (columns() <= 16)
+        for (int j = 0; j < columns(); ++j) {
+          out << "<text x='" << x0 + j * kCellW + kCellW / 2 << "' y='" << top + 54 << "' class='sub'>";
+          if (l_.cp > 1) out << "c" << j / l_.tp << " ";
+          out << "tp " << j % l_.tp << "</text>\n";
+        }
       for (int d = 0; d < l_.dp; ++d)
-        for (int t = 0; t < l_.tp; ++t) {
-          const int rank = rank_of(l_, {t, d, stage});
+        for (int j = 0; j < columns(); ++j) {
+          RankCoords at;
+          at.tp_rank = j % l_.tp, at.cp_rank = j / l_.tp, at.dp_rank = d, at.pp_rank = stage;
+          const int rank = rank_of(l_, at);
           const int g = group_of[size_t(rank)];
-          const int x = x0 + t * kCellW, y = top + kPanelHeader + d * kCellH;
+          const int x = x0 + j * kCellW, y = top + kPanelHeader + d * kCellH;
           out << "<rect x='" << x << "' y='" << y << "' width='" << kCellW << "' height='" << kCellH
               << "' class='cell' fill='" << (g < 0 ? "#eeeeee" : group_colour(g)) << "'/>"
               << "<text x='" << x + kCellW / 2 << "' y='" << y + kCellH / 2 + 4 << "' class='"
               << (g < 0 ? "rank none" : "rank") << "'>" << rank << "</text>\n";
         }
-      out << "<rect x='" << x0 << "' y='" << top + kPanelHeader << "' width='" << l_.tp * kCellW << "' height='"
+      out << "<rect x='" << x0 << "' y='" << top + kPanelHeader << "' width='" << columns() * kCellW << "' height='"
           << l_.dp * kCellH << "' class='stage'/>\n";
     }
     for (int d = 0; d < l_.dp; ++d)
@@ -71,7 +77,7 @@ class SvgGrid {
   }
 
  private:
-  int stage_x(int stage) const { return kLeft + stage * (l_.tp * kCellW + kStageGap); }
+  int stage_x(int stage) const { return kLeft + stage * (columns() * kCellW + kStageGap); }
   const ParallelLayout& l_;
 };
 
@@ -82,9 +88,15 @@ std::string groups_svg(const ParallelLayout& l) {
                                        std::to_string(l.world) + ")");
   std::vector<Panel> panels = {
       {"Tensor-parallel groups", "consecutive ranks", tp_groups(l)},
-      {"Data-parallel groups", "stride t, within one stage", dp_groups(l)},
+      {"Data-parallel groups", l.cp > 1 ? "stride t\u00b7c, within one stage" : "stride t, within one stage",
+       dp_groups(l)},
       {"Pipeline-parallel groups", "stride t\u00b7dp, one rank per stage", pp_groups(l)},
       {"Embedding groups", "first and last stage of each pipeline; grey: in none", embedding_groups(l)}};
+  if (l.cp > 1) {  // with c = 1 every rank is alone in its CP group and DP-with-CP is DP
+    panels.insert(panels.begin() + 1, {"Context-parallel groups", "stride t: the ranks of one sequence", cp_groups(l)});
+    panels.insert(panels.begin() + 3,
+                  {"Data-parallel groups with CP", "gradients reduced over dp \u00d7 cp", dp_cp_groups(l)});
+  }
   if (l.ep > 1) {  // with e = 1 every rank is alone in its EP group and expert-DP is DP
     panels.push_back({"Expert-parallel groups", "e consecutive dp ranks: stride t", ep_groups(l)});
     panels.push_back({"Expert-data-parallel groups", "same EP position: stride t\u00b7e", expert_dp_groups(l)});
@@ -103,12 +115,15 @@ std::string groups_svg(const ParallelLayout& l) {
          ".cell{stroke:#fff;stroke-width:2}.stage{fill:none;stroke:#333;stroke-width:1.5}"
          ".rank{font-size:12px;text-anchor:middle;fill:#222}.none{fill:#aaa}</style>\n"
       << "<rect width='100%' height='100%' fill='#fff'/>\n"
-      << "<text x='16' y='24' class='title'>world " << l.world << " = t " << l.tp << " \u00d7 dp " << l.dp
-      << " \u00d7 p " << l.pp;
+      << "<text x='16' y='24' class='title'>world " << l.world << " = t " << l.tp;
+  if (l.cp > 1) out << " \u00d7 c " << l.cp;
+  out << " \u00d7 dp " << l.dp << " \u00d7 p " << l.pp;
   if (l.ep > 1) out << " (dp " << l.dp << " = e " << l.ep << " \u00d7 expert-dp " << l.dp / l.ep << ')';
   out << "</text>\n"
-      << "<text x='16' y='42' class='note'>rank = tp_rank + t\u00b7dp_rank + t\u00b7dp\u00b7pp_rank; "
-         "cells of one colour form one group</text>\n";
+      << "<text x='16' y='42' class='note'>"
+      << (l.cp > 1 ? "rank = tp_rank + t\u00b7cp_rank + t\u00b7c\u00b7dp_rank + t\u00b7c\u00b7dp\u00b7pp_rank; "
+                   : "rank = tp_rank + t\u00b7dp_rank + t\u00b7dp\u00b7pp_rank; ")
+      << "cells of one colour form one group</text>\n";
   int top = kTop;
   for (const Panel& p : panels) {
     grid.draw(out, p, top);

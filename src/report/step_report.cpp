@@ -166,6 +166,12 @@ void print_comm_report(const nlohmann::json& comm_ranks) {
                    r["rank"].get<int>(), human_bytes(r["ep"].get<double>()).c_str(),
                    human_bytes(r["ep_formula_balanced"].get<double>()).c_str(),
                    human_bytes(r["expert_dp"].get<double>()).c_str());
+  for (const auto& r : comm_ranks)
+    if (r.contains("cp"))
+      std::fprintf(stderr, "  rank %d: cp all-to-all %s (Ulysses: (8 + fused + 4 per re-run layer)·(c-1)/c·b·(s/c)·h/t·4 "
+                           "per layer and micro-batch = %s)\n",
+                   r["rank"].get<int>(), human_bytes(r["cp"].get<double>()).c_str(),
+                   human_bytes(r["cp_formula"].get<double>()).c_str());
   if (!comm_ranks.empty())
     std::fprintf(stderr, "  formulas: tp (4L+2)·2(t-1)/t·sbh·4·n_mb = %s; dp (N-1)/N·4·(2Ψ, ZeRO-2 (n_mb+1)Ψ, ZeRO-3 3Ψ·n_mb) = %s\n",
                  human_bytes(comm_ranks[0]["tp_conjugate_formula"].get<double>()).c_str(),

@@ -105,13 +105,13 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
                  comm::Distributed* dist)
     : model_config_(model), layout_(layout), config_(train), dist_(dist), spike_guard_(model.vocab) {
   if (dist_) {
-    require(dist_->layout().tp == layout_.tp && dist_->layout().pp == layout_.pp,
+    require(dist_->layout().tp == layout_.tp && dist_->layout().pp == layout_.pp && dist_->layout().cp == layout_.cp,
             "the process groups disagree with the layout flags");
     layout_.dp = dist_->layout().dp;
   } else {
-    require(layout_.tp == 1 && layout_.pp == 1,
-            "--tensor-model-parallel-size/--pipeline-model-parallel-size above 1 need several processes: "
-            "start with mpirun -np N");
+    require(layout_.tp == 1 && layout_.pp == 1 && layout_.cp == 1,
+            "--tensor-model-parallel-size/--pipeline-model-parallel-size/--context-parallel-size above 1 need "
+            "several processes: start with mpirun -np N");
   }
   if (config_.global_batch == 0) config_.global_batch = config_.micro_batch * layout_.dp;
   validate_training(model_config_, layout_, config_);
@@ -248,16 +248,19 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   // ZeRO-3 never builds the whole model: each rank initialises its own pieces, or reads them from
   // the checkpoint (an llm.c file is read whole: the one exception).
   const std::string weights_path = !config_.resume.empty() ? config_.resume : config_.init;
-  const bool shard_in_place = layout_.zero >= 3 && layout_.dp > 1 && !checkpoint::is_llmc_file(weights_path);
+  // Weights are kept (and ZeRO shards them) over DP × CP: context-parallel ranks hold the same weights.
+  const int replicas = layout_.dp * layout_.cp;
+  const bool shard_in_place = layout_.zero >= 3 && replicas > 1 && !checkpoint::is_llmc_file(weights_path);
   model_ = std::make_unique<GPT>(model_config_, layout_, config_.seed, tp, stage, !shard_in_place);
   if (layout_.ep > 1) model_->set_expert_parallel(&dist_->ep());
+  if (layout_.cp > 1) model_->set_context_parallel(&dist_->cp());
   kept_ = std::make_unique<KeptBytesProbe>(model_config_.layers);
   // How weights, gradients and masters are kept: decided once, here, from the layout (and the
   // schedule: PipeDream-2BW keeps two versions).
   const auto schedule = parallel::pipeline::parse_schedule_kind(config_.schedule);
   parallel::StatesLayout states_layout = parallel::states_layout(layout_, model_config_.layers, config_.zero_prefetch);
   if (schedule == parallel::pipeline::ScheduleKind::pipedream_2bw) states_layout.versions = 2;
-  states_ = std::make_unique<parallel::ModelStates>(states_layout, model_->buckets(), dist_ ? &dist_->dp() : nullptr,
+  states_ = std::make_unique<parallel::ModelStates>(states_layout, model_->buckets(), dist_ ? &dist_->dp_cp() : nullptr,
                                                     dist_ ? &dist_->expert_dp() : nullptr);
   if (layout_.pp > 1)
     pipeline_ = std::make_unique<parallel::pipeline::Executor>(
@@ -265,7 +268,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
         config_.micro_batch, *kept_, states_layout.versions == 2 ? states_.get() : nullptr);
   optimizer_ = make_optimizer(model_->table(), config_.optim, states_->owned(),
                               {dist_ && layout_.tp > 1 ? &dist_->tp() : nullptr, states_->shard_group()});
-  if (layout_.zero >= 1 && layout_.dp == 1 && (!dist_ || dist_->rank() == 0))
+  if (layout_.zero >= 1 && replicas == 1 && (!dist_ || dist_->rank() == 0))
     std::fprintf(stderr, "lattice train: note: --zero %d with data-parallel size 1 shards nothing\n", layout_.zero);
   if (!weights_path.empty() && !shard_in_place) checkpoint::load_weights(weights_path, *model_);
   if (!config_.resume.empty()) {
@@ -450,7 +453,8 @@ double Trainer::loss_of_next_batch() {
 }
 
 std::array<comm::Communicator*, 2> Trainer::stage_and_replica_groups() {
-  return {pipeline_ ? &dist_->pp() : nullptr, dist_ && layout_.dp > 1 ? &dist_->dp() : nullptr};
+  // The replicas: DP × CP (each CP rank's loss and statistics cover its positions of the DP rank's rows).
+  return {pipeline_ ? &dist_->pp() : nullptr, dist_ && layout_.dp * layout_.cp > 1 ? &dist_->dp_cp() : nullptr};
 }
 
 void Trainer::sum_over_stages_and_replicas(std::span<float> values) {
@@ -458,21 +462,26 @@ void Trainer::sum_over_stages_and_replicas(std::span<float> values) {
     if (group) group->all_reduce(values);
 }
 
+namespace {
+// A double summed over a group: each rank's value as an fp32 pair hi + lo, gathered, added in rank order.
+double sum_double(comm::Communicator& group, double value) {
+  const auto hi = float(value);
+  const float mine[2] = {hi, float(value - double(hi))};
+  std::vector<float> all(2 * size_t(group.size()));
+  group.all_gather(mine, all);
+  double sum = 0.0;
+  for (size_t r = 0; r < all.size(); r += 2) sum += double(all[r]) + double(all[r + 1]);
+  return sum;
+}
+}  // namespace
+
 double Trainer::global_loss(double loss_sum) {
   // The loss over the whole global batch: the last stage's sums, over the data-parallel replicas.
-  // Summed in double (each rank's sum as an fp32 pair hi + lo, gathered, added in rank order): an fp32
-  // sum would round the reported loss to one ulp (~9e-8 relative at 5.5), hiding how closely a
-  // layout follows one rank (docs/design.md §10).
+  // Summed in double: an fp32 sum would round the reported loss to one ulp (~9e-8 relative at 5.5),
+  // hiding how closely a layout follows one rank (docs/design.md §10).
   double sum = loss_sum;
-  for (comm::Communicator* group : stage_and_replica_groups()) {
-    if (!group) continue;
-    const auto hi = float(sum);
-    const float mine[2] = {hi, float(sum - double(hi))};
-    std::vector<float> all(2 * size_t(group->size()));
-    group->all_gather(mine, all);
-    sum = 0.0;
-    for (size_t r = 0; r < all.size(); r += 2) sum += double(all[r]) + double(all[r + 1]);
-  }
+  for (comm::Communicator* group : stage_and_replica_groups())
+    if (group) sum = sum_double(*group, sum);
   return sum;
 }
 
@@ -584,6 +593,8 @@ double Trainer::evaluate(int64_t batches) {
     loader.fill(k, 0, int(b), inputs.data(), targets.data());
     sum += model_->forward_loss({inputs.data(), targets.data(), b, 0});
   }
+  // Every rank evaluates the same rows; a CP rank's sum covers its positions of them.
+  if (layout_.cp > 1) sum = sum_double(dist_->cp(), sum);
   parallel::conjugate_traffic() = step_traffic;
   return sum / double(batches * b * s);
 }
@@ -630,7 +641,10 @@ int Trainer::run() {
                  model_config_.heads, model_config_.seq_len, config_.micro_batch,
                  config_.global_batch / (config_.micro_batch * layout_.dp), layout_.dp, recompute_text.c_str(),
                  to_string(layout_.attention), to_string(layout_.activation_dtype), to_string(layout_.params_dtype), optimizer_->name(),
-                 states_->zero_stage(), world, layout_.tp, layout_.dp, layout_.sequence_parallel ? ", sp" : "",
+                 states_->zero_stage(), world, layout_.tp, layout_.dp,
+                 (std::string(layout_.sequence_parallel ? ", sp" : "") +
+                  (layout_.cp > 1 ? ", cp=" + std::to_string(layout_.cp) + " " + to_string(layout_.cp_comm) : ""))
+                     .c_str(),
                  omp_get_max_threads());
   const MfuPeak peak = mfu_peak(world);
   if (log && !config_.json) std::fprintf(stderr, "lattice train: MFU peak: %s\n", peak.long_text().c_str());

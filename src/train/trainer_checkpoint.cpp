@@ -24,7 +24,7 @@ void Trainer::stage_save(const std::string& dir, bool background) {
                           {"generator", {{"kind", "philox4x32-10"}, {"seed", config_.seed}, {"step", step_}}},
                           {"train", {{"micro_batch", config_.micro_batch}, {"global_batch", config_.global_batch},
                                      {"lr", config_.lr}, {"lr_schedule", config_.lr_schedule}}},
-                          {"layout", {{"tp", layout_.tp}, {"pp", layout_.pp}, {"dp", layout_.dp}, {"ep", layout_.ep},
+                          {"layout", {{"tp", layout_.tp}, {"pp", layout_.pp}, {"dp", layout_.dp}, {"ep", layout_.ep}, {"cp", layout_.cp},
                                       {"params_dtype", to_string(layout_.params_dtype)},
                                       {"sequence_parallel", layout_.sequence_parallel},
                                       // recorded, not checked: weights are stored by name, so any partition resumes

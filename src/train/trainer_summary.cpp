@@ -73,6 +73,8 @@ nlohmann::json Trainer::start_record(int world) const {
                            {"pp", l.pp},
                            {"dp", l.dp},
                            {"ep", l.ep},
+                           {"cp", l.cp},
+                           {"cp_comm", to_string(l.cp_comm)},
                            {"virtual_stages", l.virtual_stages},
                            {"sequence_parallel", l.sequence_parallel},
                            {"recompute", to_string(l.recompute)},
@@ -108,7 +110,7 @@ void Trainer::summarize(const RunTotals& t) {
                                   model_config_.heads, model_config_.padded_vocab(layout_.tp), layout_.tp,
                                   layout_.sequence_parallel, bytes_of(layout_.activation_dtype),
                                   model_config_.dropout > 0, layout_.fused_attention(), layout_.pack_masks,
-                                  layout_.fp8_kept};
+                                  layout_.fp8_kept, layout_.cp};
   // This rank's formula per layer: an MoE layer's with the assignments and received rows its last
   // forward kept (read back from the dispatch indices and the experts' inputs), which the data decide.
   std::vector<int64_t> formula, moe_assignments, moe_received;
@@ -148,7 +150,8 @@ void Trainer::summarize(const RunTotals& t) {
   // Stages 2-3 reduce the tied embedding's head part and embedding part apart (one stage, both).
   const int64_t extra_reduced = embedding && head ? table.params()[0].numel : 0;
   const int64_t n_mb = config_.global_batch / (config_.micro_batch * layout_.dp);
-  const double dp_formula = analysis::dp_bytes_per_step(model_->num_params(), layout_.dp, states_->zero_stage(),
+  // Gradients are reduced (and ZeRO shards) over DP × CP (docs/design.md §5.1).
+  const double dp_formula = analysis::dp_bytes_per_step(model_->num_params(), layout_.dp * layout_.cp, states_->zero_stage(),
                                                         n_mb, extra_gathered, extra_reduced);
 
   const auto& ms = MemoryTracker::model_states();
@@ -172,7 +175,8 @@ void Trainer::summarize(const RunTotals& t) {
   mine.push_back(expert_psi);  // [21]
   mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::ep)]);         // [22]
   mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::expert_dp)]);  // [23]
-  constexpr size_t kCategoriesAt = 24;  // [24, 24 + categories): each category's peak; then the totals
+  mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::cp)]);         // [24]
+  constexpr size_t kCategoriesAt = 25;  // [25, 25 + categories): each category's peak; then the totals
   for (int c = 0; c < kMemoryCategories; ++c) mine.push_back(MemoryTracker::of(MemoryCategory(c)).run_peak_bytes());
   mine.push_back(MemoryTracker::accounted_peak_bytes());
   mine.push_back(MemoryTracker::reserved_peak_bytes());
@@ -192,14 +196,21 @@ void Trainer::summarize(const RunTotals& t) {
   if (!is_logging_rank()) return;
 
   // Traffic the formulas predict for one step (the ring-algorithm accounting beside the counts).
-  const double tp_formula = analysis::tp_conjugate_bytes_per_step(model_config_.seq_len, config_.micro_batch,
+  // A TP group's conjugates carry its CP rank's s/c positions (docs/design.md §5.1).
+  const int64_t tp_positions = model_config_.seq_len / layout_.cp;
+  const double tp_formula = analysis::tp_conjugate_bytes_per_step(tp_positions, config_.micro_batch,
                                                                   model_config_.hidden, model_config_.layers,
                                                                   layout_.tp, n_mb) +
                           // each re-run layer's forward conjugates again: half a layer's share
-                          0.5 * analysis::tp_conjugate_bytes_per_layer(model_config_.seq_len, config_.micro_batch,
+                          0.5 * analysis::tp_conjugate_bytes_per_layer(tp_positions, config_.micro_batch,
                                                                        model_config_.hidden, layout_.tp, n_mb) *
                               double(std::count_if(recompute.begin(), recompute.end(), forward_recomputed));
   const bool adam = std::string(optimizer_->name()) == "adamw";
+  // Ulysses' all-to-alls (docs/design.md §5.1); a re-run layer exchanges its forward's four again.
+  const double cp_formula = analysis::cp_all_to_all_bytes_per_step(
+      model_config_.seq_len, config_.micro_batch, model_config_.hidden, int(local_layers().size()), layout_.tp,
+      layout_.cp, n_mb, layout_.fused_attention(),
+      int(std::count_if(recompute.begin(), recompute.end(), forward_recomputed)));
   // The all-to-alls of a step if every expert got its share: per MoE layer and micro-batch, dispatch
   // and combine forward and backward of the routed rows, and the forward's exchange of E counts.
   double ep_formula = 0;
@@ -221,7 +232,7 @@ void Trainer::summarize(const RunTotals& t) {
     m.transient_peak_bytes = row[15];
     // Dense states over the DP group, experts' over the expert-DP group (ZeRO shards each over its own).
     const analysis::ModelStateBytes states_formula = analysis::moe_model_state_bytes(
-        {row[16] - row[21], row[21]}, layout_.dp, layout_.ep, states_->zero_stage(), layout_.mixed_precision(),
+        {row[16] - row[21], row[21]}, layout_.dp * layout_.cp, layout_.ep, states_->zero_stage(), layout_.mixed_precision(),
         adam && config_.optim.offload_dir.empty() ? 8 : 0,  // offloaded moments: on disk, not resident
         states_->versions());
     m.params_formula = config_.optim.offload_params ? 0 : states_formula.params;  // on disk when offloaded
@@ -259,6 +270,7 @@ void Trainer::summarize(const RunTotals& t) {
                           {"tp_conjugate", row[13]}, {"tp_regather", row[14]},
                           {"tp_conjugate_formula", tp_formula}, {"dp_formula", row[17]},
                           {"dp_wait_s", double(row[20]) * 1e-6}});
+    if (layout_.cp > 1) comm_ranks.back()["cp"] = row[24], comm_ranks.back()["cp_formula"] = cp_formula;
     if (moe.enabled()) {
       comm_ranks.back()["ep"] = row[22], comm_ranks.back()["expert_dp"] = row[23];
       comm_ranks.back()["ep_formula_balanced"] = ep_formula;

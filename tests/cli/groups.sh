@@ -10,13 +10,15 @@ want='{"event":"groups","tp":[[0,1],[2,3],[4,5],[6,7],[8,9],[10,11],[12,13],[14,
 want+='"dp":[[0,2],[1,3],[4,6],[5,7],[8,10],[9,11],[12,14],[13,15]],'
 want+='"pp":[[0,4,8,12],[1,5,9,13],[2,6,10,14],[3,7,11,15]],"embedding":[[0,12],[1,13],[2,14],[3,15]],'
 want+='"ep":[[0],[1],[2],[3],[4],[5],[6],[7],[8],[9],[10],[11],[12],[13],[14],[15]],'
-want+='"expert_dp":[[0,2],[1,3],[4,6],[5,7],[8,10],[9,11],[12,14],[13,15]]}'
+want+='"expert_dp":[[0,2],[1,3],[4,6],[5,7],[8,10],[9,11],[12,14],[13,15]],'
+want+='"cp":[[0],[1],[2],[3],[4],[5],[6],[7],[8],[9],[10],[11],[12],[13],[14],[15]],'
+want+='"dp_cp":[[0,2],[1,3],[4,6],[5,7],[8,10],[9,11],[12,14],[13,15]]}'
 got=$("$LATTICE" groups --world 16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --json)
 [ "$got" = "$want" ] || fail "JSON of Megatron's 16-rank example: $got"
 
 got=$("$LATTICE" groups --world 4 --json)
 want='{"event":"groups","tp":[[0],[1],[2],[3]],"dp":[[0,1,2,3]],"pp":[[0],[1],[2],[3]],"embedding":[[0],[1],[2],[3]],'
-want+='"ep":[[0],[1],[2],[3]],"expert_dp":[[0,1,2,3]]}'
+want+='"ep":[[0],[1],[2],[3]],"expert_dp":[[0,1,2,3]],"cp":[[0],[1],[2],[3]],"dp_cp":[[0,1,2,3]]}'
 [ "$got" = "$want" ] || fail "pure data parallelism: $got"
 
 "$LATTICE" groups --world 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 > "$SCRATCH/text" ||
@@ -34,7 +36,7 @@ grep -q "^expert-data-parallel groups (8): *\[0,4\] \[1,5\] \[2,6\] \[3,7\] \[8,
   "$SCRATCH/text" || fail "text lists expert-DP groups: $(cat "$SCRATCH/text")"
 grep -q "^data-parallel 4 = expert-model-parallel 2 x expert-data-parallel 2$" "$SCRATCH/text" || fail "EP x expert-DP = DP"
 got=$("$LATTICE" groups --world 8 --ep 4 --json)  # the short alias; N_d = 8, two EP blocks
-[ "$got" = '{"event":"groups","tp":[[0],[1],[2],[3],[4],[5],[6],[7]],"dp":[[0,1,2,3,4,5,6,7]],"pp":[[0],[1],[2],[3],[4],[5],[6],[7]],"embedding":[[0],[1],[2],[3],[4],[5],[6],[7]],"ep":[[0,1,2,3],[4,5,6,7]],"expert_dp":[[0,4],[1,5],[2,6],[3,7]]}' ] ||
+[ "$got" = '{"event":"groups","tp":[[0],[1],[2],[3],[4],[5],[6],[7]],"dp":[[0,1,2,3,4,5,6,7]],"pp":[[0],[1],[2],[3],[4],[5],[6],[7]],"embedding":[[0],[1],[2],[3],[4],[5],[6],[7]],"ep":[[0,1,2,3],[4,5,6,7]],"expert_dp":[[0,4],[1,5],[2,6],[3,7]],"cp":[[0],[1],[2],[3],[4],[5],[6],[7]],"dp_cp":[[0,1,2,3,4,5,6,7]]}' ] ||
   fail "--ep 4 JSON: $got"
 
 rm -f "$SCRATCH/grid.svg"
@@ -50,6 +52,29 @@ svg_complete "$SCRATCH/ep.svg"
 grep -q "Expert-parallel groups (8)" "$SCRATCH/ep.svg" || fail "the SVG has an EP panel"
 grep -q "Expert-data-parallel groups (8)" "$SCRATCH/ep.svg" || fail "the SVG has an expert-DP panel"
 
+# Context parallelism in Megatron-Core's order (tp, cp, dp, pp): world 16, t 2, c 2, p 2 (N_d = 2), by hand.
+"$LATTICE" groups --world 16 --tensor-model-parallel-size 2 --context-parallel-size 2 --pipeline-model-parallel-size 2 \
+  > "$SCRATCH/text" || fail "text with --context-parallel-size exits 0"
+grep -q "^rank = tp_rank + 2\*cp_rank + 4\*dp_rank + 8\*pp_rank$" "$SCRATCH/text" || fail "CP's rank formula"
+grep -q "^context-parallel groups (8): *\[0,2\] \[1,3\] \[4,6\] \[5,7\] \[8,10\] \[9,11\] \[12,14\] \[13,15\]$" \
+  "$SCRATCH/text" || fail "text lists CP groups: $(cat "$SCRATCH/text")"
+grep -q "^data-parallel groups (8): *\[0,4\] \[1,5\] \[2,6\] \[3,7\] \[8,12\] \[9,13\] \[10,14\] \[11,15\]$" \
+  "$SCRATCH/text" || fail "DP groups stride t·c under CP: $(cat "$SCRATCH/text")"
+grep -q "^data-parallel-with-cp groups (4): *\[0,2,4,6\] \[1,3,5,7\] \[8,10,12,14\] \[9,11,13,15\]$" \
+  "$SCRATCH/text" || fail "gradients reduce over DP x CP: $(cat "$SCRATCH/text")"
+grep -q "^pipeline-parallel groups (8): *\[0,8\] \[1,9\] \[2,10\] \[3,11\] \[4,12\] \[5,13\] \[6,14\] \[7,15\]$" \
+  "$SCRATCH/text" || fail "PP stride t·c·N_d: $(cat "$SCRATCH/text")"
+grep -q "context" <("$LATTICE" groups --world 8 --tensor-model-parallel-size 2) && fail "no CP groups in text without --cp"
+got=$("$LATTICE" groups --world 4 --cp 2 --json)  # the short alias: N_d = 2
+[ "$got" = '{"event":"groups","tp":[[0],[1],[2],[3]],"dp":[[0,2],[1,3]],"pp":[[0],[1],[2],[3]],"embedding":[[0],[1],[2],[3]],"ep":[[0],[1],[2],[3]],"expert_dp":[[0,2],[1,3]],"cp":[[0,1],[2,3]],"dp_cp":[[0,1,2,3]]}' ] ||
+  fail "--cp 2 JSON: $got"
+rm -f "$SCRATCH/cp.svg"
+"$LATTICE" groups --world 8 --tensor-model-parallel-size 2 --cp 2 --svg "$SCRATCH/cp.svg" > /dev/null ||
+  fail "--svg with --cp exits 0"
+svg_complete "$SCRATCH/cp.svg"
+[ "$(grep -o "class='cell'" "$SCRATCH/cp.svg" | wc -l)" -eq 48 ] || fail "6 panels of 8 ranks with CP"
+grep -q "Context-parallel groups (4)" "$SCRATCH/cp.svg" || fail "the SVG has a CP panel"
+
 expect() { expect_status groups "$@"; }  # expect <status> <text in stderr> <args...>
 expect 1 "world size 6 is not divisible by t·p = 4" --world 6 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
 expect 1 "needs at least 8 ranks but the world size is 4" --world 4 --tensor-model-parallel-size 8
@@ -59,6 +84,8 @@ expect 1 "--expert-model-parallel-size 4 does not divide the data-parallel size 
   --world 4 --tensor-model-parallel-size 2 --expert-model-parallel-size 4
 expect 1 "--expert-model-parallel-size must be between 1 and .* (got 0)" --world 4 --ep 0
 expect 2 "--expert-model-parallel-size takes a whole number between 1 and 1048576 (got two)" --world 4 --ep two
+expect 1 "world size 6 is not divisible by t·c·p = 4" --world 6 --cp 2 --tensor-model-parallel-size 2
+expect 2 "--context-parallel-size takes a whole number between 1 and 1048576 (got two)" --world 4 --cp two
 expect 1 "--svg draws at most" --world 8192 --svg "$SCRATCH/big.svg"
 expect 2 "--world" --tensor-model-parallel-size 2
 expect 2 "--world" --world lots

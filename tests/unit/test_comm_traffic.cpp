@@ -68,7 +68,8 @@ TEST(CommTraffic, UnevenAllToAllCountsExactlyTheChunksSentToOthers) {
 }
 
 TEST(CommTraffic, ExpertGroupKinds) {
-  EXPECT_EQ(kGroupKinds, int(GroupKind::expert_dp) + 1);
+  EXPECT_EQ(kGroupKinds, int(GroupKind::cp) + 1);
+  EXPECT_STREQ(to_string(GroupKind::cp), "cp");
   EXPECT_STREQ(to_string(GroupKind::ep), "ep");
   EXPECT_STREQ(to_string(GroupKind::expert_dp), "expert_dp");
   TrafficLedger ledger;

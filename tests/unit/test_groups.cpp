@@ -210,3 +210,33 @@ TEST(GroupsSvg, ExpertPanelsWhenEpAboveOne) {
   EXPECT_NE(svg.find("Expert-data-parallel groups (8)"), std::string::npos);
   EXPECT_LT(svg.find("Expert-parallel groups"), svg.find("Expert-data-parallel groups"));
 }
+
+// Context parallelism in Megatron-Core's order (tp, cp, dp, pp): world 16, t 2, c 2, p 2, N_d 2.
+TEST(Groups, ContextParallelOrder) {
+  const ParallelLayout l = make_layout(16, 2, 2, 1, 2);
+  EXPECT_EQ(l.dp, 2);
+  EXPECT_EQ(cp_groups(l), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(dp_groups(l), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  EXPECT_EQ(dp_cp_groups(l), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  EXPECT_EQ(pp_groups(l), (Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}}));
+  EXPECT_EQ(model_parallel_groups(l), (Groups{{0, 1, 8, 9}, {2, 3, 10, 11}, {4, 5, 12, 13}, {6, 7, 14, 15}}));
+  for (int r = 0; r < l.world; ++r) {
+    const RankCoords c = coords_of(l, r);
+    EXPECT_EQ(rank_of(l, c), r);
+    EXPECT_EQ(r, c.tp_rank + 2 * c.cp_rank + 4 * c.dp_rank + 8 * c.pp_rank);
+    const RankGroups g = groups_of(l, r);  // the lists above, from the rank's side
+    EXPECT_TRUE(std::find(cp_groups(l).begin(), cp_groups(l).end(), g.cp) != cp_groups(l).end());
+    EXPECT_TRUE(std::find(dp_cp_groups(l).begin(), dp_cp_groups(l).end(), g.dp_cp) != dp_cp_groups(l).end());
+    EXPECT_TRUE(std::find(dp_groups(l).begin(), dp_groups(l).end(), g.dp) != dp_groups(l).end());
+  }
+  // Without CP, DP-with-CP is DP and every rank is its own CP group.
+  const ParallelLayout one = make_layout(8, 2, 2);
+  EXPECT_EQ(dp_cp_groups(one), dp_groups(one));
+  EXPECT_EQ(cp_groups(one).size(), size_t(8));
+  try {
+    make_layout(6, 2, 1, 1, 2);
+    ADD_FAILURE() << "6 ranks with t·c = 4";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "world size 6 is not divisible by t·c·p = 4");
+  }
+}
