@@ -10,7 +10,7 @@
 #   - checkpoints move both ways (saved guarded, resumed on the CPU, and back) and match a straight run;
 #   - eval and sample give the CPU's output;
 #   - the kept bytes per (layer, op) are the CPU's plus the targets' device copy (4·b·s bytes);
-#   - TP 2 + SP, PP 2 (1F1B), DP 2 with ZeRO 3 and ZeRO 1 with bf16 weights: the CPU's bits, with
+#   - TP 2 + SP, PP 2 (1F1B), DP 2 with ZeRO 3 and ZeRO 1 with bf16 weights, CP 2 (all-to-all): the CPU's bits, with
 #     every collective's device buffers staged through the host;
 #   - what the device path does not run yet is one line, exit 1.
 set -u
@@ -57,6 +57,7 @@ same_as_cpu_mpi tp2_sp 2 --tensor-model-parallel-size 2 --sequence-parallel
 same_as_cpu_mpi pp2_1f1b 2 --pipeline-model-parallel-size 2 --schedule 1f1b
 same_as_cpu_mpi dp2_zero3 2 --zero 3
 same_as_cpu_mpi dp2_zero1_bf16 2 --zero 1 --params-dtype bf16
+same_as_cpu_mpi cp2_a2a 2 --context-parallel-size 2 --cp-comm-type a2a
 
 # Kept bytes: the CPU's, plus the targets the device's cross-entropy reads (b·s int32 at the head).
 check "kept bytes per (layer, op) = the CPU's + head/targets 4·b·s" "$PY" -c "
