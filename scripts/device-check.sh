@@ -289,7 +289,20 @@ PY
       else record "  speed pytorch $mode: did not run ($(tail -n 1 "speed_torch_${mode}_$round.err"))"; fi
     done
   done
-  record "phase speed: done (where the time goes per kernel: not built yet — the trace times host spans, and the kernels are asynchronous)"
+  # Where the time goes: every operation timed to its end (serialised, so its sum can exceed a step).
+  timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device "$GPU" --micro-batch $b --global-batch $b --steps 6 --profile-ops \
+    >speed_profile.jsonl 2>speed_profile.err
+  "$PY" - speed_profile.jsonl <<'PY' | while IFS= read -r l; do record "  $l"; done
+import json, sys
+s = [json.loads(x) for x in open(sys.argv[1]) if '"event":"summary"' in x]
+if not s or "op_profile" not in s[0]:
+    print("speed profile: FAIL (no op_profile)"); sys.exit()
+ops = s[0]["op_profile"]
+total = sum(o["seconds"] for o in ops)
+for o in ops[:14]:
+    print(f"speed profile {o['op']:<26} {o['calls']:6d} calls {o['seconds']*1e3:9.1f} ms {100*o['seconds']/total:5.1f}%")
+PY
+  record "phase speed: done"
 }
 phases=("$@")
 [ ${#phases[@]} -eq 0 ] && phases=(all)

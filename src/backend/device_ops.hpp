@@ -109,6 +109,9 @@ const DeviceOps& cpu_ops();
 void select_device(Device d);
 // The selected table (the CPU's until select_device says otherwise).
 const DeviceOps& device_ops();
+// Serves the run's operations from `ops` (a static the caller keeps), for a wrapper of the selected
+// device's table (backend/op_profile.hpp); the device and its memory stay as selected.
+void replace_device_ops(const DeviceOps& ops);
 
 // What the model calls: the same names and arguments as the kernels, served by the run's device.
 namespace dev {

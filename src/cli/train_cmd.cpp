@@ -12,6 +12,7 @@
 #include "cli/config_file.hpp"
 #include "cli/commands.hpp"
 #include "backend/device_ops.hpp"
+#include "backend/op_profile.hpp"
 #include "cli/device_support.hpp"
 #include "cli/model_flags.hpp"
 #include "comm/distributed.hpp"
@@ -155,6 +156,10 @@ int run_train(int argc, char** argv) {
   add_train_flags(app, train, shuffle);
   std::string device = "cpu";
   add_device_flag(app, device);
+  bool profile_ops = false;
+  app.add_flag("--profile-ops", profile_ops,
+               "time every kernel and GEMM call (each between two device synchronisations) and print where the "
+               "time went, by operation (docs/performance.md)");
   std::string hardware = "cpu", memory_limit;
   app.add_option("--hardware", hardware,
                  "--pipeline-layers auto: the machine its time model plans for (a preset, or a lattice bench "
@@ -189,6 +194,7 @@ int run_train(int argc, char** argv) {
             "--pipeline-layers auto and --recompute auto ask the planner, which does not model "
             "--context-parallel-size yet");
     select_device(parse_device(device));  // once, before any model exists
+    if (profile_ops) enable_op_profile();
     require_device_runs(parse_device(device), model, resolved, train);
     // The vocabulary is the data's tokenizer's unless given (the trainer checks a given one).
     if (app.count("--vocab") == 0) model.vocab = data::load_tokenizer(train.data_dir).vocab();

@@ -4,6 +4,7 @@
 // trainer_checkpoint.cpp and trainer_summary.cpp.
 #include "train/trainer.hpp"
 
+#include "backend/op_profile.hpp"
 #include "tensor/device_memory.hpp"
 
 #include <algorithm>
@@ -667,6 +668,7 @@ int Trainer::run() {
     if (std::isnan(first_loss)) first_loss = r.loss;
     last_loss = r.loss;
     if (r.step > 1 || config_.steps == 1) total_s += r.seconds, ++timed_steps;  // step 1 warms caches
+    if (r.step == 1 && config_.steps > 1) reset_op_profile();  // --profile-ops times what total_s times
     if (log) {
       StepReport report;
       report.step = r.step, report.steps = config_.steps, report.loss = r.loss, report.lr = r.lr;

@@ -12,6 +12,7 @@
 #include "core/recompute_plan.hpp"
 #include "core/version.hpp"
 #include "report/step_report.hpp"
+#include "backend/op_profile.hpp"
 #include "tensor/device_memory.hpp"
 #include "train/trainer.hpp"
 
@@ -34,6 +35,27 @@ nlohmann::json device_memory_json() {
           {"context_bytes", context},
           {"driver_used_bytes", used},
           {"untracked_bytes", used - context - held}};
+}
+// --profile-ops: each operation's calls and time over the timed steps (the first, warm-up step left
+// out, as the step times leave it out), beside those steps' own time.
+nlohmann::json op_profile_json() {
+  if (!op_profile_enabled()) return nullptr;
+  nlohmann::json ops = nlohmann::json::array();
+  for (const OpTime& o : op_profile()) ops.push_back({{"op", o.op}, {"calls", o.calls}, {"seconds", o.seconds}});
+  return ops;
+}
+void print_op_profile(const nlohmann::json& ops, double steps_s) {
+  if (ops.is_null()) return;
+  double total = 0;
+  for (const auto& o : ops) total += o["seconds"].get<double>();
+  std::fprintf(stderr, "  where the time went, by operation (--profile-ops; %.3f s in operations, the timed steps took %.3f s):\n",
+               total, steps_s);
+  for (const auto& o : ops) {
+    const double sec = o["seconds"].get<double>();
+    std::fprintf(stderr, "    %-26s %8lld calls %10.3f s %6.1f%%  %9.3f ms a call\n", o["op"].get<std::string>().c_str(),
+                 o["calls"].get<long long>(), sec, total > 0 ? 100 * sec / total : 0.0,
+                 1e3 * sec / double(std::max(1LL, o["calls"].get<long long>())));
+  }
 }
 void print_device_memory(const nlohmann::json& j) {
   if (j.is_null()) return;
@@ -329,6 +351,7 @@ void Trainer::summarize(const RunTotals& t) {
       summary["moe_load"] = layers;
     }
     if (const nlohmann::json device = device_memory_json(); !device.is_null()) summary["device_memory"] = device;
+    if (const nlohmann::json ops = op_profile_json(); !ops.is_null()) summary["op_profile"] = ops;
     run_log_->record(summary);
   }
   if (!config_.json) {
@@ -342,6 +365,7 @@ void Trainer::summarize(const RunTotals& t) {
                    (long long)config_.steps);
     print_memory_table(reports[0]);
     print_device_memory(device_memory_json());
+    print_op_profile(op_profile_json(), t.total_s);
     timing_->times().print(stderr);
     int i = 0;
     for (int l = 0; l < model_config_.layers; ++l) {
