@@ -346,11 +346,12 @@ double shared_compute_factor(const Hardware& hw, const std::vector<StageWork>& s
 }  // namespace
 
 namespace {
-// Do the measured layer costs describe r's layers: one process (t = 1), a dense model, the same shape,
-// activation dtype, recompute mode and attention kernel?
+// Do the measured layer costs describe r's layers: one process (t = 1, c = 1: a CP rank's layer is 1/c of
+// it, plus exchanges the bench does not run), a dense model, the same shape, activation dtype, recompute
+// mode and attention kernel?
 bool costs_fit(const MeasuredLayerCosts& c, const PlanRequest& r) {
   const LayoutConfig& l = r.layout;
-  return c.valid() && l.tp == 1 && !r.model.moe.enabled() && c.hidden == r.model.hidden &&
+  return c.valid() && l.tp == 1 && l.cp == 1 && !r.model.moe.enabled() && c.hidden == r.model.hidden &&
          c.heads == r.model.heads && c.seq_len == r.model.seq_len && c.micro_batch == r.micro_batch &&
          c.vocab == r.model.padded_vocab(1) && c.activation_dtype == to_string(l.activation_dtype) &&
          c.recompute == to_string(l.recompute) && c.attention == to_string(l.attention) &&
