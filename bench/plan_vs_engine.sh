@@ -23,7 +23,7 @@ LATTICE="${1:-$ROOT/build/lattice}"
 [[ -x "$LATTICE" ]] || { echo "plan_vs_engine.sh: no lattice binary at $LATTICE" >&2; exit 2; }
 SHAPE=${SHAPE:-gpt2s} CHECK=${CHECK:-0}
 if [[ $SHAPE == small ]]; then ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-8}; else ROUNDS=${ROUNDS:-2} STEPS=${STEPS:-4}; fi
-ROWS=${ROWS:-"one tp2 tp2_sp dp2_z0 dp2_z1 dp2_z2 dp2_z3 pp2_gpipe pp2_1f1b pp2_interleaved tp2_dp2 tp2_pp2 one_selective one_full tp2_sp_selective one_bf16 tp2_bf16 one_fused pp2_zbh1 pp2_2bw moe_ep2 one_offload"}
+ROWS=${ROWS:-"one tp2 tp2_sp dp2_z0 dp2_z1 dp2_z2 dp2_z3 pp2_gpipe pp2_1f1b pp2_interleaved tp2_dp2 tp2_pp2 one_selective one_full tp2_sp_selective one_bf16 tp2_bf16 one_fused pp2_zbh1 pp2_2bw moe_ep2 one_offload cp2"}
 PY=python3; [[ -x /usr/bin/python3 ]] && PY=/usr/bin/python3
 . "$(dirname "${BASH_SOURCE[0]}")/lib/token_file.sh"
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/lattice-plan-vs-engine.XXXXXX")
@@ -64,6 +64,7 @@ row_spec() {
     pp2_2bw)          echo "2 1 1 --pipeline-model-parallel-size 2 --schedule pipedream-2bw" ;;
     moe_ep2)          echo "2 1 $((GB / 2)) --num-experts 4 --expert-model-parallel-size 2" ;;
     one_offload)      echo "1 2 $((GB)) --offload-optimizer $SCRATCH/offload" ;;
+    cp2)              echo "2 1 $((GB)) --context-parallel-size 2" ;;
     *) echo "plan_vs_engine.sh: unknown row $1" >&2; exit 2 ;;
   esac
 }
@@ -108,6 +109,9 @@ import json, os, statistics, sys
 scratch, rounds, rows, check, shape = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4] == "1", sys.argv[5]
 parts = [("gemm", "gemm_s"), ("elementwise", "elementwise_s"), ("recompute", "recompute_s"), ("tp_comm", "tp_comm_s"),
          ("ep_comm", "ep_comm_s"), ("pp_comm", "pp_comm_s"), ("bubble", "bubble_s"), ("dp_comm", "dp_comm_s"), ("optimizer", "optimizer_s")]
+# CP's all-to-alls only where a row splits sequences (the trace split has no CP part: measured "–").
+if any(row.startswith("cp") for row in rows):  # the CP rows are named cp*
+    parts.insert(5, ("cp_comm", "cp_comm_s"))
 def load(path):
     try:
         return [json.loads(l) for l in open(path) if l.strip()]
@@ -131,7 +135,8 @@ for row in rows:
         sp = load(os.path.join(scratch, f"{row}.{r}.split.json"))
         if sp:
             splits.append(max(sp[0]["ranks"], key=lambda x: x["step_s"]))
-    ranks = plan.get("layout", {}).get("dp", 1) * plan.get("layout", {}).get("tp", 1) * plan.get("layout", {}).get("pp", 1)
+    ranks = 1
+    for size in ("dp", "tp", "cp", "pp"): ranks *= plan.get("layout", {}).get(size, 1)
     pred = statistics.median([p["predicted_iteration_s"] for p in plans]) if plans else None
     if not steps or pred is None:
         print(f"| {row} | {ranks} | {pred} | (no run) | | " + " | " * len(parts) + " |")

@@ -266,9 +266,14 @@ double tp_conjugate_bytes_per_layer(int64_t s, int64_t b, int64_t h, int t, int6
 
 double cp_all_to_all_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int c, int64_t n_mb,
                                     bool fused_attention, int reruns, int bytes) {
+  const double exchanges = double(layers) * (kCpAllToAllsForward + cp_all_to_alls_backward(fused_attention)) +
+                           double(kCpAllToAllsForward) * reruns;
+  return double(n_mb) * exchanges * cp_all_to_all_sent_bytes(s, b, h, t, c, bytes);
+}
+
+double cp_all_to_all_sent_bytes(int64_t s, int64_t b, int64_t h, int t, int c, int bytes) {
   if (c <= 1) return 0.0;
-  const double exchanges = double(layers) * (8.0 + (fused_attention ? 1.0 : 0.0)) + 4.0 * reruns;
-  return double(n_mb) * exchanges * double(c - 1) / double(c) * double(s / c * b * h / t) * bytes;
+  return double(c - 1) / double(c) * double(s / c * b * h / t) * bytes;
 }
 
 double tp_conjugate_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int64_t n_mb, int bytes) {

@@ -199,6 +199,13 @@ double tp_conjugate_bytes_per_layer(int64_t s, int64_t b, int64_t h, int t, int6
 // backward (full recompute), each adding its four forward exchanges.
 double cp_all_to_all_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int c, int64_t n_mb,
                                     bool fused_attention, int reruns, int bytes = 4);
+// The same per exchange and per layer, for the planner's time model: the exchanges of one layer and
+// micro-batch (forward: Q, K, V into heads and the context back; backward: their four gradients, and
+// with fused attention the kept context once more), and the bytes one exchange sends from a rank,
+// (c−1)/c of its b·(s/c)·h/t elements (none when c = 1).
+inline constexpr int kCpAllToAllsForward = 4;
+inline int cp_all_to_alls_backward(bool fused_attention) { return fused_attention ? 5 : 4; }
+double cp_all_to_all_sent_bytes(int64_t s, int64_t b, int64_t h, int t, int c, int bytes = 4);
 // Data-parallel gradient all-reduce per step for psi parameters on this rank: 2(N_d−1)/N_d · psi·bytes.
 double dp_gradient_bytes_per_step(int64_t psi, int dp, int bytes = 4);
 // The same under ZeRO stage `zero` with n_mb micro-batches per step: stages 0–1 move 2Ψ once

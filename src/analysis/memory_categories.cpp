@@ -49,19 +49,20 @@ int64_t piece_bytes(int64_t elements, int64_t ranks) { return 4 * ((elements + r
 // bottom layer elsewhere. The next micro-batch's first reduction completes it.
 int64_t pending_piece_bytes(const MemoryCase& c, int stage) {
   const LayoutConfig& l = c.layout;
-  if (l.zero < 2 || l.dp <= 1 || c.micro_batches <= 1) return 0;
+  if (l.zero < 2 || l.dp_cp() <= 1 || c.micro_batches <= 1) return 0;
   const int64_t last = stage == 0 ? vocab_bucket(c.model, c.x.t) : layer_shard_parameters(c.model, c.x.t);
-  return piece_bytes(last, l.dp);
+  return piece_bytes(last, l.dp_cp());
 }
 
-// ZeRO's transient buffers (docs/design.md §8), fp32 weights, B the largest bucket, N_d ranks: stage 1
+// ZeRO's transient buffers (docs/design.md §8), fp32 weights, B the largest bucket, N_d ranks (N_d·c under
+// context parallelism, whose ranks hold the same weights: the trainer shards over DP with CP): stage 1
 // keeps the reduced shard all step and up to three reduced pieces; stage 2 two gradient buckets in
 // flight with their pieces; stage 3 also the gathered weights (the bucket in use, the prefetched
 // one, less this rank's own piece of one). `at_activation_peak`: what is live at the end of a
 // forward — the reduced shard (stage 1), the previous micro-batch's pending piece (stages 2–3).
 int64_t zero_transient_bytes(const MemoryCase& c, int stage, int64_t psi, int64_t bucket, bool at_activation_peak) {
   const LayoutConfig& l = c.layout;
-  const int64_t nd = l.dp, piece = piece_bytes(bucket, nd), shard = piece_bytes(psi, nd);
+  const int64_t nd = l.dp_cp(), piece = piece_bytes(bucket, nd), shard = piece_bytes(psi, nd);
   if (nd <= 1 || l.zero == 0) return 0;
   if (at_activation_peak) {
     if (l.zero == 1) return shard;
@@ -96,7 +97,8 @@ int64_t micro_batches_in_flight(const MemoryCase& c, int stage) {
 StageRecomputeCosts activation_costs(const MemoryCase& c, int stage) {
   const ActivationShape& x = c.x;
   const int p = c.layout.pp;
-  const int64_t N = x.s * x.b, N_l = N / (x.sp ? x.t : 1);
+  // This rank's positions: s/c of each sequence under context parallelism.
+  const int64_t N = x.positions() * x.b, N_l = N / (x.sp ? x.t : 1);
   StageRecomputeCosts costs;
   for (LayerRecompute mode : {LayerRecompute::none, LayerRecompute::selective, LayerRecompute::checkpoint,
                               LayerRecompute::in_segment})
@@ -121,16 +123,16 @@ StageRecomputeCosts activation_costs(const MemoryCase& c, int stage) {
   // there too; the first reduction of a micro-batch completes the previous one's pending piece (in
   // `fixed`), so on the last stage it is gone once the layers' backward starts.
   const LayoutConfig& l = c.layout;
-  const bool scattered = l.zero >= 2 && l.dp > 1, widened = l.mixed_precision() && l.zero < 3;
+  const bool scattered = l.zero >= 2 && l.dp_cp() > 1, widened = l.mixed_precision() && l.zero < 3;
   if (!c.model.moe.enabled() && (scattered || l.mixed_precision())) {
-    auto piece = [&](int64_t elements) { return scattered ? piece_bytes(elements, l.dp) : 0; };
+    auto piece = [&](int64_t elements) { return scattered ? piece_bytes(elements, l.dp_cp()) : 0; };
     const int64_t layer = layer_shard_parameters(c.model, x.t), vocab = vocab_bucket(c.model, x.t);
     const int64_t unit = 4 * layer * (widened ? 2 : 1);
     const int64_t gone = stage == p - 1 ? pending_piece_bytes(c, stage) : 0;
     // ZeRO-3 also holds a layer's gathered weights and the next layer's, prefetched, through its backward;
     // it releases the head's gathered embedding before making that gradient bucket, and a stage without
     // the head ends its forward with its top layer's weights gathered again for backward.
-    const int64_t gathered = l.zero >= 3 && l.dp > 1 ? 2 * 4 * layer : 0;
+    const int64_t gathered = l.zero >= 3 && l.dp_cp() > 1 ? 2 * 4 * layer : 0;
     costs.head_extra = stage == p - 1 ? double(4 * vocab * (widened ? 2 : 1) + piece(vocab)) : double(gathered / 2);
     costs.top_extra = double(unit + gathered - gone);
     costs.rest_extra = double(unit + (scattered ? 4 * layer + piece(layer) : 0) + gathered - pending_piece_bytes(c, stage));
@@ -175,7 +177,8 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
   const ActivationShape& x = c.x;
   const LayoutConfig& l = c.layout;
   const int p = l.pp;
-  const int64_t N = x.s * x.b, shard = x.sp ? x.t : 1, N_l = N / shard;
+  // N: this rank's positions of a micro-batch (s/c of each sequence under context parallelism).
+  const int64_t N = x.positions() * x.b, shard = x.sp ? x.t : 1, N_l = N / shard;
   const int64_t sbh = N * x.h;
   CategoryBytes m;
 
@@ -225,7 +228,7 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
   const int64_t psi = moe ? moe_psi.total() : stage_parameters(c.model, x.t, p, stage, int(per_stage));
   const ModelStateBytes steady =
       moe ? moe_model_state_bytes(moe_psi, l.dp, l.ep, l.zero, l.mixed_precision(), offloaded ? 0 : 8, c.weight_versions)
-          : model_state_bytes(psi, l.dp, l.zero, l.mixed_precision(), offloaded ? 0 : 8, c.weight_versions);
+          : model_state_bytes(psi, l.dp_cp(), l.zero, l.mixed_precision(), offloaded ? 0 : 8, c.weight_versions);
   m.model_states_steady = steady.total() - (c.offload_params ? steady.params : 0);
   if (l.activation_dtype == DType::bf16 && !l.mixed_precision() && l.zero < 3)
     m.model_states_steady += 2 * psi * c.weight_versions;
@@ -236,26 +239,31 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
 
   // Workspaces: the layer's (sized by layer_workspace), the step's losses and the GEMMs' scratchpads.
   const int64_t a_local = x.a / x.t, v_local = x.v / x.t;
-  m.workspaces = layer_workspace(x.b, x.s, x.h, a_local, v_local, !x.fused_attention, x.packed_masks).bytes() + 4 * N +
+  m.workspaces = layer_workspace(x.b, x.positions(), x.h, a_local, v_local, !x.fused_attention, x.packed_masks, x.cp)
+                     .bytes() + 4 * N +
                  (stage == p - 1 ? c.gemm_scratchpad_last : c.gemm_scratchpad) + c.moe_workspace;
 
   // Communication: each reduce-scatter's ring scratch (one chunk with two ranks, two beyond) per
   // group that runs one, and SP's rank-major staging.
   auto ring = [](int64_t chunk, int64_t ranks) { return ranks <= 1 ? 0 : 4 * chunk * (ranks > 2 ? 2 : 1); };
   if (x.sp) m.communication += ring(N_l * x.h, x.t) + 4 * sbh;
-  if (l.zero >= 1) m.communication += ring((bucket + l.dp - 1) / l.dp, l.dp);
+  if (l.zero >= 1) m.communication += ring((bucket + l.dp_cp() - 1) / l.dp_cp(), l.dp_cp());
+  // Context parallelism: Ulysses' rank-major send and receive staging, b·(s/c)·h/t floats each
+  // (tensor_parallel/context_parallel.cpp), grown once and kept.
+  if (x.cp > 1) m.communication += 2 * 4 * N * (x.h / x.t);
 
   // Pipeline: the sends 1F1B has in flight and the receive buffer, a micro-batch's boundary each.
   // Interleaved: at most p·m sends (the schedule's bound) and the receive buffer.
   const int64_t m_chunks = l.virtual_stages;
   if (p > 1) m.pipeline = (m_chunks > 1 ? p * m_chunks + 1 : in_flight + 1) * 4 * N_l * x.h;
 
-  m.data = c.data_bytes + 8 * N;  // token files, one micro-batch's ids
+  m.data = c.data_bytes + 8 * x.s * x.b;  // token files, one micro-batch's ids (whole rows, also under CP)
   // Offloaded moments: kOffloadSlots staging units of two moments in memory, two versions of 8 bytes
   // per owned parameter on disk (core/offload_layout.hpp, optim/offloaded_states.hpp).
   // With --offload-params the fp32 weights of the shard are a third state of the same file.
   if (offloaded) {
-    const int64_t owned = l.zero >= 1 && l.dp > 1 ? (psi + l.dp - 1) / l.dp : psi, states = c.offload_params ? 3 : 2;
+    const int64_t owned = l.zero >= 1 && l.dp_cp() > 1 ? (psi + l.dp_cp() - 1) / l.dp_cp() : psi,
+                  states = c.offload_params ? 3 : 2;
     m.offload_io = kOffloadSlots * states * 4 * std::min(owned, kOffloadUnit);
     m.offload_disk_bytes = 2 * 4 * states * owned;
   }

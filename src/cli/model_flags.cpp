@@ -118,7 +118,7 @@ void add_layout_flags(CLI::App& app, LayoutFlags& f) {
       ->capture_default_str();
   app.add_option("--context-parallel-size,--cp", l.cp,
                  "context-parallel size c: each sequence split into 2c chunks, rank r holding chunks r and 2c-1-r "
-                 "(lattice train only)")
+                 "(lattice train and plan)")
       ->capture_default_str();
   app.add_option("--cp-comm-type", f.cp_comm,
                  "a2a | p2p: how context-parallel ranks share attention (a2a: DeepSpeed-Ulysses all-to-all; p2p, "
@@ -184,7 +184,7 @@ LayoutConfig LayoutFlags::resolve(int layers) {
   layout.cp_comm = parse_cp_comm(cp_comm);
   require(layout.cp == 1 || context_parallel_runs,
           "--context-parallel-size " + std::to_string(layout.cp) +
-              ": only lattice train runs context parallelism; the planner does not model it yet");
+              ": only lattice train and lattice plan take context parallelism yet");
   require(layout.cp == 1 || layout.cp_comm == CpComm::a2a,
           "--cp-comm-type p2p (the ring of K/V blocks) is not built yet: use --cp-comm-type a2a");
   layout.params_dtype = parse_params_dtype(params_dtype);

@@ -16,8 +16,9 @@ struct LayoutFlags {
   std::string attention = "unfused", activation_compression = "none", tied_embedding_grads = "together";
   std::string pipeline_layers;                    // "3,4,4,1" or "auto" (empty: even stages)
   std::string cp_comm = "a2a";                    // --cp-comm-type
-  // Only `lattice train` runs context parallelism; the planner (plan, bench, launch) does not model it
-  // yet, so resolve() refuses --context-parallel-size above 1 unless the command sets this.
+  // `lattice train` runs context parallelism and `lattice plan` models it; bench (one process's layer
+  // costs) and launch (whose relaunch layouts have no c) do not take it yet, so resolve() refuses
+  // --context-parallel-size above 1 unless the command sets this.
   bool context_parallel_runs = false;
   std::string memory_budget;                      // --memory-budget (empty: none)
   int first_stage_layers = 0, last_stage_layers = 0;  // Megatron's aliases for uneven first/last stages

@@ -60,7 +60,7 @@ void add_flags(CLI::App& app, PlanFlags& f) {
   app.add_option("--global-batch,--global-batch-size", f.global_batch,
                  "sequences per iteration (default: one micro-batch per data-parallel rank; "
                  "with --search, one per GPU)");
-  app.add_option("--gpus", f.gpus, "devices: t·p·DP (default t·p)");
+  app.add_option("--gpus", f.gpus, "devices: t·c·p·DP (default t·c·p)");
   app.add_option("--gpu-memory", f.gpu_memory, "bytes per device, e.g. 80GB or 80GiB (default: the preset's)");
   app.add_option("--hardware", f.hardware,
                  "A100-80GB, H100-80GB, H200, cpu, a lattice bench --json file, or local (this machine as mpirun "
@@ -119,13 +119,15 @@ plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
           "--gpus must be between 1 and " + std::to_string(kMaxDevices) + " (got " + std::to_string(f.gpus) + ")");
   require(f.micro_batch >= 1 && f.micro_batch <= (1 << 20), "--micro-batch must be between 1 and 2^20");
   require(f.global_batch >= 0 && f.global_batch <= (1 << 30), "--global-batch must be between 1 and 2^30");
-  require(int64_t(layout.tp) * layout.pp * layout.virtual_stages <= kMaxDevices,
-          "t·p·m must be at most " + std::to_string(kMaxDevices));
-  const int tp_pp = layout.tp * layout.pp;
+  require(int64_t(layout.tp) * layout.cp * layout.pp * layout.virtual_stages <= kMaxDevices,
+          "t·c·p·m must be at most " + std::to_string(kMaxDevices));
+  // Every rank of a CP group holds a copy of the weights: devices = t·c·p·DP (Megatron-Core's order).
+  const int tp_pp = layout.tp * layout.cp * layout.pp;
+  const std::string product = layout.cp > 1 ? "t·c·p" : "t·p";
   r.gpus = f.gpus > 0 ? f.gpus : tp_pp;
   if (!f.search)
-    require(r.gpus % tp_pp == 0, "t·p·DP must equal --gpus: --gpus (" + std::to_string(r.gpus) +
-                                     ") is not a multiple of t·p = " + std::to_string(tp_pp));
+    require(r.gpus % tp_pp == 0, product + "·DP must equal --gpus: --gpus (" + std::to_string(r.gpus) +
+                                     ") is not a multiple of " + product + " = " + std::to_string(tp_pp));
   r.layout.dp = r.gpus / tp_pp;
   r.save = f.save;
   require(f.schedule.empty() || f.schedule == "1f1b" || f.schedule == "gpipe" || f.schedule == "interleaved" ||
@@ -172,6 +174,7 @@ int run_plan(int argc, char** argv) {
   app.name("lattice plan");
   PlanFlags f;
   add_flags(app, f);
+  f.layout.context_parallel_runs = true;  // the planner models context parallelism (a2a, docs/plan.md)
   if (auto status = parse_flags(app, argc, argv)) return *status;
 
   // --paper and --moe-paper reproduce published configurations: a model, layout or search flag beside
@@ -192,7 +195,7 @@ int run_plan(int argc, char** argv) {
     if (app.count("--threads") == 0) f.threads = omp_get_max_threads();  // as lattice train runs
     require(f.threads >= 1 && f.threads <= 4096, "--threads must be between 1 and 4096");
     const LayoutConfig layout = f.layout.resolve(f.model.layers);
-    local = plan::local_hardware(f.gpus > 0 ? f.gpus : layout.tp * layout.pp, f.threads, !f.json);
+    local = plan::local_hardware(f.gpus > 0 ? f.gpus : layout.tp * layout.cp * layout.pp, f.threads, !f.json);
   }
   const plan::Hardware& hw = is_local ? local : plan::hardware_preset(f.hardware);
   require(f.svg_dir.empty() || f.paper, "--svg needs --paper");

@@ -126,7 +126,7 @@ void choose_recompute_automatically(LayoutConfig& layout, const ModelConfig& mod
 // does not cover the run (MoE) or cannot plan it; the run itself does not depend on it.
 nlohmann::json predicted_memory(const ModelConfig& model, const LayoutConfig& layout, const TrainConfig& train,
                                 int world) {
-  if (model.moe.enabled() || layout.cp > 1) return nullptr;  // the planner does not model MoE or CP yet
+  if (model.moe.enabled()) return nullptr;  // the per-category model does not cover MoE layers yet
   try {
     analysis::MemoryCase c = plan::memory_case(run_request(model, layout, train, world));
     nlohmann::json stages = nlohmann::json::array();
@@ -190,9 +190,10 @@ int run_train(int argc, char** argv) {
     require(layout.memory_budget.empty() || layout.recompute == "auto", "--memory-budget applies to --recompute auto only");
     layout.context_parallel_runs = true;
     resolved = layout.resolve(model.layers);
-    require(resolved.cp == 1 || (!layout.partition_auto && !layout.recompute_auto),
-            "--pipeline-layers auto and --recompute auto ask the planner, which does not model "
-            "--context-parallel-size yet");
+    // Before the planner is asked (--pipeline-layers auto, --recompute auto): a layout CP cannot run
+    // is named as the trainer names it, not as whatever the planner meets first.
+    const std::string cp_problem = context_parallel_problem(model, resolved);
+    require(cp_problem.empty(), cp_problem);
     select_device(parse_device(device));  // once, before any model exists
     if (profile_ops) enable_op_profile();
     require_device_runs(parse_device(device), model, resolved, train);

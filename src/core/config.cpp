@@ -95,6 +95,28 @@ CpComm parse_cp_comm(const std::string& s) {
   fail("--cp-comm-type must be a2a or p2p (got '" + s + "')");
 }
 
+std::string context_parallel_problem(const ModelConfig& m, const LayoutConfig& layout) {
+  const int c = layout.cp;
+  if (c == 1) return "";
+  const std::string flag = "--context-parallel-size " + std::to_string(c), n2c = std::to_string(2 * c);
+  if (layout.cp_comm != CpComm::a2a) return "--cp-comm-type p2p (the ring of K/V blocks) is not built yet: use a2a";
+  if (m.seq_len % (2 * c) != 0)
+    return flag + " splits each sequence into 2c = " + n2c + " chunks: --seq-len " + std::to_string(m.seq_len) +
+           " is not divisible by " + n2c;
+  if (layout.sequence_parallel && m.seq_len % (2 * c * layout.tp) != 0)
+    return flag + " with --sequence-parallel needs --seq-len " + std::to_string(m.seq_len) + " divisible by 2c·t = " +
+           std::to_string(2 * c * layout.tp);
+  if ((m.heads / layout.tp) % c != 0)
+    return flag + " --cp-comm-type a2a gives each CP rank heads/(t·c) heads: the " + std::to_string(m.heads / layout.tp) +
+           " heads a tensor-parallel rank holds (--heads " + std::to_string(m.heads) + " / t " +
+           std::to_string(layout.tp) + ") are not divisible by " + std::to_string(c);
+  if (m.moe.enabled()) return flag + " is not built with Mixture-of-Experts layers yet (--num-experts)";
+  if (layout.pp != 1)
+    return flag + " is not built with pipeline parallelism yet (--pipeline-model-parallel-size " +
+           std::to_string(layout.pp) + ")";
+  return "";
+}
+
 ParamsDType parse_params_dtype(const std::string& s) {
   if (s == "fp32") return ParamsDType::fp32;
   if (s == "bf16") return ParamsDType::bf16;

@@ -130,6 +130,14 @@ struct LayoutConfig {
     return fused_attention() && recompute == Recompute::selective ? Recompute::none : recompute;
   }
   bool mixed_precision() const { return params_dtype != ParamsDType::fp32; }
+  // The N_d·c ranks that hold the same weights (DP with CP, docs/design.md §5.1): gradients are reduced,
+  // and ZeRO shards the model states, over them.
+  int dp_cp() const { return dp * cp; }
 };
+
+// Context parallelism against the model and the layout (docs/design.md §5.1): empty when the a2a
+// (Ulysses) split can run, else the one line naming the broken rule. The trainer and the planner
+// both ask it, so a layout is refused in the same words by each.
+std::string context_parallel_problem(const ModelConfig& m, const LayoutConfig& layout);
 
 }  // namespace lattice

@@ -32,7 +32,9 @@ void linear(std::vector<GemmCall>& calls, int64_t rows, int64_t in, int64_t out,
 }  // namespace
 
 std::vector<GemmCall> layer_gemms(const analysis::ActivationShape& x) {
-  const int64_t rows = x.s * x.b, h = x.h, t = x.t, heads = x.a / x.t, dh = x.h / x.a;
+  // Under context parallelism the linears see this rank's s/c positions, and attention (Ulysses) runs
+  // a/(t·c) heads over the whole s.
+  const int64_t rows = x.positions() * x.b, h = x.h, t = x.t, heads = x.a / x.t / x.cp, dh = x.h / x.a;
   std::vector<GemmCall> calls;
   linear(calls, rows, h, 3 * h / t);  // QKV
   const int64_t batch = x.b * heads;
@@ -72,7 +74,7 @@ std::vector<GemmCall> moe_block_gemms(const analysis::MoEKeptShape& m, int local
 }
 
 std::vector<GemmCall> head_gemms(const analysis::ActivationShape& x) {
-  const int64_t rows = x.s * x.b, v = x.v / x.t;
+  const int64_t rows = x.positions() * x.b, v = x.v / x.t;  // this rank's positions' logits
   return {{shape(1, rows, v, x.h, false, true), GemmPass::forward, false},
           {shape(1, rows, x.h, v), GemmPass::backward_input, false},
           {shape(1, v, x.h, rows, true, false, true), GemmPass::backward_weight, false}};

@@ -26,6 +26,7 @@ analysis::ActivationShape activation_shape(const PlanRequest& r) {
   x.fused_attention = r.layout.fused_attention();
   x.packed_masks = r.layout.pack_masks;
   x.fp8_kept = r.layout.fp8_kept;
+  x.cp = r.layout.cp;
   return x;
 }
 
@@ -75,12 +76,16 @@ std::string moe_layout_problem(const PlanRequest& r) {
 std::string layout_problem(const PlanRequest& r) {
   const LayoutConfig& l = r.layout;
   const int t = l.tp, p = l.pp, m = l.virtual_stages;
-  if (t < 1 || p < 1 || m < 1 || l.dp < 1)
+  if (t < 1 || p < 1 || m < 1 || l.dp < 1 || l.cp < 1)
     return "parallel sizes must be at least 1 (t=" + n(t) + ", p=" + n(p) + ", m=" + n(m) + ")";
-  if (int64_t(t) * p * l.dp != r.gpus)
+  if (l.cp > 1 && int64_t(t) * l.cp * p * l.dp != r.gpus)
+    return "t·c·p·DP must equal --gpus: " + n(t) + "·" + n(l.cp) + "·" + n(p) + "·" + n(l.dp) + " != " + n(r.gpus);
+  if (int64_t(t) * l.cp * p * l.dp != r.gpus)
     return "t·p·DP must equal --gpus: " + n(t) + "·" + n(p) + "·" + n(l.dp) + " != " + n(r.gpus);
   if (r.model.heads % t != 0)
     return "--heads (" + n(r.model.heads) + ") must be divisible by the tensor-parallel size (" + n(t) + ")";
+  // Context parallelism's rules are the trainer's own (core/config.hpp), worded alike.
+  if (const std::string cp = context_parallel_problem(r.model, l); !cp.empty()) return cp;
   if (l.stage_layers.empty() && r.model.layers % (p * m) != 0)
     return "--layers (" + n(r.model.layers) + ") must be divisible by p·m = " + n(p) + "·" + n(m) +
            " (or give the stages' counts with --pipeline-layers)";

@@ -88,7 +88,9 @@ MemoryPlan plan_memory(const PlanRequest& r) {
     m.first_stage_layer_bytes = analysis::first_stage_layer_bytes(x, l, r.model.layers);
     m.shard_parameters = m.dense_parameters =
         analysis::stage_parameters(r.model, l.tp, l.pp, 0, int(partition.layers_of_rank(0, l.pp).size()));
-    m.model_state = analysis::model_state_bytes(m.shard_parameters, l.dp, l.zero, r.mixed_precision(), moment_bytes, versions);
+    // CP ranks hold the same weights: ZeRO shards over the N_d·c ranks of DP with CP, as the trainer does.
+    m.model_state =
+        analysis::model_state_bytes(m.shard_parameters, l.dp_cp(), l.zero, r.mixed_precision(), moment_bytes, versions);
   }
   if (r.offload_params) m.model_state.params = 0;  // the shard lives on disk (--offload-params)
   // p micro-batches are in flight on the first stage under 1F1B (eq. 5 note).
@@ -101,7 +103,7 @@ MemoryPlan plan_memory(const PlanRequest& r) {
     const int64_t psi = analysis::stage_parameters(r.model, l.tp, l.pp, stage,
                                                    int(partition.layers_of_rank(stage, l.pp).size()));
     const analysis::ModelStateBytes states =
-        analysis::model_state_bytes(psi, l.dp, l.zero, r.mixed_precision(), moment_bytes, versions);
+        analysis::model_state_bytes(psi, l.dp_cp(), l.zero, r.mixed_precision(), moment_bytes, versions);
     const double layers = analysis::stage_layer_bytes(x, l, r.model.layers, stage);
     const int64_t extra = stage == l.pp - 1 ? analysis::extra_activation_bytes(x, 1, 0) : 0;
     const double total = double(states.total() - (r.offload_params ? states.params : 0)) + layers + double(extra);

@@ -11,10 +11,10 @@ namespace lattice::plan {
 
 struct PlanRequest {
   ModelConfig model;
-  LayoutConfig layout;       // layout.dp = gpus / (t·p); layout.ep (MoE) divides it
+  LayoutConfig layout;       // layout.dp = gpus / (t·c·p); layout.ep (MoE) divides it
   int micro_batch = 1;       // b
   int global_batch = 1;      // B sequences per iteration
-  int gpus = 1;              // t · p · dp
+  int gpus = 1;              // t · c · p · dp
   int64_t gpu_memory = 0;    // bytes per device
   int64_t data_bytes = 0;    // token files a run reads (--data), for the per-category prediction
   bool save = false;         // the run writes a checkpoint (--save)

@@ -59,7 +59,9 @@ std::string describe_layout(const PlanRequest& r) {
   char buf[160];
   std::string ep;  // MoE models: the expert-parallel size
   if (r.model.moe.enabled()) ep = " ep=" + std::to_string(l.ep);
-  std::snprintf(buf, sizeof buf, "t=%d p=%d m=%d dp=%d%s b=%d%s %s", l.tp, l.pp, l.virtual_stages, l.dp,
+  // c in Megatron-Core's group order (tp, cp, dp, pp), named only when the layout splits sequences.
+  const std::string cp = l.cp > 1 ? " c=" + std::to_string(l.cp) : "";
+  std::snprintf(buf, sizeof buf, "t=%d%s p=%d m=%d dp=%d%s b=%d%s %s", l.tp, cp.c_str(), l.pp, l.virtual_stages, l.dp,
                 ep.c_str(), r.micro_batch, l.sequence_parallel ? " sp" : "", to_string(l.recompute));
   std::string s = buf;
   if (!l.stage_layers.empty()) s.insert(s.find(" m="), " [" + layer_counts_text(l.stage_layers) + "]");
@@ -169,6 +171,8 @@ std::string plan_text(const Plan& p, const Hardware& hw) {
   if (moe.enabled())
     out += line("expert all-to-all (EP " + std::to_string(l.ep) + (l.ep > 1 ? ", pairwise)" : ")"),
                 seconds_and_share(t.ep_comm_s, t.iteration_s));
+  if (l.cp > 1)
+    out += line("CP all-to-all (Ulysses, c " + std::to_string(l.cp) + ")", seconds_and_share(t.cp_comm_s, t.iteration_s));
   out += line("PP point-to-point", seconds_and_share(t.pp_comm_s, t.iteration_s));
   out += line(fmt("pipeline bubble (%.1f%%)", 100 * t.bubble_fraction), seconds_and_share(t.bubble_s, t.iteration_s));
   out += line(std::string("DP / ZeRO communication (") + to_string(t.dp_algorithm) + ")",
@@ -236,7 +240,7 @@ nlohmann::ordered_json plan_json(const Plan& p) {
   j["parameters"] = r.model.num_params();
   j["active_parameters"] = analysis::active_parameters(r.model);
   j["forward_flops_per_token"] = analysis::forward_flops_per_token(r.model);
-  j["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"virtual_stages", l.virtual_stages}, {"dp", l.dp}, {"ep", l.ep},
+  j["layout"] = {{"tp", l.tp}, {"cp", l.cp}, {"pp", l.pp}, {"virtual_stages", l.virtual_stages}, {"dp", l.dp}, {"ep", l.ep},
                  {"sequence_parallel", l.sequence_parallel}, {"recompute", to_string(l.recompute)},
                  {"recompute_layers", l.recompute_layers}, {"recompute_method", to_string(l.recompute_method)},
                  {"recompute_plan", recompute_plan_text(layer_recompute(l, r.model.layers))}, {"zero", l.zero},
@@ -252,7 +256,7 @@ nlohmann::ordered_json plan_json(const Plan& p) {
   const analysis::ActivationShape x = activation_shape(r);
   double recompute_flops = 0;
   for (LayerRecompute mode : layer_recompute(l, r.model.layers)) recompute_flops += analysis::layer_recompute_flops(x, mode);
-  j["recompute_flops"] = recompute_flops * l.tp * double(r.micro_batches()) * l.dp;
+  j["recompute_flops"] = recompute_flops * l.tp * l.cp * double(r.micro_batches()) * l.dp;  // every rank's
   nlohmann::ordered_json segments = nlohmann::ordered_json::array();
   for (const StageSegments& t : segment_table(r)) {
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
@@ -266,6 +270,7 @@ nlohmann::ordered_json plan_json(const Plan& p) {
   const TimePlan& t = p.time;
   j["time_breakdown_s"] = {{"gemm", t.gemm_s}, {"elementwise", t.elementwise_s},
                            {"recompute", t.recompute_s}, {"tp_comm", t.tp_comm_s}, {"ep_comm", t.ep_comm_s},
+                           {"cp_comm", t.cp_comm_s},
                            {"pp_comm", t.pp_comm_s}, {"bubble", t.bubble_s}, {"dp_comm", t.dp_comm_s},
                            {"optimizer", t.optimizer_s}, {"offload", t.offload_s}};
   j["tp_algorithm"] = to_string(t.tp_algorithm);
@@ -299,17 +304,19 @@ std::string search_text(const std::vector<Plan>& ranked, size_t considered, doub
   char buf[320];
   int width = 46;  // wider when a layout (with ep=) needs it
   for (const Plan& p : ranked) width = std::max(width, int(describe_layout(p.request).size()));
-  std::snprintf(buf, sizeof buf, "%-4s %-*s %10s %10s %10s %8s %8s %8s %7s\n", "rank", width, "layout", "memory",
-                "states", "activ.", "iter s", "bubble", "comm s", "MFU");
+  // CP: the context-parallel size c of each layout (its sequences split over c ranks), beside t in the layout.
+  std::snprintf(buf, sizeof buf, "%-4s %-*s %3s %10s %10s %10s %8s %8s %8s %7s\n", "rank", width, "layout", "CP",
+                "memory", "states", "activ.", "iter s", "bubble", "comm s", "MFU");
   out += buf;
   int rank = 1;
   for (const Plan& p : ranked) {
     const TimePlan& t = p.time;
-    std::snprintf(buf, sizeof buf, "%-4d %-*s %10s %10s %10s %8.3f %7.1f%% %8.3f %6.1f%%\n", rank++, width,
-                  describe_layout(p.request).c_str(), format_bytes(p.memory.total_bytes).c_str(),
+    std::snprintf(buf, sizeof buf, "%-4d %-*s %3d %10s %10s %10s %8.3f %7.1f%% %8.3f %6.1f%%\n", rank++, width,
+                  describe_layout(p.request).c_str(), p.request.layout.cp, format_bytes(p.memory.total_bytes).c_str(),
                   format_bytes(double(p.memory.model_state.total())).c_str(),
                   format_bytes(p.memory.first_stage_activation_bytes).c_str(), t.iteration_s,
-                  100 * t.bubble_fraction, t.tp_comm_s + t.ep_comm_s + t.pp_comm_s + t.dp_comm_s, 100 * p.use.mfu);
+                  100 * t.bubble_fraction, t.tp_comm_s + t.ep_comm_s + t.cp_comm_s + t.pp_comm_s + t.dp_comm_s,
+                  100 * p.use.mfu);
     out += buf;
   }
   if (ranked.empty()) out += "no layout fits\n";

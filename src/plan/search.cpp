@@ -37,6 +37,18 @@ int fewest_recomputed_layers(PlanRequest r) {
   return lo;
 }
 
+// The context-parallel sizes a search tries with t-way TP: powers of two c (as Ulysses' head split and
+// the 2c-chunk balance favour) dividing the devices left after t, with c dividing the heads of a TP rank
+// and 2c the sequence (context_parallel_problem); 1 alone for MoE models, which CP does not run with yet.
+std::vector<int> cp_sizes(const PlanRequest& base, int t) {
+  std::vector<int> out{1};
+  if (base.model.moe.enabled()) return out;
+  for (int c = 2; c <= base.gpus / t; c *= 2)
+    if ((base.gpus / t) % c == 0 && (base.model.heads / t) % c == 0 && base.model.seq_len % (2 * c) == 0)
+      out.push_back(c);
+  return out;
+}
+
 }  // namespace
 
 SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t top, double peak_flops) {
@@ -64,8 +76,10 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
 
   for (int t : divisors(base.gpus, hw.devices_per_node)) {
     if (base.model.heads % t != 0) continue;
-    for (int p : divisors(base.gpus / t, L)) {
-      const int dp = base.gpus / (t * p);
+    // CP is not built with pipeline parallelism yet: a layout with c > 1 has one stage.
+    for (int c : cp_sizes(base, t))
+    for (int p : c > 1 ? std::vector<int>{1} : divisors(base.gpus / t, L)) {
+      const int dp = base.gpus / (t * c * p);
       if (base.global_batch % dp != 0) continue;
       // An MoE model also tries every expert-parallel size e dividing DP (and the expert count).
       std::vector<int> eps{1};
@@ -82,6 +96,7 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
                 PlanRequest r = base;
                 r.engine_scratch = false;  // a cluster's layouts: no CPU engine's GEMM scratchpads (and 5x faster)
                 r.layout.tp = t;
+                r.layout.cp = c;
                 r.layout.pp = p;
                 r.layout.virtual_stages = m;
                 r.zero_bubble = base.zero_bubble && m == 1;  // --schedule zb-h1: the non-interleaved layouts

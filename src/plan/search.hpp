@@ -1,7 +1,7 @@
 #pragma once
-// --search: every layout of `gpus` devices (t inside a node, p, m, DP, SP, recompute mode and
-// layer count, micro-batch, ZeRO stage; for an MoE model every expert-parallel size e dividing DP
-// and E), those that fit ranked by predicted iteration time.
+// --search: every layout of `gpus` devices (t inside a node, the context-parallel size c, p, m, DP, SP,
+// recompute mode and layer count, micro-batch, ZeRO stage; for an MoE model every expert-parallel size
+// e dividing DP and E), those that fit ranked by predicted iteration time.
 #include <cstddef>
 #include <vector>
 

@@ -12,13 +12,13 @@ namespace lattice::plan {
 
 double attention_elementwise_bytes(const analysis::ActivationShape& x) {
   if (x.fused_attention) return 0.0;  // the score tiles stay in cache (docs/design.md §3.1)
-  const double s2 = double(x.a) * x.s * x.s * x.b / x.t;
+  const double s2 = double(x.a) * x.s * x.s * x.b / x.t / x.cp;  // a/(t·c) heads over s under CP
   // scale-mask-softmax reads and writes the scores; dropout reads them, writes output and mask.
   return x.dropout ? s2 * (4.0 * x.d + 1) : s2 * 2.0 * x.d;
 }
 
 double layer_elementwise_bytes(const analysis::ActivationShape& x) {
-  const double sbh = double(x.s) * x.b * x.h;
+  const double sbh = double(x.positions()) * x.b * x.h;  // this rank's s/c positions under CP
   const double mask = x.dropout ? 1 : 0;
   // Two LayerNorms (read + write) and two bias-dropout-adds (two reads, a write, a mask) run on
   // the replicated [s, b, h] tensor, or on a 1/t sequence shard under SP.
@@ -60,8 +60,8 @@ double kernel_seconds(const Hardware& hw, const char* name, double bytes) {
 // projection input, Q, K, V, the probabilities and, with dropout, the dropped probabilities).
 double layer_bf16_conversions(const analysis::ActivationShape& x, bool backward) {
   if (x.d != 2) return 0;
-  const double N = double(x.s) * x.b, h = double(x.h), t = x.t, local = N / (x.sp ? t : 1);
-  const double s2 = x.fused_attention ? 0 : double(x.a) * x.s * x.s * x.b / t;
+  const double N = double(x.positions()) * x.b, h = double(x.h), t = x.t, local = N / (x.sp ? t : 1);
+  const double s2 = x.fused_attention ? 0 : double(x.a) * x.s * x.s * x.b / t / x.cp;
   if (!backward) return 2 * N * h;
   const double narrowed = N * (3 * h / t + h + 4 * h / t + h) + N * h / t + s2;
   const double widened = 2 * local * h + N * h + N * 4 * h / t + N * h / t + 3 * N * h / t + s2 * (x.dropout ? 2 : 1);
@@ -74,14 +74,15 @@ double layer_bf16_conversions(const analysis::ActivationShape& x, bool backward)
 // a kept 16-bit tensor is narrowed from, and widened back to, fp32), so they move 4 bytes an element;
 // the narrowing and widening are the to_bf16 conversions, and the kept stores are `d` wide.
 double layer_elementwise_seconds(const Hardware& hw, const analysis::ActivationShape& x, bool backward) {
-  const double sbh = double(x.s) * x.b * x.h, replicated = sbh / (x.sp ? x.t : 1), d = 4.0, k = backward ? 2 : 1;
+  const double sbh = double(x.positions()) * x.b * x.h, replicated = sbh / (x.sp ? x.t : 1), d = 4.0,
+               k = backward ? 2 : 1;
   const std::string pass = backward ? "_bwd" : "_fwd";
   double t = 2 * kernel_seconds(hw, ("layernorm" + pass).c_str(), k * 2 * d * replicated);
   t += 2 * (x.dropout ? kernel_seconds(hw, ("bias_dropout_add" + pass).c_str(), k * (3 * d + 1) * replicated)
                       : kernel_seconds(hw, ("residual_add" + pass).c_str(), k * 3 * d * replicated));
   t += kernel_seconds(hw, ("bias_gelu" + pass).c_str(), k * 2 * d * 4 * sbh / x.t);
   if (!x.fused_attention) {
-    const double s2 = double(x.a) * x.s * x.s * x.b / x.t;
+    const double s2 = double(x.a) * x.s * x.s * x.b / x.t / x.cp;
     t += x.dropout ? kernel_seconds(hw, ("softmax_dropout" + pass).c_str(), k * (4 * d + 1) * s2)
                    : kernel_seconds(hw, ("softmax" + pass).c_str(), k * 2 * d * s2);
   }
@@ -89,7 +90,7 @@ double layer_elementwise_seconds(const Hardware& hw, const analysis::ActivationS
   // output into heads and merges the context back; backward unmerges the context's gradient, merges
   // dQ, dK, dV into one row and sums the QKV bias's columns (the other biases' sums are in the
   // kernels above).
-  const double N = double(x.s) * x.b, hl = double(x.h) / x.t;
+  const double N = double(x.positions()) * x.b, hl = double(x.h) / x.t;
   t += backward ? kernel_seconds(hw, "copy", 8.0 * 4 * N * hl + 4.0 * 3 * N * hl)
                 : kernel_seconds(hw, "copy", (4.0 + x.d) * 2 * replicated + 8.0 * 4 * N * hl);
   return t + kernel_seconds(hw, "to_bf16", 6.0 * layer_bf16_conversions(x, backward));
@@ -129,18 +130,29 @@ double moe_layer_gemm_seconds(const PlanRequest& r, const Hardware& hw, const an
 struct LayerCost {
   double gemm = 0, elementwise = 0, comm = 0;
   double all_to_all = 0;  // MoE layers: dispatch + combine over the expert-parallel group
-  double total() const { return gemm + elementwise + comm + all_to_all; }
+  double cp_comm = 0;     // context parallelism: Ulysses' all-to-alls of Q, K, V and the context
+  double total() const { return gemm + elementwise + comm + all_to_all + cp_comm; }
 };
+
+// One of Ulysses' all-to-alls (docs/design.md §5.1) over the CP group, c ranks t apart (ranks vary
+// along TP, then CP): each rank sends (c−1)/c of its b·(s/c)·h/t elements (analysis/formulas.hpp).
+double cp_exchange_seconds(const PlanRequest& r, const Hardware& hw, const analysis::ActivationShape& x) {
+  if (x.cp <= 1) return 0;
+  const double sent = analysis::cp_all_to_all_sent_bytes(x.s, x.b, x.h, x.t, x.cp, 1) * comm_element_bytes(hw, x.d);
+  return all_to_all(group_topology(hw, x.cp, r.layout.tp), sent).seconds;
+}
 
 // `moe`: the layer's MLP is an MoE block (experts on the received rows, the router, two all-to-alls).
 LayerCost layer_forward(const PlanRequest& r, const Hardware& hw, const analysis::ActivationShape& x,
                         const GroupTopology& tp_group, Algorithm& tp_algorithm, bool moe) {
-  const double s = x.s, b = x.b, h = x.h, t = x.t;
+  // s: this rank's positions (s/c under CP, whose attention runs a/(t·c) heads over the whole sequence).
+  const double s = double(x.positions()), b = x.b, h = x.h, t = x.t;
   const double flops_per_s = gemm_rate(r, hw, x);
   LayerCost c;
   c.gemm = hw.local.active() ? measured_gemms(hw, layer_gemms(x), r.bf16_compute(),
                                               [](const GemmCall& g) { return g.pass == GemmPass::forward; })
-                             : (24.0 * b * s * h * h + 4.0 * b * s * s * h) / t / flops_per_s;
+                             : (24.0 * b * s * h * h + 4.0 * b * s * double(x.s) * h) / t / flops_per_s;
+  c.cp_comm = analysis::kCpAllToAllsForward * cp_exchange_seconds(r, hw, x);
   c.elementwise = hw.local.active() ? layer_elementwise_seconds(hw, x, false) : layer_elementwise_bytes(x) / hw.memory_bandwidth;
   if (moe) {
     // The dense MLP's FC1 and FC2 (16bsh²/t) and bias-GeLU (8sbh·d/t) become the experts' FC1 and FC2
@@ -189,6 +201,7 @@ struct LayerWork {
   // Under SP the column-parallel inputs are kept as sequence shards, so backward all-gathers
   // them again (QKV and FC1) to form the weight gradients.
   double backward_extra_comm = 0;
+  double backward_cp_comm = 0;  // CP: the four gradients' all-to-alls (five with fused attention's context)
   // A split backward's weight pass (ZB-H1): the four dW GEMMs, 24·b·s·h²/t FLOPs, of the layers whose
   // backward is split (not MoE, not fully recomputed).
   double weight_gemm = 0;
@@ -209,21 +222,23 @@ LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
   if (local && !moe)
     w.backward_gemm = measured_gemms(hw, layer_gemms(x), bf16, [](const GemmCall& g) { return g.pass != GemmPass::forward; });
   if (local && moe) w.backward_gemm = moe_layer_gemm_seconds(r, hw, x, true);
+  const double positions = double(x.positions());  // s/c under CP
   if (x.sp && x.t > 1)
-    w.backward_extra_comm = 2 * all_gather(tp_group, double(x.s) * x.b * x.h * comm_element_bytes(hw, x.d)).seconds;
+    w.backward_extra_comm = 2 * all_gather(tp_group, positions * x.b * x.h * comm_element_bytes(hw, x.d)).seconds;
+  w.backward_cp_comm = analysis::cp_all_to_alls_backward(x.fused_attention) * cp_exchange_seconds(r, hw, x);
   if (!moe)
     w.weight_gemm = local ? measured_gemms(hw, layer_gemms(x), bf16,
                                            [](const GemmCall& g) { return g.pass == GemmPass::backward_weight; })
-                          : 24.0 * x.b * double(x.s) * x.h * x.h / x.t / flops_per_s;
-  w.recompute_full = w.forward;
+                          : 24.0 * x.b * positions * x.h * x.h / x.t / flops_per_s;
+  w.recompute_full = w.forward;  // a re-run forward exchanges its four all-to-alls again
   w.recompute_selective.gemm =
       local ? measured_gemms(hw, layer_gemms(x), bf16,
                              [](const GemmCall& g) { return g.attention && g.pass == GemmPass::forward; })
-            : 4.0 * x.b * double(x.s) * x.s * x.h / x.t / flops_per_s;
+            : 4.0 * x.b * positions * x.s * x.h / x.t / flops_per_s;
   w.recompute_selective.elementwise = attention_elementwise_bytes(x) / elementwise_rate(hw);
   if (x.fused_attention)
-    w.recompute_always.gemm =
-        analysis::fused_attention_recompute_flops_per_layer(double(x.b), double(x.s), double(x.h)) / x.t / flops_per_s;
+    w.recompute_always.gemm = analysis::fused_attention_recompute_flops_per_layer(double(x.b), double(x.s), double(x.h)) /
+                              x.t / x.cp / flops_per_s;
   return w;
 }
 
@@ -235,17 +250,18 @@ LayerTime layer_time(const PlanRequest& r, const Hardware& hw) {
   double recompute = 0;  // the mean over the layers of the plan (block N: N/L of a full re-run)
   const std::vector<LayerRecompute> plan = layer_recompute(r.layout, r.model.layers);
   for (LayerRecompute mode : plan) recompute += w.recompute(mode).total() / double(plan.size());
-  return {f.total(), w.backward_gemm + w.backward_elementwise + f.comm + w.backward_extra_comm + recompute};
+  return {f.total(),
+          w.backward_gemm + w.backward_elementwise + f.comm + w.backward_extra_comm + w.backward_cp_comm + recompute};
 }
 
 namespace {
 
 // One micro-batch's seconds on one pipeline stage, by part.
 struct StageWork {
-  double gemm = 0, elementwise = 0, tp_comm = 0, ep_comm = 0, recompute = 0;
+  double gemm = 0, elementwise = 0, tp_comm = 0, ep_comm = 0, cp_comm = 0, recompute = 0;
   double weight = 0;  // of which a split backward's weight passes (part of gemm)
   double compute() const { return gemm + elementwise + recompute; }  // what the cores do, not the wires
-  double total() const { return compute() + tp_comm + ep_comm; }
+  double total() const { return compute() + tp_comm + ep_comm + cp_comm; }
   // One layer in recompute mode `mode`; its backward is split (ZB-H1's W) unless `whole` (MoE) or
   // its forward is re-run.
   void add_layer(const LayerWork& w, LayerRecompute mode, bool whole) {
@@ -254,6 +270,7 @@ struct StageWork {
     elementwise += w.forward.elementwise + w.backward_elementwise;
     tp_comm += 2 * w.forward.comm + w.backward_extra_comm;
     ep_comm += 2 * w.forward.all_to_all;
+    cp_comm += w.forward.cp_comm + w.backward_cp_comm;
     recompute += w.recompute(mode).total();
   }
 };
@@ -262,7 +279,8 @@ struct StageWork {
 // passes, and under TP the output layer's f / g and the vocabulary-parallel cross-entropy.
 StageWork head_work(const PlanRequest& r, const Hardware& hw) {
   const analysis::ActivationShape x = activation_shape(r);
-  const double s = x.s, b = x.b, h = x.h, t = x.t, v = double(x.v), d = comm_element_bytes(hw, x.d);
+  // s: the positions whose logits this rank computes (s/c under CP).
+  const double s = double(x.positions()), b = x.b, h = x.h, t = x.t, v = double(x.v), d = comm_element_bytes(hw, x.d);
   StageWork w;
   w.gemm = hw.local.active() ? measured_gemms(hw, head_gemms(x), r.bf16_compute(), [](const GemmCall&) { return true; })
                              : 6.0 * b * s * h * v / t / (hw.peak_flops(r.bf16_compute()) * hw.gemm_efficiency);
@@ -328,11 +346,12 @@ double shared_compute_factor(const Hardware& hw, const std::vector<StageWork>& s
 }  // namespace
 
 namespace {
-// Do the measured layer costs describe r's layers: one process (t = 1), a dense model, the same shape,
-// activation dtype, recompute mode and attention kernel?
+// Do the measured layer costs describe r's layers: one process (t = 1, c = 1: a CP rank's layer is 1/c of
+// it, plus exchanges the bench does not run), a dense model, the same shape, activation dtype, recompute
+// mode and attention kernel?
 bool costs_fit(const MeasuredLayerCosts& c, const PlanRequest& r) {
   const LayoutConfig& l = r.layout;
-  return c.valid() && l.tp == 1 && !r.model.moe.enabled() && c.hidden == r.model.hidden &&
+  return c.valid() && l.tp == 1 && l.cp == 1 && !r.model.moe.enabled() && c.hidden == r.model.hidden &&
          c.heads == r.model.heads && c.seq_len == r.model.seq_len && c.micro_batch == r.micro_batch &&
          c.vocab == r.model.padded_vocab(1) && c.activation_dtype == to_string(l.activation_dtype) &&
          c.recompute == to_string(l.recompute) && c.attention == to_string(l.attention) &&
@@ -366,13 +385,14 @@ StageSeconds stage_seconds(const PlanRequest& r, const Hardware& hw) {
 TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   const LayoutConfig& l = r.layout;
   const analysis::ActivationShape x = activation_shape(r);
-  const double s = x.s, b = x.b, h = x.h, t = x.t, v = double(x.v), d = x.d;
+  const double s = double(x.positions()), b = x.b, h = x.h, t = x.t, v = double(x.v), d = x.d;
   const int p = l.pp, m = l.virtual_stages, dp = l.dp;
   const double n_mb = r.micro_batches();
   TimePlan out;
 
-  // Ranks vary fastest along TP, then DP, then PP (docs/design.md §9).
-  const GroupTopology dp_group = group_topology(hw, dp, l.tp);
+  // Ranks vary fastest along TP, then CP, then DP, then PP (docs/design.md §9); the dense gradients are
+  // reduced over DP with CP, the N_d·c ranks t apart that hold the same weights.
+  const GroupTopology dp_group = group_topology(hw, l.dp_cp(), l.tp);
   const LayerWork work = layer_work(r, hw, false);
   out.tp_algorithm = work.tp_algorithm;
 
@@ -384,25 +404,26 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   const StageWork stage = slowest_stage(stages);
   const double shared = shared_compute_factor(hw, stages, stage);
   const double gemm = shared * stage.gemm, elementwise = shared * stage.elementwise, tp_comm = stage.tp_comm,
-               ep_comm = stage.ep_comm, recompute = shared * stage.recompute;
+               ep_comm = stage.ep_comm, cp_comm = stage.cp_comm, recompute = shared * stage.recompute;
   const double weight_pass = shared * stage.weight;
   // Each of the m chunks sends its output forward and receives a gradient back: 1/t of the
   // activation per rank (the scatter-gather optimisation, or the SP shard).
   // Locally, as the engine sends it: fp32, the whole [s, b, h] activation unless SP shards it.
   double pp_comm = 0;
   if (p > 1 && hw.local.active()) {
-    pp_comm = 2.0 * m * point_to_point(group_topology(hw, 2, l.tp * dp), s * b * h * 4.0 / (x.sp ? t : 1)).seconds;
+    pp_comm = 2.0 * m * point_to_point(group_topology(hw, 2, l.tp * l.dp_cp()), s * b * h * 4.0 / (x.sp ? t : 1)).seconds;
   } else if (p > 1) {
-    const Link link = group_topology(hw, p, l.tp * dp).flat_link();
+    const Link link = group_topology(hw, p, l.tp * l.dp_cp()).flat_link();
     pp_comm = 2.0 * m * (link.alpha + s * b * h * d / t * link.beta);
   }
 
-  const double per_mb = gemm + elementwise + tp_comm + ep_comm + recompute + pp_comm;
+  const double per_mb = gemm + elementwise + tp_comm + ep_comm + cp_comm + recompute + pp_comm;
   const double slots = double(p - 1) / m;  // idle micro-batch slots of the (interleaved) 1F1B
   out.gemm_s = n_mb * gemm;
   out.elementwise_s = n_mb * elementwise;
   out.tp_comm_s = n_mb * tp_comm;
   out.ep_comm_s = n_mb * ep_comm;
+  out.cp_comm_s = n_mb * cp_comm;
   out.recompute_s = n_mb * recompute;
   out.pp_comm_s = n_mb * pp_comm;
   // The ramp: the other stages' work on the first micro-batch's forward and the last one's backward,
@@ -467,13 +488,13 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   out.dp_algorithm = dp_cost.algorithm;
   out.dp_comm_s = dp_cost.seconds + out.expert_dp_comm_s;
   if (p > 1) {  // tied embedding gradient summed between first and last stage
-    const Link link = group_topology(hw, 2, l.tp * dp * (p - 1)).flat_link();
+    const Link link = group_topology(hw, 2, l.tp * l.dp_cp() * (p - 1)).flat_link();
     out.dp_comm_s += ring_all_reduce(2, link, v / t * h * w);
   }
   // Adam over the owned parameters: read the gradient (fp32 main grads under mixed precision,
   // as Megatron accumulates them), read and write master weights and both moments, write the
   // 16-bit weights, plus the gradient-norm read and the zeroing of the gradient buffer.
-  const double owned = l.zero >= 1 ? psi / dp + psi_experts / expert_dp : psi + psi_experts;
+  const double owned = l.zero >= 1 ? psi / l.dp_cp() + psi_experts / expert_dp : psi + psi_experts;
   out.optimizer_s = hw.local.active() ? kernel_seconds(hw, "adamw", owned * (r.mixed_precision() ? 38.0 : 36.0))
                                       : owned * (r.mixed_precision() ? 38.0 : 36.0) / hw.memory_bandwidth;
   // Locally under bf16 activations the updated fp32 weights are narrowed to the GEMMs' bf16 copy.
@@ -488,7 +509,7 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   if (r.offload_params) out.offload_s = 2.0 * n_mb * owned * 4.0 / hw.offload_bandwidth;
 
   out.iteration_s = out.gemm_s + out.elementwise_s + out.recompute_s + out.tp_comm_s + out.ep_comm_s +
-                    out.pp_comm_s + out.bubble_s + out.dp_comm_s + out.optimizer_s + out.offload_s;
+                    out.cp_comm_s + out.pp_comm_s + out.bubble_s + out.dp_comm_s + out.optimizer_s + out.offload_s;
   return out;
 }
 

@@ -17,6 +17,7 @@ struct TimePlan {
   double recompute_s = 0;    // extra forward work recomputation adds (GEMM + element-wise + TP)
   double tp_comm_s = 0;      // tensor/sequence-parallel all-reduce or reduce-scatter + all-gather
   double ep_comm_s = 0;      // MoE: the experts' all-to-alls (dispatch, combine; forward and backward)
+  double cp_comm_s = 0;      // context parallelism: Ulysses' all-to-alls (8 a layer and micro-batch, 9 fused)
   double pp_comm_s = 0;      // point-to-point between stages
   double bubble_s = 0;       // (p-1)/m micro-batch slots of idle pipeline
   double dp_comm_s = 0;      // data-parallel gradient all-reduce or ZeRO traffic, embedding sync

@@ -84,30 +84,6 @@ void validate_moe(const ModelConfig& m, const LayoutConfig& layout, const TrainC
 }
 }  // namespace
 
-namespace {
-// Context parallelism against the model and the layout (docs/design.md §5.1): what the a2a
-// (Ulysses) split needs, and what it is not built with yet.
-void validate_context_parallel(const ModelConfig& m, const LayoutConfig& layout) {
-  const int c = layout.cp;
-  if (c == 1) return;
-  const std::string flag = "--context-parallel-size " + std::to_string(c);
-  require(layout.cp_comm == CpComm::a2a, "--cp-comm-type p2p (the ring of K/V blocks) is not built yet: use a2a");
-  require(m.seq_len % (2 * c) == 0, flag + " splits each sequence into 2c = " + std::to_string(2 * c) +
-                                        " chunks: --seq-len " + std::to_string(m.seq_len) + " is not divisible by " +
-                                        std::to_string(2 * c));
-  require(!layout.sequence_parallel || m.seq_len % (2 * c * layout.tp) == 0,
-          flag + " with --sequence-parallel needs --seq-len " + std::to_string(m.seq_len) + " divisible by 2c·t = " +
-              std::to_string(2 * c * layout.tp));
-  require((m.heads / layout.tp) % c == 0,
-          flag + " --cp-comm-type a2a gives each CP rank heads/(t·c) heads: the " + std::to_string(m.heads / layout.tp) +
-              " heads a tensor-parallel rank holds (--heads " + std::to_string(m.heads) + " / t " +
-              std::to_string(layout.tp) + ") are not divisible by " + std::to_string(c));
-  require(!m.moe.enabled(), flag + " is not built with Mixture-of-Experts layers yet (--num-experts)");
-  require(layout.pp == 1, flag + " is not built with pipeline parallelism yet (--pipeline-model-parallel-size " +
-                              std::to_string(layout.pp) + ")");
-}
-}  // namespace
-
 void validate_training(const ModelConfig& m, const LayoutConfig& layout, const TrainConfig& t) {
   m.validate();
   require(t.micro_batch >= 1 && t.micro_batch <= kMaxRows, "--micro-batch must be between 1 and " + std::to_string(kMaxRows));
@@ -212,7 +188,8 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
   require(t.global_batch % (t.micro_batch * layout.dp) == 0,
           "--global-batch (" + std::to_string(t.global_batch) + ") must be a multiple of --micro-batch x data-parallel size (" +
               std::to_string(t.micro_batch) + " x " + std::to_string(layout.dp) + ")");
-  validate_context_parallel(m, layout);
+  const std::string cp_problem = context_parallel_problem(m, layout);
+  require(cp_problem.empty(), cp_problem);
   validate_moe(m, layout, t);
   require_fits(m, layout, t);
 }

@@ -70,10 +70,24 @@ check "one process asked for CP: one line naming mpirun" test "$(wc -l < bad.err
 "$LATTICE" train "${MODEL[@]}" --cp-comm-type ring > bad.out 2> bad.err
 status=$?
 check "--cp-comm-type ring: exit 1 ($status), one line" test "$status" -eq 1 -a "$(wc -l < bad.err)" -eq 1
-"$LATTICE" plan --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --gpus 2 --cp 2 > bad.out 2> bad.err
+"$LATTICE" plan --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --gpus 2 --cp 2 > plan.out 2> plan.err
 status=$?
-check "the planner refuses CP it does not model: exit 1 ($status), one line" \
-  test "$status" -eq 1 -a "$(wc -l < bad.err)" -eq 1 -a "$(grep -c 'only lattice train' bad.err)" -eq 1
+check "the planner models CP 2: exit 0 ($status), its layout names c and its all-to-alls" \
+  test "$status" -eq 0 -a "$(grep -c 'c=2' plan.out)" -ge 1 -a "$(grep -c 'CP all-to-all' plan.out)" -eq 1
+# The planner refuses what the trainer refuses, in the trainer's words (core/config.hpp).
+for bad in "--seq-len 30:is not divisible by 4" "--heads 2 --hidden 64 --tensor-model-parallel-size 2 --gpus 4:are not divisible by 2" \
+           "--pipeline-model-parallel-size 2 --gpus 4:not built with pipeline parallelism yet"; do
+  flags=${bad%%:*} words=${bad#*:}
+  # shellcheck disable=SC2086
+  "$LATTICE" plan --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --gpus 2 --cp 2 $flags > bad.out 2> bad.err
+  status=$?
+  check "plan --cp 2 $flags: exit 1 ($status), one line naming '$words'" \
+    test "$status" -eq 1 -a "$(wc -l < bad.err)" -eq 1 -a "$(grep -c "$words" bad.err)" -eq 1
+done
+"$LATTICE" bench --layer-costs --seconds 0.01 --cp 2 > bad.out 2> bad.err
+status=$?
+check "bench --layer-costs (one process) does not take CP: exit 1 ($status), one line" \
+  test "$status" -eq 1 -a "$(wc -l < bad.err)" -eq 1 -a "$(grep -c 'only lattice train and lattice plan' bad.err)" -eq 1
 
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
 [ "$failures" -eq 0 ]

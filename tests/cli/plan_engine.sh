@@ -31,3 +31,36 @@ print("ok:", what, measured, plan["activation_bytes_per_layer"])
 PY
   done
 done
+
+# Context parallelism (docs/design.md §5.1): c ranks each keep 1/c of a layer, and the planner says so.
+# For c = 1, 2, 4 (s = 32 in 2c chunks; 4 heads, so a/c heads each), every rank's measured kept bytes
+# per layer against the planner's row: equal to the engine's formula column, and within the same 1% of
+# the measurement (the LayerNorm statistics, which scale with the rank's s/c positions like the row);
+# the model states are the engine's (no ZeRO: every CP rank holds them whole).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+for c in 1 2 4; do
+  for recompute in none selective; do
+    name="cp${c}_${recompute}"
+    launch=()
+    [ "$c" -gt 1 ] && launch=(timeout 300 mpirun --oversubscribe -np "$c")
+    "${launch[@]}" "$LATTICE" train --data data "${model[@]}" --context-parallel-size "$c" --recompute "$recompute" \
+      --steps 1 --threads 1 --json 2> "train_$name.err" | tail -1 > "train_$name.json"
+    "$LATTICE" plan "${model[@]}" --context-parallel-size "$c" --gpus "$c" --recompute "$recompute" \
+      --activation-dtype fp32 --params-dtype fp32 --json > "plan_$name.json"
+    python3 - "train_$name.json" "plan_$name.json" "$name" "$c" <<'PY'
+import json, sys
+ranks = json.load(open(sys.argv[1]))["memory"]["ranks"]
+plan = json.load(open(sys.argv[2]))
+what, c = sys.argv[3], int(sys.argv[4])
+assert len(ranks) == c, (what, len(ranks))
+assert plan["layout"]["cp"] == c, (what, plan["layout"])
+for r in ranks:
+    states = r["model_state_bytes"]
+    assert states["params"] + states["grads"] + states["optimizer"] == plan["model_state_bytes"], (what, states, plan)
+    for formula, measured in zip(r["activation_bytes_per_layer_formula"], r["activation_bytes_per_layer"]):
+        assert formula == plan["activation_bytes_per_layer"], (what, r["rank"], formula, plan["activation_bytes_per_layer"])
+        assert abs(measured - formula) <= 0.01 * measured, (what, r["rank"], measured, formula)
+print("ok:", what, "per layer", ranks[0]["activation_bytes_per_layer"][0], "planned", plan["activation_bytes_per_layer"])
+PY
+  done
+done

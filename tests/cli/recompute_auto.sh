@@ -3,7 +3,7 @@
 # choose the same per-layer plan; a budget at none's predicted peak keeps everything, one byte less
 # recomputes something, the least peak fits and one byte less is an error naming it; lower budgets
 # never cost fewer recompute FLOPs; the run's measured accounted peak lies within [0.95, 1] of its
-# prediction and under the budget, on one rank and on a PP 2 pipeline; every misuse is one line.
+# prediction and under the budget, on one rank, on a PP 2 pipeline and under CP 2; every misuse is one line.
 set -u
 LATTICE=$1; SCRATCH=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -76,6 +76,30 @@ import json, sys
 s = [json.loads(l) for l in open('pp.jsonl') if '\"summary\"' in l][0]
 peaks = [r['accounted_peak_bytes'] for r in s['memory']['ranks']]
 sys.exit(0 if len(peaks) == 2 and max(peaks) <= $pp_budget else 1)" || fail "PP 2: every rank's measured peak under $pp_budget"
+
+# Context parallelism 2: both ranks choose what plan --cp 2 chose at a budget between its least peak and
+# none's, and each measures within [0.95, 1] of the prediction, under the budget.
+plan_json cp_none.json --recompute none --context-parallel-size 2 --gpus 2
+plan_json cp_auto.json --recompute auto --context-parallel-size 2 --gpus 2 --memory-budget 1TiB
+cp_least=$(json cp_auto.json "int(max(d['recompute_auto']['least_peak_bytes']))")
+cp_budget=$(( (cp_least + $(json cp_none.json "$PEAK")) / 2 ))
+plan_json cp_mid.json --recompute auto --context-parallel-size 2 --gpus 2 --memory-budget "$cp_budget"
+cp_want=$(json cp_mid.json "d['layout']['recompute_plan']")
+[ "$cp_want" != nnnnnn ] || fail "CP 2: a budget below none's peak recomputes a layer"
+timeout 300 mpirun --oversubscribe -np 2 "$LATTICE" train "${MODEL[@]}" --data data --steps 2 --threads 1 \
+  --context-parallel-size 2 --recompute auto --memory-budget "$cp_budget" --json > cp.jsonl 2> cp.err ||
+  fail "CP 2 auto: $(tail -2 cp.err)"
+grep -q "recompute (auto, .*): $cp_want — peak" cp.err || fail "CP 2: train prints plan's choice $cp_want: $(cat cp.err)"
+"$PY" - cp.jsonl "$cp_budget" <<'PYEOF' || fail "CP 2 at $cp_budget: the measured peaks"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+budget = int(sys.argv[2])
+predicted = next(r for r in recs if r.get("event") == "start")["predicted_memory"][0]["bytes"]["accounted_peak_bytes"]
+ranks = next(r for r in recs if r.get("event") == "summary")["memory"]["ranks"]
+ok = len(ranks) == 2 and all(0.95 * predicted <= r["accounted_peak_bytes"] <= predicted <= budget for r in ranks)
+print(f"CP 2 budget {budget}: predicted {predicted}, measured {[r['accounted_peak_bytes'] for r in ranks]}")
+sys.exit(0 if ok else 1)
+PYEOF
 
 # Misuse: one line each, nothing trained.
 expect_status train 1 "--recompute auto needs --memory-budget" "${MODEL[@]}" --data data --recompute auto

@@ -1,0 +1,134 @@
+// The planner's context parallelism (docs/design.md §5.1, docs/plan.md): c ranks share each sequence
+// (Ulysses all-to-all), so a rank keeps and computes 1/c of every layer, holds the model states
+// sharded over DP × CP, stages the exchanges, and spends 8 all-to-alls a layer and micro-batch (9
+// with fused attention) on the CP group; --search tries c.
+#include <gtest/gtest.h>
+
+#include "analysis/formulas.hpp"
+#include "plan/evaluate.hpp"
+#include "plan/report.hpp"
+#include "plan/search.hpp"
+
+using namespace lattice;
+using namespace lattice::plan;
+
+namespace {
+// s = 256 in 2c chunks for c ≤ 4, 8 heads (a/c each): the trainer's rules hold for c = 1, 2, 4.
+PlanRequest one_sequence_split(int c, int dp = 1) {
+  PlanRequest r;
+  r.model.layers = 4;
+  r.model.hidden = 256;
+  r.model.heads = 8;
+  r.model.seq_len = 256;
+  r.model.vocab = 512;
+  r.layout.cp = c;
+  r.layout.dp = dp;
+  r.gpus = c * dp;
+  r.micro_batch = 2;
+  r.global_batch = 4 * dp;
+  r.gpu_memory = int64_t(80) * 1000 * 1000 * 1000;
+  r.engine_scratch = false;  // oneDNN's scratchpads are the engine's, not the formulas'
+  return r;
+}
+}  // namespace
+
+TEST(PlanContextParallel, KeepsAndComputesOneCthOfALayer) {
+  const Hardware& hw = hardware_preset("A100-80GB");
+  const PlanRequest one = one_sequence_split(1);
+  const MemoryPlan m1 = plan_memory(one);
+  const TimePlan t1 = plan_time(one, hw);
+  for (int c : {2, 4}) {
+    const PlanRequest r = one_sequence_split(c);
+    EXPECT_EQ(layout_problem(r), "") << c;
+    const MemoryPlan m = plan_memory(r);
+    // Every term of a layer's row is ÷ c (s/c positions; a/c heads over s), so the row is exactly 1/c.
+    EXPECT_EQ(m.activation_bytes_per_layer * c, m1.activation_bytes_per_layer) << c;
+    // Without ZeRO every CP rank holds the whole model states, as one rank does.
+    EXPECT_EQ(m.model_state.total(), m1.model_state.total()) << c;
+    // Each rank's GEMMs and element-wise kernels are 1/c of one rank's (the preset's rates): s/c rows in
+    // the linears and a/c heads over s in attention, the same micro-batches a step.
+    const TimePlan t = plan_time(r, hw);
+    EXPECT_NEAR(t.gemm_s * c, t1.gemm_s, 1e-12 * t1.gemm_s) << c;
+    EXPECT_NEAR(t.elementwise_s * c, t1.elementwise_s, 1e-12 * t1.elementwise_s) << c;
+  }
+}
+
+TEST(PlanContextParallel, StagesTheExchangesAndShardsStatesOverDpTimesCp) {
+  // The communication category gains Ulysses' send and receive staging, b·(s/c)·h/t floats each.
+  const analysis::CategoryBytes one = plan_memory(one_sequence_split(1)).by_stage.at(0);
+  const analysis::CategoryBytes two = plan_memory(one_sequence_split(2)).by_stage.at(0);
+  EXPECT_EQ(two.communication - one.communication, 2 * 4 * 2 * (256 / 2) * 256);
+  // ZeRO-1 over DP 2 × CP 2 shards as over 4 data-parallel ranks: the trainer's DP-with-CP group.
+  PlanRequest cp = one_sequence_split(2, 2), dp = one_sequence_split(1, 4);
+  cp.layout.zero = dp.layout.zero = 1;
+  EXPECT_EQ(plan_memory(cp).model_state.total(), plan_memory(dp).model_state.total());
+  EXPECT_LT(plan_memory(cp).model_state.total(), plan_memory(one_sequence_split(2, 1)).model_state.total());
+}
+
+TEST(PlanContextParallel, ChargesEightAllToAllsALayerAndNineFused) {
+  const Hardware& hw = hardware_preset("A100-80GB");
+  for (bool fused : {false, true}) {
+    PlanRequest r = one_sequence_split(4);
+    r.layout.attention = fused ? AttentionKernel::fused : AttentionKernel::unfused;
+    const double sent = analysis::cp_all_to_all_sent_bytes(256, 2, 256, 1, 4, 4);  // fp32 activations
+    const double one = all_to_all(group_topology(hw, 4, 1), sent).seconds;
+    const double exchanges = r.micro_batches() * r.model.layers * (fused ? 9.0 : 8.0);
+    EXPECT_GT(one, 0);
+    EXPECT_NEAR(plan_time(r, hw).cp_comm_s, exchanges * one, 1e-12 * exchanges * one) << fused;
+    // Full recompute re-runs each forward, and its four exchanges, once more (counted as recompute).
+    PlanRequest full = r;
+    full.layout.recompute = Recompute::full;
+    const TimePlan t = plan_time(full, hw);
+    EXPECT_NEAR(t.cp_comm_s, exchanges * one, 1e-12 * exchanges * one);
+    EXPECT_GE(t.recompute_s, r.micro_batches() * r.model.layers * 4.0 * one);
+  }
+  EXPECT_EQ(plan_time(one_sequence_split(1), hw).cp_comm_s, 0.0);
+}
+
+TEST(PlanContextParallel, RefusesWhatTheTrainerRefusesInItsWords) {
+  PlanRequest r = one_sequence_split(2);
+  r.model.seq_len = 250;  // not divisible by 2c = 4
+  EXPECT_EQ(layout_problem(r), context_parallel_problem(r.model, r.layout));
+  EXPECT_NE(layout_problem(r).find("is not divisible by 4"), std::string::npos);
+  r = one_sequence_split(4);
+  r.model.heads = 2;  // a/(t·c) would not be whole
+  r.model.hidden = 256;
+  EXPECT_NE(layout_problem(r).find("are not divisible by 4"), std::string::npos);
+  r = one_sequence_split(2);
+  r.layout.pp = 2;
+  r.gpus = 4;
+  EXPECT_NE(layout_problem(r).find("not built with pipeline parallelism yet"), std::string::npos);
+  r = one_sequence_split(2);
+  r.gpus = 3;
+  EXPECT_NE(layout_problem(r).find("t·c·p·DP must equal --gpus"), std::string::npos);
+  r = one_sequence_split(2);
+  r.model.moe.experts = 4;
+  EXPECT_NE(layout_problem(r).find("Mixture-of-Experts"), std::string::npos);
+}
+
+// A long sequence on single-device nodes: TP cannot leave a node, so t = 1, and pipeline stages do not
+// shrink what the first stage keeps (eq. 5: L layers' worth under 1F1B), nor does DP. Only splitting the
+// sequence fits it, so the search must pick c > 1 — and it must not find a layout with c = 1.
+TEST(PlanSearch, PicksContextParallelWhenALongSequenceDoesNotFitOtherwise) {
+  Hardware hw = hardware_preset("A100-80GB");
+  hw.devices_per_node = 1;
+  PlanRequest base;
+  base.model.layers = 128;
+  base.model.hidden = 2048;
+  base.model.heads = 16;
+  base.model.seq_len = 262144;
+  base.model.vocab = 51200;
+  base.layout.activation_dtype = DType::bf16;
+  base.layout.params_dtype = ParamsDType::bf16;
+  base.layout.attention = AttentionKernel::fused;
+  base.gpus = 8;
+  base.global_batch = 8;
+  base.gpu_memory = hw.memory_bytes;
+  const SearchResult found = search_layouts(base, hw, 100000);
+  ASSERT_FALSE(found.best.empty());
+  EXPECT_GT(found.best.front().request.layout.cp, 1);
+  for (const Plan& p : found.best) {
+    EXPECT_GT(p.request.layout.cp, 1) << describe_layout(p.request);
+    EXPECT_TRUE(p.memory.fits());
+  }
+}
