@@ -15,10 +15,11 @@ SlowRank slow_rank_from_env() {
   const char* v = std::getenv("LATTICE_TEST_SLOW_RANK");
   if (!v || !*v) return {};
   std::cmatch m;
-  require(std::regex_match(v, m, std::regex(R"(([0-9]{1,6}):([0-9]{1,6})ms)")),
-          std::string("LATTICE_TEST_SLOW_RANK=") + v + " is not RANK:MILLISECONDSms, e.g. 1:50ms (a test hook that "
-          "slows one rank's steps: unset it)");
-  return {std::stoi(m[1].str()), std::stoi(m[2].str()) * 1e-3};
+  require(std::regex_match(v, m, std::regex(R"(([0-9]{1,6}|all):([0-9]{1,6})ms)")),
+          std::string("LATTICE_TEST_SLOW_RANK=") + v + " is not RANK:MILLISECONDSms or all:MILLISECONDSms, e.g. "
+          "1:50ms (a test hook that slows one rank's steps, or every rank's: unset it)");
+  // all: every rank alike (a run that lasts long enough for the rule to judge it, on any machine).
+  return {m[1].str() == "all" ? kEveryRank : std::stoi(m[1].str()), std::stoi(m[2].str()) * 1e-3};
 }
 
 StepTiming::StepTiming(comm::Distributed* dist, bool keep_trace, double straggler_threshold)
@@ -29,7 +30,7 @@ StepTiming::StepTiming(comm::Distributed* dist, bool keep_trace, double straggle
 void StepTiming::begin_step() { mark_ = Trace::instance().events().size(); }
 
 void StepTiming::test_slowdown() const {
-  if (slow_.rank >= 0 && slow_.rank == (dist_ ? dist_->rank() : 0))
+  if (slow_.rank == kEveryRank || (slow_.rank >= 0 && slow_.rank == (dist_ ? dist_->rank() : 0)))
     std::this_thread::sleep_for(std::chrono::duration<double>(slow_.seconds));
 }
 

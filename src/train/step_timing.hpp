@@ -16,11 +16,12 @@
 
 namespace lattice {
 
+inline constexpr int kEveryRank = -2;  // LATTICE_TEST_SLOW_RANK=all:Nms
 struct SlowRank {
-  int rank = -1;       // -1: no rank is slowed
+  int rank = -1;       // -1: no rank is slowed; kEveryRank: all of them alike
   double seconds = 0;  // a step
 };
-// LATTICE_TEST_SLOW_RANK read and checked (InputError naming the variable when it is not R:Nms).
+// LATTICE_TEST_SLOW_RANK read and checked (InputError naming the variable when it is not R:Nms or all:Nms).
 SlowRank slow_rank_from_env();
 
 class StepTiming {
