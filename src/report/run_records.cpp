@@ -11,15 +11,16 @@
 
 namespace lattice {
 
-namespace {
-
-using nlohmann::json;
-
-double number(const json& j, const char* key) {
+double record_number(const nlohmann::json& j, const char* key) {
   if (!j.is_object()) return std::numeric_limits<double>::quiet_NaN();
   const auto it = j.find(key);
   return it != j.end() && it->is_number() ? it->get<double>() : std::numeric_limits<double>::quiet_NaN();
 }
+
+namespace {
+
+using nlohmann::json;
+
 
 // A member, or null when the record lacks it.
 const json& field(const json& j, const char* key) {
@@ -39,10 +40,10 @@ std::string RunRecords::skipped_warning() const {
 
 void RunRecords::add(const json& record) {
   const std::string event = record.value("event", std::string());
-  const double at = number(record, "step");
+  const double at = record_number(record, "step");
   // A resumed run repeats the steps after its checkpoint: what came after them before is superseded.
   auto drop_from = [&](std::vector<json>& kept) {
-    while (!kept.empty() && number(kept.back(), "step") >= at) kept.pop_back();
+    while (!kept.empty() && record_number(kept.back(), "step") >= at) kept.pop_back();
   };
   if (event == "start") {
     start = record, summary = nullptr;
@@ -92,8 +93,8 @@ std::string record_problem(const json& record, const RunRecords& run, bool after
   if (!step.is_number_integer() || step.get<int64_t>() < 0)
     return "\"step\" is " + step.dump() + ", not a step number >= 0";
   if (!field(record, "loss").is_number()) return "its \"loss\" is not a number";
-  if (kind == "step" && !after_start && !run.steps.empty() && step.get<int64_t>() <= number(run.steps.back(), "step"))
-    return "step " + step.dump() + " does not follow step " + std::to_string(int64_t(number(run.steps.back(), "step"))) +
+  if (kind == "step" && !after_start && !run.steps.empty() && step.get<int64_t>() <= record_number(run.steps.back(), "step"))
+    return "step " + step.dump() + " does not follow step " + std::to_string(int64_t(record_number(run.steps.back(), "step"))) +
            " (only a resumed run's start record may go back)";
   return "";
 }

@@ -46,5 +46,8 @@ RunRecords read_run_records(const std::string& path);
 
 // trace_path: a `lattice train --trace` file, or "" (no timeline section).
 std::string run_report_html(const RunRecords& run, const std::string& trace_path);
+// A record's numeric field, NaN when the record is not an object or the field is absent or not a number
+// (run_records.cpp; the report's sections read records with it too).
+double record_number(const nlohmann::json& j, const char* key);
 
 }  // namespace lattice

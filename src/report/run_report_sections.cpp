@@ -13,11 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-double number(const json& j, const char* key) {
-  if (!j.is_object()) return std::numeric_limits<double>::quiet_NaN();
-  const auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : std::numeric_limits<double>::quiet_NaN();
-}
 
 std::string text(const json& j, const char* key) {
   if (!j.is_object()) return "–";
@@ -43,8 +38,8 @@ std::string joined(const json& list) {
 std::string layout_text(const json& restart, const char* text_key, const char* key) {
   if (const std::string t = text(restart, text_key); t != "–") return t;
   const json& l = restart.is_object() && restart.contains(key) ? restart[key] : json();
-  return "TP " + num(number(l, "tp"), "%.0f") + " × PP " + num(number(l, "pp"), "%.0f") + " × DP " +
-         num(number(l, "dp"), "%.0f") + " (" + num(number(l, "world"), "%.0f") + " ranks)";
+  return "TP " + num(record_number(l, "tp"), "%.0f") + " × PP " + num(record_number(l, "pp"), "%.0f") + " × DP " +
+         num(record_number(l, "dp"), "%.0f") + " (" + num(record_number(l, "world"), "%.0f") + " ranks)";
 }
 
 }  // namespace
@@ -55,12 +50,12 @@ std::string step_time_section(const RunRecords& run) {
     html::Table named;
     named.header = {"step", "rank", "stage", "compute a step (s)", "peers' median (s)", "ratio", "window"};
     for (const json& r : run.stragglers)
-      named.rows.push_back({num(number(r, "step"), "%.0f"), num(number(r, "rank"), "%.0f"),
-                            num(number(r, "stage"), "%.0f"), num(number(r, "compute_s")),
-                            num(number(r, "peers_median_s")), num(number(r, "ratio"), "%.2fx"),
-                            num(number(r, "steps"), "%.0f") + " steps, " + num(number(r, "window_s"), "%.2f") + " s"});
+      named.rows.push_back({num(record_number(r, "step"), "%.0f"), num(record_number(r, "rank"), "%.0f"),
+                            num(record_number(r, "stage"), "%.0f"), num(record_number(r, "compute_s")),
+                            num(record_number(r, "peers_median_s")), num(record_number(r, "ratio"), "%.2fx"),
+                            num(record_number(r, "steps"), "%.0f") + " steps, " + num(record_number(r, "window_s"), "%.2f") + " s"});
     named.caption = "Stragglers named while the run went on: compute above its stage's other ranks' median by more "
-                    "than the threshold (" + num(100 * number(run.stragglers.back(), "threshold"), "%.0f") +
+                    "than the threshold (" + num(100 * record_number(run.stragglers.back(), "threshold"), "%.0f") +
                     "%) over the last 2 s (docs/recovery.md)";
     s += html::render(named);
   }
@@ -77,16 +72,16 @@ std::string step_time_section(const RunRecords& run) {
   html::Table t;
   t.header = {"rank", "stage", "step (s)", "compute (s)", "communication wait (s)", "bubble (s)", "straggler"};
   for (const json& r : times["ranks"]) {
-    const double rank = number(r, "rank");
+    const double rank = record_number(r, "rank");
     bool named = false;
-    for (const json& n : run.stragglers) named = named || number(n, "rank") == rank;
+    for (const json& n : run.stragglers) named = named || record_number(n, "rank") == rank;
     c.groups.push_back("rank " + num(rank, "%.0f"));
-    c.values.push_back({{1e3 * number(r, "compute_s"), 1e3 * number(r, "comm_wait_s"), 1e3 * number(r, "bubble_s")}});
-    t.rows.push_back({num(rank, "%.0f"), num(number(r, "stage"), "%.0f"), num(number(r, "step_s")),
-                      num(number(r, "compute_s")), num(number(r, "comm_wait_s")), num(number(r, "bubble_s")),
+    c.values.push_back({{1e3 * record_number(r, "compute_s"), 1e3 * record_number(r, "comm_wait_s"), 1e3 * record_number(r, "bubble_s")}});
+    t.rows.push_back({num(rank, "%.0f"), num(record_number(r, "stage"), "%.0f"), num(record_number(r, "step_s")),
+                      num(record_number(r, "compute_s")), num(record_number(r, "comm_wait_s")), num(record_number(r, "bubble_s")),
                       named ? "named" : ""});
   }
-  t.caption = "Mean over " + num(number(times, "steps"), "%.0f") + " steps: compute is everything not a wait (GEMMs, "
+  t.caption = "Mean over " + num(record_number(times, "steps"), "%.0f") + " steps: compute is everything not a wait (GEMMs, "
               "element-wise, recompute, optimizer, bookkeeping); a slow rank shows as compute, the others wait for it";
   return s + html::chart_block(chart::render_svg(c)) + html::render(t);
 }
@@ -98,11 +93,11 @@ std::string restarts_section(const RunRecords& run) {
   for (size_t i = 0; i < run.restarts.size(); ++i) {
     const json& r = run.restarts[i];
     const json& resumed = r.contains("resumed") ? r["resumed"] : json();  // the launcher's, after the relaunch
-    t.rows.push_back({num(number(r, "restart"), "%.0f"), text(r, "reason"), joined(r.value("lost_hosts", json())),
+    t.rows.push_back({num(record_number(r, "restart"), "%.0f"), text(r, "reason"), joined(r.value("lost_hosts", json())),
                       layout_text(r, "from_text", "from") + " → " + layout_text(r, "to_text", "to"),
-                      joined(r.value("hosts", json())), num(number(r, "resume_step"), "%.0f"),
-                      num(number(r, "steps_redone"), "%.0f"), num(number(r, "seconds_lost"), "%.1f"),
-                      num(number(resumed, "seconds_to_first_step"), "%.1f")});
+                      joined(r.value("hosts", json())), num(record_number(r, "resume_step"), "%.0f"),
+                      num(record_number(r, "steps_redone"), "%.0f"), num(record_number(r, "seconds_lost"), "%.1f"),
+                      num(record_number(resumed, "seconds_to_first_step"), "%.1f")});
   }
   t.caption = "Each relaunch by lattice launch (docs/recovery.md): seconds lost run from the failed job's last step "
               "to the relaunch; the job's first step after it is the last column";
