@@ -48,9 +48,9 @@ all_rows=("one:1:"
       "dp2_zero3_offload:2:--zero 3 --offload-params offload"
       "one_moe:1:--num-experts 4 --moe-router-topk 2"
       "dp2_moe_ep2:2:--num-experts 4 --expert-model-parallel-size 2"
-      "cp2:2:--context-parallel-size 2"
-      "cp2_zero1:2:--context-parallel-size 2 --zero 1"
-      "cp2_fused_full:2:--context-parallel-size 2 --attention fused --recompute full")
+      "cp2:2:--context-parallel-size 2 --cp-comm-type a2a"
+      "cp2_zero1:2:--context-parallel-size 2 --cp-comm-type a2a --zero 1"
+      "cp2_fused_full:2:--context-parallel-size 2 --cp-comm-type p2p --attention fused --recompute full")
 rows=()
 for row in "${all_rows[@]}"; do
   [[ -z "${ROWS:-}" || " $ROWS " == *" ${row%%:*} "* ]] && rows+=("$row")

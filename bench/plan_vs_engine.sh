@@ -23,7 +23,7 @@ LATTICE="${1:-$ROOT/build/lattice}"
 [[ -x "$LATTICE" ]] || { echo "plan_vs_engine.sh: no lattice binary at $LATTICE" >&2; exit 2; }
 SHAPE=${SHAPE:-gpt2s} CHECK=${CHECK:-0}
 if [[ $SHAPE == small ]]; then ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-8}; else ROUNDS=${ROUNDS:-2} STEPS=${STEPS:-4}; fi
-ROWS=${ROWS:-"one tp2 tp2_sp dp2_z0 dp2_z1 dp2_z2 dp2_z3 pp2_gpipe pp2_1f1b pp2_interleaved tp2_dp2 tp2_pp2 one_selective one_full tp2_sp_selective one_bf16 tp2_bf16 one_fused pp2_zbh1 pp2_2bw moe_ep2 one_offload cp2"}
+ROWS=${ROWS:-"one tp2 tp2_sp dp2_z0 dp2_z1 dp2_z2 dp2_z3 pp2_gpipe pp2_1f1b pp2_interleaved tp2_dp2 tp2_pp2 one_selective one_full tp2_sp_selective one_bf16 tp2_bf16 one_fused pp2_zbh1 pp2_2bw moe_ep2 one_offload cp2 ring2"}
 PY=python3; [[ -x /usr/bin/python3 ]] && PY=/usr/bin/python3
 . "$(dirname "${BASH_SOURCE[0]}")/lib/token_file.sh"
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/lattice-plan-vs-engine.XXXXXX")
@@ -64,7 +64,8 @@ row_spec() {
     pp2_2bw)          echo "2 1 1 --pipeline-model-parallel-size 2 --schedule pipedream-2bw" ;;
     moe_ep2)          echo "2 1 $((GB / 2)) --num-experts 4 --expert-model-parallel-size 2" ;;
     one_offload)      echo "1 2 $((GB)) --offload-optimizer $SCRATCH/offload" ;;
-    cp2)              echo "2 1 $((GB)) --context-parallel-size 2" ;;
+    cp2)              echo "2 1 $((GB)) --context-parallel-size 2 --cp-comm-type a2a" ;;
+    ring2)            echo "2 1 $((GB)) --context-parallel-size 2 --attention fused" ;;
     *) echo "plan_vs_engine.sh: unknown row $1" >&2; exit 2 ;;
   esac
 }

@@ -276,6 +276,23 @@ double cp_all_to_all_sent_bytes(int64_t s, int64_t b, int64_t h, int t, int c, i
   return double(c - 1) / double(c) * double(s / c * b * h / t) * bytes;
 }
 
+double cp_ring_pair_bytes(int64_t s, int64_t b, int64_t h, int t, int c, int bytes) {
+  if (c <= 1) return 0.0;
+  return 2.0 * double(s / c * b * h / t) * bytes;
+}
+
+double cp_ring_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int c, int64_t n_mb, int reruns,
+                              int bytes) {
+  const double pairs = double(layers) * (3.0 * c - 2.0) + double(reruns) * (c - 1.0);
+  return double(n_mb) * pairs * cp_ring_pair_bytes(s, b, h, t, c, bytes);
+}
+
+double cp_bytes_per_step(CpComm comm, int64_t s, int64_t b, int64_t h, int layers, int t, int c, int64_t n_mb,
+                         bool fused_attention, int reruns, int bytes) {
+  return comm == CpComm::p2p ? cp_ring_bytes_per_step(s, b, h, layers, t, c, n_mb, reruns, bytes)
+                             : cp_all_to_all_bytes_per_step(s, b, h, layers, t, c, n_mb, fused_attention, reruns, bytes);
+}
+
 double tp_conjugate_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int64_t n_mb, int bytes) {
   // Every layer's share, plus the embedding's f̄ and the head's f: half a layer's worth.
   return tp_conjugate_bytes_per_layer(s, b, h, t, n_mb, bytes) * (double(layers) + 0.5);

@@ -24,7 +24,8 @@ struct ActivationShape {
   // outputs kept in 8 bits with a scale byte per 32 elements (core/fp8_layout.hpp; docs/design.md §4).
   bool fp8_kept = false;
   // Context parallelism c (docs/design.md §5.1): a rank keeps s/c positions of each sequence, and its
-  // attention (Ulysses) runs a/(t·c) heads over the whole s, so every term of a layer's row is ÷ c.
+  // attention runs a/(t·c) heads over the whole s (Ulysses) or a/t heads over its s/c queries (the
+  // ring, keeping its own K, V only), so every term of a layer's row is ÷ c.
   int cp = 1;
   int64_t positions() const { return s / cp; }  // the positions of a sequence one rank's TP region holds
 };
@@ -206,6 +207,17 @@ double cp_all_to_all_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers,
 inline constexpr int kCpAllToAllsForward = 4;
 inline int cp_all_to_alls_backward(bool fused_attention) { return fused_attention ? 5 : 4; }
 double cp_all_to_all_sent_bytes(int64_t s, int64_t b, int64_t h, int t, int c, int bytes = 4);
+// Context parallelism's ring (--cp-comm-type p2p): the bytes of one K, V pair a rank passes to its
+// neighbour, 2·b·(s/c)·h/t elements (0 when c = 1); and the bytes one rank sends per optimizer step:
+// per micro-batch and layer the pair c − 1 times in forward and again in backward, where the pair's
+// dK, dV partial sums also go on c times (the last home to their owner): 3c − 2 pairs; a layer whose
+// forward runs again in backward (`reruns`, full recompute) adds its forward's c − 1.
+double cp_ring_pair_bytes(int64_t s, int64_t b, int64_t h, int t, int c, int bytes = 4);
+double cp_ring_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int c, int64_t n_mb, int reruns,
+                              int bytes = 4);
+// What the CP group carries per step for the layout's comm type: the all-to-alls' or the ring's bytes.
+double cp_bytes_per_step(CpComm comm, int64_t s, int64_t b, int64_t h, int layers, int t, int c, int64_t n_mb,
+                         bool fused_attention, int reruns, int bytes = 4);
 // Data-parallel gradient all-reduce per step for psi parameters on this rank: 2(N_d−1)/N_d · psi·bytes.
 double dp_gradient_bytes_per_step(int64_t psi, int dp, int bytes = 4);
 // The same under ZeRO stage `zero` with n_mb micro-batches per step: stages 0–1 move 2Ψ once

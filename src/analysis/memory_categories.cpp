@@ -248,9 +248,10 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
   auto ring = [](int64_t chunk, int64_t ranks) { return ranks <= 1 ? 0 : 4 * chunk * (ranks > 2 ? 2 : 1); };
   if (x.sp) m.communication += ring(N_l * x.h, x.t) + 4 * sbh;
   if (l.zero >= 1) m.communication += ring((bucket + l.dp_cp() - 1) / l.dp_cp(), l.dp_cp());
-  // Context parallelism: Ulysses' rank-major send and receive staging, b·(s/c)·h/t floats each
-  // (tensor_parallel/context_parallel.cpp), grown once and kept.
-  if (x.cp > 1) m.communication += 2 * 4 * N * (x.h / x.t);
+  // Context parallelism, grown once and kept: Ulysses' rank-major send and receive staging, b·(s/c)·h/t
+  // floats each (tensor_parallel/context_parallel.cpp); the ring's two K, V pairs, two dK, dV partial
+  // sums and the one arriving, ten tensors of that size (tensor_parallel/ring_attention.hpp).
+  if (x.cp > 1) m.communication += (l.cp_comm == CpComm::p2p ? 10 : 2) * 4 * N * (x.h / x.t);
 
   // Pipeline: the sends 1F1B has in flight and the receive buffer, a micro-batch's boundary each.
   // Interleaved: at most p·m sends (the schedule's bound) and the receive buffer.

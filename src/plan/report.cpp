@@ -172,7 +172,9 @@ std::string plan_text(const Plan& p, const Hardware& hw) {
     out += line("expert all-to-all (EP " + std::to_string(l.ep) + (l.ep > 1 ? ", pairwise)" : ")"),
                 seconds_and_share(t.ep_comm_s, t.iteration_s));
   if (l.cp > 1)
-    out += line("CP all-to-all (Ulysses, c " + std::to_string(l.cp) + ")", seconds_and_share(t.cp_comm_s, t.iteration_s));
+    out += line(l.cp_comm == CpComm::p2p ? "CP ring (p2p, c " + std::to_string(l.cp) + ", exposed)"
+                                         : "CP all-to-all (Ulysses, c " + std::to_string(l.cp) + ")",
+                seconds_and_share(t.cp_comm_s, t.iteration_s));
   out += line("PP point-to-point", seconds_and_share(t.pp_comm_s, t.iteration_s));
   out += line(fmt("pipeline bubble (%.1f%%)", 100 * t.bubble_fraction), seconds_and_share(t.bubble_s, t.iteration_s));
   out += line(std::string("DP / ZeRO communication (") + to_string(t.dp_algorithm) + ")",

@@ -37,14 +37,23 @@ int fewest_recomputed_layers(PlanRequest r) {
   return lo;
 }
 
+// How a searched layout's CP ranks share attention: the request's way, except that the ring runs on the
+// fused kernel only, so with unfused attention Ulysses'.
+CpComm search_cp_comm(const PlanRequest& base) {
+  return base.layout.attention == AttentionKernel::fused ? base.layout.cp_comm : CpComm::a2a;
+}
+
 // The context-parallel sizes a search tries with t-way TP: powers of two c (as Ulysses' head split and
-// the 2c-chunk balance favour) dividing the devices left after t, with c dividing the heads of a TP rank
-// and 2c the sequence (context_parallel_problem); 1 alone for MoE models, which CP does not run with yet.
+// the 2c-chunk balance favour) dividing the devices left after t, with 2c dividing the sequence and,
+// for Ulysses, c the heads of a TP rank (context_parallel_problem); 1 alone for MoE models, which CP
+// does not run with yet.
 std::vector<int> cp_sizes(const PlanRequest& base, int t) {
   std::vector<int> out{1};
   if (base.model.moe.enabled()) return out;
+  const bool heads_split = search_cp_comm(base) == CpComm::a2a;
   for (int c = 2; c <= base.gpus / t; c *= 2)
-    if ((base.gpus / t) % c == 0 && (base.model.heads / t) % c == 0 && base.model.seq_len % (2 * c) == 0)
+    if ((base.gpus / t) % c == 0 && (!heads_split || (base.model.heads / t) % c == 0) &&
+        base.model.seq_len % (2 * c) == 0)
       out.push_back(c);
   return out;
 }
@@ -97,6 +106,7 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
                 r.engine_scratch = false;  // a cluster's layouts: no CPU engine's GEMM scratchpads (and 5x faster)
                 r.layout.tp = t;
                 r.layout.cp = c;
+                r.layout.cp_comm = search_cp_comm(base);
                 r.layout.pp = p;
                 r.layout.virtual_stages = m;
                 r.zero_bubble = base.zero_bubble && m == 1;  // --schedule zb-h1: the non-interleaved layouts

@@ -130,7 +130,7 @@ double moe_layer_gemm_seconds(const PlanRequest& r, const Hardware& hw, const an
 struct LayerCost {
   double gemm = 0, elementwise = 0, comm = 0;
   double all_to_all = 0;  // MoE layers: dispatch + combine over the expert-parallel group
-  double cp_comm = 0;     // context parallelism: Ulysses' all-to-alls of Q, K, V and the context
+  double cp_comm = 0;     // context parallelism: Ulysses' all-to-alls, or what the ring's transfers leave exposed
   double total() const { return gemm + elementwise + comm + all_to_all + cp_comm; }
 };
 
@@ -140,6 +140,41 @@ double cp_exchange_seconds(const PlanRequest& r, const Hardware& hw, const analy
   if (x.cp <= 1) return 0;
   const double sent = analysis::cp_all_to_all_sent_bytes(x.s, x.b, x.h, x.t, x.cp, 1) * comm_element_bytes(hw, x.d);
   return all_to_all(group_topology(hw, x.cp, r.layout.tp), sent).seconds;
+}
+
+// The attention blocks' forward GEMM time of one layer and micro-batch on a rank (QKᵀ and P·V over
+// its s/c queries and the whole sequence's keys).
+double attention_forward_seconds(const PlanRequest& r, const Hardware& hw, const analysis::ActivationShape& x) {
+  if (hw.local.active())
+    return measured_gemms(hw, layer_gemms(x), r.bf16_compute(),
+                          [](const GemmCall& g) { return g.attention && g.pass == GemmPass::forward; });
+  return 4.0 * double(x.b) * double(x.positions()) * double(x.s) * double(x.h) / x.t / gemm_rate(r, hw, x);
+}
+
+// Context parallelism's ring (--cp-comm-type p2p, docs/design.md §5.1): the seconds its transfers
+// leave exposed in one layer's forward and backward for one micro-batch. Each of the c steps computes
+// 1/c of the attention (the split balances them) while the next K and V (forward) — and in backward
+// also the last step's dK, dV partial sums — travel to the neighbour, t ranks away; the last partial
+// sums' trip home is waited for.
+struct RingSeconds {
+  double forward = 0, backward = 0;
+};
+RingSeconds cp_ring_seconds(const PlanRequest& r, const Hardware& hw, const analysis::ActivationShape& x,
+                            double attention_backward) {
+  RingSeconds out;
+  const int c = x.cp;
+  if (c <= 1 || r.layout.cp_comm != CpComm::p2p) return out;
+  const double pair = point_to_point(group_topology(hw, c, r.layout.tp),
+                                     analysis::cp_ring_pair_bytes(x.s, x.b, x.h, x.t, c, 1) * comm_element_bytes(hw, x.d))
+                          .seconds;
+  const double forward_step = attention_forward_seconds(r, hw, x) / c, backward_step = attention_backward / c;
+  for (int t = 0; t < c; ++t) {
+    if (t + 1 < c) out.forward += std::max(0.0, pair - forward_step);
+    const double in_flight = (t + 1 < c ? pair : 0.0) + (t > 0 ? pair : 0.0);
+    out.backward += std::max(0.0, in_flight - backward_step);
+  }
+  out.backward += pair;
+  return out;
 }
 
 // `moe`: the layer's MLP is an MoE block (experts on the received rows, the router, two all-to-alls).
@@ -152,7 +187,7 @@ LayerCost layer_forward(const PlanRequest& r, const Hardware& hw, const analysis
   c.gemm = hw.local.active() ? measured_gemms(hw, layer_gemms(x), r.bf16_compute(),
                                               [](const GemmCall& g) { return g.pass == GemmPass::forward; })
                              : (24.0 * b * s * h * h + 4.0 * b * s * double(x.s) * h) / t / flops_per_s;
-  c.cp_comm = analysis::kCpAllToAllsForward * cp_exchange_seconds(r, hw, x);
+  c.cp_comm = r.layout.cp_comm == CpComm::p2p ? 0 : analysis::kCpAllToAllsForward * cp_exchange_seconds(r, hw, x);
   c.elementwise = hw.local.active() ? layer_elementwise_seconds(hw, x, false) : layer_elementwise_bytes(x) / hw.memory_bandwidth;
   if (moe) {
     // The dense MLP's FC1 and FC2 (16bsh²/t) and bias-GeLU (8sbh·d/t) become the experts' FC1 and FC2
@@ -225,7 +260,16 @@ LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
   const double positions = double(x.positions());  // s/c under CP
   if (x.sp && x.t > 1)
     w.backward_extra_comm = 2 * all_gather(tp_group, positions * x.b * x.h * comm_element_bytes(hw, x.d)).seconds;
-  w.backward_cp_comm = analysis::cp_all_to_alls_backward(x.fused_attention) * cp_exchange_seconds(r, hw, x);
+  if (l.cp_comm == CpComm::p2p) {
+    // The ring's exposed transfers; its blocks' backward is twice the forward's GEMMs plus the
+    // fused kernel's recomputed QKᵀ, half the forward's (analysis::fused_attention_recompute_flops).
+    const double attention_forward = attention_forward_seconds(r, hw, x);
+    const RingSeconds ring = cp_ring_seconds(r, hw, x, 2 * attention_forward + attention_forward / 2);
+    w.forward.cp_comm = ring.forward;
+    w.backward_cp_comm = ring.backward;
+  } else {
+    w.backward_cp_comm = analysis::cp_all_to_alls_backward(x.fused_attention) * cp_exchange_seconds(r, hw, x);
+  }
   if (!moe)
     w.weight_gemm = local ? measured_gemms(hw, layer_gemms(x), bf16,
                                            [](const GemmCall& g) { return g.pass == GemmPass::backward_weight; })

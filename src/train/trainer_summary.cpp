@@ -228,9 +228,9 @@ void Trainer::summarize(const RunTotals& t) {
                                                                        model_config_.hidden, layout_.tp, n_mb) *
                               double(std::count_if(recompute.begin(), recompute.end(), forward_recomputed));
   const bool adam = std::string(optimizer_->name()) == "adamw";
-  // Ulysses' all-to-alls (docs/design.md §5.1); a re-run layer exchanges its forward's four again.
-  const double cp_formula = analysis::cp_all_to_all_bytes_per_step(
-      model_config_.seq_len, config_.micro_batch, model_config_.hidden, int(local_layers().size()), layout_.tp,
+  // Ulysses' all-to-alls or the ring's transfers (docs/design.md §5.1); a re-run layer repeats its forward's.
+  const double cp_formula = analysis::cp_bytes_per_step(
+      layout_.cp_comm, model_config_.seq_len, config_.micro_batch, model_config_.hidden, int(local_layers().size()), layout_.tp,
       layout_.cp, n_mb, layout_.fused_attention(),
       int(std::count_if(recompute.begin(), recompute.end(), forward_recomputed)));
   // The all-to-alls of a step if every expert got its share: per MoE layer and micro-batch, dispatch

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Context parallelism (--context-parallel-size c, --cp-comm-type a2a: DeepSpeed-Ulysses, docs/design.md
-# §5.1) trains the one-rank model: same seed, data and dropout (on), per-step losses within 1e-5
-# relative and final weights within 1e-5 (lib/compare.sh), alone and with TP + SP, DP + ZeRO,
-# fused attention and full recompute; each rank keeps 1/c of a layer's bytes, as the formula says;
-# the all-to-alls move the bytes the formula says; bad layouts are one line.
+# Context parallelism (--context-parallel-size c, docs/design.md §5.1), both ways its ranks share
+# attention: the ring (--cp-comm-type p2p, the default, on the fused kernel) and DeepSpeed-Ulysses'
+# all-to-alls (a2a). Each trains the one-rank model: same seed, data and dropout (on), per-step losses
+# within 1e-5 relative and final weights within 1e-5 (lib/compare.sh), at c = 2 and 4, with TP + SP,
+# DP + ZeRO and full recompute; each rank keeps 1/c of a layer's bytes, as the formula says; the
+# all-to-alls and the ring move the bytes the formula says, and the ring's buffers are the planner's;
+# bad layouts are one line.
 set -u
 LATTICE=$1
 SCRATCH=$2
@@ -12,24 +14,34 @@ rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" && cd "$SCRATCH" || exit 1
 
 # s = 32 in 2c = 4 chunks of 8: rank 0 holds positions 0-7 and 24-31, rank 1 8-23.
 run one 1
-run cp2 2 --context-parallel-size 2
-run cp2_full 2 --cp 2 --recompute full
+run cp2 2 --context-parallel-size 2 --cp-comm-type a2a
+run cp2_full 2 --cp 2 --cp-comm-type a2a --recompute full
 run one_fused 1 --attention fused
 run cp2_fused 2 --cp 2 --cp-comm-type a2a --attention fused
-run cp2_tp2_sp 4 --cp 2 --tensor-model-parallel-size 2 --sequence-parallel
-run cp2_dp2_zero1 4 --cp 2 --zero 1
+run cp2_tp2_sp 4 --cp 2 --cp-comm-type a2a --tensor-model-parallel-size 2 --sequence-parallel
+run cp2_dp2_zero1 4 --cp 2 --cp-comm-type a2a --zero 1
 for name in cp2 cp2_full cp2_tp2_sp cp2_dp2_zero1; do
   check "$name trains the one-rank model" compare "$name"
 done
 check "cp2_fused trains the one-rank fused model" compare cp2_fused one_fused
+# The ring: c = 4 is 8 chunks of 4 positions, so every rank's blocks meet every other's.
+run ring2 2 --cp 2 --attention fused
+run ring4 4 --cp 4 --cp-comm-type p2p --attention fused
+run ring2_full 2 --cp 2 --attention fused --recompute full
+run ring2_tp2_sp 4 --cp 2 --attention fused --tensor-model-parallel-size 2 --sequence-parallel
+run ring2_dp2_zero3 4 --cp 2 --attention fused --zero 3
+for name in ring2 ring4 ring2_full ring2_tp2_sp ring2_dp2_zero3; do
+  check "$name trains the one-rank fused model" compare "$name" one_fused
+done
 
 check "every CP rank keeps half a layer's bytes of one rank (measured), and the formula says so" "$PY" -c "
 import json, sys
 last = lambda f: [json.loads(l) for l in open(f)][-1]
 one = last('one.jsonl')['memory']['ranks'][0]
-for f, ref, c in [('cp2.jsonl', one, 2), ('cp2_dp2_zero1.jsonl', one, 2),
-                  ('cp2_fused.jsonl', last('one_fused.jsonl')['memory']['ranks'][0], 2),
-                  ('cp2_tp2_sp.jsonl', one, 4)]:
+fused = last('one_fused.jsonl')['memory']['ranks'][0]
+for f, ref, c in [('cp2.jsonl', one, 2), ('cp2_dp2_zero1.jsonl', one, 2), ('cp2_fused.jsonl', fused, 2),
+                  ('cp2_tp2_sp.jsonl', one, 4), ('ring2.jsonl', fused, 2), ('ring4.jsonl', fused, 4),
+                  ('ring2_tp2_sp.jsonl', fused, 4), ('ring2_dp2_zero3.jsonl', fused, 2)]:
     for r in last(f)['memory']['ranks']:
         for m, fo, m1, fo1 in zip(r['activation_bytes_per_layer'], r['activation_bytes_per_layer_formula'],
                                   ref['activation_bytes_per_layer'], ref['activation_bytes_per_layer_formula']):
@@ -47,7 +59,8 @@ import json, sys
 # Beyond the gradients' formula the DP-with-CP group carries the loss's fp32 pair (8 bytes a rank) and,
 # under ZeRO, the norm's sums of squares over the shard group: at most 16 bytes per other rank.
 for f, n in [('cp2.jsonl', 2), ('cp2_full.jsonl', 2), ('cp2_fused.jsonl', 2), ('cp2_tp2_sp.jsonl', 2),
-             ('cp2_dp2_zero1.jsonl', 4)]:
+             ('cp2_dp2_zero1.jsonl', 4), ('ring2.jsonl', 2), ('ring4.jsonl', 4), ('ring2_full.jsonl', 2),
+             ('ring2_tp2_sp.jsonl', 2), ('ring2_dp2_zero3.jsonl', 4)]:
     for r in [json.loads(l) for l in open(f)][-1]['comm']['ranks']:
         print(f, r['rank'], r['cp'], r['cp_formula'], r['dp'], r['dp_formula'])
         if not (r['cp'] > 0 and abs(r['cp'] - r['cp_formula']) <= 1): sys.exit('%s: cp %s' % (f, r))
@@ -58,28 +71,47 @@ for f, n in [('cp2.jsonl', 2), ('cp2_full.jsonl', 2), ('cp2_fused.jsonl', 2), ('
 bad_layout "s not divisible by 2c" "is not divisible by 4" 2 --cp 2 --seq-len 30
 bad_layout "s not divisible by 2c·t under SP" "divisible by 2c·t = 8" 4 --cp 2 --tensor-model-parallel-size 2 \
   --sequence-parallel --seq-len 36
-bad_layout "heads per TP rank not divisible by c" "are not divisible by 2" 4 --cp 2 --tensor-model-parallel-size 2 \
-  --heads 2
-bad_layout "p2p not built" "p2p (the ring of K/V blocks) is not built yet" 2 --cp 2 --cp-comm-type p2p
-bad_layout "world not divisible by t·c·p" "world size 3 is not divisible by t·c·p = 2" 3 --cp 2
-bad_layout "CP with a pipeline" "not built with pipeline parallelism yet" 4 --cp 2 --pipeline-model-parallel-size 2
-"$LATTICE" train "${MODEL[@]}" --cp 2 > bad.out 2> bad.err
+bad_layout "heads per TP rank not divisible by c (Ulysses)" "are not divisible by 2" 4 --cp 2 --cp-comm-type a2a \
+  --tensor-model-parallel-size 2 --heads 2
+bad_layout "the ring without fused attention" "runs on the fused attention kernel: add --attention fused" 2 --cp 2
+bad_layout "world not divisible by t·c·p" "world size 3 is not divisible by t·c·p = 2" 3 --cp 2 --attention fused
+bad_layout "CP with a pipeline" "not built with pipeline parallelism yet" 4 --cp 2 --cp-comm-type a2a \
+  --pipeline-model-parallel-size 2
+"$LATTICE" train "${MODEL[@]}" --cp 2 --attention fused > bad.out 2> bad.err
 status=$?
 check "one process asked for CP: exit 1 ($status)" test "$status" -eq 1
 check "one process asked for CP: one line naming mpirun" test "$(wc -l < bad.err)" -eq 1 -a "$(grep -c mpirun bad.err)" -eq 1
 "$LATTICE" train "${MODEL[@]}" --cp-comm-type ring > bad.out 2> bad.err
 status=$?
 check "--cp-comm-type ring: exit 1 ($status), one line" test "$status" -eq 1 -a "$(wc -l < bad.err)" -eq 1
-"$LATTICE" plan --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --gpus 2 --cp 2 > plan.out 2> plan.err
+"$LATTICE" plan --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --gpus 2 --cp 2 --cp-comm-type a2a \
+  > plan.out 2> plan.err
 status=$?
-check "the planner models CP 2: exit 0 ($status), its layout names c and its all-to-alls" \
+check "the planner models CP 2 (Ulysses): exit 0 ($status), its layout names c and its all-to-alls" \
   test "$status" -eq 0 -a "$(grep -c 'c=2' plan.out)" -ge 1 -a "$(grep -c 'CP all-to-all' plan.out)" -eq 1
+"$LATTICE" plan --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --gpus 2 --cp 2 --attention fused \
+  > plan.out 2> plan.err
+status=$?
+check "the planner models CP 2 (the ring): exit 0 ($status), its layout names c and the ring" \
+  test "$status" -eq 0 -a "$(grep -c 'c=2' plan.out)" -ge 1 -a "$(grep -c 'CP ring (p2p' plan.out)" -eq 1
+# The ring's buffers (ten of a rank's K-sized tensors) are the planner's communication bytes.
+"$LATTICE" plan --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --gpus 2 --cp 2 --attention fused \
+  --micro-batch 2 --global-batch 8 --json > plan_ring.json 2> plan.err
+check "the ring's measured communication peak is the planner's, every rank" "$PY" -c "
+import json, sys
+plan = json.load(open('plan_ring.json'))['memory_by_stage'][0]['communication']
+for r in [json.loads(l) for l in open('ring2.jsonl')][-1]['memory']['ranks']:
+    got = r['category_peak_bytes']['communication']
+    print(r['rank'], got, plan)
+    if got != plan: sys.exit('rank %d: %d measured, %d planned' % (r['rank'], got, plan))
+"
 # The planner refuses what the trainer refuses, in the trainer's words (core/config.hpp).
 for bad in "--seq-len 30:is not divisible by 4" "--heads 2 --hidden 64 --tensor-model-parallel-size 2 --gpus 4:are not divisible by 2" \
            "--pipeline-model-parallel-size 2 --gpus 4:not built with pipeline parallelism yet"; do
   flags=${bad%%:*} words=${bad#*:}
   # shellcheck disable=SC2086
-  "$LATTICE" plan --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --gpus 2 --cp 2 $flags > bad.out 2> bad.err
+  "$LATTICE" plan --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --gpus 2 --cp 2 --cp-comm-type a2a $flags \
+    > bad.out 2> bad.err
   status=$?
   check "plan --cp 2 $flags: exit 1 ($status), one line naming '$words'" \
     test "$status" -eq 1 -a "$(wc -l < bad.err)" -eq 1 -a "$(grep -c "$words" bad.err)" -eq 1

@@ -58,6 +58,7 @@ same_as_cpu_mpi pp2_1f1b 2 --pipeline-model-parallel-size 2 --schedule 1f1b
 same_as_cpu_mpi dp2_zero3 2 --zero 3
 same_as_cpu_mpi dp2_zero1_bf16 2 --zero 1 --params-dtype bf16
 same_as_cpu_mpi cp2_a2a 2 --context-parallel-size 2 --cp-comm-type a2a
+same_as_cpu_mpi cp2_ring 2 --context-parallel-size 2 --attention fused
 
 # Kept bytes: the CPU's, plus the targets the device's cross-entropy reads (b·s int32 at the head).
 check "kept bytes per (layer, op) = the CPU's + head/targets 4·b·s" "$PY" -c "

@@ -33,20 +33,24 @@ PY
 done
 
 # Context parallelism (docs/design.md §5.1): c ranks each keep 1/c of a layer, and the planner says so.
-# For c = 1, 2, 4 (s = 32 in 2c chunks; 4 heads, so a/c heads each), every rank's measured kept bytes
+# For c = 1, 2, 4 (s = 32 in 2c chunks; 4 heads, so a/c heads each under Ulysses; the ring with fused
+# attention keeps its own K and V, the same bytes), every rank's measured kept bytes
 # per layer against the planner's row: equal to the engine's formula column, and within the same 1% of
 # the measurement (the LayerNorm statistics, which scale with the rank's s/c positions like the row);
 # the model states are the engine's (no ZeRO: every CP rank holds them whole).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 for c in 1 2 4; do
-  for recompute in none selective; do
-    name="cp${c}_${recompute}"
+  for how in "none:a2a" "selective:a2a" "none:p2p --attention fused"; do
+    recompute=${how%%:*} comm=${how#*:}
+    name="cp${c}_${recompute}_${comm%% *}"
     launch=()
     [ "$c" -gt 1 ] && launch=(timeout 300 mpirun --oversubscribe -np "$c")
+    # shellcheck disable=SC2086
     "${launch[@]}" "$LATTICE" train --data data "${model[@]}" --context-parallel-size "$c" --recompute "$recompute" \
-      --steps 1 --threads 1 --json 2> "train_$name.err" | tail -1 > "train_$name.json"
+      --cp-comm-type $comm --steps 1 --threads 1 --json 2> "train_$name.err" | tail -1 > "train_$name.json"
+    # shellcheck disable=SC2086
     "$LATTICE" plan "${model[@]}" --context-parallel-size "$c" --gpus "$c" --recompute "$recompute" \
-      --activation-dtype fp32 --params-dtype fp32 --json > "plan_$name.json"
+      --cp-comm-type $comm --activation-dtype fp32 --params-dtype fp32 --json > "plan_$name.json"
     python3 - "train_$name.json" "plan_$name.json" "$name" "$c" <<'PY'
 import json, sys
 ranks = json.load(open(sys.argv[1]))["memory"]["ranks"]

@@ -2,8 +2,8 @@
 # `lattice plan` predicts each rank's memory by category (issue 15): bench/memory.sh on a small model
 # for one rank, a recompute mode, 8-bit kept activations, offloaded moments, TP 2 + SP, PP 2 (1F1B, GPipe,
 # interleaved, ZB-H1, and uneven stages), DP 2 with ZeRO 1, 2 (also under full recompute) and 3, a ZeRO-3 save,
-# ZeRO-3 with its shards offloaded, context parallelism c = 2 (alone, with ZeRO-1 sharded over DP x CP, and
-# with fused attention and full recompute), and MoE on one rank (a bound: the capacity-capped rows; with EP 2 a
+# ZeRO-3 with its shards offloaded, context parallelism c = 2 (Ulysses alone and with ZeRO-1 sharded over DP x CP,
+# the ring with fused attention and full recompute), and MoE on one rank (a bound: the capacity-capped rows; with EP 2 a
 # rank receiving fewer rows sat 5.0% under the bound at this size, so that row is bench/memory.sh's); it
 # fails if any rank's accounted peak is off by more than 5% or its RSS, with the runtime's measured
 # constant, by more than 10%.

@@ -79,15 +79,15 @@ sys.exit(0 if len(peaks) == 2 and max(peaks) <= $pp_budget else 1)" || fail "PP 
 
 # Context parallelism 2: both ranks choose what plan --cp 2 chose at a budget between its least peak and
 # none's, and each measures within [0.95, 1] of the prediction, under the budget.
-plan_json cp_none.json --recompute none --context-parallel-size 2 --gpus 2
-plan_json cp_auto.json --recompute auto --context-parallel-size 2 --gpus 2 --memory-budget 1TiB
+plan_json cp_none.json --recompute none --context-parallel-size 2 --cp-comm-type a2a --gpus 2
+plan_json cp_auto.json --recompute auto --context-parallel-size 2 --cp-comm-type a2a --gpus 2 --memory-budget 1TiB
 cp_least=$(json cp_auto.json "int(max(d['recompute_auto']['least_peak_bytes']))")
 cp_budget=$(( (cp_least + $(json cp_none.json "$PEAK")) / 2 ))
-plan_json cp_mid.json --recompute auto --context-parallel-size 2 --gpus 2 --memory-budget "$cp_budget"
+plan_json cp_mid.json --recompute auto --context-parallel-size 2 --cp-comm-type a2a --gpus 2 --memory-budget "$cp_budget"
 cp_want=$(json cp_mid.json "d['layout']['recompute_plan']")
 [ "$cp_want" != nnnnnn ] || fail "CP 2: a budget below none's peak recomputes a layer"
 timeout 300 mpirun --oversubscribe -np 2 "$LATTICE" train "${MODEL[@]}" --data data --steps 2 --threads 1 \
-  --context-parallel-size 2 --recompute auto --memory-budget "$cp_budget" --json > cp.jsonl 2> cp.err ||
+  --context-parallel-size 2 --cp-comm-type a2a --recompute auto --memory-budget "$cp_budget" --json > cp.jsonl 2> cp.err ||
   fail "CP 2 auto: $(tail -2 cp.err)"
 grep -q "recompute (auto, .*): $cp_want — peak" cp.err || fail "CP 2: train prints plan's choice $cp_want: $(cat cp.err)"
 "$PY" - cp.jsonl "$cp_budget" <<'PYEOF' || fail "CP 2 at $cp_budget: the measured peaks"
