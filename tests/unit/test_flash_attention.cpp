@@ -15,6 +15,8 @@
 #include "gradcheck_util.hpp"
 #include "model/attention.hpp"
 #include "model/gpt.hpp"
+#include "kernels/flash_attention.hpp"
+#include "tensor_parallel/context_parallel.hpp"
 #include "model_test_util.hpp"
 #include "tensor/kept_bytes.hpp"
 
@@ -143,6 +145,97 @@ TEST_P(FlashVsUnfused, ContextLseAndGradients) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dropout, FlashVsUnfused, ::testing::Values(0.0f, 0.2f));
+
+// The ring's arithmetic without its communication (docs/design.md §5.1): c ranks each hold chunks r
+// and 2c−1−r of Q, K, V; each runs its queries' blocks against every rank's chunks in the ring's order
+// (owner r, r−1, …), merging outputs by log-sum-exp, and the backward's blocks add into dQ and into
+// the owners' dK, dV. The result is the whole-sequence kernel's, at every global position, to the same
+// fp32 bound as above (kTol: merging c blocks adds c roundings of a weighted mean, far inside it).
+// Chunks of 70 positions cross the 64-wide tile; dropout on draws each block's bits by global index.
+class FlashRing : public ::testing::TestWithParam<float> {};
+
+TEST_P(FlashRing, BlocksMergedAreTheWholeSequence) {
+  const float dropout = GetParam();
+  for (int c : {2, 3}) {
+    const int64_t b = 2, a = 2, dh = 16, C = 70, S = 2 * c * C, sl = S / c;
+    const Shape whole{b, a, S, dh};
+    const int64_t n = b * a * S * dh;
+    const auto q = gradcheck::randn(n, 31, 1.5f), k = gradcheck::randn(n, 32, 1.5f), v = gradcheck::randn(n, 33);
+    const auto dout = gradcheck::randn(n, 34);
+    const LayerContext ctx = context(whole, dropout, true);
+    AttentionDropout drop;
+    drop.stream = ctx.stream, drop.p = dropout, drop.heads_total = a;
+    const FlashShape shape{b, a, S, dh};
+    std::vector<float> out(static_cast<size_t>(n)), lse(static_cast<size_t>(b * a * S)), dq(static_cast<size_t>(n)),
+        dk(static_cast<size_t>(n)), dv(static_cast<size_t>(n));
+    flash_attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), shape, drop);
+    flash_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
+                             lse.data(), shape, drop);
+
+    // Each rank's local [b, a, S/c, dh] copy of a global tensor, and back.
+    auto local = [&](const std::vector<float>& g, int r) {
+      std::vector<float> l(size_t(b * a * sl * dh));
+      const parallel::SequenceSplit split{S, c, r};
+      for (int64_t bh = 0; bh < b * a; ++bh)
+        for (int64_t i = 0; i < sl; ++i)
+          std::copy_n(&g[size_t((bh * S + split.global(i)) * dh)], dh, &l[size_t((bh * sl + i) * dh)]);
+      return l;
+    };
+    std::vector<std::vector<float>> Q, K, V, O, L, dO, dQ, dK, dV;
+    for (int r = 0; r < c; ++r) {
+      Q.push_back(local(q, r)), K.push_back(local(k, r)), V.push_back(local(v, r)), dO.push_back(local(dout, r));
+      O.emplace_back(size_t(b * a * sl * dh)), L.emplace_back(size_t(b * a * sl));
+      dQ.emplace_back(size_t(b * a * sl * dh), 0.0f), dK.emplace_back(size_t(b * a * sl * dh), 0.0f);
+      dV.emplace_back(size_t(b * a * sl * dh), 0.0f);
+    }
+    auto blocks = [&](int r, int owner, auto&& fn) {
+      for (int qi = 0; qi < 2; ++qi)
+        for (int ki = 0; ki < 2; ++ki) {
+          const int64_t gq = qi ? 2 * c - 1 - r : r, gk = ki ? 2 * c - 1 - owner : owner;
+          if (gk > gq) continue;
+          FlashBlock blk;
+          blk.b = b, blk.a = a, blk.nq = C, blk.nk = C, blk.dh = dh, blk.q0 = gq * C, blk.k0 = gk * C, blk.S = S;
+          blk.q_stride = blk.k_stride = sl * dh, blk.lse_stride = sl;
+          blk.merge = !(owner == r && ki == 0);
+          fn(blk, qi * C, ki * C);
+        }
+    };
+    for (int r = 0; r < c; ++r)
+      for (int t = 0; t < c; ++t) {
+        const int owner = (r - t + c) % c;
+        blocks(r, owner, [&](const FlashBlock& blk, int64_t qrow, int64_t krow) {
+          flash_block_forward(&O[r][size_t(qrow * dh)], &L[r][size_t(qrow)], &Q[r][size_t(qrow * dh)],
+                              &K[owner][size_t(krow * dh)], &V[owner][size_t(krow * dh)], blk, drop);
+        });
+      }
+    for (int r = 0; r < c; ++r)
+      for (int t = 0; t < c; ++t) {
+        const int owner = (r - t + c) % c;
+        blocks(r, owner, [&](FlashBlock blk, int64_t qrow, int64_t krow) {
+          blk.merge = true;
+          flash_block_backward(&dQ[r][size_t(qrow * dh)], &dK[owner][size_t(krow * dh)], &dV[owner][size_t(krow * dh)],
+                               &dO[r][size_t(qrow * dh)], &Q[r][size_t(qrow * dh)], &K[owner][size_t(krow * dh)],
+                               &V[owner][size_t(krow * dh)], &O[r][size_t(qrow * dh)], &L[r][size_t(qrow)], blk, drop);
+        });
+      }
+    const std::string what = "c " + std::to_string(c) + " dropout " + std::to_string(dropout);
+    for (int r = 0; r < c; ++r) {
+      EXPECT_LE(rel_diff(O[r], local(out, r)), kTol) << what << " rank " << r << ": context";
+      EXPECT_LE(rel_diff(dQ[r], local(dq, r)), kTol) << what << " rank " << r << ": dQ";
+      EXPECT_LE(rel_diff(dK[r], local(dk, r)), kTol) << what << " rank " << r << ": dK";
+      EXPECT_LE(rel_diff(dV[r], local(dv, r)), kTol) << what << " rank " << r << ": dV";
+      // The log-sum-exp: [b, a, S] → this rank's rows, absolute (values ~5-10, as above: 4e-5).
+      const parallel::SequenceSplit split{S, c, r};
+      double worst = 0;
+      for (int64_t bh = 0; bh < b * a; ++bh)
+        for (int64_t i = 0; i < sl; ++i)
+          worst = std::max(worst, double(std::fabs(L[r][size_t(bh * sl + i)] - lse[size_t(bh * S + split.global(i))])));
+      EXPECT_LE(worst, 4e-5) << what << " rank " << r << ": log-sum-exp";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dropout, FlashRing, ::testing::Values(0.0f, 0.2f));
 
 // Finite differences of the fused kernel alone (it is its own reference here, not the unfused path).
 class FlashGradcheck : public ::testing::TestWithParam<float> {};

@@ -1,10 +1,11 @@
 // The planner's context parallelism (docs/design.md §5.1, docs/plan.md): c ranks share each sequence
-// (Ulysses all-to-all), so a rank keeps and computes 1/c of every layer, holds the model states
-// sharded over DP × CP, stages the exchanges, and spends 8 all-to-alls a layer and micro-batch (9
-// with fused attention) on the CP group; --search tries c.
+// (Ulysses all-to-all, or the ring), so a rank keeps and computes 1/c of every layer, holds the model
+// states sharded over DP × CP, stages the exchanges, and spends 8 all-to-alls a layer and micro-batch
+// (9 with fused attention) on the CP group, or what the ring's transfers leave exposed; --search tries c.
 #include <gtest/gtest.h>
 
 #include "analysis/formulas.hpp"
+#include "plan/collectives.hpp"
 #include "plan/evaluate.hpp"
 #include "plan/report.hpp"
 #include "plan/search.hpp"
@@ -22,6 +23,7 @@ PlanRequest one_sequence_split(int c, int dp = 1) {
   r.model.seq_len = 256;
   r.model.vocab = 512;
   r.layout.cp = c;
+  r.layout.cp_comm = CpComm::a2a;
   r.layout.dp = dp;
   r.gpus = c * dp;
   r.micro_batch = 2;
@@ -83,6 +85,38 @@ TEST(PlanContextParallel, ChargesEightAllToAllsALayerAndNineFused) {
     EXPECT_GE(t.recompute_s, r.micro_batches() * r.model.layers * 4.0 * one);
   }
   EXPECT_EQ(plan_time(one_sequence_split(1), hw).cp_comm_s, 0.0);
+}
+
+// The ring (p2p): its ten K-sized buffers under communication, and its time only what the blocks of
+// each step do not hide. With a link so slow that transfers dwarf compute every transfer is exposed:
+// per layer and micro-batch 3c − 2 K, V pairs (the bytes formula's), less at most the attention's
+// compute; with a free link only the last dK, dV partial sums' trip home, which nothing overlaps.
+TEST(PlanContextParallel, TheRingChargesWhatItsBlocksDoNotHide) {
+  PlanRequest r = one_sequence_split(4);
+  r.layout.cp_comm = CpComm::p2p;
+  r.layout.attention = AttentionKernel::fused;
+  ASSERT_EQ(layout_problem(r), "");
+  PlanRequest ulysses = r;
+  ulysses.layout.cp_comm = CpComm::a2a;
+  const int64_t k_floats = 2 * (256 / 4) * 256;  // b·(s/c)·h
+  EXPECT_EQ(plan_memory(r).by_stage.at(0).communication - plan_memory(ulysses).by_stage.at(0).communication,
+            (10 - 2) * 4 * k_floats);
+
+  const double per_layer_mb = double(r.micro_batches() * r.model.layers);
+  const double pair_bytes = analysis::cp_ring_pair_bytes(256, 2, 256, 1, 4, 4);
+  EXPECT_EQ(pair_bytes, 2.0 * 4 * k_floats);
+  Hardware slow = hardware_preset("A100-80GB");
+  slow.intra.beta *= 1e6, slow.inter.beta *= 1e6;
+  const double pair = point_to_point(group_topology(slow, 4, 1), pair_bytes).seconds;
+  const TimePlan t = plan_time(r, slow);
+  EXPECT_LE(t.cp_comm_s, per_layer_mb * (3 * 4 - 2) * pair * (1 + 1e-12));
+  EXPECT_GE(t.cp_comm_s, per_layer_mb * (3 * 4 - 2) * pair - (t.gemm_s + t.recompute_s));
+  EXPECT_LT(t.gemm_s + t.recompute_s, 0.01 * t.cp_comm_s);  // so the bound above is tight
+
+  Hardware fast = hardware_preset("A100-80GB");
+  fast.intra = fast.inter = Link{1e-9, 1e-15};
+  const double home = point_to_point(group_topology(fast, 4, 1), pair_bytes).seconds;
+  EXPECT_NEAR(plan_time(r, fast).cp_comm_s, per_layer_mb * home, 1e-9 * per_layer_mb * home);
 }
 
 TEST(PlanContextParallel, RefusesWhatTheTrainerRefusesInItsWords) {
