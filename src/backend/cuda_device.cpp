@@ -158,6 +158,19 @@ void c_flash_backward(float* dq, float* dk, float* dv, const float* dout, const 
   cuda::flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, x, drop,
                                  scratch(cuda::flash_attention_backward_workspace_bytes(x)));
 }
+// The ring's blocks (context parallelism, --cp-comm-type p2p) have no CUDA kernel yet: the run is
+// refused before it starts (cli/device_support.cpp), so reaching one is a bug.
+[[noreturn]] void c_flash_block_unbuilt() {
+  throw std::logic_error("flash attention blocks (the CP ring) have no CUDA kernel");
+}
+void c_flash_block_forward(float*, float*, const float*, const float*, const float*, const FlashBlock&,
+                           const AttentionDropout&) {
+  c_flash_block_unbuilt();
+}
+void c_flash_block_backward(float*, float*, float*, const float*, const float*, const float*, const float*,
+                            const float*, const float*, const FlashBlock&, const AttentionDropout&) {
+  c_flash_block_unbuilt();
+}
 void c_split_heads(float* q, float* k, float* v, const float* qkv, const HeadShape& x) {
   cuda::split_heads(q, k, v, qkv, x.b, x.s, x.a, x.dh);
 }
@@ -261,6 +274,8 @@ const DeviceOps kCudaOps = {
     c_softmax_causal_backward,
     c_flash_forward,
     c_flash_backward,
+    c_flash_block_forward,
+    c_flash_block_backward,
     c_split_heads,
     c_merge_heads,
     c_unmerge_heads,

@@ -63,6 +63,8 @@ const DeviceOps kCpu = {
     softmax_causal_backward,
     flash_attention_forward,
     flash_attention_backward,
+    flash_block_forward,
+    flash_block_backward,
     split_heads,
     merge_heads,
     unmerge_heads,

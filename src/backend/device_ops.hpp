@@ -61,6 +61,10 @@ struct DeviceOps {
                                   const AttentionDropout&);
   void (*flash_attention_backward)(float*, float*, float*, const float*, const float*, const float*, const float*,
                                    const float*, const float*, const FlashShape&, const AttentionDropout&);
+  void (*flash_block_forward)(float*, float*, const float*, const float*, const float*, const FlashBlock&,
+                              const AttentionDropout&);
+  void (*flash_block_backward)(float*, float*, float*, const float*, const float*, const float*, const float*,
+                               const float*, const float*, const FlashBlock&, const AttentionDropout&);
   void (*split_heads)(float*, float*, float*, const float*, const HeadShape&);
   void (*merge_heads)(float*, const float*, const HeadShape&);
   void (*unmerge_heads)(float*, const float*, const HeadShape&);
@@ -97,7 +101,7 @@ struct DeviceOps {
   X(layernorm_backward) X(layernorm_partial_floats) X(layernorm_backward_input) X(layernorm_reduce_partials)  \
   X(gelu_forward) X(gelu_backward) X(bias_backward) X(bias_column_sums) X(bias_add) X(bias_add_rows) X(residual_add) X(dropout_mask_fill)      \
   X(dropout_forward) X(dropout_backward) X(softmax_dropout_forward) X(softmax_causal_backward)                 \
-  X(flash_attention_forward) X(flash_attention_backward) X(split_heads) X(merge_heads) X(unmerge_heads)       \
+  X(flash_attention_forward) X(flash_attention_backward) X(flash_block_forward) X(flash_block_backward) X(split_heads) X(merge_heads) X(unmerge_heads)       \
   X(merge_qkv_grads) X(embedding_shard_forward) X(embedding_shard_backward) X(add_positions) X(position_grads) X(ce_shard_max_target)            \
   X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(grad_sum_squares) X(scale_grads) X(all_finite) X(synchronize)
 
@@ -183,6 +187,15 @@ inline void flash_attention_backward(float* dq, float* dk, float* dv, const floa
                                      const float* v, const float* out, const float* lse, const FlashShape& x,
                                      const AttentionDropout& drop) {
   device_ops().flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, x, drop);
+}
+inline void flash_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                                const FlashBlock& x, const AttentionDropout& drop) {
+  device_ops().flash_block_forward(out, lse, q, k, v, x, drop);
+}
+inline void flash_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                                 const float* v, const float* out, const float* lse, const FlashBlock& x,
+                                 const AttentionDropout& drop) {
+  device_ops().flash_block_backward(dq, dk, dv, dout, q, k, v, out, lse, x, drop);
 }
 inline void split_heads(float* q, float* k, float* v, const float* qkv, const HeadShape& x) {
   device_ops().split_heads(q, k, v, qkv, x);

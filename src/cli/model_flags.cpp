@@ -121,8 +121,9 @@ void add_layout_flags(CLI::App& app, LayoutFlags& f) {
                  "(lattice train and plan)")
       ->capture_default_str();
   app.add_option("--cp-comm-type", f.cp_comm,
-                 "a2a | p2p: how context-parallel ranks share attention (a2a: DeepSpeed-Ulysses all-to-all; p2p, "
-                 "the K/V ring, is not built yet)")
+                 "p2p | a2a: how context-parallel ranks share attention (p2p: K and V pass around a ring, each "
+                 "block's attention computed as they travel, needs --attention fused; a2a: DeepSpeed-Ulysses "
+                 "all-to-alls between sequence and head splits)")
       ->capture_default_str();
   app.add_option("--params-dtype", f.params_dtype,
                  "fp32 | bf16 | fp16 model weights and gradients (16-bit: fp32 master weights; fp16: loss scaling)")
@@ -185,8 +186,6 @@ LayoutConfig LayoutFlags::resolve(int layers) {
   require(layout.cp == 1 || context_parallel_runs,
           "--context-parallel-size " + std::to_string(layout.cp) +
               ": only lattice train and lattice plan take context parallelism yet");
-  require(layout.cp == 1 || layout.cp_comm == CpComm::a2a,
-          "--cp-comm-type p2p (the ring of K/V blocks) is not built yet: use --cp-comm-type a2a");
   layout.params_dtype = parse_params_dtype(params_dtype);
   require(layout.zero >= 0 && layout.zero <= 3, "--zero must be 0, 1, 2 or 3 (got " + std::to_string(layout.zero) + ")");
   const bool first_last = first_stage_layers != 0 || last_stage_layers != 0;

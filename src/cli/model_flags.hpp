@@ -15,7 +15,7 @@ struct LayoutFlags {
   std::string recompute_method, recompute_plan;  // empty: not given (block; derived from the flags)
   std::string attention = "unfused", activation_compression = "none", tied_embedding_grads = "together";
   std::string pipeline_layers;                    // "3,4,4,1" or "auto" (empty: even stages)
-  std::string cp_comm = "a2a";                    // --cp-comm-type
+  std::string cp_comm = "p2p";                    // --cp-comm-type
   // `lattice train` runs context parallelism and `lattice plan` models it; bench (one process's layer
   // costs) and launch (whose relaunch layouts have no c) do not take it yet, so resolve() refuses
   // --context-parallel-size above 1 unless the command sets this.

@@ -99,14 +99,16 @@ std::string context_parallel_problem(const ModelConfig& m, const LayoutConfig& l
   const int c = layout.cp;
   if (c == 1) return "";
   const std::string flag = "--context-parallel-size " + std::to_string(c), n2c = std::to_string(2 * c);
-  if (layout.cp_comm != CpComm::a2a) return "--cp-comm-type p2p (the ring of K/V blocks) is not built yet: use a2a";
+  if (layout.cp_comm == CpComm::p2p && layout.attention != AttentionKernel::fused)
+    return flag + " --cp-comm-type p2p (the ring) runs on the fused attention kernel: add --attention fused, or use "
+                  "--cp-comm-type a2a (the unfused ring would keep every rank's s/c × s probabilities)";
   if (m.seq_len % (2 * c) != 0)
     return flag + " splits each sequence into 2c = " + n2c + " chunks: --seq-len " + std::to_string(m.seq_len) +
            " is not divisible by " + n2c;
   if (layout.sequence_parallel && m.seq_len % (2 * c * layout.tp) != 0)
     return flag + " with --sequence-parallel needs --seq-len " + std::to_string(m.seq_len) + " divisible by 2c·t = " +
            std::to_string(2 * c * layout.tp);
-  if ((m.heads / layout.tp) % c != 0)
+  if (layout.cp_comm == CpComm::a2a && (m.heads / layout.tp) % c != 0)
     return flag + " --cp-comm-type a2a gives each CP rank heads/(t·c) heads: the " + std::to_string(m.heads / layout.tp) +
            " heads a tensor-parallel rank holds (--heads " + std::to_string(m.heads) + " / t " +
            std::to_string(layout.tp) + ") are not divisible by " + std::to_string(c);

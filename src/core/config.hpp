@@ -20,7 +20,7 @@ enum class ParamsDType { fp32, bf16, fp16 };
 // docs/design.md §3.1).
 enum class AttentionKernel { unfused, fused };
 // How context-parallel ranks share attention (docs/design.md §5.1): a2a, DeepSpeed-Ulysses (all-to-all
-// from sequence shards to head shards around the s² part); p2p, a ring of K/V blocks (not built yet).
+// from sequence shards to head shards around the s² part); p2p, a ring of K/V blocks, the default.
 enum class CpComm { a2a, p2p };
 
 const char* to_string(Recompute r);
@@ -109,7 +109,7 @@ struct LayoutConfig {
   int zero = 0;
   int ep = 1;             // expert-parallel size e (divides N_d)
   int cp = 1;             // context-parallel size c: each sequence split over c ranks (docs/design.md §5.1)
-  CpComm cp_comm = CpComm::a2a;
+  CpComm cp_comm = CpComm::p2p;
   // Model weights and gradients for compute: fp32, or 16-bit (bf16, fp16) with fp32 master
   // weights in the optimizer (mixed precision, docs/design.md §8).
   ParamsDType params_dtype = ParamsDType::fp32;

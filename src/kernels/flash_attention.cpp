@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/dropout.hpp"
@@ -109,6 +110,7 @@ void transpose_in(float* Yt, const float* Y, int64_t n, int64_t dh) {
 inline int64_t visible(int64_t i, int64_t j0, int64_t nk) { return std::min(nk, i - j0 + 1); }
 
 // Draws the keep flags of the nq × nk tile at (i0, j0) into keep [64, 64] (visible keys only).
+// (i0, j0 global positions, s the mask's row length.)
 void draw_tile(uint8_t* keep, const AttentionMaskDraw& m, uint64_t base, int64_t s, int64_t i0, int64_t nq, int64_t j0,
                int64_t nk) {
   for (int64_t r = 0; r < nq; ++r) {
@@ -119,18 +121,44 @@ void draw_tile(uint8_t* keep, const AttentionMaskDraw& m, uint64_t base, int64_t
 
 }  // namespace
 
+FlashBlock whole_sequence(const FlashShape& x) {
+  FlashBlock w;
+  w.b = x.b, w.a = x.a, w.nq = x.s, w.nk = x.s, w.dh = x.dh, w.S = x.s;
+  w.q_stride = w.k_stride = x.s * x.dh, w.lse_stride = x.s;
+  return w;
+}
+
 void flash_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                              const FlashShape& x, const AttentionDropout& drop) {
-  const int64_t s = x.s, dh = x.dh, nqb = (s + kB - 1) / kB, items = x.b * x.a * nqb;
+  flash_block_forward(out, lse, q, k, v, whole_sequence(x), drop);
+}
+
+void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                              const float* v, const float* out, const float* lse, const FlashShape& x,
+                              const AttentionDropout& drop) {
+  flash_block_backward(dq, dk, dv, dout, q, k, v, out, lse, whole_sequence(x), drop);
+}
+
+namespace {
+void check_block(const FlashBlock& x) {
+  if (x.nq > 0 && x.nk > 0 && x.k0 > x.q0)
+    throw std::logic_error("flash block: its first query sees none of its keys (k0 > q0)");
+}
+}  // namespace
+
+void flash_block_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashBlock& x,
+                         const AttentionDropout& drop) {
+  check_block(x);
+  const int64_t dh = x.dh, nqb = (x.nq + kB - 1) / kB, nkb = (x.nk + kB - 1) / kB, heads = x.b * x.a;
+  const int64_t items = heads * nqb;
   const float scale = 1.0f / std::sqrt(float(dh)), keep_scale = drop.p > 0 ? 1.0f / (1.0f - drop.p) : 1.0f;
   const AttentionMaskDraw drawer(drop);
   // Kᵀ tile by tile, once: every query tile of a head reads the same key tiles.
-  const int64_t nkb = nqb, heads = x.b * x.a;
   tracked_vector<float, MemoryCategory::workspaces> kt(size_t(heads * nkb * dh * kB));
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < heads * nkb; ++t) {
     const int64_t bh = t / nkb, j0 = t % nkb * kB;
-    transpose_in(kt.data() + t * dh * kB, k + bh * s * dh + j0 * dh, std::min(kB, s - j0), dh);
+    transpose_in(kt.data() + t * dh * kB, k + bh * x.k_stride + j0 * dh, std::min(kB, x.nk - j0), dh);
   }
   // Later query blocks see more keys: hand them out first so the dynamic schedule ends even.
 #pragma omp parallel
@@ -141,18 +169,20 @@ void flash_attention_forward(float* out, float* lse, const float* q, const float
 #pragma omp for schedule(dynamic)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t bh = item / nqb, qb = nqb - 1 - item % nqb;
-      const int64_t i0 = qb * kB, nq = std::min(kB, s - i0), head = bh * s * dh;
-      const float* Q = q + head + i0 * dh;
+      const int64_t i0 = qb * kB, nq = std::min(kB, x.nq - i0), gi0 = x.q0 + i0;  // gi0: global position
+      const float* Q = q + bh * x.q_stride + i0 * dh;
+      const float* V = v + bh * x.k_stride;
       std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
       std::fill(l.begin(), l.end(), 0.0f);
       std::fill(acc.begin(), acc.end(), 0.0f);
-      const uint64_t base = drop.p > 0 ? attention_mask_first(drop, x.a, x.s, bh) : 0;
-      for (int64_t j0 = 0; j0 <= i0 + nq - 1; j0 += kB) {  // causal: key tiles past the last query skipped
-        const int64_t nk = std::min(kB, s - j0);
+      const uint64_t base = drop.p > 0 ? attention_mask_first(drop, x.a, x.S, bh) : 0;
+      // causal: key tiles past the last query skipped
+      for (int64_t j0 = 0; j0 < x.nk && x.k0 + j0 <= gi0 + nq - 1; j0 += kB) {
+        const int64_t nk = std::min(kB, x.nk - j0), gj0 = x.k0 + j0;
         tile_abt(S.data(), Q, nq, dh, kt.data() + (bh * nkb + j0 / kB) * dh * kB, scale);
-        if (drop.p > 0) draw_tile(keep.data(), drawer, base, s, i0, nq, j0, nk);
+        if (drop.p > 0) draw_tile(keep.data(), drawer, base, x.S, gi0, nq, gj0, nk);
         for (int64_t r = 0; r < nq; ++r) {
-          const int64_t n = visible(i0 + r, j0, nk);
+          const int64_t n = visible(gi0 + r, gj0, nk);
           float* sr = S.data() + r * kB;
           float* pr = P.data() + r * kB;
           std::fill(pr + std::max<int64_t>(n, 0), pr + nk, 0.0f);
@@ -179,57 +209,71 @@ void flash_attention_forward(float* out, float* lse, const float* q, const float
             for (int64_t e = 0; e < dh; ++e) ar[e] *= corr;
           }
         }
-        tile_ab(acc.data(), P.data(), v + head + j0 * dh, nq, nk, dh);
+        tile_ab(acc.data(), P.data(), V + j0 * dh, nq, nk, dh);
       }
       for (int64_t r = 0; r < nq; ++r) {
         const float inv = 1.0f / l[size_t(r)];
-        float* o = out + head + (i0 + r) * dh;
-        for (int64_t e = 0; e < dh; ++e) o[e] = acc[size_t(r * dh + e)] * inv;
-        lse[bh * s + i0 + r] = m[size_t(r)] + std::log(l[size_t(r)]);
+        float* o = out + bh * x.q_stride + (i0 + r) * dh;
+        float* L = lse + bh * x.lse_stride + i0 + r;
+        const float block_lse = m[size_t(r)] + std::log(l[size_t(r)]);
+        if (!x.merge || std::isinf(*L)) {
+          for (int64_t e = 0; e < dh; ++e) o[e] = acc[size_t(r * dh + e)] * inv;
+          *L = block_lse;
+          continue;
+        }
+        // Two blocks' softmaxes over disjoint keys, each normalised by its own sum: weighted by
+        // their shares of the combined sum, exp(lse_i − lse), they are the softmax over both.
+        const float top = std::max(*L, block_lse);
+        const float w_old = std::exp(*L - top), w_new = std::exp(block_lse - top), total = w_old + w_new;
+        const float a_old = w_old / total, a_new = w_new / total * inv;
+        for (int64_t e = 0; e < dh; ++e) o[e] = o[e] * a_old + acc[size_t(r * dh + e)] * a_new;
+        *L = top + std::log(total);
       }
     }
   }
 }
 
-void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                              const float* v, const float* out, const float* lse, const FlashShape& x,
-                              const AttentionDropout& drop) {
-  const int64_t s = x.s, dh = x.dh, heads = x.b * x.a;
+void flash_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                          const float* v, const float* out, const float* lse, const FlashBlock& x,
+                          const AttentionDropout& drop) {
+  check_block(x);
+  const int64_t dh = x.dh, heads = x.b * x.a;
   const float scale = 1.0f / std::sqrt(float(dh)), keep_scale = drop.p > 0 ? 1.0f / (1.0f - drop.p) : 1.0f;
   const AttentionMaskDraw drawer(drop);
   // One head per work item: its dK, dV tiles and its dQ rows are written by one thread only.
 #pragma omp parallel
   {
     tracked_vector<float, MemoryCategory::workspaces> S(kB * kB), dP(kB * kB), PZ(kB * kB), Kt(dh * kB), Vt(dh * kB);
-    tracked_vector<float, MemoryCategory::workspaces> dK(kB * dh), dV(kB * dh), D(static_cast<size_t>(s));
+    tracked_vector<float, MemoryCategory::workspaces> dK(kB * dh), dV(kB * dh), D(static_cast<size_t>(x.nq));
     tracked_vector<uint8_t, MemoryCategory::workspaces> keep(kB * kB);
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < heads; ++bh) {
-      const int64_t head = bh * s * dh;
-      const float* L = lse + bh * s;
+      const int64_t qh = bh * x.q_stride, kh = bh * x.k_stride;
+      const float* L = lse + bh * x.lse_stride;
       // D_i = Σ_e dO_ie · O_ie = Σ_j P_ij · dP_ij (the softmax backward's row term, dropout included).
-      for (int64_t i = 0; i < s; ++i) {
+      for (int64_t i = 0; i < x.nq; ++i) {
         float sum = 0.0f;
-        for (int64_t e = 0; e < dh; ++e) sum += dout[head + i * dh + e] * out[head + i * dh + e];
+        for (int64_t e = 0; e < dh; ++e) sum += dout[qh + i * dh + e] * out[qh + i * dh + e];
         D[size_t(i)] = sum;
       }
-      std::fill(dq + head, dq + head + s * dh, 0.0f);
-      const uint64_t base = drop.p > 0 ? attention_mask_first(drop, x.a, x.s, bh) : 0;
-      for (int64_t j0 = 0; j0 < s; j0 += kB) {
-        const int64_t nk = std::min(kB, s - j0);
-        transpose_in(Kt.data(), k + head + j0 * dh, nk, dh);
-        transpose_in(Vt.data(), v + head + j0 * dh, nk, dh);
+      if (!x.merge) std::fill(dq + qh, dq + qh + x.nq * dh, 0.0f);
+      const uint64_t base = drop.p > 0 ? attention_mask_first(drop, x.a, x.S, bh) : 0;
+      for (int64_t j0 = 0; j0 < x.nk; j0 += kB) {
+        const int64_t nk = std::min(kB, x.nk - j0), gj0 = x.k0 + j0;
+        transpose_in(Kt.data(), k + kh + j0 * dh, nk, dh);
+        transpose_in(Vt.data(), v + kh + j0 * dh, nk, dh);
         std::fill(dK.begin(), dK.end(), 0.0f);
         std::fill(dV.begin(), dV.end(), 0.0f);
-        for (int64_t i0 = j0 / kB * kB; i0 < s; i0 += kB) {  // causal: query tiles before j0 see none of it
-          const int64_t nq = std::min(kB, s - i0);
-          const float* Q = q + head + i0 * dh;
-          const float* dO = dout + head + i0 * dh;
+        // causal: query tiles that end before key gj0 see none of it
+        for (int64_t i0 = std::max<int64_t>(gj0 - x.q0, 0) / kB * kB; i0 < x.nq; i0 += kB) {
+          const int64_t nq = std::min(kB, x.nq - i0), gi0 = x.q0 + i0;
+          const float* Q = q + qh + i0 * dh;
+          const float* dO = dout + qh + i0 * dh;
           tile_abt(S.data(), Q, nq, dh, Kt.data(), scale);
           tile_abt(dP.data(), dO, nq, dh, Vt.data(), 1.0f);  // d(dropout output) = dO · Vᵀ
-          if (drop.p > 0) draw_tile(keep.data(), drawer, base, s, i0, nq, j0, nk);
+          if (drop.p > 0) draw_tile(keep.data(), drawer, base, x.S, gi0, nq, gj0, nk);
           for (int64_t r = 0; r < nq; ++r) {
-            const int64_t n = std::max<int64_t>(visible(i0 + r, j0, nk), 0);
+            const int64_t n = std::max<int64_t>(visible(gi0 + r, gj0, nk), 0);
             const float li = L[i0 + r], di = D[size_t(i0 + r)];
             float *sr = S.data() + r * kB, *dr = dP.data() + r * kB, *zr = PZ.data() + r * kB;
             const uint8_t* kr = keep.data() + r * kB;
@@ -243,11 +287,17 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
             std::fill(sr + n, sr + nk, 0.0f);
           }
           tile_ab<true>(dV.data(), PZ.data(), dO, nk, nq, dh);    // dV_j += (P∘Z)ᵀ · dO_i
-          tile_ab(dq + head + i0 * dh, S.data(), k + head + j0 * dh, nq, nk, dh);  // dQ_i += dS · K_j
+          tile_ab(dq + qh + i0 * dh, S.data(), k + kh + j0 * dh, nq, nk, dh);  // dQ_i += dS · K_j
           tile_ab<true>(dK.data(), S.data(), Q, nk, nq, dh);      // dK_j += dSᵀ · Q_i
         }
-        std::copy(dK.begin(), dK.begin() + nk * dh, dk + head + j0 * dh);
-        std::copy(dV.begin(), dV.begin() + nk * dh, dv + head + j0 * dh);
+        float* dk_tile = dk + kh + j0 * dh;
+        float* dv_tile = dv + kh + j0 * dh;
+        if (x.merge) {
+          for (int64_t i = 0; i < nk * dh; ++i) dk_tile[i] += dK[size_t(i)], dv_tile[i] += dV[size_t(i)];
+        } else {
+          std::copy(dK.begin(), dK.begin() + nk * dh, dk_tile);
+          std::copy(dV.begin(), dV.begin() + nk * dh, dv_tile);
+        }
       }
     }
   }

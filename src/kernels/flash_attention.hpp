@@ -17,6 +17,30 @@ struct FlashShape {
   int64_t b = 0, a = 0, s = 0, dh = 0;
 };
 
+// One block of context parallelism's ring (docs/design.md §5.1), and in general the kernels' unit:
+// nq queries at global positions q0 … q0+nq−1 against nk keys at k0 … k0+nk−1, causal by global
+// position (k0 ≤ q0, so every query sees a key); S is the whole sequence, the dropout mask's row
+// length. Strides are floats from one (row, head) to the next: of Q, O, dO, dQ (q_stride), of K, V,
+// dK, dV (k_stride) and of the log-sum-exp (lse_stride). `merge`: the forward combines its output
+// with the output and log-sum-exp already there (a row whose log-sum-exp is −∞ has none yet), the
+// backward adds into dQ, dK, dV; otherwise both overwrite.
+struct FlashBlock {
+  int64_t b = 0, a = 0, nq = 0, nk = 0, dh = 0;
+  int64_t q0 = 0, k0 = 0, S = 0;
+  int64_t q_stride = 0, k_stride = 0, lse_stride = 0;
+  bool merge = false;
+};
+// The whole causal square of FlashShape as one block.
+FlashBlock whole_sequence(const FlashShape& x);
+
+void flash_block_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashBlock& x,
+                         const AttentionDropout& drop);
+// The block's share of dQ, dK, dV from dO, the final output O and log-sum-exp of the queries' rows
+// (every block's, merged), so the shares of a row's blocks sum to its gradient.
+void flash_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                          const float* v, const float* out, const float* lse, const FlashBlock& x,
+                          const AttentionDropout& drop);
+
 // out = Dropout(softmax(causal(Q·Kᵀ/√dh))) · V; lse[row] = log Σ_j exp(score_j) (the softmax's
 // normaliser before dropout), what the backward needs instead of the probabilities.
 void flash_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,

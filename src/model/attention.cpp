@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "backend/device_ops.hpp"
+#include "tensor_parallel/ring_attention.hpp"
 
 namespace lattice {
 
@@ -24,6 +25,8 @@ void merge_qkv_grads(float* dqkv, const float* dq, const float* dk, const float*
 namespace {
 
 FlashShape flash_shape(const LayerContext& c) { return {c.b, c.a, c.s, c.dh()}; }
+// The ring's view (context parallelism, p2p): this rank's s = S/c positions of its a heads in S.
+parallel::HeadBlocks ring_blocks(const LayerContext& c) { return {c.b, c.a, c.seq_total, c.dh()}; }
 
 // Where this micro-batch's attention dropout mask lives (each (row, head) block of s×s contiguous in
 // the global index, docs/design.md §10); both the unfused and the fused attention draw from it.
@@ -42,8 +45,11 @@ void fused_forward(LayerKept& kept, float* ctx_out, const LayerContext& c, Works
   const float* q = kept.q.load(ws.dq.data());
   const float* k = kept.k.load(ws.dk.data());
   const float* v = kept.v.load(ws.dv.data());
-  dev::flash_attention_forward(ctx_out, static_cast<float*>(kept.attn_lse.data()), q, k, v, flash_shape(c),
-                          attention_dropout(c));
+  float* lse = static_cast<float*>(kept.attn_lse.data());
+  if (c.cp.ring())
+    parallel::ring_attention_forward(c.cp, ctx_out, lse, q, k, v, ring_blocks(c), attention_dropout(c));
+  else
+    dev::flash_attention_forward(ctx_out, lse, q, k, v, flash_shape(c), attention_dropout(c));
 }
 
 // Fused backward: O is the kept context (proj_in, heads merged) split back into heads.
@@ -56,8 +62,12 @@ void fused_backward(float* dq, float* dk, float* dv, const float* dctx, const La
     unmerge_heads(ws.big2.data(), kept.proj_in.load(ws.widen.data()), c);
     o_heads = ws.big2.data();
   }
-  dev::flash_attention_backward(dq, dk, dv, dctx, q, k, v, o_heads, static_cast<const float*>(kept.attn_lse.data()),
-                           flash_shape(c), attention_dropout(c));
+  const float* lse = static_cast<const float*>(kept.attn_lse.data());
+  if (c.cp.ring())
+    parallel::ring_attention_backward(c.cp, dq, dk, dv, dctx, q, k, v, o_heads, lse, ring_blocks(c),
+                                      attention_dropout(c));
+  else
+    dev::flash_attention_backward(dq, dk, dv, dctx, q, k, v, o_heads, lse, flash_shape(c), attention_dropout(c));
 }
 
 }  // namespace

@@ -65,7 +65,7 @@ class GPT {
   void set_expert_parallel(comm::Communicator* ep) { ep_ = ep; }
   // The context-parallel group each sequence is split over (docs/design.md §5.1; null: whole sequences).
   // Micro-batches still carry whole sequences: the model takes this rank's positions of them.
-  void set_context_parallel(comm::Communicator* cp) { cp_ = {cp}; }
+  void set_context_parallel(comm::Communicator* cp, CpComm comm) { cp_ = {cp, comm}; }
   const parallel::ContextParallel& context_parallel() const { return cp_; }
   // What the MoE blocks' forwards counted since the last take (auxiliary loss, drops, loads).
   moe::MoEStats take_moe_stats() { return std::exchange(moe_stats_, {}); }

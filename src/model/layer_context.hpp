@@ -41,10 +41,11 @@ struct LayerContext {
   parallel::SequenceSplit split() const { return cp.split(seq_total); }  // where the s positions sit in S
 };
 
-// The context attention's s² part runs in: this one, or under CP (Ulysses, after the all-to-all) the
-// whole sequence S for a/c heads starting at head0 + cp_rank·a/c, so masks and dropout are one rank's.
+// The context attention's s² part runs in: this one (the ring's too: its blocks place themselves by
+// global position), or under Ulysses (after the all-to-all) the whole sequence S for a/c heads
+// starting at head0 + cp_rank·a/c, so masks and dropout are one rank's.
 inline LayerContext attention_context(const LayerContext& c) {
-  if (!c.cp.active()) return c;
+  if (!c.cp.ulysses()) return c;
   LayerContext x = c;
   x.a = c.a / c.cp.size(), x.s = c.seq_total, x.head0 = c.head0 + c.cp.rank() * x.a;
   x.pos0 = 0, x.s_local = 0;

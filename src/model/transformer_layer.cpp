@@ -108,7 +108,7 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
                  3 * hl);
   kept.q = Stored(N * hl, dt, l, "q"), kept.k = Stored(N * hl, dt, l, "k"), kept.v = Stored(N * hl, dt, l, "v");
   float *q = staging(kept.q, ws.q.data()), *k = staging(kept.k, ws.k.data()), *v = staging(kept.v, ws.v.data());
-  if (c.cp.active()) {
+  if (c.cp.ulysses()) {
     // Ulysses: this rank's positions of its heads → a/c heads at every position (kept so: backward
     // and selective recompute read them there). dq, dk, dv are free until backward.
     split_heads(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.big1.data(), c);
@@ -121,7 +121,7 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
   kept.q.store(q), kept.k.store(k), kept.v.store(v);
   attention_core_forward(kept, keep_s2, ws.ctx.data(), attention_context(c), ws);
   const float* context = ws.ctx.data();
-  if (c.cp.active()) {  // back to this rank's positions of its a heads (the fused forward is done with dq)
+  if (c.cp.ulysses()) {  // back to this rank's positions of its a heads (the fused forward is done with dq)
     parallel::heads_to_sequence(c.cp, ws.ctx.data(), ws.dq.data(), head_blocks(c));
     context = ws.dq.data();
   }
@@ -325,7 +325,7 @@ void backward(float* dx, const LayerKept& kept, const LayerWeights& w, GradSink&
   linear_weight_grads(sink, &LayerGrads::proj_w, &LayerGrads::proj_b, &LayerWeightPending::proj, &LayerKept::proj_in,
                       stored_operand(kept.proj_in), dy, dy_op, N, hl, h, c, /*read_again=*/c.fused_attention);
   unmerge_heads(ws.ctx.data(), ws.big2.data(), c);
-  if (c.cp.active()) {
+  if (c.cp.ulysses()) {
     // Ulysses backward: each all-to-all's backward is the other one. The context gradient and (fused)
     // the kept context go to head blocks; big2's first N·hl floats stage the context, the next hold it
     // as head blocks; dq, dk, dv come back to this rank's positions in q, k, v (free once read).
@@ -349,7 +349,7 @@ void backward(float* dx, const LayerKept& kept, const LayerWeights& w, GradSink&
     sink.kept->attn_lse.reset(), sink.kept->q.reset(), sink.kept->k.reset(), sink.kept->v.reset();
     sink.kept->proj_in.reset();
   }
-  const bool cp = c.cp.active();
+  const bool cp = c.cp.ulysses();
   merge_qkv_grads(ws.big1.data(), (cp ? ws.q : ws.dq).data(), (cp ? ws.k : ws.dk).data(), (cp ? ws.v : ws.dv).data(),
                   c);
   ln_column_backward(dx, ws.big1.data(), 3 * hl, kLn1Qkv, kept, w.qkv, w.ln1_w, sink, c, ws);

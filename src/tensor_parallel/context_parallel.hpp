@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "comm/communicator.hpp"
+#include "core/config.hpp"
 
 namespace lattice::parallel {
 
@@ -44,11 +45,15 @@ struct SequenceSplit {
 };
 
 // The context-parallel group a model runs in; group == nullptr means one rank holds whole sequences.
+// `comm`: how its ranks share attention, Ulysses' all-to-alls (a2a) or the ring (p2p, ring_attention.hpp).
 struct ContextParallel {
   comm::Communicator* group = nullptr;
+  CpComm comm = CpComm::a2a;
   int size() const { return group ? group->size() : 1; }
   int rank() const { return group ? group->rank() : 0; }
   bool active() const { return group && group->size() > 1; }
+  bool ulysses() const { return active() && comm == CpComm::a2a; }
+  bool ring() const { return active() && comm == CpComm::p2p; }
   SequenceSplit split(int64_t S) const { return {S, size(), rank()}; }
 };
 

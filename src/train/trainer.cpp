@@ -254,7 +254,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   const bool shard_in_place = layout_.zero >= 3 && replicas > 1 && !checkpoint::is_llmc_file(weights_path);
   model_ = std::make_unique<GPT>(model_config_, layout_, config_.seed, tp, stage, !shard_in_place);
   if (layout_.ep > 1) model_->set_expert_parallel(&dist_->ep());
-  if (layout_.cp > 1) model_->set_context_parallel(&dist_->cp());
+  if (layout_.cp > 1) model_->set_context_parallel(&dist_->cp(), layout_.cp_comm);
   kept_ = std::make_unique<KeptBytesProbe>(model_config_.layers);
   // How weights, gradients and masters are kept: decided once, here, from the layout (and the
   // schedule: PipeDream-2BW keeps two versions).

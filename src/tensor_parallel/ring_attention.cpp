@@ -1,0 +1,130 @@
+#include "tensor_parallel/ring_attention.hpp"
+
+#include "backend/device_ops.hpp"
+#include "kernels/flash_attention.hpp"
+#include "tensor/memory_tracker.hpp"
+
+namespace lattice::parallel {
+
+namespace {
+
+// Tags of the ring's four streams between a pair of ranks (each in order, apart from the others).
+enum RingTag : int { kTagK = 1, kTagV = 2, kTagDK = 3, kTagDV = 4 };
+
+// The ring's buffers (see the header), grown once and reused; collectives come from one thread.
+float* ring_buffers(int64_t n) {
+  static ScratchArray<float> buf(MemoryCategory::communication, "cp_ring");
+  return buf.ensure(n);
+}
+
+// Where a rank's chunks are and what they are: local chunk i (0 or 1) of rank o is global chunk
+// i ? 2c−1−o : o, its rows [i·C, (i + 1)·C) of every head.
+struct Ring {
+  const ContextParallel& cp;
+  HeadBlocks x;
+  int c, r;
+  int64_t C, n;  // chunk length; elements of one local tensor
+  Ring(const ContextParallel& cp_, const HeadBlocks& x_)
+      : cp(cp_), x(x_), c(cp_.size()), r(cp_.rank()), C(x_.S / (2 * int64_t(cp_.size()))),
+        n(x_.b * x_.a * (x_.S / cp_.size()) * x_.dh) {}
+  int next() const { return (r + 1) % c; }
+  int prev() const { return (r + c - 1) % c; }
+  int64_t global_chunk(int owner, int i) const { return i ? 2 * int64_t(c) - 1 - owner : owner; }
+
+  // fn(block, query row offset, key row offset) for each of this rank's query chunks that sees a key
+  // chunk of `owner`: chunks are whole, so a key chunk is behind the query chunk, on its diagonal
+  // (the causal half) or ahead of it (skipped). In step 0 (owner r) key chunk r comes first for both
+  // query chunks (it is behind or on the diagonal of each) and overwrites; every other block merges.
+  template <class F>
+  void blocks(int owner, F&& fn) const {
+    for (int qi = 0; qi < 2; ++qi)
+      for (int ki = 0; ki < 2; ++ki) {
+        const int64_t gq = global_chunk(r, qi), gk = global_chunk(owner, ki);
+        if (gk > gq) continue;
+        FlashBlock blk;
+        blk.b = x.b, blk.a = x.a, blk.nq = C, blk.nk = C, blk.dh = x.dh;
+        blk.q0 = gq * C, blk.k0 = gk * C, blk.S = x.S;
+        blk.q_stride = blk.k_stride = 2 * C * x.dh, blk.lse_stride = 2 * C;
+        blk.merge = !(owner == r && ki == 0);
+        fn(blk, qi * C, ki * C);
+      }
+  }
+};
+
+}  // namespace
+
+void ring_attention_forward(const ContextParallel& cp, float* out, float* lse, const float* q, const float* k,
+                            const float* v, const HeadBlocks& x, const AttentionDropout& drop) {
+  const Ring ring(cp, x);
+  const int64_t n = ring.n, dh = x.dh;
+  float* kv = ring_buffers(4 * n);  // two K, V pairs
+  const float *cur_k = k, *cur_v = v;
+  for (int t = 0; t < ring.c; ++t) {
+    const int owner = (ring.r - t + ring.c) % ring.c;
+    comm::Handle send_k, send_v, recv_k, recv_v;
+    float* next = kv + (t % 2) * 2 * n;
+    if (t + 1 < ring.c) {
+      recv_k = cp.group->recv_async({next, size_t(n)}, ring.prev(), kTagK);
+      recv_v = cp.group->recv_async({next + n, size_t(n)}, ring.prev(), kTagV);
+      send_k = cp.group->send_async({cur_k, size_t(n)}, ring.next(), kTagK);
+      send_v = cp.group->send_async({cur_v, size_t(n)}, ring.next(), kTagV);
+    }
+    ring.blocks(owner, [&](const FlashBlock& blk, int64_t qrow, int64_t krow) {
+      dev::flash_block_forward(out + qrow * dh, lse + qrow, q + qrow * dh, cur_k + krow * dh, cur_v + krow * dh, blk,
+                               drop);
+    });
+    send_k.wait(), send_v.wait(), recv_k.wait(), recv_v.wait();
+    cur_k = next, cur_v = next + n;
+  }
+}
+
+void ring_attention_backward(const ContextParallel& cp, float* dq, float* dk, float* dv, const float* dout,
+                             const float* q, const float* k, const float* v, const float* out, const float* lse,
+                             const HeadBlocks& x, const AttentionDropout& drop) {
+  const Ring ring(cp, x);
+  const int64_t n = ring.n, dh = x.dh;
+  float* buffers = ring_buffers(10 * n);
+  float* kv = buffers;                // two K, V pairs
+  float* partial = buffers + 4 * n;   // two dK, dV partial sums
+  float* arriving = buffers + 8 * n;  // the partial sum from rank r − 1
+  dev::fill_zero(dq, n);
+  const float *cur_k = k, *cur_v = v;
+  comm::Handle sent_dk, sent_dv;  // the last step's partial sum, leaving
+  for (int t = 0; t < ring.c; ++t) {
+    const int owner = (ring.r - t + ring.c) % ring.c;
+    comm::Handle send_k, send_v, recv_k, recv_v, recv_dk, recv_dv;
+    float* next = kv + (t % 2) * 2 * n;
+    if (t + 1 < ring.c) {
+      recv_k = cp.group->recv_async({next, size_t(n)}, ring.prev(), kTagK);
+      recv_v = cp.group->recv_async({next + n, size_t(n)}, ring.prev(), kTagV);
+      send_k = cp.group->send_async({cur_k, size_t(n)}, ring.next(), kTagK);
+      send_v = cp.group->send_async({cur_v, size_t(n)}, ring.next(), kTagV);
+    }
+    if (t > 0) {  // what ranks r − t … r − 1 added to the owner's dK, dV
+      recv_dk = cp.group->recv_async({arriving, size_t(n)}, ring.prev(), kTagDK);
+      recv_dv = cp.group->recv_async({arriving + n, size_t(n)}, ring.prev(), kTagDV);
+    }
+    float* mine = partial + (t % 2) * 2 * n;  // free: its send (step t − 2) was waited in step t − 1
+    dev::fill_zero(mine, 2 * n);
+    ring.blocks(owner, [&](FlashBlock blk, int64_t qrow, int64_t krow) {
+      blk.merge = true;  // into the zeroed dQ and partial sums
+      dev::flash_block_backward(dq + qrow * dh, mine + krow * dh, mine + n + krow * dh, dout + qrow * dh, q + qrow * dh,
+                                cur_k + krow * dh, cur_v + krow * dh, out + qrow * dh, lse + qrow, blk, drop);
+    });
+    if (t > 0) {
+      recv_dk.wait(), recv_dv.wait();
+      dev::residual_add(mine, arriving, 2 * n);
+    }
+    sent_dk.wait(), sent_dv.wait();
+    sent_dk = cp.group->send_async({mine, size_t(n)}, ring.next(), kTagDK);
+    sent_dv = cp.group->send_async({mine + n, size_t(n)}, ring.next(), kTagDV);
+    send_k.wait(), send_v.wait(), recv_k.wait(), recv_v.wait();
+    cur_k = next, cur_v = next + n;
+  }
+  // Step c − 1 sent each partial sum to its owner, complete: this rank's comes from r − 1.
+  comm::Handle recv_dk = cp.group->recv_async({dk, size_t(n)}, ring.prev(), kTagDK);
+  comm::Handle recv_dv = cp.group->recv_async({dv, size_t(n)}, ring.prev(), kTagDV);
+  recv_dk.wait(), recv_dv.wait(), sent_dk.wait(), sent_dv.wait();
+}
+
+}  // namespace lattice::parallel
