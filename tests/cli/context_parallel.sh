@@ -26,10 +26,12 @@ done
 check "cp2_fused trains the one-rank fused model" compare cp2_fused one_fused
 
 # CP × PP (world 4 in the order tp, cp, dp, pp: CP pairs {0,1} on stage 0, {2,3} on stage 1). Every
-# schedule: 1F1B, ZB-H1 (the split backward), interleaved and PipeDream-2BW on 4 layers (2BW's reference is
-# the one-rank 2BW run, docs/design.md §6.3), GPipe through the checkpoints below.
-P2=(--cp 2 --pipeline-model-parallel-size 2)
+# schedule under Ulysses: 1F1B, ZB-H1 (the split backward), interleaved and PipeDream-2BW on 4 layers (2BW's
+# reference is the one-rank 2BW run, docs/design.md §6.3), GPipe through the checkpoints below; and the
+# ring under 1F1B (its K/V traffic runs on the CP group, the stages' messages on the PP group).
+P2=(--cp 2 --cp-comm-type a2a --pipeline-model-parallel-size 2)
 run cp2_pp2 4 "${P2[@]}"
+run cp2_pp2_ring 4 --cp 2 --cp-comm-type p2p --attention fused --pipeline-model-parallel-size 2
 run cp2_pp2_zb 4 "${P2[@]}" --schedule zb-h1
 run one_l4 1 --layers 4
 run cp2_pp2_interleaved 4 "${P2[@]}" --layers 4 --schedule interleaved --virtual-stages 2
@@ -37,6 +39,7 @@ run one_l4_2bw 1 --layers 4 --schedule pipedream-2bw
 run cp2_pp2_2bw 4 "${P2[@]}" --layers 4 --schedule pipedream-2bw
 check "cp2_pp2 (1F1B) trains the one-rank model" compare cp2_pp2
 check "cp2_pp2_zb (ZB-H1) trains the one-rank model" compare cp2_pp2_zb
+check "cp2_pp2_ring (p2p, 1F1B) trains the one-rank fused model" compare cp2_pp2_ring one_fused
 check "cp2_pp2_interleaved trains the one-rank 4-layer model" compare cp2_pp2_interleaved one_l4
 check "cp2_pp2_2bw trains the one-rank 2BW model" compare cp2_pp2_2bw one_l4_2bw
 # Checkpoints are the one-rank layout whatever wrote them: 2 steps on one rank, then 2 resumed under

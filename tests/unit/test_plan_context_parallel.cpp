@@ -90,6 +90,7 @@ TEST(PlanContextParallel, ChargesEightAllToAllsALayerAndNineFused) {
 TEST(PlanContextParallel, PipelineStagesKeepAndSendOneCthOfTheirPositions) {
   const Hardware& hw = hardware_preset("A100-80GB");
   PlanRequest pp = one_sequence_split(1), cppp = one_sequence_split(2);
+  cppp.layout.cp_comm = CpComm::a2a;  // what the planner's exchanges model (Ulysses)
   pp.layout.pp = cppp.layout.pp = 2;
   pp.gpus = 2, cppp.gpus = 4;
   ASSERT_EQ(layout_problem(cppp), "");
