@@ -122,6 +122,7 @@ TEST(PlanContextParallel, RefusesWhatTheTrainerRefusesInItsWords) {
   r.model.hidden = 256;
   EXPECT_NE(layout_problem(r).find("are not divisible by 4"), std::string::npos);
   r = one_sequence_split(2);
+  r.layout.cp_comm = CpComm::a2a;
   r.layout.pp = 2;
   r.gpus = 4;
   EXPECT_EQ(layout_problem(r), "");  // CP × PP runs (every schedule): nothing to refuse
