@@ -113,9 +113,6 @@ std::string context_parallel_problem(const ModelConfig& m, const LayoutConfig& l
            " heads a tensor-parallel rank holds (--heads " + std::to_string(m.heads) + " / t " +
            std::to_string(layout.tp) + ") are not divisible by " + std::to_string(c);
   if (m.moe.enabled()) return flag + " is not built with Mixture-of-Experts layers yet (--num-experts)";
-  if (layout.pp != 1)
-    return flag + " is not built with pipeline parallelism yet (--pipeline-model-parallel-size " +
-           std::to_string(layout.pp) + ")";
   return "";
 }
 

@@ -85,9 +85,12 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
 
   for (int t : divisors(base.gpus, hw.devices_per_node)) {
     if (base.model.heads % t != 0) continue;
-    // CP is not built with pipeline parallelism yet: a layout with c > 1 has one stage.
     for (int c : cp_sizes(base, t))
-    for (int p : c > 1 ? std::vector<int>{1} : divisors(base.gpus / t, L)) {
+    for (int p : divisors(base.gpus / (t * c), L)) {
+      // With c > 1 the search keeps to even stages: the partitioner's uneven ones cost most of a
+      // search's time, and trying them for every c would multiply it (--pipeline-layers auto still
+      // balances a CP layout's stages when asked).
+      if (c > 1 && L % p != 0) continue;
       const int dp = base.gpus / (t * c * p);
       if (base.global_batch % dp != 0) continue;
       // An MoE model also tries every expert-parallel size e dividing DP (and the expert count).

@@ -90,7 +90,8 @@ std::string groups_svg(const ParallelLayout& l) {
       {"Tensor-parallel groups", "consecutive ranks", tp_groups(l)},
       {"Data-parallel groups", l.cp > 1 ? "stride t\u00b7c, within one stage" : "stride t, within one stage",
        dp_groups(l)},
-      {"Pipeline-parallel groups", "stride t\u00b7dp, one rank per stage", pp_groups(l)},
+      {"Pipeline-parallel groups",
+       l.cp > 1 ? "stride t\u00b7c\u00b7dp, one rank per stage" : "stride t\u00b7dp, one rank per stage", pp_groups(l)},
       {"Embedding groups", "first and last stage of each pipeline; grey: in none", embedding_groups(l)}};
   if (l.cp > 1) {  // with c = 1 every rank is alone in its CP group and DP-with-CP is DP
     panels.insert(panels.begin() + 1, {"Context-parallel groups", "stride t: the ranks of one sequence", cp_groups(l)});

@@ -74,6 +74,14 @@ rm -f "$SCRATCH/cp.svg"
 svg_complete "$SCRATCH/cp.svg"
 [ "$(grep -o "class='cell'" "$SCRATCH/cp.svg" | wc -l)" -eq 48 ] || fail "6 panels of 8 ranks with CP"
 grep -q "Context-parallel groups (4)" "$SCRATCH/cp.svg" || fail "the SVG has a CP panel"
+# With a pipeline too: two stages side by side, the PP groups' stride named with c.
+rm -f "$SCRATCH/cp_pp.svg"
+"$LATTICE" groups --world 8 --cp 2 --pipeline-model-parallel-size 2 --svg "$SCRATCH/cp_pp.svg" > /dev/null ||
+  fail "--svg with --cp and a pipeline exits 0"
+svg_complete "$SCRATCH/cp_pp.svg"
+[ "$(grep -o "class='cell'" "$SCRATCH/cp_pp.svg" | wc -l)" -eq 48 ] || fail "6 panels of 8 ranks with CP x PP"
+[ "$(grep -o ">stage 1<" "$SCRATCH/cp_pp.svg" | wc -l)" -eq 6 ] || fail "every CP x PP panel draws stage 1"
+grep -q "stride t·c·dp, one rank per stage" "$SCRATCH/cp_pp.svg" || fail "PP stride t·c·dp under CP in the SVG"
 
 expect() { expect_status groups "$@"; }  # expect <status> <text in stderr> <args...>
 expect 1 "world size 6 is not divisible by t·p = 4" --world 6 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2

@@ -119,6 +119,33 @@ TEST(PlanContextParallel, TheRingChargesWhatItsBlocksDoNotHide) {
   EXPECT_NEAR(plan_time(r, fast).cp_comm_s, per_layer_mb * home, 1e-9 * per_layer_mb * home);
 }
 
+// CP × PP: a pipeline stage keeps and computes 1/c of its layers, as one stage does without CP, and the
+// messages between stages carry a rank's s/c positions: the α–β point-to-point term's β part halves.
+TEST(PlanContextParallel, PipelineStagesKeepAndSendOneCthOfTheirPositions) {
+  const Hardware& hw = hardware_preset("A100-80GB");
+  PlanRequest pp = one_sequence_split(1), cppp = one_sequence_split(2);
+  cppp.layout.cp_comm = CpComm::a2a;  // what the planner's exchanges model (Ulysses)
+  pp.layout.pp = cppp.layout.pp = 2;
+  pp.gpus = 2, cppp.gpus = 4;
+  ASSERT_EQ(layout_problem(cppp), "");
+  const MemoryPlan m1 = plan_memory(pp), m2 = plan_memory(cppp);
+  ASSERT_EQ(m2.by_stage.size(), 2u);
+  EXPECT_EQ(m2.activation_bytes_per_layer * 2, m1.activation_bytes_per_layer);
+  // eq. 5 holds per rank: 1F1B's first stage keeps L layers' worth of its own (halved) row.
+  EXPECT_DOUBLE_EQ(m2.first_stage_layer_bytes * 2, m1.first_stage_layer_bytes);
+  EXPECT_DOUBLE_EQ(m2.first_stage_layer_bytes, double(pp.model.layers) * m2.activation_bytes_per_layer);
+  // The stages' receive buffer and send pool hold b·(s/c)·h floats a message.
+  for (size_t stage = 0; stage < 2; ++stage)
+    EXPECT_EQ(m2.by_stage[stage].pipeline * 2, m1.by_stage[stage].pipeline) << stage;
+  // Point-to-point: 2 messages (activation forward, gradient back) a micro-batch, α + bytes·β each, the
+  // PP group's ranks t·c·N_d apart.
+  const Link link = group_topology(hw, 2, 2).flat_link();
+  const double bytes = 2.0 * (256 / 2) * 256 * 4;  // b·(s/c)·h at 4 bytes (fp32 activations)
+  EXPECT_NEAR(plan_time(cppp, hw).pp_comm_s, cppp.micro_batches() * 2 * (link.alpha + bytes * link.beta),
+              1e-12 * plan_time(cppp, hw).pp_comm_s);
+  EXPECT_GT(plan_time(cppp, hw).cp_comm_s, 0);
+}
+
 TEST(PlanContextParallel, RefusesWhatTheTrainerRefusesInItsWords) {
   PlanRequest r = one_sequence_split(2);
   r.model.seq_len = 250;  // not divisible by 2c = 4
@@ -129,9 +156,10 @@ TEST(PlanContextParallel, RefusesWhatTheTrainerRefusesInItsWords) {
   r.model.hidden = 256;
   EXPECT_NE(layout_problem(r).find("are not divisible by 4"), std::string::npos);
   r = one_sequence_split(2);
+  r.layout.cp_comm = CpComm::a2a;
   r.layout.pp = 2;
   r.gpus = 4;
-  EXPECT_NE(layout_problem(r).find("not built with pipeline parallelism yet"), std::string::npos);
+  EXPECT_EQ(layout_problem(r), "");  // CP × PP runs (every schedule): nothing to refuse
   r = one_sequence_split(2);
   r.gpus = 3;
   EXPECT_NE(layout_problem(r).find("t·c·p·DP must equal --gpus"), std::string::npos);
