@@ -110,8 +110,8 @@ import json, os, statistics, sys
 scratch, rounds, rows, check, shape = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4] == "1", sys.argv[5]
 parts = [("gemm", "gemm_s"), ("elementwise", "elementwise_s"), ("recompute", "recompute_s"), ("tp_comm", "tp_comm_s"),
          ("ep_comm", "ep_comm_s"), ("pp_comm", "pp_comm_s"), ("bubble", "bubble_s"), ("dp_comm", "dp_comm_s"), ("optimizer", "optimizer_s")]
-# CP's all-to-alls only where a row splits sequences (the trace split has no CP part: measured "–").
-if any(row.startswith("cp") for row in rows):  # the CP rows are named cp*
+# CP's all-to-alls and the ring's exposed waits only where a row splits sequences (cp* and ring* rows).
+if any(row.startswith(("cp", "ring")) for row in rows):
     parts.insert(5, ("cp_comm", "cp_comm_s"))
 def load(path):
     try:

@@ -14,8 +14,8 @@ Trace::Kind trace_kind(GroupKind kind) {
     case GroupKind::pp: return Trace::Kind::comm_pp;
     case GroupKind::embedding: return Trace::Kind::comm_embedding;
     case GroupKind::ep: return Trace::Kind::comm_ep;
+    case GroupKind::cp: return Trace::Kind::comm_cp;
     case GroupKind::model:
-    case GroupKind::cp:  // no trace kind of its own yet: the planner's split has no CP part
     case GroupKind::world: return Trace::Kind::comm_other;
   }
   return Trace::Kind::comm_other;

@@ -70,7 +70,7 @@ class Handle {
 };
 
 // The trace kind of a wait on a group of `kind`: comm_tp, comm_dp (expert_dp too: a gradient
-// reduction), comm_pp, comm_embedding, comm_ep; comm_other for the model and world groups.
+// reduction), comm_pp, comm_embedding, comm_ep, comm_cp; comm_other for the model and world groups.
 Trace::Kind trace_kind(GroupKind kind);
 
 class Communicator {

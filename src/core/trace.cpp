@@ -12,7 +12,7 @@ const char* Trace::name(Kind kind) {
   static const char* const names[kKinds] = {
       "forward", "backward",  "receive", "send",    "optimizer", "backward_input", "backward_weight", "gemm",
       "recompute", "step",    "comm_tp", "comm_dp", "comm_pp",   "comm_embedding", "comm_ep",        "comm_other",
-      "receive_wait"};
+      "receive_wait", "comm_cp"};
   const auto k = int64_t(kind);
   return k >= 0 && k < kKinds ? names[k] : "unknown";
 }

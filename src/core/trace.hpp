@@ -27,8 +27,9 @@ class Trace {
     comm_tp, comm_dp, comm_pp, comm_embedding, comm_ep,  // a blocking collective or a wait, by group
     comm_other,      // the same on the model or world group
     receive_wait,    // a pipeline receive waiting for the peer to send (the copy is comm_pp)
+    comm_cp,         // a blocking collective or a wait on the context-parallel group (all-to-all, ring)
   };
-  static constexpr int kKinds = 17;
+  static constexpr int kKinds = 18;
   static const char* name(Kind kind);  // "forward", ..., "receive_wait"; the file's `cat`
 
   static Trace& instance();

@@ -21,7 +21,7 @@ namespace {
 
 using Kind = Trace::Kind;
 
-enum Part { gemm, elementwise, recompute, tp_comm, ep_comm, pp_comm, bubble, dp_comm, optimizer, other, kParts };
+enum Part { gemm, elementwise, recompute, tp_comm, ep_comm, cp_comm, pp_comm, bubble, dp_comm, optimizer, other, kParts };
 
 struct Span {
   Kind kind;
@@ -39,6 +39,7 @@ Part part_of(Kind kind, Kind parent, bool in_recompute, bool in_drain) {
     case Kind::gemm: return gemm;
     case Kind::comm_tp: return tp_comm;
     case Kind::comm_ep: return ep_comm;
+    case Kind::comm_cp: return cp_comm;
     case Kind::comm_pp:
     case Kind::receive: return pp_comm;
     case Kind::receive_wait: return bubble;
@@ -147,7 +148,7 @@ StepSplit split_rank(const std::vector<Span>& all, const Span& root, int rank, c
     if (p != other) listed += ns[size_t(p)];
   const auto s = [&](Part p) { return double(ns[size_t(p)]) * 1e-9; };
   r.gemm_s = s(gemm), r.elementwise_s = s(elementwise), r.recompute_s = s(recompute), r.tp_comm_s = s(tp_comm);
-  r.ep_comm_s = s(ep_comm), r.pp_comm_s = s(pp_comm), r.bubble_s = s(bubble), r.dp_comm_s = s(dp_comm);
+  r.ep_comm_s = s(ep_comm), r.cp_comm_s = s(cp_comm), r.pp_comm_s = s(pp_comm), r.bubble_s = s(bubble), r.dp_comm_s = s(dp_comm);
   r.optimizer_s = s(optimizer);
   r.other_s = double(total - listed) * 1e-9;  // = ns[other]: the parts tile the step
   return r;
@@ -203,7 +204,7 @@ std::optional<StepSplit> split_recorded_step(const std::vector<int64_t>& events,
 StepShares shares_of(const StepSplit& s) {
   StepShares r;
   r.step_s = s.step_s;
-  r.comm_wait_s = s.tp_comm_s + s.ep_comm_s + s.pp_comm_s + s.dp_comm_s;
+  r.comm_wait_s = s.tp_comm_s + s.ep_comm_s + s.cp_comm_s + s.pp_comm_s + s.dp_comm_s;
   r.bubble_s = s.bubble_s;
   r.compute_s = s.step_s - r.comm_wait_s - r.bubble_s;  // the parts tile the step
   return r;
@@ -213,7 +214,8 @@ const std::vector<SplitPart>& split_parts() {
   static const std::vector<SplitPart> parts = {
       {"gemm", &StepSplit::gemm_s},           {"elementwise", &StepSplit::elementwise_s},
       {"recompute", &StepSplit::recompute_s}, {"tp_comm", &StepSplit::tp_comm_s},
-      {"ep_comm", &StepSplit::ep_comm_s},     {"pp_comm", &StepSplit::pp_comm_s},
+      {"ep_comm", &StepSplit::ep_comm_s},     {"cp_comm", &StepSplit::cp_comm_s},
+      {"pp_comm", &StepSplit::pp_comm_s},
       {"bubble", &StepSplit::bubble_s},       {"dp_comm", &StepSplit::dp_comm_s},
       {"optimizer", &StepSplit::optimizer_s}, {"other", &StepSplit::other_s}};
   return parts;

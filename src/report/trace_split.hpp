@@ -12,7 +12,8 @@
 //                the stages, where a stage that finished early waits for the others (the last
 //                stage's share of the pipeline's idle slots; 8 bytes, so no transfer to speak of)
 //   gemm         gemm spans outside recompute
-//   tp_comm, ep_comm, pp_comm   comm_tp, comm_ep, comm_pp (and a receive's own time besides its
+//   tp_comm, ep_comm, cp_comm, pp_comm   comm_tp, comm_ep, comm_cp (context parallelism's all-to-alls
+//                and the ring's waits: what its blocks did not hide), comm_pp (and a receive's own time besides its
 //                wait and its copy) outside recompute, the drain and the above
 //   elementwise  the forward / backward / backward_input / backward_weight spans' own time
 //   optimizer    the optimizer span's own time (its comm goes to that comm's part)
@@ -29,7 +30,7 @@ struct StepSplit {
   int rank = 0;
   int64_t step = -1;  // the optimizer step (0-based, the trace's args.step)
   double step_s = 0;  // the step span
-  double gemm_s = 0, elementwise_s = 0, recompute_s = 0, tp_comm_s = 0, ep_comm_s = 0, pp_comm_s = 0,
+  double gemm_s = 0, elementwise_s = 0, recompute_s = 0, tp_comm_s = 0, ep_comm_s = 0, cp_comm_s = 0, pp_comm_s = 0,
          bubble_s = 0, dp_comm_s = 0, optimizer_s = 0, other_s = 0;  // add up to step_s exactly
 };
 
@@ -44,7 +45,7 @@ std::vector<StepSplit> split_step(const std::string& trace_path, int step = -1);
 std::optional<StepSplit> split_recorded_step(const std::vector<int64_t>& events, size_t from, int64_t step);
 
 // The split in the three parts a straggler shows in (docs/recovery.md, "Stragglers"):
-//   comm_wait  tp_comm + ep_comm + pp_comm + dp_comm: blocked in a collective or a pipeline
+//   comm_wait  tp_comm + ep_comm + cp_comm + pp_comm + dp_comm: blocked in a collective or a pipeline
 //              receive's copy, which includes waiting for a slower peer to arrive
 //   bubble     the pipeline's idle time (above)
 //   compute    the rest: GEMMs, element-wise work, recompute, the optimizer, and the step's own

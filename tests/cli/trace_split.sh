@@ -41,7 +41,7 @@ split() {
   "$PY" -c "
 import json, sys
 d = json.load(open('$name.split.json'))
-parts = ['gemm_s', 'elementwise_s', 'recompute_s', 'tp_comm_s', 'ep_comm_s', 'pp_comm_s', 'bubble_s', 'dp_comm_s',
+parts = ['gemm_s', 'elementwise_s', 'recompute_s', 'tp_comm_s', 'ep_comm_s', 'cp_comm_s', 'pp_comm_s', 'bubble_s', 'dp_comm_s',
          'optimizer_s', 'other_s']
 ok = d['event'] == 'trace_split' and d['step'] == 1 and [r['rank'] for r in d['ranks']] == list(range($np))
 for r in d['ranks']:
@@ -87,8 +87,8 @@ c "text: exit 0" test $? -eq 0
 c "text: the header names the step and the file" grep -q "^step 1 of tp2.json" tp2.split.txt
 c "text: a column per rank" grep -qE "^part +rank 0 +rank 1$" tp2.split.txt
 c "text: the step is 100% on both ranks" grep -qE "^step +[0-9.]+ 100\.0% +[0-9.]+ 100\.0%$" tp2.split.txt
-rows="^(gemm|elementwise|recompute|tp_comm|ep_comm|pp_comm|bubble|dp_comm|optimizer|other) "
-c "text: every part on its row" test "$(grep -cE "$rows" tp2.split.txt)" -eq 10
+rows="^(gemm|elementwise|recompute|tp_comm|ep_comm|cp_comm|pp_comm|bubble|dp_comm|optimizer|other) "
+c "text: every part on its row" test "$(grep -cE "$rows" tp2.split.txt)" -eq 11
 "$LATTICE" schedule --from-trace one.json --split --json --trace-step 0 > step0.json 2> step0.err
 c "--trace-step 0 splits the first step" grep -q '"step":0,' step0.json
 
