@@ -20,8 +20,12 @@ int64_t routed_assignments_bound(const MoEConfig& moe, int64_t tokens) {
   return G * (C ? std::min(per_group, E * C) : per_group);
 }
 
+int64_t cp_rank_assignments(const MoEConfig& moe, int64_t tokens, int cp) {
+  return (routed_assignments_bound(moe, tokens) + cp - 1) / cp;
+}
+
 MoEKeptBytes moe_mlp_kept_bytes(const MoEKeptShape& m) {
-  const int64_t N = m.s * m.b, Nl = m.sp ? N / m.t : N, fl = m.ffn_hidden / m.t;
+  const int64_t N = m.s * m.b, Nl = m.sp ? m.local_tokens() / m.t : m.local_tokens(), fl = m.ffn_hidden / m.t;
   MoEKeptBytes r{};
   const auto mask = [&](int64_t n) { return m.packed_masks ? (n + 7) / 8 : n; };
   r.replicated = Nl * m.h * 2 * m.d + (m.dropout ? mask(Nl * m.h) : 0);
@@ -36,7 +40,7 @@ MoEKeptShape moe_kept_shape(const ActivationShape& x, const ModelConfig& model, 
                             int64_t received) {
   const MoEConfig& moe = model.moe;
   return {x.s, x.b, x.h, x.t, x.sp, x.d, x.dropout, moe.experts, model.ffn_hidden(),
-          moe.router == MoERouter::topk, moe.expert_dropout > 0, assignments, received, x.packed_masks};
+          moe.router == MoERouter::topk, moe.expert_dropout > 0, assignments, received, x.packed_masks, x.cp};
 }
 
 int64_t moe_workspace_bytes(const MoEKeptShape& m) {
@@ -45,13 +49,16 @@ int64_t moe_workspace_bytes(const MoEKeptShape& m) {
   // The buffers sized by the routed rows grow by a copying resize, old and new held at once: twice.
   const int64_t routed = 2 * 4 * rows + 4 * R * fl + 4 * std::max(R * fl, rows) + 4 * A + 2 * std::max(R * h, R * fl) +
                          (m.expert_dropout && m.packed_masks ? R * fl : 0);
-  return 4 * N * E * (m.noisy_router ? 2 : 1) + 2 * routed + 12 * A;
+  const int64_t widths = E * (m.noisy_router ? 2 : 1);
+  // Under CP: the local logits, the gathered ones in rank order, and each assignment's token in the micro-batch.
+  const int64_t cp = m.cp > 1 ? 4 * (m.local_tokens() + N) * widths + 4 * A : 0;
+  return 4 * N * widths + 2 * routed + 12 * A + cp;
 }
 
 int64_t moe_layer_activation_bytes(const ActivationShape& x, const MoEKeptShape& m, bool full, bool selective) {
   if (full) return layer_activation_bytes(x, true, selective);
   // Table 2's MLP half: LN2 input, FC1 input, residual mask (replicated) and GeLU, FC2 inputs.
-  const int64_t sbh = x.s * x.b * x.h;
+  const int64_t sbh = x.positions() * x.b * x.h;
   const int64_t shard = x.sp ? x.t : 1;
   const int64_t mlp_replicated = sbh * 2 * x.d / shard + (x.dropout ? mask_bytes(x, sbh / shard) : 0);
   const int64_t mlp_divided = mlp_4h_kept_bytes(x);
@@ -156,10 +163,16 @@ double moe_all_to_all_bytes(int64_t assignments, int64_t h, int ep, int bytes) {
   return double(ep - 1) / double(ep) * double(assignments) * double(h) * bytes;
 }
 
-int64_t moe_received_rows_bound(const MoEConfig& moe, int64_t tokens, int ep) {
-  const int64_t all = int64_t(ep) * routed_assignments_bound(moe, tokens);
+int64_t moe_received_rows_bound(const MoEConfig& moe, int64_t tokens, int ep, int cp) {
+  const int64_t all = int64_t(ep) * cp_rank_assignments(moe, tokens, cp);
   const int64_t C = expert_capacity(moe, tokens / moe.groups);
   return C ? std::min(all, int64_t(moe.experts) * moe.groups * C) : all;
+}
+
+double moe_cp_gather_bytes(const MoEConfig& moe, int64_t tokens, int cp, int bytes) {
+  if (cp <= 1) return 0.0;
+  const int64_t widths = int64_t(moe.experts) * (moe.router == MoERouter::topk ? 2 : 1);
+  return double(cp - 1) / double(cp) * double(tokens) * double(widths) * bytes;
 }
 
 double moe_model_flops(const ModelConfig& c, double B) {

@@ -16,6 +16,9 @@ int64_t expert_capacity(const MoEConfig& moe, int64_t T);
 // Assignments (token, expert) a micro-batch of `tokens` tokens routes, at most: k per token, capped
 // by the capacity of each group's E experts; expert choice takes exactly E·C per group.
 int64_t routed_assignments_bound(const MoEConfig& moe, int64_t tokens);
+// One context-parallel rank's share of them when its s/c positions route alike: ceil(bound / c)
+// (exact without dropping, k·tokens/c; with a capacity a balanced estimate, docs/design.md §5.1).
+int64_t cp_rank_assignments(const MoEConfig& moe, int64_t tokens, int cp);
 
 // What one MoE layer's MLP block keeps for one micro-batch on one rank. A = assignments this rank
 // routed (not dropped), R = token rows its experts received (A without expert parallelism).
@@ -30,10 +33,13 @@ struct MoEKeptShape {
   bool expert_dropout = false;  // a 1-byte mask on each expert's hidden activation
   int64_t assignments = 0, received = 0;
   bool packed_masks = false;    // --pack-masks: every mask at one bit an element
+  int cp = 1;  // context-parallel size: a rank keeps s/c positions, but routes the whole micro-batch
+  int64_t local_tokens() const { return s * b / cp; }
 };
 struct MoEKeptBytes {
-  int64_t replicated;  // LN2 input, router input, residual mask (÷t under SP)
-  int64_t router;      // fp32 [sb, E] probabilities (and logits, noise logits for noisy top-k)
+  int64_t replicated;  // LN2 input, router input, residual mask (s/c positions; ÷t under SP)
+  int64_t router;      // fp32 [sb, E] probabilities (and logits, noise logits for noisy top-k): the
+                       // whole micro-batch's under CP, whose routing every CP rank repeats
   int64_t dispatch;    // int32 token and expert of each assignment, send and receive counts
   int64_t combine;     // fp32 gate of each assignment, expert outputs back at the source (d)
   int64_t experts;     // each expert's FC1 input (h), GeLU input and FC2 input (f/t), dropout mask
@@ -50,7 +56,9 @@ MoEKeptShape moe_kept_shape(const ActivationShape& x, const ModelConfig& model, 
 // and expert-major rows, the experts' hidden activations twice (one also the all-to-all staging), the
 // gates' gradient, the 16-bit staging of backward's GEMM operands, the packed expert mask, and the
 // routing's token, expert and gate of each assignment. Those sized by the routed rows grow as the rows
-// vary, holding old and new during a growth, so they count twice. With m's A and R at their bounds, a bound.
+// vary, holding old and new during a growth, so they count twice. With m's A and R at their bounds, a
+// bound. Under CP also the local logits and the all-gather's receive buffer, and each assignment's
+// token in the whole micro-batch.
 int64_t moe_workspace_bytes(const MoEKeptShape& m);
 
 // A whole MoE layer: the attention half of Table 2's row (layer_activation_bytes without its MLP
@@ -106,9 +114,14 @@ double moe_first_stage_layer_bytes(const ActivationShape& x, const MoEKeptShape&
 // elements of `bytes` each (fp32 on the wire).
 double moe_all_to_all_bytes(int64_t assignments, int64_t h, int ep, int bytes = 4);
 // Rows the experts of one rank can receive at most for one micro-batch of `tokens` tokens per rank
-// when the routing is not balanced: every one of the e ranks' A assignments (e·A), and with a capacity
-// no more than C per expert from each source rank and routing group (E/e experts × e sources × G × C).
-int64_t moe_received_rows_bound(const MoEConfig& moe, int64_t tokens, int ep);
+// when the routing is not balanced: every one of the e ranks' A assignments (e·A, A a CP rank's share
+// under CP), and with a capacity no more than C per expert from each source rank and routing group
+// (E/e experts × e sources × G × C).
+int64_t moe_received_rows_bound(const MoEConfig& moe, int64_t tokens, int ep, int cp = 1);
+// Bytes one rank sends per MoE layer and forward under context parallelism: the all-gather of its
+// s/c positions' router logits (and noise logits for noisy top-k) over the CP group, (c−1)/c of the
+// micro-batch's sb·E floats (docs/design.md §5.1).
+double moe_cp_gather_bytes(const MoEConfig& moe, int64_t tokens, int cp, int bytes = 4);
 // All-to-alls of one MoE layer per micro-batch: dispatch and combine forward, and the same two backward.
 inline constexpr int kMoEAllToAllsPerLayer = 4;
 

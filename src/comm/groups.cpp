@@ -32,18 +32,20 @@ ParallelLayout make_layout(int world, int tp, int pp, int ep, int cp) {
   require(world % model == 0,
           "world size " + std::to_string(world) + " is not divisible by " + product + std::to_string(model));
   const int dp = int(world / model);
-  // EP groups are cut from DP groups, so e must divide N_d (Megatron-Core's rule).
-  require(dp % ep == 0, "--expert-model-parallel-size " + std::to_string(ep) +
-                            " does not divide the data-parallel size " + std::to_string(dp) + " (world " +
-                            std::to_string(world) + " / " + product + std::to_string(model) + ")");
+  // EP groups are cut from the DP-with-CP ranks (Megatron-Core folds experts over dp × cp), so e must
+  // divide N_d·c.
+  const std::string replicas = cp > 1 ? "data-parallel × context-parallel size N_d·c = " : "data-parallel size ";
+  require((int64_t(dp) * cp) % ep == 0, "--expert-model-parallel-size " + std::to_string(ep) + " does not divide the " +
+                                            replicas + std::to_string(int64_t(dp) * cp) + " (world " +
+                                            std::to_string(world) + " / " + product + std::to_string(model) + ")");
   return ParallelLayout{world, tp, pp, dp, ep, cp};
 }
 
 RankCoords coords_of(const ParallelLayout& l, int rank) {
   check_rank(l, rank);
-  const int dp_rank = (rank / (l.tp * l.cp)) % l.dp;
-  return RankCoords{rank % l.tp, dp_rank, rank / (l.tp * l.cp * l.dp), dp_rank % l.ep, dp_rank / l.ep,
-                    (rank / l.tp) % l.cp};
+  const int dp_rank = (rank / (l.tp * l.cp)) % l.dp, cp_rank = (rank / l.tp) % l.cp;
+  const int folded = cp_rank + l.cp * dp_rank;  // position among the N_d·c ranks of one weight shard
+  return RankCoords{rank % l.tp, dp_rank, rank / (l.tp * l.cp * l.dp), folded % l.ep, folded / l.ep, cp_rank};
 }
 
 int rank_of(const ParallelLayout& l, const RankCoords& c) {
@@ -56,6 +58,11 @@ RankCoords at(int tp_rank, int dp_rank, int pp_rank, int cp_rank = 0) {
   RankCoords c;
   c.tp_rank = tp_rank, c.dp_rank = dp_rank, c.pp_rank = pp_rank, c.cp_rank = cp_rank;
   return c;
+}
+// The rank at position j of the DP-with-CP ranks of (tp_rank, stage): j = cp_rank + c·dp_rank, the
+// index expert parallelism folds over.
+int folded_rank(const ParallelLayout& l, int tp_rank, int stage, int j) {
+  return rank_of(l, at(tp_rank, j / l.cp, stage, j % l.cp));
 }
 }  // namespace
 
@@ -144,31 +151,30 @@ Groups model_parallel_groups(const ParallelLayout& l) {
   return out;
 }
 
-// Megatron-Core's order: stage by stage, then by EP block, then by (cp_rank, tp_rank).
+// Megatron-Core's order: stage by stage, then by EP block, then by tp_rank. A block is e consecutive
+// positions j = cp_rank + c·dp_rank of the DP-with-CP ranks: stride t, across CP ranks first.
 Groups ep_groups(const ParallelLayout& l) {
   Groups out;
   for (int stage = 0; stage < l.pp; ++stage)
-    for (int block = 0; block < l.dp / l.ep; ++block)
-      for (int c = 0; c < l.cp; ++c)
-        for (int t = 0; t < l.tp; ++t) {
-          std::vector<int> g;
-          for (int i = 0; i < l.ep; ++i) g.push_back(rank_of(l, at(t, block * l.ep + i, stage, c)));
-          out.push_back(std::move(g));
-        }
+    for (int block = 0; block < l.dp * l.cp / l.ep; ++block)
+      for (int t = 0; t < l.tp; ++t) {
+        std::vector<int> g;
+        for (int i = 0; i < l.ep; ++i) g.push_back(folded_rank(l, t, stage, block * l.ep + i));
+        out.push_back(std::move(g));
+      }
   return out;
 }
 
-// One group per (stage, EP position, cp_rank, tp_rank); members by dp_rank, i.e. by expert_dp_rank.
+// One group per (stage, EP position, tp_rank); members by expert_dp_rank = j / e.
 Groups expert_dp_groups(const ParallelLayout& l) {
   Groups out;
   for (int stage = 0; stage < l.pp; ++stage)
     for (int position = 0; position < l.ep; ++position)
-      for (int c = 0; c < l.cp; ++c)
-        for (int t = 0; t < l.tp; ++t) {
-          std::vector<int> g;
-          for (int d = position; d < l.dp; d += l.ep) g.push_back(rank_of(l, at(t, d, stage, c)));
-          out.push_back(std::move(g));
-        }
+      for (int t = 0; t < l.tp; ++t) {
+        std::vector<int> g;
+        for (int j = position; j < l.dp * l.cp; j += l.ep) g.push_back(folded_rank(l, t, stage, j));
+        out.push_back(std::move(g));
+      }
   return out;
 }
 
@@ -185,9 +191,9 @@ RankGroups groups_of(const ParallelLayout& l, int rank) {
   }
   for (int s = 0; s < l.pp; ++s)
     for (int t = 0; t < l.tp; ++t) r.model.push_back(rank_of(l, at(t, d0, s, c0)));
-  const int block_start = c.dp_rank - c.ep_rank;
-  for (int i = 0; i < l.ep; ++i) r.ep.push_back(rank_of(l, at(t0, block_start + i, s0, c0)));
-  for (int d = c.ep_rank; d < l.dp; d += l.ep) r.expert_dp.push_back(rank_of(l, at(t0, d, s0, c0)));
+  const int block_start = c.expert_dp_rank * l.ep;
+  for (int i = 0; i < l.ep; ++i) r.ep.push_back(folded_rank(l, t0, s0, block_start + i));
+  for (int j = c.ep_rank; j < l.dp * l.cp; j += l.ep) r.expert_dp.push_back(folded_rank(l, t0, s0, j));
   for (int k = 0; k < l.cp; ++k) r.cp.push_back(rank_of(l, at(t0, d0, s0, k)));
   for (int d = 0; d < l.dp; ++d)
     for (int k = 0; k < l.cp; ++k) r.dp_cp.push_back(rank_of(l, at(t0, d, s0, k)));

@@ -3,7 +3,8 @@
 // logic is unit-tested on its own and `lattice groups` can print any layout without launching it.
 // Rank order (docs/design.md §9, Megatron-Core's tp-cp-ep-dp-pp): TP fastest, then CP, then DP, then
 // PP — rank = tp_rank + t·cp_rank + t·c·dp_rank + t·c·N_d·pp_rank. Expert parallelism (EP, size e)
-// adds no dimension: it cuts each DP group into blocks of e ranks.
+// adds no dimension: it folds over DP × CP, cutting the N_d·c ranks of one weight shard (positions
+// j = cp_rank + c·dp_rank) into blocks of e consecutive positions, as Megatron-Core does.
 #include <vector>
 
 namespace lattice::parallel {
@@ -13,13 +14,14 @@ struct ParallelLayout {
   int tp = 1;  // tensor-model-parallel size t
   int pp = 1;  // pipeline-model-parallel size p
   int dp = 1;  // data-parallel size N_d = world / (t·p), derived
-  int ep = 1;  // expert-model-parallel size e, a divisor of N_d
+  int ep = 1;  // expert-model-parallel size e, a divisor of N_d·c
   int cp = 1;  // context-parallel size c: the ranks sharing one sequence (docs/design.md §5.1)
 };
 
 // Validates and derives DP; throws lattice::InputError with one line, e.g.
 // "world size 6 is not divisible by t·p = 4" or
-// "--expert-model-parallel-size 4 does not divide the data-parallel size 2 (world 4 / t·p = 2)".
+// "--expert-model-parallel-size 4 does not divide the data-parallel size 2 (world 4 / t·p = 2)"
+// (e must divide N_d·c).
 // N_d = world / (t·c·p).
 ParallelLayout make_layout(int world, int tp, int pp, int ep = 1, int cp = 1);
 
@@ -27,8 +29,8 @@ struct RankCoords {
   int tp_rank = 0;
   int dp_rank = 0;
   int pp_rank = 0;
-  int ep_rank = 0;         // dp_rank % e: position in the EP group (which experts this rank holds)
-  int expert_dp_rank = 0;  // dp_rank / e: position in the expert-DP group
+  int ep_rank = 0;         // j % e, j = cp_rank + c·dp_rank: position in the EP group (which experts it holds)
+  int expert_dp_rank = 0;  // j / e: position in the expert-DP group
   int cp_rank = 0;         // position in the CP group: which two of the sequence's 2c chunks it holds
 };
 RankCoords coords_of(const ParallelLayout& layout, int rank);  // rank must be in [0, world)
@@ -46,9 +48,10 @@ Groups dp_cp_groups(const ParallelLayout& layout);           // stride t within 
 Groups pp_groups(const ParallelLayout& layout);              // stride t·c·N_d across stages
 Groups embedding_groups(const ParallelLayout& layout);       // first and last stage of each pipeline
 Groups model_parallel_groups(const ParallelLayout& layout);  // the t·p ranks sharing one dp_rank and cp_rank
-// Both cut each DP group (same tp_rank and pp_rank); listed, like the others, by first member.
-Groups ep_groups(const ParallelLayout& layout);         // DP ranks [k·e, (k+1)·e): stride t
-Groups expert_dp_groups(const ParallelLayout& layout);  // DP ranks with one dp_rank % e: stride t·e
+// Both cut each DP-with-CP group (same tp_rank and pp_rank) by position j = cp_rank + c·dp_rank;
+// listed by stage, then block or EP position, then tp_rank. Without CP, j = dp_rank.
+Groups ep_groups(const ParallelLayout& layout);         // positions [k·e, (k+1)·e): stride t
+Groups expert_dp_groups(const ParallelLayout& layout);  // positions with one j % e: stride t·e
 
 // The groups one rank belongs to. `embedding` is empty when the rank is in neither the first nor
 // the last stage (p > 2); with p = 1 it is the rank alone.

@@ -112,7 +112,6 @@ std::string context_parallel_problem(const ModelConfig& m, const LayoutConfig& l
     return flag + " --cp-comm-type a2a gives each CP rank heads/(t·c) heads: the " + std::to_string(m.heads / layout.tp) +
            " heads a tensor-parallel rank holds (--heads " + std::to_string(m.heads) + " / t " +
            std::to_string(layout.tp) + ") are not divisible by " + std::to_string(c);
-  if (m.moe.enabled()) return flag + " is not built with Mixture-of-Experts layers yet (--num-experts)";
   return "";
 }
 

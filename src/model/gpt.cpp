@@ -142,11 +142,12 @@ LayerContext GPT::layer_context(int l, uint64_t step, bool training, int64_t row
   c.pack_masks = layout_.pack_masks;
   c.fp8_kept = layout_.fp8_kept;
   if (!model_.moe.is_moe_layer(l)) return c;
-  // The MoE block routes the whole sequence of the micro-batch (docs/design.md §12).
+  // The MoE block routes the whole sequence of the micro-batch (docs/design.md §12), under CP too:
+  // every CP rank routes all N tokens and keeps its own (docs/design.md §5.1).
   const MoEConfig& m = model_.moe;
   c.is_moe = true;
   moe::MoEContext& x = c.moe;
-  const int64_t N = rows * c.s;
+  const int64_t N = rows * s;
   // Training checks that the groups divide a micro-batch; a shorter sequence (sampling) routes as one.
   const int groups = N % m.groups == 0 ? m.groups : 1;
   x.route = {m.router, m.experts, m.k(), m.drop_policy, N, groups, analysis::expert_capacity(m, N / groups),
@@ -154,6 +155,7 @@ LayerContext GPT::layer_context(int l, uint64_t step, bool training, int64_t row
   x.h = model_.hidden, x.ffn_local = model_.ffn_hidden() / tp_.size(), x.ffn_total = model_.ffn_hidden();
   x.dtype = layout_.activation_dtype;
   x.tp_rank = tp_.rank(), x.tp = tp_.active() ? tp_.group : nullptr;
+  x.cp = cp_;
   x.ep = ep_ && ep_->size() > 1 ? ep_ : nullptr;
   x.expert0 = table_.expert0(), x.local_experts = table_.held_experts(l);
   x.expert_dropout = training ? float(m.expert_dropout) : 0.0f;

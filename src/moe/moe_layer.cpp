@@ -8,6 +8,7 @@
 #include "kernels/dropout.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/linear.hpp"
+#include "moe/cp_routing.hpp"
 
 namespace lattice::moe {
 
@@ -141,27 +142,39 @@ void moe_forward(float* out, const float* x, MoEKept& kept, const MoEWeights& w,
   const RouterSpec& spec = c.route;
   const int64_t N = spec.tokens, h = c.h, fl = c.ffn_local;
   const int E = spec.experts, e = ep_size(c), L = c.local_experts, layer = c.layer;
-  const bool noisy = spec.kind == MoERouter::topk;
+  const bool noisy = spec.kind == MoERouter::topk, cp = c.cp.active();
+  const LocalTokens mine{c.cp.split(spec.seq), N / spec.seq};
+  const int64_t Nl = cp ? mine.count() : N;  // the rows of x, out
 
-  // Router (fp32 whatever the activation dtype: Switch's selective precision).
+  // Router (fp32 whatever the activation dtype: Switch's selective precision). Under CP each rank's
+  // logits are gathered into the micro-batch's, which every CP rank routes alike.
   GemmShape gs;
-  gs.M = N, gs.N = E, gs.K = h;
+  gs.M = Nl, gs.N = E, gs.K = h;
   float* logits = grow(ws.logits, N * E);
-  gemm(gs, f32_operand(x), f32_operand(w.router), logits);
-  float* noise = nullptr;
-  if (noisy) {
-    noise = grow(ws.noise, N * E);
-    gemm(gs, f32_operand(x), f32_operand(w.router_noise), noise);
+  float* noise = noisy ? grow(ws.noise, N * E) : nullptr;
+  float* local = cp ? grow(ws.cp_local, Nl * E * (noisy ? 2 : 1)) : logits;
+  gemm(gs, f32_operand(x), f32_operand(w.router), local);
+  if (noisy) gemm(gs, f32_operand(x), f32_operand(w.router_noise), cp ? local + Nl * E : noise);
+  if (cp) {
+    float* const full[2] = {logits, noise};
+    gather_tokens(c.cp, mine, local, noisy ? 2 : 1, E, full, ws.cp_gathered);
   }
   kept.router_probs = TrackedBuffer(size_t(N * E) * 4, layer, "router_probs");
   auto* probs = static_cast<float*>(kept.router_probs.data());
-  const Routing r = route_forward(spec, logits, noise, probs);
+  Routing r = route_forward(spec, logits, noise, probs);
   if (noisy) {
     kept.router_logits = TrackedBuffer(size_t(N * E) * 4, layer, "router_logits");
     kept.router_noise_logits = TrackedBuffer(size_t(N * E) * 4, layer, "router_noise_logits");
     std::memcpy(kept.router_logits.data(), logits, size_t(N * E) * 4);
     std::memcpy(kept.router_noise_logits.data(), noise, size_t(N * E) * 4);
   }
+  // The micro-batch's statistics, counted once over the CP ranks that all routed it.
+  if (c.stats && c.cp.rank() == 0) {
+    c.stats->aux_loss_tokens += c.aux_coeff * r.aux_loss * double(N);
+    c.stats->offered += r.offered, c.stats->dropped += r.dropped;
+    c.stats->add_load(layer, r.load);
+  }
+  if (cp) keep_local(r, mine);
   const int64_t A = r.size();
   kept.assignments = A;
   kept.dispatch = TrackedBuffer(size_t(2 * A + 2 * E) * 4, layer, "dispatch_indices");
@@ -194,7 +207,7 @@ void moe_forward(float* out, const float* x, MoEKept& kept, const MoEWeights& w,
   if (c.expert_dropout > 0.0f) {
     std::vector<float> ids(static_cast<size_t>(2 * A)), got(static_cast<size_t>(2 * R));
     for (int64_t a = 0; a < A; ++a) {
-      const uint64_t g = spec.global_token(r.token[size_t(a)]);
+      const uint64_t g = spec.global_token(cp ? mine.full(r.token[size_t(a)]) : r.token[size_t(a)]);
       std::memcpy(&ids[size_t(2 * a)], &g, 8);
     }
     exchange(c, n, ids.data(), got.data(), 2, true, ws.hidden2);
@@ -244,13 +257,7 @@ void moe_forward(float* out, const float* x, MoEKept& kept, const MoEWeights& w,
   exchange(c, n, y, rows, h, false, ws.hidden);
   kept.combine_input = Stored(A * h, c.dtype, layer, "combine_input");
   kept.combine_input.store(rows);
-  scatter_add_rows(out, N, h, r.token.data(), static_cast<const float*>(kept.combine_weights.data()), rows, A);
-
-  if (c.stats) {
-    c.stats->aux_loss_tokens += c.aux_coeff * r.aux_loss * double(N);
-    c.stats->offered += r.offered, c.stats->dropped += r.dropped;
-    c.stats->add_load(layer, r.load);
-  }
+  scatter_add_rows(out, Nl, h, r.token.data(), static_cast<const float*>(kept.combine_weights.data()), rows, A);
 }
 
 void moe_backward(float* dx, const float* dout, const float* x, const MoEKept& kept, const MoEWeights& w,
@@ -258,6 +265,9 @@ void moe_backward(float* dx, const float* dout, const float* x, const MoEKept& k
   const RouterSpec& spec = c.route;
   const int64_t N = spec.tokens, h = c.h, fl = c.ffn_local, A = kept.assignments, R = kept.received;
   const int E = spec.experts, e = ep_size(c), L = c.local_experts;
+  const bool cp = c.cp.active();
+  const LocalTokens mine{c.cp.split(spec.seq), N / spec.seq};
+  const int64_t Nl = cp ? mine.count() : N;
   const auto* token = static_cast<const int32_t*>(kept.dispatch.data());
   const int32_t* expert = token + A;
   const float* gate = static_cast<const float*>(kept.combine_weights.data());
@@ -305,22 +315,39 @@ void moe_backward(float* dx, const float* dout, const float* x, const MoEKept& k
   });
   float* drows = dy;  // spent
   exchange(c, n, rows, drows, h, false, ws.hidden2);
-  scatter_add_rows(dx, N, h, token, nullptr, drows, A);
+  scatter_add_rows(dx, Nl, h, token, nullptr, drows, A);
 
   // Router backward: its logits' gradient; dW_g += xᵀ·dlogits; dx += dlogits·W_gᵀ once over TP.
+  // Under CP the routers' backward runs on the micro-batch (this rank's gates, everyone's statistics)
+  // and this rank keeps its rows.
+  const int32_t* routed = token;
+  if (cp) {
+    int32_t* full = grow(ws.cp_tokens, A);
+    for (int64_t a = 0; a < A; ++a) full[a] = int32_t(mine.full(token[a]));
+    routed = full;
+  }
   float* dlogits = grow(ws.logits, N * E);
   float* dnoise = spec.kind == MoERouter::topk ? grow(ws.noise, N * E) : nullptr;
   route_backward(spec, static_cast<const float*>(kept.router_logits.data()),
                  static_cast<const float*>(kept.router_noise_logits.data()),
-                 static_cast<const float*>(kept.router_probs.data()), token, expert, dgate, A, aux_weight, dlogits,
+                 static_cast<const float*>(kept.router_probs.data()), routed, expert, dgate, A, aux_weight, dlogits,
                  dnoise);
+  if (cp) {
+    float* local = grow(ws.cp_local, Nl * E * (dnoise ? 2 : 1));
+    for (int64_t n = 0; n < Nl; ++n) {
+      const int64_t f = mine.full(n);
+      std::copy(dlogits + f * E, dlogits + (f + 1) * E, local + n * E);
+      if (dnoise) std::copy(dnoise + f * E, dnoise + (f + 1) * E, local + (Nl + n) * E);
+    }
+    dlogits = local, dnoise = dnoise ? local + Nl * E : nullptr;
+  }
   auto router_backward = [&](const float* dl, const float* weight, float* dweight) {
     GemmShape gw;
-    gw.M = h, gw.N = E, gw.K = N, gw.trans_a = true, gw.accumulate = true;
+    gw.M = h, gw.N = E, gw.K = Nl, gw.trans_a = true, gw.accumulate = true;
     gemm(gw, f32_operand(x), f32_operand(dl), dweight);
     if (c.tp_rank != 0) return;
     GemmShape gx;
-    gx.M = N, gx.N = h, gx.K = E, gx.trans_b = true, gx.accumulate = true;
+    gx.M = Nl, gx.N = h, gx.K = E, gx.trans_b = true, gx.accumulate = true;
     gemm(gx, f32_operand(dl), f32_operand(weight), dx);
   };
   router_backward(dlogits, w.router, g.router);

@@ -4,7 +4,8 @@
 // saved tensors are MoEKept. Under tensor parallelism every rank routes the whole sequence the same
 // way and its experts are column/row-parallel, so the combined output is a partial sum that the
 // caller reduces like a row-parallel GEMM's; under expert parallelism the tokens go to the rank that
-// holds their expert through an all-to-all of the expert-parallel group.
+// holds their expert through an all-to-all of the expert-parallel group. Under context parallelism a
+// rank holds s/c positions and routes the whole micro-batch's gathered logits (cp_routing.hpp).
 #include <cstdint>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "moe/router.hpp"
 #include "tensor/memory_tracker.hpp"
 #include "tensor/stored.hpp"
+#include "tensor_parallel/context_parallel.hpp"
 
 namespace lattice::moe {
 
@@ -67,7 +69,8 @@ struct MoEStats {
 };
 
 struct MoEContext {
-  RouterSpec route;                     // tokens N = the full sequence of the micro-batch
+  RouterSpec route;                     // tokens N = the full sequence of the micro-batch (every CP rank's)
+  parallel::ContextParallel cp;         // the rank holds N/c of them (docs/design.md §5.1)
   int64_t h = 0, ffn_local = 0;         // hidden size, each expert's hidden size on this TP rank
   DType dtype = DType::fp32;            // storage of kept activations and GEMM inputs
   int tp_rank = 0;
@@ -86,12 +89,15 @@ struct MoEContext {
 // workspaces, sized by the routing).
 struct MoEWorkspace {
   tracked_vector<float, MemoryCategory::workspaces> logits, noise, rows, rows2, hidden, hidden2, dgate;
+  // Under CP: this rank's logits (and noise logits), and the all-gather's receive buffer.
+  tracked_vector<float, MemoryCategory::workspaces> cp_local, cp_gathered;
+  tracked_vector<int32_t, MemoryCategory::workspaces> cp_tokens;  // each assignment's micro-batch token
   tracked_vector<uint16_t, MemoryCategory::workspaces> half;
   tracked_vector<uint8_t, MemoryCategory::workspaces> mask_bytes;  // --pack-masks: the expert mask's bytes
 };
 
 // out [N, h] = Σ_a gate_a · expert_a(x[token_a]) (partial over TP); x [N, h] fp32, the block's input
-// (the LayerNorm output, whole sequence).
+// (the LayerNorm output, whole sequence; under CP N is this rank's N/c positions).
 void moe_forward(float* out, const float* x, MoEKept& kept, const MoEWeights& w, const MoEContext& c,
                  MoEWorkspace& ws);
 

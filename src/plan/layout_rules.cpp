@@ -37,14 +37,15 @@ analysis::FlopsShape flops_shape(const PlanRequest& r) {
 
 analysis::MoEKeptShape moe_kept_shape(const PlanRequest& r) {
   const analysis::ActivationShape x = activation_shape(r);
-  // Balanced experts: each rank's experts receive as many rows as its own router sends out.
-  const int64_t a = r.model.moe.enabled() ? analysis::routed_assignments_bound(r.model.moe, x.s * x.b) : 0;
+  // Balanced experts: each rank's experts receive as many rows as its own router sends out; under CP
+  // a rank sends its s/c positions' share.
+  const int64_t a = r.model.moe.enabled() ? analysis::cp_rank_assignments(r.model.moe, x.s * x.b, x.cp) : 0;
   return analysis::moe_kept_shape(x, r.model, a, a);
 }
 
 analysis::MoEKeptShape moe_loaded_shape(const PlanRequest& r) {
   analysis::MoEKeptShape m = moe_kept_shape(r);
-  m.received = analysis::moe_received_rows_bound(r.model.moe, m.s * m.b, r.layout.ep);
+  m.received = analysis::moe_received_rows_bound(r.model.moe, m.s * m.b, r.layout.ep, m.cp);
   return m;
 }
 
@@ -60,9 +61,11 @@ std::string moe_layout_problem(const PlanRequest& r) {
   }
   if (moe.experts % l.ep != 0)
     return "--num-experts (" + n(moe.experts) + ") must be divisible by the expert-parallel size (" + n(l.ep) + ")";
-  if (l.dp % l.ep != 0)
-    return "the expert-parallel size (" + n(l.ep) + ") must divide the data-parallel size N_d = gpus/(t·p) = " +
-           n(l.dp) + ": expert-parallel groups are cut from the data-parallel ranks";
+  if ((l.dp * l.cp) % l.ep != 0)
+    return l.cp > 1 ? "the expert-parallel size (" + n(l.ep) + ") must divide N_d·c = gpus/(t·p) = " + n(l.dp * l.cp) +
+                          ": expert-parallel groups are cut from the data- and context-parallel ranks"
+                    : "the expert-parallel size (" + n(l.ep) + ") must divide the data-parallel size N_d = gpus/(t·p) = " +
+                          n(l.dp) + ": expert-parallel groups are cut from the data-parallel ranks";
   if (r.model.ffn_hidden() % l.tp != 0)
     return "the experts' hidden size (" + n(r.model.ffn_hidden()) + ") must be divisible by the tensor-parallel size (" +
            n(l.tp) + ")";

@@ -68,8 +68,11 @@ void validate_moe(const ModelConfig& m, const LayoutConfig& layout, const TrainC
   require(moe.experts % layout.ep == 0, "--num-experts " + std::to_string(moe.experts) +
                                             " is not divisible by --expert-model-parallel-size " +
                                             std::to_string(layout.ep));
-  require(layout.dp % layout.ep == 0, "--expert-model-parallel-size " + std::to_string(layout.ep) +
-                                          " does not divide the data-parallel size " + std::to_string(layout.dp));
+  // EP folds over DP × CP (Megatron-Core): its groups are cut from the N_d·c ranks of one weight shard.
+  require((layout.dp * layout.cp) % layout.ep == 0,
+          "--expert-model-parallel-size " + std::to_string(layout.ep) + " does not divide the data-parallel size " +
+              (layout.cp > 1 ? "× context-parallel size " + std::to_string(layout.dp) + "·" + std::to_string(layout.cp)
+                             : std::to_string(layout.dp)));
   require(m.ffn_hidden() % layout.tp == 0, "--moe-ffn-hidden-size " + std::to_string(m.ffn_hidden()) +
                                                 " is not divisible by --tensor-model-parallel-size " +
                                                 std::to_string(layout.tp));

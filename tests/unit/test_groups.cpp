@@ -26,14 +26,15 @@ void expect_partition(const Groups& groups, int world) {
   for (int r = 0; r < world; ++r) EXPECT_EQ(seen[size_t(r)], 1) << "rank " << r;
 }
 
-std::string error_of(int world, int tp, int pp, int ep = 1) {
+std::string error_of_cp(int world, int tp, int pp, int ep, int cp) {
   try {
-    make_layout(world, tp, pp, ep);
+    make_layout(world, tp, pp, ep, cp);
   } catch (const InputError& e) {
     return e.what();
   }
   return "";
 }
+std::string error_of(int world, int tp, int pp, int ep = 1) { return error_of_cp(world, tp, pp, ep, 1); }
 
 }  // namespace
 
@@ -239,4 +240,57 @@ TEST(Groups, ContextParallelOrder) {
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(), "world size 6 is not divisible by t·c·p = 4");
   }
+}
+
+// Expert parallelism folds over DP × CP (Megatron-Core): the EP blocks are e consecutive positions
+// j = cp_rank + c·dp_rank of the N_d·c ranks holding one weight shard, CP ranks first.
+TEST(ExpertGroups, FoldedOverContextParallel) {
+  // CP 2 × EP 2 on 2 ranks: N_d = 1, so the EP group is the CP group and expert-DP is a rank alone.
+  const ParallelLayout two = make_layout(2, 1, 1, 2, 2);
+  EXPECT_EQ(two.dp, 1);
+  EXPECT_EQ(ep_groups(two), (Groups{{0, 1}}));
+  EXPECT_EQ(expert_dp_groups(two), (Groups{{0}, {1}}));
+  EXPECT_EQ(coords_of(two, 1).ep_rank, 1);
+  EXPECT_EQ(coords_of(two, 1).expert_dp_rank, 0);
+  // World 16, t 2, c 2, N_d 4, e 4: the DP-with-CP group of tp 0 is {0,2,4,...,14} (positions 0..7);
+  // EP blocks {0,2,4,6} and {8,10,12,14} span two dp_ranks each; expert-DP pairs position j and j + 4.
+  const ParallelLayout l = make_layout(16, 2, 1, 4, 2);
+  EXPECT_EQ(l.dp, 4);
+  EXPECT_EQ(ep_groups(l), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  EXPECT_EQ(expert_dp_groups(l), (Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}}));
+  const RankCoords c = coords_of(l, 10);  // tp 0, cp 1, dp 2: position j = 1 + 2·2 = 5
+  EXPECT_EQ(c.ep_rank, 1);
+  EXPECT_EQ(c.expert_dp_rank, 1);
+  for (auto [world, tp, pp, ep, cp] : {std::tuple{2, 1, 1, 2, 2}, {16, 2, 1, 4, 2}, {8, 1, 2, 2, 2}, {12, 1, 1, 4, 2},
+                                       {12, 1, 1, 6, 3}, {16, 2, 2, 2, 4}, {8, 2, 1, 1, 2}}) {
+    SCOPED_TRACE(std::to_string(world) + " " + std::to_string(tp) + " " + std::to_string(pp) + " " +
+                 std::to_string(ep) + " " + std::to_string(cp));
+    const ParallelLayout f = make_layout(world, tp, pp, ep, cp);
+    const Groups eps = ep_groups(f), edps = expert_dp_groups(f);
+    expect_partition(eps, world);
+    expect_partition(edps, world);
+    EXPECT_EQ(eps.size(), size_t(world / ep));
+    for (int r = 0; r < world; ++r) {
+      const RankGroups g = groups_of(f, r);
+      const RankCoords k = coords_of(f, r);
+      ASSERT_EQ(g.ep.size(), size_t(ep));
+      ASSERT_EQ(g.expert_dp.size(), size_t(f.dp * cp / ep));
+      EXPECT_EQ(g.ep[size_t(k.ep_rank)], r);
+      EXPECT_EQ(g.expert_dp[size_t(k.expert_dp_rank)], r);
+      EXPECT_EQ(k.cp_rank + cp * k.dp_rank, k.expert_dp_rank * ep + k.ep_rank);
+      EXPECT_NE(std::find(eps.begin(), eps.end(), g.ep), eps.end()) << "rank " << r;
+      EXPECT_NE(std::find(edps.begin(), edps.end(), g.expert_dp), edps.end()) << "rank " << r;
+      // EP × expert-DP is the DP-with-CP group (the one the dense gradients reduce over).
+      std::vector<int> product;
+      for (int a : g.ep) {
+        EXPECT_EQ(coords_of(f, a).tp_rank, k.tp_rank);
+        EXPECT_EQ(coords_of(f, a).pp_rank, k.pp_rank);
+        for (int b : groups_of(f, a).expert_dp) product.push_back(b);
+      }
+      std::sort(product.begin(), product.end());
+      EXPECT_EQ(product, g.dp_cp) << "rank " << r;
+    }
+  }
+  EXPECT_EQ(error_of_cp(4, 1, 1, 3, 2), "--expert-model-parallel-size 3 does not divide the data-parallel × "
+                                        "context-parallel size N_d·c = 4 (world 4 / t·c·p = 2)");
 }

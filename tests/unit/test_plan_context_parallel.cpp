@@ -163,9 +163,14 @@ TEST(PlanContextParallel, RefusesWhatTheTrainerRefusesInItsWords) {
   r = one_sequence_split(2);
   r.gpus = 3;
   EXPECT_NE(layout_problem(r).find("t·c·p·DP must equal --gpus"), std::string::npos);
+  // An MoE model plans under CP; EP folds over DP × CP, so e must divide N_d·c (here 1·2).
   r = one_sequence_split(2);
   r.model.moe.experts = 4;
-  EXPECT_NE(layout_problem(r).find("Mixture-of-Experts"), std::string::npos);
+  EXPECT_EQ(layout_problem(r), "");
+  r.layout.ep = 2;
+  EXPECT_EQ(layout_problem(r), "");
+  r.layout.ep = 4;
+  EXPECT_NE(layout_problem(r).find("must divide N_d·c = gpus/(t·p) = 2"), std::string::npos);
 }
 
 // A long sequence on single-device nodes: TP cannot leave a node, so t = 1, and pipeline stages do not
