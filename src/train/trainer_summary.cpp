@@ -172,9 +172,14 @@ void Trainer::summarize(const RunTotals& t) {
   // Stages 2-3 reduce the tied embedding's head part and embedding part apart (one stage, both).
   const int64_t extra_reduced = embedding && head ? table.params()[0].numel : 0;
   const int64_t n_mb = config_.global_batch / (config_.micro_batch * layout_.dp);
-  // Gradients are reduced (and ZeRO shards) over DP × CP (docs/design.md §5.1).
-  const double dp_formula = analysis::dp_bytes_per_step(model_->num_params(), layout_.dp * layout_.cp, states_->zero_stage(),
-                                                        n_mb, extra_gathered, extra_reduced);
+  // Gradients are reduced (and ZeRO shards) over DP × CP (docs/design.md §5.1); the experts' over
+  // their expert-DP group, N_d·c/e ranks (§9).
+  int64_t expert_psi = 0;
+  for (const ParamInfo& p : model_->table().params()) expert_psi += p.expert ? p.numel : 0;
+  const double dp_formula = analysis::dp_bytes_per_step(model_->num_params() - expert_psi, layout_.dp * layout_.cp,
+                                                        states_->zero_stage(), n_mb, extra_gathered, extra_reduced);
+  const double expert_dp_formula =
+      analysis::dp_bytes_per_step(expert_psi, layout_.dp * layout_.cp / layout_.ep, states_->zero_stage(), n_mb);
 
   const auto& ms = MemoryTracker::model_states();
   const parallel::RankCoords coords = dist_ ? dist_->coords() : parallel::RankCoords{};
@@ -192,13 +197,12 @@ void Trainer::summarize(const RunTotals& t) {
   mine.push_back(optimizer_->state_bytes());
   mine.push_back(MemoryTracker::model_states().peak_bytes());  // since start: setup included
   mine.push_back(int64_t(states_->wait_seconds() * 1e6));  // µs, the last step
-  int64_t expert_psi = 0;
-  for (const ParamInfo& p : model_->table().params()) expert_psi += p.expert ? p.numel : 0;
   mine.push_back(expert_psi);  // [21]
   mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::ep)]);         // [22]
   mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::expert_dp)]);  // [23]
   mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::cp)]);         // [24]
-  constexpr size_t kCategoriesAt = 25;  // [25, 25 + categories): each category's peak; then the totals
+  mine.push_back(int64_t(expert_dp_formula));                            // [25]
+  constexpr size_t kCategoriesAt = 26;  // [26, 26 + categories): each category's peak; then the totals
   for (int c = 0; c < kMemoryCategories; ++c) mine.push_back(MemoryTracker::of(MemoryCategory(c)).run_peak_bytes());
   mine.push_back(MemoryTracker::accounted_peak_bytes());
   mine.push_back(MemoryTracker::reserved_peak_bytes());
@@ -233,11 +237,20 @@ void Trainer::summarize(const RunTotals& t) {
       layout_.cp_comm, model_config_.seq_len, config_.micro_batch, model_config_.hidden, int(local_layers().size()), layout_.tp,
       layout_.cp, n_mb, layout_.fused_attention(),
       int(std::count_if(recompute.begin(), recompute.end(), forward_recomputed)));
+  // Under CP each MoE layer's forward (and its re-run) also all-gathers the router logits.
+  int64_t moe_forwards = 0;
+  for (int l : local_layers())
+    if (moe.is_moe_layer(l)) moe_forwards += forward_recomputed(recompute[size_t(l)]) ? 2 : 1;
+  const double cp_moe_formula =
+      moe.enabled() ? double(n_mb * moe_forwards) *
+                          analysis::moe_cp_gather_bytes(moe, int64_t(config_.micro_batch) * model_config_.seq_len, layout_.cp)
+                    : 0.0;
   // The all-to-alls of a step if every expert got its share: per MoE layer and micro-batch, dispatch
   // and combine forward and backward of the routed rows, and the forward's exchange of E counts.
   double ep_formula = 0;
   if (moe.enabled() && layout_.ep > 1) {
-    const int64_t A = analysis::routed_assignments_bound(moe, int64_t(config_.micro_batch) * model_config_.seq_len);
+    // A CP rank routes its s/c positions' share of the micro-batch's assignments.
+    const int64_t A = analysis::cp_rank_assignments(moe, int64_t(config_.micro_batch) * model_config_.seq_len, layout_.cp);
     int64_t moe_layers = 0;
     for (int l : local_layers()) moe_layers += moe.is_moe_layer(l) ? 1 : 0;
     const double rows = analysis::kMoEAllToAllsPerLayer * analysis::moe_all_to_all_bytes(A, model_config_.hidden, layout_.ep);
@@ -292,10 +305,10 @@ void Trainer::summarize(const RunTotals& t) {
                           {"tp_conjugate", row[13]}, {"tp_regather", row[14]},
                           {"tp_conjugate_formula", tp_formula}, {"dp_formula", row[17]},
                           {"dp_wait_s", double(row[20]) * 1e-6}});
-    if (layout_.cp > 1) comm_ranks.back()["cp"] = row[24], comm_ranks.back()["cp_formula"] = cp_formula;
+    if (layout_.cp > 1) comm_ranks.back()["cp"] = row[24], comm_ranks.back()["cp_formula"] = cp_formula + cp_moe_formula;
     if (moe.enabled()) {
       comm_ranks.back()["ep"] = row[22], comm_ranks.back()["expert_dp"] = row[23];
-      comm_ranks.back()["ep_formula_balanced"] = ep_formula;
+      comm_ranks.back()["ep_formula_balanced"] = ep_formula, comm_ranks.back()["expert_dp_formula"] = row[25];
     }
     reports.push_back(std::move(m));
   }
