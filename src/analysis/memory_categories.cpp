@@ -227,7 +227,7 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
   const MoEShardParameters moe_psi = moe ? moe_shard_parameters(c.model, l) : MoEShardParameters{};
   const int64_t psi = moe ? moe_psi.total() : stage_parameters(c.model, x.t, p, stage, int(per_stage));
   const ModelStateBytes steady =
-      moe ? moe_model_state_bytes(moe_psi, l.dp, l.ep, l.zero, l.mixed_precision(), offloaded ? 0 : 8, c.weight_versions)
+      moe ? moe_model_state_bytes(moe_psi, l.dp_cp(), l.ep, l.zero, l.mixed_precision(), offloaded ? 0 : 8, c.weight_versions)
           : model_state_bytes(psi, l.dp_cp(), l.zero, l.mixed_precision(), offloaded ? 0 : 8, c.weight_versions);
   m.model_states_steady = steady.total() - (c.offload_params ? steady.params : 0);
   if (l.activation_dtype == DType::bf16 && !l.mixed_precision() && l.zero < 3)

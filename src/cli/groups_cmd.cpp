@@ -45,7 +45,7 @@ int run_groups(int argc, char** argv) {
   app.add_option("--tensor-model-parallel-size", tp, "tensor-parallel size t")->capture_default_str();
   app.add_option("--pipeline-model-parallel-size", pp, "pipeline-parallel size p")->capture_default_str();
   app.add_option("--expert-model-parallel-size,--ep", ep,
-                 "expert-parallel size e (divides the data-parallel size); e > 1 adds the EP and expert-DP groups")
+                 "expert-parallel size e (divides data-parallel x context-parallel size); e > 1 adds the EP and expert-DP groups")
       ->capture_default_str();
   app.add_option("--context-parallel-size,--cp", cp,
                  "context-parallel size c (ranks sharing one sequence); c > 1 adds the CP and DP-with-CP groups")
@@ -110,7 +110,10 @@ int run_groups(int argc, char** argv) {
   }
   for (size_t i = 0; i < rows.size(); ++i)
     std::printf("%-*s %s\n", int(width), labels[i].c_str(), list_text(*rows[i].second).c_str());
-  if (layout.ep > 1)
+  if (layout.ep > 1 && layout.cp > 1)  // EP folds over DP × CP (Megatron-Core)
+    std::printf("data-parallel %d x context-parallel %d = expert-model-parallel %d x expert-data-parallel %d\n",
+                layout.dp, layout.cp, layout.ep, layout.dp * layout.cp / layout.ep);
+  else if (layout.ep > 1)
     std::printf("data-parallel %d = expert-model-parallel %d x expert-data-parallel %d\n", layout.dp, layout.ep,
                 layout.dp / layout.ep);
   if (!svg.empty()) std::printf("wrote %s\n", svg.c_str());

@@ -114,7 +114,7 @@ void add_layout_flags(CLI::App& app, LayoutFlags& f) {
                  "layers on the last pipeline stage (the rest spread evenly; Megatron's name)");
   app.add_flag("--sequence-parallel", l.sequence_parallel, "sequence parallelism (needs t > 1)");
   app.add_option("--zero", l.zero, "ZeRO stage 0-3");
-  app.add_option("--expert-model-parallel-size,--ep", l.ep, "expert-parallel size e (divides the data-parallel size)")
+  app.add_option("--expert-model-parallel-size,--ep", l.ep, "expert-parallel size e (divides data-parallel x context-parallel size)")
       ->capture_default_str();
   app.add_option("--context-parallel-size,--cp", l.cp,
                  "context-parallel size c: each sequence split into 2c chunks, rank r holding chunks r and 2c-1-r "

@@ -51,7 +51,8 @@ std::vector<GemmCall> layer_gemms(const analysis::ActivationShape& x) {
 }
 
 std::vector<GemmCall> moe_block_gemms(const analysis::MoEKeptShape& m, int local_experts) {
-  const int64_t N = m.s * m.b, h = m.h, E = m.experts, f = m.ffn_hidden / m.t;
+  // The router GEMMs run on this rank's tokens (s/c positions under CP).
+  const int64_t N = m.local_tokens(), h = m.h, E = m.experts, f = m.ffn_hidden / m.t;
   std::vector<GemmCall> calls;
   for (int router = 0; router < (m.noisy_router ? 2 : 1); ++router) {
     calls.push_back({shape(1, N, E, h), GemmPass::forward, false});

@@ -83,7 +83,7 @@ MemoryPlan plan_memory(const PlanRequest& r) {
     m.dense_parameters = psi.dense;
     m.expert_parameters = psi.experts;
     m.shard_parameters = psi.total();
-    m.model_state = analysis::moe_model_state_bytes(psi, l.dp, l.ep, l.zero, r.mixed_precision(), moment_bytes, versions);
+    m.model_state = analysis::moe_model_state_bytes(psi, l.dp_cp(), l.ep, l.zero, r.mixed_precision(), moment_bytes, versions);
   } else {
     m.first_stage_layer_bytes = analysis::first_stage_layer_bytes(x, l, r.model.layers);
     m.shard_parameters = m.dense_parameters =

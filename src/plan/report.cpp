@@ -119,10 +119,10 @@ std::string plan_text(const Plan& p, const Hardware& hw) {
   out += line("parameters on this shard", fmt("%.4g", double(m.shard_parameters)));
   if (moe.enabled()) {
     out += line("  dense", fmt("%.4g", double(m.dense_parameters)) + "  (gradients reduced over the " +
-                               std::to_string(l.dp) + " DP ranks)");
+                               std::to_string(l.dp_cp()) + (l.cp > 1 ? " DP x CP ranks)" : " DP ranks)"));
     out += line("  experts: " + std::to_string(moe.experts / l.ep) + " of " + std::to_string(moe.experts) + " x " +
                     std::to_string(m.first_stage_moe_layers) + " MoE layers",
-                fmt("%.4g", double(m.expert_parameters)) + "  (over the " + std::to_string(l.dp / l.ep) +
+                fmt("%.4g", double(m.expert_parameters)) + "  (over the " + std::to_string(l.dp_cp() / l.ep) +
                     " expert-DP ranks)");
   }
   out += line("weights", format_bytes(double(m.model_state.params)));
@@ -173,7 +173,8 @@ std::string plan_text(const Plan& p, const Hardware& hw) {
                 seconds_and_share(t.ep_comm_s, t.iteration_s));
   if (l.cp > 1)
     out += line(l.cp_comm == CpComm::p2p ? "CP ring (p2p, c " + std::to_string(l.cp) + ", exposed)"
-                                         : "CP all-to-all (Ulysses, c " + std::to_string(l.cp) + ")",
+                                         : "CP all-to-all (Ulysses, c " + std::to_string(l.cp) +
+                                               (moe.enabled() ? "; + router logits gathered)" : ")"),
                 seconds_and_share(t.cp_comm_s, t.iteration_s));
   out += line("PP point-to-point", seconds_and_share(t.pp_comm_s, t.iteration_s));
   out += line(fmt("pipeline bubble (%.1f%%)", 100 * t.bubble_fraction), seconds_and_share(t.bubble_s, t.iteration_s));

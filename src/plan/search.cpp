@@ -45,11 +45,10 @@ CpComm search_cp_comm(const PlanRequest& base) {
 
 // The context-parallel sizes a search tries with t-way TP: powers of two c (as Ulysses' head split and
 // the 2c-chunk balance favour) dividing the devices left after t, with 2c dividing the sequence and,
-// for Ulysses, c the heads of a TP rank (context_parallel_problem); 1 alone for MoE models, which CP
-// does not run with yet.
+// for Ulysses, c the heads of a TP rank (context_parallel_problem); MoE models too, whose EP then
+// folds over DP × CP.
 std::vector<int> cp_sizes(const PlanRequest& base, int t) {
   std::vector<int> out{1};
-  if (base.model.moe.enabled()) return out;
   const bool heads_split = search_cp_comm(base) == CpComm::a2a;
   for (int c = 2; c <= base.gpus / t; c *= 2)
     if ((base.gpus / t) % c == 0 && (!heads_split || (base.model.heads / t) % c == 0) &&
@@ -93,11 +92,12 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
       if (c > 1 && L % p != 0) continue;
       const int dp = base.gpus / (t * c * p);
       if (base.global_batch % dp != 0) continue;
-      // An MoE model also tries every expert-parallel size e dividing DP (and the expert count).
+      // An MoE model also tries every expert-parallel size e dividing DP × CP (EP folds over both,
+      // as Megatron-Core's does) and the expert count.
       std::vector<int> eps{1};
       if (base.model.moe.enabled()) {
         eps.clear();
-        for (int e : divisors(dp, dp))
+        for (int e : divisors(dp * c, dp * c))
           if (base.model.moe.experts % e == 0) eps.push_back(e);
       }
       for (int m : p == 1 || L % p != 0 ? std::vector<int>{1} : divisors(L / p, L)) {

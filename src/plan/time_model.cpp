@@ -28,9 +28,11 @@ double layer_elementwise_bytes(const analysis::ActivationShape& x) {
 }
 
 double moe_mlp_elementwise_bytes(const analysis::MoEKeptShape& m) {
-  const double N = double(m.s) * m.b, A = double(m.assignments), R = double(m.received);
+  // N: the micro-batch's tokens, which the router's softmax and routing read on every CP rank; Nl:
+  // this rank's, whose rows are dispatched and combined.
+  const double N = double(m.s) * m.b, Nl = double(m.local_tokens()), A = double(m.assignments), R = double(m.received);
   const double h = double(m.h), f = double(m.ffn_hidden) / m.t, d = m.d;
-  return 8.0 * N * double(m.experts) + 2.0 * A * h * d + (A + N) * h * d + 2.0 * R * f * d;
+  return 8.0 * N * double(m.experts) + 2.0 * A * h * d + (A + Nl) * h * d + 2.0 * R * f * d;
 }
 
 namespace {
@@ -201,8 +203,13 @@ LayerCost layer_forward(const PlanRequest& r, const Hardware& hw, const analysis
       c.gemm += (4.0 * double(m.received) * h * f / t - 16.0 * b * s * h * h / t +
                  2.0 * s * b * double(analysis::moe_router_params(r.model))) / flops_per_s;
     c.elementwise += (moe_mlp_elementwise_bytes(m) - 8.0 * s * b * h * x.d / t) / elementwise_rate(hw);
-    const GroupTopology ep_group = group_topology(hw, r.layout.ep, r.layout.tp);  // consecutive dp ranks
+    // EP folds over DP × CP: e consecutive positions cp_rank + c·dp_rank, t ranks apart.
+    const GroupTopology ep_group = group_topology(hw, r.layout.ep, r.layout.tp);
     c.all_to_all = 2 * all_to_all(ep_group, analysis::moe_all_to_all_bytes(m.assignments, x.h, r.layout.ep)).seconds;
+    // Under CP every rank gathers the micro-batch's router logits over the CP group (fp32).
+    if (x.cp > 1)
+      c.cp_comm += all_gather(group_topology(hw, x.cp, r.layout.tp),
+                              analysis::moe_cp_gather_bytes(r.model.moe, int64_t(x.s) * x.b, x.cp)).seconds;
   }
   // Two conjugate pairs per layer (attention, MLP): all-reduce, or all-gather + reduce-scatter.
   const double bytes = s * b * h * comm_element_bytes(hw, x.d);
@@ -430,7 +437,7 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   const LayoutConfig& l = r.layout;
   const analysis::ActivationShape x = activation_shape(r);
   const double s = double(x.positions()), b = x.b, h = x.h, t = x.t, v = double(x.v), d = x.d;
-  const int p = l.pp, m = l.virtual_stages, dp = l.dp;
+  const int p = l.pp, m = l.virtual_stages;
   const double n_mb = r.micro_batches();
   TimePlan out;
 
@@ -527,7 +534,7 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
     return c;
   };
   const CollectiveCost dp_cost = data_parallel(dp_group, psi);
-  const int expert_dp = dp / l.ep;
+  const int expert_dp = l.dp_cp() / l.ep;  // EP folds over DP × CP
   out.expert_dp_comm_s = data_parallel(group_topology(hw, expert_dp, l.tp * l.ep), psi_experts).seconds;
   out.dp_algorithm = dp_cost.algorithm;
   out.dp_comm_s = dp_cost.seconds + out.expert_dp_comm_s;

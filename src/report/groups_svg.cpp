@@ -99,7 +99,10 @@ std::string groups_svg(const ParallelLayout& l) {
                   {"Data-parallel groups with CP", "gradients reduced over dp \u00d7 cp", dp_cp_groups(l)});
   }
   if (l.ep > 1) {  // with e = 1 every rank is alone in its EP group and expert-DP is DP
-    panels.push_back({"Expert-parallel groups", "e consecutive dp ranks: stride t", ep_groups(l)});
+    // Folded over dp × cp (Megatron-Core): consecutive positions cp_rank + c·dp_rank.
+    panels.push_back({"Expert-parallel groups",
+                      l.cp > 1 ? "e consecutive (cp, dp) ranks, cp first: stride t" : "e consecutive dp ranks: stride t",
+                      ep_groups(l)});
     panels.push_back({"Expert-data-parallel groups", "same EP position: stride t\u00b7e", expert_dp_groups(l)});
   }
   const SvgGrid grid(l);
@@ -119,7 +122,9 @@ std::string groups_svg(const ParallelLayout& l) {
       << "<text x='16' y='24' class='title'>world " << l.world << " = t " << l.tp;
   if (l.cp > 1) out << " \u00d7 c " << l.cp;
   out << " \u00d7 dp " << l.dp << " \u00d7 p " << l.pp;
-  if (l.ep > 1) out << " (dp " << l.dp << " = e " << l.ep << " \u00d7 expert-dp " << l.dp / l.ep << ')';
+  if (l.ep > 1)
+    out << (l.cp > 1 ? " (dp \u00d7 c " : " (dp ") << l.dp * l.cp << " = e " << l.ep << " \u00d7 expert-dp "
+        << l.dp * l.cp / l.ep << ')';
   out << "</text>\n"
       << "<text x='16' y='42' class='note'>"
       << (l.cp > 1 ? "rank = tp_rank + t\u00b7cp_rank + t\u00b7c\u00b7dp_rank + t\u00b7c\u00b7dp\u00b7pp_rank; "

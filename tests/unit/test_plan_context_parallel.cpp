@@ -199,3 +199,50 @@ TEST(PlanSearch, PicksContextParallelWhenALongSequenceDoesNotFitOtherwise) {
     EXPECT_TRUE(p.memory.fits());
   }
 }
+
+// An MoE model under CP (docs/design.md §5.1): a rank keeps 1/c of every per-token tensor of an MoE
+// layer (no dropping, so its assignments are exactly k·s·b/c), but the whole micro-batch's router
+// probabilities, which every CP rank routes alike, and its 2E send and receive counts; the planner
+// says so, and EP folds over DP × CP.
+TEST(PlanContextParallel, MoELayerKeepsOneCthBesideTheWholeRouting) {
+  auto moe = [](int c, int ep) {
+    PlanRequest r = one_sequence_split(c);
+    r.model.moe.experts = 4;
+    r.model.moe.capacity_factor = 0;  // no dropping: A = k·s·b/c exactly
+    r.layout.ep = ep;
+    return r;
+  };
+  const PlanRequest one = moe(1, 1);
+  // Noisy top-k: 3 fp32 [sb, E]; the counts 2E int32.
+  const int64_t router = int64_t(one.model.seq_len) * one.micro_batch * 4 * 4 * 3 + 2 * 4 * 4;
+  const MemoryPlan m1 = plan_memory(one);
+  for (auto [c, ep] : {std::pair{2, 1}, {2, 2}, {4, 4}}) {
+    SCOPED_TRACE(std::to_string(c) + " " + std::to_string(ep));
+    const PlanRequest r = moe(c, ep);
+    ASSERT_EQ(layout_problem(r), "");
+    const MemoryPlan mc = plan_memory(r);
+    EXPECT_EQ((mc.moe_layer_activation_bytes - router) * c, m1.moe_layer_activation_bytes - router);
+    // Experts: E/e a rank, their gradients over N_d·c/e ranks (here c/e).
+    EXPECT_EQ(mc.expert_parameters * ep, m1.expert_parameters);
+    const Hardware& hw = hardware_preset("A100-80GB");
+    EXPECT_GT(plan_time(r, hw).cp_comm_s, plan_time(one_sequence_split(c), hw).cp_comm_s);  // + the logits' gather
+  }
+}
+
+// --search tries c > 1 for an MoE model too, and every e dividing N_d·c.
+TEST(PlanSearch, TriesContextParallelForMoE) {
+  Hardware hw = hardware_preset("A100-80GB");
+  PlanRequest base = one_sequence_split(1);
+  base.model.moe.experts = 4;
+  base.gpus = 4;
+  base.global_batch = 4;
+  base.gpu_memory = hw.memory_bytes;
+  const SearchResult found = search_layouts(base, hw, 100000);
+  bool cp_with_folded_ep = false;
+  for (const Plan& p : found.best) {
+    const LayoutConfig& l = p.request.layout;
+    EXPECT_EQ(l.dp * l.cp % l.ep, 0) << describe_layout(p.request);
+    cp_with_folded_ep |= l.cp > 1 && l.ep > l.dp;  // e spans CP ranks
+  }
+  EXPECT_TRUE(cp_with_folded_ep);
+}
