@@ -70,9 +70,9 @@ void validate_moe(const ModelConfig& m, const LayoutConfig& layout, const TrainC
                                             std::to_string(layout.ep));
   // EP folds over DP × CP (Megatron-Core): its groups are cut from the N_d·c ranks of one weight shard.
   require((layout.dp * layout.cp) % layout.ep == 0,
-          "--expert-model-parallel-size " + std::to_string(layout.ep) + " does not divide the data-parallel size " +
-              (layout.cp > 1 ? "× context-parallel size " + std::to_string(layout.dp) + "·" + std::to_string(layout.cp)
-                             : std::to_string(layout.dp)));
+          "--expert-model-parallel-size " + std::to_string(layout.ep) + " does not divide the " +
+              (layout.cp > 1 ? "data-parallel × context-parallel size N_d·c = " : "data-parallel size ") +
+              std::to_string(layout.dp * layout.cp));
   require(m.ffn_hidden() % layout.tp == 0, "--moe-ffn-hidden-size " + std::to_string(m.ffn_hidden()) +
                                                 " is not divisible by --tensor-model-parallel-size " +
                                                 std::to_string(layout.tp));

@@ -6,8 +6,9 @@
 # DP + ZeRO, full recompute and a pipeline (every schedule, and checkpoints across CP × PP and one rank);
 # each rank keeps 1/c of a layer's bytes, as the formula says, and a pipeline stage what eq. 5 and the
 # planner say; the all-to-alls and the ring move the bytes the formula says, the stages' messages S/c
-# positions, and the ring's buffers are the planner's;
-# bad layouts are one line.
+# positions, and the ring's buffers are the planner's; Mixture-of-Experts under either (experts
+# replicated, and EP folded over CP) trains the one-rank model and routes as one rank, and a CP × EP
+# checkpoint loads on one rank; bad layouts are one line.
 set -u
 LATTICE=$1
 SCRATCH=$2
@@ -149,6 +150,72 @@ for f, n in [('cp2.jsonl', 2), ('cp2_full.jsonl', 2), ('cp2_fused.jsonl', 2), ('
         if not (0 <= r['dp'] - r['dp_formula'] <= 16 * (n - 1)): sys.exit('%s: dp %s' % (f, r))
 "
 
+# Mixture-of-Experts (noisy top-k, capacity factor 1 so tokens drop, expert dropout and routing noise
+# on): CP 2 with the experts replicated (Ulysses), and CP 2 × EP 2 on 2 ranks (the ring; EP folds over
+# DP × CP, so the EP group is the CP group), train the one-rank model. Every CP rank routes the whole
+# micro-batch's gathered logits, so capacity, drops, loads and the aux loss are one rank's.
+MOE=(--num-experts 4 --expert-dropout 0.1)
+run one_moe 1 "${MOE[@]}"
+run one_moe_fused 1 "${MOE[@]}" --attention fused
+run cp2_moe 2 "${MOE[@]}" --cp 2 --cp-comm-type a2a
+run cp2_ep2_moe 2 "${MOE[@]}" --cp 2 --cp-comm-type p2p --attention fused --expert-model-parallel-size 2
+check "cp2_moe trains the one-rank MoE model" compare cp2_moe one_moe
+check "cp2_ep2_moe trains the one-rank MoE model" compare cp2_ep2_moe one_moe_fused
+check "MoE under CP routes as one rank: aux loss, dropped share, loads; each CP rank routes its own positions" "$PY" -c "
+import json, sys
+read = lambda f: [json.loads(l) for l in open(f)]
+steps = lambda r: [e for e in r if e.get('event') == 'step']
+for f, ref in [('cp2_moe.jsonl', 'one_moe.jsonl'), ('cp2_ep2_moe.jsonl', 'one_moe_fused.jsonl')]:
+    r, one = read(f), read(ref)
+    for x, y in zip(steps(one), steps(r)):
+        print(f, x['moe_aux_loss'], y['moe_aux_loss'], x['moe_dropped_fraction'], y['moe_dropped_fraction'])
+        if not (x['moe_load_min'] == y['moe_load_min'] and x['moe_load_max'] == y['moe_load_max']): sys.exit('%s loads %s' % (f, y))
+        if abs(x['moe_dropped_fraction'] - y['moe_dropped_fraction']) > 1e-6: sys.exit('%s dropped %s' % (f, y))
+        if abs(x['moe_aux_loss'] - y['moe_aux_loss']) > 1e-5 * abs(x['moe_aux_loss']): sys.exit('%s aux %s' % (f, y))
+    if one[-1]['moe_load'] != r[-1]['moe_load']: sys.exit('%s: run loads differ' % f)
+    if not steps(one)[-1]['moe_dropped_fraction'] > 0: sys.exit('capacity 1 should drop some tokens')
+    # The last micro-batch's assignments: the CP ranks' (their own positions) add up to one rank's.
+    ranks = r[-1]['memory']['ranks']
+    got = [sum(x) for x in zip(*[q['moe_assignments'] for q in ranks])]
+    if got != one[-1]['memory']['ranks'][0]['moe_assignments']: sys.exit('%s assignments %s' % (f, got))
+"
+check "MoE under CP: each rank keeps the formula's bytes; the comm formulas hold" "$PY" -c "
+import json, sys
+for f in ['one_moe.jsonl', 'one_moe_fused.jsonl', 'cp2_moe.jsonl', 'cp2_ep2_moe.jsonl']:
+    s = [json.loads(l) for l in open(f)][-1]
+    c = 1 if f.startswith('one') else 2
+    for r in s['memory']['ranks']:
+        print(f, r['rank'], r['activation_bytes_per_layer'], r['activation_bytes_per_layer_formula'])
+        # The formula leaves out only the LayerNorm statistics, 16 bytes a row of the rank's positions.
+        for m, fo in zip(r['activation_bytes_per_layer'], r['activation_bytes_per_layer_formula']):
+            if m - fo != 16 * 32 * 2 // c: sys.exit('%s rank %d: measured %d, formula %d' % (f, r['rank'], m, fo))
+    if c == 1: continue
+    for r in s['comm']['ranks']:
+        print(f, {k: r[k] for k in ('cp', 'cp_formula', 'dp', 'dp_formula', 'expert_dp', 'expert_dp_formula', 'ep', 'ep_formula_balanced')})
+        # Ulysses' all-to-alls or the ring's blocks, plus the router logits' all-gather, exactly.
+        if abs(r['cp'] - r['cp_formula']) > 1: sys.exit('%s: cp %s' % (f, r))
+        # Dense gradients over DP x CP; beyond them the loss's fp32 pair and the routing statistics
+        # (3 + 2 layers x 4 experts floats, all-reduced): at most 16 + 8 x 11 bytes.
+        if not (0 <= r['dp'] - r['dp_formula'] <= 16 + 8 * 11): sys.exit('%s: dp %s' % (f, r))
+        # Expert gradients over N_d·c/e ranks: 2 with the experts replicated, 1 (none) under EP 2.
+        if abs(r['expert_dp'] - r['expert_dp_formula']) > 1: sys.exit('%s: expert_dp %s' % (f, r))
+        if ('ep2' in f) != (r['expert_dp'] == 0): sys.exit('%s: expert_dp %s' % (f, r))
+        # EP 2: the rows leaving a rank lie between none and all of its A (twice the balanced half).
+        if 'ep2' in f and not (0 < r['ep'] <= 2 * r['ep_formula_balanced']): sys.exit('%s: ep %s' % (f, r))
+"
+# The CP × EP checkpoint is written in the one-rank layout: one process evaluates it as the one-rank
+# model's own checkpoint.
+for name in one_moe_fused cp2_ep2_moe; do
+  "$LATTICE" eval --checkpoint "ck_$name" --data data/val.bin --batches 2 --json > "eval_$name.json" 2> "eval_$name.err"
+  check "eval ck_$name on one rank: exit 0" test $? -eq 0
+done
+check "the CP 2 x EP 2 checkpoint loads on one rank: eval loss as the one-rank model's (1e-5)" "$PY" -c "
+import json, sys
+a, b = [json.loads(open('eval_%s.json' % n).read().strip().splitlines()[-1])['loss'] for n in ('one_moe_fused', 'cp2_ep2_moe')]
+print(a, b)
+sys.exit(0 if abs(a - b) <= 1e-5 * abs(a) else 1)
+"
+
 # Bad layouts: one line from rank 0, every rank exits non-zero.
 bad_layout "s not divisible by 2c" "is not divisible by 4" 2 --cp 2 --seq-len 30
 bad_layout "s not divisible by 2c·t under SP" "divisible by 2c·t = 8" 4 --cp 2 --tensor-model-parallel-size 2 \
@@ -158,6 +225,8 @@ bad_layout "heads per TP rank not divisible by c (Ulysses)" "are not divisible b
 bad_layout "the ring without fused attention" "runs on the fused attention kernel: add --attention fused" 2 --cp 2
 bad_layout "world not divisible by t·c·p" "world size 3 is not divisible by t·c·p = 2" 3 --cp 2 --attention fused
 "$LATTICE" train "${MODEL[@]}" --cp 2 --attention fused > bad.out 2> bad.err
+bad_layout "EP not dividing N_d·c" "does not divide the data-parallel × context-parallel size N_d·c = 2" 2 --cp 2 \
+  --cp-comm-type a2a --num-experts 4 --expert-model-parallel-size 4
 status=$?
 check "one process asked for CP: exit 1 ($status)" test "$status" -eq 1
 check "one process asked for CP: one line naming mpirun" test "$(wc -l < bad.err)" -eq 1 -a "$(grep -c mpirun bad.err)" -eq 1
@@ -190,6 +259,11 @@ status=$?
 check "the planner models CP 2 × PP 2: exit 0 ($status), its layout names c and p, all-to-alls and point-to-point" \
   test "$status" -eq 0 -a "$(grep -c 'c=2 p=2' plan.out)" -ge 1 -a "$(grep -c 'CP all-to-all' plan.out)" -eq 1 \
   -a "$(grep -c 'PP point-to-point' plan.out)" -eq 1 -a "$(grep -c 'every byte, stage 1' plan.out)" -eq 1
+"$LATTICE" plan --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --gpus 2 --cp 2 --cp-comm-type a2a \
+  --num-experts 4 --expert-model-parallel-size 2 > plan.out 2> plan.err
+status=$?
+check "the planner models an MoE model under CP 2 x EP 2 on 2 ranks: exit 0 ($status), experts over 1 expert-DP rank" \
+  test "$status" -eq 0 -a "$(grep -c 'c=2 .*ep=2' plan.out)" -eq 1 -a "$(grep -c 'over the 1 expert-DP ranks' plan.out)" -eq 1
 # The planner refuses what the trainer refuses, in the trainer's words (core/config.hpp).
 for bad in "--seq-len 30:is not divisible by 4" "--heads 2 --hidden 64 --tensor-model-parallel-size 2 --gpus 4:are not divisible by 2"; do
   flags=${bad%%:*} words=${bad#*:}
