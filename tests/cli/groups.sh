@@ -66,8 +66,23 @@ grep -q "^pipeline-parallel groups (8): *\[0,8\] \[1,9\] \[2,10\] \[3,11\] \[4,1
   "$SCRATCH/text" || fail "PP stride t·c·N_d: $(cat "$SCRATCH/text")"
 grep -q "context" <("$LATTICE" groups --world 8 --tensor-model-parallel-size 2) && fail "no CP groups in text without --cp"
 got=$("$LATTICE" groups --world 4 --cp 2 --json)  # the short alias: N_d = 2
-[ "$got" = '{"event":"groups","tp":[[0],[1],[2],[3]],"dp":[[0,2],[1,3]],"pp":[[0],[1],[2],[3]],"embedding":[[0],[1],[2],[3]],"ep":[[0],[1],[2],[3]],"expert_dp":[[0,2],[1,3]],"cp":[[0,1],[2,3]],"dp_cp":[[0,1,2,3]]}' ] ||
-  fail "--cp 2 JSON: $got"
+[ "$got" = '{"event":"groups","tp":[[0],[1],[2],[3]],"dp":[[0,2],[1,3]],"pp":[[0],[1],[2],[3]],"embedding":[[0],[1],[2],[3]],"ep":[[0],[1],[2],[3]],"expert_dp":[[0,1,2,3]],"cp":[[0,1],[2,3]],"dp_cp":[[0,1,2,3]]}' ] ||
+  fail "--cp 2 JSON (with e = 1 expert gradients reduce over DP x CP): $got"
+# Expert parallelism folds over DP x CP (Megatron-Core): CP 2 x EP 2 on 2 ranks is one EP group of the
+# two CP ranks, each its own expert-DP group; world 8, t 2, c 2, e 2 (N_d = 2): EP spans the CP pair.
+"$LATTICE" groups --world 2 --cp 2 --ep 2 > "$SCRATCH/text" || fail "--cp 2 --ep 2 on 2 ranks exits 0"
+grep -q "^expert-parallel groups (1): *\[0,1\]$" "$SCRATCH/text" || fail "EP over the CP ranks: $(cat "$SCRATCH/text")"
+grep -q "^expert-data-parallel groups (2): *\[0\] \[1\]$" "$SCRATCH/text" || fail "expert-DP: $(cat "$SCRATCH/text")"
+grep -q "^data-parallel 1 x context-parallel 2 = expert-model-parallel 2 x expert-data-parallel 1$" "$SCRATCH/text" ||
+  fail "the folding in words: $(cat "$SCRATCH/text")"
+got=$("$LATTICE" groups --world 8 --tensor-model-parallel-size 2 --cp 2 --ep 2 --json)
+[ "$got" = '{"event":"groups","tp":[[0,1],[2,3],[4,5],[6,7]],"dp":[[0,4],[1,5],[2,6],[3,7]],"pp":[[0],[1],[2],[3],[4],[5],[6],[7]],"embedding":[[0],[1],[2],[3],[4],[5],[6],[7]],"ep":[[0,2],[1,3],[4,6],[5,7]],"expert_dp":[[0,4],[1,5],[2,6],[3,7]],"cp":[[0,2],[1,3],[4,6],[5,7]],"dp_cp":[[0,2,4,6],[1,3,5,7]]}' ] ||
+  fail "--cp 2 --ep 2 JSON: $got"
+rm -f "$SCRATCH/cpep.svg"
+"$LATTICE" groups --world 2 --cp 2 --ep 2 --svg "$SCRATCH/cpep.svg" > /dev/null || fail "--svg with --cp --ep exits 0"
+svg_complete "$SCRATCH/cpep.svg"
+grep -q "Expert-parallel groups (1)" "$SCRATCH/cpep.svg" || fail "the SVG draws the folded EP group"
+grep -q "e consecutive (cp, dp) ranks, cp first" "$SCRATCH/cpep.svg" || fail "the SVG names the folding"
 rm -f "$SCRATCH/cp.svg"
 "$LATTICE" groups --world 8 --tensor-model-parallel-size 2 --cp 2 --svg "$SCRATCH/cp.svg" > /dev/null ||
   fail "--svg with --cp exits 0"
@@ -93,6 +108,8 @@ expect 1 "--expert-model-parallel-size 4 does not divide the data-parallel size 
 expect 1 "--expert-model-parallel-size must be between 1 and .* (got 0)" --world 4 --ep 0
 expect 2 "--expert-model-parallel-size takes a whole number between 1 and 1048576 (got two)" --world 4 --ep two
 expect 1 "world size 6 is not divisible by t·c·p = 4" --world 6 --cp 2 --tensor-model-parallel-size 2
+expect 1 "--expert-model-parallel-size 4 does not divide the data-parallel × context-parallel size N_d·c = 2" \
+  --world 2 --cp 2 --ep 4
 expect 2 "--context-parallel-size takes a whole number between 1 and 1048576 (got two)" --world 4 --cp two
 expect 1 "--svg draws at most" --world 8192 --svg "$SCRATCH/big.svg"
 expect 2 "--world" --tensor-model-parallel-size 2
