@@ -93,7 +93,8 @@ grep -q "most loaded rank" "$SCRATCH/moe.txt" || fail "the note on the most load
 "$LATTICE" plan "${MODEL[@]}" --ep 2 --moe-no-drop > "$SCRATCH/nodrop.txt" || fail "plan --moe-no-drop"
 grep -q "can receive more, up to 256 rows" "$SCRATCH/nodrop.txt" || fail "the unbalanced bound without dropping"
 
-# --search tries e: 8 GPUs, experts that make a difference; every candidate's e divides E and N_d.
+# --search tries e: 8 GPUs, experts that make a difference; every candidate's e divides E and N_d·c
+# (EP folds over DP × CP).
 "$LATTICE" plan --search --layers 4 --hidden 1024 --heads 16 --seq-len 1024 --vocab 32000 --num-experts 64 \
   --moe-ffn-hidden-size 8192 --moe-router switch --gpus 8 --gpu-memory 40GB --top 50 --json > "$SCRATCH/search.json" ||
   fail "plan --search on an MoE model"
@@ -104,7 +105,7 @@ c = j["candidates"]
 assert c, "no candidates"
 for x in c:
     l = x["layout"]
-    assert 64 % l["ep"] == 0 and l["dp"] % l["ep"] == 0 and l["tp"] * l["pp"] * l["dp"] == 8, l
+    assert 64 % l["ep"] == 0 and l["dp"] * l["cp"] % l["ep"] == 0 and l["tp"] * l["cp"] * l["pp"] * l["dp"] == 8, l
     assert x["fits"]
 assert len({x["layout"]["ep"] for x in c}) > 1, "only one e among the candidates"
 assert c[0]["layout"]["ep"] > 1, c[0]["layout"]
