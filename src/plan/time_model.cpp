@@ -272,7 +272,7 @@ LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
     // fused kernel's recomputed QKᵀ, half the forward's (analysis::fused_attention_recompute_flops).
     const double attention_forward = attention_forward_seconds(r, hw, x);
     const RingSeconds ring = cp_ring_seconds(r, hw, x, 2 * attention_forward + attention_forward / 2);
-    w.forward.cp_comm = ring.forward;
+    w.forward.cp_comm += ring.forward;  // beside an MoE layer's gather of the router logits
     w.backward_cp_comm = ring.backward;
   } else {
     w.backward_cp_comm = analysis::cp_all_to_alls_backward(x.fused_attention) * cp_exchange_seconds(r, hw, x);

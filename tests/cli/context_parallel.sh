@@ -224,9 +224,9 @@ bad_layout "heads per TP rank not divisible by c (Ulysses)" "are not divisible b
   --tensor-model-parallel-size 2 --heads 2
 bad_layout "the ring without fused attention" "runs on the fused attention kernel: add --attention fused" 2 --cp 2
 bad_layout "world not divisible by t·c·p" "world size 3 is not divisible by t·c·p = 2" 3 --cp 2 --attention fused
-"$LATTICE" train "${MODEL[@]}" --cp 2 --attention fused > bad.out 2> bad.err
 bad_layout "EP not dividing N_d·c" "does not divide the data-parallel × context-parallel size N_d·c = 2" 2 --cp 2 \
   --cp-comm-type a2a --num-experts 4 --expert-model-parallel-size 4
+"$LATTICE" train "${MODEL[@]}" --cp 2 --attention fused > bad.out 2> bad.err
 status=$?
 check "one process asked for CP: exit 1 ($status)" test "$status" -eq 1
 check "one process asked for CP: one line naming mpirun" test "$(wc -l < bad.err)" -eq 1 -a "$(grep -c mpirun bad.err)" -eq 1
