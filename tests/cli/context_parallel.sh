@@ -23,7 +23,8 @@ run one_fused 1 --attention fused
 run cp2_fused 2 --cp 2 --cp-comm-type a2a --attention fused
 run cp2_tp2_sp 4 --cp 2 --cp-comm-type a2a --tensor-model-parallel-size 2 --sequence-parallel
 run cp2_dp2_zero1 4 --cp 2 --cp-comm-type a2a --zero 1
-for name in cp2 cp2_full cp2_tp2_sp cp2_dp2_zero1; do
+run cp4 4 --cp 4 --cp-comm-type a2a  # one head a rank: a/c = 1
+for name in cp2 cp2_full cp2_tp2_sp cp2_dp2_zero1 cp4; do
   check "$name trains the one-rank model" compare "$name"
 done
 check "cp2_fused trains the one-rank fused model" compare cp2_fused one_fused
@@ -84,7 +85,7 @@ last = lambda f: [json.loads(l) for l in open(f)][-1]
 one = last('one.jsonl')['memory']['ranks'][0]
 fused = last('one_fused.jsonl')['memory']['ranks'][0]
 for f, ref, c in [('cp2.jsonl', one, 2), ('cp2_dp2_zero1.jsonl', one, 2), ('cp2_pp2.jsonl', one, 2),
-                  ('cp2_fused.jsonl', fused, 2), ('cp2_tp2_sp.jsonl', one, 4), ('ring2.jsonl', fused, 2),
+                  ('cp2_fused.jsonl', fused, 2), ('cp2_tp2_sp.jsonl', one, 4), ('cp4.jsonl', one, 4), ('ring2.jsonl', fused, 2),
                   ('ring4.jsonl', fused, 4), ('ring2_tp2_sp.jsonl', fused, 4), ('ring2_dp2_zero3.jsonl', fused, 2)]:
     for r in last(f)['memory']['ranks']:
         for m, fo, m1, fo1 in zip(r['activation_bytes_per_layer'], r['activation_bytes_per_layer_formula'],
@@ -142,7 +143,7 @@ import json, sys
 # Beyond the gradients' formula the DP-with-CP group carries the loss's fp32 pair (8 bytes a rank) and,
 # under ZeRO, the norm's sums of squares over the shard group: at most 16 bytes per other rank.
 for f, n in [('cp2.jsonl', 2), ('cp2_full.jsonl', 2), ('cp2_fused.jsonl', 2), ('cp2_tp2_sp.jsonl', 2),
-             ('cp2_dp2_zero1.jsonl', 4), ('cp2_pp2.jsonl', 2), ('ring2.jsonl', 2), ('ring4.jsonl', 4),
+             ('cp2_dp2_zero1.jsonl', 4), ('cp4.jsonl', 4), ('cp2_pp2.jsonl', 2), ('ring2.jsonl', 2), ('ring4.jsonl', 4),
              ('ring2_full.jsonl', 2), ('ring2_tp2_sp.jsonl', 2), ('ring2_dp2_zero3.jsonl', 4)]:
     for r in [json.loads(l) for l in open(f)][-1]['comm']['ranks']:
         print(f, r['rank'], r['cp'], r['cp_formula'], r['dp'], r['dp_formula'])
