@@ -85,6 +85,15 @@ const DeviceOps kCpu = {
     grad_sum_squares,
     scale_grads,
     all_finite,
+    layernorm_forward_bf16,
+    split_heads_bf16,
+    merge_heads_bf16,
+    gelu_forward_bf16,
+    narrow_bias_backward,
+    gelu_backward_narrow,
+    merge_qkv_grads_narrow,
+    softmax_causal_backward_bf16,
+    layernorm_backward_bf16,
     cpu_synchronize,
 };
 
