@@ -251,6 +251,9 @@ void linear_weight_grads(GradSink& sink, float* LayerGrads::*dw, float* LayerGra
 // gradient the row-parallel GEMM's backward reads (ḡ's backward all-gathers it under SP).
 const float* branch_output_grad(const float* dx, const KeptMask& mask, const LayerContext& c, Workspace& ws) {
   const int64_t n = c.N_local() * c.h;
+  // No dropout on one rank: dx itself (every reader of dy is done before the block's input gradient is
+  // added into dx).
+  if (c.dropout == 0.0f && !c.tp.active()) return dx;
   float* dy = ws.g1.data();
   if (c.dropout > 0.0f)
     dev::dropout_backward(dy, dx, mask.unpacked(ws.mask_bytes.data()), n, c.dropout);
