@@ -226,6 +226,11 @@ void c_half_accumulate(bool fp16, const float* src, uint16_t* dst, int64_t n) {
 void c_adamw(float* m, float* v, float* w, const float* g, int64_t n, float decay, const AdamWScalars& a) {
   cuda::adamw_update(m, v, w, g, n, decay, a);
 }
+void c_adamw_bf16(float* m, float* v, float* w, uint16_t* w16, const float* g, int64_t n, float decay,
+                  const AdamWScalars& a) {
+  c_adamw(m, v, w, g, n, decay, a);
+  c_to_bf16(w, w16, n);
+}
 // One number each: computed on the device, copied back (the copy waits for the kernels before it).
 double c_grad_sum_squares(const float* g, int64_t n) {
   const size_t ws = cuda::grad_sum_squares_workspace_bytes();
@@ -358,6 +363,7 @@ const DeviceOps kCudaOps = {
     c_half_widen,
     c_half_accumulate,
     c_adamw,
+    c_adamw_bf16,
     c_grad_sum_squares,
     c_scale_grads,
     c_all_finite,

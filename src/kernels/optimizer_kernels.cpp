@@ -5,6 +5,8 @@
 #include <cmath>
 #include <vector>
 
+#include "tensor/bf16.hpp"
+
 namespace lattice {
 
 AdamWScalars adamw_scalars(double beta1, double beta2, double eps, double lr, int64_t step) {
@@ -13,15 +15,29 @@ AdamWScalars adamw_scalars(double beta1, double beta2, double eps, double lr, in
   return {float(beta1), float(beta2), float(eps), float(lr) / bc1, 1.0f / std::sqrt(bc2)};
 }
 
+namespace {
+// One element of AdamW: the one text both updates run.
+inline void adamw_element(float& m, float& v, float& w, float g, float decay, const AdamWScalars& a) {
+  m = a.b1 * m + (1.0f - a.b1) * g;
+  v = a.b2 * v + (1.0f - a.b2) * g * g;
+  const float denom = std::sqrt(v) * a.inv_sqrt_bc2 + a.eps;
+  w = w * decay - a.step_size * m / denom;
+}
+}  // namespace
+
 void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, float decay, const AdamWScalars& a) {
-  const float b1 = a.b1, b2 = a.b2, eps = a.eps, step_size = a.step_size, inv_sqrt_bc2 = a.inv_sqrt_bc2;
+  const AdamWScalars s = a;
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) adamw_element(m[i], v[i], w[i], grad[i], decay, s);
+}
+
+void adamw_update_bf16(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
+                       const AdamWScalars& a) {
+  const AdamWScalars s = a;
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i];
-    m[i] = b1 * m[i] + (1.0f - b1) * g;
-    v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-    const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
-    w[i] = w[i] * decay - step_size * m[i] / denom;
+    adamw_element(m[i], v[i], w[i], grad[i], decay, s);
+    w16[i] = to_bf16(w[i]);
   }
 }
 

@@ -66,7 +66,11 @@ void AdamW::update(std::span<const PieceData> pieces, double lr, int64_t step) {
     const float* grad = pieces[s.piece].grad + in_piece;
     const int64_t n = s.end - s.begin;
     if (!offload_) {
-      adam(m_.data() + s.state_index, v_.data() + s.state_index, w, grad, n, decay);
+      if (uint16_t* w16 = pieces[s.piece].bf16)  // the GEMMs' bf16 copy written in the same pass
+        dev::adamw_update_bf16(m_.data() + s.state_index, v_.data() + s.state_index, w, w16 + in_piece, grad, n, decay,
+                               scalars);
+      else
+        adam(m_.data() + s.state_index, v_.data() + s.state_index, w, grad, n, decay);
       continue;
     }
     // Offloaded: the moments come in units of kOffloadUnit elements, in order; a segment may span

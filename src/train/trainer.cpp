@@ -404,14 +404,16 @@ void Trainer::apply_update(uint64_t batch, StepResult& r) {
     parallel::scale_grads(grads, float(config_.clip_grad / r.grad_norm));
   states_->begin_update();
   const std::vector<float*> master = states_->master_pieces();
+  // AdamW writes the bf16 GEMM weights as it updates the masters (one pass, not a second over them).
+  const std::vector<uint16_t*> bf16 = optimizer_->writes_bf16() ? states_->master_bf16_pieces() : std::vector<uint16_t*>{};
   std::vector<PieceData> pieces;
-  for (size_t i = 0; i < master.size(); ++i) pieces.push_back({master[i], grads.data[i]});
+  for (size_t i = 0; i < master.size(); ++i) pieces.push_back({master[i], grads.data[i], bf16.empty() ? nullptr : bf16[i]});
   // Update u is the (u+1)-th: its learning rate, and Adam's bias correction counting the updates
   // applied (fp16 may skip some).
   const auto update = int64_t(batch) + 1;
   r.lr = schedule_.at(update);  // the step reports the last update it applied
   optimizer_->update(pieces, r.lr, update - loss_scaler_.skipped);
-  states_->finish_step(true);
+  states_->finish_step(true, !bf16.empty());
 }
 
 double Trainer::forward_backward(uint64_t batch, parallel::pipeline::Phase phase) {

@@ -1,4 +1,4 @@
-// The bf16 fused passes (kernels/bf16_fused.hpp) against the fp32 kernels and conversions they replace,
+// The bf16 fused passes (kernels/bf16_fused.hpp, and AdamW writing the bf16 weights) against the fp32 kernels and conversions they replace,
 // bit for bit: the bf16 outputs byte for byte, the fp32 outputs (bias and LayerNorm gradients, mean,
 // rstd, dx) exactly. Shapes that are not multiples of the column blocks (128), of the thread count or
 // of the vector width, head dimensions below and above a block, and causal rows of every length.
@@ -14,6 +14,7 @@
 #include "kernels/gelu.hpp"
 #include "kernels/heads.hpp"
 #include "kernels/layernorm.hpp"
+#include "kernels/optimizer_kernels.hpp"
 #include "kernels/softmax.hpp"
 #include "tensor/bf16.hpp"
 
@@ -154,6 +155,20 @@ TEST(Bf16Fused, LayerNormBackwardReadsBf16Input) {
   EXPECT_TRUE(same_bytes(dx2, dx));
   EXPECT_TRUE(same_bytes(dw2, dw));
   EXPECT_TRUE(same_bytes(db2, db));
+}
+
+TEST(Bf16Fused, AdamWWritingBf16IsUpdateThenConversion) {
+  const int64_t n = 70001;  // above the parallel threshold, not a multiple of the vector width
+  const auto g = randn(n, 25), w0 = randn(n, 26, 0.02f), m0 = randn(n, 27, 0.01f);
+  auto v0 = randn(n, 28, 0.001f);
+  for (auto& x : v0) x = x * x;
+  const AdamWScalars a = adamw_scalars(0.9, 0.95, 1e-8, 3e-4, 7);
+  auto m = m0, v = v0, w = w0, m2 = m0, v2 = v0, w2 = w0;
+  adamw_update(m.data(), v.data(), w.data(), g.data(), n, 0.99f, a);
+  std::vector<uint16_t> w16(static_cast<size_t>(n));
+  adamw_update_bf16(m2.data(), v2.data(), w2.data(), w16.data(), g.data(), n, 0.99f, a);
+  EXPECT_TRUE(same_bytes(m2, m) && same_bytes(v2, v) && same_bytes(w2, w));
+  EXPECT_TRUE(same_bytes(w16, narrowed(w)));
 }
 
 }  // namespace
