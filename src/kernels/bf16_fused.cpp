@@ -25,30 +25,40 @@ inline void widen(float* dst, const uint16_t* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = from_bf16(src[i]);
 }
 
-// The widest column block whose running sums stay in registers and L1.
+// The columns a row's values are made in at a time (fill's v).
 constexpr int64_t kMaxBlock = 128;
 
 // dst16 [N, out] = bf16 of the fp32 values `fill` gives, and db += their column sums, each column's
-// rows added in order (bias_backward's sums, whatever the block width). fill(n, c0, len, v) writes
-// row n's columns [c0, c0 + len) into v. Parallel over blocks of `width` columns (at most kMaxBlock):
-// a block's rows are read one after another, so the sums need no second pass.
+// rows added in order (bias_backward's sums, whatever the cut). fill(n, c0, len, v) writes row n's
+// columns [c0, c0 + len) into v, len at most kMaxBlock and [c0, c0 + len) inside one of the runs of
+// `run` columns the row is made of. Each thread takes a contiguous stretch of columns (whole vectors
+// of 16) and walks the rows in order over it: its reads of a row are one contiguous stretch (narrow
+// column blocks down all rows touched a new page per row and ran several times slower), and its
+// running sums (out/threads floats) stay in cache.
 template <class Fill>
-void narrow_columns(uint16_t* dst16, float* db, int64_t N, int64_t out, int64_t width, Fill fill) {
-#pragma omp parallel for schedule(static)
-  for (int64_t c0 = 0; c0 < out; c0 += width) {
-    const int64_t len = std::min(width, out - c0);
-    float acc[kMaxBlock] = {};
+void narrow_columns(uint16_t* dst16, float* db, int64_t N, int64_t out, int64_t run, Fill fill) {
+  constexpr int64_t unit = 16;
+  const int64_t units = (out + unit - 1) / unit;
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t c_begin = std::min(out, units * t / nt * unit), c_end = std::min(out, units * (t + 1) / nt * unit);
+    RowBuffer acc(static_cast<size_t>(c_end - c_begin), 0.0f);
     float v[kMaxBlock];
-    for (int64_t n = 0; n < N; ++n) {
-      fill(n, c0, len, v);
-      uint16_t* d = dst16 + n * out + c0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c0 = c_begin; c0 < c_end;) {
+        const int64_t len = std::min({kMaxBlock, c_end - c0, run - c0 % run});
+        fill(n, c0, len, v);
+        float* a = acc.data() + (c0 - c_begin);
+        uint16_t* d = dst16 + n * out + c0;
 #pragma omp simd
-      for (int64_t c = 0; c < len; ++c) {
-        acc[c] += v[c];
-        d[c] = to_bf16(v[c]);
+        for (int64_t c = 0; c < len; ++c) {
+          a[c] += v[c];
+          d[c] = to_bf16(v[c]);
+        }
+        c0 += len;
       }
-    }
-    for (int64_t c = 0; c < len; ++c) db[c0 + c] += acc[c];
+    for (int64_t c = c_begin; c < c_end; ++c) db[c] += acc[size_t(c - c_begin)];
   }
 }
 
@@ -101,7 +111,7 @@ void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64
 }
 
 void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out) {
-  narrow_columns(dy16, db, N, out, kMaxBlock, [=](int64_t n, int64_t c0, int64_t len, float* v) {
+  narrow_columns(dy16, db, N, out, out, [=](int64_t n, int64_t c0, int64_t len, float* v) {
     const float* row = dy + n * out + c0;
 #pragma omp simd
     for (int64_t c = 0; c < len; ++c) v[c] = row[c];
@@ -109,7 +119,7 @@ void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N,
 }
 
 void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const float* dout, int64_t N, int64_t out) {
-  narrow_columns(g16, db, N, out, kMaxBlock, [=](int64_t n, int64_t c0, int64_t len, float* v) {
+  narrow_columns(g16, db, N, out, out, [=](int64_t n, int64_t c0, int64_t len, float* v) {
     const float* d = dout + n * out + c0;
     const uint16_t* p = pre16 + n * out + c0;
 #pragma omp simd
@@ -120,11 +130,9 @@ void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const
 void merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const float* dk, const float* dv,
                             const HeadShape& x) {
   const int64_t dh = x.dh, hl = x.a * x.dh;
-  // Blocks inside one head of one of Q, K, V: a block's rows are one contiguous run of that head.
-  int64_t width = dh;
-  while (width > kMaxBlock) width = width % 2 == 0 ? width / 2 : 1;
+  // Units of one head of one of Q, K, V: a block of a row is one contiguous run of that head's row.
   const float* parts[3] = {dq, dk, dv};
-  narrow_columns(dqkv16, db, x.b * x.s, 3 * hl, width, [=](int64_t n, int64_t c0, int64_t len, float* v) {
+  narrow_columns(dqkv16, db, x.b * x.s, 3 * hl, dh, [=](int64_t n, int64_t c0, int64_t len, float* v) {
     const int64_t bi = n / x.s, si = n % x.s, part = c0 / hl, hd = (c0 % hl) / dh, e0 = c0 % dh;
     const float* src = parts[part] + ((bi * x.a + hd) * x.s + si) * dh + e0;
 #pragma omp simd
