@@ -226,11 +226,6 @@ void c_half_accumulate(bool fp16, const float* src, uint16_t* dst, int64_t n) {
 void c_adamw(float* m, float* v, float* w, const float* g, int64_t n, float decay, const AdamWScalars& a) {
   cuda::adamw_update(m, v, w, g, n, decay, a);
 }
-void c_adamw_bf16(float* m, float* v, float* w, uint16_t* w16, const float* g, int64_t n, float decay,
-                  const AdamWScalars& a) {
-  c_adamw(m, v, w, g, n, decay, a);
-  c_to_bf16(w, w16, n);
-}
 // One number each: computed on the device, copied back (the copy waits for the kernels before it).
 double c_grad_sum_squares(const float* g, int64_t n) {
   const size_t ws = cuda::grad_sum_squares_workspace_bytes();
@@ -257,6 +252,17 @@ bool c_all_finite(const float* v, int64_t n) {
 float* fused_staging(int64_t n) {
   static ScratchArray<float> buf(MemoryCategory::workspaces, "cuda_fused_staging");
   return buf.ensure(n);
+}
+void c_adamw_fused(float* m, float* v, float* w, uint16_t* w16, const float* g, int64_t n, float decay,
+                   const AdamWScalars& a, float grad_scale) {
+  if (grad_scale != 1.0f) {  // the scaled gradient in staging: the gradient itself is read-only here
+    float* scaled = fused_staging(n);
+    c_copy(scaled, g, size_t(n) * sizeof(float));
+    c_scale_grads(scaled, n, grad_scale);
+    g = scaled;
+  }
+  c_adamw(m, v, w, g, n, decay, a);
+  if (w16) c_to_bf16(w, w16, n);
 }
 void c_layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rstd, const float* x, const float* w,
                               const float* b, int64_t N, int64_t C) {
@@ -363,7 +369,7 @@ const DeviceOps kCudaOps = {
     c_half_widen,
     c_half_accumulate,
     c_adamw,
-    c_adamw_bf16,
+    c_adamw_fused,
     c_grad_sum_squares,
     c_scale_grads,
     c_all_finite,

@@ -82,7 +82,7 @@ const DeviceOps kCpu = {
     cpu_half_widen,
     cpu_half_accumulate,
     adamw_update,
-    adamw_update_bf16,
+    adamw_update_fused,
     grad_sum_squares,
     scale_grads,
     all_finite,

@@ -87,7 +87,8 @@ struct DeviceOps {
   void (*half_accumulate)(bool, const float*, uint16_t*, int64_t);
   // The optimizer's (kernels/optimizer_kernels.hpp): results that are one number come to the host.
   void (*adamw_update)(float*, float*, float*, const float*, int64_t, float, const AdamWScalars&);
-  void (*adamw_update_bf16)(float*, float*, float*, uint16_t*, const float*, int64_t, float, const AdamWScalars&);
+  void (*adamw_update_fused)(float*, float*, float*, uint16_t*, const float*, int64_t, float, const AdamWScalars&,
+                             float);
   double (*grad_sum_squares)(const float*, int64_t);
   void (*scale_grads)(float*, int64_t, float);
   bool (*all_finite)(const float*, int64_t);
@@ -118,7 +119,7 @@ struct DeviceOps {
   X(dropout_forward) X(dropout_backward) X(softmax_dropout_forward) X(softmax_causal_backward)                 \
   X(flash_attention_forward) X(flash_attention_backward) X(flash_block_forward) X(flash_block_backward) X(split_heads) X(merge_heads) X(unmerge_heads)       \
   X(merge_qkv_grads) X(embedding_shard_forward) X(embedding_shard_backward) X(add_positions) X(position_grads) X(ce_shard_max_target)            \
-  X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(adamw_update_bf16) X(grad_sum_squares) X(scale_grads) X(all_finite) \
+  X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(adamw_update_fused) X(grad_sum_squares) X(scale_grads) X(all_finite) \
   X(layernorm_forward_bf16) X(split_heads_bf16) X(merge_heads_bf16) X(gelu_forward_bf16) X(narrow_bias_backward)       \
   X(gelu_backward_narrow) X(merge_qkv_grads_narrow) X(softmax_causal_backward_bf16) X(layernorm_backward_bf16)      \
   X(synchronize)
@@ -269,9 +270,9 @@ inline void adamw_update(float* m, float* v, float* w, const float* grad, int64_
                          const AdamWScalars& a) {
   device_ops().adamw_update(m, v, w, grad, n, decay, a);
 }
-inline void adamw_update_bf16(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
-                              const AdamWScalars& a) {
-  device_ops().adamw_update_bf16(m, v, w, w16, grad, n, decay, a);
+inline void adamw_update_fused(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
+                               const AdamWScalars& a, float grad_scale) {
+  device_ops().adamw_update_fused(m, v, w, w16, grad, n, decay, a, grad_scale);
 }
 inline double grad_sum_squares(const float* grads, int64_t n) { return device_ops().grad_sum_squares(grads, n); }
 inline void scale_grads(float* grads, int64_t n, float factor) { device_ops().scale_grads(grads, n, factor); }

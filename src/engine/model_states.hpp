@@ -95,7 +95,7 @@ class ModelStates final : public BucketStore {
   OwnedGrads reduce();  // the summed fp32 gradient of the owned pieces, valid until finish_step
   std::vector<float*> master_pieces();
   // The bf16 compute copy of each master piece where an update may write it in the same pass
-  // (Optimizer::writes_bf16): one rank's whole fp32 weights, ZeRO 0; else none (empty).
+  // (Optimizer::fuses_passes): one rank's whole fp32 weights, ZeRO 0; else none (empty).
   std::vector<uint16_t*> master_bf16_pieces();
   // The updated masters become every rank's compute weights; `updated` false (an fp16 step skipped
   // for an overflow) only releases the step's buffers. `bf16_written`: the update wrote

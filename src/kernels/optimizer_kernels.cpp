@@ -31,12 +31,17 @@ void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, fl
   for (int64_t i = 0; i < n; ++i) adamw_element(m[i], v[i], w[i], grad[i], decay, s);
 }
 
-void adamw_update_bf16(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
-                       const AdamWScalars& a) {
+void adamw_update_fused(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
+                        const AdamWScalars& a, float grad_scale) {
   const AdamWScalars s = a;
+  if (!w16) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) adamw_element(m[i], v[i], w[i], grad[i] * grad_scale, decay, s);
+    return;
+  }
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) {
-    adamw_element(m[i], v[i], w[i], grad[i], decay, s);
+    adamw_element(m[i], v[i], w[i], grad[i] * grad_scale, decay, s);
     w16[i] = to_bf16(w[i]);
   }
 }

@@ -157,18 +157,23 @@ TEST(Bf16Fused, LayerNormBackwardReadsBf16Input) {
   EXPECT_TRUE(same_bytes(db2, db));
 }
 
-TEST(Bf16Fused, AdamWWritingBf16IsUpdateThenConversion) {
+TEST(Bf16Fused, AdamWFusedIsScaleUpdateThenConversion) {
   const int64_t n = 70001;  // above the parallel threshold, not a multiple of the vector width
   const auto g = randn(n, 25), w0 = randn(n, 26, 0.02f), m0 = randn(n, 27, 0.01f);
   auto v0 = randn(n, 28, 0.001f);
   for (auto& x : v0) x = x * x;
   const AdamWScalars a = adamw_scalars(0.9, 0.95, 1e-8, 3e-4, 7);
-  auto m = m0, v = v0, w = w0, m2 = m0, v2 = v0, w2 = w0;
-  adamw_update(m.data(), v.data(), w.data(), g.data(), n, 0.99f, a);
-  std::vector<uint16_t> w16(static_cast<size_t>(n));
-  adamw_update_bf16(m2.data(), v2.data(), w2.data(), w16.data(), g.data(), n, 0.99f, a);
-  EXPECT_TRUE(same_bytes(m2, m) && same_bytes(v2, v) && same_bytes(w2, w));
-  EXPECT_TRUE(same_bytes(w16, narrowed(w)));
+  for (const float scale : {1.0f, 0.3173f}) {  // no clipping, and clipping's factor
+    auto m = m0, v = v0, w = w0, m2 = m0, v2 = v0, w2 = w0, m3 = m0, v3 = v0, w3 = w0, scaled = g;
+    scale_grads(scaled.data(), n, scale);
+    adamw_update(m.data(), v.data(), w.data(), scaled.data(), n, 0.99f, a);
+    std::vector<uint16_t> w16(static_cast<size_t>(n));
+    adamw_update_fused(m2.data(), v2.data(), w2.data(), w16.data(), g.data(), n, 0.99f, a, scale);
+    adamw_update_fused(m3.data(), v3.data(), w3.data(), nullptr, g.data(), n, 0.99f, a, scale);
+    EXPECT_TRUE(same_bytes(m2, m) && same_bytes(v2, v) && same_bytes(w2, w)) << scale;
+    EXPECT_TRUE(same_bytes(m3, m) && same_bytes(v3, v) && same_bytes(w3, w)) << scale;
+    EXPECT_TRUE(same_bytes(w16, narrowed(w))) << scale;
+  }
 }
 
 }  // namespace
