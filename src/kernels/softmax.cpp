@@ -12,7 +12,8 @@ namespace {
 // Row i of a causal softmax (keys j <= i; the rest zero). One out-of-line copy, so both entry points
 // below round exactly alike.
 __attribute__((noinline)) void softmax_row(float* y, const float* x, int64_t i, int64_t s) {
-  float mx = x[0];
+  float mx = x[0];  // a maximum is exact in any order: taken in vector lanes
+#pragma omp simd reduction(max : mx)
   for (int64_t j = 1; j <= i; ++j) mx = x[j] > mx ? x[j] : mx;
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
