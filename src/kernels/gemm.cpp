@@ -25,7 +25,6 @@ using dt = dnnl::memory::data_type;
 using dims = dnnl::memory::dims;
 
 constexpr int64_t kMinPartRows = 256;  // shorter row parts would starve oneDNN's blocking
-constexpr int64_t kMinPartCols = 256;  // the same for column parts
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -36,15 +35,14 @@ dnnl::stream& cpu_stream() {  // one per thread: parts run their primitives conc
   return stream;
 }
 
-// A primitive computes rows [i0, i0 + m) and columns [j0, j0 + n) of `batch` M×N products (m = M, n = N
-// for whole matrices); `threads` is how many threads oneDNN plans it for (1 for a part, which one thread
-// of ours runs).
+// A primitive computes rows [i0, i0 + m) of `batch` M×N products (m = M for whole matrices); `threads` is
+// how many threads oneDNN plans it for (1 for a part, which one thread of ours runs).
 struct Key {
-  int64_t batch, M, N, K, m, n;
+  int64_t batch, M, N, K, m;
   bool ta, tb, acc, bias, bf16;
   float alpha;
   int threads;
-  auto tie() const { return std::tie(batch, M, N, K, m, n, ta, tb, acc, bias, bf16, alpha, threads); }
+  auto tie() const { return std::tie(batch, M, N, K, m, ta, tb, acc, bias, bf16, alpha, threads); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
@@ -65,8 +63,8 @@ dnnl::memory::desc operand_desc(int64_t batch, int64_t stride, int64_t rows, int
 dnnl::matmul::primitive_desc describe(const Key& k, Prim& p) {
   const dt in = k.bf16 ? dt::bf16 : dt::f32;
   p.a = operand_desc(k.batch, k.M * k.K, k.m, k.K, k.ta ? k.M : k.K, k.ta, in);
-  p.b = operand_desc(k.batch, k.K * k.N, k.K, k.n, k.tb ? k.K : k.N, k.tb, in);
-  p.c = dnnl::memory::desc(dims{k.batch, k.m, k.n}, dt::f32, dims{k.M * k.N, k.N, 1});
+  p.b = operand_desc(k.batch, k.K * k.N, k.K, k.N, k.tb ? k.K : k.N, k.tb, in);
+  p.c = dnnl::memory::desc(dims{k.batch, k.m, k.N}, dt::f32, dims{k.M * k.N, k.N, 1});
   dnnl::primitive_attr attr;
   // Our scratchpad, passed at execution: concurrent parts must not share the library's.
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -78,7 +76,7 @@ dnnl::matmul::primitive_desc describe(const Key& k, Prim& p) {
   }
   std::unique_ptr<dnnl::matmul::desc> desc;
   if (k.bias) {
-    p.bias = dnnl::memory::desc(dims{1, 1, k.n}, dt::f32, dims{k.N, k.N, 1});
+    p.bias = dnnl::memory::desc(dims{1, 1, k.N}, dt::f32, dims{k.N, k.N, 1});
     desc = std::make_unique<dnnl::matmul::desc>(p.a, p.b, p.bias, p.c);
   } else {
     desc = std::make_unique<dnnl::matmul::desc>(p.a, p.b, p.c);
@@ -110,20 +108,20 @@ const Prim& primitive(const Key& key) {
   return it->second;  // std::map nodes do not move: the reference outlives the lock
 }
 
-// Matrices [b0, b0 + key.batch) of the batch, rows [i0, i0 + key.m) and columns [j0, j0 + key.n) of each
-// C, through one primitive on the calling thread's stream.
+// Matrices [b0, b0 + key.batch) of the batch, rows [i0, i0 + key.m) of each C, through one primitive on
+// the calling thread's stream.
 void run_part(const Key& key, const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias,
-              int64_t b0, int64_t i0, int64_t j0) {
+              int64_t b0, int64_t i0) {
   const Prim& p = primitive(key);
   auto& eng = cpu_engine();
   const size_t elem = a.dtype == DType::bf16 ? 2 : 4;
   const char* a_part = static_cast<const char*>(a.ptr) + size_t(b0 * s.M * s.K + i0 * (s.trans_a ? 1 : s.K)) * elem;
-  const char* b_part = static_cast<const char*>(b.ptr) + size_t(b0 * s.K * s.N + j0 * (s.trans_b ? s.K : 1)) * elem;
+  const char* b_part = static_cast<const char*>(b.ptr) + size_t(b0 * s.K * s.N) * elem;
   dnnl::memory am(p.a, eng, const_cast<char*>(a_part));
   dnnl::memory bm(p.b, eng, const_cast<char*>(b_part));
-  dnnl::memory cm(p.c, eng, c + b0 * s.M * s.N + i0 * s.N + j0);
+  dnnl::memory cm(p.c, eng, c + b0 * s.M * s.N + i0 * s.N);
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias, eng, const_cast<float*>(bias + j0)));
+  if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias, eng, const_cast<float*>(bias)));
   // The scratchpad: a per-thread buffer that only grows to the largest primitive's need (a few MiB at most).
   static thread_local ScratchArray<uint8_t> scratch(MemoryCategory::workspaces, "gemm_scratchpad");
   args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratch, eng, scratch.ensure(int64_t(p.scratch.get_size()))));
@@ -141,44 +139,21 @@ bool whole_primitives() {
   return whole;
 }
 
-// Whether an unbatched GEMM is cut by columns instead of rows. A bf16 part repacks B into AMX's tile
-// layout (pairs of K rows interleaved) whatever it computes of it: cut by rows, each thread repacks
-// all of B, cut by columns only its half. Measured per part on one core at the GPT-2-small step's
-// shapes (bf16): columns won where K > N and A is not transposed (B the tall K×N: FC2's forward
-// 531 → 775 GFLOP/s, the head's input gradient 455 → 627, FC1's 687 → 772, QKV's 782 → 817) and lost
-// elsewhere (FC2's input gradient 856 → 652, the head's logits 632 → 530, every weight gradient,
-// whose A is transposed and then repacked in full by each column part). fp32 parts stay cut by rows
-// (docs/design.md §7). Also columns where the rows are too few to cut.
-bool by_columns(const GemmShape& s, bool bf16) {
-  if (!bf16 || s.batch > 1 || s.trans_a || s.N / kMinPartCols < 2) return false;
-  return s.K > s.N || s.M / kMinPartRows < 2;
+// How many parts a GEMM is cut into on `threads` threads, and part t's key and first matrix / row.
+int parts_of(const GemmShape& s, int threads) {
+  const int64_t units = s.batch > 1 ? s.batch : s.M / kMinPartRows;
+  return whole_primitives() ? 1 : int(std::min<int64_t>(threads, units));
 }
-
-// How a GEMM is cut on `threads` threads: into how many parts, and whether by columns; then part t's key
-// and first matrix / row / column.
-struct Cut {
-  int parts;
-  bool cols;
-};
-Cut cut_of(const GemmShape& s, bool bf16, int threads) {
-  const bool cols = by_columns(s, bf16);
-  const int64_t units = s.batch > 1 ? s.batch : cols ? s.N / kMinPartCols : s.M / kMinPartRows;
-  return {whole_primitives() ? 1 : int(std::min<int64_t>(threads, units)), cols};
-}
-Key part_key(const GemmShape& s, bool bias, bool bf16, Cut cut, int t, int64_t& b0, int64_t& i0, int64_t& j0) {
-  const int parts = cut.parts;
-  int64_t nb = s.batch, m = s.M, n = s.N;
-  b0 = 0, i0 = 0, j0 = 0;
+Key part_key(const GemmShape& s, bool bias, bool bf16, int parts, int t, int64_t& b0, int64_t& i0) {
+  int64_t nb = s.batch, m = s.M;
+  b0 = 0, i0 = 0;
   if (s.batch > 1) {
     b0 = s.batch * t / parts, nb = s.batch * (t + 1) / parts - b0;
-  } else if (cut.cols) {  // column boundaries on multiples of 64 (whole tile columns)
-    j0 = s.N * t / parts / 64 * 64;
-    n = (t + 1 == parts ? s.N : s.N * (t + 1) / parts / 64 * 64) - j0;
   } else {  // row boundaries on multiples of 16
     i0 = s.M * t / parts / 16 * 16;
     m = (t + 1 == parts ? s.M : s.M * (t + 1) / parts / 16 * 16) - i0;
   }
-  return Key{nb, s.M, s.N, s.K, m, n, s.trans_a, s.trans_b, s.accumulate, bias, bf16, s.alpha, 1};
+  return Key{nb, s.M, s.N, s.K, m, s.trans_a, s.trans_b, s.accumulate, bias, bf16, s.alpha, 1};
 }
 
 }  // namespace
@@ -191,18 +166,16 @@ std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& s, bool bf16, int th
   const double batch = double(s.batch), largest = std::max({double(s.M) * double(s.K), double(s.K) * double(s.N),
                                                             double(s.M) * double(s.N)});
   if (batch * largest > 0x1p48 || std::max({s.M, s.N, s.K}) >= (int64_t(1) << 31)) return bytes;
-  const Cut cut = cut_of(s, bf16, threads);
-  const int parts = cut.parts;
+  const int parts = parts_of(s, threads);
   Prim unused;
   if (parts < 2) {
-    const Key whole{s.batch, s.M, s.N, s.K, s.M, s.N, s.trans_a, s.trans_b, s.accumulate, false, bf16, s.alpha, threads};
+    const Key whole{s.batch, s.M, s.N, s.K, s.M, s.trans_a, s.trans_b, s.accumulate, false, bf16, s.alpha, threads};
     bytes[0] = int64_t(describe(whole, unused).scratchpad_desc().get_size());
     return bytes;
   }
   for (int t = 0; t < parts; ++t) {
-    int64_t b0 = 0, i0 = 0, j0 = 0;
-    const Key key = part_key(s, false, bf16, cut, t, b0, i0, j0);
-    bytes[size_t(t)] = int64_t(describe(key, unused).scratchpad_desc().get_size());
+    int64_t b0 = 0, i0 = 0;
+    bytes[size_t(t)] = int64_t(describe(part_key(s, false, bf16, parts, t, b0, i0), unused).scratchpad_desc().get_size());
   }
   return bytes;
 }
@@ -218,12 +191,11 @@ void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const floa
   const int threads = nested ? 1 : omp_get_max_threads();
   std::optional<TraceSpan> span;  // a GEMM of the step (one inside a parallel region is its caller's time)
   if (!nested) span.emplace(Trace::Kind::gemm);
-  const Cut cut = cut_of(s, bf16, threads);
-  const int parts = cut.parts;
+  const int parts = parts_of(s, threads);
   if (parts < 2) {
-    run_part(Key{s.batch, s.M, s.N, s.K, s.M, s.N, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16, s.alpha,
+    run_part(Key{s.batch, s.M, s.N, s.K, s.M, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16, s.alpha,
                  threads},
-             s, a, b, c, bias, 0, 0, 0);
+             s, a, b, c, bias, 0, 0);
     return;
   }
   std::exception_ptr failure;  // an exception may not leave a parallel region: carried out of it
@@ -231,10 +203,10 @@ void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const floa
   {
     omp_set_num_threads(1);  // oneDNN plans and runs this thread's part on this thread alone
     const int t = omp_get_thread_num();
-    int64_t b0 = 0, i0 = 0, j0 = 0;
-    const Key key = part_key(s, bias != nullptr, bf16, cut, t, b0, i0, j0);
+    int64_t b0 = 0, i0 = 0;
+    const Key key = part_key(s, bias != nullptr, bf16, parts, t, b0, i0);
     try {
-      run_part(key, s, a, b, c, bias, b0, i0, j0);
+      run_part(key, s, a, b, c, bias, b0, i0);
     } catch (...) {
 #pragma omp critical(lattice_gemm_failure)
       failure = std::current_exception();

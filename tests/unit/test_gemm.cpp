@@ -105,33 +105,6 @@ TEST(Gemm, Bf16OperandsInRowParts) {
   omp_set_num_threads(saved);
 }
 
-TEST(Gemm, Bf16OperandsInColumnParts) {
-  // K > N with A not transposed (cut by columns: two parts, boundary 320 of N = 640, on 2 threads and on
-  // 3), and few rows (M = 40: columns whatever K; boundary 256); each with and without B transposed,
-  // bias and accumulate.
-  const int saved = omp_get_max_threads();
-  uint32_t seed = 31;
-  struct Dims {
-    int64_t M, N, K;
-  };
-  for (const Dims d : {Dims{520, 640, 700}, Dims{40, 576, 64}})
-    for (const int threads : {2, 3}) {
-      omp_set_num_threads(threads);
-      for (const bool tb : {false, true})
-        for (const bool acc_bias : {false, true}) {
-          Problem p = make_problem(d.M, d.N, d.K, false, tb, acc_bias, acc_bias ? 1.0f : 0.5f, acc_bias, seed++);
-          std::vector<uint16_t> a16(p.a.size()), b16(p.b.size());
-          for (size_t i = 0; i < a16.size(); ++i) a16[i] = to_bf16(p.a[i]), p.a[i] = from_bf16(a16[i]);
-          for (size_t i = 0; i < b16.size(); ++i) b16[i] = to_bf16(p.b[i]), p.b[i] = from_bf16(b16[i]);
-          std::vector<float> c = p.c0;
-          gemm(p.s, {a16.data(), DType::bf16}, {b16.data(), DType::bf16}, c.data(),
-               p.bias.empty() ? nullptr : p.bias.data());
-          expect_matches_reference(p, c);
-        }
-    }
-  omp_set_num_threads(saved);
-}
-
 TEST(Gemm, CallsFromInsideAParallelRegionRunWhole) {
   // gemm() inside an OpenMP region (as the MoE experts may call it) must not split again.
   Problem p = make_problem(800, 4, 16, false, false, false, 1.0f, false, 31);
