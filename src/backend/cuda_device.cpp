@@ -247,6 +247,82 @@ bool c_all_finite(const float* v, int64_t n) {
   return host == 0;
 }
 
+// The bf16 fused passes (kernels/bf16_fused.hpp) as the ops they fuse, through fp32 staging of their
+// own (the kernels' scratch above is taken by the bias and LayerNorm backward they call).
+float* fused_staging(int64_t n) {
+  static ScratchArray<float> buf(MemoryCategory::workspaces, "cuda_fused_staging");
+  return buf.ensure(n);
+}
+void c_adamw_fused(float* m, float* v, float* w, uint16_t* w16, const float* g, int64_t n, float decay,
+                   const AdamWScalars& a, float grad_scale) {
+  if (grad_scale != 1.0f) {  // the scaled gradient in staging: the gradient itself is read-only here
+    float* scaled = fused_staging(n);
+    c_copy(scaled, g, size_t(n) * sizeof(float));
+    c_scale_grads(scaled, n, grad_scale);
+    g = scaled;
+  }
+  c_adamw(m, v, w, g, n, decay, a);
+  if (w16) c_to_bf16(w, w16, n);
+}
+void c_layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rstd, const float* x, const float* w,
+                              const float* b, int64_t N, int64_t C) {
+  float* y = fused_staging(N * C);
+  c_layernorm_forward(y, mean, rstd, x, w, b, N, C);
+  c_to_bf16(y, y16, N * C);
+  c_to_bf16(x, x16, N * C);
+}
+void c_split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv, const HeadShape& x) {
+  const int64_t n = x.b * x.s * x.a * x.dh;
+  float* t = fused_staging(3 * n);
+  c_split_heads(t, t + n, t + 2 * n, qkv, x);
+  c_to_bf16(t, q, n), c_to_bf16(t + n, k, n), c_to_bf16(t + 2 * n, v, n);
+}
+void c_merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape& x) {
+  const int64_t n = x.b * x.s * x.a * x.dh;
+  float* t = fused_staging(n);
+  c_merge_heads(t, heads, x);
+  c_to_bf16(t, out, n);
+}
+void c_gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n) {
+  float* t = fused_staging(n);
+  c_gelu_forward(t, pre, n);
+  c_to_bf16(pre, pre16, n);
+  c_to_bf16(t, act16, n);
+}
+void c_narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out) {
+  c_to_bf16(dy, dy16, N * out);
+  c_bias_backward(db, dy, N, out);
+}
+void c_gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const float* dout, int64_t N,
+                            int64_t out) {
+  float* pre = fused_staging(2 * N * out);
+  float* g = pre + N * out;
+  c_from_bf16(pre16, pre, N * out);
+  c_gelu_backward(g, pre, dout, N * out);
+  c_narrow_bias_backward(g16, db, g, N, out);
+}
+void c_merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const float* dk, const float* dv,
+                              const HeadShape& x) {
+  const int64_t N = x.b * x.s, out = 3 * x.a * x.dh;
+  float* t = fused_staging(N * out);
+  c_merge_qkv_grads(t, dq, dk, dv, x);
+  c_narrow_bias_backward(dqkv16, db, t, N, out);
+}
+void c_softmax_causal_backward_bf16(uint16_t* ds16, const float* dprobs, const uint16_t* probs16, int64_t batch,
+                                    int64_t s) {
+  const int64_t n = batch * s * s;
+  float* p = fused_staging(2 * n);
+  c_from_bf16(probs16, p, n);
+  c_softmax_causal_backward(p + n, dprobs, p, batch, s);
+  c_to_bf16(p + n, ds16, n);
+}
+void c_layernorm_backward_bf16(float* dinp, float* dw, float* db, const float* dout, const uint16_t* inp16,
+                               const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  float* x = fused_staging(N * C);
+  c_from_bf16(inp16, x, N * C);
+  c_layernorm_backward(dinp, dw, db, dout, x, w, mean, rstd, N, C);
+}
+
 void c_synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
 const DeviceOps kCudaOps = {
@@ -293,9 +369,19 @@ const DeviceOps kCudaOps = {
     c_half_widen,
     c_half_accumulate,
     c_adamw,
+    c_adamw_fused,
     c_grad_sum_squares,
     c_scale_grads,
     c_all_finite,
+    c_layernorm_forward_bf16,
+    c_split_heads_bf16,
+    c_merge_heads_bf16,
+    c_gelu_forward_bf16,
+    c_narrow_bias_backward,
+    c_gelu_backward_narrow,
+    c_merge_qkv_grads_narrow,
+    c_softmax_causal_backward_bf16,
+    c_layernorm_backward_bf16,
     c_synchronize,
 };
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/config.hpp"
+#include "kernels/bf16_fused.hpp"
 #include "kernels/dropout.hpp"
 #include "kernels/flash_attention.hpp"
 #include "kernels/gemm.hpp"
@@ -86,9 +87,24 @@ struct DeviceOps {
   void (*half_accumulate)(bool, const float*, uint16_t*, int64_t);
   // The optimizer's (kernels/optimizer_kernels.hpp): results that are one number come to the host.
   void (*adamw_update)(float*, float*, float*, const float*, int64_t, float, const AdamWScalars&);
+  void (*adamw_update_fused)(float*, float*, float*, uint16_t*, const float*, int64_t, float, const AdamWScalars&,
+                             float);
   double (*grad_sum_squares)(const float*, int64_t);
   void (*scale_grads)(float*, int64_t, float);
   bool (*all_finite)(const float*, int64_t);
+  // bf16 activations' fused passes (kernels/bf16_fused.hpp): each bitwise the fp32 ops it replaces,
+  // then their narrowing (and a linear's bias sums).
+  void (*layernorm_forward_bf16)(uint16_t*, uint16_t*, float*, float*, const float*, const float*, const float*,
+                                 int64_t, int64_t);
+  void (*split_heads_bf16)(uint16_t*, uint16_t*, uint16_t*, const float*, const HeadShape&);
+  void (*merge_heads_bf16)(uint16_t*, const float*, const HeadShape&);
+  void (*gelu_forward_bf16)(uint16_t*, uint16_t*, const float*, int64_t);
+  void (*narrow_bias_backward)(uint16_t*, float*, const float*, int64_t, int64_t);
+  void (*gelu_backward_narrow)(uint16_t*, float*, const uint16_t*, const float*, int64_t, int64_t);
+  void (*merge_qkv_grads_narrow)(uint16_t*, float*, const float*, const float*, const float*, const HeadShape&);
+  void (*softmax_causal_backward_bf16)(uint16_t*, const float*, const uint16_t*, int64_t, int64_t);
+  void (*layernorm_backward_bf16)(float*, float*, float*, const float*, const uint16_t*, const float*, const float*,
+                                  const float*, int64_t, int64_t);
   // Returns once every operation issued so far has finished (a timer's edge; the CPU's are synchronous).
   void (*synchronize)();
   // The copies and zeroing of device buffers are tensor/device_memory.hpp's (the same memory serves
@@ -103,7 +119,10 @@ struct DeviceOps {
   X(dropout_forward) X(dropout_backward) X(softmax_dropout_forward) X(softmax_causal_backward)                 \
   X(flash_attention_forward) X(flash_attention_backward) X(flash_block_forward) X(flash_block_backward) X(split_heads) X(merge_heads) X(unmerge_heads)       \
   X(merge_qkv_grads) X(embedding_shard_forward) X(embedding_shard_backward) X(add_positions) X(position_grads) X(ce_shard_max_target)            \
-  X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(grad_sum_squares) X(scale_grads) X(all_finite) X(synchronize)
+  X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(adamw_update_fused) X(grad_sum_squares) X(scale_grads) X(all_finite) \
+  X(layernorm_forward_bf16) X(split_heads_bf16) X(merge_heads_bf16) X(gelu_forward_bf16) X(narrow_bias_backward)       \
+  X(gelu_backward_narrow) X(merge_qkv_grads_narrow) X(softmax_causal_backward_bf16) X(layernorm_backward_bf16)      \
+  X(synchronize)
 
 // The CPU's table: src/kernels, byte for byte what the model called directly before the seam.
 const DeviceOps& cpu_ops();
@@ -251,9 +270,45 @@ inline void adamw_update(float* m, float* v, float* w, const float* grad, int64_
                          const AdamWScalars& a) {
   device_ops().adamw_update(m, v, w, grad, n, decay, a);
 }
+inline void adamw_update_fused(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
+                               const AdamWScalars& a, float grad_scale) {
+  device_ops().adamw_update_fused(m, v, w, w16, grad, n, decay, a, grad_scale);
+}
 inline double grad_sum_squares(const float* grads, int64_t n) { return device_ops().grad_sum_squares(grads, n); }
 inline void scale_grads(float* grads, int64_t n, float factor) { device_ops().scale_grads(grads, n, factor); }
 inline bool all_finite(const float* values, int64_t n) { return device_ops().all_finite(values, n); }
+inline void layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rstd, const float* x,
+                                   const float* weight, const float* bias, int64_t N, int64_t C) {
+  device_ops().layernorm_forward_bf16(x16, y16, mean, rstd, x, weight, bias, N, C);
+}
+inline void split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv, const HeadShape& x) {
+  device_ops().split_heads_bf16(q, k, v, qkv, x);
+}
+inline void merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape& x) {
+  device_ops().merge_heads_bf16(out, heads, x);
+}
+inline void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n) {
+  device_ops().gelu_forward_bf16(pre16, act16, pre, n);
+}
+inline void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out) {
+  device_ops().narrow_bias_backward(dy16, db, dy, N, out);
+}
+inline void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const float* dout, int64_t N,
+                                 int64_t out) {
+  device_ops().gelu_backward_narrow(g16, db, pre16, dout, N, out);
+}
+inline void merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const float* dk, const float* dv,
+                                   const HeadShape& x) {
+  device_ops().merge_qkv_grads_narrow(dqkv16, db, dq, dk, dv, x);
+}
+inline void softmax_causal_backward_bf16(uint16_t* ds16, const float* dprobs, const uint16_t* probs16, int64_t batch,
+                                         int64_t s) {
+  device_ops().softmax_causal_backward_bf16(ds16, dprobs, probs16, batch, s);
+}
+inline void layernorm_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp16,
+                                    const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  device_ops().layernorm_backward_bf16(dinp, dweight, dbias, dout, inp16, weight, mean, rstd, N, C);
+}
 inline void synchronize() { device_ops().synchronize(); }
 // A GEMM operand of `n` fp32 values in the run's dtype: itself (fp32), or rounded into `half` (bf16).
 inline GemmOperand as_operand(const float* src, int64_t n, DType dt, uint16_t* half) {

@@ -359,7 +359,12 @@ std::vector<float*> ModelStates::master_pieces() {
   return out;
 }
 
-void ModelStates::finish_step(bool updated) {
+std::vector<uint16_t*> ModelStates::master_bf16_pieces() {
+  if (stage_ != 0 || half() || weight_file_ || !weights_bf16_.size()) return {};
+  return {weights_bf16_.data()};
+}
+
+void ModelStates::finish_step(bool updated, bool bf16_written) {
   launched_.assign(buckets_.size(), false);  // the next reduce() starts every reduction again
   if (updated && !half()) {
     if (stage_ == 1 || stage_ == 2) {  // every rank's updated pieces, gathered in place
@@ -373,7 +378,7 @@ void ModelStates::finish_step(bool updated) {
       }
       for (auto& h : pending) h.wait();
     }
-    refresh_bf16();
+    if (!bf16_written) refresh_bf16();
   } else if (updated) {
     if (whole_weights() && stage_ >= 1) gather_narrowed();
     else dev::half_narrow(*half_, masters_.data(), weights16_.data(), weights16_.size());  // whole, or stage 3's shard

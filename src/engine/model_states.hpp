@@ -94,9 +94,13 @@ class ModelStates final : public BucketStore {
   void set_last_micro_batch(bool last) { last_micro_batch_ = last && layout_.versions == 1; }
   OwnedGrads reduce();  // the summed fp32 gradient of the owned pieces, valid until finish_step
   std::vector<float*> master_pieces();
+  // The bf16 compute copy of each master piece where an update may write it in the same pass
+  // (Optimizer::fuses_passes): one rank's whole fp32 weights, ZeRO 0; else none (empty).
+  std::vector<uint16_t*> master_bf16_pieces();
   // The updated masters become every rank's compute weights; `updated` false (an fp16 step skipped
-  // for an overflow) only releases the step's buffers.
-  void finish_step(bool updated);
+  // for an overflow) only releases the step's buffers. `bf16_written`: the update wrote
+  // master_bf16_pieces() already.
+  void finish_step(bool updated, bool bf16_written = false);
 
   // Checkpoints: what this rank contributes when the whole model is written from `owned_values`
   // (laid out like master_pieces(): optimizer element states), or from the fp32 weights (masters of

@@ -20,4 +20,11 @@ void layernorm_backward_input(float* dinp, float* partial, int64_t partial_float
                               int64_t C);
 void layernorm_reduce_partials(float* dweight, float* dbias, const float* partial, int64_t partial_floats, int64_t C);
 
+// One row of the forward (y, its mean and rstd) and of the backward (dx += its input gradient, dw and
+// db += its parameter gradients): the code every LayerNorm pass runs, fp32 or bf16 (kernels/bf16_fused.hpp).
+void layernorm_forward_row(float* y, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
+                           int64_t C);
+void layernorm_backward_row(float* dx, float* dw, float* db, const float* dy, const float* x, const float* weight,
+                            float m, float r, int64_t C);
+
 }  // namespace lattice

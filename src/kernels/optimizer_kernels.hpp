@@ -13,6 +13,11 @@ struct AdamWScalars {
 AdamWScalars adamw_scalars(double beta1, double beta2, double eps, double lr, int64_t step);
 // m = b1·m + (1−b1)·g; v = b2·v + (1−b2)·g²; w = w·decay − step_size·m / (√v·inv_sqrt_bc2 + eps).
 void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, float decay, const AdamWScalars& a);
+// The same update of the gradient grad · grad_scale (clipping's factor, 1 for none), the new weights
+// also narrowed into w16 (bf16 GEMM weights) unless it is null: one pass instead of scale_grads, the
+// update and to_bf16, bitwise their result.
+void adamw_update_fused(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
+                        const AdamWScalars& a, float grad_scale);
 
 // Σ grads[i]² in double: each thread's contiguous share summed in vector lanes, the shares added in
 // thread order (a fixed order for a given thread count).

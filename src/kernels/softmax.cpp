@@ -12,7 +12,8 @@ namespace {
 // Row i of a causal softmax (keys j <= i; the rest zero). One out-of-line copy, so both entry points
 // below round exactly alike.
 __attribute__((noinline)) void softmax_row(float* y, const float* x, int64_t i, int64_t s) {
-  float mx = x[0];
+  float mx = x[0];  // a maximum is exact in any order: taken in vector lanes
+#pragma omp simd reduction(max : mx)
   for (int64_t j = 1; j <= i; ++j) mx = x[j] > mx ? x[j] : mx;
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -70,20 +71,21 @@ void softmax_dropout_forward(void* probs, uint8_t* mask, void* dropped, DType dt
   }
 }
 
+// Row i of the causal softmax's backward, out of line so the fp32 kernel and the bf16 pass
+// (kernels/bf16_fused.cpp) round alike.
+__attribute__((noinline)) void softmax_backward_row(float* ds, const float* dp, const float* p, int64_t i, int64_t s) {
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t j = 0; j <= i; ++j) dot += p[j] * dp[j];
+#pragma omp simd
+  for (int64_t j = 0; j <= i; ++j) ds[j] = p[j] * (dp[j] - dot);
+  for (int64_t j = i + 1; j < s; ++j) ds[j] = 0.0f;
+}
+
 void softmax_causal_backward(float* dscores, const float* dprobs, const float* probs, int64_t batch, int64_t s) {
 #pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < batch * s; ++row) {
-    const int64_t i = row % s;
-    const float* p = probs + row * s;
-    const float* dp = dprobs + row * s;
-    float* ds = dscores + row * s;
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int64_t j = 0; j <= i; ++j) dot += p[j] * dp[j];
-#pragma omp simd
-    for (int64_t j = 0; j <= i; ++j) ds[j] = p[j] * (dp[j] - dot);
-    for (int64_t j = i + 1; j < s; ++j) ds[j] = 0.0f;
-  }
+  for (int64_t row = 0; row < batch * s; ++row)
+    softmax_backward_row(dscores + row * s, dprobs + row * s, probs + row * s, row % s, s);
 }
 
 }  // namespace lattice

@@ -19,4 +19,6 @@ void softmax_dropout_forward(void* probs, uint8_t* mask, void* dropped, DType dt
                              int64_t local_heads, int64_t batch, int64_t s, const AttentionDropout& drop);
 // dscores = probs ⊙ (dprobs − rowsum(probs ⊙ dprobs))   (may alias dprobs)
 void softmax_causal_backward(float* dscores, const float* dprobs, const float* probs, int64_t batch, int64_t s);
+// Its row i (of s): the code both it and the bf16 pass (kernels/bf16_fused.hpp) run.
+void softmax_backward_row(float* ds, const float* dp, const float* p, int64_t i, int64_t s);
 }  // namespace lattice

@@ -135,10 +135,15 @@ void attention_core_backward(float* dq, float* dk, float* dv, const float* dctx,
 
   if (drop)
     dev::dropout_backward(ws.att1.data(), ws.att1.data(), kept.attn_mask.unpacked(ws.mask_bytes.data()), n_att, c.dropout);
-  const float* probs32 = kept.probs.load(ws.att2.data());
-  dev::softmax_causal_backward(ws.att1.data(), ws.att1.data(), probs32, c.b * c.a, c.s);
-
-  const GemmOperand ds_op = dev::as_operand(ws.att1.data(), n_att, c.dtype, ws.half.data());
+  GemmOperand ds_op{ws.half.data(), DType::bf16};
+  if (c.dtype == DType::bf16 && !kept.probs.compressed()) {  // bf16 probs read and dS written in one pass
+    dev::softmax_causal_backward_bf16(ws.half.data(), ws.att1.data(), static_cast<const uint16_t*>(kept.probs.data()),
+                                      c.b * c.a, c.s);
+  } else {
+    const float* probs32 = kept.probs.load(ws.att2.data());
+    dev::softmax_causal_backward(ws.att1.data(), ws.att1.data(), probs32, c.b * c.a, c.s);
+    ds_op = dev::as_operand(ws.att1.data(), n_att, c.dtype, ws.half.data());
+  }
   GemmShape dqs;  // dQ = dS · K / √dh
   dqs.batch = c.b * c.a, dqs.M = c.s, dqs.N = dh, dqs.K = c.s, dqs.alpha = 1.0f / std::sqrt(float(dh));
   dev::gemm(dqs, ds_op, stored_operand(kept.k), dq);

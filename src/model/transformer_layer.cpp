@@ -42,6 +42,12 @@ void residual_dropout_add(float* x, float* y, const float* bias, KeptMask& kept_
   dev::residual_add(x, y, n);
 }
 
+// A kept tensor a bf16 pass (kernels/bf16_fused.hpp) writes straight into: bf16 storage, not 8-bit.
+bool direct_bf16(const Stored& t) { return t.dtype() == DType::bf16 && !t.compressed(); }
+uint16_t* bf16_of(Stored& t) { return static_cast<uint16_t*>(t.data()); }
+const uint16_t* bf16_of(const Stored& t) { return static_cast<const uint16_t*>(t.data()); }
+HeadShape head_shape(const LayerContext& c) { return {c.b, c.s, c.a, c.dh()}; }
+
 // LayerNorm of the local rows into `out` (kept); returns the fp32 result.
 const float* layernorm_kept(Stored& out, TrackedBuffer& stats, const float* x, const float* w, const float* b,
                             const LayerContext& c, Workspace& ws, const char* tag) {
@@ -52,6 +58,22 @@ const float* layernorm_kept(Stored& out, TrackedBuffer& stats, const float* x, c
   dev::layernorm_forward(y, mean, mean + N, x, w, b, N, c.h);
   out.store(y);
   return y;
+}
+
+// The LayerNorm's input x kept in `in` and its output in `out`: in one bf16 pass where both are bf16
+// and nothing reads the fp32 output (returns null then), else the store and layernorm_kept (returns the
+// fp32 output). `fp32_read`: a reader of the fp32 output besides the sequence-parallel gather (MoE).
+const float* layernorm_pair(Stored& in, Stored& out, TrackedBuffer& stats, const float* x, const float* w,
+                            const float* b, bool fp32_read, const LayerContext& c, Workspace& ws, const char* tag) {
+  if (fp32_read || (c.tp.active() && c.tp.sequence_parallel) || !direct_bf16(in) || !direct_bf16(out)) {
+    in.store(x);
+    return layernorm_kept(out, stats, x, w, b, c, ws, tag);
+  }
+  const int64_t N = c.N_local();
+  stats = TrackedBuffer(size_t(2 * N) * 4, c.stream.layer, tag);
+  float* mean = static_cast<float*>(stats.data());
+  dev::layernorm_forward_bf16(bf16_of(in), bf16_of(out), mean, mean + N, x, w, b, N, c.h);
+  return nullptr;
 }
 
 // The operand a column-parallel GEMM reads: the kept input itself, or (sequence parallel) its
@@ -101,9 +123,9 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
 
   // Attention block.
   if (!kept.ln1_in) kept.ln1_in = Stored(Nl * h, dt, l, "ln1_input");
-  kept.ln1_in.store(x);
   kept.qkv_in = Stored(Nl * h, dt, l, "qkv_input");
-  const float* ln1 = layernorm_kept(kept.qkv_in, kept.ln1_stats, x, w.ln1_w, w.ln1_b, c, ws, "ln1_stats");
+  const float* ln1 =
+      layernorm_pair(kept.ln1_in, kept.qkv_in, kept.ln1_stats, x, w.ln1_w, w.ln1_b, false, c, ws, "ln1_stats");
   dev::linear_forward(ws.big1.data(), column_input(kept.qkv_in, ln1, c, ws, ws.half.data()), w.qkv, w.qkv_b, N, h,
                  3 * hl);
   kept.q = Stored(N * hl, dt, l, "q"), kept.k = Stored(N * hl, dt, l, "k"), kept.v = Stored(N * hl, dt, l, "v");
@@ -115,10 +137,12 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
     parallel::sequence_to_heads(c.cp, ws.dq.data(), q, head_blocks(c));
     parallel::sequence_to_heads(c.cp, ws.dk.data(), k, head_blocks(c));
     parallel::sequence_to_heads(c.cp, ws.dv.data(), v, head_blocks(c));
+  } else if (direct_bf16(kept.q) && direct_bf16(kept.k) && direct_bf16(kept.v)) {
+    dev::split_heads_bf16(bf16_of(kept.q), bf16_of(kept.k), bf16_of(kept.v), ws.big1.data(), head_shape(c));
   } else {
     split_heads(q, k, v, ws.big1.data(), c);
   }
-  kept.q.store(q), kept.k.store(k), kept.v.store(v);
+  if (c.cp.ulysses() || !direct_bf16(kept.q)) kept.q.store(q), kept.k.store(k), kept.v.store(v);
   attention_core_forward(kept, keep_s2, ws.ctx.data(), attention_context(c), ws);
   const float* context = ws.ctx.data();
   if (c.cp.ulysses()) {  // back to this rank's positions of its a heads (the fused forward is done with dq)
@@ -126,18 +150,22 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
     context = ws.dq.data();
   }
   kept.proj_in = Stored(N * hl, dt, l, "proj_input");
-  float* merged = staging(kept.proj_in, ws.ln.data());
-  merge_heads(merged, context, c);
-  kept.proj_in.store(merged);
+  if (direct_bf16(kept.proj_in)) {
+    dev::merge_heads_bf16(bf16_of(kept.proj_in), context, head_shape(c));
+  } else {
+    float* merged = staging(kept.proj_in, ws.ln.data());
+    merge_heads(merged, context, c);
+    kept.proj_in.store(merged);
+  }
   row_parallel_forward(ws.big1.data(), stored_operand(kept.proj_in), w.proj, w.proj_b, hl, c, ws, &bias_after);
   residual_dropout_add(x, ws.big1.data(), bias_after, kept.resid1_mask, DropoutSite::attention_residual,
                        "resid1_mask", c, ws);
 
   // MLP block.
   kept.ln2_in = Stored(Nl * h, dt, l, "ln2_input");
-  kept.ln2_in.store(x);
   kept.fc1_in = Stored(Nl * h, dt, l, c.is_moe ? "router_input" : "fc1_input");
-  const float* ln2 = layernorm_kept(kept.fc1_in, kept.ln2_stats, x, w.ln2_w, w.ln2_b, c, ws, "ln2_stats");
+  const float* ln2 =
+      layernorm_pair(kept.ln2_in, kept.fc1_in, kept.ln2_stats, x, w.ln2_w, w.ln2_b, c.is_moe, c, ws, "ln2_stats");
   if (c.is_moe) {  // the block's output is partial over TP, reduced like a row-parallel GEMM's
     const float* full = parallel::enter_forward(c.tp, ln2, ws.full1.data(), c.seq());
     float* partial = c.tp.active() ? ws.full2.data() : ws.big1.data();
@@ -149,11 +177,15 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
   kept.gelu_in = kept_tensor(c.fp8_kept, N * 4 * hl, 4 * hl, dt, l, "gelu_input");
   float* pre = staging(kept.gelu_in, ws.big1.data());
   dev::linear_forward(pre, column_input(kept.fc1_in, ln2, c, ws, ws.half.data()), w.fc1, w.fc1_b, N, h, 4 * hl);
-  kept.gelu_in.store(pre);
   kept.fc2_in = kept_tensor(c.fp8_kept, N * 4 * hl, 4 * hl, dt, l, "fc2_input");
   float* act = staging(kept.fc2_in, ws.big2.data());
-  dev::gelu_forward(act, pre, N * 4 * hl);
-  kept.fc2_in.store(act);
+  if (direct_bf16(kept.gelu_in) && direct_bf16(kept.fc2_in)) {
+    dev::gelu_forward_bf16(bf16_of(kept.gelu_in), bf16_of(kept.fc2_in), pre, N * 4 * hl);
+  } else {
+    kept.gelu_in.store(pre);
+    dev::gelu_forward(act, pre, N * 4 * hl);
+    kept.fc2_in.store(act);
+  }
   // The forward reads the full-precision values; only what backward reads is compressed.
   const GemmOperand fc2_x =
       kept.fc2_in.compressed() ? dev::as_operand(act, N * 4 * hl, dt, ws.half.data()) : stored_operand(kept.fc2_in);
@@ -199,7 +231,7 @@ void linear_weight_grads(GradSink& sink, float* LayerGrads::*dw, float* LayerGra
                          bool read_again = false) {
   if (sink.grads) {
     dev::linear_backward_weight(sink.grads->*dw, x, dy_op, N, in, out);
-    dev::bias_backward(sink.grads->*db, dy, N, out);
+    if (dy) dev::bias_backward(sink.grads->*db, dy, N, out);  // null: summed with dy's narrowing
     return;
   }
   LayerWeightPending::Linear& p = sink.pending->*slot;
@@ -219,6 +251,9 @@ void linear_weight_grads(GradSink& sink, float* LayerGrads::*dw, float* LayerGra
 // gradient the row-parallel GEMM's backward reads (ḡ's backward all-gathers it under SP).
 const float* branch_output_grad(const float* dx, const KeptMask& mask, const LayerContext& c, Workspace& ws) {
   const int64_t n = c.N_local() * c.h;
+  // No dropout on one rank: dx itself (every reader of dy is done before the block's input gradient is
+  // added into dx).
+  if (c.dropout == 0.0f && !c.tp.active()) return dx;
   float* dy = ws.g1.data();
   if (c.dropout > 0.0f)
     dev::dropout_backward(dy, dx, mask.unpacked(ws.mask_bytes.data()), n, c.dropout);
@@ -241,18 +276,24 @@ void ln_backward(float* dx, float* dout_full, const Stored& ln_in, const Tracked
                  float* LayerGrads::*dln_w, float* LayerGrads::*dln_b, TrackedBuffer LayerWeightPending::*partials,
                  GradSink& sink, const LayerContext& c, Workspace& ws) {
   const int64_t Nl = c.N_local(), h = c.h;
-  parallel::enter_backward(c.tp, dout_full, ws.g2.data(), c.seq());
+  // One rank: f's backward is a copy, so the gradient is read where it is.
+  const float* dout = dout_full;
+  if (c.tp.active()) parallel::enter_backward(c.tp, dout_full, ws.g2.data(), c.seq()), dout = ws.g2.data();
   const auto* stats = static_cast<const float*>(ln_stats.data());
+  if (sink.grads && direct_bf16(ln_in)) {  // the input read as bf16: no widened copy
+    dev::layernorm_backward_bf16(dx, sink.grads->*dln_w, sink.grads->*dln_b, dout, bf16_of(ln_in), ln_w, stats,
+                                 stats + Nl, Nl, h);
+    return;
+  }
   const float* in = ln_in.load(ws.widen.data());
   if (sink.grads) {
-    dev::layernorm_backward(dx, sink.grads->*dln_w, sink.grads->*dln_b, ws.g2.data(), in, ln_w, stats, stats + Nl, Nl, h);
+    dev::layernorm_backward(dx, sink.grads->*dln_w, sink.grads->*dln_b, dout, in, ln_w, stats, stats + Nl, Nl, h);
     return;
   }
   const int64_t floats = dev::layernorm_partial_floats(h);
   TrackedBuffer& kept = sink.pending->*partials;
   kept = TrackedBuffer(size_t(floats) * 4, int(c.stream.layer), "w_layernorm_partials");
-  dev::layernorm_backward_input(dx, static_cast<float*>(kept.data()), floats, ws.g2.data(), in, ln_w, stats, stats + Nl,
-                           Nl, h);
+  dev::layernorm_backward_input(dx, static_cast<float*>(kept.data()), floats, dout, in, ln_w, stats, stats + Nl, Nl, h);
 }
 
 // Backward of LayerNorm → column-parallel linear (LN1 → QKV, LN2 → FC1): from the linear's
@@ -269,12 +310,14 @@ struct LnColumn {
   float* LayerGrads::*dln_b;
   TrackedBuffer LayerWeightPending::*partials;
 };
+// dout null: the gradient came narrowed into ws.half with the bias gradient summed (bf16_backward).
 void ln_column_backward(float* dx, float* dout, int64_t out, const LnColumn& u, const LayerKept& kept, GemmOperand w,
                         const float* ln_w, GradSink& sink, const LayerContext& c, Workspace& ws) {
   const int64_t N = c.N(), h = c.h;
   uint16_t* half_input = ws.half.data() + std::max(N * out, N * h);  // beside dout's bf16 copy
   const GemmOperand in = column_input_again(kept.*u.linear_in, c, ws, half_input);
-  const GemmOperand dout_op = dev::as_operand(dout, N * out, c.dtype, ws.half.data());
+  const GemmOperand dout_op =
+      dout ? dev::as_operand(dout, N * out, c.dtype, ws.half.data()) : GemmOperand{ws.half.data(), DType::bf16};
   // The input gradient goes to full2 (a spent dy under SP); a re-gathered input sits in full1.
   dev::linear_backward_input(ws.full2.data(), dout_op, w, N, h, out);
   linear_weight_grads(sink, u.dw, u.db, u.slot, u.linear_in, in, dout, dout_op, N, h, out, c);
@@ -289,12 +332,26 @@ constexpr LnColumn kLn1Qkv{&LayerKept::qkv_in, &LayerGrads::qkv_w, &LayerGrads::
                            &LayerKept::ln1_in, &LayerKept::ln1_stats, &LayerGrads::ln1_w, &LayerGrads::ln1_b,
                            &LayerWeightPending::ln1_partials};
 
+// bf16 GEMM operands and the parameter gradients summed by this backward (not a split one's weight
+// pass): each output gradient is narrowed with its bias's column sums in one pass (kernels/bf16_fused.hpp).
+bool bf16_backward(const LayerContext& c, const GradSink& sink) { return c.dtype == DType::bf16 && sink.grads; }
+
+// A row-parallel linear's output gradient as its GEMMs read it: narrowed with the bias gradient summed
+// into db (fuse), or as_operand's copy (the bias summed by linear_weight_grads).
+GemmOperand output_grad_operand(const float* dy, float* db, bool fuse, int64_t N, int64_t out, const LayerContext& c,
+                                uint16_t* half) {
+  if (!fuse) return dev::as_operand(dy, N * out, c.dtype, half);
+  dev::narrow_bias_backward(half, db, dy, N, out);
+  return {half, DType::bf16};
+}
+
 // The layer's backward in its one order, its parameter gradients going to `sink`.
 void backward(float* dx, const LayerKept& kept, const LayerWeights& w, GradSink& sink, const LayerContext& c,
               Workspace& ws) {
   const int64_t N = c.N(), h = c.h, hl = c.hl();
-  const DType dt = c.dtype;
   uint16_t* half = ws.half.data();
+  // bf16 with the gradients summed here: each gradient is narrowed with its bias's sums in one pass.
+  const bool fuse = bf16_backward(c, sink);
 
   // MLP block: FC2 (row-parallel), GeLU, then LN2 → FC1 (column-parallel); or the MoE block.
   const float* dy = branch_output_grad(dx, kept.resid2_mask, c, ws);
@@ -307,23 +364,29 @@ void backward(float* dx, const LayerKept& kept, const LayerWeights& w, GradSink&
     ln_backward(dx, ws.big1.data(), kept.ln2_in, kept.ln2_stats, w.ln2_w, &LayerGrads::ln2_w, &LayerGrads::ln2_b,
                 &LayerWeightPending::ln2_partials, sink, c, ws);
   } else {
-    const GemmOperand dy_op = dev::as_operand(dy, N * h, dt, half);
+    const GemmOperand dy_op = output_grad_operand(dy, sink.grads ? sink.grads->fc2_b : nullptr, fuse, N, h, c, half);
     dev::linear_backward_input(ws.big1.data(), dy_op, w.fc2, N, 4 * hl, h);
     linear_weight_grads(sink, &LayerGrads::fc2_w, &LayerGrads::fc2_b, &LayerWeightPending::fc2, &LayerKept::fc2_in,
-                        compute_operand(kept.fc2_in, ws.big2.data()), dy, dy_op, N, 4 * hl, h, c);
-    const float* pre = kept.gelu_in.load(ws.widen.data());
-    dev::gelu_backward(ws.big1.data(), pre, ws.big1.data(), N * 4 * hl);
-    sink.release(&LayerKept::gelu_in);
-    ln_column_backward(dx, ws.big1.data(), 4 * hl, kLn2Fc1, kept, w.fc1, w.ln2_w, sink, c, ws);
+                        compute_operand(kept.fc2_in, ws.big2.data()), fuse ? nullptr : dy, dy_op, N, 4 * hl, h, c);
+    if (fuse && direct_bf16(kept.gelu_in)) {
+      dev::gelu_backward_narrow(half, sink.grads->fc1_b, bf16_of(kept.gelu_in), ws.big1.data(), N, 4 * hl);
+      ln_column_backward(dx, nullptr, 4 * hl, kLn2Fc1, kept, w.fc1, w.ln2_w, sink, c, ws);
+    } else {
+      const float* pre = kept.gelu_in.load(ws.widen.data());
+      dev::gelu_backward(ws.big1.data(), pre, ws.big1.data(), N * 4 * hl);
+      sink.release(&LayerKept::gelu_in);
+      ln_column_backward(dx, ws.big1.data(), 4 * hl, kLn2Fc1, kept, w.fc1, w.ln2_w, sink, c, ws);
+    }
   }
 
   // Attention block: projection (row-parallel), attention core, then LN1 → QKV (column-parallel).
   dy = branch_output_grad(dx, kept.resid1_mask, c, ws);
   sink.release(&LayerKept::resid1_mask);
-  const GemmOperand dy_op = dev::as_operand(dy, N * h, dt, half);
+  const GemmOperand dy_op = output_grad_operand(dy, sink.grads ? sink.grads->proj_b : nullptr, fuse, N, h, c, half);
   dev::linear_backward_input(ws.big2.data(), dy_op, w.proj, N, hl, h);
   linear_weight_grads(sink, &LayerGrads::proj_w, &LayerGrads::proj_b, &LayerWeightPending::proj, &LayerKept::proj_in,
-                      stored_operand(kept.proj_in), dy, dy_op, N, hl, h, c, /*read_again=*/c.fused_attention);
+                      stored_operand(kept.proj_in), fuse ? nullptr : dy, dy_op, N, hl, h, c,
+                      /*read_again=*/c.fused_attention);
   unmerge_heads(ws.ctx.data(), ws.big2.data(), c);
   if (c.cp.ulysses()) {
     // Ulysses backward: each all-to-all's backward is the other one. The context gradient and (fused)
@@ -350,9 +413,14 @@ void backward(float* dx, const LayerKept& kept, const LayerWeights& w, GradSink&
     sink.kept->proj_in.reset();
   }
   const bool cp = c.cp.ulysses();
-  merge_qkv_grads(ws.big1.data(), (cp ? ws.q : ws.dq).data(), (cp ? ws.k : ws.dk).data(), (cp ? ws.v : ws.dv).data(),
-                  c);
-  ln_column_backward(dx, ws.big1.data(), 3 * hl, kLn1Qkv, kept, w.qkv, w.ln1_w, sink, c, ws);
+  const float *dq = (cp ? ws.q : ws.dq).data(), *dk = (cp ? ws.k : ws.dk).data(), *dv = (cp ? ws.v : ws.dv).data();
+  if (fuse) {
+    dev::merge_qkv_grads_narrow(half, sink.grads->qkv_b, dq, dk, dv, head_shape(c));
+    ln_column_backward(dx, nullptr, 3 * hl, kLn1Qkv, kept, w.qkv, w.ln1_w, sink, c, ws);
+  } else {
+    merge_qkv_grads(ws.big1.data(), dq, dk, dv, c);
+    ln_column_backward(dx, ws.big1.data(), 3 * hl, kLn1Qkv, kept, w.qkv, w.ln1_w, sink, c, ws);
+  }
 }
 
 }  // namespace

@@ -65,8 +65,10 @@ void AdamW::update(std::span<const PieceData> pieces, double lr, int64_t step) {
     float* w = pieces[s.piece].master + in_piece;  // (offloaded weights: staged below instead)
     const float* grad = pieces[s.piece].grad + in_piece;
     const int64_t n = s.end - s.begin;
-    if (!offload_) {
-      adam(m_.data() + s.state_index, v_.data() + s.state_index, w, grad, n, decay);
+    if (!offload_) {  // clipping's scale and the GEMMs' bf16 copy in the same pass
+      uint16_t* w16 = pieces[s.piece].bf16;
+      dev::adamw_update_fused(m_.data() + s.state_index, v_.data() + s.state_index, w, w16 ? w16 + in_piece : nullptr,
+                              grad, n, decay, scalars, pieces[s.piece].grad_scale);
       continue;
     }
     // Offloaded: the moments come in units of kOffloadUnit elements, in order; a segment may span

@@ -35,6 +35,8 @@ struct OptimizerConfig {
 struct PieceData {
   float* master;
   const float* grad;
+  uint16_t* bf16 = nullptr;  // the bf16 GEMM copy of master's values, if the update may write it
+  float grad_scale = 1.0f;   // the update reads grad · grad_scale (clipping's factor)
 };
 
 // Groups whose ranks hold different parts of the same tensors: the tensor-parallel group (split
@@ -69,6 +71,9 @@ class Optimizer {
   // The file the states are offloaded to (null: in memory); with offload_params its state 0 holds
   // the fp32 weights of the owned pieces, which the update then reads and writes there.
   virtual OffloadedStates* offloaded() { return nullptr; }
+  // Whether update() reads PieceData::bf16 and grad_scale: writes the bf16 copies as it updates the
+  // masters and scales the gradient as it reads it (else the caller narrows and scales apart).
+  virtual bool fuses_passes() const { return false; }
 
   const std::vector<FlatPiece>& owned() const { return owned_; }
   int64_t owned_size() const { return owned_size_; }
@@ -115,6 +120,7 @@ class AdamW final : public Optimizer {
   std::vector<ElementState> element_states() override;
   int64_t state_bytes() const override { return 4 * (m_.size() + v_.size()); }  // resident: 0 when offloaded
   OffloadedStates* offloaded() override { return offload_.get(); }
+  bool fuses_passes() const override { return !offload_; }
 
  private:
   TrackedArray<float> m_, v_;

@@ -400,18 +400,24 @@ void Trainer::apply_update(uint64_t batch, StepResult& r) {
   r.grad_norm = parallel::global_grad_norm(model_->table(), grads, layout_.tp > 1 ? &dist_->tp() : nullptr,
                                            states_->shard_group(), pipeline_ ? &dist_->pp() : nullptr,
                                            !last_stage_of_many, layout_.ep > 1 ? &dist_->ep() : nullptr);
-  if (config_.clip_grad > 0 && r.grad_norm > config_.clip_grad)
-    parallel::scale_grads(grads, float(config_.clip_grad / r.grad_norm));
+  // AdamW scales the gradient as it reads it and writes the bf16 GEMM weights as it updates the
+  // masters (one pass, not three over the parameters).
+  const bool fused = optimizer_->fuses_passes();
+  const float clip = config_.clip_grad > 0 && r.grad_norm > config_.clip_grad ? float(config_.clip_grad / r.grad_norm)
+                                                                               : 1.0f;
+  if (clip != 1.0f && !fused) parallel::scale_grads(grads, clip);
   states_->begin_update();
   const std::vector<float*> master = states_->master_pieces();
+  const std::vector<uint16_t*> bf16 = fused ? states_->master_bf16_pieces() : std::vector<uint16_t*>{};
   std::vector<PieceData> pieces;
-  for (size_t i = 0; i < master.size(); ++i) pieces.push_back({master[i], grads.data[i]});
+  for (size_t i = 0; i < master.size(); ++i)
+    pieces.push_back({master[i], grads.data[i], bf16.empty() ? nullptr : bf16[i], fused ? clip : 1.0f});
   // Update u is the (u+1)-th: its learning rate, and Adam's bias correction counting the updates
   // applied (fp16 may skip some).
   const auto update = int64_t(batch) + 1;
   r.lr = schedule_.at(update);  // the step reports the last update it applied
   optimizer_->update(pieces, r.lr, update - loss_scaler_.skipped);
-  states_->finish_step(true);
+  states_->finish_step(true, !bf16.empty());
 }
 
 double Trainer::forward_backward(uint64_t batch, parallel::pipeline::Phase phase) {

@@ -1,0 +1,177 @@
+#include "kernels/bf16_fused.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "kernels/gelu.hpp"
+#include "kernels/layernorm.hpp"
+#include "kernels/softmax.hpp"
+#include "tensor/bf16.hpp"
+#include "tensor/memory_tracker.hpp"
+
+namespace lattice {
+
+namespace {
+
+using RowBuffer = tracked_vector<float, MemoryCategory::workspaces>;
+
+inline void narrow(uint16_t* dst, const float* src, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_bf16(src[i]);
+}
+inline void widen(float* dst, const uint16_t* src, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = from_bf16(src[i]);
+}
+
+// The columns a row's values are made in at a time (fill's v).
+constexpr int64_t kMaxBlock = 128;
+
+// dst16 [N, out] = bf16 of the fp32 values `fill` gives, and db += their column sums, each column's
+// rows added in order (bias_backward's sums, whatever the cut). fill(n, c0, len, v) writes row n's
+// columns [c0, c0 + len) into v, len at most kMaxBlock and [c0, c0 + len) inside one of the runs of
+// `run` columns the row is made of. Each thread takes a contiguous stretch of columns (whole vectors
+// of 16) and walks the rows in order over it: its reads of a row are one contiguous stretch (narrow
+// column blocks down all rows touched a new page per row and ran several times slower), and its
+// running sums (out/threads floats) stay in cache.
+template <class Fill>
+void narrow_columns(uint16_t* dst16, float* db, int64_t N, int64_t out, int64_t run, Fill fill) {
+  constexpr int64_t unit = 16;
+  const int64_t units = (out + unit - 1) / unit;
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t c_begin = std::min(out, units * t / nt * unit), c_end = std::min(out, units * (t + 1) / nt * unit);
+    RowBuffer acc(static_cast<size_t>(c_end - c_begin), 0.0f);
+    float v[kMaxBlock];
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c0 = c_begin; c0 < c_end;) {
+        const int64_t len = std::min({kMaxBlock, c_end - c0, run - c0 % run});
+        fill(n, c0, len, v);
+        float* a = acc.data() + (c0 - c_begin);
+        uint16_t* d = dst16 + n * out + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < len; ++c) {
+          a[c] += v[c];
+          d[c] = to_bf16(v[c]);
+        }
+        c0 += len;
+      }
+    for (int64_t c = c_begin; c < c_end; ++c) db[c] += acc[size_t(c - c_begin)];
+  }
+}
+
+}  // namespace
+
+void layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rstd, const float* x,
+                            const float* weight, const float* bias, int64_t N, int64_t C) {
+#pragma omp parallel
+  {
+    RowBuffer y(static_cast<size_t>(C));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      layernorm_forward_row(y.data(), mean + n, rstd + n, x + n * C, weight, bias, C);
+      narrow(y16 + n * C, y.data(), C);
+      narrow(x16 + n * C, x + n * C, C);
+    }
+  }
+}
+
+void split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv, const HeadShape& x) {
+  const int64_t dh = x.dh, h = x.a * x.dh;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t bi = 0; bi < x.b; ++bi)
+    for (int64_t si = 0; si < x.s; ++si) {
+      const float* row = qkv + (bi * x.s + si) * 3 * h;
+      for (int64_t hd = 0; hd < x.a; ++hd) {
+        const int64_t dst = ((bi * x.a + hd) * x.s + si) * dh;
+        narrow(q + dst, row + hd * dh, dh);
+        narrow(k + dst, row + h + hd * dh, dh);
+        narrow(v + dst, row + 2 * h + hd * dh, dh);
+      }
+    }
+}
+
+void merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape& x) {
+  const int64_t dh = x.dh, h = x.a * x.dh;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t bi = 0; bi < x.b; ++bi)
+    for (int64_t si = 0; si < x.s; ++si)
+      for (int64_t hd = 0; hd < x.a; ++hd)
+        narrow(out + (bi * x.s + si) * h + hd * dh, heads + ((bi * x.a + hd) * x.s + si) * dh, dh);
+}
+
+void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    pre16[i] = to_bf16(pre[i]);
+    act16[i] = to_bf16(gelu_value(pre[i]));
+  }
+}
+
+void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out) {
+  narrow_columns(dy16, db, N, out, out, [=](int64_t n, int64_t c0, int64_t len, float* v) {
+    const float* row = dy + n * out + c0;
+#pragma omp simd
+    for (int64_t c = 0; c < len; ++c) v[c] = row[c];
+  });
+}
+
+void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const float* dout, int64_t N, int64_t out) {
+  narrow_columns(g16, db, N, out, out, [=](int64_t n, int64_t c0, int64_t len, float* v) {
+    const float* d = dout + n * out + c0;
+    const uint16_t* p = pre16 + n * out + c0;
+#pragma omp simd
+    for (int64_t c = 0; c < len; ++c) v[c] = d[c] * gelu_grad(from_bf16(p[c]));
+  });
+}
+
+void merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const float* dk, const float* dv,
+                            const HeadShape& x) {
+  const int64_t dh = x.dh, hl = x.a * x.dh;
+  // Units of one head of one of Q, K, V: a block of a row is one contiguous run of that head's row.
+  const float* parts[3] = {dq, dk, dv};
+  narrow_columns(dqkv16, db, x.b * x.s, 3 * hl, dh, [=](int64_t n, int64_t c0, int64_t len, float* v) {
+    const int64_t bi = n / x.s, si = n % x.s, part = c0 / hl, hd = (c0 % hl) / dh, e0 = c0 % dh;
+    const float* src = parts[part] + ((bi * x.a + hd) * x.s + si) * dh + e0;
+#pragma omp simd
+    for (int64_t c = 0; c < len; ++c) v[c] = src[c];
+  });
+}
+
+void softmax_causal_backward_bf16(uint16_t* ds16, const float* dprobs, const uint16_t* probs16, int64_t batch,
+                                  int64_t s) {
+#pragma omp parallel
+  {
+    RowBuffer p(static_cast<size_t>(s)), ds(static_cast<size_t>(s));
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < batch * s; ++row) {
+      widen(p.data(), probs16 + row * s, s);
+      softmax_backward_row(ds.data(), dprobs + row * s, p.data(), row % s, s);
+      narrow(ds16 + row * s, ds.data(), s);
+    }
+  }
+}
+
+void layernorm_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp16,
+                             const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  // layernorm_backward's threads, rows and partial sums, the input row widened first.
+  const int64_t floats = layernorm_partial_floats(C);
+  const int threads = int(floats / (2 * C));
+  tracked_vector<float, MemoryCategory::workspaces> partial(static_cast<size_t>(floats), 0.0f);
+#pragma omp parallel num_threads(threads)
+  {
+    float* dw = partial.data() + size_t(omp_get_thread_num()) * 2 * size_t(C);
+    float* db = dw + C;
+    RowBuffer x(static_cast<size_t>(C));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      widen(x.data(), inp16 + n * C, C);
+      layernorm_backward_row(dinp + n * C, dw, db, dout + n * C, x.data(), weight, mean[n], rstd[n], C);
+    }
+  }
+  layernorm_reduce_partials(dweight, dbias, partial.data(), floats, C);
+}
+
+}  // namespace lattice

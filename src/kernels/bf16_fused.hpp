@@ -1,0 +1,41 @@
+#pragma once
+// The bf16 activations' passes fused (issue: bf16 step speed): each is a sequence of the fp32 kernels
+// followed by the narrowing of its result to bf16 (and, where a linear's bias gradient is due, the
+// column sums of its fp32 gradient), done in one pass over memory instead of several, without the fp32
+// intermediate where nothing else reads it. Each gives bitwise the bytes of the sequence it replaces
+// (tests/unit/test_bf16_fused.cpp): the element math is the fp32 kernels' own code (their row
+// functions, gelu_value/gelu_grad), narrowing is to_bf16's rule, and bias sums add each column's
+// rows in order as bias_backward does.
+#include <cstdint>
+
+#include "kernels/heads.hpp"
+
+namespace lattice {
+
+// ---- forward ----
+// x16 = bf16(x); y16 = bf16(LayerNorm(x)) with mean, rstd as layernorm_forward writes them.
+void layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rstd, const float* x,
+                            const float* weight, const float* bias, int64_t N, int64_t C);
+// split_heads, then each of q, k, v narrowed.
+void split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv, const HeadShape& x);
+// merge_heads, then narrowed.
+void merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape& x);
+// pre16 = bf16(pre); act16 = bf16(gelu(pre)) (GeLU of the fp32 values, as gelu_forward).
+void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n);
+
+// ---- backward ----
+// dy16 = bf16(dy [N, out]); db += dy's column sums (bias_backward).
+void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out);
+// g = dout · gelu'(pre) (gelu_backward, pre read from bf16), then narrow_bias_backward of g.
+void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const float* dout, int64_t N, int64_t out);
+// merge_qkv_grads, then narrow_bias_backward of the [b·s, 3·hl] rows.
+void merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const float* dk, const float* dv,
+                            const HeadShape& x);
+// softmax_causal_backward with probs read from bf16, its result narrowed.
+void softmax_causal_backward_bf16(uint16_t* ds16, const float* dprobs, const uint16_t* probs16, int64_t batch,
+                                  int64_t s);
+// layernorm_backward with its input read from bf16.
+void layernorm_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp16,
+                             const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
+
+}  // namespace lattice

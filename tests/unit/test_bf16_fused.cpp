@@ -1,0 +1,180 @@
+// The bf16 fused passes (kernels/bf16_fused.hpp, and AdamW writing the bf16 weights) against the fp32 kernels and conversions they replace,
+// bit for bit: the bf16 outputs byte for byte, the fp32 outputs (bias and LayerNorm gradients, mean,
+// rstd, dx) exactly. Shapes that are not multiples of the column blocks (128), of the thread count or
+// of the vector width, head dimensions below and above a block, and causal rows of every length.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/bf16_fused.hpp"
+#include "kernels/bias.hpp"
+#include "kernels/gelu.hpp"
+#include "kernels/heads.hpp"
+#include "kernels/layernorm.hpp"
+#include "kernels/optimizer_kernels.hpp"
+#include "kernels/softmax.hpp"
+#include "tensor/bf16.hpp"
+
+namespace lattice {
+namespace {
+
+std::vector<float> randn(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+std::vector<uint16_t> narrowed(const std::vector<float>& f) {
+  std::vector<uint16_t> h(f.size());
+  to_bf16(f.data(), h.data(), int64_t(f.size()));
+  return h;
+}
+std::vector<float> widened(const std::vector<uint16_t>& h) {
+  std::vector<float> f(h.size());
+  from_bf16(h.data(), f.data(), int64_t(h.size()));
+  return f;
+}
+template <class T>
+bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+TEST(Bf16Fused, LayerNormForwardIsStoreAndLayerNormNarrowed) {
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{7, 96}, {33, 200}, {64, 768}}) {
+    const auto x = randn(N * C, 1, 3.0f), w = randn(C, 2), b = randn(C, 3);
+    std::vector<float> y(static_cast<size_t>(N * C)), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N)), mean2(static_cast<size_t>(N)), rstd2(static_cast<size_t>(N));
+    layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    std::vector<uint16_t> x16(static_cast<size_t>(N * C)), y16(static_cast<size_t>(N * C));
+    layernorm_forward_bf16(x16.data(), y16.data(), mean2.data(), rstd2.data(), x.data(), w.data(), b.data(), N, C);
+    EXPECT_TRUE(same_bytes(x16, narrowed(x))) << N << "x" << C;
+    EXPECT_TRUE(same_bytes(y16, narrowed(y))) << N << "x" << C;
+    EXPECT_TRUE(same_bytes(mean2, mean) && same_bytes(rstd2, rstd)) << N << "x" << C;
+  }
+}
+
+TEST(Bf16Fused, HeadMovesAreTheFp32MovesNarrowed) {
+  const HeadShape x{3, 17, 5, 24};
+  const int64_t n = x.b * x.s * x.a * x.dh;
+  const auto qkv = randn(3 * n, 4), heads = randn(n, 5);
+  std::vector<float> q(static_cast<size_t>(n)), k(static_cast<size_t>(n)), v(static_cast<size_t>(n)), merged(static_cast<size_t>(n));
+  split_heads(q.data(), k.data(), v.data(), qkv.data(), x);
+  merge_heads(merged.data(), heads.data(), x);
+  std::vector<uint16_t> q16(static_cast<size_t>(n)), k16(static_cast<size_t>(n)), v16(static_cast<size_t>(n)), m16(static_cast<size_t>(n));
+  split_heads_bf16(q16.data(), k16.data(), v16.data(), qkv.data(), x);
+  merge_heads_bf16(m16.data(), heads.data(), x);
+  EXPECT_TRUE(same_bytes(q16, narrowed(q)));
+  EXPECT_TRUE(same_bytes(k16, narrowed(k)));
+  EXPECT_TRUE(same_bytes(v16, narrowed(v)));
+  EXPECT_TRUE(same_bytes(m16, narrowed(merged)));
+}
+
+TEST(Bf16Fused, GeluForwardKeepsInputAndOutputNarrowed) {
+  const int64_t n = 10007;
+  const auto pre = randn(n, 6, 2.5f);
+  std::vector<float> act(static_cast<size_t>(n));
+  gelu_forward(act.data(), pre.data(), n);
+  std::vector<uint16_t> pre16(static_cast<size_t>(n)), act16(static_cast<size_t>(n));
+  gelu_forward_bf16(pre16.data(), act16.data(), pre.data(), n);
+  EXPECT_TRUE(same_bytes(pre16, narrowed(pre)));
+  EXPECT_TRUE(same_bytes(act16, narrowed(act)));
+}
+
+TEST(Bf16Fused, NarrowBiasBackwardIsConversionAndColumnSums) {
+  for (auto [N, out] : {std::pair<int64_t, int64_t>{5, 3}, {37, 130}, {256, 768}, {64, 1000}}) {
+    const auto dy = randn(N * out, 7);
+    const auto db0 = randn(out, 8);  // accumulated into, as the gradient buffer is
+    std::vector<float> db = db0, db2 = db0;
+    bias_backward(db.data(), dy.data(), N, out);
+    std::vector<uint16_t> dy16(static_cast<size_t>(N * out));
+    narrow_bias_backward(dy16.data(), db2.data(), dy.data(), N, out);
+    EXPECT_TRUE(same_bytes(dy16, narrowed(dy))) << N << "x" << out;
+    EXPECT_TRUE(same_bytes(db2, db)) << N << "x" << out;
+  }
+}
+
+TEST(Bf16Fused, GeluBackwardNarrowIsWidenGeluBackwardNarrowAndSums) {
+  const int64_t N = 41, out = 300;
+  const auto pre16 = narrowed(randn(N * out, 9, 2.0f));
+  const auto dout = randn(N * out, 10);
+  const auto db0 = randn(out, 11);
+  std::vector<float> g(static_cast<size_t>(N * out)), db = db0, db2 = db0;
+  const auto pre = widened(pre16);
+  gelu_backward(g.data(), pre.data(), dout.data(), N * out);
+  bias_backward(db.data(), g.data(), N, out);
+  std::vector<uint16_t> g16(static_cast<size_t>(N * out));
+  gelu_backward_narrow(g16.data(), db2.data(), pre16.data(), dout.data(), N, out);
+  EXPECT_TRUE(same_bytes(g16, narrowed(g)));
+  EXPECT_TRUE(same_bytes(db2, db));
+}
+
+TEST(Bf16Fused, MergeQkvGradsNarrowIsMergeNarrowAndSums) {
+  for (const HeadShape x : {HeadShape{2, 19, 3, 40}, HeadShape{2, 8, 2, 256}, HeadShape{1, 5, 4, 7}}) {
+    const int64_t n = x.b * x.s * x.a * x.dh, N = x.b * x.s, out = 3 * x.a * x.dh;
+    const auto dq = randn(n, 12), dk = randn(n, 13), dv = randn(n, 14);
+    const auto db0 = randn(out, 15);
+    std::vector<float> dqkv(static_cast<size_t>(N * out)), db = db0, db2 = db0;
+    merge_qkv_grads(dqkv.data(), dq.data(), dk.data(), dv.data(), x);
+    bias_backward(db.data(), dqkv.data(), N, out);
+    std::vector<uint16_t> d16(static_cast<size_t>(N * out));
+    merge_qkv_grads_narrow(d16.data(), db2.data(), dq.data(), dk.data(), dv.data(), x);
+    EXPECT_TRUE(same_bytes(d16, narrowed(dqkv))) << "dh " << x.dh;
+    EXPECT_TRUE(same_bytes(db2, db)) << "dh " << x.dh;
+  }
+}
+
+TEST(Bf16Fused, SoftmaxBackwardReadsBf16ProbsAndNarrows) {
+  const int64_t batch = 3, s = 45;
+  // Causal probabilities, stored bf16 as the forward keeps them.
+  std::vector<float> probs(static_cast<size_t>(batch * s * s));
+  softmax_causal_forward(probs.data(), randn(batch * s * s, 16, 2.0f).data(), batch, s);
+  const auto probs16 = narrowed(probs);
+  const auto dprobs = randn(batch * s * s, 17);
+  std::vector<float> ds(static_cast<size_t>(batch * s * s));
+  softmax_causal_backward(ds.data(), dprobs.data(), widened(probs16).data(), batch, s);
+  std::vector<uint16_t> ds16(ds.size());
+  softmax_causal_backward_bf16(ds16.data(), dprobs.data(), probs16.data(), batch, s);
+  EXPECT_TRUE(same_bytes(ds16, narrowed(ds)));
+}
+
+TEST(Bf16Fused, LayerNormBackwardReadsBf16Input) {
+  const int64_t N = 29, C = 136;
+  const auto x16 = narrowed(randn(N * C, 18, 2.0f));
+  const auto x = widened(x16);
+  const auto w = randn(C, 19), b = randn(C, 20), dout = randn(N * C, 21);
+  std::vector<float> y(static_cast<size_t>(N * C)), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N));
+  layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  const auto dx0 = randn(N * C, 22), dw0 = randn(C, 23), db0 = randn(C, 24);
+  auto dx = dx0, dw = dw0, db = db0, dx2 = dx0, dw2 = dw0, db2 = db0;
+  layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+  layernorm_backward_bf16(dx2.data(), dw2.data(), db2.data(), dout.data(), x16.data(), w.data(), mean.data(),
+                          rstd.data(), N, C);
+  EXPECT_TRUE(same_bytes(dx2, dx));
+  EXPECT_TRUE(same_bytes(dw2, dw));
+  EXPECT_TRUE(same_bytes(db2, db));
+}
+
+TEST(Bf16Fused, AdamWFusedIsScaleUpdateThenConversion) {
+  const int64_t n = 70001;  // above the parallel threshold, not a multiple of the vector width
+  const auto g = randn(n, 25), w0 = randn(n, 26, 0.02f), m0 = randn(n, 27, 0.01f);
+  auto v0 = randn(n, 28, 0.001f);
+  for (auto& x : v0) x = x * x;
+  const AdamWScalars a = adamw_scalars(0.9, 0.95, 1e-8, 3e-4, 7);
+  for (const float scale : {1.0f, 0.3173f}) {  // no clipping, and clipping's factor
+    auto m = m0, v = v0, w = w0, m2 = m0, v2 = v0, w2 = w0, m3 = m0, v3 = v0, w3 = w0, scaled = g;
+    scale_grads(scaled.data(), n, scale);
+    adamw_update(m.data(), v.data(), w.data(), scaled.data(), n, 0.99f, a);
+    std::vector<uint16_t> w16(static_cast<size_t>(n));
+    adamw_update_fused(m2.data(), v2.data(), w2.data(), w16.data(), g.data(), n, 0.99f, a, scale);
+    adamw_update_fused(m3.data(), v3.data(), w3.data(), nullptr, g.data(), n, 0.99f, a, scale);
+    EXPECT_TRUE(same_bytes(m2, m) && same_bytes(v2, v) && same_bytes(w2, w)) << scale;
+    EXPECT_TRUE(same_bytes(m3, m) && same_bytes(v3, v) && same_bytes(w3, w)) << scale;
+    EXPECT_TRUE(same_bytes(w16, narrowed(w))) << scale;
+  }
+}
+
+}  // namespace
+}  // namespace lattice
