@@ -157,7 +157,7 @@ double attention_forward_seconds(const PlanRequest& r, const Hardware& hw, const
 // leave exposed in one layer's forward and backward for one micro-batch. Each of the c steps computes
 // 1/c of the attention (the split balances them) while the next K and V (forward) — and in backward
 // also the last step's dK, dV partial sums — travel to the neighbour, t ranks away; the last partial
-// sums' trip home is waited for.
+// sums' trip home is waited for. On this host (--hardware local) nothing is hidden (below).
 struct RingSeconds {
   double forward = 0, backward = 0;
 };
@@ -169,7 +169,11 @@ RingSeconds cp_ring_seconds(const PlanRequest& r, const Hardware& hw, const anal
   const double pair = point_to_point(group_topology(hw, c, r.layout.tp),
                                      analysis::cp_ring_pair_bytes(x.s, x.b, x.h, x.t, c, 1) * comm_element_bytes(hw, x.d))
                           .seconds;
-  const double forward_step = attention_forward_seconds(r, hw, x) / c, backward_step = attention_backward / c;
+  // What a step's blocks can hide: on this host (--hardware local) none, since MPI over shared memory
+  // copies a message inside the wait (no progress thread; measured: the ring's waits are its copies).
+  const bool hides = !hw.local.active();
+  const double forward_step = hides ? attention_forward_seconds(r, hw, x) / c : 0.0;
+  const double backward_step = hides ? attention_backward / c : 0.0;
   for (int t = 0; t < c; ++t) {
     if (t + 1 < c) out.forward += std::max(0.0, pair - forward_step);
     const double in_flight = (t + 1 < c ? pair : 0.0) + (t > 0 ? pair : 0.0);
