@@ -13,7 +13,8 @@
 # Env:   ROUNDS (default 2), STEPS (lattice steps per round, the first is warm-up and not timed; default 5),
 #        PEER_STEPS (timed PyTorch steps per round after one warm-up; default 3), THREADS (default 2),
 #        KEEP=1 keeps the scratch directory.
-# Prints a table of tokens/s, step time, MFU and the ratios to PyTorch; exits 0 whatever the figures.
+# Prints a table of tokens/s, step time, MFU and the ratios to PyTorch, the GEMM candidates at the step's
+# shapes and each dtype's limit (below); exits 0 whatever the figures.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -103,4 +104,41 @@ for name, want in (("lattice fp32", 3.0), ("lattice bf16", 1.6)):  # the targets
           f"({med[q] / med[name]:.2f}x)")
 EOF
 # The GEMM rates at the model's exact shapes in the same run (bench/bench_gemm_candidates.cpp, needs libblis-dev).
-GC="$(dirname "$LATTICE")/bench/bench_gemm_candidates"; if [[ -x "$GC" ]]; then echo "GEMM candidates at the step's shapes ($GC --summary --threads $THREADS):"; "$GC" --summary --threads "$THREADS" || true; fi
+GC="$(dirname "$LATTICE")/bench/bench_gemm_candidates"
+if [[ -x "$GC" ]]; then
+  echo "GEMM candidates at the step's shapes ($GC --summary --threads $THREADS):"
+  "$GC" --summary --threads "$THREADS" | tee "$SCRATCH/candidates.txt" || true
+fi
+# Each dtype's limit (the issue's definition, docs/performance.md): the step's GEMMs at the best rate
+# measured at its shapes (the candidates above: oneDNN bf16, the best fp32 candidate per shape), plus the
+# element-wise bytes at the measured bandwidth (lattice bench's triad) if every kept tensor is written once
+# and read once (the run's kept-bytes formula: per layer × L, and outside the layers) and AdamW moves 28
+# bytes a parameter (weight, gradient, two moments read; weight and moments written).
+"$LATTICE" bench --json --seconds 0.5 --threads "$THREADS" 2>/dev/null | tail -1 > "$SCRATCH/bench.json" || true
+"$PY" - "$SCRATCH" "$ROUNDS" <<'EOF'
+import json, os, re, statistics, sys
+scratch, rounds = sys.argv[1], int(sys.argv[2])
+try:
+    bandwidth = json.loads(open(os.path.join(scratch, "bench.json")).read())["memory_bandwidth"]
+    text = open(os.path.join(scratch, "candidates.txt")).read()
+except (OSError, ValueError, KeyError):
+    print("limits: not computed (no lattice bench or GEMM candidates in this run)"); sys.exit(0)
+gemm = {"bf16": re.search(r"onednn-bf16\s+([0-9.]+) s", text), "fp32": re.search(r"best fp32\s+([0-9.]+) s", text)}
+for dt in ("fp32", "bf16"):
+    events = [json.loads(l) for l in open(os.path.join(scratch, f"{dt}_1.jsonl")) if l.strip()]
+    summary = [e for e in events if e["event"] == "summary"][-1]
+    rank = summary["memory"]["ranks"][0]
+    kept = sum(rank["activation_bytes_per_layer_formula"]) + rank["activation_bytes_outside_layers_formula"]
+    moved = 2 * kept + 28 * summary["parameters"]
+    steps = []
+    for r in range(1, rounds + 1):  # each run's first step warms up, as in the table above
+        run = [json.loads(l) for l in open(os.path.join(scratch, f"{dt}_{r}.jsonl")) if l.strip()]
+        steps += [e["step_s"] for e in run if e["event"] == "step"][1:]
+    if not gemm[dt]:
+        print(f"limit lattice {dt}: no GEMM figure"); continue
+    limit = float(gemm[dt].group(1)) + moved / bandwidth
+    step = statistics.median(steps)
+    print(f"limit lattice {dt}: {limit:.3f} s = GEMMs {float(gemm[dt].group(1)):.3f} s + {moved / 1e9:.2f} GB at "
+          f"{bandwidth / 1e9:.1f} GB/s; the step (median {step:.3f} s) is {step / limit:.2f}x it "
+          f"(target {'1.3' if dt == 'bf16' else '1.2'}x: {'met' if step / limit <= (1.3 if dt == 'bf16' else 1.2) else 'NOT met'})")
+EOF
