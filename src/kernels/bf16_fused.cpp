@@ -80,26 +80,15 @@ void layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rs
 
 void split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv, const HeadShape& x) {
   const int64_t dh = x.dh, h = x.a * x.dh;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t bi = 0; bi < x.b; ++bi)
-    for (int64_t si = 0; si < x.s; ++si) {
-      const float* row = qkv + (bi * x.s + si) * 3 * h;
-      for (int64_t hd = 0; hd < x.a; ++hd) {
-        const int64_t dst = ((bi * x.a + hd) * x.s + si) * dh;
-        narrow(q + dst, row + hd * dh, dh);
-        narrow(k + dst, row + h + hd * dh, dh);
-        narrow(v + dst, row + 2 * h + hd * dh, dh);
-      }
-    }
+  for_each_head_run(x, 3 * h, [&](int64_t head, int64_t row) {
+    narrow(q + head, qkv + row, dh);
+    narrow(k + head, qkv + row + h, dh);
+    narrow(v + head, qkv + row + 2 * h, dh);
+  });
 }
 
 void merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape& x) {
-  const int64_t dh = x.dh, h = x.a * x.dh;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t bi = 0; bi < x.b; ++bi)
-    for (int64_t si = 0; si < x.s; ++si)
-      for (int64_t hd = 0; hd < x.a; ++hd)
-        narrow(out + (bi * x.s + si) * h + hd * dh, heads + ((bi * x.a + hd) * x.s + si) * dh, dh);
+  for_each_head_run(x, x.a * x.dh, [&](int64_t head, int64_t row) { narrow(out + row, heads + head, x.dh); });
 }
 
 void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n) {
