@@ -29,6 +29,22 @@ struct Ring {
         n(x_.b * x_.a * (x_.S / cp_.size()) * x_.dh) {}
   int next() const { return (r + 1) % c; }
   int prev() const { return (r + c - 1) % c; }
+  int owner(int step) const { return (r - step + c) % c; }  // whose K, V this rank holds in `step`
+
+  // Step t's K, V on to rank r + 1 while the next pair arrives from r − 1 into `arriving` (K, then
+  // V); nothing in the last step. Resetting (or destroying) the Pass waits for all four.
+  struct Pass {
+    comm::Handle send_k, send_v, recv_k, recv_v;
+  };
+  Pass pass_kv(int t, const float* k, const float* v, float* arriving) const {
+    Pass p;
+    if (t + 1 == c) return p;
+    p.recv_k = cp.group->recv_async({arriving, size_t(n)}, prev(), kTagK);
+    p.recv_v = cp.group->recv_async({arriving + n, size_t(n)}, prev(), kTagV);
+    p.send_k = cp.group->send_async({k, size_t(n)}, next(), kTagK);
+    p.send_v = cp.group->send_async({v, size_t(n)}, next(), kTagV);
+    return p;
+  }
   int64_t global_chunk(int owner, int i) const { return i ? 2 * int64_t(c) - 1 - owner : owner; }
 
   // fn(block, query row offset, key row offset) for each of this rank's query chunks that sees a key
@@ -60,20 +76,13 @@ void ring_attention_forward(const ContextParallel& cp, float* out, float* lse, c
   float* kv = ring_buffers(4 * n);  // two K, V pairs
   const float *cur_k = k, *cur_v = v;
   for (int t = 0; t < ring.c; ++t) {
-    const int owner = (ring.r - t + ring.c) % ring.c;
-    comm::Handle send_k, send_v, recv_k, recv_v;
     float* next = kv + (t % 2) * 2 * n;
-    if (t + 1 < ring.c) {
-      recv_k = cp.group->recv_async({next, size_t(n)}, ring.prev(), kTagK);
-      recv_v = cp.group->recv_async({next + n, size_t(n)}, ring.prev(), kTagV);
-      send_k = cp.group->send_async({cur_k, size_t(n)}, ring.next(), kTagK);
-      send_v = cp.group->send_async({cur_v, size_t(n)}, ring.next(), kTagV);
-    }
-    ring.blocks(owner, [&](const FlashBlock& blk, int64_t qrow, int64_t krow) {
+    Ring::Pass pass = ring.pass_kv(t, cur_k, cur_v, next);
+    ring.blocks(ring.owner(t), [&](const FlashBlock& blk, int64_t qrow, int64_t krow) {
       dev::flash_block_forward(out + qrow * dh, lse + qrow, q + qrow * dh, cur_k + krow * dh, cur_v + krow * dh, blk,
                                drop);
     });
-    send_k.wait(), send_v.wait(), recv_k.wait(), recv_v.wait();
+    pass = {};  // waited for
     cur_k = next, cur_v = next + n;
   }
 }
@@ -91,22 +100,16 @@ void ring_attention_backward(const ContextParallel& cp, float* dq, float* dk, fl
   const float *cur_k = k, *cur_v = v;
   comm::Handle sent_dk, sent_dv;  // the last step's partial sum, leaving
   for (int t = 0; t < ring.c; ++t) {
-    const int owner = (ring.r - t + ring.c) % ring.c;
-    comm::Handle send_k, send_v, recv_k, recv_v, recv_dk, recv_dv;
     float* next = kv + (t % 2) * 2 * n;
-    if (t + 1 < ring.c) {
-      recv_k = cp.group->recv_async({next, size_t(n)}, ring.prev(), kTagK);
-      recv_v = cp.group->recv_async({next + n, size_t(n)}, ring.prev(), kTagV);
-      send_k = cp.group->send_async({cur_k, size_t(n)}, ring.next(), kTagK);
-      send_v = cp.group->send_async({cur_v, size_t(n)}, ring.next(), kTagV);
-    }
+    Ring::Pass pass = ring.pass_kv(t, cur_k, cur_v, next);
+    comm::Handle recv_dk, recv_dv;
     if (t > 0) {  // what ranks r − t … r − 1 added to the owner's dK, dV
       recv_dk = cp.group->recv_async({arriving, size_t(n)}, ring.prev(), kTagDK);
       recv_dv = cp.group->recv_async({arriving + n, size_t(n)}, ring.prev(), kTagDV);
     }
     float* mine = partial + (t % 2) * 2 * n;  // free: its send (step t − 2) was waited in step t − 1
     dev::fill_zero(mine, 2 * n);
-    ring.blocks(owner, [&](FlashBlock blk, int64_t qrow, int64_t krow) {
+    ring.blocks(ring.owner(t), [&](FlashBlock blk, int64_t qrow, int64_t krow) {
       blk.merge = true;  // into the zeroed dQ and partial sums
       dev::flash_block_backward(dq + qrow * dh, mine + krow * dh, mine + n + krow * dh, dout + qrow * dh, q + qrow * dh,
                                 cur_k + krow * dh, cur_v + krow * dh, out + qrow * dh, lse + qrow, blk, drop);
@@ -118,7 +121,7 @@ void ring_attention_backward(const ContextParallel& cp, float* dq, float* dk, fl
     sent_dk.wait(), sent_dv.wait();
     sent_dk = cp.group->send_async({mine, size_t(n)}, ring.next(), kTagDK);
     sent_dv = cp.group->send_async({mine + n, size_t(n)}, ring.next(), kTagDV);
-    send_k.wait(), send_v.wait(), recv_k.wait(), recv_v.wait();
+    pass = {};  // waited for
     cur_k = next, cur_v = next + n;
   }
   // Step c − 1 sent each partial sum to its owner, complete: this rank's comes from r − 1.
