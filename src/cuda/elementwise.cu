@@ -202,6 +202,31 @@ void require_workspace(const Workspace& ws, size_t bytes, const char* kernel) {
                              " bytes, needs " + std::to_string(bytes));
 }
 
+// The N tokens sorted by id (a stable radix sort on the id's low `bits`) in ws, laid out by
+// embedding_layout: the sorted ids and the token each came from, for the backward kernels that add a
+// row's gradients in token order. Both embeddings' backwards sort this way.
+struct SortedTokens {
+  const uint32_t* ids;
+  const uint32_t* tokens;
+};
+SortedTokens sort_tokens_by_id(const int32_t* ids, int64_t N, int bits, const Workspace& ws, cudaStream_t stream,
+                               const char* kernel) {
+  const EmbeddingWorkspace w = embedding_layout(N, bits);
+  require_workspace(ws, w.total, kernel);
+  char* base = static_cast<char*>(ws.data);
+  auto* sorted_ids = reinterpret_cast<uint32_t*>(base + w.sorted_ids);
+  auto* tokens = reinterpret_cast<uint32_t*>(base + w.tokens);
+  auto* sorted_tokens = reinterpret_cast<uint32_t*>(base + w.sorted_tokens);
+  if (N == 0) return {sorted_ids, sorted_tokens};
+  iota_kernel<<<grid_for(N), kBlock, 0, stream>>>(tokens, N);
+  check_launch((std::string(kernel) + " iota").c_str());
+  size_t temp_bytes = w.temp_bytes;
+  check(cub::DeviceRadixSort::SortPairs(base + w.temp, temp_bytes, reinterpret_cast<const uint32_t*>(ids), sorted_ids,
+                                        tokens, sorted_tokens, N, 0, bits, stream),
+        (std::string(kernel) + " radix sort").c_str());
+  return {sorted_ids, sorted_tokens};
+}
+
 // The shard embedding's backward sorts on every bit an id may have (non-negative int32): the tokens
 // of other shards are in the same list, skipped after the sort.
 constexpr int kIdBits = 31;
@@ -250,20 +275,9 @@ size_t embedding_backward_workspace_bytes(int64_t b, int64_t s, int64_t vocab) {
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* ids, int64_t b, int64_t s,
                         int64_t h, int64_t vocab, Workspace ws, cudaStream_t stream) {
   const int64_t N = b * s;
-  const EmbeddingWorkspace w = embedding_layout(N, id_bits(vocab));
-  require_workspace(ws, w.total, "embedding_backward");
-  char* base = static_cast<char*>(ws.data);
-  auto* sorted_ids = reinterpret_cast<uint32_t*>(base + w.sorted_ids);
-  auto* tokens = reinterpret_cast<uint32_t*>(base + w.tokens);
-  auto* sorted_tokens = reinterpret_cast<uint32_t*>(base + w.sorted_tokens);
-  iota_kernel<<<grid_for(N), kBlock, 0, stream>>>(tokens, N);
-  check_launch("embedding_backward iota");
-  size_t temp_bytes = w.temp_bytes;
-  check(cub::DeviceRadixSort::SortPairs(base + w.temp, temp_bytes, reinterpret_cast<const uint32_t*>(ids), sorted_ids,
-                                        tokens, sorted_tokens, N, 0, id_bits(vocab), stream),
-        "embedding_backward radix sort");
+  const SortedTokens sorted = sort_tokens_by_id(ids, N, id_bits(vocab), ws, stream, "embedding_backward");
   if (N > 0) {
-    embedding_tokens_backward_kernel<<<unsigned(N), kBlock, 0, stream>>>(dwte, dout, sorted_ids, sorted_tokens, N, h);
+    embedding_tokens_backward_kernel<<<unsigned(N), kBlock, 0, stream>>>(dwte, dout, sorted.ids, sorted.tokens, N, h);
     check_launch("embedding_backward tokens");
   }
   embedding_positions_backward_kernel<<<grid_for(s * h), kBlock, 0, stream>>>(dwpe, dout, b, s, h);
@@ -281,22 +295,9 @@ size_t embedding_shard_backward_workspace_bytes(int64_t N, int64_t) { return emb
 
 void embedding_shard_backward(float* dwte, const float* dout, const int32_t* ids, int64_t v0, int64_t v_local,
                               int64_t N, int64_t h, Workspace ws, cudaStream_t stream) {
-  const EmbeddingWorkspace w = embedding_layout(N, kIdBits);
-  if (ws.bytes < w.total || (w.total > 0 && !ws.data))
-    throw std::invalid_argument("embedding_shard_backward: workspace of " + std::to_string(ws.bytes) +
-                                " bytes, needs " + std::to_string(w.total));
+  const SortedTokens sorted = sort_tokens_by_id(ids, N, kIdBits, ws, stream, "embedding_shard_backward");
   if (N == 0) return;
-  char* base = static_cast<char*>(ws.data);
-  auto* sorted_ids = reinterpret_cast<uint32_t*>(base + w.sorted_ids);
-  auto* tokens = reinterpret_cast<uint32_t*>(base + w.tokens);
-  auto* sorted_tokens = reinterpret_cast<uint32_t*>(base + w.sorted_tokens);
-  iota_kernel<<<grid_for(N), kBlock, 0, stream>>>(tokens, N);
-  check_launch("embedding_shard_backward iota");
-  size_t temp_bytes = w.temp_bytes;
-  check(cub::DeviceRadixSort::SortPairs(base + w.temp, temp_bytes, reinterpret_cast<const uint32_t*>(ids), sorted_ids,
-                                        tokens, sorted_tokens, N, 0, kIdBits, stream),
-        "embedding_shard_backward radix sort");
-  embedding_shard_backward_kernel<<<unsigned(N), kBlock, 0, stream>>>(dwte, dout, sorted_ids, sorted_tokens, v0,
+  embedding_shard_backward_kernel<<<unsigned(N), kBlock, 0, stream>>>(dwte, dout, sorted.ids, sorted.tokens, v0,
                                                                        v_local, N, h);
   check_launch("embedding_shard_backward");
 }
