@@ -216,7 +216,7 @@ void flash_block_forward(float* out, float* lse, const float* q, const float* k,
         float* o = out + bh * x.q_stride + (i0 + r) * dh;
         float* L = lse + bh * x.lse_stride + i0 + r;
         const float block_lse = m[size_t(r)] + std::log(l[size_t(r)]);
-        if (!x.merge || std::isinf(*L)) {
+        if (!x.merge) {
           for (int64_t e = 0; e < dh; ++e) o[e] = acc[size_t(r * dh + e)] * inv;
           *L = block_lse;
           continue;

@@ -22,7 +22,7 @@ struct FlashShape {
 // position (k0 ≤ q0, so every query sees a key); S is the whole sequence, the dropout mask's row
 // length. Strides are floats from one (row, head) to the next: of Q, O, dO, dQ (q_stride), of K, V,
 // dK, dV (k_stride) and of the log-sum-exp (lse_stride). `merge`: the forward combines its output
-// with the output and log-sum-exp already there (a row whose log-sum-exp is −∞ has none yet), the
+// with the output and log-sum-exp already there (a row's first block overwrites), the
 // backward adds into dQ, dK, dV; otherwise both overwrite.
 struct FlashBlock {
   int64_t b = 0, a = 0, nq = 0, nk = 0, dh = 0;
