@@ -7,10 +7,8 @@
 namespace lattice::moe {
 
 int64_t LocalTokens::local_of(int64_t f) const {
-  const int64_t S = split.S, C = split.chunk(), g = f % S, k = g / C;
-  const int64_t c = split.c, r = split.r;
-  if (k != r && k != 2 * c - 1 - r) return -1;
-  return f / S * split.local() + (k == r ? 0 : C) + g % C;
+  const int64_t at = split.local_of(f % split.S);
+  return at < 0 ? -1 : f / split.S * split.local() + at;
 }
 
 void gather_tokens(const parallel::ContextParallel& cp, const LocalTokens& t, const float* local, int parts,

@@ -30,6 +30,13 @@ struct SequenceSplit {
     const int64_t C = chunk(), k = i / C;
     return (k == 0 ? r : 2 * int64_t(c) - 1 - r) * C + i % C;
   }
+  // The inverse: the local position of global position g, or −1 when another CP rank holds it.
+  int64_t local_of(int64_t g) const {
+    if (c == 1) return g;
+    const int64_t C = chunk(), k = g / C;
+    if (k != r && k != 2 * int64_t(c) - 1 - r) return -1;
+    return (k == r ? 0 : C) + g % C;
+  }
   // fn(local, global, n) for each run of consecutive global positions among local [first, first + n):
   // at most two, split where the rank's first chunk ends.
   template <class F>

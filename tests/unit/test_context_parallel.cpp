@@ -19,6 +19,15 @@ TEST(ContextParallel, ChunksRAnd2cMinus1MinusR) {
       int64_t keys = 0;
       for (int64_t i = 0; i < x.local(); ++i) ++seen[size_t(x.global(i))], keys += x.global(i) + 1;
       work.push_back(keys);
+      // local_of inverts global on this rank's positions and is −1 on exactly the S − S/c others.
+      int64_t mine = 0;
+      for (int64_t g = 0; g < S; ++g) {
+        const int64_t i = x.local_of(g);
+        if (i < 0) continue;
+        ++mine;
+        EXPECT_EQ(x.global(i), g) << "c " << c << " r " << r;
+      }
+      EXPECT_EQ(mine, x.local()) << "c " << c << " r " << r;
       if (c == 4 && r == 1) {  // chunks 1 and 6 of 8, each 4 positions
         EXPECT_EQ(x.global(0), 4);
         EXPECT_EQ(x.global(3), 7);
