@@ -110,8 +110,13 @@ phase_build_full() {
   runtime_env
   # Every library named, so nothing of the system's (or its absence) is picked up: MPI without its
   # compiler wrapper, oneDNN, SentencePiece by file, CLI11 and nlohmann-json by their CMake packages.
+  # Warnings are counted, not fatal, here: the GPU machine's g++ (13) is not the one the project is kept
+  # warning-free with (Debian 12's g++ 12, where -DLATTICE_WERROR=ON builds it), and a new warning must not
+  # cost the lent minutes. CMAKE_POLICY_VERSION_MINIMUM: the GPU machine has CMake 4, which refuses package files that ask for
+  # policies older than 3.5 (ignored by CMake 3).
   if timeout 900 cmake -S "$ROOT" -B "$FULL_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$(cuda_find_nvcc)" \
-       "${CUDA_HOST_ARGS[@]}" -DLATTICE_CUDA=ON -DLATTICE_WERROR=ON -DLATTICE_BUILD_TESTS=OFF -DCMAKE_PREFIX_PATH="$DEPS/usr" \
+       "${CUDA_HOST_ARGS[@]}" -DLATTICE_CUDA=ON -DLATTICE_WERROR=OFF -DLATTICE_BUILD_TESTS=OFF -DCMAKE_PREFIX_PATH="$DEPS/usr" \
+       -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
        -DMPI_CXX_SKIP_MPICXX=ON -DMPI_CXX_LIB_NAMES=mpi -DMPI_mpi_LIBRARY="$ARCH_LIB/openmpi/lib/libmpi.so" \
        -DMPI_CXX_HEADER_DIR="$ARCH_LIB/openmpi/include" \
        -DDNNL_LIBRARY="$ARCH_LIB/libdnnl.so" -DDNNL_INCLUDE_DIR="$DEPS/usr/include" \
@@ -120,7 +125,7 @@ phase_build_full() {
        -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$ARCH_LIB:$ARCH_LIB/openmpi/lib" >>"$log" 2>&1 &&
      timeout 900 cmake --build "$FULL_DIR" -j"$JOBS" --target lattice >>"$log" 2>&1 &&
      "$LATTICE_BIN" --version >>"$log" 2>&1; then
-    record "phase build: ok ($(( $(date +%s) - t0 )) s; the whole trainer, $FULL_DIR/lattice, -DLATTICE_CUDA=ON; $("$LATTICE_BIN" --version | head -1))"
+    record "phase build: ok ($(( $(date +%s) - t0 )) s; the whole trainer, $FULL_DIR/lattice, -DLATTICE_CUDA=ON, $(grep -c 'warning:' "$log") compiler warnings; $("$LATTICE_BIN" --version | head -1))"
     local missing; missing=$(ldd "$LATTICE_BIN" | grep -c 'not found')
     [ "$missing" -eq 0 ] || fail "phase build: FAIL ($missing libraries not found by ldd: $(ldd "$LATTICE_BIN" | grep 'not found' | tr -s ' \t' ' ' | tr '\n' ';'))"
   else
@@ -283,7 +288,7 @@ t = statistics.median(s["step_s"] for s in steps)
 print(f"speed lattice: median step {t*1e3:.1f} ms, {int(sys.argv[2])*1024/t:,.0f} tokens/s, MFU {statistics.median(s['mfu'] for s in steps)*100:.1f}% (of {float(sys.argv[3])/1e12:.0f} TFLOP/s)")
 PY
     for mode in eager compile; do
-      timeout 300 "$PY" "$ROOT/bench/pytorch_peer.py" --device cuda --autocast bf16 --mode "$mode" --layers 12 --hidden 768 --heads 12 \
+      timeout 150 "$PY" "$ROOT/bench/pytorch_peer.py" --device cuda --autocast bf16 --mode "$mode" --layers 12 --hidden 768 --heads 12 \
         --seq-len 1024 --vocab 50304 --micro-batch $b --steps 10 --warmup 3 --peak-flops "$peak" >"speed_torch_${mode}_$round.json" 2>"speed_torch_${mode}_$round.err"
       if [ -s "speed_torch_${mode}_$round.json" ]; then record "  speed pytorch $mode: $(cat "speed_torch_${mode}_$round.json")"
       else record "  speed pytorch $mode: did not run ($(tail -n 1 "speed_torch_${mode}_$round.err"))"; fi
