@@ -11,7 +11,8 @@ On a GPU (--device cuda: scripts/device-check.sh's speed phase) the model, the t
 run there, autocast is torch.autocast("cuda", bf16), AdamW is PyTorch's fused CUDA one, each step is
 timed between torch.cuda.synchronize() calls, and --mode compile runs the model through torch.compile.
 Usage: python3 bench/pytorch_peer.py [--steps N] [--warmup N] [--threads T] [--autocast bf16]
-                                     [--device cpu|cuda] [--mode eager|compile] [--peak-flops F] [shape flags]
+                                     [--device cpu|cuda] [--mode eager|compile] [--attention manual|sdpa]
+                                     [--peak-flops F] [shape flags]
 """
 import argparse
 import json
@@ -30,9 +31,10 @@ import torch.nn.functional as F
 
 
 class Block(torch.nn.Module):
-    def __init__(self, h, a):
+    def __init__(self, h, a, sdpa=False):
         super().__init__()
         self.a = a
+        self.sdpa = sdpa  # attention through F.scaled_dot_product_attention (flash kernels on a GPU)
         self.ln_1 = torch.nn.LayerNorm(h, eps=1e-5)
         self.c_attn = torch.nn.Linear(h, 3 * h)
         self.c_proj = torch.nn.Linear(h, h)
@@ -45,17 +47,20 @@ class Block(torch.nn.Module):
         dh = h // self.a
         q, k, v = self.c_attn(self.ln_1(x)).split(h, dim=-1)
         q, k, v = (t.view(b, s, self.a, dh).transpose(1, 2) for t in (q, k, v))
-        att = torch.softmax((q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(dh)) + mask, dim=-1)
-        x = x + self.c_proj((att @ v).transpose(1, 2).reshape(b, s, h))
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = torch.softmax((q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(dh)) + mask, dim=-1) @ v
+        x = x + self.c_proj(y.transpose(1, 2).reshape(b, s, h))
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
 class GPT(torch.nn.Module):
-    def __init__(self, L, h, a, s, v):
+    def __init__(self, L, h, a, s, v, sdpa=False):
         super().__init__()
         self.wte = torch.nn.Embedding(v, h)
         self.wpe = torch.nn.Embedding(s, h)
-        self.blocks = torch.nn.ModuleList(Block(h, a) for _ in range(L))
+        self.blocks = torch.nn.ModuleList(Block(h, a, sdpa) for _ in range(L))
         self.ln_f = torch.nn.LayerNorm(h, eps=1e-5)
         self.register_buffer("mask", torch.full((s, s), float("-inf")).triu(1))
         for n, p in self.named_parameters():
@@ -89,8 +94,13 @@ def main():
                     help="bf16: the forward under torch.autocast('cpu', dtype=torch.bfloat16)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--mode", choices=["eager", "compile"], default="eager", help="compile: torch.compile(model)")
+    ap.add_argument("--attention", choices=["manual", "sdpa"], default="manual",
+                    help="manual: softmax(QKᵀ)V with the s×s scores (lattice's unfused attention); sdpa: "
+                         "F.scaled_dot_product_attention, causal (flash kernels on a GPU: the peer of --attention fused)")
     ap.add_argument("--peak-flops", type=float, default=0.0, help="for the MFU in the JSON line (6·N·tokens + attention)")
     args = ap.parse_args()
+    if args.attention == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
+        sys.exit(f"--attention sdpa needs PyTorch 2.0 or later (F.scaled_dot_product_attention); this is {torch.__version__}")
     import contextlib
     dev = torch.device(args.device)
     cast = (lambda: torch.autocast(args.device, dtype=torch.bfloat16)) if args.autocast == "bf16" else contextlib.nullcontext
@@ -98,7 +108,7 @@ def main():
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = GPT(args.layers, args.hidden, args.heads, args.seq_len, args.vocab).to(dev)
+    model = GPT(args.layers, args.hidden, args.heads, args.seq_len, args.vocab, args.attention == "sdpa").to(dev)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -131,6 +141,7 @@ def main():
     mfu = tokens_per_s * flops_per_token / args.peak_flops if args.peak_flops > 0 else None
     times_sorted = sorted(times)
     print(json.dumps({"peer": "pytorch", "device": args.device, "mode": args.mode, "autocast": args.autocast,
+                      "attention": args.attention,
                       "micro_batch": b, "median_step_s": times_sorted[len(times) // 2], "mfu": mfu,
                       "tokens_per_s": tokens_per_s, "step_s": sum(times) / len(times),
                       "best_step_s": min(times), "step_times": times,

@@ -67,9 +67,10 @@ phase_kernels() {
   done
   rc=${PIPESTATUS[0]}
   local n_ok n_fail
-  n_ok=$(grep -c ' ok$' "$log")
-  n_fail=$(grep -c ' FAIL$' "$log")
+  n_ok=$(grep -c '^kernel .* ok$' "$log")
+  n_fail=$(grep -c '^kernel .* FAIL$' "$log")  # not the summary line "lattice_cuda_check: 0 FAIL"
   if [ "$rc" -eq 0 ]; then record "phase kernels: ok (${n_ok} comparisons, 0 FAIL)"
+  elif [ "$rc" -eq 3 ]; then fail "phase kernels: FAIL (every comparison passed, ${n_ok}; a timing threw)"
   elif [ "$rc" -eq 2 ]; then fail "phase kernels: FAIL (no CUDA device usable: nothing checked)"
   else fail "phase kernels: FAIL (exit ${rc}; ${n_ok} ok, ${n_fail} FAIL)"; fi
 }
@@ -276,37 +277,53 @@ phase_speed() {
     timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device "$GPU" --micro-batch $b --global-batch $b --steps 2 >probe.jsonl 2>probe.err && break
   done
   record "  speed: micro-batch $b (the largest of 32, 16, 8, 4 that ran)"
-  local round
-  for round in 1 2; do  # interleaved: lattice, PyTorch eager, PyTorch compiled, twice
-    timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device "$GPU" --micro-batch $b --global-batch $b --steps 12 >"speed_lattice_$round.jsonl" 2>"speed_lattice_$round.err"
-    "$PY" - "speed_lattice_$round.jsonl" "$b" "$peak" <<'PY' | while IFS= read -r l; do record "  $l"; done
+  local round attn mode
+  # Interleaved, twice: lattice with the unfused attention (the paper's kept s×s tensors) and with the
+  # fused one; PyTorch eager with the same unfused attention and with F.scaled_dot_product_attention
+  # (flash: the peer of lattice's fused), and torch.compile of the unfused model.
+  for round in 1 2; do
+    for attn in unfused fused; do
+      timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device "$GPU" --micro-batch $b --global-batch $b --steps 12 --attention $attn \
+        >"speed_lattice_${attn}_$round.jsonl" 2>"speed_lattice_${attn}_$round.err"
+      "$PY" - "speed_lattice_${attn}_$round.jsonl" "$b" "$peak" "$attn" <<'PY' | while IFS= read -r l; do record "  $l"; done
 import json, statistics, sys
 steps = [json.loads(x) for x in open(sys.argv[1]) if '"event":"step"' in x][2:]  # past two warm-up steps
 if not steps:
-    print("speed lattice: FAIL (no step ran)"); sys.exit()
+    print(f"speed lattice {sys.argv[4]}: FAIL (no step ran)"); sys.exit()
 t = statistics.median(s["step_s"] for s in steps)
-print(f"speed lattice: median step {t*1e3:.1f} ms, {int(sys.argv[2])*1024/t:,.0f} tokens/s, MFU {statistics.median(s['mfu'] for s in steps)*100:.1f}% (of {float(sys.argv[3])/1e12:.0f} TFLOP/s)")
+print(f"speed lattice {sys.argv[4]} attention: median step {t*1e3:.1f} ms, {int(sys.argv[2])*1024/t:,.0f} tokens/s, MFU {statistics.median(s['mfu'] for s in steps)*100:.1f}% (of {float(sys.argv[3])/1e12:.0f} TFLOP/s)")
 PY
-    for mode in eager compile; do
-      timeout 150 "$PY" "$ROOT/bench/pytorch_peer.py" --device cuda --autocast bf16 --mode "$mode" --layers 12 --hidden 768 --heads 12 \
-        --seq-len 1024 --vocab 50304 --micro-batch $b --steps 10 --warmup 3 --peak-flops "$peak" >"speed_torch_${mode}_$round.json" 2>"speed_torch_${mode}_$round.err"
-      if [ -s "speed_torch_${mode}_$round.json" ]; then record "  speed pytorch $mode: $(cat "speed_torch_${mode}_$round.json")"
-      else record "  speed pytorch $mode: did not run ($(tail -n 1 "speed_torch_${mode}_$round.err"))"; fi
+    done
+    for mode in eager:manual eager:sdpa compile:manual; do
+      local tag=${mode/:/_}
+      timeout 150 "$PY" "$ROOT/bench/pytorch_peer.py" --device cuda --autocast bf16 --mode "${mode%%:*}" --attention "${mode#*:}" \
+        --layers 12 --hidden 768 --heads 12 --seq-len 1024 --vocab 50304 --micro-batch $b --steps 10 --warmup 3 --peak-flops "$peak" \
+        >"speed_torch_${tag}_$round.json" 2>"speed_torch_${tag}_$round.err"
+      if [ -s "speed_torch_${tag}_$round.json" ]; then
+        "$PY" -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f\"speed pytorch {r['mode']} {r['attention']} attention: median step {r['median_step_s']*1e3:.1f} ms, {r['tokens_per_s']:,.0f} tokens/s, MFU {r['mfu']*100:.1f}% (torch {r['torch']})\")" \
+          "speed_torch_${tag}_$round.json" | while IFS= read -r l; do record "  $l"; done
+      else record "  speed pytorch ${mode/:/ } attention: did not run ($(tail -n 1 "speed_torch_${tag}_$round.err"))"; fi
     done
   done
   # Where the time goes: every operation timed to its end (serialised, so its sum can exceed a step).
-  timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device "$GPU" --micro-batch $b --global-batch $b --steps 6 --profile-ops \
-    >speed_profile.jsonl 2>speed_profile.err
-  "$PY" - speed_profile.jsonl <<'PY' | while IFS= read -r l; do record "  $l"; done
+  for attn in unfused fused; do
+    timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device "$GPU" --micro-batch $b --global-batch $b --steps 6 --profile-ops \
+      --attention $attn >"speed_profile_$attn.jsonl" 2>"speed_profile_$attn.err"
+    "$PY" - "speed_profile_$attn.jsonl" "$attn" <<'PY' | while IFS= read -r l; do record "  $l"; done
 import json, sys
 s = [json.loads(x) for x in open(sys.argv[1]) if '"event":"summary"' in x]
 if not s or "op_profile" not in s[0]:
-    print("speed profile: FAIL (no op_profile)"); sys.exit()
+    print(f"speed profile {sys.argv[2]}: FAIL (no op_profile)"); sys.exit()
 ops = s[0]["op_profile"]
 total = sum(o["seconds"] for o in ops)
-for o in ops[:14]:
-    print(f"speed profile {o['op']:<26} {o['calls']:6d} calls {o['seconds']*1e3:9.1f} ms {100*o['seconds']/total:5.1f}%")
+steps = s[0].get("steps", 6) - 1  # the first step is not profiled
+for o in ops[:16]:
+    print(f"speed profile {sys.argv[2]} {o['op']:<32} {o['calls']:5d} calls {o['seconds']*1e3/max(steps,1):8.2f} ms a step {100*o['seconds']/total:5.1f}%")
 PY
+  done
   record "phase speed: done"
 }
 phases=("$@")

@@ -5,6 +5,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "cuda/bf16_fused.hpp"
 #include "cuda/flash_attention.hpp"
 #include "cuda/gemm.hpp"
 #include "cuda/kernels.hpp"
@@ -247,80 +248,56 @@ bool c_all_finite(const float* v, int64_t n) {
   return host == 0;
 }
 
-// The bf16 fused passes (kernels/bf16_fused.hpp) as the ops they fuse, through fp32 staging of their
-// own (the kernels' scratch above is taken by the bias and LayerNorm backward they call).
+// The bf16 fused passes (kernels/bf16_fused.hpp), each one kernel on the device (cuda/bf16_fused.hpp);
+// only AdamW's loss-scaled form stages the scaled gradient (the gradient itself is read-only here).
 float* fused_staging(int64_t n) {
   static ScratchArray<float> buf(MemoryCategory::workspaces, "cuda_fused_staging");
   return buf.ensure(n);
 }
 void c_adamw_fused(float* m, float* v, float* w, uint16_t* w16, const float* g, int64_t n, float decay,
                    const AdamWScalars& a, float grad_scale) {
-  if (grad_scale != 1.0f) {  // the scaled gradient in staging: the gradient itself is read-only here
+  if (grad_scale != 1.0f) {
     float* scaled = fused_staging(n);
     c_copy(scaled, g, size_t(n) * sizeof(float));
     c_scale_grads(scaled, n, grad_scale);
     g = scaled;
   }
-  c_adamw(m, v, w, g, n, decay, a);
-  if (w16) c_to_bf16(w, w16, n);
+  if (w16) cuda::adamw_update_bf16(m, v, w, w16, g, n, decay, a);
+  else c_adamw(m, v, w, g, n, decay, a);
 }
 void c_layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rstd, const float* x, const float* w,
                               const float* b, int64_t N, int64_t C) {
-  float* y = fused_staging(N * C);
-  c_layernorm_forward(y, mean, rstd, x, w, b, N, C);
-  c_to_bf16(y, y16, N * C);
-  c_to_bf16(x, x16, N * C);
+  cuda::layernorm_forward_bf16(x16, y16, mean, rstd, x, w, b, N, C);
 }
 void c_split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv, const HeadShape& x) {
-  const int64_t n = x.b * x.s * x.a * x.dh;
-  float* t = fused_staging(3 * n);
-  c_split_heads(t, t + n, t + 2 * n, qkv, x);
-  c_to_bf16(t, q, n), c_to_bf16(t + n, k, n), c_to_bf16(t + 2 * n, v, n);
+  cuda::split_heads_bf16(q, k, v, qkv, x.b, x.s, x.a, x.dh);
 }
 void c_merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape& x) {
-  const int64_t n = x.b * x.s * x.a * x.dh;
-  float* t = fused_staging(n);
-  c_merge_heads(t, heads, x);
-  c_to_bf16(t, out, n);
+  cuda::merge_heads_bf16(out, heads, x.b, x.s, x.a, x.dh);
 }
 void c_gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n) {
-  float* t = fused_staging(n);
-  c_gelu_forward(t, pre, n);
-  c_to_bf16(pre, pre16, n);
-  c_to_bf16(t, act16, n);
+  cuda::gelu_forward_bf16(pre16, act16, pre, n);
 }
 void c_narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out) {
-  c_to_bf16(dy, dy16, N * out);
-  c_bias_backward(db, dy, N, out);
+  cuda::narrow_bias_backward(dy16, db, dy, N, out, scratch(cuda::bias_backward_workspace_bytes(N, out)));
 }
 void c_gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const float* dout, int64_t N,
                             int64_t out) {
-  float* pre = fused_staging(2 * N * out);
-  float* g = pre + N * out;
-  c_from_bf16(pre16, pre, N * out);
-  c_gelu_backward(g, pre, dout, N * out);
-  c_narrow_bias_backward(g16, db, g, N, out);
+  cuda::gelu_backward_narrow(g16, db, pre16, dout, N, out, scratch(cuda::bias_backward_workspace_bytes(N, out)));
 }
 void c_merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const float* dk, const float* dv,
                               const HeadShape& x) {
-  const int64_t N = x.b * x.s, out = 3 * x.a * x.dh;
-  float* t = fused_staging(N * out);
-  c_merge_qkv_grads(t, dq, dk, dv, x);
-  c_narrow_bias_backward(dqkv16, db, t, N, out);
+  cuda::merge_qkv_grads_narrow(dqkv16, db, dq, dk, dv, x.b, x.s, x.a, x.dh,
+                               scratch(cuda::bias_backward_workspace_bytes(x.b * x.s, 3 * x.a * x.dh)));
 }
 void c_softmax_causal_backward_bf16(uint16_t* ds16, const float* dprobs, const uint16_t* probs16, int64_t batch,
                                     int64_t s) {
-  const int64_t n = batch * s * s;
-  float* p = fused_staging(2 * n);
-  c_from_bf16(probs16, p, n);
-  c_softmax_causal_backward(p + n, dprobs, p, batch, s);
-  c_to_bf16(p + n, ds16, n);
+  cuda::softmax_causal_backward_bf16(ds16, dprobs, probs16, batch, s);
 }
 void c_layernorm_backward_bf16(float* dinp, float* dw, float* db, const float* dout, const uint16_t* inp16,
                                const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) {
-  float* x = fused_staging(N * C);
-  c_from_bf16(inp16, x, N * C);
-  c_layernorm_backward(dinp, dw, db, dout, x, w, mean, rstd, N, C);
+  cuda::layernorm_backward_bf16(dinp, dw, db, dout, inp16, w, mean, rstd, N, C,
+                                scratch(cuda::layernorm_backward_workspace_bytes(N, C)));
 }
 
 void c_synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }

@@ -10,6 +10,8 @@
 // exactly. After the checks, "timing" lines (not pass/fail) give the bf16 GEMMs at GPT-2 124M's shapes
 // and the fused attention at b 8, a 12, s 1024, dh 64. Exit status 1 on any FAIL, 2 when no GPU is
 // usable. Issue 33; docs/gpu.md. Usage: lattice_cuda_check [seed]
+// One file past the usual length on purpose: one program, its checks in cuda/kernels.hpp's order, each a
+// few lines of setup around the same compare helpers.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -22,9 +24,11 @@
 #include <string>
 #include <vector>
 
+#include "cuda/bf16_fused.hpp"
 #include "cuda/flash_attention.hpp"
 #include "cuda/gemm.hpp"
 #include "cuda/kernels.hpp"
+#include "kernels/bf16_fused.hpp"
 #include "kernels/bias.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/dropout.hpp"
@@ -132,6 +136,12 @@ template <class T>
 void compare_repeat(const std::string& name, const char* dir, const std::vector<T>& a, const std::vector<T>& b) {
   const bool same = a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
   line(name + " [repeat]", dir, same ? 0.0 : 1.0, same ? 0.0 : 1.0, 0.0);
+}
+
+template <class T>
+void compare_bits(const std::string& name, const char* dir, const std::vector<T>& ref, const std::vector<T>& got) {
+  const bool same = ref.size() == got.size() && std::memcmp(ref.data(), got.data(), ref.size() * sizeof(T)) == 0;
+  line(name + " [bits]", dir, same ? 0.0 : 1.0, same ? 0.0 : 1.0, 0.0);
 }
 
 // ---- the checks ----
@@ -688,6 +698,169 @@ void check_heads() {
   compare("merge_qkv_grads", "bwd", dqkv, d_dqkv.get(), 0.0);
 }
 
+// ---- the bf16 passes (cuda/bf16_fused.hpp): bit for bit the staged sequence of the kernels above they
+// replace, and the CPU's passes (kernels/bf16_fused.hpp) within the bf16 bound (column sums 1e-5) ----
+std::vector<uint16_t> narrowed(const std::vector<float>& x) {
+  std::vector<uint16_t> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = lattice::to_bf16(x[i]);
+  return r;
+}
+void check_bf16_fused() {
+  namespace cu = lattice::cuda;
+  // 200 rows: three column chunks, the last one short.
+  const int64_t b = 2, s = 100, a = 4, dh = 64, hl = a * dh, N = b * s, C = 3 * hl;
+  const lattice::HeadShape hs{b, s, a, dh};
+  {  // GeLU forward
+    const size_t n = size_t(N * 4 * hl);
+    const auto pre = randn(n, 3.0f);
+    Dev<float> d_pre(pre), t(n);
+    Dev<uint16_t> p16(n), a16(n), p16s(n), a16s(n);
+    cu::gelu_forward_bf16(p16.p, a16.p, d_pre.p, int64_t(n));
+    cu::gelu_forward(t.p, d_pre.p, int64_t(n));
+    cu::to_bf16(d_pre.p, p16s.p, int64_t(n)), cu::to_bf16(t.p, a16s.p, int64_t(n));
+    compare_bits("gelu_forward_bf16 pre16", "fwd", p16s.get(), p16.get());
+    compare_bits("gelu_forward_bf16 act16", "fwd", a16s.get(), a16.get());
+    std::vector<uint16_t> cp(n), ca(n);
+    lattice::gelu_forward_bf16(cp.data(), ca.data(), pre.data(), int64_t(n));
+    compare_bf16("gelu_forward_bf16 act16 vs cpu", "fwd", ca, a16.get());
+  }
+  {  // LayerNorm forward and backward
+    const int64_t R = 256, H = 768;
+    const auto x = randn(size_t(R * H), 2.0f), w = randn(size_t(H)), bias = randn(size_t(H));
+    Dev<float> d_x(x), d_w(w), d_b(bias), y{size_t(R * H)}, m{size_t(R)}, r{size_t(R)}, ms{size_t(R)}, rs{size_t(R)};
+    Dev<uint16_t> x16{size_t(R * H)}, y16{size_t(R * H)}, x16s{size_t(R * H)}, y16s{size_t(R * H)};
+    cu::layernorm_forward_bf16(x16.p, y16.p, m.p, r.p, d_x.p, d_w.p, d_b.p, R, H);
+    cu::layernorm_forward(y.p, ms.p, rs.p, d_x.p, d_w.p, d_b.p, R, H);
+    cu::to_bf16(y.p, y16s.p, R * H), cu::to_bf16(d_x.p, x16s.p, R * H);
+    compare_bits("layernorm_forward_bf16 y16", "fwd", y16s.get(), y16.get());
+    compare_bits("layernorm_forward_bf16 x16", "fwd", x16s.get(), x16.get());
+    compare_bits("layernorm_forward_bf16 mean", "fwd", ms.get(), m.get());
+    compare_bits("layernorm_forward_bf16 rstd", "fwd", rs.get(), r.get());
+    std::vector<uint16_t> cx(static_cast<size_t>(R * H)), cy(static_cast<size_t>(R * H));
+    std::vector<float> cm(static_cast<size_t>(R)), cr(static_cast<size_t>(R));
+    lattice::layernorm_forward_bf16(cx.data(), cy.data(), cm.data(), cr.data(), x.data(), w.data(), bias.data(), R, H);
+    compare_bf16("layernorm_forward_bf16 y16 vs cpu", "fwd", cy, y16.get());
+
+    const auto dy = randn(size_t(R * H));
+    const auto dx0 = randn(size_t(R * H), 0.1f), dw0 = randn(size_t(H), 0.1f), db0 = randn(size_t(H), 0.1f);
+    Dev<float> d_dy(dy), dx(dx0), dw(dw0), db(db0), dxs(dx0), dws(dw0), dbs(db0), wide{size_t(R * H)};
+    Scratch ws(cu::layernorm_backward_workspace_bytes(R, H));
+    cu::layernorm_backward_bf16(dx.p, dw.p, db.p, d_dy.p, x16.p, d_w.p, m.p, r.p, R, H, ws.ws());
+    cu::from_bf16(x16.p, wide.p, R * H);
+    cu::layernorm_backward(dxs.p, dws.p, dbs.p, d_dy.p, wide.p, d_w.p, m.p, r.p, R, H, ws.ws());
+    compare_bits("layernorm_backward_bf16 dinp", "bwd", dxs.get(), dx.get());
+    compare_bits("layernorm_backward_bf16 dweight", "bwd", dws.get(), dw.get());
+    compare_bits("layernorm_backward_bf16 dbias", "bwd", dbs.get(), db.get());
+    auto cdx = dx0, cdw = dw0, cdb = db0;
+    lattice::layernorm_backward_bf16(cdx.data(), cdw.data(), cdb.data(), dy.data(), x16.get().data(), w.data(),
+                                     m.get().data(), r.get().data(), R, H);
+    compare("layernorm_backward_bf16 dinp vs cpu", "bwd", cdx, dx.get());
+    compare("layernorm_backward_bf16 dweight vs cpu", "bwd", cdw, dw.get());
+  }
+  {  // head layouts
+    const size_t n = size_t(b * a * s * dh);
+    const auto qkv = randn(size_t(N * C)), heads = randn(n);
+    Dev<float> d_qkv(qkv), d_heads(heads), q(n), k(n), v(n), rows{size_t(N * hl)};
+    Dev<uint16_t> q16(n), k16(n), v16(n), q16s(n), k16s(n), v16s(n), o16{size_t(N * hl)}, o16s{size_t(N * hl)};
+    cu::split_heads_bf16(q16.p, k16.p, v16.p, d_qkv.p, b, s, a, dh);
+    cu::split_heads(q.p, k.p, v.p, d_qkv.p, b, s, a, dh);
+    cu::to_bf16(q.p, q16s.p, int64_t(n)), cu::to_bf16(k.p, k16s.p, int64_t(n)), cu::to_bf16(v.p, v16s.p, int64_t(n));
+    compare_bits("split_heads_bf16 q", "fwd", q16s.get(), q16.get());
+    compare_bits("split_heads_bf16 k", "fwd", k16s.get(), k16.get());
+    compare_bits("split_heads_bf16 v", "fwd", v16s.get(), v16.get());
+    std::vector<uint16_t> cq(n), ck(n), cv(n), co(static_cast<size_t>(N * hl));
+    lattice::split_heads_bf16(cq.data(), ck.data(), cv.data(), qkv.data(), hs);
+    compare_bits("split_heads_bf16 v vs cpu", "fwd", cv, v16.get());
+    cu::merge_heads_bf16(o16.p, d_heads.p, b, s, a, dh);
+    cu::merge_heads(rows.p, d_heads.p, b, s, a, dh);
+    cu::to_bf16(rows.p, o16s.p, N * hl);
+    compare_bits("merge_heads_bf16", "fwd", o16s.get(), o16.get());
+    lattice::merge_heads_bf16(co.data(), heads.data(), hs);
+    compare_bits("merge_heads_bf16 vs cpu", "fwd", co, o16.get());
+  }
+  {  // the narrowing backwards with their bias column sums
+    const int64_t out = 4 * hl;
+    const auto dy = randn(size_t(N * out)), pre = randn(size_t(N * out), 3.0f), db0 = randn(size_t(out), 0.1f);
+    const auto pre16 = narrowed(pre);
+    Dev<float> d_dy(dy), g{size_t(N * out)}, wide{size_t(N * out)}, db(db0), dbs(db0);
+    Dev<uint16_t> d_pre16(pre16), o16{size_t(N * out)}, o16s{size_t(N * out)};
+    Scratch ws(cu::bias_backward_workspace_bytes(N, C > out ? C : out));
+    cu::narrow_bias_backward(o16.p, db.p, d_dy.p, N, out, ws.ws());
+    cu::to_bf16(d_dy.p, o16s.p, N * out);
+    cu::bias_backward(dbs.p, d_dy.p, N, out, ws.ws());
+    compare_bits("narrow_bias_backward dy16", "bwd", o16s.get(), o16.get());
+    compare_bits("narrow_bias_backward db", "bwd", dbs.get(), db.get());
+    auto cdb = db0;
+    std::vector<uint16_t> c16(static_cast<size_t>(N * out));
+    lattice::narrow_bias_backward(c16.data(), cdb.data(), dy.data(), N, out);
+    compare("narrow_bias_backward db vs cpu", "bwd", cdb, db.get());
+
+    db.upload(db0), dbs.upload(db0), o16.poison(), o16s.poison();
+    cu::gelu_backward_narrow(o16.p, db.p, d_pre16.p, d_dy.p, N, out, ws.ws());
+    cu::from_bf16(d_pre16.p, wide.p, N * out);
+    cu::gelu_backward(g.p, wide.p, d_dy.p, N * out);
+    cu::to_bf16(g.p, o16s.p, N * out);
+    cu::bias_backward(dbs.p, g.p, N, out, ws.ws());
+    compare_bits("gelu_backward_narrow g16", "bwd", o16s.get(), o16.get());
+    compare_bits("gelu_backward_narrow db", "bwd", dbs.get(), db.get());
+    cdb = db0;
+    lattice::gelu_backward_narrow(c16.data(), cdb.data(), pre16.data(), dy.data(), N, out);
+    compare_bf16("gelu_backward_narrow g16 vs cpu", "bwd", c16, o16.get());
+    compare("gelu_backward_narrow db vs cpu", "bwd", cdb, db.get());
+
+    const size_t n = size_t(b * a * s * dh);
+    const auto dq = randn(n), dk = randn(n), dv = randn(n), qb0 = randn(size_t(C), 0.1f);
+    Dev<float> d_dq(dq), d_dk(dk), d_dv(dv), merged{size_t(N * C)}, qb(qb0), qbs(qb0);
+    Dev<uint16_t> m16{size_t(N * C)}, m16s{size_t(N * C)};
+    cu::merge_qkv_grads_narrow(m16.p, qb.p, d_dq.p, d_dk.p, d_dv.p, b, s, a, dh, ws.ws());
+    cu::merge_qkv_grads(merged.p, d_dq.p, d_dk.p, d_dv.p, b, s, a, dh);
+    cu::to_bf16(merged.p, m16s.p, N * C);
+    cu::bias_backward(qbs.p, merged.p, N, C, ws.ws());
+    compare_bits("merge_qkv_grads_narrow dqkv16", "bwd", m16s.get(), m16.get());
+    compare_bits("merge_qkv_grads_narrow db", "bwd", qbs.get(), qb.get());
+    auto cqb = qb0;
+    std::vector<uint16_t> cm16(static_cast<size_t>(N * C));
+    lattice::merge_qkv_grads_narrow(cm16.data(), cqb.data(), dq.data(), dk.data(), dv.data(), hs);
+    compare_bits("merge_qkv_grads_narrow dqkv16 vs cpu", "bwd", cm16, m16.get());
+    compare("merge_qkv_grads_narrow db vs cpu", "bwd", cqb, qb.get());
+  }
+  {  // causal softmax backward, probs kept in bf16
+    const int64_t batch = 6, sl = 200;
+    const size_t n = size_t(batch * sl * sl);
+    std::vector<float> scores = randn(n), probs(n);
+    lattice::softmax_causal_forward(probs.data(), scores.data(), batch, sl);
+    const auto p16 = narrowed(probs);
+    const auto dp = randn(n);
+    Dev<uint16_t> d_p16(p16), ds16(n), ds16s(n);
+    Dev<float> d_dp(dp), wide(n), ds(n);
+    cu::softmax_causal_backward_bf16(ds16.p, d_dp.p, d_p16.p, batch, sl);
+    cu::from_bf16(d_p16.p, wide.p, int64_t(n));
+    cu::softmax_causal_backward(ds.p, d_dp.p, wide.p, batch, sl);
+    cu::to_bf16(ds.p, ds16s.p, int64_t(n));
+    compare_bits("softmax_causal_backward_bf16", "bwd", ds16s.get(), ds16.get());
+    std::vector<uint16_t> c16(n);
+    lattice::softmax_causal_backward_bf16(c16.data(), dp.data(), p16.data(), batch, sl);
+    compare_bf16("softmax_causal_backward_bf16 vs cpu", "bwd", c16, ds16.get());
+  }
+  {  // AdamW with the bf16 weight copy
+    const int64_t n = (1 << 20) + 5;
+    auto m = randn(size_t(n), 0.01f), v = randn(size_t(n), 0.01f), w = randn(size_t(n), 0.02f);
+    for (float& x : v) x = x * x;
+    const auto g = randn(size_t(n), 0.01f);
+    const lattice::AdamWScalars sc = lattice::adamw_scalars(0.9, 0.95, 1e-8, 6e-4, 17);
+    const float decay = float(1.0 - 6e-4 * 0.1);
+    Dev<float> d_m(m), d_v(v), d_w(w), d_g(g), ms(m), vs(v), wsv(w);
+    Dev<uint16_t> w16{size_t(n)}, w16s{size_t(n)};
+    cu::adamw_update_bf16(d_m.p, d_v.p, d_w.p, w16.p, d_g.p, n, decay, sc);
+    cu::adamw_update(ms.p, vs.p, wsv.p, d_g.p, n, decay, sc);
+    cu::to_bf16(wsv.p, w16s.p, n);
+    compare_bits("adamw_update_bf16 w", "upd", wsv.get(), d_w.get());
+    compare_bits("adamw_update_bf16 w16", "upd", w16s.get(), w16.get());
+    compare_bits("adamw_update_bf16 m", "upd", ms.get(), d_m.get());
+    compare_bits("adamw_update_bf16 v", "upd", vs.get(), d_v.get());
+  }
+}
+
 // ---- fp16 casts (tensor/half.hpp) and the loss-scaling pieces, exactly ----
 void check_fp16() {
   const lattice::HalfFormat fp16{true};
@@ -807,7 +980,8 @@ void timing_gemm() {
     const int64_t in = shapes[t][0], out = shapes[t][1];
     Dev<uint16_t> x(size_t(N * in)), w(size_t(in * out)), dy(size_t(N * out));
     Dev<float> y(size_t(N * out)), dx(size_t(N * in)), dw(size_t(in * out));
-    std::vector<uint16_t> ones(size_t(std::max(N * out, in * out)), lattice::to_bf16(0.01f));  // finite inputs
+    // Finite inputs, enough for the largest of x, w, dy (fc2's x, [8192×3072], is larger than its dy).
+    std::vector<uint16_t> ones(size_t(std::max({N * in, N * out, in * out})), lattice::to_bf16(0.01f));
     cuda_ok(cudaMemcpy(x.p, ones.data(), x.n * 2, cudaMemcpyHostToDevice), "upload");
     cuda_ok(cudaMemcpy(w.p, ones.data(), w.n * 2, cudaMemcpyHostToDevice), "upload");
     cuda_ok(cudaMemcpy(dy.p, ones.data(), dy.n * 2, cudaMemcpyHostToDevice), "upload");
@@ -879,6 +1053,7 @@ int main(int argc, char** argv) {
     check_bf16();
     check_fp16();
     check_heads();
+    check_bf16_fused();
     check_gemm();
     check_flash();
   } catch (const std::exception& e) {  // a kernel that threw (a refused shape, no cuBLASLt algorithm)

@@ -66,6 +66,50 @@ __device__ inline float block_max(float v, float* scratch) {
   return warp_max(m);
 }
 
+// GeLU's tanh form and its derivative (kernels/gelu.hpp's formula with the CPU's fast_tanh): one text
+// for the fp32 kernels and the bf16 passes, so their bits agree.
+__device__ __forceinline__ float gelu_value(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f, kCoef = 0.044715f;
+  return 0.5f * x * (1.0f + fast_tanh(kSqrt2OverPi * (x + kCoef * x * x * x)));
+}
+__device__ __forceinline__ float gelu_grad(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f, kCoef = 0.044715f;
+  const float u = kSqrt2OverPi * (x + kCoef * x * x * x);
+  const float th = fast_tanh(u);
+  const float sech2 = 1.0f - th * th;
+  return 0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kCoef * x * x);
+}
+
+// A value read as fp32 from fp32 or bf16 bits (the bf16 passes read their kept tensors narrow).
+__device__ __forceinline__ float load_f32(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float load_f32(const uint16_t* p, int64_t i) { return from_bf16_bits(p[i]); }
+
+// Column sums of an [N, out] matrix whose element (r, c) a functor gives, in two fixed-order passes
+// (bias_backward's and the bf16 passes' bias gradients, one text so their bits agree): partial[chunk,
+// c] adds rows [chunk·64, chunk·64 + 64) in row order, then db[c] += the chunks in order. The functor
+// is called exactly once per element, so it may also store what it computed (the narrowed copy).
+constexpr int64_t kColumnChunkRows = 64;
+inline int64_t column_chunks(int64_t N) { return (N + kColumnChunkRows - 1) / kColumnChunkRows; }
+template <class Element>
+__global__ void column_partials_kernel(float* partial, Element element, int64_t N, int64_t out, int64_t chunks) {
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < chunks * out;
+       k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t chunk = k / out, c = k % out;
+    const int64_t r1 = min(N, (chunk + 1) * kColumnChunkRows);
+    float acc = 0.0f;
+    for (int64_t r = chunk * kColumnChunkRows; r < r1; ++r) acc += element(r, c);
+    partial[k] = acc;
+  }
+}
+template <class Unused = void>
+__global__ void column_reduce_kernel(float* db, const float* partial, int64_t out, int64_t chunks) {
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < out; c += int64_t(gridDim.x) * blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) acc += partial[chunk * out + c];
+    db[c] += acc;
+  }
+}
+
 // Workspace carving: `offset` advanced past `bytes`, 256-byte aligned.
 inline size_t carve(size_t& offset, size_t bytes) {
   const size_t at = offset;

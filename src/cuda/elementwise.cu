@@ -4,6 +4,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "cuda/common.cuh"
+#include "cuda/bf16_fused.hpp"
 #include "cuda/kernels.hpp"
 #include "random/philox_core.hpp"
 
@@ -77,25 +78,14 @@ EmbeddingWorkspace embedding_layout(int64_t N, int bits) {
   return w;
 }
 
-// ---- GeLU ----
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCoef = 0.044715f;
-
+// ---- GeLU (the element math in cuda/common.cuh, shared with the bf16 passes) ----
 __global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + fast_tanh(kSqrt2OverPi * (x + kCoef * x * x * x)));
-  }
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = gelu_value(inp[i]);
 }
 __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
-    const float u = kSqrt2OverPi * (x + kCoef * x * x * x);
-    const float th = fast_tanh(u);
-    const float sech2 = 1.0f - th * th;
-    const float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kCoef * x * x);
-    dinp[i] = dout[i] * grad;
-  }
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dinp[i] = dout[i] * gelu_grad(inp[i]);
 }
 
 // ---- bias, residual ----
@@ -108,28 +98,12 @@ __global__ void residual_add_kernel(float* x, const float* y, int64_t n) {
     x[i] += y[i];
 }
 
-constexpr int64_t kColumnChunkRows = 64;  // rows per partial column sum
-int64_t column_chunks(int64_t N) { return (N + kColumnChunkRows - 1) / kColumnChunkRows; }
-
-// partial[chunk, c] = Σ of dy's rows [chunk·64, chunk·64 + 64) in column c, in row order.
-__global__ void column_partials_kernel(float* partial, const float* dy, int64_t N, int64_t out, int64_t chunks) {
-  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < chunks * out;
-       k += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t chunk = k / out, c = k % out;
-    const int64_t r1 = min(N, (chunk + 1) * kColumnChunkRows);
-    float acc = 0.0f;
-    for (int64_t r = chunk * kColumnChunkRows; r < r1; ++r) acc += dy[r * out + c];
-    partial[k] = acc;
-  }
-}
-// db[c] += Σ_chunk partial[chunk, c], the chunks in order.
-__global__ void column_reduce_kernel(float* db, const float* partial, int64_t out, int64_t chunks) {
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < out; c += int64_t(gridDim.x) * blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t chunk = 0; chunk < chunks; ++chunk) acc += partial[chunk * out + c];
-    db[c] += acc;
-  }
-}
+// bias_backward's element: dy itself.
+struct ReadElement {
+  const float* dy;
+  int64_t out;
+  __device__ float operator()(int64_t r, int64_t c) const { return dy[r * out + c]; }
+};
 
 // ---- dropout ----
 // One thread per Philox block (four elements) of the global range [first, first + n).
@@ -153,7 +127,9 @@ __global__ void dropout_apply_kernel(float* out, const float* inp, const uint8_t
 }
 
 // ---- optimizer ----
-__global__ void adamw_kernel(float* m, float* v, float* w, const float* grad, int64_t n, float decay, AdamWScalars a) {
+// w16 non-null: the updated weight narrowed too (adamw_update_bf16).
+__global__ void adamw_kernel(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
+                             AdamWScalars a) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float g = grad[i];
     const float mi = a.b1 * m[i] + (1.0f - a.b1) * g;
@@ -161,7 +137,9 @@ __global__ void adamw_kernel(float* m, float* v, float* w, const float* grad, in
     m[i] = mi;
     v[i] = vi;
     const float denom = sqrtf(vi) * a.inv_sqrt_bc2 + a.eps;
-    w[i] = w[i] * decay - a.step_size * mi / denom;
+    const float wi = w[i] * decay - a.step_size * mi / denom;
+    w[i] = wi;
+    if (w16) w16[i] = to_bf16_bits(wi);
   }
 }
 
@@ -322,7 +300,8 @@ void bias_backward(float* db, const float* dy, int64_t N, int64_t out, Workspace
   require_workspace(ws, bias_backward_workspace_bytes(N, out), "bias_backward");
   const int64_t chunks = column_chunks(N);
   float* partial = static_cast<float*>(ws.data);
-  column_partials_kernel<<<grid_for(chunks * out), kBlock, 0, stream>>>(partial, dy, N, out, chunks);
+  column_partials_kernel<<<grid_for(chunks * out), kBlock, 0, stream>>>(partial, ReadElement{dy, out}, N, out,
+                                                                         chunks);
   check_launch("bias_backward partials");
   column_reduce_kernel<<<grid_for(out), kBlock, 0, stream>>>(db, partial, out, chunks);
   check_launch("bias_backward reduce");
@@ -351,8 +330,13 @@ void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64
 
 void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, float decay, const AdamWScalars& a,
                   cudaStream_t stream) {
-  adamw_kernel<<<grid_for(n), kBlock, 0, stream>>>(m, v, w, grad, n, decay, a);
+  adamw_kernel<<<grid_for(n), kBlock, 0, stream>>>(m, v, w, nullptr, grad, n, decay, a);
   check_launch("adamw_update");
+}
+void adamw_update_bf16(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
+                       const AdamWScalars& a, cudaStream_t stream) {
+  adamw_kernel<<<grid_for(n), kBlock, 0, stream>>>(m, v, w, w16, grad, n, decay, a);
+  check_launch("adamw_update_bf16");
 }
 size_t grad_sum_squares_workspace_bytes() { return kSumBlocks * sizeof(double); }
 void grad_sum_squares(double* out, const float* grads, int64_t n, Workspace ws, cudaStream_t stream) {

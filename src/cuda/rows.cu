@@ -1,7 +1,9 @@
 // src/cuda's row kernels: LayerNorm, the causal softmax with the attention dropout, and the
-// vocabulary-parallel cross-entropy's pieces. One block per row; each row's sums and maxima are
-// fixed-tree block reductions (cuda/common.cuh), so the bits repeat from run to run.
+// vocabulary-parallel cross-entropy's pieces. One block per row (the softmax: one warp per row); each
+// row's sums and maxima are fixed-tree block or warp reductions (cuda/common.cuh), so the bits repeat
+// from run to run.
 #include "cuda/common.cuh"
+#include "cuda/bf16_fused.hpp"
 #include "cuda/kernels.hpp"
 #include "random/philox_core.hpp"
 
@@ -17,12 +19,13 @@ unsigned row_grid(int64_t rows) {
 }
 
 // ---- LayerNorm ----
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                                         const float* bias, int64_t C) {
+// One row per block. y16 null: y is written as fp32 to out; else y and x narrowed to y16 and x16 (the
+// bf16 pass: the same fp32 values, one pass, no fp32 y).
+__global__ void layernorm_forward_kernel(float* out, uint16_t* y16, uint16_t* x16, float* mean, float* rstd,
+                                         const float* inp, const float* weight, const float* bias, int64_t C) {
   __shared__ float scratch[32];
   const int64_t n = blockIdx.x;
   const float* x = inp + n * C;
-  float* y = out + n * C;
   float sum = 0.0f;
   for (int64_t i = threadIdx.x; i < C; i += blockDim.x) sum += x[i];
   const float m = block_sum(sum, scratch) / float(C);
@@ -30,29 +33,40 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   for (int64_t i = threadIdx.x; i < C; i += blockDim.x) var += (x[i] - m) * (x[i] - m);
   var = block_sum(var, scratch);
   const float r = 1.0f / sqrtf(var / float(C) + 1e-5f);
-  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) y[i] = (x[i] - m) * r * weight[i] + bias[i];
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+    const float y = (x[i] - m) * r * weight[i] + bias[i];
+    if (y16) {
+      y16[n * C + i] = to_bf16_bits(y);
+      x16[n * C + i] = to_bf16_bits(x[i]);
+    } else {
+      out[n * C + i] = y;
+    }
+  }
   if (threadIdx.x == 0) mean[n] = m, rstd[n] = r;
 }
 
 // dinp += the input gradient of one row per block (kernels/layernorm.cpp's formula).
-__global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp, const float* weight,
+// T: the input as kept, fp32 or bf16 bits (read as fp32).
+template <class T>
+__global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const T* inp, const float* weight,
                                                 const float* mean, const float* rstd, int64_t C) {
   __shared__ float scratch[32];
   const int64_t n = blockIdx.x;
-  const float* x = inp + n * C;
+  const T* xs = inp + n * C;
+  const auto x = [xs](int64_t i) { return load_f32(xs, i); };
   const float* dy = dout + n * C;
   float* dx = dinp + n * C;
   const float m = mean[n], r = rstd[n];
   float a = 0.0f, b = 0.0f;
   for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-    const float xhat = (x[i] - m) * r, dnorm = weight[i] * dy[i];
+    const float xhat = (x(i) - m) * r, dnorm = weight[i] * dy[i];
     a += dnorm;
     b += dnorm * xhat;
   }
   const float dnorm_mean = block_sum(a, scratch) / float(C);
   const float dnorm_norm_mean = block_sum(b, scratch) / float(C);
   for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-    const float xhat = (x[i] - m) * r;
+    const float xhat = (x(i) - m) * r;
     dx[i] += (weight[i] * dy[i] - dnorm_mean - xhat * dnorm_norm_mean) * r;
   }
 }
@@ -61,7 +75,8 @@ constexpr int64_t kChunkRows = 64;
 int64_t chunks_of(int64_t N) { return (N + kChunkRows - 1) / kChunkRows; }
 
 // partial[chunk][0, c] = Σ dy·x̂, partial[chunk][1, c] = Σ dy over the chunk's rows in order.
-__global__ void layernorm_param_partials_kernel(float* partial, const float* dout, const float* inp, const float* mean,
+template <class T>
+__global__ void layernorm_param_partials_kernel(float* partial, const float* dout, const T* inp, const float* mean,
                                                 const float* rstd, int64_t N, int64_t C, int64_t chunks) {
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < chunks * C;
        k += int64_t(gridDim.x) * blockDim.x) {
@@ -70,7 +85,7 @@ __global__ void layernorm_param_partials_kernel(float* partial, const float* dou
     float dw = 0.0f, db = 0.0f;
     for (int64_t r = chunk * kChunkRows; r < r1; ++r) {
       const float dy = dout[r * C + c];
-      dw += dy * ((inp[r * C + c] - mean[r]) * rstd[r]);
+      dw += dy * ((load_f32(inp, r * C + c) - mean[r]) * rstd[r]);
       db += dy;
     }
     partial[chunk * 2 * C + c] = dw;
@@ -102,29 +117,39 @@ __device__ void store_as<uint16_t>(void* dst, int64_t at, float v) {
   static_cast<uint16_t*>(dst)[at] = to_bf16_bits(v);
 }
 
+// The softmax kernels take one warp per row (kRowBlock / 32 rows a block): a row of s ≤ a few
+// thousand is too short to keep a 256-thread block busy through two block-wide reductions (one block
+// a row ran latency-bound on the H200, at a third of its memory bandwidth). Lane l takes columns
+// l, l + 32, ...; the row's max and sums are warp_max / warp_sum, a fixed tree.
+constexpr int kRowsPerBlock = kRowBlock / 32;
+unsigned warp_row_grid(int64_t rows) { return row_grid((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+
 // Row `row` of the [batch, s, s] scores: query i = row % s attends to keys j <= i. probs and dropped
 // (either may be null) are written as T; with dropout, the row's keep flags are drawn at
 // attention_mask_first(bh) + i·s + j, as the CPU's softmax_dropout_forward draws them.
 template <class T>
-__global__ void softmax_dropout_kernel(void* probs, uint8_t* mask, void* dropped, const float* scores, int64_t s,
-                                       PhiloxStreamWords words, uint32_t threshold, float scale, bool dropout,
-                                       int64_t local_heads, int64_t first_row, int64_t heads_total, int64_t head0) {
-  __shared__ float scratch[32];
-  const int64_t row = blockIdx.x, i = row % s, bh = row / s;
+__global__ void softmax_dropout_kernel(void* probs, uint8_t* mask, void* dropped, const float* scores, int64_t rows,
+                                       int64_t s, PhiloxStreamWords words, uint32_t threshold, float scale,
+                                       bool dropout, int64_t local_heads, int64_t first_row, int64_t heads_total,
+                                       int64_t head0) {
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  if (row >= rows) return;  // the whole warp: its lanes share the row
+  const int lane = int(threadIdx.x & 31);
+  const int64_t i = row % s, bh = row / s;
   const float* x = scores + row * s;
   float mx = -__int_as_float(0x7f800000);
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, x[j]);
-  mx = block_max(mx, scratch);
+  for (int64_t j = lane; j <= i; j += 32) mx = fmaxf(mx, x[j]);
+  mx = warp_max(mx);
   float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) sum += fast_exp(x[j] - mx);
-  const float inv = 1.0f / block_sum(sum, scratch);
+  for (int64_t j = lane; j <= i; j += 32) sum += fast_exp(x[j] - mx);
+  const float inv = 1.0f / warp_sum(sum);
   uint64_t first = 0;
   if (dropout) {
     const int64_t bi = bh / local_heads, hd = bh % local_heads;
     const int64_t heads = heads_total ? heads_total : local_heads;
     first = uint64_t((first_row + bi) * heads + head0 + hd) * uint64_t(s) * uint64_t(s) + uint64_t(i * s);
   }
-  for (int64_t j = threadIdx.x; j < s; j += blockDim.x) {
+  for (int64_t j = lane; j < s; j += 32) {
     const float y = j <= i ? fast_exp(x[j] - mx) * inv : 0.0f;
     if (probs) store_as<T>(probs, row * s + j, y);
     if (!dropout) continue;
@@ -134,16 +159,20 @@ __global__ void softmax_dropout_kernel(void* probs, uint8_t* mask, void* dropped
   }
 }
 
-__global__ void softmax_backward_kernel(float* dscores, const float* dprobs, const float* probs, int64_t s) {
-  __shared__ float scratch[32];
-  const int64_t row = blockIdx.x, i = row % s;
-  const float* p = probs + row * s;
+// P: probs as kept (fp32, or bf16 bits read as fp32); D: dscores written as fp32 or narrowed to bf16.
+template <class P, class D>
+__global__ void softmax_backward_kernel(D* dscores, const float* dprobs, const P* probs, int64_t rows, int64_t s) {
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const int lane = int(threadIdx.x & 31);
+  const int64_t i = row % s;
+  const P* p = probs + row * s;
   const float* dp = dprobs + row * s;
-  float* ds = dscores + row * s;
   float dot = 0.0f;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) dot += p[j] * dp[j];
-  dot = block_sum(dot, scratch);  // every read of dp is done before any write of ds (they may alias)
-  for (int64_t j = threadIdx.x; j < s; j += blockDim.x) ds[j] = j <= i ? p[j] * (dp[j] - dot) : 0.0f;
+  for (int64_t j = lane; j <= i; j += 32) dot += load_f32(p, j) * dp[j];
+  dot = warp_sum(dot);  // every lane's reads of dp are done before any write of ds (they may alias)
+  for (int64_t j = lane; j < s; j += 32)
+    store_as<D>(dscores, row * s + j, j <= i ? load_f32(p, j) * (dp[j] - dot) : 0.0f);
 }
 
 // ---- vocabulary-parallel cross-entropy ----
@@ -199,27 +228,48 @@ __global__ void ce_backward_kernel(float* dlogits, const float* probs, const int
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                        int64_t N, int64_t C, cudaStream_t stream) {
   if (N <= 0) return;
-  layernorm_forward_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(out, mean, rstd, inp, weight, bias, C);
+  layernorm_forward_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(out, nullptr, nullptr, mean, rstd, inp, weight,
+                                                                    bias, C);
   check_launch("layernorm_forward");
+}
+void layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rstd, const float* x, const float* weight,
+                            const float* bias, int64_t N, int64_t C, cudaStream_t stream) {
+  if (N <= 0) return;
+  layernorm_forward_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(nullptr, y16, x16, mean, rstd, x, weight, bias, C);
+  check_launch("layernorm_forward_bf16");
 }
 
 size_t layernorm_backward_workspace_bytes(int64_t N, int64_t C) { return size_t(chunks_of(N) * 2 * C) * sizeof(float); }
 
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C, Workspace ws,
-                        cudaStream_t stream) {
+namespace {
+template <class T>
+void layernorm_backward_of(float* dinp, float* dweight, float* dbias, const float* dout, const T* inp,
+                           const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C, Workspace ws,
+                           cudaStream_t stream) {
   if (N <= 0) return;
   if (ws.bytes < layernorm_backward_workspace_bytes(N, C) || !ws.data)
     throw std::runtime_error("CUDA: layernorm_backward: workspace too small");
-  layernorm_backward_input_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, C);
+  layernorm_backward_input_kernel<T><<<row_grid(N), kRowBlock, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, C);
   check_launch("layernorm_backward input");
   const int64_t chunks = chunks_of(N);
   float* partial = static_cast<float*>(ws.data);
-  layernorm_param_partials_kernel<<<grid_for(chunks * C), kBlock, 0, stream>>>(partial, dout, inp, mean, rstd, N, C,
-                                                                                chunks);
+  layernorm_param_partials_kernel<T><<<grid_for(chunks * C), kBlock, 0, stream>>>(partial, dout, inp, mean, rstd, N,
+                                                                                   C, chunks);
   check_launch("layernorm_backward partials");
   layernorm_param_reduce_kernel<<<grid_for(C), kBlock, 0, stream>>>(dweight, dbias, partial, C, chunks);
   check_launch("layernorm_backward reduce");
+}
+}  // namespace
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C, Workspace ws,
+                        cudaStream_t stream) {
+  layernorm_backward_of(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, ws, stream);
+}
+void layernorm_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp16,
+                             const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
+                             Workspace ws, cudaStream_t stream) {
+  layernorm_backward_of(dinp, dweight, dbias, dout, inp16, weight, mean, rstd, N, C, ws, stream);
 }
 
 void softmax_causal_forward(float* probs, const float* scores, int64_t batch, int64_t s, cudaStream_t stream) {
@@ -236,12 +286,12 @@ void softmax_dropout_forward(void* probs, uint8_t* mask, void* dropped, DType dt
   const uint32_t threshold = dropout_keep_threshold(drop.p);
   const float scale = dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
   if (dtype == DType::fp32)
-    softmax_dropout_kernel<float><<<row_grid(batch * s), kRowBlock, 0, stream>>>(
-        probs, mask, dropped, scores, s, words, threshold, scale, dropout, local_heads, drop.first_row,
+    softmax_dropout_kernel<float><<<warp_row_grid(batch * s), kRowBlock, 0, stream>>>(
+        probs, mask, dropped, scores, batch * s, s, words, threshold, scale, dropout, local_heads, drop.first_row,
         drop.heads_total, drop.head0);
   else
-    softmax_dropout_kernel<uint16_t><<<row_grid(batch * s), kRowBlock, 0, stream>>>(
-        probs, mask, dropped, scores, s, words, threshold, scale, dropout, local_heads, drop.first_row,
+    softmax_dropout_kernel<uint16_t><<<warp_row_grid(batch * s), kRowBlock, 0, stream>>>(
+        probs, mask, dropped, scores, batch * s, s, words, threshold, scale, dropout, local_heads, drop.first_row,
         drop.heads_total, drop.head0);
   check_launch("softmax_dropout_forward");
 }
@@ -249,8 +299,16 @@ void softmax_dropout_forward(void* probs, uint8_t* mask, void* dropped, DType dt
 void softmax_causal_backward(float* dscores, const float* dprobs, const float* probs, int64_t batch, int64_t s,
                              cudaStream_t stream) {
   if (batch * s <= 0) return;
-  softmax_backward_kernel<<<row_grid(batch * s), kRowBlock, 0, stream>>>(dscores, dprobs, probs, s);
+  softmax_backward_kernel<float, float><<<warp_row_grid(batch * s), kRowBlock, 0, stream>>>(dscores, dprobs, probs,
+                                                                                          batch * s, s);
   check_launch("softmax_causal_backward");
+}
+void softmax_causal_backward_bf16(uint16_t* ds16, const float* dprobs, const uint16_t* probs16, int64_t batch,
+                                  int64_t s, cudaStream_t stream) {
+  if (batch * s <= 0) return;
+  softmax_backward_kernel<uint16_t, uint16_t><<<warp_row_grid(batch * s), kRowBlock, 0, stream>>>(ds16, dprobs,
+                                                                                                probs16, batch * s, s);
+  check_launch("softmax_causal_backward_bf16");
 }
 
 void ce_shard_max_target(float* row_max, float* target_logit, const float* logits, const int32_t* targets,

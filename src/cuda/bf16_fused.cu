@@ -1,0 +1,137 @@
+// The bf16 passes' element-wise and column-sum kernels (cuda/bf16_fused.hpp); the row kernels'
+// (LayerNorm, softmax) bf16 forms are in cuda/rows.cu beside their fp32 forms. Each reads its fp32
+// inputs once and writes only the narrowed results: the staged sequence they replace wrote and re-read
+// an fp32 copy per step.
+#include "cuda/bf16_fused.hpp"
+#include "cuda/common.cuh"
+
+namespace lattice::cuda {
+using namespace detail;
+
+namespace {
+
+// Element k of [b, a, s, dh] and its place in a [b·s, width] row block (cuda/heads.cu's layout).
+struct HeadIndex {
+  int64_t row, col;
+};
+__device__ __forceinline__ HeadIndex head_index(int64_t k, int64_t s, int64_t a, int64_t dh) {
+  const int64_t e = k % dh, si = (k / dh) % s, bh = k / (dh * s), hd = bh % a, bi = bh / a;
+  return {bi * s + si, hd * dh + e};
+}
+
+__global__ void gelu_forward_bf16_kernel(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = pre[i];
+    pre16[i] = to_bf16_bits(x);
+    act16[i] = to_bf16_bits(gelu_value(x));
+  }
+}
+
+__global__ void split_heads_bf16_kernel(uint16_t* q, uint16_t* kk, uint16_t* v, const float* qkv, int64_t s, int64_t a,
+                                        int64_t dh, int64_t total) {
+  const int64_t hl = a * dh;
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
+    const HeadIndex x = head_index(k, s, a, dh);
+    const float* row = qkv + x.row * 3 * hl;
+    q[k] = to_bf16_bits(row[x.col]);
+    kk[k] = to_bf16_bits(row[hl + x.col]);
+    v[k] = to_bf16_bits(row[2 * hl + x.col]);
+  }
+}
+__global__ void merge_heads_bf16_kernel(uint16_t* out, const float* heads, int64_t s, int64_t a, int64_t dh,
+                                        int64_t total) {
+  const int64_t hl = a * dh;
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
+    const HeadIndex x = head_index(k, s, a, dh);
+    out[x.row * hl + x.col] = to_bf16_bits(heads[k]);
+  }
+}
+
+// Column-sum elements (cuda/common.cuh's column_partials_kernel) that also store their value narrowed.
+struct NarrowElement {  // dy itself
+  const float* dy;
+  uint16_t* dst16;
+  int64_t out;
+  __device__ float operator()(int64_t r, int64_t c) const {
+    const float v = dy[r * out + c];
+    dst16[r * out + c] = to_bf16_bits(v);
+    return v;
+  }
+};
+struct GeluGradElement {  // dout · gelu'(pre), pre read from bf16
+  const uint16_t* pre16;
+  const float* dout;
+  uint16_t* dst16;
+  int64_t out;
+  __device__ float operator()(int64_t r, int64_t c) const {
+    const int64_t k = r * out + c;
+    const float v = dout[k] * gelu_grad(from_bf16_bits(pre16[k]));
+    dst16[k] = to_bf16_bits(v);
+    return v;
+  }
+};
+struct QkvGradElement {  // row r, column c of merge_qkv_grads' [b·s, 3·hl] rows, read from dq, dk, dv
+  const float* dq;
+  const float* dk;
+  const float* dv;
+  uint16_t* dst16;
+  int64_t s, a, dh, hl;
+  __device__ float operator()(int64_t r, int64_t c) const {
+    const int64_t part = c / hl, hd = (c % hl) / dh, e = c % dh, bi = r / s, si = r % s;
+    const float* src = part == 0 ? dq : (part == 1 ? dk : dv);
+    const float v = src[((bi * a + hd) * s + si) * dh + e];
+    dst16[r * 3 * hl + c] = to_bf16_bits(v);
+    return v;
+  }
+};
+
+template <class Element>
+void column_sums(float* db, Element element, int64_t N, int64_t out, Workspace ws, cudaStream_t stream,
+                 const char* kernel) {
+  if (N <= 0 || out <= 0) return;
+  if (ws.bytes < bias_backward_workspace_bytes(N, out) || !ws.data)
+    throw std::runtime_error(std::string("CUDA: ") + kernel + ": workspace too small");
+  const int64_t chunks = column_chunks(N);
+  float* partial = static_cast<float*>(ws.data);
+  column_partials_kernel<<<grid_for(chunks * out), kBlock, 0, stream>>>(partial, element, N, out, chunks);
+  check_launch(kernel);
+  column_reduce_kernel<<<grid_for(out), kBlock, 0, stream>>>(db, partial, out, chunks);
+  check_launch(kernel);
+}
+
+}  // namespace
+
+void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  gelu_forward_bf16_kernel<<<grid_for(n), kBlock, 0, stream>>>(pre16, act16, pre, n);
+  check_launch("gelu_forward_bf16");
+}
+void split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv, int64_t b, int64_t s, int64_t a,
+                      int64_t dh, cudaStream_t stream) {
+  const int64_t total = b * a * s * dh;
+  if (total <= 0) return;
+  split_heads_bf16_kernel<<<grid_for(total), kBlock, 0, stream>>>(q, k, v, qkv, s, a, dh, total);
+  check_launch("split_heads_bf16");
+}
+void merge_heads_bf16(uint16_t* out, const float* heads, int64_t b, int64_t s, int64_t a, int64_t dh,
+                      cudaStream_t stream) {
+  const int64_t total = b * a * s * dh;
+  if (total <= 0) return;
+  merge_heads_bf16_kernel<<<grid_for(total), kBlock, 0, stream>>>(out, heads, s, a, dh, total);
+  check_launch("merge_heads_bf16");
+}
+void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out, Workspace ws,
+                          cudaStream_t stream) {
+  column_sums(db, NarrowElement{dy, dy16, out}, N, out, ws, stream, "narrow_bias_backward");
+}
+void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const float* dout, int64_t N, int64_t out,
+                          Workspace ws, cudaStream_t stream) {
+  column_sums(db, GeluGradElement{pre16, dout, g16, out}, N, out, ws, stream, "gelu_backward_narrow");
+}
+void merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const float* dk, const float* dv, int64_t b,
+                            int64_t s, int64_t a, int64_t dh, Workspace ws, cudaStream_t stream) {
+  column_sums(db, QkvGradElement{dq, dk, dv, dqkv16, s, a, dh, a * dh}, b * s, 3 * a * dh, ws, stream,
+              "merge_qkv_grads_narrow");
+}
+
+}  // namespace lattice::cuda

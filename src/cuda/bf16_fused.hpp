@@ -1,0 +1,51 @@
+#pragma once
+// The CUDA forms of kernels/bf16_fused.hpp: the bf16 activations' passes, each one kernel (or one
+// kernel and a fixed-order column reduce) instead of the fp32 kernels followed by separate narrowing
+// passes through fp32 staging. Each gives the bits of the sequence it replaces on the device (the
+// same element math, the same to_bf16 rounding, the same column-sum order as bias_backward):
+// lattice_cuda_check compares each with that sequence, bit for bit. Built with -DLATTICE_CUDA=ON.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cuda/kernels.hpp"
+
+namespace lattice::cuda {
+
+// ---- forward ----
+// x16 = bf16(x); y16 = bf16(LayerNorm(x)); mean, rstd as layernorm_forward writes them (cuda/rows.cu).
+void layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rstd, const float* x, const float* weight,
+                            const float* bias, int64_t N, int64_t C, cudaStream_t stream = nullptr);
+// split_heads, each of q, k, v narrowed; merge_heads, narrowed.
+void split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv, int64_t b, int64_t s, int64_t a,
+                      int64_t dh, cudaStream_t stream = nullptr);
+void merge_heads_bf16(uint16_t* out, const float* heads, int64_t b, int64_t s, int64_t a, int64_t dh,
+                      cudaStream_t stream = nullptr);
+// pre16 = bf16(pre); act16 = bf16(gelu(pre)).
+void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n, cudaStream_t stream = nullptr);
+
+// ---- backward: each bias gradient is bias_backward's column sums of the fp32 values narrowed ----
+// (ws: bias_backward_workspace_bytes(N, out)).
+// dy16 = bf16(dy [N, out]); db += dy's column sums.
+void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out, Workspace ws,
+                          cudaStream_t stream = nullptr);
+// g = dout · gelu'(pre) with pre read from bf16; g16 = bf16(g); db += g's column sums.
+void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const float* dout, int64_t N, int64_t out,
+                          Workspace ws, cudaStream_t stream = nullptr);
+// merge_qkv_grads into [b·s, 3·a·dh] rows, narrowed to dqkv16; db += their column sums.
+void merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const float* dk, const float* dv, int64_t b,
+                            int64_t s, int64_t a, int64_t dh, Workspace ws, cudaStream_t stream = nullptr);
+// softmax_causal_backward with probs read from bf16, ds narrowed (cuda/rows.cu).
+void softmax_causal_backward_bf16(uint16_t* ds16, const float* dprobs, const uint16_t* probs16, int64_t batch,
+                                  int64_t s, cudaStream_t stream = nullptr);
+// layernorm_backward with its input read from bf16 (ws: layernorm_backward_workspace_bytes; cuda/rows.cu).
+void layernorm_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp16,
+                             const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
+                             Workspace ws, cudaStream_t stream = nullptr);
+
+// ---- optimizer ----
+// adamw_update, and w16 = bf16(w) of the updated weights in the same pass (the bf16 weight copy).
+void adamw_update_bf16(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
+                       const AdamWScalars& a, cudaStream_t stream = nullptr);
+
+}  // namespace lattice::cuda
