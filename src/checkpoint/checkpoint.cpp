@@ -232,7 +232,8 @@ nlohmann::json model_config_json(const ModelConfig& c) {
 
 namespace {
 
-// A field of trainer.json: present, of the right kind, in range — or one line naming it.
+// A field of trainer.json: present, of the right kind, in range — or one line naming it. (Callers
+// passing a literal key copy the result: g++ 13 warns a reference may dangle, the key's temporary.)
 const nlohmann::json& field(const nlohmann::json& object, const std::string& key, const std::string& where) {
   require(object.is_object() && object.contains(key), where + " has no \"" + key + "\"");
   return object[key];
@@ -257,7 +258,7 @@ double number(const nlohmann::json& object, const std::string& key, double lo, d
 
 // The "model" object of a parsed trainer.json (`where` names the file in messages).
 ModelConfig model_config_of(const nlohmann::json& state, const std::string& where) {
-  const nlohmann::json& m = field(state, "model", where);
+  const nlohmann::json m = field(state, "model", where);
   const std::string mw = where + " (model)";
   ModelConfig c;
   c.layers = int(integer(m, "layers", 1, kMaxLayers, mw));
@@ -278,12 +279,12 @@ ModelConfig model_config_of(const nlohmann::json& state, const std::string& wher
     c.moe.groups = int(integer(x, "groups", 1, 1 << 20, xw));
     c.moe.expert_dropout = number(x, "expert_dropout", 0.0, 1.0, xw);
     c.moe.init_scale = number(x, "init_scale", 0.0, 100.0, xw);
-    const nlohmann::json& lb = field(x, "load_balancing", xw);
+    const nlohmann::json lb = field(x, "load_balancing", xw);
     require(lb.is_boolean(), xw + ": \"load_balancing\" must be true or false");
     c.moe.load_balancing = lb.get<bool>();
     try {
-      const nlohmann::json& router = field(x, "router", xw);
-      const nlohmann::json& policy = field(x, "drop_policy", xw);
+      const nlohmann::json router = field(x, "router", xw);
+      const nlohmann::json policy = field(x, "drop_policy", xw);
       require(router.is_string() && policy.is_string(), xw + ": \"router\" and \"drop_policy\" must be strings");
       c.moe.router = parse_moe_router(router.get<std::string>());
       c.moe.drop_policy = parse_drop_policy(policy.get<std::string>());
@@ -409,7 +410,7 @@ ResumeState read_resume_state(const std::string& dir) {
   check_hf_config(dir, r.model);
   check_file_sums(dir);
   r.step = integer(state, "step", 0, INT64_MAX / 2, where);
-  const nlohmann::json& seed = field(state, "seed", where);
+  const nlohmann::json seed = field(state, "seed", where);
   require(seed.is_number_unsigned() || (seed.is_number_integer() && seed.get<int64_t>() >= 0),
           where + ": \"seed\" must be a non-negative integer (got " + seed.dump() + ")");
   r.seed = seed.get<uint64_t>();

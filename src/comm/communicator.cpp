@@ -6,6 +6,8 @@
 
 namespace lattice::comm {
 
+bool Communicator::stages() const { return moves_data() && staging_active(); }
+
 Trace::Kind trace_kind(GroupKind kind) {
   switch (kind) {
     case GroupKind::tp: return Trace::Kind::comm_tp;
@@ -48,7 +50,7 @@ void Communicator::all_reduce(std::span<float> data, ReduceOp op) {
   count(CollectiveOp::all_reduce, data.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_reduce", to_string(kind_));
-  if (!staging_active()) return do_all_reduce(data, op);
+  if (!stages()) return do_all_reduce(data, op);
   Staged d(data, true, true);
   do_all_reduce(d.host(), op);
   d.done();
@@ -59,7 +61,7 @@ void Communicator::reduce_scatter(std::span<const float> input, std::span<float>
   count(CollectiveOp::reduce_scatter, input.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("reduce_scatter", to_string(kind_));
-  if (!staging_active()) return do_reduce_scatter(input, output);
+  if (!stages()) return do_reduce_scatter(input, output);
   Staged in(input, true, false), out(output, false, true);
   do_reduce_scatter(in.host_const(), out.host());
   out.done();
@@ -70,7 +72,7 @@ void Communicator::all_gather(std::span<const float> input, std::span<float> out
   count(CollectiveOp::all_gather, output.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_gather", to_string(kind_));
-  if (!staging_active()) return do_all_gather(input, output);
+  if (!stages()) return do_all_gather(input, output);
   Staged in(input, true, false), out(output, false, true);
   do_all_gather(in.host_const(), out.host());
   out.done();
@@ -81,7 +83,7 @@ void Communicator::broadcast(std::span<float> data, int root) {
   count(CollectiveOp::broadcast, data.size(), root);
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("broadcast", to_string(kind_));
-  if (!staging_active()) return do_broadcast(data, root);
+  if (!stages()) return do_broadcast(data, root);
   Staged d(data, rank() == root, true);
   do_broadcast(d.host(), root);
   d.done();
@@ -93,7 +95,7 @@ void Communicator::all_to_all(std::span<const float> input, std::span<float> out
   count(CollectiveOp::all_to_all, input.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_to_all", to_string(kind_));
-  if (!staging_active()) return do_all_to_all(input, output);
+  if (!stages()) return do_all_to_all(input, output);
   Staged in(input, true, false), out(output, false, true);
   do_all_to_all(in.host_const(), out.host());
   out.done();
@@ -127,7 +129,7 @@ void Communicator::all_to_all_v(std::span<const float> input, std::span<const in
          int64_t(sent * sizeof(float)));
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_to_all_v", to_string(kind_));
-  if (!staging_active()) return do_all_to_all_v(input, send_counts, output, recv_counts);
+  if (!stages()) return do_all_to_all_v(input, send_counts, output, recv_counts);
   Staged in(input, true, false), out(output, true, true);  // (parts of output no chunk lands in stay as they were)
   do_all_to_all_v(in.host_const(), send_counts, out.host(), recv_counts);
   out.done();
@@ -148,7 +150,7 @@ void Communicator::send(std::span<const float> data, int dest, int tag) {
   count(CollectiveOp::send, data.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("send", to_string(kind_));
-  if (!staging_active()) return do_send(data, dest, tag);
+  if (!stages()) return do_send(data, dest, tag);
   Staged d(data, true, false);
   do_send(d.host_const(), dest, tag);
 }
@@ -158,7 +160,7 @@ void Communicator::recv(std::span<float> data, int source, int tag) {
   count(CollectiveOp::recv, data.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("recv", to_string(kind_));
-  if (!staging_active()) return do_recv(data, source, tag);
+  if (!stages()) return do_recv(data, source, tag);
   Staged d(data, false, true);
   do_recv(d.host(), source, tag);
   d.done();
@@ -180,7 +182,7 @@ Handle Communicator::all_reduce_async(std::span<float> data, ReduceOp op) {
   count(CollectiveOp::all_reduce, data.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_reduce", to_string(kind_));  // a backend may run it at issue (mpi_communicator.hpp)
-  if (!staging_active()) return Handle(do_all_reduce_async(data, op), "all_reduce", to_string(kind_), trace_kind(kind_));
+  if (!stages()) return Handle(do_all_reduce_async(data, op), "all_reduce", to_string(kind_), trace_kind(kind_));
   Staged d(data, true, true);
   auto inner = do_all_reduce_async(d.host(), op);
   return Handle(std::make_unique<StagedPending>(std::move(inner), std::move(d), Staged({}, false, false)), "all_reduce",
@@ -200,7 +202,7 @@ Handle Communicator::reduce_scatter_v_async(std::span<const float> input, std::s
   count(CollectiveOp::reduce_scatter, input.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("reduce_scatter_v", to_string(kind_));  // a backend may run it at issue (mpi_communicator.hpp)
-  if (!staging_active())
+  if (!stages())
     return Handle(do_reduce_scatter_v_async(input, output, counts), "reduce_scatter_v", to_string(kind_),
                   trace_kind(kind_));
   Staged in(input, true, false), out(output, false, true);
@@ -215,7 +217,7 @@ Handle Communicator::all_gather_v_async(std::span<const float> input, std::span<
   count(CollectiveOp::all_gather, output.size());
   const TraceSpan span(trace_kind(kind_));
   const WaitScope wait("all_gather_v", to_string(kind_));  // a backend may run it at issue (mpi_communicator.hpp)
-  if (!staging_active())
+  if (!stages())
     return Handle(do_all_gather_v_async(input, output, counts), "all_gather_v", to_string(kind_), trace_kind(kind_));
   // In place (input at this rank's chunk of output) stays in place: output staged whole, read and written.
   const bool in_place = input.data() >= output.data() && input.data() < output.data() + output.size();
@@ -231,7 +233,7 @@ Handle Communicator::all_gather_v_async(std::span<const float> input, std::span<
 Handle Communicator::send_async(std::span<const float> data, int dest, int tag) {
   check_peer(dest, "send_async");
   count(CollectiveOp::send, data.size());
-  if (!staging_active()) return Handle(do_send_async(data, dest, tag), "send", to_string(kind_), trace_kind(kind_));
+  if (!stages()) return Handle(do_send_async(data, dest, tag), "send", to_string(kind_), trace_kind(kind_));
   Staged d(data, true, false);
   auto inner = do_send_async(d.host_const(), dest, tag);
   return Handle(std::make_unique<StagedPending>(std::move(inner), std::move(d), Staged({}, false, false)), "send",
@@ -241,7 +243,7 @@ Handle Communicator::send_async(std::span<const float> data, int dest, int tag) 
 Handle Communicator::recv_async(std::span<float> data, int source, int tag) {
   check_peer(source, "recv_async");
   count(CollectiveOp::recv, data.size());
-  if (!staging_active()) return Handle(do_recv_async(data, source, tag), "recv", to_string(kind_), trace_kind(kind_));
+  if (!stages()) return Handle(do_recv_async(data, source, tag), "recv", to_string(kind_), trace_kind(kind_));
   Staged d(data, false, true);
   auto inner = do_recv_async(d.host(), source, tag);
   return Handle(std::make_unique<StagedPending>(std::move(inner), std::move(d), Staged({}, false, false)), "recv",

@@ -125,6 +125,9 @@ class Communicator {
   [[nodiscard]] Handle recv_async(std::span<float> data, int source, int tag = 0);
 
  protected:
+  // Whether the operations move data. A group that moves nothing (silent_communicator.hpp) has its
+  // device spans left where they are: staging them through the host would time copies no run makes.
+  virtual bool moves_data() const { return true; }
   virtual void do_all_reduce(std::span<float> data, ReduceOp op) = 0;
   virtual void do_reduce_scatter(std::span<const float> input, std::span<float> output) = 0;
   virtual void do_all_gather(std::span<const float> input, std::span<float> output) = 0;
@@ -147,6 +150,7 @@ class Communicator {
   virtual std::unique_ptr<PendingOp> do_recv_async(std::span<float> data, int source, int tag) = 0;
 
  private:
+  bool stages() const;  // whether device spans go through the host (device_staging.hpp)
   void count(CollectiveOp op, size_t floats, int root = 0);  // ring accounting (traffic.hpp)
   void record(CollectiveOp op, double sent_bytes, int64_t payload_bytes);  // exact bytes
   void check_peer(int peer, const char* what) const;

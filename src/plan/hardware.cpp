@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <deque>
 
 #include "core/error.hpp"
 
@@ -93,7 +94,7 @@ std::string lower(std::string s) {
 
 const Hardware& hardware_preset(const std::string& name) {
   if (name.size() > 5 && name.substr(name.size() - 5) == ".json") {  // a `lattice bench --json` result
-    static std::vector<Hardware> measured;
+    static std::deque<Hardware> measured;  // a deque: earlier results' references stay valid
     measured.push_back(hardware_from_file(name));
     return measured.back();
   }

@@ -226,7 +226,7 @@ BarChart figure1_chart() {
   c.y_label = "GB";
   c.stacks = {"weights + gradients + optimizer", "activations"};
   for (const auto& v : kFigure1) c.bars.push_back(v.name);
-  const Hardware& hw = hardware_preset("A100-80GB");
+  const Hardware hw = hardware_preset("A100-80GB");  // a copy: g++ 13 warns of the name's temporary
   for (const auto& m : paper_models()) {
     c.groups.push_back(m.name);
     c.values.emplace_back();

@@ -4,9 +4,11 @@
 // DeviceVector grows exactly as the tracked std::vector it replaced, so the memory figures hold.
 #include <gtest/gtest.h>
 
+#include <span>
 #include <vector>
 
 #include "backend/device_ops.hpp"
+#include "comm/silent_communicator.hpp"
 #include "tensor/device_memory.hpp"
 #include "tensor/memory_tracker.hpp"
 
@@ -75,4 +77,21 @@ TEST(GuardedDevice, DeviceVectorGrowsAsTrackedVector) {
       EXPECT_EQ(grown_dev, grown_std) << device_name(d);
     }
   }
+}
+
+// A group that moves nothing (lattice bench --tp-share's silent TP group) leaves device spans where they
+// are: staging them through the host would put copies no run makes into the times it measures (on the
+// H200 they were most of Table 4's layer time). A communicator that moves data stages them: the host
+// copy is counted under communication (comm/device_staging.hpp).
+TEST(GuardedDevice, SilentGroupStagesNothing) {
+  OnDevice guarded(Device::cpu_guarded);
+  MemoryTracker& comm_bytes = MemoryTracker::of(MemoryCategory::communication);
+  TrackedArray<float> x(1 << 20, "activations", MemoryCategory::activations);  // device memory
+  comm::SilentCommunicator silent(8, 0);
+  comm_bytes.reset_peak();
+  const int64_t base = comm_bytes.peak_bytes();
+  silent.all_reduce(std::span<float>(x.data(), x.size()));
+  TrackedArray<float> gathered(8 << 20, "activations", MemoryCategory::activations);
+  silent.all_gather(std::span<const float>(x.data(), x.size()), std::span<float>(gathered.data(), gathered.size()));
+  EXPECT_EQ(comm_bytes.peak_bytes(), base);
 }
