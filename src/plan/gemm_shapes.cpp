@@ -110,4 +110,29 @@ double GemmTimer::seconds(const GemmShape& s, bool bf16) {
   return cache_[key] = seconds;
 }
 
+double GemmTimer::attention_seconds(const FlashShape& x, bool dropout, bool backward) {
+  const auto key = std::make_tuple(x.b, x.a, x.s, x.dh, dropout, backward);
+  if (const auto it = attention_cache_.find(key); it != attention_cache_.end()) return it->second;
+  const size_t n = size_t(x.b * x.a * x.s * x.dh), rows = size_t(x.b * x.a * x.s);
+  std::vector<float> q(n), k(n), v(n), out(n), dout(n), dq(n), dk(n), dv(n), lse(rows);
+  for (size_t i = 0; i < n; ++i) {  // varied, finite values: the softmax's exponentials differ
+    q[i] = float(int(i * 7 % 13) - 6) * 0.05f;
+    k[i] = float(int(i * 5 % 11) - 5) * 0.05f;
+    v[i] = dout[i] = float(int(i % 9) - 4) * 0.1f;
+  }
+  AttentionDropout drop;
+  drop.p = dropout ? 0.1f : 0.0f;
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads_);
+  flash_attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), x, drop);
+  const double seconds =
+      backward ? median_call_seconds(0.3, [&] {
+        flash_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
+                                 lse.data(), x, drop);
+      }, 20)
+               : median_call_seconds(0.3, [&] { flash_attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), x, drop); }, 20);
+  omp_set_num_threads(saved);
+  return attention_cache_[key] = seconds;
+}
+
 }  // namespace lattice::plan

@@ -9,6 +9,7 @@
 
 #include "analysis/formulas.hpp"
 #include "analysis/moe_formulas.hpp"
+#include "kernels/flash_attention.hpp"
 #include "kernels/gemm.hpp"
 
 namespace lattice::plan {
@@ -40,12 +41,17 @@ class GemmTimer {
  public:
   explicit GemmTimer(int threads) : threads_(threads) {}
   double seconds(const GemmShape& shape, bool bf16);
+  // The fused attention's kernel (kernels/flash_attention.hpp: fp32, bf16 Q, K, V widened before it)
+  // on shape x, forward or backward (which recomputes its QKᵀ tiles), dropout on or off: it is not
+  // GEMMs at a GEMM's rate, so --hardware local times it as it times the GEMMs.
+  double attention_seconds(const FlashShape& x, bool dropout, bool backward);
   int threads() const { return threads_; }
-  size_t shapes_measured() const { return cache_.size(); }
+  size_t shapes_measured() const { return cache_.size() + attention_cache_.size(); }
 
  private:
   int threads_;
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, bool>, double> cache_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool>, double> attention_cache_;
 };
 
 }  // namespace lattice::plan

@@ -116,6 +116,25 @@ double gemm_rate(const PlanRequest& r, const Hardware& hw, const analysis::Activ
   return flops / measured_gemms(hw, calls, r.bf16_compute(), [](const GemmCall& c) { return c.pass == GemmPass::forward; });
 }
 
+// --hardware local with --attention fused: the fused kernel timed at this rank's share, a/(t·c) heads
+// over the whole sequence (Ulysses; the ring does the same work as c balanced blocks of 1/c). Its
+// backward recomputes the QKᵀ tiles inside, so nothing else charges that recomputation here.
+double fused_attention_seconds(const Hardware& hw, const analysis::ActivationShape& x, bool backward) {
+  const FlashShape f{x.b, x.a / x.t / x.cp, x.s, x.h / x.a};
+  return hw.local.gemm->attention_seconds(f, x.dropout, backward) / compute_share(hw);
+}
+// The measured seconds of a layer's GEMMs in one pass (`backward`: input and weight passes), those of
+// the dense MLP too unless `moe`; with fused attention its s² GEMMs are the fused kernel's time.
+double local_layer_gemm_seconds(const PlanRequest& r, const Hardware& hw, const analysis::ActivationShape& x,
+                                bool backward, bool moe) {
+  const bool fused = x.fused_attention;
+  auto keep = [&](const GemmCall& g) {
+    return (g.pass != GemmPass::forward) == backward && !(moe && g.mlp) && !(fused && g.attention);
+  };
+  return measured_gemms(hw, layer_gemms(x), r.bf16_compute(), keep) +
+         (fused ? fused_attention_seconds(hw, x, backward) : 0.0);
+}
+
 // The experts an MoE rank holds (E over the expert-parallel group).
 int local_experts(const PlanRequest& r) { return int(r.model.moe.experts / std::max(1, r.layout.ep)); }
 
@@ -124,7 +143,7 @@ int local_experts(const PlanRequest& r) { return int(r.model.moe.experts / std::
 double moe_layer_gemm_seconds(const PlanRequest& r, const Hardware& hw, const analysis::ActivationShape& x,
                               bool backward) {
   auto in_pass = [backward](const GemmCall& g) { return (g.pass != GemmPass::forward) == backward; };
-  return measured_gemms(hw, layer_gemms(x), r.bf16_compute(), [&](const GemmCall& g) { return in_pass(g) && !g.mlp; }) +
+  return local_layer_gemm_seconds(r, hw, x, backward, true) +
          measured_gemms(hw, moe_block_gemms(moe_kept_shape(r), local_experts(r)), r.bf16_compute(), in_pass);
 }
 
@@ -148,8 +167,9 @@ double cp_exchange_seconds(const PlanRequest& r, const Hardware& hw, const analy
 // its s/c queries and the whole sequence's keys).
 double attention_forward_seconds(const PlanRequest& r, const Hardware& hw, const analysis::ActivationShape& x) {
   if (hw.local.active())
-    return measured_gemms(hw, layer_gemms(x), r.bf16_compute(),
-                          [](const GemmCall& g) { return g.attention && g.pass == GemmPass::forward; });
+    return x.fused_attention ? fused_attention_seconds(hw, x, false)
+                             : measured_gemms(hw, layer_gemms(x), r.bf16_compute(),
+                                              [](const GemmCall& g) { return g.attention && g.pass == GemmPass::forward; });
   return 4.0 * double(x.b) * double(x.positions()) * double(x.s) * double(x.h) / x.t / gemm_rate(r, hw, x);
 }
 
@@ -190,8 +210,7 @@ LayerCost layer_forward(const PlanRequest& r, const Hardware& hw, const analysis
   const double s = double(x.positions()), b = x.b, h = x.h, t = x.t;
   const double flops_per_s = gemm_rate(r, hw, x);
   LayerCost c;
-  c.gemm = hw.local.active() ? measured_gemms(hw, layer_gemms(x), r.bf16_compute(),
-                                              [](const GemmCall& g) { return g.pass == GemmPass::forward; })
+  c.gemm = hw.local.active() ? local_layer_gemm_seconds(r, hw, x, false, false)
                              : (24.0 * b * s * h * h + 4.0 * b * s * double(x.s) * h) / t / flops_per_s;
   c.cp_comm = r.layout.cp_comm == CpComm::p2p ? 0 : analysis::kCpAllToAllsForward * cp_exchange_seconds(r, hw, x);
   c.elementwise = hw.local.active() ? layer_elementwise_seconds(hw, x, false) : layer_elementwise_bytes(x) / hw.memory_bandwidth;
@@ -265,8 +284,7 @@ LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
   w.forward = layer_forward(r, hw, x, tp_group, w.tp_algorithm, moe);
   w.backward_gemm = 2 * w.forward.gemm;
   w.backward_elementwise = local && !moe ? layer_elementwise_seconds(hw, x, true) : 2 * w.forward.elementwise;
-  if (local && !moe)
-    w.backward_gemm = measured_gemms(hw, layer_gemms(x), bf16, [](const GemmCall& g) { return g.pass != GemmPass::forward; });
+  if (local && !moe) w.backward_gemm = local_layer_gemm_seconds(r, hw, x, true, false);
   if (local && moe) w.backward_gemm = moe_layer_gemm_seconds(r, hw, x, true);
   const double positions = double(x.positions());  // s/c under CP
   if (x.sp && x.t > 1)
@@ -286,12 +304,16 @@ LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
                                            [](const GemmCall& g) { return g.pass == GemmPass::backward_weight; })
                           : 24.0 * x.b * positions * x.h * x.h / x.t / flops_per_s;
   w.recompute_full = w.forward;  // a re-run forward exchanges its four all-to-alls again
-  w.recompute_selective.gemm =
-      local ? measured_gemms(hw, layer_gemms(x), bf16,
-                             [](const GemmCall& g) { return g.attention && g.pass == GemmPass::forward; })
-            : 4.0 * x.b * positions * x.s * x.h / x.t / flops_per_s;
-  w.recompute_selective.elementwise = attention_elementwise_bytes(x) / elementwise_rate(hw);
-  if (x.fused_attention)
+  // Selective recompute re-runs the unfused attention's QKᵀ, softmax, dropout and P·V; the fused
+  // attention keeps its log-sum-exp in every mode and re-creates nothing (model/transformer_layer.cpp).
+  if (!x.fused_attention) {
+    w.recompute_selective.gemm =
+        local ? measured_gemms(hw, layer_gemms(x), bf16,
+                               [](const GemmCall& g) { return g.attention && g.pass == GemmPass::forward; })
+              : 4.0 * x.b * positions * x.s * x.h / x.t / flops_per_s;
+    w.recompute_selective.elementwise = attention_elementwise_bytes(x) / elementwise_rate(hw);
+  }
+  if (x.fused_attention && !local)  // locally it is inside the fused backward's measured time
     w.recompute_always.gemm = analysis::fused_attention_recompute_flops_per_layer(double(x.b), double(x.s), double(x.h)) /
                               x.t / x.cp / flops_per_s;
   return w;
