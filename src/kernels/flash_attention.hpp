@@ -41,6 +41,30 @@ void flash_block_backward(float* dq, float* dk, float* dv, const float* dout, co
                           const float* v, const float* out, const float* lse, const FlashBlock& x,
                           const AttentionDropout& drop);
 
+// Context parallelism's ring (tensor_parallel/ring_attention.hpp) cuts the sequence S into 2c chunks
+// of C = S/(2c); rank o holds chunks o and 2c−1−o (its local chunk i is global chunk i ? 2c−1−o : o,
+// rows [i·C, (i + 1)·C) of every head). fn(block, query row offset, key row offset) for each of rank
+// r's query chunks that sees a key chunk of rank `owner`, for b sequences of a heads of dh: a key
+// chunk behind the query chunk or on its diagonal (the causal half); one ahead is skipped. Key chunk r
+// comes first for both of r's query chunks (behind or on the diagonal of each) and overwrites; every
+// other block merges. One rule for the ring and for the planner's timing of it (plan/gemm_shapes.hpp).
+template <class F>
+void for_each_ring_block(int64_t b, int64_t a, int64_t S, int64_t dh, int c, int r, int owner, F&& fn) {
+  const int64_t C = S / (2 * int64_t(c));
+  auto global_chunk = [c](int o, int i) { return i ? 2 * int64_t(c) - 1 - o : int64_t(o); };
+  for (int qi = 0; qi < 2; ++qi)
+    for (int ki = 0; ki < 2; ++ki) {
+      const int64_t gq = global_chunk(r, qi), gk = global_chunk(owner, ki);
+      if (gk > gq) continue;
+      FlashBlock blk;
+      blk.b = b, blk.a = a, blk.nq = C, blk.nk = C, blk.dh = dh;
+      blk.q0 = gq * C, blk.k0 = gk * C, blk.S = S;
+      blk.q_stride = blk.k_stride = 2 * C * dh, blk.lse_stride = 2 * C;
+      blk.merge = !(owner == r && ki == 0);
+      fn(blk, qi * C, ki * C);
+    }
+}
+
 // out = Dropout(softmax(causal(Q·Kᵀ/√dh))) · V; lse[row] = log Σ_j exp(score_j) (the softmax's
 // normaliser before dropout), what the backward needs instead of the probabilities.
 void flash_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,

@@ -111,9 +111,15 @@ double GemmTimer::seconds(const GemmShape& s, bool bf16) {
 }
 
 double GemmTimer::attention_seconds(const FlashShape& x, bool dropout, bool backward) {
-  const auto key = std::make_tuple(x.b, x.a, x.s, x.dh, dropout, backward);
+  return ring_attention_seconds(x, 0, dropout, backward);
+}
+
+double GemmTimer::ring_attention_seconds(const FlashShape& x, int c, bool dropout, bool backward) {
+  const auto key = std::make_tuple(x.b, x.a, x.s, x.dh, c, dropout, backward);
   if (const auto it = attention_cache_.find(key); it != attention_cache_.end()) return it->second;
-  const size_t n = size_t(x.b * x.a * x.s * x.dh), rows = size_t(x.b * x.a * x.s);
+  // One rank's tensors: its S/c positions under the ring, the whole sequence otherwise.
+  const int64_t positions = c > 0 ? x.s / c : x.s;
+  const size_t n = size_t(x.b * x.a * positions * x.dh), rows = size_t(x.b * x.a * positions);
   std::vector<float> q(n), k(n), v(n), out(n), dout(n), dq(n), dk(n), dv(n), lse(rows);
   for (size_t i = 0; i < n; ++i) {  // varied, finite values: the softmax's exponentials differ
     q[i] = float(int(i * 7 % 13) - 6) * 0.05f;
@@ -122,15 +128,36 @@ double GemmTimer::attention_seconds(const FlashShape& x, bool dropout, bool back
   }
   AttentionDropout drop;
   drop.p = dropout ? 0.1f : 0.0f;
+  const int64_t dh = x.dh;
+  // The ring's steps on rank 0, every owner's K, V stood in for by this rank's (the values do not
+  // change the work); the backward's blocks merge into the zeroed dQ and partial sums, as the ring's.
+  auto ring_pass = [&](bool grads) {
+    for (int t = 0; t < c; ++t)
+      for_each_ring_block(x.b, x.a, x.s, dh, c, 0, (c - t) % c, [&](FlashBlock blk, int64_t qrow, int64_t krow) {
+        if (!grads) {
+          flash_block_forward(out.data() + qrow * dh, lse.data() + qrow, q.data() + qrow * dh, k.data() + krow * dh,
+                              v.data() + krow * dh, blk, drop);
+          return;
+        }
+        blk.merge = true;
+        flash_block_backward(dq.data() + qrow * dh, dk.data() + krow * dh, dv.data() + krow * dh,
+                             dout.data() + qrow * dh, q.data() + qrow * dh, k.data() + krow * dh, v.data() + krow * dh,
+                             out.data() + qrow * dh, lse.data() + qrow, blk, drop);
+      });
+  };
+  auto forward = [&] {
+    if (c > 0) ring_pass(false);
+    else flash_attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), x, drop);
+  };
+  auto grads = [&] {
+    if (c > 0) ring_pass(true);
+    else flash_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
+                                  out.data(), lse.data(), x, drop);
+  };
   const int saved = omp_get_max_threads();
   omp_set_num_threads(threads_);
-  flash_attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), x, drop);
-  const double seconds =
-      backward ? median_call_seconds(0.3, [&] {
-        flash_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
-                                 lse.data(), x, drop);
-      }, 20)
-               : median_call_seconds(0.3, [&] { flash_attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), x, drop); }, 20);
+  forward();  // the output and log-sum-exp the backward reads
+  const double seconds = backward ? median_call_seconds(0.3, grads, 20) : median_call_seconds(0.3, forward, 20);
   omp_set_num_threads(saved);
   return attention_cache_[key] = seconds;
 }

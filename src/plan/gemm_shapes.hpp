@@ -45,13 +45,17 @@ class GemmTimer {
   // on shape x, forward or backward (which recomputes its QKᵀ tiles), dropout on or off: it is not
   // GEMMs at a GEMM's rate, so --hardware local times it as it times the GEMMs.
   double attention_seconds(const FlashShape& x, bool dropout, bool backward);
+  // The ring's blocks of one rank over its c steps (kernels/flash_attention.hpp's
+  // for_each_ring_block; every rank's work is the same): x is the rank's a heads over the whole S.
+  double ring_attention_seconds(const FlashShape& x, int c, bool dropout, bool backward);
   int threads() const { return threads_; }
   size_t shapes_measured() const { return cache_.size() + attention_cache_.size(); }
 
  private:
   int threads_;
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, bool>, double> cache_;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool>, double> attention_cache_;
+  // (b, a, s, dh, ring size c or 0 for the whole-sequence kernel, dropout, backward)
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, bool>, double> attention_cache_;
 };
 
 }  // namespace lattice::plan

@@ -116,12 +116,14 @@ double gemm_rate(const PlanRequest& r, const Hardware& hw, const analysis::Activ
   return flops / measured_gemms(hw, calls, r.bf16_compute(), [](const GemmCall& c) { return c.pass == GemmPass::forward; });
 }
 
-// --hardware local with --attention fused: the fused kernel timed at this rank's share, a/(t·c) heads
-// over the whole sequence (Ulysses; the ring does the same work as c balanced blocks of 1/c). Its
-// backward recomputes the QKᵀ tiles inside, so nothing else charges that recomputation here.
-double fused_attention_seconds(const Hardware& hw, const analysis::ActivationShape& x, bool backward) {
-  const FlashShape f{x.b, x.a / x.t / x.cp, x.s, x.h / x.a};
-  return hw.local.gemm->attention_seconds(f, x.dropout, backward) / compute_share(hw);
+// --hardware local with --attention fused: the fused kernel timed at this rank's share: a/(t·c)
+// heads over the whole sequence (one rank, Ulysses), or the ring's blocks of a/t heads over its c
+// steps. Its backward recomputes the QKᵀ tiles inside, so nothing else charges that recomputation here.
+double fused_attention_seconds(const PlanRequest& r, const Hardware& hw, const analysis::ActivationShape& x,
+                               bool backward) {
+  const bool ring = x.cp > 1 && r.layout.cp_comm == CpComm::p2p;
+  const FlashShape f{x.b, ring ? x.a / x.t : x.a / x.t / x.cp, x.s, x.h / x.a};
+  return hw.local.gemm->ring_attention_seconds(f, ring ? x.cp : 0, x.dropout, backward) / compute_share(hw);
 }
 // The measured seconds of a layer's GEMMs in one pass (`backward`: input and weight passes), those of
 // the dense MLP too unless `moe`; with fused attention its s² GEMMs are the fused kernel's time.
@@ -132,7 +134,7 @@ double local_layer_gemm_seconds(const PlanRequest& r, const Hardware& hw, const 
     return (g.pass != GemmPass::forward) == backward && !(moe && g.mlp) && !(fused && g.attention);
   };
   return measured_gemms(hw, layer_gemms(x), r.bf16_compute(), keep) +
-         (fused ? fused_attention_seconds(hw, x, backward) : 0.0);
+         (fused ? fused_attention_seconds(r, hw, x, backward) : 0.0);
 }
 
 // The experts an MoE rank holds (E over the expert-parallel group).
@@ -167,7 +169,7 @@ double cp_exchange_seconds(const PlanRequest& r, const Hardware& hw, const analy
 // its s/c queries and the whole sequence's keys).
 double attention_forward_seconds(const PlanRequest& r, const Hardware& hw, const analysis::ActivationShape& x) {
   if (hw.local.active())
-    return x.fused_attention ? fused_attention_seconds(hw, x, false)
+    return x.fused_attention ? fused_attention_seconds(r, hw, x, false)
                              : measured_gemms(hw, layer_gemms(x), r.bf16_compute(),
                                               [](const GemmCall& g) { return g.attention && g.pass == GemmPass::forward; });
   return 4.0 * double(x.b) * double(x.positions()) * double(x.s) * double(x.h) / x.t / gemm_rate(r, hw, x);

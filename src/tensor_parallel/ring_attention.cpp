@@ -17,16 +17,15 @@ float* ring_buffers(int64_t n) {
   return buf.ensure(n);
 }
 
-// Where a rank's chunks are and what they are: local chunk i (0 or 1) of rank o is global chunk
-// i ? 2c−1−o : o, its rows [i·C, (i + 1)·C) of every head.
+// One rank's ring: its neighbours, whose K, V it holds in each step, and its blocks (where a rank's
+// chunks are: kernels/flash_attention.hpp's for_each_ring_block).
 struct Ring {
   const ContextParallel& cp;
   HeadBlocks x;
   int c, r;
-  int64_t C, n;  // chunk length; elements of one local tensor
+  int64_t n;  // elements of one local tensor
   Ring(const ContextParallel& cp_, const HeadBlocks& x_)
-      : cp(cp_), x(x_), c(cp_.size()), r(cp_.rank()), C(x_.S / (2 * int64_t(cp_.size()))),
-        n(x_.b * x_.a * (x_.S / cp_.size()) * x_.dh) {}
+      : cp(cp_), x(x_), c(cp_.size()), r(cp_.rank()), n(x_.b * x_.a * (x_.S / cp_.size()) * x_.dh) {}
   int next() const { return (r + 1) % c; }
   int prev() const { return (r + c - 1) % c; }
   int owner(int step) const { return (r - step + c) % c; }  // whose K, V this rank holds in `step`
@@ -45,25 +44,11 @@ struct Ring {
     p.send_v = cp.group->send_async({v, size_t(n)}, next(), kTagV);
     return p;
   }
-  int64_t global_chunk(int owner, int i) const { return i ? 2 * int64_t(c) - 1 - owner : owner; }
-
-  // fn(block, query row offset, key row offset) for each of this rank's query chunks that sees a key
-  // chunk of `owner`: chunks are whole, so a key chunk is behind the query chunk, on its diagonal
-  // (the causal half) or ahead of it (skipped). In step 0 (owner r) key chunk r comes first for both
-  // query chunks (it is behind or on the diagonal of each) and overwrites; every other block merges.
+  // fn(block, query row offset, key row offset) for each of this rank's blocks against `owner`'s K, V
+  // (kernels/flash_attention.hpp's for_each_ring_block).
   template <class F>
   void blocks(int owner, F&& fn) const {
-    for (int qi = 0; qi < 2; ++qi)
-      for (int ki = 0; ki < 2; ++ki) {
-        const int64_t gq = global_chunk(r, qi), gk = global_chunk(owner, ki);
-        if (gk > gq) continue;
-        FlashBlock blk;
-        blk.b = x.b, blk.a = x.a, blk.nq = C, blk.nk = C, blk.dh = x.dh;
-        blk.q0 = gq * C, blk.k0 = gk * C, blk.S = x.S;
-        blk.q_stride = blk.k_stride = 2 * C * x.dh, blk.lse_stride = 2 * C;
-        blk.merge = !(owner == r && ki == 0);
-        fn(blk, qi * C, ki * C);
-      }
+    for_each_ring_block(x.b, x.a, x.S, x.dh, c, r, owner, fn);
   }
 };
 
