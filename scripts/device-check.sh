@@ -180,6 +180,10 @@ phase_parity() {
   # in different orders; a bf16 rounding (2^-7 relative) is the bound on what one step can differ.
   train cpu_bf16 cpu --activation-dtype bf16 && train gpu_bf16 "$GPU" --activation-dtype bf16 &&
     compare losses "parity bf16 activations gpu vs cpu (2^-7)" cpu_bf16.jsonl gpu_bf16.jsonl 0.0078125
+  # Fused attention under bf16 activations takes the tensor-core kernels on the GPU (bf16 products).
+  train cpu_fused_bf16 cpu --attention fused --activation-dtype bf16 &&
+    train gpu_fused_bf16 "$GPU" --attention fused --activation-dtype bf16 &&
+    compare losses "parity fused attention, bf16 activations (tensor cores) gpu vs cpu (2^-7)" cpu_fused_bf16.jsonl gpu_fused_bf16.jsonl 0.0078125
   train gpu_p16 "$GPU" --params-dtype bf16 --activation-dtype bf16 && record "  parity gpu --params-dtype bf16: ran (final loss $(grep -o '"final_loss":[^,]*' gpu_p16.jsonl))"
   # Resume: 10 steps saved on the GPU, 10 more on the GPU (the bits of the straight run) and on the CPU.
   train gpu_half "$GPU" --steps 10 && {

@@ -6,7 +6,7 @@
 // launch, so an element a kernel never writes fails. The kernels whose reductions the device orders
 // itself also run twice and must repeat bit for bit ("repeat" lines). The GEMMs are compared with a
 // double-precision loop over the same (fp32, or bf16-rounded) inputs; the fused attention with the
-// CPU's flash_attention_forward/backward; the head layouts, fp16 casts and the loss-scaling pieces
+// CPU's flash_attention_forward/backward (its tensor-core form, on bf16 operands, within the bf16 bound); the head layouts, fp16 casts and the loss-scaling pieces
 // exactly. After the checks, "timing" lines (not pass/fail) give the bf16 GEMMs at GPT-2 124M's shapes
 // and the fused attention at b 8, a 12, s 1024, dh 64. Exit status 1 on any FAIL, 2 when no GPU is
 // usable. Issue 33; docs/gpu.md. Usage: lattice_cuda_check [seed]
@@ -564,9 +564,18 @@ lattice::AttentionDropout flash_dropout(float p) {
   return drop;
 }
 
+// x.bf16_operands: the tensor-core form (cuda/flash_attention.hpp) on bf16-valued Q, K, V, against
+// the CPU's fp32 kernel on the same values, within the bf16 bound (2^-7 of the largest reference).
+std::vector<float> bf16_valued(std::vector<float> v) {
+  for (float& x : v) x = lattice::from_bf16(lattice::to_bf16(x));
+  return v;
+}
 void check_flash_case(const lattice::FlashShape& x, float p) {
   const size_t n = size_t(x.b * x.a * x.s * x.dh), rows = size_t(x.b * x.a * x.s);
-  const auto q = randn(n), k = randn(n), v = randn(n), dout = randn(n);
+  const bool tc = x.bf16_operands;
+  const double tol = tc ? 1.0 / 128.0 : 1e-5;
+  auto operand = [&] { return tc ? bf16_valued(randn(n)) : randn(n); };
+  const auto q = operand(), k = operand(), v = operand(), dout = randn(n);
   const lattice::AttentionDropout drop = flash_dropout(p);
   std::vector<float> out(n), lse(rows), dq(n), dk(n), dv(n);
   lattice::flash_attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), x, drop);
@@ -575,17 +584,24 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
   Dev<float> d_q(q), d_k(k), d_v(v), d_dout(dout), d_out(n), d_lse(rows), d_dq(n), d_dk(n), d_dv(n);
   lattice::cuda::flash_attention_forward(d_out.p, d_lse.p, d_q.p, d_k.p, d_v.p, x, drop);
   const std::string name = "flash_attention b" + std::to_string(x.b) + " a" + std::to_string(x.a) + " s" +
-                           std::to_string(x.s) + " dh" + std::to_string(x.dh) + (p > 0 ? " drop" : "");
-  compare(name + " out", "fwd", out, d_out.get());
-  compare(name + " lse", "fwd", lse, d_lse.get());
+                           std::to_string(x.s) + " dh" + std::to_string(x.dh) + (p > 0 ? " drop" : "") +
+                           (tc ? " tc" : "");
+  const auto g_out = d_out.get();
+  compare(name + " out", "fwd", out, g_out, tol);
+  compare(name + " lse", "fwd", lse, d_lse.get(), tol);
+  if (tc) {  // the forward's order is fixed too
+    d_out.poison();
+    lattice::cuda::flash_attention_forward(d_out.p, d_lse.p, d_q.p, d_k.p, d_v.p, x, drop);
+    compare_repeat(name + " out", "fwd", g_out, d_out.get());
+  }
   d_out.upload(out), d_lse.upload(lse);  // the backward alone
   Scratch ws(lattice::cuda::flash_attention_backward_workspace_bytes(x));
   lattice::cuda::flash_attention_backward(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q.p, d_k.p, d_v.p, d_out.p, d_lse.p, x,
                                           drop, ws.ws());
   const auto g_dq = d_dq.get(), g_dk = d_dk.get(), g_dv = d_dv.get();
-  compare(name + " dq", "bwd", dq, g_dq);
-  compare(name + " dk", "bwd", dk, g_dk);
-  compare(name + " dv", "bwd", dv, g_dv);
+  compare(name + " dq", "bwd", dq, g_dq, tol);
+  compare(name + " dk", "bwd", dk, g_dk, tol);
+  compare(name + " dv", "bwd", dv, g_dv, tol);
   if (p > 0) {  // the backward's order is fixed: the same bits again
     d_dq.poison(), d_dk.poison(), d_dv.poison();
     lattice::cuda::flash_attention_backward(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q.p, d_k.p, d_v.p, d_out.p, d_lse.p,
@@ -635,6 +651,13 @@ void check_flash() {
   check_flash_case({2, 3, 200, 64}, 0.1f);
   check_flash_case({1, 2, 130, 128}, 0.1f);  // the largest head dimension
   check_flash_case({1, 4, 77, 40}, 0.0f);   // dh not a multiple of 4
+  // The tensor-core form: bf16 operands, dh a multiple of 16 (40 is not: it takes the fp32 form).
+  for (lattice::FlashShape x : {lattice::FlashShape{2, 3, 200, 64}, lattice::FlashShape{1, 2, 130, 128},
+                                lattice::FlashShape{2, 2, 96, 32}}) {
+    x.bf16_operands = true;
+    check_flash_case(x, 0.0f);
+    check_flash_case(x, 0.1f);
+  }
   check_flash_mask();
   bool refused = false;
   try {
@@ -1005,8 +1028,9 @@ void timing_gemm() {
 // as FlashAttention does for a causal mask: forward 2·b·a·s²·dh (two s×s×dh products, half
 // masked), backward 2.5× that (five products; this backward computes seven, recomputing S and dP
 // for its dQ pass).
-void timing_flash() {
-  const lattice::FlashShape x{8, 12, 1024, 64};
+void timing_flash(bool tensor_cores) {
+  lattice::FlashShape x{8, 12, 1024, 64};
+  x.bf16_operands = tensor_cores;
   const size_t n = size_t(x.b * x.a * x.s * x.dh), rows = size_t(x.b * x.a * x.s);
   const auto q = randn(n), k = randn(n), v = randn(n), dout = randn(n);
   Dev<float> d_q(q), d_k(k), d_v(v), d_dout(dout), d_out(n), d_lse(rows), d_dq(n), d_dk(n), d_dv(n);
@@ -1014,7 +1038,8 @@ void timing_flash() {
   const double fwd_flops = 2.0 * double(x.b * x.a) * double(x.s) * double(x.s) * double(x.dh);
   for (float p : {0.0f, 0.1f}) {
     const lattice::AttentionDropout drop = flash_dropout(p);
-    const std::string name = std::string("flash_attention b8 a12 s1024 dh64") + (p > 0 ? " drop" : "");
+    const std::string name =
+        std::string("flash_attention b8 a12 s1024 dh64") + (p > 0 ? " drop" : "") + (tensor_cores ? " tc" : "");
     timing_line(name + " fwd", median_ms([&] {
                   lattice::cuda::flash_attention_forward(d_out.p, d_lse.p, d_q.p, d_k.p, d_v.p, x, drop);
                 }),
@@ -1065,7 +1090,8 @@ int main(int argc, char** argv) {
   std::printf("lattice_cuda_check: timings follow (not pass/fail; %s)\n", prop.name);
   try {
     timing_gemm();
-    timing_flash();
+    timing_flash(false);
+    timing_flash(true);
   } catch (const std::exception& e) {
     std::printf("lattice_cuda_check: timing error: %s\n", e.what());
     return failures ? 1 : 3;

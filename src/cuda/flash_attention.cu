@@ -11,73 +11,18 @@
 
 #include "cuda/common.cuh"
 #include "cuda/flash_attention.hpp"
+#include "cuda/flash_common.cuh"
 #include "random/philox_core.hpp"
 
 namespace lattice::cuda {
 using namespace detail;
+using namespace flash;
 
 namespace {
 
 constexpr int kT = 64;          // queries and keys per tile
 constexpr int kThreads = 256;   // 4 threads per tile row
 constexpr int kPLd = kT + 1;    // row stride of the 64 × 64 probability / dS tiles (padded: no bank conflicts)
-
-struct FlashArgs {
-  int64_t a = 0, s = 0, dh = 0;
-  float scale = 1.0f, keep_scale = 1.0f;
-  bool dropout = false;
-  PhiloxStreamWords words{};
-  uint32_t threshold = 0;
-  int64_t first_row = 0, heads = 0, head0 = 0;
-};
-
-FlashArgs make_args(const FlashShape& x, const AttentionDropout& drop) {
-  FlashArgs p;
-  p.a = x.a, p.s = x.s, p.dh = x.dh;
-  p.scale = 1.0f / std::sqrt(float(x.dh));  // the CPU's 1.0f / std::sqrt(float(dh))
-  p.dropout = drop.p > 0.0f;
-  p.keep_scale = p.dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
-  p.words = philox_stream_words(drop.stream.seed, drop.stream.step, drop.stream.layer, uint32_t(DropoutSite::attention));
-  p.threshold = dropout_keep_threshold(drop.p);
-  p.first_row = drop.first_row;
-  p.heads = drop.heads_total ? drop.heads_total : x.a;
-  p.head0 = drop.head0;
-  return p;
-}
-
-// dropout.hpp's attention_mask_first: the global index of (local batch·head bh, query 0, key 0).
-__device__ __forceinline__ uint64_t mask_base(const FlashArgs& p, int64_t bh) {
-  const int64_t bi = bh / p.a, hd = bh % p.a;
-  return uint64_t((p.first_row + bi) * p.heads + p.head0 + hd) * uint64_t(p.s) * uint64_t(p.s);
-}
-
-template <int OFF>
-__device__ __forceinline__ uint32_t collect16(const uint32_t (&r)[20], uint32_t threshold) {
-  uint32_t bits = 0;
-#pragma unroll
-  for (int k = 0; k < 16; ++k) bits |= uint32_t(r[OFF + k] >= threshold) << k;
-  return bits;
-}
-// Keep flags of global elements first .. first + 15 (bit k: element first + k), from the five Philox
-// blocks that cover them: the same bits as philox_keep element by element (random/philox_core.hpp).
-__device__ uint32_t keep_bits16(const PhiloxStreamWords& w, uint32_t threshold, uint64_t first) {
-  uint32_t r[20];
-  const uint64_t block0 = first >> 2;
-#pragma unroll
-  for (int b = 0; b < 5; ++b) {
-    const uint64_t blk = block0 + uint64_t(b);
-    uint32_t c[4] = {uint32_t(blk), uint32_t(blk >> 32), w.c2, w.c3};
-    philox4x32_10(c, w.k0, w.k1);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) r[4 * b + i] = c[i];
-  }
-  switch (int(first & 3)) {
-    case 0: return collect16<0>(r, threshold);
-    case 1: return collect16<1>(r, threshold);
-    case 2: return collect16<2>(r, threshold);
-    default: return collect16<3>(r, threshold);
-  }
-}
 
 // Rows [0, 64) of a tile of X [*, dh] starting at row r0 (n rows valid, the rest zero) into shared
 // memory with row stride ld = dh + 1.
@@ -86,15 +31,6 @@ __device__ __forceinline__ void load_tile(float* dst, const float* src, int64_t 
     const int64_t r = idx / dh, e = idx % dh;
     dst[r * ld + e] = r < n ? src[r * dh + e] : 0.0f;
   }
-}
-
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
 // Σ_e X[e]·Y[e] over the head dimension in ascending order (as the CPU's tile_abt).
@@ -336,18 +272,6 @@ size_t forward_smem(int64_t dh) { return size_t(3 * kT * (dh + 1) + kT * kPLd) *
 size_t dkdv_smem(int64_t dh) { return size_t(4 * kT * (dh + 1) + 2 * kT * kPLd + 2 * kT + 4 * kT) * sizeof(float); }
 size_t dq_smem(int64_t dh) { return size_t(4 * kT * (dh + 1) + kT * kPLd) * sizeof(float); }
 
-// Opts the kernel in to `bytes` of dynamic shared memory (past the default 48 KiB), or says why not.
-template <class Kernel>
-void allow_smem(Kernel kernel, size_t bytes, const char* name) {
-  int device = 0, optin = 0;
-  check(cudaGetDevice(&device), name);
-  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), name);
-  if (bytes > size_t(optin))
-    throw std::invalid_argument(std::string("CUDA: ") + name + ": needs " + std::to_string(bytes) +
-                                " bytes of shared memory a block, the device allows " + std::to_string(optin));
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), name);
-}
-
 void require_supported(const FlashShape& x, const char* what) {
   const std::string why = flash_attention_unsupported(x);
   if (!why.empty()) throw std::invalid_argument(std::string("CUDA: ") + what + ": " + why);
@@ -393,6 +317,7 @@ void flash_attention_forward(float* out, float* lse, const float* q, const float
                              const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream) {
   require_supported(x, "flash_attention_forward");
   if (x.b * x.a * x.s == 0) return;
+  if (flash_tc_supported(x)) return flash_tc_forward(out, lse, q, k, v, x, drop, stream);
   const FlashArgs p = make_args(x, drop);
   if (x.dh <= 32)
     forward_launch<8>(out, lse, q, k, v, x, p, stream);
@@ -419,6 +344,7 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
   const int64_t threads = rows * 32;
   flash_rowdot_kernel<<<unsigned((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(D, dout, out, rows, x.dh);
   check_launch("flash_attention_backward D");
+  if (flash_tc_supported(x)) return flash_tc_backward(dq, dk, dv, dout, q, k, v, lse, D, x, drop, stream);
   const FlashArgs p = make_args(x, drop);
   if (x.dh <= 32)
     backward_launch<8>(dq, dk, dv, dout, q, k, v, lse, D, x, p, stream);

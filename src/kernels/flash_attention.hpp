@@ -15,6 +15,10 @@ namespace lattice {
 // fp32, the log-sum-exp [b, a, s] fp32.
 struct FlashShape {
   int64_t b = 0, a = 0, s = 0, dh = 0;
+  // Q, K, V hold bf16 values (--activation-dtype bf16, widened for the call): a device may then compute
+  // the products in bf16 with fp32 accumulation (cuda/flash_attention.hpp's tensor-core form), within
+  // bf16 rounding of this contract. The CPU's kernels compute in fp32 either way.
+  bool bf16_operands = false;
 };
 
 // One block of context parallelism's ring (docs/design.md §5.1), and in general the kernels' unit:

@@ -24,7 +24,8 @@ void merge_qkv_grads(float* dqkv, const float* dq, const float* dk, const float*
 
 namespace {
 
-FlashShape flash_shape(const LayerContext& c) { return {c.b, c.a, c.s, c.dh()}; }
+// Under bf16 activations Q, K, V are bf16 values (widened for the call): a device may multiply them in bf16.
+FlashShape flash_shape(const LayerContext& c) { return {c.b, c.a, c.s, c.dh(), c.dtype == DType::bf16}; }
 // The ring's view (context parallelism, p2p): this rank's s = S/c positions of its a heads in S.
 parallel::HeadBlocks ring_blocks(const LayerContext& c) { return {c.b, c.a, c.seq_total, c.dh()}; }
 

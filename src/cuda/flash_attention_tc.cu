@@ -1,0 +1,326 @@
+// The fused attention on the tensor cores (cuda/flash_attention.hpp, "bf16 operands"): the fp32
+// kernels' tiles, softmax, dropout flags and order of work (cuda/flash_attention.cu), with the tile
+// products — S = Q·Kᵀ, O += P·V, dP = dO·Vᵀ, dV += (P∘Z)ᵀ·dO, dK += dSᵀ·Q, dQ += dS·K — on the tensor
+// cores (WMMA 16×16×16, bf16 operands in shared memory, fp32 accumulation). Q, K and V hold bf16
+// values already (--activation-dtype bf16), so their tiles are exact; dO and the probabilities and dS
+// fed to the products are rounded to bf16. The eight warps of a block share each 64-row product by
+// 16×16 output tiles; each output tile adds its K in ascending order, so the bits repeat from run to
+// run. What the element-wise steps read and write goes through shared memory (a WMMA fragment's
+// element layout is the hardware's), four threads a tile row as in the fp32 kernels.
+#include <cuda_bf16.h>
+#include <mma.h>
+
+#include <type_traits>
+
+#include "cuda/flash_attention.hpp"
+#include "cuda/flash_common.cuh"
+
+namespace lattice::cuda {
+using namespace detail;
+using namespace flash;
+
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kT = 64;          // queries and keys per tile
+constexpr int kThreads = 256;   // 8 warps; 4 threads a tile row in the element-wise steps
+constexpr int kWarps = kThreads / 32;
+constexpr int kSLd = kT + 4;    // fp32 64 × 64 tiles (WMMA: a multiple of 4 floats)
+constexpr int kPLd = kT + 8;    // bf16 64 × 64 tiles (WMMA: a multiple of 8 halves)
+
+// Shared memory, carved in 128-byte pieces (WMMA loads want 32-byte aligned tiles).
+struct Carver {
+  unsigned char* at;
+  template <class T>
+  __device__ T* take(size_t count) {
+    T* p = reinterpret_cast<T*>(at);
+    at += (count * sizeof(T) + 127) / 128 * 128;
+    return p;
+  }
+};
+size_t carved(size_t bytes) { return (bytes + 127) / 128 * 128; }
+
+// Rows [0, 64) of X [*, dh] (n valid, the rest zero) as bf16 bits with row stride ld.
+__device__ __forceinline__ void load_bf16_tile(uint16_t* dst, const float* src, int64_t n, int dh, int ld) {
+  for (int idx = int(threadIdx.x); idx < kT * dh; idx += kThreads) {
+    const int r = idx / dh, e = idx % dh;
+    dst[r * ld + e] = r < n ? to_bf16_bits(src[int64_t(r) * dh + e]) : uint16_t(0);
+  }
+}
+
+// C[M × N] (+)= A[M × K] · B[K × N], each 16×16 output tile by one warp (tiles dealt round the warps),
+// its K in ascending steps of 16. A and B are bf16 bits in shared memory, row- or column-major
+// (wmma::row_major / col_major: element (m, k) of a column-major A at A[k·lda + m]); C is fp32,
+// row-major, loaded first when `accumulate`.
+template <class ALayout, class BLayout>
+__device__ void tile_mma(float* C, int ldc, const uint16_t* A, int lda, const uint16_t* B, int ldb, int M, int N, int K,
+                         bool accumulate) {
+  constexpr bool a_row = std::is_same_v<ALayout, wmma::row_major>;
+  constexpr bool b_row = std::is_same_v<BLayout, wmma::row_major>;
+  const int warp = int(threadIdx.x) >> 5, tiles_n = N / 16;
+  for (int t = warp; t < (M / 16) * tiles_n; t += kWarps) {
+    const int m0 = (t / tiles_n) * 16, n0 = (t % tiles_n) * 16;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+    float* cp = C + m0 * ldc + n0;
+    if (accumulate) wmma::load_matrix_sync(c, cp, unsigned(ldc), wmma::mem_row_major);
+    else wmma::fill_fragment(c, 0.0f);
+    for (int k0 = 0; k0 < K; k0 += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, ALayout> a;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, BLayout> b;
+      const uint16_t* ap = a_row ? A + m0 * lda + k0 : A + k0 * lda + m0;
+      const uint16_t* bp = b_row ? B + k0 * ldb + n0 : B + n0 * ldb + k0;
+      wmma::load_matrix_sync(a, reinterpret_cast<const __nv_bfloat16*>(ap), unsigned(lda));
+      wmma::load_matrix_sync(b, reinterpret_cast<const __nv_bfloat16*>(bp), unsigned(ldb));
+      wmma::mma_sync(c, a, b, c);
+    }
+    wmma::store_matrix_sync(cp, c, unsigned(ldc), wmma::mem_row_major);
+  }
+}
+
+// ---- forward: one block per (query tile, b·a), the longest rows first ----
+size_t tc_forward_smem(int dh) {
+  return 3 * carved(size_t(kT) * (dh + 8) * 2) + carved(size_t(kT) * kSLd * 4) + carved(size_t(kT) * kPLd * 2) +
+         carved(size_t(kT) * (dh + 4) * 4) + carved(kT * 4);
+}
+__global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float* lse, const float* q, const float* k,
+                                                              const float* v, FlashArgs p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int dh = int(p.dh), ld = dh + 8, old = dh + 4;
+  Carver cv{smem};
+  uint16_t* Qs = cv.take<uint16_t>(size_t(kT) * ld);
+  uint16_t* Ks = cv.take<uint16_t>(size_t(kT) * ld);
+  uint16_t* Vs = cv.take<uint16_t>(size_t(kT) * ld);
+  float* Ss = cv.take<float>(size_t(kT) * kSLd);
+  uint16_t* Ps = cv.take<uint16_t>(size_t(kT) * kPLd);
+  float* Os = cv.take<float>(size_t(kT) * old);
+  float* corr_s = cv.take<float>(kT);
+  const int64_t s = p.s;
+  const int64_t qb = int64_t(gridDim.x) - 1 - blockIdx.x;
+  const int64_t bh = blockIdx.y, head = bh * s * dh, i0 = qb * kT, nq = min(int64_t(kT), s - i0);
+  const int r = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
+  const int64_t i = i0 + r;
+  const bool row_ok = r < nq;
+  load_bf16_tile(Qs, q + head + i0 * dh, nq, dh, ld);
+  for (int idx = int(threadIdx.x); idx < kT * old; idx += kThreads) Os[idx] = 0.0f;
+  const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
+  float m = -__int_as_float(0x7f800000), l = 0.0f;
+
+  for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {  // causal: key tiles past the tile's last query skipped
+    const int64_t nk = min(int64_t(kT), s - j0);
+    __syncthreads();  // the previous tile's K, V, P reads are done
+    load_bf16_tile(Ks, k + head + j0 * dh, nk, dh, ld);
+    load_bf16_tile(Vs, v + head + j0 * dh, nk, dh, ld);
+    __syncthreads();
+    tile_mma<wmma::row_major, wmma::col_major>(Ss, kSLd, Qs, ld, Ks, ld, kT, kT, dh, false);  // S = Q·Kᵀ
+    __syncthreads();
+    const int64_t n = row_ok ? max(int64_t(0), min(nk, i - j0 + 1)) : 0;
+    float sc[16];
+    float mx = m;
+#pragma unroll
+    for (int kk = 0; kk < 16; ++kk) {
+      const int jl = quad * 16 + kk;
+      sc[kk] = Ss[r * kSLd + jl] * p.scale;
+      if (jl < n) mx = fmaxf(mx, sc[kk]);
+    }
+    mx = quad_max(mx);
+    float sum = 0.0f;
+    const float corr = n > 0 ? fast_exp(m - mx) : 1.0f;
+    const uint32_t keep = (p.dropout && n > 0) ? keep_bits16(p.words, p.threshold, base + uint64_t(i) * uint64_t(s) +
+                                                                                       uint64_t(j0 + quad * 16))
+                                               : 0xffffu;
+#pragma unroll
+    for (int kk = 0; kk < 16; ++kk) {
+      const int jl = quad * 16 + kk;
+      float e = jl < n ? fast_exp(sc[kk] - mx) : 0.0f;
+      sum += e;
+      if (p.dropout) e = ((keep >> kk) & 1u) ? e * p.keep_scale : 0.0f;
+      Ps[r * kPLd + jl] = to_bf16_bits(e);
+    }
+    sum = quad_sum(sum);
+    if (n > 0) {
+      l = l * corr + sum;
+      m = mx;
+    }
+    if (quad == 0) corr_s[r] = n > 0 ? corr : 1.0f;
+    __syncthreads();
+    for (int idx = int(threadIdx.x); idx < kT * dh; idx += kThreads) Os[(idx / dh) * old + idx % dh] *= corr_s[idx / dh];
+    __syncthreads();
+    tile_mma<wmma::row_major, wmma::row_major>(Os, old, Ps, kPLd, Vs, ld, kT, dh, kT, true);  // O += P·V
+  }
+  __syncthreads();
+  if (quad == 0) corr_s[r] = row_ok ? 1.0f / l : 0.0f;
+  if (row_ok && quad == 0) lse[bh * s + i] = m + logf(l);
+  __syncthreads();
+  for (int idx = int(threadIdx.x); idx < int(nq) * dh; idx += kThreads) {
+    const int rr = idx / dh, e = idx % dh;
+    out[head + (i0 + rr) * dh + e] = Os[rr * old + e] * corr_s[rr];
+  }
+}
+
+// The element-wise step of both backward kernels, for the 64 × 64 pair of tiles (query tile i0, key
+// tile j0): thread (row r, quarter quad) owns query i0 + r and keys quad·16 …; from S (Ss) and dP (dPs)
+// it writes P∘Z (the dropout's output, for dV) and dS·(1/√dh) as bf16 bits, zero where masked.
+__device__ __forceinline__ void tc_ds_step(uint16_t* PZs, uint16_t* dSs, const float* Ss, const float* dPs, int r,
+                                           int quad, int64_t n, int64_t i, int64_t j0, float li, float di,
+                                           uint64_t base, const FlashArgs& p) {
+  const uint32_t keep = (p.dropout && n > 0) ? keep_bits16(p.words, p.threshold, base + uint64_t(i) * uint64_t(p.s) +
+                                                                                     uint64_t(j0 + quad * 16))
+                                             : 0xffffu;
+#pragma unroll 4
+  for (int kk = 0; kk < 16; ++kk) {
+    const int jl = quad * 16 + kk;
+    float pz = 0.0f, ds = 0.0f;
+    if (jl < n) {
+      const float pr = fast_exp(Ss[r * kSLd + jl] * p.scale - li);
+      const float z = p.dropout ? (((keep >> kk) & 1u) ? p.keep_scale : 0.0f) : 1.0f;
+      pz = pr * z;
+      ds = pr * (dPs[r * kSLd + jl] * z - di) * p.scale;
+    }
+    PZs[r * kPLd + jl] = to_bf16_bits(pz);
+    dSs[r * kPLd + jl] = to_bf16_bits(ds);
+  }
+}
+
+// ---- backward: dK, dV of one key tile, walking its query tiles ----
+size_t tc_dkdv_smem(int dh) {
+  return 4 * carved(size_t(kT) * (dh + 8) * 2) + 2 * carved(size_t(kT) * kSLd * 4) + 2 * carved(size_t(kT) * kPLd * 2) +
+         2 * carved(size_t(kT) * (dh + 4) * 4) + 2 * carved(kT * 4);
+}
+__global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv, const float* dout, const float* q,
+                                                           const float* k, const float* v, const float* lse,
+                                                           const float* D, FlashArgs p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int dh = int(p.dh), ld = dh + 8, old = dh + 4;
+  Carver cv{smem};
+  uint16_t* Ks = cv.take<uint16_t>(size_t(kT) * ld);
+  uint16_t* Vs = cv.take<uint16_t>(size_t(kT) * ld);
+  uint16_t* Qs = cv.take<uint16_t>(size_t(kT) * ld);
+  uint16_t* dOs = cv.take<uint16_t>(size_t(kT) * ld);
+  float* Ss = cv.take<float>(size_t(kT) * kSLd);
+  float* dPs = cv.take<float>(size_t(kT) * kSLd);
+  uint16_t* PZs = cv.take<uint16_t>(size_t(kT) * kPLd);  // [query][key]
+  uint16_t* dSs = cv.take<uint16_t>(size_t(kT) * kPLd);  // [query][key]
+  float* dKs = cv.take<float>(size_t(kT) * old);
+  float* dVs = cv.take<float>(size_t(kT) * old);
+  float* Ls = cv.take<float>(kT);
+  float* Ds = cv.take<float>(kT);
+  const int64_t s = p.s;
+  const int64_t bh = blockIdx.y, head = bh * s * dh, j0 = int64_t(blockIdx.x) * kT, nk = min(int64_t(kT), s - j0);
+  const int r = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
+  load_bf16_tile(Ks, k + head + j0 * dh, nk, dh, ld);
+  load_bf16_tile(Vs, v + head + j0 * dh, nk, dh, ld);
+  for (int idx = int(threadIdx.x); idx < kT * old; idx += kThreads) dKs[idx] = 0.0f, dVs[idx] = 0.0f;
+  const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
+
+  for (int64_t i0 = j0; i0 < s; i0 += kT) {  // causal: query tiles before the key tile see none of it
+    const int64_t nq = min(int64_t(kT), s - i0);
+    __syncthreads();  // the previous query tile's reads are done
+    load_bf16_tile(Qs, q + head + i0 * dh, nq, dh, ld);
+    load_bf16_tile(dOs, dout + head + i0 * dh, nq, dh, ld);
+    if (threadIdx.x < kT) {
+      const bool ok = int64_t(threadIdx.x) < nq;
+      Ls[threadIdx.x] = ok ? lse[bh * s + i0 + threadIdx.x] : 0.0f;
+      Ds[threadIdx.x] = ok ? D[bh * s + i0 + threadIdx.x] : 0.0f;
+    }
+    __syncthreads();
+    tile_mma<wmma::row_major, wmma::col_major>(Ss, kSLd, Qs, ld, Ks, ld, kT, kT, dh, false);    // S = Q·Kᵀ
+    tile_mma<wmma::row_major, wmma::col_major>(dPs, kSLd, dOs, ld, Vs, ld, kT, kT, dh, false);  // dP = dO·Vᵀ
+    __syncthreads();
+    const int64_t i = i0 + r;
+    const int64_t n = r < nq ? max(int64_t(0), min(nk, i - j0 + 1)) : 0;
+    tc_ds_step(PZs, dSs, Ss, dPs, r, quad, n, i, j0, Ls[r], Ds[r], base, p);
+    __syncthreads();
+    // dV += (P∘Z)ᵀ·dO and dK += dSᵀ·Q: the [query][key] tiles read column-major as [key][query].
+    tile_mma<wmma::col_major, wmma::row_major>(dVs, old, PZs, kPLd, dOs, ld, kT, dh, kT, true);
+    tile_mma<wmma::col_major, wmma::row_major>(dKs, old, dSs, kPLd, Qs, ld, kT, dh, kT, true);
+  }
+  __syncthreads();
+  for (int idx = int(threadIdx.x); idx < int(nk) * dh; idx += kThreads) {
+    const int rr = idx / dh, e = idx % dh;
+    dk[head + (j0 + rr) * dh + e] = dKs[rr * old + e];
+    dv[head + (j0 + rr) * dh + e] = dVs[rr * old + e];
+  }
+}
+
+// ---- backward: dQ of one query tile, walking its key tiles ----
+size_t tc_dq_smem(int dh) {
+  return 4 * carved(size_t(kT) * (dh + 8) * 2) + 2 * carved(size_t(kT) * kSLd * 4) + 2 * carved(size_t(kT) * kPLd * 2) +
+         carved(size_t(kT) * (dh + 4) * 4);
+}
+__global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float* dout, const float* q, const float* k,
+                                                         const float* v, const float* lse, const float* D, FlashArgs p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int dh = int(p.dh), ld = dh + 8, old = dh + 4;
+  Carver cv{smem};
+  uint16_t* Qs = cv.take<uint16_t>(size_t(kT) * ld);
+  uint16_t* dOs = cv.take<uint16_t>(size_t(kT) * ld);
+  uint16_t* Ks = cv.take<uint16_t>(size_t(kT) * ld);
+  uint16_t* Vs = cv.take<uint16_t>(size_t(kT) * ld);
+  float* Ss = cv.take<float>(size_t(kT) * kSLd);
+  float* dPs = cv.take<float>(size_t(kT) * kSLd);
+  uint16_t* PZs = cv.take<uint16_t>(size_t(kT) * kPLd);  // written by the shared step, unused here
+  uint16_t* dSs = cv.take<uint16_t>(size_t(kT) * kPLd);
+  float* dQs = cv.take<float>(size_t(kT) * old);
+  const int64_t s = p.s;
+  const int64_t qb = int64_t(gridDim.x) - 1 - blockIdx.x;
+  const int64_t bh = blockIdx.y, head = bh * s * dh, i0 = qb * kT, nq = min(int64_t(kT), s - i0);
+  const int r = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
+  const int64_t i = i0 + r;
+  const bool row_ok = r < nq;
+  load_bf16_tile(Qs, q + head + i0 * dh, nq, dh, ld);
+  load_bf16_tile(dOs, dout + head + i0 * dh, nq, dh, ld);
+  for (int idx = int(threadIdx.x); idx < kT * old; idx += kThreads) dQs[idx] = 0.0f;
+  const float li = row_ok ? lse[bh * s + i] : 0.0f, di = row_ok ? D[bh * s + i] : 0.0f;
+  const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
+
+  for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {
+    const int64_t nk = min(int64_t(kT), s - j0);
+    __syncthreads();
+    load_bf16_tile(Ks, k + head + j0 * dh, nk, dh, ld);
+    load_bf16_tile(Vs, v + head + j0 * dh, nk, dh, ld);
+    __syncthreads();
+    tile_mma<wmma::row_major, wmma::col_major>(Ss, kSLd, Qs, ld, Ks, ld, kT, kT, dh, false);    // S = Q·Kᵀ
+    tile_mma<wmma::row_major, wmma::col_major>(dPs, kSLd, dOs, ld, Vs, ld, kT, kT, dh, false);  // dP = dO·Vᵀ
+    __syncthreads();
+    const int64_t n = row_ok ? max(int64_t(0), min(nk, i - j0 + 1)) : 0;
+    tc_ds_step(PZs, dSs, Ss, dPs, r, quad, n, i, j0, li, di, base, p);
+    __syncthreads();
+    tile_mma<wmma::row_major, wmma::row_major>(dQs, old, dSs, kPLd, Ks, ld, kT, dh, kT, true);  // dQ += dS·K
+  }
+  __syncthreads();
+  for (int idx = int(threadIdx.x); idx < int(nq) * dh; idx += kThreads) {
+    const int rr = idx / dh, e = idx % dh;
+    dq[head + (i0 + rr) * dh + e] = dQs[rr * old + e];
+  }
+}
+
+}  // namespace
+
+bool flash_tc_supported(const FlashShape& x) { return x.bf16_operands && x.dh % 16 == 0 && x.dh <= kFlashMaxHeadDim; }
+
+void flash_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
+                      const AttentionDropout& drop, cudaStream_t stream) {
+  const FlashArgs p = make_args(x, drop);
+  const size_t bytes = tc_forward_smem(int(x.dh));
+  allow_smem(tc_forward_kernel, bytes, "flash_attention_forward (tensor cores)");
+  const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
+  tc_forward_kernel<<<grid, kThreads, bytes, stream>>>(out, lse, q, k, v, p);
+  check_launch("flash_attention_forward (tensor cores)");
+}
+
+void flash_tc_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                       const float* v, const float* lse, const float* D, const FlashShape& x,
+                       const AttentionDropout& drop, cudaStream_t stream) {
+  const FlashArgs p = make_args(x, drop);
+  const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
+  const size_t b1 = tc_dkdv_smem(int(x.dh)), b2 = tc_dq_smem(int(x.dh));
+  allow_smem(tc_dkdv_kernel, b1, "flash_attention_backward dK dV (tensor cores)");
+  allow_smem(tc_dq_kernel, b2, "flash_attention_backward dQ (tensor cores)");
+  tc_dkdv_kernel<<<grid, kThreads, b1, stream>>>(dk, dv, dout, q, k, v, lse, D, p);
+  check_launch("flash_attention_backward dK dV (tensor cores)");
+  tc_dq_kernel<<<grid, kThreads, b2, stream>>>(dq, dout, q, k, v, lse, D, p);
+  check_launch("flash_attention_backward dQ (tensor cores)");
+}
+
+}  // namespace lattice::cuda
