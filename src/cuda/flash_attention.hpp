@@ -35,7 +35,7 @@ inline constexpr int64_t kFlashMaxHeadDim = 128;
 // has bf16 operands (FlashShape::bf16_operands) and dh is a multiple of 16: the same tiles, softmax,
 // dropout flags and order of work, with the tile products in bf16 on the tensor cores (fp32
 // accumulation; dO and the probabilities rounded to bf16 for them), so within bf16 rounding of the
-// fp32 form, not its bits. Shared memory a block: forward 113 KiB, backward 187 KiB at dh 128.
+// fp32 form, not its bits. Shared memory a block: forward 110 KiB, backward 187 KiB at dh 128.
 bool flash_tc_supported(const FlashShape& x);
 void flash_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
                       const AttentionDropout& drop, cudaStream_t stream);
