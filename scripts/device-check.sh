@@ -30,6 +30,9 @@ header() {
   commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "unknown (no .git)")
   # A copied tree (the lent machine's) can hold files newer than its HEAD: say so, not just HEAD.
   git -C "$ROOT" diff --quiet HEAD -- 2>/dev/null || commit="$commit+uncommitted changes"
+  # The lent machine's copy can carry an older .git than its files: a digest of the sources says
+  # which tree ran (the same find | sort | cat | sha256sum on a checkout gives the same digest).
+  commit="$commit, sources $(cd "$ROOT" && find src scripts CMakeLists.txt -type f | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-12)"
   gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
   record "# device-check $(date -u +%Y-%m-%dT%H:%M:%SZ) commit ${commit} gpu: ${gpu:-none seen by nvidia-smi} phases: $*${DEVICE_CHECK_DEVICE:+ (rehearsal: --device $DEVICE_CHECK_DEVICE for the GPU runs)}"
 }
