@@ -590,9 +590,11 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
   compare(name + " out", "fwd", out, g_out, tol);
   compare(name + " lse", "fwd", lse, d_lse.get(), tol);
   if (tc) {  // the forward's order is fixed too
-    d_out.poison();
+    const auto g_lse = d_lse.get();
+    d_out.poison(), d_lse.poison();
     lattice::cuda::flash_attention_forward(d_out.p, d_lse.p, d_q.p, d_k.p, d_v.p, x, drop);
     compare_repeat(name + " out", "fwd", g_out, d_out.get());
+    compare_repeat(name + " lse", "fwd", g_lse, d_lse.get());
   }
   d_out.upload(out), d_lse.upload(lse);  // the backward alone
   Scratch ws(lattice::cuda::flash_attention_backward_workspace_bytes(x));
@@ -602,17 +604,20 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
   compare(name + " dq", "bwd", dq, g_dq, tol);
   compare(name + " dk", "bwd", dk, g_dk, tol);
   compare(name + " dv", "bwd", dv, g_dv, tol);
-  if (p > 0) {  // the backward's order is fixed: the same bits again
+  if (p > 0 || tc) {  // the backward's order is fixed: the same bits again
     d_dq.poison(), d_dk.poison(), d_dv.poison();
     lattice::cuda::flash_attention_backward(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q.p, d_k.p, d_v.p, d_out.p, d_lse.p,
                                             x, drop, ws.ws());
     compare_repeat(name + " dq", "bwd", g_dq, d_dq.get());
     compare_repeat(name + " dk", "bwd", g_dk, d_dk.get());
+    compare_repeat(name + " dv", "bwd", g_dv, d_dv.get());
   }
 }
 
-void check_flash_mask() {
-  const lattice::FlashShape x{2, 3, 128, 128};  // dh = s: V = I reads out the dropped probabilities
+// tc: the tensor-core form (bf16-valued Q, K; I is exact in bf16).
+void check_flash_mask(bool tc) {
+  lattice::FlashShape x{2, 3, 128, 128};  // dh = s: V = I reads out the dropped probabilities
+  x.bf16_operands = tc;
   const size_t n = size_t(x.b * x.a * x.s * x.dh), rows = size_t(x.b * x.a * x.s);
   const lattice::AttentionDropout drop = flash_dropout(0.1f);
   std::vector<float> eye(n, 0.0f);
@@ -624,13 +629,13 @@ void check_flash_mask() {
     for (int64_t i = 0; i < x.s; ++i)
       draw.row(expect.data() + (bh * x.s + i) * x.s,
                lattice::attention_mask_first(drop, x.a, x.s, bh) + uint64_t(i * x.s), i + 1);
-  const auto q = randn(n), k = randn(n);
+  const auto q = tc ? bf16_valued(randn(n)) : randn(n), k = tc ? bf16_valued(randn(n)) : randn(n);
   Dev<float> d_q(q), d_k(k), d_eye(eye), d_out(n), d_lse(rows);
   lattice::cuda::flash_attention_forward(d_out.p, d_lse.p, d_q.p, d_k.p, d_eye.p, x, drop);
   const auto out = d_out.get();
   std::vector<uint8_t> got(n);
   for (size_t e = 0; e < n; ++e) got[e] = out[e] != 0.0f;
-  compare_mask("flash_attention dropout (V = I)", "fwd", expect, got);
+  compare_mask(std::string("flash_attention dropout (V = I)") + (tc ? " tc" : ""), "fwd", expect, got);
   // The backward with dO = I: dV[j, i] = (P∘Z)[i, j].
   std::vector<float> o(n), lse(rows);
   lattice::flash_attention_forward(o.data(), lse.data(), q.data(), k.data(), eye.data(), x, drop);
@@ -643,7 +648,7 @@ void check_flash_mask() {
     for (int64_t i = 0; i < x.s; ++i)
       for (int64_t j = 0; j < x.s; ++j)
         got[size_t((bh * x.s + i) * x.s + j)] = dv[size_t((bh * x.s + j) * x.dh + i)] != 0.0f;
-  compare_mask("flash_attention dropout (dO = I, dV)", "bwd", expect, got);
+  compare_mask(std::string("flash_attention dropout (dO = I, dV)") + (tc ? " tc" : ""), "bwd", expect, got);
 }
 
 void check_flash() {
@@ -652,13 +657,16 @@ void check_flash() {
   check_flash_case({1, 2, 130, 128}, 0.1f);  // the largest head dimension
   check_flash_case({1, 4, 77, 40}, 0.0f);   // dh not a multiple of 4
   // The tensor-core form: bf16 operands, dh a multiple of 16 (40 is not: it takes the fp32 form).
+  // dh 16 and 48 leave warps without an output tile and give three column tiles; s 40 is one partial tile.
   for (lattice::FlashShape x : {lattice::FlashShape{2, 3, 200, 64}, lattice::FlashShape{1, 2, 130, 128},
-                                lattice::FlashShape{2, 2, 96, 32}}) {
+                                lattice::FlashShape{2, 2, 96, 32}, lattice::FlashShape{1, 2, 40, 16},
+                                lattice::FlashShape{1, 1, 100, 48}}) {
     x.bf16_operands = true;
     check_flash_case(x, 0.0f);
     check_flash_case(x, 0.1f);
   }
-  check_flash_mask();
+  check_flash_mask(false);
+  check_flash_mask(true);
   bool refused = false;
   try {
     lattice::cuda::flash_attention_forward(nullptr, nullptr, nullptr, nullptr, nullptr, {1, 1, 64, 160},
@@ -1032,7 +1040,7 @@ void timing_flash(bool tensor_cores) {
   lattice::FlashShape x{8, 12, 1024, 64};
   x.bf16_operands = tensor_cores;
   const size_t n = size_t(x.b * x.a * x.s * x.dh), rows = size_t(x.b * x.a * x.s);
-  const auto q = randn(n), k = randn(n), v = randn(n), dout = randn(n);
+  const auto q = bf16_valued(randn(n)), k = bf16_valued(randn(n)), v = bf16_valued(randn(n)), dout = randn(n);
   Dev<float> d_q(q), d_k(k), d_v(v), d_dout(dout), d_out(n), d_lse(rows), d_dq(n), d_dk(n), d_dv(n);
   Scratch ws(lattice::cuda::flash_attention_backward_workspace_bytes(x));
   const double fwd_flops = 2.0 * double(x.b * x.a) * double(x.s) * double(x.s) * double(x.dh);

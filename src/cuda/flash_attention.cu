@@ -1,9 +1,10 @@
-// Fused causal attention on the device (cuda/flash_attention.hpp). Thread layout in every kernel: 256
-// threads, thread t serves tile row t / 4 ("row") with its quarter q = t % 4; the quarter owns the 16
-// consecutive tile columns q·16 .. q·16 + 15 of the score tile and the head-dimension columns
-// q, q + 4, q + 8, ... of the outputs. The four threads of a row are adjacent lanes of one warp, so a
-// row's max and sum are two xor-shuffles, and a row written to shared memory by them is read back after
-// a __syncwarp.
+// Fused causal attention on the device (cuda/flash_attention.hpp): its fp32 form on the CUDA cores (the
+// bf16 tensor-core form is cuda/flash_attention_tc.cu, which the two calls at the end dispatch to).
+// Thread layout in every kernel: 256 threads, thread t serves tile row t / 4 ("row") with its quarter
+// q = t % 4; the quarter owns the 16 consecutive tile columns q·16 .. q·16 + 15 of the score tile and
+// the head-dimension columns q, q + 4, q + 8, ... of the outputs. The four threads of a row are
+// adjacent lanes of one warp, so a row's max and sum are two xor-shuffles, and a row written to shared
+// memory by them is read back after a __syncwarp.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>

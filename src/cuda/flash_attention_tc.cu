@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <mma.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "cuda/flash_attention.hpp"
@@ -56,6 +57,9 @@ __device__ __forceinline__ void load_bf16_tile(uint16_t* dst, const float* src, 
 template <class ALayout, class BLayout>
 __device__ void tile_mma(float* C, int ldc, const uint16_t* A, int lda, const uint16_t* B, int ldb, int M, int N, int K,
                          bool accumulate) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // no bf16 tensor cores before sm_80: flash_tc_supported sends such cards the fp32 form
+#else
   constexpr bool a_row = std::is_same_v<ALayout, wmma::row_major>;
   constexpr bool b_row = std::is_same_v<BLayout, wmma::row_major>;
   const int warp = int(threadIdx.x) >> 5, tiles_n = N / 16;
@@ -76,6 +80,7 @@ __device__ void tile_mma(float* C, int ldc, const uint16_t* A, int lda, const ui
     }
     wmma::store_matrix_sync(cp, c, unsigned(ldc), wmma::mem_row_major);
   }
+#endif
 }
 
 // ---- forward: one block per (query tile, b·a), the longest rows first ----
@@ -160,7 +165,8 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
 
 // The element-wise step of both backward kernels, for the 64 × 64 pair of tiles (query tile i0, key
 // tile j0): thread (row r, quarter quad) owns query i0 + r and keys quad·16 …; from S (Ss) and dP (dPs)
-// it writes P∘Z (the dropout's output, for dV) and dS·(1/√dh) as bf16 bits, zero where masked.
+// it writes P∘Z (the dropout's output, for dV; unless PZs is null) and dS·(1/√dh) as bf16 bits, zero
+// where masked.
 __device__ __forceinline__ void tc_ds_step(uint16_t* PZs, uint16_t* dSs, const float* Ss, const float* dPs, int r,
                                            int quad, int64_t n, int64_t i, int64_t j0, float li, float di,
                                            uint64_t base, const FlashArgs& p) {
@@ -177,7 +183,7 @@ __device__ __forceinline__ void tc_ds_step(uint16_t* PZs, uint16_t* dSs, const f
       pz = pr * z;
       ds = pr * (dPs[r * kSLd + jl] * z - di) * p.scale;
     }
-    PZs[r * kPLd + jl] = to_bf16_bits(pz);
+    if (PZs) PZs[r * kPLd + jl] = to_bf16_bits(pz);
     dSs[r * kPLd + jl] = to_bf16_bits(ds);
   }
 }
@@ -245,7 +251,7 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
 
 // ---- backward: dQ of one query tile, walking its key tiles ----
 size_t tc_dq_smem(int dh) {
-  return 4 * carved(size_t(kT) * (dh + 8) * 2) + 2 * carved(size_t(kT) * kSLd * 4) + 2 * carved(size_t(kT) * kPLd * 2) +
+  return 4 * carved(size_t(kT) * (dh + 8) * 2) + 2 * carved(size_t(kT) * kSLd * 4) + carved(size_t(kT) * kPLd * 2) +
          carved(size_t(kT) * (dh + 4) * 4);
 }
 __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float* dout, const float* q, const float* k,
@@ -259,7 +265,6 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float*
   uint16_t* Vs = cv.take<uint16_t>(size_t(kT) * ld);
   float* Ss = cv.take<float>(size_t(kT) * kSLd);
   float* dPs = cv.take<float>(size_t(kT) * kSLd);
-  uint16_t* PZs = cv.take<uint16_t>(size_t(kT) * kPLd);  // written by the shared step, unused here
   uint16_t* dSs = cv.take<uint16_t>(size_t(kT) * kPLd);
   float* dQs = cv.take<float>(size_t(kT) * old);
   const int64_t s = p.s;
@@ -284,7 +289,7 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float*
     tile_mma<wmma::row_major, wmma::col_major>(dPs, kSLd, dOs, ld, Vs, ld, kT, kT, dh, false);  // dP = dO·Vᵀ
     __syncthreads();
     const int64_t n = row_ok ? max(int64_t(0), min(nk, i - j0 + 1)) : 0;
-    tc_ds_step(PZs, dSs, Ss, dPs, r, quad, n, i, j0, li, di, base, p);
+    tc_ds_step(nullptr, dSs, Ss, dPs, r, quad, n, i, j0, li, di, base, p);
     __syncthreads();
     tile_mma<wmma::row_major, wmma::row_major>(dQs, old, dSs, kPLd, Ks, ld, kT, dh, kT, true);  // dQ += dS·K
   }
@@ -297,7 +302,20 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float*
 
 }  // namespace
 
-bool flash_tc_supported(const FlashShape& x) { return x.bf16_operands && x.dh % 16 == 0 && x.dh <= kFlashMaxHeadDim; }
+bool flash_tc_supported(const FlashShape& x) {
+  if (!x.bf16_operands || x.dh % 16 != 0 || x.dh > kFlashMaxHeadDim) return false;
+  // The card needs bf16 tensor cores (sm_80 on) and the shared memory of the largest block (an A100's
+  // 163 KiB does not hold the backward's at dh 112 and 128: those take the fp32 form there).
+  int device = 0, major = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  const int dh = int(x.dh);
+  return major >= 8 && size_t(optin) >= std::max({tc_forward_smem(dh), tc_dkdv_smem(dh), tc_dq_smem(dh)});
+}
 
 void flash_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
                       const AttentionDropout& drop, cudaStream_t stream) {

@@ -74,8 +74,6 @@ __device__ inline uint32_t keep_bits16(const PhiloxStreamWords& w, uint32_t thre
   }
 }
 
-// Rows [0, 64) of a tile of X [*, dh] starting at row r0 (n rows valid, the rest zero) into shared
-
 // Max and sum over the four adjacent lanes of a tile row.
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));

@@ -114,9 +114,35 @@ double GemmTimer::attention_seconds(const FlashShape& x, bool dropout, bool back
   return ring_attention_seconds(x, 0, dropout, backward);
 }
 
-double GemmTimer::ring_attention_seconds(const FlashShape& x, int c, bool dropout, bool backward) {
-  const auto key = std::make_tuple(x.b, x.a, x.s, x.dh, c, dropout, backward);
+namespace {
+// A shape whose fused attention would take more than about half a second a call on this CPU is timed
+// smaller and scaled, so that a plan never waits minutes on one timing: first on fewer heads (each
+// head's work is separate, so the time is linear in b·a), then on a shorter sequence (the causal work
+// grows as s², the factor applied; the tiles' edges make that slightly optimistic). `unit`: what s
+// must stay a multiple of (the ring's 2c chunks of whole 64-row tiles).
+constexpr double kTimedFlops = 2e10;
+double causal_flops(const FlashShape& x) { return 2.0 * double(x.b * x.a) * double(x.s) * double(x.s) * double(x.dh); }
+FlashShape timed_shape(const FlashShape& x, int64_t unit, double& factor) {
+  FlashShape m = x;
+  factor = 1.0;
+  if (causal_flops(m) <= kTimedFlops) return m;
+  int64_t heads = x.b * x.a;
+  while (heads > 1 && causal_flops({1, heads, m.s, m.dh}) > kTimedFlops) heads = (heads + 1) / 2;
+  m.b = 1, m.a = heads;
+  factor = double(x.b * x.a) / double(heads);
+  while (causal_flops(m) > kTimedFlops && m.s / 2 >= unit && (m.s / 2) % unit == 0) {
+    m.s /= 2;
+    factor *= 4.0;
+  }
+  return m;
+}
+}  // namespace
+
+double GemmTimer::ring_attention_seconds(const FlashShape& full, int c, bool dropout, bool backward) {
+  const auto key = std::make_tuple(full.b, full.a, full.s, full.dh, c, dropout, backward);
   if (const auto it = attention_cache_.find(key); it != attention_cache_.end()) return it->second;
+  double factor = 1.0;
+  const FlashShape x = timed_shape(full, c > 0 ? 2 * int64_t(c) * 64 : 64, factor);
   // One rank's tensors: its S/c positions under the ring, the whole sequence otherwise.
   const int64_t positions = c > 0 ? x.s / c : x.s;
   const size_t n = size_t(x.b * x.a * positions * x.dh), rows = size_t(x.b * x.a * positions);
@@ -159,7 +185,7 @@ double GemmTimer::ring_attention_seconds(const FlashShape& x, int c, bool dropou
   forward();  // the output and log-sum-exp the backward reads
   const double seconds = backward ? median_call_seconds(0.3, grads, 20) : median_call_seconds(0.3, forward, 20);
   omp_set_num_threads(saved);
-  return attention_cache_[key] = seconds;
+  return attention_cache_[key] = seconds * factor;
 }
 
 }  // namespace lattice::plan
