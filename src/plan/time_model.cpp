@@ -109,11 +109,14 @@ double measured_gemms(const Hardware& hw, const std::vector<GemmCall>& calls, bo
 // recompute): the preset's rate, or locally the layer's forward GEMMs' measured mean rate.
 double gemm_rate(const PlanRequest& r, const Hardware& hw, const analysis::ActivationShape& x) {
   if (!hw.local.active()) return hw.peak_flops(r.bf16_compute()) * hw.gemm_efficiency;
+  // The forward's GEMMs; with fused attention not the s² ones the fused kernel replaces (timing them
+  // would allocate the s² scores the fused run never holds).
+  auto forward = [&](const GemmCall& c) { return c.pass == GemmPass::forward && !(x.fused_attention && c.attention); };
   double flops = 0;
   const std::vector<GemmCall> calls = layer_gemms(x);
   for (const GemmCall& c : calls)
-    if (c.pass == GemmPass::forward) flops += gemm_flops(c.shape);
-  return flops / measured_gemms(hw, calls, r.bf16_compute(), [](const GemmCall& c) { return c.pass == GemmPass::forward; });
+    if (forward(c)) flops += gemm_flops(c.shape);
+  return flops / measured_gemms(hw, calls, r.bf16_compute(), forward);
 }
 
 // --hardware local with --attention fused: the fused kernel timed at this rank's share: a/(t·c)
