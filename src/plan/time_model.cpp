@@ -1,3 +1,6 @@
+// The step's time, term by term (plan/time_model.hpp). One file past the usual length on purpose:
+// every term reads the same helpers at its top (the preset rates, or --hardware local's measured
+// GEMMs, kernels and fused attention), and splitting the terms apart would split those.
 #include "plan/time_model.hpp"
 
 #include "core/stage_partition.hpp"
