@@ -59,6 +59,19 @@ bool dead_process(const std::string& digits) {
   return pid > 0 && pid != ::getpid() && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH;
 }
 
+// Whether `dir` is empty or holds only an empty marker file (a save killed before its marker said whose).
+bool holds_at_most_an_empty_marker(const fs::path& dir) {
+  std::error_code ec;
+  int entries = 0;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    std::error_code size_ec;
+    if (++entries > 1 || it->path().filename() != AtomicDir::kMarker || !it->is_regular_file(size_ec) ||
+        fs::file_size(it->path(), size_ec) != 0 || size_ec)
+      return false;
+  }
+  return !ec;
+}
+
 // Temporaries in `parent` left by processes of this host that are gone: NAME.lattice-trash-PID (a
 // replaced version being deleted; only lattice makes these names), and NAME.tmp-PID / NAME.old-PID
 // carrying our marker with that host and pid.
@@ -80,9 +93,11 @@ void remove_stale_temporaries(const std::string& parent) {
     std::ifstream marker(it->path() / AtomicDir::kMarker);
     std::string host, owner;
     if (!(marker >> host >> owner)) {
-      // Killed between making the directory and writing its marker: empty, so removing it loses
-      // nothing (fs::remove leaves a directory that holds anything).
-      if (!marker.is_open() && fs::is_empty(it->path(), ignored)) fs::remove(it->path(), ignored);
+      // Killed between making the directory and writing its marker (before or after creating the
+      // marker's file): it holds nothing else, so removing it loses nothing. One holding anything
+      // more is not known to be ours, and stays.
+      marker.close();
+      if (holds_at_most_an_empty_marker(it->path())) fs::remove_all(it->path(), ignored);
       continue;
     }
     if (host != this_host() || owner != digits) continue;  // not ours
