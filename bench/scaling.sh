@@ -14,6 +14,9 @@
 # batch on one thread at once (its step = the slower process's): what any 2-process layout could reach
 # with free communication, i.e. what splitting one 2-thread process into two 1-thread ones costs by itself.
 #
+# Also printed per layout: its step against the ceiling row's, and its exposed communication (the
+# summary's wait on communication no compute hid, the most-waiting rank's share of its step).
+#
 # Usage: bench/scaling.sh [path/to/lattice]     (default: build/lattice)
 # Env:   ROUNDS (default 3), STEPS (per run, first untimed; default 4), CASES (default all, e.g. "one dp2"),
 #        BEFORE=path/to/older/lattice runs every case with it too, interleaved, and adds its columns
@@ -97,21 +100,38 @@ def steps(c, tag=""):
         else:
             t += timed(base + ".jsonl")
     return t
+def exposed(c):  # the exposed communication: the summary's wait a rank spent on communication no compute
+    # hid (report/step_time.cpp), as a share of its step, the most-waiting rank's; median over rounds
+    fr = []
+    for r in range(1, rounds + 1):
+        try:
+            ev = [json.loads(l) for l in open(os.path.join(scratch, f"{c}_{r}.jsonl")) if l.startswith("{")]
+        except OSError:
+            continue
+        for e in ev:
+            ranks = e.get("step_time", {}).get("ranks", []) if e.get("event") == "summary" else []
+            if ranks:
+                fr.append(max(x["comm_wait_s"] / x["step_s"] for x in ranks if x["step_s"] > 0))
+    return statistics.median(fr) if fr else None
 med = {c: statistics.median(steps(c)) for c in cases if steps(c)}
 old = {c: statistics.median(steps(c, before)) for c in cases if before and steps(c, before)}
 print(f"GPT-2-small shape (L 12, h 768, a 12, s 256, v 8192, B 4, fp32), {os.cpu_count()} cores, "
       f"{rounds} interleaved rounds, medians of timed steps")
-print(f"{'run':<62}{'steps':>6}{'s/step':>9}{'efficiency':>12}{'vs bubble':>11}"
+print(f"{'run':<62}{'steps':>6}{'s/step':>9}{'efficiency':>12}{'of ceiling':>12}{'vs bubble':>11}{'exposed comm':>14}"
       + (f"{'before s/step':>15}{'before eff.':>13}" if before else ""))
 for c in cases:
     if c not in med:
         print(f"{label[c]:<62}  failed"); continue
     eff = med["one"] / med[c] if "one" in med else float("nan")
     vb = f"{eff / bubble[c]:>10.2f}" if c in bubble else f"{'':>10}"
+    ceil = f"{med['ceiling'] / med[c]:>12.2f}" if "ceiling" in med and c not in ("one", "ceiling") else f"{'':>12}"
+    x = exposed(c) if c not in ("one", "ceiling") else None
+    comm = f"{100 * x:>13.1f}%" if x is not None else f"{'':>14}"
     tail = ""
     if before and c in old:
         tail = f"{old[c]:>15.3f}{(old['one'] / old[c] if 'one' in old else float('nan')):>13.2f}"
-    print(f"{label[c]:<62}{len(steps(c)):>6}{med[c]:>9.3f}{eff:>12.2f}{vb} {tail}")
-print("efficiency = one rank's median step / the layout's (same 2 cores); vs bubble = efficiency / the 1F1B "
-      "bubble formula's 1/(1+(p-1)/m)")
+    print(f"{label[c]:<62}{len(steps(c)):>6}{med[c]:>9.3f}{eff:>12.2f}{ceil}{vb} {comm}{tail}")
+print("efficiency = one rank's median step / the layout's (same 2 cores); of ceiling = the ceiling row's step / "
+      "the layout's; vs bubble = efficiency / the 1F1B bubble formula's 1/(1+(p-1)/m); exposed comm = the "
+      "most-waiting rank's wait on communication no compute hid, share of its step (the run's summary)")
 PYEOF
