@@ -1,7 +1,7 @@
 // The bf16 passes' element-wise and column-sum kernels (cuda/bf16_fused.hpp); the row kernels'
-// (LayerNorm, softmax) bf16 forms are in cuda/rows.cu beside their fp32 forms. Each reads its fp32
-// inputs once and writes only the narrowed results: the staged sequence they replace wrote and re-read
-// an fp32 copy per step.
+// (LayerNorm, softmax) and the head layouts' bf16 forms are beside their fp32 forms, in cuda/rows.cu
+// and cuda/heads.cu. Each reads its fp32 inputs once and writes only the narrowed results: the staged
+// sequence they replace wrote and re-read an fp32 copy per step.
 #include "cuda/bf16_fused.hpp"
 #include "cuda/common.cuh"
 
@@ -10,40 +10,11 @@ using namespace detail;
 
 namespace {
 
-// Element k of [b, a, s, dh] and its place in a [b·s, width] row block (cuda/heads.cu's layout).
-struct HeadIndex {
-  int64_t row, col;
-};
-__device__ __forceinline__ HeadIndex head_index(int64_t k, int64_t s, int64_t a, int64_t dh) {
-  const int64_t e = k % dh, si = (k / dh) % s, bh = k / (dh * s), hd = bh % a, bi = bh / a;
-  return {bi * s + si, hd * dh + e};
-}
-
 __global__ void gelu_forward_bf16_kernel(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float x = pre[i];
     pre16[i] = to_bf16_bits(x);
     act16[i] = to_bf16_bits(gelu_value(x));
-  }
-}
-
-__global__ void split_heads_bf16_kernel(uint16_t* q, uint16_t* kk, uint16_t* v, const float* qkv, int64_t s, int64_t a,
-                                        int64_t dh, int64_t total) {
-  const int64_t hl = a * dh;
-  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
-    const HeadIndex x = head_index(k, s, a, dh);
-    const float* row = qkv + x.row * 3 * hl;
-    q[k] = to_bf16_bits(row[x.col]);
-    kk[k] = to_bf16_bits(row[hl + x.col]);
-    v[k] = to_bf16_bits(row[2 * hl + x.col]);
-  }
-}
-__global__ void merge_heads_bf16_kernel(uint16_t* out, const float* heads, int64_t s, int64_t a, int64_t dh,
-                                        int64_t total) {
-  const int64_t hl = a * dh;
-  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
-    const HeadIndex x = head_index(k, s, a, dh);
-    out[x.row * hl + x.col] = to_bf16_bits(heads[k]);
   }
 }
 
@@ -105,20 +76,6 @@ void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64
   if (n <= 0) return;
   gelu_forward_bf16_kernel<<<grid_for(n), kBlock, 0, stream>>>(pre16, act16, pre, n);
   check_launch("gelu_forward_bf16");
-}
-void split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv, int64_t b, int64_t s, int64_t a,
-                      int64_t dh, cudaStream_t stream) {
-  const int64_t total = b * a * s * dh;
-  if (total <= 0) return;
-  split_heads_bf16_kernel<<<grid_for(total), kBlock, 0, stream>>>(q, k, v, qkv, s, a, dh, total);
-  check_launch("split_heads_bf16");
-}
-void merge_heads_bf16(uint16_t* out, const float* heads, int64_t b, int64_t s, int64_t a, int64_t dh,
-                      cudaStream_t stream) {
-  const int64_t total = b * a * s * dh;
-  if (total <= 0) return;
-  merge_heads_bf16_kernel<<<grid_for(total), kBlock, 0, stream>>>(out, heads, s, a, dh, total);
-  check_launch("merge_heads_bf16");
 }
 void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out, Workspace ws,
                           cudaStream_t stream) {

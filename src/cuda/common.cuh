@@ -80,6 +80,18 @@ __device__ __forceinline__ float gelu_grad(float x) {
   return 0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kCoef * x * x);
 }
 
+// An fp32 value as stored in T: itself, or narrowed to bf16 bits (to_bf16's rule).
+template <class T>
+__device__ __forceinline__ T stored_as(float v);
+template <>
+__device__ __forceinline__ float stored_as<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ uint16_t stored_as<uint16_t>(float v) {
+  return to_bf16_bits(v);
+}
+
 // A value read as fp32 from fp32 or bf16 bits (the bf16 passes read their kept tensors narrow).
 __device__ __forceinline__ float load_f32(const float* p, int64_t i) { return p[i]; }
 __device__ __forceinline__ float load_f32(const uint16_t* p, int64_t i) { return from_bf16_bits(p[i]); }

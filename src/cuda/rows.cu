@@ -106,15 +106,9 @@ __global__ void layernorm_param_reduce_kernel(float* dweight, float* dbias, cons
 }
 
 // ---- causal softmax ----
-template <class Store>
-__device__ void store_as(void* dst, int64_t at, float v);
-template <>
-__device__ void store_as<float>(void* dst, int64_t at, float v) {
-  static_cast<float*>(dst)[at] = v;
-}
-template <>
-__device__ void store_as<uint16_t>(void* dst, int64_t at, float v) {
-  static_cast<uint16_t*>(dst)[at] = to_bf16_bits(v);
+template <class T>
+__device__ __forceinline__ void store_as(void* dst, int64_t at, float v) {
+  static_cast<T*>(dst)[at] = stored_as<T>(v);
 }
 
 // The softmax kernels take one warp per row (kRowBlock / 32 rows a block): a row of s ≤ a few
