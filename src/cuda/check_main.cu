@@ -736,6 +736,16 @@ std::vector<uint16_t> narrowed(const std::vector<float>& x) {
   for (size_t i = 0; i < x.size(); ++i) r[i] = lattice::to_bf16(x[i]);
   return r;
 }
+// The staged sequence a narrowing pass with its bias sums replaces — `values` (fp32, [N, out]) narrowed,
+// and bias_backward's column sums of them added to ref_db — against the pass's results, bit for bit.
+void compare_narrow_bias(const std::string& name, const std::string& narrowed_name, const float* values, int64_t N,
+                         int64_t out, Dev<uint16_t>& ref16, Dev<float>& ref_db, const Dev<uint16_t>& got16,
+                         const Dev<float>& got_db, const Scratch& ws) {
+  lattice::cuda::to_bf16(values, ref16.p, N * out);
+  lattice::cuda::bias_backward(ref_db.p, values, N, out, ws.ws());
+  compare_bits(name + " " + narrowed_name, "bwd", ref16.get(), got16.get());
+  compare_bits(name + " db", "bwd", ref_db.get(), got_db.get());
+}
 void check_bf16_fused() {
   namespace cu = lattice::cuda;
   // 200 rows: three column chunks, the last one short.
@@ -817,10 +827,7 @@ void check_bf16_fused() {
     Dev<uint16_t> d_pre16(pre16), o16{size_t(N * out)}, o16s{size_t(N * out)};
     Scratch ws(cu::bias_backward_workspace_bytes(N, C > out ? C : out));
     cu::narrow_bias_backward(o16.p, db.p, d_dy.p, N, out, ws.ws());
-    cu::to_bf16(d_dy.p, o16s.p, N * out);
-    cu::bias_backward(dbs.p, d_dy.p, N, out, ws.ws());
-    compare_bits("narrow_bias_backward dy16", "bwd", o16s.get(), o16.get());
-    compare_bits("narrow_bias_backward db", "bwd", dbs.get(), db.get());
+    compare_narrow_bias("narrow_bias_backward", "dy16", d_dy.p, N, out, o16s, dbs, o16, db, ws);
     auto cdb = db0;
     std::vector<uint16_t> c16(static_cast<size_t>(N * out));
     lattice::narrow_bias_backward(c16.data(), cdb.data(), dy.data(), N, out);
@@ -830,10 +837,7 @@ void check_bf16_fused() {
     cu::gelu_backward_narrow(o16.p, db.p, d_pre16.p, d_dy.p, N, out, ws.ws());
     cu::from_bf16(d_pre16.p, wide.p, N * out);
     cu::gelu_backward(g.p, wide.p, d_dy.p, N * out);
-    cu::to_bf16(g.p, o16s.p, N * out);
-    cu::bias_backward(dbs.p, g.p, N, out, ws.ws());
-    compare_bits("gelu_backward_narrow g16", "bwd", o16s.get(), o16.get());
-    compare_bits("gelu_backward_narrow db", "bwd", dbs.get(), db.get());
+    compare_narrow_bias("gelu_backward_narrow", "g16", g.p, N, out, o16s, dbs, o16, db, ws);
     cdb = db0;
     lattice::gelu_backward_narrow(c16.data(), cdb.data(), pre16.data(), dy.data(), N, out);
     compare_bf16("gelu_backward_narrow g16 vs cpu", "bwd", c16, o16.get());
@@ -845,10 +849,7 @@ void check_bf16_fused() {
     Dev<uint16_t> m16{size_t(N * C)}, m16s{size_t(N * C)};
     cu::merge_qkv_grads_narrow(m16.p, qb.p, d_dq.p, d_dk.p, d_dv.p, b, s, a, dh, ws.ws());
     cu::merge_qkv_grads(merged.p, d_dq.p, d_dk.p, d_dv.p, b, s, a, dh);
-    cu::to_bf16(merged.p, m16s.p, N * C);
-    cu::bias_backward(qbs.p, merged.p, N, C, ws.ws());
-    compare_bits("merge_qkv_grads_narrow dqkv16", "bwd", m16s.get(), m16.get());
-    compare_bits("merge_qkv_grads_narrow db", "bwd", qbs.get(), qb.get());
+    compare_narrow_bias("merge_qkv_grads_narrow", "dqkv16", merged.p, N, C, m16s, qbs, m16, qb, ws);
     auto cqb = qb0;
     std::vector<uint16_t> cm16(static_cast<size_t>(N * C));
     lattice::merge_qkv_grads_narrow(cm16.data(), cqb.data(), dq.data(), dk.data(), dv.data(), hs);
