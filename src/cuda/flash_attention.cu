@@ -71,34 +71,12 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out, flo
     // Keys j0 .. j0 + n - 1 are visible to query i (j <= i); n is the same for the row's four threads.
     const int64_t n = row_ok ? max(int64_t(0), min(nk, i - j0 + 1)) : 0;
     float sc[16];
-    float mx = m;
 #pragma unroll
-    for (int kk = 0; kk < 16; ++kk) {
-      const int jl = quad * 16 + kk;
-      sc[kk] = dot(Qs + r * ld, Ks + jl * ld, dh) * p.scale;
-      if (jl < n) mx = fmaxf(mx, sc[kk]);
-    }
-    mx = quad_max(mx);
-    float sum = 0.0f;
-    const float corr = n > 0 ? fast_exp(m - mx) : 1.0f;  // 0-ish on the first tile (fast_exp(-inf) = e^-87)
-    const uint32_t keep = (p.dropout && n > 0) ? keep_bits16(p.words, p.threshold, base + uint64_t(i) * uint64_t(s) +
-                                                                                       uint64_t(j0 + quad * 16))
-                                               : 0xffffu;
+    for (int kk = 0; kk < 16; ++kk) sc[kk] = dot(Qs + r * ld, Ks + (quad * 16 + kk) * ld, dh) * p.scale;
+    const float corr = online_softmax_step(sc, n, quad, row_keep_bits(p, base, i, j0, quad, n), p, m, l,
+                                           [&](int jl, float e) { Ps[r * kPLd + jl] = e; });
 #pragma unroll
-    for (int kk = 0; kk < 16; ++kk) {
-      const int jl = quad * 16 + kk;
-      float e = jl < n ? fast_exp(sc[kk] - mx) : 0.0f;
-      sum += e;
-      if (p.dropout) e = ((keep >> kk) & 1u) ? e * p.keep_scale : 0.0f;
-      Ps[r * kPLd + jl] = e;
-    }
-    sum = quad_sum(sum);
-    if (n > 0) {
-      l = l * corr + sum;
-      m = mx;
-#pragma unroll
-      for (int c = 0; c < NC; ++c) acc[c] *= corr;
-    }
+    for (int c = 0; c < NC; ++c) acc[c] *= corr;
     __syncwarp();  // the row's probabilities, written by its four lanes, are read by all four
     for (int jl = 0; jl < nk; ++jl) {
       const float pj = Ps[r * kPLd + jl];
@@ -237,9 +215,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(float* dq, const flo
     load_tile(Vs, v + head + j0 * dh, nk, dh, ld);
     __syncthreads();
     const int64_t n = row_ok ? max(int64_t(0), min(nk, i - j0 + 1)) : 0;
-    const uint32_t keep = (p.dropout && n > 0) ? keep_bits16(p.words, p.threshold, base + uint64_t(i) * uint64_t(s) +
-                                                                                       uint64_t(j0 + quad * 16))
-                                               : 0xffffu;
+    const uint32_t keep = row_keep_bits(p, base, i, j0, quad, n);
 #pragma unroll 4
     for (int kk = 0; kk < 16; ++kk) {
       const int jl = quad * 16 + kk;
@@ -248,7 +224,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(float* dq, const flo
         const float sv = dot(Qs + r * ld, Ks + jl * ld, dh) * p.scale;
         const float dp = dot(dOs + r * ld, Vs + jl * ld, dh);
         const float pr = fast_exp(sv - li);
-        const float z = p.dropout ? (((keep >> kk) & 1u) ? p.keep_scale : 0.0f) : 1.0f;
+        const float z = keep_factor(p, keep, kk);
         ds = pr * (dp * z - di) * p.scale;
       }
       dSs[r * kPLd + jl] = ds;

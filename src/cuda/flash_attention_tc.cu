@@ -30,17 +30,73 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kSLd = kT + 4;    // fp32 64 × 64 tiles (WMMA: a multiple of 4 floats)
 constexpr int kPLd = kT + 8;    // bf16 64 × 64 tiles (WMMA: a multiple of 8 halves)
 
-// Shared memory, carved in 128-byte pieces (WMMA loads want 32-byte aligned tiles).
+// Shared memory, carved in 128-byte pieces (WMMA loads want 32-byte aligned tiles) from `base`. Each
+// kernel's layout function below carves its tiles in order; the launch asks for what the same
+// function carves from base 0 (`at`), so the size cannot drift from the layout.
 struct Carver {
-  unsigned char* at;
+  uintptr_t base;
+  size_t at = 0;
   template <class T>
-  __device__ T* take(size_t count) {
-    T* p = reinterpret_cast<T*>(at);
+  __host__ __device__ T* take(size_t count) {
+    T* p = reinterpret_cast<T*>(base + at);
     at += (count * sizeof(T) + 127) / 128 * 128;
     return p;
   }
 };
-size_t carved(size_t bytes) { return (bytes + 127) / 128 * 128; }
+
+// The forward's tiles: Q, K, V (bf16, row stride dh + 8), S (fp32), P (bf16), the output O (fp32, row
+// stride dh + 4) and each row's rescaling factor.
+struct ForwardTiles {
+  uint16_t *Q, *K, *V;
+  float* S;
+  uint16_t* P;
+  float *O, *corr;
+  size_t bytes;
+};
+__host__ __device__ inline ForwardTiles forward_tiles(uintptr_t base, int dh) {
+  Carver c{base};
+  ForwardTiles t;
+  t.Q = c.take<uint16_t>(size_t(kT) * (dh + 8));
+  t.K = c.take<uint16_t>(size_t(kT) * (dh + 8));
+  t.V = c.take<uint16_t>(size_t(kT) * (dh + 8));
+  t.S = c.take<float>(size_t(kT) * kSLd);
+  t.P = c.take<uint16_t>(size_t(kT) * kPLd);
+  t.O = c.take<float>(size_t(kT) * (dh + 4));
+  t.corr = c.take<float>(kT);
+  t.bytes = c.at;
+  return t;
+}
+
+// The backward kernels' tiles: Q, dO, K, V (bf16), S and dP (fp32), dS (bf16, [query][key]) and the
+// accumulated gradient (fp32: dQ, or dK); the key tile's kernel (`key_tile`) also P∘Z (bf16, for dV),
+// dV, and the query tile's log-sum-exp and D.
+struct BackwardTiles {
+  uint16_t *Q, *dO, *K, *V;
+  float *S, *dP;
+  uint16_t *dS, *PZ = nullptr;
+  float *acc, *acc_v = nullptr, *L = nullptr, *D = nullptr;
+  size_t bytes;
+};
+__host__ __device__ inline BackwardTiles backward_tiles(uintptr_t base, int dh, bool key_tile) {
+  Carver c{base};
+  BackwardTiles t;
+  t.Q = c.take<uint16_t>(size_t(kT) * (dh + 8));
+  t.dO = c.take<uint16_t>(size_t(kT) * (dh + 8));
+  t.K = c.take<uint16_t>(size_t(kT) * (dh + 8));
+  t.V = c.take<uint16_t>(size_t(kT) * (dh + 8));
+  t.S = c.take<float>(size_t(kT) * kSLd);
+  t.dP = c.take<float>(size_t(kT) * kSLd);
+  t.dS = c.take<uint16_t>(size_t(kT) * kPLd);
+  t.acc = c.take<float>(size_t(kT) * (dh + 4));
+  if (key_tile) {
+    t.PZ = c.take<uint16_t>(size_t(kT) * kPLd);
+    t.acc_v = c.take<float>(size_t(kT) * (dh + 4));
+    t.L = c.take<float>(kT);
+    t.D = c.take<float>(kT);
+  }
+  t.bytes = c.at;
+  return t;
+}
 
 // Rows [0, 64) of X [*, dh] (n valid, the rest zero) as bf16 bits with row stride ld.
 __device__ __forceinline__ void load_bf16_tile(uint16_t* dst, const float* src, int64_t n, int dh, int ld) {
@@ -84,219 +140,153 @@ __device__ void tile_mma(float* C, int ldc, const uint16_t* A, int lda, const ui
 }
 
 // ---- forward: one block per (query tile, b·a), the longest rows first ----
-size_t tc_forward_smem(int dh) {
-  return 3 * carved(size_t(kT) * (dh + 8) * 2) + carved(size_t(kT) * kSLd * 4) + carved(size_t(kT) * kPLd * 2) +
-         carved(size_t(kT) * (dh + 4) * 4) + carved(kT * 4);
-}
 __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float* lse, const float* q, const float* k,
                                                               const float* v, FlashArgs p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), ld = dh + 8, old = dh + 4;
-  Carver cv{smem};
-  uint16_t* Qs = cv.take<uint16_t>(size_t(kT) * ld);
-  uint16_t* Ks = cv.take<uint16_t>(size_t(kT) * ld);
-  uint16_t* Vs = cv.take<uint16_t>(size_t(kT) * ld);
-  float* Ss = cv.take<float>(size_t(kT) * kSLd);
-  uint16_t* Ps = cv.take<uint16_t>(size_t(kT) * kPLd);
-  float* Os = cv.take<float>(size_t(kT) * old);
-  float* corr_s = cv.take<float>(kT);
+  const ForwardTiles t = forward_tiles(reinterpret_cast<uintptr_t>(smem), dh);
   const int64_t s = p.s;
   const int64_t qb = int64_t(gridDim.x) - 1 - blockIdx.x;
   const int64_t bh = blockIdx.y, head = bh * s * dh, i0 = qb * kT, nq = min(int64_t(kT), s - i0);
   const int r = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
   const int64_t i = i0 + r;
   const bool row_ok = r < nq;
-  load_bf16_tile(Qs, q + head + i0 * dh, nq, dh, ld);
-  for (int idx = int(threadIdx.x); idx < kT * old; idx += kThreads) Os[idx] = 0.0f;
+  load_bf16_tile(t.Q, q + head + i0 * dh, nq, dh, ld);
+  for (int idx = int(threadIdx.x); idx < kT * old; idx += kThreads) t.O[idx] = 0.0f;
   const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
   float m = -__int_as_float(0x7f800000), l = 0.0f;
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {  // causal: key tiles past the tile's last query skipped
     const int64_t nk = min(int64_t(kT), s - j0);
     __syncthreads();  // the previous tile's K, V, P reads are done
-    load_bf16_tile(Ks, k + head + j0 * dh, nk, dh, ld);
-    load_bf16_tile(Vs, v + head + j0 * dh, nk, dh, ld);
+    load_bf16_tile(t.K, k + head + j0 * dh, nk, dh, ld);
+    load_bf16_tile(t.V, v + head + j0 * dh, nk, dh, ld);
     __syncthreads();
-    tile_mma<wmma::row_major, wmma::col_major>(Ss, kSLd, Qs, ld, Ks, ld, kT, kT, dh, false);  // S = Q·Kᵀ
+    tile_mma<wmma::row_major, wmma::col_major>(t.S, kSLd, t.Q, ld, t.K, ld, kT, kT, dh, false);  // S = Q·Kᵀ
     __syncthreads();
     const int64_t n = row_ok ? max(int64_t(0), min(nk, i - j0 + 1)) : 0;
     float sc[16];
-    float mx = m;
 #pragma unroll
-    for (int kk = 0; kk < 16; ++kk) {
-      const int jl = quad * 16 + kk;
-      sc[kk] = Ss[r * kSLd + jl] * p.scale;
-      if (jl < n) mx = fmaxf(mx, sc[kk]);
-    }
-    mx = quad_max(mx);
-    float sum = 0.0f;
-    const float corr = n > 0 ? fast_exp(m - mx) : 1.0f;
-    const uint32_t keep = (p.dropout && n > 0) ? keep_bits16(p.words, p.threshold, base + uint64_t(i) * uint64_t(s) +
-                                                                                       uint64_t(j0 + quad * 16))
-                                               : 0xffffu;
-#pragma unroll
-    for (int kk = 0; kk < 16; ++kk) {
-      const int jl = quad * 16 + kk;
-      float e = jl < n ? fast_exp(sc[kk] - mx) : 0.0f;
-      sum += e;
-      if (p.dropout) e = ((keep >> kk) & 1u) ? e * p.keep_scale : 0.0f;
-      Ps[r * kPLd + jl] = to_bf16_bits(e);
-    }
-    sum = quad_sum(sum);
-    if (n > 0) {
-      l = l * corr + sum;
-      m = mx;
-    }
-    if (quad == 0) corr_s[r] = n > 0 ? corr : 1.0f;
+    for (int kk = 0; kk < 16; ++kk) sc[kk] = t.S[r * kSLd + quad * 16 + kk] * p.scale;
+    const float corr = online_softmax_step(sc, n, quad, row_keep_bits(p, base, i, j0, quad, n), p, m, l,
+                                           [&](int jl, float e) { t.P[r * kPLd + jl] = to_bf16_bits(e); });
+    if (quad == 0) t.corr[r] = corr;
     __syncthreads();
-    for (int idx = int(threadIdx.x); idx < kT * dh; idx += kThreads) Os[(idx / dh) * old + idx % dh] *= corr_s[idx / dh];
+    for (int idx = int(threadIdx.x); idx < kT * dh; idx += kThreads) t.O[(idx / dh) * old + idx % dh] *= t.corr[idx / dh];
     __syncthreads();
-    tile_mma<wmma::row_major, wmma::row_major>(Os, old, Ps, kPLd, Vs, ld, kT, dh, kT, true);  // O += P·V
+    tile_mma<wmma::row_major, wmma::row_major>(t.O, old, t.P, kPLd, t.V, ld, kT, dh, kT, true);  // O += P·V
   }
   __syncthreads();
-  if (quad == 0) corr_s[r] = row_ok ? 1.0f / l : 0.0f;
+  if (quad == 0) t.corr[r] = row_ok ? 1.0f / l : 0.0f;
   if (row_ok && quad == 0) lse[bh * s + i] = m + logf(l);
   __syncthreads();
   for (int idx = int(threadIdx.x); idx < int(nq) * dh; idx += kThreads) {
     const int rr = idx / dh, e = idx % dh;
-    out[head + (i0 + rr) * dh + e] = Os[rr * old + e] * corr_s[rr];
+    out[head + (i0 + rr) * dh + e] = t.O[rr * old + e] * t.corr[rr];
   }
 }
 
-// The element-wise step of both backward kernels, for the 64 × 64 pair of tiles (query tile i0, key
-// tile j0): thread (row r, quarter quad) owns query i0 + r and keys quad·16 …; from S (Ss) and dP (dPs)
-// it writes P∘Z (the dropout's output, for dV; unless PZs is null) and dS·(1/√dh) as bf16 bits, zero
-// where masked.
-__device__ __forceinline__ void tc_ds_step(uint16_t* PZs, uint16_t* dSs, const float* Ss, const float* dPs, int r,
-                                           int quad, int64_t n, int64_t i, int64_t j0, float li, float di,
-                                           uint64_t base, const FlashArgs& p) {
-  const uint32_t keep = (p.dropout && n > 0) ? keep_bits16(p.words, p.threshold, base + uint64_t(i) * uint64_t(p.s) +
-                                                                                     uint64_t(j0 + quad * 16))
-                                             : 0xffffu;
+// What both backward kernels compute for a pair of tiles (query tile i0, key tile j0), the block
+// synchronised before and after: S = Q·Kᵀ and dP = dO·Vᵀ on the tensor cores, then thread (row r,
+// quarter quad), owning query i = i0 + r and keys quad·16 … (n of them visible), writes dS·(1/√dh)
+// and, for the key tile's kernel (t.PZ), P∘Z (the dropout's output, for dV), as bf16 bits, zero where
+// masked. li, di: the query's log-sum-exp and D.
+__device__ void tc_backward_pair(const BackwardTiles& t, int dh, int r, int quad, int64_t n, int64_t i, int64_t j0,
+                                 float li, float di, uint64_t base, const FlashArgs& p) {
+  const int ld = dh + 8;
+  tile_mma<wmma::row_major, wmma::col_major>(t.S, kSLd, t.Q, ld, t.K, ld, kT, kT, dh, false);    // S = Q·Kᵀ
+  tile_mma<wmma::row_major, wmma::col_major>(t.dP, kSLd, t.dO, ld, t.V, ld, kT, kT, dh, false);  // dP = dO·Vᵀ
+  __syncthreads();
+  const uint32_t keep = row_keep_bits(p, base, i, j0, quad, n);
 #pragma unroll 4
   for (int kk = 0; kk < 16; ++kk) {
     const int jl = quad * 16 + kk;
     float pz = 0.0f, ds = 0.0f;
     if (jl < n) {
-      const float pr = fast_exp(Ss[r * kSLd + jl] * p.scale - li);
-      const float z = p.dropout ? (((keep >> kk) & 1u) ? p.keep_scale : 0.0f) : 1.0f;
+      const float pr = fast_exp(t.S[r * kSLd + jl] * p.scale - li);
+      const float z = keep_factor(p, keep, kk);
       pz = pr * z;
-      ds = pr * (dPs[r * kSLd + jl] * z - di) * p.scale;
+      ds = pr * (t.dP[r * kSLd + jl] * z - di) * p.scale;
     }
-    if (PZs) PZs[r * kPLd + jl] = to_bf16_bits(pz);
-    dSs[r * kPLd + jl] = to_bf16_bits(ds);
+    if (t.PZ) t.PZ[r * kPLd + jl] = to_bf16_bits(pz);
+    t.dS[r * kPLd + jl] = to_bf16_bits(ds);
   }
+  __syncthreads();
 }
 
 // ---- backward: dK, dV of one key tile, walking its query tiles ----
-size_t tc_dkdv_smem(int dh) {
-  return 4 * carved(size_t(kT) * (dh + 8) * 2) + 2 * carved(size_t(kT) * kSLd * 4) + 2 * carved(size_t(kT) * kPLd * 2) +
-         2 * carved(size_t(kT) * (dh + 4) * 4) + 2 * carved(kT * 4);
-}
 __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv, const float* dout, const float* q,
                                                            const float* k, const float* v, const float* lse,
                                                            const float* D, FlashArgs p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), ld = dh + 8, old = dh + 4;
-  Carver cv{smem};
-  uint16_t* Ks = cv.take<uint16_t>(size_t(kT) * ld);
-  uint16_t* Vs = cv.take<uint16_t>(size_t(kT) * ld);
-  uint16_t* Qs = cv.take<uint16_t>(size_t(kT) * ld);
-  uint16_t* dOs = cv.take<uint16_t>(size_t(kT) * ld);
-  float* Ss = cv.take<float>(size_t(kT) * kSLd);
-  float* dPs = cv.take<float>(size_t(kT) * kSLd);
-  uint16_t* PZs = cv.take<uint16_t>(size_t(kT) * kPLd);  // [query][key]
-  uint16_t* dSs = cv.take<uint16_t>(size_t(kT) * kPLd);  // [query][key]
-  float* dKs = cv.take<float>(size_t(kT) * old);
-  float* dVs = cv.take<float>(size_t(kT) * old);
-  float* Ls = cv.take<float>(kT);
-  float* Ds = cv.take<float>(kT);
+  const BackwardTiles t = backward_tiles(reinterpret_cast<uintptr_t>(smem), dh, true);
   const int64_t s = p.s;
   const int64_t bh = blockIdx.y, head = bh * s * dh, j0 = int64_t(blockIdx.x) * kT, nk = min(int64_t(kT), s - j0);
   const int r = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
-  load_bf16_tile(Ks, k + head + j0 * dh, nk, dh, ld);
-  load_bf16_tile(Vs, v + head + j0 * dh, nk, dh, ld);
-  for (int idx = int(threadIdx.x); idx < kT * old; idx += kThreads) dKs[idx] = 0.0f, dVs[idx] = 0.0f;
+  load_bf16_tile(t.K, k + head + j0 * dh, nk, dh, ld);
+  load_bf16_tile(t.V, v + head + j0 * dh, nk, dh, ld);
+  for (int idx = int(threadIdx.x); idx < kT * old; idx += kThreads) t.acc[idx] = 0.0f, t.acc_v[idx] = 0.0f;
   const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
 
   for (int64_t i0 = j0; i0 < s; i0 += kT) {  // causal: query tiles before the key tile see none of it
     const int64_t nq = min(int64_t(kT), s - i0);
     __syncthreads();  // the previous query tile's reads are done
-    load_bf16_tile(Qs, q + head + i0 * dh, nq, dh, ld);
-    load_bf16_tile(dOs, dout + head + i0 * dh, nq, dh, ld);
+    load_bf16_tile(t.Q, q + head + i0 * dh, nq, dh, ld);
+    load_bf16_tile(t.dO, dout + head + i0 * dh, nq, dh, ld);
     if (threadIdx.x < kT) {
       const bool ok = int64_t(threadIdx.x) < nq;
-      Ls[threadIdx.x] = ok ? lse[bh * s + i0 + threadIdx.x] : 0.0f;
-      Ds[threadIdx.x] = ok ? D[bh * s + i0 + threadIdx.x] : 0.0f;
+      t.L[threadIdx.x] = ok ? lse[bh * s + i0 + threadIdx.x] : 0.0f;
+      t.D[threadIdx.x] = ok ? D[bh * s + i0 + threadIdx.x] : 0.0f;
     }
-    __syncthreads();
-    tile_mma<wmma::row_major, wmma::col_major>(Ss, kSLd, Qs, ld, Ks, ld, kT, kT, dh, false);    // S = Q·Kᵀ
-    tile_mma<wmma::row_major, wmma::col_major>(dPs, kSLd, dOs, ld, Vs, ld, kT, kT, dh, false);  // dP = dO·Vᵀ
     __syncthreads();
     const int64_t i = i0 + r;
     const int64_t n = r < nq ? max(int64_t(0), min(nk, i - j0 + 1)) : 0;
-    tc_ds_step(PZs, dSs, Ss, dPs, r, quad, n, i, j0, Ls[r], Ds[r], base, p);
-    __syncthreads();
+    tc_backward_pair(t, dh, r, quad, n, i, j0, t.L[r], t.D[r], base, p);
     // dV += (P∘Z)ᵀ·dO and dK += dSᵀ·Q: the [query][key] tiles read column-major as [key][query].
-    tile_mma<wmma::col_major, wmma::row_major>(dVs, old, PZs, kPLd, dOs, ld, kT, dh, kT, true);
-    tile_mma<wmma::col_major, wmma::row_major>(dKs, old, dSs, kPLd, Qs, ld, kT, dh, kT, true);
+    tile_mma<wmma::col_major, wmma::row_major>(t.acc_v, old, t.PZ, kPLd, t.dO, ld, kT, dh, kT, true);
+    tile_mma<wmma::col_major, wmma::row_major>(t.acc, old, t.dS, kPLd, t.Q, ld, kT, dh, kT, true);
   }
   __syncthreads();
   for (int idx = int(threadIdx.x); idx < int(nk) * dh; idx += kThreads) {
     const int rr = idx / dh, e = idx % dh;
-    dk[head + (j0 + rr) * dh + e] = dKs[rr * old + e];
-    dv[head + (j0 + rr) * dh + e] = dVs[rr * old + e];
+    dk[head + (j0 + rr) * dh + e] = t.acc[rr * old + e];
+    dv[head + (j0 + rr) * dh + e] = t.acc_v[rr * old + e];
   }
 }
 
 // ---- backward: dQ of one query tile, walking its key tiles ----
-size_t tc_dq_smem(int dh) {
-  return 4 * carved(size_t(kT) * (dh + 8) * 2) + 2 * carved(size_t(kT) * kSLd * 4) + carved(size_t(kT) * kPLd * 2) +
-         carved(size_t(kT) * (dh + 4) * 4);
-}
 __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float* dout, const float* q, const float* k,
                                                          const float* v, const float* lse, const float* D, FlashArgs p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), ld = dh + 8, old = dh + 4;
-  Carver cv{smem};
-  uint16_t* Qs = cv.take<uint16_t>(size_t(kT) * ld);
-  uint16_t* dOs = cv.take<uint16_t>(size_t(kT) * ld);
-  uint16_t* Ks = cv.take<uint16_t>(size_t(kT) * ld);
-  uint16_t* Vs = cv.take<uint16_t>(size_t(kT) * ld);
-  float* Ss = cv.take<float>(size_t(kT) * kSLd);
-  float* dPs = cv.take<float>(size_t(kT) * kSLd);
-  uint16_t* dSs = cv.take<uint16_t>(size_t(kT) * kPLd);
-  float* dQs = cv.take<float>(size_t(kT) * old);
+  const BackwardTiles t = backward_tiles(reinterpret_cast<uintptr_t>(smem), dh, false);
   const int64_t s = p.s;
   const int64_t qb = int64_t(gridDim.x) - 1 - blockIdx.x;
   const int64_t bh = blockIdx.y, head = bh * s * dh, i0 = qb * kT, nq = min(int64_t(kT), s - i0);
   const int r = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
   const int64_t i = i0 + r;
   const bool row_ok = r < nq;
-  load_bf16_tile(Qs, q + head + i0 * dh, nq, dh, ld);
-  load_bf16_tile(dOs, dout + head + i0 * dh, nq, dh, ld);
-  for (int idx = int(threadIdx.x); idx < kT * old; idx += kThreads) dQs[idx] = 0.0f;
+  load_bf16_tile(t.Q, q + head + i0 * dh, nq, dh, ld);
+  load_bf16_tile(t.dO, dout + head + i0 * dh, nq, dh, ld);
+  for (int idx = int(threadIdx.x); idx < kT * old; idx += kThreads) t.acc[idx] = 0.0f;
   const float li = row_ok ? lse[bh * s + i] : 0.0f, di = row_ok ? D[bh * s + i] : 0.0f;
   const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {
     const int64_t nk = min(int64_t(kT), s - j0);
     __syncthreads();
-    load_bf16_tile(Ks, k + head + j0 * dh, nk, dh, ld);
-    load_bf16_tile(Vs, v + head + j0 * dh, nk, dh, ld);
-    __syncthreads();
-    tile_mma<wmma::row_major, wmma::col_major>(Ss, kSLd, Qs, ld, Ks, ld, kT, kT, dh, false);    // S = Q·Kᵀ
-    tile_mma<wmma::row_major, wmma::col_major>(dPs, kSLd, dOs, ld, Vs, ld, kT, kT, dh, false);  // dP = dO·Vᵀ
+    load_bf16_tile(t.K, k + head + j0 * dh, nk, dh, ld);
+    load_bf16_tile(t.V, v + head + j0 * dh, nk, dh, ld);
     __syncthreads();
     const int64_t n = row_ok ? max(int64_t(0), min(nk, i - j0 + 1)) : 0;
-    tc_ds_step(nullptr, dSs, Ss, dPs, r, quad, n, i, j0, li, di, base, p);
-    __syncthreads();
-    tile_mma<wmma::row_major, wmma::row_major>(dQs, old, dSs, kPLd, Ks, ld, kT, dh, kT, true);  // dQ += dS·K
+    tc_backward_pair(t, dh, r, quad, n, i, j0, li, di, base, p);
+    tile_mma<wmma::row_major, wmma::row_major>(t.acc, old, t.dS, kPLd, t.K, ld, kT, dh, kT, true);  // dQ += dS·K
   }
   __syncthreads();
   for (int idx = int(threadIdx.x); idx < int(nq) * dh; idx += kThreads) {
     const int rr = idx / dh, e = idx % dh;
-    dq[head + (i0 + rr) * dh + e] = dQs[rr * old + e];
+    dq[head + (i0 + rr) * dh + e] = t.acc[rr * old + e];
   }
 }
 
@@ -314,13 +304,13 @@ bool flash_tc_supported(const FlashShape& x) {
     return false;
   }
   const int dh = int(x.dh);
-  return major >= 8 && size_t(optin) >= std::max({tc_forward_smem(dh), tc_dkdv_smem(dh), tc_dq_smem(dh)});
+  return major >= 8 && size_t(optin) >= std::max(forward_tiles(0, dh).bytes, backward_tiles(0, dh, true).bytes);
 }
 
 void flash_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
                       const AttentionDropout& drop, cudaStream_t stream) {
   const FlashArgs p = make_args(x, drop);
-  const size_t bytes = tc_forward_smem(int(x.dh));
+  const size_t bytes = forward_tiles(0, int(x.dh)).bytes;
   allow_smem(tc_forward_kernel, bytes, "flash_attention_forward (tensor cores)");
   const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
   tc_forward_kernel<<<grid, kThreads, bytes, stream>>>(out, lse, q, k, v, p);
@@ -332,7 +322,7 @@ void flash_tc_backward(float* dq, float* dk, float* dv, const float* dout, const
                        const AttentionDropout& drop, cudaStream_t stream) {
   const FlashArgs p = make_args(x, drop);
   const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
-  const size_t b1 = tc_dkdv_smem(int(x.dh)), b2 = tc_dq_smem(int(x.dh));
+  const size_t b1 = backward_tiles(0, int(x.dh), true).bytes, b2 = backward_tiles(0, int(x.dh), false).bytes;
   allow_smem(tc_dkdv_kernel, b1, "flash_attention_backward dK dV (tensor cores)");
   allow_smem(tc_dq_kernel, b2, "flash_attention_backward dQ (tensor cores)");
   tc_dkdv_kernel<<<grid, kThreads, b1, stream>>>(dk, dv, dout, q, k, v, lse, D, p);

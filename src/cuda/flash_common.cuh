@@ -84,6 +84,49 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// The keep flags of query i's 16 columns j0 + quad·16 … of a key tile (bit k: column quad·16 + k), or
+// all kept when there is no dropout or the row sees none of the tile (n its visible keys).
+__device__ __forceinline__ uint32_t row_keep_bits(const FlashArgs& p, uint64_t base, int64_t i, int64_t j0, int quad,
+                                                  int64_t n) {
+  return (p.dropout && n > 0)
+             ? keep_bits16(p.words, p.threshold, base + uint64_t(i) * uint64_t(p.s) + uint64_t(j0 + quad * 16))
+             : 0xffffu;
+}
+// The dropout's factor Z of column kk of those: 1/(1−p) kept, 0 dropped, 1 without dropout.
+__device__ __forceinline__ float keep_factor(const FlashArgs& p, uint32_t keep, int kk) {
+  return p.dropout ? (((keep >> kk) & 1u) ? p.keep_scale : 0.0f) : 1.0f;
+}
+
+// One key tile's step of a tile row's online softmax, four threads a row with 16 scaled scores each
+// (sc): the row's running max m and sum l take its first n (visible) columns, and store(jl, e) gets
+// each column's probability after the dropout (0 where masked). Returns the factor the row's running
+// output is to be scaled by (1 where the row sees none of the tile). Every lane of the warp calls it.
+template <class Store>
+__device__ __forceinline__ float online_softmax_step(const float (&sc)[16], int64_t n, int quad, uint32_t keep,
+                                                     const FlashArgs& p, float& m, float& l, Store store) {
+  float mx = m;
+#pragma unroll
+  for (int kk = 0; kk < 16; ++kk)
+    if (quad * 16 + kk < n) mx = fmaxf(mx, sc[kk]);
+  mx = quad_max(mx);
+  float sum = 0.0f;
+  const float corr = n > 0 ? fast_exp(m - mx) : 1.0f;  // 0-ish on the first tile (fast_exp(-inf) = e^-87)
+#pragma unroll
+  for (int kk = 0; kk < 16; ++kk) {
+    const int jl = quad * 16 + kk;
+    float e = jl < n ? fast_exp(sc[kk] - mx) : 0.0f;
+    sum += e;
+    if (p.dropout) e = ((keep >> kk) & 1u) ? e * p.keep_scale : 0.0f;
+    store(jl, e);
+  }
+  sum = quad_sum(sum);
+  if (n > 0) {
+    l = l * corr + sum;
+    m = mx;
+  }
+  return corr;
+}
+
 // Opts the kernel in to `bytes` of dynamic shared memory (past the default 48 KiB), or says why not.
 template <class Kernel>
 inline void allow_smem(Kernel kernel, size_t bytes, const char* name) {
