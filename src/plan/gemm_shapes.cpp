@@ -110,10 +110,6 @@ double GemmTimer::seconds(const GemmShape& s, bool bf16) {
   return cache_[key] = seconds;
 }
 
-double GemmTimer::attention_seconds(const FlashShape& x, bool dropout, bool backward) {
-  return ring_attention_seconds(x, 0, dropout, backward);
-}
-
 namespace {
 // A shape whose fused attention would take more than about half a second a call on this CPU is timed
 // smaller and scaled, so that a plan never waits minutes on one timing: first on fewer heads (each
@@ -138,7 +134,7 @@ FlashShape timed_shape(const FlashShape& x, int64_t unit, double& factor) {
 }
 }  // namespace
 
-double GemmTimer::ring_attention_seconds(const FlashShape& full, int c, bool dropout, bool backward) {
+double GemmTimer::attention_seconds(const FlashShape& full, int c, bool dropout, bool backward) {
   const auto key = std::make_tuple(full.b, full.a, full.s, full.dh, c, dropout, backward);
   if (const auto it = attention_cache_.find(key); it != attention_cache_.end()) return it->second;
   double factor = 1.0;

@@ -42,12 +42,11 @@ class GemmTimer {
   explicit GemmTimer(int threads) : threads_(threads) {}
   double seconds(const GemmShape& shape, bool bf16);
   // The fused attention's kernel (kernels/flash_attention.hpp: fp32, bf16 Q, K, V widened before it)
-  // on shape x, forward or backward (which recomputes its QKᵀ tiles), dropout on or off: it is not
-  // GEMMs at a GEMM's rate, so --hardware local times it as it times the GEMMs.
-  double attention_seconds(const FlashShape& x, bool dropout, bool backward);
-  // The ring's blocks of one rank over its c steps (kernels/flash_attention.hpp's
-  // for_each_ring_block; every rank's work is the same): x is the rank's a heads over the whole S.
-  double ring_attention_seconds(const FlashShape& x, int c, bool dropout, bool backward);
+  // forward or backward (which recomputes its QKᵀ tiles), dropout on or off: it is not GEMMs at a
+  // GEMM's rate, so --hardware local times it as it times the GEMMs. ring 0: the whole-sequence kernel
+  // on shape x; ring c > 1: the CP ring's blocks of one rank over its c steps (for_each_ring_block;
+  // every rank's work is the same), x being the rank's heads over the whole sequence.
+  double attention_seconds(const FlashShape& x, int ring, bool dropout, bool backward);
   int threads() const { return threads_; }
   size_t shapes_measured() const { return cache_.size() + attention_cache_.size(); }
 

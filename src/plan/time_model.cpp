@@ -129,7 +129,7 @@ double fused_attention_seconds(const PlanRequest& r, const Hardware& hw, const a
                                bool backward) {
   const bool ring = x.cp > 1 && r.layout.cp_comm == CpComm::p2p;
   const FlashShape f{x.b, ring ? x.a / x.t : x.a / x.t / x.cp, x.s, x.h / x.a};
-  return hw.local.gemm->ring_attention_seconds(f, ring ? x.cp : 0, x.dropout, backward) / compute_share(hw);
+  return hw.local.gemm->attention_seconds(f, ring ? x.cp : 0, x.dropout, backward) / compute_share(hw);
 }
 // The measured seconds of a layer's GEMMs in one pass (`backward`: input and weight passes), those of
 // the dense MLP too unless `moe`; with fused attention its s² GEMMs are the fused kernel's time.
