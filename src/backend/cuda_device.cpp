@@ -208,6 +208,10 @@ void c_ce_normalize(float* logits, float* losses, const float* row_max, const fl
                     const float* target_logit, int64_t vl, int64_t real, int64_t N) {
   cuda::ce_shard_normalize(logits, losses, row_max, row_sum, target_logit, vl, real, N);
 }
+void c_ce_whole_forward(float* logits, float* losses, float* row_max, float* row_sum, float* target_logit,
+                        const int32_t* targets, int64_t vl, int64_t real, int64_t N) {
+  cuda::ce_whole_forward(logits, losses, row_max, row_sum, target_logit, targets, vl, real, N);
+}
 void c_ce_backward(float* dlogits, const float* probs, const int32_t* targets, int64_t v0, int64_t vl, int64_t N,
                    float scale) {
   cuda::ce_shard_backward(dlogits, probs, targets, v0, vl, N, scale);
@@ -227,15 +231,17 @@ void c_half_accumulate(bool fp16, const float* src, uint16_t* dst, int64_t n) {
 void c_adamw(float* m, float* v, float* w, const float* g, int64_t n, float decay, const AdamWScalars& a) {
   cuda::adamw_update(m, v, w, g, n, decay, a);
 }
-// One number each: computed on the device, copied back (the copy waits for the kernels before it).
-double c_grad_sum_squares(const float* g, int64_t n) {
+// The sums on the device, each into its slot of one array, then one copy to the host: the copy waits
+// for the kernels before it, so a step's global norm waits once, not once a tensor (~150 at GPT-2).
+void c_grad_sums_squares(GradPieceSums batch) {
+  if (batch.count == 0) return;
   const size_t ws = cuda::grad_sum_squares_workspace_bytes();
-  cuda::Workspace w = scratch(ws + sizeof(double));
-  auto* out = reinterpret_cast<double*>(static_cast<char*>(w.data) + ws);  // past the kernel's scratch
-  cuda::grad_sum_squares(out, g, n, {w.data, ws});
-  double host = 0.0;
-  c_to_host(&host, out, sizeof host);
-  return host;
+  cuda::Workspace w = scratch(ws + batch.count * sizeof(double));
+  auto* sums = reinterpret_cast<double*>(static_cast<char*>(w.data) + ws);  // past the kernel's scratch
+  // One stream: each kernel's use of the scratch ends before the next one's begins.
+  for (size_t i = 0; i < batch.count; ++i)
+    cuda::grad_sum_squares(sums + i, batch.pieces[i].data, batch.pieces[i].n, {w.data, ws});
+  c_to_host(batch.sums, sums, batch.count * sizeof(double));
 }
 void c_scale_grads(float* g, int64_t n, float factor) { cuda::scale_grads(g, n, factor); }
 bool c_all_finite(const float* v, int64_t n) {
@@ -340,6 +346,7 @@ const DeviceOps kCudaOps = {
     c_ce_max_target,
     c_ce_exp_sum,
     c_ce_normalize,
+    c_ce_whole_forward,
     c_ce_backward,
     c_to_bf16,
     c_half_narrow,
@@ -347,7 +354,7 @@ const DeviceOps kCudaOps = {
     c_half_accumulate,
     c_adamw,
     c_adamw_fused,
-    c_grad_sum_squares,
+    c_grad_sums_squares,
     c_scale_grads,
     c_all_finite,
     c_layernorm_forward_bf16,

@@ -78,6 +78,7 @@ struct DeviceOps {
   void (*ce_shard_max_target)(float*, float*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t);
   void (*ce_shard_exp_sum)(float*, float*, const float*, int64_t, int64_t, int64_t);
   void (*ce_shard_normalize)(float*, float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
+  void (*ce_whole_forward)(float*, float*, float*, float*, float*, const int32_t*, int64_t, int64_t, int64_t);
   void (*ce_shard_backward)(float*, const float*, const int32_t*, int64_t, int64_t, int64_t, float);
   // Casts (tensor/bf16.hpp).
   void (*to_bf16)(const float*, uint16_t*, int64_t);
@@ -89,7 +90,7 @@ struct DeviceOps {
   void (*adamw_update)(float*, float*, float*, const float*, int64_t, float, const AdamWScalars&);
   void (*adamw_update_fused)(float*, float*, float*, uint16_t*, const float*, int64_t, float, const AdamWScalars&,
                              float);
-  double (*grad_sum_squares)(const float*, int64_t);
+  void (*grad_sums_squares)(GradPieceSums);
   void (*scale_grads)(float*, int64_t, float);
   bool (*all_finite)(const float*, int64_t);
   // bf16 activations' fused passes (kernels/bf16_fused.hpp): each bitwise the fp32 ops it replaces,
@@ -119,7 +120,7 @@ struct DeviceOps {
   X(dropout_forward) X(dropout_backward) X(softmax_dropout_forward) X(softmax_causal_backward)                 \
   X(flash_attention_forward) X(flash_attention_backward) X(flash_block_forward) X(flash_block_backward) X(split_heads) X(merge_heads) X(unmerge_heads)       \
   X(merge_qkv_grads) X(embedding_shard_forward) X(embedding_shard_backward) X(add_positions) X(position_grads) X(ce_shard_max_target)            \
-  X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(adamw_update_fused) X(grad_sum_squares) X(scale_grads) X(all_finite) \
+  X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_whole_forward) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(adamw_update_fused) X(grad_sums_squares) X(scale_grads) X(all_finite) \
   X(layernorm_forward_bf16) X(split_heads_bf16) X(merge_heads_bf16) X(gelu_forward_bf16) X(narrow_bias_backward)       \
   X(gelu_backward_narrow) X(merge_qkv_grads_narrow) X(softmax_causal_backward_bf16) X(layernorm_backward_bf16)      \
   X(synchronize)
@@ -252,6 +253,10 @@ inline void ce_shard_normalize(float* logits, float* losses, const float* row_ma
                                const float* target_logit, int64_t v_local, int64_t real, int64_t N) {
   device_ops().ce_shard_normalize(logits, losses, row_max, row_sum, target_logit, v_local, real, N);
 }
+inline void ce_whole_forward(float* logits, float* losses, float* row_max, float* row_sum, float* target_logit,
+                             const int32_t* targets, int64_t v_local, int64_t real, int64_t N) {
+  device_ops().ce_whole_forward(logits, losses, row_max, row_sum, target_logit, targets, v_local, real, N);
+}
 inline void ce_shard_backward(float* dlogits, const float* probs, const int32_t* targets, int64_t v0, int64_t v_local,
                               int64_t N, float scale) {
   device_ops().ce_shard_backward(dlogits, probs, targets, v0, v_local, N, scale);
@@ -274,7 +279,13 @@ inline void adamw_update_fused(float* m, float* v, float* w, uint16_t* w16, cons
                                const AdamWScalars& a, float grad_scale) {
   device_ops().adamw_update_fused(m, v, w, w16, grad, n, decay, a, grad_scale);
 }
-inline double grad_sum_squares(const float* grads, int64_t n) { return device_ops().grad_sum_squares(grads, n); }
+inline void grad_sums_squares(GradPieceSums batch) { device_ops().grad_sums_squares(batch); }
+inline double grad_sum_squares(const float* grads, int64_t n) {
+  const GradPiece piece{grads, n};
+  double sum = 0.0;
+  device_ops().grad_sums_squares({&piece, &sum, 1});
+  return sum;
+}
 inline void scale_grads(float* grads, int64_t n, float factor) { device_ops().scale_grads(grads, n, factor); }
 inline bool all_finite(const float* values, int64_t n) { return device_ops().all_finite(values, n); }
 inline void layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rstd, const float* x,

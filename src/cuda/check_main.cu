@@ -337,6 +337,20 @@ void check_cross_entropy() {
     compare("cross_entropy probs", "fwd", probs, d_x.get());
     compare("cross_entropy losses", "fwd", losses, d_loss.get());
   }
+  {  // the one-pass form (row in shared memory) against the three kernels it stands for, bit for bit
+    const size_t rows = size_t(N);
+    Dev<float> one(logits), three(logits), l1(rows), l3(rows), m1(rows), m3(rows), s1(rows), s3(rows), t1(rows), t3(rows);
+    lattice::cuda::ce_shard_max_target(m3.p, t3.p, three.p, d_t.p, 0, Vp, V, N);
+    lattice::cuda::ce_shard_exp_sum(s3.p, three.p, m3.p, Vp, V, N);
+    lattice::cuda::ce_shard_normalize(three.p, l3.p, m3.p, s3.p, t3.p, Vp, V, N);
+    lattice::cuda::ce_whole_forward(one.p, l1.p, m1.p, s1.p, t1.p, d_t.p, Vp, V, N);
+    const std::string name = lattice::cuda::ce_whole_forward_fused(Vp) ? "ce_whole_forward" : "ce_whole_forward (3 kernels)";
+    compare_bits(name + " probs", "fwd", three.get(), one.get());
+    compare_bits(name + " losses", "fwd", l3.get(), l1.get());
+    compare_bits(name + " row_max", "fwd", m3.get(), m1.get());
+    compare_bits(name + " row_sum", "fwd", s3.get(), s1.get());
+    compare_bits(name + " target_logit", "fwd", t3.get(), t1.get());
+  }
   // Vocabulary-parallel: two shards of Vp/2 columns, each rank's pieces on the device, the all-reduces
   // done here on the host (max, sums), against the one-rank CPU kernel.
   const int64_t vl = Vp / 2;
@@ -1033,6 +1047,32 @@ void timing_gemm() {
   }
 }
 
+// The cross-entropy's forward at GPT-2 124M's vocabulary (50257 of 50304 columns) and b·s = 8192 rows:
+// the one-pass kernel against the three it stands for. GB/s counts the row read once and written once
+// (what any forward must move), so the three kernels' figure is what that traffic achieves through them.
+void timing_cross_entropy() {
+  const int64_t N = 8192, V = 50257, Vp = 50304;
+  const size_t rows = size_t(N);
+  std::vector<int32_t> targets(rows);
+  for (size_t n = 0; n < rows; ++n) targets[n] = int32_t((n * 7919) % size_t(V));
+  Dev<float> x(randn(size_t(N * Vp), 3.0f)), loss(rows), mx(rows), sum(rows), tl(rows);
+  Dev<int32_t> t(targets);
+  const double bytes = 2.0 * double(N) * double(Vp) * sizeof(float);
+  const auto show = [&](const std::string& name, double ms) {
+    std::printf("timing %-44s median_ms=%.3f gbps=%.0f\n", name.c_str(), ms, bytes / (ms * 1e-3) / 1e9);
+    std::fflush(stdout);
+  };
+  // In place: after the first call the rows are probabilities, which serve the timing as well.
+  show("cross_entropy fwd 8192x50304, three kernels", median_ms([&] {
+         lattice::cuda::ce_shard_max_target(mx.p, tl.p, x.p, t.p, 0, Vp, V, N);
+         lattice::cuda::ce_shard_exp_sum(sum.p, x.p, mx.p, Vp, V, N);
+         lattice::cuda::ce_shard_normalize(x.p, loss.p, mx.p, sum.p, tl.p, Vp, V, N);
+       }));
+  show(std::string("cross_entropy fwd 8192x50304, ") +
+           (lattice::cuda::ce_whole_forward_fused(Vp) ? "one pass" : "one pass refused (3 kernels)"),
+       median_ms([&] { lattice::cuda::ce_whole_forward(x.p, loss.p, mx.p, sum.p, tl.p, t.p, Vp, V, N); }));
+}
+
 // The fused attention at GPT-2 124M's b 8, a 12, s 1024, dh 64, dropout off and on. FLOPs counted
 // as FlashAttention does for a causal mask: forward 2·b·a·s²·dh (two s×s×dh products, half
 // masked), backward 2.5× that (five products; this backward computes seven, recomputing S and dP
@@ -1099,6 +1139,7 @@ int main(int argc, char** argv) {
   std::printf("lattice_cuda_check: timings follow (not pass/fail; %s)\n", prop.name);
   try {
     timing_gemm();
+    timing_cross_entropy();
     timing_flash(false);
     timing_flash(true);
   } catch (const std::exception& e) {

@@ -112,11 +112,16 @@ void ce_shard_exp_sum(float* row_sum, float* logits, const float* row_max, int64
 void ce_shard_normalize(float* logits, float* losses, const float* row_max, const float* row_sum,
                         const float* target_logit, int64_t v_local, int64_t real, int64_t N,
                         cudaStream_t stream = nullptr);
+// 1–3 at once where one shard holds the whole vocabulary (v0 = 0, no all-reduce between): one
+// kernel, the row in shared memory, bitwise the three pieces' outputs; where a row does not fit the
+// device's shared memory (ce_whole_forward_fused false), the three pieces.
+bool ce_whole_forward_fused(int64_t v_local);
+void ce_whole_forward(float* logits, float* losses, float* row_max, float* row_sum, float* target_logit,
+                      const int32_t* targets, int64_t v_local, int64_t real, int64_t N, cudaStream_t stream = nullptr);
 // dlogits = (probs − onehot(target − v0)) · scale on this shard (may alias probs).
 void ce_shard_backward(float* dlogits, const float* probs, const int32_t* targets, int64_t v0, int64_t v_local,
                        int64_t N, float scale, cudaStream_t stream = nullptr);
-// kernels/cross_entropy.hpp's one-rank form: the three pieces with one shard holding everything
-// (scratch: 3·N floats).
+// kernels/cross_entropy.hpp's one-rank form: ce_whole_forward (scratch: 3·N floats).
 size_t cross_entropy_workspace_bytes(int64_t N);
 void cross_entropy_forward(float* logits_to_probs, float* losses, const int32_t* targets, int64_t N, int64_t V,
                            int64_t Vp, Workspace ws, cudaStream_t stream = nullptr);

@@ -206,6 +206,52 @@ __global__ void ce_normalize_kernel(float* logits, float* losses, const float* r
   for (int64_t j = threadIdx.x; j < real; j += blockDim.x) x[j] *= inv;
   if (threadIdx.x == 0) losses[n] = row_max[n] + logf(row_sum[n]) - target_logit[n];
 }
+// The three pieces above for a row of the whole vocabulary (one rank, v0 = 0), the row held in
+// shared memory: read from global memory once and written once, where the three kernels read it three
+// times and write it twice. Each thread visits the same columns in the same order and the reductions
+// are the same trees, so every value is bitwise the three kernels' (the kernel check's [bits] line).
+__global__ void ce_whole_forward_kernel(float* logits, float* losses, float* row_max, float* row_sum,
+                                        float* target_logit, const int32_t* targets, int64_t v_local, int64_t real) {
+  extern __shared__ float row[];  // v_local floats
+  __shared__ float scratch[32];
+  const int64_t n = blockIdx.x;
+  float* x = logits + n * v_local;
+  float mx = -__int_as_float(0x7f800000);
+  // 16 loads in flight a thread before any is used: one 256-thread block is all an SM holds with a
+  // vocabulary row, so one load at a time would leave the memory idle. The maximum still takes the
+  // thread's columns in increasing order, as the three kernels' first does.
+  constexpr int kBatch = 16;
+  for (int64_t base = threadIdx.x; base < real; base += kBatch * int64_t(blockDim.x)) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t j = base + u * int64_t(blockDim.x);
+      v[u] = j < real ? x[j] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t j = base + u * int64_t(blockDim.x);
+      if (j < real) row[j] = v[u], mx = fmaxf(mx, v[u]);
+    }
+  }
+  mx = block_max(mx, scratch);
+  const int64_t t = targets[n];
+  // Read before any thread writes the row back (block_sum's barriers below come first).
+  const float tl = threadIdx.x == 0 && t >= 0 && t < real ? x[t] : 0.0f;
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < v_local; j += blockDim.x) {
+    const float e = j < real ? fast_exp(row[j] - mx) : 0.0f;
+    row[j] = e;
+    sum += e;
+  }
+  sum = block_sum(sum, scratch);
+  const float inv = 1.0f / sum;
+  for (int64_t j = threadIdx.x; j < v_local; j += blockDim.x) x[j] = j < real ? row[j] * inv : row[j];
+  if (threadIdx.x == 0) {
+    row_max[n] = mx, row_sum[n] = sum, target_logit[n] = tl;
+    losses[n] = mx + logf(sum) - tl;
+  }
+}
 __global__ void ce_backward_kernel(float* dlogits, const float* probs, const int32_t* targets, int64_t v0,
                                    int64_t v_local, float scale) {
   const int64_t n = blockIdx.x, t = int64_t(targets[n]) - v0;
@@ -332,6 +378,34 @@ void ce_shard_backward(float* dlogits, const float* probs, const int32_t* target
   check_launch("ce_shard_backward");
 }
 
+bool ce_whole_forward_fused(int64_t v_local) {
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  // The row, the reduction's 32 floats and the runtime's reserve within what a block may opt in to.
+  return v_local > 0 && size_t(v_local) * sizeof(float) + 1024 <= size_t(optin);
+}
+void ce_whole_forward(float* logits, float* losses, float* row_max, float* row_sum, float* target_logit,
+                      const int32_t* targets, int64_t v_local, int64_t real, int64_t N, cudaStream_t stream) {
+  if (N <= 0) return;
+  if (!ce_whole_forward_fused(v_local)) {  // a vocabulary row past shared memory: the three kernels
+    ce_shard_max_target(row_max, target_logit, logits, targets, 0, v_local, real, N, stream);
+    ce_shard_exp_sum(row_sum, logits, row_max, v_local, real, N, stream);
+    ce_shard_normalize(logits, losses, row_max, row_sum, target_logit, v_local, real, N, stream);
+    return;
+  }
+  const size_t bytes = size_t(v_local) * sizeof(float);
+  if (bytes > 48 * 1024)
+    check(cudaFuncSetAttribute(ce_whole_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+          "ce_whole_forward");
+  ce_whole_forward_kernel<<<row_grid(N), kRowBlock, bytes, stream>>>(logits, losses, row_max, row_sum, target_logit,
+                                                                      targets, v_local, real);
+  check_launch("ce_whole_forward");
+}
+
 size_t cross_entropy_workspace_bytes(int64_t N) { return 3 * size_t(N) * sizeof(float); }
 void cross_entropy_forward(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
                            Workspace ws, cudaStream_t stream) {
@@ -340,9 +414,7 @@ void cross_entropy_forward(float* logits, float* losses, const int32_t* targets,
   float* row_max = static_cast<float*>(ws.data);
   float* target_logit = row_max + N;
   float* row_sum = target_logit + N;
-  ce_shard_max_target(row_max, target_logit, logits, targets, 0, Vp, V, N, stream);
-  ce_shard_exp_sum(row_sum, logits, row_max, Vp, V, N, stream);
-  ce_shard_normalize(logits, losses, row_max, row_sum, target_logit, Vp, V, N, stream);
+  ce_whole_forward(logits, losses, row_max, row_sum, target_logit, targets, Vp, V, N, stream);
 }
 void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* targets, int64_t N, int64_t Vp,
                             float scale, cudaStream_t stream) {

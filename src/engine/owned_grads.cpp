@@ -9,7 +9,6 @@
 #include "backend/device_ops.hpp"
 #include "comm/gather_int64.hpp"
 
-#include "optim/optimizer.hpp"
 
 namespace lattice::parallel {
 
@@ -24,14 +23,27 @@ double global_grad_norm(const ParamTable& table, const OwnedGrads& g, comm::Comm
   // Each tensor's sum of squares in double, keyed by its place in the whole model's table. Pipeline
   // stages hold whole tensors, so gathering these and adding them in that one order gives every
   // pipeline layout the one-rank norm bit for bit (a clip factor one ulp apart moves every weight).
+  // Every owned run of every counted tensor, summed by one device call (one read-back a step).
+  std::vector<GradPiece> runs;
+  std::vector<size_t> first_run;  // per counted tensor, its first run; runs of one tensor are adjacent
+  for (const auto& p : table.params()) {
+    if (!count_wte && p.offset == table.wte()) continue;
+    first_run.push_back(runs.size());
+    for_each_owned(g, p.offset, p.offset + p.numel, [&](float* v, int64_t n) { runs.push_back({v, n}); });
+  }
+  first_run.push_back(runs.size());
+  std::vector<double> run_squares(runs.size());
+  dev::grad_sums_squares({runs.data(), run_squares.data(), runs.size()});
   std::vector<int64_t> mine;  // [full_index, category, bits of the sum of squares] per tensor
+  size_t counted = 0;
   for (const auto& p : table.params()) {
     if (!count_wte && p.offset == table.wte()) continue;
     double squares = 0.0;
-    for_each_owned(g, p.offset, p.offset + p.numel, [&](float* v, int64_t n) {
-      const double norm = lattice::grad_norm(v, n);
+    for (size_t r = first_run[counted]; r < first_run[counted + 1]; ++r) {
+      const double norm = std::sqrt(run_squares[r]);  // a run's norm squared, as the per-run norm was added
       squares += norm * norm;
-    });
+    }
+    ++counted;
     int64_t bits;
     std::memcpy(&bits, &squares, 8);
     mine.insert(mine.end(), {int64_t(p.full_index), (p.split == Split::replicated ? 1 : 0) + (p.expert ? 2 : 0), bits});

@@ -76,6 +76,10 @@ double grad_sum_squares(const float* grads, int64_t n) {
   return sum;
 }
 
+void grad_sums_squares(GradPieceSums batch) {
+  for (size_t i = 0; i < batch.count; ++i) batch.sums[i] = grad_sum_squares(batch.pieces[i].data, batch.pieces[i].n);
+}
+
 // Moved unchanged from optim/optimizer.cpp and engine/owned_grads.cpp, to be served through the seam.
 void scale_grads(float* grads, int64_t n, float factor) {
 #pragma omp parallel for simd schedule(static)

@@ -2,6 +2,7 @@
 // The optimizer's element-wise kernels: AdamW's update of one run of elements and the gradient's sum
 // of squares (for the global norm and clipping). optim/optimizer.cpp calls them on the CPU; src/cuda
 // has their device forms. They live here, below optim, so that both devices share one definition.
+#include <cstddef>
 #include <cstdint>
 
 namespace lattice {
@@ -22,6 +23,21 @@ void adamw_update_fused(float* m, float* v, float* w, uint16_t* w16, const float
 // Σ grads[i]² in double: each thread's contiguous share summed in vector lanes, the shares added in
 // thread order (a fixed order for a given thread count).
 double grad_sum_squares(const float* grads, int64_t n);
+// One run of a gradient's elements (a tensor, or this rank's piece of one).
+struct GradPiece {
+  const float* data;
+  int64_t n;
+};
+// Runs and the slots their sums go to, both arrays in host memory (the runs' data on the device).
+struct GradPieceSums {
+  const GradPiece* pieces;
+  double* sums;
+  size_t count;
+};
+// sums[i] = grad_sum_squares(pieces[i]) for every run: the global norm's sums in one call, so that a
+// device answers them with one copy to the host instead of one a tensor. (A struct, not a span: the
+// header is C++17 for nvcc 11.8.)
+void grad_sums_squares(GradPieceSums batch);
 // grads *= factor (clipping).
 void scale_grads(float* grads, int64_t n, float factor);
 // Whether every value is finite (fp16 loss scaling's overflow check).

@@ -79,6 +79,13 @@ void ce_shard_normalize(float* logits, float* losses, const float* row_max, cons
   }
 }
 
+void ce_whole_forward(float* logits, float* losses, float* row_max, float* row_sum, float* target_logit,
+                      const int32_t* targets, int64_t v_local, int64_t real, int64_t N) {
+  ce_shard_max_target(row_max, target_logit, logits, targets, 0, v_local, real, N);
+  ce_shard_exp_sum(row_sum, logits, row_max, v_local, real, N);
+  ce_shard_normalize(logits, losses, row_max, row_sum, target_logit, v_local, real, N);
+}
+
 void ce_shard_backward(float* dlogits, const float* probs, const int32_t* targets, int64_t v0, int64_t v_local,
                        int64_t N, float scale) {
 #pragma omp parallel for schedule(static)

@@ -27,6 +27,10 @@ void ce_shard_exp_sum(float* row_sum, float* logits, const float* row_max, int64
 // 3. logits /= row_sum on real columns; losses[n] = row_max + log(row_sum) − target_logit.
 void ce_shard_normalize(float* logits, float* losses, const float* row_max, const float* row_sum,
                         const float* target_logit, int64_t v_local, int64_t real, int64_t N);
+// 1–3 in order where one shard holds the whole vocabulary (v0 = 0): the same outputs, for a device
+// that makes them in one pass (cuda/kernels.hpp).
+void ce_whole_forward(float* logits, float* losses, float* row_max, float* row_sum, float* target_logit,
+                      const int32_t* targets, int64_t v_local, int64_t real, int64_t N);
 // dlogits = (probs − onehot(target − v0)) · scale on this shard (may alias probs).
 void ce_shard_backward(float* dlogits, const float* probs, const int32_t* targets, int64_t v0, int64_t v_local,
                        int64_t N, float scale);

@@ -24,13 +24,16 @@ void cross_entropy_forward(const TensorParallel& tp, float* logits, float* losse
   const int64_t real = std::max<int64_t>(0, std::min(v.v_local, v.v_real - v.v0));
   DeviceVector<float, MemoryCategory::workspaces> row_max(static_cast<size_t>(N)), row_sum(row_max.size()),
       target_logit(row_max.size());
-  dev::ce_shard_max_target(row_max.data(), target_logit.data(), logits, targets, v.v0, v.v_local, real, N);
-  if (tp.active()) {
-    tp.group->all_reduce({row_max.data(), row_max.size()}, comm::ReduceOp::max);
-    tp.group->all_reduce({target_logit.data(), target_logit.size()});
+  if (!tp.active()) {  // one shard (v0 = 0), nothing to all-reduce between the pieces: one pass on a device
+    dev::ce_whole_forward(logits, losses, row_max.data(), row_sum.data(), target_logit.data(), targets, v.v_local,
+                          real, N);
+    return;
   }
+  dev::ce_shard_max_target(row_max.data(), target_logit.data(), logits, targets, v.v0, v.v_local, real, N);
+  tp.group->all_reduce({row_max.data(), row_max.size()}, comm::ReduceOp::max);
+  tp.group->all_reduce({target_logit.data(), target_logit.size()});
   dev::ce_shard_exp_sum(row_sum.data(), logits, row_max.data(), v.v_local, real, N);
-  if (tp.active()) tp.group->all_reduce({row_sum.data(), row_sum.size()});
+  tp.group->all_reduce({row_sum.data(), row_sum.size()});
   dev::ce_shard_normalize(logits, losses, row_max.data(), row_sum.data(), target_logit.data(), v.v_local, real, N);
 }
 

@@ -48,6 +48,25 @@ TEST(GuardedDevice, HostTouchDiesSeamCopiesWork) {
   EXPECT_EQ(io[7], 1.0f);
 }
 
+// The global norm's one batched call names its runs in a host array: the guard looks inside it, so a
+// host run among device ones still dies, and device runs give each run's own sum.
+TEST(GuardedDevice, BatchedGradSumsCheckEveryRun) {
+  OnDevice guarded(Device::cpu_guarded);
+  TrackedArray<float> a(300, "grads"), b(70000, "grads");  // b: past the sum's one-thread size
+  std::vector<float> ha(300), hb(70000);
+  for (size_t i = 0; i < ha.size(); ++i) ha[i] = float(i % 7) - 3.0f;
+  for (size_t i = 0; i < hb.size(); ++i) hb[i] = float(i % 5) * 0.5f;
+  dev::upload(a.data(), ha.data(), 300);
+  dev::upload(b.data(), hb.data(), 70000);
+  const GradPiece runs[2] = {{a.data(), 300}, {b.data(), 70000}};
+  double sums[2] = {-1.0, -1.0};
+  dev::grad_sums_squares({runs, sums, 2});
+  EXPECT_EQ(sums[0], grad_sum_squares(ha.data(), 300));  // the CPU kernel on the same values, bit for bit
+  EXPECT_EQ(sums[1], grad_sum_squares(hb.data(), 70000));
+  const GradPiece mixed[2] = {{a.data(), 300}, {hb.data(), 70000}};
+  EXPECT_DEATH(dev::grad_sums_squares({mixed, sums, 2}), "grad_sums_squares was given host memory");
+}
+
 TEST(GuardedDevice, DeviceVectorGrowsAsTrackedVector) {
   MemoryTracker& ws = MemoryTracker::of(MemoryCategory::workspaces);
   for (Device d : {Device::cpu, Device::cpu_guarded}) {
