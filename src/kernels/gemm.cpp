@@ -129,20 +129,37 @@ void run_part(const Key& key, const GemmShape& s, GemmOperand a, GemmOperand b, 
   cpu_stream().wait();
 }
 
-// LATTICE_GEMM=whole: one oneDNN primitive per GEMM, threaded by oneDNN (the behaviour before parts;
-// kept for A/B benchmarks in one run, bench/ab_speed.sh).
-bool whole_primitives() {
-  static const bool whole = [] {
+// LATTICE_GEMM=whole or =parts forces one way for every GEMM (A/B benchmarks in one binary,
+// bench/ab_speed.sh); unset, split_rule below decides.
+enum class Forced { none, whole, parts };
+Forced forced_split() {
+  static const Forced forced = [] {
     const char* v = std::getenv("LATTICE_GEMM");
-    return v && std::strcmp(v, "whole") == 0;
+    if (v && std::strcmp(v, "whole") == 0) return Forced::whole;
+    if (v && std::strcmp(v, "parts") == 0) return Forced::parts;
+    return Forced::none;
   }();
-  return whole;
+  return forced;
+}
+
+// Whether an unbatched GEMM runs as one oneDNN-threaded primitive rather than in row parts. Measured
+// per kind of product (docs/design.md §7): on AMX, bf16 products that do not accumulate (a linear's
+// forward and input gradient) run faster whole, since every row part re-packs all of B into AMX's
+// layout; a weight gradient (accumulating xᵀ·dy) and every fp32 product run faster in parts.
+bool runs_whole(const GemmShape& s, bool bf16) {
+  switch (forced_split()) {
+    case Forced::whole: return true;
+    case Forced::parts: return false;
+    case Forced::none: break;
+  }
+  static const bool amx = gemm_isa() == GemmIsa::amx;
+  return bf16 && amx && s.batch == 1 && !s.accumulate;
 }
 
 // How many parts a GEMM is cut into on `threads` threads, and part t's key and first matrix / row.
-int parts_of(const GemmShape& s, int threads) {
+int parts_of(const GemmShape& s, bool bf16, int threads) {
   const int64_t units = s.batch > 1 ? s.batch : s.M / kMinPartRows;
-  return whole_primitives() ? 1 : int(std::min<int64_t>(threads, units));
+  return runs_whole(s, bf16) ? 1 : int(std::min<int64_t>(threads, units));
 }
 Key part_key(const GemmShape& s, bool bias, bool bf16, int parts, int t, int64_t& b0, int64_t& i0) {
   int64_t nb = s.batch, m = s.M;
@@ -166,7 +183,7 @@ std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& s, bool bf16, int th
   const double batch = double(s.batch), largest = std::max({double(s.M) * double(s.K), double(s.K) * double(s.N),
                                                             double(s.M) * double(s.N)});
   if (batch * largest > 0x1p48 || std::max({s.M, s.N, s.K}) >= (int64_t(1) << 31)) return bytes;
-  const int parts = parts_of(s, threads);
+  const int parts = parts_of(s, bf16, threads);
   Prim unused;
   if (parts < 2) {
     const Key whole{s.batch, s.M, s.N, s.K, s.M, s.trans_a, s.trans_b, s.accumulate, false, bf16, s.alpha, threads};
@@ -191,7 +208,7 @@ void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const floa
   const int threads = nested ? 1 : omp_get_max_threads();
   std::optional<TraceSpan> span;  // a GEMM of the step (one inside a parallel region is its caller's time)
   if (!nested) span.emplace(Trace::Kind::gemm);
-  const int parts = parts_of(s, threads);
+  const int parts = parts_of(s, bf16, threads);
   if (parts < 2) {
     run_part(Key{s.batch, s.M, s.N, s.K, s.M, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16, s.alpha,
                  threads},

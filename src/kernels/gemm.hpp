@@ -3,8 +3,9 @@
 // optionally batched over `batch` contiguous matrices. A and B are fp32 or bf16 (both the same),
 // accumulation and C are fp32. Primitives are created once per shape and cached. A GEMM runs as equal
 // parts, one single-threaded primitive per thread: a batch by its matrices, an unbatched GEMM with at
-// least 256 rows per thread by its rows (docs/design.md §7); LATTICE_GEMM=whole in the environment runs
-// one oneDNN-threaded primitive instead (for A/B benchmarks).
+// least 256 rows per thread by its rows; except a bf16 product that does not accumulate, on AMX, which
+// runs as one oneDNN-threaded primitive (docs/design.md §7). LATTICE_GEMM=whole or =parts in the
+// environment runs every GEMM one way (for A/B benchmarks).
 #include <cstdint>
 #include <vector>
 
