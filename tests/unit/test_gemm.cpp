@@ -89,19 +89,21 @@ TEST(Gemm, MatchesReferenceWholeAndInRowParts) {
   omp_set_num_threads(saved);
 }
 
-TEST(Gemm, Bf16OperandsInRowParts) {
-  // bf16 operands: against the reference of the bf16-rounded operands.
+TEST(Gemm, Bf16OperandsWholeAndInRowParts) {
+  // bf16 operands: against the reference of the bf16-rounded operands. Accumulating products run in
+  // row parts; on AMX the others run as one oneDNN-threaded primitive (gemm.hpp): both ways checked.
   const int saved = omp_get_max_threads();
   omp_set_num_threads(2);
-  for (const bool tb : {false, true}) {
-    Problem p = make_problem(640, 6, 48, false, tb, true, 1.0f, true, tb ? 21u : 22u);
-    std::vector<uint16_t> a16(p.a.size()), b16(p.b.size());
-    for (size_t i = 0; i < a16.size(); ++i) a16[i] = to_bf16(p.a[i]), p.a[i] = from_bf16(a16[i]);
-    for (size_t i = 0; i < b16.size(); ++i) b16[i] = to_bf16(p.b[i]), p.b[i] = from_bf16(b16[i]);
-    std::vector<float> c = p.c0;
-    gemm(p.s, {a16.data(), DType::bf16}, {b16.data(), DType::bf16}, c.data(), p.bias.data());
-    expect_matches_reference(p, c);
-  }
+  for (const bool acc : {true, false})
+    for (const bool tb : {false, true}) {
+      Problem p = make_problem(640, 6, 48, false, tb, acc, 1.0f, true, (tb ? 21u : 22u) + (acc ? 0u : 10u));
+      std::vector<uint16_t> a16(p.a.size()), b16(p.b.size());
+      for (size_t i = 0; i < a16.size(); ++i) a16[i] = to_bf16(p.a[i]), p.a[i] = from_bf16(a16[i]);
+      for (size_t i = 0; i < b16.size(); ++i) b16[i] = to_bf16(p.b[i]), p.b[i] = from_bf16(b16[i]);
+      std::vector<float> c = p.c0;
+      gemm(p.s, {a16.data(), DType::bf16}, {b16.data(), DType::bf16}, c.data(), p.bias.data());
+      expect_matches_reference(p, c);
+    }
   omp_set_num_threads(saved);
 }
 
