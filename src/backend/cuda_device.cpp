@@ -306,6 +306,11 @@ void c_layernorm_backward_bf16(float* dinp, float* dw, float* db, const float* d
                                 scratch(cuda::layernorm_backward_workspace_bytes(N, C)));
 }
 
+void c_ce_backward_bf16(uint16_t* d16, const float* probs, const int32_t* targets, int64_t v0, int64_t vl, int64_t N,
+                        float scale) {
+  cuda::ce_shard_backward_bf16(d16, probs, targets, v0, vl, N, scale);
+}
+
 void c_synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
 const DeviceOps kCudaOps = {
@@ -366,6 +371,7 @@ const DeviceOps kCudaOps = {
     c_merge_qkv_grads_narrow,
     c_softmax_causal_backward_bf16,
     c_layernorm_backward_bf16,
+    c_ce_backward_bf16,
     c_synchronize,
 };
 

@@ -96,6 +96,7 @@ const DeviceOps kCpu = {
     merge_qkv_grads_narrow,
     softmax_causal_backward_bf16,
     layernorm_backward_bf16,
+    ce_shard_backward_bf16,
     cpu_synchronize,
 };
 

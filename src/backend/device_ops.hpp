@@ -106,6 +106,7 @@ struct DeviceOps {
   void (*softmax_causal_backward_bf16)(uint16_t*, const float*, const uint16_t*, int64_t, int64_t);
   void (*layernorm_backward_bf16)(float*, float*, float*, const float*, const uint16_t*, const float*, const float*,
                                   const float*, int64_t, int64_t);
+  void (*ce_shard_backward_bf16)(uint16_t*, const float*, const int32_t*, int64_t, int64_t, int64_t, float);
   // Returns once every operation issued so far has finished (a timer's edge; the CPU's are synchronous).
   void (*synchronize)();
   // The copies and zeroing of device buffers are tensor/device_memory.hpp's (the same memory serves
@@ -122,7 +123,7 @@ struct DeviceOps {
   X(merge_qkv_grads) X(embedding_shard_forward) X(embedding_shard_backward) X(add_positions) X(position_grads) X(ce_shard_max_target)            \
   X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_whole_forward) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(adamw_update_fused) X(grad_sums_squares) X(scale_grads) X(all_finite) \
   X(layernorm_forward_bf16) X(split_heads_bf16) X(merge_heads_bf16) X(gelu_forward_bf16) X(narrow_bias_backward)       \
-  X(gelu_backward_narrow) X(merge_qkv_grads_narrow) X(softmax_causal_backward_bf16) X(layernorm_backward_bf16)      \
+  X(gelu_backward_narrow) X(merge_qkv_grads_narrow) X(softmax_causal_backward_bf16) X(layernorm_backward_bf16) X(ce_shard_backward_bf16)      \
   X(synchronize)
 
 // The CPU's table: src/kernels, byte for byte what the model called directly before the seam.
@@ -319,6 +320,10 @@ inline void softmax_causal_backward_bf16(uint16_t* ds16, const float* dprobs, co
 inline void layernorm_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp16,
                                     const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
   device_ops().layernorm_backward_bf16(dinp, dweight, dbias, dout, inp16, weight, mean, rstd, N, C);
+}
+inline void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets, int64_t v0,
+                                   int64_t v_local, int64_t N, float scale) {
+  device_ops().ce_shard_backward_bf16(dlogits16, probs, targets, v0, v_local, N, scale);
 }
 inline void synchronize() { device_ops().synchronize(); }
 // A GEMM operand of `n` fp32 values in the run's dtype: itself (fp32), or rounded into `half` (bf16).

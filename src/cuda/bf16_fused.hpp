@@ -42,6 +42,9 @@ void softmax_causal_backward_bf16(uint16_t* ds16, const float* dprobs, const uin
 void layernorm_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp16,
                              const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
                              Workspace ws, cudaStream_t stream = nullptr);
+// ce_shard_backward with the gradient narrowed (cuda/rows.cu).
+void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets, int64_t v0,
+                            int64_t v_local, int64_t N, float scale, cudaStream_t stream = nullptr);
 
 // ---- optimizer ----
 // adamw_update, and w16 = bf16(w) of the updated weights in the same pass (the bf16 weight copy).

@@ -402,6 +402,14 @@ void check_cross_entropy() {
     delete shards[size_t(r)];
   }
   compare("cross_entropy vocab_parallel", "bwd", dlogits, got);
+  {  // the narrowed form against the fp32 kernel then to_bf16, on the device, bit for bit
+    Dev<float> d32(probs.size());
+    Dev<uint16_t> staged(probs.size()), fused(probs.size());
+    lattice::cuda::ce_shard_backward(d32.p, d_probs.p, d_t.p, 0, Vp, N, scale);
+    lattice::cuda::to_bf16(d32.p, staged.p, int64_t(probs.size()));
+    lattice::cuda::ce_shard_backward_bf16(fused.p, d_probs.p, d_t.p, 0, Vp, N, scale);
+    compare_bits("ce_shard_backward_bf16", "bwd", staged.get(), fused.get());
+  }
 }
 
 void check_optimizer() {

@@ -252,14 +252,16 @@ __global__ void ce_whole_forward_kernel(float* logits, float* losses, float* row
     losses[n] = mx + logf(sum) - tl;
   }
 }
-__global__ void ce_backward_kernel(float* dlogits, const float* probs, const int32_t* targets, int64_t v0,
+// D: the gradient written as fp32 (may alias probs) or narrowed to bf16.
+template <class D>
+__global__ void ce_backward_kernel(D* dlogits, const float* probs, const int32_t* targets, int64_t v0,
                                    int64_t v_local, float scale) {
   const int64_t n = blockIdx.x, t = int64_t(targets[n]) - v0;
   const float* p = probs + n * v_local;
-  float* d = dlogits + n * v_local;
+  D* d = dlogits + n * v_local;
   for (int64_t j = threadIdx.x; j < v_local; j += blockDim.x) {
     const float g = __fmul_rn(p[j], scale);  // rounded before the target's subtraction, as the CPU's
-    d[j] = j == t ? g - scale : g;
+    d[j] = stored_as<D>(j == t ? g - scale : g);
   }
 }
 
@@ -374,8 +376,14 @@ void ce_shard_normalize(float* logits, float* losses, const float* row_max, cons
 void ce_shard_backward(float* dlogits, const float* probs, const int32_t* targets, int64_t v0, int64_t v_local,
                        int64_t N, float scale, cudaStream_t stream) {
   if (N <= 0) return;
-  ce_backward_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(dlogits, probs, targets, v0, v_local, scale);
+  ce_backward_kernel<float><<<row_grid(N), kRowBlock, 0, stream>>>(dlogits, probs, targets, v0, v_local, scale);
   check_launch("ce_shard_backward");
+}
+void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets, int64_t v0,
+                            int64_t v_local, int64_t N, float scale, cudaStream_t stream) {
+  if (N <= 0) return;
+  ce_backward_kernel<uint16_t><<<row_grid(N), kRowBlock, 0, stream>>>(dlogits16, probs, targets, v0, v_local, scale);
+  check_launch("ce_shard_backward_bf16");
 }
 
 bool ce_whole_forward_fused(int64_t v_local) {

@@ -107,6 +107,25 @@ void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N,
   });
 }
 
+void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets, int64_t v0,
+                            int64_t v_local, int64_t N, float scale) {
+  constexpr int64_t kChunk = 256;  // a row's gradient made in stack-sized pieces, each narrowed at once
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* p = probs + n * v_local;
+    uint16_t* d16 = dlogits16 + n * v_local;
+    const int64_t t = int64_t(targets[n]) - v0;
+    float g[kChunk];
+    for (int64_t c0 = 0; c0 < v_local; c0 += kChunk) {
+      const int64_t len = std::min(kChunk, v_local - c0);
+#pragma omp simd
+      for (int64_t c = 0; c < len; ++c) g[c] = p[c0 + c] * scale;
+      if (t >= c0 && t < c0 + len) g[t - c0] -= scale;  // as ce_shard_backward: after the product's rounding
+      to_bf16(g, d16 + c0, len);
+    }
+  }
+}
+
 void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const float* dout, int64_t N, int64_t out) {
   narrow_columns(g16, db, N, out, out, [=](int64_t n, int64_t c0, int64_t len, float* v) {
     const float* d = dout + n * out + c0;

@@ -34,6 +34,10 @@ void merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const 
 // softmax_causal_backward with probs read from bf16, its result narrowed.
 void softmax_causal_backward_bf16(uint16_t* ds16, const float* dprobs, const uint16_t* probs16, int64_t batch,
                                   int64_t s);
+// ce_shard_backward (kernels/vocab_shard.hpp), its result narrowed: the head's two backward GEMMs read
+// the logits' gradient as bf16, and nothing reads the fp32 one.
+void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets, int64_t v0,
+                            int64_t v_local, int64_t N, float scale);
 // layernorm_backward with its input read from bf16.
 void layernorm_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp16,
                              const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);

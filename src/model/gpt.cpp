@@ -277,13 +277,19 @@ void GPT::head_backward(const MicroBatch& mb, float loss_scale, int64_t s, Outsi
   const DType dt = layout_.activation_dtype;
   const parallel::VocabShard vocab = vocab_shard();
   float* dx = ws_.dresid.data();
-  // dlogits (in place); dx = dlogits · wte_shard summed over TP (f, or g under SP);
-  // dwte_shard += dlogitsᵀ · head input.
-  auto* dlogits = static_cast<float*>(out.logits.data());
-  parallel::cross_entropy_backward(dlogits, dlogits, device_targets(mb, s, out), vocab, N, loss_scale);
+  // dlogits (in place; under bf16 activations straight into the bf16 staging the GEMMs read);
+  // dx = dlogits · wte_shard summed over TP (f, or g under SP); dwte_shard += dlogitsᵀ · head input.
+  auto* probs = static_cast<float*>(out.logits.data());
+  const int32_t* targets = device_targets(mb, s, out);
+  GemmOperand dlogits_op{probs, DType::fp32};
+  if (dt == DType::bf16) {
+    parallel::cross_entropy_backward_bf16(ws_.half.data(), probs, targets, vocab, N, loss_scale);
+    dlogits_op = {ws_.half.data(), DType::bf16};
+  } else {
+    parallel::cross_entropy_backward(probs, probs, targets, vocab, N, loss_scale);
+  }
   const int L = model_.layers;
   const GemmOperand head_in = head_operand(out.head_in, nullptr, b, sc, /*regather=*/true);
-  const GemmOperand dlogits_op = dev::as_operand(dlogits, N * vocab.v_local, dt, ws_.half.data());
   GemmShape gx;
   gx.M = N, gx.N = h, gx.K = vocab.v_local;
   dev::gemm(gx, dlogits_op, weight_operand(bucket_params(wte_bucket(L), lnf_bucket(L)), table_.wte(), wte_bucket(L)),

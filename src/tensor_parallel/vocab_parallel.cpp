@@ -42,4 +42,9 @@ void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* t
   dev::ce_shard_backward(dlogits, probs, targets, v.v0, v.v_local, N, scale);
 }
 
+void cross_entropy_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets,
+                                 const VocabShard& v, int64_t N, float scale) {
+  dev::ce_shard_backward_bf16(dlogits16, probs, targets, v.v0, v.v_local, N, scale);
+}
+
 }  // namespace lattice::parallel

@@ -26,5 +26,8 @@ void cross_entropy_forward(const TensorParallel& tp, float* logits, float* losse
 // dlogits = (probs − onehot(target)) · scale on this shard (may alias probs).
 void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* targets, const VocabShard& v,
                             int64_t N, float scale);
+// The same, the gradient narrowed to bf16 as it is made (the bf16 activations' head GEMMs read it so).
+void cross_entropy_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets,
+                                 const VocabShard& v, int64_t N, float scale);
 
 }  // namespace lattice::parallel

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "kernels/bf16_fused.hpp"
@@ -16,6 +17,7 @@
 #include "kernels/layernorm.hpp"
 #include "kernels/optimizer_kernels.hpp"
 #include "kernels/softmax.hpp"
+#include "kernels/vocab_shard.hpp"
 #include "tensor/bf16.hpp"
 
 namespace lattice {
@@ -81,6 +83,23 @@ TEST(Bf16Fused, GeluForwardKeepsInputAndOutputNarrowed) {
   gelu_forward_bf16(pre16.data(), act16.data(), pre.data(), n);
   EXPECT_TRUE(same_bytes(pre16, narrowed(pre)));
   EXPECT_TRUE(same_bytes(act16, narrowed(act)));
+}
+
+TEST(Bf16Fused, CrossEntropyBackwardNarrowedIsBackwardThenConversion) {
+  // Shards whose rows hold their target, and whose do not; widths around the fused pass's 256-column
+  // pieces (a target in the first, a middle and the last piece).
+  for (auto [N, v0, vl] : {std::tuple<int64_t, int64_t, int64_t>{9, 0, 300}, {17, 256, 256}, {33, 100, 777}, {4, 0, 1}}) {
+    auto probs = randn(N * vl, 11);
+    for (float& p : probs) p = p * p * 0.01f;
+    std::vector<int32_t> targets(static_cast<size_t>(N));
+    for (int64_t n = 0; n < N; ++n) targets[size_t(n)] = int32_t((n * 97 + 5) % (v0 + vl + 40));  // some outside
+    const float scale = 1.0f / 3.0f;
+    std::vector<float> d(probs.size());
+    ce_shard_backward(d.data(), probs.data(), targets.data(), v0, vl, N, scale);
+    std::vector<uint16_t> d16(probs.size());
+    ce_shard_backward_bf16(d16.data(), probs.data(), targets.data(), v0, vl, N, scale);
+    EXPECT_TRUE(same_bytes(d16, narrowed(d))) << N << "x" << vl << " from " << v0;
+  }
 }
 
 TEST(Bf16Fused, NarrowBiasBackwardIsConversionAndColumnSums) {
