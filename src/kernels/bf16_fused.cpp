@@ -121,7 +121,8 @@ void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32
 #pragma omp simd
       for (int64_t c = 0; c < len; ++c) g[c] = p[c0 + c] * scale;
       if (t >= c0 && t < c0 + len) g[t - c0] -= scale;  // as ce_shard_backward: after the product's rounding
-      to_bf16(g, d16 + c0, len);
+#pragma omp simd
+      for (int64_t c = 0; c < len; ++c) d16[c0 + c] = to_bf16(g[c]);  // the scalar rule, in vector lanes
     }
   }
 }
