@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/standard_output.hpp"
 #include "core/version.hpp"
+#include "kernels/gemm.hpp"
 
 namespace {
 struct Command {
@@ -67,6 +68,11 @@ int main(int argc, char** argv) {
       item = end != item ? end : item + 1;
       while (*item == ',' || *item == ' ') ++item;
     }
+  }
+  if (!lattice::gemm_split_env_valid()) {
+    std::fprintf(stderr, "lattice: error: LATTICE_GEMM=%s is neither whole nor parts (an A/B switch for how GEMMs "
+                 "are cut over the threads: unset it)\n", std::getenv("LATTICE_GEMM"));
+    return 1;
   }
   if (name == "--version" || name == "version") {  // `lattice 0.3.0 (commit d95709d, built ..., GNU 12.2.0)`
     if (argc > 2) {

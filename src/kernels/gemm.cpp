@@ -131,14 +131,15 @@ void run_part(const Key& key, const GemmShape& s, GemmOperand a, GemmOperand b, 
 
 // LATTICE_GEMM=whole or =parts forces one way for every GEMM (A/B benchmarks in one binary,
 // bench/ab_speed.sh); unset, split_rule below decides.
-enum class Forced { none, whole, parts };
+enum class Forced { none, whole, parts, unknown };
+Forced parse_forced(const char* v) {
+  if (!v || !*v) return Forced::none;
+  if (std::strcmp(v, "whole") == 0) return Forced::whole;
+  if (std::strcmp(v, "parts") == 0) return Forced::parts;
+  return Forced::unknown;  // refused by the CLI before a run (gemm_split_env_valid); here: the rule
+}
 Forced forced_split() {
-  static const Forced forced = [] {
-    const char* v = std::getenv("LATTICE_GEMM");
-    if (v && std::strcmp(v, "whole") == 0) return Forced::whole;
-    if (v && std::strcmp(v, "parts") == 0) return Forced::parts;
-    return Forced::none;
-  }();
+  static const Forced forced = parse_forced(std::getenv("LATTICE_GEMM"));
   return forced;
 }
 
@@ -150,7 +151,8 @@ bool runs_whole(const GemmShape& s, bool bf16) {
   switch (forced_split()) {
     case Forced::whole: return true;
     case Forced::parts: return false;
-    case Forced::none: break;
+    case Forced::none:
+    case Forced::unknown: break;
   }
   static const bool amx = gemm_isa() == GemmIsa::amx;
   return bf16 && amx && s.batch == 1 && !s.accumulate;
@@ -231,6 +233,8 @@ void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const floa
   }
   if (failure) std::rethrow_exception(failure);
 }
+
+bool gemm_split_env_valid() { return parse_forced(std::getenv("LATTICE_GEMM")) != Forced::unknown; }
 
 GemmIsa gemm_isa() {
   // oneDNN's ISA values are bit masks, each holding the bits of the ISAs it extends.

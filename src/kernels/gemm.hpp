@@ -38,6 +38,8 @@ std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& shape, bool bf16, in
 // The widest instruction set oneDNN's GEMMs use on this CPU: its effective ISA (ONEDNN_MAX_CPU_ISA may
 // lower it), the cap core/machine_peak.hpp's peak takes.
 GemmIsa gemm_isa();
+// Whether LATTICE_GEMM is unset, "whole" or "parts"; the CLI refuses anything else in one line.
+bool gemm_split_env_valid();
 
 // Number of cached primitives (for tests of the cache).
 int64_t gemm_cached_primitives();

@@ -174,6 +174,9 @@ check "... without SentencePiece's source line" sh -c "! grep -q '\.cc(' hostile
 # The environment: an OMP_NUM_THREADS libgomp cannot start (100000 died of SIGSEGV inside it).
 OMP_NUM_THREADS=100000 hostile "OMP_NUM_THREADS=100000" 1 "OMP_NUM_THREADS=100000 asks for more threads than lattice runs \(at most 4096" -- \
   train "${MODEL[@]}" --steps 1
+# The GEMM A/B switch misspelt: refused, not silently the default.
+LATTICE_GEMM=Whole hostile "LATTICE_GEMM=Whole" 1 "LATTICE_GEMM=Whole is neither whole nor parts" -- \
+  train "${MODEL[@]}" --steps 1
 # lattice --help into a full disk is an error, as every command's output is.
 "$LATTICE" --help > /dev/full 2> help.err
 status=$?
