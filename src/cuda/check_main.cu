@@ -337,19 +337,34 @@ void check_cross_entropy() {
     compare("cross_entropy probs", "fwd", probs, d_x.get());
     compare("cross_entropy losses", "fwd", losses, d_loss.get());
   }
-  {  // the one-pass form (row in shared memory) against the three kernels it stands for, bit for bit
-    const size_t rows = size_t(N);
-    Dev<float> one(logits), three(logits), l1(rows), l3(rows), m1(rows), m3(rows), s1(rows), s3(rows), t1(rows), t3(rows);
-    lattice::cuda::ce_shard_max_target(m3.p, t3.p, three.p, d_t.p, 0, Vp, V, N);
-    lattice::cuda::ce_shard_exp_sum(s3.p, three.p, m3.p, Vp, V, N);
-    lattice::cuda::ce_shard_normalize(three.p, l3.p, m3.p, s3.p, t3.p, Vp, V, N);
-    lattice::cuda::ce_whole_forward(one.p, l1.p, m1.p, s1.p, t1.p, d_t.p, Vp, V, N);
-    const std::string name = lattice::cuda::ce_whole_forward_fused(Vp) ? "ce_whole_forward" : "ce_whole_forward (3 kernels)";
+  // The one-pass form (row in shared memory) against the three kernels it stands for, bit for bit: at
+  // GPT-2's vocabulary (past the default 48 KiB of shared memory), at the sizes around that default
+  // (the static reduction scratch counts too), under it with padding, and with no real column.
+  struct CeCase {
+    int64_t rows, real, pad;
+  };
+  const CeCase ce_cases[] = {{N, V, Vp}, {64, 12280, 12288}, {64, 12000, 12160}, {96, 1000, 1024}, {8, 0, 256}};
+  for (const CeCase& c : ce_cases) {
+    const int64_t rows_n = c.rows, v_real = c.real, v_pad = c.pad;
+    const size_t rows = size_t(rows_n);
+    const auto x = randn(rows * size_t(v_pad), 3.0f);
+    std::vector<int32_t> tg(rows);
+    for (size_t n = 0; n < rows; ++n)  // some targets in the padding or past it: no target logit
+      tg[n] = int32_t(n % 7 == 3 ? v_real + int64_t(n % 2) * v_pad : int64_t(n * 7919) % std::max<int64_t>(1, v_real));
+    Dev<int32_t> dt(tg);
+    Dev<float> one(x), three(x), l1(rows), l3(rows), m1(rows), m3(rows), s1(rows), s3(rows), t1(rows), t3(rows);
+    lattice::cuda::ce_shard_max_target(m3.p, t3.p, three.p, dt.p, 0, v_pad, v_real, rows_n);
+    lattice::cuda::ce_shard_exp_sum(s3.p, three.p, m3.p, v_pad, v_real, rows_n);
+    lattice::cuda::ce_shard_normalize(three.p, l3.p, m3.p, s3.p, t3.p, v_pad, v_real, rows_n);
+    lattice::cuda::ce_whole_forward(one.p, l1.p, m1.p, s1.p, t1.p, dt.p, v_pad, v_real, rows_n);
+    const std::string name = std::string(lattice::cuda::ce_whole_forward_fused(v_pad) ? "ce_whole_forward "
+                                                                                       : "ce_whole_forward (3 kernels) ") +
+                             std::to_string(v_real) + "/" + std::to_string(v_pad);
     compare_bits(name + " probs", "fwd", three.get(), one.get());
     compare_bits(name + " losses", "fwd", l3.get(), l1.get());
-    compare_bits(name + " row_max", "fwd", m3.get(), m1.get());
-    compare_bits(name + " row_sum", "fwd", s3.get(), s1.get());
-    compare_bits(name + " target_logit", "fwd", t3.get(), t1.get());
+    compare_bits(name + " max", "fwd", m3.get(), m1.get());
+    compare_bits(name + " sum", "fwd", s3.get(), s1.get());
+    compare_bits(name + " target", "fwd", t3.get(), t1.get());
   }
   // Vocabulary-parallel: two shards of Vp/2 columns, each rank's pieces on the device, the all-reduces
   // done here on the host (max, sums), against the one-rank CPU kernel.
@@ -402,13 +417,18 @@ void check_cross_entropy() {
     delete shards[size_t(r)];
   }
   compare("cross_entropy vocab_parallel", "bwd", dlogits, got);
-  {  // the narrowed form against the fp32 kernel then to_bf16, on the device, bit for bit
-    Dev<float> d32(probs.size());
-    Dev<uint16_t> staged(probs.size()), fused(probs.size());
-    lattice::cuda::ce_shard_backward(d32.p, d_probs.p, d_t.p, 0, Vp, N, scale);
-    lattice::cuda::to_bf16(d32.p, staged.p, int64_t(probs.size()));
-    lattice::cuda::ce_shard_backward_bf16(fused.p, d_probs.p, d_t.p, 0, Vp, N, scale);
-    compare_bits("ce_shard_backward_bf16", "bwd", staged.get(), fused.get());
+  // The narrowed form against the fp32 kernel then to_bf16, on the device, bit for bit: the whole
+  // vocabulary, and the second of two shards (v0 = vl: half the targets outside it).
+  for (const int64_t v0 : {int64_t(0), vl}) {
+    const int64_t width = v0 ? vl : Vp;
+    std::vector<float> part(size_t(N * width));
+    for (int64_t n = 0; n < N; ++n) std::copy_n(probs.begin() + n * Vp + v0, width, part.begin() + n * width);
+    Dev<float> p(part), d32(part.size());
+    Dev<uint16_t> staged(part.size()), fused(part.size());
+    lattice::cuda::ce_shard_backward(d32.p, p.p, d_t.p, v0, width, N, scale);
+    lattice::cuda::to_bf16(d32.p, staged.p, int64_t(part.size()));
+    lattice::cuda::ce_shard_backward_bf16(fused.p, p.p, d_t.p, v0, width, N, scale);
+    compare_bits(v0 ? "ce_shard_backward_bf16 shard 1 of 2" : "ce_shard_backward_bf16", "bwd", staged.get(), fused.get());
   }
 }
 
@@ -1063,7 +1083,12 @@ void timing_cross_entropy() {
   const size_t rows = size_t(N);
   std::vector<int32_t> targets(rows);
   for (size_t n = 0; n < rows; ++n) targets[n] = int32_t((n * 7919) % size_t(V));
-  Dev<float> x(randn(size_t(N * Vp), 3.0f)), loss(rows), mx(rows), sum(rows), tl(rows);
+  // 64 random rows tiled over the 8192: the host's normal draws for 412 M values would hold the device
+  // for seconds, and the kernels' speed does not depend on which rows repeat.
+  const auto tile = randn(size_t(64 * Vp), 3.0f);
+  std::vector<float> host(size_t(N * Vp));
+  for (int64_t r = 0; r < N; r += 64) std::copy(tile.begin(), tile.end(), host.begin() + r * Vp);
+  Dev<float> x(host), loss(rows), mx(rows), sum(rows), tl(rows);
   Dev<int32_t> t(targets);
   const double bytes = 2.0 * double(N) * double(Vp) * sizeof(float);
   const auto show = [&](const std::string& name, double ms) {

@@ -406,9 +406,14 @@ void ce_whole_forward(float* logits, float* losses, float* row_max, float* row_s
     return;
   }
   const size_t bytes = size_t(v_local) * sizeof(float);
-  if (bytes > 48 * 1024)
+  // Opted in at every size: the kernel's static reduction scratch counts against the default 48 KiB too,
+  // so a row just under it would not launch without (a raised limit is kept; one process, one device).
+  static size_t allowed = 0;
+  if (bytes > allowed) {
     check(cudaFuncSetAttribute(ce_whole_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
           "ce_whole_forward");
+    allowed = bytes;
+  }
   ce_whole_forward_kernel<<<row_grid(N), kRowBlock, bytes, stream>>>(logits, losses, row_max, row_sum, target_logit,
                                                                       targets, v_local, real);
   check_launch("ce_whole_forward");

@@ -9,7 +9,6 @@
 #include "backend/device_ops.hpp"
 #include "comm/gather_int64.hpp"
 
-
 namespace lattice::parallel {
 
 void finish_sequence_parallel(const ParamTable& table, comm::Communicator& tp, const OwnedGrads& g) {
