@@ -406,6 +406,10 @@ int main(int argc, char** argv) {
     }
   }
   if (summary && reps == 11) reps = 5;
+  if (!gemm_split_env_valid()) {  // as lattice refuses it: a misspelt A/B switch is not the default
+    std::fprintf(stderr, "%s: LATTICE_GEMM=%s is neither whole nor parts\n", argv[0], std::getenv("LATTICE_GEMM"));
+    return 1;
+  }
   omp_set_num_threads(threads);
   bli_thread_set_num_threads(threads);
 
