@@ -184,18 +184,25 @@ __global__ void ce_max_target_kernel(float* row_max, float* target_logit, const 
     target_logit[n] = (t >= 0 && t < real) ? x[t] : 0.0f;
   }
 }
-__global__ void ce_exp_sum_kernel(float* row_sum, float* logits, const float* row_max, int64_t v_local, int64_t real) {
-  __shared__ float scratch[32];
-  const int64_t n = blockIdx.x;
-  float* x = logits + n * v_local;
-  const float mx = row_max[n];
+// One row's exponentials in place (x in global or shared memory): x[j] = exp(x[j] − mx) on the real
+// columns, 0 on the padding; returns their sum by the block's fixed tree. The one text of this step for
+// the three kernels' second and the one-pass kernel below, so their bits agree by construction.
+__device__ __forceinline__ float ce_exp_row_sum(float* x, float mx, int64_t v_local, int64_t real, float* scratch) {
   float sum = 0.0f;
   for (int64_t j = threadIdx.x; j < v_local; j += blockDim.x) {
     const float e = j < real ? fast_exp(x[j] - mx) : 0.0f;
     x[j] = e;
     sum += e;
   }
-  sum = block_sum(sum, scratch);
+  return block_sum(sum, scratch);
+}
+__device__ __forceinline__ float ce_row_loss(float mx, float sum, float target_logit) {
+  return mx + logf(sum) - target_logit;
+}
+__global__ void ce_exp_sum_kernel(float* row_sum, float* logits, const float* row_max, int64_t v_local, int64_t real) {
+  __shared__ float scratch[32];
+  const int64_t n = blockIdx.x;
+  const float sum = ce_exp_row_sum(logits + n * v_local, row_max[n], v_local, real, scratch);
   if (threadIdx.x == 0) row_sum[n] = sum;
 }
 __global__ void ce_normalize_kernel(float* logits, float* losses, const float* row_max, const float* row_sum,
@@ -204,7 +211,7 @@ __global__ void ce_normalize_kernel(float* logits, float* losses, const float* r
   float* x = logits + n * v_local;
   const float inv = 1.0f / row_sum[n];
   for (int64_t j = threadIdx.x; j < real; j += blockDim.x) x[j] *= inv;
-  if (threadIdx.x == 0) losses[n] = row_max[n] + logf(row_sum[n]) - target_logit[n];
+  if (threadIdx.x == 0) losses[n] = ce_row_loss(row_max[n], row_sum[n], target_logit[n]);
 }
 // The three pieces above for a row of the whole vocabulary (one rank, v0 = 0), the row held in
 // shared memory: read from global memory once and written once, where the three kernels read it three
@@ -236,20 +243,14 @@ __global__ void ce_whole_forward_kernel(float* logits, float* losses, float* row
   }
   mx = block_max(mx, scratch);
   const int64_t t = targets[n];
-  // Read before any thread writes the row back (block_sum's barriers below come first).
+  // Read before any thread writes the row back (the barriers of ce_exp_row_sum's block_sum come first).
   const float tl = threadIdx.x == 0 && t >= 0 && t < real ? x[t] : 0.0f;
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < v_local; j += blockDim.x) {
-    const float e = j < real ? fast_exp(row[j] - mx) : 0.0f;
-    row[j] = e;
-    sum += e;
-  }
-  sum = block_sum(sum, scratch);
+  const float sum = ce_exp_row_sum(row, mx, v_local, real, scratch);
   const float inv = 1.0f / sum;
   for (int64_t j = threadIdx.x; j < v_local; j += blockDim.x) x[j] = j < real ? row[j] * inv : row[j];
   if (threadIdx.x == 0) {
     row_max[n] = mx, row_sum[n] = sum, target_logit[n] = tl;
-    losses[n] = mx + logf(sum) - tl;
+    losses[n] = ce_row_loss(mx, sum, tl);
   }
 }
 // D: the gradient written as fp32 (may alias probs) or narrowed to bf16.
