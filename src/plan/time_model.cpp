@@ -315,10 +315,7 @@ LayerWork layer_work(const PlanRequest& r, const Hardware& hw, bool moe) {
   // Selective recompute re-runs the unfused attention's QKᵀ, softmax, dropout and P·V; the fused
   // attention keeps its log-sum-exp in every mode and re-creates nothing (model/transformer_layer.cpp).
   if (!x.fused_attention) {
-    w.recompute_selective.gemm =
-        local ? measured_gemms(hw, layer_gemms(x), bf16,
-                               [](const GemmCall& g) { return g.attention && g.pass == GemmPass::forward; })
-              : 4.0 * x.b * positions * x.s * x.h / x.t / flops_per_s;
+    w.recompute_selective.gemm = attention_forward_seconds(r, hw, x);
     w.recompute_selective.elementwise = attention_elementwise_bytes(x) / elementwise_rate(hw);
   }
   if (x.fused_attention && !local)  // locally it is inside the fused backward's measured time
