@@ -23,26 +23,25 @@ double global_grad_norm(const ParamTable& table, const OwnedGrads& g, comm::Comm
   // stages hold whole tensors, so gathering these and adding them in that one order gives every
   // pipeline layout the one-rank norm bit for bit (a clip factor one ulp apart moves every weight).
   // Every owned run of every counted tensor, summed by one device call (one read-back a step).
+  std::vector<const ParamInfo*> counted;  // the tensors the norm counts
   std::vector<GradPiece> runs;
-  std::vector<size_t> first_run;  // per counted tensor, its first run; runs of one tensor are adjacent
+  std::vector<size_t> first_run;  // each counted tensor's first run (its runs are adjacent), then the end
   for (const auto& p : table.params()) {
     if (!count_wte && p.offset == table.wte()) continue;
-    first_run.push_back(runs.size());
+    counted.push_back(&p), first_run.push_back(runs.size());
     for_each_owned(g, p.offset, p.offset + p.numel, [&](float* v, int64_t n) { runs.push_back({v, n}); });
   }
   first_run.push_back(runs.size());
   std::vector<double> run_squares(runs.size());
   dev::grad_sums_squares({runs.data(), run_squares.data(), runs.size()});
   std::vector<int64_t> mine;  // [full_index, category, bits of the sum of squares] per tensor
-  size_t counted = 0;
-  for (const auto& p : table.params()) {
-    if (!count_wte && p.offset == table.wte()) continue;
+  for (size_t t = 0; t < counted.size(); ++t) {
+    const ParamInfo& p = *counted[t];
     double squares = 0.0;
-    for (size_t r = first_run[counted]; r < first_run[counted + 1]; ++r) {
+    for (size_t r = first_run[t]; r < first_run[t + 1]; ++r) {
       const double norm = std::sqrt(run_squares[r]);  // a run's norm squared, as the per-run norm was added
       squares += norm * norm;
     }
-    ++counted;
     int64_t bits;
     std::memcpy(&bits, &squares, 8);
     mine.insert(mine.end(), {int64_t(p.full_index), (p.split == Split::replicated ? 1 : 0) + (p.expert ? 2 : 0), bits});
