@@ -1,7 +1,7 @@
 // src/cuda's row kernels: LayerNorm, the causal softmax with the attention dropout, and the
-// vocabulary-parallel cross-entropy's pieces. One block per row (the softmax: one warp per row); each
-// row's sums and maxima are fixed-tree block or warp reductions (cuda/common.cuh), so the bits repeat
-// from run to run.
+// vocabulary-parallel cross-entropy's pieces. One warp per row (LayerNorm, softmax) or one block per
+// row (the cross-entropy's vocabulary-wide rows); each row's sums and maxima are fixed-tree warp or
+// block reductions (cuda/common.cuh), so the bits repeat from run to run.
 #include "cuda/common.cuh"
 #include "cuda/bf16_fused.hpp"
 #include "cuda/kernels.hpp"
@@ -18,22 +18,32 @@ unsigned row_grid(int64_t rows) {
   return unsigned(rows);
 }
 
+// The LayerNorm and softmax kernels take one warp per row (kRowBlock / 32 rows a block): a row of a
+// few thousand columns is too short to keep a 256-thread block busy through two block-wide reductions
+// (one block a row ran latency-bound on the H200: the softmax at a third of its memory bandwidth, the
+// LayerNorm forward at 1.4 TB/s of its 4.8). Lane l takes columns l, l + 32, ...; the row's max and
+// sums are warp_max / warp_sum, a fixed tree, so the bits repeat from run to run.
+constexpr int kRowsPerBlock = kRowBlock / 32;
+unsigned warp_row_grid(int64_t rows) { return row_grid((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+
 // ---- LayerNorm ----
-// One row per block. y16 null: y is written as fp32 to out; else y and x narrowed to y16 and x16 (the
+// One row per warp. y16 null: y is written as fp32 to out; else y and x narrowed to y16 and x16 (the
 // bf16 pass: the same fp32 values, one pass, no fp32 y).
 __global__ void layernorm_forward_kernel(float* out, uint16_t* y16, uint16_t* x16, float* mean, float* rstd,
-                                         const float* inp, const float* weight, const float* bias, int64_t C) {
-  __shared__ float scratch[32];
-  const int64_t n = blockIdx.x;
+                                         const float* inp, const float* weight, const float* bias, int64_t N,
+                                         int64_t C) {
+  const int64_t n = int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  if (n >= N) return;  // the whole warp: its lanes share the row
+  const int lane = int(threadIdx.x & 31);
   const float* x = inp + n * C;
   float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) sum += x[i];
-  const float m = block_sum(sum, scratch) / float(C);
+  for (int64_t i = lane; i < C; i += 32) sum += x[i];
+  const float m = warp_sum(sum) / float(C);
   float var = 0.0f;
-  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) var += (x[i] - m) * (x[i] - m);
-  var = block_sum(var, scratch);
+  for (int64_t i = lane; i < C; i += 32) var += (x[i] - m) * (x[i] - m);
+  var = warp_sum(var);
   const float r = 1.0f / sqrtf(var / float(C) + 1e-5f);
-  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+  for (int64_t i = lane; i < C; i += 32) {
     const float y = (x[i] - m) * r * weight[i] + bias[i];
     if (y16) {
       y16[n * C + i] = to_bf16_bits(y);
@@ -42,30 +52,31 @@ __global__ void layernorm_forward_kernel(float* out, uint16_t* y16, uint16_t* x1
       out[n * C + i] = y;
     }
   }
-  if (threadIdx.x == 0) mean[n] = m, rstd[n] = r;
+  if (lane == 0) mean[n] = m, rstd[n] = r;
 }
 
-// dinp += the input gradient of one row per block (kernels/layernorm.cpp's formula).
+// dinp += the input gradient of one row per warp (kernels/layernorm.cpp's formula).
 // T: the input as kept, fp32 or bf16 bits (read as fp32).
 template <class T>
 __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const T* inp, const float* weight,
-                                                const float* mean, const float* rstd, int64_t C) {
-  __shared__ float scratch[32];
-  const int64_t n = blockIdx.x;
+                                                const float* mean, const float* rstd, int64_t N, int64_t C) {
+  const int64_t n = int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  if (n >= N) return;
+  const int lane = int(threadIdx.x & 31);
   const T* xs = inp + n * C;
   const auto x = [xs](int64_t i) { return load_f32(xs, i); };
   const float* dy = dout + n * C;
   float* dx = dinp + n * C;
   const float m = mean[n], r = rstd[n];
   float a = 0.0f, b = 0.0f;
-  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+  for (int64_t i = lane; i < C; i += 32) {
     const float xhat = (x(i) - m) * r, dnorm = weight[i] * dy[i];
     a += dnorm;
     b += dnorm * xhat;
   }
-  const float dnorm_mean = block_sum(a, scratch) / float(C);
-  const float dnorm_norm_mean = block_sum(b, scratch) / float(C);
-  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+  const float dnorm_mean = warp_sum(a) / float(C);
+  const float dnorm_norm_mean = warp_sum(b) / float(C);
+  for (int64_t i = lane; i < C; i += 32) {
     const float xhat = (x(i) - m) * r;
     dx[i] += (weight[i] * dy[i] - dnorm_mean - xhat * dnorm_norm_mean) * r;
   }
@@ -111,12 +122,6 @@ __device__ __forceinline__ void store_as(void* dst, int64_t at, float v) {
   static_cast<T*>(dst)[at] = stored_as<T>(v);
 }
 
-// The softmax kernels take one warp per row (kRowBlock / 32 rows a block): a row of s ≤ a few
-// thousand is too short to keep a 256-thread block busy through two block-wide reductions (one block
-// a row ran latency-bound on the H200, at a third of its memory bandwidth). Lane l takes columns
-// l, l + 32, ...; the row's max and sums are warp_max / warp_sum, a fixed tree.
-constexpr int kRowsPerBlock = kRowBlock / 32;
-unsigned warp_row_grid(int64_t rows) { return row_grid((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
 
 // Row `row` of the [batch, s, s] scores: query i = row % s attends to keys j <= i. probs and dropped
 // (either may be null) are written as T; with dropout, the row's keep flags are drawn at
@@ -271,14 +276,15 @@ __global__ void ce_backward_kernel(D* dlogits, const float* probs, const int32_t
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                        int64_t N, int64_t C, cudaStream_t stream) {
   if (N <= 0) return;
-  layernorm_forward_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(out, nullptr, nullptr, mean, rstd, inp, weight,
-                                                                    bias, C);
+  layernorm_forward_kernel<<<warp_row_grid(N), kRowBlock, 0, stream>>>(out, nullptr, nullptr, mean, rstd, inp, weight,
+                                                                         bias, N, C);
   check_launch("layernorm_forward");
 }
 void layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rstd, const float* x, const float* weight,
                             const float* bias, int64_t N, int64_t C, cudaStream_t stream) {
   if (N <= 0) return;
-  layernorm_forward_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(nullptr, y16, x16, mean, rstd, x, weight, bias, C);
+  layernorm_forward_kernel<<<warp_row_grid(N), kRowBlock, 0, stream>>>(nullptr, y16, x16, mean, rstd, x, weight, bias,
+                                                                       N, C);
   check_launch("layernorm_forward_bf16");
 }
 
@@ -292,7 +298,8 @@ void layernorm_backward_of(float* dinp, float* dweight, float* dbias, const floa
   if (N <= 0) return;
   if (ws.bytes < layernorm_backward_workspace_bytes(N, C) || !ws.data)
     throw std::runtime_error("CUDA: layernorm_backward: workspace too small");
-  layernorm_backward_input_kernel<T><<<row_grid(N), kRowBlock, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, C);
+  layernorm_backward_input_kernel<T><<<warp_row_grid(N), kRowBlock, 0, stream>>>(dinp, dout, inp, weight, mean, rstd,
+                                                                                N, C);
   check_launch("layernorm_backward input");
   const int64_t chunks = chunks_of(N);
   float* partial = static_cast<float*>(ws.data);
