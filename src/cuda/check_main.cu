@@ -806,6 +806,20 @@ void check_bf16_fused() {
     std::vector<uint16_t> cp(n), ca(n);
     lattice::gelu_forward_bf16(cp.data(), ca.data(), pre.data(), int64_t(n));
     compare_bf16("gelu_forward_bf16 act16 vs cpu", "fwd", ca, a16.get());
+    // The four-wide kernel's other forms: a count not a multiple of 4 (its last elements scalar), and
+    // pointers one element off its alignment (all scalar). Dev poisons its memory: an element left
+    // unwritten fails.
+    for (const int64_t off : {int64_t(0), int64_t(1)}) {
+      const int64_t m = int64_t(n) - 7;  // n is a multiple of 4
+      Dev<uint16_t> q16(n), b16(n);
+      cu::gelu_forward_bf16(q16.p + off, b16.p + off, d_pre.p + off, m);
+      const auto q = q16.get(), bb = b16.get(), ps = p16s.get(), as = a16s.get();
+      const std::vector<uint16_t> got_p(q.begin() + off, q.begin() + off + m), got_a(bb.begin() + off, bb.begin() + off + m),
+          want_p(ps.begin() + off, ps.begin() + off + m), want_a(as.begin() + off, as.begin() + off + m);
+      const std::string form = off ? " (unaligned)" : " (n % 4 = 1)";
+      compare_bits("gelu_forward_bf16 pre16" + form, "fwd", want_p, got_p);
+      compare_bits("gelu_forward_bf16 act16" + form, "fwd", want_a, got_a);
+    }
   }
   {  // LayerNorm forward and backward
     const int64_t R = 256, H = 768;
