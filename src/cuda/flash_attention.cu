@@ -27,9 +27,11 @@ constexpr int kPLd = kT + 1;    // row stride of the 64 × 64 probability / dS t
 
 // Rows [0, 64) of a tile of X [*, dh] starting at row r0 (n rows valid, the rest zero) into shared
 // memory with row stride ld = dh + 1.
-__device__ __forceinline__ void load_tile(float* dst, const float* src, int64_t n, int64_t dh, int64_t ld) {
+__device__ __forceinline__ void load_tile(float* dst, const float* src, int64_t n, const FastDivisor& dh_div,
+                                          int64_t ld) {
+  const int64_t dh = dh_div.d;
   for (int64_t idx = threadIdx.x; idx < kT * dh; idx += kThreads) {
-    const int64_t r = idx / dh, e = idx % dh;
+    const int64_t r = dh_div.div(uint32_t(idx)), e = idx - r * dh;
     dst[r * ld + e] = r < n ? src[r * dh + e] : 0.0f;
   }
 }
@@ -56,7 +58,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out, flo
   const int r = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
   const int64_t i = i0 + r;
   const bool row_ok = r < nq;
-  load_tile(Qs, q + head + i0 * dh, nq, dh, ld);
+  load_tile(Qs, q + head + i0 * dh, nq, p.dh_div, ld);
   const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
   float m = -__int_as_float(0x7f800000), l = 0.0f, acc[NC];
 #pragma unroll
@@ -65,8 +67,8 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out, flo
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {  // causal: key tiles past the tile's last query skipped
     const int64_t nk = min(int64_t(kT), s - j0);
     __syncthreads();  // the previous tile's K, V reads are done
-    load_tile(Ks, k + head + j0 * dh, nk, dh, ld);
-    load_tile(Vs, v + head + j0 * dh, nk, dh, ld);
+    load_tile(Ks, k + head + j0 * dh, nk, p.dh_div, ld);
+    load_tile(Vs, v + head + j0 * dh, nk, p.dh_div, ld);
     __syncthreads();
     // Keys j0 .. j0 + n - 1 are visible to query i (j <= i); n is the same for the row's four threads.
     const int64_t n = row_ok ? max(int64_t(0), min(nk, i - j0 + 1)) : 0;
@@ -126,8 +128,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(float* dk, float* 
   const int64_t bh = blockIdx.y, head = bh * s * dh, j0 = int64_t(blockIdx.x) * kT, nk = min(int64_t(kT), s - j0);
   const int jr = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
   const int64_t j = j0 + jr;
-  load_tile(Ks, k + head + j0 * dh, nk, dh, ld);
-  load_tile(Vs, v + head + j0 * dh, nk, dh, ld);
+  load_tile(Ks, k + head + j0 * dh, nk, p.dh_div, ld);
+  load_tile(Vs, v + head + j0 * dh, nk, p.dh_div, ld);
   const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
   float adk[NC], adv[NC];
 #pragma unroll
@@ -136,8 +138,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(float* dk, float* 
   for (int64_t i0 = j0; i0 < s; i0 += kT) {  // causal: query tiles before the key tile see none of it
     const int64_t nq = min(int64_t(kT), s - i0);
     __syncthreads();  // the previous query tile's reads are done
-    load_tile(Qs, q + head + i0 * dh, nq, dh, ld);
-    load_tile(dOs, dout + head + i0 * dh, nq, dh, ld);
+    load_tile(Qs, q + head + i0 * dh, nq, p.dh_div, ld);
+    load_tile(dOs, dout + head + i0 * dh, nq, p.dh_div, ld);
     if (threadIdx.x < kT) {
       const bool ok = int64_t(threadIdx.x) < nq;
       Ls[threadIdx.x] = ok ? lse[bh * s + i0 + threadIdx.x] : 0.0f;
@@ -200,8 +202,8 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(float* dq, const flo
   const int r = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
   const int64_t i = i0 + r;
   const bool row_ok = r < nq;
-  load_tile(Qs, q + head + i0 * dh, nq, dh, ld);
-  load_tile(dOs, dout + head + i0 * dh, nq, dh, ld);
+  load_tile(Qs, q + head + i0 * dh, nq, p.dh_div, ld);
+  load_tile(dOs, dout + head + i0 * dh, nq, p.dh_div, ld);
   const float li = row_ok ? lse[bh * s + i] : 0.0f, di = row_ok ? D[bh * s + i] : 0.0f;
   const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
   float acc[NC];
@@ -211,8 +213,8 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(float* dq, const flo
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {
     const int64_t nk = min(int64_t(kT), s - j0);
     __syncthreads();
-    load_tile(Ks, k + head + j0 * dh, nk, dh, ld);
-    load_tile(Vs, v + head + j0 * dh, nk, dh, ld);
+    load_tile(Ks, k + head + j0 * dh, nk, p.dh_div, ld);
+    load_tile(Vs, v + head + j0 * dh, nk, p.dh_div, ld);
     __syncthreads();
     const int64_t n = row_ok ? max(int64_t(0), min(nk, i - j0 + 1)) : 0;
     const uint32_t keep = row_keep_bits(p, base, i, j0, quad, n);

@@ -99,9 +99,11 @@ __host__ __device__ inline BackwardTiles backward_tiles(uintptr_t base, int dh, 
 }
 
 // Rows [0, 64) of X [*, dh] (n valid, the rest zero) as bf16 bits with row stride ld.
-__device__ __forceinline__ void load_bf16_tile(uint16_t* dst, const float* src, int64_t n, int dh, int ld) {
+__device__ __forceinline__ void load_bf16_tile(uint16_t* dst, const float* src, int64_t n, const FastDivisor& dh_div,
+                                               int ld) {
+  const int dh = int(dh_div.d);
   for (int idx = int(threadIdx.x); idx < kT * dh; idx += kThreads) {
-    const int r = idx / dh, e = idx % dh;
+    const int r = int(dh_div.div(uint32_t(idx))), e = idx - r * dh;
     dst[r * ld + e] = r < n ? to_bf16_bits(src[int64_t(r) * dh + e]) : uint16_t(0);
   }
 }
@@ -151,7 +153,7 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
   const int r = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
   const int64_t i = i0 + r;
   const bool row_ok = r < nq;
-  load_bf16_tile(t.Q, q + head + i0 * dh, nq, dh, ld);
+  load_bf16_tile(t.Q, q + head + i0 * dh, nq, p.dh_div, ld);
   for (int idx = int(threadIdx.x); idx < kT * old; idx += kThreads) t.O[idx] = 0.0f;
   const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
   float m = -__int_as_float(0x7f800000), l = 0.0f;
@@ -159,8 +161,8 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {  // causal: key tiles past the tile's last query skipped
     const int64_t nk = min(int64_t(kT), s - j0);
     __syncthreads();  // the previous tile's K, V, P reads are done
-    load_bf16_tile(t.K, k + head + j0 * dh, nk, dh, ld);
-    load_bf16_tile(t.V, v + head + j0 * dh, nk, dh, ld);
+    load_bf16_tile(t.K, k + head + j0 * dh, nk, p.dh_div, ld);
+    load_bf16_tile(t.V, v + head + j0 * dh, nk, p.dh_div, ld);
     __syncthreads();
     tile_mma<wmma::row_major, wmma::col_major>(t.S, kSLd, t.Q, ld, t.K, ld, kT, kT, dh, false);  // S = Q·Kᵀ
     __syncthreads();
@@ -172,7 +174,10 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
                                            [&](int jl, float e) { t.P[r * kPLd + jl] = to_bf16_bits(e); });
     if (quad == 0) t.corr[r] = corr;
     __syncthreads();
-    for (int idx = int(threadIdx.x); idx < kT * dh; idx += kThreads) t.O[(idx / dh) * old + idx % dh] *= t.corr[idx / dh];
+    for (int idx = int(threadIdx.x); idx < kT * dh; idx += kThreads) {
+      const int rr = int(p.dh_div.div(uint32_t(idx)));
+      t.O[rr * old + idx - rr * dh] *= t.corr[rr];
+    }
     __syncthreads();
     tile_mma<wmma::row_major, wmma::row_major>(t.O, old, t.P, kPLd, t.V, ld, kT, dh, kT, true);  // O += P·V
   }
@@ -181,7 +186,7 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
   if (row_ok && quad == 0) lse[bh * s + i] = m + logf(l);
   __syncthreads();
   for (int idx = int(threadIdx.x); idx < int(nq) * dh; idx += kThreads) {
-    const int rr = idx / dh, e = idx % dh;
+    const int rr = int(p.dh_div.div(uint32_t(idx))), e = idx - rr * dh;
     out[head + (i0 + rr) * dh + e] = t.O[rr * old + e] * t.corr[rr];
   }
 }
@@ -224,16 +229,16 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
   const int64_t s = p.s;
   const int64_t bh = blockIdx.y, head = bh * s * dh, j0 = int64_t(blockIdx.x) * kT, nk = min(int64_t(kT), s - j0);
   const int r = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
-  load_bf16_tile(t.K, k + head + j0 * dh, nk, dh, ld);
-  load_bf16_tile(t.V, v + head + j0 * dh, nk, dh, ld);
+  load_bf16_tile(t.K, k + head + j0 * dh, nk, p.dh_div, ld);
+  load_bf16_tile(t.V, v + head + j0 * dh, nk, p.dh_div, ld);
   for (int idx = int(threadIdx.x); idx < kT * old; idx += kThreads) t.acc[idx] = 0.0f, t.acc_v[idx] = 0.0f;
   const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
 
   for (int64_t i0 = j0; i0 < s; i0 += kT) {  // causal: query tiles before the key tile see none of it
     const int64_t nq = min(int64_t(kT), s - i0);
     __syncthreads();  // the previous query tile's reads are done
-    load_bf16_tile(t.Q, q + head + i0 * dh, nq, dh, ld);
-    load_bf16_tile(t.dO, dout + head + i0 * dh, nq, dh, ld);
+    load_bf16_tile(t.Q, q + head + i0 * dh, nq, p.dh_div, ld);
+    load_bf16_tile(t.dO, dout + head + i0 * dh, nq, p.dh_div, ld);
     if (threadIdx.x < kT) {
       const bool ok = int64_t(threadIdx.x) < nq;
       t.L[threadIdx.x] = ok ? lse[bh * s + i0 + threadIdx.x] : 0.0f;
@@ -249,7 +254,7 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
   }
   __syncthreads();
   for (int idx = int(threadIdx.x); idx < int(nk) * dh; idx += kThreads) {
-    const int rr = idx / dh, e = idx % dh;
+    const int rr = int(p.dh_div.div(uint32_t(idx))), e = idx - rr * dh;
     dk[head + (j0 + rr) * dh + e] = t.acc[rr * old + e];
     dv[head + (j0 + rr) * dh + e] = t.acc_v[rr * old + e];
   }
@@ -267,8 +272,8 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float*
   const int r = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
   const int64_t i = i0 + r;
   const bool row_ok = r < nq;
-  load_bf16_tile(t.Q, q + head + i0 * dh, nq, dh, ld);
-  load_bf16_tile(t.dO, dout + head + i0 * dh, nq, dh, ld);
+  load_bf16_tile(t.Q, q + head + i0 * dh, nq, p.dh_div, ld);
+  load_bf16_tile(t.dO, dout + head + i0 * dh, nq, p.dh_div, ld);
   for (int idx = int(threadIdx.x); idx < kT * old; idx += kThreads) t.acc[idx] = 0.0f;
   const float li = row_ok ? lse[bh * s + i] : 0.0f, di = row_ok ? D[bh * s + i] : 0.0f;
   const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
@@ -276,8 +281,8 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float*
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {
     const int64_t nk = min(int64_t(kT), s - j0);
     __syncthreads();
-    load_bf16_tile(t.K, k + head + j0 * dh, nk, dh, ld);
-    load_bf16_tile(t.V, v + head + j0 * dh, nk, dh, ld);
+    load_bf16_tile(t.K, k + head + j0 * dh, nk, p.dh_div, ld);
+    load_bf16_tile(t.V, v + head + j0 * dh, nk, p.dh_div, ld);
     __syncthreads();
     const int64_t n = row_ok ? max(int64_t(0), min(nk, i - j0 + 1)) : 0;
     tc_backward_pair(t, dh, r, quad, n, i, j0, li, di, base, p);
@@ -285,7 +290,7 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float*
   }
   __syncthreads();
   for (int idx = int(threadIdx.x); idx < int(nq) * dh; idx += kThreads) {
-    const int rr = idx / dh, e = idx % dh;
+    const int rr = int(p.dh_div.div(uint32_t(idx))), e = idx - rr * dh;
     dq[head + (i0 + rr) * dh + e] = t.acc[rr * old + e];
   }
 }

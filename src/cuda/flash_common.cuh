@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/fast_divisor.hpp"
 #include "cuda/common.cuh"
 #include "kernels/dropout.hpp"
 #include "kernels/flash_attention.hpp"
@@ -19,6 +20,7 @@ using namespace detail;
 
 struct FlashArgs {
   int64_t a = 0, s = 0, dh = 0;
+  FastDivisor dh_div;  // a tile's flat index (< 64·dh) into row and element without a division
   float scale = 1.0f, keep_scale = 1.0f;
   bool dropout = false;
   PhiloxStreamWords words{};
@@ -29,6 +31,7 @@ struct FlashArgs {
 inline FlashArgs make_args(const FlashShape& x, const AttentionDropout& drop) {
   FlashArgs p;
   p.a = x.a, p.s = x.s, p.dh = x.dh;
+  p.dh_div = FastDivisor(x.dh);
   p.scale = 1.0f / std::sqrt(float(x.dh));  // the CPU's 1.0f / std::sqrt(float(dh))
   p.dropout = drop.p > 0.0f;
   p.keep_scale = p.dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
