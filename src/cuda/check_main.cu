@@ -7,8 +7,9 @@
 // itself also run twice and must repeat bit for bit ("repeat" lines). The GEMMs are compared with a
 // double-precision loop over the same (fp32, or bf16-rounded) inputs; the fused attention with the
 // CPU's flash_attention_forward/backward (its tensor-core form, on bf16 operands, within the bf16 bound); the head layouts, fp16 casts and the loss-scaling pieces
-// exactly. After the checks, "timing" lines (not pass/fail) give the bf16 GEMMs at GPT-2 124M's shapes
-// and the fused attention at b 8, a 12, s 1024, dh 64. Exit status 1 on any FAIL, 2 when no GPU is
+// exactly. After the checks, "timing" lines (not pass/fail) give the bf16 GEMMs at GPT-2 124M's shapes,
+// the cross-entropy's forward, a layer's memory-bound passes (GB/s) and the fused attention at b 8,
+// a 12, s 1024, dh 64. Exit status 1 on any FAIL, 2 when no GPU is
 // usable. Issue 33; docs/gpu.md. Usage: lattice_cuda_check [seed]
 // One file past the usual length on purpose: one program, its checks in cuda/kernels.hpp's order, each a
 // few lines of setup around the same compare helpers.
@@ -1120,6 +1121,54 @@ void timing_cross_entropy() {
        median_ms([&] { lattice::cuda::ce_whole_forward(x.p, loss.p, mx.p, sum.p, tl.p, t.p, Vp, V, N); }));
 }
 
+// The memory-bound passes of a bf16 GPT-2 124M layer at b·s = 8192 rows (h 768, 12 heads, dh 64, 4h
+// 3072), each as one call. GB/s counts what the pass must read and write at least (fp32 4 bytes, bf16
+// 2; the column sums' partials and the LayerNorm's weights and statistics left out), so it reads
+// directly against the card's memory bandwidth. Inputs are zeros: the passes do the same work on any
+// finite values.
+void timing_passes() {
+  namespace cu = lattice::cuda;
+  const int64_t N = 8192, h = 768, a = 12, dh = 64, b = 8, s = 1024, f = 4 * h;
+  const auto zeros = [](size_t n, size_t bytes) {
+    void* p = nullptr;
+    cuda_ok(cudaMalloc(&p, std::max<size_t>(1, n * bytes)), "cudaMalloc");
+    cuda_ok(cudaMemset(p, 0, n * bytes), "zero");
+    return p;
+  };
+  std::vector<void*> held;
+  const auto f32 = [&](int64_t n) { return static_cast<float*>(held.emplace_back(zeros(size_t(n), 4))); };
+  const auto b16 = [&](int64_t n) { return static_cast<uint16_t*>(held.emplace_back(zeros(size_t(n), 2))); };
+  float *x = f32(N * h), *y = f32(N * h), *qkv = f32(N * 3 * h), *wide = f32(N * f), *wide2 = f32(N * f);
+  float *q = f32(N * h), *k = f32(N * h), *v = f32(N * h), *w = f32(h), *bias = f32(f), *mean = f32(N), *rstd = f32(N);
+  float *dw = f32(h), *db = f32(h);
+  uint16_t *x16 = b16(N * h), *y16 = b16(N * h), *wide16 = b16(N * f), *wide16b = b16(N * f), *qkv16 = b16(N * 3 * h);
+  uint16_t *q16 = b16(N * h), *k16 = b16(N * h), *v16 = b16(N * h);
+  Scratch ws(std::max(cu::bias_backward_workspace_bytes(N, f), cu::layernorm_backward_workspace_bytes(N, h)));
+  const auto show = [](const std::string& name, double bytes, double ms) {
+    std::printf("timing pass %-39s median_ms=%.3f gbps=%.0f\n", name.c_str(), ms, bytes / (ms * 1e-3) / 1e9);
+    std::fflush(stdout);
+  };
+  const double nh = double(N * h), nf = double(N * f);
+  show("layernorm_forward_bf16 8192x768", nh * (4 + 2 + 2),
+       median_ms([&] { cu::layernorm_forward_bf16(x16, y16, mean, rstd, x, w, w, N, h); }));
+  show("layernorm_backward_bf16 8192x768", nh * (4 + 2 + 4 + 4),
+       median_ms([&] { cu::layernorm_backward_bf16(y, dw, db, x, x16, w, mean, rstd, N, h, ws.ws()); }));
+  show("split_heads_bf16 8192x2304", 3 * nh * (4 + 2),
+       median_ms([&] { cu::split_heads_bf16(q16, k16, v16, qkv, b, s, a, dh); }));
+  show("merge_heads_bf16 8192x768", nh * (4 + 2), median_ms([&] { cu::merge_heads_bf16(y16, q, b, s, a, dh); }));
+  show("unmerge_heads 8192x768", nh * (4 + 4), median_ms([&] { cu::unmerge_heads(q, y, b, s, a, dh); }));
+  show("merge_qkv_grads_narrow 8192x2304", 3 * nh * (4 + 2),
+       median_ms([&] { cu::merge_qkv_grads_narrow(qkv16, bias, q, k, v, b, s, a, dh, ws.ws()); }));
+  show("gelu_forward_bf16 8192x3072", nf * (4 + 2 + 2),
+       median_ms([&] { cu::gelu_forward_bf16(wide16, wide16b, wide, N * f); }));
+  show("gelu_backward_narrow 8192x3072", nf * (4 + 2 + 2),
+       median_ms([&] { cu::gelu_backward_narrow(wide16b, bias, wide16, wide2, N, f, ws.ws()); }));
+  show("narrow_bias_backward 8192x768", nh * (4 + 2),
+       median_ms([&] { cu::narrow_bias_backward(y16, bias, y, N, h, ws.ws()); }));
+  show("residual_add 8192x768", nh * (4 + 4 + 4), median_ms([&] { cu::residual_add(x, y, N * h); }));
+  for (void* p : held) cudaFree(p);
+}
+
 // The fused attention at GPT-2 124M's b 8, a 12, s 1024, dh 64, dropout off and on. FLOPs counted
 // as FlashAttention does for a causal mask: forward 2·b·a·s²·dh (two s×s×dh products, half
 // masked), backward 2.5× that (five products; this backward computes seven, recomputing S and dP
@@ -1187,6 +1236,7 @@ int main(int argc, char** argv) {
   try {
     timing_gemm();
     timing_cross_entropy();
+    timing_passes();
     timing_flash(false);
     timing_flash(true);
   } catch (const std::exception& e) {
