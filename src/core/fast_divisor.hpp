@@ -15,7 +15,9 @@ struct FastDivisor {
   uint32_t d = 1, magic = 0, shift = 0;
 
   FastDivisor() = default;
-  // shift = ⌈log2 d⌉, magic = ⌊2^32·(2^shift − d) / d⌋ + 1 (< 2^32 since 2^shift < 2d).
+  // shift = ⌈log2 d⌉, magic = ⌊2^32·(2^shift − d) / d⌋ + 1. It fits 32 bits: 2^shift < 2d makes
+  // 2^shift − d ≤ d − 1, so the floor is at most 2^32·(d − 1)/d = 2^32 − 2^32/d ≤ 2^32 − 2 for
+  // d ≥ 2 (d = 1 gives shift 0 and magic 1).
   explicit FastDivisor(int64_t divisor) {
     if (divisor < 1 || divisor > int64_t(0x7fffffff))
       throw std::invalid_argument("FastDivisor: divisor outside [1, 2^31)");
@@ -23,7 +25,7 @@ struct FastDivisor {
     while ((uint64_t(1) << shift) < d) ++shift;
     magic = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << shift) - d)) / d + 1);
   }
-  // x < 2^31: the high word of x·magic is below x, so their sum does not wrap.
+  // x < 2^31: the high word of x·magic is at most x (magic < 2^32), so their sum does not wrap.
   LATTICE_HOST_DEVICE uint32_t div(uint32_t x) const {
 #if defined(__CUDA_ARCH__)
     const uint32_t hi = __umulhi(x, magic);

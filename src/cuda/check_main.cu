@@ -807,19 +807,30 @@ void check_bf16_fused() {
     std::vector<uint16_t> cp(n), ca(n);
     lattice::gelu_forward_bf16(cp.data(), ca.data(), pre.data(), int64_t(n));
     compare_bf16("gelu_forward_bf16 act16 vs cpu", "fwd", ca, a16.get());
-    // The four-wide kernel's other forms: a count not a multiple of 4 (its last elements scalar), and
-    // pointers one element off its alignment (all scalar). Dev poisons its memory: an element left
-    // unwritten fails.
-    for (const int64_t off : {int64_t(0), int64_t(1)}) {
+    // The four-wide kernel's other forms: a count not a multiple of 4 (its last elements scalar), all
+    // three pointers one element off its alignment, and only the outputs off (all scalar). Dev poisons
+    // its memory (0xFFFF halves): an element left unwritten fails, and so does one written outside the
+    // call's range (the elements before and after it must still hold the poison).
+    struct Form {
+      int64_t in_off, out_off;
+      const char* name;
+    };
+    for (const Form form : {Form{0, 0, " (n % 4 = 1)"}, Form{1, 1, " (unaligned)"}, Form{0, 1, " (outputs unaligned)"}}) {
       const int64_t m = int64_t(n) - 7;  // n is a multiple of 4
       Dev<uint16_t> q16(n), b16(n);
-      cu::gelu_forward_bf16(q16.p + off, b16.p + off, d_pre.p + off, m);
+      cu::gelu_forward_bf16(q16.p + form.out_off, b16.p + form.out_off, d_pre.p + form.in_off, m);
       const auto q = q16.get(), bb = b16.get(), ps = p16s.get(), as = a16s.get();
-      const std::vector<uint16_t> got_p(q.begin() + off, q.begin() + off + m), got_a(bb.begin() + off, bb.begin() + off + m),
-          want_p(ps.begin() + off, ps.begin() + off + m), want_a(as.begin() + off, as.begin() + off + m);
-      const std::string form = off ? " (unaligned)" : " (n % 4 = 1)";
-      compare_bits("gelu_forward_bf16 pre16" + form, "fwd", want_p, got_p);
-      compare_bits("gelu_forward_bf16 act16" + form, "fwd", want_a, got_a);
+      std::vector<uint16_t> got_p(q.begin() + form.out_off, q.begin() + form.out_off + m),
+          got_a(bb.begin() + form.out_off, bb.begin() + form.out_off + m),
+          want_p(ps.begin() + form.in_off, ps.begin() + form.in_off + m),
+          want_a(as.begin() + form.in_off, as.begin() + form.in_off + m);
+      for (int64_t i = 0; i < int64_t(n); ++i) {  // outside the range: compared as part of the output
+        if (i >= form.out_off && i < form.out_off + m) continue;
+        got_p.push_back(q[size_t(i)]), got_a.push_back(bb[size_t(i)]);
+        want_p.push_back(0xffff), want_a.push_back(0xffff);
+      }
+      compare_bits(std::string("gelu_forward_bf16 pre16") + form.name, "fwd", want_p, got_p);
+      compare_bits(std::string("gelu_forward_bf16 act16") + form.name, "fwd", want_a, got_a);
     }
   }
   {  // LayerNorm forward and backward

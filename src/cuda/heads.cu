@@ -1,6 +1,9 @@
 // Attention's head layout on the device (model/attention.cpp's four loops), and the bf16 pass's
 // narrowing split and merge (cuda/bf16_fused.hpp): one block per row of the [b·s, ·] side. Copies
 // (and bf16 rounding): the results are the CPU's bits.
+#include <algorithm>
+
+#include "core/fast_divisor.hpp"
 #include "cuda/bf16_fused.hpp"
 #include "cuda/common.cuh"
 #include "cuda/kernels.hpp"
@@ -11,10 +14,11 @@ using namespace detail;
 namespace {
 
 // One block per row (bi, si) of the [b·s, width] side (width = hl, or 3·hl for the qkv rows), its
-// threads walking the row's columns: the reads or writes of a row are contiguous, and those of one
-// head's dh columns land contiguous in [b, a, s, dh]. A column's head is c / dh in 32 bits (columns
-// < 2^31, checked at launch). The form before, one thread per element of a flat index split by four
-// 64-bit divisions, moved 0.8–1.8 TB/s of the H200's 4.8 (2026-11-27 profile, GPT-2 at micro-batch 32).
+// threads walking the row's hl columns: the reads or writes of a row are contiguous, and those of one
+// head's dh columns land contiguous in [b, a, s, dh]. A column's head is c / dh by a multiply-high
+// (core/fast_divisor.hpp; columns < 2^31, checked at launch). The form before, one thread per element
+// of a flat index split by four 64-bit divisions, moved 0.8–1.8 TB/s of the H200's 4.8 (2026-11-27
+// profile, GPT-2 at micro-batch 32).
 struct HeadRow {
   int64_t row, base;  // the row's offset in [b·s, ·] rows, and (bi, head 0, si, 0) in [b, a, s, dh]
   int64_t head_stride;  // s·dh: from one head to the next
@@ -23,31 +27,31 @@ __device__ __forceinline__ HeadRow head_row(int64_t s, int64_t a, int64_t dh) {
   const int64_t row = blockIdx.x, bi = row / s, si = row - bi * s;  // one division a block
   return {row, (bi * a * s + si) * dh, s * dh};
 }
-__device__ __forceinline__ int64_t head_at(const HeadRow& r, int c, int dh) {
-  const int hd = c / dh;
-  return r.base + hd * r.head_stride + (c - hd * dh);
+__device__ __forceinline__ int64_t head_at(const HeadRow& r, int c, const FastDivisor& dh) {
+  const uint32_t hd = dh.div(uint32_t(c));
+  return r.base + int64_t(hd) * r.head_stride + int64_t(dh.mod(uint32_t(c), hd));
 }
 
 // T: the heads as stored, fp32 or narrowed to bf16 (the bf16 pass, cuda/bf16_fused.hpp).
 template <class T>
-__global__ void split_heads_kernel(T* q, T* kk, T* v, const float* qkv, int64_t s, int64_t a, int64_t dh) {
-  const HeadRow r = head_row(s, a, dh);
-  const int hl = int(a * dh);
+__global__ void split_heads_kernel(T* q, T* kk, T* v, const float* qkv, int64_t s, int64_t a, FastDivisor dh) {
+  const HeadRow r = head_row(s, a, dh.d);
+  const int hl = int(a * dh.d);
   const float* src = qkv + r.row * 3 * hl;
   for (int c = int(threadIdx.x); c < hl; c += int(blockDim.x)) {
-    const int64_t at = head_at(r, c, int(dh));
+    const int64_t at = head_at(r, c, dh);
     q[at] = stored_as<T>(src[c]);
     kk[at] = stored_as<T>(src[hl + c]);
     v[at] = stored_as<T>(src[2 * hl + c]);
   }
 }
 __global__ void merge_qkv_grads_kernel(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t s,
-                                       int64_t a, int64_t dh) {
-  const HeadRow r = head_row(s, a, dh);
-  const int hl = int(a * dh);
+                                       int64_t a, FastDivisor dh) {
+  const HeadRow r = head_row(s, a, dh.d);
+  const int hl = int(a * dh.d);
   float* dst = dqkv + r.row * 3 * hl;
   for (int c = int(threadIdx.x); c < hl; c += int(blockDim.x)) {
-    const int64_t at = head_at(r, c, int(dh));
+    const int64_t at = head_at(r, c, dh);
     dst[c] = dq[at];
     dst[hl + c] = dk[at];
     dst[2 * hl + c] = dv[at];
@@ -55,11 +59,11 @@ __global__ void merge_qkv_grads_kernel(float* dqkv, const float* dq, const float
 }
 // to_rows: heads [b, a, s, dh] → rows [b·s, hl]; otherwise rows → heads. T: the destination as stored.
 template <bool to_rows, class T = float>
-__global__ void head_rows_kernel(T* dst, const float* src, int64_t s, int64_t a, int64_t dh) {
-  const HeadRow r = head_row(s, a, dh);
-  const int hl = int(a * dh);
+__global__ void head_rows_kernel(T* dst, const float* src, int64_t s, int64_t a, FastDivisor dh) {
+  const HeadRow r = head_row(s, a, dh.d);
+  const int hl = int(a * dh.d);
   for (int c = int(threadIdx.x); c < hl; c += int(blockDim.x)) {
-    const int64_t at = head_at(r, c, int(dh));
+    const int64_t at = head_at(r, c, dh);
     if (to_rows)
       dst[r.row * hl + c] = stored_as<T>(src[at]);
     else
@@ -67,14 +71,22 @@ __global__ void head_rows_kernel(T* dst, const float* src, int64_t s, int64_t a,
   }
 }
 
-// The launch: b·s blocks (one a row), columns and rows within what the kernels index in 32 bits and
-// the grid holds. Nothing to do for an empty shape.
-bool head_launch(int64_t b, int64_t s, int64_t a, int64_t dh, unsigned* blocks, const char* kernel) {
+// A launch: b·s blocks (one a row) of as many threads as the row's hl columns need, up to 256 (a
+// tensor-parallel shard's hl of 128 leaves none idle). `width`, the widest row a kernel indexes (3·hl
+// for the qkv rows), and the row count must stay within 32-bit indices and the grid.
+struct HeadLaunch {
+  unsigned blocks = 0, threads = 0;
+  FastDivisor dh;
+};
+bool head_launch(int64_t b, int64_t s, int64_t a, int64_t dh, int64_t width, HeadLaunch* l, const char* kernel) {
   if (b <= 0 || s <= 0 || a <= 0 || dh <= 0) return false;
-  if (3 * a * dh > int64_t(0x7fffffff) || b * s > int64_t(0x7fffffff))
-    throw std::runtime_error(std::string("CUDA: ") + kernel + ": a row of " + std::to_string(3 * a * dh) +
-                             " columns or " + std::to_string(b * s) + " rows is past one launch");
-  *blocks = unsigned(b * s);
+  if (width > int64_t(0x7fffffff) || b * s > int64_t(0x7fffffff))
+    throw std::runtime_error(std::string("CUDA: ") + kernel + ": rows of " + std::to_string(width) + " columns, " +
+                             std::to_string(b * s) + " of them, are past one launch");
+  const int64_t hl = a * dh;
+  l->blocks = unsigned(b * s);
+  l->threads = unsigned(std::min<int64_t>(kBlock, (hl + 31) / 32 * 32));
+  l->dh = FastDivisor(dh);
   return true;
 }
 
@@ -82,42 +94,42 @@ bool head_launch(int64_t b, int64_t s, int64_t a, int64_t dh, unsigned* blocks, 
 
 void split_heads(float* q, float* k, float* v, const float* qkv, int64_t b, int64_t s, int64_t a, int64_t dh,
                  cudaStream_t stream) {
-  unsigned blocks = 0;
-  if (!head_launch(b, s, a, dh, &blocks, "split_heads")) return;
-  split_heads_kernel<<<blocks, kBlock, 0, stream>>>(q, k, v, qkv, s, a, dh);
+  HeadLaunch l;
+  if (!head_launch(b, s, a, dh, 3 * a * dh, &l, "split_heads")) return;
+  split_heads_kernel<<<l.blocks, l.threads, 0, stream>>>(q, k, v, qkv, s, a, l.dh);
   check_launch("split_heads");
 }
 void split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv, int64_t b, int64_t s, int64_t a,
                       int64_t dh, cudaStream_t stream) {
-  unsigned blocks = 0;
-  if (!head_launch(b, s, a, dh, &blocks, "split_heads_bf16")) return;
-  split_heads_kernel<<<blocks, kBlock, 0, stream>>>(q, k, v, qkv, s, a, dh);
+  HeadLaunch l;
+  if (!head_launch(b, s, a, dh, 3 * a * dh, &l, "split_heads_bf16")) return;
+  split_heads_kernel<<<l.blocks, l.threads, 0, stream>>>(q, k, v, qkv, s, a, l.dh);
   check_launch("split_heads_bf16");
 }
 void merge_heads_bf16(uint16_t* out, const float* heads, int64_t b, int64_t s, int64_t a, int64_t dh,
                       cudaStream_t stream) {
-  unsigned blocks = 0;
-  if (!head_launch(b, s, a, dh, &blocks, "merge_heads_bf16")) return;
-  head_rows_kernel<true><<<blocks, kBlock, 0, stream>>>(out, heads, s, a, dh);
+  HeadLaunch l;
+  if (!head_launch(b, s, a, dh, a * dh, &l, "merge_heads_bf16")) return;
+  head_rows_kernel<true><<<l.blocks, l.threads, 0, stream>>>(out, heads, s, a, l.dh);
   check_launch("merge_heads_bf16");
 }
 void merge_heads(float* out, const float* heads, int64_t b, int64_t s, int64_t a, int64_t dh, cudaStream_t stream) {
-  unsigned blocks = 0;
-  if (!head_launch(b, s, a, dh, &blocks, "merge_heads")) return;
-  head_rows_kernel<true><<<blocks, kBlock, 0, stream>>>(out, heads, s, a, dh);
+  HeadLaunch l;
+  if (!head_launch(b, s, a, dh, a * dh, &l, "merge_heads")) return;
+  head_rows_kernel<true><<<l.blocks, l.threads, 0, stream>>>(out, heads, s, a, l.dh);
   check_launch("merge_heads");
 }
 void unmerge_heads(float* heads, const float* rows, int64_t b, int64_t s, int64_t a, int64_t dh, cudaStream_t stream) {
-  unsigned blocks = 0;
-  if (!head_launch(b, s, a, dh, &blocks, "unmerge_heads")) return;
-  head_rows_kernel<false><<<blocks, kBlock, 0, stream>>>(heads, rows, s, a, dh);
+  HeadLaunch l;
+  if (!head_launch(b, s, a, dh, a * dh, &l, "unmerge_heads")) return;
+  head_rows_kernel<false><<<l.blocks, l.threads, 0, stream>>>(heads, rows, s, a, l.dh);
   check_launch("unmerge_heads");
 }
 void merge_qkv_grads(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t b, int64_t s, int64_t a,
                      int64_t dh, cudaStream_t stream) {
-  unsigned blocks = 0;
-  if (!head_launch(b, s, a, dh, &blocks, "merge_qkv_grads")) return;
-  merge_qkv_grads_kernel<<<blocks, kBlock, 0, stream>>>(dqkv, dq, dk, dv, s, a, dh);
+  HeadLaunch l;
+  if (!head_launch(b, s, a, dh, 3 * a * dh, &l, "merge_qkv_grads")) return;
+  merge_qkv_grads_kernel<<<l.blocks, l.threads, 0, stream>>>(dqkv, dq, dk, dv, s, a, l.dh);
   check_launch("merge_qkv_grads");
 }
 
