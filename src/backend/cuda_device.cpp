@@ -254,22 +254,12 @@ bool c_all_finite(const float* v, int64_t n) {
   return host == 0;
 }
 
-// The bf16 fused passes (kernels/bf16_fused.hpp), each one kernel on the device (cuda/bf16_fused.hpp);
-// only AdamW's loss-scaled form stages the scaled gradient (the gradient itself is read-only here).
-float* fused_staging(int64_t n) {
-  static ScratchArray<float> buf(MemoryCategory::workspaces, "cuda_fused_staging");
-  return buf.ensure(n);
-}
+// The bf16 fused passes (kernels/bf16_fused.hpp), each one kernel on the device (cuda/bf16_fused.hpp).
+// AdamW takes clipping's factor in its pass, as the CPU's does (it staged a scaled copy of each
+// gradient before: two passes over every gradient and two launches a tensor, each step that clipped).
 void c_adamw_fused(float* m, float* v, float* w, uint16_t* w16, const float* g, int64_t n, float decay,
                    const AdamWScalars& a, float grad_scale) {
-  if (grad_scale != 1.0f) {
-    float* scaled = fused_staging(n);
-    c_copy(scaled, g, size_t(n) * sizeof(float));
-    c_scale_grads(scaled, n, grad_scale);
-    g = scaled;
-  }
-  if (w16) cuda::adamw_update_bf16(m, v, w, w16, g, n, decay, a);
-  else c_adamw(m, v, w, g, n, decay, a);
+  cuda::adamw_update_bf16(m, v, w, w16, g, n, decay, a, grad_scale);
 }
 void c_layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rstd, const float* x, const float* w,
                               const float* b, int64_t N, int64_t C) {

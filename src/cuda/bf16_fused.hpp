@@ -47,8 +47,10 @@ void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32
                             int64_t v_local, int64_t N, float scale, cudaStream_t stream = nullptr);
 
 // ---- optimizer ----
-// adamw_update, and w16 = bf16(w) of the updated weights in the same pass (the bf16 weight copy).
+// adamw_update of grad × grad_scale (clipping's factor, as kernels/optimizer_kernels.hpp's fused
+// update takes it), and, w16 non-null, w16 = bf16(w) of the updated weights in the same pass (the bf16
+// weight copy).
 void adamw_update_bf16(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
-                       const AdamWScalars& a, cudaStream_t stream = nullptr);
+                       const AdamWScalars& a, float grad_scale = 1.0f, cudaStream_t stream = nullptr);
 
 }  // namespace lattice::cuda

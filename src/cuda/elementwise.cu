@@ -127,11 +127,12 @@ __global__ void dropout_apply_kernel(float* out, const float* inp, const uint8_t
 }
 
 // ---- optimizer ----
-// w16 non-null: the updated weight narrowed too (adamw_update_bf16).
+// w16 non-null: the updated weight narrowed too (adamw_update_bf16). The gradient is read times
+// grad_scale (clipping's factor; × 1 is exact), the product the CPU's fused update takes.
 __global__ void adamw_kernel(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
-                             AdamWScalars a) {
+                             AdamWScalars a, float grad_scale) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float g = grad[i];
+    const float g = grad[i] * grad_scale;
     const float mi = a.b1 * m[i] + (1.0f - a.b1) * g;
     const float vi = a.b2 * v[i] + (1.0f - a.b2) * g * g;
     m[i] = mi;
@@ -330,12 +331,12 @@ void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64
 
 void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, float decay, const AdamWScalars& a,
                   cudaStream_t stream) {
-  adamw_kernel<<<grid_for(n), kBlock, 0, stream>>>(m, v, w, nullptr, grad, n, decay, a);
+  adamw_kernel<<<grid_for(n), kBlock, 0, stream>>>(m, v, w, nullptr, grad, n, decay, a, 1.0f);
   check_launch("adamw_update");
 }
 void adamw_update_bf16(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
-                       const AdamWScalars& a, cudaStream_t stream) {
-  adamw_kernel<<<grid_for(n), kBlock, 0, stream>>>(m, v, w, w16, grad, n, decay, a);
+                       const AdamWScalars& a, float grad_scale, cudaStream_t stream) {
+  adamw_kernel<<<grid_for(n), kBlock, 0, stream>>>(m, v, w, w16, grad, n, decay, a, grad_scale);
   check_launch("adamw_update_bf16");
 }
 size_t grad_sum_squares_workspace_bytes() { return kSumBlocks * sizeof(double); }
