@@ -196,6 +196,12 @@ phase_parity() {
     timeout 300 "$LATTICE_BIN" train "${SMALL[@]}" --device cpu --resume ck_gpu_half --save ck_cpu_resumed --json >cpu_resumed.jsonl 2>&1 &&
       compare weights "parity gpu checkpoint resumed on the cpu vs cpu straight" ck_cpu/model.safetensors ck_cpu_resumed/model.safetensors 1e-5
   }
+  # And back: 10 steps saved on the CPU, 10 more on the GPU, against the GPU's straight run.
+  train cpu_half cpu --steps 10 && {
+    rm -rf ck_gpu_from_cpu
+    timeout 300 "$LATTICE_BIN" train "${SMALL[@]}" --device "$GPU" --resume ck_cpu_half --save ck_gpu_from_cpu --json >gpu_from_cpu.jsonl 2>&1 &&
+      compare weights "parity cpu checkpoint resumed on the gpu vs gpu straight" ck_gpu/model.safetensors ck_gpu_from_cpu/model.safetensors 1e-5
+  }
   record "phase parity: done"
 }
 
