@@ -149,15 +149,29 @@ void c_softmax_dropout_forward(void* probs, uint8_t* mask, void* dropped, DType 
 void c_softmax_causal_backward(float* dscores, const float* dprobs, const float* probs, int64_t batch, int64_t s) {
   cuda::softmax_causal_backward(dscores, dprobs, probs, batch, s);
 }
-void c_flash_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
-                     const AttentionDropout& drop) {
-  cuda::flash_attention_forward(out, lse, q, k, v, x, drop);
+// The fused attention: kept bf16 Q, K, V go to the tensor-core kernels as they are (no fp32 copy
+// widened first: six passes over b·s·h values a layer, forward and backward); a shape those do not
+// serve widens them into the room the model gives and takes the fp32 form.
+FlashFp32Operands widened(const FlashOperands& in, const FlashShape& x) {
+  return fp32_operands(in, x.b * x.a * x.s * x.dh,
+                       [](const uint16_t* src, float* dst, int64_t n) { cuda::from_bf16(src, dst, n); });
 }
-void c_flash_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                      const float* v, const float* out, const float* lse, const FlashShape& x,
-                      const AttentionDropout& drop) {
-  cuda::flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, x, drop,
-                                 scratch(cuda::flash_attention_backward_workspace_bytes(x)));
+const uint16_t* bits(const void* p) { return static_cast<const uint16_t*>(p); }
+void c_flash_forward(float* out, float* lse, const FlashOperands& in, const FlashShape& x,
+                     const AttentionDropout& drop) {
+  if (in.bf16 && cuda::flash_tc_supported(x))
+    return cuda::flash_attention_forward_bf16(out, lse, bits(in.q), bits(in.k), bits(in.v), x, drop);
+  const FlashFp32Operands f = widened(in, x);
+  cuda::flash_attention_forward(out, lse, f.q, f.k, f.v, x, drop);
+}
+void c_flash_backward(float* dq, float* dk, float* dv, const float* dout, const FlashOperands& in, const float* out,
+                      const float* lse, const FlashShape& x, const AttentionDropout& drop) {
+  const cuda::Workspace ws = scratch(cuda::flash_attention_backward_workspace_bytes(x));
+  if (in.bf16 && cuda::flash_tc_supported(x))
+    return cuda::flash_attention_backward_bf16(dq, dk, dv, dout, bits(in.q), bits(in.k), bits(in.v), out, lse, x, drop,
+                                               ws);
+  const FlashFp32Operands f = widened(in, x);
+  cuda::flash_attention_backward(dq, dk, dv, dout, f.q, f.k, f.v, out, lse, x, drop, ws);
 }
 // The ring's blocks (context parallelism, --cp-comm-type p2p) have no CUDA kernel yet: the run is
 // refused before it starts (cli/device_support.cpp), so reaching one is a bug.

@@ -31,6 +31,21 @@ Device parse_device(const std::string& text) {
 namespace {
 
 void cpu_to_bf16(const float* src, uint16_t* dst, int64_t n) { to_bf16(src, dst, n); }
+// The fused attention computes from fp32: bf16 operands widened into the room the caller gives (the
+// values the model's own widening gave before the seam took them as kept, so the same bits).
+FlashFp32Operands widened(const FlashOperands& in, const FlashShape& x) {
+  return fp32_operands(in, x.b * x.a * x.s * x.dh,
+                       [](const uint16_t* src, float* dst, int64_t n) { from_bf16(src, dst, n); });
+}
+void cpu_flash_forward(float* out, float* lse, const FlashOperands& in, const FlashShape& x, const AttentionDropout& d) {
+  const FlashFp32Operands f = widened(in, x);
+  flash_attention_forward(out, lse, f.q, f.k, f.v, x, d);
+}
+void cpu_flash_backward(float* dq, float* dk, float* dv, const float* dout, const FlashOperands& in, const float* out,
+                        const float* lse, const FlashShape& x, const AttentionDropout& d) {
+  const FlashFp32Operands f = widened(in, x);
+  flash_attention_backward(dq, dk, dv, dout, f.q, f.k, f.v, out, lse, x, d);
+}
 void cpu_synchronize() {}
 void cpu_half_narrow(bool fp16, const float* src, uint16_t* dst, int64_t n) { HalfFormat{fp16}.narrow(src, dst, n); }
 void cpu_half_widen(bool fp16, const uint16_t* src, float* dst, int64_t n) { HalfFormat{fp16}.widen(src, dst, n); }
@@ -61,8 +76,8 @@ const DeviceOps kCpu = {
     dropout_backward,
     softmax_dropout_forward,
     softmax_causal_backward,
-    flash_attention_forward,
-    flash_attention_backward,
+    cpu_flash_forward,
+    cpu_flash_backward,
     flash_block_forward,
     flash_block_backward,
     split_heads,

@@ -58,10 +58,9 @@ struct DeviceOps {
   void (*softmax_dropout_forward)(void*, uint8_t*, void*, DType, const float*, int64_t, int64_t, int64_t,
                                   const AttentionDropout&);
   void (*softmax_causal_backward)(float*, const float*, const float*, int64_t, int64_t);
-  void (*flash_attention_forward)(float*, float*, const float*, const float*, const float*, const FlashShape&,
-                                  const AttentionDropout&);
-  void (*flash_attention_backward)(float*, float*, float*, const float*, const float*, const float*, const float*,
-                                   const float*, const float*, const FlashShape&, const AttentionDropout&);
+  void (*flash_attention_forward)(float*, float*, const FlashOperands&, const FlashShape&, const AttentionDropout&);
+  void (*flash_attention_backward)(float*, float*, float*, const float*, const FlashOperands&, const float*,
+                                   const float*, const FlashShape&, const AttentionDropout&);
   void (*flash_block_forward)(float*, float*, const float*, const float*, const float*, const FlashBlock&,
                               const AttentionDropout&);
   void (*flash_block_backward)(float*, float*, float*, const float*, const float*, const float*, const float*,
@@ -200,14 +199,14 @@ inline void softmax_dropout_forward(void* probs, uint8_t* mask, void* dropped, D
 inline void softmax_causal_backward(float* dscores, const float* dprobs, const float* probs, int64_t batch, int64_t s) {
   device_ops().softmax_causal_backward(dscores, dprobs, probs, batch, s);
 }
-inline void flash_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                                    const FlashShape& x, const AttentionDropout& drop) {
-  device_ops().flash_attention_forward(out, lse, q, k, v, x, drop);
+inline void flash_attention_forward(float* out, float* lse, const FlashOperands& qkv, const FlashShape& x,
+                                    const AttentionDropout& drop) {
+  device_ops().flash_attention_forward(out, lse, qkv, x, drop);
 }
-inline void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                                     const float* v, const float* out, const float* lse, const FlashShape& x,
+inline void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const FlashOperands& qkv,
+                                     const float* out, const float* lse, const FlashShape& x,
                                      const AttentionDropout& drop) {
-  device_ops().flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, x, drop);
+  device_ops().flash_attention_backward(dq, dk, dv, dout, qkv, out, lse, x, drop);
 }
 inline void flash_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                                 const FlashBlock& x, const AttentionDropout& drop) {

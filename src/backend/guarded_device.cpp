@@ -134,6 +134,10 @@ void check_arg(const char* op, const T& a) {
     if (a && !Arena::get().holds(a)) host_pointer(op);
   } else if constexpr (std::is_same_v<T, GemmOperand>) {
     if (a.ptr && !Arena::get().holds(a.ptr)) host_pointer(op);
+  } else if constexpr (std::is_same_v<T, FlashOperands>) {  // the operands and the room to widen them
+    for (const void* p : {a.q, a.k, a.v, static_cast<const void*>(a.q32), static_cast<const void*>(a.k32),
+                          static_cast<const void*>(a.v32)})
+      if (p && !Arena::get().holds(p)) host_pointer(op);
   } else if constexpr (std::is_same_v<T, GradPieceSums>) {  // host arrays naming device runs
     for (size_t i = 0; i < a.count; ++i)
       if (a.pieces[i].data && !Arena::get().holds(a.pieces[i].data)) host_pointer(op);

@@ -655,6 +655,23 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
     compare_repeat(name + " dk", "bwd", g_dk, d_dk.get());
     compare_repeat(name + " dv", "bwd", g_dv, d_dv.get());
   }
+  if (tc) {  // Q, K, V read as kept bf16 bits: the same tiles, so the same bits as from fp32
+    std::vector<uint16_t> q16(n), k16(n), v16(n);
+    lattice::to_bf16(q.data(), q16.data(), int64_t(n));
+    lattice::to_bf16(k.data(), k16.data(), int64_t(n));
+    lattice::to_bf16(v.data(), v16.data(), int64_t(n));
+    Dev<uint16_t> d_q16(q16), d_k16(k16), d_v16(v16);
+    d_out.poison(), d_lse.poison();
+    lattice::cuda::flash_attention_forward_bf16(d_out.p, d_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
+    compare_bits(name + " out (bf16 in)", "fwd", g_out, d_out.get());
+    d_out.upload(out), d_lse.upload(lse);
+    d_dq.poison(), d_dk.poison(), d_dv.poison();
+    lattice::cuda::flash_attention_backward_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q16.p, d_k16.p, d_v16.p, d_out.p,
+                                                 d_lse.p, x, drop, ws.ws());
+    compare_bits(name + " dq (bf16 in)", "bwd", g_dq, d_dq.get());
+    compare_bits(name + " dk (bf16 in)", "bwd", g_dk, d_dk.get());
+    compare_bits(name + " dv (bf16 in)", "bwd", g_dv, d_dv.get());
+  }
 }
 
 // tc: the tensor-core form (bf16-valued Q, K; I is exact in bf16).
@@ -718,6 +735,17 @@ void check_flash() {
     refused = true;
   }
   line("flash_attention dh 160 refused [flag]", "fwd", refused ? 0.0 : 1.0, refused ? 0.0 : 1.0, 0.0);
+  // bf16 bits in where the tensor-core form does not serve the shape (dh 40): refused, not misread.
+  lattice::FlashShape odd{1, 1, 64, 40};
+  odd.bf16_operands = true;
+  refused = false;
+  try {
+    lattice::cuda::flash_attention_forward_bf16(nullptr, nullptr, nullptr, nullptr, nullptr, odd,
+                                                lattice::AttentionDropout{});
+  } catch (const std::invalid_argument&) {
+    refused = true;
+  }
+  line("flash_attention bf16 in, dh 40 refused [flag]", "fwd", refused ? 0.0 : 1.0, refused ? 0.0 : 1.0, 0.0);
 }
 
 // ---- head layouts: model/attention.cpp's loops (LayerContext's b, s, a, dh as plain sizes) ----

@@ -310,12 +310,10 @@ size_t flash_attention_backward_workspace_bytes(const FlashShape& x) {
   return size_t(std::max<int64_t>(0, x.b * x.a * x.s)) * sizeof(float);
 }
 
-void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                              const float* v, const float* out, const float* lse, const FlashShape& x,
-                              const AttentionDropout& drop, Workspace ws, cudaStream_t stream) {
-  require_supported(x, "flash_attention_backward");
+namespace {
+// D = rowsum(dO ∘ O) into the workspace (both forms' backward reads it).
+float* backward_rowdot(const float* dout, const float* out, const FlashShape& x, Workspace ws, cudaStream_t stream) {
   const int64_t rows = x.b * x.a * x.s;
-  if (rows == 0) return;
   if (ws.bytes < flash_attention_backward_workspace_bytes(x) || !ws.data)
     throw std::runtime_error("CUDA: flash_attention_backward: workspace of " + std::to_string(ws.bytes) +
                              " bytes, needs " + std::to_string(flash_attention_backward_workspace_bytes(x)));
@@ -323,6 +321,22 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
   const int64_t threads = rows * 32;
   flash_rowdot_kernel<<<unsigned((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(D, dout, out, rows, x.dh);
   check_launch("flash_attention_backward D");
+  return D;
+}
+void require_tc(const FlashShape& x, const char* what) {
+  if (!flash_tc_supported(x))
+    throw std::invalid_argument(std::string("CUDA: ") + what +
+                                ": bf16 operands need the tensor-core form (bf16 operands flagged, dh a multiple of "
+                                "16, a card from sm_80 with the shared memory)");
+}
+}  // namespace
+
+void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                              const float* v, const float* out, const float* lse, const FlashShape& x,
+                              const AttentionDropout& drop, Workspace ws, cudaStream_t stream) {
+  require_supported(x, "flash_attention_backward");
+  if (x.b * x.a * x.s == 0) return;
+  const float* D = backward_rowdot(dout, out, x, ws, stream);
   if (flash_tc_supported(x)) return flash_tc_backward(dq, dk, dv, dout, q, k, v, lse, D, x, drop, stream);
   const FlashArgs p = make_args(x, drop);
   if (x.dh <= 32)
@@ -331,6 +345,24 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
     backward_launch<16>(dq, dk, dv, dout, q, k, v, lse, D, x, p, stream);
   else
     backward_launch<32>(dq, dk, dv, dout, q, k, v, lse, D, x, p, stream);
+}
+
+void flash_attention_forward_bf16(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                  const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream) {
+  require_supported(x, "flash_attention_forward");
+  if (x.b * x.a * x.s == 0) return;
+  require_tc(x, "flash_attention_forward");
+  flash_tc_forward(out, lse, q, k, v, x, drop, stream);
+}
+void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const uint16_t* q,
+                                   const uint16_t* k, const uint16_t* v, const float* out, const float* lse,
+                                   const FlashShape& x, const AttentionDropout& drop, Workspace ws,
+                                   cudaStream_t stream) {
+  require_supported(x, "flash_attention_backward");
+  if (x.b * x.a * x.s == 0) return;
+  require_tc(x, "flash_attention_backward");
+  const float* D = backward_rowdot(dout, out, x, ws, stream);
+  flash_tc_backward(dq, dk, dv, dout, q, k, v, lse, D, x, drop, stream);
 }
 
 }  // namespace lattice::cuda

@@ -36,12 +36,18 @@ inline constexpr int64_t kFlashMaxHeadDim = 128;
 // dropout flags and order of work, with the tile products in bf16 on the tensor cores (fp32
 // accumulation; dO and the probabilities rounded to bf16 for them), so within bf16 rounding of the
 // fp32 form, not its bits. Shared memory a block: forward 110 KiB, backward 187 KiB at dh 128.
+// Q, K, V are fp32 (holding bf16 values) or the bf16 bits themselves (the kept tensors, read as they are).
 bool flash_tc_supported(const FlashShape& x);
 void flash_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
                       const AttentionDropout& drop, cudaStream_t stream);
+void flash_tc_forward(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                      const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream);
 // D = rowsum(dO ∘ O), computed by the caller.
 void flash_tc_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                        const float* v, const float* lse, const float* D, const FlashShape& x,
+                       const AttentionDropout& drop, cudaStream_t stream);
+void flash_tc_backward(float* dq, float* dk, float* dv, const float* dout, const uint16_t* q, const uint16_t* k,
+                       const uint16_t* v, const float* lse, const float* D, const FlashShape& x,
                        const AttentionDropout& drop, cudaStream_t stream);
 
 // Empty if the shape is supported, else why not.
@@ -56,5 +62,15 @@ size_t flash_attention_backward_workspace_bytes(const FlashShape& x);
 void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                               const float* v, const float* out, const float* lse, const FlashShape& x,
                               const AttentionDropout& drop, Workspace ws, cudaStream_t stream = nullptr);
+
+// The same two with Q, K, V as bf16 bits, where the tensor-core form serves the shape
+// (flash_tc_supported; std::invalid_argument otherwise): the kept tensors read as they are, with no
+// fp32 copy of them widened first. Bit for bit the fp32 calls on the widened values.
+void flash_attention_forward_bf16(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                  const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream = nullptr);
+void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const uint16_t* q,
+                                   const uint16_t* k, const uint16_t* v, const float* out, const float* lse,
+                                   const FlashShape& x, const AttentionDropout& drop, Workspace ws,
+                                   cudaStream_t stream = nullptr);
 
 }  // namespace lattice::cuda

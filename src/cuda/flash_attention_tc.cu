@@ -98,13 +98,17 @@ __host__ __device__ inline BackwardTiles backward_tiles(uintptr_t base, int dh, 
   return t;
 }
 
-// Rows [0, 64) of X [*, dh] (n valid, the rest zero) as bf16 bits with row stride ld.
-__device__ __forceinline__ void load_bf16_tile(uint16_t* dst, const float* src, int64_t n, const FastDivisor& dh_div,
+// Rows [0, 64) of X [*, dh] (n valid, the rest zero) as bf16 bits with row stride ld. X: fp32 values
+// (rounded here; exact for Q, K, V, which hold bf16 values), or bf16 bits as kept (copied).
+__device__ __forceinline__ uint16_t bf16_bits_of(float x) { return to_bf16_bits(x); }
+__device__ __forceinline__ uint16_t bf16_bits_of(uint16_t x) { return x; }
+template <class T>
+__device__ __forceinline__ void load_bf16_tile(uint16_t* dst, const T* src, int64_t n, const FastDivisor& dh_div,
                                                int ld) {
   const int dh = int(dh_div.d);
   for (int idx = int(threadIdx.x); idx < kT * dh; idx += kThreads) {
     const int r = int(dh_div.div(uint32_t(idx))), e = idx - r * dh;
-    dst[r * ld + e] = r < n ? to_bf16_bits(src[int64_t(r) * dh + e]) : uint16_t(0);
+    dst[r * ld + e] = r < n ? bf16_bits_of(src[int64_t(r) * dh + e]) : uint16_t(0);
   }
 }
 
@@ -141,9 +145,11 @@ __device__ void tile_mma(float* C, int ldc, const uint16_t* A, int lda, const ui
 #endif
 }
 
-// ---- forward: one block per (query tile, b·a), the longest rows first ----
-__global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float* lse, const float* q, const float* k,
-                                                              const float* v, FlashArgs p) {
+// ---- forward: one block per (query tile, b·a), the longest rows first. TIn: how Q, K, V are held,
+// fp32 (bf16 values) or bf16 bits. ----
+template <class TIn>
+__global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float* lse, const TIn* q, const TIn* k,
+                                                              const TIn* v, FlashArgs p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), ld = dh + 8, old = dh + 4;
   const ForwardTiles t = forward_tiles(reinterpret_cast<uintptr_t>(smem), dh);
@@ -220,8 +226,9 @@ __device__ void tc_backward_pair(const BackwardTiles& t, int dh, int r, int quad
 }
 
 // ---- backward: dK, dV of one key tile, walking its query tiles ----
-__global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv, const float* dout, const float* q,
-                                                           const float* k, const float* v, const float* lse,
+template <class TIn>
+__global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv, const float* dout, const TIn* q,
+                                                           const TIn* k, const TIn* v, const float* lse,
                                                            const float* D, FlashArgs p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), ld = dh + 8, old = dh + 4;
@@ -261,8 +268,9 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
 }
 
 // ---- backward: dQ of one query tile, walking its key tiles ----
-__global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float* dout, const float* q, const float* k,
-                                                         const float* v, const float* lse, const float* D, FlashArgs p) {
+template <class TIn>
+__global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float* dout, const TIn* q, const TIn* k,
+                                                         const TIn* v, const float* lse, const float* D, FlashArgs p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), ld = dh + 8, old = dh + 4;
   const BackwardTiles t = backward_tiles(reinterpret_cast<uintptr_t>(smem), dh, false);
@@ -312,28 +320,50 @@ bool flash_tc_supported(const FlashShape& x) {
   return major >= 8 && size_t(optin) >= std::max(forward_tiles(0, dh).bytes, backward_tiles(0, dh, true).bytes);
 }
 
-void flash_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
-                      const AttentionDropout& drop, cudaStream_t stream) {
+namespace {
+template <class TIn>
+void tc_forward(float* out, float* lse, const TIn* q, const TIn* k, const TIn* v, const FlashShape& x,
+                const AttentionDropout& drop, cudaStream_t stream) {
   const FlashArgs p = make_args(x, drop);
   const size_t bytes = forward_tiles(0, int(x.dh)).bytes;
-  allow_smem(tc_forward_kernel, bytes, "flash_attention_forward (tensor cores)");
+  allow_smem(tc_forward_kernel<TIn>, bytes, "flash_attention_forward (tensor cores)");
   const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
-  tc_forward_kernel<<<grid, kThreads, bytes, stream>>>(out, lse, q, k, v, p);
+  tc_forward_kernel<TIn><<<grid, kThreads, bytes, stream>>>(out, lse, q, k, v, p);
   check_launch("flash_attention_forward (tensor cores)");
 }
-
-void flash_tc_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                       const float* v, const float* lse, const float* D, const FlashShape& x,
-                       const AttentionDropout& drop, cudaStream_t stream) {
+template <class TIn>
+void tc_backward(float* dq, float* dk, float* dv, const float* dout, const TIn* q, const TIn* k, const TIn* v,
+                 const float* lse, const float* D, const FlashShape& x, const AttentionDropout& drop,
+                 cudaStream_t stream) {
   const FlashArgs p = make_args(x, drop);
   const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
   const size_t b1 = backward_tiles(0, int(x.dh), true).bytes, b2 = backward_tiles(0, int(x.dh), false).bytes;
-  allow_smem(tc_dkdv_kernel, b1, "flash_attention_backward dK dV (tensor cores)");
-  allow_smem(tc_dq_kernel, b2, "flash_attention_backward dQ (tensor cores)");
-  tc_dkdv_kernel<<<grid, kThreads, b1, stream>>>(dk, dv, dout, q, k, v, lse, D, p);
+  allow_smem(tc_dkdv_kernel<TIn>, b1, "flash_attention_backward dK dV (tensor cores)");
+  allow_smem(tc_dq_kernel<TIn>, b2, "flash_attention_backward dQ (tensor cores)");
+  tc_dkdv_kernel<TIn><<<grid, kThreads, b1, stream>>>(dk, dv, dout, q, k, v, lse, D, p);
   check_launch("flash_attention_backward dK dV (tensor cores)");
-  tc_dq_kernel<<<grid, kThreads, b2, stream>>>(dq, dout, q, k, v, lse, D, p);
+  tc_dq_kernel<TIn><<<grid, kThreads, b2, stream>>>(dq, dout, q, k, v, lse, D, p);
   check_launch("flash_attention_backward dQ (tensor cores)");
+}
+}  // namespace
+
+void flash_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
+                      const AttentionDropout& drop, cudaStream_t stream) {
+  tc_forward(out, lse, q, k, v, x, drop, stream);
+}
+void flash_tc_forward(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                      const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream) {
+  tc_forward(out, lse, q, k, v, x, drop, stream);
+}
+void flash_tc_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                       const float* v, const float* lse, const float* D, const FlashShape& x,
+                       const AttentionDropout& drop, cudaStream_t stream) {
+  tc_backward(dq, dk, dv, dout, q, k, v, lse, D, x, drop, stream);
+}
+void flash_tc_backward(float* dq, float* dk, float* dv, const float* dout, const uint16_t* q, const uint16_t* k,
+                       const uint16_t* v, const float* lse, const float* D, const FlashShape& x,
+                       const AttentionDropout& drop, cudaStream_t stream) {
+  tc_backward(dq, dk, dv, dout, q, k, v, lse, D, x, drop, stream);
 }
 
 }  // namespace lattice::cuda

@@ -21,6 +21,35 @@ struct FlashShape {
   bool bf16_operands = false;
 };
 
+// Q, K, V [b, a, s, dh] as the model keeps them: fp32, or (bf16) bf16 bits, with fp32 room
+// (q32, k32, v32: the model's own workspaces, so widening costs no memory) where an implementation
+// that computes from fp32 widens bf16 ones. The seam's fused attention (backend/device_ops.hpp) takes
+// them so: the CPU widens, as the model did before; a device's bf16 kernels read the bits themselves.
+struct FlashOperands {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  bool bf16 = false;
+  float* q32 = nullptr;
+  float* k32 = nullptr;
+  float* v32 = nullptr;
+};
+
+// The fp32 Q, K, V of `in` (n values each): as given, or bf16 bits widened by widen(src, dst, n) into
+// the room `in` gives — the CPU's from_bf16, or a device's.
+struct FlashFp32Operands {
+  const float *q, *k, *v;
+};
+template <class Widen>
+FlashFp32Operands fp32_operands(const FlashOperands& in, int64_t n, Widen&& widen) {
+  if (!in.bf16)
+    return {static_cast<const float*>(in.q), static_cast<const float*>(in.k), static_cast<const float*>(in.v)};
+  widen(static_cast<const uint16_t*>(in.q), in.q32, n);
+  widen(static_cast<const uint16_t*>(in.k), in.k32, n);
+  widen(static_cast<const uint16_t*>(in.v), in.v32, n);
+  return {in.q32, in.k32, in.v32};
+}
+
 // One block of context parallelism's ring (docs/design.md §5.1), and in general the kernels' unit:
 // nq queries at global positions q0 … q0+nq−1 against nk keys at k0 … k0+nk−1, causal by global
 // position (k0 ≤ q0, so every query sees a key); S is the whole sequence, the dropout mask's row

@@ -24,7 +24,7 @@ void merge_qkv_grads(float* dqkv, const float* dq, const float* dk, const float*
 
 namespace {
 
-// Under bf16 activations Q, K, V are bf16 values (widened for the call): a device may multiply them in bf16.
+// Under bf16 activations Q, K, V are bf16 values: a device may multiply them in bf16.
 FlashShape flash_shape(const LayerContext& c) { return {c.b, c.a, c.s, c.dh(), c.dtype == DType::bf16}; }
 // The ring's view (context parallelism, p2p): this rank's s = S/c positions of its a heads in S.
 parallel::HeadBlocks ring_blocks(const LayerContext& c) { return {c.b, c.a, c.seq_total, c.dh()}; }
@@ -39,36 +39,49 @@ AttentionDropout attention_dropout(const LayerContext& c) {
   return d;
 }
 
+// Q, K, V as kept, for the seam's fused attention: bf16 bits as they are (a device's bf16 kernels read
+// them; the CPU widens them into q32, k32, v32), else fp32 (8-bit storage expanded there first).
+FlashOperands flash_operands(const LayerKept& kept, float* q32, float* k32, float* v32) {
+  const auto bits = [](const Stored& t) { return t.dtype() == DType::bf16 && !t.compressed(); };
+  if (bits(kept.q) && bits(kept.k) && bits(kept.v))
+    return {kept.q.data(), kept.k.data(), kept.v.data(), true, q32, k32, v32};
+  return {kept.q.load(q32), kept.k.load(k32), kept.v.load(v32), false, q32, k32, v32};
+}
+
 // Fused forward: the context into ctx_out, the log-sum-exp kept (4 bytes a row, docs/design.md §3.1).
-// bf16 Q, K, V are widened once into fp32 staging, as the unfused GEMMs read their operands.
+// The ring (context parallelism) computes from fp32: bf16 Q, K, V widened once into fp32 staging.
 void fused_forward(LayerKept& kept, float* ctx_out, const LayerContext& c, Workspace& ws) {
   kept.attn_lse = TrackedBuffer(size_t(c.b * c.a * c.s) * sizeof(float), c.stream.layer, "attn_lse");
-  const float* q = kept.q.load(ws.dq.data());
-  const float* k = kept.k.load(ws.dk.data());
-  const float* v = kept.v.load(ws.dv.data());
   float* lse = static_cast<float*>(kept.attn_lse.data());
-  if (c.cp.ring())
+  if (c.cp.ring()) {
+    const float* q = kept.q.load(ws.dq.data());
+    const float* k = kept.k.load(ws.dk.data());
+    const float* v = kept.v.load(ws.dv.data());
     parallel::ring_attention_forward(c.cp, ctx_out, lse, q, k, v, ring_blocks(c), attention_dropout(c));
-  else
-    dev::flash_attention_forward(ctx_out, lse, q, k, v, flash_shape(c), attention_dropout(c));
+  } else {
+    dev::flash_attention_forward(ctx_out, lse, flash_operands(kept, ws.dq.data(), ws.dk.data(), ws.dv.data()),
+                                 flash_shape(c), attention_dropout(c));
+  }
 }
 
 // Fused backward: O is the kept context (proj_in, heads merged) split back into heads.
 void fused_backward(float* dq, float* dk, float* dv, const float* dctx, const LayerKept& kept, const LayerContext& c,
                     Workspace& ws, const float* o_heads) {
-  const float* q = kept.q.load(ws.q.data());
-  const float* k = kept.k.load(ws.k.data());
-  const float* v = kept.v.load(ws.v.data());
   if (!o_heads) {
     unmerge_heads(ws.big2.data(), kept.proj_in.load(ws.widen.data()), c);
     o_heads = ws.big2.data();
   }
   const float* lse = static_cast<const float*>(kept.attn_lse.data());
-  if (c.cp.ring())
+  if (c.cp.ring()) {
+    const float* q = kept.q.load(ws.q.data());
+    const float* k = kept.k.load(ws.k.data());
+    const float* v = kept.v.load(ws.v.data());
     parallel::ring_attention_backward(c.cp, dq, dk, dv, dctx, q, k, v, o_heads, lse, ring_blocks(c),
                                       attention_dropout(c));
-  else
-    dev::flash_attention_backward(dq, dk, dv, dctx, q, k, v, o_heads, lse, flash_shape(c), attention_dropout(c));
+  } else {
+    dev::flash_attention_backward(dq, dk, dv, dctx, flash_operands(kept, ws.q.data(), ws.k.data(), ws.v.data()),
+                                  o_heads, lse, flash_shape(c), attention_dropout(c));
+  }
 }
 
 }  // namespace

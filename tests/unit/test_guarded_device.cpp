@@ -4,11 +4,13 @@
 // DeviceVector grows exactly as the tracked std::vector it replaced, so the memory figures hold.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <span>
 #include <vector>
 
 #include "backend/device_ops.hpp"
 #include "comm/silent_communicator.hpp"
+#include "tensor/bf16.hpp"
 #include "tensor/device_memory.hpp"
 #include "tensor/memory_tracker.hpp"
 
@@ -65,6 +67,41 @@ TEST(GuardedDevice, BatchedGradSumsCheckEveryRun) {
   EXPECT_EQ(sums[1], grad_sum_squares(hb.data(), 70000));
   const GradPiece mixed[2] = {{a.data(), 300}, {hb.data(), 70000}};
   EXPECT_DEATH(dev::grad_sums_squares({mixed, sums, 2}), "grad_sums_squares was given host memory");
+}
+
+// The fused attention takes Q, K, V as kept (bf16 bits here) with the room to widen them: the guard
+// looks at all six pointers, and the widened call gives the fp32 call's bits.
+TEST(GuardedDevice, FlashOperandsCheckEveryPointer) {
+  // The kernel runs OpenMP threads: a forked child that did not die would hang on their pool, so
+  // the death checks re-run the test binary instead of forking it.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  OnDevice guarded(Device::cpu_guarded);
+  const FlashShape x{1, 2, 70, 16, /*bf16_operands=*/true};
+  const int64_t n = x.b * x.a * x.s * x.dh, rows = x.b * x.a * x.s;
+  std::vector<uint16_t> h16(size_t(3 * n));
+  for (size_t i = 0; i < h16.size(); ++i) h16[i] = to_bf16(float(int(i * 37 % 23) - 11) * 0.0625f);
+  TrackedArray<uint16_t> bits(3 * n, "qkv16");
+  TrackedArray<float> wide(3 * n, "qkv32"), out(n, "out"), lse(rows, "lse"), out32(n, "out"), lse32(rows, "lse");
+  dev::upload(bits.data(), h16.data(), 3 * n);
+  const uint16_t* q = bits.data();
+  FlashOperands in{q, q + n, q + 2 * n, true, wide.data(), wide.data() + n, wide.data() + 2 * n};
+  dev::flash_attention_forward(out.data(), lse.data(), in, x, AttentionDropout{});
+  // The same values as fp32 operands: the room now holds them widened.
+  FlashOperands f32{wide.data(), wide.data() + n, wide.data() + 2 * n, false};
+  dev::flash_attention_forward(out32.data(), lse32.data(), f32, x, AttentionDropout{});
+  std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+  dev::download(a.data(), out.data(), n);
+  dev::download(b.data(), out32.data(), n);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
+  std::vector<float> host_room(static_cast<size_t>(n));
+  FlashOperands bad = in;
+  bad.k32 = host_room.data();
+  EXPECT_DEATH(dev::flash_attention_forward(out.data(), lse.data(), bad, x, AttentionDropout{}),
+               "flash_attention_forward was given host memory");
+  bad = in;
+  bad.v = h16.data();
+  EXPECT_DEATH(dev::flash_attention_forward(out.data(), lse.data(), bad, x, AttentionDropout{}),
+               "flash_attention_forward was given host memory");
 }
 
 TEST(GuardedDevice, DeviceVectorGrowsAsTrackedVector) {
