@@ -309,6 +309,21 @@ void check_softmax() {
     }
   }
 
+  {  // s = 77, not a multiple of 4: the kernel's one-column form (s = 256 above takes four at a time)
+    const int64_t s7 = 77, n7 = batch * s7 * s7;
+    const auto x7 = randn(size_t(n7), 2.0f);
+    std::vector<float> p7(static_cast<size_t>(n7)), dr7(static_cast<size_t>(n7));
+    std::vector<uint8_t> m7(static_cast<size_t>(n7));
+    lattice::softmax_dropout_forward(p7.data(), m7.data(), dr7.data(), DType::fp32, x7.data(), local_heads, batch, s7,
+                                     drop);
+    Dev<float> d_x7(x7), d_p7(p7.size()), d_dr7(dr7.size());
+    Dev<uint8_t> d_m7(m7.size());
+    lattice::cuda::softmax_dropout_forward(d_p7.p, d_m7.p, d_dr7.p, DType::fp32, d_x7.p, local_heads, batch, s7, drop);
+    compare_mask("softmax_dropout s77", "fwd", m7, d_m7.get());
+    compare("softmax_dropout s77 probs", "fwd", p7, d_p7.get());
+    compare("softmax_dropout s77 dropped", "fwd", dr7, d_dr7.get());
+  }
+
   const auto dprobs = randn(static_cast<size_t>(n));
   std::vector<float> dscores(static_cast<size_t>(n));
   lattice::softmax_causal_backward(dscores.data(), dprobs.data(), probs.data(), batch, s);

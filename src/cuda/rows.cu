@@ -123,10 +123,63 @@ __device__ __forceinline__ void store_as(void* dst, int64_t at, float v) {
 }
 
 
+// A lane takes V columns at a time: 1, or 4 where the rows allow it (softmax_dropout_forward decides:
+// s a multiple of 4, the buffers aligned). Four columns are then one 16-byte load and one store, and
+// one Philox block: s·s and i·s are multiples of 4, so global element first + j (j a multiple of 4)
+// starts a block, whose four words are the group's four draws (random/philox_core.hpp). The scalar
+// form drew a whole block for every element, four times the Philox work of the flags it kept.
+// (Overloads, not `if constexpr`: nvcc 11.8 warns of a variable unused in a branch it discards.)
+template <int V>
+struct Group {
+  float v[V];
+};
+__device__ __forceinline__ Group<1> load_group(const float* x, int64_t j, Group<1>*) { return {{x[j]}}; }
+__device__ __forceinline__ Group<4> load_group(const float* x, int64_t j, Group<4>*) {
+  const float4 f = *reinterpret_cast<const float4*>(x + j);
+  return {{f.x, f.y, f.z, f.w}};
+}
+template <int V>
+__device__ __forceinline__ Group<V> load_group(const float* x, int64_t j) {
+  return load_group(x, j, static_cast<Group<V>*>(nullptr));
+}
+template <class T>
+__device__ __forceinline__ void store_group(T* at, const float (&y)[1]) {
+  *at = stored_as<T>(y[0]);
+}
+__device__ __forceinline__ void store_group(float* at, const float (&y)[4]) {
+  *reinterpret_cast<float4*>(at) = make_float4(y[0], y[1], y[2], y[3]);
+}
+__device__ __forceinline__ uint32_t bf16_pair(float a, float b) {
+  return uint32_t(to_bf16_bits(a)) | (uint32_t(to_bf16_bits(b)) << 16);  // a at the lower address
+}
+__device__ __forceinline__ void store_group(uint16_t* at, const float (&y)[4]) {
+  *reinterpret_cast<uint2*>(at) = make_uint2(bf16_pair(y[0], y[1]), bf16_pair(y[2], y[3]));
+}
+// Keep flags of global elements index … index + V − 1 (bit k: element index + k); V = 4: index % 4 = 0.
+__device__ __forceinline__ uint32_t keep_group(const PhiloxStreamWords& w, uint32_t threshold, uint64_t index,
+                                               Group<1>*) {
+  return philox_keep(w, threshold, index) ? 1u : 0u;
+}
+__device__ __forceinline__ uint32_t keep_group(const PhiloxStreamWords& w, uint32_t threshold, uint64_t index,
+                                               Group<4>*) {
+  const uint64_t block = index >> 2;
+  uint32_t c[4] = {uint32_t(block), uint32_t(block >> 32), w.c2, w.c3};
+  philox4x32_10(c, w.k0, w.k1);
+  return uint32_t(c[0] >= threshold) | (uint32_t(c[1] >= threshold) << 1) | (uint32_t(c[2] >= threshold) << 2) |
+         (uint32_t(c[3] >= threshold) << 3);
+}
+// The flags as bytes (1 kept, 0 dropped), the first at the lowest address.
+__device__ __forceinline__ void store_mask(uint8_t* at, uint32_t keep, Group<1>*) { *at = uint8_t(keep); }
+__device__ __forceinline__ void store_mask(uint8_t* at, uint32_t keep, Group<4>*) {
+  *reinterpret_cast<uint32_t*>(at) =
+      (keep & 1u) | (((keep >> 1) & 1u) << 8) | (((keep >> 2) & 1u) << 16) | (((keep >> 3) & 1u) << 24);
+}
+
 // Row `row` of the [batch, s, s] scores: query i = row % s attends to keys j <= i. probs and dropped
 // (either may be null) are written as T; with dropout, the row's keep flags are drawn at
-// attention_mask_first(bh) + i·s + j, as the CPU's softmax_dropout_forward draws them.
-template <class T>
+// attention_mask_first(bh) + i·s + j, as the CPU's softmax_dropout_forward draws them. V: columns a lane
+// takes at a time (above); V = 1 is lane l on columns l, l + 32, ….
+template <class T, int V>
 __global__ void softmax_dropout_kernel(void* probs, uint8_t* mask, void* dropped, const float* scores, int64_t rows,
                                        int64_t s, PhiloxStreamWords words, uint32_t threshold, float scale,
                                        bool dropout, int64_t local_heads, int64_t first_row, int64_t heads_total,
@@ -137,10 +190,20 @@ __global__ void softmax_dropout_kernel(void* probs, uint8_t* mask, void* dropped
   const int64_t i = row % s, bh = row / s;
   const float* x = scores + row * s;
   float mx = -__int_as_float(0x7f800000);
-  for (int64_t j = lane; j <= i; j += 32) mx = fmaxf(mx, x[j]);
+  for (int64_t j = int64_t(lane) * V; j <= i; j += 32 * V) {
+    const Group<V> g = load_group<V>(x, j);
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      if (j + k <= i) mx = fmaxf(mx, g.v[k]);
+  }
   mx = warp_max(mx);
   float sum = 0.0f;
-  for (int64_t j = lane; j <= i; j += 32) sum += fast_exp(x[j] - mx);
+  for (int64_t j = int64_t(lane) * V; j <= i; j += 32 * V) {
+    const Group<V> g = load_group<V>(x, j);
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      if (j + k <= i) sum += fast_exp(g.v[k] - mx);
+  }
   const float inv = 1.0f / warp_sum(sum);
   uint64_t first = 0;
   if (dropout) {
@@ -148,13 +211,26 @@ __global__ void softmax_dropout_kernel(void* probs, uint8_t* mask, void* dropped
     const int64_t heads = heads_total ? heads_total : local_heads;
     first = uint64_t((first_row + bi) * heads + head0 + hd) * uint64_t(s) * uint64_t(s) + uint64_t(i * s);
   }
-  for (int64_t j = lane; j < s; j += 32) {
-    const float y = j <= i ? fast_exp(x[j] - mx) * inv : 0.0f;
-    if (probs) store_as<T>(probs, row * s + j, y);
+  for (int64_t j = int64_t(lane) * V; j < s; j += 32 * V) {
+    float y[V];
+    if (j <= i) {
+      const Group<V> g = load_group<V>(x, j);
+#pragma unroll
+      for (int k = 0; k < V; ++k) y[k] = j + k <= i ? fast_exp(g.v[k] - mx) * inv : 0.0f;
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) y[k] = 0.0f;
+    }
+    if (probs) store_group(static_cast<T*>(probs) + row * s + j, y);
     if (!dropout) continue;
-    const bool keep = philox_keep(words, threshold, first + uint64_t(j));
-    if (mask) mask[row * s + j] = keep ? 1 : 0;
-    if (dropped) store_as<T>(dropped, row * s + j, keep ? y * scale : 0.0f);
+    const uint32_t keep = keep_group(words, threshold, first + uint64_t(j), static_cast<Group<V>*>(nullptr));
+    if (mask) store_mask(mask + row * s + j, keep, static_cast<Group<V>*>(nullptr));
+    if (dropped) {
+      float d[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) d[k] = ((keep >> k) & 1u) ? y[k] * scale : 0.0f;
+      store_group(static_cast<T*>(dropped) + row * s + j, d);
+    }
   }
 }
 
@@ -335,14 +411,20 @@ void softmax_dropout_forward(void* probs, uint8_t* mask, void* dropped, DType dt
       philox_stream_words(drop.stream.seed, drop.stream.step, drop.stream.layer, uint32_t(DropoutSite::attention));
   const uint32_t threshold = dropout_keep_threshold(drop.p);
   const float scale = dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
+  // Four columns a lane where every row and buffer allows 16-byte loads and 4-element stores.
+  const auto aligned = [](const void* p, uintptr_t to) { return !p || reinterpret_cast<uintptr_t>(p) % to == 0; };
+  const uintptr_t out_align = dtype == DType::fp32 ? 16 : 8;
+  const bool x4 = s % 4 == 0 && aligned(scores, 16) && aligned(probs, out_align) && aligned(dropped, out_align) &&
+                  aligned(mask, 4);
+  const auto launch = [&](auto kernel) {
+    kernel<<<warp_row_grid(batch * s), kRowBlock, 0, stream>>>(probs, mask, dropped, scores, batch * s, s, words,
+                                                               threshold, scale, dropout, local_heads,
+                                                               drop.first_row, drop.heads_total, drop.head0);
+  };
   if (dtype == DType::fp32)
-    softmax_dropout_kernel<float><<<warp_row_grid(batch * s), kRowBlock, 0, stream>>>(
-        probs, mask, dropped, scores, batch * s, s, words, threshold, scale, dropout, local_heads, drop.first_row,
-        drop.heads_total, drop.head0);
+    x4 ? launch(softmax_dropout_kernel<float, 4>) : launch(softmax_dropout_kernel<float, 1>);
   else
-    softmax_dropout_kernel<uint16_t><<<warp_row_grid(batch * s), kRowBlock, 0, stream>>>(
-        probs, mask, dropped, scores, batch * s, s, words, threshold, scale, dropout, local_heads, drop.first_row,
-        drop.heads_total, drop.head0);
+    x4 ? launch(softmax_dropout_kernel<uint16_t, 4>) : launch(softmax_dropout_kernel<uint16_t, 1>);
   check_launch("softmax_dropout_forward");
 }
 
