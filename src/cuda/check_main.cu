@@ -1240,6 +1240,25 @@ void timing_passes() {
   show("narrow_bias_backward 8192x768", nh * (4 + 2),
        median_ms([&] { cu::narrow_bias_backward(y16, bias, y, N, h, ws.ws()); }));
   show("residual_add 8192x768", nh * (4 + 4 + 4), median_ms([&] { cu::residual_add(x, y, N * h); }));
+  // The unfused attention's softmax over b·a = 96 rows of s² scores: the causal half read (fp32, and
+  // the bf16 probabilities backward), whole rows written (bf16; with dropout also the mask and the
+  // dropped probabilities).
+  {
+    const int64_t batch = b * a, n = batch * s * s;
+    float* scores = f32(n);
+    uint16_t *probs = b16(n), *dropped = b16(n);
+    auto* mask = static_cast<uint8_t*>(held.emplace_back(zeros(size_t(n), 1)));
+    const double nn = double(n);
+    show("softmax_dropout_forward bf16 96x1024x1024", nn * (2 + 2), median_ms([&] {
+           cu::softmax_dropout_forward(probs, nullptr, nullptr, DType::bf16, scores, a, batch, s, {});
+         }));
+    show("softmax_dropout_forward bf16 drop 96x1024x1024", nn * (2 + 2 + 1 + 2), median_ms([&] {
+           cu::softmax_dropout_forward(probs, mask, dropped, DType::bf16, scores, a, batch, s, flash_dropout(0.1f));
+         }));
+    show("softmax_causal_backward_bf16 96x1024x1024", nn * (2 + 1 + 2), median_ms([&] {
+           cu::softmax_causal_backward_bf16(dropped, scores, probs, batch, s);
+         }));
+  }
   for (void* p : held) cudaFree(p);
 }
 
