@@ -670,15 +670,19 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
     compare_repeat(name + " dk", "bwd", g_dk, d_dk.get());
     compare_repeat(name + " dv", "bwd", g_dv, d_dv.get());
   }
-  if (tc) {  // Q, K, V read as kept bf16 bits: the same tiles, so the same bits as from fp32
+  if (tc && lattice::cuda::flash_tc_supported(x)) {  // Q, K, V as kept bf16 bits: the same tiles, the same bits
     std::vector<uint16_t> q16(n), k16(n), v16(n);
     lattice::to_bf16(q.data(), q16.data(), int64_t(n));
     lattice::to_bf16(k.data(), k16.data(), int64_t(n));
     lattice::to_bf16(v.data(), v16.data(), int64_t(n));
     Dev<uint16_t> d_q16(q16), d_k16(k16), d_v16(v16);
     d_out.poison(), d_lse.poison();
+    lattice::cuda::flash_attention_forward(d_out.p, d_lse.p, d_q.p, d_k.p, d_v.p, x, drop);  // fp32 in, again
+    const auto g_lse = d_lse.get();
+    d_out.poison(), d_lse.poison();
     lattice::cuda::flash_attention_forward_bf16(d_out.p, d_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
     compare_bits(name + " out (bf16 in)", "fwd", g_out, d_out.get());
+    compare_bits(name + " lse (bf16 in)", "fwd", g_lse, d_lse.get());
     d_out.upload(out), d_lse.upload(lse);
     d_dq.poison(), d_dk.poison(), d_dv.poison();
     lattice::cuda::flash_attention_backward_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q16.p, d_k16.p, d_v16.p, d_out.p,

@@ -411,11 +411,15 @@ void softmax_dropout_forward(void* probs, uint8_t* mask, void* dropped, DType dt
       philox_stream_words(drop.stream.seed, drop.stream.step, drop.stream.layer, uint32_t(DropoutSite::attention));
   const uint32_t threshold = dropout_keep_threshold(drop.p);
   const float scale = dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
-  // Four columns a lane where every row and buffer allows 16-byte loads and 4-element stores.
+  // Four columns a lane wherever s allows it, decided by the shape alone: the two forms add a row's sum
+  // in different orders, so a recompute must take the form its forward took whatever buffers it is
+  // given. The four-column form's 16-byte loads and 4-element stores need aligned buffers: every
+  // caller's come whole from the device allocator (256-byte aligned); one that does not is refused.
+  const bool x4 = s % 4 == 0;
   const auto aligned = [](const void* p, uintptr_t to) { return !p || reinterpret_cast<uintptr_t>(p) % to == 0; };
   const uintptr_t out_align = dtype == DType::fp32 ? 16 : 8;
-  const bool x4 = s % 4 == 0 && aligned(scores, 16) && aligned(probs, out_align) && aligned(dropped, out_align) &&
-                  aligned(mask, 4);
+  if (x4 && !(aligned(scores, 16) && aligned(probs, out_align) && aligned(dropped, out_align) && aligned(mask, 4)))
+    throw std::invalid_argument("CUDA: softmax_dropout_forward: a buffer not aligned for four columns a lane");
   const auto launch = [&](auto kernel) {
     kernel<<<warp_row_grid(batch * s), kRowBlock, 0, stream>>>(probs, mask, dropped, scores, batch * s, s, words,
                                                                threshold, scale, dropout, local_heads,

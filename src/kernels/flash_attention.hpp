@@ -6,6 +6,7 @@
 // drawn element by element from the same counter-based stream the unfused path fills (§10), so
 // both paths drop the same elements and compute the same function to fp32 rounding.
 #include <cstdint>
+#include <stdexcept>
 
 #include "kernels/dropout.hpp"
 
@@ -44,6 +45,7 @@ template <class Widen>
 FlashFp32Operands fp32_operands(const FlashOperands& in, int64_t n, Widen&& widen) {
   if (!in.bf16)
     return {static_cast<const float*>(in.q), static_cast<const float*>(in.k), static_cast<const float*>(in.v)};
+  if (!in.q32 || !in.k32 || !in.v32) throw std::invalid_argument("fused attention: bf16 operands without fp32 room");
   widen(static_cast<const uint16_t*>(in.q), in.q32, n);
   widen(static_cast<const uint16_t*>(in.k), in.k32, n);
   widen(static_cast<const uint16_t*>(in.v), in.v32, n);

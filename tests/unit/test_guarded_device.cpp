@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "backend/device_ops.hpp"
@@ -70,7 +71,8 @@ TEST(GuardedDevice, BatchedGradSumsCheckEveryRun) {
 }
 
 // The fused attention takes Q, K, V as kept (bf16 bits here) with the room to widen them: the guard
-// looks at all six pointers, and the widened call gives the fp32 call's bits.
+// looks at all six pointers, each operand is widened into its own room, and the call gives the bits
+// of the fp32 call on a copy widened apart from it.
 TEST(GuardedDevice, FlashOperandsCheckEveryPointer) {
   // The kernel runs OpenMP threads: a forked child that did not die would hang on their pool, so
   // the death checks re-run the test binary instead of forking it.
@@ -86,13 +88,24 @@ TEST(GuardedDevice, FlashOperandsCheckEveryPointer) {
   const uint16_t* q = bits.data();
   FlashOperands in{q, q + n, q + 2 * n, true, wide.data(), wide.data() + n, wide.data() + 2 * n};
   dev::flash_attention_forward(out.data(), lse.data(), in, x, AttentionDropout{});
-  // The same values as fp32 operands: the room now holds them widened.
-  FlashOperands f32{wide.data(), wide.data() + n, wide.data() + 2 * n, false};
+  // The room holds Q, K, V widened in place, each in its own third...
+  std::vector<float> h32(h16.size()), room(h16.size());
+  for (size_t i = 0; i < h16.size(); ++i) h32[i] = from_bf16(h16[i]);
+  dev::download(room.data(), wide.data(), 3 * n);
+  EXPECT_EQ(0, std::memcmp(room.data(), h32.data(), room.size() * 4));
+  // ...and the call gives the bits of the fp32 call on a copy widened on the host.
+  TrackedArray<float> ref(3 * n, "qkv32");
+  dev::upload(ref.data(), h32.data(), 3 * n);
+  FlashOperands f32{ref.data(), ref.data() + n, ref.data() + 2 * n, false};
   dev::flash_attention_forward(out32.data(), lse32.data(), f32, x, AttentionDropout{});
   std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
   dev::download(a.data(), out.data(), n);
   dev::download(b.data(), out32.data(), n);
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
+  FlashOperands no_room = in;
+  no_room.v32 = nullptr;  // bf16 operands and nowhere to widen one: refused, not a null write
+  EXPECT_THROW(dev::flash_attention_forward(out.data(), lse.data(), no_room, x, AttentionDropout{}),
+               std::invalid_argument);
   std::vector<float> host_room(static_cast<size_t>(n));
   FlashOperands bad = in;
   bad.k32 = host_room.data();
