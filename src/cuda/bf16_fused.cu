@@ -84,7 +84,7 @@ void column_sums(float* db, Element element, int64_t N, int64_t out, Workspace w
   float* partial = static_cast<float*>(ws.data);
   column_partials_kernel<<<grid_for(chunks * out), kBlock, 0, stream>>>(partial, element, N, out, chunks);
   check_launch(kernel);
-  column_reduce_kernel<<<grid_for(out), kBlock, 0, stream>>>(db, partial, out, chunks);
+  column_reduce_kernel<<<column_group_grid(out), kReduceWarps * 32, 0, stream>>>(db, partial, out, chunks);
   check_launch(kernel);
 }
 

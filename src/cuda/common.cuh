@@ -98,7 +98,8 @@ __device__ __forceinline__ float load_f32(const uint16_t* p, int64_t i) { return
 
 // Column sums of an [N, out] matrix whose element (r, c) a functor gives, in two fixed-order passes
 // (bias_backward's and the bf16 passes' bias gradients, one text so their bits agree): partial[chunk,
-// c] adds rows [chunk·64, chunk·64 + 64) in row order, then db[c] += the chunks in order. The functor
+// c] adds rows [chunk·64, chunk·64 + 64) in row order, then db[c] += the chunks by
+// column_chunk_sum's fixed tree (column_reduce_kernel, launched with kReduceWarps·32 threads). The functor
 // is called exactly once per element, so it may also store what it computed (the narrowed copy).
 constexpr int64_t kColumnChunkRows = 64;
 inline int64_t column_chunks(int64_t N) { return (N + kColumnChunkRows - 1) / kColumnChunkRows; }
@@ -113,12 +114,39 @@ __global__ void column_partials_kernel(float* partial, Element element, int64_t 
     partial[k] = acc;
   }
 }
+// The chunks' sum of column c (partial[chunk·stride + c]) by a block of kReduceWarps warps, a lane a
+// column: warp w adds chunks w, w + 8, w + 16, … in ascending order, then warp 0 adds the eight warp
+// sums in order — a fixed tree for a given chunk count, so the bits repeat. (One thread a column adding
+// every chunk in turn, the form before, ran `out` threads — three blocks for GPT-2's 768 columns — each
+// waiting on 512 loads one after another at micro-batch 32.) The total is warp 0's; every thread of
+// the block must call it (it synchronises), `valid` false for a lane past the last column.
+constexpr int kReduceWarps = 8;
+__device__ inline float column_chunk_sum(const float* partial, int64_t stride, int64_t c, int64_t chunks, bool valid,
+                                         float* scratch /* kReduceWarps × 32 floats */) {
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  float acc = 0.0f;
+  if (valid)
+    for (int64_t k = warp; k < chunks; k += kReduceWarps) acc += partial[k * stride + c];
+  scratch[warp * 32 + lane] = acc;
+  __syncthreads();
+  float total = 0.0f;
+  if (warp == 0)
+    for (int w = 0; w < kReduceWarps; ++w) total += scratch[w * 32 + lane];
+  __syncthreads();  // the scratch is free again for the next call
+  return total;
+}
+// Blocks for the column reductions: one a group of 32 columns (at most 2^16: the kernels stride).
+inline unsigned column_group_grid(int64_t columns) {
+  const int64_t g = (columns + 31) / 32;
+  return unsigned(g < 1 ? 1 : (g > 65536 ? 65536 : g));
+}
 template <class Unused = void>
 __global__ void column_reduce_kernel(float* db, const float* partial, int64_t out, int64_t chunks) {
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < out; c += int64_t(gridDim.x) * blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t chunk = 0; chunk < chunks; ++chunk) acc += partial[chunk * out + c];
-    db[c] += acc;
+  __shared__ float scratch[kReduceWarps * 32];
+  for (int64_t c0 = int64_t(blockIdx.x) * 32; c0 < out; c0 += int64_t(gridDim.x) * 32) {  // the whole block alike
+    const int64_t c = c0 + (threadIdx.x & 31);
+    const float total = column_chunk_sum(partial, out, c, chunks, c < out, scratch);
+    if (threadIdx.x < 32 && c < out) db[c] += total;
   }
 }
 

@@ -304,7 +304,7 @@ void bias_backward(float* db, const float* dy, int64_t N, int64_t out, Workspace
   column_partials_kernel<<<grid_for(chunks * out), kBlock, 0, stream>>>(partial, ReadElement{dy, out}, N, out,
                                                                          chunks);
   check_launch("bias_backward partials");
-  column_reduce_kernel<<<grid_for(out), kBlock, 0, stream>>>(db, partial, out, chunks);
+  column_reduce_kernel<<<column_group_grid(out), kReduceWarps * 32, 0, stream>>>(db, partial, out, chunks);
   check_launch("bias_backward reduce");
 }
 void residual_add(float* x, const float* y, int64_t n, cudaStream_t stream) {

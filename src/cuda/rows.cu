@@ -105,14 +105,12 @@ __global__ void layernorm_param_partials_kernel(float* partial, const float* dou
 }
 __global__ void layernorm_param_reduce_kernel(float* dweight, float* dbias, const float* partial, int64_t C,
                                               int64_t chunks) {
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
-    float dw = 0.0f, db = 0.0f;
-    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-      dw += partial[chunk * 2 * C + c];
-      db += partial[chunk * 2 * C + C + c];
-    }
-    dweight[c] += dw;
-    dbias[c] += db;
+  __shared__ float scratch[kReduceWarps * 32];
+  for (int64_t c0 = int64_t(blockIdx.x) * 32; c0 < C; c0 += int64_t(gridDim.x) * 32) {  // the whole block alike
+    const int64_t c = c0 + (threadIdx.x & 31);
+    const float dw = column_chunk_sum(partial, 2 * C, c, chunks, c < C, scratch);
+    const float db = column_chunk_sum(partial + C, 2 * C, c, chunks, c < C, scratch);
+    if (threadIdx.x < 32 && c < C) dweight[c] += dw, dbias[c] += db;
   }
 }
 
@@ -382,7 +380,8 @@ void layernorm_backward_of(float* dinp, float* dweight, float* dbias, const floa
   layernorm_param_partials_kernel<T><<<grid_for(chunks * C), kBlock, 0, stream>>>(partial, dout, inp, mean, rstd, N,
                                                                                    C, chunks);
   check_launch("layernorm_backward partials");
-  layernorm_param_reduce_kernel<<<grid_for(C), kBlock, 0, stream>>>(dweight, dbias, partial, C, chunks);
+  layernorm_param_reduce_kernel<<<column_group_grid(C), kReduceWarps * 32, 0, stream>>>(dweight, dbias, partial, C,
+                                                                                          chunks);
   check_launch("layernorm_backward reduce");
 }
 }  // namespace
