@@ -17,10 +17,6 @@ __global__ void gelu_forward_bf16_kernel(uint16_t* pre16, uint16_t* act16, const
     act16[i] = to_bf16_bits(gelu_value(x));
   }
 }
-// Two bf16 values in one word, the first at the lower address (little-endian).
-__device__ __forceinline__ uint32_t bf16_pair(float first, float second) {
-  return uint32_t(to_bf16_bits(first)) | (uint32_t(to_bf16_bits(second)) << 16);
-}
 // The same values four elements a thread, where the pointers allow it (pre 16-byte aligned, pre16 and
 // act16 8-byte): one 16-byte load and two 8-byte stores in place of four loads and eight 2-byte
 // stores (the scalar form moved 1.7 TB/s of the H200's 4.8, 2026-11-27 profile).
@@ -92,9 +88,8 @@ void column_sums(float* db, Element element, int64_t N, int64_t out, Workspace w
 
 void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  const auto aligned = [](const void* p, uintptr_t to) { return reinterpret_cast<uintptr_t>(p) % to == 0; };
   int64_t done = 0;  // elements the four-wide kernel covers; the rest (all, or the last n % 4) scalar
-  if (aligned(pre, 16) && aligned(pre16, 8) && aligned(act16, 8) && n >= 4) {
+  if (aligned_to(pre, 16) && aligned_to(pre16, 8) && aligned_to(act16, 8) && n >= 4) {
     const int64_t n4 = n / 4;
     gelu_forward_bf16_x4_kernel<<<grid_for(n4), kBlock, 0, stream>>>(
         reinterpret_cast<uint2*>(pre16), reinterpret_cast<uint2*>(act16), reinterpret_cast<const float4*>(pre), n4);

@@ -32,6 +32,13 @@ using lattice::fast_exp;
 using lattice::fast_tanh;
 __device__ __forceinline__ uint16_t to_bf16_bits(float f) { return lattice::to_bf16(f); }
 __device__ __forceinline__ float from_bf16_bits(uint16_t b) { return lattice::from_bf16(b); }
+// Two values narrowed into one word, the first at the lower address (little-endian): the vector
+// stores of the four-wide kernels.
+__device__ __forceinline__ uint32_t bf16_pair(float first, float second) {
+  return uint32_t(to_bf16_bits(first)) | (uint32_t(to_bf16_bits(second)) << 16);
+}
+// Whether a pointer allows `bytes`-wide vector accesses (a null one does).
+inline bool aligned_to(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 template <class T>
 __device__ __forceinline__ T warp_sum(T v) {

@@ -120,12 +120,12 @@ __device__ __forceinline__ void store_as(void* dst, int64_t at, float v) {
   static_cast<T*>(dst)[at] = stored_as<T>(v);
 }
 
-
-// A lane takes V columns at a time: 1, or 4 where the rows allow it (softmax_dropout_forward decides:
-// s a multiple of 4, the buffers aligned). Four columns are then one 16-byte load and one store, and
-// one Philox block: s·s and i·s are multiples of 4, so global element first + j (j a multiple of 4)
-// starts a block, whose four words are the group's four draws (random/philox_core.hpp). The scalar
-// form drew a whole block for every element, four times the Philox work of the flags it kept.
+// A lane takes V columns at a time: 1, or 4 where s is a multiple of 4 (softmax_dropout_forward
+// decides, and refuses buffers not aligned for it). Four columns are then one 16-byte load and one
+// store, and one Philox block: s·s and i·s are multiples of 4, so global element first + j (j a
+// multiple of 4) starts a block, whose four words are the group's four draws
+// (random/philox_core.hpp). The scalar form drew a whole block for every element, four times the
+// Philox work of the flags it kept.
 // (Overloads, not `if constexpr`: nvcc 11.8 warns of a variable unused in a branch it discards.)
 template <int V>
 struct Group {
@@ -146,9 +146,6 @@ __device__ __forceinline__ void store_group(T* at, const float (&y)[1]) {
 }
 __device__ __forceinline__ void store_group(float* at, const float (&y)[4]) {
   *reinterpret_cast<float4*>(at) = make_float4(y[0], y[1], y[2], y[3]);
-}
-__device__ __forceinline__ uint32_t bf16_pair(float a, float b) {
-  return uint32_t(to_bf16_bits(a)) | (uint32_t(to_bf16_bits(b)) << 16);  // a at the lower address
 }
 __device__ __forceinline__ void store_group(uint16_t* at, const float (&y)[4]) {
   *reinterpret_cast<uint2*>(at) = make_uint2(bf16_pair(y[0], y[1]), bf16_pair(y[2], y[3]));
@@ -415,9 +412,9 @@ void softmax_dropout_forward(void* probs, uint8_t* mask, void* dropped, DType dt
   // given. The four-column form's 16-byte loads and 4-element stores need aligned buffers: every
   // caller's come whole from the device allocator (256-byte aligned); one that does not is refused.
   const bool x4 = s % 4 == 0;
-  const auto aligned = [](const void* p, uintptr_t to) { return !p || reinterpret_cast<uintptr_t>(p) % to == 0; };
   const uintptr_t out_align = dtype == DType::fp32 ? 16 : 8;
-  if (x4 && !(aligned(scores, 16) && aligned(probs, out_align) && aligned(dropped, out_align) && aligned(mask, 4)))
+  if (x4 && !(aligned_to(scores, 16) && aligned_to(probs, out_align) && aligned_to(dropped, out_align) &&
+              aligned_to(mask, 4)))
     throw std::invalid_argument("CUDA: softmax_dropout_forward: a buffer not aligned for four columns a lane");
   const auto launch = [&](auto kernel) {
     kernel<<<warp_row_grid(batch * s), kRowBlock, 0, stream>>>(probs, mask, dropped, scores, batch * s, s, words,
