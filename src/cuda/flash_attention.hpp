@@ -32,10 +32,12 @@ namespace lattice::cuda {
 inline constexpr int64_t kFlashMaxHeadDim = 128;
 
 // The tensor-core form (cuda/flash_attention_tc.cu), which the two calls below take when the shape
-// has bf16 operands (FlashShape::bf16_operands) and dh is a multiple of 16: the same tiles, softmax,
-// dropout flags and order of work, with the tile products in bf16 on the tensor cores (fp32
+// has bf16 operands (FlashShape::bf16_operands), dh is a multiple of 16 and the card has bf16 tensor
+// cores (sm_80 on): the same tiles, causal mask, online softmax and dropout flags, with each warp's
+// score tile, probabilities and output in registers and the products on mma.sync (fp32
 // accumulation; dO and the probabilities rounded to bf16 for them), so within bf16 rounding of the
-// fp32 form, not its bits. Shared memory a block: forward 110 KiB, backward 187 KiB at dh 128.
+// fp32 form, not its bits. Shared memory a block: 27, 36 and 36.5 KiB (forward, dQ, dK dV) at dh 64,
+// 51, 68 and 68.5 KiB at dh 128.
 // Q, K, V are fp32 (holding bf16 values) or the bf16 bits themselves (the kept tensors, read as they are).
 bool flash_tc_supported(const FlashShape& x);
 void flash_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,

@@ -1,38 +1,41 @@
-// The fused attention on the tensor cores (cuda/flash_attention.hpp, "bf16 operands"): the fp32
-// kernels' tiles, softmax, dropout flags and order of work (cuda/flash_attention.cu), with the tile
-// products — S = Q·Kᵀ, O += P·V, dP = dO·Vᵀ, dV += (P∘Z)ᵀ·dO, dK += dSᵀ·Q, dQ += dS·K — on the tensor
-// cores (WMMA 16×16×16, bf16 operands in shared memory, fp32 accumulation). Q, K and V hold bf16
-// values already (--activation-dtype bf16), so their tiles are exact; dO and the probabilities and dS
-// fed to the products are rounded to bf16. The eight warps of a block share each 64-row product by
-// 16×16 output tiles; each output tile adds its K in ascending order, so the bits repeat from run to
-// run. What the element-wise steps read and write goes through shared memory (a WMMA fragment's
-// element layout is the hardware's), four threads a tile row as in the fp32 kernels.
-#include <cuda_bf16.h>
-#include <mma.h>
-
+// The fused attention on the tensor cores (cuda/flash_attention.hpp, "bf16 operands"), in the
+// FlashAttention-2 arrangement: each warp owns 16 rows of a 64-row tile, and its score tile, its
+// probabilities and its running output stay in registers between products. The products (S = Q·Kᵀ,
+// O += P·V; backward S, dP = dO·Vᵀ, dQ += dS·K, dV += (P∘Z)ᵀ·dO, dK += dSᵀ·Q) are mma.sync m16n8k16
+// (cuda/mma.cuh: bf16 operands, fp32 accumulation), the probabilities and dS handed from one product's
+// accumulators to the next as operands without leaving the registers. Only the operand tiles go
+// through shared memory, as bf16 rows of stride dh + 8 (free of bank conflicts for the fragments'
+// 32-bit reads and ldmatrix's eight-row reads), loaded 16 bytes at a time where the pointers allow;
+// a product reading a tile along its columns takes it through ldmatrix's transposing load.
+//
+// Same contract and tiles as the fp32 kernels (cuda/flash_attention.cu): 64 queries × 64 keys, the
+// causal mask, the online softmax with the CPU's fast_exp, the dropout's keep flags drawn from the
+// same Philox elements (flash_common.cuh's row_keep_bits / keep_bits16), the backward recomputing the
+// scores with no atomics (a block owns a key tile's dK and dV, another a query tile's dQ). Q, K and V
+// hold bf16 values, so their tiles are exact; dO, the probabilities and dS are rounded to bf16 for the
+// products, so the results are within bf16 rounding of the fp32 form, not its bits. Every sum runs in
+// a fixed order (each accumulator its k in ascending steps, a row's four lanes by a fixed shuffle
+// tree), so the bits repeat from run to run.
 #include <algorithm>
-#include <type_traits>
 
 #include "cuda/flash_attention.hpp"
 #include "cuda/flash_common.cuh"
+#include "cuda/mma.cuh"
 
 namespace lattice::cuda {
 using namespace detail;
 using namespace flash;
+using namespace mma;
 
 namespace {
 
-namespace wmma = nvcuda::wmma;
+constexpr int kT = 64;                // queries and keys per tile
+constexpr int kThreads = 128;         // 4 warps, 16 tile rows each
+constexpr int kMaxChunks = int(kFlashMaxHeadDim / 16);
 
-constexpr int kT = 64;          // queries and keys per tile
-constexpr int kThreads = 256;   // 8 warps; 4 threads a tile row in the element-wise steps
-constexpr int kWarps = kThreads / 32;
-constexpr int kSLd = kT + 4;    // fp32 64 × 64 tiles (WMMA: a multiple of 4 floats)
-constexpr int kPLd = kT + 8;    // bf16 64 × 64 tiles (WMMA: a multiple of 8 halves)
-
-// Shared memory, carved in 128-byte pieces (WMMA loads want 32-byte aligned tiles) from `base`. Each
-// kernel's layout function below carves its tiles in order; the launch asks for what the same
-// function carves from base 0 (`at`), so the size cannot drift from the layout.
+// Shared memory, carved in 128-byte pieces from `base`. Each kernel's layout function below carves its
+// tiles in order; the launch asks for what the same function carves from base 0 (`at`), so the size
+// cannot drift from the layout.
 struct Carver {
   uintptr_t base;
   size_t at = 0;
@@ -44,271 +47,392 @@ struct Carver {
   }
 };
 
-// The forward's tiles: Q, K, V (bf16, row stride dh + 8), S (fp32), P (bf16), the output O (fp32, row
-// stride dh + 4) and each row's rescaling factor.
-struct ForwardTiles {
-  uint16_t *Q, *K, *V;
-  float* S;
-  uint16_t* P;
-  float *O, *corr;
-  size_t bytes;
+// Row-major bf16 tiles [64][dh + 8] (Q, K, V, dO) and the query tile's log-sum-exp and D (the dK dV
+// kernel's).
+struct Tiles {
+  uint16_t *Q = nullptr, *K = nullptr, *V = nullptr, *dO = nullptr;
+  float *L = nullptr, *D = nullptr;
+  size_t bytes = 0;
 };
-__host__ __device__ inline ForwardTiles forward_tiles(uintptr_t base, int dh) {
+enum class Kernel { forward, dq, dkdv };
+__host__ __device__ inline Tiles tiles_of(Kernel kind, uintptr_t base, int dh) {
   Carver c{base};
-  ForwardTiles t;
-  t.Q = c.take<uint16_t>(size_t(kT) * (dh + 8));
-  t.K = c.take<uint16_t>(size_t(kT) * (dh + 8));
-  t.V = c.take<uint16_t>(size_t(kT) * (dh + 8));
-  t.S = c.take<float>(size_t(kT) * kSLd);
-  t.P = c.take<uint16_t>(size_t(kT) * kPLd);
-  t.O = c.take<float>(size_t(kT) * (dh + 4));
-  t.corr = c.take<float>(kT);
+  Tiles t;
+  const size_t tile = size_t(kT) * size_t(dh + 8);
+  t.Q = c.take<uint16_t>(tile);
+  t.K = c.take<uint16_t>(tile);
+  t.V = c.take<uint16_t>(tile);
+  if (kind != Kernel::forward) t.dO = c.take<uint16_t>(tile);
+  if (kind == Kernel::dkdv) t.L = c.take<float>(kT), t.D = c.take<float>(kT);
   t.bytes = c.at;
   return t;
 }
 
-// The backward kernels' tiles: Q, dO, K, V (bf16), S and dP (fp32), dS (bf16, [query][key]) and the
-// accumulated gradient (fp32: dQ, or dK); the key tile's kernel (`key_tile`) also P∘Z (bf16, for dV),
-// dV, and the query tile's log-sum-exp and D.
-struct BackwardTiles {
-  uint16_t *Q, *dO, *K, *V;
-  float *S, *dP;
-  uint16_t *dS, *PZ = nullptr;
-  float *acc, *acc_v = nullptr, *L = nullptr, *D = nullptr;
-  size_t bytes;
-};
-__host__ __device__ inline BackwardTiles backward_tiles(uintptr_t base, int dh, bool key_tile) {
-  Carver c{base};
-  BackwardTiles t;
-  t.Q = c.take<uint16_t>(size_t(kT) * (dh + 8));
-  t.dO = c.take<uint16_t>(size_t(kT) * (dh + 8));
-  t.K = c.take<uint16_t>(size_t(kT) * (dh + 8));
-  t.V = c.take<uint16_t>(size_t(kT) * (dh + 8));
-  t.S = c.take<float>(size_t(kT) * kSLd);
-  t.dP = c.take<float>(size_t(kT) * kSLd);
-  t.dS = c.take<uint16_t>(size_t(kT) * kPLd);
-  t.acc = c.take<float>(size_t(kT) * (dh + 4));
-  if (key_tile) {
-    t.PZ = c.take<uint16_t>(size_t(kT) * kPLd);
-    t.acc_v = c.take<float>(size_t(kT) * (dh + 4));
-    t.L = c.take<float>(kT);
-    t.D = c.take<float>(kT);
+// Eight consecutive elements as bf16 bits: fp32 values rounded (exact for Q, K, V, which hold bf16
+// values), or bf16 bits as kept. `vec`: one or two 16-byte loads (the pointer 16-byte aligned).
+__device__ __forceinline__ void load8(uint16_t (&w)[8], const uint16_t* src, bool vec) {
+  if (vec) {
+    const uint4 x = *reinterpret_cast<const uint4*>(src);
+    const uint32_t xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) w[2 * u] = uint16_t(xs[u] & 0xffffu), w[2 * u + 1] = uint16_t(xs[u] >> 16);
+  } else {
+#pragma unroll
+    for (int u = 0; u < 8; ++u) w[u] = src[u];
   }
-  t.bytes = c.at;
-  return t;
+}
+__device__ __forceinline__ void load8(uint16_t (&w)[8], const float* src, bool vec) {
+  float x[8];
+  if (vec) {
+    const float4 a = *reinterpret_cast<const float4*>(src), b = *reinterpret_cast<const float4*>(src + 4);
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+  } else {
+#pragma unroll
+    for (int u = 0; u < 8; ++u) x[u] = src[u];
+  }
+#pragma unroll
+  for (int u = 0; u < 8; ++u) w[u] = to_bf16_bits(x[u]);
 }
 
-// Rows [0, 64) of X [*, dh] (n valid, the rest zero) as bf16 bits with row stride ld. X: fp32 values
-// (rounded here; exact for Q, K, V, which hold bf16 values), or bf16 bits as kept (copied).
-__device__ __forceinline__ uint16_t bf16_bits_of(float x) { return to_bf16_bits(x); }
-__device__ __forceinline__ uint16_t bf16_bits_of(uint16_t x) { return x; }
+// Rows [0, n) of X [*, dh] (rows n … 63 zero) into the tile [64][dh + 8], eight elements a thread at a
+// time (dh is a multiple of 16, so eight never straddle a row; 16-byte stores).
 template <class T>
-__device__ __forceinline__ void load_bf16_tile(uint16_t* dst, const T* src, int64_t n, const FastDivisor& dh_div,
-                                               int ld) {
-  const int dh = int(dh_div.d);
-  for (int idx = int(threadIdx.x); idx < kT * dh; idx += kThreads) {
-    const int r = int(dh_div.div(uint32_t(idx))), e = idx - r * dh;
-    dst[r * ld + e] = r < n ? bf16_bits_of(src[int64_t(r) * dh + e]) : uint16_t(0);
+__device__ void load_tile(uint16_t* tile, const T* X, int64_t n, const FlashArgs& p, bool vec) {
+  const int dh = int(p.dh), ld = dh + 8;
+  for (int idx = int(threadIdx.x) * 8; idx < kT * dh; idx += kThreads * 8) {
+    const int r = int(p.dh_div.div(uint32_t(idx))), e = idx - r * dh;
+    uint16_t w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (r < n) load8(w, X + int64_t(r) * dh + e, vec);
+    *reinterpret_cast<uint4*>(tile + r * ld + e) =
+        make_uint4(uint32_t(w[0]) | uint32_t(w[1]) << 16, uint32_t(w[2]) | uint32_t(w[3]) << 16,
+                   uint32_t(w[4]) | uint32_t(w[5]) << 16, uint32_t(w[6]) | uint32_t(w[7]) << 16);
   }
 }
 
-// C[M × N] (+)= A[M × K] · B[K × N], each 16×16 output tile by one warp (tiles dealt round the warps),
-// its K in ascending steps of 16. A and B are bf16 bits in shared memory, row- or column-major
-// (wmma::row_major / col_major: element (m, k) of a column-major A at A[k·lda + m]); C is fp32,
-// row-major, loaded first when `accumulate`.
-template <class ALayout, class BLayout>
-__device__ void tile_mma(float* C, int ldc, const uint16_t* A, int lda, const uint16_t* B, int ldb, int M, int N, int K,
-                         bool accumulate) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-  __trap();  // no bf16 tensor cores before sm_80: flash_tc_supported sends such cards the fp32 form
-#else
-  constexpr bool a_row = std::is_same_v<ALayout, wmma::row_major>;
-  constexpr bool b_row = std::is_same_v<BLayout, wmma::row_major>;
-  const int warp = int(threadIdx.x) >> 5, tiles_n = N / 16;
-  for (int t = warp; t < (M / 16) * tiles_n; t += kWarps) {
-    const int m0 = (t / tiles_n) * 16, n0 = (t % tiles_n) * 16;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-    float* cp = C + m0 * ldc + n0;
-    if (accumulate) wmma::load_matrix_sync(c, cp, unsigned(ldc), wmma::mem_row_major);
-    else wmma::fill_fragment(c, 0.0f);
-    for (int k0 = 0; k0 < K; k0 += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, ALayout> a;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, BLayout> b;
-      const uint16_t* ap = a_row ? A + m0 * lda + k0 : A + k0 * lda + m0;
-      const uint16_t* bp = b_row ? B + k0 * ldb + n0 : B + n0 * ldb + k0;
-      wmma::load_matrix_sync(a, reinterpret_cast<const __nv_bfloat16*>(ap), unsigned(lda));
-      wmma::load_matrix_sync(b, reinterpret_cast<const __nv_bfloat16*>(bp), unsigned(ldb));
-      wmma::mma_sync(c, a, b, c);
-    }
-    wmma::store_matrix_sync(cp, c, unsigned(ldc), wmma::mem_row_major);
+// A row of a warp's 16 × 64 score tile, as this lane holds it: columns nt·8 + 2t + h (nt 0 … 7,
+// h 0 … 1) at acc[nt][2·half + h], half 0 for row g, 1 for row g + 8.
+//
+// The keep flags of this lane's 16 columns of query i in the key tile at j0 (bit 2·nt + h), from
+// row_keep_bits of its group's four lanes (lane t draws columns 16t … 16t + 15, as a quarter row did
+// in the fp32 kernels). n: the row's visible keys (0: all kept, no draw). Every lane calls it.
+__device__ __forceinline__ uint32_t lane_keep_bits(const FlashArgs& p, uint64_t base, int64_t i, int64_t j0,
+                                                   int64_t n) {
+  const int lane = int(threadIdx.x) & 31, t = lane & 3;
+  const uint32_t own = row_keep_bits(p, base, i, j0, t, n);
+  uint32_t bits = 0;
+#pragma unroll
+  for (int o = 0; o < 4; ++o) {  // lane o of the group holds n-tiles 2o (its bits 0 … 7) and 2o + 1 (8 … 15)
+    const uint32_t w = __shfl_sync(0xffffffffu, own, (lane & ~3) | o);
+    bits |= ((w >> (2 * t)) & 3u) << (4 * o);
+    bits |= ((w >> (8 + 2 * t)) & 3u) << (4 * o + 2);
   }
-#endif
+  return bits;
+}
+__device__ __forceinline__ float keep_factor_at(const FlashArgs& p, uint32_t bits, int bit) {
+  return p.dropout ? (((bits >> bit) & 1u) ? p.keep_scale : 0.0f) : 1.0f;
 }
 
-// ---- forward: one block per (query tile, b·a), the longest rows first. TIn: how Q, K, V are held,
-// fp32 (bf16 values) or bf16 bits. ----
-template <class TIn>
+// A row-major [64][dh] fp32 tile's row (one lane's two columns per 8-column tile) stored to global
+// memory: out row `row` of X, the accumulators acc[dt][2·half], acc[dt][2·half + 1] times `scale`.
+template <int NC>
+__device__ __forceinline__ void store_row(float* X, int64_t row, const float (&acc)[2 * NC][4], int half, float scale,
+                                          int dh, bool vec) {
+  const int t = int(threadIdx.x) & 3;
+#pragma unroll
+  for (int dt = 0; dt < 2 * NC; ++dt) {
+    if (dt * 8 >= dh) break;
+    float* at = X + row * dh + dt * 8 + 2 * t;
+    const float x0 = acc[dt][2 * half] * scale, x1 = acc[dt][2 * half + 1] * scale;
+    if (vec) *reinterpret_cast<float2*>(at) = make_float2(x0, x1);
+    else at[0] = x0, at[1] = x1;
+  }
+}
+
+// ---- forward: one block per (query tile, b·a), the longest rows first. NC: dh / 16 at most (4 or 8);
+// TIn: how Q, K, V are held, fp32 (bf16 values) or bf16 bits. ----
+template <int NC, class TIn>
 __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float* lse, const TIn* q, const TIn* k,
-                                                              const TIn* v, FlashArgs p) {
+                                                              const TIn* v, FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const int dh = int(p.dh), ld = dh + 8, old = dh + 4;
-  const ForwardTiles t = forward_tiles(reinterpret_cast<uintptr_t>(smem), dh);
-  const int64_t s = p.s;
-  const int64_t qb = int64_t(gridDim.x) - 1 - blockIdx.x;
+  const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
+  const Tiles t = tiles_of(Kernel::forward, reinterpret_cast<uintptr_t>(smem), dh);
+  const int64_t s = p.s, qb = int64_t(gridDim.x) - 1 - blockIdx.x;
   const int64_t bh = blockIdx.y, head = bh * s * dh, i0 = qb * kT, nq = min(int64_t(kT), s - i0);
-  const int r = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
-  const int64_t i = i0 + r;
-  const bool row_ok = r < nq;
-  load_bf16_tile(t.Q, q + head + i0 * dh, nq, p.dh_div, ld);
-  for (int idx = int(threadIdx.x); idx < kT * old; idx += kThreads) t.O[idx] = 0.0f;
+  const int lane = int(threadIdx.x) & 31, g = lane >> 2, tq = lane & 3, r0 = (int(threadIdx.x) >> 5) * 16;
+  const int64_t row[2] = {i0 + r0 + g, i0 + r0 + g + 8};
+  load_tile(t.Q, q + head + i0 * dh, nq, p, vec);
+  __syncthreads();
+  uint32_t qa[NC][4];
+#pragma unroll
+  for (int c = 0; c < NC; ++c)
+    if (c < nc) load_a(qa[c], t.Q, ld, r0, 16 * c);
+  float o[2 * NC][4];
+#pragma unroll
+  for (int dt = 0; dt < 2 * NC; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  float m[2] = {-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)}, l[2] = {0.0f, 0.0f};
   const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
-  float m = -__int_as_float(0x7f800000), l = 0.0f;
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {  // causal: key tiles past the tile's last query skipped
     const int64_t nk = min(int64_t(kT), s - j0);
-    __syncthreads();  // the previous tile's K, V, P reads are done
-    load_bf16_tile(t.K, k + head + j0 * dh, nk, p.dh_div, ld);
-    load_bf16_tile(t.V, v + head + j0 * dh, nk, p.dh_div, ld);
+    __syncthreads();  // the previous tile's K and V reads are done
+    load_tile(t.K, k + head + j0 * dh, nk, p, vec);
+    load_tile(t.V, v + head + j0 * dh, nk, p, vec);
     __syncthreads();
-    tile_mma<wmma::row_major, wmma::col_major>(t.S, kSLd, t.Q, ld, t.K, ld, kT, kT, dh, false);  // S = Q·Kᵀ
-    __syncthreads();
-    const int64_t n = row_ok ? max(int64_t(0), min(nk, i - j0 + 1)) : 0;
-    float sc[16];
+    float sc[8][4];  // S = Q·Kᵀ, this warp's 16 rows × 64 keys
 #pragma unroll
-    for (int kk = 0; kk < 16; ++kk) sc[kk] = t.S[r * kSLd + quad * 16 + kk] * p.scale;
-    const float corr = online_softmax_step(sc, n, quad, row_keep_bits(p, base, i, j0, quad, n), p, m, l,
-                                           [&](int jl, float e) { t.P[r * kPLd + jl] = to_bf16_bits(e); });
-    if (quad == 0) t.corr[r] = corr;
-    __syncthreads();
-    for (int idx = int(threadIdx.x); idx < kT * dh; idx += kThreads) {
-      const int rr = int(p.dh_div.div(uint32_t(idx)));
-      t.O[rr * old + idx - rr * dh] *= t.corr[rr];
+    for (int nt = 0; nt < 8; ++nt) {
+      sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        if (c >= nc) break;
+        uint32_t b0, b1;
+        load_b(b0, b1, t.K, ld, nt * 8, 16 * c);
+        mma_bf16(sc[nt], qa[c], b0, b1);
+      }
     }
-    __syncthreads();
-    tile_mma<wmma::row_major, wmma::row_major>(t.O, old, t.P, kPLd, t.V, ld, kT, dh, kT, true);  // O += P·V
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // the online softmax of rows g and g + 8
+      const int64_t n = row[half] < s ? max(int64_t(0), min(nk, row[half] - j0 + 1)) : 0;
+      const uint32_t keep = p.dropout ? lane_keep_bits(p, base, row[half], j0, n) : ~0u;
+      float mx = m[half];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (nt * 8 + 2 * tq + h < n) mx = fmaxf(mx, sc[nt][2 * half + h] * p.scale);
+      mx = quad_max(mx);
+      const float corr = n > 0 ? fast_exp(m[half] - mx) : 1.0f;  // 0-ish on the first tile (fast_exp(-inf) = e^-87)
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float e = nt * 8 + 2 * tq + h < n ? fast_exp(sc[nt][2 * half + h] * p.scale - mx) : 0.0f;
+          sum += e;
+          sc[nt][2 * half + h] = e * keep_factor_at(p, keep, 2 * nt + h);
+        }
+      sum = quad_sum(sum);
+      if (n > 0) l[half] = l[half] * corr + sum, m[half] = mx;
+#pragma unroll
+      for (int dt = 0; dt < 2 * NC; ++dt) o[dt][2 * half] *= corr, o[dt][2 * half + 1] *= corr;
+    }
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) {  // O += P·V, the probabilities from the registers
+      uint32_t a[4];
+      a_from_c(a, sc[2 * kc], sc[2 * kc + 1]);
+#pragma unroll
+      for (int dt = 0; dt < 2 * NC; ++dt) {
+        if (dt >= 2 * nc) break;
+        uint32_t b0, b1;
+        load_b_trans(b0, b1, t.V, ld, 16 * kc, dt * 8);
+        mma_bf16(o[dt], a, b0, b1);
+      }
+    }
   }
-  __syncthreads();
-  if (quad == 0) t.corr[r] = row_ok ? 1.0f / l : 0.0f;
-  if (row_ok && quad == 0) lse[bh * s + i] = m + logf(l);
-  __syncthreads();
-  for (int idx = int(threadIdx.x); idx < int(nq) * dh; idx += kThreads) {
-    const int rr = int(p.dh_div.div(uint32_t(idx))), e = idx - rr * dh;
-    out[head + (i0 + rr) * dh + e] = t.O[rr * old + e] * t.corr[rr];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    if (row[half] >= i0 + nq) continue;
+    if (tq == 0) lse[bh * s + row[half]] = m[half] + logf(l[half]);
+    store_row<NC>(out + head, row[half], o, half, 1.0f / l[half], dh, vec);
   }
 }
 
-// What both backward kernels compute for a pair of tiles (query tile i0, key tile j0), the block
-// synchronised before and after: S = Q·Kᵀ and dP = dO·Vᵀ on the tensor cores, then thread (row r,
-// quarter quad), owning query i = i0 + r and keys quad·16 … (n of them visible), writes dS·(1/√dh)
-// and, for the key tile's kernel (t.PZ), P∘Z (the dropout's output, for dV), as bf16 bits, zero where
-// masked. li, di: the query's log-sum-exp and D.
-__device__ void tc_backward_pair(const BackwardTiles& t, int dh, int r, int quad, int64_t n, int64_t i, int64_t j0,
-                                 float li, float di, uint64_t base, const FlashArgs& p) {
-  const int ld = dh + 8;
-  tile_mma<wmma::row_major, wmma::col_major>(t.S, kSLd, t.Q, ld, t.K, ld, kT, kT, dh, false);    // S = Q·Kᵀ
-  tile_mma<wmma::row_major, wmma::col_major>(t.dP, kSLd, t.dO, ld, t.V, ld, kT, kT, dh, false);  // dP = dO·Vᵀ
+// ---- backward: dQ of one query tile, walking its key tiles ----
+template <int NC, class TIn>
+__global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float* dout, const TIn* q, const TIn* k,
+                                                         const TIn* v, const float* lse, const float* D, FlashArgs p,
+                                                         bool vec) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
+  const Tiles t = tiles_of(Kernel::dq, reinterpret_cast<uintptr_t>(smem), dh);
+  const int64_t s = p.s, qb = int64_t(gridDim.x) - 1 - blockIdx.x;
+  const int64_t bh = blockIdx.y, head = bh * s * dh, i0 = qb * kT, nq = min(int64_t(kT), s - i0);
+  const int lane = int(threadIdx.x) & 31, g = lane >> 2, tq = lane & 3, r0 = (int(threadIdx.x) >> 5) * 16;
+  const int64_t row[2] = {i0 + r0 + g, i0 + r0 + g + 8};
+  load_tile(t.Q, q + head + i0 * dh, nq, p, vec);
+  load_tile(t.dO, dout + head + i0 * dh, nq, p, vec);
   __syncthreads();
-  const uint32_t keep = row_keep_bits(p, base, i, j0, quad, n);
-#pragma unroll 4
-  for (int kk = 0; kk < 16; ++kk) {
-    const int jl = quad * 16 + kk;
-    float pz = 0.0f, ds = 0.0f;
-    if (jl < n) {
-      const float pr = fast_exp(t.S[r * kSLd + jl] * p.scale - li);
-      const float z = keep_factor(p, keep, kk);
-      pz = pr * z;
-      ds = pr * (t.dP[r * kSLd + jl] * z - di) * p.scale;
-    }
-    if (t.PZ) t.PZ[r * kPLd + jl] = to_bf16_bits(pz);
-    t.dS[r * kPLd + jl] = to_bf16_bits(ds);
+  uint32_t qa[NC][4], da[NC][4];
+#pragma unroll
+  for (int c = 0; c < NC; ++c)
+    if (c < nc) load_a(qa[c], t.Q, ld, r0, 16 * c), load_a(da[c], t.dO, ld, r0, 16 * c);
+  float li[2], di[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const bool ok = row[half] < s;
+    li[half] = ok ? lse[bh * s + row[half]] : 0.0f, di[half] = ok ? D[bh * s + row[half]] : 0.0f;
   }
-  __syncthreads();
+  float acc[2 * NC][4];
+#pragma unroll
+  for (int dt = 0; dt < 2 * NC; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
+  const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
+
+  for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {
+    const int64_t nk = min(int64_t(kT), s - j0);
+    __syncthreads();
+    load_tile(t.K, k + head + j0 * dh, nk, p, vec);
+    load_tile(t.V, v + head + j0 * dh, nk, p, vec);
+    __syncthreads();
+    float sc[8][4], dp[8][4];  // S = Q·Kᵀ and dP = dO·Vᵀ
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sc[nt][e] = 0.0f, dp[nt][e] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        if (c >= nc) break;
+        uint32_t b0, b1;
+        load_b(b0, b1, t.K, ld, nt * 8, 16 * c);
+        mma_bf16(sc[nt], qa[c], b0, b1);
+        load_b(b0, b1, t.V, ld, nt * 8, 16 * c);
+        mma_bf16(dp[nt], da[c], b0, b1);
+      }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // dS·(1/√dh) into sc, zero where masked
+      const int64_t n = row[half] < s ? max(int64_t(0), min(nk, row[half] - j0 + 1)) : 0;
+      const uint32_t keep = p.dropout ? lane_keep_bits(p, base, row[half], j0, n) : ~0u;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float ds = 0.0f;
+          if (nt * 8 + 2 * tq + h < n) {
+            const float pr = fast_exp(sc[nt][2 * half + h] * p.scale - li[half]);
+            ds = pr * (dp[nt][2 * half + h] * keep_factor_at(p, keep, 2 * nt + h) - di[half]) * p.scale;
+          }
+          sc[nt][2 * half + h] = ds;
+        }
+    }
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) {  // dQ += dS·K
+      uint32_t a[4];
+      a_from_c(a, sc[2 * kc], sc[2 * kc + 1]);
+#pragma unroll
+      for (int dt = 0; dt < 2 * NC; ++dt) {
+        if (dt >= 2 * nc) break;
+        uint32_t b0, b1;
+        load_b_trans(b0, b1, t.K, ld, 16 * kc, dt * 8);
+        mma_bf16(acc[dt], a, b0, b1);
+      }
+    }
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+    if (row[half] < i0 + nq) store_row<NC>(dq + head, row[half], acc, half, 1.0f, dh, vec);
 }
 
-// ---- backward: dK, dV of one key tile, walking its query tiles ----
-template <class TIn>
+// ---- backward: dK, dV of one key tile (each warp 16 keys), walking its query tiles. The warp's
+// products run transposed (Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ: rows are keys), so (P∘Z)ᵀ and dSᵀ are A operands
+// of dV += (P∘Z)ᵀ·dO and dK += dSᵀ·Q straight from the accumulators. ----
+template <int NC, class TIn>
 __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv, const float* dout, const TIn* q,
                                                            const TIn* k, const TIn* v, const float* lse,
-                                                           const float* D, FlashArgs p) {
+                                                           const float* D, FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const int dh = int(p.dh), ld = dh + 8, old = dh + 4;
-  const BackwardTiles t = backward_tiles(reinterpret_cast<uintptr_t>(smem), dh, true);
+  const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
+  const Tiles t = tiles_of(Kernel::dkdv, reinterpret_cast<uintptr_t>(smem), dh);
   const int64_t s = p.s;
   const int64_t bh = blockIdx.y, head = bh * s * dh, j0 = int64_t(blockIdx.x) * kT, nk = min(int64_t(kT), s - j0);
-  const int r = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
-  load_bf16_tile(t.K, k + head + j0 * dh, nk, p.dh_div, ld);
-  load_bf16_tile(t.V, v + head + j0 * dh, nk, p.dh_div, ld);
-  for (int idx = int(threadIdx.x); idx < kT * old; idx += kThreads) t.acc[idx] = 0.0f, t.acc_v[idx] = 0.0f;
+  const int lane = int(threadIdx.x) & 31, g = lane >> 2, tq = lane & 3, r0 = (int(threadIdx.x) >> 5) * 16;
+  const int64_t key[2] = {j0 + r0 + g, j0 + r0 + g + 8};
+  load_tile(t.K, k + head + j0 * dh, nk, p, vec);
+  load_tile(t.V, v + head + j0 * dh, nk, p, vec);
+  float acc_k[2 * NC][4], acc_v[2 * NC][4];
+#pragma unroll
+  for (int dt = 0; dt < 2 * NC; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_k[dt][e] = 0.0f, acc_v[dt][e] = 0.0f;
   const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
 
   for (int64_t i0 = j0; i0 < s; i0 += kT) {  // causal: query tiles before the key tile see none of it
     const int64_t nq = min(int64_t(kT), s - i0);
     __syncthreads();  // the previous query tile's reads are done
-    load_bf16_tile(t.Q, q + head + i0 * dh, nq, p.dh_div, ld);
-    load_bf16_tile(t.dO, dout + head + i0 * dh, nq, p.dh_div, ld);
+    load_tile(t.Q, q + head + i0 * dh, nq, p, vec);
+    load_tile(t.dO, dout + head + i0 * dh, nq, p, vec);
     if (threadIdx.x < kT) {
       const bool ok = int64_t(threadIdx.x) < nq;
       t.L[threadIdx.x] = ok ? lse[bh * s + i0 + threadIdx.x] : 0.0f;
       t.D[threadIdx.x] = ok ? D[bh * s + i0 + threadIdx.x] : 0.0f;
     }
     __syncthreads();
-    const int64_t i = i0 + r;
-    const int64_t n = r < nq ? max(int64_t(0), min(nk, i - j0 + 1)) : 0;
-    tc_backward_pair(t, dh, r, quad, n, i, j0, t.L[r], t.D[r], base, p);
-    // dV += (P∘Z)ᵀ·dO and dK += dSᵀ·Q: the [query][key] tiles read column-major as [key][query].
-    tile_mma<wmma::col_major, wmma::row_major>(t.acc_v, old, t.PZ, kPLd, t.dO, ld, kT, dh, kT, true);
-    tile_mma<wmma::col_major, wmma::row_major>(t.acc, old, t.dS, kPLd, t.Q, ld, kT, dh, kT, true);
+    float st[8][4], dpt[8][4];  // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, this warp's 16 keys × 64 queries
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[nt][e] = 0.0f, dpt[nt][e] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      if (c >= nc) break;
+      uint32_t ka[4], va[4];
+      load_a(ka, t.K, ld, r0, 16 * c);
+      load_a(va, t.V, ld, r0, 16 * c);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        uint32_t b0, b1;
+        load_b(b0, b1, t.Q, ld, nt * 8, 16 * c);
+        mma_bf16(st[nt], ka, b0, b1);
+        load_b(b0, b1, t.dO, ld, nt * 8, 16 * c);
+        mma_bf16(dpt[nt], va, b0, b1);
+      }
+    }
+    // Keep flags: lane l draws queries 2l and 2l + 1 over the warp's 16 keys (bit: key − (j0 + r0)),
+    // and a lane's columns nt·8 + 2t + h come from lane 4·nt + t (low half h 0, high half h 1).
+    uint32_t drawn = 0;
+    if (p.dropout) {
+      const uint64_t first = base + uint64_t(i0 + 2 * lane) * uint64_t(s) + uint64_t(j0 + r0);
+      drawn = keep_bits16(p.words, p.threshold, first) | keep_bits16(p.words, p.threshold, first + uint64_t(s)) << 16;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const uint32_t w = p.dropout ? __shfl_sync(0xffffffffu, drawn, 4 * nt + tq) : ~0u;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int ql = nt * 8 + 2 * tq + h;
+        const int64_t qi = i0 + ql;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float pz = 0.0f, ds = 0.0f;
+          if (ql < nq && key[half] < s && key[half] <= qi) {
+            const float pr = fast_exp(st[nt][2 * half + h] * p.scale - t.L[ql]);
+            const float z = keep_factor_at(p, w, 16 * h + g + 8 * half);
+            pz = pr * z;
+            ds = pr * (dpt[nt][2 * half + h] * z - t.D[ql]) * p.scale;
+          }
+          st[nt][2 * half + h] = pz, dpt[nt][2 * half + h] = ds;
+        }
+      }
+    }
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) {  // dV += (P∘Z)ᵀ·dO, dK += dSᵀ·Q
+      uint32_t apz[4], ads[4];
+      a_from_c(apz, st[2 * kc], st[2 * kc + 1]);
+      a_from_c(ads, dpt[2 * kc], dpt[2 * kc + 1]);
+#pragma unroll
+      for (int dt = 0; dt < 2 * NC; ++dt) {
+        if (dt >= 2 * nc) break;
+        uint32_t b0, b1;
+        load_b_trans(b0, b1, t.dO, ld, 16 * kc, dt * 8);
+        mma_bf16(acc_v[dt], apz, b0, b1);
+        load_b_trans(b0, b1, t.Q, ld, 16 * kc, dt * 8);
+        mma_bf16(acc_k[dt], ads, b0, b1);
+      }
+    }
   }
-  __syncthreads();
-  for (int idx = int(threadIdx.x); idx < int(nk) * dh; idx += kThreads) {
-    const int rr = int(p.dh_div.div(uint32_t(idx))), e = idx - rr * dh;
-    dk[head + (j0 + rr) * dh + e] = t.acc[rr * old + e];
-    dv[head + (j0 + rr) * dh + e] = t.acc_v[rr * old + e];
-  }
-}
-
-// ---- backward: dQ of one query tile, walking its key tiles ----
-template <class TIn>
-__global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float* dout, const TIn* q, const TIn* k,
-                                                         const TIn* v, const float* lse, const float* D, FlashArgs p) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  const int dh = int(p.dh), ld = dh + 8, old = dh + 4;
-  const BackwardTiles t = backward_tiles(reinterpret_cast<uintptr_t>(smem), dh, false);
-  const int64_t s = p.s;
-  const int64_t qb = int64_t(gridDim.x) - 1 - blockIdx.x;
-  const int64_t bh = blockIdx.y, head = bh * s * dh, i0 = qb * kT, nq = min(int64_t(kT), s - i0);
-  const int r = int(threadIdx.x) >> 2, quad = int(threadIdx.x) & 3;
-  const int64_t i = i0 + r;
-  const bool row_ok = r < nq;
-  load_bf16_tile(t.Q, q + head + i0 * dh, nq, p.dh_div, ld);
-  load_bf16_tile(t.dO, dout + head + i0 * dh, nq, p.dh_div, ld);
-  for (int idx = int(threadIdx.x); idx < kT * old; idx += kThreads) t.acc[idx] = 0.0f;
-  const float li = row_ok ? lse[bh * s + i] : 0.0f, di = row_ok ? D[bh * s + i] : 0.0f;
-  const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
-
-  for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {
-    const int64_t nk = min(int64_t(kT), s - j0);
-    __syncthreads();
-    load_bf16_tile(t.K, k + head + j0 * dh, nk, p.dh_div, ld);
-    load_bf16_tile(t.V, v + head + j0 * dh, nk, p.dh_div, ld);
-    __syncthreads();
-    const int64_t n = row_ok ? max(int64_t(0), min(nk, i - j0 + 1)) : 0;
-    tc_backward_pair(t, dh, r, quad, n, i, j0, li, di, base, p);
-    tile_mma<wmma::row_major, wmma::row_major>(t.acc, old, t.dS, kPLd, t.K, ld, kT, dh, kT, true);  // dQ += dS·K
-  }
-  __syncthreads();
-  for (int idx = int(threadIdx.x); idx < int(nq) * dh; idx += kThreads) {
-    const int rr = int(p.dh_div.div(uint32_t(idx))), e = idx - rr * dh;
-    dq[head + (i0 + rr) * dh + e] = t.acc[rr * old + e];
-  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+    if (key[half] < s) {
+      store_row<NC>(dk + head, key[half], acc_k, half, 1.0f, dh, vec);
+      store_row<NC>(dv + head, key[half], acc_v, half, 1.0f, dh, vec);
+    }
 }
 
 }  // namespace
 
 bool flash_tc_supported(const FlashShape& x) {
   if (!x.bf16_operands || x.dh % 16 != 0 || x.dh > kFlashMaxHeadDim) return false;
-  // The card needs bf16 tensor cores (sm_80 on) and the shared memory of the largest block (an A100's
-  // 163 KiB does not hold the backward's at dh 112 and 128: those take the fp32 form there).
+  // The card needs bf16 tensor cores (sm_80 on) and the shared memory of the largest block (the dK dV
+  // kernel's: 68.5 KiB at dh 128, within an A100's 163).
   int device = 0, major = 0, optin = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
@@ -317,33 +441,57 @@ bool flash_tc_supported(const FlashShape& x) {
     return false;
   }
   const int dh = int(x.dh);
-  return major >= 8 && size_t(optin) >= std::max(forward_tiles(0, dh).bytes, backward_tiles(0, dh, true).bytes);
+  size_t most = 0;
+  for (Kernel kind : {Kernel::forward, Kernel::dq, Kernel::dkdv}) most = std::max(most, tiles_of(kind, 0, dh).bytes);
+  return major >= 8 && size_t(optin) >= most;
 }
 
 namespace {
+static_assert(kMaxChunks == 8, "the kernels' register tiles are instantiated for dh up to 64 and up to 128");
+
+// 16-byte loads and 8-byte stores where every pointer allows them (cudaMalloc's always do).
+template <class... P>
+bool all_aligned(const P*... ptrs) {
+  return (aligned_to(ptrs, 16) && ...);
+}
+
 template <class TIn>
 void tc_forward(float* out, float* lse, const TIn* q, const TIn* k, const TIn* v, const FlashShape& x,
                 const AttentionDropout& drop, cudaStream_t stream) {
   const FlashArgs p = make_args(x, drop);
-  const size_t bytes = forward_tiles(0, int(x.dh)).bytes;
-  allow_smem(tc_forward_kernel<TIn>, bytes, "flash_attention_forward (tensor cores)");
+  const bool vec = all_aligned(q, k, v) && aligned_to(out, 16);
+  const size_t bytes = tiles_of(Kernel::forward, 0, int(x.dh)).bytes;
   const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
-  tc_forward_kernel<TIn><<<grid, kThreads, bytes, stream>>>(out, lse, q, k, v, p);
-  check_launch("flash_attention_forward (tensor cores)");
+  const char* name = "flash_attention_forward (tensor cores)";
+  auto launch = [&](auto kernel) {
+    allow_smem(kernel, bytes, name);
+    kernel<<<grid, kThreads, bytes, stream>>>(out, lse, q, k, v, p, vec);
+  };
+  if (x.dh <= 64) launch(tc_forward_kernel<4, TIn>);
+  else launch(tc_forward_kernel<8, TIn>);
+  check_launch(name);
 }
 template <class TIn>
 void tc_backward(float* dq, float* dk, float* dv, const float* dout, const TIn* q, const TIn* k, const TIn* v,
                  const float* lse, const float* D, const FlashShape& x, const AttentionDropout& drop,
                  cudaStream_t stream) {
   const FlashArgs p = make_args(x, drop);
+  const bool vec = all_aligned(q, k, v) && all_aligned(dout, static_cast<const float*>(dq),
+                                                       static_cast<const float*>(dk), static_cast<const float*>(dv));
   const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
-  const size_t b1 = backward_tiles(0, int(x.dh), true).bytes, b2 = backward_tiles(0, int(x.dh), false).bytes;
-  allow_smem(tc_dkdv_kernel<TIn>, b1, "flash_attention_backward dK dV (tensor cores)");
-  allow_smem(tc_dq_kernel<TIn>, b2, "flash_attention_backward dQ (tensor cores)");
-  tc_dkdv_kernel<TIn><<<grid, kThreads, b1, stream>>>(dk, dv, dout, q, k, v, lse, D, p);
-  check_launch("flash_attention_backward dK dV (tensor cores)");
-  tc_dq_kernel<TIn><<<grid, kThreads, b2, stream>>>(dq, dout, q, k, v, lse, D, p);
-  check_launch("flash_attention_backward dQ (tensor cores)");
+  const size_t b1 = tiles_of(Kernel::dkdv, 0, int(x.dh)).bytes, b2 = tiles_of(Kernel::dq, 0, int(x.dh)).bytes;
+  const char* name1 = "flash_attention_backward dK dV (tensor cores)";
+  const char* name2 = "flash_attention_backward dQ (tensor cores)";
+  auto launch = [&](auto dkdv, auto dqk) {
+    allow_smem(dkdv, b1, name1);
+    allow_smem(dqk, b2, name2);
+    dkdv<<<grid, kThreads, b1, stream>>>(dk, dv, dout, q, k, v, lse, D, p, vec);
+    check_launch(name1);
+    dqk<<<grid, kThreads, b2, stream>>>(dq, dout, q, k, v, lse, D, p, vec);
+    check_launch(name2);
+  };
+  if (x.dh <= 64) launch(tc_dkdv_kernel<4, TIn>, tc_dq_kernel<4, TIn>);
+  else launch(tc_dkdv_kernel<8, TIn>, tc_dq_kernel<8, TIn>);
 }
 }  // namespace
 

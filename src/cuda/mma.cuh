@@ -1,0 +1,73 @@
+#pragma once
+// One warp's tensor-core product, mma.sync m16n8k16 with bf16 operands and fp32 accumulation, and its
+// operand fragments in the register layout the PTX ISA documents for it ("Matrix Fragments for
+// mma.m16n8k16 with floating point type"). Lane l is thread t = l % 4 of group g = l / 4:
+//   A (16 × 16, row-major): a[0] = (g, 2t … 2t+1), a[1] = (g+8, 2t …), a[2] = (g, 2t+8 …), a[3] = (g+8, 2t+8 …)
+//   B (16 × 8, column-major): b0 = (k 2t … 2t+1, n g), b1 = (k 2t+8 …, n g)
+//   C, D (16 × 8, fp32): c[0], c[1] = (g, 2t), (g, 2t+1); c[2], c[3] = (g+8, 2t), (g+8, 2t+1)
+// ldmatrix .m8n8 .x2 .trans hands lane l elements (2t, g) and (2t+1, g) of each 8 × 8 matrix it
+// reads (non-transposed: (g, 2t), (g, 2t+1)), so a row-major [k][n] tile gives B directly.
+// each 32-bit register holding two bf16 values, the lower-indexed one in the low half. Two adjacent
+// n-tiles of a C fragment are therefore an A fragment of k 16 once narrowed (a_from_c): what lets the
+// fused attention feed its probabilities to the next product from registers, as FlashAttention-2 does.
+// lattice_cuda_check's "mma fragments" line checks this layout against the host on the device.
+#include <cstdint>
+
+#include "cuda/common.cuh"
+
+namespace lattice::cuda::mma {
+using namespace detail;
+
+// d += A·B for the warp (every lane calls it, with converged control flow).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  (void)d, (void)a, (void)b0, (void)b1;
+  __trap();  // no bf16 tensor cores before sm_80; callers check the card first (flash_tc_supported)
+#endif
+}
+
+// The B fragment of k k0 … k0+15, n n0 … n0+7 of a row-major bf16 tile X [k][n] (row stride ld; each
+// row's eight elements 16-byte aligned): ldmatrix's transposing load, lanes 0 … 15 naming rows k0 …
+// k0+15. What a product reads along X's columns (V in P·V, K in dS·K, dO and Q in the key tile's
+// dV and dK) comes this way, with no transposed copy of the tile.
+__device__ __forceinline__ void load_b_trans(uint32_t& b0, uint32_t& b1, const uint16_t* X, int ld, int k0, int n0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const int lane = int(threadIdx.x) & 31;
+  const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(X + (k0 + (lane & 15)) * ld + n0));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(at));
+#else
+  (void)X, (void)ld, (void)k0, (void)n0;
+  b0 = b1 = 0;
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ uint32_t word_at(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// The A fragment of rows r0 … r0+15, columns c0 … c0+15 of a row-major bf16 tile X (row stride ld
+// elements; ld and c0 even).
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const uint16_t* X, int ld, int r0, int c0) {
+  const int lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
+  const uint16_t* p = X + (r0 + g) * ld + c0 + 2 * t;
+  a[0] = word_at(p), a[1] = word_at(p + 8 * ld), a[2] = word_at(p + 8), a[3] = word_at(p + 8 * ld + 8);
+}
+
+// The B fragment of k k0 … k0+15, n n0 … n0+7 of B = Yᵀ, Y a row-major bf16 tile [n][k] (row stride ld).
+__device__ __forceinline__ void load_b(uint32_t& b0, uint32_t& b1, const uint16_t* Y, int ld, int n0, int k0) {
+  const int lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
+  const uint16_t* p = Y + (n0 + g) * ld + k0 + 2 * t;
+  b0 = word_at(p), b1 = word_at(p + 8);
+}
+
+// The A fragment (k 16) of two adjacent n-tiles' accumulators: c0 columns k 0 … 7, c1 k 8 … 15,
+// rounded to bf16.
+__device__ __forceinline__ void a_from_c(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+  a[0] = bf16_pair(c0[0], c0[1]), a[1] = bf16_pair(c0[2], c0[3]);
+  a[2] = bf16_pair(c1[0], c1[1]), a[3] = bf16_pair(c1[2], c1[3]);
+}
+
+}  // namespace lattice::cuda::mma
