@@ -33,8 +33,9 @@ struct NarrowElement {  // dy itself
   const float* dy;
   uint16_t* dst16;
   int64_t out;
-  __device__ float operator()(int64_t r, int64_t c) const {
-    const float v = dy[r * out + c];
+  using Input = float;
+  __device__ Input load(int64_t r, int64_t c) const { return dy[r * out + c]; }
+  __device__ float finish(int64_t r, int64_t c, Input v) const {
     dst16[r * out + c] = to_bf16_bits(v);
     return v;
   }
@@ -44,10 +45,14 @@ struct GeluGradElement {  // dout · gelu'(pre), pre read from bf16
   const float* dout;
   uint16_t* dst16;
   int64_t out;
-  __device__ float operator()(int64_t r, int64_t c) const {
-    const int64_t k = r * out + c;
-    const float v = dout[k] * gelu_grad(from_bf16_bits(pre16[k]));
-    dst16[k] = to_bf16_bits(v);
+  struct Input {
+    float dout;
+    uint16_t pre16;
+  };
+  __device__ Input load(int64_t r, int64_t c) const { return {dout[r * out + c], pre16[r * out + c]}; }
+  __device__ float finish(int64_t r, int64_t c, Input in) const {
+    const float v = in.dout * gelu_grad(from_bf16_bits(in.pre16));
+    dst16[r * out + c] = to_bf16_bits(v);
     return v;
   }
 };
@@ -57,14 +62,17 @@ struct QkvGradElement {  // row r, column c of merge_qkv_grads' [b·s, 3·hl] ro
   const float* dv;
   uint16_t* dst16;
   int s, a, dh, hl;  // 32-bit index arithmetic: rows and 3·hl columns < 2^31 (merge_qkv_grads_narrow checks)
-  __device__ float operator()(int64_t r, int64_t c) const {
+  using Input = float;
+  __device__ Input load(int64_t r, int64_t c) const {
     // The column's part, head and element do not change down a column: the compiler keeps them out of
     // column_partials_kernel's row loop, leaving one 32-bit division an element (five 64-bit ones
     // before: the pass moved 1.0 TB/s of the H200's 4.8, 2026-11-27 profile).
     const int ci = int(c), part = ci / hl, in_part = ci - part * hl, hd = in_part / dh, e = in_part - hd * dh;
     const int ri = int(r), bi = ri / s, si = ri - bi * s;
     const float* src = part == 0 ? dq : (part == 1 ? dk : dv);
-    const float v = src[((int64_t(bi) * a + hd) * s + si) * dh + e];
+    return src[((int64_t(bi) * a + hd) * s + si) * dh + e];
+  }
+  __device__ float finish(int64_t r, int64_t c, Input v) const {
     dst16[r * 3 * hl + c] = to_bf16_bits(v);
     return v;
   }

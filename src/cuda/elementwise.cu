@@ -102,7 +102,9 @@ __global__ void residual_add_kernel(float* x, const float* y, int64_t n) {
 struct ReadElement {
   const float* dy;
   int64_t out;
-  __device__ float operator()(int64_t r, int64_t c) const { return dy[r * out + c]; }
+  using Input = float;
+  __device__ Input load(int64_t r, int64_t c) const { return dy[r * out + c]; }
+  __device__ float finish(int64_t, int64_t, Input v) const { return v; }
 };
 
 // ---- dropout ----

@@ -94,11 +94,21 @@ __global__ void layernorm_param_partials_kernel(float* partial, const float* dou
     const int64_t chunk = k / C, c = k % C;
     const int64_t r1 = min(N, (chunk + 1) * kChunkRows);
     float dw = 0.0f, db = 0.0f;
-    for (int64_t r = chunk * kChunkRows; r < r1; ++r) {
-      const float dy = dout[r * C + c];
-      dw += dy * ((load_f32(inp, r * C + c) - mean[r]) * rstd[r]);
+    const auto add = [&](int64_t row, float dy, float x) {
+      dw += dy * ((x - mean[row]) * rstd[row]);
       db += dy;
+    };
+    // kColumnBatch rows' dy and x loaded before any is used (column_partials_kernel's reason); the rows
+    // still add in order.
+    int64_t r = chunk * kChunkRows;
+    for (; r + kColumnBatch <= r1; r += kColumnBatch) {
+      float dy[kColumnBatch], x[kColumnBatch];
+#pragma unroll
+      for (int u = 0; u < kColumnBatch; ++u) dy[u] = dout[(r + u) * C + c], x[u] = load_f32(inp, (r + u) * C + c);
+#pragma unroll
+      for (int u = 0; u < kColumnBatch; ++u) add(r + u, dy[u], x[u]);
     }
+    for (; r < r1; ++r) add(r, dout[r * C + c], load_f32(inp, r * C + c));
     partial[chunk * 2 * C + c] = dw;
     partial[chunk * 2 * C + C + c] = db;
   }
