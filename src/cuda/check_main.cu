@@ -245,6 +245,10 @@ void check_bias_residual() {
   lattice::cuda::residual_add(d_x.p, d_dy.p, N * out);
   for (size_t i = 0; i < x.size(); ++i) x[i] += dy[i];  // residual_dropout_add's last loop
   compare("residual_add", "fwd", x, d_x.get());
+  // One element a thread (pointers one element in): the same single rounding, bit for bit the CPU's.
+  lattice::cuda::residual_add(d_x.p + 1, d_dy.p + 1, N * out - 1);
+  for (size_t i = 1; i < x.size(); ++i) x[i] += dy[i];
+  compare_bits(std::string("residual_add one a thread"), "fwd", x, d_x.get());
 }
 
 void check_dropout() {
@@ -457,6 +461,21 @@ void check_optimizer() {
   const lattice::AdamWScalars a = lattice::adamw_scalars(0.9, 0.95, 1e-8, 6e-4, 17);
   const float decay = float(1.0 - 6e-4 * 0.1);
   Dev<float> d_m(m), d_v(v), d_w(w), d_g(g);
+  {  // The four-wide kernel and the one-a-thread one are one element math: the same bits. Elements 1 …
+     // of the arrays, at their own aligned copies (four-wide) and through pointers one element in
+     // (every pointer misaligned: one a thread), with the bf16 copy and a clipping factor.
+    const auto tail = [](const std::vector<float>& x) { return std::vector<float>(x.begin() + 1, x.end()); };
+    Dev<float> m4(tail(m)), v4(tail(v)), w4(tail(w)), g4(tail(g)), m1(m), v1(v), w1(w);
+    Dev<uint16_t> h4{size_t(n - 1)}, h1{size_t(n)};
+    lattice::cuda::adamw_update_bf16(m4.p, v4.p, w4.p, h4.p, g4.p, n - 1, decay, a, 0.5f);
+    lattice::cuda::adamw_update_bf16(m1.p + 1, v1.p + 1, w1.p + 1, h1.p + 1, d_g.p + 1, n - 1, decay, a, 0.5f);
+    compare_bits(std::string("adamw four-wide = one a thread w"), "upd", w4.get(), tail(w1.get()));
+    compare_bits(std::string("adamw four-wide = one a thread m"), "upd", m4.get(), tail(m1.get()));
+    compare_bits(std::string("adamw four-wide = one a thread v"), "upd", v4.get(), tail(v1.get()));
+    const auto h1all = h1.get();
+    compare_bits(std::string("adamw four-wide = one a thread w16"), "upd", h4.get(),
+                 std::vector<uint16_t>(h1all.begin() + 1, h1all.end()));
+  }
   lattice::cuda::adamw_update(d_m.p, d_v.p, d_w.p, d_g.p, n, decay, a);
   lattice::adamw_update(m.data(), v.data(), w.data(), g.data(), n, decay, a);
   compare("adamw m", "upd", m, d_m.get());
@@ -492,6 +511,13 @@ void check_bf16() {
   size_t differ = 0;
   for (size_t i = 0; i < h.size(); ++i) differ += h[i] != got[i];
   line("to_bf16 [bits]", "fwd", differ ? 1.0 : 0.0, double(differ) / double(n), 0.0);
+  {  // one element a thread (pointers one element in, misaligned for the four-wide kernel): the same bits
+    Dev<uint16_t> d_h1(static_cast<size_t>(n));
+    lattice::cuda::to_bf16(d_x.p + 1, d_h1.p + 1, n - 1);
+    const auto got1 = d_h1.get();
+    compare_bits(std::string("to_bf16 one a thread"), "fwd", std::vector<uint16_t>(h.begin() + 1, h.end()),
+                 std::vector<uint16_t>(got1.begin() + 1, got1.end()));
+  }
   std::vector<uint16_t> hf(h.begin() + 4, h.end()), gf(got.begin() + 4, got.end());  // finite values
   compare_bf16("to_bf16", "fwd", hf, gf);
   std::vector<float> back(static_cast<size_t>(n));
