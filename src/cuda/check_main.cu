@@ -451,6 +451,14 @@ void check_cross_entropy() {
     lattice::cuda::ce_shard_backward_bf16(fused.p, p.p, d_t.p, v0, width, N, scale);
     compare_bits(v0 ? "ce_shard_backward_bf16 shard 1 of 2" : "ce_shard_backward_bf16", "bwd", staged.get(), fused.get());
   }
+  {  // Rows of V = 50257 columns (not a multiple of 4): the one-column-a-thread form, against the CPU.
+    std::vector<float> narrow(size_t(N * V)), ref(size_t(N * V));
+    for (int64_t n = 0; n < N; ++n) std::copy_n(probs.begin() + n * Vp, V, narrow.begin() + n * V);
+    lattice::cross_entropy_backward(ref.data(), narrow.data(), targets.data(), N, V, scale);
+    Dev<float> p(narrow), d(narrow.size());
+    lattice::cuda::ce_shard_backward(d.p, p.p, d_t.p, 0, V, N, scale);
+    compare("cross_entropy odd width", "bwd", ref, d.get());
+  }
 }
 
 void check_optimizer() {

@@ -352,6 +352,39 @@ __global__ void ce_backward_kernel(D* dlogits, const float* probs, const int32_t
   }
 }
 
+// The same, four columns a thread (v_local a multiple of 4, probs 16-byte aligned, the gradient 16- or
+// 8-byte): one 16-byte load where the scalar form waited on one 4-byte load at a time (its fp32 form
+// moved 0.7 TB/s of the H200's 4.8, 2026-11-27 profile). The same element math, so the same bits.
+__device__ __forceinline__ void store4(float* at, const float (&g)[4]) {
+  *reinterpret_cast<float4*>(at) = make_float4(g[0], g[1], g[2], g[3]);
+}
+__device__ __forceinline__ void store4(uint16_t* at, const float (&g)[4]) {
+  *reinterpret_cast<uint2*>(at) = make_uint2(bf16_pair(g[0], g[1]), bf16_pair(g[2], g[3]));
+}
+template <class D>
+__global__ void ce_backward_x4_kernel(D* dlogits, const float* probs, const int32_t* targets, int64_t v0,
+                                      int64_t v_local, float scale) {
+  const int64_t n = blockIdx.x, t = int64_t(targets[n]) - v0;
+  const float4* p = reinterpret_cast<const float4*>(probs + n * v_local);
+  D* d = dlogits + n * v_local;
+  for (int64_t j4 = threadIdx.x; j4 < v_local / 4; j4 += blockDim.x) {
+    const float4 x = p[j4];
+    float g[4] = {__fmul_rn(x.x, scale), __fmul_rn(x.y, scale), __fmul_rn(x.z, scale), __fmul_rn(x.w, scale)};
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (4 * j4 + u == t) g[u] = g[u] - scale;
+    store4(d + 4 * j4, g);
+  }
+}
+template <class D>
+void ce_backward_launch(D* dlogits, const float* probs, const int32_t* targets, int64_t v0, int64_t v_local, int64_t N,
+                        float scale, cudaStream_t stream) {
+  if (v_local % 4 == 0 && aligned_to(probs, 16) && aligned_to(dlogits, 4 * sizeof(D)))
+    ce_backward_x4_kernel<D><<<row_grid(N), kRowBlock, 0, stream>>>(dlogits, probs, targets, v0, v_local, scale);
+  else
+    ce_backward_kernel<D><<<row_grid(N), kRowBlock, 0, stream>>>(dlogits, probs, targets, v0, v_local, scale);
+}
+
 }  // namespace
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
@@ -476,13 +509,13 @@ void ce_shard_normalize(float* logits, float* losses, const float* row_max, cons
 void ce_shard_backward(float* dlogits, const float* probs, const int32_t* targets, int64_t v0, int64_t v_local,
                        int64_t N, float scale, cudaStream_t stream) {
   if (N <= 0) return;
-  ce_backward_kernel<float><<<row_grid(N), kRowBlock, 0, stream>>>(dlogits, probs, targets, v0, v_local, scale);
+  ce_backward_launch(dlogits, probs, targets, v0, v_local, N, scale, stream);
   check_launch("ce_shard_backward");
 }
 void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets, int64_t v0,
                             int64_t v_local, int64_t N, float scale, cudaStream_t stream) {
   if (N <= 0) return;
-  ce_backward_kernel<uint16_t><<<row_grid(N), kRowBlock, 0, stream>>>(dlogits16, probs, targets, v0, v_local, scale);
+  ce_backward_launch(dlogits16, probs, targets, v0, v_local, N, scale, stream);
   check_launch("ce_shard_backward_bf16");
 }
 
