@@ -500,6 +500,33 @@ void check_optimizer() {
   const double again = d_out.get()[0];
   line("grad_sum_squares [repeat]", "fwd", std::fabs(again - got), std::memcmp(&again, &got, 8) ? 1.0 : 0.0, 0.0);
 
+  {  // All pieces at once (the global norm's call): an empty piece, one element, a bias, a piece off the
+     // block size, and the whole gradient, each against the CPU's sum, then the same bits again.
+    const int64_t lengths[] = {0, 1, 768, 5003, n};
+    std::vector<lattice::GradPiece> pieces;
+    int64_t at = 0;
+    for (int64_t len : lengths) {
+      pieces.push_back({len == n ? d_g.p : d_g.p + at, len});
+      if (len != n) at += len;
+    }
+    Scratch pws(lattice::cuda::grad_sums_squares_workspace_bytes(pieces.size(), pieces.data()));
+    Dev<double> d_sums(pieces.size());
+    lattice::cuda::grad_sums_squares(d_sums.p, pieces.data(), pieces.size(), pws.ws());
+    const auto sums = d_sums.get();
+    double worst = 0.0;
+    at = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const int64_t len = lengths[i];
+      const double want = lattice::grad_sum_squares(g.data() + (len == n ? 0 : at), len);
+      if (len != n) at += len;
+      worst = std::max(worst, want == 0.0 ? std::fabs(sums[i]) : std::fabs(sums[i] - want) / want);
+    }
+    line("grad_sums_squares (5 pieces)", "fwd", worst, worst, 1e-5);
+    d_sums.poison();
+    lattice::cuda::grad_sums_squares(d_sums.p, pieces.data(), pieces.size(), pws.ws());
+    compare_bits(std::string("grad_sums_squares (5 pieces) [repeat]"), "fwd", sums, d_sums.get());
+  }
+
   std::vector<float> scaled = g;
   for (float& x : scaled) x *= 0.25f;  // optim's scale_grads
   lattice::cuda::scale_grads(d_g.p, n, 0.25f);

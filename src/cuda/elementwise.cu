@@ -3,6 +3,8 @@
 // orders with no atomics (cuda/kernels.hpp).
 #include <cub/device/device_radix_sort.cuh>
 
+#include <vector>
+
 #include "cuda/common.cuh"
 #include "cuda/bf16_fused.hpp"
 #include "cuda/kernels.hpp"
@@ -188,6 +190,48 @@ __global__ void sum_squares_final_kernel(double* out, const double* partial) {
   for (int k = int(threadIdx.x); k < kSumBlocks; k += int(blockDim.x)) acc += partial[k];
   acc = block_sum(acc, scratch);
   if (threadIdx.x == 0) *out = acc;
+}
+// The batched sums (grad_sums_squares): block b of the flat grid is block b − first of the piece
+// whose [first, first + blocks) holds it, found by binary search in the piece table (a few hundred
+// entries, the same reads for every thread of the block).
+struct PieceBlocks {
+  const float* data;
+  int64_t n, first;
+  int64_t blocks;
+};
+constexpr int64_t kPieceMinPerBlock = 2048;
+int64_t piece_blocks(int64_t n) {
+  const int64_t b = (n + kPieceMinPerBlock - 1) / kPieceMinPerBlock;
+  return b < 1 ? 1 : (b > kSumBlocks ? kSumBlocks : b);
+}
+__global__ void sum_squares_pieces_kernel(double* partial, const PieceBlocks* pieces, int count, int64_t total) {
+  __shared__ double scratch[32];
+  for (int64_t b = blockIdx.x; b < total; b += gridDim.x) {  // the whole block alike
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (pieces[mid].first <= b) lo = mid;
+      else hi = mid - 1;
+    }
+    const PieceBlocks pc = pieces[lo];
+    const int64_t stride = pc.blocks * blockDim.x;
+    double acc = 0.0;
+    for (int64_t i = (b - pc.first) * blockDim.x + threadIdx.x; i < pc.n; i += stride)
+      acc += double(pc.data[i]) * double(pc.data[i]);
+    acc = block_sum(acc, scratch);
+    if (threadIdx.x == 0) partial[b] = acc;
+  }
+}
+__global__ void sum_squares_pieces_final_kernel(double* sums, const double* partial, const PieceBlocks* pieces,
+                                                int count) {
+  __shared__ double scratch[32];
+  for (int i = int(blockIdx.x); i < count; i += int(gridDim.x)) {  // the whole block alike
+    const PieceBlocks pc = pieces[i];
+    double acc = 0.0;
+    for (int64_t k = threadIdx.x; k < pc.blocks; k += blockDim.x) acc += partial[pc.first + k];
+    acc = block_sum(acc, scratch);
+    if (threadIdx.x == 0) sums[i] = acc;
+  }
 }
 __global__ void scale_kernel(float* g, int64_t n, float factor) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -414,6 +458,50 @@ void grad_sum_squares(double* out, const float* grads, int64_t n, Workspace ws, 
   check_launch("grad_sum_squares partials");
   sum_squares_final_kernel<<<1, 1024, 0, stream>>>(out, partial);
   check_launch("grad_sum_squares final");
+}
+namespace {
+// The workspace: the piece table, then a double per block of every piece.
+struct PiecesLayout {
+  size_t table = 0, partial = 0, total = 0;
+  int64_t blocks = 0;
+};
+PiecesLayout pieces_layout(size_t count, const GradPiece* pieces) {
+  PiecesLayout l;
+  for (size_t i = 0; i < count; ++i) l.blocks += piece_blocks(pieces[i].n);
+  size_t at = 0;
+  l.table = carve(at, count * sizeof(PieceBlocks));
+  l.partial = carve(at, size_t(l.blocks) * sizeof(double));
+  l.total = at;
+  return l;
+}
+}  // namespace
+size_t grad_sums_squares_workspace_bytes(size_t count, const GradPiece* pieces) {
+  return pieces_layout(count, pieces).total;
+}
+void grad_sums_squares(double* sums, const GradPiece* pieces, size_t count, Workspace ws, cudaStream_t stream) {
+  if (count == 0) return;
+  if (count > size_t(0x7fffffff)) throw std::runtime_error("CUDA: grad_sums_squares: too many pieces");
+  const PiecesLayout l = pieces_layout(count, pieces);
+  require_workspace(ws, l.total, "grad_sums_squares");
+  std::vector<PieceBlocks> table(count);
+  int64_t first = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (pieces[i].n < 0) throw std::invalid_argument("CUDA: grad_sums_squares: a negative length");
+    table[i] = {pieces[i].data, pieces[i].n, first, piece_blocks(pieces[i].n)};
+    first += table[i].blocks;
+  }
+  char* base = static_cast<char*>(ws.data);
+  auto* d_table = reinterpret_cast<PieceBlocks*>(base + l.table);
+  auto* partial = reinterpret_cast<double*>(base + l.partial);
+  // Ordered on the stream before the kernels that read it (pageable memory: the copy is staged before
+  // the call returns, so the host vector may go).
+  check(cudaMemcpyAsync(d_table, table.data(), count * sizeof(PieceBlocks), cudaMemcpyHostToDevice, stream),
+        "grad_sums_squares table");
+  sum_squares_pieces_kernel<<<grid_for(l.blocks, 1), kBlock, 0, stream>>>(partial, d_table, int(count), l.blocks);
+  check_launch("grad_sums_squares partials");
+  sum_squares_pieces_final_kernel<<<unsigned(std::min<size_t>(count, 65535)), kBlock, 0, stream>>>(
+      sums, partial, d_table, int(count));
+  check_launch("grad_sums_squares final");
 }
 void scale_grads(float* grads, int64_t n, float factor, cudaStream_t stream) {
   scale_kernel<<<grid_for(n), kBlock, 0, stream>>>(grads, n, factor);

@@ -135,6 +135,15 @@ void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, fl
 // in block order by one block (deterministic for any n).
 size_t grad_sum_squares_workspace_bytes();
 void grad_sum_squares(double* out, const float* grads, int64_t n, Workspace ws, cudaStream_t stream = nullptr);
+// The sums of squares of `count` pieces at once (the global norm's tensors): sums[i] (device) =
+// Σ pieces[i].data[k]² in double, by two launches for all the pieces (one a piece-block of partial
+// sums, one a piece adding its partials), where a launch pair a piece ran ~300 launches a GPT-2
+// step. Each piece's partition into blocks depends on its size alone (at most 1024 blocks, at least
+// 2048 elements a block), so its bits repeat and do not depend on the other pieces. `pieces` is a host
+// array (kernels/optimizer_kernels.hpp's GradPiece); the call copies it to the workspace.
+size_t grad_sums_squares_workspace_bytes(size_t count, const GradPiece* pieces);
+void grad_sums_squares(double* sums, const GradPiece* pieces, size_t count, Workspace ws,
+                       cudaStream_t stream = nullptr);
 // grads *= factor (clipping; optim's scale_grads).
 void scale_grads(float* grads, int64_t n, float factor, cudaStream_t stream = nullptr);
 
