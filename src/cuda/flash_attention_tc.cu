@@ -128,8 +128,9 @@ __device__ __forceinline__ uint32_t lane_keep_bits(const FlashArgs& p, uint64_t 
   }
   return bits;
 }
+template <bool DROP>
 __device__ __forceinline__ float keep_factor_at(const FlashArgs& p, uint32_t bits, int bit) {
-  return p.dropout ? (((bits >> bit) & 1u) ? p.keep_scale : 0.0f) : 1.0f;
+  return DROP ? (((bits >> bit) & 1u) ? p.keep_scale : 0.0f) : 1.0f;
 }
 
 // A row-major [64][dh] fp32 tile's row (one lane's two columns per 8-column tile) stored to global
@@ -149,8 +150,9 @@ __device__ __forceinline__ void store_row(float* X, int64_t row, const float (&a
 }
 
 // ---- forward: one block per (query tile, b·a), the longest rows first. NC: dh / 16 at most (4 or 8);
-// TIn: how Q, K, V are held, fp32 (bf16 values) or bf16 bits. ----
-template <int NC, class TIn>
+// DROP: whether the dropout runs (a kernel without it holds no Philox state: 44 fewer registers in
+// the dQ kernel, a third block an SM); TIn: how Q, K, V are held, fp32 (bf16 values) or bf16 bits. ----
+template <int NC, bool DROP, class TIn>
 __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float* lse, const TIn* q, const TIn* k,
                                                               const TIn* v, FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -170,7 +172,7 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
 #pragma unroll
   for (int dt = 0; dt < 2 * NC; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   float m[2] = {-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)}, l[2] = {0.0f, 0.0f};
-  const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
+  const uint64_t base = DROP ? mask_base(p, bh) : 0;
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {  // causal: key tiles past the tile's last query skipped
     const int64_t nk = min(int64_t(kT), s - j0);
@@ -193,7 +195,7 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // the online softmax of rows g and g + 8
       const int64_t n = row[half] < s ? max(int64_t(0), min(nk, row[half] - j0 + 1)) : 0;
-      const uint32_t keep = p.dropout ? lane_keep_bits(p, base, row[half], j0, n) : ~0u;
+      const uint32_t keep = DROP ? lane_keep_bits(p, base, row[half], j0, n) : ~0u;
       float mx = m[half];
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
@@ -209,7 +211,7 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
         for (int h = 0; h < 2; ++h) {
           float e = nt * 8 + 2 * tq + h < n ? fast_exp(sc[nt][2 * half + h] * p.scale - mx) : 0.0f;
           sum += e;
-          sc[nt][2 * half + h] = e * keep_factor_at(p, keep, 2 * nt + h);
+          sc[nt][2 * half + h] = e * keep_factor_at<DROP>(p, keep, 2 * nt + h);
         }
       sum = quad_sum(sum);
       if (n > 0) l[half] = l[half] * corr + sum, m[half] = mx;
@@ -238,7 +240,7 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
 }
 
 // ---- backward: dQ of one query tile, walking its key tiles ----
-template <int NC, class TIn>
+template <int NC, bool DROP, class TIn>
 __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float* dout, const TIn* q, const TIn* k,
                                                          const TIn* v, const float* lse, const float* D, FlashArgs p,
                                                          bool vec) {
@@ -265,7 +267,7 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float*
   float acc[2 * NC][4];
 #pragma unroll
   for (int dt = 0; dt < 2 * NC; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
-  const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
+  const uint64_t base = DROP ? mask_base(p, bh) : 0;
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {
     const int64_t nk = min(int64_t(kT), s - j0);
@@ -291,7 +293,7 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float*
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // dS·(1/√dh) into sc, zero where masked
       const int64_t n = row[half] < s ? max(int64_t(0), min(nk, row[half] - j0 + 1)) : 0;
-      const uint32_t keep = p.dropout ? lane_keep_bits(p, base, row[half], j0, n) : ~0u;
+      const uint32_t keep = DROP ? lane_keep_bits(p, base, row[half], j0, n) : ~0u;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -299,7 +301,7 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float*
           float ds = 0.0f;
           if (nt * 8 + 2 * tq + h < n) {
             const float pr = fast_exp(sc[nt][2 * half + h] * p.scale - li[half]);
-            ds = pr * (dp[nt][2 * half + h] * keep_factor_at(p, keep, 2 * nt + h) - di[half]) * p.scale;
+            ds = pr * (dp[nt][2 * half + h] * keep_factor_at<DROP>(p, keep, 2 * nt + h) - di[half]) * p.scale;
           }
           sc[nt][2 * half + h] = ds;
         }
@@ -325,7 +327,7 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float*
 // ---- backward: dK, dV of one key tile (each warp 16 keys), walking its query tiles. The warp's
 // products run transposed (Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ: rows are keys), so (P∘Z)ᵀ and dSᵀ are A operands
 // of dV += (P∘Z)ᵀ·dO and dK += dSᵀ·Q straight from the accumulators. ----
-template <int NC, class TIn>
+template <int NC, bool DROP, class TIn>
 __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv, const float* dout, const TIn* q,
                                                            const TIn* k, const TIn* v, const float* lse,
                                                            const float* D, FlashArgs p, bool vec) {
@@ -343,7 +345,7 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
   for (int dt = 0; dt < 2 * NC; ++dt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_k[dt][e] = 0.0f, acc_v[dt][e] = 0.0f;
-  const uint64_t base = p.dropout ? mask_base(p, bh) : 0;
+  const uint64_t base = DROP ? mask_base(p, bh) : 0;
 
   for (int64_t i0 = j0; i0 < s; i0 += kT) {  // causal: query tiles before the key tile see none of it
     const int64_t nq = min(int64_t(kT), s - i0);
@@ -379,13 +381,13 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
     // Keep flags: lane l draws queries 2l and 2l + 1 over the warp's 16 keys (bit: key − (j0 + r0)),
     // and a lane's columns nt·8 + 2t + h come from lane 4·nt + t (low half h 0, high half h 1).
     uint32_t drawn = 0;
-    if (p.dropout) {
+    if (DROP) {
       const uint64_t first = base + uint64_t(i0 + 2 * lane) * uint64_t(s) + uint64_t(j0 + r0);
       drawn = keep_bits16(p.words, p.threshold, first) | keep_bits16(p.words, p.threshold, first + uint64_t(s)) << 16;
     }
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-      const uint32_t w = p.dropout ? __shfl_sync(0xffffffffu, drawn, 4 * nt + tq) : ~0u;
+      const uint32_t w = DROP ? __shfl_sync(0xffffffffu, drawn, 4 * nt + tq) : ~0u;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int ql = nt * 8 + 2 * tq + h;
@@ -395,7 +397,7 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
           float pz = 0.0f, ds = 0.0f;
           if (ql < nq && key[half] < s && key[half] <= qi) {
             const float pr = fast_exp(st[nt][2 * half + h] * p.scale - t.L[ql]);
-            const float z = keep_factor_at(p, w, 16 * h + g + 8 * half);
+            const float z = keep_factor_at<DROP>(p, w, 16 * h + g + 8 * half);
             pz = pr * z;
             ds = pr * (dpt[nt][2 * half + h] * z - t.D[ql]) * p.scale;
           }
@@ -467,8 +469,13 @@ void tc_forward(float* out, float* lse, const TIn* q, const TIn* k, const TIn* v
     allow_smem(kernel, bytes, name);
     kernel<<<grid, kThreads, bytes, stream>>>(out, lse, q, k, v, p, vec);
   };
-  if (x.dh <= 64) launch(tc_forward_kernel<4, TIn>);
-  else launch(tc_forward_kernel<8, TIn>);
+  if (x.dh <= 64) {
+    if (p.dropout) launch(tc_forward_kernel<4, true, TIn>);
+    else launch(tc_forward_kernel<4, false, TIn>);
+  } else {
+    if (p.dropout) launch(tc_forward_kernel<8, true, TIn>);
+    else launch(tc_forward_kernel<8, false, TIn>);
+  }
   check_launch(name);
 }
 template <class TIn>
@@ -490,8 +497,13 @@ void tc_backward(float* dq, float* dk, float* dv, const float* dout, const TIn* 
     dqk<<<grid, kThreads, b2, stream>>>(dq, dout, q, k, v, lse, D, p, vec);
     check_launch(name2);
   };
-  if (x.dh <= 64) launch(tc_dkdv_kernel<4, TIn>, tc_dq_kernel<4, TIn>);
-  else launch(tc_dkdv_kernel<8, TIn>, tc_dq_kernel<8, TIn>);
+  if (x.dh <= 64) {
+    if (p.dropout) launch(tc_dkdv_kernel<4, true, TIn>, tc_dq_kernel<4, true, TIn>);
+    else launch(tc_dkdv_kernel<4, false, TIn>, tc_dq_kernel<4, false, TIn>);
+  } else {
+    if (p.dropout) launch(tc_dkdv_kernel<8, true, TIn>, tc_dq_kernel<8, true, TIn>);
+    else launch(tc_dkdv_kernel<8, false, TIn>, tc_dq_kernel<8, false, TIn>);
+  }
 }
 }  // namespace
 

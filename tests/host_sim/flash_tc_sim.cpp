@@ -134,14 +134,20 @@ template <int NC, class TIn>
 void fwd(float* out, float* lse, const TIn* q, const TIn* k, const TIn* v, const FlashShape& x, const AttentionDropout& d, bool vec) {
   FlashArgs p = make_args(x, d);
   Dim g{unsigned((x.s + 63) / 64), unsigned(x.b * x.a), 1};
-  launch(g, kThreads, [&] { tc_forward_kernel<NC, TIn>(out, lse, q, k, v, p, vec); });
+  if (p.dropout) launch(g, kThreads, [&] { tc_forward_kernel<NC, true, TIn>(out, lse, q, k, v, p, vec); });
+  else launch(g, kThreads, [&] { tc_forward_kernel<NC, false, TIn>(out, lse, q, k, v, p, vec); });
 }
 template <int NC, class TIn>
 void bwd(float* dq, float* dk, float* dv, const float* dout, const TIn* q, const TIn* k, const TIn* v, const float* lse, const float* D, const FlashShape& x, const AttentionDropout& d, bool vec) {
   FlashArgs p = make_args(x, d);
   Dim g{unsigned((x.s + 63) / 64), unsigned(x.b * x.a), 1};
-  launch(g, kThreads, [&] { tc_dkdv_kernel<NC, TIn>(dk, dv, dout, q, k, v, lse, D, p, vec); });
-  launch(g, kThreads, [&] { tc_dq_kernel<NC, TIn>(dq, dout, q, k, v, lse, D, p, vec); });
+  if (p.dropout) {
+    launch(g, kThreads, [&] { tc_dkdv_kernel<NC, true, TIn>(dk, dv, dout, q, k, v, lse, D, p, vec); });
+    launch(g, kThreads, [&] { tc_dq_kernel<NC, true, TIn>(dq, dout, q, k, v, lse, D, p, vec); });
+  } else {
+    launch(g, kThreads, [&] { tc_dkdv_kernel<NC, false, TIn>(dk, dv, dout, q, k, v, lse, D, p, vec); });
+    launch(g, kThreads, [&] { tc_dq_kernel<NC, false, TIn>(dq, dout, q, k, v, lse, D, p, vec); });
+  }
 }
 }  // namespace lattice::cuda
 using namespace lattice;
