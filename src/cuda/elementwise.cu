@@ -209,7 +209,7 @@ __global__ void sum_squares_pieces_kernel(double* partial, const PieceBlocks* pi
   for (int64_t b = blockIdx.x; b < total; b += gridDim.x) {  // the whole block alike
     int lo = 0, hi = count - 1;
     while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
+      const int mid = lo + (hi - lo + 1) / 2;
       if (pieces[mid].first <= b) lo = mid;
       else hi = mid - 1;
     }

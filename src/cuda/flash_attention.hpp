@@ -36,8 +36,9 @@ inline constexpr int64_t kFlashMaxHeadDim = 128;
 // cores (sm_80 on): the same tiles, causal mask, online softmax and dropout flags, with each warp's
 // score tile, probabilities and output in registers and the products on mma.sync (fp32
 // accumulation; dO and the probabilities rounded to bf16 for them), so within bf16 rounding of the
-// fp32 form, not its bits. Shared memory a block: 27, 36 and 36.5 KiB (forward, dQ, dK dV) at dh 64,
-// 51, 68 and 68.5 KiB at dh 128.
+// fp32 form, not its bits. Shared memory a block: 45, 54 and 36.5 KiB (forward, dQ, dK dV; the first
+// two with second key buffers, which the bf16-in calls fill ahead by cp.async) at dh 64, 85, 102 and
+// 68.5 KiB at dh 128.
 // Q, K, V are fp32 (holding bf16 values) or the bf16 bits themselves (the kept tensors, read as they are).
 bool flash_tc_supported(const FlashShape& x);
 void flash_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,

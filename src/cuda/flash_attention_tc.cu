@@ -17,6 +17,7 @@
 // a fixed order (each accumulator its k in ascending steps, a row's four lanes by a fixed shuffle
 // tree), so the bits repeat from run to run.
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/flash_attention.hpp"
 #include "cuda/flash_common.cuh"
@@ -34,28 +35,31 @@ constexpr int kThreads = 128;         // 4 warps, 16 tile rows each
 constexpr int kMaxChunks = int(kFlashMaxHeadDim / 16);
 
 // Shared memory, carved in 128-byte pieces from `base`. Each kernel's layout function below carves its
-// tiles in order; the launch asks for what the same function carves from base 0 (`at`), so the size
-// cannot drift from the layout.
+// tiles in order; the launch asks for what the same function carves with no base (sizes only), so the
+// size cannot drift from the layout. The tiles are `base` plus offsets as pointer arithmetic on the
+// shared array itself: a pointer rebuilt from an integer loses its address space, and every access
+// through it becomes a generic load or store (so it was, for all but the first tile).
 struct Carver {
-  uintptr_t base;
+  unsigned char* base;  // null: sizes only (the host)
   size_t at = 0;
   template <class T>
   __host__ __device__ T* take(size_t count) {
-    T* p = reinterpret_cast<T*>(base + at);
+    T* p = base ? reinterpret_cast<T*>(base + at) : nullptr;
     at += (count * sizeof(T) + 127) / 128 * 128;
     return p;
   }
 };
 
-// Row-major bf16 tiles [64][dh + 8] (Q, K, V, dO) and the query tile's log-sum-exp and D (the dK dV
-// kernel's).
+// Row-major bf16 tiles [64][dh + 8] (Q, K, V, dO), the key tiles' second buffers (K2, V2: the forward's
+// and the dQ kernel's when their copies run ahead, `ahead`), and the query tile's log-sum-exp and D
+// (the dK dV kernel's).
 struct Tiles {
-  uint16_t *Q = nullptr, *K = nullptr, *V = nullptr, *dO = nullptr;
+  uint16_t *Q = nullptr, *K = nullptr, *V = nullptr, *dO = nullptr, *K2 = nullptr, *V2 = nullptr;
   float *L = nullptr, *D = nullptr;
   size_t bytes = 0;
 };
 enum class Kernel { forward, dq, dkdv };
-__host__ __device__ inline Tiles tiles_of(Kernel kind, uintptr_t base, int dh) {
+__host__ __device__ inline Tiles tiles_of(Kernel kind, unsigned char* base, int dh, bool ahead) {
   Carver c{base};
   Tiles t;
   const size_t tile = size_t(kT) * size_t(dh + 8);
@@ -63,6 +67,7 @@ __host__ __device__ inline Tiles tiles_of(Kernel kind, uintptr_t base, int dh) {
   t.K = c.take<uint16_t>(tile);
   t.V = c.take<uint16_t>(tile);
   if (kind != Kernel::forward) t.dO = c.take<uint16_t>(tile);
+  if (ahead && kind != Kernel::dkdv) t.K2 = c.take<uint16_t>(tile), t.V2 = c.take<uint16_t>(tile);
   if (kind == Kernel::dkdv) t.L = c.take<float>(kT), t.D = c.take<float>(kT);
   t.bytes = c.at;
   return t;
@@ -109,6 +114,60 @@ __device__ void load_tile(uint16_t* tile, const T* X, int64_t n, const FlashArgs
   }
 }
 
+// The same rows copied by cp.async (bf16 bits at 16-byte-aligned addresses only): they land while the
+// block computes; async_wait_all() and a __syncthreads() before the tile is read.
+__device__ __forceinline__ void load_tile_async(uint16_t* tile, const uint16_t* X, int64_t n, const FlashArgs& p) {
+  const int dh = int(p.dh), ld = dh + 8;
+  for (int idx = int(threadIdx.x) * 8; idx < kT * dh; idx += kThreads * 8) {
+    const int r = int(p.dh_div.div(uint32_t(idx))), e = idx - r * dh;
+    copy16_async(tile + r * ld + e, r < n ? X + int64_t(r) * dh + e : X, r < n);
+  }
+}
+__device__ __forceinline__ void load_tile_async(uint16_t*, const float*, int64_t, const FlashArgs&) {
+  __trap();  // fp32 operands are rounded on the way: never copied ahead (the launch does not ask it)
+}
+
+// The key tiles K, V of one head in turn, for the forward and the dQ kernel. AHEAD (bf16 bits,
+// 16-byte aligned): tile j + 1's copies are issued as soon as tile j is in, into the other pair of
+// buffers, so they run under tile j's products; otherwise each tile is loaded when it is needed.
+// next(j0) returns tile j0's K and V, visible to the whole block; every thread calls it in turn.
+template <bool AHEAD, class TIn>
+struct KeyTiles {
+  const Tiles& t;
+  const TIn *k, *v;
+  const FlashArgs& p;
+  int64_t end;  // key tiles [0, end)
+  bool vec;
+  int turn = 0;
+  __device__ void start() {
+    if (AHEAD) issue(0, t.K, t.V);
+  }
+  __device__ void issue(int64_t j0, uint16_t* K, uint16_t* V) {
+    const int64_t n = min(int64_t(kT), p.s - j0);
+    load_tile_async(K, k + j0 * p.dh, n, p);
+    load_tile_async(V, v + j0 * p.dh, n, p);
+    async_commit();
+  }
+  __device__ void next(int64_t j0, const uint16_t*& K, const uint16_t*& V) {
+    if (AHEAD) {
+      uint16_t* cur_k = (turn & 1) ? t.K2 : t.K;
+      uint16_t* cur_v = (turn & 1) ? t.V2 : t.V;
+      async_wait_all();
+      __syncthreads();  // tile j0 is in for every thread; every thread is done with the other buffers
+      if (j0 + kT < end) issue(j0 + kT, (turn & 1) ? t.K : t.K2, (turn & 1) ? t.V : t.V2);
+      K = cur_k, V = cur_v;
+    } else {
+      __syncthreads();  // the previous tile's reads are done
+      const int64_t n = min(int64_t(kT), p.s - j0);
+      load_tile(t.K, k + j0 * p.dh, n, p, vec);
+      load_tile(t.V, v + j0 * p.dh, n, p, vec);
+      __syncthreads();
+      K = t.K, V = t.V;
+    }
+    ++turn;
+  }
+};
+
 // A row of a warp's 16 × 64 score tile, as this lane holds it: columns nt·8 + 2t + h (nt 0 … 7,
 // h 0 … 1) at acc[nt][2·half + h], half 0 for row g, 1 for row g + 8.
 //
@@ -151,13 +210,14 @@ __device__ __forceinline__ void store_row(float* X, int64_t row, const float (&a
 
 // ---- forward: one block per (query tile, b·a), the longest rows first. NC: dh / 16 at most (4 or 8);
 // DROP: whether the dropout runs (a kernel without it holds no Philox state: 44 fewer registers in
-// the dQ kernel, a third block an SM); TIn: how Q, K, V are held, fp32 (bf16 values) or bf16 bits. ----
-template <int NC, bool DROP, class TIn>
+// the dQ kernel, a third block an SM); AHEAD: the key tiles copied ahead (KeyTiles); TIn: how Q, K, V
+// are held, fp32 (bf16 values) or bf16 bits. ----
+template <int NC, bool DROP, bool AHEAD, class TIn>
 __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float* lse, const TIn* q, const TIn* k,
                                                               const TIn* v, FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
-  const Tiles t = tiles_of(Kernel::forward, reinterpret_cast<uintptr_t>(smem), dh);
+  const Tiles t = tiles_of(Kernel::forward, smem, dh, AHEAD);
   const int64_t s = p.s, qb = int64_t(gridDim.x) - 1 - blockIdx.x;
   const int64_t bh = blockIdx.y, head = bh * s * dh, i0 = qb * kT, nq = min(int64_t(kT), s - i0);
   const int lane = int(threadIdx.x) & 31, g = lane >> 2, tq = lane & 3, r0 = (int(threadIdx.x) >> 5) * 16;
@@ -173,13 +233,13 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
   for (int dt = 0; dt < 2 * NC; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   float m[2] = {-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)}, l[2] = {0.0f, 0.0f};
   const uint64_t base = DROP ? mask_base(p, bh) : 0;
+  KeyTiles<AHEAD, TIn> tiles{t, k + head, v + head, p, i0 + nq, vec};
+  tiles.start();
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {  // causal: key tiles past the tile's last query skipped
     const int64_t nk = min(int64_t(kT), s - j0);
-    __syncthreads();  // the previous tile's K and V reads are done
-    load_tile(t.K, k + head + j0 * dh, nk, p, vec);
-    load_tile(t.V, v + head + j0 * dh, nk, p, vec);
-    __syncthreads();
+    const uint16_t *K, *V;
+    tiles.next(j0, K, V);
     float sc[8][4];  // S = Q·Kᵀ, this warp's 16 rows × 64 keys
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
@@ -188,7 +248,7 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
       for (int c = 0; c < NC; ++c) {
         if (c >= nc) break;
         uint32_t b0, b1;
-        load_b(b0, b1, t.K, ld, nt * 8, 16 * c);
+        load_b(b0, b1, K, ld, nt * 8, 16 * c);
         mma_bf16(sc[nt], qa[c], b0, b1);
       }
     }
@@ -226,7 +286,7 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
       for (int dt = 0; dt < 2 * NC; ++dt) {
         if (dt >= 2 * nc) break;
         uint32_t b0, b1;
-        load_b_trans(b0, b1, t.V, ld, 16 * kc, dt * 8);
+        load_b_trans(b0, b1, V, ld, 16 * kc, dt * 8);
         mma_bf16(o[dt], a, b0, b1);
       }
     }
@@ -240,13 +300,13 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
 }
 
 // ---- backward: dQ of one query tile, walking its key tiles ----
-template <int NC, bool DROP, class TIn>
+template <int NC, bool DROP, bool AHEAD, class TIn>
 __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float* dout, const TIn* q, const TIn* k,
                                                          const TIn* v, const float* lse, const float* D, FlashArgs p,
                                                          bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
-  const Tiles t = tiles_of(Kernel::dq, reinterpret_cast<uintptr_t>(smem), dh);
+  const Tiles t = tiles_of(Kernel::dq, smem, dh, AHEAD);
   const int64_t s = p.s, qb = int64_t(gridDim.x) - 1 - blockIdx.x;
   const int64_t bh = blockIdx.y, head = bh * s * dh, i0 = qb * kT, nq = min(int64_t(kT), s - i0);
   const int lane = int(threadIdx.x) & 31, g = lane >> 2, tq = lane & 3, r0 = (int(threadIdx.x) >> 5) * 16;
@@ -268,13 +328,13 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float*
 #pragma unroll
   for (int dt = 0; dt < 2 * NC; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
   const uint64_t base = DROP ? mask_base(p, bh) : 0;
+  KeyTiles<AHEAD, TIn> tiles{t, k + head, v + head, p, i0 + nq, vec};
+  tiles.start();
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {
     const int64_t nk = min(int64_t(kT), s - j0);
-    __syncthreads();
-    load_tile(t.K, k + head + j0 * dh, nk, p, vec);
-    load_tile(t.V, v + head + j0 * dh, nk, p, vec);
-    __syncthreads();
+    const uint16_t *K, *V;
+    tiles.next(j0, K, V);
     float sc[8][4], dp[8][4];  // S = Q·Kᵀ and dP = dO·Vᵀ
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
@@ -284,9 +344,9 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float*
       for (int c = 0; c < NC; ++c) {
         if (c >= nc) break;
         uint32_t b0, b1;
-        load_b(b0, b1, t.K, ld, nt * 8, 16 * c);
+        load_b(b0, b1, K, ld, nt * 8, 16 * c);
         mma_bf16(sc[nt], qa[c], b0, b1);
-        load_b(b0, b1, t.V, ld, nt * 8, 16 * c);
+        load_b(b0, b1, V, ld, nt * 8, 16 * c);
         mma_bf16(dp[nt], da[c], b0, b1);
       }
     }
@@ -314,7 +374,7 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float*
       for (int dt = 0; dt < 2 * NC; ++dt) {
         if (dt >= 2 * nc) break;
         uint32_t b0, b1;
-        load_b_trans(b0, b1, t.K, ld, 16 * kc, dt * 8);
+        load_b_trans(b0, b1, K, ld, 16 * kc, dt * 8);
         mma_bf16(acc[dt], a, b0, b1);
       }
     }
@@ -333,7 +393,7 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
                                                            const float* D, FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
-  const Tiles t = tiles_of(Kernel::dkdv, reinterpret_cast<uintptr_t>(smem), dh);
+  const Tiles t = tiles_of(Kernel::dkdv, smem, dh, false);
   const int64_t s = p.s;
   const int64_t bh = blockIdx.y, head = bh * s * dh, j0 = int64_t(blockIdx.x) * kT, nk = min(int64_t(kT), s - j0);
   const int lane = int(threadIdx.x) & 31, g = lane >> 2, tq = lane & 3, r0 = (int(threadIdx.x) >> 5) * 16;
@@ -433,18 +493,23 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
 
 bool flash_tc_supported(const FlashShape& x) {
   if (!x.bf16_operands || x.dh % 16 != 0 || x.dh > kFlashMaxHeadDim) return false;
-  // The card needs bf16 tensor cores (sm_80 on) and the shared memory of the largest block (the dK dV
-  // kernel's: 68.5 KiB at dh 128, within an A100's 163).
+  // The card needs bf16 tensor cores (sm_80 on) and the shared memory of the largest block (the dQ
+  // kernel's with its second key buffers: 102 KiB at dh 128, within an A100's 163), and the build must
+  // hold the kernels as compiled for sm_80 or later (built for an older architecture, they trap).
   int device = 0, major = 0, optin = 0;
+  cudaFuncAttributes built{};
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+      cudaFuncGetAttributes(&built, tc_forward_kernel<4, false, false, uint16_t>) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
+  if (built.ptxVersion < 80) return false;
   const int dh = int(x.dh);
   size_t most = 0;
-  for (Kernel kind : {Kernel::forward, Kernel::dq, Kernel::dkdv}) most = std::max(most, tiles_of(kind, 0, dh).bytes);
+  for (Kernel kind : {Kernel::forward, Kernel::dq, Kernel::dkdv})
+    most = std::max(most, tiles_of(kind, nullptr, dh, true).bytes);
   return major >= 8 && size_t(optin) >= most;
 }
 
@@ -457,25 +522,41 @@ bool all_aligned(const P*... ptrs) {
   return (aligned_to(ptrs, 16) && ...);
 }
 
+// The kernels' compile-time choices for a call, handed to f(nc, drop, ahead) as integral constants: NC
+// 4 (dh ≤ 64) or 8, DROP, and AHEAD (key tiles copied ahead: bf16 bits at 16-byte-aligned addresses
+// only; fp32 operands never instantiate it).
+template <class F, class NC, class D>
+void with_ahead(const float*, bool, F& f, NC nc, D d) {
+  f(nc, d, std::false_type{});
+}
+template <class F, class NC, class D>
+void with_ahead(const uint16_t*, bool ahead, F& f, NC nc, D d) {
+  if (ahead) f(nc, d, std::true_type{});
+  else f(nc, d, std::false_type{});
+}
+template <class TIn, class F>
+void with_choices(const FlashShape& x, bool drop, bool ahead, F f) {
+  const auto with_drop = [&](auto nc) {
+    if (drop) with_ahead(static_cast<const TIn*>(nullptr), ahead, f, nc, std::true_type{});
+    else with_ahead(static_cast<const TIn*>(nullptr), ahead, f, nc, std::false_type{});
+  };
+  if (x.dh <= 64) with_drop(std::integral_constant<int, 4>{});
+  else with_drop(std::integral_constant<int, 8>{});
+}
+
 template <class TIn>
 void tc_forward(float* out, float* lse, const TIn* q, const TIn* k, const TIn* v, const FlashShape& x,
                 const AttentionDropout& drop, cudaStream_t stream) {
   const FlashArgs p = make_args(x, drop);
   const bool vec = all_aligned(q, k, v) && aligned_to(out, 16);
-  const size_t bytes = tiles_of(Kernel::forward, 0, int(x.dh)).bytes;
   const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
   const char* name = "flash_attention_forward (tensor cores)";
-  auto launch = [&](auto kernel) {
+  with_choices<TIn>(x, p.dropout, vec, [&](auto nc, auto d, auto ahead) {
+    const auto kernel = tc_forward_kernel<decltype(nc)::value, decltype(d)::value, decltype(ahead)::value, TIn>;
+    const size_t bytes = tiles_of(Kernel::forward, nullptr, int(x.dh), decltype(ahead)::value).bytes;
     allow_smem(kernel, bytes, name);
     kernel<<<grid, kThreads, bytes, stream>>>(out, lse, q, k, v, p, vec);
-  };
-  if (x.dh <= 64) {
-    if (p.dropout) launch(tc_forward_kernel<4, true, TIn>);
-    else launch(tc_forward_kernel<4, false, TIn>);
-  } else {
-    if (p.dropout) launch(tc_forward_kernel<8, true, TIn>);
-    else launch(tc_forward_kernel<8, false, TIn>);
-  }
+  });
   check_launch(name);
 }
 template <class TIn>
@@ -486,24 +567,22 @@ void tc_backward(float* dq, float* dk, float* dv, const float* dout, const TIn* 
   const bool vec = all_aligned(q, k, v) && all_aligned(dout, static_cast<const float*>(dq),
                                                        static_cast<const float*>(dk), static_cast<const float*>(dv));
   const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
-  const size_t b1 = tiles_of(Kernel::dkdv, 0, int(x.dh)).bytes, b2 = tiles_of(Kernel::dq, 0, int(x.dh)).bytes;
   const char* name1 = "flash_attention_backward dK dV (tensor cores)";
   const char* name2 = "flash_attention_backward dQ (tensor cores)";
-  auto launch = [&](auto dkdv, auto dqk) {
+  with_choices<TIn>(x, p.dropout, vec, [&](auto nc, auto d, auto ahead) {
+    constexpr int kNC = decltype(nc)::value;
+    constexpr bool kDrop = decltype(d)::value, kAhead = decltype(ahead)::value;
+    const auto dkdv = tc_dkdv_kernel<kNC, kDrop, TIn>;
+    const auto dqk = tc_dq_kernel<kNC, kDrop, kAhead, TIn>;
+    const size_t b1 = tiles_of(Kernel::dkdv, nullptr, int(x.dh), false).bytes;
+    const size_t b2 = tiles_of(Kernel::dq, nullptr, int(x.dh), kAhead).bytes;
     allow_smem(dkdv, b1, name1);
     allow_smem(dqk, b2, name2);
     dkdv<<<grid, kThreads, b1, stream>>>(dk, dv, dout, q, k, v, lse, D, p, vec);
     check_launch(name1);
     dqk<<<grid, kThreads, b2, stream>>>(dq, dout, q, k, v, lse, D, p, vec);
     check_launch(name2);
-  };
-  if (x.dh <= 64) {
-    if (p.dropout) launch(tc_dkdv_kernel<4, true, TIn>, tc_dq_kernel<4, true, TIn>);
-    else launch(tc_dkdv_kernel<4, false, TIn>, tc_dq_kernel<4, false, TIn>);
-  } else {
-    if (p.dropout) launch(tc_dkdv_kernel<8, true, TIn>, tc_dq_kernel<8, true, TIn>);
-    else launch(tc_dkdv_kernel<8, false, TIn>, tc_dq_kernel<8, false, TIn>);
-  }
+  });
 }
 }  // namespace
 

@@ -1,16 +1,18 @@
 #pragma once
-// One warp's tensor-core product, mma.sync m16n8k16 with bf16 operands and fp32 accumulation, and its
-// operand fragments in the register layout the PTX ISA documents for it ("Matrix Fragments for
-// mma.m16n8k16 with floating point type"). Lane l is thread t = l % 4 of group g = l / 4:
+// The tensor-core attention's building blocks: one warp's product, mma.sync m16n8k16 with bf16
+// operands and fp32 accumulation; its operand fragments, in the register layout the PTX ISA documents
+// ("Matrix Fragments for mma.m16n8k16 with floating point type"); ldmatrix for the transposed ones;
+// and cp.async's copies of operand tiles into shared memory. Lane l is thread t = l % 4 of group
+// g = l / 4:
 //   A (16 × 16, row-major): a[0] = (g, 2t … 2t+1), a[1] = (g+8, 2t …), a[2] = (g, 2t+8 …), a[3] = (g+8, 2t+8 …)
 //   B (16 × 8, column-major): b0 = (k 2t … 2t+1, n g), b1 = (k 2t+8 …, n g)
 //   C, D (16 × 8, fp32): c[0], c[1] = (g, 2t), (g, 2t+1); c[2], c[3] = (g+8, 2t), (g+8, 2t+1)
-// ldmatrix .m8n8 .x2 .trans hands lane l elements (2t, g) and (2t+1, g) of each 8 × 8 matrix it
-// reads (non-transposed: (g, 2t), (g, 2t+1)), so a row-major [k][n] tile gives B directly.
-// each 32-bit register holding two bf16 values, the lower-indexed one in the low half. Two adjacent
-// n-tiles of a C fragment are therefore an A fragment of k 16 once narrowed (a_from_c): what lets the
-// fused attention feed its probabilities to the next product from registers, as FlashAttention-2 does.
-// lattice_cuda_check's "mma fragments" line checks this layout against the host on the device.
+// each 32-bit register holding two bf16 values, the lower-indexed one in the low half. ldmatrix
+// .m8n8 .x2 .trans hands lane l elements (2t, g) and (2t+1, g) of each 8 × 8 matrix it reads, so a
+// row-major [k][n] tile gives B directly. Two adjacent n-tiles of a C fragment are an A fragment of
+// k 16 once narrowed (a_from_c): what lets the fused attention feed its probabilities to the next
+// product from registers, as FlashAttention-2 does. lattice_cuda_check's "mma fragments" lines check
+// these layouts against the host on the device.
 #include <cstdint>
 
 #include "cuda/common.cuh"
@@ -21,7 +23,7 @@ using namespace detail;
 // d += A·B for the warp (every lane calls it, with converged control flow).
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #else
@@ -43,6 +45,29 @@ __device__ __forceinline__ void load_b_trans(uint32_t& b0, uint32_t& b1, const u
   (void)X, (void)ld, (void)k0, (void)n0;
   b0 = b1 = 0;
   __trap();
+#endif
+}
+
+// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80), or 16
+// zero bytes when `valid` is false (src-size 0: nothing is read, `src` need only be a valid address).
+// The copies of a thread complete at async_wait_all(); a __syncthreads() after it shows them to the block.
+__device__ __forceinline__ void copy16_async(void* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(at), "l"(src), "r"(valid ? 16 : 0));
+#else
+  (void)dst, (void)src, (void)valid;
+  __trap();
+#endif
+}
+__device__ __forceinline__ void async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+__device__ __forceinline__ void async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 #endif
 }
 

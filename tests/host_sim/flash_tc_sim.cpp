@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 #include "core/fast_divisor.hpp"
 #include "kernels/dropout.hpp"
@@ -35,6 +36,7 @@ struct float4 { float x, y, z, w; };
 struct float2 { float x, y; };
 inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return {a, b, c, d}; }
 inline float2 make_float2(float a, float b) { return {a, b}; }
+[[noreturn]] inline void __trap() { std::abort(); }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 uint32_t shfl_u[1024];
 float shfl_f[1024];
@@ -92,6 +94,20 @@ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     d[e] = acc;
   }
 }
+// cp.async: a thread's copies land at its async_wait_all(), not before (so a tile read before its wait,
+// or a buffer refilled while the block may still read it, shows as wrong values).
+struct PendingCopy { void* dst; unsigned char bytes[16]; };
+thread_local std::vector<PendingCopy> pending;
+void copy16_async(void* dst, const void* src, bool valid) {
+  PendingCopy c{dst, {}};
+  if (valid) std::memcpy(c.bytes, src, 16);
+  pending.push_back(c);
+}
+void async_commit() {}
+void async_wait_all() {
+  for (auto& c : pending) std::memcpy(c.dst, c.bytes, 16);
+  pending.clear();
+}
 const uint16_t* ldm_rows[1024];
 // ldmatrix .m8n8 .x2 .trans from the lanes' row addresses (lanes 0-7 matrix 0, 8-15 matrix 1): lane l
 // gets (row 2t, col g) and (row 2t+1, col g) of each.
@@ -134,20 +150,24 @@ template <int NC, class TIn>
 void fwd(float* out, float* lse, const TIn* q, const TIn* k, const TIn* v, const FlashShape& x, const AttentionDropout& d, bool vec) {
   FlashArgs p = make_args(x, d);
   Dim g{unsigned((x.s + 63) / 64), unsigned(x.b * x.a), 1};
-  if (p.dropout) launch(g, kThreads, [&] { tc_forward_kernel<NC, true, TIn>(out, lse, q, k, v, p, vec); });
-  else launch(g, kThreads, [&] { tc_forward_kernel<NC, false, TIn>(out, lse, q, k, v, p, vec); });
+  const bool ahead = std::is_same_v<TIn, uint16_t> && vec;
+  auto run = [&]<bool DROP, bool AHEAD>() {
+    launch(g, kThreads, [&] { tc_forward_kernel<NC, DROP, AHEAD, TIn>(out, lse, q, k, v, p, vec); });
+  };
+  if (p.dropout) ahead ? run.template operator()<true, true>() : run.template operator()<true, false>();
+  else ahead ? run.template operator()<false, true>() : run.template operator()<false, false>();
 }
 template <int NC, class TIn>
 void bwd(float* dq, float* dk, float* dv, const float* dout, const TIn* q, const TIn* k, const TIn* v, const float* lse, const float* D, const FlashShape& x, const AttentionDropout& d, bool vec) {
   FlashArgs p = make_args(x, d);
   Dim g{unsigned((x.s + 63) / 64), unsigned(x.b * x.a), 1};
-  if (p.dropout) {
-    launch(g, kThreads, [&] { tc_dkdv_kernel<NC, true, TIn>(dk, dv, dout, q, k, v, lse, D, p, vec); });
-    launch(g, kThreads, [&] { tc_dq_kernel<NC, true, TIn>(dq, dout, q, k, v, lse, D, p, vec); });
-  } else {
-    launch(g, kThreads, [&] { tc_dkdv_kernel<NC, false, TIn>(dk, dv, dout, q, k, v, lse, D, p, vec); });
-    launch(g, kThreads, [&] { tc_dq_kernel<NC, false, TIn>(dq, dout, q, k, v, lse, D, p, vec); });
-  }
+  const bool ahead = std::is_same_v<TIn, uint16_t> && vec;
+  auto run = [&]<bool DROP, bool AHEAD>() {
+    launch(g, kThreads, [&] { tc_dkdv_kernel<NC, DROP, TIn>(dk, dv, dout, q, k, v, lse, D, p, vec); });
+    launch(g, kThreads, [&] { tc_dq_kernel<NC, DROP, AHEAD, TIn>(dq, dout, q, k, v, lse, D, p, vec); });
+  };
+  if (p.dropout) ahead ? run.template operator()<true, true>() : run.template operator()<true, false>();
+  else ahead ? run.template operator()<false, true>() : run.template operator()<false, false>();
 }
 }  // namespace lattice::cuda
 using namespace lattice;
@@ -191,11 +211,13 @@ void run_case(FlashShape x, float pd) {
   // bf16 bits in, scalar loads: the same bits
   std::vector<uint16_t> q16(n), k16(n), v16(n);
   for (size_t i = 0; i < n; ++i) q16[i] = to_bf16(q[i]), k16[i] = to_bf16(k[i]), v16[i] = to_bf16(v[i]);
-  std::vector<float> ho(n, NAN), hl(rows, NAN), hdq(n, NAN), hdk(n, NAN), hdv(n, NAN);
-  cuda::fwd<NC, uint16_t>(ho.data(), hl.data(), q16.data(), k16.data(), v16.data(), x, drop, false);
-  bits("out16", go, ho); bits("lse16", gl, hl);
-  cuda::bwd<NC, uint16_t>(hdq.data(), hdk.data(), hdv.data(), dout.data(), q16.data(), k16.data(), v16.data(), l.data(), D.data(), x, drop, false);
-  bits("dq16", gdq, hdq); bits("dk16", gdk, hdk); bits("dv16", gdv, hdv);
+  for (bool vec : {false, true}) {  // one element at a time; 16 bytes at a time with the key tiles copied ahead
+    std::vector<float> ho(n, NAN), hl(rows, NAN), hdq(n, NAN), hdk(n, NAN), hdv(n, NAN);
+    cuda::fwd<NC, uint16_t>(ho.data(), hl.data(), q16.data(), k16.data(), v16.data(), x, drop, vec);
+    bits(vec ? "out16a" : "out16", go, ho); bits(vec ? "lse16a" : "lse16", gl, hl);
+    cuda::bwd<NC, uint16_t>(hdq.data(), hdk.data(), hdv.data(), dout.data(), q16.data(), k16.data(), v16.data(), l.data(), D.data(), x, drop, vec);
+    bits(vec ? "dq16a" : "dq16", gdq, hdq); bits(vec ? "dk16a" : "dk16", gdk, hdk); bits(vec ? "dv16a" : "dv16", gdv, hdv);
+  }
 }
 void mask_case() {
   FlashShape x{2, 3, 128, 128};
