@@ -13,6 +13,8 @@
 // k 16 once narrowed (a_from_c): what lets the fused attention feed its probabilities to the next
 // product from registers, as FlashAttention-2 does. lattice_cuda_check's "mma fragments" lines check
 // these layouts against the host on the device.
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 #include "cuda/common.cuh"
@@ -71,6 +73,18 @@ __device__ __forceinline__ void async_wait_all() {
 #endif
 }
 
+// Two values rounded to bf16 (to nearest even) and packed, the first in the low half: one
+// cvt.rn.bf16x2.f32 where bf16_pair takes about sixteen integer operations. It keeps subnormals, which
+// bf16_pair (the CPU's rounding) flushes to zero: a difference far below the products' own rounding.
+__device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+#else
+  return bf16_pair(lo, hi);
+#endif
+}
+
 __device__ __forceinline__ uint32_t word_at(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // The A fragment of rows r0 … r0+15, columns c0 … c0+15 of a row-major bf16 tile X (row stride ld
@@ -91,8 +105,8 @@ __device__ __forceinline__ void load_b(uint32_t& b0, uint32_t& b1, const uint16_
 // The A fragment (k 16) of two adjacent n-tiles' accumulators: c0 columns k 0 … 7, c1 k 8 … 15,
 // rounded to bf16.
 __device__ __forceinline__ void a_from_c(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
-  a[0] = bf16_pair(c0[0], c0[1]), a[1] = bf16_pair(c0[2], c0[3]);
-  a[2] = bf16_pair(c1[0], c1[1]), a[3] = bf16_pair(c1[2], c1[3]);
+  a[0] = bf16x2_rn(c0[0], c0[1]), a[1] = bf16x2_rn(c0[2], c0[3]);
+  a[2] = bf16x2_rn(c1[0], c1[1]), a[3] = bf16x2_rn(c1[2], c1[3]);
 }
 
 }  // namespace lattice::cuda::mma

@@ -108,6 +108,7 @@ void async_wait_all() {
   for (auto& c : pending) std::memcpy(c.dst, c.bytes, 16);
   pending.clear();
 }
+uint32_t bf16x2_rn(float lo, float hi) { return bf16_pair(lo, hi); }  // the device's cvt, but for subnormals
 const uint16_t* ldm_rows[1024];
 // ldmatrix .m8n8 .x2 .trans from the lanes' row addresses (lanes 0-7 matrix 0, 8-15 matrix 1): lane l
 // gets (row 2t, col g) and (row 2t+1, col g) of each.
