@@ -284,6 +284,9 @@ void c_split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv,
 void c_merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape& x) {
   cuda::merge_heads_bf16(out, heads, x.b, x.s, x.a, x.dh);
 }
+void c_unmerge_heads_bf16(float* heads, const uint16_t* rows16, const HeadShape& x) {
+  cuda::unmerge_heads_bf16(heads, rows16, x.b, x.s, x.a, x.dh);
+}
 void c_gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n) {
   cuda::gelu_forward_bf16(pre16, act16, pre, n);
 }
@@ -368,6 +371,7 @@ const DeviceOps kCudaOps = {
     c_layernorm_forward_bf16,
     c_split_heads_bf16,
     c_merge_heads_bf16,
+    c_unmerge_heads_bf16,
     c_gelu_forward_bf16,
     c_narrow_bias_backward,
     c_gelu_backward_narrow,

@@ -105,6 +105,7 @@ const DeviceOps kCpu = {
     layernorm_forward_bf16,
     split_heads_bf16,
     merge_heads_bf16,
+    unmerge_heads_bf16,
     gelu_forward_bf16,
     narrow_bias_backward,
     gelu_backward_narrow,

@@ -98,6 +98,7 @@ struct DeviceOps {
                                  int64_t, int64_t);
   void (*split_heads_bf16)(uint16_t*, uint16_t*, uint16_t*, const float*, const HeadShape&);
   void (*merge_heads_bf16)(uint16_t*, const float*, const HeadShape&);
+  void (*unmerge_heads_bf16)(float*, const uint16_t*, const HeadShape&);
   void (*gelu_forward_bf16)(uint16_t*, uint16_t*, const float*, int64_t);
   void (*narrow_bias_backward)(uint16_t*, float*, const float*, int64_t, int64_t);
   void (*gelu_backward_narrow)(uint16_t*, float*, const uint16_t*, const float*, int64_t, int64_t);
@@ -121,7 +122,7 @@ struct DeviceOps {
   X(flash_attention_forward) X(flash_attention_backward) X(flash_block_forward) X(flash_block_backward) X(split_heads) X(merge_heads) X(unmerge_heads)       \
   X(merge_qkv_grads) X(embedding_shard_forward) X(embedding_shard_backward) X(add_positions) X(position_grads) X(ce_shard_max_target)            \
   X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_whole_forward) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(adamw_update_fused) X(grad_sums_squares) X(scale_grads) X(all_finite) \
-  X(layernorm_forward_bf16) X(split_heads_bf16) X(merge_heads_bf16) X(gelu_forward_bf16) X(narrow_bias_backward)       \
+  X(layernorm_forward_bf16) X(split_heads_bf16) X(merge_heads_bf16) X(unmerge_heads_bf16) X(gelu_forward_bf16) X(narrow_bias_backward)       \
   X(gelu_backward_narrow) X(merge_qkv_grads_narrow) X(softmax_causal_backward_bf16) X(layernorm_backward_bf16) X(ce_shard_backward_bf16)      \
   X(synchronize)
 
@@ -297,6 +298,9 @@ inline void split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float*
 }
 inline void merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape& x) {
   device_ops().merge_heads_bf16(out, heads, x);
+}
+inline void unmerge_heads_bf16(float* heads, const uint16_t* rows16, const HeadShape& x) {
+  device_ops().unmerge_heads_bf16(heads, rows16, x);
 }
 inline void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n) {
   device_ops().gelu_forward_bf16(pre16, act16, pre, n);

@@ -19,6 +19,8 @@ void layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rs
 // split_heads, each of q, k, v narrowed; merge_heads, narrowed.
 void split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv, int64_t b, int64_t s, int64_t a,
                       int64_t dh, cudaStream_t stream = nullptr);
+void unmerge_heads_bf16(float* heads, const uint16_t* rows16, int64_t b, int64_t s, int64_t a, int64_t dh,
+                        cudaStream_t stream = nullptr);
 void merge_heads_bf16(uint16_t* out, const float* heads, int64_t b, int64_t s, int64_t a, int64_t dh,
                       cudaStream_t stream = nullptr);
 // pre16 = bf16(pre); act16 = bf16(gelu(pre)).

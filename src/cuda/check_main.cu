@@ -1057,6 +1057,15 @@ void check_bf16_fused() {
     compare_bits("merge_heads_bf16", "fwd", o16s.get(), o16.get());
     lattice::merge_heads_bf16(co.data(), heads.data(), hs);
     compare_bits("merge_heads_bf16 vs cpu", "fwd", co, o16.get());
+    // And back: the bf16 rows widened and unmerged in one pass, against the two passes and the CPU.
+    Dev<float> back(n), back2(n);
+    cu::unmerge_heads_bf16(back.p, o16.p, b, s, a, dh);
+    cu::from_bf16(o16.p, rows.p, N * hl);
+    cu::unmerge_heads(back2.p, rows.p, b, s, a, dh);
+    compare_bits("unmerge_heads_bf16", "bwd", back2.get(), back.get());
+    std::vector<float> cback(n);
+    lattice::unmerge_heads_bf16(cback.data(), co.data(), hs);
+    compare_bits("unmerge_heads_bf16 vs cpu", "bwd", cback, back.get());
   }
   {  // the narrowing backwards with their bias column sums
     const int64_t out = 4 * hl;
@@ -1359,6 +1368,8 @@ void timing_passes() {
        median_ms([&] { cu::split_heads_bf16(q16, k16, v16, qkv, b, s, a, dh); }));
   show("merge_heads_bf16 8192x768", nh * (4 + 2), median_ms([&] { cu::merge_heads_bf16(y16, q, b, s, a, dh); }));
   show("unmerge_heads 8192x768", nh * (4 + 4), median_ms([&] { cu::unmerge_heads(q, y, b, s, a, dh); }));
+  show("unmerge_heads_bf16 8192x768", nh * (2 + 4), median_ms([&] { cu::unmerge_heads_bf16(q, y16, b, s, a, dh); }));
+  show("to_bf16 8192x768", nh * (4 + 2), median_ms([&] { cu::to_bf16(x, y16, N * h); }));
   show("merge_qkv_grads_narrow 8192x2304", 3 * nh * (4 + 2),
        median_ms([&] { cu::merge_qkv_grads_narrow(qkv16, bias, q, k, v, b, s, a, dh, ws.ws()); }));
   show("gelu_forward_bf16 8192x3072", nf * (4 + 2 + 2),

@@ -57,17 +57,18 @@ __global__ void merge_qkv_grads_kernel(float* dqkv, const float* dq, const float
     dst[2 * hl + c] = dv[at];
   }
 }
-// to_rows: heads [b, a, s, dh] → rows [b·s, hl]; otherwise rows → heads. T: the destination as stored.
-template <bool to_rows, class T = float>
-__global__ void head_rows_kernel(T* dst, const float* src, int64_t s, int64_t a, FastDivisor dh) {
+// to_rows: heads [b, a, s, dh] → rows [b·s, hl]; otherwise rows → heads. T: the destination as stored;
+// S: the source as stored (bf16 rows read widened: the fused backward's kept O).
+template <bool to_rows, class T = float, class S = float>
+__global__ void head_rows_kernel(T* dst, const S* src, int64_t s, int64_t a, FastDivisor dh) {
   const HeadRow r = head_row(s, a, dh.d);
   const int hl = int(a * dh.d);
   for (int c = int(threadIdx.x); c < hl; c += int(blockDim.x)) {
     const int64_t at = head_at(r, c, dh);
     if (to_rows)
-      dst[r.row * hl + c] = stored_as<T>(src[at]);
+      dst[r.row * hl + c] = stored_as<T>(load_f32(src, at));
     else
-      dst[at] = stored_as<T>(src[r.row * hl + c]);
+      dst[at] = stored_as<T>(load_f32(src, r.row * hl + c));
   }
 }
 
@@ -112,6 +113,13 @@ void merge_heads_bf16(uint16_t* out, const float* heads, int64_t b, int64_t s, i
   if (!head_launch(b, s, a, dh, a * dh, &l, "merge_heads_bf16")) return;
   head_rows_kernel<true><<<l.blocks, l.threads, 0, stream>>>(out, heads, s, a, l.dh);
   check_launch("merge_heads_bf16");
+}
+void unmerge_heads_bf16(float* heads, const uint16_t* rows16, int64_t b, int64_t s, int64_t a, int64_t dh,
+                        cudaStream_t stream) {
+  HeadLaunch l;
+  if (!head_launch(b, s, a, dh, a * dh, &l, "unmerge_heads_bf16")) return;
+  head_rows_kernel<false, float, uint16_t><<<l.blocks, l.threads, 0, stream>>>(heads, rows16, s, a, l.dh);
+  check_launch("unmerge_heads_bf16");
 }
 void merge_heads(float* out, const float* heads, int64_t b, int64_t s, int64_t a, int64_t dh, cudaStream_t stream) {
   HeadLaunch l;

@@ -91,6 +91,10 @@ void merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape& x) {
   for_each_head_run(x, x.a * x.dh, [&](int64_t head, int64_t row) { narrow(out + row, heads + head, x.dh); });
 }
 
+void unmerge_heads_bf16(float* heads, const uint16_t* rows16, const HeadShape& x) {
+  for_each_head_run(x, x.a * x.dh, [&](int64_t head, int64_t row) { widen(heads + head, rows16 + row, x.dh); });
+}
+
 void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {

@@ -20,6 +20,9 @@ void layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rs
 void split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv, const HeadShape& x);
 // merge_heads, then narrowed.
 void merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape& x);
+// The rows [b·s, hl] widened from bf16, then unmerge_heads (the fused backward's O, kept as the
+// projection's bf16 input): one pass, no fp32 copy of the rows.
+void unmerge_heads_bf16(float* heads, const uint16_t* rows16, const HeadShape& x);
 // pre16 = bf16(pre); act16 = bf16(gelu(pre)) (GeLU of the fp32 values, as gelu_forward).
 void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n);
 

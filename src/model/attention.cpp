@@ -64,11 +64,15 @@ void fused_forward(LayerKept& kept, float* ctx_out, const LayerContext& c, Works
   }
 }
 
-// Fused backward: O is the kept context (proj_in, heads merged) split back into heads.
+// Fused backward: O is the kept context (proj_in, heads merged) split back into heads; kept as bf16
+// bits, widened in the same pass.
 void fused_backward(float* dq, float* dk, float* dv, const float* dctx, const LayerKept& kept, const LayerContext& c,
                     Workspace& ws, const float* o_heads) {
   if (!o_heads) {
-    unmerge_heads(ws.big2.data(), kept.proj_in.load(ws.widen.data()), c);
+    if (kept.proj_in.dtype() == DType::bf16 && !kept.proj_in.compressed())
+      dev::unmerge_heads_bf16(ws.big2.data(), static_cast<const uint16_t*>(kept.proj_in.data()), head_shape(c));
+    else
+      unmerge_heads(ws.big2.data(), kept.proj_in.load(ws.widen.data()), c);
     o_heads = ws.big2.data();
   }
   const float* lse = static_cast<const float*>(kept.attn_lse.data());

@@ -72,6 +72,13 @@ TEST(Bf16Fused, HeadMovesAreTheFp32MovesNarrowed) {
   EXPECT_TRUE(same_bytes(k16, narrowed(k)));
   EXPECT_TRUE(same_bytes(v16, narrowed(v)));
   EXPECT_TRUE(same_bytes(m16, narrowed(merged)));
+  // The way back from bf16 rows: widened, then unmerged, in one pass.
+  const std::vector<uint16_t> rows16 = narrowed(merged);
+  std::vector<float> rows(static_cast<size_t>(n)), unmerged(static_cast<size_t>(n)), fused(static_cast<size_t>(n), -1.0f);
+  from_bf16(rows16.data(), rows.data(), n);
+  unmerge_heads(unmerged.data(), rows.data(), x);
+  unmerge_heads_bf16(fused.data(), rows16.data(), x);
+  EXPECT_TRUE(same_bytes(fused, unmerged));
 }
 
 TEST(Bf16Fused, GeluForwardKeepsInputAndOutputNarrowed) {
