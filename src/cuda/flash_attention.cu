@@ -306,8 +306,17 @@ void flash_attention_forward(float* out, float* lse, const float* q, const float
     forward_launch<32>(out, lse, q, k, v, x, p, stream);
 }
 
+namespace {
+// The backward's scratch: D, then (tensor-core shapes) dO in bf16, 256-byte aligned.
+size_t rowdot_bytes(const FlashShape& x) {
+  return (size_t(std::max<int64_t>(0, x.b * x.a * x.s)) * sizeof(float) + 255) / 256 * 256;
+}
+bool tc_shape(const FlashShape& x) { return x.bf16_operands && x.dh % 16 == 0 && x.dh <= kFlashMaxHeadDim; }
+}  // namespace
+
 size_t flash_attention_backward_workspace_bytes(const FlashShape& x) {
-  return size_t(std::max<int64_t>(0, x.b * x.a * x.s)) * sizeof(float);
+  const size_t dout16 = tc_shape(x) ? size_t(std::max<int64_t>(0, x.b * x.a * x.s * x.dh)) * sizeof(uint16_t) : 0;
+  return rowdot_bytes(x) + dout16;
 }
 
 namespace {
@@ -317,11 +326,14 @@ float* backward_rowdot(const float* dout, const float* out, const FlashShape& x,
   if (ws.bytes < flash_attention_backward_workspace_bytes(x) || !ws.data)
     throw std::runtime_error("CUDA: flash_attention_backward: workspace of " + std::to_string(ws.bytes) +
                              " bytes, needs " + std::to_string(flash_attention_backward_workspace_bytes(x)));
-  float* D = static_cast<float*>(ws.data);
+  float* D = static_cast<float*>(ws.data);  // the dO copy follows at rowdot_bytes (dout16_room)
   const int64_t threads = rows * 32;
   flash_rowdot_kernel<<<unsigned((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(D, dout, out, rows, x.dh);
   check_launch("flash_attention_backward D");
   return D;
+}
+uint16_t* dout16_room(const FlashShape& x, Workspace ws) {
+  return reinterpret_cast<uint16_t*>(static_cast<char*>(ws.data) + rowdot_bytes(x));
 }
 void require_tc(const FlashShape& x, const char* what) {
   if (!flash_tc_supported(x))
@@ -337,7 +349,8 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
   require_supported(x, "flash_attention_backward");
   if (x.b * x.a * x.s == 0) return;
   const float* D = backward_rowdot(dout, out, x, ws, stream);
-  if (flash_tc_supported(x)) return flash_tc_backward(dq, dk, dv, dout, q, k, v, lse, D, x, drop, stream);
+  if (flash_tc_supported(x))
+    return flash_tc_backward(dq, dk, dv, dout, q, k, v, lse, D, x, drop, dout16_room(x, ws), stream);
   const FlashArgs p = make_args(x, drop);
   if (x.dh <= 32)
     backward_launch<8>(dq, dk, dv, dout, q, k, v, lse, D, x, p, stream);
@@ -362,7 +375,7 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
   if (x.b * x.a * x.s == 0) return;
   require_tc(x, "flash_attention_backward");
   const float* D = backward_rowdot(dout, out, x, ws, stream);
-  flash_tc_backward(dq, dk, dv, dout, q, k, v, lse, D, x, drop, stream);
+  flash_tc_backward(dq, dk, dv, dout, q, k, v, lse, D, x, drop, dout16_room(x, ws), stream);
 }
 
 }  // namespace lattice::cuda

@@ -36,22 +36,23 @@ inline constexpr int64_t kFlashMaxHeadDim = 128;
 // cores (sm_80 on): the same tiles, causal mask, online softmax and dropout flags, with each warp's
 // score tile, probabilities and output in registers and the products on mma.sync (fp32
 // accumulation; dO and the probabilities rounded to bf16 for them), so within bf16 rounding of the
-// fp32 form, not its bits. Shared memory a block: 45, 54 and 36.5 KiB (forward, dQ, dK dV; the first
-// two with second key buffers, which the bf16-in calls fill ahead by cp.async) at dh 64, 85, 102 and
-// 68.5 KiB at dh 128.
+// fp32 form, not its bits. Shared memory a block: 45, 54 and 54.5 KiB (forward, dQ, dK dV, each with a
+// second pair of the tiles it walks, which the bf16-in calls fill ahead by cp.async) at dh 64, 85, 102
+// and 102.5 KiB at dh 128.
 // Q, K, V are fp32 (holding bf16 values) or the bf16 bits themselves (the kept tensors, read as they are).
 bool flash_tc_supported(const FlashShape& x);
 void flash_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
                       const AttentionDropout& drop, cudaStream_t stream);
 void flash_tc_forward(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                       const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream);
-// D = rowsum(dO ∘ O), computed by the caller.
+// D = rowsum(dO ∘ O), computed by the caller; dout16: room for dO rounded to bf16 (b·a·s·dh values,
+// 16-byte aligned for the kernels' cp.async copies).
 void flash_tc_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                        const float* v, const float* lse, const float* D, const FlashShape& x,
-                       const AttentionDropout& drop, cudaStream_t stream);
+                       const AttentionDropout& drop, uint16_t* dout16, cudaStream_t stream);
 void flash_tc_backward(float* dq, float* dk, float* dv, const float* dout, const uint16_t* q, const uint16_t* k,
                        const uint16_t* v, const float* lse, const float* D, const FlashShape& x,
-                       const AttentionDropout& drop, cudaStream_t stream);
+                       const AttentionDropout& drop, uint16_t* dout16, cudaStream_t stream);
 
 // Empty if the shape is supported, else why not.
 std::string flash_attention_unsupported(const FlashShape& x);
@@ -59,7 +60,8 @@ std::string flash_attention_unsupported(const FlashShape& x);
 void flash_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                              const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream = nullptr);
 
-// Scratch of the backward: D = rowsum(dO ∘ O), b·a·s floats.
+// Scratch of the backward: D = rowsum(dO ∘ O), b·a·s floats, and for shapes the tensor-core form may
+// serve (bf16 operands, dh a multiple of 16) dO rounded to bf16, b·a·s·dh values.
 size_t flash_attention_backward_workspace_bytes(const FlashShape& x);
 // dq, dk, dv overwritten, as on the CPU.
 void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,

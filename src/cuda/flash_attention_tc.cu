@@ -50,11 +50,11 @@ struct Carver {
   }
 };
 
-// Row-major bf16 tiles [64][dh + 8] (Q, K, V, dO), the key tiles' second buffers (K2, V2: the forward's
-// and the dQ kernel's when their copies run ahead, `ahead`), and the query tile's log-sum-exp and D
-// (the dK dV kernel's).
+// Row-major bf16 tiles [64][dh + 8] (Q, K, V, dO), second buffers of the pair a kernel walks when its
+// copies run ahead (`ahead`: K, V for the forward and the dQ kernel, Q, dO for the dK dV kernel), and
+// the query tile's log-sum-exp and D (the dK dV kernel's).
 struct Tiles {
-  uint16_t *Q = nullptr, *K = nullptr, *V = nullptr, *dO = nullptr, *K2 = nullptr, *V2 = nullptr;
+  uint16_t *Q = nullptr, *K = nullptr, *V = nullptr, *dO = nullptr, *A2 = nullptr, *B2 = nullptr;
   float *L = nullptr, *D = nullptr;
   size_t bytes = 0;
 };
@@ -67,7 +67,7 @@ __host__ __device__ inline Tiles tiles_of(Kernel kind, unsigned char* base, int 
   t.K = c.take<uint16_t>(tile);
   t.V = c.take<uint16_t>(tile);
   if (kind != Kernel::forward) t.dO = c.take<uint16_t>(tile);
-  if (ahead && kind != Kernel::dkdv) t.K2 = c.take<uint16_t>(tile), t.V2 = c.take<uint16_t>(tile);
+  if (ahead) t.A2 = c.take<uint16_t>(tile), t.B2 = c.take<uint16_t>(tile);
   if (kind == Kernel::dkdv) t.L = c.take<float>(kT), t.D = c.take<float>(kT);
   t.bytes = c.at;
   return t;
@@ -127,42 +127,44 @@ __device__ __forceinline__ void load_tile_async(uint16_t*, const float*, int64_t
   __trap();  // fp32 operands are rounded on the way: never copied ahead (the launch does not ask it)
 }
 
-// The key tiles K, V of one head in turn, for the forward and the dQ kernel. AHEAD (bf16 bits,
-// 16-byte aligned): tile j + 1's copies are issued as soon as tile j is in, into the other pair of
-// buffers, so they run under tile j's products; otherwise each tile is loaded when it is needed.
-// next(j0) returns tile j0's K and V, visible to the whole block; every thread calls it in turn.
-template <bool AHEAD, class TIn>
-struct KeyTiles {
-  const Tiles& t;
-  const TIn *k, *v;
+// A pair of tiles walked in turn: the key tiles K, V of one head (the forward, the dQ kernel) or the
+// query tiles Q, dO (the dK dV kernel). AHEAD (both bf16 bits, 16-byte aligned): tile i + 1's copies
+// are issued as soon as tile i is in, into the other pair of buffers, so they run under tile i's
+// products; otherwise each tile is loaded when it is needed. next(i0) returns tile i0's pair,
+// visible to the whole block; every thread calls it in turn, the tiles in ascending order.
+template <bool AHEAD, class TA, class TB>
+struct TilePairs {
+  uint16_t *a0, *b0, *a1, *b1;  // the buffers (a1, b1: the second pair, AHEAD only)
+  const TA* a;
+  const TB* b;
   const FlashArgs& p;
-  int64_t end;  // key tiles [0, end)
+  int64_t end;  // tiles below `end`
   bool vec;
   int turn = 0;
-  __device__ void start() {
-    if (AHEAD) issue(0, t.K, t.V);
+  __device__ void start(int64_t first) {
+    if (AHEAD) issue(first, a0, b0);
   }
-  __device__ void issue(int64_t j0, uint16_t* K, uint16_t* V) {
-    const int64_t n = min(int64_t(kT), p.s - j0);
-    load_tile_async(K, k + j0 * p.dh, n, p);
-    load_tile_async(V, v + j0 * p.dh, n, p);
+  __device__ void issue(int64_t i0, uint16_t* A, uint16_t* B) {
+    const int64_t n = min(int64_t(kT), p.s - i0);
+    load_tile_async(A, a + i0 * p.dh, n, p);
+    load_tile_async(B, b + i0 * p.dh, n, p);
     async_commit();
   }
-  __device__ void next(int64_t j0, const uint16_t*& K, const uint16_t*& V) {
+  __device__ void next(int64_t i0, const uint16_t*& A, const uint16_t*& B) {
     if (AHEAD) {
-      uint16_t* cur_k = (turn & 1) ? t.K2 : t.K;
-      uint16_t* cur_v = (turn & 1) ? t.V2 : t.V;
+      uint16_t* cur_a = (turn & 1) ? a1 : a0;
+      uint16_t* cur_b = (turn & 1) ? b1 : b0;
       async_wait_all();
-      __syncthreads();  // tile j0 is in for every thread; every thread is done with the other buffers
-      if (j0 + kT < end) issue(j0 + kT, (turn & 1) ? t.K : t.K2, (turn & 1) ? t.V : t.V2);
-      K = cur_k, V = cur_v;
+      __syncthreads();  // tile i0 is in for every thread; every thread is done with the other buffers
+      if (i0 + kT < end) issue(i0 + kT, (turn & 1) ? a0 : a1, (turn & 1) ? b0 : b1);
+      A = cur_a, B = cur_b;
     } else {
       __syncthreads();  // the previous tile's reads are done
-      const int64_t n = min(int64_t(kT), p.s - j0);
-      load_tile(t.K, k + j0 * p.dh, n, p, vec);
-      load_tile(t.V, v + j0 * p.dh, n, p, vec);
+      const int64_t n = min(int64_t(kT), p.s - i0);
+      load_tile(a0, a + i0 * p.dh, n, p, vec);
+      load_tile(b0, b + i0 * p.dh, n, p, vec);
       __syncthreads();
-      K = t.K, V = t.V;
+      A = a0, B = b0;
     }
     ++turn;
   }
@@ -233,8 +235,8 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
   for (int dt = 0; dt < 2 * NC; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   float m[2] = {-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)}, l[2] = {0.0f, 0.0f};
   const uint64_t base = DROP ? mask_base(p, bh) : 0;
-  KeyTiles<AHEAD, TIn> tiles{t, k + head, v + head, p, i0 + nq, vec};
-  tiles.start();
+  TilePairs<AHEAD, TIn, TIn> tiles{t.K, t.V, t.A2, t.B2, k + head, v + head, p, i0 + nq, vec};
+  tiles.start(0);
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {  // causal: key tiles past the tile's last query skipped
     const int64_t nk = min(int64_t(kT), s - j0);
@@ -301,7 +303,7 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
 
 // ---- backward: dQ of one query tile, walking its key tiles ----
 template <int NC, bool DROP, bool AHEAD, class TIn>
-__global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float* dout, const TIn* q, const TIn* k,
+__global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const uint16_t* dout, const TIn* q, const TIn* k,
                                                          const TIn* v, const float* lse, const float* D, FlashArgs p,
                                                          bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -328,8 +330,8 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float*
 #pragma unroll
   for (int dt = 0; dt < 2 * NC; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
   const uint64_t base = DROP ? mask_base(p, bh) : 0;
-  KeyTiles<AHEAD, TIn> tiles{t, k + head, v + head, p, i0 + nq, vec};
-  tiles.start();
+  TilePairs<AHEAD, TIn, TIn> tiles{t.K, t.V, t.A2, t.B2, k + head, v + head, p, i0 + nq, vec};
+  tiles.start(0);
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {
     const int64_t nk = min(int64_t(kT), s - j0);
@@ -387,18 +389,18 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const float*
 // ---- backward: dK, dV of one key tile (each warp 16 keys), walking its query tiles. The warp's
 // products run transposed (Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ: rows are keys), so (P∘Z)ᵀ and dSᵀ are A operands
 // of dV += (P∘Z)ᵀ·dO and dK += dSᵀ·Q straight from the accumulators. ----
-template <int NC, bool DROP, class TIn>
-__global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv, const float* dout, const TIn* q,
+template <int NC, bool DROP, bool AHEAD, class TIn>
+__global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv, const uint16_t* dout, const TIn* q,
                                                            const TIn* k, const TIn* v, const float* lse,
                                                            const float* D, FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
-  const Tiles t = tiles_of(Kernel::dkdv, smem, dh, false);
+  const Tiles t = tiles_of(Kernel::dkdv, smem, dh, AHEAD);
   const int64_t s = p.s;
   const int64_t bh = blockIdx.y, head = bh * s * dh, j0 = int64_t(blockIdx.x) * kT, nk = min(int64_t(kT), s - j0);
   const int lane = int(threadIdx.x) & 31, g = lane >> 2, tq = lane & 3, r0 = (int(threadIdx.x) >> 5) * 16;
   const int64_t key[2] = {j0 + r0 + g, j0 + r0 + g + 8};
-  load_tile(t.K, k + head + j0 * dh, nk, p, vec);
+  load_tile(t.K, k + head + j0 * dh, nk, p, vec);  // visible at the first tile's barrier
   load_tile(t.V, v + head + j0 * dh, nk, p, vec);
   float acc_k[2 * NC][4], acc_v[2 * NC][4];
 #pragma unroll
@@ -406,12 +408,13 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_k[dt][e] = 0.0f, acc_v[dt][e] = 0.0f;
   const uint64_t base = DROP ? mask_base(p, bh) : 0;
+  TilePairs<AHEAD, TIn, uint16_t> tiles{t.Q, t.dO, t.A2, t.B2, q + head, dout + head, p, s, vec};
+  tiles.start(j0);
 
   for (int64_t i0 = j0; i0 < s; i0 += kT) {  // causal: query tiles before the key tile see none of it
     const int64_t nq = min(int64_t(kT), s - i0);
-    __syncthreads();  // the previous query tile's reads are done
-    load_tile(t.Q, q + head + i0 * dh, nq, p, vec);
-    load_tile(t.dO, dout + head + i0 * dh, nq, p, vec);
+    const uint16_t *Q, *dO;
+    tiles.next(i0, Q, dO);  // after its barrier every thread is done with the previous tile's L and D too
     if (threadIdx.x < kT) {
       const bool ok = int64_t(threadIdx.x) < nq;
       t.L[threadIdx.x] = ok ? lse[bh * s + i0 + threadIdx.x] : 0.0f;
@@ -432,9 +435,9 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
         uint32_t b0, b1;
-        load_b(b0, b1, t.Q, ld, nt * 8, 16 * c);
+        load_b(b0, b1, Q, ld, nt * 8, 16 * c);
         mma_bf16(st[nt], ka, b0, b1);
-        load_b(b0, b1, t.dO, ld, nt * 8, 16 * c);
+        load_b(b0, b1, dO, ld, nt * 8, 16 * c);
         mma_bf16(dpt[nt], va, b0, b1);
       }
     }
@@ -474,9 +477,9 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
       for (int dt = 0; dt < 2 * NC; ++dt) {
         if (dt >= 2 * nc) break;
         uint32_t b0, b1;
-        load_b_trans(b0, b1, t.dO, ld, 16 * kc, dt * 8);
+        load_b_trans(b0, b1, dO, ld, 16 * kc, dt * 8);
         mma_bf16(acc_v[dt], apz, b0, b1);
-        load_b_trans(b0, b1, t.Q, ld, 16 * kc, dt * 8);
+        load_b_trans(b0, b1, Q, ld, 16 * kc, dt * 8);
         mma_bf16(acc_k[dt], ads, b0, b1);
       }
     }
@@ -493,8 +496,8 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
 
 bool flash_tc_supported(const FlashShape& x) {
   if (!x.bf16_operands || x.dh % 16 != 0 || x.dh > kFlashMaxHeadDim) return false;
-  // The card needs bf16 tensor cores (sm_80 on) and the shared memory of the largest block (the dQ
-  // kernel's with its second key buffers: 102 KiB at dh 128, within an A100's 163), and the build must
+  // The card needs bf16 tensor cores (sm_80 on) and the shared memory of the largest block (the dK dV
+  // kernel's with its second query buffers: 102.5 KiB at dh 128, within an A100's 163), and the build must
   // hold the kernels as compiled for sm_80 or later (built for an older architecture, they trap).
   int device = 0, major = 0, optin = 0;
   cudaFuncAttributes built{};
@@ -562,25 +565,29 @@ void tc_forward(float* out, float* lse, const TIn* q, const TIn* k, const TIn* v
 template <class TIn>
 void tc_backward(float* dq, float* dk, float* dv, const float* dout, const TIn* q, const TIn* k, const TIn* v,
                  const float* lse, const float* D, const FlashShape& x, const AttentionDropout& drop,
-                 cudaStream_t stream) {
+                 uint16_t* dout16, cudaStream_t stream) {
   const FlashArgs p = make_args(x, drop);
-  const bool vec = all_aligned(q, k, v) && all_aligned(dout, static_cast<const float*>(dq),
-                                                       static_cast<const float*>(dk), static_cast<const float*>(dv));
+  // dO rounded to bf16 once here, as the kernels rounded it tile by tile (the same bits): every key
+  // tile's block reads every later query tile's dO, now at half the bytes and by cp.async.
+  to_bf16(dout, dout16, x.b * x.a * x.s * x.dh, stream);
+  const bool vec = all_aligned(q, k, v) && aligned_to(dout16, 16) &&
+                   all_aligned(static_cast<const float*>(dq), static_cast<const float*>(dk),
+                               static_cast<const float*>(dv));
   const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
   const char* name1 = "flash_attention_backward dK dV (tensor cores)";
   const char* name2 = "flash_attention_backward dQ (tensor cores)";
   with_choices<TIn>(x, p.dropout, vec, [&](auto nc, auto d, auto ahead) {
     constexpr int kNC = decltype(nc)::value;
     constexpr bool kDrop = decltype(d)::value, kAhead = decltype(ahead)::value;
-    const auto dkdv = tc_dkdv_kernel<kNC, kDrop, TIn>;
+    const auto dkdv = tc_dkdv_kernel<kNC, kDrop, kAhead, TIn>;
     const auto dqk = tc_dq_kernel<kNC, kDrop, kAhead, TIn>;
-    const size_t b1 = tiles_of(Kernel::dkdv, nullptr, int(x.dh), false).bytes;
+    const size_t b1 = tiles_of(Kernel::dkdv, nullptr, int(x.dh), kAhead).bytes;
     const size_t b2 = tiles_of(Kernel::dq, nullptr, int(x.dh), kAhead).bytes;
     allow_smem(dkdv, b1, name1);
     allow_smem(dqk, b2, name2);
-    dkdv<<<grid, kThreads, b1, stream>>>(dk, dv, dout, q, k, v, lse, D, p, vec);
+    dkdv<<<grid, kThreads, b1, stream>>>(dk, dv, dout16, q, k, v, lse, D, p, vec);
     check_launch(name1);
-    dqk<<<grid, kThreads, b2, stream>>>(dq, dout, q, k, v, lse, D, p, vec);
+    dqk<<<grid, kThreads, b2, stream>>>(dq, dout16, q, k, v, lse, D, p, vec);
     check_launch(name2);
   });
 }
@@ -596,13 +603,13 @@ void flash_tc_forward(float* out, float* lse, const uint16_t* q, const uint16_t*
 }
 void flash_tc_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                        const float* v, const float* lse, const float* D, const FlashShape& x,
-                       const AttentionDropout& drop, cudaStream_t stream) {
-  tc_backward(dq, dk, dv, dout, q, k, v, lse, D, x, drop, stream);
+                       const AttentionDropout& drop, uint16_t* dout16, cudaStream_t stream) {
+  tc_backward(dq, dk, dv, dout, q, k, v, lse, D, x, drop, dout16, stream);
 }
 void flash_tc_backward(float* dq, float* dk, float* dv, const float* dout, const uint16_t* q, const uint16_t* k,
                        const uint16_t* v, const float* lse, const float* D, const FlashShape& x,
-                       const AttentionDropout& drop, cudaStream_t stream) {
-  tc_backward(dq, dk, dv, dout, q, k, v, lse, D, x, drop, stream);
+                       const AttentionDropout& drop, uint16_t* dout16, cudaStream_t stream) {
+  tc_backward(dq, dk, dv, dout, q, k, v, lse, D, x, drop, dout16, stream);
 }
 
 }  // namespace lattice::cuda

@@ -163,9 +163,13 @@ void bwd(float* dq, float* dk, float* dv, const float* dout, const TIn* q, const
   FlashArgs p = make_args(x, d);
   Dim g{unsigned((x.s + 63) / 64), unsigned(x.b * x.a), 1};
   const bool ahead = std::is_same_v<TIn, uint16_t> && vec;
+  // dO rounded to bf16 first, as tc_backward does (to_bf16: the CPU's rounding, the device's too).
+  const size_t n = size_t(x.b * x.a * x.s * x.dh);
+  std::vector<uint16_t> dout16(n);
+  for (size_t i = 0; i < n; ++i) dout16[i] = to_bf16_bits(dout[i]);
   auto run = [&]<bool DROP, bool AHEAD>() {
-    launch(g, kThreads, [&] { tc_dkdv_kernel<NC, DROP, TIn>(dk, dv, dout, q, k, v, lse, D, p, vec); });
-    launch(g, kThreads, [&] { tc_dq_kernel<NC, DROP, AHEAD, TIn>(dq, dout, q, k, v, lse, D, p, vec); });
+    launch(g, kThreads, [&] { tc_dkdv_kernel<NC, DROP, AHEAD, TIn>(dk, dv, dout16.data(), q, k, v, lse, D, p, vec); });
+    launch(g, kThreads, [&] { tc_dq_kernel<NC, DROP, AHEAD, TIn>(dq, dout16.data(), q, k, v, lse, D, p, vec); });
   };
   if (p.dropout) ahead ? run.template operator()<true, true>() : run.template operator()<true, false>();
   else ahead ? run.template operator()<false, true>() : run.template operator()<false, false>();
