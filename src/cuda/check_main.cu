@@ -1426,6 +1426,22 @@ void timing_flash(bool tensor_cores) {
                                                           d_out.p, d_lse.p, x, drop, ws.ws());
                 }),
                 2.5 * fwd_flops);
+    if (!tensor_cores || !lattice::cuda::flash_tc_supported(x)) continue;
+    // Q, K, V as the kept bf16 bits, the training step's call (its tiles copied ahead by cp.async).
+    std::vector<uint16_t> q16(n), k16(n), v16(n);
+    lattice::to_bf16(q.data(), q16.data(), int64_t(n));
+    lattice::to_bf16(k.data(), k16.data(), int64_t(n));
+    lattice::to_bf16(v.data(), v16.data(), int64_t(n));
+    Dev<uint16_t> d_q16(q16), d_k16(k16), d_v16(v16);
+    timing_line(name + " bf16-in fwd", median_ms([&] {
+                  lattice::cuda::flash_attention_forward_bf16(d_out.p, d_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
+                }),
+                fwd_flops);
+    timing_line(name + " bf16-in bwd", median_ms([&] {
+                  lattice::cuda::flash_attention_backward_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q16.p, d_k16.p,
+                                                               d_v16.p, d_out.p, d_lse.p, x, drop, ws.ws());
+                }),
+                2.5 * fwd_flops);
   }
 }
 
