@@ -311,11 +311,10 @@ namespace {
 size_t rowdot_bytes(const FlashShape& x) {
   return (size_t(std::max<int64_t>(0, x.b * x.a * x.s)) * sizeof(float) + 255) / 256 * 256;
 }
-bool tc_shape(const FlashShape& x) { return x.bf16_operands && x.dh % 16 == 0 && x.dh <= kFlashMaxHeadDim; }
 }  // namespace
 
 size_t flash_attention_backward_workspace_bytes(const FlashShape& x) {
-  const size_t dout16 = tc_shape(x) ? size_t(std::max<int64_t>(0, x.b * x.a * x.s * x.dh)) * sizeof(uint16_t) : 0;
+  const size_t dout16 = flash_tc_shape(x) ? size_t(std::max<int64_t>(0, x.b * x.a * x.s * x.dh)) * sizeof(uint16_t) : 0;
   return rowdot_bytes(x) + dout16;
 }
 

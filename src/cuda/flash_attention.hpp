@@ -36,10 +36,14 @@ inline constexpr int64_t kFlashMaxHeadDim = 128;
 // cores (sm_80 on): the same tiles, causal mask, online softmax and dropout flags, with each warp's
 // score tile, probabilities and output in registers and the products on mma.sync (fp32
 // accumulation; dO and the probabilities rounded to bf16 for them), so within bf16 rounding of the
-// fp32 form, not its bits. Shared memory a block: 45, 54 and 54.5 KiB (forward, dQ, dK dV, each with a
-// second pair of the tiles it walks, which the bf16-in calls fill ahead by cp.async) at dh 64, 85, 102
-// and 102.5 KiB at dh 128.
+// fp32 form, not its bits. Shared memory a block: 36, 36 and 54.5 KiB (forward, dQ, dK dV, each with a
+// second pair of the tiles it walks, which the bf16-in calls fill ahead by cp.async where the card's
+// limit holds them) at dh 64, 68, 68 and 102.5 KiB at dh 128; without the copies ahead 27, 36, 36.5 and
+// 51, 68, 68.5 KiB.
 // Q, K, V are fp32 (holding bf16 values) or the bf16 bits themselves (the kept tensors, read as they are).
+// The shapes the form may serve (bf16 operands, dh a multiple of 16 up to 128), and whether it does on
+// this device (sm_80 on, the shared memory, a build for sm_80 or later).
+bool flash_tc_shape(const FlashShape& x);
 bool flash_tc_supported(const FlashShape& x);
 void flash_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
                       const AttentionDropout& drop, cudaStream_t stream);

@@ -52,7 +52,10 @@ struct Carver {
 
 // Row-major bf16 tiles [64][dh + 8] (Q, K, V, dO), second buffers of the pair a kernel walks when its
 // copies run ahead (`ahead`: K, V for the forward and the dQ kernel, Q, dO for the dK dV kernel), and
-// the query tile's log-sum-exp and D (the dK dV kernel's).
+// the dK dV kernel's query-tile log-sum-exp and D, two of each (L, D: [2][64], written a tile ahead).
+// The forward and the dQ kernel read their Q (and dO) tile into registers before their walk and never
+// again, and the first copy into the second buffers is issued after the walk's first barrier: the
+// second buffers take Q's and dO's room (the forward needs one more tile, the dQ kernel none).
 struct Tiles {
   uint16_t *Q = nullptr, *K = nullptr, *V = nullptr, *dO = nullptr, *A2 = nullptr, *B2 = nullptr;
   float *L = nullptr, *D = nullptr;
@@ -67,8 +70,12 @@ __host__ __device__ inline Tiles tiles_of(Kernel kind, unsigned char* base, int 
   t.K = c.take<uint16_t>(tile);
   t.V = c.take<uint16_t>(tile);
   if (kind != Kernel::forward) t.dO = c.take<uint16_t>(tile);
-  if (ahead) t.A2 = c.take<uint16_t>(tile), t.B2 = c.take<uint16_t>(tile);
-  if (kind == Kernel::dkdv) t.L = c.take<float>(kT), t.D = c.take<float>(kT);
+  if (ahead) {
+    if (kind == Kernel::dkdv) t.A2 = c.take<uint16_t>(tile), t.B2 = c.take<uint16_t>(tile);
+    else if (kind == Kernel::dq) t.A2 = t.Q, t.B2 = t.dO;
+    else t.A2 = t.Q, t.B2 = c.take<uint16_t>(tile);
+  }
+  if (kind == Kernel::dkdv) t.L = c.take<float>(2 * kT), t.D = c.take<float>(2 * kT);
   t.bytes = c.at;
   return t;
 }
@@ -131,8 +138,11 @@ __device__ __forceinline__ void load_tile_async(uint16_t*, const float*, int64_t
 // query tiles Q, dO (the dK dV kernel). AHEAD (both bf16 bits, 16-byte aligned): tile i + 1's copies
 // are issued as soon as tile i is in, into the other pair of buffers, so they run under tile i's
 // products; otherwise each tile is loaded when it is needed. next(i0) returns tile i0's pair,
-// visible to the whole block; every thread calls it in turn, the tiles in ascending order.
-template <bool AHEAD, class TA, class TB>
+// visible to the whole block; every thread calls it in turn, the tiles in ascending order. side(i0,
+// buf) stores a tile's small side data (the dK dV kernel's L and D) into side buffer `buf` (0 or 1)
+// one tile ahead, between barriers, so it is visible when next() returns that tile: turn() is the
+// buffer of the tile next() returned last.
+template <bool AHEAD, class TA, class TB, class Side>
 struct TilePairs {
   uint16_t *a0, *b0, *a1, *b1;  // the buffers (a1, b1: the second pair, AHEAD only)
   const TA* a;
@@ -140,8 +150,11 @@ struct TilePairs {
   const FlashArgs& p;
   int64_t end;  // tiles below `end`
   bool vec;
-  int turn = 0;
+  Side side;
+  int turns = 0;
+  __device__ int turn() const { return (turns - 1) & 1; }
   __device__ void start(int64_t first) {
+    side(first, 0);  // visible at next(first)'s barrier
     if (AHEAD) issue(first, a0, b0);
   }
   __device__ void issue(int64_t i0, uint16_t* A, uint16_t* B) {
@@ -151,23 +164,28 @@ struct TilePairs {
     async_commit();
   }
   __device__ void next(int64_t i0, const uint16_t*& A, const uint16_t*& B) {
+    const int cur = turns & 1;
+    const bool more = i0 + kT < end;
     if (AHEAD) {
-      uint16_t* cur_a = (turn & 1) ? a1 : a0;
-      uint16_t* cur_b = (turn & 1) ? b1 : b0;
       async_wait_all();
       __syncthreads();  // tile i0 is in for every thread; every thread is done with the other buffers
-      if (i0 + kT < end) issue(i0 + kT, (turn & 1) ? a0 : a1, (turn & 1) ? b0 : b1);
-      A = cur_a, B = cur_b;
+      if (more) issue(i0 + kT, cur ? a0 : a1, cur ? b0 : b1);
+      A = cur ? a1 : a0, B = cur ? b1 : b0;
     } else {
       __syncthreads();  // the previous tile's reads are done
       const int64_t n = min(int64_t(kT), p.s - i0);
       load_tile(a0, a + i0 * p.dh, n, p, vec);
       load_tile(b0, b + i0 * p.dh, n, p, vec);
-      __syncthreads();
       A = a0, B = b0;
     }
-    ++turn;
+    if (more) side(i0 + kT, cur ^ 1);  // after the barrier: the other side buffer's last readers are done
+    if (!AHEAD) __syncthreads();
+    ++turns;
   }
+};
+// No side data (the forward, the dQ kernel).
+struct NoSide {
+  __device__ void operator()(int64_t, int) const {}
 };
 
 // A row of a warp's 16 × 64 score tile, as this lane holds it: columns nt·8 + 2t + h (nt 0 … 7,
@@ -235,7 +253,7 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
   for (int dt = 0; dt < 2 * NC; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   float m[2] = {-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)}, l[2] = {0.0f, 0.0f};
   const uint64_t base = DROP ? mask_base(p, bh) : 0;
-  TilePairs<AHEAD, TIn, TIn> tiles{t.K, t.V, t.A2, t.B2, k + head, v + head, p, i0 + nq, vec};
+  TilePairs<AHEAD, TIn, TIn, NoSide> tiles{t.K, t.V, t.A2, t.B2, k + head, v + head, p, i0 + nq, vec, NoSide{}};
   tiles.start(0);
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {  // causal: key tiles past the tile's last query skipped
@@ -330,7 +348,7 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const uint16
 #pragma unroll
   for (int dt = 0; dt < 2 * NC; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
   const uint64_t base = DROP ? mask_base(p, bh) : 0;
-  TilePairs<AHEAD, TIn, TIn> tiles{t.K, t.V, t.A2, t.B2, k + head, v + head, p, i0 + nq, vec};
+  TilePairs<AHEAD, TIn, TIn, NoSide> tiles{t.K, t.V, t.A2, t.B2, k + head, v + head, p, i0 + nq, vec, NoSide{}};
   tiles.start(0);
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {
@@ -408,19 +426,23 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_k[dt][e] = 0.0f, acc_v[dt][e] = 0.0f;
   const uint64_t base = DROP ? mask_base(p, bh) : 0;
-  TilePairs<AHEAD, TIn, uint16_t> tiles{t.Q, t.dO, t.A2, t.B2, q + head, dout + head, p, s, vec};
+  // A query tile's log-sum-exp and D into side buffer `buf`, written a tile ahead (TilePairs).
+  const auto side = [&](int64_t i0, int buf) {
+    if (threadIdx.x < kT) {
+      const bool ok = i0 + int64_t(threadIdx.x) < s;
+      t.L[buf * kT + threadIdx.x] = ok ? lse[bh * s + i0 + threadIdx.x] : 0.0f;
+      t.D[buf * kT + threadIdx.x] = ok ? D[bh * s + i0 + threadIdx.x] : 0.0f;
+    }
+  };
+  TilePairs<AHEAD, TIn, uint16_t, decltype(side)> tiles{t.Q, t.dO, t.A2, t.B2, q + head, dout + head, p, s, vec, side};
   tiles.start(j0);
 
   for (int64_t i0 = j0; i0 < s; i0 += kT) {  // causal: query tiles before the key tile see none of it
     const int64_t nq = min(int64_t(kT), s - i0);
     const uint16_t *Q, *dO;
-    tiles.next(i0, Q, dO);  // after its barrier every thread is done with the previous tile's L and D too
-    if (threadIdx.x < kT) {
-      const bool ok = int64_t(threadIdx.x) < nq;
-      t.L[threadIdx.x] = ok ? lse[bh * s + i0 + threadIdx.x] : 0.0f;
-      t.D[threadIdx.x] = ok ? D[bh * s + i0 + threadIdx.x] : 0.0f;
-    }
-    __syncthreads();
+    tiles.next(i0, Q, dO);
+    const float* L = t.L + tiles.turn() * kT;
+    const float* Dq = t.D + tiles.turn() * kT;
     float st[8][4], dpt[8][4];  // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, this warp's 16 keys × 64 queries
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
@@ -459,10 +481,10 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
         for (int half = 0; half < 2; ++half) {
           float pz = 0.0f, ds = 0.0f;
           if (ql < nq && key[half] < s && key[half] <= qi) {
-            const float pr = fast_exp(st[nt][2 * half + h] * p.scale - t.L[ql]);
+            const float pr = fast_exp(st[nt][2 * half + h] * p.scale - L[ql]);
             const float z = keep_factor_at<DROP>(p, w, 16 * h + g + 8 * half);
             pz = pr * z;
-            ds = pr * (dpt[nt][2 * half + h] * z - t.D[ql]) * p.scale;
+            ds = pr * (dpt[nt][2 * half + h] * z - Dq[ql]) * p.scale;
           }
           st[nt][2 * half + h] = pz, dpt[nt][2 * half + h] = ds;
         }
@@ -494,11 +516,35 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
 
 }  // namespace
 
+bool flash_tc_shape(const FlashShape& x) {
+  return x.bf16_operands && x.dh % 16 == 0 && x.dh <= kFlashMaxHeadDim;
+}
+
+namespace {
+// The largest block's shared memory, with or without the second buffers of the copies ahead.
+size_t most_smem(int64_t dh, bool ahead) {
+  size_t most = 0;
+  for (Kernel kind : {Kernel::forward, Kernel::dq, Kernel::dkdv})
+    most = std::max(most, tiles_of(kind, nullptr, int(dh), ahead).bytes);
+  return most;
+}
+int smem_optin() {
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return optin;
+}
+}  // namespace
+
 bool flash_tc_supported(const FlashShape& x) {
-  if (!x.bf16_operands || x.dh % 16 != 0 || x.dh > kFlashMaxHeadDim) return false;
-  // The card needs bf16 tensor cores (sm_80 on) and the shared memory of the largest block (the dK dV
-  // kernel's with its second query buffers: 102.5 KiB at dh 128, within an A100's 163), and the build must
-  // hold the kernels as compiled for sm_80 or later (built for an older architecture, they trap).
+  if (!flash_tc_shape(x)) return false;
+  // The card needs bf16 tensor cores (sm_80 on) and the shared memory of the largest block without the
+  // copies ahead (68.5 KiB at dh 128: a 99 KiB consumer card's limit holds it; the copies ahead run
+  // where theirs fits too), and the build must hold the kernels as compiled for sm_80 or later (built
+  // for an older architecture, they trap).
   int device = 0, major = 0, optin = 0;
   cudaFuncAttributes built{};
   if (cudaGetDevice(&device) != cudaSuccess ||
@@ -509,11 +555,7 @@ bool flash_tc_supported(const FlashShape& x) {
     return false;
   }
   if (built.ptxVersion < 80) return false;
-  const int dh = int(x.dh);
-  size_t most = 0;
-  for (Kernel kind : {Kernel::forward, Kernel::dq, Kernel::dkdv})
-    most = std::max(most, tiles_of(kind, nullptr, dh, true).bytes);
-  return major >= 8 && size_t(optin) >= most;
+  return major >= 8 && size_t(optin) >= most_smem(x.dh, false);
 }
 
 namespace {
@@ -552,9 +594,10 @@ void tc_forward(float* out, float* lse, const TIn* q, const TIn* k, const TIn* v
                 const AttentionDropout& drop, cudaStream_t stream) {
   const FlashArgs p = make_args(x, drop);
   const bool vec = all_aligned(q, k, v) && aligned_to(out, 16);
+  const bool ahead = vec && size_t(smem_optin()) >= most_smem(x.dh, true);
   const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
   const char* name = "flash_attention_forward (tensor cores)";
-  with_choices<TIn>(x, p.dropout, vec, [&](auto nc, auto d, auto ahead) {
+  with_choices<TIn>(x, p.dropout, ahead, [&](auto nc, auto d, auto ahead) {
     const auto kernel = tc_forward_kernel<decltype(nc)::value, decltype(d)::value, decltype(ahead)::value, TIn>;
     const size_t bytes = tiles_of(Kernel::forward, nullptr, int(x.dh), decltype(ahead)::value).bytes;
     allow_smem(kernel, bytes, name);
@@ -573,10 +616,11 @@ void tc_backward(float* dq, float* dk, float* dv, const float* dout, const TIn* 
   const bool vec = all_aligned(q, k, v) && aligned_to(dout16, 16) &&
                    all_aligned(static_cast<const float*>(dq), static_cast<const float*>(dk),
                                static_cast<const float*>(dv));
+  const bool ahead = vec && size_t(smem_optin()) >= most_smem(x.dh, true);
   const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
   const char* name1 = "flash_attention_backward dK dV (tensor cores)";
   const char* name2 = "flash_attention_backward dQ (tensor cores)";
-  with_choices<TIn>(x, p.dropout, vec, [&](auto nc, auto d, auto ahead) {
+  with_choices<TIn>(x, p.dropout, ahead, [&](auto nc, auto d, auto ahead) {
     constexpr int kNC = decltype(nc)::value;
     constexpr bool kDrop = decltype(d)::value, kAhead = decltype(ahead)::value;
     const auto dkdv = tc_dkdv_kernel<kNC, kDrop, kAhead, TIn>;
