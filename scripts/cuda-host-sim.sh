@@ -3,7 +3,8 @@
 # without a GPU: one std::thread per CUDA thread, a block barrier for __syncthreads and the shuffles,
 # mma.sync and ldmatrix emulated from the PTX ISA's fragment layouts (tests/host_sim/flash_tc_sim.cpp).
 # Compares with the CPU's fused attention at the device check's shapes (2^-7), the bf16-in kernels
-# with the fp32-in ones bit for bit, and the dropout masks exactly. It checks the kernels' indexing,
+# with the fp32-in ones bit for bit, and the dropout masks exactly; checks the operand tiles' shared
+# memory for races between cp.async copies and reads (by barrier phase: tests/host_sim). It checks the kernels' indexing,
 # masking, dropout draw and fragment bookkeeping, not the device: lattice_cuda_check's "mma fragments"
 # lines check the emulated layouts on a GPU.
 #
@@ -24,8 +25,9 @@ src=$root/src/cuda
 # The kernel text, cut from the sources at markers (the sim supplies what the device headers would).
 sed -n '/^struct FlashArgs {/,/^}  \/\/ namespace lattice::cuda::flash/p' "$src/flash_common.cuh" | sed '$d' |
   sed '/^template <class Kernel>/,$d' > "$work/common.inc"
+# (word_at is the sim's own: it notes each fragment read for the race check.)
 sed -n '/^__device__ __forceinline__ uint32_t word_at/,/^}  \/\/ namespace lattice::cuda::mma/p' "$src/mma.cuh" |
-  sed '$d' > "$work/mma.inc"
+  sed '$d' | sed '/uint32_t word_at(/d' > "$work/mma.inc"
 sed -n '/^constexpr int kT = 64; /,/^}  \/\/ namespace$/p' "$src/flash_attention_tc.cu" | sed '$d' > "$work/tc.inc"
 for f in common mma tc; do
   [[ -s $work/$f.inc ]] || { echo "cuda-host-sim: could not cut $f.inc from the sources (markers moved?)" >&2; exit 1; }

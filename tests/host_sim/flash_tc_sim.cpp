@@ -3,7 +3,9 @@
 // the shuffles, mma.sync and ldmatrix emulated from the PTX ISA's fragment layouts by exchanging the
 // lanes' registers and row addresses. Blocks run one after another. Not part of the suite (about 40 s).
 #include <algorithm>
+#include <atomic>
 #include <barrier>
+#include <mutex>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -29,7 +31,15 @@
 struct Dim { unsigned x = 0, y = 0, z = 0; };
 thread_local Dim threadIdx, blockIdx;
 Dim gridDim, blockDim;
-std::barrier<>* bar;
+std::barrier<>* bar;  // the warp operations' exchanges (every thread of the block, in lockstep)
+// __syncthreads: its own barrier, which counts the block's phases (the stretches between barriers) for
+// the race check below; the warp operations' exchanges do not order shared memory on a GPU and do not
+// count.
+std::atomic<int> sync_phase{0};
+struct NextPhase {
+  void operator()() noexcept { ++sync_phase; }
+};
+std::barrier<NextPhase>* sync_bar;
 
 struct uint4 { uint32_t x, y, z, w; };
 struct float4 { float x, y, z, w; };
@@ -40,7 +50,7 @@ inline float2 make_float2(float a, float b) { return {a, b}; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 uint32_t shfl_u[1024];
 float shfl_f[1024];
-void __syncthreads() { bar->arrive_and_wait(); }
+void __syncthreads() { sync_bar->arrive_and_wait(); }
 float __shfl_xor_sync(unsigned, float v, int off) {
   bar->arrive_and_wait();
   shfl_f[threadIdx.x] = v;
@@ -94,19 +104,63 @@ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     d[e] = acc;
   }
 }
-// cp.async: a thread's copies land at its async_wait_all(), not before (so a tile read before its wait,
-// or a buffer refilled while the block may still read it, shows as wrong values).
+// The race check on the operand tiles, by 16-byte chunk of shared memory and barrier phase: a copy
+// issued into a chunk some thread read in the same phase (no barrier orders the read before the
+// write); a read of a chunk whose copy is still in flight, or that landed in the same phase (its
+// issuer waited, but no barrier has shown it to the others yet). Reads are the fragments' 32-bit
+// loads (word_at) and ldmatrix's rows.
+unsigned char* smem_base = nullptr;
+size_t smem_bytes = 0;
+struct ChunkState { int read = -1, landed = -1; bool in_flight = false; };
+std::vector<ChunkState> chunk_state;
+std::mutex chunk_mutex;
+int races = 0;
+void race(const char* what) {
+  if (races++ < 5) std::printf("  RACE: %s (block phase %d)\n", what, sync_phase.load());
+}
+ChunkState* chunk_of(const void* p) {
+  const auto* c = static_cast<const unsigned char*>(p);
+  if (c < smem_base || c >= smem_base + smem_bytes) return nullptr;
+  return &chunk_state[size_t(c - smem_base) / 16];
+}
+void note_read(const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(chunk_mutex);
+  for (size_t off = 0; off < bytes; off += 4) {
+    ChunkState* c = chunk_of(static_cast<const unsigned char*>(p) + off);
+    if (!c) continue;
+    if (c->in_flight) race("a tile read before its copy landed");
+    else if (c->landed == sync_phase) race("a copy read in the phase it landed, before a barrier");
+    c->read = std::max(c->read, sync_phase.load());
+  }
+}
+// cp.async: a thread's copies land at its async_wait_all(), not before.
 struct PendingCopy { void* dst; unsigned char bytes[16]; };
 thread_local std::vector<PendingCopy> pending;
 void copy16_async(void* dst, const void* src, bool valid) {
+  {
+    std::lock_guard<std::mutex> lock(chunk_mutex);
+    if (ChunkState* c = chunk_of(dst)) {
+      if (c->read == sync_phase) race("a copy issued into a chunk read in the same phase");
+      if (c->in_flight) race("two copies in flight into one chunk");
+      c->in_flight = true;
+    }
+  }
   PendingCopy c{dst, {}};
   if (valid) std::memcpy(c.bytes, src, 16);
   pending.push_back(c);
 }
 void async_commit() {}
 void async_wait_all() {
-  for (auto& c : pending) std::memcpy(c.dst, c.bytes, 16);
+  std::lock_guard<std::mutex> lock(chunk_mutex);
+  for (auto& c : pending) {
+    std::memcpy(c.dst, c.bytes, 16);
+    if (ChunkState* st = chunk_of(c.dst)) st->in_flight = false, st->landed = sync_phase;
+  }
   pending.clear();
+}
+uint32_t word_at(const uint16_t* p) {
+  note_read(p, 4);
+  return *reinterpret_cast<const uint32_t*>(p);
 }
 uint32_t bf16x2_rn(float lo, float hi) { return bf16_pair(lo, hi); }  // the device's cvt, but for subnormals
 const uint16_t* ldm_rows[1024];
@@ -116,6 +170,7 @@ void load_b_trans(uint32_t& b0, uint32_t& b1, const uint16_t* X, int ld, int k0,
   const unsigned l = threadIdx.x & 31, w0 = threadIdx.x & ~31u;
   bar->arrive_and_wait();
   ldm_rows[threadIdx.x] = X + (k0 + int(l & 15)) * ld + n0;
+  if (l < 16) note_read(ldm_rows[threadIdx.x], 16);
   bar->arrive_and_wait();
   const int g = int(l) >> 2, t = int(l) & 3;
   uint32_t r[2];
@@ -140,10 +195,18 @@ template <class F> void launch(Dim grid, unsigned threads, F f) {
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
       std::barrier<> b(threads); bar = &b;
+      std::barrier<NextPhase> sb(threads); sync_bar = &sb;
       std::memset(smem, 0xff, sizeof smem);
+      smem_base = smem, smem_bytes = sizeof smem;
+      chunk_state.assign(sizeof smem / 16, ChunkState{});
       std::vector<std::thread> ts;
       for (unsigned t = 0; t < threads; ++t)
-        ts.emplace_back([&, t] { threadIdx = {t, 0, 0}; blockIdx = {bx, by, 0}; f(); bar->arrive_and_drop(); });
+        ts.emplace_back([&, t] {
+          threadIdx = {t, 0, 0}; blockIdx = {bx, by, 0};
+          f();
+          if (!pending.empty()) race("copies still in flight at the kernel's end");
+          bar->arrive_and_drop(), sync_bar->arrive_and_drop();
+        });
       for (auto& t : ts) t.join();
     }
 }
@@ -273,6 +336,8 @@ int main(int argc, char** argv) {
   if (pick()) run_case<4>({1, 1, 100, 48}, 0.1f);
   if (pick()) run_case<8>({1, 1, 70, 96}, 0.1f);
   if (pick()) mask_case();
+  std::printf("shared-memory races found: %d\n", cuda::mma::races);
+  fails += cuda::mma::races;
   std::printf("%s (%d failures), mma calls %lld\n", fails ? "FAIL" : "ok", fails, (long long)mma_calls);
   return fails ? 1 : 0;
 }
