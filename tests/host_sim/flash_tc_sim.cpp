@@ -1,7 +1,7 @@
 // Host simulation of src/cuda/flash_attention_tc.cu's mma.sync kernels (scripts/cuda-host-sim.sh cuts
 // their text from the sources): one std::thread per CUDA thread, a block barrier for __syncthreads and
 // the shuffles, mma.sync and ldmatrix emulated from the PTX ISA's fragment layouts by exchanging the
-// lanes' registers and row addresses. Blocks run one after another. Not part of the suite (about 40 s).
+// lanes' registers and row addresses. Blocks run one after another. The suite runs it as cuda.host_sim (about 40 s).
 #include <algorithm>
 #include <atomic>
 #include <barrier>
