@@ -228,9 +228,66 @@ __device__ __forceinline__ void store_row(float* X, int64_t row, const float (&a
   }
 }
 
+// A block's place: its head (bh, the offset of its [s, dh] rows), its 64-row tile (first row, rows in
+// range), and this lane's (its group g, index tq in the group, its warp's first row w0 of the tile,
+// and its two rows' indices in the head). The forward and the dQ kernel take query tiles longest rows
+// first (`reversed`), the dK dV kernel key tiles in order.
+struct BlockTile {
+  int64_t bh, head, first, n;
+  int lane, g, tq, w0;
+  int64_t row[2];
+};
+__device__ __forceinline__ BlockTile block_tile(const FlashArgs& p, bool reversed) {
+  BlockTile b;
+  b.bh = blockIdx.y, b.head = b.bh * p.s * p.dh;
+  b.first = (reversed ? int64_t(gridDim.x) - 1 - blockIdx.x : int64_t(blockIdx.x)) * kT;
+  b.n = min(int64_t(kT), p.s - b.first);
+  b.lane = int(threadIdx.x) & 31, b.g = b.lane >> 2, b.tq = b.lane & 3, b.w0 = (int(threadIdx.x) >> 5) * 16;
+  b.row[0] = b.first + b.w0 + b.g, b.row[1] = b.row[0] + 8;
+  return b;
+}
+
+// The two products a warp runs on a tile, every accumulator adding its k in ascending steps of 16:
+// S[16 × 64] = A·Yᵀ, A the warp's rows in registers (nc chunks of 16 columns), Y a row-major tile
+// [64][dh] (S = Q·Kᵀ, dP = dO·Vᵀ);
+template <int NC>
+__device__ __forceinline__ void rows_by_tile_t(float (&S)[8][4], const uint32_t (&A)[NC][4], const uint16_t* Y,
+                                               int ld, int nc) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    S[nt][0] = S[nt][1] = S[nt][2] = S[nt][3] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      if (c >= nc) break;
+      uint32_t b0, b1;
+      load_b(b0, b1, Y, ld, nt * 8, 16 * c);
+      mma_bf16(S[nt], A[c], b0, b1);
+    }
+  }
+}
+// and acc[16 × dh] += P·X, P [16 × 64] a warp's accumulators rounded to bf16 as the A operand, X a
+// row-major tile [64][dh] read through ldmatrix's transposing load (O += P·V, dQ += dS·K, and the key
+// tile's dV += (P∘Z)ᵀ·dO, dK += dSᵀ·Q).
+template <int NC>
+__device__ __forceinline__ void add_rows_by_tile(float (&acc)[2 * NC][4], const float (&P)[8][4], const uint16_t* X,
+                                                 int ld, int nc) {
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) {
+    uint32_t a[4];
+    a_from_c(a, P[2 * kc], P[2 * kc + 1]);
+#pragma unroll
+    for (int dt = 0; dt < 2 * NC; ++dt) {
+      if (dt >= 2 * nc) break;
+      uint32_t b0, b1;
+      load_b_trans(b0, b1, X, ld, 16 * kc, dt * 8);
+      mma_bf16(acc[dt], a, b0, b1);
+    }
+  }
+}
+
 // ---- forward: one block per (query tile, b·a), the longest rows first. NC: dh / 16 at most (4 or 8);
 // DROP: whether the dropout runs (a kernel without it holds no Philox state: 44 fewer registers in
-// the dQ kernel, a third block an SM); AHEAD: the key tiles copied ahead (KeyTiles); TIn: how Q, K, V
+// the dQ kernel, a third block an SM); AHEAD: the key tiles copied ahead (TilePairs); TIn: how Q, K, V
 // are held, fp32 (bf16 values) or bf16 bits. ----
 template <int NC, bool DROP, bool AHEAD, class TIn>
 __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float* lse, const TIn* q, const TIn* k,
@@ -238,10 +295,10 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
   const Tiles t = tiles_of(Kernel::forward, smem, dh, AHEAD);
-  const int64_t s = p.s, qb = int64_t(gridDim.x) - 1 - blockIdx.x;
-  const int64_t bh = blockIdx.y, head = bh * s * dh, i0 = qb * kT, nq = min(int64_t(kT), s - i0);
-  const int lane = int(threadIdx.x) & 31, g = lane >> 2, tq = lane & 3, r0 = (int(threadIdx.x) >> 5) * 16;
-  const int64_t row[2] = {i0 + r0 + g, i0 + r0 + g + 8};
+  const BlockTile bt = block_tile(p, true);
+  const int64_t s = p.s, bh = bt.bh, head = bt.head, i0 = bt.first, nq = bt.n;
+  const int tq = bt.tq, r0 = bt.w0;
+  const int64_t* row = bt.row;
   load_tile(t.Q, q + head + i0 * dh, nq, p, vec);
   __syncthreads();
   uint32_t qa[NC][4];
@@ -261,17 +318,7 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
     const uint16_t *K, *V;
     tiles.next(j0, K, V);
     float sc[8][4];  // S = Q·Kᵀ, this warp's 16 rows × 64 keys
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
-#pragma unroll
-      for (int c = 0; c < NC; ++c) {
-        if (c >= nc) break;
-        uint32_t b0, b1;
-        load_b(b0, b1, K, ld, nt * 8, 16 * c);
-        mma_bf16(sc[nt], qa[c], b0, b1);
-      }
-    }
+    rows_by_tile_t<NC>(sc, qa, K, ld, nc);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // the online softmax of rows g and g + 8
       const int64_t n = row[half] < s ? max(int64_t(0), min(nk, row[half] - j0 + 1)) : 0;
@@ -298,18 +345,7 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
 #pragma unroll
       for (int dt = 0; dt < 2 * NC; ++dt) o[dt][2 * half] *= corr, o[dt][2 * half + 1] *= corr;
     }
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) {  // O += P·V, the probabilities from the registers
-      uint32_t a[4];
-      a_from_c(a, sc[2 * kc], sc[2 * kc + 1]);
-#pragma unroll
-      for (int dt = 0; dt < 2 * NC; ++dt) {
-        if (dt >= 2 * nc) break;
-        uint32_t b0, b1;
-        load_b_trans(b0, b1, V, ld, 16 * kc, dt * 8);
-        mma_bf16(o[dt], a, b0, b1);
-      }
-    }
+    add_rows_by_tile<NC>(o, sc, V, ld, nc);  // O += P·V, the probabilities from the registers
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -327,10 +363,10 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const uint16
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
   const Tiles t = tiles_of(Kernel::dq, smem, dh, AHEAD);
-  const int64_t s = p.s, qb = int64_t(gridDim.x) - 1 - blockIdx.x;
-  const int64_t bh = blockIdx.y, head = bh * s * dh, i0 = qb * kT, nq = min(int64_t(kT), s - i0);
-  const int lane = int(threadIdx.x) & 31, g = lane >> 2, tq = lane & 3, r0 = (int(threadIdx.x) >> 5) * 16;
-  const int64_t row[2] = {i0 + r0 + g, i0 + r0 + g + 8};
+  const BlockTile bt = block_tile(p, true);
+  const int64_t s = p.s, bh = bt.bh, head = bt.head, i0 = bt.first, nq = bt.n;
+  const int tq = bt.tq, r0 = bt.w0;
+  const int64_t* row = bt.row;
   load_tile(t.Q, q + head + i0 * dh, nq, p, vec);
   load_tile(t.dO, dout + head + i0 * dh, nq, p, vec);
   __syncthreads();
@@ -356,20 +392,8 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const uint16
     const uint16_t *K, *V;
     tiles.next(j0, K, V);
     float sc[8][4], dp[8][4];  // S = Q·Kᵀ and dP = dO·Vᵀ
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sc[nt][e] = 0.0f, dp[nt][e] = 0.0f;
-#pragma unroll
-      for (int c = 0; c < NC; ++c) {
-        if (c >= nc) break;
-        uint32_t b0, b1;
-        load_b(b0, b1, K, ld, nt * 8, 16 * c);
-        mma_bf16(sc[nt], qa[c], b0, b1);
-        load_b(b0, b1, V, ld, nt * 8, 16 * c);
-        mma_bf16(dp[nt], da[c], b0, b1);
-      }
-    }
+    rows_by_tile_t<NC>(sc, qa, K, ld, nc);
+    rows_by_tile_t<NC>(dp, da, V, ld, nc);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // dS·(1/√dh) into sc, zero where masked
       const int64_t n = row[half] < s ? max(int64_t(0), min(nk, row[half] - j0 + 1)) : 0;
@@ -386,18 +410,7 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const uint16
           sc[nt][2 * half + h] = ds;
         }
     }
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) {  // dQ += dS·K
-      uint32_t a[4];
-      a_from_c(a, sc[2 * kc], sc[2 * kc + 1]);
-#pragma unroll
-      for (int dt = 0; dt < 2 * NC; ++dt) {
-        if (dt >= 2 * nc) break;
-        uint32_t b0, b1;
-        load_b_trans(b0, b1, K, ld, 16 * kc, dt * 8);
-        mma_bf16(acc[dt], a, b0, b1);
-      }
-    }
+    add_rows_by_tile<NC>(acc, sc, K, ld, nc);  // dQ += dS·K
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half)
@@ -414,10 +427,10 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
   const Tiles t = tiles_of(Kernel::dkdv, smem, dh, AHEAD);
-  const int64_t s = p.s;
-  const int64_t bh = blockIdx.y, head = bh * s * dh, j0 = int64_t(blockIdx.x) * kT, nk = min(int64_t(kT), s - j0);
-  const int lane = int(threadIdx.x) & 31, g = lane >> 2, tq = lane & 3, r0 = (int(threadIdx.x) >> 5) * 16;
-  const int64_t key[2] = {j0 + r0 + g, j0 + r0 + g + 8};
+  const BlockTile bt = block_tile(p, false);
+  const int64_t s = p.s, bh = bt.bh, head = bt.head, j0 = bt.first, nk = bt.n;
+  const int lane = bt.lane, g = bt.g, tq = bt.tq, r0 = bt.w0;
+  const int64_t* key = bt.row;
   load_tile(t.K, k + head + j0 * dh, nk, p, vec);  // visible at the first tile's barrier
   load_tile(t.V, v + head + j0 * dh, nk, p, vec);
   float acc_k[2 * NC][4], acc_v[2 * NC][4];
@@ -490,21 +503,8 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
         }
       }
     }
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) {  // dV += (P∘Z)ᵀ·dO, dK += dSᵀ·Q
-      uint32_t apz[4], ads[4];
-      a_from_c(apz, st[2 * kc], st[2 * kc + 1]);
-      a_from_c(ads, dpt[2 * kc], dpt[2 * kc + 1]);
-#pragma unroll
-      for (int dt = 0; dt < 2 * NC; ++dt) {
-        if (dt >= 2 * nc) break;
-        uint32_t b0, b1;
-        load_b_trans(b0, b1, dO, ld, 16 * kc, dt * 8);
-        mma_bf16(acc_v[dt], apz, b0, b1);
-        load_b_trans(b0, b1, Q, ld, 16 * kc, dt * 8);
-        mma_bf16(acc_k[dt], ads, b0, b1);
-      }
-    }
+    add_rows_by_tile<NC>(acc_v, st, dO, ld, nc);  // dV += (P∘Z)ᵀ·dO
+    add_rows_by_tile<NC>(acc_k, dpt, Q, ld, nc);  // dK += dSᵀ·Q
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half)
