@@ -4,9 +4,10 @@
 # mma.sync and ldmatrix emulated from the PTX ISA's fragment layouts (tests/host_sim/flash_tc_sim.cpp).
 # Compares with the CPU's fused attention at the device check's shapes (2^-7), the bf16-in kernels
 # with the fp32-in ones bit for bit, and the dropout masks exactly; checks the operand tiles' shared
-# memory for races between cp.async copies and reads (by barrier phase: tests/host_sim). It checks the kernels' indexing,
-# masking, dropout draw and fragment bookkeeping, not the device: lattice_cuda_check's "mma fragments"
-# lines check the emulated layouts on a GPU.
+# memory for races between cp.async copies and reads (by barrier phase: tests/host_sim). It checks
+# the kernels' indexing, masking, dropout draw and fragment bookkeeping, not the device:
+# lattice_cuda_check's "mma fragments" lines check the emulated layouts on a GPU. The suite runs it
+# (cuda.host_sim).
 #
 #   scripts/cuda-host-sim.sh [BUILD_DIR] [CASE]    BUILD_DIR: a CPU build (default build), CASE: 0-7
 set -euo pipefail
