@@ -98,12 +98,18 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out, flo
 }
 
 // ---- backward 1: D[row] = Σ_e dO·O, one warp per row (lanes strided, then the warp's fixed tree) ----
-__global__ void flash_rowdot_kernel(float* D, const float* dout, const float* out, int64_t rows, int64_t dh) {
+// dout16 non-null (the tensor-core form's backward): dO also rounded to bf16 there, in the same read.
+__global__ void flash_rowdot_kernel(float* D, uint16_t* dout16, const float* dout, const float* out, int64_t rows,
+                                    int64_t dh) {
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = int(threadIdx.x) & 31;
   if (warp >= rows) return;  // whole warps leave together
   float acc = 0.0f;
-  for (int64_t e = lane; e < dh; e += 32) acc = fmaf(dout[warp * dh + e], out[warp * dh + e], acc);
+  for (int64_t e = lane; e < dh; e += 32) {
+    const float d = dout[warp * dh + e];
+    if (dout16) dout16[warp * dh + e] = to_bf16_bits(d);
+    acc = fmaf(d, out[warp * dh + e], acc);
+  }
   acc = warp_sum(acc);
   if (lane == 0) D[warp] = acc;
 }
@@ -319,15 +325,18 @@ size_t flash_attention_backward_workspace_bytes(const FlashShape& x) {
 }
 
 namespace {
-// D = rowsum(dO ∘ O) into the workspace (both forms' backward reads it).
-float* backward_rowdot(const float* dout, const float* out, const FlashShape& x, Workspace ws, cudaStream_t stream) {
+// D = rowsum(dO ∘ O) into the workspace (both forms' backward reads it), and dO rounded to bf16 into
+// dout16 where given (the tensor-core form's, dout16_room).
+float* backward_rowdot(const float* dout, const float* out, const FlashShape& x, Workspace ws, uint16_t* dout16,
+                       cudaStream_t stream) {
   const int64_t rows = x.b * x.a * x.s;
   if (ws.bytes < flash_attention_backward_workspace_bytes(x) || !ws.data)
     throw std::runtime_error("CUDA: flash_attention_backward: workspace of " + std::to_string(ws.bytes) +
                              " bytes, needs " + std::to_string(flash_attention_backward_workspace_bytes(x)));
   float* D = static_cast<float*>(ws.data);  // the dO copy follows at rowdot_bytes (dout16_room)
   const int64_t threads = rows * 32;
-  flash_rowdot_kernel<<<unsigned((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(D, dout, out, rows, x.dh);
+  flash_rowdot_kernel<<<unsigned((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(D, dout16, dout, out, rows,
+                                                                                       x.dh);
   check_launch("flash_attention_backward D");
   return D;
 }
@@ -347,9 +356,10 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
                               const AttentionDropout& drop, Workspace ws, cudaStream_t stream) {
   require_supported(x, "flash_attention_backward");
   if (x.b * x.a * x.s == 0) return;
-  const float* D = backward_rowdot(dout, out, x, ws, stream);
-  if (flash_tc_supported(x))
-    return flash_tc_backward(dq, dk, dv, dout, q, k, v, lse, D, x, drop, dout16_room(x, ws), stream);
+  const bool tc = flash_tc_supported(x);
+  uint16_t* dout16 = tc ? dout16_room(x, ws) : nullptr;
+  const float* D = backward_rowdot(dout, out, x, ws, dout16, stream);
+  if (tc) return flash_tc_backward(dq, dk, dv, dout16, q, k, v, lse, D, x, drop, stream);
   const FlashArgs p = make_args(x, drop);
   if (x.dh <= 32)
     backward_launch<8>(dq, dk, dv, dout, q, k, v, lse, D, x, p, stream);
@@ -373,8 +383,9 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
   require_supported(x, "flash_attention_backward");
   if (x.b * x.a * x.s == 0) return;
   require_tc(x, "flash_attention_backward");
-  const float* D = backward_rowdot(dout, out, x, ws, stream);
-  flash_tc_backward(dq, dk, dv, dout, q, k, v, lse, D, x, drop, dout16_room(x, ws), stream);
+  uint16_t* dout16 = dout16_room(x, ws);
+  const float* D = backward_rowdot(dout, out, x, ws, dout16, stream);
+  flash_tc_backward(dq, dk, dv, dout16, q, k, v, lse, D, x, drop, stream);
 }
 
 }  // namespace lattice::cuda

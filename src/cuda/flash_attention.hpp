@@ -49,14 +49,14 @@ void flash_tc_forward(float* out, float* lse, const float* q, const float* k, co
                       const AttentionDropout& drop, cudaStream_t stream);
 void flash_tc_forward(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                       const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream);
-// D = rowsum(dO ∘ O), computed by the caller; dout16: room for dO rounded to bf16 (b·a·s·dh values,
-// 16-byte aligned for the kernels' cp.async copies).
-void flash_tc_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+// D = rowsum(dO ∘ O) and dout16 = dO rounded to bf16 (b·a·s·dh values; 16-byte aligned lets the
+// kernels copy it ahead), both computed by the caller in one pass over dO.
+void flash_tc_backward(float* dq, float* dk, float* dv, const uint16_t* dout16, const float* q, const float* k,
                        const float* v, const float* lse, const float* D, const FlashShape& x,
-                       const AttentionDropout& drop, uint16_t* dout16, cudaStream_t stream);
-void flash_tc_backward(float* dq, float* dk, float* dv, const float* dout, const uint16_t* q, const uint16_t* k,
+                       const AttentionDropout& drop, cudaStream_t stream);
+void flash_tc_backward(float* dq, float* dk, float* dv, const uint16_t* dout16, const uint16_t* q, const uint16_t* k,
                        const uint16_t* v, const float* lse, const float* D, const FlashShape& x,
-                       const AttentionDropout& drop, uint16_t* dout16, cudaStream_t stream);
+                       const AttentionDropout& drop, cudaStream_t stream);
 
 // Empty if the shape is supported, else why not.
 std::string flash_attention_unsupported(const FlashShape& x);

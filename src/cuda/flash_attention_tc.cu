@@ -605,14 +605,14 @@ void tc_forward(float* out, float* lse, const TIn* q, const TIn* k, const TIn* v
   });
   check_launch(name);
 }
+// dout16: dO rounded to bf16 once (by the caller's D pass), as the kernels rounded it tile by tile
+// before (the same bits): every key tile's block reads every later query tile's dO, at half the bytes
+// and by cp.async.
 template <class TIn>
-void tc_backward(float* dq, float* dk, float* dv, const float* dout, const TIn* q, const TIn* k, const TIn* v,
+void tc_backward(float* dq, float* dk, float* dv, const uint16_t* dout16, const TIn* q, const TIn* k, const TIn* v,
                  const float* lse, const float* D, const FlashShape& x, const AttentionDropout& drop,
-                 uint16_t* dout16, cudaStream_t stream) {
+                 cudaStream_t stream) {
   const FlashArgs p = make_args(x, drop);
-  // dO rounded to bf16 once here, as the kernels rounded it tile by tile (the same bits): every key
-  // tile's block reads every later query tile's dO, now at half the bytes and by cp.async.
-  to_bf16(dout, dout16, x.b * x.a * x.s * x.dh, stream);
   const bool vec = all_aligned(q, k, v) && aligned_to(dout16, 16) &&
                    all_aligned(static_cast<const float*>(dq), static_cast<const float*>(dk),
                                static_cast<const float*>(dv));
@@ -645,15 +645,15 @@ void flash_tc_forward(float* out, float* lse, const uint16_t* q, const uint16_t*
                       const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream) {
   tc_forward(out, lse, q, k, v, x, drop, stream);
 }
-void flash_tc_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+void flash_tc_backward(float* dq, float* dk, float* dv, const uint16_t* dout16, const float* q, const float* k,
                        const float* v, const float* lse, const float* D, const FlashShape& x,
-                       const AttentionDropout& drop, uint16_t* dout16, cudaStream_t stream) {
-  tc_backward(dq, dk, dv, dout, q, k, v, lse, D, x, drop, dout16, stream);
+                       const AttentionDropout& drop, cudaStream_t stream) {
+  tc_backward(dq, dk, dv, dout16, q, k, v, lse, D, x, drop, stream);
 }
-void flash_tc_backward(float* dq, float* dk, float* dv, const float* dout, const uint16_t* q, const uint16_t* k,
+void flash_tc_backward(float* dq, float* dk, float* dv, const uint16_t* dout16, const uint16_t* q, const uint16_t* k,
                        const uint16_t* v, const float* lse, const float* D, const FlashShape& x,
-                       const AttentionDropout& drop, uint16_t* dout16, cudaStream_t stream) {
-  tc_backward(dq, dk, dv, dout, q, k, v, lse, D, x, drop, dout16, stream);
+                       const AttentionDropout& drop, cudaStream_t stream) {
+  tc_backward(dq, dk, dv, dout16, q, k, v, lse, D, x, drop, stream);
 }
 
 }  // namespace lattice::cuda
