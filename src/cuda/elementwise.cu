@@ -1,6 +1,8 @@
 // src/cuda's element-wise kernels: embedding, GeLU, bias, residual, dropout, AdamW, the gradient's sum
 // of squares, bf16 casts. The reductions (embedding and bias backward, sum of squares) run in fixed
-// orders with no atomics (cuda/kernels.hpp).
+// orders with no atomics (cuda/kernels.hpp). Past the usual length: each kernel sits beside its launch
+// (the four-wide and one-a-thread forms, the workspace checks), and the launches share this file's
+// helpers.
 #include <cub/device/device_radix_sort.cuh>
 
 #include <vector>

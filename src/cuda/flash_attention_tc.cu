@@ -15,7 +15,13 @@
 // hold bf16 values, so their tiles are exact; dO, the probabilities and dS are rounded to bf16 for the
 // products, so the results are within bf16 rounding of the fp32 form, not its bits. Every sum runs in
 // a fixed order (each accumulator its k in ascending steps, a row's four lanes by a fixed shuffle
-// tree), so the bits repeat from run to run.
+// tree), so the bits repeat from run to run. Where Q, K, V are the kept bf16 bits at aligned addresses,
+// each kernel's walk copies its next pair of tiles by cp.async while the current one's products run
+// (TilePairs).
+//
+// One file past the usual length on purpose: the three kernels share their tile layouts, fragment
+// products and the copy-ahead walk's barrier protocol, which must agree to the byte; apart, the
+// protocol would be spread over files that the host emulation (tests/host_sim) cuts as one.
 #include <algorithm>
 #include <type_traits>
 

@@ -1,5 +1,6 @@
 // src/cuda's row kernels: LayerNorm, the causal softmax with the attention dropout, and the
-// vocabulary-parallel cross-entropy's pieces. One warp per row (LayerNorm, softmax) or one block per
+// vocabulary-parallel cross-entropy's pieces (past the usual length: one family, the row launch and
+// its reductions shared). One warp per row (LayerNorm, softmax) or one block per
 // row (the cross-entropy's vocabulary-wide rows); each row's sums and maxima are fixed-tree warp or
 // block reductions (cuda/common.cuh), so the bits repeat from run to run.
 #include "cuda/common.cuh"
