@@ -114,6 +114,67 @@ __global__ void layernorm_param_partials_kernel(float* partial, const float* dou
     partial[chunk * 2 * C + C + c] = db;
   }
 }
+// The input gradient and the parameter partials in one pass, for rows of at most 32·CPL columns:
+// block b takes chunk b's 64 rows, warp w its rows w, w + 8, … (layernorm_backward_input_kernel's
+// arithmetic, a row a warp), each lane adding dy·x̂ and dy of its columns lane + 32k into registers as
+// it writes the row's input gradient (no second read of dy and x); then the eight warps' sums go into
+// partial[chunk] in warp order through shared memory. Fixed orders, so the bits repeat; a different
+// order from the two-kernel form's (rows in turn), so its partials' bits differ from that form's.
+template <class T, int CPL>
+__global__ void layernorm_backward_fused_kernel(float* dinp, float* partial, const float* dout, const T* inp,
+                                                const float* weight, const float* mean, const float* rstd, int64_t N,
+                                                int64_t C) {
+  extern __shared__ float sums[];  // 2·C: dw then db
+  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  const int64_t chunk = blockIdx.x;
+  float dw[CPL], db[CPL];
+#pragma unroll
+  for (int k = 0; k < CPL; ++k) dw[k] = 0.0f, db[k] = 0.0f;
+  for (int j = 0; j < int(kChunkRows / kRowsPerBlock); ++j) {
+    const int64_t n = chunk * kChunkRows + j * kRowsPerBlock + warp;
+    if (n >= N) break;  // the warp's later rows are past N too
+    const T* xs = inp + n * C;
+    const float* dy = dout + n * C;
+    float* dx = dinp + n * C;
+    const float m = mean[n], r = rstd[n];
+    float a = 0.0f, b = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CPL; ++k) {
+      const int64_t i = lane + 32 * k;
+      if (i < C) {
+        const float xhat = (load_f32(xs, i) - m) * r, dnorm = weight[i] * dy[i];
+        a += dnorm;
+        b += dnorm * xhat;
+      }
+    }
+    const float dnorm_mean = warp_sum(a) / float(C);
+    const float dnorm_norm_mean = warp_sum(b) / float(C);
+#pragma unroll
+    for (int k = 0; k < CPL; ++k) {
+      const int64_t i = lane + 32 * k;
+      if (i < C) {
+        const float xhat = (load_f32(xs, i) - m) * r, g = dy[i];
+        dx[i] += (weight[i] * g - dnorm_mean - xhat * dnorm_norm_mean) * r;
+        dw[k] += g * xhat;
+        db[k] += g;
+      }
+    }
+  }
+  for (int w = 0; w < kRowsPerBlock; ++w) {  // the warps' sums in order
+    if (warp == w) {
+#pragma unroll
+      for (int k = 0; k < CPL; ++k) {
+        const int64_t i = lane + 32 * k;
+        if (i < C) {
+          sums[i] = w == 0 ? dw[k] : sums[i] + dw[k];
+          sums[C + i] = w == 0 ? db[k] : sums[C + i] + db[k];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int64_t i = threadIdx.x; i < 2 * C; i += blockDim.x) partial[chunk * 2 * C + i] = sums[i];
+}
 __global__ void layernorm_param_reduce_kernel(float* dweight, float* dbias, const float* partial, int64_t C,
                                               int64_t chunks) {
   __shared__ float scratch[kReduceWarps * 32];
@@ -413,14 +474,28 @@ void layernorm_backward_of(float* dinp, float* dweight, float* dbias, const floa
   if (N <= 0) return;
   if (ws.bytes < layernorm_backward_workspace_bytes(N, C) || !ws.data)
     throw std::runtime_error("CUDA: layernorm_backward: workspace too small");
-  layernorm_backward_input_kernel<T><<<warp_row_grid(N), kRowBlock, 0, stream>>>(dinp, dout, inp, weight, mean, rstd,
-                                                                                N, C);
-  check_launch("layernorm_backward input");
   const int64_t chunks = chunks_of(N);
   float* partial = static_cast<float*>(ws.data);
-  layernorm_param_partials_kernel<T><<<grid_for(chunks * C), kBlock, 0, stream>>>(partial, dout, inp, mean, rstd, N,
-                                                                                   C, chunks);
-  check_launch("layernorm_backward partials");
+  // Rows of up to 1024 columns: the input gradient and the partials in one pass (the partials' own
+  // pass read dy and x again: 150 MB a LayerNorm at GPT-2's micro-batch 32). Wider rows: two kernels.
+  const auto fused = [&](auto kernel) {
+    if (chunks > int64_t(0x7fffffff)) throw std::runtime_error("CUDA: layernorm_backward: too many rows");
+    kernel<<<unsigned(chunks), kRowBlock, size_t(2 * C) * sizeof(float), stream>>>(dinp, partial, dout, inp, weight,
+                                                                                    mean, rstd, N, C);
+    check_launch("layernorm_backward fused");
+  };
+  if (C <= 256) fused(layernorm_backward_fused_kernel<T, 8>);
+  else if (C <= 512) fused(layernorm_backward_fused_kernel<T, 16>);
+  else if (C <= 768) fused(layernorm_backward_fused_kernel<T, 24>);
+  else if (C <= 1024) fused(layernorm_backward_fused_kernel<T, 32>);
+  else {
+    layernorm_backward_input_kernel<T><<<warp_row_grid(N), kRowBlock, 0, stream>>>(dinp, dout, inp, weight, mean,
+                                                                                  rstd, N, C);
+    check_launch("layernorm_backward input");
+    layernorm_param_partials_kernel<T><<<grid_for(chunks * C), kBlock, 0, stream>>>(partial, dout, inp, mean, rstd,
+                                                                                     N, C, chunks);
+    check_launch("layernorm_backward partials");
+  }
   layernorm_param_reduce_kernel<<<column_group_grid(C), kReduceWarps * 32, 0, stream>>>(dweight, dbias, partial, C,
                                                                                           chunks);
   check_launch("layernorm_backward reduce");
