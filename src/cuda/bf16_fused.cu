@@ -96,16 +96,14 @@ void column_sums(float* db, Element element, int64_t N, int64_t out, Workspace w
 
 void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  int64_t done = 0;  // elements the four-wide kernel covers; the rest (all, or the last n % 4) scalar
-  if (aligned_to(pre, 16) && aligned_to(pre16, 8) && aligned_to(act16, 8) && n >= 4) {
-    const int64_t n4 = n / 4;
+  const bool aligned = aligned_to(pre, 16) && aligned_to(pre16, 8) && aligned_to(act16, 8);
+  const int64_t done = four_wide(n, aligned, [&](int64_t n4) {
     gelu_forward_bf16_x4_kernel<<<grid_for(n4), kBlock, 0, stream>>>(
         reinterpret_cast<uint2*>(pre16), reinterpret_cast<uint2*>(act16), reinterpret_cast<const float4*>(pre), n4);
-    check_launch("gelu_forward_bf16");
-    done = n4 * 4;
-  }
-  if (done == n) return;
-  gelu_forward_bf16_kernel<<<grid_for(n - done), kBlock, 0, stream>>>(pre16 + done, act16 + done, pre + done, n - done);
+  });
+  if (done < n)
+    gelu_forward_bf16_kernel<<<grid_for(n - done), kBlock, 0, stream>>>(pre16 + done, act16 + done, pre + done,
+                                                                          n - done);
   check_launch("gelu_forward_bf16");
 }
 void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out, Workspace ws,

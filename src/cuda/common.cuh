@@ -39,6 +39,16 @@ __device__ __forceinline__ uint32_t bf16_pair(float first, float second) {
 }
 // Whether a pointer allows `bytes`-wide vector accesses (a null one does).
 inline bool aligned_to(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+// An element-wise pass over n items, four a thread where every pointer allows the vector accesses
+// (`aligned`: 16 bytes of its fp32 data, 8 of its bf16) by launch4(n / 4), and one a thread for the
+// rest (the tail, or all of it) by the caller: the same element math either way, so the same bits.
+// Returns the items the four-wide launch covered.
+template <class Launch4>
+int64_t four_wide(int64_t n, bool aligned, Launch4 launch4) {
+  if (!aligned || n < 4) return 0;
+  launch4(n / 4);
+  return n / 4 * 4;
+}
 
 template <class T>
 __device__ __forceinline__ T warp_sum(T v) {

@@ -388,19 +388,9 @@ void bias_backward(float* db, const float* dy, int64_t N, int64_t out, Workspace
   column_reduce_kernel<<<column_group_grid(out), kReduceWarps * 32, 0, stream>>>(db, partial, out, chunks);
   check_launch("bias_backward reduce");
 }
-// The element-wise passes below run four elements a thread where every pointer allows 16-byte
-// accesses of its fp32 data (8-byte of its bf16), one element a thread for the rest (the tail, or
-// all of it): one 4-byte load and a 2-byte store at a time moved about a fifth of the H200's bandwidth
-// (to_bf16 took 0.36 ms a call over GPT-2's 25 M-element activations, 2026-11-27 profile). The same
-// element math either way, so the same bits. Returns the elements the four-wide kernel covered.
-namespace {
-template <class Launch4>
-int64_t four_wide(int64_t n, bool aligned, Launch4 launch4) {
-  if (!aligned || n < 4) return 0;
-  launch4(n / 4);
-  return n / 4 * 4;
-}
-}  // namespace
+// The element-wise passes below run four elements a thread where the pointers allow it (four_wide,
+// cuda/common.cuh): one 4-byte load and a 2-byte store at a time moved about a fifth of the H200's
+// bandwidth (to_bf16 took 0.36 ms a call over GPT-2's 25 M-element activations, 2026-11-27 profile).
 
 void residual_add(float* x, const float* y, int64_t n, cudaStream_t stream) {
   const int64_t done = four_wide(n, aligned_to(x, 16) && aligned_to(y, 16), [&](int64_t n4) {

@@ -415,14 +415,9 @@ __global__ void ce_backward_kernel(D* dlogits, const float* probs, const int32_t
 }
 
 // The same, four columns a thread (v_local a multiple of 4, probs 16-byte aligned, the gradient 16- or
-// 8-byte): one 16-byte load where the scalar form waited on one 4-byte load at a time (its fp32 form
-// moved 0.7 TB/s of the H200's 4.8, 2026-11-27 profile). The same element math, so the same bits.
-__device__ __forceinline__ void store4(float* at, const float (&g)[4]) {
-  *reinterpret_cast<float4*>(at) = make_float4(g[0], g[1], g[2], g[3]);
-}
-__device__ __forceinline__ void store4(uint16_t* at, const float (&g)[4]) {
-  *reinterpret_cast<uint2*>(at) = make_uint2(bf16_pair(g[0], g[1]), bf16_pair(g[2], g[3]));
-}
+// 8-byte), stored as the softmax's four-column groups are (store_group): one 16-byte load where the
+// scalar form waited on one 4-byte load at a time (its fp32 form moved 0.7 TB/s of the H200's 4.8,
+// 2026-11-27 profile). The same element math, so the same bits.
 template <class D>
 __global__ void ce_backward_x4_kernel(D* dlogits, const float* probs, const int32_t* targets, int64_t v0,
                                       int64_t v_local, float scale) {
@@ -435,7 +430,7 @@ __global__ void ce_backward_x4_kernel(D* dlogits, const float* probs, const int3
 #pragma unroll
     for (int u = 0; u < 4; ++u)
       if (4 * j4 + u == t) g[u] = g[u] - scale;
-    store4(d + 4 * j4, g);
+    store_group(d + 4 * j4, g);
   }
 }
 template <class D>
