@@ -7,9 +7,7 @@
 
 namespace lattice {
 
-namespace {
 HeadShape head_shape(const LayerContext& c) { return {c.b, c.s, c.a, c.dh()}; }
-}  // namespace
 
 void split_heads(float* q, float* k, float* v, const float* qkv, const LayerContext& c) {
   dev::split_heads(q, k, v, qkv, head_shape(c));
@@ -42,8 +40,7 @@ AttentionDropout attention_dropout(const LayerContext& c) {
 // Q, K, V as kept, for the seam's fused attention: bf16 bits as they are (a device's bf16 kernels read
 // them; the CPU widens them into q32, k32, v32), else fp32 (8-bit storage expanded there first).
 FlashOperands flash_operands(const LayerKept& kept, float* q32, float* k32, float* v32) {
-  const auto bits = [](const Stored& t) { return t.dtype() == DType::bf16 && !t.compressed(); };
-  if (bits(kept.q) && bits(kept.k) && bits(kept.v))
+  if (direct_bf16(kept.q) && direct_bf16(kept.k) && direct_bf16(kept.v))
     return {kept.q.data(), kept.k.data(), kept.v.data(), true, q32, k32, v32};
   return {kept.q.load(q32), kept.k.load(k32), kept.v.load(v32), false, q32, k32, v32};
 }
@@ -69,8 +66,8 @@ void fused_forward(LayerKept& kept, float* ctx_out, const LayerContext& c, Works
 void fused_backward(float* dq, float* dk, float* dv, const float* dctx, const LayerKept& kept, const LayerContext& c,
                     Workspace& ws, const float* o_heads) {
   if (!o_heads) {
-    if (kept.proj_in.dtype() == DType::bf16 && !kept.proj_in.compressed())
-      dev::unmerge_heads_bf16(ws.big2.data(), static_cast<const uint16_t*>(kept.proj_in.data()), head_shape(c));
+    if (direct_bf16(kept.proj_in))
+      dev::unmerge_heads_bf16(ws.big2.data(), bf16_of(kept.proj_in), head_shape(c));
     else
       unmerge_heads(ws.big2.data(), kept.proj_in.load(ws.widen.data()), c);
     o_heads = ws.big2.data();

@@ -1,12 +1,15 @@
 #pragma once
 // The s² part of self-attention: scores = QKᵀ/√dh with causal mask, softmax, dropout,
 // context = dropped·V. These are the tensors selective recompute drops and re-creates.
+#include "kernels/heads.hpp"
 #include "model/layer_context.hpp"
 #include "model/layer_kept.hpp"
 #include "model/workspace.hpp"
 
 namespace lattice {
 
+// The layer's head layout for the head kernels: b sequences of s positions, a heads of dh.
+HeadShape head_shape(const LayerContext& c);
 // Head split/merge between [N, 3h] (or [N, h]) token rows and [b, a, s, dh] per-head blocks.
 void split_heads(float* q, float* k, float* v, const float* qkv, const LayerContext& c);
 void merge_heads(float* out, const float* heads, const LayerContext& c);             // [b,a,s,dh] → [N,h]

@@ -17,6 +17,11 @@ inline GemmOperand stored_operand(const Stored& t) {
   if (t.compressed()) throw std::logic_error("an 8-bit kept tensor is read through compute_operand");
   return {t.data(), t.dtype()};
 }
+// A kept tensor a bf16 pass (kernels/bf16_fused.hpp) reads or writes as it is stored: bf16 storage,
+// not 8-bit; its bits.
+inline bool direct_bf16(const Stored& t) { return t.dtype() == DType::bf16 && !t.compressed(); }
+inline uint16_t* bf16_of(Stored& t) { return static_cast<uint16_t*>(t.data()); }
+inline const uint16_t* bf16_of(const Stored& t) { return static_cast<const uint16_t*>(t.data()); }
 // A kept tensor as a GEMM reads it: itself, or (8-bit) expanded into `scratch` in the compute dtype.
 inline GemmOperand compute_operand(const Stored& t, void* scratch) {
   if (!t.compressed()) return stored_operand(t);

@@ -42,11 +42,6 @@ void residual_dropout_add(float* x, float* y, const float* bias, KeptMask& kept_
   dev::residual_add(x, y, n);
 }
 
-// A kept tensor a bf16 pass (kernels/bf16_fused.hpp) writes straight into: bf16 storage, not 8-bit.
-bool direct_bf16(const Stored& t) { return t.dtype() == DType::bf16 && !t.compressed(); }
-uint16_t* bf16_of(Stored& t) { return static_cast<uint16_t*>(t.data()); }
-const uint16_t* bf16_of(const Stored& t) { return static_cast<const uint16_t*>(t.data()); }
-HeadShape head_shape(const LayerContext& c) { return {c.b, c.s, c.a, c.dh()}; }
 
 // LayerNorm of the local rows into `out` (kept); returns the fp32 result.
 const float* layernorm_kept(Stored& out, TrackedBuffer& stats, const float* x, const float* w, const float* b,
