@@ -1,0 +1,435 @@
+#pragma once
+// The host CUDA of scripts/cuda-host-check.sh: what src/cuda's kernels and lattice_cuda_check need
+// from the CUDA runtime, run on the CPU with no GPU. A launch runs its blocks one after another; a
+// block's threads are fibers (ucontext) on one OS thread, switched only at the points where CUDA
+// threads wait for one another (__syncthreads, __syncwarp, the shuffles, the warp's tensor-core
+// operations in mma_sim.hpp), so a run is deterministic. What a GPU would leave undefined stops the
+// program with one line naming the kernel: a warp operation some of whose lanes have exited or wait
+// elsewhere, a barrier not every live thread reaches (deadlock), a launch past CUDA's limits, dynamic
+// shared memory past the card's. Device memory is host memory ending at a guard page
+// (rounded to 256 bytes as cudaMalloc aligns), so a read well past a buffer's end faults.
+#include <setjmp.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <type_traits>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+// Blocks run one at a time, so one copy of a kernel's shared array serves every block in turn.
+#define __shared__ static
+
+// ---- types ----
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorNoDevice = 100,
+};
+using cudaError = cudaError_t;
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
+enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
+enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaDevAttrMultiProcessorCount = 16 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+struct cudaFuncAttributes {
+  int ptxVersion = 90, binaryVersion = 90, numRegs = 0, maxThreadsPerBlock = 1024;
+  size_t sharedSizeBytes = 0;
+};
+struct cudaDeviceProp {
+  char name[256] = "host simulation (no GPU)";
+  int major = 9, minor = 0, multiProcessorCount = 1;
+  size_t totalGlobalMem = size_t(1) << 34, sharedMemPerBlockOptin = 232448;
+};
+
+struct uint3 { unsigned x, y, z; };
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) uint2 { uint32_t x, y; };
+struct alignas(16) uint4 { uint32_t x, y, z, w; };
+struct alignas(8) int2 { int x, y; };
+inline float2 make_float2(float a, float b) { return {a, b}; }
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+inline uint2 make_uint2(uint32_t a, uint32_t b) { return {a, b}; }
+inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return {a, b, c, d}; }
+constexpr int warpSize = 32;
+
+// CUDA's min and max take mixed integer types (the kernels' int64_t against int).
+template <class A, class B>
+inline std::common_type_t<A, B> min(A a, B b) { using T = std::common_type_t<A, B>; return T(a) < T(b) ? T(a) : T(b); }
+template <class A, class B>
+inline std::common_type_t<A, B> max(A a, B b) { using T = std::common_type_t<A, B>; return T(a) < T(b) ? T(b) : T(a); }
+using std::fmaxf;
+using std::fminf;
+using std::isfinite;
+using std::isnan;
+using std::isinf;
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float __expf(float x) { return std::exp(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
+inline uint32_t __umulhi(uint32_t a, uint32_t b) { return uint32_t((uint64_t(a) * b) >> 32); }
+template <class T>
+inline T __ldg(const T* p) { return *p; }
+
+namespace sim {
+
+// ---- the launch: blocks in turn, a block's threads as fibers ----
+struct Cfg {
+  dim3 grid, block;
+  size_t smem = 0;
+  cudaStream_t stream = nullptr;
+};
+
+struct Barrier {
+  int arrived = 0;
+  uint64_t gen = 0;
+  int extra = 0;  // __syncthreads_or's predicate
+  int result = 0;
+};
+// A fiber starts by swapcontext (onto its own stack) and is switched after that by _setjmp/_longjmp,
+// which, unlike swapcontext, make no system call to save the signal mask at every switch.
+struct Fiber {
+  ucontext_t ctx{};
+  jmp_buf resume{};
+  uint3 idx{};
+  bool started = false, done = false;
+  Barrier* waiting = nullptr;  // the barrier and the generation it waits past
+  uint64_t wait_gen = 0;
+};
+
+struct State {
+  const char* kernel = "?";
+  uint3 block_idx{};
+  dim3 grid, block;
+  std::vector<Fiber> fibers;
+  std::vector<char*> stacks;
+  size_t stack_bytes = 256 * 1024;
+  int current = -1;
+  ucontext_t scheduler{};
+  jmp_buf scheduler_jmp{};
+  Barrier block_barrier;
+  std::vector<Barrier> warp_barriers;
+  std::vector<int> warp_live, warp_size;
+  int live = 0;
+  std::vector<uint64_t> exchange;  // the shuffles' values, a slot a thread
+  std::vector<const void*> exchange_ptr;
+  alignas(128) unsigned char dynamic_shared[256 * 1024];
+  size_t dynamic_bytes = 0;
+  cudaError_t last_error = cudaSuccess;
+  long long launches = 0;
+};
+inline State& state() {
+  static State s;
+  return s;
+}
+
+[[noreturn]] inline void fail(const char* what) {
+  const State& s = state();
+  std::fprintf(stderr, "cuda host sim: %s: kernel %s, block (%u,%u,%u)\n", what, s.kernel, s.block_idx.x, s.block_idx.y,
+               s.block_idx.z);
+  std::exit(70);
+}
+
+inline int linear_tid() {
+  const State& s = state();
+  const uint3& t = s.fibers[size_t(s.current)].idx;
+  return int(t.x + s.block.x * (t.y + s.block.y * t.z));
+}
+inline int warp_of() { return linear_tid() / 32; }
+inline int lane_of() { return linear_tid() % 32; }
+
+inline void yield() {
+  State& s = state();
+  if (!_setjmp(s.fibers[size_t(s.current)].resume)) _longjmp(s.scheduler_jmp, 1);
+}
+// Wait until `expected` threads have arrived at b (the last one releases the others).
+inline void arrive_and_wait(Barrier& b, int expected) {
+  State& s = state();
+  if (++b.arrived >= expected) {
+    b.arrived = 0, ++b.gen;
+    b.result = b.extra, b.extra = 0;
+    return;
+  }
+  Fiber& f = s.fibers[size_t(s.current)];
+  f.waiting = &b, f.wait_gen = b.gen;
+  while (b.gen == f.wait_gen) yield();
+  f.waiting = nullptr;
+}
+inline void sync_block() { arrive_and_wait(state().block_barrier, state().live); }
+// A warp operation: every lane of the warp takes part (CUDA leaves it undefined otherwise).
+inline void sync_warp() {
+  State& s = state();
+  const int w = warp_of();
+  if (s.warp_live[size_t(w)] != s.warp_size[size_t(w)]) fail("a warp operation with lanes that have exited");
+  arrive_and_wait(s.warp_barriers[size_t(w)], s.warp_size[size_t(w)]);
+}
+
+// The fiber's entry: makecontext passes ints, so the body's address travels in two halves.
+template <class Body>
+void fiber_entry(unsigned lo, unsigned hi) {
+  Body* body = reinterpret_cast<Body*>((uintptr_t(hi) << 32) | uintptr_t(lo));
+  (*body)();
+  State& s = state();
+  Fiber& f = s.fibers[size_t(s.current)];
+  f.done = true;
+  --s.live;
+  --s.warp_live[size_t(warp_of())];
+  if (s.warp_barriers[size_t(warp_of())].arrived > 0) fail("a warp operation with lanes that have exited");
+  // Those waiting at __syncthreads no longer wait for this thread.
+  Barrier& b = s.block_barrier;
+  if (b.arrived > 0 && b.arrived >= s.live) b.arrived = 0, ++b.gen, b.result = b.extra, b.extra = 0;
+  _longjmp(s.scheduler_jmp, 1);
+}
+
+inline char* stack_at(size_t i) {
+  State& s = state();
+  while (s.stacks.size() <= i) {
+    // A guard page below each stack: an overflow faults instead of writing into its neighbour.
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    char* p = static_cast<char*>(mmap(nullptr, s.stack_bytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (p == MAP_FAILED) fail("no memory for the fibers' stacks");
+    mprotect(p, page, PROT_NONE);
+    s.stacks.push_back(p + page);
+  }
+  return s.stacks[i];
+}
+
+// Runs fiber f until it waits or ends. Its own function: nothing here changes between _setjmp and the
+// _longjmp back, so no local of the scheduler's loop can be clobbered.
+__attribute__((noinline)) inline void switch_to(Fiber& f) {
+  State& s = state();
+  if (!_setjmp(s.scheduler_jmp)) {
+    if (f.started) _longjmp(f.resume, 1);
+    f.started = true;
+    swapcontext(&s.scheduler, &f.ctx);
+  }
+}
+
+template <class Body>
+void run_block(Body& body) {
+  State& s = state();
+  const int n = int(s.block.x * s.block.y * s.block.z), warps = (n + 31) / 32;
+  s.fibers.assign(size_t(n), Fiber{});
+  s.warp_barriers.assign(size_t(warps), Barrier{});
+  s.warp_live.assign(size_t(warps), 0);
+  s.warp_size.assign(size_t(warps), 0);
+  s.exchange.assign(size_t(n), 0);
+  s.exchange_ptr.assign(size_t(n), nullptr);
+  s.block_barrier = Barrier{};
+  s.live = n;
+  for (int t = 0; t < n; ++t) {
+    ++s.warp_live[size_t(t / 32)], ++s.warp_size[size_t(t / 32)];
+    Fiber& f = s.fibers[size_t(t)];
+    f.idx = {unsigned(t) % s.block.x, unsigned(t) / s.block.x % s.block.y, unsigned(t) / (s.block.x * s.block.y)};
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = stack_at(size_t(t));
+    f.ctx.uc_stack.ss_size = s.stack_bytes;
+    f.ctx.uc_link = nullptr;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(&body);
+    makecontext(&f.ctx, reinterpret_cast<void (*)()>(&fiber_entry<Body>), 2, unsigned(a & 0xffffffffu), unsigned(a >> 32));
+  }
+  for (int remaining = n; remaining > 0;) {
+    bool progress = false;
+    for (int t = 0; t < n; ++t) {
+      Fiber& f = s.fibers[size_t(t)];
+      if (f.done || (f.waiting && f.waiting->gen == f.wait_gen)) continue;
+      s.current = t;
+      switch_to(f);
+      progress = true;
+      if (f.done) --remaining;
+    }
+    if (!progress) fail("deadlock: live threads wait at barriers the others never reach");
+  }
+  s.current = -1;
+}
+
+}  // namespace sim
+
+// ---- what kernels read ----
+#define threadIdx (::sim::state().fibers[size_t(::sim::state().current)].idx)
+#define blockIdx (::sim::state().block_idx)
+#define blockDim (::sim::state().block)
+#define gridDim (::sim::state().grid)
+
+inline void __syncthreads() { sim::sync_block(); }
+inline int __syncthreads_or(int pred) {
+  sim::State& s = sim::state();
+  s.block_barrier.extra |= pred ? 1 : 0;
+  sim::sync_block();
+  return s.block_barrier.result;
+}
+inline void __syncwarp(unsigned = 0xffffffffu) { sim::sync_warp(); }
+[[noreturn]] inline void __trap() { sim::fail("__trap"); }
+
+namespace sim {
+template <class T>
+T shuffle(T v, int src_lane) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  State& s = state();
+  const int me = linear_tid(), base = me & ~31;
+  sync_warp();  // the slots are free: every lane has read the previous exchange
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  s.exchange[size_t(me)] = bits;
+  sync_warp();
+  const int src = base + (src_lane & 31);
+  if (src >= int(s.exchange.size())) fail("a shuffle from a lane past the block");
+  T out;
+  std::memcpy(&out, &s.exchange[size_t(src)], sizeof(T));
+  return out;
+}
+}  // namespace sim
+template <class T>
+T __shfl_xor_sync(unsigned, T v, int mask) { return sim::shuffle(v, sim::lane_of() ^ mask); }
+template <class T>
+T __shfl_sync(unsigned, T v, int src) { return sim::shuffle(v, src); }
+template <class T>
+T __shfl_down_sync(unsigned, T v, unsigned d) {
+  const int l = sim::lane_of();
+  return sim::shuffle(v, l + int(d) < 32 ? l + int(d) : l);
+}
+
+namespace sim {
+template <class T>
+T* dynamic_shared() {
+  return reinterpret_cast<T*>(state().dynamic_shared);
+}
+template <class Body>
+void launch(const Cfg& c, Body body, const char* name) {
+  State& s = state();
+  s.kernel = name;
+  ++s.launches;
+  const unsigned long long threads = 1ull * c.block.x * c.block.y * c.block.z;
+  if (threads == 0 || threads > 1024 || c.block.z > 64 || c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 ||
+      c.grid.y > 65535 || c.grid.z > 65535 || c.grid.x > 2147483647u) {
+    s.last_error = cudaErrorInvalidConfiguration;
+    return;
+  }
+  if (c.smem > sizeof s.dynamic_shared) fail("dynamic shared memory past the card's");
+  s.grid = c.grid, s.block = c.block, s.dynamic_bytes = c.smem;
+  for (unsigned z = 0; z < c.grid.z; ++z)
+    for (unsigned y = 0; y < c.grid.y; ++y)
+      for (unsigned x = 0; x < c.grid.x; ++x) {
+        s.block_idx = {x, y, z};
+        std::memset(s.dynamic_shared, 0xff, c.smem);  // what a kernel reads before writing shows
+        run_block(body);
+      }
+}
+
+// ---- device memory: host pages, a buffer's (256-rounded) end against a guard page ----
+struct Allocation {
+  char* map;
+  size_t map_bytes;
+};
+inline std::map<void*, Allocation>& allocations() {
+  static std::map<void*, Allocation> a;
+  return a;
+}
+}  // namespace sim
+
+inline cudaError_t cudaMalloc(void** p, size_t bytes) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE)), rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  const size_t pages = (rounded + page - 1) / page + 1;
+  char* m = static_cast<char*>(mmap(nullptr, pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (m == MAP_FAILED) return cudaErrorMemoryAllocation;
+  mprotect(m + (pages - 1) * page, page, PROT_NONE);
+  char* at = m + (pages - 1) * page - rounded;
+  sim::allocations()[at] = {m, pages * page};
+  *p = at;
+  return cudaSuccess;
+}
+template <class T>
+cudaError_t cudaMalloc(T** p, size_t bytes) {
+  void* v = nullptr;
+  const cudaError_t e = cudaMalloc(&v, bytes);
+  *p = static_cast<T*>(v);
+  return e;
+}
+inline cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  auto& a = sim::allocations();
+  auto it = a.find(p);
+  if (it == a.end()) return cudaErrorInvalidValue;
+  munmap(it->second.map, it->second.map_bytes);
+  a.erase(it);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+  if (n) std::memmove(d, s, n);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t = nullptr) {
+  return cudaMemcpy(d, s, n, k);
+}
+inline cudaError_t cudaMemset(void* d, int v, size_t n) {
+  if (n) std::memset(d, v, n);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t = nullptr) { return cudaMemset(d, v, n); }
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaGetLastError() {
+  const cudaError_t e = sim::state().last_error;
+  sim::state().last_error = cudaSuccess;
+  return e;
+}
+inline cudaError_t cudaPeekAtLastError() { return sim::state().last_error; }
+inline const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    default: return "invalid argument";
+  }
+}
+inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) { *p = cudaDeviceProp{}; return cudaSuccess; }
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
+  const cudaDeviceProp p{};
+  switch (a) {
+    case cudaDevAttrComputeCapabilityMajor: *v = p.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = p.minor; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = int(p.sharedMemPerBlockOptin); break;
+    case cudaDevAttrMultiProcessorCount: *v = p.multiProcessorCount; break;
+  }
+  return cudaSuccess;
+}
+template <class F>
+cudaError_t cudaFuncSetAttribute(F*, cudaFuncAttribute, int value) {
+  return value >= 0 && size_t(value) <= cudaDeviceProp{}.sharedMemPerBlockOptin ? cudaSuccess : cudaErrorInvalidValue;
+}
+template <class F>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, F*) { *a = cudaFuncAttributes{}; return cudaSuccess; }
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = nullptr; return cudaSuccess; }
+inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0.0f; return cudaSuccess; }
+inline size_t __cvta_generic_to_shared(const void* p) { return reinterpret_cast<uintptr_t>(p); }
