@@ -30,43 +30,13 @@ else
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
 fi
-mkdir -p "$work/cuda"
-cp "$root"/src/cuda/*.cu "$root"/src/cuda/*.cuh "$root"/src/cuda/*.hpp "$work/cuda/"
-rm "$work/cuda/gemm.cu"
-# A launch `kernel<<<grid, block, smem, stream>>>(args);` becomes a call of the simulation's launcher
-# with the kernel call as a lambda (its overloads and conversions resolved as the compiler would), and
-# `extern __shared__ T name[];` a pointer to the simulation's dynamic shared memory.
-for f in "$work"/cuda/*.cu "$work"/cuda/*.cuh; do
-  perl -0777 -pi -e '
-    s{([A-Za-z_][\w:]*(?:<[^;{}]*?>)?)<<<([^;]*?)>>>\(([^;]*?)\);}{sim::launch(sim::Cfg{$2}, [&] { $1($3); }, "$1");}gs;
-    s{extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([^;\[]+?)\s+(\w+)\[\];}{$1* $2 = sim::dynamic_shared<$1>();}g;
-  ' "$f"
-  if grep -q '<<<\|extern __shared__' "$f"; then
-    echo "cuda-host-check: a launch or dynamic shared array in $(basename "$f") the rewrite did not take" >&2
-    exit 1
-  fi
-done
-# mma.cuh: its PTX replaced by the emulation, its fragment loads (plain C++ past word_at) kept.
-{
-  sed -n '1,/^namespace lattice::cuda::mma {/p' "$root/src/cuda/mma.cuh"
-  echo 'using namespace detail;'
-  cat "$root/tests/host_sim/mma_emulated.inc"
-  sed -n '/^__device__ __forceinline__ uint32_t word_at/,$p' "$root/src/cuda/mma.cuh"
-} > "$work/cuda/mma.cuh"
-grep -q 'a_from_c' "$work/cuda/mma.cuh" || { echo "cuda-host-check: could not cut mma.cuh (markers moved?)" >&2; exit 1; }
-
-sources=("$work"/cuda/*.cu)
-objs=()
+. "$root/scripts/cuda-host-common.sh"
+cuda_host_rewrite "$root" "$work"
 flags=(-std=c++17 -O2 -g -DLATTICE_CUDA_HOST_SIM -I"$root/tests/host_sim/include" -I"$work" -I"$root/src"
        -Wall -Wextra -Werror -Wno-unknown-pragmas -fopenmp)
-pids=()
-for src in "${sources[@]}" "$root/tests/host_sim/gemm_stub.cpp"; do
-  obj="$work/$(basename "$src").o"
-  objs+=("$obj")
-  ${CXX:-g++} "${flags[@]}" -x c++ -c "$src" -o "$obj" &
-  pids+=($!)
-  if (( ${#pids[@]} >= ${JOBS:-2} )); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
-done
-for p in "${pids[@]}"; do wait "$p"; done
-${CXX:-g++} -fopenmp -o "$work/lattice_cuda_check_host" "${objs[@]}" "${libs[@]}" -lpthread
+mkdir -p "$work/obj"
+rm -f "$work"/obj/*.o
+cuda_host_compile "$work/obj" "${CXX:-g++}" "${flags[@]}" -x c++ -- "$work"/cuda/*.cu
+cuda_host_compile "$work/obj" "${CXX:-g++}" "${flags[@]}" -- "$root/tests/host_sim/gemm_stub.cpp"
+${CXX:-g++} -fopenmp -o "$work/lattice_cuda_check_host" "$work"/obj/*.o "${libs[@]}" -lpthread
 "$work/lattice_cuda_check_host" "$seed"

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <type_traits>
 #include <vector>
@@ -110,10 +111,9 @@ struct Barrier {
   int extra = 0;  // __syncthreads_or's predicate
   int result = 0;
 };
-// A fiber starts by swapcontext (onto its own stack) and is switched after that by _setjmp/_longjmp,
-// which, unlike swapcontext, make no system call to save the signal mask at every switch.
+// A CUDA thread of the running block. Threads are switched by _setjmp/_longjmp, which, unlike
+// swapcontext, make no system call to save the signal mask at every switch.
 struct Fiber {
-  ucontext_t ctx{};
   jmp_buf resume{};
   uint3 idx{};
   bool started = false, done = false;
@@ -121,12 +121,20 @@ struct Fiber {
   uint64_t wait_gen = 0;
 };
 
+struct Slot {
+  ucontext_t ctx{};
+  jmp_buf idle{};
+  bool parked = false;
+};
+
 struct State {
   const char* kernel = "?";
   uint3 block_idx{};
   dim3 grid, block;
   std::vector<Fiber> fibers;
-  std::vector<char*> stacks;
+  std::deque<Slot> slots;  // never moves a slot: a context points into itself
+  void* body = nullptr;     // the running launch's kernel call and how to invoke it
+  void (*invoke)(void*) = nullptr;
   size_t stack_bytes = 256 * 1024;
   int current = -1;
   ucontext_t scheduler{};
@@ -188,44 +196,65 @@ inline void sync_warp() {
   arrive_and_wait(s.warp_barriers[size_t(w)], s.warp_size[size_t(w)]);
 }
 
-// The fiber's entry: makecontext passes ints, so the body's address travels in two halves.
-template <class Body>
-void fiber_entry(unsigned lo, unsigned hi) {
-  Body* body = reinterpret_cast<Body*>((uintptr_t(hi) << 32) | uintptr_t(lo));
-  (*body)();
+// A thread's end: CUDA counts only live threads at __syncthreads, and a warp operation some of whose
+// lanes have left is undefined.
+inline void thread_exit() {
   State& s = state();
   Fiber& f = s.fibers[size_t(s.current)];
   f.done = true;
   --s.live;
   --s.warp_live[size_t(warp_of())];
   if (s.warp_barriers[size_t(warp_of())].arrived > 0) fail("a warp operation with lanes that have exited");
-  // Those waiting at __syncthreads no longer wait for this thread.
-  Barrier& b = s.block_barrier;
+  Barrier& b = s.block_barrier;  // those waiting at __syncthreads no longer wait for this thread
   if (b.arrived > 0 && b.arrived >= s.live) b.arrived = 0, ++b.gen, b.result = b.extra, b.extra = 0;
-  _longjmp(s.scheduler_jmp, 1);
 }
 
-inline char* stack_at(size_t i) {
+// A stack slot serves thread t of every block of every launch: made once (getcontext, makecontext and
+// one swapcontext, each a system call), it runs a thread's body, parks, and is handed the next one.
+inline void slot_main() {
+  for (;;) {
+    State& s = state();
+    s.invoke(s.body);
+    thread_exit();
+    Slot& slot = s.slots[size_t(s.current)];
+    slot.parked = true;
+    if (!_setjmp(slot.idle)) _longjmp(s.scheduler_jmp, 1);
+  }
+}
+
+inline Slot& slot_at(size_t i) {
   State& s = state();
-  while (s.stacks.size() <= i) {
+  while (s.slots.size() <= i) {
     // A guard page below each stack: an overflow faults instead of writing into its neighbour.
     const size_t page = size_t(sysconf(_SC_PAGESIZE));
     char* p = static_cast<char*>(mmap(nullptr, s.stack_bytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     if (p == MAP_FAILED) fail("no memory for the fibers' stacks");
     mprotect(p, page, PROT_NONE);
-    s.stacks.push_back(p + page);
+    s.slots.emplace_back();
+    Slot& slot = s.slots.back();
+    getcontext(&slot.ctx);
+    slot.ctx.uc_stack.ss_sp = p + page;
+    slot.ctx.uc_stack.ss_size = s.stack_bytes;
+    slot.ctx.uc_link = nullptr;
+    makecontext(&slot.ctx, &slot_main, 0);
   }
-  return s.stacks[i];
+  return s.slots[i];
 }
 
-// Runs fiber f until it waits or ends. Its own function: nothing here changes between _setjmp and the
+// Runs thread t until it waits or ends. Its own function: nothing here changes between _setjmp and the
 // _longjmp back, so no local of the scheduler's loop can be clobbered.
-__attribute__((noinline)) inline void switch_to(Fiber& f) {
+__attribute__((noinline)) inline void switch_to(int t) {
   State& s = state();
+  Fiber& f = s.fibers[size_t(t)];
   if (!_setjmp(s.scheduler_jmp)) {
     if (f.started) _longjmp(f.resume, 1);
     f.started = true;
-    swapcontext(&s.scheduler, &f.ctx);
+    Slot& slot = s.slots[size_t(t)];
+    if (slot.parked) {
+      slot.parked = false;
+      _longjmp(slot.idle, 1);
+    }
+    swapcontext(&s.scheduler, &slot.ctx);  // the slot's first thread
   }
 }
 
@@ -241,16 +270,13 @@ void run_block(Body& body) {
   s.exchange_ptr.assign(size_t(n), nullptr);
   s.block_barrier = Barrier{};
   s.live = n;
+  s.body = &body;
+  s.invoke = [](void* b) { (*static_cast<Body*>(b))(); };
+  slot_at(size_t(n - 1));
   for (int t = 0; t < n; ++t) {
     ++s.warp_live[size_t(t / 32)], ++s.warp_size[size_t(t / 32)];
-    Fiber& f = s.fibers[size_t(t)];
-    f.idx = {unsigned(t) % s.block.x, unsigned(t) / s.block.x % s.block.y, unsigned(t) / (s.block.x * s.block.y)};
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = stack_at(size_t(t));
-    f.ctx.uc_stack.ss_size = s.stack_bytes;
-    f.ctx.uc_link = nullptr;
-    const uintptr_t a = reinterpret_cast<uintptr_t>(&body);
-    makecontext(&f.ctx, reinterpret_cast<void (*)()>(&fiber_entry<Body>), 2, unsigned(a & 0xffffffffu), unsigned(a >> 32));
+    s.fibers[size_t(t)].idx = {unsigned(t) % s.block.x, unsigned(t) / s.block.x % s.block.y,
+                               unsigned(t) / (s.block.x * s.block.y)};
   }
   for (int remaining = n; remaining > 0;) {
     bool progress = false;
@@ -258,7 +284,7 @@ void run_block(Body& body) {
       Fiber& f = s.fibers[size_t(t)];
       if (f.done || (f.waiting && f.waiting->gen == f.wait_gen)) continue;
       s.current = t;
-      switch_to(f);
+      switch_to(t);
       progress = true;
       if (f.done) --remaining;
     }
@@ -406,6 +432,34 @@ inline const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     default: return "invalid argument";
   }
+}
+enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2 };
+struct cudaPointerAttributes {
+  cudaMemoryType type = cudaMemoryTypeUnregistered;
+  int device = 0;
+  void *devicePointer = nullptr, *hostPointer = nullptr;
+};
+// Device memory: inside a cudaMalloc'd buffer (the allocation at or below p, up to its guard page).
+inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+  *a = cudaPointerAttributes{};
+  auto& all = sim::allocations();
+  auto it = all.upper_bound(const_cast<void*>(p));
+  if (it != all.begin()) {
+    --it;
+    const char* start = static_cast<const char*>(it->first);
+    const char* guard = it->second.map + it->second.map_bytes - size_t(sysconf(_SC_PAGESIZE));
+    if (static_cast<const char*>(p) >= start && static_cast<const char*>(p) < guard)
+      a->type = cudaMemoryTypeDevice, a->devicePointer = const_cast<void*>(p);
+  }
+  return cudaSuccess;
+}
+// The simulated card: 80 GiB, used = what cudaMalloc holds (pages, guard pages included).
+inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+  size_t used = 0;
+  for (const auto& [p, a] : sim::allocations()) used += a.map_bytes;
+  *total = size_t(80) << 30;
+  *free_bytes = *total > used ? *total - used : 0;
+  return cudaSuccess;
 }
 inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }

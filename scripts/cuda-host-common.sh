@@ -1,0 +1,53 @@
+# Sourced by scripts/cuda-host-check.sh and scripts/cuda-host-trainer.sh: src/cuda rewritten for the
+# host simulation (tests/host_sim/include) into "$1/cuda", and a helper that compiles in parallel.
+#
+# A launch `kernel<<<grid, block, smem, stream>>>(args);` becomes a call of the simulation's launcher
+# with the kernel call as a lambda (its overloads and conversions resolved as the compiler would),
+# `extern __shared__ T name[];` a pointer to the simulation's dynamic shared memory, and mma.cuh's PTX
+# the emulation (tests/host_sim/mma_emulated.inc) beside its fragment loads, kept as they are.
+cuda_host_rewrite() {
+  local root=$1 dest=$2 f
+  mkdir -p "$dest/cuda"
+  cp "$root"/src/cuda/*.cu "$root"/src/cuda/*.cuh "$root"/src/cuda/*.hpp "$dest/cuda/"
+  rm "$dest/cuda/gemm.cu"
+  for f in "$dest"/cuda/*.cu "$dest"/cuda/*.cuh; do
+    perl -0777 -pi -e '
+      s{([A-Za-z_][\w:]*(?:<[^;{}]*?>)?)<<<([^;]*?)>>>\(([^;]*?)\);}{sim::launch(sim::Cfg{$2}, [&] { $1($3); }, "$1");}gs;
+      s{extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([^;\[]+?)\s+(\w+)\[\];}{$1* $2 = sim::dynamic_shared<$1>();}g;
+    ' "$f"
+    if grep -q '<<<\|extern __shared__' "$f"; then
+      echo "cuda-host: a launch or dynamic shared array in $(basename "$f") the rewrite did not take" >&2
+      return 1
+    fi
+  done
+  {
+    sed -n '1,/^namespace lattice::cuda::mma {/p' "$root/src/cuda/mma.cuh"
+    echo 'using namespace detail;'
+    cat "$root/tests/host_sim/mma_emulated.inc"
+    sed -n '/^__device__ __forceinline__ uint32_t word_at/,$p' "$root/src/cuda/mma.cuh"
+  } >"$dest/cuda/mma.cuh"
+  if ! grep -q 'a_from_c' "$dest/cuda/mma.cuh"; then
+    echo "cuda-host: could not cut mma.cuh (markers moved?)" >&2
+    return 1
+  fi
+}
+
+# cuda_host_compile OUT_DIR COMPILER_AND_FLAGS... -- SOURCES...: one object a source in OUT_DIR,
+# ${JOBS:-2} at a time; fails if any compile fails.
+cuda_host_compile() {
+  local out=$1
+  shift
+  local cmd=() src pids=() p rc=0
+  while [[ $1 != -- ]]; do cmd+=("$1"); shift; done
+  shift
+  for src in "$@"; do
+    "${cmd[@]}" -c "$src" -o "$out/$(basename "$src").o" &
+    pids+=($!)
+    if (( ${#pids[@]} >= ${JOBS:-2} )); then
+      wait "${pids[0]}" || rc=1
+      pids=("${pids[@]:1}")
+    fi
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  return $rc
+}

@@ -1,0 +1,45 @@
+// The host simulation's cuda/gemm.hpp for the whole trainer (scripts/cuda-host-trainer.sh): device
+// memory is host memory there, so a GEMM is the CPU's (kernels/gemm.hpp, oneDNN) on the same
+// pointers, with cuda/gemm.cu's argument checks, its empty-sum rule and its bias (added after the
+// product). What it tests is the backend's use of the GEMMs, not cuBLASLt.
+#include <cstring>
+#include <stdexcept>
+
+#include "cuda/gemm.hpp"
+#include "cuda/kernels.hpp"
+#include "kernels/gemm.hpp"
+
+namespace lattice::cuda {
+struct GemmContext::Impl {
+  GemmMath math = GemmMath::fp32;
+  size_t workspace_bytes = 0;
+  void* owned = nullptr;
+  int64_t calls = 0;
+};
+GemmContext::GemmContext(Workspace workspace, GemmMath math) : impl_(std::make_unique<Impl>()) {
+  impl_->math = math;
+  impl_->workspace_bytes = workspace.bytes;
+  if (!workspace.data && workspace.bytes && cudaMalloc(&impl_->owned, workspace.bytes) != cudaSuccess)
+    throw std::runtime_error("CUDA: gemm workspace: out of memory");
+}
+GemmContext::~GemmContext() { cudaFree(impl_->owned); }
+size_t GemmContext::workspace_bytes() const { return impl_->workspace_bytes; }
+GemmMath GemmContext::math() const { return impl_->math; }
+void GemmContext::set_math(GemmMath math) { impl_->math = math; }
+int64_t GemmContext::cached_plans() const { return impl_->calls ? 1 : 0; }
+bool GemmContext::last_bias_in_epilogue() const { return false; }
+void GemmContext::gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias, cudaStream_t) {
+  if (a.dtype != b.dtype) throw std::logic_error("cuda::gemm: A and B must share a dtype");
+  if (a.dtype != DType::fp32 && a.dtype != DType::bf16) throw std::logic_error("cuda::gemm: A and B fp32 or bf16");
+  if (bias && s.alpha != 1.0f) throw std::logic_error("cuda::gemm: alpha != 1 with a bias is not supported (cuda/gemm.hpp)");
+  if (s.batch < 1 || s.M < 0 || s.N < 0 || s.K < 0) throw std::logic_error("cuda::gemm: bad shape");
+  if (s.M == 0 || s.N == 0) return;
+  ++impl_->calls;
+  if (s.K == 0) {
+    if (!s.accumulate) std::memset(c, 0, size_t(s.batch * s.M * s.N) * sizeof(float));
+  } else {
+    lattice::gemm(s, a, b, c);
+  }
+  if (bias) bias_add_rows(c, bias, s.batch * s.M, s.N, nullptr);
+}
+}  // namespace lattice::cuda
