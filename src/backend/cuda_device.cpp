@@ -173,6 +173,30 @@ void c_flash_backward(float* dq, float* dk, float* dv, const float* dout, const 
   const FlashFp32Operands f = widened(in, x);
   cuda::flash_attention_backward(dq, dk, dv, dout, f.q, f.k, f.v, out, lse, x, drop, ws);
 }
+// The context in the token rows: the tensor-core kernels read and write it there; a shape they do not
+// serve takes the head-layout call with the layout passes around it (the CPU's sequence).
+HeadShape heads_of(const FlashShape& x) { return {x.b, x.s, x.a, x.dh}; }
+void c_flash_forward_rows(uint16_t* out_rows, float* lse, const FlashOperands& in, const FlashShape& x,
+                          const AttentionDropout& drop, float* room) {
+  if (in.bf16 && cuda::flash_tc_supported(x))
+    return cuda::flash_attention_forward_rows_bf16(out_rows, lse, bits(in.q), bits(in.k), bits(in.v), x, drop);
+  c_flash_forward(room, lse, in, x, drop);
+  const HeadShape h = heads_of(x);
+  cuda::merge_heads_bf16(out_rows, room, h.b, h.s, h.a, h.dh);
+}
+void c_flash_backward_rows(float* dq, float* dk, float* dv, const float* dout_rows, const FlashOperands& in,
+                           const uint16_t* out_rows, const float* lse, const FlashShape& x, const AttentionDropout& drop,
+                           float* room_dout, float* room_out) {
+  if (in.bf16 && cuda::flash_tc_supported(x)) {
+    const cuda::Workspace ws = scratch(cuda::flash_attention_backward_workspace_bytes(x));
+    return cuda::flash_attention_backward_rows_bf16(dq, dk, dv, dout_rows, bits(in.q), bits(in.k), bits(in.v), out_rows,
+                                                    lse, x, drop, ws);
+  }
+  const HeadShape h = heads_of(x);
+  cuda::unmerge_heads(room_dout, dout_rows, h.b, h.s, h.a, h.dh);
+  cuda::unmerge_heads_bf16(room_out, out_rows, h.b, h.s, h.a, h.dh);
+  c_flash_backward(dq, dk, dv, room_dout, in, room_out, lse, x, drop);
+}
 // The ring's blocks (context parallelism, --cp-comm-type p2p) have no CUDA kernel yet: the run is
 // refused before it starts (cli/device_support.cpp), so reaching one is a bug.
 [[noreturn]] void c_flash_block_unbuilt() {
@@ -344,6 +368,8 @@ const DeviceOps kCudaOps = {
     c_softmax_causal_backward,
     c_flash_forward,
     c_flash_backward,
+    c_flash_forward_rows,
+    c_flash_backward_rows,
     c_flash_block_forward,
     c_flash_block_backward,
     c_split_heads,

@@ -46,6 +46,20 @@ void cpu_flash_backward(float* dq, float* dk, float* dv, const float* dout, cons
   const FlashFp32Operands f = widened(in, x);
   flash_attention_backward(dq, dk, dv, dout, f.q, f.k, f.v, out, lse, x, d);
 }
+// The context in the token rows: the head-layout kernels with the layout passes around them.
+HeadShape heads_of(const FlashShape& x) { return {x.b, x.s, x.a, x.dh}; }
+void cpu_flash_forward_rows(uint16_t* out_rows, float* lse, const FlashOperands& in, const FlashShape& x,
+                            const AttentionDropout& d, float* room) {
+  cpu_flash_forward(room, lse, in, x, d);
+  merge_heads_bf16(out_rows, room, heads_of(x));
+}
+void cpu_flash_backward_rows(float* dq, float* dk, float* dv, const float* dout_rows, const FlashOperands& in,
+                             const uint16_t* out_rows, const float* lse, const FlashShape& x, const AttentionDropout& d,
+                             float* room_dout, float* room_out) {
+  unmerge_heads(room_dout, dout_rows, heads_of(x));
+  unmerge_heads_bf16(room_out, out_rows, heads_of(x));
+  cpu_flash_backward(dq, dk, dv, room_dout, in, room_out, lse, x, d);
+}
 void cpu_synchronize() {}
 void cpu_half_narrow(bool fp16, const float* src, uint16_t* dst, int64_t n) { HalfFormat{fp16}.narrow(src, dst, n); }
 void cpu_half_widen(bool fp16, const uint16_t* src, float* dst, int64_t n) { HalfFormat{fp16}.widen(src, dst, n); }
@@ -78,6 +92,8 @@ const DeviceOps kCpu = {
     softmax_causal_backward,
     cpu_flash_forward,
     cpu_flash_backward,
+    cpu_flash_forward_rows,
+    cpu_flash_backward_rows,
     flash_block_forward,
     flash_block_backward,
     split_heads,

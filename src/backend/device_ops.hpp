@@ -61,6 +61,16 @@ struct DeviceOps {
   void (*flash_attention_forward)(float*, float*, const FlashOperands&, const FlashShape&, const AttentionDropout&);
   void (*flash_attention_backward)(float*, float*, float*, const float*, const FlashOperands&, const float*,
                                    const float*, const FlashShape&, const AttentionDropout&);
+  // The same two with the context in the token rows [b, s, a·dh] as bf16 bits (bf16 activations: the
+  // projection's kept input): the forward writes it, the backward reads dO (fp32) and O there; dq, dk,
+  // dv in the head layout. Bit for bit the head-layout calls with merge_heads_bf16 after, unmerge_heads
+  // and unmerge_heads_bf16 before; `room`s: fp32 b·a·s·dh each, for an implementation that goes
+  // through the head layout (the CPU's), which a device's kernels do not need.
+  void (*flash_attention_forward_rows_bf16)(uint16_t*, float*, const FlashOperands&, const FlashShape&,
+                                            const AttentionDropout&, float* room);
+  void (*flash_attention_backward_rows_bf16)(float*, float*, float*, const float*, const FlashOperands&,
+                                             const uint16_t*, const float*, const FlashShape&, const AttentionDropout&,
+                                             float* room_dout, float* room_out);
   void (*flash_block_forward)(float*, float*, const float*, const float*, const float*, const FlashBlock&,
                               const AttentionDropout&);
   void (*flash_block_backward)(float*, float*, float*, const float*, const float*, const float*, const float*,
@@ -119,7 +129,7 @@ struct DeviceOps {
   X(layernorm_backward) X(layernorm_partial_floats) X(layernorm_backward_input) X(layernorm_reduce_partials)  \
   X(gelu_forward) X(gelu_backward) X(bias_backward) X(bias_column_sums) X(bias_add) X(bias_add_rows) X(residual_add) X(dropout_mask_fill)      \
   X(dropout_forward) X(dropout_backward) X(softmax_dropout_forward) X(softmax_causal_backward)                 \
-  X(flash_attention_forward) X(flash_attention_backward) X(flash_block_forward) X(flash_block_backward) X(split_heads) X(merge_heads) X(unmerge_heads)       \
+  X(flash_attention_forward) X(flash_attention_backward) X(flash_attention_forward_rows_bf16) X(flash_attention_backward_rows_bf16) X(flash_block_forward) X(flash_block_backward) X(split_heads) X(merge_heads) X(unmerge_heads)       \
   X(merge_qkv_grads) X(embedding_shard_forward) X(embedding_shard_backward) X(add_positions) X(position_grads) X(ce_shard_max_target)            \
   X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_whole_forward) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(adamw_update_fused) X(grad_sums_squares) X(scale_grads) X(all_finite) \
   X(layernorm_forward_bf16) X(split_heads_bf16) X(merge_heads_bf16) X(unmerge_heads_bf16) X(gelu_forward_bf16) X(narrow_bias_backward)       \
@@ -208,6 +218,17 @@ inline void flash_attention_backward(float* dq, float* dk, float* dv, const floa
                                      const float* out, const float* lse, const FlashShape& x,
                                      const AttentionDropout& drop) {
   device_ops().flash_attention_backward(dq, dk, dv, dout, qkv, out, lse, x, drop);
+}
+inline void flash_attention_forward_rows_bf16(uint16_t* out_rows, float* lse, const FlashOperands& qkv,
+                                              const FlashShape& x, const AttentionDropout& drop, float* room) {
+  device_ops().flash_attention_forward_rows_bf16(out_rows, lse, qkv, x, drop, room);
+}
+inline void flash_attention_backward_rows_bf16(float* dq, float* dk, float* dv, const float* dout_rows,
+                                               const FlashOperands& qkv, const uint16_t* out_rows, const float* lse,
+                                               const FlashShape& x, const AttentionDropout& drop, float* room_dout,
+                                               float* room_out) {
+  device_ops().flash_attention_backward_rows_bf16(dq, dk, dv, dout_rows, qkv, out_rows, lse, x, drop, room_dout,
+                                                  room_out);
 }
 inline void flash_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                                 const FlashBlock& x, const AttentionDropout& drop) {

@@ -882,6 +882,42 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
     compare_bits(name + " dq (bf16 in)", "bwd", g_dq, d_dq.get());
     compare_bits(name + " dk (bf16 in)", "bwd", g_dk, d_dk.get());
     compare_bits(name + " dv (bf16 in)", "bwd", g_dv, d_dv.get());
+    // The context in the token rows (the model's calls): the head-layout results rearranged and
+    // narrowed on the host, bit for bit.
+    auto rows_of = [&](const std::vector<float>& heads) {  // [b, a, s, dh] → [b, s, a·dh]
+      std::vector<float> r(n);
+      for (int64_t bh = 0; bh < x.b * x.a; ++bh)
+        for (int64_t i = 0; i < x.s; ++i)
+          std::copy_n(heads.begin() + (bh * x.s + i) * x.dh, x.dh,
+                      r.begin() + ((bh / x.a * x.s + i) * x.a + bh % x.a) * x.dh);
+      return r;
+    };
+    std::vector<uint16_t> want16(n);
+    lattice::to_bf16(rows_of(g_out).data(), want16.data(), int64_t(n));
+    Dev<uint16_t> d_rows16(n);
+    d_lse.poison();
+    lattice::cuda::flash_attention_forward_rows_bf16(d_rows16.p, d_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
+    compare_bits(name + " out rows (bf16 in, bf16 out)", "fwd", want16, d_rows16.get());
+    compare_bits(name + " lse rows (bf16 in, bf16 out)", "fwd", g_lse, d_lse.get());
+    // Backward from the rows: O as bf16 bits there, so the reference takes the same O widened.
+    std::vector<uint16_t> out16(n);
+    lattice::to_bf16(out.data(), out16.data(), int64_t(n));
+    std::vector<float> out_w(n);
+    lattice::from_bf16(out16.data(), out_w.data(), int64_t(n));
+    std::vector<uint16_t> out_rows16(n);
+    lattice::to_bf16(rows_of(out_w).data(), out_rows16.data(), int64_t(n));
+    Dev<float> d_out_w(out_w), d_dout_rows(rows_of(dout));
+    Dev<uint16_t> d_out_rows16(out_rows16);
+    d_lse.upload(lse);
+    lattice::cuda::flash_attention_backward_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q16.p, d_k16.p, d_v16.p,
+                                                 d_out_w.p, d_lse.p, x, drop, ws.ws());
+    const auto w_dq = d_dq.get(), w_dk = d_dk.get(), w_dv = d_dv.get();
+    d_dq.poison(), d_dk.poison(), d_dv.poison();
+    lattice::cuda::flash_attention_backward_rows_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout_rows.p, d_q16.p, d_k16.p,
+                                                      d_v16.p, d_out_rows16.p, d_lse.p, x, drop, ws.ws());
+    compare_bits(name + " dq rows (bf16 in)", "bwd", w_dq, d_dq.get());
+    compare_bits(name + " dk rows (bf16 in)", "bwd", w_dk, d_dk.get());
+    compare_bits(name + " dv rows (bf16 in)", "bwd", w_dv, d_dv.get());
   }
 }
 

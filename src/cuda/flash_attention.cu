@@ -99,16 +99,24 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out, flo
 
 // ---- backward 1: D[row] = Σ_e dO·O, one warp per row (lanes strided, then the warp's fixed tree) ----
 // dout16 non-null (the tensor-core form's backward): dO also rounded to bf16 there, in the same read.
-__global__ void flash_rowdot_kernel(float* D, uint16_t* dout16, const float* dout, const float* out, int64_t rows,
-                                    int64_t dh) {
+// A warp a row of the head layout (bh·s + i). ROWS: dO and O are read from the token rows [b, s, a·dh]
+// (fp32 dO, bf16 O), the same values at the same place in the sum, so the same D and dout16.
+template <bool ROWS, class TO>
+__global__ void flash_rowdot_kernel(float* D, uint16_t* dout16, const float* dout, const TO* out, int64_t rows,
+                                    int64_t dh, int64_t s, int64_t a) {
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = int(threadIdx.x) & 31;
   if (warp >= rows) return;  // whole warps leave together
+  int64_t src = warp * dh;
+  if (ROWS) {
+    const int64_t bh = warp / s, i = warp % s;
+    src = ((bh / a * s + i) * a + bh % a) * dh;
+  }
   float acc = 0.0f;
   for (int64_t e = lane; e < dh; e += 32) {
-    const float d = dout[warp * dh + e];
+    const float d = dout[src + e];
     if (dout16) dout16[warp * dh + e] = to_bf16_bits(d);
-    acc = fmaf(d, out[warp * dh + e], acc);
+    acc = fmaf(d, load_f32(out, src + e), acc);
   }
   acc = warp_sum(acc);
   if (lane == 0) D[warp] = acc;
@@ -327,7 +335,8 @@ size_t flash_attention_backward_workspace_bytes(const FlashShape& x) {
 namespace {
 // D = rowsum(dO ∘ O) into the workspace (both forms' backward reads it), and dO rounded to bf16 into
 // dout16 where given (the tensor-core form's, dout16_room).
-float* backward_rowdot(const float* dout, const float* out, const FlashShape& x, Workspace ws, uint16_t* dout16,
+template <bool ROWS = false, class TO = float>
+float* backward_rowdot(const float* dout, const TO* out, const FlashShape& x, Workspace ws, uint16_t* dout16,
                        cudaStream_t stream) {
   const int64_t rows = x.b * x.a * x.s;
   if (ws.bytes < flash_attention_backward_workspace_bytes(x) || !ws.data)
@@ -335,8 +344,8 @@ float* backward_rowdot(const float* dout, const float* out, const FlashShape& x,
                              " bytes, needs " + std::to_string(flash_attention_backward_workspace_bytes(x)));
   float* D = static_cast<float*>(ws.data);  // the dO copy follows at rowdot_bytes (dout16_room)
   const int64_t threads = rows * 32;
-  flash_rowdot_kernel<<<unsigned((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(D, dout16, dout, out, rows,
-                                                                                       x.dh);
+  flash_rowdot_kernel<ROWS><<<unsigned((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(D, dout16, dout, out,
+                                                                                             rows, x.dh, x.s, x.a);
   check_launch("flash_attention_backward D");
   return D;
 }
@@ -385,6 +394,26 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
   require_tc(x, "flash_attention_backward");
   uint16_t* dout16 = dout16_room(x, ws);
   const float* D = backward_rowdot(dout, out, x, ws, dout16, stream);
+  flash_tc_backward(dq, dk, dv, dout16, q, k, v, lse, D, x, drop, stream);
+}
+
+void flash_attention_forward_rows_bf16(uint16_t* out_rows, float* lse, const uint16_t* q, const uint16_t* k,
+                                       const uint16_t* v, const FlashShape& x, const AttentionDropout& drop,
+                                       cudaStream_t stream) {
+  require_supported(x, "flash_attention_forward");
+  if (x.b * x.a * x.s == 0) return;
+  require_tc(x, "flash_attention_forward");
+  flash_tc_forward_rows(out_rows, lse, q, k, v, x, drop, stream);
+}
+void flash_attention_backward_rows_bf16(float* dq, float* dk, float* dv, const float* dout_rows, const uint16_t* q,
+                                        const uint16_t* k, const uint16_t* v, const uint16_t* out_rows,
+                                        const float* lse, const FlashShape& x, const AttentionDropout& drop,
+                                        Workspace ws, cudaStream_t stream) {
+  require_supported(x, "flash_attention_backward");
+  if (x.b * x.a * x.s == 0) return;
+  require_tc(x, "flash_attention_backward");
+  uint16_t* dout16 = dout16_room(x, ws);
+  const float* D = backward_rowdot<true>(dout_rows, out_rows, x, ws, dout16, stream);
   flash_tc_backward(dq, dk, dv, dout16, q, k, v, lse, D, x, drop, stream);
 }
 

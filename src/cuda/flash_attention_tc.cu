@@ -218,19 +218,26 @@ __device__ __forceinline__ float keep_factor_at(const FlashArgs& p, uint32_t bit
   return DROP ? (((bits >> bit) & 1u) ? p.keep_scale : 0.0f) : 1.0f;
 }
 
-// A row-major [64][dh] fp32 tile's row (one lane's two columns per 8-column tile) stored to global
-// memory: out row `row` of X, the accumulators acc[dt][2·half], acc[dt][2·half + 1] times `scale`.
-template <int NC>
-__device__ __forceinline__ void store_row(float* X, int64_t row, const float (&acc)[2 * NC][4], int half, float scale,
-                                          int dh, bool vec) {
+// A row of a [64][dh] tile (one lane's two columns per 8-column tile) stored to global memory: row
+// `row` of X (rows `ld` elements apart: dh in the head layout, a·dh in the token rows), the
+// accumulators acc[dt][2·half], acc[dt][2·half + 1] times `scale`, as fp32 or narrowed to bf16 bits
+// (to_bf16's rule, merge_heads_bf16's: the same bits as storing fp32 and narrowing after).
+template <int NC, class TOut>
+__device__ __forceinline__ void store_row(TOut* X, int64_t row, const float (&acc)[2 * NC][4], int half, float scale,
+                                          int dh, int64_t ld, bool vec) {
   const int t = int(threadIdx.x) & 3;
 #pragma unroll
   for (int dt = 0; dt < 2 * NC; ++dt) {
     if (dt * 8 >= dh) break;
-    float* at = X + row * dh + dt * 8 + 2 * t;
+    TOut* at = X + row * ld + dt * 8 + 2 * t;
     const float x0 = acc[dt][2 * half] * scale, x1 = acc[dt][2 * half + 1] * scale;
-    if (vec) *reinterpret_cast<float2*>(at) = make_float2(x0, x1);
-    else at[0] = x0, at[1] = x1;
+    if constexpr (std::is_same_v<TOut, float>) {
+      if (vec) *reinterpret_cast<float2*>(at) = make_float2(x0, x1);
+      else at[0] = x0, at[1] = x1;
+    } else {
+      if (vec) *reinterpret_cast<uint32_t*>(at) = bf16_pair(x0, x1);
+      else at[0] = to_bf16_bits(x0), at[1] = to_bf16_bits(x1);
+    }
   }
 }
 
@@ -295,8 +302,10 @@ __device__ __forceinline__ void add_rows_by_tile(float (&acc)[2 * NC][4], const 
 // DROP: whether the dropout runs (a kernel without it holds no Philox state: 44 fewer registers in
 // the dQ kernel, a third block an SM); AHEAD: the key tiles copied ahead (TilePairs); TIn: how Q, K, V
 // are held, fp32 (bf16 values) or bf16 bits. ----
-template <int NC, bool DROP, bool AHEAD, class TIn>
-__global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float* lse, const TIn* q, const TIn* k,
+// TOut: the context as fp32 in the head layout [b, a, s, dh], or as bf16 bits in the token rows [b, s,
+// a·dh] (what the projection reads: merge_heads_bf16's layout and bits, without the pass).
+template <int NC, bool DROP, bool AHEAD, class TIn, class TOut>
+__global__ void __launch_bounds__(kThreads) tc_forward_kernel(TOut* out, float* lse, const TIn* q, const TIn* k,
                                                               const TIn* v, FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
@@ -353,11 +362,13 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(float* out, float*
     }
     add_rows_by_tile<NC>(o, sc, V, ld, nc);  // O += P·V, the probabilities from the registers
   }
+  constexpr bool kRows = std::is_same_v<TOut, uint16_t>;
+  TOut* const o_head = kRows ? out + ((bh / p.a) * s * p.a + bh % p.a) * dh : out + head;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     if (row[half] >= i0 + nq) continue;
     if (tq == 0) lse[bh * s + row[half]] = m[half] + logf(l[half]);
-    store_row<NC>(out + head, row[half], o, half, 1.0f / l[half], dh, vec);
+    store_row<NC>(o_head, row[half], o, half, 1.0f / l[half], dh, kRows ? p.a * dh : dh, vec);
   }
 }
 
@@ -420,7 +431,7 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const uint16
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half)
-    if (row[half] < i0 + nq) store_row<NC>(dq + head, row[half], acc, half, 1.0f, dh, vec);
+    if (row[half] < i0 + nq) store_row<NC>(dq + head, row[half], acc, half, 1.0f, dh, dh, vec);
 }
 
 // ---- backward: dK, dV of one key tile (each warp 16 keys), walking its query tiles. The warp's
@@ -515,8 +526,8 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
 #pragma unroll
   for (int half = 0; half < 2; ++half)
     if (key[half] < s) {
-      store_row<NC>(dk + head, key[half], acc_k, half, 1.0f, dh, vec);
-      store_row<NC>(dv + head, key[half], acc_v, half, 1.0f, dh, vec);
+      store_row<NC>(dk + head, key[half], acc_k, half, 1.0f, dh, dh, vec);
+      store_row<NC>(dv + head, key[half], acc_v, half, 1.0f, dh, dh, vec);
     }
 }
 
@@ -556,7 +567,7 @@ bool flash_tc_supported(const FlashShape& x) {
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
-      cudaFuncGetAttributes(&built, tc_forward_kernel<4, false, false, uint16_t>) != cudaSuccess) {
+      cudaFuncGetAttributes(&built, tc_forward_kernel<4, false, false, uint16_t, float>) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
@@ -595,16 +606,16 @@ void with_choices(const FlashShape& x, bool drop, bool ahead, F f) {
   else with_drop(std::integral_constant<int, 8>{});
 }
 
-template <class TIn>
-void tc_forward(float* out, float* lse, const TIn* q, const TIn* k, const TIn* v, const FlashShape& x,
+template <class TIn, class TOut>
+void tc_forward(TOut* out, float* lse, const TIn* q, const TIn* k, const TIn* v, const FlashShape& x,
                 const AttentionDropout& drop, cudaStream_t stream) {
   const FlashArgs p = make_args(x, drop);
-  const bool vec = all_aligned(q, k, v) && aligned_to(out, 16);
+  const bool vec = all_aligned(q, k, v) && aligned_to(out, 16);  // the bf16 rows' pair stores need 4
   const bool ahead = vec && size_t(smem_optin()) >= most_smem(x.dh, true);
   const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
   const char* name = "flash_attention_forward (tensor cores)";
   with_choices<TIn>(x, p.dropout, ahead, [&](auto nc, auto d, auto ahead) {
-    const auto kernel = tc_forward_kernel<decltype(nc)::value, decltype(d)::value, decltype(ahead)::value, TIn>;
+    const auto kernel = tc_forward_kernel<decltype(nc)::value, decltype(d)::value, decltype(ahead)::value, TIn, TOut>;
     const size_t bytes = tiles_of(Kernel::forward, nullptr, int(x.dh), decltype(ahead)::value).bytes;
     allow_smem(kernel, bytes, name);
     kernel<<<grid, kThreads, bytes, stream>>>(out, lse, q, k, v, p, vec);
@@ -650,6 +661,10 @@ void flash_tc_forward(float* out, float* lse, const float* q, const float* k, co
 void flash_tc_forward(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                       const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream) {
   tc_forward(out, lse, q, k, v, x, drop, stream);
+}
+void flash_tc_forward_rows(uint16_t* out_rows, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                           const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream) {
+  tc_forward(out_rows, lse, q, k, v, x, drop, stream);
 }
 void flash_tc_backward(float* dq, float* dk, float* dv, const uint16_t* dout16, const float* q, const float* k,
                        const float* v, const float* lse, const float* D, const FlashShape& x,

@@ -87,6 +87,25 @@ void fused_backward(float* dq, float* dk, float* dv, const float* dctx, const La
 
 }  // namespace
 
+bool fused_context_in_rows(const LayerContext& c) {
+  return c.fused_attention && c.dtype == DType::bf16 && !c.cp.ring() && !c.cp.ulysses();
+}
+void attention_fused_forward_rows(LayerKept& kept, const LayerContext& c, Workspace& ws) {
+  kept.attn_lse = TrackedBuffer(size_t(c.b * c.a * c.s) * sizeof(float), c.stream.layer, "attn_lse");
+  dev::flash_attention_forward_rows_bf16(bf16_of(kept.proj_in), static_cast<float*>(kept.attn_lse.data()),
+                                         flash_operands(kept, ws.dq.data(), ws.dk.data(), ws.dv.data()), flash_shape(c),
+                                         attention_dropout(c), ws.ctx.data());
+}
+void attention_fused_backward_rows(float* dq, float* dk, float* dv, const float* dctx_rows, const LayerKept& kept,
+                                   const LayerContext& c, Workspace& ws) {
+  // Rooms for a head-layout implementation: ctx, and big2 past the N·h floats dctx_rows may occupy.
+  dev::flash_attention_backward_rows_bf16(dq, dk, dv, dctx_rows,
+                                          flash_operands(kept, ws.q.data(), ws.k.data(), ws.v.data()),
+                                          bf16_of(kept.proj_in), static_cast<const float*>(kept.attn_lse.data()),
+                                          flash_shape(c), attention_dropout(c), ws.ctx.data(),
+                                          ws.big2.data() + c.b * c.s * c.a * c.dh());
+}
+
 void attention_core_forward(LayerKept& kept, bool keep_s2, float* ctx_out, const LayerContext& c, Workspace& ws) {
   if (c.fused_attention) {
     if (ctx_out) fused_forward(kept, ctx_out, c, ws);

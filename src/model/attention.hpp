@@ -23,6 +23,14 @@ void merge_qkv_grads(float* dqkv, const float* dq, const float* dk, const float*
 // `kept` (tracked); otherwise they live only in the workspace. When ctx_out is non-null the
 // context dropped·V is written there ([b, a, s, dh], fp32).
 void attention_core_forward(LayerKept& kept, bool keep_s2, float* ctx_out, const LayerContext& c, Workspace& ws);
+// The fused attention with its context in the token rows (the seam's *_rows_bf16 calls): under bf16
+// activations without context parallelism, the forward writes the projection's kept input
+// (`kept.proj_in`, made by the caller) itself and the backward reads dO ([N, h] rows, fp32) and O
+// there, so no layout pass runs between the attention and the projection (the same bits as one).
+bool fused_context_in_rows(const LayerContext& c);
+void attention_fused_forward_rows(LayerKept& kept, const LayerContext& c, Workspace& ws);
+void attention_fused_backward_rows(float* dq, float* dk, float* dv, const float* dctx_rows, const LayerKept& kept,
+                                   const LayerContext& c, Workspace& ws);
 // dq, dk, dv [b,a,s,dh] from dctx [b,a,s,dh]; needs the s² tensors in `kept`. `o_heads` (fused only):
 // the context as [b,a,s,dh] when it is not kept.proj_in's heads at c's shape (context parallelism,
 // where proj_in holds this rank's positions of all its heads); null: from kept.proj_in.

@@ -138,19 +138,24 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
     split_heads(q, k, v, ws.big1.data(), c);
   }
   if (c.cp.ulysses() || !direct_bf16(kept.q)) kept.q.store(q), kept.k.store(k), kept.v.store(v);
-  attention_core_forward(kept, keep_s2, ws.ctx.data(), attention_context(c), ws);
-  const float* context = ws.ctx.data();
-  if (c.cp.ulysses()) {  // back to this rank's positions of its a heads (the fused forward is done with dq)
-    parallel::heads_to_sequence(c.cp, ws.ctx.data(), ws.dq.data(), head_blocks(c));
-    context = ws.dq.data();
-  }
-  kept.proj_in = Stored(N * hl, dt, l, "proj_input");
-  if (direct_bf16(kept.proj_in)) {
-    dev::merge_heads_bf16(bf16_of(kept.proj_in), context, head_shape(c));
+  if (fused_context_in_rows(c)) {  // the attention writes the projection's input itself
+    kept.proj_in = Stored(N * hl, dt, l, "proj_input");
+    attention_fused_forward_rows(kept, c, ws);
   } else {
-    float* merged = staging(kept.proj_in, ws.ln.data());
-    merge_heads(merged, context, c);
-    kept.proj_in.store(merged);
+    attention_core_forward(kept, keep_s2, ws.ctx.data(), attention_context(c), ws);
+    const float* context = ws.ctx.data();
+    if (c.cp.ulysses()) {  // back to this rank's positions of its a heads (the fused forward is done with dq)
+      parallel::heads_to_sequence(c.cp, ws.ctx.data(), ws.dq.data(), head_blocks(c));
+      context = ws.dq.data();
+    }
+    kept.proj_in = Stored(N * hl, dt, l, "proj_input");
+    if (direct_bf16(kept.proj_in)) {
+      dev::merge_heads_bf16(bf16_of(kept.proj_in), context, head_shape(c));
+    } else {
+      float* merged = staging(kept.proj_in, ws.ln.data());
+      merge_heads(merged, context, c);
+      kept.proj_in.store(merged);
+    }
   }
   row_parallel_forward(ws.big1.data(), stored_operand(kept.proj_in), w.proj, w.proj_b, hl, c, ws, &bias_after);
   residual_dropout_add(x, ws.big1.data(), bias_after, kept.resid1_mask, DropoutSite::attention_residual,
@@ -382,25 +387,29 @@ void backward(float* dx, const LayerKept& kept, const LayerWeights& w, GradSink&
   linear_weight_grads(sink, &LayerGrads::proj_w, &LayerGrads::proj_b, &LayerWeightPending::proj, &LayerKept::proj_in,
                       stored_operand(kept.proj_in), fuse ? nullptr : dy, dy_op, N, hl, h, c,
                       /*read_again=*/c.fused_attention);
-  unmerge_heads(ws.ctx.data(), ws.big2.data(), c);
-  if (c.cp.ulysses()) {
-    // Ulysses backward: each all-to-all's backward is the other one. The context gradient and (fused)
-    // the kept context go to head blocks; big2's first N·hl floats stage the context, the next hold it
-    // as head blocks; dq, dk, dv come back to this rank's positions in q, k, v (free once read).
-    parallel::sequence_to_heads(c.cp, ws.ctx.data(), ws.g2.data(), head_blocks(c));
-    const float* o_heads = nullptr;
-    if (c.fused_attention) {
-      unmerge_heads(ws.big2.data(), kept.proj_in.load(ws.widen.data()), c);
-      parallel::sequence_to_heads(c.cp, ws.big2.data(), ws.big2.data() + N * hl, head_blocks(c));
-      o_heads = ws.big2.data() + N * hl;
-    }
-    attention_core_backward(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.g2.data(), kept, attention_context(c), ws,
-                            o_heads);
-    parallel::heads_to_sequence(c.cp, ws.dq.data(), ws.q.data(), head_blocks(c));
-    parallel::heads_to_sequence(c.cp, ws.dk.data(), ws.k.data(), head_blocks(c));
-    parallel::heads_to_sequence(c.cp, ws.dv.data(), ws.v.data(), head_blocks(c));
+  if (fused_context_in_rows(c)) {  // the attention reads dO (big2) and O in the token rows itself
+    attention_fused_backward_rows(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.big2.data(), kept, c, ws);
   } else {
-    attention_core_backward(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.ctx.data(), kept, c, ws);
+    unmerge_heads(ws.ctx.data(), ws.big2.data(), c);
+    if (c.cp.ulysses()) {
+      // Ulysses backward: each all-to-all's backward is the other one. The context gradient and (fused)
+      // the kept context go to head blocks; big2's first N·hl floats stage the context, the next hold it
+      // as head blocks; dq, dk, dv come back to this rank's positions in q, k, v (free once read).
+      parallel::sequence_to_heads(c.cp, ws.ctx.data(), ws.g2.data(), head_blocks(c));
+      const float* o_heads = nullptr;
+      if (c.fused_attention) {
+        unmerge_heads(ws.big2.data(), kept.proj_in.load(ws.widen.data()), c);
+        parallel::sequence_to_heads(c.cp, ws.big2.data(), ws.big2.data() + N * hl, head_blocks(c));
+        o_heads = ws.big2.data() + N * hl;
+      }
+      attention_core_backward(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.g2.data(), kept, attention_context(c), ws,
+                              o_heads);
+      parallel::heads_to_sequence(c.cp, ws.dq.data(), ws.q.data(), head_blocks(c));
+      parallel::heads_to_sequence(c.cp, ws.dk.data(), ws.k.data(), head_blocks(c));
+      parallel::heads_to_sequence(c.cp, ws.dv.data(), ws.v.data(), head_blocks(c));
+    } else {
+      attention_core_backward(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.ctx.data(), kept, c, ws);
+    }
   }
   if (sink.kept) {  // the attention's kept tensors are spent
     sink.kept->release_attention_s2();
