@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# cuda.host_trainer: the whole trainer with --device cuda on the host simulation
+# (scripts/cuda-host-trainer.sh) against --device cpu on a small model, dropout on: fp32 (unfused
+# attention) losses within 1e-5 relative a step, bf16 activations unfused and fused (the tensor-core
+# kernels, context in the token rows) within 2^-7, and the fused run repeating itself bit for bit.
+# The bounds are the device check's parity bounds (docs/gpu.md): fp32 differs by summation order only;
+# under bf16 both devices round the same operands, and one bf16 rounding (2^-7 relative) bounds what
+# a step's loss can differ. What it checks is the seam's CUDA side, which no kernel check reaches.
+#   tests/host_sim/trainer_parity.sh BUILD_DIR
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=$(cd "$1" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$root/scripts/cuda-host-trainer.sh" "$build" "$work/sim" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+cd "$work"
+python3 -c "
+import random
+random.seed(3)
+words = ['the', 'device', 'and', 'host', 'agree', 'on', 'every', 'bit', 'of', 'it', 'when', 'kernels', 'run']
+print('\n'.join(' '.join(random.choice(words) for _ in range(12)) for _ in range(4000)))" >corpus.txt
+"$build/lattice" prepare --input corpus.txt --out data >/dev/null 2>&1
+small=(--data data --layers 2 --hidden 64 --heads 4 --seq-len 64 --micro-batch 2 --global-batch 4 --steps 4
+       --dropout 0.1 --threads 2 --json)
+status=0
+run() {  # NAME DEVICE BINARY FLAGS...
+  local name=$1 device=$2 bin=$3
+  shift 3
+  "$bin" train "${small[@]}" --device "$device" "$@" >"$name.jsonl" 2>"$name.err" || {
+    echo "FAIL: $name ($device $*): $(tail -n 2 "$name.err")"
+    status=1
+  }
+}
+compare() {  # NAME A B TOL
+  python3 - "$@" <<'PY' || status=1
+import json, sys
+name, a, b, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+def losses(p):
+    return [json.loads(x)["loss"] for x in open(p) if '"event":"step"' in x]
+la, lb = losses(a), losses(b)
+if len(la) != len(lb) or not la:
+    print(f"{name}: FAIL ({len(la)} and {len(lb)} steps)"); sys.exit(1)
+worst = max(abs(x - y) / abs(x) for x, y in zip(la, lb))
+ok = worst <= tol
+print(f"{name}: max_rel_loss_diff_over_{len(la)}_steps={worst:.3e} tol={tol:g} {'ok' if ok else 'FAIL'}")
+sys.exit(0 if ok else 1)
+PY
+}
+for spec in "fp32:1e-5:" "bf16:0.0078125:--activation-dtype bf16" "fused_bf16:0.0078125:--attention fused --activation-dtype bf16"; do
+  name=${spec%%:*} rest=${spec#*:}
+  tol=${rest%%:*} flags=${rest#*:}
+  # shellcheck disable=SC2086
+  run "cpu_$name" cpu "$build/lattice" $flags
+  # shellcheck disable=SC2086
+  run "sim_$name" cuda "$work/sim/lattice" $flags
+  compare "host-simulated cuda vs cpu, $name" "cpu_$name.jsonl" "sim_$name.jsonl" "$tol"
+done
+run sim_fused_bf16_again cuda "$work/sim/lattice" --attention fused --activation-dtype bf16
+compare "host-simulated cuda repeats itself, fused bf16 (bits)" sim_fused_bf16.jsonl sim_fused_bf16_again.jsonl 0
+exit $status
