@@ -23,14 +23,15 @@ for lib in kernels tensor random core; do
   fi
   libs+=("$build/liblattice_layer_$lib.a")
 done
+. "$root/scripts/cuda-host-common.sh"
 if [[ -n ${CUDA_HOST_CHECK_KEEP:-} ]]; then
   work=$CUDA_HOST_CHECK_KEEP
-  rm -rf "$work/cuda" && mkdir -p "$work"
+  cuda_host_claim_dir "$work" cuda-host-check || exit $?
+  rm -rf "$work/cuda"
 else
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
 fi
-. "$root/scripts/cuda-host-common.sh"
 cuda_host_rewrite "$root" "$work"
 flags=(-std=c++17 -O2 -g -DLATTICE_CUDA_HOST_SIM -I"$root/tests/host_sim/include" -I"$work" -I"$root/src"
        -Wall -Wextra -Werror -Wno-unknown-pragmas -fopenmp)

@@ -51,3 +51,22 @@ cuda_host_compile() {
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   return $rc
 }
+
+# cuda_host_claim_dir DIR WHO: DIR for this script's output (made, or one it made before: the marker
+# file says so); anything else (a file, or a folder of someone else's with files in it) is refused
+# in one line, since the scripts delete what they put there.
+cuda_host_claim_dir() {
+  local dir=$1 who=$2
+  if [[ -e $dir && ! -d $dir ]]; then
+    echo "$who: $dir exists and is not a folder: give a new folder (or one this script made)" >&2
+    return 2
+  fi
+  if [[ -d $dir && ! -e $dir/.cuda-host-output && -n $(ls -A "$dir" 2>/dev/null) ]]; then
+    echo "$who: $dir is a folder this script did not make and it is not empty: give a new folder" >&2
+    return 2
+  fi
+  mkdir -p "$dir" && touch "$dir/.cuda-host-output" || {
+    echo "$who: cannot write $dir" >&2
+    return 1
+  }
+}

@@ -13,7 +13,12 @@
 #   the program is OUT_DIR/lattice (default BUILD_DIR/cuda-host).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$(cd "${1:-$root/build}" && pwd)
+build=${1:-$root/build}
+if [[ ! -d $build ]]; then
+  echo "cuda-host-trainer: $build is not a build folder: build lattice first (scripts/build.sh)" >&2
+  exit 1
+fi
+build=$(cd "$build" && pwd)
 out=${2:-$build/cuda-host}
 link_txt=$build/CMakeFiles/lattice.dir/link.txt
 flags_make=$build/CMakeFiles/lattice_layer_backend.dir/flags.make
@@ -23,9 +28,9 @@ for f in "$link_txt" "$flags_make" "$build/liblattice_layer_backend.a"; do
     exit 1
   fi
 done
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
 . "$root/scripts/cuda-host-common.sh"
+cuda_host_claim_dir "$out" cuda-host-trainer || exit $?
+out=$(cd "$out" && pwd)
 rm -rf "$out/cuda" "$out/obj" && mkdir -p "$out/obj/cuda" "$out/obj/backend"
 cuda_host_rewrite "$root" "$out"
 sim=(-I"$root/tests/host_sim/include" -I"$out" -I"$root/src")

@@ -9,6 +9,7 @@
 #   tests/host_sim/trainer_parity.sh BUILD_DIR
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+[[ $# -eq 1 && -d $1 ]] || { echo "usage: tests/host_sim/trainer_parity.sh BUILD_DIR (a CPU build)" >&2; exit 2; }
 build=$(cd "$1" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
