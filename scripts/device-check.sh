@@ -34,7 +34,11 @@ header() {
   # which tree ran (the same find | sort | cat | sha256sum on a checkout gives the same digest).
   commit="$commit, sources $(cd "$ROOT" && find src scripts CMakeLists.txt -type f | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-12)"
   gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
-  record "# device-check $(date -u +%Y-%m-%dT%H:%M:%SZ) commit ${commit} gpu: ${gpu:-none seen by nvidia-smi} phases: $*${DEVICE_CHECK_DEVICE:+ (rehearsal: --device $DEVICE_CHECK_DEVICE for the GPU runs)}"
+  local note=${DEVICE_CHECK_DEVICE:+ (rehearsal: --device $DEVICE_CHECK_DEVICE for the GPU runs)}
+  # --device cuda with no GPU seen: the host simulation's trainer (scripts/cuda-host-trainer.sh).
+  [ "${DEVICE_CHECK_DEVICE:-}" = cuda ] && [ -z "$gpu" ] &&
+    note=" (rehearsal: --device cuda on the host simulation, scripts/cuda-host-trainer.sh: no GPU, not a GPU result)"
+  record "# device-check $(date -u +%Y-%m-%dT%H:%M:%SZ) commit ${commit} gpu: ${gpu:-none seen by nvidia-smi} phases: $*${note}"
 }
 
 phase_build() {
@@ -91,7 +95,10 @@ runtime_env() {  # the unpacked libraries at run time; OpenMPI and PMIx find the
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 }
 # The device the GPU runs use: cuda; DEVICE_CHECK_DEVICE=cpu-guarded rehearses the script on a machine
-# without a GPU (the CPU's kernels over guarded device memory: every comparison must then pass exactly).
+# without a GPU (the CPU's kernels over guarded device memory: every comparison must then pass exactly),
+# and DEVICE_CHECK_DEVICE=cuda with DEVICE_FULL_BUILD_DIR=scripts/cuda-host-trainer.sh's folder runs
+# the CUDA seam and kernels on the host simulation (slow: the parity, memory and layouts phases take
+# about 25 minutes on 2 cores, small table4 shapes a minute).
 GPU=${DEVICE_CHECK_DEVICE:-cuda}
 MPIRUN=$DEPS/usr/bin/orterun  # Debian's mpirun is an alternatives link to it, which dpkg-deb -x does not make
 unpack_debs() {
