@@ -24,7 +24,7 @@ link_txt=$build/CMakeFiles/lattice.dir/link.txt
 flags_make=$build/CMakeFiles/lattice_layer_backend.dir/flags.make
 for f in "$link_txt" "$flags_make" "$build/liblattice_layer_backend.a"; do
   if [[ ! -f $f ]]; then
-    echo "cuda-host-trainer: $f not found: build lattice first (scripts/build.sh)" >&2
+    echo "cuda-host-trainer: $f not found: build lattice first with CMake's default Makefile generator (scripts/build.sh): the link line and flags are read from its files" >&2
     exit 1
   fi
 done
