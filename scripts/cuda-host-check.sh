@@ -8,12 +8,15 @@
 # operations no lane has left), not the device's arithmetic or speed: the device check does that.
 # A read well past a device buffer faults (guard pages). The suite runs it (cuda.host_check).
 #
-#   scripts/cuda-host-check.sh [BUILD_DIR] [SEED]    BUILD_DIR: a CPU build (default build)
+#   scripts/cuda-host-check.sh [BUILD_DIR [SEED...]]    BUILD_DIR: a CPU build (default build); seeds
+#   1234 (the device check's) and 1 by default
 #   CUDA_HOST_CHECK_KEEP=DIR keeps the rewritten sources and the program there (to rerun or debug it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
-seed=${2:-1234}
+shift || true
+seeds=("$@")
+[[ ${#seeds[@]} -gt 0 ]] || seeds=(1234 1)  # the device check's seed, and one that once found a wrong bound
 libs=()
 for lib in kernels tensor random core; do
   [[ $lib == random && ! -f $build/liblattice_layer_$lib.a ]] && continue  # header-only so far
@@ -40,4 +43,8 @@ rm -f "$work"/obj/*.o
 cuda_host_compile "$work/obj" "${CXX:-g++}" "${flags[@]}" -x c++ -- "$work"/cuda/*.cu
 cuda_host_compile "$work/obj" "${CXX:-g++}" "${flags[@]}" -- "$root/tests/host_sim/gemm_stub.cpp"
 ${CXX:-g++} -fopenmp -o "$work/lattice_cuda_check_host" "$work"/obj/*.o "${libs[@]}" -lpthread
-"$work/lattice_cuda_check_host" "$seed"
+status=0
+for seed in "${seeds[@]}"; do
+  "$work/lattice_cuda_check_host" "$seed" || status=1
+done
+exit $status

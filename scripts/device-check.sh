@@ -227,6 +227,12 @@ phase_memory() {
       compare device "memory $r $dt device reconciliation" "mem_${r}_$dt.jsonl" 0.05
     done
   done
+  # The fused attention under bf16 activations (the tensor-core kernels, the context in the token
+  # rows): of the s² part only the log-sum-exp is kept (docs/design.md §3.1).
+  train mem_fused_bf16 "$GPU" --attention fused --activation-dtype bf16 && {
+    compare layers "memory fused bf16" mem_fused_bf16.jsonl 0.01
+    compare device "memory fused bf16 device reconciliation" mem_fused_bf16.jsonl 0.05
+  }
   record "phase memory: done"
 }
 

@@ -1608,6 +1608,18 @@ void timing_flash(bool tensor_cores) {
                                                                d_v16.p, d_out.p, d_lse.p, x, drop, ws.ws());
                 }),
                 2.5 * fwd_flops);
+    // The model's calls under bf16 activations: the context in the token rows (bf16 out, dO and O in).
+    Dev<uint16_t> d_rows16(n);
+    timing_line(name + " rows fwd", median_ms([&] {
+                  lattice::cuda::flash_attention_forward_rows_bf16(d_rows16.p, d_lse.p, d_q16.p, d_k16.p, d_v16.p, x,
+                                                                   drop);
+                }),
+                fwd_flops);
+    timing_line(name + " rows bwd", median_ms([&] {
+                  lattice::cuda::flash_attention_backward_rows_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q16.p, d_k16.p,
+                                                                    d_v16.p, d_rows16.p, d_lse.p, x, drop, ws.ws());
+                }),
+                2.5 * fwd_flops);
   }
 }
 
