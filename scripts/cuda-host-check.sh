@@ -6,7 +6,8 @@
 # run: every kernel against its CPU kernel, as on a GPU, with the same tolerances. It checks the
 # kernels' text (indexing, masking, tails, alignment paths, barriers every thread reaches, warp
 # operations no lane has left), not the device's arithmetic or speed: the device check does that.
-# A read well past a device buffer faults (guard pages). The suite runs it (cuda.host_check).
+# A read well past a device buffer faults (guard pages), and the tensor-core attention's cp.async
+# tiles are checked for races (tests/host_sim/mma_emulated.inc). The suite runs it (cuda.host_check).
 #
 #   scripts/cuda-host-check.sh [BUILD_DIR [SEED...]]    BUILD_DIR: a CPU build (default build); seeds
 #   1234 (the device check's) and 1 by default

@@ -149,6 +149,7 @@ struct State {
   size_t dynamic_bytes = 0;
   cudaError_t last_error = cudaSuccess;
   long long launches = 0;
+  uint64_t block_serial = 0;  // counts the blocks run, so per-block state knows a new one began
 };
 inline State& state() {
   static State s;
@@ -361,6 +362,7 @@ void launch(const Cfg& c, Body body, const char* name) {
     for (unsigned y = 0; y < c.grid.y; ++y)
       for (unsigned x = 0; x < c.grid.x; ++x) {
         s.block_idx = {x, y, z};
+        ++s.block_serial;
         std::memset(s.dynamic_shared, 0xff, c.smem);  // what a kernel reads before writing shows
         run_block(body);
       }
