@@ -12,8 +12,9 @@ cuda_host_rewrite() {
   cp "$root"/src/cuda/*.cu "$root"/src/cuda/*.cuh "$root"/src/cuda/*.hpp "$dest/cuda/"
   rm "$dest/cuda/gemm.cu"
   for f in "$dest"/cuda/*.cu "$dest"/cuda/*.cuh; do
-    perl -0777 -pi -e '
-      s{([A-Za-z_][\w:]*(?:<[^;{}]*?>)?)<<<([^;]*?)>>>\(([^;]*?)\);}{sim::launch(sim::Cfg{$2}, [&] { $1($3); }, "$1");}gs;
+    # The launcher's name for the kernel: its expression and where the launch stands (file:line).
+    FILE=$(basename "$f") perl -0777 -pi -e '
+      s{([A-Za-z_][\w:]*(?:<[^;{}]*?>)?)<<<([^;]*?)>>>\(([^;]*?)\);}{"sim::launch(sim::Cfg{$2}, [&] { $1($3); }, \"$1 ($ENV{FILE}:" . (1 + (substr($_, 0, $-[0]) =~ tr/\n//)) . ")\");"}gse;
       s{extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([^;\[]+?)\s+(\w+)\[\];}{$1* $2 = sim::dynamic_shared<$1>();}g;
     ' "$f"
     if grep -q '<<<\|extern __shared__' "$f"; then
