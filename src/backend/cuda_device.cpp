@@ -298,6 +298,9 @@ void c_adamw_fused(float* m, float* v, float* w, uint16_t* w16, const float* g, 
                    const AdamWScalars& a, float grad_scale) {
   cuda::adamw_update_bf16(m, v, w, w16, g, n, decay, a, grad_scale);
 }
+void c_adamw_segments(AdamWSegments batch, const AdamWScalars& a) {
+  cuda::adamw_update_segments(batch.segments, batch.count, a, scratch(cuda::adamw_segments_workspace_bytes(batch.count)));
+}
 void c_layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rstd, const float* x, const float* w,
                               const float* b, int64_t N, int64_t C) {
   cuda::layernorm_forward_bf16(x16, y16, mean, rstd, x, w, b, N, C);
@@ -391,6 +394,7 @@ const DeviceOps kCudaOps = {
     c_half_accumulate,
     c_adamw,
     c_adamw_fused,
+    c_adamw_segments,
     c_grad_sums_squares,
     c_scale_grads,
     c_all_finite,

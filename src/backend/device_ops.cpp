@@ -115,6 +115,7 @@ const DeviceOps kCpu = {
     cpu_half_accumulate,
     adamw_update,
     adamw_update_fused,
+    adamw_update_segments,
     grad_sums_squares,
     scale_grads,
     all_finite,

@@ -141,6 +141,14 @@ void check_arg(const char* op, const T& a) {
   } else if constexpr (std::is_same_v<T, GradPieceSums>) {  // host arrays naming device runs
     for (size_t i = 0; i < a.count; ++i)
       if (a.pieces[i].data && !Arena::get().holds(a.pieces[i].data)) host_pointer(op);
+  } else if constexpr (std::is_same_v<T, AdamWSegments>) {
+    for (size_t i = 0; i < a.count; ++i) {
+      const AdamWSegment& s = a.segments[i];
+      for (const void* p : {static_cast<const void*>(s.m), static_cast<const void*>(s.v),
+                            static_cast<const void*>(s.w), static_cast<const void*>(s.w16),
+                            static_cast<const void*>(s.grad)})
+        if (p && !Arena::get().holds(p)) host_pointer(op);
+    }
   }
 }
 

@@ -509,6 +509,32 @@ void check_optimizer() {
     compare_bits(std::string("adamw four-wide = one a thread w16"), "upd", h4.get(),
                  std::vector<uint16_t>(h1all.begin() + 1, h1all.end()));
   }
+  {  // Every tensor in one launch (the optimizer's call) against one call a segment: the same bits.
+     // Segments of 0, 1, 3, 768 and 5003 elements and the rest, at offsets that leave some pointers
+     // misaligned (one a thread) and some aligned (four-wide), with and without the bf16 copy, two
+     // decays and two clipping factors.
+    Dev<float> mb(m), vb(v), wb(w), ms(m), vs(v), ws1(w);
+    Dev<uint16_t> hb{size_t(n)}, hs{size_t(n)};
+    const int64_t lengths[] = {0, 1, 3, 768, 5003, n - 5776};
+    std::vector<lattice::AdamWSegment> batch, single;
+    int64_t at = 0;
+    for (size_t i = 0; i < 6; ++i) {
+      const int64_t len = lengths[i];
+      const bool copy16 = i % 2 == 0;
+      const float dec = i % 3 == 0 ? 1.0f : decay, scale = i == 4 ? 0.25f : 1.0f;
+      batch.push_back({mb.p + at, vb.p + at, wb.p + at, copy16 ? hb.p + at : nullptr, d_g.p + at, len, dec, scale});
+      single.push_back({ms.p + at, vs.p + at, ws1.p + at, copy16 ? hs.p + at : nullptr, d_g.p + at, len, dec, scale});
+      at += len;
+    }
+    Scratch sws(lattice::cuda::adamw_segments_workspace_bytes(batch.size()));
+    lattice::cuda::adamw_update_segments(batch.data(), batch.size(), a, sws.ws());
+    for (const lattice::AdamWSegment& s : single)
+      lattice::cuda::adamw_update_bf16(s.m, s.v, s.w, s.w16, s.grad, s.n, s.decay, a, s.grad_scale);
+    compare_bits(std::string("adamw_update_segments = one call a segment w"), "upd", ws1.get(), wb.get());
+    compare_bits(std::string("adamw_update_segments = one call a segment m"), "upd", ms.get(), mb.get());
+    compare_bits(std::string("adamw_update_segments = one call a segment v"), "upd", vs.get(), vb.get());
+    compare_bits(std::string("adamw_update_segments = one call a segment w16"), "upd", hs.get(), hb.get());
+  }
   lattice::cuda::adamw_update(d_m.p, d_v.p, d_w.p, d_g.p, n, decay, a);
   lattice::adamw_update(m.data(), v.data(), w.data(), g.data(), n, decay, a);
   compare("adamw m", "upd", m, d_m.get());

@@ -5,6 +5,7 @@
 // helpers.
 #include <cub/device/device_radix_sort.cuh>
 
+#include <algorithm>
 #include <vector>
 
 #include "cuda/common.cuh"
@@ -174,6 +175,46 @@ __global__ void adamw_x4_kernel(float4* m, float4* v, float4* w, uint2* w16, con
     adamw_element(mi.w, vi.w, wi.w, g.w, decay, a, grad_scale);
     m[i] = mi, v[i] = vi, w[i] = wi;
     if (w16) w16[i] = make_uint2(bf16_pair(wi.x, wi.y), bf16_pair(wi.z, wi.w));
+  }
+}
+
+// A segment's place in adamw_segments_kernel's grid: its blocks from `first`, `units` work items (its
+// four-element groups then its tail elements where `x4`, else its elements).
+struct AdamWBlocks {
+  AdamWSegment s;
+  int64_t first, blocks, units, n4;
+  bool x4;
+};
+__global__ void adamw_segments_kernel(const AdamWBlocks* table, int count, AdamWScalars a) {
+  const int64_t b = blockIdx.x;
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {  // the last segment starting at or before block b
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (table[mid].first <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  const AdamWBlocks t = table[lo];
+  const AdamWSegment& s = t.s;
+  const int64_t stride = t.blocks * blockDim.x;
+  for (int64_t u = (b - t.first) * blockDim.x + threadIdx.x; u < t.units; u += stride) {
+    if (t.x4 && u < t.n4) {
+      float4 mi = reinterpret_cast<float4*>(s.m)[u], vi = reinterpret_cast<float4*>(s.v)[u];
+      float4 wi = reinterpret_cast<float4*>(s.w)[u];
+      const float4 g = reinterpret_cast<const float4*>(s.grad)[u];
+      adamw_element(mi.x, vi.x, wi.x, g.x, s.decay, a, s.grad_scale);
+      adamw_element(mi.y, vi.y, wi.y, g.y, s.decay, a, s.grad_scale);
+      adamw_element(mi.z, vi.z, wi.z, g.z, s.decay, a, s.grad_scale);
+      adamw_element(mi.w, vi.w, wi.w, g.w, s.decay, a, s.grad_scale);
+      reinterpret_cast<float4*>(s.m)[u] = mi, reinterpret_cast<float4*>(s.v)[u] = vi;
+      reinterpret_cast<float4*>(s.w)[u] = wi;
+      if (s.w16) reinterpret_cast<uint2*>(s.w16)[u] = make_uint2(bf16_pair(wi.x, wi.y), bf16_pair(wi.z, wi.w));
+    } else {
+      const int64_t i = t.x4 ? 4 * t.n4 + (u - t.n4) : u;
+      float mi = s.m[i], vi = s.v[i], wi = s.w[i];
+      adamw_element(mi, vi, wi, s.grad[i], s.decay, a, s.grad_scale);
+      s.m[i] = mi, s.v[i] = vi, s.w[i] = wi;
+      if (s.w16) s.w16[i] = to_bf16_bits(wi);
+    }
   }
 }
 
@@ -441,6 +482,33 @@ void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, fl
 void adamw_update_bf16(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
                        const AdamWScalars& a, float grad_scale, cudaStream_t stream) {
   adamw_launch(m, v, w, w16, grad, n, decay, a, grad_scale, stream, "adamw_update_bf16");
+}
+size_t adamw_segments_workspace_bytes(size_t count) { return std::max<size_t>(1, count) * sizeof(AdamWBlocks); }
+void adamw_update_segments(const AdamWSegment* segments, size_t count, const AdamWScalars& a, Workspace ws,
+                           cudaStream_t stream) {
+  require_workspace(ws, adamw_segments_workspace_bytes(count), "adamw_update_segments");
+  std::vector<AdamWBlocks> table;
+  int64_t first = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const AdamWSegment& s = segments[i];
+    if (s.n < 0) throw std::invalid_argument("CUDA: adamw_update_segments: a negative length");
+    if (s.n == 0) continue;
+    // four_wide's rule (adamw_launch): four a thread where every pointer allows and n >= 4.
+    const bool x4 = s.n >= 4 && aligned_to(s.m, 16) && aligned_to(s.v, 16) && aligned_to(s.w, 16) &&
+                    aligned_to(s.grad, 16) && aligned_to(s.w16, 8);
+    const int64_t n4 = x4 ? s.n / 4 : 0, units = x4 ? n4 + (s.n - 4 * n4) : s.n;
+    const int64_t blocks = std::min<int64_t>((units + kBlock - 1) / kBlock, 65536);
+    table.push_back({s, first, blocks, units, n4, x4});
+    first += blocks;
+  }
+  if (table.empty()) return;
+  if (first > 0x7fffffff) throw std::runtime_error("CUDA: adamw_update_segments: too many blocks");
+  auto* d_table = static_cast<AdamWBlocks*>(ws.data);
+  // Ordered on the stream before the kernel (pageable memory: staged before the call returns).
+  check(cudaMemcpyAsync(d_table, table.data(), table.size() * sizeof(AdamWBlocks), cudaMemcpyHostToDevice, stream),
+        "adamw_update_segments table");
+  adamw_segments_kernel<<<unsigned(first), kBlock, 0, stream>>>(d_table, int(table.size()), a);
+  check_launch("adamw_update_segments");
 }
 size_t grad_sum_squares_workspace_bytes() { return kSumBlocks * sizeof(double); }
 void grad_sum_squares(double* out, const float* grads, int64_t n, Workspace ws, cudaStream_t stream) {

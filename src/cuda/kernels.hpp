@@ -131,6 +131,13 @@ void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* t
 // ---- optimizer (kernels/optimizer_kernels.hpp) ----
 void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, float decay, const AdamWScalars& a,
                   cudaStream_t stream = nullptr);
+// adamw_update_bf16 of every segment in one launch (a table of each segment's blocks, copied to the
+// workspace): a launch a tensor ran 148 a GPT-2 step, half of them over 768-element biases. Each
+// segment four elements a thread where its pointers allow and one for the rest, as adamw_update_bf16
+// does: its bits. `segments` is a host array.
+size_t adamw_segments_workspace_bytes(size_t count);
+void adamw_update_segments(const AdamWSegment* segments, size_t count, const AdamWScalars& a, Workspace ws,
+                           cudaStream_t stream = nullptr);
 // *out = Σ grads[i]² in double: a fixed grid of blocks each summing fixed slices, the block sums added
 // in block order by one block (deterministic for any n).
 size_t grad_sum_squares_workspace_bytes();

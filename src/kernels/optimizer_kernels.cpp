@@ -31,6 +31,12 @@ void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, fl
   for (int64_t i = 0; i < n; ++i) adamw_element(m[i], v[i], w[i], grad[i], decay, s);
 }
 
+void adamw_update_segments(AdamWSegments batch, const AdamWScalars& a) {
+  for (size_t i = 0; i < batch.count; ++i) {
+    const AdamWSegment& s = batch.segments[i];
+    adamw_update_fused(s.m, s.v, s.w, s.w16, s.grad, s.n, s.decay, a, s.grad_scale);
+  }
+}
 void adamw_update_fused(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
                         const AdamWScalars& a, float grad_scale) {
   const AdamWScalars s = a;

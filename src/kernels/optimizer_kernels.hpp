@@ -19,6 +19,23 @@ void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, fl
 // update and to_bf16, bitwise their result.
 void adamw_update_fused(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
                         const AdamWScalars& a, float grad_scale);
+// One tensor's adamw_update_fused arguments, and a host array of them (their data on the device where
+// the device is one).
+struct AdamWSegment {
+  float *m, *v, *w;
+  uint16_t* w16;
+  const float* grad;
+  int64_t n;
+  float decay, grad_scale;
+};
+struct AdamWSegments {
+  const AdamWSegment* segments;
+  size_t count;
+};
+// adamw_update_fused of every segment: the optimizer's step in one call, so that a device updates
+// every tensor in one launch instead of one a tensor (each element's update is the same function of
+// its own values, so the bits are the per-segment calls').
+void adamw_update_segments(AdamWSegments batch, const AdamWScalars& a);
 
 // Σ grads[i]² in double: each thread's contiguous share summed in vector lanes, the shares added in
 // thread order (a fixed order for a given thread count).

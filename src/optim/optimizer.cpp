@@ -59,6 +59,7 @@ void AdamW::update(std::span<const PieceData> pieces, double lr, int64_t step) {
   if (offload_) offload_->begin();
   size_t staged_unit = size_t(-1);
   float* staged = nullptr;
+  std::vector<AdamWSegment> batch;  // without offload: every tensor's update in one call, below
   for (const Segment& s : segments()) {
     const float decay = s.param->decay ? float(1.0 - lr * config_.weight_decay) : 1.0f;
     const int64_t in_piece = s.begin - owned()[s.piece].begin;
@@ -67,8 +68,8 @@ void AdamW::update(std::span<const PieceData> pieces, double lr, int64_t step) {
     const int64_t n = s.end - s.begin;
     if (!offload_) {  // clipping's scale and the GEMMs' bf16 copy in the same pass
       uint16_t* w16 = pieces[s.piece].bf16;
-      dev::adamw_update_fused(m_.data() + s.state_index, v_.data() + s.state_index, w, w16 ? w16 + in_piece : nullptr,
-                              grad, n, decay, scalars, pieces[s.piece].grad_scale);
+      batch.push_back({m_.data() + s.state_index, v_.data() + s.state_index, w, w16 ? w16 + in_piece : nullptr, grad,
+                       n, decay, pieces[s.piece].grad_scale});
       continue;
     }
     // Offloaded: the moments come in units of kOffloadUnit elements, in order; a segment may span
@@ -91,6 +92,7 @@ void AdamW::update(std::span<const PieceData> pieces, double lr, int64_t step) {
       done += len;
     }
   }
+  if (!batch.empty()) dev::adamw_update_segments({batch.data(), batch.size()}, scalars);
   if (offload_) {
     if (staged_unit != size_t(-1)) offload_->done(staged_unit);
     offload_->end();
