@@ -18,7 +18,7 @@ recs = [json.loads(x) for x in open('$d.jsonl')]
 s = [r for r in recs if r['event'] == 'summary'][0]
 steps = [r for r in recs if r['event'] == 'step']
 ops = {o['op']: o for o in s['op_profile']}
-for name in ('linear_forward', 'layernorm_forward', 'adamw_update_fused', 'gemm'):  # AdamW's update with clipping's scale
+for name in ('linear_forward', 'layernorm_forward', 'adamw_update_segments', 'gemm'):  # AdamW's update of every tensor, with clipping's scale
     assert name in ops, (name, sorted(ops))
 # 2 layers x 4 linears a layer, one forward each per micro-batch, 8 / 2 = 4 micro-batches a step, 3 timed steps
 assert ops['linear_forward']['calls'] == 2 * 4 * 4 * 3, ops['linear_forward']

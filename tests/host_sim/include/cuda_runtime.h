@@ -1,13 +1,16 @@
 #pragma once
-// The host CUDA of scripts/cuda-host-check.sh: what src/cuda's kernels and lattice_cuda_check need
-// from the CUDA runtime, run on the CPU with no GPU. A launch runs its blocks one after another; a
-// block's threads are fibers (ucontext) on one OS thread, switched only at the points where CUDA
-// threads wait for one another (__syncthreads, __syncwarp, the shuffles, the warp's tensor-core
-// operations in mma_sim.hpp), so a run is deterministic. What a GPU would leave undefined stops the
-// program with one line naming the kernel: a warp operation some of whose lanes have exited or wait
-// elsewhere, a barrier not every live thread reaches (deadlock), a launch past CUDA's limits, dynamic
-// shared memory past the card's. Device memory is host memory ending at a guard page
-// (rounded to 256 bytes as cudaMalloc aligns), so a read well past a buffer's end faults.
+// The host CUDA of scripts/cuda-host-check.sh and cuda-host-trainer.sh: what src/cuda's kernels,
+// lattice_cuda_check and the backend need from the CUDA runtime, run on the CPU with no GPU. A launch
+// runs its blocks one after another; a block's threads are fibers on one OS thread (stack slots made
+// once by ucontext, switched by _setjmp/_longjmp), switched only where CUDA threads wait for one
+// another (__syncthreads, __syncwarp, the shuffles, and the warp's tensor-core operations of
+// tests/host_sim/mma_emulated.inc), so a run is deterministic. What a GPU would leave undefined stops
+// the program with one line naming the kernel and the launch's place: a warp operation some of whose
+// lanes have exited or wait elsewhere, a barrier not every live thread reaches (deadlock), a launch
+// past CUDA's limits, dynamic shared memory past the card's. Device memory is host memory ending at
+// a guard page (rounded to 256 bytes as cudaMalloc aligns), so a read well past a buffer's end
+// faults. One header past the usual length on purpose: it stands in for cuda_runtime.h, which the
+// sources include as one file.
 #include <setjmp.h>
 #include <sys/mman.h>
 #include <ucontext.h>
