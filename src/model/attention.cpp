@@ -45,11 +45,16 @@ FlashOperands flash_operands(const LayerKept& kept, float* q32, float* k32, floa
   return {kept.q.load(q32), kept.k.load(k32), kept.v.load(v32), false, q32, k32, v32};
 }
 
-// Fused forward: the context into ctx_out, the log-sum-exp kept (4 bytes a row, docs/design.md §3.1).
+// The fused forward's one kept tensor of the s² part: the log-sum-exp, 4 bytes a row (docs/design.md §3.1).
+float* keep_lse(LayerKept& kept, const LayerContext& c) {
+  kept.attn_lse = TrackedBuffer(size_t(c.b * c.a * c.s) * sizeof(float), c.stream.layer, "attn_lse");
+  return static_cast<float*>(kept.attn_lse.data());
+}
+
+// Fused forward: the context into ctx_out, the log-sum-exp kept.
 // The ring (context parallelism) computes from fp32: bf16 Q, K, V widened once into fp32 staging.
 void fused_forward(LayerKept& kept, float* ctx_out, const LayerContext& c, Workspace& ws) {
-  kept.attn_lse = TrackedBuffer(size_t(c.b * c.a * c.s) * sizeof(float), c.stream.layer, "attn_lse");
-  float* lse = static_cast<float*>(kept.attn_lse.data());
+  float* lse = keep_lse(kept, c);
   if (c.cp.ring()) {
     const float* q = kept.q.load(ws.dq.data());
     const float* k = kept.k.load(ws.dk.data());
@@ -91,9 +96,8 @@ bool fused_context_in_rows(const LayerContext& c) {
   return c.fused_attention && c.dtype == DType::bf16 && !c.cp.ring() && !c.cp.ulysses();
 }
 void attention_fused_forward_rows(LayerKept& kept, const LayerContext& c, Workspace& ws) {
-  kept.attn_lse = TrackedBuffer(size_t(c.b * c.a * c.s) * sizeof(float), c.stream.layer, "attn_lse");
-  dev::flash_attention_forward_rows_bf16(bf16_of(kept.proj_in), static_cast<float*>(kept.attn_lse.data()),
-                                         flash_operands(kept, ws.dq.data(), ws.dk.data(), ws.dv.data()), flash_shape(c),
+  float* lse = keep_lse(kept, c);
+  dev::flash_attention_forward_rows_bf16(bf16_of(kept.proj_in), lse, flash_operands(kept, ws.dq.data(), ws.dk.data(), ws.dv.data()), flash_shape(c),
                                          attention_dropout(c), ws.ctx.data());
 }
 void attention_fused_backward_rows(float* dq, float* dk, float* dv, const float* dctx_rows, const LayerKept& kept,
