@@ -97,7 +97,8 @@ bool fused_context_in_rows(const LayerContext& c) {
 }
 void attention_fused_forward_rows(LayerKept& kept, const LayerContext& c, Workspace& ws) {
   float* lse = keep_lse(kept, c);
-  dev::flash_attention_forward_rows_bf16(bf16_of(kept.proj_in), lse, flash_operands(kept, ws.dq.data(), ws.dk.data(), ws.dv.data()), flash_shape(c),
+  dev::flash_attention_forward_rows_bf16(bf16_of(kept.proj_in), lse,
+                                         flash_operands(kept, ws.dq.data(), ws.dk.data(), ws.dv.data()), flash_shape(c),
                                          attention_dropout(c), ws.ctx.data());
 }
 void attention_fused_backward_rows(float* dq, float* dk, float* dv, const float* dctx_rows, const LayerKept& kept,
