@@ -26,7 +26,8 @@ cuda_host_rewrite() {
     sed -n '1,/^namespace lattice::cuda::mma {/p' "$root/src/cuda/mma.cuh"
     echo 'using namespace detail;'
     cat "$root/tests/host_sim/mma_emulated.inc"
-    sed -n '/^__device__ __forceinline__ uint32_t word_at/,$p' "$root/src/cuda/mma.cuh" | sed '1d'  # word_at: the emulation's
+    # The header's text from word_at on, but word_at itself (the emulation has its own).
+    sed -n '/^__device__ __forceinline__ uint32_t word_at/,$p' "$root/src/cuda/mma.cuh" | sed '1d'
   } >"$dest/cuda/mma.cuh"
   if ! grep -q 'a_from_c' "$dest/cuda/mma.cuh"; then
     echo "cuda-host: could not cut mma.cuh (markers moved?)" >&2
