@@ -173,30 +173,6 @@ void c_flash_backward(float* dq, float* dk, float* dv, const float* dout, const 
   const FlashFp32Operands f = widened(in, x);
   cuda::flash_attention_backward(dq, dk, dv, dout, f.q, f.k, f.v, out, lse, x, drop, ws);
 }
-// The context in the token rows: the tensor-core kernels read and write it there; a shape they do not
-// serve takes the head-layout call with the layout passes around it (the CPU's sequence).
-HeadShape heads_of(const FlashShape& x) { return {x.b, x.s, x.a, x.dh}; }
-void c_flash_forward_rows(uint16_t* out_rows, float* lse, const FlashOperands& in, const FlashShape& x,
-                          const AttentionDropout& drop, float* room) {
-  if (in.bf16 && cuda::flash_tc_supported(x))
-    return cuda::flash_attention_forward_rows_bf16(out_rows, lse, bits(in.q), bits(in.k), bits(in.v), x, drop);
-  c_flash_forward(room, lse, in, x, drop);
-  const HeadShape h = heads_of(x);
-  cuda::merge_heads_bf16(out_rows, room, h.b, h.s, h.a, h.dh);
-}
-void c_flash_backward_rows(float* dq, float* dk, float* dv, const float* dout_rows, const FlashOperands& in,
-                           const uint16_t* out_rows, const float* lse, const FlashShape& x, const AttentionDropout& drop,
-                           float* room_dout, float* room_out) {
-  if (in.bf16 && cuda::flash_tc_supported(x)) {
-    const cuda::Workspace ws = scratch(cuda::flash_attention_backward_workspace_bytes(x));
-    return cuda::flash_attention_backward_rows_bf16(dq, dk, dv, dout_rows, bits(in.q), bits(in.k), bits(in.v), out_rows,
-                                                    lse, x, drop, ws);
-  }
-  const HeadShape h = heads_of(x);
-  cuda::unmerge_heads(room_dout, dout_rows, h.b, h.s, h.a, h.dh);
-  cuda::unmerge_heads_bf16(room_out, out_rows, h.b, h.s, h.a, h.dh);
-  c_flash_backward(dq, dk, dv, room_dout, in, room_out, lse, x, drop);
-}
 // The ring's blocks (context parallelism, --cp-comm-type p2p) have no CUDA kernel yet: the run is
 // refused before it starts (cli/device_support.cpp), so reaching one is a bug.
 [[noreturn]] void c_flash_block_unbuilt() {
@@ -293,13 +269,11 @@ bool c_all_finite(const float* v, int64_t n) {
 
 // The bf16 fused passes (kernels/bf16_fused.hpp), each one kernel on the device (cuda/bf16_fused.hpp).
 // AdamW takes clipping's factor in its pass, as the CPU's does (it staged a scaled copy of each
-// gradient before: two passes over every gradient and two launches a tensor, each step that clipped).
-void c_adamw_fused(float* m, float* v, float* w, uint16_t* w16, const float* g, int64_t n, float decay,
-                   const AdamWScalars& a, float grad_scale) {
-  cuda::adamw_update_bf16(m, v, w, w16, g, n, decay, a, grad_scale);
-}
+// gradient before: two passes over every gradient and two launches a tensor, each step that clipped),
+// every tensor in one launch.
 void c_adamw_segments(AdamWSegments batch, const AdamWScalars& a) {
-  cuda::adamw_update_segments(batch.segments, batch.count, a, scratch(cuda::adamw_segments_workspace_bytes(batch.count)));
+  cuda::adamw_update_segments(batch.segments, batch.count, a,
+                              scratch(cuda::adamw_segments_workspace_bytes(batch.count)));
 }
 void c_layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rstd, const float* x, const float* w,
                               const float* b, int64_t N, int64_t C) {
@@ -313,6 +287,27 @@ void c_merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape& x) {
 }
 void c_unmerge_heads_bf16(float* heads, const uint16_t* rows16, const HeadShape& x) {
   cuda::unmerge_heads_bf16(heads, rows16, x.b, x.s, x.a, x.dh);
+}
+// The context in the token rows: the tensor-core kernels read and write it there; a shape they do not
+// serve takes the head-layout call with the layout passes around it (the CPU's sequence).
+void c_flash_forward_rows(uint16_t* out_rows, float* lse, const FlashOperands& in, const FlashShape& x,
+                          const AttentionDropout& drop, float* room) {
+  if (in.bf16 && cuda::flash_tc_supported(x))
+    return cuda::flash_attention_forward_rows_bf16(out_rows, lse, bits(in.q), bits(in.k), bits(in.v), x, drop);
+  c_flash_forward(room, lse, in, x, drop);
+  c_merge_heads_bf16(out_rows, room, heads_of(x));
+}
+void c_flash_backward_rows(float* dq, float* dk, float* dv, const float* dout_rows, const FlashOperands& in,
+                           const uint16_t* out_rows, const float* lse, const FlashShape& x, const AttentionDropout& drop,
+                           float* room_dout, float* room_out) {
+  if (in.bf16 && cuda::flash_tc_supported(x)) {
+    const cuda::Workspace ws = scratch(cuda::flash_attention_backward_workspace_bytes(x));
+    return cuda::flash_attention_backward_rows_bf16(dq, dk, dv, dout_rows, bits(in.q), bits(in.k), bits(in.v), out_rows,
+                                                    lse, x, drop, ws);
+  }
+  c_unmerge_heads(room_dout, dout_rows, heads_of(x));
+  c_unmerge_heads_bf16(room_out, out_rows, heads_of(x));
+  c_flash_backward(dq, dk, dv, room_dout, in, room_out, lse, x, drop);
 }
 void c_gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n) {
   cuda::gelu_forward_bf16(pre16, act16, pre, n);
@@ -393,7 +388,6 @@ const DeviceOps kCudaOps = {
     c_half_widen,
     c_half_accumulate,
     c_adamw,
-    c_adamw_fused,
     c_adamw_segments,
     c_grad_sums_squares,
     c_scale_grads,

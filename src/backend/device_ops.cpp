@@ -47,7 +47,6 @@ void cpu_flash_backward(float* dq, float* dk, float* dv, const float* dout, cons
   flash_attention_backward(dq, dk, dv, dout, f.q, f.k, f.v, out, lse, x, d);
 }
 // The context in the token rows: the head-layout kernels with the layout passes around them.
-HeadShape heads_of(const FlashShape& x) { return {x.b, x.s, x.a, x.dh}; }
 void cpu_flash_forward_rows(uint16_t* out_rows, float* lse, const FlashOperands& in, const FlashShape& x,
                             const AttentionDropout& d, float* room) {
   cpu_flash_forward(room, lse, in, x, d);
@@ -114,7 +113,6 @@ const DeviceOps kCpu = {
     cpu_half_widen,
     cpu_half_accumulate,
     adamw_update,
-    adamw_update_fused,
     adamw_update_segments,
     grad_sums_squares,
     scale_grads,

@@ -97,8 +97,6 @@ struct DeviceOps {
   void (*half_accumulate)(bool, const float*, uint16_t*, int64_t);
   // The optimizer's (kernels/optimizer_kernels.hpp): results that are one number come to the host.
   void (*adamw_update)(float*, float*, float*, const float*, int64_t, float, const AdamWScalars&);
-  void (*adamw_update_fused)(float*, float*, float*, uint16_t*, const float*, int64_t, float, const AdamWScalars&,
-                             float);
   void (*adamw_update_segments)(AdamWSegments, const AdamWScalars&);
   void (*grad_sums_squares)(GradPieceSums);
   void (*scale_grads)(float*, int64_t, float);
@@ -132,7 +130,7 @@ struct DeviceOps {
   X(dropout_forward) X(dropout_backward) X(softmax_dropout_forward) X(softmax_causal_backward)                 \
   X(flash_attention_forward) X(flash_attention_backward) X(flash_attention_forward_rows_bf16) X(flash_attention_backward_rows_bf16) X(flash_block_forward) X(flash_block_backward) X(split_heads) X(merge_heads) X(unmerge_heads)       \
   X(merge_qkv_grads) X(embedding_shard_forward) X(embedding_shard_backward) X(add_positions) X(position_grads) X(ce_shard_max_target)            \
-  X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_whole_forward) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(adamw_update_fused) X(adamw_update_segments) X(grad_sums_squares) X(scale_grads) X(all_finite) \
+  X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_whole_forward) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(adamw_update_segments) X(grad_sums_squares) X(scale_grads) X(all_finite) \
   X(layernorm_forward_bf16) X(split_heads_bf16) X(merge_heads_bf16) X(unmerge_heads_bf16) X(gelu_forward_bf16) X(narrow_bias_backward)       \
   X(gelu_backward_narrow) X(merge_qkv_grads_narrow) X(softmax_causal_backward_bf16) X(layernorm_backward_bf16) X(ce_shard_backward_bf16)      \
   X(synchronize)
@@ -148,6 +146,9 @@ const DeviceOps& device_ops();
 // Serves the run's operations from `ops` (a static the caller keeps), for a wrapper of the selected
 // device's table (backend/op_profile.hpp); the device and its memory stay as selected.
 void replace_device_ops(const DeviceOps& ops);
+
+// The head layout of a fused attention's shape (the token rows' passes around a head-layout kernel).
+inline HeadShape heads_of(const FlashShape& x) { return {x.b, x.s, x.a, x.dh}; }
 
 // What the model calls: the same names and arguments as the kernels, served by the run's device.
 namespace dev {
@@ -297,10 +298,6 @@ inline void half_accumulate(const HalfFormat& f, const float* src, uint16_t* dst
 inline void adamw_update(float* m, float* v, float* w, const float* grad, int64_t n, float decay,
                          const AdamWScalars& a) {
   device_ops().adamw_update(m, v, w, grad, n, decay, a);
-}
-inline void adamw_update_fused(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
-                               const AdamWScalars& a, float grad_scale) {
-  device_ops().adamw_update_fused(m, v, w, w16, grad, n, decay, a, grad_scale);
 }
 inline void adamw_update_segments(AdamWSegments batch, const AdamWScalars& a) {
   device_ops().adamw_update_segments(batch, a);
