@@ -154,28 +154,35 @@ __device__ __forceinline__ float adamw_element(float& m, float& v, float& w, flo
   return w;
 }
 // w16 non-null: the updated weight narrowed too (adamw_update_bf16).
+__device__ __forceinline__ void adamw_one(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t i,
+                                          float decay, const AdamWScalars& a, float grad_scale) {
+  float mi = m[i], vi = v[i], wi = w[i];
+  adamw_element(mi, vi, wi, grad[i], decay, a, grad_scale);
+  m[i] = mi, v[i] = vi, w[i] = wi;
+  if (w16) w16[i] = to_bf16_bits(wi);
+}
 __global__ void adamw_kernel(float* m, float* v, float* w, uint16_t* w16, const float* grad, int64_t n, float decay,
                              AdamWScalars a, float grad_scale) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    float mi = m[i], vi = v[i], wi = w[i];
-    adamw_element(mi, vi, wi, grad[i], decay, a, grad_scale);
-    m[i] = mi, v[i] = vi, w[i] = wi;
-    if (w16) w16[i] = to_bf16_bits(wi);
-  }
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    adamw_one(m, v, w, w16, grad, i, decay, a, grad_scale);
 }
-// The same, four elements a thread (16-byte loads and stores; w16 8-byte) where the pointers allow.
+// Four elements of the same update, group i (16-byte loads and stores; w16 8-byte).
+__device__ __forceinline__ void adamw_four(float4* m, float4* v, float4* w, uint2* w16, const float4* grad,
+                                           int64_t i, float decay, const AdamWScalars& a, float grad_scale) {
+  float4 mi = m[i], vi = v[i], wi = w[i];
+  const float4 g = grad[i];
+  adamw_element(mi.x, vi.x, wi.x, g.x, decay, a, grad_scale);
+  adamw_element(mi.y, vi.y, wi.y, g.y, decay, a, grad_scale);
+  adamw_element(mi.z, vi.z, wi.z, g.z, decay, a, grad_scale);
+  adamw_element(mi.w, vi.w, wi.w, g.w, decay, a, grad_scale);
+  m[i] = mi, v[i] = vi, w[i] = wi;
+  if (w16) w16[i] = make_uint2(bf16_pair(wi.x, wi.y), bf16_pair(wi.z, wi.w));
+}
+// The same, four elements a thread where the pointers allow.
 __global__ void adamw_x4_kernel(float4* m, float4* v, float4* w, uint2* w16, const float4* grad, int64_t n4,
                                 float decay, AdamWScalars a, float grad_scale) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x) {
-    float4 mi = m[i], vi = v[i], wi = w[i];
-    const float4 g = grad[i];
-    adamw_element(mi.x, vi.x, wi.x, g.x, decay, a, grad_scale);
-    adamw_element(mi.y, vi.y, wi.y, g.y, decay, a, grad_scale);
-    adamw_element(mi.z, vi.z, wi.z, g.z, decay, a, grad_scale);
-    adamw_element(mi.w, vi.w, wi.w, g.w, decay, a, grad_scale);
-    m[i] = mi, v[i] = vi, w[i] = wi;
-    if (w16) w16[i] = make_uint2(bf16_pair(wi.x, wi.y), bf16_pair(wi.z, wi.w));
-  }
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x)
+    adamw_four(m, v, w, w16, grad, i, decay, a, grad_scale);
 }
 
 // A segment's place in adamw_segments_kernel's grid: its blocks from `first`, `units` work items (its
@@ -185,35 +192,29 @@ struct AdamWBlocks {
   int64_t first, blocks, units, n4;
   bool x4;
 };
-__global__ void adamw_segments_kernel(const AdamWBlocks* table, int count, AdamWScalars a) {
-  const int64_t b = blockIdx.x;
+// A block table's entry for block b: the last one whose blocks start at or before it (the tables of
+// adamw_update_segments and grad_sums_squares, each entry's blocks from `first`).
+template <class Entry>
+__device__ int entry_of_block(const Entry* table, int count, int64_t b) {
   int lo = 0, hi = count - 1;
-  while (lo < hi) {  // the last segment starting at or before block b
+  while (lo < hi) {
     const int mid = lo + (hi - lo + 1) / 2;
     if (table[mid].first <= b) lo = mid;
     else hi = mid - 1;
   }
-  const AdamWBlocks t = table[lo];
+  return lo;
+}
+__global__ void adamw_segments_kernel(const AdamWBlocks* table, int count, AdamWScalars a) {
+  const int64_t b = blockIdx.x;
+  const AdamWBlocks t = table[entry_of_block(table, count, b)];
   const AdamWSegment& s = t.s;
   const int64_t stride = t.blocks * blockDim.x;
   for (int64_t u = (b - t.first) * blockDim.x + threadIdx.x; u < t.units; u += stride) {
     if (t.x4 && u < t.n4) {
-      float4 mi = reinterpret_cast<float4*>(s.m)[u], vi = reinterpret_cast<float4*>(s.v)[u];
-      float4 wi = reinterpret_cast<float4*>(s.w)[u];
-      const float4 g = reinterpret_cast<const float4*>(s.grad)[u];
-      adamw_element(mi.x, vi.x, wi.x, g.x, s.decay, a, s.grad_scale);
-      adamw_element(mi.y, vi.y, wi.y, g.y, s.decay, a, s.grad_scale);
-      adamw_element(mi.z, vi.z, wi.z, g.z, s.decay, a, s.grad_scale);
-      adamw_element(mi.w, vi.w, wi.w, g.w, s.decay, a, s.grad_scale);
-      reinterpret_cast<float4*>(s.m)[u] = mi, reinterpret_cast<float4*>(s.v)[u] = vi;
-      reinterpret_cast<float4*>(s.w)[u] = wi;
-      if (s.w16) reinterpret_cast<uint2*>(s.w16)[u] = make_uint2(bf16_pair(wi.x, wi.y), bf16_pair(wi.z, wi.w));
+      adamw_four(reinterpret_cast<float4*>(s.m), reinterpret_cast<float4*>(s.v), reinterpret_cast<float4*>(s.w),
+                 reinterpret_cast<uint2*>(s.w16), reinterpret_cast<const float4*>(s.grad), u, s.decay, a, s.grad_scale);
     } else {
-      const int64_t i = t.x4 ? 4 * t.n4 + (u - t.n4) : u;
-      float mi = s.m[i], vi = s.v[i], wi = s.w[i];
-      adamw_element(mi, vi, wi, s.grad[i], s.decay, a, s.grad_scale);
-      s.m[i] = mi, s.v[i] = vi, s.w[i] = wi;
-      if (s.w16) s.w16[i] = to_bf16_bits(wi);
+      adamw_one(s.m, s.v, s.w, s.w16, s.grad, t.x4 ? 4 * t.n4 + (u - t.n4) : u, s.decay, a, s.grad_scale);
     }
   }
 }
@@ -250,13 +251,7 @@ int64_t piece_blocks(int64_t n) {
 __global__ void sum_squares_pieces_kernel(double* partial, const PieceBlocks* pieces, int count, int64_t total) {
   __shared__ double scratch[32];
   for (int64_t b = blockIdx.x; b < total; b += gridDim.x) {  // the whole block alike
-    int lo = 0, hi = count - 1;
-    while (lo < hi) {
-      const int mid = lo + (hi - lo + 1) / 2;
-      if (pieces[mid].first <= b) lo = mid;
-      else hi = mid - 1;
-    }
-    const PieceBlocks pc = pieces[lo];
+    const PieceBlocks pc = pieces[entry_of_block(pieces, count, b)];
     const int64_t stride = pc.blocks * blockDim.x;
     double acc = 0.0;
     for (int64_t i = (b - pc.first) * blockDim.x + threadIdx.x; i < pc.n; i += stride)
