@@ -32,20 +32,8 @@ run() {  # NAME DEVICE BINARY FLAGS...
     status=1
   }
 }
-compare() {  # NAME A B TOL
-  python3 - "$@" <<'PY' || status=1
-import json, sys
-name, a, b, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-def losses(p):
-    return [json.loads(x)["loss"] for x in open(p) if '"event":"step"' in x]
-la, lb = losses(a), losses(b)
-if len(la) != len(lb) or not la:
-    print(f"{name}: FAIL ({len(la)} and {len(lb)} steps)"); sys.exit(1)
-worst = max(abs(x - y) / abs(x) for x, y in zip(la, lb))
-ok = worst <= tol
-print(f"{name}: max_rel_loss_diff_over_{len(la)}_steps={worst:.3e} tol={tol:g} {'ok' if ok else 'FAIL'}")
-sys.exit(0 if ok else 1)
-PY
+compare() {  # NAME A B TOL: the device check's loss comparison (scripts/device-compare.py)
+  python3 "$root/scripts/device-compare.py" losses "$@" || status=1
 }
 for spec in "fp32:1e-5:" "bf16:0.0078125:--activation-dtype bf16" "fused_bf16:0.0078125:--attention fused --activation-dtype bf16"; do
   name=${spec%%:*} rest=${spec#*:}
