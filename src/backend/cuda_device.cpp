@@ -61,7 +61,7 @@ bool c_holds(const void* p) {
   return a.type == cudaMemoryTypeDevice;
 }
 
-const DeviceMemory kCudaMemory = {"cuda",      false,      c_allocate, c_release,   c_fill_zero,    c_copy,
+const DeviceMemory kCudaMemory = {"cuda",      false,      false,      c_allocate, c_release,   c_fill_zero,    c_copy,
                                   c_to_device, c_to_host,  c_to_bf16,  c_from_bf16, c_driver_used, c_context, c_holds};
 
 // Scratch of the kernels that need it (LayerNorm, bias, embedding backward, ...): one grow-only
@@ -324,6 +324,19 @@ void c_merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, cons
   cuda::merge_qkv_grads_narrow(dqkv16, db, dq, dk, dv, x.b, x.s, x.a, x.dh,
                                scratch(cuda::bias_backward_workspace_bytes(x.b * x.s, 3 * x.a * x.dh)));
 }
+// The QKV gradient in the rows too: the kernels write it where they serve the shape; elsewhere the
+// rows call into the rooms with the merge after (the CPU's sequence).
+void c_flash_backward_qkv_rows(uint16_t* dqkv16, float* db, const float* dout_rows, const FlashOperands& in,
+                               const uint16_t* out_rows, const float* lse, const FlashShape& x,
+                               const AttentionDropout& drop, const FlashRowsRooms& r) {
+  if (in.bf16 && cuda::flash_qkv_rows_supported(x)) {
+    const cuda::Workspace ws = scratch(cuda::flash_attention_backward_qkv_rows_workspace_bytes(x));
+    return cuda::flash_attention_backward_qkv_rows_bf16(dqkv16, db, dout_rows, bits(in.q), bits(in.k), bits(in.v),
+                                                        out_rows, lse, x, drop, ws);
+  }
+  c_flash_backward_rows(r.dq, r.dk, r.dv, dout_rows, in, out_rows, lse, x, drop, r.dout, r.out);
+  c_merge_qkv_grads_narrow(dqkv16, db, r.dq, r.dk, r.dv, heads_of(x));
+}
 void c_softmax_causal_backward_bf16(uint16_t* ds16, const float* dprobs, const uint16_t* probs16, int64_t batch,
                                     int64_t s) {
   cuda::softmax_causal_backward_bf16(ds16, dprobs, probs16, batch, s);
@@ -368,6 +381,7 @@ const DeviceOps kCudaOps = {
     c_flash_backward,
     c_flash_forward_rows,
     c_flash_backward_rows,
+    c_flash_backward_qkv_rows,
     c_flash_block_forward,
     c_flash_block_backward,
     c_split_heads,

@@ -59,6 +59,12 @@ void cpu_flash_backward_rows(float* dq, float* dk, float* dv, const float* dout_
   unmerge_heads_bf16(room_out, out_rows, heads_of(x));
   cpu_flash_backward(dq, dk, dv, room_dout, in, room_out, lse, x, d);
 }
+void cpu_flash_backward_qkv_rows(uint16_t* dqkv16, float* db, const float* dout_rows, const FlashOperands& in,
+                                 const uint16_t* out_rows, const float* lse, const FlashShape& x,
+                                 const AttentionDropout& d, const FlashRowsRooms& r) {
+  cpu_flash_backward_rows(r.dq, r.dk, r.dv, dout_rows, in, out_rows, lse, x, d, r.dout, r.out);
+  merge_qkv_grads_narrow(dqkv16, db, r.dq, r.dk, r.dv, heads_of(x));
+}
 void cpu_synchronize() {}
 void cpu_half_narrow(bool fp16, const float* src, uint16_t* dst, int64_t n) { HalfFormat{fp16}.narrow(src, dst, n); }
 void cpu_half_widen(bool fp16, const uint16_t* src, float* dst, int64_t n) { HalfFormat{fp16}.widen(src, dst, n); }
@@ -93,6 +99,7 @@ const DeviceOps kCpu = {
     cpu_flash_backward,
     cpu_flash_forward_rows,
     cpu_flash_backward_rows,
+    cpu_flash_backward_qkv_rows,
     flash_block_forward,
     flash_block_backward,
     split_heads,

@@ -28,6 +28,17 @@ const char* device_name(Device d);
 // "cpu", "cuda" or "cpu-guarded"; anything else is an InputError naming the flag's values.
 Device parse_device(const std::string& text);
 
+// Room for an implementation of flash_attention_backward_qkv_rows_bf16 that goes through the head
+// layout (the CPU's): fp32, b·a·s·dh floats each, for dq, dk, dv, dO and O. A device's kernels that
+// write the rows themselves do not touch them.
+struct FlashRowsRooms {
+  float* dq = nullptr;
+  float* dk = nullptr;
+  float* dv = nullptr;
+  float* dout = nullptr;
+  float* out = nullptr;
+};
+
 struct DeviceOps {
   Device device;
   // GEMMs (kernels/gemm.hpp, kernels/linear.hpp).
@@ -71,6 +82,12 @@ struct DeviceOps {
   void (*flash_attention_backward_rows_bf16)(float*, float*, float*, const float*, const FlashOperands&,
                                              const uint16_t*, const float*, const FlashShape&, const AttentionDropout&,
                                              float* room_dout, float* room_out);
+  // The backward from the rows with the QKV gradient in the rows too (bf16 bits, merge_qkv_grads'
+  // layout [b·s, 3·a·dh]) and its bias gradient added into db: bit for bit the call above followed by
+  // merge_qkv_grads_narrow, which an implementation with the rooms (FlashRowsRooms) may run.
+  void (*flash_attention_backward_qkv_rows_bf16)(uint16_t*, float*, const float*, const FlashOperands&,
+                                                 const uint16_t*, const float*, const FlashShape&,
+                                                 const AttentionDropout&, const FlashRowsRooms&);
   void (*flash_block_forward)(float*, float*, const float*, const float*, const float*, const FlashBlock&,
                               const AttentionDropout&);
   void (*flash_block_backward)(float*, float*, float*, const float*, const float*, const float*, const float*,
@@ -128,7 +145,7 @@ struct DeviceOps {
   X(layernorm_backward) X(layernorm_partial_floats) X(layernorm_backward_input) X(layernorm_reduce_partials)  \
   X(gelu_forward) X(gelu_backward) X(bias_backward) X(bias_column_sums) X(bias_add) X(bias_add_rows) X(residual_add) X(dropout_mask_fill)      \
   X(dropout_forward) X(dropout_backward) X(softmax_dropout_forward) X(softmax_causal_backward)                 \
-  X(flash_attention_forward) X(flash_attention_backward) X(flash_attention_forward_rows_bf16) X(flash_attention_backward_rows_bf16) X(flash_block_forward) X(flash_block_backward) X(split_heads) X(merge_heads) X(unmerge_heads)       \
+  X(flash_attention_forward) X(flash_attention_backward) X(flash_attention_forward_rows_bf16) X(flash_attention_backward_rows_bf16) X(flash_attention_backward_qkv_rows_bf16) X(flash_block_forward) X(flash_block_backward) X(split_heads) X(merge_heads) X(unmerge_heads)       \
   X(merge_qkv_grads) X(embedding_shard_forward) X(embedding_shard_backward) X(add_positions) X(position_grads) X(ce_shard_max_target)            \
   X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_whole_forward) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(adamw_update_segments) X(grad_sums_squares) X(scale_grads) X(all_finite) \
   X(layernorm_forward_bf16) X(split_heads_bf16) X(merge_heads_bf16) X(unmerge_heads_bf16) X(gelu_forward_bf16) X(narrow_bias_backward)       \
@@ -231,6 +248,12 @@ inline void flash_attention_backward_rows_bf16(float* dq, float* dk, float* dv, 
                                                float* room_out) {
   device_ops().flash_attention_backward_rows_bf16(dq, dk, dv, dout_rows, qkv, out_rows, lse, x, drop, room_dout,
                                                   room_out);
+}
+inline void flash_attention_backward_qkv_rows_bf16(uint16_t* dqkv16, float* db, const float* dout_rows,
+                                                   const FlashOperands& qkv, const uint16_t* out_rows, const float* lse,
+                                                   const FlashShape& x, const AttentionDropout& drop,
+                                                   const FlashRowsRooms& rooms) {
+  device_ops().flash_attention_backward_qkv_rows_bf16(dqkv16, db, dout_rows, qkv, out_rows, lse, x, drop, rooms);
 }
 inline void flash_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                                 const FlashBlock& x, const AttentionDropout& drop) {

@@ -119,7 +119,7 @@ int64_t g_used() { return Arena::get().mapped(); }
 int64_t g_context() { return 0; }
 bool g_holds(const void* p) { return Arena::get().holds(p); }
 
-const DeviceMemory kGuardedMemory = {"cpu-guarded", false,       g_allocate, g_release, g_fill_zero, g_copy, g_copy,
+const DeviceMemory kGuardedMemory = {"cpu-guarded", false,       true,       g_allocate, g_release, g_fill_zero, g_copy, g_copy,
                                      g_copy,        g_to_bf16,   g_from_bf16, g_used,   g_context, g_holds};
 
 // A device operation reads and writes device memory only: a host pointer given to one (a staging
@@ -137,6 +137,9 @@ void check_arg(const char* op, const T& a) {
   } else if constexpr (std::is_same_v<T, FlashOperands>) {  // the operands and the room to widen them
     for (const void* p : {a.q, a.k, a.v, static_cast<const void*>(a.q32), static_cast<const void*>(a.k32),
                           static_cast<const void*>(a.v32)})
+      if (p && !Arena::get().holds(p)) host_pointer(op);
+  } else if constexpr (std::is_same_v<T, FlashRowsRooms>) {
+    for (const float* p : {a.dq, a.dk, a.dv, a.dout, a.out})
       if (p && !Arena::get().holds(p)) host_pointer(op);
   } else if constexpr (std::is_same_v<T, GradPieceSums>) {  // host arrays naming device runs
     for (size_t i = 0; i < a.count; ++i)

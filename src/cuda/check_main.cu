@@ -944,6 +944,22 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
     compare_bits(name + " dq rows (bf16 in)", "bwd", w_dq, d_dq.get());
     compare_bits(name + " dk rows (bf16 in)", "bwd", w_dk, d_dk.get());
     compare_bits(name + " dv rows (bf16 in)", "bwd", w_dv, d_dv.get());
+    if (lattice::cuda::flash_qkv_rows_supported(x)) {
+      // The QKV gradient in the rows too: the rows call's dq, dk, dv merged and narrowed with their bias
+      // sums (merge_qkv_grads_narrow, into a bias gradient that holds values already), bit for bit.
+      const int64_t N = x.b * x.s, cols = 3 * x.a * x.dh;
+      const auto db0 = randn(size_t(cols));
+      Dev<uint16_t> want_rows(size_t(N * cols)), got_rows(size_t(N * cols));
+      Dev<float> want_db(db0), got_db(db0);
+      Scratch mws(lattice::cuda::bias_backward_workspace_bytes(N, cols));
+      lattice::cuda::merge_qkv_grads_narrow(want_rows.p, want_db.p, d_dq.p, d_dk.p, d_dv.p, x.b, x.s, x.a, x.dh,
+                                            mws.ws());
+      Scratch qws(lattice::cuda::flash_attention_backward_qkv_rows_workspace_bytes(x));
+      lattice::cuda::flash_attention_backward_qkv_rows_bf16(got_rows.p, got_db.p, d_dout_rows.p, d_q16.p, d_k16.p,
+                                                            d_v16.p, d_out_rows16.p, d_lse.p, x, drop, qws.ws());
+      compare_bits(name + " dqkv rows (bf16 in, bf16 out)", "bwd", want_rows.get(), got_rows.get());
+      compare_bits(name + " dqkv rows' bias sums", "bwd", want_db.get(), got_db.get());
+    }
   }
 }
 
@@ -1055,7 +1071,8 @@ void check_flash() {
   // dh 16 and 48 leave warps without an output tile and give three column tiles; s 40 is one partial tile.
   for (lattice::FlashShape x : {lattice::FlashShape{2, 3, 200, 64}, lattice::FlashShape{1, 2, 130, 128},
                                 lattice::FlashShape{2, 2, 96, 32}, lattice::FlashShape{1, 2, 40, 16},
-                                lattice::FlashShape{1, 1, 100, 48}}) {
+                                lattice::FlashShape{1, 1, 100, 48}, lattice::FlashShape{2, 2, 128, 64},
+                                lattice::FlashShape{1, 3, 64, 32}}) {  // the last two: s a multiple of 64
     x.bf16_operands = true;
     check_flash_case(x, 0.0f);
     check_flash_case(x, 0.1f);

@@ -417,4 +417,33 @@ void flash_attention_backward_rows_bf16(float* dq, float* dk, float* dv, const f
   flash_tc_backward(dq, dk, dv, dout16, q, k, v, lse, D, x, drop, stream);
 }
 
+bool flash_qkv_rows_supported(const FlashShape& x) { return x.s % kColumnChunkRows == 0 && flash_tc_supported(x); }
+namespace {
+// After the backward's scratch: the column sums' partials, one row of 3·a·dh per 64-row chunk.
+size_t qkv_partial_offset(const FlashShape& x) { return (flash_attention_backward_workspace_bytes(x) + 255) / 256 * 256; }
+}  // namespace
+size_t flash_attention_backward_qkv_rows_workspace_bytes(const FlashShape& x) {
+  return qkv_partial_offset(x) + size_t(std::max<int64_t>(0, column_chunks(x.b * x.s) * 3 * x.a * x.dh)) * sizeof(float);
+}
+void flash_attention_backward_qkv_rows_bf16(uint16_t* dqkv16, float* db, const float* dout_rows, const uint16_t* q,
+                                            const uint16_t* k, const uint16_t* v, const uint16_t* out_rows,
+                                            const float* lse, const FlashShape& x, const AttentionDropout& drop,
+                                            Workspace ws, cudaStream_t stream) {
+  require_supported(x, "flash_attention_backward");
+  if (x.b * x.a * x.s == 0) return;
+  if (!flash_qkv_rows_supported(x))
+    throw std::invalid_argument("CUDA: flash_attention_backward: the QKV rows need the tensor-core form and s a "
+                                "multiple of 64");
+  if (ws.bytes < flash_attention_backward_qkv_rows_workspace_bytes(x) || !ws.data)
+    throw std::runtime_error("CUDA: flash_attention_backward: workspace of " + std::to_string(ws.bytes) +
+                             " bytes, needs " + std::to_string(flash_attention_backward_qkv_rows_workspace_bytes(x)));
+  uint16_t* dout16 = dout16_room(x, ws);
+  const float* D = backward_rowdot<true>(dout_rows, out_rows, x, ws, dout16, stream);
+  float* partial = reinterpret_cast<float*>(static_cast<char*>(ws.data) + qkv_partial_offset(x));
+  flash_tc_backward_qkv_rows(dqkv16, partial, dout16, q, k, v, lse, D, x, drop, stream);
+  const int64_t cols = 3 * x.a * x.dh, chunks = column_chunks(x.b * x.s);
+  column_reduce_kernel<<<column_group_grid(cols), kReduceWarps * 32, 0, stream>>>(db, partial, cols, chunks);
+  check_launch("flash_attention_backward QKV bias sums");
+}
+
 }  // namespace lattice::cuda

@@ -60,6 +60,12 @@ void flash_tc_backward(float* dq, float* dk, float* dv, const uint16_t* dout16, 
 void flash_tc_backward(float* dq, float* dk, float* dv, const uint16_t* dout16, const uint16_t* q, const uint16_t* k,
                        const uint16_t* v, const float* lse, const float* D, const FlashShape& x,
                        const AttentionDropout& drop, cudaStream_t stream);
+// The same with the gradients as bf16 bits in the QKV rows [b·s, 3·a·dh] (merge_qkv_grads' layout)
+// and each 64-row chunk's column sums into partial [b·s / 64][3·a·dh] (column_partials_kernel's);
+// s a multiple of 64 (std::invalid_argument otherwise).
+void flash_tc_backward_qkv_rows(uint16_t* dqkv16, float* partial, const uint16_t* dout16, const uint16_t* q,
+                                const uint16_t* k, const uint16_t* v, const float* lse, const float* D,
+                                const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream);
 
 // Empty if the shape is supported, else why not.
 std::string flash_attention_unsupported(const FlashShape& x);
@@ -99,5 +105,19 @@ void flash_attention_backward_rows_bf16(float* dq, float* dk, float* dv, const f
                                         const uint16_t* k, const uint16_t* v, const uint16_t* out_rows,
                                         const float* lse, const FlashShape& x, const AttentionDropout& drop,
                                         Workspace ws, cudaStream_t stream = nullptr);
+
+// The backward from the rows with the QKV gradient in the rows too: dqkv16 [b·s, 3·a·dh] as bf16 bits
+// and the QKV bias gradient added into db [3·a·dh], bit for bit flash_attention_backward_rows_bf16
+// followed by merge_qkv_grads_narrow. The kernels write the narrowed rows and each 64-row chunk's
+// column sums as they finish a tile, so the fp32 dq, dk, dv and the merge's pass over them are gone
+// (merge_qkv_grads_narrow took 5.3 ms a GPT-2 step at micro-batch 32, 2026-11-27 H200 profile). For
+// the shapes flash_qkv_rows_supported names (the tensor-core form's, s a multiple of 64: a query or key
+// tile is then one chunk of the column sums); std::invalid_argument otherwise.
+bool flash_qkv_rows_supported(const FlashShape& x);
+size_t flash_attention_backward_qkv_rows_workspace_bytes(const FlashShape& x);
+void flash_attention_backward_qkv_rows_bf16(uint16_t* dqkv16, float* db, const float* dout_rows, const uint16_t* q,
+                                            const uint16_t* k, const uint16_t* v, const uint16_t* out_rows,
+                                            const float* lse, const FlashShape& x, const AttentionDropout& drop,
+                                            Workspace ws, cudaStream_t stream = nullptr);
 
 }  // namespace lattice::cuda

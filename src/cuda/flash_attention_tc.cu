@@ -23,6 +23,7 @@
 // products and the copy-ahead walk's barrier protocol, which must agree to the byte; apart, the
 // protocol would be spread over files that the host emulation (tests/host_sim) cuts as one.
 #include <algorithm>
+#include <stdexcept>
 #include <type_traits>
 
 #include "cuda/flash_attention.hpp"
@@ -260,6 +261,63 @@ __device__ __forceinline__ BlockTile block_tile(const FlashArgs& p, bool reverse
   return b;
 }
 
+// The QKV gradient in the token rows (flash_attention_backward_qkv_rows_bf16): bf16 bits of
+// merge_qkv_grads' rows [b·s, 3·a·dh] (Q, K, V the parts 0, 1, 2 of a row, each its a heads' dh
+// columns), and each 64-row chunk's column sums into partial[chunk][3·a·dh], the bias gradient's
+// first pass as column_partials_kernel makes it (a tile is one chunk of the b·s rows when s is a
+// multiple of 64, which the caller requires).
+struct QkvRows {
+  uint16_t* rows = nullptr;
+  float* partial = nullptr;
+};
+static_assert(kT == kColumnChunkRows, "a tile of the QKV rows is one chunk of their column sums");
+// The shared memory a tile's fp32 stage takes (it overlays the operand tiles, which are larger).
+__host__ __device__ inline size_t qkv_stage_floats(int dh) { return size_t(kT) * size_t(dh + 4); }
+
+// A warp's accumulators (its 16 rows of the block's tile) to part `part` of the QKV rows: staged as
+// fp32 in shared memory, each column summed over the tile's rows in ascending order from zero
+// (column_partials_kernel's sum: the bias gradient's bits are merge_qkv_grads_narrow's), each row
+// stored narrowed by to_bf16's rule (the bits of storing fp32 and narrowing after), four elements a
+// thread. Every thread of the block calls it, after its last read of the operand tiles.
+template <int NC>
+__device__ __forceinline__ void store_qkv_rows(unsigned char* smem, const float (&acc)[2 * NC][4], const BlockTile& bt,
+                                               const FlashArgs& p, QkvRows out, int part, bool vec) {
+  const int dh = int(p.dh), ls = dh + 4;
+  float* stage = Carver{smem}.take<float>(qkv_stage_floats(dh));
+  __syncthreads();  // every warp is done with the tiles the stage overlays, and with a previous stage
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = bt.w0 + bt.g + 8 * half;
+#pragma unroll
+    for (int dt = 0; dt < 2 * NC; ++dt) {
+      if (dt * 8 >= dh) break;
+      stage[r * ls + dt * 8 + 2 * bt.tq] = acc[dt][2 * half];
+      stage[r * ls + dt * 8 + 2 * bt.tq + 1] = acc[dt][2 * half + 1];
+    }
+  }
+  __syncthreads();
+  const int64_t bi = bt.bh / p.a, hd = bt.bh - bi * p.a, ld = 3 * p.a * p.dh;
+  const int64_t row0 = bi * p.s + bt.first, col0 = part * p.a * p.dh + hd * p.dh;
+  const int n = int(bt.n);
+  if (int(threadIdx.x) < dh) {
+    float sum = 0.0f;
+    for (int r = 0; r < n; ++r) sum += stage[r * ls + int(threadIdx.x)];
+    out.partial[row0 / kT * ld + col0 + int64_t(threadIdx.x)] = sum;
+  }
+  const int quads = dh / 4;
+  for (int i = int(threadIdx.x); i < n * quads; i += kThreads) {
+    const int r = i / quads, c = (i - r * quads) * 4;
+    const float* x = stage + r * ls + c;
+    uint16_t* at = out.rows + (row0 + r) * ld + col0 + c;
+    if (vec) {
+      *reinterpret_cast<uint2*>(at) = make_uint2(bf16_pair(x[0], x[1]), bf16_pair(x[2], x[3]));
+    } else {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) at[u] = to_bf16_bits(x[u]);
+    }
+  }
+}
+
 // The two products a warp runs on a tile, every accumulator adding its k in ascending steps of 16:
 // S[16 × 64] = A·Yᵀ, A the warp's rows in registers (nc chunks of 16 columns), Y a row-major tile
 // [64][dh] (S = Q·Kᵀ, dP = dO·Vᵀ);
@@ -373,10 +431,11 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(TOut* out, float* 
 }
 
 // ---- backward: dQ of one query tile, walking its key tiles ----
-template <int NC, bool DROP, bool AHEAD, class TIn>
-__global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const uint16_t* dout, const TIn* q, const TIn* k,
-                                                         const TIn* v, const float* lse, const float* D, FlashArgs p,
-                                                         bool vec) {
+// ROWS: dQ to the QKV rows (QkvRows, part 0) instead of fp32 in the head layout.
+template <int NC, bool DROP, bool AHEAD, class TIn, bool ROWS>
+__global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, QkvRows rows, const uint16_t* dout, const TIn* q,
+                                                         const TIn* k, const TIn* v, const float* lse, const float* D,
+                                                         FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
   const Tiles t = tiles_of(Kernel::dq, smem, dh, AHEAD);
@@ -429,17 +488,22 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, const uint16
     }
     add_rows_by_tile<NC>(acc, sc, K, ld, nc);  // dQ += dS·K
   }
+  if constexpr (ROWS) {
+    store_qkv_rows<NC>(smem, acc, bt, p, rows, 0, vec);
+  } else {
 #pragma unroll
-  for (int half = 0; half < 2; ++half)
-    if (row[half] < i0 + nq) store_row<NC>(dq + head, row[half], acc, half, 1.0f, dh, dh, vec);
+    for (int half = 0; half < 2; ++half)
+      if (row[half] < i0 + nq) store_row<NC>(dq + head, row[half], acc, half, 1.0f, dh, dh, vec);
+  }
 }
 
 // ---- backward: dK, dV of one key tile (each warp 16 keys), walking its query tiles. The warp's
 // products run transposed (Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ: rows are keys), so (P∘Z)ᵀ and dSᵀ are A operands
 // of dV += (P∘Z)ᵀ·dO and dK += dSᵀ·Q straight from the accumulators. ----
-template <int NC, bool DROP, bool AHEAD, class TIn>
-__global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv, const uint16_t* dout, const TIn* q,
-                                                           const TIn* k, const TIn* v, const float* lse,
+// ROWS: dK, dV to the QKV rows (QkvRows, parts 1 and 2) instead of fp32 in the head layout.
+template <int NC, bool DROP, bool AHEAD, class TIn, bool ROWS>
+__global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv, QkvRows rows, const uint16_t* dout,
+                                                           const TIn* q, const TIn* k, const TIn* v, const float* lse,
                                                            const float* D, FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
@@ -523,12 +587,17 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
     add_rows_by_tile<NC>(acc_v, st, dO, ld, nc);  // dV += (P∘Z)ᵀ·dO
     add_rows_by_tile<NC>(acc_k, dpt, Q, ld, nc);  // dK += dSᵀ·Q
   }
+  if constexpr (ROWS) {
+    store_qkv_rows<NC>(smem, acc_k, bt, p, rows, 1, vec);
+    store_qkv_rows<NC>(smem, acc_v, bt, p, rows, 2, vec);
+  } else {
 #pragma unroll
-  for (int half = 0; half < 2; ++half)
-    if (key[half] < s) {
-      store_row<NC>(dk + head, key[half], acc_k, half, 1.0f, dh, dh, vec);
-      store_row<NC>(dv + head, key[half], acc_v, half, 1.0f, dh, dh, vec);
-    }
+    for (int half = 0; half < 2; ++half)
+      if (key[half] < s) {
+        store_row<NC>(dk + head, key[half], acc_k, half, 1.0f, dh, dh, vec);
+        store_row<NC>(dv + head, key[half], acc_v, half, 1.0f, dh, dh, vec);
+      }
+  }
 }
 
 }  // namespace
@@ -624,32 +693,41 @@ void tc_forward(TOut* out, float* lse, const TIn* q, const TIn* k, const TIn* v,
 }
 // dout16: dO rounded to bf16 once (by the caller's D pass), as the kernels rounded it tile by tile
 // before (the same bits): every key tile's block reads every later query tile's dO, at half the bytes
-// and by cp.async.
+// and by cp.async. `rows` given (bf16 bits in only): the gradients go to the QKV rows, not dq, dk, dv.
 template <class TIn>
-void tc_backward(float* dq, float* dk, float* dv, const uint16_t* dout16, const TIn* q, const TIn* k, const TIn* v,
-                 const float* lse, const float* D, const FlashShape& x, const AttentionDropout& drop,
+void tc_backward(float* dq, float* dk, float* dv, QkvRows rows, const uint16_t* dout16, const TIn* q, const TIn* k,
+                 const TIn* v, const float* lse, const float* D, const FlashShape& x, const AttentionDropout& drop,
                  cudaStream_t stream) {
   const FlashArgs p = make_args(x, drop);
   const bool vec = all_aligned(q, k, v) && aligned_to(dout16, 16) &&
                    all_aligned(static_cast<const float*>(dq), static_cast<const float*>(dk),
-                               static_cast<const float*>(dv));
+                               static_cast<const float*>(dv)) &&
+                   aligned_to(rows.rows, 8);  // the rows' four-element stores
   const bool ahead = vec && size_t(smem_optin()) >= most_smem(x.dh, true);
   const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
   const char* name1 = "flash_attention_backward dK dV (tensor cores)";
   const char* name2 = "flash_attention_backward dQ (tensor cores)";
-  with_choices<TIn>(x, p.dropout, ahead, [&](auto nc, auto d, auto ahead) {
+  const auto launch = [&](auto nc, auto d, auto ahead, auto to_rows) {
     constexpr int kNC = decltype(nc)::value;
-    constexpr bool kDrop = decltype(d)::value, kAhead = decltype(ahead)::value;
-    const auto dkdv = tc_dkdv_kernel<kNC, kDrop, kAhead, TIn>;
-    const auto dqk = tc_dq_kernel<kNC, kDrop, kAhead, TIn>;
+    constexpr bool kDrop = decltype(d)::value, kAhead = decltype(ahead)::value, kRows = decltype(to_rows)::value;
+    const auto dkdv = tc_dkdv_kernel<kNC, kDrop, kAhead, TIn, kRows>;
+    const auto dqk = tc_dq_kernel<kNC, kDrop, kAhead, TIn, kRows>;
     const size_t b1 = tiles_of(Kernel::dkdv, nullptr, int(x.dh), kAhead).bytes;
     const size_t b2 = tiles_of(Kernel::dq, nullptr, int(x.dh), kAhead).bytes;
+    if (kRows && std::min(b1, b2) < qkv_stage_floats(int(x.dh)) * sizeof(float))
+      throw std::logic_error("CUDA: flash_attention_backward: the QKV rows' stage is past the block's tiles");
     allow_smem(dkdv, b1, name1);
     allow_smem(dqk, b2, name2);
-    dkdv<<<grid, kThreads, b1, stream>>>(dk, dv, dout16, q, k, v, lse, D, p, vec);
+    dkdv<<<grid, kThreads, b1, stream>>>(dk, dv, rows, dout16, q, k, v, lse, D, p, vec);
     check_launch(name1);
-    dqk<<<grid, kThreads, b2, stream>>>(dq, dout16, q, k, v, lse, D, p, vec);
+    dqk<<<grid, kThreads, b2, stream>>>(dq, rows, dout16, q, k, v, lse, D, p, vec);
     check_launch(name2);
+  };
+  with_choices<TIn>(x, p.dropout, ahead, [&](auto nc, auto d, auto ahead) {
+    if constexpr (std::is_same_v<TIn, uint16_t>) {
+      if (rows.rows) return launch(nc, d, ahead, std::true_type{});
+    }
+    launch(nc, d, ahead, std::false_type{});
   });
 }
 }  // namespace
@@ -669,12 +747,19 @@ void flash_tc_forward_rows(uint16_t* out_rows, float* lse, const uint16_t* q, co
 void flash_tc_backward(float* dq, float* dk, float* dv, const uint16_t* dout16, const float* q, const float* k,
                        const float* v, const float* lse, const float* D, const FlashShape& x,
                        const AttentionDropout& drop, cudaStream_t stream) {
-  tc_backward(dq, dk, dv, dout16, q, k, v, lse, D, x, drop, stream);
+  tc_backward(dq, dk, dv, QkvRows{}, dout16, q, k, v, lse, D, x, drop, stream);
 }
 void flash_tc_backward(float* dq, float* dk, float* dv, const uint16_t* dout16, const uint16_t* q, const uint16_t* k,
                        const uint16_t* v, const float* lse, const float* D, const FlashShape& x,
                        const AttentionDropout& drop, cudaStream_t stream) {
-  tc_backward(dq, dk, dv, dout16, q, k, v, lse, D, x, drop, stream);
+  tc_backward(dq, dk, dv, QkvRows{}, dout16, q, k, v, lse, D, x, drop, stream);
+}
+void flash_tc_backward_qkv_rows(uint16_t* dqkv16, float* partial, const uint16_t* dout16, const uint16_t* q,
+                                const uint16_t* k, const uint16_t* v, const float* lse, const float* D,
+                                const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream) {
+  if (x.s % kColumnChunkRows != 0)
+    throw std::invalid_argument("CUDA: flash_attention_backward: the QKV rows' column sums need s a multiple of 64");
+  tc_backward(nullptr, nullptr, nullptr, QkvRows{dqkv16, partial}, dout16, q, k, v, lse, D, x, drop, stream);
 }
 
 }  // namespace lattice::cuda

@@ -111,6 +111,17 @@ void attention_fused_backward_rows(float* dq, float* dk, float* dv, const float*
                                           ws.big2.data() + c.b * c.s * c.a * c.dh());
 }
 
+void attention_fused_backward_qkv_rows(uint16_t* dqkv16, float* db, const float* dctx_rows, const LayerKept& kept,
+                                       const LayerContext& c, Workspace& ws) {
+  // Rooms for a head-layout implementation: dq, dk, dv, ctx, and big2 past the N·h floats dctx_rows may occupy.
+  const FlashRowsRooms rooms{ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.ctx.data(),
+                             ws.big2.data() + c.b * c.s * c.a * c.dh()};
+  dev::flash_attention_backward_qkv_rows_bf16(dqkv16, db, dctx_rows,
+                                              flash_operands(kept, ws.q.data(), ws.k.data(), ws.v.data()),
+                                              bf16_of(kept.proj_in), static_cast<const float*>(kept.attn_lse.data()),
+                                              flash_shape(c), attention_dropout(c), rooms);
+}
+
 void attention_core_forward(LayerKept& kept, bool keep_s2, float* ctx_out, const LayerContext& c, Workspace& ws) {
   if (c.fused_attention) {
     if (ctx_out) fused_forward(kept, ctx_out, c, ws);

@@ -31,6 +31,11 @@ bool fused_context_in_rows(const LayerContext& c);
 void attention_fused_forward_rows(LayerKept& kept, const LayerContext& c, Workspace& ws);
 void attention_fused_backward_rows(float* dq, float* dk, float* dv, const float* dctx_rows, const LayerKept& kept,
                                    const LayerContext& c, Workspace& ws);
+// The same backward with the QKV gradient in the rows too: dqkv16 [N, 3·hl] as bf16 bits, the QKV bias
+// gradient added into db (merge_qkv_grads_narrow's, with no fp32 dq, dk, dv between on a device
+// whose kernels write the rows).
+void attention_fused_backward_qkv_rows(uint16_t* dqkv16, float* db, const float* dctx_rows, const LayerKept& kept,
+                                       const LayerContext& c, Workspace& ws);
 // dq, dk, dv [b,a,s,dh] from dctx [b,a,s,dh]; needs the s² tensors in `kept`. `o_heads` (fused only):
 // the context as [b,a,s,dh] when it is not kept.proj_in's heads at c's shape (context parallelism,
 // where proj_in holds this rank's positions of all its heads); null: from kept.proj_in.

@@ -387,7 +387,12 @@ void backward(float* dx, const LayerKept& kept, const LayerWeights& w, GradSink&
   linear_weight_grads(sink, &LayerGrads::proj_w, &LayerGrads::proj_b, &LayerWeightPending::proj, &LayerKept::proj_in,
                       stored_operand(kept.proj_in), fuse ? nullptr : dy, dy_op, N, hl, h, c,
                       /*read_again=*/c.fused_attention);
-  if (fused_context_in_rows(c)) {  // the attention reads dO (big2) and O in the token rows itself
+  // Fused under bf16 with the bias summed here (fuse): the attention reads dO (big2) and O in the
+  // token rows and writes the QKV gradient rows and bias sums itself; without fuse, dq, dk, dv.
+  const bool qkv_rows = fuse && fused_context_in_rows(c);
+  if (qkv_rows) {
+    attention_fused_backward_qkv_rows(half, sink.grads->qkv_b, ws.big2.data(), kept, c, ws);
+  } else if (fused_context_in_rows(c)) {
     attention_fused_backward_rows(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.big2.data(), kept, c, ws);
   } else {
     unmerge_heads(ws.ctx.data(), ws.big2.data(), c);
@@ -419,7 +424,7 @@ void backward(float* dx, const LayerKept& kept, const LayerWeights& w, GradSink&
   const bool cp = c.cp.ulysses();
   const float *dq = (cp ? ws.q : ws.dq).data(), *dk = (cp ? ws.k : ws.dk).data(), *dv = (cp ? ws.v : ws.dv).data();
   if (fuse) {
-    dev::merge_qkv_grads_narrow(half, sink.grads->qkv_b, dq, dk, dv, head_shape(c));
+    if (!qkv_rows) dev::merge_qkv_grads_narrow(half, sink.grads->qkv_b, dq, dk, dv, head_shape(c));
     ln_column_backward(dx, nullptr, 3 * hl, kLn1Qkv, kept, w.qkv, w.ln1_w, sink, c, ws);
   } else {
     merge_qkv_grads(ws.big1.data(), dq, dk, dv, c);

@@ -102,6 +102,7 @@ nlohmann::json memory_json(const MemoryReport& m) {
   for (const auto& [name, bytes] : m.accounted_peak_by_category) at_peak[name] = bytes;
   j["accounted_peak_by_category"] = at_peak;
   j["reserved_peak_bytes"] = m.reserved_peak_bytes;
+  j["ram_reserved_peak_bytes"] = m.ram_reserved_peak_bytes;
   if (m.rss_peak_bytes > 0) {  // 0: the OS did not say (no /proc)
     j["rss_peak_bytes"] = m.rss_peak_bytes;
     j["unaccounted_bytes"] = m.unaccounted_bytes();
@@ -138,6 +139,8 @@ void print_memory_table(const MemoryReport& m) {
   for (const auto& [name, bytes] : m.accounted_peak_by_category)
     if (bytes) std::fprintf(stderr, "%s%s %s", sep, name.c_str(), human_bytes(double(bytes)).c_str()), sep = ", ";
   std::fprintf(stderr, "); reserved %s", human_bytes(double(m.reserved_peak_bytes)).c_str());
+  if (m.ram_reserved_peak_bytes != m.reserved_peak_bytes)  // a GPU's blocks: not the process's RAM
+    std::fprintf(stderr, " (in the process's RAM %s)", human_bytes(double(m.ram_reserved_peak_bytes)).c_str());
   if (m.rss_peak_bytes > 0)
     std::fprintf(stderr, "; peak RSS %s, of which %s not accounted (runtime)\n", human_bytes(double(m.rss_peak_bytes)).c_str(),
                  human_bytes(double(m.unaccounted_bytes())).c_str());

@@ -59,11 +59,13 @@ struct MemoryReport {
   int64_t model_state_peak_bytes = 0;  // all model-state buffers at once, setup included (measured)
   // Every byte (docs/design.md §4): each category's peak since start, all of them at once (accounted),
   // what requests used of the blocks the process got from the system for them (reserved), and the
-  // OS's peak resident set; unaccounted = peak RSS − reserved peak (libraries, threads, MPI, metadata).
+  // OS's peak resident set; unaccounted = peak RSS − the reserved peak in the process's RAM (libraries,
+  // threads, MPI, metadata). On a GPU the device's blocks are not in the RSS: ram_reserved_peak_bytes
+  // leaves them out (the device's own reconciliation is DeviceMemoryReport's).
   std::vector<std::pair<std::string, int64_t>> category_peak_bytes;
   std::vector<std::pair<std::string, int64_t>> accounted_peak_by_category;  // each category at that instant
-  int64_t accounted_peak_bytes = 0, reserved_peak_bytes = 0, rss_peak_bytes = 0;
-  int64_t unaccounted_bytes() const { return rss_peak_bytes - reserved_peak_bytes; }
+  int64_t accounted_peak_bytes = 0, reserved_peak_bytes = 0, ram_reserved_peak_bytes = 0, rss_peak_bytes = 0;
+  int64_t unaccounted_bytes() const { return rss_peak_bytes - ram_reserved_peak_bytes; }
 };
 
 nlohmann::json step_json(const StepReport& r);  // {"event":"step", ...}: a JSON Lines record

@@ -52,7 +52,7 @@ void host_copy(void* dst, const void* src, size_t bytes) {
 void host_to_bf16(const float* src, uint16_t* dst, int64_t n) { to_bf16(src, dst, n); }
 void host_from_bf16(const uint16_t* src, float* dst, int64_t n) { from_bf16(src, dst, n); }
 
-const DeviceMemory kHost = {"host",    true,      host_allocate,  host_release, host_fill_zero, host_copy,
+const DeviceMemory kHost = {"host",    true,      true,      host_allocate,  host_release, host_fill_zero, host_copy,
                             host_copy, host_copy, host_to_bf16,   host_from_bf16, nullptr,       nullptr,
                             nullptr};
 const DeviceMemory* g_memory = &kHost;

@@ -18,6 +18,9 @@ struct DeviceMemory {
   // Host code may read and write the buffers directly (the CPU's memory): the model's host loops
   // that predate the seam are then still correct, and copies may be skipped.
   bool host_addressable;
+  // Its pages are the process's RAM, counted in its resident set (the host's, the guarded arena's; not
+  // a GPU's): what the summary reconciles with the peak RSS.
+  bool in_process_ram;
   void* (*allocate)(size_t bytes);  // nullptr when the device has no memory left
   void (*release)(void* ptr);
   void (*fill_zero)(void* dst, size_t bytes);

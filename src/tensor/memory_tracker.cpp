@@ -22,6 +22,16 @@ struct Totals {
   std::mutex mu;
   int64_t live = 0, peak = 0, reserved = 0, reserved_peak = 0, device_live = 0, device_peak = 0, device_held = 0,
           device_held_peak = 0;
+  int64_t ram_reserved = 0, ram_reserved_peak = 0;  // of `reserved`, the blocks in the process's RAM
+  // A block's resident bytes changing by `delta` (under the lock).
+  void add_reserved(int64_t delta, const DeviceMemory* memory) {
+    reserved += delta;
+    reserved_peak = std::max(reserved_peak, reserved);
+    if (!memory || memory->in_process_ram) {
+      ram_reserved += delta;
+      ram_reserved_peak = std::max(ram_reserved_peak, ram_reserved);
+    }
+  }
   std::array<int64_t, kMemoryCategories> at_peak{};  // each category's live bytes when `peak` was reached
 };
 Totals& totals() {
@@ -68,6 +78,8 @@ std::array<int64_t, kMemoryCategories> MemoryTracker::accounted_peak_by_category
 }
 int64_t MemoryTracker::reserved_bytes() { return read_total(&Totals::reserved); }
 int64_t MemoryTracker::reserved_peak_bytes() { return read_total(&Totals::reserved_peak); }
+int64_t MemoryTracker::ram_reserved_bytes() { return read_total(&Totals::ram_reserved); }
+int64_t MemoryTracker::ram_reserved_peak_bytes() { return read_total(&Totals::ram_reserved_peak); }
 int64_t MemoryTracker::device_live_bytes() { return read_total(&Totals::device_live); }
 int64_t MemoryTracker::device_peak_bytes() { return read_total(&Totals::device_peak); }
 int64_t MemoryTracker::device_held_bytes() { return read_total(&Totals::device_held); }
@@ -110,8 +122,7 @@ void* MemoryTracker::allocate(size_t bytes, int layer, const char* op, bool host
   // A block's pages become resident as requests write them: count the most any request used of it.
   size_t& used = system_[ptr].used;
   if (bytes > used) {
-    t.reserved += int64_t(bytes - used);
-    t.reserved_peak = std::max(t.reserved_peak, t.reserved);
+    t.add_reserved(int64_t(bytes - used), system_[ptr].memory);
     used = bytes;
   }
   live_blocks_[ptr] = Block{bytes, layer, op, device};
@@ -141,7 +152,7 @@ void MemoryTracker::release(void* ptr) {
   const auto sys = system_.find(ptr);
   if (it->second.device && sys->second.memory != &device_memory()) {
     // From the memory the run used before it picked its device: not recycled as the device's.
-    t.reserved -= int64_t(sys->second.used);
+    t.add_reserved(-int64_t(sys->second.used), sys->second.memory);
     return_to_system(ptr, sys->second);
     system_.erase(sys);
   } else {
@@ -185,7 +196,7 @@ void MemoryTracker::release_cache() {
     for (auto& [size, ptrs] : spare)
       for (void* p : ptrs) {
         const auto sys = system_.find(p);
-        t.reserved -= int64_t(sys->second.used);
+        t.add_reserved(-int64_t(sys->second.used), sys->second.memory);
         return_to_system(p, sys->second);
         system_.erase(sys);
       }

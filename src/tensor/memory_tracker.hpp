@@ -67,6 +67,10 @@ class MemoryTracker {
   static std::array<int64_t, kMemoryCategories> accounted_peak_by_category();
   static int64_t reserved_bytes();
   static int64_t reserved_peak_bytes();
+  // The reserved bytes in the process's RAM (all of them but a GPU's), at their peak: what the peak
+  // RSS is reconciled with.
+  static int64_t ram_reserved_bytes();
+  static int64_t ram_reserved_peak_bytes();
   // Of the accounted bytes, those in the device's memory (tensor/device_memory.hpp; all of them on
   // the CPU too, where the device's memory is the host's), live and at their own peak.
   static int64_t device_live_bytes();

@@ -207,6 +207,7 @@ void Trainer::summarize(const RunTotals& t) {
   mine.push_back(MemoryTracker::accounted_peak_bytes());
   mine.push_back(MemoryTracker::reserved_peak_bytes());
   mine.push_back(resident_bytes().peak);
+  mine.push_back(MemoryTracker::ram_reserved_peak_bytes());
   for (int64_t bytes : MemoryTracker::accounted_peak_by_category()) mine.push_back(bytes);  // at the accounted peak
   // The last step's traffic by group and operator: calls and bytes sent (ring accounting).
   const size_t ops_at = mine.size();
@@ -280,9 +281,10 @@ void Trainer::summarize(const RunTotals& t) {
     m.accounted_peak_bytes = row[kCategoriesAt + kMemoryCategories];
     m.reserved_peak_bytes = row[kCategoriesAt + kMemoryCategories + 1];
     m.rss_peak_bytes = row[kCategoriesAt + kMemoryCategories + 2];
+    m.ram_reserved_peak_bytes = row[kCategoriesAt + kMemoryCategories + 3];
     for (int c = 0; c < kMemoryCategories; ++c)
       m.accounted_peak_by_category.emplace_back(category_name(MemoryCategory(c)),
-                                                row[kCategoriesAt + kMemoryCategories + 3 + size_t(c)]);
+                                                row[kCategoriesAt + kMemoryCategories + 4 + size_t(c)]);
     const size_t n_layers = (row.size() - layers_at) / 4;
     auto part = [&](size_t k) { return std::vector<int64_t>(row.begin() + long(layers_at + k * n_layers),
                                                             row.begin() + long(layers_at + (k + 1) * n_layers)); };

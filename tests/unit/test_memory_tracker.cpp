@@ -4,9 +4,12 @@
 // vector allocator and the grow-only scratch array land in the category they name.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
+#include "tensor/device_memory.hpp"
 #include "tensor/memory_tracker.hpp"
 
 using namespace lattice;
@@ -51,6 +54,43 @@ TEST(MemoryTracker, ReservedCountsWhatRequestsUsedOfEachBlock) {
   { TrackedBuffer more(odd + 1000, kNoLayer, "more", data); }  // the same block, more of it written
   EXPECT_EQ(MemoryTracker::reserved_bytes(), r1 + 1000);
   EXPECT_GE(MemoryTracker::reserved_peak_bytes(), r1 + 1000);
+}
+
+// A GPU's blocks are not the process's RAM: they count in the reserved bytes but not in those the
+// summary reconciles with the peak RSS (where they made "not accounted" negative by the device's
+// gigabytes). A memory whose pages are the process's (the host's, the guarded arena's) counts in both.
+namespace {
+void* fake_allocate(size_t bytes) { return std::aligned_alloc(64, bytes); }
+void fake_release(void* p) { std::free(p); }
+void fake_fill_zero(void* p, size_t n) { std::memset(p, 0, n); }
+void fake_copy(void* d, const void* s, size_t n) { std::memcpy(d, s, n); }
+void fake_to_bf16(const float*, uint16_t*, int64_t) {}
+void fake_from_bf16(const uint16_t*, float*, int64_t) {}
+DeviceMemory fake_memory(bool in_ram) {
+  return {"fake",    false,          in_ram,         fake_allocate, fake_release, fake_fill_zero, fake_copy,
+          fake_copy, fake_copy,      fake_to_bf16,   fake_from_bf16, nullptr,     nullptr,        nullptr};
+}
+}  // namespace
+
+TEST(MemoryTracker, RamReservedLeavesOutAGpusBlocks) {
+  const size_t odd = (3 << 20) + 777;  // a size class of its own here: a new block, its bytes all new
+  for (bool in_ram : {false, true}) {
+    static DeviceMemory memories[2] = {fake_memory(false), fake_memory(true)};
+    set_device_memory(memories[in_ram]);
+    const int64_t r0 = MemoryTracker::reserved_bytes(), ram0 = MemoryTracker::ram_reserved_bytes();
+    {
+      TrackedBuffer device(odd, kNoLayer, "device", MemoryTracker::activations());  // a device category
+      EXPECT_EQ(MemoryTracker::reserved_bytes() - r0, int64_t(odd));
+      EXPECT_EQ(MemoryTracker::ram_reserved_bytes() - ram0, in_ram ? int64_t(odd) : 0) << "in_ram " << in_ram;
+      TrackedBuffer host(odd + 64, kNoLayer, "host", MemoryTracker::of(MemoryCategory::data));  // the host's
+      EXPECT_EQ(MemoryTracker::ram_reserved_bytes() - ram0, (in_ram ? int64_t(odd) : 0) + int64_t(odd + 64));
+      EXPECT_GE(MemoryTracker::ram_reserved_peak_bytes(), MemoryTracker::ram_reserved_bytes());
+    }
+    set_device_memory(host_memory());  // the cached device block goes back, its bytes with it
+    EXPECT_EQ(MemoryTracker::reserved_bytes() - r0, int64_t(odd + 64));  // the host block stays cached
+    EXPECT_EQ(MemoryTracker::ram_reserved_bytes() - ram0, int64_t(odd + 64));
+    MemoryTracker::of(MemoryCategory::data).release_cache();
+  }
 }
 
 TEST(MemoryTracker, VectorsAndScratchLandInTheirCategory) {
