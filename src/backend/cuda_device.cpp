@@ -88,6 +88,14 @@ void c_linear_forward(float* y, GemmOperand x, GemmOperand w, const float* bias,
   s.M = N, s.N = out, s.K = in;
   gemms().gemm(s, x, w, y, bias);
 }
+void c_linear_forward_bf16(uint16_t* y16, GemmOperand x, GemmOperand w, const float* bias, int64_t N, int64_t in,
+                           int64_t out, float* room) {
+  GemmShape s;
+  s.M = N, s.N = out, s.K = in;
+  if (gemms().gemm_bf16_out(s, x, w, y16, bias)) return;
+  gemms().gemm(s, x, w, room, bias);  // no bf16 D for the shape: the fp32 product, narrowed
+  cuda::to_bf16(room, y16, N * out);
+}
 void c_linear_backward_input(float* dx, GemmOperand dy, GemmOperand w, int64_t N, int64_t in, int64_t out) {
   GemmShape s;
   s.M = N, s.N = in, s.K = out, s.trans_b = true;
@@ -279,8 +287,8 @@ void c_layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* 
                               const float* b, int64_t N, int64_t C) {
   cuda::layernorm_forward_bf16(x16, y16, mean, rstd, x, w, b, N, C);
 }
-void c_split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv, const HeadShape& x) {
-  cuda::split_heads_bf16(q, k, v, qkv, x.b, x.s, x.a, x.dh);
+void c_split_heads16(uint16_t* q, uint16_t* k, uint16_t* v, const uint16_t* qkv16, const HeadShape& x) {
+  cuda::split_heads16(q, k, v, qkv16, x.b, x.s, x.a, x.dh);
 }
 void c_merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape& x) {
   cuda::merge_heads_bf16(out, heads, x.b, x.s, x.a, x.dh);
@@ -358,6 +366,7 @@ const DeviceOps kCudaOps = {
     Device::cuda,
     c_gemm,
     c_linear_forward,
+    c_linear_forward_bf16,
     c_linear_backward_input,
     c_linear_backward_weight,
     c_layernorm_forward,
@@ -407,7 +416,7 @@ const DeviceOps kCudaOps = {
     c_scale_grads,
     c_all_finite,
     c_layernorm_forward_bf16,
-    c_split_heads_bf16,
+    c_split_heads16,
     c_merge_heads_bf16,
     c_unmerge_heads_bf16,
     c_gelu_forward_bf16,

@@ -65,6 +65,11 @@ void cpu_flash_backward_qkv_rows(uint16_t* dqkv16, float* db, const float* dout_
   cpu_flash_backward_rows(r.dq, r.dk, r.dv, dout_rows, in, out_rows, lse, x, d, r.dout, r.out);
   merge_qkv_grads_narrow(dqkv16, db, r.dq, r.dk, r.dv, heads_of(x));
 }
+void cpu_linear_forward_bf16(uint16_t* y16, GemmOperand x, GemmOperand w, const float* bias, int64_t N, int64_t in,
+                             int64_t out, float* room) {
+  linear_forward(room, x, w, bias, N, in, out);
+  to_bf16(room, y16, N * out);
+}
 void cpu_synchronize() {}
 void cpu_half_narrow(bool fp16, const float* src, uint16_t* dst, int64_t n) { HalfFormat{fp16}.narrow(src, dst, n); }
 void cpu_half_widen(bool fp16, const uint16_t* src, float* dst, int64_t n) { HalfFormat{fp16}.widen(src, dst, n); }
@@ -76,6 +81,7 @@ const DeviceOps kCpu = {
     Device::cpu,
     gemm,
     linear_forward,
+    cpu_linear_forward_bf16,
     linear_backward_input,
     linear_backward_weight,
     layernorm_forward,
@@ -125,7 +131,7 @@ const DeviceOps kCpu = {
     scale_grads,
     all_finite,
     layernorm_forward_bf16,
-    split_heads_bf16,
+    split_heads16,
     merge_heads_bf16,
     unmerge_heads_bf16,
     gelu_forward_bf16,

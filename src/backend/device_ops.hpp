@@ -44,6 +44,11 @@ struct DeviceOps {
   // GEMMs (kernels/gemm.hpp, kernels/linear.hpp).
   void (*gemm)(const GemmShape&, GemmOperand, GemmOperand, float*, const float*);
   void (*linear_forward)(float*, GemmOperand, GemmOperand, const float*, int64_t, int64_t, int64_t);
+  // y16 = bf16(x·W + bias): linear_forward then to_bf16, a device's GEMM writing the bf16 result itself
+  // (no fp32 copy written and read again); `room` (fp32 N·out) for an implementation that computes the
+  // fp32 result first (the CPU's, a shape a device's GEMM has no bf16 output for).
+  void (*linear_forward_bf16)(uint16_t*, GemmOperand, GemmOperand, const float*, int64_t, int64_t, int64_t,
+                              float* room);
   void (*linear_backward_input)(float*, GemmOperand, GemmOperand, int64_t, int64_t, int64_t);
   void (*linear_backward_weight)(float*, GemmOperand, GemmOperand, int64_t, int64_t, int64_t);
   // LayerNorm (kernels/layernorm.hpp).
@@ -122,7 +127,7 @@ struct DeviceOps {
   // then their narrowing (and a linear's bias sums).
   void (*layernorm_forward_bf16)(uint16_t*, uint16_t*, float*, float*, const float*, const float*, const float*,
                                  int64_t, int64_t);
-  void (*split_heads_bf16)(uint16_t*, uint16_t*, uint16_t*, const float*, const HeadShape&);
+  void (*split_heads16)(uint16_t*, uint16_t*, uint16_t*, const uint16_t*, const HeadShape&);
   void (*merge_heads_bf16)(uint16_t*, const float*, const HeadShape&);
   void (*unmerge_heads_bf16)(float*, const uint16_t*, const HeadShape&);
   void (*gelu_forward_bf16)(uint16_t*, uint16_t*, const float*, int64_t);
@@ -141,14 +146,14 @@ struct DeviceOps {
 
 // Every operation of the table, for code that treats them alike (the guarded device's wrappers).
 #define LATTICE_DEVICE_OPS(X)                                                                               \
-  X(gemm) X(linear_forward) X(linear_backward_input) X(linear_backward_weight) X(layernorm_forward)           \
+  X(gemm) X(linear_forward) X(linear_forward_bf16) X(linear_backward_input) X(linear_backward_weight) X(layernorm_forward)           \
   X(layernorm_backward) X(layernorm_partial_floats) X(layernorm_backward_input) X(layernorm_reduce_partials)  \
   X(gelu_forward) X(gelu_backward) X(bias_backward) X(bias_column_sums) X(bias_add) X(bias_add_rows) X(residual_add) X(dropout_mask_fill)      \
   X(dropout_forward) X(dropout_backward) X(softmax_dropout_forward) X(softmax_causal_backward)                 \
   X(flash_attention_forward) X(flash_attention_backward) X(flash_attention_forward_rows_bf16) X(flash_attention_backward_rows_bf16) X(flash_attention_backward_qkv_rows_bf16) X(flash_block_forward) X(flash_block_backward) X(split_heads) X(merge_heads) X(unmerge_heads)       \
   X(merge_qkv_grads) X(embedding_shard_forward) X(embedding_shard_backward) X(add_positions) X(position_grads) X(ce_shard_max_target)            \
   X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_whole_forward) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(adamw_update_segments) X(grad_sums_squares) X(scale_grads) X(all_finite) \
-  X(layernorm_forward_bf16) X(split_heads_bf16) X(merge_heads_bf16) X(unmerge_heads_bf16) X(gelu_forward_bf16) X(narrow_bias_backward)       \
+  X(layernorm_forward_bf16) X(split_heads16) X(merge_heads_bf16) X(unmerge_heads_bf16) X(gelu_forward_bf16) X(narrow_bias_backward)       \
   X(gelu_backward_narrow) X(merge_qkv_grads_narrow) X(softmax_causal_backward_bf16) X(layernorm_backward_bf16) X(ce_shard_backward_bf16)      \
   X(synchronize)
 
@@ -175,6 +180,10 @@ inline void gemm(const GemmShape& shape, GemmOperand a, GemmOperand b, float* c,
 inline void linear_forward(float* y, GemmOperand x, GemmOperand w, const float* bias, int64_t N, int64_t in,
                            int64_t out) {
   device_ops().linear_forward(y, x, w, bias, N, in, out);
+}
+inline void linear_forward_bf16(uint16_t* y16, GemmOperand x, GemmOperand w, const float* bias, int64_t N, int64_t in,
+                                int64_t out, float* room) {
+  device_ops().linear_forward_bf16(y16, x, w, bias, N, in, out, room);
 }
 inline void linear_backward_input(float* dx, GemmOperand dy, GemmOperand w, int64_t N, int64_t in, int64_t out) {
   device_ops().linear_backward_input(dx, dy, w, N, in, out);
@@ -338,8 +347,8 @@ inline void layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, fl
                                    const float* weight, const float* bias, int64_t N, int64_t C) {
   device_ops().layernorm_forward_bf16(x16, y16, mean, rstd, x, weight, bias, N, C);
 }
-inline void split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv, const HeadShape& x) {
-  device_ops().split_heads_bf16(q, k, v, qkv, x);
+inline void split_heads16(uint16_t* q, uint16_t* k, uint16_t* v, const uint16_t* qkv16, const HeadShape& x) {
+  device_ops().split_heads16(q, k, v, qkv16, x);
 }
 inline void merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape& x) {
   device_ops().merge_heads_bf16(out, heads, x);

@@ -705,6 +705,17 @@ void check_gemm() {
         compare(name + " [bf16]", "fwd", ref, got, 1.0 / 128.0);
       else
         compare(name, "fwd", ref, got);
+      if (!g.acc && g.alpha == 1.0f) {  // D as bf16 (linear_forward_bf16): within one bf16 rounding
+        Dev<uint16_t> d16(C0.size());
+        if (ctx.gemm_bf16_out(shape, a, b, d16.p, g.bias ? dbias.p : nullptr)) {
+          std::vector<float> wide(C0.size());
+          lattice::from_bf16(d16.get().data(), wide.data(), int64_t(wide.size()));
+          compare(name + " bf16 D", "fwd", ref, wide, 1.0 / 128.0);
+        } else {
+          std::printf("  note %s: cuBLASLt offers no bf16 D (linear_forward_bf16 narrows the fp32 product)\n",
+                      name.c_str());
+        }
+      }
       if (&g == &cases[0] && dt == DType::fp32) {  // the same GEMM again: the same bits
         dC.poison();
         ctx.gemm(shape, a, b, dC.p, nullptr);
@@ -1251,15 +1262,18 @@ void check_bf16_fused() {
     const auto qkv = randn(size_t(N * C)), heads = randn(n);
     Dev<float> d_qkv(qkv), d_heads(heads), q(n), k(n), v(n), rows{size_t(N * hl)};
     Dev<uint16_t> q16(n), k16(n), v16(n), q16s(n), k16s(n), v16s(n), o16{size_t(N * hl)}, o16s{size_t(N * hl)};
-    cu::split_heads_bf16(q16.p, k16.p, v16.p, d_qkv.p, b, s, a, dh);
+    Dev<uint16_t> qkv16{size_t(N * C)};
+    // The bf16 rows split (split_heads16: the QKV GEMM's bf16 output) against split then narrowed.
+    cu::to_bf16(d_qkv.p, qkv16.p, N * C);
+    cu::split_heads16(q16.p, k16.p, v16.p, qkv16.p, b, s, a, dh);
     cu::split_heads(q.p, k.p, v.p, d_qkv.p, b, s, a, dh);
     cu::to_bf16(q.p, q16s.p, int64_t(n)), cu::to_bf16(k.p, k16s.p, int64_t(n)), cu::to_bf16(v.p, v16s.p, int64_t(n));
-    compare_bits("split_heads_bf16 q", "fwd", q16s.get(), q16.get());
-    compare_bits("split_heads_bf16 k", "fwd", k16s.get(), k16.get());
-    compare_bits("split_heads_bf16 v", "fwd", v16s.get(), v16.get());
+    compare_bits("split_heads16 q", "fwd", q16s.get(), q16.get());
+    compare_bits("split_heads16 k", "fwd", k16s.get(), k16.get());
+    compare_bits("split_heads16 v", "fwd", v16s.get(), v16.get());
     std::vector<uint16_t> cq(n), ck(n), cv(n), co(static_cast<size_t>(N * hl));
-    lattice::split_heads_bf16(cq.data(), ck.data(), cv.data(), qkv.data(), hs);
-    compare_bits("split_heads_bf16 v vs cpu", "fwd", cv, v16.get());
+    lattice::split_heads16(cq.data(), ck.data(), cv.data(), qkv16.get().data(), hs);
+    compare_bits("split_heads16 v vs cpu", "fwd", cv, v16.get());
     cu::merge_heads_bf16(o16.p, d_heads.p, b, s, a, dh);
     cu::merge_heads(rows.p, d_heads.p, b, s, a, dh);
     cu::to_bf16(rows.p, o16s.p, N * hl);
@@ -1505,6 +1519,21 @@ void timing_gemm() {
     timing_line(base + "fwd [" + std::to_string(N) + "x" + std::to_string(in) + "]·[" + std::to_string(in) + "x" +
                     std::to_string(out) + "]",
                 median_ms([&] { ctx.gemm(fwd, {x.p, DType::bf16}, {w.p, DType::bf16}, y.p); }), flops);
+    if (t < 2) {  // the outputs read in bf16 (qkv's): with the bias, fp32 C then narrowed against a bf16 D
+      Dev<float> bias(static_cast<size_t>(out));
+      Dev<uint16_t> y16(static_cast<size_t>(N * out));
+      cuda_ok(cudaMemset(bias.p, 0, bias.n * 4), "zero");
+      timing_line(base + "fwd + bias, fp32 C then to_bf16", median_ms([&] {
+                    ctx.gemm(fwd, {x.p, DType::bf16}, {w.p, DType::bf16}, y.p, bias.p);
+                    lattice::cuda::to_bf16(y.p, y16.p, N * out);
+                  }),
+                  flops);
+      if (ctx.gemm_bf16_out(fwd, {x.p, DType::bf16}, {w.p, DType::bf16}, y16.p, bias.p))
+        timing_line(base + "fwd + bias, bf16 D", median_ms([&] {
+                      ctx.gemm_bf16_out(fwd, {x.p, DType::bf16}, {w.p, DType::bf16}, y16.p, bias.p);
+                    }),
+                    flops);
+    }
     const lattice::GemmShape dgrad{1, N, in, out, false, true, 1.0f, false};
     timing_line(base + "dx = dy·Wᵀ",
                 median_ms([&] { ctx.gemm(dgrad, {dy.p, DType::bf16}, {w.p, DType::bf16}, dx.p); }), flops);
@@ -1577,8 +1606,10 @@ void timing_passes() {
        median_ms([&] { cu::layernorm_forward_bf16(x16, y16, mean, rstd, x, w, w, N, h); }));
   show("layernorm_backward_bf16 8192x768", nh * (4 + 2 + 4 + 4),
        median_ms([&] { cu::layernorm_backward_bf16(y, dw, db, x, x16, w, mean, rstd, N, h, ws.ws()); }));
-  show("split_heads_bf16 8192x2304", 3 * nh * (4 + 2),
-       median_ms([&] { cu::split_heads_bf16(q16, k16, v16, qkv, b, s, a, dh); }));
+  // The QKV GEMM's bf16 rows split (qkv's room read as bf16: a copy's speed does not depend on the bits).
+  show("split_heads16 8192x2304", 3 * nh * (2 + 2), median_ms([&] {
+         cu::split_heads16(q16, k16, v16, reinterpret_cast<const uint16_t*>(qkv), b, s, a, dh);
+       }));
   show("merge_heads_bf16 8192x768", nh * (4 + 2), median_ms([&] { cu::merge_heads_bf16(y16, q, b, s, a, dh); }));
   show("unmerge_heads 8192x768", nh * (4 + 4), median_ms([&] { cu::unmerge_heads(q, y, b, s, a, dh); }));
   show("unmerge_heads_bf16 8192x768", nh * (2 + 4), median_ms([&] { cu::unmerge_heads_bf16(q, y16, b, s, a, dh); }));
@@ -1667,6 +1698,26 @@ void timing_flash(bool tensor_cores) {
                                                                     d_v16.p, d_rows16.p, d_lse.p, x, drop, ws.ws());
                 }),
                 2.5 * fwd_flops);
+    // The QKV gradient in the rows too (the step's call when the bias is summed in the backward),
+    // against the call it replaces: the rows backward, then merge_qkv_grads_narrow.
+    const int64_t N = x.b * x.s, cols = 3 * x.a * x.dh;
+    Dev<uint16_t> d_dqkv16(size_t(N * cols));
+    Dev<float> d_db(static_cast<size_t>(cols));
+    Scratch qws(lattice::cuda::flash_attention_backward_qkv_rows_workspace_bytes(x));
+    Scratch mws(lattice::cuda::bias_backward_workspace_bytes(N, cols));
+    timing_line(name + " qkv rows bwd", median_ms([&] {
+                  lattice::cuda::flash_attention_backward_qkv_rows_bf16(d_dqkv16.p, d_db.p, d_dout.p, d_q16.p,
+                                                                        d_k16.p, d_v16.p, d_rows16.p, d_lse.p, x,
+                                                                        drop, qws.ws());
+                }),
+                2.5 * fwd_flops);
+    timing_line(name + " rows bwd + merge", median_ms([&] {
+                  lattice::cuda::flash_attention_backward_rows_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q16.p, d_k16.p,
+                                                                    d_v16.p, d_rows16.p, d_lse.p, x, drop, ws.ws());
+                  lattice::cuda::merge_qkv_grads_narrow(d_dqkv16.p, d_db.p, d_dq.p, d_dk.p, d_dv.p, x.b, x.s, x.a,
+                                                        x.dh, mws.ws());
+                }),
+                2.5 * fwd_flops);
   }
 }
 
@@ -1709,14 +1760,15 @@ int main(int argc, char** argv) {
   std::printf("lattice_cuda_check: %d FAIL\n", failures);
   std::fflush(stdout);
   // On the host simulation the timings' calls run once each where LATTICE_HOST_SIM_TIMINGS is set (a
-  // smoke test of their buffers and arguments, minutes at their sizes), not by default.
-  if (kHostSim && !std::getenv("LATTICE_HOST_SIM_TIMINGS")) return failures ? 1 : 0;
+  // smoke test of their buffers and arguments, minutes at their sizes), not by default; set to "tc",
+  // only the tensor-core attention's.
+  const char* sim_timings = std::getenv("LATTICE_HOST_SIM_TIMINGS");
+  if (kHostSim && !sim_timings) return failures ? 1 : 0;
+  const bool tc_only = kHostSim && std::string(sim_timings) == "tc";
   std::printf("lattice_cuda_check: timings follow (not pass/fail; %s)\n", prop.name);
   try {
     if (!kHostSim) timing_gemm();
-    timing_cross_entropy();
-    timing_passes();
-    timing_flash(false);
+    if (!tc_only) timing_cross_entropy(), timing_passes(), timing_flash(false);
     timing_flash(true);
   } catch (const std::exception& e) {
     std::printf("lattice_cuda_check: timing error: %s\n", e.what());

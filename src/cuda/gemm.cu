@@ -35,7 +35,10 @@ struct Key {
   bool ta, tb, acc, bias, bf16;
   GemmMath math;
   uint32_t align_a, align_b, align_c, align_bias;
-  auto tie() const { return std::tie(batch, M, N, K, ta, tb, acc, bias, bf16, math, align_a, align_b, align_c, align_bias); }
+  bool out16 = false;  // D as bf16 (gemm_bf16_out)
+  auto tie() const {
+    return std::tie(batch, M, N, K, ta, tb, acc, bias, bf16, math, align_a, align_b, align_c, align_bias, out16);
+  }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
@@ -45,6 +48,7 @@ struct Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (our B), B (our A), C = D
   cublasLtMatmulAlgo_t algo{};
   bool bias_epilogue = false;
+  bool usable = true;  // false: cuBLASLt offered none (a bf16 D's key, remembered so it is asked once)
 };
 
 void destroy(Plan& p) {
@@ -108,6 +112,12 @@ struct GemmContext::Impl {
       lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
       lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
                "bias pointer");
+      if (key.out16) {  // the bias stays fp32 (its default is D's type)
+        const cudaDataType_t bias_type = CUDA_R_32F;
+        lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                sizeof(bias_type)),
+                 "bias data type");
+      }
     }
     // Our B: row-major [K, N] is column-major [N, K] (ld N); transposed, row-major [N, K] is column-major
     // [K, N] (ld K). Our A: row-major [M, K] is column-major [K, M] (ld K); transposed [K, M] is [M, K]
@@ -116,7 +126,7 @@ struct GemmContext::Impl {
                  : layout(in, key.N, key.K, key.N, key.batch, key.K * key.N);
     p.b = key.ta ? layout(in, key.M, key.K, key.M, key.batch, key.M * key.K)
                  : layout(in, key.K, key.M, key.K, key.batch, key.M * key.K);
-    p.c = layout(CUDA_R_32F, key.N, key.M, key.N, key.batch, key.M * key.N);
+    p.c = layout(key.out16 ? CUDA_R_16BF : CUDA_R_32F, key.N, key.M, key.N, key.batch, key.M * key.N);
 
     cublasLtMatmulPreference_t pref = nullptr;
     lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
@@ -149,6 +159,10 @@ struct GemmContext::Impl {
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
     Plan p;
+    if (key.out16) {  // the bias in the epilogue or not at all: added after, it would round twice
+      if (!choose(key, key.bias, bias, p)) p.usable = false;
+      return plans.emplace(key, p).first->second;
+    }
     if (!(key.bias && choose(key, true, bias, p)) && !choose(key, false, nullptr, p))
       throw std::runtime_error("cuBLASLt: no algorithm for GEMM " + std::to_string(key.batch) + "×[" +
                                std::to_string(key.M) + "×" + std::to_string(key.K) + "]·[" + std::to_string(key.K) +
@@ -180,16 +194,22 @@ int64_t GemmContext::cached_plans() const {
 }
 bool GemmContext::last_bias_in_epilogue() const { return impl_->last_bias_in_epilogue; }
 
-void GemmContext::gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias,
-                       cudaStream_t stream) {
+namespace {
+void check_gemm_args(const GemmShape& s, GemmOperand a, GemmOperand b, const float* bias) {
   if (a.dtype != b.dtype) throw std::logic_error("cuda::gemm: A and B must share a dtype");
   if (a.dtype != DType::fp32 && a.dtype != DType::bf16) throw std::logic_error("cuda::gemm: A and B fp32 or bf16");
   if (bias && s.alpha != 1.0f)
     throw std::logic_error("cuda::gemm: alpha != 1 with a bias is not supported (cuda/gemm.hpp)");
   if (s.batch < 1 || s.M < 0 || s.N < 0 || s.K < 0) throw std::logic_error("cuda::gemm: bad shape");
-  if (s.M == 0 || s.N == 0) return;
   if (s.M > INT32_MAX || s.N > INT32_MAX || s.K > INT32_MAX || s.batch > INT32_MAX)
     throw std::logic_error("cuda::gemm: a dimension past 2^31");
+}
+}  // namespace
+
+void GemmContext::gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias,
+                       cudaStream_t stream) {
+  check_gemm_args(s, a, b, bias);
+  if (s.M == 0 || s.N == 0) return;
   const float beta = s.accumulate ? 1.0f : 0.0f;
   if (s.K == 0) {  // an empty sum: C = beta·C + bias, which cuBLASLt may not take
     if (!s.accumulate) check(cudaMemsetAsync(c, 0, size_t(s.batch * s.M * s.N) * sizeof(float), stream), "gemm K=0");
@@ -222,6 +242,41 @@ void GemmContext::gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* 
            "cublasLtMatmul");
   if (bias && !p.bias_epilogue) bias_add_rows(c, bias, s.batch * s.M, s.N, stream);
   impl_->last_bias_in_epilogue = p.bias_epilogue;
+}
+
+bool GemmContext::gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* c, const float* bias,
+                                cudaStream_t stream) {
+  check_gemm_args(s, a, b, bias);
+  if (s.accumulate || s.alpha != 1.0f) throw std::logic_error("cuda::gemm_bf16_out: alpha 1, no accumulation");
+  if (s.M == 0 || s.N == 0) return true;
+  if (s.K == 0) return false;  // the empty sum: the fp32 path's rule
+  Key key{s.batch,
+          s.M,
+          s.N,
+          s.K,
+          s.trans_a,
+          s.trans_b,
+          false,
+          bias != nullptr,
+          a.dtype == DType::bf16,
+          a.dtype == DType::bf16 ? GemmMath::fp32 : impl_->math,
+          alignment_of(a.ptr),
+          alignment_of(b.ptr),
+          alignment_of(c),
+          bias ? alignment_of(bias) : 256u};
+  key.out16 = true;
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const Plan& p = impl_->plan(key, bias);
+  if (!p.usable) return false;
+  if (p.bias_epilogue)
+    lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+             "bias pointer");
+  const float alpha = 1.0f, beta = 0.0f;
+  lt_check(cublasLtMatmul(impl_->handle, p.desc, &alpha, b.ptr, p.a, a.ptr, p.b, &beta, c, p.c, c, p.c, &p.algo,
+                          impl_->workspace, impl_->workspace_bytes, stream),
+           "cublasLtMatmul (bf16 D)");
+  impl_->last_bias_in_epilogue = p.bias_epilogue;
+  return true;
 }
 
 }  // namespace lattice::cuda

@@ -2,6 +2,7 @@
 // narrowing split and merge (cuda/bf16_fused.hpp): one block per row of the [b·s, ·] side. Copies
 // (and bf16 rounding): the results are the CPU's bits.
 #include <algorithm>
+#include <type_traits>
 
 #include "core/fast_divisor.hpp"
 #include "cuda/bf16_fused.hpp"
@@ -32,17 +33,23 @@ __device__ __forceinline__ int64_t head_at(const HeadRow& r, int c, const FastDi
   return r.base + int64_t(hd) * r.head_stride + int64_t(dh.mod(uint32_t(c), hd));
 }
 
-// T: the heads as stored, fp32 or narrowed to bf16 (the bf16 pass, cuda/bf16_fused.hpp).
-template <class T>
-__global__ void split_heads_kernel(T* q, T* kk, T* v, const float* qkv, int64_t s, int64_t a, FastDivisor dh) {
+// T: the heads as stored, fp32 or narrowed to bf16 (the bf16 pass, cuda/bf16_fused.hpp); S: the rows
+// as stored, fp32 or bf16 bits already (then T is bf16 and the bits are copied as they are).
+template <class T, class S>
+__device__ __forceinline__ T head_value(S x) {
+  if constexpr (std::is_same_v<T, S>) return x;
+  else return stored_as<T>(x);
+}
+template <class T, class S = float>
+__global__ void split_heads_kernel(T* q, T* kk, T* v, const S* qkv, int64_t s, int64_t a, FastDivisor dh) {
   const HeadRow r = head_row(s, a, dh.d);
   const int hl = int(a * dh.d);
-  const float* src = qkv + r.row * 3 * hl;
+  const S* src = qkv + r.row * 3 * hl;
   for (int c = int(threadIdx.x); c < hl; c += int(blockDim.x)) {
     const int64_t at = head_at(r, c, dh);
-    q[at] = stored_as<T>(src[c]);
-    kk[at] = stored_as<T>(src[hl + c]);
-    v[at] = stored_as<T>(src[2 * hl + c]);
+    q[at] = head_value<T>(src[c]);
+    kk[at] = head_value<T>(src[hl + c]);
+    v[at] = head_value<T>(src[2 * hl + c]);
   }
 }
 __global__ void merge_qkv_grads_kernel(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t s,
@@ -100,12 +107,12 @@ void split_heads(float* q, float* k, float* v, const float* qkv, int64_t b, int6
   split_heads_kernel<<<l.blocks, l.threads, 0, stream>>>(q, k, v, qkv, s, a, l.dh);
   check_launch("split_heads");
 }
-void split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv, int64_t b, int64_t s, int64_t a,
-                      int64_t dh, cudaStream_t stream) {
+void split_heads16(uint16_t* q, uint16_t* k, uint16_t* v, const uint16_t* qkv16, int64_t b, int64_t s, int64_t a,
+                   int64_t dh, cudaStream_t stream) {
   HeadLaunch l;
-  if (!head_launch(b, s, a, dh, 3 * a * dh, &l, "split_heads_bf16")) return;
-  split_heads_kernel<<<l.blocks, l.threads, 0, stream>>>(q, k, v, qkv, s, a, l.dh);
-  check_launch("split_heads_bf16");
+  if (!head_launch(b, s, a, dh, 3 * a * dh, &l, "split_heads16")) return;
+  split_heads_kernel<<<l.blocks, l.threads, 0, stream>>>(q, k, v, qkv16, s, a, l.dh);
+  check_launch("split_heads16");
 }
 void merge_heads_bf16(uint16_t* out, const float* heads, int64_t b, int64_t s, int64_t a, int64_t dh,
                       cudaStream_t stream) {

@@ -78,12 +78,12 @@ void layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rs
   }
 }
 
-void split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv, const HeadShape& x) {
+void split_heads16(uint16_t* q, uint16_t* k, uint16_t* v, const uint16_t* qkv16, const HeadShape& x) {
   const int64_t dh = x.dh, h = x.a * x.dh;
   for_each_head_run(x, 3 * h, [&](int64_t head, int64_t row) {
-    narrow(q + head, qkv + row, dh);
-    narrow(k + head, qkv + row + h, dh);
-    narrow(v + head, qkv + row + 2 * h, dh);
+    std::copy_n(qkv16 + row, dh, q + head);
+    std::copy_n(qkv16 + row + h, dh, k + head);
+    std::copy_n(qkv16 + row + 2 * h, dh, v + head);
   });
 }
 

@@ -16,8 +16,9 @@ namespace lattice {
 // x16 = bf16(x); y16 = bf16(LayerNorm(x)) with mean, rstd as layernorm_forward writes them.
 void layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rstd, const float* x,
                             const float* weight, const float* bias, int64_t N, int64_t C);
-// split_heads, then each of q, k, v narrowed.
-void split_heads_bf16(uint16_t* q, uint16_t* k, uint16_t* v, const float* qkv, const HeadShape& x);
+// split_heads of rows already narrowed (a GEMM's bf16 output, linear_forward_bf16): a copy, so the
+// bits of split_heads then each of q, k, v narrowed.
+void split_heads16(uint16_t* q, uint16_t* k, uint16_t* v, const uint16_t* qkv16, const HeadShape& x);
 // merge_heads, then narrowed.
 void merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape& x);
 // The rows [b·s, hl] widened from bf16, then unmerge_heads (the fused backward's O, kept as the

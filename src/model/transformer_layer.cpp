@@ -121,23 +121,29 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
   kept.qkv_in = Stored(Nl * h, dt, l, "qkv_input");
   const float* ln1 =
       layernorm_pair(kept.ln1_in, kept.qkv_in, kept.ln1_stats, x, w.ln1_w, w.ln1_b, false, c, ws, "ln1_stats");
-  dev::linear_forward(ws.big1.data(), column_input(kept.qkv_in, ln1, c, ws, ws.half.data()), w.qkv, w.qkv_b, N, h,
-                 3 * hl);
+  const GemmOperand qkv_x = column_input(kept.qkv_in, ln1, c, ws, ws.half.data());
   kept.q = Stored(N * hl, dt, l, "q"), kept.k = Stored(N * hl, dt, l, "k"), kept.v = Stored(N * hl, dt, l, "v");
-  float *q = staging(kept.q, ws.q.data()), *k = staging(kept.k, ws.k.data()), *v = staging(kept.v, ws.v.data());
-  if (c.cp.ulysses()) {
-    // Ulysses: this rank's positions of its heads → a/c heads at every position (kept so: backward
-    // and selective recompute read them there). dq, dk, dv are free until backward.
-    split_heads(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.big1.data(), c);
-    parallel::sequence_to_heads(c.cp, ws.dq.data(), q, head_blocks(c));
-    parallel::sequence_to_heads(c.cp, ws.dk.data(), k, head_blocks(c));
-    parallel::sequence_to_heads(c.cp, ws.dv.data(), v, head_blocks(c));
-  } else if (direct_bf16(kept.q) && direct_bf16(kept.k) && direct_bf16(kept.v)) {
-    dev::split_heads_bf16(bf16_of(kept.q), bf16_of(kept.k), bf16_of(kept.v), ws.big1.data(), head_shape(c));
+  if (!c.cp.ulysses() && direct_bf16(kept.q) && direct_bf16(kept.k) && direct_bf16(kept.v)) {
+    // The GEMM writes the rows in bf16 (in big1's room; big2 the fp32 room of an implementation that
+    // needs one) and the split copies them: the bits of the fp32 rows split and narrowed.
+    uint16_t* rows16 = reinterpret_cast<uint16_t*>(ws.big1.data());
+    dev::linear_forward_bf16(rows16, qkv_x, w.qkv, w.qkv_b, N, h, 3 * hl, ws.big2.data());
+    dev::split_heads16(bf16_of(kept.q), bf16_of(kept.k), bf16_of(kept.v), rows16, head_shape(c));
   } else {
-    split_heads(q, k, v, ws.big1.data(), c);
+    dev::linear_forward(ws.big1.data(), qkv_x, w.qkv, w.qkv_b, N, h, 3 * hl);
+    float *q = staging(kept.q, ws.q.data()), *k = staging(kept.k, ws.k.data()), *v = staging(kept.v, ws.v.data());
+    if (c.cp.ulysses()) {
+      // Ulysses: this rank's positions of its heads → a/c heads at every position (kept so: backward
+      // and selective recompute read them there). dq, dk, dv are free until backward.
+      split_heads(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.big1.data(), c);
+      parallel::sequence_to_heads(c.cp, ws.dq.data(), q, head_blocks(c));
+      parallel::sequence_to_heads(c.cp, ws.dk.data(), k, head_blocks(c));
+      parallel::sequence_to_heads(c.cp, ws.dv.data(), v, head_blocks(c));
+    } else {
+      split_heads(q, k, v, ws.big1.data(), c);
+    }
+    kept.q.store(q), kept.k.store(k), kept.v.store(v);
   }
-  if (c.cp.ulysses() || !direct_bf16(kept.q)) kept.q.store(q), kept.k.store(k), kept.v.store(v);
   if (fused_context_in_rows(c)) {  // the attention writes the projection's input itself
     kept.proj_in = Stored(N * hl, dt, l, "proj_input");
     attention_fused_forward_rows(kept, c, ws);

@@ -2,12 +2,16 @@
 // memory is host memory there, so a GEMM is the CPU's (kernels/gemm.hpp, oneDNN) on the same
 // pointers, with cuda/gemm.cu's argument checks, its empty-sum rule and its bias (added after the
 // product). What it tests is the backend's use of the GEMMs, not cuBLASLt.
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "cuda/gemm.hpp"
 #include "cuda/kernels.hpp"
 #include "kernels/gemm.hpp"
+#include "tensor/bf16.hpp"
 
 namespace lattice::cuda {
 struct GemmContext::Impl {
@@ -41,5 +45,17 @@ void GemmContext::gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* 
     lattice::gemm(s, a, b, c);
   }
   if (bias) bias_add_rows(c, bias, s.batch * s.M, s.N, nullptr);
+}
+// The product in fp32, then to_bf16's rounding. LATTICE_HOST_SIM_GEMM_BF16_OUT=0 answers false, as
+// cuBLASLt does where it has no algorithm for a bf16 D: the caller's fp32-and-narrow path then runs.
+bool GemmContext::gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* c, const float* bias,
+                                cudaStream_t stream) {
+  const char* env = std::getenv("LATTICE_HOST_SIM_GEMM_BF16_OUT");
+  if (env && std::string(env) == "0") return false;
+  if (s.accumulate || s.alpha != 1.0f) throw std::logic_error("cuda::gemm_bf16_out: alpha 1, no accumulation");
+  std::vector<float> full(size_t(s.batch * s.M * s.N));
+  gemm(s, a, b, full.data(), bias, stream);
+  lattice::to_bf16(full.data(), c, int64_t(full.size()));
+  return true;
 }
 }  // namespace lattice::cuda

@@ -66,7 +66,7 @@ TEST(Bf16Fused, HeadMovesAreTheFp32MovesNarrowed) {
   split_heads(q.data(), k.data(), v.data(), qkv.data(), x);
   merge_heads(merged.data(), heads.data(), x);
   std::vector<uint16_t> q16(static_cast<size_t>(n)), k16(static_cast<size_t>(n)), v16(static_cast<size_t>(n)), m16(static_cast<size_t>(n));
-  split_heads_bf16(q16.data(), k16.data(), v16.data(), qkv.data(), x);
+  split_heads16(q16.data(), k16.data(), v16.data(), narrowed(qkv).data(), x);  // the GEMM's bf16 rows split
   merge_heads_bf16(m16.data(), heads.data(), x);
   EXPECT_TRUE(same_bytes(q16, narrowed(q)));
   EXPECT_TRUE(same_bytes(k16, narrowed(k)));
