@@ -317,8 +317,8 @@ void c_flash_backward_rows(float* dq, float* dk, float* dv, const float* dout_ro
   c_unmerge_heads_bf16(room_out, out_rows, heads_of(x));
   c_flash_backward(dq, dk, dv, room_dout, in, room_out, lse, x, drop);
 }
-void c_gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n) {
-  cuda::gelu_forward_bf16(pre16, act16, pre, n);
+void c_gelu_forward16(uint16_t* act16, const uint16_t* pre16, int64_t n) {
+  cuda::gelu_forward16(act16, pre16, n);
 }
 void c_narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out) {
   cuda::narrow_bias_backward(dy16, db, dy, N, out, scratch(cuda::bias_backward_workspace_bytes(N, out)));
@@ -419,7 +419,7 @@ const DeviceOps kCudaOps = {
     c_split_heads16,
     c_merge_heads_bf16,
     c_unmerge_heads_bf16,
-    c_gelu_forward_bf16,
+    c_gelu_forward16,
     c_narrow_bias_backward,
     c_gelu_backward_narrow,
     c_merge_qkv_grads_narrow,

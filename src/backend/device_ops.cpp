@@ -134,7 +134,7 @@ const DeviceOps kCpu = {
     split_heads16,
     merge_heads_bf16,
     unmerge_heads_bf16,
-    gelu_forward_bf16,
+    gelu_forward16,
     narrow_bias_backward,
     gelu_backward_narrow,
     merge_qkv_grads_narrow,

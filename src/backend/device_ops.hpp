@@ -130,7 +130,7 @@ struct DeviceOps {
   void (*split_heads16)(uint16_t*, uint16_t*, uint16_t*, const uint16_t*, const HeadShape&);
   void (*merge_heads_bf16)(uint16_t*, const float*, const HeadShape&);
   void (*unmerge_heads_bf16)(float*, const uint16_t*, const HeadShape&);
-  void (*gelu_forward_bf16)(uint16_t*, uint16_t*, const float*, int64_t);
+  void (*gelu_forward16)(uint16_t*, const uint16_t*, int64_t);
   void (*narrow_bias_backward)(uint16_t*, float*, const float*, int64_t, int64_t);
   void (*gelu_backward_narrow)(uint16_t*, float*, const uint16_t*, const float*, int64_t, int64_t);
   void (*merge_qkv_grads_narrow)(uint16_t*, float*, const float*, const float*, const float*, const HeadShape&);
@@ -153,7 +153,7 @@ struct DeviceOps {
   X(flash_attention_forward) X(flash_attention_backward) X(flash_attention_forward_rows_bf16) X(flash_attention_backward_rows_bf16) X(flash_attention_backward_qkv_rows_bf16) X(flash_block_forward) X(flash_block_backward) X(split_heads) X(merge_heads) X(unmerge_heads)       \
   X(merge_qkv_grads) X(embedding_shard_forward) X(embedding_shard_backward) X(add_positions) X(position_grads) X(ce_shard_max_target)            \
   X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_whole_forward) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(adamw_update_segments) X(grad_sums_squares) X(scale_grads) X(all_finite) \
-  X(layernorm_forward_bf16) X(split_heads16) X(merge_heads_bf16) X(unmerge_heads_bf16) X(gelu_forward_bf16) X(narrow_bias_backward)       \
+  X(layernorm_forward_bf16) X(split_heads16) X(merge_heads_bf16) X(unmerge_heads_bf16) X(gelu_forward16) X(narrow_bias_backward)       \
   X(gelu_backward_narrow) X(merge_qkv_grads_narrow) X(softmax_causal_backward_bf16) X(layernorm_backward_bf16) X(ce_shard_backward_bf16)      \
   X(synchronize)
 
@@ -356,8 +356,8 @@ inline void merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape&
 inline void unmerge_heads_bf16(float* heads, const uint16_t* rows16, const HeadShape& x) {
   device_ops().unmerge_heads_bf16(heads, rows16, x);
 }
-inline void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n) {
-  device_ops().gelu_forward_bf16(pre16, act16, pre, n);
+inline void gelu_forward16(uint16_t* act16, const uint16_t* pre16, int64_t n) {
+  device_ops().gelu_forward16(act16, pre16, n);
 }
 inline void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out) {
   device_ops().narrow_bias_backward(dy16, db, dy, N, out);

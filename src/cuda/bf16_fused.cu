@@ -10,21 +10,19 @@ using namespace detail;
 
 namespace {
 
-__global__ void gelu_forward_bf16_kernel(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float x = pre[i];
-    pre16[i] = to_bf16_bits(x);
-    act16[i] = to_bf16_bits(gelu_value(x));
-  }
+__global__ void gelu_forward16_kernel(uint16_t* act16, const uint16_t* pre16, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    act16[i] = to_bf16_bits(gelu_value(from_bf16_bits(pre16[i])));
 }
-// The same values four elements a thread, where the pointers allow it (pre 16-byte aligned, pre16 and
-// act16 8-byte): one 16-byte load and two 8-byte stores in place of four loads and eight 2-byte
-// stores (the scalar form moved 1.7 TB/s of the H200's 4.8, 2026-11-27 profile).
-__global__ void gelu_forward_bf16_x4_kernel(uint2* pre16, uint2* act16, const float4* pre, int64_t n4) {
+// The same values four elements a thread, where the pointers allow it (both 8-byte aligned): one
+// 8-byte load and store in place of four 2-byte ones (a scalar form of the pass from fp32 moved 1.7
+// TB/s of the H200's 4.8, 2026-11-27 profile).
+__global__ void gelu_forward16_x4_kernel(uint2* act16, const uint2* pre16, int64_t n4) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x) {
-    const float4 x = pre[i];
-    pre16[i] = make_uint2(bf16_pair(x.x, x.y), bf16_pair(x.z, x.w));
-    act16[i] = make_uint2(bf16_pair(gelu_value(x.x), gelu_value(x.y)), bf16_pair(gelu_value(x.z), gelu_value(x.w)));
+    const uint2 p = pre16[i];
+    const float x0 = from_bf16_bits(uint16_t(p.x & 0xffffu)), x1 = from_bf16_bits(uint16_t(p.x >> 16)),
+                x2 = from_bf16_bits(uint16_t(p.y & 0xffffu)), x3 = from_bf16_bits(uint16_t(p.y >> 16));
+    act16[i] = make_uint2(bf16_pair(gelu_value(x0), gelu_value(x1)), bf16_pair(gelu_value(x2), gelu_value(x3)));
   }
 }
 
@@ -94,17 +92,16 @@ void column_sums(float* db, Element element, int64_t N, int64_t out, Workspace w
 
 }  // namespace
 
-void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n, cudaStream_t stream) {
+void gelu_forward16(uint16_t* act16, const uint16_t* pre16, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  const bool aligned = aligned_to(pre, 16) && aligned_to(pre16, 8) && aligned_to(act16, 8);
+  const bool aligned = aligned_to(pre16, 8) && aligned_to(act16, 8);
   const int64_t done = four_wide(n, aligned, [&](int64_t n4) {
-    gelu_forward_bf16_x4_kernel<<<grid_for(n4), kBlock, 0, stream>>>(
-        reinterpret_cast<uint2*>(pre16), reinterpret_cast<uint2*>(act16), reinterpret_cast<const float4*>(pre), n4);
+    gelu_forward16_x4_kernel<<<grid_for(n4), kBlock, 0, stream>>>(reinterpret_cast<uint2*>(act16),
+                                                                    reinterpret_cast<const uint2*>(pre16), n4);
   });
   if (done < n)
-    gelu_forward_bf16_kernel<<<grid_for(n - done), kBlock, 0, stream>>>(pre16 + done, act16 + done, pre + done,
-                                                                          n - done);
-  check_launch("gelu_forward_bf16");
+    gelu_forward16_kernel<<<grid_for(n - done), kBlock, 0, stream>>>(act16 + done, pre16 + done, n - done);
+  check_launch("gelu_forward16");
 }
 void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out, Workspace ws,
                           cudaStream_t stream) {

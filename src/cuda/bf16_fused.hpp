@@ -23,8 +23,8 @@ void unmerge_heads_bf16(float* heads, const uint16_t* rows16, int64_t b, int64_t
                         cudaStream_t stream = nullptr);
 void merge_heads_bf16(uint16_t* out, const float* heads, int64_t b, int64_t s, int64_t a, int64_t dh,
                       cudaStream_t stream = nullptr);
-// pre16 = bf16(pre); act16 = bf16(gelu(pre)).
-void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n, cudaStream_t stream = nullptr);
+// act16 = bf16(gelu(pre16 widened)).
+void gelu_forward16(uint16_t* act16, const uint16_t* pre16, int64_t n, cudaStream_t stream = nullptr);
 
 // ---- backward: each bias gradient is bias_backward's column sums of the fp32 values narrowed ----
 // (ws: bias_backward_workspace_bytes(N, out)).

@@ -95,12 +95,9 @@ void unmerge_heads_bf16(float* heads, const uint16_t* rows16, const HeadShape& x
   for_each_head_run(x, x.a * x.dh, [&](int64_t head, int64_t row) { widen(heads + head, rows16 + row, x.dh); });
 }
 
-void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n) {
+void gelu_forward16(uint16_t* act16, const uint16_t* pre16, int64_t n) {
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    pre16[i] = to_bf16(pre[i]);
-    act16[i] = to_bf16(gelu_value(pre[i]));
-  }
+  for (int64_t i = 0; i < n; ++i) act16[i] = to_bf16(gelu_value(from_bf16(pre16[i])));
 }
 
 void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out) {

@@ -24,8 +24,9 @@ void merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape& x);
 // The rows [b·s, hl] widened from bf16, then unmerge_heads (the fused backward's O, kept as the
 // projection's bf16 input): one pass, no fp32 copy of the rows.
 void unmerge_heads_bf16(float* heads, const uint16_t* rows16, const HeadShape& x);
-// pre16 = bf16(pre); act16 = bf16(gelu(pre)) (GeLU of the fp32 values, as gelu_forward).
-void gelu_forward_bf16(uint16_t* pre16, uint16_t* act16, const float* pre, int64_t n);
+// act16 = bf16(gelu(pre16 widened)): the GeLU of the kept bf16 input the fc1 GEMM wrote
+// (linear_forward_bf16), the value the backward's gelu' reads too.
+void gelu_forward16(uint16_t* act16, const uint16_t* pre16, int64_t n);
 
 // ---- backward ----
 // dy16 = bf16(dy [N, out]); db += dy's column sums (bias_backward).

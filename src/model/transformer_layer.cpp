@@ -181,13 +181,17 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
     return;
   }
   kept.gelu_in = kept_tensor(c.fp8_kept, N * 4 * hl, 4 * hl, dt, l, "gelu_input");
-  float* pre = staging(kept.gelu_in, ws.big1.data());
-  dev::linear_forward(pre, column_input(kept.fc1_in, ln2, c, ws, ws.half.data()), w.fc1, w.fc1_b, N, h, 4 * hl);
   kept.fc2_in = kept_tensor(c.fp8_kept, N * 4 * hl, 4 * hl, dt, l, "fc2_input");
+  const GemmOperand fc1_x = column_input(kept.fc1_in, ln2, c, ws, ws.half.data());
   float* act = staging(kept.fc2_in, ws.big2.data());
   if (direct_bf16(kept.gelu_in) && direct_bf16(kept.fc2_in)) {
-    dev::gelu_forward_bf16(bf16_of(kept.gelu_in), bf16_of(kept.fc2_in), pre, N * 4 * hl);
+    // The GEMM writes the kept bf16 input of the GeLU (big1 the fp32 room of an implementation that
+    // needs one), and the GeLU reads it: act = bf16(gelu(bf16(pre))), the pre its backward reads.
+    dev::linear_forward_bf16(bf16_of(kept.gelu_in), fc1_x, w.fc1, w.fc1_b, N, h, 4 * hl, ws.big1.data());
+    dev::gelu_forward16(bf16_of(kept.fc2_in), bf16_of(kept.gelu_in), N * 4 * hl);
   } else {
+    float* pre = staging(kept.gelu_in, ws.big1.data());
+    dev::linear_forward(pre, fc1_x, w.fc1, w.fc1_b, N, h, 4 * hl);
     kept.gelu_in.store(pre);
     dev::gelu_forward(act, pre, N * 4 * hl);
     kept.fc2_in.store(act);
