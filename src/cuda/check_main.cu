@@ -1589,7 +1589,7 @@ void timing_passes() {
   std::vector<void*> held;
   const auto f32 = [&](int64_t n) { return static_cast<float*>(held.emplace_back(zeros(size_t(n), 4))); };
   const auto b16 = [&](int64_t n) { return static_cast<uint16_t*>(held.emplace_back(zeros(size_t(n), 2))); };
-  float *x = f32(N * h), *y = f32(N * h), *qkv = f32(N * 3 * h), *wide = f32(N * f), *wide2 = f32(N * f);
+  float *x = f32(N * h), *y = f32(N * h), *wide2 = f32(N * f);
   float *q = f32(N * h), *k = f32(N * h), *v = f32(N * h), *w = f32(h), *bias = f32(f), *mean = f32(N), *rstd = f32(N);
   float *dw = f32(h), *db = f32(h);
   uint16_t *x16 = b16(N * h), *y16 = b16(N * h), *wide16 = b16(N * f), *wide16b = b16(N * f), *qkv16 = b16(N * 3 * h);
@@ -1604,10 +1604,8 @@ void timing_passes() {
        median_ms([&] { cu::layernorm_forward_bf16(x16, y16, mean, rstd, x, w, w, N, h); }));
   show("layernorm_backward_bf16 8192x768", nh * (4 + 2 + 4 + 4),
        median_ms([&] { cu::layernorm_backward_bf16(y, dw, db, x, x16, w, mean, rstd, N, h, ws.ws()); }));
-  // The QKV GEMM's bf16 rows split (qkv's room read as bf16: a copy's speed does not depend on the bits).
-  show("split_heads16 8192x2304", 3 * nh * (2 + 2), median_ms([&] {
-         cu::split_heads16(q16, k16, v16, reinterpret_cast<const uint16_t*>(qkv), b, s, a, dh);
-       }));
+  show("split_heads16 8192x2304", 3 * nh * (2 + 2),
+       median_ms([&] { cu::split_heads16(q16, k16, v16, qkv16, b, s, a, dh); }));
   show("merge_heads_bf16 8192x768", nh * (4 + 2), median_ms([&] { cu::merge_heads_bf16(y16, q, b, s, a, dh); }));
   show("unmerge_heads 8192x768", nh * (4 + 4), median_ms([&] { cu::unmerge_heads(q, y, b, s, a, dh); }));
   show("unmerge_heads_bf16 8192x768", nh * (2 + 4), median_ms([&] { cu::unmerge_heads_bf16(q, y16, b, s, a, dh); }));
