@@ -191,7 +191,13 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
     dev::gelu_forward16(bf16_of(kept.fc2_in), bf16_of(kept.gelu_in), N * 4 * hl);
   } else {
     float* pre = staging(kept.gelu_in, ws.big1.data());
-    dev::linear_forward(pre, fc1_x, w.fc1, w.fc1_b, N, h, 4 * hl);
+    if (dt == DType::bf16) {  // (8-bit kept) the same forward: the GeLU of the bf16-rounded input
+      uint16_t* pre16 = reinterpret_cast<uint16_t*>(ws.widen.data());
+      dev::linear_forward_bf16(pre16, fc1_x, w.fc1, w.fc1_b, N, h, 4 * hl, pre);
+      device_memory().from_bf16(pre16, pre, N * 4 * hl);
+    } else {
+      dev::linear_forward(pre, fc1_x, w.fc1, w.fc1_b, N, h, 4 * hl);
+    }
     kept.gelu_in.store(pre);
     dev::gelu_forward(act, pre, N * 4 * hl);
     kept.fc2_in.store(act);
