@@ -101,6 +101,14 @@ void c_linear_backward_input(float* dx, GemmOperand dy, GemmOperand w, int64_t N
   s.M = N, s.N = in, s.K = out, s.trans_b = true;
   gemms().gemm(s, dy, w, dx);
 }
+void c_linear_backward_input_bf16(uint16_t* dx16, GemmOperand dy, GemmOperand w, int64_t N, int64_t in, int64_t out,
+                                  float* room) {
+  GemmShape s;
+  s.M = N, s.N = in, s.K = out, s.trans_b = true;
+  if (gemms().gemm_bf16_out(s, dy, w, dx16)) return;
+  gemms().gemm(s, dy, w, room);  // no bf16 D for the shape: the fp32 product, narrowed
+  cuda::to_bf16(room, dx16, N * in);
+}
 void c_linear_backward_weight(float* dw, GemmOperand x, GemmOperand dy, int64_t N, int64_t in, int64_t out) {
   GemmShape s;
   s.M = in, s.N = out, s.K = N, s.trans_a = true, s.accumulate = true;
@@ -323,7 +331,7 @@ void c_gelu_forward16(uint16_t* act16, const uint16_t* pre16, int64_t n) {
 void c_narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out) {
   cuda::narrow_bias_backward(dy16, db, dy, N, out, scratch(cuda::bias_backward_workspace_bytes(N, out)));
 }
-void c_gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const float* dout, int64_t N,
+void c_gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const uint16_t* dout, int64_t N,
                             int64_t out) {
   cuda::gelu_backward_narrow(g16, db, pre16, dout, N, out, scratch(cuda::bias_backward_workspace_bytes(N, out)));
 }
@@ -368,6 +376,7 @@ const DeviceOps kCudaOps = {
     c_linear_forward,
     c_linear_forward_bf16,
     c_linear_backward_input,
+    c_linear_backward_input_bf16,
     c_linear_backward_weight,
     c_layernorm_forward,
     c_layernorm_backward,

@@ -70,6 +70,11 @@ void cpu_linear_forward_bf16(uint16_t* y16, GemmOperand x, GemmOperand w, const 
   linear_forward(room, x, w, bias, N, in, out);
   to_bf16(room, y16, N * out);
 }
+void cpu_linear_backward_input_bf16(uint16_t* dx16, GemmOperand dy, GemmOperand w, int64_t N, int64_t in, int64_t out,
+                                    float* room) {
+  linear_backward_input(room, dy, w, N, in, out);
+  to_bf16(room, dx16, N * in);
+}
 void cpu_synchronize() {}
 void cpu_half_narrow(bool fp16, const float* src, uint16_t* dst, int64_t n) { HalfFormat{fp16}.narrow(src, dst, n); }
 void cpu_half_widen(bool fp16, const uint16_t* src, float* dst, int64_t n) { HalfFormat{fp16}.widen(src, dst, n); }
@@ -83,6 +88,7 @@ const DeviceOps kCpu = {
     linear_forward,
     cpu_linear_forward_bf16,
     linear_backward_input,
+    cpu_linear_backward_input_bf16,
     linear_backward_weight,
     layernorm_forward,
     layernorm_backward,

@@ -50,6 +50,8 @@ struct DeviceOps {
   void (*linear_forward_bf16)(uint16_t*, GemmOperand, GemmOperand, const float*, int64_t, int64_t, int64_t,
                               float* room);
   void (*linear_backward_input)(float*, GemmOperand, GemmOperand, int64_t, int64_t, int64_t);
+  // dx16 = bf16(dy·Wᵀ), as linear_forward_bf16 (`room`: fp32 N·in).
+  void (*linear_backward_input_bf16)(uint16_t*, GemmOperand, GemmOperand, int64_t, int64_t, int64_t, float* room);
   void (*linear_backward_weight)(float*, GemmOperand, GemmOperand, int64_t, int64_t, int64_t);
   // LayerNorm (kernels/layernorm.hpp).
   void (*layernorm_forward)(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t);
@@ -132,7 +134,7 @@ struct DeviceOps {
   void (*unmerge_heads_bf16)(float*, const uint16_t*, const HeadShape&);
   void (*gelu_forward16)(uint16_t*, const uint16_t*, int64_t);
   void (*narrow_bias_backward)(uint16_t*, float*, const float*, int64_t, int64_t);
-  void (*gelu_backward_narrow)(uint16_t*, float*, const uint16_t*, const float*, int64_t, int64_t);
+  void (*gelu_backward_narrow)(uint16_t*, float*, const uint16_t*, const uint16_t*, int64_t, int64_t);
   void (*merge_qkv_grads_narrow)(uint16_t*, float*, const float*, const float*, const float*, const HeadShape&);
   void (*softmax_causal_backward_bf16)(uint16_t*, const float*, const uint16_t*, int64_t, int64_t);
   void (*layernorm_backward_bf16)(float*, float*, float*, const float*, const uint16_t*, const float*, const float*,
@@ -146,7 +148,7 @@ struct DeviceOps {
 
 // Every operation of the table, for code that treats them alike (the guarded device's wrappers).
 #define LATTICE_DEVICE_OPS(X)                                                                               \
-  X(gemm) X(linear_forward) X(linear_forward_bf16) X(linear_backward_input) X(linear_backward_weight) X(layernorm_forward)           \
+  X(gemm) X(linear_forward) X(linear_forward_bf16) X(linear_backward_input) X(linear_backward_input_bf16) X(linear_backward_weight) X(layernorm_forward)           \
   X(layernorm_backward) X(layernorm_partial_floats) X(layernorm_backward_input) X(layernorm_reduce_partials)  \
   X(gelu_forward) X(gelu_backward) X(bias_backward) X(bias_column_sums) X(bias_add) X(bias_add_rows) X(residual_add) X(dropout_mask_fill)      \
   X(dropout_forward) X(dropout_backward) X(softmax_dropout_forward) X(softmax_causal_backward)                 \
@@ -187,6 +189,10 @@ inline void linear_forward_bf16(uint16_t* y16, GemmOperand x, GemmOperand w, con
 }
 inline void linear_backward_input(float* dx, GemmOperand dy, GemmOperand w, int64_t N, int64_t in, int64_t out) {
   device_ops().linear_backward_input(dx, dy, w, N, in, out);
+}
+inline void linear_backward_input_bf16(uint16_t* dx16, GemmOperand dy, GemmOperand w, int64_t N, int64_t in,
+                                       int64_t out, float* room) {
+  device_ops().linear_backward_input_bf16(dx16, dy, w, N, in, out, room);
 }
 inline void linear_backward_weight(float* dw, GemmOperand x, GemmOperand dy, int64_t N, int64_t in, int64_t out) {
   device_ops().linear_backward_weight(dw, x, dy, N, in, out);
@@ -362,9 +368,9 @@ inline void gelu_forward16(uint16_t* act16, const uint16_t* pre16, int64_t n) {
 inline void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out) {
   device_ops().narrow_bias_backward(dy16, db, dy, N, out);
 }
-inline void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const float* dout, int64_t N,
+inline void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const uint16_t* dout16, int64_t N,
                                  int64_t out) {
-  device_ops().gelu_backward_narrow(g16, db, pre16, dout, N, out);
+  device_ops().gelu_backward_narrow(g16, db, pre16, dout16, N, out);
 }
 inline void merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const float* dk, const float* dv,
                                    const HeadShape& x) {

@@ -38,18 +38,17 @@ struct NarrowElement {  // dy itself
     return v;
   }
 };
-struct GeluGradElement {  // dout · gelu'(pre), pre read from bf16
+struct GeluGradElement {  // dout · gelu'(pre), both read from bf16
   const uint16_t* pre16;
-  const float* dout;
+  const uint16_t* dout16;
   uint16_t* dst16;
   int64_t out;
   struct Input {
-    float dout;
-    uint16_t pre16;
+    uint16_t dout16, pre16;
   };
-  __device__ Input load(int64_t r, int64_t c) const { return {dout[r * out + c], pre16[r * out + c]}; }
+  __device__ Input load(int64_t r, int64_t c) const { return {dout16[r * out + c], pre16[r * out + c]}; }
   __device__ float finish(int64_t r, int64_t c, Input in) const {
-    const float v = in.dout * gelu_grad(from_bf16_bits(in.pre16));
+    const float v = from_bf16_bits(in.dout16) * gelu_grad(from_bf16_bits(in.pre16));
     dst16[r * out + c] = to_bf16_bits(v);
     return v;
   }
@@ -107,9 +106,9 @@ void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N,
                           cudaStream_t stream) {
   column_sums(db, NarrowElement{dy, dy16, out}, N, out, ws, stream, "narrow_bias_backward");
 }
-void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const float* dout, int64_t N, int64_t out,
-                          Workspace ws, cudaStream_t stream) {
-  column_sums(db, GeluGradElement{pre16, dout, g16, out}, N, out, ws, stream, "gelu_backward_narrow");
+void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const uint16_t* dout16, int64_t N,
+                          int64_t out, Workspace ws, cudaStream_t stream) {
+  column_sums(db, GeluGradElement{pre16, dout16, g16, out}, N, out, ws, stream, "gelu_backward_narrow");
 }
 void merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const float* dk, const float* dv, int64_t b,
                             int64_t s, int64_t a, int64_t dh, Workspace ws, cudaStream_t stream) {

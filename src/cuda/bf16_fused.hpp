@@ -32,7 +32,7 @@ void gelu_forward16(uint16_t* act16, const uint16_t* pre16, int64_t n, cudaStrea
 void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out, Workspace ws,
                           cudaStream_t stream = nullptr);
 // g = dout · gelu'(pre) with pre read from bf16; g16 = bf16(g); db += g's column sums.
-void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const float* dout, int64_t N, int64_t out,
+void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const uint16_t* dout16, int64_t N, int64_t out,
                           Workspace ws, cudaStream_t stream = nullptr);
 // merge_qkv_grads into [b·s, 3·a·dh] rows, narrowed to dqkv16; db += their column sums.
 void merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const float* dk, const float* dv, int64_t b,

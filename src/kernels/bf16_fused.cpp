@@ -128,12 +128,13 @@ void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32
   }
 }
 
-void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const float* dout, int64_t N, int64_t out) {
+void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const uint16_t* dout16, int64_t N,
+                          int64_t out) {
   narrow_columns(g16, db, N, out, out, [=](int64_t n, int64_t c0, int64_t len, float* v) {
-    const float* d = dout + n * out + c0;
+    const uint16_t* d = dout16 + n * out + c0;
     const uint16_t* p = pre16 + n * out + c0;
 #pragma omp simd
-    for (int64_t c = 0; c < len; ++c) v[c] = d[c] * gelu_grad(from_bf16(p[c]));
+    for (int64_t c = 0; c < len; ++c) v[c] = from_bf16(d[c]) * gelu_grad(from_bf16(p[c]));
   });
 }
 

@@ -31,8 +31,10 @@ void gelu_forward16(uint16_t* act16, const uint16_t* pre16, int64_t n);
 // ---- backward ----
 // dy16 = bf16(dy [N, out]); db += dy's column sums (bias_backward).
 void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out);
-// g = dout · gelu'(pre) (gelu_backward, pre read from bf16), then narrow_bias_backward of g.
-void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const float* dout, int64_t N, int64_t out);
+// g = dout · gelu'(pre) (gelu_backward, pre and dout read from bf16: dout is the FC2 input gradient
+// its GEMM wrote in bf16, linear_backward_input_bf16), then narrow_bias_backward of g.
+void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const uint16_t* dout16, int64_t N,
+                          int64_t out);
 // merge_qkv_grads, then narrow_bias_backward of the [b·s, 3·hl] rows.
 void merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const float* dk, const float* dv,
                             const HeadShape& x);

@@ -381,11 +381,23 @@ void backward(float* dx, const LayerKept& kept, const LayerWeights& w, GradSink&
                 &LayerWeightPending::ln2_partials, sink, c, ws);
   } else {
     const GemmOperand dy_op = output_grad_operand(dy, sink.grads ? sink.grads->fc2_b : nullptr, fuse, N, h, c, half);
-    dev::linear_backward_input(ws.big1.data(), dy_op, w.fc2, N, 4 * hl, h);
+    // Under bf16 the GEMM writes the GeLU's output gradient in bf16, which the GeLU's backward reads
+    // (fused: in big1's room, big2 the fp32 room of an implementation that needs one; otherwise in
+    // big2's, widened into big1 for the fp32 pass: the same values either way).
+    const bool gelu16 = fuse && direct_bf16(kept.gelu_in);
+    uint16_t* dact16 = reinterpret_cast<uint16_t*>((gelu16 ? ws.big1 : ws.big2).data());
+    if (gelu16) {
+      dev::linear_backward_input_bf16(dact16, dy_op, w.fc2, N, 4 * hl, h, ws.big2.data());
+    } else if (c.dtype == DType::bf16) {
+      dev::linear_backward_input_bf16(dact16, dy_op, w.fc2, N, 4 * hl, h, ws.big1.data());
+      device_memory().from_bf16(dact16, ws.big1.data(), N * 4 * hl);
+    } else {
+      dev::linear_backward_input(ws.big1.data(), dy_op, w.fc2, N, 4 * hl, h);
+    }
     linear_weight_grads(sink, &LayerGrads::fc2_w, &LayerGrads::fc2_b, &LayerWeightPending::fc2, &LayerKept::fc2_in,
                         compute_operand(kept.fc2_in, ws.big2.data()), fuse ? nullptr : dy, dy_op, N, 4 * hl, h, c);
-    if (fuse && direct_bf16(kept.gelu_in)) {
-      dev::gelu_backward_narrow(half, sink.grads->fc1_b, bf16_of(kept.gelu_in), ws.big1.data(), N, 4 * hl);
+    if (gelu16) {
+      dev::gelu_backward_narrow(half, sink.grads->fc1_b, bf16_of(kept.gelu_in), dact16, N, 4 * hl);
       ln_column_backward(dx, nullptr, 4 * hl, kLn2Fc1, kept, w.fc1, w.ln2_w, sink, c, ws);
     } else {
       const float* pre = kept.gelu_in.load(ws.widen.data());

@@ -125,14 +125,14 @@ TEST(Bf16Fused, NarrowBiasBackwardIsConversionAndColumnSums) {
 TEST(Bf16Fused, GeluBackwardNarrowIsWidenGeluBackwardNarrowAndSums) {
   const int64_t N = 41, out = 300;
   const auto pre16 = narrowed(randn(N * out, 9, 2.0f));
-  const auto dout = randn(N * out, 10);
+  const auto dout16 = narrowed(randn(N * out, 10));
   const auto db0 = randn(out, 11);
   std::vector<float> g(static_cast<size_t>(N * out)), db = db0, db2 = db0;
-  const auto pre = widened(pre16);
+  const auto pre = widened(pre16), dout = widened(dout16);
   gelu_backward(g.data(), pre.data(), dout.data(), N * out);
   bias_backward(db.data(), g.data(), N, out);
   std::vector<uint16_t> g16(static_cast<size_t>(N * out));
-  gelu_backward_narrow(g16.data(), db2.data(), pre16.data(), dout.data(), N, out);
+  gelu_backward_narrow(g16.data(), db2.data(), pre16.data(), dout16.data(), N, out);
   EXPECT_TRUE(same_bytes(g16, narrowed(g)));
   EXPECT_TRUE(same_bytes(db2, db));
 }
