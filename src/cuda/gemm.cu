@@ -155,7 +155,7 @@ struct GemmContext::Impl {
     return true;
   }
 
-  const Plan& plan(const Key& key, const float* bias) {
+  Plan& plan(const Key& key, const float* bias) {
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
     Plan p;
@@ -266,15 +266,19 @@ bool GemmContext::gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b
           bias ? alignment_of(bias) : 256u};
   key.out16 = true;
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  const Plan& p = impl_->plan(key, bias);
+  Plan& p = impl_->plan(key, bias);
   if (!p.usable) return false;
   if (p.bias_epilogue)
     lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
              "bias pointer");
   const float alpha = 1.0f, beta = 0.0f;
-  lt_check(cublasLtMatmul(impl_->handle, p.desc, &alpha, b.ptr, p.a, a.ptr, p.b, &beta, c, p.c, c, p.c, &p.algo,
-                          impl_->workspace, impl_->workspace_bytes, stream),
-           "cublasLtMatmul (bf16 D)");
+  const cublasStatus_t st = cublasLtMatmul(impl_->handle, p.desc, &alpha, b.ptr, p.a, a.ptr, p.b, &beta, c, p.c, c,
+                                           p.c, &p.algo, impl_->workspace, impl_->workspace_bytes, stream);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {  // offered by the heuristic, refused at the call: asked no more
+    p.usable = false;
+    return false;
+  }
+  lt_check(st, "cublasLtMatmul (bf16 D)");
   impl_->last_bias_in_epilogue = p.bias_epilogue;
   return true;
 }
