@@ -65,15 +65,24 @@ void cpu_flash_backward_qkv_rows(uint16_t* dqkv16, float* db, const float* dout_
   cpu_flash_backward_rows(r.dq, r.dk, r.dv, dout_rows, in, out_rows, lse, x, d, r.dout, r.out);
   merge_qkv_grads_narrow(dqkv16, db, r.dq, r.dk, r.dv, heads_of(x));
 }
+// oneDNN writes a bf16 destination itself for bf16 operands (the bits of the fp32 product then
+// to_bf16); fp32 operands go through the room.
+void cpu_gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* c, const float* bias, float* room) {
+  if (a.dtype == DType::bf16 && b.dtype == DType::bf16) return gemm_bf16_out(s, a, b, c, bias);
+  gemm(s, a, b, room, bias);
+  to_bf16(room, c, s.M * s.N);
+}
 void cpu_linear_forward_bf16(uint16_t* y16, GemmOperand x, GemmOperand w, const float* bias, int64_t N, int64_t in,
                              int64_t out, float* room) {
-  linear_forward(room, x, w, bias, N, in, out);
-  to_bf16(room, y16, N * out);
+  GemmShape s;
+  s.M = N, s.N = out, s.K = in;
+  cpu_gemm_bf16_out(s, x, w, y16, bias, room);
 }
 void cpu_linear_backward_input_bf16(uint16_t* dx16, GemmOperand dy, GemmOperand w, int64_t N, int64_t in, int64_t out,
                                     float* room) {
-  linear_backward_input(room, dy, w, N, in, out);
-  to_bf16(room, dx16, N * in);
+  GemmShape s;
+  s.M = N, s.N = in, s.K = out, s.trans_b = true;
+  cpu_gemm_bf16_out(s, dy, w, dx16, nullptr, room);
 }
 void cpu_synchronize() {}
 void cpu_half_narrow(bool fp16, const float* src, uint16_t* dst, int64_t n) { HalfFormat{fp16}.narrow(src, dst, n); }

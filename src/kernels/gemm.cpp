@@ -42,7 +42,8 @@ struct Key {
   bool ta, tb, acc, bias, bf16;
   float alpha;
   int threads;
-  auto tie() const { return std::tie(batch, M, N, K, m, ta, tb, acc, bias, bf16, alpha, threads); }
+  bool out16 = false;  // C as bf16 (gemm_bf16_out)
+  auto tie() const { return std::tie(batch, M, N, K, m, ta, tb, acc, bias, bf16, alpha, threads, out16); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
@@ -64,7 +65,7 @@ dnnl::matmul::primitive_desc describe(const Key& k, Prim& p) {
   const dt in = k.bf16 ? dt::bf16 : dt::f32;
   p.a = operand_desc(k.batch, k.M * k.K, k.m, k.K, k.ta ? k.M : k.K, k.ta, in);
   p.b = operand_desc(k.batch, k.K * k.N, k.K, k.N, k.tb ? k.K : k.N, k.tb, in);
-  p.c = dnnl::memory::desc(dims{k.batch, k.m, k.N}, dt::f32, dims{k.M * k.N, k.N, 1});
+  p.c = dnnl::memory::desc(dims{k.batch, k.m, k.N}, k.out16 ? dt::bf16 : dt::f32, dims{k.M * k.N, k.N, 1});
   dnnl::primitive_attr attr;
   // Our scratchpad, passed at execution: concurrent parts must not share the library's.
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -110,7 +111,7 @@ const Prim& primitive(const Key& key) {
 
 // Matrices [b0, b0 + key.batch) of the batch, rows [i0, i0 + key.m) of each C, through one primitive on
 // the calling thread's stream.
-void run_part(const Key& key, const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias,
+void run_part(const Key& key, const GemmShape& s, GemmOperand a, GemmOperand b, void* c, const float* bias,
               int64_t b0, int64_t i0) {
   const Prim& p = primitive(key);
   auto& eng = cpu_engine();
@@ -119,7 +120,7 @@ void run_part(const Key& key, const GemmShape& s, GemmOperand a, GemmOperand b, 
   const char* b_part = static_cast<const char*>(b.ptr) + size_t(b0 * s.K * s.N) * elem;
   dnnl::memory am(p.a, eng, const_cast<char*>(a_part));
   dnnl::memory bm(p.b, eng, const_cast<char*>(b_part));
-  dnnl::memory cm(p.c, eng, c + b0 * s.M * s.N + i0 * s.N);
+  dnnl::memory cm(p.c, eng, static_cast<char*>(c) + size_t(b0 * s.M * s.N + i0 * s.N) * (key.out16 ? 2 : 4));
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
   if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias, eng, const_cast<float*>(bias)));
   // The scratchpad: a per-thread buffer that only grows to the largest primitive's need (a few MiB at most).
@@ -199,7 +200,9 @@ std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& s, bool bf16, int th
   return bytes;
 }
 
-void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias) {
+namespace {
+// The one body of gemm and gemm_bf16_out: C as fp32 or (out16) bf16.
+void gemm_into(const GemmShape& s, GemmOperand a, GemmOperand b, void* c, const float* bias, bool out16) {
   if (a.dtype != b.dtype) throw std::logic_error("gemm: A and B must share a dtype");
   const bool bf16 = a.dtype == DType::bf16;
   // oneDNN's own threading of one matmul left one thread waiting for the other at its end (docs/design.md
@@ -212,9 +215,9 @@ void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const floa
   if (!nested) span.emplace(Trace::Kind::gemm);
   const int parts = parts_of(s, bf16, threads);
   if (parts < 2) {
-    run_part(Key{s.batch, s.M, s.N, s.K, s.M, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16, s.alpha,
-                 threads},
-             s, a, b, c, bias, 0, 0);
+    Key key{s.batch, s.M, s.N, s.K, s.M, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16, s.alpha, threads};
+    key.out16 = out16;
+    run_part(key, s, a, b, c, bias, 0, 0);
     return;
   }
   std::exception_ptr failure;  // an exception may not leave a parallel region: carried out of it
@@ -223,7 +226,8 @@ void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const floa
     omp_set_num_threads(1);  // oneDNN plans and runs this thread's part on this thread alone
     const int t = omp_get_thread_num();
     int64_t b0 = 0, i0 = 0;
-    const Key key = part_key(s, bias != nullptr, bf16, parts, t, b0, i0);
+    Key key = part_key(s, bias != nullptr, bf16, parts, t, b0, i0);
+    key.out16 = out16;
     try {
       run_part(key, s, a, b, c, bias, b0, i0);
     } catch (...) {
@@ -232,6 +236,17 @@ void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const floa
     }
   }
   if (failure) std::rethrow_exception(failure);
+}
+}  // namespace
+
+void gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias) {
+  gemm_into(s, a, b, c, bias, false);
+}
+
+void gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* c, const float* bias) {
+  if (s.accumulate || s.alpha != 1.0f) throw std::logic_error("gemm_bf16_out: alpha 1, no accumulation");
+  if (a.dtype != DType::bf16 || b.dtype != DType::bf16) throw std::logic_error("gemm_bf16_out: bf16 operands");
+  gemm_into(s, a, b, c, bias, true);
 }
 
 bool gemm_split_env_valid() { return parse_forced(std::getenv("LATTICE_GEMM")) != Forced::unknown; }

@@ -29,6 +29,11 @@ struct GemmShape {
 };
 
 void gemm(const GemmShape& shape, GemmOperand a, GemmOperand b, float* c, const float* bias = nullptr);
+// C = bf16(op(A)·op(B) + bias) for bf16 A and B (alpha 1, no accumulation): oneDNN rounds its fp32
+// result (bias added in fp32) to the destination's bf16, with to_bf16's rule, so the bits of gemm()
+// then to_bf16 (tests/unit/test_gemm.cpp, on AMX, AVX512-BF16 and AVX-512 alone). oneDNN 2 has no
+// fp32-operand form with a bf16 destination: fp32 operands are a logic_error.
+void gemm_bf16_out(const GemmShape& shape, GemmOperand a, GemmOperand b, uint16_t* c, const float* bias = nullptr);
 
 // The scratchpad bytes each of `threads` threads holds for this GEMM (oneDNN's per-primitive scratch, in a
 // per-thread buffer that grows to its largest: MemoryCategory::workspaces), asked of oneDNN without

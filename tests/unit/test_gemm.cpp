@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/gemm.hpp"
@@ -104,6 +105,40 @@ TEST(Gemm, Bf16OperandsWholeAndInRowParts) {
       gemm(p.s, {a16.data(), DType::bf16}, {b16.data(), DType::bf16}, c.data(), p.bias.data());
       expect_matches_reference(p, c);
     }
+  omp_set_num_threads(saved);
+}
+
+// A bf16 destination (the linears' bf16 outputs) holds exactly the fp32 product rounded by to_bf16:
+// the same primitive's sums, the bias added in fp32, one rounding at the end. Whole and in row parts
+// (1 and 2 threads), with and without a bias, B transposed or not (the input gradient's shape): bit
+// for bit, where a second rounding or a lost bias differs in many elements. fp32 operands are refused.
+TEST(Gemm, Bf16DestinationIsTheFp32ProductRounded) {
+  const int saved = omp_get_max_threads();
+  uint32_t seed = 40;
+  {
+    const Problem p = make_problem(16, 8, 8, false, false, false, 1.0f, false, seed++);
+    std::vector<uint16_t> c16(p.c0.size());
+    EXPECT_THROW(gemm_bf16_out(p.s, f32_operand(p.a.data()), f32_operand(p.b.data()), c16.data()), std::logic_error);
+  }
+  for (const int threads : {1, 2})
+    for (const bool tb : {false, true})
+      for (const bool with_bias : {false, true}) {
+        omp_set_num_threads(threads);
+        Problem p = make_problem(600, 24, 40, false, tb, false, 1.0f, with_bias, seed++);
+        std::vector<uint16_t> a16(p.a.size()), b16(p.b.size());
+        for (size_t i = 0; i < a16.size(); ++i) a16[i] = to_bf16(p.a[i]);
+        for (size_t i = 0; i < b16.size(); ++i) b16[i] = to_bf16(p.b[i]);
+        const GemmOperand a{a16.data(), DType::bf16}, b{b16.data(), DType::bf16};
+        const float* bias = p.bias.empty() ? nullptr : p.bias.data();
+        std::vector<float> c(p.c0.size());
+        gemm(p.s, a, b, c.data(), bias);
+        std::vector<uint16_t> want(c.size()), got(c.size(), 0xffff);
+        to_bf16(c.data(), want.data(), int64_t(c.size()));
+        gemm_bf16_out(p.s, a, b, got.data(), bias);
+        int64_t differing = 0;
+        for (size_t i = 0; i < got.size(); ++i) differing += got[i] != want[i];
+        EXPECT_EQ(differing, 0) << "threads " << threads << " tb " << tb << " bias " << with_bias;
+      }
   omp_set_num_threads(saved);
 }
 
