@@ -204,6 +204,28 @@ void check_gemm_args(const GemmShape& s, GemmOperand a, GemmOperand b, const flo
   if (s.M > INT32_MAX || s.N > INT32_MAX || s.K > INT32_MAX || s.batch > INT32_MAX)
     throw std::logic_error("cuda::gemm: a dimension past 2^31");
 }
+// A call's key: its shape and flags, the math (fp32 for bf16 operands whatever the switch says), the
+// pointers' alignment, and whether D is bf16.
+Key key_of(const GemmShape& s, GemmOperand a, GemmOperand b, const void* c, const float* bias, GemmMath math,
+           bool out16) {
+  const bool bf16 = a.dtype == DType::bf16;
+  Key key{s.batch,
+          s.M,
+          s.N,
+          s.K,
+          s.trans_a,
+          s.trans_b,
+          s.accumulate,
+          bias != nullptr,
+          bf16,
+          bf16 ? GemmMath::fp32 : math,
+          alignment_of(a.ptr),
+          alignment_of(b.ptr),
+          alignment_of(c),
+          bias ? alignment_of(bias) : 256u};
+  key.out16 = out16;
+  return key;
+}
 }  // namespace
 
 void GemmContext::gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* c, const float* bias,
@@ -216,20 +238,7 @@ void GemmContext::gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* 
     if (bias) bias_add_rows(c, bias, s.batch * s.M, s.N, stream);
     return;
   }
-  const Key key{s.batch,
-                s.M,
-                s.N,
-                s.K,
-                s.trans_a,
-                s.trans_b,
-                s.accumulate,
-                bias != nullptr,
-                a.dtype == DType::bf16,
-                a.dtype == DType::bf16 ? GemmMath::fp32 : impl_->math,
-                alignment_of(a.ptr),
-                alignment_of(b.ptr),
-                alignment_of(c),
-                bias ? alignment_of(bias) : 256u};
+  const Key key = key_of(s, a, b, c, bias, impl_->math, false);
   std::lock_guard<std::mutex> lock(impl_->mutex);  // the cached descriptor's bias pointer is set per call
   const Plan& p = impl_->plan(key, bias);
   if (p.bias_epilogue)
@@ -250,21 +259,7 @@ bool GemmContext::gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b
   if (s.accumulate || s.alpha != 1.0f) throw std::logic_error("cuda::gemm_bf16_out: alpha 1, no accumulation");
   if (s.M == 0 || s.N == 0) return true;
   if (s.K == 0) return false;  // the empty sum: the fp32 path's rule
-  Key key{s.batch,
-          s.M,
-          s.N,
-          s.K,
-          s.trans_a,
-          s.trans_b,
-          false,
-          bias != nullptr,
-          a.dtype == DType::bf16,
-          a.dtype == DType::bf16 ? GemmMath::fp32 : impl_->math,
-          alignment_of(a.ptr),
-          alignment_of(b.ptr),
-          alignment_of(c),
-          bias ? alignment_of(bias) : 256u};
-  key.out16 = true;
+  const Key key = key_of(s, a, b, c, bias, impl_->math, true);
   std::lock_guard<std::mutex> lock(impl_->mutex);
   Plan& p = impl_->plan(key, bias);
   if (!p.usable) return false;
