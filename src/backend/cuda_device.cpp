@@ -88,13 +88,17 @@ void c_linear_forward(float* y, GemmOperand x, GemmOperand w, const float* bias,
   s.M = N, s.N = out, s.K = in;
   gemms().gemm(s, x, w, y, bias);
 }
+// C in bf16: cuBLASLt's bf16 D, or (no bf16 D for the shape) the fp32 product in `room`, narrowed.
+void c_gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* c, const float* bias, float* room) {
+  if (gemms().gemm_bf16_out(s, a, b, c, bias)) return;
+  gemms().gemm(s, a, b, room, bias);
+  cuda::to_bf16(room, c, s.M * s.N);
+}
 void c_linear_forward_bf16(uint16_t* y16, GemmOperand x, GemmOperand w, const float* bias, int64_t N, int64_t in,
                            int64_t out, float* room) {
   GemmShape s;
   s.M = N, s.N = out, s.K = in;
-  if (gemms().gemm_bf16_out(s, x, w, y16, bias)) return;
-  gemms().gemm(s, x, w, room, bias);  // no bf16 D for the shape: the fp32 product, narrowed
-  cuda::to_bf16(room, y16, N * out);
+  c_gemm_bf16_out(s, x, w, y16, bias, room);
 }
 void c_linear_backward_input(float* dx, GemmOperand dy, GemmOperand w, int64_t N, int64_t in, int64_t out) {
   GemmShape s;
@@ -105,9 +109,7 @@ void c_linear_backward_input_bf16(uint16_t* dx16, GemmOperand dy, GemmOperand w,
                                   float* room) {
   GemmShape s;
   s.M = N, s.N = in, s.K = out, s.trans_b = true;
-  if (gemms().gemm_bf16_out(s, dy, w, dx16)) return;
-  gemms().gemm(s, dy, w, room);  // no bf16 D for the shape: the fp32 product, narrowed
-  cuda::to_bf16(room, dx16, N * in);
+  c_gemm_bf16_out(s, dy, w, dx16, nullptr, room);
 }
 void c_linear_backward_weight(float* dw, GemmOperand x, GemmOperand dy, int64_t N, int64_t in, int64_t out) {
   GemmShape s;
