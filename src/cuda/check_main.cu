@@ -152,6 +152,13 @@ template <class T>
 void compare_bits(const std::string& name, const char* dir, const std::vector<T>& ref, const std::vector<T>& got) {
   const bool same = ref.size() == got.size() && std::memcmp(ref.data(), got.data(), ref.size() * sizeof(T)) == 0;
   line(name + " [bits]", dir, same ? 0.0 : 1.0, same ? 0.0 : 1.0, 0.0);
+  if (same || ref.size() != got.size()) return;
+  // Where, and how often: what a lent GPU's minutes can't be spent asking again.
+  size_t first = ref.size(), count = 0;
+  for (size_t i = 0; i < ref.size(); ++i)
+    if (std::memcmp(&ref[i], &got[i], sizeof(T)) != 0) first = std::min(first, i), ++count;
+  std::printf("  note %s: %zu of %zu elements differ, the first at %zu (%.9g against %.9g)\n", name.c_str(), count,
+              ref.size(), first, double(ref[first]), double(got[first]));
 }
 
 // ---- the checks ----

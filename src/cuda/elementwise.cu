@@ -143,14 +143,17 @@ __global__ void dropout_apply_kernel(float* out, const float* inp, const uint8_t
 
 // ---- optimizer ----
 // One element's update: the gradient read times grad_scale (clipping's factor; × 1 is exact), the
-// product the CPU's fused update takes. Returns the new weight.
+// product the CPU's fused update takes. Returns the new weight. Every rounding is spelled out (the
+// _rn intrinsics, which nvcc never contracts into other operations): with the expressions left to
+// -fmad, adamw_update_segments' weights differed from one call a segment's on the H200 (2026-11-27)
+// while their m and v agreed, as a product fused in one kernel and not in the other would make them.
 __device__ __forceinline__ float adamw_element(float& m, float& v, float& w, float grad, float decay,
                                                const AdamWScalars& a, float grad_scale) {
-  const float g = grad * grad_scale;
-  m = a.b1 * m + (1.0f - a.b1) * g;
-  v = a.b2 * v + (1.0f - a.b2) * g * g;
-  const float denom = sqrtf(v) * a.inv_sqrt_bc2 + a.eps;
-  w = w * decay - a.step_size * m / denom;
+  const float g = __fmul_rn(grad, grad_scale);
+  m = __fmaf_rn(a.b1, m, __fmul_rn(__fsub_rn(1.0f, a.b1), g));
+  v = __fmaf_rn(a.b2, v, __fmul_rn(__fmul_rn(__fsub_rn(1.0f, a.b2), g), g));
+  const float denom = __fmaf_rn(__fsqrt_rn(v), a.inv_sqrt_bc2, a.eps);
+  w = __fmaf_rn(w, decay, -__fdiv_rn(__fmul_rn(a.step_size, m), denom));
   return w;
 }
 // w16 non-null: the updated weight narrowed too (adamw_update_bf16).
