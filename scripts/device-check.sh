@@ -8,13 +8,20 @@
 # Logs go beside it. Phases not built yet say so and claim nothing. Exit status: 1 if a phase failed.
 # The whole trainer (phases parity, memory, speed) builds against Debian's packages, which the GPU
 # machine lacks: run scripts/device-bundle.sh here first and carry .device-debs (docs/gpu.md).
+# DEVICE_PREBUILT=DIR: the two programs were built here by scripts/device-prebuild.sh (carry DIR too);
+# the build phase then only unpacks the libraries and checks that both programs start (the builds took
+# 290 of a lease's 900 s on the H200).
+# Knobs for a short lease: DEVICE_CHECK_KERNELS_TIMEOUT (s, default 300), DEVICE_CHECK_SPEED_PEERS
+# (default "eager:manual eager:sdpa compile:manual"), DEVICE_CHECK_SPEED_ROUNDS (default 2).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 DEST=${OUT:-$ROOT}
 mkdir -p "$DEST"
 RESULTS=$DEST/device-check-results.txt
-BUILD_DIR=${DEVICE_BUILD_DIR:-$ROOT/build-device}
+PREBUILT=${DEVICE_PREBUILT:+$(cd "$DEVICE_PREBUILT" 2>/dev/null && pwd)}
+[ -z "${DEVICE_PREBUILT:-}" ] || [ -n "$PREBUILT" ] || { echo "device-check: DEVICE_PREBUILT=$DEVICE_PREBUILT is not a folder" >&2; exit 2; }
+BUILD_DIR=${DEVICE_BUILD_DIR:-${PREBUILT:-$ROOT/build-device}}
 JOBS=$(nproc 2>/dev/null || echo 4)
 status=0
 
@@ -43,6 +50,7 @@ header() {
 
 phase_build() {
   local nvcc t0 log=$DEST/device-check-build.log
+  if [ -n "$PREBUILT" ]; then phase_build_prebuilt; return; fi
   nvcc=$(cuda_find_nvcc)
   if [ -z "$nvcc" ]; then fail "phase build: FAIL (no nvcc: \$CUDACXX, /usr/local/cuda/bin or PATH)"; return; fi
   cuda_host_args "$nvcc"
@@ -67,7 +75,9 @@ phase_kernels() {
   if [ ! -x "$bin" ]; then fail "phase kernels: FAIL (lattice_cuda_check not built: run the build phase first)"; return; fi
   # One line per kernel as it is measured (kernel NAME fwd|bwd max_abs_diff=.. rel=.. tol=.. ok|FAIL).
   : >"$log"
-  timeout 300 "$bin" 2>&1 | while IFS= read -r l; do
+  # A full build's check links oneDNN: the unpacked libraries where there are some (prebuilt).
+  [ ! -d "$ARCH_LIB" ] || runtime_env
+  timeout "${DEVICE_CHECK_KERNELS_TIMEOUT:-300}" "$bin" 2>&1 | while IFS= read -r l; do
     printf '%s\n' "$l" >>"$log"
     printf '  %s\n' "$l" >>"$RESULTS"
     printf '%s\n' "$l"
@@ -85,12 +95,13 @@ phase_kernels() {
 # ---- the whole trainer, against Debian's packages unpacked into a prefix (scripts/device-bundle.sh) ----
 DEBS=$ROOT/.device-debs
 DEPS=${DEVICE_DEPS:-/tmp/lattice-deps}
-FULL_DIR=${DEVICE_FULL_BUILD_DIR:-$ROOT/build-device-full}
+FULL_DIR=${DEVICE_FULL_BUILD_DIR:-${PREBUILT:-$ROOT/build-device-full}}
 LATTICE_BIN=$FULL_DIR/lattice
 ARCH_LIB=$DEPS/usr/lib/x86_64-linux-gnu
 WORK=${DEVICE_WORK:-/tmp/device-check-work}
 runtime_env() {  # the unpacked libraries at run time; OpenMPI and PMIx find their plugins there too
-  export LD_LIBRARY_PATH="$ARCH_LIB:$ARCH_LIB/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # Last, the machine's CUDA 13: a program built elsewhere (prebuilt) names that machine's CUDA folder.
+  export LD_LIBRARY_PATH="$ARCH_LIB:$ARCH_LIB/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:${CUDA_HOME:-/usr/local/cuda}/lib64"
   export OPAL_PREFIX=$DEPS/usr PMIX_INSTALL_PREFIX=$ARCH_LIB/pmix2
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 }
@@ -143,6 +154,21 @@ phase_build_full() {
     tail -n 30 "$log" | sed 's/^/  build-full: /' | tee -a "$RESULTS"
     fail "phase build: FAIL (the whole trainer; log: device-check-build-full.log)"
   fi
+}
+
+# Prebuilt (scripts/device-prebuild.sh): the libraries unpacked, and both programs must start here.
+phase_build_prebuilt() {
+  local log=$DEST/device-check-build-full.log b missing
+  if ! ls "$DEBS"/*.deb >/dev/null 2>&1; then fail "phase build: FAIL (prebuilt: no .device-debs/*.deb to run against)"; return; fi
+  unpack_debs >"$log" 2>&1 || { fail "phase build: FAIL (unpacking .device-debs into $DEPS; log: device-check-build-full.log)"; return; }
+  runtime_env
+  for b in "$PREBUILT/lattice" "$PREBUILT/lattice_cuda_check"; do
+    [ -x "$b" ] || { fail "phase build: FAIL (prebuilt: no $b)"; continue; }
+    missing=$(ldd "$b" | grep -c 'not found')
+    [ "$missing" -eq 0 ] || fail "phase build: FAIL ($b: $missing libraries not found by ldd: $(ldd "$b" | grep 'not found' | tr -s ' \t' ' ' | tr '\n' ';'))"
+  done
+  "$LATTICE_BIN" --version >>"$log" 2>&1 || { fail "phase build: FAIL (prebuilt lattice does not start; log: device-check-build-full.log)"; return; }
+  record "phase build: prebuilt in $PREBUILT, not built here: $("$LATTICE_BIN" --version | head -1)$(cat "$PREBUILT/BUILT" 2>/dev/null | sed 's/^/; /')"
 }
 
 # ---- runs of the trainer ----
@@ -307,7 +333,7 @@ phase_speed() {
   # Interleaved, twice: lattice with the unfused attention (the paper's kept s×s tensors) and with the
   # fused one; PyTorch eager with the same unfused attention and with F.scaled_dot_product_attention
   # (flash: the peer of lattice's fused), and torch.compile of the unfused model.
-  for round in 1 2; do
+  for round in $(seq 1 "${DEVICE_CHECK_SPEED_ROUNDS:-2}"); do
     for attn in unfused fused; do
       timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device "$GPU" --micro-batch $b --global-batch $b --steps 12 --attention $attn \
         >"speed_lattice_${attn}_$round.jsonl" 2>"speed_lattice_${attn}_$round.err"
@@ -320,7 +346,7 @@ t = statistics.median(s["step_s"] for s in steps)
 print(f"speed lattice {sys.argv[4]} attention: median step {t*1e3:.1f} ms, {int(sys.argv[2])*1024/t:,.0f} tokens/s, MFU {statistics.median(s['mfu'] for s in steps)*100:.1f}% (of {float(sys.argv[3])/1e12:.0f} TFLOP/s)")
 PY
     done
-    for mode in eager:manual eager:sdpa compile:manual; do
+    for mode in ${DEVICE_CHECK_SPEED_PEERS:-eager:manual eager:sdpa compile:manual}; do
       local tag=${mode/:/_}
       timeout 150 "$PY" "$ROOT/bench/pytorch_peer.py" --device cuda --autocast bf16 --mode "${mode%%:*}" --attention "${mode#*:}" \
         --layers 12 --hidden 768 --heads 12 --seq-len 1024 --vocab 50304 --micro-batch $b --steps 10 --warmup 3 --peak-flops "$peak" \
@@ -358,7 +384,7 @@ phases=("$@")
 header "${phases[*]}"
 for p in "${phases[@]}"; do
   case "$p" in
-    build) phase_build; phase_build_full ;;
+    build) phase_build; [ -n "$PREBUILT" ] || phase_build_full ;;
     kernels) phase_kernels ;;
     parity) phase_parity ;;
     memory) phase_memory ;;
