@@ -62,16 +62,23 @@ __device__ __forceinline__ float warp_max(float v) {
 
 // Sum (or max) over the block, returned to every thread. `scratch` holds 32 values in shared memory;
 // the block's size is a multiple of 32. A fixed tree: the same inputs give the same bits.
+// block_sum_of_warps: the same tree over the block's first `warps` warps alone (the others' values left
+// out), returned to every thread: a block of 32·warps threads' block_sum, bit for bit, computed in a
+// larger block (the one-pass cross-entropy sums as the three kernels' 256-thread blocks do).
 template <class T>
-__device__ T block_sum(T v, T* scratch) {
-  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, warps = int(blockDim.x) >> 5;
+__device__ T block_sum_of_warps(T v, T* scratch, int warps) {
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
   v = warp_sum(v);
   __syncthreads();  // scratch may still be read by an earlier reduction
-  if (lane == 0) scratch[warp] = v;
+  if (lane == 0 && warp < warps) scratch[warp] = v;
   __syncthreads();
   T total = lane < warps ? scratch[lane] : T(0);
   total = warp_sum(total);
   return total;
+}
+template <class T>
+__device__ T block_sum(T v, T* scratch) {
+  return block_sum_of_warps(v, scratch, int(blockDim.x) >> 5);
 }
 __device__ inline float block_max(float v, float* scratch) {
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, warps = int(blockDim.x) >> 5;

@@ -325,20 +325,26 @@ __global__ void ce_max_target_kernel(float* row_max, float* target_logit, const 
   const float* x = logits + n * v_local;
   float mx = -__int_as_float(0x7f800000);
   for (int64_t j = threadIdx.x; j < real; j += blockDim.x) mx = fmaxf(mx, x[j]);
-  mx = block_max(mx, scratch);
+  // + 0: a maximum of zero is +0 whichever zero the comparisons kept (fmaxf may return either of
+  // ±0), so that a kernel taking the columns in another order keeps the bits (ce_whole_forward_kernel).
+  mx = block_max(mx, scratch) + 0.0f;
   if (threadIdx.x == 0) {
     row_max[n] = mx;
     const int64_t t = int64_t(targets[n]) - v0;
     target_logit[n] = (t >= 0 && t < real) ? x[t] : 0.0f;
   }
 }
-// One row's exponentials in place (x in global or shared memory): x[j] = exp(x[j] − mx) on the real
-// columns, 0 on the padding; returns their sum by the block's fixed tree. The one text of this step for
-// the three kernels' second and the one-pass kernel below, so their bits agree by construction.
+// One column's exponential: exp(x − mx) on the real columns, 0 on the padding. The one text of this
+// step for the three kernels' second and the one-pass kernel below, so their bits agree.
+__device__ __forceinline__ float ce_exp_value(float x, float mx, int64_t j, int64_t real) {
+  return j < real ? fast_exp(x - mx) : 0.0f;
+}
+// One row's exponentials in place: returns their sum, each thread's columns in increasing order, then
+// the block's fixed tree.
 __device__ __forceinline__ float ce_exp_row_sum(float* x, float mx, int64_t v_local, int64_t real, float* scratch) {
   float sum = 0.0f;
   for (int64_t j = threadIdx.x; j < v_local; j += blockDim.x) {
-    const float e = j < real ? fast_exp(x[j] - mx) : 0.0f;
+    const float e = ce_exp_value(x[j], mx, j, real);
     x[j] = e;
     sum += e;
   }
@@ -363,40 +369,52 @@ __global__ void ce_normalize_kernel(float* logits, float* losses, const float* r
 }
 // The three pieces above for a row of the whole vocabulary (one rank, v0 = 0), the row held in
 // shared memory: read from global memory once and written once, where the three kernels read it three
-// times and write it twice. Each thread visits the same columns in the same order and the reductions
-// are the same trees, so every value is bitwise the three kernels' (the kernel check's [bits] line).
-__global__ void ce_whole_forward_kernel(float* logits, float* losses, float* row_max, float* row_sum,
-                                        float* target_logit, const int32_t* targets, int64_t v_local, int64_t real) {
+// times and write it twice. A row's 201 KB of shared memory leaves one block an SM, so the block is
+// kCeWholeWide times the three kernels' (1024 threads): with 256, one row's loads, exponentials and
+// stores ran one after another on a quarter of the SM's threads, at 1.1 TB/s on the H200 (run 4).
+// Every value is still bitwise the three kernels' (the kernel check's [bits] line): the maximum is
+// exact whatever the order (its zero made +0 in both), each exponential is ce_exp_value of the same
+// inputs, and the sum is taken by the first kRowBlock threads alone, each over the three kernels'
+// columns in their order, then the same tree (block_sum_of_warps).
+constexpr int kCeWholeWide = 4;
+constexpr int kCeWholeThreads = kCeWholeWide * kRowBlock;
+__global__ void __launch_bounds__(kCeWholeThreads)
+    ce_whole_forward_kernel(float* logits, float* losses, float* row_max, float* row_sum, float* target_logit,
+                            const int32_t* targets, int64_t v_local, int64_t real) {
   extern __shared__ float row[];  // v_local floats
   __shared__ float scratch[32];
   const int64_t n = blockIdx.x;
+  const int64_t threads = blockDim.x, tid = threadIdx.x;
   float* x = logits + n * v_local;
   float mx = -__int_as_float(0x7f800000);
-  // 16 loads in flight a thread before any is used: one 256-thread block is all an SM holds with a
-  // vocabulary row, so one load at a time would leave the memory idle. The maximum still takes the
-  // thread's columns in increasing order, as the three kernels' first does.
+  // 16 loads in flight a thread before any is used (64 KB an SM).
   constexpr int kBatch = 16;
-  for (int64_t base = threadIdx.x; base < real; base += kBatch * int64_t(blockDim.x)) {
+  for (int64_t base = tid; base < real; base += kBatch * threads) {
     float v[kBatch];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int64_t j = base + u * int64_t(blockDim.x);
+      const int64_t j = base + u * threads;
       v[u] = j < real ? x[j] : 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int64_t j = base + u * int64_t(blockDim.x);
+      const int64_t j = base + u * threads;
       if (j < real) row[j] = v[u], mx = fmaxf(mx, v[u]);
     }
   }
-  mx = block_max(mx, scratch);
+  mx = block_max(mx, scratch) + 0.0f;  // its barriers order the row's stores before the reads below
   const int64_t t = targets[n];
-  // Read before any thread writes the row back (the barriers of ce_exp_row_sum's block_sum come first).
-  const float tl = threadIdx.x == 0 && t >= 0 && t < real ? x[t] : 0.0f;
-  const float sum = ce_exp_row_sum(row, mx, v_local, real, scratch);
+  // Read before any thread writes the row back (the barriers below come first).
+  const float tl = tid == 0 && t >= 0 && t < real ? x[t] : 0.0f;
+  for (int64_t j = tid; j < v_local; j += threads) row[j] = ce_exp_value(row[j], mx, j, real);
+  __syncthreads();
+  float sum = 0.0f;
+  if (tid < kRowBlock)
+    for (int64_t j = tid; j < v_local; j += kRowBlock) sum += row[j];
+  sum = block_sum_of_warps(sum, scratch, kRowBlock / 32);
   const float inv = 1.0f / sum;
-  for (int64_t j = threadIdx.x; j < v_local; j += blockDim.x) x[j] = j < real ? row[j] * inv : row[j];
-  if (threadIdx.x == 0) {
+  for (int64_t j = tid; j < v_local; j += threads) x[j] = j < real ? row[j] * inv : row[j];
+  if (tid == 0) {
     row_max[n] = mx, row_sum[n] = sum, target_logit[n] = tl;
     losses[n] = ce_row_loss(mx, sum, tl);
   }
@@ -618,8 +636,8 @@ void ce_whole_forward(float* logits, float* losses, float* row_max, float* row_s
           "ce_whole_forward");
     allowed = bytes;
   }
-  ce_whole_forward_kernel<<<row_grid(N), kRowBlock, bytes, stream>>>(logits, losses, row_max, row_sum, target_logit,
-                                                                      targets, v_local, real);
+  ce_whole_forward_kernel<<<row_grid(N), kCeWholeThreads, bytes, stream>>>(logits, losses, row_max, row_sum,
+                                                                            target_logit, targets, v_local, real);
   check_launch("ce_whole_forward");
 }
 
