@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 33's device check, for a machine with one NVIDIA GPU (H100, sm_90), nvcc, cuBLAS and CMake but
 # none of Debian's packages (oneDNN, OpenMPI, SentencePiece, CLI11, nlohmann-json): docs/gpu.md.
-#   scripts/device-check.sh [all|build|kernels|parity|memory|layouts|speed|table4]...   (default: all)
+#   scripts/device-check.sh [all|build|kernels|parity|memory|layouts|speed|table4|profile]...   (default: all)
 # Each phase runs alone or in order; every result is appended to one results file as soon as it is
 # measured (so a run cut off still reports what it reached): $OUT/device-check-results.txt when OUT is
 # set (the lent machine's folder that comes back), else device-check-results.txt in the repository.
@@ -13,6 +13,10 @@
 # 290 of a lease's 900 s on the H200).
 # Knobs for a short lease: DEVICE_CHECK_KERNELS_TIMEOUT (s, default 300), DEVICE_CHECK_SPEED_PEERS
 # (default "eager:manual eager:sdpa compile:manual"), DEVICE_CHECK_SPEED_ROUNDS (default 2).
+# The profile phase (not in all): Nsight Compute over one launch of each timed call of the kernels
+# that bound a GPT-2 step (DEVICE_CHECK_PROFILE_KERNELS, a regex of kernel names; _GROUPS, which of
+# lattice_cuda_check's timing groups run; _TIMEOUT, s): the report in device-check-ncu.txt, a summary
+# a kernel in the results (scripts/ncu-summary.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -90,6 +94,24 @@ phase_kernels() {
   elif [ "$rc" -eq 3 ]; then fail "phase kernels: FAIL (every comparison passed, ${n_ok}; a timing threw)"
   elif [ "$rc" -eq 2 ]; then fail "phase kernels: FAIL (no CUDA device usable: nothing checked)"
   else fail "phase kernels: FAIL (exit ${rc}; ${n_ok} ok, ${n_fail} FAIL)"; fi
+}
+
+phase_profile() {
+  local bin=$BUILD_DIR/lattice_cuda_check log=$DEST/device-check-ncu.txt ncu rc
+  if [ ! -x "$bin" ]; then fail "phase profile: FAIL (lattice_cuda_check not built: run the build phase first)"; return; fi
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -z "$ncu" ]; then record "phase profile: skipped (no ncu on this machine)"; return; fi
+  [ ! -d "$ARCH_LIB" ] || runtime_env
+  local kernels=${DEVICE_CHECK_PROFILE_KERNELS:-tc_forward_kernel|tc_dq_kernel|tc_dkdv_kernel|ce_whole_forward_kernel|layernorm_backward_fused_kernel|layernorm_param_reduce_kernel}
+  local groups=${DEVICE_CHECK_PROFILE_GROUPS:-ce,passes,tc}
+  record "phase profile: $("$ncu" --version 2>/dev/null | tail -1), --clock-control none (the card's clocks as found), one launch of each of lattice_cuda_check's timed calls ($groups) of: $kernels"
+  LATTICE_CHECK_PROFILE=$groups timeout "${DEVICE_CHECK_PROFILE_TIMEOUT:-240}" "$ncu" --clock-control none \
+    --kernel-name "regex:^($kernels)\$" --section SpeedOfLight --section LaunchStats --section Occupancy \
+    --section SchedulerStats --section WarpStateStats "$bin" >"$log" 2>&1
+  rc=$?
+  "$PY" "$ROOT/scripts/ncu-summary.py" "$log" | while IFS= read -r l; do record "  $l"; done
+  if [ "$rc" -eq 0 ]; then record "phase profile: done (report: device-check-ncu.txt)"
+  else fail "phase profile: FAIL (exit $rc; $(grep -m1 -i 'error' "$log" | cut -c1-160); report: device-check-ncu.txt)"; fi
 }
 
 # ---- the whole trainer, against Debian's packages unpacked into a prefix (scripts/device-bundle.sh) ----
@@ -391,7 +413,8 @@ for p in "${phases[@]}"; do
     speed) phase_speed ;;
     layouts) phase_layouts ;;
     table4) phase_table4 ;;
-    *) fail "unknown phase '$p' (build|kernels|parity|memory|layouts|speed|table4|all)" ;;
+    profile) phase_profile ;;
+    *) fail "unknown phase '$p' (build|kernels|parity|memory|layouts|speed|table4|profile|all)" ;;
   esac
 done
 record "# device-check done: $([ $status -eq 0 ] && echo ok || echo FAIL)"

@@ -1474,9 +1474,15 @@ void check_fp16() {
 }
 
 // ---- timings (not pass/fail): cudaEvent time of one call, the median of 20 after 3 warm-ups ----
+// LATTICE_CHECK_PROFILE=all, or some of gemm,ce,passes,flash,tc (on a GPU): no checks, and each timed
+// call made once, so that a profiler sees one launch of each kernel (scripts/device-check.sh profile).
+const char* profile_groups() {
+  static const char* groups = kHostSim ? nullptr : std::getenv("LATTICE_CHECK_PROFILE");
+  return groups;
+}
 template <class F>
 double median_ms(F f) {
-  if (kHostSim) {  // the host simulation runs the timed calls once, for their text, and times nothing
+  if (kHostSim || profile_groups()) {  // once, for its text (the host) or for a profiler; timed never
     f();
     return 0.0;
   }
@@ -1743,7 +1749,9 @@ int main(int argc, char** argv) {
   cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("lattice_cuda_check: device %s (sm_%d%d, %d SMs), seed %llu\n", prop.name, prop.major, prop.minor,
               prop.multiProcessorCount, seed);
-  try {
+  const char* profile = profile_groups();
+  if (profile) std::printf("lattice_cuda_check: profile mode (%s): no checks, each timed call made once\n", profile);
+  if (!profile) try {
     check_embedding();
     check_layernorm();
     check_gelu();
@@ -1765,19 +1773,24 @@ int main(int argc, char** argv) {
     std::printf("lattice_cuda_check: error: %s\n", e.what());
     ++failures;
   }
-  std::printf("lattice_cuda_check: %d FAIL\n", failures);
+  if (!profile) std::printf("lattice_cuda_check: %d FAIL\n", failures);
   std::fflush(stdout);
   // On the host simulation the timings' calls run once each where LATTICE_HOST_SIM_TIMINGS is set (a
   // smoke test of their buffers and arguments, minutes at their sizes), not by default; set to "tc",
   // only the tensor-core attention's.
   const char* sim_timings = std::getenv("LATTICE_HOST_SIM_TIMINGS");
   if (kHostSim && !sim_timings) return failures ? 1 : 0;
-  const bool tc_only = kHostSim && std::string(sim_timings) == "tc";
+  const std::string groups = "," + std::string(profile ? profile : kHostSim && std::string(sim_timings) == "tc" ? "tc" : "all") + ",";
+  const auto want = [&](const char* group) {
+    return groups == ",all," || groups.find("," + std::string(group) + ",") != std::string::npos;
+  };
   std::printf("lattice_cuda_check: timings follow (not pass/fail; %s)\n", prop.name);
   try {
-    if (!kHostSim) timing_gemm();
-    if (!tc_only) timing_cross_entropy(), timing_passes(), timing_flash(false);
-    timing_flash(true);
+    if (!kHostSim && want("gemm")) timing_gemm();
+    if (want("ce")) timing_cross_entropy();
+    if (want("passes")) timing_passes();
+    if (want("flash")) timing_flash(false);
+    if (want("tc")) timing_flash(true);
   } catch (const std::exception& e) {
     std::printf("lattice_cuda_check: timing error: %s\n", e.what());
     return failures ? 1 : 3;
