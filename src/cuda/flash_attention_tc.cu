@@ -8,13 +8,13 @@
 // 32-bit reads and ldmatrix's eight-row reads), loaded 16 bytes at a time where the pointers allow;
 // a product reading a tile along its columns takes it through ldmatrix's transposing load.
 //
-// Same contract and tiles as the fp32 kernels (cuda/flash_attention.cu): 64 queries × 64 keys, the
-// causal mask, the online softmax with the CPU's fast_exp, the dropout's keep flags drawn from the
-// same Philox elements (flash_common.cuh's row_keep_bits / keep_bits16), the backward recomputing the
-// scores with no atomics (a block owns a key tile's dK and dV, another a query tile's dQ). Q, K and V
-// hold bf16 values, so their tiles are exact; dO, the probabilities and dS are rounded to bf16 for the
-// products, so the results are within bf16 rounding of the fp32 form, not its bits. Every sum runs in
-// a fixed order (each accumulator its k in ascending steps, a row's four lanes by a fixed shuffle
+// Same contract and tiles as the fp32 kernels (cuda/flash_attention.cu): 64 queries × 64 keys, the causal
+// mask, the online softmax (its exponential the special-function unit's: tc_exp), the dropout's keep flags
+// drawn from the same Philox elements (flash_common.cuh's row_keep_bits / keep_bits16), the backward
+// recomputing the scores with no atomics (a block owns a key tile's dK and dV, another a query tile's dQ).
+// Q, K and V hold bf16 values, so their tiles are exact; dO, the probabilities and dS are rounded to bf16
+// for the products, so the results are within bf16 rounding of the fp32 form, not its bits. Every sum runs
+// in a fixed order (each accumulator its k in ascending steps, a row's four lanes by a fixed shuffle
 // tree), so the bits repeat from run to run. Where Q, K, V are the kept bf16 bits at aligned addresses,
 // each kernel's walk copies its next pair of tiles by cp.async while the current one's products run
 // (TilePairs).
@@ -38,6 +38,21 @@ using namespace mma;
 namespace {
 
 constexpr int kT = 64;                // queries and keys per tile
+
+// e^x as these kernels take it: 2^(x·log2 e) by the special-function unit's ex2.approx (relative error
+// about 2^-22, far inside the bf16 products' 2^-8; -inf gives +0). The CPU's fast_exp, which the fp32
+// kernels keep for their bits, is some 18 FP32 instructions an element: at dh 64 that is as much
+// issue time as the tensor cores' two products of the element. The host simulation takes exp2f.
+__device__ __forceinline__ float tc_exp(float x) {
+  const float y = x * 1.4426950408889634f;
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+  return r;
+#else
+  return exp2f(y);
+#endif
+}
 constexpr int kThreads = 128;         // 4 warps, 16 tile rows each
 constexpr int kMaxChunks = int(kFlashMaxHeadDim / 16);
 
@@ -403,13 +418,13 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(TOut* out, float* 
         for (int h = 0; h < 2; ++h)
           if (nt * 8 + 2 * tq + h < n) mx = fmaxf(mx, sc[nt][2 * half + h] * p.scale);
       mx = quad_max(mx);
-      const float corr = n > 0 ? fast_exp(m[half] - mx) : 1.0f;  // 0-ish on the first tile (fast_exp(-inf) = e^-87)
+      const float corr = n > 0 ? tc_exp(m[half] - mx) : 1.0f;  // 0 on the first tile (tc_exp(-inf) = +0)
       float sum = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          float e = nt * 8 + 2 * tq + h < n ? fast_exp(sc[nt][2 * half + h] * p.scale - mx) : 0.0f;
+          float e = nt * 8 + 2 * tq + h < n ? tc_exp(sc[nt][2 * half + h] * p.scale - mx) : 0.0f;
           sum += e;
           sc[nt][2 * half + h] = e * keep_factor_at<DROP>(p, keep, 2 * nt + h);
         }
@@ -480,7 +495,7 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, QkvRows rows
         for (int h = 0; h < 2; ++h) {
           float ds = 0.0f;
           if (nt * 8 + 2 * tq + h < n) {
-            const float pr = fast_exp(sc[nt][2 * half + h] * p.scale - li[half]);
+            const float pr = tc_exp(sc[nt][2 * half + h] * p.scale - li[half]);
             ds = pr * (dp[nt][2 * half + h] * keep_factor_at<DROP>(p, keep, 2 * nt + h) - di[half]) * p.scale;
           }
           sc[nt][2 * half + h] = ds;
@@ -575,7 +590,7 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
         for (int half = 0; half < 2; ++half) {
           float pz = 0.0f, ds = 0.0f;
           if (ql < nq && key[half] < s && key[half] <= qi) {
-            const float pr = fast_exp(st[nt][2 * half + h] * p.scale - L[ql]);
+            const float pr = tc_exp(st[nt][2 * half + h] * p.scale - L[ql]);
             const float z = keep_factor_at<DROP>(p, w, 16 * h + g + 8 * half);
             pz = pr * z;
             ds = pr * (dpt[nt][2 * half + h] * z - Dq[ql]) * p.scale;
