@@ -89,16 +89,25 @@ void c_linear_forward(float* y, GemmOperand x, GemmOperand w, const float* bias,
   gemms().gemm(s, x, w, y, bias);
 }
 // C in bf16: cuBLASLt's bf16 D, or (no bf16 D for the shape) the fp32 product in `room`, narrowed.
-void c_gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* c, const float* bias, float* room) {
-  if (gemms().gemm_bf16_out(s, a, b, c, bias)) return;
-  gemms().gemm(s, a, b, room, bias);
+void c_gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* c, float* room) {
+  if (gemms().gemm_bf16_out(s, a, b, c)) return;
+  gemms().gemm(s, a, b, room);
   cuda::to_bf16(room, c, s.M * s.N);
 }
+// The same with the bias rounded to bf16 (device_ops.hpp): cuBLASLt's epilogue takes it from the room's
+// start; where it writes no bf16 D, the product goes into the room and one pass adds the rounded bias
+// and narrows.
 void c_linear_forward_bf16(uint16_t* y16, GemmOperand x, GemmOperand w, const float* bias, int64_t N, int64_t in,
                            int64_t out, float* room) {
   GemmShape s;
   s.M = N, s.N = out, s.K = in;
-  c_gemm_bf16_out(s, x, w, y16, bias, room);
+  if (!bias) return c_gemm_bf16_out(s, x, w, y16, room);
+  if (N <= 0 || out <= 0) return;  // nothing to write (and no room for the bias)
+  uint16_t* bias16 = reinterpret_cast<uint16_t*>(room);  // out halves of the room's N·out floats
+  cuda::to_bf16(bias, bias16, out);
+  if (gemms().gemm_bf16_out(s, x, w, y16, bias16)) return;
+  gemms().gemm(s, x, w, room);
+  cuda::narrow_rows_bias(y16, room, bias, N, out);
 }
 void c_linear_backward_input(float* dx, GemmOperand dy, GemmOperand w, int64_t N, int64_t in, int64_t out) {
   GemmShape s;
@@ -109,7 +118,7 @@ void c_linear_backward_input_bf16(uint16_t* dx16, GemmOperand dy, GemmOperand w,
                                   float* room) {
   GemmShape s;
   s.M = N, s.N = in, s.K = out, s.trans_b = true;
-  c_gemm_bf16_out(s, dy, w, dx16, nullptr, room);
+  c_gemm_bf16_out(s, dy, w, dx16, room);
 }
 void c_linear_backward_weight(float* dw, GemmOperand x, GemmOperand dy, int64_t N, int64_t in, int64_t out) {
   GemmShape s;

@@ -1,6 +1,7 @@
 #include "backend/device_ops.hpp"
 
 #include <cstring>
+#include <vector>
 
 #include "backend/guarded_device.hpp"
 #ifdef LATTICE_HAVE_CUDA
@@ -76,7 +77,14 @@ void cpu_linear_forward_bf16(uint16_t* y16, GemmOperand x, GemmOperand w, const 
                              int64_t out, float* room) {
   GemmShape s;
   s.M = N, s.N = out, s.K = in;
-  cpu_gemm_bf16_out(s, x, w, y16, bias, room);
+  std::vector<float> rounded;  // bf16(bias), widened: oneDNN adds it in fp32, as the bf16 bias is added
+  if (bias) {
+    std::vector<uint16_t> b16(static_cast<size_t>(out));
+    rounded.resize(size_t(out));
+    to_bf16(bias, b16.data(), out);
+    from_bf16(b16.data(), rounded.data(), out);
+  }
+  cpu_gemm_bf16_out(s, x, w, y16, bias ? rounded.data() : nullptr, room);
 }
 void cpu_linear_backward_input_bf16(uint16_t* dx16, GemmOperand dy, GemmOperand w, int64_t N, int64_t in, int64_t out,
                                     float* room) {

@@ -44,9 +44,11 @@ struct DeviceOps {
   // GEMMs (kernels/gemm.hpp, kernels/linear.hpp).
   void (*gemm)(const GemmShape&, GemmOperand, GemmOperand, float*, const float*);
   void (*linear_forward)(float*, GemmOperand, GemmOperand, const float*, int64_t, int64_t, int64_t);
-  // y16 = bf16(x·W + bias): linear_forward then to_bf16, a device's GEMM writing the bf16 result itself
-  // (no fp32 copy written and read again); `room` (fp32 N·out) for an implementation that computes the
-  // fp32 result first (the CPU's, a shape a device's GEMM has no bf16 output for).
+  // y16 = bf16(x·W + bf16(bias)): the bias enters rounded to bf16, as a bf16 parameter does (cuBLASLt
+  // takes a bf16 D's bias in bf16 alone, and PyTorch's autocast rounds it so), and a device's GEMM
+  // writes the bf16 result itself (no fp32 copy written and read again); `room` (fp32 N·out) for an
+  // implementation that computes the fp32 result first (fp32 operands, a shape a device's GEMM has no
+  // bf16 output for) or keeps the rounded bias there.
   void (*linear_forward_bf16)(uint16_t*, GemmOperand, GemmOperand, const float*, int64_t, int64_t, int64_t,
                               float* room);
   void (*linear_backward_input)(float*, GemmOperand, GemmOperand, int64_t, int64_t, int64_t);

@@ -3,6 +3,9 @@
 // and cuda/heads.cu. Each reads its fp32 inputs once and writes only the narrowed results: the staged
 // sequence they replace wrote and re-read an fp32 copy per step.
 #include "cuda/bf16_fused.hpp"
+
+#include <algorithm>
+
 #include "cuda/common.cuh"
 
 namespace lattice::cuda {
@@ -75,6 +78,14 @@ struct QkvGradElement {  // row r, column c of merge_qkv_grads' [b·s, 3·hl] ro
   }
 };
 
+// Rows a block, a thread its columns: the column's bias rounded to bf16 and widened, added in fp32,
+// the sum rounded.
+__global__ void narrow_rows_bias_kernel(uint16_t* y16, const float* y, const float* bias, int64_t N, int64_t out) {
+  for (int64_t r = blockIdx.x; r < N; r += gridDim.x)
+    for (int64_t c = threadIdx.x; c < out; c += blockDim.x)
+      y16[r * out + c] = to_bf16_bits(y[r * out + c] + from_bf16_bits(to_bf16_bits(bias[c])));
+}
+
 template <class Element>
 void column_sums(float* db, Element element, int64_t N, int64_t out, Workspace ws, cudaStream_t stream,
                  const char* kernel) {
@@ -101,6 +112,11 @@ void gelu_forward16(uint16_t* act16, const uint16_t* pre16, int64_t n, cudaStrea
   if (done < n)
     gelu_forward16_kernel<<<grid_for(n - done), kBlock, 0, stream>>>(act16 + done, pre16 + done, n - done);
   check_launch("gelu_forward16");
+}
+void narrow_rows_bias(uint16_t* y16, const float* y, const float* bias, int64_t N, int64_t out, cudaStream_t stream) {
+  if (N <= 0 || out <= 0) return;
+  narrow_rows_bias_kernel<<<unsigned(std::min<int64_t>(N, 65535)), kBlock, 0, stream>>>(y16, y, bias, N, out);
+  check_launch("narrow_rows_bias");
 }
 void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out, Workspace ws,
                           cudaStream_t stream) {

@@ -23,6 +23,10 @@ void unmerge_heads_bf16(float* heads, const uint16_t* rows16, int64_t b, int64_t
                         cudaStream_t stream = nullptr);
 void merge_heads_bf16(uint16_t* out, const float* heads, int64_t b, int64_t s, int64_t a, int64_t dh,
                       cudaStream_t stream = nullptr);
+// y16 = bf16(y + bf16(bias)) over rows [N, out]: the fp32 product of a GEMM that wrote no bf16 D, with
+// the bias as linear_forward_bf16 takes it (rounded to bf16), in one pass.
+void narrow_rows_bias(uint16_t* y16, const float* y, const float* bias, int64_t N, int64_t out,
+                      cudaStream_t stream = nullptr);
 // act16 = bf16(gelu(pre16 widened)).
 void gelu_forward16(uint16_t* act16, const uint16_t* pre16, int64_t n, cudaStream_t stream = nullptr);
 

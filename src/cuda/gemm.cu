@@ -95,7 +95,7 @@ struct GemmContext::Impl {
 
   // Tries to choose an algorithm for `key`, with the bias epilogue or without; false if cuBLASLt's
   // heuristic offers none.
-  bool choose(const Key& key, bool with_bias, const float* bias, Plan& p) {
+  bool choose(const Key& key, bool with_bias, const void* bias, Plan& p) {
     const cudaDataType_t in = key.bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const cublasComputeType_t compute =
         (!key.bf16 && key.math == GemmMath::tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -112,12 +112,7 @@ struct GemmContext::Impl {
       lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
       lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
                "bias pointer");
-      if (key.out16) {  // the bias stays fp32 (its default is D's type)
-        const cudaDataType_t bias_type = CUDA_R_32F;
-        lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                sizeof(bias_type)),
-                 "bias data type");
-      }
+      // A bf16 D's bias is bf16: the attribute's default (D's type), the one cuBLASLt takes.
     }
     // Our B: row-major [K, N] is column-major [N, K] (ld N); transposed, row-major [N, K] is column-major
     // [K, N] (ld K). Our A: row-major [M, K] is column-major [K, M] (ld K); transposed [K, M] is [M, K]
@@ -147,8 +142,8 @@ struct GemmContext::Impl {
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
       destroy(p);
-      // A bf16 D with the fp32 bias is refused as an invalid value by cuBLASLt 13.0 (seen on the H200,
-      // 2026-11-27): for a bf16 D's key that is "none offered", and the caller narrows the fp32 product.
+      // A bf16 D's key refused as an invalid value (an fp32 bias was, by cuBLASLt 13.0 on the H200,
+      // 2026-11-27) is "none offered" too: the caller narrows the fp32 product.
       const bool refused = st == CUBLAS_STATUS_NOT_SUPPORTED || (key.out16 && st == CUBLAS_STATUS_INVALID_VALUE);
       if (st != CUBLAS_STATUS_SUCCESS && !refused) lt_check(st, "algorithm heuristic");
       return false;
@@ -158,7 +153,7 @@ struct GemmContext::Impl {
     return true;
   }
 
-  Plan& plan(const Key& key, const float* bias) {
+  Plan& plan(const Key& key, const void* bias) {
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
     Plan p;
@@ -198,7 +193,7 @@ int64_t GemmContext::cached_plans() const {
 bool GemmContext::last_bias_in_epilogue() const { return impl_->last_bias_in_epilogue; }
 
 namespace {
-void check_gemm_args(const GemmShape& s, GemmOperand a, GemmOperand b, const float* bias) {
+void check_gemm_args(const GemmShape& s, GemmOperand a, GemmOperand b, const void* bias) {
   if (a.dtype != b.dtype) throw std::logic_error("cuda::gemm: A and B must share a dtype");
   if (a.dtype != DType::fp32 && a.dtype != DType::bf16) throw std::logic_error("cuda::gemm: A and B fp32 or bf16");
   if (bias && s.alpha != 1.0f)
@@ -209,7 +204,7 @@ void check_gemm_args(const GemmShape& s, GemmOperand a, GemmOperand b, const flo
 }
 // A call's key: its shape and flags, the math (fp32 for bf16 operands whatever the switch says), the
 // pointers' alignment, and whether D is bf16.
-Key key_of(const GemmShape& s, GemmOperand a, GemmOperand b, const void* c, const float* bias, GemmMath math,
+Key key_of(const GemmShape& s, GemmOperand a, GemmOperand b, const void* c, const void* bias, GemmMath math,
            bool out16) {
   const bool bf16 = a.dtype == DType::bf16;
   Key key{s.batch,
@@ -256,8 +251,8 @@ void GemmContext::gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* 
   impl_->last_bias_in_epilogue = p.bias_epilogue;
 }
 
-bool GemmContext::gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* c, const float* bias,
-                                cudaStream_t stream) {
+bool GemmContext::gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* c,
+                                const uint16_t* bias, cudaStream_t stream) {
   check_gemm_args(s, a, b, bias);
   if (s.accumulate || s.alpha != 1.0f) throw std::logic_error("cuda::gemm_bf16_out: alpha 1, no accumulation");
   if (s.M == 0 || s.N == 0) return true;

@@ -65,14 +65,16 @@ class GemmContext {
 
   void gemm(const GemmShape& shape, GemmOperand a, GemmOperand b, float* c, const float* bias = nullptr,
             cudaStream_t stream = nullptr);
-  // C = bf16(op(A)·op(B) + bias) as bf16 bits (alpha 1, no accumulation): cuBLASLt rounds its fp32
-  // result, the bias added in fp32 in its epilogue first, so the only rounding is gemm()'s followed by
-  // to_bf16 (nearest even; cuBLASLt keeps subnormals that to_bf16 flushes, and may choose another
-  // algorithm than for an fp32 C, whose sums round differently). Returns false, writing nothing,
-  // where cuBLASLt offers no algorithm for the shape with a bf16 D (and the bias in its epilogue):
-  // the caller then multiplies into fp32 and narrows, the sequence this replaces.
-  bool gemm_bf16_out(const GemmShape& shape, GemmOperand a, GemmOperand b, uint16_t* c, const float* bias = nullptr,
-                     cudaStream_t stream = nullptr);
+  // C = bf16(op(A)·op(B) + bias16) as bf16 bits (alpha 1, no accumulation): cuBLASLt rounds its fp32
+  // result, the bf16 bias widened and added in fp32 in its epilogue first, so the only rounding is
+  // gemm()'s followed by to_bf16 (nearest even; cuBLASLt keeps subnormals that to_bf16 flushes, and
+  // may choose another algorithm than for an fp32 C, whose sums round differently). The bias is bf16,
+  // D's type: cuBLASLt takes no other for a bf16 D (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE;
+  // an fp32 one was refused as an invalid value on the H200). Returns false, writing nothing, where
+  // cuBLASLt offers no algorithm for the shape with a bf16 D (and the bias in its epilogue): the
+  // caller then multiplies into fp32 and narrows, the sequence this replaces.
+  bool gemm_bf16_out(const GemmShape& shape, GemmOperand a, GemmOperand b, uint16_t* c,
+                     const uint16_t* bias16 = nullptr, cudaStream_t stream = nullptr);
 
  private:
   struct Impl;

@@ -130,7 +130,15 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
     dev::linear_forward_bf16(rows16, qkv_x, w.qkv, w.qkv_b, N, h, 3 * hl, ws.big2.data());
     dev::split_heads16(bf16_of(kept.q), bf16_of(kept.k), bf16_of(kept.v), rows16, head_shape(c));
   } else {
-    dev::linear_forward(ws.big1.data(), qkv_x, w.qkv, w.qkv_b, N, h, 3 * hl);
+    if (dt == DType::bf16) {
+      // The rows the direct path makes (linear_forward_bf16's, the bias rounded to bf16), widened for
+      // the split: every path of a bf16 run (context parallel, 8-bit kept tensors) computes the same.
+      uint16_t* rows16 = reinterpret_cast<uint16_t*>(ws.big2.data());
+      dev::linear_forward_bf16(rows16, qkv_x, w.qkv, w.qkv_b, N, h, 3 * hl, ws.big1.data());
+      device_memory().from_bf16(rows16, ws.big1.data(), N * 3 * hl);
+    } else {
+      dev::linear_forward(ws.big1.data(), qkv_x, w.qkv, w.qkv_b, N, h, 3 * hl);
+    }
     float *q = staging(kept.q, ws.q.data()), *k = staging(kept.k, ws.k.data()), *v = staging(kept.v, ws.v.data());
     if (c.cp.ulysses()) {
       // Ulysses: this rank's positions of its heads → a/c heads at every position (kept so: backward

@@ -46,15 +46,17 @@ void GemmContext::gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* 
   }
   if (bias) bias_add_rows(c, bias, s.batch * s.M, s.N, nullptr);
 }
-// The product in fp32, then to_bf16's rounding. LATTICE_HOST_SIM_GEMM_BF16_OUT=0 answers false, as
-// cuBLASLt does where it has no algorithm for a bf16 D: the caller's fp32-and-narrow path then runs.
-bool GemmContext::gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* c, const float* bias,
-                                cudaStream_t stream) {
+// The product in fp32 with the bf16 bias widened, then to_bf16's rounding. LATTICE_HOST_SIM_GEMM_BF16_OUT=0
+// answers false, as cuBLASLt does where it has no algorithm for a bf16 D: the caller's fp32-and-narrow
+// path then runs.
+bool GemmContext::gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* c,
+                                const uint16_t* bias16, cudaStream_t stream) {
   const char* env = std::getenv("LATTICE_HOST_SIM_GEMM_BF16_OUT");
   if (env && std::string(env) == "0") return false;
   if (s.accumulate || s.alpha != 1.0f) throw std::logic_error("cuda::gemm_bf16_out: alpha 1, no accumulation");
-  std::vector<float> full(size_t(s.batch * s.M * s.N));
-  gemm(s, a, b, full.data(), bias, stream);
+  std::vector<float> full(size_t(s.batch * s.M * s.N)), bias(bias16 ? size_t(s.N) : 0);
+  if (bias16) lattice::from_bf16(bias16, bias.data(), s.N);
+  gemm(s, a, b, full.data(), bias16 ? bias.data() : nullptr, stream);
   lattice::to_bf16(full.data(), c, int64_t(full.size()));
   return true;
 }
