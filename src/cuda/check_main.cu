@@ -1496,6 +1496,30 @@ void check_fp16() {
 }
 
 // ---- timings (not pass/fail): cudaEvent time of one call, the median of 20 after 3 warm-ups ----
+// The timed calls' inputs: bytes from a hash of their index (splitmix64), then for fp32 and bf16 buffers
+// values uniform in [-2, 2). Neither zeros nor one constant, which can run faster than real data (a
+// bf16 GEMM on zeros ran 13% faster than on random data on an H200 of this workplace); a hash, not the
+// normal draws, so a gigabyte of inputs costs the host a second, not a minute.
+void* noise_on_device(size_t n, size_t bytes, uint64_t seed) {
+  std::vector<unsigned char> host(std::max<size_t>(1, n * bytes));
+  const auto mix = [](uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t r = mix(seed * 0x100000001b3ull + i);
+    const float u = float(r >> 40) * (4.0f / 16777216.0f) - 2.0f;  // 24 bits: exact in a float
+    if (bytes == 4) std::memcpy(&host[4 * i], &u, 4);
+    else if (bytes == 2) { const uint16_t h = lattice::to_bf16(u); std::memcpy(&host[2 * i], &h, 2); }
+    else host[i] = static_cast<unsigned char>(r);
+  }
+  void* p = nullptr;
+  cuda_ok(cudaMalloc(&p, host.size()), "cudaMalloc");
+  cuda_ok(cudaMemcpy(p, host.data(), n * bytes, cudaMemcpyHostToDevice), "upload");
+  return p;
+}
 // LATTICE_CHECK_PROFILE=all, or some of gemm,ce,passes,flash,tc (on a GPU): no checks, and each timed
 // call made once, so that a profiler sees one launch of each kernel (scripts/device-check.sh profile).
 const char* profile_groups() {
@@ -1546,11 +1570,14 @@ void timing_gemm() {
     const int64_t in = shapes[t][0], out = shapes[t][1];
     Dev<uint16_t> x(size_t(N * in)), w(size_t(in * out)), dy(size_t(N * out));
     Dev<float> y(size_t(N * out)), dx(size_t(N * in)), dw(size_t(in * out));
-    // Finite inputs, enough for the largest of x, w, dy (fc2's x, [8192×3072], is larger than its dy).
-    std::vector<uint16_t> ones(size_t(std::max({N * in, N * out, in * out})), lattice::to_bf16(0.01f));
-    cuda_ok(cudaMemcpy(x.p, ones.data(), x.n * 2, cudaMemcpyHostToDevice), "upload");
-    cuda_ok(cudaMemcpy(w.p, ones.data(), w.n * 2, cudaMemcpyHostToDevice), "upload");
-    cuda_ok(cudaMemcpy(dy.p, ones.data(), dy.n * 2, cudaMemcpyHostToDevice), "upload");
+    // Hashed inputs (noise_on_device), enough for the largest of x, w, dy (fc2's x, [8192×3072], is
+    // larger than its dy).
+    const size_t most = size_t(std::max({N * in, N * out, in * out}));
+    void* noise = noise_on_device(most, 2, uint64_t(t + 1));
+    cuda_ok(cudaMemcpy(x.p, noise, x.n * 2, cudaMemcpyDeviceToDevice), "copy");
+    cuda_ok(cudaMemcpy(w.p, noise, w.n * 2, cudaMemcpyDeviceToDevice), "copy");
+    cuda_ok(cudaMemcpy(dy.p, noise, dy.n * 2, cudaMemcpyDeviceToDevice), "copy");
+    cudaFree(noise);
     cuda_ok(cudaMemset(dw.p, 0, dw.n * 4), "zero");
     const double flops = 2.0 * double(N) * double(in) * double(out);
     const std::string base = "gemm bf16 " + std::string(names[t]) + " ";
@@ -1561,8 +1588,10 @@ void timing_gemm() {
     if (t < 2) {  // the outputs read in bf16 (qkv's, fc1's): linear_forward_bf16's two ways with the bias
       Dev<float> bias(static_cast<size_t>(out));
       Dev<uint16_t> y16(static_cast<size_t>(N * out)), bias16(static_cast<size_t>(out));
-      cuda_ok(cudaMemset(bias.p, 0, bias.n * 4), "zero");
-      cuda_ok(cudaMemset(bias16.p, 0, bias16.n * 2), "zero");
+      void* b32 = noise_on_device(bias.n, 4, 7);
+      cuda_ok(cudaMemcpy(bias.p, b32, bias.n * 4, cudaMemcpyDeviceToDevice), "copy");
+      cudaFree(b32);
+      lattice::cuda::to_bf16(bias.p, bias16.p, out);
       timing_line(base + "fwd + bias, fp32 C then narrow_rows_bias", median_ms([&] {
                     ctx.gemm(fwd, {x.p, DType::bf16}, {w.p, DType::bf16}, y.p);
                     lattice::cuda::narrow_rows_bias(y16.p, y.p, bias.p, N, out);
@@ -1619,20 +1648,15 @@ void timing_cross_entropy() {
 // The memory-bound passes of a bf16 GPT-2 124M layer at b·s = 8192 rows (h 768, 12 heads, dh 64, 4h
 // 3072), each as one call. GB/s counts what the pass must read and write at least (fp32 4 bytes, bf16
 // 2; the column sums' partials and the LayerNorm's weights and statistics left out), so it reads
-// directly against the card's memory bandwidth. Inputs are zeros: the passes do the same work on any
-// finite values.
+// directly against the card's memory bandwidth. Inputs are hashed values (noise_on_device), not zeros.
 void timing_passes() {
   namespace cu = lattice::cuda;
   const int64_t N = 8192, h = 768, a = 12, dh = 64, b = 8, s = 1024, f = 4 * h;
-  const auto zeros = [](size_t n, size_t bytes) {
-    void* p = nullptr;
-    cuda_ok(cudaMalloc(&p, std::max<size_t>(1, n * bytes)), "cudaMalloc");
-    cuda_ok(cudaMemset(p, 0, n * bytes), "zero");
-    return p;
-  };
+  uint64_t seed = 100;
+  const auto noise = [&](size_t n, size_t bytes) { return noise_on_device(n, bytes, ++seed); };
   std::vector<void*> held;
-  const auto f32 = [&](int64_t n) { return static_cast<float*>(held.emplace_back(zeros(size_t(n), 4))); };
-  const auto b16 = [&](int64_t n) { return static_cast<uint16_t*>(held.emplace_back(zeros(size_t(n), 2))); };
+  const auto f32 = [&](int64_t n) { return static_cast<float*>(held.emplace_back(noise(size_t(n), 4))); };
+  const auto b16 = [&](int64_t n) { return static_cast<uint16_t*>(held.emplace_back(noise(size_t(n), 2))); };
   float *x = f32(N * h), *y = f32(N * h);
   float *q = f32(N * h), *k = f32(N * h), *v = f32(N * h), *w = f32(h), *bias = f32(f), *mean = f32(N), *rstd = f32(N);
   float *dw = f32(h), *db = f32(h);
@@ -1669,7 +1693,7 @@ void timing_passes() {
     const int64_t batch = b * a, n = batch * s * s;
     float* scores = f32(n);
     uint16_t *probs = b16(n), *dropped = b16(n);
-    auto* mask = static_cast<uint8_t*>(held.emplace_back(zeros(size_t(n), 1)));
+    auto* mask = static_cast<uint8_t*>(held.emplace_back(noise(size_t(n), 1)));
     const double nn = double(n);
     show("softmax_dropout_forward bf16 96x1024x1024", nn * (2 + 2), median_ms([&] {
            cu::softmax_dropout_forward(probs, nullptr, nullptr, DType::bf16, scores, a, batch, s, {});
