@@ -16,6 +16,8 @@ KEEP = {  # ncu's metric name: the short label printed
     "Registers Per Thread": "regs",
     "Achieved Occupancy": "occ%",
     "Theoretical Occupancy": "theo%",
+    "Block Limit Registers": "blocks_by_regs",
+    "Block Limit Shared Mem": "blocks_by_smem",
     "Warp Cycles Per Issued Instruction": "cyc/issue",
     "Issue Slots Busy": "issue%",
     "No Eligible": "noelig%",
