@@ -79,10 +79,8 @@ void cpu_linear_forward_bf16(uint16_t* y16, GemmOperand x, GemmOperand w, const 
   s.M = N, s.N = out, s.K = in;
   std::vector<float> rounded;  // bf16(bias), widened: oneDNN adds it in fp32, as the bf16 bias is added
   if (bias) {
-    std::vector<uint16_t> b16(static_cast<size_t>(out));
     rounded.resize(size_t(out));
-    to_bf16(bias, b16.data(), out);
-    from_bf16(b16.data(), rounded.data(), out);
+    for (int64_t i = 0; i < out; ++i) rounded[size_t(i)] = from_bf16(to_bf16(bias[i]));
   }
   cpu_gemm_bf16_out(s, x, w, y16, bias ? rounded.data() : nullptr, room);
 }

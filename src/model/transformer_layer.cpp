@@ -95,6 +95,16 @@ const float* row_parallel_forward(float* out, GemmOperand x, GemmOperand w, cons
   return out;
 }
 
+// A bf16 run's linear output where an fp32 pass reads it next (context parallel's QKV split, the 8-bit
+// kept tensors' GeLU): linear_forward_bf16's values (the bias rounded to bf16), widened into y, so that
+// every path of the run computes what the direct path keeps. y16 is N·out bf16 of staging; y is the
+// operation's fp32 room too, written last.
+void linear_forward_widened(float* y, uint16_t* y16, GemmOperand x, GemmOperand w, const float* bias, int64_t N,
+                            int64_t in, int64_t out) {
+  dev::linear_forward_bf16(y16, x, w, bias, N, in, out, y);
+  device_memory().from_bf16(y16, y, N * out);
+}
+
 // Ulysses' exchanges (tensor_parallel/context_parallel.hpp) for this layer's head blocks.
 parallel::HeadBlocks head_blocks(const LayerContext& c) { return {c.b, c.a, c.seq_total, c.dh()}; }
 
@@ -131,11 +141,8 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
     dev::split_heads16(bf16_of(kept.q), bf16_of(kept.k), bf16_of(kept.v), rows16, head_shape(c));
   } else {
     if (dt == DType::bf16) {
-      // The rows the direct path makes (linear_forward_bf16's, the bias rounded to bf16), widened for
-      // the split: every path of a bf16 run (context parallel, 8-bit kept tensors) computes the same.
-      uint16_t* rows16 = reinterpret_cast<uint16_t*>(ws.big2.data());
-      dev::linear_forward_bf16(rows16, qkv_x, w.qkv, w.qkv_b, N, h, 3 * hl, ws.big1.data());
-      device_memory().from_bf16(rows16, ws.big1.data(), N * 3 * hl);
+      linear_forward_widened(ws.big1.data(), reinterpret_cast<uint16_t*>(ws.big2.data()), qkv_x, w.qkv, w.qkv_b, N,
+                             h, 3 * hl);
     } else {
       dev::linear_forward(ws.big1.data(), qkv_x, w.qkv, w.qkv_b, N, h, 3 * hl);
     }
@@ -200,9 +207,7 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
   } else {
     float* pre = staging(kept.gelu_in, ws.big1.data());
     if (dt == DType::bf16) {  // (8-bit kept) the same forward: the GeLU of the bf16-rounded input
-      uint16_t* pre16 = reinterpret_cast<uint16_t*>(ws.widen.data());
-      dev::linear_forward_bf16(pre16, fc1_x, w.fc1, w.fc1_b, N, h, 4 * hl, pre);
-      device_memory().from_bf16(pre16, pre, N * 4 * hl);
+      linear_forward_widened(pre, reinterpret_cast<uint16_t*>(ws.widen.data()), fc1_x, w.fc1, w.fc1_b, N, h, 4 * hl);
     } else {
       dev::linear_forward(pre, fc1_x, w.fc1, w.fc1_b, N, h, 4 * hl);
     }
