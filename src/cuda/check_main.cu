@@ -105,6 +105,12 @@ std::vector<float> randn(size_t n, float scale = 1.0f) {
   return v;
 }
 
+// The values rounded to bf16 and widened again.
+std::vector<float> bf16_valued(std::vector<float> v) {
+  for (float& x : v) x = lattice::from_bf16(lattice::to_bf16(x));
+  return v;
+}
+
 void line(const std::string& name, const char* dir, double maxabs, double rel, double tol) {
   const bool ok = rel <= tol;  // NaN fails
   if (!ok) ++failures;
@@ -715,10 +721,8 @@ void check_gemm() {
       if (!g.acc && g.alpha == 1.0f) {  // D as bf16 (linear_forward_bf16): within one bf16 rounding of
         // the product with the bias rounded to bf16 (the bias a bf16 D takes)
         std::vector<uint16_t> bias16(bias.size());
-        std::vector<float> bias_rounded(bias.size());
         lattice::to_bf16(bias.data(), bias16.data(), int64_t(bias.size()));
-        lattice::from_bf16(bias16.data(), bias_rounded.data(), int64_t(bias.size()));
-        const auto ref16d = gemm_reference(g, A, B, C0, bias_rounded);
+        const auto ref16d = gemm_reference(g, A, B, C0, bf16_valued(bias));
         const std::vector<float> ref16(ref16d.begin(), ref16d.end());
         Dev<uint16_t> d16(C0.size()), dbias16(bias16);
         if (ctx.gemm_bf16_out(shape, a, b, d16.p, g.bias ? dbias16.p : nullptr)) {
@@ -762,10 +766,6 @@ lattice::AttentionDropout flash_dropout(float p) {
 
 // x.bf16_operands: the tensor-core form (cuda/flash_attention.hpp) on bf16-valued Q, K, V, against
 // the CPU's fp32 kernel on the same values, within the bf16 bound (2^-7 of the largest reference).
-std::vector<float> bf16_valued(std::vector<float> v) {
-  for (float& x : v) x = lattice::from_bf16(lattice::to_bf16(x));
-  return v;
-}
 // The tensor-core form's own arithmetic on the host (cuda/flash_attention_tc.cu): the same products of
 // bf16 values, rounded to bf16 where its mma operands are (the forward's probabilities P̃∘Z, relative to
 // the running maximum of each 64-key tile; dO; dS; the backward's P∘Z), the same fast_exp arguments,
@@ -1201,11 +1201,9 @@ void check_bf16_fused() {
   const lattice::HeadShape hs{b, s, a, dh};
   {  // linear_forward_bf16's fallback: bf16(y + bf16(bias)), against the host's composition. The bias at
      // scale 3 has bits below bf16's, so a pass adding it unrounded fails (tried).
-    const auto y = randn(size_t(N * C), 3.0f), bias = randn(size_t(C), 3.0f);
-    std::vector<uint16_t> b16(bias.size()), want(y.size());
-    std::vector<float> sum(y.size()), bias_rounded(bias.size());
-    lattice::to_bf16(bias.data(), b16.data(), C);
-    lattice::from_bf16(b16.data(), bias_rounded.data(), C);
+    const auto y = randn(size_t(N * C), 3.0f), bias = randn(size_t(C), 3.0f), bias_rounded = bf16_valued(bias);
+    std::vector<uint16_t> want(y.size());
+    std::vector<float> sum(y.size());
     for (int64_t r = 0; r < N; ++r)
       for (int64_t c = 0; c < C; ++c) sum[size_t(r * C + c)] = y[size_t(r * C + c)] + bias_rounded[size_t(c)];
     lattice::to_bf16(sum.data(), want.data(), N * C);
@@ -1829,7 +1827,8 @@ int main(int argc, char** argv) {
   // only the tensor-core attention's.
   const char* sim_timings = std::getenv("LATTICE_HOST_SIM_TIMINGS");
   if (kHostSim && !sim_timings) return failures ? 1 : 0;
-  const std::string groups = "," + std::string(profile ? profile : kHostSim && std::string(sim_timings) == "tc" ? "tc" : "all") + ",";
+  const char* chosen = profile ? profile : (kHostSim && std::string(sim_timings) == "tc" ? "tc" : "all");
+  const std::string groups = "," + std::string(chosen) + ",";
   const auto want = [&](const char* group) {
     return groups == ",all," || groups.find("," + std::string(group) + ",") != std::string::npos;
   };
