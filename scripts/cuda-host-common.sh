@@ -4,8 +4,8 @@
 # A launch `kernel<<<grid, block, smem, stream>>>(args);` becomes a call of the simulation's launcher
 # with the kernel call as a lambda (its overloads and conversions resolved as the compiler would),
 # `extern __shared__ T name[];` a pointer to the simulation's dynamic shared memory, and mma.cuh's PTX
-# the emulation (tests/host_sim/mma_emulated.inc, with its own word_at for the race check) beside its
-# fragment loads, kept as they are.
+# the emulation (tests/host_sim/mma_emulated.inc, its ldmatrix noting reads for the race check)
+# beside its fragment loads, kept as they are.
 cuda_host_rewrite() {
   local root=$1 dest=$2 f
   mkdir -p "$dest/cuda"
@@ -26,10 +26,10 @@ cuda_host_rewrite() {
     sed -n '1,/^namespace lattice::cuda::mma {/p' "$root/src/cuda/mma.cuh"
     echo 'using namespace detail;'
     cat "$root/tests/host_sim/mma_emulated.inc"
-    # The header's text from word_at on, but word_at itself (the emulation has its own).
-    sed -n '/^__device__ __forceinline__ uint32_t word_at/,$p' "$root/src/cuda/mma.cuh" | sed '1d'
+    # The header's fragment loads on (the line that opens them, and what follows).
+    sed -n "/^\/\/ ---- The fragments' loads/,\$p" "$root/src/cuda/mma.cuh"
   } >"$dest/cuda/mma.cuh"
-  if ! grep -q 'a_from_c' "$dest/cuda/mma.cuh"; then
+  if ! grep -q 'load_b2_trans' "$dest/cuda/mma.cuh" || ! grep -q 'a_from_c' "$dest/cuda/mma.cuh"; then
     echo "cuda-host: could not cut mma.cuh (markers moved?)" >&2
     return 1
   fi

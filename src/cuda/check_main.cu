@@ -990,32 +990,35 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
 
 // The fused attention's tensor-core building blocks (cuda/mma.cuh) against the host, one warp, on
 // small integers (every product and sum exact in bf16 and fp32, so the bits must agree): A·B[:, 0:16]
-// by load_a and load_b (two n-tiles), A·B[:, 0:8] by ldmatrix's transposing load, and the first
-// product's accumulators handed on as an A operand (a_from_c) times B[:, 16:24]. A wrong fragment
-// layout in mma.cuh shows here before it shows as an attention error.
+// by load_a and load_b2 (ldmatrix .x4 on Bᵀ's rows), the same by load_b2_trans (.x4 .trans on B's
+// rows), and the first product's accumulators handed on as an A operand (a_from_c) times B[:, 16:32].
+// A wrong fragment layout in mma.cuh shows here before it shows as an attention error.
 __global__ void mma_fragments_kernel(float* d1, float* d2, float* d3, const uint16_t* a, const uint16_t* b) {
   using namespace lattice::cuda::mma;
-  constexpr int ld = 24;  // A [16][16] and B [16][24] row-major, Bᵀ [24][16], all of row stride 24
-  __shared__ __align__(16) uint16_t sa[16 * ld], sb[16 * ld], sbt[24 * ld];
+  constexpr int ld = 40;  // A [16][16] and B [16][32] row-major, Bᵀ [32][16]; rows 80 bytes apart
+  __shared__ __align__(16) uint16_t sa[16 * ld], sb[16 * ld], sbt[32 * ld];
   const int lane = int(threadIdx.x);
   for (int i = lane; i < 16 * 16; i += 32) sa[(i / 16) * ld + i % 16] = a[i];
-  for (int i = lane; i < 16 * 24; i += 32) sb[(i / 24) * ld + i % 24] = b[i], sbt[(i % 24) * ld + i / 24] = b[i];
+  for (int i = lane; i < 16 * 32; i += 32) sb[(i / 32) * ld + i % 32] = b[i], sbt[(i % 32) * ld + i / 32] = b[i];
   __syncwarp();
-  uint32_t fa[4], b0, b1;
+  uint32_t fa[4], fb[4];
   load_a(fa, sa, ld, 0, 0);
-  float c[2][4] = {}, e[4] = {}, f[4] = {};
-  for (int nt = 0; nt < 2; ++nt) load_b(b0, b1, sbt, ld, nt * 8, 0), mma_bf16(c[nt], fa, b0, b1);
-  load_b_trans(b0, b1, sb, ld, 0, 0);
-  mma_bf16(e, fa, b0, b1);
+  float c[2][4] = {}, e[2][4] = {}, f[2][4] = {};
+  load_b2(fb, sbt, ld, 0, 0);
+  mma_bf16(c[0], fa, fb[0], fb[1]), mma_bf16(c[1], fa, fb[2], fb[3]);
+  load_b2_trans(fb, sb, ld, 0, 0);
+  mma_bf16(e[0], fa, fb[0], fb[1]), mma_bf16(e[1], fa, fb[2], fb[3]);
   uint32_t a2[4];
   a_from_c(a2, c[0], c[1]);
-  load_b_trans(b0, b1, sb, ld, 0, 16);
-  mma_bf16(f, a2, b0, b1);
+  load_b2_trans(fb, sb, ld, 0, 16);
+  mma_bf16(f[0], a2, fb[0], fb[1]), mma_bf16(f[1], a2, fb[2], fb[3]);
   const int g = lane >> 2, t = lane & 3;
   for (int h = 0; h < 4; ++h) {
     const int row = g + (h >= 2 ? 8 : 0), col = 2 * t + (h & 1);
-    d1[row * 16 + col] = c[0][h], d1[row * 16 + 8 + col] = c[1][h];
-    d2[row * 8 + col] = e[h], d3[row * 8 + col] = f[h];
+    for (int nt = 0; nt < 2; ++nt) {
+      d1[row * 16 + 8 * nt + col] = c[nt][h], d2[row * 16 + 8 * nt + col] = e[nt][h];
+      d3[row * 16 + 8 * nt + col] = f[nt][h];
+    }
   }
 }
 void check_mma_fragments() {
@@ -1027,25 +1030,23 @@ void check_mma_fragments() {
     return;
   }
   std::uniform_int_distribution<int> small(-2, 2);
-  std::vector<uint16_t> a(16 * 16), b(16 * 24);
+  std::vector<uint16_t> a(16 * 16), b(16 * 32);
   std::vector<float> af(a.size()), bf(b.size());
   for (size_t i = 0; i < a.size(); ++i) af[i] = float(small(rng)), a[i] = lattice::to_bf16(af[i]);
   for (size_t i = 0; i < b.size(); ++i) bf[i] = float(small(rng)), b[i] = lattice::to_bf16(bf[i]);
-  std::vector<float> e1(16 * 16, 0.0f), e2(16 * 8, 0.0f), e3(16 * 8, 0.0f);
-  for (int r = 0; r < 16; ++r)
-    for (int k = 0; k < 16; ++k) {
-      for (int n = 0; n < 16; ++n) e1[r * 16 + n] += af[r * 16 + k] * bf[k * 24 + n];
-      for (int n = 0; n < 8; ++n) e2[r * 8 + n] += af[r * 16 + k] * bf[k * 24 + n];
-    }
+  std::vector<float> e1(16 * 16, 0.0f), e3(16 * 16, 0.0f);
   for (int r = 0; r < 16; ++r)
     for (int k = 0; k < 16; ++k)
-      for (int n = 0; n < 8; ++n) e3[r * 8 + n] += e1[r * 16 + k] * bf[k * 24 + 16 + n];
+      for (int n = 0; n < 16; ++n) e1[r * 16 + n] += af[r * 16 + k] * bf[k * 32 + n];
+  for (int r = 0; r < 16; ++r)
+    for (int k = 0; k < 16; ++k)
+      for (int n = 0; n < 16; ++n) e3[r * 16 + n] += e1[r * 16 + k] * bf[k * 32 + 16 + n];
   Dev<uint16_t> d_a(a), d_b(b);
-  Dev<float> d1(e1.size()), d2(e2.size()), d3(e3.size());
+  Dev<float> d1(e1.size()), d2(e1.size()), d3(e3.size());
   mma_fragments_kernel<<<1, 32>>>(d1.p, d2.p, d3.p, d_a.p, d_b.p);
   cuda_ok(cudaGetLastError(), "mma_fragments_kernel");
-  compare_bits(std::string("mma fragments A·B (load_a, load_b)"), "fwd", e1, d1.get());
-  compare_bits(std::string("mma fragments A·B (ldmatrix trans)"), "fwd", e2, d2.get());
+  compare_bits(std::string("mma fragments A·B (load_a, load_b2)"), "fwd", e1, d1.get());
+  compare_bits(std::string("mma fragments A·B (load_b2_trans)"), "fwd", e1, d2.get());
   compare_bits(std::string("mma fragments (A·B)·B' (a_from_c)"), "fwd", e3, d3.get());
 }
 

@@ -4,9 +4,10 @@
 // O += P·V; backward S, dP = dO·Vᵀ, dQ += dS·K, dV += (P∘Z)ᵀ·dO, dK += dSᵀ·Q) are mma.sync m16n8k16
 // (cuda/mma.cuh: bf16 operands, fp32 accumulation), the probabilities and dS handed from one product's
 // accumulators to the next as operands without leaving the registers. Only the operand tiles go
-// through shared memory, as bf16 rows of stride dh + 8 (free of bank conflicts for the fragments'
-// 32-bit reads and ldmatrix's eight-row reads), loaded 16 bytes at a time where the pointers allow;
-// a product reading a tile along its columns takes it through ldmatrix's transposing load.
+// through shared memory, as bf16 rows of stride dh + 8 (16-byte aligned, and eight rows' 16 bytes
+// fall in distinct banks: free of conflicts for ldmatrix), loaded 16 bytes at a time where the pointers
+// allow; each operand fragment comes from them by one ldmatrix .x4 (an A fragment, or two n-tiles'
+// B fragments), through its transposing form for a product reading a tile along its columns.
 //
 // Same contract and tiles as the fp32 kernels (cuda/flash_attention.cu): 64 queries × 64 keys, the causal
 // mask, the online softmax (its exponential the special-function unit's: tc_exp), the dropout's keep flags
@@ -340,14 +341,16 @@ template <int NC>
 __device__ __forceinline__ void rows_by_tile_t(float (&S)[8][4], const uint32_t (&A)[NC][4], const uint16_t* Y,
                                                int ld, int nc) {
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-    S[nt][0] = S[nt][1] = S[nt][2] = S[nt][3] = 0.0f;
+  for (int nt = 0; nt < 8; nt += 2) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) S[nt][e] = 0.0f, S[nt + 1][e] = 0.0f;
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
       if (c >= nc) break;
-      uint32_t b0, b1;
-      load_b(b0, b1, Y, ld, nt * 8, 16 * c);
-      mma_bf16(S[nt], A[c], b0, b1);
+      uint32_t b[4];
+      load_b2(b, Y, ld, nt * 8, 16 * c);
+      mma_bf16(S[nt], A[c], b[0], b[1]);
+      mma_bf16(S[nt + 1], A[c], b[2], b[3]);
     }
   }
 }
@@ -362,11 +365,12 @@ __device__ __forceinline__ void add_rows_by_tile(float (&acc)[2 * NC][4], const 
     uint32_t a[4];
     a_from_c(a, P[2 * kc], P[2 * kc + 1]);
 #pragma unroll
-    for (int dt = 0; dt < 2 * NC; ++dt) {
+    for (int dt = 0; dt < 2 * NC; dt += 2) {
       if (dt >= 2 * nc) break;
-      uint32_t b0, b1;
-      load_b_trans(b0, b1, X, ld, 16 * kc, dt * 8);
-      mma_bf16(acc[dt], a, b0, b1);
+      uint32_t b[4];
+      load_b2_trans(b, X, ld, 16 * kc, dt * 8);
+      mma_bf16(acc[dt], a, b[0], b[1]);
+      mma_bf16(acc[dt + 1], a, b[2], b[3]);
     }
   }
 }
@@ -377,9 +381,15 @@ __device__ __forceinline__ void add_rows_by_tile(float (&acc)[2 * NC][4], const 
 // are held, fp32 (bf16 values) or bf16 bits. ----
 // TOut: the context as fp32 in the head layout [b, a, s, dh], or as bf16 bits in the token rows [b, s,
 // a·dh] (what the projection reads: merge_heads_bf16's layout and bits, without the pass).
+// Blocks an SM the forward is compiled to hold: four at dh ≤ 64 without the dropout, the occupancy it
+// had before its operands came by ldmatrix .x4 (ptxas then left it at 128 registers by itself; now,
+// unbounded, it takes 163 and an SM holds three; bounded, 128 with 8 bytes spilled, ptxas -v); 0 (no
+// bound) elsewhere, where 128 would spill far more. The profile phase's occupancy lines say which holds.
+template <int NC, bool DROP>
+constexpr int kForwardMinBlocks = (NC == 4 && !DROP) ? 4 : 0;
 template <int NC, bool DROP, bool AHEAD, class TIn, class TOut>
-__global__ void __launch_bounds__(kThreads) tc_forward_kernel(TOut* out, float* lse, const TIn* q, const TIn* k,
-                                                              const TIn* v, FlashArgs p, bool vec) {
+__global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, DROP>)
+    tc_forward_kernel(TOut* out, float* lse, const TIn* q, const TIn* k, const TIn* v, FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
   const Tiles t = tiles_of(Kernel::forward, smem, dh, AHEAD);
@@ -564,12 +574,14 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
       load_a(ka, t.K, ld, r0, 16 * c);
       load_a(va, t.V, ld, r0, 16 * c);
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        uint32_t b0, b1;
-        load_b(b0, b1, Q, ld, nt * 8, 16 * c);
-        mma_bf16(st[nt], ka, b0, b1);
-        load_b(b0, b1, dO, ld, nt * 8, 16 * c);
-        mma_bf16(dpt[nt], va, b0, b1);
+      for (int nt = 0; nt < 8; nt += 2) {
+        uint32_t b[4];
+        load_b2(b, Q, ld, nt * 8, 16 * c);
+        mma_bf16(st[nt], ka, b[0], b[1]);
+        mma_bf16(st[nt + 1], ka, b[2], b[3]);
+        load_b2(b, dO, ld, nt * 8, 16 * c);
+        mma_bf16(dpt[nt], va, b[0], b[1]);
+        mma_bf16(dpt[nt + 1], va, b[2], b[3]);
       }
     }
     // Keep flags: lane l draws queries 2l and 2l + 1 over the warp's 16 keys (bit: key − (j0 + r0)),
