@@ -224,19 +224,27 @@ void check_layernorm() {
   compare("layernorm dinp", "bwd", dx, g[0]);
   compare("layernorm dweight", "bwd", dw, g[1]);
   compare("layernorm dbias", "bwd", db, g[2]);
-  // The backward's other shapes: rows wider than the one-pass kernel takes (the two passes), and a
-  // last 64-row chunk cut short with a narrow row.
+  // The other shapes, forward and backward: rows wider than the kernels that hold a row in registers
+  // take (the forward's column loops, the backward's two passes), and a last 64-row chunk cut short
+  // with a narrow row (lanes past its end in the register kernels).
   for (const auto& [n2, c2] : {std::pair<int64_t, int64_t>{130, 1536}, std::pair<int64_t, int64_t>{1000, 100}}) {
     const auto x2 = randn(size_t(n2 * c2), 2.0f), w2 = randn(size_t(c2)), b2 = randn(size_t(c2)), dy2 = randn(x2.size());
     std::vector<float> y2(x2.size()), m2(static_cast<size_t>(n2)), r2(static_cast<size_t>(n2));
     lattice::layernorm_forward(y2.data(), m2.data(), r2.data(), x2.data(), w2.data(), b2.data(), n2, c2);
     auto dx2 = randn(x2.size(), 0.1f), dw2 = randn(size_t(c2), 0.1f), db2 = randn(size_t(c2), 0.1f);
     Dev<float> e_x(x2), e_w(w2), e_dy(dy2), e_m(m2), e_r(r2), e_dx(dx2), e_dw(dw2), e_db(db2);
+    const std::string shape = " " + std::to_string(n2) + "x" + std::to_string(c2);
+    {
+      Dev<float> e_b(b2), e_y(y2.size()), e_mean(m2.size()), e_rstd(r2.size());
+      lattice::cuda::layernorm_forward(e_y.p, e_mean.p, e_rstd.p, e_x.p, e_w.p, e_b.p, n2, c2);
+      compare("layernorm out" + shape, "fwd", y2, e_y.get());
+      compare("layernorm mean" + shape, "fwd", m2, e_mean.get());
+      compare("layernorm rstd" + shape, "fwd", r2, e_rstd.get());
+    }
     Scratch ws2(lattice::cuda::layernorm_backward_workspace_bytes(n2, c2));
     lattice::cuda::layernorm_backward(e_dx.p, e_dw.p, e_db.p, e_dy.p, e_x.p, e_w.p, e_m.p, e_r.p, n2, c2, ws2.ws());
     lattice::layernorm_backward(dx2.data(), dw2.data(), db2.data(), dy2.data(), x2.data(), w2.data(), m2.data(),
                                 r2.data(), n2, c2);
-    const std::string shape = " " + std::to_string(n2) + "x" + std::to_string(c2);
     compare("layernorm dinp" + shape, "bwd", dx2, e_dx.get());
     compare("layernorm dweight" + shape, "bwd", dw2, e_dw.get());
     compare("layernorm dbias" + shape, "bwd", db2, e_db.get());

@@ -55,6 +55,60 @@ __global__ void layernorm_forward_kernel(float* out, uint16_t* y16, uint16_t* x1
   }
   if (lane == 0) mean[n] = m, rstd[n] = r;
 }
+// The same for rows of at most 32·CPL columns, the row read once into registers (lane l's columns l,
+// l + 32, …): one memory round trip a row where the loops above read x three times, the last read
+// after stores the compiler could not prove apart from it. The same sums in the same order, the same
+// bits (the kernel check's [bits] lines compare the two).
+template <int CPL>
+__global__ void layernorm_forward_rows_kernel(float* out, uint16_t* y16, uint16_t* x16, float* mean, float* rstd,
+                                              const float* inp, const float* weight, const float* bias, int64_t N,
+                                              int64_t C) {
+  const int64_t n = int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  if (n >= N) return;
+  const int lane = int(threadIdx.x & 31);
+  const float* x = inp + n * C;
+  float v[CPL];
+#pragma unroll
+  for (int k = 0; k < CPL; ++k) {
+    const int64_t i = lane + 32 * k;
+    v[k] = i < C ? x[i] : 0.0f;
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < CPL; ++k)
+    if (lane + 32 * k < C) sum += v[k];
+  const float m = warp_sum(sum) / float(C);
+  float var = 0.0f;
+#pragma unroll
+  for (int k = 0; k < CPL; ++k)
+    if (lane + 32 * k < C) var += (v[k] - m) * (v[k] - m);
+  var = warp_sum(var);
+  const float r = 1.0f / sqrtf(var / float(C) + 1e-5f);
+#pragma unroll
+  for (int k = 0; k < CPL; ++k) {
+    const int64_t i = lane + 32 * k;
+    if (i >= C) break;
+    const float y = (v[k] - m) * r * weight[i] + bias[i];
+    if (y16) {
+      y16[n * C + i] = to_bf16_bits(y);
+      x16[n * C + i] = to_bf16_bits(v[k]);
+    } else {
+      out[n * C + i] = y;
+    }
+  }
+  if (lane == 0) mean[n] = m, rstd[n] = r;
+}
+void layernorm_forward_launch(float* out, uint16_t* y16, uint16_t* x16, float* mean, float* rstd, const float* inp,
+                              const float* weight, const float* bias, int64_t N, int64_t C, cudaStream_t stream) {
+  const auto rows = [&](auto kernel) {
+    kernel<<<warp_row_grid(N), kRowBlock, 0, stream>>>(out, y16, x16, mean, rstd, inp, weight, bias, N, C);
+  };
+  if (C <= 256) rows(layernorm_forward_rows_kernel<8>);
+  else if (C <= 512) rows(layernorm_forward_rows_kernel<16>);
+  else if (C <= 768) rows(layernorm_forward_rows_kernel<24>);
+  else if (C <= 1024) rows(layernorm_forward_rows_kernel<32>);
+  else rows(layernorm_forward_kernel);
+}
 
 // dinp += the input gradient of one row per warp (kernels/layernorm.cpp's formula).
 // T: the input as kept, fp32 or bf16 bits (read as fp32).
@@ -77,9 +131,24 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
   }
   const float dnorm_mean = warp_sum(a) / float(C);
   const float dnorm_norm_mean = warp_sum(b) / float(C);
-  for (int64_t i = lane; i < C; i += 32) {
-    const float xhat = (x(i) - m) * r;
-    dx[i] += (weight[i] * dy[i] - dnorm_mean - xhat * dnorm_norm_mean) * r;
+  // kColumnBatch columns' x, dy and dx loaded before any dx is stored: a store to dx may alias what a
+  // later load reads, so the compiler could not start a load before the store ahead of it, and each
+  // column's three loads waited out a memory round trip in turn. The same arithmetic, so the same bits.
+  for (int64_t i0 = lane; i0 < C; i0 += 32 * kColumnBatch) {
+    float xs_[kColumnBatch], g[kColumnBatch], d[kColumnBatch];
+#pragma unroll
+    for (int u = 0; u < kColumnBatch; ++u) {
+      const int64_t i = i0 + 32 * u;
+      if (i < C) xs_[u] = x(i), g[u] = dy[i], d[u] = dx[i];
+    }
+#pragma unroll
+    for (int u = 0; u < kColumnBatch; ++u) {
+      const int64_t i = i0 + 32 * u;
+      if (i < C) {
+        const float xhat = (xs_[u] - m) * r;
+        dx[i] = d[u] + (weight[i] * g[u] - dnorm_mean - xhat * dnorm_norm_mean) * r;
+      }
+    }
   }
 }
 
@@ -137,14 +206,24 @@ __global__ void layernorm_backward_fused_kernel(float* dinp, float* partial, con
     const float* dy = dout + n * C;
     float* dx = dinp + n * C;
     const float m = mean[n], r = rstd[n];
+    // The row's x, dy and dx in registers, every load issued before the first store: dx's stores may
+    // alias x and dy for all the compiler knows, so loads left after them waited out a memory round
+    // trip a column in turn (0.6 TB/s of the H200's 4.8, run 4). The same arithmetic, the same bits.
+    float xhat[CPL], g[CPL], d[CPL];
+#pragma unroll
+    for (int k = 0; k < CPL; ++k) {
+      const int64_t i = lane + 32 * k;
+      if (i < C) xhat[k] = load_f32(xs, i), g[k] = dy[i], d[k] = dx[i];
+    }
     float a = 0.0f, b = 0.0f;
 #pragma unroll
     for (int k = 0; k < CPL; ++k) {
       const int64_t i = lane + 32 * k;
       if (i < C) {
-        const float xhat = (load_f32(xs, i) - m) * r, dnorm = weight[i] * dy[i];
+        xhat[k] = (xhat[k] - m) * r;
+        const float dnorm = weight[i] * g[k];
         a += dnorm;
-        b += dnorm * xhat;
+        b += dnorm * xhat[k];
       }
     }
     const float dnorm_mean = warp_sum(a) / float(C);
@@ -153,10 +232,9 @@ __global__ void layernorm_backward_fused_kernel(float* dinp, float* partial, con
     for (int k = 0; k < CPL; ++k) {
       const int64_t i = lane + 32 * k;
       if (i < C) {
-        const float xhat = (load_f32(xs, i) - m) * r, g = dy[i];
-        dx[i] += (weight[i] * g - dnorm_mean - xhat * dnorm_norm_mean) * r;
-        dw[k] += g * xhat;
-        db[k] += g;
+        dx[i] = d[k] + (weight[i] * g[k] - dnorm_mean - xhat[k] * dnorm_norm_mean) * r;
+        dw[k] += g[k] * xhat[k];
+        db[k] += g[k];
       }
     }
   }
@@ -465,15 +543,13 @@ void ce_backward_launch(D* dlogits, const float* probs, const int32_t* targets, 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                        int64_t N, int64_t C, cudaStream_t stream) {
   if (N <= 0) return;
-  layernorm_forward_kernel<<<warp_row_grid(N), kRowBlock, 0, stream>>>(out, nullptr, nullptr, mean, rstd, inp, weight,
-                                                                         bias, N, C);
+  layernorm_forward_launch(out, nullptr, nullptr, mean, rstd, inp, weight, bias, N, C, stream);
   check_launch("layernorm_forward");
 }
 void layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rstd, const float* x, const float* weight,
                             const float* bias, int64_t N, int64_t C, cudaStream_t stream) {
   if (N <= 0) return;
-  layernorm_forward_kernel<<<warp_row_grid(N), kRowBlock, 0, stream>>>(nullptr, y16, x16, mean, rstd, x, weight, bias,
-                                                                       N, C);
+  layernorm_forward_launch(nullptr, y16, x16, mean, rstd, x, weight, bias, N, C, stream);
   check_launch("layernorm_forward_bf16");
 }
 
