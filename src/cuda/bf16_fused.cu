@@ -17,15 +17,26 @@ __global__ void gelu_forward16_kernel(uint16_t* act16, const uint16_t* pre16, in
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     act16[i] = to_bf16_bits(gelu_value(from_bf16_bits(pre16[i])));
 }
-// The same values four elements a thread, where the pointers allow it (both 8-byte aligned): one
-// 8-byte load and store in place of four 2-byte ones (a scalar form of the pass from fp32 moved 1.7
-// TB/s of the H200's 4.8, 2026-11-27 profile).
+// The same values four elements a group, where the pointers allow it (both 8-byte aligned): one
+// 8-byte load and store in place of four 2-byte ones, and kGroupsInFlight groups a thread, all loaded
+// before any is stored. One group a thread kept 16 KB of loads in flight an SM, which moved 1.7 TB/s
+// of the H200's 4.8 (run 4): an SM needs some 40 KB in flight to cover the memory's latency.
+constexpr int kGroupsInFlight = 4;
 __global__ void gelu_forward16_x4_kernel(uint2* act16, const uint2* pre16, int64_t n4) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x) {
-    const uint2 p = pre16[i];
-    const float x0 = from_bf16_bits(uint16_t(p.x & 0xffffu)), x1 = from_bf16_bits(uint16_t(p.x >> 16)),
-                x2 = from_bf16_bits(uint16_t(p.y & 0xffffu)), x3 = from_bf16_bits(uint16_t(p.y >> 16));
-    act16[i] = make_uint2(bf16_pair(gelu_value(x0), gelu_value(x1)), bf16_pair(gelu_value(x2), gelu_value(x3)));
+  const int64_t width = int64_t(blockDim.x) * kGroupsInFlight;
+  for (int64_t i0 = int64_t(blockIdx.x) * width + threadIdx.x; i0 < n4; i0 += int64_t(gridDim.x) * width) {
+    uint2 p[kGroupsInFlight];
+#pragma unroll
+    for (int u = 0; u < kGroupsInFlight; ++u)
+      if (i0 + u * int64_t(blockDim.x) < n4) p[u] = pre16[i0 + u * int64_t(blockDim.x)];
+#pragma unroll
+    for (int u = 0; u < kGroupsInFlight; ++u) {
+      const int64_t i = i0 + u * int64_t(blockDim.x);
+      if (i >= n4) break;
+      const float x0 = from_bf16_bits(uint16_t(p[u].x & 0xffffu)), x1 = from_bf16_bits(uint16_t(p[u].x >> 16)),
+                  x2 = from_bf16_bits(uint16_t(p[u].y & 0xffffu)), x3 = from_bf16_bits(uint16_t(p[u].y >> 16));
+      act16[i] = make_uint2(bf16_pair(gelu_value(x0), gelu_value(x1)), bf16_pair(gelu_value(x2), gelu_value(x3)));
+    }
   }
 }
 
@@ -56,6 +67,38 @@ struct GeluGradElement {  // dout · gelu'(pre), both read from bf16
     return v;
   }
 };
+// gelu_backward_narrow's column partials two adjacent columns a thread (out even, the pointers 4-byte
+// aligned): each row's dout and pre of both columns one 32-bit load apiece, where the one-column form
+// (column_partials_kernel with GeluGradElement) made two 2-byte loads a column; kColumnBatch rows loaded
+// before any is finished, as there. Each column adds its rows in order from zero, as there: the bits
+// are that form's (the kernel check's [bits] line).
+__global__ void gelu_grad_pair_partials_kernel(float* partial, const uint32_t* pre16, const uint32_t* dout16,
+                                               uint32_t* g16, int64_t N, int64_t out, int64_t chunks) {
+  const int64_t pairs = out / 2;
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < chunks * pairs;
+       k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t chunk = k / pairs, c2 = k - chunk * pairs;
+    const int64_t r1 = min(N, (chunk + 1) * kColumnChunkRows);
+    float acc0 = 0.0f, acc1 = 0.0f;
+    const auto finish = [&](int64_t r, uint32_t d, uint32_t p) {
+      const float v0 = from_bf16_bits(uint16_t(d & 0xffffu)) * gelu_grad(from_bf16_bits(uint16_t(p & 0xffffu)));
+      const float v1 = from_bf16_bits(uint16_t(d >> 16)) * gelu_grad(from_bf16_bits(uint16_t(p >> 16)));
+      g16[r * pairs + c2] = bf16_pair(v0, v1);
+      acc0 += v0, acc1 += v1;
+    };
+    int64_t r = chunk * kColumnChunkRows;
+    for (; r + kColumnBatch <= r1; r += kColumnBatch) {
+      uint32_t d[kColumnBatch], p[kColumnBatch];
+#pragma unroll
+      for (int u = 0; u < kColumnBatch; ++u) d[u] = dout16[(r + u) * pairs + c2], p[u] = pre16[(r + u) * pairs + c2];
+#pragma unroll
+      for (int u = 0; u < kColumnBatch; ++u) finish(r + u, d[u], p[u]);
+    }
+    for (; r < r1; ++r) finish(r, dout16[r * pairs + c2], pre16[r * pairs + c2]);
+    partial[chunk * out + 2 * c2] = acc0;
+    partial[chunk * out + 2 * c2 + 1] = acc1;
+  }
+}
 struct QkvGradElement {  // row r, column c of merge_qkv_grads' [b·s, 3·hl] rows, read from dq, dk, dv
   const float* dq;
   const float* dk;
@@ -86,18 +129,27 @@ __global__ void narrow_rows_bias_kernel(uint16_t* y16, const float* y, const flo
       y16[r * out + c] = to_bf16_bits(y[r * out + c] + from_bf16_bits(to_bf16_bits(bias[c])));
 }
 
-template <class Element>
-void column_sums(float* db, Element element, int64_t N, int64_t out, Workspace ws, cudaStream_t stream,
-                 const char* kernel) {
+// db = the column sums of the [N, out] values, in two passes: partials(partial, chunks) launches the
+// first (each 64-row chunk's sums into partial[chunk][out]), then the chunks by a fixed tree.
+template <class Partials>
+void column_sums_by(float* db, int64_t N, int64_t out, Workspace ws, cudaStream_t stream, const char* kernel,
+                    Partials partials) {
   if (N <= 0 || out <= 0) return;
   if (ws.bytes < bias_backward_workspace_bytes(N, out) || !ws.data)
     throw std::runtime_error(std::string("CUDA: ") + kernel + ": workspace too small");
   const int64_t chunks = column_chunks(N);
   float* partial = static_cast<float*>(ws.data);
-  column_partials_kernel<<<grid_for(chunks * out), kBlock, 0, stream>>>(partial, element, N, out, chunks);
+  partials(partial, chunks);
   check_launch(kernel);
   column_reduce_kernel<<<column_group_grid(out), kReduceWarps * 32, 0, stream>>>(db, partial, out, chunks);
   check_launch(kernel);
+}
+template <class Element>
+void column_sums(float* db, Element element, int64_t N, int64_t out, Workspace ws, cudaStream_t stream,
+                 const char* kernel) {
+  column_sums_by(db, N, out, ws, stream, kernel, [&](float* partial, int64_t chunks) {
+    column_partials_kernel<<<grid_for(chunks * out), kBlock, 0, stream>>>(partial, element, N, out, chunks);
+  });
 }
 
 }  // namespace
@@ -106,7 +158,8 @@ void gelu_forward16(uint16_t* act16, const uint16_t* pre16, int64_t n, cudaStrea
   if (n <= 0) return;
   const bool aligned = aligned_to(pre16, 8) && aligned_to(act16, 8);
   const int64_t done = four_wide(n, aligned, [&](int64_t n4) {
-    gelu_forward16_x4_kernel<<<grid_for(n4), kBlock, 0, stream>>>(reinterpret_cast<uint2*>(act16),
+    gelu_forward16_x4_kernel<<<grid_for((n4 + kGroupsInFlight - 1) / kGroupsInFlight), kBlock, 0, stream>>>(
+        reinterpret_cast<uint2*>(act16),
                                                                     reinterpret_cast<const uint2*>(pre16), n4);
   });
   if (done < n)
@@ -124,6 +177,14 @@ void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N,
 }
 void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const uint16_t* dout16, int64_t N,
                           int64_t out, Workspace ws, cudaStream_t stream) {
+  if (out % 2 == 0 && aligned_to(pre16, 4) && aligned_to(dout16, 4) && aligned_to(g16, 4)) {
+    column_sums_by(db, N, out, ws, stream, "gelu_backward_narrow", [&](float* partial, int64_t chunks) {
+      gelu_grad_pair_partials_kernel<<<grid_for(chunks * out / 2), kBlock, 0, stream>>>(
+          partial, reinterpret_cast<const uint32_t*>(pre16), reinterpret_cast<const uint32_t*>(dout16),
+          reinterpret_cast<uint32_t*>(g16), N, out, chunks);
+    });
+    return;
+  }
   column_sums(db, GeluGradElement{pre16, dout16, g16, out}, N, out, ws, stream, "gelu_backward_narrow");
 }
 void merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const float* dk, const float* dv, int64_t b,

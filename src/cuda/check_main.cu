@@ -1308,6 +1308,16 @@ void check_bf16_fused() {
     std::vector<uint16_t> cq(n), ck(n), cv(n), co(static_cast<size_t>(N * hl));
     lattice::split_heads16(cq.data(), ck.data(), cv.data(), qkv16.get().data(), hs);
     compare_bits("split_heads16 v vs cpu", "fwd", cv, v16.get());
+    {  // heads at addresses 2 bytes past 16-byte alignment: the two-byte form, the same bits
+      Dev<uint16_t> q16u{n + 1}, k16u{n + 1}, v16u{n + 1};
+      cu::split_heads16(q16u.p + 1, k16u.p + 1, v16u.p + 1, qkv16.p, b, s, a, dh);
+      const auto tail = [](const Dev<uint16_t>& d) {
+        auto h = d.get();
+        return std::vector<uint16_t>(h.begin() + 1, h.end());
+      };
+      compare_bits("split_heads16 q, unaligned", "fwd", q16.get(), tail(q16u));
+      compare_bits("split_heads16 v, unaligned", "fwd", v16.get(), tail(v16u));
+    }
     cu::merge_heads_bf16(o16.p, d_heads.p, b, s, a, dh);
     cu::merge_heads(rows.p, d_heads.p, b, s, a, dh);
     cu::to_bf16(rows.p, o16s.p, N * hl);
@@ -1353,6 +1363,14 @@ void check_bf16_fused() {
     lattice::gelu_backward_narrow(c16.data(), cdb.data(), pre16.data(), dy16.data(), N, out);
     compare_bf16("gelu_backward_narrow g16 vs cpu", "bwd", c16, o16.get());
     compare("gelu_backward_narrow db vs cpu", "bwd", cdb, db.get());
+    {  // the output 2 bytes past 4-byte alignment: the one-column form, the same bits as the pairs'
+      Dev<uint16_t> o16u{size_t(N * out) + 1};
+      Dev<float> dbu(db0);
+      cu::gelu_backward_narrow(o16u.p + 1, dbu.p, d_pre16.p, d_dy16.p, N, out, ws.ws());
+      auto all = o16u.get();
+      compare_bits("gelu_backward_narrow g16, unaligned", "bwd", o16.get(), std::vector<uint16_t>(all.begin() + 1, all.end()));
+      compare_bits("gelu_backward_narrow db, unaligned", "bwd", db.get(), dbu.get());
+    }
 
     const size_t n = size_t(b * a * s * dh);
     const auto dq = randn(n), dk = randn(n), dv = randn(n), qb0 = randn(size_t(C), 0.1f);
