@@ -958,6 +958,17 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
     lattice::cuda::flash_attention_forward_rows_bf16(d_rows16.p, d_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
     compare_bits(name + " out rows (bf16 in, bf16 out)", "fwd", want16, d_rows16.get());
     compare_bits(name + " lse rows (bf16 in, bf16 out)", "fwd", g_lse, d_lse.get());
+    if (x.dh <= 64) {  // the forward's 128-row query tiles against its 64-row ones: the same bits
+      lattice::cuda::flash_tc_time_one_slab_forward(true);
+      Dev<uint16_t> one_rows16(n);
+      Dev<float> one_lse(rows), one_out(n);
+      lattice::cuda::flash_attention_forward_rows_bf16(one_rows16.p, one_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
+      lattice::cuda::flash_attention_forward(one_out.p, d_lse.p, d_q.p, d_k.p, d_v.p, x, drop);
+      lattice::cuda::flash_tc_time_one_slab_forward(false);
+      compare_bits(name + " out rows, 64-row query tiles", "fwd", d_rows16.get(), one_rows16.get());
+      compare_bits(name + " lse, 64-row query tiles", "fwd", g_lse, one_lse.get());
+      compare_bits(name + " out, 64-row query tiles", "fwd", g_out, one_out.get());
+    }
     // Backward from the rows: O as bf16 bits there, so the reference takes the same O widened.
     std::vector<uint16_t> out16(n);
     lattice::to_bf16(out.data(), out16.data(), int64_t(n));
@@ -1781,6 +1792,13 @@ void timing_flash(bool tensor_cores) {
                                                                    drop);
                 }),
                 fwd_flops);
+    lattice::cuda::flash_tc_time_one_slab_forward(true);  // the same in 64-row query tiles, the form before
+    timing_line(name + " rows fwd, 64-row query tiles", median_ms([&] {
+                  lattice::cuda::flash_attention_forward_rows_bf16(d_rows16.p, d_lse.p, d_q16.p, d_k16.p, d_v16.p, x,
+                                                                   drop);
+                }),
+                fwd_flops);
+    lattice::cuda::flash_tc_time_one_slab_forward(false);
     timing_line(name + " rows bwd", median_ms([&] {
                   lattice::cuda::flash_attention_backward_rows_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q16.p, d_k16.p,
                                                                     d_v16.p, d_rows16.p, d_lse.p, x, drop, ws.ws());

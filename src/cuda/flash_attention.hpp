@@ -45,6 +45,10 @@ inline constexpr int64_t kFlashMaxHeadDim = 128;
 // this device (sm_80 on, the shared memory, a build for sm_80 or later).
 bool flash_tc_shape(const FlashShape& x);
 bool flash_tc_supported(const FlashShape& x);
+// The tensor-core forward in 64-row query tiles (one slab a warp) for this thread's next calls, where
+// it takes 128 at dh <= 64 (true), or back to that (false): lattice_cuda_check's timings and [bits]
+// check compare the two. The results are the same bits either way.
+void flash_tc_time_one_slab_forward(bool one_slab);
 void flash_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
                       const AttentionDropout& drop, cudaStream_t stream);
 void flash_tc_forward(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,

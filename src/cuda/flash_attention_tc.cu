@@ -85,11 +85,12 @@ struct Tiles {
   size_t bytes = 0;
 };
 enum class Kernel { forward, dq, dkdv };
-__host__ __device__ inline Tiles tiles_of(Kernel kind, unsigned char* base, int dh, bool ahead) {
+// q_slabs: the forward's query tile in 64-row slabs (kForwardSlabs); the other kernels take one.
+__host__ __device__ inline Tiles tiles_of(Kernel kind, unsigned char* base, int dh, bool ahead, int q_slabs = 1) {
   Carver c{base};
   Tiles t;
   const size_t tile = size_t(kT) * size_t(dh + 8);
-  t.Q = c.take<uint16_t>(tile);
+  t.Q = c.take<uint16_t>(tile * size_t(q_slabs));
   t.K = c.take<uint16_t>(tile);
   t.V = c.take<uint16_t>(tile);
   if (kind != Kernel::forward) t.dO = c.take<uint16_t>(tile);
@@ -129,12 +130,12 @@ __device__ __forceinline__ void load8(uint16_t (&w)[8], const float* src, bool v
   for (int u = 0; u < 8; ++u) w[u] = to_bf16_bits(x[u]);
 }
 
-// Rows [0, n) of X [*, dh] (rows n … 63 zero) into the tile [64][dh + 8], eight elements a thread at a
-// time (dh is a multiple of 16, so eight never straddle a row; 16-byte stores).
+// Rows [0, n) of X [*, dh] (rows n … rows − 1 zero) into the tile [rows][dh + 8], eight elements a
+// thread at a time (dh is a multiple of 16, so eight never straddle a row; 16-byte stores).
 template <class T>
-__device__ void load_tile(uint16_t* tile, const T* X, int64_t n, const FlashArgs& p, bool vec) {
+__device__ void load_tile(uint16_t* tile, const T* X, int64_t n, const FlashArgs& p, bool vec, int rows = kT) {
   const int dh = int(p.dh), ld = dh + 8;
-  for (int idx = int(threadIdx.x) * 8; idx < kT * dh; idx += kThreads * 8) {
+  for (int idx = int(threadIdx.x) * 8; idx < rows * dh; idx += kThreads * 8) {
     const int r = int(p.dh_div.div(uint32_t(idx))), e = idx - r * dh;
     uint16_t w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (r < n) load8(w, X + int64_t(r) * dh + e, vec);
@@ -267,11 +268,12 @@ struct BlockTile {
   int lane, g, tq, w0;
   int64_t row[2];
 };
-__device__ __forceinline__ BlockTile block_tile(const FlashArgs& p, bool reversed) {
+// rows: the tile's (64, or the forward's 64 · kForwardSlabs); row[] are the lane's rows of its first slab.
+__device__ __forceinline__ BlockTile block_tile(const FlashArgs& p, bool reversed, int rows = kT) {
   BlockTile b;
   b.bh = blockIdx.y, b.head = b.bh * p.s * p.dh;
-  b.first = (reversed ? int64_t(gridDim.x) - 1 - blockIdx.x : int64_t(blockIdx.x)) * kT;
-  b.n = min(int64_t(kT), p.s - b.first);
+  b.first = (reversed ? int64_t(gridDim.x) - 1 - blockIdx.x : int64_t(blockIdx.x)) * rows;
+  b.n = min(int64_t(rows), p.s - b.first);
   b.lane = int(threadIdx.x) & 31, b.g = b.lane >> 2, b.tq = b.lane & 3, b.w0 = (int(threadIdx.x) >> 5) * 16;
   b.row[0] = b.first + b.w0 + b.g, b.row[1] = b.row[0] + 8;
   return b;
@@ -334,79 +336,122 @@ __device__ __forceinline__ void store_qkv_rows(unsigned char* smem, const float 
   }
 }
 
-// The two products a warp runs on a tile, every accumulator adding its k in ascending steps of 16:
-// S[16 × 64] = A·Yᵀ, A the warp's rows in registers (nc chunks of 16 columns), Y a row-major tile
-// [64][dh] (S = Q·Kᵀ, dP = dO·Vᵀ);
-template <int NC>
-__device__ __forceinline__ void rows_by_tile_t(float (&S)[8][4], const uint32_t (&A)[NC][4], const uint16_t* Y,
-                                               int ld, int nc) {
+// The two products a warp runs on a tile, every accumulator adding its k in ascending steps of 16, for
+// MT slabs of 16 rows at once (the forward's two; one elsewhere): each B fragment loaded once serves
+// every slab, and the slabs' products are independent work between a load and its use:
+// S[m][16 × 64] = A[m]·Yᵀ, A[m] slab m's rows in registers (nc chunks of 16 columns), Y a row-major
+// tile [64][dh] (S = Q·Kᵀ, dP = dO·Vᵀ);
+template <int NC, int MT>
+__device__ __forceinline__ void slabs_by_tile_t(float (&S)[MT][8][4], const uint32_t (&A)[MT][NC][4], const uint16_t* Y,
+                                                int ld, int nc) {
 #pragma unroll
   for (int nt = 0; nt < 8; nt += 2) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) S[nt][e] = 0.0f, S[nt + 1][e] = 0.0f;
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) S[m][nt][e] = 0.0f, S[m][nt + 1][e] = 0.0f;
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
       if (c >= nc) break;
       uint32_t b[4];
       load_b2(b, Y, ld, nt * 8, 16 * c);
-      mma_bf16(S[nt], A[c], b[0], b[1]);
-      mma_bf16(S[nt + 1], A[c], b[2], b[3]);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        mma_bf16(S[m][nt], A[m][c], b[0], b[1]);
+        mma_bf16(S[m][nt + 1], A[m][c], b[2], b[3]);
+      }
     }
   }
 }
-// and acc[16 × dh] += P·X, P [16 × 64] a warp's accumulators rounded to bf16 as the A operand, X a
-// row-major tile [64][dh] read through ldmatrix's transposing load (O += P·V, dQ += dS·K, and the key
-// tile's dV += (P∘Z)ᵀ·dO, dK += dSᵀ·Q).
 template <int NC>
-__device__ __forceinline__ void add_rows_by_tile(float (&acc)[2 * NC][4], const float (&P)[8][4], const uint16_t* X,
-                                                 int ld, int nc) {
+__device__ __forceinline__ void rows_by_tile_t(float (&S)[8][4], const uint32_t (&A)[NC][4], const uint16_t* Y,
+                                               int ld, int nc) {
+  slabs_by_tile_t<NC, 1>(*reinterpret_cast<float(*)[1][8][4]>(&S), *reinterpret_cast<const uint32_t(*)[1][NC][4]>(&A),
+                         Y, ld, nc);
+}
+// and acc[m][16 × dh] += P[m]·X, P[m] [16 × 64] a slab's accumulators rounded to bf16 as the A operand,
+// X a row-major tile [64][dh] read through ldmatrix's transposing load (O += P·V, dQ += dS·K, and the
+// key tile's dV += (P∘Z)ᵀ·dO, dK += dSᵀ·Q).
+template <int NC, int MT>
+__device__ __forceinline__ void add_slabs_by_tile(float (&acc)[MT][2 * NC][4], const float (&P)[MT][8][4],
+                                                  const uint16_t* X, int ld, int nc) {
 #pragma unroll
   for (int kc = 0; kc < 4; ++kc) {
-    uint32_t a[4];
-    a_from_c(a, P[2 * kc], P[2 * kc + 1]);
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) a_from_c(a[m], P[m][2 * kc], P[m][2 * kc + 1]);
 #pragma unroll
     for (int dt = 0; dt < 2 * NC; dt += 2) {
       if (dt >= 2 * nc) break;
       uint32_t b[4];
       load_b2_trans(b, X, ld, 16 * kc, dt * 8);
-      mma_bf16(acc[dt], a, b[0], b[1]);
-      mma_bf16(acc[dt + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        mma_bf16(acc[m][dt], a[m], b[0], b[1]);
+        mma_bf16(acc[m][dt + 1], a[m], b[2], b[3]);
+      }
     }
   }
 }
+template <int NC>
+__device__ __forceinline__ void add_rows_by_tile(float (&acc)[2 * NC][4], const float (&P)[8][4], const uint16_t* X,
+                                                 int ld, int nc) {
+  add_slabs_by_tile<NC, 1>(*reinterpret_cast<float(*)[1][2 * NC][4]>(&acc),
+                           *reinterpret_cast<const float(*)[1][8][4]>(&P), X, ld, nc);
+}
 
 // ---- forward: one block per (query tile, b·a), the longest rows first. NC: dh / 16 at most (4 or 8);
-// DROP: whether the dropout runs (a kernel without it holds no Philox state: 44 fewer registers in
-// the dQ kernel, a third block an SM); AHEAD: the key tiles copied ahead (TilePairs); TIn: how Q, K, V
-// are held, fp32 (bf16 values) or bf16 bits. ----
+// MT: the query tile's 64-row slabs (1 or 2; each warp takes 16 rows of each, rows w0 … w0+15 and
+// 64 + w0 … 64 + w0+15); DROP: whether the dropout runs (a kernel without it holds no Philox state: 44
+// fewer registers in the dQ kernel, a third block an SM); AHEAD: the key tiles copied ahead
+// (TilePairs); TIn: how Q, K, V are held, fp32 (bf16 values) or bf16 bits. ----
 // TOut: the context as fp32 in the head layout [b, a, s, dh], or as bf16 bits in the token rows [b, s,
 // a·dh] (what the projection reads: merge_heads_bf16's layout and bits, without the pass).
-// Blocks an SM the forward is compiled to hold: four at dh ≤ 64 without the dropout, the occupancy it
-// had before its operands came by ldmatrix .x4 (ptxas then left it at 128 registers by itself; now,
-// unbounded, it takes 163 and an SM holds three; bounded, 128 with 8 bytes spilled, ptxas -v); 0 (no
-// bound) elsewhere, where 128 would spill far more. The profile phase's occupancy lines say which holds.
-template <int NC, bool DROP>
-constexpr int kForwardMinBlocks = (NC == 4 && !DROP) ? 4 : 0;
-template <int NC, bool DROP, bool AHEAD, class TIn, class TOut>
-__global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, DROP>)
+//
+// With two slabs a warp's products run on 32 rows (FlashAttention-2's arrangement at dh 64): each key
+// fragment it loads feeds two products where it fed one, its two slabs' products are independent
+// work in flight, and a key tile read from memory serves 128 queries. A slab's rows see the key tiles
+// one slab would see, and one more where the tile's second slab reaches past its own (all masked:
+// probabilities 0 and the running maximum, sum and output unchanged, so every value is bitwise the
+// one-slab kernel's: the kernel check's [bits] line compares them).
+//
+// Query tile rows and blocks an SM, decided here: two slabs at dh ≤ 64 (registers allow: ptxas -v), one
+// at larger dh; four one-slab blocks an SM at dh ≤ 64 without the dropout, the occupancy it had before
+// its operands came by ldmatrix .x4 (bounded, 128 registers and 8 bytes spilled; unbounded, 163 and
+// three blocks). lattice_cuda_check's timings compare the one-slab and two-slab forwards.
+template <int NC>
+constexpr int kForwardSlabs = NC == 4 ? 2 : 1;
+template <int NC, int MT, bool DROP>
+constexpr int kForwardMinBlocks = (MT == 1 && NC == 4 && !DROP) ? 4 : 0;
+template <int NC, int MT, bool DROP, bool AHEAD, class TIn, class TOut>
+__global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
     tc_forward_kernel(TOut* out, float* lse, const TIn* q, const TIn* k, const TIn* v, FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
-  const Tiles t = tiles_of(Kernel::forward, smem, dh, AHEAD);
-  const BlockTile bt = block_tile(p, true);
+  const Tiles t = tiles_of(Kernel::forward, smem, dh, AHEAD, MT);
+  const BlockTile bt = block_tile(p, true, MT * kT);
   const int64_t s = p.s, bh = bt.bh, head = bt.head, i0 = bt.first, nq = bt.n;
   const int tq = bt.tq, r0 = bt.w0;
-  const int64_t* row = bt.row;
-  load_tile(t.Q, q + head + i0 * dh, nq, p, vec);
+  int64_t row[MT][2];  // this lane's rows: slab m's g and g + 8
+#pragma unroll
+  for (int m = 0; m < MT; ++m) row[m][0] = bt.row[0] + m * kT, row[m][1] = bt.row[1] + m * kT;
+  load_tile(t.Q, q + head + i0 * dh, nq, p, vec, MT * kT);
   __syncthreads();
-  uint32_t qa[NC][4];
+  uint32_t qa[MT][NC][4];
 #pragma unroll
-  for (int c = 0; c < NC; ++c)
-    if (c < nc) load_a(qa[c], t.Q, ld, r0, 16 * c);
-  float o[2 * NC][4];
+  for (int m = 0; m < MT; ++m)
 #pragma unroll
-  for (int dt = 0; dt < 2 * NC; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-  float m[2] = {-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)}, l[2] = {0.0f, 0.0f};
+    for (int c = 0; c < NC; ++c)
+      if (c < nc) load_a(qa[m][c], t.Q, ld, m * kT + r0, 16 * c);
+  float o[MT][2 * NC][4];
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int dt = 0; dt < 2 * NC; ++dt) o[m][dt][0] = o[m][dt][1] = o[m][dt][2] = o[m][dt][3] = 0.0f;
+  float mrow[MT][2], l[MT][2];
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+    mrow[m][0] = mrow[m][1] = -__int_as_float(0x7f800000), l[m][0] = l[m][1] = 0.0f;
   const uint64_t base = DROP ? mask_base(p, bh) : 0;
   TilePairs<AHEAD, TIn, TIn, NoSide> tiles{t.K, t.V, t.A2, t.B2, k + head, v + head, p, i0 + nq, vec, NoSide{}};
   tiles.start(0);
@@ -415,44 +460,49 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, DROP>)
     const int64_t nk = min(int64_t(kT), s - j0);
     const uint16_t *K, *V;
     tiles.next(j0, K, V);
-    float sc[8][4];  // S = Q·Kᵀ, this warp's 16 rows × 64 keys
-    rows_by_tile_t<NC>(sc, qa, K, ld, nc);
+    float sc[MT][8][4];  // S = Q·Kᵀ, this warp's 16 rows of each slab × 64 keys
+    slabs_by_tile_t<NC, MT>(sc, qa, K, ld, nc);
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {  // the online softmax of rows g and g + 8
-      const int64_t n = row[half] < s ? max(int64_t(0), min(nk, row[half] - j0 + 1)) : 0;
-      const uint32_t keep = DROP ? lane_keep_bits(p, base, row[half], j0, n) : ~0u;
-      float mx = m[half];
+    for (int m = 0; m < MT; ++m)
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
+      for (int half = 0; half < 2; ++half) {  // the online softmax of rows g and g + 8
+        const int64_t r = row[m][half];
+        const int64_t n = r < s ? max(int64_t(0), min(nk, r - j0 + 1)) : 0;
+        const uint32_t keep = DROP ? lane_keep_bits(p, base, r, j0, n) : ~0u;
+        float mx = mrow[m][half];
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          if (nt * 8 + 2 * tq + h < n) mx = fmaxf(mx, sc[nt][2 * half + h] * p.scale);
-      mx = quad_max(mx);
-      const float corr = n > 0 ? tc_exp(m[half] - mx) : 1.0f;  // 0 on the first tile (tc_exp(-inf) = +0)
-      float sum = 0.0f;
+        for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
+          for (int h = 0; h < 2; ++h)
+            if (nt * 8 + 2 * tq + h < n) mx = fmaxf(mx, sc[m][nt][2 * half + h] * p.scale);
+        mx = quad_max(mx);
+        const float corr = n > 0 ? tc_exp(mrow[m][half] - mx) : 1.0f;  // 0 on the first tile (tc_exp(-inf) = +0)
+        float sum = 0.0f;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float e = nt * 8 + 2 * tq + h < n ? tc_exp(sc[nt][2 * half + h] * p.scale - mx) : 0.0f;
-          sum += e;
-          sc[nt][2 * half + h] = e * keep_factor_at<DROP>(p, keep, 2 * nt + h);
-        }
-      sum = quad_sum(sum);
-      if (n > 0) l[half] = l[half] * corr + sum, m[half] = mx;
+        for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-      for (int dt = 0; dt < 2 * NC; ++dt) o[dt][2 * half] *= corr, o[dt][2 * half + 1] *= corr;
-    }
-    add_rows_by_tile<NC>(o, sc, V, ld, nc);  // O += P·V, the probabilities from the registers
+          for (int h = 0; h < 2; ++h) {
+            float e = nt * 8 + 2 * tq + h < n ? tc_exp(sc[m][nt][2 * half + h] * p.scale - mx) : 0.0f;
+            sum += e;
+            sc[m][nt][2 * half + h] = e * keep_factor_at<DROP>(p, keep, 2 * nt + h);
+          }
+        sum = quad_sum(sum);
+        if (n > 0) l[m][half] = l[m][half] * corr + sum, mrow[m][half] = mx;
+#pragma unroll
+        for (int dt = 0; dt < 2 * NC; ++dt) o[m][dt][2 * half] *= corr, o[m][dt][2 * half + 1] *= corr;
+      }
+    add_slabs_by_tile<NC, MT>(o, sc, V, ld, nc);  // O += P·V, the probabilities from the registers
   }
   constexpr bool kRows = std::is_same_v<TOut, uint16_t>;
   TOut* const o_head = kRows ? out + ((bh / p.a) * s * p.a + bh % p.a) * dh : out + head;
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    if (row[half] >= i0 + nq) continue;
-    if (tq == 0) lse[bh * s + row[half]] = m[half] + logf(l[half]);
-    store_row<NC>(o_head, row[half], o, half, 1.0f / l[half], dh, kRows ? p.a * dh : dh, vec);
-  }
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      if (row[m][half] >= i0 + nq) continue;
+      if (tq == 0) lse[bh * s + row[m][half]] = mrow[m][half] + logf(l[m][half]);
+      store_row<NC>(o_head, row[m][half], o[m], half, 1.0f / l[m][half], dh, kRows ? p.a * dh : dh, vec);
+    }
 }
 
 // ---- backward: dQ of one query tile, walking its key tiles ----
@@ -634,11 +684,18 @@ bool flash_tc_shape(const FlashShape& x) {
 }
 
 namespace {
+// The forward's query slabs for a head size: kForwardSlabs, or one where lattice_cuda_check asks
+// (flash_tc_time_one_slab_forward: its timings compare the two).
+thread_local bool one_slab_forward = false;
+int forward_slabs(int64_t dh) {
+  if (one_slab_forward) return 1;
+  return dh <= 64 ? kForwardSlabs<4> : kForwardSlabs<8>;
+}
 // The largest block's shared memory, with or without the second buffers of the copies ahead.
 size_t most_smem(int64_t dh, bool ahead) {
   size_t most = 0;
   for (Kernel kind : {Kernel::forward, Kernel::dq, Kernel::dkdv})
-    most = std::max(most, tiles_of(kind, nullptr, int(dh), ahead).bytes);
+    most = std::max(most, tiles_of(kind, nullptr, int(dh), ahead, kind == Kernel::forward ? forward_slabs(dh) : 1).bytes);
   return most;
 }
 int smem_optin() {
@@ -663,7 +720,7 @@ bool flash_tc_supported(const FlashShape& x) {
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
-      cudaFuncGetAttributes(&built, tc_forward_kernel<4, false, false, uint16_t, float>) != cudaSuccess) {
+      cudaFuncGetAttributes(&built, tc_forward_kernel<4, 1, false, false, uint16_t, float>) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
@@ -708,13 +765,22 @@ void tc_forward(TOut* out, float* lse, const TIn* q, const TIn* k, const TIn* v,
   const FlashArgs p = make_args(x, drop);
   const bool vec = all_aligned(q, k, v) && aligned_to(out, 16);  // the bf16 rows' pair stores need 4
   const bool ahead = vec && size_t(smem_optin()) >= most_smem(x.dh, true);
-  const dim3 grid(unsigned((x.s + kT - 1) / kT), unsigned(x.b * x.a));
   const char* name = "flash_attention_forward (tensor cores)";
+  const int slabs = forward_slabs(x.dh);
   with_choices<TIn>(x, p.dropout, ahead, [&](auto nc, auto d, auto ahead) {
-    const auto kernel = tc_forward_kernel<decltype(nc)::value, decltype(d)::value, decltype(ahead)::value, TIn, TOut>;
-    const size_t bytes = tiles_of(Kernel::forward, nullptr, int(x.dh), decltype(ahead)::value).bytes;
-    allow_smem(kernel, bytes, name);
-    kernel<<<grid, kThreads, bytes, stream>>>(out, lse, q, k, v, p, vec);
+    constexpr int kNC = decltype(nc)::value;
+    const auto launch = [&](auto mt) {
+      constexpr int kMT = decltype(mt)::value;
+      const auto kernel = tc_forward_kernel<kNC, kMT, decltype(d)::value, decltype(ahead)::value, TIn, TOut>;
+      const size_t bytes = tiles_of(Kernel::forward, nullptr, int(x.dh), decltype(ahead)::value, kMT).bytes;
+      const dim3 grid(unsigned((x.s + kMT * kT - 1) / (kMT * kT)), unsigned(x.b * x.a));
+      allow_smem(kernel, bytes, name);
+      kernel<<<grid, kThreads, bytes, stream>>>(out, lse, q, k, v, p, vec);
+    };
+    if constexpr (kForwardSlabs<kNC> == 2) {
+      if (slabs == 2) return launch(std::integral_constant<int, 2>{});
+    }
+    launch(std::integral_constant<int, 1>{});
   });
   check_launch(name);
 }
@@ -759,6 +825,7 @@ void tc_backward(float* dq, float* dk, float* dv, QkvRows rows, const uint16_t* 
 }
 }  // namespace
 
+void flash_tc_time_one_slab_forward(bool one_slab) { one_slab_forward = one_slab; }
 void flash_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
                       const AttentionDropout& drop, cudaStream_t stream) {
   tc_forward(out, lse, q, k, v, x, drop, stream);
