@@ -102,12 +102,19 @@ phase_profile() {
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   if [ -z "$ncu" ]; then record "phase profile: skipped (no ncu on this machine)"; return; fi
   [ ! -d "$ARCH_LIB" ] || runtime_env
-  local kernels=${DEVICE_CHECK_PROFILE_KERNELS:-tc_forward_kernel|tc_dq_kernel|tc_dkdv_kernel|ce_whole_forward_kernel|layernorm_backward_fused_kernel|layernorm_param_reduce_kernel}
+  local kernels=${DEVICE_CHECK_PROFILE_KERNELS:-tc_forward_kernel|tc_dq_kernel|tc_dkdv_kernel|ce_whole_forward_kernel|layernorm_backward_fused_kernel|layernorm_param_reduce_kernel|layernorm_forward_rows_kernel|gelu_forward16_x4_kernel|gelu_grad_pair_partials_kernel|split_heads16_x8_kernel}
   local groups=${DEVICE_CHECK_PROFILE_GROUPS:-ce,passes,tc}
-  record "phase profile: $("$ncu" --version 2>/dev/null | tail -1), --clock-control none (the card's clocks as found), one launch of each of lattice_cuda_check's timed calls ($groups) of: $kernels"
+  # The warp-stall breakdown (cycles a warp spends stalled for each reason, per issued instruction):
+  # only the reasons this ncu knows (asked first: an unknown metric name would stop the whole run).
+  local stalls extra=()
+  stalls=$("$ncu" --query-metrics 2>/dev/null | awk '{print $1}' |
+    grep -E '^smsp__average_warps_issue_stalled_(barrier|long_scoreboard|short_scoreboard|mio_throttle|math_pipe_throttle|wait|not_selected|lg_throttle|dispatch_stall|no_instruction|branch_resolving|tex_throttle)_per_issue_active$' |
+    sed 's/$/.ratio/' | paste -sd, -)
+  [ -z "$stalls" ] || extra=(--metrics "$stalls")
+  record "phase profile: $("$ncu" --version 2>/dev/null | tail -1), --clock-control none (the card's clocks as found), one launch of each of lattice_cuda_check's timed calls ($groups) of: $kernels; stall reasons: $([ -n "$stalls" ] && echo "$stalls" | tr ',' '\n' | wc -l || echo none found)"
   LATTICE_CHECK_PROFILE=$groups timeout "${DEVICE_CHECK_PROFILE_TIMEOUT:-240}" "$ncu" --clock-control none \
     --kernel-name "regex:^($kernels)\$" --section SpeedOfLight --section LaunchStats --section Occupancy \
-    --section SchedulerStats --section WarpStateStats "$bin" >"$log" 2>&1
+    --section SchedulerStats --section WarpStateStats "${extra[@]}" "$bin" >"$log" 2>&1
   rc=$?
   "$PY" "$ROOT/scripts/ncu-summary.py" "$log" | while IFS= read -r l; do record "  $l"; done
   if [ "$rc" -eq 0 ]; then record "phase profile: done (report: device-check-ncu.txt)"
