@@ -114,7 +114,7 @@ phase_profile() {
   record "phase profile: $("$ncu" --version 2>/dev/null | tail -1), --clock-control none (the card's clocks as found), one launch of each of lattice_cuda_check's timed calls ($groups) of: $kernels; stall reasons: $([ -n "$stalls" ] && echo "$stalls" | tr ',' '\n' | wc -l || echo none found)"
   LATTICE_CHECK_PROFILE=$groups timeout "${DEVICE_CHECK_PROFILE_TIMEOUT:-240}" "$ncu" --clock-control none \
     --kernel-name "regex:^($kernels)\$" --section SpeedOfLight --section LaunchStats --section Occupancy \
-    --section SchedulerStats --section WarpStateStats "${extra[@]}" "$bin" >"$log" 2>&1
+    --section SchedulerStats --section WarpStateStats ${extra[@]+"${extra[@]}"} "$bin" >"$log" 2>&1
   rc=$?
   "$PY" "$ROOT/scripts/ncu-summary.py" "$log" | while IFS= read -r l; do record "  $l"; done
   if [ "$rc" -eq 0 ]; then record "phase profile: done (report: device-check-ncu.txt)"

@@ -961,13 +961,14 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
     if (x.dh <= 64) {  // the forward's 128-row query tiles against its 64-row ones: the same bits
       lattice::cuda::flash_tc_time_one_slab_forward(true);
       Dev<uint16_t> one_rows16(n);
-      Dev<float> one_lse(rows), one_out(n);
+      Dev<float> one_lse(rows), one_lse32(rows), one_out(n);
       lattice::cuda::flash_attention_forward_rows_bf16(one_rows16.p, one_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
-      lattice::cuda::flash_attention_forward(one_out.p, d_lse.p, d_q.p, d_k.p, d_v.p, x, drop);
+      lattice::cuda::flash_attention_forward(one_out.p, one_lse32.p, d_q.p, d_k.p, d_v.p, x, drop);
       lattice::cuda::flash_tc_time_one_slab_forward(false);
       compare_bits(name + " out rows, 64-row query tiles", "fwd", d_rows16.get(), one_rows16.get());
       compare_bits(name + " lse, 64-row query tiles", "fwd", g_lse, one_lse.get());
       compare_bits(name + " out, 64-row query tiles", "fwd", g_out, one_out.get());
+      compare_bits(name + " lse (fp32 in), 64-row query tiles", "fwd", g_lse, one_lse32.get());
     }
     // Backward from the rows: O as bf16 bits there, so the reference takes the same O widened.
     std::vector<uint16_t> out16(n);
@@ -1327,6 +1328,7 @@ void check_bf16_fused() {
         return std::vector<uint16_t>(h.begin() + 1, h.end());
       };
       compare_bits("split_heads16 q, unaligned", "fwd", q16.get(), tail(q16u));
+      compare_bits("split_heads16 k, unaligned", "fwd", k16.get(), tail(k16u));
       compare_bits("split_heads16 v, unaligned", "fwd", v16.get(), tail(v16u));
     }
     cu::merge_heads_bf16(o16.p, d_heads.p, b, s, a, dh);
