@@ -40,25 +40,19 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 // 8m+7 giving the addresses of matrix m's eight rows (`row`: this lane's; each row's eight elements
 // 16-byte aligned). Lane l receives r[m] = (row g, columns 2t, 2t+1) of matrix m; with .trans, (row
 // 2t, column g) and (row 2t+1, column g). One instruction where the fragments' 32-bit loads took four:
-// the products' operand loads were most of the kernels' shared-memory instructions.
+// the products' operand loads were most of the kernels' shared-memory instructions. kTrans: .trans.
+template <bool kTrans>
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const uint16_t* row) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(at));
-#else
-  (void)row;
-  r[0] = r[1] = r[2] = r[3] = 0;
-  __trap();
-#endif
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const uint16_t* row) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(at));
+  if constexpr (kTrans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
 #else
   (void)row;
   r[0] = r[1] = r[2] = r[3] = 0;
@@ -107,7 +101,7 @@ __device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
 // elements): matrices 0 … 3 are rows +0 and +8 of columns +0, then of columns +8 (a[0] … a[3]).
 __device__ __forceinline__ void load_a(uint32_t (&a)[4], const uint16_t* X, int ld, int r0, int c0) {
   const int lane = int(threadIdx.x) & 31, m = lane >> 3;
-  ldsm_x4(a, X + (r0 + (m & 1) * 8 + (lane & 7)) * ld + c0 + (m >> 1) * 8);
+  ldsm_x4<false>(a, X + (r0 + (m & 1) * 8 + (lane & 7)) * ld + c0 + (m >> 1) * 8);
 }
 
 // The B fragments of k k0 … k0+15 for the two n-tiles n0 … n0+7 (b[0], b[1]) and n0+8 … n0+15 (b[2],
@@ -115,7 +109,7 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const uint16_t* X, int 
 // rows (K in Q·Kᵀ, V in dO·Vᵀ, Q and dO in the key tile's Sᵀ and dPᵀ).
 __device__ __forceinline__ void load_b2(uint32_t (&b)[4], const uint16_t* Y, int ld, int n0, int k0) {
   const int lane = int(threadIdx.x) & 31, m = lane >> 3;
-  ldsm_x4(b, Y + (n0 + (m >> 1) * 8 + (lane & 7)) * ld + k0 + (m & 1) * 8);
+  ldsm_x4<false>(b, Y + (n0 + (m >> 1) * 8 + (lane & 7)) * ld + k0 + (m & 1) * 8);
 }
 
 // The same two n-tiles' B fragments of a row-major bf16 tile X [k][n] (B = X), by the transposing
@@ -123,7 +117,7 @@ __device__ __forceinline__ void load_b2(uint32_t (&b)[4], const uint16_t* Y, int
 // and dK) comes this way, with no transposed copy of the tile.
 __device__ __forceinline__ void load_b2_trans(uint32_t (&b)[4], const uint16_t* X, int ld, int k0, int n0) {
   const int lane = int(threadIdx.x) & 31, m = lane >> 3;
-  ldsm_x4_trans(b, X + (k0 + (m & 1) * 8 + (lane & 7)) * ld + n0 + (m >> 1) * 8);
+  ldsm_x4<true>(b, X + (k0 + (m & 1) * 8 + (lane & 7)) * ld + n0 + (m >> 1) * 8);
 }
 
 // The A fragment (k 16) of two adjacent n-tiles' accumulators: c0 columns k 0 … 7, c1 k 8 … 15,

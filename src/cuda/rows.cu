@@ -28,6 +28,17 @@ constexpr int kRowsPerBlock = kRowBlock / 32;
 unsigned warp_row_grid(int64_t rows) { return row_grid((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
 
 // ---- LayerNorm ----
+// One element's output from its statistics: y to out, or y and x narrowed to y16 and x16 (the bf16 pass).
+__device__ __forceinline__ void layernorm_store(float* out, uint16_t* y16, uint16_t* x16, int64_t at, float x, float m,
+                                                float r, float w, float b) {
+  const float y = (x - m) * r * w + b;
+  if (y16) {
+    y16[at] = to_bf16_bits(y);
+    x16[at] = to_bf16_bits(x);
+  } else {
+    out[at] = y;
+  }
+}
 // One row per warp. y16 null: y is written as fp32 to out; else y and x narrowed to y16 and x16 (the
 // bf16 pass: the same fp32 values, one pass, no fp32 y).
 __global__ void layernorm_forward_kernel(float* out, uint16_t* y16, uint16_t* x16, float* mean, float* rstd,
@@ -44,15 +55,7 @@ __global__ void layernorm_forward_kernel(float* out, uint16_t* y16, uint16_t* x1
   for (int64_t i = lane; i < C; i += 32) var += (x[i] - m) * (x[i] - m);
   var = warp_sum(var);
   const float r = 1.0f / sqrtf(var / float(C) + 1e-5f);
-  for (int64_t i = lane; i < C; i += 32) {
-    const float y = (x[i] - m) * r * weight[i] + bias[i];
-    if (y16) {
-      y16[n * C + i] = to_bf16_bits(y);
-      x16[n * C + i] = to_bf16_bits(x[i]);
-    } else {
-      out[n * C + i] = y;
-    }
-  }
+  for (int64_t i = lane; i < C; i += 32) layernorm_store(out, y16, x16, n * C + i, x[i], m, r, weight[i], bias[i]);
   if (lane == 0) mean[n] = m, rstd[n] = r;
 }
 // The same for rows of at most 32·CPL columns, the row read once into registers (lane l's columns l,
@@ -89,13 +92,7 @@ __global__ void layernorm_forward_rows_kernel(float* out, uint16_t* y16, uint16_
   for (int k = 0; k < CPL; ++k) {
     const int64_t i = lane + 32 * k;
     if (i >= C) break;
-    const float y = (v[k] - m) * r * weight[i] + bias[i];
-    if (y16) {
-      y16[n * C + i] = to_bf16_bits(y);
-      x16[n * C + i] = to_bf16_bits(v[k]);
-    } else {
-      out[n * C + i] = y;
-    }
+    layernorm_store(out, y16, x16, n * C + i, v[k], m, r, weight[i], bias[i]);
   }
   if (lane == 0) mean[n] = m, rstd[n] = r;
 }
