@@ -467,7 +467,9 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {  // the online softmax of rows g and g + 8
         const int64_t r = row[m][half];
-        const int64_t n = r < s ? max(int64_t(0), min(nk, r - j0 + 1)) : 0;
+        // The row's visible keys in the tile (0 … 64): a 32-bit count, so each element's compare
+        // below is one 32-bit instruction, not a 64-bit pair.
+        const int n = r < s ? int(max(int64_t(0), min(nk, r - j0 + 1))) : 0;
         const uint32_t keep = DROP ? lane_keep_bits(p, base, r, j0, n) : ~0u;
         float mx = mrow[m][half];
 #pragma unroll
@@ -547,7 +549,7 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, QkvRows rows
     rows_by_tile_t<NC>(dp, da, V, ld, nc);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // dS·(1/√dh) into sc, zero where masked
-      const int64_t n = row[half] < s ? max(int64_t(0), min(nk, row[half] - j0 + 1)) : 0;
+      const int n = row[half] < s ? int(max(int64_t(0), min(nk, row[half] - j0 + 1))) : 0;  // as the forward's
       const uint32_t keep = DROP ? lane_keep_bits(p, base, row[half], j0, n) : ~0u;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
@@ -641,17 +643,24 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
       const uint64_t first = base + uint64_t(i0 + 2 * lane) * uint64_t(s) + uint64_t(j0 + r0);
       drawn = keep_bits16(p.words, p.threshold, first) | keep_bits16(p.words, p.threshold, first + uint64_t(s)) << 16;
     }
+    // Key `key` sees query i0 + ql where key < s, ql < nq and key − i0 <= ql: ql in [first[half], nq)
+    // in 32-bit terms (key − i0 is below 64 and at least −i0: clamped to 0), the same flags as the
+    // 64-bit compares an element they replace.
+    int first_visible[2];
+    const int rows_in = int(nq);
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      first_visible[half] = key[half] < s ? int(max(int64_t(0), key[half] - i0)) : kT;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const uint32_t w = DROP ? __shfl_sync(0xffffffffu, drawn, 4 * nt + tq) : ~0u;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int ql = nt * 8 + 2 * tq + h;
-        const int64_t qi = i0 + ql;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           float pz = 0.0f, ds = 0.0f;
-          if (ql < nq && key[half] < s && key[half] <= qi) {
+          if (ql < rows_in && ql >= first_visible[half]) {
             const float pr = tc_exp(st[nt][2 * half + h] * p.scale - L[ql]);
             const float z = keep_factor_at<DROP>(p, w, 16 * h + g + 8 * half);
             pz = pr * z;
