@@ -44,8 +44,8 @@ constexpr int kT = 64;                // queries and keys per tile
 // about 2^-22, far inside the bf16 products' 2^-8; -inf gives +0). The CPU's fast_exp, which the fp32
 // kernels keep for their bits, is some 18 FP32 instructions an element: at dh 64 that is as much
 // issue time as the tensor cores' two products of the element. The host simulation takes exp2f.
-__device__ __forceinline__ float tc_exp(float x) {
-  const float y = x * 1.4426950408889634f;
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float tc_exp2(float y) {
 #if defined(__CUDA_ARCH__)
   float r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
@@ -53,6 +53,14 @@ __device__ __forceinline__ float tc_exp(float x) {
 #else
   return exp2f(y);
 #endif
+}
+__device__ __forceinline__ float tc_exp(float x) { return tc_exp2(x * kLog2e); }
+// A probability's exponential from a raw score x: e^(x·scale − m) as 2^(x·(scale·log2 e) − m·log2 e),
+// one fused multiply-add and the ex2 where the form before took a multiply, a subtraction, a multiply
+// (FlashAttention-2's scale_log2). m_log2 = m·log2 e, the row's, computed once. Not the form before's
+// bits (the product is rounded once, not three times): within fp32 rounding of it.
+__device__ __forceinline__ float tc_exp_scaled(float x, float scale_log2, float m_log2) {
+  return tc_exp2(fmaf(x, scale_log2, -m_log2));
 }
 constexpr int kThreads = 128;         // 4 warps, 16 tile rows each
 constexpr int kMaxChunks = int(kFlashMaxHeadDim / 16);
@@ -75,7 +83,8 @@ struct Carver {
 
 // Row-major bf16 tiles [64][dh + 8] (Q, K, V, dO), second buffers of the pair a kernel walks when its
 // copies run ahead (`ahead`: K, V for the forward and the dQ kernel, Q, dO for the dK dV kernel), and
-// the dK dV kernel's query-tile log-sum-exp and D, two of each (L, D: [2][64], written a tile ahead).
+// the dK dV kernel's query-tile log-sum-exp (times log2 e) and D, two of each (L, D: [2][64], written a
+// tile ahead).
 // The forward and the dQ kernel read their Q (and dO) tile into registers before their walk and never
 // again, and the first copy into the second buffers is issued after the walk's first barrier: the
 // second buffers take Q's and dO's room (the forward needs one more tile, the dQ kernel none).
@@ -432,6 +441,7 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
   const BlockTile bt = block_tile(p, true, MT * kT);
   const int64_t s = p.s, bh = bt.bh, head = bt.head, i0 = bt.first, nq = bt.n;
   const int tq = bt.tq, r0 = bt.w0;
+  const float scale_log2 = p.scale * kLog2e;
   int64_t row[MT][2];  // this lane's rows: slab m's g and g + 8
 #pragma unroll
   for (int m = 0; m < MT; ++m) row[m][0] = bt.row[0] + m * kT, row[m][1] = bt.row[1] + m * kT;
@@ -471,20 +481,23 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
         // below is one 32-bit instruction, not a 64-bit pair.
         const int n = r < s ? int(max(int64_t(0), min(nk, r - j0 + 1))) : 0;
         const uint32_t keep = DROP ? lane_keep_bits(p, base, r, j0, n) : ~0u;
-        float mx = mrow[m][half];
+        // The tile's largest visible raw score, scaled once: the scaled scores' maximum to the bit, as
+        // rounding is monotone and the scale positive.
+        float raw = -__int_as_float(0x7f800000);
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
-            if (nt * 8 + 2 * tq + h < n) mx = fmaxf(mx, sc[m][nt][2 * half + h] * p.scale);
-        mx = quad_max(mx);
+            if (nt * 8 + 2 * tq + h < n) raw = fmaxf(raw, sc[m][nt][2 * half + h]);
+        const float mx = fmaxf(mrow[m][half], quad_max(raw) * p.scale);
         const float corr = n > 0 ? tc_exp(mrow[m][half] - mx) : 1.0f;  // 0 on the first tile (tc_exp(-inf) = +0)
+        const float mx_log2 = mx * kLog2e;
         float sum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            float e = nt * 8 + 2 * tq + h < n ? tc_exp(sc[m][nt][2 * half + h] * p.scale - mx) : 0.0f;
+            float e = nt * 8 + 2 * tq + h < n ? tc_exp_scaled(sc[m][nt][2 * half + h], scale_log2, mx_log2) : 0.0f;
             sum += e;
             sc[m][nt][2 * half + h] = e * keep_factor_at<DROP>(p, keep, 2 * nt + h);
           }
@@ -527,11 +540,12 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, QkvRows rows
 #pragma unroll
   for (int c = 0; c < NC; ++c)
     if (c < nc) load_a(qa[c], t.Q, ld, r0, 16 * c), load_a(da[c], t.dO, ld, r0, 16 * c);
-  float li[2], di[2];
+  const float scale_log2 = p.scale * kLog2e;
+  float li_log2[2], di[2];  // the rows' log-sum-exp times log2 e (tc_exp_scaled), and D
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const bool ok = row[half] < s;
-    li[half] = ok ? lse[bh * s + row[half]] : 0.0f, di[half] = ok ? D[bh * s + row[half]] : 0.0f;
+    li_log2[half] = ok ? lse[bh * s + row[half]] * kLog2e : 0.0f, di[half] = ok ? D[bh * s + row[half]] : 0.0f;
   }
   float acc[2 * NC][4];
 #pragma unroll
@@ -557,7 +571,7 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, QkvRows rows
         for (int h = 0; h < 2; ++h) {
           float ds = 0.0f;
           if (nt * 8 + 2 * tq + h < n) {
-            const float pr = tc_exp(sc[nt][2 * half + h] * p.scale - li[half]);
+            const float pr = tc_exp_scaled(sc[nt][2 * half + h], scale_log2, li_log2[half]);
             ds = pr * (dp[nt][2 * half + h] * keep_factor_at<DROP>(p, keep, 2 * nt + h) - di[half]) * p.scale;
           }
           sc[nt][2 * half + h] = ds;
@@ -588,6 +602,7 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
   const BlockTile bt = block_tile(p, false);
   const int64_t s = p.s, bh = bt.bh, head = bt.head, j0 = bt.first, nk = bt.n;
   const int lane = bt.lane, g = bt.g, tq = bt.tq, r0 = bt.w0;
+  const float scale_log2 = p.scale * kLog2e;
   const int64_t* key = bt.row;
   load_tile(t.K, k + head + j0 * dh, nk, p, vec);  // visible at the first tile's barrier
   load_tile(t.V, v + head + j0 * dh, nk, p, vec);
@@ -597,11 +612,11 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_k[dt][e] = 0.0f, acc_v[dt][e] = 0.0f;
   const uint64_t base = DROP ? mask_base(p, bh) : 0;
-  // A query tile's log-sum-exp and D into side buffer `buf`, written a tile ahead (TilePairs).
+  // A query tile's log-sum-exp (times log2 e) and D into side buffer `buf`, written a tile ahead (TilePairs).
   const auto side = [&](int64_t i0, int buf) {
     if (threadIdx.x < kT) {
       const bool ok = i0 + int64_t(threadIdx.x) < s;
-      t.L[buf * kT + threadIdx.x] = ok ? lse[bh * s + i0 + threadIdx.x] : 0.0f;
+      t.L[buf * kT + threadIdx.x] = ok ? lse[bh * s + i0 + threadIdx.x] * kLog2e : 0.0f;  // tc_exp_scaled's
       t.D[buf * kT + threadIdx.x] = ok ? D[bh * s + i0 + threadIdx.x] : 0.0f;
     }
   };
@@ -661,7 +676,7 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
         for (int half = 0; half < 2; ++half) {
           float pz = 0.0f, ds = 0.0f;
           if (ql < rows_in && ql >= first_visible[half]) {
-            const float pr = tc_exp(st[nt][2 * half + h] * p.scale - L[ql]);
+            const float pr = tc_exp_scaled(st[nt][2 * half + h], scale_log2, L[ql]);
             const float z = keep_factor_at<DROP>(p, w, 16 * h + g + 8 * half);
             pz = pr * z;
             ds = pr * (dpt[nt][2 * half + h] * z - Dq[ql]) * p.scale;
