@@ -112,11 +112,23 @@ __global__ void flash_rowdot_kernel(float* D, uint16_t* dout16, const float* dou
     const int64_t bh = warp / s, i = warp % s;
     src = ((bh / a * s + i) * a + bh % a) * dh;
   }
+  // A lane's columns (at most kFlashMaxHeadDim / 32) loaded before the first dout16 store: a store
+  // the compiler cannot prove apart from dout and out kept each later load behind it. The same sum in
+  // the same order, so the same D and dout16.
+  constexpr int kPerLane = int(kFlashMaxHeadDim / 32);
+  float d[kPerLane] = {}, o[kPerLane] = {};
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) {
+    const int64_t e = lane + 32 * u;
+    if (e < dh) d[u] = dout[src + e], o[u] = load_f32(out, src + e);
+  }
   float acc = 0.0f;
-  for (int64_t e = lane; e < dh; e += 32) {
-    const float d = dout[src + e];
-    if (dout16) dout16[warp * dh + e] = to_bf16_bits(d);
-    acc = fmaf(d, load_f32(out, src + e), acc);
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) {
+    const int64_t e = lane + 32 * u;
+    if (e >= dh) break;
+    if (dout16) dout16[warp * dh + e] = to_bf16_bits(d[u]);
+    acc = fmaf(d[u], o[u], acc);
   }
   acc = warp_sum(acc);
   if (lane == 0) D[warp] = acc;
