@@ -485,8 +485,20 @@ __global__ void __launch_bounds__(kCeWholeThreads)
   for (int64_t j = tid; j < v_local; j += threads) row[j] = ce_exp_value(row[j], mx, j, real);
   __syncthreads();
   float sum = 0.0f;
-  if (tid < kRowBlock)
-    for (int64_t j = tid; j < v_local; j += kRowBlock) sum += row[j];
+  if (tid < kRowBlock) {
+    // Eight of a thread's columns read before any is added (one shared-memory latency per eight, not
+    // per column, on the eight warps that sum), then added in order: the same sum.
+    constexpr int kSumBatch = 8;
+    int64_t j = tid;
+    for (; j + (kSumBatch - 1) * kRowBlock < v_local; j += kSumBatch * kRowBlock) {
+      float e[kSumBatch];
+#pragma unroll
+      for (int u = 0; u < kSumBatch; ++u) e[u] = row[j + u * kRowBlock];
+#pragma unroll
+      for (int u = 0; u < kSumBatch; ++u) sum += e[u];
+    }
+    for (; j < v_local; j += kRowBlock) sum += row[j];
+  }
   sum = block_sum_of_warps(sum, scratch, kRowBlock / 32);
   const float inv = 1.0f / sum;
   for (int64_t j = tid; j < v_local; j += threads) x[j] = j < real ? row[j] * inv : row[j];
