@@ -62,7 +62,7 @@ __device__ __forceinline__ float tc_exp(float x) { return tc_exp2(x * kLog2e); }
 __device__ __forceinline__ float tc_exp_scaled(float x, float scale_log2, float m_log2) {
   return tc_exp2(fmaf(x, scale_log2, -m_log2));
 }
-constexpr int kThreads = 128;         // 4 warps, 16 tile rows each
+constexpr int kThreads = 128;         // 4 warps, 16 rows of each 64-row slab of a tile each
 constexpr int kMaxChunks = int(kFlashMaxHeadDim / 16);
 
 // Shared memory, carved in 128-byte pieces from `base`. Each kernel's layout function below carves its
