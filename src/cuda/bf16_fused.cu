@@ -5,6 +5,7 @@
 #include "cuda/bf16_fused.hpp"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 
@@ -40,65 +41,53 @@ __global__ void gelu_forward16_x4_kernel(uint2* act16, const uint2* pre16, int64
   }
 }
 
-// Column-sum elements (cuda/common.cuh's column_partials_kernel) that also store their value narrowed.
-struct NarrowElement {  // dy itself
-  const float* dy;
-  uint16_t* dst16;
-  int64_t out;
-  using Input = float;
-  __device__ Input load(int64_t r, int64_t c) const { return dy[r * out + c]; }
-  __device__ float finish(int64_t r, int64_t c, Input v) const {
-    dst16[r * out + c] = to_bf16_bits(v);
-    return v;
-  }
-};
-struct GeluGradElement {  // dout · gelu'(pre), both read from bf16
-  const uint16_t* pre16;
-  const uint16_t* dout16;
-  uint16_t* dst16;
-  int64_t out;
-  struct Input {
-    uint16_t dout16, pre16;
-  };
-  __device__ Input load(int64_t r, int64_t c) const { return {dout16[r * out + c], pre16[r * out + c]}; }
-  __device__ float finish(int64_t r, int64_t c, Input in) const {
-    const float v = from_bf16_bits(in.dout16) * gelu_grad(from_bf16_bits(in.pre16));
-    dst16[r * out + c] = to_bf16_bits(v);
-    return v;
-  }
-};
-// gelu_backward_narrow's column partials two adjacent columns a thread (out even, the pointers 4-byte
-// aligned): each row's dout and pre of both columns one 32-bit load apiece, where the one-column form
-// (column_partials_kernel with GeluGradElement) made two 2-byte loads a column; kColumnBatch rows loaded
-// before any is finished, as there. Each column adds its rows in order from zero, as there: the bits
-// are that form's (the kernel check's [bits] line).
-__global__ void gelu_grad_pair_partials_kernel(float* partial, const uint32_t* pre16, const uint32_t* dout16,
-                                               uint32_t* g16, int64_t N, int64_t out, int64_t chunks) {
-  const int64_t pairs = out / 2;
-  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < chunks * pairs;
-       k += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t chunk = k / pairs, c2 = k - chunk * pairs;
-    const int64_t r1 = min(N, (chunk + 1) * kColumnChunkRows);
-    float acc0 = 0.0f, acc1 = 0.0f;
-    const auto finish = [&](int64_t r, uint32_t d, uint32_t p) {
-      const float v0 = from_bf16_bits(uint16_t(d & 0xffffu)) * gelu_grad(from_bf16_bits(uint16_t(p & 0xffffu)));
-      const float v1 = from_bf16_bits(uint16_t(d >> 16)) * gelu_grad(from_bf16_bits(uint16_t(p >> 16)));
-      g16[r * pairs + c2] = bf16_pair(v0, v1);
-      acc0 += v0, acc1 += v1;
-    };
-    int64_t r = chunk * kColumnChunkRows;
-    for (; r + kColumnBatch <= r1; r += kColumnBatch) {
-      uint32_t d[kColumnBatch], p[kColumnBatch];
-#pragma unroll
-      for (int u = 0; u < kColumnBatch; ++u) d[u] = dout16[(r + u) * pairs + c2], p[u] = pre16[(r + u) * pairs + c2];
-#pragma unroll
-      for (int u = 0; u < kColumnBatch; ++u) finish(r + u, d[u], p[u]);
-    }
-    for (; r < r1; ++r) finish(r, dout16[r * pairs + c2], pre16[r * pairs + c2]);
-    partial[chunk * out + 2 * c2] = acc0;
-    partial[chunk * out + 2 * c2 + 1] = acc1;
-  }
+// Column-sum elements (cuda/common.cuh's column_partials_kernel) that also store their value narrowed,
+// W columns an element: 1, or 2 (out even, the pointers aligned for a pair: both columns' inputs in one
+// load apiece, the bf16 pairs as 32-bit words), the same value a column either way.
+template <int W>
+using Bf16Columns = std::conditional_t<W == 2, uint32_t, uint16_t>;
+template <int W>
+__device__ __forceinline__ float bf16_column(Bf16Columns<W> bits, int w) {
+  return from_bf16_bits(uint16_t(W == 2 ? (w == 0 ? bits & 0xffffu : bits >> 16) : bits));
 }
+template <int W>
+struct NarrowColumns {  // dy itself
+  using Input = std::conditional_t<W == 2, float2, float>;
+  const Input* dy;
+  Bf16Columns<W>* dst16;
+  int64_t groups;  // out / W
+  __device__ Input load(int64_t r, int64_t c) const { return dy[r * groups + c]; }
+  __device__ Input finish(int64_t r, int64_t c, Input v) const {
+    if constexpr (W == 2) dst16[r * groups + c] = bf16_pair(v.x, v.y);
+    else dst16[r * groups + c] = to_bf16_bits(v);
+    return v;
+  }
+};
+template <int W>
+struct GeluGradColumns {  // dout · gelu'(pre), both read from bf16
+  const Bf16Columns<W>* pre16;
+  const Bf16Columns<W>* dout16;
+  Bf16Columns<W>* dst16;
+  int64_t groups;  // out / W
+  struct Input {
+    Bf16Columns<W> dout16, pre16;
+  };
+  __device__ Input load(int64_t r, int64_t c) const { return {dout16[r * groups + c], pre16[r * groups + c]}; }
+  __device__ float value(Input in, int w) const {
+    return bf16_column<W>(in.dout16, w) * gelu_grad(bf16_column<W>(in.pre16, w));
+  }
+  __device__ auto finish(int64_t r, int64_t c, Input in) const {
+    if constexpr (W == 2) {
+      const float2 v = make_float2(value(in, 0), value(in, 1));
+      dst16[r * groups + c] = bf16_pair(v.x, v.y);
+      return v;
+    } else {
+      const float v = value(in, 0);
+      dst16[r * groups + c] = to_bf16_bits(v);
+      return v;
+    }
+  }
+};
 struct QkvGradElement {  // row r, column c of merge_qkv_grads' [b·s, 3·hl] rows, read from dq, dk, dv
   const float* dq;
   const float* dk;
@@ -129,27 +118,19 @@ __global__ void narrow_rows_bias_kernel(uint16_t* y16, const float* y, const flo
       y16[r * out + c] = to_bf16_bits(y[r * out + c] + from_bf16_bits(to_bf16_bits(bias[c])));
 }
 
-// db = the column sums of the [N, out] values, in two passes: partials(partial, chunks) launches the
-// first (each 64-row chunk's sums into partial[chunk][out]), then the chunks by a fixed tree.
-template <class Partials>
-void column_sums_by(float* db, int64_t N, int64_t out, Workspace ws, cudaStream_t stream, const char* kernel,
-                    Partials partials) {
+template <class Element>
+void column_sums(float* db, Element element, int64_t N, int64_t out, Workspace ws, cudaStream_t stream,
+                 const char* kernel) {
   if (N <= 0 || out <= 0) return;
   if (ws.bytes < bias_backward_workspace_bytes(N, out) || !ws.data)
     throw std::runtime_error(std::string("CUDA: ") + kernel + ": workspace too small");
   const int64_t chunks = column_chunks(N);
   float* partial = static_cast<float*>(ws.data);
-  partials(partial, chunks);
+  column_partials_kernel<<<grid_for(column_partials_items<Element>(chunks, out)), kBlock, 0, stream>>>(
+      partial, element, N, out, chunks);
   check_launch(kernel);
   column_reduce_kernel<<<column_group_grid(out), kReduceWarps * 32, 0, stream>>>(db, partial, out, chunks);
   check_launch(kernel);
-}
-template <class Element>
-void column_sums(float* db, Element element, int64_t N, int64_t out, Workspace ws, cudaStream_t stream,
-                 const char* kernel) {
-  column_sums_by(db, N, out, ws, stream, kernel, [&](float* partial, int64_t chunks) {
-    column_partials_kernel<<<grid_for(chunks * out), kBlock, 0, stream>>>(partial, element, N, out, chunks);
-  });
 }
 
 }  // namespace
@@ -173,19 +154,21 @@ void narrow_rows_bias(uint16_t* y16, const float* y, const float* bias, int64_t 
 }
 void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out, Workspace ws,
                           cudaStream_t stream) {
-  column_sums(db, NarrowElement{dy, dy16, out}, N, out, ws, stream, "narrow_bias_backward");
+  if (out % 2 == 0 && aligned_to(dy, 8) && aligned_to(dy16, 4))
+    column_sums(db, NarrowColumns<2>{reinterpret_cast<const float2*>(dy), reinterpret_cast<uint32_t*>(dy16), out / 2},
+                N, out, ws, stream, "narrow_bias_backward");
+  else
+    column_sums(db, NarrowColumns<1>{dy, dy16, out}, N, out, ws, stream, "narrow_bias_backward");
 }
 void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const uint16_t* dout16, int64_t N,
                           int64_t out, Workspace ws, cudaStream_t stream) {
-  if (out % 2 == 0 && aligned_to(pre16, 4) && aligned_to(dout16, 4) && aligned_to(g16, 4)) {
-    column_sums_by(db, N, out, ws, stream, "gelu_backward_narrow", [&](float* partial, int64_t chunks) {
-      gelu_grad_pair_partials_kernel<<<grid_for(chunks * out / 2), kBlock, 0, stream>>>(
-          partial, reinterpret_cast<const uint32_t*>(pre16), reinterpret_cast<const uint32_t*>(dout16),
-          reinterpret_cast<uint32_t*>(g16), N, out, chunks);
-    });
-    return;
-  }
-  column_sums(db, GeluGradElement{pre16, dout16, g16, out}, N, out, ws, stream, "gelu_backward_narrow");
+  if (out % 2 == 0 && aligned_to(pre16, 4) && aligned_to(dout16, 4) && aligned_to(g16, 4))
+    column_sums(db,
+                GeluGradColumns<2>{reinterpret_cast<const uint32_t*>(pre16), reinterpret_cast<const uint32_t*>(dout16),
+                                   reinterpret_cast<uint32_t*>(g16), out / 2},
+                N, out, ws, stream, "gelu_backward_narrow");
+  else
+    column_sums(db, GeluGradColumns<1>{pre16, dout16, g16, out}, N, out, ws, stream, "gelu_backward_narrow");
 }
 void merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const float* dk, const float* dv, int64_t b,
                             int64_t s, int64_t a, int64_t dh, Workspace ws, cudaStream_t stream) {

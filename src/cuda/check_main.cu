@@ -1360,6 +1360,14 @@ void check_bf16_fused() {
     std::vector<uint16_t> c16(static_cast<size_t>(N * out));
     lattice::narrow_bias_backward(c16.data(), cdb.data(), dy.data(), N, out);
     compare("narrow_bias_backward db vs cpu", "bwd", cdb, db.get());
+    {  // the output 2 bytes past 4-byte alignment: the one-column form, the same bits as the pairs'
+      Dev<uint16_t> o16u{size_t(N * out) + 1};
+      Dev<float> dbu(db0);
+      cu::narrow_bias_backward(o16u.p + 1, dbu.p, d_dy.p, N, out, ws.ws());
+      auto all = o16u.get();
+      compare_bits("narrow_bias_backward dy16, unaligned", "bwd", o16.get(), std::vector<uint16_t>(all.begin() + 1, all.end()));
+      compare_bits("narrow_bias_backward db, unaligned", "bwd", db.get(), dbu.get());
+    }
 
     // The GeLU's backward from its output gradient in bf16 (the FC2 input gradient's GEMM writes it so).
     db.upload(db0), dbs.upload(db0), o16.poison(), o16s.poison();

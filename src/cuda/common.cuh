@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "kernels/fast_math.hpp"
 #include "tensor/bf16.hpp"
@@ -128,27 +130,45 @@ __device__ __forceinline__ float load_f32(const uint16_t* p, int64_t i) { return
 // value), each called exactly once per element, so finish may also store what it computed (the
 // narrowed copy). A thread loads kColumnBatch rows' inputs before it finishes any: one load at a time
 // left the memory idle (the passes built on it moved 0.4–1.2 TB/s of the H200's 4.8, 2026-11-27
-// profile); the sum still takes the rows in order, so the bits are the one-at-a-time loop's.
+// profile); the sum still takes the rows in order, so the bits are the one-at-a-time loop's. An
+// element whose finish returns a float2 serves two adjacent columns (c = 2·group, 2·group + 1; out
+// even): its inputs for both in one load apiece, each column still summed alone in row order, so the
+// bits are the one-column element's (the kernel check's [bits] lines compare them).
 constexpr int64_t kColumnChunkRows = 64;
 constexpr int kColumnBatch = 8;
 inline int64_t column_chunks(int64_t N) { return (N + kColumnChunkRows - 1) / kColumnChunkRows; }
+__device__ __forceinline__ void add_columns(float (&acc)[1], float v) { acc[0] += v; }
+__device__ __forceinline__ void add_columns(float (&acc)[2], float2 v) { acc[0] += v.x, acc[1] += v.y; }
+template <class Element>
+constexpr int kElementColumns =
+    std::is_same_v<decltype(std::declval<Element>().finish(0, 0, std::declval<typename Element::Input>())), float2>
+        ? 2
+        : 1;
+// Threads a launch of column_partials_kernel covers: one a chunk and column group.
+template <class Element>
+int64_t column_partials_items(int64_t chunks, int64_t out) {
+  return chunks * (out / kElementColumns<Element>);
+}
 template <class Element>
 __global__ void column_partials_kernel(float* partial, Element element, int64_t N, int64_t out, int64_t chunks) {
-  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < chunks * out;
+  constexpr int W = kElementColumns<Element>;
+  const int64_t groups = out / W;
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < chunks * groups;
        k += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t chunk = k / out, c = k % out;
+    const int64_t chunk = k / groups, c = k - chunk * groups;
     const int64_t r1 = min(N, (chunk + 1) * kColumnChunkRows);
-    float acc = 0.0f;
+    float acc[W] = {};
     int64_t r = chunk * kColumnChunkRows;
     for (; r + kColumnBatch <= r1; r += kColumnBatch) {
       typename Element::Input in[kColumnBatch];
 #pragma unroll
       for (int u = 0; u < kColumnBatch; ++u) in[u] = element.load(r + u, c);
 #pragma unroll
-      for (int u = 0; u < kColumnBatch; ++u) acc += element.finish(r + u, c, in[u]);
+      for (int u = 0; u < kColumnBatch; ++u) add_columns(acc, element.finish(r + u, c, in[u]));
     }
-    for (; r < r1; ++r) acc += element.finish(r, c, element.load(r, c));
-    partial[k] = acc;
+    for (; r < r1; ++r) add_columns(acc, element.finish(r, c, element.load(r, c)));
+#pragma unroll
+    for (int w = 0; w < W; ++w) partial[chunk * out + c * W + w] = acc[w];
   }
 }
 // The chunks' sum of column c (partial[chunk·stride + c]) by a block of kReduceWarps warps, a lane a
