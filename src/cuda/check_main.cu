@@ -105,6 +105,12 @@ std::vector<float> randn(size_t n, float scale = 1.0f) {
   return v;
 }
 
+// The elements after the first: the results of a call made one element in (its pointers misaligned).
+template <class T>
+std::vector<T> past_first(const std::vector<T>& v) {
+  return std::vector<T>(v.begin() + 1, v.end());
+}
+
 // The values rounded to bf16 and widened again.
 std::vector<float> bf16_valued(std::vector<float> v) {
   for (float& x : v) x = lattice::from_bf16(lattice::to_bf16(x));
@@ -518,17 +524,14 @@ void check_optimizer() {
   {  // The four-wide kernel and the one-a-thread one are one element math: the same bits. Elements 1 …
      // of the arrays, at their own aligned copies (four-wide) and through pointers one element in
      // (every pointer misaligned: one a thread), with the bf16 copy and a clipping factor.
-    const auto tail = [](const std::vector<float>& x) { return std::vector<float>(x.begin() + 1, x.end()); };
-    Dev<float> m4(tail(m)), v4(tail(v)), w4(tail(w)), g4(tail(g)), m1(m), v1(v), w1(w);
+    Dev<float> m4(past_first(m)), v4(past_first(v)), w4(past_first(w)), g4(past_first(g)), m1(m), v1(v), w1(w);
     Dev<uint16_t> h4{size_t(n - 1)}, h1{size_t(n)};
     lattice::cuda::adamw_update_bf16(m4.p, v4.p, w4.p, h4.p, g4.p, n - 1, decay, a, 0.5f);
     lattice::cuda::adamw_update_bf16(m1.p + 1, v1.p + 1, w1.p + 1, h1.p + 1, d_g.p + 1, n - 1, decay, a, 0.5f);
-    compare_bits(std::string("adamw four-wide = one a thread w"), "upd", w4.get(), tail(w1.get()));
-    compare_bits(std::string("adamw four-wide = one a thread m"), "upd", m4.get(), tail(m1.get()));
-    compare_bits(std::string("adamw four-wide = one a thread v"), "upd", v4.get(), tail(v1.get()));
-    const auto h1all = h1.get();
-    compare_bits(std::string("adamw four-wide = one a thread w16"), "upd", h4.get(),
-                 std::vector<uint16_t>(h1all.begin() + 1, h1all.end()));
+    compare_bits(std::string("adamw four-wide = one a thread w"), "upd", w4.get(), past_first(w1.get()));
+    compare_bits(std::string("adamw four-wide = one a thread m"), "upd", m4.get(), past_first(m1.get()));
+    compare_bits(std::string("adamw four-wide = one a thread v"), "upd", v4.get(), past_first(v1.get()));
+    compare_bits(std::string("adamw four-wide = one a thread w16"), "upd", h4.get(), past_first(h1.get()));
   }
   {  // Every tensor in one launch (the optimizer's call) against one call a segment: the same bits.
      // Segments of 0, 1, 3, 768 and 5003 elements and the rest, at offsets that leave some pointers
@@ -621,9 +624,7 @@ void check_bf16() {
   {  // one element a thread (pointers one element in, misaligned for the four-wide kernel): the same bits
     Dev<uint16_t> d_h1(static_cast<size_t>(n));
     lattice::cuda::to_bf16(d_x.p + 1, d_h1.p + 1, n - 1);
-    const auto got1 = d_h1.get();
-    compare_bits(std::string("to_bf16 one a thread"), "fwd", std::vector<uint16_t>(h.begin() + 1, h.end()),
-                 std::vector<uint16_t>(got1.begin() + 1, got1.end()));
+    compare_bits(std::string("to_bf16 one a thread"), "fwd", past_first(h), past_first(d_h1.get()));
   }
   std::vector<uint16_t> hf(h.begin() + 4, h.end()), gf(got.begin() + 4, got.end());  // finite values
   compare_bf16("to_bf16", "fwd", hf, gf);
@@ -1323,13 +1324,9 @@ void check_bf16_fused() {
     {  // heads at addresses 2 bytes past 16-byte alignment: the two-byte form, the same bits
       Dev<uint16_t> q16u{n + 1}, k16u{n + 1}, v16u{n + 1};
       cu::split_heads16(q16u.p + 1, k16u.p + 1, v16u.p + 1, qkv16.p, b, s, a, dh);
-      const auto tail = [](const Dev<uint16_t>& d) {
-        auto h = d.get();
-        return std::vector<uint16_t>(h.begin() + 1, h.end());
-      };
-      compare_bits("split_heads16 q, unaligned", "fwd", q16.get(), tail(q16u));
-      compare_bits("split_heads16 k, unaligned", "fwd", k16.get(), tail(k16u));
-      compare_bits("split_heads16 v, unaligned", "fwd", v16.get(), tail(v16u));
+      compare_bits("split_heads16 q, unaligned", "fwd", q16.get(), past_first(q16u.get()));
+      compare_bits("split_heads16 k, unaligned", "fwd", k16.get(), past_first(k16u.get()));
+      compare_bits("split_heads16 v, unaligned", "fwd", v16.get(), past_first(v16u.get()));
     }
     cu::merge_heads_bf16(o16.p, d_heads.p, b, s, a, dh);
     cu::merge_heads(rows.p, d_heads.p, b, s, a, dh);
@@ -1364,8 +1361,7 @@ void check_bf16_fused() {
       Dev<uint16_t> o16u{size_t(N * out) + 1};
       Dev<float> dbu(db0);
       cu::narrow_bias_backward(o16u.p + 1, dbu.p, d_dy.p, N, out, ws.ws());
-      auto all = o16u.get();
-      compare_bits("narrow_bias_backward dy16, unaligned", "bwd", o16.get(), std::vector<uint16_t>(all.begin() + 1, all.end()));
+      compare_bits("narrow_bias_backward dy16, unaligned", "bwd", o16.get(), past_first(o16u.get()));
       compare_bits("narrow_bias_backward db, unaligned", "bwd", db.get(), dbu.get());
     }
 
@@ -1388,8 +1384,7 @@ void check_bf16_fused() {
       Dev<uint16_t> o16u{size_t(N * out) + 1};
       Dev<float> dbu(db0);
       cu::gelu_backward_narrow(o16u.p + 1, dbu.p, d_pre16.p, d_dy16.p, N, out, ws.ws());
-      auto all = o16u.get();
-      compare_bits("gelu_backward_narrow g16, unaligned", "bwd", o16.get(), std::vector<uint16_t>(all.begin() + 1, all.end()));
+      compare_bits("gelu_backward_narrow g16, unaligned", "bwd", o16.get(), past_first(o16u.get()));
       compare_bits("gelu_backward_narrow db, unaligned", "bwd", db.get(), dbu.get());
     }
 
