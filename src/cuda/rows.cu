@@ -3,6 +3,8 @@
 // its reductions shared). One warp per row (LayerNorm, softmax) or one block per
 // row (the cross-entropy's vocabulary-wide rows); each row's sums and maxima are fixed-tree warp or
 // block reductions (cuda/common.cuh), so the bits repeat from run to run.
+#include <type_traits>
+
 #include "cuda/common.cuh"
 #include "cuda/bf16_fused.hpp"
 #include "cuda/kernels.hpp"
@@ -96,16 +98,28 @@ __global__ void layernorm_forward_rows_kernel(float* out, uint16_t* y16, uint16_
   }
   if (lane == 0) mean[n] = m, rstd[n] = r;
 }
+// The LayerNorm kernels that hold a row in registers take its columns a lane (CPL) as a template
+// argument, one of 8, 16, 24, 32: f(std::integral_constant<int, CPL>) with the least that holds C
+// columns; false (f not called) for rows past 1024 columns, which take the column loops.
+template <class F>
+bool with_columns_per_lane(int64_t C, F f) {
+  if (C <= 256) f(std::integral_constant<int, 8>{});
+  else if (C <= 512) f(std::integral_constant<int, 16>{});
+  else if (C <= 768) f(std::integral_constant<int, 24>{});
+  else if (C <= 1024) f(std::integral_constant<int, 32>{});
+  else return false;
+  return true;
+}
 void layernorm_forward_launch(float* out, uint16_t* y16, uint16_t* x16, float* mean, float* rstd, const float* inp,
                               const float* weight, const float* bias, int64_t N, int64_t C, cudaStream_t stream) {
   const auto rows = [&](auto kernel) {
     kernel<<<warp_row_grid(N), kRowBlock, 0, stream>>>(out, y16, x16, mean, rstd, inp, weight, bias, N, C);
   };
-  if (C <= 256) rows(layernorm_forward_rows_kernel<8>);
-  else if (C <= 512) rows(layernorm_forward_rows_kernel<16>);
-  else if (C <= 768) rows(layernorm_forward_rows_kernel<24>);
-  else if (C <= 1024) rows(layernorm_forward_rows_kernel<32>);
-  else rows(layernorm_forward_kernel);
+  const bool held = with_columns_per_lane(C, [&](auto cpl) {
+    constexpr int kCpl = decltype(cpl)::value;
+    rows(layernorm_forward_rows_kernel<kCpl>);
+  });
+  if (!held) rows(layernorm_forward_kernel);
 }
 
 // dinp += the input gradient of one row per warp (kernels/layernorm.cpp's formula).
@@ -583,11 +597,11 @@ void layernorm_backward_of(float* dinp, float* dweight, float* dbias, const floa
                                                                                     mean, rstd, N, C);
     check_launch("layernorm_backward fused");
   };
-  if (C <= 256) fused(layernorm_backward_fused_kernel<T, 8>);
-  else if (C <= 512) fused(layernorm_backward_fused_kernel<T, 16>);
-  else if (C <= 768) fused(layernorm_backward_fused_kernel<T, 24>);
-  else if (C <= 1024) fused(layernorm_backward_fused_kernel<T, 32>);
-  else {
+  const bool held = with_columns_per_lane(C, [&](auto cpl) {
+    constexpr int kCpl = decltype(cpl)::value;
+    fused(layernorm_backward_fused_kernel<T, kCpl>);
+  });
+  if (!held) {
     layernorm_backward_input_kernel<T><<<warp_row_grid(N), kRowBlock, 0, stream>>>(dinp, dout, inp, weight, mean,
                                                                                   rstd, N, C);
     check_launch("layernorm_backward input");
