@@ -19,26 +19,17 @@ __global__ void gelu_forward16_kernel(uint16_t* act16, const uint16_t* pre16, in
     act16[i] = to_bf16_bits(gelu_value(from_bf16_bits(pre16[i])));
 }
 // The same values four elements a group, where the pointers allow it (both 8-byte aligned): one
-// 8-byte load and store in place of four 2-byte ones, and kGroupsInFlight groups a thread, all loaded
-// before any is stored. One group a thread kept 16 KB of loads in flight an SM, which moved 1.7 TB/s
-// of the H200's 4.8 (run 4): an SM needs some 40 KB in flight to cover the memory's latency.
+// 8-byte load and store in place of four 2-byte ones, kGroupsInFlight groups a thread loaded before
+// any is stored (grid_stride_in_flight).
 constexpr int kGroupsInFlight = 4;
 __global__ void gelu_forward16_x4_kernel(uint2* act16, const uint2* pre16, int64_t n4) {
-  const int64_t width = int64_t(blockDim.x) * kGroupsInFlight;
-  for (int64_t i0 = int64_t(blockIdx.x) * width + threadIdx.x; i0 < n4; i0 += int64_t(gridDim.x) * width) {
-    uint2 p[kGroupsInFlight];
-#pragma unroll
-    for (int u = 0; u < kGroupsInFlight; ++u)
-      if (i0 + u * int64_t(blockDim.x) < n4) p[u] = pre16[i0 + u * int64_t(blockDim.x)];
-#pragma unroll
-    for (int u = 0; u < kGroupsInFlight; ++u) {
-      const int64_t i = i0 + u * int64_t(blockDim.x);
-      if (i >= n4) break;
-      const float x0 = from_bf16_bits(uint16_t(p[u].x & 0xffffu)), x1 = from_bf16_bits(uint16_t(p[u].x >> 16)),
-                  x2 = from_bf16_bits(uint16_t(p[u].y & 0xffffu)), x3 = from_bf16_bits(uint16_t(p[u].y >> 16));
-      act16[i] = make_uint2(bf16_pair(gelu_value(x0), gelu_value(x1)), bf16_pair(gelu_value(x2), gelu_value(x3)));
-    }
-  }
+  grid_stride_in_flight<kGroupsInFlight>(
+      n4, [&](int64_t i) { return pre16[i]; },
+      [&](int64_t i, uint2 p) {
+        const float x0 = from_bf16_bits(uint16_t(p.x & 0xffffu)), x1 = from_bf16_bits(uint16_t(p.x >> 16)),
+                    x2 = from_bf16_bits(uint16_t(p.y & 0xffffu)), x3 = from_bf16_bits(uint16_t(p.y >> 16));
+        act16[i] = make_uint2(bf16_pair(gelu_value(x0), gelu_value(x1)), bf16_pair(gelu_value(x2), gelu_value(x3)));
+      });
 }
 
 // Column-sum elements (cuda/common.cuh's column_partials_kernel) that also store their value narrowed,
@@ -139,9 +130,8 @@ void gelu_forward16(uint16_t* act16, const uint16_t* pre16, int64_t n, cudaStrea
   if (n <= 0) return;
   const bool aligned = aligned_to(pre16, 8) && aligned_to(act16, 8);
   const int64_t done = four_wide(n, aligned, [&](int64_t n4) {
-    gelu_forward16_x4_kernel<<<grid_for((n4 + kGroupsInFlight - 1) / kGroupsInFlight), kBlock, 0, stream>>>(
-        reinterpret_cast<uint2*>(act16),
-                                                                    reinterpret_cast<const uint2*>(pre16), n4);
+    gelu_forward16_x4_kernel<<<grid_in_flight(n4, kGroupsInFlight), kBlock, 0, stream>>>(
+        reinterpret_cast<uint2*>(act16), reinterpret_cast<const uint2*>(pre16), n4);
   });
   if (done < n)
     gelu_forward16_kernel<<<grid_for(n - done), kBlock, 0, stream>>>(act16 + done, pre16 + done, n - done);

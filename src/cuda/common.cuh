@@ -52,6 +52,30 @@ int64_t four_wide(int64_t n, bool aligned, Launch4 launch4) {
   return n / 4 * 4;
 }
 
+// A grid-stride walk over n items, U a thread at a time: load(i) for each of the thread's U items
+// first, then finish(i, loaded) for each in order. One item a thread kept 16 KB of loads in flight an
+// SM, which moved 1.7 TB/s of the H200's 4.8 (run 4): an SM needs some 40 KB in flight to cover the
+// memory's latency. Launched over grid_in_flight(n, U) blocks of kBlock.
+template <int U, class Load, class Finish>
+__device__ __forceinline__ void grid_stride_in_flight(int64_t n, Load load, Finish finish) {
+  using Loaded = decltype(load(int64_t(0)));
+  const int64_t step = blockDim.x, width = step * U;
+  for (int64_t i0 = int64_t(blockIdx.x) * width + threadIdx.x; i0 < n; i0 += int64_t(gridDim.x) * width) {
+    Loaded v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i0 + u * step < n) v[u] = load(i0 + u * step);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (i0 + u * step >= n) break;
+      finish(i0 + u * step, v[u]);
+    }
+  }
+}
+inline unsigned grid_in_flight(int64_t n, int items_a_thread) {
+  return grid_for((n + items_a_thread - 1) / items_a_thread);
+}
+
 template <class T>
 __device__ __forceinline__ T warp_sum(T v) {
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
