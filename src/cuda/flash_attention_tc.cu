@@ -658,7 +658,7 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
       const uint64_t first = base + uint64_t(i0 + 2 * lane) * uint64_t(s) + uint64_t(j0 + r0);
       drawn = keep_bits16(p.words, p.threshold, first) | keep_bits16(p.words, p.threshold, first + uint64_t(s)) << 16;
     }
-    // Key `key` sees query i0 + ql where key < s, ql < nq and key − i0 <= ql: ql in [first[half], nq)
+    // Key `key` sees query i0 + ql where key < s, ql < nq and key − i0 <= ql: ql in [first_visible[half], nq)
     // in 32-bit terms (key − i0 is below 64 and at least −i0: clamped to 0), the same flags as the
     // 64-bit compares an element they replace.
     int first_visible[2];
