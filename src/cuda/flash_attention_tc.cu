@@ -4,7 +4,7 @@
 // O += P·V; backward S, dP = dO·Vᵀ, dQ += dS·K, dV += (P∘Z)ᵀ·dO, dK += dSᵀ·Q) are mma.sync m16n8k16
 // (cuda/mma.cuh: bf16 operands, fp32 accumulation), the probabilities and dS handed from one product's
 // accumulators to the next as operands without leaving the registers. Only the operand tiles go
-// through shared memory, as bf16 rows of stride dh + 8 (16-byte aligned, and eight rows' 16 bytes
+// through shared memory, as bf16 rows of 16·NC columns at stride 16·NC + 8 (16-byte aligned, and eight rows' 16 bytes
 // fall in distinct banks: free of conflicts for ldmatrix), loaded 16 bytes at a time where the pointers
 // allow; each operand fragment comes from them by one ldmatrix .x4 (an A fragment, or two n-tiles'
 // B fragments), through its transposing form for a product reading a tile along its columns.
@@ -81,7 +81,17 @@ struct Carver {
   }
 };
 
-// Row-major bf16 tiles [64][dh + 8] (Q, K, V, dO), second buffers of the pair a kernel walks when its
+// The tiles' columns: the kernels run every product over NC chunks of 16 (NC a compile-time 4 or 8), so
+// an unrolled loop has no trip count to test between a fragment's load and its products (at a run-time
+// dh / 16 chunks, each chunk's ldmatrix sat behind a branch: 42 branches a key tile in the forward,
+// nvcc 11.8's SASS). At dh = 16·NC (64, 128) nothing changes; a smaller dh's tiles carry zero columns
+// from dh on (zero_tile_padding), whose products add +0 to the scores and fill output columns that are
+// never stored.
+template <int NC>
+constexpr int kTileWidth = 16 * NC;
+inline int tile_width(int64_t dh) { return dh <= 64 ? kTileWidth<4> : kTileWidth<8>; }  // with_choices' NC
+
+// Row-major bf16 tiles [64][width + 8] (Q, K, V, dO), second buffers of the pair a kernel walks when its
 // copies run ahead (`ahead`: K, V for the forward and the dQ kernel, Q, dO for the dK dV kernel), and
 // the dK dV kernel's query-tile log-sum-exp (times log2 e) and D, two of each (L, D: [2][64], written a
 // tile ahead).
@@ -94,11 +104,12 @@ struct Tiles {
   size_t bytes = 0;
 };
 enum class Kernel { forward, dq, dkdv };
-// q_slabs: the forward's query tile in 64-row slabs (kForwardSlabs); the other kernels take one.
-__host__ __device__ inline Tiles tiles_of(Kernel kind, unsigned char* base, int dh, bool ahead, int q_slabs = 1) {
+// width: the tiles' columns, 16·NC (tile_width); q_slabs: the forward's query tile in 64-row slabs
+// (kForwardSlabs); the other kernels take one.
+__host__ __device__ inline Tiles tiles_of(Kernel kind, unsigned char* base, int width, bool ahead, int q_slabs = 1) {
   Carver c{base};
   Tiles t;
-  const size_t tile = size_t(kT) * size_t(dh + 8);
+  const size_t tile = size_t(kT) * size_t(width + 8);
   t.Q = c.take<uint16_t>(tile * size_t(q_slabs));
   t.K = c.take<uint16_t>(tile);
   t.V = c.take<uint16_t>(tile);
@@ -139,16 +150,20 @@ __device__ __forceinline__ void load8(uint16_t (&w)[8], const float* src, bool v
   for (int u = 0; u < 8; ++u) w[u] = to_bf16_bits(x[u]);
 }
 
-// Rows [0, n) of X [*, dh] (rows n … rows − 1 zero) into the tile [rows][dh + 8], eight elements a
-// thread at a time (dh is a multiple of 16, so eight never straddle a row; 16-byte stores).
-template <class T>
+// Rows [0, n) of X [*, dh] (rows n … rows − 1 zero) into columns 0 … dh − 1 of the tile [rows][W + 8]
+// (W: kTileWidth), eight elements a thread at a time (dh is a multiple of 16, so eight never straddle
+// a row; 16-byte stores). The walk is over the tile's W columns, a trip count and a row index
+// (a shift) the compiler knows; the columns past dh are zero_tile_padding's, and left alone.
+template <int W, class T>
 __device__ void load_tile(uint16_t* tile, const T* X, int64_t n, const FlashArgs& p, bool vec, int rows = kT) {
-  const int dh = int(p.dh), ld = dh + 8;
-  for (int idx = int(threadIdx.x) * 8; idx < rows * dh; idx += kThreads * 8) {
-    const int r = int(p.dh_div.div(uint32_t(idx))), e = idx - r * dh;
+  const int dh = int(p.dh);
+  static_assert(kT * W % (kThreads * 8) == 0, "a 64-row tile is whole 16-byte chunks a thread");
+  for (int u = 0; u < rows * W / (kThreads * 8); ++u) {
+    const int idx = (u * kThreads + int(threadIdx.x)) * 8, r = idx / W, e = idx % W;
+    if (e >= dh) continue;
     uint16_t w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (r < n) load8(w, X + int64_t(r) * dh + e, vec);
-    *reinterpret_cast<uint4*>(tile + r * ld + e) =
+    *reinterpret_cast<uint4*>(tile + r * (W + 8) + e) =
         make_uint4(uint32_t(w[0]) | uint32_t(w[1]) << 16, uint32_t(w[2]) | uint32_t(w[3]) << 16,
                    uint32_t(w[4]) | uint32_t(w[5]) << 16, uint32_t(w[6]) | uint32_t(w[7]) << 16);
   }
@@ -156,15 +171,29 @@ __device__ void load_tile(uint16_t* tile, const T* X, int64_t n, const FlashArgs
 
 // The same rows copied by cp.async (bf16 bits at 16-byte-aligned addresses only): they land while the
 // block computes; async_wait_all() and a __syncthreads() before the tile is read.
+template <int W>
 __device__ __forceinline__ void load_tile_async(uint16_t* tile, const uint16_t* X, int64_t n, const FlashArgs& p) {
-  const int dh = int(p.dh), ld = dh + 8;
-  for (int idx = int(threadIdx.x) * 8; idx < kT * dh; idx += kThreads * 8) {
-    const int r = int(p.dh_div.div(uint32_t(idx))), e = idx - r * dh;
-    copy16_async(tile + r * ld + e, r < n ? X + int64_t(r) * dh + e : X, r < n);
+  const int dh = int(p.dh);
+#pragma unroll 1
+  for (int u = 0; u < kT * W / (kThreads * 8); ++u) {
+    const int idx = (u * kThreads + int(threadIdx.x)) * 8, r = idx / W, e = idx % W;
+    if (e < dh) copy16_async(tile + r * (W + 8) + e, r < n ? X + int64_t(r) * dh + e : X, r < n);
   }
 }
+template <int W>
 __device__ __forceinline__ void load_tile_async(uint16_t*, const float*, int64_t, const FlashArgs&) {
   __trap();  // fp32 operands are rounded on the way: never copied ahead (the launch does not ask it)
+}
+
+// Zeroes a block's tiles (`bytes` from `smem`, 16-byte aligned) where dh is below their width
+// (kTileWidth), so that the columns past dh, which no load writes, hold zeros for every product; then
+// the barrier that orders the zeros before the tiles' loads. Every thread calls it.
+template <int NC>
+__device__ __forceinline__ void zero_tile_padding(unsigned char* smem, size_t bytes, int dh) {
+  if (dh == kTileWidth<NC>) return;  // uniform over the block
+  for (size_t i = size_t(threadIdx.x) * 16; i < bytes; i += size_t(kThreads) * 16)
+    *reinterpret_cast<uint4*>(smem + i) = make_uint4(0u, 0u, 0u, 0u);
+  __syncthreads();
 }
 
 // A pair of tiles walked in turn: the key tiles K, V of one head (the forward, the dQ kernel) or the
@@ -175,7 +204,7 @@ __device__ __forceinline__ void load_tile_async(uint16_t*, const float*, int64_t
 // buf) stores a tile's small side data (the dK dV kernel's L and D) into side buffer `buf` (0 or 1)
 // one tile ahead, between barriers, so it is visible when next() returns that tile: turn() is the
 // buffer of the tile next() returned last.
-template <bool AHEAD, class TA, class TB, class Side>
+template <bool AHEAD, int W, class TA, class TB, class Side>
 struct TilePairs {
   uint16_t *a0, *b0, *a1, *b1;  // the buffers (a1, b1: the second pair, AHEAD only)
   const TA* a;
@@ -192,8 +221,8 @@ struct TilePairs {
   }
   __device__ void issue(int64_t i0, uint16_t* A, uint16_t* B) {
     const int64_t n = min(int64_t(kT), p.s - i0);
-    load_tile_async(A, a + i0 * p.dh, n, p);
-    load_tile_async(B, b + i0 * p.dh, n, p);
+    load_tile_async<W>(A, a + i0 * p.dh, n, p);
+    load_tile_async<W>(B, b + i0 * p.dh, n, p);
     async_commit();
   }
   __device__ void next(int64_t i0, const uint16_t*& A, const uint16_t*& B) {
@@ -207,8 +236,8 @@ struct TilePairs {
     } else {
       __syncthreads();  // the previous tile's reads are done
       const int64_t n = min(int64_t(kT), p.s - i0);
-      load_tile(a0, a + i0 * p.dh, n, p, vec);
-      load_tile(b0, b + i0 * p.dh, n, p, vec);
+      load_tile<W>(a0, a + i0 * p.dh, n, p, vec);
+      load_tile<W>(b0, b + i0 * p.dh, n, p, vec);
       A = a0, B = b0;
     }
     if (more) side(i0 + kT, cur ^ 1);  // after the barrier: the other side buffer's last readers are done
@@ -348,11 +377,11 @@ __device__ __forceinline__ void store_qkv_rows(unsigned char* smem, const float 
 // The two products a warp runs on a tile, every accumulator adding its k in ascending steps of 16, for
 // MT slabs of 16 rows at once (the forward's two; one elsewhere): each B fragment loaded once serves
 // every slab, and the slabs' products are independent work between a load and its use:
-// S[m][16 × 64] = A[m]·Yᵀ, A[m] slab m's rows in registers (nc chunks of 16 columns), Y a row-major
-// tile [64][dh] (S = Q·Kᵀ, dP = dO·Vᵀ);
+// S[m][16 × 64] = A[m]·Yᵀ, A[m] slab m's rows in registers (NC chunks of 16 columns), Y a row-major
+// tile [64][16·NC] (S = Q·Kᵀ, dP = dO·Vᵀ);
 template <int NC, int MT>
 __device__ __forceinline__ void slabs_by_tile_t(float (&S)[MT][8][4], const uint32_t (&A)[MT][NC][4], const uint16_t* Y,
-                                                int ld, int nc) {
+                                                int ld) {
 #pragma unroll
   for (int nt = 0; nt < 8; nt += 2) {
 #pragma unroll
@@ -361,7 +390,6 @@ __device__ __forceinline__ void slabs_by_tile_t(float (&S)[MT][8][4], const uint
       for (int e = 0; e < 4; ++e) S[m][nt][e] = 0.0f, S[m][nt + 1][e] = 0.0f;
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
-      if (c >= nc) break;
       uint32_t b[4];
       load_b2(b, Y, ld, nt * 8, 16 * c);
 #pragma unroll
@@ -374,16 +402,16 @@ __device__ __forceinline__ void slabs_by_tile_t(float (&S)[MT][8][4], const uint
 }
 template <int NC>
 __device__ __forceinline__ void rows_by_tile_t(float (&S)[8][4], const uint32_t (&A)[NC][4], const uint16_t* Y,
-                                               int ld, int nc) {
+                                               int ld) {
   slabs_by_tile_t<NC, 1>(*reinterpret_cast<float(*)[1][8][4]>(&S), *reinterpret_cast<const uint32_t(*)[1][NC][4]>(&A),
-                         Y, ld, nc);
+                         Y, ld);
 }
 // and acc[m][16 × dh] += P[m]·X, P[m] [16 × 64] a slab's accumulators rounded to bf16 as the A operand,
-// X a row-major tile [64][dh] read through ldmatrix's transposing load (O += P·V, dQ += dS·K, and the
+// X a row-major tile [64][16·NC] read through ldmatrix's transposing load (O += P·V, dQ += dS·K, and the
 // key tile's dV += (P∘Z)ᵀ·dO, dK += dSᵀ·Q).
 template <int NC, int MT>
 __device__ __forceinline__ void add_slabs_by_tile(float (&acc)[MT][2 * NC][4], const float (&P)[MT][8][4],
-                                                  const uint16_t* X, int ld, int nc) {
+                                                  const uint16_t* X, int ld) {
 #pragma unroll
   for (int kc = 0; kc < 4; ++kc) {
     uint32_t a[MT][4];
@@ -391,7 +419,6 @@ __device__ __forceinline__ void add_slabs_by_tile(float (&acc)[MT][2 * NC][4], c
     for (int m = 0; m < MT; ++m) a_from_c(a[m], P[m][2 * kc], P[m][2 * kc + 1]);
 #pragma unroll
     for (int dt = 0; dt < 2 * NC; dt += 2) {
-      if (dt >= 2 * nc) break;
       uint32_t b[4];
       load_b2_trans(b, X, ld, 16 * kc, dt * 8);
 #pragma unroll
@@ -404,9 +431,9 @@ __device__ __forceinline__ void add_slabs_by_tile(float (&acc)[MT][2 * NC][4], c
 }
 template <int NC>
 __device__ __forceinline__ void add_rows_by_tile(float (&acc)[2 * NC][4], const float (&P)[8][4], const uint16_t* X,
-                                                 int ld, int nc) {
+                                                 int ld) {
   add_slabs_by_tile<NC, 1>(*reinterpret_cast<float(*)[1][2 * NC][4]>(&acc),
-                           *reinterpret_cast<const float(*)[1][8][4]>(&P), X, ld, nc);
+                           *reinterpret_cast<const float(*)[1][8][4]>(&P), X, ld);
 }
 
 // ---- forward: one block per (query tile, b·a), the longest rows first. NC: dh / 16 at most (4 or 8);
@@ -436,8 +463,9 @@ template <int NC, int MT, bool DROP, bool AHEAD, class TIn, class TOut>
 __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
     tc_forward_kernel(TOut* out, float* lse, const TIn* q, const TIn* k, const TIn* v, FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
-  const Tiles t = tiles_of(Kernel::forward, smem, dh, AHEAD, MT);
+  const int dh = int(p.dh), ld = kTileWidth<NC> + 8;
+  const Tiles t = tiles_of(Kernel::forward, smem, kTileWidth<NC>, AHEAD, MT);
+  zero_tile_padding<NC>(smem, t.bytes, dh);
   const BlockTile bt = block_tile(p, true, MT * kT);
   const int64_t s = p.s, bh = bt.bh, head = bt.head, i0 = bt.first, nq = bt.n;
   const int tq = bt.tq, r0 = bt.w0;
@@ -445,14 +473,14 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
   int64_t row[MT][2];  // this lane's rows: slab m's g and g + 8
 #pragma unroll
   for (int m = 0; m < MT; ++m) row[m][0] = bt.row[0] + m * kT, row[m][1] = bt.row[1] + m * kT;
-  load_tile(t.Q, q + head + i0 * dh, nq, p, vec, MT * kT);
+  load_tile<kTileWidth<NC>>(t.Q, q + head + i0 * dh, nq, p, vec, MT * kT);
   __syncthreads();
   uint32_t qa[MT][NC][4];
 #pragma unroll
   for (int m = 0; m < MT; ++m)
 #pragma unroll
     for (int c = 0; c < NC; ++c)
-      if (c < nc) load_a(qa[m][c], t.Q, ld, m * kT + r0, 16 * c);
+      load_a(qa[m][c], t.Q, ld, m * kT + r0, 16 * c);
   float o[MT][2 * NC][4];
 #pragma unroll
   for (int m = 0; m < MT; ++m)
@@ -463,7 +491,7 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
   for (int m = 0; m < MT; ++m)
     mrow[m][0] = mrow[m][1] = -__int_as_float(0x7f800000), l[m][0] = l[m][1] = 0.0f;
   const uint64_t base = DROP ? mask_base(p, bh) : 0;
-  TilePairs<AHEAD, TIn, TIn, NoSide> tiles{t.K, t.V, t.A2, t.B2, k + head, v + head, p, i0 + nq, vec, NoSide{}};
+  TilePairs<AHEAD, kTileWidth<NC>, TIn, TIn, NoSide> tiles{t.K, t.V, t.A2, t.B2, k + head, v + head, p, i0 + nq, vec, NoSide{}};
   tiles.start(0);
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {  // causal: key tiles past the tile's last query skipped
@@ -471,7 +499,7 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
     const uint16_t *K, *V;
     tiles.next(j0, K, V);
     float sc[MT][8][4];  // S = Q·Kᵀ, this warp's 16 rows of each slab × 64 keys
-    slabs_by_tile_t<NC, MT>(sc, qa, K, ld, nc);
+    slabs_by_tile_t<NC, MT>(sc, qa, K, ld);
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -506,7 +534,7 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
 #pragma unroll
         for (int dt = 0; dt < 2 * NC; ++dt) o[m][dt][2 * half] *= corr, o[m][dt][2 * half + 1] *= corr;
       }
-    add_slabs_by_tile<NC, MT>(o, sc, V, ld, nc);  // O += P·V, the probabilities from the registers
+    add_slabs_by_tile<NC, MT>(o, sc, V, ld);  // O += P·V, the probabilities from the registers
   }
   constexpr bool kRows = std::is_same_v<TOut, uint16_t>;
   TOut* const o_head = kRows ? out + ((bh / p.a) * s * p.a + bh % p.a) * dh : out + head;
@@ -521,25 +549,31 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
 }
 
 // ---- backward: dQ of one query tile, walking its key tiles ----
+// Three blocks an SM for both backward kernels at dh ≤ 64 without the dropout, the occupancy they had
+// at 163 to 168 registers: ptxas lands near that bound unbounded (170 took them to two, as a warp's
+// registers are allotted in 256s) and holds it without spilling.
+template <int NC, bool DROP>
+constexpr int kBackwardMinBlocks = (NC == 4 && !DROP) ? 3 : 0;
 // ROWS: dQ to the QKV rows (QkvRows, part 0) instead of fp32 in the head layout.
 template <int NC, bool DROP, bool AHEAD, class TIn, bool ROWS>
-__global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, QkvRows rows, const uint16_t* dout, const TIn* q,
+__global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NC, DROP>) tc_dq_kernel(float* dq, QkvRows rows, const uint16_t* dout, const TIn* q,
                                                          const TIn* k, const TIn* v, const float* lse, const float* D,
                                                          FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
-  const Tiles t = tiles_of(Kernel::dq, smem, dh, AHEAD);
+  const int dh = int(p.dh), ld = kTileWidth<NC> + 8;
+  const Tiles t = tiles_of(Kernel::dq, smem, kTileWidth<NC>, AHEAD);
+  zero_tile_padding<NC>(smem, t.bytes, dh);
   const BlockTile bt = block_tile(p, true);
   const int64_t s = p.s, bh = bt.bh, head = bt.head, i0 = bt.first, nq = bt.n;
   const int tq = bt.tq, r0 = bt.w0;
   const int64_t* row = bt.row;
-  load_tile(t.Q, q + head + i0 * dh, nq, p, vec);
-  load_tile(t.dO, dout + head + i0 * dh, nq, p, vec);
+  load_tile<kTileWidth<NC>>(t.Q, q + head + i0 * dh, nq, p, vec);
+  load_tile<kTileWidth<NC>>(t.dO, dout + head + i0 * dh, nq, p, vec);
   __syncthreads();
   uint32_t qa[NC][4], da[NC][4];
 #pragma unroll
   for (int c = 0; c < NC; ++c)
-    if (c < nc) load_a(qa[c], t.Q, ld, r0, 16 * c), load_a(da[c], t.dO, ld, r0, 16 * c);
+    load_a(qa[c], t.Q, ld, r0, 16 * c), load_a(da[c], t.dO, ld, r0, 16 * c);
   const float scale_log2 = p.scale * kLog2e;
   float li_log2[2], di[2];  // the rows' log-sum-exp times log2 e (tc_exp_scaled), and D
 #pragma unroll
@@ -551,7 +585,7 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, QkvRows rows
 #pragma unroll
   for (int dt = 0; dt < 2 * NC; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
   const uint64_t base = DROP ? mask_base(p, bh) : 0;
-  TilePairs<AHEAD, TIn, TIn, NoSide> tiles{t.K, t.V, t.A2, t.B2, k + head, v + head, p, i0 + nq, vec, NoSide{}};
+  TilePairs<AHEAD, kTileWidth<NC>, TIn, TIn, NoSide> tiles{t.K, t.V, t.A2, t.B2, k + head, v + head, p, i0 + nq, vec, NoSide{}};
   tiles.start(0);
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {
@@ -559,8 +593,8 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, QkvRows rows
     const uint16_t *K, *V;
     tiles.next(j0, K, V);
     float sc[8][4], dp[8][4];  // S = Q·Kᵀ and dP = dO·Vᵀ
-    rows_by_tile_t<NC>(sc, qa, K, ld, nc);
-    rows_by_tile_t<NC>(dp, da, V, ld, nc);
+    rows_by_tile_t<NC>(sc, qa, K, ld);
+    rows_by_tile_t<NC>(dp, da, V, ld);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // dS·(1/√dh) into sc, zero where masked
       const int n = row[half] < s ? int(max(int64_t(0), min(nk, row[half] - j0 + 1))) : 0;  // as the forward's
@@ -577,7 +611,7 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, QkvRows rows
           sc[nt][2 * half + h] = ds;
         }
     }
-    add_rows_by_tile<NC>(acc, sc, K, ld, nc);  // dQ += dS·K
+    add_rows_by_tile<NC>(acc, sc, K, ld);  // dQ += dS·K
   }
   if constexpr (ROWS) {
     store_qkv_rows<NC>(smem, acc, bt, p, rows, 0, vec);
@@ -593,19 +627,20 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, QkvRows rows
 // of dV += (P∘Z)ᵀ·dO and dK += dSᵀ·Q straight from the accumulators. ----
 // ROWS: dK, dV to the QKV rows (QkvRows, parts 1 and 2) instead of fp32 in the head layout.
 template <int NC, bool DROP, bool AHEAD, class TIn, bool ROWS>
-__global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv, QkvRows rows, const uint16_t* dout,
+__global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NC, DROP>) tc_dkdv_kernel(float* dk, float* dv, QkvRows rows, const uint16_t* dout,
                                                            const TIn* q, const TIn* k, const TIn* v, const float* lse,
                                                            const float* D, FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const int dh = int(p.dh), nc = dh / 16, ld = dh + 8;
-  const Tiles t = tiles_of(Kernel::dkdv, smem, dh, AHEAD);
+  const int dh = int(p.dh), ld = kTileWidth<NC> + 8;
+  const Tiles t = tiles_of(Kernel::dkdv, smem, kTileWidth<NC>, AHEAD);
+  zero_tile_padding<NC>(smem, t.bytes, dh);
   const BlockTile bt = block_tile(p, false);
   const int64_t s = p.s, bh = bt.bh, head = bt.head, j0 = bt.first, nk = bt.n;
   const int lane = bt.lane, g = bt.g, tq = bt.tq, r0 = bt.w0;
   const float scale_log2 = p.scale * kLog2e;
   const int64_t* key = bt.row;
-  load_tile(t.K, k + head + j0 * dh, nk, p, vec);  // visible at the first tile's barrier
-  load_tile(t.V, v + head + j0 * dh, nk, p, vec);
+  load_tile<kTileWidth<NC>>(t.K, k + head + j0 * dh, nk, p, vec);  // visible at the first tile's barrier
+  load_tile<kTileWidth<NC>>(t.V, v + head + j0 * dh, nk, p, vec);
   float acc_k[2 * NC][4], acc_v[2 * NC][4];
 #pragma unroll
   for (int dt = 0; dt < 2 * NC; ++dt)
@@ -620,7 +655,8 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
       t.D[buf * kT + threadIdx.x] = ok ? D[bh * s + i0 + threadIdx.x] : 0.0f;
     }
   };
-  TilePairs<AHEAD, TIn, uint16_t, decltype(side)> tiles{t.Q, t.dO, t.A2, t.B2, q + head, dout + head, p, s, vec, side};
+  TilePairs<AHEAD, kTileWidth<NC>, TIn, uint16_t, decltype(side)> tiles{t.Q, t.dO, t.A2, t.B2, q + head, dout + head, p, s,
+                                                                       vec, side};
   tiles.start(j0);
 
   for (int64_t i0 = j0; i0 < s; i0 += kT) {  // causal: query tiles before the key tile see none of it
@@ -636,7 +672,6 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
       for (int e = 0; e < 4; ++e) st[nt][e] = 0.0f, dpt[nt][e] = 0.0f;
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
-      if (c >= nc) break;
       uint32_t ka[4], va[4];
       load_a(ka, t.K, ld, r0, 16 * c);
       load_a(va, t.V, ld, r0, 16 * c);
@@ -685,8 +720,8 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
         }
       }
     }
-    add_rows_by_tile<NC>(acc_v, st, dO, ld, nc);  // dV += (P∘Z)ᵀ·dO
-    add_rows_by_tile<NC>(acc_k, dpt, Q, ld, nc);  // dK += dSᵀ·Q
+    add_rows_by_tile<NC>(acc_v, st, dO, ld);  // dV += (P∘Z)ᵀ·dO
+    add_rows_by_tile<NC>(acc_k, dpt, Q, ld);  // dK += dSᵀ·Q
   }
   if constexpr (ROWS) {
     store_qkv_rows<NC>(smem, acc_k, bt, p, rows, 1, vec);
@@ -719,7 +754,8 @@ int forward_slabs(int64_t dh) {
 size_t most_smem(int64_t dh, bool ahead) {
   size_t most = 0;
   for (Kernel kind : {Kernel::forward, Kernel::dq, Kernel::dkdv})
-    most = std::max(most, tiles_of(kind, nullptr, int(dh), ahead, kind == Kernel::forward ? forward_slabs(dh) : 1).bytes);
+    most = std::max(most,
+                    tiles_of(kind, nullptr, tile_width(dh), ahead, kind == Kernel::forward ? forward_slabs(dh) : 1).bytes);
   return most;
 }
 int smem_optin() {
@@ -796,7 +832,7 @@ void tc_forward(TOut* out, float* lse, const TIn* q, const TIn* k, const TIn* v,
     const auto launch = [&](auto mt) {
       constexpr int kMT = decltype(mt)::value;
       const auto kernel = tc_forward_kernel<kNC, kMT, decltype(d)::value, decltype(ahead)::value, TIn, TOut>;
-      const size_t bytes = tiles_of(Kernel::forward, nullptr, int(x.dh), decltype(ahead)::value, kMT).bytes;
+      const size_t bytes = tiles_of(Kernel::forward, nullptr, kTileWidth<kNC>, decltype(ahead)::value, kMT).bytes;
       const dim3 grid(unsigned((x.s + kMT * kT - 1) / (kMT * kT)), unsigned(x.b * x.a));
       allow_smem(kernel, bytes, name);
       kernel<<<grid, kThreads, bytes, stream>>>(out, lse, q, k, v, p, vec);
@@ -829,8 +865,8 @@ void tc_backward(float* dq, float* dk, float* dv, QkvRows rows, const uint16_t* 
     constexpr bool kDrop = decltype(d)::value, kAhead = decltype(ahead)::value, kRows = decltype(to_rows)::value;
     const auto dkdv = tc_dkdv_kernel<kNC, kDrop, kAhead, TIn, kRows>;
     const auto dqk = tc_dq_kernel<kNC, kDrop, kAhead, TIn, kRows>;
-    const size_t b1 = tiles_of(Kernel::dkdv, nullptr, int(x.dh), kAhead).bytes;
-    const size_t b2 = tiles_of(Kernel::dq, nullptr, int(x.dh), kAhead).bytes;
+    const size_t b1 = tiles_of(Kernel::dkdv, nullptr, kTileWidth<kNC>, kAhead).bytes;
+    const size_t b2 = tiles_of(Kernel::dq, nullptr, kTileWidth<kNC>, kAhead).bytes;
     if (kRows && std::min(b1, b2) < qkv_stage_floats(int(x.dh)) * sizeof(float))
       throw std::logic_error("CUDA: flash_attention_backward: the QKV rows' stage is past the block's tiles");
     allow_smem(dkdv, b1, name1);
