@@ -99,6 +99,14 @@ phase_kernels() {
 phase_profile() {
   local bin=$BUILD_DIR/lattice_cuda_check log=$DEST/device-check-ncu.txt ncu rc
   if [ ! -x "$bin" ]; then fail "phase profile: FAIL (lattice_cuda_check not built: run the build phase first)"; return; fi
+  # What the compiler emitted for the attention kernels this binary runs (a static count: registers
+  # and the main loop's instructions by kind, scripts/sass-census.py), where this machine has a
+  # cuobjdump that reads it.
+  local cuobjdump
+  cuobjdump=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
+  if [ -n "$cuobjdump" ]; then
+    CUOBJDUMP=$cuobjdump "$PY" "$ROOT/scripts/sass-census.py" "$bin" 2>&1 | while IFS= read -r l; do record "  $l"; done
+  else record "  census: skipped (no cuobjdump on this machine)"; fi
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   if [ -z "$ncu" ]; then record "phase profile: skipped (no ncu on this machine)"; return; fi
   [ ! -d "$ARCH_LIB" ] || runtime_env

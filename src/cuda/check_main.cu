@@ -1116,9 +1116,12 @@ void check_flash() {
   check_flash_case({1, 4, 77, 40}, 0.0f);   // dh not a multiple of 4
   // The tensor-core form: bf16 operands, dh a multiple of 16 (40 is not: it takes the fp32 form).
   // dh 16 and 48 leave warps without an output tile and give three column tiles; s 40 is one partial tile.
+  // The kernels run 4, 6 or 8 column chunks (dh up to 64, 96, 128): dh 16, 32, 48 and 80 take zero
+  // columns past dh, 64, 96 (the paper's 22B model) and 128 none.
   for (lattice::FlashShape x : {lattice::FlashShape{2, 3, 200, 64}, lattice::FlashShape{1, 2, 130, 128},
                                 lattice::FlashShape{2, 2, 96, 32}, lattice::FlashShape{1, 2, 40, 16},
-                                lattice::FlashShape{1, 1, 100, 48}, lattice::FlashShape{2, 2, 128, 64},
+                                lattice::FlashShape{1, 1, 100, 48}, lattice::FlashShape{1, 2, 70, 96},
+                                lattice::FlashShape{1, 1, 90, 80}, lattice::FlashShape{2, 2, 128, 64},
                                 lattice::FlashShape{1, 3, 64, 32}}) {  // the last two: s a multiple of 64
     x.bf16_operands = true;
     check_flash_case(x, 0.0f);

@@ -81,15 +81,16 @@ struct Carver {
   }
 };
 
-// The tiles' columns: the kernels run every product over NC chunks of 16 (NC a compile-time 4 or 8), so
-// an unrolled loop has no trip count to test between a fragment's load and its products (at a run-time
-// dh / 16 chunks, each chunk's ldmatrix sat behind a branch: 42 branches a key tile in the forward,
-// nvcc 11.8's SASS). At dh = 16·NC (64, 128) nothing changes; a smaller dh's tiles carry zero columns
-// from dh on (zero_tile_padding), whose products add +0 to the scores and fill output columns that are
-// never stored.
+// The tiles' columns: the kernels run every product over NC chunks of 16 (NC a compile-time 4, 6 or 8:
+// dh up to 64, 96, 128), so an unrolled loop has no trip count to test between a fragment's load and
+// its products (at a run-time dh / 16 chunks, each chunk's ldmatrix sat behind a branch: 42 branches a
+// key tile in the forward, nvcc 11.8's SASS). At dh = 16·NC (64, 96 as in the paper's 22B model, 128)
+// nothing changes; a smaller dh's tiles carry zero columns from dh on (zero_tile_padding), whose
+// products add +0 to the scores and fill output columns that are never stored.
 template <int NC>
 constexpr int kTileWidth = 16 * NC;
-inline int tile_width(int64_t dh) { return dh <= 64 ? kTileWidth<4> : kTileWidth<8>; }  // with_choices' NC
+inline int chunks_for(int64_t dh) { return dh <= 64 ? 4 : dh <= 96 ? 6 : 8; }  // with_choices' NC
+inline int tile_width(int64_t dh) { return 16 * chunks_for(dh); }
 
 // Row-major bf16 tiles [64][width + 8] (Q, K, V, dO), second buffers of the pair a kernel walks when its
 // copies run ahead (`ahead`: K, V for the forward and the dQ kernel, Q, dO for the dK dV kernel), and
@@ -150,20 +151,31 @@ __device__ __forceinline__ void load8(uint16_t (&w)[8], const float* src, bool v
   for (int u = 0; u < 8; ++u) w[u] = to_bf16_bits(x[u]);
 }
 
-// Rows [0, n) of X [*, dh] (rows n … rows − 1 zero) into columns 0 … dh − 1 of the tile [rows][W + 8]
-// (W: kTileWidth), eight elements a thread at a time (dh is a multiple of 16, so eight never straddle
-// a row; 16-byte stores). The walk is over the tile's W columns, a trip count and a row index
-// (a shift) the compiler knows; the columns past dh are zero_tile_padding's, and left alone.
+// A thread's part of a tile copy over the tile's W columns (W: kTileWidth): a pass of the block takes
+// kRowsPerPass whole rows of 16-byte chunks, so a thread keeps one column e (of eight elements) and
+// steps kRowsPerPass rows: its rows and the addresses are sums the compiler needs no division for.
+// (At W 96 a pass is 10 rows of 12 chunks, and threads 120 … 127 copy nothing: r0 is past any tile.)
+template <int W>
+struct TileChunks {
+  static constexpr int kChunksPerRow = W / 8, kRowsPerPass = kThreads / kChunksPerRow;
+  int e, r0;
+  __device__ TileChunks()
+      : e(int(threadIdx.x) % kChunksPerRow * 8),
+        r0(int(threadIdx.x) < kRowsPerPass * kChunksPerRow ? int(threadIdx.x) / kChunksPerRow : 1 << 20) {}
+};
+
+// Rows [0, n) of X [*, dh] (rows n … rows − 1 zero) into columns 0 … dh − 1 of the tile [rows][W + 8],
+// eight elements a thread at a time (dh is a multiple of 16, so eight never straddle a row; 16-byte
+// stores). The columns past dh are zero_tile_padding's, and left alone.
 template <int W, class T>
 __device__ void load_tile(uint16_t* tile, const T* X, int64_t n, const FlashArgs& p, bool vec, int rows = kT) {
   const int dh = int(p.dh);
-  static_assert(kT * W % (kThreads * 8) == 0, "a 64-row tile is whole 16-byte chunks a thread");
-  for (int u = 0; u < rows * W / (kThreads * 8); ++u) {
-    const int idx = (u * kThreads + int(threadIdx.x)) * 8, r = idx / W, e = idx % W;
-    if (e >= dh) continue;
+  const TileChunks<W> c;
+  if (c.e >= dh) return;
+  for (int r = c.r0; r < rows; r += c.kRowsPerPass) {
     uint16_t w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (r < n) load8(w, X + int64_t(r) * dh + e, vec);
-    *reinterpret_cast<uint4*>(tile + r * (W + 8) + e) =
+    if (r < n) load8(w, X + int64_t(r) * dh + c.e, vec);
+    *reinterpret_cast<uint4*>(tile + r * (W + 8) + c.e) =
         make_uint4(uint32_t(w[0]) | uint32_t(w[1]) << 16, uint32_t(w[2]) | uint32_t(w[3]) << 16,
                    uint32_t(w[4]) | uint32_t(w[5]) << 16, uint32_t(w[6]) | uint32_t(w[7]) << 16);
   }
@@ -171,14 +183,15 @@ __device__ void load_tile(uint16_t* tile, const T* X, int64_t n, const FlashArgs
 
 // The same rows copied by cp.async (bf16 bits at 16-byte-aligned addresses only): they land while the
 // block computes; async_wait_all() and a __syncthreads() before the tile is read.
+// (n: at most 64, so 32-bit; the source offsets r·dh + e within a tile are too.)
 template <int W>
 __device__ __forceinline__ void load_tile_async(uint16_t* tile, const uint16_t* X, int64_t n, const FlashArgs& p) {
-  const int dh = int(p.dh);
+  const int dh = int(p.dh), rows = int(n);
+  const TileChunks<W> c;
+  if (c.e >= dh) return;
 #pragma unroll 1
-  for (int u = 0; u < kT * W / (kThreads * 8); ++u) {
-    const int idx = (u * kThreads + int(threadIdx.x)) * 8, r = idx / W, e = idx % W;
-    if (e < dh) copy16_async(tile + r * (W + 8) + e, r < n ? X + int64_t(r) * dh + e : X, r < n);
-  }
+  for (int r = c.r0; r < kT; r += c.kRowsPerPass)
+    copy16_async(tile + r * (W + 8) + c.e, X + (r < rows ? uint32_t(r * dh + c.e) : 0u), r < rows);
 }
 template <int W>
 __device__ __forceinline__ void load_tile_async(uint16_t*, const float*, int64_t, const FlashArgs&) {
@@ -471,8 +484,14 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
   const int tq = bt.tq, r0 = bt.w0;
   const float scale_log2 = p.scale * kLog2e;
   int64_t row[MT][2];  // this lane's rows: slab m's g and g + 8
+  int end[MT][2];      // and the key each stops before: row + 1, 0 past the sequence (flash_tc_shape: s < 2^31)
 #pragma unroll
-  for (int m = 0; m < MT; ++m) row[m][0] = bt.row[0] + m * kT, row[m][1] = bt.row[1] + m * kT;
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      row[m][half] = bt.row[half] + m * kT;
+      end[m][half] = row[m][half] < s ? int(row[m][half]) + 1 : 0;
+    }
   load_tile<kTileWidth<NC>>(t.Q, q + head + i0 * dh, nq, p, vec, MT * kT);
   __syncthreads();
   uint32_t qa[MT][NC][4];
@@ -495,7 +514,6 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
   tiles.start(0);
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {  // causal: key tiles past the tile's last query skipped
-    const int64_t nk = min(int64_t(kT), s - j0);
     const uint16_t *K, *V;
     tiles.next(j0, K, V);
     float sc[MT][8][4];  // S = Q·Kᵀ, this warp's 16 rows of each slab × 64 keys
@@ -504,28 +522,36 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
     for (int m = 0; m < MT; ++m)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {  // the online softmax of rows g and g + 8
-        const int64_t r = row[m][half];
-        // The row's visible keys in the tile (0 … 64): a 32-bit count, so each element's compare
-        // below is one 32-bit instruction, not a 64-bit pair.
-        const int n = r < s ? int(max(int64_t(0), min(nk, r - j0 + 1))) : 0;
-        const uint32_t keep = DROP ? lane_keep_bits(p, base, r, j0, n) : ~0u;
+        // The row's visible keys in the tile (0 … 64; none past the sequence), in 32-bit terms, and
+        // the same count from this lane's first column 2t: its column nt·8 + h is visible where
+        // nt·8 + h < vis, a compare with a constant.
+        const int n = min(max(end[m][half] - int(j0), 0), kT), vis = n - 2 * tq;
+        const uint32_t keep = DROP ? lane_keep_bits(p, base, row[m][half], j0, n) : ~0u;
+        // A masked score becomes −inf, once: the maximum then needs no compare (fmaxf(x, −inf) = x), and
+        // its exponential is ex2(−inf) = +0, the 0 it was given before: the same bits.
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            if (nt * 8 + h >= vis) sc[m][nt][2 * half + h] = -__int_as_float(0x7f800000);
         // The tile's largest visible raw score, scaled once: the scaled scores' maximum to the bit, as
         // rounding is monotone and the scale positive.
         float raw = -__int_as_float(0x7f800000);
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (nt * 8 + 2 * tq + h < n) raw = fmaxf(raw, sc[m][nt][2 * half + h]);
+          for (int h = 0; h < 2; ++h) raw = fmaxf(raw, sc[m][nt][2 * half + h]);
         const float mx = fmaxf(mrow[m][half], quad_max(raw) * p.scale);
         const float corr = n > 0 ? tc_exp(mrow[m][half] - mx) : 1.0f;  // 0 on the first tile (tc_exp(-inf) = +0)
-        const float mx_log2 = mx * kLog2e;
+        // −inf where the row has seen no key yet (rows past the sequence): 0 keeps ex2(−inf − m) a +0,
+        // not ex2(NaN).
+        const float mx_log2 = mx == -__int_as_float(0x7f800000) ? 0.0f : mx * kLog2e;
         float sum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            float e = nt * 8 + 2 * tq + h < n ? tc_exp_scaled(sc[m][nt][2 * half + h], scale_log2, mx_log2) : 0.0f;
+            const float e = tc_exp_scaled(sc[m][nt][2 * half + h], scale_log2, mx_log2);
             sum += e;
             sc[m][nt][2 * half + h] = e * keep_factor_at<DROP>(p, keep, 2 * nt + h);
           }
@@ -549,14 +575,9 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
 }
 
 // ---- backward: dQ of one query tile, walking its key tiles ----
-// Three blocks an SM for both backward kernels at dh ≤ 64 without the dropout, the occupancy they had
-// at 163 to 168 registers: ptxas lands near that bound unbounded (170 took them to two, as a warp's
-// registers are allotted in 256s) and holds it without spilling.
-template <int NC, bool DROP>
-constexpr int kBackwardMinBlocks = (NC == 4 && !DROP) ? 3 : 0;
 // ROWS: dQ to the QKV rows (QkvRows, part 0) instead of fp32 in the head layout.
 template <int NC, bool DROP, bool AHEAD, class TIn, bool ROWS>
-__global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NC, DROP>) tc_dq_kernel(float* dq, QkvRows rows, const uint16_t* dout, const TIn* q,
+__global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, QkvRows rows, const uint16_t* dout, const TIn* q,
                                                          const TIn* k, const TIn* v, const float* lse, const float* D,
                                                          FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -627,7 +648,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NC, DROP>) tc_dq_
 // of dV += (P∘Z)ᵀ·dO and dK += dSᵀ·Q straight from the accumulators. ----
 // ROWS: dK, dV to the QKV rows (QkvRows, parts 1 and 2) instead of fp32 in the head layout.
 template <int NC, bool DROP, bool AHEAD, class TIn, bool ROWS>
-__global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NC, DROP>) tc_dkdv_kernel(float* dk, float* dv, QkvRows rows, const uint16_t* dout,
+__global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv, QkvRows rows, const uint16_t* dout,
                                                            const TIn* q, const TIn* k, const TIn* v, const float* lse,
                                                            const float* D, FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -739,7 +760,8 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NC, DROP>) tc_dkd
 }  // namespace
 
 bool flash_tc_shape(const FlashShape& x) {
-  return x.bf16_operands && x.dh % 16 == 0 && x.dh <= kFlashMaxHeadDim;
+  // s below 2^31: the kernels take a row's and a tile's place in the sequence as 32-bit counts.
+  return x.bf16_operands && x.dh % 16 == 0 && x.dh <= kFlashMaxHeadDim && x.s < (int64_t(1) << 31);
 }
 
 namespace {
@@ -748,7 +770,7 @@ namespace {
 thread_local bool one_slab_forward = false;
 int forward_slabs(int64_t dh) {
   if (one_slab_forward) return 1;
-  return dh <= 64 ? kForwardSlabs<4> : kForwardSlabs<8>;
+  return chunks_for(dh) == 4 ? kForwardSlabs<4> : 1;
 }
 // The largest block's shared memory, with or without the second buffers of the copies ahead.
 size_t most_smem(int64_t dh, bool ahead) {
@@ -789,7 +811,7 @@ bool flash_tc_supported(const FlashShape& x) {
 }
 
 namespace {
-static_assert(kMaxChunks == 8, "the kernels' register tiles are instantiated for dh up to 64 and up to 128");
+static_assert(kMaxChunks == 8, "the kernels' register tiles are instantiated for dh up to 64, 96 and 128");
 
 // 16-byte loads and 8-byte stores where every pointer allows them (cudaMalloc's always do).
 template <class... P>
@@ -798,7 +820,7 @@ bool all_aligned(const P*... ptrs) {
 }
 
 // The kernels' compile-time choices for a call, handed to f(nc, drop, ahead) as integral constants: NC
-// 4 (dh ≤ 64) or 8, DROP, and AHEAD (key tiles copied ahead: bf16 bits at 16-byte-aligned addresses
+// (chunks_for: 4, 6 or 8), DROP, and AHEAD (key tiles copied ahead: bf16 bits at 16-byte-aligned addresses
 // only; fp32 operands never instantiate it).
 template <class F, class NC, class D>
 void with_ahead(const float*, bool, F& f, NC nc, D d) {
@@ -815,8 +837,11 @@ void with_choices(const FlashShape& x, bool drop, bool ahead, F f) {
     if (drop) with_ahead(static_cast<const TIn*>(nullptr), ahead, f, nc, std::true_type{});
     else with_ahead(static_cast<const TIn*>(nullptr), ahead, f, nc, std::false_type{});
   };
-  if (x.dh <= 64) with_drop(std::integral_constant<int, 4>{});
-  else with_drop(std::integral_constant<int, 8>{});
+  switch (chunks_for(x.dh)) {
+    case 4: return with_drop(std::integral_constant<int, 4>{});
+    case 6: return with_drop(std::integral_constant<int, 6>{});
+    default: return with_drop(std::integral_constant<int, 8>{});
+  }
 }
 
 template <class TIn, class TOut>
