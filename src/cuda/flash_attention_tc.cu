@@ -519,7 +519,11 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
     float sc[MT][8][4];  // S = Q·Kᵀ, this warp's 16 rows of each slab × 64 keys
     slabs_by_tile_t<NC, MT>(sc, qa, K, ld);
 #pragma unroll
-    for (int m = 0; m < MT; ++m)
+    for (int m = 0; m < MT; ++m) {
+      // Whether the warp's 16 rows of the slab all see the whole tile (every tile before the diagonal,
+      // in rows within the sequence): then no score is masked, and the warp skips the compares.
+      const int64_t first = i0 + m * kT + r0;
+      const bool whole = j0 + kT - 1 <= first && first + 16 <= s;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {  // the online softmax of rows g and g + 8
         // The row's visible keys in the tile (0 … 64; none past the sequence), in 32-bit terms, and
@@ -529,11 +533,13 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
         const uint32_t keep = DROP ? lane_keep_bits(p, base, row[m][half], j0, n) : ~0u;
         // A masked score becomes −inf, once: the maximum then needs no compare (fmaxf(x, −inf) = x), and
         // its exponential is ex2(−inf) = +0, the 0 it was given before: the same bits.
+        if (!whole) {
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
+          for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (nt * 8 + h >= vis) sc[m][nt][2 * half + h] = -__int_as_float(0x7f800000);
+            for (int h = 0; h < 2; ++h)
+              if (nt * 8 + h >= vis) sc[m][nt][2 * half + h] = -__int_as_float(0x7f800000);
+        }
         // The tile's largest visible raw score, scaled once: the scaled scores' maximum to the bit, as
         // rounding is monotone and the scale positive.
         float raw = -__int_as_float(0x7f800000);
@@ -560,6 +566,7 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
 #pragma unroll
         for (int dt = 0; dt < 2 * NC; ++dt) o[m][dt][2 * half] *= corr, o[m][dt][2 * half + 1] *= corr;
       }
+    }
     add_slabs_by_tile<NC, MT>(o, sc, V, ld);  // O += P·V, the probabilities from the registers
   }
   constexpr bool kRows = std::is_same_v<TOut, uint16_t>;
