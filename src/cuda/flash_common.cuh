@@ -56,13 +56,21 @@ __device__ __forceinline__ uint32_t collect16(const uint32_t (&r)[20], uint32_t 
   for (int k = 0; k < 16; ++k) bits |= uint32_t(r[OFF + k] >= threshold) << k;
   return bits;
 }
-// Keep flags of global elements first .. first + 15 (bit k: element first + k), from the five Philox
-// blocks that cover them: the same bits as philox_keep element by element (random/philox_core.hpp).
+// Keep flags of global elements first .. first + 15 (bit k: element first + k), from the Philox blocks
+// that cover them: the same bits as philox_keep element by element (random/philox_core.hpp). Four
+// blocks where `first` is a block's first element (always, in the attention's calls, when s is a
+// multiple of 4), five otherwise: a fifth of the draws saved where the rounds are most of the dropout's
+// instructions.
 __device__ inline uint32_t keep_bits16(const PhiloxStreamWords& w, uint32_t threshold, uint64_t first) {
   uint32_t r[20];
   const uint64_t block0 = first >> 2;
+  const int blocks = (first & 3) ? 5 : 4;
 #pragma unroll
   for (int b = 0; b < 5; ++b) {
+    if (b == blocks) {
+      r[16] = r[17] = r[18] = r[19] = 0;  // never read: collect16<0> takes r[0 … 15]
+      break;
+    }
     const uint64_t blk = block0 + uint64_t(b);
     uint32_t c[4] = {uint32_t(blk), uint32_t(blk >> 32), w.c2, w.c3};
     philox4x32_10(c, w.k0, w.k1);
