@@ -959,17 +959,20 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
     lattice::cuda::flash_attention_forward_rows_bf16(d_rows16.p, d_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
     compare_bits(name + " out rows (bf16 in, bf16 out)", "fwd", want16, d_rows16.get());
     compare_bits(name + " lse rows (bf16 in, bf16 out)", "fwd", g_lse, d_lse.get());
-    if (x.dh <= 64) {  // the forward's 128-row query tiles against its 64-row ones: the same bits
-      lattice::cuda::flash_tc_time_one_slab_forward(true);
-      Dev<uint16_t> one_rows16(n);
-      Dev<float> one_lse(rows), one_lse32(rows), one_out(n);
-      lattice::cuda::flash_attention_forward_rows_bf16(one_rows16.p, one_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
-      lattice::cuda::flash_attention_forward(one_out.p, one_lse32.p, d_q.p, d_k.p, d_v.p, x, drop);
-      lattice::cuda::flash_tc_time_one_slab_forward(false);
-      compare_bits(name + " out rows, 64-row query tiles", "fwd", d_rows16.get(), one_rows16.get());
-      compare_bits(name + " lse, 64-row query tiles", "fwd", g_lse, one_lse.get());
-      compare_bits(name + " out, 64-row query tiles", "fwd", g_out, one_out.get());
-      compare_bits(name + " lse (fp32 in), 64-row query tiles", "fwd", g_lse, one_lse32.get());
+    if (x.dh <= 64) {  // each of the forward's two forms against the tuned call's: the same bits
+      for (int slabs : {1, 2}) {
+        const std::string form = slabs == 1 ? ", 64-row query tiles" : ", 128-row query tiles";
+        lattice::cuda::flash_tc_force_forward_slabs(slabs);
+        Dev<uint16_t> f_rows16(n);
+        Dev<float> f_lse(rows), f_lse32(rows), f_out(n);
+        lattice::cuda::flash_attention_forward_rows_bf16(f_rows16.p, f_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
+        lattice::cuda::flash_attention_forward(f_out.p, f_lse32.p, d_q.p, d_k.p, d_v.p, x, drop);
+        lattice::cuda::flash_tc_force_forward_slabs(0);
+        compare_bits(name + " out rows" + form, "fwd", d_rows16.get(), f_rows16.get());
+        compare_bits(name + " lse" + form, "fwd", g_lse, f_lse.get());
+        compare_bits(name + " out" + form, "fwd", g_out, f_out.get());
+        compare_bits(name + " lse (fp32 in)" + form, "fwd", g_lse, f_lse32.get());
+      }
     }
     // Backward from the rows: O as bf16 bits there, so the reference takes the same O widened.
     std::vector<uint16_t> out16(n);
@@ -1116,12 +1119,13 @@ void check_flash() {
   check_flash_case({1, 4, 77, 40}, 0.0f);   // dh not a multiple of 4
   // The tensor-core form: bf16 operands, dh a multiple of 16 (40 is not: it takes the fp32 form).
   // dh 16 and 48 leave warps without an output tile and give three column tiles; s 40 is one partial tile.
-  // The kernels run 4, 6 or 8 column chunks (dh up to 64, 96, 128): dh 16, 32, 48 and 80 take zero
+  // The kernels run 4, 6 or 8 column chunks (dh up to 64, 96, 128): dh 16, 32, 48, 80 and 112 take zero
   // columns past dh, 64, 96 (the paper's 22B model) and 128 none.
   for (lattice::FlashShape x : {lattice::FlashShape{2, 3, 200, 64}, lattice::FlashShape{1, 2, 130, 128},
                                 lattice::FlashShape{2, 2, 96, 32}, lattice::FlashShape{1, 2, 40, 16},
                                 lattice::FlashShape{1, 1, 100, 48}, lattice::FlashShape{1, 2, 70, 96},
-                                lattice::FlashShape{1, 1, 90, 80}, lattice::FlashShape{2, 2, 128, 64},
+                                lattice::FlashShape{1, 1, 90, 80}, lattice::FlashShape{1, 2, 100, 112},
+                                lattice::FlashShape{2, 2, 128, 64},
                                 lattice::FlashShape{1, 3, 64, 32}}) {  // the last two: s a multiple of 64
     x.bf16_operands = true;
     check_flash_case(x, 0.0f);
@@ -1794,19 +1798,24 @@ void timing_flash(bool tensor_cores) {
                 }),
                 2.5 * fwd_flops);
     // The model's calls under bf16 activations: the context in the token rows (bf16 out, dO and O in).
+    // The forward's two forms at dh <= 64 (128- and 64-row query tiles), then the tuned call, which the
+    // trainer makes, with the form its first call timed faster.
     Dev<uint16_t> d_rows16(n);
-    timing_line(name + " rows fwd", median_ms([&] {
-                  lattice::cuda::flash_attention_forward_rows_bf16(d_rows16.p, d_lse.p, d_q16.p, d_k16.p, d_v16.p, x,
-                                                                   drop);
-                }),
-                fwd_flops);
-    lattice::cuda::flash_tc_time_one_slab_forward(true);  // the same in 64-row query tiles, the form before
-    timing_line(name + " rows fwd, 64-row query tiles", median_ms([&] {
-                  lattice::cuda::flash_attention_forward_rows_bf16(d_rows16.p, d_lse.p, d_q16.p, d_k16.p, d_v16.p, x,
-                                                                   drop);
-                }),
-                fwd_flops);
-    lattice::cuda::flash_tc_time_one_slab_forward(false);
+    const auto rows_fwd = [&] {
+      lattice::cuda::flash_attention_forward_rows_bf16(d_rows16.p, d_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
+    };
+    if (x.dh <= 64) {
+      lattice::cuda::flash_tc_force_forward_slabs(2);
+      timing_line(name + " rows fwd, 128-row query tiles", median_ms(rows_fwd), fwd_flops);
+      lattice::cuda::flash_tc_force_forward_slabs(1);
+      timing_line(name + " rows fwd, 64-row query tiles", median_ms(rows_fwd), fwd_flops);
+      lattice::cuda::flash_tc_force_forward_slabs(0);
+    }
+    const double tuned_ms = median_ms(rows_fwd);
+    const char* tuned = x.dh > 64 ? ""
+                        : lattice::cuda::flash_tc_last_forward_slabs() == 2 ? " (tuned: 128-row query tiles)"
+                                                                            : " (tuned: 64-row query tiles)";
+    timing_line(name + " rows fwd" + tuned, tuned_ms, fwd_flops);
     timing_line(name + " rows bwd", median_ms([&] {
                   lattice::cuda::flash_attention_backward_rows_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q16.p, d_k16.p,
                                                                     d_v16.p, d_rows16.p, d_lse.p, x, drop, ws.ws());

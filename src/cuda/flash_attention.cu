@@ -368,7 +368,7 @@ void require_tc(const FlashShape& x, const char* what) {
   if (!flash_tc_supported(x))
     throw std::invalid_argument(std::string("CUDA: ") + what +
                                 ": bf16 operands need the tensor-core form (bf16 operands flagged, dh a multiple of "
-                                "16, a card from sm_80 with the shared memory)");
+                                "16 up to 128, s below 2^31, a card from sm_80 with the shared memory)");
 }
 }  // namespace
 

@@ -14,7 +14,7 @@
 // threads of a row by a fixed shuffle tree), so the bits repeat from run to run.
 //
 // Supports 1 <= dh <= 128 (kFlashMaxHeadDim; GPT-2's dh is 64), any s >= 1 (a last tile shorter than
-// 64 is masked), b·a <= 65535 (the grid's y dimension); shapes outside throw std::invalid_argument.
+// 64 is masked; the tensor-core form below, s below 2^31), b·a <= 65535 (the grid's y dimension); shapes outside throw std::invalid_argument.
 // Shared memory per block: forward (3·64·(dh+1) + 64·65)·4 bytes (115 KiB at dh 128), backward up to
 // (4·64·(dh+1) + 2·64·65 + 384)·4 bytes (163 KiB at dh 128): Hopper's 227 KiB opt-in limit.
 #include <cuda_runtime_api.h>
@@ -36,19 +36,23 @@ inline constexpr int64_t kFlashMaxHeadDim = 128;
 // cores (sm_80 on): the same tiles, causal mask, online softmax and dropout flags, with each warp's
 // score tile, probabilities and output in registers and the products on mma.sync (fp32
 // accumulation; dO and the probabilities rounded to bf16 for them), so within bf16 rounding of the
-// fp32 form, not its bits. Shared memory a block: 36, 36 and 54.5 KiB (forward, dQ, dK dV, each with a
+// fp32 form, not its bits. The tiles are 64, 96 or 128 columns wide (dh up to 64, 96, 128; zero past
+// dh). Shared memory a block (forward in 128-row query tiles, in 64-row ones, dQ, dK dV), each with a
 // second pair of the tiles it walks, which the bf16-in calls fill ahead by cp.async where the card's
-// limit holds them) at dh 64, 68, 68 and 102.5 KiB at dh 128; without the copies ahead 27, 36, 36.5 and
-// 51, 68, 68.5 KiB.
+// limit holds them: 45, 36, 36, 55 KiB at dh up to 64; -, 52, 52, 79 up to 96; -, 68, 68, 103 up to
+// 128. Without the copies ahead: 36, 27, 36, 37; -, 39, 52, 53; -, 51, 68, 69 KiB.
 // Q, K, V are fp32 (holding bf16 values) or the bf16 bits themselves (the kept tensors, read as they are).
 // The shapes the form may serve (bf16 operands, dh a multiple of 16 up to 128), and whether it does on
 // this device (sm_80 on, the shared memory, a build for sm_80 or later).
 bool flash_tc_shape(const FlashShape& x);
 bool flash_tc_supported(const FlashShape& x);
-// The tensor-core forward in 64-row query tiles (one slab a warp) for this thread's next calls, where
-// it takes 128 at dh <= 64 (true), or back to that (false): lattice_cuda_check's timings and [bits]
-// check compare the two. The results are the same bits either way.
-void flash_tc_time_one_slab_forward(bool one_slab);
+// The tensor-core forward's query tiles at dh <= 64, where it has two forms: 128 rows (two 64-row slabs
+// a warp) or 64 (one). By default (0) each shape takes the faster, timed on its first call; 1 or 2
+// forces 64- or 128-row tiles for this thread's next calls (lattice_cuda_check's timings and [bits]
+// checks compare them). The results are the same bits either way. last: the slabs this thread's last
+// tensor-core forward ran (1 or 2; 0 before any).
+void flash_tc_force_forward_slabs(int slabs);
+int flash_tc_last_forward_slabs();
 void flash_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
                       const AttentionDropout& drop, cudaStream_t stream);
 void flash_tc_forward(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,

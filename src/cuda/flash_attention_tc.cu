@@ -24,6 +24,9 @@
 // products and the copy-ahead walk's barrier protocol, which must agree to the byte; apart, the
 // protocol would be spread over files that the host emulation (tests/host_sim) cuts as one.
 #include <algorithm>
+#include <array>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <type_traits>
 
@@ -449,7 +452,7 @@ __device__ __forceinline__ void add_rows_by_tile(float (&acc)[2 * NC][4], const 
                            *reinterpret_cast<const float(*)[1][8][4]>(&P), X, ld);
 }
 
-// ---- forward: one block per (query tile, b·a), the longest rows first. NC: dh / 16 at most (4 or 8);
+// ---- forward: one block per (query tile, b·a), the longest rows first. NC: the column chunks (4, 6 or 8);
 // MT: the query tile's 64-row slabs (1 or 2; each warp takes 16 rows of each, rows w0 … w0+15 and
 // 64 + w0 … 64 + w0+15); DROP: whether the dropout runs (a kernel without it holds no Philox state: 44
 // fewer registers in the dQ kernel, a third block an SM); AHEAD: the key tiles copied ahead
@@ -772,19 +775,62 @@ bool flash_tc_shape(const FlashShape& x) {
 }
 
 namespace {
-// The forward's query slabs for a head size: kForwardSlabs, or one where lattice_cuda_check asks
-// (flash_tc_time_one_slab_forward: its timings compare the two).
-thread_local bool one_slab_forward = false;
-int forward_slabs(int64_t dh) {
-  if (one_slab_forward) return 1;
-  return chunks_for(dh) == 4 ? kForwardSlabs<4> : 1;
+// The forward's query slabs a head size allows: kForwardSlabs (two at dh ≤ 64), one past that.
+int max_forward_slabs(int64_t dh) { return chunks_for(dh) == 4 ? kForwardSlabs<4> : 1; }
+// The form lattice_cuda_check asks for (flash_tc_force_forward_slabs; 0: the tuned one), and the form
+// this thread's last forward took (flash_tc_last_forward_slabs).
+thread_local int forced_forward_slabs = 0, last_forward_slabs = 0;
+
+// Where both forms serve a shape, the forward takes the faster, timed on the call's own arguments the
+// first time the shape comes (device, b·a, s, dh, dropout, copies ahead, operand and output types):
+// each form once to warm, then three interleaved rounds, the fastest of each. The two forms give the
+// same bits (a slab's extra key tile is all masked: lattice_cuda_check's [bits] lines), so the choice
+// moves only the time, and a rerun choosing the other form repeats the run to the bit. Which is faster
+// depends on the card: two slabs halve the key tiles' reads and loads, one slab runs twice the blocks
+// an SM (127 registers against 236). On any CUDA error the two-slab form is taken and the error cleared.
+using FormKey = std::array<int64_t, 8>;
+std::mutex tuned_mutex;
+std::map<FormKey, int> tuned_slabs;
+template <class Run>
+int tuned_forward_slabs(const FormKey& key, Run run, cudaStream_t stream) {
+  {
+    std::lock_guard<std::mutex> lock(tuned_mutex);
+    const auto it = tuned_slabs.find(key);
+    if (it != tuned_slabs.end()) return it->second;
+  }
+  int chosen = 2;
+  cudaEvent_t ev[3] = {nullptr, nullptr, nullptr};
+  bool ok = true;
+  for (auto& e : ev) ok = ok && cudaEventCreate(&e) == cudaSuccess;
+  if (ok) {
+    run(2), run(1);  // warm: the first launches of a kernel pay its loading
+    float best[3] = {0.0f, 1e30f, 1e30f};
+    for (int round = 0; round < 3 && ok; ++round) {
+      ok = cudaEventRecord(ev[0], stream) == cudaSuccess;
+      run(2);
+      ok = ok && cudaEventRecord(ev[1], stream) == cudaSuccess;
+      run(1);
+      ok = ok && cudaEventRecord(ev[2], stream) == cudaSuccess && cudaEventSynchronize(ev[2]) == cudaSuccess;
+      float two = 0.0f, one = 0.0f;
+      ok = ok && cudaEventElapsedTime(&two, ev[0], ev[1]) == cudaSuccess &&
+           cudaEventElapsedTime(&one, ev[1], ev[2]) == cudaSuccess;
+      best[2] = std::min(best[2], two), best[1] = std::min(best[1], one);
+    }
+    if (ok && best[1] < best[2]) chosen = 1;
+  }
+  for (auto& e : ev)
+    if (e) (void)cudaEventDestroy(e);
+  if (!ok) (void)cudaGetLastError();
+  std::lock_guard<std::mutex> lock(tuned_mutex);
+  return tuned_slabs.emplace(key, chosen).first->second;
 }
+
 // The largest block's shared memory, with or without the second buffers of the copies ahead.
 size_t most_smem(int64_t dh, bool ahead) {
   size_t most = 0;
   for (Kernel kind : {Kernel::forward, Kernel::dq, Kernel::dkdv})
-    most = std::max(most,
-                    tiles_of(kind, nullptr, tile_width(dh), ahead, kind == Kernel::forward ? forward_slabs(dh) : 1).bytes);
+    most = std::max(most, tiles_of(kind, nullptr, tile_width(dh), ahead,
+                                   kind == Kernel::forward ? max_forward_slabs(dh) : 1).bytes);
   return most;
 }
 int smem_optin() {
@@ -801,7 +847,7 @@ int smem_optin() {
 bool flash_tc_supported(const FlashShape& x) {
   if (!flash_tc_shape(x)) return false;
   // The card needs bf16 tensor cores (sm_80 on) and the shared memory of the largest block without the
-  // copies ahead (68.5 KiB at dh 128: a 99 KiB consumer card's limit holds it; the copies ahead run
+  // copies ahead (69 KiB at dh 128: a 99 KiB consumer card's limit holds it; the copies ahead run
   // where theirs fits too), and the build must hold the kernels as compiled for sm_80 or later (built
   // for an older architecture, they trap).
   int device = 0, major = 0, optin = 0;
@@ -858,7 +904,6 @@ void tc_forward(TOut* out, float* lse, const TIn* q, const TIn* k, const TIn* v,
   const bool vec = all_aligned(q, k, v) && aligned_to(out, 16);  // the bf16 rows' pair stores need 4
   const bool ahead = vec && size_t(smem_optin()) >= most_smem(x.dh, true);
   const char* name = "flash_attention_forward (tensor cores)";
-  const int slabs = forward_slabs(x.dh);
   with_choices<TIn>(x, p.dropout, ahead, [&](auto nc, auto d, auto ahead) {
     constexpr int kNC = decltype(nc)::value;
     const auto launch = [&](auto mt) {
@@ -868,8 +913,20 @@ void tc_forward(TOut* out, float* lse, const TIn* q, const TIn* k, const TIn* v,
       const dim3 grid(unsigned((x.s + kMT * kT - 1) / (kMT * kT)), unsigned(x.b * x.a));
       allow_smem(kernel, bytes, name);
       kernel<<<grid, kThreads, bytes, stream>>>(out, lse, q, k, v, p, vec);
+      last_forward_slabs = kMT;
     };
     if constexpr (kForwardSlabs<kNC> == 2) {
+      int slabs = forced_forward_slabs;
+      if (slabs == 0) {
+        int device = 0;
+        (void)cudaGetDevice(&device);
+        const FormKey key{device, x.b * x.a, x.s, x.dh, p.dropout, decltype(ahead)::value, int64_t(sizeof(TIn)),
+                          int64_t(sizeof(TOut))};
+        slabs = tuned_forward_slabs(key, [&](int mt) {
+          if (mt == 2) launch(std::integral_constant<int, 2>{});
+          else launch(std::integral_constant<int, 1>{});
+        }, stream);
+      }
       if (slabs == 2) return launch(std::integral_constant<int, 2>{});
     }
     launch(std::integral_constant<int, 1>{});
@@ -917,7 +974,11 @@ void tc_backward(float* dq, float* dk, float* dv, QkvRows rows, const uint16_t* 
 }
 }  // namespace
 
-void flash_tc_time_one_slab_forward(bool one_slab) { one_slab_forward = one_slab; }
+void flash_tc_force_forward_slabs(int slabs) {
+  if (slabs < 0 || slabs > 2) throw std::invalid_argument("flash_tc_force_forward_slabs: 0, 1 or 2");
+  forced_forward_slabs = slabs;
+}
+int flash_tc_last_forward_slabs() { return last_forward_slabs; }
 void flash_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
                       const AttentionDropout& drop, cudaStream_t stream) {
   tc_forward(out, lse, q, k, v, x, drop, stream);
