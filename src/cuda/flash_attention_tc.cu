@@ -799,9 +799,16 @@ int tuned_forward_slabs(const FormKey& key, Run run, cudaStream_t stream) {
     if (it != tuned_slabs.end()) return it->second;
   }
   int chosen = 2;
-  cudaEvent_t ev[3] = {nullptr, nullptr, nullptr};
+  struct Events {  // destroyed however the timing ends (a launch that throws included)
+    cudaEvent_t e[3] = {nullptr, nullptr, nullptr};
+    ~Events() {
+      for (auto x : e)
+        if (x) (void)cudaEventDestroy(x);
+    }
+  } events;
+  cudaEvent_t* ev = events.e;
   bool ok = true;
-  for (auto& e : ev) ok = ok && cudaEventCreate(&e) == cudaSuccess;
+  for (int i = 0; i < 3; ++i) ok = ok && cudaEventCreate(&ev[i]) == cudaSuccess;
   if (ok) {
     run(2), run(1);  // warm: the first launches of a kernel pay its loading
     float best[3] = {0.0f, 1e30f, 1e30f};
@@ -818,8 +825,6 @@ int tuned_forward_slabs(const FormKey& key, Run run, cudaStream_t stream) {
     }
     if (ok && best[1] < best[2]) chosen = 1;
   }
-  for (auto& e : ev)
-    if (e) (void)cudaEventDestroy(e);
   if (!ok) (void)cudaGetLastError();
   std::lock_guard<std::mutex> lock(tuned_mutex);
   return tuned_slabs.emplace(key, chosen).first->second;
