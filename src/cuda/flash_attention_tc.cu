@@ -4,10 +4,11 @@
 // O += P·V; backward S, dP = dO·Vᵀ, dQ += dS·K, dV += (P∘Z)ᵀ·dO, dK += dSᵀ·Q) are mma.sync m16n8k16
 // (cuda/mma.cuh: bf16 operands, fp32 accumulation), the probabilities and dS handed from one product's
 // accumulators to the next as operands without leaving the registers. Only the operand tiles go
-// through shared memory, as bf16 rows of 16·NC columns at stride 16·NC + 8 (16-byte aligned, and eight rows' 16 bytes
-// fall in distinct banks: free of conflicts for ldmatrix), loaded 16 bytes at a time where the pointers
-// allow; each operand fragment comes from them by one ldmatrix .x4 (an A fragment, or two n-tiles'
-// B fragments), through its transposing form for a product reading a tile along its columns.
+// through shared memory, as bf16 rows of 16·NC columns at a stride of 16·NC + 8 (16-byte aligned, and
+// eight rows' 16 bytes fall in distinct banks: free of conflicts for ldmatrix), loaded 16 bytes at a
+// time where the pointers allow; each operand fragment comes from them by one ldmatrix .x4 (an A
+// fragment, or two n-tiles' B fragments), through its transposing form for a product reading a tile
+// along its columns.
 //
 // Same contract and tiles as the fp32 kernels (cuda/flash_attention.cu): 64 queries × 64 keys, the causal
 // mask, the online softmax (its exponential the special-function unit's: tc_exp), the dropout's keep flags
@@ -513,7 +514,8 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
   for (int m = 0; m < MT; ++m)
     mrow[m][0] = mrow[m][1] = -__int_as_float(0x7f800000), l[m][0] = l[m][1] = 0.0f;
   const uint64_t base = DROP ? mask_base(p, bh) : 0;
-  TilePairs<AHEAD, kTileWidth<NC>, TIn, TIn, NoSide> tiles{t.K, t.V, t.A2, t.B2, k + head, v + head, p, i0 + nq, vec, NoSide{}};
+  TilePairs<AHEAD, kTileWidth<NC>, TIn, TIn, NoSide> tiles{
+      t.K, t.V, t.A2, t.B2, k + head, v + head, p, i0 + nq, vec, NoSide{}};
   tiles.start(0);
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {  // causal: key tiles past the tile's last query skipped
@@ -616,7 +618,8 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, QkvRows rows
 #pragma unroll
   for (int dt = 0; dt < 2 * NC; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
   const uint64_t base = DROP ? mask_base(p, bh) : 0;
-  TilePairs<AHEAD, kTileWidth<NC>, TIn, TIn, NoSide> tiles{t.K, t.V, t.A2, t.B2, k + head, v + head, p, i0 + nq, vec, NoSide{}};
+  TilePairs<AHEAD, kTileWidth<NC>, TIn, TIn, NoSide> tiles{
+      t.K, t.V, t.A2, t.B2, k + head, v + head, p, i0 + nq, vec, NoSide{}};
   tiles.start(0);
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {
@@ -686,8 +689,8 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
       t.D[buf * kT + threadIdx.x] = ok ? D[bh * s + i0 + threadIdx.x] : 0.0f;
     }
   };
-  TilePairs<AHEAD, kTileWidth<NC>, TIn, uint16_t, decltype(side)> tiles{t.Q, t.dO, t.A2, t.B2, q + head, dout + head, p, s,
-                                                                       vec, side};
+  TilePairs<AHEAD, kTileWidth<NC>, TIn, uint16_t, decltype(side)> tiles{
+      t.Q, t.dO, t.A2, t.B2, q + head, dout + head, p, s, vec, side};
   tiles.start(j0);
 
   for (int64_t i0 = j0; i0 < s; i0 += kT) {  // causal: query tiles before the key tile see none of it
