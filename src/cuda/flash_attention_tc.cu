@@ -333,6 +333,11 @@ __device__ __forceinline__ BlockTile block_tile(const FlashArgs& p, bool reverse
   b.row[0] = b.first + b.w0 + b.g, b.row[1] = b.row[0] + 8;
   return b;
 }
+// A query row's causal reach as 32-bit counts (flash_tc_shape: s below 2^31): the key it stops before
+// (row + 1; 0 for a row past the sequence, which sees none), and how many keys of the key tile at j0
+// it sees (0 … 64; a row within the sequence never reaches past it).
+__device__ __forceinline__ int row_end(int64_t row, int64_t s) { return row < s ? int(row) + 1 : 0; }
+__device__ __forceinline__ int visible_keys(int end, int64_t j0) { return min(max(end - int(j0), 0), kT); }
 
 // The QKV gradient in the token rows (flash_attention_backward_qkv_rows_bf16): bf16 bits of
 // merge_qkv_grads' rows [b·s, 3·a·dh] (Q, K, V the parts 0, 1, 2 of a row, each its a heads' dh
@@ -468,10 +473,10 @@ __device__ __forceinline__ void add_rows_by_tile(float (&acc)[2 * NC][4], const 
 // probabilities 0 and the running maximum, sum and output unchanged, so every value is bitwise the
 // one-slab kernel's: the kernel check's [bits] line compares them).
 //
-// Query tile rows and blocks an SM, decided here: two slabs at dh ≤ 64 (registers allow: ptxas -v), one
-// at larger dh; four one-slab blocks an SM at dh ≤ 64 without the dropout, the occupancy it had before
-// its operands came by ldmatrix .x4 (bounded, 128 registers and 8 bytes spilled; unbounded, 163 and
-// three blocks). lattice_cuda_check's timings compare the one-slab and two-slab forwards.
+// The slabs a head size allows, decided here: two at dh ≤ 64 (registers allow: ptxas -v), one at larger
+// dh; which of one or two a shape takes is timed on its first call (tuned_forward_slabs). Four one-slab
+// blocks an SM at dh ≤ 64 without the dropout, the occupancy it had before its operands came by
+// ldmatrix .x4.
 template <int NC>
 constexpr int kForwardSlabs = NC == 4 ? 2 : 1;
 template <int NC, int MT, bool DROP>
@@ -488,13 +493,13 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
   const int tq = bt.tq, r0 = bt.w0;
   const float scale_log2 = p.scale * kLog2e;
   int64_t row[MT][2];  // this lane's rows: slab m's g and g + 8
-  int end[MT][2];      // and the key each stops before: row + 1, 0 past the sequence (flash_tc_shape: s < 2^31)
+  int end[MT][2];      // and the key each stops before (row_end)
 #pragma unroll
   for (int m = 0; m < MT; ++m)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       row[m][half] = bt.row[half] + m * kT;
-      end[m][half] = row[m][half] < s ? int(row[m][half]) + 1 : 0;
+      end[m][half] = row_end(row[m][half], s);
     }
   load_tile<kTileWidth<NC>>(t.Q, q + head + i0 * dh, nq, p, vec, MT * kT);
   __syncthreads();
@@ -531,10 +536,9 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
       const bool whole = j0 + kT - 1 <= first && first + 16 <= s;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {  // the online softmax of rows g and g + 8
-        // The row's visible keys in the tile (0 … 64; none past the sequence), in 32-bit terms, and
-        // the same count from this lane's first column 2t: its column nt·8 + h is visible where
-        // nt·8 + h < vis, a compare with a constant.
-        const int n = min(max(end[m][half] - int(j0), 0), kT), vis = n - 2 * tq;
+        // The row's visible keys in the tile, and the same count from this lane's first column 2t: its
+        // column nt·8 + h is visible where nt·8 + h < vis, a compare with a constant.
+        const int n = visible_keys(end[m][half], j0), vis = n - 2 * tq;
         const uint32_t keep = DROP ? lane_keep_bits(p, base, row[m][half], j0, n) : ~0u;
         // A masked score becomes −inf, once: the maximum then needs no compare (fmaxf(x, −inf) = x), and
         // its exponential is ex2(−inf) = +0, the 0 it was given before: the same bits.
@@ -609,6 +613,7 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, QkvRows rows
     load_a(qa[c], t.Q, ld, r0, 16 * c), load_a(da[c], t.dO, ld, r0, 16 * c);
   const float scale_log2 = p.scale * kLog2e;
   float li_log2[2], di[2];  // the rows' log-sum-exp times log2 e (tc_exp_scaled), and D
+  const int end[2] = {row_end(row[0], s), row_end(row[1], s)};
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const bool ok = row[half] < s;
@@ -623,7 +628,6 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, QkvRows rows
   tiles.start(0);
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {
-    const int64_t nk = min(int64_t(kT), s - j0);
     const uint16_t *K, *V;
     tiles.next(j0, K, V);
     float sc[8][4], dp[8][4];  // S = Q·Kᵀ and dP = dO·Vᵀ
@@ -631,7 +635,7 @@ __global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, QkvRows rows
     rows_by_tile_t<NC>(dp, da, V, ld);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // dS·(1/√dh) into sc, zero where masked
-      const int n = row[half] < s ? int(max(int64_t(0), min(nk, row[half] - j0 + 1))) : 0;  // as the forward's
+      const int n = visible_keys(end[half], j0);
       const uint32_t keep = DROP ? lane_keep_bits(p, base, row[half], j0, n) : ~0u;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
@@ -814,7 +818,7 @@ int tuned_forward_slabs(const FormKey& key, Run run, cudaStream_t stream) {
   for (int i = 0; i < 3; ++i) ok = ok && cudaEventCreate(&ev[i]) == cudaSuccess;
   if (ok) {
     run(2), run(1);  // warm: the first launches of a kernel pay its loading
-    float best[3] = {0.0f, 1e30f, 1e30f};
+    float best_two = 1e30f, best_one = 1e30f;
     for (int round = 0; round < 3 && ok; ++round) {
       ok = cudaEventRecord(ev[0], stream) == cudaSuccess;
       run(2);
@@ -824,9 +828,9 @@ int tuned_forward_slabs(const FormKey& key, Run run, cudaStream_t stream) {
       float two = 0.0f, one = 0.0f;
       ok = ok && cudaEventElapsedTime(&two, ev[0], ev[1]) == cudaSuccess &&
            cudaEventElapsedTime(&one, ev[1], ev[2]) == cudaSuccess;
-      best[2] = std::min(best[2], two), best[1] = std::min(best[1], one);
+      best_two = std::min(best_two, two), best_one = std::min(best_one, one);
     }
-    if (ok && best[1] < best[2]) chosen = 1;
+    if (ok && best_one < best_two) chosen = 1;
   }
   if (!ok) (void)cudaGetLastError();
   std::lock_guard<std::mutex> lock(tuned_mutex);
