@@ -23,6 +23,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/bf16_fused.hpp"
@@ -200,6 +201,26 @@ void check_embedding() {
   lattice::embedding_backward(dwte.data(), dwpe.data(), dout.data(), ids.data(), b, s, h);
   compare("embedding dwte", "bwd", dwte, g_dwte);
   compare("embedding dwpe", "bwd", dwpe, g_dwpe);
+  // Runs of one id longer than the kernels' batch of rows (16): eight ids over the 1024 tokens, about
+  // 128 each, and a run of one id as the last token. Each row adds its tokens in token order, as the
+  // CPU does, so the bits are the CPU's; the shard form (the half of the vocabulary from v0) the same
+  // on its rows and leaves the others alone.
+  std::uniform_int_distribution<int32_t> few(0, 7);
+  for (auto& x : ids) x = few(rng) * 6000;
+  ids[size_t(N - 1)] = int32_t(vocab - 1);
+  d_ids.upload(ids);
+  std::vector<float> dwte_cpu = randn(wte.size(), 0.1f), dwpe_cpu = randn(wpe.size(), 0.1f);
+  const std::vector<float> dwte0 = dwte_cpu;
+  d_dwte.upload(dwte_cpu), d_dwpe.upload(dwpe_cpu);
+  lattice::cuda::embedding_backward(d_dwte.p, d_dwpe.p, d_dout.p, d_ids.p, b, s, h, vocab, ws.ws());
+  lattice::embedding_backward(dwte_cpu.data(), dwpe_cpu.data(), dout.data(), ids.data(), b, s, h);
+  compare_bits("embedding dwte, runs of 128", "bwd", dwte_cpu, d_dwte.get());
+  const int64_t v0 = vocab / 2, v_local = vocab - v0;
+  Dev<float> d_shard(std::vector<float>(dwte0.begin() + v0 * h, dwte0.end()));
+  Scratch sws(lattice::cuda::embedding_shard_backward_workspace_bytes(N, v_local));
+  lattice::cuda::embedding_shard_backward(d_shard.p, d_dout.p, d_ids.p, v0, v_local, N, h, sws.ws());
+  compare_bits("embedding_shard dwte, runs of 128", "bwd", std::vector<float>(dwte_cpu.begin() + v0 * h, dwte_cpu.end()),
+               d_shard.get());
 }
 
 void check_layernorm() {
@@ -254,6 +275,46 @@ void check_layernorm() {
     compare("layernorm dinp" + shape, "bwd", dx2, e_dx.get());
     compare("layernorm dweight" + shape, "bwd", dw2, e_dw.get());
     compare("layernorm dbias" + shape, "bwd", db2, e_db.get());
+  }
+  // The backward's staged kernel (rows copied ahead into shared memory: 16-byte-aligned rows) against
+  // its fused kernel (the same rows one element off that alignment), bit for bit, with x in fp32 and in
+  // bf16, and a last chunk cut inside a stage of eight rows (1003 = 15·64 + 5·8 + 3).
+  {
+    const int64_t n3 = 1003, c3 = 768;
+    const auto x3 = randn(size_t(n3 * c3), 2.0f), dy3 = randn(x3.size()), dx3 = randn(x3.size(), 0.1f);
+    const auto w3 = randn(size_t(c3)), m3 = randn(size_t(n3), 0.5f);
+    std::vector<float> r3(static_cast<size_t>(n3));
+    for (size_t i = 0; i < r3.size(); ++i) r3[i] = 1.0f + 0.5f * std::fabs(m3[i]);
+    std::vector<uint16_t> x3h(x3.size());
+    for (size_t i = 0; i < x3.size(); ++i) x3h[i] = lattice::to_bf16(x3[i]);
+    // The values `at` elements into a buffer that starts 256-byte aligned.
+    const auto shifted = [](const auto& v, size_t at) {
+      std::remove_cv_t<std::remove_reference_t<decltype(v)>> out(v.size() + at);
+      std::copy(v.begin(), v.end(), out.begin() + std::ptrdiff_t(at));
+      return out;
+    };
+    Dev<float> e_w(w3), e_m(m3), e_r(r3);
+    const std::vector<float> zeros(static_cast<size_t>(c3));
+    Scratch ws3(lattice::cuda::layernorm_backward_workspace_bytes(n3, c3));
+    for (const bool half : {false, true}) {
+      std::vector<std::vector<float>> got[2];
+      for (const size_t at : {size_t(0), size_t(1)}) {
+        Dev<float> e_dy(shifted(dy3, at)), e_dx(shifted(dx3, at)), e_x(shifted(x3, at)), e_dw(zeros), e_db(zeros);
+        Dev<uint16_t> e_x16(shifted(x3h, at));
+        if (half)
+          lattice::cuda::layernorm_backward_bf16(e_dx.p + at, e_dw.p, e_db.p, e_dy.p + at, e_x16.p + at, e_w.p, e_m.p,
+                                                 e_r.p, n3, c3, ws3.ws());
+        else
+          lattice::cuda::layernorm_backward(e_dx.p + at, e_dw.p, e_db.p, e_dy.p + at, e_x.p + at, e_w.p, e_m.p, e_r.p,
+                                            n3, c3, ws3.ws());
+        got[at] = {e_dx.get(), e_dw.get(), e_db.get()};
+        got[at][0].erase(got[at][0].begin(), got[at][0].begin() + std::ptrdiff_t(at));
+      }
+      const std::string what = std::string("layernorm_backward") + (half ? "_bf16" : "") + " staged vs fused ";
+      compare_bits(what + "dinp", "bwd", got[1][0], got[0][0]);
+      compare_bits(what + "dweight", "bwd", got[1][1], got[0][1]);
+      compare_bits(what + "dbias", "bwd", got[1][2], got[0][2]);
+    }
   }
 }
 

@@ -32,21 +32,52 @@ __global__ void iota_kernel(uint32_t* v, int64_t n) {
     v[k] = uint32_t(k);
 }
 
+// The rows of a run of one id (sorted positions [k, end)) added into `row`, a column a thread, token by
+// token in token order (the radix sort is stable): the bits of adding them one at a time. Two things
+// made the most frequent token's run bound the whole backward (1.36 ms a step of GPT-2 at micro-batch
+// 32 on the H200, run 6, where the embedding's gradient is 100 MB): the run's end was found by a walk
+// of dependent loads, one a token, and each column's rows were loaded one at a time. Now the end is a
+// binary search (the ids are sorted, so sorted_ids[t] == id exactly for t < end), and kRunBatch rows'
+// token numbers, then their values, are loaded before any is added.
+constexpr int kRunBatch = 16;
+__device__ void add_token_run(float* row, const float* dout, const uint32_t* sorted_ids, const uint32_t* sorted_tokens,
+                              int64_t k, uint32_t id, int64_t N, int64_t h) {
+  int64_t lo = k + 1, hi = N;  // the run's end lies in [lo, hi]
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (sorted_ids[mid] == id) lo = mid + 1;
+    else hi = mid;
+  }
+  const int64_t end = lo;
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
+    float acc = row[i];
+    int64_t t = k;
+    for (; t + kRunBatch <= end; t += kRunBatch) {
+      int64_t src[kRunBatch];
+#pragma unroll
+      for (int u = 0; u < kRunBatch; ++u) src[u] = int64_t(sorted_tokens[t + u]) * h + i;
+      float v[kRunBatch];
+#pragma unroll
+      for (int u = 0; u < kRunBatch; ++u) v[u] = dout[src[u]];
+#pragma unroll
+      for (int u = 0; u < kRunBatch; ++u) acc += v[u];
+    }
+    for (; t < end; ++t) acc += dout[int64_t(sorted_tokens[t]) * h + i];
+    row[i] = acc;
+  }
+}
+// Threads a block of the runs' kernels: a column each up to 1024 (one column at a time each was three
+// chains in turn a thread for GPT-2's 768 columns at 256 threads).
+inline unsigned run_block(int64_t h) { return unsigned(std::clamp<int64_t>((h + 31) / 32 * 32, 32, 1024)); }
+
 // One block per position k of the tokens sorted by id; the block at the start of a run of equal ids adds
-// the run's gradients into that row of dwte, token by token in token order (the radix sort is stable).
+// the run's gradients into that row of dwte (add_token_run).
 __global__ void embedding_tokens_backward_kernel(float* dwte, const float* dout, const uint32_t* sorted_ids,
                                                  const uint32_t* sorted_tokens, int64_t N, int64_t h) {
   const int64_t k = blockIdx.x;
   const uint32_t id = sorted_ids[k];
   if (k > 0 && sorted_ids[k - 1] == id) return;
-  int64_t end = k + 1;
-  while (end < N && sorted_ids[end] == id) ++end;
-  float* row = dwte + int64_t(id) * h;
-  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
-    float acc = row[i];
-    for (int64_t t = k; t < end; ++t) acc += dout[int64_t(sorted_tokens[t]) * h + i];
-    row[i] = acc;
-  }
+  add_token_run(dwte + int64_t(id) * h, dout, sorted_ids, sorted_tokens, k, id, N, h);
 }
 
 // dwpe[p, i] += Σ_bi dout[bi, p, i], the rows in order.
@@ -345,7 +376,7 @@ __global__ void embedding_shard_forward_kernel(float* out, const int32_t* ids, c
 }
 
 // One block per position of the sorted tokens; the block at the start of a run of one id this shard
-// holds adds the run's gradients into the row, in token order (the sort is stable).
+// holds adds the run's gradients into the row (add_token_run).
 __global__ void embedding_shard_backward_kernel(float* dwte, const float* dout, const uint32_t* sorted_ids,
                                                 const uint32_t* sorted_tokens, int64_t v0, int64_t v_local,
                                                 int64_t N, int64_t h) {
@@ -354,14 +385,7 @@ __global__ void embedding_shard_backward_kernel(float* dwte, const float* dout, 
   if (k > 0 && sorted_ids[k - 1] == id) return;
   const int64_t row = int64_t(id) - v0;
   if (row < 0 || row >= v_local) return;
-  int64_t end = k + 1;
-  while (end < N && sorted_ids[end] == id) ++end;
-  float* out = dwte + row * h;
-  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
-    float acc = out[i];
-    for (int64_t t = k; t < end; ++t) acc += dout[int64_t(sorted_tokens[t]) * h + i];
-    out[i] = acc;
-  }
+  add_token_run(dwte + row * h, dout, sorted_ids, sorted_tokens, k, id, N, h);
 }
 
 }  // namespace
@@ -382,7 +406,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   const int64_t N = b * s;
   const SortedTokens sorted = sort_tokens_by_id(ids, N, id_bits(vocab), ws, stream, "embedding_backward");
   if (N > 0) {
-    embedding_tokens_backward_kernel<<<unsigned(N), kBlock, 0, stream>>>(dwte, dout, sorted.ids, sorted.tokens, N, h);
+    embedding_tokens_backward_kernel<<<unsigned(N), run_block(h), 0, stream>>>(dwte, dout, sorted.ids, sorted.tokens, N, h);
     check_launch("embedding_backward tokens");
   }
   embedding_positions_backward_kernel<<<grid_for(s * h), kBlock, 0, stream>>>(dwpe, dout, b, s, h);
@@ -402,7 +426,7 @@ void embedding_shard_backward(float* dwte, const float* dout, const int32_t* ids
                               int64_t N, int64_t h, Workspace ws, cudaStream_t stream) {
   const SortedTokens sorted = sort_tokens_by_id(ids, N, kIdBits, ws, stream, "embedding_shard_backward");
   if (N == 0) return;
-  embedding_shard_backward_kernel<<<unsigned(N), kBlock, 0, stream>>>(dwte, dout, sorted.ids, sorted.tokens, v0,
+  embedding_shard_backward_kernel<<<unsigned(N), run_block(h), 0, stream>>>(dwte, dout, sorted.ids, sorted.tokens, v0,
                                                                        v_local, N, h);
   check_launch("embedding_shard_backward");
 }
