@@ -109,8 +109,18 @@ __global__ void flash_rowdot_kernel(float* D, uint16_t* dout16, const float* dou
   if (warp >= rows) return;  // whole warps leave together
   int64_t src = warp * dh;
   if (ROWS) {
-    const int64_t bh = warp / s, i = warp % s;
-    src = ((bh / a * s + i) * a + bh % a) * dh;
+    // Row (bh, i) sits at token row bi·s + i, head hd. 32-bit divisions where the counts allow (every
+    // lane makes them; four 64-bit ones took some 300 instructions a row).
+    int64_t bi, hd, i;
+    if (rows <= int64_t(0xffffffffu) && a <= int64_t(0xffffffffu)) {
+      const uint32_t w = uint32_t(warp), su = uint32_t(s), au = uint32_t(a);
+      const uint32_t bh = w / su, b32 = bh / au;
+      i = int64_t(w - bh * su), bi = int64_t(b32), hd = int64_t(bh - b32 * au);
+    } else {
+      const int64_t bh = warp / s;
+      i = warp - bh * s, bi = bh / a, hd = bh - bi * a;
+    }
+    src = ((bi * s + i) * a + hd) * dh;
   }
   // A lane's columns (at most kFlashMaxHeadDim / 32) loaded before the first dout16 store: a store
   // the compiler cannot prove apart from dout and out kept each later load behind it. The same sum in

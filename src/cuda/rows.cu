@@ -550,54 +550,96 @@ __global__ void ce_normalize_kernel(float* logits, float* losses, const float* r
 // columns in their order, then the same tree (block_sum_of_warps).
 constexpr int kCeWholeWide = 4;
 constexpr int kCeWholeThreads = kCeWholeWide * kRowBlock;
+// A row's columns [0, v_local) to global or shared memory, one or four a step (ce_whole_forward_kernel's
+// two forms). Four: one 16-byte access where the scalar form made four, and 32-bit column counts (the
+// one-pass kernel ran about 45 instructions a column, 2.0 TB/s of the H200's 4.8 in run 6).
+template <int V>
+struct CeColumns;
+template <>
+struct CeColumns<1> {
+  static __device__ __forceinline__ Group<1> load(const float* p, int j) { return {{p[j]}}; }
+  static __device__ __forceinline__ void store(float* p, int j, const Group<1>& g) { p[j] = g.v[0]; }
+};
+template <>
+struct CeColumns<4> {
+  static __device__ __forceinline__ Group<4> load(const float* p, int j) {
+    const float4 f = *reinterpret_cast<const float4*>(p + j);
+    return {{f.x, f.y, f.z, f.w}};
+  }
+  static __device__ __forceinline__ void store(float* p, int j, const Group<4>& g) {
+    *reinterpret_cast<float4*>(p + j) = make_float4(g.v[0], g.v[1], g.v[2], g.v[3]);
+  }
+};
+// V columns a thread a step: 1, or 4 where v_local is a multiple of 4 and the logits 16-byte aligned
+// (ce_whole_forward decides). Each column's value is the same either way, so the bits are too.
+template <int V>
 __global__ void __launch_bounds__(kCeWholeThreads)
     ce_whole_forward_kernel(float* logits, float* losses, float* row_max, float* row_sum, float* target_logit,
                             const int32_t* targets, int64_t v_local, int64_t real) {
   extern __shared__ float row[];  // v_local floats
   __shared__ float scratch[32];
+  using Cols = CeColumns<V>;
   const int64_t n = blockIdx.x;
-  const int64_t threads = blockDim.x, tid = threadIdx.x;
+  const int tid = int(threadIdx.x), threads = int(blockDim.x);
+  const int cols = int(v_local), reals = int(real);  // a row within shared memory: < 2^31 columns
+  const int step = V * threads;
   float* x = logits + n * v_local;
   float mx = -__int_as_float(0x7f800000);
-  // 16 loads in flight a thread before any is used (64 KB an SM).
-  constexpr int kBatch = 16;
-  for (int64_t base = tid; base < real; base += kBatch * threads) {
-    float v[kBatch];
+  // 16 floats a thread loaded before any is used (64 KB an SM).
+  constexpr int kBatch = 16 / V;
+  for (int base = V * tid; base < cols; base += kBatch * step) {
+    Group<V> v[kBatch];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int64_t j = base + u * threads;
-      v[u] = j < real ? x[j] : 0.0f;
+      const int j = base + u * step;
+      if (j < cols) v[u] = Cols::load(x, j);
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int64_t j = base + u * threads;
-      if (j < real) row[j] = v[u], mx = fmaxf(mx, v[u]);
+      const int j = base + u * step;
+      if (j < cols) {
+        Cols::store(row, j, v[u]);  // the padding's raw values too: the exponentials below zero them
+#pragma unroll
+        for (int e = 0; e < V; ++e)
+          if (j + e < reals) mx = fmaxf(mx, v[u].v[e]);
+      }
     }
   }
   mx = block_max(mx, scratch) + 0.0f;  // its barriers order the row's stores before the reads below
   const int64_t t = targets[n];
   // Read before any thread writes the row back (the barriers below come first).
   const float tl = tid == 0 && t >= 0 && t < real ? x[t] : 0.0f;
-  for (int64_t j = tid; j < v_local; j += threads) row[j] = ce_exp_value(row[j], mx, j, real);
+  for (int j = V * tid; j < cols; j += step) {
+    Group<V> g = Cols::load(row, j);
+#pragma unroll
+    for (int e = 0; e < V; ++e) g.v[e] = ce_exp_value(g.v[e], mx, j + e, real);
+    Cols::store(row, j, g);
+  }
   __syncthreads();
   float sum = 0.0f;
   if (tid < kRowBlock) {
     // Eight of a thread's columns read before any is added (one shared-memory latency per eight, not
     // per column, on the eight warps that sum), then added in order: the same sum.
     constexpr int kSumBatch = 8;
-    int64_t j = tid;
-    for (; j + (kSumBatch - 1) * kRowBlock < v_local; j += kSumBatch * kRowBlock) {
+    int j = tid;
+    for (; j + (kSumBatch - 1) * kRowBlock < cols; j += kSumBatch * kRowBlock) {
       float e[kSumBatch];
 #pragma unroll
       for (int u = 0; u < kSumBatch; ++u) e[u] = row[j + u * kRowBlock];
 #pragma unroll
       for (int u = 0; u < kSumBatch; ++u) sum += e[u];
     }
-    for (; j < v_local; j += kRowBlock) sum += row[j];
+    for (; j < cols; j += kRowBlock) sum += row[j];
   }
   sum = block_sum_of_warps(sum, scratch, kRowBlock / 32);
   const float inv = 1.0f / sum;
-  for (int64_t j = tid; j < v_local; j += threads) x[j] = j < real ? row[j] * inv : row[j];
+  for (int j = V * tid; j < cols; j += step) {
+    Group<V> g = Cols::load(row, j);
+#pragma unroll
+    for (int e = 0; e < V; ++e)
+      if (j + e < reals) g.v[e] *= inv;
+    Cols::store(x, j, g);
+  }
   if (tid == 0) {
     row_max[n] = mx, row_sum[n] = sum, target_logit[n] = tl;
     losses[n] = ce_row_loss(mx, sum, tl);
@@ -848,15 +890,18 @@ void ce_whole_forward(float* logits, float* losses, float* row_max, float* row_s
   const size_t bytes = size_t(v_local) * sizeof(float);
   // Opted in at every size: the kernel's static reduction scratch counts against the default 48 KiB too,
   // so a row just under it would not launch without (a raised limit is kept; one process, one device).
-  static size_t allowed = 0;
-  if (bytes > allowed) {
-    check(cudaFuncSetAttribute(ce_whole_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
-          "ce_whole_forward");
-    allowed = bytes;
-  }
-  ce_whole_forward_kernel<<<row_grid(N), kCeWholeThreads, bytes, stream>>>(logits, losses, row_max, row_sum,
-                                                                            target_logit, targets, v_local, real);
-  check_launch("ce_whole_forward");
+  const auto launch = [&](auto kernel) {
+    static size_t allowed = 0;  // one a form
+    if (bytes > allowed) {
+      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), "ce_whole_forward");
+      allowed = bytes;
+    }
+    kernel<<<row_grid(N), kCeWholeThreads, bytes, stream>>>(logits, losses, row_max, row_sum, target_logit, targets,
+                                                            v_local, real);
+    check_launch("ce_whole_forward");
+  };
+  if (v_local % 4 == 0 && aligned_to(logits, 16)) launch(ce_whole_forward_kernel<4>);
+  else launch(ce_whole_forward_kernel<1>);
 }
 
 size_t cross_entropy_workspace_bytes(int64_t N) { return 3 * size_t(N) * sizeof(float); }
