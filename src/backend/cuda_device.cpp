@@ -379,6 +379,11 @@ void c_ce_backward_bf16(uint16_t* d16, const float* probs, const int32_t* target
   cuda::ce_shard_backward_bf16(d16, probs, targets, v0, vl, N, scale);
 }
 
+void c_ce_whole_forward_bf16(float* probs, const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
+                             float* target_logit, const int32_t* targets, int64_t vl, int64_t real, int64_t N) {
+  cuda::ce_whole_forward_bf16(probs, logits16, losses, row_max, row_sum, target_logit, targets, vl, real, N);
+}
+
 void c_synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
 const DeviceOps kCudaOps = {
@@ -446,6 +451,7 @@ const DeviceOps kCudaOps = {
     c_softmax_causal_backward_bf16,
     c_layernorm_backward_bf16,
     c_ce_backward_bf16,
+    c_ce_whole_forward_bf16,
     c_synchronize,
 };
 

@@ -162,6 +162,7 @@ const DeviceOps kCpu = {
     softmax_causal_backward_bf16,
     layernorm_backward_bf16,
     ce_shard_backward_bf16,
+    ce_whole_forward_bf16,
     cpu_synchronize,
 };
 

@@ -142,6 +142,8 @@ struct DeviceOps {
   void (*layernorm_backward_bf16)(float*, float*, float*, const float*, const uint16_t*, const float*, const float*,
                                   const float*, int64_t, int64_t);
   void (*ce_shard_backward_bf16)(uint16_t*, const float*, const int32_t*, int64_t, int64_t, int64_t, float);
+  void (*ce_whole_forward_bf16)(float*, const uint16_t*, float*, float*, float*, float*, const int32_t*, int64_t,
+                                int64_t, int64_t);
   // Returns once every operation issued so far has finished (a timer's edge; the CPU's are synchronous).
   void (*synchronize)();
   // The copies and zeroing of device buffers are tensor/device_memory.hpp's (the same memory serves
@@ -158,7 +160,7 @@ struct DeviceOps {
   X(merge_qkv_grads) X(embedding_shard_forward) X(embedding_shard_backward) X(add_positions) X(position_grads) X(ce_shard_max_target)            \
   X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_whole_forward) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(adamw_update_segments) X(grad_sums_squares) X(scale_grads) X(all_finite) \
   X(layernorm_forward_bf16) X(split_heads16) X(merge_heads_bf16) X(unmerge_heads_bf16) X(gelu_forward16) X(narrow_bias_backward)       \
-  X(gelu_backward_narrow) X(merge_qkv_grads_narrow) X(softmax_causal_backward_bf16) X(layernorm_backward_bf16) X(ce_shard_backward_bf16)      \
+  X(gelu_backward_narrow) X(merge_qkv_grads_narrow) X(softmax_causal_backward_bf16) X(layernorm_backward_bf16) X(ce_shard_backward_bf16) X(ce_whole_forward_bf16) \
   X(synchronize)
 
 // The CPU's table: src/kernels, byte for byte what the model called directly before the seam.
@@ -385,6 +387,11 @@ inline void softmax_causal_backward_bf16(uint16_t* ds16, const float* dprobs, co
 inline void layernorm_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp16,
                                     const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
   device_ops().layernorm_backward_bf16(dinp, dweight, dbias, dout, inp16, weight, mean, rstd, N, C);
+}
+inline void ce_whole_forward_bf16(float* probs, const uint16_t* logits16, float* losses, float* row_max,
+                                  float* row_sum, float* target_logit, const int32_t* targets, int64_t v_local,
+                                  int64_t real, int64_t N) {
+  device_ops().ce_whole_forward_bf16(probs, logits16, losses, row_max, row_sum, target_logit, targets, v_local, real, N);
 }
 inline void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets, int64_t v0,
                                    int64_t v_local, int64_t N, float scale) {

@@ -501,6 +501,20 @@ void check_cross_entropy() {
     compare_bits(name + " max", "fwd", m3.get(), m1.get());
     compare_bits(name + " sum", "fwd", s3.get(), s1.get());
     compare_bits(name + " target", "fwd", t3.get(), t1.get());
+    // The bf16 logits' form (the head GEMM's bf16 output) against widening them and the fp32 form.
+    std::vector<uint16_t> x16(x.size());
+    std::vector<float> widened(x.size());
+    for (size_t i = 0; i < x.size(); ++i) x16[i] = lattice::to_bf16(x[i]), widened[i] = lattice::from_bf16(x16[i]);
+    Dev<uint16_t> d_x16(x16);
+    Dev<float> probs16(x.size()), wide(widened);
+    lattice::cuda::ce_whole_forward_bf16(probs16.p, d_x16.p, l1.p, m1.p, s1.p, t1.p, dt.p, v_pad, v_real, rows_n);
+    lattice::cuda::ce_whole_forward(wide.p, l3.p, m3.p, s3.p, t3.p, dt.p, v_pad, v_real, rows_n);
+    const std::string name16 = name + " bf16 logits";
+    compare_bits(name16 + " probs", "fwd", wide.get(), probs16.get());
+    compare_bits(name16 + " losses", "fwd", l3.get(), l1.get());
+    compare_bits(name16 + " max", "fwd", m3.get(), m1.get());
+    compare_bits(name16 + " sum", "fwd", s3.get(), s1.get());
+    compare_bits(name16 + " target", "fwd", t3.get(), t1.get());
   }
   // Vocabulary-parallel: two shards of Vp/2 columns, each rank's pieces on the device, the all-reduces
   // done here on the host (max, sums), against the one-rank CPU kernel.

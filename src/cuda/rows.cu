@@ -550,14 +550,16 @@ __global__ void ce_normalize_kernel(float* logits, float* losses, const float* r
 // columns in their order, then the same tree (block_sum_of_warps).
 constexpr int kCeWholeWide = 4;
 constexpr int kCeWholeThreads = kCeWholeWide * kRowBlock;
-// A row's columns [0, v_local) to global or shared memory, one or four a step (ce_whole_forward_kernel's
-// two forms). Four: one 16-byte access where the scalar form made four, and 32-bit column counts (the
-// one-pass kernel ran about 45 instructions a column, 2.0 TB/s of the H200's 4.8 in run 6).
+// A row's columns [0, v_local), one or four a step (ce_whole_forward_kernel's two forms), read from fp32
+// or bf16 (widened) and written as fp32. Four: one 16-byte access (8 from bf16) where the scalar form
+// made four, and 32-bit column counts (the one-pass kernel ran about 45 instructions a column, 2.0 TB/s
+// of the H200's 4.8 in run 6).
 template <int V>
 struct CeColumns;
 template <>
 struct CeColumns<1> {
   static __device__ __forceinline__ Group<1> load(const float* p, int j) { return {{p[j]}}; }
+  static __device__ __forceinline__ Group<1> load(const uint16_t* p, int j) { return {{from_bf16_bits(p[j])}}; }
   static __device__ __forceinline__ void store(float* p, int j, const Group<1>& g) { p[j] = g.v[0]; }
 };
 template <>
@@ -566,16 +568,23 @@ struct CeColumns<4> {
     const float4 f = *reinterpret_cast<const float4*>(p + j);
     return {{f.x, f.y, f.z, f.w}};
   }
+  static __device__ __forceinline__ Group<4> load(const uint16_t* p, int j) {
+    const uint2 w = *reinterpret_cast<const uint2*>(p + j);
+    return {{from_bf16_bits(uint16_t(w.x & 0xffffu)), from_bf16_bits(uint16_t(w.x >> 16)),
+             from_bf16_bits(uint16_t(w.y & 0xffffu)), from_bf16_bits(uint16_t(w.y >> 16))}};
+  }
   static __device__ __forceinline__ void store(float* p, int j, const Group<4>& g) {
     *reinterpret_cast<float4*>(p + j) = make_float4(g.v[0], g.v[1], g.v[2], g.v[3]);
   }
 };
-// V columns a thread a step: 1, or 4 where v_local is a multiple of 4 and the logits 16-byte aligned
-// (ce_whole_forward decides). Each column's value is the same either way, so the bits are too.
-template <int V>
+// V columns a thread a step: 1, or 4 where v_local is a multiple of 4 and the rows aligned for it
+// (ce_whole_forward_launch decides). The logits come from `logits` (fp32, then probs == logits: the row
+// is read whole before any of it is written; or bf16, widened exactly), the probabilities go to probs.
+// Each column's value is the same in every form, so the bits are too.
+template <int V, class TIn>
 __global__ void __launch_bounds__(kCeWholeThreads)
-    ce_whole_forward_kernel(float* logits, float* losses, float* row_max, float* row_sum, float* target_logit,
-                            const int32_t* targets, int64_t v_local, int64_t real) {
+    ce_whole_forward_kernel(float* probs, const TIn* logits, float* losses, float* row_max, float* row_sum,
+                            float* target_logit, const int32_t* targets, int64_t v_local, int64_t real) {
   extern __shared__ float row[];  // v_local floats
   __shared__ float scratch[32];
   using Cols = CeColumns<V>;
@@ -583,9 +592,10 @@ __global__ void __launch_bounds__(kCeWholeThreads)
   const int tid = int(threadIdx.x), threads = int(blockDim.x);
   const int cols = int(v_local), reals = int(real);  // a row within shared memory: < 2^31 columns
   const int step = V * threads;
-  float* x = logits + n * v_local;
+  const TIn* x = logits + n * v_local;
+  float* y = probs + n * v_local;
   float mx = -__int_as_float(0x7f800000);
-  // 16 floats a thread loaded before any is used (64 KB an SM).
+  // 16 columns a thread loaded before any is used (64 KB an SM in fp32).
   constexpr int kBatch = 16 / V;
   for (int base = V * tid; base < cols; base += kBatch * step) {
     Group<V> v[kBatch];
@@ -608,7 +618,7 @@ __global__ void __launch_bounds__(kCeWholeThreads)
   mx = block_max(mx, scratch) + 0.0f;  // its barriers order the row's stores before the reads below
   const int64_t t = targets[n];
   // Read before any thread writes the row back (the barriers below come first).
-  const float tl = tid == 0 && t >= 0 && t < real ? x[t] : 0.0f;
+  const float tl = tid == 0 && t >= 0 && t < real ? load_f32(x, t) : 0.0f;
   for (int j = V * tid; j < cols; j += step) {
     Group<V> g = Cols::load(row, j);
 #pragma unroll
@@ -638,7 +648,7 @@ __global__ void __launch_bounds__(kCeWholeThreads)
 #pragma unroll
     for (int e = 0; e < V; ++e)
       if (j + e < reals) g.v[e] *= inv;
-    Cols::store(x, j, g);
+    Cols::store(y, j, g);
   }
   if (tid == 0) {
     row_max[n] = mx, row_sum[n] = sum, target_logit[n] = tl;
@@ -878,15 +888,13 @@ bool ce_whole_forward_fused(int64_t v_local) {
   // The row, the reduction's 32 floats and the runtime's reserve within what a block may opt in to.
   return v_local > 0 && size_t(v_local) * sizeof(float) + 1024 <= size_t(optin);
 }
-void ce_whole_forward(float* logits, float* losses, float* row_max, float* row_sum, float* target_logit,
-                      const int32_t* targets, int64_t v_local, int64_t real, int64_t N, cudaStream_t stream) {
-  if (N <= 0) return;
-  if (!ce_whole_forward_fused(v_local)) {  // a vocabulary row past shared memory: the three kernels
-    ce_shard_max_target(row_max, target_logit, logits, targets, 0, v_local, real, N, stream);
-    ce_shard_exp_sum(row_sum, logits, row_max, v_local, real, N, stream);
-    ce_shard_normalize(logits, losses, row_max, row_sum, target_logit, v_local, real, N, stream);
-    return;
-  }
+namespace {
+// The one-pass kernel for a row that fits (ce_whole_forward_fused): four columns a step where the
+// rows allow it.
+template <class TIn>
+void ce_whole_forward_launch(float* probs, const TIn* logits, float* losses, float* row_max, float* row_sum,
+                             float* target_logit, const int32_t* targets, int64_t v_local, int64_t real, int64_t N,
+                             cudaStream_t stream) {
   const size_t bytes = size_t(v_local) * sizeof(float);
   // Opted in at every size: the kernel's static reduction scratch counts against the default 48 KiB too,
   // so a row just under it would not launch without (a raised limit is kept; one process, one device).
@@ -896,12 +904,40 @@ void ce_whole_forward(float* logits, float* losses, float* row_max, float* row_s
       check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), "ce_whole_forward");
       allowed = bytes;
     }
-    kernel<<<row_grid(N), kCeWholeThreads, bytes, stream>>>(logits, losses, row_max, row_sum, target_logit, targets,
-                                                            v_local, real);
+    kernel<<<row_grid(N), kCeWholeThreads, bytes, stream>>>(probs, logits, losses, row_max, row_sum, target_logit,
+                                                            targets, v_local, real);
     check_launch("ce_whole_forward");
   };
-  if (v_local % 4 == 0 && aligned_to(logits, 16)) launch(ce_whole_forward_kernel<4>);
-  else launch(ce_whole_forward_kernel<1>);
+  if (v_local % 4 == 0 && aligned_to(probs, 16) && aligned_to(logits, 4 * sizeof(TIn)))
+    launch(ce_whole_forward_kernel<4, TIn>);
+  else
+    launch(ce_whole_forward_kernel<1, TIn>);
+}
+}  // namespace
+
+void ce_whole_forward(float* logits, float* losses, float* row_max, float* row_sum, float* target_logit,
+                      const int32_t* targets, int64_t v_local, int64_t real, int64_t N, cudaStream_t stream) {
+  if (N <= 0) return;
+  if (!ce_whole_forward_fused(v_local)) {  // a vocabulary row past shared memory: the three kernels
+    ce_shard_max_target(row_max, target_logit, logits, targets, 0, v_local, real, N, stream);
+    ce_shard_exp_sum(row_sum, logits, row_max, v_local, real, N, stream);
+    ce_shard_normalize(logits, losses, row_max, row_sum, target_logit, v_local, real, N, stream);
+    return;
+  }
+  ce_whole_forward_launch<float>(logits, logits, losses, row_max, row_sum, target_logit, targets, v_local, real, N,
+                                 stream);
+}
+void ce_whole_forward_bf16(float* probs, const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
+                           float* target_logit, const int32_t* targets, int64_t v_local, int64_t real, int64_t N,
+                           cudaStream_t stream) {
+  if (N <= 0) return;
+  if (!ce_whole_forward_fused(v_local)) {  // widened into probs, then the three kernels there
+    from_bf16(logits16, probs, N * v_local, stream);
+    ce_whole_forward(probs, losses, row_max, row_sum, target_logit, targets, v_local, real, N, stream);
+    return;
+  }
+  ce_whole_forward_launch<uint16_t>(probs, logits16, losses, row_max, row_sum, target_logit, targets, v_local, real, N,
+                                    stream);
 }
 
 size_t cross_entropy_workspace_bytes(int64_t N) { return 3 * size_t(N) * sizeof(float); }

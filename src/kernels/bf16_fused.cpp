@@ -7,6 +7,7 @@
 #include "kernels/gelu.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/softmax.hpp"
+#include "kernels/vocab_shard.hpp"
 #include "tensor/bf16.hpp"
 #include "tensor/memory_tracker.hpp"
 
@@ -106,6 +107,14 @@ void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N,
 #pragma omp simd
     for (int64_t c = 0; c < len; ++c) v[c] = row[c];
   });
+}
+
+void ce_whole_forward_bf16(float* probs, const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
+                           float* target_logit, const int32_t* targets, int64_t v_local, int64_t real, int64_t N) {
+  const int64_t n = N * v_local;
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) probs[i] = from_bf16(logits16[i]);
+  ce_whole_forward(probs, losses, row_max, row_sum, target_logit, targets, v_local, real, N);
 }
 
 void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets, int64_t v0,

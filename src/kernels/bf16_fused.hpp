@@ -45,6 +45,11 @@ void softmax_causal_backward_bf16(uint16_t* ds16, const float* dprobs, const uin
 // the logits' gradient as bf16, and nothing reads the fp32 one.
 void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets, int64_t v0,
                             int64_t v_local, int64_t N, float scale);
+// ce_whole_forward (kernels/vocab_shard.hpp) over logits the head GEMM wrote in bf16, the
+// probabilities into probs (fp32, N·v_local): the bf16 logits widened into probs, then
+// ce_whole_forward in place. Reading half the bytes where the GEMM wrote half is what a device gains.
+void ce_whole_forward_bf16(float* probs, const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
+                           float* target_logit, const int32_t* targets, int64_t v_local, int64_t real, int64_t N);
 // layernorm_backward with its input read from bf16.
 void layernorm_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp16,
                              const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);

@@ -171,6 +171,13 @@ void GPT::run_head_gemm(float* logits, GemmOperand head_in, const float* wte, in
   dev::gemm(g, head_in, weight_operand(wte, table_.wte(), wte_bucket(model_.layers)), logits);
 }
 
+void GPT::run_head_gemm_bf16(uint16_t* logits16, GemmOperand head_in, const float* wte, int64_t N, float* room) const {
+  // logits16[N, V/t] = bf16(head_in[N, h] · wte_shardᵀ): linear_backward_input_bf16's product (x·Wᵀ
+  // with W stored [V/t, h]), the fp32 room where a device narrows an fp32 product.
+  dev::linear_backward_input_bf16(logits16, head_in, weight_operand(wte, table_.wte(), wte_bucket(model_.layers)), N,
+                                  vocab_local(), model_.hidden, room);
+}
+
 parallel::VocabShard GPT::vocab_shard() const {
   return {int64_t(tp_.rank()) * vocab_local(), vocab_local(), model_.vocab};
 }
@@ -257,12 +264,27 @@ double GPT::head_forward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
   bucket_params_done(lnf_bucket(L));
   out.head_in = Stored(Nl * h, dt, kHeadLayer, "head_input");
   out.head_in.store(ws_.ln.data());
+  // The logits' buffer, which the cross-entropy turns into the probabilities that backward reads.
   out.logits = TrackedBuffer(size_t(N * vocab.v_local) * 4, kHeadLayer, "logits");
   auto* logits = static_cast<float*>(out.logits.data());
-  run_head_gemm(logits, head_operand(out.head_in, ws_.ln.data(), b, sc, false), bucket_params(wte_bucket(L)), N);
-  bucket_params_done(wte_bucket(L));
+  const GemmOperand head_x = head_operand(out.head_in, ws_.ln.data(), b, sc, false);
+  const int32_t* targets = device_targets(mb, s, out);
   DeviceVector<float, MemoryCategory::workspaces> losses(static_cast<size_t>(N));
-  parallel::cross_entropy_forward(tp_, logits, losses.data(), device_targets(mb, s, out), vocab, N);
+  if (dt == DType::bf16) {
+    // Under bf16 activations the logits are made in bf16, as the layers' GEMM outputs are (Megatron's
+    // too), into the bf16 staging's head (its tail may hold the gathered head input; the backward's
+    // dlogits take the head later), the fp32 buffer as the GEMM's room; the cross-entropy reads them
+    // there and writes the probabilities in fp32. Half the bytes written and read of the step's
+    // largest tensor (N·V).
+    uint16_t* logits16 = ws_.half.data();
+    run_head_gemm_bf16(logits16, head_x, bucket_params(wte_bucket(L)), N, logits);
+    bucket_params_done(wte_bucket(L));
+    parallel::cross_entropy_forward_bf16(tp_, logits, logits16, losses.data(), targets, vocab, N);
+  } else {
+    run_head_gemm(logits, head_x, bucket_params(wte_bucket(L)), N);
+    bucket_params_done(wte_bucket(L));
+    parallel::cross_entropy_forward(tp_, logits, losses.data(), targets, vocab, N);
+  }
   const float* row_losses = losses.data();
   tracked_vector<float, MemoryCategory::workspaces> host;  // a device's losses come to the host to be summed
   if (!device_memory().host_addressable) host.resize(size_t(N)), dev::download(host.data(), losses.data(), N),

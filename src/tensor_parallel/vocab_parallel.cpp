@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backend/device_ops.hpp"
+#include "tensor/device_memory.hpp"
 #include "tensor/memory_tracker.hpp"
 
 namespace lattice::parallel {
@@ -35,6 +36,20 @@ void cross_entropy_forward(const TensorParallel& tp, float* logits, float* losse
   dev::ce_shard_exp_sum(row_sum.data(), logits, row_max.data(), v.v_local, real, N);
   tp.group->all_reduce({row_sum.data(), row_sum.size()});
   dev::ce_shard_normalize(logits, losses, row_max.data(), row_sum.data(), target_logit.data(), v.v_local, real, N);
+}
+
+void cross_entropy_forward_bf16(const TensorParallel& tp, float* probs, const uint16_t* logits16, float* losses,
+                                const int32_t* targets, const VocabShard& v, int64_t N) {
+  if (!tp.active()) {
+    const int64_t real = std::max<int64_t>(0, std::min(v.v_local, v.v_real - v.v0));
+    DeviceVector<float, MemoryCategory::workspaces> row_max(static_cast<size_t>(N)), row_sum(row_max.size()),
+        target_logit(row_max.size());
+    dev::ce_whole_forward_bf16(probs, logits16, losses, row_max.data(), row_sum.data(), target_logit.data(), targets,
+                               v.v_local, real, N);
+    return;
+  }
+  device_memory().from_bf16(logits16, probs, N * v.v_local);
+  cross_entropy_forward(tp, probs, losses, targets, v, N);
 }
 
 void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* targets, const VocabShard& v,
