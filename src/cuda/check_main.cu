@@ -1755,8 +1755,8 @@ void timing_cross_entropy() {
   Dev<float> x(host), loss(rows), mx(rows), sum(rows), tl(rows);
   Dev<int32_t> t(targets);
   const double bytes = 2.0 * double(N) * double(Vp) * sizeof(float);
-  const auto show = [&](const std::string& name, double ms) {
-    std::printf("timing %-44s median_ms=%.3f gbps=%.0f\n", name.c_str(), ms, bytes / (ms * 1e-3) / 1e9);
+  const auto show = [&](const std::string& name, double ms, double moved) {
+    std::printf("timing %-44s median_ms=%.3f gbps=%.0f\n", name.c_str(), ms, moved / (ms * 1e-3) / 1e9);
     std::fflush(stdout);
   };
   // In place: after the first call the rows are probabilities, which serve the timing as well.
@@ -1764,10 +1764,19 @@ void timing_cross_entropy() {
          lattice::cuda::ce_shard_max_target(mx.p, tl.p, x.p, t.p, 0, Vp, V, N);
          lattice::cuda::ce_shard_exp_sum(sum.p, x.p, mx.p, Vp, V, N);
          lattice::cuda::ce_shard_normalize(x.p, loss.p, mx.p, sum.p, tl.p, Vp, V, N);
-       }));
+       }),
+       bytes);
   show(std::string("cross_entropy fwd 8192x50304, ") +
            (lattice::cuda::ce_whole_forward_fused(Vp) ? "one pass" : "one pass refused (3 kernels)"),
-       median_ms([&] { lattice::cuda::ce_whole_forward(x.p, loss.p, mx.p, sum.p, tl.p, t.p, Vp, V, N); }));
+       median_ms([&] { lattice::cuda::ce_whole_forward(x.p, loss.p, mx.p, sum.p, tl.p, t.p, Vp, V, N); }), bytes);
+  // The training step's form under bf16 activations: the logits read in bf16 (2 bytes a column), the
+  // probabilities written in fp32 (4) to another buffer.
+  std::vector<uint16_t> host16(host.size());
+  for (size_t i = 0; i < host.size(); ++i) host16[i] = lattice::to_bf16(host[i]);
+  Dev<uint16_t> x16(host16);
+  show("cross_entropy fwd 8192x50304, bf16 logits",
+       median_ms([&] { lattice::cuda::ce_whole_forward_bf16(x.p, x16.p, loss.p, mx.p, sum.p, tl.p, t.p, Vp, V, N); }),
+       double(N) * double(Vp) * (sizeof(uint16_t) + sizeof(float)));
 }
 
 // The memory-bound passes of a bf16 GPT-2 124M layer at b·s = 8192 rows (h 768, 12 heads, dh 64, 4h
