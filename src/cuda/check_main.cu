@@ -276,46 +276,6 @@ void check_layernorm() {
     compare("layernorm dweight" + shape, "bwd", dw2, e_dw.get());
     compare("layernorm dbias" + shape, "bwd", db2, e_db.get());
   }
-  // The backward's staged kernel (rows copied ahead into shared memory: 16-byte-aligned rows) against
-  // its fused kernel (the same rows one element off that alignment), bit for bit, with x in fp32 and in
-  // bf16, and a last chunk cut inside a stage of eight rows (1003 = 15·64 + 5·8 + 3).
-  {
-    const int64_t n3 = 1003, c3 = 768;
-    const auto x3 = randn(size_t(n3 * c3), 2.0f), dy3 = randn(x3.size()), dx3 = randn(x3.size(), 0.1f);
-    const auto w3 = randn(size_t(c3)), m3 = randn(size_t(n3), 0.5f);
-    std::vector<float> r3(static_cast<size_t>(n3));
-    for (size_t i = 0; i < r3.size(); ++i) r3[i] = 1.0f + 0.5f * std::fabs(m3[i]);
-    std::vector<uint16_t> x3h(x3.size());
-    for (size_t i = 0; i < x3.size(); ++i) x3h[i] = lattice::to_bf16(x3[i]);
-    // The values `at` elements into a buffer that starts 256-byte aligned.
-    const auto shifted = [](const auto& v, size_t at) {
-      std::remove_cv_t<std::remove_reference_t<decltype(v)>> out(v.size() + at);
-      std::copy(v.begin(), v.end(), out.begin() + std::ptrdiff_t(at));
-      return out;
-    };
-    Dev<float> e_w(w3), e_m(m3), e_r(r3);
-    const std::vector<float> zeros(static_cast<size_t>(c3));
-    Scratch ws3(lattice::cuda::layernorm_backward_workspace_bytes(n3, c3));
-    for (const bool half : {false, true}) {
-      std::vector<std::vector<float>> got[2];
-      for (const size_t at : {size_t(0), size_t(1)}) {
-        Dev<float> e_dy(shifted(dy3, at)), e_dx(shifted(dx3, at)), e_x(shifted(x3, at)), e_dw(zeros), e_db(zeros);
-        Dev<uint16_t> e_x16(shifted(x3h, at));
-        if (half)
-          lattice::cuda::layernorm_backward_bf16(e_dx.p + at, e_dw.p, e_db.p, e_dy.p + at, e_x16.p + at, e_w.p, e_m.p,
-                                                 e_r.p, n3, c3, ws3.ws());
-        else
-          lattice::cuda::layernorm_backward(e_dx.p + at, e_dw.p, e_db.p, e_dy.p + at, e_x.p + at, e_w.p, e_m.p, e_r.p,
-                                            n3, c3, ws3.ws());
-        got[at] = {e_dx.get(), e_dw.get(), e_db.get()};
-        got[at][0].erase(got[at][0].begin(), got[at][0].begin() + std::ptrdiff_t(at));
-      }
-      const std::string what = std::string("layernorm_backward") + (half ? "_bf16" : "") + " staged vs fused ";
-      compare_bits(what + "dinp", "bwd", got[1][0], got[0][0]);
-      compare_bits(what + "dweight", "bwd", got[1][1], got[0][1]);
-      compare_bits(what + "dbias", "bwd", got[1][2], got[0][2]);
-    }
-  }
 }
 
 void check_gelu() {

@@ -82,14 +82,6 @@ __device__ __forceinline__ void async_wait_all() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 #endif
 }
-// Waits until at most `kPending` of this thread's most recently committed groups of copies are still
-// in flight: every group committed before them has landed (a pipeline kPending + 1 groups deep).
-template <int kPending>
-__device__ __forceinline__ void async_wait_pending() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-#endif
-}
 
 // Two values rounded to bf16 (to nearest even) and packed, the first in the low half: one
 // cvt.rn.bf16x2.f32 where bf16_pair takes about sixteen integer operations. It keeps subnormals, which

@@ -8,7 +8,6 @@
 #include "cuda/common.cuh"
 #include "cuda/bf16_fused.hpp"
 #include "cuda/kernels.hpp"
-#include "cuda/mma.cuh"
 #include "random/philox_core.hpp"
 
 namespace lattice::cuda {
@@ -196,50 +195,61 @@ __global__ void layernorm_param_partials_kernel(float* partial, const float* dou
     partial[chunk * 2 * C + C + c] = db;
   }
 }
-// One row's input gradient for the fused kernels below, a row a warp (layernorm_backward_input_kernel's
-// arithmetic): lane l's columns l + 32k, adding dy·x̂ and dy into the lane's dw and db as it writes
-// dx. x, dy and the old dx are read from xs, dy and dx_old (global memory, or the staged kernel's
-// shared copies); the new dx goes to dx. Every read comes before the first store: dx's stores may alias
-// x and dy for all the compiler knows, so reads left after them waited out a memory round trip a
-// column in turn (0.6 TB/s of the H200's 4.8, run 4).
+// The input gradient and the parameter partials in one pass, for rows of at most 32·CPL columns:
+// block b takes chunk b's 64 rows, warp w its rows w, w + 8, … (layernorm_backward_input_kernel's
+// arithmetic, a row a warp), each lane adding dy·x̂ and dy of its columns lane + 32k into registers as
+// it writes the row's input gradient (no second read of dy and x); then the eight warps' sums go into
+// partial[chunk] in warp order through shared memory. Fixed orders, so the bits repeat; a different
+// order from the two-kernel form's (rows in turn), so its partials' bits differ from that form's.
 template <class T, int CPL>
-__device__ __forceinline__ void layernorm_backward_row(float* dx, const T* xs, const float* dy, const float* dx_old,
-                                                       const float* weight, float m, float r, int lane, int64_t C,
-                                                       float (&dw)[CPL], float (&db)[CPL]) {
-  float xhat[CPL], g[CPL], d[CPL];
-#pragma unroll
-  for (int k = 0; k < CPL; ++k) {
-    const int64_t i = lane + 32 * k;
-    if (i < C) xhat[k] = load_f32(xs, i), g[k] = dy[i], d[k] = dx_old[i];
-  }
-  float a = 0.0f, b = 0.0f;
-#pragma unroll
-  for (int k = 0; k < CPL; ++k) {
-    const int64_t i = lane + 32 * k;
-    if (i < C) {
-      xhat[k] = (xhat[k] - m) * r;
-      const float dnorm = weight[i] * g[k];
-      a += dnorm;
-      b += dnorm * xhat[k];
-    }
-  }
-  const float dnorm_mean = warp_sum(a) / float(C);
-  const float dnorm_norm_mean = warp_sum(b) / float(C);
-#pragma unroll
-  for (int k = 0; k < CPL; ++k) {
-    const int64_t i = lane + 32 * k;
-    if (i < C) {
-      dx[i] = d[k] + (weight[i] * g[k] - dnorm_mean - xhat[k] * dnorm_norm_mean) * r;
-      dw[k] += g[k] * xhat[k];
-      db[k] += g[k];
-    }
-  }
-}
-// The eight warps' dw and db into partial[chunk] in warp order, through shared memory (sums, 2·C).
-template <int CPL>
-__device__ __forceinline__ void layernorm_chunk_partials(float* partial, float* sums, const float (&dw)[CPL],
-                                                         const float (&db)[CPL], int64_t chunk, int64_t C) {
+__global__ void layernorm_backward_fused_kernel(float* dinp, float* partial, const float* dout, const T* inp,
+                                                const float* weight, const float* mean, const float* rstd, int64_t N,
+                                                int64_t C) {
+  extern __shared__ float sums[];  // 2·C: dw then db
   const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  const int64_t chunk = blockIdx.x;
+  float dw[CPL], db[CPL];
+#pragma unroll
+  for (int k = 0; k < CPL; ++k) dw[k] = 0.0f, db[k] = 0.0f;
+  for (int j = 0; j < int(kChunkRows / kRowsPerBlock); ++j) {
+    const int64_t n = chunk * kChunkRows + j * kRowsPerBlock + warp;
+    if (n >= N) break;  // the warp's later rows are past N too
+    const T* xs = inp + n * C;
+    const float* dy = dout + n * C;
+    float* dx = dinp + n * C;
+    const float m = mean[n], r = rstd[n];
+    // The row's x, dy and dx in registers, every load issued before the first store: dx's stores may
+    // alias x and dy for all the compiler knows, so loads left after them waited out a memory round
+    // trip a column in turn (0.6 TB/s of the H200's 4.8, run 4). The same arithmetic, the same bits.
+    float xhat[CPL], g[CPL], d[CPL];
+#pragma unroll
+    for (int k = 0; k < CPL; ++k) {
+      const int64_t i = lane + 32 * k;
+      if (i < C) xhat[k] = load_f32(xs, i), g[k] = dy[i], d[k] = dx[i];
+    }
+    float a = 0.0f, b = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CPL; ++k) {
+      const int64_t i = lane + 32 * k;
+      if (i < C) {
+        xhat[k] = (xhat[k] - m) * r;
+        const float dnorm = weight[i] * g[k];
+        a += dnorm;
+        b += dnorm * xhat[k];
+      }
+    }
+    const float dnorm_mean = warp_sum(a) / float(C);
+    const float dnorm_norm_mean = warp_sum(b) / float(C);
+#pragma unroll
+    for (int k = 0; k < CPL; ++k) {
+      const int64_t i = lane + 32 * k;
+      if (i < C) {
+        dx[i] = d[k] + (weight[i] * g[k] - dnorm_mean - xhat[k] * dnorm_norm_mean) * r;
+        dw[k] += g[k] * xhat[k];
+        db[k] += g[k];
+      }
+    }
+  }
   for (int w = 0; w < kRowsPerBlock; ++w) {  // the warps' sums in order
     if (warp == w) {
 #pragma unroll
@@ -254,98 +264,6 @@ __device__ __forceinline__ void layernorm_chunk_partials(float* partial, float* 
     __syncthreads();
   }
   for (int64_t i = threadIdx.x; i < 2 * C; i += blockDim.x) partial[chunk * 2 * C + i] = sums[i];
-}
-// The input gradient and the parameter partials in one pass, for rows of at most 32·CPL columns:
-// block b takes chunk b's 64 rows, warp w its rows w, w + 8, … (layernorm_backward_row), each lane
-// keeping its columns' dw and db in registers (no second read of dy and x); then the eight warps'
-// sums go into partial[chunk] in warp order. Fixed orders, so the bits repeat; a different order from
-// the two-kernel form's (rows in turn), so its partials' bits differ from that form's.
-template <class T, int CPL>
-__global__ void layernorm_backward_fused_kernel(float* dinp, float* partial, const float* dout, const T* inp,
-                                                const float* weight, const float* mean, const float* rstd, int64_t N,
-                                                int64_t C) {
-  extern __shared__ float sums[];  // 2·C: dw then db
-  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
-  const int64_t chunk = blockIdx.x;
-  float dw[CPL], db[CPL];
-#pragma unroll
-  for (int k = 0; k < CPL; ++k) dw[k] = 0.0f, db[k] = 0.0f;
-  for (int j = 0; j < int(kChunkRows / kRowsPerBlock); ++j) {
-    const int64_t n = chunk * kChunkRows + j * kRowsPerBlock + warp;
-    if (n >= N) break;  // the warp's later rows are past N too
-    layernorm_backward_row<T, CPL>(dinp + n * C, inp + n * C, dout + n * C, dinp + n * C, weight, mean[n], rstd[n],
-                                   lane, C, dw, db);
-  }
-  layernorm_chunk_partials<CPL>(partial, sums, dw, db, chunk, C);
-}
-// The same rows and the same arithmetic (so the same bits), each stage of eight rows (a row a warp)
-// first copied into shared memory by cp.async, STAGES stages deep: while the warps work on stage j,
-// the copies of stages j + 1 … j + STAGES − 1 are in flight. The fused kernel's warps each waited out a
-// memory round trip a row, eight rows an SM at a time (182 registers a thread: one block an SM), and
-// moved 1.75 TB/s of the H200's 4.8 (run 6: 0.2 ms a call, 4.8 ms a step of GPT-2 at micro-batch 32).
-// Shared memory: the sums (2·C floats), then each stage's dy and old dx (fp32) and x (T), 8 rows each;
-// rows of C·sizeof(T) and 4·C bytes in whole 16-byte pieces, the pointers 16-byte aligned
-// (layernorm_backward_staged_fits).
-template <class T>
-__host__ __device__ inline size_t layernorm_stage_bytes(int64_t C) {
-  return size_t(kRowsPerBlock) * size_t(C) * (2 * sizeof(float) + sizeof(T));
-}
-template <class T, int CPL, int STAGES>
-__global__ void __launch_bounds__(kRowBlock)
-    layernorm_backward_staged_kernel(float* dinp, float* partial, const float* dout, const T* inp, const float* weight,
-                                     const float* mean, const float* rstd, int64_t N, int64_t C) {
-  extern __shared__ __align__(16) unsigned char staged[];
-  float* sums = reinterpret_cast<float*>(staged);
-  unsigned char* stages = staged + size_t(2 * C) * sizeof(float);
-  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
-  const int64_t chunk = blockIdx.x, first = chunk * kChunkRows;
-  const int rows = int(min(int64_t(kChunkRows), N - first));
-  const int count = (rows + kRowsPerBlock - 1) / kRowsPerBlock;  // stages of this chunk
-  const int c = int(C);
-  const auto dy_of = [&](int j) { return reinterpret_cast<float*>(stages + size_t(j % STAGES) * layernorm_stage_bytes<T>(C)); };
-  const auto dx_of = [&](int j) { return dy_of(j) + kRowsPerBlock * c; };
-  const auto x_of = [&](int j) { return reinterpret_cast<T*>(dx_of(j) + kRowsPerBlock * c); };
-  // Stage j's rows into its buffer, the block's threads in turn over the 16-byte pieces (rows past N:
-  // zeros, read from nowhere); then one commit, whether or not there was a stage j.
-  const auto issue = [&](int j) {
-    if (j < count) {
-      const int64_t n0 = first + int64_t(j) * kRowsPerBlock;
-      const int pf = c / 4, px = c * int(sizeof(T)) / 16;  // pieces a row: fp32, T
-      float* dys = dy_of(j);
-      float* dxs = dx_of(j);
-      for (int q = int(threadIdx.x); q < kRowsPerBlock * pf; q += kRowBlock) {
-        const int r = q / pf, o = 4 * (q - r * pf);
-        const bool valid = n0 + r < N;
-        const int64_t at = (valid ? n0 + r : 0) * C + o;
-        mma::copy16_async(dys + r * c + o, dout + at, valid);
-        mma::copy16_async(dxs + r * c + o, dinp + at, valid);
-      }
-      auto* xs = reinterpret_cast<unsigned char*>(x_of(j));
-      const auto* src = reinterpret_cast<const unsigned char*>(inp);
-      for (int q = int(threadIdx.x); q < kRowsPerBlock * px; q += kRowBlock) {
-        const int r = q / px, o = 16 * (q - r * px);
-        const bool valid = n0 + r < N;
-        mma::copy16_async(xs + size_t(r) * c * sizeof(T) + o, src + size_t(valid ? n0 + r : 0) * C * sizeof(T) + o, valid);
-      }
-    }
-    mma::async_commit();
-  };
-  float dw[CPL], db[CPL];
-#pragma unroll
-  for (int k = 0; k < CPL; ++k) dw[k] = 0.0f, db[k] = 0.0f;
-  for (int j = 0; j < STAGES - 1; ++j) issue(j);
-  for (int j = 0; j < count; ++j) {
-    mma::async_wait_pending<STAGES - 2>();  // this thread's copies of stage j have landed
-    // Every thread's copies of stage j are visible, and every warp is done with stage j − 1, whose
-    // buffer the next issue refills.
-    __syncthreads();
-    issue(j + STAGES - 1);
-    const int64_t n = first + int64_t(j) * kRowsPerBlock + warp;
-    if (n < N)
-      layernorm_backward_row<T, CPL>(dinp + n * C, x_of(j) + warp * c, dy_of(j) + warp * c, dx_of(j) + warp * c,
-                                     weight, mean[n], rstd[n], lane, C, dw, db);
-  }
-  layernorm_chunk_partials<CPL>(partial, sums, dw, db, chunk, C);
 }
 __global__ void layernorm_param_reduce_kernel(float* dweight, float* dbias, const float* partial, int64_t C,
                                               int64_t chunks) {
@@ -711,26 +629,6 @@ void layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rs
   check_launch("layernorm_forward_bf16");
 }
 
-// The stages layernorm_backward_staged_kernel takes (3, else 2), or 0 for the fused kernel: rows in
-// whole 16-byte pieces at 16-byte-aligned addresses, and the sums and stages within what a block may opt
-// in to, less the runtime's reserve (1 KiB).
-template <class T>
-int layernorm_backward_stages(const float* dinp, const float* dout, const T* inp, int64_t C) {
-  if (C % 4 != 0 || (C * int64_t(sizeof(T))) % 16 != 0 || !aligned_to(dinp, 16) || !aligned_to(dout, 16) ||
-      !aligned_to(inp, 16))
-    return 0;
-  int device = 0, optin = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  for (int stages = 3; stages >= 2; --stages)
-    if (size_t(2 * C) * sizeof(float) + size_t(stages) * layernorm_stage_bytes<T>(C) + 1024 <= size_t(optin))
-      return stages;
-  return 0;
-}
-
 size_t layernorm_backward_workspace_bytes(int64_t N, int64_t C) { return size_t(chunks_of(N) * 2 * C) * sizeof(float); }
 
 namespace {
@@ -751,25 +649,9 @@ void layernorm_backward_of(float* dinp, float* dweight, float* dbias, const floa
                                                                                     mean, rstd, N, C);
     check_launch("layernorm_backward fused");
   };
-  const int stages = layernorm_backward_stages<T>(dinp, dout, inp, C);
-  const size_t staged_bytes = size_t(2 * C) * sizeof(float) + size_t(stages) * layernorm_stage_bytes<T>(C);
-  const auto staged = [&](auto kernel) {
-    if (chunks > int64_t(0x7fffffff)) throw std::runtime_error("CUDA: layernorm_backward: too many rows");
-    // Raised once a kernel (a raised limit is kept; one process, one device).
-    static size_t allowed = 0;
-    if (staged_bytes > allowed) {
-      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(staged_bytes)),
-            "layernorm_backward staged");
-      allowed = staged_bytes;
-    }
-    kernel<<<unsigned(chunks), kRowBlock, staged_bytes, stream>>>(dinp, partial, dout, inp, weight, mean, rstd, N, C);
-    check_launch("layernorm_backward staged");
-  };
   const bool held = with_columns_per_lane(C, [&](auto cpl) {
     constexpr int kCpl = decltype(cpl)::value;
-    if (stages == 3) staged(layernorm_backward_staged_kernel<T, kCpl, 3>);
-    else if (stages == 2) staged(layernorm_backward_staged_kernel<T, kCpl, 2>);
-    else fused(layernorm_backward_fused_kernel<T, kCpl>);
+    fused(layernorm_backward_fused_kernel<T, kCpl>);
   });
   if (!held) {
     layernorm_backward_input_kernel<T><<<warp_row_grid(N), kRowBlock, 0, stream>>>(dinp, dout, inp, weight, mean,
