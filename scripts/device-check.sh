@@ -110,7 +110,7 @@ phase_profile() {
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   if [ -z "$ncu" ]; then record "phase profile: done without the stall breakdown (no ncu on this machine)"; return; fi
   [ ! -d "$ARCH_LIB" ] || runtime_env
-  local kernels=${DEVICE_CHECK_PROFILE_KERNELS:-tc_forward_kernel|tc_dq_kernel|tc_dkdv_kernel|ce_whole_forward_kernel|layernorm_backward_fused_kernel|flash_rowdot_kernel|column_reduce_kernel|layernorm_param_reduce_kernel|layernorm_forward_rows_kernel|gelu_forward16_x4_kernel|column_partials_kernel|split_heads16_x8_kernel}
+  local kernels=${DEVICE_CHECK_PROFILE_KERNELS:-tc_forward_kernel|tc_dq_kernel|tc_dkdv_kernel|ce_whole_forward_kernel|ce_whole_forward_bf16_kernel|layernorm_backward_fused_kernel|flash_rowdot_kernel|column_reduce_kernel|layernorm_param_reduce_kernel|layernorm_forward_rows_kernel|gelu_forward16_x4_kernel|column_partials_kernel|split_heads16_x8_kernel}
   local groups=${DEVICE_CHECK_PROFILE_GROUPS:-ce,passes,tc}
   # The warp-stall breakdown (cycles a warp spends stalled for each reason, per issued instruction):
   # only the reasons this ncu knows (asked first: an unknown metric name would stop the whole run).

@@ -573,6 +573,90 @@ __global__ void __launch_bounds__(kCeWholeThreads)
     losses[n] = ce_row_loss(mx, sum, tl);
   }
 }
+// The bf16 logits' one-pass form with the row kept as it came, in bf16: 100 KB at GPT-2's vocabulary
+// where the fp32 row took 201 KB, so two blocks share an SM and one's loads and stores run while the
+// other computes. ce_whole_forward_kernel's phases ran in turn on the one block an SM (run 7: the SM 48%
+// busy, DRAM 40%, 1.27 ms for 8192 rows). Without a fp32 copy of the exponentials, each is made twice:
+// by the first 256 threads as they sum (each its columns tid + 256k in order, the three kernels' sum)
+// and by every thread as it writes the probabilities; ce_exp_value of the same value both times, so the
+// bits are ce_whole_forward_kernel's. Eight columns a step (v_local a multiple of 8, the rows 16-byte
+// aligned: ce_whole_forward_bf16 decides).
+constexpr int kCeHalfThreads = 2 * kRowBlock;
+__global__ void __launch_bounds__(kCeHalfThreads, 2)
+    ce_whole_forward_bf16_kernel(float* probs, const uint16_t* logits16, float* losses, float* row_max,
+                                 float* row_sum, float* target_logit, const int32_t* targets, int64_t v_local,
+                                 int64_t real) {
+  extern __shared__ __align__(16) uint16_t row16[];  // v_local bf16
+  __shared__ float scratch[32];
+  const int64_t n = blockIdx.x;
+  const int tid = int(threadIdx.x), cols = int(v_local), reals = int(real);
+  constexpr int kV = 8;
+  const int step = kV * kCeHalfThreads;
+  const uint16_t* x = logits16 + n * v_local;
+  float* y = probs + n * v_local;
+  const auto widen8 = [](uint4 w, float (&f)[kV]) {
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      f[2 * i] = from_bf16_bits(uint16_t(u[i] & 0xffffu)), f[2 * i + 1] = from_bf16_bits(uint16_t(u[i] >> 16));
+  };
+  float mx = -__int_as_float(0x7f800000);
+  constexpr int kBatch = 4;  // 64 bytes a thread loaded before any is used (32 KB a block)
+  for (int base = kV * tid; base < cols; base += kBatch * step) {
+    uint4 w[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int j = base + u * step;
+      if (j < cols) w[u] = *reinterpret_cast<const uint4*>(x + j);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int j = base + u * step;
+      if (j < cols) {
+        *reinterpret_cast<uint4*>(row16 + j) = w[u];
+        float f[kV];
+        widen8(w[u], f);
+#pragma unroll
+        for (int e = 0; e < kV; ++e)
+          if (j + e < reals) mx = fmaxf(mx, f[e]);
+      }
+    }
+  }
+  mx = block_max(mx, scratch) + 0.0f;  // its barriers order the row's stores before the reads below
+  const int64_t t = targets[n];
+  const float tl = tid == 0 && t >= 0 && t < real ? from_bf16_bits(x[t]) : 0.0f;
+  float sum = 0.0f;
+  if (tid < kRowBlock) {
+    constexpr int kSumBatch = 8;  // eight columns' exponentials made before any is added, then in order
+    int j = tid;
+    for (; j + (kSumBatch - 1) * kRowBlock < cols; j += kSumBatch * kRowBlock) {
+      float e[kSumBatch];
+#pragma unroll
+      for (int u = 0; u < kSumBatch; ++u)
+        e[u] = ce_exp_value(from_bf16_bits(row16[j + u * kRowBlock]), mx, j + u * kRowBlock, real);
+#pragma unroll
+      for (int u = 0; u < kSumBatch; ++u) sum += e[u];
+    }
+    for (; j < cols; j += kRowBlock) sum += ce_exp_value(from_bf16_bits(row16[j]), mx, j, real);
+  }
+  sum = block_sum_of_warps(sum, scratch, kRowBlock / 32);
+  const float inv = 1.0f / sum;
+  for (int j = kV * tid; j < cols; j += step) {
+    float f[kV];
+    widen8(*reinterpret_cast<const uint4*>(row16 + j), f);
+#pragma unroll
+    for (int e = 0; e < kV; ++e) {
+      const float v = ce_exp_value(f[e], mx, j + e, real);
+      f[e] = j + e < reals ? v * inv : v;
+    }
+    *reinterpret_cast<float4*>(y + j) = make_float4(f[0], f[1], f[2], f[3]);
+    *reinterpret_cast<float4*>(y + j + 4) = make_float4(f[4], f[5], f[6], f[7]);
+  }
+  if (tid == 0) {
+    row_max[n] = mx, row_sum[n] = sum, target_logit[n] = tl;
+    losses[n] = ce_row_loss(mx, sum, tl);
+  }
+}
 // D: the gradient written as fp32 (may alias probs) or narrowed to bf16.
 template <class D>
 __global__ void ce_backward_kernel(D* dlogits, const float* probs, const int32_t* targets, int64_t v0,
@@ -760,16 +844,20 @@ void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32
   check_launch("ce_shard_backward_bf16");
 }
 
-bool ce_whole_forward_fused(int64_t v_local) {
+namespace {
+// A row of v_local values of `bytes` each, the reduction's 32 floats and the runtime's reserve within
+// what a block may opt in to.
+bool ce_row_fits(int64_t v_local, size_t bytes) {
   int device = 0, optin = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
-  // The row, the reduction's 32 floats and the runtime's reserve within what a block may opt in to.
-  return v_local > 0 && size_t(v_local) * sizeof(float) + 1024 <= size_t(optin);
+  return v_local > 0 && size_t(v_local) * bytes + 1024 <= size_t(optin);
 }
+}  // namespace
+bool ce_whole_forward_fused(int64_t v_local) { return ce_row_fits(v_local, sizeof(float)); }
 namespace {
 // The one-pass kernel for a row that fits (ce_whole_forward_fused): four columns a step where the
 // rows allow it.
@@ -813,6 +901,20 @@ void ce_whole_forward_bf16(float* probs, const uint16_t* logits16, float* losses
                            float* target_logit, const int32_t* targets, int64_t v_local, int64_t real, int64_t N,
                            cudaStream_t stream) {
   if (N <= 0) return;
+  const size_t bytes = size_t(v_local) * sizeof(uint16_t);
+  if (v_local % 8 == 0 && aligned_to(probs, 16) && aligned_to(logits16, 16) && ce_row_fits(v_local, sizeof(uint16_t))) {
+    static size_t allowed = 0;  // opted in at every size (ce_whole_forward_launch's reason)
+    if (bytes > allowed) {
+      check(cudaFuncSetAttribute(ce_whole_forward_bf16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+            "ce_whole_forward_bf16");
+      allowed = bytes;
+    }
+    ce_whole_forward_bf16_kernel<<<row_grid(N), kCeHalfThreads, bytes, stream>>>(probs, logits16, losses, row_max,
+                                                                                 row_sum, target_logit, targets,
+                                                                                 v_local, real);
+    check_launch("ce_whole_forward_bf16");
+    return;
+  }
   if (!ce_whole_forward_fused(v_local)) {  // widened into probs, then the three kernels there
     from_bf16(logits16, probs, N * v_local, stream);
     ce_whole_forward(probs, losses, row_max, row_sum, target_logit, targets, v_local, real, N, stream);
