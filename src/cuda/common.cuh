@@ -2,6 +2,7 @@
 // Device helpers shared by src/cuda's kernels: launch checks, grid sizes, the CPU's fast_exp/fast_tanh
 // polynomial (kernels/fast_math.hpp) and bf16 rounding (tensor/bf16.hpp), one text for both, and
 // fixed-tree (deterministic) warp and block reductions.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -32,13 +33,36 @@ inline unsigned grid_for(int64_t n, int block = kBlock) {
 // tensor/bf16.hpp: LATTICE_HOST_DEVICE).
 using lattice::fast_exp;
 using lattice::fast_tanh;
+// to_bf16's rule on a GPU (sm_80 on): to nearest even by cvt.rn.bf16(x2).f32 after a multiply by 1 that
+// flushes a subnormal input to a signed zero (mul.ftz), as to_bf16 flushes it first: the same bits for
+// every value but a NaN, whose payload cvt makes canonical where to_bf16 keeps its top bits (a NaN
+// either way). Two instructions a value, or three a pair, where to_bf16's integer form takes about eight
+// a value: the bf16 passes that are arithmetic-bound (GeLU's, LayerNorm's forward) spend that on every
+// element they write. Elsewhere (older cards, the host simulation) to_bf16 itself.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ float flushed_subnormal(float f) {
+  float r;
+  asm("mul.ftz.f32 %0, %1, 0f3F800000;" : "=f"(r) : "f"(f));
+  return r;
+}
+__device__ __forceinline__ uint16_t to_bf16_bits(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(flushed_subnormal(f)));
+}
+// Two values narrowed into one word, the first at the lower address (little-endian): the vector
+// stores of the four-wide kernels.
+__device__ __forceinline__ uint32_t bf16_pair(float first, float second) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(flushed_subnormal(first), flushed_subnormal(second));
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+#else
 __device__ __forceinline__ uint16_t to_bf16_bits(float f) { return lattice::to_bf16(f); }
-__device__ __forceinline__ float from_bf16_bits(uint16_t b) { return lattice::from_bf16(b); }
 // Two values narrowed into one word, the first at the lower address (little-endian): the vector
 // stores of the four-wide kernels.
 __device__ __forceinline__ uint32_t bf16_pair(float first, float second) {
   return uint32_t(to_bf16_bits(first)) | (uint32_t(to_bf16_bits(second)) << 16);
 }
+#endif
+__device__ __forceinline__ float from_bf16_bits(uint16_t b) { return lattice::from_bf16(b); }
 // Whether a pointer allows `bytes`-wide vector accesses (a null one does).
 inline bool aligned_to(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 // An element-wise pass over n items, four a thread where every pointer allows the vector accesses
