@@ -434,13 +434,14 @@ void check_cross_entropy() {
   // The one-pass form (row in shared memory) against the three kernels it stands for, bit for bit: at
   // GPT-2's vocabulary (past the default 48 KiB of shared memory), at the sizes around that default
   // (the static reduction scratch counts too), under it with padding, with no real column, and with
-  // rows of an odd width (a column a step where the others take four) and of a width not a multiple of
-  // 8 (the bf16 logits' form with the row in bf16 takes eight columns a step).
+  // rows of an odd width (a column a step where the others take four: past 48 KiB too, after the
+  // four-column form raised its own limit) and of a width not a multiple of 8 (the bf16 logits' form
+  // with the row in bf16 takes eight columns a step).
   struct CeCase {
     int64_t rows, real, pad;
   };
-  const CeCase ce_cases[] = {{N, V, Vp},  {64, 12280, 12288}, {64, 12000, 12160}, {96, 1000, 1024},
-                             {8, 0, 256}, {16, 1001, 1003},   {16, 1000, 1004}};
+  const CeCase ce_cases[] = {{N, V, Vp},       {8, 12287, 12287}, {64, 12280, 12288}, {64, 12000, 12160},
+                             {96, 1000, 1024}, {8, 0, 256},       {16, 1001, 1003},   {16, 1000, 1004}};
   for (const CeCase& c : ce_cases) {
     const int64_t rows_n = c.rows, v_real = c.real, v_pad = c.pad;
     const size_t rows = size_t(rows_n);

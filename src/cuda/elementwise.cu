@@ -67,13 +67,14 @@ __device__ void add_token_run(float* row, const float* dout, const uint32_t* sor
   }
 }
 // Threads a block of the runs' kernels: a column each up to 1024 (one column at a time each was three
-// chains in turn a thread for GPT-2's 768 columns at 256 threads).
+// chains in turn a thread for GPT-2's 768 columns at 256 threads); the kernels are bounded for 1024.
 inline unsigned run_block(int64_t h) { return unsigned(std::clamp<int64_t>((h + 31) / 32 * 32, 32, 1024)); }
 
 // One block per position k of the tokens sorted by id; the block at the start of a run of equal ids adds
 // the run's gradients into that row of dwte (add_token_run).
-__global__ void embedding_tokens_backward_kernel(float* dwte, const float* dout, const uint32_t* sorted_ids,
-                                                 const uint32_t* sorted_tokens, int64_t N, int64_t h) {
+__global__ void __launch_bounds__(1024)
+    embedding_tokens_backward_kernel(float* dwte, const float* dout, const uint32_t* sorted_ids,
+                                     const uint32_t* sorted_tokens, int64_t N, int64_t h) {
   const int64_t k = blockIdx.x;
   const uint32_t id = sorted_ids[k];
   if (k > 0 && sorted_ids[k - 1] == id) return;
@@ -377,9 +378,9 @@ __global__ void embedding_shard_forward_kernel(float* out, const int32_t* ids, c
 
 // One block per position of the sorted tokens; the block at the start of a run of one id this shard
 // holds adds the run's gradients into the row (add_token_run).
-__global__ void embedding_shard_backward_kernel(float* dwte, const float* dout, const uint32_t* sorted_ids,
-                                                const uint32_t* sorted_tokens, int64_t v0, int64_t v_local,
-                                                int64_t N, int64_t h) {
+__global__ void __launch_bounds__(1024)
+    embedding_shard_backward_kernel(float* dwte, const float* dout, const uint32_t* sorted_ids,
+                                    const uint32_t* sorted_tokens, int64_t v0, int64_t v_local, int64_t N, int64_t h) {
   const int64_t k = blockIdx.x;
   const uint32_t id = sorted_ids[k];
   if (k > 0 && sorted_ids[k - 1] == id) return;

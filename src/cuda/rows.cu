@@ -868,8 +868,9 @@ void ce_whole_forward_launch(float* probs, const TIn* logits, float* losses, flo
   const size_t bytes = size_t(v_local) * sizeof(float);
   // Opted in at every size: the kernel's static reduction scratch counts against the default 48 KiB too,
   // so a row just under it would not launch without (a raised limit is kept; one process, one device).
-  const auto launch = [&](auto kernel) {
-    static size_t allowed = 0;  // one a form
+  // The limit each form has been raised to (the forms share the lambda's type, so not a static in it).
+  static size_t allowed4 = 0, allowed1 = 0;
+  const auto launch = [&](auto kernel, size_t& allowed) {
     if (bytes > allowed) {
       check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), "ce_whole_forward");
       allowed = bytes;
@@ -879,9 +880,9 @@ void ce_whole_forward_launch(float* probs, const TIn* logits, float* losses, flo
     check_launch("ce_whole_forward");
   };
   if (v_local % 4 == 0 && aligned_to(probs, 16) && aligned_to(logits, 4 * sizeof(TIn)))
-    launch(ce_whole_forward_kernel<4, TIn>);
+    launch(ce_whole_forward_kernel<4, TIn>, allowed4);
   else
-    launch(ce_whole_forward_kernel<1, TIn>);
+    launch(ce_whole_forward_kernel<1, TIn>, allowed1);
 }
 }  // namespace
 
