@@ -69,6 +69,13 @@ template <int CPL>
 __global__ void layernorm_forward_rows_kernel(float* out, uint16_t* y16, uint16_t* x16, float* mean, float* rstd,
                                               const float* inp, const float* weight, const float* bias, int64_t N,
                                               int64_t C) {
+  // The weights and biases copied into shared memory once a block (2·C floats): read from global
+  // memory at each column's store they sat behind the stores before (which may alias them for all the
+  // compiler knows), a load waited out a column at a time (nvcc 11.8's SASS: LDG, LDG, STG, STG, ...).
+  // The same values, so the same bits.
+  extern __shared__ float weights_biases[];
+  for (int64_t i = threadIdx.x; i < 2 * C; i += blockDim.x) weights_biases[i] = i < C ? weight[i] : bias[i - C];
+  __syncthreads();
   const int64_t n = int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
   if (n >= N) return;
   const int lane = int(threadIdx.x & 31);
@@ -94,7 +101,7 @@ __global__ void layernorm_forward_rows_kernel(float* out, uint16_t* y16, uint16_
   for (int k = 0; k < CPL; ++k) {
     const int64_t i = lane + 32 * k;
     if (i >= C) break;
-    layernorm_store(out, y16, x16, n * C + i, v[k], m, r, weight[i], bias[i]);
+    layernorm_store(out, y16, x16, n * C + i, v[k], m, r, weights_biases[i], weights_biases[C + i]);
   }
   if (lane == 0) mean[n] = m, rstd[n] = r;
 }
@@ -112,14 +119,14 @@ bool with_columns_per_lane(int64_t C, F f) {
 }
 void layernorm_forward_launch(float* out, uint16_t* y16, uint16_t* x16, float* mean, float* rstd, const float* inp,
                               const float* weight, const float* bias, int64_t N, int64_t C, cudaStream_t stream) {
-  const auto rows = [&](auto kernel) {
-    kernel<<<warp_row_grid(N), kRowBlock, 0, stream>>>(out, y16, x16, mean, rstd, inp, weight, bias, N, C);
+  const auto rows = [&](auto kernel, size_t smem) {
+    kernel<<<warp_row_grid(N), kRowBlock, smem, stream>>>(out, y16, x16, mean, rstd, inp, weight, bias, N, C);
   };
   const bool held = with_columns_per_lane(C, [&](auto cpl) {
     constexpr int kCpl = decltype(cpl)::value;
-    rows(layernorm_forward_rows_kernel<kCpl>);
+    rows(layernorm_forward_rows_kernel<kCpl>, size_t(2 * C) * sizeof(float));  // its weights and biases
   });
-  if (!held) rows(layernorm_forward_kernel);
+  if (!held) rows(layernorm_forward_kernel, 0);
 }
 
 // dinp += the input gradient of one row per warp (kernels/layernorm.cpp's formula).
@@ -205,9 +212,19 @@ template <class T, int CPL>
 __global__ void layernorm_backward_fused_kernel(float* dinp, float* partial, const float* dout, const T* inp,
                                                 const float* weight, const float* mean, const float* rstd, int64_t N,
                                                 int64_t C) {
-  extern __shared__ float sums[];  // 2·C: dw then db
+  extern __shared__ float sums[];  // 2·C: dw then db; then the weights, C
   const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
   const int64_t chunk = blockIdx.x;
+  // The weights copied into shared memory once a block: read from global memory inside each row they
+  // sat behind dx's stores (which may alias them for all the compiler knows), so each of a row's
+  // stores waited out its weight's load in turn, an L2 round trip once the streamed rows had pushed the
+  // weights out of L1 (nvcc 11.8's SASS: LDG, STG, LDG, STG, ...; about 5 µs a row a warp on the H200,
+  // run 7). Shared memory is apart from the stores' global memory, so its reads need not wait; held in
+  // registers instead they cost 36 more a thread at h 512 (111 → 147: one block an SM, not two). The
+  // same values, so the same bits.
+  float* wts = sums + 2 * C;
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) wts[i] = weight[i];
+  __syncthreads();
   float dw[CPL], db[CPL];
 #pragma unroll
   for (int k = 0; k < CPL; ++k) dw[k] = 0.0f, db[k] = 0.0f;
@@ -233,7 +250,7 @@ __global__ void layernorm_backward_fused_kernel(float* dinp, float* partial, con
       const int64_t i = lane + 32 * k;
       if (i < C) {
         xhat[k] = (xhat[k] - m) * r;
-        const float dnorm = weight[i] * g[k];
+        const float dnorm = wts[i] * g[k];
         a += dnorm;
         b += dnorm * xhat[k];
       }
@@ -244,7 +261,7 @@ __global__ void layernorm_backward_fused_kernel(float* dinp, float* partial, con
     for (int k = 0; k < CPL; ++k) {
       const int64_t i = lane + 32 * k;
       if (i < C) {
-        dx[i] = d[k] + (weight[i] * g[k] - dnorm_mean - xhat[k] * dnorm_norm_mean) * r;
+        dx[i] = d[k] + (wts[i] * g[k] - dnorm_mean - xhat[k] * dnorm_norm_mean) * r;
         dw[k] += g[k] * xhat[k];
         db[k] += g[k];
       }
@@ -729,7 +746,7 @@ void layernorm_backward_of(float* dinp, float* dweight, float* dbias, const floa
   // pass read dy and x again: 150 MB a LayerNorm at GPT-2's micro-batch 32). Wider rows: two kernels.
   const auto fused = [&](auto kernel) {
     if (chunks > int64_t(0x7fffffff)) throw std::runtime_error("CUDA: layernorm_backward: too many rows");
-    kernel<<<unsigned(chunks), kRowBlock, size_t(2 * C) * sizeof(float), stream>>>(dinp, partial, dout, inp, weight,
+    kernel<<<unsigned(chunks), kRowBlock, size_t(3 * C) * sizeof(float), stream>>>(dinp, partial, dout, inp, weight,
                                                                                     mean, rstd, N, C);
     check_launch("layernorm_backward fused");
   };
