@@ -22,6 +22,29 @@ inline void check(cudaError_t e, const char* what) {
 // After each launch: a bad configuration shows here, not at some later synchronisation.
 inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
 
+// The shared memory a block may opt in to on the current device (0 where the device cannot say: the
+// callers then take their forms that need none past the default).
+inline int smem_optin() {
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return optin;
+}
+// Opts the kernel in to `bytes` of dynamic shared memory (past the default 48 KiB), or says why not.
+template <class Kernel>
+inline void allow_smem(Kernel kernel, size_t bytes, const char* name) {
+  int device = 0, optin = 0;
+  check(cudaGetDevice(&device), name);
+  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), name);
+  if (bytes > size_t(optin))
+    throw std::invalid_argument(std::string("CUDA: ") + name + ": needs " + std::to_string(bytes) +
+                                " bytes of shared memory a block, the device allows " + std::to_string(optin));
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), name);
+}
+
 constexpr int kBlock = 256;
 // Blocks for a grid-stride loop over n items (at most 2^16 blocks: the loops stride over the rest).
 inline unsigned grid_for(int64_t n, int block = kBlock) {

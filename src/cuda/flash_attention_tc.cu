@@ -845,15 +845,6 @@ size_t most_smem(int64_t dh, bool ahead) {
                                    kind == Kernel::forward ? max_forward_slabs(dh) : 1).bytes);
   return most;
 }
-int smem_optin() {
-  int device = 0, optin = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return optin;
-}
 }  // namespace
 
 bool flash_tc_supported(const FlashShape& x) {

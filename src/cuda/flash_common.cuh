@@ -138,16 +138,5 @@ __device__ __forceinline__ float online_softmax_step(const float (&sc)[16], int6
   return corr;
 }
 
-// Opts the kernel in to `bytes` of dynamic shared memory (past the default 48 KiB), or says why not.
-template <class Kernel>
-inline void allow_smem(Kernel kernel, size_t bytes, const char* name) {
-  int device = 0, optin = 0;
-  check(cudaGetDevice(&device), name);
-  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), name);
-  if (bytes > size_t(optin))
-    throw std::invalid_argument(std::string("CUDA: ") + name + ": needs " + std::to_string(bytes) +
-                                " bytes of shared memory a block, the device allows " + std::to_string(optin));
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), name);
-}
 
 }  // namespace lattice::cuda::flash

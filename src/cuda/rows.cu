@@ -865,13 +865,7 @@ namespace {
 // A row of v_local values of `bytes` each, the reduction's 32 floats and the runtime's reserve within
 // what a block may opt in to.
 bool ce_row_fits(int64_t v_local, size_t bytes) {
-  int device = 0, optin = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return v_local > 0 && size_t(v_local) * bytes + 1024 <= size_t(optin);
+  return v_local > 0 && size_t(v_local) * bytes + 1024 <= size_t(smem_optin());
 }
 }  // namespace
 bool ce_whole_forward_fused(int64_t v_local) { return ce_row_fits(v_local, sizeof(float)); }
@@ -884,22 +878,17 @@ void ce_whole_forward_launch(float* probs, const TIn* logits, float* losses, flo
                              cudaStream_t stream) {
   const size_t bytes = size_t(v_local) * sizeof(float);
   // Opted in at every size: the kernel's static reduction scratch counts against the default 48 KiB too,
-  // so a row just under it would not launch without (a raised limit is kept; one process, one device).
-  // The limit each form has been raised to (the forms share the lambda's type, so not a static in it).
-  static size_t allowed4 = 0, allowed1 = 0;
-  const auto launch = [&](auto kernel, size_t& allowed) {
-    if (bytes > allowed) {
-      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), "ce_whole_forward");
-      allowed = bytes;
-    }
+  // so a row just under it would not launch without.
+  const auto launch = [&](auto kernel) {
+    allow_smem(kernel, bytes, "ce_whole_forward");
     kernel<<<row_grid(N), kCeWholeThreads, bytes, stream>>>(probs, logits, losses, row_max, row_sum, target_logit,
                                                             targets, v_local, real);
     check_launch("ce_whole_forward");
   };
   if (v_local % 4 == 0 && aligned_to(probs, 16) && aligned_to(logits, 4 * sizeof(TIn)))
-    launch(ce_whole_forward_kernel<4, TIn>, allowed4);
+    launch(ce_whole_forward_kernel<4, TIn>);
   else
-    launch(ce_whole_forward_kernel<1, TIn>, allowed1);
+    launch(ce_whole_forward_kernel<1, TIn>);
 }
 }  // namespace
 
@@ -921,12 +910,7 @@ void ce_whole_forward_bf16(float* probs, const uint16_t* logits16, float* losses
   if (N <= 0) return;
   const size_t bytes = size_t(v_local) * sizeof(uint16_t);
   if (v_local % 8 == 0 && aligned_to(probs, 16) && aligned_to(logits16, 16) && ce_row_fits(v_local, sizeof(uint16_t))) {
-    static size_t allowed = 0;  // opted in at every size (ce_whole_forward_launch's reason)
-    if (bytes > allowed) {
-      check(cudaFuncSetAttribute(ce_whole_forward_bf16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
-            "ce_whole_forward_bf16");
-      allowed = bytes;
-    }
+    allow_smem(ce_whole_forward_bf16_kernel, bytes, "ce_whole_forward_bf16");  // ce_whole_forward_launch's reason
     ce_whole_forward_bf16_kernel<<<row_grid(N), kCeHalfThreads, bytes, stream>>>(probs, logits16, losses, row_max,
                                                                                  row_sum, target_logit, targets,
                                                                                  v_local, real);
