@@ -19,12 +19,21 @@ void embedding_tokens_backward(float* dwte, const float* dout, const int32_t* id
   dev::embedding_shard_backward(dwte, dout, ids, v.v0, v.v_local, N, h);
 }
 
+namespace {
+// Columns of this shard that are real tokens.
+int64_t real_columns(const VocabShard& v) { return std::max<int64_t>(0, std::min(v.v_local, v.v_real - v.v0)); }
+// The rows' maximum, sum of exponentials and target logit, N floats each.
+struct RowStats {
+  explicit RowStats(int64_t N) : row_max(static_cast<size_t>(N)), row_sum(row_max.size()), target_logit(row_max.size()) {}
+  DeviceVector<float, MemoryCategory::workspaces> row_max, row_sum, target_logit;
+};
+}  // namespace
+
 void cross_entropy_forward(const TensorParallel& tp, float* logits, float* losses, const int32_t* targets,
                            const VocabShard& v, int64_t N) {
-  // Columns of this shard that are real tokens.
-  const int64_t real = std::max<int64_t>(0, std::min(v.v_local, v.v_real - v.v0));
-  DeviceVector<float, MemoryCategory::workspaces> row_max(static_cast<size_t>(N)), row_sum(row_max.size()),
-      target_logit(row_max.size());
+  const int64_t real = real_columns(v);
+  RowStats stats(N);
+  auto &row_max = stats.row_max, &row_sum = stats.row_sum, &target_logit = stats.target_logit;
   if (!tp.active()) {  // one shard (v0 = 0), nothing to all-reduce between the pieces: one pass on a device
     dev::ce_whole_forward(logits, losses, row_max.data(), row_sum.data(), target_logit.data(), targets, v.v_local,
                           real, N);
@@ -41,11 +50,9 @@ void cross_entropy_forward(const TensorParallel& tp, float* logits, float* losse
 void cross_entropy_forward_bf16(const TensorParallel& tp, float* probs, const uint16_t* logits16, float* losses,
                                 const int32_t* targets, const VocabShard& v, int64_t N) {
   if (!tp.active()) {
-    const int64_t real = std::max<int64_t>(0, std::min(v.v_local, v.v_real - v.v0));
-    DeviceVector<float, MemoryCategory::workspaces> row_max(static_cast<size_t>(N)), row_sum(row_max.size()),
-        target_logit(row_max.size());
-    dev::ce_whole_forward_bf16(probs, logits16, losses, row_max.data(), row_sum.data(), target_logit.data(), targets,
-                               v.v_local, real, N);
+    RowStats stats(N);
+    dev::ce_whole_forward_bf16(probs, logits16, losses, stats.row_max.data(), stats.row_sum.data(),
+                               stats.target_logit.data(), targets, v.v_local, real_columns(v), N);
     return;
   }
   device_memory().from_bf16(logits16, probs, N * v.v_local);
