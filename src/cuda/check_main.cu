@@ -458,25 +458,25 @@ void check_cross_entropy() {
     const std::string name = std::string(lattice::cuda::ce_whole_forward_fused(v_pad) ? "ce_whole_forward "
                                                                                        : "ce_whole_forward (3 kernels) ") +
                              std::to_string(v_real) + "/" + std::to_string(v_pad);
-    compare_bits(name + " probs", "fwd", three.get(), one.get());
-    compare_bits(name + " losses", "fwd", l3.get(), l1.get());
-    compare_bits(name + " max", "fwd", m3.get(), m1.get());
-    compare_bits(name + " sum", "fwd", s3.get(), s1.get());
-    compare_bits(name + " target", "fwd", t3.get(), t1.get());
+    // Every output of the form under test (probs, and l1, m1, s1, t1) against the reference's (l3 …).
+    const auto compare_outputs = [&](const std::string& label, Dev<float>& reference, Dev<float>& tested) {
+      compare_bits(label + " probs", "fwd", reference.get(), tested.get());
+      compare_bits(label + " losses", "fwd", l3.get(), l1.get());
+      compare_bits(label + " max", "fwd", m3.get(), m1.get());
+      compare_bits(label + " sum", "fwd", s3.get(), s1.get());
+      compare_bits(label + " target", "fwd", t3.get(), t1.get());
+    };
+    compare_outputs(name, three, one);
     // The bf16 logits' form (the head GEMM's bf16 output) against widening them and the fp32 form.
     std::vector<uint16_t> x16(x.size());
     std::vector<float> widened(x.size());
-    for (size_t i = 0; i < x.size(); ++i) x16[i] = lattice::to_bf16(x[i]), widened[i] = lattice::from_bf16(x16[i]);
+    lattice::to_bf16(x.data(), x16.data(), int64_t(x.size()));
+    lattice::from_bf16(x16.data(), widened.data(), int64_t(x.size()));
     Dev<uint16_t> d_x16(x16);
     Dev<float> probs16(x.size()), wide(widened);
     lattice::cuda::ce_whole_forward_bf16(probs16.p, d_x16.p, l1.p, m1.p, s1.p, t1.p, dt.p, v_pad, v_real, rows_n);
     lattice::cuda::ce_whole_forward(wide.p, l3.p, m3.p, s3.p, t3.p, dt.p, v_pad, v_real, rows_n);
-    const std::string name16 = name + " bf16 logits";
-    compare_bits(name16 + " probs", "fwd", wide.get(), probs16.get());
-    compare_bits(name16 + " losses", "fwd", l3.get(), l1.get());
-    compare_bits(name16 + " max", "fwd", m3.get(), m1.get());
-    compare_bits(name16 + " sum", "fwd", s3.get(), s1.get());
-    compare_bits(name16 + " target", "fwd", t3.get(), t1.get());
+    compare_outputs(name + " bf16 logits", wide, probs16);
   }
   // Vocabulary-parallel: two shards of Vp/2 columns, each rank's pieces on the device, the all-reduces
   // done here on the host (max, sums), against the one-rank CPU kernel.
@@ -1747,7 +1747,7 @@ void timing_cross_entropy() {
   // The training step's form under bf16 activations: the logits read in bf16 (2 bytes a column), the
   // probabilities written in fp32 (4) to another buffer.
   std::vector<uint16_t> host16(host.size());
-  for (size_t i = 0; i < host.size(); ++i) host16[i] = lattice::to_bf16(host[i]);
+  lattice::to_bf16(host.data(), host16.data(), int64_t(host.size()));
   Dev<uint16_t> x16(host16);
   show("cross_entropy fwd 8192x50304, bf16 logits",
        median_ms([&] { lattice::cuda::ce_whole_forward_bf16(x.p, x16.p, loss.p, mx.p, sum.p, tl.p, t.p, Vp, V, N); }),
