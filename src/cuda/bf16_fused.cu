@@ -26,9 +26,8 @@ __global__ void gelu_forward16_x4_kernel(uint2* act16, const uint2* pre16, int64
   grid_stride_in_flight<kGroupsInFlight>(
       n4, [&](int64_t i) { return pre16[i]; },
       [&](int64_t i, uint2 p) {
-        const float x0 = from_bf16_bits(uint16_t(p.x & 0xffffu)), x1 = from_bf16_bits(uint16_t(p.x >> 16)),
-                    x2 = from_bf16_bits(uint16_t(p.y & 0xffffu)), x3 = from_bf16_bits(uint16_t(p.y >> 16));
-        act16[i] = make_uint2(bf16_pair(gelu_value(x0), gelu_value(x1)), bf16_pair(gelu_value(x2), gelu_value(x3)));
+        const float2 a = bf16_pair_widened(p.x), b = bf16_pair_widened(p.y);
+        act16[i] = make_uint2(bf16_pair(gelu_value(a.x), gelu_value(a.y)), bf16_pair(gelu_value(b.x), gelu_value(b.y)));
       });
 }
 

@@ -86,6 +86,10 @@ __device__ __forceinline__ uint32_t bf16_pair(float first, float second) {
 }
 #endif
 __device__ __forceinline__ float from_bf16_bits(uint16_t b) { return lattice::from_bf16(b); }
+// bf16_pair's inverse: a word's two bf16 values widened, the lower-addressed first (x).
+__device__ __forceinline__ float2 bf16_pair_widened(uint32_t w) {
+  return make_float2(from_bf16_bits(uint16_t(w & 0xffffu)), from_bf16_bits(uint16_t(w >> 16)));
+}
 // Whether a pointer allows `bytes`-wide vector accesses (a null one does).
 inline bool aligned_to(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 // An element-wise pass over n items, four a thread where every pointer allows the vector accesses

@@ -493,8 +493,10 @@ template <int V>
 struct CeColumns;
 template <>
 struct CeColumns<1> {
-  static __device__ __forceinline__ Group<1> load(const float* p, int j) { return {{p[j]}}; }
-  static __device__ __forceinline__ Group<1> load(const uint16_t* p, int j) { return {{from_bf16_bits(p[j])}}; }
+  template <class T>
+  static __device__ __forceinline__ Group<1> load(const T* p, int j) {
+    return {{load_f32(p, j)}};
+  }
   static __device__ __forceinline__ void store(float* p, int j, const Group<1>& g) { p[j] = g.v[0]; }
 };
 template <>
@@ -505,8 +507,8 @@ struct CeColumns<4> {
   }
   static __device__ __forceinline__ Group<4> load(const uint16_t* p, int j) {
     const uint2 w = *reinterpret_cast<const uint2*>(p + j);
-    return {{from_bf16_bits(uint16_t(w.x & 0xffffu)), from_bf16_bits(uint16_t(w.x >> 16)),
-             from_bf16_bits(uint16_t(w.y & 0xffffu)), from_bf16_bits(uint16_t(w.y >> 16))}};
+    const float2 a = bf16_pair_widened(w.x), b = bf16_pair_widened(w.y);
+    return {{a.x, a.y, b.x, b.y}};
   }
   static __device__ __forceinline__ void store(float* p, int j, const Group<4>& g) {
     *reinterpret_cast<float4*>(p + j) = make_float4(g.v[0], g.v[1], g.v[2], g.v[3]);
@@ -614,8 +616,10 @@ __global__ void __launch_bounds__(kCeHalfThreads, 2)
   const auto widen8 = [](uint4 w, float (&f)[kV]) {
     const uint32_t u[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      f[2 * i] = from_bf16_bits(uint16_t(u[i] & 0xffffu)), f[2 * i + 1] = from_bf16_bits(uint16_t(u[i] >> 16));
+    for (int i = 0; i < 4; ++i) {
+      const float2 pair = bf16_pair_widened(u[i]);
+      f[2 * i] = pair.x, f[2 * i + 1] = pair.y;
+    }
   };
   float mx = -__int_as_float(0x7f800000);
   constexpr int kBatch = 4;  // 64 bytes a thread loaded before any is used (32 KB a block)
