@@ -391,7 +391,8 @@ inline void layernorm_backward_bf16(float* dinp, float* dweight, float* dbias, c
 inline void ce_whole_forward_bf16(float* probs, const uint16_t* logits16, float* losses, float* row_max,
                                   float* row_sum, float* target_logit, const int32_t* targets, int64_t v_local,
                                   int64_t real, int64_t N) {
-  device_ops().ce_whole_forward_bf16(probs, logits16, losses, row_max, row_sum, target_logit, targets, v_local, real, N);
+  device_ops().ce_whole_forward_bf16(probs, logits16, losses, row_max, row_sum, target_logit, targets, v_local, real,
+                                     N);
 }
 inline void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets, int64_t v0,
                                    int64_t v_local, int64_t N, float scale) {

@@ -219,8 +219,8 @@ void check_embedding() {
   Dev<float> d_shard(std::vector<float>(dwte0.begin() + v0 * h, dwte0.end()));
   Scratch sws(lattice::cuda::embedding_shard_backward_workspace_bytes(N, v_local));
   lattice::cuda::embedding_shard_backward(d_shard.p, d_dout.p, d_ids.p, v0, v_local, N, h, sws.ws());
-  compare_bits("embedding_shard dwte, runs of 128", "bwd", std::vector<float>(dwte_cpu.begin() + v0 * h, dwte_cpu.end()),
-               d_shard.get());
+  compare_bits("embedding_shard dwte, runs of 128", "bwd",
+               std::vector<float>(dwte_cpu.begin() + v0 * h, dwte_cpu.end()), d_shard.get());
 }
 
 void check_layernorm() {

@@ -407,7 +407,8 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   const int64_t N = b * s;
   const SortedTokens sorted = sort_tokens_by_id(ids, N, id_bits(vocab), ws, stream, "embedding_backward");
   if (N > 0) {
-    embedding_tokens_backward_kernel<<<unsigned(N), run_block(h), 0, stream>>>(dwte, dout, sorted.ids, sorted.tokens, N, h);
+    embedding_tokens_backward_kernel<<<unsigned(N), run_block(h), 0, stream>>>(dwte, dout, sorted.ids, sorted.tokens,
+                                                                                N, h);
     check_launch("embedding_backward tokens");
   }
   embedding_positions_backward_kernel<<<grid_for(s * h), kBlock, 0, stream>>>(dwpe, dout, b, s, h);

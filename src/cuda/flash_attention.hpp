@@ -14,7 +14,8 @@
 // threads of a row by a fixed shuffle tree), so the bits repeat from run to run.
 //
 // Supports 1 <= dh <= 128 (kFlashMaxHeadDim; GPT-2's dh is 64), any s >= 1 (a last tile shorter than
-// 64 is masked; the tensor-core form below, s below 2^31), b·a <= 65535 (the grid's y dimension); shapes outside throw std::invalid_argument.
+// 64 is masked; the tensor-core form below, s below 2^31), b·a <= 65535 (the grid's y dimension);
+// shapes outside throw std::invalid_argument.
 // Shared memory per block: forward (3·64·(dh+1) + 64·65)·4 bytes (115 KiB at dh 128), backward up to
 // (4·64·(dh+1) + 2·64·65 + 384)·4 bytes (163 KiB at dh 128): Hopper's 227 KiB opt-in limit.
 #include <cuda_runtime_api.h>

@@ -24,7 +24,8 @@ namespace {
 int64_t real_columns(const VocabShard& v) { return std::max<int64_t>(0, std::min(v.v_local, v.v_real - v.v0)); }
 // The rows' maximum, sum of exponentials and target logit, N floats each.
 struct RowStats {
-  explicit RowStats(int64_t N) : row_max(static_cast<size_t>(N)), row_sum(row_max.size()), target_logit(row_max.size()) {}
+  explicit RowStats(int64_t N)
+      : row_max(static_cast<size_t>(N)), row_sum(row_max.size()), target_logit(row_max.size()) {}
   DeviceVector<float, MemoryCategory::workspaces> row_max, row_sum, target_logit;
 };
 }  // namespace
