@@ -125,6 +125,34 @@ void c_linear_backward_weight(float* dw, GemmOperand x, GemmOperand dy, int64_t 
   s.M = in, s.N = out, s.K = N, s.trans_a = true, s.accumulate = true;
   gemms().gemm(s, x, dy, dw);
 }
+// The fused forms (device_ops.hpp): cuBLASLt's epilogue where it offers one, else the two calls.
+void c_linear_forward_residual(float* x, GemmOperand y, GemmOperand w, const float* bias, int64_t N, int64_t in,
+                               int64_t out, float*) {
+  GemmShape s;  // x += y·W (+ bias): the accumulating GEMM, the bias in its epilogue (or added after)
+  s.M = N, s.N = out, s.K = in, s.accumulate = true;
+  gemms().gemm(s, y, w, x, bias);
+}
+void c_linear_gelu_forward_bf16(uint16_t* act16, uint16_t* pre16, GemmOperand x, GemmOperand w, const float* bias,
+                                int64_t N, int64_t in, int64_t out, float* room) {
+  GemmShape s;
+  s.M = N, s.N = out, s.K = in;
+  if (N > 0 && out > 0 && bias) {
+    uint16_t* bias16 = reinterpret_cast<uint16_t*>(room);  // as c_linear_forward_bf16
+    cuda::to_bf16(bias, bias16, out);
+    if (gemms().gemm_bf16_gelu(s, x, w, act16, pre16, bias16)) return;
+  }
+  c_linear_forward_bf16(pre16, x, w, bias, N, in, out, room);
+  cuda::gelu_forward16(act16, pre16, N * out);
+}
+void c_linear_backward_input_gelu_bf16(uint16_t* g16, float* db, GemmOperand dy, GemmOperand w, const uint16_t* pre16,
+                                       int64_t N, int64_t in, int64_t out, float* room) {
+  GemmShape s;
+  s.M = N, s.N = in, s.K = out, s.trans_b = true;
+  const cuda::Workspace ws = scratch(cuda::bias_backward_workspace_bytes(N, in));
+  if (gemms().gemm_bf16_dgelu(s, dy, w, g16, pre16)) return cuda::bias_backward_bf16(db, g16, N, in, ws);
+  c_gemm_bf16_out(s, dy, w, g16, room);
+  cuda::gelu_backward_narrow(g16, db, pre16, g16, N, in, ws);
+}
 void c_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                          int64_t N, int64_t C) {
   cuda::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
@@ -394,6 +422,9 @@ const DeviceOps kCudaOps = {
     c_linear_backward_input,
     c_linear_backward_input_bf16,
     c_linear_backward_weight,
+    c_linear_forward_residual,
+    c_linear_gelu_forward_bf16,
+    c_linear_backward_input_gelu_bf16,
     c_layernorm_forward,
     c_layernorm_backward,
     c_layernorm_partial_floats,

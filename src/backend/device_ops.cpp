@@ -90,6 +90,21 @@ void cpu_linear_backward_input_bf16(uint16_t* dx16, GemmOperand dy, GemmOperand 
   s.M = N, s.N = in, s.K = out, s.trans_b = true;
   cpu_gemm_bf16_out(s, dy, w, dx16, nullptr, room);
 }
+void cpu_linear_forward_residual(float* x, GemmOperand y, GemmOperand w, const float* bias, int64_t N, int64_t in,
+                                 int64_t out, float* room) {
+  linear_forward(room, y, w, bias, N, in, out);
+  residual_add(x, room, N * out);
+}
+void cpu_linear_gelu_forward_bf16(uint16_t* act16, uint16_t* pre16, GemmOperand x, GemmOperand w, const float* bias,
+                                  int64_t N, int64_t in, int64_t out, float* room) {
+  cpu_linear_forward_bf16(pre16, x, w, bias, N, in, out, room);
+  gelu_forward16(act16, pre16, N * out);
+}
+void cpu_linear_backward_input_gelu_bf16(uint16_t* g16, float* db, GemmOperand dy, GemmOperand w,
+                                         const uint16_t* pre16, int64_t N, int64_t in, int64_t out, float* room) {
+  cpu_linear_backward_input_bf16(g16, dy, w, N, in, out, room);
+  gelu_backward_narrow(g16, db, pre16, g16, N, in);  // in place: each element read, then written
+}
 void cpu_synchronize() {}
 void cpu_half_narrow(bool fp16, const float* src, uint16_t* dst, int64_t n) { HalfFormat{fp16}.narrow(src, dst, n); }
 void cpu_half_widen(bool fp16, const uint16_t* src, float* dst, int64_t n) { HalfFormat{fp16}.widen(src, dst, n); }
@@ -105,6 +120,9 @@ const DeviceOps kCpu = {
     linear_backward_input,
     cpu_linear_backward_input_bf16,
     linear_backward_weight,
+    cpu_linear_forward_residual,
+    cpu_linear_gelu_forward_bf16,
+    cpu_linear_backward_input_gelu_bf16,
     layernorm_forward,
     layernorm_backward,
     layernorm_partial_floats,

@@ -55,6 +55,22 @@ struct DeviceOps {
   // dx16 = bf16(dy·Wᵀ), as linear_forward_bf16 (`room`: fp32 N·in).
   void (*linear_backward_input_bf16)(uint16_t*, GemmOperand, GemmOperand, int64_t, int64_t, int64_t, float* room);
   void (*linear_backward_weight)(float*, GemmOperand, GemmOperand, int64_t, int64_t, int64_t);
+  // A linear and the pass after it in one call, where a device's GEMM does the pass in its epilogue
+  // (cuBLASLt's, docs/gpu.md "The GEMMs' epilogues"); otherwise, and on the CPU, the two calls, whose
+  // bits these are. An epilogue rounds once where the two calls round twice, so a device's fused
+  // values are within one rounding of the two calls' (fp32 or bf16), not their bits.
+  // x += y·W + bias (x fp32 [N, out], the residual stream): linear_forward into `room` (fp32 N·out),
+  // then residual_add.
+  void (*linear_forward_residual)(float*, GemmOperand, GemmOperand, const float*, int64_t, int64_t, int64_t,
+                                  float* room);
+  // pre16 = bf16(x·W + bf16(bias)) (the GeLU's kept input) and act16 = bf16(gelu(that)):
+  // linear_forward_bf16 into pre16, then gelu_forward16.
+  void (*linear_gelu_forward_bf16)(uint16_t* act16, uint16_t* pre16, GemmOperand, GemmOperand, const float*, int64_t,
+                                   int64_t, int64_t, float* room);
+  // g16 = bf16(gelu'(pre16) · dy·Wᵀ) [N, in] and db += its column sums: linear_backward_input_bf16 into
+  // g16, then gelu_backward_narrow in place.
+  void (*linear_backward_input_gelu_bf16)(uint16_t* g16, float* db, GemmOperand, GemmOperand, const uint16_t* pre16,
+                                          int64_t, int64_t, int64_t, float* room);
   // LayerNorm (kernels/layernorm.hpp).
   void (*layernorm_forward)(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t);
   void (*layernorm_backward)(float*, float*, float*, const float*, const float*, const float*, const float*,
@@ -152,7 +168,7 @@ struct DeviceOps {
 
 // Every operation of the table, for code that treats them alike (the guarded device's wrappers).
 #define LATTICE_DEVICE_OPS(X)                                                                               \
-  X(gemm) X(linear_forward) X(linear_forward_bf16) X(linear_backward_input) X(linear_backward_input_bf16) X(linear_backward_weight) X(layernorm_forward)           \
+  X(gemm) X(linear_forward) X(linear_forward_bf16) X(linear_backward_input) X(linear_backward_input_bf16) X(linear_backward_weight) X(linear_forward_residual) X(linear_gelu_forward_bf16) X(linear_backward_input_gelu_bf16) X(layernorm_forward)           \
   X(layernorm_backward) X(layernorm_partial_floats) X(layernorm_backward_input) X(layernorm_reduce_partials)  \
   X(gelu_forward) X(gelu_backward) X(bias_backward) X(bias_column_sums) X(bias_add) X(bias_add_rows) X(residual_add) X(dropout_mask_fill)      \
   X(dropout_forward) X(dropout_backward) X(softmax_dropout_forward) X(softmax_causal_backward)                 \
@@ -190,6 +206,18 @@ inline void linear_forward(float* y, GemmOperand x, GemmOperand w, const float* 
 inline void linear_forward_bf16(uint16_t* y16, GemmOperand x, GemmOperand w, const float* bias, int64_t N, int64_t in,
                                 int64_t out, float* room) {
   device_ops().linear_forward_bf16(y16, x, w, bias, N, in, out, room);
+}
+inline void linear_forward_residual(float* x, GemmOperand y, GemmOperand w, const float* bias, int64_t N, int64_t in,
+                                    int64_t out, float* room) {
+  device_ops().linear_forward_residual(x, y, w, bias, N, in, out, room);
+}
+inline void linear_gelu_forward_bf16(uint16_t* act16, uint16_t* pre16, GemmOperand x, GemmOperand w, const float* bias,
+                                     int64_t N, int64_t in, int64_t out, float* room) {
+  device_ops().linear_gelu_forward_bf16(act16, pre16, x, w, bias, N, in, out, room);
+}
+inline void linear_backward_input_gelu_bf16(uint16_t* g16, float* db, GemmOperand dy, GemmOperand w,
+                                            const uint16_t* pre16, int64_t N, int64_t in, int64_t out, float* room) {
+  device_ops().linear_backward_input_gelu_bf16(g16, db, dy, w, pre16, N, in, out, room);
 }
 inline void linear_backward_input(float* dx, GemmOperand dy, GemmOperand w, int64_t N, int64_t in, int64_t out) {
   device_ops().linear_backward_input(dx, dy, w, N, in, out);

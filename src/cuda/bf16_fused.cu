@@ -78,6 +78,17 @@ struct GeluGradColumns {  // dout · gelu'(pre), both read from bf16
     }
   }
 };
+template <int W>
+struct Bf16SumColumns {  // the bf16 values themselves, widened; nothing stored
+  const Bf16Columns<W>* src16;
+  int64_t groups;  // out / W
+  using Input = Bf16Columns<W>;
+  __device__ Input load(int64_t r, int64_t c) const { return src16[r * groups + c]; }
+  __device__ auto finish(int64_t, int64_t, Input in) const {
+    if constexpr (W == 2) return make_float2(bf16_column<W>(in, 0), bf16_column<W>(in, 1));
+    else return bf16_column<W>(in, 0);
+  }
+};
 struct QkvGradElement {  // row r, column c of merge_qkv_grads' [b·s, 3·hl] rows, read from dq, dk, dv
   const float* dq;
   const float* dk;
@@ -158,6 +169,13 @@ void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const
                 N, out, ws, stream, "gelu_backward_narrow");
   else
     column_sums(db, GeluGradColumns<1>{pre16, dout16, g16, out}, N, out, ws, stream, "gelu_backward_narrow");
+}
+void bias_backward_bf16(float* db, const uint16_t* g16, int64_t N, int64_t out, Workspace ws, cudaStream_t stream) {
+  if (out % 2 == 0 && aligned_to(g16, 4))
+    column_sums(db, Bf16SumColumns<2>{reinterpret_cast<const uint32_t*>(g16), out / 2}, N, out, ws, stream,
+                "bias_backward_bf16");
+  else
+    column_sums(db, Bf16SumColumns<1>{g16, out}, N, out, ws, stream, "bias_backward_bf16");
 }
 void merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const float* dk, const float* dv, int64_t b,
                             int64_t s, int64_t a, int64_t dh, Workspace ws, cudaStream_t stream) {

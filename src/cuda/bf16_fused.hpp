@@ -35,9 +35,14 @@ void gelu_forward16(uint16_t* act16, const uint16_t* pre16, int64_t n, cudaStrea
 // dy16 = bf16(dy [N, out]); db += dy's column sums.
 void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out, Workspace ws,
                           cudaStream_t stream = nullptr);
-// g = dout · gelu'(pre) with pre read from bf16; g16 = bf16(g); db += g's column sums.
+// g = dout · gelu'(pre) with pre read from bf16; g16 = bf16(g); db += g's column sums. g16 may be
+// dout16 (each element is read, then written, by one thread).
 void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const uint16_t* dout16, int64_t N, int64_t out,
                           Workspace ws, cudaStream_t stream = nullptr);
+// db += the column sums of g16 [N, out] widened (a GEMM's bf16 D: the GeLU's gradient written in
+// cuBLASLt's epilogue, GemmContext::gemm_bf16_dgelu), in bias_backward's order.
+void bias_backward_bf16(float* db, const uint16_t* g16, int64_t N, int64_t out, Workspace ws,
+                        cudaStream_t stream = nullptr);
 // merge_qkv_grads into [b·s, 3·a·dh] rows, narrowed to dqkv16; db += their column sums.
 void merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const float* dk, const float* dv, int64_t b,
                             int64_t s, int64_t a, int64_t dh, Workspace ws, cudaStream_t stream = nullptr);

@@ -808,6 +808,66 @@ void check_gemm() {
     }
 }
 
+// The GeLU in cuBLASLt's epilogues (GemmContext::gemm_bf16_gelu, gemm_bf16_dgelu) against the double
+// product of the same bf16 operands: each output is one bf16 rounding (2^-9 relative) of a function of the
+// fp32 sum whose slope is at most 1.13 (the GeLU's; its gradient times a product), so 2^-7 of max|ref|
+// holds with room. Which GeLU cuBLASLt computes, tanh or erf, is not told apart here: they differ by
+// under 3e-4, far below a bf16 rounding at these magnitudes. An epilogue cuBLASLt does not offer is a
+// note: linear_gelu_forward_bf16 and linear_backward_input_gelu_bf16 then make two calls.
+void check_gemm_epilogues() {
+  lattice::cuda::GemmContext ctx;
+  const int64_t M = 200, K = 96, N = 256;  // rows off any tile multiple; N a multiple of 8 (the aux's rule)
+  const auto A = bf16_valued(randn(size_t(M * K))), B = bf16_valued(randn(size_t(K * N)));
+  const auto bias = bf16_valued(randn(size_t(N))), pre = bf16_valued(randn(size_t(M * N), 3.0f));
+  const std::vector<float> none;
+  auto narrowed = [](const std::vector<float>& x) {
+    std::vector<uint16_t> r(x.size());
+    lattice::to_bf16(x.data(), r.data(), int64_t(x.size()));
+    return r;
+  };
+  Dev<uint16_t> dA(narrowed(A)), dB(narrowed(B)), dbias(narrowed(bias)), dpre(narrowed(pre));
+  Dev<uint16_t> out16{size_t(M * N)}, aux16{size_t(M * N)};
+  auto widen = [](const std::vector<uint16_t>& h) {
+    std::vector<float> w(h.size());
+    lattice::from_bf16(h.data(), w.data(), int64_t(h.size()));
+    return w;
+  };
+  const GemmCase fwd{1, M, N, K, false, false, false, true, 1.0f};
+  const auto sum = gemm_reference(fwd, A, B, none, bias);
+  std::vector<float> pre_ref(sum.begin(), sum.end()), act_ref(sum.size());
+  for (size_t i = 0; i < sum.size(); ++i) act_ref[i] = lattice::gelu_value(float(sum[i]));  // the tanh form
+  const lattice::GemmShape fshape{1, M, N, K, false, false, 1.0f, false};
+  const lattice::GemmOperand a{dA.p, DType::bf16}, b{dB.p, DType::bf16};
+  if (ctx.gemm_bf16_gelu(fshape, a, b, out16.p, aux16.p, dbias.p)) {
+    const auto act = out16.get(), kept = aux16.get();
+    compare("gemm bf16 GELU_AUX_BIAS pre16", "fwd", pre_ref, widen(kept), 1.0 / 128.0);
+    compare("gemm bf16 GELU_AUX_BIAS act16", "fwd", act_ref, widen(act), 1.0 / 128.0);
+    out16.poison(), aux16.poison();
+    ctx.gemm_bf16_gelu(fshape, a, b, out16.p, aux16.p, dbias.p);
+    compare_repeat("gemm bf16 GELU_AUX_BIAS act16", "fwd", act, out16.get());
+  } else {
+    std::printf("  note gemm bf16 GELU_AUX_BIAS: cuBLASLt offers none (the GEMM, then gelu_forward16)\n");
+  }
+  // dx = dy·Wᵀ [M, N] with W stored [N, K] (linear_backward_input's shape), times gelu'(pre).
+  const GemmCase bwd{1, M, N, K, false, true, false, false, 1.0f};
+  const auto W = bf16_valued(randn(size_t(N * K)));
+  const auto dx = gemm_reference(bwd, A, W, none, none);
+  std::vector<float> g_ref(dx.size());
+  for (size_t i = 0; i < dx.size(); ++i) g_ref[i] = float(dx[i] * double(lattice::gelu_grad(pre[i])));
+  Dev<uint16_t> dW(narrowed(W));
+  const lattice::GemmShape bshape{1, M, N, K, false, true, 1.0f, false};
+  out16.poison();
+  if (ctx.gemm_bf16_dgelu(bshape, a, {dW.p, DType::bf16}, out16.p, dpre.p)) {
+    const auto g = out16.get();
+    compare("gemm bf16 DGELU g16", "bwd", g_ref, widen(g), 1.0 / 128.0);
+    out16.poison();
+    ctx.gemm_bf16_dgelu(bshape, a, {dW.p, DType::bf16}, out16.p, dpre.p);
+    compare_repeat("gemm bf16 DGELU g16", "bwd", g, out16.get());
+  } else {
+    std::printf("  note gemm bf16 DGELU: cuBLASLt offers none (the GEMM, then gelu_backward_narrow)\n");
+  }
+}
+
 // ---- fused attention (cuda/flash_attention.hpp) against the CPU's (kernels/flash_attention.cpp) ----
 // Both in fp32 with the same formula, tile shape (64 × 64), fast_exp and order over the keys; they
 // differ in summation order inside a row (the CPU's vector lanes against four threads' shuffle tree)
@@ -1446,6 +1506,24 @@ void check_bf16_fused() {
       compare_bits("gelu_backward_narrow g16, unaligned", "bwd", o16.get(), past_first(o16u.get()));
       compare_bits("gelu_backward_narrow db, unaligned", "bwd", db.get(), dbu.get());
     }
+    {  // in place (linear_backward_input_gelu_bf16's fallback: the GEMM's bf16 D is the GeLU's gradient's room)
+      Dev<uint16_t> inplace(dy16);
+      Dev<float> dbi(db0);
+      cu::gelu_backward_narrow(inplace.p, dbi.p, d_pre16.p, inplace.p, N, out, ws.ws());
+      compare_bits("gelu_backward_narrow g16, in place", "bwd", o16.get(), inplace.get());
+      compare_bits("gelu_backward_narrow db, in place", "bwd", db.get(), dbi.get());
+    }
+    {  // bias_backward_bf16 (the DGELU epilogue's bias sums): bias_backward of the widened values, the bits
+      Dev<float> dbb(db0), dbr(db0);
+      cu::bias_backward_bf16(dbb.p, d_dy16.p, N, out, ws.ws());
+      cu::bias_backward(dbr.p, dy_w.p, N, out, ws.ws());
+      compare_bits("bias_backward_bf16 db", "bwd", dbr.get(), dbb.get());
+      Dev<uint16_t> unaligned{size_t(N * out) + 1};
+      cuda_ok(cudaMemcpy(unaligned.p + 1, d_dy16.p, size_t(N * out) * 2, cudaMemcpyDeviceToDevice), "copy");
+      dbb.upload(db0);
+      cu::bias_backward_bf16(dbb.p, unaligned.p + 1, N, out, ws.ws());
+      compare_bits("bias_backward_bf16 db, unaligned", "bwd", dbr.get(), dbb.get());
+    }
 
     const size_t n = size_t(b * a * s * dh);
     const auto dq = randn(n), dk = randn(n), dv = randn(n), qb0 = randn(size_t(C), 0.1f);
@@ -1704,6 +1782,55 @@ void timing_gemm() {
                     flops);
       else
         std::printf("timing %s: cuBLASLt offers no bf16 D with a bf16 bias\n", (base + "fwd + bias").c_str());
+      if (t == 1) {  // FC1 with its GeLU (linear_gelu_forward_bf16's two ways)
+        Dev<uint16_t> pre16(static_cast<size_t>(N * out));
+        if (ctx.gemm_bf16_gelu(fwd, {x.p, DType::bf16}, {w.p, DType::bf16}, y16.p, pre16.p, bias16.p)) {
+          timing_line(base + "fwd + bias + GeLU, bf16 D then gelu_forward16", median_ms([&] {
+                        ctx.gemm_bf16_out(fwd, {x.p, DType::bf16}, {w.p, DType::bf16}, pre16.p, bias16.p);
+                        lattice::cuda::gelu_forward16(y16.p, pre16.p, N * out);
+                      }),
+                      flops);
+          timing_line(base + "fwd + bias + GeLU in the epilogue", median_ms([&] {
+                        ctx.gemm_bf16_gelu(fwd, {x.p, DType::bf16}, {w.p, DType::bf16}, y16.p, pre16.p, bias16.p);
+                      }),
+                      flops);
+        } else {
+          std::printf("timing %s: cuBLASLt offers no GELU_AUX_BIAS epilogue\n", (base + "fwd + bias + GeLU").c_str());
+        }
+      }
+    }
+    if (t == 2) {  // FC2: its output added into the residual stream, and its input gradient with the GeLU's
+      Dev<float> bias(static_cast<size_t>(out)), resid(static_cast<size_t>(N * out)), db(static_cast<size_t>(in));
+      Dev<uint16_t> dx16(static_cast<size_t>(N * in));
+      cuda_ok(cudaMemset(bias.p, 0, bias.n * 4), "zero");
+      cuda_ok(cudaMemset(resid.p, 0, resid.n * 4), "zero");
+      cuda_ok(cudaMemset(db.p, 0, db.n * 4), "zero");
+      Scratch ws(lattice::cuda::bias_backward_workspace_bytes(N, in));
+      const lattice::GemmShape acc{1, N, out, in, false, false, 1.0f, true};
+      timing_line(base + "fwd + bias, then residual_add", median_ms([&] {
+                    ctx.gemm(fwd, {x.p, DType::bf16}, {w.p, DType::bf16}, y.p, bias.p);
+                    lattice::cuda::residual_add(resid.p, y.p, N * out);
+                  }),
+                  flops);
+      timing_line(base + "fwd + bias added into the residual (+=)", median_ms([&] {
+                    ctx.gemm(acc, {x.p, DType::bf16}, {w.p, DType::bf16}, resid.p, bias.p);
+                  }),
+                  flops);
+      // x ([N, in] bf16 noise) stands for the GeLU's kept input.
+      const lattice::GemmShape dgrad{1, N, in, out, false, true, 1.0f, false};
+      timing_line(base + "dx + GeLU backward, bf16 D then gelu_backward_narrow", median_ms([&] {
+                    ctx.gemm_bf16_out(dgrad, {dy.p, DType::bf16}, {w.p, DType::bf16}, dx16.p);
+                    lattice::cuda::gelu_backward_narrow(dx16.p, db.p, x.p, dx16.p, N, in, ws.ws());
+                  }),
+                  flops);
+      if (ctx.gemm_bf16_dgelu(dgrad, {dy.p, DType::bf16}, {w.p, DType::bf16}, dx16.p, x.p))
+        timing_line(base + "dx + GeLU backward in the epilogue, bias_backward_bf16", median_ms([&] {
+                      ctx.gemm_bf16_dgelu(dgrad, {dy.p, DType::bf16}, {w.p, DType::bf16}, dx16.p, x.p);
+                      lattice::cuda::bias_backward_bf16(db.p, dx16.p, N, in, ws.ws());
+                    }),
+                    flops);
+      else
+        std::printf("timing %s: cuBLASLt offers no DGELU epilogue\n", (base + "dx + GeLU backward").c_str());
     }
     const lattice::GemmShape dgrad{1, N, in, out, false, true, 1.0f, false};
     timing_line(base + "dx = dy·Wᵀ",
@@ -1937,7 +2064,7 @@ int main(int argc, char** argv) {
     if (kHostSim)
       std::printf("  (gemm not checked: cuBLASLt is not simulated on the host)\n");
     else
-      check_gemm();
+      check_gemm(), check_gemm_epilogues();
     check_flash();
   } catch (const std::exception& e) {  // a kernel that threw (a refused shape, no cuBLASLt algorithm)
     std::printf("lattice_cuda_check: error: %s\n", e.what());

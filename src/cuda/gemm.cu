@@ -36,8 +36,11 @@ struct Key {
   GemmMath math;
   uint32_t align_a, align_b, align_c, align_bias;
   bool out16 = false;  // D as bf16 (gemm_bf16_out)
+  int epi16 = 0;         // a bf16 D's epilogue: 0 the bias (or none), 1 GeLU with its input kept, 2 GeLU's gradient
+  uint32_t align_aux = 256;
   auto tie() const {
-    return std::tie(batch, M, N, K, ta, tb, acc, bias, bf16, math, align_a, align_b, align_c, align_bias, out16);
+    return std::tie(batch, M, N, K, ta, tb, acc, bias, bf16, math, align_a, align_b, align_c, align_bias, out16, epi16,
+                    align_aux);
   }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
@@ -48,6 +51,7 @@ struct Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (our B), B (our A), C = D
   cublasLtMatmulAlgo_t algo{};
   bool bias_epilogue = false;
+  bool aux_epilogue = false;  // the GeLU's input matrix (written or read) set per call
   bool usable = true;  // false: cuBLASLt offered none (a bf16 D's key, remembered so it is asked once)
 };
 
@@ -95,7 +99,7 @@ struct GemmContext::Impl {
 
   // Tries to choose an algorithm for `key`, with the bias epilogue or without; false if cuBLASLt's
   // heuristic offers none.
-  bool choose(const Key& key, bool with_bias, const void* bias, Plan& p) {
+  bool choose(const Key& key, bool with_bias, const void* bias, Plan& p, const void* aux = nullptr) {
     const cudaDataType_t in = key.bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const cublasComputeType_t compute =
         (!key.bf16 && key.math == GemmMath::tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -113,6 +117,17 @@ struct GemmContext::Impl {
       lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
                "bias pointer");
       // A bf16 D's bias is bf16: the attribute's default (D's type), the one cuBLASLt takes.
+    }
+    if (key.epi16 != 0) {  // the GeLU's input: a bf16 matrix shaped and laid out as D (the default aux type)
+      const cublasLtEpilogue_t epi = key.epi16 == 2 ? CUBLASLT_EPILOGUE_DGELU
+                                     : with_bias   ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                   : CUBLASLT_EPILOGUE_GELU_AUX;
+      const int64_t ld = key.N;
+      lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
+      lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)),
+               "aux pointer");
+      lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)), "aux ld");
+      p.aux_epilogue = true;
     }
     // Our B: row-major [K, N] is column-major [N, K] (ld N); transposed, row-major [N, K] is column-major
     // [K, N] (ld K). Our A: row-major [M, K] is column-major [K, M] (ld K); transposed [K, M] is [M, K]
@@ -153,12 +168,12 @@ struct GemmContext::Impl {
     return true;
   }
 
-  Plan& plan(const Key& key, const void* bias) {
+  Plan& plan(const Key& key, const void* bias, const void* aux = nullptr) {
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
     Plan p;
     if (key.out16) {  // the bias in the epilogue or not at all: added after, it would round twice
-      if (!choose(key, key.bias, bias, p)) p.usable = false;
+      if (!choose(key, key.bias, bias, p, aux)) p.usable = false;
       return plans.emplace(key, p).first->second;
     }
     if (!(key.bias && choose(key, true, bias, p)) && !choose(key, false, nullptr, p))
@@ -253,21 +268,42 @@ void GemmContext::gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* 
 
 bool GemmContext::gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* c,
                                 const uint16_t* bias, cudaStream_t stream) {
+  return run_bf16_out(s, Epilogue16::bias, a, b, c, bias, nullptr, stream);
+}
+bool GemmContext::gemm_bf16_gelu(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* act16, uint16_t* pre16,
+                                 const uint16_t* bias16, cudaStream_t stream) {
+  return run_bf16_out(s, Epilogue16::gelu, a, b, act16, bias16, pre16, stream);
+}
+bool GemmContext::gemm_bf16_dgelu(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* g16,
+                                  const uint16_t* pre16, cudaStream_t stream) {
+  return run_bf16_out(s, Epilogue16::dgelu, a, b, g16, nullptr, pre16, stream);
+}
+bool GemmContext::run_bf16_out(const GemmShape& s, Epilogue16 epilogue, GemmOperand a, GemmOperand b, uint16_t* c,
+                               const uint16_t* bias, const uint16_t* aux, cudaStream_t stream) {
   check_gemm_args(s, a, b, bias);
   if (s.accumulate || s.alpha != 1.0f) throw std::logic_error("cuda::gemm_bf16_out: alpha 1, no accumulation");
   if (s.M == 0 || s.N == 0) return true;
   if (s.K == 0) return false;  // the empty sum: the fp32 path's rule
-  const Key key = key_of(s, a, b, c, bias, impl_->math, true);
+  // The GeLU's input matrix: one matrix (no batch stride set), its leading dimension a multiple of 8.
+  if (epilogue != Epilogue16::bias && (s.batch != 1 || s.N % 8 != 0 || !aux)) return false;
+  Key key = key_of(s, a, b, c, bias, impl_->math, true);
+  key.epi16 = epilogue == Epilogue16::gelu ? 1 : epilogue == Epilogue16::dgelu ? 2 : 0;
+  if (aux) key.align_aux = alignment_of(aux);
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  Plan& p = impl_->plan(key, bias);
+  Plan& p = impl_->plan(key, bias, aux);
   if (!p.usable) return false;
   if (p.bias_epilogue)
     lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
              "bias pointer");
+  if (p.aux_epilogue)
+    lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)),
+             "aux pointer");
   const float alpha = 1.0f, beta = 0.0f;
   const cublasStatus_t st = cublasLtMatmul(impl_->handle, p.desc, &alpha, b.ptr, p.a, a.ptr, p.b, &beta, c, p.c, c,
                                            p.c, &p.algo, impl_->workspace, impl_->workspace_bytes, stream);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {  // offered by the heuristic, refused at the call: asked no more
+  // Offered by the heuristic, refused at the call (an epilogue's aux matrix may be refused as an invalid
+  // value): asked no more, nothing written.
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (epilogue != Epilogue16::bias && st == CUBLAS_STATUS_INVALID_VALUE)) {
     p.usable = false;
     return false;
   }

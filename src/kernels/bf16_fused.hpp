@@ -33,6 +33,7 @@ void gelu_forward16(uint16_t* act16, const uint16_t* pre16, int64_t n);
 void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out);
 // g = dout · gelu'(pre) (gelu_backward, pre and dout read from bf16: dout is the FC2 input gradient
 // its GEMM wrote in bf16, linear_backward_input_bf16), then narrow_bias_backward of g.
+// g16 may be dout16 (in place).
 void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const uint16_t* dout16, int64_t N,
                           int64_t out);
 // merge_qkv_grads, then narrow_bias_backward of the [b·s, 3·hl] rows.

@@ -95,6 +95,21 @@ const float* row_parallel_forward(float* out, GemmOperand x, GemmOperand w, cons
   return out;
 }
 
+// x += Dropout(y·W + bias) for a row-parallel linear (the projection, FC2) whose input operand is y:
+// where nothing comes between the GEMM and the sum (one rank, no dropout) one call, whose device may
+// add into x in the GEMM's epilogue; otherwise the GEMM into big1, reduced over TP, and
+// residual_dropout_add.
+void row_parallel_residual(float* x, GemmOperand y, GemmOperand w, const float* bias, int64_t in, KeptMask& mask,
+                           DropoutSite site, const char* tag, const LayerContext& c, Workspace& ws) {
+  if (!c.tp.active() && c.dropout == 0.0f && c.N() == c.N_local()) {
+    dev::linear_forward_residual(x, y, w, bias, c.N(), in, c.h, ws.big1.data());
+    return;
+  }
+  const float* bias_after = nullptr;
+  row_parallel_forward(ws.big1.data(), y, w, bias, in, c, ws, &bias_after);
+  residual_dropout_add(x, ws.big1.data(), bias_after, mask, site, tag, c, ws);
+}
+
 // A bf16 run's linear output where an fp32 pass reads it next (context parallel's QKV split, the 8-bit
 // kept tensors' GeLU): linear_forward_bf16's values (the bias rounded to bf16), widened into y, so that
 // every path of the run computes what the direct path keeps. y16 is N·out bf16 of staging; y is the
@@ -124,7 +139,6 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
   const int64_t N = c.N(), Nl = c.N_local(), h = c.h, hl = c.hl();
   const DType dt = c.dtype;
   const int l = int(c.stream.layer);
-  const float* bias_after = nullptr;
 
   // Attention block.
   if (!kept.ln1_in) kept.ln1_in = Stored(Nl * h, dt, l, "ln1_input");
@@ -178,9 +192,8 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
       kept.proj_in.store(merged);
     }
   }
-  row_parallel_forward(ws.big1.data(), stored_operand(kept.proj_in), w.proj, w.proj_b, hl, c, ws, &bias_after);
-  residual_dropout_add(x, ws.big1.data(), bias_after, kept.resid1_mask, DropoutSite::attention_residual,
-                       "resid1_mask", c, ws);
+  row_parallel_residual(x, stored_operand(kept.proj_in), w.proj, w.proj_b, hl, kept.resid1_mask,
+                        DropoutSite::attention_residual, "resid1_mask", c, ws);
 
   // MLP block.
   kept.ln2_in = Stored(Nl * h, dt, l, "ln2_input");
@@ -200,10 +213,11 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
   const GemmOperand fc1_x = column_input(kept.fc1_in, ln2, c, ws, ws.half.data());
   float* act = staging(kept.fc2_in, ws.big2.data());
   if (direct_bf16(kept.gelu_in) && direct_bf16(kept.fc2_in)) {
-    // The GEMM writes the kept bf16 input of the GeLU (big1 the fp32 room of an implementation that
-    // needs one), and the GeLU reads it: act = bf16(gelu(bf16(pre))), the pre its backward reads.
-    dev::linear_forward_bf16(bf16_of(kept.gelu_in), fc1_x, w.fc1, w.fc1_b, N, h, 4 * hl, ws.big1.data());
-    dev::gelu_forward16(bf16_of(kept.fc2_in), bf16_of(kept.gelu_in), N * 4 * hl);
+    // The GEMM writes the kept bf16 input of the GeLU, pre, and its output act (big1 the fp32 room of an
+    // implementation that needs one): act = bf16(gelu(bf16(pre))), or of pre unrounded where the
+    // device's GEMM does the GeLU in its epilogue.
+    dev::linear_gelu_forward_bf16(bf16_of(kept.fc2_in), bf16_of(kept.gelu_in), fc1_x, w.fc1, w.fc1_b, N, h, 4 * hl,
+                                  ws.big1.data());
   } else {
     float* pre = staging(kept.gelu_in, ws.big1.data());
     if (dt == DType::bf16) {  // (8-bit kept) the same forward: the GeLU of the bf16-rounded input
@@ -218,9 +232,8 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
   // The forward reads the full-precision values; only what backward reads is compressed.
   const GemmOperand fc2_x =
       kept.fc2_in.compressed() ? dev::as_operand(act, N * 4 * hl, dt, ws.half.data()) : stored_operand(kept.fc2_in);
-  row_parallel_forward(ws.big1.data(), fc2_x, w.fc2, w.fc2_b, 4 * hl, c, ws, &bias_after);
-  residual_dropout_add(x, ws.big1.data(), bias_after, kept.resid2_mask, DropoutSite::mlp_residual, "resid2_mask",
-                       c, ws);
+  row_parallel_residual(x, fc2_x, w.fc2, w.fc2_b, 4 * hl, kept.resid2_mask, DropoutSite::mlp_residual, "resid2_mask",
+                        c, ws);
 }
 
 void layer_recompute_attention(LayerKept& kept, const LayerContext& c, Workspace& ws) {
@@ -339,14 +352,16 @@ struct LnColumn {
   float* LayerGrads::*dln_b;
   TrackedBuffer LayerWeightPending::*partials;
 };
-// dout null: the gradient came narrowed into ws.half with the bias gradient summed (bf16_backward).
+// dout null: the gradient came narrowed into dout16 (null: ws.half) with the bias gradient summed
+// (bf16_backward).
 void ln_column_backward(float* dx, float* dout, int64_t out, const LnColumn& u, const LayerKept& kept, GemmOperand w,
-                        const float* ln_w, GradSink& sink, const LayerContext& c, Workspace& ws) {
+                        const float* ln_w, GradSink& sink, const LayerContext& c, Workspace& ws,
+                        const uint16_t* dout16 = nullptr) {
   const int64_t N = c.N(), h = c.h;
   uint16_t* half_input = ws.half.data() + std::max(N * out, N * h);  // beside dout's bf16 copy
   const GemmOperand in = column_input_again(kept.*u.linear_in, c, ws, half_input);
-  const GemmOperand dout_op =
-      dout ? dev::as_operand(dout, N * out, c.dtype, ws.half.data()) : GemmOperand{ws.half.data(), DType::bf16};
+  const GemmOperand dout_op = dout ? dev::as_operand(dout, N * out, c.dtype, ws.half.data())
+                                   : GemmOperand{dout16 ? dout16 : ws.half.data(), DType::bf16};
   // The input gradient goes to full2 (a spent dy under SP); a re-gathered input sits in full1.
   dev::linear_backward_input(ws.full2.data(), dout_op, w, N, h, out);
   linear_weight_grads(sink, u.dw, u.db, u.slot, u.linear_in, in, dout, dout_op, N, h, out, c);
@@ -395,12 +410,14 @@ void backward(float* dx, const LayerKept& kept, const LayerWeights& w, GradSink&
   } else {
     const GemmOperand dy_op = output_grad_operand(dy, sink.grads ? sink.grads->fc2_b : nullptr, fuse, N, h, c, half);
     // Under bf16 the GEMM writes the GeLU's output gradient in bf16, which the GeLU's backward reads
-    // (fused: in big1's room, big2 the fp32 room of an implementation that needs one; otherwise in
-    // big2's, widened into big1 for the fp32 pass: the same values either way).
+    // (fused: the GeLU's input gradient in big1's room with fc1's bias sums, in one call whose device may
+    // do the GeLU's backward in the GEMM's epilogue; big2 the fp32 room of an implementation that needs
+    // one. Otherwise in big2's, widened into big1 for the fp32 pass: the same values either way).
     const bool gelu16 = fuse && direct_bf16(kept.gelu_in);
     uint16_t* dact16 = reinterpret_cast<uint16_t*>((gelu16 ? ws.big1 : ws.big2).data());
     if (gelu16) {
-      dev::linear_backward_input_bf16(dact16, dy_op, w.fc2, N, 4 * hl, h, ws.big2.data());
+      dev::linear_backward_input_gelu_bf16(dact16, sink.grads->fc1_b, dy_op, w.fc2, bf16_of(kept.gelu_in), N, 4 * hl,
+                                           h, ws.big2.data());
     } else if (c.dtype == DType::bf16) {
       dev::linear_backward_input_bf16(dact16, dy_op, w.fc2, N, 4 * hl, h, ws.big1.data());
       device_memory().from_bf16(dact16, ws.big1.data(), N * 4 * hl);
@@ -410,8 +427,7 @@ void backward(float* dx, const LayerKept& kept, const LayerWeights& w, GradSink&
     linear_weight_grads(sink, &LayerGrads::fc2_w, &LayerGrads::fc2_b, &LayerWeightPending::fc2, &LayerKept::fc2_in,
                         compute_operand(kept.fc2_in, ws.big2.data()), fuse ? nullptr : dy, dy_op, N, 4 * hl, h, c);
     if (gelu16) {
-      dev::gelu_backward_narrow(half, sink.grads->fc1_b, bf16_of(kept.gelu_in), dact16, N, 4 * hl);
-      ln_column_backward(dx, nullptr, 4 * hl, kLn2Fc1, kept, w.fc1, w.ln2_w, sink, c, ws);
+      ln_column_backward(dx, nullptr, 4 * hl, kLn2Fc1, kept, w.fc1, w.ln2_w, sink, c, ws, dact16);
     } else {
       const float* pre = kept.gelu_in.load(ws.widen.data());
       dev::gelu_backward(ws.big1.data(), pre, ws.big1.data(), N * 4 * hl);

@@ -10,6 +10,7 @@
 
 #include "cuda/gemm.hpp"
 #include "cuda/kernels.hpp"
+#include "kernels/gelu.hpp"
 #include "kernels/gemm.hpp"
 #include "tensor/bf16.hpp"
 
@@ -58,6 +59,37 @@ bool GemmContext::gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b
   if (bias16) lattice::from_bf16(bias16, bias.data(), s.N);
   gemm(s, a, b, full.data(), bias16 ? bias.data() : nullptr, stream);
   lattice::to_bf16(full.data(), c, int64_t(full.size()));
+  return true;
+}
+// cuBLASLt's GeLU epilogues as cuda/gemm.hpp states them: the GeLU (tanh form, kernels/gelu.hpp) of
+// the fp32 sum and its rounding kept; the gradient's product unrounded. LATTICE_HOST_SIM_GEMM_EPILOGUES=0
+// answers false (no algorithm offered), as LATTICE_HOST_SIM_GEMM_BF16_OUT=0 does for every bf16 D.
+namespace {
+bool epilogues_offered() {
+  const char* all = std::getenv("LATTICE_HOST_SIM_GEMM_BF16_OUT");
+  const char* env = std::getenv("LATTICE_HOST_SIM_GEMM_EPILOGUES");
+  return !(all && std::string(all) == "0") && !(env && std::string(env) == "0");
+}
+}  // namespace
+bool GemmContext::gemm_bf16_gelu(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* act16, uint16_t* pre16,
+                                 const uint16_t* bias16, cudaStream_t stream) {
+  if (!epilogues_offered() || s.batch != 1 || s.N % 8 != 0 || s.K == 0) return false;
+  if (s.accumulate || s.alpha != 1.0f) throw std::logic_error("cuda::gemm_bf16_out: alpha 1, no accumulation");
+  std::vector<float> full(size_t(s.M * s.N)), bias(bias16 ? size_t(s.N) : 0);
+  if (bias16) lattice::from_bf16(bias16, bias.data(), s.N);
+  gemm(s, a, b, full.data(), bias16 ? bias.data() : nullptr, stream);
+  lattice::to_bf16(full.data(), pre16, int64_t(full.size()));
+  for (size_t i = 0; i < full.size(); ++i) act16[i] = lattice::to_bf16(lattice::gelu_value(full[i]));
+  return true;
+}
+bool GemmContext::gemm_bf16_dgelu(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* g16,
+                                  const uint16_t* pre16, cudaStream_t stream) {
+  if (!epilogues_offered() || s.batch != 1 || s.N % 8 != 0 || s.K == 0) return false;
+  if (s.accumulate || s.alpha != 1.0f) throw std::logic_error("cuda::gemm_bf16_out: alpha 1, no accumulation");
+  std::vector<float> full(size_t(s.M * s.N));
+  gemm(s, a, b, full.data(), nullptr, stream);
+  for (size_t i = 0; i < full.size(); ++i)
+    g16[i] = lattice::to_bf16(full[i] * lattice::gelu_grad(lattice::from_bf16(pre16[i])));
   return true;
 }
 }  // namespace lattice::cuda

@@ -21,4 +21,11 @@ void GemmContext::gemm(const GemmShape&, GemmOperand, GemmOperand, float*, const
 bool GemmContext::gemm_bf16_out(const GemmShape&, GemmOperand, GemmOperand, uint16_t*, const uint16_t*, cudaStream_t) {
   no_cublaslt();
 }
+bool GemmContext::gemm_bf16_gelu(const GemmShape&, GemmOperand, GemmOperand, uint16_t*, uint16_t*, const uint16_t*,
+                                 cudaStream_t) {
+  no_cublaslt();
+}
+bool GemmContext::gemm_bf16_dgelu(const GemmShape&, GemmOperand, GemmOperand, uint16_t*, const uint16_t*, cudaStream_t) {
+  no_cublaslt();
+}
 }  // namespace lattice::cuda

@@ -3,7 +3,8 @@
 # (scripts/cuda-host-trainer.sh) against --device cpu on a small model, dropout on: fp32 (unfused
 # attention) losses within 1e-5 relative a step, bf16 activations unfused and fused (the tensor-core
 # kernels, context in the token rows) within 2^-7, and the fused run repeating itself bit for bit,
-# also where the GEMMs have no bf16 output (linear_forward_bf16's fallback).
+# also where the GEMMs have no bf16 output (linear_forward_bf16's fallback); and without dropout, where
+# the projection and FC2 add into the residual stream in their GEMM.
 # The bounds are the device check's parity bounds (docs/gpu.md): fp32 differs by summation order only;
 # under bf16 both devices round the same operands, and one bf16 rounding (2^-7 relative) bounds what
 # a step's loss can differ. What it checks is the seam's CUDA side, which no kernel check reaches.
@@ -36,7 +37,9 @@ run() {  # NAME DEVICE BINARY FLAGS...
 compare() {  # NAME A B TOL: the device check's loss comparison (scripts/device-compare.py)
   python3 "$root/scripts/device-compare.py" losses "$@" || status=1
 }
-for spec in "fp32:1e-5:" "bf16:0.0078125:--activation-dtype bf16" "fused_bf16:0.0078125:--attention fused --activation-dtype bf16"; do
+# Without dropout the projection and FC2 add into the residual stream in their GEMM (linear_forward_residual).
+for spec in "fp32:1e-5:" "bf16:0.0078125:--activation-dtype bf16" "fused_bf16:0.0078125:--attention fused --activation-dtype bf16" \
+            "fp32_nodrop:1e-5:--dropout 0" "fused_bf16_nodrop:0.0078125:--attention fused --activation-dtype bf16 --dropout 0"; do
   name=${spec%%:*} rest=${spec#*:}
   tol=${rest%%:*} flags=${rest#*:}
   # shellcheck disable=SC2086
@@ -48,7 +51,10 @@ done
 run sim_fused_bf16_again cuda "$work/sim/lattice" --attention fused --activation-dtype bf16
 compare "host-simulated cuda repeats itself, fused bf16 (bits)" sim_fused_bf16.jsonl sim_fused_bf16_again.jsonl 0
 # A GEMM with no bf16 output for a shape (cuBLASLt may offer none): the fp32 product narrowed instead,
-# the same bits (the simulation's GEMM answers so under this variable).
+# the same bits as bf16 outputs without the GeLU's epilogues (the simulation's GEMM answers so under
+# these variables); the epilogues round once where the two calls round twice, within 2^-7.
+LATTICE_HOST_SIM_GEMM_EPILOGUES=0 run sim_fused_bf16_noepi cuda "$work/sim/lattice" --attention fused --activation-dtype bf16
+compare "host-simulated cuda without GeLU epilogues vs with, fused bf16" sim_fused_bf16.jsonl sim_fused_bf16_noepi.jsonl 0.0078125
 LATTICE_HOST_SIM_GEMM_BF16_OUT=0 run sim_fused_bf16_no16 cuda "$work/sim/lattice" --attention fused --activation-dtype bf16
-compare "host-simulated cuda without a bf16 GEMM output, fused bf16 (bits)" sim_fused_bf16.jsonl sim_fused_bf16_no16.jsonl 0
+compare "host-simulated cuda without a bf16 GEMM output, fused bf16 (bits)" sim_fused_bf16_noepi.jsonl sim_fused_bf16_no16.jsonl 0
 exit $status

@@ -4,12 +4,14 @@
 // of the vector width, head dimensions below and above a block, and causal rows of every length.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <tuple>
 #include <vector>
 
+#include "backend/device_ops.hpp"
 #include "kernels/bf16_fused.hpp"
 #include "kernels/bias.hpp"
 #include "kernels/gelu.hpp"
@@ -135,6 +137,57 @@ TEST(Bf16Fused, GeluBackwardNarrowIsWidenGeluBackwardNarrowAndSums) {
   gelu_backward_narrow(g16.data(), db2.data(), pre16.data(), dout16.data(), N, out);
   EXPECT_TRUE(same_bytes(g16, narrowed(g)));
   EXPECT_TRUE(same_bytes(db2, db));
+}
+
+TEST(Bf16Fused, GeluBackwardNarrowInPlaceIsTheSame) {
+  const int64_t N = 23, out = 130;
+  const auto pre16 = narrowed(randn(N * out, 30, 2.0f));
+  auto g16 = narrowed(randn(N * out, 31));
+  const auto db0 = randn(out, 32);
+  std::vector<float> db = db0, db2 = db0;
+  std::vector<uint16_t> apart(g16.size());
+  gelu_backward_narrow(apart.data(), db.data(), pre16.data(), g16.data(), N, out);
+  gelu_backward_narrow(g16.data(), db2.data(), pre16.data(), g16.data(), N, out);
+  EXPECT_TRUE(same_bytes(g16, apart));
+  EXPECT_TRUE(same_bytes(db2, db));
+}
+
+// The device table's linears with the pass after them (backend/device_ops.hpp): on the CPU the two
+// calls, bit for bit, also the backward's gradient made in place in its output.
+TEST(Bf16Fused, CpuLinearWithItsPassIsTheTwoCalls) {
+  const DeviceOps& ops = cpu_ops();
+  const int64_t N = 37, in = 48, out = 72;
+  const auto x16 = narrowed(randn(N * in, 40)), w16 = narrowed(randn(in * out, 41)), dy16 = narrowed(randn(N * out, 42));
+  const auto bias = randn(out, 43), resid0 = randn(N * out, 44), db0 = randn(in, 45);
+  const GemmOperand x{x16.data(), DType::bf16}, w{w16.data(), DType::bf16}, dy{dy16.data(), DType::bf16};
+  std::vector<float> room(static_cast<size_t>(N * std::max(in, out)));
+
+  std::vector<uint16_t> act(size_t(N * out)), pre(act.size()), act_ref(act.size()), pre_ref(act.size());
+  ops.linear_gelu_forward_bf16(act.data(), pre.data(), x, w, bias.data(), N, in, out, room.data());
+  ops.linear_forward_bf16(pre_ref.data(), x, w, bias.data(), N, in, out, room.data());
+  ops.gelu_forward16(act_ref.data(), pre_ref.data(), N * out);
+  EXPECT_TRUE(same_bytes(pre, pre_ref));
+  EXPECT_TRUE(same_bytes(act, act_ref));
+
+  // FC2's input gradient [N, in] from dy [N, out] and W [in, out], the GeLU's input pre [N, in].
+  const auto pre_in = narrowed(randn(N * in, 46, 2.0f));
+  std::vector<uint16_t> g(size_t(N * in)), dact(g.size()), g_ref(g.size());
+  std::vector<float> db = db0, db_ref = db0;
+  ops.linear_backward_input_gelu_bf16(g.data(), db.data(), dy, w, pre_in.data(), N, in, out, room.data());
+  ops.linear_backward_input_bf16(dact.data(), dy, w, N, in, out, room.data());
+  ops.gelu_backward_narrow(g_ref.data(), db_ref.data(), pre_in.data(), dact.data(), N, in);
+  EXPECT_TRUE(same_bytes(g, g_ref));
+  EXPECT_TRUE(same_bytes(db, db_ref));
+
+  // The projection's or FC2's output added into the residual stream.
+  std::vector<float> resid = resid0, resid_ref = resid0, y(resid0.size());
+  const auto x2 = narrowed(randn(N * out, 47));
+  const auto w2 = narrowed(randn(out * out, 48));
+  const GemmOperand xo{x2.data(), DType::bf16}, wo{w2.data(), DType::bf16};
+  ops.linear_forward_residual(resid.data(), xo, wo, bias.data(), N, out, out, room.data());
+  ops.linear_forward(y.data(), xo, wo, bias.data(), N, out, out);
+  ops.residual_add(resid_ref.data(), y.data(), N * out);
+  EXPECT_TRUE(same_bytes(resid, resid_ref));
 }
 
 TEST(Bf16Fused, MergeQkvGradsNarrowIsMergeNarrowAndSums) {
