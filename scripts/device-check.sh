@@ -110,7 +110,7 @@ phase_profile() {
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   if [ -z "$ncu" ]; then record "phase profile: done without the stall breakdown (no ncu on this machine)"; return; fi
   [ ! -d "$ARCH_LIB" ] || runtime_env
-  local kernels=${DEVICE_CHECK_PROFILE_KERNELS:-tc_forward_kernel|tc_dq_kernel|tc_dkdv_kernel|ce_whole_forward_kernel|ce_whole_forward_bf16_kernel|layernorm_backward_fused_kernel|flash_rowdot_kernel|column_reduce_kernel|layernorm_param_reduce_kernel|layernorm_forward_rows_kernel|gelu_forward16_x4_kernel|column_partials_kernel|split_heads16_x8_kernel}
+  local kernels=${DEVICE_CHECK_PROFILE_KERNELS:-tc_forward_kernel|tc_dq_kernel|tc_dkdv_kernel|ce_whole_forward_kernel|ce_whole_forward_bf16_kernel|ce_backward_from_logits_kernel|layernorm_backward_fused_kernel|flash_rowdot_kernel|column_reduce_kernel|layernorm_param_reduce_kernel|layernorm_forward_rows_kernel|gelu_forward16_x4_kernel|column_partials_kernel|split_heads16_x8_kernel}
   local groups=${DEVICE_CHECK_PROFILE_GROUPS:-ce,passes,tc}
   # The warp-stall breakdown (cycles a warp spends stalled for each reason, per issued instruction):
   # only the reasons this ncu knows (asked first: an unknown metric name would stop the whole run).
@@ -257,6 +257,13 @@ phase_parity() {
   train cpu_fused_bf16 cpu --attention fused --activation-dtype bf16 &&
     train gpu_fused_bf16 "$GPU" --attention fused --activation-dtype bf16 &&
     compare losses "parity fused attention, bf16 activations (tensor cores) gpu vs cpu (2^-7)" cpu_fused_bf16.jsonl gpu_fused_bf16.jsonl 0.0078125
+  # Without dropout the projection and FC2 add into the residual stream inside their GEMM (an accumulating
+  # GEMM, the bias in its epilogue), as the speed phase's runs do: the fp32 bound, and bf16's.
+  train cpu_nodrop cpu --dropout 0 && train gpu_nodrop "$GPU" --dropout 0 &&
+    compare losses "parity fp32, dropout 0 (GEMMs adding into the residual) gpu vs cpu" cpu_nodrop.jsonl gpu_nodrop.jsonl 1e-5
+  train cpu_fused_bf16_nodrop cpu --attention fused --activation-dtype bf16 --dropout 0 &&
+    train gpu_fused_bf16_nodrop "$GPU" --attention fused --activation-dtype bf16 --dropout 0 &&
+    compare losses "parity fused attention, bf16, dropout 0 gpu vs cpu (2^-7)" cpu_fused_bf16_nodrop.jsonl gpu_fused_bf16_nodrop.jsonl 0.0078125
   train gpu_p16 "$GPU" --params-dtype bf16 --activation-dtype bf16 && record "  parity gpu --params-dtype bf16: ran (final loss $(grep -o '"final_loss":[^,]*' gpu_p16.jsonl))"
   # Resume: 10 steps saved on the GPU, 10 more on the GPU (the bits of the straight run) and on the CPU.
   train gpu_half "$GPU" --steps 10 && {

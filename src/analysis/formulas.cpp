@@ -46,7 +46,11 @@ int64_t extra_activation_bytes(const ActivationShape& x, int pp, int in_flight) 
   int64_t bytes = x.dropout ? mask_bytes(x, sbh / shard) * in_flight : 0;  // embedding dropout masks
   if (pp == 1) {
     bytes += 2 * sbh * x.d / shard;                // final LN input, output-projection input
-    bytes += 4 * x.positions() * x.b * x.v / x.t;  // fp32 logits (vocabulary-parallel)
+    // The head's: fp32 probabilities (vocabulary-parallel), 4sbv/t as the paper counts them; under bf16
+    // activations the bf16 logits and each row's maximum and sum, 2sbv/t + 8sb (the probabilities made
+    // again in backward; docs/design.md §4).
+    bytes += x.d == 2 ? 2 * x.positions() * x.b * x.v / x.t + 8 * x.positions() * x.b
+                      : 4 * x.positions() * x.b * x.v / x.t;
     if (x.cp > 1) bytes += 4 * x.positions() * x.b;  // the targets of this rank's positions (int32)
   }
   return bytes;

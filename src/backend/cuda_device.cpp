@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 
@@ -88,11 +89,27 @@ void c_linear_forward(float* y, GemmOperand x, GemmOperand w, const float* bias,
   s.M = N, s.N = out, s.K = in;
   gemms().gemm(s, x, w, y, bias);
 }
-// C in bf16: cuBLASLt's bf16 D, or (no bf16 D for the shape) the fp32 product in `room`, narrowed.
+// C in bf16: cuBLASLt's bf16 D, or (no bf16 D for the shape) the fp32 product in `room`, narrowed;
+// without a room (device_ops.hpp) in pieces of rows through the scratch, at most 64 MiB of fp32 at once.
 void c_gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* c, float* room) {
   if (gemms().gemm_bf16_out(s, a, b, c)) return;
-  gemms().gemm(s, a, b, room);
-  cuda::to_bf16(room, c, s.M * s.N);
+  if (room) {
+    gemms().gemm(s, a, b, room);
+    return cuda::to_bf16(room, c, s.M * s.N);
+  }
+  if (s.batch != 1 || s.trans_a || s.accumulate)
+    throw std::logic_error("c_gemm_bf16_out: pieces of rows need one matrix, A not transposed, no accumulation");
+  const int64_t rows = std::max<int64_t>(1, (int64_t(64) << 20) / 4 / std::max<int64_t>(1, s.N));
+  const cuda::Workspace ws = scratch(size_t(std::min(rows, s.M) * s.N) * sizeof(float));
+  const size_t a_row_bytes = size_t(s.K) * (a.dtype == DType::bf16 ? 2 : 4);
+  for (int64_t r0 = 0; r0 < s.M; r0 += rows) {
+    GemmShape piece = s;
+    piece.M = std::min(rows, s.M - r0);
+    const GemmOperand a_piece{static_cast<const uint8_t*>(a.ptr) + size_t(r0) * a_row_bytes, a.dtype};
+    float* part = static_cast<float*>(ws.data);
+    gemms().gemm(piece, a_piece, b, part);
+    cuda::to_bf16(part, c + r0 * s.N, piece.M * s.N);
+  }
 }
 // The same with the bias rounded to bf16 (device_ops.hpp): cuBLASLt's epilogue takes it from the room's
 // start; where it writes no bf16 D, the product goes into the room and one pass adds the rounded bias
@@ -402,14 +419,24 @@ void c_layernorm_backward_bf16(float* dinp, float* dw, float* db, const float* d
                                 scratch(cuda::layernorm_backward_workspace_bytes(N, C)));
 }
 
-void c_ce_backward_bf16(uint16_t* d16, const float* probs, const int32_t* targets, int64_t v0, int64_t vl, int64_t N,
-                        float scale) {
-  cuda::ce_shard_backward_bf16(d16, probs, targets, v0, vl, N, scale);
+void c_ce_backward_bf16(uint16_t* d16, const uint16_t* logits16, const float* row_max, const float* row_sum,
+                        const int32_t* targets, int64_t v0, int64_t vl, int64_t real, int64_t N, float scale) {
+  cuda::ce_shard_backward_bf16(d16, logits16, row_max, row_sum, targets, v0, vl, real, N, scale);
 }
-
-void c_ce_whole_forward_bf16(float* probs, const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
+void c_ce_whole_forward_bf16(const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
                              float* target_logit, const int32_t* targets, int64_t vl, int64_t real, int64_t N) {
-  cuda::ce_whole_forward_bf16(probs, logits16, losses, row_max, row_sum, target_logit, targets, vl, real, N);
+  cuda::ce_whole_forward_bf16(logits16, losses, row_max, row_sum, target_logit, targets, vl, real, N);
+}
+void c_ce_max_target_bf16(float* row_max, float* target_logit, const uint16_t* logits16, const int32_t* targets,
+                          int64_t v0, int64_t vl, int64_t real, int64_t N) {
+  cuda::ce_shard_max_target_bf16(row_max, target_logit, logits16, targets, v0, vl, real, N);
+}
+void c_ce_exp_sum_bf16(float* row_sum, const uint16_t* logits16, const float* row_max, int64_t vl, int64_t real,
+                       int64_t N) {
+  cuda::ce_shard_exp_sum_bf16(row_sum, logits16, row_max, vl, real, N);
+}
+void c_ce_row_losses(float* losses, const float* row_max, const float* row_sum, const float* target_logit, int64_t N) {
+  cuda::ce_row_losses(losses, row_max, row_sum, target_logit, N);
 }
 
 void c_synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
@@ -483,6 +510,9 @@ const DeviceOps kCudaOps = {
     c_layernorm_backward_bf16,
     c_ce_backward_bf16,
     c_ce_whole_forward_bf16,
+    c_ce_max_target_bf16,
+    c_ce_exp_sum_bf16,
+    c_ce_row_losses,
     c_synchronize,
 };
 

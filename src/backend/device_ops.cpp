@@ -70,6 +70,7 @@ void cpu_flash_backward_qkv_rows(uint16_t* dqkv16, float* db, const float* dout_
 // to_bf16); fp32 operands go through the room.
 void cpu_gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* c, const float* bias, float* room) {
   if (a.dtype == DType::bf16 && b.dtype == DType::bf16) return gemm_bf16_out(s, a, b, c, bias);
+  if (!room) throw std::logic_error("a bf16 GEMM output from fp32 operands needs the fp32 room (device_ops.hpp)");
   gemm(s, a, b, room, bias);
   to_bf16(room, c, s.M * s.N);
 }
@@ -181,6 +182,9 @@ const DeviceOps kCpu = {
     layernorm_backward_bf16,
     ce_shard_backward_bf16,
     ce_whole_forward_bf16,
+    ce_shard_max_target_bf16,
+    ce_shard_exp_sum_bf16,
+    ce_row_losses,
     cpu_synchronize,
 };
 

@@ -52,7 +52,8 @@ struct DeviceOps {
   void (*linear_forward_bf16)(uint16_t*, GemmOperand, GemmOperand, const float*, int64_t, int64_t, int64_t,
                               float* room);
   void (*linear_backward_input)(float*, GemmOperand, GemmOperand, int64_t, int64_t, int64_t);
-  // dx16 = bf16(dy·Wᵀ), as linear_forward_bf16 (`room`: fp32 N·in).
+  // dx16 = bf16(dy·Wᵀ), as linear_forward_bf16 (`room`: fp32 N·in; may be null where both operands are
+  // bf16, a device then narrowing an fp32 product in pieces of rows through scratch of its own).
   void (*linear_backward_input_bf16)(uint16_t*, GemmOperand, GemmOperand, int64_t, int64_t, int64_t, float* room);
   void (*linear_backward_weight)(float*, GemmOperand, GemmOperand, int64_t, int64_t, int64_t);
   // A linear and the pass after it in one call, where a device's GEMM does the pass in its epilogue
@@ -157,9 +158,16 @@ struct DeviceOps {
   void (*softmax_causal_backward_bf16)(uint16_t*, const float*, const uint16_t*, int64_t, int64_t);
   void (*layernorm_backward_bf16)(float*, float*, float*, const float*, const uint16_t*, const float*, const float*,
                                   const float*, int64_t, int64_t);
-  void (*ce_shard_backward_bf16)(uint16_t*, const float*, const int32_t*, int64_t, int64_t, int64_t, float);
-  void (*ce_whole_forward_bf16)(float*, const uint16_t*, float*, float*, float*, float*, const int32_t*, int64_t,
-                                int64_t, int64_t);
+  // The cross-entropy over kept bf16 logits (kernels/bf16_fused.hpp): statistics and losses forward, the
+  // probabilities made again in backward.
+  void (*ce_shard_backward_bf16)(uint16_t*, const uint16_t*, const float*, const float*, const int32_t*, int64_t,
+                                 int64_t, int64_t, int64_t, float);
+  void (*ce_whole_forward_bf16)(const uint16_t*, float*, float*, float*, float*, const int32_t*, int64_t, int64_t,
+                                int64_t);
+  void (*ce_shard_max_target_bf16)(float*, float*, const uint16_t*, const int32_t*, int64_t, int64_t, int64_t,
+                                   int64_t);
+  void (*ce_shard_exp_sum_bf16)(float*, const uint16_t*, const float*, int64_t, int64_t, int64_t);
+  void (*ce_row_losses)(float*, const float*, const float*, const float*, int64_t);
   // Returns once every operation issued so far has finished (a timer's edge; the CPU's are synchronous).
   void (*synchronize)();
   // The copies and zeroing of device buffers are tensor/device_memory.hpp's (the same memory serves
@@ -176,7 +184,7 @@ struct DeviceOps {
   X(merge_qkv_grads) X(embedding_shard_forward) X(embedding_shard_backward) X(add_positions) X(position_grads) X(ce_shard_max_target)            \
   X(ce_shard_exp_sum) X(ce_shard_normalize) X(ce_whole_forward) X(ce_shard_backward) X(to_bf16) X(half_narrow) X(half_widen) X(half_accumulate) X(adamw_update) X(adamw_update_segments) X(grad_sums_squares) X(scale_grads) X(all_finite) \
   X(layernorm_forward_bf16) X(split_heads16) X(merge_heads_bf16) X(unmerge_heads_bf16) X(gelu_forward16) X(narrow_bias_backward)       \
-  X(gelu_backward_narrow) X(merge_qkv_grads_narrow) X(softmax_causal_backward_bf16) X(layernorm_backward_bf16) X(ce_shard_backward_bf16) X(ce_whole_forward_bf16) \
+  X(gelu_backward_narrow) X(merge_qkv_grads_narrow) X(softmax_causal_backward_bf16) X(layernorm_backward_bf16) X(ce_shard_backward_bf16) X(ce_whole_forward_bf16) X(ce_shard_max_target_bf16) X(ce_shard_exp_sum_bf16) X(ce_row_losses) \
   X(synchronize)
 
 // The CPU's table: src/kernels, byte for byte what the model called directly before the seam.
@@ -416,15 +424,27 @@ inline void layernorm_backward_bf16(float* dinp, float* dweight, float* dbias, c
                                     const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
   device_ops().layernorm_backward_bf16(dinp, dweight, dbias, dout, inp16, weight, mean, rstd, N, C);
 }
-inline void ce_whole_forward_bf16(float* probs, const uint16_t* logits16, float* losses, float* row_max,
-                                  float* row_sum, float* target_logit, const int32_t* targets, int64_t v_local,
-                                  int64_t real, int64_t N) {
-  device_ops().ce_whole_forward_bf16(probs, logits16, losses, row_max, row_sum, target_logit, targets, v_local, real,
-                                     N);
+inline void ce_whole_forward_bf16(const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
+                                  float* target_logit, const int32_t* targets, int64_t v_local, int64_t real,
+                                  int64_t N) {
+  device_ops().ce_whole_forward_bf16(logits16, losses, row_max, row_sum, target_logit, targets, v_local, real, N);
 }
-inline void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets, int64_t v0,
-                                   int64_t v_local, int64_t N, float scale) {
-  device_ops().ce_shard_backward_bf16(dlogits16, probs, targets, v0, v_local, N, scale);
+inline void ce_shard_max_target_bf16(float* row_max, float* target_logit, const uint16_t* logits16,
+                                     const int32_t* targets, int64_t v0, int64_t v_local, int64_t real, int64_t N) {
+  device_ops().ce_shard_max_target_bf16(row_max, target_logit, logits16, targets, v0, v_local, real, N);
+}
+inline void ce_shard_exp_sum_bf16(float* row_sum, const uint16_t* logits16, const float* row_max, int64_t v_local,
+                                  int64_t real, int64_t N) {
+  device_ops().ce_shard_exp_sum_bf16(row_sum, logits16, row_max, v_local, real, N);
+}
+inline void ce_row_losses(float* losses, const float* row_max, const float* row_sum, const float* target_logit,
+                          int64_t N) {
+  device_ops().ce_row_losses(losses, row_max, row_sum, target_logit, N);
+}
+inline void ce_shard_backward_bf16(uint16_t* dlogits16, const uint16_t* logits16, const float* row_max,
+                                   const float* row_sum, const int32_t* targets, int64_t v0, int64_t v_local,
+                                   int64_t real, int64_t N, float scale) {
+  device_ops().ce_shard_backward_bf16(dlogits16, logits16, row_max, row_sum, targets, v0, v_local, real, N, scale);
 }
 inline void synchronize() { device_ops().synchronize(); }
 // A GEMM operand of `n` fp32 values in the run's dtype: itself (fp32), or rounded into `half` (bf16).

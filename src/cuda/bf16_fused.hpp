@@ -53,9 +53,18 @@ void softmax_causal_backward_bf16(uint16_t* ds16, const float* dprobs, const uin
 void layernorm_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp16,
                              const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
                              Workspace ws, cudaStream_t stream = nullptr);
-// ce_shard_backward with the gradient narrowed (cuda/rows.cu).
-void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets, int64_t v0,
-                            int64_t v_local, int64_t N, float scale, cudaStream_t stream = nullptr);
+// The cross-entropy over kept bf16 logits (kernels/bf16_fused.hpp; cuda/rows.cu): the vocabulary-
+// parallel pieces reading bf16, the losses from the statistics, and the gradient with each
+// probability made again from its logit and the row's kept maximum and sum, narrowed.
+void ce_shard_max_target_bf16(float* row_max, float* target_logit, const uint16_t* logits16, const int32_t* targets,
+                              int64_t v0, int64_t v_local, int64_t real, int64_t N, cudaStream_t stream = nullptr);
+void ce_shard_exp_sum_bf16(float* row_sum, const uint16_t* logits16, const float* row_max, int64_t v_local,
+                           int64_t real, int64_t N, cudaStream_t stream = nullptr);
+void ce_row_losses(float* losses, const float* row_max, const float* row_sum, const float* target_logit, int64_t N,
+                   cudaStream_t stream = nullptr);
+void ce_shard_backward_bf16(uint16_t* dlogits16, const uint16_t* logits16, const float* row_max,
+                            const float* row_sum, const int32_t* targets, int64_t v0, int64_t v_local, int64_t real,
+                            int64_t N, float scale, cudaStream_t stream = nullptr);
 
 // ---- optimizer ----
 // adamw_update of grad × grad_scale (clipping's factor, as kernels/optimizer_kernels.hpp's fused

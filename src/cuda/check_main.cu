@@ -467,16 +467,40 @@ void check_cross_entropy() {
       compare_bits(label + " target", "fwd", t3.get(), t1.get());
     };
     compare_outputs(name, three, one);
-    // The bf16 logits' form (the head GEMM's bf16 output) against widening them and the fp32 form.
+    // The bf16 logits' forms (the head keeps the GEMM's bf16 output; kernels/bf16_fused.hpp) against
+    // widening them and the fp32 form: the statistics and losses of the one-pass kernel and of the
+    // vocabulary-parallel pieces, and the gradient made again from them against the fp32
+    // probabilities' gradient narrowed, all bit for bit.
     std::vector<uint16_t> x16(x.size());
     std::vector<float> widened(x.size());
     lattice::to_bf16(x.data(), x16.data(), int64_t(x.size()));
     lattice::from_bf16(x16.data(), widened.data(), int64_t(x.size()));
     Dev<uint16_t> d_x16(x16);
-    Dev<float> probs16(x.size()), wide(widened);
-    lattice::cuda::ce_whole_forward_bf16(probs16.p, d_x16.p, l1.p, m1.p, s1.p, t1.p, dt.p, v_pad, v_real, rows_n);
+    Dev<float> wide(widened);
     lattice::cuda::ce_whole_forward(wide.p, l3.p, m3.p, s3.p, t3.p, dt.p, v_pad, v_real, rows_n);
-    compare_outputs(name + " bf16 logits", wide, probs16);
+    const auto compare_stats = [&](const std::string& label) {
+      compare_bits(label + " losses", "fwd", l3.get(), l1.get());
+      compare_bits(label + " max", "fwd", m3.get(), m1.get());
+      compare_bits(label + " sum", "fwd", s3.get(), s1.get());
+      compare_bits(label + " target", "fwd", t3.get(), t1.get());
+    };
+    const auto poison_stats = [&] { l1.poison(), m1.poison(), s1.poison(), t1.poison(); };
+    poison_stats();
+    lattice::cuda::ce_whole_forward_bf16(d_x16.p, l1.p, m1.p, s1.p, t1.p, dt.p, v_pad, v_real, rows_n);
+    compare_stats(name + " bf16 logits");
+    poison_stats();
+    lattice::cuda::ce_shard_max_target_bf16(m1.p, t1.p, d_x16.p, dt.p, 0, v_pad, v_real, rows_n);
+    lattice::cuda::ce_shard_exp_sum_bf16(s1.p, d_x16.p, m1.p, v_pad, v_real, rows_n);
+    lattice::cuda::ce_row_losses(l1.p, m1.p, s1.p, t1.p, rows_n);
+    compare_stats("ce pieces bf16 logits " + std::to_string(v_real) + "/" + std::to_string(v_pad));
+    const float scale = 1.0f / float(rows_n);
+    Dev<float> d32(x.size());
+    Dev<uint16_t> staged(x.size()), again(x.size());
+    lattice::cuda::ce_shard_backward(d32.p, wide.p, dt.p, 0, v_pad, rows_n, scale);
+    lattice::cuda::to_bf16(d32.p, staged.p, int64_t(x.size()));
+    lattice::cuda::ce_shard_backward_bf16(again.p, d_x16.p, m3.p, s3.p, dt.p, 0, v_pad, v_real, rows_n, scale);
+    compare_bits("ce_shard_backward_bf16 from bf16 logits " + std::to_string(v_real) + "/" + std::to_string(v_pad), "bwd",
+                 staged.get(), again.get());
   }
   // Vocabulary-parallel: two shards of Vp/2 columns, each rank's pieces on the device, the all-reduces
   // done here on the host (max, sums), against the one-rank CPU kernel.
@@ -529,18 +553,34 @@ void check_cross_entropy() {
     delete shards[size_t(r)];
   }
   compare("cross_entropy vocab_parallel", "bwd", dlogits, got);
-  // The narrowed form against the fp32 kernel then to_bf16, on the device, bit for bit: the whole
-  // vocabulary, and the second of two shards (v0 = vl: half the targets outside it).
-  for (const int64_t v0 : {int64_t(0), vl}) {
-    const int64_t width = v0 ? vl : Vp;
-    std::vector<float> part(size_t(N * width));
-    for (int64_t n = 0; n < N; ++n) std::copy_n(probs.begin() + n * Vp + v0, width, part.begin() + n * width);
-    Dev<float> p(part), d32(part.size());
-    Dev<uint16_t> staged(part.size()), fused(part.size());
-    lattice::cuda::ce_shard_backward(d32.p, p.p, d_t.p, v0, width, N, scale);
-    lattice::cuda::to_bf16(d32.p, staged.p, int64_t(part.size()));
-    lattice::cuda::ce_shard_backward_bf16(fused.p, p.p, d_t.p, v0, width, N, scale);
-    compare_bits(v0 ? "ce_shard_backward_bf16 shard 1 of 2" : "ce_shard_backward_bf16", "bwd", staged.get(), fused.get());
+  // The gradient from kept bf16 logits against the fp32 kernel on the widened logits' probabilities
+  // then to_bf16, on the device, bit for bit: the whole vocabulary, and the second of two shards (v0 =
+  // vl: half the targets outside it) with the whole rows' maximum and sum (the all-reduced ones).
+  {
+    std::vector<uint16_t> l16(logits.size());
+    std::vector<float> lw(logits.size());
+    lattice::to_bf16(logits.data(), l16.data(), int64_t(l16.size()));
+    lattice::from_bf16(l16.data(), lw.data(), int64_t(lw.size()));
+    const size_t rows = static_cast<size_t>(N);
+    Dev<float> wp(lw), wl(rows), wm(rows), wsum(rows), wt(rows);
+    lattice::cuda::ce_whole_forward(wp.p, wl.p, wm.p, wsum.p, wt.p, d_t.p, Vp, V, N);
+    const auto wprobs = wp.get();
+    for (const int64_t v0 : {int64_t(0), vl}) {
+      const int64_t width = v0 ? vl : Vp, real = v0 ? real_of(1) : V;
+      std::vector<float> part(size_t(N * width));
+      std::vector<uint16_t> part16(part.size());
+      for (int64_t n = 0; n < N; ++n) {
+        std::copy_n(wprobs.begin() + n * Vp + v0, width, part.begin() + n * width);
+        std::copy_n(l16.begin() + n * Vp + v0, width, part16.begin() + n * width);
+      }
+      Dev<float> p(part), d32(part.size());
+      Dev<uint16_t> lg(part16), staged(part.size()), fused(part.size());
+      lattice::cuda::ce_shard_backward(d32.p, p.p, d_t.p, v0, width, N, scale);
+      lattice::cuda::to_bf16(d32.p, staged.p, int64_t(part.size()));
+      lattice::cuda::ce_shard_backward_bf16(fused.p, lg.p, wm.p, wsum.p, d_t.p, v0, width, real, N, scale);
+      compare_bits(v0 ? "ce_shard_backward_bf16 shard 1 of 2" : "ce_shard_backward_bf16", "bwd", staged.get(),
+                   fused.get());
+    }
   }
   {  // Rows of V = 50257 columns (not a multiple of 4): the one-column-a-thread form, against the CPU.
     std::vector<float> narrow(size_t(N * V)), ref(size_t(N * V));
@@ -1871,14 +1911,20 @@ void timing_cross_entropy() {
   show(std::string("cross_entropy fwd 8192x50304, ") +
            (lattice::cuda::ce_whole_forward_fused(Vp) ? "one pass" : "one pass refused (3 kernels)"),
        median_ms([&] { lattice::cuda::ce_whole_forward(x.p, loss.p, mx.p, sum.p, tl.p, t.p, Vp, V, N); }), bytes);
-  // The training step's form under bf16 activations: the logits read in bf16 (2 bytes a column), the
-  // probabilities written in fp32 (4) to another buffer.
+  // The training step's forms under bf16 activations: the kept bf16 logits read (2 bytes a column) for
+  // the statistics and losses, nothing written a column; the backward reading them again and writing
+  // the bf16 gradient (2 + 2), where the fp32 probabilities' backward it replaced read 4 a column (run
+  // 7's profile: 2.37 ms a step, about 0.59 ms for 8192 rows).
   std::vector<uint16_t> host16(host.size());
   lattice::to_bf16(host.data(), host16.data(), int64_t(host.size()));
-  Dev<uint16_t> x16(host16);
-  show("cross_entropy fwd 8192x50304, bf16 logits",
-       median_ms([&] { lattice::cuda::ce_whole_forward_bf16(x.p, x16.p, loss.p, mx.p, sum.p, tl.p, t.p, Vp, V, N); }),
-       double(N) * double(Vp) * (sizeof(uint16_t) + sizeof(float)));
+  Dev<uint16_t> x16(host16), d16(host16.size());
+  show("cross_entropy fwd 8192x50304, bf16 logits (statistics)",
+       median_ms([&] { lattice::cuda::ce_whole_forward_bf16(x16.p, loss.p, mx.p, sum.p, tl.p, t.p, Vp, V, N); }),
+       double(N) * double(Vp) * sizeof(uint16_t));
+  const float scale = 1.0f / float(N);
+  show("cross_entropy bwd 8192x50304, from bf16 logits",
+       median_ms([&] { lattice::cuda::ce_shard_backward_bf16(d16.p, x16.p, mx.p, sum.p, t.p, 0, Vp, V, N, scale); }),
+       double(N) * double(Vp) * 2 * sizeof(uint16_t));
 }
 
 // The memory-bound passes of a bf16 GPT-2 124M layer at b·s = 8192 rows (h 768, 12 heads, dh 64, 4h

@@ -118,10 +118,10 @@ void ce_shard_normalize(float* logits, float* losses, const float* row_max, cons
 bool ce_whole_forward_fused(int64_t v_local);
 void ce_whole_forward(float* logits, float* losses, float* row_max, float* row_sum, float* target_logit,
                       const int32_t* targets, int64_t v_local, int64_t real, int64_t N, cudaStream_t stream = nullptr);
-// The same over logits the head GEMM wrote in bf16 (kernels/bf16_fused.hpp): the probabilities go to
-// probs (fp32), the bits of widening the logits into probs and calling ce_whole_forward; where a row
-// does not fit, exactly that.
-void ce_whole_forward_bf16(float* probs, const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
+// The same over logits the head GEMM wrote in bf16 and keeps (kernels/bf16_fused.hpp): the statistics
+// and losses only, the bits of widening the logits and calling ce_whole_forward; where a row does not
+// fit (or is not aligned for the one-pass kernel), the bf16 pieces (cuda/bf16_fused.hpp).
+void ce_whole_forward_bf16(const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
                            float* target_logit, const int32_t* targets, int64_t v_local, int64_t real, int64_t N,
                            cudaStream_t stream = nullptr);
 // dlogits = (probs − onehot(target − v0)) · scale on this shard (may alias probs).

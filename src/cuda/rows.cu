@@ -425,20 +425,22 @@ __global__ void softmax_backward_kernel(D* dscores, const float* dprobs, const P
 }
 
 // ---- vocabulary-parallel cross-entropy ----
-__global__ void ce_max_target_kernel(float* row_max, float* target_logit, const float* logits, const int32_t* targets,
+// T: fp32 logits, or bf16 (the head GEMM's kept output) widened exactly: the same values, so the same bits.
+template <class T>
+__global__ void ce_max_target_kernel(float* row_max, float* target_logit, const T* logits, const int32_t* targets,
                                      int64_t v0, int64_t v_local, int64_t real) {
   __shared__ float scratch[32];
   const int64_t n = blockIdx.x;
-  const float* x = logits + n * v_local;
+  const T* x = logits + n * v_local;
   float mx = -__int_as_float(0x7f800000);
-  for (int64_t j = threadIdx.x; j < real; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  for (int64_t j = threadIdx.x; j < real; j += blockDim.x) mx = fmaxf(mx, load_f32(x, j));
   // + 0: a maximum of zero is +0 whichever zero the comparisons kept (fmaxf may return either of
   // ±0), so that a kernel taking the columns in another order keeps the bits (ce_whole_forward_kernel).
   mx = block_max(mx, scratch) + 0.0f;
   if (threadIdx.x == 0) {
     row_max[n] = mx;
     const int64_t t = int64_t(targets[n]) - v0;
-    target_logit[n] = (t >= 0 && t < real) ? x[t] : 0.0f;
+    target_logit[n] = (t >= 0 && t < real) ? load_f32(x, t) : 0.0f;
   }
 }
 // One column's exponential: exp(x − mx) on the real columns, 0 on the padding. The one text of this
@@ -465,6 +467,24 @@ __global__ void ce_exp_sum_kernel(float* row_sum, float* logits, const float* ro
   const int64_t n = blockIdx.x;
   const float sum = ce_exp_row_sum(logits + n * v_local, row_max[n], v_local, real, scratch);
   if (threadIdx.x == 0) row_sum[n] = sum;
+}
+// ce_exp_sum_kernel's sum over bf16 logits widened, the exponentials not stored: the same columns a
+// thread in the same order and the same tree, so the same bits.
+__global__ void ce_exp_sum16_kernel(float* row_sum, const uint16_t* logits16, const float* row_max, int64_t v_local,
+                                    int64_t real) {
+  __shared__ float scratch[32];
+  const int64_t n = blockIdx.x;
+  const uint16_t* x = logits16 + n * v_local;
+  const float mx = row_max[n];
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < v_local; j += blockDim.x) sum += ce_exp_value(from_bf16_bits(x[j]), mx, j, real);
+  sum = block_sum(sum, scratch);
+  if (threadIdx.x == 0) row_sum[n] = sum;
+}
+__global__ void ce_row_losses_kernel(float* losses, const float* row_max, const float* row_sum,
+                                     const float* target_logit, int64_t N) {
+  for (int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; n < N; n += int64_t(gridDim.x) * blockDim.x)
+    losses[n] = ce_row_loss(row_max[n], row_sum[n], target_logit[n]);
 }
 __global__ void ce_normalize_kernel(float* logits, float* losses, const float* row_max, const float* row_sum,
                                     const float* target_logit, int64_t v_local, int64_t real) {
@@ -592,19 +612,16 @@ __global__ void __launch_bounds__(kCeWholeThreads)
     losses[n] = ce_row_loss(mx, sum, tl);
   }
 }
-// The bf16 logits' one-pass form with the row kept as it came, in bf16: 100 KB at GPT-2's vocabulary
-// where the fp32 row took 201 KB, so two blocks share an SM and one's loads and stores run while the
-// other computes. ce_whole_forward_kernel's phases ran in turn on the one block an SM (run 7: the SM 48%
-// busy, DRAM 40%, 1.27 ms for 8192 rows). Without a fp32 copy of the exponentials, each is made twice:
-// by the first 256 threads as they sum (each its columns tid + 256k in order, the three kernels' sum)
-// and by every thread as it writes the probabilities; ce_exp_value of the same value both times, so the
-// bits are ce_whole_forward_kernel's. Eight columns a step (v_local a multiple of 8, the rows 16-byte
-// aligned: ce_whole_forward_bf16 decides).
+// The bf16 logits' one-pass form: each row's statistics and loss, no probabilities (the backward makes
+// them again from the kept bf16 logits: kernels/bf16_fused.hpp). The row is kept in shared memory as
+// it came, in bf16: 100 KB at GPT-2's vocabulary, so two blocks share an SM and one's loads run while
+// the other computes. The exponentials are made by the first 256 threads as they sum (each its columns
+// tid + 256k in order, then the same tree: the three kernels' sum, so their bits). Eight columns a
+// step (v_local a multiple of 8, the rows 16-byte aligned: ce_whole_forward_bf16 decides).
 constexpr int kCeHalfThreads = 2 * kRowBlock;
 __global__ void __launch_bounds__(kCeHalfThreads, 2)
-    ce_whole_forward_bf16_kernel(float* probs, const uint16_t* logits16, float* losses, float* row_max,
-                                 float* row_sum, float* target_logit, const int32_t* targets, int64_t v_local,
-                                 int64_t real) {
+    ce_whole_forward_bf16_kernel(const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
+                                 float* target_logit, const int32_t* targets, int64_t v_local, int64_t real) {
   extern __shared__ __align__(16) uint16_t row16[];  // v_local bf16
   __shared__ float scratch[32];
   const int64_t n = blockIdx.x;
@@ -612,7 +629,6 @@ __global__ void __launch_bounds__(kCeHalfThreads, 2)
   constexpr int kV = 8;
   const int step = kV * kCeHalfThreads;
   const uint16_t* x = logits16 + n * v_local;
-  float* y = probs + n * v_local;
   const auto widen8 = [](uint4 w, float (&f)[kV]) {
     const uint32_t u[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
@@ -661,21 +677,47 @@ __global__ void __launch_bounds__(kCeHalfThreads, 2)
     for (; j < cols; j += kRowBlock) sum += ce_exp_value(from_bf16_bits(row16[j]), mx, j, real);
   }
   sum = block_sum_of_warps(sum, scratch, kRowBlock / 32);
-  const float inv = 1.0f / sum;
-  for (int j = kV * tid; j < cols; j += step) {
-    float f[kV];
-    widen8(*reinterpret_cast<const uint4*>(row16 + j), f);
-#pragma unroll
-    for (int e = 0; e < kV; ++e) {
-      const float v = ce_exp_value(f[e], mx, j + e, real);
-      f[e] = j + e < reals ? v * inv : v;
-    }
-    *reinterpret_cast<float4*>(y + j) = make_float4(f[0], f[1], f[2], f[3]);
-    *reinterpret_cast<float4*>(y + j + 4) = make_float4(f[4], f[5], f[6], f[7]);
-  }
   if (tid == 0) {
     row_max[n] = mx, row_sum[n] = sum, target_logit[n] = tl;
     losses[n] = ce_row_loss(mx, sum, tl);
+  }
+}
+// A probability made again from its bf16 logit and the row's kept maximum and sum: ce_exp_value, then
+// the normalisation's product on the real columns (ce_normalize_kernel's and ce_whole_forward_kernel's
+// element math, so their bits).
+__device__ __forceinline__ float ce_prob_again(float x, float mx, float inv, int64_t j, int64_t real) {
+  const float e = ce_exp_value(x, mx, j, real);
+  return j < real ? e * inv : e;
+}
+// dlogits16 = bf16((p − onehot) · scale) with p made again (ce_prob_again), the gradient's element math
+// ce_backward_kernel's. W columns a thread a step: 1, or 8 (v_local a multiple of 8, both rows 16-byte
+// aligned: one 16-byte load and store of eight bf16).
+template <int W>
+__global__ void ce_backward_from_logits_kernel(uint16_t* dlogits16, const uint16_t* logits16, const float* row_max,
+                                               const float* row_sum, const int32_t* targets, int64_t v0,
+                                               int64_t v_local, int64_t real, float scale) {
+  const int64_t n = blockIdx.x, t = int64_t(targets[n]) - v0;
+  const float mx = row_max[n], inv = 1.0f / row_sum[n];
+  const uint16_t* x = logits16 + n * v_local;
+  uint16_t* d = dlogits16 + n * v_local;
+  const auto grad = [&](float logit, int64_t j) {
+    const float g = __fmul_rn(ce_prob_again(logit, mx, inv, j, real), scale);  // rounded before the target's
+    return j == t ? g - scale : g;
+  };
+  if constexpr (W == 1) {
+    for (int64_t j = threadIdx.x; j < v_local; j += blockDim.x) d[j] = to_bf16_bits(grad(from_bf16_bits(x[j]), j));
+  } else {
+    for (int64_t j = int64_t(threadIdx.x) * 8; j < v_local; j += int64_t(blockDim.x) * 8) {
+      const uint4 w = *reinterpret_cast<const uint4*>(x + j);
+      const uint32_t in[4] = {w.x, w.y, w.z, w.w};
+      uint32_t out[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 pair = bf16_pair_widened(in[i]);
+        out[i] = bf16_pair(grad(pair.x, j + 2 * i), grad(pair.y, j + 2 * i + 1));
+      }
+      *reinterpret_cast<uint4*>(d + j) = make_uint4(out[0], out[1], out[2], out[3]);
+    }
   }
 }
 // D: the gradient written as fp32 (may alias probs) or narrowed to bf16.
@@ -858,11 +900,36 @@ void ce_shard_backward(float* dlogits, const float* probs, const int32_t* target
   ce_backward_launch(dlogits, probs, targets, v0, v_local, N, scale, stream);
   check_launch("ce_shard_backward");
 }
-void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets, int64_t v0,
-                            int64_t v_local, int64_t N, float scale, cudaStream_t stream) {
+void ce_shard_backward_bf16(uint16_t* dlogits16, const uint16_t* logits16, const float* row_max,
+                            const float* row_sum, const int32_t* targets, int64_t v0, int64_t v_local, int64_t real,
+                            int64_t N, float scale, cudaStream_t stream) {
   if (N <= 0) return;
-  ce_backward_launch(dlogits16, probs, targets, v0, v_local, N, scale, stream);
+  if (v_local % 8 == 0 && aligned_to(logits16, 16) && aligned_to(dlogits16, 16))
+    ce_backward_from_logits_kernel<8><<<row_grid(N), kRowBlock, 0, stream>>>(dlogits16, logits16, row_max, row_sum,
+                                                                            targets, v0, v_local, real, scale);
+  else
+    ce_backward_from_logits_kernel<1><<<row_grid(N), kRowBlock, 0, stream>>>(dlogits16, logits16, row_max, row_sum,
+                                                                            targets, v0, v_local, real, scale);
   check_launch("ce_shard_backward_bf16");
+}
+void ce_shard_max_target_bf16(float* row_max, float* target_logit, const uint16_t* logits16, const int32_t* targets,
+                              int64_t v0, int64_t v_local, int64_t real, int64_t N, cudaStream_t stream) {
+  if (N <= 0) return;
+  ce_max_target_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(row_max, target_logit, logits16, targets, v0, v_local,
+                                                               real);
+  check_launch("ce_shard_max_target_bf16");
+}
+void ce_shard_exp_sum_bf16(float* row_sum, const uint16_t* logits16, const float* row_max, int64_t v_local,
+                           int64_t real, int64_t N, cudaStream_t stream) {
+  if (N <= 0) return;
+  ce_exp_sum16_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(row_sum, logits16, row_max, v_local, real);
+  check_launch("ce_shard_exp_sum_bf16");
+}
+void ce_row_losses(float* losses, const float* row_max, const float* row_sum, const float* target_logit, int64_t N,
+                   cudaStream_t stream) {
+  if (N <= 0) return;
+  ce_row_losses_kernel<<<grid_for(N), kBlock, 0, stream>>>(losses, row_max, row_sum, target_logit, N);
+  check_launch("ce_row_losses");
 }
 
 namespace {
@@ -908,26 +975,22 @@ void ce_whole_forward(float* logits, float* losses, float* row_max, float* row_s
   ce_whole_forward_launch<float>(logits, logits, losses, row_max, row_sum, target_logit, targets, v_local, real, N,
                                  stream);
 }
-void ce_whole_forward_bf16(float* probs, const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
+void ce_whole_forward_bf16(const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
                            float* target_logit, const int32_t* targets, int64_t v_local, int64_t real, int64_t N,
                            cudaStream_t stream) {
   if (N <= 0) return;
   const size_t bytes = size_t(v_local) * sizeof(uint16_t);
-  if (v_local % 8 == 0 && aligned_to(probs, 16) && aligned_to(logits16, 16) && ce_row_fits(v_local, sizeof(uint16_t))) {
+  if (v_local % 8 == 0 && aligned_to(logits16, 16) && ce_row_fits(v_local, sizeof(uint16_t))) {
     allow_smem(ce_whole_forward_bf16_kernel, bytes, "ce_whole_forward_bf16");  // ce_whole_forward_launch's reason
-    ce_whole_forward_bf16_kernel<<<row_grid(N), kCeHalfThreads, bytes, stream>>>(probs, logits16, losses, row_max,
-                                                                                 row_sum, target_logit, targets,
-                                                                                 v_local, real);
+    ce_whole_forward_bf16_kernel<<<row_grid(N), kCeHalfThreads, bytes, stream>>>(logits16, losses, row_max, row_sum,
+                                                                                 target_logit, targets, v_local, real);
     check_launch("ce_whole_forward_bf16");
     return;
   }
-  if (!ce_whole_forward_fused(v_local)) {  // widened into probs, then the three kernels there
-    from_bf16(logits16, probs, N * v_local, stream);
-    ce_whole_forward(probs, losses, row_max, row_sum, target_logit, targets, v_local, real, N, stream);
-    return;
-  }
-  ce_whole_forward_launch<uint16_t>(probs, logits16, losses, row_max, row_sum, target_logit, targets, v_local, real, N,
-                                    stream);
+  // Elsewhere the pieces (reading the row twice; no all-reduce between them on one shard).
+  ce_shard_max_target_bf16(row_max, target_logit, logits16, targets, 0, v_local, real, N, stream);
+  ce_shard_exp_sum_bf16(row_sum, logits16, row_max, v_local, real, N, stream);
+  ce_row_losses(losses, row_max, row_sum, target_logit, N, stream);
 }
 
 size_t cross_entropy_workspace_bytes(int64_t N) { return 3 * size_t(N) * sizeof(float); }

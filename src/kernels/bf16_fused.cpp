@@ -109,32 +109,74 @@ void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N,
   });
 }
 
-void ce_whole_forward_bf16(float* probs, const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
-                           float* target_logit, const int32_t* targets, int64_t v_local, int64_t real, int64_t N) {
-  const int64_t n = N * v_local;
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) probs[i] = from_bf16(logits16[i]);
-  ce_whole_forward(probs, losses, row_max, row_sum, target_logit, targets, v_local, real, N);
+namespace {
+// A row of the gradient from its probabilities p (ce_shard_backward's element math), narrowed in
+// stack-sized pieces.
+void narrow_ce_grad_row(uint16_t* d16, const float* p, int64_t t, int64_t v_local, float scale) {
+  constexpr int64_t kChunk = 256;
+  float g[kChunk];
+  for (int64_t c0 = 0; c0 < v_local; c0 += kChunk) {
+    const int64_t len = std::min(kChunk, v_local - c0);
+#pragma omp simd
+    for (int64_t c = 0; c < len; ++c) g[c] = p[c0 + c] * scale;
+    if (t >= c0 && t < c0 + len) g[t - c0] -= scale;  // as ce_shard_backward: after the product's rounding
+#pragma omp simd
+    for (int64_t c = 0; c < len; ++c) d16[c0 + c] = to_bf16(g[c]);  // the scalar rule, in vector lanes
+  }
 }
-
-void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets, int64_t v0,
-                            int64_t v_local, int64_t N, float scale) {
-  constexpr int64_t kChunk = 256;  // a row's gradient made in stack-sized pieces, each narrowed at once
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* p = probs + n * v_local;
-    uint16_t* d16 = dlogits16 + n * v_local;
-    const int64_t t = int64_t(targets[n]) - v0;
-    float g[kChunk];
-    for (int64_t c0 = 0; c0 < v_local; c0 += kChunk) {
-      const int64_t len = std::min(kChunk, v_local - c0);
-#pragma omp simd
-      for (int64_t c = 0; c < len; ++c) g[c] = p[c0 + c] * scale;
-      if (t >= c0 && t < c0 + len) g[t - c0] -= scale;  // as ce_shard_backward: after the product's rounding
-#pragma omp simd
-      for (int64_t c = 0; c < len; ++c) d16[c0 + c] = to_bf16(g[c]);  // the scalar rule, in vector lanes
+// f(row, n) for each row widened into a thread's buffer (the fp32 pieces called on it with N = 1 run
+// their own loops, so the bits are theirs).
+template <class F>
+void for_each_widened_row(const uint16_t* logits16, int64_t v_local, int64_t N, F f) {
+#pragma omp parallel
+  {
+    RowBuffer row(static_cast<size_t>(std::max<int64_t>(v_local, 1)));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      widen(row.data(), logits16 + n * v_local, v_local);
+      f(row.data(), n);
     }
   }
+}
+}  // namespace
+
+void ce_whole_forward_bf16(const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
+                           float* target_logit, const int32_t* targets, int64_t v_local, int64_t real, int64_t N) {
+  for_each_widened_row(logits16, v_local, N, [&](float* row, int64_t n) {
+    ce_whole_forward(row, losses + n, row_max + n, row_sum + n, target_logit + n, targets + n, v_local, real, 1);
+  });
+}
+
+void ce_shard_max_target_bf16(float* row_max, float* target_logit, const uint16_t* logits16, const int32_t* targets,
+                              int64_t v0, int64_t v_local, int64_t real, int64_t N) {
+  for_each_widened_row(logits16, v_local, N, [&](float* row, int64_t n) {
+    ce_shard_max_target(row_max + n, target_logit + n, row, targets + n, v0, v_local, real, 1);
+  });
+}
+
+void ce_shard_exp_sum_bf16(float* row_sum, const uint16_t* logits16, const float* row_max, int64_t v_local,
+                           int64_t real, int64_t N) {
+  for_each_widened_row(logits16, v_local, N, [&](float* row, int64_t n) {
+    ce_shard_exp_sum(row_sum + n, row, row_max + n, v_local, real, 1);
+  });
+}
+
+void ce_row_losses(float* losses, const float* row_max, const float* row_sum, const float* target_logit, int64_t N) {
+  // ce_shard_normalize over rows of no columns: its losses alone, by its own expression.
+  float no_columns = 0.0f;
+  ce_shard_normalize(&no_columns, losses, row_max, row_sum, target_logit, 0, 0, N);
+}
+
+void ce_shard_backward_bf16(uint16_t* dlogits16, const uint16_t* logits16, const float* row_max, const float* row_sum,
+                            const int32_t* targets, int64_t v0, int64_t v_local, int64_t real, int64_t N,
+                            float scale) {
+  for_each_widened_row(logits16, v_local, N, [&](float* row, int64_t n) {
+    float sum_again = 0.0f, loss = 0.0f;
+    const float no_target = 0.0f;
+    ce_shard_exp_sum(&sum_again, row, row_max + n, v_local, real, 1);  // its exponentials; the kept sum divides
+    ce_shard_normalize(row, &loss, row_max + n, row_sum + n, &no_target, v_local, real, 1);
+    narrow_ce_grad_row(dlogits16 + n * v_local, row, int64_t(targets[n]) - v0, v_local, scale);
+  });
 }
 
 void gelu_backward_narrow(uint16_t* g16, float* db, const uint16_t* pre16, const uint16_t* dout16, int64_t N,

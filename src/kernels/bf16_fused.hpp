@@ -42,15 +42,27 @@ void merge_qkv_grads_narrow(uint16_t* dqkv16, float* db, const float* dq, const 
 // softmax_causal_backward with probs read from bf16, its result narrowed.
 void softmax_causal_backward_bf16(uint16_t* ds16, const float* dprobs, const uint16_t* probs16, int64_t batch,
                                   int64_t s);
-// ce_shard_backward (kernels/vocab_shard.hpp), its result narrowed: the head's two backward GEMMs read
-// the logits' gradient as bf16, and nothing reads the fp32 one.
-void ce_shard_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets, int64_t v0,
-                            int64_t v_local, int64_t N, float scale);
-// ce_whole_forward (kernels/vocab_shard.hpp) over logits the head GEMM wrote in bf16, the
-// probabilities into probs (fp32, N·v_local): the bf16 logits widened into probs, then
-// ce_whole_forward in place. Reading half the bytes where the GEMM wrote half is what a device gains.
-void ce_whole_forward_bf16(float* probs, const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
+// The cross-entropy over logits the head GEMM wrote in bf16 (logits16 [N, v_local], kept for backward
+// in place of fp32 probabilities; docs/design.md §4): the forward makes each row's statistics and loss
+// and writes nothing a column, and the backward makes each probability again from its bf16 logit and
+// the row's maximum and sum. Every value is the bits of widening the row and running the fp32 pieces
+// (kernels/vocab_shard.hpp), which the functions below do a row at a time (the pieces with N = 1).
+// ce_whole_forward's row_max, row_sum, target_logit and losses for one shard holding the whole
+// vocabulary (v0 = 0); no probabilities.
+void ce_whole_forward_bf16(const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
                            float* target_logit, const int32_t* targets, int64_t v_local, int64_t real, int64_t N);
+// The vocabulary-parallel pieces: ce_shard_max_target's outputs; ce_shard_exp_sum's row sums only;
+// ce_shard_normalize's losses only.
+void ce_shard_max_target_bf16(float* row_max, float* target_logit, const uint16_t* logits16, const int32_t* targets,
+                              int64_t v0, int64_t v_local, int64_t real, int64_t N);
+void ce_shard_exp_sum_bf16(float* row_sum, const uint16_t* logits16, const float* row_max, int64_t v_local,
+                           int64_t real, int64_t N);
+void ce_row_losses(float* losses, const float* row_max, const float* row_sum, const float* target_logit, int64_t N);
+// dlogits16 = bf16((p − onehot(target − v0)) · scale), p the probabilities ce_shard_exp_sum and
+// ce_shard_normalize make from the widened row with the kept (all-reduced) row_max and row_sum: the
+// bits of ce_shard_backward on those probabilities, narrowed.
+void ce_shard_backward_bf16(uint16_t* dlogits16, const uint16_t* logits16, const float* row_max, const float* row_sum,
+                            const int32_t* targets, int64_t v0, int64_t v_local, int64_t real, int64_t N, float scale);
 // layernorm_backward with its input read from bf16.
 void layernorm_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp16,
                              const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);

@@ -171,11 +171,12 @@ void GPT::run_head_gemm(float* logits, GemmOperand head_in, const float* wte, in
   dev::gemm(g, head_in, weight_operand(wte, table_.wte(), wte_bucket(model_.layers)), logits);
 }
 
-void GPT::run_head_gemm_bf16(uint16_t* logits16, GemmOperand head_in, const float* wte, int64_t N, float* room) const {
+void GPT::run_head_gemm_bf16(uint16_t* logits16, GemmOperand head_in, const float* wte, int64_t N) const {
   // logits16[N, V/t] = bf16(head_in[N, h] · wte_shardᵀ): linear_backward_input_bf16's product (x·Wᵀ
-  // with W stored [V/t, h]), the fp32 room where a device narrows an fp32 product.
+  // with W stored [V/t, h]), both operands bf16. No fp32 room: a device that narrows an fp32 product
+  // takes its rows in pieces through scratch of its own (backend/device_ops.hpp).
   dev::linear_backward_input_bf16(logits16, head_in, weight_operand(wte, table_.wte(), wte_bucket(model_.layers)), N,
-                                  vocab_local(), model_.hidden, room);
+                                  vocab_local(), model_.hidden, nullptr);
 }
 
 parallel::VocabShard GPT::vocab_shard() const {
@@ -264,23 +265,26 @@ double GPT::head_forward(const MicroBatch& mb, int64_t s, OutsideKept& out) {
   bucket_params_done(lnf_bucket(L));
   out.head_in = Stored(Nl * h, dt, kHeadLayer, "head_input");
   out.head_in.store(ws_.ln.data());
-  // The logits' buffer, which the cross-entropy turns into the probabilities that backward reads.
-  out.logits = TrackedBuffer(size_t(N * vocab.v_local) * 4, kHeadLayer, "logits");
-  auto* logits = static_cast<float*>(out.logits.data());
   const GemmOperand head_x = head_operand(out.head_in, ws_.ln.data(), b, sc, false);
   const int32_t* targets = device_targets(mb, s, out);
   DeviceVector<float, MemoryCategory::workspaces> losses(static_cast<size_t>(N));
   if (dt == DType::bf16) {
     // Under bf16 activations the logits are made in bf16, as the layers' GEMM outputs are (Megatron's
-    // too), into the bf16 staging's head (its tail may hold the gathered head input; the backward's
-    // dlogits take the head later), the fp32 buffer as the GEMM's room; the cross-entropy reads them
-    // there and writes the probabilities in fp32. Half the bytes written and read of the step's
-    // largest tensor (N·V).
-    uint16_t* logits16 = ws_.half.data();
-    run_head_gemm_bf16(logits16, head_x, bucket_params(wte_bucket(L)), N, logits);
+    // too), and kept so for backward, with each row's maximum and sum of exponentials beside them
+    // (docs/design.md §4): the cross-entropy writes only those and the losses, and the backward makes
+    // each probability again from them, the bits fp32 probabilities kept would have had. 2sbv/t + 8sb
+    // bytes where the probabilities took 4sbv/t, and a pass over the step's largest tensor gone.
+    out.logits = TrackedBuffer(size_t(N * vocab.v_local) * 2, kHeadLayer, "logits");
+    out.logit_stats = TrackedBuffer(size_t(2 * N) * 4, kHeadLayer, "logit_stats");
+    auto* logits16 = static_cast<uint16_t*>(out.logits.data());
+    run_head_gemm_bf16(logits16, head_x, bucket_params(wte_bucket(L)), N);
     bucket_params_done(wte_bucket(L));
-    parallel::cross_entropy_forward_bf16(tp_, logits, logits16, losses.data(), targets, vocab, N);
+    parallel::cross_entropy_forward_bf16(tp_, static_cast<float*>(out.logit_stats.data()), logits16, losses.data(),
+                                         targets, vocab, N);
   } else {
+    // The logits' buffer, which the cross-entropy turns into the probabilities that backward reads.
+    out.logits = TrackedBuffer(size_t(N * vocab.v_local) * 4, kHeadLayer, "logits");
+    auto* logits = static_cast<float*>(out.logits.data());
     run_head_gemm(logits, head_x, bucket_params(wte_bucket(L)), N);
     bucket_params_done(wte_bucket(L));
     parallel::cross_entropy_forward(tp_, logits, losses.data(), targets, vocab, N);
@@ -299,15 +303,18 @@ void GPT::head_backward(const MicroBatch& mb, float loss_scale, int64_t s, Outsi
   const DType dt = layout_.activation_dtype;
   const parallel::VocabShard vocab = vocab_shard();
   float* dx = ws_.dresid.data();
-  // dlogits (in place; under bf16 activations straight into the bf16 staging the GEMMs read);
-  // dx = dlogits · wte_shard summed over TP (f, or g under SP); dwte_shard += dlogitsᵀ · head input.
-  auto* probs = static_cast<float*>(out.logits.data());
+  // dlogits (in place; under bf16 activations from the kept bf16 logits straight into the bf16 staging
+  // the GEMMs read); dx = dlogits · wte_shard summed over TP (f, or g under SP); dwte_shard +=
+  // dlogitsᵀ · head input.
   const int32_t* targets = device_targets(mb, s, out);
-  GemmOperand dlogits_op{probs, DType::fp32};
+  GemmOperand dlogits_op{out.logits.data(), DType::fp32};
   if (dt == DType::bf16) {
-    parallel::cross_entropy_backward_bf16(ws_.half.data(), probs, targets, vocab, N, loss_scale);
+    parallel::cross_entropy_backward_bf16(ws_.half.data(), static_cast<const uint16_t*>(out.logits.data()),
+                                          static_cast<const float*>(out.logit_stats.data()), targets, vocab, N,
+                                          loss_scale);
     dlogits_op = {ws_.half.data(), DType::bf16};
   } else {
+    auto* probs = static_cast<float*>(out.logits.data());
     parallel::cross_entropy_backward(probs, probs, targets, vocab, N, loss_scale);
   }
   const int L = model_.layers;
@@ -324,7 +331,7 @@ void GPT::head_backward(const MicroBatch& mb, float loss_scale, int64_t s, Outsi
   // reduces the head's part at once instead of holding a vocabulary-sized buffer through backward.
   bucket_grads_done(wte_bucket(L));
   parallel::enter_backward(tp_, ws_.full2.data(), ws_.g1.data(), {b, sc, h});
-  out.logits.reset(), out.head_in.reset(), out.targets.reset();
+  out.logits.reset(), out.logit_stats.reset(), out.head_in.reset(), out.targets.reset();
 
   dev::fill_zero(dx, Nl * h);
   const auto* mean = static_cast<const float*>(out.lnf_stats.data());
@@ -531,6 +538,8 @@ double GPT::forward_loss(const MicroBatch& mb) {
 
 std::vector<float> GPT::next_token_probs(const int32_t* ids, int64_t len) {
   require(!tp_.active() && !cp_.active(), "sampling runs on one rank (the logits of a vocabulary shard are partial)");
+  // fp32 activations keep the probabilities themselves (bf16 ones keep the logits: head_forward).
+  require(layout_.activation_dtype == DType::fp32, "sampling runs with fp32 activations");
   std::vector<int32_t> targets(size_t(len), 0);
   MicroBatch mb{ids, targets.data(), 1, 0};
   forward_chunk(mb, -1, 0, false, len, 0, model_.layers, nullptr, nullptr);

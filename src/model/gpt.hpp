@@ -101,6 +101,7 @@ class GPT {
   // What a forward keeps outside the layers (embedding and head), tracked like the layers.
   struct OutsideKept {
     TrackedBuffer tokens, lnf_stats, logits;
+    TrackedBuffer logit_stats;  // bf16 activations: each row's maximum and sum of exponentials (2·N floats)
     TrackedBuffer targets;  // on a device whose memory the host cannot address: the targets' copy
     KeptMask emb_mask;
     Stored lnf_in, head_in;
@@ -141,7 +142,7 @@ class GPT {
   GemmOperand weight_operand(const float* values, int64_t offset, int bucket) const;  // fp32 or bf16
   void run_head_gemm(float* logits, GemmOperand head_in, const float* wte, int64_t N) const;
   // The same in bf16 (bf16 activations), `room` N·V/t floats for a device that narrows an fp32 product.
-  void run_head_gemm_bf16(uint16_t* logits16, GemmOperand head_in, const float* wte, int64_t N, float* room) const;
+  void run_head_gemm_bf16(uint16_t* logits16, GemmOperand head_in, const float* wte, int64_t N) const;
   GemmOperand head_operand(const Stored& head_in, const float* local32, int64_t b, int64_t s, bool regather);
   parallel::VocabShard vocab_shard() const;
 

@@ -48,16 +48,21 @@ void cross_entropy_forward(const TensorParallel& tp, float* logits, float* losse
   dev::ce_shard_normalize(logits, losses, row_max.data(), row_sum.data(), target_logit.data(), v.v_local, real, N);
 }
 
-void cross_entropy_forward_bf16(const TensorParallel& tp, float* probs, const uint16_t* logits16, float* losses,
+void cross_entropy_forward_bf16(const TensorParallel& tp, float* kept_stats, const uint16_t* logits16, float* losses,
                                 const int32_t* targets, const VocabShard& v, int64_t N) {
+  const int64_t real = real_columns(v);
+  float *row_max = kept_stats, *row_sum = kept_stats + N;
+  DeviceVector<float, MemoryCategory::workspaces> target_logit(static_cast<size_t>(N));
   if (!tp.active()) {
-    RowStats stats(N);
-    dev::ce_whole_forward_bf16(probs, logits16, losses, stats.row_max.data(), stats.row_sum.data(),
-                               stats.target_logit.data(), targets, v.v_local, real_columns(v), N);
+    dev::ce_whole_forward_bf16(logits16, losses, row_max, row_sum, target_logit.data(), targets, v.v_local, real, N);
     return;
   }
-  device_memory().from_bf16(logits16, probs, N * v.v_local);
-  cross_entropy_forward(tp, probs, losses, targets, v, N);
+  dev::ce_shard_max_target_bf16(row_max, target_logit.data(), logits16, targets, v.v0, v.v_local, real, N);
+  tp.group->all_reduce({row_max, size_t(N)}, comm::ReduceOp::max);
+  tp.group->all_reduce({target_logit.data(), target_logit.size()});
+  dev::ce_shard_exp_sum_bf16(row_sum, logits16, row_max, v.v_local, real, N);
+  tp.group->all_reduce({row_sum, size_t(N)});
+  dev::ce_row_losses(losses, row_max, row_sum, target_logit.data(), N);
 }
 
 void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* targets, const VocabShard& v,
@@ -65,9 +70,10 @@ void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* t
   dev::ce_shard_backward(dlogits, probs, targets, v.v0, v.v_local, N, scale);
 }
 
-void cross_entropy_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets,
-                                 const VocabShard& v, int64_t N, float scale) {
-  dev::ce_shard_backward_bf16(dlogits16, probs, targets, v.v0, v.v_local, N, scale);
+void cross_entropy_backward_bf16(uint16_t* dlogits16, const uint16_t* logits16, const float* kept_stats,
+                                 const int32_t* targets, const VocabShard& v, int64_t N, float scale) {
+  dev::ce_shard_backward_bf16(dlogits16, logits16, kept_stats, kept_stats + N, targets, v.v0, v.v_local,
+                              real_columns(v), N, scale);
 }
 
 }  // namespace lattice::parallel

@@ -23,16 +23,18 @@ void embedding_tokens_backward(float* dwte_shard, const float* dout, const int32
 // Max, sum of exponentials and the target logit are all-reduced over the TP group.
 void cross_entropy_forward(const TensorParallel& tp, float* logits, float* losses, const int32_t* targets,
                            const VocabShard& v, int64_t N);
-// The same over logits the head GEMM wrote in bf16 (logits16, [N, v_local]; bf16 activations): the
-// probabilities go to probs ([N, v_local], fp32). One shard: one pass reading the bf16 logits; TP: widened
-// into probs, then as above. Both are the bits of widening and calling cross_entropy_forward.
-void cross_entropy_forward_bf16(const TensorParallel& tp, float* probs, const uint16_t* logits16, float* losses,
+// The same over logits the head GEMM wrote in bf16 (logits16, [N, v_local]; bf16 activations), which
+// are kept for backward instead of probabilities: the forward writes only each row's (all-reduced)
+// maximum and sum of exponentials into kept_stats (2·N floats: N maxima, then N sums) and the losses;
+// the bits of widening and calling cross_entropy_forward (kernels/bf16_fused.hpp).
+void cross_entropy_forward_bf16(const TensorParallel& tp, float* kept_stats, const uint16_t* logits16, float* losses,
                                 const int32_t* targets, const VocabShard& v, int64_t N);
 // dlogits = (probs − onehot(target)) · scale on this shard (may alias probs).
 void cross_entropy_backward(float* dlogits, const float* probs, const int32_t* targets, const VocabShard& v,
                             int64_t N, float scale);
-// The same, the gradient narrowed to bf16 as it is made (the bf16 activations' head GEMMs read it so).
-void cross_entropy_backward_bf16(uint16_t* dlogits16, const float* probs, const int32_t* targets,
-                                 const VocabShard& v, int64_t N, float scale);
+// The same from the kept bf16 logits and statistics, each probability made again (the bits of the fp32
+// probabilities), the gradient narrowed to bf16 as it is made (the head's GEMMs read it so).
+void cross_entropy_backward_bf16(uint16_t* dlogits16, const uint16_t* logits16, const float* kept_stats,
+                                 const int32_t* targets, const VocabShard& v, int64_t N, float scale);
 
 }  // namespace lattice::parallel

@@ -94,20 +94,42 @@ TEST(Bf16Fused, GeluForwardOfTheNarrowedInputIsGeluThenConversion) {
   EXPECT_TRUE(same_bytes(act16, narrowed(act)));
 }
 
-TEST(Bf16Fused, CrossEntropyBackwardNarrowedIsBackwardThenConversion) {
-  // Shards whose rows hold their target, and whose do not; widths around the fused pass's 256-column
-  // pieces (a target in the first, a middle and the last piece).
-  for (auto [N, v0, vl] : {std::tuple<int64_t, int64_t, int64_t>{9, 0, 300}, {17, 256, 256}, {33, 100, 777}, {4, 0, 1}}) {
-    auto probs = randn(N * vl, 11);
-    for (float& p : probs) p = p * p * 0.01f;
+// The cross-entropy over bf16 logits, kept as bf16 (the probabilities made again in backward): every
+// statistic, loss and gradient the bits of widening the logits and running the fp32 pieces, the
+// vocabulary-parallel pieces with one shard's statistics standing for the all-reduced ones.
+TEST(Bf16Fused, CrossEntropyFromBf16LogitsIsTheFp32Pieces) {
+  // Shards whose rows hold their target, and whose do not; widths around the gradient's 256-column
+  // pieces (a target in the first, a middle and the last piece); padding columns past `real`.
+  for (auto [N, v0, vl, real] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{9, 0, 300, 300}, {17, 256, 256, 250},
+                                 {33, 100, 777, 700}, {4, 0, 1, 1}, {5, 0, 64, 0}}) {
+    const auto logits16 = narrowed(randn(N * vl, 11, 3.0f));
     std::vector<int32_t> targets(static_cast<size_t>(N));
     for (int64_t n = 0; n < N; ++n) targets[size_t(n)] = int32_t((n * 97 + 5) % (v0 + vl + 40));  // some outside
     const float scale = 1.0f / 3.0f;
+    // The fp32 pieces on the widened logits: statistics, losses, probabilities, then the gradient.
+    auto probs = widened(logits16);
+    std::vector<float> mx(static_cast<size_t>(N)), tl(mx.size()), sum(mx.size()), loss(mx.size());
+    ce_shard_max_target(mx.data(), tl.data(), probs.data(), targets.data(), v0, vl, real, N);
+    ce_shard_exp_sum(sum.data(), probs.data(), mx.data(), vl, real, N);
+    ce_shard_normalize(probs.data(), loss.data(), mx.data(), sum.data(), tl.data(), vl, real, N);
     std::vector<float> d(probs.size());
     ce_shard_backward(d.data(), probs.data(), targets.data(), v0, vl, N, scale);
+
+    std::vector<float> mx2(mx.size()), tl2(mx.size()), sum2(mx.size()), loss2(mx.size());
+    ce_shard_max_target_bf16(mx2.data(), tl2.data(), logits16.data(), targets.data(), v0, vl, real, N);
+    ce_shard_exp_sum_bf16(sum2.data(), logits16.data(), mx2.data(), vl, real, N);
+    ce_row_losses(loss2.data(), mx2.data(), sum2.data(), tl2.data(), N);
+    EXPECT_TRUE(same_bytes(mx2, mx) && same_bytes(tl2, tl) && same_bytes(sum2, sum) && same_bytes(loss2, loss))
+        << N << "x" << vl << " from " << v0;
     std::vector<uint16_t> d16(probs.size());
-    ce_shard_backward_bf16(d16.data(), probs.data(), targets.data(), v0, vl, N, scale);
+    ce_shard_backward_bf16(d16.data(), logits16.data(), mx.data(), sum.data(), targets.data(), v0, vl, real, N, scale);
     EXPECT_TRUE(same_bytes(d16, narrowed(d))) << N << "x" << vl << " from " << v0;
+    if (v0 != 0) continue;
+    std::vector<float> mx3(mx.size()), tl3(mx.size()), sum3(mx.size()), loss3(mx.size());
+    ce_whole_forward_bf16(logits16.data(), loss3.data(), mx3.data(), sum3.data(), tl3.data(), targets.data(), vl, real,
+                          N);
+    EXPECT_TRUE(same_bytes(mx3, mx) && same_bytes(tl3, tl) && same_bytes(sum3, sum) && same_bytes(loss3, loss))
+        << N << "x" << vl;
   }
 }
 

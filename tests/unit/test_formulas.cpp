@@ -96,11 +96,16 @@ TEST(Formulas, ExtrasOutsideTheLayers) {
   const ActivationShape x = shape(d, false, 8);
   // p > 1: only the embedding dropout masks of p micro-batches.
   EXPECT_EQ(extra_activation_bytes(x, 4, 4), sbh * 4);
-  // p == 1: plus the final LN input and output-projection input (d·sbh together, sharded by t
-  // only under SP) and the fp32 logits 4sbv/t.
-  EXPECT_EQ(extra_activation_bytes(x, 1, 1), sbh + 2 * sbh * 2 + 4 * d.s * d.b * 51200 / 8);
+  // p == 1: plus the final LN input and output-projection input (d·sbh each, sharded by t only under
+  // SP) and, with bf16 activations (d = 2), the bf16 logits 2sbv/t with each row's maximum and sum 8sb
+  // (the probabilities made again in backward).
+  EXPECT_EQ(extra_activation_bytes(x, 1, 1), sbh + 2 * sbh * 2 + 2 * d.s * d.b * 51200 / 8 + 8 * d.s * d.b);
   const ActivationShape xs = shape(d, true, 8);
-  EXPECT_EQ(extra_activation_bytes(xs, 1, 1), sbh / 8 + 2 * sbh * 2 / 8 + 4 * d.s * d.b * 51200 / 8);
+  EXPECT_EQ(extra_activation_bytes(xs, 1, 1), sbh / 8 + 2 * sbh * 2 / 8 + 2 * d.s * d.b * 51200 / 8 + 8 * d.s * d.b);
+  // fp32 activations keep the fp32 probabilities, the paper's 4sbv/t.
+  ActivationShape x32 = x;
+  x32.d = 4;
+  EXPECT_EQ(extra_activation_bytes(x32, 1, 1), sbh + 2 * sbh * 4 + 4 * d.s * d.b * 51200 / 8);
 }
 
 // docs/design.md §8: 16Ψ; ZeRO-1 4Ψ + 12Ψ/N; ZeRO-2 2Ψ + 14Ψ/N; ZeRO-3 16Ψ/N.
