@@ -374,13 +374,15 @@ phase_speed() {
   done
   record "  speed: micro-batch $b (the largest of 32, 16, 8, 4 that ran)"
   local round attn mode
-  # Interleaved, twice: lattice with the unfused attention (the paper's kept s×s tensors) and with the
-  # fused one; PyTorch eager with the same unfused attention and with F.scaled_dot_product_attention
-  # (flash: the peer of lattice's fused), and torch.compile of the unfused model.
+  # Interleaved, twice: lattice with the unfused attention (the paper's kept s×s tensors), with the
+  # fused one, and fused without the GEMMs' epilogues (docs/gpu.md: what they buy); PyTorch eager with
+  # the same unfused attention and with F.scaled_dot_product_attention (flash: the peer of lattice's
+  # fused), and torch.compile of the unfused model.
   for round in $(seq 1 "${DEVICE_CHECK_SPEED_ROUNDS:-2}"); do
-    for attn in unfused fused; do
-      timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device "$GPU" --micro-batch $b --global-batch $b --steps 12 --attention $attn \
-        >"speed_lattice_${attn}_$round.jsonl" 2>"speed_lattice_${attn}_$round.err"
+    for attn in unfused fused fused_noepi; do
+      LATTICE_CUDA_GEMM_EPILOGUES=$([ $attn = fused_noepi ] && echo 0 || echo 1) \
+        timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device "$GPU" --micro-batch $b --global-batch $b --steps 12 \
+        --attention "${attn%_noepi}" >"speed_lattice_${attn}_$round.jsonl" 2>"speed_lattice_${attn}_$round.err"
       "$PY" - "speed_lattice_${attn}_$round.jsonl" "$b" "$peak" "$attn" <<'PY' | while IFS= read -r l; do record "  $l"; done
 import json, statistics, sys
 steps = [json.loads(x) for x in open(sys.argv[1]) if '"event":"step"' in x][2:]  # past two warm-up steps

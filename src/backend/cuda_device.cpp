@@ -3,8 +3,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <stdexcept>
+#include <string>
 
 #include "cuda/bf16_fused.hpp"
 #include "cuda/flash_attention.hpp"
@@ -143,17 +145,31 @@ void c_linear_backward_weight(float* dw, GemmOperand x, GemmOperand dy, int64_t 
   gemms().gemm(s, x, dy, dw);
 }
 // The fused forms (device_ops.hpp): cuBLASLt's epilogue where it offers one, else the two calls.
+// LATTICE_CUDA_GEMM_EPILOGUES=0 makes the two calls always: the switch a measurement of what the
+// epilogues buy flips (scripts/device-check.sh speed), read once.
+bool gemm_epilogues() {
+  static const bool on = [] {
+    const char* v = std::getenv("LATTICE_CUDA_GEMM_EPILOGUES");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
 void c_linear_forward_residual(float* x, GemmOperand y, GemmOperand w, const float* bias, int64_t N, int64_t in,
-                               int64_t out, float*) {
+                               int64_t out, float* room) {
   GemmShape s;  // x += y·W (+ bias): the accumulating GEMM, the bias in its epilogue (or added after)
-  s.M = N, s.N = out, s.K = in, s.accumulate = true;
+  s.M = N, s.N = out, s.K = in;
+  if (!gemm_epilogues()) {
+    gemms().gemm(s, y, w, room, bias);
+    return cuda::residual_add(x, room, N * out);
+  }
+  s.accumulate = true;
   gemms().gemm(s, y, w, x, bias);
 }
 void c_linear_gelu_forward_bf16(uint16_t* act16, uint16_t* pre16, GemmOperand x, GemmOperand w, const float* bias,
                                 int64_t N, int64_t in, int64_t out, float* room) {
   GemmShape s;
   s.M = N, s.N = out, s.K = in;
-  if (N > 0 && out > 0 && bias) {
+  if (N > 0 && out > 0 && bias && gemm_epilogues()) {
     uint16_t* bias16 = reinterpret_cast<uint16_t*>(room);  // as c_linear_forward_bf16
     cuda::to_bf16(bias, bias16, out);
     if (gemms().gemm_bf16_gelu(s, x, w, act16, pre16, bias16)) return;
@@ -166,7 +182,8 @@ void c_linear_backward_input_gelu_bf16(uint16_t* g16, float* db, GemmOperand dy,
   GemmShape s;
   s.M = N, s.N = in, s.K = out, s.trans_b = true;
   const cuda::Workspace ws = scratch(cuda::bias_backward_workspace_bytes(N, in));
-  if (gemms().gemm_bf16_dgelu(s, dy, w, g16, pre16)) return cuda::bias_backward_bf16(db, g16, N, in, ws);
+  if (gemm_epilogues() && gemms().gemm_bf16_dgelu(s, dy, w, g16, pre16))
+    return cuda::bias_backward_bf16(db, g16, N, in, ws);
   c_gemm_bf16_out(s, dy, w, g16, room);
   cuda::gelu_backward_narrow(g16, db, pre16, g16, N, in, ws);
 }

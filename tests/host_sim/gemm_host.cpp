@@ -62,13 +62,12 @@ bool GemmContext::gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b
   return true;
 }
 // cuBLASLt's GeLU epilogues as cuda/gemm.hpp states them: the GeLU (tanh form, kernels/gelu.hpp) of
-// the fp32 sum and its rounding kept; the gradient's product unrounded. LATTICE_HOST_SIM_GEMM_EPILOGUES=0
-// answers false (no algorithm offered), as LATTICE_HOST_SIM_GEMM_BF16_OUT=0 does for every bf16 D.
+// the fp32 sum and its rounding kept; the gradient's product unrounded. Under
+// LATTICE_HOST_SIM_GEMM_BF16_OUT=0 they answer false (no algorithm offered), as every bf16 D does.
 namespace {
 bool epilogues_offered() {
   const char* all = std::getenv("LATTICE_HOST_SIM_GEMM_BF16_OUT");
-  const char* env = std::getenv("LATTICE_HOST_SIM_GEMM_EPILOGUES");
-  return !(all && std::string(all) == "0") && !(env && std::string(env) == "0");
+  return !(all && std::string(all) == "0");
 }
 }  // namespace
 bool GemmContext::gemm_bf16_gelu(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* act16, uint16_t* pre16,

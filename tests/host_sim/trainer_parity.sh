@@ -50,11 +50,14 @@ for spec in "fp32:1e-5:" "bf16:0.0078125:--activation-dtype bf16" "fused_bf16:0.
 done
 run sim_fused_bf16_again cuda "$work/sim/lattice" --attention fused --activation-dtype bf16
 compare "host-simulated cuda repeats itself, fused bf16 (bits)" sim_fused_bf16.jsonl sim_fused_bf16_again.jsonl 0
-# A GEMM with no bf16 output for a shape (cuBLASLt may offer none): the fp32 product narrowed instead,
-# the same bits as bf16 outputs without the GeLU's epilogues (the simulation's GEMM answers so under
-# these variables); the epilogues round once where the two calls round twice, within 2^-7.
-LATTICE_HOST_SIM_GEMM_EPILOGUES=0 run sim_fused_bf16_noepi cuda "$work/sim/lattice" --attention fused --activation-dtype bf16
-compare "host-simulated cuda without GeLU epilogues vs with, fused bf16" sim_fused_bf16.jsonl sim_fused_bf16_noepi.jsonl 0.0078125
+# Without the GEMMs' epilogues (the backend's switch) the two calls run: within 2^-7 (an epilogue
+# rounds once where they round twice). A GEMM with no bf16 output for a shape (cuBLASLt may offer none,
+# the simulation's GEMM answers so under its variable): the fp32 product narrowed instead, and the
+# epilogues refused, the bits of the run without them.
+LATTICE_CUDA_GEMM_EPILOGUES=0 run sim_fused_bf16_noepi cuda "$work/sim/lattice" --attention fused --activation-dtype bf16
+compare "host-simulated cuda without the GEMMs' epilogues vs with, fused bf16" sim_fused_bf16.jsonl sim_fused_bf16_noepi.jsonl 0.0078125
+LATTICE_CUDA_GEMM_EPILOGUES=0 run sim_fused_bf16_nodrop_noepi cuda "$work/sim/lattice" --attention fused --activation-dtype bf16 --dropout 0
+compare "host-simulated cuda without the GEMMs' epilogues, dropout 0 (the residual's two calls)" sim_fused_bf16_nodrop.jsonl sim_fused_bf16_nodrop_noepi.jsonl 0.0078125
 LATTICE_HOST_SIM_GEMM_BF16_OUT=0 run sim_fused_bf16_no16 cuda "$work/sim/lattice" --attention fused --activation-dtype bf16
 compare "host-simulated cuda without a bf16 GEMM output, fused bf16 (bits)" sim_fused_bf16_noepi.jsonl sim_fused_bf16_no16.jsonl 0
 exit $status
