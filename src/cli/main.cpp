@@ -74,6 +74,12 @@ int main(int argc, char** argv) {
                  "are cut over the threads: unset it)\n", std::getenv("LATTICE_GEMM"));
     return 1;
   }
+  if (const char* env = std::getenv("LATTICE_CUDA_GEMM_EPILOGUES"); env && std::strcmp(env, "0") != 0 &&
+                                                                     std::strcmp(env, "1") != 0) {
+    std::fprintf(stderr, "lattice: error: LATTICE_CUDA_GEMM_EPILOGUES=%s is neither 0 nor 1 (an A/B switch for the "
+                 "GPU's GEMM epilogues, docs/gpu.md: unset it)\n", env);
+    return 1;
+  }
   if (name == "--version" || name == "version") {  // `lattice 0.3.0 (commit d95709d, built ..., GNU 12.2.0)`
     if (argc > 2) {
       std::fprintf(stderr, "lattice: error: %s takes no arguments\n", name.c_str());

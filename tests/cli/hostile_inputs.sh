@@ -177,6 +177,9 @@ OMP_NUM_THREADS=100000 hostile "OMP_NUM_THREADS=100000" 1 "OMP_NUM_THREADS=10000
 # The GEMM A/B switch misspelt: refused, not silently the default.
 LATTICE_GEMM=Whole hostile "LATTICE_GEMM=Whole" 1 "LATTICE_GEMM=Whole is neither whole nor parts" -- \
   train "${MODEL[@]}" --steps 1
+# The GPU's epilogue switch misspelt: refused on any build, not silently on.
+LATTICE_CUDA_GEMM_EPILOGUES=off hostile "LATTICE_CUDA_GEMM_EPILOGUES=off" 1 \
+  "LATTICE_CUDA_GEMM_EPILOGUES=off is neither 0 nor 1" -- train "${MODEL[@]}" --steps 1
 # lattice --help into a full disk is an error, as every command's output is.
 "$LATTICE" --help > /dev/full 2> help.err
 status=$?
