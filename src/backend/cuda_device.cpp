@@ -181,11 +181,11 @@ void c_linear_backward_input_gelu_bf16(uint16_t* g16, float* db, GemmOperand dy,
                                        int64_t N, int64_t in, int64_t out, float* room) {
   GemmShape s;
   s.M = N, s.N = in, s.K = out, s.trans_b = true;
-  const cuda::Workspace ws = scratch(cuda::bias_backward_workspace_bytes(N, in));
+  // The scratch is taken after the GEMM: a fallback without a room could grow (and move) it.
   if (gemm_epilogues() && gemms().gemm_bf16_dgelu(s, dy, w, g16, pre16))
-    return cuda::bias_backward_bf16(db, g16, N, in, ws);
+    return cuda::bias_backward_bf16(db, g16, N, in, scratch(cuda::bias_backward_workspace_bytes(N, in)));
   c_gemm_bf16_out(s, dy, w, g16, room);
-  cuda::gelu_backward_narrow(g16, db, pre16, g16, N, in, ws);
+  cuda::gelu_backward_narrow(g16, db, pre16, g16, N, in, scratch(cuda::bias_backward_workspace_bytes(N, in)));
 }
 void c_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                          int64_t N, int64_t C) {

@@ -493,6 +493,14 @@ void check_cross_entropy() {
     lattice::cuda::ce_shard_exp_sum_bf16(s1.p, d_x16.p, m1.p, v_pad, v_real, rows_n);
     lattice::cuda::ce_row_losses(l1.p, m1.p, s1.p, t1.p, rows_n);
     compare_stats("ce pieces bf16 logits " + std::to_string(v_real) + "/" + std::to_string(v_pad));
+    {  // the first piece of a shard not at column 0 (v0 = 5: the targets taken with that offset)
+      Dev<float> wide_again(widened);
+      m1.poison(), t1.poison();
+      lattice::cuda::ce_shard_max_target(m3.p, t3.p, wide_again.p, dt.p, 5, v_pad, v_real, rows_n);
+      lattice::cuda::ce_shard_max_target_bf16(m1.p, t1.p, d_x16.p, dt.p, 5, v_pad, v_real, rows_n);
+      compare_bits("ce pieces bf16 logits, v0 5, max", "fwd", m3.get(), m1.get());
+      compare_bits("ce pieces bf16 logits, v0 5, target", "fwd", t3.get(), t1.get());
+    }
     const float scale = 1.0f / float(rows_n);
     Dev<float> d32(x.size());
     Dev<uint16_t> staged(x.size()), again(x.size());
@@ -885,6 +893,7 @@ void check_gemm_epilogues() {
     out16.poison(), aux16.poison();
     ctx.gemm_bf16_gelu(fshape, a, b, out16.p, aux16.p, dbias.p);
     compare_repeat("gemm bf16 GELU_AUX_BIAS act16", "fwd", act, out16.get());
+    compare_repeat("gemm bf16 GELU_AUX_BIAS pre16", "fwd", kept, aux16.get());
   } else {
     std::printf("  note gemm bf16 GELU_AUX_BIAS: cuBLASLt offers none (the GEMM, then gelu_forward16)\n");
   }
@@ -1858,11 +1867,12 @@ void timing_gemm() {
                   flops);
       // x ([N, in] bf16 noise) stands for the GeLU's kept input.
       const lattice::GemmShape dgrad{1, N, in, out, false, true, 1.0f, false};
-      timing_line(base + "dx + GeLU backward, bf16 D then gelu_backward_narrow", median_ms([&] {
-                    ctx.gemm_bf16_out(dgrad, {dy.p, DType::bf16}, {w.p, DType::bf16}, dx16.p);
-                    lattice::cuda::gelu_backward_narrow(dx16.p, db.p, x.p, dx16.p, N, in, ws.ws());
-                  }),
-                  flops);
+      if (ctx.gemm_bf16_out(dgrad, {dy.p, DType::bf16}, {w.p, DType::bf16}, dx16.p))
+        timing_line(base + "dx + GeLU backward, bf16 D then gelu_backward_narrow", median_ms([&] {
+                      ctx.gemm_bf16_out(dgrad, {dy.p, DType::bf16}, {w.p, DType::bf16}, dx16.p);
+                      lattice::cuda::gelu_backward_narrow(dx16.p, db.p, x.p, dx16.p, N, in, ws.ws());
+                    }),
+                    flops);
       if (ctx.gemm_bf16_dgelu(dgrad, {dy.p, DType::bf16}, {w.p, DType::bf16}, dx16.p, x.p))
         timing_line(base + "dx + GeLU backward in the epilogue, bias_backward_bf16", median_ms([&] {
                       ctx.gemm_bf16_dgelu(dgrad, {dy.p, DType::bf16}, {w.p, DType::bf16}, dx16.p, x.p);

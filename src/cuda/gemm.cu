@@ -123,10 +123,17 @@ struct GemmContext::Impl {
                                      : with_bias   ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                                    : CUBLASLT_EPILOGUE_GELU_AUX;
       const int64_t ld = key.N;
-      lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
-      lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)),
-               "aux pointer");
-      lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)), "aux ld");
+      // An attribute this library refuses is a refusal of the epilogue, as the heuristic's is: the caller
+      // makes the two calls.
+      if (cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)) !=
+              CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)) !=
+              CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)) !=
+              CUBLAS_STATUS_SUCCESS) {
+        destroy(p);
+        return false;
+      }
       p.aux_epilogue = true;
     }
     // Our B: row-major [K, N] is column-major [N, K] (ld N); transposed, row-major [N, K] is column-major

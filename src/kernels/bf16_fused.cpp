@@ -124,40 +124,41 @@ void narrow_ce_grad_row(uint16_t* d16, const float* p, int64_t t, int64_t v_loca
     for (int64_t c = 0; c < len; ++c) d16[c0 + c] = to_bf16(g[c]);  // the scalar rule, in vector lanes
   }
 }
-// f(row, n) for each row widened into a thread's buffer (the fp32 pieces called on it with N = 1 run
-// their own loops, so the bits are theirs).
+// f(rows, n0, count) for the rows widened a block at a time into one buffer (the fp32 pieces called on a
+// block run their own parallel loops over its rows, each row's values computed as over all N, so the
+// bits are theirs); blocks of eight rows a thread, so no parallel region opens inside another.
 template <class F>
-void for_each_widened_row(const uint16_t* logits16, int64_t v_local, int64_t N, F f) {
-#pragma omp parallel
-  {
-    RowBuffer row(static_cast<size_t>(std::max<int64_t>(v_local, 1)));
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      widen(row.data(), logits16 + n * v_local, v_local);
-      f(row.data(), n);
-    }
+void for_each_widened_block(const uint16_t* logits16, int64_t v_local, int64_t N, F f) {
+  const int64_t block = std::max<int64_t>(1, std::min<int64_t>(N, 8 * int64_t(omp_get_max_threads())));
+  RowBuffer rows(static_cast<size_t>(std::max<int64_t>(block * v_local, 1)));
+  for (int64_t n0 = 0; n0 < N; n0 += block) {
+    const int64_t count = std::min(block, N - n0);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < count; ++r) widen(rows.data() + r * v_local, logits16 + (n0 + r) * v_local, v_local);
+    f(rows.data(), n0, count);
   }
 }
 }  // namespace
 
 void ce_whole_forward_bf16(const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
                            float* target_logit, const int32_t* targets, int64_t v_local, int64_t real, int64_t N) {
-  for_each_widened_row(logits16, v_local, N, [&](float* row, int64_t n) {
-    ce_whole_forward(row, losses + n, row_max + n, row_sum + n, target_logit + n, targets + n, v_local, real, 1);
+  for_each_widened_block(logits16, v_local, N, [&](float* rows, int64_t n0, int64_t count) {
+    ce_whole_forward(rows, losses + n0, row_max + n0, row_sum + n0, target_logit + n0, targets + n0, v_local, real,
+                     count);
   });
 }
 
 void ce_shard_max_target_bf16(float* row_max, float* target_logit, const uint16_t* logits16, const int32_t* targets,
                               int64_t v0, int64_t v_local, int64_t real, int64_t N) {
-  for_each_widened_row(logits16, v_local, N, [&](float* row, int64_t n) {
-    ce_shard_max_target(row_max + n, target_logit + n, row, targets + n, v0, v_local, real, 1);
+  for_each_widened_block(logits16, v_local, N, [&](float* rows, int64_t n0, int64_t count) {
+    ce_shard_max_target(row_max + n0, target_logit + n0, rows, targets + n0, v0, v_local, real, count);
   });
 }
 
 void ce_shard_exp_sum_bf16(float* row_sum, const uint16_t* logits16, const float* row_max, int64_t v_local,
                            int64_t real, int64_t N) {
-  for_each_widened_row(logits16, v_local, N, [&](float* row, int64_t n) {
-    ce_shard_exp_sum(row_sum + n, row, row_max + n, v_local, real, 1);
+  for_each_widened_block(logits16, v_local, N, [&](float* rows, int64_t n0, int64_t count) {
+    ce_shard_exp_sum(row_sum + n0, rows, row_max + n0, v_local, real, count);
   });
 }
 
@@ -170,12 +171,16 @@ void ce_row_losses(float* losses, const float* row_max, const float* row_sum, co
 void ce_shard_backward_bf16(uint16_t* dlogits16, const uint16_t* logits16, const float* row_max, const float* row_sum,
                             const int32_t* targets, int64_t v0, int64_t v_local, int64_t real, int64_t N,
                             float scale) {
-  for_each_widened_row(logits16, v_local, N, [&](float* row, int64_t n) {
-    float sum_again = 0.0f, loss = 0.0f;
-    const float no_target = 0.0f;
-    ce_shard_exp_sum(&sum_again, row, row_max + n, v_local, real, 1);  // its exponentials; the kept sum divides
-    ce_shard_normalize(row, &loss, row_max + n, row_sum + n, &no_target, v_local, real, 1);
-    narrow_ce_grad_row(dlogits16 + n * v_local, row, int64_t(targets[n]) - v0, v_local, scale);
+  RowBuffer unused(static_cast<size_t>(std::max<int64_t>(1, 8 * int64_t(omp_get_max_threads()))));
+  const RowBuffer no_target(unused.size(), 0.0f);
+  for_each_widened_block(logits16, v_local, N, [&](float* rows, int64_t n0, int64_t count) {
+    // The exponentials (their sums again, unused: the kept, all-reduced sums divide), then the quotients.
+    ce_shard_exp_sum(unused.data(), rows, row_max + n0, v_local, real, count);
+    ce_shard_normalize(rows, unused.data(), row_max + n0, row_sum + n0, no_target.data(), v_local, real, count);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < count; ++r)
+      narrow_ce_grad_row(dlogits16 + (n0 + r) * v_local, rows + r * v_local, int64_t(targets[n0 + r]) - v0, v_local,
+                         scale);
   });
 }
 

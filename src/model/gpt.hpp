@@ -141,7 +141,7 @@ class GPT {
                              int64_t s) const;
   GemmOperand weight_operand(const float* values, int64_t offset, int bucket) const;  // fp32 or bf16
   void run_head_gemm(float* logits, GemmOperand head_in, const float* wte, int64_t N) const;
-  // The same in bf16 (bf16 activations), `room` N·V/t floats for a device that narrows an fp32 product.
+  // The same in bf16 (bf16 activations), both operands bf16: the kept logits (gpt.cpp head_forward).
   void run_head_gemm_bf16(uint16_t* logits16, GemmOperand head_in, const float* wte, int64_t N) const;
   GemmOperand head_operand(const Stored& head_in, const float* local32, int64_t b, int64_t s, bool regather);
   parallel::VocabShard vocab_shard() const;
