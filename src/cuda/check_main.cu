@@ -507,8 +507,8 @@ void check_cross_entropy() {
     lattice::cuda::ce_shard_backward(d32.p, wide.p, dt.p, 0, v_pad, rows_n, scale);
     lattice::cuda::to_bf16(d32.p, staged.p, int64_t(x.size()));
     lattice::cuda::ce_shard_backward_bf16(again.p, d_x16.p, m3.p, s3.p, dt.p, 0, v_pad, v_real, rows_n, scale);
-    compare_bits("ce_shard_backward_bf16 from bf16 logits " + std::to_string(v_real) + "/" + std::to_string(v_pad), "bwd",
-                 staged.get(), again.get());
+    compare_bits("ce_shard_backward_bf16 from bf16 logits " + std::to_string(v_real) + "/" + std::to_string(v_pad),
+                 "bwd", staged.get(), again.get());
   }
   // Vocabulary-parallel: two shards of Vp/2 columns, each rank's pieces on the device, the all-reduces
   // done here on the host (max, sums), against the one-rank CPU kernel.

@@ -874,12 +874,19 @@ void softmax_causal_backward_bf16(uint16_t* ds16, const float* dprobs, const uin
   check_launch("softmax_causal_backward_bf16");
 }
 
-void ce_shard_max_target(float* row_max, float* target_logit, const float* logits, const int32_t* targets,
-                         int64_t v0, int64_t v_local, int64_t real, int64_t N, cudaStream_t stream) {
+namespace {
+template <class T>  // fp32 or bf16 logits: ce_max_target_kernel's two forms
+void max_target_launch(float* row_max, float* target_logit, const T* logits, const int32_t* targets, int64_t v0,
+                       int64_t v_local, int64_t real, int64_t N, cudaStream_t stream, const char* name) {
   if (N <= 0) return;
   ce_max_target_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(row_max, target_logit, logits, targets, v0, v_local,
                                                                real);
-  check_launch("ce_shard_max_target");
+  check_launch(name);
+}
+}  // namespace
+void ce_shard_max_target(float* row_max, float* target_logit, const float* logits, const int32_t* targets,
+                         int64_t v0, int64_t v_local, int64_t real, int64_t N, cudaStream_t stream) {
+  max_target_launch(row_max, target_logit, logits, targets, v0, v_local, real, N, stream, "ce_shard_max_target");
 }
 void ce_shard_exp_sum(float* row_sum, float* logits, const float* row_max, int64_t v_local, int64_t real, int64_t N,
                       cudaStream_t stream) {
@@ -914,10 +921,7 @@ void ce_shard_backward_bf16(uint16_t* dlogits16, const uint16_t* logits16, const
 }
 void ce_shard_max_target_bf16(float* row_max, float* target_logit, const uint16_t* logits16, const int32_t* targets,
                               int64_t v0, int64_t v_local, int64_t real, int64_t N, cudaStream_t stream) {
-  if (N <= 0) return;
-  ce_max_target_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(row_max, target_logit, logits16, targets, v0, v_local,
-                                                               real);
-  check_launch("ce_shard_max_target_bf16");
+  max_target_launch(row_max, target_logit, logits16, targets, v0, v_local, real, N, stream, "ce_shard_max_target_bf16");
 }
 void ce_shard_exp_sum_bf16(float* row_sum, const uint16_t* logits16, const float* row_max, int64_t v_local,
                            int64_t real, int64_t N, cudaStream_t stream) {

@@ -25,7 +25,8 @@ bool GemmContext::gemm_bf16_gelu(const GemmShape&, GemmOperand, GemmOperand, uin
                                  cudaStream_t) {
   no_cublaslt();
 }
-bool GemmContext::gemm_bf16_dgelu(const GemmShape&, GemmOperand, GemmOperand, uint16_t*, const uint16_t*, cudaStream_t) {
+bool GemmContext::gemm_bf16_dgelu(const GemmShape&, GemmOperand, GemmOperand, uint16_t*, const uint16_t*,
+                                  cudaStream_t) {
   no_cublaslt();
 }
 }  // namespace lattice::cuda

@@ -179,7 +179,8 @@ TEST(Bf16Fused, GeluBackwardNarrowInPlaceIsTheSame) {
 TEST(Bf16Fused, CpuLinearWithItsPassIsTheTwoCalls) {
   const DeviceOps& ops = cpu_ops();
   const int64_t N = 37, in = 48, out = 72;
-  const auto x16 = narrowed(randn(N * in, 40)), w16 = narrowed(randn(in * out, 41)), dy16 = narrowed(randn(N * out, 42));
+  const auto x16 = narrowed(randn(N * in, 40)), w16 = narrowed(randn(in * out, 41));
+  const auto dy16 = narrowed(randn(N * out, 42));
   const auto bias = randn(out, 43), resid0 = randn(N * out, 44), db0 = randn(in, 45);
   const GemmOperand x{x16.data(), DType::bf16}, w{w16.data(), DType::bf16}, dy{dy16.data(), DType::bf16};
   std::vector<float> room(static_cast<size_t>(N * std::max(in, out)));
