@@ -505,18 +505,14 @@ __global__ void ce_normalize_kernel(float* logits, float* losses, const float* r
 // columns in their order, then the same tree (block_sum_of_warps).
 constexpr int kCeWholeWide = 4;
 constexpr int kCeWholeThreads = kCeWholeWide * kRowBlock;
-// A row's columns [0, v_local), one or four a step (ce_whole_forward_kernel's two forms), read from fp32
-// or bf16 (widened) and written as fp32. Four: one 16-byte access (8 from bf16) where the scalar form
-// made four, and 32-bit column counts (the one-pass kernel ran about 45 instructions a column, 2.0 TB/s
+// A row's columns [0, v_local), one or four a step (ce_whole_forward_kernel's two forms), fp32. Four:
+// one 16-byte access where the scalar form made four, and 32-bit column counts (the one-pass kernel ran about 45 instructions a column, 2.0 TB/s
 // of the H200's 4.8 in run 6).
 template <int V>
 struct CeColumns;
 template <>
 struct CeColumns<1> {
-  template <class T>
-  static __device__ __forceinline__ Group<1> load(const T* p, int j) {
-    return {{load_f32(p, j)}};
-  }
+  static __device__ __forceinline__ Group<1> load(const float* p, int j) { return {{p[j]}}; }
   static __device__ __forceinline__ void store(float* p, int j, const Group<1>& g) { p[j] = g.v[0]; }
 };
 template <>
@@ -525,22 +521,17 @@ struct CeColumns<4> {
     const float4 f = *reinterpret_cast<const float4*>(p + j);
     return {{f.x, f.y, f.z, f.w}};
   }
-  static __device__ __forceinline__ Group<4> load(const uint16_t* p, int j) {
-    const uint2 w = *reinterpret_cast<const uint2*>(p + j);
-    const float2 a = bf16_pair_widened(w.x), b = bf16_pair_widened(w.y);
-    return {{a.x, a.y, b.x, b.y}};
-  }
   static __device__ __forceinline__ void store(float* p, int j, const Group<4>& g) {
     *reinterpret_cast<float4*>(p + j) = make_float4(g.v[0], g.v[1], g.v[2], g.v[3]);
   }
 };
 // V columns a thread a step: 1, or 4 where v_local is a multiple of 4 and the rows aligned for it
-// (ce_whole_forward_launch decides). The logits come from `logits` (fp32, then probs == logits: the row
-// is read whole before any of it is written; or bf16, widened exactly), the probabilities go to probs.
-// Each column's value is the same in every form, so the bits are too.
-template <int V, class TIn>
+// (ce_whole_forward_launch decides). The probabilities overwrite the logits in place (the row is read
+// whole before any of it is written). Each column's value is the same in both forms, so the bits are
+// too. (Over bf16 logits: ce_whole_forward_bf16_kernel, which writes no probabilities.)
+template <int V>
 __global__ void __launch_bounds__(kCeWholeThreads)
-    ce_whole_forward_kernel(float* probs, const TIn* logits, float* losses, float* row_max, float* row_sum,
+    ce_whole_forward_kernel(float* probs, const float* logits, float* losses, float* row_max, float* row_sum,
                             float* target_logit, const int32_t* targets, int64_t v_local, int64_t real) {
   extern __shared__ float row[];  // v_local floats
   __shared__ float scratch[32];
@@ -549,7 +540,7 @@ __global__ void __launch_bounds__(kCeWholeThreads)
   const int tid = int(threadIdx.x), threads = int(blockDim.x);
   const int cols = int(v_local), reals = int(real);  // a row within shared memory: < 2^31 columns
   const int step = V * threads;
-  const TIn* x = logits + n * v_local;
+  const float* x = logits + n * v_local;
   float* y = probs + n * v_local;
   float mx = -__int_as_float(0x7f800000);
   // 16 columns a thread loaded before any is used (64 KB an SM in fp32).
@@ -947,8 +938,7 @@ bool ce_whole_forward_fused(int64_t v_local) { return ce_row_fits(v_local, sizeo
 namespace {
 // The one-pass kernel for a row that fits (ce_whole_forward_fused): four columns a step where the
 // rows allow it.
-template <class TIn>
-void ce_whole_forward_launch(float* probs, const TIn* logits, float* losses, float* row_max, float* row_sum,
+void ce_whole_forward_launch(float* probs, const float* logits, float* losses, float* row_max, float* row_sum,
                              float* target_logit, const int32_t* targets, int64_t v_local, int64_t real, int64_t N,
                              cudaStream_t stream) {
   const size_t bytes = size_t(v_local) * sizeof(float);
@@ -960,10 +950,10 @@ void ce_whole_forward_launch(float* probs, const TIn* logits, float* losses, flo
                                                             targets, v_local, real);
     check_launch("ce_whole_forward");
   };
-  if (v_local % 4 == 0 && aligned_to(probs, 16) && aligned_to(logits, 4 * sizeof(TIn)))
-    launch(ce_whole_forward_kernel<4, TIn>);
+  if (v_local % 4 == 0 && aligned_to(probs, 16) && aligned_to(logits, 16))
+    launch(ce_whole_forward_kernel<4>);
   else
-    launch(ce_whole_forward_kernel<1, TIn>);
+    launch(ce_whole_forward_kernel<1>);
 }
 }  // namespace
 
@@ -976,8 +966,7 @@ void ce_whole_forward(float* logits, float* losses, float* row_max, float* row_s
     ce_shard_normalize(logits, losses, row_max, row_sum, target_logit, v_local, real, N, stream);
     return;
   }
-  ce_whole_forward_launch<float>(logits, logits, losses, row_max, row_sum, target_logit, targets, v_local, real, N,
-                                 stream);
+  ce_whole_forward_launch(logits, logits, losses, row_max, row_sum, target_logit, targets, v_local, real, N, stream);
 }
 void ce_whole_forward_bf16(const uint16_t* logits16, float* losses, float* row_max, float* row_sum,
                            float* target_logit, const int32_t* targets, int64_t v_local, int64_t real, int64_t N,
