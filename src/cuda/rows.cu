@@ -506,8 +506,8 @@ __global__ void ce_normalize_kernel(float* logits, float* losses, const float* r
 constexpr int kCeWholeWide = 4;
 constexpr int kCeWholeThreads = kCeWholeWide * kRowBlock;
 // A row's columns [0, v_local), one or four a step (ce_whole_forward_kernel's two forms), fp32. Four:
-// one 16-byte access where the scalar form made four, and 32-bit column counts (the one-pass kernel ran about 45 instructions a column, 2.0 TB/s
-// of the H200's 4.8 in run 6).
+// one 16-byte access where the scalar form made four, and 32-bit column counts (the one-pass kernel
+// ran about 45 instructions a column, 2.0 TB/s of the H200's 4.8 in run 6).
 template <int V>
 struct CeColumns;
 template <>
