@@ -127,9 +127,10 @@ void narrow_ce_grad_row(uint16_t* d16, const float* p, int64_t t, int64_t v_loca
 // f(rows, n0, count) for the rows widened a block at a time into one buffer (the fp32 pieces called on a
 // block run their own parallel loops over its rows, each row's values computed as over all N, so the
 // bits are theirs); blocks of eight rows a thread, so no parallel region opens inside another.
+int64_t widened_block_rows() { return 8 * int64_t(omp_get_max_threads()); }
 template <class F>
 void for_each_widened_block(const uint16_t* logits16, int64_t v_local, int64_t N, F f) {
-  const int64_t block = std::max<int64_t>(1, std::min<int64_t>(N, 8 * int64_t(omp_get_max_threads())));
+  const int64_t block = std::max<int64_t>(1, std::min<int64_t>(N, widened_block_rows()));
   RowBuffer rows(static_cast<size_t>(std::max<int64_t>(block * v_local, 1)));
   for (int64_t n0 = 0; n0 < N; n0 += block) {
     const int64_t count = std::min(block, N - n0);
@@ -171,7 +172,7 @@ void ce_row_losses(float* losses, const float* row_max, const float* row_sum, co
 void ce_shard_backward_bf16(uint16_t* dlogits16, const uint16_t* logits16, const float* row_max, const float* row_sum,
                             const int32_t* targets, int64_t v0, int64_t v_local, int64_t real, int64_t N,
                             float scale) {
-  RowBuffer unused(static_cast<size_t>(std::max<int64_t>(1, 8 * int64_t(omp_get_max_threads()))));
+  RowBuffer unused(static_cast<size_t>(widened_block_rows()));  // a block's rows at most
   const RowBuffer no_target(unused.size(), 0.0f);
   for_each_widened_block(logits16, v_local, N, [&](float* rows, int64_t n0, int64_t count) {
     // The exponentials (their sums again, unused: the kept, all-reduced sums divide), then the quotients.

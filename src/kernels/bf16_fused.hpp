@@ -46,7 +46,7 @@ void softmax_causal_backward_bf16(uint16_t* ds16, const float* dprobs, const uin
 // in place of fp32 probabilities; docs/design.md §4): the forward makes each row's statistics and loss
 // and writes nothing a column, and the backward makes each probability again from its bf16 logit and
 // the row's maximum and sum. Every value is the bits of widening the row and running the fp32 pieces
-// (kernels/vocab_shard.hpp), which the functions below do a row at a time (the pieces with N = 1).
+// (kernels/vocab_shard.hpp), which the functions below do a block of rows at a time.
 // ce_whole_forward's row_max, row_sum, target_logit and losses for one shard holding the whole
 // vocabulary (v0 = 0); no probabilities.
 void ce_whole_forward_bf16(const uint16_t* logits16, float* losses, float* row_max, float* row_sum,

@@ -28,6 +28,17 @@ struct RowStats {
       : row_max(static_cast<size_t>(N)), row_sum(row_max.size()), target_logit(row_max.size()) {}
   DeviceVector<float, MemoryCategory::workspaces> row_max, row_sum, target_logit;
 };
+// The rows' statistics over the TP group: each shard's maximum and target logit (max_target), all-reduced
+// (MAX, SUM), then its sum of exponentials under the global maximum (exp_sum), all-reduced (SUM).
+template <class MaxTarget, class ExpSum>
+void all_reduced_stats(const TensorParallel& tp, float* row_max, float* target_logit, float* row_sum, int64_t N,
+                       MaxTarget max_target, ExpSum exp_sum) {
+  max_target();
+  tp.group->all_reduce({row_max, size_t(N)}, comm::ReduceOp::max);
+  tp.group->all_reduce({target_logit, size_t(N)});
+  exp_sum();
+  tp.group->all_reduce({row_sum, size_t(N)});
+}
 }  // namespace
 
 void cross_entropy_forward(const TensorParallel& tp, float* logits, float* losses, const int32_t* targets,
@@ -40,11 +51,10 @@ void cross_entropy_forward(const TensorParallel& tp, float* logits, float* losse
                           real, N);
     return;
   }
-  dev::ce_shard_max_target(row_max.data(), target_logit.data(), logits, targets, v.v0, v.v_local, real, N);
-  tp.group->all_reduce({row_max.data(), row_max.size()}, comm::ReduceOp::max);
-  tp.group->all_reduce({target_logit.data(), target_logit.size()});
-  dev::ce_shard_exp_sum(row_sum.data(), logits, row_max.data(), v.v_local, real, N);
-  tp.group->all_reduce({row_sum.data(), row_sum.size()});
+  all_reduced_stats(
+      tp, row_max.data(), target_logit.data(), row_sum.data(), N,
+      [&] { dev::ce_shard_max_target(row_max.data(), target_logit.data(), logits, targets, v.v0, v.v_local, real, N); },
+      [&] { dev::ce_shard_exp_sum(row_sum.data(), logits, row_max.data(), v.v_local, real, N); });
   dev::ce_shard_normalize(logits, losses, row_max.data(), row_sum.data(), target_logit.data(), v.v_local, real, N);
 }
 
@@ -57,11 +67,10 @@ void cross_entropy_forward_bf16(const TensorParallel& tp, float* kept_stats, con
     dev::ce_whole_forward_bf16(logits16, losses, row_max, row_sum, target_logit.data(), targets, v.v_local, real, N);
     return;
   }
-  dev::ce_shard_max_target_bf16(row_max, target_logit.data(), logits16, targets, v.v0, v.v_local, real, N);
-  tp.group->all_reduce({row_max, size_t(N)}, comm::ReduceOp::max);
-  tp.group->all_reduce({target_logit.data(), target_logit.size()});
-  dev::ce_shard_exp_sum_bf16(row_sum, logits16, row_max, v.v_local, real, N);
-  tp.group->all_reduce({row_sum, size_t(N)});
+  all_reduced_stats(
+      tp, row_max, target_logit.data(), row_sum, N,
+      [&] { dev::ce_shard_max_target_bf16(row_max, target_logit.data(), logits16, targets, v.v0, v.v_local, real, N); },
+      [&] { dev::ce_shard_exp_sum_bf16(row_sum, logits16, row_max, v.v_local, real, N); });
   dev::ce_row_losses(losses, row_max, row_sum, target_logit.data(), N);
 }
 
