@@ -169,9 +169,9 @@ void c_linear_gelu_forward_bf16(uint16_t* act16, uint16_t* pre16, GemmOperand x,
                                 int64_t N, int64_t in, int64_t out, float* room) {
   GemmShape s;
   s.M = N, s.N = out, s.K = in;
-  if (N > 0 && out > 0 && bias && gemm_epilogues()) {
-    uint16_t* bias16 = reinterpret_cast<uint16_t*>(room);  // as c_linear_forward_bf16
-    cuda::to_bf16(bias, bias16, out);
+  if (N > 0 && out > 0 && gemm_epilogues()) {
+    uint16_t* bias16 = bias ? reinterpret_cast<uint16_t*>(room) : nullptr;  // as c_linear_forward_bf16
+    if (bias) cuda::to_bf16(bias, bias16, out);
     if (gemms().gemm_bf16_gelu(s, x, w, act16, pre16, bias16)) return;
   }
   c_linear_forward_bf16(pre16, x, w, bias, N, in, out, room);

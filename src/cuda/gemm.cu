@@ -36,7 +36,7 @@ struct Key {
   GemmMath math;
   uint32_t align_a, align_b, align_c, align_bias;
   bool out16 = false;  // D as bf16 (gemm_bf16_out)
-  int epi16 = 0;         // a bf16 D's epilogue: 0 the bias (or none), 1 GeLU with its input kept, 2 GeLU's gradient
+  GemmContext::Epilogue16 epi16 = GemmContext::Epilogue16::bias;  // a bf16 D's epilogue
   uint32_t align_aux = 256;
   auto tie() const {
     return std::tie(batch, M, N, K, ta, tb, acc, bias, bf16, math, align_a, align_b, align_c, align_bias, out16, epi16,
@@ -118,8 +118,8 @@ struct GemmContext::Impl {
                "bias pointer");
       // A bf16 D's bias is bf16: the attribute's default (D's type), the one cuBLASLt takes.
     }
-    if (key.epi16 != 0) {  // the GeLU's input: a bf16 matrix shaped and laid out as D (the default aux type)
-      const cublasLtEpilogue_t epi = key.epi16 == 2 ? CUBLASLT_EPILOGUE_DGELU
+    if (key.epi16 != GemmContext::Epilogue16::bias) {  // the GeLU's input: a bf16 matrix laid out as D
+      const cublasLtEpilogue_t epi = key.epi16 == GemmContext::Epilogue16::dgelu ? CUBLASLT_EPILOGUE_DGELU
                                      : with_bias   ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                                    : CUBLASLT_EPILOGUE_GELU_AUX;
       const int64_t ld = key.N;
@@ -294,7 +294,7 @@ bool GemmContext::run_bf16_out(const GemmShape& s, Epilogue16 epilogue, GemmOper
   // The GeLU's input matrix: one matrix (no batch stride set), its leading dimension a multiple of 8.
   if (epilogue != Epilogue16::bias && (s.batch != 1 || s.N % 8 != 0 || !aux)) return false;
   Key key = key_of(s, a, b, c, bias, impl_->math, true);
-  key.epi16 = epilogue == Epilogue16::gelu ? 1 : epilogue == Epilogue16::dgelu ? 2 : 0;
+  key.epi16 = epilogue;
   if (aux) key.align_aux = alignment_of(aux);
   std::lock_guard<std::mutex> lock(impl_->mutex);
   Plan& p = impl_->plan(key, bias, aux);

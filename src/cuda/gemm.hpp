@@ -77,7 +77,7 @@ class GemmContext {
                      const uint16_t* bias16 = nullptr, cudaStream_t stream = nullptr);
   // The GeLU in the epilogue (cuBLASLt's GELU_AUX_BIAS, its tanh form: docs/gpu.md), alpha 1, no
   // accumulation: pre16 = bf16(op(A)·op(B) + bias16), the GeLU's kept input, and act16 =
-  // bf16(gelu(op(A)·op(B) + bias16)): the GeLU of the fp32 sum, where gemm_bf16_out and
+  // bf16(gelu(op(A)·op(B) + bias16)) (bias16 may be null): the GeLU of the fp32 sum, where gemm_bf16_out and
   // gelu_forward16 take it of pre16 (one bf16 rounding apart). Returns false, writing nothing, where
   // cuBLASLt offers no algorithm (batch 1 only; the row length a multiple of 8, the aux matrix's rule).
   bool gemm_bf16_gelu(const GemmShape& shape, GemmOperand a, GemmOperand b, uint16_t* act16, uint16_t* pre16,
@@ -87,11 +87,11 @@ class GemmContext {
   // Returns false as gemm_bf16_gelu does.
   bool gemm_bf16_dgelu(const GemmShape& shape, GemmOperand a, GemmOperand b, uint16_t* g16, const uint16_t* pre16,
                        cudaStream_t stream = nullptr);
+  enum class Epilogue16 { bias, gelu, dgelu };  // what a bf16 D's epilogue adds to the product (the bias, or none)
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  enum class Epilogue16 { bias, gelu, dgelu };  // what a bf16 D's epilogue adds to the product
   bool run_bf16_out(const GemmShape& shape, Epilogue16 epilogue, GemmOperand a, GemmOperand b, uint16_t* c,
                     const uint16_t* bias16, const uint16_t* aux16, cudaStream_t stream);
 };

@@ -448,13 +448,16 @@ __global__ void ce_max_target_kernel(float* row_max, float* target_logit, const 
 __device__ __forceinline__ float ce_exp_value(float x, float mx, int64_t j, int64_t real) {
   return j < real ? fast_exp(x - mx) : 0.0f;
 }
-// One row's exponentials in place: returns their sum, each thread's columns in increasing order, then
+// One row's exponentials of x (fp32, or bf16 widened), stored into `exps` unless it is null (in place
+// for the three kernels' second): returns their sum, each thread's columns in increasing order, then
 // the block's fixed tree.
-__device__ __forceinline__ float ce_exp_row_sum(float* x, float mx, int64_t v_local, int64_t real, float* scratch) {
+template <class T>
+__device__ __forceinline__ float ce_exp_row_sum(const T* x, float* exps, float mx, int64_t v_local, int64_t real,
+                                                float* scratch) {
   float sum = 0.0f;
   for (int64_t j = threadIdx.x; j < v_local; j += blockDim.x) {
-    const float e = ce_exp_value(x[j], mx, j, real);
-    x[j] = e;
+    const float e = ce_exp_value(load_f32(x, j), mx, j, real);
+    if (exps) exps[j] = e;
     sum += e;
   }
   return block_sum(sum, scratch);
@@ -465,20 +468,17 @@ __device__ __forceinline__ float ce_row_loss(float mx, float sum, float target_l
 __global__ void ce_exp_sum_kernel(float* row_sum, float* logits, const float* row_max, int64_t v_local, int64_t real) {
   __shared__ float scratch[32];
   const int64_t n = blockIdx.x;
-  const float sum = ce_exp_row_sum(logits + n * v_local, row_max[n], v_local, real, scratch);
+  float* row = logits + n * v_local;
+  const float sum = ce_exp_row_sum(row, row, row_max[n], v_local, real, scratch);
   if (threadIdx.x == 0) row_sum[n] = sum;
 }
-// ce_exp_sum_kernel's sum over bf16 logits widened, the exponentials not stored: the same columns a
-// thread in the same order and the same tree, so the same bits.
+// ce_exp_sum_kernel's sum over bf16 logits widened, the exponentials not stored (ce_exp_row_sum: the
+// same columns a thread in the same order and the same tree, so the same bits).
 __global__ void ce_exp_sum16_kernel(float* row_sum, const uint16_t* logits16, const float* row_max, int64_t v_local,
                                     int64_t real) {
   __shared__ float scratch[32];
   const int64_t n = blockIdx.x;
-  const uint16_t* x = logits16 + n * v_local;
-  const float mx = row_max[n];
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < v_local; j += blockDim.x) sum += ce_exp_value(from_bf16_bits(x[j]), mx, j, real);
-  sum = block_sum(sum, scratch);
+  const float sum = ce_exp_row_sum(logits16 + n * v_local, nullptr, row_max[n], v_local, real, scratch);
   if (threadIdx.x == 0) row_sum[n] = sum;
 }
 __global__ void ce_row_losses_kernel(float* losses, const float* row_max, const float* row_sum,
@@ -680,9 +680,15 @@ __device__ __forceinline__ float ce_prob_again(float x, float mx, float inv, int
   const float e = ce_exp_value(x, mx, j, real);
   return j < real ? e * inv : e;
 }
-// dlogits16 = bf16((p − onehot) · scale) with p made again (ce_prob_again), the gradient's element math
-// ce_backward_kernel's. W columns a thread a step: 1, or 8 (v_local a multiple of 8, both rows 16-byte
-// aligned: one 16-byte load and store of eight bf16).
+// One column's gradient from its probability: p·scale rounded, then the target's −scale after it (the
+// CPU's order, kernels/vocab_shard.cpp). The one text of this element for both backward kernels.
+__device__ __forceinline__ float ce_grad_value(float p, float scale, bool target) {
+  const float g = __fmul_rn(p, scale);
+  return target ? g - scale : g;
+}
+// dlogits16 = bf16((p − onehot) · scale) with p made again (ce_prob_again), ce_grad_value's element.
+// W columns a thread a step: 1, or 8 (v_local a multiple of 8, both rows 16-byte aligned: one 16-byte
+// load and store of eight bf16).
 template <int W>
 __global__ void ce_backward_from_logits_kernel(uint16_t* dlogits16, const uint16_t* logits16, const float* row_max,
                                                const float* row_sum, const int32_t* targets, int64_t v0,
@@ -692,8 +698,7 @@ __global__ void ce_backward_from_logits_kernel(uint16_t* dlogits16, const uint16
   const uint16_t* x = logits16 + n * v_local;
   uint16_t* d = dlogits16 + n * v_local;
   const auto grad = [&](float logit, int64_t j) {
-    const float g = __fmul_rn(ce_prob_again(logit, mx, inv, j, real), scale);  // rounded before the target's
-    return j == t ? g - scale : g;
+    return ce_grad_value(ce_prob_again(logit, mx, inv, j, real), scale, j == t);
   };
   if constexpr (W == 1) {
     for (int64_t j = threadIdx.x; j < v_local; j += blockDim.x) d[j] = to_bf16_bits(grad(from_bf16_bits(x[j]), j));
@@ -711,45 +716,36 @@ __global__ void ce_backward_from_logits_kernel(uint16_t* dlogits16, const uint16
     }
   }
 }
-// D: the gradient written as fp32 (may alias probs) or narrowed to bf16.
-template <class D>
-__global__ void ce_backward_kernel(D* dlogits, const float* probs, const int32_t* targets, int64_t v0,
+// The fp32 gradient from kept probabilities (dlogits may alias probs).
+__global__ void ce_backward_kernel(float* dlogits, const float* probs, const int32_t* targets, int64_t v0,
                                    int64_t v_local, float scale) {
   const int64_t n = blockIdx.x, t = int64_t(targets[n]) - v0;
   const float* p = probs + n * v_local;
-  D* d = dlogits + n * v_local;
-  for (int64_t j = threadIdx.x; j < v_local; j += blockDim.x) {
-    const float g = __fmul_rn(p[j], scale);  // rounded before the target's subtraction, as the CPU's
-    d[j] = stored_as<D>(j == t ? g - scale : g);
-  }
+  float* d = dlogits + n * v_local;
+  for (int64_t j = threadIdx.x; j < v_local; j += blockDim.x) d[j] = ce_grad_value(p[j], scale, j == t);
 }
 
-// The same, four columns a thread (v_local a multiple of 4, probs 16-byte aligned, the gradient 16- or
-// 8-byte), stored as the softmax's four-column groups are (store_group): one 16-byte load where the
-// scalar form waited on one 4-byte load at a time (its fp32 form moved 0.7 TB/s of the H200's 4.8,
+// The same, four columns a thread (v_local a multiple of 4, both rows 16-byte aligned): one 16-byte
+// load where the scalar form waited on one 4-byte load at a time (its fp32 form moved 0.7 TB/s of the H200's 4.8,
 // 2026-11-27 profile). The same element math, so the same bits.
-template <class D>
-__global__ void ce_backward_x4_kernel(D* dlogits, const float* probs, const int32_t* targets, int64_t v0,
+__global__ void ce_backward_x4_kernel(float* dlogits, const float* probs, const int32_t* targets, int64_t v0,
                                       int64_t v_local, float scale) {
   const int64_t n = blockIdx.x, t = int64_t(targets[n]) - v0;
   const float4* p = reinterpret_cast<const float4*>(probs + n * v_local);
-  D* d = dlogits + n * v_local;
+  float4* d = reinterpret_cast<float4*>(dlogits + n * v_local);
   for (int64_t j4 = threadIdx.x; j4 < v_local / 4; j4 += blockDim.x) {
     const float4 x = p[j4];
-    float g[4] = {__fmul_rn(x.x, scale), __fmul_rn(x.y, scale), __fmul_rn(x.z, scale), __fmul_rn(x.w, scale)};
-#pragma unroll
-    for (int u = 0; u < 4; ++u)
-      if (4 * j4 + u == t) g[u] = g[u] - scale;
-    store_group(d + 4 * j4, g);
+    const int64_t j = 4 * j4;
+    d[j4] = make_float4(ce_grad_value(x.x, scale, j == t), ce_grad_value(x.y, scale, j + 1 == t),
+                        ce_grad_value(x.z, scale, j + 2 == t), ce_grad_value(x.w, scale, j + 3 == t));
   }
 }
-template <class D>
-void ce_backward_launch(D* dlogits, const float* probs, const int32_t* targets, int64_t v0, int64_t v_local, int64_t N,
-                        float scale, cudaStream_t stream) {
-  if (v_local % 4 == 0 && aligned_to(probs, 16) && aligned_to(dlogits, 4 * sizeof(D)))
-    ce_backward_x4_kernel<D><<<row_grid(N), kRowBlock, 0, stream>>>(dlogits, probs, targets, v0, v_local, scale);
+void ce_backward_launch(float* dlogits, const float* probs, const int32_t* targets, int64_t v0, int64_t v_local,
+                        int64_t N, float scale, cudaStream_t stream) {
+  if (v_local % 4 == 0 && aligned_to(probs, 16) && aligned_to(dlogits, 16))
+    ce_backward_x4_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(dlogits, probs, targets, v0, v_local, scale);
   else
-    ce_backward_kernel<D><<<row_grid(N), kRowBlock, 0, stream>>>(dlogits, probs, targets, v0, v_local, scale);
+    ce_backward_kernel<<<row_grid(N), kRowBlock, 0, stream>>>(dlogits, probs, targets, v0, v_local, scale);
 }
 
 }  // namespace
