@@ -117,6 +117,17 @@ std::vector<float> bf16_valued(std::vector<float> v) {
   for (float& x : v) x = lattice::from_bf16(lattice::to_bf16(x));
   return v;
 }
+// The values as bf16 bits, and bf16 bits widened.
+std::vector<uint16_t> narrowed(const std::vector<float>& x) {
+  std::vector<uint16_t> r(x.size());
+  lattice::to_bf16(x.data(), r.data(), int64_t(x.size()));
+  return r;
+}
+std::vector<float> widened(const std::vector<uint16_t>& h) {
+  std::vector<float> w(h.size());
+  lattice::from_bf16(h.data(), w.data(), int64_t(h.size()));
+  return w;
+}
 
 void line(const std::string& name, const char* dir, double maxabs, double rel, double tol) {
   const bool ok = rel <= tol;  // NaN fails
@@ -458,32 +469,24 @@ void check_cross_entropy() {
     const std::string name = std::string(lattice::cuda::ce_whole_forward_fused(v_pad) ? "ce_whole_forward "
                                                                                        : "ce_whole_forward (3 kernels) ") +
                              std::to_string(v_real) + "/" + std::to_string(v_pad);
-    // Every output of the form under test (probs, and l1, m1, s1, t1) against the reference's (l3 …).
-    const auto compare_outputs = [&](const std::string& label, Dev<float>& reference, Dev<float>& tested) {
-      compare_bits(label + " probs", "fwd", reference.get(), tested.get());
-      compare_bits(label + " losses", "fwd", l3.get(), l1.get());
-      compare_bits(label + " max", "fwd", m3.get(), m1.get());
-      compare_bits(label + " sum", "fwd", s3.get(), s1.get());
-      compare_bits(label + " target", "fwd", t3.get(), t1.get());
-    };
-    compare_outputs(name, three, one);
-    // The bf16 logits' forms (the head keeps the GEMM's bf16 output; kernels/bf16_fused.hpp) against
-    // widening them and the fp32 form: the statistics and losses of the one-pass kernel and of the
-    // vocabulary-parallel pieces, and the gradient made again from them against the fp32
-    // probabilities' gradient narrowed, all bit for bit.
-    std::vector<uint16_t> x16(x.size());
-    std::vector<float> widened(x.size());
-    lattice::to_bf16(x.data(), x16.data(), int64_t(x.size()));
-    lattice::from_bf16(x16.data(), widened.data(), int64_t(x.size()));
-    Dev<uint16_t> d_x16(x16);
-    Dev<float> wide(widened);
-    lattice::cuda::ce_whole_forward(wide.p, l3.p, m3.p, s3.p, t3.p, dt.p, v_pad, v_real, rows_n);
+    // The statistics of the form under test (l1, m1, s1, t1) against the reference's (l3 …).
     const auto compare_stats = [&](const std::string& label) {
       compare_bits(label + " losses", "fwd", l3.get(), l1.get());
       compare_bits(label + " max", "fwd", m3.get(), m1.get());
       compare_bits(label + " sum", "fwd", s3.get(), s1.get());
       compare_bits(label + " target", "fwd", t3.get(), t1.get());
     };
+    compare_bits(name + " probs", "fwd", three.get(), one.get());
+    compare_stats(name);
+    // The bf16 logits' forms (the head keeps the GEMM's bf16 output; kernels/bf16_fused.hpp) against
+    // widening them and the fp32 form: the statistics and losses of the one-pass kernel and of the
+    // vocabulary-parallel pieces, and the gradient made again from them against the fp32
+    // probabilities' gradient narrowed, all bit for bit.
+    const auto x16 = narrowed(x);
+    const auto x16_values = widened(x16);
+    Dev<uint16_t> d_x16(x16);
+    Dev<float> wide(x16_values);
+    lattice::cuda::ce_whole_forward(wide.p, l3.p, m3.p, s3.p, t3.p, dt.p, v_pad, v_real, rows_n);
     const auto poison_stats = [&] { l1.poison(), m1.poison(), s1.poison(), t1.poison(); };
     poison_stats();
     lattice::cuda::ce_whole_forward_bf16(d_x16.p, l1.p, m1.p, s1.p, t1.p, dt.p, v_pad, v_real, rows_n);
@@ -494,7 +497,7 @@ void check_cross_entropy() {
     lattice::cuda::ce_row_losses(l1.p, m1.p, s1.p, t1.p, rows_n);
     compare_stats("ce pieces bf16 logits " + std::to_string(v_real) + "/" + std::to_string(v_pad));
     {  // the first piece of a shard not at column 0 (v0 = 5: the targets taken with that offset)
-      Dev<float> wide_again(widened);
+      Dev<float> wide_again(x16_values);
       m1.poison(), t1.poison();
       lattice::cuda::ce_shard_max_target(m3.p, t3.p, wide_again.p, dt.p, 5, v_pad, v_real, rows_n);
       lattice::cuda::ce_shard_max_target_bf16(m1.p, t1.p, d_x16.p, dt.p, 5, v_pad, v_real, rows_n);
@@ -565,10 +568,8 @@ void check_cross_entropy() {
   // then to_bf16, on the device, bit for bit: the whole vocabulary, and the second of two shards (v0 =
   // vl: half the targets outside it) with the whole rows' maximum and sum (the all-reduced ones).
   {
-    std::vector<uint16_t> l16(logits.size());
-    std::vector<float> lw(logits.size());
-    lattice::to_bf16(logits.data(), l16.data(), int64_t(l16.size()));
-    lattice::from_bf16(l16.data(), lw.data(), int64_t(lw.size()));
+    const auto l16 = narrowed(logits);
+    const auto lw = widened(l16);
     const size_t rows = static_cast<size_t>(N);
     Dev<float> wp(lw), wl(rows), wm(rows), wsum(rows), wt(rows);
     lattice::cuda::ce_whole_forward(wp.p, wl.p, wm.p, wsum.p, wt.p, d_t.p, Vp, V, N);
@@ -868,18 +869,8 @@ void check_gemm_epilogues() {
   const auto A = bf16_valued(randn(size_t(M * K))), B = bf16_valued(randn(size_t(K * N)));
   const auto bias = bf16_valued(randn(size_t(N))), pre = bf16_valued(randn(size_t(M * N), 3.0f));
   const std::vector<float> none;
-  auto narrowed = [](const std::vector<float>& x) {
-    std::vector<uint16_t> r(x.size());
-    lattice::to_bf16(x.data(), r.data(), int64_t(x.size()));
-    return r;
-  };
   Dev<uint16_t> dA(narrowed(A)), dB(narrowed(B)), dbias(narrowed(bias)), dpre(narrowed(pre));
   Dev<uint16_t> out16{size_t(M * N)}, aux16{size_t(M * N)};
-  auto widen = [](const std::vector<uint16_t>& h) {
-    std::vector<float> w(h.size());
-    lattice::from_bf16(h.data(), w.data(), int64_t(h.size()));
-    return w;
-  };
   const GemmCase fwd{1, M, N, K, false, false, false, true, 1.0f};
   const auto sum = gemm_reference(fwd, A, B, none, bias);
   std::vector<float> pre_ref(sum.begin(), sum.end()), act_ref(sum.size());
@@ -888,8 +879,8 @@ void check_gemm_epilogues() {
   const lattice::GemmOperand a{dA.p, DType::bf16}, b{dB.p, DType::bf16};
   if (ctx.gemm_bf16_gelu(fshape, a, b, out16.p, aux16.p, dbias.p)) {
     const auto act = out16.get(), kept = aux16.get();
-    compare("gemm bf16 GELU_AUX_BIAS pre16", "fwd", pre_ref, widen(kept), 1.0 / 128.0);
-    compare("gemm bf16 GELU_AUX_BIAS act16", "fwd", act_ref, widen(act), 1.0 / 128.0);
+    compare("gemm bf16 GELU_AUX_BIAS pre16", "fwd", pre_ref, widened(kept), 1.0 / 128.0);
+    compare("gemm bf16 GELU_AUX_BIAS act16", "fwd", act_ref, widened(act), 1.0 / 128.0);
     out16.poison(), aux16.poison();
     ctx.gemm_bf16_gelu(fshape, a, b, out16.p, aux16.p, dbias.p);
     compare_repeat("gemm bf16 GELU_AUX_BIAS act16", "fwd", act, out16.get());
@@ -908,7 +899,7 @@ void check_gemm_epilogues() {
   out16.poison();
   if (ctx.gemm_bf16_dgelu(bshape, a, {dW.p, DType::bf16}, out16.p, dpre.p)) {
     const auto g = out16.get();
-    compare("gemm bf16 DGELU g16", "bwd", g_ref, widen(g), 1.0 / 128.0);
+    compare("gemm bf16 DGELU g16", "bwd", g_ref, widened(g), 1.0 / 128.0);
     out16.poison();
     ctx.gemm_bf16_dgelu(bshape, a, {dW.p, DType::bf16}, out16.p, dpre.p);
     compare_repeat("gemm bf16 DGELU g16", "bwd", g, out16.get());
@@ -1369,11 +1360,6 @@ void check_heads() {
 
 // ---- the bf16 passes (cuda/bf16_fused.hpp): bit for bit the staged sequence of the kernels above they
 // replace, and the CPU's passes (kernels/bf16_fused.hpp) within the bf16 bound (column sums 1e-5) ----
-std::vector<uint16_t> narrowed(const std::vector<float>& x) {
-  std::vector<uint16_t> r(x.size());
-  for (size_t i = 0; i < x.size(); ++i) r[i] = lattice::to_bf16(x[i]);
-  return r;
-}
 // The staged sequence a narrowing pass with its bias sums replaces — `values` (fp32, [N, out]) narrowed,
 // and bias_backward's column sums of them added to ref_db — against the pass's results, bit for bit.
 void compare_narrow_bias(const std::string& name, const std::string& narrowed_name, const float* values, int64_t N,

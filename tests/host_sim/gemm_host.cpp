@@ -47,46 +47,48 @@ void GemmContext::gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* 
   }
   if (bias) bias_add_rows(c, bias, s.batch * s.M, s.N, nullptr);
 }
-// The product in fp32 with the bf16 bias widened, then to_bf16's rounding. LATTICE_HOST_SIM_GEMM_BF16_OUT=0
+// A bf16 D (and the GeLU epilogues with it) as cuBLASLt offers one; LATTICE_HOST_SIM_GEMM_BF16_OUT=0
 // answers false, as cuBLASLt does where it has no algorithm for a bf16 D: the caller's fp32-and-narrow
-// path then runs.
-bool GemmContext::gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* c,
-                                const uint16_t* bias16, cudaStream_t stream) {
+// path (and the GeLU's own passes) then run.
+namespace {
+bool bf16_out_offered() {
   const char* env = std::getenv("LATTICE_HOST_SIM_GEMM_BF16_OUT");
-  if (env && std::string(env) == "0") return false;
+  return !(env && std::string(env) == "0");
+}
+// The product in fp32 with the bf16 bias widened (alpha 1, no accumulation): what a bf16 D rounds.
+std::vector<float> product16(GemmContext& ctx, const GemmShape& s, GemmOperand a, GemmOperand b,
+                             const uint16_t* bias16, cudaStream_t stream) {
   if (s.accumulate || s.alpha != 1.0f) throw std::logic_error("cuda::gemm_bf16_out: alpha 1, no accumulation");
   std::vector<float> full(size_t(s.batch * s.M * s.N)), bias(bias16 ? size_t(s.N) : 0);
   if (bias16) lattice::from_bf16(bias16, bias.data(), s.N);
-  gemm(s, a, b, full.data(), bias16 ? bias.data() : nullptr, stream);
+  ctx.gemm(s, a, b, full.data(), bias16 ? bias.data() : nullptr, stream);
+  return full;
+}
+// The GeLU epilogues' own rule (cuda/gemm.hpp): one matrix, rows a multiple of 8 long, a non-empty sum.
+bool epilogue_offered(const GemmShape& s) { return bf16_out_offered() && s.batch == 1 && s.N % 8 == 0 && s.K != 0; }
+}  // namespace
+// The product, then to_bf16's rounding.
+bool GemmContext::gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* c,
+                                const uint16_t* bias16, cudaStream_t stream) {
+  if (!bf16_out_offered()) return false;
+  const std::vector<float> full = product16(*this, s, a, b, bias16, stream);
   lattice::to_bf16(full.data(), c, int64_t(full.size()));
   return true;
 }
 // cuBLASLt's GeLU epilogues as cuda/gemm.hpp states them: the GeLU (tanh form, kernels/gelu.hpp) of
-// the fp32 sum and its rounding kept; the gradient's product unrounded. Under
-// LATTICE_HOST_SIM_GEMM_BF16_OUT=0 they answer false (no algorithm offered), as every bf16 D does.
-namespace {
-bool epilogues_offered() {
-  const char* all = std::getenv("LATTICE_HOST_SIM_GEMM_BF16_OUT");
-  return !(all && std::string(all) == "0");
-}
-}  // namespace
+// the fp32 sum and its rounding kept; the gradient's product unrounded.
 bool GemmContext::gemm_bf16_gelu(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* act16, uint16_t* pre16,
                                  const uint16_t* bias16, cudaStream_t stream) {
-  if (!epilogues_offered() || s.batch != 1 || s.N % 8 != 0 || s.K == 0) return false;
-  if (s.accumulate || s.alpha != 1.0f) throw std::logic_error("cuda::gemm_bf16_out: alpha 1, no accumulation");
-  std::vector<float> full(size_t(s.M * s.N)), bias(bias16 ? size_t(s.N) : 0);
-  if (bias16) lattice::from_bf16(bias16, bias.data(), s.N);
-  gemm(s, a, b, full.data(), bias16 ? bias.data() : nullptr, stream);
+  if (!epilogue_offered(s)) return false;
+  const std::vector<float> full = product16(*this, s, a, b, bias16, stream);
   lattice::to_bf16(full.data(), pre16, int64_t(full.size()));
   for (size_t i = 0; i < full.size(); ++i) act16[i] = lattice::to_bf16(lattice::gelu_value(full[i]));
   return true;
 }
 bool GemmContext::gemm_bf16_dgelu(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* g16,
                                   const uint16_t* pre16, cudaStream_t stream) {
-  if (!epilogues_offered() || s.batch != 1 || s.N % 8 != 0 || s.K == 0) return false;
-  if (s.accumulate || s.alpha != 1.0f) throw std::logic_error("cuda::gemm_bf16_out: alpha 1, no accumulation");
-  std::vector<float> full(size_t(s.M * s.N));
-  gemm(s, a, b, full.data(), nullptr, stream);
+  if (!epilogue_offered(s)) return false;
+  const std::vector<float> full = product16(*this, s, a, b, nullptr, stream);
   for (size_t i = 0; i < full.size(); ++i)
     g16[i] = lattice::to_bf16(full[i] * lattice::gelu_grad(lattice::from_bf16(pre16[i])));
   return true;
