@@ -1111,19 +1111,29 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
     lattice::cuda::flash_attention_forward_rows_bf16(d_rows16.p, d_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
     compare_bits(name + " out rows (bf16 in, bf16 out)", "fwd", want16, d_rows16.get());
     compare_bits(name + " lse rows (bf16 in, bf16 out)", "fwd", g_lse, d_lse.get());
-    if (x.dh <= 64) {  // each of the forward's two forms against the tuned call's: the same bits
-      for (int slabs : {1, 2}) {
-        const std::string form = slabs == 1 ? ", 64-row query tiles" : ", 128-row query tiles";
-        lattice::cuda::flash_tc_force_forward_slabs(slabs);
+    if (x.dh <= 64) {  // each of the forward's forms against the tuned call's: the same bits
+      using lattice::cuda::ForwardForm, lattice::cuda::DqForm;
+      for (ForwardForm f : {ForwardForm::one_slab, ForwardForm::two_slabs, ForwardForm::one_slab_dense}) {
+        lattice::cuda::flash_tc_force_forms(f, DqForm::tuned);
         Dev<uint16_t> f_rows16(n);
         Dev<float> f_lse(rows), f_lse32(rows), f_out(n);
+        // Each call's lines where the form ran (the dense one has bf16 operands and no dropout only).
         lattice::cuda::flash_attention_forward_rows_bf16(f_rows16.p, f_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
+        const bool rows_ran = lattice::cuda::flash_tc_last_forward_form() == f;
         lattice::cuda::flash_attention_forward(f_out.p, f_lse32.p, d_q.p, d_k.p, d_v.p, x, drop);
-        lattice::cuda::flash_tc_force_forward_slabs(0);
-        compare_bits(name + " out rows" + form, "fwd", d_rows16.get(), f_rows16.get());
-        compare_bits(name + " lse" + form, "fwd", g_lse, f_lse.get());
-        compare_bits(name + " out" + form, "fwd", g_out, f_out.get());
-        compare_bits(name + " lse (fp32 in)" + form, "fwd", g_lse, f_lse32.get());
+        const bool fp32_ran = lattice::cuda::flash_tc_last_forward_form() == f;
+        lattice::cuda::flash_tc_force_forms(ForwardForm::tuned, DqForm::tuned);
+        const std::string form = std::string(", ") + flash_tc_form_name(f);
+        const bool compiled = f != ForwardForm::one_slab_dense || p == 0.0f;  // bf16 operands, no dropout
+        line(name + form + " taken where compiled (bf16 in) [flag]", "fwd", 0.0, rows_ran == compiled ? 0.0 : 1.0, 0.0);
+        if (rows_ran) {
+          compare_bits(name + " out rows" + form, "fwd", d_rows16.get(), f_rows16.get());
+          compare_bits(name + " lse" + form, "fwd", g_lse, f_lse.get());
+        }
+        if (fp32_ran) {
+          compare_bits(name + " out (fp32 in)" + form, "fwd", g_out, f_out.get());
+          compare_bits(name + " lse (fp32 in)" + form, "fwd", g_lse, f_lse32.get());
+        }
       }
     }
     // Backward from the rows: O as bf16 bits there, so the reference takes the same O widened.
@@ -1160,6 +1170,23 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
                                                             d_v16.p, d_out_rows16.p, d_lse.p, x, drop, qws.ws());
       compare_bits(name + " dqkv rows (bf16 in, bf16 out)", "bwd", want_rows.get(), got_rows.get());
       compare_bits(name + " dqkv rows' bias sums", "bwd", want_db.get(), got_db.get());
+      // Each of dQ's forms against the tuned call's: the same bits (the dense one where compiled).
+      using lattice::cuda::ForwardForm, lattice::cuda::DqForm;
+      for (DqForm f : {DqForm::plain, DqForm::dense}) {
+        lattice::cuda::flash_tc_force_forms(ForwardForm::tuned, f);
+        Dev<uint16_t> f_rows(size_t(N * cols));
+        Dev<float> f_db(db0);
+        lattice::cuda::flash_attention_backward_qkv_rows_bf16(f_rows.p, f_db.p, d_dout_rows.p, d_q16.p, d_k16.p,
+                                                              d_v16.p, d_out_rows16.p, d_lse.p, x, drop, qws.ws());
+        const bool ran = lattice::cuda::flash_tc_last_dq_form() == f;
+        lattice::cuda::flash_tc_force_forms(ForwardForm::tuned, DqForm::tuned);
+        const std::string form = std::string(", ") + flash_tc_form_name(f);
+        const bool compiled = f != DqForm::dense || (p == 0.0f && x.dh <= 64);  // the dense form's shapes
+        line(name + form + " taken where compiled [flag]", "bwd", 0.0, ran == compiled ? 0.0 : 1.0, 0.0);
+        if (!ran) continue;
+        compare_bits(name + " dqkv rows" + form, "bwd", got_rows.get(), f_rows.get());
+        compare_bits(name + " dqkv rows' bias sums" + form, "bwd", got_db.get(), f_db.get());
+      }
     }
   }
 }
@@ -2034,17 +2061,19 @@ void timing_flash(bool tensor_cores) {
     const auto rows_fwd = [&] {
       lattice::cuda::flash_attention_forward_rows_bf16(d_rows16.p, d_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
     };
+    using lattice::cuda::ForwardForm, lattice::cuda::DqForm, lattice::cuda::flash_tc_form_name;
     if (x.dh <= 64) {
-      lattice::cuda::flash_tc_force_forward_slabs(2);
-      timing_line(name + " rows fwd, 128-row query tiles", median_ms(rows_fwd), fwd_flops);
-      lattice::cuda::flash_tc_force_forward_slabs(1);
-      timing_line(name + " rows fwd, 64-row query tiles", median_ms(rows_fwd), fwd_flops);
-      lattice::cuda::flash_tc_force_forward_slabs(0);
+      for (ForwardForm f : {ForwardForm::two_slabs, ForwardForm::one_slab, ForwardForm::one_slab_dense}) {
+        lattice::cuda::flash_tc_force_forms(f, DqForm::tuned);
+        rows_fwd();  // which form ran (the dense one has no dropout)
+        const ForwardForm ran = lattice::cuda::flash_tc_last_forward_form();
+        if (ran == f) timing_line(name + " rows fwd, " + flash_tc_form_name(f), median_ms(rows_fwd), fwd_flops);
+      }
+      lattice::cuda::flash_tc_force_forms(ForwardForm::tuned, DqForm::tuned);
     }
     const double tuned_ms = median_ms(rows_fwd);
-    const char* tuned = x.dh > 64 ? ""
-                        : lattice::cuda::flash_tc_last_forward_slabs() == 2 ? " (tuned: 128-row query tiles)"
-                                                                            : " (tuned: 64-row query tiles)";
+    const std::string tuned =
+        x.dh > 64 ? "" : std::string(" (tuned: ") + flash_tc_form_name(lattice::cuda::flash_tc_last_forward_form()) + ")";
     timing_line(name + " rows fwd" + tuned, tuned_ms, fwd_flops);
     timing_line(name + " rows bwd", median_ms([&] {
                   lattice::cuda::flash_attention_backward_rows_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q16.p, d_k16.p,
@@ -2058,12 +2087,20 @@ void timing_flash(bool tensor_cores) {
     Dev<float> d_db(static_cast<size_t>(cols));
     Scratch qws(lattice::cuda::flash_attention_backward_qkv_rows_workspace_bytes(x));
     Scratch mws(lattice::cuda::bias_backward_workspace_bytes(N, cols));
-    timing_line(name + " qkv rows bwd", median_ms([&] {
-                  lattice::cuda::flash_attention_backward_qkv_rows_bf16(d_dqkv16.p, d_db.p, d_dout.p, d_q16.p,
-                                                                        d_k16.p, d_v16.p, d_rows16.p, d_lse.p, x,
-                                                                        drop, qws.ws());
-                }),
-                2.5 * fwd_flops);
+    const auto qkv_rows_bwd = [&] {
+      lattice::cuda::flash_attention_backward_qkv_rows_bf16(d_dqkv16.p, d_db.p, d_dout.p, d_q16.p, d_k16.p, d_v16.p,
+                                                            d_rows16.p, d_lse.p, x, drop, qws.ws());
+    };
+    for (DqForm f : {DqForm::plain, DqForm::dense}) {  // dQ's forms (the dense one has no dropout)
+      lattice::cuda::flash_tc_force_forms(ForwardForm::tuned, f);
+      qkv_rows_bwd();
+      if (lattice::cuda::flash_tc_last_dq_form() == f)
+        timing_line(name + " qkv rows bwd, " + flash_tc_form_name(f), median_ms(qkv_rows_bwd), 2.5 * fwd_flops);
+    }
+    lattice::cuda::flash_tc_force_forms(ForwardForm::tuned, DqForm::tuned);
+    const double tuned_bwd_ms = median_ms(qkv_rows_bwd);
+    timing_line(name + " qkv rows bwd (tuned: " + flash_tc_form_name(lattice::cuda::flash_tc_last_dq_form()) + ")",
+                tuned_bwd_ms, 2.5 * fwd_flops);
     timing_line(name + " rows bwd + merge", median_ms([&] {
                   lattice::cuda::flash_attention_backward_rows_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q16.p, d_k16.p,
                                                                     d_v16.p, d_rows16.p, d_lse.p, x, drop, ws.ws());

@@ -47,13 +47,21 @@ inline constexpr int64_t kFlashMaxHeadDim = 128;
 // this device (sm_80 on, the shared memory, a build for sm_80 or later).
 bool flash_tc_shape(const FlashShape& x);
 bool flash_tc_supported(const FlashShape& x);
-// The tensor-core forward's query tiles at dh <= 64, where it has two forms: 128 rows (two 64-row slabs
-// a warp) or 64 (one). By default (0) each shape takes the faster, timed on its first call; 1 or 2
-// forces 64- or 128-row tiles for this thread's next calls (lattice_cuda_check's timings and [bits]
-// checks compare them). The results are the same bits either way. last: the slabs this thread's last
-// tensor-core forward ran (1 or 2; 0 before any).
-void flash_tc_force_forward_slabs(int slabs);
-int flash_tc_last_forward_slabs();
+// The tensor-core kernels' forms, each giving the same bits. At dh <= 64 the forward takes 128-row
+// query tiles (two 64-row slabs a warp) or 64-row ones, and with bf16 operands and no dropout also
+// 64-row ones compiled into fewer registers (96: five blocks an SM where the plain form's 127 allow
+// four); the backward's dQ kernel, there, as compiled (146 registers, three blocks an SM) or in 128
+// (four). By default (tuned) each shape takes the fastest form it has, timed on its first call;
+// flash_tc_force_forms makes this thread's next calls take the named ones where compiled
+// (lattice_cuda_check's timings and [bits] checks compare them), and the last_ functions say which form
+// this thread's last call ran (none before any).
+enum class ForwardForm { none, tuned, two_slabs, one_slab, one_slab_dense };
+enum class DqForm { none, tuned, plain, dense };
+void flash_tc_force_forms(ForwardForm forward, DqForm dq);
+ForwardForm flash_tc_last_forward_form();
+DqForm flash_tc_last_dq_form();
+const char* flash_tc_form_name(ForwardForm f);
+const char* flash_tc_form_name(DqForm f);
 void flash_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
                       const AttentionDropout& drop, cudaStream_t stream);
 void flash_tc_forward(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,

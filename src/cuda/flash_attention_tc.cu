@@ -474,15 +474,24 @@ __device__ __forceinline__ void add_rows_by_tile(float (&acc)[2 * NC][4], const 
 // one-slab kernel's: the kernel check's [bits] line compares them).
 //
 // The slabs a head size allows, decided here: two at dh ≤ 64 (registers allow: ptxas -v), one at larger
-// dh; which of one or two a shape takes is timed on its first call (tuned_forward_slabs). Four one-slab
+// dh; which of one or two a shape takes is timed on its first call (tuned_form). Four one-slab
 // blocks an SM at dh ≤ 64 without the dropout, the occupancy it had before its operands came by
 // ldmatrix .x4.
 template <int NC>
 constexpr int kForwardSlabs = NC == 4 ? 2 : 1;
 template <int NC, int MT, bool DROP>
 constexpr int kForwardMinBlocks = (MT == 1 && NC == 4 && !DROP) ? 4 : 0;
-template <int NC, int MT, bool DROP, bool AHEAD, class TIn, class TOut>
-__global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
+// The dense forms (flash_attention.hpp's one_slab_dense and DqForm::dense): the same text compiled for
+// more blocks an SM, so in fewer registers. ptxas -v (CUDA 13, sm_90) at dh 64: the one-slab forward
+// 127 → 96 registers and dQ 146 → 128, each spilling 16 bytes; compiled only where the spill is that
+// small: bf16 operands and no dropout (with dropout dQ spills some 400 bytes, and six forward blocks 290).
+constexpr int kDenseForwardBlocks = 5, kDenseDqBlocks = 4;
+template <int NC, bool DROP, class TIn>
+constexpr bool kHasDense = NC == 4 && !DROP && std::is_same_v<TIn, uint16_t>;
+template <int NC, int MT, bool DROP, bool DENSE>
+constexpr int kForwardBlocks = DENSE ? kDenseForwardBlocks : kForwardMinBlocks<NC, MT, DROP>;
+template <int NC, int MT, bool DROP, bool AHEAD, class TIn, class TOut, bool DENSE = false>
+__global__ void __launch_bounds__(kThreads, kForwardBlocks<NC, MT, DROP, DENSE>)
     tc_forward_kernel(TOut* out, float* lse, const TIn* q, const TIn* k, const TIn* v, FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), ld = kTileWidth<NC> + 8;
@@ -592,10 +601,10 @@ __global__ void __launch_bounds__(kThreads, kForwardMinBlocks<NC, MT, DROP>)
 
 // ---- backward: dQ of one query tile, walking its key tiles ----
 // ROWS: dQ to the QKV rows (QkvRows, part 0) instead of fp32 in the head layout.
-template <int NC, bool DROP, bool AHEAD, class TIn, bool ROWS>
-__global__ void __launch_bounds__(kThreads) tc_dq_kernel(float* dq, QkvRows rows, const uint16_t* dout, const TIn* q,
-                                                         const TIn* k, const TIn* v, const float* lse, const float* D,
-                                                         FlashArgs p, bool vec) {
+template <int NC, bool DROP, bool AHEAD, class TIn, bool ROWS, bool DENSE = false>
+__global__ void __launch_bounds__(kThreads, DENSE ? kDenseDqBlocks : 0)
+    tc_dq_kernel(float* dq, QkvRows rows, const uint16_t* dout, const TIn* q, const TIn* k, const TIn* v,
+                 const float* lse, const float* D, FlashArgs p, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int dh = int(p.dh), ld = kTileWidth<NC> + 8;
   const Tiles t = tiles_of(Kernel::dq, smem, kTileWidth<NC>, AHEAD);
@@ -784,30 +793,33 @@ bool flash_tc_shape(const FlashShape& x) {
 namespace {
 // The forward's query slabs a head size allows: kForwardSlabs (two at dh ≤ 64), one past that.
 int max_forward_slabs(int64_t dh) { return chunks_for(dh) == 4 ? kForwardSlabs<4> : 1; }
-// The form lattice_cuda_check asks for (flash_tc_force_forward_slabs; 0: the tuned one), and the form
-// this thread's last forward took (flash_tc_last_forward_slabs).
-thread_local int forced_forward_slabs = 0, last_forward_slabs = 0;
+// The forms lattice_cuda_check asks for (flash_tc_force_forms; tuned: the fastest), and the forms this
+// thread's last calls took (flash_tc_last_forward_form, flash_tc_last_dq_form).
+thread_local ForwardForm forced_forward = ForwardForm::tuned, last_forward = ForwardForm::none;
+thread_local DqForm forced_dq = DqForm::tuned, last_dq = DqForm::none;
 
-// Where both forms serve a shape, the forward takes the faster, timed on the call's own arguments the
-// first time the shape comes (device, b·a, s, dh, dropout, copies ahead, operand and output types):
-// each form once to warm, then three interleaved rounds, the fastest of each. The two forms give the
-// same bits (a slab's extra key tile is all masked: lattice_cuda_check's [bits] lines), so the choice
-// moves only the time, and a rerun choosing the other form repeats the run to the bit. Which is faster
-// depends on the card: two slabs halve the key tiles' reads and loads, one slab runs twice the blocks
-// an SM (127 registers against 236). On any CUDA error the two-slab form is taken and the error cleared.
-using FormKey = std::array<int64_t, 8>;
+// Where several forms serve a shape, the call takes the fastest, timed on the call's own arguments the
+// first time the shape comes (the kernel, device, b·a, s, dh, dropout, copies ahead, operand and output
+// types): each form once to warm, then three interleaved rounds, the fastest of each; on a tie the
+// earlier form. The forms give the same bits (lattice_cuda_check's [bits] lines) and write only their
+// outputs, so running one several times moves only the time, and a rerun choosing another form
+// repeats the run to the bit. Which is faster depends on the card: two slabs halve the key tiles'
+// reads and loads, one slab runs twice the blocks an SM (127 registers against 236), a dense form
+// more blocks again at the price of a few spilled bytes. On any CUDA error the first form is taken and
+// the error cleared.
+using FormKey = std::array<int64_t, 9>;
 std::mutex tuned_mutex;
-std::map<FormKey, int> tuned_slabs;
-template <class Run>
-int tuned_forward_slabs(const FormKey& key, Run run, cudaStream_t stream) {
+std::map<FormKey, int> tuned_forms;
+template <class Form, size_t F, class Run>
+Form tuned_form(const FormKey& key, const std::array<Form, F>& forms, Run run, cudaStream_t stream) {
   {
     std::lock_guard<std::mutex> lock(tuned_mutex);
-    const auto it = tuned_slabs.find(key);
-    if (it != tuned_slabs.end()) return it->second;
+    const auto it = tuned_forms.find(key);
+    if (it != tuned_forms.end()) return forms[size_t(it->second)];
   }
-  int chosen = 2;
+  size_t chosen = 0;
   struct Events {  // destroyed however the timing ends (a launch that throws included)
-    cudaEvent_t e[3] = {nullptr, nullptr, nullptr};
+    cudaEvent_t e[F + 1] = {};
     ~Events() {
       for (auto x : e)
         if (x) (void)cudaEventDestroy(x);
@@ -815,26 +827,31 @@ int tuned_forward_slabs(const FormKey& key, Run run, cudaStream_t stream) {
   } events;
   cudaEvent_t* ev = events.e;
   bool ok = true;
-  for (int i = 0; i < 3; ++i) ok = ok && cudaEventCreate(&ev[i]) == cudaSuccess;
+  for (size_t i = 0; i <= F; ++i) ok = ok && cudaEventCreate(&ev[i]) == cudaSuccess;
   if (ok) {
-    run(2), run(1);  // warm: the first launches of a kernel pay its loading
-    float best_two = 1e30f, best_one = 1e30f;
+    for (Form f : forms) run(f);  // warm: the first launches of a kernel pay its loading
+    std::array<float, F> best;
+    best.fill(1e30f);
     for (int round = 0; round < 3 && ok; ++round) {
       ok = cudaEventRecord(ev[0], stream) == cudaSuccess;
-      run(2);
-      ok = ok && cudaEventRecord(ev[1], stream) == cudaSuccess;
-      run(1);
-      ok = ok && cudaEventRecord(ev[2], stream) == cudaSuccess && cudaEventSynchronize(ev[2]) == cudaSuccess;
-      float two = 0.0f, one = 0.0f;
-      ok = ok && cudaEventElapsedTime(&two, ev[0], ev[1]) == cudaSuccess &&
-           cudaEventElapsedTime(&one, ev[1], ev[2]) == cudaSuccess;
-      best_two = std::min(best_two, two), best_one = std::min(best_one, one);
+      for (size_t i = 0; i < F; ++i) {
+        run(forms[i]);
+        ok = ok && cudaEventRecord(ev[i + 1], stream) == cudaSuccess;
+      }
+      ok = ok && cudaEventSynchronize(ev[F]) == cudaSuccess;
+      for (size_t i = 0; i < F && ok; ++i) {
+        float ms = 0.0f;
+        ok = cudaEventElapsedTime(&ms, ev[i], ev[i + 1]) == cudaSuccess;
+        best[i] = std::min(best[i], ms);
+      }
     }
-    if (ok && best_one < best_two) chosen = 1;
+    if (ok)
+      for (size_t i = 1; i < F; ++i)
+        if (best[i] < best[chosen]) chosen = i;
   }
-  if (!ok) (void)cudaGetLastError();
+  if (!ok) (void)cudaGetLastError(), chosen = 0;
   std::lock_guard<std::mutex> lock(tuned_mutex);
-  return tuned_slabs.emplace(key, chosen).first->second;
+  return forms[size_t(tuned_forms.emplace(key, int(chosen)).first->second)];
 }
 
 // The largest block's shared memory, with or without the second buffers of the copies ahead.
@@ -909,30 +926,41 @@ void tc_forward(TOut* out, float* lse, const TIn* q, const TIn* k, const TIn* v,
   const char* name = "flash_attention_forward (tensor cores)";
   with_choices<TIn>(x, p.dropout, ahead, [&](auto nc, auto d, auto ahead) {
     constexpr int kNC = decltype(nc)::value;
-    const auto launch = [&](auto mt) {
+    constexpr bool kDrop = decltype(d)::value, kAhead = decltype(ahead)::value;
+    const auto launch = [&](auto mt, auto dense) {
       constexpr int kMT = decltype(mt)::value;
-      const auto kernel = tc_forward_kernel<kNC, kMT, decltype(d)::value, decltype(ahead)::value, TIn, TOut>;
-      const size_t bytes = tiles_of(Kernel::forward, nullptr, kTileWidth<kNC>, decltype(ahead)::value, kMT).bytes;
+      constexpr bool kDense = decltype(dense)::value;
+      const auto kernel = tc_forward_kernel<kNC, kMT, kDrop, kAhead, TIn, TOut, kDense>;
+      const size_t bytes = tiles_of(Kernel::forward, nullptr, kTileWidth<kNC>, kAhead, kMT).bytes;
       const dim3 grid(unsigned((x.s + kMT * kT - 1) / (kMT * kT)), unsigned(x.b * x.a));
       allow_smem(kernel, bytes, name);
       kernel<<<grid, kThreads, bytes, stream>>>(out, lse, q, k, v, p, vec);
-      last_forward_slabs = kMT;
+      last_forward = kMT == 2 ? ForwardForm::two_slabs : kDense ? ForwardForm::one_slab_dense : ForwardForm::one_slab;
     };
+    // A form this shape has not compiled runs as one slab.
+    const auto launch_form = [&](ForwardForm f) {
+      if constexpr (kForwardSlabs<kNC> == 2) {
+        if (f == ForwardForm::two_slabs) return launch(std::integral_constant<int, 2>{}, std::false_type{});
+        if constexpr (kHasDense<kNC, kDrop, TIn>)
+          if (f == ForwardForm::one_slab_dense) return launch(std::integral_constant<int, 1>{}, std::true_type{});
+      }
+      launch(std::integral_constant<int, 1>{}, std::false_type{});
+    };
+    ForwardForm form = forced_forward;
     if constexpr (kForwardSlabs<kNC> == 2) {
-      int slabs = forced_forward_slabs;
-      if (slabs == 0) {
+      if (form == ForwardForm::tuned) {
         int device = 0;
         (void)cudaGetDevice(&device);
-        const FormKey key{device, x.b * x.a, x.s, x.dh, p.dropout, decltype(ahead)::value, int64_t(sizeof(TIn)),
+        const FormKey key{0, device, x.b * x.a, x.s, x.dh, p.dropout, kAhead, int64_t(sizeof(TIn)),
                           int64_t(sizeof(TOut))};
-        slabs = tuned_forward_slabs(key, [&](int mt) {
-          if (mt == 2) launch(std::integral_constant<int, 2>{});
-          else launch(std::integral_constant<int, 1>{});
-        }, stream);
+        using F = ForwardForm;
+        if constexpr (kHasDense<kNC, kDrop, TIn>)
+          form = tuned_form(key, std::array<F, 3>{F::two_slabs, F::one_slab, F::one_slab_dense}, launch_form, stream);
+        else
+          form = tuned_form(key, std::array<F, 2>{F::two_slabs, F::one_slab}, launch_form, stream);
       }
-      if (slabs == 2) return launch(std::integral_constant<int, 2>{});
     }
-    launch(std::integral_constant<int, 1>{});
+    launch_form(form);
   });
   check_launch(name);
 }
@@ -956,16 +984,34 @@ void tc_backward(float* dq, float* dk, float* dv, QkvRows rows, const uint16_t* 
     constexpr int kNC = decltype(nc)::value;
     constexpr bool kDrop = decltype(d)::value, kAhead = decltype(ahead)::value, kRows = decltype(to_rows)::value;
     const auto dkdv = tc_dkdv_kernel<kNC, kDrop, kAhead, TIn, kRows>;
-    const auto dqk = tc_dq_kernel<kNC, kDrop, kAhead, TIn, kRows>;
     const size_t b1 = tiles_of(Kernel::dkdv, nullptr, kTileWidth<kNC>, kAhead).bytes;
     const size_t b2 = tiles_of(Kernel::dq, nullptr, kTileWidth<kNC>, kAhead).bytes;
     if (kRows && std::min(b1, b2) < qkv_stage_floats(int(x.dh)) * sizeof(float))
       throw std::logic_error("CUDA: flash_attention_backward: the QKV rows' stage is past the block's tiles");
     allow_smem(dkdv, b1, name1);
-    allow_smem(dqk, b2, name2);
     dkdv<<<grid, kThreads, b1, stream>>>(dk, dv, rows, dout16, q, k, v, lse, D, p, vec);
     check_launch(name1);
-    dqk<<<grid, kThreads, b2, stream>>>(dq, rows, dout16, q, k, v, lse, D, p, vec);
+    const auto launch_dq = [&](auto dense) {
+      const auto dqk = tc_dq_kernel<kNC, kDrop, kAhead, TIn, kRows, decltype(dense)::value>;
+      allow_smem(dqk, b2, name2);
+      dqk<<<grid, kThreads, b2, stream>>>(dq, rows, dout16, q, k, v, lse, D, p, vec);
+      last_dq = decltype(dense)::value ? DqForm::dense : DqForm::plain;
+    };
+    const auto launch_form = [&](DqForm f) {  // a form this shape has not compiled runs plain
+      if constexpr (kHasDense<kNC, kDrop, TIn>)
+        if (f == DqForm::dense) return launch_dq(std::true_type{});
+      launch_dq(std::false_type{});
+    };
+    DqForm form = forced_dq;
+    if constexpr (kHasDense<kNC, kDrop, TIn>) {
+      if (form == DqForm::tuned) {
+        int device = 0;
+        (void)cudaGetDevice(&device);
+        const FormKey key{1, device, x.b * x.a, x.s, x.dh, p.dropout, kAhead, int64_t(sizeof(TIn)), kRows};
+        form = tuned_form(key, std::array<DqForm, 2>{DqForm::plain, DqForm::dense}, launch_form, stream);
+      }
+    }
+    launch_form(form);
     check_launch(name2);
   };
   with_choices<TIn>(x, p.dropout, ahead, [&](auto nc, auto d, auto ahead) {
@@ -977,11 +1023,32 @@ void tc_backward(float* dq, float* dk, float* dv, QkvRows rows, const uint16_t* 
 }
 }  // namespace
 
-void flash_tc_force_forward_slabs(int slabs) {
-  if (slabs < 0 || slabs > 2) throw std::invalid_argument("flash_tc_force_forward_slabs: 0, 1 or 2");
-  forced_forward_slabs = slabs;
+void flash_tc_force_forms(ForwardForm forward, DqForm dq) {
+  if (forward == ForwardForm::none || dq == DqForm::none)
+    throw std::invalid_argument("flash_tc_force_forms: a form or tuned");
+  forced_forward = forward, forced_dq = dq;
 }
-int flash_tc_last_forward_slabs() { return last_forward_slabs; }
+ForwardForm flash_tc_last_forward_form() { return last_forward; }
+DqForm flash_tc_last_dq_form() { return last_dq; }
+const char* flash_tc_form_name(ForwardForm f) {
+  switch (f) {
+    case ForwardForm::two_slabs: return "128-row query tiles";
+    case ForwardForm::one_slab: return "64-row query tiles";
+    case ForwardForm::one_slab_dense: return "64-row query tiles, 96 registers";
+    case ForwardForm::tuned: return "tuned";
+    case ForwardForm::none: break;
+  }
+  return "none";
+}
+const char* flash_tc_form_name(DqForm f) {
+  switch (f) {
+    case DqForm::plain: return "dQ as compiled";
+    case DqForm::dense: return "dQ in 128 registers";
+    case DqForm::tuned: return "tuned";
+    case DqForm::none: break;
+  }
+  return "none";
+}
 void flash_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashShape& x,
                       const AttentionDropout& drop, cudaStream_t stream) {
   tc_forward(out, lse, q, k, v, x, drop, stream);

@@ -357,8 +357,8 @@ struct StageWork {
   }
 };
 
-// The output layer's share of the last stage: logits forward and backward, the fp32 logits'
-// passes, and under TP the output layer's f / g and the vocabulary-parallel cross-entropy.
+// The output layer's share of the last stage: logits forward and backward, the cross-entropy's passes
+// over them, and under TP the output layer's f / g and the vocabulary-parallel cross-entropy.
 StageWork head_work(const PlanRequest& r, const Hardware& hw) {
   const analysis::ActivationShape x = activation_shape(r);
   // s: the positions whose logits this rank computes (s/c under CP).
@@ -366,9 +366,15 @@ StageWork head_work(const PlanRequest& r, const Hardware& hw) {
   StageWork w;
   w.gemm = hw.local.active() ? measured_gemms(hw, head_gemms(x), r.bf16_compute(), [](const GemmCall&) { return true; })
                              : 6.0 * b * s * h * v / t / (hw.peak_flops(r.bf16_compute()) * hw.gemm_efficiency);
-  w.elementwise = 6.0 * 4.0 * s * b * v / t / elementwise_rate(hw);  // fp32 logits, ~6 passes
-  if (hw.local.active() && x.d == 2)  // the logits' gradient and the head's input narrowed for the GEMMs
-    w.elementwise += kernel_seconds(hw, "to_bf16", 6.0 * s * b * (v / t + 2 * h));
+  if (x.d == 2) {
+    // bf16 logits (docs/design.md §4): the GEMM writes them, the forward reads them for each row's
+    // maximum and sum, the backward reads them and writes the bf16 gradient the GEMMs take: three
+    // passes of 2 bytes. The head's input is narrowed for its GEMMs (forward and backward).
+    w.elementwise = 3.0 * 2.0 * s * b * v / t / elementwise_rate(hw);
+    if (hw.local.active()) w.elementwise += kernel_seconds(hw, "to_bf16", 6.0 * s * b * 2 * h);
+  } else {
+    w.elementwise = 6.0 * 4.0 * s * b * v / t / elementwise_rate(hw);  // fp32 logits and probabilities, ~6 passes
+  }
   if (r.layout.tp > 1) {
     const GroupTopology tp_group = group_topology(hw, r.layout.tp, 1);
     w.tp_comm += all_reduce(tp_group, s * b * h * d).seconds;                             // output layer's f / g
