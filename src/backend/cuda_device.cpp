@@ -242,13 +242,18 @@ void c_softmax_causal_backward(float* dscores, const float* dprobs, const float*
 // widened first: six passes over b·s·h values a layer, forward and backward); a shape those do not
 // serve widens them into the room the model gives and takes the fp32 form.
 FlashFp32Operands widened(const FlashOperands& in, const FlashShape& x) {
-  return fp32_operands(in, x.b * x.a * x.s * x.dh,
-                       [](const uint16_t* src, float* dst, int64_t n) { cuda::from_bf16(src, dst, n); });
+  return fp32_operands(
+      in, x, [](const uint16_t* src, float* dst, int64_t n) { cuda::from_bf16(src, dst, n); },
+      [](float* q, float* k, float* v, const uint16_t* rows, const FlashShape& s) {
+        cuda::split_heads_widened(q, k, v, rows, s.b, s.s, s.a, s.dh);
+      });
 }
 const uint16_t* bits(const void* p) { return static_cast<const uint16_t*>(p); }
+// The kept bits as the tensor-core kernels take them: the head layout's three tensors, or the QKV rows.
+cuda::QkvBits qkv_bits(const FlashOperands& in) { return {bits(in.q), bits(in.k), bits(in.v), in.qkv_rows}; }
 void c_flash_forward(float* out, float* lse, const FlashOperands& in, const FlashShape& x,
                      const AttentionDropout& drop) {
-  if (in.bf16 && cuda::flash_tc_supported(x))
+  if (in.bf16 && !in.qkv_rows && cuda::flash_tc_supported(x))
     return cuda::flash_attention_forward_bf16(out, lse, bits(in.q), bits(in.k), bits(in.v), x, drop);
   const FlashFp32Operands f = widened(in, x);
   cuda::flash_attention_forward(out, lse, f.q, f.k, f.v, x, drop);
@@ -256,7 +261,7 @@ void c_flash_forward(float* out, float* lse, const FlashOperands& in, const Flas
 void c_flash_backward(float* dq, float* dk, float* dv, const float* dout, const FlashOperands& in, const float* out,
                       const float* lse, const FlashShape& x, const AttentionDropout& drop) {
   const cuda::Workspace ws = scratch(cuda::flash_attention_backward_workspace_bytes(x));
-  if (in.bf16 && cuda::flash_tc_supported(x))
+  if (in.bf16 && !in.qkv_rows && cuda::flash_tc_supported(x))
     return cuda::flash_attention_backward_bf16(dq, dk, dv, dout, bits(in.q), bits(in.k), bits(in.v), out, lse, x, drop,
                                                ws);
   const FlashFp32Operands f = widened(in, x);
@@ -382,7 +387,7 @@ void c_unmerge_heads_bf16(float* heads, const uint16_t* rows16, const HeadShape&
 void c_flash_forward_rows(uint16_t* out_rows, float* lse, const FlashOperands& in, const FlashShape& x,
                           const AttentionDropout& drop, float* room) {
   if (in.bf16 && cuda::flash_tc_supported(x))
-    return cuda::flash_attention_forward_rows_bf16(out_rows, lse, bits(in.q), bits(in.k), bits(in.v), x, drop);
+    return cuda::flash_attention_forward_rows_bf16(out_rows, lse, qkv_bits(in), x, drop);
   c_flash_forward(room, lse, in, x, drop);
   c_merge_heads_bf16(out_rows, room, heads_of(x));
 }
@@ -391,8 +396,7 @@ void c_flash_backward_rows(float* dq, float* dk, float* dv, const float* dout_ro
                            float* room_dout, float* room_out) {
   if (in.bf16 && cuda::flash_tc_supported(x)) {
     const cuda::Workspace ws = scratch(cuda::flash_attention_backward_workspace_bytes(x));
-    return cuda::flash_attention_backward_rows_bf16(dq, dk, dv, dout_rows, bits(in.q), bits(in.k), bits(in.v), out_rows,
-                                                    lse, x, drop, ws);
+    return cuda::flash_attention_backward_rows_bf16(dq, dk, dv, dout_rows, qkv_bits(in), out_rows, lse, x, drop, ws);
   }
   c_unmerge_heads(room_dout, dout_rows, heads_of(x));
   c_unmerge_heads_bf16(room_out, out_rows, heads_of(x));
@@ -420,8 +424,8 @@ void c_flash_backward_qkv_rows(uint16_t* dqkv16, float* db, const float* dout_ro
                                const AttentionDropout& drop, const FlashRowsRooms& r) {
   if (in.bf16 && cuda::flash_qkv_rows_supported(x)) {
     const cuda::Workspace ws = scratch(cuda::flash_attention_backward_qkv_rows_workspace_bytes(x));
-    return cuda::flash_attention_backward_qkv_rows_bf16(dqkv16, db, dout_rows, bits(in.q), bits(in.k), bits(in.v),
-                                                        out_rows, lse, x, drop, ws);
+    return cuda::flash_attention_backward_qkv_rows_bf16(dqkv16, db, dout_rows, qkv_bits(in), out_rows, lse, x, drop,
+                                                        ws);
   }
   c_flash_backward_rows(r.dq, r.dk, r.dv, dout_rows, in, out_rows, lse, x, drop, r.dout, r.out);
   c_merge_qkv_grads_narrow(dqkv16, db, r.dq, r.dk, r.dv, heads_of(x));

@@ -35,8 +35,11 @@ void cpu_to_bf16(const float* src, uint16_t* dst, int64_t n) { to_bf16(src, dst,
 // The fused attention computes from fp32: bf16 operands widened into the room the caller gives (the
 // values the model's own widening gave before the seam took them as kept, so the same bits).
 FlashFp32Operands widened(const FlashOperands& in, const FlashShape& x) {
-  return fp32_operands(in, x.b * x.a * x.s * x.dh,
-                       [](const uint16_t* src, float* dst, int64_t n) { from_bf16(src, dst, n); });
+  return fp32_operands(
+      in, x, [](const uint16_t* src, float* dst, int64_t n) { from_bf16(src, dst, n); },
+      [](float* q, float* k, float* v, const uint16_t* rows, const FlashShape& s) {
+        split_heads_widened(q, k, v, rows, heads_of(s));
+      });
 }
 void cpu_flash_forward(float* out, float* lse, const FlashOperands& in, const FlashShape& x, const AttentionDropout& d) {
   const FlashFp32Operands f = widened(in, x);

@@ -16,9 +16,12 @@ namespace lattice::cuda {
 // x16 = bf16(x); y16 = bf16(LayerNorm(x)); mean, rstd as layernorm_forward writes them (cuda/rows.cu).
 void layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rstd, const float* x, const float* weight,
                             const float* bias, int64_t N, int64_t C, cudaStream_t stream = nullptr);
-// split_heads of rows already narrowed (a GEMM's bf16 output): a copy of the bits; merge_heads, narrowed.
+// split_heads of rows already narrowed (a GEMM's bf16 output): a copy of the bits; split_heads_widened,
+// the same widened (kernels/bf16_fused.hpp's); unmerge_heads of rows widened; merge_heads, narrowed.
 void split_heads16(uint16_t* q, uint16_t* k, uint16_t* v, const uint16_t* qkv16, int64_t b, int64_t s, int64_t a,
                    int64_t dh, cudaStream_t stream = nullptr);
+void split_heads_widened(float* q, float* k, float* v, const uint16_t* qkv16, int64_t b, int64_t s, int64_t a,
+                         int64_t dh, cudaStream_t stream = nullptr);
 void unmerge_heads_bf16(float* heads, const uint16_t* rows16, int64_t b, int64_t s, int64_t a, int64_t dh,
                         cudaStream_t stream = nullptr);
 void merge_heads_bf16(uint16_t* out, const float* heads, int64_t b, int64_t s, int64_t a, int64_t dh,

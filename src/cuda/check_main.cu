@@ -1080,6 +1080,16 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
     lattice::to_bf16(k.data(), k16.data(), int64_t(n));
     lattice::to_bf16(v.data(), v16.data(), int64_t(n));
     Dev<uint16_t> d_q16(q16), d_k16(k16), d_v16(v16);
+    // The same bits as the QKV GEMM's rows [b·s, 3·a·dh], as the model keeps them under the fused
+    // attention: the rows calls below read them there, against the head-layout calls' results.
+    std::vector<uint16_t> qkv16(3 * n);
+    for (int64_t bh = 0; bh < x.b * x.a; ++bh)
+      for (int64_t i = 0; i < x.s; ++i)
+        for (int part = 0; part < 3; ++part)
+          std::copy_n((part == 0 ? q16 : part == 1 ? k16 : v16).begin() + (bh * x.s + i) * x.dh, x.dh,
+                      qkv16.begin() + ((bh / x.a * x.s + i) * 3 + part) * x.a * x.dh + bh % x.a * x.dh);
+    Dev<uint16_t> d_qkv16(qkv16);
+    const auto rows_in = lattice::cuda::QkvBits::of_rows(d_qkv16.p, x);
     d_out.poison(), d_lse.poison();
     lattice::cuda::flash_attention_forward(d_out.p, d_lse.p, d_q.p, d_k.p, d_v.p, x, drop);  // fp32 in, again
     const auto g_lse = d_lse.get();
@@ -1108,9 +1118,9 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
     lattice::to_bf16(rows_of(g_out).data(), want16.data(), int64_t(n));
     Dev<uint16_t> d_rows16(n);
     d_lse.poison();
-    lattice::cuda::flash_attention_forward_rows_bf16(d_rows16.p, d_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
-    compare_bits(name + " out rows (bf16 in, bf16 out)", "fwd", want16, d_rows16.get());
-    compare_bits(name + " lse rows (bf16 in, bf16 out)", "fwd", g_lse, d_lse.get());
+    lattice::cuda::flash_attention_forward_rows_bf16(d_rows16.p, d_lse.p, rows_in, x, drop);
+    compare_bits(name + " out rows (QKV rows in, bf16 out)", "fwd", want16, d_rows16.get());
+    compare_bits(name + " lse rows (QKV rows in, bf16 out)", "fwd", g_lse, d_lse.get());
     if (x.dh <= 64) {  // each of the forward's forms against the tuned call's: the same bits
       using lattice::cuda::ForwardForm, lattice::cuda::DqForm;
       for (ForwardForm f : {ForwardForm::one_slab, ForwardForm::two_slabs, ForwardForm::one_slab_dense}) {
@@ -1118,10 +1128,13 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
         Dev<uint16_t> f_rows16(n);
         Dev<float> f_lse(rows), f_lse32(rows), f_out(n);
         // Each call's lines where the form ran (the dense one has bf16 operands and no dropout only).
-        lattice::cuda::flash_attention_forward_rows_bf16(f_rows16.p, f_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
+        lattice::cuda::flash_attention_forward_rows_bf16(f_rows16.p, f_lse.p, rows_in, x, drop);
         const bool rows_ran = lattice::cuda::flash_tc_last_forward_form() == f;
-        lattice::cuda::flash_attention_forward(f_out.p, f_lse32.p, d_q.p, d_k.p, d_v.p, x, drop);
-        const bool fp32_ran = lattice::cuda::flash_tc_last_forward_form() == f;
+        bool fp32_ran = false;  // fp32 operands have no dense form
+        if (f != ForwardForm::one_slab_dense) {
+          lattice::cuda::flash_attention_forward(f_out.p, f_lse32.p, d_q.p, d_k.p, d_v.p, x, drop);
+          fp32_ran = lattice::cuda::flash_tc_last_forward_form() == f;
+        }
         lattice::cuda::flash_tc_force_forms(ForwardForm::tuned, DqForm::tuned);
         const std::string form = std::string(", ") + flash_tc_form_name(f);
         const bool compiled = f != ForwardForm::one_slab_dense || p == 0.0f;  // bf16 operands, no dropout
@@ -1150,11 +1163,12 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
                                                  d_out_w.p, d_lse.p, x, drop, ws.ws());
     const auto w_dq = d_dq.get(), w_dk = d_dk.get(), w_dv = d_dv.get();
     d_dq.poison(), d_dk.poison(), d_dv.poison();
-    lattice::cuda::flash_attention_backward_rows_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout_rows.p, d_q16.p, d_k16.p,
-                                                      d_v16.p, d_out_rows16.p, d_lse.p, x, drop, ws.ws());
-    compare_bits(name + " dq rows (bf16 in)", "bwd", w_dq, d_dq.get());
-    compare_bits(name + " dk rows (bf16 in)", "bwd", w_dk, d_dk.get());
-    compare_bits(name + " dv rows (bf16 in)", "bwd", w_dv, d_dv.get());
+    d_dq.poison(), d_dk.poison(), d_dv.poison();
+    lattice::cuda::flash_attention_backward_rows_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout_rows.p, rows_in, d_out_rows16.p,
+                                                      d_lse.p, x, drop, ws.ws());
+    compare_bits(name + " dq rows (QKV rows in)", "bwd", w_dq, d_dq.get());
+    compare_bits(name + " dk rows (QKV rows in)", "bwd", w_dk, d_dk.get());
+    compare_bits(name + " dv rows (QKV rows in)", "bwd", w_dv, d_dv.get());
     if (lattice::cuda::flash_qkv_rows_supported(x)) {
       // The QKV gradient in the rows too: the rows call's dq, dk, dv merged and narrowed with their bias
       // sums (merge_qkv_grads_narrow, into a bias gradient that holds values already), bit for bit.
@@ -1166,9 +1180,9 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
       lattice::cuda::merge_qkv_grads_narrow(want_rows.p, want_db.p, d_dq.p, d_dk.p, d_dv.p, x.b, x.s, x.a, x.dh,
                                             mws.ws());
       Scratch qws(lattice::cuda::flash_attention_backward_qkv_rows_workspace_bytes(x));
-      lattice::cuda::flash_attention_backward_qkv_rows_bf16(got_rows.p, got_db.p, d_dout_rows.p, d_q16.p, d_k16.p,
-                                                            d_v16.p, d_out_rows16.p, d_lse.p, x, drop, qws.ws());
-      compare_bits(name + " dqkv rows (bf16 in, bf16 out)", "bwd", want_rows.get(), got_rows.get());
+      lattice::cuda::flash_attention_backward_qkv_rows_bf16(got_rows.p, got_db.p, d_dout_rows.p, rows_in,
+                                                            d_out_rows16.p, d_lse.p, x, drop, qws.ws());
+      compare_bits(name + " dqkv rows (QKV rows in, bf16 out)", "bwd", want_rows.get(), got_rows.get());
       compare_bits(name + " dqkv rows' bias sums", "bwd", want_db.get(), got_db.get());
       // Each of dQ's forms against the tuned call's: the same bits (the dense one where compiled).
       using lattice::cuda::ForwardForm, lattice::cuda::DqForm;
@@ -1176,8 +1190,8 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
         lattice::cuda::flash_tc_force_forms(ForwardForm::tuned, f);
         Dev<uint16_t> f_rows(size_t(N * cols));
         Dev<float> f_db(db0);
-        lattice::cuda::flash_attention_backward_qkv_rows_bf16(f_rows.p, f_db.p, d_dout_rows.p, d_q16.p, d_k16.p,
-                                                              d_v16.p, d_out_rows16.p, d_lse.p, x, drop, qws.ws());
+        lattice::cuda::flash_attention_backward_qkv_rows_bf16(f_rows.p, f_db.p, d_dout_rows.p, rows_in, d_out_rows16.p,
+                                                              d_lse.p, x, drop, qws.ws());
         const bool ran = lattice::cuda::flash_tc_last_dq_form() == f;
         lattice::cuda::flash_tc_force_forms(ForwardForm::tuned, DqForm::tuned);
         const std::string form = std::string(", ") + flash_tc_form_name(f);
@@ -1502,6 +1516,14 @@ void check_bf16_fused() {
     std::vector<uint16_t> cq(n), ck(n), cv(n), co(static_cast<size_t>(N * hl));
     lattice::split_heads16(cq.data(), ck.data(), cv.data(), qkv16.get().data(), hs);
     compare_bits("split_heads16 v vs cpu", "fwd", cv, v16.get());
+    {  // split and widened (the fp32 attention's operands from the kept QKV rows), against the CPU's
+      cu::split_heads_widened(q.p, k.p, v.p, qkv16.p, b, s, a, dh);
+      std::vector<float> wq(n), wk(n), wv(n);
+      lattice::split_heads_widened(wq.data(), wk.data(), wv.data(), qkv16.get().data(), hs);
+      compare_bits("split_heads_widened q vs cpu", "fwd", wq, q.get());
+      compare_bits("split_heads_widened k vs cpu", "fwd", wk, k.get());
+      compare_bits("split_heads_widened v vs cpu", "fwd", wv, v.get());
+    }
     {  // heads at addresses 2 bytes past 16-byte alignment: the two-byte form, the same bits
       Dev<uint16_t> q16u{n + 1}, k16u{n + 1}, v16u{n + 1};
       cu::split_heads16(q16u.p + 1, k16u.p + 1, v16u.p + 1, qkv16.p, b, s, a, dh);
@@ -2045,6 +2067,13 @@ void timing_flash(bool tensor_cores) {
     lattice::to_bf16(k.data(), k16.data(), int64_t(n));
     lattice::to_bf16(v.data(), v16.data(), int64_t(n));
     Dev<uint16_t> d_q16(q16), d_k16(k16), d_v16(v16);
+    // Q, K, V in the QKV rows, where the model keeps them under the fused attention (values immaterial
+    // to a timing: the three tensors' bits one after another).
+    std::vector<uint16_t> qkv16(q16);
+    qkv16.insert(qkv16.end(), k16.begin(), k16.end());
+    qkv16.insert(qkv16.end(), v16.begin(), v16.end());
+    Dev<uint16_t> d_qkv16(qkv16);
+    const auto rows_in = lattice::cuda::QkvBits::of_rows(d_qkv16.p, x);
     timing_line(name + " bf16-in fwd", median_ms([&] {
                   lattice::cuda::flash_attention_forward_bf16(d_out.p, d_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
                 }),
@@ -2059,7 +2088,7 @@ void timing_flash(bool tensor_cores) {
     // trainer makes, with the form its first call timed faster.
     Dev<uint16_t> d_rows16(n);
     const auto rows_fwd = [&] {
-      lattice::cuda::flash_attention_forward_rows_bf16(d_rows16.p, d_lse.p, d_q16.p, d_k16.p, d_v16.p, x, drop);
+      lattice::cuda::flash_attention_forward_rows_bf16(d_rows16.p, d_lse.p, rows_in, x, drop);
     };
     using lattice::cuda::ForwardForm, lattice::cuda::DqForm, lattice::cuda::flash_tc_form_name;
     if (x.dh <= 64) {
@@ -2076,8 +2105,8 @@ void timing_flash(bool tensor_cores) {
         x.dh > 64 ? "" : std::string(" (tuned: ") + flash_tc_form_name(lattice::cuda::flash_tc_last_forward_form()) + ")";
     timing_line(name + " rows fwd" + tuned, tuned_ms, fwd_flops);
     timing_line(name + " rows bwd", median_ms([&] {
-                  lattice::cuda::flash_attention_backward_rows_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q16.p, d_k16.p,
-                                                                    d_v16.p, d_rows16.p, d_lse.p, x, drop, ws.ws());
+                  lattice::cuda::flash_attention_backward_rows_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout.p, rows_in,
+                                                                    d_rows16.p, d_lse.p, x, drop, ws.ws());
                 }),
                 2.5 * fwd_flops);
     // The QKV gradient in the rows too (the step's call when the bias is summed in the backward),
@@ -2088,7 +2117,7 @@ void timing_flash(bool tensor_cores) {
     Scratch qws(lattice::cuda::flash_attention_backward_qkv_rows_workspace_bytes(x));
     Scratch mws(lattice::cuda::bias_backward_workspace_bytes(N, cols));
     const auto qkv_rows_bwd = [&] {
-      lattice::cuda::flash_attention_backward_qkv_rows_bf16(d_dqkv16.p, d_db.p, d_dout.p, d_q16.p, d_k16.p, d_v16.p,
+      lattice::cuda::flash_attention_backward_qkv_rows_bf16(d_dqkv16.p, d_db.p, d_dout.p, rows_in,
                                                             d_rows16.p, d_lse.p, x, drop, qws.ws());
     };
     for (DqForm f : {DqForm::plain, DqForm::dense}) {  // dQ's forms (the dense one has no dropout)
@@ -2102,8 +2131,8 @@ void timing_flash(bool tensor_cores) {
     timing_line(name + " qkv rows bwd (tuned: " + flash_tc_form_name(lattice::cuda::flash_tc_last_dq_form()) + ")",
                 tuned_bwd_ms, 2.5 * fwd_flops);
     timing_line(name + " rows bwd + merge", median_ms([&] {
-                  lattice::cuda::flash_attention_backward_rows_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout.p, d_q16.p, d_k16.p,
-                                                                    d_v16.p, d_rows16.p, d_lse.p, x, drop, ws.ws());
+                  lattice::cuda::flash_attention_backward_rows_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout.p, rows_in,
+                                                                    d_rows16.p, d_lse.p, x, drop, ws.ws());
                   lattice::cuda::merge_qkv_grads_narrow(d_dqkv16.p, d_db.p, d_dq.p, d_dk.p, d_dv.p, x.b, x.s, x.a,
                                                         x.dh, mws.ws());
                 }),

@@ -416,27 +416,25 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
   require_tc(x, "flash_attention_backward");
   uint16_t* dout16 = dout16_room(x, ws);
   const float* D = backward_rowdot(dout, out, x, ws, dout16, stream);
-  flash_tc_backward(dq, dk, dv, dout16, q, k, v, lse, D, x, drop, stream);
+  flash_tc_backward(dq, dk, dv, dout16, QkvBits{q, k, v}, lse, D, x, drop, stream);
 }
 
-void flash_attention_forward_rows_bf16(uint16_t* out_rows, float* lse, const uint16_t* q, const uint16_t* k,
-                                       const uint16_t* v, const FlashShape& x, const AttentionDropout& drop,
-                                       cudaStream_t stream) {
+void flash_attention_forward_rows_bf16(uint16_t* out_rows, float* lse, const QkvBits& in, const FlashShape& x,
+                                       const AttentionDropout& drop, cudaStream_t stream) {
   require_supported(x, "flash_attention_forward");
   if (x.b * x.a * x.s == 0) return;
   require_tc(x, "flash_attention_forward");
-  flash_tc_forward_rows(out_rows, lse, q, k, v, x, drop, stream);
+  flash_tc_forward_rows(out_rows, lse, in, x, drop, stream);
 }
-void flash_attention_backward_rows_bf16(float* dq, float* dk, float* dv, const float* dout_rows, const uint16_t* q,
-                                        const uint16_t* k, const uint16_t* v, const uint16_t* out_rows,
-                                        const float* lse, const FlashShape& x, const AttentionDropout& drop,
-                                        Workspace ws, cudaStream_t stream) {
+void flash_attention_backward_rows_bf16(float* dq, float* dk, float* dv, const float* dout_rows, const QkvBits& in,
+                                        const uint16_t* out_rows, const float* lse, const FlashShape& x,
+                                        const AttentionDropout& drop, Workspace ws, cudaStream_t stream) {
   require_supported(x, "flash_attention_backward");
   if (x.b * x.a * x.s == 0) return;
   require_tc(x, "flash_attention_backward");
   uint16_t* dout16 = dout16_room(x, ws);
   const float* D = backward_rowdot<true>(dout_rows, out_rows, x, ws, dout16, stream);
-  flash_tc_backward(dq, dk, dv, dout16, q, k, v, lse, D, x, drop, stream);
+  flash_tc_backward(dq, dk, dv, dout16, in, lse, D, x, drop, stream);
 }
 
 bool flash_qkv_rows_supported(const FlashShape& x) { return x.s % kColumnChunkRows == 0 && flash_tc_supported(x); }
@@ -447,10 +445,9 @@ size_t qkv_partial_offset(const FlashShape& x) { return (flash_attention_backwar
 size_t flash_attention_backward_qkv_rows_workspace_bytes(const FlashShape& x) {
   return qkv_partial_offset(x) + size_t(std::max<int64_t>(0, column_chunks(x.b * x.s) * 3 * x.a * x.dh)) * sizeof(float);
 }
-void flash_attention_backward_qkv_rows_bf16(uint16_t* dqkv16, float* db, const float* dout_rows, const uint16_t* q,
-                                            const uint16_t* k, const uint16_t* v, const uint16_t* out_rows,
-                                            const float* lse, const FlashShape& x, const AttentionDropout& drop,
-                                            Workspace ws, cudaStream_t stream) {
+void flash_attention_backward_qkv_rows_bf16(uint16_t* dqkv16, float* db, const float* dout_rows, const QkvBits& in,
+                                            const uint16_t* out_rows, const float* lse, const FlashShape& x,
+                                            const AttentionDropout& drop, Workspace ws, cudaStream_t stream) {
   require_supported(x, "flash_attention_backward");
   if (x.b * x.a * x.s == 0) return;
   if (!flash_qkv_rows_supported(x))
@@ -462,7 +459,7 @@ void flash_attention_backward_qkv_rows_bf16(uint16_t* dqkv16, float* db, const f
   uint16_t* dout16 = dout16_room(x, ws);
   const float* D = backward_rowdot<true>(dout_rows, out_rows, x, ws, dout16, stream);
   float* partial = reinterpret_cast<float*>(static_cast<char*>(ws.data) + qkv_partial_offset(x));
-  flash_tc_backward_qkv_rows(dqkv16, partial, dout16, q, k, v, lse, D, x, drop, stream);
+  flash_tc_backward_qkv_rows(dqkv16, partial, dout16, in, lse, D, x, drop, stream);
   const int64_t cols = 3 * x.a * x.dh, chunks = column_chunks(x.b * x.s);
   column_reduce_kernel<<<column_group_grid(cols), kReduceWarps * 32, 0, stream>>>(db, partial, cols, chunks);
   check_launch("flash_attention_backward QKV bias sums");

@@ -66,23 +66,33 @@ void flash_tc_forward(float* out, float* lse, const float* q, const float* k, co
                       const AttentionDropout& drop, cudaStream_t stream);
 void flash_tc_forward(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                       const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream);
+// Q, K, V as bf16 bits for the model's calls: each its own tensor [b, a, s, dh], or (rows) the QKV GEMM's
+// token rows [b·s, 3·a·dh] as the model keeps them, q, k, v pointing at the three parts' first columns
+// (kernels/flash_attention.hpp's FlashOperands::qkv_rows; of_rows makes them). The kernels read a
+// head's rows where they are, 3·a·dh elements apart: the split into the head layout is gone.
+struct QkvBits {
+  const uint16_t *q = nullptr, *k = nullptr, *v = nullptr;
+  bool rows = false;
+  static QkvBits of_rows(const uint16_t* qkv, const FlashShape& x) {
+    return {qkv, qkv + x.a * x.dh, qkv + 2 * x.a * x.dh, true};
+  }
+};
 // The context straight into the token rows [b, s, a·dh] as bf16 bits (flash_attention_forward_rows_bf16).
-void flash_tc_forward_rows(uint16_t* out_rows, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
-                           const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream);
+void flash_tc_forward_rows(uint16_t* out_rows, float* lse, const QkvBits& in, const FlashShape& x,
+                           const AttentionDropout& drop, cudaStream_t stream);
 // D = rowsum(dO ∘ O) and dout16 = dO rounded to bf16 (b·a·s·dh values; 16-byte aligned lets the
 // kernels copy it ahead), both computed by the caller in one pass over dO.
 void flash_tc_backward(float* dq, float* dk, float* dv, const uint16_t* dout16, const float* q, const float* k,
                        const float* v, const float* lse, const float* D, const FlashShape& x,
                        const AttentionDropout& drop, cudaStream_t stream);
-void flash_tc_backward(float* dq, float* dk, float* dv, const uint16_t* dout16, const uint16_t* q, const uint16_t* k,
-                       const uint16_t* v, const float* lse, const float* D, const FlashShape& x,
-                       const AttentionDropout& drop, cudaStream_t stream);
+void flash_tc_backward(float* dq, float* dk, float* dv, const uint16_t* dout16, const QkvBits& in, const float* lse,
+                       const float* D, const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream);
 // The same with the gradients as bf16 bits in the QKV rows [b·s, 3·a·dh] (merge_qkv_grads' layout)
 // and each 64-row chunk's column sums into partial [b·s / 64][3·a·dh] (column_partials_kernel's);
 // s a multiple of 64 (std::invalid_argument otherwise).
-void flash_tc_backward_qkv_rows(uint16_t* dqkv16, float* partial, const uint16_t* dout16, const uint16_t* q,
-                                const uint16_t* k, const uint16_t* v, const float* lse, const float* D,
-                                const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream);
+void flash_tc_backward_qkv_rows(uint16_t* dqkv16, float* partial, const uint16_t* dout16, const QkvBits& in,
+                                const float* lse, const float* D, const FlashShape& x, const AttentionDropout& drop,
+                                cudaStream_t stream);
 
 // Empty if the shape is supported, else why not.
 std::string flash_attention_unsupported(const FlashShape& x);
@@ -115,13 +125,11 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
 // followed by flash_attention_backward_bf16 (dq, dk, dv stay in the head layout). The passes between
 // are gone (a layer's three, 2026-11-27 H200 profile: 7.5 ms a GPT-2 step at micro-batch 32). Where the
 // tensor-core form does not serve the shape: std::invalid_argument.
-void flash_attention_forward_rows_bf16(uint16_t* out_rows, float* lse, const uint16_t* q, const uint16_t* k,
-                                       const uint16_t* v, const FlashShape& x, const AttentionDropout& drop,
-                                       cudaStream_t stream = nullptr);
-void flash_attention_backward_rows_bf16(float* dq, float* dk, float* dv, const float* dout_rows, const uint16_t* q,
-                                        const uint16_t* k, const uint16_t* v, const uint16_t* out_rows,
-                                        const float* lse, const FlashShape& x, const AttentionDropout& drop,
-                                        Workspace ws, cudaStream_t stream = nullptr);
+void flash_attention_forward_rows_bf16(uint16_t* out_rows, float* lse, const QkvBits& in, const FlashShape& x,
+                                       const AttentionDropout& drop, cudaStream_t stream = nullptr);
+void flash_attention_backward_rows_bf16(float* dq, float* dk, float* dv, const float* dout_rows, const QkvBits& in,
+                                        const uint16_t* out_rows, const float* lse, const FlashShape& x,
+                                        const AttentionDropout& drop, Workspace ws, cudaStream_t stream = nullptr);
 
 // The backward from the rows with the QKV gradient in the rows too: dqkv16 [b·s, 3·a·dh] as bf16 bits
 // and the QKV bias gradient added into db [3·a·dh], bit for bit flash_attention_backward_rows_bf16
@@ -132,9 +140,8 @@ void flash_attention_backward_rows_bf16(float* dq, float* dk, float* dv, const f
 // tile is then one chunk of the column sums); std::invalid_argument otherwise.
 bool flash_qkv_rows_supported(const FlashShape& x);
 size_t flash_attention_backward_qkv_rows_workspace_bytes(const FlashShape& x);
-void flash_attention_backward_qkv_rows_bf16(uint16_t* dqkv16, float* db, const float* dout_rows, const uint16_t* q,
-                                            const uint16_t* k, const uint16_t* v, const uint16_t* out_rows,
-                                            const float* lse, const FlashShape& x, const AttentionDropout& drop,
-                                            Workspace ws, cudaStream_t stream = nullptr);
+void flash_attention_backward_qkv_rows_bf16(uint16_t* dqkv16, float* db, const float* dout_rows, const QkvBits& in,
+                                            const uint16_t* out_rows, const float* lse, const FlashShape& x,
+                                            const AttentionDropout& drop, Workspace ws, cudaStream_t stream = nullptr);
 
 }  // namespace lattice::cuda

@@ -168,17 +168,19 @@ struct TileChunks {
         r0(int(threadIdx.x) < kRowsPerPass * kChunksPerRow ? int(threadIdx.x) / kChunksPerRow : 1 << 20) {}
 };
 
-// Rows [0, n) of X [*, dh] (rows n … rows − 1 zero) into columns 0 … dh − 1 of the tile [rows][W + 8],
-// eight elements a thread at a time (dh is a multiple of 16, so eight never straddle a row; 16-byte
-// stores). The columns past dh are zero_tile_padding's, and left alone.
+// Rows [0, n) of X (rows ld elements apart, dh of each read; rows n … rows − 1 zero) into columns
+// 0 … dh − 1 of the tile [rows][W + 8], eight elements a thread at a time (dh is a multiple of 16, so
+// eight never straddle a row; 16-byte stores). The columns past dh are zero_tile_padding's, and left
+// alone. ld: dh in the head layout, 3·a·dh in the QKV rows (qkv_head).
 template <int W, class T>
-__device__ void load_tile(uint16_t* tile, const T* X, int64_t n, const FlashArgs& p, bool vec, int rows = kT) {
+__device__ void load_tile(uint16_t* tile, const T* X, int ld, int64_t n, const FlashArgs& p, bool vec,
+                          int rows = kT) {
   const int dh = int(p.dh);
   const TileChunks<W> c;
   if (c.e >= dh) return;
   for (int r = c.r0; r < rows; r += c.kRowsPerPass) {
     uint16_t w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (r < n) load8(w, X + int64_t(r) * dh + c.e, vec);
+    if (r < n) load8(w, X + int64_t(r) * ld + c.e, vec);
     *reinterpret_cast<uint4*>(tile + r * (W + 8) + c.e) =
         make_uint4(uint32_t(w[0]) | uint32_t(w[1]) << 16, uint32_t(w[2]) | uint32_t(w[3]) << 16,
                    uint32_t(w[4]) | uint32_t(w[5]) << 16, uint32_t(w[6]) | uint32_t(w[7]) << 16);
@@ -187,18 +189,20 @@ __device__ void load_tile(uint16_t* tile, const T* X, int64_t n, const FlashArgs
 
 // The same rows copied by cp.async (bf16 bits at 16-byte-aligned addresses only): they land while the
 // block computes; async_wait_all() and a __syncthreads() before the tile is read.
-// (n: at most 64, so 32-bit; the source offsets r·dh + e within a tile are too.)
+// (n: at most 64, so 32-bit; the source offsets r·ld + e within a tile are too: ld below 2^24, checked
+// at the launch.)
 template <int W>
-__device__ __forceinline__ void load_tile_async(uint16_t* tile, const uint16_t* X, int64_t n, const FlashArgs& p) {
+__device__ __forceinline__ void load_tile_async(uint16_t* tile, const uint16_t* X, int ld, int64_t n,
+                                                const FlashArgs& p) {
   const int dh = int(p.dh), rows = int(n);
   const TileChunks<W> c;
   if (c.e >= dh) return;
 #pragma unroll 1
   for (int r = c.r0; r < kT; r += c.kRowsPerPass)
-    copy16_async(tile + r * (W + 8) + c.e, X + (r < rows ? uint32_t(r * dh + c.e) : 0u), r < rows);
+    copy16_async(tile + r * (W + 8) + c.e, X + (r < rows ? uint32_t(r * ld + c.e) : 0u), r < rows);
 }
 template <int W>
-__device__ __forceinline__ void load_tile_async(uint16_t*, const float*, int64_t, const FlashArgs&) {
+__device__ __forceinline__ void load_tile_async(uint16_t*, const float*, int, int64_t, const FlashArgs&) {
   __trap();  // fp32 operands are rounded on the way: never copied ahead (the launch does not ask it)
 }
 
@@ -226,6 +230,7 @@ struct TilePairs {
   uint16_t *a0, *b0, *a1, *b1;  // the buffers (a1, b1: the second pair, AHEAD only)
   const TA* a;
   const TB* b;
+  int lda, ldb;  // their rows' strides (load_tile's ld)
   const FlashArgs& p;
   int64_t end;  // tiles below `end`
   bool vec;
@@ -238,8 +243,8 @@ struct TilePairs {
   }
   __device__ void issue(int64_t i0, uint16_t* A, uint16_t* B) {
     const int64_t n = min(int64_t(kT), p.s - i0);
-    load_tile_async<W>(A, a + i0 * p.dh, n, p);
-    load_tile_async<W>(B, b + i0 * p.dh, n, p);
+    load_tile_async<W>(A, a + i0 * lda, lda, n, p);
+    load_tile_async<W>(B, b + i0 * ldb, ldb, n, p);
     async_commit();
   }
   __device__ void next(int64_t i0, const uint16_t*& A, const uint16_t*& B) {
@@ -253,8 +258,8 @@ struct TilePairs {
     } else {
       __syncthreads();  // the previous tile's reads are done
       const int64_t n = min(int64_t(kT), p.s - i0);
-      load_tile<W>(a0, a + i0 * p.dh, n, p, vec);
-      load_tile<W>(b0, b + i0 * p.dh, n, p, vec);
+      load_tile<W>(a0, a + i0 * lda, lda, n, p, vec);
+      load_tile<W>(b0, b + i0 * ldb, ldb, n, p, vec);
       A = a0, B = b0;
     }
     if (more) side(i0 + kT, cur ^ 1);  // after the barrier: the other side buffer's last readers are done
@@ -510,7 +515,9 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocks<NC, MT, DROP, DENSE>)
       row[m][half] = bt.row[half] + m * kT;
       end[m][half] = row_end(row[m][half], s);
     }
-  load_tile<kTileWidth<NC>>(t.Q, q + head + i0 * dh, nq, p, vec, MT * kT);
+  const int64_t qh = qkv_head(p, bh);  // Q, K, V's rows of the head, ld apart
+  const int ld_in = int(p.ld_qkv);
+  load_tile<kTileWidth<NC>>(t.Q, q + qh + i0 * ld_in, ld_in, nq, p, vec, MT * kT);
   __syncthreads();
   uint32_t qa[MT][NC][4];
 #pragma unroll
@@ -529,7 +536,7 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocks<NC, MT, DROP, DENSE>)
     mrow[m][0] = mrow[m][1] = -__int_as_float(0x7f800000), l[m][0] = l[m][1] = 0.0f;
   const uint64_t base = DROP ? mask_base(p, bh) : 0;
   TilePairs<AHEAD, kTileWidth<NC>, TIn, TIn, NoSide> tiles{
-      t.K, t.V, t.A2, t.B2, k + head, v + head, p, i0 + nq, vec, NoSide{}};
+      t.K, t.V, t.A2, t.B2, k + qh, v + qh, ld_in, ld_in, p, i0 + nq, vec, NoSide{}};
   tiles.start(0);
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {  // causal: key tiles past the tile's last query skipped
@@ -613,8 +620,10 @@ __global__ void __launch_bounds__(kThreads, DENSE ? kDenseDqBlocks : 0)
   const int64_t s = p.s, bh = bt.bh, head = bt.head, i0 = bt.first, nq = bt.n;
   const int tq = bt.tq, r0 = bt.w0;
   const int64_t* row = bt.row;
-  load_tile<kTileWidth<NC>>(t.Q, q + head + i0 * dh, nq, p, vec);
-  load_tile<kTileWidth<NC>>(t.dO, dout + head + i0 * dh, nq, p, vec);
+  const int64_t qh = qkv_head(p, bh);  // Q, K, V's rows of the head, ld apart
+  const int ld_in = int(p.ld_qkv);
+  load_tile<kTileWidth<NC>>(t.Q, q + qh + i0 * ld_in, ld_in, nq, p, vec);
+  load_tile<kTileWidth<NC>>(t.dO, dout + head + i0 * dh, dh, nq, p, vec);
   __syncthreads();
   uint32_t qa[NC][4], da[NC][4];
 #pragma unroll
@@ -633,7 +642,7 @@ __global__ void __launch_bounds__(kThreads, DENSE ? kDenseDqBlocks : 0)
   for (int dt = 0; dt < 2 * NC; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
   const uint64_t base = DROP ? mask_base(p, bh) : 0;
   TilePairs<AHEAD, kTileWidth<NC>, TIn, TIn, NoSide> tiles{
-      t.K, t.V, t.A2, t.B2, k + head, v + head, p, i0 + nq, vec, NoSide{}};
+      t.K, t.V, t.A2, t.B2, k + qh, v + qh, ld_in, ld_in, p, i0 + nq, vec, NoSide{}};
   tiles.start(0);
 
   for (int64_t j0 = 0; j0 < i0 + nq; j0 += kT) {
@@ -686,8 +695,10 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
   const int lane = bt.lane, g = bt.g, tq = bt.tq, r0 = bt.w0;
   const float scale_log2 = p.scale * kLog2e;
   const int64_t* key = bt.row;
-  load_tile<kTileWidth<NC>>(t.K, k + head + j0 * dh, nk, p, vec);  // visible at the first tile's barrier
-  load_tile<kTileWidth<NC>>(t.V, v + head + j0 * dh, nk, p, vec);
+  const int64_t qh = qkv_head(p, bh);  // Q, K, V's rows of the head, ld apart
+  const int ld_in = int(p.ld_qkv);
+  load_tile<kTileWidth<NC>>(t.K, k + qh + j0 * ld_in, ld_in, nk, p, vec);  // visible at the first tile's barrier
+  load_tile<kTileWidth<NC>>(t.V, v + qh + j0 * ld_in, ld_in, nk, p, vec);
   float acc_k[2 * NC][4], acc_v[2 * NC][4];
 #pragma unroll
   for (int dt = 0; dt < 2 * NC; ++dt)
@@ -703,7 +714,7 @@ __global__ void __launch_bounds__(kThreads) tc_dkdv_kernel(float* dk, float* dv,
     }
   };
   TilePairs<AHEAD, kTileWidth<NC>, TIn, uint16_t, decltype(side)> tiles{
-      t.Q, t.dO, t.A2, t.B2, q + head, dout + head, p, s, vec, side};
+      t.Q, t.dO, t.A2, t.B2, q + qh, dout + head, ld_in, dh, p, s, vec, side};
   tiles.start(j0);
 
   for (int64_t i0 = j0; i0 < s; i0 += kT) {  // causal: query tiles before the key tile see none of it
@@ -807,7 +818,7 @@ thread_local DqForm forced_dq = DqForm::tuned, last_dq = DqForm::none;
 // reads and loads, one slab runs twice the blocks an SM (127 registers against 236), a dense form
 // more blocks again at the price of a few spilled bytes. On any CUDA error the first form is taken and
 // the error cleared.
-using FormKey = std::array<int64_t, 9>;
+using FormKey = std::array<int64_t, 10>;
 std::mutex tuned_mutex;
 std::map<FormKey, int> tuned_forms;
 template <class Form, size_t F, class Run>
@@ -917,10 +928,23 @@ void with_choices(const FlashShape& x, bool drop, bool ahead, F f) {
   }
 }
 
+// The kernels' arguments, with Q, K, V in the QKV rows where qkv_rows says so (bf16 bits only: the
+// fp32 operands are the head layout's). Their row stride must keep a tile's source offsets within 32
+// bits (load_tile_async).
+FlashArgs qkv_args(const FlashShape& x, const AttentionDropout& drop, bool qkv_rows) {
+  FlashArgs p = make_args(x, drop);
+  if (!qkv_rows) return p;
+  p.qkv_rows = true, p.ld_qkv = 3 * x.a * x.dh;
+  if (p.ld_qkv >= (int64_t(1) << 24))
+    throw std::invalid_argument("CUDA: flash attention: QKV rows of " + std::to_string(p.ld_qkv) +
+                                " columns are past the kernels' 2^24");
+  return p;
+}
+
 template <class TIn, class TOut>
 void tc_forward(TOut* out, float* lse, const TIn* q, const TIn* k, const TIn* v, const FlashShape& x,
-                const AttentionDropout& drop, cudaStream_t stream) {
-  const FlashArgs p = make_args(x, drop);
+                const AttentionDropout& drop, cudaStream_t stream, bool qkv_rows = false) {
+  const FlashArgs p = qkv_args(x, drop, qkv_rows);
   const bool vec = all_aligned(q, k, v) && aligned_to(out, 16);  // the bf16 rows' pair stores need 4
   const bool ahead = vec && size_t(smem_optin()) >= most_smem(x.dh, true);
   const char* name = "flash_attention_forward (tensor cores)";
@@ -952,7 +976,7 @@ void tc_forward(TOut* out, float* lse, const TIn* q, const TIn* k, const TIn* v,
         int device = 0;
         (void)cudaGetDevice(&device);
         const FormKey key{0, device, x.b * x.a, x.s, x.dh, p.dropout, kAhead, int64_t(sizeof(TIn)),
-                          int64_t(sizeof(TOut))};
+                          int64_t(sizeof(TOut)), qkv_rows};
         using F = ForwardForm;
         if constexpr (kHasDense<kNC, kDrop, TIn>)
           form = tuned_form(key, std::array<F, 3>{F::two_slabs, F::one_slab, F::one_slab_dense}, launch_form, stream);
@@ -970,8 +994,8 @@ void tc_forward(TOut* out, float* lse, const TIn* q, const TIn* k, const TIn* v,
 template <class TIn>
 void tc_backward(float* dq, float* dk, float* dv, QkvRows rows, const uint16_t* dout16, const TIn* q, const TIn* k,
                  const TIn* v, const float* lse, const float* D, const FlashShape& x, const AttentionDropout& drop,
-                 cudaStream_t stream) {
-  const FlashArgs p = make_args(x, drop);
+                 cudaStream_t stream, bool qkv_rows = false) {
+  const FlashArgs p = qkv_args(x, drop, qkv_rows);
   const bool vec = all_aligned(q, k, v) && aligned_to(dout16, 16) &&
                    all_aligned(static_cast<const float*>(dq), static_cast<const float*>(dk),
                                static_cast<const float*>(dv)) &&
@@ -1007,7 +1031,7 @@ void tc_backward(float* dq, float* dk, float* dv, QkvRows rows, const uint16_t* 
       if (form == DqForm::tuned) {
         int device = 0;
         (void)cudaGetDevice(&device);
-        const FormKey key{1, device, x.b * x.a, x.s, x.dh, p.dropout, kAhead, int64_t(sizeof(TIn)), kRows};
+        const FormKey key{1, device, x.b * x.a, x.s, x.dh, p.dropout, kAhead, int64_t(sizeof(TIn)), kRows, qkv_rows};
         form = tuned_form(key, std::array<DqForm, 2>{DqForm::plain, DqForm::dense}, launch_form, stream);
       }
     }
@@ -1057,26 +1081,26 @@ void flash_tc_forward(float* out, float* lse, const uint16_t* q, const uint16_t*
                       const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream) {
   tc_forward(out, lse, q, k, v, x, drop, stream);
 }
-void flash_tc_forward_rows(uint16_t* out_rows, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
-                           const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream) {
-  tc_forward(out_rows, lse, q, k, v, x, drop, stream);
+void flash_tc_forward_rows(uint16_t* out_rows, float* lse, const QkvBits& in, const FlashShape& x,
+                           const AttentionDropout& drop, cudaStream_t stream) {
+  tc_forward(out_rows, lse, in.q, in.k, in.v, x, drop, stream, in.rows);
 }
 void flash_tc_backward(float* dq, float* dk, float* dv, const uint16_t* dout16, const float* q, const float* k,
                        const float* v, const float* lse, const float* D, const FlashShape& x,
                        const AttentionDropout& drop, cudaStream_t stream) {
   tc_backward(dq, dk, dv, QkvRows{}, dout16, q, k, v, lse, D, x, drop, stream);
 }
-void flash_tc_backward(float* dq, float* dk, float* dv, const uint16_t* dout16, const uint16_t* q, const uint16_t* k,
-                       const uint16_t* v, const float* lse, const float* D, const FlashShape& x,
-                       const AttentionDropout& drop, cudaStream_t stream) {
-  tc_backward(dq, dk, dv, QkvRows{}, dout16, q, k, v, lse, D, x, drop, stream);
+void flash_tc_backward(float* dq, float* dk, float* dv, const uint16_t* dout16, const QkvBits& in, const float* lse,
+                       const float* D, const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream) {
+  tc_backward(dq, dk, dv, QkvRows{}, dout16, in.q, in.k, in.v, lse, D, x, drop, stream, in.rows);
 }
-void flash_tc_backward_qkv_rows(uint16_t* dqkv16, float* partial, const uint16_t* dout16, const uint16_t* q,
-                                const uint16_t* k, const uint16_t* v, const float* lse, const float* D,
-                                const FlashShape& x, const AttentionDropout& drop, cudaStream_t stream) {
+void flash_tc_backward_qkv_rows(uint16_t* dqkv16, float* partial, const uint16_t* dout16, const QkvBits& in,
+                                const float* lse, const float* D, const FlashShape& x, const AttentionDropout& drop,
+                                cudaStream_t stream) {
   if (x.s % kColumnChunkRows != 0)
     throw std::invalid_argument("CUDA: flash_attention_backward: the QKV rows' column sums need s a multiple of 64");
-  tc_backward(nullptr, nullptr, nullptr, QkvRows{dqkv16, partial}, dout16, q, k, v, lse, D, x, drop, stream);
+  tc_backward(nullptr, nullptr, nullptr, QkvRows{dqkv16, partial}, dout16, in.q, in.k, in.v, lse, D, x, drop, stream,
+              in.rows);
 }
 
 }  // namespace lattice::cuda

@@ -26,7 +26,16 @@ struct FlashArgs {
   PhiloxStreamWords words{};
   uint32_t threshold = 0;
   int64_t first_row = 0, heads = 0, head0 = 0;
+  // Where Q, K, V are: each [b, a, s, dh] (rows dh apart), or the QKV GEMM's token rows [b·s, 3·a·dh]
+  // (qkv_rows: rows 3·a·dh apart, a head's dh columns at its place in each part; the tensor-core
+  // kernels only, kernels/flash_attention.hpp's FlashOperands::qkv_rows).
+  bool qkv_rows = false;
+  int64_t ld_qkv = 0;
 };
+// The offset of head bh's first row of Q, K or V from that tensor's (or part's) start, and its rows' stride.
+__host__ __device__ inline int64_t qkv_head(const FlashArgs& p, int64_t bh) {
+  return p.qkv_rows ? (bh / p.a) * p.s * p.ld_qkv + (bh % p.a) * p.dh : bh * p.s * p.dh;
+}
 
 inline FlashArgs make_args(const FlashShape& x, const AttentionDropout& drop) {
   FlashArgs p;
@@ -40,6 +49,7 @@ inline FlashArgs make_args(const FlashShape& x, const AttentionDropout& drop) {
   p.first_row = drop.first_row;
   p.heads = drop.heads_total ? drop.heads_total : x.a;
   p.head0 = drop.head0;
+  p.ld_qkv = x.dh;
   return p;
 }
 

@@ -38,6 +38,7 @@ __device__ __forceinline__ int64_t head_at(const HeadRow& r, int c, const FastDi
 template <class T, class S>
 __device__ __forceinline__ T head_value(S x) {
   if constexpr (std::is_same_v<T, S>) return x;
+  else if constexpr (std::is_same_v<S, uint16_t>) return from_bf16_bits(x);  // widened (T fp32)
   else return stored_as<T>(x);
 }
 template <class T, class S = float>
@@ -136,6 +137,13 @@ void split_heads16(uint16_t* q, uint16_t* k, uint16_t* v, const uint16_t* qkv16,
   else
     split_heads_kernel<<<l.blocks, l.threads, 0, stream>>>(q, k, v, qkv16, s, a, l.dh);
   check_launch("split_heads16");
+}
+void split_heads_widened(float* q, float* k, float* v, const uint16_t* qkv16, int64_t b, int64_t s, int64_t a,
+                         int64_t dh, cudaStream_t stream) {
+  HeadLaunch l;
+  if (!head_launch(b, s, a, dh, 3 * a * dh, &l, "split_heads_widened")) return;
+  split_heads_kernel<<<l.blocks, l.threads, 0, stream>>>(q, k, v, qkv16, s, a, l.dh);
+  check_launch("split_heads_widened");
 }
 void merge_heads_bf16(uint16_t* out, const float* heads, int64_t b, int64_t s, int64_t a, int64_t dh,
                       cudaStream_t stream) {

@@ -88,6 +88,15 @@ void split_heads16(uint16_t* q, uint16_t* k, uint16_t* v, const uint16_t* qkv16,
   });
 }
 
+void split_heads_widened(float* q, float* k, float* v, const uint16_t* qkv16, const HeadShape& x) {
+  const int64_t dh = x.dh, h = x.a * x.dh;
+  for_each_head_run(x, 3 * h, [&](int64_t head, int64_t row) {
+    widen(q + head, qkv16 + row, dh);
+    widen(k + head, qkv16 + row + h, dh);
+    widen(v + head, qkv16 + row + 2 * h, dh);
+  });
+}
+
 void merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape& x) {
   for_each_head_run(x, x.a * x.dh, [&](int64_t head, int64_t row) { narrow(out + row, heads + head, x.dh); });
 }

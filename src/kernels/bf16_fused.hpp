@@ -19,6 +19,9 @@ void layernorm_forward_bf16(uint16_t* x16, uint16_t* y16, float* mean, float* rs
 // split_heads of rows already narrowed (a GEMM's bf16 output, linear_forward_bf16): a copy, so the
 // bits of split_heads then each of q, k, v narrowed.
 void split_heads16(uint16_t* q, uint16_t* k, uint16_t* v, const uint16_t* qkv16, const HeadShape& x);
+// split_heads16, then q, k, v widened (the fused attention's fp32 form reading the kept QKV rows,
+// kernels/flash_attention.hpp's qkv_rows): one pass, the same bits.
+void split_heads_widened(float* q, float* k, float* v, const uint16_t* qkv16, const HeadShape& x);
 // merge_heads, then narrowed.
 void merge_heads_bf16(uint16_t* out, const float* heads, const HeadShape& x);
 // The rows [b·s, hl] widened from bf16, then unmerge_heads (the fused backward's O, kept as the

@@ -26,6 +26,9 @@ struct FlashShape {
 // (q32, k32, v32: the model's own workspaces, so widening costs no memory) where an implementation
 // that computes from fp32 widens bf16 ones. The seam's fused attention (backend/device_ops.hpp) takes
 // them so: the CPU widens, as the model did before; a device's bf16 kernels read the bits themselves.
+// qkv_rows (bf16 only): the bits are the QKV GEMM's token rows [b·s, 3·a·dh] (Q | K | V a row, as
+// split_heads reads them), q, k, v pointing at the three parts' first columns, rows 3·a·dh apart; the
+// model keeps the rows so when the attention reads them there (model/attention.hpp).
 struct FlashOperands {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -34,18 +37,25 @@ struct FlashOperands {
   float* q32 = nullptr;
   float* k32 = nullptr;
   float* v32 = nullptr;
+  bool qkv_rows = false;
 };
 
-// The fp32 Q, K, V of `in` (n values each): as given, or bf16 bits widened by widen(src, dst, n) into
-// the room `in` gives — the CPU's from_bf16, or a device's.
+// The fp32 Q, K, V [b, a, s, dh] of `in`: as given, or bf16 bits widened by widen(src, dst, n) into
+// the room `in` gives — the CPU's from_bf16, or a device's — or, from the QKV rows, split and widened
+// in one pass by split_widen(q32, k32, v32, rows, x) (split_heads_widened's contract).
 struct FlashFp32Operands {
   const float *q, *k, *v;
 };
-template <class Widen>
-FlashFp32Operands fp32_operands(const FlashOperands& in, int64_t n, Widen&& widen) {
+template <class Widen, class SplitWiden>
+FlashFp32Operands fp32_operands(const FlashOperands& in, const FlashShape& x, Widen&& widen, SplitWiden&& split_widen) {
   if (!in.bf16)
     return {static_cast<const float*>(in.q), static_cast<const float*>(in.k), static_cast<const float*>(in.v)};
   if (!in.q32 || !in.k32 || !in.v32) throw std::invalid_argument("fused attention: bf16 operands without fp32 room");
+  if (in.qkv_rows) {
+    split_widen(in.q32, in.k32, in.v32, static_cast<const uint16_t*>(in.q), x);
+    return {in.q32, in.k32, in.v32};
+  }
+  const int64_t n = x.b * x.a * x.s * x.dh;
   widen(static_cast<const uint16_t*>(in.q), in.q32, n);
   widen(static_cast<const uint16_t*>(in.k), in.k32, n);
   widen(static_cast<const uint16_t*>(in.v), in.v32, n);

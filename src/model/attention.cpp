@@ -37,9 +37,14 @@ AttentionDropout attention_dropout(const LayerContext& c) {
   return d;
 }
 
-// Q, K, V as kept, for the seam's fused attention: bf16 bits as they are (a device's bf16 kernels read
-// them; the CPU widens them into q32, k32, v32), else fp32 (8-bit storage expanded there first).
-FlashOperands flash_operands(const LayerKept& kept, float* q32, float* k32, float* v32) {
+// Q, K, V as kept, for the seam's fused attention: bf16 bits as they are, in the heads or the QKV rows
+// (a device's bf16 kernels read them; the CPU widens them into q32, k32, v32), else fp32 (8-bit storage
+// expanded there first).
+FlashOperands flash_operands(const LayerKept& kept, const LayerContext& c, float* q32, float* k32, float* v32) {
+  if (kept.qkv) {
+    const uint16_t* rows = bf16_of(kept.qkv);
+    return {rows, rows + c.hl(), rows + 2 * c.hl(), true, q32, k32, v32, /*qkv_rows=*/true};
+  }
   if (direct_bf16(kept.q) && direct_bf16(kept.k) && direct_bf16(kept.v))
     return {kept.q.data(), kept.k.data(), kept.v.data(), true, q32, k32, v32};
   return {kept.q.load(q32), kept.k.load(k32), kept.v.load(v32), false, q32, k32, v32};
@@ -61,7 +66,7 @@ void fused_forward(LayerKept& kept, float* ctx_out, const LayerContext& c, Works
     const float* v = kept.v.load(ws.dv.data());
     parallel::ring_attention_forward(c.cp, ctx_out, lse, q, k, v, ring_blocks(c), attention_dropout(c));
   } else {
-    dev::flash_attention_forward(ctx_out, lse, flash_operands(kept, ws.dq.data(), ws.dk.data(), ws.dv.data()),
+    dev::flash_attention_forward(ctx_out, lse, flash_operands(kept, c, ws.dq.data(), ws.dk.data(), ws.dv.data()),
                                  flash_shape(c), attention_dropout(c));
   }
 }
@@ -85,7 +90,7 @@ void fused_backward(float* dq, float* dk, float* dv, const float* dctx, const La
     parallel::ring_attention_backward(c.cp, dq, dk, dv, dctx, q, k, v, o_heads, lse, ring_blocks(c),
                                       attention_dropout(c));
   } else {
-    dev::flash_attention_backward(dq, dk, dv, dctx, flash_operands(kept, ws.q.data(), ws.k.data(), ws.v.data()),
+    dev::flash_attention_backward(dq, dk, dv, dctx, flash_operands(kept, c, ws.q.data(), ws.k.data(), ws.v.data()),
                                   o_heads, lse, flash_shape(c), attention_dropout(c));
   }
 }
@@ -98,14 +103,14 @@ bool fused_context_in_rows(const LayerContext& c) {
 void attention_fused_forward_rows(LayerKept& kept, const LayerContext& c, Workspace& ws) {
   float* lse = keep_lse(kept, c);
   dev::flash_attention_forward_rows_bf16(bf16_of(kept.proj_in), lse,
-                                         flash_operands(kept, ws.dq.data(), ws.dk.data(), ws.dv.data()), flash_shape(c),
-                                         attention_dropout(c), ws.ctx.data());
+                                         flash_operands(kept, c, ws.dq.data(), ws.dk.data(), ws.dv.data()),
+                                         flash_shape(c), attention_dropout(c), ws.ctx.data());
 }
 void attention_fused_backward_rows(float* dq, float* dk, float* dv, const float* dctx_rows, const LayerKept& kept,
                                    const LayerContext& c, Workspace& ws) {
   // Rooms for a head-layout implementation: ctx, and big2 past the N·h floats dctx_rows may occupy.
   dev::flash_attention_backward_rows_bf16(dq, dk, dv, dctx_rows,
-                                          flash_operands(kept, ws.q.data(), ws.k.data(), ws.v.data()),
+                                          flash_operands(kept, c, ws.q.data(), ws.k.data(), ws.v.data()),
                                           bf16_of(kept.proj_in), static_cast<const float*>(kept.attn_lse.data()),
                                           flash_shape(c), attention_dropout(c), ws.ctx.data(),
                                           ws.big2.data() + c.b * c.s * c.a * c.dh());
@@ -117,7 +122,7 @@ void attention_fused_backward_qkv_rows(uint16_t* dqkv16, float* db, const float*
   const FlashRowsRooms rooms{ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.ctx.data(),
                              ws.big2.data() + c.b * c.s * c.a * c.dh()};
   dev::flash_attention_backward_qkv_rows_bf16(dqkv16, db, dctx_rows,
-                                              flash_operands(kept, ws.q.data(), ws.k.data(), ws.v.data()),
+                                              flash_operands(kept, c, ws.q.data(), ws.k.data(), ws.v.data()),
                                               bf16_of(kept.proj_in), static_cast<const float*>(kept.attn_lse.data()),
                                               flash_shape(c), attention_dropout(c), rooms);
 }

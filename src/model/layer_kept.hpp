@@ -34,6 +34,8 @@ struct LayerKept {
   TrackedBuffer ln1_stats;    // LN1 mean, rstd (small, fp32)              2sb·4
   Stored qkv_in;              // LN1 output                                sbh
   Stored q, k, v;             // heads split [b, a, s, dh]                 3sbh
+  Stored qkv;                 // or the QKV rows [b·s, 3·hl] as the GEMM wrote them (bf16, where the
+                              // fused attention reads them there: FlashOperands::qkv_rows)  3sbh
   Stored probs;               // softmax output                            as²b   (not under selective)
   KeptMask attn_mask;         // attention dropout mask, 1 byte (1 bit)    as²b   (not under selective)
   Stored attn_dropped;        // attention dropout output                  as²b   (not under selective)
@@ -53,7 +55,8 @@ struct LayerKept {
   // Full recompute keeps only the layer input.
   void release_all_but_input() {
     release_attention_s2();
-    attn_lse.reset(), ln1_stats.reset(), qkv_in.reset(), q.reset(), k.reset(), v.reset(), proj_in.reset(), resid1_mask.reset();
+    attn_lse.reset(), ln1_stats.reset(), qkv_in.reset(), q.reset(), k.reset(), v.reset(), qkv.reset(), proj_in.reset();
+    resid1_mask.reset();
     ln2_in.reset(), ln2_stats.reset(), fc1_in.reset(), gelu_in.reset(), fc2_in.reset(), resid2_mask.reset();
     moe.release();
   }

@@ -146,8 +146,16 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
   const float* ln1 =
       layernorm_pair(kept.ln1_in, kept.qkv_in, kept.ln1_stats, x, w.ln1_w, w.ln1_b, false, c, ws, "ln1_stats");
   const GemmOperand qkv_x = column_input(kept.qkv_in, ln1, c, ws, ws.half.data());
-  kept.q = Stored(N * hl, dt, l, "q"), kept.k = Stored(N * hl, dt, l, "k"), kept.v = Stored(N * hl, dt, l, "v");
-  if (!c.cp.ulysses() && direct_bf16(kept.q) && direct_bf16(kept.k) && direct_bf16(kept.v)) {
+  // The fused attention reading the token rows reads Q, K, V there too: the QKV rows are kept as the
+  // GEMM writes them, in bf16 (FlashOperands::qkv_rows); otherwise Q, K, V are kept split into heads.
+  const bool qkv_rows = fused_context_in_rows(c);
+  if (!qkv_rows)
+    kept.q = Stored(N * hl, dt, l, "q"), kept.k = Stored(N * hl, dt, l, "k"), kept.v = Stored(N * hl, dt, l, "v");
+  if (qkv_rows) {
+    // big2: the fp32 room of an implementation that needs one.
+    kept.qkv = Stored(N * 3 * hl, dt, l, "qkv");
+    dev::linear_forward_bf16(bf16_of(kept.qkv), qkv_x, w.qkv, w.qkv_b, N, h, 3 * hl, ws.big2.data());
+  } else if (!c.cp.ulysses() && direct_bf16(kept.q) && direct_bf16(kept.k) && direct_bf16(kept.v)) {
     // The GEMM writes the rows in bf16 (in big1's room; big2 the fp32 room of an implementation that
     // needs one) and the split copies them: the bits of the fp32 rows split and narrowed.
     uint16_t* rows16 = reinterpret_cast<uint16_t*>(ws.big1.data());
@@ -476,6 +484,7 @@ void backward(float* dx, const LayerKept& kept, const LayerWeights& w, GradSink&
   if (sink.kept) {  // the attention's kept tensors are spent
     sink.kept->release_attention_s2();
     sink.kept->attn_lse.reset(), sink.kept->q.reset(), sink.kept->k.reset(), sink.kept->v.reset();
+    sink.kept->qkv.reset();
     sink.kept->proj_in.reset();
   }
   const bool cp = c.cp.ulysses();

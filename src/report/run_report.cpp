@@ -213,7 +213,7 @@ std::string memory(const RunRecords& run) {
 const char* table2_term(const std::string& op) {
   for (const char* r : {"ln1_input", "ln2_input", "qkv_input", "fc1_input", "resid1_mask", "resid2_mask"})
     if (op == r) return "replicated (sbh terms)";
-  for (const char* r : {"q", "k", "v", "proj_input", "gelu_input", "fc2_input"})
+  for (const char* r : {"q", "k", "v", "qkv", "proj_input", "gelu_input", "fc2_input"})
     if (op == r) return "divided by t";
   for (const char* r : {"softmax", "attn_mask", "attn_dropout", "attn_lse"})
     if (op == r) return "attention (as² terms)";

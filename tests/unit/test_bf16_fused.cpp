@@ -74,6 +74,14 @@ TEST(Bf16Fused, HeadMovesAreTheFp32MovesNarrowed) {
   EXPECT_TRUE(same_bytes(k16, narrowed(k)));
   EXPECT_TRUE(same_bytes(v16, narrowed(v)));
   EXPECT_TRUE(same_bytes(m16, narrowed(merged)));
+  // The fused attention's fp32 operands from the kept bf16 rows: split and widened in one pass.
+  std::vector<float> qw(static_cast<size_t>(n)), kw(static_cast<size_t>(n)), vw(static_cast<size_t>(n));
+  split_heads_widened(qw.data(), kw.data(), vw.data(), narrowed(qkv).data(), x);
+  for (auto [wide, narrow] : {std::pair{&qw, &q16}, std::pair{&kw, &k16}, std::pair{&vw, &v16}}) {
+    std::vector<float> want(static_cast<size_t>(n));
+    from_bf16(narrow->data(), want.data(), n);
+    EXPECT_TRUE(same_bytes(*wide, want));
+  }
   // The way back from bf16 rows: widened, then unmerged, in one pass.
   const std::vector<uint16_t> rows16 = narrowed(merged);
   std::vector<float> rows(static_cast<size_t>(n)), unmerged(static_cast<size_t>(n)), fused(static_cast<size_t>(n), -1.0f);

@@ -117,6 +117,47 @@ TEST(GuardedDevice, FlashOperandsCheckEveryPointer) {
                "flash_attention_forward was given host memory");
 }
 
+// Q, K, V in the QKV rows the model keeps under the fused attention (FlashOperands::qkv_rows): the
+// forward and backward give the bits of the same call on the heads split from them.
+TEST(GuardedDevice, FlashOperandsFromTheQkvRowsAreTheSplitHeads) {
+  OnDevice guarded(Device::cpu_guarded);
+  const FlashShape x{2, 3, 70, 16, /*bf16_operands=*/true};
+  const HeadShape hs = heads_of(x);
+  const int64_t n = x.b * x.a * x.s * x.dh, rows = x.b * x.a * x.s, hl = x.a * x.dh;
+  std::vector<uint16_t> h16(size_t(3 * n));
+  for (size_t i = 0; i < h16.size(); ++i) h16[i] = to_bf16(float(int(i * 37 % 23) - 11) * 0.0625f);
+  std::vector<uint16_t> hq(static_cast<size_t>(n)), hk(static_cast<size_t>(n)), hv(static_cast<size_t>(n));
+  split_heads16(hq.data(), hk.data(), hv.data(), h16.data(), hs);
+  std::vector<uint16_t> heads16(hq);
+  heads16.insert(heads16.end(), hk.begin(), hk.end());
+  heads16.insert(heads16.end(), hv.begin(), hv.end());
+  TrackedArray<uint16_t> rows16(3 * n, "qkv16"), split16(3 * n, "q16");
+  dev::upload(rows16.data(), h16.data(), 3 * n);
+  dev::upload(split16.data(), heads16.data(), 3 * n);
+  TrackedArray<float> wide(3 * n, "qkv32");
+  const uint16_t *r = rows16.data(), *h = split16.data();
+  FlashOperands from_rows{r, r + hl, r + 2 * hl, true, wide.data(), wide.data() + n, wide.data() + 2 * n, true};
+  FlashOperands from_heads{h, h + n, h + 2 * n, true, wide.data(), wide.data() + n, wide.data() + 2 * n};
+  std::vector<float> dout(static_cast<size_t>(n));
+  for (size_t i = 0; i < dout.size(); ++i) dout[i] = float(int(i * 13 % 17) - 8) * 0.125f;
+  TrackedArray<float> d_dout(n, "dout");
+  dev::upload(d_dout.data(), dout.data(), n);
+  std::vector<std::vector<float>> got;
+  for (const FlashOperands& in : {from_rows, from_heads}) {
+    TrackedArray<float> out(n, "out"), lse(rows, "lse"), dq(n, "dq"), dk(n, "dk"), dv(n, "dv");
+    dev::flash_attention_forward(out.data(), lse.data(), in, x, AttentionDropout{});
+    dev::flash_attention_backward(dq.data(), dk.data(), dv.data(), d_dout.data(), in, out.data(), lse.data(), x,
+                                  AttentionDropout{});
+    std::vector<float> all(static_cast<size_t>(4 * n));
+    dev::download(all.data(), out.data(), n);
+    dev::download(all.data() + n, dq.data(), n);
+    dev::download(all.data() + 2 * n, dk.data(), n);
+    dev::download(all.data() + 3 * n, dv.data(), n);
+    got.push_back(all);
+  }
+  EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * 4));
+}
+
 TEST(GuardedDevice, DeviceVectorGrowsAsTrackedVector) {
   MemoryTracker& ws = MemoryTracker::of(MemoryCategory::workspaces);
   for (Device d : {Device::cpu, Device::cpu_guarded}) {
