@@ -44,8 +44,16 @@ rm -f "$work"/obj/*.o
 cuda_host_compile "$work/obj" "${CXX:-g++}" "${flags[@]}" -x c++ -- "$work"/cuda/*.cu
 cuda_host_compile "$work/obj" "${CXX:-g++}" "${flags[@]}" -- "$root/tests/host_sim/gemm_stub.cpp"
 ${CXX:-g++} -fopenmp -o "$work/lattice_cuda_check_host" "$work"/obj/*.o "${libs[@]}" -lpthread
+# The seeds run side by side (each run is one thread: the simulation's fibers take turns), their
+# outputs printed in order after.
+pids=()
+for i in "${!seeds[@]}"; do
+  "$work/lattice_cuda_check_host" "${seeds[$i]}" >"$work/seed$i.out" 2>&1 &
+  pids+=($!)
+done
 status=0
-for seed in "${seeds[@]}"; do
-  "$work/lattice_cuda_check_host" "$seed" || status=1
+for i in "${!seeds[@]}"; do
+  wait "${pids[$i]}" || status=1
+  cat "$work/seed$i.out"
 done
 exit $status
