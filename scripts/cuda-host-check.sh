@@ -44,11 +44,17 @@ rm -f "$work"/obj/*.o
 cuda_host_compile "$work/obj" "${CXX:-g++}" "${flags[@]}" -x c++ -- "$work"/cuda/*.cu
 cuda_host_compile "$work/obj" "${CXX:-g++}" "${flags[@]}" -- "$root/tests/host_sim/gemm_stub.cpp"
 ${CXX:-g++} -fopenmp -o "$work/lattice_cuda_check_host" "$work"/obj/*.o "${libs[@]}" -lpthread
-# The seeds run side by side (each run is one thread: the simulation's fibers take turns), their
-# outputs printed in order after.
+# The seeds run side by side, one thread each (the simulation's fibers take turns on one; the CPU's
+# reference kernels then run on one OpenMP thread), their outputs printed in order after; stopped,
+# the script stops them too.
 pids=()
+if [[ -n ${CUDA_HOST_CHECK_KEEP:-} ]]; then
+  trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+else
+  trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
+fi
 for i in "${!seeds[@]}"; do
-  "$work/lattice_cuda_check_host" "${seeds[$i]}" >"$work/seed$i.out" 2>&1 &
+  OMP_NUM_THREADS=1 "$work/lattice_cuda_check_host" "${seeds[$i]}" >"$work/seed$i.out" 2>&1 &
   pids+=($!)
 done
 status=0

@@ -1138,7 +1138,10 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
         lattice::cuda::flash_tc_force_forms(ForwardForm::tuned, DqForm::tuned);
         const std::string form = std::string(", ") + flash_tc_form_name(f);
         const bool compiled = f != ForwardForm::one_slab_dense || p == 0.0f;  // bf16 operands, no dropout
-        line(name + form + " taken where compiled (bf16 in) [flag]", "fwd", 0.0, rows_ran == compiled ? 0.0 : 1.0, 0.0);
+        line(name + form + " taken where compiled (bf16 in) [flag]", "fwd", 0.0, rows_ran == compiled ? 0.0 : 1.0,
+             0.0);
+        if (f != ForwardForm::one_slab_dense)
+          line(name + form + " taken (fp32 in) [flag]", "fwd", 0.0, fp32_ran ? 0.0 : 1.0, 0.0);
         if (rows_ran) {
           compare_bits(name + " out rows" + form, "fwd", d_rows16.get(), f_rows16.get());
           compare_bits(name + " lse" + form, "fwd", g_lse, f_lse.get());
@@ -1163,12 +1166,27 @@ void check_flash_case(const lattice::FlashShape& x, float p) {
                                                  d_out_w.p, d_lse.p, x, drop, ws.ws());
     const auto w_dq = d_dq.get(), w_dk = d_dk.get(), w_dv = d_dv.get();
     d_dq.poison(), d_dk.poison(), d_dv.poison();
-    d_dq.poison(), d_dk.poison(), d_dv.poison();
     lattice::cuda::flash_attention_backward_rows_bf16(d_dq.p, d_dk.p, d_dv.p, d_dout_rows.p, rows_in, d_out_rows16.p,
                                                       d_lse.p, x, drop, ws.ws());
     compare_bits(name + " dq rows (QKV rows in)", "bwd", w_dq, d_dq.get());
     compare_bits(name + " dk rows (QKV rows in)", "bwd", w_dk, d_dk.get());
     compare_bits(name + " dv rows (QKV rows in)", "bwd", w_dv, d_dv.get());
+    if (p == 0.0f && x.dh <= 64) {  // dQ's forms writing fp32 dq (the split backward's call), where both are compiled
+      using lattice::cuda::ForwardForm, lattice::cuda::DqForm;
+      for (DqForm f : {DqForm::plain, DqForm::dense}) {
+        lattice::cuda::flash_tc_force_forms(ForwardForm::tuned, f);
+        Dev<float> f_dq(n), f_dk(n), f_dv(n);
+        lattice::cuda::flash_attention_backward_rows_bf16(f_dq.p, f_dk.p, f_dv.p, d_dout_rows.p, rows_in,
+                                                          d_out_rows16.p, d_lse.p, x, drop, ws.ws());
+        const bool ran = lattice::cuda::flash_tc_last_dq_form() == f;
+        lattice::cuda::flash_tc_force_forms(ForwardForm::tuned, DqForm::tuned);
+        const std::string form = std::string(", ") + flash_tc_form_name(f);
+        line(name + form + " taken (fp32 dq) [flag]", "bwd", 0.0, ran ? 0.0 : 1.0, 0.0);
+        compare_bits(name + " dq rows" + form, "bwd", w_dq, f_dq.get());
+        compare_bits(name + " dk rows" + form, "bwd", w_dk, f_dk.get());
+        compare_bits(name + " dv rows" + form, "bwd", w_dv, f_dv.get());
+      }
+    }
     if (lattice::cuda::flash_qkv_rows_supported(x)) {
       // The QKV gradient in the rows too: the rows call's dq, dk, dv merged and narrowed with their bias
       // sums (merge_qkv_grads_narrow, into a bias gradient that holds values already), bit for bit.

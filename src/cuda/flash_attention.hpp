@@ -122,9 +122,10 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
 // the projection reads (HeadShape's merge_heads layout) instead of the head layout: the forward
 // writes it as bf16 bits, bit for bit flash_attention_forward_bf16 followed by merge_heads_bf16; the
 // backward reads dO (fp32) and O (bf16 bits) there, bit for bit unmerge_heads and unmerge_heads_bf16
-// followed by flash_attention_backward_bf16 (dq, dk, dv stay in the head layout). The passes between
-// are gone (a layer's three, 2026-11-27 H200 profile: 7.5 ms a GPT-2 step at micro-batch 32). Where the
-// tensor-core form does not serve the shape: std::invalid_argument.
+// followed by flash_attention_backward_bf16 (dq, dk, dv stay in the head layout), each on the heads
+// `in` names (split from the QKV rows where in.rows). The passes between are gone (a layer's three,
+// 2026-11-27 H200 profile: 7.5 ms a GPT-2 step at micro-batch 32). Where the tensor-core form does
+// not serve the shape: std::invalid_argument.
 void flash_attention_forward_rows_bf16(uint16_t* out_rows, float* lse, const QkvBits& in, const FlashShape& x,
                                        const AttentionDropout& drop, cudaStream_t stream = nullptr);
 void flash_attention_backward_rows_bf16(float* dq, float* dk, float* dv, const float* dout_rows, const QkvBits& in,

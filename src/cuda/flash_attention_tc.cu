@@ -479,9 +479,9 @@ __device__ __forceinline__ void add_rows_by_tile(float (&acc)[2 * NC][4], const 
 // one-slab kernel's: the kernel check's [bits] line compares them).
 //
 // The slabs a head size allows, decided here: two at dh ≤ 64 (registers allow: ptxas -v), one at larger
-// dh; which of one or two a shape takes is timed on its first call (tuned_form). Four one-slab
-// blocks an SM at dh ≤ 64 without the dropout, the occupancy it had before its operands came by
-// ldmatrix .x4.
+// dh; which form a shape takes (these two, and the dense one-slab form) is timed on its first call
+// (tuned_form). Four one-slab blocks an SM at dh ≤ 64 without the dropout, the occupancy it had
+// before its operands came by ldmatrix .x4.
 template <int NC>
 constexpr int kForwardSlabs = NC == 4 ? 2 : 1;
 template <int NC, int MT, bool DROP>

@@ -34,7 +34,8 @@ __device__ __forceinline__ int64_t head_at(const HeadRow& r, int c, const FastDi
 }
 
 // T: the heads as stored, fp32 or narrowed to bf16 (the bf16 pass, cuda/bf16_fused.hpp); S: the rows
-// as stored, fp32 or bf16 bits already (then T is bf16 and the bits are copied as they are).
+// as stored, fp32 or bf16 bits already (then T bf16: the bits copied as they are; T fp32: widened,
+// split_heads_widened).
 template <class T, class S>
 __device__ __forceinline__ T head_value(S x) {
   if constexpr (std::is_same_v<T, S>) return x;

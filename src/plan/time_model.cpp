@@ -92,12 +92,14 @@ double layer_elementwise_seconds(const Hardware& hw, const analysis::ActivationS
                    : kernel_seconds(hw, ("softmax" + pass).c_str(), k * 2 * d * s2);
   }
   // Copies: forward stores the two LayerNorm inputs it keeps (narrowed under bf16) and splits the QKV
-  // output into heads and merges the context back; backward unmerges the context's gradient, merges
-  // dQ, dK, dV into one row and sums the QKV bias's columns (the other biases' sums are in the
-  // kernels above).
+  // output into heads (not where the fused attention reads the QKV rows the GEMM wrote: bf16, no
+  // context parallelism, model/transformer_layer.cpp) and merges the context back; backward unmerges
+  // the context's gradient, merges dQ, dK, dV into one row and sums the QKV bias's columns (the other
+  // biases' sums are in the kernels above).
   const double N = double(x.positions()) * x.b, hl = double(x.h) / x.t;
+  const double split = x.fused_attention && x.d == 2 && x.cp == 1 ? 0.0 : 8.0 * 3 * N * hl;
   t += backward ? kernel_seconds(hw, "copy", 8.0 * 4 * N * hl + 4.0 * 3 * N * hl)
-                : kernel_seconds(hw, "copy", (4.0 + x.d) * 2 * replicated + 8.0 * 4 * N * hl);
+                : kernel_seconds(hw, "copy", (4.0 + x.d) * 2 * replicated + split + 8.0 * N * hl);
   return t + kernel_seconds(hw, "to_bf16", 6.0 * layer_bf16_conversions(x, backward));
 }
 double comm_element_bytes(const Hardware& hw, double d) { return hw.local.active() ? 4.0 : d; }
