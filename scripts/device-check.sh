@@ -375,14 +375,19 @@ phase_speed() {
   record "  speed: micro-batch $b (the largest of 32, 16, 8, 4 that ran)"
   local round attn mode
   # Interleaved, twice: lattice with the unfused attention (the paper's kept s×s tensors), with the
-  # fused one, and fused without the GEMMs' epilogues (docs/gpu.md: what they buy); PyTorch eager with
-  # the same unfused attention and with F.scaled_dot_product_attention (flash: the peer of lattice's
-  # fused), and torch.compile of the unfused model.
+  # fused one, fused without the GEMMs' epilogues and fused without the GEMM tuner (docs/gpu.md: what
+  # each buys); PyTorch eager with the same unfused attention and with F.scaled_dot_product_attention
+  # (flash: the peer of lattice's fused), and torch.compile of the unfused model. The fused run reports
+  # the tuner's choices (LATTICE_CUDA_GEMM_TUNE=report), recorded from its first round.
   for round in $(seq 1 "${DEVICE_CHECK_SPEED_ROUNDS:-2}"); do
-    for attn in unfused fused fused_noepi; do
+    for attn in unfused fused fused_noepi fused_notune; do
       LATTICE_CUDA_GEMM_EPILOGUES=$([ $attn = fused_noepi ] && echo 0 || echo 1) \
+      LATTICE_CUDA_GEMM_TUNE=$(case $attn in fused_notune) echo 0 ;; fused) echo report ;; *) echo 1 ;; esac) \
         timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device "$GPU" --micro-batch $b --global-batch $b --steps 12 \
-        --attention "${attn%_noepi}" >"speed_lattice_${attn}_$round.jsonl" 2>"speed_lattice_${attn}_$round.err"
+        --attention "${attn%_no*}" >"speed_lattice_${attn}_$round.jsonl" 2>"speed_lattice_${attn}_$round.err"
+      if [ "$attn" = fused ] && [ "$round" = 1 ]; then
+        grep '^cuBLASLt tuner:' "speed_lattice_${attn}_$round.err" | while IFS= read -r l; do record "  speed $l"; done
+      fi
       "$PY" - "speed_lattice_${attn}_$round.jsonl" "$b" "$peak" "$attn" <<'PY' | while IFS= read -r l; do record "  $l"; done
 import json, statistics, sys
 steps = [json.loads(x) for x in open(sys.argv[1]) if '"event":"step"' in x][2:]  # past two warm-up steps

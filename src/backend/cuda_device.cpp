@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -74,11 +75,31 @@ cuda::Workspace scratch(size_t bytes) {
   return {buf.ensure(int64_t(bytes)), bytes};
 }
 
+// The GEMM tuner's copy of an accumulating call's C (cuda/gemm.hpp), tracked while it lives: a
+// `workspaces` buffer "cublaslt_tuning", given back when the key's tuning ends (the first step).
+std::map<void*, TrackedBuffer>& tuning_loans() {
+  static std::map<void*, TrackedBuffer> loans;
+  return loans;
+}
+void* tuning_borrow(size_t bytes) {
+  try {
+    TrackedBuffer b(bytes, kNoLayer, "cublaslt_tuning", MemoryTracker::of(MemoryCategory::workspaces));
+    void* p = b.data();
+    if (p) tuning_loans().emplace(p, std::move(b));
+    return p;
+  } catch (const std::bad_alloc&) {  // no room: the key keeps the heuristic's first algorithm
+    return nullptr;
+  }
+}
+void tuning_give_back(void* p) { tuning_loans().erase(p); }
+
 // The cuBLASLt context, its workspace from the tracking allocator.
 cuda::GemmContext& gemms() {
   static TrackedBuffer workspace(cuda::GemmContext::kDefaultWorkspaceBytes, kNoLayer, "cublaslt_workspace",
                                  MemoryTracker::of(MemoryCategory::workspaces));
   static cuda::GemmContext context({workspace.data(), workspace.bytes()});
+  static const bool lent = (context.set_lender({tuning_borrow, tuning_give_back}), true);
+  (void)lent;
   return context;
 }
 

@@ -20,6 +20,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -696,6 +698,48 @@ void check_optimizer() {
   compare("scale_grads", "fwd", scaled, d_g.get());
 }
 
+// bits_fingerprint (the GEMM tuner's test of equal bits) against the same sums made here, at lengths
+// with each tail (0 to 3 bytes past the last whole word) and past one pass of its grid (65,536 words), on
+// bytes with zero words among them; and one bit flipped (in the first word, a middle one, the tail) must
+// change it. Its arithmetic is integer: the device's value is the host's exactly.
+uint64_t splitmix_final_host(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+lattice::cuda::BitsFingerprint fingerprint_host(const std::vector<unsigned char>& b) {
+  lattice::cuda::BitsFingerprint f;
+  for (size_t i = 0; 4 * i < b.size(); ++i) {
+    uint32_t w = 0;
+    std::memcpy(&w, &b[4 * i], std::min<size_t>(4, b.size() - 4 * i));
+    f.hash += splitmix_final_host(splitmix_final_host(uint64_t(i)) ^ w);
+    f.nonzero_words += w != 0;
+  }
+  return f;
+}
+void check_bits_fingerprint() {
+  Scratch ws(lattice::cuda::bits_fingerprint_workspace_bytes());
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (size_t bytes : {size_t(0), size_t(1), size_t(3), size_t(4), size_t(6), size_t(1029), size_t(786434)}) {
+    std::vector<unsigned char> h(bytes);
+    for (size_t i = 0; i < bytes; ++i) h[i] = (i / 4) % 5 == 2 ? 0 : static_cast<unsigned char>(byte(rng));
+    Dev<unsigned char> d(h);
+    const auto got = lattice::cuda::bits_fingerprint(d.p, bytes, ws.ws());
+    const bool same = got == fingerprint_host(h);
+    const std::string name = "bits_fingerprint " + std::to_string(bytes) + " B";
+    line(name + " [bits]", "fwd", same ? 0.0 : 1.0, same ? 0.0 : 1.0, 0.0);
+    if (bytes == 0) continue;  // no bit to flip
+    bool moved = true;
+    for (size_t at : {size_t(0), bytes / 2, bytes - 1}) {
+      auto flipped = h;
+      flipped[at] ^= 0x10;
+      d.upload(flipped);
+      moved = moved && !(lattice::cuda::bits_fingerprint(d.p, bytes, ws.ws()) == got);
+    }
+    line(name + ", one bit flipped [moves]", "fwd", moved ? 0.0 : 1.0, moved ? 0.0 : 1.0, 0.0);
+  }
+}
+
 void check_bf16() {
   const int64_t n = (1 << 20) + 3;
   auto x = randn(size_t(n), 10.0f);
@@ -907,6 +951,144 @@ void check_gemm_epilogues() {
     std::printf("  note gemm bf16 DGELU: cuBLASLt offers none (the GEMM, then gelu_backward_narrow)\n");
   }
 }
+
+void* noise_on_device(size_t n, size_t bytes, uint64_t seed);  // the timings' inputs (below)
+
+// The GEMM tuner (GemmContext, cuda/gemm.hpp) against the heuristic's first algorithm, bit for bit, at
+// the kinds of call a training step makes, GPT-2's FC1 shapes at 2048 tokens: the forward with the bias
+// in the epilogue, a bf16 D with a bf16 bias, the GeLU's epilogue (D and its input matrix), the DGELU,
+// the input gradient, and the accumulating calls (the weight gradient, the residual add), whose C the
+// tuner must leave as it found it. Each twice: the first call (tuned on its own operands) and a second
+// on other operands, where the kept algorithm must give the first one's bits too (the tuner's claim:
+// the same bits on one call's data is the same order of sums). Then the choices, as notes.
+struct TunerOperands {
+  std::vector<unsigned char> x, w, dy, dy_in, pre, b32, b16, c_out, c_w;
+};
+struct DeviceBytes {  // device bytes made from host bytes
+  void* p = nullptr;
+  size_t n = 0;
+  explicit DeviceBytes(const std::vector<unsigned char>& h) : n(h.size()) {
+    cuda_ok(cudaMalloc(&p, std::max<size_t>(1, n)), "cudaMalloc");
+    cuda_ok(cudaMemcpy(p, h.data(), n, cudaMemcpyHostToDevice), "upload");
+  }
+  ~DeviceBytes() { cudaFree(p); }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+  std::vector<unsigned char> get() const {
+    cuda_ok(cudaDeviceSynchronize(), "kernel");
+    std::vector<unsigned char> h(n);
+    cuda_ok(cudaMemcpy(h.data(), p, n, cudaMemcpyDeviceToHost), "download");
+    return h;
+  }
+};
+std::vector<unsigned char> noise_bytes(size_t n, size_t bytes, uint64_t seed) {
+  void* p = noise_on_device(n, bytes, seed);
+  std::vector<unsigned char> h(n * bytes);
+  cuda_ok(cudaMemcpy(h.data(), p, h.size(), cudaMemcpyDeviceToHost), "download");
+  cudaFree(p);
+  return h;
+}
+void check_gemm_tuner() {
+  using Ctx = lattice::cuda::GemmContext;
+  Ctx tuned, first;
+  tuned.set_tuning(true);
+  first.set_tuning(false);
+  const int64_t N = 2048, in = 768, out = 3072;
+  const size_t n_in = size_t(N * in), n_out = size_t(N * out), n_w = size_t(in * out);
+  TunerOperands ops[2];
+  for (uint64_t pass = 0; pass < 2; ++pass) {
+    const uint64_t k = 10 * pass + 11;
+    ops[pass] = {noise_bytes(n_in, 2, k),         noise_bytes(n_w, 2, k + 1),         noise_bytes(n_out, 2, k + 2),
+                 noise_bytes(n_in, 2, k + 3),     noise_bytes(n_out, 2, k + 4),       noise_bytes(size_t(out), 4, k + 5),
+                 noise_bytes(size_t(out), 2, k + 6), noise_bytes(n_out, 4, k + 7), noise_bytes(n_w, 4, k + 8)};
+  }
+  // The operands of a call on the device, and its outputs as `start` says (accumulating calls: C; else
+  // NaN bytes).
+  struct Call {
+    DeviceBytes x, w, dy, dy_in, pre, b32, b16;
+    std::vector<std::unique_ptr<DeviceBytes>> o;
+    Call(const TunerOperands& t, const std::vector<std::vector<unsigned char>>& start)
+        : x(t.x), w(t.w), dy(t.dy), dy_in(t.dy_in), pre(t.pre), b32(t.b32), b16(t.b16) {
+      for (const auto& s0 : start) o.push_back(std::make_unique<DeviceBytes>(s0));
+    }
+    lattice::GemmOperand X() const { return {x.p, DType::bf16}; }
+    lattice::GemmOperand W() const { return {w.p, DType::bf16}; }
+    lattice::GemmOperand DY() const { return {dy.p, DType::bf16}; }
+    lattice::GemmOperand DY_IN() const { return {dy_in.p, DType::bf16}; }
+    float* f(size_t i) const { return static_cast<float*>(o[i]->p); }
+    uint16_t* h(size_t i) const { return static_cast<uint16_t*>(o[i]->p); }
+  };
+  auto poisoned = [](size_t bytes) { return std::vector<unsigned char>(bytes, 0xFF); };
+  auto same_bits = [&](const std::string& name,
+                       const std::function<std::vector<std::vector<unsigned char>>(const TunerOperands&)>& start,
+                       const std::function<void(Ctx&, const Call&)>& call) {
+    for (int pass = 0; pass < 2; ++pass) {
+      const Call mine(ops[pass], start(ops[pass])), theirs(ops[pass], start(ops[pass]));
+      call(tuned, mine);
+      call(first, theirs);
+      std::vector<unsigned char> a, b;
+      for (size_t i = 0; i < mine.o.size(); ++i) {
+        const auto ai = mine.o[i]->get(), bi = theirs.o[i]->get();
+        a.insert(a.end(), ai.begin(), ai.end());
+        b.insert(b.end(), bi.begin(), bi.end());
+      }
+      compare_bits("gemm tuner " + name + (pass ? ", other operands" : "") + " vs first", "fwd", b, a);
+    }
+  };
+  const lattice::GemmShape fwd{1, N, out, in, false, false, 1.0f, false}, acc{1, N, out, in, false, false, 1.0f, true};
+  const lattice::GemmShape dgrad{1, N, in, out, false, true, 1.0f, false}, wgrad{1, in, out, N, true, false, 1.0f, true};
+  // FC2's input gradient with the GeLU's backward: dy [N, in] times W read as [out, in], transposed.
+  const lattice::GemmShape dgelu{1, N, out, in, false, true, 1.0f, false};
+  auto out32 = [&](const TunerOperands&) { return std::vector<std::vector<unsigned char>>{poisoned(n_out * 4)}; };
+  auto out16 = [&](const TunerOperands&) { return std::vector<std::vector<unsigned char>>{poisoned(n_out * 2)}; };
+  auto zero_if_refused = [](bool offered, const Call& c) {  // both contexts alike: nothing compared then
+    if (!offered)
+      for (const auto& o : c.o) cuda_ok(cudaMemset(o->p, 0, o->n), "not offered");
+  };
+  same_bits("fc1 fwd + bias(epi)", out32, [&](Ctx& ctx, const Call& c) {
+    ctx.gemm(fwd, c.X(), c.W(), c.f(0), static_cast<const float*>(c.b32.p));
+  });
+  same_bits("fc1 fwd + bias, bf16 D", out16, [&](Ctx& ctx, const Call& c) {
+    zero_if_refused(ctx.gemm_bf16_out(fwd, c.X(), c.W(), c.h(0), static_cast<const uint16_t*>(c.b16.p)), c);
+  });
+  same_bits(
+      "fc1 fwd + bias + GeLU (D, aux)",
+      [&](const TunerOperands&) { return std::vector<std::vector<unsigned char>>{poisoned(n_out * 2), poisoned(n_out * 2)}; },
+      [&](Ctx& ctx, const Call& c) {
+        zero_if_refused(ctx.gemm_bf16_gelu(fwd, c.X(), c.W(), c.h(0), c.h(1), static_cast<const uint16_t*>(c.b16.p)), c);
+      });
+  same_bits("fc2 dx + GeLU backward, bf16 D", out16, [&](Ctx& ctx, const Call& c) {
+    zero_if_refused(ctx.gemm_bf16_dgelu(dgelu, c.DY_IN(), c.W(), c.h(0), static_cast<const uint16_t*>(c.pre.p)), c);
+  });
+  same_bits(
+      "fc1 dx", [&](const TunerOperands&) { return std::vector<std::vector<unsigned char>>{poisoned(n_in * 4)}; },
+      [&](Ctx& ctx, const Call& c) { ctx.gemm(dgrad, c.DY(), c.W(), c.f(0)); });
+  same_bits(
+      "fc1 dW +=", [&](const TunerOperands& t) { return std::vector<std::vector<unsigned char>>{t.c_w}; },
+      [&](Ctx& ctx, const Call& c) { ctx.gemm(wgrad, c.X(), c.DY(), c.f(0)); });
+  same_bits(
+      "fc1 fwd + bias(epi) +=", [&](const TunerOperands& t) { return std::vector<std::vector<unsigned char>>{t.c_out}; },
+      [&](Ctx& ctx, const Call& c) { ctx.gemm(acc, c.X(), c.W(), c.f(0), static_cast<const float*>(c.b32.p)); });
+  // fp32 operands (TF32 off): x's and w's bytes read as floats would hold NaNs, so noise of their own
+  // in place of the bf16 dy_in and pre (each at least 512·384 floats' bytes).
+  const lattice::GemmShape f32{1, 512, 256, 384, false, false, 1.0f, false};
+  for (uint64_t pass = 0; pass < 2; ++pass) {
+    TunerOperands& t = ops[pass];
+    const auto a = noise_bytes(size_t(512 * 384), 4, 31 + 2 * pass), b = noise_bytes(size_t(384 * 256), 4, 32 + 2 * pass);
+    std::copy(a.begin(), a.end(), t.dy_in.begin());
+    std::copy(b.begin(), b.end(), t.pre.begin());
+  }
+  same_bits(
+      "f32 512x256x384", [&](const TunerOperands&) { return std::vector<std::vector<unsigned char>>{poisoned(512 * 256 * 4)}; },
+      [&](Ctx& ctx, const Call& c) {
+        ctx.gemm(f32, {c.dy_in.p, DType::fp32}, {c.pre.p, DType::fp32}, c.f(0));
+      });
+  for (const auto& t : tuned.tunings())
+    std::printf("  note gemm tuner %s: algorithm %d of %d offered, %d with the first's bits\n", t.gemm.c_str(),
+                t.chosen + 1, t.offered, t.same_bits);
+  if (tuned.tunings().empty()) std::printf("  note gemm tuner: no call had two algorithms offered\n");
+}
+
 
 // ---- fused attention (cuda/flash_attention.hpp) against the CPU's (kernels/flash_attention.cpp) ----
 // Both in fp32 with the same formula, tile shape (64 × 64), fast_exp and order over the keys; they
@@ -1841,8 +2023,14 @@ void timing_line(const std::string& name, double ms, double flops) {
 // GPT-2 124M at b·s = 8192 tokens, bf16 operands (fp32 accumulation, fp32 C): the QKV, FC1, FC2 and LM
 // head GEMMs, each as the forward (x·W, W stored [in, out]), the input gradient (dy·Wᵀ) and the
 // weight gradient (dW += xᵀ·dy). No bias (cuda::gemm's epilogue is not what is timed).
+//
+// The context tunes as LATTICE_CUDA_GEMM_TUNE says (on by default); the forward, input-gradient and
+// weight-gradient lines are timed again with the heuristic's first algorithm, and the tuner's choices
+// follow as notes.
 void timing_gemm() {
-  lattice::cuda::GemmContext ctx;
+  lattice::cuda::GemmContext ctx, first;
+  first.set_tuning(false);
+  std::printf("timing gemm: the tuner is %s (LATTICE_CUDA_GEMM_TUNE)\n", ctx.tuning() ? "on" : "off");
   const int64_t N = 8192;
   const int64_t shapes[4][2] = {{768, 2304}, {768, 3072}, {3072, 768}, {768, 50304}};
   const char* names[4] = {"qkv", "fc1", "fc2", "lm_head"};
@@ -1862,6 +2050,8 @@ void timing_gemm() {
     const double flops = 2.0 * double(N) * double(in) * double(out);
     const std::string base = "gemm bf16 " + std::string(names[t]) + " ";
     const lattice::GemmShape fwd{1, N, out, in, false, false, 1.0f, false};
+    timing_line(base + "fwd, heuristic's first",
+                median_ms([&] { first.gemm(fwd, {x.p, DType::bf16}, {w.p, DType::bf16}, y.p); }), flops);
     timing_line(base + "fwd [" + std::to_string(N) + "x" + std::to_string(in) + "]·[" + std::to_string(in) + "x" +
                     std::to_string(out) + "]",
                 median_ms([&] { ctx.gemm(fwd, {x.p, DType::bf16}, {w.p, DType::bf16}, y.p); }), flops);
@@ -1936,12 +2126,19 @@ void timing_gemm() {
         std::printf("timing %s: cuBLASLt offers no DGELU epilogue\n", (base + "dx + GeLU backward").c_str());
     }
     const lattice::GemmShape dgrad{1, N, in, out, false, true, 1.0f, false};
+    timing_line(base + "dx, heuristic's first",
+                median_ms([&] { first.gemm(dgrad, {dy.p, DType::bf16}, {w.p, DType::bf16}, dx.p); }), flops);
     timing_line(base + "dx = dy·Wᵀ",
                 median_ms([&] { ctx.gemm(dgrad, {dy.p, DType::bf16}, {w.p, DType::bf16}, dx.p); }), flops);
     const lattice::GemmShape wgrad{1, in, out, N, true, false, 1.0f, true};
+    timing_line(base + "dW, heuristic's first",
+                median_ms([&] { first.gemm(wgrad, {x.p, DType::bf16}, {dy.p, DType::bf16}, dw.p); }), flops);
     timing_line(base + "dW += xᵀ·dy",
                 median_ms([&] { ctx.gemm(wgrad, {x.p, DType::bf16}, {dy.p, DType::bf16}, dw.p); }), flops);
   }
+  for (const auto& t : ctx.tunings())
+    std::printf("timing gemm tuner %s: algorithm %d of %d offered (%d with the first's bits), %.3f -> %.3f ms\n",
+                t.gemm.c_str(), t.chosen + 1, t.offered, t.same_bits, double(t.first_ms), double(t.chosen_ms));
 }
 
 // The cross-entropy's forward at GPT-2 124M's vocabulary (50257 of 50304 columns) and b·s = 8192 rows:
@@ -2184,13 +2381,14 @@ int main(int argc, char** argv) {
     check_cross_entropy();
     check_optimizer();
     check_bf16();
+    check_bits_fingerprint();
     check_fp16();
     check_heads();
     check_bf16_fused();
     if (kHostSim)
       std::printf("  (gemm not checked: cuBLASLt is not simulated on the host)\n");
     else
-      check_gemm(), check_gemm_epilogues();
+      check_gemm(), check_gemm_epilogues(), check_gemm_tuner();
     check_flash();
   } catch (const std::exception& e) {  // a kernel that threw (a refused shape, no cuBLASLt algorithm)
     std::printf("lattice_cuda_check: error: %s\n", e.what());

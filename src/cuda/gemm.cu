@@ -1,11 +1,16 @@
-// cuBLASLt GEMMs with kernels/gemm.hpp's row-major contract (cuda/gemm.hpp).
+// cuBLASLt GEMMs with kernels/gemm.hpp's row-major contract (cuda/gemm.hpp): the plans (descriptors
+// and the algorithms offered, cached per key), the tuner that picks among them, and the calls. Past the
+// usual length on purpose: the three share the Plan and its descriptors, which stay private to this file.
 #include <cublasLt.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "cuda/common.cuh"
 #include "cuda/gemm.hpp"
@@ -49,7 +54,10 @@ struct Key {
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (our B), B (our A), C = D
-  cublasLtMatmulAlgo_t algo{};
+  cublasLtMatmulAlgo_t algo{};                // the one the calls take
+  std::vector<cublasLtMatmulAlgo_t> offered;  // the heuristic's, its first first (the tuner's candidates)
+  bool tuned = false;                         // the tuner has decided (or will not try)
+  int tries = 0;                              // calls whose output was too many zeros to tell orders apart
   bool bias_epilogue = false;
   bool aux_epilogue = false;  // the GeLU's input matrix (written or read) set per call
   bool usable = true;  // false: cuBLASLt offered none (a bf16 D's key, remembered so it is asked once)
@@ -79,6 +87,64 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, i
   return l;
 }
 
+// A key as the tuner's records name it: "bf16 NT 1x8192x768x2304 bias bf16-D" (batch × M × N × K).
+std::string describe(const Key& k) {
+  std::string d = std::string(k.bf16 ? "bf16 " : k.math == GemmMath::tf32 ? "tf32 " : "f32 ") + (k.ta ? "T" : "N") +
+                  (k.tb ? "T" : "N") + " " + std::to_string(k.batch) + "x" + std::to_string(k.M) + "x" +
+                  std::to_string(k.N) + "x" + std::to_string(k.K);
+  if (k.acc) d += " +=";
+  if (k.bias) d += " bias";
+  if (k.out16) d += " bf16-D";
+  if (k.epi16 == GemmContext::Epilogue16::gelu) d += " gelu";
+  if (k.epi16 == GemmContext::Epilogue16::dgelu) d += " dgelu";
+  return d;
+}
+
+// LATTICE_CUDA_GEMM_TUNE: "0" off; "report" on, each decision a line on stderr (device-check's speed
+// phase); anything else on.
+bool tuning_from_environment() {
+  const char* env = std::getenv("LATTICE_CUDA_GEMM_TUNE");
+  return !(env && std::string(env) == "0");
+}
+bool tuning_reported() {
+  const char* env = std::getenv("LATTICE_CUDA_GEMM_TUNE");
+  return env && std::string(env) == "report";
+}
+void report(const GemmContext::Tuning& t) {
+  if (!tuning_reported()) return;
+  std::fprintf(stderr, "cuBLASLt tuner: %s: algorithm %d of %d offered (%d with the first's bits), %.3f -> %.3f ms\n",
+               t.gemm.c_str(), t.chosen + 1, t.offered, t.same_bits, double(t.first_ms), double(t.chosen_ms));
+}
+void* malloc_borrow(size_t bytes) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return p;
+}
+void malloc_give_back(void* p) { (void)cudaFree(p); }
+
+// A device range [p, p + bytes): the tuner's outputs must not overlap its inputs (each candidate
+// would read what the one before wrote).
+struct Range {
+  const void* p;
+  size_t bytes;
+  bool overlaps(const Range& o) const {
+    const auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(o.p);
+    return bytes && o.bytes && a < b + o.bytes && b < a + bytes;
+  }
+};
+
+// What a call writes, for the tuner: D, and the GeLU's input matrix where the epilogue writes it.
+struct Outputs {
+  void* d = nullptr;
+  size_t d_bytes = 0;
+  void* aux = nullptr;  // written (GELU_AUX); a read aux (DGELU) is among the inputs
+  size_t aux_bytes = 0;
+  bool accumulate = false;  // D = C + …: C (= D) restored before each run
+};
+
 }  // namespace
 
 struct GemmContext::Impl {
@@ -88,6 +154,9 @@ struct GemmContext::Impl {
   bool owns_workspace = false;
   GemmMath math = GemmMath::fp32;
   bool last_bias_in_epilogue = false;
+  bool tuning = tuning_from_environment();
+  GemmContext::Lender lender{malloc_borrow, malloc_give_back};
+  std::vector<GemmContext::Tuning> tunings;
   mutable std::mutex mutex;
   std::map<Key, Plan> plans;
 
@@ -157,12 +226,15 @@ struct GemmContext::Impl {
     set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_a, sizeof(uint32_t), "alignment B");
     set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c, sizeof(uint32_t), "alignment C");
     set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_c, sizeof(uint32_t), "alignment D");
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[GemmContext::kTuneCandidates] = {};
     int found = 0;
-    const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref,
+                                                             GemmContext::kTuneCandidates, results, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CUBLAS_STATUS_SUCCESS || found < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
+    if (st == CUBLAS_STATUS_SUCCESS)
+      for (int i = 0; i < found && i < GemmContext::kTuneCandidates; ++i)
+        if (results[i].state == CUBLAS_STATUS_SUCCESS) p.offered.push_back(results[i].algo);
+    if (st != CUBLAS_STATUS_SUCCESS || p.offered.empty() || results[0].state != CUBLAS_STATUS_SUCCESS) {
       destroy(p);
       // A bf16 D's key refused as an invalid value (an fp32 bias was, by cuBLASLt 13.0 on the H200,
       // 2026-11-27) is "none offered" too: the caller narrows the fp32 product.
@@ -170,7 +242,7 @@ struct GemmContext::Impl {
       if (st != CUBLAS_STATUS_SUCCESS && !refused) lt_check(st, "algorithm heuristic");
       return false;
     }
-    p.algo = result.algo;
+    p.algo = p.offered[0];
     p.bias_epilogue = with_bias;
     return true;
   }
@@ -188,6 +260,113 @@ struct GemmContext::Impl {
                                std::to_string(key.M) + "×" + std::to_string(key.K) + "]·[" + std::to_string(key.K) +
                                "×" + std::to_string(key.N) + "]" + (key.bf16 ? " bf16" : " fp32"));
     return plans.emplace(key, p).first->second;
+  }
+
+  // The tuner (gemm.hpp): on the key's first call (or, where the output was mostly zeros, a later
+  // one), the offered algorithms with the first one's bits timed on this call, the fastest kept in
+  // p.algo. `run` launches the call with a given algorithm; `inputs` are the ranges it reads. On
+  // return C holds what it held on entry (an accumulating call), so the call itself follows.
+  template <class Run>
+  void tune(const Key& key, Plan& p, const Outputs& out, std::initializer_list<Range> inputs, Run run,
+            cudaStream_t stream) {
+    if (p.tuned) return;
+    auto keep_first = [&] {
+      p.algo = p.offered[0];
+      p.tuned = true;
+    };
+    if (!tuning || p.offered.size() < 2) return keep_first();
+    const Range d{out.d, out.d_bytes}, aux{out.aux, out.aux_bytes};
+    bool apart = !d.overlaps(aux) && reinterpret_cast<uintptr_t>(out.d) % 4 == 0 &&
+                 reinterpret_cast<uintptr_t>(out.aux) % 4 == 0;
+    for (const Range& in : inputs) apart = apart && !in.overlaps(d) && !in.overlaps(aux);
+    if (!apart || workspace_bytes < bits_fingerprint_workspace_bytes()) return keep_first();
+    void* copy = nullptr;
+    if (out.accumulate && !(copy = lender.borrow(out.d_bytes))) return keep_first();
+    struct GiveBack {
+      GemmContext::Lender lender;
+      void* p;
+      ~GiveBack() {
+        if (p) lender.give_back(p);
+      }
+    } give_back{lender, copy};
+    auto restore = [&] {
+      if (copy && cudaMemcpyAsync(out.d, copy, out.d_bytes, cudaMemcpyDeviceToDevice, stream) != cudaSuccess)
+        throw std::runtime_error("cuBLASLt tuner: C not restored");
+    };
+    size_t chosen = 0;
+    try {
+      if (copy && cudaMemcpyAsync(copy, out.d, out.d_bytes, cudaMemcpyDeviceToDevice, stream) != cudaSuccess)
+        throw std::runtime_error("C's copy");
+      const Workspace ws{workspace, workspace_bytes};
+      using Prints = std::pair<BitsFingerprint, BitsFingerprint>;
+      auto prints = [&] {
+        return Prints{bits_fingerprint(out.d, out.d_bytes, ws, stream),
+                      out.aux ? bits_fingerprint(out.aux, out.aux_bytes, ws, stream) : BitsFingerprint{}};
+      };
+      // Each offered algorithm once (the warm run too), its bits against the first's.
+      std::vector<size_t> same;
+      Prints first;
+      for (size_t i = 0; i < p.offered.size(); ++i) {
+        restore();
+        if (run(p.offered[i]) != CUBLAS_STATUS_SUCCESS) {
+          (void)cudaGetLastError();
+          if (i == 0) throw std::runtime_error("the first algorithm refused");
+          continue;
+        }
+        const Prints f = prints();
+        if (i == 0) {
+          first = f;
+          if (2 * first.first.nonzero_words < out.d_bytes / 4) {  // too many zeros to tell orders apart
+            restore();
+            if (++p.tries >= 3) keep_first();
+            return;
+          }
+        }
+        if (f == first) same.push_back(i);
+      }
+      std::vector<float> best(same.size(), 1e30f);
+      if (same.size() > 1) {
+        std::vector<cudaEvent_t> ev(2 * same.size(), nullptr);
+        struct Events {
+          std::vector<cudaEvent_t>& e;
+          ~Events() {
+            for (auto x : e)
+              if (x) (void)cudaEventDestroy(x);
+          }
+        } events{ev};
+        for (auto& e : ev)
+          if (cudaEventCreate(&e) != cudaSuccess) throw std::runtime_error("events");
+        for (int round = 0; round < 3; ++round) {
+          for (size_t k = 0; k < same.size(); ++k) {
+            restore();
+            if (cudaEventRecord(ev[2 * k], stream) != cudaSuccess || run(p.offered[same[k]]) != CUBLAS_STATUS_SUCCESS ||
+                cudaEventRecord(ev[2 * k + 1], stream) != cudaSuccess)
+              throw std::runtime_error("a timed run");
+          }
+          if (cudaEventSynchronize(ev.back()) != cudaSuccess) throw std::runtime_error("timing");
+          for (size_t k = 0; k < same.size(); ++k) {
+            float ms = 0.0f;
+            if (cudaEventElapsedTime(&ms, ev[2 * k], ev[2 * k + 1]) != cudaSuccess) throw std::runtime_error("timing");
+            best[k] = std::min(best[k], ms);
+          }
+        }
+        size_t kept = 0;
+        for (size_t k = 1; k < same.size(); ++k)
+          if (best[k] < best[kept]) kept = k;
+        chosen = same[kept];
+        tunings.push_back({describe(key), int(p.offered.size()), int(same.size()), int(chosen), best[0], best[kept]});
+      } else {
+        tunings.push_back({describe(key), int(p.offered.size()), 1, 0, 0.0f, 0.0f});
+      }
+      report(tunings.back());
+      restore();
+    } catch (const std::exception&) {  // the heuristic's first, untimed; C as it was
+      (void)cudaGetLastError();
+      chosen = 0;
+      restore();
+    }
+    p.algo = p.offered[chosen];
+    p.tuned = true;
   }
 };
 
@@ -213,6 +392,20 @@ int64_t GemmContext::cached_plans() const {
   return int64_t(impl_->plans.size());
 }
 bool GemmContext::last_bias_in_epilogue() const { return impl_->last_bias_in_epilogue; }
+std::vector<GemmContext::Tuning> GemmContext::tunings() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->tunings;
+}
+bool GemmContext::tuning() const { return impl_->tuning; }
+void GemmContext::set_tuning(bool on) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->tuning = on;
+}
+void GemmContext::set_lender(Lender lender) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (lender.borrow && lender.give_back) impl_->lender = lender;
+  else impl_->lender = {malloc_borrow, malloc_give_back};
+}
 
 namespace {
 void check_gemm_args(const GemmShape& s, GemmOperand a, GemmOperand b, const void* bias) {
@@ -223,6 +416,15 @@ void check_gemm_args(const GemmShape& s, GemmOperand a, GemmOperand b, const voi
   if (s.batch < 1 || s.M < 0 || s.N < 0 || s.K < 0) throw std::logic_error("cuda::gemm: bad shape");
   if (s.M > INT32_MAX || s.N > INT32_MAX || s.K > INT32_MAX || s.batch > INT32_MAX)
     throw std::logic_error("cuda::gemm: a dimension past 2^31");
+}
+// The bytes a call's operands span (A, B, D of `d_size`-byte elements, the bias: N of D's type).
+struct Sizes {
+  size_t a, b, c, bias;
+};
+Sizes sizes_of(const GemmShape& s, DType in, size_t d_size) {
+  const size_t e = in == DType::bf16 ? 2 : 4, batch = size_t(s.batch);
+  return {batch * size_t(s.M) * size_t(s.K) * e, batch * size_t(s.K) * size_t(s.N) * e,
+          batch * size_t(s.M) * size_t(s.N) * d_size, size_t(s.N) * d_size};
 }
 // A call's key: its shape and flags, the math (fp32 for bf16 operands whatever the switch says), the
 // pointers' alignment, and whether D is bf16.
@@ -260,15 +462,20 @@ void GemmContext::gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* 
   }
   const Key key = key_of(s, a, b, c, bias, impl_->math, false);
   std::lock_guard<std::mutex> lock(impl_->mutex);  // the cached descriptor's bias pointer is set per call
-  const Plan& p = impl_->plan(key, bias);
+  Plan& p = impl_->plan(key, bias);
   if (p.bias_epilogue)
     lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
              "bias pointer");
   const float alpha = s.alpha;
   // cuBLASLt's A is our B and its B our A.
-  lt_check(cublasLtMatmul(impl_->handle, p.desc, &alpha, b.ptr, p.a, a.ptr, p.b, &beta, c, p.c, c, p.c, &p.algo,
-                          impl_->workspace, impl_->workspace_bytes, stream),
-           "cublasLtMatmul");
+  auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(impl_->handle, p.desc, &alpha, b.ptr, p.a, a.ptr, p.b, &beta, c, p.c, c, p.c, &algo,
+                          impl_->workspace, impl_->workspace_bytes, stream);
+  };
+  const Sizes z = sizes_of(s, a.dtype, 4);
+  impl_->tune(key, p, {c, z.c, nullptr, 0, s.accumulate}, {{a.ptr, z.a}, {b.ptr, z.b}, {bias, bias ? z.bias : 0}},
+              run, stream);
+  lt_check(run(p.algo), "cublasLtMatmul");
   if (bias && !p.bias_epilogue) bias_add_rows(c, bias, s.batch * s.M, s.N, stream);
   impl_->last_bias_in_epilogue = p.bias_epilogue;
 }
@@ -306,8 +513,16 @@ bool GemmContext::run_bf16_out(const GemmShape& s, Epilogue16 epilogue, GemmOper
     lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)),
              "aux pointer");
   const float alpha = 1.0f, beta = 0.0f;
-  const cublasStatus_t st = cublasLtMatmul(impl_->handle, p.desc, &alpha, b.ptr, p.a, a.ptr, p.b, &beta, c, p.c, c,
-                                           p.c, &p.algo, impl_->workspace, impl_->workspace_bytes, stream);
+  auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(impl_->handle, p.desc, &alpha, b.ptr, p.a, a.ptr, p.b, &beta, c, p.c, c, p.c, &algo,
+                          impl_->workspace, impl_->workspace_bytes, stream);
+  };
+  const Sizes z = sizes_of(s, a.dtype, 2);
+  const bool aux_written = epilogue == Epilogue16::gelu;  // GELU_AUX writes the aux matrix; DGELU reads it
+  const Outputs outs{c, z.c, aux_written ? const_cast<uint16_t*>(aux) : nullptr, aux_written ? z.c : 0, false};
+  const Range aux_read{aux_written ? nullptr : aux, aux_written || !aux ? 0 : z.c};
+  impl_->tune(key, p, outs, {{a.ptr, z.a}, {b.ptr, z.b}, {bias, bias ? z.bias : 0}, aux_read}, run, stream);
+  const cublasStatus_t st = run(p.algo);
   // Offered by the heuristic, refused at the call (an epilogue's aux matrix may be refused as an invalid
   // value): asked no more, nothing written.
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || (epilogue != Epilogue16::bias && st == CUBLAS_STATUS_INVALID_VALUE)) {

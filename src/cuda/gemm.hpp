@@ -14,10 +14,11 @@
 // is switched to GemmMath::tf32 by explicit choice (CUBLAS_COMPUTE_32F_FAST_TF32); bf16 inputs are
 // multiplied with fp32 accumulation (CUBLAS_COMPUTE_32F) whatever the switch says.
 //
-// Deterministic: one algorithm per shape, chosen once by cuBLASLt's heuristic and cached (the key:
-// shape, flags, dtype, math and the operands' pointer alignment), run on the context's one workspace;
-// cuBLASLt's algorithms for one device, library version and workspace repeat their bits
-// (lattice_cuda_check's [repeat] lines check it). A bias is added in cuBLASLt's epilogue when the
+// Deterministic: one algorithm per shape, chosen once and cached (the key: shape, flags, dtype, math
+// and the operands' pointer alignment), run on the context's one workspace; cuBLASLt's algorithms for
+// one device, library version and workspace repeat their bits (lattice_cuda_check's [repeat] lines
+// check it). The chosen algorithm is cuBLASLt's heuristic's first, or (the tuner, below) a faster one
+// that gives the same bits. A bias is added in cuBLASLt's epilogue when the
 // heuristic offers an algorithm with it, otherwise by bias_add_rows after the GEMM (the same sum).
 //
 // alpha != 1 with a bias is refused: oneDNN 2.x (the CPU's GEMM) scales the bias with the product
@@ -30,6 +31,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "cuda/kernels.hpp"
 #include "kernels/gemm.hpp"
@@ -88,6 +91,40 @@ class GemmContext {
   bool gemm_bf16_dgelu(const GemmShape& shape, GemmOperand a, GemmOperand b, uint16_t* g16, const uint16_t* pre16,
                        cudaStream_t stream = nullptr);
   enum class Epilogue16 { bias, gelu, dgelu };  // what a bf16 D's epilogue adds to the product (the bias, or none)
+
+  // ---- the tuner ----
+  // cuBLASLt's heuristic ranks its algorithms by an estimate, and its first is not always the fastest
+  // at a shape (on the H200, run 7: the LM head's forward at 577 TFLOP/s where its input gradient ran
+  // at 776). With the tuner on (the default; LATTICE_CUDA_GEMM_TUNE=0 or set_tuning(false) turns it
+  // off), a key's first call asks the heuristic for up to kTuneCandidates algorithms and runs each once
+  // on the call's own operands; those whose output (D, and the GeLU's input matrix where the epilogue
+  // writes it) has the first one's bits, by bits_fingerprint, are timed in three interleaved rounds and
+  // the fastest is kept (a tie: the earlier). So a tuned GEMM gives the heuristic's first algorithm's
+  // bits: parity, repeats and resumes are as without the tuner; only the time moves. An accumulating
+  // call's C is copied first (memory from the lender) and restored before each run and before the call
+  // itself. The first algorithm is kept, untimed, for a call that finds no memory for C's copy, whose
+  // output overlaps an operand or is not 4-byte aligned, or that meets a CUDA error; a call whose output
+  // is mostly zero words (where any order of the sums would give its bits) keeps it for now and is
+  // tuned on a later call (three tries).
+  static constexpr int kTuneCandidates = 8;
+  struct Tuning {
+    std::string gemm;              // the key: dtypes, transposes, batch × M × N × K, epilogue
+    int offered = 0;               // algorithms the heuristic offered
+    int same_bits = 0;             // of them, those with the first one's bits (the first included)
+    int chosen = 0;                // the kept one's place among the offered (0: the heuristic's first)
+    float first_ms = 0.0f, chosen_ms = 0.0f;  // best of the three rounds (both 0 where one had the bits)
+  };
+  std::vector<Tuning> tunings() const;  // in the order the keys were tuned
+  bool tuning() const;
+  void set_tuning(bool on);  // for keys met after the call
+  // Device memory lent for an accumulating call's tuning (the copy of C), given back after it: the
+  // backend lends tracked memory (category `workspaces`); by default cudaMalloc and cudaFree. borrow
+  // returns null where there is none.
+  struct Lender {
+    void* (*borrow)(size_t bytes) = nullptr;
+    void (*give_back)(void* p) = nullptr;
+  };
+  void set_lender(Lender lender);
 
  private:
   struct Impl;

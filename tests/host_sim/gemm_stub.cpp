@@ -17,6 +17,10 @@ GemmMath GemmContext::math() const { no_cublaslt(); }
 void GemmContext::set_math(GemmMath) { no_cublaslt(); }
 int64_t GemmContext::cached_plans() const { no_cublaslt(); }
 bool GemmContext::last_bias_in_epilogue() const { no_cublaslt(); }
+std::vector<GemmContext::Tuning> GemmContext::tunings() const { no_cublaslt(); }
+bool GemmContext::tuning() const { no_cublaslt(); }
+void GemmContext::set_tuning(bool) { no_cublaslt(); }
+void GemmContext::set_lender(Lender) { no_cublaslt(); }
 void GemmContext::gemm(const GemmShape&, GemmOperand, GemmOperand, float*, const float*, cudaStream_t) { no_cublaslt(); }
 bool GemmContext::gemm_bf16_out(const GemmShape&, GemmOperand, GemmOperand, uint16_t*, const uint16_t*, cudaStream_t) {
   no_cublaslt();
