@@ -5,7 +5,7 @@
 #
 # 1. builds the clang tree (tests/fuzz/CMakeLists.txt) into FUZZ_TREE (default build/fuzz-build);
 # 2. replays tests/fuzz/regressions/TARGET/ (inputs that once crashed): each must now pass;
-# 3. fuzzes for FUZZ_SECONDS (default 45) from tests/fuzz/seeds/TARGET/ plus the inputs earlier
+# 3. fuzzes for FUZZ_SECONDS (default 30) from tests/fuzz/seeds/TARGET/ plus the inputs earlier
 #    runs kept in FUZZ_TREE/corpus/TARGET/.
 # Fails on any crash, sanitizer report, leak, timeout (>10 s on one input), allocation above
 # 512 MiB, or exception other than lattice::InputError; the input is saved under
@@ -15,7 +15,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TARGET=${1:?usage: run.sh TARGET [FUZZ_TREE]}
 TREE=${2:-$HERE/../../build/fuzz-build}
-SECONDS_BUDGET=${FUZZ_SECONDS:-45}
+SECONDS_BUDGET=${FUZZ_SECONDS:-30}
 case "$TARGET" in
   safetensors|token_file|llmc|trainer_json|toml_config) ;;
   *) echo "run.sh: unknown target '$TARGET'" >&2; exit 2 ;;
