@@ -105,6 +105,10 @@ phase_kernels() {
     export DEVICE_CHECK_GEMM_EPILOGUES=0
     record "  fallback: the GEMM epilogues' lines failed (or the check stopped in them): the later phases train with LATTICE_CUDA_GEMM_EPILOGUES=0"
   fi
+  if grep -q '^kernel .*\(96 registers\|dQ in 128 registers\).* FAIL$' "$log"; then
+    export DEVICE_CHECK_ATTENTION_DENSE=0
+    record "  fallback: the attention's dense forms' lines failed: the later phases train with LATTICE_CUDA_ATTENTION_DENSE=0"
+  fi
   if [ "$rc" -eq 0 ]; then record "phase kernels: ok (${n_ok} comparisons, 0 FAIL)"
   elif [ "$rc" -eq 3 ]; then fail "phase kernels: FAIL (every comparison passed, ${n_ok}; a timing threw)"
   elif [ "$rc" -eq 2 ]; then fail "phase kernels: FAIL (no CUDA device usable: nothing checked)"
@@ -232,6 +236,7 @@ need_trainer() {
   # The kernels phase's fallbacks (a form whose lines failed), for every training run after it.
   [ -z "${DEVICE_CHECK_GEMM_TUNE:-}" ] || export LATTICE_CUDA_GEMM_TUNE=$DEVICE_CHECK_GEMM_TUNE
   [ -z "${DEVICE_CHECK_GEMM_EPILOGUES:-}" ] || export LATTICE_CUDA_GEMM_EPILOGUES=$DEVICE_CHECK_GEMM_EPILOGUES
+  [ -z "${DEVICE_CHECK_ATTENTION_DENSE:-}" ] || export LATTICE_CUDA_ATTENTION_DENSE=$DEVICE_CHECK_ATTENTION_DENSE
   mkdir -p "$WORK" && cd "$WORK" || return 1
   if [ ! -f data/train.bin ]; then
     "$PY" -c "

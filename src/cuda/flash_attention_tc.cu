@@ -26,9 +26,11 @@
 // protocol would be spread over files that the host emulation (tests/host_sim) cuts as one.
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "cuda/flash_attention.hpp"
@@ -820,6 +822,15 @@ thread_local DqForm forced_dq = DqForm::tuned, last_dq = DqForm::none;
 // the error cleared.
 using FormKey = std::array<int64_t, 10>;
 std::mutex tuned_mutex;
+// LATTICE_CUDA_ATTENTION_DENSE=0 leaves the dense forms out of the tuner's choice (device-check's
+// fallback where their lines fail); a form forced by flash_tc_force_forms still runs.
+bool dense_forms_tuned() {
+  static const bool on = [] {
+    const char* env = std::getenv("LATTICE_CUDA_ATTENTION_DENSE");
+    return !(env && std::string(env) == "0");
+  }();
+  return on;
+}
 std::map<FormKey, int> tuned_forms;
 template <class Form, size_t F, class Run>
 Form tuned_form(const FormKey& key, const std::array<Form, F>& forms, Run run, cudaStream_t stream) {
@@ -978,7 +989,9 @@ void tc_forward(TOut* out, float* lse, const TIn* q, const TIn* k, const TIn* v,
         const FormKey key{0, device, x.b * x.a, x.s, x.dh, p.dropout, kAhead, int64_t(sizeof(TIn)),
                           int64_t(sizeof(TOut)), qkv_rows};
         using F = ForwardForm;
-        if constexpr (kHasDense<kNC, kDrop, TIn>)
+        bool dense = false;
+        if constexpr (kHasDense<kNC, kDrop, TIn>) dense = dense_forms_tuned();
+        if (dense)
           form = tuned_form(key, std::array<F, 3>{F::two_slabs, F::one_slab, F::one_slab_dense}, launch_form, stream);
         else
           form = tuned_form(key, std::array<F, 2>{F::two_slabs, F::one_slab}, launch_form, stream);
@@ -1028,6 +1041,7 @@ void tc_backward(float* dq, float* dk, float* dv, QkvRows rows, const uint16_t* 
     };
     DqForm form = forced_dq;
     if constexpr (kHasDense<kNC, kDrop, TIn>) {
+      if (form == DqForm::tuned && !dense_forms_tuned()) form = DqForm::plain;
       if (form == DqForm::tuned) {
         int device = 0;
         (void)cudaGetDevice(&device);
