@@ -91,17 +91,19 @@ phase_kernels() {
   n_ok=$(grep -c '^kernel .* ok$' "$log")
   n_fail=$(grep -c '^kernel .* FAIL$' "$log")  # not the summary line "lattice_cuda_check: 0 FAIL"
   # Forms not yet measured on a GPU that the later phases train with: where their own lines fail, or
-  # the check stopped inside them, the later phases run without them and say so, so that one form that
+  # the check stopped in their section (a fault, a hang cut by the timeout, an exception: the last
+  # "section" line says where), the later phases run without them and say so, so that one form that
   # fails does not spend the lease's other phases.
-  local last
-  last=$(grep '^kernel ' "$log" | tail -n 1)
+  local stopped_in=""
+  if [ "$rc" -ne 0 ] && { [ "$rc" -gt 3 ] || grep -q '^lattice_cuda_check: \(timing \)\?error:' "$log"; }; then
+    stopped_in=$(grep '^lattice_cuda_check: section ' "$log" | tail -n 1 | cut -d' ' -f3)
+  fi
   if grep -q '^kernel \(gemm tuner\|bits_fingerprint\).* FAIL$' "$log" ||
-     { [ "$rc" -gt 3 ] && [[ $last == "kernel bits_fingerprint"* || $last == "kernel gemm tuner"* ]]; }; then
+     [[ $stopped_in == gemm_tuner || $stopped_in == bits_fingerprint || $stopped_in == timing_gemm ]]; then
     export DEVICE_CHECK_GEMM_TUNE=0
     record "  fallback: the GEMM tuner's lines failed (or the check stopped in them): the later phases train with LATTICE_CUDA_GEMM_TUNE=0"
   fi
-  if grep -q '^kernel gemm bf16 \(GELU_AUX_BIAS\|DGELU\).* FAIL$' "$log" ||
-     { [ "$rc" -gt 3 ] && [[ $last == "kernel gemm bf16 GELU_AUX_BIAS"* || $last == "kernel gemm bf16 DGELU"* ]]; }; then
+  if grep -q '^kernel gemm bf16 \(GELU_AUX_BIAS\|DGELU\).* FAIL$' "$log" || [[ $stopped_in == gemm_epilogues ]]; then
     export DEVICE_CHECK_GEMM_EPILOGUES=0
     record "  fallback: the GEMM epilogues' lines failed (or the check stopped in them): the later phases train with LATTICE_CUDA_GEMM_EPILOGUES=0"
   fi
@@ -109,6 +111,7 @@ phase_kernels() {
     export DEVICE_CHECK_ATTENTION_DENSE=0
     record "  fallback: the attention's dense forms' lines failed: the later phases train with LATTICE_CUDA_ATTENTION_DENSE=0"
   fi
+  [ -z "$stopped_in" ] || record "  the check stopped in its section '$stopped_in' (exit $rc)"
   if [ "$rc" -eq 0 ]; then record "phase kernels: ok (${n_ok} comparisons, 0 FAIL)"
   elif [ "$rc" -eq 3 ]; then fail "phase kernels: FAIL (every comparison passed, ${n_ok}; a timing threw)"
   elif [ "$rc" -eq 2 ]; then fail "phase kernels: FAIL (no CUDA device usable: nothing checked)"

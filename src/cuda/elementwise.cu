@@ -324,13 +324,13 @@ __host__ __device__ inline uint64_t splitmix_final(uint64_t z) {
   return z ^ (z >> 31);
 }
 constexpr int kFingerprintBlocks = 256;  // partial sums: two words a block, summed on the host
-__global__ void bits_fingerprint_kernel(uint64_t* partial, const uint32_t* words, int64_t n) {
+__global__ void bits_fingerprint_kernel(uint64_t* partial, const uint32_t* words, const uint32_t* against, int64_t n) {
   __shared__ uint64_t hs[kBlock], nz[kBlock];
   uint64_t h = 0, count = 0;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const uint32_t w = words[i];
     h += splitmix_final(splitmix_final(uint64_t(i)) ^ w);
-    count += w != 0;
+    count += w != (against ? against[i] : 0u);
   }
   hs[threadIdx.x] = h, nz[threadIdx.x] = count;
   __syncthreads();
@@ -623,29 +623,35 @@ void scale_grads(float* grads, int64_t n, float factor, cudaStream_t stream) {
 }
 
 size_t bits_fingerprint_workspace_bytes() { return 2 * kFingerprintBlocks * sizeof(uint64_t); }
-BitsFingerprint bits_fingerprint(const void* data, size_t bytes, Workspace ws, cudaStream_t stream) {
+BitsFingerprint bits_fingerprint(const void* data, size_t bytes, Workspace ws, cudaStream_t stream,
+                                 const void* against) {
   require_workspace(ws, bits_fingerprint_workspace_bytes(), "bits_fingerprint");
-  if (reinterpret_cast<uintptr_t>(data) % 4 != 0)
+  if (reinterpret_cast<uintptr_t>(data) % 4 != 0 || reinterpret_cast<uintptr_t>(against) % 4 != 0)
     throw std::invalid_argument("CUDA: bits_fingerprint: a 4-byte-aligned start");
   const int64_t words = int64_t(bytes / 4);
   auto* partial = static_cast<uint64_t*>(ws.data);
-  bits_fingerprint_kernel<<<kFingerprintBlocks, kBlock, 0, stream>>>(partial, static_cast<const uint32_t*>(data),
-                                                                     words);
+  bits_fingerprint_kernel<<<kFingerprintBlocks, kBlock, 0, stream>>>(
+      partial, static_cast<const uint32_t*>(data), static_cast<const uint32_t*>(against), words);
   check_launch("bits_fingerprint");
   uint64_t host[2 * kFingerprintBlocks + 1] = {};
   check(cudaMemcpyAsync(host, partial, bits_fingerprint_workspace_bytes(), cudaMemcpyDeviceToHost, stream),
         "bits_fingerprint partials");
-  uint32_t tail = 0;  // the last partial word's bytes, zero-padded (little-endian, as the words are read)
-  if (bytes % 4 != 0)
+  uint32_t tail = 0, tail_against = 0;  // the last partial word's bytes, zero-padded (little-endian, as read)
+  if (bytes % 4 != 0) {
     check(cudaMemcpyAsync(&tail, static_cast<const char*>(data) + 4 * words, bytes % 4, cudaMemcpyDeviceToHost,
                           stream),
           "bits_fingerprint tail");
+    if (against)
+      check(cudaMemcpyAsync(&tail_against, static_cast<const char*>(against) + 4 * words, bytes % 4,
+                            cudaMemcpyDeviceToHost, stream),
+            "bits_fingerprint tail");
+  }
   check(cudaStreamSynchronize(stream), "bits_fingerprint");
   BitsFingerprint f;
-  for (int b = 0; b < kFingerprintBlocks; ++b) f.hash += host[2 * b], f.nonzero_words += host[2 * b + 1];
+  for (int b = 0; b < kFingerprintBlocks; ++b) f.hash += host[2 * b], f.moved_words += host[2 * b + 1];
   if (bytes % 4 != 0) {
     f.hash += splitmix_final(splitmix_final(uint64_t(words)) ^ tail);
-    f.nonzero_words += tail != 0;
+    f.moved_words += tail != tail_against;
   }
   return f;
 }

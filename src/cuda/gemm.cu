@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -226,15 +227,24 @@ struct GemmContext::Impl {
     set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_a, sizeof(uint32_t), "alignment B");
     set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c, sizeof(uint32_t), "alignment C");
     set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_c, sizeof(uint32_t), "alignment D");
-    cublasLtMatmulHeuristicResult_t results[GemmContext::kTuneCandidates] = {};
-    int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref,
-                                                             GemmContext::kTuneCandidates, results, &found);
+    // The heuristic's one best (the algorithm the calls took before the tuner, and take without it),
+    // then its ranking of up to kTuneCandidates for the tuner, the first left out where it repeats it.
+    cublasLtMatmulHeuristicResult_t best{}, results[GemmContext::kTuneCandidates] = {};
+    int found = 0, ranked = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &best, &found);
+    if (st == CUBLAS_STATUS_SUCCESS && found >= 1 && best.state == CUBLAS_STATUS_SUCCESS) {
+      p.offered.push_back(best.algo);
+      if (cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, GemmContext::kTuneCandidates,
+                                         results, &ranked) != CUBLAS_STATUS_SUCCESS)
+        ranked = 0;
+      for (int i = 0; i < ranked && i < GemmContext::kTuneCandidates; ++i)
+        if (results[i].state == CUBLAS_STATUS_SUCCESS &&
+            std::memcmp(&results[i].algo, &best.algo, sizeof(best.algo)) != 0 &&
+            int(p.offered.size()) < GemmContext::kTuneCandidates)
+          p.offered.push_back(results[i].algo);
+    }
     cublasLtMatmulPreferenceDestroy(pref);
-    if (st == CUBLAS_STATUS_SUCCESS)
-      for (int i = 0; i < found && i < GemmContext::kTuneCandidates; ++i)
-        if (results[i].state == CUBLAS_STATUS_SUCCESS) p.offered.push_back(results[i].algo);
-    if (st != CUBLAS_STATUS_SUCCESS || p.offered.empty() || results[0].state != CUBLAS_STATUS_SUCCESS) {
+    if (st != CUBLAS_STATUS_SUCCESS || p.offered.empty()) {
       destroy(p);
       // A bf16 D's key refused as an invalid value (an fp32 bias was, by cuBLASLt 13.0 on the H200,
       // 2026-11-27) is "none offered" too: the caller narrows the fp32 product.
@@ -289,18 +299,23 @@ struct GemmContext::Impl {
         if (p) lender.give_back(p);
       }
     } give_back{lender, copy};
+    bool copied = false;  // C is in the copy: restore() may run
     auto restore = [&] {
-      if (copy && cudaMemcpyAsync(out.d, copy, out.d_bytes, cudaMemcpyDeviceToDevice, stream) != cudaSuccess)
+      if (copied && cudaMemcpyAsync(out.d, copy, out.d_bytes, cudaMemcpyDeviceToDevice, stream) != cudaSuccess)
         throw std::runtime_error("cuBLASLt tuner: C not restored");
     };
     size_t chosen = 0;
     try {
-      if (copy && cudaMemcpyAsync(copy, out.d, out.d_bytes, cudaMemcpyDeviceToDevice, stream) != cudaSuccess)
-        throw std::runtime_error("C's copy");
+      if (copy) {
+        if (cudaMemcpyAsync(copy, out.d, out.d_bytes, cudaMemcpyDeviceToDevice, stream) != cudaSuccess)
+          throw std::runtime_error("C's copy");
+        copied = true;
+      }
       const Workspace ws{workspace, workspace_bytes};
+      // D's words moved from C (an accumulating call's) or from 0, and the written aux matrix's from 0.
       using Prints = std::pair<BitsFingerprint, BitsFingerprint>;
       auto prints = [&] {
-        return Prints{bits_fingerprint(out.d, out.d_bytes, ws, stream),
+        return Prints{bits_fingerprint(out.d, out.d_bytes, ws, stream, copy),
                       out.aux ? bits_fingerprint(out.aux, out.aux_bytes, ws, stream) : BitsFingerprint{}};
       };
       // Each offered algorithm once (the warm run too), its bits against the first's.
@@ -316,7 +331,9 @@ struct GemmContext::Impl {
         const Prints f = prints();
         if (i == 0) {
           first = f;
-          if (2 * first.first.nonzero_words < out.d_bytes / 4) {  // too many zeros to tell orders apart
+          // Most words of D zero, or (accumulating) left as C had them: the product moved too little
+          // to tell one order of its sums from another.
+          if (2 * first.first.moved_words < out.d_bytes / 4) {
             restore();
             if (++p.tries >= 3) keep_first();
             return;
@@ -360,8 +377,12 @@ struct GemmContext::Impl {
       }
       report(tunings.back());
       restore();
-    } catch (const std::exception&) {  // the heuristic's first, untimed; C as it was
+    } catch (const std::exception& e) {  // the heuristic's first, untimed; C as it was
+      // An error a later call would meet anyway (the context's, which no call clears) is the caller's:
+      // thrown with what the tuner met. Another (an algorithm refused) is cleared, and C put back.
       (void)cudaGetLastError();
+      const bool context_lost = cudaStreamSynchronize(stream) != cudaSuccess;
+      if (context_lost) throw std::runtime_error(std::string("cuBLASLt tuner: ") + e.what());
       chosen = 0;
       restore();
     }

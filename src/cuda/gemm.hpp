@@ -105,7 +105,9 @@ class GemmContext {
   // itself. The first algorithm is kept, untimed, for a call that finds no memory for C's copy, whose
   // output overlaps an operand or is not 4-byte aligned, or that meets a CUDA error; a call whose output
   // is mostly zero words (where any order of the sums would give its bits) keeps it for now and is
-  // tuned on a later call (three tries).
+  // tuned on a later call (three tries); so is an accumulating call whose D keeps most of C's words.
+  // Without the tuner a key takes the heuristic's one best (asked for alone, as before the tuner); the
+  // tuner's candidates are that one, then its ranking of eight.
   static constexpr int kTuneCandidates = 8;
   struct Tuning {
     std::string gemm;              // the key: dtypes, transposes, batch × M × N × K, epilogue
@@ -118,8 +120,10 @@ class GemmContext {
   bool tuning() const;
   void set_tuning(bool on);  // for keys met after the call
   // Device memory lent for an accumulating call's tuning (the copy of C), given back after it: the
-  // backend lends tracked memory (category `workspaces`); by default cudaMalloc and cudaFree. borrow
-  // returns null where there is none.
+  // backend lends tracked memory (category `workspaces`, which keeps the block for reuse); by default
+  // cudaMalloc and cudaFree. borrow returns null where there is none. It is given back with the last
+  // restore of C still queued on the call's stream: the lender must order any reuse after the stream's
+  // work (the backend's launches all go to the one stream; cudaFree waits for the device).
   struct Lender {
     void* (*borrow)(size_t bytes) = nullptr;
     void (*give_back)(void* p) = nullptr;

@@ -160,14 +160,16 @@ void grad_sums_squares(double* sums, const GradPiece* pieces, size_t count, Work
 // A fingerprint of `bytes` bytes of device memory, to tell whether two outputs hold the same bits
 // without a second copy (GemmContext's tuner): hash = Σ mix(mix(i) ^ wᵢ) mod 2⁶⁴ over the 32-bit words
 // wᵢ (a last partial word zero-padded), mix splitmix64's finalizer (a bijection, so for each i two
-// different words give different terms); nonzero_words counts the words that are not 0. Integer sums:
-// the same result in any order. Synchronizes the stream (the sums come back to the host).
+// different words give different terms); moved_words counts the words that differ from `against`'s
+// (the same bytes of another buffer, 4-byte aligned too; null: from 0). Integer sums: the same result
+// in any order. Synchronizes the stream (the sums come back to the host).
 struct BitsFingerprint {
-  uint64_t hash = 0, nonzero_words = 0;
-  bool operator==(const BitsFingerprint& o) const { return hash == o.hash && nonzero_words == o.nonzero_words; }
+  uint64_t hash = 0, moved_words = 0;
+  bool operator==(const BitsFingerprint& o) const { return hash == o.hash && moved_words == o.moved_words; }
 };
 size_t bits_fingerprint_workspace_bytes();
-BitsFingerprint bits_fingerprint(const void* data, size_t bytes, Workspace ws, cudaStream_t stream = nullptr);
+BitsFingerprint bits_fingerprint(const void* data, size_t bytes, Workspace ws, cudaStream_t stream = nullptr,
+                                 const void* against = nullptr);
 // grads *= factor (clipping; optim's scale_grads).
 void scale_grads(float* grads, int64_t n, float factor, cudaStream_t stream = nullptr);
 
