@@ -58,7 +58,7 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};                // the one the calls take
   std::vector<cublasLtMatmulAlgo_t> offered;  // the heuristic's, its first first (the tuner's candidates)
   bool tuned = false;                         // the tuner has decided (or will not try)
-  int tries = 0;                              // calls whose output was too many zeros to tell orders apart
+  int tries = 0;                              // calls whose output moved too few words to tell orders apart
   bool bias_epilogue = false;
   bool aux_epilogue = false;  // the GeLU's input matrix (written or read) set per call
   bool usable = true;  // false: cuBLASLt offered none (a bf16 D's key, remembered so it is asked once)
