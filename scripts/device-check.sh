@@ -387,6 +387,34 @@ gpu_peak() {
   local name; name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   case "$name" in *PCIe*) echo "756e12 ${name}, PCIe: 756 TFLOP/s dense bf16" ;; *) echo "989e12 ${name}: 989 TFLOP/s dense bf16 (SXM)" ;; esac
 }
+# One lattice speed run's line: FILE (its --json output), the micro-batch, the peak, the attention's
+# label, a suffix.
+speed_lattice_line() {
+  "$PY" - "$@" <<'PY' | while IFS= read -r l; do record "  $l"; done
+import json, statistics, sys
+steps = [json.loads(x) for x in open(sys.argv[1]) if '"event":"step"' in x][2:]  # past two warm-up steps
+if not steps:
+    print(f"speed lattice {sys.argv[4]}: FAIL (no step ran)"); sys.exit()
+t = statistics.median(s["step_s"] for s in steps)
+print(f"speed lattice {sys.argv[4]} attention{sys.argv[5] if len(sys.argv) > 5 else ''}: median step {t*1e3:.1f} ms, {int(sys.argv[2])*1024/t:,.0f} tokens/s, MFU {statistics.median(s['mfu'] for s in steps)*100:.1f}% (of {float(sys.argv[3])/1e12:.0f} TFLOP/s)")
+PY
+}
+# One PyTorch peer run (bench/pytorch_peer.py) and its line: MODE:ATTENTION, the micro-batch, the peak,
+# a tag for its files, a label's suffix.
+speed_torch_run() {
+  local mode=$1 b=$2 peak=$3 tag=$4 suffix=${5:-}
+  timeout 150 "$PY" "$ROOT/bench/pytorch_peer.py" --device cuda --autocast bf16 --mode "${mode%%:*}" --attention "${mode#*:}" \
+    --layers 12 --hidden 768 --heads 12 --seq-len 1024 --vocab 50304 --micro-batch "$b" --steps 10 --warmup 3 --peak-flops "$peak" \
+    >"speed_torch_$tag.json" 2>"speed_torch_$tag.err"
+  if [ -s "speed_torch_$tag.json" ]; then
+    "$PY" -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f\"speed pytorch {r['mode']} {r['attention']} attention{sys.argv[2]}: median step {r['median_step_s']*1e3:.1f} ms, {r['tokens_per_s']:,.0f} tokens/s, MFU {r['mfu']*100:.1f}% (torch {r['torch']})\")" \
+      "speed_torch_$tag.json" "$suffix" | while IFS= read -r l; do record "  $l"; done
+  else record "  speed pytorch ${mode/:/ } attention$suffix: did not run ($(tail -n 1 "speed_torch_$tag.err"))"; fi
+}
+
 phase_speed() {
   need_trainer speed || return
   if [ ! -f "$DEBS/gpt2-data/train.bin" ]; then fail "phase speed: FAIL (no .device-debs/gpt2-data: scripts/device-bundle.sh prepares it)"; return; fi
@@ -394,7 +422,7 @@ phase_speed() {
   record "phase speed: GPT-2 124M (12 layers, h 768, 12 heads, s 1024, vocab 50304), bf16, one micro-batch a step; peak $note"
   local b=16 flags=(--data "$DEBS/gpt2-data" --layers 12 --hidden 768 --heads 12 --seq-len 1024 --dropout 0
                     --activation-dtype bf16 --threads "$JOBS" --peak-flops "$peak" --json --lr 6e-4)
-  # The largest micro-batch that fits, halving from 32.
+  # Micro-batch 32 (the runs' protocol since run 3), or the largest below it that fits.
   for b in 32 16 8 4; do
     timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device "$GPU" --micro-batch $b --global-batch $b --steps 2 >probe.jsonl 2>probe.err && break
   done
@@ -414,29 +442,39 @@ phase_speed() {
       if [ "$attn" = fused ] && [ "$round" = 1 ]; then
         grep '^cuBLASLt tuner:' "speed_lattice_${attn}_$round.err" | while IFS= read -r l; do record "  speed $l"; done
       fi
-      "$PY" - "speed_lattice_${attn}_$round.jsonl" "$b" "$peak" "$attn" <<'PY' | while IFS= read -r l; do record "  $l"; done
-import json, statistics, sys
-steps = [json.loads(x) for x in open(sys.argv[1]) if '"event":"step"' in x][2:]  # past two warm-up steps
-if not steps:
-    print(f"speed lattice {sys.argv[4]}: FAIL (no step ran)"); sys.exit()
-t = statistics.median(s["step_s"] for s in steps)
-print(f"speed lattice {sys.argv[4]} attention: median step {t*1e3:.1f} ms, {int(sys.argv[2])*1024/t:,.0f} tokens/s, MFU {statistics.median(s['mfu'] for s in steps)*100:.1f}% (of {float(sys.argv[3])/1e12:.0f} TFLOP/s)")
-PY
+      speed_lattice_line "speed_lattice_${attn}_$round.jsonl" "$b" "$peak" "$attn"
     done
     for mode in ${DEVICE_CHECK_SPEED_PEERS:-eager:manual eager:sdpa compile:manual}; do
-      local tag=${mode/:/_}
-      timeout 150 "$PY" "$ROOT/bench/pytorch_peer.py" --device cuda --autocast bf16 --mode "${mode%%:*}" --attention "${mode#*:}" \
-        --layers 12 --hidden 768 --heads 12 --seq-len 1024 --vocab 50304 --micro-batch $b --steps 10 --warmup 3 --peak-flops "$peak" \
-        >"speed_torch_${tag}_$round.json" 2>"speed_torch_${tag}_$round.err"
-      if [ -s "speed_torch_${tag}_$round.json" ]; then
-        "$PY" -c "
-import json, sys
-r = json.load(open(sys.argv[1]))
-print(f\"speed pytorch {r['mode']} {r['attention']} attention: median step {r['median_step_s']*1e3:.1f} ms, {r['tokens_per_s']:,.0f} tokens/s, MFU {r['mfu']*100:.1f}% (torch {r['torch']})\")" \
-          "speed_torch_${tag}_$round.json" | while IFS= read -r l; do record "  $l"; done
-      else record "  speed pytorch ${mode/:/ } attention: did not run ($(tail -n 1 "speed_torch_${tag}_$round.err"))"; fi
+      speed_torch_run "$mode" "$b" "$peak" "${mode/:/_}_$round"
     done
   done
+  # The issue's batch is the largest micro-batch that fits: above 32 (DEVICE_CHECK_SPEED_LARGEST, the
+  # sizes tried largest first; "" skips it), the first at which both lattice and PyTorch eager with
+  # SDPA run two steps; then both there, interleaved, twice.
+  local big="" m
+  for m in ${DEVICE_CHECK_SPEED_LARGEST-64}; do
+    [ "$m" -gt "$b" ] || continue
+    if ! timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device "$GPU" --micro-batch "$m" --global-batch "$m" --steps 2 \
+         --attention fused >probe_big.jsonl 2>probe_big.err; then
+      record "  speed: micro-batch $m does not run in lattice ($(tail -n 1 probe_big.err))"; continue
+    fi
+    if ! timeout 150 "$PY" "$ROOT/bench/pytorch_peer.py" --device cuda --autocast bf16 --mode eager --attention sdpa \
+         --layers 12 --hidden 768 --heads 12 --seq-len 1024 --vocab 50304 --micro-batch "$m" --steps 2 --warmup 1 \
+         --peak-flops "$peak" >probe_big_torch.json 2>probe_big_torch.err; then
+      record "  speed: micro-batch $m runs in lattice, not in PyTorch ($(tail -n 1 probe_big_torch.err))"; continue
+    fi
+    big=$m; break
+  done
+  if [ -n "$big" ]; then
+    record "  speed: micro-batch $big, the largest of ${DEVICE_CHECK_SPEED_LARGEST-64} at which both ran"
+    for round in 1 2; do
+      LATTICE_CUDA_GEMM_EPILOGUES=${DEVICE_CHECK_GEMM_EPILOGUES:-1} LATTICE_CUDA_GEMM_TUNE=${DEVICE_CHECK_GEMM_TUNE:-1} \
+        timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device "$GPU" --micro-batch "$big" --global-batch "$big" --steps 12 \
+        --attention fused >"speed_lattice_big_$round.jsonl" 2>"speed_lattice_big_$round.err"
+      speed_lattice_line "speed_lattice_big_$round.jsonl" "$big" "$peak" fused " (micro-batch $big)"
+      speed_torch_run eager:sdpa "$big" "$peak" "big_$round" " (micro-batch $big)"
+    done
+  fi
   # Where the time goes: every operation timed to its end (serialised, so its sum can exceed a step).
   for attn in unfused fused; do
     timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device "$GPU" --micro-batch $b --global-batch $b --steps 6 --profile-ops \
