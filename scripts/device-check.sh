@@ -152,7 +152,7 @@ phase_profile() {
 }
 
 # ---- the whole trainer, against Debian's packages unpacked into a prefix (scripts/device-bundle.sh) ----
-DEBS=$ROOT/.device-debs
+DEBS=${DEVICE_DEBS:-$ROOT/.device-debs}  # DEVICE_DEBS: elsewhere (tests/cli/device_check_script.sh)
 DEPS=${DEVICE_DEPS:-/tmp/lattice-deps}
 FULL_DIR=${DEVICE_FULL_BUILD_DIR:-${PREBUILT:-$ROOT/build-device-full}}
 LATTICE_BIN=$FULL_DIR/lattice
