@@ -432,8 +432,8 @@ void check_softmax() {
 // the row's max, in float), normalized by their sum in double. The CPU kernel's own fp32 sum of 50,257
 // of them (its vector lanes, then across) strays from this by up to 1.1e-5 of max|p| on some draws
 // (this check's notes, 2026-11-29: 3.0e-6, 5.8e-6, 1.1e-5, 2.7e-6 at seeds 1234, 1, 5, 7), so a device
-// within 1e-5 of the exact form can sit 2e-5 from the CPU's: the probabilities are held to 1e-5 of this form, and their distance from
-// the CPU kernel is a note beside the CPU's own.
+// within 1e-5 of the exact form can sit 2e-5 from the CPU's: the probabilities are held to 1e-5 of this
+// form, and their distance from the CPU kernel is a note beside the CPU's own.
 std::vector<float> ce_probs_exact(const std::vector<float>& logits, int64_t N, int64_t V, int64_t Vp) {
   std::vector<float> p(logits.size(), 0.0f);
   for (int64_t n = 0; n < N; ++n) {
@@ -1045,9 +1045,11 @@ void check_gemm_tuner() {
   TunerOperands ops[2];
   for (uint64_t pass = 0; pass < 2; ++pass) {
     const uint64_t k = 10 * pass + 11;
-    ops[pass] = {noise_bytes(n_in, 2, k),         noise_bytes(n_w, 2, k + 1),         noise_bytes(n_out, 2, k + 2),
-                 noise_bytes(n_in, 2, k + 3),     noise_bytes(n_out, 2, k + 4),       noise_bytes(size_t(out), 4, k + 5),
-                 noise_bytes(size_t(out), 2, k + 6), noise_bytes(n_out, 4, k + 7), noise_bytes(n_w, 4, k + 8)};
+    ops[pass] = {noise_bytes(n_in, 2, k),          noise_bytes(n_w, 2, k + 1),
+                 noise_bytes(n_out, 2, k + 2),     noise_bytes(n_in, 2, k + 3),
+                 noise_bytes(n_out, 2, k + 4),     noise_bytes(size_t(out), 4, k + 5),
+                 noise_bytes(size_t(out), 2, k + 6), noise_bytes(n_out, 4, k + 7),
+                 noise_bytes(n_w, 4, k + 8)};
   }
   // The operands of a call on the device, and its outputs as `start` says (accumulating calls: C; else
   // NaN bytes).
@@ -1065,9 +1067,10 @@ void check_gemm_tuner() {
     float* f(size_t i) const { return static_cast<float*>(o[i]->p); }
     uint16_t* h(size_t i) const { return static_cast<uint16_t*>(o[i]->p); }
   };
+  using Bufs = std::vector<std::vector<unsigned char>>;
   auto poisoned = [](size_t bytes) { return std::vector<unsigned char>(bytes, 0xFF); };
   auto same_bits = [&](const std::string& name,
-                       const std::function<std::vector<std::vector<unsigned char>>(const TunerOperands&)>& start,
+                       const std::function<Bufs(const TunerOperands&)>& start,
                        const std::function<void(Ctx&, const Call&)>& call) {
     for (int pass = 0; pass < 2; ++pass) {
       const Call mine(ops[pass], start(ops[pass])), theirs(ops[pass], start(ops[pass]));
@@ -1083,11 +1086,12 @@ void check_gemm_tuner() {
     }
   };
   const lattice::GemmShape fwd{1, N, out, in, false, false, 1.0f, false}, acc{1, N, out, in, false, false, 1.0f, true};
-  const lattice::GemmShape dgrad{1, N, in, out, false, true, 1.0f, false}, wgrad{1, in, out, N, true, false, 1.0f, true};
+  const lattice::GemmShape dgrad{1, N, in, out, false, true, 1.0f, false};
+  const lattice::GemmShape wgrad{1, in, out, N, true, false, 1.0f, true};
   // FC2's input gradient with the GeLU's backward: dy [N, in] times W read as [out, in], transposed.
   const lattice::GemmShape dgelu{1, N, out, in, false, true, 1.0f, false};
-  auto out32 = [&](const TunerOperands&) { return std::vector<std::vector<unsigned char>>{poisoned(n_out * 4)}; };
-  auto out16 = [&](const TunerOperands&) { return std::vector<std::vector<unsigned char>>{poisoned(n_out * 2)}; };
+  auto out32 = [&](const TunerOperands&) { return Bufs{poisoned(n_out * 4)}; };
+  auto out16 = [&](const TunerOperands&) { return Bufs{poisoned(n_out * 2)}; };
   auto zero_if_refused = [](bool offered, const Call& c) {  // both contexts alike: nothing compared then
     if (!offered)
       for (const auto& o : c.o) cuda_ok(cudaMemset(o->p, 0, o->n), "not offered");
@@ -1100,33 +1104,35 @@ void check_gemm_tuner() {
   });
   same_bits(
       "fc1 fwd + bias + GeLU (D, aux)",
-      [&](const TunerOperands&) { return std::vector<std::vector<unsigned char>>{poisoned(n_out * 2), poisoned(n_out * 2)}; },
+      [&](const TunerOperands&) { return Bufs{poisoned(n_out * 2), poisoned(n_out * 2)}; },
       [&](Ctx& ctx, const Call& c) {
-        zero_if_refused(ctx.gemm_bf16_gelu(fwd, c.X(), c.W(), c.h(0), c.h(1), static_cast<const uint16_t*>(c.b16.p)), c);
+        const auto* b16 = static_cast<const uint16_t*>(c.b16.p);
+        zero_if_refused(ctx.gemm_bf16_gelu(fwd, c.X(), c.W(), c.h(0), c.h(1), b16), c);
       });
   same_bits("fc2 dx + GeLU backward, bf16 D", out16, [&](Ctx& ctx, const Call& c) {
     zero_if_refused(ctx.gemm_bf16_dgelu(dgelu, c.DY_IN(), c.W(), c.h(0), static_cast<const uint16_t*>(c.pre.p)), c);
   });
   same_bits(
-      "fc1 dx", [&](const TunerOperands&) { return std::vector<std::vector<unsigned char>>{poisoned(n_in * 4)}; },
+      "fc1 dx", [&](const TunerOperands&) { return Bufs{poisoned(n_in * 4)}; },
       [&](Ctx& ctx, const Call& c) { ctx.gemm(dgrad, c.DY(), c.W(), c.f(0)); });
   same_bits(
-      "fc1 dW +=", [&](const TunerOperands& t) { return std::vector<std::vector<unsigned char>>{t.c_w}; },
+      "fc1 dW +=", [&](const TunerOperands& t) { return Bufs{t.c_w}; },
       [&](Ctx& ctx, const Call& c) { ctx.gemm(wgrad, c.X(), c.DY(), c.f(0)); });
   same_bits(
-      "fc1 fwd + bias(epi) +=", [&](const TunerOperands& t) { return std::vector<std::vector<unsigned char>>{t.c_out}; },
+      "fc1 fwd + bias(epi) +=", [&](const TunerOperands& t) { return Bufs{t.c_out}; },
       [&](Ctx& ctx, const Call& c) { ctx.gemm(acc, c.X(), c.W(), c.f(0), static_cast<const float*>(c.b32.p)); });
   // fp32 operands (TF32 off): x's and w's bytes read as floats would hold NaNs, so noise of their own
   // in place of the bf16 dy_in and pre (each at least 512·384 floats' bytes).
   const lattice::GemmShape f32{1, 512, 256, 384, false, false, 1.0f, false};
   for (uint64_t pass = 0; pass < 2; ++pass) {
     TunerOperands& t = ops[pass];
-    const auto a = noise_bytes(size_t(512 * 384), 4, 31 + 2 * pass), b = noise_bytes(size_t(384 * 256), 4, 32 + 2 * pass);
+    const auto a = noise_bytes(size_t(512 * 384), 4, 31 + 2 * pass);
+    const auto b = noise_bytes(size_t(384 * 256), 4, 32 + 2 * pass);
     std::copy(a.begin(), a.end(), t.dy_in.begin());
     std::copy(b.begin(), b.end(), t.pre.begin());
   }
   same_bits(
-      "f32 512x256x384", [&](const TunerOperands&) { return std::vector<std::vector<unsigned char>>{poisoned(512 * 256 * 4)}; },
+      "f32 512x256x384", [&](const TunerOperands&) { return Bufs{poisoned(512 * 256 * 4)}; },
       [&](Ctx& ctx, const Call& c) {
         ctx.gemm(f32, {c.dy_in.p, DType::fp32}, {c.pre.p, DType::fp32}, c.f(0));
       });

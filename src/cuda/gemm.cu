@@ -231,7 +231,8 @@ struct GemmContext::Impl {
     // then its ranking of up to kTuneCandidates for the tuner, the first left out where it repeats it.
     cublasLtMatmulHeuristicResult_t best{}, results[GemmContext::kTuneCandidates] = {};
     int found = 0, ranked = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &best, &found);
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &best, &found);
     if (st == CUBLAS_STATUS_SUCCESS && found >= 1 && best.state == CUBLAS_STATUS_SUCCESS) {
       p.offered.push_back(best.algo);
       if (cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, GemmContext::kTuneCandidates,
