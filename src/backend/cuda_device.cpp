@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/env_switch.hpp"
 #include "cuda/bf16_fused.hpp"
 #include "cuda/flash_attention.hpp"
 #include "cuda/gemm.hpp"
@@ -169,10 +170,7 @@ void c_linear_backward_weight(float* dw, GemmOperand x, GemmOperand dy, int64_t 
 // LATTICE_CUDA_GEMM_EPILOGUES=0 makes the two calls always: the switch a measurement of what the
 // epilogues buy flips (scripts/device-check.sh speed), read once.
 bool gemm_epilogues() {
-  static const bool on = [] {
-    const char* v = std::getenv("LATTICE_CUDA_GEMM_EPILOGUES");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool on = env_switch_on("LATTICE_CUDA_GEMM_EPILOGUES");
   return on;
 }
 void c_linear_forward_residual(float* x, GemmOperand y, GemmOperand w, const float* bias, int64_t N, int64_t in,

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "core/env_switch.hpp"
 #include "core/error.hpp"
 #include "core/standard_output.hpp"
 #include "core/version.hpp"
@@ -74,10 +75,21 @@ int main(int argc, char** argv) {
                  "are cut over the threads: unset it)\n", std::getenv("LATTICE_GEMM"));
     return 1;
   }
-  if (const char* env = std::getenv("LATTICE_CUDA_GEMM_EPILOGUES"); env && std::strcmp(env, "0") != 0 &&
-                                                                     std::strcmp(env, "1") != 0) {
-    std::fprintf(stderr, "lattice: error: LATTICE_CUDA_GEMM_EPILOGUES=%s is neither 0 nor 1 (an A/B switch for the "
-                 "GPU's GEMM epilogues, docs/gpu.md: unset it)\n", env);
+  // The GPU's A/B switches (docs/gpu.md), misspelt: refused on any build, not silently the default.
+  struct Switch {
+    const char* name;
+    const char* refusal;  // the values it takes, as the error says them
+    const char* what;
+    bool takes_report;
+  };
+  for (const Switch& sw : {Switch{"LATTICE_CUDA_GEMM_EPILOGUES", "neither 0 nor 1", "the GPU's GEMM epilogues", false},
+                           Switch{"LATTICE_CUDA_GEMM_TUNE", "none of 0, 1 and report", "the GPU's GEMM tuner", true},
+                           Switch{"LATTICE_CUDA_ATTENTION_DENSE", "neither 0 nor 1",
+                                  "the GPU attention's dense forms", false}}) {
+    const std::string v = lattice::env_value(sw.name);
+    if (v.empty() || v == "0" || v == "1" || (sw.takes_report && v == "report")) continue;
+    std::fprintf(stderr, "lattice: error: %s=%s is %s (an A/B switch for %s, docs/gpu.md: unset it)\n", sw.name,
+                 v.c_str(), sw.refusal, sw.what);
     return 1;
   }
   if (name == "--version" || name == "version") {  // `lattice 0.3.0 (commit d95709d, built ..., GNU 12.2.0)`

@@ -26,13 +26,13 @@
 // protocol would be spread over files that the host emulation (tests/host_sim) cuts as one.
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
+#include "core/env_switch.hpp"
 #include "cuda/flash_attention.hpp"
 #include "cuda/flash_common.cuh"
 #include "cuda/mma.cuh"
@@ -825,10 +825,7 @@ std::mutex tuned_mutex;
 // LATTICE_CUDA_ATTENTION_DENSE=0 leaves the dense forms out of the tuner's choice (device-check's
 // fallback where their lines fail); a form forced by flash_tc_force_forms still runs.
 bool dense_forms_tuned() {
-  static const bool on = [] {
-    const char* env = std::getenv("LATTICE_CUDA_ATTENTION_DENSE");
-    return !(env && std::string(env) == "0");
-  }();
+  static const bool on = env_switch_on("LATTICE_CUDA_ATTENTION_DENSE");
   return on;
 }
 std::map<FormKey, int> tuned_forms;

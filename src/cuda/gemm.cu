@@ -4,7 +4,6 @@
 #include <cublasLt.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -13,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/env_switch.hpp"
 #include "cuda/common.cuh"
 #include "cuda/gemm.hpp"
 
@@ -103,16 +103,8 @@ std::string describe(const Key& k) {
 
 // LATTICE_CUDA_GEMM_TUNE: "0" off; "report" on, each decision a line on stderr (device-check's speed
 // phase); anything else on.
-bool tuning_from_environment() {
-  const char* env = std::getenv("LATTICE_CUDA_GEMM_TUNE");
-  return !(env && std::string(env) == "0");
-}
-bool tuning_reported() {
-  const char* env = std::getenv("LATTICE_CUDA_GEMM_TUNE");
-  return env && std::string(env) == "report";
-}
 void report(const GemmContext::Tuning& t) {
-  if (!tuning_reported()) return;
+  if (env_value("LATTICE_CUDA_GEMM_TUNE") != "report") return;
   std::fprintf(stderr, "cuBLASLt tuner: %s: algorithm %d of %d offered (%d with the first's bits), %.3f -> %.3f ms\n",
                t.gemm.c_str(), t.chosen + 1, t.offered, t.same_bits, double(t.first_ms), double(t.chosen_ms));
 }
@@ -155,7 +147,7 @@ struct GemmContext::Impl {
   bool owns_workspace = false;
   GemmMath math = GemmMath::fp32;
   bool last_bias_in_epilogue = false;
-  bool tuning = tuning_from_environment();
+  bool tuning = env_switch_on("LATTICE_CUDA_GEMM_TUNE");
   GemmContext::Lender lender{malloc_borrow, malloc_give_back};
   std::vector<GemmContext::Tuning> tunings;
   mutable std::mutex mutex;

@@ -180,6 +180,10 @@ LATTICE_GEMM=Whole hostile "LATTICE_GEMM=Whole" 1 "LATTICE_GEMM=Whole is neither
 # The GPU's epilogue switch misspelt: refused on any build, not silently on.
 LATTICE_CUDA_GEMM_EPILOGUES=off hostile "LATTICE_CUDA_GEMM_EPILOGUES=off" 1 \
   "LATTICE_CUDA_GEMM_EPILOGUES=off is neither 0 nor 1" -- train "${MODEL[@]}" --steps 1
+LATTICE_CUDA_GEMM_TUNE=repotr hostile "LATTICE_CUDA_GEMM_TUNE=repotr" 1 \
+  "LATTICE_CUDA_GEMM_TUNE=repotr is none of 0, 1 and report" -- train "${MODEL[@]}" --steps 1
+LATTICE_CUDA_ATTENTION_DENSE=no hostile "LATTICE_CUDA_ATTENTION_DENSE=no" 1 \
+  "LATTICE_CUDA_ATTENTION_DENSE=no is neither 0 nor 1" -- train "${MODEL[@]}" --steps 1
 # lattice --help into a full disk is an error, as every command's output is.
 "$LATTICE" --help > /dev/full 2> help.err
 status=$?

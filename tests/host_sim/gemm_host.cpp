@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env_switch.hpp"
 #include "cuda/gemm.hpp"
 #include "cuda/kernels.hpp"
 #include "kernels/gelu.hpp"
@@ -73,10 +74,7 @@ void GemmContext::gemm(const GemmShape& s, GemmOperand a, GemmOperand b, float* 
 // answers false, as cuBLASLt does where it has no algorithm for a bf16 D: the caller's fp32-and-narrow
 // path (and the GeLU's own passes) then run.
 namespace {
-bool bf16_out_offered() {
-  const char* env = std::getenv("LATTICE_HOST_SIM_GEMM_BF16_OUT");
-  return !(env && std::string(env) == "0");
-}
+bool bf16_out_offered() { return env_switch_on("LATTICE_HOST_SIM_GEMM_BF16_OUT"); }
 // The product in fp32 with the bf16 bias widened (alpha 1, no accumulation): what a bf16 D rounds.
 std::vector<float> product16(GemmContext& ctx, const GemmShape& s, GemmOperand a, GemmOperand b,
                              const uint16_t* bias16, cudaStream_t stream) {
