@@ -139,8 +139,11 @@ void line(const std::string& name, const char* dir, double maxabs, double rel, d
   std::fflush(stdout);
 }
 
-void compare(const std::string& name, const char* dir, const std::vector<float>& ref, const std::vector<float>& got,
-             double tol = 1e-5) {
+// max|got − ref| and that over max|ref| (both NaN where the sizes differ or a difference is NaN).
+struct Diff {
+  double maxabs, rel;
+};
+Diff diff_of(const std::vector<float>& ref, const std::vector<float>& got) {
   double maxabs = 0.0, maxref = 0.0;
   bool nan = ref.size() != got.size();
   for (size_t i = 0; i < ref.size() && !nan; ++i) {
@@ -149,8 +152,13 @@ void compare(const std::string& name, const char* dir, const std::vector<float>&
     maxabs = std::max(maxabs, d);
     maxref = std::max(maxref, std::fabs(double(ref[i])));
   }
-  const double rel = nan ? NAN : (maxref > 0 ? maxabs / maxref : maxabs);
-  line(name, dir, nan ? NAN : maxabs, rel, tol);
+  if (nan) return {NAN, NAN};
+  return {maxabs, maxref > 0 ? maxabs / maxref : maxabs};
+}
+void compare(const std::string& name, const char* dir, const std::vector<float>& ref, const std::vector<float>& got,
+             double tol = 1e-5) {
+  const Diff d = diff_of(ref, got);
+  line(name, dir, d.maxabs, d.rel, tol);
 }
 
 void compare_bf16(const std::string& name, const char* dir, const std::vector<uint16_t>& ref,
@@ -446,19 +454,11 @@ std::vector<float> ce_probs_exact(const std::vector<float>& logits, int64_t N, i
   }
   return p;
 }
-double rel_diff(const std::vector<float>& ref, const std::vector<float>& got) {
-  double maxabs = 0.0, maxref = 0.0;
-  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
-    maxabs = std::max(maxabs, std::fabs(double(got[i]) - double(ref[i])));
-    maxref = std::max(maxref, std::fabs(double(ref[i])));
-  }
-  return maxref > 0 ? maxabs / maxref : maxabs;
-}
 void compare_ce_probs(const std::string& name, const std::vector<float>& exact, const std::vector<float>& cpu,
                       const std::vector<float>& got) {
   compare(name + " (exact sum)", "fwd", exact, got);
   std::printf("  note %s: %.3e of max|p| from the CPU kernel's, whose own fp32 sum is %.3e from the exact\n",
-              name.c_str(), rel_diff(cpu, got), rel_diff(exact, cpu));
+              name.c_str(), diff_of(cpu, got).rel, diff_of(exact, cpu).rel);
 }
 
 void check_cross_entropy() {
@@ -736,11 +736,6 @@ void check_optimizer() {
 // with each tail (0 to 3 bytes past the last whole word) and past one pass of its grid (65,536 words), on
 // bytes with zero words among them; and one bit flipped (in the first word, a middle one, the tail) must
 // change it. Its arithmetic is integer: the device's value is the host's exactly.
-uint64_t splitmix_final_host(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 lattice::cuda::BitsFingerprint fingerprint_host(const std::vector<unsigned char>& b,
                                                 const std::vector<unsigned char>* against = nullptr) {
   lattice::cuda::BitsFingerprint f;
@@ -748,7 +743,7 @@ lattice::cuda::BitsFingerprint fingerprint_host(const std::vector<unsigned char>
     uint32_t w = 0, a = 0;
     std::memcpy(&w, &b[4 * i], std::min<size_t>(4, b.size() - 4 * i));
     if (against) std::memcpy(&a, &(*against)[4 * i], std::min<size_t>(4, b.size() - 4 * i));
-    f.hash += splitmix_final_host(splitmix_final_host(uint64_t(i)) ^ w);
+    f.hash += lattice::cuda::bits_fingerprint_term(uint64_t(i), w);
     f.moved_words += w != a;
   }
   return f;
@@ -999,7 +994,7 @@ void check_gemm_epilogues() {
   }
 }
 
-void* noise_on_device(size_t n, size_t bytes, uint64_t seed);  // the timings' inputs (below)
+std::vector<unsigned char> noise_bytes(size_t n, size_t bytes, uint64_t seed);  // the timings' inputs (below)
 
 // The GEMM tuner (GemmContext, cuda/gemm.hpp) against the heuristic's first algorithm, bit for bit, at
 // the kinds of call a training step makes, GPT-2's FC1 shapes at 2048 tokens: the forward with the bias
@@ -1011,30 +1006,6 @@ void* noise_on_device(size_t n, size_t bytes, uint64_t seed);  // the timings' i
 struct TunerOperands {
   std::vector<unsigned char> x, w, dy, dy_in, pre, b32, b16, c_out, c_w;
 };
-struct DeviceBytes {  // device bytes made from host bytes
-  void* p = nullptr;
-  size_t n = 0;
-  explicit DeviceBytes(const std::vector<unsigned char>& h) : n(h.size()) {
-    cuda_ok(cudaMalloc(&p, std::max<size_t>(1, n)), "cudaMalloc");
-    cuda_ok(cudaMemcpy(p, h.data(), n, cudaMemcpyHostToDevice), "upload");
-  }
-  ~DeviceBytes() { cudaFree(p); }
-  DeviceBytes(const DeviceBytes&) = delete;
-  DeviceBytes& operator=(const DeviceBytes&) = delete;
-  std::vector<unsigned char> get() const {
-    cuda_ok(cudaDeviceSynchronize(), "kernel");
-    std::vector<unsigned char> h(n);
-    cuda_ok(cudaMemcpy(h.data(), p, n, cudaMemcpyDeviceToHost), "download");
-    return h;
-  }
-};
-std::vector<unsigned char> noise_bytes(size_t n, size_t bytes, uint64_t seed) {
-  void* p = noise_on_device(n, bytes, seed);
-  std::vector<unsigned char> h(n * bytes);
-  cuda_ok(cudaMemcpy(h.data(), p, h.size(), cudaMemcpyDeviceToHost), "download");
-  cudaFree(p);
-  return h;
-}
 void check_gemm_tuner() {
   using Ctx = lattice::cuda::GemmContext;
   Ctx tuned, first;
@@ -1054,18 +1025,18 @@ void check_gemm_tuner() {
   // The operands of a call on the device, and its outputs as `start` says (accumulating calls: C; else
   // NaN bytes).
   struct Call {
-    DeviceBytes x, w, dy, dy_in, pre, b32, b16;
-    std::vector<std::unique_ptr<DeviceBytes>> o;
+    Dev<unsigned char> x, w, dy, dy_in, pre, b32, b16;
+    std::vector<std::unique_ptr<Dev<unsigned char>>> o;
     Call(const TunerOperands& t, const std::vector<std::vector<unsigned char>>& start)
         : x(t.x), w(t.w), dy(t.dy), dy_in(t.dy_in), pre(t.pre), b32(t.b32), b16(t.b16) {
-      for (const auto& s0 : start) o.push_back(std::make_unique<DeviceBytes>(s0));
+      for (const auto& s0 : start) o.push_back(std::make_unique<Dev<unsigned char>>(s0));
     }
     lattice::GemmOperand X() const { return {x.p, DType::bf16}; }
     lattice::GemmOperand W() const { return {w.p, DType::bf16}; }
     lattice::GemmOperand DY() const { return {dy.p, DType::bf16}; }
     lattice::GemmOperand DY_IN() const { return {dy_in.p, DType::bf16}; }
-    float* f(size_t i) const { return static_cast<float*>(o[i]->p); }
-    uint16_t* h(size_t i) const { return static_cast<uint16_t*>(o[i]->p); }
+    float* f(size_t i) const { return reinterpret_cast<float*>(o[i]->p); }
+    uint16_t* h(size_t i) const { return reinterpret_cast<uint16_t*>(o[i]->p); }
   };
   using Bufs = std::vector<std::vector<unsigned char>>;
   auto poisoned = [](size_t bytes) { return std::vector<unsigned char>(bytes, 0xFF); };
@@ -1097,20 +1068,20 @@ void check_gemm_tuner() {
       for (const auto& o : c.o) cuda_ok(cudaMemset(o->p, 0, o->n), "not offered");
   };
   same_bits("fc1 fwd + bias(epi)", out32, [&](Ctx& ctx, const Call& c) {
-    ctx.gemm(fwd, c.X(), c.W(), c.f(0), static_cast<const float*>(c.b32.p));
+    ctx.gemm(fwd, c.X(), c.W(), c.f(0), reinterpret_cast<const float*>(c.b32.p));
   });
   same_bits("fc1 fwd + bias, bf16 D", out16, [&](Ctx& ctx, const Call& c) {
-    zero_if_refused(ctx.gemm_bf16_out(fwd, c.X(), c.W(), c.h(0), static_cast<const uint16_t*>(c.b16.p)), c);
+    zero_if_refused(ctx.gemm_bf16_out(fwd, c.X(), c.W(), c.h(0), reinterpret_cast<const uint16_t*>(c.b16.p)), c);
   });
   same_bits(
       "fc1 fwd + bias + GeLU (D, aux)",
       [&](const TunerOperands&) { return Bufs{poisoned(n_out * 2), poisoned(n_out * 2)}; },
       [&](Ctx& ctx, const Call& c) {
-        const auto* b16 = static_cast<const uint16_t*>(c.b16.p);
+        const auto* b16 = reinterpret_cast<const uint16_t*>(c.b16.p);
         zero_if_refused(ctx.gemm_bf16_gelu(fwd, c.X(), c.W(), c.h(0), c.h(1), b16), c);
       });
   same_bits("fc2 dx + GeLU backward, bf16 D", out16, [&](Ctx& ctx, const Call& c) {
-    zero_if_refused(ctx.gemm_bf16_dgelu(dgelu, c.DY_IN(), c.W(), c.h(0), static_cast<const uint16_t*>(c.pre.p)), c);
+    zero_if_refused(ctx.gemm_bf16_dgelu(dgelu, c.DY_IN(), c.W(), c.h(0), reinterpret_cast<const uint16_t*>(c.pre.p)), c);
   });
   same_bits(
       "fc1 dx", [&](const TunerOperands&) { return Bufs{poisoned(n_in * 4)}; },
@@ -1120,7 +1091,7 @@ void check_gemm_tuner() {
       [&](Ctx& ctx, const Call& c) { ctx.gemm(wgrad, c.X(), c.DY(), c.f(0)); });
   same_bits(
       "fc1 fwd + bias(epi) +=", [&](const TunerOperands& t) { return Bufs{t.c_out}; },
-      [&](Ctx& ctx, const Call& c) { ctx.gemm(acc, c.X(), c.W(), c.f(0), static_cast<const float*>(c.b32.p)); });
+      [&](Ctx& ctx, const Call& c) { ctx.gemm(acc, c.X(), c.W(), c.f(0), reinterpret_cast<const float*>(c.b32.p)); });
   // fp32 operands (TF32 off): x's and w's bytes read as floats would hold NaNs, so noise of their own
   // in place of the bf16 dy_in and pre (each at least 512·384 floats' bytes).
   const lattice::GemmShape f32{1, 512, 256, 384, false, false, 1.0f, false};
@@ -2015,24 +1986,22 @@ void check_fp16() {
 // values uniform in [-2, 2). Neither zeros nor one constant, which can run faster than real data (a
 // bf16 GEMM on zeros ran 13% faster than on random data on an H200 of this workplace); a hash, not the
 // normal draws, so a gigabyte of inputs costs the host a second, not a minute.
-void* noise_on_device(size_t n, size_t bytes, uint64_t seed) {
-  std::vector<unsigned char> host(std::max<size_t>(1, n * bytes));
-  const auto mix = [](uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
+std::vector<unsigned char> noise_bytes(size_t n, size_t bytes, uint64_t seed) {
+  std::vector<unsigned char> host(n * bytes);
   for (size_t i = 0; i < n; ++i) {
-    const uint64_t r = mix(seed * 0x100000001b3ull + i);
+    const uint64_t r = lattice::cuda::splitmix64_final(seed * 0x100000001b3ull + i + 0x9e3779b97f4a7c15ull);
     const float u = float(r >> 40) * (4.0f / 16777216.0f) - 2.0f;  // 24 bits: exact in a float
     if (bytes == 4) std::memcpy(&host[4 * i], &u, 4);
     else if (bytes == 2) { const uint16_t h = lattice::to_bf16(u); std::memcpy(&host[2 * i], &h, 2); }
     else host[i] = static_cast<unsigned char>(r);
   }
+  return host;
+}
+void* noise_on_device(size_t n, size_t bytes, uint64_t seed) {
+  const std::vector<unsigned char> host = noise_bytes(n, bytes, seed);
   void* p = nullptr;
-  cuda_ok(cudaMalloc(&p, host.size()), "cudaMalloc");
-  cuda_ok(cudaMemcpy(p, host.data(), n * bytes, cudaMemcpyHostToDevice), "upload");
+  cuda_ok(cudaMalloc(&p, std::max<size_t>(1, host.size())), "cudaMalloc");
+  cuda_ok(cudaMemcpy(p, host.data(), host.size(), cudaMemcpyHostToDevice), "upload");
   return p;
 }
 // LATTICE_CHECK_PROFILE=all, or some of gemm,ce,passes,flash,tc (on a GPU): no checks, and each timed

@@ -318,18 +318,13 @@ __global__ void scale_kernel(float* g, int64_t n, float factor) {
 }
 
 // ---- bits_fingerprint ----
-__host__ __device__ inline uint64_t splitmix_final(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 constexpr int kFingerprintBlocks = 256;  // partial sums: two words a block, summed on the host
 __global__ void bits_fingerprint_kernel(uint64_t* partial, const uint32_t* words, const uint32_t* against, int64_t n) {
   __shared__ uint64_t hs[kBlock], nz[kBlock];
   uint64_t h = 0, count = 0;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const uint32_t w = words[i];
-    h += splitmix_final(splitmix_final(uint64_t(i)) ^ w);
+    h += bits_fingerprint_term(uint64_t(i), w);
     count += w != (against ? against[i] : 0u);
   }
   hs[threadIdx.x] = h, nz[threadIdx.x] = count;
@@ -650,7 +645,7 @@ BitsFingerprint bits_fingerprint(const void* data, size_t bytes, Workspace ws, c
   BitsFingerprint f;
   for (int b = 0; b < kFingerprintBlocks; ++b) f.hash += host[2 * b], f.moved_words += host[2 * b + 1];
   if (bytes % 4 != 0) {
-    f.hash += splitmix_final(splitmix_final(uint64_t(words)) ^ tail);
+    f.hash += bits_fingerprint_term(uint64_t(words), tail);
     f.moved_words += tail != tail_against;
   }
   return f;

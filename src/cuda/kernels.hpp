@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "core/config.hpp"
+#include "core/host_device.hpp"
 #include "kernels/dropout.hpp"
 #include "kernels/optimizer_kernels.hpp"
 #include "random/philox.hpp"
@@ -163,6 +164,15 @@ void grad_sums_squares(double* sums, const GradPiece* pieces, size_t count, Work
 // different words give different terms); moved_words counts the words that differ from `against`'s
 // (the same bytes of another buffer, 4-byte aligned too; null: from 0). Integer sums: the same result
 // in any order. Synchronizes the stream (the sums come back to the host).
+LATTICE_HOST_DEVICE inline uint64_t splitmix64_final(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+// Word i's term of the hash (the kernel's, the host's tail, lattice_cuda_check's reference).
+LATTICE_HOST_DEVICE inline uint64_t bits_fingerprint_term(uint64_t i, uint32_t w) {
+  return splitmix64_final(splitmix64_final(i) ^ w);
+}
 struct BitsFingerprint {
   uint64_t hash = 0, moved_words = 0;
   bool operator==(const BitsFingerprint& o) const { return hash == o.hash && moved_words == o.moved_words; }
