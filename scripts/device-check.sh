@@ -415,6 +415,43 @@ print(f\"speed pytorch {r['mode']} {r['attention']} attention{sys.argv[2]}: medi
   else record "  speed pytorch ${mode/:/ } attention$suffix: did not run ($(tail -n 1 "speed_torch_$tag.err"))"; fi
 }
 
+# The planner beside the engine on this card (docs/plan.md, "Calibration of the presets"): `lattice
+# plan` with the card's preset (no GPU needed: it is arithmetic) for the speed runs' model at micro-batch
+# B, unfused and fused, against the median step of both rounds and the first round's accounted peak.
+plan_preset() {
+  local name; name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  case "$name" in *H200*) echo H200 ;; *H100*PCIe*) ;; *H100*) echo H100-80GB ;; *A100*80GB*) echo A100-80GB ;; esac
+}
+speed_plan_lines() {
+  local b=$1 preset attn; preset=${DEVICE_CHECK_PLAN_PRESET:-$(plan_preset)}
+  if [ -z "$preset" ]; then record "  speed plan: no preset for this card (H200, H100-80GB, A100-80GB)"; return; fi
+  for attn in unfused fused; do
+    "$LATTICE_BIN" plan --hardware "$preset" --layers 12 --hidden 768 --heads 12 --seq-len 1024 --vocab 50304 \
+      --dropout 0 --activation-dtype bf16 --micro-batch "$b" --global-batch "$b" --attention "$attn" --json \
+      >"speed_plan_$attn.json" 2>"speed_plan_$attn.err" ||
+      { fail "  speed plan $attn: FAIL: $(tail -n 1 "speed_plan_$attn.err")"; continue; }
+    "$PY" - "speed_plan_$attn.json" "$attn" "$preset" speed_lattice_"$attn"_[0-9]*.jsonl <<'PY' | while IFS= read -r l; do record "  $l"; done
+import json, statistics, sys
+plan = json.load(open(sys.argv[1]))
+t, peak = [], None
+for f in sys.argv[4:]:  # each run past its two warm-up steps, as speed_lattice_line
+    events = [json.loads(x) for x in open(f) if x.startswith("{")]
+    t += [e["step_s"] for e in events if e.get("event") == "step"][2:]
+    for e in events:
+        if e.get("event") == "summary" and peak is None:
+            peak = e["memory"]["ranks"][0]["accounted_peak_bytes"]
+pt, pm = plan["predicted_iteration_s"], plan["memory_by_stage"][0]["accounted_peak_bytes"]
+if not t:
+    print(f"speed plan {sys.argv[2]}: predicted {pt*1e3:.1f} ms a step ({sys.argv[3]} preset); no measured step"); sys.exit()
+m = statistics.median(t)
+mem = (f"accounted peak predicted {pm/1e9:.2f} GB, measured {peak/1e9:.2f} GB ({100*(peak/pm-1):+.1f}%)"
+       if peak else f"accounted peak predicted {pm/1e9:.2f} GB, no summary measured")
+print(f"speed plan {sys.argv[2]}: predicted {pt*1e3:.1f} ms a step ({sys.argv[3]} preset), measured {m*1e3:.1f} "
+      f"ms, {m/pt:.2f}× the prediction; {mem}")
+PY
+  done
+}
+
 phase_speed() {
   need_trainer speed || return
   if [ ! -f "$DEBS/gpt2-data/train.bin" ]; then fail "phase speed: FAIL (no .device-debs/gpt2-data: scripts/device-bundle.sh prepares it)"; return; fi
@@ -475,6 +512,7 @@ phase_speed() {
       speed_torch_run eager:sdpa "$big" "$peak" "big_$round" " (micro-batch $big)"
     done
   fi
+  speed_plan_lines "$b"
   # Where the time goes: every operation timed to its end (serialised, so its sum can exceed a step).
   for attn in unfused fused; do
     timeout 300 "$LATTICE_BIN" train "${flags[@]}" --device "$GPU" --micro-batch $b --global-batch $b --steps 6 --profile-ops \

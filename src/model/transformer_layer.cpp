@@ -149,39 +149,40 @@ void layer_forward(float* x, LayerKept& kept, bool keep_s2, const LayerWeights& 
   // The fused attention reading the token rows reads Q, K, V there too: the QKV rows are kept as the
   // GEMM writes them, in bf16 (FlashOperands::qkv_rows); otherwise Q, K, V are kept split into heads.
   const bool qkv_rows = fused_context_in_rows(c);
-  if (!qkv_rows)
-    kept.q = Stored(N * hl, dt, l, "q"), kept.k = Stored(N * hl, dt, l, "k"), kept.v = Stored(N * hl, dt, l, "v");
   if (qkv_rows) {
     // big2: the fp32 room of an implementation that needs one.
     kept.qkv = Stored(N * 3 * hl, dt, l, "qkv");
     dev::linear_forward_bf16(bf16_of(kept.qkv), qkv_x, w.qkv, w.qkv_b, N, h, 3 * hl, ws.big2.data());
-  } else if (!c.cp.ulysses() && direct_bf16(kept.q) && direct_bf16(kept.k) && direct_bf16(kept.v)) {
-    // The GEMM writes the rows in bf16 (in big1's room; big2 the fp32 room of an implementation that
-    // needs one) and the split copies them: the bits of the fp32 rows split and narrowed.
-    uint16_t* rows16 = reinterpret_cast<uint16_t*>(ws.big1.data());
-    dev::linear_forward_bf16(rows16, qkv_x, w.qkv, w.qkv_b, N, h, 3 * hl, ws.big2.data());
-    dev::split_heads16(bf16_of(kept.q), bf16_of(kept.k), bf16_of(kept.v), rows16, head_shape(c));
   } else {
-    if (dt == DType::bf16) {
-      linear_forward_widened(ws.big1.data(), reinterpret_cast<uint16_t*>(ws.big2.data()), qkv_x, w.qkv, w.qkv_b, N,
-                             h, 3 * hl);
+    kept.q = Stored(N * hl, dt, l, "q"), kept.k = Stored(N * hl, dt, l, "k"), kept.v = Stored(N * hl, dt, l, "v");
+    if (!c.cp.ulysses() && direct_bf16(kept.q) && direct_bf16(kept.k) && direct_bf16(kept.v)) {
+      // The GEMM writes the rows in bf16 (in big1's room; big2 the fp32 room of an implementation that
+      // needs one) and the split copies them: the bits of the fp32 rows split and narrowed.
+      uint16_t* rows16 = reinterpret_cast<uint16_t*>(ws.big1.data());
+      dev::linear_forward_bf16(rows16, qkv_x, w.qkv, w.qkv_b, N, h, 3 * hl, ws.big2.data());
+      dev::split_heads16(bf16_of(kept.q), bf16_of(kept.k), bf16_of(kept.v), rows16, head_shape(c));
     } else {
-      dev::linear_forward(ws.big1.data(), qkv_x, w.qkv, w.qkv_b, N, h, 3 * hl);
+      if (dt == DType::bf16) {
+        linear_forward_widened(ws.big1.data(), reinterpret_cast<uint16_t*>(ws.big2.data()), qkv_x, w.qkv, w.qkv_b, N,
+                               h, 3 * hl);
+      } else {
+        dev::linear_forward(ws.big1.data(), qkv_x, w.qkv, w.qkv_b, N, h, 3 * hl);
+      }
+      float *q = staging(kept.q, ws.q.data()), *k = staging(kept.k, ws.k.data()), *v = staging(kept.v, ws.v.data());
+      if (c.cp.ulysses()) {
+        // Ulysses: this rank's positions of its heads → a/c heads at every position (kept so: backward
+        // and selective recompute read them there). dq, dk, dv are free until backward.
+        split_heads(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.big1.data(), c);
+        parallel::sequence_to_heads(c.cp, ws.dq.data(), q, head_blocks(c));
+        parallel::sequence_to_heads(c.cp, ws.dk.data(), k, head_blocks(c));
+        parallel::sequence_to_heads(c.cp, ws.dv.data(), v, head_blocks(c));
+      } else {
+        split_heads(q, k, v, ws.big1.data(), c);
+      }
+      kept.q.store(q), kept.k.store(k), kept.v.store(v);
     }
-    float *q = staging(kept.q, ws.q.data()), *k = staging(kept.k, ws.k.data()), *v = staging(kept.v, ws.v.data());
-    if (c.cp.ulysses()) {
-      // Ulysses: this rank's positions of its heads → a/c heads at every position (kept so: backward
-      // and selective recompute read them there). dq, dk, dv are free until backward.
-      split_heads(ws.dq.data(), ws.dk.data(), ws.dv.data(), ws.big1.data(), c);
-      parallel::sequence_to_heads(c.cp, ws.dq.data(), q, head_blocks(c));
-      parallel::sequence_to_heads(c.cp, ws.dk.data(), k, head_blocks(c));
-      parallel::sequence_to_heads(c.cp, ws.dv.data(), v, head_blocks(c));
-    } else {
-      split_heads(q, k, v, ws.big1.data(), c);
-    }
-    kept.q.store(q), kept.k.store(k), kept.v.store(v);
   }
-  if (fused_context_in_rows(c)) {  // the attention writes the projection's input itself
+  if (qkv_rows) {  // the attention writes the projection's input itself
     kept.proj_in = Stored(N * hl, dt, l, "proj_input");
     attention_fused_forward_rows(kept, c, ws);
   } else {

@@ -20,14 +20,20 @@ cmd=$1; shift
 if [ "$cmd" = prepare ]; then
   while [ $# -gt 0 ]; do [ "$1" = --out ] && { mkdir -p "$2"; touch "$2/train.bin"; }; shift; done; exit 0
 fi
-mb=0 steps=0 prof=0
-while [ $# -gt 0 ]; do case $1 in --micro-batch) mb=$2 ;; --steps) steps=$2 ;; --profile-ops) prof=1 ;; esac; shift; done
+mb=0 steps=0 prof=0 attn=unfused
+while [ $# -gt 0 ]; do case $1 in --micro-batch) mb=$2 ;; --steps) steps=$2 ;; --profile-ops) prof=1 ;; --attention) attn=$2 ;; esac; shift; done
+if [ "$cmd" = plan ]; then  # the planner: 60 ms unfused, 50 fused, a 20 GB accounted peak
+  echo "{\"predicted_iteration_s\":0.0$([ "$attn" = fused ] && echo 5 || echo 6),\"memory_by_stage\":[{\"accounted_peak_bytes\":20000000000}]}"; exit 0
+fi
 [ "$mb" -le 64 ] || { echo "lattice train: error: out of memory (stand-in)" >&2; exit 1; }
 [ "${LATTICE_CUDA_GEMM_TUNE:-}" != report ] || echo "cuBLASLt tuner: bf16 NN 1x2x3x4: algorithm 2 of 3 offered (2 with the first's bits), 0.200 -> 0.100 ms" >&2
+# A step: 70 ms unfused, 80 fused, 10 more without the epilogues (the plan lines must not mix the rows).
+t=$([ "$attn" = fused ] && echo 8 || echo 7); [ "${LATTICE_CUDA_GEMM_EPILOGUES:-}" != 0 ] || t=$((t + 1))
 for i in $(seq 1 "$steps"); do
-  echo "{\"event\":\"step\",\"step_s\":0.08,\"mfu\":0.36,\"env\":\"tune=${LATTICE_CUDA_GEMM_TUNE:-} epi=${LATTICE_CUDA_GEMM_EPILOGUES:-} dense=${LATTICE_CUDA_ATTENTION_DENSE:-}\"}"
+  echo "{\"event\":\"step\",\"step_s\":0.0$t,\"mfu\":0.36,\"env\":\"tune=${LATTICE_CUDA_GEMM_TUNE:-} epi=${LATTICE_CUDA_GEMM_EPILOGUES:-} dense=${LATTICE_CUDA_ATTENTION_DENSE:-}\"}"
 done
-[ "$prof" = 0 ] || echo "{\"event\":\"summary\",\"steps\":$steps,\"op_profile\":[{\"op\":\"gemm\",\"calls\":1,\"seconds\":0.1}]}"
+if [ "$prof" = 0 ]; then echo '{"event":"summary","memory":{"ranks":[{"accounted_peak_bytes":21000000000}]}}'
+else echo "{\"event\":\"summary\",\"steps\":$steps,\"op_profile\":[{\"op\":\"gemm\",\"calls\":1,\"seconds\":0.1}]}"; fi
 SH
 # Python: the PyTorch peer refuses micro-batches past 32 here (so 64 runs in lattice only); anything
 # else is the real interpreter.
@@ -51,6 +57,7 @@ run() {  # run OUTDIR PHASES...: the script with the stand-ins, its results in O
   rm -rf "$out" && mkdir -p "$out"
   OUT=$PWD/$out DEVICE_WORK=$PWD/work DEVICE_BUILD_DIR=$PWD/kbin DEVICE_FULL_BUILD_DIR=$PWD/full DEVICE_DEBS=$PWD/debs \
     PYTHON=$PWD/python DEVICE_CHECK_SPEED_ROUNDS=1 DEVICE_CHECK_SPEED_PEERS=eager:sdpa \
+    DEVICE_CHECK_PLAN_PRESET=${DEVICE_CHECK_PLAN_PRESET-H200} \
     bash "$ROOT/scripts/device-check.sh" "$@" > "$out/stdout" 2>&1
 }
 ok_line='kernel x fwd max_abs_diff=0 rel=0 tol=0 ok'
@@ -74,7 +81,11 @@ check "a check stopped in the tuner: where it stopped" grep -q "stopped in its s
 check "every speed run trains without the tuner" \
   test "$(cat work/speed_lattice_*.jsonl | grep -c 'tune=0 ')" -eq "$(cat work/speed_lattice_*.jsonl | grep -c '"step"')"
 check "the fused_noepi row still drops the epilogues" grep -q 'tune=0 epi=0' work/speed_lattice_fused_noepi_1.jsonl
-check "the speed lines" test "$(grep -c '^  speed lattice .* attention: median step 80.0 ms' r2/device-check-results.txt)" -eq 4
+check "the speed lines" test "$(grep -c '^  speed lattice fused.* attention: median step 80.0 ms' r2/device-check-results.txt)" -eq 2
+check "the plan's lines: the unfused rows" \
+  grep -q '^  speed plan unfused: predicted 60.0 ms a step (H200 preset), measured 70.0 ms, 1.17× the prediction; accounted peak predicted 20.00 GB, measured 21.00 GB (+5.0%)$' r2/device-check-results.txt
+check "the plan's lines: the fused rows alone (not fused_noepi's 90 ms)" \
+  grep -q '^  speed plan fused: predicted 50.0 ms a step (H200 preset), measured 80.0 ms, 1.60× ' r2/device-check-results.txt
 check "64 runs in lattice, not in PyTorch: said, and no rows at 64" \
   grep -q 'speed: micro-batch 64 runs in lattice, not in PyTorch (torch.OutOfMemoryError' r2/device-check-results.txt
 check "no rows at 64" test "$(grep -c '(micro-batch 64)' r2/device-check-results.txt)" -eq 0
@@ -86,7 +97,7 @@ echo 'kernel gemm bf16 GELU_AUX_BIAS act16 [bf16] fwd max_abs_diff=1 rel=1 tol=0
 echo 'lattice_cuda_check: section flash'
 echo 'kernel tc rows fwd, 64-row query tiles, 96 registers [bits] fwd max_abs_diff=1 rel=1 tol=0 FAIL'
 echo 'lattice_cuda_check: 2 FAIL'; exit 1"
-PEER_MAX=64 DEVICE_CHECK_SPEED_LARGEST="128 64" run r3 kernels speed
+PEER_MAX=64 DEVICE_CHECK_SPEED_LARGEST="128 64" DEVICE_CHECK_PLAN_PRESET= run r3 kernels speed
 check "failing lines: the epilogues' fallback" grep -q "fallback: the GEMM epilogues' lines failed" r3/device-check-results.txt
 check "failing lines: the dense forms' fallback" grep -q "fallback: the attention's dense forms' lines failed" r3/device-check-results.txt
 check "failing lines: not the tuner's" test "$(grep -c "fallback: the GEMM tuner" r3/device-check-results.txt)" -eq 0
@@ -95,6 +106,7 @@ check "the fused row trains with the tuner reporting, without epilogues and dens
   grep -q 'tune=report epi=0 dense=0' work/speed_lattice_fused_1.jsonl
 check "128 refused by lattice, said" grep -q 'speed: micro-batch 128 does not run in lattice' r3/device-check-results.txt
 check "64 taken" grep -q 'speed: micro-batch 64, the largest of 128 64 at which both ran' r3/device-check-results.txt
+check "a card with no preset: said" grep -q '^  speed plan: no preset for this card' r3/device-check-results.txt
 check "two rounds at 64, lattice and PyTorch" test "$(grep -c ' attention (micro-batch 64): median step' r3/device-check-results.txt)" -eq 4
 
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
