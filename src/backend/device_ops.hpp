@@ -57,7 +57,7 @@ struct DeviceOps {
   void (*linear_backward_input_bf16)(uint16_t*, GemmOperand, GemmOperand, int64_t, int64_t, int64_t, float* room);
   void (*linear_backward_weight)(float*, GemmOperand, GemmOperand, int64_t, int64_t, int64_t);
   // A linear and the pass after it in one call, where a device's GEMM does the pass in its epilogue
-  // (cuBLASLt's, docs/gpu.md "The GEMMs' epilogues"); otherwise, and on the CPU, the two calls, whose
+  // (cuBLASLt's, docs/gpu-kernels.md "The GEMMs' epilogues"); otherwise, and on the CPU, the two calls, whose
   // bits these are. An epilogue rounds once where the two calls round twice, so a device's fused
   // values are within one rounding of the two calls' (fp32 or bf16), not their bits.
   // x += y·W + bias (x fp32 [N, out], the residual stream): linear_forward into `room` (fp32 N·out),

@@ -1,5 +1,5 @@
 #pragma once
-// Communication of device buffers through the host (docs/gpu.md, "Several ranks on one GPU"): MPI
+// Communication of device buffers through the host (docs/gpu.md, "What runs on a device"): MPI
 // reads and writes host memory, so a span that lies in the run's device memory (tensor/
 // device_memory.hpp, a device the host cannot address) is copied to a host buffer before an
 // operation that reads it and back after one that writes it. The Communicator stages every span it

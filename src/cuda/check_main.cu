@@ -10,7 +10,7 @@
 // exactly. After the checks, "timing" lines (not pass/fail) give the bf16 GEMMs at GPT-2 124M's shapes,
 // the cross-entropy's forward, a layer's memory-bound passes (GB/s) and the fused attention at b 8,
 // a 12, s 1024, dh 64. Exit status 1 on any FAIL, 2 when no GPU is
-// usable. Issue 33; docs/gpu.md. Usage: lattice_cuda_check [seed]
+// usable. docs/gpu-kernels.md. Usage: lattice_cuda_check [seed]
 // One file past the usual length on purpose: one program, its checks in cuda/kernels.hpp's order, each a
 // few lines of setup around the same compare helpers.
 #include <cuda_runtime.h>

@@ -24,7 +24,7 @@
 // alpha != 1 with a bias is refused: oneDNN 2.x (the CPU's GEMM) scales the bias with the product
 // and cuBLASLt does not, and no caller asks for it (the attention's scaled GEMMs have no bias).
 //
-// Built only with -DLATTICE_CUDA=ON. Compiled on machines without a GPU; see docs/gpu.md for what has
+// Built only with -DLATTICE_CUDA=ON. Compiled on machines without a GPU; see docs/gpu-runs.md for what has
 // run on one.
 #include <cuda_runtime_api.h>
 
@@ -78,7 +78,7 @@ class GemmContext {
   // caller then multiplies into fp32 and narrows, the sequence this replaces.
   bool gemm_bf16_out(const GemmShape& shape, GemmOperand a, GemmOperand b, uint16_t* c,
                      const uint16_t* bias16 = nullptr, cudaStream_t stream = nullptr);
-  // The GeLU in the epilogue (cuBLASLt's GELU_AUX_BIAS, its tanh form: docs/gpu.md), alpha 1, no
+  // The GeLU in the epilogue (cuBLASLt's GELU_AUX_BIAS, its tanh form: docs/gpu-kernels.md), alpha 1, no
   // accumulation: pre16 = bf16(op(A)·op(B) + bias16), the GeLU's kept input, and act16 =
   // bf16(gelu(op(A)·op(B) + bias16)) (bias16 may be null): the GeLU of the fp32 sum, where gemm_bf16_out and
   // gelu_forward16 take it of pre16 (one bf16 rounding apart). Returns false, writing nothing, where

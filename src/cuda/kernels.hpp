@@ -5,9 +5,9 @@
 // order, so a run repeats itself bit for bit. Where a CPU kernel adds in a fixed sequential order
 // (embedding backward, per element) the device adds in that order too; where the CPU reduces in
 // vector lanes (LayerNorm's row sums, softmax) the device reduces in its own fixed tree, within
-// rounding of the CPU (docs/gpu.md: what lattice_cuda_check compares, and the tolerances).
+// rounding of the CPU (docs/gpu-kernels.md: what lattice_cuda_check compares, and the tolerances).
 //
-// Built only with -DLATTICE_CUDA=ON. docs/gpu.md says which of these have run on a GPU (issue 33); the
+// Built only with -DLATTICE_CUDA=ON. docs/gpu-runs.md says which of these have run on a GPU; the
 // GEMMs are in cuda/gemm.hpp, the fused attention in cuda/flash_attention.hpp.
 #include <cuda_runtime_api.h>
 
