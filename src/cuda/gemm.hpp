@@ -96,8 +96,9 @@ class GemmContext {
   // cuBLASLt's heuristic ranks its algorithms by an estimate, and its first is not always the fastest
   // at a shape (on the H200, run 7: the LM head's forward at 577 TFLOP/s where its input gradient ran
   // at 776). With the tuner on (the default; LATTICE_CUDA_GEMM_TUNE=0 or set_tuning(false) turns it
-  // off), a key's first call asks the heuristic for up to kTuneCandidates algorithms and runs each once
-  // on the call's own operands; those whose output (D, and the GeLU's input matrix where the epilogue
+  // off), a key's first call asks the heuristic for up to kTuneCandidates algorithms (those that split K
+  // into as many parts as its first and sum them by its reduction scheme) and runs each once on the
+  // call's own operands; those whose output (D, and the GeLU's input matrix where the epilogue
   // writes it) has the first one's bits, by bits_fingerprint, are timed in three interleaved rounds and
   // the fastest is kept (a tie: the earlier). So a tuned GEMM gives the heuristic's first algorithm's
   // bits: parity, repeats and resumes are as without the tuner; only the time moves. An accumulating
@@ -105,7 +106,8 @@ class GemmContext {
   // itself. The first algorithm is kept, untimed, for a call that finds no memory for C's copy, whose
   // output overlaps an operand or is not 4-byte aligned, or that meets a CUDA error; a call whose output
   // is mostly zero words (where any order of the sums would give its bits) keeps it for now and is
-  // tuned on a later call (three tries); so is an accumulating call whose D keeps most of C's words.
+  // tuned on a later call (three tries); so is an accumulating call whose D keeps most of C's words. A
+  // bf16 D of fewer than 2^21 values keeps the first: its bits show another order of sums too rarely.
   // Without the tuner a key takes the heuristic's one best (asked for alone, as before the tuner); the
   // tuner's candidates are that one, then its ranking of eight.
   static constexpr int kTuneCandidates = 8;
