@@ -1,3 +1,6 @@
+// The CUDA device's table of operations (backend/cuda_device.hpp). Past the usual length on purpose:
+// one short function for each of the seam's operations, so that the one place that chooses a kernel,
+// a workspace and a copy for each operation on this device stays one place.
 #include "backend/cuda_device.hpp"
 
 #include <cuda_runtime_api.h>

@@ -3,7 +3,8 @@
 // kernels the model and the tensor-parallel pieces call, and the copies between their buffers. A run
 // picks its device once (select_device, from --device); the model calls dev::name(...), one text for
 // every device, and the chosen device's table of operations answers. The table has one entry per op:
-// the CPU's fills it from src/kernels, the CUDA one (with -DLATTICE_CUDA=ON) will from src/cuda.
+// the CPU's fills it from src/kernels, the CUDA one (with -DLATTICE_CUDA=ON) from src/cuda. Past the
+// usual length on purpose: the table and its one-line callers are one list, op by op.
 #include <cstddef>
 #include <cstdint>
 #include <string>

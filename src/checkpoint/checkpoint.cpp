@@ -1,3 +1,5 @@
+// Writing and reading a checkpoint directory (checkpoint/checkpoint.hpp). Past the usual length on
+// purpose: the save and the load of each part sit together, so their names and layouts cannot drift.
 #include "checkpoint/checkpoint.hpp"
 #include "tensor/device_memory.hpp"
 

@@ -1,3 +1,5 @@
+// `lattice launch`'s decisions (cli/launch_supervisor.hpp). Slightly past the usual length: every
+// decision the header lists is here, and the unit tests drive each with fakes.
 #include "cli/launch_supervisor.hpp"
 
 #include <algorithm>

@@ -4,7 +4,8 @@
 // q = t % 4; the quarter owns the 16 consecutive tile columns q·16 .. q·16 + 15 of the score tile and
 // the head-dimension columns q, q + 4, q + 8, ... of the outputs. The four threads of a row are
 // adjacent lanes of one warp, so a row's max and sum are two xor-shuffles, and a row written to shared
-// memory by them is read back after a __syncwarp.
+// memory by them is read back after a __syncwarp. Past the usual length on purpose: the forward and
+// the two backward kernels share this thread layout and their tiles' shared-memory plan.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>

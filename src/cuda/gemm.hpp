@@ -81,7 +81,9 @@ class GemmContext {
   // The GeLU in the epilogue (cuBLASLt's GELU_AUX_BIAS, its tanh form: docs/gpu-kernels.md), alpha 1, no
   // accumulation: pre16 = bf16(op(A)·op(B) + bias16), the GeLU's kept input, and act16 =
   // bf16(gelu(op(A)·op(B) + bias16)) (bias16 may be null): the GeLU of the fp32 sum, where gemm_bf16_out and
-  // gelu_forward16 take it of pre16 (one bf16 rounding apart). Returns false, writing nothing, where
+  // gelu_forward16 take it of pre16 (one bf16 rounding apart; an algorithm whose epilogue runs as a
+  // kernel of its own may take it of pre16 too: either is within the bf16 bound the check holds it to,
+  // and the tuner keeps only algorithms with the first's bits). Returns false, writing nothing, where
   // cuBLASLt offers no algorithm (batch 1 only; the row length a multiple of 8, the aux matrix's rule).
   bool gemm_bf16_gelu(const GemmShape& shape, GemmOperand a, GemmOperand b, uint16_t* act16, uint16_t* pre16,
                       const uint16_t* bias16, cudaStream_t stream = nullptr);

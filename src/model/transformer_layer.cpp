@@ -1,3 +1,6 @@
+// One pre-LN layer's forward and backward (model/transformer_layer.hpp). Past the usual length on
+// purpose: the forward, the backward and its input and weight halves must keep and release the same
+// kept tensors in the same order (docs/design.md §3), which reads best in one file.
 #include "model/transformer_layer.hpp"
 
 #include <cstring>

@@ -1,3 +1,5 @@
+// `lattice bench`'s measurements (plan/measure.hpp). Slightly past the usual length: the rates it
+// measures sit beside the saved results that carry them to `lattice plan`, so the two cannot drift.
 #include "plan/measure.hpp"
 
 #include <omp.h>
