@@ -4,9 +4,12 @@
 // hosts that still answer, asks the planner for the fastest layout on their slots and starts the
 // job again from the last promoted checkpoint. The decisions are in launch_supervisor.*; this file
 // holds the processes: mpirun, the probes, the signals.
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,6 +34,7 @@
 #include "core/error.hpp"
 #include "core/input_file.hpp"
 #include "core/memory_limit.hpp"
+#include "core/output_path.hpp"
 #include "data/tokenizer_files.hpp"
 
 namespace lattice::cli {
@@ -66,17 +70,21 @@ std::vector<std::string> words_of(const std::string& text) {
   return out;
 }
 
-// fork + exec of argv with stdin from /dev/null; the child leads its own process group. stdout and
-// stderr go to `out_fd`/`err_fd` (-1: /dev/null). Returns the child's pid, or -1.
+// fork + exec of argv with stdin from /dev/null; the child leads its own session (so its own process
+// group too): mpirun's ranks lead process groups of their own but stay in its session, which is how
+// end_session finds what is left of a job. The child gets SIGTERM if the launcher dies, however it
+// dies (mpirun then ends its ranks), so no job outlives its supervisor. stdout and stderr go to
+// `out_fd`/`err_fd` (-1: /dev/null). Returns the child's pid, or -1.
 pid_t spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
+  const pid_t parent = getpid();
   const pid_t pid = fork();
-  if (pid != 0) {
-    if (pid > 0) setpgid(pid, pid);
-    return pid;
-  }
-  setpgid(0, 0);
+  if (pid != 0) return pid;
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent) _exit(1);  // the launcher died before the line above
+  setsid();
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
+  signal(SIGHUP, SIG_DFL);
   signal(SIGPIPE, SIG_DFL);
   const int null_fd = open("/dev/null", O_RDWR);
   dup2(null_fd, 0);
@@ -96,21 +104,66 @@ int exit_status_of(int status) {
   return 1;
 }
 
-// Waits up to `seconds` for `pid`; returns its status, or nullopt (still running).
-std::optional<int> wait_for(pid_t pid, double seconds) {
+// Waits up to `seconds` for `pid`; returns its status, or nullopt (still running, or the launcher
+// interrupted while `interruptible`).
+std::optional<int> wait_for(pid_t pid, double seconds, bool interruptible = false) {
   const double until = now_s() + seconds;
   for (;;) {
     int status = 0;
     const pid_t r = waitpid(pid, &status, WNOHANG);
     if (r == pid) return exit_status_of(status);
     if (r < 0 && errno != EINTR) return 1;
-    if (now_s() >= until) return std::nullopt;
+    if (now_s() >= until || (interruptible && g_signal != 0)) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// Whether `pid` has ended, without reaping it: while it is a zombie its pid (and so its session's id)
+// cannot be taken by another process.
+bool has_ended(pid_t pid) {
+  siginfo_t info{};
+  return waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid;
+}
+
+// The live processes of session `sid` but its leader, from /proc (field 6 of /proc/PID/stat, read
+// after the command's closing parenthesis, which may itself hold spaces or parentheses).
+std::vector<pid_t> session_members(pid_t sid) {
+  std::vector<pid_t> out;
+  DIR* dir = opendir("/proc");
+  if (!dir) return out;
+  while (const dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0' || pid == sid) continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state;
+    long ppid = 0, pgrp = 0, session = 0;
+    if (!(rest >> state >> ppid >> pgrp >> session)) continue;
+    if (session == sid && state != "Z") out.push_back(pid_t(pid));
+  }
+  closedir(dir);
+  return out;
+}
+
+// Ends what is left of a job whose mpirun (the session's leader, ended, not yet reaped) is gone: its
+// ranks on this machine, stopped or running, which would otherwise train on and hold the checkpoint's
+// lock against the relaunch. Ranks on other hosts end with their daemon, when mpirun's link to it goes.
+void end_session(pid_t sid) {
+  for (int round = 0; round < 250; ++round) {  // 5 s
+    const std::vector<pid_t> left = session_members(sid);
+    if (left.empty()) return;
+    for (const pid_t p : left) kill(p, SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 
 struct LaunchFlags {
   std::string hostfile, mpirun = "mpirun", hardware = "cpu";
+  std::string save;  // train's --save, whose lock a relaunch waits for
   std::vector<std::string> mpi_args;
   int min_ranks = 1, max_restarts = 3;
   double no_progress_timeout = 600, probe_timeout = 10;
@@ -126,6 +179,7 @@ class MpirunLauncher final : public launch::Launcher {
     restart_at_ = now_s();
     failed_progress_at_ = last_progress_before;
     awaiting_first_step_ = true;
+    relaunching_ = true;
   }
   double last_progress() const { return last_progress_; }
 
@@ -156,8 +210,12 @@ class MpirunLauncher final : public launch::Launcher {
     argv.push_back("train");
     argv.insert(argv.end(), args.begin(), args.end());
 
+    if (relaunching_) wait_for_save_lock();
+    // Close-on-exec: mpirun must hold only its own ends (as stdout and stderr), or a job whose
+    // launcher died would hold its own pipe's reader and block on a full pipe forever.
     int out_pipe[2], err_pipe[2];
-    if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) throw std::runtime_error("cannot create pipes");
+    if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0)
+      throw std::runtime_error("cannot create pipes");
     const double started = now_s();
     const pid_t pid = spawn(argv, out_pipe[1], err_pipe[1]);
     close(out_pipe[1]);
@@ -172,7 +230,14 @@ class MpirunLauncher final : public launch::Launcher {
     const int fds[2] = {out_pipe[0], err_pipe[0]};
     std::optional<int> status;
     double reaped_at = 0, term_sent = 0;
-    auto line_seen = [&](int which, const std::string& line) {
+    auto line_seen = [&](int which, const std::string& line, bool whole = true) {
+      if (which == 0 && !whole) {
+        // The job's last stdout line, cut by its end (a rank killed mid-write): on stderr, said so,
+        // so that stdout stays whole lines (a --json stream stays JSON).
+        std::fprintf(stderr, "lattice launch: the job's output ended inside a line: %s\n", line.c_str());
+        std::fflush(stderr);
+        return;
+      }
       std::FILE* to = which == 0 ? stdout : stderr;
       std::fwrite(line.data(), 1, line.size(), to);
       std::fputc('\n', to);
@@ -194,7 +259,11 @@ class MpirunLauncher final : public launch::Launcher {
         }
       }
       if (const auto rank = launch::lost_rank_in_line(line)) job.ranks_reporting_lost.push_back(*rank);
-      if (const auto rank = launch::died_rank_in_line(line)) job.hosts_died.push_back(launch::host_of_rank(hosts, *rank));
+      if (const auto died = launch::died_rank_in_line(line)) {
+        job.hosts_died.push_back(launch::host_of_rank(hosts, died->rank));
+        if (launch::is_crash_signal(died->signal) && job.crash_signal == 0)
+          job.crash_signal = died->signal, job.crashed_rank = died->rank;
+      }
     };
     while (open_fd[0] || open_fd[1] || !status) {
       pollfd p[2];
@@ -215,7 +284,7 @@ class MpirunLauncher final : public launch::Launcher {
         if (got <= 0) {
           if (got < 0 && errno == EINTR) continue;
           open_fd[i] = false;
-          if (!pending[i].empty()) line_seen(i, pending[i]);
+          if (!pending[i].empty()) line_seen(i, pending[i], false);
           pending[i].clear();
           continue;
         }
@@ -226,12 +295,11 @@ class MpirunLauncher final : public launch::Launcher {
         }
       }
       const double now = now_s();
-      if (!status) {
-        status = wait_for(pid, 0);
-        if (status) {
-          reaped_at = now;
-          kill(-pid, SIGKILL);  // what of the job is left in its group (a stopped rank, a daemon)
-        }
+      if (!status && has_ended(pid)) {
+        end_session(pid);  // what of the job is left on this machine (a stopped rank, a daemon)
+        status = wait_for(pid, 5);
+        if (!status) status = 1;
+        reaped_at = now;
       }
       // Daemons of other hosts may hold the pipes after mpirun ended: 2 s for their last lines.
       if (status && now - reaped_at > 2) break;
@@ -254,6 +322,7 @@ class MpirunLauncher final : public launch::Launcher {
     unlink(hostfile);
     job.exit_status = *status;
     job.interrupted = g_signal != 0;
+    job.interrupt_signal = g_signal;
     job.seconds_since_progress = now_s() - last_progress_;
     return job;
   }
@@ -263,7 +332,26 @@ class MpirunLauncher final : public launch::Launcher {
   bool json_;
   std::string report_log_;
   double last_progress_ = 0, restart_at_ = 0, failed_progress_at_ = 0;
-  bool awaiting_first_step_ = false;
+  bool awaiting_first_step_ = false, relaunching_ = false;
+
+  // Before a relaunch: --save's lock free (docs/reliability.md), so that no rank of the job before,
+  // on another host or still ending here, is writing the checkpoint the relaunch resumes from. Waits
+  // up to 30 s; past that the relaunch runs, and train refuses in one line naming the holder.
+  void wait_for_save_lock() const {
+    if (flags_.save.empty()) return;
+    const double until = now_s() + 30;
+    for (bool said = false;; said = true) {
+      try {
+        DirLock probe(flags_.save, "--save");
+        return;  // free: let go at once (the relaunch takes it)
+      } catch (const InputError& e) {
+        const bool held = std::string(e.what()).find("being written by another lattice run") != std::string::npos;
+        if (!held || now_s() >= until || g_signal != 0) return;  // another cause: train will name it
+        if (!said) std::fprintf(stderr, "lattice launch: waiting for the job before to let go of it: %s\n", e.what());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
 };
 
 // localhost answers; another host answers when its remote agent (mpirun's plm_rsh_agent, else
@@ -278,13 +366,28 @@ bool host_answers(const Host& host, double timeout) {
   argv.insert(argv.end(), {host.name, "true"});
   const pid_t pid = spawn(argv, -1, -1);
   if (pid < 0) return false;
-  const std::optional<int> status = wait_for(pid, timeout);
+  const std::optional<int> status = wait_for(pid, timeout, /*interruptible=*/true);
   if (!status) {
     kill(-pid, SIGKILL);
     wait_for(pid, 5);
     return false;
   }
   return *status == 0;
+}
+
+// Whether `program` runs here: a path to an executable file, or a name found so on PATH.
+bool runnable(const std::string& program) {
+  if (program.empty()) return false;
+  const auto executable = [](const std::string& file) {
+    struct stat st {};
+    return ::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(file.c_str(), X_OK) == 0;
+  };
+  if (program.find('/') != std::string::npos) return executable(program);
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "");
+  for (std::string d; std::getline(dirs, d, ':');)
+    if (!d.empty() && executable(d + "/" + program)) return true;
+  return false;
 }
 
 // The promoted checkpoint's step: trainer.json in --save (nullopt when none was saved yet).
@@ -358,8 +461,13 @@ int run_launch(int argc, char** argv) {
   }
   require(f.min_ranks >= 1 && f.max_restarts >= 0 && f.no_progress_timeout >= 0 && f.probe_timeout > 0,
           "--min-ranks must be at least 1, --max-restarts and --no-progress-timeout at least 0, --probe-timeout above 0");
-  const std::vector<Host> hosts =
-      launch::parse_hostfile(read_regular_file(f.hostfile, "--hostfile", size_t(1) << 20), f.hostfile);
+  const std::vector<Host> hosts = launch::parse_hostfile(
+      read_regular_file(f.hostfile, "--hostfile", size_t(1) << 20), f.hostfile, this_hostname());
+  require(launch::total_slots(hosts) >= f.min_ranks,
+          "the hostfile's " + std::to_string(launch::total_slots(hosts)) + " slot(s) are fewer than --min-ranks " +
+              std::to_string(f.min_ranks));
+  require(runnable(f.mpirun), "--mpirun " + f.mpirun + " (or $MPIEXEC) is not a program this machine can run");
+  f.save = train.save;
   if (tapp.count("--vocab") == 0) model.vocab = data::load_tokenizer(train.data_dir).vocab();
   const LayoutConfig resolved = layout.resolve(model.layers);
   const int world = launch::total_slots(hosts);
@@ -376,7 +484,21 @@ int run_launch(int argc, char** argv) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
+
+  // Every host of the hostfile answers before the first job (as a restart asks): one that does not
+  // is named here, not left to mpirun's pages about an unreachable daemon.
+  std::vector<std::string> silent;
+  for (const Host& h : hosts)
+    if (!launch::is_local_host(h.name, this_hostname()) && !host_answers(h, f.probe_timeout)) silent.push_back(h.name);
+  if (g_signal != 0) return 128 + g_signal;
+  if (!silent.empty()) {
+    std::string names;
+    for (const std::string& n : silent) names += (names.empty() ? "" : ", ") + n;
+    fail("host(s) " + names + " of " + f.hostfile + " do not answer the remote agent within --probe-timeout " +
+         std::to_string(int(f.probe_timeout)) + " s");
+  }
 
   launch::Environment env;
   env.answers = [&](const Host& h) { return host_answers(h, f.probe_timeout); };
@@ -396,6 +518,7 @@ int run_launch(int argc, char** argv) {
     return launch::choose_layout(base, hw, ranks, slots_per_host);
   };
   env.now = now_s;
+  env.interrupted = [] { return int(g_signal); };
   env.say = [](const std::string& line) {
     std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -49,7 +50,7 @@ std::string seconds_text(double s) {
 
 }  // namespace
 
-std::vector<Host> parse_hostfile(const std::string& text, const std::string& path) {
+std::vector<Host> parse_hostfile(const std::string& text, const std::string& path, const std::string& this_hostname) {
   std::vector<Host> hosts;
   std::istringstream in(text);
   std::string line;
@@ -63,12 +64,15 @@ std::vector<Host> parse_hostfile(const std::string& text, const std::string& pat
     std::istringstream words(line);
     Host host;
     words >> host.name;
-    bool slots_given = false;
+    bool slots_given = false, max_given = false;
     for (std::string word; words >> word;) {
       const size_t eq = word.find('=');
       const std::string key = word.substr(0, eq), value = eq == std::string::npos ? "" : word.substr(eq + 1);
       if (key != "slots" && key != "max_slots" && key != "max-slots")
         throw InputError(where + "'" + word + "' is not slots=N or max_slots=N");
+      bool& given = key == "slots" ? slots_given : max_given;
+      if (given) throw InputError(where + key + " is given twice");  // mpirun would take one, silently
+      given = key != "slots";
       const auto n = whole(value, 1, 1 << 20);
       if (!n) throw InputError(where + key + " must be a whole number from 1 to 1048576 (got '" + value + "')");
       if (key == "slots") {
@@ -78,8 +82,12 @@ std::vector<Host> parse_hostfile(const std::string& text, const std::string& pat
         throw InputError(where + "max_slots " + value + " is below slots " + std::to_string(host.slots));
       }
     }
-    for (const Host& h : hosts)
+    for (const Host& h : hosts) {
       if (h.name == host.name) throw InputError(where + "host '" + host.name + "' is listed twice");
+      if (is_local_host(h.name, this_hostname) && is_local_host(host.name, this_hostname))
+        throw InputError(where + "'" + host.name + "' and '" + h.name +
+                         "' both name this machine (mpirun refuses two slot counts for one node): list it once");
+    }
     hosts.push_back(host);
   }
   if (hosts.empty()) throw InputError(path + ": the hostfile lists no host");
@@ -111,8 +119,17 @@ bool is_local_host(const std::string& name, const std::string& this_hostname) {
          (!this_hostname.empty() && name == this_hostname);
 }
 
+bool is_crash_signal(int signal) {
+  return signal == SIGSEGV || signal == SIGABRT || signal == SIGBUS || signal == SIGFPE || signal == SIGILL;
+}
+
 Verdict classify(const JobResult& job) {
   if (job.interrupted) return Verdict::interrupted;
+  // A rank's own crash (mpirun's line names it): the survivors' rank_lost lines and exit 3 follow
+  // from it, and a relaunch would crash again (docs/recovery.md: passed on, never restarted). Only
+  // the line counts: mpirun's own status can be a crash of mpirun itself, in its teardown after the
+  // launcher ended a hung job.
+  if (job.crash_signal != 0) return Verdict::failed;
   if (job.exit_status == 0 && !job.no_progress) return Verdict::completed;
   if (job.no_progress || !job.ranks_reporting_lost.empty() || !job.hosts_died.empty()) return Verdict::lost;
   if (job.exit_status == kExitRankLost) return Verdict::lost;
@@ -159,10 +176,11 @@ std::optional<int> lost_rank_in_line(const std::string& line) {
   return std::nullopt;
 }
 
-std::optional<int> died_rank_in_line(const std::string& line) {
-  static const std::regex noticed(R"(mpirun noticed that process rank ([0-9]{1,9}) with PID [0-9]+ on node \S+ exited on signal)");
+std::optional<DiedRank> died_rank_in_line(const std::string& line) {
+  static const std::regex noticed(
+      R"(mpirun noticed that process rank ([0-9]{1,9}) with PID [0-9]+ on node \S+ exited on signal ([0-9]{1,3}))");
   std::smatch m;
-  if (std::regex_search(line, m, noticed)) return std::stoi(m[1].str());
+  if (std::regex_search(line, m, noticed)) return DiedRank{std::stoi(m[1].str()), std::stoi(m[2].str())};
   return std::nullopt;
 }
 
@@ -171,6 +189,7 @@ std::string Layout::describe() const {
   if (tp > 1) parts.push_back("TP " + std::to_string(tp));
   if (pp > 1) parts.push_back("PP " + std::to_string(pp));
   parts.push_back("DP " + std::to_string(dp));
+  if (ep > 1) parts.push_back("EP " + std::to_string(ep));
   std::string out = joined(parts, " × ") + " (" + std::to_string(world) + (world == 1 ? " rank" : " ranks") +
                     ", micro-batch " + std::to_string(micro_batch);
   if (sequence_parallel) out += ", SP";
@@ -187,6 +206,7 @@ std::vector<std::string> Layout::flags() const {
   std::vector<std::string> f = {"--tensor-model-parallel-size", std::to_string(tp), "--pipeline-model-parallel-size",
                                 std::to_string(pp), "--micro-batch", std::to_string(micro_batch)};
   if (zero > 0) f.insert(f.end(), {"--zero", std::to_string(zero)});
+  if (ep > 1) f.insert(f.end(), {"--expert-model-parallel-size", std::to_string(ep)});
   if (sequence_parallel) f.push_back("--sequence-parallel");
   if (!stage_layers.empty()) f.insert(f.end(), {"--pipeline-layers", layer_counts_text(stage_layers)});
   if (!recompute_plan.empty()) {
@@ -202,6 +222,7 @@ std::vector<std::string> Layout::flags() const {
 nlohmann::json Layout::to_json() const {
   nlohmann::json j{{"tp", tp}, {"pp", pp}, {"dp", dp}, {"world", world}, {"micro_batch", micro_batch},
                    {"zero", zero}, {"sequence_parallel", sequence_parallel}};
+  if (ep > 1) j["ep"] = ep;
   if (predicted_step_s > 0) j["predicted_step_s"] = predicted_step_s;
   return j;
 }
@@ -212,6 +233,7 @@ Layout layout_of(const LayoutConfig& layout, int micro_batch, int world) {
   l.pp = layout.pp;
   l.world = world;
   l.dp = std::max(1, world / std::max(1, layout.tp * layout.pp));
+  l.ep = std::max(1, layout.ep);
   l.micro_batch = micro_batch;
   l.zero = layout.zero;
   l.sequence_parallel = layout.sequence_parallel;
@@ -229,12 +251,13 @@ Layout choose_layout(plan::PlanRequest base, plan::Hardware hw, int world, int s
   const plan::SearchResult found = plan::search_layouts(base, hw, 1 << 20);
   for (const plan::Plan& p : found.best) {
     const LayoutConfig& l = p.request.layout;
-    if (l.virtual_stages != 1 || l.ep != 1) continue;  // train's flags below carry one virtual stage
+    if (l.virtual_stages != 1 || l.cp != 1) continue;  // train's flags below carry one virtual stage, no CP
     if (slots_per_host % l.tp != 0) continue;           // a TP group must not straddle two hosts
     Layout out;
     out.tp = l.tp;
     out.pp = l.pp;
     out.dp = l.dp;
+    out.ep = std::max(1, l.ep);
     out.world = world;
     out.micro_batch = p.request.micro_batch;
     out.zero = l.zero;
@@ -271,6 +294,7 @@ const FlagName kLayoutFlags[] = {
     {"--recompute-num-layers", true},       {"--recompute-method", true},
     {"--recompute-plan", true},             {"--memory-budget", true},
     {"--pipeline-memory-limit", true},      {"--resume", true},
+    {"--expert-model-parallel-size", true}, {"--ep", true},
     {"--init", true},                       {"--load", true},
 };
 
@@ -352,7 +376,16 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
   std::vector<std::string> args = train_args;
   Layout layout = first;
   std::set<std::string> dead;  // hosts where a rank was killed: not used again
+  const auto interrupted = [&] { return env.interrupted ? env.interrupted() : 0; };
+  const auto stop_interrupted = [&](int signal) {
+    const std::optional<int64_t> saved = env.checkpoint_step();
+    env.say("lattice launch: interrupted before the next job started; " +
+            (saved ? "the checkpoint in " + options.save_dir + " holds step " + std::to_string(*saved)
+                   : std::string("no checkpoint was saved yet")));
+    return 128 + signal;
+  };
   for (int restarts = 0;; ++restarts) {
+    if (const int signal = interrupted()) return stop_interrupted(signal);
     const JobResult job = launcher.run(current, layout.world, args);
     const double ended = env.now();
     const Verdict verdict = classify(job);
@@ -362,7 +395,16 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
     if (verdict == Verdict::completed) return 0;
     if (verdict == Verdict::interrupted) {
       env.say("lattice launch: interrupted; " + kept);
+      if (job.interrupt_signal > 0) return 128 + job.interrupt_signal;
       return job.exit_status > 128 ? job.exit_status : 130;
+    }
+    if (verdict == Verdict::failed && job.crash_signal != 0) {
+      const int signal = job.crash_signal;
+      env.say("lattice launch: " +
+              (job.crashed_rank >= 0 ? "rank " + std::to_string(job.crashed_rank) : std::string("a rank")) +
+              " crashed (signal " + std::to_string(signal) + ": " + strsignal(signal) +
+              "): a fault of the run, not a lost host: not restarted; " + kept);
+      return 128 + signal;  // as a shell reports a process the signal ended
     }
     if (verdict == Verdict::failed) {
       env.say("lattice launch: the job failed on its own (exit " + std::to_string(job.exit_status) +
@@ -383,6 +425,7 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
     std::vector<Host> next;
     std::vector<std::string> lost;
     for (const Host& h : hosts) {
+      if (const int signal = interrupted()) return stop_interrupted(signal);
       const bool was_running = std::any_of(current.begin(), current.end(), [&](const Host& c) { return c.name == h.name; });
       if (dead.count(h.name)) {
         if (was_running) lost.push_back(h.name + " (its rank was killed)");
@@ -405,6 +448,7 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
     }
     int slots_per_host = next.front().slots;
     for (const Host& h : next) slots_per_host = std::min(slots_per_host, h.slots);
+    if (const int signal = interrupted()) return stop_interrupted(signal);
     Layout chosen;
     try {
       chosen = env.plan(slots, slots_per_host);

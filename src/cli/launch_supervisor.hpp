@@ -29,8 +29,10 @@ struct Host {
 };
 
 // An OpenMPI hostfile: "NAME [slots=N] [max_slots=M]" a line, '#' comments, blank lines. Throws
-// InputError "PATH:LINE: ..." for anything else (an unknown key, a bad count, a host twice, none).
-std::vector<Host> parse_hostfile(const std::string& text, const std::string& path);
+// InputError "PATH:LINE: ..." for anything else (an unknown key, a key given twice, a bad count, a
+// host twice, two names of this machine (`this_hostname`, as is_local_host), none).
+std::vector<Host> parse_hostfile(const std::string& text, const std::string& path,
+                                 const std::string& this_hostname = "");
 std::string hostfile_text(const std::vector<Host>& hosts);
 int total_slots(const std::vector<Host>& hosts);
 // The host that runs world rank `rank` under mpirun's default mapping (by slot, hosts in order).
@@ -42,7 +44,10 @@ bool is_local_host(const std::string& name, const std::string& this_hostname);
 struct JobResult {
   int exit_status = 0;                   // mpirun's: 0, 1, 2, 3, or 128 + the signal that ended a rank
   bool no_progress = false;              // the launcher's own timeout ended it (no output line for N s)
-  bool interrupted = false;              // SIGINT/SIGTERM reached the launcher and was forwarded
+  bool interrupted = false;              // SIGINT/SIGTERM/SIGHUP reached the launcher and was forwarded
+  int interrupt_signal = 0;              // which (0: none)
+  int crash_signal = 0;                  // a rank ended by SIGSEGV, SIGABRT, SIGBUS, SIGFPE or SIGILL
+  int crashed_rank = -1;                 // (mpirun's line): lattice's own crash, never restarted
   std::vector<int> ranks_reporting_lost;  // ranks that said rank_lost (watchdog, MPI error)
   std::vector<std::string> hosts_died;   // hosts where a rank was ended by a signal (mpirun's line)
   int64_t last_step = 0;                 // the highest step the job reported (0: none)
@@ -51,7 +56,8 @@ struct JobResult {
 
 // What a finished job means. A lost rank is a stall or death (exit 3, a rank_lost line, a rank ended
 // by SIGKILL/SIGTERM/SIGHUP, the no-progress timeout); any other non-zero exit is the run's own
-// failure (1: bad input, 2: usage), never restarted.
+// failure (1: bad input, 2: usage), never restarted, and so is a rank's crash (a crash signal in
+// mpirun's line), whatever the other ranks said after it.
 enum class Verdict { completed, failed, lost, interrupted };
 Verdict classify(const JobResult& job);
 const char* verdict_name(Verdict v);
@@ -61,13 +67,19 @@ const char* verdict_name(Verdict v);
 std::optional<int64_t> step_in_line(const std::string& line);
 // {"event":"rank_lost","rank":N,...} or "lattice: rank N: ...; stopping (exit 3: rank lost)".
 std::optional<int> lost_rank_in_line(const std::string& line);
-// "mpirun noticed that process rank N with PID P on node NAME exited on signal S": N (NAME is the
-// daemon's hostname, not the hostfile's name: host_of_rank maps N to the hostfile's host).
-std::optional<int> died_rank_in_line(const std::string& line);
+// "mpirun noticed that process rank N with PID P on node NAME exited on signal S": N and S (NAME is
+// the daemon's hostname, not the hostfile's name: host_of_rank maps N to the hostfile's host).
+struct DiedRank {
+  int rank = 0, signal = 0;
+};
+std::optional<DiedRank> died_rank_in_line(const std::string& line);
+// SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL: a process's own fault, not a lost host or an operator.
+bool is_crash_signal(int signal);
 
 // A layout the launcher can pass to train: the planner's choice, as flags.
 struct Layout {
   int tp = 1, pp = 1, dp = 1, world = 1;
+  int ep = 1;                                  // expert-parallel size (MoE; divides dp)
   int micro_batch = 1, zero = 0;
   bool sequence_parallel = false;
   std::vector<int> stage_layers;               // empty: even stages
@@ -124,6 +136,9 @@ struct Environment {
   std::function<double()> now;                             // seconds, monotonic
   std::function<void(const std::string& line)> say;         // one line on stderr
   std::function<void(const nlohmann::json& event)> event;   // the JSON stream (and the run log)
+  // The signal that interrupted the launcher, 0 if none: checked before each probe and launch, so an
+  // interruption between jobs starts no other. Unset: never.
+  std::function<int()> interrupted;
 };
 
 // The restart's record: one line and one event.

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # lattice launch on this machine (localhost): usage errors are one line and exit 2 (no --save, no
-# train command), a job's own failure is not restarted, a killed rank is restarted from the
-# checkpoint, and --max-restarts 0 stops with one line, exit 3 and the checkpoint intact. The
-# two-host cases (host lost, link cut, SIGSTOP) are tests/multinode/launch.sh.
+# train command), bad hostfiles and flags one line and exit 1, a job's own failure is not restarted,
+# a killed rank is restarted from the checkpoint, and --max-restarts 0 stops with one line, exit 3
+# and the checkpoint intact; a stopped mpirun's ranks end before the relaunch, a crashed rank is not
+# restarted, and a launcher killed or signalled leaves no process of its job behind. The two-host
+# cases (host lost, link cut, SIGSTOP) are tests/multinode/launch.sh.
 set -u
 LATTICE=$(realpath "$1")
 SCRATCH=$2
@@ -30,6 +32,15 @@ usage "no train command" 2 "usage: lattice launch --hostfile" --hostfile hosts
 usage "no hostfile" 2 "hostfile is required" -- train "${MODEL[@]}" --steps 2 --save ck
 printf 'a slots=x\n' > bad_hosts
 usage "bad hostfile" 1 "bad_hosts:1: slots must be a whole number" --hostfile bad_hosts -- train "${MODEL[@]}" --steps 2 --save ck
+printf 'localhost slots=2 slots=3\n' > twice_hosts
+usage "a count given twice" 1 "twice_hosts:1: slots is given twice" --hostfile twice_hosts -- train "${MODEL[@]}" --steps 2 --save ck
+printf 'localhost slots=1\n127.0.0.1 slots=1\n' > alias_hosts
+usage "two names of this machine" 1 "both name this machine" --hostfile alias_hosts -- train "${MODEL[@]}" --steps 2 --save ck
+usage "--min-ranks above the slots" 1 "the hostfile's 2 slot(s) are fewer than --min-ranks 5" \
+  --hostfile hosts --min-ranks 5 -- train "${MODEL[@]}" --steps 2 --save ck
+usage "no such mpirun" 1 "--mpirun /nonexistent/mpirun (or \$MPIEXEC) is not a program this machine can run" \
+  --hostfile hosts --mpirun /nonexistent/mpirun -- train "${MODEL[@]}" --steps 2 --save ck
+check "refused runs wrote nothing" test ! -e ck
 
 # The job's own failure (bad input: exit 1) is passed on, not restarted.
 "${L[@]}" -- train "${MODEL[@]}" --steps 2 --save ck_bad --lr -1 > bad.out 2> bad.err
@@ -70,6 +81,66 @@ check "--max-restarts 0: one stop line naming the checkpoint" \
 held=$(grep -oE 'holds step [0-9]+$' stopped.err | grep -oE '[0-9]+$')
 check "--max-restarts 0: the checkpoint is intact at step $held" \
   "$LATTICE" eval --checkpoint ck_stopped --data data/val.bin
+
+# start_run NAME STEPS FLAGS...: launch a 2-rank run in the background until STEPS steps are out.
+start_run() {
+  local name=$1 steps=$2; shift 2
+  "${L[@]}" "$@" -- train "${MODEL[@]}" --steps 300 --save "ck_$name" --save-every 5 --comm-timeout 5 \
+    > "$name.jsonl" 2> "$name.err" &
+  RUN_PID=$!
+  for _ in $(seq 1 300); do [ "$(grep -c '"event":"step"' "$name.jsonl")" -ge "$steps" ] && break; sleep 0.1; done
+}
+job_pids() {  # the processes of run NAME: the launcher, mpirun and the ranks (not `timeout`)
+  pgrep -f -- "--save ck_$1" | grep -v "^$RUN_PID$" | xargs -r ps -o pid=,comm= -p | awk '$2 != "timeout" {print $1}'
+}
+pid_of() { job_pids "$1" | xargs -r ps -o pid=,comm=,args= -p | awk -v c="$2" '$2 == c' | grep -- "$3" | awk '{print $1}' | head -1; }
+gone_within() {  # gone_within NAME SECONDS: no process of the run is left
+  local i; for i in $(seq 1 $(($2 * 10))); do [ -z "$(job_pids "$1")" ] && return 0; sleep 0.1; done
+  job_pids "$1" | xargs -r ps -o pid=,stat=,args= -p; return 1
+}
+
+# mpirun stopped (SIGSTOP): the no-progress timeout ends it; its ranks, in process groups of their
+# own, must end too, or they train on and hold --save's lock against the relaunch.
+L=(timeout 200 "$LATTICE" launch --hostfile hosts --mpi-arg=--oversubscribe --no-progress-timeout 3)
+start_run hung 12
+kill -STOP "$(pid_of hung mpirun mpirun)"
+wait "$RUN_PID"; STATUS=$?
+check "mpirun stopped: the run completes after one restart (exit $STATUS)" \
+  bash -c "[ $STATUS -eq 0 ] && [ \$(grep -c '^lattice launch: restart 1 of at most 3 (no progress)' hung.err) -eq 1 ]"
+check "mpirun stopped: the relaunch found --save free (no rank of the job before left)" \
+  test "$(grep -c 'being written by another lattice run' hung.err)" -eq 0
+check "mpirun stopped: steps to 300" bash -c "grep '\"event\":\"step\"' hung.jsonl | tail -1 | grep -q '\"step\":300'"
+check "mpirun stopped: nothing left running" gone_within hung 5
+L=(timeout 200 "$LATTICE" launch --hostfile hosts --mpi-arg=--oversubscribe --no-progress-timeout 60)
+
+# A rank's crash (SIGSEGV) is the run's own fault: passed on, never restarted (docs/recovery.md).
+start_run crash 8
+kill -SEGV "$(pid_of crash lattice 'lattice train ')"
+wait "$RUN_PID"; STATUS=$?
+check "a rank crashed: exit 139, no restart (got $STATUS)" \
+  bash -c "[ $STATUS -eq 139 ] && [ \$(grep -c 'restart ' crash.err) -eq 0 ]"
+check "a rank crashed: one line naming the signal" grep -qE '^lattice launch: rank [01] crashed \(signal 11: ' crash.err
+check "a rank crashed: stdout stays whole JSON lines" \
+  python3 -c "import json; [json.loads(l) for l in open('crash.jsonl')]"
+
+# The launcher killed (SIGKILL: no handler runs): its job must not outlive it.
+start_run orphan 8
+kill -KILL "$(pid_of orphan lattice ' launch ')"
+wait "$RUN_PID" 2>/dev/null
+check "launcher killed: mpirun and the ranks end with it" gone_within orphan 15
+
+# SIGTERM and SIGHUP to the launcher: forwarded, not restarted, 128 + the signal; nothing left.
+for sig in TERM HUP; do
+  start_run "sig$sig" 8
+  kill -$sig "$(pid_of "sig$sig" lattice ' launch ')"
+  wait "$RUN_PID"; STATUS=$?
+  want=$((128 + $(kill -l $sig)))
+  check "SIG$sig to the launcher: exit $want, not restarted (got $STATUS)" \
+    bash -c "[ $STATUS -eq $want ] && [ \$(grep -c 'restart ' sig$sig.err) -eq 0 ]"
+  check "SIG$sig to the launcher: nothing left running" gone_within "sig$sig" 10
+  check "SIG$sig to the launcher: stdout stays whole JSON lines" \
+    python3 -c "import json; [json.loads(l) for l in open('sig$sig.jsonl')]"
+done
 
 echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"
 [ "$failures" -eq 0 ]

@@ -3,7 +3,9 @@
 // resume point, the restart and stop rules, and the restart line and event.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
+#include <cstring>
 #include <deque>
 #include <string>
 #include <vector>
@@ -44,6 +46,18 @@ TEST(LaunchHostfile, RefusesWhatItCannotRead) {
   EXPECT_EQ(message("a\nb\na slots=2\n"), "hosts.txt:3: host 'a' is listed twice");
   EXPECT_EQ(message("# nothing\n\n"), "hosts.txt: the hostfile lists no host");
   EXPECT_EQ(message("a slots=4 max_slots=2\n"), "hosts.txt:1: max_slots 2 is below slots 4");
+  // mpirun would take one of two counts silently, or refuse two lines for one node in pages.
+  EXPECT_EQ(message("a slots=2 slots=3\n"), "hosts.txt:1: slots is given twice");
+  EXPECT_EQ(message("a max_slots=2 max-slots=3\n"), "hosts.txt:1: max-slots is given twice");
+  EXPECT_EQ(message("localhost slots=1\n127.0.0.1 slots=1\n"),
+            "hosts.txt:2: '127.0.0.1' and 'localhost' both name this machine (mpirun refuses two slot counts for "
+            "one node): list it once");
+  try {
+    parse_hostfile("node1 slots=1\nlocalhost slots=1\n", "h", "node1");
+    ADD_FAILURE() << "this machine's name and localhost accepted together";
+  } catch (const InputError&) {
+  }
+  EXPECT_EQ(parse_hostfile("node1 slots=1\nnode2 slots=1\n", "h", "node1").size(), 2u);
 }
 
 TEST(LaunchHosts, LocalNames) {
@@ -64,9 +78,17 @@ TEST(LaunchOutput, ReadsStepsLostRanksAndDeadHosts) {
                               "responding or the link is down; --comm-timeout 8); stopping (exit 3: rank lost)"),
             1);
   EXPECT_EQ(lost_rank_in_line("lattice train: rank 0: error: bad"), std::nullopt);
-  EXPECT_EQ(died_rank_in_line("mpirun noticed that process rank 2 with PID 0 on node lattice-mn-b exited on signal 9 "
-                              "(Killed)."),
-            2);
+  const auto killed = died_rank_in_line(
+      "mpirun noticed that process rank 2 with PID 0 on node lattice-mn-b exited on signal 9 (Killed).");
+  ASSERT_TRUE(killed.has_value());
+  EXPECT_EQ(killed->rank, 2);
+  EXPECT_EQ(killed->signal, 9);
+  const auto crashed = died_rank_in_line(
+      "mpirun noticed that process rank 1 with PID 4242 on node a exited on signal 11 (Segmentation fault).");
+  ASSERT_TRUE(crashed.has_value());
+  EXPECT_EQ(crashed->signal, 11);
+  EXPECT_TRUE(is_crash_signal(crashed->signal));
+  EXPECT_FALSE(is_crash_signal(killed->signal));
   EXPECT_EQ(died_rank_in_line("mpirun detected that one or more processes exited with non-zero status"), std::nullopt);
 }
 
@@ -92,6 +114,19 @@ TEST(LaunchVerdict, RestartsOnlyOnALostRank) {
   EXPECT_EQ(classify(j), Verdict::lost);  // the launcher's timeout killed a hung job
   j.interrupted = true;
   EXPECT_EQ(classify(j), Verdict::interrupted);
+  // mpirun's own crash in its teardown, after the launcher ended a hung job: still a lost rank.
+  j = {};
+  j.no_progress = true;
+  j.exit_status = 128 + SIGSEGV;
+  EXPECT_EQ(classify(j), Verdict::lost);
+  // A rank's crash, with the survivors' lost-rank reports and exit 3 after it: the run's own fault.
+  j = {};
+  j.exit_status = 3;
+  j.ranks_reporting_lost = {0};
+  j.hosts_died = {"A"};
+  j.crash_signal = SIGSEGV;
+  j.crashed_rank = 1;
+  EXPECT_EQ(classify(j), Verdict::failed);
 }
 
 TEST(LaunchArgs, RelaunchReplacesTheLayoutAndResumes) {
@@ -143,6 +178,34 @@ TEST(LaunchLayout, PlannerChoosesAFittingLayoutOfTheSlotsLeft) {
   EXPECT_EQ(spread.tp, 1);
   base.gpu_memory = 1 << 10;  // 1 KiB a rank: nothing fits
   EXPECT_THROW(choose_layout(base, hw, 2, 2), InputError);
+}
+
+TEST(LaunchLayout, AnMoEModelKeepsAnExpertParallelSizeTheRanksLeftAllow) {
+  plan::PlanRequest base;
+  base.model.layers = 2;
+  base.model.hidden = 64;
+  base.model.heads = 4;
+  base.model.seq_len = 32;
+  base.model.vocab = 256;
+  base.model.moe.experts = 4;
+  base.layout.ep = 4;  // the run's: 4 ranks of DP
+  base.global_batch = 8;
+  base.micro_batch = 2;
+  base.gpu_memory = int64_t(1) << 30;
+  base.save = true;
+  const Layout two = choose_layout(base, plan::hardware_preset("cpu"), 2, 2);
+  EXPECT_EQ(two.dp % two.ep, 0) << two.describe();
+  EXPECT_EQ(4 % two.ep, 0);
+  // The relaunch's flags: the run's EP size gone, the layout's in its place (none at EP 1).
+  Layout l = two;
+  l.ep = 2;
+  const auto args = relaunch_args({"--num-experts", "4", "--expert-model-parallel-size", "4", "--ep=4", "--save", "ck"},
+                                  l, 8, "ck");
+  EXPECT_EQ(flag_value(args, {"--expert-model-parallel-size", "--ep"}), "2");
+  EXPECT_EQ(std::count(args.begin(), args.end(), "--expert-model-parallel-size"), 1);
+  EXPECT_EQ(std::count(args.begin(), args.end(), "--ep=4"), 0);
+  l.ep = 1;
+  EXPECT_EQ(flag_value(relaunch_args({"--ep", "4"}, l, 8, ""), {"--expert-model-parallel-size", "--ep"}), std::nullopt);
 }
 
 // The fake launcher: plays back scripted job results and records what it was asked to run.
@@ -340,6 +403,52 @@ TEST(LaunchSupervisor, StopsWhenNoLayoutFits) {
   env.plan = [](int, int) -> Layout { throw InputError("no layout fits 2 rank(s)"); };
   EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, env), kExitRankLost);
   EXPECT_EQ(w.lines.back(), "lattice launch: stopping: no layout fits 2 rank(s); no checkpoint was saved yet");
+}
+
+TEST(LaunchSupervisor, ACrashIsPassedOnNotRestarted) {
+  World w;
+  FakeLauncher fake;
+  JobResult crashed = died_on("B", 7);
+  crashed.exit_status = 3;  // the survivors' exit after the crash
+  crashed.ranks_reporting_lost = {0};
+  crashed.crash_signal = SIGSEGV;
+  crashed.crashed_rank = 3;
+  fake.results = {crashed};
+  w.saved = 6;
+  EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, w.env()), 128 + SIGSEGV);
+  EXPECT_EQ(fake.calls.size(), 1u);
+  ASSERT_EQ(w.lines.size(), 1u);
+  EXPECT_EQ(w.lines[0], std::string("lattice launch: rank 3 crashed (signal 11: ") + strsignal(SIGSEGV) +
+                            "): a fault of the run, not a lost host: not restarted; the checkpoint in ck holds step 6");
+}
+
+TEST(LaunchSupervisor, AnInterruptionBetweenJobsStartsNoOther) {
+  World w;
+  FakeLauncher fake;
+  fake.results = {died_on("B", 7), JobResult{}};
+  w.saved = 6;
+  int signal = 0;
+  Environment env = w.env();
+  env.answers = [&](const Host&) {
+    signal = SIGINT;  // Ctrl-C while the hosts are probed
+    return true;
+  };
+  env.interrupted = [&] { return signal; };
+  EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, env), 128 + SIGINT);
+  EXPECT_EQ(fake.calls.size(), 1u);
+  EXPECT_EQ(w.lines.back(),
+            "lattice launch: interrupted before the next job started; the checkpoint in ck holds step 6");
+}
+
+TEST(LaunchSupervisor, InterruptedBySigtermExits143) {
+  World w;
+  FakeLauncher fake;
+  JobResult j;
+  j.interrupted = true;
+  j.interrupt_signal = SIGTERM;
+  j.exit_status = 1;  // what mpirun made of it
+  fake.results = {j};
+  EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, w.env()), 143);
 }
 
 TEST(LaunchSupervisor, InterruptedIsNotRestarted) {
