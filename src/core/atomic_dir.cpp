@@ -166,7 +166,10 @@ void AtomicFile::write(const void* data, size_t bytes) {
 
 void AtomicFile::sync() {
   if (synced_) return;
-  require(fd_ >= 0 && ::fsync(fd_) == 0, "cannot sync " + temp_path_ + ": " + errno_text());
+  // Each system call's result is taken before its message is built: a function's arguments are
+  // evaluated in no set order, so errno_text() in the same call could read errno before the call ran.
+  const bool synced = fd_ >= 0 && ::fsync(fd_) == 0;
+  require(synced, "cannot sync " + temp_path_ + ": " + errno_text());
   const bool closed = ::close(fd_) == 0;
   fd_ = -1;
   require(closed, "cannot write " + temp_path_ + ": " + errno_text());
@@ -176,7 +179,8 @@ void AtomicFile::sync() {
 void AtomicFile::commit() {
   require(!committed_, "cannot commit " + final_path_ + ": already committed");
   sync();
-  require(::rename(temp_path_.c_str(), final_path_.c_str()) == 0, "cannot write " + final_path_ + ": " + errno_text());
+  const bool renamed = ::rename(temp_path_.c_str(), final_path_.c_str()) == 0;
+  require(renamed, "cannot write " + final_path_ + ": " + errno_text());
   committed_ = true;
   fsync_path(parent_of(final_path_), true);
 }
@@ -225,8 +229,8 @@ void AtomicDir::commit() {
   sync();
   std::error_code ec;
   if (!fs::exists(final_path_, ec)) {
-    require(::rename(temp_path_.c_str(), final_path_.c_str()) == 0,
-            "cannot rename " + temp_path_ + " to " + final_path_ + ": " + errno_text());
+    const bool renamed = ::rename(temp_path_.c_str(), final_path_.c_str()) == 0;
+    require(renamed, "cannot rename " + temp_path_ + " to " + final_path_ + ": " + errno_text());
     committed_ = true;
     fsync_path(parent_of(final_path_), true);
     return;
@@ -234,18 +238,29 @@ void AtomicDir::commit() {
   // Preferred: one atomic exchange, so final_path names a complete checkpoint at every instant;
   // the temporary name then holds the previous version, which is renamed to a trash name (which only
   // lattice makes: a later save removes it even if this process dies halfway through deleting it).
+  // On a failure the new version is removed before the error goes up (as the destructor would; but a
+  // rank's error may end its process without unwinding) and the previous one stays where it was.
   const std::string trash = final_path_ + kTrashInfix + std::to_string(::getpid());
   std::string previous = temp_path_;
+  auto give_up = [&](const std::string& what, int error) {
+    fs::remove_all(temp_path_, ec);
+    fail(what + ": " + std::strerror(error));
+  };
   if (::renameat2(AT_FDCWD, temp_path_.c_str(), AT_FDCWD, final_path_.c_str(), RENAME_EXCHANGE) != 0) {
-    // Filesystem without RENAME_EXCHANGE: move the old one aside, then rename the new one in.
+    const int exchange_error = errno;  // read now: the calls below set errno too
+    // Only a filesystem (or kernel) without RENAME_EXCHANGE takes the two renames; any other error
+    // (EPERM of an immutable directory, EACCES, EBUSY) would meet them too.
+    if (exchange_error != EINVAL && exchange_error != ENOSYS && exchange_error != ENOTSUP)
+      give_up("cannot replace " + final_path_ + " with " + temp_path_, exchange_error);
+    // Move the old one aside, then rename the new one in.
     previous = trash;
     fs::remove_all(previous, ec);
-    require(::rename(final_path_.c_str(), previous.c_str()) == 0,
-            "cannot move the previous " + final_path_ + " aside: " + errno_text());
+    if (::rename(final_path_.c_str(), previous.c_str()) != 0)
+      give_up("cannot move the previous " + final_path_ + " aside", errno);
     if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0) {
-      const std::string why = errno_text();
+      const int error = errno;
       ::rename(previous.c_str(), final_path_.c_str());  // put the previous version back
-      fail("cannot rename " + temp_path_ + " to " + final_path_ + ": " + why);
+      give_up("cannot rename " + temp_path_ + " to " + final_path_, error);
     }
   }
   committed_ = true;
@@ -256,8 +271,8 @@ void AtomicDir::commit() {
 
 void AtomicDir::move_to(const std::string& path) {
   require(!committed_, "cannot move " + temp_path_ + ": already committed");
-  require(::rename(temp_path_.c_str(), path.c_str()) == 0,
-          "cannot rename " + temp_path_ + " to " + path + ": " + errno_text());
+  const bool renamed = ::rename(temp_path_.c_str(), path.c_str()) == 0;
+  require(renamed, "cannot rename " + temp_path_ + " to " + path + ": " + errno_text());
   committed_ = true;
 }
 

@@ -75,6 +75,23 @@ check "the next save removed every dead temporary" test "$(ls -d runs/*.tmp-* ru
 check "a look-alike directory without our marker is kept" test -s runs/mine.tmp-31337/file
 check "the killed runs' checkpoint is whole or absent" test ! -e runs/ck -o -s runs/ck/lattice-checkpoint.json
 
+# A checkpoint directory made immutable (chattr +i) after its first save, as an admin might freeze a
+# run: the next save fails in one line naming the real cause (EPERM, not the errno of a later call),
+# leaves no temporary copy behind, and the checkpoint stays as it was.
+"$LATTICE" "${SMALL[@]}" --steps 1 --save frozen 2>/dev/null
+if chattr +i frozen 2>/dev/null; then
+  "$LATTICE" "${SMALL[@]}" --steps 2 --save frozen > frozen.out 2> frozen.err
+  status=$?
+  chattr -i frozen
+  check "an immutable checkpoint: exit 1 (got $status)" test "$status" -eq 1
+  check "an immutable checkpoint: the line names the cause" \
+    grep -qx 'lattice train: error: cannot replace frozen with frozen.tmp-[0-9]*: Operation not permitted' frozen.err
+  check "an immutable checkpoint: no temporary left" test "$(ls -d frozen.tmp-* 2>/dev/null | wc -l)" -eq 0
+  check "an immutable checkpoint: still step 1" grep -q '"step": 1' frozen/trainer.json
+else
+  echo "skipped: chattr +i is not available here"
+fi
+
 # Destinations that cannot be written fail at start, not after the training.
 hostile "--save under a file" 1 "cannot write --save data/train.bin/ck" -- "${SMALL[@]}" --steps 2 --save data/train.bin/ck
 hostile "--trace under a file" 1 "cannot write --trace data/val.bin/trace.json" -- "${SMALL[@]}" --steps 2 --trace data/val.bin/trace.json
