@@ -154,7 +154,8 @@ TEST(LaunchArgs, RelaunchReplacesTheLayoutAndResumes) {
   EXPECT_EQ(flag_value(args, {"--resume"}), std::nullopt);
 }
 
-TEST(LaunchLayout, PlannerChoosesAFittingLayoutOfTheSlotsLeft) {
+// The tests' model: 2 layers of h 64, a global batch of 8 in micro-batches of 2, 1 GiB a rank.
+plan::PlanRequest small_request() {
   plan::PlanRequest base;
   base.model.layers = 2;
   base.model.hidden = 64;
@@ -165,6 +166,11 @@ TEST(LaunchLayout, PlannerChoosesAFittingLayoutOfTheSlotsLeft) {
   base.micro_batch = 2;
   base.gpu_memory = int64_t(1) << 30;
   base.save = true;
+  return base;
+}
+
+TEST(LaunchLayout, PlannerChoosesAFittingLayoutOfTheSlotsLeft) {
+  plan::PlanRequest base = small_request();
   const plan::Hardware hw = plan::hardware_preset("cpu");
   const Layout two = choose_layout(base, hw, 2, 2);
   EXPECT_EQ(two.world, 2);
@@ -181,18 +187,9 @@ TEST(LaunchLayout, PlannerChoosesAFittingLayoutOfTheSlotsLeft) {
 }
 
 TEST(LaunchLayout, AnMoEModelKeepsAnExpertParallelSizeTheRanksLeftAllow) {
-  plan::PlanRequest base;
-  base.model.layers = 2;
-  base.model.hidden = 64;
-  base.model.heads = 4;
-  base.model.seq_len = 32;
-  base.model.vocab = 256;
+  plan::PlanRequest base = small_request();
   base.model.moe.experts = 4;
   base.layout.ep = 4;  // the run's: 4 ranks of DP
-  base.global_batch = 8;
-  base.micro_batch = 2;
-  base.gpu_memory = int64_t(1) << 30;
-  base.save = true;
   const Layout two = choose_layout(base, plan::hardware_preset("cpu"), 2, 2);
   EXPECT_EQ(two.dp % two.ep, 0) << two.describe();
   EXPECT_EQ(4 % two.ep, 0);
