@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# lattice_cuda_check on the host, without a GPU: src/cuda's kernels (every .cu but the cuBLASLt GEMMs)
-# and the check program compiled by the host's C++ compiler against a simulated CUDA runtime
+# lattice_cuda_check on the host, without a GPU: src/cuda's kernels, its GEMMs (cuda/gemm.cu, over
+# a simulated cuBLASLt: tests/host_sim/cublaslt_sim.cpp) and the check program compiled by the host's C++ compiler against a simulated CUDA runtime
 # (tests/host_sim/include: a block's threads as fibers switched at __syncthreads, __syncwarp, the
 # shuffles and the warp's tensor-core operations, emulated in tests/host_sim/mma_emulated.inc), then
 # run: every kernel against its CPU kernel, as on a GPU, with the same tolerances. It checks the
@@ -42,7 +42,10 @@ flags=(-std=c++17 -O2 -g -DLATTICE_CUDA_HOST_SIM -I"$root/tests/host_sim/include
 mkdir -p "$work/obj"
 rm -f "$work"/obj/*.o
 cuda_host_compile "$work/obj" "${CXX:-g++}" "${flags[@]}" -x c++ -- "$work"/cuda/*.cu
-cuda_host_compile "$work/obj" "${CXX:-g++}" "${flags[@]}" -- "$root/tests/host_sim/gemm_stub.cpp"
+# cuda/gemm.cu itself, against the simulation's cuBLASLt (tests/host_sim/cublaslt_sim.cpp): its plans,
+# epilogues and tuner run here; NVIDIA's library runs only on a GPU.
+cuda_host_compile "$work/obj" "${CXX:-g++}" "${flags[@]}" -- "$root/tests/host_sim/cublaslt_sim.cpp"
+cuda_host_compile "$work/obj" "${CXX:-g++}" "${flags[@]}" -x c++ -- "$root/src/cuda/gemm.cu"
 ${CXX:-g++} -fopenmp -o "$work/lattice_cuda_check_host" "$work"/obj/*.o "${libs[@]}" -lpthread
 # The seeds run side by side, one thread each (the simulation's fibers take turns on one; the CPU's
 # reference kernels then run on one OpenMP thread), their outputs printed in order after; stopped,

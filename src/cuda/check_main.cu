@@ -1011,7 +1011,9 @@ void check_gemm_tuner() {
   Ctx tuned, first;
   tuned.set_tuning(true);
   first.set_tuning(false);
-  const int64_t N = 2048, in = 768, out = 3072;
+  // On the host simulation (its cuBLASLt: tests/host_sim/cublaslt_sim.cpp, a loop) fewer tokens and a
+  // narrower input, with a bf16 D still past the tuner's 2^21 values.
+  const int64_t N = kHostSim ? 768 : 2048, in = kHostSim ? 64 : 768, out = 3072;
   const size_t n_in = size_t(N * in), n_out = size_t(N * out), n_w = size_t(in * out);
   TunerOperands ops[2];
   for (uint64_t pass = 0; pass < 2; ++pass) {
@@ -1093,17 +1095,20 @@ void check_gemm_tuner() {
       "fc1 fwd + bias(epi) +=", [&](const TunerOperands& t) { return Bufs{t.c_out}; },
       [&](Ctx& ctx, const Call& c) { ctx.gemm(acc, c.X(), c.W(), c.f(0), reinterpret_cast<const float*>(c.b32.p)); });
   // fp32 operands (TF32 off): x's and w's bytes read as floats would hold NaNs, so noise of their own
-  // in place of the bf16 dy_in and pre (each at least 512·384 floats' bytes).
-  const lattice::GemmShape f32{1, 512, 256, 384, false, false, 1.0f, false};
+  // in place of the bf16 dy_in and pre (each at least fm·fk floats' bytes).
+  const int64_t fm = kHostSim ? 128 : 512, fn = kHostSim ? 64 : 256, fk = kHostSim ? 96 : 384;
+  const lattice::GemmShape f32{1, fm, fn, fk, false, false, 1.0f, false};
   for (uint64_t pass = 0; pass < 2; ++pass) {
     TunerOperands& t = ops[pass];
-    const auto a = noise_bytes(size_t(512 * 384), 4, 31 + 2 * pass);
-    const auto b = noise_bytes(size_t(384 * 256), 4, 32 + 2 * pass);
+    const auto a = noise_bytes(size_t(fm * fk), 4, 31 + 2 * pass);
+    const auto b = noise_bytes(size_t(fk * fn), 4, 32 + 2 * pass);
+    if (a.size() > t.dy_in.size() || b.size() > t.pre.size()) throw std::logic_error("check_gemm_tuner: f32 operands");
     std::copy(a.begin(), a.end(), t.dy_in.begin());
     std::copy(b.begin(), b.end(), t.pre.begin());
   }
   same_bits(
-      "f32 512x256x384", [&](const TunerOperands&) { return Bufs{poisoned(512 * 256 * 4)}; },
+      "f32 " + std::to_string(fm) + "x" + std::to_string(fn) + "x" + std::to_string(fk),
+      [&](const TunerOperands&) { return Bufs{poisoned(size_t(fm * fn * 4))}; },
       [&](Ctx& ctx, const Call& c) {
         ctx.gemm(f32, {c.dy_in.p, DType::fp32}, {c.pre.p, DType::fp32}, c.f(0));
       });
@@ -1111,6 +1116,19 @@ void check_gemm_tuner() {
     std::printf("  note gemm tuner %s: algorithm %d of %d offered, %d with the first's bits\n", t.gemm.c_str(),
                 t.chosen + 1, t.offered, t.same_bits);
   if (tuned.tunings().empty()) std::printf("  note gemm tuner: no call had two algorithms offered\n");
+  if (kHostSim) {
+    // The simulation's four algorithms (tests/host_sim/cublaslt_sim.cpp) make each decision known: the
+    // fourth splits K (not offered), the third sums in another order (other bits), the second gives
+    // the first's bits in half its time: every kind of call tuned, each to the second of three.
+    int wrong = 0;
+    for (const auto& t : tuned.tunings()) wrong += !(t.offered == 3 && t.same_bits == 2 && t.chosen == 1);
+    const int kinds = 8;
+    std::printf("kernel gemm tuner decisions (simulated cuBLASLt: %zu keys tuned of %d kinds, each to the faster "
+                "algorithm with the first's bits, the other order and the split of K left out) fwd "
+                "max_abs_diff=%d rel=%d tol=0 %s\n",
+                tuned.tunings().size(), kinds, wrong, wrong, wrong == 0 && int(tuned.tunings().size()) == kinds ? "ok" : "FAIL");
+    if (!(wrong == 0 && int(tuned.tunings().size()) == kinds)) ++failures;
+  }
 }
 
 
@@ -2414,13 +2432,11 @@ int main(int argc, char** argv) {
     section("fp16", check_fp16);
     section("heads", check_heads);
     section("bf16_fused", check_bf16_fused);
-    if (kHostSim) {
-      std::printf("  (gemm not checked: cuBLASLt is not simulated on the host)\n");
-    } else {
-      section("gemm", check_gemm);
-      section("gemm_epilogues", check_gemm_epilogues);
-      section("gemm_tuner", check_gemm_tuner);
-    }
+    // On the host simulation, against its cuBLASLt (tests/host_sim/cublaslt_sim.cpp): gemm.cu's own
+    // plans, descriptors, epilogues and tuner, not NVIDIA's library.
+    section("gemm", check_gemm);
+    section("gemm_epilogues", check_gemm_epilogues);
+    section("gemm_tuner", check_gemm_tuner);
     section("flash", check_flash);
   } catch (const std::exception& e) {  // a kernel that threw (a refused shape, no cuBLASLt algorithm)
     std::printf("lattice_cuda_check: error: %s\n", e.what());

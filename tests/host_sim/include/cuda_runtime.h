@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <map>
 #include <type_traits>
@@ -490,9 +491,24 @@ cudaError_t cudaFuncSetAttribute(F*, cudaFuncAttribute, int value) {
 }
 template <class F>
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, F*) { *a = cudaFuncAttributes{}; return cudaSuccess; }
-inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = nullptr; return cudaSuccess; }
-inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
+// Events time the host: every call has finished when it returns, so a recorded event's clock is the
+// time its work before it ended (what cuBLASLt's tuner compares in the simulation).
+struct CUevent_st {
+  double seconds = 0;
+};
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st; return cudaSuccess; }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
+  if (!e) return cudaErrorInvalidValue;
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  e->seconds = double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+  return cudaSuccess;
+}
 inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0.0f; return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  if (!a || !b) return cudaErrorInvalidValue;
+  *ms = float(1e3 * (b->seconds - a->seconds));
+  return cudaSuccess;
+}
 inline size_t __cvta_generic_to_shared(const void* p) { return reinterpret_cast<uintptr_t>(p); }
