@@ -84,13 +84,29 @@ int run_sample(int argc, char** argv) {
   std::vector<int32_t> ids;
   for (uint16_t t : tokenizer.encode(prompt)) ids.push_back(int32_t(t));
   require(!ids.empty(), "--prompt must not be empty");
-  std::fputs(prompt.c_str(), stdout);
+  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   const DropoutStream stream{seed, 0, 0, DropoutSite::init};
   // Shown as decoded so far: a piece may end inside a character (byte fallback), whose replacement
   // mark is held back until the next piece completes it.
   std::vector<int> generated;
   std::string shown;
   constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+  // The text of everything generated, decoded from the last point where all of it was shown (`base`
+  // tokens, `base_shown` bytes) with kContext tokens before it for the decoder's context (a character
+  // split over byte pieces, a piece's leading space): each step decodes a few tokens, not all of them
+  // (that made a long sample quadratic). Where the window's text does not extend its context's, the
+  // whole sequence is decoded, as it was.
+  constexpr size_t kContext = 16;
+  size_t base = 0, base_shown = 0;
+  const auto text_so_far = [&] {
+    const size_t from = base > kContext ? base - kContext : 0;
+    if (from == 0) return tokenizer.decode(generated);
+    const std::vector<int> window(generated.begin() + std::ptrdiff_t(from), generated.end());
+    const std::vector<int> context(generated.begin() + std::ptrdiff_t(from), generated.begin() + std::ptrdiff_t(base));
+    const std::string t = tokenizer.decode(window), c = tokenizer.decode(context);
+    if (t.compare(0, c.size(), c) != 0) return tokenizer.decode(generated);
+    return shown.substr(0, base_shown) + t.substr(c.size());
+  };
   for (int i = 0; i < tokens; ++i) {
     const int64_t len = std::min<int64_t>(int64_t(ids.size()), c.seq_len);
     auto probs = gpt->next_token_probs(ids.data() + ids.size() - size_t(len), len);
@@ -99,11 +115,16 @@ int run_sample(int argc, char** argv) {
     const int next = draw_token(probs, temperature, top_k, u);
     ids.push_back(next);
     generated.push_back(next);
-    std::string text = tokenizer.decode(generated);
+    std::string text = text_so_far();
+    const size_t whole = text.size();
     while (text.size() >= kReplacement.size() && text.ends_with(kReplacement)) text.resize(text.size() - 3);
+    const bool held_back = text.size() != whole;
+    if (!held_back && text == shown) base = generated.size(), base_shown = shown.size();
     if (text.size() > shown.size() && text.compare(0, shown.size(), shown) == 0) {
-      std::fputs(text.c_str() + shown.size(), stdout);
+      // fwrite, not fputs: a byte model's text may hold NUL bytes.
+      std::fwrite(text.data() + shown.size(), 1, text.size() - shown.size(), stdout);
       shown = std::move(text);
+      if (!held_back) base = generated.size(), base_shown = shown.size();  // all of it shown
       if (!standard_output::flush(false)) return 0;  // the reader left (`| head`): nothing more to show
     }
   }

@@ -46,6 +46,15 @@ check "eval event" test "$(json_field eval.jsonl "d[0]['event'] == 'eval' and d[
 "$LATTICE" sample --checkpoint ck --prompt "In the" --tokens 20 > sample.txt 2>/dev/null
 check "sample prints prompt + 20 bytes" test "$(head -c 6 sample.txt)" = "In the"
 check "sample length" test "$(wc -c < sample.txt)" -ge 26
+# A byte model's text may hold NUL bytes: sample prints them (fputs stopped at each, dropping them).
+for _ in $(seq 1 2000); do printf 'ab\000cd efg\n'; done > nul.txt
+"$LATTICE" prepare --input nul.txt --out nul_data > /dev/null 2>&1
+"$LATTICE" train --data nul_data --layers 2 --hidden 64 --heads 4 --seq-len 64 --micro-batch 4 --steps 150 \
+  --threads 2 --save nul_ck > /dev/null 2>&1
+"$LATTICE" sample --checkpoint nul_ck --prompt ab --tokens 30 --top-k 1 > nul_sample.txt 2>/dev/null
+check "sample prints NUL bytes: 2 + 30 + a newline" test "$(wc -c < nul_sample.txt)" -eq 33
+check "sample prints NUL bytes: the corpus's pattern" \
+  bash -c "head -c 11 nul_sample.txt | od -An -c | tr -s ' ' | grep -q 'a b \\\\0 c d e f g \\\\n'"
 
 # --config FILE.toml; flags on the command line win.
 printf 'layers = 1\nhidden = 16\nheads = 2\n' > small.toml
