@@ -37,8 +37,31 @@ OffloadedStates::OffloadedStates(const std::string& dir, std::vector<int64_t> pi
     : dir_(dir), sizes_(std::move(piece_sizes)), states_(states) {
   for (int64_t n : sizes_) first_.push_back(total_), total_ += n, largest_ = std::max(largest_, n);
   std::error_code ec;
+  // The directories made here, deepest first: removed again (when still empty) if the run is refused.
+  std::vector<std::filesystem::path> made;
+  for (std::filesystem::path p = std::filesystem::absolute(dir, ec); !p.empty() && !std::filesystem::exists(p, ec);
+       p = p.parent_path()) {
+    made.push_back(p);
+    if (p == p.parent_path()) break;
+  }
   std::filesystem::create_directories(dir, ec);
-  require(std::filesystem::is_directory(dir, ec), "--offload-optimizer " + dir + " is not a directory we can make");
+  try {
+    require(std::filesystem::is_directory(dir, ec), "--offload-optimizer " + dir + " is not a directory we can make");
+    map_states();
+  } catch (...) {
+    for (int v = 0; v < 2; ++v) {
+      if (map_[v]) ::munmap(map_[v], size_t(file_bytes())), map_[v] = nullptr;
+      if (fd_[v] >= 0) ::close(fd_[v]), fd_[v] = -1;
+    }
+    for (const auto& p : made) std::filesystem::remove(p, ec);  // only an empty directory is removed
+    throw;
+  }
+  slots_ = TrackedArray<float>(kOffloadSlots * states_ * largest_, "offload_staging", MemoryCategory::offload_io);
+  io_thread_ = std::thread([this] { run_io(); });
+}
+
+void OffloadedStates::map_states() {
+  const std::string& dir = dir_;
   const size_t bytes = size_t(file_bytes());
   for (int v = 0; v < 2; ++v) {
     std::string path = dir + "/lattice-offload-XXXXXX";
@@ -54,8 +77,6 @@ OffloadedStates::OffloadedStates(const std::string& dir, std::vector<int64_t> pi
     require(m != MAP_FAILED, "--offload-optimizer " + dir + ": cannot map the states file: " + errno_text());
     map_[v] = static_cast<float*>(m);
   }
-  slots_ = TrackedArray<float>(kOffloadSlots * states_ * largest_, "offload_staging", MemoryCategory::offload_io);
-  io_thread_ = std::thread([this] { run_io(); });
 }
 
 OffloadedStates::~OffloadedStates() {

@@ -61,6 +61,7 @@ class OffloadedStates {
     int slot;
   };
   void run_io();
+  void map_states();  // the two states files, made, reserved and mapped
   void io(const Task& t);
   void wait_for(size_t reads_done);
   void queue_reads(size_t last);

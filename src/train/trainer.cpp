@@ -197,6 +197,18 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     if (!config_.trace.empty()) check_output_path(config_.trace, OutputKind::trace, "--trace", trace_rules());
     if (!config_.report_dir.empty())
       check_report_dir(config_.report_dir, config_.save, config_.trace, !config_.resume.empty(), output_rules_);
+    // The offload directory holds only the run's own unlinked states files, but it is made if missing:
+    // never inside an input or inside a directory another output owns (a checkpoint replaced whole
+    // would refuse to be saved over it, after the whole run).
+    if (const std::string& off = config_.optim.offload_dir; !off.empty()) {
+      for (const NamedPath& in : output_rules_.inputs)
+        require(in.path.empty() || !path_within(off, in.path),
+                "--offload-optimizer " + off + " is inside " + in.flag + " " + in.path + ", an input of this run");
+      for (const NamedPath& owner : std::vector<NamedPath>{{"--save", config_.save}, {"--report-dir", config_.report_dir}})
+        require(owner.path.empty() || !path_within(off, owner.path),
+                "--offload-optimizer " + off + " is inside " + owner.flag + " " + owner.path +
+                    ", which holds that output alone");
+    }
   }
   const auto train_file = data::TokenFile::load(train_path, model_config_.vocab);
   // Bits per byte need each file's text bytes: a SentencePiece directory must say them, for these files.

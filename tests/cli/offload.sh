@@ -93,9 +93,17 @@ check "killed: a checkpoint was promoted before the kill" test -f ck_kill/traine
 expect_error "--offload-optimizer on a file" "offload-optimizer" train "${MODEL[@]}" --offload-optimizer corpus.txt
 expect_error "--offload-optimizer with SM3" "adamw" train "${MODEL[@]}" --offload-optimizer off_sm3 --optimizer sm3
 if mkdir -p full && mount -t tmpfs -o size=64k tmpfs full 2> /dev/null; then
-  expect_error "--offload-optimizer on a full disk" "cannot reserve" train "${MODEL[@]}" --offload-optimizer full/off
+  expect_error "--offload-optimizer on a full disk" "cannot reserve" train "${MODEL[@]}" --offload-optimizer full/a/off
+  check "a refused offload directory is not left behind (nor the parent made for it)" test -z "$(ls -A full)"
   umount full
 fi
+# Inside an input, or inside a directory another output owns: refused before training, nothing made.
+expect_error "--offload-optimizer inside --data" "is inside --data data, an input of this run" \
+  train "${MODEL[@]}" --offload-optimizer data/off
+check "nothing made inside --data" test ! -e data/off
+expect_error "--offload-optimizer inside --save" "is inside --save ck_owned, which holds that output alone" \
+  train "${MODEL[@]}" --save ck_owned --offload-optimizer ck_owned/off
+check "nothing made inside --save" test ! -e ck_owned/off
 
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
 [ "$failures" -eq 0 ]
