@@ -55,6 +55,11 @@ std::vector<LayerRecompute> checked_plan(const LayoutConfig& layout, int layers)
     require(plan[size_t(stages.begin(s))] != LayerRecompute::in_segment,
             "--recompute-plan '" + text + "': layer " + std::to_string(stages.begin(s)) + " begins stage " +
                 std::to_string(s) + " and so cannot continue a segment (~); segments never cross a stage");
+  // A ~ continues the segment of the checkpoint below it: above n or s there is none to continue (the
+  // engine ran "n~" as "c~" while the run said "none"; the planner refuses it in these words).
+  for (size_t i = 1; i < plan.size(); ++i)
+    require(plan[i] != LayerRecompute::in_segment || forward_recomputed(plan[i - 1]),
+            "--recompute-plan '" + text + "': layer " + std::to_string(i) + " is in a segment no checkpoint below it starts");
   return plan;
 }
 

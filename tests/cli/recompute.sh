@@ -93,6 +93,9 @@ expect_error "an unknown method" "must be block or uniform" "${SMALL[@]}" --reco
 expect_error "a bad plan character" "not one of" "${SMALL[@]}" --recompute-plan c~xn
 expect_error "a plan of the wrong length" "has 3 layers" "${SMALL[@]}" --recompute-plan c~n
 expect_error "a plan beginning inside a segment" "cannot continue a segment" "${SMALL[@]}" --recompute-plan ~cnn
+# A ~ above n or s continues no segment (it used to run as a checkpoint while the run said "none").
+expect_error "a segment above a layer that keeps its activations" "layer 2 is in a segment no checkpoint below it starts" \
+  "${SMALL[@]}" --recompute-plan cn~n
 expect_error "a plan with --recompute-layers" "without --recompute-method and --recompute-layers" "${SMALL[@]}" \
   --recompute-plan c~nn --recompute-layers 2
 expect_error "k not an integer (usage)" "recompute-layers" "${SMALL[@]}" --recompute full --recompute-layers two
