@@ -24,6 +24,11 @@ namespace lattice::cli {
 
 namespace {
 
+// A config key longer than any flag name, or a value longer than any path or list a flag takes, is
+// refused as such (a 200 MB key once became a 200 MB error line).
+constexpr size_t kLongestKey = 64, kLongestValue = 4096;
+
+
 enum class Kind { boolean, integer, number, string };
 struct Value {
   Kind kind;
@@ -103,11 +108,13 @@ Value parse_value(const std::string& s, size_t& i, const std::string& at) {
     (void)std::strtoull(digits.c_str(), &stop, 10);
     if (*stop == '\0' && errno == 0) return {Kind::integer, digits};
   }
-  require(errno != ERANGE || digits.find_first_of(".eE") != std::string::npos, at + ": " + token + " is out of range");
+  require(errno != ERANGE || digits.find_first_of(".eE") != std::string::npos,
+          at + ": " + (token.size() > 64 ? token.substr(0, 64) + "..." : token) + " is out of range");
   errno = 0;
   (void)std::strtod(digits.c_str(), &stop);
   const bool number = !digits.empty() && *stop == '\0' && digits.find_first_of("xX") == std::string::npos;
-  require(number, at + ": '" + token + "' is not a value (strings go in quotes)");
+  require(number, at + ": '" + (token.size() > 64 ? token.substr(0, 64) + "..." : token) +
+                      "' is not a value (strings go in quotes)");
   return {Kind::number, digits};
 }
 
@@ -136,6 +143,9 @@ std::vector<std::string> config_file_args(const std::string& path, const CLI::Ap
     while (i < line.size() && bare_key_char(line[i])) ++i;
     const std::string key = line.substr(key_begin, i - key_begin);
     require(!key.empty(), where + ": expected key = value");
+    // No flag's name is this long: said without echoing a key of any size into one line.
+    require(key.size() <= kLongestKey, where + ": a key of " + std::to_string(key.size()) +
+                                           " characters is not a flag of " + app.get_name() + " (see --help)");
     const std::string at = where + ": " + key;
     skip_blanks();
     require(i < line.size() && line[i] != '.', at + ": dotted keys (tables) are not flags");
@@ -143,6 +153,9 @@ std::vector<std::string> config_file_args(const std::string& path, const CLI::Ap
     ++i;
     skip_blanks();
     const Value value = parse_value(line, i, at);
+    require(value.text.size() <= kLongestValue, at + ": a value of " + std::to_string(value.text.size()) +
+                                                    " bytes (no flag takes more than " +
+                                                    std::to_string(kLongestValue) + ")");
     skip_blanks();
     require(i == line.size() || line[i] == '#', at + ": something follows the value");
     const auto [it, fresh] = seen.emplace(key, number);

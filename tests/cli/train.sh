@@ -62,6 +62,16 @@ printf 'layers = 1\nhidden = 16\nheads = 2\n' > small.toml
 check "config file + flag override" test "$(json_field cfg.jsonl "len(d[-1]['memory']['ranks'][0]['activation_bytes_per_layer'])")" -eq 1
 check "flag wins over config" test "$(json_field cfg.jsonl "d[-1]['parameters']")" -eq $((256*32 + 16*32 + 12*32*32 + 13*32 + 2*32))
 
+# A config key or value no flag could take is refused as such, not echoed whole (a 200 MB key once
+# made a 200 MB error line).
+head -c 300000 /dev/zero | tr '\0' k > long_key.toml && echo " = 1" >> long_key.toml
+expect_error "a config key of 300000 characters" "a key of 300000 characters is not a flag" train --config long_key.toml
+check "... in a short line" test "$(wc -c < err.txt)" -lt 200
+printf 'data = "%s"\n' "$(head -c 100000 /dev/zero | tr '\0' x)" > long_value.toml
+expect_error "a config value of 100000 bytes" "data: a value of 100000 bytes (no flag takes more than 4096)" \
+  train --config long_value.toml
+check "... in a short line" test "$(wc -c < err.txt)" -lt 200
+
 # Bad inputs: status 1 or 2, exactly one stderr line naming the cause.
 expect_error "unknown flag" "--bogus" train "${SMALL[@]}" --bogus 3
 expect_error "unknown command" "unknown command" frobnicate
