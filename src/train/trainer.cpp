@@ -288,6 +288,8 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     checkpoint::load_optimizer(config_.resume, model_->table(), model_config_, *optimizer_);
     step_ = resume_state.step;
   }
+  first_step_ = step_ + 1;
+  weights_from_ = weights_path;
   // --save-every auto measures the save cost at the run's first save: after its second step (the
   // first warms caches), so the step time beside it is a steady one.
   if (config_.save_every_auto) auto_first_save_ = step_ + 2;
@@ -378,8 +380,13 @@ StepResult Trainer::run_step() {
   r.lr = schedule_.at(r.step);
   if (!std::isfinite(r.loss)) {
     drop_unjudged_save();  // weights that give this loss never replace a sound checkpoint
-    throw TrainingError("loss is " + nonfinite(r.loss) + " at step " + std::to_string(r.step) +
-                        ": training stopped (lower --lr or check the data)" + saved_note());
+    // The run's first loss comes before any update: not the learning rate's doing.
+    const std::string why = r.step != first_step_ ? "lower --lr or check the data"
+                            : weights_from_.empty()
+                                ? "before any update: check the data"
+                                : "before any update: the weights of " + weights_from_ + " give it (check them)";
+    throw TrainingError("loss is " + nonfinite(r.loss) + " at step " + std::to_string(r.step) + ": training stopped (" +
+                        why + ")" + saved_note());
   }
   // The saved weights (this step's) gave a finite loss: promoted unless it is an outlier.
   const std::string refused = promote_if_sound(r.loss);

@@ -168,6 +168,8 @@ class Trainer {
   DirLock save_lock_;         // rank 0: --save held against another run for this run's life
   int64_t staged_step_ = -1, saved_step_ = -1;
   int64_t step_ = 0;  // optimizer steps done
+  int64_t first_step_ = 1;    // this run's first step (its loss precedes any update)
+  std::string weights_from_;  // --resume or --init: where the first step's weights came from
   int64_t activation_peak_ = 0;
   std::vector<std::vector<int64_t>> moe_load_;  // [MoE layer][expert]: tokens over the run
   std::array<int64_t, comm::kGroupKinds> step_sent_bytes_{};  // by comm::GroupKind, measured at the end of the last step

@@ -99,6 +99,22 @@ cp -r half trunc && head -c 500 half/model.safetensors > trunc/model.safetensors
 expect_error "truncated checkpoint" "model.safetensors" train "${SMALL[@]}" --steps 4 --resume trunc
 expect_error "resume from nothing" "does not exist" train "${SMALL[@]}" --steps 4 --resume nothing
 expect_error "NaN loss names the step" "at step" train "${SMALL[@]}" --lr 1e12 --clip-grad 0 --warmup 0 --steps 20 --json
+# Weights that give a NaN loss from the start: the first loss precedes any update, so the message
+# names the weights, not the learning rate.
+"$LATTICE" train "${SMALL[@]}" --steps 1 --save ck_nan_src > /dev/null 2>&1
+python3 - ck_nan_src/model.safetensors nan.safetensors <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], 'rb').read())
+n = struct.unpack('<Q', b[:8])[0]
+header = json.loads(b[8:8 + n])
+name, t = next((k, v) for k, v in header.items() if k != '__metadata__' and v['dtype'] == 'F32')
+lo, hi = t['data_offsets']
+b[8 + n + lo:8 + n + hi] = struct.pack('<f', float('nan')) * ((hi - lo) // 4)
+open(sys.argv[2], 'wb').write(b)
+PY
+expect_error "NaN weights from --init name the weights" \
+  "loss is NaN at step 1: training stopped (before any update: the weights of nan.safetensors give it (check them))" \
+  train "${SMALL[@]}" --steps 2 --init nan.safetensors --json
 expect_error "eval without checkpoint" "checkpoint" eval --checkpoint missing --data data/val.bin
 
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
