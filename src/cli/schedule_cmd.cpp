@@ -177,6 +177,12 @@ int run_schedule(int argc, char** argv) {
   for (int t = 0; t < steps; ++t) phases.push_back(pl::step_phase(t == 0, t == steps - 1));
   const auto lists = kind == pl::ScheduleKind::pipedream_2bw ? pl::build_run(kind, p, n_mb, m, phases)
                                                              : pl::build_schedule(kind, p, n_mb, m);
+  if (!svg.empty() && from_trace.empty()) {  // refused before the simulation, which can take seconds
+    size_t actions = 0;
+    for (const auto& rank : lists) actions += rank.size();
+    require(actions <= size_t(pl::kMaxSvgActions), "--svg draws at most " + std::to_string(pl::kMaxSvgActions) +
+                                                       " actions (this schedule has " + std::to_string(actions) + ")");
+  }
   if (!stage_layers.empty()) {
     const std::vector<int> counts = parse_layer_counts(stage_layers, "--pipeline-layers");
     require(int64_t(counts.size()) == int64_t(p) * m, "--pipeline-layers " + stage_layers + " gives " +
