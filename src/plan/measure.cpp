@@ -252,6 +252,8 @@ std::string measurement_json(const Measurement& m) {
 
 namespace {
 
+constexpr double kLeastRate = 1e3, kMostRate = 1e18;
+
 std::string read_text(const std::string& path) {
   std::error_code ec;
   require(std::filesystem::exists(path, ec), "hardware file " + path + " does not exist (write one with: lattice bench --json > " + path + ")");
@@ -270,8 +272,9 @@ Hardware hardware_from_file(const std::string& path) {
     } else {
       m.gemm_fp32_flops = j.at("gemm_fp32_flops"), m.gemm_bf16_flops = j.at("gemm_bf16_flops");
       m.memory_bandwidth = j.at("memory_bandwidth");
-      if (m.gemm_fp32_flops <= 0 || m.gemm_bf16_flops <= 0 || m.memory_bandwidth <= 0)
-        fail(path + ": measured rates must be positive");
+      for (double rate : {m.gemm_fp32_flops, m.gemm_bf16_flops, m.memory_bandwidth})
+        if (!(rate >= kLeastRate && rate <= kMostRate))
+          fail(path + ": measured rates must be numbers from 1e3 to 1e18 (FLOP/s, bytes/s)");
     }
     Hardware h = hardware_from(m);
     if (j.contains("layer_costs")) {
@@ -323,10 +326,12 @@ class Reader {
     if (!j.is_object() || !j.contains(key)) bad("no \"" + std::string(key) + "\"" + where);
     return j.at(key);
   }
+  // A measured rate (FLOP/s or bytes/s): between kLeastRate and kMostRate, what any machine measures
+  // (1e-300 was taken, and planned a step of 6.5e306 s).
   double positive(const nlohmann::json& j, const char* key, const std::string& where = "") const {
     const auto& v = field(j, key, where);
-    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
-      bad("\"" + std::string(key) + "\"" + where + " must be a positive number");
+    if (!v.is_number() || !(v.get<double>() >= kLeastRate && v.get<double>() <= kMostRate))
+      bad("\"" + std::string(key) + "\"" + where + " must be a measured rate, a number from 1e3 to 1e18");
     return v.get<double>();
   }
   int count(const nlohmann::json& j, const char* key, int least, const std::string& where = "") const {
@@ -375,7 +380,8 @@ LocalBench read_local_bench(const std::string& path) {
     b.compute.runtime_rss_bytes = int64_t(rss.get<double>());
   }
   const auto& elementwise = r.field(j, "elementwise", "");
-  if (!elementwise.is_object()) r.bad("\"elementwise\" must be an object of kernel: bytes/s");
+  if (!elementwise.is_object() || elementwise.empty())
+    r.bad("\"elementwise\" must be an object of kernel: bytes/s (lattice bench --save writes every kernel's)");
   for (const auto& [kernel, rate] : elementwise.items())
     b.elementwise[kernel] = r.positive(elementwise, kernel.c_str(), " in \"elementwise\"");
   if (!j.contains("mpi")) {

@@ -26,6 +26,11 @@ echo '{"event":"bench"}' > broken.json
 "$LATTICE" plan --hardware broken.json "${SHAPE[@]}" > /dev/null 2> err.txt
 check "a broken bench file: exit 1 with one line" test $? -eq 1 -a "$(wc -l < err.txt)" -eq 1
 check "names the file" grep -q "broken.json" err.txt
+# A rate no machine measures (it once planned a step of 6.5e306 s and an MFU of inf%).
+echo '{"gemm_fp32_flops": 2e11, "gemm_bf16_flops": 4e11, "memory_bandwidth": 1e-300}' > absurd.json
+"$LATTICE" plan --hardware absurd.json "${SHAPE[@]}" > /dev/null 2> err.txt
+check "an absurd rate: exit 1 with one line naming the range" \
+  bash -c "[ $? -eq 1 ] && [ \$(wc -l < err.txt) -eq 1 ] && grep -q 'measured rates must be numbers from 1e3 to 1e18' err.txt"
 "$LATTICE" bench --seconds 0 > /dev/null 2> err.txt
 check "bad --seconds: exit 1" test $? -eq 1
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
