@@ -79,6 +79,11 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
     }
     if (auto bad = canonical_numbers(app, args, command)) return refuse_value(command, bad->message, bad->usage ? 2 : 1);
     check_repeated_flags(app, args);  // the command line's own: --config's may be overridden
+    // What it lets through (the same name twice, a flag's same value twice) takes the last value in
+    // every command, as train's and plan's flags always did (CLI11's own rule refused it in raw words).
+    for (CLI::Option* opt : app.get_options())
+      if (opt->get_expected_min() >= 1 && opt->get_expected_max() == 1)
+        opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     // --config FILE: its settings go first, so the command line's flags (TakeLast) win.
     if (app.get_option_no_throw("--config"))
       for (size_t i = 0; i < args.size(); ++i) {

@@ -96,6 +96,8 @@ const std::vector<FlagBound>& flag_bounds() {
       {"bench", "seconds", 0, 60, true},
       {"bench", "budget", 0, 60, true},
       {"bench", "threads", 0, 4096},
+      {"eval", "threads", 0, 4096},  // 0: all cores
+      {"sample", "threads", 0, 4096},
       {"bench", "micro-batch", 1, 4096},
       {"bench", "tp-share", 1, 1024},
       // groups, schedule, prepare.

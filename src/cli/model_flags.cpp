@@ -1,5 +1,7 @@
 #include "cli/model_flags.hpp"
 
+#include <omp.h>
+
 #include "cli/cli_util.hpp"
 #include "cli/flag_rules.hpp"
 
@@ -63,6 +65,13 @@ void add_device_flag(CLI::App& app, std::string& device) {
                  "with device memory the host cannot touch, for testing: docs/gpu.md)")
       ->check(CLI::IsMember({"cpu", "cuda", "cpu-guarded"}))
       ->capture_default_str();
+}
+
+void add_threads_flag(CLI::App& app, int& threads) {
+  app.add_option("--threads", threads, "OpenMP threads (default: all cores, as lattice train)");
+}
+void use_threads(int threads) {  // bounded by cli/flag_rules.cpp, as every number flag
+  if (threads > 0) omp_set_num_threads(threads);
 }
 
 void add_layout_flags(CLI::App& app, LayoutFlags& f) {

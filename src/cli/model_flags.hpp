@@ -40,6 +40,10 @@ void add_train_flags(CLI::App& app, TrainConfig& train, std::string& shuffle);
 // --device cpu|cuda|cpu-guarded: which backend serves the kernels, memory and copies (backend/device_ops.hpp),
 // chosen once by the command before it builds a model.
 void add_device_flag(CLI::App& app, std::string& device);
+// --threads for the commands that run a model without training it (eval, sample): 0 (the default)
+// leaves OpenMP's all cores; use_threads checks the value and applies it.
+void add_threads_flag(CLI::App& app, int& threads);
+void use_threads(int threads);
 // --config FILE.toml: keys are the long flag names; flags on the command line win.
 void add_config_file(CLI::App& app, std::string& path);
 // A seed is an integer in [0, 2^64): CLI11 alone would wrap -1 and saturate 2^64.

@@ -59,7 +59,10 @@ int run_sample(int argc, char** argv) {
   add_model_flags(app, model);
   std::string device = "cpu";
   add_device_flag(app, device);
+  int threads = 0;
+  add_threads_flag(app, threads);
   if (const auto status = parse_flags(app, argc, argv)) return *status;
+  use_threads(threads);
   require(tokens >= 0 && tokens <= (1 << 24), "--tokens must be between 0 and " + std::to_string(1 << 24));
   require(temperature > 0 && std::isfinite(temperature), "--temperature must be a finite number > 0");
   require(top_k >= 0, "--top-k must be >= 0 (0 = all)");

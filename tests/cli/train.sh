@@ -46,6 +46,13 @@ check "eval event" test "$(json_field eval.jsonl "d[0]['event'] == 'eval' and d[
 "$LATTICE" sample --checkpoint ck --prompt "In the" --tokens 20 > sample.txt 2>/dev/null
 check "sample prints prompt + 20 bytes" test "$(head -c 6 sample.txt)" = "In the"
 check "sample length" test "$(wc -c < sample.txt)" -ge 26
+"$LATTICE" sample --checkpoint ck --prompt "In the" --tokens 20 --threads 1 > sample1.txt 2>/dev/null
+check "sample --threads 1: the same text (threads change no draw)" cmp sample.txt sample1.txt
+"$LATTICE" eval --checkpoint ck --data data/val.bin --threads 1 > eval1.txt 2>&1
+check "eval --threads 1 runs" grep -q "eval loss" eval1.txt
+# A flag given twice takes the last value in every command, as in train (sample refused it in CLI11's words).
+"$LATTICE" sample --checkpoint ck --prompt "In the" --tokens 5 --tokens 20 > twice.txt 2>/dev/null
+check "sample --tokens twice: the last one" cmp sample.txt twice.txt
 # A byte model's text may hold NUL bytes: sample prints them (fputs stopped at each, dropping them).
 for _ in $(seq 1 2000); do printf 'ab\000cd efg\n'; done > nul.txt
 "$LATTICE" prepare --input nul.txt --out nul_data > /dev/null 2>&1
