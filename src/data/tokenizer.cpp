@@ -22,14 +22,23 @@ class LineIterator final : public sentencepiece::SentenceIterator {
       done_ = true;
       return;
     }
-    const size_t end = std::min(text_.find('\n', pos_), text_.size());
+    // A line longer than SentencePiece takes (its max_sentence_length, 4192 bytes) is handed over in
+    // pieces of kLongest bytes, cut before a UTF-8 character's first byte: whole, it would be skipped
+    // (a text of one long line trained on nothing, then failed an internal check).
+    const size_t line_end = std::min(text_.find('\n', pos_), text_.size());
+    size_t end = line_end;
+    if (end - pos_ > kLongest) {
+      end = pos_ + kLongest;
+      while (end > pos_ + 1 && (static_cast<unsigned char>(text_[end]) & 0xC0) == 0x80) --end;
+    }
     line_.assign(text_.substr(pos_, end - pos_));
-    pos_ = end + 1;
+    pos_ = end == line_end ? end + 1 : end;
   }
   const std::string& value() const override { return line_; }
   sentencepiece::util::Status status() const override { return {}; }
 
  private:
+  static constexpr size_t kLongest = 4096;
   std::string_view text_;
   size_t pos_ = 0;
   std::string line_;
@@ -87,8 +96,17 @@ Tokenizer Tokenizer::train(std::string_view text, TokenizerKind kind, int vocab)
   LineIterator lines(text);
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &model);
-  require(status.ok(), "SentencePiece could not train a " + std::string(to_string(kind)) + " tokenizer of " +
-                           std::to_string(vocab) + " pieces on this text: " + status.ToString());
+  if (!status.ok()) {
+    // Its words made plain: what a too small vocabulary means here, and no source file and line.
+    const std::string why = status.message();
+    const std::string head = "SentencePiece could not train a " + std::string(to_string(kind)) + " tokenizer of " +
+                             std::to_string(vocab) + " pieces on this text: ";
+    if (why.find("required_chars") != std::string::npos)
+      fail(head + "it holds more distinct characters than " + std::to_string(vocab) +
+           " pieces leave room for; raise --vocab-size, or prepare it with --tokenizer bytes");
+    const size_t cc = why.find(".cc(");
+    fail(head + (cc == std::string::npos ? why : "an internal check failed (" + why.substr(why.find(')', cc) + 1) + ")"));
+  }
   return from_model(model, kind, "the trained model");
 }
 

@@ -90,5 +90,16 @@ head -c 300 corpus.txt > tiny.txt
 "$LATTICE" prepare --input tiny.txt --out tiny --tokenizer bpe --vocab-size 60000 2> tiny.err
 check "a vocabulary larger than the text holds: fewer pieces, said" grep -q "of 60000 asked: the text holds no more" tiny.err
 
+# A text of one long line (SentencePiece skips a sentence past 4192 bytes: it trained on nothing and
+# failed an internal check) is handed over in pieces; a text of more distinct characters than the
+# vocabulary holds is said so, in lattice's flags, not SentencePiece's.
+python3 -c "print(' '.join(['alpha', 'beta', 'gamma', 'delta'][i % 4] for i in range(100000)), end='')" > oneline.txt
+"$LATTICE" prepare --input oneline.txt --out oneline --tokenizer bpe --vocab-size 300 > /dev/null 2> oneline.err
+check "one line of 600 kB: prepared" test $? -eq 0 -a -s oneline/train.bin
+head -c 100000 /dev/urandom > noise.bin
+"$LATTICE" prepare --input noise.bin --out noise --tokenizer bpe --vocab-size 300 > /dev/null 2> noise.err
+check "random bytes at 300 pieces: exit 1, one line naming --vocab-size" \
+  bash -c "[ $? -eq 1 ] && [ \$(wc -l < noise.err) -eq 1 ] && grep -q 'raise --vocab-size, or prepare it with --tokenizer bytes' noise.err"
+
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
 [ "$failures" -eq 0 ]
