@@ -31,14 +31,15 @@ int64_t parse_bytes(const std::string& text, const std::string& flag) {
   struct Unit { const char* name; double scale; };
   static const Unit units[] = {{"", 1},        {"b", 1},          {"kb", 1e3},        {"mb", 1e6},
                                {"gb", 1e9},    {"tb", 1e12},      {"kib", 1024.0},    {"mib", 1048576.0},
-                               {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+                               {"gib", 1073741824.0}, {"tib", 1099511627776.0}, {"pb", 1e15},
+                               {"eb", 1e18},   {"pib", 1125899906842624.0}, {"eib", 1152921504606846976.0}};
   for (const Unit& u : units)
     if (unit == u.name) {
       // Past 1 EiB is no machine's memory, and past 2^63 the conversion would overflow.
       require(v * u.scale <= 1152921504606846976.0, flag + " must be at most 1 EiB (got '" + text + "')");
       return int64_t(std::llround(v * u.scale));
     }
-  fail(flag + " has an unknown unit '" + unit + "' (use B, kB, MB, GB, TB, KiB, MiB, GiB or TiB)");
+  fail(flag + " has an unknown unit '" + unit + "' (use B, kB, MB, GB, TB, PB, EB, KiB, MiB, GiB, TiB, PiB or EiB)");
 }
 
 double parse_rate(const std::string& text, const std::string& flag) {

@@ -59,6 +59,10 @@ TEST(PlanLayout, ParsesMemorySizesAndRates) {
   EXPECT_EQ(parse_bytes("80GiB", "--gpu-memory"), int64_t(80) << 30);
   EXPECT_EQ(parse_bytes("512 mib", "--gpu-memory"), int64_t(512) << 20);
   EXPECT_EQ(parse_bytes("1000", "--gpu-memory"), 1000);
+  // The bound a message names is a unit it takes: "at most 1 EiB".
+  EXPECT_EQ(parse_bytes("1EiB", "--memory-budget"), int64_t(1) << 60);
+  EXPECT_EQ(parse_bytes("2PB", "--memory-budget"), int64_t(2) * 1000 * 1000 * 1000 * 1000 * 1000);
+  EXPECT_THROW(parse_bytes("2EiB", "--memory-budget"), InputError);
   EXPECT_THROW(parse_bytes("80XB", "--gpu-memory"), InputError);
   EXPECT_THROW(parse_bytes("-3GB", "--gpu-memory"), InputError);
   EXPECT_THROW(parse_bytes("GB", "--gpu-memory"), InputError);
