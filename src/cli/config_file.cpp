@@ -26,7 +26,7 @@ namespace {
 
 // A config key longer than any flag name, or a value longer than any path or list a flag takes, is
 // refused as such (a 200 MB key once became a 200 MB error line).
-constexpr size_t kLongestKey = 64, kLongestValue = 4096;
+constexpr size_t kLongestKey = 64, kLongestValue = 65536;  // a recompute plan of 10,000 layers fits
 
 
 enum class Kind { boolean, integer, number, string };

@@ -54,7 +54,8 @@ volatile sig_atomic_t g_signal = 0;
 
 void forward_signal(int sig) {
   g_signal = sig;
-  if (g_job_group > 0) kill(-pid_t(g_job_group), sig);
+  // The group; or mpirun itself, in the instant before it has made its session (and group).
+  if (g_job_group > 0 && kill(-pid_t(g_job_group), sig) != 0) kill(pid_t(g_job_group), sig);
 }
 
 std::string this_hostname() {
@@ -75,17 +76,30 @@ std::vector<std::string> words_of(const std::string& text) {
 // end_session finds what is left of a job. The child gets SIGTERM if the launcher dies, however it
 // dies (mpirun then ends its ranks), so no job outlives its supervisor. stdout and stderr go to
 // `out_fd`/`err_fd` (-1: /dev/null). Returns the child's pid, or -1.
-pid_t spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
+// The launcher's interrupting signals are held while it forks: the child drops the launcher's
+// handler before it can run one, and the parent names the child as the job (`group`) before one it
+// receives is forwarded, so a Ctrl-C in that instant reaches the new job too.
+pid_t spawn(const std::vector<std::string>& argv, int out_fd, int err_fd,
+            volatile sig_atomic_t* group = nullptr) {
+  sigset_t held, before;
+  sigemptyset(&held);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&held, sig);
+  sigprocmask(SIG_BLOCK, &held, &before);
   const pid_t parent = getpid();
   const pid_t pid = fork();
-  if (pid != 0) return pid;
-  prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (getppid() != parent) _exit(1);  // the launcher died before the line above
-  setsid();
+  if (pid != 0) {
+    if (pid > 0 && group) *group = pid;
+    sigprocmask(SIG_SETMASK, &before, nullptr);
+    return pid;
+  }
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
   signal(SIGHUP, SIG_DFL);
   signal(SIGPIPE, SIG_DFL);
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent) _exit(1);  // the launcher died before the line above
+  setsid();
+  sigprocmask(SIG_SETMASK, &before, nullptr);
   const int null_fd = open("/dev/null", O_RDWR);
   dup2(null_fd, 0);
   dup2(out_fd >= 0 ? out_fd : null_fd, 1);
@@ -211,17 +225,21 @@ class MpirunLauncher final : public launch::Launcher {
     argv.insert(argv.end(), args.begin(), args.end());
 
     if (relaunching_) wait_for_save_lock();
+    if (g_signal != 0) {  // interrupted while waiting: no job is started
+      unlink(hostfile);
+      job.interrupted = true, job.interrupt_signal = g_signal, job.exit_status = 128 + g_signal;
+      return job;
+    }
     // Close-on-exec: mpirun must hold only its own ends (as stdout and stderr), or a job whose
     // launcher died would hold its own pipe's reader and block on a full pipe forever.
     int out_pipe[2], err_pipe[2];
     if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0)
       throw std::runtime_error("cannot create pipes");
     const double started = now_s();
-    const pid_t pid = spawn(argv, out_pipe[1], err_pipe[1]);
+    const pid_t pid = spawn(argv, out_pipe[1], err_pipe[1], &g_job_group);
     close(out_pipe[1]);
     close(err_pipe[1]);
     if (pid < 0) throw std::runtime_error(std::string("cannot fork: ") + std::strerror(errno));
-    g_job_group = pid;
 
     double last_line = started;
     last_progress_ = started;
@@ -229,7 +247,7 @@ class MpirunLauncher final : public launch::Launcher {
     bool open_fd[2] = {true, true};
     const int fds[2] = {out_pipe[0], err_pipe[0]};
     std::optional<int> status;
-    double reaped_at = 0, term_sent = 0;
+    double reaped_at = 0, term_sent = 0, interrupted_at = 0;
     auto line_seen = [&](int which, const std::string& line, bool whole = true) {
       if (which == 0 && !whole) {
         // The job's last stdout line, cut by its end (a rank killed mid-write): on stderr, said so,
@@ -314,6 +332,17 @@ class MpirunLauncher final : public launch::Launcher {
       if (!status && term_sent > 0 && now - term_sent > 5) {
         kill(-pid, SIGKILL);
         term_sent = now + 1e9;  // once
+      }
+      // An interruption forwarded to a job that does not end (a stopped mpirun keeps the signal
+      // pending): continued at once, killed after 10 s.
+      if (!status && g_signal != 0) {
+        if (interrupted_at == 0) {
+          interrupted_at = now;
+          kill(-pid, SIGCONT);
+        } else if (now - interrupted_at > 10) {
+          kill(-pid, SIGKILL);
+          interrupted_at = now + 1e9;  // once
+        }
       }
     }
     close(fds[0]);

@@ -65,6 +65,7 @@ std::vector<Host> parse_hostfile(const std::string& text, const std::string& pat
     Host host;
     words >> host.name;
     bool slots_given = false, max_given = false;
+    int max_slots = 0;
     for (std::string word; words >> word;) {
       const size_t eq = word.find('=');
       const std::string key = word.substr(0, eq), value = eq == std::string::npos ? "" : word.substr(eq + 1);
@@ -75,13 +76,11 @@ std::vector<Host> parse_hostfile(const std::string& text, const std::string& pat
       given = key != "slots";
       const auto n = whole(value, 1, 1 << 20);
       if (!n) throw InputError(where + key + " must be a whole number from 1 to 1048576 (got '" + value + "')");
-      if (key == "slots") {
-        host.slots = int(*n);
-        slots_given = true;
-      } else if (slots_given && *n < host.slots) {
-        throw InputError(where + "max_slots " + value + " is below slots " + std::to_string(host.slots));
-      }
+      if (key == "slots") host.slots = int(*n), slots_given = true;
+      else max_slots = int(*n);
     }
+    if (max_given && slots_given && max_slots < host.slots)  // in either order on the line
+      throw InputError(where + "max_slots " + std::to_string(max_slots) + " is below slots " + std::to_string(host.slots));
     for (const Host& h : hosts) {
       if (h.name == host.name) throw InputError(where + "host '" + host.name + "' is listed twice");
       if (is_local_host(h.name, this_hostname) && is_local_host(host.name, this_hostname))

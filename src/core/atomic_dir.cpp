@@ -259,7 +259,12 @@ void AtomicDir::commit() {
       give_up("cannot move the previous " + final_path_ + " aside", errno);
     if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0) {
       const int error = errno;
-      ::rename(previous.c_str(), final_path_.c_str());  // put the previous version back
+      if (::rename(previous.c_str(), final_path_.c_str()) != 0) {  // put the previous version back
+        // Neither version at the name: both kept (a later save would remove the trash name's) and named.
+        committed_ = true;
+        fail("cannot rename " + temp_path_ + " to " + final_path_ + ": " + std::strerror(error) +
+             "; the previous version is in " + previous + " and the new one in " + temp_path_ + ": move one back");
+      }
       give_up("cannot rename " + temp_path_ + " to " + final_path_, error);
     }
   }

@@ -25,20 +25,29 @@ class LineIterator final : public sentencepiece::SentenceIterator {
     // A line longer than SentencePiece takes (its max_sentence_length, 4192 bytes) is handed over in
     // pieces of kLongest bytes, cut before a UTF-8 character's first byte: whole, it would be skipped
     // (a text of one long line trained on nothing, then failed an internal check).
-    const size_t line_end = std::min(text_.find('\n', pos_), text_.size());
-    size_t end = line_end;
+    // The line's end is found once (not again for each piece of a long line), and a cut backs off at
+    // most 3 bytes to a character's first byte (invalid UTF-8 is cut where it falls).
+    if (line_end_ < pos_ || line_end_ == kUnknown) line_end_ = std::min(text_.find('\n', pos_), text_.size());
+    size_t end = line_end_;
     if (end - pos_ > kLongest) {
       end = pos_ + kLongest;
-      while (end > pos_ + 1 && (static_cast<unsigned char>(text_[end]) & 0xC0) == 0x80) --end;
+      for (int back = 0; back < 3 && (static_cast<unsigned char>(text_[end]) & 0xC0) == 0x80; ++back) --end;
+      if ((static_cast<unsigned char>(text_[end]) & 0xC0) == 0x80) end = pos_ + kLongest;
     }
     line_.assign(text_.substr(pos_, end - pos_));
-    pos_ = end == line_end ? end + 1 : end;
+    if (end == line_end_) {
+      pos_ = end + 1;
+      line_end_ = kUnknown;
+    } else {
+      pos_ = end;
+    }
   }
   const std::string& value() const override { return line_; }
   sentencepiece::util::Status status() const override { return {}; }
 
  private:
-  static constexpr size_t kLongest = 4096;
+  static constexpr size_t kLongest = 4096, kUnknown = size_t(-1);
+  size_t line_end_ = kUnknown;  // the current line's end, while it is handed over in pieces
   std::string_view text_;
   size_t pos_ = 0;
   std::string line_;

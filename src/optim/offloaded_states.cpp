@@ -48,6 +48,8 @@ OffloadedStates::OffloadedStates(const std::string& dir, std::vector<int64_t> pi
   try {
     require(std::filesystem::is_directory(dir, ec), "--offload-optimizer " + dir + " is not a directory we can make");
     map_states();
+    slots_ = TrackedArray<float>(kOffloadSlots * states_ * largest_, "offload_staging", MemoryCategory::offload_io);
+    io_thread_ = std::thread([this] { run_io(); });
   } catch (...) {
     for (int v = 0; v < 2; ++v) {
       if (map_[v]) ::munmap(map_[v], size_t(file_bytes())), map_[v] = nullptr;
@@ -56,8 +58,6 @@ OffloadedStates::OffloadedStates(const std::string& dir, std::vector<int64_t> pi
     for (const auto& p : made) std::filesystem::remove(p, ec);  // only an empty directory is removed
     throw;
   }
-  slots_ = TrackedArray<float>(kOffloadSlots * states_ * largest_, "offload_staging", MemoryCategory::offload_io);
-  io_thread_ = std::thread([this] { run_io(); });
 }
 
 void OffloadedStates::map_states() {

@@ -384,7 +384,7 @@ StepResult Trainer::run_step() {
     const std::string why = r.step != first_step_ ? "lower --lr or check the data"
                             : weights_from_.empty()
                                 ? "before any update: check the data"
-                                : "before any update: the weights of " + weights_from_ + " give it (check them)";
+                                : "before any update: the weights of " + weights_from_ + " give it (check them, and the data)";
     throw TrainingError("loss is " + nonfinite(r.loss) + " at step " + std::to_string(r.step) + ": training stopped (" +
                         why + ")" + saved_note());
   }

@@ -113,6 +113,18 @@ check "mpirun stopped: steps to 300" bash -c "grep '\"event\":\"step\"' hung.jso
 check "mpirun stopped: nothing left running" gone_within hung 5
 L=(timeout 200 "$LATTICE" launch --hostfile hosts --mpi-arg=--oversubscribe --no-progress-timeout 60)
 
+# Ctrl-C while mpirun is stopped: the signal stays pending in a stopped process, so the launcher
+# continues it and, if it still does not end, kills it: exit 130, not a hang (timeout's 124).
+L=(timeout 120 "$LATTICE" launch --hostfile hosts --mpi-arg=--oversubscribe --no-progress-timeout 600)
+start_run stopint 8
+kill -STOP "$(pid_of stopint mpirun mpirun)"
+kill -INT "$(pid_of stopint lattice ' launch ')"
+wait "$RUN_PID"; STATUS=$?
+check "SIGINT with mpirun stopped: exit 130 (got $STATUS), not restarted" \
+  bash -c "[ $STATUS -eq 130 ] && [ \$(grep -c 'restart ' stopint.err) -eq 0 ]"
+check "SIGINT with mpirun stopped: nothing left running" gone_within stopint 10
+L=(timeout 200 "$LATTICE" launch --hostfile hosts --mpi-arg=--oversubscribe --no-progress-timeout 60)
+
 # A rank's crash (SIGSEGV) is the run's own fault: passed on, never restarted (docs/recovery.md).
 start_run crash 8
 kill -SEGV "$(pid_of crash lattice 'lattice train ')"

@@ -75,7 +75,7 @@ head -c 300000 /dev/zero | tr '\0' k > long_key.toml && echo " = 1" >> long_key.
 expect_error "a config key of 300000 characters" "a key of 300000 characters is not a flag" train --config long_key.toml
 check "... in a short line" test "$(wc -c < err.txt)" -lt 200
 printf 'data = "%s"\n' "$(head -c 100000 /dev/zero | tr '\0' x)" > long_value.toml
-expect_error "a config value of 100000 bytes" "data: a value of 100000 bytes (no flag takes more than 4096)" \
+expect_error "a config value of 100000 bytes" "data: a value of 100000 bytes (no flag takes more than 65536)" \
   train --config long_value.toml
 check "... in a short line" test "$(wc -c < err.txt)" -lt 200
 
@@ -120,7 +120,7 @@ b[8 + n + lo:8 + n + hi] = struct.pack('<f', float('nan')) * ((hi - lo) // 4)
 open(sys.argv[2], 'wb').write(b)
 PY
 expect_error "NaN weights from --init name the weights" \
-  "loss is NaN at step 1: training stopped (before any update: the weights of nan.safetensors give it (check them))" \
+  "loss is NaN at step 1: training stopped (before any update: the weights of nan.safetensors give it (check them, and the data))" \
   train "${SMALL[@]}" --steps 2 --init nan.safetensors --json
 expect_error "eval without checkpoint" "checkpoint" eval --checkpoint missing --data data/val.bin
 

@@ -46,6 +46,7 @@ TEST(LaunchHostfile, RefusesWhatItCannotRead) {
   EXPECT_EQ(message("a\nb\na slots=2\n"), "hosts.txt:3: host 'a' is listed twice");
   EXPECT_EQ(message("# nothing\n\n"), "hosts.txt: the hostfile lists no host");
   EXPECT_EQ(message("a slots=4 max_slots=2\n"), "hosts.txt:1: max_slots 2 is below slots 4");
+  EXPECT_EQ(message("a max_slots=2 slots=4\n"), "hosts.txt:1: max_slots 2 is below slots 4");  // either order
   // mpirun would take one of two counts silently, or refuse two lines for one node in pages.
   EXPECT_EQ(message("a slots=2 slots=3\n"), "hosts.txt:1: slots is given twice");
   EXPECT_EQ(message("a max_slots=2 max-slots=3\n"), "hosts.txt:1: max-slots is given twice");
