@@ -383,8 +383,9 @@ PY
 }
 
 # The dense bf16 peak of the card at hand, from its name (H100 SXM and H200: 989 TFLOP/s; H100 PCIe 756).
+gpu_name() { nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1; }
 gpu_peak() {
-  local name; name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  local name; name=$(gpu_name)
   case "$name" in *PCIe*) echo "756e12 ${name}, PCIe: 756 TFLOP/s dense bf16" ;; *) echo "989e12 ${name}: 989 TFLOP/s dense bf16 (SXM)" ;; esac
 }
 # One lattice speed run's line: FILE (its --json output), the micro-batch, the peak, the attention's
@@ -419,7 +420,7 @@ print(f\"speed pytorch {r['mode']} {r['attention']} attention{sys.argv[2]}: medi
 # plan` with the card's preset (no GPU needed: it is arithmetic) for the speed runs' model at micro-batch
 # B, unfused and fused, against the median step of both rounds and the first round's accounted peak.
 plan_preset() {
-  local name; name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  local name; name=$(gpu_name)
   case "$name" in *H200*) echo H200 ;; *H100*PCIe*) ;; *H100*) echo H100-80GB ;; *A100*80GB*) echo A100-80GB ;; esac
 }
 speed_plan_lines() {

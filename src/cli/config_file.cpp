@@ -27,6 +27,13 @@ namespace {
 // A config key longer than any flag name, or a value longer than any path or list a flag takes, is
 // refused as such (a 200 MB key once became a 200 MB error line).
 constexpr size_t kLongestKey = 64, kLongestValue = 65536;  // a recompute plan of 10,000 layers fits
+// A token as an error line quotes it: its first kLongestKey characters.
+std::string quoted(const std::string& token) {
+  if (token.size() <= kLongestKey) return token;
+  std::string cut = token.substr(0, kLongestKey);
+  cut.append("...");  // appended, not `substr + "..."`: GCC 12 misreads that (-Wrestrict)
+  return cut;
+}
 
 
 enum class Kind { boolean, integer, number, string };
@@ -109,12 +116,11 @@ Value parse_value(const std::string& s, size_t& i, const std::string& at) {
     if (*stop == '\0' && errno == 0) return {Kind::integer, digits};
   }
   require(errno != ERANGE || digits.find_first_of(".eE") != std::string::npos,
-          at + ": " + (token.size() > 64 ? token.substr(0, 64) + "..." : token) + " is out of range");
+          at + ": " + quoted(token) + " is out of range");
   errno = 0;
   (void)std::strtod(digits.c_str(), &stop);
   const bool number = !digits.empty() && *stop == '\0' && digits.find_first_of("xX") == std::string::npos;
-  require(number, at + ": '" + (token.size() > 64 ? token.substr(0, 64) + "..." : token) +
-                      "' is not a value (strings go in quotes)");
+  require(number, at + ": '" + quoted(token) + "' is not a value (strings go in quotes)");
   return {Kind::number, digits};
 }
 

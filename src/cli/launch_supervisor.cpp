@@ -73,10 +73,10 @@ std::vector<Host> parse_hostfile(const std::string& text, const std::string& pat
         throw InputError(where + "'" + word + "' is not slots=N or max_slots=N");
       bool& given = key == "slots" ? slots_given : max_given;
       if (given) throw InputError(where + key + " is given twice");  // mpirun would take one, silently
-      given = key != "slots";
+      given = true;
       const auto n = whole(value, 1, 1 << 20);
       if (!n) throw InputError(where + key + " must be a whole number from 1 to 1048576 (got '" + value + "')");
-      if (key == "slots") host.slots = int(*n), slots_given = true;
+      if (key == "slots") host.slots = int(*n);
       else max_slots = int(*n);
     }
     if (max_given && slots_given && max_slots < host.slots)  // in either order on the line
@@ -376,11 +376,13 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
   Layout layout = first;
   std::set<std::string> dead;  // hosts where a rank was killed: not used again
   const auto interrupted = [&] { return env.interrupted ? env.interrupted() : 0; };
+  // What the promoted checkpoint holds, as every stop line ends.
+  const auto kept_text = [&](const std::optional<int64_t>& saved) {
+    return saved ? "the checkpoint in " + options.save_dir + " holds step " + std::to_string(*saved)
+                 : std::string("no checkpoint was saved yet");
+  };
   const auto stop_interrupted = [&](int signal) {
-    const std::optional<int64_t> saved = env.checkpoint_step();
-    env.say("lattice launch: interrupted before the next job started; " +
-            (saved ? "the checkpoint in " + options.save_dir + " holds step " + std::to_string(*saved)
-                   : std::string("no checkpoint was saved yet")));
+    env.say("lattice launch: interrupted before the next job started; " + kept_text(env.checkpoint_step()));
     return 128 + signal;
   };
   for (int restarts = 0;; ++restarts) {
@@ -389,8 +391,7 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
     const double ended = env.now();
     const Verdict verdict = classify(job);
     const std::optional<int64_t> saved = env.checkpoint_step();
-    const std::string kept = saved ? "the checkpoint in " + options.save_dir + " holds step " + std::to_string(*saved)
-                                   : "no checkpoint was saved yet";
+    const std::string kept = kept_text(saved);
     if (verdict == Verdict::completed) return 0;
     if (verdict == Verdict::interrupted) {
       env.say("lattice launch: interrupted; " + kept);

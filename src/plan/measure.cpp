@@ -253,6 +253,9 @@ std::string measurement_json(const Measurement& m) {
 namespace {
 
 constexpr double kLeastRate = 1e3, kMostRate = 1e18;
+// A measured rate (FLOP/s or bytes/s) any machine could measure (1e-300 was taken once, and planned
+// a step of 6.5e306 s).
+bool measured_rate(double v) { return v >= kLeastRate && v <= kMostRate; }
 
 std::string read_text(const std::string& path) {
   std::error_code ec;
@@ -273,7 +276,7 @@ Hardware hardware_from_file(const std::string& path) {
       m.gemm_fp32_flops = j.at("gemm_fp32_flops"), m.gemm_bf16_flops = j.at("gemm_bf16_flops");
       m.memory_bandwidth = j.at("memory_bandwidth");
       for (double rate : {m.gemm_fp32_flops, m.gemm_bf16_flops, m.memory_bandwidth})
-        if (!(rate >= kLeastRate && rate <= kMostRate))
+        if (!measured_rate(rate))
           fail(path + ": measured rates must be numbers from 1e3 to 1e18 (FLOP/s, bytes/s)");
     }
     Hardware h = hardware_from(m);
@@ -326,12 +329,12 @@ class Reader {
     if (!j.is_object() || !j.contains(key)) bad("no \"" + std::string(key) + "\"" + where);
     return j.at(key);
   }
-  // A measured rate (FLOP/s or bytes/s): between kLeastRate and kMostRate, what any machine measures
-  // (1e-300 was taken, and planned a step of 6.5e306 s).
   double positive(const nlohmann::json& j, const char* key, const std::string& where = "") const {
     const auto& v = field(j, key, where);
-    if (!v.is_number() || !(v.get<double>() >= kLeastRate && v.get<double>() <= kMostRate))
-      bad("\"" + std::string(key) + "\"" + where + " must be a measured rate, a number from 1e3 to 1e18");
+    if (!v.is_number() || !measured_rate(v.get<double>()))
+      // Appended piece by piece: GCC 12 misreads `"\"" + std::string(key) + ...` here (-Wrestrict).
+      bad(std::string("\"").append(key).append("\"").append(where).append(
+          " must be a measured rate, a number from 1e3 to 1e18"));
     return v.get<double>();
   }
   int count(const nlohmann::json& j, const char* key, int least, const std::string& where = "") const {
