@@ -6,7 +6,8 @@
 # run: every kernel against its CPU kernel, as on a GPU, with the same tolerances. It checks the
 # kernels' text (indexing, masking, tails, alignment paths, barriers every thread reaches, warp
 # operations no lane has left), not the device's arithmetic or speed: the device check does that.
-# A read well past a device buffer faults (guard pages), and the tensor-core attention's cp.async
+# A read well past a device buffer faults (guard pages), a load or store off its type's alignment
+# stops it (UBSan: scripts/cuda-host-common.sh), and the tensor-core attention's cp.async
 # tiles are checked for races (tests/host_sim/mma_emulated.inc). The suite runs it (cuda.host_check).
 #
 #   scripts/cuda-host-check.sh [BUILD_DIR [SEED...]]    BUILD_DIR: a CPU build (default build); seeds
@@ -37,7 +38,7 @@ else
   trap 'rm -rf "$work"' EXIT
 fi
 cuda_host_rewrite "$root" "$work"
-flags=(-std=c++17 -O2 -g -DLATTICE_CUDA_HOST_SIM -I"$root/tests/host_sim/include" -I"$work" -I"$root/src"
+flags=(-std=c++17 -O2 -g "${CUDA_HOST_SANITIZE[@]}" -DLATTICE_CUDA_HOST_SIM -I"$root/tests/host_sim/include" -I"$work" -I"$root/src"
        -Wall -Wextra -Werror -Wno-unknown-pragmas -fopenmp)
 mkdir -p "$work/obj"
 rm -f "$work"/obj/*.o
@@ -46,7 +47,7 @@ cuda_host_compile "$work/obj" "${CXX:-g++}" "${flags[@]}" -x c++ -- "$work"/cuda
 # epilogues and tuner run here; NVIDIA's library runs only on a GPU.
 cuda_host_compile "$work/obj" "${CXX:-g++}" "${flags[@]}" -- "$root/tests/host_sim/cublaslt_sim.cpp"
 cuda_host_compile "$work/obj" "${CXX:-g++}" "${flags[@]}" -x c++ -- "$root/src/cuda/gemm.cu"
-${CXX:-g++} -fopenmp -o "$work/lattice_cuda_check_host" "$work"/obj/*.o "${libs[@]}" -lpthread
+${CXX:-g++} "${CUDA_HOST_SANITIZE[@]}" -fopenmp -o "$work/lattice_cuda_check_host" "$work"/obj/*.o "${libs[@]}" -lpthread
 # The seeds run side by side, one thread each (the simulation's fibers take turns on one; the CPU's
 # reference kernels then run on one OpenMP thread), their outputs printed in order after; stopped,
 # the script stops them too.

@@ -6,6 +6,11 @@
 # `extern __shared__ T name[];` a pointer to the simulation's dynamic shared memory, and mma.cuh's PTX
 # the emulation (tests/host_sim/mma_emulated.inc, its ldmatrix noting reads for the race check)
 # beside its fragment loads, kept as they are.
+# What the host compiler adds to every simulated CUDA source and the program's link: x86 forgives a
+# misaligned load or store (a float4 or uint4 read at an offset of 4 bytes), a GPU faults on it and the
+# context dies, so UBSan's alignment check stops the program at the first one, naming the line.
+CUDA_HOST_SANITIZE=(-fsanitize=alignment -fno-sanitize-recover=alignment)
+
 cuda_host_rewrite() {
   local root=$1 dest=$2 f
   mkdir -p "$dest/cuda"

@@ -34,8 +34,8 @@ out=$(cd "$out" && pwd)
 rm -rf "$out/cuda" "$out/obj" && mkdir -p "$out/obj/cuda" "$out/obj/backend"
 cuda_host_rewrite "$root" "$out"
 sim=(-I"$root/tests/host_sim/include" -I"$out" -I"$root/src")
-cuda_host_compile "$out/obj/cuda" "${CXX:-g++}" -std=c++17 -O2 -g "${sim[@]}" -Wall -Wextra -Werror \
-  -Wno-unknown-pragmas -fopenmp -x c++ -- $(ls "$out"/cuda/*.cu | grep -v '/check_main\.cu$')
+cuda_host_compile "$out/obj/cuda" "${CXX:-g++}" -std=c++17 -O2 -g "${CUDA_HOST_SANITIZE[@]}" "${sim[@]}" -Wall \
+  -Wextra -Werror -Wno-unknown-pragmas -fopenmp -x c++ -- $(ls "$out"/cuda/*.cu | grep -v '/check_main\.cu$')
 cuda_host_compile "$out/obj/cuda" "${CXX:-g++}" -std=c++17 -O2 -g "${sim[@]}" -Wall -Wextra -Werror -fopenmp \
   -- "$root/tests/host_sim/gemm_host.cpp"
 # src/backend as the CPU build compiles it, with the simulation's CUDA headers and LATTICE_HAVE_CUDA.
@@ -52,7 +52,7 @@ cmd=()
 for w in "${link[@]}"; do
   case $w in
     liblattice_layer_backend.a) cmd+=("$out/libsim_backend.a" "$out/libsim_cuda.a") ;;
-    -o) cmd+=(-o) ;;
+    -o) cmd+=("${CUDA_HOST_SANITIZE[@]}" -o) ;;
     lattice) cmd+=("$out/lattice") ;;
     *.a | *.o) [[ $w == /* ]] && cmd+=("$w") || cmd+=("$build/$w") ;;
     *) cmd+=("$w") ;;
