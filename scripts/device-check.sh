@@ -12,7 +12,8 @@
 # the build phase then only unpacks the libraries and checks that both programs start (the builds took
 # 290 of a lease's 900 s on the H200).
 # Knobs for a short lease: DEVICE_CHECK_KERNELS_TIMEOUT (s, default 300), DEVICE_CHECK_SPEED_PEERS
-# (default "eager:manual eager:sdpa compile:manual"), DEVICE_CHECK_SPEED_ROUNDS (default 2).
+# (default "eager:manual eager:sdpa compile:manual"), DEVICE_CHECK_SPEED_ROUNDS (default 2); and
+# DEVICE_CHECK_PEAK_TFLOPS, the card's dense bf16 peak for the MFU lines where its name is not known.
 # The profile phase (not in all): Nsight Compute over one launch of each timed call of the kernels
 # that bound a GPT-2 step (DEVICE_CHECK_PROFILE_KERNELS, a regex of kernel names; _GROUPS, which of
 # lattice_cuda_check's timing groups run; _TIMEOUT, s): the report in device-check-ncu.txt, a summary
@@ -25,6 +26,8 @@ mkdir -p "$DEST"
 RESULTS=$DEST/device-check-results.txt
 PREBUILT=${DEVICE_PREBUILT:+$(cd "$DEVICE_PREBUILT" 2>/dev/null && pwd)}
 [ -z "${DEVICE_PREBUILT:-}" ] || [ -n "$PREBUILT" ] || { echo "device-check: DEVICE_PREBUILT=$DEVICE_PREBUILT is not a folder" >&2; exit 2; }
+[[ -z ${DEVICE_CHECK_PEAK_TFLOPS:-} || $DEVICE_CHECK_PEAK_TFLOPS =~ ^[1-9][0-9]{0,4}(\.[0-9]+)?$ ]] ||
+  { echo "device-check: DEVICE_CHECK_PEAK_TFLOPS=$DEVICE_CHECK_PEAK_TFLOPS is not a peak in TFLOP/s (1 to 99999)" >&2; exit 2; }
 BUILD_DIR=${DEVICE_BUILD_DIR:-${PREBUILT:-$ROOT/build-device}}
 JOBS=$(nproc 2>/dev/null || echo 4)
 status=0
@@ -382,11 +385,22 @@ PY
   record "phase table4: done"
 }
 
-# The dense bf16 peak of the card at hand, from its name (H100 SXM and H200: 989 TFLOP/s; H100 PCIe 756).
+# The dense bf16 peak of the card at hand (tensor cores, no sparsity: NVIDIA's data sheets), from its
+# name: H100 and H200 SXM (and GH200, H800 SXM) 989 TFLOP/s, H100 and H800 PCIe 756, H100 and H200 NVL
+# 835, A100 312. DEVICE_CHECK_PEAK_TFLOPS overrides; a card not in the list says so, and its MFU lines
+# are against H100 SXM's 989 (each line names the peak it divides by).
 gpu_name() { nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1; }
 gpu_peak() {
-  local name; name=$(gpu_name)
-  case "$name" in *PCIe*) echo "756e12 ${name}, PCIe: 756 TFLOP/s dense bf16" ;; *) echo "989e12 ${name}: 989 TFLOP/s dense bf16 (SXM)" ;; esac
+  local name tf note; name=$(gpu_name)
+  case "$name" in
+    *H100*PCIe* | *H800*PCIe*) tf=756 note="PCIe" ;;
+    *H100*NVL* | *H200*NVL*) tf=835 note="NVL" ;;
+    *H100* | *H200* | *H800*) tf=989 note="SXM" ;;
+    *A100*) tf=312 note="A100" ;;
+    *) tf=989 note="a card not in this script's list: H100 SXM's figure, not this card's; set DEVICE_CHECK_PEAK_TFLOPS" ;;
+  esac
+  if [ -n "${DEVICE_CHECK_PEAK_TFLOPS:-}" ]; then tf=$DEVICE_CHECK_PEAK_TFLOPS note="DEVICE_CHECK_PEAK_TFLOPS"; fi
+  echo "${tf}e12 ${name:-unnamed card}: ${tf} TFLOP/s dense bf16 (${note})"
 }
 # One lattice speed run's line: FILE (its --json output), the micro-batch, the peak, the attention's
 # label, a suffix.

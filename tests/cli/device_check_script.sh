@@ -47,7 +47,10 @@ case "$1" in
   *) exec python3 "$@" ;;
 esac
 SH
-chmod +x full/lattice python
+# nvidia-smi: the card's name when GPU_NAME is set (the peak the MFU lines divide by comes from it).
+mkdir -p sbin
+printf '#!/usr/bin/env bash\n[ -n "${GPU_NAME:-}" ] || exit 1\necho "$GPU_NAME"\n' > sbin/nvidia-smi
+chmod +x full/lattice python sbin/nvidia-smi
 
 check_script() {  # check_script NAME BODY: the kernel check stand-in prints BODY, then exits as it says
   printf '#!/usr/bin/env bash\n%s\n' "$2" > kbin/lattice_cuda_check && chmod +x kbin/lattice_cuda_check
@@ -55,7 +58,7 @@ check_script() {  # check_script NAME BODY: the kernel check stand-in prints BOD
 run() {  # run OUTDIR PHASES...: the script with the stand-ins, its results in OUTDIR
   local out=$1; shift
   rm -rf "$out" && mkdir -p "$out"
-  OUT=$PWD/$out DEVICE_WORK=$PWD/work DEVICE_BUILD_DIR=$PWD/kbin DEVICE_FULL_BUILD_DIR=$PWD/full DEVICE_DEBS=$PWD/debs \
+  PATH=$PWD/sbin:$PATH OUT=$PWD/$out DEVICE_WORK=$PWD/work DEVICE_BUILD_DIR=$PWD/kbin DEVICE_FULL_BUILD_DIR=$PWD/full DEVICE_DEBS=$PWD/debs \
     PYTHON=$PWD/python DEVICE_CHECK_SPEED_ROUNDS=1 DEVICE_CHECK_SPEED_PEERS=eager:sdpa \
     DEVICE_CHECK_PLAN_PRESET=${DEVICE_CHECK_PLAN_PRESET-H200} \
     bash "$ROOT/scripts/device-check.sh" "$@" > "$out/stdout" 2>&1
@@ -108,6 +111,22 @@ check "128 refused by lattice, said" grep -q 'speed: micro-batch 128 does not ru
 check "64 taken" grep -q 'speed: micro-batch 64, the largest of 128 64 at which both ran' r3/device-check-results.txt
 check "a card with no preset: said" grep -q '^  speed plan: no preset for this card' r3/device-check-results.txt
 check "two rounds at 64, lattice and PyTorch" test "$(grep -c ' attention (micro-batch 64): median step' r3/device-check-results.txt)" -eq 4
+
+# 4. The peak the MFU lines divide by, from the card's name (run 2's had none: the unknown card's line).
+check "no name: H100 SXM's figure, said not to be the card's" \
+  grep -q "^phase speed: .*peak unnamed card: 989 TFLOP/s dense bf16 (a card not in this script's list" r2/device-check-results.txt
+check_script ok "echo 'lattice_cuda_check: 0 FAIL'"
+peak_line() {  # peak_line NAME [TFLOPS]: the speed phase's peak for a card of that name
+  GPU_NAME=$1 DEVICE_CHECK_PEAK_TFLOPS=${2:-} DEVICE_CHECK_PLAN_PRESET= run r4 speed
+  grep -o 'peak .*' r4/device-check-results.txt | head -1
+}
+check "H100 SXM: 989" test "$(peak_line 'NVIDIA H100 80GB HBM3')" = "peak NVIDIA H100 80GB HBM3: 989 TFLOP/s dense bf16 (SXM)"
+check "H100 PCIe: 756" test "$(peak_line 'NVIDIA H100 PCIe')" = "peak NVIDIA H100 PCIe: 756 TFLOP/s dense bf16 (PCIe)"
+check "H100 NVL: 835" test "$(peak_line 'NVIDIA H100 NVL')" = "peak NVIDIA H100 NVL: 835 TFLOP/s dense bf16 (NVL)"
+check "H200: 989" test "$(peak_line 'NVIDIA H200')" = "peak NVIDIA H200: 989 TFLOP/s dense bf16 (SXM)"
+check "A100: 312" test "$(peak_line 'NVIDIA A100-SXM4-80GB')" = "peak NVIDIA A100-SXM4-80GB: 312 TFLOP/s dense bf16 (A100)"
+check "the MFU lines divide by it" grep -q 'MFU 36.0% (of 312 TFLOP/s)' r4/device-check-results.txt
+check "an override" test "$(peak_line 'NVIDIA L40S' 362)" = "peak NVIDIA L40S: 362 TFLOP/s dense bf16 (DEVICE_CHECK_PEAK_TFLOPS)"
 
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
 [ "$failures" -eq 0 ]
