@@ -126,8 +126,11 @@ for case in "${CASES[@]}"; do
       # A host that dies: its ranks end and it stops answering (its cable down, as a powered-off
       # host's). Killing the ranks alone leaves a host that answers, which the launcher may keep or
       # leave out depending on whether mpirun names the killed rank before the survivors' exit 3.
-      kill -KILL $(b_lattice)
+      # The cable first: killed first, host b's daemon could report the deaths and the launcher probe
+      # b before its cable went down (a loaded machine widens that gap), keep it, and need a second
+      # restart when the relaunch hangs on it.
       mn_link b down
+      kill -KILL $(b_lattice)
       failed_at=$(now_ms)
       finish kill "$failed_at"
       mn_link b up
@@ -159,8 +162,8 @@ for case in "${CASES[@]}"; do
     min)
       launch_bg min --min-ranks 4
       wait_steps min 10 || { check "min: training under way" false; cat min.err; continue; }
+      mn_link b down  # host b dies (see kill: the cable first)
       kill -KILL $(b_lattice)
-      mn_link b down  # host b dies (see kill)
       finish min 0
       mn_link b up
       check "min-ranks: exit 3 (got $STATUS)" test "$STATUS" -eq 3
