@@ -9,10 +9,15 @@
 //   2  sums over k descending: another order, other bits on almost any data
 //   3  the order of 0, but says it splits K in two (SPLITK_NUM 2): the tuner must not offer it
 // The simulation's events time the host, so the tuner's rounds find 1 faster and keep it.
+// An algorithm is chosen for the alignments the preference states (A, B, C, D: 256 bytes unless told
+// less) and those of the bias and aux pointers set when it was chosen (the header: the heuristic reads
+// their values for that); a call whose pointers are less aligned stops the program, naming the operand,
+// where the library may fail it or, worse, run it (a plan reused for another pointer).
 #include <cublasLt.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -34,7 +39,9 @@ struct cublasLtMatrixLayoutOpaque_t {
   int32_t batch = 1;
   int64_t stride = 0;
 };
-struct cublasLtMatmulPreferenceOpaque_t {};
+struct cublasLtMatmulPreferenceOpaque_t {
+  uint32_t align[4] = {256, 256, 256, 256};  // A, B, C, D: the header's defaults
+};
 
 namespace {
 
@@ -57,6 +64,24 @@ void store(void* p, cudaDataType_t type, int64_t i, float v) {
 }
 
 bool known_type(cudaDataType_t t) { return t == CUDA_R_32F || t == CUDA_R_16BF; }
+
+// The largest power of two, at most 256, dividing the address (a null pointer: 256).
+uint64_t alignment_of(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint64_t r = 256;
+  while (r > 1 && a % r != 0) r /= 2;
+  return r;
+}
+// The alignments an algorithm was chosen for, 16 bits each: data[1] A, B, C, D; data[2] the bias, aux.
+void require_aligned(const cublasLtMatmulAlgo_t& algo, int operand, const void* p, const char* name) {
+  const uint64_t want = (operand < 4 ? algo.data[1] : algo.data[2]) >> (16 * (operand % 4)) & 0xffff;
+  if (p && want > alignment_of(p)) {
+    char what[200];
+    std::snprintf(what, sizeof what, "cublasLtMatmul: %s at a %llu-byte alignment, its algorithm chosen for %llu", name,
+                  static_cast<unsigned long long>(alignment_of(p)), static_cast<unsigned long long>(want));
+    sim::fail(what);
+  }
+}
 
 }  // namespace
 
@@ -141,15 +166,27 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) 
   delete pref;
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t attr,
-                                                    const void*, size_t bytes) {
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+                                                    size_t bytes) {
   if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return bytes == 8 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
-  return bytes == 4 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+  uint32_t v = 0;
+  if (!read(buf, bytes, v)) return CUBLAS_STATUS_INVALID_VALUE;
+  const int at = attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES   ? 0
+                 : attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES ? 1
+                 : attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES ? 2
+                 : attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES ? 3
+                                                                      : -1;
+  if (at >= 0) {
+    if (v == 0 || v > 256 || (v & (v - 1)) != 0) return CUBLAS_STATUS_INVALID_VALUE;
+    pref->align[at] = v;
+  }
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t c,
-                                              cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref, int requested,
                                               cublasLtMatmulHeuristicResult_t results[], int* returned) {
   *returned = 0;
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
@@ -161,6 +198,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   for (int i = 0; i < kAlgorithms && i < requested; ++i) {
     results[i] = {};
     results[i].algo.data[0] = uint64_t(i);
+    results[i].algo.data[1] = uint64_t(pref->align[0]) | uint64_t(pref->align[1]) << 16 |
+                              uint64_t(pref->align[2]) << 32 | uint64_t(pref->align[3]) << 48;
+    results[i].algo.data[2] = (desc->bias ? alignment_of(desc->bias) : 0) | (aux ? alignment_of(desc->aux) : 0) << 16;
     results[i].state = CUBLAS_STATUS_SUCCESS;
     results[i].wavesCount = 1.0f;
   }
@@ -207,6 +247,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   const uint32_t epi = desc->epilogue;
   const bool bias = epi & CUBLASLT_EPILOGUE_BIAS, gelu = (epi & 32) != 0, dgelu = (epi & 64) != 0;
   if ((bias && !desc->bias) || ((epi & 128) && !desc->aux)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (algo) {
+    require_aligned(*algo, 0, A, "A");
+    require_aligned(*algo, 1, B, "B");
+    require_aligned(*algo, 2, C, "C");
+    require_aligned(*algo, 3, D, "D");
+    if (bias) require_aligned(*algo, 4, desc->bias, "the bias");
+    if (epi & 128) require_aligned(*algo, 5, desc->aux, "the aux matrix");
+  }
   std::vector<float> opa(size_t(m * k)), opb(size_t(k * n)), acc(static_cast<size_t>(m));
   for (int32_t batch = 0; batch < d->batch; ++batch) {
     const int64_t ao = batch * a->stride, bo = batch * b->stride, dof = batch * d->stride;

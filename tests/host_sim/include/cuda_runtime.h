@@ -136,7 +136,7 @@ struct Slot {
 };
 
 struct State {
-  const char* kernel = "?";
+  const char* kernel = nullptr;  // the kernel running, or none between launches
   uint3 block_idx{};
   dim3 grid, block;
   std::vector<Fiber> fibers;
@@ -166,8 +166,11 @@ inline State& state() {
 
 [[noreturn]] inline void fail(const char* what) {
   const State& s = state();
-  std::fprintf(stderr, "cuda host sim: %s: kernel %s, block (%u,%u,%u)\n", what, s.kernel, s.block_idx.x, s.block_idx.y,
-               s.block_idx.z);
+  if (!s.kernel)  // a runtime or library call between launches
+    std::fprintf(stderr, "cuda host sim: %s (outside a kernel)\n", what);
+  else
+    std::fprintf(stderr, "cuda host sim: %s: kernel %s, block (%u,%u,%u)\n", what, s.kernel, s.block_idx.x,
+                 s.block_idx.y, s.block_idx.z);
   std::exit(70);
 }
 
@@ -367,6 +370,7 @@ void launch(const Cfg& c, Body body, const char* name) {
   if (threads == 0 || threads > 1024 || c.block.z > 64 || c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 ||
       c.grid.y > 65535 || c.grid.z > 65535 || c.grid.x > 2147483647u) {
     s.last_error = cudaErrorInvalidConfiguration;
+    s.kernel = nullptr;
     return;
   }
   if (c.smem > sizeof s.dynamic_shared) fail("dynamic shared memory past the card's");
@@ -379,6 +383,7 @@ void launch(const Cfg& c, Body body, const char* name) {
         std::memset(s.dynamic_shared, 0xff, c.smem);  // what a kernel reads before writing shows
         run_block(body);
       }
+  s.kernel = nullptr;
 }
 
 // ---- device memory: host pages, a buffer's (256-rounded) end against a guard page ----
