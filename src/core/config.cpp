@@ -1,6 +1,7 @@
 #include "core/config.hpp"
 
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.hpp"
 
@@ -122,17 +123,24 @@ ParamsDType parse_params_dtype(const std::string& s) {
   fail("--params-dtype must be fp32, bf16 or fp16 (got '" + s + "')");
 }
 
-int64_t ModelConfig::num_params() const {
-  const int64_t h = hidden, L = layers;
-  const int64_t per_layer = 12 * h * h + 13 * h;  // qkv, proj, fc1, fc2 weights+biases, two LNs
-  const int64_t dense = int64_t(padded_vocab()) * h + int64_t(seq_len) * h + L * per_layer + 2 * h;
-  if (!moe.enabled()) return dense;
+namespace {
+// The parameter count in T: int64_t for num_params, double for validate's bound (in double it cannot
+// wrap, so a model past the bound is refused rather than counted negative).
+template <class T>
+T parameters_of(const ModelConfig& c) {
+  const T h = T(c.hidden), L = T(c.layers);
+  const T per_layer = 12 * h * h + 13 * h;  // qkv, proj, fc1, fc2 weights+biases, two LNs
+  const T dense = T(c.padded_vocab()) * h + T(c.seq_len) * h + L * per_layer + 2 * h;
+  if (!c.moe.enabled()) return dense;
   // An MoE layer's MLP (8h² + 5h) becomes E experts of 2hf + f + h, and a router (hE, twice for
   // noisy top-k).
-  const int64_t f = ffn_hidden(), E = moe.experts;
-  const int64_t router = h * E * (moe.router == MoERouter::topk ? 2 : 1);
-  return dense + int64_t(moe_layers()) * (E * (2 * h * f + f + h) + router - (8 * h * h + 5 * h));
+  const T f = T(c.ffn_hidden()), E = T(c.moe.experts);
+  const T router = h * E * (c.moe.router == MoERouter::topk ? 2 : 1);
+  return dense + T(c.moe_layers()) * (E * (2 * h * f + f + h) + router - (8 * h * h + 5 * h));
 }
+}  // namespace
+
+int64_t ModelConfig::num_params() const { return parameters_of<int64_t>(*this); }
 
 void ModelConfig::validate() const {
   auto within = [](const char* flag, int v, int lo, int hi) {
@@ -177,6 +185,17 @@ void ModelConfig::validate() const {
           "--expert-dropout must be in [0, 1) (got " + std::to_string(moe.expert_dropout) + ")");
   require(std::isfinite(moe.init_scale) && moe.init_scale > 0.0 && moe.init_scale <= 100.0,
           "--moe-init-scale must be in (0, 100] (got " + std::to_string(moe.init_scale) + ")");
+  // A rank's byte counts are int64: up to 32 bytes a parameter (weights, gradients, AdamW's moments,
+  // fp32 masters, two weight versions) must stay below 2^62. The dense shapes the flags allow stay
+  // under 2^57 parameters (1.3e17 at their largest); experts can pass it.
+  const double n = parameters_of<double>(*this);
+  if (!(n < 0x1p57)) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", n);
+    fail(std::string("the model would have ") + text +
+         " parameters, past the 2^57 (1.4e17) whose bytes lattice can count: lower --num-experts, "
+         "--moe-ffn-hidden-size, --layers or --hidden");
+  }
 }
 
 }  // namespace lattice

@@ -16,6 +16,15 @@ expect 1 "--recompute must be" --recompute sometimes
 expect 1 "--gpu-memory" --gpu-memory 80XB
 expect 1 "--hardware must be one of" --hardware TPU
 expect 1 "--svg needs --paper" --svg "$SCRATCH/figs"
+# A model whose bytes would pass int64 (experts: 5.8e17 parameters) is refused, not counted negative as
+# "fits"; the largest dense shape the flags allow (1.3e17) is planned (it does not fit).
+expect 1 "the model would have 5.76e+17 parameters, past the 2^57" --layers 64 --hidden 65536 --heads 64 \
+  --num-experts 65536 --moe-ffn-hidden-size 1048576
+expect 1 "the model would have 5.76e+17 parameters" --search --gpus 8 --layers 64 --hidden 65536 --heads 64 \
+  --num-experts 65536 --moe-ffn-hidden-size 1048576
+if "$LATTICE" plan --layers 10000 --hidden 1048576 --heads 1024 --vocab 65536 --seq-len 65536 2>&1 |
+   grep -q "total .* GB of 80.00 GB  (DOES NOT FIT)"; then :; else
+  echo "FAIL: the largest dense shape is not planned as not fitting"; fails=$((fails + 1)); fi
 expect 2 "--no-such-flag" --no-such-flag
 expect 2 "--layers" --layers many
 
