@@ -185,6 +185,11 @@ Phase step_phase(bool after_drain, bool drains) {
 }
 
 std::vector<RankActions> build_run(ScheduleKind kind, int p, int n_mb, int m, const std::vector<Phase>& phases) {
+  validate_schedule(kind, p, n_mb, m);
+  // The whole run is held: its steps together within the one schedule's bound.
+  const int64_t actions = int64_t(p) * n_mb * m * int64_t(phases.size());
+  require(actions <= kMaxActions, "p · micro-batches · virtual stages · steps must be at most " + n(kMaxActions) +
+                                      " (got " + std::to_string(actions) + "): the run would not fit in memory");
   std::vector<RankActions> run(static_cast<size_t>(p));
   for (size_t t = 0; t < phases.size(); ++t) {
     const auto step = build_step_schedule(kind, p, n_mb, m, phases[t]);

@@ -58,6 +58,9 @@ P=--pipeline-model-parallel-size
 expect 1 "micro-batches (6) to be a multiple of the pipeline-model-parallel size p = 4" \
   $P 4 --micro-batches 6 --schedule interleaved --virtual-stages 2
 expect 1 "needs virtual stages m >= 2" $P 4 --micro-batches 8 --schedule interleaved
+# pipedream-2bw holds every step's actions: the bound counts the steps (this ran out of memory).
+expect 1 "virtual stages · steps must be at most 4194304 (got 400000000)" $P 4 --micro-batches 100000 \
+  --schedule pipedream-2bw --steps 1000
 expect 1 "virtual stages > 1 need the interleaved schedule" $P 4 --micro-batches 8 --virtual-stages 2
 expect 1 "needs pipeline-model-parallel size p >= 2" $P 1 --micro-batches 4 --schedule interleaved --virtual-stages 2
 expect 1 "--pipeline-model-parallel-size must be between 1 and" $P 0 --micro-batches 4
