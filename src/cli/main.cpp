@@ -93,6 +93,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (name == "--version" || name == "version") {  // `lattice 0.3.0 (commit d95709d, built ..., GNU 12.2.0)`
+    if (argc == 3 && (std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h")) {  // as every command
+      std::printf("Print the version and the commit this binary was built from.\nUsage: lattice version\n");
+      return 0;
+    }
     if (argc > 2) {
       std::fprintf(stderr, "lattice: error: %s takes no arguments\n", name.c_str());
       return 2;

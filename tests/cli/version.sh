@@ -25,6 +25,9 @@ check "lattice version prints the same line" test "$(cat v2.out)" = "$LINE"
 "$LATTICE" --help > help.out
 check "--help lists version" grep -q "^  version " help.out
 expect_error "--version takes no arguments" "takes no arguments" --version extra
+"$LATTICE" version --help > vh.out 2>&1
+check "lattice version --help: exit 0, its usage (every command prints --help)" \
+  test $? -eq 0 -a "$(sed -n 2p vh.out)" = "Usage: lattice version"
 
 if HEAD=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null); then
   check "the commit is this checkout's HEAD ($HEAD; the binary says $COMMIT)" \
