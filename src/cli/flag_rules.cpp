@@ -89,7 +89,8 @@ const std::vector<FlagBound>& flag_bounds() {
       {"plan", "micro-batch", 1, k2(20), false, false, false, "2^20"},
       {"plan", "global-batch", 1, k2(30), false, false, false, "2^30"},
       {"plan", "gpus", 1, k2(20), false, false, false, "2^20"},
-      {"plan", "iteration-time", 0, 1e9, true},
+      // A measured iteration under a microsecond is a typo (1e-300 printed a 300-digit MFU); 0: none given.
+      {"plan", "iteration-time", 1e-6, 1e9, false, false, true},
       {"plan", "threads", 1, 4096},
       {"plan", "top", 1, 10000},
       // bench.

@@ -215,6 +215,9 @@ int run_plan(int argc, char** argv) {
 
   const plan::PlanRequest request = build_request(f, hw);
   const double peak = f.peak_flops.empty() ? 0 : plan::parse_rate(f.peak_flops, "--peak-flops");
+  // As train's --peak-flops: below a MFLOP/s or above an EFLOP/s is a typo (1e-30T printed MFU 3e28%).
+  require(f.peak_flops.empty() || (peak >= 1e6 && peak <= 1e18),
+          "--peak-flops must be a rate from 1e6 to 1e18 FLOP/s per device (got " + f.peak_flops + ")");
   require(f.iteration_time >= 0 && std::isfinite(f.iteration_time), "--iteration-time must be a finite number >= 0");
 
   if (f.search) {

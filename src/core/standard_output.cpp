@@ -31,8 +31,13 @@ bool flush(bool going_on) {
   // A pipe whose reader left polls as an error, however long ago the failed write was.
   pollfd out{STDOUT_FILENO, POLLOUT, 0};
   first_error = ::poll(&out, 1, 0) == 1 && (out.revents & POLLERR) ? EPIPE : seen != 0 ? seen : EIO;
-  std::fprintf(stderr, "lattice %s: error: cannot write standard output: %s%s\n", command_name,
-               std::strerror(first_error), going_on ? " (carrying on without it)" : "");
+  // A reader that left is no failure (the exit status stays the command's): a note, not an error.
+  if (first_error == EPIPE)
+    std::fprintf(stderr, "lattice %s: note: cannot write standard output: its reader left (%s)%s\n", command_name,
+                 std::strerror(first_error), going_on ? "; carrying on without it" : "");
+  else
+    std::fprintf(stderr, "lattice %s: error: cannot write standard output: %s%s\n", command_name,
+                 std::strerror(first_error), going_on ? " (carrying on without it)" : "");
   return false;
 }
 

@@ -2,8 +2,8 @@
 // Standard output that may close under lattice (`lattice train --json | head -2`). SIGPIPE is
 // ignored, so a write to a closed pipe fails with EPIPE instead of killing the process (and with it
 // the training and its final checkpoint); the first failed write is reported once on stderr and the
-// command carries on. A reader that left (EPIPE) does not fail the command; any other write error
-// (a full disk under `> log.jsonl`) makes it exit 1.
+// command carries on. A reader that left (EPIPE) does not fail the command (a note); any other write
+// error (a full disk under `> log.jsonl`) makes it exit 1 (an error).
 namespace lattice::standard_output {
 
 // main: ignore SIGPIPE, and name the command for the message.

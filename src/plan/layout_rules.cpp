@@ -87,6 +87,9 @@ std::string layout_problem(const PlanRequest& r) {
     return "t·p·DP must equal --gpus: " + n(t) + "·" + n(p) + "·" + n(l.dp) + " != " + n(r.gpus);
   if (r.model.heads % t != 0)
     return "--heads (" + n(r.model.heads) + ") must be divisible by the tensor-parallel size (" + n(t) + ")";
+  if (l.sequence_parallel && r.model.seq_len % t != 0)  // the trainer's rule (train/validate.cpp), worded alike
+    return "--sequence-parallel needs --seq-len (" + n(r.model.seq_len) + ") divisible by --tensor-model-parallel-size (" +
+           n(t) + ")";
   // Context parallelism's rules are the trainer's own (core/config.hpp), worded alike.
   if (const std::string cp = context_parallel_problem(r.model, l); !cp.empty()) return cp;
   if (l.stage_layers.empty() && r.model.layers % (p * m) != 0)

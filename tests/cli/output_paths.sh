@@ -128,6 +128,7 @@ status=$?
 set +o pipefail
 check "train --json | head -2 exits 0 (got $status)" test "$status" -eq 0
 check "... says once that stdout closed" test "$(grep -c 'cannot write standard output' piped.err)" -eq 1
+check "... as a note, not an error (it exits 0)" grep -q '^lattice train: note: cannot write standard output: its reader left' piped.err
 check "... and still writes its checkpoint" grep -q '"step": 200' piped/trainer.json
 "$LATTICE" groups --world 4096 --json 2> g.err | head -c 10 > /dev/null
 check "groups --json into a closed pipe: no signal" test "${PIPESTATUS[0]}" -lt 128
