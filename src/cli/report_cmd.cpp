@@ -50,14 +50,20 @@ int run_report(int argc, char** argv) {
           "--trace " + trace + " is not a lattice trace (write one with lattice train --trace)");
   const OutputRules rules{overwrite, {{"run log", log}, {"--trace", trace}}, {}};
   check_output_path(html, OutputKind::html, "--html", rules);
-  write_output_file(html, OutputKind::html, "--html", run_report_html(records, trace), rules);
+  std::string trace_problem;
+  const std::string page = run_report_html(records, trace, &trace_problem);
+  // A --trace given by hand is drawn or refused (as its header's check above): not a page that says it
+  // could not be drawn under a line that says it was.
+  require(app.count("--trace") == 0 || trace_problem.empty(), "--trace " + trace + " cannot be drawn: " + trace_problem);
+  write_output_file(html, OutputKind::html, "--html", page, rules);
   const size_t ranks = records.summary.is_object() && records.summary.contains("memory")
                            ? records.summary["memory"].value("ranks", nlohmann::json::array()).size()
                            : 0;
   std::fprintf(stderr, "lattice report: wrote %s (%zu steps, %zu evaluations, %s%s)\n", html.c_str(),
                records.steps.size(), records.evals.size(),
                ranks ? (std::to_string(ranks) + " rank(s)").c_str() : "no summary yet",
-               trace.empty() ? "" : ", timeline from the trace");
+               trace.empty() ? "" : trace_problem.empty() ? ", timeline from the trace"
+                                                            : (", trace not drawn: " + trace_problem).c_str());
   return 0;
 }
 

@@ -319,8 +319,14 @@ std::string communication(const RunRecords& run) {
          (tp_per_layer > 0 ? html::render(per_layer) : "") + html::render(ops);
 }
 
-std::string timeline(const RunRecords& run, const std::string& trace_path) {
+// The timeline section; `problem`, when given, gets why the trace was not drawn ("" when it was).
+std::string timeline(const RunRecords& run, const std::string& trace_path, std::string* problem = nullptr) {
   namespace pl = parallel::pipeline;
+  const auto not_drawn = [&](const std::string& why, const std::string& text) {
+    if (problem) *problem = why;
+    return html::paragraph(text, "note");
+  };
+  if (problem) problem->clear();
   if (trace_path.empty())
     return html::paragraph("No trace: run lattice train with --trace FILE (or --report-dir DIR --trace DIR/trace.json) "
                            "to draw each rank's forwards and backwards.", "note");
@@ -330,8 +336,9 @@ std::string timeline(const RunRecords& run, const std::string& trace_path) {
   const double world = number(run.start, "world"), m = number(l, "virtual_stages"), p = number(l, "pp"),
                n_mb = number(run.start, "micro_batches");
   if (!(world >= 1 && world <= 1024 && m >= 1 && m <= 64 && p >= 1 && p <= world && n_mb >= 1 && n_mb <= 4096))
-    return html::paragraph("The trace is not drawn: the log does not say the layout it ran (a start record with the "
-                           "world size, stages and micro-batches).", "note");
+    return not_drawn("the log does not say the layout it ran",
+                     "The trace is not drawn: the log does not say the layout it ran (a start record with the "
+                     "world size, stages and micro-batches).");
   const json& schedule = field(l, "schedule");
   try {
     const pl::Simulation sim = pl::timeline_from_trace(trace_path, int(world), int(m));
@@ -342,13 +349,13 @@ std::string timeline(const RunRecords& run, const std::string& trace_path) {
                                text_of(100 * sim.bubble, "%.1f") + "% of the ranks' time).", "note") +
            html::chart_block(svg);
   } catch (const InputError& e) {
-    return html::paragraph(std::string("The trace could not be drawn: ") + e.what(), "note");
+    return not_drawn(e.what(), std::string("The trace could not be drawn: ") + e.what());
   }
 }
 
 }  // namespace
 
-std::string run_report_html(const RunRecords& run, const std::string& trace_path) {
+std::string run_report_html(const RunRecords& run, const std::string& trace_path, std::string* trace_problem) {
   html::Page page;
   page.title = "lattice run report";
   page.subtitle = run.start.is_object() && run.start.contains("settings") && run.start["settings"].is_string()
@@ -362,7 +369,7 @@ std::string run_report_html(const RunRecords& run, const std::string& trace_path
     page.add("communication", "Communication", communication(run));
     page.add("step_time", "Step time by rank", step_time_section(run));
     if (!run.restarts.empty()) page.add("restarts", "Restarts (lattice launch)", restarts_section(run));
-    page.add("timeline", "Pipeline timeline", timeline(run, trace_path));
+    page.add("timeline", "Pipeline timeline", timeline(run, trace_path, trace_problem));
   } catch (const json::exception& e) {
     throw InputError(std::string("the run's records are not lattice train's (a field has the wrong shape: ") + e.what() + ")");
   }

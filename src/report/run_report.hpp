@@ -45,7 +45,8 @@ struct RunRecords {
 RunRecords read_run_records(const std::string& path);
 
 // trace_path: a `lattice train --trace` file, or "" (no timeline section).
-std::string run_report_html(const RunRecords& run, const std::string& trace_path);
+// `trace_problem`, when given, gets why the trace's timeline was not drawn ("" when it was or none).
+std::string run_report_html(const RunRecords& run, const std::string& trace_path, std::string* trace_problem = nullptr);
 // A record's numeric field, NaN when the record is not an object or the field is absent or not a number
 // (run_records.cpp; the report's sections read records with it too).
 double record_number(const nlohmann::json& j, const char* key);

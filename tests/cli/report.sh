@@ -141,6 +141,10 @@ hostile "a line that is not JSON" 1 "line 2 is not JSON" -- report broken.jsonl 
 hostile "a directory without run.jsonl" 1 "holds no run.jsonl" -- report mine --html m.html
 hostile "a missing run" 1 "does not exist" -- report nowhere --html n.html
 hostile "a missing --trace" 1 "--trace nowhere.json is not a readable file" -- report rep --html t.html --trace nowhere.json
+head -c 2000 pp/trace.json > cut_trace.json  # a trace cut short: its header says lattice, its body does not parse
+hostile "a --trace cut short" 1 "--trace cut_trace.json cannot be drawn: .*parse error" -- \
+  report pp --html cut.html --trace cut_trace.json
+check "... and no page written" test ! -e cut.html
 hostile "--report-dir holds a user's files" 1 "holds files and no run.jsonl" -- \
   train --data data "${MODEL[@]}" --steps 2 --report-dir mine
 hostile "--report-dir is a file" 1 "is not a directory" -- train --data data "${MODEL[@]}" --steps 2 --report-dir afile
