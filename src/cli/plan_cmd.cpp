@@ -224,7 +224,11 @@ int run_plan(int argc, char** argv) {
     request.model.validate();
     require(f.top >= 1 && f.top <= 10000, "--top must be between 1 and 10000");
     const auto start = std::chrono::steady_clock::now();
-    const plan::SearchResult found = plan::search_layouts(request, hw, size_t(f.top), peak);
+    // A long search (hundreds of thousands of GPUs have many layouts) says it is under way.
+    const plan::SearchResult found =
+        plan::search_layouts(request, hw, size_t(f.top), peak, [](size_t weighed, double s) {
+          std::fprintf(stderr, "lattice plan: searching: %zu layouts weighed in %.0f s\n", weighed, s);
+        });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!f.html.empty()) {
       write_output_file(f.html, OutputKind::html, "--html", plan::search_html(found.best, found.considered, seconds),

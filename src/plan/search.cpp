@@ -1,6 +1,7 @@
 #include "plan/search.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/error.hpp"
 #include "plan/auto_partition.hpp"
@@ -59,8 +60,14 @@ std::vector<int> cp_sizes(const PlanRequest& base, int t) {
 
 }  // namespace
 
-SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t top, double peak_flops) {
+// The longest stage the search gives a per-stage recompute plan (longer ones: block N).
+constexpr int kMostLayersPlanned = 256;
+
+SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t top, double peak_flops,
+                            const std::function<void(size_t, double)>& progress) {
   SearchResult result;
+  const auto started = std::chrono::steady_clock::now();
+  double next_report = 10.0;
   std::vector<Candidate> fitting;
   const int L = base.model.layers;
   // The partitioner's counts for r (m = 1) within the device memory; false when none fits.
@@ -77,6 +84,10 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
   auto consider = [&](const PlanRequest& r) {
     if (!layout_problem(r).empty()) return;
     ++result.considered;
+    if (progress && result.considered % 256 == 0) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      if (s >= next_report) progress(result.considered, s), next_report = s + 10.0;
+    }
     const MemoryPlan mem = plan_memory(r);
     if (!mem.fits()) return;
     fitting.push_back({plan_time(r, hw).iteration_s, mem.total_bytes, r});
@@ -133,9 +144,10 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
                 r.layout.recompute = Recompute::full;
                 if (uneven && !partition(r)) continue;
                 if (!layout_problem(r).empty()) continue;
-                if (!base.model.moe.enabled() && !uneven && m == 1) {
+                if (!base.model.moe.enabled() && !uneven && m == 1 && L / p <= kMostLayersPlanned) {
                   // Dense, even stages: each stage's cheapest recompute plan whose accounted peak fits
-                  // (plan/recompute_auto.hpp), not only block N.
+                  // (plan/recompute_auto.hpp), not only block N. Its chooser is quadratic in a stage's
+                  // layers (0.8 s a layout at 2,000): longer stages take block N, as before the chooser.
                   try {
                     PlanRequest chosen = r;
                     chosen.accounted_budget = true;

@@ -3,6 +3,7 @@
 // recompute mode and layer count, micro-batch, ZeRO stage; for an MoE model every expert-parallel size
 // e dividing DP and E), those that fit ranked by predicted iteration time.
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "plan/evaluate.hpp"
@@ -16,7 +17,9 @@ struct SearchResult {
 };
 
 // `base` supplies the model, global batch, gpus, memory and activation dtype; its layout is
-// ignored. peak_flops <= 0 takes the preset's peak for the MFU column.
-SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t top, double peak_flops = 0);
+// ignored. peak_flops <= 0 takes the preset's peak for the MFU column. `progress`, when given, is
+// called about every 10 s of a long search with the layouts weighed so far and the seconds spent.
+SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t top, double peak_flops = 0,
+                            const std::function<void(size_t, double)>& progress = {});
 
 }  // namespace lattice::plan
