@@ -194,6 +194,15 @@ int run_schedule(int argc, char** argv) {
   }
   const pl::Simulation sim = from_trace.empty() ? pl::simulate(lists, m, options)
                                                 : pl::timeline_from_trace(from_trace, p, m, trace_step);
+  // The formulas beside a trace are for the layout given: every rank of it ran n_mb forwards a chunk.
+  for (size_t r = 0; !from_trace.empty() && r < sim.ranks.size(); ++r) {
+    int64_t forwards = 0;
+    for (const pl::TimedAction& t : sim.ranks[r].actions) forwards += t.action.pass == pl::Pass::forward;
+    require(forwards == int64_t(n_mb) * m,
+            "--from-trace " + from_trace + ": rank " + std::to_string(r) + " ran " + std::to_string(forwards) +
+                " forwards in the step, not --micro-batches " + std::to_string(n_mb) + " x " + std::to_string(m) +
+                " chunk(s): give the layout the trace ran");
+  }
   const double formula = pl::bubble_formula(kind, p, n_mb, m, options, steps);
   const double ideal = double(steps) * n_mb * (options.forward_time + options.backward_time);
   const double eq5 = pl::first_stage_in_flight_formula(kind, p, n_mb, m);

@@ -1,6 +1,7 @@
 #include "report/trace_timeline.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -44,20 +45,32 @@ Simulation timeline_from_doc(const nlohmann::json& doc, const std::string& path,
     last_step = std::max(last_step, e["args"].value("step", -1));
     work.push_back(&e);
   }
+  if (last_step < 0) fail("trace " + path + " has no forward or backward spans (write one with lattice train --trace)");
   if (step < 0) step = last_step;
   Simulation sim;
   sim.ranks.resize(size_t(p));
+  // A span's numbers as the trainer writes them: its rank (tid) a small integer, its start and length
+  // finite, the length not negative. Anything else is not a lattice trace (a wrapped rank, a bubble
+  // past 100% from a negative span).
+  const auto number = [&](const nlohmann::json& e, const char* key) {
+    const nlohmann::json* v = e.contains(key) ? &e[key] : nullptr;
+    if (!v || !v->is_number() || !std::isfinite(v->get<double>()))
+      fail("trace " + path + " has a span whose " + key + " is not a finite number");
+    return v->get<double>();
+  };
   double t0 = 1e300;
   for (const auto* e : work)
-    if ((*e)["args"].value("step", -1) == step) t0 = std::min(t0, (*e)["ts"].get<double>());
+    if ((*e)["args"].value("step", -1) == step) t0 = std::min(t0, number(*e, "ts"));
   if (t0 == 1e300) fail("trace " + path + " has no forward or backward of step " + std::to_string(step));
   for (const auto* e : work) {
     const auto& a = (*e)["args"];
-    const int rank = (*e)["tid"].get<int>();
     if (a.value("step", -1) != step) continue;
-    if (rank < 0 || rank >= p)
-      fail("trace " + path + " has rank " + std::to_string(rank) + " but --pipeline-model-parallel-size is " +
-           std::to_string(p));
+    const double tid = number(*e, "tid"), dur = number(*e, "dur");
+    if (!(tid >= 0 && tid < p && tid == std::floor(tid)))
+      fail("trace " + path + " has a span of rank " + (*e)["tid"].dump() + ", but --pipeline-model-parallel-size is " +
+           std::to_string(p) + " (ranks 0 to " + std::to_string(p - 1) + ")");
+    if (dur < 0) fail("trace " + path + " has a span of negative length (dur " + (*e)["dur"].dump() + ")");
+    const int rank = int(tid);
     TimedAction t;
     const std::string cat = (*e)["cat"];
     t.action.pass = cat == "forward"          ? Pass::forward
@@ -67,10 +80,15 @@ Simulation timeline_from_doc(const nlohmann::json& doc, const std::string& path,
     t.action.micro_batch = a.value("micro_batch", 0);
     t.action.chunk = std::max(0, a.value("chunk", 0));
     t.action.stage = t.action.chunk * p + rank;
-    t.start = ((*e)["ts"].get<double>() - t0) / 1000.0;
-    t.end = t.start + (*e)["dur"].get<double>() / 1000.0;
+    t.start = (number(*e, "ts") - t0) / 1000.0;
+    t.end = t.start + dur / 1000.0;
     sim.ranks[size_t(rank)].actions.push_back(t);
   }
+  // Every rank of the layout ran the step: a rank with none is a trace of another layout (or cut).
+  for (int r = 0; r < p; ++r)
+    if (sim.ranks[size_t(r)].actions.empty())
+      fail("trace " + path + " has no forward or backward of step " + std::to_string(step) + " on rank " +
+           std::to_string(r) + " of the " + std::to_string(p) + " given: a trace of another layout, or cut short");
   // Time in units of the mean forward of a chunk, so the picture has the simulator's scale.
   double forward_sum = 0;
   int forwards = 0;

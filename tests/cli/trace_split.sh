@@ -103,6 +103,25 @@ hostile "a trace written before step spans" 1 "old.json has no step spans \(writ
 hostile "a step not in the trace" 1 "has no step 9 \(it holds steps 0 to 1\)" -- \
   schedule --from-trace one.json --split --trace-step 9
 hostile "--split without a trace" 1 "--split needs --from-trace FILE" -- schedule --split
+# The timeline read against the layout given (a bubble past 100%, a wrapped rank, rows of ranks that
+# never ran were accepted): a trace of another layout, a negative span and a rank past p are refused.
+hostile "a trace of 2 ranks read as 4" 1 "has no forward or backward of step .* on rank 2 of the 4 given" -- \
+  schedule --pipeline-model-parallel-size 4 --micro-batches 4 --from-trace pp2.json
+hostile "a trace of 4 micro-batches read as 3" 1 "rank 0 ran 4 forwards in the step, not --micro-batches 3" -- \
+  schedule --pipeline-model-parallel-size 2 --micro-batches 3 --from-trace pp2.json
+"$PY" - pp2.json <<'PYEOF'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+work = [e for e in doc["traceEvents"] if e.get("cat") == "forward"]
+neg = json.loads(json.dumps(doc)); [e for e in neg["traceEvents"] if e.get("cat") == "forward"][-1]["dur"] = -5
+json.dump(neg, open("negdur.json", "w"))
+far = json.loads(json.dumps(doc)); [e for e in far["traceEvents"] if e.get("cat") == "forward"][-1]["tid"] = 2 ** 40
+json.dump(far, open("bigtid.json", "w"))
+PYEOF
+hostile "a span of negative length" 1 "negdur.json has a span of negative length" -- \
+  schedule --pipeline-model-parallel-size 2 --micro-batches 4 --from-trace negdur.json
+hostile "a rank past 2^32" 1 "bigtid.json has a span of rank 1099511627776" -- \
+  schedule --pipeline-model-parallel-size 2 --micro-batches 4 --from-trace bigtid.json
 echo '{"traceEvents": [{"cat":"step","ph":"X","args":{"step":1},"tid":"zero","ts":1,"dur":5}]}' > foreign.json
 hostile "a foreign JSON" 1 "foreign.json is not a lattice trace" -- schedule --from-trace foreign.json --split
 hostile "--split with --svg" 1 "no --svg or --actions" -- schedule --from-trace one.json --split --svg x.svg
