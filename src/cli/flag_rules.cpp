@@ -112,7 +112,7 @@ const std::vector<FlagBound>& flag_bounds() {
       {"schedule", "weight-time", 0, 1e12},
       {"schedule", "p2p-latency", 0, 1e12},
       {"schedule", "head-time", 0, 1e12},
-      {"schedule", "trace-step", 0, k2(40), false, false, false, "2^40"},
+      {"schedule", "trace-step", 0, k2(31) - 1, false, false, false, "2^31 - 1"},  // held in an int
       {"prepare", "vocab-size", 300, 65536},
   };
   return table;

@@ -147,6 +147,8 @@ std::vector<int> first_last_counts(int first, int last, int layers, int p, int m
   require(p > 1, "--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1");
   require(first >= 0 && last >= 0, "--decoder-first/last-pipeline-num-layers must be positive (0: not set)");
   const int64_t middle = int64_t(p) - (first > 0) - (last > 0), rest = int64_t(layers) - first - last;
+  require(rest >= 0, "--decoder-first/last-pipeline-num-layers (" + std::to_string(first) + " + " +
+                         std::to_string(last) + ") are more than --layers " + std::to_string(layers));
   require(rest >= middle, "--decoder-first/last-pipeline-num-layers leave " + std::to_string(rest) + " of --layers " +
                              std::to_string(layers) + " for the other " + std::to_string(middle) +
                              " stages, which need at least one each");

@@ -157,6 +157,9 @@ int run_schedule(int argc, char** argv) {
                                    {"--head-time", options.head_time}, {"--weight-time", options.weight_time}})
     require(std::isfinite(value) && value >= 0 && value <= 1e12,
             std::string(flag) + " must be a finite number of time units between 0 and 1e12");
+  // A pass that takes no time has no place on the timeline (the simulator divides by them).
+  require(options.forward_time > 0 && options.backward_time > 0,
+          "--forward-time and --backward-time must be above 0");
   if (!svg.empty()) check_output_path(svg, OutputKind::svg, "--svg", rules);
   require(trace_step == -1 || !from_trace.empty(), "--trace-step needs --from-trace FILE");
   require(trace_step >= -1, "--trace-step must be >= 0");

@@ -27,6 +27,8 @@ if "$LATTICE" plan --layers 10000 --hidden 1048576 --heads 1024 --vocab 65536 --
   echo "FAIL: the largest dense shape is not planned as not fitting"; fails=$((fails + 1)); fi
 expect 1 "--sequence-parallel needs --seq-len (31) divisible by --tensor-model-parallel-size (2)" \
   --sequence-parallel --tensor-model-parallel-size 2 --seq-len 31 --gpus 2  # as train refuses it
+expect 1 "--decoder-first/last-pipeline-num-layers (5 + 0) are more than --layers 4" \
+  --pipeline-model-parallel-size 2 --gpus 2 --decoder-first-pipeline-num-layers 5 --layers 4
 # Utilisation against absurd times and peaks (a 300-digit MFU, "inf%" before).
 expect 1 "--iteration-time must be 0 (off) or a finite number in \[1e-6, 1e9\]" --iteration-time 1e-300
 expect 1 "--peak-flops must be a rate from 1e6 to 1e18" --peak-flops 1e-30T
