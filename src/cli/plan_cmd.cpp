@@ -187,6 +187,22 @@ int run_plan(int argc, char** argv) {
       require(kReportFlags.count(name) > 0, "--" + name + " does not apply to " + (f.paper ? "--paper" : "--moe-paper") +
                                                 " (it reproduces the published configurations): pass one");
     }
+  // --search chooses the layout: a layout flag beside it would be silently dropped (--search --zero 3
+  // ranked ZeRO-2 first), as --top without --search would be.
+  if (f.search)
+    for (const CLI::Option* opt : app.get_options()) {
+      if (opt->count() == 0 || opt->get_lnames().empty()) continue;
+      const std::string name = opt->get_lnames().front();
+      static const std::set<std::string> kChosen = {
+          "tensor-model-parallel-size", "pipeline-model-parallel-size", "virtual-stages", "pipeline-layers",
+          "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "sequence-parallel", "zero",
+          "use-distributed-optimizer", "expert-model-parallel-size", "context-parallel-size", "micro-batch",
+          "recompute", "recompute-layers", "recompute-method", "recompute-plan", "iteration-time"};
+      require(kChosen.count(name) == 0, "--" + name + " does not apply to --search, which chooses the layout "
+                                        "(parallel sizes, ZeRO, micro-batch, recompute): leave it out, or plan that "
+                                        "layout without --search");
+    }
+  require(f.search || app.count("--top") == 0, "--top applies to --search (the layouts it prints)");
   // --hardware local: this machine as mpirun would run the layout (its ranks share the cores).
   plan::Hardware local;
   const bool is_local = f.hardware == "local";

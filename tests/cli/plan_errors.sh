@@ -29,6 +29,10 @@ expect 1 "--sequence-parallel needs --seq-len (31) divisible by --tensor-model-p
   --sequence-parallel --tensor-model-parallel-size 2 --seq-len 31 --gpus 2  # as train refuses it
 expect 1 "--decoder-first/last-pipeline-num-layers (5 + 0) are more than --layers 4" \
   --pipeline-model-parallel-size 2 --gpus 2 --decoder-first-pipeline-num-layers 5 --layers 4
+# --search chooses the layout: a layout flag beside it, or --top without it, would be silently dropped.
+expect 1 "--zero does not apply to --search, which chooses the layout" --search --gpus 8 --zero 3
+expect 1 "--tensor-model-parallel-size does not apply to --search" --search --gpus 8 --tensor-model-parallel-size 2
+expect 1 "--top applies to --search" --top 3
 # Utilisation against absurd times and peaks (a 300-digit MFU, "inf%" before).
 expect 1 "--iteration-time must be 0 (off) or a finite number in \[1e-6, 1e9\]" --iteration-time 1e-300
 expect 1 "--peak-flops must be a rate from 1e6 to 1e18" --peak-flops 1e-30T

@@ -106,7 +106,7 @@ check "... one group per stage, the device's memory line, time by part" "$PY" -c
 import sys
 s = open('plan.html').read()
 sys.exit(0 if '>stage 0<' in s and '>stage 1<' in s and '>stage 2<' not in s and 'device memory' in s and 'PP p2p' in s else 1)"
-"$LATTICE" plan --layers 8 --hidden 256 --heads 8 --seq-len 128 --vocab 512 --micro-batch 2 --global-batch 16 \
+"$LATTICE" plan --layers 8 --hidden 256 --heads 8 --seq-len 128 --vocab 512 --global-batch 16 \
   --gpus 8 --search --top 5 --html search.html > search.txt
 check "plan --search --html: the five layouts in the table" test "$(grep -c '<td class="n">[1-5]</td><td>t=' search.html)" -eq 5
 
