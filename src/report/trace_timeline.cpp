@@ -55,7 +55,8 @@ Simulation timeline_from_doc(const nlohmann::json& doc, const std::string& path,
   const auto number = [&](const nlohmann::json& e, const char* key) {
     const nlohmann::json* v = e.contains(key) ? &e[key] : nullptr;
     if (!v || !v->is_number() || !std::isfinite(v->get<double>()))
-      fail("trace " + path + " has a span whose " + key + " is not a finite number");
+      fail("trace " + path + " is not a lattice trace (write one with lattice train --trace): a span's " + key +
+           " is not a finite number");
     return v->get<double>();
   };
   double t0 = 1e300;
@@ -69,7 +70,9 @@ Simulation timeline_from_doc(const nlohmann::json& doc, const std::string& path,
     if (!(tid >= 0 && tid < p && tid == std::floor(tid)))
       fail("trace " + path + " has a span of rank " + (*e)["tid"].dump() + ", but --pipeline-model-parallel-size is " +
            std::to_string(p) + " (ranks 0 to " + std::to_string(p - 1) + ")");
-    if (dur < 0) fail("trace " + path + " has a span of negative length (dur " + (*e)["dur"].dump() + ")");
+    if (dur < 0)
+      fail("trace " + path + " is not a lattice trace (write one with lattice train --trace): a span of negative "
+           "length (dur " + (*e)["dur"].dump() + ")");
     const int rank = int(tid);
     TimedAction t;
     const std::string cat = (*e)["cat"];
