@@ -152,6 +152,12 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
                     PlanRequest chosen = r;
                     chosen.accounted_budget = true;
                     const AutoRecompute plan = choose_recompute_plan(chosen, chosen.gpu_memory);
+                    // Every layer none, or every layer selective: the layout already weighed above (it
+                    // fits by the paper's count if by the accounted one), not a second row of it.
+                    const bool uniform = std::all_of(plan.plan.begin(), plan.plan.end(), [&](LayerRecompute x) {
+                      return x == plan.plan.front() && !forward_recomputed(x);
+                    });
+                    if (uniform && !plan.plan.empty()) continue;
                     chosen.layout.recompute_plan = plan.plan;
                     chosen.layout.recompute = strongest_mode(plan.plan);
                     consider(chosen);
