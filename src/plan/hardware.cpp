@@ -103,7 +103,7 @@ const Hardware& hardware_preset(const std::string& name) {
   require(lower(name) != "local", "--hardware local is lattice plan's (it plans the layout's ranks on this machine)");
   std::string known;
   for (const auto& n : hardware_names()) known += (known.empty() ? "" : ", ") + n;
-  fail("--hardware must be one of " + known + " (got '" + name + "')");
+  fail("--hardware must be one of " + known + ", or a `lattice bench --json` result (FILE.json); lattice plan also takes local (got '" + name + "')");
 }
 
 std::vector<std::string> hardware_names() {
