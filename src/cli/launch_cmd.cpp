@@ -8,7 +8,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -31,6 +30,7 @@
 #include "cli/config_file.hpp"
 #include "cli/launch_supervisor.hpp"
 #include "cli/model_flags.hpp"
+#include "core/child_process.hpp"
 #include "core/error.hpp"
 #include "core/input_file.hpp"
 #include "core/memory_limit.hpp"
@@ -69,47 +69,6 @@ std::vector<std::string> words_of(const std::string& text) {
   std::vector<std::string> out;
   for (std::string w; in >> w;) out.push_back(w);
   return out;
-}
-
-// fork + exec of argv with stdin from /dev/null; the child leads its own session (so its own process
-// group too): mpirun's ranks lead process groups of their own but stay in its session, which is how
-// end_session finds what is left of a job. The child gets SIGTERM if the launcher dies, however it
-// dies (mpirun then ends its ranks), so no job outlives its supervisor. stdout and stderr go to
-// `out_fd`/`err_fd` (-1: /dev/null). Returns the child's pid, or -1.
-// The launcher's interrupting signals are held while it forks: the child drops the launcher's
-// handler before it can run one, and the parent names the child as the job (`group`) before one it
-// receives is forwarded, so a Ctrl-C in that instant reaches the new job too.
-pid_t spawn(const std::vector<std::string>& argv, int out_fd, int err_fd,
-            volatile sig_atomic_t* group = nullptr) {
-  sigset_t held, before;
-  sigemptyset(&held);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&held, sig);
-  sigprocmask(SIG_BLOCK, &held, &before);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid != 0) {
-    if (pid > 0 && group) *group = pid;
-    sigprocmask(SIG_SETMASK, &before, nullptr);
-    return pid;
-  }
-  signal(SIGINT, SIG_DFL);
-  signal(SIGTERM, SIG_DFL);
-  signal(SIGHUP, SIG_DFL);
-  signal(SIGPIPE, SIG_DFL);
-  prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (getppid() != parent) _exit(1);  // the launcher died before the line above
-  setsid();
-  sigprocmask(SIG_SETMASK, &before, nullptr);
-  const int null_fd = open("/dev/null", O_RDWR);
-  dup2(null_fd, 0);
-  dup2(out_fd >= 0 ? out_fd : null_fd, 1);
-  dup2(err_fd >= 0 ? err_fd : null_fd, 2);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  execvp(args[0], args.data());
-  std::fprintf(stderr, "lattice launch: error: cannot run %s: %s\n", argv[0].c_str(), std::strerror(errno));
-  _exit(127);
 }
 
 int exit_status_of(int status) {
@@ -236,7 +195,7 @@ class MpirunLauncher final : public launch::Launcher {
     if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0)
       throw std::runtime_error("cannot create pipes");
     const double started = now_s();
-    const pid_t pid = spawn(argv, out_pipe[1], err_pipe[1], &g_job_group);
+    const pid_t pid = spawn_tied_child(argv, out_pipe[1], err_pipe[1], "lattice launch", &g_job_group);
     close(out_pipe[1]);
     close(err_pipe[1]);
     if (pid < 0) throw std::runtime_error(std::string("cannot fork: ") + std::strerror(errno));
@@ -393,7 +352,7 @@ bool host_answers(const Host& host, double timeout) {
   if (std::filesystem::path(argv[0]).filename() == "ssh")
     argv.insert(argv.end(), {"-o", "BatchMode=yes", "-o", "ConnectTimeout=" + std::to_string(int(timeout))});
   argv.insert(argv.end(), {host.name, "true"});
-  const pid_t pid = spawn(argv, -1, -1);
+  const pid_t pid = spawn_tied_child(argv, -1, -1, "lattice launch");
   if (pid < 0) return false;
   const std::optional<int> status = wait_for(pid, timeout, /*interruptible=*/true);
   if (!status) {

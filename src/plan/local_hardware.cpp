@@ -1,20 +1,18 @@
 #include "plan/local_hardware.hpp"
 
-#include <fcntl.h>
 #include <omp.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
 #include <vector>
 
+#include "core/child_process.hpp"
 #include "core/error.hpp"
 #include "core/memory_limit.hpp"
 #include "plan/comm_table.hpp"
@@ -53,9 +51,9 @@ void take_rates(LocalHost& l, const LocalBench& bench, bool shared) {
 }
 
 // Runs `mpirun -np ranks <this binary> bench --save --budget 40` (bounded by `timeout`); true when
-// it wrote the file. The child leads its own session (the terminal's Ctrl-C reaches plan alone) and
-// gets SIGTERM when plan ends however it ends, which `timeout` passes to mpirun and mpirun to its
-// ranks: stopping plan stops the measurement (std::system left mpirun and 64 ranks running).
+// it wrote the file. A tied child (core/child_process.hpp): SIGTERM when plan ends however it ends,
+// which `timeout` passes to mpirun and mpirun to its ranks, so stopping plan stops the measurement
+// (std::system left mpirun and 64 ranks running).
 bool measure_mpi(int ranks, const std::string& path) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   std::vector<std::string> words = {"timeout", "90", "mpirun", "--oversubscribe"};
@@ -63,22 +61,8 @@ bool measure_mpi(int ranks, const std::string& path) {
   for (const std::string& w : {std::string("-np"), std::to_string(ranks), self, std::string("bench"),
                                std::string("--save"), std::string("--budget"), std::string("40")})
     words.push_back(w);
-  std::vector<char*> argv;
-  for (std::string& w : words) argv.push_back(w.data());
-  argv.push_back(nullptr);
-  const pid_t parent = getpid();
-  std::fflush(nullptr);
-  const pid_t child = fork();
+  const pid_t child = spawn_tied_child(words, -1, -1, "lattice plan");
   if (child < 0) return false;
-  if (child == 0) {
-    setsid();
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(1);  // plan ended before the line above took effect
-    const int null = open("/dev/null", O_RDWR);
-    if (null >= 0) dup2(null, STDOUT_FILENO), dup2(null, STDERR_FILENO);
-    execvp(argv[0], argv.data());
-    _exit(127);
-  }
   int status = 0;
   while (waitpid(child, &status, 0) < 0)
     if (errno != EINTR) return false;
