@@ -167,6 +167,14 @@ plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
   return r;
 }
 
+// The long names (the first of each) of the flags given on the line or in --config.
+std::vector<std::string> given_flag_names(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::Option* opt : app.get_options())
+    if (opt->count() > 0 && !opt->get_lnames().empty()) names.push_back(opt->get_lnames().front());
+  return names;
+}
+
 }  // namespace
 
 int run_plan(int argc, char** argv) {
@@ -180,9 +188,7 @@ int run_plan(int argc, char** argv) {
   // --paper and --moe-paper reproduce published configurations: a model, layout or search flag beside
   // them would be silently ignored (plan --paper --layers 3 printed the paper's tables).
   if (f.paper || f.moe_paper)
-    for (const CLI::Option* opt : app.get_options()) {
-      if (opt->count() == 0 || opt->get_lnames().empty()) continue;
-      const std::string name = opt->get_lnames().front();
+    for (const std::string& name : given_flag_names(app)) {
       static const std::set<std::string> kReportFlags = {"paper", "moe-paper", "json", "svg", "html", "hardware", "overwrite"};
       require(kReportFlags.count(name) > 0, "--" + name + " does not apply to " + (f.paper ? "--paper" : "--moe-paper") +
                                                 " (it reproduces the published configurations): pass one");
@@ -190,9 +196,7 @@ int run_plan(int argc, char** argv) {
   // --search chooses the layout: a layout flag beside it would be silently dropped (--search --zero 3
   // ranked ZeRO-2 first), as --top without --search would be.
   if (f.search)
-    for (const CLI::Option* opt : app.get_options()) {
-      if (opt->count() == 0 || opt->get_lnames().empty()) continue;
-      const std::string name = opt->get_lnames().front();
+    for (const std::string& name : given_flag_names(app)) {
       static const std::set<std::string> kChosen = {
           "tensor-model-parallel-size", "pipeline-model-parallel-size", "virtual-stages", "pipeline-layers",
           "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "sequence-parallel", "zero",
