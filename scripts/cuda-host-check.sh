@@ -11,7 +11,7 @@
 # tiles are checked for races (tests/host_sim/mma_emulated.inc). The suite runs it (cuda.host_check).
 #
 #   scripts/cuda-host-check.sh [BUILD_DIR [SEED...]]    BUILD_DIR: a CPU build (default build); seeds
-#   1234 (the device check's) and 1 by default
+#   1234 (the device check's) and 1 by default, the second, fourth, ... in the reverse schedule
 #   CUDA_HOST_CHECK_KEEP=DIR keeps the rewritten sources and the program there (to rerun or debug it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -50,7 +50,9 @@ cuda_host_compile "$work/obj" "${CXX:-g++}" "${flags[@]}" -x c++ -- "$root/src/c
 ${CXX:-g++} "${CUDA_HOST_SANITIZE[@]}" -fopenmp -o "$work/lattice_cuda_check_host" "$work"/obj/*.o "${libs[@]}" -lpthread
 # The seeds run side by side, one thread each (the simulation's fibers take turns on one; the CPU's
 # reference kernels then run on one OpenMP thread), their outputs printed in order after; stopped,
-# the script stops them too.
+# the script stops them too. Every second seed runs its blocks and threads last first
+# (LATTICE_HOST_SIM_SCHEDULE=reverse): a kernel that reads what another thread or block writes with no
+# barrier between reads it in one of the two orders before it is written, where the comparison sees it.
 pids=()
 if [[ -n ${CUDA_HOST_CHECK_KEEP:-} ]]; then
   trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
@@ -58,7 +60,10 @@ else
   trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
 fi
 for i in "${!seeds[@]}"; do
-  OMP_NUM_THREADS=1 "$work/lattice_cuda_check_host" "${seeds[$i]}" >"$work/seed$i.out" 2>&1 &
+  order=forward
+  (( i % 2 == 0 )) || order=reverse
+  echo "cuda-host-check: seed ${seeds[$i]}, blocks and threads run $order" >"$work/seed$i.out"
+  LATTICE_HOST_SIM_SCHEDULE=$order OMP_NUM_THREADS=1 "$work/lattice_cuda_check_host" "${seeds[$i]}" >>"$work/seed$i.out" 2>&1 &
   pids+=($!)
 done
 status=0

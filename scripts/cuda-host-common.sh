@@ -2,7 +2,9 @@
 # host simulation (tests/host_sim/include) into "$1/cuda", and a helper that compiles in parallel.
 #
 # A launch `kernel<<<grid, block, smem, stream>>>(args);` becomes a call of the simulation's launcher
-# with the kernel call as a lambda (its overloads and conversions resolved as the compiler would),
+# with the kernel call as a lambda (its overloads and conversions resolved as the compiler would) and
+# the kernel's address (what its cudaFuncSetAttribute opted in to more than 48 KiB of shared memory;
+# none where the launch asks for no dynamic shared memory, which also spares overloaded kernels' names),
 # `extern __shared__ T name[];` a pointer to the simulation's dynamic shared memory, and mma.cuh's PTX
 # the emulation (tests/host_sim/mma_emulated.inc, its ldmatrix noting reads for the race check)
 # beside its fragment loads, kept as they are.
@@ -19,15 +21,7 @@ cuda_host_rewrite() {
   cp "$root"/src/cuda/*.cu "$root"/src/cuda/*.cuh "$root"/src/cuda/*.hpp "$dest/cuda/"
   rm "$dest/cuda/gemm.cu"
   for f in "$dest"/cuda/*.cu "$dest"/cuda/*.cuh; do
-    # The launcher's name for the kernel: its expression and where the launch stands (file:line).
-    FILE=$(basename "$f") perl -0777 -pi -e '
-      s{([A-Za-z_][\w:]*(?:<[^;{}]*?>)?)<<<([^;]*?)>>>\(([^;]*?)\);}{"sim::launch(sim::Cfg{$2}, [&] { $1($3); }, \"$1 ($ENV{FILE}:" . (1 + (substr($_, 0, $-[0]) =~ tr/\n//)) . ")\");"}gse;
-      s{extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([^;\[]+?)\s+(\w+)\[\];}{$1* $2 = sim::dynamic_shared<$1>();}g;
-    ' "$f"
-    if grep -q '<<<\|extern __shared__' "$f"; then
-      echo "cuda-host: a launch or dynamic shared array in $(basename "$f") the rewrite did not take" >&2
-      return 1
-    fi
+    cuda_host_rewrite_launches "$f" || return 1
   done
   {
     sed -n '1,/^namespace lattice::cuda::mma {/p' "$root/src/cuda/mma.cuh"
@@ -38,6 +32,26 @@ cuda_host_rewrite() {
   } >"$dest/cuda/mma.cuh"
   if ! grep -q 'load_b2_trans' "$dest/cuda/mma.cuh" || ! grep -q 'a_from_c' "$dest/cuda/mma.cuh"; then
     echo "cuda-host: could not cut mma.cuh (markers moved?)" >&2
+    return 1
+  fi
+}
+
+# cuda_host_rewrite_launches FILE: FILE's launches and dynamic shared arrays rewritten in place (what
+# cuda_host_rewrite does to each source; tests/host_sim's tests use it on their own kernels). The
+# launcher's name for the kernel: its expression and where the launch stands (file:line).
+cuda_host_rewrite_launches() {
+  local f=$1
+  FILE=$(basename "$f") perl -0777 -pi -e '
+    s{([A-Za-z_][\w:]*(?:<[^;{}]*?>)?)<<<([^;]*?)>>>\(([^;]*?)\);}{
+      my ($kernel, $cfg, $args) = ($1, $2, $3);
+      my $line = 1 + (substr($_, 0, $-[0]) =~ tr/\n//);
+      my $key = $cfg =~ /,\s*0\s*,[^,]*$/ ? "nullptr" : "sim::kernel_key($kernel)";
+      "sim::launch(sim::Cfg{$cfg}, [&] { $kernel($args); }, \"$kernel ($ENV{FILE}:$line)\", $key);"
+    }gse;
+    s{extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([^;\[]+?)\s+(\w+)\[\];}{$1* $2 = sim::dynamic_shared<$1>();}g;
+  ' "$f"
+  if grep -q '<<<\|extern __shared__' "$f"; then
+    echo "cuda-host: a launch or dynamic shared array in $(basename "$f") the rewrite did not take" >&2
     return 1
   fi
 }

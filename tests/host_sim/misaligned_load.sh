@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
       cudaMalloc(reinterpret_cast<void**>(&out), 16 * sizeof(float)) != cudaSuccess)
     return 2;
   for (int i = 0; i < 68; ++i) in[i] = 1.0f;
-  sim::launch(sim::Cfg{dim3(1), dim3(16)}, [&] { sum4(in + offset, out); }, "sum4");
+  sim::launch(sim::Cfg{dim3(1), dim3(16)}, [&] { sum4(in + offset, out); }, "sum4", nullptr);
   std::printf("sum4 ran, out[0] = %g\n", double(out[0]));
   return out[0] == 4.0f ? 0 : 3;
 }

@@ -2,7 +2,8 @@
 # cuda.host_trainer: the whole trainer with --device cuda on the host simulation
 # (scripts/cuda-host-trainer.sh) against --device cpu on a small model, dropout on: fp32 (unfused
 # attention) losses within 1e-5 relative a step, bf16 activations unfused and fused (the tensor-core
-# kernels, context in the token rows) within 2^-7, and the fused run repeating itself bit for bit,
+# kernels, context in the token rows) within 2^-7, and the fused run repeating itself bit for bit
+# with its blocks and threads run in the reverse order,
 # also where the GEMMs have no bf16 output (linear_forward_bf16's fallback); and without dropout, where
 # the projection and FC2 add into the residual stream in their GEMM.
 # The bounds are the device check's parity bounds (docs/gpu.md): fp32 differs by summation order only;
@@ -48,8 +49,11 @@ for spec in "fp32:1e-5:" "bf16:0.0078125:--activation-dtype bf16" "fused_bf16:0.
   run "sim_$name" cuda "$work/sim/lattice" $flags
   compare "host-simulated cuda vs cpu, $name" "cpu_$name.jsonl" "sim_$name.jsonl" "$tol"
 done
-run sim_fused_bf16_again cuda "$work/sim/lattice" --attention fused --activation-dtype bf16
-compare "host-simulated cuda repeats itself, fused bf16 (bits)" sim_fused_bf16.jsonl sim_fused_bf16_again.jsonl 0
+# The repeat runs every launch's blocks, and each block's threads, last first: the same bits in the
+# other order is what kernels free of races between threads and between blocks give (a GPU keeps no
+# order; the simulation keeps one, so only a second order shows a race).
+LATTICE_HOST_SIM_SCHEDULE=reverse run sim_fused_bf16_again cuda "$work/sim/lattice" --attention fused --activation-dtype bf16
+compare "host-simulated cuda repeats itself in the reverse schedule, fused bf16 (bits)" sim_fused_bf16.jsonl sim_fused_bf16_again.jsonl 0
 # Without the GEMMs' epilogues (the backend's switch) the two calls run: within 2^-7 (an epilogue
 # rounds once where they round twice). A GEMM with no bf16 output for a shape (cuBLASLt may offer none,
 # the simulation's GEMM answers so under its variable): the fp32 product narrowed instead, and the

@@ -4,13 +4,14 @@
 // runs its blocks one after another; a block's threads are fibers on one OS thread (stack slots made
 // once by ucontext, switched by _setjmp/_longjmp), switched only where CUDA threads wait for one
 // another (__syncthreads, __syncwarp, the shuffles, and the warp's tensor-core operations of
-// tests/host_sim/mma_emulated.inc), so a run is deterministic. What a GPU would leave undefined stops
+// tests/host_sim/mma_emulated.inc), so a run is deterministic (in the order chosen: first to last, or
+// last to first under LATTICE_HOST_SIM_SCHEDULE=reverse). What a GPU would leave undefined stops
 // the program with one line naming the kernel and the launch's place: a warp operation some of whose
 // lanes have exited or wait elsewhere, a barrier not every live thread reaches (deadlock), a launch
-// past CUDA's limits, dynamic shared memory past the card's. Device memory is host memory ending at
-// a guard page (rounded to 256 bytes as cudaMalloc aligns), so a read well past a buffer's end
-// faults. One header past the usual length on purpose: it stands in for cuda_runtime.h, which the
-// sources include as one file.
+// past CUDA's limits, dynamic shared memory past the card's or past 48 KiB on a kernel not opted in to
+// it (cudaFuncSetAttribute). Device memory is host memory ending at a guard page (rounded to 256
+// bytes as cudaMalloc aligns), so a read well past a buffer's end faults. One header past the usual
+// length on purpose: it stands in for cuda_runtime.h, which the sources include as one file.
 #include <setjmp.h>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -158,9 +159,26 @@ struct State {
   cudaError_t last_error = cudaSuccess;
   long long launches = 0;
   uint64_t block_serial = 0;  // counts the blocks run, so per-block state knows a new one began
+  // Each kernel's dynamic shared memory limit set by cudaFuncSetAttribute; unset, CUDA's default 48 KiB.
+  std::map<const void*, size_t> smem_optin;
+  bool in_block = false;  // a block of the launch is running (what a failure names)
+  // LATTICE_HOST_SIM_SCHEDULE=reverse runs a launch's blocks, and a block's threads between their
+  // waits, last first. A kernel whose result depends on the order (a read of shared or global memory
+  // another thread writes with no barrier between, a block reading what another block of the launch
+  // writes) then gives other bits: a GPU promises neither order.
+  bool reverse = false;
 };
 inline State& state() {
-  static State s;
+  static State s = [] {
+    State fresh;
+    const char* order = std::getenv("LATTICE_HOST_SIM_SCHEDULE");
+    if (order && std::strcmp(order, "reverse") == 0) fresh.reverse = true;
+    else if (order && *order && std::strcmp(order, "forward") != 0) {
+      std::fprintf(stderr, "cuda host sim: LATTICE_HOST_SIM_SCHEDULE is forward or reverse, not %s\n", order);
+      std::exit(2);
+    }
+    return fresh;
+  }();
   return s;
 }
 
@@ -168,6 +186,8 @@ inline State& state() {
   const State& s = state();
   if (!s.kernel)  // a runtime or library call between launches
     std::fprintf(stderr, "cuda host sim: %s (outside a kernel)\n", what);
+  else if (!s.in_block)  // the launch itself, before any block ran
+    std::fprintf(stderr, "cuda host sim: %s: launch of %s\n", what, s.kernel);
   else
     std::fprintf(stderr, "cuda host sim: %s: kernel %s, block (%u,%u,%u)\n", what, s.kernel, s.block_idx.x,
                  s.block_idx.y, s.block_idx.z);
@@ -297,7 +317,8 @@ void run_block(Body& body) {
   }
   for (int remaining = n; remaining > 0;) {
     bool progress = false;
-    for (int t = 0; t < n; ++t) {
+    for (int i = 0; i < n; ++i) {
+      const int t = s.reverse ? n - 1 - i : i;
       Fiber& f = s.fibers[size_t(t)];
       if (f.done || (f.waiting && f.waiting->gen == f.wait_gen)) continue;
       s.current = t;
@@ -361,8 +382,15 @@ template <class T>
 T* dynamic_shared() {
   return reinterpret_cast<T*>(state().dynamic_shared);
 }
+// The launched kernel's address, the key of its cudaFuncSetAttribute (the rewrite passes the launch's
+// kernel expression here).
+template <class F>
+const void* kernel_key(F* f) {
+  return reinterpret_cast<const void*>(f);
+}
+constexpr size_t kDefaultDynamicSmem = 48 * 1024;
 template <class Body>
-void launch(const Cfg& c, Body body, const char* name) {
+void launch(const Cfg& c, Body body, const char* name, const void* key) {
   State& s = state();
   s.kernel = name;
   ++s.launches;
@@ -374,14 +402,23 @@ void launch(const Cfg& c, Body body, const char* name) {
     return;
   }
   if (c.smem > sizeof s.dynamic_shared) fail("dynamic shared memory past the card's");
+  // A GPU refuses such a launch (invalid argument) unless this kernel was opted in to that many bytes.
+  if (c.smem > kDefaultDynamicSmem) {
+    const auto it = s.smem_optin.find(key);
+    if (it == s.smem_optin.end() || it->second < c.smem)
+      fail("dynamic shared memory past 48 KiB without cudaFuncSetAttribute(MaxDynamicSharedMemorySize) for "
+           "as many bytes on this kernel");
+  }
   s.grid = c.grid, s.block = c.block, s.dynamic_bytes = c.smem;
-  for (unsigned z = 0; z < c.grid.z; ++z)
-    for (unsigned y = 0; y < c.grid.y; ++y)
-      for (unsigned x = 0; x < c.grid.x; ++x) {
-        s.block_idx = {x, y, z};
+  for (unsigned zi = 0; zi < c.grid.z; ++zi)
+    for (unsigned yi = 0; yi < c.grid.y; ++yi)
+      for (unsigned xi = 0; xi < c.grid.x; ++xi) {
+        s.block_idx = s.reverse ? uint3{c.grid.x - 1 - xi, c.grid.y - 1 - yi, c.grid.z - 1 - zi} : uint3{xi, yi, zi};
         ++s.block_serial;
         std::memset(s.dynamic_shared, 0xff, c.smem);  // what a kernel reads before writing shows
+        s.in_block = true;
         run_block(body);
+        s.in_block = false;
       }
   s.kernel = nullptr;
 }
@@ -496,8 +533,10 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
   return cudaSuccess;
 }
 template <class F>
-cudaError_t cudaFuncSetAttribute(F*, cudaFuncAttribute, int value) {
-  return value >= 0 && size_t(value) <= cudaDeviceProp{}.sharedMemPerBlockOptin ? cudaSuccess : cudaErrorInvalidValue;
+cudaError_t cudaFuncSetAttribute(F* f, cudaFuncAttribute attr, int value) {
+  if (value < 0 || size_t(value) > cudaDeviceProp{}.sharedMemPerBlockOptin) return cudaErrorInvalidValue;
+  if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) sim::state().smem_optin[sim::kernel_key(f)] = size_t(value);
+  return cudaSuccess;
 }
 template <class F>
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, F*) { *a = cudaFuncAttributes{}; return cudaSuccess; }
