@@ -38,7 +38,9 @@ cuda_host_rewrite() {
 
 # cuda_host_rewrite_launches FILE: FILE's launches and dynamic shared arrays rewritten in place (what
 # cuda_host_rewrite does to each source; tests/host_sim's tests use it on their own kernels). The
-# launcher's name for the kernel: its expression and where the launch stands (file:line).
+# launcher's name for the kernel: its expression and where the launch stands (file:line). A kernel
+# declared with __launch_bounds__(N, ...) checks, first thing, that its block has at most N threads
+# (a GPU refuses a larger launch: too many resources requested).
 cuda_host_rewrite_launches() {
   local f=$1
   FILE=$(basename "$f") perl -0777 -pi -e '
@@ -49,9 +51,14 @@ cuda_host_rewrite_launches() {
       "sim::launch(sim::Cfg{$cfg}, [&] { $kernel($args); }, \"$kernel ($ENV{FILE}:$line)\", $key);"
     }gse;
     s{extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([^;\[]+?)\s+(\w+)\[\];}{$1* $2 = sim::dynamic_shared<$1>();}g;
+    s#(__launch_bounds__\(([^(),]*)[^()]*\)[^{;]*?[{])#$1 sim::launch_bound($2);#g;
   ' "$f"
   if grep -q '<<<\|extern __shared__' "$f"; then
     echo "cuda-host: a launch or dynamic shared array in $(basename "$f") the rewrite did not take" >&2
+    return 1
+  fi
+  if [[ $(grep -o '__launch_bounds__(' "$f" | wc -l) != $(grep -o 'sim::launch_bound(' "$f" | wc -l) ]]; then
+    echo "cuda-host: a __launch_bounds__ in $(basename "$f") the rewrite did not take" >&2
     return 1
   fi
 }

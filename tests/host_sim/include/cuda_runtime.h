@@ -8,10 +8,11 @@
 // last to first under LATTICE_HOST_SIM_SCHEDULE=reverse). What a GPU would leave undefined stops
 // the program with one line naming the kernel and the launch's place: a warp operation some of whose
 // lanes have exited or wait elsewhere, a barrier not every live thread reaches (deadlock), a launch
-// past CUDA's limits, dynamic shared memory past the card's or past 48 KiB on a kernel not opted in to
-// it (cudaFuncSetAttribute). Device memory is host memory ending at a guard page (rounded to 256
-// bytes as cudaMalloc aligns), so a read well past a buffer's end faults. One header past the usual
-// length on purpose: it stands in for cuda_runtime.h, which the sources include as one file.
+// past CUDA's limits or its kernel's __launch_bounds__, dynamic shared memory past the card's or past
+// 48 KiB on a kernel not opted in to it (cudaFuncSetAttribute). Device memory is host memory ending
+// at a guard page (rounded to 256 bytes as cudaMalloc aligns), so a read well past a buffer's end
+// faults. One header past the usual length on purpose: it stands in for cuda_runtime.h, which the
+// sources include as one file.
 #include <setjmp.h>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -389,6 +390,17 @@ const void* kernel_key(F* f) {
   return reinterpret_cast<const void*>(f);
 }
 constexpr size_t kDefaultDynamicSmem = 48 * 1024;
+// A kernel's __launch_bounds__(max_threads): the rewrite puts this call first in its body.
+inline void launch_bound(long long max_threads) {
+  const State& s = state();
+  const unsigned long long threads = 1ull * s.block.x * s.block.y * s.block.z;
+  if (threads > static_cast<unsigned long long>(max_threads)) {
+    char what[160];
+    std::snprintf(what, sizeof what, "a block of %llu threads past the kernel's __launch_bounds__(%lld)", threads,
+                  max_threads);
+    fail(what);
+  }
+}
 template <class Body>
 void launch(const Cfg& c, Body body, const char* name, const void* key) {
   State& s = state();
