@@ -18,6 +18,8 @@
 # that bound a GPT-2 step (DEVICE_CHECK_PROFILE_KERNELS, a regex of kernel names; _GROUPS, which of
 # lattice_cuda_check's timing groups run; _TIMEOUT, s): the report in device-check-ncu.txt, a summary
 # a kernel in the results (scripts/ncu-summary.py).
+# One script past the usual length on purpose: the issue asks for one prepared script that anyone
+# with a GPU reruns as it is, its phases sharing the results file, the build and the timeouts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

@@ -3,7 +3,9 @@
 // exits 3, a rank is killed, or no output line comes for --no-progress-timeout seconds) it finds the
 // hosts that still answer, asks the planner for the fastest layout on their slots and starts the
 // job again from the last promoted checkpoint. The decisions are in launch_supervisor.*; this file
-// holds the processes: mpirun, the probes, the signals.
+// holds the processes: mpirun, the probes, the signals. Past the usual length on purpose: the
+// handling of mpirun's session (its signals, its reaping, the ranks it leaves) is private to the one
+// command that uses it, and reads as one sequence beside it.
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
