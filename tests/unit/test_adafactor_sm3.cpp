@@ -2,6 +2,8 @@
 // and the same numbers for every layout of the owned elements: one piece, many pieces cutting
 // tensors mid-row, ZeRO shards (one owning nothing), tensor-parallel shards. The ranks of a
 // layout run on threads joined by an in-process communicator, so the reductions are real.
+// Past the usual length on purpose: both optimizers' cases share the references and the layouts they run
+// under.
 #include <gtest/gtest.h>
 
 #include <barrier>

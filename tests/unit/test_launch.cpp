@@ -1,6 +1,8 @@
 // `lattice launch`'s decisions (cli/launch_supervisor.hpp) against a fake launcher: the hostfile,
 // what a job's end means, which hosts come back, the planner's layout, the relaunch's flags, the
 // resume point, the restart and stop rules, and the restart line and event.
+// Past the usual length on purpose: the supervisor's rules share one fake launcher and its scripted job
+// ends.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -3,6 +3,7 @@
 // y = GeLU(x·W1 + b1)·W2 + b2 in double, out[token] += gate·y), its backward against central finite
 // differences of J = Σ out ⊙ R + w·aux, the kept tensors' sizes against analysis::moe_mlp_kept_bytes,
 // and expert dropout's mask against the Philox element the design names.
+// Past the usual length on purpose: the block's cases share one dense reference and its finite differences.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -3,6 +3,7 @@
 // or by a naive re-implementation in double; GShard's random routing and noisy top-k's noise against
 // the Philox draws the design names (site, element index); and route_backward against central finite
 // differences of J = Σ_a c_a·gate_a + w·aux_loss with the selection held fixed.
+// Past the usual length on purpose: the four routers' cases share their hand-made inputs and references.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,6 +1,7 @@
 // Every op's hand-written backward against central finite differences of the scalar objective
 // sum(out · r) with a random upstream gradient r (see gradcheck_util.hpp for the tolerances).
 // Also checks the accumulate/overwrite contract each backward's header states.
+// Past the usual length on purpose: one case an op, all through the same finite-difference check.
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 

@@ -1,6 +1,7 @@
 // Pipeline schedules as data (docs/design.md §6): the action lists of GPipe, 1F1B and Megatron's interleaved
 // 1F1B are checked structurally (coverage, forward before backward, peers, send/receive order),
 // then simulated: no deadlock, bubble equal to (p−1)/(m·n+p−1), first-stage memory as eq. 5.
+// Past the usual length on purpose: the schedules' cases share the structural checks and the simulator.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -2,6 +2,7 @@
 // under the real stage_activation_peak: least FLOPs within the budget, ties to the lower peak, then to
 // fewer checkpoints; and the budgets at a uniform mode's peak, the error below the least peak, Chen's
 // unit-cost model and a 200-layer stage.
+// Past the usual length on purpose: the chooser's cases share the brute force they are checked against.
 #include <gtest/gtest.h>
 
 #include <algorithm>
