@@ -151,7 +151,6 @@ const FlagBound* find_flag_bound(std::string_view command, std::string_view flag
   return any;
 }
 
-namespace {
 std::string number_text(long double v) {
   char text[48];
   if (v == std::floor(v) && std::fabs(v) < 1e9L) {
@@ -169,7 +168,6 @@ std::string number_text(long double v) {
   }
   return s;
 }
-}  // namespace
 
 std::string bound_violation(const FlagBound& b, const std::string& value, bool integers) {
   char* end = nullptr;

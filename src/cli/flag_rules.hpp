@@ -33,6 +33,8 @@ bool flag_word(std::string_view flag, const std::string& value);
 const std::vector<FlagBound>& flag_bounds();
 // The bound of `flag` in `command` (a command's own entry first), or null.
 const FlagBound* find_flag_bound(std::string_view command, std::string_view flag);
+// A bound as the messages write it: a whole number in digits, else short ("1e6", "0.001").
+std::string number_text(long double v);
 // "" when `value` (as given) is within the bound, else the one-line message naming flag, value and
 // range (`integers`: the flag takes whole numbers).
 std::string bound_violation(const FlagBound& bound, const std::string& value, bool integers);

@@ -16,6 +16,7 @@
 
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
+#include "cli/flag_rules.hpp"
 #include "cli/model_flags.hpp"
 #include "core/output_path.hpp"
 #include "core/error.hpp"
@@ -235,9 +236,12 @@ int run_plan(int argc, char** argv) {
 
   const plan::PlanRequest request = build_request(f, hw);
   const double peak = f.peak_flops.empty() ? 0 : plan::parse_rate(f.peak_flops, "--peak-flops");
-  // As train's --peak-flops: below a MFLOP/s or above an EFLOP/s is a typo (1e-30T printed MFU 3e28%).
-  require(f.peak_flops.empty() || (peak >= 1e6 && peak <= 1e18),
-          "--peak-flops must be a rate from 1e6 to 1e18 FLOP/s per device (got " + f.peak_flops + ")");
+  // train's --peak-flops bound (its numbers are train's, in the one table): past it is a typo (1e-30T
+  // printed MFU 3e28%). plan's flag takes units ("312T"), so the table cannot check it as given.
+  const FlagBound& peak_bound = *find_flag_bound("train", "peak-flops");
+  require(f.peak_flops.empty() || (peak >= double(peak_bound.lo) && peak <= double(peak_bound.hi)),
+          "--peak-flops must be a rate from " + number_text(peak_bound.lo) + " to " + number_text(peak_bound.hi) +
+              " FLOP/s per device (got " + f.peak_flops + ")");
   require(f.iteration_time >= 0 && std::isfinite(f.iteration_time), "--iteration-time must be a finite number >= 0");
 
   if (f.search) {

@@ -10,12 +10,14 @@
 // exactly. After the checks, "timing" lines (not pass/fail) give the bf16 GEMMs at GPT-2 124M's shapes,
 // the cross-entropy's forward, a layer's memory-bound passes (GB/s) and the fused attention at b 8,
 // a 12, s 1024, dh 64. Exit status 1 on any FAIL, 2 when no GPU is
-// usable. docs/gpu-kernels.md. Usage: lattice_cuda_check [seed]
+// usable or the seed is not a whole number. docs/gpu-kernels.md. Usage: lattice_cuda_check [seed]
 // One file past the usual length on purpose: one program, its checks in cuda/kernels.hpp's order, each a
 // few lines of setup around the same compare helpers.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -2436,7 +2438,16 @@ void timing_flash(bool tensor_cores) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const unsigned long long seed = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1234;
+  // The seed as decimal digits (strtoull alone read "abc" as seed 0 and "-1" as 2^64 - 1).
+  const char* seed_text = argc > 1 ? argv[1] : "1234";
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long seed = std::strtoull(seed_text, &end, 10);
+  if (argc > 2 || !std::isdigit(static_cast<unsigned char>(seed_text[0])) || *end != '\0' || errno == ERANGE) {
+    std::fprintf(stderr, "usage: lattice_cuda_check [SEED]   (SEED: a whole number below 2^64; got %s)\n",
+                 argc > 2 ? "more than one argument" : seed_text);
+    return 2;
+  }
   rng.seed(seed);
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {

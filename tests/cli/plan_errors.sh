@@ -35,7 +35,7 @@ expect 1 "--tensor-model-parallel-size does not apply to --search" --search --gp
 expect 1 "--top applies to --search" --top 3
 # Utilisation against absurd times and peaks (a 300-digit MFU, "inf%" before).
 expect 1 "--iteration-time must be 0 (off) or a finite number in \[1e-6, 1e9\]" --iteration-time 1e-300
-expect 1 "--peak-flops must be a rate from 1e6 to 1e18" --peak-flops 1e-30T
+expect 1 "--peak-flops must be a rate from 1000000 to 1e18" --peak-flops 1e-30T
 expect 2 "--no-such-flag" --no-such-flag
 expect 2 "--layers" --layers many
 
