@@ -8,11 +8,7 @@
 #   256 stop naming both numbers.
 # The kernels are written with `<<<...>>>` and rewritten as scripts/cuda-host-common.sh rewrites src/cuda.
 #   tests/host_sim/launch_limits.sh
-set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-. "$root/scripts/cuda-host-common.sh"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/sim_test_lib.sh"
 cat >"$work/limits.cu" <<'CPP'
 #include <cuda_runtime.h>
 #include <cstdio>
@@ -55,40 +51,13 @@ int main(int argc, char** argv) {
   return out[0] == float(n - 1) ? 0 : 3;
 }
 CPP
-cuda_host_rewrite_launches "$work/limits.cu"
-"${CXX:-g++}" -std=c++17 -O2 -g "${CUDA_HOST_SANITIZE[@]}" -I"$root/tests/host_sim/include" -Wall -Wextra -Werror \
-  -x c++ -o "$work/limits" "$work/limits.cu"
-status=0
-if "$work/limits" optin >"$work/limits.out" 2>&1; then
-  echo "ok: 64 KiB opted in to 64 KiB runs ($(cat "$work/limits.out"))"
-else
-  echo "FAIL: the opted-in launch did not run: $(tail -n 3 "$work/limits.out")"
-  status=1
-fi
-for how in none short other; do
-  if "$work/limits" "$how" >"$work/$how.out" 2>&1; then
-    echo "FAIL ($how): a launch of 64 KiB of dynamic shared memory ran without opting its kernel in: $(cat "$work/$how.out")"
-    status=1
-  elif grep -q 'past 48 KiB without cudaFuncSetAttribute.*launch of fill_shared (limits.cu:' "$work/$how.out"; then
-    echo "ok ($how): stopped: $(grep -m1 'past 48 KiB' "$work/$how.out")"
-  else
-    echo "FAIL ($how): the run died without naming the launch: $(tail -n 3 "$work/$how.out")"
-    status=1
-  fi
-done
-if "$work/limits" bounds128 >"$work/b128.out" 2>&1; then
-  echo "ok: 128 threads under __launch_bounds__(128) run ($(cat "$work/b128.out"))"
-else
-  echo "FAIL: 128 threads under __launch_bounds__(128) did not run: $(tail -n 3 "$work/b128.out")"
-  status=1
-fi
-if "$work/limits" bounds256 >"$work/b256.out" 2>&1; then
-  echo "FAIL: 256 threads under __launch_bounds__(128) ran: $(cat "$work/b256.out")"
-  status=1
-elif grep -q 'a block of 256 threads past the kernel.s __launch_bounds__(128): kernel bounded (limits.cu:' "$work/b256.out"; then
-  echo "ok: 256 threads under __launch_bounds__(128) stopped: $(grep -m1 'launch_bounds' "$work/b256.out")"
-else
-  echo "FAIL: the run of 256 threads died without naming the bounds: $(tail -n 3 "$work/b256.out")"
-  status=1
-fi
+sim_compile "$work/limits.cu" "$work/limits"
+expect_runs "64 KiB opted in to 64 KiB" "$work/limits" optin
+smem='past 48 KiB without cudaFuncSetAttribute.*launch of fill_shared \(limits.cu:'
+expect_stops "64 KiB not opted in" "$smem" "$work/limits" none
+expect_stops "64 KiB opted in to 56 KiB" "$smem" "$work/limits" short
+expect_stops "64 KiB opted in on another kernel" "$smem" "$work/limits" other
+expect_runs "128 threads under __launch_bounds__(128)" "$work/limits" bounds128
+expect_stops "256 threads under __launch_bounds__(128)" \
+  "a block of 256 threads past the kernel.s __launch_bounds__\(128\): kernel bounded \(limits.cu:" "$work/limits" bounds256
 exit $status

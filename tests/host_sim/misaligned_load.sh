@@ -4,11 +4,7 @@
 # scripts/cuda-host-check.sh and cuda-host-trainer.sh compile src/cuda (scripts/cuda-host-common.sh's
 # CUDA_HOST_SANITIZE), must die naming the misaligned address; the same kernel at offset 0 must run.
 #   tests/host_sim/misaligned_load.sh
-set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-. "$root/scripts/cuda-host-common.sh"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/sim_test_lib.sh"
 cat >"$work/misaligned.cpp" <<'CPP'
 #include <cuda_runtime.h>
 #include <cstdio>
@@ -29,22 +25,7 @@ int main(int argc, char** argv) {
   return out[0] == 4.0f ? 0 : 3;
 }
 CPP
-"${CXX:-g++}" -std=c++17 -O2 -g "${CUDA_HOST_SANITIZE[@]}" -I"$root/tests/host_sim/include" -Wall -Wextra -Werror \
-  -o "$work/misaligned" "$work/misaligned.cpp"
-status=0
-if "$work/misaligned" 0 >"$work/aligned.out" 2>&1; then
-  echo "ok: the aligned float4 loads run ($(cat "$work/aligned.out"))"
-else
-  echo "FAIL: the aligned loads did not run: $(tail -n 3 "$work/aligned.out")"
-  status=1
-fi
-if "$work/misaligned" 1 >"$work/misaligned.out" 2>&1; then
-  echo "FAIL: a float4 load 4 bytes off its alignment ran to the end: $(cat "$work/misaligned.out")"
-  status=1
-elif grep -q 'misaligned address' "$work/misaligned.out"; then
-  echo "ok: the misaligned float4 load stopped the program: $(grep -m1 'misaligned address' "$work/misaligned.out")"
-else
-  echo "FAIL: the misaligned run died without naming a misaligned address: $(tail -n 3 "$work/misaligned.out")"
-  status=1
-fi
+sim_compile "$work/misaligned.cpp" "$work/misaligned"
+expect_runs "the aligned float4 load" "$work/misaligned" 0
+expect_stops "a float4 load 4 bytes off its alignment" 'misaligned address' "$work/misaligned" 1
 exit $status

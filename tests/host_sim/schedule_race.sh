@@ -8,11 +8,7 @@
 # block before (each a different output one way, which is what scripts/cuda-host-check.sh and
 # tests/host_sim/trainer_parity.sh compare). An unknown order is refused in one line.
 #   tests/host_sim/schedule_race.sh
-set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-. "$root/scripts/cuda-host-common.sh"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/sim_test_lib.sh"
 cat >"$work/race.cu" <<'CPP'
 #include <cuda_runtime.h>
 #include <cstdio>
@@ -47,10 +43,7 @@ int main(int argc, char** argv) {
   return 0;
 }
 CPP
-cuda_host_rewrite_launches "$work/race.cu"
-"${CXX:-g++}" -std=c++17 -O2 -g "${CUDA_HOST_SANITIZE[@]}" -I"$root/tests/host_sim/include" -Wall -Wextra -Werror \
-  -x c++ -o "$work/race" "$work/race.cu"
-status=0
+sim_compile "$work/race.cu" "$work/race"
 for kernel in barrier no_barrier chain; do
   forward=$(LATTICE_HOST_SIM_SCHEDULE=forward "$work/race" $kernel)
   reverse=$(LATTICE_HOST_SIM_SCHEDULE=reverse "$work/race" $kernel)
@@ -66,13 +59,6 @@ for kernel in barrier no_barrier chain; do
     status=1
   fi
 done
-if LATTICE_HOST_SIM_SCHEDULE=sideways "$work/race" barrier >"$work/bad.out" 2>&1; then
-  echo "FAIL: an unknown schedule ran"
-  status=1
-elif [[ $(wc -l <"$work/bad.out") -eq 1 ]] && grep -q 'forward or reverse, not sideways' "$work/bad.out"; then
-  echo "ok: an unknown schedule is refused: $(cat "$work/bad.out")"
-else
-  echo "FAIL: an unknown schedule's refusal: $(cat "$work/bad.out")"
-  status=1
-fi
+LATTICE_HOST_SIM_SCHEDULE=sideways expect_stops "an unknown schedule" '^cuda host sim: LATTICE_HOST_SIM_SCHEDULE is forward or reverse, not sideways$' \
+  "$work/race" barrier
 exit $status
