@@ -341,18 +341,21 @@ phase_memory() {
 # one-rank GPU run (the parity model, 1e-5 as every layout on the CPU).
 phase_layouts() {
   need_trainer layouts || return
-  record "phase layouts: TP 2 + SP, PP 2 (1F1B), DP 2 (ZeRO 1) as two processes on one GPU against one rank on it"
+  record "phase layouts: TP 2 + SP, PP 2 (1F1B), DP 2 (ZeRO 1), CP 2 (all-to-all; the ring against the fused attention) as two processes on one GPU against one rank on it"
   train one_gpu "$GPU" || return
-  local name np
+  train one_gpu_fused "$GPU" --attention fused || return
+  local name np reference
   for spec in "tp2_sp:--tensor-model-parallel-size 2 --sequence-parallel" "pp2:--pipeline-model-parallel-size 2 --schedule 1f1b" \
-              "dp2:--zero 1"; do
+              "dp2:--zero 1" "cp2_a2a:--cp 2 --cp-comm-type a2a" "cp2_ring:--cp 2 --cp-comm-type p2p --attention fused"; do
     name=${spec%%:*}
+    reference=one_gpu
+    [[ $name == cp2_ring ]] && reference=one_gpu_fused
     rm -rf "ck_$name"
     # shellcheck disable=SC2086
     timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$LATTICE_BIN" train "${SMALL[@]}" --device "$GPU" --save "ck_$name" --json \
       ${spec#*:} >"$name.jsonl" 2>"$name.err" || { fail "  layouts $name: FAIL exit $?: $(grep -m2 -i error "$name.err" | tr '\n' ' ')"; continue; }
-    compare losses "layouts $name losses vs one gpu rank" one_gpu.jsonl "$name.jsonl" 1e-5
-    compare weights "layouts $name final weights vs one gpu rank" ck_one_gpu/model.safetensors "ck_$name/model.safetensors" 1e-5
+    compare losses "layouts $name losses vs one gpu rank" "$reference.jsonl" "$name.jsonl" 1e-5
+    compare weights "layouts $name final weights vs one gpu rank" "ck_$reference/model.safetensors" "ck_$name/model.safetensors" 1e-5
   done
   record "phase layouts: done"
 }

@@ -289,18 +289,16 @@ void c_flash_backward(float* dq, float* dk, float* dv, const float* dout, const 
   const FlashFp32Operands f = widened(in, x);
   cuda::flash_attention_backward(dq, dk, dv, dout, f.q, f.k, f.v, out, lse, x, drop, ws);
 }
-// The ring's blocks (context parallelism, --cp-comm-type p2p) have no CUDA kernel yet: the run is
-// refused before it starts (cli/device_support.cpp), so reaching one is a bug.
-[[noreturn]] void c_flash_block_unbuilt() {
-  throw std::logic_error("flash attention blocks (the CP ring) have no CUDA kernel");
+// The ring's blocks (context parallelism, --cp-comm-type p2p): cuda/flash_block.cu.
+void c_flash_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                           const FlashBlock& x, const AttentionDropout& drop) {
+  cuda::flash_block_forward(out, lse, q, k, v, x, drop);
 }
-void c_flash_block_forward(float*, float*, const float*, const float*, const float*, const FlashBlock&,
-                           const AttentionDropout&) {
-  c_flash_block_unbuilt();
-}
-void c_flash_block_backward(float*, float*, float*, const float*, const float*, const float*, const float*,
-                            const float*, const float*, const FlashBlock&, const AttentionDropout&) {
-  c_flash_block_unbuilt();
+void c_flash_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                            const float* v, const float* out, const float* lse, const FlashBlock& x,
+                            const AttentionDropout& drop) {
+  cuda::flash_block_backward(dq, dk, dv, dout, q, k, v, out, lse, x, drop,
+                             scratch(cuda::flash_block_backward_workspace_bytes(x)));
 }
 void c_split_heads(float* q, float* k, float* v, const float* qkv, const HeadShape& x) {
   cuda::split_heads(q, k, v, qkv, x.b, x.s, x.a, x.dh);

@@ -22,9 +22,6 @@ void require_device_runs(Device device, const ModelConfig& model, const LayoutCo
   require_device_runs(device, model);
   refuse_unless(!layout.fp8_kept, device, "--activation-compression fp8");
   refuse_unless(!layout.pack_masks, device, "--pack-masks");
-  // The ring's blocks are CPU kernels (cpu-guarded runs them); CUDA has the whole-sequence kernel only.
-  refuse_unless(device != Device::cuda || layout.cp == 1 || layout.cp_comm != CpComm::p2p, device,
-                "--cp-comm-type p2p (the context-parallel ring)");
   refuse_unless(!layout.tied_grads_apart, device, "--tied-embedding-grads apart");
   refuse_unless(train.optim.kind == "adamw", device, "--optimizer " + train.optim.kind);
   refuse_unless(train.optim.offload_dir.empty(), device, "--offload-optimizer");

@@ -1586,8 +1586,80 @@ void check_flash_mask(bool tc) {
   compare_mask(std::string("flash_attention dropout (dO = I, dV)") + (tc ? " tc" : ""), "bwd", expect, got);
 }
 
+// The ring's blocks (cuda/flash_block.cu) against the CPU's on the same block: a block at row offsets
+// inside a rank's local tensors (their strides the whole tensors'; the rows outside it must stay as they
+// were), the causal mask and the dropout's flags by global position on rows of the sequence's length,
+// and, with merge, combined into an output, log-sum-exp and gradients already there. fp32: 1e-5.
+void check_flash_block_case(lattice::FlashBlock x, int64_t rows_q, int64_t rows_k, int64_t qrow, int64_t krow,
+                            float p) {
+  const int64_t bh = x.b * x.a, dh = x.dh;
+  x.q_stride = rows_q * dh, x.k_stride = rows_k * dh, x.lse_stride = rows_q;
+  const size_t nq = size_t(bh * rows_q * dh), nk = size_t(bh * rows_k * dh), nl = size_t(bh * rows_q);
+  const auto q = randn(nq), k = randn(nk), v = randn(nk), dout = randn(nq);
+  auto out = randn(nq), lse = randn(nl), dq = randn(nq), dk = randn(nk), dv = randn(nk);
+  const lattice::AttentionDropout drop = flash_dropout(p);
+  Dev<float> d_q(q), d_k(k), d_v(v), d_dout(dout), d_out(out), d_lse(lse), d_dq(dq), d_dk(dk), d_dv(dv);
+  const int64_t qo = qrow * dh, ko = krow * dh;
+  const std::string name = "flash_block b" + std::to_string(x.b) + " a" + std::to_string(x.a) + " dh" +
+                           std::to_string(dh) + " q" + std::to_string(x.q0) + "+" + std::to_string(x.nq) + " k" +
+                           std::to_string(x.k0) + "+" + std::to_string(x.nk) + " S" + std::to_string(x.S) +
+                           (x.merge ? " merge" : "") + (p > 0 ? " drop" : "");
+  lattice::flash_block_forward(out.data() + qo, lse.data() + qrow, q.data() + qo, k.data() + ko, v.data() + ko, x,
+                               drop);
+  lattice::cuda::flash_block_forward(d_out.p + qo, d_lse.p + qrow, d_q.p + qo, d_k.p + ko, d_v.p + ko, x, drop);
+  compare(name + " out", "fwd", out, d_out.get(), 1e-5);
+  compare(name + " lse", "fwd", lse, d_lse.get(), 1e-5);
+  d_out.upload(out), d_lse.upload(lse);  // the backward alone, from the same output
+  lattice::flash_block_backward(dq.data() + qo, dk.data() + ko, dv.data() + ko, dout.data() + qo, q.data() + qo,
+                                k.data() + ko, v.data() + ko, out.data() + qo, lse.data() + qrow, x, drop);
+  Scratch ws(lattice::cuda::flash_block_backward_workspace_bytes(x));
+  const auto backward = [&] {
+    lattice::cuda::flash_block_backward(d_dq.p + qo, d_dk.p + ko, d_dv.p + ko, d_dout.p + qo, d_q.p + qo, d_k.p + ko,
+                                        d_v.p + ko, d_out.p + qo, d_lse.p + qrow, x, drop, ws.ws());
+  };
+  backward();
+  const auto g_dq = d_dq.get(), g_dk = d_dk.get(), g_dv = d_dv.get();
+  compare(name + " dq", "bwd", dq, g_dq, 1e-5);
+  compare(name + " dk", "bwd", dk, g_dk, 1e-5);
+  compare(name + " dv", "bwd", dv, g_dv, 1e-5);
+  if (!x.merge) {  // overwriting: a second call gives the same bits
+    backward();
+    compare_repeat(name + " dq", "bwd", g_dq, d_dq.get());
+    compare_repeat(name + " dk", "bwd", g_dk, d_dk.get());
+    compare_repeat(name + " dv", "bwd", g_dv, d_dv.get());
+  }
+}
+void check_flash_blocks() {
+  for (const bool merge : {false, true})
+    for (const float p : {0.0f, 0.1f}) {
+      lattice::FlashBlock x;
+      x.b = 2, x.a = 2, x.dh = 32, x.merge = merge;
+      // CP 2 over S 128 (chunks of 32): rank 0's second chunk (global 96) against rank 1's first (32),
+      // at local rows 32 and 0 of 64; then the diagonal, the queries' own chunk.
+      x.nq = 32, x.nk = 32, x.q0 = 96, x.k0 = 32, x.S = 128;
+      check_flash_block_case(x, 64, 64, 32, 0, p);
+      x.k0 = 96;
+      check_flash_block_case(x, 64, 64, 32, 32, p);
+      // Odd sizes: dh 40 (lanes past it idle), 200 (seven elements a lane), blocks of 20 and 45 rows.
+      x.b = 1, x.a = 3, x.dh = 40, x.nq = 20, x.nk = 45, x.q0 = 50, x.k0 = 10, x.S = 100;
+      check_flash_block_case(x, 30, 50, 7, 3, p);
+      x.dh = 200;
+      check_flash_block_case(x, 30, 50, 7, 3, p);
+    }
+  bool refused = false;
+  try {
+    lattice::FlashBlock wide;
+    wide.b = wide.a = wide.nq = wide.nk = 1, wide.dh = 264, wide.S = 1;
+    lattice::cuda::flash_block_forward(nullptr, nullptr, nullptr, nullptr, nullptr, wide, lattice::AttentionDropout{});
+  } catch (const std::invalid_argument&) {
+    refused = true;
+  }
+  line("flash_block dh 264 refused [flag]", "fwd", refused ? 0.0 : 1.0, refused ? 0.0 : 1.0, 0.0);
+}
+
 void check_flash() {
   check_mma_fragments();
+  check_flash_blocks();
   check_flash_case({2, 3, 200, 64}, 0.0f);  // s off the 64-row tile: a last tile of 8 rows
   check_flash_case({2, 3, 200, 64}, 0.1f);
   check_flash_case({1, 2, 130, 128}, 0.1f);  // the largest head dimension

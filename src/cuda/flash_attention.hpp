@@ -145,4 +145,16 @@ void flash_attention_backward_qkv_rows_bf16(uint16_t* dqkv16, float* db, const f
                                             const uint16_t* out_rows, const float* lse, const FlashShape& x,
                                             const AttentionDropout& drop, Workspace ws, cudaStream_t stream = nullptr);
 
+// Blocks (cuda/flash_block.cu): context parallelism's ring's unit, kernels/flash_attention.hpp's
+// FlashBlock contract (queries and keys at global positions, the mask's rows S long, the forward
+// merging into out and lse where x.merge, the backward adding into dq, dk, dv there). One warp a row,
+// fp32, dh 1 to 256 (std::invalid_argument otherwise): for the ring's tests on one GPU, not for speed.
+// The backward's scratch: D, b·a·nq floats.
+void flash_block_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashBlock& x,
+                         const AttentionDropout& drop, cudaStream_t stream = nullptr);
+size_t flash_block_backward_workspace_bytes(const FlashBlock& x);
+void flash_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                          const float* v, const float* out, const float* lse, const FlashBlock& x,
+                          const AttentionDropout& drop, Workspace ws, cudaStream_t stream = nullptr);
+
 }  // namespace lattice::cuda

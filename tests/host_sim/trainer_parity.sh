@@ -5,7 +5,8 @@
 # kernels, context in the token rows) within 2^-7, and the fused run repeating itself bit for bit
 # with its blocks and threads run in the reverse order,
 # also where the GEMMs have no bf16 output (linear_forward_bf16's fallback); and without dropout, where
-# the projection and FC2 add into the residual stream in their GEMM.
+# the projection and FC2 add into the residual stream in their GEMM; and context parallelism's ring,
+# two ranks under mpirun, against one rank.
 # The bounds are the device check's parity bounds (docs/gpu.md): fp32 differs by summation order only;
 # under bf16 both devices round the same operands, and one bf16 rounding (2^-7 relative) bounds what
 # a step's loss can differ. What it checks is the seam's CUDA side, which no kernel check reaches.
@@ -64,4 +65,17 @@ LATTICE_CUDA_GEMM_EPILOGUES=0 run sim_fused_bf16_nodrop_noepi cuda "$work/sim/la
 compare "host-simulated cuda without the GEMMs' epilogues, dropout 0 (the residual's two calls)" sim_fused_bf16_nodrop.jsonl sim_fused_bf16_nodrop_noepi.jsonl 0.0078125
 LATTICE_HOST_SIM_GEMM_BF16_OUT=0 run sim_fused_bf16_no16 cuda "$work/sim/lattice" --attention fused --activation-dtype bf16
 compare "host-simulated cuda without a bf16 GEMM output, fused bf16 (bits)" sim_fused_bf16_noepi.jsonl sim_fused_bf16_no16.jsonl 0
+# Context parallelism's ring (--cp-comm-type p2p) on the simulated device: two ranks, each its own
+# simulated card, K and V staged through host memory by MPI (cuda/flash_block.cu's blocks), against
+# one simulated rank with the fused attention; fp32, 2 steps (the blocks take a warp a row: slow here).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+ring=(--attention fused --steps 2 --threads 1)
+run sim_fused_fp32 cuda "$work/sim/lattice" "${ring[@]}"
+if timeout 300 mpirun --oversubscribe --bind-to none -np 2 "$work/sim/lattice" train "${small[@]}" --device cuda \
+     "${ring[@]}" --cp 2 --cp-comm-type p2p >sim_ring2.jsonl 2>sim_ring2.err; then
+  compare "host-simulated cuda, CP 2 ring vs one rank, fused fp32" sim_fused_fp32.jsonl sim_ring2.jsonl 1e-5
+else
+  echo "FAIL: the CP 2 ring on the simulated device: $(tail -n 2 sim_ring2.err)"
+  status=1
+fi
 exit $status
