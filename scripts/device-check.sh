@@ -348,8 +348,8 @@ phase_layouts() {
   for spec in "tp2_sp:--tensor-model-parallel-size 2 --sequence-parallel" "pp2:--pipeline-model-parallel-size 2 --schedule 1f1b" \
               "dp2:--zero 1" "cp2_a2a:--cp 2 --cp-comm-type a2a" "cp2_ring:--cp 2 --cp-comm-type p2p --attention fused"; do
     name=${spec%%:*}
-    reference=one_gpu
-    [[ $name == cp2_ring ]] && reference=one_gpu_fused
+    reference=one_gpu  # the one-rank run with the same attention
+    [[ $spec == *"--attention fused"* ]] && reference=one_gpu_fused
     rm -rf "ck_$name"
     # shellcheck disable=SC2086
     timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$LATTICE_BIN" train "${SMALL[@]}" --device "$GPU" --save "ck_$name" --json \

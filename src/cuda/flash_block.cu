@@ -201,8 +201,7 @@ BlockArgs block_args(const FlashBlock& x, const AttentionDropout& drop, const ch
   if (x.dh < 1 || x.dh > kMaxBlockDh)
     throw std::invalid_argument(std::string("CUDA: ") + what + ": head dimension " + std::to_string(x.dh) +
                                 " (the blocks' kernels take 1 to " + std::to_string(kMaxBlockDh) + ")");
-  if (x.nq > 0 && x.nk > 0 && x.k0 > x.q0)
-    throw std::logic_error("flash block: its first query sees none of its keys (k0 > q0)");
+  check_flash_block(x);
   FlashShape shape;  // the mask's rows are the whole sequence's: S long
   shape.b = x.b, shape.a = x.a, shape.s = x.S, shape.dh = x.dh;
   return {x, flash::make_args(shape, drop)};

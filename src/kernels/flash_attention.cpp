@@ -139,16 +139,14 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
   flash_block_backward(dq, dk, dv, dout, q, k, v, out, lse, whole_sequence(x), drop);
 }
 
-namespace {
-void check_block(const FlashBlock& x) {
+void check_flash_block(const FlashBlock& x) {
   if (x.nq > 0 && x.nk > 0 && x.k0 > x.q0)
     throw std::logic_error("flash block: its first query sees none of its keys (k0 > q0)");
 }
-}  // namespace
 
 void flash_block_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashBlock& x,
                          const AttentionDropout& drop) {
-  check_block(x);
+  check_flash_block(x);
   const int64_t dh = x.dh, nqb = (x.nq + kB - 1) / kB, nkb = (x.nk + kB - 1) / kB, heads = x.b * x.a;
   const int64_t items = heads * nqb;
   const float scale = 1.0f / std::sqrt(float(dh)), keep_scale = drop.p > 0 ? 1.0f / (1.0f - drop.p) : 1.0f;
@@ -236,7 +234,7 @@ void flash_block_forward(float* out, float* lse, const float* q, const float* k,
 void flash_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                           const float* v, const float* out, const float* lse, const FlashBlock& x,
                           const AttentionDropout& drop) {
-  check_block(x);
+  check_flash_block(x);
   const int64_t dh = x.dh, heads = x.b * x.a;
   const float scale = 1.0f / std::sqrt(float(dh)), keep_scale = drop.p > 0 ? 1.0f / (1.0f - drop.p) : 1.0f;
   const AttentionMaskDraw drawer(drop);

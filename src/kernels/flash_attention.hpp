@@ -77,6 +77,9 @@ struct FlashBlock {
 };
 // The whole causal square of FlashShape as one block.
 FlashBlock whole_sequence(const FlashShape& x);
+// std::logic_error unless the block's first query sees one of its keys (k0 ≤ q0): every device's
+// blocks assume it.
+void check_flash_block(const FlashBlock& x);
 
 void flash_block_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashBlock& x,
                          const AttentionDropout& drop);
