@@ -484,6 +484,7 @@ void c_synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); 
 
 const DeviceOps kCudaOps = {
     Device::cuda,
+    AttentionLimits{cuda::kFlashMaxHeadDim, cuda::kFlashBlockMaxHeadDim},
     c_gemm,
     c_linear_forward,
     c_linear_forward_bf16,

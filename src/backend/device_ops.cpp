@@ -118,6 +118,7 @@ void cpu_half_accumulate(bool fp16, const float* src, uint16_t* dst, int64_t n) 
 
 const DeviceOps kCpu = {
     Device::cpu,
+    AttentionLimits{},
     gemm,
     linear_forward,
     cpu_linear_forward_bf16,

@@ -40,8 +40,16 @@ struct FlashRowsRooms {
   float* out = nullptr;
 };
 
+// The head dimensions a device's attention kernels take (0: any). The CLI refuses a model past them
+// before it exists (cli/device_support.cpp), where the kernel would throw at the first step.
+struct AttentionLimits {
+  int64_t fused_head_dim = 0;  // --attention fused, one rank's sequence or CP's all-to-all
+  int64_t ring_head_dim = 0;   // CP's ring (--cp-comm-type p2p): its blocks' kernels
+};
+
 struct DeviceOps {
   Device device;
+  AttentionLimits attention_limits;
   // GEMMs (kernels/gemm.hpp, kernels/linear.hpp).
   void (*gemm)(const GemmShape&, GemmOperand, GemmOperand, float*, const float*);
   void (*linear_forward)(float*, GemmOperand, GemmOperand, const float*, int64_t, int64_t, int64_t);

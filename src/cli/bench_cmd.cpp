@@ -25,6 +25,7 @@
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
 #include "backend/device_ops.hpp"
+#include "cli/device_support.hpp"
 #include "cli/model_flags.hpp"
 #include "comm/distributed.hpp"
 #include "comm/fault.hpp"
@@ -280,6 +281,7 @@ int run_bench(int argc, char** argv) {
       require(resolved.tp == 1 && resolved.pp == 1 && resolved.ep == 1 && !resolved.sequence_parallel,
               "--layer-costs times one process: leave out the parallel sizes (the costs are a layer's)");
       require(!model.moe.enabled(), "--layer-costs times dense layers (MoE models are not partitioned automatically)");
+      require_device_runs(parse_device(device), model, resolved);
       require(micro_batch >= 1 && micro_batch <= 4096, "--micro-batch must be between 1 and 4096");
       require(tp_share >= 1 && tp_share <= 1024 && model.heads % tp_share == 0,
               "--tp-share must divide --heads (" + std::to_string(model.heads) + "), between 1 and 1024");

@@ -12,9 +12,12 @@
 
 namespace lattice::cli {
 
-// train: the model, the resolved layout and the run's settings.
+// train: the model, the resolved layout and the run's settings. The head dimension is checked
+// against the selected device's attention kernels (select_device first).
 void require_device_runs(Device device, const ModelConfig& model, const LayoutConfig& layout,
                          const TrainConfig& train);
+// bench --layer-costs: the model and the layout, no optimizer.
+void require_device_runs(Device device, const ModelConfig& model, const LayoutConfig& layout);
 // eval and sample: the model a checkpoint holds.
 void require_device_runs(Device device, const ModelConfig& model);
 

@@ -351,6 +351,18 @@ void check_flag_conflicts(const CLI::App& app, std::string_view command) {
     fail("--use-distributed-optimizer (ZeRO 1) and --zero " + *zero + " contradict: pass one");
   if (const auto cf = given(app, "moe-expert-capacity-factor"); cf && given(app, "moe-no-drop") && number(*cf) != 0)
     fail("--moe-no-drop (capacity factor 0) and --moe-expert-capacity-factor " + *cf + " contradict: pass one");
+  // An MoE flag given on a dense model would be ignored; ModelConfig::validate sees only values, so a
+  // flag given at its default (--moe-router topk) passed there. Where a checkpoint gives the model
+  // (eval, sample), each given flag is compared with it instead (cli/model_source.cpp).
+  if (!inference && number(in_effect(app, "num-experts", "0")) == 0)
+    for (const char* moe_flag :
+         {"moe-layer-freq", "moe-router-topk", "moe-ffn-hidden-size", "moe-router", "moe-expert-capacity-factor",
+          "moe-no-drop", "moe-token-drop-policy", "moe-aux-loss-coeff", "moe-router-load-balancing-type", "moe-groups",
+          "expert-dropout", "moe-init-scale"})
+      if (const auto v = given(app, moe_flag); v && !(std::string(moe_flag) == "moe-no-drop" && *v == "false"))
+        fail("--" + std::string(moe_flag) + (*v == "true" ? std::string() : " " + *v) +
+             ": the --moe-* and --expert-dropout flags need a Mixture-of-Experts model (--num-experts E; got " +
+             (given(app, "num-experts") ? "--num-experts 0" : "none") + ")");
   if (const auto plan = given(app, "recompute-plan"), mode = given(app, "recompute"); plan && mode)
     fail("--recompute " + *mode + " and --recompute-plan " + *plan +
          " both given: the plan sets every layer's mode; pass one");

@@ -148,8 +148,9 @@ void flash_attention_backward_qkv_rows_bf16(uint16_t* dqkv16, float* db, const f
 // Blocks (cuda/flash_block.cu): context parallelism's ring's unit, kernels/flash_attention.hpp's
 // FlashBlock contract (queries and keys at global positions, the mask's rows S long, the forward
 // merging into out and lse where x.merge, the backward adding into dq, dk, dv there). One warp a row,
-// fp32, dh 1 to 256 (std::invalid_argument otherwise): for the ring's tests on one GPU, not for speed.
-// The backward's scratch: D, b·a·nq floats.
+// fp32, dh 1 to kFlashBlockMaxHeadDim (std::invalid_argument otherwise): for the ring's tests on one GPU,
+// not for speed. The backward's scratch: D, b·a·nq floats.
+inline constexpr int64_t kFlashBlockMaxHeadDim = 256;
 void flash_block_forward(float* out, float* lse, const float* q, const float* k, const float* v, const FlashBlock& x,
                          const AttentionDropout& drop, cudaStream_t stream = nullptr);
 size_t flash_block_backward_workspace_bytes(const FlashBlock& x);

@@ -24,8 +24,9 @@ using namespace detail;
 namespace {
 
 constexpr int kBlockRows = 4;            // warps (rows) a block of 128 threads
-constexpr int kMaxLane = 8;              // a lane's elements of a row: dh up to 256
-constexpr int64_t kMaxBlockDh = 32 * kMaxLane;
+constexpr int kMaxLane = int(kFlashBlockMaxHeadDim / 32);  // a lane's elements of a row
+constexpr int64_t kMaxBlockDh = kFlashBlockMaxHeadDim;
+static_assert(kMaxBlockDh == 32 * kMaxLane, "a row's elements are a warp's lanes' registers");
 
 // The arguments every kernel reads: the block (positions, strides), the mask's draw (flash_common's
 // FlashArgs with s = the sequence's length S, the mask's row length) and the scales.

@@ -174,6 +174,13 @@ check "--lr 0x1p-10 is written in decimal" test "$(dumped --lr 0x1p-10 | grep '^
 check "eval --batches 010 evaluates 10 batches" grep -q '"batches":10' octal.json
 printf 'layers = 010\n' > octal.toml
 check "a config file's 010 is 10 too" sh -c "'$LATTICE' train --data data --config octal.toml --dump-config | grep -qx 'layers = 10'"
+# A flag given false is written false: --dump-config wrote any given flag as true, so its file turned
+# --sequence-parallel=false into sequence parallelism (and the run's settings line said --sequence-parallel).
+check "--sequence-parallel=false is written false" test "$(dumped --layers 1 --sequence-parallel=false | grep '^sequence-parallel')" = "sequence-parallel = false"
+check "--json --json=false is written false (the last wins)" test "$(dumped --layers 1 --json --json=false | grep '^json')" = "json = false"
+check "--json=false --json is written true" test "$(dumped --layers 1 --json=false --json | grep '^json')" = "json = true"
+"$LATTICE" train "${MODEL[@]}" --steps 1 --json=false > json_false.out 2>/dev/null
+check "... and --json=false prints no JSON" sh -c "! grep -q '\"event\"' json_false.out"
 for spelling in "--warmup 0x10" "--warmup +4" "--lr 0x1p-10" "--seed 010"; do
   # shellcheck disable=SC2086
   dumped $spelling > round1.toml && "$LATTICE" train --config round1.toml --dump-config > round2.toml 2>/dev/null

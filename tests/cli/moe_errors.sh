@@ -19,6 +19,11 @@ expect_error "expert choice without capacity" "expert-choice needs a capacity" "
   --moe-router expert-choice --moe-no-drop
 expect_error "groups not dividing the micro-batch" "--moe-groups 3 does not divide" "${B[@]}" --num-experts 4 --moe-groups 3
 expect_error "MoE flags on a dense model" "need a Mixture-of-Experts model" "${B[@]}" --moe-router switch
+# Given at their default values they were accepted (the check compared values): a dense model trained
+# where the line asked for experts.
+expect_error "--moe-router topk (the default) on a dense model" "--moe-router topk: the --moe-\* and --expert-dropout flags need a Mixture-of-Experts model (--num-experts E; got none)" "${B[@]}" --moe-router topk
+expect_error "--moe-no-drop on a dense model" "--moe-no-drop: the --moe-" "${B[@]}" --moe-no-drop
+expect_error "--expert-dropout 0 with --num-experts 0" "--expert-dropout 0: .*(--num-experts E; got --num-experts 0)" "${B[@]}" --num-experts 0 --expert-dropout 0
 expect_error "negative expert count" "--num-experts must be between 0 and" "${B[@]}" --num-experts -2
 expect_error "expert dropout 1" "--expert-dropout must be a finite number in \[0, 1)" "${B[@]}" --num-experts 4 --expert-dropout 1
 expect_error "EP on one process" "expert-model-parallel-size 2 does not divide" "${B[@]}" --num-experts 4 --ep 2

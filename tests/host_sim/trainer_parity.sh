@@ -6,7 +6,8 @@
 # with its blocks and threads run in the reverse order,
 # also where the GEMMs have no bf16 output (linear_forward_bf16's fallback); and without dropout, where
 # the projection and FC2 add into the residual stream in their GEMM; and context parallelism's ring,
-# two ranks under mpirun, against one rank.
+# two ranks under mpirun, against one rank. A head dimension past the device's attention kernels is
+# refused in one line before anything is written.
 # The bounds are the device check's parity bounds (docs/gpu.md): fp32 differs by summation order only;
 # under bf16 both devices round the same operands, and one bf16 rounding (2^-7 relative) bounds what
 # a step's loss can differ. What it checks is the seam's CUDA side, which no kernel check reaches.
@@ -76,6 +77,35 @@ if timeout 300 mpirun --oversubscribe --bind-to none -np 2 "$work/sim/lattice" t
   compare "host-simulated cuda, CP 2 ring vs one rank, fused fp32" sim_fused_fp32.jsonl sim_ring2.jsonl 1e-5
 else
   echo "FAIL: the CP 2 ring on the simulated device: $(tail -n 2 sim_ring2.err)"
+  status=1
+fi
+# Past the kernels' head dimensions (cli/device_support.cpp, from the device's table): refused before
+# the model exists, exit 1, one line naming the limit, no --save folder made; where the kernel would
+# have thrown at the first step. The ring's blocks take more than the fused kernels (160 runs there).
+refused() {  # NAME EXPECTED-TEXT COMMAND...
+  local name=$1 expected=$2
+  shift 2
+  local rc=0
+  "$@" --save "ck_$name" >"$name.out" 2>"$name.err" || rc=$?
+  if [[ $rc -ne 1 || -e ck_$name ]] || ! grep -qF -- "$expected" "$name.err"; then
+    echo "FAIL: $name: rc $rc, $(ls -d "ck_$name" 2>/dev/null) $(head -n 2 "$name.err")"
+    status=1
+  else
+    echo "ok: $name: $(grep -F -- "$expected" "$name.err" | head -n 1)"
+  fi
+}
+wide=(--data data --layers 1 --seq-len 64 --micro-batch 1 --global-batch 1 --steps 1 --threads 1 --device cuda
+      --attention fused --heads 2)
+refused fused_dh160 "--attention fused takes a head dimension up to 128, and --hidden 320 / --heads 2 is 160" \
+  "$work/sim/lattice" train "${wide[@]}" --hidden 320
+refused ring_dh320 "ring (--cp-comm-type p2p) takes a head dimension up to 256, and --hidden 640 / --heads 2 is 320" \
+  timeout 120 mpirun --oversubscribe --bind-to none -np 2 "$work/sim/lattice" train "${wide[@]}" --hidden 640 --cp 2 \
+  --cp-comm-type p2p
+if timeout 120 mpirun --oversubscribe --bind-to none -np 2 "$work/sim/lattice" train "${wide[@]}" --hidden 320 --cp 2 \
+     --cp-comm-type p2p --json >ring_dh160.jsonl 2>ring_dh160.err && grep -q '"event":"summary"' ring_dh160.jsonl; then
+  echo "ok: the ring at head dimension 160 trains (its blocks take up to 256)"
+else
+  echo "FAIL: the ring at head dimension 160: $(tail -n 2 ring_dh160.err)"
   status=1
 fi
 exit $status
