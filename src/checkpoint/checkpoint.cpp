@@ -4,6 +4,7 @@
 #include "tensor/device_memory.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -97,8 +98,15 @@ namespace {
 // A 64-bit sum of a file's bytes, read in 64 KiB pieces (no buffer that grows): a changed byte
 // anywhere changes it. Written as 16 hex digits; "" when the file cannot be read.
 std::string file_sum(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK and the fstat: a path that became a FIFO or device after the caller's check is not
+  // waited on or read forever (its sum is "", which matches no recorded sum).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return "";
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return "";
+  }
   uint64_t h = 0x9E3779B97F4A7C15ULL, length = 0;
   unsigned char piece[1 << 16];
   for (bool end = false; !end;) {
@@ -376,6 +384,9 @@ void check_file_sums(const std::string& dir) {
             "checkpoint " + path + ": \"sums\" holds " + name + " = " + sum.dump() + ", not a file's sum");
     const std::string file = dir + "/" + name;
     if (!fs::exists(file, ec)) continue;
+    // Before it is read: a FIFO there would block the read forever, a device (a link to /dev/zero)
+    // never end it.
+    require_regular_file(file, "checkpoint file");
     require(file_sum(file) == sum.get<std::string>(),
             "checkpoint " + dir + ": " + name + " is not the file the save wrote (its sum differs from the one " +
                 kManifest + " recorded): it was changed or damaged since");

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "core/error.hpp"
+#include "core/output_path.hpp"
 #include "core/stage_partition.hpp"
 #include "plan/units.hpp"
 
@@ -256,7 +257,8 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
       ->check(seed_range())
       ->capture_default_str();
   app.add_option("--init,--load", t.init, "start from weights: checkpoint dir, .safetensors or llm.c .bin");
-  app.add_option("--save", t.save, "write a checkpoint directory at the end");
+  app.add_option("--save", t.save, "write a checkpoint directory at the end")
+      ->transform([](const std::string& dir) { return directory_path(dir); }, "", "");
   app.add_option_function<std::string>(
          "--save-every,--save-interval",
          [&t](const std::string& every) {  // a whole number or "auto" (cli/flag_rules.cpp checks which)

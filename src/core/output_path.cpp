@@ -177,6 +177,16 @@ bool same_file(const std::string& a, const std::string& b) {
 
 }  // namespace
 
+std::string directory_path(const std::string& path) {
+  std::string p = path;
+  for (;;) {
+    if (p.size() > 1 && p.back() == '/') p.pop_back();
+    else if (p.size() >= 2 && p.compare(p.size() - 2, 2, "/.") == 0) p.resize(p.size() - 1);
+    else break;
+  }
+  return p;
+}
+
 bool path_within(const std::string& inner, const std::string& outer) {
   const fs::path a = resolved(inner), b = resolved(outer);
   auto ai = a.begin();

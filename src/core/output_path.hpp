@@ -61,6 +61,11 @@ void check_output_path(const std::string& path, OutputKind kind, const std::stri
 void write_output_file(const std::string& path, OutputKind kind, const std::string& flag, const std::string& contents,
                        const OutputRules& rules = {});
 
+// A directory's path named by its last component: "ck/", "ck//", "ck/." and "ck/./" are "ck"; "/" and
+// "." stay themselves. A checkpoint is staged beside its directory (ck.tmp-PID) and locked beside it
+// (.ck.lattice-lock), names made from that last component: "ck/" made them inside ck.
+std::string directory_path(const std::string& path);
+
 // Whether `inner` is `outer` or lies below it, both taken absolute with links resolved as far as
 // they exist (an output path need not exist yet).
 bool path_within(const std::string& inner, const std::string& outer);

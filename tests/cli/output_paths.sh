@@ -2,7 +2,8 @@
 # The one rule for output paths (docs/design.md §14.1): every output flag writes a new path, a file
 # or directory of its own kind that lattice wrote, or a file allowed by --overwrite; never an input
 # of the command nor a file of another kind. Also: --save locked for the run's life (and not after a
-# kill -9), a new run refused over an earlier run's report, readers refusing a FIFO at once, and a
+# kill -9), a new run refused over an earlier run's report, readers refusing a FIFO at once (a
+# checkpoint's listed files too), --save DIR/ saving DIR, and a
 # closed stdout that neither kills the run nor loses its checkpoint.
 set -u
 LATTICE=$(realpath "$1")
@@ -148,6 +149,27 @@ hostile "--report-dir at a link to nothing" 1 "cannot write --report-dir danglin
 hostile "prepare --out at a link to nothing" 1 "cannot write --out dangling: it is a symbolic link to nowhere" -- prepare --input corpus.txt --out dangling
 hostile "groups --svg at a link to nothing" 1 "cannot write --svg dangling: it is a symbolic link to nowhere" -- groups --world 4 --svg dangling
 check "nothing was created behind the links" test ! -e nowhere -a -L dangling -a -z "$(ls -d dangling.* 2>/dev/null)"
+# A checkpoint file its manifest lists, turned into a FIFO or a link to a device: refused at once (the
+# manifest's sums read it before anything checked its kind: a FIFO blocked eval, sample, --resume and
+# --init forever, /dev/zero was read forever).
+rm -rf ck_fifo ck_dev && cp -r ck ck_fifo && cp -r ck ck_dev
+rm ck_fifo/model.safetensors ck_dev/model.safetensors && mkfifo ck_fifo/model.safetensors && ln -s /dev/zero ck_dev/model.safetensors
+hostile "eval of a checkpoint whose model.safetensors is a FIFO" 1 "checkpoint file ck_fifo/model.safetensors is not a regular file \(it is a FIFO\)" -- \
+  eval --checkpoint ck_fifo --data data/val.bin --batches 1 --threads 1
+hostile "--resume of a checkpoint whose model.safetensors is a FIFO" 1 "ck_fifo/model.safetensors is not a regular file" -- \
+  "${TINY[@]}" --steps 3 --resume ck_fifo
+hostile "sample of a checkpoint whose model.safetensors links to /dev/zero" 1 "ck_dev/model.safetensors is not a regular file \(it is a device\)" -- \
+  sample --checkpoint ck_dev --tokens 2 --threads 1
+# --save DIR/ (and DIR/., DIR//) is DIR: the staging copy and the lock were made inside DIR, and the
+# save refused after the whole run, leaving the checkpoint in DIR/.unsaved-PID.
+rm -rf slash && "$LATTICE" "${TINY[@]}" --save slash/ > /dev/null 2> slash_save.err
+check "--save slash/ saves" test $? -eq 0 -a -s slash/model.safetensors
+check "... with nothing but the checkpoint inside" test -z "$(ls -A slash | grep -v -x -e model.safetensors -e optimizer.safetensors -e trainer.json -e config.json -e tokenizer.json -e lattice-checkpoint.json -e .lattice-save)"
+"$LATTICE" "${TINY[@]}" --steps 3 --resume slash/. --save slash/. > /dev/null 2> slash_save.err
+status=$?
+check "--resume slash/. --save slash/. replaces it at step 3" test "$status" -eq 0 -a \
+  "$(grep -c '"step": 3' slash/trainer.json)" -ge 1
+check "... and leaves nothing beside or inside it" test -z "$(ls -A . | grep -e '^slash\.' -e '^\.slash')" -a -z "$(ls -A slash | grep -e unsaved -e tmp -e lock)"
 # A --trace given to report is drawn or refused (a text file gave a page saying it could not be
 # drawn, and "timeline from the trace" on stderr).
 hostile "report --trace of a text file" 1 "--trace notes.txt is not a lattice trace" -- report rep --html t.html --trace notes.txt
