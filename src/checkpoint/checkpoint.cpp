@@ -415,6 +415,15 @@ ParamsDType read_params_dtype(const std::string& dir) {
   }
 }
 
+std::string read_tokenizer_fingerprint(const std::string& dir) {
+  const nlohmann::json state = read_trainer_state(dir);
+  if (!state.contains("tokenizer")) return "";
+  const nlohmann::json& t = state["tokenizer"];
+  require(t.is_string() && !t.get<std::string>().empty(),
+          "checkpoint " + dir + "/trainer.json: \"tokenizer\" must be a tokenizer's fingerprint (got " + t.dump() + ")");
+  return t.get<std::string>();
+}
+
 ResumeState read_resume_state(const std::string& dir) {
   const auto state = read_trainer_state(dir);
   const std::string where = "checkpoint " + dir + "/trainer.json";

@@ -88,6 +88,9 @@ nlohmann::json model_config_json(const ModelConfig& config);
 ModelConfig read_model_config(const std::string& dir);
 // The precision the run kept its weights in (trainer.json's layout; fp32 when not recorded).
 ParamsDType read_params_dtype(const std::string& dir);
+// The fingerprint of the tokenizer the run trained with, as trainer.json records it ("" where it
+// records none). The tokenizer's own files in the directory are held to it (data::load_recorded_tokenizer).
+std::string read_tokenizer_fingerprint(const std::string& dir);
 // Hugging Face's config.json for GPT2LMHeadModel with this model's sizes (dense models: GPT-2 has no
 // experts), so a checkpoint directory loads with from_pretrained (docs/design.md §14).
 inline constexpr const char* kHuggingFaceConfig = "config.json";

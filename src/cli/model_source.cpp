@@ -65,7 +65,10 @@ void round_to_params_dtype(float* weights, int64_t n, ParamsDType dtype) {
 }  // namespace
 
 data::Tokenizer checkpoint_tokenizer(const std::string& checkpoint) {
-  return std::filesystem::is_directory(checkpoint) ? data::load_tokenizer(checkpoint) : data::Tokenizer();
+  return std::filesystem::is_directory(checkpoint)
+             ? data::load_recorded_tokenizer(checkpoint, checkpoint::read_tokenizer_fingerprint(checkpoint),
+                                             "checkpoint " + checkpoint)
+             : data::Tokenizer();
 }
 
 std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, const CLI::App& app, ModelConfig config,

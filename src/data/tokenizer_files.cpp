@@ -75,6 +75,20 @@ Tokenizer load_tokenizer(const std::string& dir) {
   return t;
 }
 
+Tokenizer load_recorded_tokenizer(const std::string& dir, const std::string& recorded, const std::string& what) {
+  if (recorded.empty()) return load_tokenizer(dir);
+  const std::string path = (fs::path(dir) / kTokenizerJson).string();
+  const Tokenizer bytes;
+  std::error_code ec;
+  if (recorded != bytes.fingerprint() && !has_tokenizer(dir))
+    fail(what + " was trained with tokenizer " + recorded + " (its trainer.json), but " + path +
+         (fs::exists(path, ec) ? " is not a regular file" : " is missing"));
+  const Tokenizer t = load_tokenizer(dir);
+  require(t.fingerprint() == recorded, what + " was trained with tokenizer " + recorded + " (its trainer.json), but " +
+                                           path + " holds tokenizer " + t.fingerprint());
+  return t;
+}
+
 DataSizes read_data_sizes(const std::string& dir) {
   DataSizes s;
   const std::string path = (fs::path(dir) / kDataJson).string();

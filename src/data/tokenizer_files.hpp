@@ -27,6 +27,10 @@ std::vector<NamedFile> tokenizer_files(const Tokenizer& tokenizer);
 Tokenizer load_tokenizer(const std::string& dir);
 // Whether `dir` records a tokenizer (tokenizer.json).
 bool has_tokenizer(const std::string& dir);
+// load_tokenizer(dir) held to `recorded`, the fingerprint a checkpoint's trainer.json names ("": none
+// recorded, load_tokenizer as it is). A tokenizer.json missing, or not a regular file, was read as the
+// byte tokenizer: a BPE model's tokens then decoded as bytes. InputError naming `what` and the file.
+Tokenizer load_recorded_tokenizer(const std::string& dir, const std::string& recorded, const std::string& what);
 
 // Tokens and the bytes of text they encode, of one token file.
 struct SplitSize {

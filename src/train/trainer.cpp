@@ -136,7 +136,9 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
               "; lattice pads it to a multiple of 128 itself): leave --vocab out to take the data's");
   // A checkpoint's embeddings are its tokenizer's (a directory recording none: bytes).
   auto require_trained_on_these_tokens = [&](const std::string& dir, const std::string& remedy) {
-    const std::string of_checkpoint = data::load_tokenizer(dir).fingerprint();
+    const std::string of_checkpoint =
+        data::load_recorded_tokenizer(dir, checkpoint::read_tokenizer_fingerprint(dir), "checkpoint " + dir)
+            .fingerprint();
     require(of_checkpoint == tokenizer_.fingerprint(), "checkpoint " + dir + " was trained with tokenizer " +
                                                            of_checkpoint + ", but " + config_.data_dir + " holds " +
                                                            tokenizer_.fingerprint() + remedy);

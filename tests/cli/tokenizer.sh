@@ -77,6 +77,21 @@ check "... and --init from that checkpoint trains on it" test $? -eq 0
 rm bytes/tokenizer.json
 expect_error "eval of unrecorded (byte) tokens with a bpe checkpoint" "holds tokens of bytes" eval --checkpoint ck \
   --data bytes/val.bin --batches 1 --micro-batch 1
+# The checkpoint's own tokenizer.json missing, or not a file: its trainer.json names the tokenizer, so
+# it is named missing (sample decoded the bpe model's tokens as bytes, eval and --resume said the
+# checkpoint was trained with bytes).
+rm -rf ck_notok ck_dirtok && cp -r ck ck_notok && cp -r ck ck_dirtok && rm ck_notok/tokenizer.json ck_dirtok/tokenizer.json
+mkdir ck_dirtok/tokenizer.json
+expect_error "sample of a checkpoint without its tokenizer.json" \
+  "checkpoint ck_notok was trained with tokenizer bpe-$VOCAB-[0-9a-f]* (its trainer.json), but ck_notok/tokenizer.json is missing" \
+  sample --checkpoint ck_notok --prompt "And God" --tokens 4 --threads 1
+expect_error "eval of a checkpoint whose tokenizer.json is a directory" "but ck_dirtok/tokenizer.json is not a regular file" \
+  eval --checkpoint ck_dirtok --data bpe/val.bin --batches 1 --threads 1
+expect_error "--resume of a checkpoint without its tokenizer.json" "ck_notok/tokenizer.json is missing" \
+  train --data bpe "${MODEL[@]}" --steps 3 --resume ck_notok
+"$PY" -c "import json; json.dump({'kind': 'bytes', 'vocab': 256, 'fingerprint': 'bytes'}, open('ck_notok/tokenizer.json', 'w'))"
+expect_error "sample of a checkpoint whose tokenizer.json was replaced by another valid one" \
+  "ck_notok/tokenizer.json holds tokenizer bytes" sample --checkpoint ck_notok --prompt "And God" --tokens 4 --threads 1
 expect_error "sample from a bare weights file of a bpe model" "a weights file carries no tokenizer" sample \
   --checkpoint ck/model.safetensors --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab "$VOCAB"
 expect_error "an unknown tokenizer" "unknown tokenizer 'wordpiece'" prepare --input corpus.txt --out x \
