@@ -71,6 +71,19 @@ hostile "--use-distributed-optimizer --zero 3" 1 "--use-distributed-optimizer \(
   train "${MODEL[@]}" --steps 1 --use-distributed-optimizer --zero 3
 hostile "--moe-no-drop with a capacity factor" 1 "--moe-no-drop .* and --moe-expert-capacity-factor 2 contradict" -- \
   train "${MODEL[@]}" --steps 1 --num-experts 4 --moe-no-drop --moe-expert-capacity-factor 2
+# Another optimizer's hyperparameters, a validation size with no validation, a CP comm type on one
+# rank: each ran without them, its losses the same bits (third hostile pass).
+hostile "--beta1 with adafactor" 1 "--beta1 0.1 does not apply to --optimizer adafactor \(Adafactor reads --lr and --weight-decay" -- \
+  train "${MODEL[@]}" --steps 1 --optimizer adafactor --beta1 0.1
+hostile "--adam-beta2 with sm3" 1 "--beta2 0.2 does not apply to --optimizer sm3 \(SM3 reads --beta1, its momentum" -- \
+  train "${MODEL[@]}" --steps 1 --optimizer sm3 --adam-beta2 0.2
+hostile "--eps with sm3" 1 "--eps 0.5 does not apply to --optimizer sm3" -- train "${MODEL[@]}" --steps 1 --optimizer sm3 --eps 0.5
+hostile "--eval-batches without --eval-every" 1 "--eval-batches 3 applies with --eval-every N only" -- \
+  train "${MODEL[@]}" --steps 1 --eval-batches 3
+hostile "--cp-comm-type on one rank" 1 "--cp-comm-type a2a applies to --context-parallel-size > 1 \(got 1\)" -- \
+  train "${MODEL[@]}" --steps 1 --cp-comm-type a2a
+"$LATTICE" train "${MODEL[@]}" --steps 1 --optimizer sm3 --beta1 0.5 > /dev/null 2>&1
+check "... while --beta1 with sm3 (its momentum) trains" test $? -eq 0
 for schedule in interleaved zb-h1; do
   hostile "--schedule $schedule without a pipeline" 1 "--schedule $schedule needs a pipeline" -- \
     train "${MODEL[@]}" --steps 1 --schedule "$schedule"
@@ -114,7 +127,7 @@ MANY=(--layers 2 --hidden 48 --heads 3 --seq-len 24 --dropout 0.05 --recompute s
   --params-dtype bf16 --attention fused --pack-masks --steps 7 --micro-batch 3 --global-batch 6
   --lr 0.002 --min-lr 1e-05 --warmup 3 --beta1 0.8 --beta2 0.99 --eps 1e-07 --weight-decay 0.05 --clip-grad 0.5
   --shuffle off --seed 18446744073709551615 --save $'odd "dir"\nname' --eval-every 2 --eval-batches 3
-  --peak-flops 2.5e12 --comm-timeout 0.5 --json --optimizer adafactor --lr-schedule cosine --zero-prefetch on)
+  --peak-flops 2.5e12 --comm-timeout 0.5 --json --optimizer adamw --lr-schedule cosine --zero-prefetch on)
 "$LATTICE" train --data data "${MANY[@]}" --zero 3 --dump-config > dump1.toml 2> dump.err
 check "--dump-config of many values: exit 0" test $? -eq 0
 "$LATTICE" train --config dump1.toml --dump-config > dump2.toml 2>> dump.err
