@@ -90,7 +90,7 @@ std::string quoted(const std::string& s, size_t& i, char quote, const std::strin
 }
 
 Value parse_value(const std::string& s, size_t& i, const std::string& at) {
-  require(i < s.size(), at + ": a key without a value");
+  require(i < s.size() && s[i] != '#', at + ": a key without a value");
   const char c = s[i];
   if (c == '"' || c == '\'') {
     require(s.compare(i, 3, std::string(3, c)) != 0, at + ": multi-line strings are not flags");
@@ -138,6 +138,8 @@ std::vector<std::string> config_file_args(const std::string& path, const CLI::Ap
     const std::string where = "config " + path + ":" + std::to_string(number);
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (number == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 byte-order mark
+    // TOML allows no NUL byte; after a bare value one was passed on, and the flag's message cut at it.
+    require(line.find('\0') == std::string::npos, where + ": a NUL byte (TOML is text; write \\u0000 in a string)");
     size_t i = 0;
     auto skip_blanks = [&] {
       while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
@@ -154,7 +156,8 @@ std::vector<std::string> config_file_args(const std::string& path, const CLI::Ap
                                            " characters is not a flag of " + app.get_name() + " (see --help)");
     const std::string at = where + ": " + key;
     skip_blanks();
-    require(i < line.size() && line[i] != '.', at + ": dotted keys (tables) are not flags");
+    require(i < line.size(), at + ": a key without a value (write key = value)");
+    require(line[i] != '.', at + ": dotted keys (tables) are not flags");
     require(line[i] == '=', where + ": expected key = value");
     ++i;
     skip_blanks();
@@ -168,7 +171,10 @@ std::vector<std::string> config_file_args(const std::string& path, const CLI::Ap
     require(fresh, at + " is defined twice (first on line " + std::to_string(it->second) + ")");
 
     const CLI::Option* opt = app.get_option_no_throw("--" + key);
-    require(opt != nullptr && key != "config" && key != "help", at + " is not a flag of " + app.get_name() + " (see --help)");
+    // --dump-config in a file would make every run of it print the file and stop.
+    require(opt != nullptr, at + " is not a flag of " + app.get_name() + " (see --help)");
+    require(key != "config" && key != "help" && key != "dump-config",
+            at + ": --" + key + " is given on the command line, not in a config file");
     // A key and its alias (layers, num-layers) name one flag: which should win is anyone's guess.
     const auto [alias, first] = keys.emplace(opt, key);
     require(first, at + " and " + alias->second + " (line " + std::to_string(seen[alias->second]) +

@@ -55,6 +55,17 @@ printf 'layers = "three"\n' > type.toml
 hostile "config: wrong type" 2 "type.toml:1: layers takes an integer" -- train "${MODEL[@]}" --steps 1 --config type.toml
 printf 'lr = true\n' > type2.toml
 hostile "config: bool for a number" 2 "type2.toml:1: lr takes a number" -- train "${MODEL[@]}" --steps 1 --config type2.toml
+# A NUL byte after a bare value was passed on, and the flag's message cut at it ("... (got 2");
+# a bare key was called a dotted key; dump-config = true made every run of the file print and stop.
+printf 'layers = 2\0\n' > nulbare.toml
+hostile "config: a NUL byte after a bare value" 2 "nulbare.toml:1: a NUL byte" -- train "${MODEL[@]}" --steps 1 --config nulbare.toml
+printf 'layers\n' > barekey.toml
+hostile "config: a key alone" 2 "barekey.toml:1: layers: a key without a value" -- train "${MODEL[@]}" --steps 1 --config barekey.toml
+printf 'layers = # two\n' > commentvalue.toml
+hostile "config: a comment for a value" 2 "commentvalue.toml:1: layers: a key without a value" -- train "${MODEL[@]}" --steps 1 --config commentvalue.toml
+printf 'dump-config = true\n' > dumpkey.toml
+hostile "config: dump-config in the file" 2 "dumpkey.toml:1: dump-config: --dump-config is given on the command line" -- \
+  train "${MODEL[@]}" --steps 1 --config dumpkey.toml
 hostile "config: missing file" 2 "config nowhere.toml" -- train "${MODEL[@]}" --steps 1 --config nowhere.toml
 printf 'layers = 1\nhidden = 16\nheads = 2\nsequence-parallel = false\nlr-schedule = "constant"\nlr = 1e-3\n' > good.toml
 "$LATTICE" train --data data --seq-len 16 --micro-batch 2 --steps 1 --config good.toml --json > good.jsonl 2>/dev/null
