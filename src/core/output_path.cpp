@@ -250,6 +250,16 @@ void check_output_path(const std::string& path, OutputKind kind, const std::stri
   for (const NamedPath& closed : rules.closed)
     require(closed.path.empty() || !path_within(path, closed.path),
             refuse + "it is inside " + closed.flag + " " + closed.path + ", which holds that output alone");
+  // Inside a checkpoint directory (its manifest there or above; after the rules naming this run's own
+  // inputs and outputs, which say more): a save replaces that directory whole and refuses one holding
+  // an entry it did not write, so an output put there (plan --svg ck) would be lost or stop the next save.
+  for (fs::path up = fs::absolute(path, ec).lexically_normal().parent_path(); !up.empty(); up = up.parent_path()) {
+    if (fs::is_regular_file(up / kCheckpointManifest, ec))
+      fail((kind == OutputKind::checkpoint_dir ? "cannot save to " + path + ": " : refuse) + "it is inside checkpoint " +
+           up.string() +
+           ", which a save replaces whole (and refuses while it holds what it did not write): write it elsewhere");
+    if (up == up.parent_path()) break;
+  }
   if (exists && !directory)
     require(rules.overwrite || own_file(path, kind),
             refuse + "it exists and is not " + kind_text(kind) + " lattice wrote: name a new file, or pass --overwrite to replace it");

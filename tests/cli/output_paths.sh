@@ -160,6 +160,15 @@ hostile "--resume of a checkpoint whose model.safetensors is a FIFO" 1 "ck_fifo/
   "${TINY[@]}" --steps 3 --resume ck_fifo
 hostile "sample of a checkpoint whose model.safetensors links to /dev/zero" 1 "ck_dev/model.safetensors is not a regular file \(it is a device\)" -- \
   sample --checkpoint ck_dev --tokens 2 --threads 1
+cksum_ck=$(cat ck/* | md5sum)
+# Outputs inside a checkpoint: a save replaces it whole, and refuses one holding entries it did not
+# write (plan --paper --svg ck wrote two figures there, and ck's next save was refused).
+hostile "plan --svg into a checkpoint" 1 "cannot write --svg ck/figure1.svg: it is inside checkpoint .*/ck, which a save replaces whole" -- \
+  plan --paper --svg ck
+hostile "--save inside a checkpoint" 1 "cannot save to ck/inner: it is inside checkpoint .*/ck," -- "${TINY[@]}" --save ck/inner
+hostile "--trace inside a checkpoint's subfolder" 1 "cannot write --trace ck/sub/t.json: it is inside checkpoint" -- \
+  "${TINY[@]}" --trace ck/sub/t.json
+check "... and the checkpoint holds nothing new" test "$(cat ck/* | md5sum)" = "$cksum_ck" -a ! -e ck/sub -a ! -e ck/inner
 # --save DIR/ (and DIR/., DIR//) is DIR: the staging copy and the lock were made inside DIR, and the
 # save refused after the whole run, leaving the checkpoint in DIR/.unsaved-PID.
 rm -rf slash && "$LATTICE" "${TINY[@]}" --save slash/ > /dev/null 2> slash_save.err
