@@ -65,7 +65,7 @@ void ModelArrayReader::read(const std::string& prefix, FlatPiece range, float* o
 
 std::string weights_file(const std::string& path, const ModelConfig& config) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) fail("checkpoint " + path + " does not exist");
+  if (!fs::exists(path, ec)) fail("checkpoint " + path + (ec ? ": " + ec.message() : std::string(" does not exist")));
   if (!fs::is_directory(path)) return path;
   const std::string file = path + "/model.safetensors";
   if (!fs::exists(file)) fail("checkpoint " + path + " has no model.safetensors");
@@ -213,7 +213,8 @@ void check_save_target(const std::string& dir, const OutputRules& rules) {
 nlohmann::json read_trainer_state(const std::string& dir) {
   const std::string path = dir + "/trainer.json";
   std::error_code ec;
-  if (!fs::exists(dir, ec)) fail("checkpoint " + dir + " does not exist");
+  if (!fs::exists(dir, ec))  // a loop of links is not "does not exist"
+    fail("checkpoint " + dir + (ec ? ": " + ec.message() : std::string(" does not exist")));
   if (!fs::is_directory(dir, ec)) fail("checkpoint " + dir + " is not a directory (a run's checkpoint is one)");
   if (!fs::exists(path, ec))
     fail("checkpoint " + dir + " has no trainer.json: it is not a lattice checkpoint directory" +

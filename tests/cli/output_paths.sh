@@ -144,6 +144,7 @@ hostile "--save at a link loop" 1 "cannot save to loop: it is a symbolic link" -
 hostile "--save at a link to a checkpoint" 1 "cannot save to ck_link: it is a symbolic link \(to ck\).*name the directory itself" -- \
   "${TINY[@]}" --save ck_link
 check "the link is still a link" test -L ck_link
+hostile "--resume of a link loop" 1 "checkpoint loop: Too many levels of symbolic links" -- "${TINY[@]}" --resume loop
 hostile "--report-dir at a link to nothing" 1 "cannot write --report-dir dangling: it is a symbolic link to nowhere, which does not exist" -- \
   "${TINY[@]}" --report-dir dangling
 hostile "prepare --out at a link to nothing" 1 "cannot write --out dangling: it is a symbolic link to nowhere" -- prepare --input corpus.txt --out dangling
