@@ -66,7 +66,8 @@ PrepareStats write_corpus(const std::string& text, const std::string& input_text
               ")");
 
   std::error_code ec;
-  fs::create_directories(out_dir, ec);
+  // The directories made for it are removed again if the writes fail (a full disk left an empty tree).
+  const std::vector<std::string> made = make_dirs_noting(out_dir, ec);
   require(!ec && fs::is_directory(out_dir),
           "cannot create output directory " + out_dir + (ec ? ": " + ec.message() : ": not a directory"));
   const std::vector<uint16_t> train(tokens.begin(),
@@ -77,17 +78,25 @@ PrepareStats write_corpus(const std::string& text, const std::string& input_text
   sizes.val = {int64_t(val_count), int64_t(text.size()) - sizes.train.bytes};
   // Every file written and synced before any replaces its old version: a full disk or a kill while
   // writing leaves the previous set as it was, never a new train.bin beside an old val.bin.
-  std::vector<std::unique_ptr<AtomicFile>> staged;
-  staged.push_back(stage_token_file((fs::path(out_dir) / "train.bin").string(), train));
-  staged.push_back(stage_token_file((fs::path(out_dir) / "val.bin").string(), val));
-  std::vector<NamedFile> files = tokenizer_files(tokenizer);
-  files.push_back({kDataJson, data_sizes_json(sizes)});
-  for (const NamedFile& f : files) {
-    staged.push_back(std::make_unique<AtomicFile>((fs::path(out_dir) / f.name).string()));
-    staged.back()->write(f.contents.data(), f.contents.size());
-    staged.back()->sync();
+  const auto write_all = [&] {  // the staged files' temporaries are gone when it returns or throws
+    std::vector<std::unique_ptr<AtomicFile>> staged;
+    staged.push_back(stage_token_file((fs::path(out_dir) / "train.bin").string(), train));
+    staged.push_back(stage_token_file((fs::path(out_dir) / "val.bin").string(), val));
+    std::vector<NamedFile> files = tokenizer_files(tokenizer);
+    files.push_back({kDataJson, data_sizes_json(sizes)});
+    for (const NamedFile& f : files) {
+      staged.push_back(std::make_unique<AtomicFile>((fs::path(out_dir) / f.name).string()));
+      staged.back()->write(f.contents.data(), f.contents.size());
+      staged.back()->sync();
+    }
+    for (auto& f : staged) f->commit();
+  };
+  try {
+    write_all();
+  } catch (...) {
+    remove_empty_dirs(made);
+    throw;
   }
-  for (auto& f : staged) f->commit();
   if (kind == TokenizerKind::bytes) fs::remove(fs::path(out_dir) / kTokenizerModel, ec);  // an earlier prepare's
   return {train_count, val_count, text.size(), tokenizer.vocab()};
 }

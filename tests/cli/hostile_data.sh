@@ -113,6 +113,9 @@ if mkdir -p full && mount -t tmpfs -o size=2m tmpfs full 2>/dev/null; then
   "$LATTICE" prepare --input mid.txt --out full/d > /dev/null 2> full.err
   check "prepare on a full disk fails in one line" test $? -eq 1 -a "$(wc -l < full.err)" -eq 1
   check "prepare on a full disk leaves the old pair" test "$before" = "$(md5sum full/d/train.bin full/d/val.bin)"
+  "$LATTICE" prepare --input mid.txt --out full/q/r/s > /dev/null 2> full.err
+  check "prepare to new folders on a full disk fails in one line" test $? -eq 1 -a "$(wc -l < full.err)" -eq 1
+  check "... and leaves none of the folders it made" test ! -e full/q
   dd if=/dev/zero of=full/filler bs=64k 2>/dev/null  # fills the disk
   "$LATTICE" groups --world 64 --json > full/g.json 2> full.err
   check "stdout to a full disk is an error" test $? -eq 1 && grep -q "cannot write standard output" full.err
