@@ -253,7 +253,8 @@ void check_output_path(const std::string& path, OutputKind kind, const std::stri
   // Inside a checkpoint directory (its manifest there or above; after the rules naming this run's own
   // inputs and outputs, which say more): a save replaces that directory whole and refuses one holding
   // an entry it did not write, so an output put there (plan --svg ck) would be lost or stop the next save.
-  for (fs::path up = fs::absolute(path, ec).lexically_normal().parent_path(); !up.empty(); up = up.parent_path()) {
+  for (fs::path up = fs::absolute(directory_path(path), ec).lexically_normal().parent_path(); !up.empty();
+       up = up.parent_path()) {
     if (fs::is_regular_file(up / kCheckpointManifest, ec))
       fail((kind == OutputKind::checkpoint_dir ? "cannot save to " + path + ": " : refuse) + "it is inside checkpoint " +
            up.string() +
