@@ -381,7 +381,13 @@ int run_bench(int argc, char** argv) {
   };
   if (!launched) return measure(false);  // one process: no MPI at all, as fast as before
   comm::MpiSession session;
-  if (comm::world_size() > 1) comm::abort_all_ranks_on_terminate("bench");
+  if (comm::world_size() > 1) {
+    comm::abort_all_ranks_on_terminate("bench");
+    // Ranks with other flags would time other collectives (a buffer sized by one rank's --max-bytes
+    // freed twice) or wait at a --save only one of them makes: refused in one line first, as train does.
+    const std::string settings = app.config_to_str(/*default_also=*/true, /*write_description=*/false);
+    comm::check_on_all_ranks("bench", [&] { comm::require_same_configuration(settings); });
+  }
   return comm::run_or_abort_all("bench", [&] { return measure(true); });
 }
 

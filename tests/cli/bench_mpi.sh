@@ -97,6 +97,15 @@ expect_error "--max-bytes 12parsecs" "max-bytes" bench --max-bytes 12parsecs
 status=$?
 check "np 2 --budget 0: exit 1 (got $status)" test "$status" -eq 1
 check "np 2 --budget 0: one line from rank 0" test "$(grep -c 'lattice bench: error' err.txt)" -eq 1
+# Ranks given other flags: refused in one line before anything is timed (different --max-bytes freed a
+# buffer twice, SIGABRT; --save on one rank left both spinning forever).
+for differ in "--max-bytes 1MiB" "--save"; do
+  # shellcheck disable=SC2086
+  "${MPIRUN[@]}" -np 1 "$LATTICE" "${QUICK[@]}" : -np 1 "$LATTICE" "${QUICK[@]}" $differ > /dev/null 2> err.txt
+  status=$?
+  check "ranks apart by $differ: exit 1 (got $status)" test "$status" -eq 1
+  check "ranks apart by $differ: one line naming the difference" test "$(grep -c 'lattice bench: error: rank 1: the ranks were started with different configurations' err.txt)" -eq 1
+done
 LATTICE_BENCH_DIR=/dev/null/x "$LATTICE" bench --seconds 0.05 --save > /dev/null 2> err.txt
 check "--save to an unwritable directory: exit 1, one line" test $? -eq 1 -a "$(wc -l < err.txt)" -eq 1
 
