@@ -287,12 +287,9 @@ int run_bench(int argc, char** argv) {
               "--tp-share must divide --heads (" + std::to_string(model.heads) + "), between 1 and 1024");
     }
     if (save && !launched) check_output_path(plan::bench_result_path(1), OutputKind::bench, "--save", rules);
-  } catch (const InputError&) {
-    // Every rank parses the same flags: rank 0 alone reports, the others wait for its exit to end them.
-    if (launched && comm::launcher_rank() != 0) {
-      std::this_thread::sleep_for(std::chrono::seconds(10));
-      return 1;
-    }
+  } catch (const InputError& e) {
+    // Every rank parses the same flags: rank 0 reports.
+    if (launched && comm::launcher_rank() != 0) return report_after_rank0("bench", e.what(), 1);
     throw;
   }
   if (threads > 0) omp_set_num_threads(threads);

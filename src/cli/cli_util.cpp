@@ -54,17 +54,20 @@ std::string unexpected_arguments(const CLI::App& app, const std::vector<std::str
   return text + "; " + app.get_name() + " --help lists its flags";
 }
 
-// A refused value said once under a launcher (by rank 0; the others wait, so that the launcher does
-// not end the job before rank 0 has written it).
+// A refused value said once under a launcher (report_after_rank0).
 int refuse_value(const std::string& command, const std::string& message, int status) {
-  if (status == 1 && comm::started_by_launcher() && comm::launcher_rank() != 0) {
-    std::this_thread::sleep_for(std::chrono::seconds(10));
-    return status;
-  }
+  if (status == 1 && comm::started_by_launcher() && comm::launcher_rank() != 0)
+    return report_after_rank0(command, message, status);
   std::fprintf(stderr, "lattice %s: error: %s\n", command.c_str(), message.c_str());
   return status;
 }
 }  // namespace
+
+int report_after_rank0(const std::string& command, const std::string& message, int status) {
+  std::this_thread::sleep_for(std::chrono::seconds(10));
+  std::fprintf(stderr, "lattice %s: rank %d: error: %s\n", command.c_str(), comm::launcher_rank(), message.c_str());
+  return status;
+}
 
 std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
   std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);

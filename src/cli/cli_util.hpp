@@ -12,6 +12,12 @@ namespace lattice::cli {
 // line "lattice <command>: error: <message>" on stderr. Returns nullopt when the command should run.
 std::optional<int> parse_flags(CLI::App& app, int argc, char** argv);
 
+// Bad input found before MPI starts on a rank other than 0 of a launched job: every rank parses the
+// same flags, so rank 0 reports the same line and its exit makes the launcher end the job. This rank
+// waits for that, and, still alive after it (rank 0's flags were good: other flags on this rank),
+// reports its own line naming its rank. Returns the exit status.
+int report_after_rank0(const std::string& command, const std::string& message, int status);
+
 // --overwrite, the same on every command that writes a file (core/output_path.hpp's rule (c)).
 void add_overwrite_flag(CLI::App& app, bool& overwrite);
 

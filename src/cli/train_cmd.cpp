@@ -199,14 +199,9 @@ int run_train(int argc, char** argv) {
     require_device_runs(parse_device(device), model, resolved, train);
     // The vocabulary is the data's tokenizer's unless given (the trainer checks a given one).
     if (app.count("--vocab") == 0) model.vocab = data::load_tokenizer(train.data_dir).vocab();
-  } catch (const InputError&) {
-    // Every rank parses the same flags before any communicator exists: rank 0 alone reports. The
-    // others wait before exiting, since the launcher ends the job at the first non-zero exit and
-    // rank 0 must have written its line by then; its own exit ends them sooner.
-    if (comm::started_by_launcher() && comm::launcher_rank() != 0) {
-      std::this_thread::sleep_for(std::chrono::seconds(10));
-      return 1;
-    }
+  } catch (const InputError& e) {
+    // Every rank parses the same flags before any communicator exists: rank 0 reports.
+    if (comm::started_by_launcher() && comm::launcher_rank() != 0) return report_after_rank0("train", e.what(), 1);
     throw;
   }
   if (!comm::started_by_launcher() && resolved.tp == 1 && resolved.pp == 1 && resolved.ep == 1 &&

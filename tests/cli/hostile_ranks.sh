@@ -31,6 +31,12 @@ disagree() {  # disagree NAME PATTERN FLAGS-RANK0 -- FLAGS-RANK1
 }
 disagree "different --layers" "different configurations: 'layers=3' here, 'layers=2' on rank 0" --layers 2 --steps 5 -- --layers 3 --steps 5
 disagree "different --steps" "different configurations: 'steps=7' here, 'steps=5' on rank 0" --layers 2 --steps 5 -- --layers 2 --steps 7
+# A bad value on rank 1 alone, found before MPI starts: rank 0 had nothing to report, so rank 1 says
+# it (the job ended with mpirun's text alone).
+disagree "a bad --lr on rank 1 only" "^lattice train: rank 1: error: --lr must be a finite number" --layers 2 --steps 5 -- \
+  --layers 2 --steps 5 --lr -1
+disagree "a bad --lr on both ranks" "^lattice train: error: --lr must be a finite number" --layers 2 --steps 5 --lr -1 -- \
+  --layers 2 --steps 5 --lr -1
 
 # A stopped rank: every rank gone within the timeout (+ 30 s), one line naming rank, op and group,
 # a {"event":"rank_lost"} line on the JSON stream, and exit 3 (a lost rank, not bad input's 1).
