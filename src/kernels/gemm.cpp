@@ -186,6 +186,9 @@ std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& s, bool bf16, int th
   const double batch = double(s.batch), largest = std::max({double(s.M) * double(s.K), double(s.K) * double(s.N),
                                                             double(s.M) * double(s.N)});
   if (batch * largest > 0x1p48 || std::max({s.M, s.N, s.K}) >= (int64_t(1) << 31)) return bytes;
+  // No work, no primitive (oneDNN refuses to describe one): the planner's unfused attention calls of
+  // a context-parallel ring with fewer heads a rank than ranks (a/t < c), which the ring never makes.
+  if (s.batch <= 0 || s.M <= 0 || s.N <= 0 || s.K <= 0) return bytes;
   const int parts = parts_of(s, bf16, threads);
   Prim unused;
   if (parts < 2) {

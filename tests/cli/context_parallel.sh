@@ -244,6 +244,14 @@ check "the planner models CP 2 (Ulysses): exit 0 ($status), its layout names c a
 status=$?
 check "the planner models CP 2 (the ring): exit 0 ($status), its layout names c and the ring" \
   test "$status" -eq 0 -a "$(grep -c 'c=2' plan.out)" -ge 1 -a "$(grep -c 'CP ring (p2p' plan.out)" -eq 1
+# The ring needs no heads a rank per CP rank (a/t < c): the planner asked oneDNN for the scratchpad of
+# the unfused attention's GEMMs of a/(t·c) = 0 heads, which the ring never makes, and stopped in
+# oneDNN's words.
+"$LATTICE" plan --layers 2 --hidden 64 --heads 1 --seq-len 32 --vocab 256 --gpus 2 --cp 2 --attention fused \
+  > plan.out 2> plan.err
+status=$?
+check "the planner models the ring with one head over CP 2: exit 0 ($status)" \
+  test "$status" -eq 0 -a "$(grep -c 'CP ring (p2p' plan.out)" -eq 1 -a ! -s plan.err
 # The ring's buffers (ten of a rank's K-sized tensors) are the planner's communication bytes.
 "$LATTICE" plan --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --gpus 2 --cp 2 --attention fused \
   --micro-batch 2 --global-batch 8 --json > plan_ring.json 2> plan.err
