@@ -63,6 +63,15 @@ int refuse_value(const std::string& command, const std::string& message, int sta
 }
 }  // namespace
 
+std::optional<int> refuse_several_ranks(const std::string& command) {
+  if (comm::launcher_size() <= 1) return std::nullopt;
+  const std::string message = "lattice " + command + " runs as one process, and was started as " +
+                              std::to_string(comm::launcher_size()) + " ranks: start it without mpirun";
+  if (comm::launcher_rank() != 0) return report_after_rank0(command, message, 1);
+  std::fprintf(stderr, "lattice %s: error: %s\n", command.c_str(), message.c_str());
+  return 1;
+}
+
 int report_after_rank0(const std::string& command, const std::string& message, int status) {
   std::this_thread::sleep_for(std::chrono::seconds(10));
   std::fprintf(stderr, "lattice %s: rank %d: error: %s\n", command.c_str(), comm::launcher_rank(), message.c_str());

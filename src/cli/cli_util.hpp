@@ -18,6 +18,11 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv);
 // reports its own line naming its rank. Returns the exit status.
 int report_after_rank0(const std::string& command, const std::string& message, int status);
 
+// A command that runs as one process (eval, sample) started by a launcher with more ranks: each rank
+// would print the whole result, interleaved. Refused in one line (rank 0's; the others wait for it);
+// returns the exit status, or nullopt when the command may run.
+std::optional<int> refuse_several_ranks(const std::string& command);
+
 // --overwrite, the same on every command that writes a file (core/output_path.hpp's rule (c)).
 void add_overwrite_flag(CLI::App& app, bool& overwrite);
 

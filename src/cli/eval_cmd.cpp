@@ -39,6 +39,7 @@ int run_eval(int argc, char** argv) {
   add_threads_flag(app, threads);
   app.add_flag("--json", json, "print {\"event\":\"eval\",...} on stdout");
   if (const auto status = parse_flags(app, argc, argv)) return *status;
+  if (const auto status = refuse_several_ranks("eval")) return *status;
   use_threads(threads);
   require(batches >= 1 && batches <= (int64_t(1) << 30), "--batches must be between 1 and 2^30");
   require(micro_batch >= 1 && micro_batch <= (1 << 20), "--micro-batch must be between 1 and 2^20");

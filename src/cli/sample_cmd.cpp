@@ -62,6 +62,7 @@ int run_sample(int argc, char** argv) {
   int threads = 0;
   add_threads_flag(app, threads);
   if (const auto status = parse_flags(app, argc, argv)) return *status;
+  if (const auto status = refuse_several_ranks("sample")) return *status;
   use_threads(threads);
   require(tokens >= 0 && tokens <= (1 << 24), "--tokens must be between 0 and " + std::to_string(1 << 24));
   require(temperature > 0 && std::isfinite(temperature), "--temperature must be a finite number > 0");

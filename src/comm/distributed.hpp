@@ -20,6 +20,8 @@ bool started_by_launcher();
 // This process's world rank as the launcher announced it (0 when not launched): lets code that
 // runs before MPI starts, such as flag parsing, print its errors from rank 0 only.
 int launcher_rank();
+// The world size the launcher announced (1 when not launched).
+int launcher_size();
 
 // Joins MPI (MPI_Init_thread, MPI_THREAD_FUNNELED) for its lifetime and finalizes after.
 class MpiSession {

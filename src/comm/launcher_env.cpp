@@ -1,5 +1,6 @@
-// started_by_launcher and launcher_rank (comm/distributed.hpp): what mpirun's environment says, read
+// started_by_launcher, launcher_rank and launcher_size (comm/distributed.hpp): what mpirun's environment says, read
 // without MPI, so the command-line layer (and the parser fuzzers, which link no MPI) can ask it.
+#include <algorithm>
 #include <cstdlib>
 
 #include "comm/distributed.hpp"
@@ -22,6 +23,11 @@ bool started_by_launcher() { return launcher_env(kSizeVars) != nullptr || launch
 int launcher_rank() {
   const char* value = launcher_env(kRankVars);
   return value ? std::atoi(value) : 0;
+}
+
+int launcher_size() {
+  const char* value = launcher_env(kSizeVars);
+  return value ? std::max(1, std::atoi(value)) : 1;
 }
 
 }  // namespace lattice::comm

@@ -38,6 +38,16 @@ disagree "a bad --lr on rank 1 only" "^lattice train: rank 1: error: --lr must b
 disagree "a bad --lr on both ranks" "^lattice train: error: --lr must be a finite number" --layers 2 --steps 5 --lr -1 -- \
   --layers 2 --steps 5 --lr -1
 
+# eval and sample run as one process: under mpirun -np 2 each rank printed the whole result, the two
+# samples interleaved byte by byte. Refused in one line.
+"$LATTICE" "${A[@]}" --layers 1 --steps 1 --save ck_one > /dev/null 2>&1
+for cmd in "sample --checkpoint ck_one --tokens 4 --threads 1" "eval --checkpoint ck_one --data data/val.bin --batches 1 --threads 1"; do
+  # shellcheck disable=SC2086
+  "${MPIRUN[@]}" -np 2 "$LATTICE" $cmd > one.out 2> one.err
+  status=$?
+  check "${cmd%% *} under mpirun -np 2: exit 1 (got $status), one line, nothing printed" test "$status" -eq 1 -a \
+    "$(grep -c "^lattice ${cmd%% *}: error: lattice ${cmd%% *} runs as one process, and was started as 2 ranks" one.err)" -eq 1 -a ! -s one.out
+done
 # A stopped rank: every rank gone within the timeout (+ 30 s), one line naming rank, op and group,
 # a {"event":"rank_lost"} line on the JSON stream, and exit 3 (a lost rank, not bad input's 1).
 "${MPIRUN[@]}" -np 2 "$LATTICE" "${A[@]}" --layers 2 --steps 100000 --comm-timeout 5 --json > stop.out 2> stop.err &
