@@ -16,6 +16,7 @@
 #include <iostream>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -269,6 +270,8 @@ int run_bench(int argc, char** argv) {
     require(device == "cpu" || (layer_costs && !launched),
             "--device " + device + " times --layer-costs alone, in one process (the other rates are the CPU's)");
     require(seconds > 0 && seconds <= 60, "--seconds must be in (0, 60]");
+    require(!save || device == "cpu", "--save keeps the CPU's rates, which plan --hardware local reads; --device " +
+                                          device + " times --layer-costs alone: leave --save out (--json prints them)");
     char given[32];
     std::snprintf(given, sizeof given, "%g", budget);
     require(budget > 0 && budget <= 60, std::string("--budget must be in (0, 60] seconds (got ") + given + ")");
@@ -276,6 +279,23 @@ int run_bench(int argc, char** argv) {
     require(max_bytes >= 8 && max_bytes <= (int64_t(4) << 30),
             "--max-bytes must be between 8 B and 4 GiB (got " + max_bytes_text + ")");
     require(threads >= 0 && threads <= 4096, "--threads must be between 1 and 4096 (0 or left out: all cores)");
+    // Flags a bench would ignore. Without --layer-costs every model and layout flag (the rates are the
+    // machine's); with it, those a layer's costs never see: one layer is timed in a model of 3, on one
+    // process, without an optimizer. Under no launcher, the MPI collectives' bounds.
+    static const std::set<std::string> kBenchOwn = {"help",  "seconds", "json",   "save",   "budget",      "max-bytes",
+                                                    "threads", "layer-costs", "device", "overwrite", "config", "dump-config"};
+    static const std::set<std::string> kNotLayerCosts = {
+        "layers", "zero", "use-distributed-optimizer", "virtual-stages", "pipeline-layers",
+        "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "cp-comm-type"};
+    for (const CLI::Option* opt : app.get_options()) {
+      if (opt->count() == 0 || opt->get_lnames().empty()) continue;
+      const std::string name = opt->get_lnames().front();
+      require(layer_costs || kBenchOwn.count(name), "--" + name + " applies to --layer-costs only (the other rates are the machine's, not a model's)");
+      require(!layer_costs || !kNotLayerCosts.count(name),
+              "--" + name + " does not apply to --layer-costs, which times one layer (in a model of 3) on one process, without an optimizer");
+      require(launched || (name != "budget" && name != "max-bytes"),
+              "--" + name + " applies under mpirun only (it bounds the timing of the MPI collectives)");
+    }
     if (layer_costs) {
       resolved = layout.resolve(3);
       require(resolved.tp == 1 && resolved.pp == 1 && resolved.ep == 1 && !resolved.sequence_parallel,

@@ -33,5 +33,21 @@ check "an absurd rate: exit 1 with one line naming the range" \
   bash -c "[ $? -eq 1 ] && [ \$(wc -l < err.txt) -eq 1 ] && grep -q 'measured rates must be numbers from 1e3 to 1e18' err.txt"
 "$LATTICE" bench --seconds 0 > /dev/null 2> err.txt
 check "bad --seconds: exit 1" test $? -eq 1
+# Flags a bench ignored (third hostile pass): model flags without --layer-costs, --layers and the
+# optimizer's and pipeline's with it, the MPI bounds without mpirun, --save on another device.
+bench_refuses() {  # NAME PATTERN FLAGS...
+  local name=$1 pattern=$2; shift 2
+  "$LATTICE" bench --seconds 0.01 --threads 1 "$@" > /dev/null 2> err.txt
+  local status=$?
+  check "$name: exit 1 (got $status), one line naming it" test "$status" -eq 1 -a "$(wc -l < err.txt)" -eq 1 -a \
+    "$(grep -cF -- "$pattern" err.txt)" -eq 1
+}
+bench_refuses "--hidden without --layer-costs" "--hidden applies to --layer-costs only" --hidden 4096
+bench_refuses "--layers with --layer-costs" "--layers does not apply to --layer-costs, which times one layer" \
+  --layer-costs --layers 7 --hidden 32 --heads 2 --seq-len 16
+bench_refuses "--zero with --layer-costs" "--zero does not apply to --layer-costs" --layer-costs --zero 1 --hidden 32 --heads 2 --seq-len 16
+bench_refuses "--budget without mpirun" "--budget applies under mpirun only" --budget 3
+bench_refuses "--save on cpu-guarded" "--save keeps the CPU's rates" --layer-costs --device cpu-guarded --hidden 32 --heads 2 \
+  --seq-len 16 --save
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
 [ "$failures" -eq 0 ]

@@ -113,7 +113,7 @@ for flags in "--pack-masks" "--activation-compression fp8" "--num-experts 2" "--
 done
 expect_error "bench on cpu-guarded without --layer-costs" "times --layer-costs alone" bench --device cpu-guarded
 # The layer costs on a device (Table 4's measurement: one TP rank's share, communication left out).
-"$LATTICE" bench --device cpu-guarded --layer-costs --tp-share 2 --layers 2 --hidden 64 --heads 4 --seq-len 32 \
+"$LATTICE" bench --device cpu-guarded --layer-costs --tp-share 2 --hidden 64 --heads 4 --seq-len 32 \
   --micro-batch 2 --seconds 0.2 --json > costs.json 2> costs.err
 check "bench --layer-costs --tp-share 2 on cpu-guarded: exit 0" test $? -eq 0
 check "bench's layer costs name the device and the share, with positive times" "$PY" -c "

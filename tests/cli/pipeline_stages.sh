@@ -89,7 +89,7 @@ expect_error "plan: auto under a limit nothing fits" "no partition of 5 layers" 
 # output layer at the run's shape; --hardware FILE hands them to the partitioner in place of the time
 # model. A file whose output layer costs 100 layers leaves the last stage one layer.
 SHAPE=(--hidden 64 --heads 4 --seq-len 32 --vocab 256 --micro-batch 2)
-"$LATTICE" bench --seconds 0.05 --layer-costs --layers 5 "${SHAPE[@]}" --json > hw.json 2> hw.err
+"$LATTICE" bench --seconds 0.05 --layer-costs "${SHAPE[@]}" --json > hw.json 2> hw.err
 check "bench --layer-costs: positive times at the shape" "$PY" -c "
 import json, sys
 c = json.load(open('hw.json'))['layer_costs']
