@@ -150,6 +150,10 @@ plan::PlanRequest build_request(PlanFlags f, const plan::Hardware& hw) {
     std::error_code ec;
     require(std::filesystem::is_directory(f.data, ec), "--data " + f.data + " is not a directory");
     r.data_bytes = token_file_bytes(f.data);
+    // A folder of no token files counted nothing: the plan read as if --data were left out.
+    require(std::filesystem::is_regular_file(f.data + "/train.bin", ec) ||
+                std::filesystem::is_regular_file(f.data + "/val.bin", ec),
+            "--data " + f.data + " holds no train.bin or val.bin (lattice prepare writes them)");
   }
   r.global_batch = f.global_batch > 0 ? f.global_batch : (f.search ? r.gpus : f.micro_batch * r.layout.dp);
   if (f.layout.memory_budget_bytes > 0) {  // a budget of accounted bytes a rank, in place of the device's memory
@@ -274,6 +278,15 @@ int run_plan(int argc, char** argv) {
   }
   plan::check_layout(chosen_request);
   const plan::Plan p = plan::evaluate(chosen_request, hw, f.iteration_time, peak);
+  // A measured iteration faster than the devices' peak allows is a wrong time (or peak), not an MFU
+  // above 100% (the hardware FLOPs, recomputation included, bound it; as train's --peak-flops check).
+  if (f.iteration_time > 0 && p.use.hfu > 1.0) {
+    char text[200];
+    std::snprintf(text, sizeof text, "--iteration-time %g s is shorter than the %.3g s the iteration's FLOPs take at the "
+                  "peak (%.4g FLOP/s a device): check the time and --peak-flops", f.iteration_time,
+                  f.iteration_time * p.use.hfu, p.use.peak_flops);
+    fail(text);
+  }
   if (!f.html.empty()) {
     write_output_file(f.html, OutputKind::html, "--html", plan::plan_html(p, hw), f.output_rules());
   }

@@ -36,6 +36,9 @@ expect 1 "--top applies to --search" --top 3
 # Utilisation against absurd times and peaks (a 300-digit MFU, "inf%" before).
 expect 1 "--iteration-time must be 0 (off) or a finite number in \[1e-6, 1e9\]" --iteration-time 1e-300
 expect 1 "--peak-flops must be a rate from 1000000 to 1e18" --peak-flops 1e-30T
+# An MFU above 100% from a measured time, and a --data of no token files (each printed as if right).
+expect 1 "--iteration-time 1e-06 s is shorter than the" --iteration-time 1e-6
+mkdir -p "$SCRATCH/empty" && expect 1 "holds no train.bin or val.bin" --data "$SCRATCH/empty"
 expect 2 "--no-such-flag" --no-such-flag
 expect 2 "--layers" --layers many
 
