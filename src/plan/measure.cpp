@@ -420,8 +420,11 @@ LocalBench read_local_bench(const std::string& path) {
           if (!row.is_array() || row.size() != 2 || !row[0].is_number() || !row[1].is_number())
             r.bad(curve_name + ": every sample must be [bytes, seconds]");
           const double bytes = row[0].get<double>(), seconds = row[1].get<double>();
-          if (!(bytes > 0 && std::isfinite(bytes) && seconds > 0 && std::isfinite(seconds)))
-            r.bad(curve_name + ": bytes and seconds must be positive (got [" + row[0].dump() + ", " + row[1].dump() + "])");
+          // Bounded as the rates are: past them a sample is a typo or a damaged file, and a plan made
+          // from it printed an iteration of 3e307 s and a communication share of inf%.
+          if (!(bytes >= 1 && bytes <= 0x1p40 && seconds >= 1e-9 && seconds <= 3600))
+            r.bad(curve_name + ": every sample must be [bytes from 1 to 2^40, seconds from 1e-9 to 3600] (got [" +
+                  row[0].dump() + ", " + row[1].dump() + "])");
           if (!curve.samples.empty() && bytes <= curve.samples.back().bytes)
             r.bad(curve_name + ": sizes must ascend");
           curve.samples.push_back({bytes, seconds});

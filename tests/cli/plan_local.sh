@@ -47,6 +47,17 @@ hostile "--hardware local for train" 1 "--hardware local is lattice plan's" -- \
   train --data nowhere --layers 2 --hidden 64 --heads 4 --pipeline-layers auto --hardware local
 hostile "--hardware local with --paper" 1 "not --paper" -- plan --hardware local --paper
 hostile "--hardware local for 100 ranks" 1 "1 to 64" -- plan --hardware local --gpus 100 --layers 2 --hidden 64 --heads 4
+# A bench file whose MPI samples are absurd (a typo, a damaged file): refused, where the plan printed an
+# iteration of 3e307 s and a DP share of inf%.
+mkdir -p absurd_bench && "$PY" - "$BENCH_FILE" absurd_bench/"$(basename "$BENCH_FILE")" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["mpi"]["groups"][0]["ops"]["all_reduce"]["blocking"] = [[1, 1e300], [2, 1e301]]
+json.dump(d, open(sys.argv[2], "w"))
+PY
+LATTICE_BENCH_DIR=$PWD/absurd_bench hostile "--hardware local with an absurd MPI sample" 1 \
+  "every sample must be \[bytes from 1 to 2\^40, seconds from 1e-9 to 3600\] \(got \[1, 1e\+?300\]\)" -- \
+  plan --hardware local --gpus 2 --threads 1 "${MODEL[@]}"
 hostile_summary
 
 # The benchmark script end to end on the tiny model: every column printed.
