@@ -138,6 +138,13 @@ PROTECT="mine afile broken.jsonl stdout.jsonl rep/run.jsonl"
 hostile "--html is the input" 1 "is an input of this command" -- report stdout.jsonl --html stdout.jsonl
 hostile "no --html" 2 "html" -- report rep
 hostile "a line that is not JSON" 1 "line 2 is not JSON" -- report broken.jsonl --html b.html
+# Two runs' logs joined: the second start was taken for a resume and the first run's steps dropped
+# without a word (third hostile pass); and a log appended to itself.
+cat rep/run.jsonl stdout.jsonl > joined.jsonl
+hostile "two runs' logs joined" 1 "joined.jsonl line [0-9]+: a second run starts here, not resumed from the first" -- \
+  report joined.jsonl --html j.html
+cat stdout.jsonl stdout.jsonl > twice.jsonl
+hostile "a log appended to itself" 1 "twice.jsonl line [0-9]+: a second run starts here" -- report twice.jsonl --html j.html
 hostile "a directory without run.jsonl" 1 "holds no run.jsonl" -- report mine --html m.html
 hostile "a missing run" 1 "does not exist" -- report nowhere --html n.html
 hostile "a missing --trace" 1 "--trace nowhere.json is not a readable file" -- report rep --html t.html --trace nowhere.json
@@ -158,7 +165,7 @@ hostile "--report-dir inside the --save directory" 1 "overlap" -- \
 hostile "--html names a directory" 1 "must name a file" -- report rep --html mine/
 hostile "--html with --paper" 1 "--html draws a plan" -- plan --paper --html p.html
 hostile "--html where nothing can be written" 1 "--html" -- plan --layers 2 --hidden 64 --heads 4 --html /proc/version/x.html
-check "no report written by the refused commands" test ! -e b.html -a ! -e m.html -a ! -e n.html -a ! -e t.html -a ! -e p.html
+check "no report written by the refused commands" test ! -e j.html -a ! -e b.html -a ! -e m.html -a ! -e n.html -a ! -e t.html -a ! -e p.html
 hostile_summary
 
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
