@@ -20,6 +20,7 @@
 #include "comm/watchdog.hpp"
 #include "core/error.hpp"
 #include "core/machine_peak.hpp"
+#include "data/token_file.hpp"
 #include "data/tokenizer_files.hpp"
 #include "kernels/gemm.hpp"
 #include "core/memory_limit.hpp"
@@ -224,7 +225,10 @@ int run_train(int argc, char** argv) {
                          valid_comm_timeout(train.comm_timeout) ? train.comm_timeout : comm::kDefaultCommTimeout,
                          resolved.ep, resolved.cp);
   std::unique_ptr<Trainer> trainer;
-  const std::string settings = app.config_to_str(/*default_also=*/true, /*write_description=*/false);
+  // The token files too: ranks reading other data under the same --data path (per-host copies that
+  // differ) would train replicas on different datasets without a word.
+  const std::string settings = app.config_to_str(/*default_also=*/true, /*write_description=*/false) +
+                               "token files = " + data::token_files_fingerprint(train.data_dir) + "\n";
   // Before anything sized by the configuration: ranks that disagree would fail or hang elsewhere.
   comm::check_on_all_ranks("train", [&] { comm::require_same_configuration(settings); });
   if (layout.partition_auto) {

@@ -25,6 +25,12 @@ void write_token_file(const std::string& path, std::span<const uint16_t> tokens)
 // dropping it removes it): files that belong together are all written before any replaces its old one.
 std::unique_ptr<AtomicFile> stage_token_file(const std::string& path, std::span<const uint16_t> tokens);
 
+// What ranks compare to know they read the same token files under the same --data path: each of
+// train.bin and val.bin's size and a hash of its first and last 64 KiB ("-" for a file that is not
+// there). Cheap at any size; a file differing only in its middle passes, which per-host copies made
+// by one prepare (the case it guards) never do.
+std::string token_files_fingerprint(const std::string& dir);
+
 // A validated token file held in memory (MemoryCategory::data). Copies are cheap and share the tokens.
 class TokenFile {
  public:

@@ -38,6 +38,15 @@ disagree "a bad --lr on rank 1 only" "^lattice train: rank 1: error: --lr must b
 disagree "a bad --lr on both ranks" "^lattice train: error: --lr must be a finite number" --layers 2 --steps 5 --lr -1 -- \
   --layers 2 --steps 5 --lr -1
 
+# Other token files under the same --data path (per-host copies that differ): the replicas trained on
+# different datasets without a word. Compared by size and a hash of each file's ends.
+mkdir -p other_host && (cd other_host && for i in $(seq 1 330); do echo "Another text entirely, number $i here."; done > c.txt &&
+  "$LATTICE" prepare --input c.txt --out data > /dev/null 2>&1)
+"${MPIRUN[@]}" -np 1 "$LATTICE" "${A[@]}" --layers 1 --steps 2 : -np 1 -wdir "$PWD/other_host" "$LATTICE" "${A[@]}" --layers 1 \
+  --steps 2 > other.out 2> other.err
+status=$?
+check "other token files under the same --data on rank 1: exit 1 (got $status), one line naming them" test "$status" -eq 1 -a \
+  "$(grep -c "^lattice train: error: rank 1: the ranks were started with different configurations: 'token files = train.bin" other.err)" -eq 1
 # eval and sample run as one process: under mpirun -np 2 each rank printed the whole result, the two
 # samples interleaved byte by byte. Refused in one line.
 "$LATTICE" "${A[@]}" --layers 1 --steps 1 --save ck_one > /dev/null 2>&1
