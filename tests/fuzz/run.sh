@@ -15,7 +15,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TARGET=${1:?usage: run.sh TARGET [FUZZ_TREE]}
 TREE=${2:-$HERE/../../build/fuzz-build}
-SECONDS_BUDGET=${FUZZ_SECONDS:-30}
+SECONDS_BUDGET=${FUZZ_SECONDS:-${FUZZ_SUITE_SECONDS:-30}}  # the suite sets FUZZ_SUITE_SECONDS (tests/fuzz/fuzz.cmake)
 case "$TARGET" in
   safetensors|token_file|llmc|trainer_json|toml_config) ;;
   *) echo "run.sh: unknown target '$TARGET'" >&2; exit 2 ;;

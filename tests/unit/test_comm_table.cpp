@@ -220,7 +220,9 @@ TEST(LocalBench, BadFilesAreOneLineNamingTheFile) {
       {"\"layernorm_fwd\":3e10", "\"layernorm_fwd\":-1", "layernorm_fwd"},
       {"\"gemm_fp32_flops\":1e11", "\"gemm_fp32_flops\":\"fast\"", "gemm_fp32_flops"},
       {"[[8,1e-6],[64,2e-6]]", "[[64,2e-6],[8,1e-6]]", "ascend"},
-      {"[[8,1e-6],[64,2e-6]]", "[[8,0],[64,2e-6]]", "positive"},
+      {"[[8,1e-6],[64,2e-6]]", "[[8,0],[64,2e-6]]", "seconds from 1e-9 to 3600"},
+      {"[[8,1e-6],[64,2e-6]]", "[[8,1e-6],[64,1e300]]", "seconds from 1e-9 to 3600"},  // inf% in a plan
+      {"[[8,1e-6],[64,2e-6]]", "[[8,1e-6],[1e13,2e-6]]", "bytes from 1 to 2^40"},
       {"[[8,1e-6],[64,2e-6]]", "[[8],[64,2e-6]]", "[bytes, seconds]"},
       {"\"mpi\":{\"ranks\":2", "\"mpi\":{\"ranks\":4", "differs"},
       {"\"size\":2,\"stride\":1", "\"size\":2,\"stride\":2", "does not fit"},
