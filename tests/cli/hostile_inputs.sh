@@ -42,30 +42,26 @@ for vp in 0 1; do
     --layers 1 --hidden 1 --heads 1 --seq-len 1 --vocab 65536 --batches 1
 done
 
-# TOML config files: strict.
-printf 'layerz = 3\n' > misspelt.toml
-hostile "config: misspelt key" 2 "misspelt.toml:1: layerz is not a flag of lattice train" -- train "${MODEL[@]}" --steps 1 --config misspelt.toml
-printf '[model]\nlayers = 3\n' > table.toml
-hostile "config: keys under a table" 2 "table.toml:1: tables are not flags" -- train "${MODEL[@]}" --steps 1 --config table.toml
-printf 'layers = 2\nlayers = 3\n' > dup.toml
-hostile "config: duplicate key" 2 "dup.toml:2: layers is defined twice \(first on line 1\)" -- train "${MODEL[@]}" --steps 1 --config dup.toml
-printf 'layers 3\n' > prose.toml
-hostile "config: not TOML" 2 "prose.toml:1:" -- train "${MODEL[@]}" --steps 1 --config prose.toml
-printf 'layers = "three"\n' > type.toml
-hostile "config: wrong type" 2 "type.toml:1: layers takes an integer" -- train "${MODEL[@]}" --steps 1 --config type.toml
-printf 'lr = true\n' > type2.toml
-hostile "config: bool for a number" 2 "type2.toml:1: lr takes a number" -- train "${MODEL[@]}" --steps 1 --config type2.toml
+# TOML config files: strict. bad_config NAME FILE CONTENTS PATTERN: FILE holding CONTENTS (printf's
+# format) is refused in one line, exit 2.
+bad_config() {
+  # shellcheck disable=SC2059
+  printf "$3" > "$2"
+  hostile "config: $1" 2 "$4" -- train "${MODEL[@]}" --steps 1 --config "$2"
+}
+bad_config "misspelt key" misspelt.toml 'layerz = 3\n' "misspelt.toml:1: layerz is not a flag of lattice train"
+bad_config "keys under a table" table.toml '[model]\nlayers = 3\n' "table.toml:1: tables are not flags"
+bad_config "duplicate key" dup.toml 'layers = 2\nlayers = 3\n' "dup.toml:2: layers is defined twice \(first on line 1\)"
+bad_config "not TOML" prose.toml 'layers 3\n' "prose.toml:1:"
+bad_config "wrong type" type.toml 'layers = "three"\n' "type.toml:1: layers takes an integer"
+bad_config "bool for a number" type2.toml 'lr = true\n' "type2.toml:1: lr takes a number"
 # A NUL byte after a bare value was passed on, and the flag's message cut at it ("... (got 2");
 # a bare key was called a dotted key; dump-config = true made every run of the file print and stop.
-printf 'layers = 2\0\n' > nulbare.toml
-hostile "config: a NUL byte after a bare value" 2 "nulbare.toml:1: a NUL byte" -- train "${MODEL[@]}" --steps 1 --config nulbare.toml
-printf 'layers\n' > barekey.toml
-hostile "config: a key alone" 2 "barekey.toml:1: layers: a key without a value" -- train "${MODEL[@]}" --steps 1 --config barekey.toml
-printf 'layers = # two\n' > commentvalue.toml
-hostile "config: a comment for a value" 2 "commentvalue.toml:1: layers: a key without a value" -- train "${MODEL[@]}" --steps 1 --config commentvalue.toml
-printf 'dump-config = true\n' > dumpkey.toml
-hostile "config: dump-config in the file" 2 "dumpkey.toml:1: dump-config: --dump-config is given on the command line" -- \
-  train "${MODEL[@]}" --steps 1 --config dumpkey.toml
+bad_config "a NUL byte after a bare value" nulbare.toml 'layers = 2\0\n' "nulbare.toml:1: a NUL byte"
+bad_config "a key alone" barekey.toml 'layers\n' "barekey.toml:1: layers: a key without a value"
+bad_config "a comment for a value" commentvalue.toml 'layers = # two\n' "commentvalue.toml:1: layers: a key without a value"
+bad_config "dump-config in the file" dumpkey.toml 'dump-config = true\n' \
+  "dumpkey.toml:1: dump-config: --dump-config is given on the command line"
 hostile "config: missing file" 2 "config nowhere.toml" -- train "${MODEL[@]}" --steps 1 --config nowhere.toml
 printf 'layers = 1\nhidden = 16\nheads = 2\nsequence-parallel = false\nlr-schedule = "constant"\nlr = 1e-3\n' > good.toml
 "$LATTICE" train --data data --seq-len 16 --micro-batch 2 --steps 1 --config good.toml --json > good.jsonl 2>/dev/null
