@@ -282,17 +282,21 @@ int run_bench(int argc, char** argv) {
     // Flags a bench would ignore. Without --layer-costs every model and layout flag (the rates are the
     // machine's); with it, those a layer's costs never see: one layer is timed in a model of 3, on one
     // process, without an optimizer. Under no launcher, the MPI collectives' bounds.
-    static const std::set<std::string> kBenchOwn = {"help",  "seconds", "json",   "save",   "budget",      "max-bytes",
-                                                    "threads", "layer-costs", "device", "overwrite", "config", "dump-config"};
+    static const std::set<std::string> kBenchOwn = {"help",    "seconds",     "json",   "save",      "budget", "max-bytes",
+                                                    "threads", "layer-costs", "device", "overwrite", "config",
+                                                    "dump-config"};
     static const std::set<std::string> kNotLayerCosts = {
         "layers", "zero", "use-distributed-optimizer", "virtual-stages", "pipeline-layers",
         "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "cp-comm-type"};
     for (const CLI::Option* opt : app.get_options()) {
       if (opt->count() == 0 || opt->get_lnames().empty()) continue;
       const std::string name = opt->get_lnames().front();
-      require(layer_costs || kBenchOwn.count(name), "--" + name + " applies to --layer-costs only (the other rates are the machine's, not a model's)");
+      require(layer_costs || kBenchOwn.count(name),
+              "--" + name + " applies to --layer-costs only (the other rates are the machine's, not a model's)");
       require(!layer_costs || !kNotLayerCosts.count(name),
-              "--" + name + " does not apply to --layer-costs, which times one layer (in a model of 3) on one process, without an optimizer");
+              "--" + name +
+                  " does not apply to --layer-costs, which times one layer (in a model of 3) on one process, "
+                  "without an optimizer");
       require(launched || (name != "budget" && name != "max-bytes"),
               "--" + name + " applies under mpirun only (it bounds the timing of the MPI collectives)");
     }

@@ -1,10 +1,8 @@
 // `lattice train`: train a GPT model on a prepared token directory.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <thread>
 
 #include <omp.h>
 
