@@ -1,5 +1,6 @@
-// started_by_launcher, launcher_rank and launcher_size (comm/distributed.hpp): what mpirun's environment says, read
-// without MPI, so the command-line layer (and the parser fuzzers, which link no MPI) can ask it.
+// started_by_launcher, launcher_rank and launcher_size (comm/distributed.hpp): what mpirun's
+// environment says, read without MPI, so the command-line layer (and the parser fuzzers, which link
+// no MPI) can ask it.
 #include <algorithm>
 #include <cstdlib>
 
