@@ -65,11 +65,10 @@ int refuse_value(const std::string& command, const std::string& message, int sta
 
 std::optional<int> refuse_several_ranks(const std::string& command) {
   if (comm::launcher_size() <= 1) return std::nullopt;
-  const std::string message = "lattice " + command + " runs as one process, and was started as " +
-                              std::to_string(comm::launcher_size()) + " ranks: start it without mpirun";
-  if (comm::launcher_rank() != 0) return report_after_rank0(command, message, 1);
-  std::fprintf(stderr, "lattice %s: error: %s\n", command.c_str(), message.c_str());
-  return 1;
+  return refuse_value(command,
+                      "lattice " + command + " runs as one process, and was started as " +
+                          std::to_string(comm::launcher_size()) + " ranks: start it without mpirun",
+                      1);
 }
 
 int report_after_rank0(const std::string& command, const std::string& message, int status) {

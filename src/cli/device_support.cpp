@@ -19,10 +19,10 @@ void require_head_dim_fits(Device device, const ModelConfig& model, const Layout
   const int64_t limit = ring ? limits.ring_head_dim : layout.fused_attention() ? limits.fused_head_dim : 0;
   if (limit == 0 || model.head_dim() <= limit) return;
   const std::string kernels = ring ? "context parallelism's ring (--cp-comm-type p2p)" : "--attention fused";
-  require(false, std::string("--device ") + device_name(device) + ": " + kernels + " takes a head dimension up to " +
-                     std::to_string(limit) + ", and --hidden " + std::to_string(model.hidden) + " / --heads " +
-                     std::to_string(model.heads) + " is " + std::to_string(model.head_dim()) +
-                     " (more heads, or --attention unfused" + (ring ? " with --cp-comm-type a2a" : "") + ")");
+  fail(std::string("--device ") + device_name(device) + ": " + kernels + " takes a head dimension up to " +
+       std::to_string(limit) + ", and --hidden " + std::to_string(model.hidden) + " / --heads " +
+       std::to_string(model.heads) + " is " + std::to_string(model.head_dim()) + " (more heads, or --attention unfused" +
+       (ring ? " with --cp-comm-type a2a" : "") + ")");
 }
 }  // namespace
 

@@ -1646,15 +1646,17 @@ void check_flash_blocks() {
       x.dh = 200;
       check_flash_block_case(x, 30, 50, 7, 3, p);
     }
+  constexpr int64_t kWideDh = lattice::cuda::kFlashBlockMaxHeadDim + 8;  // past the limit by a lane group
   bool refused = false;
   try {
     lattice::FlashBlock wide;
-    wide.b = wide.a = wide.nq = wide.nk = 1, wide.dh = 264, wide.S = 1;
+    wide.b = wide.a = wide.nq = wide.nk = 1, wide.dh = kWideDh, wide.S = 1;
     lattice::cuda::flash_block_forward(nullptr, nullptr, nullptr, nullptr, nullptr, wide, lattice::AttentionDropout{});
   } catch (const std::invalid_argument&) {
     refused = true;
   }
-  line("flash_block dh 264 refused [flag]", "fwd", refused ? 0.0 : 1.0, refused ? 0.0 : 1.0, 0.0);
+  line("flash_block dh " + std::to_string(kWideDh) + " refused [flag]", "fwd", refused ? 0.0 : 1.0, refused ? 0.0 : 1.0,
+       0.0);
 }
 
 void check_flash() {

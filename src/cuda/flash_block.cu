@@ -25,8 +25,7 @@ namespace {
 
 constexpr int kBlockRows = 4;            // warps (rows) a block of 128 threads
 constexpr int kMaxLane = int(kFlashBlockMaxHeadDim / 32);  // a lane's elements of a row
-constexpr int64_t kMaxBlockDh = kFlashBlockMaxHeadDim;
-static_assert(kMaxBlockDh == 32 * kMaxLane, "a row's elements are a warp's lanes' registers");
+static_assert(kFlashBlockMaxHeadDim == 32 * kMaxLane, "a row's elements are a warp's lanes' registers");
 
 // The arguments every kernel reads: the block (positions, strides), the mask's draw (flash_common's
 // FlashArgs with s = the sequence's length S, the mask's row length) and the scales.
@@ -51,6 +50,15 @@ __device__ __forceinline__ float dot_row(const float (&r)[kMaxLane], const float
     if (e < dh) s += r[u] * row[e];
   }
   return warp_sum(s);
+}
+// The lane's sums into a row of dh floats: added to what is there where `add` (a merged block), else
+// written over it.
+__device__ __forceinline__ void store_row(float* row, const float (&acc)[kMaxLane], bool add, int64_t dh, int lane) {
+#pragma unroll
+  for (int u = 0; u < kMaxLane; ++u) {
+    const int64_t c = lane + 32 * u;
+    if (c < dh) row[c] = add ? row[c] + acc[u] : acc[u];
+  }
 }
 // The dropout's factor of global element (gi, gj) of head bh: 1/(1−p) kept, 0 dropped, 1 without.
 __device__ __forceinline__ float keep_factor_at(const flash::FlashArgs& p, uint64_t base, int64_t gi, int64_t gj) {
@@ -99,7 +107,7 @@ __global__ void block_forward_kernel(float* out, float* lse, const float* q, con
 #pragma unroll
   for (int u = 0; u < kMaxLane; ++u) {
     const int64_t c = lane + 32 * u;
-    if (c < dh) o[c] = x.merge ? o[c] * a_old + acc[u] * a_new : acc[u] * inv;
+    if (c < dh) o[c] = x.merge ? o[c] * a_old + acc[u] * a_new : acc[u] * a_new;  // unmerged: a_new is 1/sum
   }
   __syncwarp();  // every lane has read *L before lane 0 writes it
   if (lane == 0) *L = merged;
@@ -153,12 +161,7 @@ __global__ void block_dq_kernel(float* dq, const float* dout, const float* q, co
       if (c < dh) acc[u] += t.ds * K[j * dh + c];
     }
   }
-  float* out = dq + bh * x.q_stride + i * dh;
-#pragma unroll
-  for (int u = 0; u < kMaxLane; ++u) {
-    const int64_t c = lane + 32 * u;
-    if (c < dh) out[c] = x.merge ? out[c] + acc[u] : acc[u];
-  }
+  store_row(dq + bh * x.q_stride + i * dh, acc, x.merge, dh, lane);
 }
 
 // dK_j = Σ_i dS_ij · Q_i and dV_j = Σ_i (P∘Z)_ij · dO_i over the queries that see key j, into dk, dv
@@ -186,22 +189,14 @@ __global__ void block_dkdv_kernel(float* dk, float* dv, const float* dout, const
       if (c < dh) dka[u] += t.ds * Q[i * dh + c], dva[u] += t.pz * dO[i * dh + c];
     }
   }
-  float* dk_row = dk + bh * x.k_stride + j * dh;
-  float* dv_row = dv + bh * x.k_stride + j * dh;
-#pragma unroll
-  for (int u = 0; u < kMaxLane; ++u) {
-    const int64_t c = lane + 32 * u;
-    if (c < dh) {
-      dk_row[c] = x.merge ? dk_row[c] + dka[u] : dka[u];
-      dv_row[c] = x.merge ? dv_row[c] + dva[u] : dva[u];
-    }
-  }
+  store_row(dk + bh * x.k_stride + j * dh, dka, x.merge, dh, lane);
+  store_row(dv + bh * x.k_stride + j * dh, dva, x.merge, dh, lane);
 }
 
 BlockArgs block_args(const FlashBlock& x, const AttentionDropout& drop, const char* what) {
-  if (x.dh < 1 || x.dh > kMaxBlockDh)
+  if (x.dh < 1 || x.dh > kFlashBlockMaxHeadDim)
     throw std::invalid_argument(std::string("CUDA: ") + what + ": head dimension " + std::to_string(x.dh) +
-                                " (the blocks' kernels take 1 to " + std::to_string(kMaxBlockDh) + ")");
+                                " (the blocks' kernels take 1 to " + std::to_string(kFlashBlockMaxHeadDim) + ")");
   check_flash_block(x);
   FlashShape shape;  // the mask's rows are the whole sequence's: S long
   shape.b = x.b, shape.a = x.a, shape.s = x.S, shape.dh = x.dh;
