@@ -23,6 +23,10 @@ int report_after_rank0(const std::string& command, const std::string& message, i
 // returns the exit status, or nullopt when the command may run.
 std::optional<int> refuse_several_ranks(const std::string& command);
 
+// Whether a flag (an option taking no value) is on: given as --flag or --flag=true, not --flag=false
+// (CLI11 counts that as given and keeps its text; the flag's callback ran only for a true value).
+inline bool flag_on(const CLI::Option* opt) { return opt && opt->count() > 0 && opt->as<bool>(); }
+
 // --overwrite, the same on every command that writes a file (core/output_path.hpp's rule (c)).
 void add_overwrite_flag(CLI::App& app, bool& overwrite);
 

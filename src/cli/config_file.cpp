@@ -3,6 +3,7 @@
 // by fuzzing). Anything outside the subset — tables, arrays, inline tables, dotted or quoted keys,
 // multi-line strings — is an error naming the line, never a guess.
 #include "cli/config_file.hpp"
+#include "cli/cli_util.hpp"
 
 #include <algorithm>
 
@@ -214,9 +215,6 @@ std::string value_of(const CLI::Option* opt) {
   const std::vector<std::string>& given = opt->results();
   return given.empty() ? std::string() : given.back();
 }
-// A flag given as --flag, --flag=true or --flag=false (CLI11 keeps the text; its callback ran only
-// for a true value), as the run took it.
-bool flag_value(const CLI::Option* opt) { return opt->count() > 0 && opt->as<bool>(); }
 }  // namespace
 
 std::string dump_config(const CLI::App& app, const std::vector<std::string>& derived) {
@@ -228,7 +226,7 @@ std::string dump_config(const CLI::App& app, const std::vector<std::string>& der
     if (!given && std::find(derived.begin(), derived.end(), key) != derived.end()) continue;
     std::string value;
     if (opt->get_expected_min() == 0) {  // a flag
-      value = flag_value(opt) ? "true" : "false";
+      value = flag_on(opt) ? "true" : "false";
     } else {
       value = value_of(opt);
       if (value.empty()) continue;
@@ -265,7 +263,7 @@ std::string given_flags(const CLI::App& app) {
     if (opt->count() == 0 || opt->get_lnames().empty() || skipped(opt->get_lnames().front())) continue;
     out += (out.empty() ? "--" : " --") + opt->get_lnames().front();
     if (opt->get_expected_min() == 0) {
-      if (!flag_value(opt)) out += "=false";
+      if (!flag_on(opt)) out += "=false";
       continue;
     }
     const std::string value = value_of(opt);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "cli/cli_util.hpp"
 #include "core/error.hpp"
 
 namespace lattice::cli {
@@ -330,11 +331,13 @@ void check_repeated_flags(const CLI::App& app, const std::vector<std::string>& a
 }
 
 namespace {
-// The last value of --`name` as given, or nullopt when not given (or not a flag of the command).
+// The last value of --`name` as given, or nullopt when not given (or not a flag of the command). A
+// flag (no value) counts as given when on: --flag=false says what not giving it says.
 std::optional<std::string> given(const CLI::App& app, const std::string& name) {
   const CLI::Option* opt = app.get_option_no_throw("--" + name);
   if (!opt || opt->count() == 0) return std::nullopt;
-  return opt->results().empty() ? std::string("true") : opt->results().back();
+  if (opt->get_expected_min() == 0) return flag_on(opt) ? std::optional<std::string>("true") : std::nullopt;
+  return opt->results().back();
 }
 // The value in effect: as given, else the default `fallback`.
 std::string in_effect(const CLI::App& app, const std::string& name, const std::string& fallback) {
@@ -359,7 +362,7 @@ void check_flag_conflicts(const CLI::App& app, std::string_view command) {
          {"moe-layer-freq", "moe-router-topk", "moe-ffn-hidden-size", "moe-router", "moe-expert-capacity-factor",
           "moe-no-drop", "moe-token-drop-policy", "moe-aux-loss-coeff", "moe-router-load-balancing-type", "moe-groups",
           "expert-dropout", "moe-init-scale"})
-      if (const auto v = given(app, moe_flag); v && !(std::string(moe_flag) == "moe-no-drop" && *v == "false"))
+      if (const auto v = given(app, moe_flag))
         fail("--" + std::string(moe_flag) + (*v == "true" ? std::string() : " " + *v) +
              ": the --moe-* and --expert-dropout flags need a Mixture-of-Experts model (--num-experts E; got " +
              (given(app, "num-experts") ? "--num-experts 0" : "none") + ")");

@@ -71,6 +71,14 @@ hostile "--use-distributed-optimizer --zero 3" 1 "--use-distributed-optimizer \(
   train "${MODEL[@]}" --steps 1 --use-distributed-optimizer --zero 3
 hostile "--moe-no-drop with a capacity factor" 1 "--moe-no-drop .* and --moe-expert-capacity-factor 2 contradict" -- \
   train "${MODEL[@]}" --steps 1 --num-experts 4 --moe-no-drop --moe-expert-capacity-factor 2
+# A flag given as false says what leaving it out says: no contradiction (these were refused).
+"$LATTICE" train "${MODEL[@]}" --steps 1 --use-distributed-optimizer=false --zero 0 2>/dev/null
+check "--use-distributed-optimizer=false --zero 0 is accepted" test $? -eq 0
+"$LATTICE" plan --layers 2 --hidden 64 --heads 4 --seq-len 16 --micro-batch 1 --use-distributed-optimizer=false \
+  --zero 2 >/dev/null 2>&1
+check "plan --use-distributed-optimizer=false --zero 2 is accepted" test $? -eq 0
+"$LATTICE" train "${MODEL[@]}" --steps 1 --num-experts 4 --moe-no-drop=false --moe-expert-capacity-factor 2 2>/dev/null
+check "--moe-no-drop=false with a capacity factor is accepted" test $? -eq 0
 # Another optimizer's hyperparameters, a validation size with no validation, a CP comm type on one
 # rank: each ran without them, its losses the same bits (third hostile pass).
 hostile "--beta1 with adafactor" 1 "--beta1 0.1 does not apply to --optimizer adafactor \(Adafactor reads --lr and --weight-decay" -- \
