@@ -439,8 +439,7 @@ ResumeState read_resume_state(const std::string& dir) {
   r.seed = seed.get<uint64_t>();
   r.updates_applied = state.contains("updates_applied") ? integer(state, "updates_applied", 0, r.step, where) : r.step;
   r.weight_versions = state.contains("weight_versions") ? int(integer(state, "weight_versions", 1, 2, where)) : 1;
-  if (state.contains("train") && state["train"].contains("global_batch"))
-    r.global_batch = integer(state["train"], "global_batch", 1, INT64_MAX / 2, where + " (train)");
+  if (state.contains("train")) r.train_settings = state["train"];
   if (state.contains("data_position") && state["data_position"].contains("shuffle")) {
     const nlohmann::json& sh = state["data_position"]["shuffle"];
     require(sh.is_boolean(), where + ": \"shuffle\" must be true or false");

@@ -74,7 +74,7 @@ struct ResumeState {
   int weight_versions = 1;  // PipeDream-2BW checkpoints: 2 (model_previous.safetensors)
   double loss_scale = 0;  // 0: not recorded (not an fp16 run)
   int64_t clean_steps = 0;
-  int64_t global_batch = 0;  // 0: not recorded
+  nlohmann::json train_settings;  // "train": the run's settings (train/resume_settings.hpp), null if none
   int shuffle = -1;          // -1: not recorded
   // The run's last step losses, oldest first ("recent_losses"): the loss-spike guard's window
   // (train/loss_spike_guard.hpp). Empty where not recorded (an older checkpoint).

@@ -395,6 +395,8 @@ void check_flag_conflicts(const CLI::App& app, std::string_view command) {
                                      "without momentum") +
                ")");
       }
+    require(!given(app, "override-schedule") || given(app, "resume"),
+            "--override-schedule applies to --resume only (a new run takes the given schedule anyway)");
     if (const auto batches = given(app, "eval-batches"); batches && number(in_effect(app, "eval-every", "0")) == 0)
       fail("--eval-batches " + *batches + " applies with --eval-every N only (no validation runs without it)");
     // A ring or all-to-all needs context-parallel ranks; a value that is neither is named by its parser.

@@ -256,6 +256,10 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
   app.add_option("--seed", t.seed, "seed of initialisation, data order and dropout")
       ->check(seed_range())
       ->capture_default_str();
+  app.add_flag("--override-schedule", t.override_schedule,
+               "with --resume: the given --lr, --min-lr, --lr-schedule, --warmup, --beta1, --beta2, --eps, "
+               "--weight-decay, --clip-grad and --loss-scale-window replace the checkpoint's, and the cosine decays "
+               "to --steps (without it a resume continues the run's schedule: flags not given take its values)");
   app.add_option("--init,--load", t.init, "start from weights: checkpoint dir, .safetensors or llm.c .bin");
   app.add_option("--save", t.save, "write a checkpoint directory at the end")
       ->transform([](const std::string& dir) { return directory_path(dir); }, "", "");

@@ -181,6 +181,8 @@ int run_train(int argc, char** argv) {
   train.settings = given_flags(app);  // printed once training starts (bad input stays one line)
   train.shuffle = shuffle == "on";
   train.seed_given = app.count("--seed") > 0;
+  for (const CLI::Option* opt : app.get_options())
+    if (opt->count() > 0 && !opt->get_lnames().empty()) train.given_settings.push_back(opt->get_lnames().front());
   train.zero_prefetch_given = app.count("--zero-prefetch") > 0;
   LayoutConfig resolved;
   try {

@@ -21,6 +21,9 @@ struct TrainConfig {
   double lr = 3e-3, min_lr = 3e-4;
   std::string lr_schedule = "cosine";
   int64_t warmup = 20;
+  // The cosine's last step: --steps, or a resumed run's own (train/resume_settings.hpp); 0 until the
+  // trainer resolves it.
+  int64_t decay_steps = 0;
   OptimizerConfig optim;
   double clip_grad = 1.0;  // 0 = off
   bool zero_prefetch = true;  // ZeRO-3: gather the next layer while this one computes
@@ -30,6 +33,10 @@ struct TrainConfig {
   bool shuffle = true;
   uint64_t seed = 1337;
   bool seed_given = false;  // --seed on the command line (a resume must not change it)
+  // The long names of the flags given (the command line or --config): a resume takes the
+  // checkpoint's value of the others (train/resume_settings.hpp).
+  std::vector<std::string> given_settings;
+  bool override_schedule = false;  // --override-schedule: a resume may change the schedule's values
   std::string init, save, resume;
   int64_t save_every = 0;
   bool save_every_auto = false;  // --save-every auto: Young/Daly's interval from --mtbf and the measured save cost

@@ -28,6 +28,7 @@
 #include "core/stage_partition.hpp"
 #include "report/step_report.hpp"
 #include "report/trace_writer.hpp"
+#include "train/resume_settings.hpp"
 
 namespace lattice {
 
@@ -114,6 +115,16 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
             "--tensor-model-parallel-size/--pipeline-model-parallel-size/--context-parallel-size above 1 need "
             "several processes: start with mpirun -np N");
   }
+  // A resume continues the run's settings (train/resume_settings.hpp): taken before the defaults
+  // below are resolved and the whole is validated.
+  checkpoint::ResumeState resume_state;
+  if (!config_.resume.empty()) {
+    resume_state = checkpoint::read_resume_state(config_.resume);
+    resumed_settings_ = resume_training_settings(config_, resume_state.train_settings, config_.resume);
+    const bool shuffle_given = std::ranges::find(config_.given_settings, "shuffle") != config_.given_settings.end();
+    if (!shuffle_given && resume_state.shuffle >= 0) config_.shuffle = resume_state.shuffle == 1;
+  }
+  if (config_.decay_steps == 0) config_.decay_steps = config_.steps;
   if (config_.global_batch == 0) config_.global_batch = config_.micro_batch * layout_.dp;
   validate_training(model_config_, layout_, config_);
   if (config_.threads > 0) omp_set_num_threads(config_.threads);
@@ -145,9 +156,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   };
   if (!config_.init.empty() && std::filesystem::is_directory(config_.init))
     require_trained_on_these_tokens(config_.init, " (prepare the data with --tokenizer-from " + config_.init + ")");
-  checkpoint::ResumeState resume_state;
   if (!config_.resume.empty()) {
-    resume_state = checkpoint::read_resume_state(config_.resume);
     require_trained_on_these_tokens(config_.resume, ": a run continues on its own tokens");
     const ModelConfig& saved = resume_state.model;
     require(checkpoint::model_config_json(saved) == checkpoint::model_config_json(model_config_),
@@ -158,11 +167,8 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
             "--seed " + std::to_string(config_.seed) + " differs from the seed of checkpoint " + config_.resume + " (" +
                 std::to_string(resume_state.seed) + "): a resume continues the run's own data order and dropout");
     config_.seed = resume_state.seed;
-    // The batch at a step is a function of (seed, step, global row): another batch size or order
-    // would silently repeat and skip data.
-    require(resume_state.global_batch == 0 || resume_state.global_batch == config_.global_batch,
-            "--global-batch " + std::to_string(config_.global_batch) + " differs from checkpoint " + config_.resume +
-                "'s (" + std::to_string(resume_state.global_batch) + "): a resume continues the run's data order");
+    // The batch at a step is a function of (seed, step, global row): another batch size (refused with
+    // the settings above) or order would silently repeat and skip data.
     require(resume_state.shuffle < 0 || resume_state.shuffle == (config_.shuffle ? 1 : 0),
             std::string("--shuffle ") + (config_.shuffle ? "on" : "off") + " differs from checkpoint " + config_.resume +
                 "'s: a resume continues the run's data order");
@@ -347,7 +353,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   // A resume filled the offloaded states through their mapping: those pages leave the resident set.
   if (OffloadedStates* file = optimizer_->offloaded()) file->drop_mapped_pages();
   timing_ = std::make_unique<StepTiming>(dist_, !config_.trace.empty(), config_.straggler_threshold);  // turns tracing on
-  schedule_ = LrSchedule{config_.lr_schedule, config_.lr, config_.min_lr, config_.warmup, config_.steps};
+  schedule_ = LrSchedule{config_.lr_schedule, config_.lr, config_.min_lr, config_.warmup, config_.decay_steps};
 }
 
 Trainer::~Trainer() = default;
@@ -679,6 +685,9 @@ int Trainer::run() {
   if (log && !config_.json && !config_.settings.empty())
     std::fprintf(stderr, "lattice train: settings: %s (--dump-config prints every setting as TOML)\n",
                  config_.settings.c_str());
+  if (log && !config_.json && !resumed_settings_.empty())
+    std::fprintf(stderr, "lattice train: resumed with checkpoint %s's %s (flags not given take the run's values)\n",
+                 config_.resume.c_str(), resumed_settings_.c_str());
   if (run_log_) {
     nlohmann::json start = start_record(world);
     start["peak_flops"] = peak.total > 0 ? nlohmann::json(peak.rank.flops) : nlohmann::json(nullptr);

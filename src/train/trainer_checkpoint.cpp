@@ -11,6 +11,7 @@
 #include "core/stage_partition.hpp"
 #include "core/version.hpp"
 #include "train/checkpoint_stream.hpp"
+#include "train/resume_settings.hpp"
 #include "train/trainer.hpp"
 
 namespace lattice {
@@ -22,8 +23,7 @@ void Trainer::stage_save(const std::string& dir, bool background) {
                           {"model", checkpoint::model_config_json(model_config_)},
                           {"data_position", {{"step", step_}, {"shuffle", config_.shuffle}}},
                           {"generator", {{"kind", "philox4x32-10"}, {"seed", config_.seed}, {"step", step_}}},
-                          {"train", {{"micro_batch", config_.micro_batch}, {"global_batch", config_.global_batch},
-                                     {"lr", config_.lr}, {"lr_schedule", config_.lr_schedule}}},
+                          {"train", training_settings_json(config_)},
                           {"layout", {{"tp", layout_.tp}, {"pp", layout_.pp}, {"dp", layout_.dp}, {"ep", layout_.ep}, {"cp", layout_.cp},
                                       {"params_dtype", to_string(layout_.params_dtype)},
                                       {"sequence_parallel", layout_.sequence_parallel},

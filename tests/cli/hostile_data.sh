@@ -41,14 +41,14 @@ PROTECT=plain hostile "save into a directory of other files" 1 "cannot save to p
 # NaN finds the checkpoint of step 2 that the sane run promoted.
 "$LATTICE" "${SMALL[@]}" --steps 2 --save boom 2>/dev/null
 sum_before=$(md5sum boom/model.safetensors)
-"$LATTICE" "${SMALL[@]}" --steps 30 --resume boom --lr 1e4 --warmup 0 --lr-schedule constant --clip-grad 0 \
+"$LATTICE" "${SMALL[@]}" --steps 30 --resume boom --override-schedule --lr 1e4 --warmup 0 --lr-schedule constant --clip-grad 0 \
   --save-every 1 --save boom --json > boom.jsonl 2> boom.err
 check "lr 1e4 blows up under --save-every 1: exit 1" test $? -eq 1
 check "the last line names the NaN and the checkpoint kept" grep -qE "loss is NaN at step [0-9]+: .*the checkpoint in boom holds step 2" <(tail -1 boom.err)
 check "every other line is a refused promotion" test "$(head -n -1 boom.err | grep -vc 'was not promoted')" -eq 0
 check "the checkpoint is the sane run's, byte for byte" test "$(md5sum boom/model.safetensors)" = "$sum_before"
 check "the checkpoint's trainer.json says step 2" grep -q '"step": 2' boom/trainer.json
-"$LATTICE" "${SMALL[@]}" --steps 4 --resume boom --lr 1e-3 --json > resumed.jsonl 2>/dev/null
+"$LATTICE" "${SMALL[@]}" --steps 4 --resume boom --override-schedule --lr 1e-3 --json > resumed.jsonl 2>/dev/null
 check "resuming from it trains (finite losses)" python3 -c "
 import json, math, sys
 d = [json.loads(l) for l in open('resumed.jsonl') if '\"step\"' in l and '\"event\":\"step\"' in l]

@@ -25,7 +25,7 @@ check "a sane run saves" test -s ck/model.safetensors
 check "trainer.json records the run's step losses" test "$(losses ck/trainer.json)" = \
   "$("$PY" -c "import json; print([r['loss'] for r in map(json.loads, open('sane.jsonl')) if r.get('event') == 'step'])")"
 digest ck > ck.before
-"$LATTICE" train "${MODEL[@]}" --steps 6 --lr 1e6 --resume ck --save ck --json > spike.jsonl 2> spike.err
+"$LATTICE" train "${MODEL[@]}" --steps 6 --lr 1e6 --override-schedule --resume ck --save ck --json > spike.jsonl 2> spike.err
 status=$?
 check "an exploded final save: exit 1 (got $status)" test "$status" -eq 1
 check "one line says why" test "$(wc -l < spike.err)" -eq 1
@@ -37,7 +37,7 @@ assert len(r) == 1 and r[0]['step'] == 6 and r[0]['kept_step'] == 4 and r[0]['lo
 check "the kept checkpoint is byte-identical" diff -q <(digest ck) ck.before
 # A save every step: each exploded one is refused with a warning and training goes on.
 cp -r ck ck_every
-"$LATTICE" train "${MODEL[@]}" --steps 7 --lr 1e6 --resume ck_every --save ck_every --save-every 1 2> every.err
+"$LATTICE" train "${MODEL[@]}" --steps 7 --lr 1e6 --override-schedule --resume ck_every --save ck_every --save-every 1 2> every.err
 check "--save-every: refusals are warnings, the run goes on" test "$(grep -c 'warning: the checkpoint of step' every.err)" -ge 1
 check "--save-every: the checkpoint still holds step 4" diff -q <(digest ck_every | sed 's/ck_every/ck/') ck.before
 # The window survives a resume: the resumed run's checkpoint holds the first run's losses, then its own.

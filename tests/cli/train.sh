@@ -40,6 +40,30 @@ check "resume is bit-exact" test "$(json_field straight.jsonl "[x['loss'] for x 
 check "saving does not change training" test "$(json_field straight.jsonl "[x['loss'] for x in d[:6]]")" = \
   "$(json_field first.jsonl "[x['loss'] for x in d[:6]]")"
 
+# A resume continues the run's own settings: a flag not given takes the checkpoint's value (not the
+# flag's default), one given otherwise is refused unless --override-schedule says so, and the
+# cosine keeps the run's horizon (a longer --steps holds --min-lr past it).
+"$LATTICE" train "${SMALL[@]}" --steps 3 --lr 0.01 --warmup 1 --save sched 2>/dev/null
+"$LATTICE" train "${SMALL[@]}" --steps 5 --resume sched --json > kept.jsonl 2> kept.err
+check "resume without --lr: steps 4 and 5 at the run's --min-lr (its cosine ended at step 3)" \
+  test "$(json_field kept.jsonl "[x['lr'] for x in d if x['event'] == 'step']")" = "[0.0003, 0.0003]"
+"$LATTICE" train "${SMALL[@]}" --steps 5 --resume sched > /dev/null 2> kept.err
+check "the start names what the resume took from the checkpoint" grep -q "resumed with checkpoint sched's --lr 0.01 --warmup 1 (" kept.err
+"$LATTICE" train "${SMALL[@]}" --resume sched > /dev/null 2> kept.err
+check "resume without --steps: the run's own end" grep -q "no step trained (the run is at step 3 of --steps 3)" kept.err
+expect_error "a resume with another --lr" "--lr 0.02 differs from checkpoint sched's 0.01: a resume continues the run's schedule" \
+  train "${SMALL[@]}" --steps 5 --resume sched --lr 0.02
+expect_error "a resume with another --beta2" "--beta2 0.99 differs from checkpoint sched's 0.95" \
+  train "${SMALL[@]}" --steps 5 --resume sched --beta2 0.99
+expect_error "--override-schedule on a new run" "--override-schedule applies to --resume only" \
+  train "${SMALL[@]}" --steps 5 --override-schedule
+"$LATTICE" train "${SMALL[@]}" --steps 5 --resume sched --lr 0.02 --override-schedule --json > over.jsonl 2>/dev/null
+check "--override-schedule: the given --lr's cosine over the new --steps (warmup 1, the run's)" python3 -c "
+import json, math, sys
+lr = [x['lr'] for x in map(json.loads, open('over.jsonl')) if x.get('event') == 'step']
+want = [3e-4 + 0.5 * (0.02 - 3e-4) * (1 + math.cos(math.pi * (t - 1) / 4)) for t in (4, 5)]
+sys.exit(not (len(lr) == 2 and all(abs(a - b) <= 1e-12 * b for a, b in zip(lr, want))))"
+
 # eval and sample.
 "$LATTICE" eval --checkpoint ck --data data/val.bin --batches 2 --micro-batch 2 --json > eval.jsonl 2>/dev/null
 check "eval event" test "$(json_field eval.jsonl "d[0]['event'] == 'eval' and d[0]['tokens'] == 2*2*32 and d[0]['loss'] > 0")" = True

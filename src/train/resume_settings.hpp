@@ -1,0 +1,26 @@
+#pragma once
+// The training settings a resume continues (docs/reliability.md, "Resuming a run"): what trainer.json's
+// "train" records of the run (schedule, optimizer, batch, length), and how a resumed run takes them.
+// A flag not given on the resume takes the checkpoint's value, so `--resume ck` alone continues the run
+// as it was, not under the flags' defaults. A flag given with another value is refused, except those a
+// resume may change: --steps and --micro-batch always, and the schedule's and optimizer's
+// hyperparameters with --override-schedule. The data order (--global-batch) and the optimizer's kind
+// (its states) never change on a resume.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "train/train_config.hpp"
+
+namespace lattice {
+
+// The settings of `config` as trainer.json's "train" records them.
+nlohmann::json training_settings_json(const TrainConfig& config);
+
+// Applies `saved` (trainer.json's "train" of checkpoint `checkpoint`) to `config` as above; a setting
+// the checkpoint does not record (an older one) stays as given. Throws InputError naming the flag,
+// both values and the remedy. Returns the settings taken from the checkpoint that differ from the
+// flags' defaults, as flags ("--lr 0.01 --warmup 2"), empty when none.
+std::string resume_training_settings(TrainConfig& config, const nlohmann::json& saved, const std::string& checkpoint);
+
+}  // namespace lattice
