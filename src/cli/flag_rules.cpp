@@ -317,7 +317,7 @@ void check_repeated_flags(const CLI::App& app, const std::vector<std::string>& a
     static const std::set<std::string> kPathFlags = {"data", "save", "init", "resume", "report-dir", "trace",
                                                      "checkpoint", "offload-optimizer", "offload-params", "out",
                                                      "input", "html", "svg", "config", "from-trace", "hardware",
-                                                     "tokenizer-from"};
+                                                     "tokenizer-from", "hostfile", "mpirun"};
     const bool path = !opt->get_lnames().empty() && kPathFlags.count(opt->get_lnames().front());
     std::string value;
     if (eq != std::string::npos) value = args[i].substr(eq + 1);

@@ -46,6 +46,21 @@ namespace {
 using launch::Host;
 using launch::JobResult;
 
+// The longest output line the launcher reads (for step and rank-lost records); past it, bytes pass on unread.
+constexpr size_t kLongestLine = size_t(1) << 20;
+
+// A lattice run log: a file whose first line is a run's start or step record (as train's own check).
+bool is_run_log(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string first(65536, '\0');  // a record's first line is far shorter
+  in.read(first.data(), std::streamsize(first.size()));
+  first.resize(size_t(std::max<std::streamsize>(0, in.gcount())));
+  first = first.substr(0, first.find('\n'));
+  const nlohmann::json j = nlohmann::json::parse(first, nullptr, false);
+  const std::string event = j.is_object() && j.contains("event") && j["event"].is_string() ? j["event"].get<std::string>() : "";
+  return event == "start" || event == "step";
+}
+
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -154,7 +169,6 @@ class MpirunLauncher final : public launch::Launcher {
     restart_at_ = now_s();
     failed_progress_at_ = last_progress_before;
     awaiting_first_step_ = true;
-    relaunching_ = true;
   }
   double last_progress() const { return last_progress_; }
 
@@ -163,7 +177,8 @@ class MpirunLauncher final : public launch::Launcher {
       std::printf("%s\n", event.dump().c_str());
       std::fflush(stdout);
     }
-    if (!report_log_.empty()) {
+    // Only into the run log train made or took on: never a file of the user's, nor one train refused.
+    if (!report_log_.empty() && is_run_log(report_log_)) {
       std::ofstream log(report_log_, std::ios::app);
       if (log) log << event.dump() << "\n";
     }
@@ -185,8 +200,7 @@ class MpirunLauncher final : public launch::Launcher {
     argv.push_back("train");
     argv.insert(argv.end(), args.begin(), args.end());
 
-    if (relaunching_) wait_for_save_lock();
-    if (g_signal != 0) {  // interrupted while waiting: no job is started
+    if (g_signal != 0) {  // interrupted between jobs: no job is started
       unlink(hostfile);
       job.interrupted = true, job.interrupt_signal = g_signal, job.exit_status = 128 + g_signal;
       return job;
@@ -197,6 +211,7 @@ class MpirunLauncher final : public launch::Launcher {
     if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0)
       throw std::runtime_error("cannot create pipes");
     const double started = now_s();
+    save_lock_ = DirLock();  // held since the job before ended: the job's rank 0 takes it
     const pid_t pid = spawn_tied_child(argv, out_pipe[1], err_pipe[1], "lattice launch", &g_job_group);
     close(out_pipe[1]);
     close(err_pipe[1]);
@@ -205,10 +220,17 @@ class MpirunLauncher final : public launch::Launcher {
     double last_line = started;
     last_progress_ = started;
     std::string pending[2];
+    bool inside_long_line[2] = {false, false};
     bool open_fd[2] = {true, true};
     const int fds[2] = {out_pipe[0], err_pipe[0]};
     std::optional<int> status;
     double reaped_at = 0, term_sent = 0, interrupted_at = 0;
+    auto pass_raw = [&](int which, const std::string& bytes) {
+      std::FILE* to = which == 0 ? stdout : stderr;
+      std::fwrite(bytes.data(), 1, bytes.size(), to);
+      std::fflush(to);
+      last_line = now_s();
+    };
     auto line_seen = [&](int which, const std::string& line, bool whole = true) {
       if (which == 0 && !whole) {
         // The job's last stdout line, cut by its end (a rank killed mid-write): on stderr, said so,
@@ -263,14 +285,29 @@ class MpirunLauncher final : public launch::Launcher {
         if (got <= 0) {
           if (got < 0 && errno == EINTR) continue;
           open_fd[i] = false;
-          if (!pending[i].empty()) line_seen(i, pending[i], false);
+          if (inside_long_line[i]) pass_raw(i, pending[i] + "\n");
+          else if (!pending[i].empty()) line_seen(i, pending[i], false);
           pending[i].clear();
           continue;
         }
+        const size_t scanned = pending[i].size();
         pending[i].append(buf, size_t(got));
-        for (size_t nl; (nl = pending[i].find('\n')) != std::string::npos;) {
-          line_seen(i, pending[i].substr(0, nl));
-          pending[i].erase(0, nl + 1);
+        size_t from = 0;
+        for (size_t nl = scanned; (nl = pending[i].find('\n', nl)) != std::string::npos; from = ++nl) {
+          if (inside_long_line[i]) {  // the end of a line passed on raw: raw too
+            pass_raw(i, pending[i].substr(from, nl + 1 - from));
+            inside_long_line[i] = false;
+          } else {
+            line_seen(i, pending[i].substr(from, nl - from));
+          }
+        }
+        pending[i].erase(0, from);
+        // A line past kLongestLine (a progress bar of carriage returns, a stream with no newline) is
+        // passed on as it comes, unread, not held: the launcher's memory stays bounded.
+        if (pending[i].size() > kLongestLine) {
+          pass_raw(i, pending[i]);
+          pending[i].clear();
+          inside_long_line[i] = true;
         }
       }
       const double now = now_s();
@@ -314,6 +351,7 @@ class MpirunLauncher final : public launch::Launcher {
     job.interrupted = g_signal != 0;
     job.interrupt_signal = g_signal;
     job.seconds_since_progress = now_s() - last_progress_;
+    hold_save_lock();
     return job;
   }
 
@@ -322,18 +360,20 @@ class MpirunLauncher final : public launch::Launcher {
   bool json_;
   std::string report_log_;
   double last_progress_ = 0, restart_at_ = 0, failed_progress_at_ = 0;
-  bool awaiting_first_step_ = false, relaunching_ = false;
+  bool awaiting_first_step_ = false;
+  DirLock save_lock_;  // --save's, held between jobs
 
-  // Before a relaunch: --save's lock free (docs/reliability.md), so that no rank of the job before,
-  // on another host or still ending here, is writing the checkpoint the relaunch resumes from. Waits
-  // up to 30 s; past that the relaunch runs, and train refuses in one line naming the holder.
-  void wait_for_save_lock() const {
+  // After a job: --save's lock, held until the next job starts (docs/recovery.md), so that no other
+  // run writes the checkpoint the relaunch resumes from in between, and taken only once every rank
+  // of the job before (on another host, or still ending here) has let go of it. Waits up to 30 s;
+  // past that the relaunch runs, and train refuses in one line naming the holder.
+  void hold_save_lock() {
     if (flags_.save.empty()) return;
     const double until = now_s() + 30;
     for (bool said = false;; said = true) {
       try {
-        DirLock probe(flags_.save, "--save");
-        return;  // free: let go at once (the relaunch takes it)
+        save_lock_ = DirLock(flags_.save, "--save");
+        return;
       } catch (const InputError& e) {
         const bool held = std::string(e.what()).find("being written by another lattice run") != std::string::npos;
         if (!held || now_s() >= until || g_signal != 0) return;  // another cause: train will name it
@@ -380,15 +420,24 @@ bool runnable(const std::string& program) {
   return false;
 }
 
-// The promoted checkpoint's step: trainer.json in --save (nullopt when none was saved yet).
-std::optional<int64_t> checkpoint_step(const std::string& dir) {
-  std::ifstream in(dir + "/trainer.json");
-  if (!in) return std::nullopt;
-  try {
-    const nlohmann::json j = nlohmann::json::parse(in);
-    if (j.contains("step") && j["step"].is_number_integer()) return j["step"].get<int64_t>();
-  } catch (const std::exception&) {
-  }
+// trainer.json of the checkpoint in `dir` as bytes (empty: none): what tells one promoted checkpoint
+// from another (its step, losses and settings).
+std::string checkpoint_identity(const std::string& dir) {
+  std::ifstream in(dir + "/trainer.json", std::ios::binary);
+  std::string text(size_t(1) << 20, '\0');
+  in.read(text.data(), std::streamsize(text.size()));
+  text.resize(size_t(std::max<std::streamsize>(0, in.gcount())));
+  return text;
+}
+
+// The step of the checkpoint in `dir` promoted since the launch began (its trainer.json is not the one
+// found then): nullopt when this run has saved none, so that a restart never resumes from an older
+// run's checkpoint that --save named.
+std::optional<int64_t> checkpoint_step(const std::string& dir, const std::string& found_at_start) {
+  const std::string text = checkpoint_identity(dir);
+  if (text.empty() || text == found_at_start) return std::nullopt;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) return j["step"].get<int64_t>();
   return std::nullopt;
 }
 
@@ -456,6 +505,10 @@ int run_launch(int argc, char** argv) {
   require(launch::total_slots(hosts) >= f.min_ranks,
           "the hostfile's " + std::to_string(launch::total_slots(hosts)) + " slot(s) are fewer than --min-ranks " +
               std::to_string(f.min_ranks));
+  // A relaunch resumes in --init's place, and only a flag of the command line can be taken out of it.
+  require(train.init.empty() || launch::flag_value(train_args, {"--init", "--load"}),
+          "--init " + train.init + " given by --config " + config_path +
+              ": under launch give it on the command line (a restart resumes in its place)");
   require(runnable(f.mpirun), "--mpirun " + f.mpirun + " (or $MPIEXEC) is not a program this machine can run");
   f.save = train.save;
   if (tapp.count("--vocab") == 0) model.vocab = data::load_tokenizer(train.data_dir).vocab();
@@ -493,7 +546,8 @@ int run_launch(int argc, char** argv) {
   launch::Environment env;
   env.answers = [&](const Host& h) { return host_answers(h, f.probe_timeout); };
   env.local = [](const Host& h) { return launch::is_local_host(h.name, this_hostname()); };
-  env.checkpoint_step = [&] { return checkpoint_step(train.save); };
+  const std::string found_at_start = checkpoint_identity(train.save);
+  env.checkpoint_step = [&] { return checkpoint_step(train.save, found_at_start); };
   env.plan = [&](int ranks, int slots_per_host) {
     plan::PlanRequest base;
     base.model = model;
@@ -521,6 +575,7 @@ int run_launch(int argc, char** argv) {
   options.min_ranks = f.min_ranks;
   options.max_restarts = f.max_restarts;
   options.save_dir = train.save;
+
   return launch::supervise(hosts, train_args, first, global_batch, options, launcher, env);
 }
 

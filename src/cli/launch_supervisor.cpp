@@ -36,6 +36,23 @@ std::optional<long long> whole(const std::string& text, long long lo, long long 
   return v;
 }
 
+// A word of the hostfile as a message shows it: control bytes (a NUL cut the line) as \xNN, at most
+// 80 bytes.
+std::string printable(const std::string& word) {
+  std::string out;
+  for (size_t i = 0; i < word.size() && i < 80; ++i) {
+    const unsigned char c = static_cast<unsigned char>(word[i]);
+    if (c >= 0x20 && c != 0x7f) {
+      out += char(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return word.size() > 80 ? out + "..." : out;
+}
+
 std::string joined(const std::vector<std::string>& items, const char* sep) {
   std::string out;
   for (const auto& s : items) out += (out.empty() ? "" : sep) + s;
@@ -64,18 +81,29 @@ std::vector<Host> parse_hostfile(const std::string& text, const std::string& pat
     std::istringstream words(line);
     Host host;
     words >> host.name;
+    // A host's name or address (user@ as mpirun takes it), never an option: the remote agent is
+    // given it as an argument, and "-oProxyCommand=..." would be one of ssh's.
+    const bool name_ok = std::isalnum(static_cast<unsigned char>(host.name[0])) &&
+                         std::all_of(host.name.begin(), host.name.end(), [](char c) {
+                           return std::isalnum(static_cast<unsigned char>(c)) ||
+                                  (c != '\0' && std::strchr("._:@%-", c) != nullptr);
+                         });
+    if (!name_ok)
+      throw InputError(where + "'" + printable(host.name) +
+                       "' is not a host name or address (letters, digits and . _ : @ % -, starting with a letter "
+                       "or digit)");
     bool slots_given = false, max_given = false;
     int max_slots = 0;
     for (std::string word; words >> word;) {
       const size_t eq = word.find('=');
       const std::string key = word.substr(0, eq), value = eq == std::string::npos ? "" : word.substr(eq + 1);
       if (key != "slots" && key != "max_slots" && key != "max-slots")
-        throw InputError(where + "'" + word + "' is not slots=N or max_slots=N");
+        throw InputError(where + "'" + printable(word) + "' is not slots=N or max_slots=N");
       bool& given = key == "slots" ? slots_given : max_given;
       if (given) throw InputError(where + key + " is given twice");  // mpirun would take one, silently
       given = true;
       const auto n = whole(value, 1, 1 << 20);
-      if (!n) throw InputError(where + key + " must be a whole number from 1 to 1048576 (got '" + value + "')");
+      if (!n) throw InputError(where + key + " must be a whole number from 1 to 1048576 (got '" + printable(value) + "')");
       if (key == "slots") host.slots = int(*n);
       else max_slots = int(*n);
     }
@@ -379,7 +407,7 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
   // What the promoted checkpoint holds, as every stop line ends.
   const auto kept_text = [&](const std::optional<int64_t>& saved) {
     return saved ? "the checkpoint in " + options.save_dir + " holds step " + std::to_string(*saved)
-                 : std::string("no checkpoint was saved yet");
+                 : std::string("this run saved no checkpoint yet");
   };
   const auto stop_interrupted = [&](int signal) {
     env.say("lattice launch: interrupted before the next job started; " + kept_text(env.checkpoint_step()));

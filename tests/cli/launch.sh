@@ -40,6 +40,13 @@ usage "--min-ranks above the slots" 1 "the hostfile's 2 slot(s) are fewer than -
   --hostfile hosts --min-ranks 5 -- train "${MODEL[@]}" --steps 2 --save ck
 usage "no such mpirun" 1 "--mpirun /nonexistent/mpirun (or \$MPIEXEC) is not a program this machine can run" \
   --hostfile hosts --mpirun /nonexistent/mpirun -- train "${MODEL[@]}" --steps 2 --save ck
+# A host name that is an option of the remote agent (ssh ran "-oProxyCommand=..." as one), and a
+# hostfile given twice (the last one won, silently).
+printf -- '-oProxyCommand=touch${IFS}pwned slots=1\n' > option_hosts
+usage "a host name that is an option" 1 "option_hosts:1: '-oProxyCommand=touch\${IFS}pwned' is not a host name" \
+  --hostfile option_hosts -- train "${MODEL[@]}" --steps 2 --save ck
+check "a host name that is an option: nothing ran" test ! -e pwned
+usage "--hostfile twice" 2 "--hostfile given twice" --hostfile hosts --hostfile alias_hosts -- train "${MODEL[@]}" --steps 2 --save ck
 check "refused runs wrote nothing" test ! -e ck
 
 # The job's own failure (bad input: exit 1) is passed on, not restarted.
@@ -81,6 +88,51 @@ check "--max-restarts 0: one stop line naming the checkpoint" \
 held=$(grep -oE 'holds step [0-9]+$' stopped.err | grep -oE '[0-9]+$')
 check "--max-restarts 0: the checkpoint is intact at step $held" \
   "$LATTICE" eval --checkpoint ck_stopped --data data/val.bin
+
+# kill_at NAME STEPS TRAIN_FLAGS...: a 2-rank run of 30 steps, one rank killed after STEPS steps.
+kill_at() {
+  local name=$1 steps=$2; shift 2
+  "${L[@]}" -- train "${MODEL[@]}" --steps 30 --save "ck_$name" --comm-timeout 5 "$@" > "$name.jsonl" 2> "$name.err" &
+  local pid=$!
+  for _ in $(seq 1 300); do [ "$(grep -c '"event":"step"' "$name.jsonl")" -ge "$steps" ] && break; sleep 0.1; done
+  kill -KILL "$(pgrep -f -- "--save ck_$name" | grep -v "^$pid$" | xargs -r ps -o pid=,comm= -p | awk '$2 == "lattice" {print $1}' | tail -1)"
+  wait "$pid"
+  STATUS=$?
+}
+# A restart before the run's first save starts again from step 0: the checkpoint --save held when the
+# launch began is an older run's (it resumed from it, another run's weights and schedule).
+"$LATTICE" train "${MODEL[@]}" --steps 2 --save ck_stale > /dev/null 2>&1
+kill_at stale 3 --save-every 100
+check "a restart before the first save: exit 0 (got $STATUS)" test "$STATUS" -eq 0
+check "a restart before the first save: from step 0, not the older run's checkpoint" \
+  grep -q "^lattice launch: restart 1 .*; from step 0 (no checkpoint saved yet)" stale.err
+check "a restart before the first save: the relaunch trains steps 1 to 30" python3 -c "
+import json; s = [r['step'] for r in map(json.loads, open('stale.jsonl')) if r.get('event') == 'step']
+i = max(k for k in range(len(s)) if s[k] == 1); assert s[i:] == list(range(1, 31)), s"
+# --init from --config: a restart could not take it out (train refused it beside --resume and the run
+# stopped): refused before the first job.
+"$LATTICE" train "${MODEL[@]}" --steps 2 --save ck_seed > /dev/null 2>&1
+printf 'init = "ck_seed"\n' > init.toml
+usage "--init from --config" 1 "--init ck_seed given by --config init.toml: under launch give it on the command line" \
+  --hostfile hosts -- train "${MODEL[@]}" --steps 2 --save ck_cfginit --config init.toml
+check "--init from --config: nothing ran" test ! -e ck_cfginit
+
+# Fake mpiruns: a lost job with a report directory whose run.jsonl is the user's file (train refuses
+# it; the launcher appended its restart records), and a job printing 64 MiB without a newline (the
+# launcher held it all, rescanning it at each read: quadratic, 436 MB held for 30 s of output).
+mkdir -p fake userdir
+printf '#!/bin/sh\nexit 3\n' > fake/lost; chmod +x fake/lost
+echo "my notes" > userdir/run.jsonl
+"$LATTICE" launch --hostfile hosts --mpirun fake/lost --max-restarts 1 -- train "${MODEL[@]}" --steps 2 --save ck_fake \
+  --report-dir userdir > /dev/null 2>&1
+check "a user's run.jsonl: untouched by the launcher's records" test "$(cat userdir/run.jsonl)" = "my notes"
+printf '#!/bin/sh\nhead -c 67108864 /dev/zero | tr "\\0" x\n' > fake/noline; chmod +x fake/noline
+/usr/bin/time -f %M -o noline.rss "$LATTICE" launch --hostfile hosts --mpirun fake/noline --max-restarts 0 -- \
+  train "${MODEL[@]}" --steps 2 --save ck_noline > noline.out 2>/dev/null
+check "64 MiB without a newline: passed on whole" test "$(wc -c < noline.out)" -eq 67108865
+# The launcher's own memory (about 15 MiB here) and its 1 MiB line buffer, far below the 64 MiB it held.
+check "64 MiB without a newline: the launcher stays below 40 MiB (max RSS $(cat noline.rss) KiB)" \
+  test "$(tail -1 noline.rss)" -lt 40960
 
 # start_run NAME STEPS FLAGS...: launch a 2-rank run in the background until STEPS steps are out.
 start_run() {

@@ -402,7 +402,7 @@ TEST(LaunchSupervisor, StopsWhenNoLayoutFits) {
   Environment env = w.env();
   env.plan = [](int, int) -> Layout { throw InputError("no layout fits 2 rank(s)"); };
   EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, env), kExitRankLost);
-  EXPECT_EQ(w.lines.back(), "lattice launch: stopping: no layout fits 2 rank(s); no checkpoint was saved yet");
+  EXPECT_EQ(w.lines.back(), "lattice launch: stopping: no layout fits 2 rank(s); this run saved no checkpoint yet");
 }
 
 TEST(LaunchSupervisor, ACrashIsPassedOnNotRestarted) {
