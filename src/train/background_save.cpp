@@ -37,6 +37,9 @@ void BackgroundSave::run() {
     staged_->sync();  // on disk before the training thread is told: its commit only swaps
   } catch (...) {
     error_ = std::current_exception();
+    // Its temporary directory goes now, not when the object does: a rank that reports the error under
+    // several processes aborts them all (MPI_Abort), and no destructor runs after that.
+    staged_.reset();
   }
   write_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   done_.store(true, std::memory_order_release);

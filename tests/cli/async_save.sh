@@ -73,6 +73,20 @@ for layout in "--tensor-model-parallel-size 2" "--pipeline-model-parallel-size 2
   done
   check "async, $layout: the synchronous save's files" same_files "ck_${name}_async" "ck_${name}_sync"
 done
+# A full disk under two ranks: the rank that reports it aborts the job (MPI_Abort: no destructor runs),
+# so the failed save's temporary directory must be gone before the error is reported.
+if mkdir -p small && mount -t tmpfs -o size=2200k tmpfs small 2>/dev/null; then
+  mpirun --oversubscribe -np 2 "$LATTICE" train "${MODEL[@]}" --layers 2 --hidden 64 --heads 4 --micro-batch 2 \
+    --global-batch 4 --steps 20 --save small/ck --save-every 5 --async-save > /dev/null 2> small.err
+  status=$?
+  check "async, two ranks, a full disk: the job fails (exit $status)" test "$status" -ne 0
+  check "async, two ranks, a full disk: says so" grep -q "No space left on device" small.err
+  check "async, two ranks, a full disk: no temporary directory left ($(ls small | tr '\n' ' '))" \
+    test -z "$(ls -a small | grep -e '\.tmp-' -e 'lattice-trash')"
+  umount small
+else
+  echo "skipped: the full-disk case needs a tmpfs mount (root)"
+fi
 # The loss-spike guard still decides: exploded weights are not promoted, the good checkpoint stays.
 "$LATTICE" train "${MODEL[@]}" --steps 4 --lr 1e-3 --save guard > /dev/null 2>&1
 cp -r guard guard.before
