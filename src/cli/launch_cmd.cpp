@@ -81,13 +81,6 @@ std::string this_hostname() {
   return name;
 }
 
-std::vector<std::string> words_of(const std::string& text) {
-  std::istringstream in(text);
-  std::vector<std::string> out;
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
-
 int exit_status_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
@@ -384,27 +377,6 @@ class MpirunLauncher final : public launch::Launcher {
   }
 };
 
-// localhost answers; another host answers when its remote agent (mpirun's plm_rsh_agent, else
-// ssh) runs `true` there within the probe timeout.
-bool host_answers(const Host& host, double timeout) {
-  if (launch::is_local_host(host.name, this_hostname())) return true;
-  const char* agent = std::getenv("OMPI_MCA_plm_rsh_agent");
-  std::vector<std::string> argv = words_of(agent && *agent ? agent : "ssh");
-  if (argv.empty()) argv = {"ssh"};
-  if (std::filesystem::path(argv[0]).filename() == "ssh")
-    argv.insert(argv.end(), {"-o", "BatchMode=yes", "-o", "ConnectTimeout=" + std::to_string(int(timeout))});
-  argv.insert(argv.end(), {host.name, "true"});
-  const pid_t pid = spawn_tied_child(argv, -1, -1, "lattice launch");
-  if (pid < 0) return false;
-  const std::optional<int> status = wait_for(pid, timeout, /*interruptible=*/true);
-  if (!status) {
-    kill(-pid, SIGKILL);
-    wait_for(pid, 5);
-    return false;
-  }
-  return *status == 0;
-}
-
 // Whether `program` runs here: a path to an executable file, or a name found so on PATH.
 bool runnable(const std::string& program) {
   if (program.empty()) return false;
@@ -419,6 +391,32 @@ bool runnable(const std::string& program) {
     if (!d.empty() && executable(d + "/" + program)) return true;
   return false;
 }
+
+// localhost answers; another host answers when its remote agent (mpirun's plm_rsh_agent, else
+// ssh) runs `true` there within the probe timeout.
+bool host_answers(const Host& host, double timeout, const std::vector<std::string>& mpi_args) {
+  if (launch::is_local_host(host.name, this_hostname())) return true;
+  // The agent mpirun will use: the first of its alternatives that runs here.
+  std::vector<std::string> argv = {"ssh"};
+  for (const std::vector<std::string>& agent : launch::remote_agents(mpi_args, std::getenv("OMPI_MCA_plm_rsh_agent")))
+    if (runnable(agent[0])) {
+      argv = agent;
+      break;
+    }
+  if (std::filesystem::path(argv[0]).filename() == "ssh")
+    argv.insert(argv.end(), {"-o", "BatchMode=yes", "-o", "ConnectTimeout=" + std::to_string(int(timeout))});
+  argv.insert(argv.end(), {host.name, "true"});
+  const pid_t pid = spawn_tied_child(argv, -1, -1, "lattice launch");
+  if (pid < 0) return false;
+  const std::optional<int> status = wait_for(pid, timeout, /*interruptible=*/true);
+  if (!status) {
+    kill(-pid, SIGKILL);
+    wait_for(pid, 5);
+    return false;
+  }
+  return *status == 0;
+}
+
 
 // trainer.json of the checkpoint in `dir` as bytes (empty: none): what tells one promoted checkpoint
 // from another (its step, losses and settings).
@@ -534,7 +532,8 @@ int run_launch(int argc, char** argv) {
   // is named here, not left to mpirun's pages about an unreachable daemon.
   std::vector<std::string> silent;
   for (const Host& h : hosts)
-    if (!launch::is_local_host(h.name, this_hostname()) && !host_answers(h, f.probe_timeout)) silent.push_back(h.name);
+    if (!launch::is_local_host(h.name, this_hostname()) && !host_answers(h, f.probe_timeout, f.mpi_args))
+      silent.push_back(h.name);
   if (g_signal != 0) return 128 + g_signal;
   if (!silent.empty()) {
     std::string names;
@@ -544,7 +543,7 @@ int run_launch(int argc, char** argv) {
   }
 
   launch::Environment env;
-  env.answers = [&](const Host& h) { return host_answers(h, f.probe_timeout); };
+  env.answers = [&](const Host& h) { return host_answers(h, f.probe_timeout, f.mpi_args); };
   env.local = [](const Host& h) { return launch::is_local_host(h.name, this_hostname()); };
   const std::string found_at_start = checkpoint_identity(train.save);
   env.checkpoint_step = [&] { return checkpoint_step(train.save, found_at_start); };

@@ -142,8 +142,30 @@ std::string host_of_rank(const std::vector<Host>& hosts, int rank) {
 }
 
 bool is_local_host(const std::string& name, const std::string& this_hostname) {
-  return name == "localhost" || name == "::1" || name.rfind("127.", 0) == 0 ||
-         (!this_hostname.empty() && name == this_hostname);
+  // Host names are case-insensitive (LOCALHOST is this machine too).
+  const auto lower = [](std::string s) {
+    for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string n = lower(name);
+  return n == "localhost" || n == "::1" || n.rfind("127.", 0) == 0 ||
+         (!this_hostname.empty() && n == lower(this_hostname));
+}
+
+std::vector<std::vector<std::string>> remote_agents(const std::vector<std::string>& mpi_args, const char* env_agent) {
+  // mpirun's own order: the MCA parameter on its command line, then the environment's, then its default.
+  std::string agent = env_agent && *env_agent ? env_agent : "ssh : rsh";
+  for (size_t i = 0; i + 2 < mpi_args.size(); ++i)
+    if ((mpi_args[i] == "--mca" || mpi_args[i] == "-mca") && mpi_args[i + 1] == "plm_rsh_agent") agent = mpi_args[i + 2];
+  std::vector<std::vector<std::string>> out;
+  std::istringstream alternatives(agent);
+  for (std::string alternative; std::getline(alternatives, alternative, ':');) {
+    std::istringstream words(alternative);
+    std::vector<std::string> argv;
+    for (std::string w; words >> w;) argv.push_back(w);
+    if (!argv.empty()) out.push_back(argv);
+  }
+  return out;
 }
 
 bool is_crash_signal(int signal) {

@@ -37,8 +37,12 @@ std::string hostfile_text(const std::vector<Host>& hosts);
 int total_slots(const std::vector<Host>& hosts);
 // The host that runs world rank `rank` under mpirun's default mapping (by slot, hosts in order).
 std::string host_of_rank(const std::vector<Host>& hosts, int rank);
-// localhost, 127.x, ::1, or this machine's own name: answers without the remote agent.
+// localhost, 127.x, ::1, or this machine's own name (in any case): answers without the remote agent.
 bool is_local_host(const std::string& name, const std::string& this_hostname);
+// The remote agents mpirun would try, in its order (OpenMPI's plm_rsh_agent: a ':'-separated list of
+// commands, the first found on PATH used): `--mca plm_rsh_agent A` among `mpi_args`, else `env_agent`
+// ($OMPI_MCA_plm_rsh_agent), else "ssh : rsh". Each as its words.
+std::vector<std::vector<std::string>> remote_agents(const std::vector<std::string>& mpi_args, const char* env_agent);
 
 // What one job (one mpirun) did, as its launcher saw it.
 struct JobResult {

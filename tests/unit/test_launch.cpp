@@ -68,6 +68,18 @@ TEST(LaunchHosts, LocalNames) {
   EXPECT_TRUE(is_local_host("127.0.0.1", "node1"));
   EXPECT_TRUE(is_local_host("node1", "node1"));
   EXPECT_FALSE(is_local_host("10.77.0.3", "node1"));
+  EXPECT_TRUE(is_local_host("LOCALHOST", "node1"));
+  EXPECT_TRUE(is_local_host("Node1", "node1"));
+}
+
+TEST(LaunchHosts, TheRemoteAgentIsMpirunsOwn) {
+  using Agents = std::vector<std::vector<std::string>>;
+  EXPECT_EQ(remote_agents({}, nullptr), (Agents{{"ssh"}, {"rsh"}}));  // OpenMPI's default
+  EXPECT_EQ(remote_agents({}, "/x/agent.sh : rsh"), (Agents{{"/x/agent.sh"}, {"rsh"}}));  // a list, in order
+  EXPECT_EQ(remote_agents({}, "ssh -p 2222"), (Agents{{"ssh", "-p", "2222"}}));
+  // mpirun's command line wins over the environment.
+  EXPECT_EQ(remote_agents({"--oversubscribe", "--mca", "plm_rsh_agent", "/y/a.sh"}, "ssh"), (Agents{{"/y/a.sh"}}));
+  EXPECT_EQ(remote_agents({"-mca", "plm_rsh_agent", "rsh"}, nullptr), (Agents{{"rsh"}}));
 }
 
 TEST(LaunchOutput, ReadsStepsLostRanksAndDeadHosts) {
