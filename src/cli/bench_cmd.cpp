@@ -287,10 +287,14 @@ int run_bench(int argc, char** argv) {
                                                     "dump-config"};
     static const std::set<std::string> kNotLayerCosts = {
         "layers", "zero", "use-distributed-optimizer", "virtual-stages", "pipeline-layers",
-        "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "cp-comm-type"};
+        "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers"};
     for (const CLI::Option* opt : app.get_options()) {
       if (opt->count() == 0 || opt->get_lnames().empty()) continue;
       const std::string name = opt->get_lnames().front();
+      // Neither the machine's rates nor a layer's costs (one process) see context parallelism.
+      require(name != "context-parallel-size" && name != "cp-comm-type",
+              "--" + name + ": lattice bench takes no context parallelism (its rates, and --layer-costs' layer, "
+              "are timed on one process; lattice plan models --cp)");
       require(layer_costs || kBenchOwn.count(name),
               "--" + name + " applies to --layer-costs only (the other rates are the machine's, not a model's)");
       require(!layer_costs || !kNotLayerCosts.count(name),

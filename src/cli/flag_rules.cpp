@@ -381,6 +381,12 @@ void check_flag_conflicts(const CLI::App& app, std::string_view command) {
             "--virtual-stages needs --pipeline-model-parallel-size > 1 (got --virtual-stages " + m.value_or("") +
                 " with --pipeline-model-parallel-size 1)");
   }
+  // A ring or all-to-all needs context-parallel ranks (plan --search chooses c itself); a value that is
+  // neither is named by its parser.
+  if (cmd == "train" || (cmd == "plan" && !given(app, "search")))
+    if (const auto comm = given(app, "cp-comm-type");
+        comm && (*comm == "p2p" || *comm == "a2a") && number(in_effect(app, "context-parallel-size", "1")) == 1)
+      fail("--cp-comm-type " + *comm + " applies to --context-parallel-size > 1 (got 1)");
   if (cmd == "train") {
     // Each optimizer's hyperparameters: the others' would be ignored (Adafactor's second moment decays
     // as 1 - t^-0.8 and it keeps no momentum; SM3's β1 is its momentum, and it has no β2 or ε).
@@ -399,10 +405,6 @@ void check_flag_conflicts(const CLI::App& app, std::string_view command) {
             "--override-schedule applies to --resume only (a new run takes the given schedule anyway)");
     if (const auto batches = given(app, "eval-batches"); batches && number(in_effect(app, "eval-every", "0")) == 0)
       fail("--eval-batches " + *batches + " applies with --eval-every N only (no validation runs without it)");
-    // A ring or all-to-all needs context-parallel ranks; a value that is neither is named by its parser.
-    if (const auto comm = given(app, "cp-comm-type");
-        comm && (*comm == "p2p" || *comm == "a2a") && number(in_effect(app, "context-parallel-size", "1")) == 1)
-      fail("--cp-comm-type " + *comm + " applies to --context-parallel-size > 1 (got 1)");
     const std::string schedule = in_effect(app, "lr-schedule", "cosine");
     if (const auto min_lr = given(app, "min-lr"))
       require(schedule == "cosine", "--min-lr " + *min_lr + " applies to --lr-schedule cosine only (got --lr-schedule " +

@@ -211,6 +211,12 @@ int run_plan(int argc, char** argv) {
                                         "(parallel sizes, ZeRO, micro-batch, recompute): leave it out, or plan that "
                                         "layout without --search");
     }
+  // The search plans the ring on the fused kernel and Ulysses without it: a ring asked for over the
+  // unfused attention would be planned as Ulysses without a word.
+  require(!f.search || app.count("--cp-comm-type") == 0 || f.layout.cp_comm != "p2p" ||
+              f.layout.attention == "fused",
+          "--cp-comm-type p2p: the ring runs on the fused attention kernel (add --attention fused; without it "
+          "--search plans context parallelism as Ulysses, --cp-comm-type a2a)");
   require(f.search || app.count("--top") == 0, "--top applies to --search (the layouts it prints)");
   // --hardware local: this machine as mpirun would run the layout (its ranks share the cores).
   plan::Hardware local;

@@ -60,7 +60,8 @@ std::string describe_layout(const PlanRequest& r) {
   std::string ep;  // MoE models: the expert-parallel size
   if (r.model.moe.enabled()) ep = " ep=" + std::to_string(l.ep);
   // c in Megatron-Core's group order (tp, cp, dp, pp), named only when the layout splits sequences.
-  const std::string cp = l.cp > 1 ? " c=" + std::to_string(l.cp) : "";
+  // With how its ranks share attention: the ring or Ulysses' all-to-alls.
+  const std::string cp = l.cp > 1 ? " c=" + std::to_string(l.cp) + (l.cp_comm == CpComm::p2p ? "/ring" : "/a2a") : "";
   std::snprintf(buf, sizeof buf, "t=%d%s p=%d m=%d dp=%d%s b=%d%s %s", l.tp, cp.c_str(), l.pp, l.virtual_stages, l.dp,
                 ep.c_str(), r.micro_batch, l.sequence_parallel ? " sp" : "", to_string(l.recompute));
   std::string s = buf;
@@ -254,7 +255,7 @@ nlohmann::ordered_json plan_json(const Plan& p) {
   j["parameters"] = r.model.num_params();
   j["active_parameters"] = analysis::active_parameters(r.model);
   j["forward_flops_per_token"] = analysis::forward_flops_per_token(r.model);
-  j["layout"] = {{"tp", l.tp}, {"cp", l.cp}, {"pp", l.pp}, {"virtual_stages", l.virtual_stages}, {"dp", l.dp}, {"ep", l.ep},
+  j["layout"] = {{"tp", l.tp}, {"cp", l.cp}, {"cp_comm", to_string(l.cp_comm)}, {"pp", l.pp}, {"virtual_stages", l.virtual_stages}, {"dp", l.dp}, {"ep", l.ep},
                  {"sequence_parallel", l.sequence_parallel}, {"recompute", to_string(l.recompute)},
                  {"recompute_layers", l.recompute_layers}, {"recompute_method", to_string(l.recompute_method)},
                  {"recompute_plan", recompute_plan_text(layer_recompute(l, r.model.layers))}, {"zero", l.zero},

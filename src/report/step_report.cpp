@@ -57,6 +57,7 @@ nlohmann::json step_json(const StepReport& r) {
                       {"activation_peak_bytes", r.activation_peak_bytes}};
   add_mfu_json(j, r.mfu, r.peak_flops, r.peak_flops_total, r.peak_source);
   if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale, j["skipped"] = r.skipped;
+  if (r.update_of_step != r.step) j["update_of_step"] = r.update_of_step;  // lr and grad_norm are its
   if (r.bits_per_byte > 0) j["bits_per_byte"] = r.bits_per_byte;
   if (r.moe.active)
     j["moe_aux_loss"] = r.moe.aux_loss, j["moe_dropped_fraction"] = r.moe.dropped_fraction,
@@ -66,8 +67,13 @@ nlohmann::json step_json(const StepReport& r) {
 
 void print_step_line(const StepReport& r) {
   const std::string bpb = bits_per_byte_note(r.bits_per_byte);
-  std::fprintf(stderr, "step %5lld/%lld  loss %.4f%s  lr %.2e  |g| %.3f  %7.1f ms  %8.0f tok/s  %s  act %s",
-               (long long)r.step, (long long)r.steps, r.loss, bpb.c_str(), r.lr, r.grad_norm, r.step_s * 1e3, r.tokens_per_s,
+  char update[96];  // the update this step applied, where it is not its own batch's
+  if (r.update_of_step == r.step) std::snprintf(update, sizeof update, "lr %.2e  |g| %.3f", r.lr, r.grad_norm);
+  else if (r.update_of_step == 0) std::snprintf(update, sizeof update, "no update yet");
+  else std::snprintf(update, sizeof update, "lr %.2e  |g| %.3f (step %lld's update)", r.lr, r.grad_norm,
+                     (long long)r.update_of_step);
+  std::fprintf(stderr, "step %5lld/%lld  loss %.4f%s  %s  %7.1f ms  %8.0f tok/s  %s  act %s",
+               (long long)r.step, (long long)r.steps, r.loss, bpb.c_str(), update, r.step_s * 1e3, r.tokens_per_s,
                mfu_text(r.mfu, r.peak_flops_total, r.peak_short).c_str(), human_bytes(double(r.activation_peak_bytes)).c_str());
   if (r.loss_scale > 0) std::fprintf(stderr, "  scale %g%s", r.loss_scale, r.skipped ? " (inf/NaN: step skipped, scale halved)" : "");
   if (r.moe.active)
@@ -170,7 +176,12 @@ void print_comm_report(const nlohmann::json& comm_ranks) {
                    human_bytes(r["ep_formula_balanced"].get<double>()).c_str(),
                    human_bytes(r["expert_dp"].get<double>()).c_str());
   for (const auto& r : comm_ranks)
-    if (r.contains("cp"))
+    if (r.contains("cp") && r.value("cp_comm", "") == "p2p")
+      std::fprintf(stderr, "  rank %d: cp ring %s (K, V pairs passed on: (3c-2 + c-1 per re-run layer)·2·b·(s/c)·h/t·4 "
+                           "per layer and micro-batch = %s)\n",
+                   r["rank"].get<int>(), human_bytes(r["cp"].get<double>()).c_str(),
+                   human_bytes(r["cp_formula"].get<double>()).c_str());
+    else if (r.contains("cp"))
       std::fprintf(stderr, "  rank %d: cp all-to-all %s (Ulysses: (8 + fused + 4 per re-run layer)·(c-1)/c·b·(s/c)·h/t·4 "
                            "per layer and micro-batch = %s)\n",
                    r["rank"].get<int>(), human_bytes(r["cp"].get<double>()).c_str(),

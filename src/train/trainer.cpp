@@ -416,6 +416,7 @@ bool Trainer::drains_after(int64_t step) const {
 }
 
 void Trainer::apply_update(uint64_t batch, StepResult& r) {
+  r.update_of_step = int64_t(batch) + 1;  // applied, or skipped by the fp16 loss scale
   states_->use_version(batch);
   const parallel::OwnedGrads grads = states_->reduce();
   complete_gradients(grads);
@@ -708,7 +709,7 @@ int Trainer::run() {
     if (log) {
       StepReport report;
       report.step = r.step, report.steps = config_.steps, report.loss = r.loss, report.lr = r.lr;
-      report.grad_norm = r.grad_norm, report.step_s = r.seconds, report.tokens_per_s = double(tokens) / r.seconds;
+      report.grad_norm = r.grad_norm, report.update_of_step = r.update_of_step, report.step_s = r.seconds, report.tokens_per_s = double(tokens) / r.seconds;
       report.mfu = peak.total > 0 ? step_flops / r.seconds / peak.total : 0.0;
       report.peak_flops = peak.rank.flops, report.peak_flops_total = peak.total;
       report.peak_source = peak.total > 0 ? peak.rank.source : peak.long_text(), report.peak_short = peak.short_text();

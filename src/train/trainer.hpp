@@ -32,6 +32,7 @@ namespace lattice {
 struct StepResult {
   int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+  int64_t update_of_step = 0;  // the step whose batch the last update applied was (report/step_report.hpp)
   double loss_scale = 0;  // fp16: the scale this step's backward used
   bool skipped = false;   // fp16: an inf/NaN gradient, no update
   MoEStepStats moe;

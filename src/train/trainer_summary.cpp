@@ -307,7 +307,8 @@ void Trainer::summarize(const RunTotals& t) {
                           {"tp_conjugate", row[13]}, {"tp_regather", row[14]},
                           {"tp_conjugate_formula", tp_formula}, {"dp_formula", row[17]},
                           {"dp_wait_s", double(row[20]) * 1e-6}});
-    if (layout_.cp > 1) comm_ranks.back()["cp"] = row[24], comm_ranks.back()["cp_formula"] = cp_formula + cp_moe_formula;
+    if (layout_.cp > 1) comm_ranks.back()["cp"] = row[24], comm_ranks.back()["cp_formula"] = cp_formula + cp_moe_formula,
+                          comm_ranks.back()["cp_comm"] = to_string(layout_.cp_comm);
     if (moe.enabled()) {
       comm_ranks.back()["ep"] = row[22], comm_ranks.back()["expert_dp"] = row[23];
       comm_ranks.back()["ep_formula_balanced"] = ep_formula, comm_ranks.back()["expert_dp_formula"] = row[25];

@@ -46,6 +46,13 @@ bench_refuses "--hidden without --layer-costs" "--hidden applies to --layer-cost
 bench_refuses "--layers with --layer-costs" "--layers does not apply to --layer-costs, which times one layer" \
   --layer-costs --layers 7 --hidden 32 --heads 2 --seq-len 16
 bench_refuses "--zero with --layer-costs" "--zero does not apply to --layer-costs" --layer-costs --zero 1 --hidden 32 --heads 2 --seq-len 16
+# Context parallelism: one line in either mode (the two lines sent the user from one to the other).
+LAYER=(--layer-costs --hidden 32 --heads 2 --seq-len 16)
+bench_refuses "--cp 2" "--context-parallel-size: lattice bench takes no context parallelism" --cp 2
+bench_refuses "--cp 2 --layer-costs" "--context-parallel-size: lattice bench takes no context parallelism" "${LAYER[@]}" --cp 2
+bench_refuses "--cp-comm-type" "--cp-comm-type: lattice bench takes no context parallelism" --cp-comm-type a2a
+bench_refuses "--cp-comm-type --layer-costs" "--cp-comm-type: lattice bench takes no context parallelism" "${LAYER[@]}" \
+  --cp-comm-type a2a
 bench_refuses "--budget without mpirun" "--budget applies under mpirun only" --budget 3
 bench_refuses "--save on cpu-guarded" "--save keeps the CPU's rates" --layer-costs --device cpu-guarded --hidden 32 --heads 2 \
   --seq-len 16 --save

@@ -79,6 +79,16 @@ resumed cp2_pp2_to_one 4 "${P2[@]}" -- 1
 check "one rank → CP 2 × PP 2 (GPipe) resume continues the one-rank run" compare one_to_cp2_pp2_gpipe
 check "CP 2 × PP 2 → one rank resume continues the one-rank run" compare cp2_pp2_to_one
 
+# The text comm report names the ring as the ring (it said "all-to-all (Ulysses: ...)" beside the ring's bytes).
+no_json=(); for a in "${MODEL[@]}"; do [ "$a" = --json ] || no_json+=("$a"); done
+timeout 300 mpirun --oversubscribe -np 2 "$LATTICE" train "${no_json[@]}" --steps 1 --cp 2 --attention fused --comm-report \
+  > /dev/null 2> ring_report.err
+check "--comm-report on the ring: a 'cp ring' line, no all-to-all" \
+  bash -c "grep -q 'rank 0: cp ring ' ring_report.err && ! grep -q 'cp all-to-all' ring_report.err"
+timeout 300 mpirun --oversubscribe -np 2 "$LATTICE" train "${no_json[@]}" --steps 1 --cp 2 --cp-comm-type a2a --comm-report \
+  > /dev/null 2> a2a_report.err
+check "--comm-report on Ulysses: a 'cp all-to-all' line" grep -q 'rank 0: cp all-to-all .*(Ulysses' a2a_report.err
+
 check "every CP rank keeps half a layer's bytes of one rank (measured), and the formula says so" "$PY" -c "
 import json, sys
 last = lambda f: [json.loads(l) for l in open(f)][-1]
@@ -266,13 +276,13 @@ for r in [json.loads(l) for l in open('ring2.jsonl')][-1]['memory']['ranks']:
 "$LATTICE" plan --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --gpus 4 "${P2[@]}" > plan.out 2> plan.err
 status=$?
 check "the planner models CP 2 × PP 2: exit 0 ($status), its layout names c and p, all-to-alls and point-to-point" \
-  test "$status" -eq 0 -a "$(grep -c 'c=2 p=2' plan.out)" -ge 1 -a "$(grep -c 'CP all-to-all' plan.out)" -eq 1 \
+  test "$status" -eq 0 -a "$(grep -c 'c=2/a2a p=2' plan.out)" -ge 1 -a "$(grep -c 'CP all-to-all' plan.out)" -eq 1 \
   -a "$(grep -c 'PP point-to-point' plan.out)" -eq 1 -a "$(grep -c 'every byte, stage 1' plan.out)" -eq 1
 "$LATTICE" plan --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab 256 --gpus 2 --cp 2 --cp-comm-type a2a \
   --num-experts 4 --expert-model-parallel-size 2 > plan.out 2> plan.err
 status=$?
 check "the planner models an MoE model under CP 2 x EP 2 on 2 ranks: exit 0 ($status), experts over 1 expert-DP rank" \
-  test "$status" -eq 0 -a "$(grep -c 'c=2 .*ep=2' plan.out)" -eq 1 -a "$(grep -c 'over the 1 expert-DP ranks' plan.out)" -eq 1
+  test "$status" -eq 0 -a "$(grep -c 'c=2/a2a .*ep=2' plan.out)" -eq 1 -a "$(grep -c 'over the 1 expert-DP ranks' plan.out)" -eq 1
 # The planner refuses what the trainer refuses, in the trainer's words (core/config.hpp).
 for bad in "--seq-len 30:is not divisible by 4" "--heads 2 --hidden 64 --tensor-model-parallel-size 2 --gpus 4:are not divisible by 2"; do
   flags=${bad%%:*} words=${bad#*:}
@@ -286,7 +296,7 @@ done
 "$LATTICE" bench --layer-costs --seconds 0.01 --cp 2 > bad.out 2> bad.err
 status=$?
 check "bench --layer-costs (one process) does not take CP: exit 1 ($status), one line" \
-  test "$status" -eq 1 -a "$(wc -l < bad.err)" -eq 1 -a "$(grep -c 'only lattice train and lattice plan' bad.err)" -eq 1
+  test "$status" -eq 1 -a "$(wc -l < bad.err)" -eq 1 -a "$(grep -c 'lattice bench takes no context parallelism' bad.err)" -eq 1
 
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
 [ "$failures" -eq 0 ]

@@ -47,6 +47,19 @@ layout() {  # layout NAME NP FLAGS...: trains the one-rank model, both weight ve
   check "$name keeps the one-rank previous version" previous_matches "$name"
 }
 layout pp2 2 "${P2[@]}"
+# A pipelined step applies the update of the step before (its tail ran in this step), and the last step
+# drains both: its lr and gradient norm are that update's, said so (update_of_step), not the step's own.
+check "pp2: each step names the update it applied, its norm the one-rank run's of that step" "$PY" -c "
+import json
+steps = lambda f: [r for r in map(json.loads, open(f)) if r.get('event') == 'step']
+one, pp = steps('one.jsonl'), steps('pp2.jsonl')
+assert all('update_of_step' not in r for r in one), 'one rank updates at each step: no field'
+n = len(pp)
+assert [r.get('update_of_step', r['step']) for r in pp] == [0] + list(range(1, n - 1)) + [n], pp
+norm = {r['step']: r['grad_norm'] for r in one}
+for r in pp[1:]:
+    u = r.get('update_of_step', r['step'])
+    assert abs(r['grad_norm'] - norm[u]) <= 1e-5 * norm[u], (r, norm[u])"
 layout pp4 4 --pipeline-model-parallel-size 4
 layout tp2_pp2_sp 4 --tensor-model-parallel-size 2 "${P2[@]}" --sequence-parallel
 layout pp2_dp2 4 "${P2[@]}"

@@ -45,16 +45,15 @@ for c in 1 2 4; do
     name="cp${c}_${recompute}_${comm%% *}"
     launch=()
     [ "$c" -gt 1 ] && launch=(timeout 300 mpirun --oversubscribe -np "$c")
-    # One rank has no ring or all-to-all: train refuses --cp-comm-type there (an ignored flag).
+    # One rank has no ring or all-to-all: train and plan refuse --cp-comm-type there (an ignored flag).
     read -r comm_type extra <<< "$comm"
     # shellcheck disable=SC2206
     comm_flags=($extra)
     [ "$c" -gt 1 ] && comm_flags=(--cp-comm-type "$comm_type" "${comm_flags[@]}")
     "${launch[@]}" "$LATTICE" train --data data "${model[@]}" --context-parallel-size "$c" --recompute "$recompute" \
       "${comm_flags[@]}" --steps 1 --threads 1 --json 2> "train_$name.err" | tail -1 > "train_$name.json"
-    # shellcheck disable=SC2086
     "$LATTICE" plan "${model[@]}" --context-parallel-size "$c" --gpus "$c" --recompute "$recompute" \
-      --cp-comm-type $comm --activation-dtype fp32 --params-dtype fp32 --json > "plan_$name.json"
+      "${comm_flags[@]}" --activation-dtype fp32 --params-dtype fp32 --json > "plan_$name.json"
     python3 - "train_$name.json" "plan_$name.json" "$name" "$c" <<'PY'
 import json, sys
 ranks = json.load(open(sys.argv[1]))["memory"]["ranks"]
