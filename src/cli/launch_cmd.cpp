@@ -507,6 +507,13 @@ int run_launch(int argc, char** argv) {
   require(train.init.empty() || launch::flag_value(train_args, {"--init", "--load"}),
           "--init " + train.init + " given by --config " + config_path +
               ": under launch give it on the command line (a restart resumes in its place)");
+  // What the launcher decides itself: the ranks and where they run (an -np of mpi-arg's won over the
+  // launcher's, and restarts were planned for slots the job did not use).
+  for (const std::string& arg : f.mpi_args)
+    for (const char* own : {"-np", "--np", "-n", "--n", "-c", "--hostfile", "-hostfile", "--machinefile",
+                            "-machinefile", "--host", "-host", "-H"})
+      require(arg != own && arg.rfind(std::string(own) + "=", 0) != 0,
+              "--mpi-arg " + arg + ": the launcher sets the ranks and hosts itself (from --hostfile)");
   require(runnable(f.mpirun), "--mpirun " + f.mpirun + " (or $MPIEXEC) is not a program this machine can run");
   f.save = train.save;
   if (tapp.count("--vocab") == 0) model.vocab = data::load_tokenizer(train.data_dir).vocab();

@@ -283,9 +283,28 @@ Hardware hardware_from_file(const std::string& path) {
     if (j.contains("layer_costs")) {
       const auto& c = j.at("layer_costs");
       MeasuredLayerCosts& l = h.layer_costs;
-      l.hidden = c.at("hidden"), l.heads = c.at("heads"), l.seq_len = c.at("seq_len");
-      l.micro_batch = c.at("micro_batch"), l.vocab = c.at("vocab");
-      l.activation_dtype = c.at("activation_dtype"), l.recompute = c.at("recompute"), l.attention = c.at("attention");
+      // The shape a bench timed: whole numbers in the model's bounds and the names train writes (a float
+      // converted to an integer silently, "zz" matched no run and was kept).
+      const auto whole = [&](const char* key, int64_t hi) {
+        const nlohmann::json& v = c.at(key);
+        if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > hi)
+          fail(path + ": layer_costs." + key + " must be a whole number from 1 to " + std::to_string(hi) + " (got " +
+               v.dump() + ")");
+        return v.get<int64_t>();
+      };
+      const auto one_of = [&](const char* key, std::initializer_list<const char*> names) {
+        const nlohmann::json& v = c.at(key);
+        for (const char* name : names)
+          if (v.is_string() && v.get<std::string>() == name) return std::string(name);
+        fail(path + ": layer_costs." + key + " " + v.dump() + " is not a value lattice bench writes");
+      };
+      l.hidden = whole("hidden", int64_t(1) << 20), l.heads = whole("heads", int64_t(1) << 20);
+      l.seq_len = whole("seq_len", int64_t(1) << 20), l.micro_batch = whole("micro_batch", int64_t(1) << 20);
+      l.vocab = whole("vocab", int64_t(1) << 20);
+      l.activation_dtype = one_of("activation_dtype", {to_string(DType::fp32), to_string(DType::bf16)});
+      l.recompute = one_of("recompute", {to_string(Recompute::none), to_string(Recompute::selective),
+                                         to_string(Recompute::full)});
+      l.attention = one_of("attention", {to_string(AttentionKernel::unfused), to_string(AttentionKernel::fused)});
       l.forward_s = c.at("forward_s"), l.backward_input_s = c.at("backward_input_s");
       l.backward_weight_s = c.at("backward_weight_s"), l.head_s = c.at("head_s");
       for (double v : {l.forward_s, l.backward_input_s, l.backward_weight_s, l.head_s})

@@ -31,6 +31,21 @@ echo '{"gemm_fp32_flops": 2e11, "gemm_bf16_flops": 4e11, "memory_bandwidth": 1e-
 "$LATTICE" plan --hardware absurd.json "${SHAPE[@]}" > /dev/null 2> err.txt
 check "an absurd rate: exit 1 with one line naming the range" \
   bash -c "[ $? -eq 1 ] && [ \$(wc -l < err.txt) -eq 1 ] && grep -q 'measured rates must be numbers from 1e3 to 1e18' err.txt"
+# Layer costs of a shape no bench times (a float hidden size converted silently, a made-up dtype kept).
+for bad in '"hidden": 1e30|layer_costs.hidden must be a whole number' '"heads": -5|layer_costs.heads must be a whole number' \
+           '"activation_dtype": "zz"|layer_costs.activation_dtype "zz" is not a value lattice bench writes'; do
+  field=${bad%%|*} words=${bad#*|}
+  python3 -c "
+import json, sys
+c = {'hidden': 64, 'heads': 4, 'seq_len': 32, 'micro_batch': 2, 'vocab': 256, 'activation_dtype': 'fp32',
+     'recompute': 'none', 'attention': 'unfused', 'forward_s': 1e-3, 'backward_input_s': 1e-3,
+     'backward_weight_s': 1e-3, 'head_s': 1e-3}
+c.update(json.loads('{' + sys.argv[1] + '}'))
+print(json.dumps({'gemm_fp32_flops': 2e11, 'gemm_bf16_flops': 4e11, 'memory_bandwidth': 2e10, 'layer_costs': c}))" "$field" > costs.json
+  "$LATTICE" plan --hardware costs.json "${SHAPE[@]}" > /dev/null 2> err.txt
+  check "layer costs with $field: exit 1 with one line naming it" \
+    bash -c "[ $? -eq 1 ] && [ \$(wc -l < err.txt) -eq 1 ] && grep -qF -- '$words' err.txt"
+done
 "$LATTICE" bench --seconds 0 > /dev/null 2> err.txt
 check "bad --seconds: exit 1" test $? -eq 1
 # Flags a bench ignored (third hostile pass): model flags without --layer-costs, --layers and the

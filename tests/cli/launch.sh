@@ -47,6 +47,8 @@ usage "a host name that is an option" 1 "option_hosts:1: '-oProxyCommand=touch\$
   --hostfile option_hosts -- train "${MODEL[@]}" --steps 2 --save ck
 check "a host name that is an option: nothing ran" test ! -e pwned
 usage "--hostfile twice" 2 "--hostfile given twice" --hostfile hosts --hostfile alias_hosts -- train "${MODEL[@]}" --steps 2 --save ck
+usage "--mpi-arg=-np" 1 "--mpi-arg -np: the launcher sets the ranks and hosts itself" \
+  --hostfile hosts --mpi-arg=-np --mpi-arg=1 -- train "${MODEL[@]}" --steps 2 --save ck
 check "refused runs wrote nothing" test ! -e ck
 
 # The job's own failure (bad input: exit 1) is passed on, not restarted.
@@ -89,10 +91,10 @@ held=$(grep -oE 'holds step [0-9]+$' stopped.err | grep -oE '[0-9]+$')
 check "--max-restarts 0: the checkpoint is intact at step $held" \
   "$LATTICE" eval --checkpoint ck_stopped --data data/val.bin
 
-# kill_at NAME STEPS TRAIN_FLAGS...: a 2-rank run of 30 steps, one rank killed after STEPS steps.
+# kill_at NAME STEPS TRAIN_FLAGS...: a 2-rank run of 300 steps, one rank killed after STEPS steps.
 kill_at() {
   local name=$1 steps=$2; shift 2
-  "${L[@]}" -- train "${MODEL[@]}" --steps 30 --save "ck_$name" --comm-timeout 5 "$@" > "$name.jsonl" 2> "$name.err" &
+  "${L[@]}" -- train "${MODEL[@]}" --steps 300 --save "ck_$name" --comm-timeout 5 "$@" > "$name.jsonl" 2> "$name.err" &
   local pid=$!
   for _ in $(seq 1 300); do [ "$(grep -c '"event":"step"' "$name.jsonl")" -ge "$steps" ] && break; sleep 0.1; done
   kill -KILL "$(pgrep -f -- "--save ck_$name" | grep -v "^$pid$" | xargs -r ps -o pid=,comm= -p | awk '$2 == "lattice" {print $1}' | tail -1)"
@@ -102,13 +104,13 @@ kill_at() {
 # A restart before the run's first save starts again from step 0: the checkpoint --save held when the
 # launch began is an older run's (it resumed from it, another run's weights and schedule).
 "$LATTICE" train "${MODEL[@]}" --steps 2 --save ck_stale > /dev/null 2>&1
-kill_at stale 3 --save-every 100
+kill_at stale 3 --save-every 1000
 check "a restart before the first save: exit 0 (got $STATUS)" test "$STATUS" -eq 0
 check "a restart before the first save: from step 0, not the older run's checkpoint" \
   grep -q "^lattice launch: restart 1 .*; from step 0 (no checkpoint saved yet)" stale.err
-check "a restart before the first save: the relaunch trains steps 1 to 30" python3 -c "
+check "a restart before the first save: the relaunch trains steps 1 to 300" python3 -c "
 import json; s = [r['step'] for r in map(json.loads, open('stale.jsonl')) if r.get('event') == 'step']
-i = max(k for k in range(len(s)) if s[k] == 1); assert s[i:] == list(range(1, 31)), s"
+i = max(k for k in range(len(s)) if s[k] == 1); assert s[i:] == list(range(1, 301)), s"
 # --init from --config: a restart could not take it out (train refused it beside --resume and the run
 # stopped): refused before the first job.
 "$LATTICE" train "${MODEL[@]}" --steps 2 --save ck_seed > /dev/null 2>&1
