@@ -49,18 +49,6 @@ using launch::JobResult;
 // The longest output line the launcher reads (for step and rank-lost records); past it, bytes pass on unread.
 constexpr size_t kLongestLine = size_t(1) << 20;
 
-// A lattice run log: a file whose first line is a run's start or step record (as train's own check).
-bool is_run_log(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string first(65536, '\0');  // a record's first line is far shorter
-  in.read(first.data(), std::streamsize(first.size()));
-  first.resize(size_t(std::max<std::streamsize>(0, in.gcount())));
-  first = first.substr(0, first.find('\n'));
-  const nlohmann::json j = nlohmann::json::parse(first, nullptr, false);
-  const std::string event = j.is_object() && j.contains("event") && j["event"].is_string() ? j["event"].get<std::string>() : "";
-  return event == "start" || event == "step";
-}
-
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -171,7 +159,7 @@ class MpirunLauncher final : public launch::Launcher {
       std::fflush(stdout);
     }
     // Only into the run log train made or took on: never a file of the user's, nor one train refused.
-    if (!report_log_.empty() && is_run_log(report_log_)) {
+    if (!report_log_.empty() && std::filesystem::exists(report_log_) && run_log_problem(report_log_).empty()) {
       std::ofstream log(report_log_, std::ios::app);
       if (log) log << event.dump() << "\n";
     }
@@ -496,6 +484,7 @@ int run_launch(int argc, char** argv) {
                          "last promoted checkpoint\n");
     return 2;
   }
+  take_resumed_settings(tapp, train);  // a resumed run's batch, which restarts keep
   require(f.min_ranks >= 1 && f.max_restarts >= 0 && f.no_progress_timeout >= 0 && f.probe_timeout > 0,
           "--min-ranks must be at least 1, --max-restarts and --no-progress-timeout at least 0, --probe-timeout above 0");
   const std::vector<Host> hosts = launch::parse_hostfile(
@@ -510,8 +499,9 @@ int run_launch(int argc, char** argv) {
   // What the launcher decides itself: the ranks and where they run (an -np of mpi-arg's won over the
   // launcher's, and restarts were planned for slots the job did not use).
   for (const std::string& arg : f.mpi_args)
-    for (const char* own : {"-np", "--np", "-n", "--n", "-c", "--hostfile", "-hostfile", "--machinefile",
-                            "-machinefile", "--host", "-host", "-H"})
+    for (const char* own : {"-np", "--np", "-n", "--n", "-c", "-N", "--npernode", "-npernode", "--hostfile",
+                            "-hostfile", "--machinefile", "-machinefile", "--default-hostfile", "--host", "-host",
+                            "-H", "--rankfile", "-rf"})
       require(arg != own && arg.rfind(std::string(own) + "=", 0) != 0,
               "--mpi-arg " + arg + ": the launcher sets the ranks and hosts itself (from --hostfile)");
   require(runnable(f.mpirun), "--mpirun " + f.mpirun + " (or $MPIEXEC) is not a program this machine can run");

@@ -83,15 +83,15 @@ std::vector<Host> parse_hostfile(const std::string& text, const std::string& pat
     words >> host.name;
     // A host's name or address (user@ as mpirun takes it), never an option: the remote agent is
     // given it as an argument, and "-oProxyCommand=..." would be one of ssh's.
-    const bool name_ok = std::isalnum(static_cast<unsigned char>(host.name[0])) &&
+    const bool name_ok = (std::isalnum(static_cast<unsigned char>(host.name[0])) || host.name[0] == ':') &&
                          std::all_of(host.name.begin(), host.name.end(), [](char c) {
                            return std::isalnum(static_cast<unsigned char>(c)) ||
                                   (c != '\0' && std::strchr("._:@%-", c) != nullptr);
                          });
     if (!name_ok)
       throw InputError(where + "'" + printable(host.name) +
-                       "' is not a host name or address (letters, digits and . _ : @ % -, starting with a letter "
-                       "or digit)");
+                       "' is not a host name or address (letters, digits and . _ : @ % -, starting with a letter, "
+                       "a digit or ':')");
     bool slots_given = false, max_given = false;
     int max_slots = 0;
     for (std::string word; words >> word;) {
@@ -403,7 +403,9 @@ std::string restart_line(const Restart& r) {
   std::string out = "lattice launch: restart " + std::to_string(r.number) + " of at most " +
                     std::to_string(r.max_restarts) + " (" + r.reason + "): " + lost + "; " + r.from.describe() +
                     " → " + r.to.describe() + " on " + joined(r.hosts, ", ") + "; ";
-  if (r.resume_dir.empty()) out += "from step 0 (no checkpoint saved yet)";
+  if (r.resume_dir.empty() && !r.own_start.empty())
+    out += "from the run's own " + r.own_start + " (no checkpoint saved yet)";
+  else if (r.resume_dir.empty()) out += "from step 0 (no checkpoint saved yet)";
   else out += "resuming " + r.resume_dir + " at step " + std::to_string(r.resume_step);
   out += ", " + std::to_string(r.steps_redone) + " step(s) redone, " + seconds_text(r.seconds_lost) + " s lost";
   return out;
@@ -517,6 +519,9 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
     r.to = chosen;
     r.resume_step = saved ? *saved : 0;
     r.resume_dir = saved ? options.save_dir : "";
+    if (!saved)
+      for (const char* start : {"--resume", "--init", "--load"})
+        if (const auto dir = flag_value(args, {start})) r.own_start = std::string(start) + " " + *dir;
     r.steps_redone = std::max<int64_t>(0, job.last_step - r.resume_step);
     r.seconds_lost = job.seconds_since_progress + (env.now() - ended);
     env.say(restart_line(r));

@@ -156,6 +156,7 @@ struct Restart {
   int64_t steps_redone = 0;
   double seconds_lost = 0;              // from the failed job's last step to the relaunch
   std::string resume_dir;               // empty: from step 0
+  std::string own_start;                // with no checkpoint of this run's: its own --resume/--init, if any
 };
 std::string restart_line(const Restart& r);
 nlohmann::json restart_event(const Restart& r);

@@ -7,12 +7,15 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 
+#include "checkpoint/checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/output_path.hpp"
 #include "core/stage_partition.hpp"
 #include "plan/units.hpp"
+#include "train/resume_settings.hpp"
 
 namespace lattice::cli {
 
@@ -319,6 +322,18 @@ CLI::Validator seed_range() {
 void add_config_file(CLI::App& app, std::string& path) {
   // Read by parse_flags (cli/config_file.hpp), strictly: unknown keys and wrong types are errors.
   app.add_option("--config", path, "TOML file of flags (long names as keys); command-line flags win");
+}
+
+void take_resumed_settings(const CLI::App& app, TrainConfig& train) {
+  train.given_settings.clear();
+  for (const CLI::Option* opt : app.get_options())
+    if (opt->count() > 0 && !opt->get_lnames().empty()) train.given_settings.push_back(opt->get_lnames().front());
+  std::error_code ec;
+  if (train.resume.empty() || !std::filesystem::is_regular_file(train.resume + "/trainer.json", ec)) return;
+  const nlohmann::json state = checkpoint::read_trainer_state(train.resume);
+  train.resumed_settings =
+      resume_training_settings(train, state.contains("train") ? state["train"] : nlohmann::json(), train.resume);
+  train.settings_resumed = true;
 }
 
 }  // namespace lattice::cli

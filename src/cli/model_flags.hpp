@@ -37,6 +37,11 @@ void add_model_flags(CLI::App& app, ModelConfig& model);
 void add_moe_flags(CLI::App& app, MoEConfig& moe);
 void add_layout_flags(CLI::App& app, LayoutFlags& flags);
 void add_train_flags(CLI::App& app, TrainConfig& train, std::string& shuffle);
+// After parsing: the flags given (train.given_settings), and with --resume the run's own settings for
+// those not given (train/resume_settings.hpp), before anything is planned from them (the batch sizes
+// that size memory, the recompute and partition choices, a launcher's restarts). A --resume with no
+// trainer.json is left for the trainer to name.
+void take_resumed_settings(const CLI::App& app, TrainConfig& train);
 // --device cpu|cuda|cpu-guarded: which backend serves the kernels, memory and copies (backend/device_ops.hpp),
 // chosen once by the command before it builds a model.
 void add_device_flag(CLI::App& app, std::string& device);

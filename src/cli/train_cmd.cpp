@@ -30,6 +30,7 @@
 #include "plan/report.hpp"
 #include "plan/time_model.hpp"
 #include "plan/units.hpp"
+#include "train/resume_settings.hpp"
 #include "train/trainer.hpp"
 
 namespace lattice::cli {
@@ -181,11 +182,10 @@ int run_train(int argc, char** argv) {
   train.settings = given_flags(app);  // printed once training starts (bad input stays one line)
   train.shuffle = shuffle == "on";
   train.seed_given = app.count("--seed") > 0;
-  for (const CLI::Option* opt : app.get_options())
-    if (opt->count() > 0 && !opt->get_lnames().empty()) train.given_settings.push_back(opt->get_lnames().front());
   train.zero_prefetch_given = app.count("--zero-prefetch") > 0;
   LayoutConfig resolved;
   try {
+    take_resumed_settings(app, train);  // before anything is planned from the batch
     require(layout.pipeline_layers == "auto" || (app.count("--hardware") == 0 && memory_limit.empty()),
             "--hardware and --pipeline-memory-limit apply to --pipeline-layers auto only");
     require(layout.memory_budget.empty() || layout.recompute == "auto", "--memory-budget applies to --recompute auto only");
@@ -228,7 +228,8 @@ int run_train(int argc, char** argv) {
   // The token files too: ranks reading other data under the same --data path (per-host copies that
   // differ) would train replicas on different datasets without a word.
   const std::string settings = app.config_to_str(/*default_also=*/true, /*write_description=*/false) +
-                               "token files = " + data::token_files_fingerprint(train.data_dir) + "\n";
+                               "token files = " + data::token_files_fingerprint(train.data_dir) + "\n" +
+                               "resumed settings = " + training_settings_json(train).dump() + "\n";
   // Before anything sized by the configuration: ranks that disagree would fail or hang elsewhere.
   comm::check_on_all_ranks("train", [&] { comm::require_same_configuration(settings); });
   if (layout.partition_auto) {

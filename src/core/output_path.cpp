@@ -128,14 +128,8 @@ std::string why_not_own_dir(const std::string& dir, OutputKind kind, bool overwr
   }
   if (kind == OutputKind::report_dir) {
     if (!holds(entries, kRunLog)) return "it holds files and no run.jsonl: name a new or empty directory (or an earlier report's)";
-    std::error_code ec;
-    if (!fs::is_regular_file(dir + "/" + kRunLog, ec)) return "its run.jsonl is not a regular file";
-    std::string first = sniff(dir + "/" + kRunLog, kSniffBytes);
-    first = first.substr(0, first.find('\n'));
-    if (first.empty()) return "";  // an empty log: nothing of anyone's to lose
-    const nlohmann::json j = nlohmann::json::parse(first, nullptr, false);
-    const std::string event = j.is_object() && j.contains("event") && j["event"].is_string() ? j["event"].get<std::string>() : "";
-    return event == "start" || event == "step" ? "" : "its run.jsonl is not a lattice run log: name a new or empty directory";
+    const std::string problem = run_log_problem(dir + "/" + kRunLog);
+    return problem.empty() ? "" : "its run.jsonl " + problem + ": name a new or empty directory";
   }
   // A prepared-data directory: never a checkpoint's or a report's (their tokenizer.model and
   // run.jsonl are not ours to replace), and each file prepare writes, where one is there, lattice's.
@@ -338,6 +332,17 @@ DirLock& DirLock::operator=(DirLock&& other) noexcept {
     take(other);
   }
   return *this;
+}
+
+std::string run_log_problem(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return "is not a regular file";
+  std::string first = sniff(path, kSniffBytes);
+  first = first.substr(0, first.find('\n'));
+  if (first.empty()) return "";  // an empty log: nothing of anyone's to lose
+  const nlohmann::json j = nlohmann::json::parse(first, nullptr, false);
+  const std::string event = j.is_object() && j.contains("event") && j["event"].is_string() ? j["event"].get<std::string>() : "";
+  return event == "start" || event == "step" ? "" : "is not a lattice run log";
 }
 
 }  // namespace lattice

@@ -53,6 +53,10 @@ bool is_own_kind(const std::string& path, OutputKind kind);
 // Throws InputError unless `path` may receive an output of `kind` under the rule above. `flag` names
 // the output in the message ("--html"). For a file: its missing parent directories are created and a
 // file beside it is created and removed, as the write will (core/atomic_dir.hpp check_file_writable).
+// Why the file at `path` is not a lattice run log (a report's run.jsonl): "is not a regular file", "is
+// not a lattice run log"; "" when it is one (its first line a start or step record) or empty.
+std::string run_log_problem(const std::string& path);
+
 void check_output_path(const std::string& path, OutputKind kind, const std::string& flag,
                        const OutputRules& rules = {});
 

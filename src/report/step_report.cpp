@@ -69,7 +69,7 @@ void print_step_line(const StepReport& r) {
   const std::string bpb = bits_per_byte_note(r.bits_per_byte);
   char update[96];  // the update this step applied, where it is not its own batch's
   if (r.update_of_step == r.step) std::snprintf(update, sizeof update, "lr %.2e  |g| %.3f", r.lr, r.grad_norm);
-  else if (r.update_of_step == 0) std::snprintf(update, sizeof update, "no update yet");
+  else if (r.update_of_step == 0) std::snprintf(update, sizeof update, "no update this step");
   else std::snprintf(update, sizeof update, "lr %.2e  |g| %.3f (step %lld's update)", r.lr, r.grad_norm,
                      (long long)r.update_of_step);
   std::fprintf(stderr, "step %5lld/%lld  loss %.4f%s  %s  %7.1f ms  %8.0f tok/s  %s  act %s",

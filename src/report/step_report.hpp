@@ -26,7 +26,7 @@ struct StepReport {
   double loss = 0, lr = 0, grad_norm = 0, step_s = 0, tokens_per_s = 0, mfu = 0;
   // The step whose gradient the last update of this step applied (lr and grad_norm are its): the step
   // itself, but under a pipelined PipeDream-2BW the one before (its update lands a step late), and 0
-  // where none was applied (its first step).
+  // where none was applied (the first step, and the first after a drain at an eval or save step).
   int64_t update_of_step = 0;
   double bits_per_byte = 0;  // the loss per byte of text (tokenizers compare; 0: unknown): docs/design.md §15
   double elapsed_s = 0, eta_s = 0;  // since the run started; the rest at this run's mean step time

@@ -117,6 +117,14 @@ std::string resume_training_settings(TrainConfig& config, const nlohmann::json& 
     fail(head + "a resume continues the run's schedule and optimizer (leave --" + s.flag +
          " out to keep it, or add --override-schedule to train on with the given values)");
   }
+  // A given flag the resumed settings make meaningless (the flag rules saw the defaults): another
+  // optimizer's hyperparameters, a cosine's floor on a constant schedule.
+  const std::string& optimizer = config.optim.kind;
+  for (const char* f : {"beta1", "beta2", "eps"})
+    require(optimizer == "adamw" || !given(f) || (optimizer == "sm3" && std::string(f) == "beta1"),
+            "--" + std::string(f) + " does not apply to checkpoint " + checkpoint + "'s --optimizer " + optimizer);
+  require(config.lr_schedule == "cosine" || !given("min-lr"),
+          "--min-lr applies to --lr-schedule cosine only (checkpoint " + checkpoint + "'s is " + config.lr_schedule + ")");
   // The cosine's last step: the run's own, so a longer --steps holds --min-lr past it rather than
   // stretching the curve (a jump of the learning rate); --override-schedule decays to the new --steps.
   if (saved.contains("decay_steps") && !config.override_schedule) {

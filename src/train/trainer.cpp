@@ -120,7 +120,8 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   checkpoint::ResumeState resume_state;
   if (!config_.resume.empty()) {
     resume_state = checkpoint::read_resume_state(config_.resume);
-    resumed_settings_ = resume_training_settings(config_, resume_state.train_settings, config_.resume);
+    if (!config_.settings_resumed)  // the cli took them before planning; a caller of its own, here
+      config_.resumed_settings = resume_training_settings(config_, resume_state.train_settings, config_.resume);
     const bool shuffle_given = std::ranges::find(config_.given_settings, "shuffle") != config_.given_settings.end();
     if (!shuffle_given && resume_state.shuffle >= 0) config_.shuffle = resume_state.shuffle == 1;
   }
@@ -416,7 +417,10 @@ bool Trainer::drains_after(int64_t step) const {
 }
 
 void Trainer::apply_update(uint64_t batch, StepResult& r) {
-  r.update_of_step = int64_t(batch) + 1;  // applied, or skipped by the fp16 loss scale
+  // Update u is the (u+1)-th: the step reports the last update it applied (or fp16 skipped), its
+  // learning rate and gradient norm.
+  const auto update = int64_t(batch) + 1;
+  r.update_of_step = update, r.lr = schedule_.at(update), r.grad_norm = 0;
   states_->use_version(batch);
   const parallel::OwnedGrads grads = states_->reduce();
   complete_gradients(grads);
@@ -440,10 +444,7 @@ void Trainer::apply_update(uint64_t batch, StepResult& r) {
   std::vector<PieceData> pieces;
   for (size_t i = 0; i < master.size(); ++i)
     pieces.push_back({master[i], grads.data[i], bf16.empty() ? nullptr : bf16[i], fused ? clip : 1.0f});
-  // Update u is the (u+1)-th: its learning rate, and Adam's bias correction counting the updates
-  // applied (fp16 may skip some).
-  const auto update = int64_t(batch) + 1;
-  r.lr = schedule_.at(update);  // the step reports the last update it applied
+  // Adam's bias correction counts the updates applied (fp16 may skip some).
   optimizer_->update(pieces, r.lr, update - loss_scaler_.skipped);
   states_->finish_step(true, !bf16.empty());
 }
@@ -686,9 +687,9 @@ int Trainer::run() {
   if (log && !config_.json && !config_.settings.empty())
     std::fprintf(stderr, "lattice train: settings: %s (--dump-config prints every setting as TOML)\n",
                  config_.settings.c_str());
-  if (log && !config_.json && !resumed_settings_.empty())
+  if (log && !config_.json && !config_.resumed_settings.empty())
     std::fprintf(stderr, "lattice train: resumed with checkpoint %s's %s (flags not given take the run's values)\n",
-                 config_.resume.c_str(), resumed_settings_.c_str());
+                 config_.resume.c_str(), config_.resumed_settings.c_str());
   if (run_log_) {
     nlohmann::json start = start_record(world);
     start["peak_flops"] = peak.total > 0 ? nlohmann::json(peak.rank.flops) : nlohmann::json(nullptr);

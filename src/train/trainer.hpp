@@ -136,7 +136,6 @@ class Trainer {
   // {"event":"promotion_refused"} record, and the one line saying why is returned (empty: promoted).
   std::string promote_if_sound(double loss);
   void promote_save();
-  std::string resumed_settings_;  // the settings a resume took from its checkpoint, as flags (printed at start)
   LossSpikeGuard spike_guard_;  // the run's recent step losses (saved in trainer.json, resumed)
   double global_loss(double loss_sum);  // summed over the last stage and the DP replicas
   std::array<comm::Communicator*, 2> stage_and_replica_groups();  // PP then DP; null where absent

@@ -94,10 +94,15 @@ check "--max-restarts 0: the checkpoint is intact at step $held" \
 # kill_at NAME STEPS TRAIN_FLAGS...: a 2-rank run of 300 steps, one rank killed after STEPS steps.
 kill_at() {
   local name=$1 steps=$2; shift 2
-  "${L[@]}" -- train "${MODEL[@]}" --steps 300 --save "ck_$name" --comm-timeout 5 "$@" > "$name.jsonl" 2> "$name.err" &
+  local model=("${MODEL[@]}")
+  [ -n "${KILL_MODEL+set}" ] && model=("${KILL_MODEL[@]}")
+  "${L[@]}" -- train "${model[@]}" --steps 300 --save "ck_$name" --comm-timeout 5 "$@" \
+    > "$name.jsonl" 2> "$name.err" &
   local pid=$!
   for _ in $(seq 1 300); do [ "$(grep -c '"event":"step"' "$name.jsonl")" -ge "$steps" ] && break; sleep 0.1; done
-  kill -KILL "$(pgrep -f -- "--save ck_$name" | grep -v "^$pid$" | xargs -r ps -o pid=,comm= -p | awk '$2 == "lattice" {print $1}' | tail -1)"
+  # A rank (a "lattice train" process), never the launcher.
+  kill -KILL "$(pgrep -f -- "--save ck_$name" | xargs -r ps -o pid=,comm=,args= -p | awk '$2 == "lattice"' |
+                grep -- 'lattice train ' | awk '{print $1}' | tail -1)"
   wait "$pid"
   STATUS=$?
 }
@@ -111,6 +116,22 @@ check "a restart before the first save: from step 0, not the older run's checkpo
 check "a restart before the first save: the relaunch trains steps 1 to 300" python3 -c "
 import json; s = [r['step'] for r in map(json.loads, open('stale.jsonl')) if r.get('event') == 'step']
 i = max(k for k in range(len(s)) if s[k] == 1); assert s[i:] == list(range(1, 301)), s"
+# A run resumed from its own checkpoint without batch flags (they come from it), killed before its first
+# save: the restart resumes that checkpoint again, says so, and pins the run's global batch (the launcher
+# pinned the defaults' 16 x 2, which train refused as another data order).
+"$LATTICE" train "${MODEL[@]}" --steps 2 --save ck_own > /dev/null 2>&1
+KILL_MODEL=(); skip=0
+for a in "${MODEL[@]}"; do  # MODEL without its batch flags
+  if [ "$skip" = 1 ]; then skip=0; continue; fi
+  case $a in --micro-batch|--global-batch) skip=1; continue ;; esac
+  KILL_MODEL+=("$a")
+done
+kill_at own 5 --resume ck_own --save-every 1000
+unset KILL_MODEL
+check "its own --resume, restarted before a save: exit 0 (got $STATUS)" test "$STATUS" -eq 0
+check "its own --resume, restarted before a save: the line names it" \
+  grep -q "^lattice launch: restart 1 .*; from the run's own --resume ck_own (no checkpoint saved yet)" own.err
+
 # --init from --config: a restart could not take it out (train refused it beside --resume and the run
 # stopped): refused before the first job.
 "$LATTICE" train "${MODEL[@]}" --steps 2 --save ck_seed > /dev/null 2>&1

@@ -63,6 +63,16 @@ import json, math, sys
 lr = [x['lr'] for x in map(json.loads, open('over.jsonl')) if x.get('event') == 'step']
 want = [3e-4 + 0.5 * (0.02 - 3e-4) * (1 + math.cos(math.pi * (t - 1) / 4)) for t in (4, 5)]
 sys.exit(not (len(lr) == 2 and all(abs(a - b) <= 1e-12 * b for a, b in zip(lr, want))))"
+# The batch comes back before anything is planned from it: a run of micro-batch 2 and global batch 8
+# resumed with neither flag trains 2 x 4 (the defaults, 16 x 1, would size memory and its recompute
+# choice), and a flag the resumed optimizer would ignore is refused.
+NOBATCH=(--data data --layers 2 --hidden 32 --heads 4 --seq-len 32 --threads 1)
+"$LATTICE" train "${NOBATCH[@]}" --micro-batch 2 --global-batch 8 --optimizer adafactor --steps 2 --save adaf 2>/dev/null
+# 3 MiB: a recompute plan fits micro-batch 2 here, none fits 16 (measured: 16 needs 6 MiB).
+"$LATTICE" train "${NOBATCH[@]}" --steps 3 --resume adaf --recompute auto --memory-budget 3MiB > /dev/null 2> batch.err
+check "resume without batch flags: the run's 2 x 4, its recompute chosen for micro-batch 2" grep -q "batch 2 x 4 x 1" batch.err
+expect_error "--beta2 on a resumed Adafactor run" "--beta2 does not apply to checkpoint adaf's --optimizer adafactor" \
+  train "${NOBATCH[@]}" --steps 3 --resume adaf --beta2 0.99 --override-schedule
 
 # eval and sample.
 "$LATTICE" eval --checkpoint ck --data data/val.bin --batches 2 --micro-batch 2 --json > eval.jsonl 2>/dev/null
