@@ -225,6 +225,9 @@ int run_train(int argc, char** argv) {
                          valid_comm_timeout(train.comm_timeout) ? train.comm_timeout : comm::kDefaultCommTimeout,
                          resolved.ep, resolved.cp);
   std::unique_ptr<Trainer> trainer;
+  // A resume on more data-parallel ranks: the micro-batch taken from the checkpoint split to fit them
+  // (before the planning below sizes anything by it).
+  comm::check_on_all_ranks("train", [&] { fit_resumed_micro_batch(train, dist.layout().dp); });
   // The token files too: ranks reading other data under the same --data path (per-host copies that
   // differ) would train replicas on different datasets without a word.
   const std::string settings = app.config_to_str(/*default_also=*/true, /*write_description=*/false) +

@@ -30,45 +30,69 @@ struct Setting {
   std::function<bool(const nlohmann::json&)> recorded_well;  // the value's type and range
 };
 
+// `valid`: the values the flag takes (train/validate.cpp's ranges), so that a checkpoint's bad value is
+// named as the checkpoint's, not as a flag the user did not give.
 template <class T, class Field>
-Setting setting(const char* flag, const char* key, Change change, Field field) {
+Setting setting(const char* flag, const char* key, Change change, Field field, std::function<bool(const T&)> valid) {
   return {flag, key, change, [field](const TrainConfig& t) { return nlohmann::json(field(t)); },
           [field](TrainConfig& t, const nlohmann::json& v) { field(t) = v.get<T>(); },
-          [](const nlohmann::json& v) {
+          [valid](const nlohmann::json& v) {
             if constexpr (std::is_same_v<T, std::string>) {
-              return v.is_string();
+              return v.is_string() && valid(v.get<std::string>());
             } else if constexpr (std::is_integral_v<T>) {
-              if (!v.is_number_integer()) return false;
-              if (v.is_number_unsigned()) return v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max());
-              return v.get<int64_t>() >= int64_t(std::numeric_limits<T>::min()) &&
-                     v.get<int64_t>() <= int64_t(std::numeric_limits<T>::max());
+              if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
+                return false;
+              const int64_t x = v.get<int64_t>();
+              return x >= int64_t(std::numeric_limits<T>::min()) && x <= int64_t(std::numeric_limits<T>::max()) &&
+                     valid(T(x));
             } else {
-              return v.is_number() && std::isfinite(v.get<double>());
+              return v.is_number() && std::isfinite(v.get<double>()) && valid(v.get<double>());
             }
           }};
 }
 
+template <class T>
+std::function<bool(const T&)> between(T lo, T hi) {
+  return [lo, hi](const T& x) { return x >= lo && x <= hi; };
+}
+std::function<bool(const std::string&)> one_of(std::vector<std::string> names) {
+  return [names](const std::string& x) { return std::find(names.begin(), names.end(), x) != names.end(); };
+}
+constexpr int64_t kMaxSteps = int64_t(1) << 40;
+constexpr double kHuge = 1e300;
+
 const std::vector<Setting>& settings() {
   // Every training flag whose value shapes the run after its first step, but the seed and the data's
   // shuffle (checked with the data order, train/trainer.cpp).
+  const auto below_one = [](const double& x) { return x >= 0 && x < 1; };
   static const std::vector<Setting> table = {
-      setting<int64_t>("steps", "steps", Change::free, [](auto& t) -> auto& { return t.steps; }),
-      setting<int>("micro-batch", "micro_batch", Change::free, [](auto& t) -> auto& { return t.micro_batch; }),
-      setting<int>("global-batch", "global_batch", Change::never, [](auto& t) -> auto& { return t.global_batch; }),
-      setting<std::string>("optimizer", "optimizer", Change::never, [](auto& t) -> auto& { return t.optim.kind; }),
-      setting<double>("lr", "lr", Change::with_override, [](auto& t) -> auto& { return t.lr; }),
-      setting<double>("min-lr", "min_lr", Change::with_override, [](auto& t) -> auto& { return t.min_lr; }),
+      setting<int64_t>("steps", "steps", Change::free, [](auto& t) -> auto& { return t.steps; },
+                       between<int64_t>(0, kMaxSteps)),
+      setting<int>("micro-batch", "micro_batch", Change::free, [](auto& t) -> auto& { return t.micro_batch; },
+                   between(1, 1 << 20)),
+      setting<int>("global-batch", "global_batch", Change::never, [](auto& t) -> auto& { return t.global_batch; },
+                   between(1, 1 << 20)),
+      setting<std::string>("optimizer", "optimizer", Change::never, [](auto& t) -> auto& { return t.optim.kind; },
+                           one_of({"adamw", "adafactor", "sm3"})),
+      setting<double>("lr", "lr", Change::with_override, [](auto& t) -> auto& { return t.lr; }, between(0.0, kHuge)),
+      setting<double>("min-lr", "min_lr", Change::with_override, [](auto& t) -> auto& { return t.min_lr; },
+                      between(0.0, kHuge)),
       setting<std::string>("lr-schedule", "lr_schedule", Change::with_override,
-                           [](auto& t) -> auto& { return t.lr_schedule; }),
-      setting<int64_t>("warmup", "warmup", Change::with_override, [](auto& t) -> auto& { return t.warmup; }),
-      setting<double>("beta1", "beta1", Change::with_override, [](auto& t) -> auto& { return t.optim.beta1; }),
-      setting<double>("beta2", "beta2", Change::with_override, [](auto& t) -> auto& { return t.optim.beta2; }),
-      setting<double>("eps", "eps", Change::with_override, [](auto& t) -> auto& { return t.optim.eps; }),
+                           [](auto& t) -> auto& { return t.lr_schedule; }, one_of({"constant", "cosine"})),
+      setting<int64_t>("warmup", "warmup", Change::with_override, [](auto& t) -> auto& { return t.warmup; },
+                       between<int64_t>(0, kMaxSteps)),
+      setting<double>("beta1", "beta1", Change::with_override, [](auto& t) -> auto& { return t.optim.beta1; },
+                      below_one),
+      setting<double>("beta2", "beta2", Change::with_override, [](auto& t) -> auto& { return t.optim.beta2; },
+                      below_one),
+      setting<double>("eps", "eps", Change::with_override, [](auto& t) -> auto& { return t.optim.eps; },
+                      [](const double& x) { return x > 0; }),
       setting<double>("weight-decay", "weight_decay", Change::with_override,
-                      [](auto& t) -> auto& { return t.optim.weight_decay; }),
-      setting<double>("clip-grad", "clip_grad", Change::with_override, [](auto& t) -> auto& { return t.clip_grad; }),
+                      [](auto& t) -> auto& { return t.optim.weight_decay; }, between(0.0, kHuge)),
+      setting<double>("clip-grad", "clip_grad", Change::with_override, [](auto& t) -> auto& { return t.clip_grad; },
+                      between(0.0, kHuge)),
       setting<int64_t>("loss-scale-window", "loss_scale_window", Change::with_override,
-                       [](auto& t) -> auto& { return t.loss_scale_window; }),
+                       [](auto& t) -> auto& { return t.loss_scale_window; }, between<int64_t>(1, kMaxSteps)),
   };
   return table;
 }
@@ -97,8 +121,8 @@ std::string resume_training_settings(TrainConfig& config, const nlohmann::json& 
   for (const Setting& s : settings()) {
     if (!saved.contains(s.key)) continue;  // not recorded: an older checkpoint
     const nlohmann::json& theirs = saved[s.key];
-    require(s.recorded_well(theirs), where + ": \"train\": \"" + s.key + "\" = " + theirs.dump() + " is not a value of --" +
-                                         s.flag);
+    require(s.recorded_well(theirs), where + ": \"train\": \"" + s.key + "\" = " + theirs.dump() +
+                                         " is not a value of --" + s.flag + " (a damaged checkpoint)");
     const nlohmann::json mine = s.get(config);
     if (!given(s.flag)) {  // named where the flag's default would have differed: what the resume changed
       const bool derived = std::string(s.key) == "global_batch" && mine == 0 && theirs == config.micro_batch;
@@ -117,6 +141,12 @@ std::string resume_training_settings(TrainConfig& config, const nlohmann::json& 
     fail(head + "a resume continues the run's schedule and optimizer (leave --" + s.flag +
          " out to keep it, or add --override-schedule to train on with the given values)");
   }
+  require(config.min_lr <= config.lr || given("min-lr") || given("lr"),
+          where + ": \"train\" holds a min_lr above its lr (a damaged checkpoint)");
+  // SM3 saved without momentum (β1 0) has no momentum state to go on from.
+  if (config.optim.kind == "sm3" && saved.contains("beta1") && saved["beta1"] == 0.0 && config.optim.beta1 != 0)
+    fail("--beta1 " + text(nlohmann::json(config.optim.beta1)) + ": checkpoint " + checkpoint +
+         "'s SM3 run kept no momentum (--beta1 0), so none can go on; resume it with --beta1 0");
   // A given flag the resumed settings make meaningless (the flag rules saw the defaults): another
   // optimizer's hyperparameters, a cosine's floor on a constant schedule.
   const std::string& optimizer = config.optim.kind;
@@ -134,6 +164,30 @@ std::string resume_training_settings(TrainConfig& config, const nlohmann::json& 
     config.decay_steps = d.get<int64_t>();
   }
   return taken;
+}
+
+}  // namespace lattice
+
+namespace lattice {
+
+void fit_resumed_micro_batch(TrainConfig& config, int dp) {
+  const auto& given = config.given_settings;
+  if (config.resume.empty() || config.global_batch <= 0 || dp < 1 ||
+      std::find(given.begin(), given.end(), "micro-batch") != given.end() ||
+      config.global_batch % (int64_t(config.micro_batch) * dp) == 0)
+    return;
+  for (int m = config.micro_batch - 1; m >= 1; --m)
+    if (config.global_batch % (int64_t(m) * dp) == 0) {
+      config.resumed_settings += std::string(config.resumed_settings.empty() ? "" : " ") + "--micro-batch " +
+                                 std::to_string(m) + " (its " + std::to_string(config.micro_batch) +
+                                 " does not split its global batch over " + std::to_string(dp) +
+                                 " data-parallel ranks)";
+      config.micro_batch = m;
+      return;
+    }
+  fail("checkpoint " + config.resume + "'s --global-batch " + std::to_string(config.global_batch) +
+       " does not split over " + std::to_string(dp) +
+       " data-parallel ranks: resume on a data-parallel size that divides it");
 }
 
 }  // namespace lattice

@@ -23,4 +23,10 @@ nlohmann::json training_settings_json(const TrainConfig& config);
 // flags' defaults, as flags ("--lr 0.01 --warmup 2"), empty when none.
 std::string resume_training_settings(TrainConfig& config, const nlohmann::json& saved, const std::string& checkpoint);
 
+// Once the data-parallel size `dp` is known: a micro-batch taken from the checkpoint (not given) that
+// does not split the run's global batch over `dp` ranks (a resume on more ranks) becomes the largest
+// one that does; the batch at each step stays the run's, only its split changes. Throws InputError
+// naming the checkpoint when none does.
+void fit_resumed_micro_batch(TrainConfig& config, int dp);
+
 }  // namespace lattice

@@ -125,6 +125,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     const bool shuffle_given = std::ranges::find(config_.given_settings, "shuffle") != config_.given_settings.end();
     if (!shuffle_given && resume_state.shuffle >= 0) config_.shuffle = resume_state.shuffle == 1;
   }
+  fit_resumed_micro_batch(config_, layout_.dp);
   if (config_.decay_steps == 0) config_.decay_steps = config_.steps;
   if (config_.global_batch == 0) config_.global_batch = config_.micro_batch * layout_.dp;
   validate_training(model_config_, layout_, config_);

@@ -14,6 +14,7 @@
 #include "report/step_report.hpp"
 #include "backend/op_profile.hpp"
 #include "tensor/device_memory.hpp"
+#include "train/resume_settings.hpp"
 #include "train/trainer.hpp"
 
 // The end-of-run summary: every rank's measured memory and traffic gathered, the formulas beside.
@@ -123,6 +124,10 @@ nlohmann::json Trainer::start_record(int world) const {
                       {"save", !config_.save.empty()},
                       {"trace", config_.trace}};
   if (!config_.predicted_memory.is_null()) j["predicted_memory"] = config_.predicted_memory;
+  // The schedule and optimizer in effect (a resume takes the run's: train/resume_settings.hpp), and
+  // what the resume took from its checkpoint where the flags' defaults would differ.
+  j["train_settings"] = training_settings_json(config_);
+  if (!config_.resumed_settings.empty()) j["resumed_settings"] = config_.resumed_settings;
   return j;
 }
 

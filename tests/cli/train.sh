@@ -73,6 +73,25 @@ NOBATCH=(--data data --layers 2 --hidden 32 --heads 4 --seq-len 32 --threads 1)
 check "resume without batch flags: the run's 2 x 4, its recompute chosen for micro-batch 2" grep -q "batch 2 x 4 x 1" batch.err
 expect_error "--beta2 on a resumed Adafactor run" "--beta2 does not apply to checkpoint adaf's --optimizer adafactor" \
   train "${NOBATCH[@]}" --steps 3 --resume adaf --beta2 0.99 --override-schedule
+# On more data-parallel ranks the run's micro-batch is split to fit without --micro-batch: a global
+# batch of 2 at micro-batch 2 over 2 ranks is micro-batch 1 (it was refused, naming flags never given).
+"$LATTICE" train "${NOBATCH[@]}" --steps 2 --micro-batch 2 --global-batch 2 --save g2 > /dev/null 2>&1
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive \
+  mpirun --allow-run-as-root --oversubscribe -np 2 "$LATTICE" train "${NOBATCH[@]}" --steps 3 --resume g2 --json \
+  > g2.jsonl 2> /dev/null
+check "resume on 2 data-parallel ranks without --micro-batch: micro-batch 1, named in the start record" python3 -c "
+import json; s = [json.loads(l) for l in open('g2.jsonl')][0]
+assert s['micro_batch'] == 1 and s['train_settings']['lr'] == 0.003 and '--micro-batch 1' in s['resumed_settings'], s"
+# A damaged value in trainer.json is named as the checkpoint's, not as a flag nobody gave.
+cp -r adaf damaged
+python3 -c "
+import json; t = json.load(open('damaged/trainer.json')); t['train']['micro_batch'] = 0
+json.dump(t, open('damaged/trainer.json', 'w'))"
+expect_error "a damaged micro_batch in trainer.json" 'damaged/trainer.json: "train": "micro_batch" = 0 is not a value of --micro-batch' \
+  train "${NOBATCH[@]}" --steps 3 --resume damaged
+"$LATTICE" train "${NOBATCH[@]}" --steps 2 --optimizer sm3 --beta1 0 --save sm0 > /dev/null 2>&1
+expect_error "an SM3 run without momentum given --beta1" "checkpoint sm0's SM3 run kept no momentum (--beta1 0)" \
+  train "${NOBATCH[@]}" --steps 3 --resume sm0 --override-schedule --beta1 0.5
 
 # eval and sample.
 "$LATTICE" eval --checkpoint ck --data data/val.bin --batches 2 --micro-batch 2 --json > eval.jsonl 2>/dev/null
