@@ -571,6 +571,7 @@ int run_launch(int argc, char** argv) {
   options.min_ranks = f.min_ranks;
   options.max_restarts = f.max_restarts;
   options.save_dir = train.save;
+  if (!train.resume.empty()) options.own_resume_step = checkpoint_step(train.resume, "").value_or(0);
 
   return launch::supervise(hosts, train_args, first, global_batch, options, launcher, env);
 }

@@ -404,7 +404,9 @@ std::string restart_line(const Restart& r) {
                     std::to_string(r.max_restarts) + " (" + r.reason + "): " + lost + "; " + r.from.describe() +
                     " → " + r.to.describe() + " on " + joined(r.hosts, ", ") + "; ";
   if (r.resume_dir.empty() && !r.own_start.empty())
-    out += "from the run's own " + r.own_start + " (no checkpoint saved yet)";
+    out += "from the run's own " + r.own_start +
+           (r.own_start.rfind("--resume", 0) == 0 ? " at step " + std::to_string(r.resume_step) : "") +
+           " (no checkpoint saved yet)";
   else if (r.resume_dir.empty()) out += "from step 0 (no checkpoint saved yet)";
   else out += "resuming " + r.resume_dir + " at step " + std::to_string(r.resume_step);
   out += ", " + std::to_string(r.steps_redone) + " step(s) redone, " + seconds_text(r.seconds_lost) + " s lost";
@@ -521,7 +523,10 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
     r.resume_dir = saved ? options.save_dir : "";
     if (!saved)
       for (const char* start : {"--resume", "--init", "--load"})
-        if (const auto dir = flag_value(args, {start})) r.own_start = std::string(start) + " " + *dir;
+        if (const auto dir = flag_value(args, {start})) {
+          r.own_start = std::string(start) + " " + *dir;
+          if (std::string(start) == "--resume") r.resume_step = options.own_resume_step;  // where it goes on from
+        }
     r.steps_redone = std::max<int64_t>(0, job.last_step - r.resume_step);
     r.seconds_lost = job.seconds_since_progress + (env.now() - ended);
     env.say(restart_line(r));

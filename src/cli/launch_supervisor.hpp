@@ -120,6 +120,7 @@ struct Options {
   int min_ranks = 1;
   int max_restarts = 3;
   std::string save_dir;  // train's --save: where the promoted checkpoint lives
+  int64_t own_resume_step = 0;  // the step of the run's own --resume checkpoint (0: none)
 };
 
 // Starts one job: `args` are train's flags, run over `hosts` (their slots, `world` ranks in all).

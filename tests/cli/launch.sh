@@ -130,7 +130,12 @@ kill_at own 5 --resume ck_own --save-every 1000
 unset KILL_MODEL
 check "its own --resume, restarted before a save: exit 0 (got $STATUS)" test "$STATUS" -eq 0
 check "its own --resume, restarted before a save: the line names it" \
-  grep -q "^lattice launch: restart 1 .*; from the run's own --resume ck_own (no checkpoint saved yet)" own.err
+  grep -q "^lattice launch: restart 1 .*; from the run's own --resume ck_own at step 2 (no checkpoint saved yet)" own.err
+check "its own --resume, restarted before a save: steps redone counted from its step 2" python3 -c "
+import json; d = [json.loads(l) for l in open('own.jsonl')]
+i = next(k for k, r in enumerate(d) if r.get('event') == 'restart')
+last = max(r['step'] for r in d[:i] if r.get('event') == 'step')
+assert d[i]['resume_step'] == 2 and d[i]['steps_redone'] == last - 2, (d[i], last)"
 
 # --init from --config: a restart could not take it out (train refused it beside --resume and the run
 # stopped): refused before the first job.
