@@ -573,7 +573,18 @@ int run_launch(int argc, char** argv) {
   options.save_dir = train.save;
   if (!train.resume.empty()) options.own_resume_step = checkpoint_step(train.resume, "").value_or(0);
 
-  return launch::supervise(hosts, train_args, first, global_batch, options, launcher, env);
+  const int status = launch::supervise(hosts, train_args, first, global_batch, options, launcher, env);
+  // Done means the run's last checkpoint is there: an "mpirun" that exits 0 without training (an
+  // --mpi-arg that made it print and stop) is not a finished run.
+  const std::optional<int64_t> reached = checkpoint_step(train.save, "");
+  if (status == 0 && g_signal == 0 && reached != train.steps) {
+    std::fprintf(stderr, "lattice launch: error: the job exited 0, but %s holds %s, not step %lld (--steps): the run "
+                 "did not finish\n", train.save.c_str(),
+                 reached ? ("step " + std::to_string(*reached)).c_str() : "no checkpoint",
+                 static_cast<long long>(train.steps));
+    return 1;
+  }
+  return status;
 }
 
 }  // namespace lattice::cli

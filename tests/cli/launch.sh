@@ -158,6 +158,10 @@ printf '#!/bin/sh\nhead -c 67108864 /dev/zero | tr "\\0" x\n' > fake/noline; chm
 /usr/bin/time -f %M -o noline.rss "$LATTICE" launch --hostfile hosts --mpirun fake/noline --max-restarts 0 -- \
   train "${MODEL[@]}" --steps 2 --save ck_noline > noline.out 2>/dev/null
 check "64 MiB without a newline: passed on whole" test "$(wc -c < noline.out)" -eq 67108865
+# An "mpirun" that exits 0 without training is not a finished run (it exited 0).
+printf '#!/bin/sh\nexit 0\n' > fake/nothing; chmod +x fake/nothing
+usage "a job that exits 0 without training" 1 "the job exited 0, but ck_nothing holds no checkpoint, not step 2" \
+  --hostfile hosts --mpirun fake/nothing -- train "${MODEL[@]}" --steps 2 --save ck_nothing
 # The launcher's own memory (about 15 MiB here) and its 1 MiB line buffer, far below the 64 MiB it held.
 check "64 MiB without a newline: the launcher stays below 40 MiB (max RSS $(cat noline.rss) KiB)" \
   test "$(tail -1 noline.rss)" -lt 40960
