@@ -126,7 +126,8 @@ std::string resume_training_settings(TrainConfig& config, const nlohmann::json& 
     const nlohmann::json mine = s.get(config);
     if (!given(s.flag)) {  // named where the flag's default would have differed: what the resume changed
       const bool derived = std::string(s.key) == "global_batch" && mine == 0 && theirs == config.micro_batch;
-      if (mine != theirs && !derived) taken += std::string(taken.empty() ? "" : " ") + "--" + s.flag + " " + text(theirs);
+      if (mine != theirs && !derived)
+        taken += std::string(taken.empty() ? "" : " ") + "--" + s.flag + " " + text(theirs);
       s.set(config, theirs);
       continue;
     }
@@ -154,7 +155,8 @@ std::string resume_training_settings(TrainConfig& config, const nlohmann::json& 
     require(optimizer == "adamw" || !given(f) || (optimizer == "sm3" && std::string(f) == "beta1"),
             "--" + std::string(f) + " does not apply to checkpoint " + checkpoint + "'s --optimizer " + optimizer);
   require(config.lr_schedule == "cosine" || !given("min-lr"),
-          "--min-lr applies to --lr-schedule cosine only (checkpoint " + checkpoint + "'s is " + config.lr_schedule + ")");
+          "--min-lr applies to --lr-schedule cosine only (checkpoint " + checkpoint + "'s is " + config.lr_schedule +
+              ")");
   // The cosine's last step: the run's own, so a longer --steps holds --min-lr past it rather than
   // stretching the curve (a jump of the learning rate); --override-schedule decays to the new --steps.
   if (saved.contains("decay_steps") && !config.override_schedule) {
@@ -165,10 +167,6 @@ std::string resume_training_settings(TrainConfig& config, const nlohmann::json& 
   }
   return taken;
 }
-
-}  // namespace lattice
-
-namespace lattice {
 
 void fit_resumed_micro_batch(TrainConfig& config, int dp) {
   const auto& given = config.given_settings;
