@@ -212,7 +212,14 @@ class MpirunLauncher final : public launch::Launcher {
       std::fflush(to);
       last_line = now_s();
     };
+    // mpirun has read its hostfile once a rank prints: gone from /tmp then, so a launcher killed by
+    // SIGKILL (no handler runs) leaves none behind past the job's start.
+    bool hostfile_gone = false;
     auto line_seen = [&](int which, const std::string& line, bool whole = true) {
+      if (!hostfile_gone && launch::step_in_line(line)) {  // a rank trains: mpirun read the file long ago
+        unlink(hostfile);
+        hostfile_gone = true;
+      }
       if (which == 0 && !whole) {
         // The job's last stdout line, cut by its end (a rank killed mid-write): on stderr, said so,
         // so that stdout stays whole lines (a --json stream stays JSON).
@@ -327,7 +334,7 @@ class MpirunLauncher final : public launch::Launcher {
     close(fds[0]);
     close(fds[1]);
     g_job_group = 0;
-    unlink(hostfile);
+    if (!hostfile_gone) unlink(hostfile);
     job.exit_status = *status;
     job.interrupted = g_signal != 0;
     job.interrupt_signal = g_signal;

@@ -220,10 +220,14 @@ check "a rank crashed: stdout stays whole JSON lines" \
   python3 -c "import json; [json.loads(l) for l in open('crash.jsonl')]"
 
 # The launcher killed (SIGKILL: no handler runs): its job must not outlive it.
+hostfiles_before=$(ls /tmp/lattice-launch-hosts-* 2>/dev/null | sort)
 start_run orphan 8
 kill -KILL "$(pid_of orphan lattice ' launch ')"
 wait "$RUN_PID" 2>/dev/null
 check "launcher killed: mpirun and the ranks end with it" gone_within orphan 15
+hostfiles_after=$(ls /tmp/lattice-launch-hosts-* 2>/dev/null | sort)
+check "launcher killed: its hostfile is not left in /tmp" \
+  test -z "$(comm -13 <(echo "$hostfiles_before") <(echo "$hostfiles_after"))"
 
 # SIGTERM and SIGHUP to the launcher: forwarded, not restarted, 128 + the signal; nothing left.
 for sig in TERM HUP; do
