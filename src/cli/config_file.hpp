@@ -5,6 +5,7 @@
 // A syntax error, a duplicate key, a table, an array, a key that is not a flag, or a value of the
 // wrong type is an error naming the file, the line and the key — never silently ignored.
 #include <CLI/CLI.hpp>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,10 @@ std::vector<std::string> config_file_args(const std::string& path, const CLI::Ap
 // back as the same run; options with no value are left out.
 // `derived`: options whose default another source replaces (train's --vocab: the data's), left out
 // unless given.
-std::string dump_config(const CLI::App& app, const std::vector<std::string>& derived = {});
+// `taken`: settings a resume takes from its checkpoint (long name → TOML value), shown in place of the
+// defaults where not given (commented out as those are, followed by `taken_from`).
+std::string dump_config(const CLI::App& app, const std::vector<std::string>& derived = {},
+                        const std::map<std::string, std::string>& taken = {}, const std::string& taken_from = "");
 // The settings given (on the command line or by --config) as one line of flags: "--layers 6 --lr 0.003".
 std::string given_flags(const CLI::App& app);
 

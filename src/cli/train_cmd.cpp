@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include "checkpoint/checkpoint.hpp"
 #include "cli/cli_util.hpp"
 #include "cli/config_file.hpp"
 #include "cli/commands.hpp"
@@ -174,7 +175,18 @@ int run_train(int argc, char** argv) {
   if (const auto status = parse_flags(app, argc, argv)) return *status;
   const bool first_rank = !comm::started_by_launcher() || comm::launcher_rank() == 0;
   if (dump) {
-    if (first_rank) std::fputs(dump_config(app, {"vocab"}).c_str(), stdout);
+    // A resume's dump shows the settings the run takes from its checkpoint, not the flags' defaults.
+    std::map<std::string, std::string> taken;
+    if (!train.resume.empty()) {
+      take_resumed_settings(app, train);
+      if (train.settings_resumed) {
+        const nlohmann::json state = checkpoint::read_trainer_state(train.resume);
+        for (const auto& [flag, value] : recorded_settings_by_flag(train, state.value("train", nlohmann::json())))
+          taken[flag] = value.is_string() ? "\"" + value.get<std::string>() + "\"" : value.dump();
+      }
+    }
+    if (first_rank)
+      std::fputs(dump_config(app, {"vocab"}, taken, "from checkpoint " + train.resume).c_str(), stdout);
     return 0;
   }
   train.other_inputs = {{"--config", config_path}};

@@ -108,6 +108,14 @@ nlohmann::json training_settings_json(const TrainConfig& config) {
   return out;
 }
 
+std::vector<std::pair<std::string, nlohmann::json>> recorded_settings_by_flag(const TrainConfig& config,
+                                                                              const nlohmann::json& saved) {
+  std::vector<std::pair<std::string, nlohmann::json>> out;
+  for (const Setting& s : settings())
+    if (saved.is_object() && saved.contains(s.key)) out.emplace_back(s.flag, s.get(config));
+  return out;
+}
+
 std::string resume_training_settings(TrainConfig& config, const nlohmann::json& saved, const std::string& checkpoint) {
   const std::string where = "checkpoint " + checkpoint + "/trainer.json";
   if (!saved.is_object()) {

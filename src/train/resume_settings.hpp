@@ -7,6 +7,8 @@
 // hyperparameters with --override-schedule. The data order (--global-batch) and the optimizer's kind
 // (its states) never change on a resume.
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +24,11 @@ nlohmann::json training_settings_json(const TrainConfig& config);
 // both values and the remedy. Returns the settings taken from the checkpoint that differ from the
 // flags' defaults, as flags ("--lr 0.01 --warmup 2"), empty when none.
 std::string resume_training_settings(TrainConfig& config, const nlohmann::json& saved, const std::string& checkpoint);
+
+// The settings `saved` (trainer.json's "train") records, as flags and the values in effect (long name
+// without "--" → value), for --dump-config of a resume.
+std::vector<std::pair<std::string, nlohmann::json>> recorded_settings_by_flag(const TrainConfig& config,
+                                                                              const nlohmann::json& saved);
 
 // Once the data-parallel size `dp` is known: a micro-batch taken from the checkpoint (not given) that
 // does not split the run's global batch over `dp` ranks (a resume on more ranks) becomes the largest

@@ -51,6 +51,11 @@ check "resume without --lr: steps 4 and 5 at the run's --min-lr (its cosine ende
 check "the start names what the resume took from the checkpoint" grep -q "resumed with checkpoint sched's --lr 0.01 --warmup 1 (" kept.err
 "$LATTICE" train "${SMALL[@]}" --resume sched > /dev/null 2> kept.err
 check "resume without --steps: the run's own end" grep -q "no step trained (the run is at step 3 of --steps 3)" kept.err
+"$LATTICE" train "${SMALL[@]}" --resume sched --dump-config > resumed.toml 2>/dev/null
+check "--dump-config of a resume shows the run's --lr, not the default" grep -qx '# lr = 0.01  (from checkpoint sched)' resumed.toml
+"$LATTICE" train --config resumed.toml --steps 5 --json > dumped.jsonl 2>/dev/null
+check "... and reads back as the same resume" \
+  test "$(json_field dumped.jsonl "[x['lr'] for x in d if x['event'] == 'step']")" = "[0.0003, 0.0003]"
 expect_error "a resume with another --lr" "--lr 0.02 differs from checkpoint sched's 0.01: a resume continues the run's schedule" \
   train "${SMALL[@]}" --steps 5 --resume sched --lr 0.02
 expect_error "a resume with another --beta2" "--beta2 0.99 differs from checkpoint sched's 0.95" \
