@@ -1,9 +1,14 @@
 #include "comm/distributed.hpp"
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/fault.hpp"
@@ -45,7 +50,7 @@ std::unique_ptr<Communicator> split(const parallel::Groups& groups, int world_ra
 
 }  // namespace
 
-MpiSession::MpiSession() {
+MpiSession::MpiSession(double start_timeout) {
   if (session_started) throw std::logic_error("MPI can only be started once per process");
   session_started = true;
   if (!started_by_launcher()) {
@@ -55,8 +60,38 @@ MpiSession::MpiSession() {
     setenv("OMPI_MCA_pml", "ob1", 0);
     setenv("OMPI_MCA_btl", "self", 0);
   }
+  // A test's stand-in for a rank stuck before MPI starts (a hung file system, a stopped process).
+  if (const char* delay = std::getenv("LATTICE_TEST_DELAY_MPI_INIT"); delay && started_by_launcher()) {
+    const std::string text = delay;
+    const size_t colon = text.find(':');
+    if (colon != std::string::npos && std::atoi(text.substr(0, colon).c_str()) == launcher_rank())
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(text.substr(colon + 1).c_str())));
+  }
+  std::mutex mutex;
+  std::condition_variable started;
+  bool done = false;
+  std::thread watch;
+  if (started_by_launcher() && launcher_size() > 1 && start_timeout > 0)
+    watch = std::thread([&] {
+      std::unique_lock<std::mutex> lock(mutex);
+      if (started.wait_for(lock, std::chrono::duration<double>(start_timeout), [&] { return done; })) return;
+      std::fprintf(stderr,
+                   "lattice: rank %d: MPI did not start within %g s (--comm-timeout): a rank never reached it "
+                   "(stopped, or stuck before it); stopping (exit 3: rank lost)\n",
+                   launcher_rank(), start_timeout);
+      std::fflush(stderr);
+      std::_Exit(3);
+    });
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  if (watch.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      done = true;
+    }
+    started.notify_one();
+    watch.join();
+  }
   if (provided < MPI_THREAD_FUNNELED) {
     MPI_Finalize();
     throw std::runtime_error("the MPI library does not support MPI_THREAD_FUNNELED");
@@ -70,7 +105,7 @@ MpiSession::~MpiSession() {
 }
 
 Distributed::Distributed(int tp, int pp, const std::string& command, double comm_timeout, int ep, int cp)
-    : command_(command) {
+    : session_(comm_timeout), command_(command) {
   int world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world);

@@ -23,16 +23,19 @@ int launcher_rank();
 // The world size the launcher announced (1 when not launched).
 int launcher_size();
 
-// Joins MPI (MPI_Init_thread, MPI_THREAD_FUNNELED) for its lifetime and finalizes after.
+inline constexpr double kDefaultCommTimeout = 300;
+
+// Joins MPI (MPI_Init_thread, MPI_THREAD_FUNNELED) for its lifetime and finalizes after. Under a
+// launcher, a start that takes more than `start_timeout` seconds (a rank never reached MPI: stopped,
+// or stuck before it; 0: wait forever) ends this rank with one line and exit 3, as a stalled peer
+// does later (comm/watchdog.hpp), so that the job ends rather than hangs.
 class MpiSession {
  public:
-  MpiSession();
+  explicit MpiSession(double start_timeout = kDefaultCommTimeout);
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
 };
-
-inline constexpr double kDefaultCommTimeout = 300;
 
 class Distributed {
  public:

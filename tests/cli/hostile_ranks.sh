@@ -76,6 +76,15 @@ check "stopped rank: the line names rank, operation and group" \
   grep -qE "lattice: rank [01]: no progress for [0-9]+ s in [a-z_]+ on the (dp|world|tp|pp) group" stop.err
 check "stopped rank: a rank_lost event on the JSON stream" \
   grep -qE '^\{"event":"rank_lost","rank":[01],"reason":"stalled","op":"[a-z_]+","group":"[a-z]+"' stop.out
+# A rank that never reaches MPI (stuck before it: a hung file system, a stopped process; here rank 1
+# waits 60 s first): the others waited in MPI's start forever. Now each ends within --comm-timeout,
+# exit 3 with one line, as for a stall later (so lattice launch restarts the job).
+LATTICE_TEST_DELAY_MPI_INIT=1:60 timeout 40 "${MPIRUN[@]}" -x LATTICE_TEST_DELAY_MPI_INIT -np 2 "$LATTICE" "${A[@]}" \
+  --steps 2 --comm-timeout 3 > start.out 2> start.err
+status=$?
+check "a rank that never starts MPI: the job ends with exit 3, not a hang (got $status)" test "$status" -eq 3
+check "a rank that never starts MPI: rank 0 says so" \
+  grep -q "^lattice: rank 0: MPI did not start within 3 s (--comm-timeout): a rank never reached it" start.err
 check "--comm-timeout out of range is refused" \
   bash -c "! '$LATTICE' train --data data --steps 1 --comm-timeout -1 2>/dev/null"
 
