@@ -48,7 +48,8 @@ int run_report(int argc, char** argv) {
   // "timeline from the trace" line was a flag that did not do what it said.
   require(app.count("--trace") == 0 || is_own_kind(trace, OutputKind::trace),
           "--trace " + trace + " is not a lattice trace (write one with lattice train --trace)");
-  const OutputRules rules{overwrite, {{"run log", log}, {"--trace", trace}}, {}};
+  OutputRules rules{overwrite, {{"run log", log}, {"--trace", trace}}, {}};
+  if (directory) rules.own_report_dir = run;  // its report.html is this command's to draw
   check_output_path(html, OutputKind::html, "--html", rules);
   std::string trace_problem;
   const std::string page = run_report_html(records, trace, &trace_problem);

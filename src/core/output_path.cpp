@@ -255,6 +255,15 @@ void check_output_path(const std::string& path, OutputKind kind, const std::stri
            ", which a save replaces whole (and refuses while it holds what it did not write): write it elsewhere");
     if (up == up.parent_path()) break;
   }
+  // A file beside another run's run.jsonl: its report.html and trace are that run's (a plan page over
+  // its report, an SVG over its trace.json under --overwrite), not this command's.
+  if (!directory) {
+    const fs::path parent = fs::absolute(path, ec).lexically_normal().parent_path();
+    if (fs::is_regular_file(parent / kRunLog, ec) &&
+        (rules.own_report_dir.empty() || !fs::equivalent(parent, rules.own_report_dir, ec)))
+      fail(refuse + "it is inside report directory " + parent.string() +
+           " (its run.jsonl, report.html and trace are that run's): write it elsewhere");
+  }
   if (exists && !directory)
     require(rules.overwrite || own_file(path, kind),
             refuse + "it exists and is not " + kind_text(kind) + " lattice wrote: name a new file, or pass --overwrite to replace it");

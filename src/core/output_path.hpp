@@ -44,6 +44,9 @@ struct OutputRules {
   bool overwrite = false;           // --overwrite: an existing regular file of another kind may be replaced
   std::vector<NamedPath> inputs;    // files and directories the command reads (empty paths are skipped)
   std::vector<NamedPath> closed;    // directories another output owns whole: nothing else goes inside
+  // The report directory this command writes (train's --report-dir, lattice report's run): the one
+  // whose files it may write. Any other directory holding a run log holds no output of its.
+  std::string own_report_dir = "";
 };
 
 // Whether `path` is a file or directory of `kind` that lattice wrote (an empty directory counts as

@@ -143,7 +143,9 @@ void RunLog::render(bool with_trace) {
   const std::string trace = with_trace && !trace_.empty() && fs::is_regular_file(trace_, ec) ? trace_ : "";
   try {
     const std::string page = run_report_html(run_, trace);
-    write_output_file((fs::path(dir_) / kRunReport).string(), OutputKind::html, "--report-dir", page);
+    OutputRules own;
+    own.own_report_dir = dir_;
+    write_output_file((fs::path(dir_) / kRunReport).string(), OutputKind::html, "--report-dir", page, own);
   } catch (const std::exception& e) {
     // The page is for looking at: a full disk or an odd record must not stop the training, nor the
     // log (`lattice report` draws the page from it). Said once; drawing is tried again at the next turn.

@@ -195,6 +195,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     output_rules_ = {config_.overwrite, {{"--data", config_.data_dir}, {"--resume", config_.resume}, {"--init", config_.init}},
                      {{"--save", config_.save}}};
     output_rules_.inputs.insert(output_rules_.inputs.end(), config_.other_inputs.begin(), config_.other_inputs.end());
+    output_rules_.own_report_dir = config_.report_dir;  // its trace may go beside its run.jsonl
     if (!config_.save.empty()) {
       OutputRules save_rules = output_rules_;  // --save may name the --resume directory: replaced atomically
       save_rules.closed.clear();

@@ -165,6 +165,19 @@ hostile "--report-dir inside the --save directory" 1 "overlap" -- \
 hostile "--html names a directory" 1 "must name a file" -- report rep --html mine/
 hostile "--html with --paper" 1 "--html draws a plan" -- plan --paper --html p.html
 hostile "--html where nothing can be written" 1 "--html" -- plan --layers 2 --hidden 64 --heads 4 --html /proc/version/x.html
+# Another run's report directory holds no output of other commands: its report.html and trace are
+# that run's (plan --html and report --html replaced its page; schedule --svg --overwrite its trace).
+cp -r rep other
+PROTECT=other
+hostile "plan --html over another run's report" 1 "cannot write --html other/report.html: it is inside report directory .*other" -- \
+  plan --layers 2 --hidden 64 --heads 4 --html other/report.html
+hostile "report --html into another run's directory" 1 "it is inside report directory .*other" -- \
+  report rep --html other/report.html
+hostile "schedule --svg --overwrite over a run's file" 1 "cannot write --svg other/run.svg: it is inside report directory" -- \
+  schedule --pipeline-model-parallel-size 2 --micro-batches 4 --svg other/run.svg --overwrite
+PROTECT=
+"$LATTICE" report rep --html rep/report.html > /dev/null 2>&1
+check "lattice report of a directory still draws its own report.html" test $? -eq 0
 check "no report written by the refused commands" test ! -e j.html -a ! -e b.html -a ! -e m.html -a ! -e n.html -a ! -e t.html -a ! -e p.html
 hostile_summary
 
