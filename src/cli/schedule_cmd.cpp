@@ -210,8 +210,9 @@ int run_schedule(int argc, char** argv) {
   const double ideal = double(steps) * n_mb * (options.forward_time + options.backward_time);
   const double eq5 = pl::first_stage_in_flight_formula(kind, p, n_mb, m);
   if (!svg.empty()) {
-    write_output_file(svg, OutputKind::svg, "--svg", svg::signed_document(pl::schedule_svg(sim, {kind, p, n_mb, m, options, steps})),
-                      rules);
+    pl::TimelineCaption caption{kind, p, n_mb, m, options, steps};
+    caption.measured = !from_trace.empty();
+    write_output_file(svg, OutputKind::svg, "--svg", svg::signed_document(pl::schedule_svg(sim, caption)), rules);
   }
 
   std::vector<int> peak;

@@ -343,7 +343,9 @@ std::string timeline(const RunRecords& run, const std::string& trace_path, std::
   try {
     const pl::Simulation sim = pl::timeline_from_trace(trace_path, int(world), int(m));
     const pl::ScheduleKind kind = pl::parse_schedule_kind(schedule.is_string() ? schedule.get<std::string>() : "1f1b");
-    std::string svg = pl::schedule_svg(sim, {kind, int(p), int(n_mb), int(m), {}, 1});
+    pl::TimelineCaption caption{kind, int(p), int(n_mb), int(m), {}, 1};
+    caption.measured = true;  // drawn from the run's trace
+    std::string svg = pl::schedule_svg(sim, caption);
     const std::string idle = p > 1 ? "white gaps are the bubble (measured " : "white gaps are idle time (";
     return html::paragraph("The last step of " + trace_path + ", one row per rank; " + idle +
                                text_of(100 * sim.bubble, "%.1f") + "% of the ranks' time).", "note") +

@@ -94,9 +94,12 @@ std::string schedule_svg(const Simulation& sim, const TimelineCaption& cap) {
   out << "<text x='16' y='28' class='title'>" << long_name(cap.kind) << " — p = " << cap.p << ", "
       << cap.n_mb << " micro-batches" << (m > 1 ? ", m = " + std::to_string(m) + " chunks per rank" : "")
       << (cap.steps > 1 ? ", " + std::to_string(cap.steps) + " steps" : "") << "</text>\n";
-  out << "<text x='16' y='50' class='sub'>bubble " << num(100 * sim.bubble) << "% simulated, " << num(100 * formula)
-      << (two_bw ? "% by 1 − S·n(F+B)/(S(n(F+B)+(p−1)F)+(p−1)B)"
-                 : std::string("% by (p−1)/(") + (m > 1 ? "m·" : "") + "n+p−1)")
+  // Each schedule's own formula (bubble_formula's): ZB-H1's was labelled 1F1B's beside ZB-H1's value.
+  const std::string formula_text = two_bw ? "1 − S·n(F+B)/(S(n(F+B)+(p−1)F)+(p−1)B)"
+                                   : cap.kind == ScheduleKind::zb_h1 ? "(p−1)(F+B−W)/(n(F+B+W)+(p−1)(F+B−W))"
+                                                                     : std::string("(p−1)/(") + (m > 1 ? "m·" : "") + "n+p−1)";
+  out << "<text x='16' y='50' class='sub'>bubble " << num(100 * sim.bubble)
+      << (cap.measured ? "% measured in the trace, " : "% simulated, ") << num(100 * formula) << "% by " << formula_text
       << " · total time " << num(sim.total_time)
       << " · forward " << num(cap.options.forward_time) << ", backward " << num(cap.options.backward_time)
       << " per stage" << (cap.options.p2p_latency > 0 ? ", p2p latency " + num(cap.options.p2p_latency) : "")

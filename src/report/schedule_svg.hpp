@@ -15,6 +15,7 @@ struct TimelineCaption {
   int p = 1, n_mb = 1, m = 1;
   SimulationOptions options;
   int steps = 1;  // a run of PipeDream-2BW steps (build_run): step ends drawn as dashed lines
+  bool measured = false;  // drawn from a trace: its bubble measured, not simulated
 };
 
 // A self-contained SVG document. Throws lattice::InputError above kMaxSvgActions actions.

@@ -114,6 +114,7 @@ import json, sys
 d = json.load(open('real.json'))
 sys.exit(0 if d['peak_in_flight'] == [4, 3, 2, 1] and 0 < d['bubble'] < 1 else 'real.json: %s' % d)"
 check "real timeline SVG written" grep -q "</svg>" real.svg
+check "its caption says the bubble was measured in the trace (it said simulated)" grep -q "% measured in the trace, " real.svg
 MODEL=("${MODEL_SAVED[@]}")
 
 # The summary reports every rank, with TP-divided kept bytes (Table 2's TP and TP+SP rows).

@@ -79,5 +79,10 @@ expect 2 "--micro-batches" $P 4 --micro-batches many
 expect 2 "--no-such-flag" $P 4 --micro-batches 4 --no-such-flag
 [ -e "$SCRATCH/huge.svg" ] && fail "a refused --svg writes nothing"
 
+# The SVG's caption names each schedule's own formula (ZB-H1's value was labelled (p-1)/(n+p-1)).
+"$LATTICE" schedule --pipeline-model-parallel-size 2 --micro-batches 4 --schedule zb-h1 --svg "$SCRATCH/zb.svg" > /dev/null ||
+  fail "zb-h1 --svg"
+grep -q "% by (p−1)(F+B−W)/(n(F+B+W)+(p−1)(F+B−W))" "$SCRATCH/zb.svg" || fail "the ZB-H1 SVG names ZB-H1's formula"
+
 "$LATTICE" schedule --help > /dev/null || fail "--help"
 test "$fails" -eq 0 && echo ok
