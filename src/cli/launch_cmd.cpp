@@ -339,7 +339,8 @@ class MpirunLauncher final : public launch::Launcher {
     job.interrupted = g_signal != 0;
     job.interrupt_signal = g_signal;
     job.seconds_since_progress = now_s() - last_progress_;
-    hold_save_lock();
+    // Held for the relaunch a lost rank brings; a job done, or failed on its own, has none to wait for.
+    if (launch::classify(job) == launch::Verdict::lost) hold_save_lock();
     return job;
   }
 
