@@ -30,6 +30,8 @@ int run_report(int argc, char** argv) {
   const bool directory = fs::is_directory(run, ec);
   if (directory) {
     log = (fs::path(run) / "run.jsonl").string();
+    require(!fs::exists(fs::symlink_status(log, ec)) || fs::is_regular_file(log, ec),
+            run + "'s run.jsonl is not a regular file (a FIFO, device, directory or broken link)");
     require(fs::is_regular_file(log, ec), run + " holds no run.jsonl (write one with lattice train --report-dir " + run + ")");
   }
   require(fs::exists(log, ec), run + " does not exist");

@@ -176,6 +176,9 @@ hostile "report --html into another run's directory" 1 "it is inside report dire
 hostile "schedule --svg --overwrite over a run's file" 1 "cannot write --svg other/run.svg: it is inside report directory" -- \
   schedule --pipeline-model-parallel-size 2 --micro-batches 4 --svg other/run.svg --overwrite
 PROTECT=
+mkdir -p fifo_run && mkfifo fifo_run/run.jsonl
+hostile "report of a directory whose run.jsonl is a FIFO" 1 "fifo_run's run.jsonl is not a regular file" -- \
+  report fifo_run --html fifo.html
 "$LATTICE" report rep --html rep/report.html > /dev/null 2>&1
 check "lattice report of a directory still draws its own report.html" test $? -eq 0
 check "no report written by the refused commands" test ! -e j.html -a ! -e b.html -a ! -e m.html -a ! -e n.html -a ! -e t.html -a ! -e p.html
