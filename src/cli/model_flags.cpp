@@ -324,16 +324,17 @@ void add_config_file(CLI::App& app, std::string& path) {
   app.add_option("--config", path, "TOML file of flags (long names as keys); command-line flags win");
 }
 
-void take_resumed_settings(const CLI::App& app, TrainConfig& train) {
+nlohmann::json take_resumed_settings(const CLI::App& app, TrainConfig& train) {
   train.given_settings.clear();
   for (const CLI::Option* opt : app.get_options())
     if (opt->count() > 0 && !opt->get_lnames().empty()) train.given_settings.push_back(opt->get_lnames().front());
   std::error_code ec;
-  if (train.resume.empty() || !std::filesystem::is_regular_file(train.resume + "/trainer.json", ec)) return;
+  if (train.resume.empty() || !std::filesystem::is_regular_file(train.resume + "/trainer.json", ec)) return nullptr;
   const nlohmann::json state = checkpoint::read_trainer_state(train.resume);
-  train.resumed_settings =
-      resume_training_settings(train, state.contains("train") ? state["train"] : nlohmann::json(), train.resume);
+  const nlohmann::json saved = state.contains("train") ? state["train"] : nlohmann::json();
+  train.resumed_settings = resume_training_settings(train, saved, train.resume);
   train.settings_resumed = true;
+  return saved;
 }
 
 }  // namespace lattice::cli

@@ -40,8 +40,8 @@ void add_train_flags(CLI::App& app, TrainConfig& train, std::string& shuffle);
 // After parsing: the flags given (train.given_settings), and with --resume the run's own settings for
 // those not given (train/resume_settings.hpp), before anything is planned from them (the batch sizes
 // that size memory, the recompute and partition choices, a launcher's restarts). A --resume with no
-// trainer.json is left for the trainer to name.
-void take_resumed_settings(const CLI::App& app, TrainConfig& train);
+// trainer.json is left for the trainer to name. Returns what trainer.json's "train" records (null: none).
+nlohmann::json take_resumed_settings(const CLI::App& app, TrainConfig& train);
 // --device cpu|cuda|cpu-guarded: which backend serves the kernels, memory and copies (backend/device_ops.hpp),
 // chosen once by the command before it builds a model.
 void add_device_flag(CLI::App& app, std::string& device);

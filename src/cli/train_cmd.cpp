@@ -6,7 +6,6 @@
 
 #include <omp.h>
 
-#include "checkpoint/checkpoint.hpp"
 #include "cli/cli_util.hpp"
 #include "cli/config_file.hpp"
 #include "cli/commands.hpp"
@@ -177,14 +176,9 @@ int run_train(int argc, char** argv) {
   if (dump) {
     // A resume's dump shows the settings the run takes from its checkpoint, not the flags' defaults.
     std::map<std::string, std::string> taken;
-    if (!train.resume.empty()) {
-      take_resumed_settings(app, train);
-      if (train.settings_resumed) {
-        const nlohmann::json state = checkpoint::read_trainer_state(train.resume);
-        for (const auto& [flag, value] : recorded_settings_by_flag(train, state.value("train", nlohmann::json())))
-          taken[flag] = value.is_string() ? "\"" + value.get<std::string>() + "\"" : value.dump();
-      }
-    }
+    if (!train.resume.empty())
+      for (const auto& [flag, value] : recorded_settings_by_flag(train, take_resumed_settings(app, train)))
+        taken[flag] = value.is_string() ? "\"" + value.get<std::string>() + "\"" : value.dump();
     if (first_rank)
       std::fputs(dump_config(app, {"vocab"}, taken, "from checkpoint " + train.resume).c_str(), stdout);
     return 0;

@@ -712,7 +712,8 @@ int Trainer::run() {
     if (log) {
       StepReport report;
       report.step = r.step, report.steps = config_.steps, report.loss = r.loss, report.lr = r.lr;
-      report.grad_norm = r.grad_norm, report.update_of_step = r.update_of_step, report.step_s = r.seconds, report.tokens_per_s = double(tokens) / r.seconds;
+      report.grad_norm = r.grad_norm, report.update_of_step = r.update_of_step;
+      report.step_s = r.seconds, report.tokens_per_s = double(tokens) / r.seconds;
       report.mfu = peak.total > 0 ? step_flops / r.seconds / peak.total : 0.0;
       report.peak_flops = peak.rank.flops, report.peak_flops_total = peak.total;
       report.peak_source = peak.total > 0 ? peak.rank.source : peak.long_text(), report.peak_short = peak.short_text();
