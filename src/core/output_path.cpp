@@ -69,9 +69,10 @@ bool own_file(const std::string& path, OutputKind kind) {
     case OutputKind::svg:
       return starts_with(head, "<svg") && head.find(kSvgGenerator) != std::string::npos;
     case OutputKind::trace:
-      // The writer's JSON (keys in order); before the marker, its first event named rank 0's track.
+      // The writer's JSON (keys in order; a layout may follow the generator); before the marker, its
+      // first event named rank 0's track.
       return starts_with(head, std::string("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"") +
-                                   kTraceGenerator + "\"}") ||
+                                   kTraceGenerator + "\"") ||
              starts_with(head, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[{\"args\":{\"name\":\"rank 0\"}");
     case OutputKind::bench: {
       const nlohmann::json j = nlohmann::json::parse(head, nullptr, false);

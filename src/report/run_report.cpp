@@ -341,8 +341,10 @@ std::string timeline(const RunRecords& run, const std::string& trace_path, std::
                      "world size, stages and micro-batches).");
   const json& schedule = field(l, "schedule");
   try {
-    const pl::Simulation sim = pl::timeline_from_trace(trace_path, int(world), int(m));
-    const pl::ScheduleKind kind = pl::parse_schedule_kind(schedule.is_string() ? schedule.get<std::string>() : "1f1b");
+    const std::string schedule_name = schedule.is_string() ? schedule.get<std::string>() : "1f1b";
+    const pl::ScheduleKind kind = pl::parse_schedule_kind(schedule_name);
+    const TraceLayout ran{pl::schedule_name(kind), int(world), int(p), int(m), int(n_mb)};
+    const pl::Simulation sim = pl::timeline_from_trace(trace_path, ran, -1, true);
     pl::TimelineCaption caption{kind, int(p), int(n_mb), int(m), {}, 1};
     caption.measured = true;  // drawn from the run's trace
     std::string svg = pl::schedule_svg(sim, caption);

@@ -2,18 +2,13 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
-#include <filesystem>
-#include <fstream>
+#include <cstdint>
 #include <map>
 #include <optional>
-#include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
-#include "report/trace_timeline.hpp"
 #include "core/trace.hpp"
+#include "report/trace_file.hpp"
 
 namespace lattice {
 
@@ -71,36 +66,10 @@ int depth_order(Kind kind) {
 }
 
 
-// Microseconds (the file's unit, to the nanosecond) to integer nanoseconds.
-int64_t to_ns(const nlohmann::json& v, const std::string& path, const char* field) {
-  const double us = v.get<double>();
-  if (!std::isfinite(us) || std::fabs(us) > 1e15)
-    fail("trace " + path + " has an event whose " + field + " is not a time in microseconds");
-  return std::llround(us * 1000.0);
-}
-
-// Every rank's spans, by rank (the track's tid).
-std::map<int, std::vector<Span>> read_spans(const nlohmann::json& doc, const std::string& path) {
-  if (!doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array())
-    fail("trace " + path + " has no traceEvents (write one with lattice train --trace)");
-  std::map<std::string, Kind> kinds;
-  for (int k = 0; k < Trace::kKinds; ++k) kinds[Trace::name(Kind(k))] = Kind(k);
+// Every rank's spans, by rank (the track's tid), from the file read and checked once.
+std::map<int, std::vector<Span>> spans_by_rank(const TraceFile& file) {
   std::map<int, std::vector<Span>> ranks;
-  for (const auto& e : doc["traceEvents"]) {
-    if (!e.is_object()) fail("trace " + path + " has an event that is not an object");
-    if (e.value("ph", "") != "X") continue;  // track names
-    const std::string cat = e.value("cat", "");
-    const auto kind = kinds.find(cat);
-    if (kind == kinds.end())
-      fail("trace " + path + " has an event of unknown kind '" + cat + "' (not written by this lattice)");
-    const int rank = e.at("tid").get<int>();
-    if (rank < 0) fail("trace " + path + " has a negative track (rank) " + std::to_string(rank));
-    const int64_t start = to_ns(e.at("ts"), path, "ts"), dur = to_ns(e.at("dur"), path, "dur");
-    if (dur < 0) fail("trace " + path + " has an event of negative duration");
-    int64_t step = -1;
-    if (e.contains("args")) step = e["args"].value("step", int64_t(-1));
-    ranks[rank].push_back({kind->second, start, start + dur, step});
-  }
+  for (const TraceFileSpan& s : file.spans) ranks[s.rank].push_back({s.kind, s.start, s.end, s.step});
   return ranks;
 }
 
@@ -154,8 +123,8 @@ StepSplit split_rank(const std::vector<Span>& all, const Span& root, int rank, c
   return r;
 }
 
-std::vector<StepSplit> split_doc(const nlohmann::json& doc, const std::string& path, int step) {
-  const std::map<int, std::vector<Span>> ranks = read_spans(doc, path);
+std::vector<StepSplit> split_file(const TraceFile& file, const std::string& path, int step) {
+  const std::map<int, std::vector<Span>> ranks = spans_by_rank(file);
   int64_t first = INT64_MAX, last = -1;
   for (const auto& [rank, spans] : ranks)
     for (const Span& s : spans)
@@ -184,12 +153,7 @@ std::vector<StepSplit> split_doc(const nlohmann::json& doc, const std::string& p
 }  // namespace
 
 std::vector<StepSplit> split_step(const std::string& trace_path, int step) {
-  const std::string text = parallel::pipeline::read_trace_file(trace_path);
-  try {
-    return split_doc(nlohmann::json::parse(text), trace_path, step);
-  } catch (const nlohmann::json::exception& e) {
-    fail("trace " + trace_path + " is not a lattice trace (write one with lattice train --trace): " + e.what());
-  }
+  return split_file(read_trace(trace_path), trace_path, step);
 }
 
 std::optional<StepSplit> split_recorded_step(const std::vector<int64_t>& events, size_t from, int64_t step) {

@@ -1,97 +1,118 @@
 #include "report/trace_timeline.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
-#include "core/input_file.hpp"
 
 namespace lattice::parallel::pipeline {
 
 namespace {
-Simulation timeline_from_doc(const nlohmann::json& doc, const std::string& path, int p, int m, int step);
+
+bool same_layout(const TraceLayout& a, const TraceLayout& b, bool world_too) {
+  return parse_schedule_kind(a.schedule) == parse_schedule_kind(b.schedule) && a.pp == b.pp && a.virtual_stages == b.virtual_stages &&
+         a.micro_batches == b.micro_batches && (!world_too || a.world == b.world);
+}
+
+Pass pass_of(Trace::Kind kind) {
+  return kind == Trace::Kind::forward          ? Pass::forward
+         : kind == Trace::Kind::backward_input  ? Pass::backward_input
+         : kind == Trace::Kind::backward_weight ? Pass::backward_weight
+                                                : Pass::backward;
+}
+
+// The row's passes against its pipeline rank's list, in order (the trace's start order).
+void check_order(const RankTimeline& row, const RankActions& list, int world_rank, int m, const std::string& path,
+                 const TraceLayout& layout) {
+  const size_t n = std::min(row.actions.size(), list.size());
+  for (size_t i = 0; i <= n; ++i) {
+    if (i == n && row.actions.size() == list.size()) return;
+    const std::string ran = i < row.actions.size() ? action_label(row.actions[i].action, m) : "nothing";
+    const std::string runs = i < list.size() ? action_label(list[i], m) : "nothing";
+    const Action* a = i < row.actions.size() ? &row.actions[i].action : nullptr;
+    if (i < n && a->pass == list[i].pass && a->micro_batch == list[i].micro_batch && a->chunk == list[i].chunk) continue;
+    fail("trace " + path + ": rank " + std::to_string(world_rank) + "'s pass " + std::to_string(i + 1) + " is " + ran +
+         " where " + describe(layout) + " runs " + runs + ": a trace of another layout, or cut short");
+  }
+}
+
 }  // namespace
 
-std::string read_trace_file(const std::string& path) {
-  return read_regular_file(path, "trace", size_t(1) << 30);
-}
-
-Simulation timeline_from_trace(const std::string& path, int p, int m, int step) {
-  const std::string text = read_trace_file(path);
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(text);
-    return timeline_from_doc(doc, path, p, m, step);
-  } catch (const nlohmann::json::exception& e) {
-    fail("trace " + path + " is not a lattice trace (write one with lattice train --trace): " + e.what());
+Simulation timeline_from_trace(const std::string& path, const TraceLayout& given_layout, int step, bool every_rank) {
+  const TraceFile file = read_trace(path);
+  TraceLayout given = given_layout;
+  if (file.layout) {
+    if (!same_layout(*file.layout, given, given.world != 0))
+      fail("trace " + path + " ran " + describe(*file.layout) + ", not " + describe(given) +
+           ": a trace of another run or layout");
+    given.world = file.layout->world;
+  } else if (given.world == 0) {
+    given.world = given.pp;  // an older trace: its tracks are the pipeline's ranks
   }
-}
-
-namespace {
-Simulation timeline_from_doc(const nlohmann::json& doc, const std::string& path, int p, int m, int step) {
-  if (!doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array()) fail("trace " + path + " has no traceEvents (write one with lattice train --trace)");
-  std::vector<const nlohmann::json*> work;
-  int last_step = -1;
-  for (const auto& e : doc["traceEvents"]) {
-    const std::string cat = e.value("cat", "");
-    if ((cat != "forward" && cat != "backward" && cat != "backward_input" && cat != "backward_weight") ||
-        !e.contains("args"))
-      continue;
-    last_step = std::max(last_step, e["args"].value("step", -1));
-    work.push_back(&e);
-  }
-  if (last_step < 0) fail("trace " + path + " has no forward or backward spans (write one with lattice train --trace)");
-  if (step < 0) step = last_step;
-  Simulation sim;
-  sim.ranks.resize(size_t(p));
-  // A span's numbers as the trainer writes them: its rank (tid) a small integer, its start and length
-  // finite, the length not negative. Anything else is not a lattice trace (a wrapped rank, a bubble
-  // past 100% from a negative span).
-  const auto number = [&](const nlohmann::json& e, const char* key) {
-    const nlohmann::json* v = e.contains(key) ? &e[key] : nullptr;
-    if (!v || !v->is_number() || !std::isfinite(v->get<double>()))
-      fail("trace " + path + " is not a lattice trace (write one with lattice train --trace): a span's " + key +
-           " is not a finite number");
-    return v->get<double>();
+  const int p = given.pp, m = given.virtual_stages, world = given.world;
+  const ScheduleKind kind = parse_schedule_kind(given.schedule);
+  if (world % p != 0) fail("trace " + path + ": " + describe(given) + " is not a layout (pp does not divide the world)");
+  const int per_stage = world / p;  // world ranks of one pipeline rank
+  const auto is_pass = [](Trace::Kind k) {
+    return k == Trace::Kind::forward || k == Trace::Kind::backward || k == Trace::Kind::backward_input ||
+           k == Trace::Kind::backward_weight;
   };
-  double t0 = 1e300;
-  for (const auto* e : work)
-    if ((*e)["args"].value("step", -1) == step) t0 = std::min(t0, number(*e, "ts"));
-  if (t0 == 1e300) fail("trace " + path + " has no forward or backward of step " + std::to_string(step));
-  for (const auto* e : work) {
-    const auto& a = (*e)["args"];
-    if (a.value("step", -1) != step) continue;
-    const double tid = number(*e, "tid"), dur = number(*e, "dur");
-    if (!(tid >= 0 && tid < p && tid == std::floor(tid)))
-      fail("trace " + path + " has a span of rank " + (*e)["tid"].dump() + ", but --pipeline-model-parallel-size is " +
-           std::to_string(p) + " (ranks 0 to " + std::to_string(p - 1) + ")");
-    if (dur < 0)
-      fail("trace " + path + " is not a lattice trace (write one with lattice train --trace): a span of negative "
-           "length (dur " + (*e)["dur"].dump() + ")");
-    const int rank = int(tid);
-    TimedAction t;
-    const std::string cat = (*e)["cat"];
-    t.action.pass = cat == "forward"          ? Pass::forward
-                    : cat == "backward_input"  ? Pass::backward_input
-                    : cat == "backward_weight" ? Pass::backward_weight
-                                               : Pass::backward;
-    t.action.micro_batch = a.value("micro_batch", 0);
-    t.action.chunk = std::max(0, a.value("chunk", 0));
-    t.action.stage = t.action.chunk * p + rank;
-    t.start = (number(*e, "ts") - t0) / 1000.0;
-    t.end = t.start + dur / 1000.0;
-    sim.ranks[size_t(rank)].actions.push_back(t);
+  int64_t last_step = -1;
+  for (const TraceFileSpan& s : file.spans)
+    if (is_pass(s.kind)) last_step = std::max(last_step, s.step);
+  if (last_step < 0) fail("trace " + path + " has no forward or backward spans (write one with lattice train --trace)");
+  const int64_t want = step < 0 ? last_step : step;
+  // The rows: world ranks (every_rank) or each pipeline rank's first.
+  const int rows = every_rank ? world : p;
+  const auto row_of = [&](int rank) { return every_rank ? rank : rank % per_stage == 0 ? rank / per_stage : -1; };
+  const auto rank_of_row = [&](int row) { return every_rank ? row : row * per_stage; };
+  int64_t t0 = INT64_MAX;
+  for (const TraceFileSpan& s : file.spans) {
+    if (!is_pass(s.kind) || s.step != want) continue;
+    if (s.rank >= world)
+      fail("trace " + path + " has a span of rank " + std::to_string(s.rank) + ", but " + describe(given) +
+           " has ranks 0 to " + std::to_string(world - 1));
+    if (row_of(s.rank) >= 0) t0 = std::min(t0, s.start);
   }
-  // Every rank of the layout ran the step: a rank with none is a trace of another layout (or cut).
-  for (int r = 0; r < p; ++r)
-    if (sim.ranks[size_t(r)].actions.empty())
-      fail("trace " + path + " has no forward or backward of step " + std::to_string(step) + " on rank " +
-           std::to_string(r) + " of the " + std::to_string(p) + " given: a trace of another layout, or cut short");
+  if (t0 == INT64_MAX) fail("trace " + path + " has no forward or backward of step " + std::to_string(want));
+  Simulation sim;
+  sim.ranks.resize(size_t(rows));
+  for (const TraceFileSpan& s : file.spans) {
+    if (!is_pass(s.kind) || s.step != want || row_of(s.rank) < 0) continue;
+    const int row = row_of(s.rank), pipeline_rank = every_rank ? s.rank / per_stage : row;
+    TimedAction t;
+    t.action.pass = pass_of(s.kind);
+    t.action.micro_batch = int(std::max<int64_t>(0, s.micro_batch));
+    t.action.chunk = int(std::max<int64_t>(0, s.chunk));
+    t.action.stage = t.action.chunk * p + pipeline_rank;
+    t.start = double(s.start - t0) * 1e-6;  // ms, rescaled below
+    t.end = double(s.end - t0) * 1e-6;
+    sim.ranks[size_t(row)].actions.push_back(t);
+  }
+  for (auto& line : sim.ranks)
+    std::stable_sort(line.actions.begin(), line.actions.end(),
+                     [](const TimedAction& x, const TimedAction& y) { return x.start < y.start; });
+  // Every row ran the step as the layout's schedule runs it: a row that did not is a trace of
+  // another layout, or one cut short.
+  const std::vector<RankActions> lists =
+      kind == ScheduleKind::pipedream_2bw ? std::vector<RankActions>{} : build_schedule(kind, p, given.micro_batches, m);
+  for (int row = 0; row < rows; ++row)  // a missing row first: it says more than a row's order
+    if (sim.ranks[size_t(row)].actions.empty())
+      fail("trace " + path + " has no forward or backward of step " + std::to_string(want) + " on rank " +
+           std::to_string(rank_of_row(row)) + " of the " + std::to_string(world) + " of " + describe(given) +
+           ": a trace of another layout, or cut short");
+  for (int row = 0; row < rows; ++row) {
+    const RankTimeline& line = sim.ranks[size_t(row)];
+    if (!lists.empty()) {
+      check_order(line, lists[size_t(every_rank ? row / per_stage : row)], rank_of_row(row), m, path, given);
+      continue;
+    }
+    int64_t forwards = 0;
+    for (const TimedAction& t : line.actions) forwards += t.action.pass == Pass::forward;
+    if (forwards != int64_t(given.micro_batches) * m)
+      fail("trace " + path + ": rank " + std::to_string(rank_of_row(row)) + " ran " + std::to_string(forwards) +
+           " forwards in step " + std::to_string(want) + ", where " + describe(given) + " runs " +
+           std::to_string(int64_t(given.micro_batches) * m) + ": a trace of another layout, or cut short");
+  }
   // Time in units of the mean forward of a chunk, so the picture has the simulator's scale.
   double forward_sum = 0;
   int forwards = 0;
@@ -102,8 +123,6 @@ Simulation timeline_from_doc(const nlohmann::json& doc, const std::string& path,
   for (auto& line : sim.ranks)
     for (auto& t : line.actions) t.start /= unit, t.end /= unit;
   for (auto& line : sim.ranks) {
-    std::sort(line.actions.begin(), line.actions.end(),
-              [](const TimedAction& x, const TimedAction& y) { return x.start < y.start; });
     int in_flight = 0, held = 0;  // forwards not yet run backward; not yet through their weight pass
     for (const auto& t : line.actions) {
       line.busy += t.end - t.start;
@@ -117,9 +136,8 @@ Simulation timeline_from_doc(const nlohmann::json& doc, const std::string& path,
     line.peak_stage_equivalents = double(line.peak_in_flight) / m;
   }
   for (const auto& line : sim.ranks) sim.idle += sim.total_time - line.busy;
-  sim.bubble = sim.total_time > 0 ? sim.idle / (p * sim.total_time) : 0.0;
+  sim.bubble = sim.total_time > 0 ? sim.idle / (rows * sim.total_time) : 0.0;
   return sim;
 }
-}  // namespace
 
 }  // namespace lattice::parallel::pipeline

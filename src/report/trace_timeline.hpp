@@ -4,16 +4,22 @@
 #include <string>
 
 #include "report/simulate.hpp"
+#include "report/trace_file.hpp"
 
 namespace lattice::parallel::pipeline {
 
-// A trace file's text: one line (InputError) for a file that is missing, not regular, unreadable or
-// over 1 GiB. Shared by the timeline and the step split (report/trace_split.hpp).
-std::string read_trace_file(const std::string& path);
+using lattice::TraceLayout;
 
-// The forwards and backwards of optimizer step `step` (-1: the last step in the file), times from
-// that step's first action in units of one stage's mean forward (the simulator's unit); p = number
-// of pipeline ranks (tracks), m = chunks per rank.
-Simulation timeline_from_trace(const std::string& path, int p, int m, int step = -1);
+// The forwards and backwards of optimizer step `step` (-1: the last in the file) of a trace of the
+// layout `given` (the run's log, or the flags of lattice schedule), times from that step's first
+// action in units of one stage's mean forward (the simulator's unit). every_rank: a row per world
+// rank; else a row per pipeline rank, its first world rank's (tp = cp = dp = 0: pipeline rank q is
+// world rank q·world/pp). given.world 0: the trace's recorded world, or pp for an older trace.
+// InputError when the file records another layout than `given`, or a row's passes are not the
+// schedule's in its order (for the flushing schedules: GPipe, 1F1B, interleaved, ZB-H1) or not
+// micro_batches × virtual_stages forwards (PipeDream-2BW, whose steps differ): a trace of another
+// layout, or one cut short.
+Simulation timeline_from_trace(const std::string& path, const TraceLayout& given, int step = -1,
+                               bool every_rank = false);
 
 }  // namespace lattice::parallel::pipeline

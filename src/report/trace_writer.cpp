@@ -10,7 +10,7 @@
 namespace lattice {
 
 void write_trace(const Trace& trace, const std::string& path, comm::Communicator* world, int rank,
-                 const OutputRules& rules) {
+                 const TraceLayout& layout, const OutputRules& rules) {
   const std::vector<int64_t>& recorded = trace.events();
   // Every rank's events, gathered to all (only rank 0 writes).
   const std::vector<std::vector<int64_t>> all =
@@ -42,7 +42,7 @@ void write_trace(const Trace& trace, const std::string& path, comm::Communicator
     }
   }
   const nlohmann::json doc = {
-      {"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", {{"generator", kTraceGenerator}}}};
+      {"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", {{"generator", kTraceGenerator}, {"layout", to_json(layout)}}}};
   write_output_file(path, OutputKind::trace, "--trace", doc.dump() + "\n", rules);
 }
 

@@ -8,13 +8,15 @@
 #include "comm/communicator.hpp"
 #include "core/output_path.hpp"
 #include "core/trace.hpp"
+#include "report/trace_file.hpp"
 
 namespace lattice {
 
 // Collective over `world` (null: this process alone); rank 0 writes `path` atomically, under the
 // output rule (core/output_path.hpp) with `rules`. The file carries "otherData": {"generator":
-// "lattice"}, by which a later --trace recognises it as lattice's.
+// "lattice", "layout": `layout`}: by the first a later --trace recognises it as lattice's, by the
+// second its readers refuse to measure it as another layout's (report/trace_timeline.hpp).
 void write_trace(const Trace& trace, const std::string& path, comm::Communicator* world, int rank,
-                 const OutputRules& rules = {});
+                 const TraceLayout& layout, const OutputRules& rules = {});
 
 }  // namespace lattice

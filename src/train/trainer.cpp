@@ -772,8 +772,14 @@ int Trainer::run() {
     const double stall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     report_save(step_, stall, waited, writing);
   }
-  if (!config_.trace.empty()) write_trace(Trace::instance(), config_.trace, dist_ ? &dist_->world() : nullptr,
-                                          dist_ ? dist_->rank() : 0, trace_rules());
+  if (!config_.trace.empty()) {
+    namespace pl = parallel::pipeline;
+    const TraceLayout traced{pl::schedule_name(pl::parse_schedule_kind(config_.schedule)),
+                             dist_ ? dist_->world().size() : 1, layout_.pp, layout_.virtual_stages,
+                             int(config_.global_batch / (config_.micro_batch * layout_.dp))};
+    write_trace(Trace::instance(), config_.trace, dist_ ? &dist_->world() : nullptr, dist_ ? dist_->rank() : 0,
+                traced, trace_rules());
+  }
 
   summarize({first_loss, last_loss, total_s, timed_steps, step_flops, tokens, peak});
   if (run_log_) run_log_->finish();

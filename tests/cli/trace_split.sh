@@ -102,13 +102,54 @@ hostile "a trace written before step spans" 1 "old.json has no step spans \(writ
   schedule --from-trace old.json --split
 hostile "a step not in the trace" 1 "has no step 9 \(it holds steps 0 to 1\)" -- \
   schedule --from-trace one.json --split --trace-step 9
+hostile "--split with a layout it would ignore" 1 "--micro-batches does not apply with --split" -- \
+  schedule --from-trace one.json --split --micro-batches 4
+hostile "--split with times it would ignore" 1 "--forward-time does not apply with --split" -- \
+  schedule --from-trace one.json --split --forward-time 2
 hostile "--split without a trace" 1 "--split needs --from-trace FILE" -- schedule --split
 # The timeline read against the layout given (a bubble past 100%, a wrapped rank, rows of ranks that
 # never ran were accepted): a trace of another layout, a negative span and a rank past p are refused.
-hostile "a trace of 2 ranks read as 4" 1 "has no forward or backward of step .* on rank 2 of the 4 given" -- \
+# The trace records the layout it ran (otherData.layout): another layout is named beside it.
+ran="pp2.json ran --schedule 1f1b, 2 pipeline ranks, 4 micro-batches, not"
+hostile "a trace of 2 ranks read as 4" 1 "$ran --schedule 1f1b, 4 pipeline ranks, 4 micro-batches: a trace of another" -- \
   schedule --pipeline-model-parallel-size 4 --micro-batches 4 --from-trace pp2.json
-hostile "a trace of 4 micro-batches read as 3" 1 "rank 0 ran 4 forwards in the step, not --micro-batches 3" -- \
+hostile "a trace of 4 micro-batches read as 3" 1 "$ran --schedule 1f1b, 2 pipeline ranks, 3 micro-batches" -- \
   schedule --pipeline-model-parallel-size 2 --micro-batches 3 --from-trace pp2.json
+hostile "a 1F1B trace read as GPipe" 1 "$ran --schedule gpipe, 2 pipeline ranks, 4 micro-batches" -- \
+  schedule --pipeline-model-parallel-size 2 --micro-batches 4 --schedule gpipe --from-trace pp2.json
+hostile "a 1F1B trace read as ZB-H1" 1 "$ran --schedule zb-h1," -- \
+  schedule --pipeline-model-parallel-size 2 --micro-batches 4 --schedule zb-h1 --from-trace pp2.json
+# A trace without the record (lattice before it) is held to the schedule's passes in their order.
+"$PY" - pp2.json <<'PYEOF'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+assert doc["otherData"]["layout"] == {"schedule": "1f1b", "world": 2, "pp": 2, "virtual_stages": 1, "micro_batches": 4}
+del doc["otherData"]["layout"]
+json.dump(doc, open("unrecorded.json", "w"))
+last = max(e["args"]["step"] for e in doc["traceEvents"] if e.get("cat") == "backward")
+cut = [e for e in doc["traceEvents"] if not (e.get("cat") == "backward" and e["tid"] == 1 and
+                                               e["args"]["step"] == last and e["args"]["micro_batch"] == 2)]
+doc["traceEvents"] = cut
+json.dump(doc, open("nobackward.json", "w"))
+PYEOF
+"$LATTICE" schedule --pipeline-model-parallel-size 2 --micro-batches 4 --from-trace unrecorded.json --json \
+  > unrecorded.timeline 2> unrecorded.err
+c "a trace without the layout record still reads as its own layout" grep -q '"peak_in_flight":\[2,1\]' unrecorded.timeline
+hostile "an unrecorded 1F1B trace read as GPipe" 1 \
+  "unrecorded.json: rank 0's pass 3 is B0 where --schedule gpipe, 2 pipeline ranks, 4 micro-batches runs F2: a trace of another layout" -- \
+  schedule --pipeline-model-parallel-size 2 --micro-batches 4 --schedule gpipe --from-trace unrecorded.json
+hostile "an unrecorded trace of 2 ranks read as 4" 1 "has no forward or backward of step .* on rank 2 of the 4 of" -- \
+  schedule --pipeline-model-parallel-size 4 --micro-batches 4 --from-trace unrecorded.json
+hostile "an unrecorded trace missing a backward" 1 "nobackward.json: rank 1's pass 6 is F3 where .* runs B2: .*cut short" -- \
+  schedule --pipeline-model-parallel-size 2 --micro-batches 4 --from-trace nobackward.json
+# TP 2 has two world ranks in one pipeline rank: the timeline draws pipeline rank 0 (world rank 0).
+"$LATTICE" schedule --pipeline-model-parallel-size 1 --micro-batches 4 --from-trace tp2.json --json > tp2.timeline 2> tp2.timeline.err
+c "a TP 2 trace draws as one pipeline rank" grep -q '"peak_in_flight":\[1\]' tp2.timeline
+# A report drawing another run's trace: refused by hand, named on the page from the run's own directory.
+"$LATTICE" train "${MODEL[@]}" --report-dir rundir > rundir.out 2> rundir.err
+c "a run with a report directory: exit 0" test $? -eq 0
+hostile "report with another layout's trace" 1 "--trace pp2.json cannot be drawn: trace $ran --schedule 1f1b, 1 pipeline rank, 4 micro-batches" -- \
+  report rundir --html page.html --trace pp2.json
 "$PY" - pp2.json <<'PYEOF'
 import json, sys
 doc = json.load(open(sys.argv[1]))
@@ -117,11 +158,18 @@ neg = json.loads(json.dumps(doc)); [e for e in neg["traceEvents"] if e.get("cat"
 json.dump(neg, open("negdur.json", "w"))
 far = json.loads(json.dumps(doc)); [e for e in far["traceEvents"] if e.get("cat") == "forward"][-1]["tid"] = 2 ** 40
 json.dump(far, open("bigtid.json", "w"))
+huge = json.loads(json.dumps(doc)); [e for e in huge["traceEvents"] if e.get("cat") == "forward"][0]["dur"] = 1e300
+json.dump(huge, open("hugedur.json", "w"))
 PYEOF
-hostile "a span of negative length" 1 "negdur.json is not a lattice trace .*a span of negative length" -- \
+hostile "a span of negative length" 1 "negdur.json is not a lattice trace .*an event has a negative duration" -- \
   schedule --pipeline-model-parallel-size 2 --micro-batches 4 --from-trace negdur.json
-hostile "a rank past 2^32" 1 "bigtid.json has a span of rank 1099511627776" -- \
+hostile "a rank past 2^32" 1 "bigtid.json is not a lattice trace .*track \(tid, its rank\) is not an integer from 0 to 65535" -- \
   schedule --pipeline-model-parallel-size 2 --micro-batches 4 --from-trace bigtid.json
+# One reader for both: a span of 1e300 µs is refused by the timeline as by the split.
+hostile "a span of 1e300 us in the timeline" 1 "hugedur.json is not a lattice trace .*dur is not a time in microseconds" -- \
+  schedule --pipeline-model-parallel-size 2 --micro-batches 4 --from-trace hugedur.json
+hostile "a span of 1e300 us in the split" 1 "hugedur.json is not a lattice trace .*dur is not a time in microseconds" -- \
+  schedule --from-trace hugedur.json --split
 echo '{"traceEvents": [{"cat":"step","ph":"X","args":{"step":1},"tid":"zero","ts":1,"dur":5}]}' > foreign.json
 hostile "a foreign JSON" 1 "foreign.json is not a lattice trace" -- schedule --from-trace foreign.json --split
 hostile "--split with --svg" 1 "no --svg or --actions" -- schedule --from-trace one.json --split --svg x.svg
