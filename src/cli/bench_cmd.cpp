@@ -258,6 +258,16 @@ int run_bench(int argc, char** argv) {
       ->capture_default_str();
   bool overwrite = false;
   add_overwrite_flag(app, overwrite);
+  // The shared model and layout flags no bench takes stay parsed, to be refused with the reason below,
+  // but out of --help, which lists only what the bench reads.
+  for (const char* never : {"layers", "zero", "use-distributed-optimizer", "virtual-stages", "pipeline-layers",
+                            "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
+                            "tensor-model-parallel-size", "pipeline-model-parallel-size", "expert-model-parallel-size",
+                            "sequence-parallel", "context-parallel-size", "cp-comm-type", "num-experts",
+                            "moe-layer-freq", "moe-router-topk", "moe-ffn-hidden-size", "moe-router",
+                            "moe-expert-capacity-factor", "moe-no-drop", "moe-token-drop-policy", "moe-aux-loss-coeff",
+                            "moe-router-load-balancing-type", "moe-groups", "expert-dropout", "moe-init-scale"})
+    app.get_option(std::string("--") + never)->group("");
   if (const auto status = parse_flags(app, argc, argv)) return *status;
   const OutputRules rules{overwrite, {}, {}};
   const bool launched = comm::started_by_launcher();

@@ -493,6 +493,7 @@ int run_launch(int argc, char** argv) {
     return 2;
   }
   take_resumed_settings(tapp, train);  // a resumed run's batch, which restarts keep
+  take_resumed_model(tapp, model, train.resume);  // and its model, which restarts plan for
   require(f.min_ranks >= 1 && f.max_restarts >= 0 && f.no_progress_timeout >= 0 && f.probe_timeout > 0,
           "--min-ranks must be at least 1, --max-restarts and --no-progress-timeout at least 0, --probe-timeout above 0");
   const std::vector<Host> hosts = launch::parse_hostfile(

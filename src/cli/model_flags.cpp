@@ -337,4 +337,59 @@ nlohmann::json take_resumed_settings(const CLI::App& app, TrainConfig& train) {
   return saved;
 }
 
+std::vector<std::pair<std::string, nlohmann::json>> take_resumed_model(const CLI::App& app, ModelConfig& model,
+                                                                       const std::string& resume, bool non_default_only) {
+  std::error_code ec;
+  if (resume.empty() || !std::filesystem::is_regular_file(resume + "/trainer.json", ec)) return {};
+  const ModelConfig saved = checkpoint::read_model_config(resume), fresh;
+  std::vector<std::pair<std::string, nlohmann::json>> taken;
+  // Each model flag (its long names: any one given counts) and the field it sets.
+  const auto take = [&](std::initializer_list<const char*> flags, auto field) {
+    for (const char* flag : flags)
+      if (app.count(std::string("--") + flag) > 0) return;
+    model.*field = saved.*field;
+    if (!non_default_only || !(saved.*field == fresh.*field)) taken.emplace_back(*flags.begin(), model.*field);
+  };
+  take({"layers"}, &ModelConfig::layers);
+  take({"hidden"}, &ModelConfig::hidden);
+  take({"heads"}, &ModelConfig::heads);
+  take({"seq-len"}, &ModelConfig::seq_len);
+  take({"dropout"}, &ModelConfig::dropout);
+  // Another --num-experts is another model (the trainer names it): its other MoE values are not the run's.
+  const bool other_experts = app.count("--num-experts") > 0 && model.moe.experts != saved.moe.experts;
+  const auto take_moe = [&](std::initializer_list<const char*> flags, auto field, auto as_json) {
+    if (other_experts) return;
+    for (const char* flag : flags)
+      if (app.count(std::string("--") + flag) > 0) return;
+    model.moe.*field = saved.moe.*field;
+    if (saved.moe.enabled() && (!non_default_only || !(saved.moe.*field == fresh.moe.*field)))
+      taken.emplace_back(*flags.begin(), as_json(model.moe.*field));
+  };
+  // An MoE flag on a dense run's resume would be ignored (a dense model records no MoE settings).
+  if (!saved.moe.enabled() && app.count("--num-experts") == 0)
+    for (const char* flag :
+         {"moe-layer-freq", "moe-router-topk", "moe-ffn-hidden-size", "moe-router", "moe-expert-capacity-factor",
+          "moe-no-drop", "moe-token-drop-policy", "moe-aux-loss-coeff", "moe-router-load-balancing-type", "moe-groups",
+          "expert-dropout", "moe-init-scale"})
+      require(app.count(std::string("--") + flag) == 0,
+              "--" + std::string(flag) + ": the --moe-* and --expert-dropout flags need a Mixture-of-Experts model, "
+              "and checkpoint " + resume + " holds a dense one");
+  const auto same = [](auto v) { return nlohmann::json(v); };
+  take_moe({"num-experts"}, &MoEConfig::experts, same);
+  take_moe({"moe-layer-freq"}, &MoEConfig::layer_freq, same);
+  take_moe({"moe-router-topk"}, &MoEConfig::topk, same);
+  take_moe({"moe-ffn-hidden-size"}, &MoEConfig::ffn_hidden, same);
+  take_moe({"moe-router"}, &MoEConfig::router, [](MoERouter r) { return nlohmann::json(to_string(r)); });
+  take_moe({"moe-expert-capacity-factor", "moe-no-drop"}, &MoEConfig::capacity_factor, same);
+  take_moe({"moe-token-drop-policy"}, &MoEConfig::drop_policy,
+           [](DropPolicy d) { return nlohmann::json(to_string(d)); });
+  take_moe({"moe-aux-loss-coeff"}, &MoEConfig::aux_loss_coeff, same);
+  take_moe({"moe-router-load-balancing-type"}, &MoEConfig::load_balancing,
+           [](bool on) { return nlohmann::json(on ? "aux_loss" : "none"); });
+  take_moe({"moe-groups"}, &MoEConfig::groups, same);
+  take_moe({"expert-dropout"}, &MoEConfig::expert_dropout, same);
+  take_moe({"moe-init-scale"}, &MoEConfig::init_scale, same);
+  return taken;
+}
+
 }  // namespace lattice::cli

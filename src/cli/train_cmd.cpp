@@ -176,9 +176,12 @@ int run_train(int argc, char** argv) {
   if (dump) {
     // A resume's dump shows the settings the run takes from its checkpoint, not the flags' defaults.
     std::map<std::string, std::string> taken;
-    if (!train.resume.empty())
-      for (const auto& [flag, value] : recorded_settings_by_flag(train, take_resumed_settings(app, train)))
+    if (!train.resume.empty()) {
+      auto values = recorded_settings_by_flag(train, take_resumed_settings(app, train));
+      for (auto& flag_value : take_resumed_model(app, model, train.resume)) values.push_back(std::move(flag_value));
+      for (const auto& [flag, value] : values)
         taken[flag] = value.is_string() ? "\"" + value.get<std::string>() + "\"" : value.dump();
+    }
     if (first_rank)
       std::fputs(dump_config(app, {"vocab"}, taken, "from checkpoint " + train.resume).c_str(), stdout);
     return 0;
@@ -191,7 +194,11 @@ int run_train(int argc, char** argv) {
   train.zero_prefetch_given = app.count("--zero-prefetch") > 0;
   LayoutConfig resolved;
   try {
-    take_resumed_settings(app, train);  // before anything is planned from the batch
+    take_resumed_settings(app, train);  // before anything is planned from the batch or the model
+    // The model values taken that differ from a fresh run's, named on the start line as the settings are.
+    for (const auto& [flag, value] : take_resumed_model(app, model, train.resume, true))
+      train.resumed_settings += std::string(train.resumed_settings.empty() ? "" : " ") + "--" + flag + " " +
+                                (value.is_string() ? value.get<std::string>() : value.dump());
     require(layout.pipeline_layers == "auto" || (app.count("--hardware") == 0 && memory_limit.empty()),
             "--hardware and --pipeline-memory-limit apply to --pipeline-layers auto only");
     require(layout.memory_budget.empty() || layout.recompute == "auto", "--memory-budget applies to --recompute auto only");

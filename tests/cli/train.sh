@@ -37,6 +37,18 @@ check "trainer.json step 3" test "$(python3 -c "import json; print(json.load(ope
 check "resumed run does steps 4..6" test "$(json_field resumed.jsonl "[x['step'] for x in d if x['event']=='step']")" = "[4, 5, 6]"
 check "resume is bit-exact" test "$(json_field straight.jsonl "[x['loss'] for x in d[3:6]]")" = \
   "$(json_field resumed.jsonl "[x['loss'] for x in d[0:3]]")"
+# The model too: a resume with none of its flags takes the checkpoint's model, not the flags' defaults.
+"$LATTICE" train --data data --threads 1 --steps 6 --resume half --json > bare.jsonl 2>/dev/null
+check "a resume without the model flags trains the run's model (the same losses)" \
+  test "$(json_field bare.jsonl "[x['loss'] for x in d if x['event'] == 'step']")" = \
+  "$(json_field resumed.jsonl "[x['loss'] for x in d if x['event'] == 'step']")"
+"$LATTICE" train --data data --threads 1 --steps 6 --resume half > /dev/null 2> bare.err
+check "the start names the model values taken" grep -q "resumed with checkpoint half's .*--layers 2 --hidden 32 --seq-len 32 (" bare.err
+"$LATTICE" train --data data --resume half --dump-config > bare.toml 2>/dev/null
+check "--dump-config of a resume shows the run's model" grep -qx '# hidden = 32  (from checkpoint half)' bare.toml
+expect_error "an MoE flag on a dense run's resume" \
+  "--moe-router: the --moe-\* and --expert-dropout flags need a Mixture-of-Experts model, and checkpoint half holds a dense one" \
+  train --data data --resume half --moe-router switch
 check "saving does not change training" test "$(json_field straight.jsonl "[x['loss'] for x in d[:6]]")" = \
   "$(json_field first.jsonl "[x['loss'] for x in d[:6]]")"
 
@@ -159,7 +171,7 @@ for stage in 1 2 3; do
   check "ZeRO-$stage on one rank runs and says it shards nothing" grep -q "shards nothing" zero.err
 done
 expect_error "recompute-layers without full" "recompute full" train "${SMALL[@]}" --recompute-layers 1
-expect_error "mismatched checkpoint" "holds model" train "${SMALL[@]}" --hidden 64 --steps 4 --resume half
+expect_error "mismatched checkpoint" "holds another model: its hidden 32, the flags ask for 64 (a resume takes the run's model" train "${SMALL[@]}" --hidden 64 --steps 4 --resume half
 cp -r half trunc && head -c 500 half/model.safetensors > trunc/model.safetensors
 expect_error "truncated checkpoint" "model.safetensors" train "${SMALL[@]}" --steps 4 --resume trunc
 expect_error "resume from nothing" "does not exist" train "${SMALL[@]}" --steps 4 --resume nothing
