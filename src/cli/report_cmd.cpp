@@ -46,17 +46,15 @@ int run_report(int argc, char** argv) {
       trace = (fs::path(run) / own.get<std::string>()).string();
   }
   if (!trace.empty()) require(fs::is_regular_file(trace, ec), "--trace " + trace + " is not a readable file");
-  // A --trace given by hand is drawn or refused: the page saying "could not be drawn" under a
-  // "timeline from the trace" line was a flag that did not do what it said.
-  require(app.count("--trace") == 0 || is_own_kind(trace, OutputKind::trace),
-          "--trace " + trace + " is not a lattice trace (write one with lattice train --trace)");
   OutputRules rules{overwrite, {{"run log", log}, {"--trace", trace}}, {}};
-  if (directory) rules.own_report_dir = run;  // its report.html is this command's to draw
+  // Its report.html is this command's to draw, named by the directory or by its run.jsonl.
+  if (directory) rules.own_report_dir = run;
+  else if (fs::path(log).filename() == "run.jsonl") rules.own_report_dir = fs::absolute(log, ec).parent_path().string();
   check_output_path(html, OutputKind::html, "--html", rules);
   std::string trace_problem;
   const std::string page = run_report_html(records, trace, &trace_problem);
-  // A --trace given by hand is drawn or refused (as its header's check above): not a page that says it
-  // could not be drawn under a line that says it was.
+  // A --trace given by hand is drawn or refused (a file of another kind, another layout, a trace cut
+  // short): not a page that says it could not be drawn under a line that says it was.
   require(app.count("--trace") == 0 || trace_problem.empty(), "--trace " + trace + " cannot be drawn: " + trace_problem);
   write_output_file(html, OutputKind::html, "--html", page, rules);
   const size_t ranks = records.summary.is_object() && records.summary.contains("memory")

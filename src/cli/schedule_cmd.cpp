@@ -129,7 +129,8 @@ int run_schedule(int argc, char** argv) {
   int trace_step = -1;
   app.add_option("--from-trace", from_trace,
                  "measure and draw a real run's step from its lattice train --trace file instead of simulating");
-  app.add_option("--trace-step", trace_step, "which optimizer step of the trace (default: the last)");
+  app.add_option("--trace-step", trace_step,
+                 "which optimizer step of the trace, from 0 (train's step 1 is 0; default: the last)");
   bool split = false;
   app.add_flag("--split", split,
                "with --from-trace: the step's time on each rank in the planner's parts (GEMM, element-wise, "
@@ -235,7 +236,7 @@ int run_schedule(int argc, char** argv) {
     j["bubble"] = sim.bubble;
     j["bubble_formula"] = formula;
     j["total_time"] = sim.total_time;
-    j["ideal_time"] = ideal;
+    if (from_trace.empty()) j["ideal_time"] = ideal;  // the simulator's times: a trace has its own
     if (steps > 1) j["steps"] = steps;
     j["peak_in_flight"] = peak;                 // chunk micro-batches held, per rank
     j["peak_in_flight_stages"] = peak_layers;   // the same in micro-batches of L/p layers
@@ -246,9 +247,13 @@ int run_schedule(int argc, char** argv) {
       j["weight_time"] = options.weight_time;
     }
     j["first_stage_formula"] = eq5;             // eq. 5, in micro-batches of L/p layers
-    j["forward_time"] = options.forward_time;
-    j["backward_time"] = options.backward_time;
-    j["p2p_latency"] = options.p2p_latency;
+    if (from_trace.empty()) {
+      j["forward_time"] = options.forward_time;
+      j["backward_time"] = options.backward_time;
+      j["p2p_latency"] = options.p2p_latency;
+    } else {
+      j["trace"] = from_trace;  // times in units of a stage's mean forward, measured
+    }
     if (!options.stage_scale.empty()) j["stage_scale"] = options.stage_scale;
     if (sim.step_ends.size() >= 3) {  // a steady step of PipeDream-2BW: between the first two step ends
       const double steady = sim.step_ends[1] - sim.step_ends[0];
@@ -268,14 +273,20 @@ int run_schedule(int argc, char** argv) {
     return 0;
   }
 
-  std::printf("%s schedule: p = %d ranks, %d micro-batches%s, %d chunk%s per rank (forward %g, backward %g per "
-              "stage, p2p latency %g)\n",
-              pl::schedule_name(kind), p, n_mb,
-              steps > 1 ? (" a step, " + std::to_string(steps) + " steps").c_str() : "", m, m > 1 ? "s" : "",
-              options.forward_time, options.backward_time, options.p2p_latency);
-  std::printf("bubble: %.2f%% %s, %.2f%% by %s; total time %g (ideal %g)\n", 100 * sim.bubble,
+  char times[160];
+  if (from_trace.empty())
+    std::snprintf(times, sizeof times, "forward %g, backward %g per stage, p2p latency %g", options.forward_time,
+                  options.backward_time, options.p2p_latency);
+  else
+    std::snprintf(times, sizeof times, "measured in %s", from_trace.size() < 120 ? from_trace.c_str() : "the trace");
+  std::printf("%s schedule: p = %d ranks, %d micro-batches%s, %d chunk%s per rank (%s)\n", pl::schedule_name(kind), p,
+              n_mb, steps > 1 ? (" a step, " + std::to_string(steps) + " steps").c_str() : "", m, m > 1 ? "s" : "",
+              times);
+  char ideal_text[48] = "";
+  if (from_trace.empty()) std::snprintf(ideal_text, sizeof ideal_text, " (ideal %g)", ideal);
+  std::printf("bubble: %.2f%% %s, %.2f%% by %s; total time %g%s\n", 100 * sim.bubble,
               from_trace.empty() ? "simulated" : "measured in the trace (time in mean stage forwards)",
-              100 * formula, formula_text(kind).c_str(), sim.total_time, ideal);
+              100 * formula, formula_text(kind).c_str(), sim.total_time, ideal_text);
   if (sim.step_ends.size() >= 3) {
     const double steady = sim.step_ends[1] - sim.step_ends[0];
     std::printf("steady step: time %g, bubble %.2f%% simulated, %.2f%% by (p-1)F/(n(F+B)+(p-1)F)\n", steady,

@@ -31,7 +31,8 @@ int64_t to_ns(const nlohmann::json& e, const char* field, const std::string& pat
 int64_t arg(const nlohmann::json& args, const char* key, const std::string& path) {
   if (!args.contains(key)) return -1;
   const nlohmann::json& v = args[key];
-  if (!v.is_number_integer() || v.get<int64_t>() < -1 || v.get<int64_t>() > INT32_MAX)
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT32_MAX)) ||
+      v.get<int64_t>() < -1 || v.get<int64_t>() > INT32_MAX)
     not_a_trace(path, std::string("an event's args.") + key + " is not an integer from -1 to 2^31 - 1");
   return v.get<int64_t>();
 }
@@ -75,7 +76,7 @@ TraceFile read_doc(const nlohmann::json& doc, const std::string& path) {
     if (!ph || *ph != "X") not_a_trace(path, "an event is neither a span (ph X) nor a track's name (ph M)");
     const std::string cat = e.contains("cat") && e["cat"].is_string() ? e["cat"].get<std::string>() : "";
     const auto kind = kinds.find(cat);
-    if (kind == kinds.end()) not_a_trace(path, "an event is of unknown kind '" + cat + "'");
+    if (kind == kinds.end()) not_a_trace(path, "an event is of unknown kind " + nlohmann::json(cat).dump());
     if (!e.contains("tid") || !e["tid"].is_number_integer() || e["tid"].get<int64_t>() < 0 ||
         e["tid"].get<int64_t>() >= kMaxTracks)
       not_a_trace(path, "an event's track (tid, its rank) is not an integer from 0 to " + std::to_string(kMaxTracks - 1));
@@ -88,6 +89,7 @@ TraceFile read_doc(const nlohmann::json& doc, const std::string& path) {
       if (!a.is_object()) not_a_trace(path, "an event's args is not an object");
       s.step = arg(a, "step", path), s.micro_batch = arg(a, "micro_batch", path), s.chunk = arg(a, "chunk", path);
     }
+    if (s.kind == Trace::Kind::step && s.step < 0) not_a_trace(path, "a step span has no args.step");
     if (file.layout && s.rank >= file.layout->world)
       not_a_trace(path, "a span of rank " + std::to_string(s.rank) + " in a trace of " +
                             std::to_string(file.layout->world) + " ranks");

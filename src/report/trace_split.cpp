@@ -135,6 +135,11 @@ std::vector<StepSplit> split_file(const TraceFile& file, const std::string& path
   if (want < first || want > last)
     fail("trace " + path + " has no step " + std::to_string(want) + " (it holds steps " + std::to_string(first) +
          " to " + std::to_string(last) + ")");
+  if (file.layout)  // every rank of the run it records: a rank with no spans is a trace cut short
+    for (int rank = 0; rank < file.layout->world; ++rank)
+      if (!ranks.count(rank))
+        fail("trace " + path + " has no spans of rank " + std::to_string(rank) + " of the " +
+             std::to_string(file.layout->world) + " it records: cut short");
   std::vector<StepSplit> out;
   for (const auto& [rank, all] : ranks) {
     const Span* root = nullptr;

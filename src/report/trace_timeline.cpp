@@ -20,19 +20,42 @@ Pass pass_of(Trace::Kind kind) {
                                                 : Pass::backward;
 }
 
-// The row's passes against its pipeline rank's list, in order (the trace's start order).
-void check_order(const RankTimeline& row, const RankActions& list, int world_rank, int m, const std::string& path,
-                 const TraceLayout& layout) {
+// A pass in words, every field a comparison reads: "the input backward of micro-batch 0, chunk 1".
+std::string pass_text(const Action* a) {
+  if (!a) return "nothing";
+  const char* name = a->pass == Pass::forward          ? "the forward"
+                     : a->pass == Pass::backward_input  ? "the input backward"
+                     : a->pass == Pass::backward_weight ? "the weight backward"
+                                                        : "the backward";
+  return std::string(name) + " of micro-batch " + std::to_string(a->micro_batch) + ", chunk " + std::to_string(a->chunk);
+}
+
+// Where the row's passes (in the trace's start order) first differ from `list`; -1 when they are it.
+long first_difference(const RankTimeline& row, const RankActions& list) {
   const size_t n = std::min(row.actions.size(), list.size());
-  for (size_t i = 0; i <= n; ++i) {
-    if (i == n && row.actions.size() == list.size()) return;
-    const std::string ran = i < row.actions.size() ? action_label(row.actions[i].action, m) : "nothing";
-    const std::string runs = i < list.size() ? action_label(list[i], m) : "nothing";
-    const Action* a = i < row.actions.size() ? &row.actions[i].action : nullptr;
-    if (i < n && a->pass == list[i].pass && a->micro_batch == list[i].micro_batch && a->chunk == list[i].chunk) continue;
-    fail("trace " + path + ": rank " + std::to_string(world_rank) + "'s pass " + std::to_string(i + 1) + " is " + ran +
-         " where " + describe(layout) + " runs " + runs + ": a trace of another layout, or cut short");
+  for (size_t i = 0; i < n; ++i) {
+    const Action& a = row.actions[i].action;
+    if (a.pass != list[i].pass || a.micro_batch != list[i].micro_batch || a.chunk != list[i].chunk) return long(i);
   }
+  return row.actions.size() == list.size() ? -1 : long(n);
+}
+
+// The row's passes against its pipeline rank's lists (one for a flushing schedule; PipeDream-2BW's
+// four kinds of step, of which the row must be one), named at the first difference from the first.
+void check_order(const RankTimeline& row, const std::vector<const RankActions*>& lists, int world_rank,
+                 const std::string& path, const TraceLayout& layout) {
+  long at = -1;
+  for (size_t k = 0; k < lists.size(); ++k) {
+    const long d = first_difference(row, *lists[k]);
+    if (d < 0) return;
+    if (k == 0) at = d;
+  }
+  const size_t i = size_t(at);
+  const RankActions& list = *lists.front();
+  fail("trace " + path + ": rank " + std::to_string(world_rank) + "'s pass " + std::to_string(i + 1) + " is " +
+       pass_text(i < row.actions.size() ? &row.actions[i].action : nullptr) + " where " +
+       (lists.size() > 1 ? "a steady step of " : "") + describe(layout) + " runs " +
+       pass_text(i < list.size() ? &list[i] : nullptr) + ": a trace of another layout, or cut short");
 }
 
 }  // namespace
@@ -57,9 +80,12 @@ Simulation timeline_from_trace(const std::string& path, const TraceLayout& given
            k == Trace::Kind::backward_weight;
   };
   int64_t last_step = -1;
+  bool passes = false;
   for (const TraceFileSpan& s : file.spans)
-    if (is_pass(s.kind)) last_step = std::max(last_step, s.step);
-  if (last_step < 0) fail("trace " + path + " has no forward or backward spans (write one with lattice train --trace)");
+    if (is_pass(s.kind)) last_step = std::max(last_step, s.step), passes = true;
+  if (!passes) fail("trace " + path + " has no forward or backward spans (write one with lattice train --trace)");
+  if (last_step < 0)
+    fail("trace " + path + "'s forward and backward spans carry no step (args.step): not written by lattice train --trace");
   const int64_t want = step < 0 ? last_step : step;
   // The rows: world ranks (every_rank) or each pipeline rank's first.
   const int rows = every_rank ? world : p;
@@ -91,27 +117,33 @@ Simulation timeline_from_trace(const std::string& path, const TraceLayout& given
   for (auto& line : sim.ranks)
     std::stable_sort(line.actions.begin(), line.actions.end(),
                      [](const TimedAction& x, const TimedAction& y) { return x.start < y.start; });
-  // Every row ran the step as the layout's schedule runs it: a row that did not is a trace of
-  // another layout, or one cut short.
-  const std::vector<RankActions> lists =
-      kind == ScheduleKind::pipedream_2bw ? std::vector<RankActions>{} : build_schedule(kind, p, given.micro_batches, m);
-  for (int row = 0; row < rows; ++row)  // a missing row first: it says more than a row's order
-    if (sim.ranks[size_t(row)].actions.empty())
+  for (int row = 0; row < rows; ++row) {  // a missing row first: it says more than a row's order
+    const RankTimeline& line = sim.ranks[size_t(row)];
+    if (line.actions.empty())
       fail("trace " + path + " has no forward or backward of step " + std::to_string(want) + " on rank " +
            std::to_string(rank_of_row(row)) + " of the " + std::to_string(world) + " of " + describe(given) +
            ": a trace of another layout, or cut short");
+    // One thread's passes follow each other: overlapping ones are not a rank's (a bubble below 0).
+    for (size_t i = 1; i < line.actions.size(); ++i)
+      if (line.actions[i].start < line.actions[i - 1].end)
+        fail("trace " + path + ": on rank " + std::to_string(rank_of_row(row)) + " " +
+             pass_text(&line.actions[i].action) + " starts before " + pass_text(&line.actions[i - 1].action) +
+             " ends (not one thread's spans)");
+  }
+  // Every row ran the step as the layout's schedule runs it: a row that did not is a trace of
+  // another layout, or one cut short. PipeDream-2BW's steps differ (the first defers backwards, the
+  // last drains them): a row must be one of its four.
+  std::vector<std::vector<RankActions>> kinds_of_step;
+  if (kind == ScheduleKind::pipedream_2bw)
+    for (Phase phase : {Phase::steady, Phase::first, Phase::last, Phase::whole})
+      kinds_of_step.push_back(build_step_schedule(kind, p, given.micro_batches, m, phase));
+  else
+    kinds_of_step.push_back(build_schedule(kind, p, given.micro_batches, m));
   for (int row = 0; row < rows; ++row) {
-    const RankTimeline& line = sim.ranks[size_t(row)];
-    if (!lists.empty()) {
-      check_order(line, lists[size_t(every_rank ? row / per_stage : row)], rank_of_row(row), m, path, given);
-      continue;
-    }
-    int64_t forwards = 0;
-    for (const TimedAction& t : line.actions) forwards += t.action.pass == Pass::forward;
-    if (forwards != int64_t(given.micro_batches) * m)
-      fail("trace " + path + ": rank " + std::to_string(rank_of_row(row)) + " ran " + std::to_string(forwards) +
-           " forwards in step " + std::to_string(want) + ", where " + describe(given) + " runs " +
-           std::to_string(int64_t(given.micro_batches) * m) + ": a trace of another layout, or cut short");
+    const size_t pipeline_rank = size_t(every_rank ? row / per_stage : row);
+    std::vector<const RankActions*> lists;
+    for (const auto& step_lists : kinds_of_step) lists.push_back(&step_lists[pipeline_rank]);
+    check_order(sim.ranks[size_t(row)], lists, rank_of_row(row), path, given);
   }
   // Time in units of the mean forward of a chunk, so the picture has the simulator's scale.
   double forward_sum = 0;

@@ -136,18 +136,59 @@ PYEOF
   > unrecorded.timeline 2> unrecorded.err
 c "a trace without the layout record still reads as its own layout" grep -q '"peak_in_flight":\[2,1\]' unrecorded.timeline
 hostile "an unrecorded 1F1B trace read as GPipe" 1 \
-  "unrecorded.json: rank 0's pass 3 is B0 where --schedule gpipe, 2 pipeline ranks, 4 micro-batches runs F2: a trace of another layout" -- \
+  "unrecorded.json: rank 0's pass 3 is the backward of micro-batch 0, chunk 0 where --schedule gpipe, 2 pipeline ranks, 4 micro-batches runs the forward of micro-batch 2, chunk 0: a trace of another layout" -- \
   schedule --pipeline-model-parallel-size 2 --micro-batches 4 --schedule gpipe --from-trace unrecorded.json
 hostile "an unrecorded trace of 2 ranks read as 4" 1 "has no forward or backward of step .* on rank 2 of the 4 of" -- \
   schedule --pipeline-model-parallel-size 4 --micro-batches 4 --from-trace unrecorded.json
-hostile "an unrecorded trace missing a backward" 1 "nobackward.json: rank 1's pass 6 is F3 where .* runs B2: .*cut short" -- \
+hostile "an unrecorded trace missing a backward" 1 "nobackward.json: rank 1's pass 6 is the forward of micro-batch 3, chunk 0 where .* runs the backward of micro-batch 2, chunk 0: .*cut short" -- \
   schedule --pipeline-model-parallel-size 2 --micro-batches 4 --from-trace nobackward.json
+# Passes that overlap on a rank are not one thread's (the bubble came out below 0); PipeDream-2BW's
+# step is held to its kinds of step (forwards were all that was counted).
+"$PY" - unrecorded.json <<'PYEOF'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+last = max(e["args"]["step"] for e in doc["traceEvents"] if e.get("cat") == "forward")
+ps = sorted([e for e in doc["traceEvents"] if e.get("cat") in ("forward", "backward") and e["tid"] == 0
+             and e["args"]["step"] == last], key=lambda e: e["ts"])
+for i, e in enumerate(ps): e["ts"], e["dur"] = ps[0]["ts"] + i * 0.001, 1000.0
+json.dump(doc, open("overlap.json", "w"))
+PYEOF
+hostile "passes that overlap on a rank" 1 "overlap.json: on rank 0 the forward of micro-batch 1, chunk 0 starts before the forward of micro-batch 0, chunk 0 ends" -- \
+  schedule --pipeline-model-parallel-size 2 --micro-batches 4 --from-trace overlap.json
+traced bw 2 --pipeline-model-parallel-size 2 --schedule pipedream-2bw
+"$LATTICE" schedule --pipeline-model-parallel-size 2 --micro-batches 4 --schedule pipedream-2bw --from-trace bw.json \
+  --trace-step 0 --json > bw.first 2> bw.first.err
+c "a PipeDream-2BW trace's first step (its backwards deferred) reads as its own" grep -q '"bubble":' bw.first
+"$PY" -c "
+import json
+d = json.load(open('bw.json'))
+d['traceEvents'] = [e for e in d['traceEvents'] if e.get('cat') != 'backward']
+json.dump(d, open('bw_nobackward.json', 'w'))"
+hostile "a PipeDream-2BW trace without its backwards" 1 "bw_nobackward.json: rank 0's pass 2 is the forward of micro-batch 1, chunk 0 where a steady step of --schedule pipedream-2bw" -- \
+  schedule --pipeline-model-parallel-size 2 --micro-batches 4 --schedule pipedream-2bw --from-trace bw_nobackward.json
+"$PY" -c "
+import json
+d = json.load(open('pp2.json'))
+[e for e in d['traceEvents'] if e.get('cat') == 'forward'][0]['args']['micro_batch'] = 2**64 - 1
+json.dump(d, open('wrapped.json', 'w'))
+d = json.load(open('pp2.json'))
+d['traceEvents'] = [e for e in d['traceEvents'] if e.get('tid') != 1]
+json.dump(d, open('onerank.json', 'w'))"
+hostile "an args value past 2^63 (read as -1)" 1 "wrapped.json is not a lattice trace .*args.micro_batch is not an integer from -1" -- \
+  schedule --pipeline-model-parallel-size 2 --micro-batches 4 --from-trace wrapped.json
+hostile "--split of a trace missing a rank it records" 1 "onerank.json has no spans of rank 1 of the 2 it records: cut short" -- \
+  schedule --from-trace onerank.json --split
 # TP 2 has two world ranks in one pipeline rank: the timeline draws pipeline rank 0 (world rank 0).
 "$LATTICE" schedule --pipeline-model-parallel-size 1 --micro-batches 4 --from-trace tp2.json --json > tp2.timeline 2> tp2.timeline.err
 c "a TP 2 trace draws as one pipeline rank" grep -q '"peak_in_flight":\[1\]' tp2.timeline
 # A report drawing another run's trace: refused by hand, named on the page from the run's own directory.
 "$LATTICE" train "${MODEL[@]}" --report-dir rundir > rundir.out 2> rundir.err
 c "a run with a report directory: exit 0" test $? -eq 0
+"$PY" -m json.tool one.json > reformatted.json
+"$LATTICE" report rundir --html reformatted.html --trace reformatted.json > /dev/null 2> reformatted.err
+c "report draws a trace re-indented by another tool (its first bytes are not the writer's)" grep -q "timeline from the trace" reformatted.err
+"$LATTICE" report rundir/run.jsonl --html rundir/by_log.html > /dev/null 2> by_log.err
+c "report of a run.jsonl may write into the run's own directory, as report of the directory may" test -s rundir/by_log.html
 hostile "report with another layout's trace" 1 "--trace pp2.json cannot be drawn: trace $ran --schedule 1f1b, 1 pipeline rank, 4 micro-batches" -- \
   report rundir --html page.html --trace pp2.json
 "$PY" - pp2.json <<'PYEOF'
