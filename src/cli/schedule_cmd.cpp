@@ -206,7 +206,7 @@ int run_schedule(int argc, char** argv) {
   // A trace is checked against the layout given (its recorded layout, its passes: trace_timeline.hpp).
   const pl::Simulation sim =
       from_trace.empty() ? pl::simulate(lists, m, options)
-                         : pl::timeline_from_trace(from_trace, TraceLayout{pl::schedule_name(kind), 0, p, m, n_mb},
+                         : pl::timeline_from_trace(from_trace, TraceLayout{pl::schedule_name(kind), 0, p, m, n_mb, ""},
                                                    trace_step);
   const double formula = pl::bubble_formula(kind, p, n_mb, m, options, steps);
   const double ideal = double(steps) * n_mb * (options.forward_time + options.backward_time);

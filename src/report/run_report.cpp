@@ -343,7 +343,9 @@ std::string timeline(const RunRecords& run, const std::string& trace_path, std::
   try {
     const std::string schedule_name = schedule.is_string() ? schedule.get<std::string>() : "1f1b";
     const pl::ScheduleKind kind = pl::parse_schedule_kind(schedule_name);
-    const TraceLayout ran{pl::schedule_name(kind), int(world), int(p), int(m), int(n_mb)};
+    const json& id = field(run.start, "run_id");
+    const TraceLayout ran{pl::schedule_name(kind), int(world), int(p), int(m), int(n_mb),
+                          id.is_string() ? id.get<std::string>() : ""};
     const pl::Simulation sim = pl::timeline_from_trace(trace_path, ran, -1, true);
     pl::TimelineCaption caption{kind, int(p), int(n_mb), int(m), {}, 1};
     caption.measured = true;  // drawn from the run's trace

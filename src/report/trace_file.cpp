@@ -67,8 +67,15 @@ TraceFile read_doc(const nlohmann::json& doc, const std::string& path) {
   std::map<std::string, Trace::Kind> kinds;
   for (int k = 0; k < Trace::kKinds; ++k) kinds[Trace::name(Trace::Kind(k))] = Trace::Kind(k);
   TraceFile file;
-  if (doc.contains("otherData") && doc["otherData"].is_object() && doc["otherData"].contains("layout"))
+  if (doc.contains("otherData") && doc["otherData"].is_object() && doc["otherData"].contains("layout")) {
     file.layout = layout_of(doc["otherData"]["layout"], path);
+    const nlohmann::json& other = doc["otherData"];
+    if (other.contains("run_id")) {
+      if (!other["run_id"].is_string() || other["run_id"].get<std::string>().size() > 64)
+        not_a_trace(path, "its otherData.run_id is not a run's id");
+      file.layout->run_id = other["run_id"].get<std::string>();
+    }
+  }
   for (const auto& e : doc["traceEvents"]) {
     if (!e.is_object()) not_a_trace(path, "an event is not an object");
     const nlohmann::json* ph = e.contains("ph") && e["ph"].is_string() ? &e["ph"] : nullptr;

@@ -182,13 +182,17 @@ hostile "--split of a trace missing a rank it records" 1 "onerank.json has no sp
 "$LATTICE" schedule --pipeline-model-parallel-size 1 --micro-batches 4 --from-trace tp2.json --json > tp2.timeline 2> tp2.timeline.err
 c "a TP 2 trace draws as one pipeline rank" grep -q '"peak_in_flight":\[1\]' tp2.timeline
 # A report drawing another run's trace: refused by hand, named on the page from the run's own directory.
-"$LATTICE" train "${MODEL[@]}" --report-dir rundir > rundir.out 2> rundir.err
+"$LATTICE" train "${MODEL[@]}" --report-dir rundir --trace rundir/trace.json > rundir.out 2> rundir.err
 c "a run with a report directory: exit 0" test $? -eq 0
-"$PY" -m json.tool one.json > reformatted.json
+"$PY" -m json.tool rundir/trace.json > reformatted.json
 "$LATTICE" report rundir --html reformatted.html --trace reformatted.json > /dev/null 2> reformatted.err
 c "report draws a trace re-indented by another tool (its first bytes are not the writer's)" grep -q "timeline from the trace" reformatted.err
 "$LATTICE" report rundir/run.jsonl --html rundir/by_log.html > /dev/null 2> by_log.err
 c "report of a run.jsonl may write into the run's own directory, as report of the directory may" test -s rundir/by_log.html
+# The trace carries its run's id (the start record's, kept across resumes): another run's, of the same
+# layout and model, was drawn as this one's.
+hostile "report with another run's trace of the same layout" 1 "--trace one.json cannot be drawn: trace one.json is of another run \(run id [0-9a-f]{16}, not [0-9a-f]{16}\)" -- \
+  report rundir --html other.html --trace one.json
 hostile "report with another layout's trace" 1 "--trace pp2.json cannot be drawn: trace $ran --schedule 1f1b, 1 pipeline rank, 4 micro-batches" -- \
   report rundir --html page.html --trace pp2.json
 "$PY" - pp2.json <<'PYEOF'
