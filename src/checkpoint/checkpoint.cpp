@@ -440,13 +440,6 @@ ResumeState read_resume_state(const std::string& dir) {
   r.updates_applied = state.contains("updates_applied") ? integer(state, "updates_applied", 0, r.step, where) : r.step;
   r.weight_versions = state.contains("weight_versions") ? int(integer(state, "weight_versions", 1, 2, where)) : 1;
   if (state.contains("train")) r.train_settings = state["train"];
-  if (state.contains("run_id")) {
-    const nlohmann::json& id = state["run_id"];
-    require(id.is_string() && id.get<std::string>().size() == 16 &&
-                id.get<std::string>().find_first_not_of("0123456789abcdef") == std::string::npos,
-            where + ": \"run_id\" must be 16 hex digits (got " + id.dump() + ")");
-    r.run_id = id.get<std::string>();
-  }
   if (state.contains("data_position") && state["data_position"].contains("shuffle")) {
     const nlohmann::json& sh = state["data_position"]["shuffle"];
     require(sh.is_boolean(), where + ": \"shuffle\" must be true or false");

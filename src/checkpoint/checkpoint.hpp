@@ -72,7 +72,6 @@ struct ResumeState {
   uint64_t seed = 0;
   int64_t updates_applied = 0;
   int weight_versions = 1;  // PipeDream-2BW checkpoints: 2 (model_previous.safetensors)
-  std::string run_id;       // the run's identity across its resumes (16 hex digits); "" where not recorded
   double loss_scale = 0;  // 0: not recorded (not an fp16 run)
   int64_t clean_steps = 0;
   nlohmann::json train_settings;  // "train": the run's settings (train/resume_settings.hpp), null if none

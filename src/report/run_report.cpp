@@ -343,7 +343,7 @@ std::string timeline(const RunRecords& run, const std::string& trace_path, std::
   try {
     const std::string schedule_name = schedule.is_string() ? schedule.get<std::string>() : "1f1b";
     const pl::ScheduleKind kind = pl::parse_schedule_kind(schedule_name);
-    const json& id = field(run.start, "run_id");
+    const json& id = field(run.start, "start_id");  // the last start's: a resume's own trace
     const TraceLayout ran{pl::schedule_name(kind), int(world), int(p), int(m), int(n_mb),
                           id.is_string() ? id.get<std::string>() : ""};
     const pl::Simulation sim = pl::timeline_from_trace(trace_path, ran, -1, true);

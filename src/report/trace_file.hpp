@@ -20,9 +20,9 @@ struct TraceLayout {
   std::string schedule = "1f1b";  // --schedule's name
   int world = 1;                  // tracks: one per world rank
   int pp = 1, virtual_stages = 1, micro_batches = 1;
-  // Not the layout but the run it belongs to (its trainer.json's, kept across resumes; otherData.run_id):
-  // "" where unknown. A report draws no other run's trace.
-  std::string run_id;
+  // Not the layout but the start of the run that wrote it (its start record's start_id; a resume is a
+  // new start; otherData.start_id): "" where unknown. A report draws no other start's trace.
+  std::string start_id;
 };
 nlohmann::json to_json(const TraceLayout& layout);
 // "--schedule interleaved, 2 pipeline ranks of 4, 2 virtual stages, 8 micro-batches" (world 0: unknown)

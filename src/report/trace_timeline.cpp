@@ -67,8 +67,9 @@ Simulation timeline_from_trace(const std::string& path, const TraceLayout& given
     if (!same_layout(*file.layout, given, given.world != 0))
       fail("trace " + path + " ran " + describe(*file.layout) + ", not " + describe(given) +
            ": a trace of another run or layout");
-    if (!given.run_id.empty() && !file.layout->run_id.empty() && given.run_id != file.layout->run_id)
-      fail("trace " + path + " is of another run (run id " + file.layout->run_id + ", not " + given.run_id + ")");
+    if (!given.start_id.empty() && !file.layout->start_id.empty() && given.start_id != file.layout->start_id)
+      fail("trace " + path + " is of another run, or of this one before a resume (start id " + file.layout->start_id +
+           ", not " + given.start_id + ")");
     given.world = file.layout->world;
   } else if (given.world == 0) {
     given.world = given.pp;  // an older trace: its tracks are the pipeline's ranks

@@ -42,7 +42,7 @@ void write_trace(const Trace& trace, const std::string& path, comm::Communicator
     }
   }
   const nlohmann::json doc = {
-      {"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", {{"generator", kTraceGenerator}, {"layout", to_json(layout)}, {"run_id", layout.run_id}}}};
+      {"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", {{"generator", kTraceGenerator}, {"layout", to_json(layout)}, {"start_id", layout.start_id}}}};
   write_output_file(path, OutputKind::trace, "--trace", doc.dump() + "\n", rules);
 }
 

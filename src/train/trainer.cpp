@@ -200,18 +200,17 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
             "checkpoint " + config_.resume + " holds PipeDream-2BW's two weight versions: resume it with --schedule "
             "pipedream-2bw (--schedule " + config_.schedule + " would drop the version its next batch reads)");
     spike_guard_ = LossSpikeGuard(model_config_.vocab, resume_state.recent_losses);
-    run_id_ = resume_state.run_id;
     // A save over the resumed checkpoint keeps it until a sound one replaces it.
     std::error_code ec;
     if (!config_.save.empty() && std::filesystem::weakly_canonical(config_.save, ec) ==
                                      std::filesystem::weakly_canonical(config_.resume, ec))
       saved_step_ = resume_state.step;
   }
-  if (run_id_.empty()) {  // a new run (or one saved before run ids): 64 random bits, on the rank that writes
+  {  // 64 random bits (only the rank that writes records and traces uses them)
     std::random_device entropy;
     char id[17];
     std::snprintf(id, sizeof id, "%08x%08x", unsigned(entropy()), unsigned(entropy()));
-    run_id_ = id;
+    start_id_ = id;
   }
   // Destinations are checked before hours of training, not after (world rank 0 writes them), under
   // the one output rule (core/output_path.hpp); the checkpoint directory is locked for the run's life.
@@ -800,7 +799,7 @@ int Trainer::run() {
     namespace pl = parallel::pipeline;
     const TraceLayout traced{pl::schedule_name(pl::parse_schedule_kind(config_.schedule)),
                              dist_ ? dist_->world().size() : 1, layout_.pp, layout_.virtual_stages,
-                             int(config_.global_batch / (config_.micro_batch * layout_.dp)), run_id_};
+                             int(config_.global_batch / (config_.micro_batch * layout_.dp)), start_id_};
     write_trace(Trace::instance(), config_.trace, dist_ ? &dist_->world() : nullptr, dist_ ? dist_->rank() : 0,
                 traced, trace_rules());
   }

@@ -170,9 +170,10 @@ class Trainer {
   int64_t staged_step_ = -1, saved_step_ = -1;
   int64_t step_ = 0;  // optimizer steps done
   int64_t first_step_ = 1;    // this run's first step (its loss precedes any update)
-  // The run's identity, kept across its resumes (trainer.json): its start records and its trace carry
-  // it, so a report does not draw another run's trace as this one's.
-  std::string run_id_;
+  // This start's identity (a resume is a new start): its start record and its trace carry it, so a
+  // report does not draw another run's trace as this one's. Not in the checkpoint, whose bytes stay a
+  // function of the run's settings (two equal runs save equal files).
+  std::string start_id_;
   std::string weights_from_;  // --resume or --init: where the first step's weights came from
   int64_t activation_peak_ = 0;
   std::vector<std::vector<int64_t>> moe_load_;  // [MoE layer][expert]: tokens over the run

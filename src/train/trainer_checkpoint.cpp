@@ -34,8 +34,7 @@ void Trainer::stage_save(const std::string& dir, bool background) {
                           {"schedule", config_.schedule},
                           {"tokenizer", tokenizer_.fingerprint()},
                           {"weight_versions", states_->versions()},
-                          {"recent_losses", spike_guard_.history()},
-                          {"run_id", run_id_}};
+                          {"recent_losses", spike_guard_.history()}};
   if (loss_scaler_.active)
     state["loss_scale"] = {{"scale", loss_scaler_.scale}, {"clean_steps", loss_scaler_.clean_steps}};
   // Tensor states are whole-tensor vectors, the same on every TP and DP rank; stages hold different

@@ -110,7 +110,7 @@ nlohmann::json Trainer::start_record(int world) const {
                            {"stage_layers", l.stage_layers}};
   nlohmann::json j = {{"event", "start"},
                       {"lattice_version", version::kFull},
-                      {"run_id", run_id_},
+                      {"start_id", start_id_},
                       {"settings", config_.settings},
                       {"model", model},
                       {"layout", layout},
