@@ -53,6 +53,13 @@ check "eval scores an expert-choice model" test $? -eq 0
 "$LATTICE" "${B[@]}" --num-experts 4 --moe-router gshard --save ck_gs > /dev/null 2>&1
 "$LATTICE" sample --checkpoint ck_gs --prompt "Experts" --tokens 8 > sample.out 2> sample.err
 check "sample generates with a token-choice MoE model" test $? -eq 0 -a -s sample.out
+# A resume takes the run's MoE model where its flags are not given, and names a given one that differs.
+"$LATTICE" train --data data --threads 1 --steps 2 --resume ck_gs > gs.out 2> gs.err
+check "an MoE run resumes without its flags" grep -q "resumed with checkpoint ck_gs's .*--num-experts 4 .*--moe-router gshard" gs.err
+expect_error "an MoE resume with another router" "its moe router \"gshard\", the flags ask for \"switch\"" \
+  train --data data --threads 1 --steps 2 --resume ck_gs --moe-router switch
+expect_error "an MoE resume made dense" "its experts (MoE), the flags ask for a dense model" \
+  train --data data --threads 1 --steps 2 --resume ck_gs --num-experts 0
 
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
 [ "$failures" -eq 0 ]
