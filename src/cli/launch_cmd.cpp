@@ -31,6 +31,7 @@
 #include "cli/commands.hpp"
 #include "cli/config_file.hpp"
 #include "cli/launch_supervisor.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "cli/model_flags.hpp"
 #include "core/child_process.hpp"
 #include "core/error.hpp"
@@ -38,6 +39,7 @@
 #include "core/memory_limit.hpp"
 #include "core/output_path.hpp"
 #include "data/tokenizer_files.hpp"
+#include "train/resume_settings.hpp"
 
 namespace lattice::cli {
 
@@ -493,7 +495,9 @@ int run_launch(int argc, char** argv) {
     return 2;
   }
   take_resumed_settings(tapp, train);  // a resumed run's batch, which restarts keep
-  take_resumed_model(tapp, model, train.resume);  // and its model, which restarts plan for
+  bool vocab_taken = false;  // and its model, which restarts plan for
+  for (const auto& [flag, value] : take_resumed_model(tapp, model, train.resume, !data::has_tokenizer(train.data_dir)))
+    vocab_taken = vocab_taken || flag == "vocab";
   require(f.min_ranks >= 1 && f.max_restarts >= 0 && f.no_progress_timeout >= 0 && f.probe_timeout > 0,
           "--min-ranks must be at least 1, --max-restarts and --no-progress-timeout at least 0, --probe-timeout above 0");
   const std::vector<Host> hosts = launch::parse_hostfile(
@@ -515,7 +519,14 @@ int run_launch(int argc, char** argv) {
               "--mpi-arg " + arg + ": the launcher sets the ranks and hosts itself (from --hostfile)");
   require(runnable(f.mpirun), "--mpirun " + f.mpirun + " (or $MPIEXEC) is not a program this machine can run");
   f.save = train.save;
-  if (tapp.count("--vocab") == 0) model.vocab = data::load_tokenizer(train.data_dir).vocab();
+  if (tapp.count("--vocab") == 0 && !vocab_taken) model.vocab = data::load_tokenizer(train.data_dir).vocab();
+  // Another model is refused here, as the job would refuse it, before any rank starts.
+  std::error_code no_state;
+  if (!train.resume.empty() && std::filesystem::is_regular_file(train.resume + "/trainer.json", no_state)) {
+    const std::string other_model = resumed_model_difference(checkpoint::read_model_config(train.resume), model,
+                                                             train.resume, tapp.count("--vocab") > 0);
+    require(other_model.empty(), other_model);
+  }
   const LayoutConfig resolved = layout.resolve(model.layers);
   const int world = launch::total_slots(hosts);
   const launch::Layout first = launch::layout_of(resolved, train.micro_batch, world);

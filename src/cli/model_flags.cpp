@@ -338,15 +338,21 @@ nlohmann::json take_resumed_settings(const CLI::App& app, TrainConfig& train) {
 }
 
 std::vector<std::pair<std::string, nlohmann::json>> take_resumed_model(const CLI::App& app, ModelConfig& model,
-                                                                       const std::string& resume, bool non_default_only) {
+                                                                       const std::string& resume, bool vocab_too,
+                                                                       bool non_default_only) {
   std::error_code ec;
   if (resume.empty() || !std::filesystem::is_regular_file(resume + "/trainer.json", ec)) return {};
   const ModelConfig saved = checkpoint::read_model_config(resume), fresh;
   std::vector<std::pair<std::string, nlohmann::json>> taken;
-  // Each model flag (its long names: any one given counts) and the field it sets.
+  // Given as the flag rules say (cli/flag_rules.cpp): a flag (no value) given =false is not given.
+  const auto given = [&](const char* flag) {
+    const CLI::Option* opt = app.get_option_no_throw(std::string("--") + flag);
+    return opt && opt->count() > 0 && (opt->get_expected_min() != 0 || flag_on(opt));
+  };
+  // Each model flag (any of its spellings given counts) and the field it sets.
   const auto take = [&](std::initializer_list<const char*> flags, auto field) {
     for (const char* flag : flags)
-      if (app.count(std::string("--") + flag) > 0) return;
+      if (given(flag)) return;
     model.*field = saved.*field;
     if (!non_default_only || !(saved.*field == fresh.*field)) taken.emplace_back(*flags.begin(), model.*field);
   };
@@ -355,23 +361,24 @@ std::vector<std::pair<std::string, nlohmann::json>> take_resumed_model(const CLI
   take({"heads"}, &ModelConfig::heads);
   take({"seq-len"}, &ModelConfig::seq_len);
   take({"dropout"}, &ModelConfig::dropout);
+  if (vocab_too) take({"vocab"}, &ModelConfig::vocab);
   // Another --num-experts is another model (the trainer names it): its other MoE values are not the run's.
-  const bool other_experts = app.count("--num-experts") > 0 && model.moe.experts != saved.moe.experts;
+  const bool other_experts = given("num-experts") && model.moe.experts != saved.moe.experts;
   const auto take_moe = [&](std::initializer_list<const char*> flags, auto field, auto as_json) {
     if (other_experts) return;
     for (const char* flag : flags)
-      if (app.count(std::string("--") + flag) > 0) return;
+      if (given(flag)) return;
     model.moe.*field = saved.moe.*field;
     if (saved.moe.enabled() && (!non_default_only || !(saved.moe.*field == fresh.moe.*field)))
       taken.emplace_back(*flags.begin(), as_json(model.moe.*field));
   };
   // An MoE flag on a dense run's resume would be ignored (a dense model records no MoE settings).
-  if (!saved.moe.enabled() && app.count("--num-experts") == 0)
+  if (!saved.moe.enabled() && !given("num-experts"))
     for (const char* flag :
          {"moe-layer-freq", "moe-router-topk", "moe-ffn-hidden-size", "moe-router", "moe-expert-capacity-factor",
           "moe-no-drop", "moe-token-drop-policy", "moe-aux-loss-coeff", "moe-router-load-balancing-type", "moe-groups",
           "expert-dropout", "moe-init-scale"})
-      require(app.count(std::string("--") + flag) == 0,
+      require(!given(flag),
               "--" + std::string(flag) + ": the --moe-* and --expert-dropout flags need a Mixture-of-Experts model, "
               "and checkpoint " + resume + " holds a dense one");
   const auto same = [](auto v) { return nlohmann::json(v); };
@@ -389,6 +396,14 @@ std::vector<std::pair<std::string, nlohmann::json>> take_resumed_model(const CLI
   take_moe({"moe-groups"}, &MoEConfig::groups, same);
   take_moe({"expert-dropout"}, &MoEConfig::expert_dropout, same);
   take_moe({"moe-init-scale"}, &MoEConfig::init_scale, same);
+  if (non_default_only) {  // values a fresh run of this model derives where the flags are left at 0
+    MoEConfig derived;
+    derived.router = model.moe.router;
+    std::erase_if(taken, [&](const std::pair<std::string, nlohmann::json>& t) {
+      return (t.first == "moe-router-topk" && t.second == derived.k()) ||
+             (t.first == "moe-ffn-hidden-size" && t.second == 4 * model.hidden);
+    });
+  }
   return taken;
 }
 

@@ -177,8 +177,13 @@ int run_train(int argc, char** argv) {
     // A resume's dump shows the settings the run takes from its checkpoint, not the flags' defaults.
     std::map<std::string, std::string> taken;
     if (!train.resume.empty()) {
+      // A dump shows what the resume takes: from nothing, it would show the defaults as the run's.
+      std::error_code ec;
+      require(std::filesystem::is_regular_file(train.resume + "/trainer.json", ec),
+              "--resume " + train.resume + " holds no trainer.json (not a lattice checkpoint): nothing to dump from");
       auto values = recorded_settings_by_flag(train, take_resumed_settings(app, train));
-      for (auto& flag_value : take_resumed_model(app, model, train.resume)) values.push_back(std::move(flag_value));
+      for (auto& flag_value : take_resumed_model(app, model, train.resume, !data::has_tokenizer(train.data_dir)))
+        values.push_back(std::move(flag_value));
       for (const auto& [flag, value] : values)
         taken[flag] = value.is_string() ? "\"" + value.get<std::string>() + "\"" : value.dump();
     }
@@ -195,10 +200,15 @@ int run_train(int argc, char** argv) {
   LayoutConfig resolved;
   try {
     take_resumed_settings(app, train);  // before anything is planned from the batch or the model
-    // The model values taken that differ from a fresh run's, named on the start line as the settings are.
-    for (const auto& [flag, value] : take_resumed_model(app, model, train.resume, true))
+    // The model values taken that differ from a fresh run's, named on the start line as the settings
+    // are. Token files without a tokenizer (llm.c's) do not say the vocabulary: a resume takes the run's.
+    const bool vocab_from_run = !train.resume.empty() && !data::has_tokenizer(train.data_dir);
+    bool vocab_taken = false;
+    for (const auto& [flag, value] : take_resumed_model(app, model, train.resume, vocab_from_run, true)) {
+      vocab_taken = vocab_taken || flag == "vocab";
       train.resumed_settings += std::string(train.resumed_settings.empty() ? "" : " ") + "--" + flag + " " +
                                 (value.is_string() ? value.get<std::string>() : value.dump());
+    }
     require(layout.pipeline_layers == "auto" || (app.count("--hardware") == 0 && memory_limit.empty()),
             "--hardware and --pipeline-memory-limit apply to --pipeline-layers auto only");
     require(layout.memory_budget.empty() || layout.recompute == "auto", "--memory-budget applies to --recompute auto only");
@@ -212,7 +222,7 @@ int run_train(int argc, char** argv) {
     if (profile_ops) enable_op_profile();
     require_device_runs(parse_device(device), model, resolved, train);
     // The vocabulary is the data's tokenizer's unless given (the trainer checks a given one).
-    if (app.count("--vocab") == 0) model.vocab = data::load_tokenizer(train.data_dir).vocab();
+    if (app.count("--vocab") == 0 && !vocab_taken) model.vocab = data::load_tokenizer(train.data_dir).vocab();
   } catch (const InputError& e) {
     // Every rank parses the same flags before any communicator exists: rank 0 reports.
     if (comm::started_by_launcher() && comm::launcher_rank() != 0) return report_after_rank0("train", e.what(), 1);
@@ -240,7 +250,7 @@ int run_train(int argc, char** argv) {
   std::unique_ptr<Trainer> trainer;
   // A resume on more data-parallel ranks: the micro-batch taken from the checkpoint split to fit them
   // (before the planning below sizes anything by it).
-  comm::check_on_all_ranks("train", [&] { fit_resumed_micro_batch(train, dist.layout().dp); });
+  comm::check_on_all_ranks("train", [&] { fit_resumed_micro_batch(train, dist.layout().dp, model); });
   // The token files too: ranks reading other data under the same --data path (per-host copies that
   // differ) would train replicas on different datasets without a word.
   const std::string settings = app.config_to_str(/*default_also=*/true, /*write_description=*/false) +

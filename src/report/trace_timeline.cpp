@@ -107,6 +107,10 @@ Simulation timeline_from_trace(const std::string& path, const TraceLayout& given
   sim.ranks.resize(size_t(rows));
   for (const TraceFileSpan& s : file.spans) {
     if (!is_pass(s.kind) || s.step != want || row_of(s.rank) < 0) continue;
+    if (s.micro_batch >= given.micro_batches || s.chunk >= m)
+      fail("trace " + path + " has a pass of micro-batch " + std::to_string(s.micro_batch) + ", chunk " +
+           std::to_string(s.chunk) + " on rank " + std::to_string(s.rank) + ", past " + describe(given) +
+           ": a trace of another layout");
     const int row = row_of(s.rank), pipeline_rank = every_rank ? s.rank / per_stage : row;
     TimedAction t;
     t.action.pass = pass_of(s.kind);
@@ -136,8 +140,12 @@ Simulation timeline_from_trace(const std::string& path, const TraceLayout& given
   // Every row ran the step as the layout's schedule runs it: a row that did not is a trace of
   // another layout, or one cut short. PipeDream-2BW's steps differ (the first defers backwards, the
   // last drains them): a row must be one of its four.
+  // One stage runs each micro-batch's forward and backward in turn whatever --schedule says (the
+  // trainer's gradient accumulation, not the pipeline executor): 1F1B's order at p = 1.
   std::vector<std::vector<RankActions>> kinds_of_step;
-  if (kind == ScheduleKind::pipedream_2bw)
+  if (p == 1)
+    kinds_of_step.push_back(build_schedule(ScheduleKind::one_f_one_b, 1, given.micro_batches, 1));
+  else if (kind == ScheduleKind::pipedream_2bw)
     for (Phase phase : {Phase::steady, Phase::first, Phase::last, Phase::whole})
       kinds_of_step.push_back(build_step_schedule(kind, p, given.micro_batches, m, phase));
   else

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "checkpoint/checkpoint.hpp"
 #include "core/error.hpp"
 
 namespace lattice {
@@ -176,24 +177,61 @@ std::string resume_training_settings(TrainConfig& config, const nlohmann::json& 
   return taken;
 }
 
-void fit_resumed_micro_batch(TrainConfig& config, int dp) {
+void fit_resumed_micro_batch(TrainConfig& config, int dp, const ModelConfig& model) {
   const auto& given = config.given_settings;
   if (config.resume.empty() || config.global_batch <= 0 || dp < 1 ||
       std::find(given.begin(), given.end(), "micro-batch") != given.end() ||
       config.global_batch % (int64_t(config.micro_batch) * dp) == 0)
     return;
+  const bool grouped = model.moe.enabled() && model.moe.groups > 1;  // groups must divide a micro-batch's tokens
   for (int m = config.micro_batch - 1; m >= 1; --m)
-    if (config.global_batch % (int64_t(m) * dp) == 0) {
-      config.resumed_settings += std::string(config.resumed_settings.empty() ? "" : " ") + "--micro-batch " +
-                                 std::to_string(m) + " (its " + std::to_string(config.micro_batch) +
+    if (config.global_batch % (int64_t(m) * dp) == 0 && (!grouped || int64_t(m) * model.seq_len % model.moe.groups == 0)) {
+      // In the checkpoint's value's place on the start line, where it was taken.
+      const std::string taken = "--micro-batch " + std::to_string(config.micro_batch);
+      const std::string fitted = "--micro-batch " + std::to_string(m) + " (its " + std::to_string(config.micro_batch) +
                                  " does not split its global batch over " + std::to_string(dp) +
                                  " data-parallel ranks)";
+      std::string& line = config.resumed_settings;
+      size_t at = line.find(taken);
+      while (at != std::string::npos && at + taken.size() < line.size() && line[at + taken.size()] != ' ')
+        at = line.find(taken, at + 1);  // "--micro-batch 4" is not "--micro-batch 48"
+      if (at != std::string::npos) line.replace(at, taken.size(), fitted);
+      else line += std::string(line.empty() ? "" : " ") + fitted;
       config.micro_batch = m;
       return;
     }
   fail("checkpoint " + config.resume + "'s --global-batch " + std::to_string(config.global_batch) +
-       " does not split over " + std::to_string(dp) +
-       " data-parallel ranks: resume on a data-parallel size that divides it");
+       " does not split over " + std::to_string(dp) + " data-parallel ranks" +
+       (grouped ? " in micro-batches whose tokens its --moe-groups " + std::to_string(model.moe.groups) + " divide" : "") +
+       ": resume on a data-parallel size that divides it");
+}
+
+std::string resumed_model_difference(const ModelConfig& saved_config, const ModelConfig& asked_config,
+                                     const std::string& checkpoint, bool vocab_given) {
+  const nlohmann::json saved = checkpoint::model_config_json(saved_config),
+                       asked = checkpoint::model_config_json(asked_config);
+  if (saved == asked) return "";
+  std::string differ;
+  const auto add = [&](const std::string& what) { differ += (differ.empty() ? "" : "; ") + what; };
+  const auto compare = [&](const nlohmann::json& a, const nlohmann::json& b, const std::string& prefix) {
+    for (const auto& [key, value] : a.items()) {
+      if (value.is_object() || (b.contains(key) && b[key] == value)) continue;
+      const std::string theirs = b.contains(key) ? b[key].dump() : std::string("none");
+      add("its " + prefix + key + " " + value.dump() +
+          (key == "vocab" && !vocab_given ? " where the data's tokenizer has " + theirs + " (give --vocab " + value.dump() + ")"
+                                          : " where the flags ask for " + theirs));
+    }
+  };
+  if (saved.contains("moe") != asked.contains("moe"))
+    add(saved.contains("moe") ? "experts (MoE) where the flags ask for a dense model"
+                              : "a dense model where the flags ask for experts (MoE)");
+  else if (saved.contains("moe") && saved["moe"]["experts"] != asked["moe"]["experts"])
+    add("its experts " + saved["moe"]["experts"].dump() + " where the flags ask for " + asked["moe"]["experts"].dump());
+  else if (saved.contains("moe"))
+    compare(saved["moe"], asked["moe"], "moe ");
+  compare(saved, asked, "");
+  return "checkpoint " + checkpoint + " holds another model: " + differ +
+         " (a resume takes the run's model: leave out the flags that differ)";
 }
 
 }  // namespace lattice

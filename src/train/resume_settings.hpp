@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/config.hpp"
 #include "train/train_config.hpp"
 
 namespace lattice {
@@ -32,8 +33,17 @@ std::vector<std::pair<std::string, nlohmann::json>> recorded_settings_by_flag(co
 
 // Once the data-parallel size `dp` is known: a micro-batch taken from the checkpoint (not given) that
 // does not split the run's global batch over `dp` ranks (a resume on more ranks) becomes the largest
-// one that does; the batch at each step stays the run's, only its split changes. Throws InputError
-// naming the checkpoint when none does.
-void fit_resumed_micro_batch(TrainConfig& config, int dp);
+// one that does (and that `model`'s routing groups divide, for an MoE model); the batch at each step
+// stays the run's, only its split changes, named in resumed_settings in the checkpoint's value's
+// place. Throws InputError naming the checkpoint when none does.
+void fit_resumed_micro_batch(TrainConfig& config, int dp, const ModelConfig& model);
+
+// "" when a resume's model (`asked`: the flags, after the checkpoint's values were taken for those
+// not given) is checkpoint `checkpoint`'s (`saved`); else one line naming what differs, for the
+// trainer and lattice launch to refuse with: the fields by name ("its hidden 64 where the flags ask for
+// 128"); dense against MoE, or another expert count, alone (the other MoE values follow from it);
+// a vocabulary not given as the data's tokenizer's (`vocab_given`).
+std::string resumed_model_difference(const ModelConfig& saved, const ModelConfig& asked, const std::string& checkpoint,
+                                     bool vocab_given);
 
 }  // namespace lattice

@@ -126,7 +126,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     const bool shuffle_given = std::ranges::find(config_.given_settings, "shuffle") != config_.given_settings.end();
     if (!shuffle_given && resume_state.shuffle >= 0) config_.shuffle = resume_state.shuffle == 1;
   }
-  fit_resumed_micro_batch(config_, layout_.dp);
+  fit_resumed_micro_batch(config_, layout_.dp, model_config_);
   if (config_.decay_steps == 0) config_.decay_steps = config_.steps;
   if (config_.global_batch == 0) config_.global_batch = config_.micro_batch * layout_.dp;
   validate_training(model_config_, layout_, config_);
@@ -161,26 +161,10 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     require_trained_on_these_tokens(config_.init, " (prepare the data with --tokenizer-from " + config_.init + ")");
   if (!config_.resume.empty()) {
     require_trained_on_these_tokens(config_.resume, ": a run continues on its own tokens");
-    const nlohmann::json saved = checkpoint::model_config_json(resume_state.model),
-                         asked = checkpoint::model_config_json(model_config_);
-    if (saved != asked) {
-      // The fields that differ, by name (the whole models are long): "hidden 64, the flags ask for 128".
-      std::string differ;
-      const auto compare = [&](const nlohmann::json& a, const nlohmann::json& b, const std::string& prefix) {
-        for (const auto& [key, value] : a.items())
-          if (!value.is_object() && (!b.contains(key) || b[key] != value))
-            differ += (differ.empty() ? "" : "; ") + prefix + key + " " + value.dump() + ", the flags ask for " +
-                      (b.contains(key) ? b[key].dump() : std::string("none"));
-      };
-      compare(saved, asked, "");
-      if (saved.contains("moe") != asked.contains("moe"))
-        differ += (differ.empty() ? "" : "; ") + std::string(saved.contains("moe") ? "experts (MoE), the flags ask for a dense model"
-                                                                                 : "a dense model, the flags ask for experts (MoE)");
-      else if (saved.contains("moe"))
-        compare(saved["moe"], asked["moe"], "moe ");
-      fail("checkpoint " + config_.resume + " holds another model: its " + differ +
-           " (a resume takes the run's model: leave those flags out)");
-    }
+    const bool vocab_given =
+        std::find(config_.given_settings.begin(), config_.given_settings.end(), "vocab") != config_.given_settings.end();
+    const std::string other_model = resumed_model_difference(resume_state.model, model_config_, config_.resume, vocab_given);
+    require(other_model.empty(), other_model);
     // Data order and dropout masks are functions of the seed: a resume continues with the run's own.
     require(!config_.seed_given || config_.seed == resume_state.seed,
             "--seed " + std::to_string(config_.seed) + " differs from the seed of checkpoint " + config_.resume + " (" +

@@ -55,10 +55,12 @@ check "eval scores an expert-choice model" test $? -eq 0
 check "sample generates with a token-choice MoE model" test $? -eq 0 -a -s sample.out
 # A resume takes the run's MoE model where its flags are not given, and names a given one that differs.
 "$LATTICE" train --data data --threads 1 --steps 2 --resume ck_gs > gs.out 2> gs.err
-check "an MoE run resumes without its flags" grep -q "resumed with checkpoint ck_gs's .*--num-experts 4 .*--moe-router gshard" gs.err
-expect_error "an MoE resume with another router" "its moe router \"gshard\", the flags ask for \"switch\"" \
+check "an MoE run resumes without its flags" grep -q "resumed with checkpoint ck_gs's .*--num-experts 4 --moe-router gshard (" gs.err
+expect_error "an MoE resume with another expert count: named alone" "its experts 4 where the flags ask for 8 (a resume" \
+  train --data data --threads 1 --steps 2 --resume ck_gs --num-experts 8
+expect_error "an MoE resume with another router" "its moe router \"gshard\" where the flags ask for \"switch\"" \
   train --data data --threads 1 --steps 2 --resume ck_gs --moe-router switch
-expect_error "an MoE resume made dense" "its experts (MoE), the flags ask for a dense model" \
+expect_error "an MoE resume made dense" "experts (MoE) where the flags ask for a dense model" \
   train --data data --threads 1 --steps 2 --resume ck_gs --num-experts 0
 
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"

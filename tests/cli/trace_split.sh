@@ -185,6 +185,18 @@ hostile "--split of a trace missing a rank it records" 1 "onerank.json has no sp
 (ulimit -v 450000; "$LATTICE" schedule --from-trace objs.json --split > objs.out 2> objs.err)
 c "a 30 MB trace read in 450 MB of address space: one line, no abort" grep -q "objs.json has no step spans" objs.err
 rm -f objs.json
+# One stage runs each micro-batch's forward and backward in turn whatever --schedule says.
+"$LATTICE" train "${MODEL[@]}" --schedule gpipe --trace gpipe1.json > /dev/null 2>&1
+"$LATTICE" schedule --pipeline-model-parallel-size 1 --micro-batches 4 --schedule gpipe --from-trace gpipe1.json \
+  --json > gpipe1.timeline 2> gpipe1.err
+c "a one-stage run under --schedule gpipe reads as its own trace" grep -q '"peak_in_flight":\[1\]' gpipe1.timeline
+"$PY" -c "
+import json
+d = json.load(open('pp2.json'))
+[e for e in d['traceEvents'] if e.get('cat') == 'forward'][-1]['args']['chunk'] = 2**31 - 1
+json.dump(d, open('farchunk.json', 'w'))"
+hostile "a pass of a chunk past the layout's" 1 "farchunk.json has a pass of micro-batch [0-9], chunk 2147483647 on rank [01], past --schedule 1f1b" -- \
+  schedule --pipeline-model-parallel-size 2 --micro-batches 4 --from-trace farchunk.json
 # TP 2 has two world ranks in one pipeline rank: the timeline draws pipeline rank 0 (world rank 0).
 "$LATTICE" schedule --pipeline-model-parallel-size 1 --micro-batches 4 --from-trace tp2.json --json > tp2.timeline 2> tp2.timeline.err
 c "a TP 2 trace draws as one pipeline rank" grep -q '"peak_in_flight":\[1\]' tp2.timeline

@@ -98,7 +98,16 @@ OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_
   > g2.jsonl 2> /dev/null
 check "resume on 2 data-parallel ranks without --micro-batch: micro-batch 1, named in the start record" python3 -c "
 import json; s = [json.loads(l) for l in open('g2.jsonl')][0]
-assert s['micro_batch'] == 1 and s['train_settings']['lr'] == 0.003 and '--micro-batch 1' in s['resumed_settings'], s"
+assert s['micro_batch'] == 1 and s['train_settings']['lr'] == 0.003 and '--micro-batch 1' in s['resumed_settings'], s
+assert '--micro-batch 2 ' not in s['resumed_settings'], s  # in the checkpoint's value's place, not beside it"
+# Token files without a tokenizer (llm.c's) do not say the vocabulary: a resume takes the run's.
+mkdir -p tokens_only && cp data/train.bin data/val.bin tokens_only/
+"$LATTICE" train --data tokens_only --layers 2 --hidden 32 --heads 4 --seq-len 32 --threads 1 --vocab 300 --steps 2 \
+  --save v300 > /dev/null 2>&1
+"$LATTICE" train --data tokens_only --threads 1 --steps 3 --resume v300 > /dev/null 2> v300.err
+check "a resume on token files without a tokenizer takes the run's --vocab" grep -q "resumed with checkpoint v300's .*--vocab 300" v300.err
+expect_error "--dump-config of a resume from nothing" "--resume nothing holds no trainer.json" \
+  train "${NOBATCH[@]}" --resume nothing --dump-config
 # A damaged value in trainer.json is named as the checkpoint's, not as a flag nobody gave.
 cp -r adaf damaged
 python3 -c "
@@ -171,7 +180,7 @@ for stage in 1 2 3; do
   check "ZeRO-$stage on one rank runs and says it shards nothing" grep -q "shards nothing" zero.err
 done
 expect_error "recompute-layers without full" "recompute full" train "${SMALL[@]}" --recompute-layers 1
-expect_error "mismatched checkpoint" "holds another model: its hidden 32, the flags ask for 64 (a resume takes the run's model" train "${SMALL[@]}" --hidden 64 --steps 4 --resume half
+expect_error "mismatched checkpoint" "holds another model: its hidden 32 where the flags ask for 64 (a resume takes the run's model" train "${SMALL[@]}" --hidden 64 --steps 4 --resume half
 cp -r half trunc && head -c 500 half/model.safetensors > trunc/model.safetensors
 expect_error "truncated checkpoint" "model.safetensors" train "${SMALL[@]}" --steps 4 --resume trunc
 expect_error "resume from nothing" "does not exist" train "${SMALL[@]}" --steps 4 --resume nothing
