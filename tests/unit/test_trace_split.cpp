@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/trace.hpp"
+#include "report/trace_file.hpp"
 #include "report/trace_split.hpp"
 #include "report/trace_writer.hpp"
 #include "test_util.hpp"
@@ -166,8 +167,15 @@ TEST(TraceSplit, WrittenTraceReadsBack) {
   trace.record(Trace::Kind::optimizer, t0 + 7'000, t0 + 9'999, -1, -1, 4);
   trace.record(Trace::Kind::comm_dp, t0 + 7'001, t0 + 8'000);
   trace.record(Trace::Kind::step, t0, t0 + 10'001, -1, -1, 4);
-  write_trace(trace, dir + "/w.json", nullptr, 0);
+  const TraceLayout one_rank{"1f1b", 1, 1, 1, 1, "0123456789abcdef"};
+  write_trace(trace, dir + "/w.json", nullptr, 0, one_rank);
   trace.clear();
+  // The layout and the start that wrote it read back as written (report/trace_file.hpp).
+  const TraceFile file = read_trace(dir + "/w.json");
+  ASSERT_TRUE(file.layout.has_value());
+  EXPECT_EQ(to_json(*file.layout), to_json(one_rank));
+  EXPECT_EQ(file.layout->start_id, "0123456789abcdef");
+  EXPECT_EQ(file.spans.size(), 6u);
   const StepSplit s = split_step(dir + "/w.json").at(0);
   EXPECT_EQ(s.step, 4);
   EXPECT_NEAR(s.step_s, 10'001e-9, 1e-18);
