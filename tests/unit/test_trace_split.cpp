@@ -198,7 +198,7 @@ TEST(TraceSplit, RefusesOldForeignAndTangledTraces) {
       << R"({"traceEvents": [{"cat":"forward","ph":"X","args":{"step":1},"tid":"zero","ts":1,"dur":5}]})";
   expect_input_error([&] { split_step(foreign); }, "is not a lattice trace");
   const std::string unknown = write_trace_file(dir, {{"step", 0, 10, 0, 0}, {"GPU kernel", 1, 2}}, "unknown.json");
-  expect_input_error([&] { split_step(unknown); }, "unknown kind 'GPU kernel'");
+  expect_input_error([&] { split_step(unknown); }, "unknown kind \"GPU kernel\"");
   const std::string tangled =
       write_trace_file(dir, {{"step", 0, 100, 0, 0}, {"forward", 0, 40, 0, 0}, {"gemm", 30, 50}}, "tangled.json");
   expect_input_error([&] { split_step(tangled); }, "overlaps a forward span without nesting");
