@@ -183,9 +183,14 @@ void fit_resumed_micro_batch(TrainConfig& config, int dp, const ModelConfig& mod
       std::find(given.begin(), given.end(), "micro-batch") != given.end() ||
       config.global_batch % (int64_t(config.micro_batch) * dp) == 0)
     return;
-  const bool grouped = model.moe.enabled() && model.moe.groups > 1;  // groups must divide a micro-batch's tokens
+  // An MoE model routes each micro-batch on its own (capacity, groups, the auxiliary losses): another
+  // split would train another model, so it is the user's to choose.
+  require(!model.moe.enabled(), "checkpoint " + config.resume + "'s --micro-batch " + std::to_string(config.micro_batch) +
+                                    " does not split its global batch over " + std::to_string(dp) +
+                                    " data-parallel ranks, and an MoE model routes each micro-batch on its own "
+                                    "(capacity, groups, auxiliary losses): give --micro-batch to choose the split");
   for (int m = config.micro_batch - 1; m >= 1; --m)
-    if (config.global_batch % (int64_t(m) * dp) == 0 && (!grouped || int64_t(m) * model.seq_len % model.moe.groups == 0)) {
+    if (config.global_batch % (int64_t(m) * dp) == 0) {
       // In the checkpoint's value's place on the start line, where it was taken.
       const std::string taken = "--micro-batch " + std::to_string(config.micro_batch);
       const std::string fitted = "--micro-batch " + std::to_string(m) + " (its " + std::to_string(config.micro_batch) +
@@ -201,9 +206,7 @@ void fit_resumed_micro_batch(TrainConfig& config, int dp, const ModelConfig& mod
       return;
     }
   fail("checkpoint " + config.resume + "'s --global-batch " + std::to_string(config.global_batch) +
-       " does not split over " + std::to_string(dp) + " data-parallel ranks" +
-       (grouped ? " in micro-batches whose tokens its --moe-groups " + std::to_string(model.moe.groups) + " divide" : "") +
-       ": resume on a data-parallel size that divides it");
+       " does not split over " + std::to_string(dp) + " data-parallel ranks: resume on a data-parallel size that divides it");
 }
 
 std::string resumed_model_difference(const ModelConfig& saved_config, const ModelConfig& asked_config,

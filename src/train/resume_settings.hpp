@@ -33,9 +33,10 @@ std::vector<std::pair<std::string, nlohmann::json>> recorded_settings_by_flag(co
 
 // Once the data-parallel size `dp` is known: a micro-batch taken from the checkpoint (not given) that
 // does not split the run's global batch over `dp` ranks (a resume on more ranks) becomes the largest
-// one that does (and that `model`'s routing groups divide, for an MoE model); the batch at each step
-// stays the run's, only its split changes, named in resumed_settings in the checkpoint's value's
-// place. Throws InputError naming the checkpoint when none does.
+// one that does; the batch at each step stays the run's, only its split changes, named in
+// resumed_settings in the checkpoint's value's place. Throws InputError naming the checkpoint when none
+// does, and for an MoE `model`, which routes each micro-batch on its own (another split would train
+// another model: the user gives --micro-batch).
 void fit_resumed_micro_batch(TrainConfig& config, int dp, const ModelConfig& model);
 
 // "" when a resume's model (`asked`: the flags, after the checkpoint's values were taken for those

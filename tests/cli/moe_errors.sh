@@ -60,6 +60,11 @@ expect_error "an MoE resume with another expert count: named alone" "its experts
   train --data data --threads 1 --steps 2 --resume ck_gs --num-experts 8
 expect_error "an MoE resume with another router" "its moe router \"gshard\" where the flags ask for \"switch\"" \
   train --data data --threads 1 --steps 2 --resume ck_gs --moe-router switch
+# On more data-parallel ranks a dense run's micro-batch is split to fit; an MoE model routes each
+# micro-batch on its own (another split trains another model: its losses differed), so it asks.
+mpi_error "an MoE resume on more DP ranks without --micro-batch" \
+  "an MoE model routes each micro-batch on its own (capacity, groups, auxiliary losses): give --micro-batch" 2 \
+  train --data data --threads 1 --steps 2 --resume ck_gs
 expect_error "an MoE resume made dense" "experts (MoE) where the flags ask for a dense model" \
   train --data data --threads 1 --steps 2 --resume ck_gs --num-experts 0
 

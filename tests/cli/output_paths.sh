@@ -182,7 +182,7 @@ check "--resume slash/. --save slash/. replaces it at step 3" test "$status" -eq
 check "... and leaves nothing beside or inside it" test -z "$(ls -A . | grep -e '^slash\.' -e '^\.slash')" -a -z "$(ls -A slash | grep -e unsaved -e tmp -e lock)"
 # A --trace given to report is drawn or refused (a text file gave a page saying it could not be
 # drawn, and "timeline from the trace" on stderr).
-hostile "report --trace of a text file" 1 "--trace notes.txt is not a lattice trace" -- report rep --html t.html --trace notes.txt
+hostile "report --trace of a text file" 1 "--trace notes.txt cannot be drawn: trace notes.txt is not a lattice trace" -- report rep --html t.html --trace notes.txt
 check "... and no page was written" test ! -e t.html
 # --tokenizer-from a directory that holds no tokenizer (an empty one was read as the byte tokenizer's).
 mkdir -p empty_tok
