@@ -70,10 +70,22 @@ std::string weights_file(const std::string& path, const ModelConfig& config) {
   const std::string file = path + "/model.safetensors";
   if (!fs::exists(file)) fail("checkpoint " + path + " has no model.safetensors");
   if (fs::exists(path + "/trainer.json")) {  // a lattice checkpoint says what model it holds
+    // Its shape, every field that differs at once: the sizes, and the experts' count, placement, size
+    // and router (whose kind has its own tensors). Dropout and the routing's training values may differ.
     const nlohmann::json saved = model_config_json(read_model_config(path)), mine = model_config_json(config);
-    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab"})
-      require(saved[key] == mine[key], "checkpoint " + path + " holds another model (" + key + " " +
-                                           saved[key].dump() + ", this run " + mine[key].dump() + ")");
+    std::string differ;
+    const auto compare = [&](const nlohmann::json& a, const nlohmann::json& b, const std::string& key) {
+      const nlohmann::json& x = a.contains(key) ? a[key] : nlohmann::json(), &y = b.contains(key) ? b[key] : nlohmann::json();
+      if (x != y) differ += (differ.empty() ? "" : "; ") + key + " " + x.dump() + ", this run " + y.dump();
+    };
+    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab"}) compare(saved, mine, key);
+    const nlohmann::json none = nlohmann::json::object({{"experts", 0}});
+    const nlohmann::json& saved_moe = saved.contains("moe") ? saved["moe"] : none;
+    const nlohmann::json& my_moe = mine.contains("moe") ? mine["moe"] : none;
+    compare(saved_moe, my_moe, "experts");
+    if (saved_moe["experts"] == my_moe["experts"] && saved.contains("moe"))
+      for (const char* key : {"layer_freq", "ffn_hidden", "router"}) compare(saved_moe, my_moe, key);
+    require(differ.empty(), "checkpoint " + path + " holds another model (" + differ + ")");
   }
   return file;
 }

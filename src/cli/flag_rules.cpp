@@ -357,7 +357,7 @@ void check_flag_conflicts(const CLI::App& app, std::string_view command) {
   // An MoE flag given on a dense model would be ignored; ModelConfig::validate sees only values, so a
   // flag given at its default (--moe-router topk) passed there. Where a checkpoint gives the model
   // (eval, sample), each given flag is compared with it instead (cli/model_source.cpp); a resume
-  // without --num-experts takes the checkpoint's experts, and is checked there (take_resumed_model).
+  // without --num-experts takes the checkpoint's experts, and is checked there (take_checkpoint_model).
   if (!inference && number(in_effect(app, "num-experts", "0")) == 0 && (!given(app, "resume") || given(app, "num-experts")))
     for (const char* moe_flag :
          {"moe-layer-freq", "moe-router-topk", "moe-ffn-hidden-size", "moe-router", "moe-expert-capacity-factor",

@@ -496,7 +496,10 @@ int run_launch(int argc, char** argv) {
   }
   take_resumed_settings(tapp, train);  // a resumed run's batch, which restarts keep
   bool vocab_taken = false;  // and its model, which restarts plan for
-  for (const auto& [flag, value] : take_resumed_model(tapp, model, train.resume, !data::has_tokenizer(train.data_dir)))
+  const bool resuming = !train.resume.empty();
+  for (const auto& [flag, value] :
+       take_checkpoint_model(tapp, model, resuming ? train.resume : train.init,
+                             resuming ? CheckpointModel::resume : CheckpointModel::init, !data::has_tokenizer(train.data_dir)))
     vocab_taken = vocab_taken || flag == "vocab";
   require(f.min_ranks >= 1 && f.max_restarts >= 0 && f.no_progress_timeout >= 0 && f.probe_timeout > 0,
           "--min-ranks must be at least 1, --max-restarts and --no-progress-timeout at least 0, --probe-timeout above 0");

@@ -337,12 +337,14 @@ nlohmann::json take_resumed_settings(const CLI::App& app, TrainConfig& train) {
   return saved;
 }
 
-std::vector<std::pair<std::string, nlohmann::json>> take_resumed_model(const CLI::App& app, ModelConfig& model,
-                                                                       const std::string& resume, bool vocab_too,
-                                                                       bool non_default_only) {
+std::vector<std::pair<std::string, nlohmann::json>> take_checkpoint_model(const CLI::App& app, ModelConfig& model,
+                                                                          const std::string& checkpoint,
+                                                                          CheckpointModel use, bool vocab_too,
+                                                                          bool non_default_only) {
   std::error_code ec;
-  if (resume.empty() || !std::filesystem::is_regular_file(resume + "/trainer.json", ec)) return {};
-  const ModelConfig saved = checkpoint::read_model_config(resume), fresh;
+  if (checkpoint.empty() || !std::filesystem::is_regular_file(checkpoint + "/trainer.json", ec)) return {};
+  const ModelConfig saved = checkpoint::read_model_config(checkpoint), fresh;
+  const bool whole = use == CheckpointModel::resume;  // else the shape only, which the weights fix
   std::vector<std::pair<std::string, nlohmann::json>> taken;
   // Given as the flag rules say (cli/flag_rules.cpp): a flag (no value) given =false is not given.
   const auto given = [&](const char* flag) {
@@ -360,12 +362,13 @@ std::vector<std::pair<std::string, nlohmann::json>> take_resumed_model(const CLI
   take({"hidden"}, &ModelConfig::hidden);
   take({"heads"}, &ModelConfig::heads);
   take({"seq-len"}, &ModelConfig::seq_len);
-  take({"dropout"}, &ModelConfig::dropout);
+  if (whole) take({"dropout"}, &ModelConfig::dropout);
   if (vocab_too) take({"vocab"}, &ModelConfig::vocab);
   // Another --num-experts is another model (the trainer names it): its other MoE values are not the run's.
   const bool other_experts = given("num-experts") && model.moe.experts != saved.moe.experts;
-  const auto take_moe = [&](std::initializer_list<const char*> flags, auto field, auto as_json) {
-    if (other_experts) return;
+  // The shape's: the experts' count, placement, size and router (whose kind has its own tensors).
+  const auto take_moe = [&](std::initializer_list<const char*> flags, auto field, auto as_json, bool shape = false) {
+    if (other_experts || (!whole && !shape)) return;
     for (const char* flag : flags)
       if (given(flag)) return;
     model.moe.*field = saved.moe.*field;
@@ -380,13 +383,13 @@ std::vector<std::pair<std::string, nlohmann::json>> take_resumed_model(const CLI
           "expert-dropout", "moe-init-scale"})
       require(!given(flag),
               "--" + std::string(flag) + ": the --moe-* and --expert-dropout flags need a Mixture-of-Experts model, "
-              "and checkpoint " + resume + " holds a dense one");
+              "and checkpoint " + checkpoint + " holds a dense one");
   const auto same = [](auto v) { return nlohmann::json(v); };
-  take_moe({"num-experts"}, &MoEConfig::experts, same);
-  take_moe({"moe-layer-freq"}, &MoEConfig::layer_freq, same);
+  take_moe({"num-experts"}, &MoEConfig::experts, same, true);
+  take_moe({"moe-layer-freq"}, &MoEConfig::layer_freq, same, true);
   take_moe({"moe-router-topk"}, &MoEConfig::topk, same);
-  take_moe({"moe-ffn-hidden-size"}, &MoEConfig::ffn_hidden, same);
-  take_moe({"moe-router"}, &MoEConfig::router, [](MoERouter r) { return nlohmann::json(to_string(r)); });
+  take_moe({"moe-ffn-hidden-size"}, &MoEConfig::ffn_hidden, same, true);
+  take_moe({"moe-router"}, &MoEConfig::router, [](MoERouter r) { return nlohmann::json(to_string(r)); }, true);
   take_moe({"moe-expert-capacity-factor", "moe-no-drop"}, &MoEConfig::capacity_factor, same);
   take_moe({"moe-token-drop-policy"}, &MoEConfig::drop_policy,
            [](DropPolicy d) { return nlohmann::json(to_string(d)); });

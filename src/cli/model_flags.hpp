@@ -44,14 +44,18 @@ void add_train_flags(CLI::App& app, TrainConfig& train, std::string& shuffle);
 nlohmann::json take_resumed_settings(const CLI::App& app, TrainConfig& train);
 // After parsing, with --resume: the model flags not given take the checkpoint's model (its trainer.json),
 // so `--resume ck` alone continues the run's own model; a flag given with another value is left for
-// the trainer to refuse, naming both models. --vocab is the data's where its tokenizer says it (held
-// to the checkpoint's), and taken too with `vocab_too` (token files without a tokenizer, llm.c's).
-// Returns the values taken, by flag (long name), for --dump-config (only those that differ from the
-// flags' defaults: `non_default_only`, for the start line); none without a readable trainer.json (the
-// trainer names what is wrong with it).
-std::vector<std::pair<std::string, nlohmann::json>> take_resumed_model(const CLI::App& app, ModelConfig& model,
-                                                                       const std::string& resume, bool vocab_too,
-                                                                       bool non_default_only = false);
+// the trainer to refuse, naming both models. With --init (CheckpointModel::init): the shape's flags
+// only (layers, hidden, heads, seq-len, and the experts' count, placement, size and router), which
+// the weights fix; dropout and the routing's training values stay the new run's. --vocab is the
+// data's where its tokenizer says it (held to the checkpoint's), and taken too with `vocab_too`
+// (token files without a tokenizer, llm.c's). Returns the values taken, by flag (long name), for
+// --dump-config (only those that differ from the flags' defaults: `non_default_only`, for the start
+// line); none without a readable trainer.json (the trainer names what is wrong with it).
+enum class CheckpointModel { resume, init };
+std::vector<std::pair<std::string, nlohmann::json>> take_checkpoint_model(const CLI::App& app, ModelConfig& model,
+                                                                          const std::string& checkpoint,
+                                                                          CheckpointModel use, bool vocab_too,
+                                                                          bool non_default_only = false);
 // --device cpu|cuda|cpu-guarded: which backend serves the kernels, memory and copies (backend/device_ops.hpp),
 // chosen once by the command before it builds a model.
 void add_device_flag(CLI::App& app, std::string& device);

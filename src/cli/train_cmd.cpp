@@ -176,19 +176,23 @@ int run_train(int argc, char** argv) {
   if (dump) {
     // A resume's dump shows the settings the run takes from its checkpoint, not the flags' defaults.
     std::map<std::string, std::string> taken;
+    const bool no_tokenizer = !data::has_tokenizer(train.data_dir);
+    std::vector<std::pair<std::string, nlohmann::json>> values;
     if (!train.resume.empty()) {
       // A dump shows what the resume takes: from nothing, it would show the defaults as the run's.
       std::error_code ec;
       require(std::filesystem::is_regular_file(train.resume + "/trainer.json", ec),
               "--resume " + train.resume + " holds no trainer.json (not a lattice checkpoint): nothing to dump from");
-      auto values = recorded_settings_by_flag(train, take_resumed_settings(app, train));
-      for (auto& flag_value : take_resumed_model(app, model, train.resume, !data::has_tokenizer(train.data_dir)))
+      values = recorded_settings_by_flag(train, take_resumed_settings(app, train));
+      for (auto& flag_value : take_checkpoint_model(app, model, train.resume, CheckpointModel::resume, no_tokenizer))
         values.push_back(std::move(flag_value));
-      for (const auto& [flag, value] : values)
-        taken[flag] = value.is_string() ? "\"" + value.get<std::string>() + "\"" : value.dump();
+    } else if (!train.init.empty()) {
+      values = take_checkpoint_model(app, model, train.init, CheckpointModel::init, no_tokenizer);
     }
-    if (first_rank)
-      std::fputs(dump_config(app, {"vocab"}, taken, "from checkpoint " + train.resume).c_str(), stdout);
+    for (const auto& [flag, value] : values)
+      taken[flag] = value.is_string() ? "\"" + value.get<std::string>() + "\"" : value.dump();
+    const std::string from = train.resume.empty() ? "from --init " + train.init : "from checkpoint " + train.resume;
+    if (first_rank) std::fputs(dump_config(app, {"vocab"}, taken, from).c_str(), stdout);
     return 0;
   }
   train.other_inputs = {{"--config", config_path}};
@@ -201,13 +205,18 @@ int run_train(int argc, char** argv) {
   try {
     take_resumed_settings(app, train);  // before anything is planned from the batch or the model
     // The model values taken that differ from a fresh run's, named on the start line as the settings
-    // are. Token files without a tokenizer (llm.c's) do not say the vocabulary: a resume takes the run's.
-    const bool vocab_from_run = !train.resume.empty() && !data::has_tokenizer(train.data_dir);
+    // are. Token files without a tokenizer (llm.c's) do not say the vocabulary: the checkpoint's is taken.
+    // --init takes the shape its weights fix (both given is refused by the trainer).
+    const bool resuming = !train.resume.empty(), no_tokenizer = !data::has_tokenizer(train.data_dir);
+    const std::string& model_source = resuming ? train.resume : train.init;
     bool vocab_taken = false;
-    for (const auto& [flag, value] : take_resumed_model(app, model, train.resume, vocab_from_run, true)) {
+    for (const auto& [flag, value] :
+         take_checkpoint_model(app, model, model_source, resuming ? CheckpointModel::resume : CheckpointModel::init,
+                               no_tokenizer, true)) {
       vocab_taken = vocab_taken || flag == "vocab";
-      train.resumed_settings += std::string(train.resumed_settings.empty() ? "" : " ") + "--" + flag + " " +
-                                (value.is_string() ? value.get<std::string>() : value.dump());
+      std::string& line = resuming ? train.resumed_settings : train.init_shape;
+      line += std::string(line.empty() ? "" : " ") + "--" + flag + " " +
+              (value.is_string() ? value.get<std::string>() : value.dump());
     }
     require(layout.pipeline_layers == "auto" || (app.count("--hardware") == 0 && memory_limit.empty()),
             "--hardware and --pipeline-memory-limit apply to --pipeline-layers auto only");

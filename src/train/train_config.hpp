@@ -39,6 +39,7 @@ struct TrainConfig {
   bool override_schedule = false;  // --override-schedule: a resume may change the schedule's values
   bool settings_resumed = false;   // the resume's settings are taken (cli: take_resumed_settings)
   std::string resumed_settings;    // those that differ from the defaults, as flags (printed at start)
+  std::string init_shape;          // the model's shape taken from --init's checkpoint, as flags (printed at start)
   std::string init, save, resume;
   int64_t save_every = 0;
   bool save_every_auto = false;  // --save-every auto: Young/Daly's interval from --mtbf and the measured save cost

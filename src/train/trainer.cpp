@@ -699,6 +699,9 @@ int Trainer::run() {
   if (log && !config_.json && !config_.resumed_settings.empty())
     std::fprintf(stderr, "lattice train: resumed with checkpoint %s's %s (flags not given take the run's values)\n",
                  config_.resume.c_str(), config_.resumed_settings.c_str());
+  if (log && !config_.json && !config_.init_shape.empty())
+    std::fprintf(stderr, "lattice train: the model's shape from --init %s: %s (flags not given take its values)\n",
+                 config_.init.c_str(), config_.init_shape.c_str());
   if (run_log_) {
     nlohmann::json start = start_record(world);
     start["peak_flops"] = peak.total > 0 ? nlohmann::json(peak.rank.flops) : nlohmann::json(nullptr);

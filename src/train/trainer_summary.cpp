@@ -129,6 +129,7 @@ nlohmann::json Trainer::start_record(int world) const {
   // what the resume took from its checkpoint where the flags' defaults would differ.
   j["train_settings"] = training_settings_json(config_);
   if (!config_.resumed_settings.empty()) j["resumed_settings"] = config_.resumed_settings;
+  if (!config_.init_shape.empty()) j["init_shape"] = config_.init_shape;
   return j;
 }
 

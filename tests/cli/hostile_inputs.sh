@@ -91,6 +91,13 @@ check "--seed equal to the checkpoint's is accepted" test -s ck_same/model.safet
 hostile "--steps below the checkpoint's step" 1 "--steps 1 is below the step of checkpoint ck \(2\)" -- train "${MODEL[@]}" --steps 1 --resume ck
 "$LATTICE" train --data data --layers 3 --hidden 32 --heads 4 --seq-len 32 --micro-batch 4 --threads 1 --steps 1 --save ck3 2>/dev/null
 hostile "--init from another shape" 1 "checkpoint ck3 holds another model \(layers 3, this run 2\)" -- train "${MODEL[@]}" --steps 1 --init ck3
+# Without the shape's flags, --init takes the checkpoint's shape (the weights fix it), not the defaults.
+"$LATTICE" train --data data --threads 1 --micro-batch 4 --steps 1 --init ck3 > init3.out 2> init3.err
+check "--init without the model's flags: the checkpoint's shape, named" \
+  grep -q "the model's shape from --init ck3: --layers 3 --hidden 32 --seq-len 32 (" init3.err
+hostile "--init with two sizes of another shape: both named" 1 \
+  "checkpoint ck3 holds another model \(layers 3, this run 2; hidden 32, this run 64\)" -- \
+  train "${MODEL[@]}" --steps 1 --init ck3 --hidden 64
 hostile "--init from another shape's safetensors" 1 "holds h.2.* which this model \(2 layers\) does not have" -- \
   train "${MODEL[@]}" --steps 1 --init ck3/model.safetensors
 hostile "--eval-batches 0" 1 "--eval-batches must be between 1" -- train "${MODEL[@]}" --steps 2 --eval-every 1 --eval-batches 0
