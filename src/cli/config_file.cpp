@@ -224,12 +224,12 @@ std::string dump_config(const CLI::App& app, const std::vector<std::string>& der
     if (opt->get_lnames().empty() || skipped(opt->get_lnames().front())) continue;
     const std::string key = opt->get_lnames().front();
     const bool given = opt->count() > 0;
-    if (!given && std::find(derived.begin(), derived.end(), key) != derived.end()) continue;
     // What the run takes, not the default; commented out as defaults are: not given, the resume takes it.
     if (const auto it = taken.find(key); !given && it != taken.end()) {
       out += "# " + key + " = " + it->second + "  (" + taken_from + ")\n";
       continue;
     }
+    if (!given && std::find(derived.begin(), derived.end(), key) != derived.end()) continue;
     std::string value;
     if (opt->get_expected_min() == 0) {  // a flag
       value = flag_on(opt) ? "true" : "false";

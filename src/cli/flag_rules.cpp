@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "cli/cli_util.hpp"
+#include "cli/model_flags.hpp"
 #include "core/error.hpp"
 
 namespace lattice::cli {
@@ -356,17 +357,15 @@ void check_flag_conflicts(const CLI::App& app, std::string_view command) {
     fail("--moe-no-drop (capacity factor 0) and --moe-expert-capacity-factor " + *cf + " contradict: pass one");
   // An MoE flag given on a dense model would be ignored; ModelConfig::validate sees only values, so a
   // flag given at its default (--moe-router topk) passed there. Where a checkpoint gives the model
-  // (eval, sample), each given flag is compared with it instead (cli/model_source.cpp); a resume
-  // without --num-experts takes the checkpoint's experts, and is checked there (take_checkpoint_model).
-  if (!inference && number(in_effect(app, "num-experts", "0")) == 0 && (!given(app, "resume") || given(app, "num-experts")))
-    for (const char* moe_flag :
-         {"moe-layer-freq", "moe-router-topk", "moe-ffn-hidden-size", "moe-router", "moe-expert-capacity-factor",
-          "moe-no-drop", "moe-token-drop-policy", "moe-aux-loss-coeff", "moe-router-load-balancing-type", "moe-groups",
-          "expert-dropout", "moe-init-scale"})
-      if (const auto v = given(app, moe_flag))
-        fail("--" + std::string(moe_flag) + (*v == "true" ? std::string() : " " + *v) +
-             ": the --moe-* and --expert-dropout flags need a Mixture-of-Experts model (--num-experts E; got " +
-             (given(app, "num-experts") ? "--num-experts 0" : "none") + ")");
+  // (eval, sample), each given flag is compared with it instead (cli/model_source.cpp); a resume or
+  // --init without --num-experts takes the checkpoint's experts, and is checked there (take_checkpoint_model).
+  if (!inference && number(in_effect(app, "num-experts", "0")) == 0 && !given(app, "resume") && !given(app, "init"))
+    for (const ModelFlag& row : model_flag_table())
+      for (const char* moe_flag : {row.flag, row.alias})
+        if (const auto v = row.moe && moe_flag ? given(app, moe_flag) : std::nullopt)
+          fail("--" + std::string(moe_flag) + (*v == "true" ? std::string() : " " + *v) +
+               ": the --moe-* and --expert-dropout flags need a Mixture-of-Experts model (--num-experts E; got " +
+               (given(app, "num-experts") ? "--num-experts 0" : "none") + ")");
   if (const auto plan = given(app, "recompute-plan"), mode = given(app, "recompute"); plan && mode)
     fail("--recompute " + *mode + " and --recompute-plan " + *plan +
          " both given: the plan sets every layer's mode; pass one");

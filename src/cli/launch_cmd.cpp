@@ -529,10 +529,16 @@ int run_launch(int argc, char** argv) {
     const std::string other_model = resumed_model_difference(checkpoint::read_model_config(train.resume), model,
                                                              train.resume, tapp.count("--vocab") > 0);
     require(other_model.empty(), other_model);
+  } else if (!train.init.empty() && train.resume.empty()) {
+    checkpoint::weights_file(train.init, model);  // its shape against the flags (a lattice checkpoint's)
   }
   const LayoutConfig resolved = layout.resolve(model.layers);
   const int world = launch::total_slots(hosts);
   const launch::Layout first = launch::layout_of(resolved, train.micro_batch, world);
+  {  // a resumed MoE run on more data-parallel ranks asks for --micro-batch: here, not from every rank
+    TrainConfig probe = train;
+    fit_resumed_micro_batch(probe, first.dp, model);
+  }
   const int global_batch = train.global_batch > 0 ? train.global_batch : train.micro_batch * first.dp;
   const plan::Hardware hw = plan::hardware_preset(f.hardware);
 

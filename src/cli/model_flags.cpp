@@ -5,6 +5,7 @@
 #include "cli/cli_util.hpp"
 #include "cli/flag_rules.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -337,74 +338,111 @@ nlohmann::json take_resumed_settings(const CLI::App& app, TrainConfig& train) {
   return saved;
 }
 
+const std::vector<ModelFlag>& model_flag_table() {
+  using J = nlohmann::json;
+  using C = ModelConfig;
+  static const std::vector<ModelFlag> table = {
+      {"layers", nullptr, ModelFlag::shape, false, [](C& t, const C& f) { t.layers = f.layers; },
+       [](const C& c) { return J(c.layers); }},
+      {"hidden", nullptr, ModelFlag::shape, false, [](C& t, const C& f) { t.hidden = f.hidden; },
+       [](const C& c) { return J(c.hidden); }},
+      {"heads", nullptr, ModelFlag::shape, false, [](C& t, const C& f) { t.heads = f.heads; },
+       [](const C& c) { return J(c.heads); }},
+      {"seq-len", nullptr, ModelFlag::shape, false, [](C& t, const C& f) { t.seq_len = f.seq_len; },
+       [](const C& c) { return J(c.seq_len); }},
+      {"vocab", nullptr, ModelFlag::vocab, false, [](C& t, const C& f) { t.vocab = f.vocab; },
+       [](const C& c) { return J(c.vocab); }},
+      {"dropout", nullptr, ModelFlag::training, false, [](C& t, const C& f) { t.dropout = f.dropout; },
+       [](const C& c) { return J(c.dropout); }},
+      {"num-experts", nullptr, ModelFlag::shape, false, [](C& t, const C& f) { t.moe.experts = f.moe.experts; },
+       [](const C& c) { return J(c.moe.experts); }},
+      {"moe-layer-freq", nullptr, ModelFlag::shape, true, [](C& t, const C& f) { t.moe.layer_freq = f.moe.layer_freq; },
+       [](const C& c) { return J(c.moe.layer_freq); }},
+      {"moe-router-topk", nullptr, ModelFlag::training, true, [](C& t, const C& f) { t.moe.topk = f.moe.topk; },
+       [](const C& c) { return J(c.moe.enabled() ? c.moe.k() : c.moe.topk); }},
+      {"moe-ffn-hidden-size", nullptr, ModelFlag::shape, true,
+       [](C& t, const C& f) { t.moe.ffn_hidden = f.moe.ffn_hidden; },
+       [](const C& c) { return J(c.moe.enabled() ? c.ffn_hidden() : c.moe.ffn_hidden); }},
+      {"moe-router", nullptr, ModelFlag::shape, true, [](C& t, const C& f) { t.moe.router = f.moe.router; },
+       [](const C& c) { return J(to_string(c.moe.router)); }},
+      {"moe-expert-capacity-factor", "moe-no-drop", ModelFlag::training, true,
+       [](C& t, const C& f) { t.moe.capacity_factor = f.moe.capacity_factor; },
+       [](const C& c) { return J(c.moe.capacity_factor); }},
+      {"moe-token-drop-policy", nullptr, ModelFlag::training, true,
+       [](C& t, const C& f) { t.moe.drop_policy = f.moe.drop_policy; },
+       [](const C& c) { return J(to_string(c.moe.drop_policy)); }},
+      {"moe-aux-loss-coeff", nullptr, ModelFlag::training, true,
+       [](C& t, const C& f) { t.moe.aux_loss_coeff = f.moe.aux_loss_coeff; },
+       [](const C& c) { return J(c.moe.aux_loss_coeff); }},
+      {"moe-router-load-balancing-type", nullptr, ModelFlag::training, true,
+       [](C& t, const C& f) { t.moe.load_balancing = f.moe.load_balancing; },
+       [](const C& c) { return J(c.moe.load_balancing ? "aux_loss" : "none"); }},
+      {"moe-groups", nullptr, ModelFlag::training, true, [](C& t, const C& f) { t.moe.groups = f.moe.groups; },
+       [](const C& c) { return J(c.moe.groups); }},
+      {"expert-dropout", nullptr, ModelFlag::training, true,
+       [](C& t, const C& f) { t.moe.expert_dropout = f.moe.expert_dropout; },
+       [](const C& c) { return J(c.moe.expert_dropout); }},
+      {"moe-init-scale", nullptr, ModelFlag::training, true,
+       [](C& t, const C& f) { t.moe.init_scale = f.moe.init_scale; },
+       [](const C& c) { return J(c.moe.init_scale); }},
+  };
+  return table;
+}
+
+bool model_flag_given(const CLI::App& app, const ModelFlag& row) {
+  for (const char* flag : {row.flag, row.alias}) {
+    const CLI::Option* opt = flag ? app.get_option_no_throw(std::string("--") + flag) : nullptr;
+    if (opt && opt->count() > 0 && (opt->get_expected_min() != 0 || flag_on(opt))) return true;
+  }
+  return false;
+}
+
 std::vector<std::pair<std::string, nlohmann::json>> take_checkpoint_model(const CLI::App& app, ModelConfig& model,
                                                                           const std::string& checkpoint,
                                                                           CheckpointModel use, bool vocab_too,
                                                                           bool non_default_only) {
+  const auto& table = model_flag_table();
+  const ModelFlag& experts =
+      *std::find_if(table.begin(), table.end(), [](const ModelFlag& r) { return std::string(r.flag) == "num-experts"; });
+  const auto moe_flags_need = [&](const std::string& why) {
+    for (const ModelFlag& row : table)
+      if (row.moe && model_flag_given(app, row)) {
+        const bool main_given = app.get_option_no_throw(std::string("--") + row.flag)->count() > 0;
+        fail("--" + std::string(main_given ? row.flag : row.alias) +
+             ": the --moe-* and --expert-dropout flags need a Mixture-of-Experts model" + why);
+      }
+  };
   std::error_code ec;
-  if (checkpoint.empty() || !std::filesystem::is_regular_file(checkpoint + "/trainer.json", ec)) return {};
+  if (checkpoint.empty() || !std::filesystem::is_regular_file(checkpoint + "/trainer.json", ec)) {
+    // A checkpoint that says no model (a file, llm.c's): the flag rule as for a new run.
+    if (!checkpoint.empty() && !model_flag_given(app, experts) && model.moe.experts == 0)
+      moe_flags_need(" (--num-experts E; got none)");
+    return {};
+  }
   const ModelConfig saved = checkpoint::read_model_config(checkpoint), fresh;
+  // An MoE flag on a dense checkpoint would be ignored (a dense model records no MoE settings).
+  if (!saved.moe.enabled() && !model_flag_given(app, experts))
+    moe_flags_need(", and checkpoint " + checkpoint + " holds a dense one");
+  // Another --num-experts is another model (named where it is refused): none of the run's MoE values.
+  const bool other_experts = model_flag_given(app, experts) && model.moe.experts != saved.moe.experts;
   const bool whole = use == CheckpointModel::resume;  // else the shape only, which the weights fix
   std::vector<std::pair<std::string, nlohmann::json>> taken;
-  // Given as the flag rules say (cli/flag_rules.cpp): a flag (no value) given =false is not given.
-  const auto given = [&](const char* flag) {
-    const CLI::Option* opt = app.get_option_no_throw(std::string("--") + flag);
-    return opt && opt->count() > 0 && (opt->get_expected_min() != 0 || flag_on(opt));
-  };
-  // Each model flag (any of its spellings given counts) and the field it sets.
-  const auto take = [&](std::initializer_list<const char*> flags, auto field) {
-    for (const char* flag : flags)
-      if (given(flag)) return;
-    model.*field = saved.*field;
-    if (!non_default_only || !(saved.*field == fresh.*field)) taken.emplace_back(*flags.begin(), model.*field);
-  };
-  take({"layers"}, &ModelConfig::layers);
-  take({"hidden"}, &ModelConfig::hidden);
-  take({"heads"}, &ModelConfig::heads);
-  take({"seq-len"}, &ModelConfig::seq_len);
-  if (whole) take({"dropout"}, &ModelConfig::dropout);
-  if (vocab_too) take({"vocab"}, &ModelConfig::vocab);
-  // Another --num-experts is another model (the trainer names it): its other MoE values are not the run's.
-  const bool other_experts = given("num-experts") && model.moe.experts != saved.moe.experts;
-  // The shape's: the experts' count, placement, size and router (whose kind has its own tensors).
-  const auto take_moe = [&](std::initializer_list<const char*> flags, auto field, auto as_json, bool shape = false) {
-    if (other_experts || (!whole && !shape)) return;
-    for (const char* flag : flags)
-      if (given(flag)) return;
-    model.moe.*field = saved.moe.*field;
-    if (saved.moe.enabled() && (!non_default_only || !(saved.moe.*field == fresh.moe.*field)))
-      taken.emplace_back(*flags.begin(), as_json(model.moe.*field));
-  };
-  // An MoE flag on a dense run's resume would be ignored (a dense model records no MoE settings).
-  if (!saved.moe.enabled() && !given("num-experts"))
-    for (const char* flag :
-         {"moe-layer-freq", "moe-router-topk", "moe-ffn-hidden-size", "moe-router", "moe-expert-capacity-factor",
-          "moe-no-drop", "moe-token-drop-policy", "moe-aux-loss-coeff", "moe-router-load-balancing-type", "moe-groups",
-          "expert-dropout", "moe-init-scale"})
-      require(!given(flag),
-              "--" + std::string(flag) + ": the --moe-* and --expert-dropout flags need a Mixture-of-Experts model, "
-              "and checkpoint " + checkpoint + " holds a dense one");
-  const auto same = [](auto v) { return nlohmann::json(v); };
-  take_moe({"num-experts"}, &MoEConfig::experts, same, true);
-  take_moe({"moe-layer-freq"}, &MoEConfig::layer_freq, same, true);
-  take_moe({"moe-router-topk"}, &MoEConfig::topk, same);
-  take_moe({"moe-ffn-hidden-size"}, &MoEConfig::ffn_hidden, same, true);
-  take_moe({"moe-router"}, &MoEConfig::router, [](MoERouter r) { return nlohmann::json(to_string(r)); }, true);
-  take_moe({"moe-expert-capacity-factor", "moe-no-drop"}, &MoEConfig::capacity_factor, same);
-  take_moe({"moe-token-drop-policy"}, &MoEConfig::drop_policy,
-           [](DropPolicy d) { return nlohmann::json(to_string(d)); });
-  take_moe({"moe-aux-loss-coeff"}, &MoEConfig::aux_loss_coeff, same);
-  take_moe({"moe-router-load-balancing-type"}, &MoEConfig::load_balancing,
-           [](bool on) { return nlohmann::json(on ? "aux_loss" : "none"); });
-  take_moe({"moe-groups"}, &MoEConfig::groups, same);
-  take_moe({"expert-dropout"}, &MoEConfig::expert_dropout, same);
-  take_moe({"moe-init-scale"}, &MoEConfig::init_scale, same);
+  for (const ModelFlag& row : table) {
+    const bool of_experts = row.moe || &row == &experts;
+    if ((row.kind == ModelFlag::vocab && !vocab_too) || (row.kind == ModelFlag::training && !whole) ||
+        (of_experts && other_experts) || model_flag_given(app, row))
+      continue;
+    row.copy(model, saved);
+    if (of_experts && !saved.moe.enabled()) continue;  // a dense model's defaults: nothing to name
+    if (non_default_only && row.value(saved) == row.value(fresh)) continue;
+    taken.emplace_back(row.flag, row.value(model));
+  }
   if (non_default_only) {  // values a fresh run of this model derives where the flags are left at 0
     MoEConfig derived;
     derived.router = model.moe.router;
     std::erase_if(taken, [&](const std::pair<std::string, nlohmann::json>& t) {
-      return (t.first == "moe-router-topk" && t.second == derived.k()) ||
-             (t.first == "moe-ffn-hidden-size" && t.second == 4 * model.hidden);
+      return (t.first == std::string("moe-router-topk") && t.second == derived.k()) ||
+             (t.first == std::string("moe-ffn-hidden-size") && t.second == 4 * model.hidden);
     });
   }
   return taken;

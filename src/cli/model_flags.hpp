@@ -52,6 +52,20 @@ nlohmann::json take_resumed_settings(const CLI::App& app, TrainConfig& train);
 // --dump-config (only those that differ from the flags' defaults: `non_default_only`, for the start
 // line); none without a readable trainer.json (the trainer names what is wrong with it).
 enum class CheckpointModel { resume, init };
+
+// The model's flags, one row each: the one table the resume, --init, eval and sample read (what a
+// flag sets, how its value shows, whether the weights fix it).
+struct ModelFlag {
+  const char* flag;   // long name, without dashes
+  const char* alias;  // another flag setting the same field (--moe-no-drop), or nullptr
+  enum Kind { shape, training, vocab } kind;  // shape: fixed by the weights (--init takes it)
+  bool moe;           // a value of the experts (needs --num-experts: a dense model has none)
+  void (*copy)(ModelConfig& to, const ModelConfig& from);
+  nlohmann::json (*value)(const ModelConfig&);  // as the start line, --dump-config and messages show it
+};
+const std::vector<ModelFlag>& model_flag_table();
+// Given as the flag rules say (cli/flag_rules.cpp): a flag (no value) given =false is not given.
+bool model_flag_given(const CLI::App& app, const ModelFlag& row);
 std::vector<std::pair<std::string, nlohmann::json>> take_checkpoint_model(const CLI::App& app, ModelConfig& model,
                                                                           const std::string& checkpoint,
                                                                           CheckpointModel use, bool vocab_too,

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
+#include "cli/model_flags.hpp"
 #include "analysis/formulas.hpp"
 #include "analysis/memory_categories.hpp"
 #include "core/error.hpp"
@@ -16,38 +17,6 @@
 
 namespace lattice::cli {
 
-namespace {
-// A model flag's value, as the flags give it (`of` the flags' config) or as a checkpoint holds it.
-struct ModelField {
-  const char* flag;  // long name, without dashes
-  std::string (*value)(const ModelConfig&);
-};
-std::string text(double v) {
-  char out[32];
-  std::snprintf(out, sizeof out, "%g", v);
-  return out;
-}
-const ModelField kModelFields[] = {
-    {"layers", [](const ModelConfig& c) { return std::to_string(c.layers); }},
-    {"hidden", [](const ModelConfig& c) { return std::to_string(c.hidden); }},
-    {"heads", [](const ModelConfig& c) { return std::to_string(c.heads); }},
-    {"seq-len", [](const ModelConfig& c) { return std::to_string(c.seq_len); }},
-    {"vocab", [](const ModelConfig& c) { return std::to_string(c.vocab); }},
-    {"num-experts", [](const ModelConfig& c) { return std::to_string(c.moe.experts); }},
-    {"moe-layer-freq", [](const ModelConfig& c) { return std::to_string(c.moe.layer_freq); }},
-    {"moe-router-topk", [](const ModelConfig& c) { return std::to_string(c.moe.enabled() ? c.moe.k() : c.moe.topk); }},
-    {"moe-ffn-hidden-size", [](const ModelConfig& c) { return std::to_string(c.moe.enabled() ? c.ffn_hidden() : c.moe.ffn_hidden); }},
-    {"moe-router", [](const ModelConfig& c) { return std::string(to_string(c.moe.router)); }},
-    {"moe-expert-capacity-factor", [](const ModelConfig& c) { return text(c.moe.capacity_factor); }},
-    {"moe-no-drop", [](const ModelConfig& c) { return text(c.moe.capacity_factor); }},
-    {"moe-token-drop-policy", [](const ModelConfig& c) { return std::string(to_string(c.moe.drop_policy)); }},
-    {"moe-aux-loss-coeff", [](const ModelConfig& c) { return text(c.moe.aux_loss_coeff); }},
-    {"moe-router-load-balancing-type", [](const ModelConfig& c) { return std::string(c.moe.load_balancing ? "aux_loss" : "none"); }},
-    {"moe-groups", [](const ModelConfig& c) { return std::to_string(c.moe.groups); }},
-    {"expert-dropout", [](const ModelConfig& c) { return text(c.moe.expert_dropout); }},
-    {"moe-init-scale", [](const ModelConfig& c) { return text(c.moe.init_scale); }},
-};
-}  // namespace
 
 namespace {
 // The weights as a run with `dtype` weights computes with them: rounded to 16 bits and widened back.
@@ -79,11 +48,12 @@ std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, con
   if (std::filesystem::is_directory(checkpoint)) {
     // The checkpoint gives the model: a model flag given too must say the same, or it would be ignored.
     const ModelConfig saved = checkpoint::read_model_config(checkpoint);
-    for (const ModelField& f : kModelFields) {
-      if (!app.count("--" + std::string(f.flag))) continue;
-      const std::string mine = f.value(config), theirs = f.value(saved);
-      require(mine == theirs, "--" + std::string(f.flag) + " " + mine + " disagrees with checkpoint " + checkpoint +
-                                  ", which holds " + f.flag + " " + theirs +
+    const auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    for (const ModelFlag& f : model_flag_table()) {
+      if (!model_flag_given(app, f)) continue;
+      const nlohmann::json mine = f.value(config), theirs = f.value(saved);
+      require(mine == theirs, "--" + std::string(f.flag) + " " + text(mine) + " disagrees with checkpoint " + checkpoint +
+                                  ", which holds " + f.flag + " " + text(theirs) +
                                   (saved.moe.enabled() ? "" : " (a dense model)") +
                                   ": leave the model flags out, the checkpoint gives them");
     }

@@ -177,6 +177,9 @@ int run_train(int argc, char** argv) {
     // A resume's dump shows the settings the run takes from its checkpoint, not the flags' defaults.
     std::map<std::string, std::string> taken;
     const bool no_tokenizer = !data::has_tokenizer(train.data_dir);
+    require(train.init.empty() || train.resume.empty(),
+            "--init and --resume both given: --resume continues a run (weights, optimizer, step), --init only starts "
+            "from weights; pass one");
     std::vector<std::pair<std::string, nlohmann::json>> values;
     if (!train.resume.empty()) {
       // A dump shows what the resume takes: from nothing, it would show the defaults as the run's.
@@ -187,6 +190,7 @@ int run_train(int argc, char** argv) {
       for (auto& flag_value : take_checkpoint_model(app, model, train.resume, CheckpointModel::resume, no_tokenizer))
         values.push_back(std::move(flag_value));
     } else if (!train.init.empty()) {
+      require(std::filesystem::exists(train.init), "checkpoint " + train.init + " does not exist: nothing to dump from");
       values = take_checkpoint_model(app, model, train.init, CheckpointModel::init, no_tokenizer);
     }
     for (const auto& [flag, value] : values)
@@ -212,7 +216,7 @@ int run_train(int argc, char** argv) {
     bool vocab_taken = false;
     for (const auto& [flag, value] :
          take_checkpoint_model(app, model, model_source, resuming ? CheckpointModel::resume : CheckpointModel::init,
-                               no_tokenizer, true)) {
+                               no_tokenizer, resuming)) {
       vocab_taken = vocab_taken || flag == "vocab";
       std::string& line = resuming ? train.resumed_settings : train.init_shape;
       line += std::string(line.empty() ? "" : " ") + "--" + flag + " " +

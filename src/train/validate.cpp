@@ -92,7 +92,12 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
   require(t.micro_batch >= 1 && t.micro_batch <= kMaxRows, "--micro-batch must be between 1 and " + std::to_string(kMaxRows));
   require(t.global_batch >= 0 && t.global_batch <= kMaxRows,
           "--global-batch must be between 1 and " + std::to_string(kMaxRows));
-  require(t.global_batch % t.micro_batch == 0, "--global-batch (" + std::to_string(t.global_batch) +
+  // A resume's global batch is the checkpoint's unless given (train/resume_settings.hpp): named as such.
+  const bool batch_given =
+      std::find(t.given_settings.begin(), t.given_settings.end(), "global-batch") != t.given_settings.end();
+  const std::string global_batch =
+      t.resume.empty() || batch_given ? "--global-batch" : "checkpoint " + t.resume + "'s --global-batch";
+  require(t.global_batch % t.micro_batch == 0, global_batch + " (" + std::to_string(t.global_batch) +
                                                    ") must be a multiple of --micro-batch (" +
                                                    std::to_string(t.micro_batch) + ")");
   constexpr int64_t kMaxSteps = int64_t(1) << 40;
@@ -189,7 +194,7 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
           "--sequence-parallel needs --seq-len (" + std::to_string(m.seq_len) +
               ") divisible by --tensor-model-parallel-size (" + std::to_string(layout.tp) + ")");
   require(t.global_batch % (t.micro_batch * layout.dp) == 0,
-          "--global-batch (" + std::to_string(t.global_batch) + ") must be a multiple of --micro-batch x data-parallel size (" +
+          global_batch + " (" + std::to_string(t.global_batch) + ") must be a multiple of --micro-batch x data-parallel size (" +
               std::to_string(t.micro_batch) + " x " + std::to_string(layout.dp) + ")");
   const std::string cp_problem = context_parallel_problem(m, layout);
   require(cp_problem.empty(), cp_problem);

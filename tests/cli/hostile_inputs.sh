@@ -94,7 +94,7 @@ hostile "--init from another shape" 1 "checkpoint ck3 holds another model \(laye
 # Without the shape's flags, --init takes the checkpoint's shape (the weights fix it), not the defaults.
 "$LATTICE" train --data data --threads 1 --micro-batch 4 --steps 1 --init ck3 > init3.out 2> init3.err
 check "--init without the model's flags: the checkpoint's shape, named" \
-  grep -q "the model's shape from --init ck3: --layers 3 --hidden 32 --seq-len 32 (" init3.err
+  grep -q "the model's shape from --init ck3: --layers 3 --hidden 32 --heads 4 --seq-len 32 (" init3.err
 hostile "--init with two sizes of another shape: both named" 1 \
   "checkpoint ck3 holds another model \(layers 3, this run 2; hidden 32, this run 64\)" -- \
   train "${MODEL[@]}" --steps 1 --init ck3 --hidden 64

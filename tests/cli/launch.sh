@@ -144,6 +144,13 @@ printf 'init = "ck_seed"\n' > init.toml
 usage "--init from --config" 1 "--init ck_seed given by --config init.toml: under launch give it on the command line" \
   --hostfile hosts -- train "${MODEL[@]}" --steps 2 --save ck_cfginit --config init.toml
 check "--init from --config: nothing ran" test ! -e ck_cfginit
+# Another model than the checkpoint's is refused by the launcher, before any rank starts (it was one
+# lattice line inside the job, then mpirun's pages): for --init as for --resume.
+usage "--init of another shape" 1 "lattice launch: error: checkpoint ck_seed holds another model (hidden 64, this run 128)" \
+  --hostfile hosts -- train "${MODEL[@]}" --hidden 128 --steps 2 --init ck_seed --save ck_other
+usage "--resume of another model" 1 "checkpoint ck_seed holds another model: its hidden 64 where the flags ask for 128" \
+  --hostfile hosts -- train "${MODEL[@]}" --hidden 128 --steps 3 --resume ck_seed --save ck_seed
+check "another model: nothing ran" test ! -e ck_other
 
 # Fake mpiruns: a lost job with a report directory whose run.jsonl is the user's file (train refuses
 # it; the launcher appended its restart records), and a job printing 64 MiB without a newline (the

@@ -62,9 +62,11 @@ expect_error "an MoE resume with another router" "its moe router \"gshard\" wher
   train --data data --threads 1 --steps 2 --resume ck_gs --moe-router switch
 # --init takes the MoE shape (count, router) the weights fix; another router is named, not a missing tensor.
 "$LATTICE" train --data data --threads 1 --steps 1 --init ck_gs > init_gs.out 2> init_gs.err
-check "--init of an MoE checkpoint without its flags" grep -q "shape from --init ck_gs: .*--num-experts 4 --moe-router gshard (" init_gs.err
+check "--init of an MoE checkpoint without its flags" grep -q "shape from --init ck_gs: .*--num-experts 4 .*--moe-router gshard (" init_gs.err
 expect_error "--init of an MoE checkpoint under another router" "holds another model (router \"gshard\", this run \"switch\")" \
-  train --data data --threads 1 --steps 1 --init ck_gs --num-experts 4 --moe-router switch
+  train --data data --threads 1 --steps 1 --init ck_gs --moe-router switch
+"$LATTICE" train --data data --threads 1 --steps 1 --init ck_gs --moe-no-drop > init_nodrop.out 2> init_nodrop.err
+check "--init of an MoE checkpoint takes a routing flag without --num-experts (the new run's)" test $? -eq 0
 # On more data-parallel ranks a dense run's micro-batch is split to fit; an MoE model routes each
 # micro-batch on its own (another split trains another model: its losses differed), so it asks.
 mpi_error "an MoE resume on more DP ranks without --micro-batch" \
