@@ -359,7 +359,8 @@ void check_flag_conflicts(const CLI::App& app, std::string_view command) {
   // flag given at its default (--moe-router topk) passed there. Where a checkpoint gives the model
   // (eval, sample), each given flag is compared with it instead (cli/model_source.cpp); a resume or
   // --init without --num-experts takes the checkpoint's experts, and is checked there (take_checkpoint_model).
-  if (!inference && number(in_effect(app, "num-experts", "0")) == 0 && !given(app, "resume") && !given(app, "init"))
+  if (!inference && number(in_effect(app, "num-experts", "0")) == 0 &&
+      ((!given(app, "resume") && !given(app, "init")) || given(app, "num-experts")))
     for (const ModelFlag& row : model_flag_table())
       for (const char* moe_flag : {row.flag, row.alias})
         if (const auto v = row.moe && moe_flag ? given(app, moe_flag) : std::nullopt)

@@ -535,7 +535,9 @@ int run_launch(int argc, char** argv) {
   const LayoutConfig resolved = layout.resolve(model.layers);
   const int world = launch::total_slots(hosts);
   const launch::Layout first = launch::layout_of(resolved, train.micro_batch, world);
-  {  // a resumed MoE run on more data-parallel ranks asks for --micro-batch: here, not from every rank
+  // A resumed MoE run on more data-parallel ranks asks for --micro-batch: here, not from every rank
+  // (a --resume that holds no checkpoint yet is the job's to name).
+  if (std::error_code none; !train.resume.empty() && std::filesystem::is_regular_file(train.resume + "/trainer.json", none)) {
     TrainConfig probe = train;
     fit_resumed_micro_batch(probe, first.dp, model);
   }

@@ -52,7 +52,10 @@ std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, con
     for (const ModelFlag& f : model_flag_table()) {
       if (!model_flag_given(app, f)) continue;
       const nlohmann::json mine = f.value(config), theirs = f.value(saved);
-      require(mine == theirs, "--" + std::string(f.flag) + " " + text(mine) + " disagrees with checkpoint " + checkpoint +
+      const bool main_given = app.get_option_no_throw(std::string("--") + f.flag)->count() > 0;
+      const std::string spelled = main_given || !f.alias ? f.flag : f.alias;  // as the user typed it
+      require(mine == theirs, "--" + spelled + (main_given ? " " + text(mine) : std::string()) +
+                                  " disagrees with checkpoint " + checkpoint +
                                   ", which holds " + f.flag + " " + text(theirs) +
                                   (saved.moe.enabled() ? "" : " (a dense model)") +
                                   ": leave the model flags out, the checkpoint gives them");

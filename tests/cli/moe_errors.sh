@@ -50,6 +50,9 @@ check "expert-choice model trains and saves" test -f ck_ec/model.safetensors
 expect_error "sample refuses expert choice" "routing sees future tokens" sample --checkpoint ck_ec --prompt "Experts" --tokens 4
 "$LATTICE" eval --checkpoint ck_ec --data data/val.bin > eval.out 2> eval.err
 check "eval scores an expert-choice model" test $? -eq 0
+expect_error "eval with --moe-no-drop against a dropping checkpoint: named as typed" \
+  "--moe-no-drop disagrees with checkpoint ck_ec, which holds moe-expert-capacity-factor" \
+  eval --checkpoint ck_ec --data data/val.bin --moe-no-drop
 "$LATTICE" "${B[@]}" --num-experts 4 --moe-router gshard --save ck_gs > /dev/null 2>&1
 "$LATTICE" sample --checkpoint ck_gs --prompt "Experts" --tokens 8 > sample.out 2> sample.err
 check "sample generates with a token-choice MoE model" test $? -eq 0 -a -s sample.out

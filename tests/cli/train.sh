@@ -49,6 +49,9 @@ check "--dump-config of a resume shows the run's model" grep -qx '# hidden = 32 
 expect_error "an MoE flag on a dense run's resume" \
   "--moe-router: the --moe-\* and --expert-dropout flags need a Mixture-of-Experts model, and checkpoint half holds a dense one" \
   train --data data --resume half --moe-router switch
+expect_error "an MoE flag beside --num-experts 0 on a resume" \
+  "--moe-router topk: the --moe-\* and --expert-dropout flags need a Mixture-of-Experts model (--num-experts E; got --num-experts 0)" \
+  train --data data --resume half --num-experts 0 --moe-router topk
 check "saving does not change training" test "$(json_field straight.jsonl "[x['loss'] for x in d[:6]]")" = \
   "$(json_field first.jsonl "[x['loss'] for x in d[:6]]")"
 
