@@ -407,6 +407,11 @@ void check_file_sums(const std::string& dir) {
 }
 }  // namespace
 
+bool holds_trainer_state(const std::string& dir) {
+  std::error_code ec;
+  return !dir.empty() && fs::is_regular_file(dir + "/trainer.json", ec);
+}
+
 ModelConfig read_model_config(const std::string& dir) {
   const ModelConfig c = model_config_of(read_trainer_state(dir), "checkpoint " + dir + "/trainer.json");
   check_hf_config(dir, c);

@@ -65,6 +65,9 @@ void check_save_target(const std::string& dir, const OutputRules& rules = {});
 
 // trainer.json of a checkpoint directory (throws InputError naming the problem).
 nlohmann::json read_trainer_state(const std::string& dir);
+// Whether `dir` is a lattice checkpoint that records its run (holds a trainer.json, a regular file):
+// what a resume or --init takes settings and a model from.
+bool holds_trainer_state(const std::string& dir);
 // What a resume reads from trainer.json, every field checked (InputError naming the field).
 struct ResumeState {
   ModelConfig model;

@@ -523,9 +523,9 @@ int run_launch(int argc, char** argv) {
   require(runnable(f.mpirun), "--mpirun " + f.mpirun + " (or $MPIEXEC) is not a program this machine can run");
   f.save = train.save;
   if (tapp.count("--vocab") == 0 && !vocab_taken) model.vocab = data::load_tokenizer(train.data_dir).vocab();
-  // Another model is refused here, as the job would refuse it, before any rank starts.
-  std::error_code no_state;
-  if (!train.resume.empty() && std::filesystem::is_regular_file(train.resume + "/trainer.json", no_state)) {
+  // Another model is refused here, as the job would refuse it, before any rank starts (a --resume that
+  // holds no checkpoint yet is the job's to name).
+  if (checkpoint::holds_trainer_state(train.resume)) {
     const std::string other_model = resumed_model_difference(checkpoint::read_model_config(train.resume), model,
                                                              train.resume, tapp.count("--vocab") > 0);
     require(other_model.empty(), other_model);
@@ -535,9 +535,7 @@ int run_launch(int argc, char** argv) {
   const LayoutConfig resolved = layout.resolve(model.layers);
   const int world = launch::total_slots(hosts);
   const launch::Layout first = launch::layout_of(resolved, train.micro_batch, world);
-  // A resumed MoE run on more data-parallel ranks asks for --micro-batch: here, not from every rank
-  // (a --resume that holds no checkpoint yet is the job's to name).
-  if (std::error_code none; !train.resume.empty() && std::filesystem::is_regular_file(train.resume + "/trainer.json", none)) {
+  {  // a resumed MoE run on more data-parallel ranks asks for --micro-batch: here, not from every rank
     TrainConfig probe = train;
     fit_resumed_micro_batch(probe, first.dp, model);
   }

@@ -329,8 +329,7 @@ nlohmann::json take_resumed_settings(const CLI::App& app, TrainConfig& train) {
   train.given_settings.clear();
   for (const CLI::Option* opt : app.get_options())
     if (opt->count() > 0 && !opt->get_lnames().empty()) train.given_settings.push_back(opt->get_lnames().front());
-  std::error_code ec;
-  if (train.resume.empty() || !std::filesystem::is_regular_file(train.resume + "/trainer.json", ec)) return nullptr;
+  if (!checkpoint::holds_trainer_state(train.resume)) return nullptr;
   const nlohmann::json state = checkpoint::read_trainer_state(train.resume);
   const nlohmann::json saved = state.contains("train") ? state["train"] : nlohmann::json();
   train.resumed_settings = resume_training_settings(train, saved, train.resume);
@@ -389,12 +388,12 @@ const std::vector<ModelFlag>& model_flag_table() {
   return table;
 }
 
-bool model_flag_given(const CLI::App& app, const ModelFlag& row) {
+const char* model_flag_spelling(const CLI::App& app, const ModelFlag& row) {
   for (const char* flag : {row.flag, row.alias}) {
     const CLI::Option* opt = flag ? app.get_option_no_throw(std::string("--") + flag) : nullptr;
-    if (opt && opt->count() > 0 && (opt->get_expected_min() != 0 || flag_on(opt))) return true;
+    if (opt && opt->count() > 0 && (opt->get_expected_min() != 0 || flag_on(opt))) return flag;
   }
-  return false;
+  return nullptr;
 }
 
 std::vector<std::pair<std::string, nlohmann::json>> take_checkpoint_model(const CLI::App& app, ModelConfig& model,
@@ -406,14 +405,11 @@ std::vector<std::pair<std::string, nlohmann::json>> take_checkpoint_model(const 
       *std::find_if(table.begin(), table.end(), [](const ModelFlag& r) { return std::string(r.flag) == "num-experts"; });
   const auto moe_flags_need = [&](const std::string& why) {
     for (const ModelFlag& row : table)
-      if (row.moe && model_flag_given(app, row)) {
-        const bool main_given = app.get_option_no_throw(std::string("--") + row.flag)->count() > 0;
-        fail("--" + std::string(main_given ? row.flag : row.alias) +
-             ": the --moe-* and --expert-dropout flags need a Mixture-of-Experts model" + why);
-      }
+      if (const char* spelled = row.moe ? model_flag_spelling(app, row) : nullptr)
+        fail("--" + std::string(spelled) + ": the --moe-* and --expert-dropout flags need a Mixture-of-Experts model" +
+             why);
   };
-  std::error_code ec;
-  if (checkpoint.empty() || !std::filesystem::is_regular_file(checkpoint + "/trainer.json", ec)) {
+  if (!checkpoint::holds_trainer_state(checkpoint)) {
     // A checkpoint that says no model (a file, llm.c's): the flag rule as for a new run.
     if (!checkpoint.empty() && !model_flag_given(app, experts) && model.moe.experts == 0)
       moe_flags_need(" (--num-experts E; got none)");

@@ -64,8 +64,10 @@ struct ModelFlag {
   nlohmann::json (*value)(const ModelConfig&);  // as the start line, --dump-config and messages show it
 };
 const std::vector<ModelFlag>& model_flag_table();
-// Given as the flag rules say (cli/flag_rules.cpp): a flag (no value) given =false is not given.
-bool model_flag_given(const CLI::App& app, const ModelFlag& row);
+// The spelling of `row` given (its flag or its alias, as typed), or nullptr when neither was, as the
+// flag rules say (cli/flag_rules.cpp): a flag (no value) given =false is not given.
+const char* model_flag_spelling(const CLI::App& app, const ModelFlag& row);
+inline bool model_flag_given(const CLI::App& app, const ModelFlag& row) { return model_flag_spelling(app, row); }
 std::vector<std::pair<std::string, nlohmann::json>> take_checkpoint_model(const CLI::App& app, ModelConfig& model,
                                                                           const std::string& checkpoint,
                                                                           CheckpointModel use, bool vocab_too,

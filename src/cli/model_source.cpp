@@ -50,11 +50,11 @@ std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, con
     const ModelConfig saved = checkpoint::read_model_config(checkpoint);
     const auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
     for (const ModelFlag& f : model_flag_table()) {
-      if (!model_flag_given(app, f)) continue;
+      const char* spelled = model_flag_spelling(app, f);  // as the user typed it
+      if (!spelled) continue;
       const nlohmann::json mine = f.value(config), theirs = f.value(saved);
-      const bool main_given = app.get_option_no_throw(std::string("--") + f.flag)->count() > 0;
-      const std::string spelled = main_given || !f.alias ? f.flag : f.alias;  // as the user typed it
-      require(mine == theirs, "--" + spelled + (main_given ? " " + text(mine) : std::string()) +
+      const bool main_given = spelled == f.flag;  // the alias is a flag: no value to show
+      require(mine == theirs, "--" + std::string(spelled) + (main_given ? " " + text(mine) : std::string()) +
                                   " disagrees with checkpoint " + checkpoint +
                                   ", which holds " + f.flag + " " + text(theirs) +
                                   (saved.moe.enabled() ? "" : " (a dense model)") +

@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include "checkpoint/checkpoint.hpp"
 #include "cli/cli_util.hpp"
 #include "cli/config_file.hpp"
 #include "cli/commands.hpp"
@@ -183,8 +184,7 @@ int run_train(int argc, char** argv) {
     std::vector<std::pair<std::string, nlohmann::json>> values;
     if (!train.resume.empty()) {
       // A dump shows what the resume takes: from nothing, it would show the defaults as the run's.
-      std::error_code ec;
-      require(std::filesystem::is_regular_file(train.resume + "/trainer.json", ec),
+      require(checkpoint::holds_trainer_state(train.resume),
               "--resume " + train.resume + " holds no trainer.json (not a lattice checkpoint): nothing to dump from");
       values = recorded_settings_by_flag(train, take_resumed_settings(app, train));
       for (auto& flag_value : take_checkpoint_model(app, model, train.resume, CheckpointModel::resume, no_tokenizer))

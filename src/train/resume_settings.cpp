@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <functional>
 #include <limits>
 #include <type_traits>
@@ -180,9 +179,8 @@ std::string resume_training_settings(TrainConfig& config, const nlohmann::json& 
 
 void fit_resumed_micro_batch(TrainConfig& config, int dp, const ModelConfig& model) {
   const auto& given = config.given_settings;
-  std::error_code ec;  // a --resume that holds no checkpoint is the trainer's to name, not its batch
-  if (config.resume.empty() || !std::filesystem::is_regular_file(config.resume + "/trainer.json", ec) ||
-      config.global_batch <= 0 || dp < 1 ||
+  // A --resume that holds no checkpoint is the trainer's to name, not its batch.
+  if (!checkpoint::holds_trainer_state(config.resume) || config.global_batch <= 0 || dp < 1 ||
       std::find(given.begin(), given.end(), "micro-batch") != given.end() ||
       config.global_batch % (int64_t(config.micro_batch) * dp) == 0)
     return;
