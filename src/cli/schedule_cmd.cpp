@@ -27,6 +27,10 @@ namespace {
 
 namespace pl = parallel::pipeline;
 
+// The simulator's pass times and stage sizes: a trace's are measured (--from-trace, --split refuse them).
+constexpr const char* kSimulatedTimeFlags[] = {"--forward-time", "--backward-time", "--weight-time",
+                                               "--p2p-latency",  "--head-time",     "--pipeline-layers"};
+
 constexpr size_t kListedActionsPerRank = 32;  // action lists are printed unasked up to this size
 constexpr int kListedRanks = 8;
 
@@ -151,12 +155,15 @@ int run_schedule(int argc, char** argv) {
     require(trace_step >= -1, "--trace-step must be >= 0");
     require(svg.empty() && !list_actions, "--split prints the split only (no --svg or --actions)");
     // The split reads every rank's step as it ran: a layout or times given with it would be ignored.
-    for (const char* ignored : {"--pipeline-model-parallel-size", "--micro-batches", "--schedule", "--steps",
-                                "--virtual-stages", "--forward-time", "--backward-time", "--weight-time",
-                                "--p2p-latency", "--head-time", "--pipeline-layers"})
+    const auto refuse = [&](const char* ignored) {
       require(app.count(ignored) == 0, std::string(ignored) +
                                            " does not apply with --split (it splits each rank's step as the trace "
                                            "recorded it, whatever the layout)");
+    };
+    for (const char* layout_flag :
+         {"--pipeline-model-parallel-size", "--micro-batches", "--schedule", "--steps", "--virtual-stages"})
+      refuse(layout_flag);
+    for (const char* simulated : kSimulatedTimeFlags) refuse(simulated);
     return print_split(from_trace, trace_step, json);
   }
 
@@ -180,8 +187,7 @@ int run_schedule(int argc, char** argv) {
   // measured, not simulated from these times.
   require(app.count("--weight-time") == 0 || kind == pl::ScheduleKind::zb_h1 || !from_trace.empty(),
           "--weight-time applies to --schedule zb-h1 only (its weight-gradient pass; got --schedule " + kind_name + ")");
-  for (const char* simulated : {"--forward-time", "--backward-time", "--weight-time", "--p2p-latency", "--head-time",
-                                "--pipeline-layers"})
+  for (const char* simulated : kSimulatedTimeFlags)
     require(from_trace.empty() || app.count(simulated) == 0,
             std::string(simulated) + " does not apply with --from-trace (the trace's times are measured, not simulated)");
   std::vector<pl::Phase> phases;
