@@ -263,16 +263,16 @@ double hardware_flops_paper(const FlopsShape& f, Recompute r) {
   return hardware_flops_counted(f, r);
 }
 
-double tp_conjugate_bytes_per_layer(int64_t s, int64_t b, int64_t h, int t, int64_t n_mb, int bytes) {
+double tp_conjugate_bytes(int64_t s, int64_t b, int64_t h, int t, const StageTraffic& stage, const StepPasses& passes,
+                          int bytes) {
   if (t <= 1) return 0.0;
-  return double(n_mb) * 4.0 * 2.0 * double(t - 1) / double(t) * double(s * b * h) * bytes;
-}
-
-double cp_all_to_all_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int c, int64_t n_mb,
-                                    bool fused_attention, int reruns, int bytes) {
-  const double exchanges = double(layers) * (kCpAllToAllsForward + cp_all_to_alls_backward(fused_attention)) +
-                           double(kCpAllToAllsForward) * reruns;
-  return double(n_mb) * exchanges * cp_all_to_all_sent_bytes(s, b, h, t, c, bytes);
+  const double unit = 2.0 * double(t - 1) / double(t) * double(s * b * h) * bytes;  // one all-reduce
+  // The ends' units by direction: all in forward (embedding) or backward (head), or half each under SP.
+  const double ends = (stage.embedding ? 1.0 : 0.0) + (stage.head ? 1.0 : 0.0);
+  const double ends_forward = stage.sequence_parallel ? 0.5 * ends : (stage.embedding ? 1.0 : 0.0);
+  const double forward = 2.0 * stage.layers + ends_forward;
+  const double backward = 2.0 * stage.layers + 2.0 * stage.reruns + (ends - ends_forward);
+  return unit * (double(passes.forwards) * forward + double(passes.backwards) * backward);
 }
 
 double cp_all_to_all_sent_bytes(int64_t s, int64_t b, int64_t h, int t, int c, int bytes) {
@@ -285,36 +285,28 @@ double cp_ring_pair_bytes(int64_t s, int64_t b, int64_t h, int t, int c, int byt
   return 2.0 * double(s / c * b * h / t) * bytes;
 }
 
-double cp_ring_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int c, int64_t n_mb, int reruns,
-                              int bytes) {
-  const double pairs = double(layers) * (3.0 * c - 2.0) + double(reruns) * (c - 1.0);
-  return double(n_mb) * pairs * cp_ring_pair_bytes(s, b, h, t, c, bytes);
+double cp_bytes(CpComm comm, int64_t s, int64_t b, int64_t h, int t, int c, bool fused_attention,
+                const StageTraffic& stage, const StepPasses& passes, int bytes) {
+  const double f = double(passes.forwards), bw = double(passes.backwards);
+  if (comm == CpComm::p2p)  // pairs passed on
+    return (f * stage.layers * (c - 1.0) + bw * (stage.layers * (2.0 * c - 1.0) + stage.reruns * (c - 1.0))) *
+           cp_ring_pair_bytes(s, b, h, t, c, bytes);
+  const double exchanges = f * stage.layers * kCpAllToAllsForward +
+                           bw * (stage.layers * cp_all_to_alls_backward(fused_attention) +
+                                 double(stage.reruns) * kCpAllToAllsForward);
+  return exchanges * cp_all_to_all_sent_bytes(s, b, h, t, c, bytes);
 }
 
-double cp_bytes_per_step(CpComm comm, int64_t s, int64_t b, int64_t h, int layers, int t, int c, int64_t n_mb,
-                         bool fused_attention, int reruns, int bytes) {
-  return comm == CpComm::p2p ? cp_ring_bytes_per_step(s, b, h, layers, t, c, n_mb, reruns, bytes)
-                             : cp_all_to_all_bytes_per_step(s, b, h, layers, t, c, n_mb, fused_attention, reruns, bytes);
-}
-
-double tp_conjugate_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int64_t n_mb, int bytes) {
-  // Every layer's share, plus the embedding's f̄ and the head's f: half a layer's worth.
-  return tp_conjugate_bytes_per_layer(s, b, h, t, n_mb, bytes) * (double(layers) + 0.5);
-}
-
-double dp_gradient_bytes_per_step(int64_t psi, int dp, int bytes) {
-  if (dp <= 1) return 0.0;
-  return 2.0 * double(dp - 1) / double(dp) * double(psi) * bytes;
-}
-
-double dp_bytes_per_step(int64_t psi, int dp, int zero, int64_t n_mb, int64_t extra_gathered, int64_t extra_reduced,
-                         int bytes) {
+double dp_bytes(int64_t psi, int dp, int zero, const StepPasses& passes, int64_t extra_gathered, int64_t extra_reduced,
+                int bytes) {
   if (dp <= 1) return 0.0;
   const double ring = double(dp - 1) / double(dp) * bytes;
-  if (zero <= 1) return 2.0 * ring * double(psi);
-  const double reduced = double(n_mb) * double(psi + extra_reduced);
-  if (zero == 2) return ring * (reduced + double(psi));
-  return ring * (reduced + double(n_mb) * (2.0 * double(psi) + double(extra_gathered)));
+  if (zero <= 1) return 2.0 * ring * double(psi) * double(passes.updates);
+  const double reduced = double(passes.backwards) * double(psi + extra_reduced);
+  if (zero == 2) return ring * (reduced + double(passes.updates) * double(psi));
+  // The extra gathers' count is the forwards' (no schedule with ZeRO-3 runs more of one than the other).
+  return ring * (reduced + double(passes.forwards + passes.backwards) * double(psi) +
+                 double(passes.forwards) * double(extra_gathered));
 }
 
 double forward_workspace_bytes(double s, double b, double h, double a_local, double v_local) {

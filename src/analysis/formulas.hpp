@@ -185,50 +185,59 @@ double fused_attention_recompute_flops(const FlopsShape& f);
 // Hardware FLOPs in the paper's own form (eq. 8 writes 1 + s/3h for selective).
 double hardware_flops_paper(const FlopsShape& f, Recompute r);
 
-// Bytes one rank sends per optimizer step through the tensor-parallel conjugate operators (ring
-// accounting, docs/design.md §5), n_mb micro-batches of sbh elements of `bytes` each: per micro-batch every
-// layer's two f̄ forward and two f backward all-reduces, plus the embedding's f̄ and the head's f:
-// (4L + 2) · 2(t−1)/t · sbh·bytes. Under SP each all-reduce becomes a reduce-scatter plus an
-// all-gather (ḡ/g and their backwards), which is the same number of bytes (paper §4.3).
-double tp_conjugate_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int64_t n_mb, int bytes = 4);
-// One layer's share of it: 4 · 2(t−1)/t · sbh·bytes per micro-batch.
-double tp_conjugate_bytes_per_layer(int64_t s, int64_t b, int64_t h, int t, int64_t n_mb, int bytes = 4);
-// Bytes one rank sends per optimizer step through context parallelism's Ulysses all-to-alls
-// (docs/design.md §5.1): per micro-batch and layer, Q, K, V and the context in forward, their four
-// gradients in backward, and with fused attention the kept context once more in backward; each moves
-// b·(s/c)·h/t elements of which (c−1)/c leave the rank. `reruns`: layers whose forward runs again in
-// backward (full recompute), each adding its four forward exchanges.
-double cp_all_to_all_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int c, int64_t n_mb,
-                                    bool fused_attention, int reruns, int bytes = 4);
-// The same per exchange and per layer, for the planner's time model: the exchanges of one layer and
-// micro-batch (forward: Q, K, V into heads and the context back; backward: their four gradients, and
-// with fused attention the kept context once more), and the bytes one exchange sends from a rank,
-// (c−1)/c of its b·(s/c)·h/t elements (none when c = 1).
+// What one rank's step traffic scales with (docs/design.md §5). `StepPasses`: the micro-batch forwards
+// and backwards each of its layers ran in the step (a zero-bubble backward's input pass counts; its
+// weight pass sends nothing) and the optimizer updates it applied. A step of every schedule runs n_mb
+// of each and one update; PipeDream-2BW's step that drains also runs the previous batch's last
+// backwards and its update, and its first step no update (§6.3). `StageTraffic`: the rank's part of
+// the model, which a pipeline stage holds only a share of.
+struct StepPasses {
+  int64_t forwards = 0, backwards = 0, updates = 1;
+  static StepPasses whole(int64_t n_mb) { return {n_mb, n_mb, 1}; }
+};
+struct StageTraffic {
+  int layers = 0;           // this rank's transformer layers
+  int reruns = 0;           // of those, the layers whose forward runs again in backward (full recompute)
+  bool embedding = false;   // holds the embedding (the first stage)
+  bool head = false;        // holds the head (the last stage)
+  bool sequence_parallel = false;
+};
+
+// Bytes one rank sends in a step through the tensor-parallel conjugate operators (ring accounting),
+// in units of one all-reduce of sbh elements of `bytes` each, 2(t−1)/t · sbh·bytes: per micro-batch every
+// layer's two f̄ in forward and two f in backward, a re-run layer's two f̄ again in backward, the
+// embedding's f̄ (forward) and the head's f (backward). Under SP each all-reduce becomes a
+// reduce-scatter plus an all-gather, the same bytes (paper §4.3), except that the ends' halves fall
+// one in each direction: the embedding's ḡ reduce-scatters in forward and all-gathers in backward,
+// the head's g the other way round. A whole model's step: (4L + 2) units per micro-batch.
+double tp_conjugate_bytes(int64_t s, int64_t b, int64_t h, int t, const StageTraffic& stage, const StepPasses& passes,
+                          int bytes = 4);
+// Context parallelism's Ulysses all-to-alls (docs/design.md §5.1): per micro-batch and layer, Q, K,
+// V and the context in forward, their four gradients in backward, and with fused attention the kept
+// context once more in backward; each moves b·(s/c)·h/t elements of which (c−1)/c leave the rank. A
+// re-run layer adds its four forward exchanges in backward.
 inline constexpr int kCpAllToAllsForward = 4;
 inline int cp_all_to_alls_backward(bool fused_attention) { return fused_attention ? 5 : 4; }
+// The bytes one exchange sends from a rank, (c−1)/c of its b·(s/c)·h/t elements (none when c = 1).
 double cp_all_to_all_sent_bytes(int64_t s, int64_t b, int64_t h, int t, int c, int bytes = 4);
 // Context parallelism's ring (--cp-comm-type p2p): the bytes of one K, V pair a rank passes to its
-// neighbour, 2·b·(s/c)·h/t elements (0 when c = 1); and the bytes one rank sends per optimizer step:
-// per micro-batch and layer the pair c − 1 times in forward and again in backward, where the pair's
-// dK, dV partial sums also go on c times (the last home to their owner): 3c − 2 pairs; a layer whose
-// forward runs again in backward (`reruns`, full recompute) adds its forward's c − 1.
+// neighbour, 2·b·(s/c)·h/t elements (0 when c = 1). Per micro-batch and layer the pair goes on c − 1
+// times in forward and again in backward, where the pair's dK, dV partial sums also go on c times
+// (the last home to their owner): c − 1 pairs forward, 2c − 1 backward; a re-run layer adds its
+// forward's c − 1 in backward.
 double cp_ring_pair_bytes(int64_t s, int64_t b, int64_t h, int t, int c, int bytes = 4);
-double cp_ring_bytes_per_step(int64_t s, int64_t b, int64_t h, int layers, int t, int c, int64_t n_mb, int reruns,
-                              int bytes = 4);
-// What the CP group carries per step for the layout's comm type: the all-to-alls' or the ring's bytes.
-double cp_bytes_per_step(CpComm comm, int64_t s, int64_t b, int64_t h, int layers, int t, int c, int64_t n_mb,
-                         bool fused_attention, int reruns, int bytes = 4);
-// Data-parallel gradient all-reduce per step for psi parameters on this rank: 2(N_d−1)/N_d · psi·bytes.
-double dp_gradient_bytes_per_step(int64_t psi, int dp, int bytes = 4);
-// The same under ZeRO stage `zero` with n_mb micro-batches per step: stages 0–1 move 2Ψ once
-// (all-reduce, or reduce-scatter + all-gather); stage 2 reduce-scatters each micro-batch's
-// gradient as backward produces it, then all-gathers once; stage 3 also gathers the parameters
+// What one rank's CP group carries in a step for the layout's comm type: the all-to-alls' or the ring's bytes.
+double cp_bytes(CpComm comm, int64_t s, int64_t b, int64_t h, int t, int c, bool fused_attention,
+                const StageTraffic& stage, const StepPasses& passes, int bytes = 4);
+// The data-parallel group's bytes in a step under ZeRO stage `zero`: stages 0–1 move 2Ψ an update
+// (all-reduce, or reduce-scatter + all-gather); stage 2 reduce-scatters each micro-batch's gradient
+// as backward produces it, then all-gathers once an update; stage 3 also gathers the parameters
 // before each micro-batch's forward and again before its backward: 3Ψ per micro-batch.
-// `extra_gathered` corrects stage 3 for tensors gathered more or less often (the tied embedding
-// gathered again for the head, the position embedding not needed in backward); `extra_reduced`
-// stages 2-3 for tensors reduce-scattered twice a micro-batch (the tied embedding's head part and
-// embedding part, handed back separately when one stage holds both).
-double dp_bytes_per_step(int64_t psi, int dp, int zero, int64_t n_mb, int64_t extra_gathered = 0,
-                         int64_t extra_reduced = 0, int bytes = 4);
+// `extra_gathered` corrects stage 3 for tensors gathered more or less often a micro-batch (the tied
+// embedding gathered again for the head, the position embedding not needed in backward);
+// `extra_reduced` stages 2-3 for tensors reduce-scattered twice a backward (the tied embedding's
+// head part and embedding part, handed back separately when one stage holds both).
+double dp_bytes(int64_t psi, int dp, int zero, const StepPasses& passes, int64_t extra_gathered = 0,
+                int64_t extra_reduced = 0, int bytes = 4);
 
 }  // namespace lattice::analysis

@@ -38,6 +38,7 @@
 #include "core/input_file.hpp"
 #include "core/memory_limit.hpp"
 #include "core/output_path.hpp"
+#include "core/standard_output.hpp"
 #include "data/tokenizer_files.hpp"
 #include "train/resume_settings.hpp"
 
@@ -142,6 +143,13 @@ struct LaunchFlags {
   double no_progress_timeout = 600, probe_timeout = 10;
 };
 
+// A failed write to standard output (a full disk, a reader gone) is said when it happens, with its
+// cause, once; the job goes on (its checkpoints are the run's record), and the exit status says it.
+void flush_output(std::FILE* to) {
+  if (to == stdout) standard_output::flush(true);
+  else std::fflush(to);
+}
+
 class MpirunLauncher final : public launch::Launcher {
  public:
   MpirunLauncher(const LaunchFlags& flags, bool json, std::string report_log)
@@ -158,7 +166,7 @@ class MpirunLauncher final : public launch::Launcher {
   void emit(const nlohmann::json& event) {
     if (json_) {
       std::printf("%s\n", event.dump().c_str());
-      std::fflush(stdout);
+      flush_output(stdout);
     }
     // Only into the run log train made or took on: never a file of the user's, nor one train refused.
     if (!report_log_.empty() && std::filesystem::exists(report_log_) && run_log_problem(report_log_).empty()) {
@@ -211,12 +219,30 @@ class MpirunLauncher final : public launch::Launcher {
     auto pass_raw = [&](int which, const std::string& bytes) {
       std::FILE* to = which == 0 ? stdout : stderr;
       std::fwrite(bytes.data(), 1, bytes.size(), to);
-      std::fflush(to);
+      flush_output(to);
       last_line = now_s();
     };
     // mpirun has read its hostfile once a rank prints: gone from /tmp then, so a launcher killed by
     // SIGKILL (no handler runs) leaves none behind past the job's start.
     bool hostfile_gone = false;
+    // mpirun's notices come in blocks between lines of dashes, held until the block ends: the one that
+    // says a rank exited non-zero is left out after train's own error line, which said why (one line
+    // for bad input, not a page); every other block is passed on.
+    std::vector<std::string> block;
+    bool in_block = false;
+    auto is_rule = [](const std::string& line) { return line.size() >= 20 && line.find_first_not_of('-') == std::string::npos; };
+    auto pass_block = [&]() {
+      std::string text;
+      for (const std::string& l : block) text += l + "\n";
+      const bool exit_notice = text.find("non-zero exit code") != std::string::npos ||
+                               text.find("exited with non-zero status") != std::string::npos;
+      if (!(job.refused && exit_notice)) {
+        std::fwrite(text.data(), 1, text.size(), stderr);
+        std::fflush(stderr);
+      }
+      block.clear();
+      in_block = false;
+    };
     auto line_seen = [&](int which, const std::string& line, bool whole = true) {
       if (!hostfile_gone && launch::step_in_line(line)) {  // a rank trains: mpirun read the file long ago
         unlink(hostfile);
@@ -229,10 +255,17 @@ class MpirunLauncher final : public launch::Launcher {
         std::fflush(stderr);
         return;
       }
-      std::FILE* to = which == 0 ? stdout : stderr;
-      std::fwrite(line.data(), 1, line.size(), to);
-      std::fputc('\n', to);
-      std::fflush(to);
+      if (which == 1 && line.rfind("lattice train: error:", 0) == 0) job.refused = true;
+      if (which == 1 && (in_block || is_rule(line))) {
+        block.push_back(line);
+        if (!in_block) in_block = true;
+        else if (is_rule(line)) pass_block();
+      } else {
+        std::FILE* to = which == 0 ? stdout : stderr;
+        std::fwrite(line.data(), 1, line.size(), to);
+        std::fputc('\n', to);
+        flush_output(to);
+      }
       last_line = now_s();
       if (const auto step = launch::step_in_line(line)) {
         job.last_step = std::max(job.last_step, *step);
@@ -333,6 +366,7 @@ class MpirunLauncher final : public launch::Launcher {
         }
       }
     }
+    if (in_block) pass_block();  // a block the job's end cut off
     close(fds[0]);
     close(fds[1]);
     g_job_group = 0;
@@ -508,10 +542,23 @@ int run_launch(int argc, char** argv) {
   require(launch::total_slots(hosts) >= f.min_ranks,
           "the hostfile's " + std::to_string(launch::total_slots(hosts)) + " slot(s) are fewer than --min-ranks " +
               std::to_string(f.min_ranks));
-  // A relaunch resumes in --init's place, and only a flag of the command line can be taken out of it.
-  require(train.init.empty() || launch::flag_value(train_args, {"--init", "--load"}),
-          "--init " + train.init + " given by --config " + config_path +
-              ": under launch give it on the command line (a restart resumes in its place)");
+  // A relaunch replaces the layout flags (and --init by its resume) on the command line, where they
+  // win over a --config file; set there instead, the old values would stay beside the new layout's.
+  for (const CLI::Option* opt : tapp.get_options()) {
+    if (opt->count() == 0 || opt->get_lnames().empty()) continue;
+    bool replaced = false, typed = false;
+    for (const std::string& name : opt->get_lnames()) {
+      // A schedule of pipelines only is dropped where the relaunch has one stage.
+      replaced = replaced || launch::replaced_on_relaunch("--" + name) ||
+                 (name == "schedule" && (train.schedule == "interleaved" || train.schedule == "zb-h1"));
+      typed = typed || std::any_of(train_args.begin(), train_args.end(), [&](const std::string& a) {
+                return a == "--" + name || a.rfind("--" + name + "=", 0) == 0;
+              });
+    }
+    require(!replaced || typed, "--" + opt->get_lnames().front() + " set by --config " + config_path +
+                                    ": under launch give it on the command line, where a restart replaces it "
+                                    "(with the new layout's, or with the resume)");
+  }
   // What the launcher decides itself: the ranks and where they run (an -np of mpi-arg's won over the
   // launcher's, and restarts were planned for slots the job did not use).
   for (const std::string& arg : f.mpi_args)
@@ -520,6 +567,14 @@ int run_launch(int argc, char** argv) {
                             "-H", "--rankfile", "-rf"})
       require(arg != own && arg.rfind(std::string(own) + "=", 0) != 0,
               "--mpi-arg " + arg + ": the launcher sets the ranks and hosts itself (from --hostfile)");
+  // Nor what mpirun does to the job's output, which the launcher reads line by line (steps, lost ranks,
+  // --json passed through as JSON).
+  for (const std::string& arg : f.mpi_args)
+    for (const char* own : {"--tag-output", "-tag-output", "--timestamp-output", "-timestamp-output", "--xml", "-xml",
+                            "--output-filename", "-output-filename", "--merge-stderr-to-stdout",
+                            "-merge-stderr-to-stdout", "--output", "-output", "--xterm", "-xterm"})
+      require(arg != own && arg.rfind(std::string(own) + "=", 0) != 0,
+              "--mpi-arg " + arg + ": the launcher reads the job's output line by line as the ranks write it");
   require(runnable(f.mpirun), "--mpirun " + f.mpirun + " (or $MPIEXEC) is not a program this machine can run");
   f.save = train.save;
   if (tapp.count("--vocab") == 0 && !vocab_taken) model.vocab = data::load_tokenizer(train.data_dir).vocab();
@@ -603,13 +658,21 @@ int run_launch(int argc, char** argv) {
   if (!train.resume.empty()) options.own_resume_step = checkpoint_step(train.resume, "").value_or(0);
 
   const int status = launch::supervise(hosts, train_args, first, global_batch, options, launcher, env);
-  // Done means the run's last checkpoint is there: an "mpirun" that exits 0 without training (an
-  // --mpi-arg that made it print and stop) is not a finished run.
-  const std::optional<int64_t> reached = checkpoint_step(train.save, "");
+  // Done means the run's last checkpoint is there, written by this launch: an "mpirun" that exits 0
+  // without training (an --mpi-arg that made it print and stop) is not a finished run, whatever an
+  // older run left in --save. A run resumed from --save itself at its last step was finished already.
+  std::error_code same_error;
+  const bool resumed_finished = !train.resume.empty() &&
+                                std::filesystem::equivalent(train.resume, train.save, same_error) &&
+                                checkpoint_step(train.save, "") == train.steps;
+  const std::optional<int64_t> reached =
+      resumed_finished ? checkpoint_step(train.save, "") : checkpoint_step(train.save, found_at_start);
   if (status == 0 && g_signal == 0 && reached != train.steps) {
     std::fprintf(stderr, "lattice launch: error: the job exited 0, but %s holds %s, not step %lld (--steps): the run "
                  "did not finish\n", train.save.c_str(),
-                 reached ? ("step " + std::to_string(*reached)).c_str() : "no checkpoint",
+                 reached               ? ("step " + std::to_string(*reached)).c_str()
+                 : found_at_start.empty() ? "no checkpoint"
+                                          : "no checkpoint of this launch (an older run's)",
                  static_cast<long long>(train.steps));
     return 1;
   }

@@ -356,6 +356,11 @@ const FlagName* layout_flag(const std::string& arg) {
 
 }  // namespace
 
+bool replaced_on_relaunch(const std::string& flag) {
+  const FlagName* f = layout_flag(flag);
+  return f && flag != "--resume";
+}
+
 std::vector<std::string> relaunch_args(const std::vector<std::string>& args, const Layout& layout, int global_batch,
                                        const std::string& resume_dir) {
   std::vector<std::string> out;
@@ -383,6 +388,8 @@ std::vector<std::string> relaunch_args(const std::vector<std::string>& args, con
   const std::vector<std::string> lf = layout.flags();
   out.insert(out.end(), lf.begin(), lf.end());
   out.insert(out.end(), {"--global-batch", std::to_string(global_batch)});
+  // A --report-dir goes on with the run's report, from step 0 too (where it would start it again).
+  if (std::find(out.begin(), out.end(), "--continue-report") == out.end()) out.push_back("--continue-report");
   if (!resume_dir.empty()) out.insert(out.end(), {"--resume", resume_dir});
   else out.insert(out.end(), kept_start.begin(), kept_start.end());
   return out;
@@ -460,6 +467,8 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
               "): a fault of the run, not a lost host: not restarted; " + kept);
       return 128 + signal;  // as a shell reports a process the signal ended
     }
+    // The first job refused by train before any step: train's line says why (bad input), alone.
+    if (verdict == Verdict::failed && job.refused && restarts == 0 && job.last_step == 0) return job.exit_status;
     if (verdict == Verdict::failed) {
       env.say("lattice launch: the job failed on its own (exit " + std::to_string(job.exit_status) +
               "), not by a lost rank: not restarted; " + kept);

@@ -55,6 +55,7 @@ struct JobResult {
   std::vector<int> ranks_reporting_lost;  // ranks that said rank_lost (watchdog, MPI error)
   std::vector<std::string> hosts_died;   // hosts where a rank was ended by a signal (mpirun's line)
   int64_t last_step = 0;                 // the highest step the job reported (0: none)
+  bool refused = false;                  // train said why in its own line ("lattice train: error:")
   double seconds_since_progress = 0;     // from its last step line (or its start) to its end
 };
 
@@ -105,6 +106,11 @@ Layout layout_of(const LayoutConfig& layout, int micro_batch, int world);
 // a host), each within `base.gpu_memory` bytes. Only layouts train takes as flags are chosen (one
 // virtual stage). Throws InputError when none fits.
 Layout choose_layout(plan::PlanRequest base, plan::Hardware hw, int world, int slots_per_host);
+
+// Whether a relaunch takes `flag` ("--zero") out of the train flags and gives its own: the layout
+// flags and --init (whose run the relaunch resumes); not --resume, which it gives only once a
+// checkpoint is saved.
+bool replaced_on_relaunch(const std::string& flag);
 
 // The train flags of a relaunch: `args` without the flags that set a layout (tensor/pipeline sizes,
 // virtual stages, pipeline layers, sequence parallelism, ZeRO, micro-batch, recompute) nor a previous

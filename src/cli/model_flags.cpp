@@ -304,6 +304,10 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
   app.add_option("--trace", t.trace, "write a Chrome trace (Perfetto) of every rank's forward/backward/receive/send/optimizer");
   app.add_option("--report-dir", t.report_dir,
                  "write run.jsonl and a self-contained report.html (curves, memory, traffic, timeline) here as the run goes");
+  // lattice launch's relaunch (no group: not in --help): its --report-dir goes on with the launch's
+  // report, its restart records included, where a run from step 0 would start it again.
+  app.add_flag("--continue-report", t.continue_report, "a relaunch by lattice launch continues --report-dir's log")
+      ->group("");
   app.add_flag("--comm-report", t.comm_report, "print the bytes each rank sent per group in the last step");
   add_overwrite_flag(app, t.overwrite);
 }

@@ -49,6 +49,8 @@ class Executor {
   std::pair<int, int> layers_of(int stage) const;
   bool owns_layer(int layer) const;
   int send_buffers() const { return int(sends_.size()); }  // the pool's size: the most sends in flight
+  // This rank's list of actions in `phase` (built at its first use).
+  const RankActions& actions(Phase phase);
 
  private:
   struct SendSlot {
@@ -61,7 +63,6 @@ class Executor {
     int backwards_left = 0;  // the chunks of this rank still to run its backward
   };
   float* free_send_buffer(size_t bytes);  // a slot whose send completed, or a new one
-  const RankActions& actions(Phase phase);
 
   GPT& model_;
   comm::Communicator& pp_;

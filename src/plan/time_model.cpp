@@ -546,7 +546,7 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
     out.bubble_fraction = analysis::pipedream_2bw_steady_bubble_fraction(p, int(n_mb), t);
   }
 
-  // Data parallelism and ZeRO (docs/design.md §8), as the engine runs them (analysis::dp_bytes_per_step):
+  // Data parallelism and ZeRO (docs/design.md §8), as the engine runs them (analysis::dp_bytes):
   // gradients reduced once per step and parameters gathered back after a sharded update; ZeRO-2
   // reduce-scatters each micro-batch's gradient (no full buffer to accumulate in); ZeRO-3 also
   // gathers parameters for every forward and backward. An MoE model's expert parameters do the same

@@ -128,11 +128,13 @@ RunRecords read_run_records(const std::string& path) {
       continue;
     }
     const std::string event = record.value("event", std::string());
-    // A later start continues the run only as a resume (--resume, which a relaunch passes too): another
-    // run's log joined to this one would have its start taken for a resume and this run's steps dropped.
+    // A later start continues the run only as a resume (--resume), or as lattice launch's relaunch
+    // (--continue-report, from step 0 where nothing was saved yet): another run's log joined to this
+    // one would have its start taken for a resume and this run's steps dropped.
     if (event == "start" && run.start.is_object()) {
       const json& settings = field(record, "settings");
-      require(settings.is_string() && settings.get<std::string>().find("--resume") != std::string::npos,
+      require(settings.is_string() && (settings.get<std::string>().find("--resume") != std::string::npos ||
+                                       settings.get<std::string>().find("--continue-report") != std::string::npos),
               path + " line " + std::to_string(number_of_line) +
                   ": a second run starts here, not resumed from the first (two runs' logs joined?): report each "
                   "run's log alone");

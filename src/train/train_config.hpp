@@ -59,6 +59,7 @@ struct TrainConfig {
   std::string settings;  // the run's flags as given, printed once at start (cli: given_flags)
   bool comm_report = false;
   std::string trace;  // Chrome trace file (Perfetto), one track per rank
+  bool continue_report = false;  // lattice launch's relaunch: --report-dir's log continues (--continue-report)
   std::string report_dir;  // run.jsonl and report.html, drawn as the run goes (report/run_log.hpp)
   bool overwrite = false;  // --overwrite: an output path may replace a file lattice did not write (core/output_path.hpp)
   std::vector<NamedPath> other_inputs;  // files the command read besides the run's own (--config, --hardware)

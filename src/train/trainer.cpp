@@ -214,7 +214,8 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     }
     if (!config_.trace.empty()) check_output_path(config_.trace, OutputKind::trace, "--trace", trace_rules());
     if (!config_.report_dir.empty())
-      check_report_dir(config_.report_dir, config_.save, config_.trace, !config_.resume.empty(), output_rules_);
+      check_report_dir(config_.report_dir, config_.save, config_.trace,
+                       !config_.resume.empty() || config_.continue_report, output_rules_);
     // The offload directory holds only the run's own unlinked states files, but it is made if missing:
     // never inside an input or inside a directory another output owns (a checkpoint replaced whole
     // would refuse to be saved over it, after the whole run).
@@ -390,6 +391,7 @@ StepResult Trainer::run_step() {
   const uint64_t batch = uint64_t(step_);
   const bool drains = drains_after(step_ + 1);
   const auto phase = parallel::pipeline::step_phase(after_drain_, drains);
+  last_phase_ = phase;
   StepResult r;
   r.loss = forward_backward(batch, phase);
   r.moe = moe_step_stats(true);
@@ -672,7 +674,8 @@ int Trainer::run() {
   const bool log = is_logging_rank();
   // The log is opened (and locked against another run) before anything is printed: a refusal is one line.
   if (log && (config_.json || !config_.report_dir.empty()))
-    run_log_ = std::make_unique<RunLog>(config_.json, config_.report_dir, config_.trace, !config_.resume.empty());
+    run_log_ = std::make_unique<RunLog>(config_.json, config_.report_dir, config_.trace,
+                                        !config_.resume.empty() || config_.continue_report);
   // The mode, and each layer's when they differ (block N, segments, --recompute auto, --recompute-plan).
   const std::vector<LayerRecompute> modes = layer_recompute(layout_, model_config_.layers);
   std::string recompute_text = to_string(layout_.recompute);

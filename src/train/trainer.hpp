@@ -24,6 +24,7 @@
 #include "train/loss_scaler.hpp"
 #include "train/loss_spike_guard.hpp"
 #include "train/step_timing.hpp"
+#include "analysis/formulas.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "train/train_config.hpp"
 
@@ -125,6 +126,9 @@ class Trainer {
   // steady ones: docs/design.md §6.3).
   bool drains_after(int64_t step) const;
   bool after_drain_ = true;  // the next step starts the stream (the run's start, a resume, a drain)
+  parallel::pipeline::Phase last_phase_ = parallel::pipeline::Phase::whole;  // the last step's
+  // The passes this rank ran in the last step, which its traffic formulas count (trainer_summary.cpp).
+  analysis::StepPasses last_step_passes();
   // The loss of the newest weights on a batch they have not trained on (forward and backward as a
   // step runs them, no update): what a save is checked with before it replaces the last one.
   double loss_of_next_batch();

@@ -133,6 +133,22 @@ nlohmann::json Trainer::start_record(int world) const {
   return j;
 }
 
+analysis::StepPasses Trainer::last_step_passes() {
+  using parallel::pipeline::Pass;
+  using parallel::pipeline::Phase;
+  const int64_t n_mb = config_.global_batch / (config_.micro_batch * layout_.dp);
+  if (!pipeline_) return analysis::StepPasses::whole(n_mb);
+  // Each of the rank's chunks runs its share of the list's passes (Executor: one list for all chunks).
+  const auto& actions = pipeline_->actions(last_phase_);
+  const auto count = [&](auto of_kind) { return int64_t(std::count_if(actions.begin(), actions.end(), of_kind)); };
+  const int64_t m = layout_.virtual_stages;
+  // An update completes a batch: the previous one's in a steady or draining step, the step's own when it drains.
+  const int64_t updates = (last_phase_ == Phase::steady || last_phase_ == Phase::last ? 1 : 0) +
+                          (last_phase_ == Phase::whole || last_phase_ == Phase::last ? 1 : 0);
+  return {count([](const auto& a) { return a.pass == Pass::forward; }) / m,
+          count([](const auto& a) { return parallel::pipeline::is_backward(a.pass); }) / m, updates};
+}
+
 void Trainer::summarize(const RunTotals& t) {
   // Summary: the memory the tracking allocator measured on every rank, the formula beside it.
   analysis::ActivationShape shape{model_config_.seq_len, config_.micro_batch, model_config_.hidden,
@@ -178,15 +194,48 @@ void Trainer::summarize(const RunTotals& t) {
     if (recompute[size_t(l)] == LayerRecompute::in_segment) extra_gathered += model_->buckets()[size_t(l)].size();
   // Stages 2-3 reduce the tied embedding's head part and embedding part apart (one stage, both).
   const int64_t extra_reduced = embedding && head ? table.params()[0].numel : 0;
-  const int64_t n_mb = config_.global_batch / (config_.micro_batch * layout_.dp);
+  // Each rank's traffic by the formulas for what it ran in the last step: its stage's layers and
+  // ends, its passes (a drained PipeDream-2BW step runs more backwards than forwards, and two updates).
+  const analysis::StepPasses passes = last_step_passes();
+  const std::vector<int> layers_here = local_layers();
+  const analysis::StageTraffic stage{int(layers_here.size()),
+                                     int(std::count_if(layers_here.begin(), layers_here.end(),
+                                                       [&](int l) { return forward_recomputed(recompute[size_t(l)]); })),
+                                     embedding, head, layout_.sequence_parallel};
   // Gradients are reduced (and ZeRO shards) over DP × CP (docs/design.md §5.1); the experts' over
   // their expert-DP group, N_d·c/e ranks (§9).
   int64_t expert_psi = 0;
   for (const ParamInfo& p : model_->table().params()) expert_psi += p.expert ? p.numel : 0;
-  const double dp_formula = analysis::dp_bytes_per_step(model_->num_params() - expert_psi, layout_.dp * layout_.cp,
-                                                        states_->zero_stage(), n_mb, extra_gathered, extra_reduced);
+  const double dp_formula = analysis::dp_bytes(model_->num_params() - expert_psi, layout_.dp * layout_.cp,
+                                               states_->zero_stage(), passes, extra_gathered, extra_reduced);
   const double expert_dp_formula =
-      analysis::dp_bytes_per_step(expert_psi, layout_.dp * layout_.cp / layout_.ep, states_->zero_stage(), n_mb);
+      analysis::dp_bytes(expert_psi, layout_.dp * layout_.cp / layout_.ep, states_->zero_stage(), passes);
+  // The conjugate operators of a TP group carry its CP rank's s/c positions (docs/design.md §5.1).
+  const int64_t tp_positions = model_config_.seq_len / layout_.cp;
+  const double tp_formula = analysis::tp_conjugate_bytes(tp_positions, config_.micro_batch, model_config_.hidden,
+                                                         layout_.tp, stage, passes);
+  // Ulysses' all-to-alls or the ring's transfers (docs/design.md §5.1); under CP each MoE layer's
+  // forward (and its re-run) also all-gathers the router logits.
+  int64_t moe_layers = 0, moe_reruns = 0;
+  for (int l : local_layers())
+    if (moe.is_moe_layer(l)) ++moe_layers, moe_reruns += forward_recomputed(recompute[size_t(l)]) ? 1 : 0;
+  const double cp_formula =
+      analysis::cp_bytes(layout_.cp_comm, model_config_.seq_len, config_.micro_batch, model_config_.hidden, layout_.tp,
+                         layout_.cp, layout_.fused_attention(), stage, passes) +
+      (moe.enabled() ? double(passes.forwards * moe_layers + passes.backwards * moe_reruns) *
+                           analysis::moe_cp_gather_bytes(moe, int64_t(config_.micro_batch) * model_config_.seq_len,
+                                                         layout_.cp)
+                     : 0.0);
+  // The all-to-alls if every expert got its share: per MoE layer and micro-batch, dispatch and
+  // combine of the routed rows in forward and the same in backward, and the forward's exchange of E counts.
+  double ep_formula = 0;
+  if (moe.enabled() && layout_.ep > 1) {
+    // A CP rank routes its s/c positions' share of the micro-batch's assignments.
+    const int64_t A = analysis::cp_rank_assignments(moe, int64_t(config_.micro_batch) * model_config_.seq_len, layout_.cp);
+    const double rows = analysis::kMoEAllToAllsPerLayer / 2 * analysis::moe_all_to_all_bytes(A, model_config_.hidden, layout_.ep);
+    const double counts = double(layout_.ep - 1) / layout_.ep * moe.experts * 4;
+    ep_formula = double(moe_layers) * (double(passes.forwards) * (rows + counts) + double(passes.backwards) * rows);
+  }
 
   const auto& ms = MemoryTracker::model_states();
   const parallel::RankCoords coords = dist_ ? dist_->coords() : parallel::RankCoords{};
@@ -209,7 +258,10 @@ void Trainer::summarize(const RunTotals& t) {
   mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::expert_dp)]);  // [23]
   mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::cp)]);         // [24]
   mine.push_back(int64_t(expert_dp_formula));                            // [25]
-  constexpr size_t kCategoriesAt = 26;  // [26, 26 + categories): each category's peak; then the totals
+  mine.push_back(std::llround(tp_formula));                              // [26]
+  mine.push_back(std::llround(cp_formula));                              // [27]
+  mine.push_back(std::llround(ep_formula));                              // [28]
+  constexpr size_t kCategoriesAt = 29;  // [29, 29 + categories): each category's peak; then the totals
   for (int c = 0; c < kMemoryCategories; ++c) mine.push_back(MemoryTracker::of(MemoryCategory(c)).run_peak_bytes());
   mine.push_back(MemoryTracker::accounted_peak_bytes());
   mine.push_back(MemoryTracker::reserved_peak_bytes());
@@ -229,42 +281,7 @@ void Trainer::summarize(const RunTotals& t) {
   const auto rows = gather_rows(dist_, mine);
   if (!is_logging_rank()) return;
 
-  // Traffic the formulas predict for one step (the ring-algorithm accounting beside the counts).
-  // A TP group's conjugates carry its CP rank's s/c positions (docs/design.md §5.1).
-  const int64_t tp_positions = model_config_.seq_len / layout_.cp;
-  const double tp_formula = analysis::tp_conjugate_bytes_per_step(tp_positions, config_.micro_batch,
-                                                                  model_config_.hidden, model_config_.layers,
-                                                                  layout_.tp, n_mb) +
-                          // each re-run layer's forward conjugates again: half a layer's share
-                          0.5 * analysis::tp_conjugate_bytes_per_layer(tp_positions, config_.micro_batch,
-                                                                       model_config_.hidden, layout_.tp, n_mb) *
-                              double(std::count_if(recompute.begin(), recompute.end(), forward_recomputed));
   const bool adam = std::string(optimizer_->name()) == "adamw";
-  // Ulysses' all-to-alls or the ring's transfers (docs/design.md §5.1); a re-run layer repeats its forward's.
-  const double cp_formula = analysis::cp_bytes_per_step(
-      layout_.cp_comm, model_config_.seq_len, config_.micro_batch, model_config_.hidden, int(local_layers().size()), layout_.tp,
-      layout_.cp, n_mb, layout_.fused_attention(),
-      int(std::count_if(recompute.begin(), recompute.end(), forward_recomputed)));
-  // Under CP each MoE layer's forward (and its re-run) also all-gathers the router logits.
-  int64_t moe_forwards = 0;
-  for (int l : local_layers())
-    if (moe.is_moe_layer(l)) moe_forwards += forward_recomputed(recompute[size_t(l)]) ? 2 : 1;
-  const double cp_moe_formula =
-      moe.enabled() ? double(n_mb * moe_forwards) *
-                          analysis::moe_cp_gather_bytes(moe, int64_t(config_.micro_batch) * model_config_.seq_len, layout_.cp)
-                    : 0.0;
-  // The all-to-alls of a step if every expert got its share: per MoE layer and micro-batch, dispatch
-  // and combine forward and backward of the routed rows, and the forward's exchange of E counts.
-  double ep_formula = 0;
-  if (moe.enabled() && layout_.ep > 1) {
-    // A CP rank routes its s/c positions' share of the micro-batch's assignments.
-    const int64_t A = analysis::cp_rank_assignments(moe, int64_t(config_.micro_batch) * model_config_.seq_len, layout_.cp);
-    int64_t moe_layers = 0;
-    for (int l : local_layers()) moe_layers += moe.is_moe_layer(l) ? 1 : 0;
-    const double rows = analysis::kMoEAllToAllsPerLayer * analysis::moe_all_to_all_bytes(A, model_config_.hidden, layout_.ep);
-    const double counts = double(layout_.ep - 1) / layout_.ep * moe.experts * 4;
-    ep_formula = double(n_mb * moe_layers) * (rows + counts);
-  }
   std::vector<MemoryReport> reports;
   nlohmann::json comm_ranks = nlohmann::json::array();
   for (const auto& row : rows) {
@@ -312,13 +329,13 @@ void Trainer::summarize(const RunTotals& t) {
       }
     comm_ranks.push_back({{"rank", m.rank}, {"tp", row[10]}, {"dp", row[11]}, {"pp", row[12]}, {"by_op", by_op},
                           {"tp_conjugate", row[13]}, {"tp_regather", row[14]},
-                          {"tp_conjugate_formula", tp_formula}, {"dp_formula", row[17]},
+                          {"tp_conjugate_formula", row[26]}, {"dp_formula", row[17]},
                           {"dp_wait_s", double(row[20]) * 1e-6}});
-    if (layout_.cp > 1) comm_ranks.back()["cp"] = row[24], comm_ranks.back()["cp_formula"] = cp_formula + cp_moe_formula,
+    if (layout_.cp > 1) comm_ranks.back()["cp"] = row[24], comm_ranks.back()["cp_formula"] = row[27],
                           comm_ranks.back()["cp_comm"] = to_string(layout_.cp_comm);
     if (moe.enabled()) {
       comm_ranks.back()["ep"] = row[22], comm_ranks.back()["expert_dp"] = row[23];
-      comm_ranks.back()["ep_formula_balanced"] = ep_formula, comm_ranks.back()["expert_dp_formula"] = row[25];
+      comm_ranks.back()["ep_formula_balanced"] = row[28], comm_ranks.back()["expert_dp_formula"] = row[25];
     }
     reports.push_back(std::move(m));
   }
@@ -327,6 +344,10 @@ void Trainer::summarize(const RunTotals& t) {
   // Model FLOPs over the capacity of every rank together (Σ ranks' peaks): docs/mfu.md.
   const double mfu =
       t.timed_steps && t.peak.total > 0 ? t.step_flops * double(t.timed_steps) / t.total_s / t.peak.total : 0.0;
+  // One layer's conjugates in the logging rank's last step (its passes; a re-run's not counted).
+  const double tp_layer_formula =
+      analysis::tp_conjugate_bytes(model_config_.seq_len / layout_.cp, config_.micro_batch, model_config_.hidden,
+                                   layout_.tp, {1, 0, false, false, layout_.sequence_parallel}, passes);
   std::vector<double> rank0_layer_bytes;
   // Measured by layer through the model's layer regions (core/region.hpp).
   auto tp_bytes_of = [](int l) {
@@ -355,11 +376,7 @@ void Trainer::summarize(const RunTotals& t) {
                               {"parameters", model_config_.num_params()},
                               {"memory", {{"ranks", ranks}}},
                               {"comm", {{"ranks", comm_ranks}, {"rank0_tp_bytes_per_layer", rank0_layer_bytes},
-                                        {"tp_bytes_per_layer_formula",
-                                         analysis::tp_conjugate_bytes_per_layer(model_config_.seq_len,
-                                                                                config_.micro_batch,
-                                                                                model_config_.hidden,
-                                                                                layout_.tp, n_mb)}}}};
+                                        {"tp_bytes_per_layer_formula", tp_layer_formula}}}};
     summary["step_time"] = timing_->times().summary_json();  // by rank: compute, wait, bubble
     add_mfu_json(summary, mfu, t.peak.rank.flops, t.peak.total,
                  t.peak.total > 0 ? t.peak.rank.source : t.peak.long_text());
@@ -402,10 +419,10 @@ void Trainer::summarize(const RunTotals& t) {
       std::fprintf(stderr, "  rank 0, tp bytes per layer (forward + backward, all micro-batches):");
       for (int l : local_layers())
         std::fprintf(stderr, " L%d %s", l, human_bytes(tp_bytes_of(l)).c_str());
-      std::fprintf(stderr, "\n  per layer by the formula (conjugate operators; SP adds its re-gathers): 4·2(t-1)/t·sbh·4·n_mb = %s\n",
-                   human_bytes(analysis::tp_conjugate_bytes_per_layer(model_config_.seq_len, config_.micro_batch,
-                                                                      model_config_.hidden, layout_.tp, n_mb))
-                       .c_str());
+      std::fprintf(stderr,
+                   "\n  per layer by the formula (conjugate operators; SP adds its re-gathers): 2·2(t-1)/t·b(s/c)h·4 a "
+                   "forward and a backward = %s\n",
+                   human_bytes(tp_layer_formula).c_str());
     }
   }
 }

@@ -131,7 +131,7 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
   require(!layout.tied_grads_apart || (layout.tp == 1 && layout.pp == 1 && layout.dp == 1 && layout.cp == 1 &&
                                        layout.zero == 0 &&
                                        layout.params_dtype == ParamsDType::fp32 && !m.moe.enabled()),
-          "--tied-embedding-grads apart is for one rank (no --tensor/--pipeline/data parallelism, --zero 0, "
+          "--tied-embedding-grads apart is for one rank (no --tensor/--pipeline/context/data parallelism, --zero 0, "
           "fp32 weights, dense): it makes one rank sum the tied gradient as a pipeline does");
   require(t.clip_grad >= 0 && std::isfinite(t.clip_grad), "--clip-grad must be a finite number >= 0 (0 = off)");
   require(t.threads >= 0 && t.threads <= max_threads(),
@@ -168,8 +168,10 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
   const auto schedule = parallel::pipeline::parse_schedule_kind(t.schedule);
   if (schedule == parallel::pipeline::ScheduleKind::pipedream_2bw) {
     // Two whole weight versions, and updates that fall between a batch's forwards and its last backwards.
-    require(layout.zero < 3 || layout.dp == 1, "--schedule pipedream-2bw keeps two whole weight versions on every "
-                                               "rank: --zero 3 shards them; use --zero 1 or 2");
+    // ZeRO shards over DP × CP (docs/design.md §5.1): one rank of each is no shard at all.
+    require(layout.zero < 3 || layout.dp * layout.cp == 1,
+            "--schedule pipedream-2bw keeps two whole weight versions on every rank: --zero 3 shards them over the "
+            "data-parallel and context-parallel ranks; use --zero 1 or 2");
     require(!t.optim.offload_params, "--schedule pipedream-2bw keeps two whole weight versions in memory: "
                                      "--offload-params is not available with it");
     require(layout.params_dtype != ParamsDType::fp16,

@@ -50,11 +50,14 @@ run one_l4 1 --layers 4
 run cp2_pp2_interleaved 4 "${P2[@]}" --layers 4 --schedule interleaved --virtual-stages 2
 run one_l4_2bw 1 --layers 4 --schedule pipedream-2bw
 run cp2_pp2_2bw 4 "${P2[@]}" --layers 4 --schedule pipedream-2bw
+run cp2_pp2_ring_full 4 --cp 2 --attention fused --pipeline-model-parallel-size 2 --layers 4 --recompute full
 check "cp2_pp2 (1F1B) trains the one-rank model" compare cp2_pp2
 check "cp2_pp2_zb (ZB-H1) trains the one-rank model" compare cp2_pp2_zb
 check "cp2_pp2_ring (p2p, 1F1B) trains the one-rank fused model" compare cp2_pp2_ring one_fused
 check "cp2_pp2_interleaved trains the one-rank 4-layer model" compare cp2_pp2_interleaved one_l4
 check "cp2_pp2_2bw trains the one-rank 2BW model" compare cp2_pp2_2bw one_l4_2bw
+run one_l4_fused 1 --layers 4 --attention fused
+check "cp2_pp2_ring_full (full recompute) trains the one-rank fused 4-layer model" compare cp2_pp2_ring_full one_l4_fused
 # Checkpoints are the one-rank layout whatever wrote them: 2 steps on one rank, then 2 resumed under
 # CP 2 × PP 2 with GPipe; and back, 2 steps under CP 2 × PP 2 (1F1B), then 2 resumed on one rank. Each
 # pair is the 4-step one-rank run.
@@ -154,11 +157,16 @@ import json, sys
 # under ZeRO, the norm's sums of squares over the shard group: at most 16 bytes per other rank.
 for f, n in [('cp2.jsonl', 2), ('cp2_full.jsonl', 2), ('cp2_fused.jsonl', 2), ('cp2_tp2_sp.jsonl', 2),
              ('cp2_dp2_zero1.jsonl', 4), ('cp4.jsonl', 4), ('cp2_pp2.jsonl', 2), ('ring2.jsonl', 2), ('ring4.jsonl', 4),
-             ('ring2_full.jsonl', 2), ('ring2_tp2_sp.jsonl', 2), ('ring2_dp2_zero3.jsonl', 4)]:
+             ('ring2_full.jsonl', 2), ('ring2_tp2_sp.jsonl', 2), ('ring2_dp2_zero3.jsonl', 4),
+             ('cp2_pp2_ring.jsonl', 2), ('cp2_pp2_zb.jsonl', 2), ('cp2_pp2_interleaved.jsonl', 2),
+             ('cp2_pp2_2bw.jsonl', 2), ('cp2_pp2_ring_full.jsonl', 2)]:
+    # Each stage's own layers and re-runs; PipeDream-2BW's last step drains (its previous batch's
+    # last backwards and two updates: a second set of ZeRO's norm sums, none here without ZeRO).
+    updates = 2 if '2bw' in f else 1
     for r in [json.loads(l) for l in open(f)][-1]['comm']['ranks']:
         print(f, r['rank'], r['cp'], r['cp_formula'], r['dp'], r['dp_formula'])
         if not (r['cp'] > 0 and abs(r['cp'] - r['cp_formula']) <= 1): sys.exit('%s: cp %s' % (f, r))
-        if not (0 <= r['dp'] - r['dp_formula'] <= 16 * (n - 1)): sys.exit('%s: dp %s' % (f, r))
+        if not (0 <= r['dp'] - r['dp_formula'] <= updates * 16 * (n - 1)): sys.exit('%s: dp %s' % (f, r))
 "
 
 # Mixture-of-Experts (noisy top-k, capacity factor 1 so tokens drop, expert dropout and routing noise
@@ -235,6 +243,8 @@ bad_layout "heads per TP rank not divisible by c (Ulysses)" "are not divisible b
   --tensor-model-parallel-size 2 --heads 2
 bad_layout "the ring without fused attention" "runs on the fused attention kernel: add --attention fused" 2 --cp 2
 bad_layout "world not divisible by t·c·p" "world size 3 is not divisible by t·c·p = 2" 3 --cp 2 --attention fused
+bad_layout "PipeDream-2BW with ZeRO-3 over the CP ranks" "zero 3 shards them over the data-parallel and context-parallel ranks" \
+  4 --cp 2 --attention fused --pipeline-model-parallel-size 2 --schedule pipedream-2bw --zero 3
 bad_layout "EP not dividing N_d·c" "does not divide the data-parallel × context-parallel size N_d·c = 2" 2 --cp 2 \
   --cp-comm-type a2a --num-experts 4 --expert-model-parallel-size 4
 "$LATTICE" train "${MODEL[@]}" --cp 2 --attention fused > bad.out 2> bad.err

@@ -55,6 +55,10 @@ check "refused runs wrote nothing" test ! -e ck
 "${L[@]}" -- train "${MODEL[@]}" --steps 2 --save ck_bad --lr -1 > bad.out 2> bad.err
 status=$?
 check "bad input: exit 1, not restarted (got $status)" test "$status" -eq 1 -a "$(grep -c 'restart ' bad.err)" -eq 0
+# train's line alone: mpirun's notice of a non-zero exit (about 12 lines) and the launcher's own are left out.
+check "bad input: train's one line" bash -c "[ \$(wc -l < bad.err) -eq 1 ] && grep -q '^lattice train: error: --lr' bad.err"
+usage "--mpi-arg=--tag-output" 1 "--mpi-arg --tag-output: the launcher reads the job's output line by line" \
+  --hostfile hosts --mpi-arg=--tag-output -- train "${MODEL[@]}" --steps 2 --save ck
 
 # kill_one NAME FLAGS...: launch a 2-rank run, kill one rank after 12 steps.
 kill_one() {
@@ -109,13 +113,20 @@ kill_at() {
 # A restart before the run's first save starts again from step 0: the checkpoint --save held when the
 # launch began is an older run's (it resumed from it, another run's weights and schedule).
 "$LATTICE" train "${MODEL[@]}" --steps 2 --save ck_stale > /dev/null 2>&1
-kill_at stale 3 --save-every 1000
+kill_at stale 3 --save-every 1000 --report-dir rep_stale
 check "a restart before the first save: exit 0 (got $STATUS)" test "$STATUS" -eq 0
 check "a restart before the first save: from step 0, not the older run's checkpoint" \
   grep -q "^lattice launch: restart 1 .*; from step 0 (no checkpoint saved yet)" stale.err
 check "a restart before the first save: the relaunch trains steps 1 to 300" python3 -c "
 import json; s = [r['step'] for r in map(json.loads, open('stale.jsonl')) if r.get('event') == 'step']
 i = max(k for k in range(len(s)) if s[k] == 1); assert s[i:] == list(range(1, 301)), s"
+# Its --report-dir goes on (train refused it as an earlier run's report, and the job was lost): the
+# report holds the restart and the relaunch's steps 1 to 300, the first job's superseded.
+"$LATTICE" report rep_stale --html stale.html 2> stale_report.err
+check "a restart before the first save: the report goes on, restart and all" bash -c \
+  "grep -q 'Restarts (lattice launch)' stale.html && [ \$(grep -c 'holds an earlier run' stale.err) -eq 0 ] && python3 -c \"
+import json; r = [json.loads(l) for l in open('rep_stale/run.jsonl')]; e = [x.get('event') for x in r]
+assert e.count('start') == 2 and e.count('restart') == 1 and r[-1]['event'] == 'summary', e\""
 # A run resumed from its own checkpoint without batch flags (they come from it), killed before its first
 # save: the restart resumes that checkpoint again, says so, and pins the run's global batch (the launcher
 # pinned the defaults' 16 x 2, which train refused as another data order).
@@ -137,13 +148,19 @@ i = next(k for k, r in enumerate(d) if r.get('event') == 'restart')
 last = max(r['step'] for r in d[:i] if r.get('event') == 'step')
 assert d[i]['resume_step'] == 2 and d[i]['steps_redone'] == last - 2, (d[i], last)"
 
-# --init from --config: a restart could not take it out (train refused it beside --resume and the run
-# stopped): refused before the first job.
+# --init or a layout flag from --config: a restart could not take it out (train refused --init beside
+# --resume, and --sequence-parallel without TP, and the job was lost): refused before the first job.
 "$LATTICE" train "${MODEL[@]}" --steps 2 --save ck_seed > /dev/null 2>&1
 printf 'init = "ck_seed"\n' > init.toml
-usage "--init from --config" 1 "--init ck_seed given by --config init.toml: under launch give it on the command line" \
+usage "--init from --config" 1 "--init set by --config init.toml: under launch give it on the command line" \
   --hostfile hosts -- train "${MODEL[@]}" --steps 2 --save ck_cfginit --config init.toml
-check "--init from --config: nothing ran" test ! -e ck_cfginit
+printf 'tensor-model-parallel-size = 2\nsequence-parallel = true\n' > sp.toml
+usage "a layout from --config" 1 "--tensor-model-parallel-size set by --config sp.toml: under launch give it on the command line" \
+  --hostfile hosts -- train "${MODEL[@]}" --steps 2 --save ck_cfginit --config sp.toml
+printf 'schedule = "zb-h1"\n' > zb.toml
+usage "a pipeline's schedule from --config" 1 "--schedule set by --config zb.toml" \
+  --hostfile hosts -- train "${MODEL[@]}" --pipeline-model-parallel-size 2 --steps 2 --save ck_cfginit --config zb.toml
+check "--init or a layout from --config: nothing ran" test ! -e ck_cfginit
 # Another model than the checkpoint's is refused by the launcher, before any rank starts (it was one
 # lattice line inside the job, then mpirun's pages): for --init as for --resume.
 usage "--init of another shape" 1 "lattice launch: error: checkpoint ck_seed holds another model (hidden 64, this run 128)" \
@@ -169,6 +186,10 @@ check "64 MiB without a newline: passed on whole" test "$(wc -c < noline.out)" -
 printf '#!/bin/sh\nexit 0\n' > fake/nothing; chmod +x fake/nothing
 usage "a job that exits 0 without training" 1 "the job exited 0, but ck_nothing holds no checkpoint, not step 2" \
   --hostfile hosts --mpirun fake/nothing -- train "${MODEL[@]}" --steps 2 --save ck_nothing
+# Nor when --save holds an older run's checkpoint at --steps (it counted as this run's).
+usage "exits 0 without training, an older run's checkpoint in --save" 1 \
+  "the job exited 0, but ck_seed holds no checkpoint of this launch (an older run's), not step 2" \
+  --hostfile hosts --mpirun fake/nothing -- train "${MODEL[@]}" --steps 2 --save ck_seed
 # The launcher's own memory (about 15 MiB here) and its 1 MiB line buffer, far below the 64 MiB it held.
 check "64 MiB without a newline: the launcher stays below 40 MiB (max RSS $(cat noline.rss) KiB)" \
   test "$(tail -1 noline.rss)" -lt 40960

@@ -49,9 +49,20 @@ run pp2_full_recompute 2 --pipeline-model-parallel-size 2 --recompute full --rec
 # --pack-masks keeps the same masks at one bit an element: every layout still trains the one-rank model.
 run tp2_pp2_sp_selective_packed 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
   --sequence-parallel --recompute selective --pack-masks
-for name in pp2_gpipe pp2_1f1b pp4_1f1b pp2_interleaved tp2_pp2_dp2_sp pp2_full_recompute tp2_pp2_sp_selective_packed; do
+run tp2_pp2_full 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --recompute full
+for name in pp2_gpipe pp2_1f1b pp4_1f1b pp2_interleaved tp2_pp2_dp2_sp pp2_full_recompute tp2_pp2_sp_selective_packed \
+  tp2_pp2_full; do
   check "$name trains the one-rank model" compare "$name" one_l4
 done
+# A stage's conjugates are its own layers' (and re-runs') and its end's: the embedding's f̄ on the
+# first, the head's f on the last.
+check "each stage's conjugate bytes are its formula" "$PY" -c "
+import json, sys
+for f in ['tp2_pp2_dp2_sp', 'tp2_pp2_sp_selective_packed', 'tp2_pp2_full']:
+    for r in [json.loads(l) for l in open(f + '.jsonl')][-1]['comm']['ranks']:
+        print(f, r['rank'], r['tp_conjugate'], r['tp_conjugate_formula'])
+        if not (r['tp_conjugate'] > 0 and abs(r['tp_conjugate'] - r['tp_conjugate_formula']) <= 1): sys.exit('%s: tp %s' % (f, r))
+"
 # A pipeline adds the tied embedding's two gradients after the step (first + last stage) and the norm's
 # per-tensor sums in table order: one rank summing the same way is the pipeline, bit for bit.
 run one_l4_apart 1 --tied-embedding-grads apart

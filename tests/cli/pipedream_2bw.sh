@@ -69,6 +69,18 @@ layout pp2_selective 2 "${P2[@]}" --recompute selective
 layout pp2_full 2 "${P2[@]}" --recompute full
 layout pp2_fused 2 "${P2[@]}" --attention fused
 layout pp2_uneven 2 "${P2[@]}" --pipeline-layers 3,1
+# The summary's traffic is the last step's, which drains: on stage r the previous batch's last
+# p − r − 1 backwards beside the step's own, and two updates. Each rank's formulas count its passes.
+check "the drained last step's TP and DP bytes are each rank's formulas" "$PY" -c "
+import json, sys
+for f in ['tp2_pp2_sp', 'pp2_dp2', 'pp2_dp2_zero1', 'pp2_dp2_zero2']:
+    for r in [json.loads(l) for l in open(f + '.jsonl')][-1]['comm']['ranks']:
+        print(f, r['rank'], r['tp_conjugate'], r['tp_conjugate_formula'], r['dp'], r['dp_formula'])
+        if abs(r['tp_conjugate'] - r['tp_conjugate_formula']) > 1: sys.exit('%s: tp %s' % (f, r))
+        # Beyond the gradients the DP group (2 ranks) carries the step's loss, an fp32 pair gathered
+        # (8 bytes to the other rank), and under ZeRO each of the two updates' norm sums (16 bytes).
+        if not (0 <= r['dp'] - r['dp_formula'] <= 8 + 2 * 16): sys.exit('%s: dp %s' % (f, r))
+"
 run clip_one 1 --clip-grad 0.05
 run pp2_dp2_clip 4 "${P2[@]}" --clip-grad 0.05 --zero 1
 check "pp2 x dp2 clipping update t's gradient norm trains the one-rank clipped model" compare pp2_dp2_clip clip_one

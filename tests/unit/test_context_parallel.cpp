@@ -64,6 +64,9 @@ TEST(ContextParallel, KeptBytesAreOneCth) {
         EXPECT_EQ(lattice::analysis::layer_activation_bytes(x, true, false) * 4, full);
       }
   // Four exchanges forward, four backward, each b·(s/c)·h/t floats of which (c−1)/c leave the rank.
-  EXPECT_DOUBLE_EQ(lattice::analysis::cp_all_to_all_bytes_per_step(32, 2, 64, 2, 1, 2, 2, false, 0),
+  lattice::analysis::StageTraffic two_layers;
+  two_layers.layers = 2;
+  EXPECT_DOUBLE_EQ(lattice::analysis::cp_bytes(lattice::CpComm::a2a, 32, 2, 64, 1, 2, false, two_layers,
+                                               lattice::analysis::StepPasses::whole(2)),
                    2.0 * 2 * 8 * 0.5 * (2 * 16 * 64) * 4);
 }

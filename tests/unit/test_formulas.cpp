@@ -118,6 +118,37 @@ TEST(Formulas, ModelStateBytesFollowZeroStages) {
   EXPECT_EQ(model_state_bytes(psi, 1, 0, false).total(), 16 * psi);  // fp32: 4 + 4 + 8
 }
 
+// docs/design.md §5: a rank's traffic in a step, counted by direction from its stage and its passes.
+// (The CLI tests hold these against the bytes the communicators counted.)
+TEST(Formulas, StepTrafficCountsTheRanksPassesAndStage) {
+  const double unit = 2.0 * (2 - 1) / 2 * (16 * 2 * 32) * 4;  // one all-reduce of s·b·h fp32, t = 2
+  const StageTraffic model{4, 0, true, true, false};
+  StageTraffic model_sp = model;
+  model_sp.sequence_parallel = true;
+  // A whole model's step: (4L + 2) all-reduces a micro-batch, with or without SP (paper §4.3).
+  EXPECT_DOUBLE_EQ(tp_conjugate_bytes(16, 2, 32, 2, model, StepPasses::whole(3)), (4 * 4 + 2) * 3 * unit);
+  EXPECT_DOUBLE_EQ(tp_conjugate_bytes(16, 2, 32, 2, model_sp, StepPasses::whole(3)), (4 * 4 + 2) * 3 * unit);
+  EXPECT_EQ(tp_conjugate_bytes(16, 2, 32, 1, model, StepPasses::whole(3)), 0.0);
+  // A first stage of two layers, one re-run, in a drained PipeDream-2BW step: 4 forwards, 5 backwards.
+  const StepPasses drained{4, 5, 2};
+  StageTraffic first{2, 1, true, false, false};
+  EXPECT_DOUBLE_EQ(tp_conjugate_bytes(16, 2, 32, 2, first, drained), (4 * (4 + 1) + 5 * (4 + 2)) * unit);
+  first.sequence_parallel = true;  // the embedding's ḡ: half forward, half backward
+  EXPECT_DOUBLE_EQ(tp_conjugate_bytes(16, 2, 32, 2, first, drained), (4 * 4.5 + 5 * 6.5) * unit);
+  // The ring at c = 2: a pair is 2·b·(s/c)·h/t fp32; c − 1 a layer forward, 2c − 1 backward, c − 1 a re-run.
+  const double pair = 2.0 * 2 * 8 * 16 * 4;
+  EXPECT_DOUBLE_EQ(cp_bytes(CpComm::p2p, 16, 2, 32, 2, 2, true, first, drained), (4 * 2 * 1 + 5 * (2 * 3 + 1)) * pair);
+  // Ulysses: 4 exchanges forward, 5 backward with fused attention, 4 more a re-run; (c−1)/c of b·(s/c)·h/t leaves.
+  const double exchange = 0.5 * 2 * 8 * 16 * 4;
+  EXPECT_DOUBLE_EQ(cp_bytes(CpComm::a2a, 16, 2, 32, 2, 2, true, first, drained),
+                   (4 * 2 * 4 + 5 * (2 * 5 + 4)) * exchange);
+  // Data parallelism: 2Ψ an update (ZeRO 0-1); ZeRO-2 a reduce-scatter a backward and a gather an update.
+  EXPECT_DOUBLE_EQ(dp_bytes(1000, 4, 1, drained), 2 * 0.75 * 4 * 1000 * 2);
+  EXPECT_DOUBLE_EQ(dp_bytes(1000, 4, 2, drained, 0, 10), 0.75 * 4 * (5 * 1010 + 2 * 1000));
+  EXPECT_EQ(dp_bytes(1000, 4, 0, {4, 3, 0}), 0.0);  // PipeDream-2BW's first step completes no batch
+  EXPECT_DOUBLE_EQ(dp_bytes(1000, 4, 3, StepPasses::whole(2), 50, 10), 0.75 * 4 * (2 * 1010 + 2 * 2000 + 2 * 50));
+}
+
 TEST(Formulas, ShardParametersMatchTheModelOnOneRankAndSplitUnderTP) {
   ModelConfig m;
   m.layers = 8;

@@ -158,8 +158,11 @@ TEST(LaunchArgs, RelaunchReplacesTheLayoutAndResumes) {
   const std::vector<std::string> want = {"--data", "d", "--save", "ck", "--save-every", "3", "--json",
                                          "--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", "1",
                                          "--micro-batch", "4", "--recompute", "none", "--global-batch", "8",
-                                         "--resume", "ck"};
+                                         "--continue-report", "--resume", "ck"};
   EXPECT_EQ(out, want);
+  // A relaunch of a relaunch names --continue-report once.
+  const auto again = relaunch_args(out, l, 8, "ck");
+  EXPECT_EQ(std::count(again.begin(), again.end(), "--continue-report"), 1);
   // Nothing saved yet: the run's own --init stays (from step 0).
   const auto fresh = relaunch_args(args, l, 8, "");
   EXPECT_EQ(std::vector<std::string>(fresh.end() - 2, fresh.end()),
