@@ -304,7 +304,8 @@ double dp_bytes(int64_t psi, int dp, int zero, const StepPasses& passes, int64_t
   if (zero <= 1) return 2.0 * ring * double(psi) * double(passes.updates);
   const double reduced = double(passes.backwards) * double(psi + extra_reduced);
   if (zero == 2) return ring * (reduced + double(passes.updates) * double(psi));
-  // The extra gathers' count is the forwards' (no schedule with ZeRO-3 runs more of one than the other).
+  // The extra gathers' count is the forwards': equal to the backwards' in every step ZeRO-3 shards
+  // (PipeDream-2BW, whose first and last steps differ, is refused with ZeRO-3 over more than one rank).
   return ring * (reduced + double(passes.forwards + passes.backwards) * double(psi) +
                  double(passes.forwards) * double(extra_gathered));
 }

@@ -186,13 +186,14 @@ double fused_attention_recompute_flops(const FlopsShape& f);
 double hardware_flops_paper(const FlopsShape& f, Recompute r);
 
 // What one rank's step traffic scales with (docs/design.md §5). `StepPasses`: the micro-batch forwards
-// and backwards each of its layers ran in the step (a zero-bubble backward's input pass counts; its
-// weight pass sends nothing) and the optimizer updates it applied. A step of every schedule runs n_mb
+// and backwards each of its layers ran in the step (a zero-bubble backward counts once, by its input
+// pass: its weight pass, which runs as often, issues the layer's gradient reductions and SP's
+// re-gathers, which the formulas count per backward) and the optimizer updates it applied. A step of every schedule runs n_mb
 // of each and one update; PipeDream-2BW's step that drains also runs the previous batch's last
 // backwards and its update, and its first step no update (§6.3). `StageTraffic`: the rank's part of
 // the model, which a pipeline stage holds only a share of.
 struct StepPasses {
-  int64_t forwards = 0, backwards = 0, updates = 1;
+  int64_t forwards = 0, backwards = 0, updates = 0;
   static StepPasses whole(int64_t n_mb) { return {n_mb, n_mb, 1}; }
 };
 struct StageTraffic {

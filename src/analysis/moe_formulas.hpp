@@ -123,7 +123,8 @@ int64_t moe_received_rows_bound(const MoEConfig& moe, int64_t tokens, int ep, in
 // micro-batch's sb·E floats (docs/design.md §5.1).
 double moe_cp_gather_bytes(const MoEConfig& moe, int64_t tokens, int cp, int bytes = 4);
 // All-to-alls of one MoE layer per micro-batch: dispatch and combine forward, and the same two backward.
-inline constexpr int kMoEAllToAllsPerLayer = 4;
+inline constexpr int kMoEAllToAllsForward = 2;
+inline constexpr int kMoEAllToAllsPerLayer = 2 * kMoEAllToAllsForward;
 
 // Model FLOPs of one iteration of B sequences: forward and backward (3×) of forward_flops_per_token
 // for each of the B·s tokens (for a dense model this is eq. 7 with the vocabulary padded for t = 1).

@@ -222,7 +222,7 @@ std::string dump_config(const CLI::App& app, const std::vector<std::string>& der
   std::string out;
   for (const CLI::Option* opt : app.get_options()) {
     if (opt->get_lnames().empty() || skipped(opt->get_lnames().front())) continue;
-    if (opt->get_group().empty() && opt->count() == 0) continue;  // a hidden flag (lattice launch's) unless given
+    if (opt->get_group().empty()) continue;  // a hidden flag (lattice launch's relaunch): not the run's to repeat
     const std::string key = opt->get_lnames().front();
     const bool given = opt->count() > 0;
     // What the run takes, not the default; commented out as defaults are: not given, the resume takes it.

@@ -150,10 +150,27 @@ void flush_output(std::FILE* to) {
   else std::fflush(to);
 }
 
+// What tells one state of a file from another without reading it: its inode, size and change time
+// ("" when there is none).
+std::string file_identity(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return "";
+  return std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_ctim.tv_sec) + "." +
+         std::to_string(st.st_ctim.tv_nsec);
+}
+
 class MpirunLauncher final : public launch::Launcher {
  public:
   MpirunLauncher(const LaunchFlags& flags, bool json, std::string report_log)
-      : flags_(flags), json_(json), report_log_(std::move(report_log)) {}
+      : flags_(flags), json_(json), report_log_(std::move(report_log)), report_at_start_(file_identity(report_log_)) {}
+
+  // Whether a job of this launch wrote the --report-dir log (it is not what the launch began with):
+  // then the launcher's records go into it and the relaunch continues it; an older run's log that
+  // no job took on (the first failed before opening it) is neither appended to nor continued.
+  bool report_written() const {
+    const std::string now = file_identity(report_log_);
+    return !now.empty() && now != report_at_start_;
+  }
 
   // The relaunch's start, for the "resumed" line when its first step arrives.
   void restarted(double last_progress_before) {
@@ -168,8 +185,9 @@ class MpirunLauncher final : public launch::Launcher {
       std::printf("%s\n", event.dump().c_str());
       flush_output(stdout);
     }
-    // Only into the run log train made or took on: never a file of the user's, nor one train refused.
-    if (!report_log_.empty() && std::filesystem::exists(report_log_) && run_log_problem(report_log_).empty()) {
+    // Only into the run log a job of this launch made or took on: never a file of the user's, nor one
+    // train refused, nor an older run's.
+    if (report_written() && run_log_problem(report_log_).empty()) {
       std::ofstream log(report_log_, std::ios::app);
       if (log) log << event.dump() << "\n";
     }
@@ -227,7 +245,9 @@ class MpirunLauncher final : public launch::Launcher {
     bool hostfile_gone = false;
     // mpirun's notices come in blocks between lines of dashes, held until the block ends: the one that
     // says a rank exited non-zero is left out after train's own error line, which said why (one line
-    // for bad input, not a page); every other block is passed on.
+    // for bad input, not a page), except for the ranks' own lines among it; every other block is
+    // passed on, and so is a block past kBlockLines (not a notice: held no longer).
+    constexpr size_t kBlockLines = 64;
     std::vector<std::string> block;
     bool in_block = false;
     auto is_rule = [](const std::string& line) { return line.size() >= 20 && line.find_first_not_of('-') == std::string::npos; };
@@ -236,10 +256,12 @@ class MpirunLauncher final : public launch::Launcher {
       for (const std::string& l : block) text += l + "\n";
       const bool exit_notice = text.find("non-zero exit code") != std::string::npos ||
                                text.find("exited with non-zero status") != std::string::npos;
-      if (!(job.refused && exit_notice)) {
-        std::fwrite(text.data(), 1, text.size(), stderr);
-        std::fflush(stderr);
-      }
+      const bool dropped = job.refused && exit_notice && block.size() <= kBlockLines;
+      std::string kept;
+      for (const std::string& l : block)
+        if (!dropped || l.rfind("lattice ", 0) == 0 || l.rfind("{", 0) == 0) kept += l + "\n";
+      std::fwrite(kept.data(), 1, kept.size(), stderr);
+      std::fflush(stderr);
       block.clear();
       in_block = false;
     };
@@ -259,7 +281,7 @@ class MpirunLauncher final : public launch::Launcher {
       if (which == 1 && (in_block || is_rule(line))) {
         block.push_back(line);
         if (!in_block) in_block = true;
-        else if (is_rule(line)) pass_block();
+        else if (is_rule(line) || block.size() > kBlockLines) pass_block();
       } else {
         std::FILE* to = which == 0 ? stdout : stderr;
         std::fwrite(line.data(), 1, line.size(), to);
@@ -383,7 +405,7 @@ class MpirunLauncher final : public launch::Launcher {
  private:
   LaunchFlags flags_;
   bool json_;
-  std::string report_log_;
+  std::string report_log_, report_at_start_;
   double last_progress_ = 0, restart_at_ = 0, failed_progress_at_ = 0;
   bool awaiting_first_step_ = false;
   DirLock save_lock_;  // --save's, held between jobs
@@ -543,13 +565,15 @@ int run_launch(int argc, char** argv) {
           "the hostfile's " + std::to_string(launch::total_slots(hosts)) + " slot(s) are fewer than --min-ranks " +
               std::to_string(f.min_ranks));
   // A relaunch replaces the layout flags (and --init by its resume) on the command line, where they
-  // win over a --config file; set there instead, the old values would stay beside the new layout's.
+  // win over a --config file; set there instead, a value the relaunch leaves out (SP, ZeRO, the
+  // recompute, --init) would stay beside the new layout's. The sizes and the batch it always gives.
   for (const CLI::Option* opt : tapp.get_options()) {
     if (opt->count() == 0 || opt->get_lnames().empty()) continue;
     bool replaced = false, typed = false;
     for (const std::string& name : opt->get_lnames()) {
       // A schedule of pipelines only is dropped where the relaunch has one stage.
-      replaced = replaced || launch::replaced_on_relaunch("--" + name) ||
+      replaced = replaced ||
+                 (launch::replaced_on_relaunch("--" + name) && !launch::restated_on_relaunch("--" + name)) ||
                  (name == "schedule" && (train.schedule == "interleaved" || train.schedule == "zb-h1"));
       typed = typed || std::any_of(train_args.begin(), train_args.end(), [&](const std::string& a) {
                 return a == "--" + name || a.rfind("--" + name + "=", 0) == 0;
@@ -572,9 +596,26 @@ int run_launch(int argc, char** argv) {
   for (const std::string& arg : f.mpi_args)
     for (const char* own : {"--tag-output", "-tag-output", "--timestamp-output", "-timestamp-output", "--xml", "-xml",
                             "--output-filename", "-output-filename", "--merge-stderr-to-stdout",
-                            "-merge-stderr-to-stdout", "--output", "-output", "--xterm", "-xterm"})
+                            "-merge-stderr-to-stdout", "--output", "-output", "--xterm", "-xterm", "-q", "--quiet",
+                            "-quiet"})
       require(arg != own && arg.rfind(std::string(own) + "=", 0) != 0,
-              "--mpi-arg " + arg + ": the launcher reads the job's output line by line as the ranks write it");
+              "--mpi-arg " + arg + ": the launcher reads the job's output line by line as the ranks write it "
+              "(and mpirun's notice of a rank's end)");
+  // The same set as MCA parameters (--mca orte_tag_output 1, or OMPI_MCA_orte_tag_output in the environment).
+  const auto output_parameter = [](const std::string& text) {
+    for (const char* key : {"tag_output", "timestamp_output", "output_filename", "xml_output", "xterm"})
+      if (text.find(key) != std::string::npos) return true;
+    return false;
+  };
+  for (const std::string& arg : f.mpi_args)
+    require(!output_parameter(arg), "--mpi-arg " + arg + ": the launcher reads the job's output line by line as the "
+                                    "ranks write it");
+  for (char** e = environ; *e; ++e) {
+    const std::string var = *e;
+    require(var.rfind("OMPI_MCA_", 0) != 0 || !output_parameter(var.substr(0, var.find('='))),
+            var.substr(0, var.find('=')) + " (environment): the launcher reads the job's output line by line as the "
+                                           "ranks write it; unset it");
+  }
   require(runnable(f.mpirun), "--mpirun " + f.mpirun + " (or $MPIEXEC) is not a program this machine can run");
   f.save = train.save;
   if (tapp.count("--vocab") == 0 && !vocab_taken) model.vocab = data::load_tokenizer(train.data_dir).vocab();
@@ -642,6 +683,7 @@ int run_launch(int argc, char** argv) {
     return launch::choose_layout(base, hw, ranks, slots_per_host);
   };
   env.now = now_s;
+  env.report_written = [&] { return launcher.report_written(); };
   env.interrupted = [] { return int(g_signal); };
   env.say = [](const std::string& line) {
     std::fprintf(stderr, "%s\n", line.c_str());
@@ -662,9 +704,8 @@ int run_launch(int argc, char** argv) {
   // without training (an --mpi-arg that made it print and stop) is not a finished run, whatever an
   // older run left in --save. A run resumed from --save itself at its last step was finished already.
   std::error_code same_error;
-  const bool resumed_finished = !train.resume.empty() &&
-                                std::filesystem::equivalent(train.resume, train.save, same_error) &&
-                                checkpoint_step(train.save, "") == train.steps;
+  const bool same = !train.resume.empty() && std::filesystem::equivalent(train.resume, train.save, same_error);
+  const bool resumed_finished = same && checkpoint_step(train.save, "") == train.steps;
   const std::optional<int64_t> reached =
       resumed_finished ? checkpoint_step(train.save, "") : checkpoint_step(train.save, found_at_start);
   if (status == 0 && g_signal == 0 && reached != train.steps) {
@@ -672,6 +713,7 @@ int run_launch(int argc, char** argv) {
                  "did not finish\n", train.save.c_str(),
                  reached               ? ("step " + std::to_string(*reached)).c_str()
                  : found_at_start.empty() ? "no checkpoint"
+                 : same                   ? "only the checkpoint the run resumed from"
                                           : "no checkpoint of this launch (an older run's)",
                  static_cast<long long>(train.steps));
     return 1;

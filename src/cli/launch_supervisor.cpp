@@ -361,20 +361,31 @@ bool replaced_on_relaunch(const std::string& flag) {
   return f && flag != "--resume";
 }
 
+bool restated_on_relaunch(const std::string& flag) {
+  for (const char* always : {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--micro-batch",
+                             "--micro-batch-size", "--global-batch", "--global-batch-size"})
+    if (flag == always) return true;
+  return false;
+}
+
 std::vector<std::string> relaunch_args(const std::vector<std::string>& args, const Layout& layout, int global_batch,
-                                       const std::string& resume_dir) {
+                                       const std::string& resume_dir, bool continue_report) {
   std::vector<std::string> out;
   std::vector<std::string> kept_start;  // --init/--resume of the run itself, while nothing was saved
   for (size_t i = 0; i < args.size(); ++i) {
     const FlagName* f = layout_flag(args[i]);
     if (!f) {
-      // A pipeline-only schedule has no meaning on one stage (train refuses it).
-      if ((args[i] == "--schedule" && i + 1 < args.size() && layout.pp == 1 &&
-           (args[i + 1] == "interleaved" || args[i + 1] == "zb-h1"))) {
+      // A pipeline-only schedule has no meaning on one stage (train refuses it), and the interleaved one
+      // none without its virtual stages, which a relaunch's layout does not have.
+      const auto dropped = [&](const std::string& schedule) {
+        return schedule == "interleaved" || (layout.pp == 1 && schedule == "zb-h1");
+      };
+      if (args[i] == "--schedule" && i + 1 < args.size() && dropped(args[i + 1])) {
         ++i;
         continue;
       }
-      if (layout.pp == 1 && (args[i] == "--schedule=interleaved" || args[i] == "--schedule=zb-h1")) continue;
+      if (args[i].rfind("--schedule=", 0) == 0 && dropped(args[i].substr(11))) continue;
+      if (args[i] == "--continue-report") continue;  // given again below when it applies
       out.push_back(args[i]);
       continue;
     }
@@ -388,8 +399,8 @@ std::vector<std::string> relaunch_args(const std::vector<std::string>& args, con
   const std::vector<std::string> lf = layout.flags();
   out.insert(out.end(), lf.begin(), lf.end());
   out.insert(out.end(), {"--global-batch", std::to_string(global_batch)});
-  // A --report-dir goes on with the run's report, from step 0 too (where it would start it again).
-  if (std::find(out.begin(), out.end(), "--continue-report") == out.end()) out.push_back("--continue-report");
+  // The run's report goes on, from step 0 too (where train would start it again).
+  if (continue_report) out.push_back("--continue-report");
   if (!resume_dir.empty()) out.insert(out.end(), {"--resume", resume_dir});
   else out.insert(out.end(), kept_start.begin(), kept_start.end());
   return out;
@@ -540,7 +551,7 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
     r.seconds_lost = job.seconds_since_progress + (env.now() - ended);
     env.say(restart_line(r));
     env.event(restart_event(r));
-    args = relaunch_args(args, chosen, global_batch, r.resume_dir);
+    args = relaunch_args(args, chosen, global_batch, r.resume_dir, env.report_written && env.report_written());
     current = next;
     layout = chosen;
   }

@@ -111,13 +111,18 @@ Layout choose_layout(plan::PlanRequest base, plan::Hardware hw, int world, int s
 // flags and --init (whose run the relaunch resumes); not --resume, which it gives only once a
 // checkpoint is saved.
 bool replaced_on_relaunch(const std::string& flag);
+// Of those, the ones every relaunch gives again (the sizes and the batch): a --config file's value
+// of them is overridden by the command line's, never left beside the new layout.
+bool restated_on_relaunch(const std::string& flag);
 
 // The train flags of a relaunch: `args` without the flags that set a layout (tensor/pipeline sizes,
-// virtual stages, pipeline layers, sequence parallelism, ZeRO, micro-batch, recompute) nor a previous
-// --resume/--init, then the layout's flags, --global-batch, and --resume `resume_dir` when not empty.
-// `keep_init` keeps the run's --init/--resume when there is no checkpoint to resume from yet.
+// virtual stages, pipeline layers, sequence parallelism, ZeRO, micro-batch, recompute), a schedule
+// of virtual stages or of one stage's ranks only, nor a previous --resume/--init; then the layout's
+// flags, --global-batch, --continue-report when `continue_report` (the job wrote the run's
+// --report-dir log: the relaunch goes on with it), and --resume `resume_dir` when not empty, else
+// the run's own --init/--resume (no checkpoint to resume from yet).
 std::vector<std::string> relaunch_args(const std::vector<std::string>& args, const Layout& layout, int global_batch,
-                                       const std::string& resume_dir);
+                                       const std::string& resume_dir, bool continue_report = false);
 
 // The train flag's value in `args` ("--save DIR" or "--save=DIR"), the last one given; nullopt if absent.
 std::optional<std::string> flag_value(const std::vector<std::string>& args, const std::vector<std::string>& names);
@@ -147,6 +152,8 @@ struct Environment {
   std::function<double()> now;                             // seconds, monotonic
   std::function<void(const std::string& line)> say;         // one line on stderr
   std::function<void(const nlohmann::json& event)> event;   // the JSON stream (and the run log)
+  // Whether the job wrote the run's --report-dir log, which the relaunch then continues. Unset: no.
+  std::function<bool()> report_written;
   // The signal that interrupted the launcher, 0 if none: checked before each probe and launch, so an
   // interruption between jobs starts no other. Unset: never.
   std::function<int()> interrupted;

@@ -116,7 +116,9 @@ std::string layout_problem(const PlanRequest& r) {
     if (m > 1) return "pipedream-2bw runs one chunk a rank (--virtual-stages 1)";
     if (r.micro_batches() < p)
       return "pipedream-2bw needs at least p = " + n(p) + " micro-batches per step (got " + n(r.micro_batches()) + ")";
-    if (l.zero == 3 && l.dp > 1) return "pipedream-2bw keeps two whole weight versions: --zero 3 shards them";
+    if (l.zero == 3 && l.dp * l.cp > 1)  // ZeRO shards over DP × CP
+      return "pipedream-2bw keeps two whole weight versions: --zero 3 shards them over the data-parallel and "
+             "context-parallel ranks";
     if (l.params_dtype == ParamsDType::fp16) return "pipedream-2bw does not run fp16 weights (use bf16)";
   }
   if (l.recompute_layers >= 0 && l.recompute != Recompute::full)

@@ -24,10 +24,21 @@ namespace {
 
 std::string log_path(const std::string& dir) { return (fs::path(dir) / kRunLog).string(); }
 
+// The "event" of the log's last whole line ("" when it has none, or the line is not a record).
+std::string last_event(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!in.eof() && line.find_first_not_of(" \t\r") != std::string::npos) last = line;  // a cut last line is not whole
+  const nlohmann::json record = nlohmann::json::parse(last, nullptr, false);
+  return record.is_object() && record.contains("event") && record["event"].is_string() ? record["event"].get<std::string>()
+                                                                                        : "";
+}
+
 }  // namespace
 
 void check_report_dir(const std::string& dir, const std::string& save, const std::string& trace, bool append,
-                      const OutputRules& rules) {
+                      const OutputRules& rules, bool relaunched) {
   require(!dir.empty(), "--report-dir needs a directory");
   require(save.empty() || (!path_within(dir, save) && !path_within(save, dir)),
           "--report-dir " + dir + " and --save " + save + " overlap: a checkpoint directory holds only the checkpoint");
@@ -55,6 +66,9 @@ void check_report_dir(const std::string& dir, const std::string& save, const std
     require(append || !has_steps || rules.overwrite,
             "--report-dir " + dir + " holds an earlier run's report: continue it with --resume, name a new "
             "directory, or pass --overwrite to start it again");
+    require(!relaunched || !has_steps || last_event(log_path(dir)) == "restart",
+            "--continue-report: --report-dir " + dir + "'s log does not end with lattice launch's restart record "
+            "(it continues only the report of the run the launcher restarted)");
   }
   check_file_writable(log_path(dir), "--report-dir");
 }

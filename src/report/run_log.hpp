@@ -17,10 +17,12 @@ namespace lattice {
 // run.jsonl a lattice run log: core/output_path.hpp's OutputKind::report_dir, under `rules`);
 // neither the checkpoint directory nor inside it (or it inside DIR), nor the trace file. `append` (a
 // resume): the log must be readable to the end. Not `append` (a new run): a log holding steps is an
-// earlier run's report, refused unless rules.overwrite. Anything else is refused with one line
-// (InputError) naming it.
+// earlier run's report, refused unless rules.overwrite. `relaunched` (lattice launch's relaunch,
+// --continue-report, appending without a resume): a log holding steps must end with the launcher's
+// restart record, so that no other run's report is continued. Anything else is refused with one
+// line (InputError) naming it.
 void check_report_dir(const std::string& dir, const std::string& save, const std::string& trace, bool append,
-                      const OutputRules& rules = {});
+                      const OutputRules& rules = {}, bool relaunched = false);
 
 class RunLog {
  public:

@@ -109,6 +109,7 @@ RunRecords read_run_records(const std::string& path) {
   std::string line;
   int64_t number_of_line = 0;
   bool after_start = false;
+  std::string previous_event;  // of the last record read
   while (std::getline(in, line)) {
     ++number_of_line;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -133,14 +134,16 @@ RunRecords read_run_records(const std::string& path) {
     // one would have its start taken for a resume and this run's steps dropped.
     if (event == "start" && run.start.is_object()) {
       const json& settings = field(record, "settings");
-      require(settings.is_string() && (settings.get<std::string>().find("--resume") != std::string::npos ||
-                                       settings.get<std::string>().find("--continue-report") != std::string::npos),
+      const bool relaunch = previous_event == "restart" && settings.is_string() &&
+                            settings.get<std::string>().find("--continue-report") != std::string::npos;
+      require(relaunch || (settings.is_string() && settings.get<std::string>().find("--resume") != std::string::npos),
               path + " line " + std::to_string(number_of_line) +
                   ": a second run starts here, not resumed from the first (two runs' logs joined?): report each "
                   "run's log alone");
     }
     if (event == "start") after_start = true;
     if (event == "step") after_start = false;
+    previous_event = event;
     run.add(record);
   }
   // A finished run may have trained no step (--steps 0 saves the initial weights): its summary stands.

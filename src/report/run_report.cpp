@@ -264,11 +264,12 @@ std::string activations(const RunRecords& run) {
 std::string communication(const RunRecords& run) {
   if (run.summary.is_null()) return html::paragraph("Measured at the end of the run: not yet.", "note");
   const json& ranks = field(field(run.summary, "comm"), "ranks");
-  // The conjugate operators' formula is per layer: each rank's stage holds its own count of layers.
+  // Each rank's formula is its own stage's, for the passes it ran in the last step. A log of an
+  // older lattice has only the formula per layer: times the rank's layers, as that version drew it.
   const double tp_per_layer = number(field(run.summary, "comm"), "tp_bytes_per_layer_formula");
   const json& memory_ranks = field(field(run.summary, "memory"), "ranks");
   html::Table groups;
-  groups.header = {"rank", "tp sent", "tp conjugate operators", "formula (layers × per layer)", "ratio", "dp sent",
+  groups.header = {"rank", "tp sent", "tp conjugate operators", "formula (the rank's stage)", "ratio", "dp sent",
                    "dp formula", "ratio", "pp sent", "ep sent", "ep formula (balanced)", "dp wait (s)"};
   chart::BarChart c;
   c.title = "Bytes sent in the last step, by group";
@@ -284,7 +285,8 @@ std::string communication(const RunRecords& run) {
     double layers = kNaN;
     for (const auto& m : memory_ranks)
       if (number(m, "rank") == number(r, "rank")) layers = double(field(m, "activation_bytes_per_layer").size());
-    const double tp_formula = tp_per_layer * layers, conjugate = number(r, "tp_conjugate");
+    const double tp_formula = r.contains("tp_conjugate_formula") ? number(r, "tp_conjugate_formula") : tp_per_layer * layers;
+    const double conjugate = number(r, "tp_conjugate");
     groups.rows.push_back({rank, bytes_text(number(r, "tp")), bytes_text(conjugate), bytes_text(tp_formula),
                            ratio_text(conjugate, tp_formula), bytes_text(number(r, "dp")),
                            bytes_text(number(r, "dp_formula")), ratio_text(number(r, "dp"), number(r, "dp_formula")),

@@ -178,16 +178,18 @@ void print_comm_report(const nlohmann::json& comm_ranks) {
   for (const auto& r : comm_ranks)
     if (r.contains("cp") && r.value("cp_comm", "") == "p2p")
       std::fprintf(stderr, "  rank %d: cp ring %s (K, V pairs passed on: (3c-2 + c-1 per re-run layer)·2·b·(s/c)·h/t·4 "
-                           "per layer and micro-batch = %s)\n",
+                           "per layer and micro-batch, its stage's = %s)\n",
                    r["rank"].get<int>(), human_bytes(r["cp"].get<double>()).c_str(),
                    human_bytes(r["cp_formula"].get<double>()).c_str());
     else if (r.contains("cp"))
       std::fprintf(stderr, "  rank %d: cp all-to-all %s (Ulysses: (8 + fused + 4 per re-run layer)·(c-1)/c·b·(s/c)·h/t·4 "
-                           "per layer and micro-batch = %s)\n",
+                           "per layer and micro-batch, its stage's = %s)\n",
                    r["rank"].get<int>(), human_bytes(r["cp"].get<double>()).c_str(),
                    human_bytes(r["cp_formula"].get<double>()).c_str());
   if (!comm_ranks.empty())
-    std::fprintf(stderr, "  formulas: tp (4L+2)·2(t-1)/t·sbh·4·n_mb = %s; dp (N-1)/N·4·(2Ψ, ZeRO-2 (n_mb+1)Ψ, ZeRO-3 3Ψ·n_mb) = %s\n",
+    std::fprintf(stderr, "  formulas of rank 0's stage and its last step's passes: tp (4L+2)·2(t-1)/t·sbh·4 a micro-batch "
+                         "(a stage: its layers and end) = %s; dp (N-1)/N·4·(2Ψ an update, ZeRO-2 Ψ a backward + Ψ an "
+                         "update, ZeRO-3 3Ψ a micro-batch) = %s\n",
                  human_bytes(comm_ranks[0]["tp_conjugate_formula"].get<double>()).c_str(),
                  human_bytes(comm_ranks[0]["dp_formula"].get<double>()).c_str());
 }

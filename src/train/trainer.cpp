@@ -215,7 +215,8 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     if (!config_.trace.empty()) check_output_path(config_.trace, OutputKind::trace, "--trace", trace_rules());
     if (!config_.report_dir.empty())
       check_report_dir(config_.report_dir, config_.save, config_.trace,
-                       !config_.resume.empty() || config_.continue_report, output_rules_);
+                       !config_.resume.empty() || config_.continue_report, output_rules_,
+                       config_.continue_report && config_.resume.empty());
     // The offload directory holds only the run's own unlinked states files, but it is made if missing:
     // never inside an input or inside a directory another output owns (a checkpoint replaced whole
     // would refuse to be saved over it, after the whole run).

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 
+#include "analysis/formulas.hpp"
 #include "comm/distributed.hpp"
 #include "core/config.hpp"
 #include "data/loader.hpp"
@@ -24,7 +25,6 @@
 #include "train/loss_scaler.hpp"
 #include "train/loss_spike_guard.hpp"
 #include "train/step_timing.hpp"
-#include "analysis/formulas.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "train/train_config.hpp"
 

@@ -136,6 +136,7 @@ nlohmann::json Trainer::start_record(int world) const {
 analysis::StepPasses Trainer::last_step_passes() {
   using parallel::pipeline::Pass;
   using parallel::pipeline::Phase;
+  if (!stepped_) return {};  // this process trained no step (--steps 0, a resume at --steps): nothing sent
   const int64_t n_mb = config_.global_batch / (config_.micro_batch * layout_.dp);
   if (!pipeline_) return analysis::StepPasses::whole(n_mb);
   // Each of the rank's chunks runs its share of the list's passes (Executor: one list for all chunks).
@@ -198,10 +199,13 @@ void Trainer::summarize(const RunTotals& t) {
   // ends, its passes (a drained PipeDream-2BW step runs more backwards than forwards, and two updates).
   const analysis::StepPasses passes = last_step_passes();
   const std::vector<int> layers_here = local_layers();
-  const analysis::StageTraffic stage{int(layers_here.size()),
-                                     int(std::count_if(layers_here.begin(), layers_here.end(),
-                                                       [&](int l) { return forward_recomputed(recompute[size_t(l)]); })),
-                                     embedding, head, layout_.sequence_parallel};
+  const analysis::StageTraffic stage{
+      .layers = int(layers_here.size()),
+      .reruns = int(std::count_if(layers_here.begin(), layers_here.end(),
+                                  [&](int l) { return forward_recomputed(recompute[size_t(l)]); })),
+      .embedding = embedding,
+      .head = head,
+      .sequence_parallel = layout_.sequence_parallel};
   // Gradients are reduced (and ZeRO shards) over DP × CP (docs/design.md §5.1); the experts' over
   // their expert-DP group, N_d·c/e ranks (§9).
   int64_t expert_psi = 0;
@@ -217,7 +221,7 @@ void Trainer::summarize(const RunTotals& t) {
   // Ulysses' all-to-alls or the ring's transfers (docs/design.md §5.1); under CP each MoE layer's
   // forward (and its re-run) also all-gathers the router logits.
   int64_t moe_layers = 0, moe_reruns = 0;
-  for (int l : local_layers())
+  for (int l : layers_here)
     if (moe.is_moe_layer(l)) ++moe_layers, moe_reruns += forward_recomputed(recompute[size_t(l)]) ? 1 : 0;
   const double cp_formula =
       analysis::cp_bytes(layout_.cp_comm, model_config_.seq_len, config_.micro_batch, model_config_.hidden, layout_.tp,
@@ -227,14 +231,16 @@ void Trainer::summarize(const RunTotals& t) {
                                                          layout_.cp)
                      : 0.0);
   // The all-to-alls if every expert got its share: per MoE layer and micro-batch, dispatch and
-  // combine of the routed rows in forward and the same in backward, and the forward's exchange of E counts.
+  // combine of the routed rows in forward and the same in backward, and the forward's exchange of E
+  // counts; a re-run forward routes again.
   double ep_formula = 0;
   if (moe.enabled() && layout_.ep > 1) {
     // A CP rank routes its s/c positions' share of the micro-batch's assignments.
     const int64_t A = analysis::cp_rank_assignments(moe, int64_t(config_.micro_batch) * model_config_.seq_len, layout_.cp);
-    const double rows = analysis::kMoEAllToAllsPerLayer / 2 * analysis::moe_all_to_all_bytes(A, model_config_.hidden, layout_.ep);
+    const double rows = analysis::kMoEAllToAllsForward * analysis::moe_all_to_all_bytes(A, model_config_.hidden, layout_.ep);
     const double counts = double(layout_.ep - 1) / layout_.ep * moe.experts * 4;
-    ep_formula = double(moe_layers) * (double(passes.forwards) * (rows + counts) + double(passes.backwards) * rows);
+    ep_formula = double(moe_layers) * (double(passes.forwards) * (rows + counts) + double(passes.backwards) * rows) +
+                 double(passes.backwards * moe_reruns) * (rows + counts);
   }
 
   const auto& ms = MemoryTracker::model_states();
@@ -249,7 +255,7 @@ void Trainer::summarize(const RunTotals& t) {
   mine.push_back(int64_t(parallel::conjugate_traffic().regather));
   mine.push_back(states_->transient_peak_bytes());
   mine.push_back(model_->num_params());  // this rank's Ψ (its TP shard of its stage)
-  mine.push_back(int64_t(dp_formula));
+  mine.push_back(std::llround(dp_formula));
   mine.push_back(optimizer_->state_bytes());
   mine.push_back(MemoryTracker::model_states().peak_bytes());  // since start: setup included
   mine.push_back(int64_t(states_->wait_seconds() * 1e6));  // µs, the last step
@@ -257,7 +263,7 @@ void Trainer::summarize(const RunTotals& t) {
   mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::ep)]);         // [22]
   mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::expert_dp)]);  // [23]
   mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::cp)]);         // [24]
-  mine.push_back(int64_t(expert_dp_formula));                            // [25]
+  mine.push_back(std::llround(expert_dp_formula));                            // [25]
   mine.push_back(std::llround(tp_formula));                              // [26]
   mine.push_back(std::llround(cp_formula));                              // [27]
   mine.push_back(std::llround(ep_formula));                              // [28]
@@ -344,10 +350,10 @@ void Trainer::summarize(const RunTotals& t) {
   // Model FLOPs over the capacity of every rank together (Σ ranks' peaks): docs/mfu.md.
   const double mfu =
       t.timed_steps && t.peak.total > 0 ? t.step_flops * double(t.timed_steps) / t.total_s / t.peak.total : 0.0;
-  // One layer's conjugates in the logging rank's last step (its passes; a re-run's not counted).
-  const double tp_layer_formula =
-      analysis::tp_conjugate_bytes(model_config_.seq_len / layout_.cp, config_.micro_batch, model_config_.hidden,
-                                   layout_.tp, {1, 0, false, false, layout_.sequence_parallel}, passes);
+  // One layer's conjugates in all of the logging rank's passes of the last step (a re-run's not counted).
+  const double tp_layer_formula = analysis::tp_conjugate_bytes(
+      model_config_.seq_len / layout_.cp, config_.micro_batch, model_config_.hidden, layout_.tp,
+      {.layers = 1, .sequence_parallel = layout_.sequence_parallel}, passes);
   std::vector<double> rank0_layer_bytes;
   // Measured by layer through the model's layer regions (core/region.hpp).
   auto tp_bytes_of = [](int l) {
@@ -420,8 +426,8 @@ void Trainer::summarize(const RunTotals& t) {
       for (int l : local_layers())
         std::fprintf(stderr, " L%d %s", l, human_bytes(tp_bytes_of(l)).c_str());
       std::fprintf(stderr,
-                   "\n  per layer by the formula (conjugate operators; SP adds its re-gathers): 2·2(t-1)/t·b(s/c)h·4 a "
-                   "forward and a backward = %s\n",
+                   "\n  per layer by the formula (conjugate operators; SP adds its re-gathers): 2·2(t-1)/t·b(s/c)h·4 "
+                   "a forward, as much a backward, over rank 0's passes of the step = %s\n",
                    human_bytes(tp_layer_formula).c_str());
     }
   }

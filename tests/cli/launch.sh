@@ -155,7 +155,7 @@ printf 'init = "ck_seed"\n' > init.toml
 usage "--init from --config" 1 "--init set by --config init.toml: under launch give it on the command line" \
   --hostfile hosts -- train "${MODEL[@]}" --steps 2 --save ck_cfginit --config init.toml
 printf 'tensor-model-parallel-size = 2\nsequence-parallel = true\n' > sp.toml
-usage "a layout from --config" 1 "--tensor-model-parallel-size set by --config sp.toml: under launch give it on the command line" \
+usage "a layout from --config" 1 "--sequence-parallel set by --config sp.toml: under launch give it on the command line" \
   --hostfile hosts -- train "${MODEL[@]}" --steps 2 --save ck_cfginit --config sp.toml
 printf 'schedule = "zb-h1"\n' > zb.toml
 usage "a pipeline's schedule from --config" 1 "--schedule set by --config zb.toml" \
@@ -190,6 +190,17 @@ usage "a job that exits 0 without training" 1 "the job exited 0, but ck_nothing 
 usage "exits 0 without training, an older run's checkpoint in --save" 1 \
   "the job exited 0, but ck_seed holds no checkpoint of this launch (an older run's), not step 2" \
   --hostfile hosts --mpirun fake/nothing -- train "${MODEL[@]}" --steps 2 --save ck_seed
+# The batch in --config is taken (every relaunch gives it again on the command line, which wins): the
+# job runs (here the fake one, whose exit 0 without training is the line below).
+NOBATCH=(); skip=0
+for a in "${MODEL[@]}"; do
+  if [ "$skip" = 1 ]; then skip=0; continue; fi
+  case $a in --micro-batch|--global-batch) skip=1; continue ;; esac
+  NOBATCH+=("$a")
+done
+printf 'micro-batch = 2\nglobal-batch = 8\ntensor-model-parallel-size = 1\n' > batch.toml
+usage "the batch and sizes from --config: taken" 1 "the job exited 0, but ck_batchcfg holds no checkpoint, not step 2" \
+  --hostfile hosts --mpirun fake/nothing -- train "${NOBATCH[@]}" --steps 2 --save ck_batchcfg --config batch.toml
 # The launcher's own memory (about 15 MiB here) and its 1 MiB line buffer, far below the 64 MiB it held.
 check "64 MiB without a newline: the launcher stays below 40 MiB (max RSS $(cat noline.rss) KiB)" \
   test "$(tail -1 noline.rss)" -lt 40960

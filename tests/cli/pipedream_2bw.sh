@@ -73,13 +73,15 @@ layout pp2_uneven 2 "${P2[@]}" --pipeline-layers 3,1
 # p − r − 1 backwards beside the step's own, and two updates. Each rank's formulas count its passes.
 check "the drained last step's TP and DP bytes are each rank's formulas" "$PY" -c "
 import json, sys
-for f in ['tp2_pp2_sp', 'pp2_dp2', 'pp2_dp2_zero1', 'pp2_dp2_zero2']:
+for f, zero in [('tp2_pp2_sp', False), ('pp2_dp2', False), ('pp2_dp2_zero1', True), ('pp2_dp2_zero2', True)]:
     for r in [json.loads(l) for l in open(f + '.jsonl')][-1]['comm']['ranks']:
         print(f, r['rank'], r['tp_conjugate'], r['tp_conjugate_formula'], r['dp'], r['dp_formula'])
         if abs(r['tp_conjugate'] - r['tp_conjugate_formula']) > 1: sys.exit('%s: tp %s' % (f, r))
-        # Beyond the gradients the DP group (2 ranks) carries the step's loss, an fp32 pair gathered
-        # (8 bytes to the other rank), and under ZeRO each of the two updates' norm sums (16 bytes).
-        if not (0 <= r['dp'] - r['dp_formula'] <= 8 + 2 * 16): sys.exit('%s: dp %s' % (f, r))
+        # Beyond the gradients the DP group (2 ranks; none under TP 2 x PP 2) carries the step's loss,
+        # an fp32 pair gathered (8 bytes to the other rank), and under ZeRO each of the two updates'
+        # norm sums (an all-reduce of 16 bytes: 16 sent).
+        extra = (8 + (2 * 16 if zero else 0)) if 'dp2' in f else 0
+        if r['dp'] - r['dp_formula'] != extra: sys.exit('%s: dp %s, %d beyond the formula' % (f, r, extra))
 "
 run clip_one 1 --clip-grad 0.05
 run pp2_dp2_clip 4 "${P2[@]}" --clip-grad 0.05 --zero 1

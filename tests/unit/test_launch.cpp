@@ -158,11 +158,24 @@ TEST(LaunchArgs, RelaunchReplacesTheLayoutAndResumes) {
   const std::vector<std::string> want = {"--data", "d", "--save", "ck", "--save-every", "3", "--json",
                                          "--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", "1",
                                          "--micro-batch", "4", "--recompute", "none", "--global-batch", "8",
-                                         "--continue-report", "--resume", "ck"};
+                                         "--resume", "ck"};
   EXPECT_EQ(out, want);
-  // A relaunch of a relaunch names --continue-report once.
-  const auto again = relaunch_args(out, l, 8, "ck");
+  // The job wrote the run's --report-dir log: the relaunch continues it, named once however often relaunched.
+  const auto continued = relaunch_args(out, l, 8, "ck", true);
+  EXPECT_EQ(std::count(continued.begin(), continued.end(), "--continue-report"), 1);
+  EXPECT_EQ(std::count(continued.begin(), continued.end(), "--resume"), 1);
+  const auto again = relaunch_args(continued, l, 8, "ck", true);
   EXPECT_EQ(std::count(again.begin(), again.end(), "--continue-report"), 1);
+  EXPECT_EQ(relaunch_args(continued, l, 8, "ck", false), want);  // and not when it did not
+  // The interleaved schedule needs virtual stages, which a relaunch's layout has not: dropped on any
+  // number of stages (train refused it, and the job was lost); zero bubble only on one stage.
+  Layout two_stages = l;
+  two_stages.pp = 2;
+  for (const std::vector<std::string>& schedule :
+       {std::vector<std::string>{"--schedule", "interleaved"}, std::vector<std::string>{"--schedule=interleaved"}})
+    EXPECT_EQ(flag_value(relaunch_args(schedule, two_stages, 8, ""), {"--schedule"}), std::nullopt);
+  EXPECT_EQ(flag_value(relaunch_args({"--schedule", "zb-h1"}, two_stages, 8, ""), {"--schedule"}), "zb-h1");
+  EXPECT_EQ(flag_value(relaunch_args({"--schedule", "zb-h1"}, l, 8, ""), {"--schedule"}), std::nullopt);
   // Nothing saved yet: the run's own --init stays (from step 0).
   const auto fresh = relaunch_args(args, l, 8, "");
   EXPECT_EQ(std::vector<std::string>(fresh.end() - 2, fresh.end()),

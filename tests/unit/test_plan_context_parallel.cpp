@@ -246,3 +246,24 @@ TEST(PlanSearch, TriesContextParallelForMoE) {
   }
   EXPECT_TRUE(cp_with_folded_ep);
 }
+
+// PipeDream-2BW keeps two whole weight versions: ZeRO-3 shards over DP × CP, so the planner refuses it
+// over CP ranks as the trainer does (it offered the layout train refused), and allows it on one rank.
+TEST(PlanContextParallel, PipeDream2bwRefusesZero3OverTheContextParallelRanks) {
+  PlanRequest r = one_sequence_split(2);
+  r.layout.pp = 2;
+  r.gpus = 4;
+  r.pipedream_2bw = true;
+  r.layout.zero = 3;
+  EXPECT_NE(layout_problem(r).find("--zero 3 shards them over the data-parallel and context-parallel ranks"),
+            std::string::npos)
+      << layout_problem(r);
+  r.layout.zero = 2;
+  EXPECT_EQ(layout_problem(r), "");
+  PlanRequest alone = one_sequence_split(1);
+  alone.layout.pp = 2;
+  alone.gpus = 2;
+  alone.pipedream_2bw = true;
+  alone.layout.zero = 3;
+  EXPECT_EQ(layout_problem(alone), "");
+}
