@@ -601,6 +601,25 @@ int run_launch(int argc, char** argv) {
       require(arg != own && arg.rfind(std::string(own) + "=", 0) != 0,
               "--mpi-arg " + arg + ": the launcher reads the job's output line by line as the ranks write it "
               "(and mpirun's notice of a rank's end)");
+  // Nor where the ranks go: a lost rank's host is the one whose slots hold its number, in the
+  // hostfile's order, as mpirun places ranks by slot (its default); --map-by node would put rank 1
+  // on the second host, and a healthy host could be dropped for good.
+  for (size_t i = 0; i < f.mpi_args.size(); ++i) {
+    const std::string& arg = f.mpi_args[i];
+    for (const char* own : {"--map-by", "-map-by", "--rank-by", "-rank-by"}) {
+      const std::string name = own;
+      const bool inline_value = arg.rfind(name + "=", 0) == 0;
+      if (arg != name && !inline_value) continue;
+      const std::string value = inline_value ? arg.substr(name.size() + 1) : i + 1 < f.mpi_args.size() ? f.mpi_args[i + 1] : "";
+      require(value.rfind("slot", 0) == 0 || value.rfind("core", 0) == 0,
+              "--mpi-arg " + name + " " + value + ": the launcher finds a lost rank's host by the hostfile's slot "
+              "order, as mpirun places ranks by slot (" + name + " slot or core only)");
+    }
+    for (const char* own : {"--ppr", "-ppr", "--npersocket", "-npersocket", "--pernode", "-pernode"})
+      require(arg != own && arg.rfind(std::string(own) + "=", 0) != 0,
+              "--mpi-arg " + arg + ": the launcher finds a lost rank's host by the hostfile's slot order, as mpirun "
+              "places ranks by slot");
+  }
   // The same set as MCA parameters (--mca orte_tag_output 1, or OMPI_MCA_orte_tag_output in the environment).
   const auto output_parameter = [](const std::string& text) {
     for (const char* key : {"tag_output", "timestamp_output", "output_filename", "xml_output", "xterm"})

@@ -57,6 +57,8 @@ status=$?
 check "bad input: exit 1, not restarted (got $status)" test "$status" -eq 1 -a "$(grep -c 'restart ' bad.err)" -eq 0
 # train's line alone: mpirun's notice of a non-zero exit (about 12 lines) and the launcher's own are left out.
 check "bad input: train's one line" bash -c "[ \$(wc -l < bad.err) -eq 1 ] && grep -q '^lattice train: error: --lr' bad.err"
+usage "--mpi-arg --map-by node" 1 "--mpi-arg --map-by node: the launcher finds a lost rank's host by the hostfile's slot order" \
+  --hostfile hosts --mpi-arg=--map-by --mpi-arg=node -- train "${MODEL[@]}" --steps 2 --save ck
 usage "--mpi-arg=--tag-output" 1 "--mpi-arg --tag-output: the launcher reads the job's output line by line" \
   --hostfile hosts --mpi-arg=--tag-output -- train "${MODEL[@]}" --steps 2 --save ck
 
