@@ -583,27 +583,27 @@ int run_launch(int argc, char** argv) {
                                     ": under launch give it on the command line, where a restart replaces it "
                                     "(with the new layout's, or with the resume)");
   }
-  // What the launcher decides itself: the ranks and where they run (an -np of mpi-arg's won over the
-  // launcher's, and restarts were planned for slots the job did not use).
+  // The mpirun options the launcher owns, by why: the ranks and hosts (an -np of mpi-arg's won over the
+  // launcher's, and restarts were planned for slots the job did not use); the job's output, which it
+  // reads line by line (steps, lost ranks, --json passed through as JSON); where the ranks go (a lost
+  // rank's host is the one whose slots hold its number, in the hostfile's order, as mpirun places
+  // ranks by slot, its default: --ppr or --pernode would put rank 1 on the second host, and a
+  // healthy host could be dropped for good).
+  const std::pair<std::vector<const char*>, const char*> owned[] = {
+      {{"-np", "--np", "-n", "--n", "-c", "-N", "--npernode", "-npernode", "--hostfile", "-hostfile", "--machinefile",
+        "-machinefile", "--default-hostfile", "--host", "-host", "-H", "--rankfile", "-rf"},
+       "the launcher sets the ranks and hosts itself (from --hostfile)"},
+      {{"--tag-output", "-tag-output", "--timestamp-output", "-timestamp-output", "--xml", "-xml", "--output-filename",
+        "-output-filename", "--merge-stderr-to-stdout", "-merge-stderr-to-stdout", "--output", "-output", "--xterm",
+        "-xterm", "-q", "--quiet", "-quiet"},
+       "the launcher reads the job's output line by line as the ranks write it (and mpirun's notice of a rank's end)"},
+      {{"--ppr", "-ppr", "--npersocket", "-npersocket", "--pernode", "-pernode"},
+       "the launcher finds a lost rank's host by the hostfile's slot order, as mpirun places ranks by slot"}};
   for (const std::string& arg : f.mpi_args)
-    for (const char* own : {"-np", "--np", "-n", "--n", "-c", "-N", "--npernode", "-npernode", "--hostfile",
-                            "-hostfile", "--machinefile", "-machinefile", "--default-hostfile", "--host", "-host",
-                            "-H", "--rankfile", "-rf"})
-      require(arg != own && arg.rfind(std::string(own) + "=", 0) != 0,
-              "--mpi-arg " + arg + ": the launcher sets the ranks and hosts itself (from --hostfile)");
-  // Nor what mpirun does to the job's output, which the launcher reads line by line (steps, lost ranks,
-  // --json passed through as JSON).
-  for (const std::string& arg : f.mpi_args)
-    for (const char* own : {"--tag-output", "-tag-output", "--timestamp-output", "-timestamp-output", "--xml", "-xml",
-                            "--output-filename", "-output-filename", "--merge-stderr-to-stdout",
-                            "-merge-stderr-to-stdout", "--output", "-output", "--xterm", "-xterm", "-q", "--quiet",
-                            "-quiet"})
-      require(arg != own && arg.rfind(std::string(own) + "=", 0) != 0,
-              "--mpi-arg " + arg + ": the launcher reads the job's output line by line as the ranks write it "
-              "(and mpirun's notice of a rank's end)");
-  // Nor where the ranks go: a lost rank's host is the one whose slots hold its number, in the
-  // hostfile's order, as mpirun places ranks by slot (its default); --map-by node would put rank 1
-  // on the second host, and a healthy host could be dropped for good.
+    for (const auto& [names, why] : owned)
+      for (const char* own : names)
+        require(arg != own && arg.rfind(std::string(own) + "=", 0) != 0, "--mpi-arg " + arg + ": " + why);
+  // The placement flags that take a value: slot and core place as mpirun's default does.
   for (size_t i = 0; i < f.mpi_args.size(); ++i) {
     const std::string& arg = f.mpi_args[i];
     for (const char* own : {"--map-by", "-map-by", "--rank-by", "-rank-by"}) {
@@ -615,10 +615,6 @@ int run_launch(int argc, char** argv) {
               "--mpi-arg " + name + " " + value + ": the launcher finds a lost rank's host by the hostfile's slot "
               "order, as mpirun places ranks by slot (" + name + " slot or core only)");
     }
-    for (const char* own : {"--ppr", "-ppr", "--npersocket", "-npersocket", "--pernode", "-pernode"})
-      require(arg != own && arg.rfind(std::string(own) + "=", 0) != 0,
-              "--mpi-arg " + arg + ": the launcher finds a lost rank's host by the hostfile's slot order, as mpirun "
-              "places ranks by slot");
   }
   // The same set as MCA parameters (--mca orte_tag_output 1, or OMPI_MCA_orte_tag_output in the environment).
   const auto output_parameter = [](const std::string& text) {

@@ -416,8 +416,9 @@ StepResult Trainer::run_step() {
 
   TraceSpan optimizer_span(Trace::Kind::optimizer, -1, -1, step_ - 1);
   using parallel::pipeline::Phase;
-  if (phase == Phase::steady || phase == Phase::last) apply_update(batch - 1, r);  // its tail ran in this step
-  if (drains) apply_update(batch, r);
+  last_step_updates_ = 0;
+  if (phase == Phase::steady || phase == Phase::last) apply_update(batch - 1, r), ++last_step_updates_;  // its tail ran here
+  if (drains) apply_update(batch, r), ++last_step_updates_;
   after_drain_ = drains;
   return finish_step(r, t0);
 }

@@ -127,6 +127,7 @@ class Trainer {
   bool drains_after(int64_t step) const;
   bool after_drain_ = true;  // the next step starts the stream (the run's start, a resume, a drain)
   parallel::pipeline::Phase last_phase_ = parallel::pipeline::Phase::whole;  // the last step's
+  int last_step_updates_ = 0;  // and the updates it applied (PipeDream-2BW: 0 to 2)
   // The passes this rank ran in the last step, which its traffic formulas count (trainer_summary.cpp).
   analysis::StepPasses last_step_passes();
   // The loss of the newest weights on a batch they have not trained on (forward and backward as a

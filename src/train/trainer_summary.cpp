@@ -135,7 +135,6 @@ nlohmann::json Trainer::start_record(int world) const {
 
 analysis::StepPasses Trainer::last_step_passes() {
   using parallel::pipeline::Pass;
-  using parallel::pipeline::Phase;
   if (!stepped_) return {};  // this process trained no step (--steps 0, a resume at --steps): nothing sent
   const int64_t n_mb = config_.global_batch / (config_.micro_batch * layout_.dp);
   if (!pipeline_) return analysis::StepPasses::whole(n_mb);
@@ -143,11 +142,8 @@ analysis::StepPasses Trainer::last_step_passes() {
   const auto& actions = pipeline_->actions(last_phase_);
   const auto count = [&](auto of_kind) { return int64_t(std::count_if(actions.begin(), actions.end(), of_kind)); };
   const int64_t m = layout_.virtual_stages;
-  // An update completes a batch: the previous one's in a steady or draining step, the step's own when it drains.
-  const int64_t updates = (last_phase_ == Phase::steady || last_phase_ == Phase::last ? 1 : 0) +
-                          (last_phase_ == Phase::whole || last_phase_ == Phase::last ? 1 : 0);
   return {count([](const auto& a) { return a.pass == Pass::forward; }) / m,
-          count([](const auto& a) { return parallel::pipeline::is_backward(a.pass); }) / m, updates};
+          count([](const auto& a) { return parallel::pipeline::is_backward(a.pass); }) / m, last_step_updates_};
 }
 
 void Trainer::summarize(const RunTotals& t) {
@@ -263,7 +259,7 @@ void Trainer::summarize(const RunTotals& t) {
   mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::ep)]);         // [22]
   mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::expert_dp)]);  // [23]
   mine.push_back(step_sent_bytes_[size_t(comm::GroupKind::cp)]);         // [24]
-  mine.push_back(std::llround(expert_dp_formula));                            // [25]
+  mine.push_back(std::llround(expert_dp_formula));                       // [25]
   mine.push_back(std::llround(tp_formula));                              // [26]
   mine.push_back(std::llround(cp_formula));                              // [27]
   mine.push_back(std::llround(ep_formula));                              // [28]

@@ -18,6 +18,12 @@ echo "localhost slots=2" > hosts
 MODEL=(--data data --layers 2 --hidden 64 --heads 4 --seq-len 32 --micro-batch 2 --global-batch 8 --dropout 0.1
        --threads 1 --json)
 L=(timeout 200 "$LATTICE" launch --hostfile hosts --mpi-arg=--oversubscribe --no-progress-timeout 60)
+NOBATCH=(); skip=0
+for a in "${MODEL[@]}"; do  # MODEL without its batch flags
+  if [ "$skip" = 1 ]; then skip=0; continue; fi
+  case $a in --micro-batch|--global-batch) skip=1; continue ;; esac
+  NOBATCH+=("$a")
+done
 
 usage() {  # usage NAME WANT PATTERN ARGS...
   local name=$1 want=$2 pattern=$3; shift 3
@@ -133,12 +139,7 @@ assert e.count('start') == 2 and e.count('restart') == 1 and r[-1]['event'] == '
 # save: the restart resumes that checkpoint again, says so, and pins the run's global batch (the launcher
 # pinned the defaults' 16 x 2, which train refused as another data order).
 "$LATTICE" train "${MODEL[@]}" --steps 2 --save ck_own > /dev/null 2>&1
-KILL_MODEL=(); skip=0
-for a in "${MODEL[@]}"; do  # MODEL without its batch flags
-  if [ "$skip" = 1 ]; then skip=0; continue; fi
-  case $a in --micro-batch|--global-batch) skip=1; continue ;; esac
-  KILL_MODEL+=("$a")
-done
+KILL_MODEL=("${NOBATCH[@]}")
 kill_at own 5 --resume ck_own --save-every 1000
 unset KILL_MODEL
 check "its own --resume, restarted before a save: exit 0 (got $STATUS)" test "$STATUS" -eq 0
@@ -194,12 +195,6 @@ usage "exits 0 without training, an older run's checkpoint in --save" 1 \
   --hostfile hosts --mpirun fake/nothing -- train "${MODEL[@]}" --steps 2 --save ck_seed
 # The batch in --config is taken (every relaunch gives it again on the command line, which wins): the
 # job runs (here the fake one, whose exit 0 without training is the line below).
-NOBATCH=(); skip=0
-for a in "${MODEL[@]}"; do
-  if [ "$skip" = 1 ]; then skip=0; continue; fi
-  case $a in --micro-batch|--global-batch) skip=1; continue ;; esac
-  NOBATCH+=("$a")
-done
 printf 'micro-batch = 2\nglobal-batch = 8\ntensor-model-parallel-size = 1\n' > batch.toml
 usage "the batch and sizes from --config: taken" 1 "the job exited 0, but ck_batchcfg holds no checkpoint, not step 2" \
   --hostfile hosts --mpirun fake/nothing -- train "${NOBATCH[@]}" --steps 2 --save ck_batchcfg --config batch.toml
