@@ -671,7 +671,11 @@ int run_launch(int argc, char** argv) {
   for (const Host& h : hosts)
     if (!launch::is_local_host(h.name, this_hostname()) && !host_answers(h, f.probe_timeout, f.mpi_args))
       silent.push_back(h.name);
-  if (g_signal != 0) return 128 + g_signal;
+  if (g_signal != 0) {
+    std::fprintf(stderr, "lattice launch: interrupted (%s) while the hosts were asked; no job was started\n",
+                 strsignal(g_signal));
+    return 128 + g_signal;
+  }
   if (!silent.empty()) {
     std::string names;
     for (const std::string& n : silent) names += (names.empty() ? "" : ", ") + n;
