@@ -11,7 +11,7 @@
 // past CUDA's limits or its kernel's __launch_bounds__, dynamic shared memory past the card's or past
 // 48 KiB on a kernel not opted in to it (cudaFuncSetAttribute). Device memory is host memory ending
 // at a guard page (rounded to 256 bytes as cudaMalloc aligns), so a read well past a buffer's end
-// faults. One header past the usual length on purpose: it stands in for cuda_runtime.h, which the
+// faults, and filled with 0xff bytes (NaN), so a result never written shows. One header past the usual length on purpose: it stands in for cuda_runtime.h, which the
 // sources include as one file.
 #include <setjmp.h>
 #include <sys/mman.h>
@@ -444,15 +444,36 @@ inline std::map<void*, Allocation>& allocations() {
   static std::map<void*, Allocation> a;
   return a;
 }
+// Freed mappings by their length, guard page kept, handed to the next allocation of that length: a
+// fresh mapping's every page faults once, which took a sixth of the kernel check's time. At most
+// 1 GiB is kept. Every allocation is filled with 0xff bytes (NaN as fp32 and bf16), as dynamic shared
+// memory is: neither zeros nor what the buffer last held can pass for a result a kernel did not write.
+struct FreeMaps {
+  std::multimap<size_t, char*> maps;
+  size_t bytes = 0;
+};
+inline FreeMaps& free_maps() {
+  static FreeMaps f;
+  return f;
+}
 }  // namespace sim
 
 inline cudaError_t cudaMalloc(void** p, size_t bytes) {
   const size_t page = size_t(sysconf(_SC_PAGESIZE)), rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
   const size_t pages = (rounded + page - 1) / page + 1;
-  char* m = static_cast<char*>(mmap(nullptr, pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  if (m == MAP_FAILED) return cudaErrorMemoryAllocation;
-  mprotect(m + (pages - 1) * page, page, PROT_NONE);
+  char* m = nullptr;
+  sim::FreeMaps& kept = sim::free_maps();
+  if (auto it = kept.maps.find(pages * page); it != kept.maps.end()) {
+    m = it->second;
+    kept.bytes -= pages * page;
+    kept.maps.erase(it);
+  } else {
+    m = static_cast<char*>(mmap(nullptr, pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (m == MAP_FAILED) return cudaErrorMemoryAllocation;
+    mprotect(m + (pages - 1) * page, page, PROT_NONE);
+  }
   char* at = m + (pages - 1) * page - rounded;
+  std::memset(at, 0xff, rounded);  // fresh or reused, what a kernel reads before anything wrote it shows
   sim::allocations()[at] = {m, pages * page};
   *p = at;
   return cudaSuccess;
@@ -469,7 +490,13 @@ inline cudaError_t cudaFree(void* p) {
   auto& a = sim::allocations();
   auto it = a.find(p);
   if (it == a.end()) return cudaErrorInvalidValue;
-  munmap(it->second.map, it->second.map_bytes);
+  sim::FreeMaps& kept = sim::free_maps();
+  if (kept.bytes + it->second.map_bytes <= (size_t(1) << 30)) {
+    kept.maps.emplace(it->second.map_bytes, it->second.map);
+    kept.bytes += it->second.map_bytes;
+  } else {
+    munmap(it->second.map, it->second.map_bytes);
+  }
   a.erase(it);
   return cudaSuccess;
 }
