@@ -18,22 +18,38 @@ read -r -a CUDA_HOST_SANITIZE <<<"${CUDA_HOST_SANITIZE_FLAGS:--fsanitize=alignme
 cuda_host_rewrite() {
   local root=$1 dest=$2 f
   mkdir -p "$dest/cuda"
-  cp "$root"/src/cuda/*.cu "$root"/src/cuda/*.cuh "$root"/src/cuda/*.hpp "$dest/cuda/"
-  rm "$dest/cuda/gemm.cu"
-  for f in "$dest"/cuda/*.cu "$dest"/cuda/*.cuh; do
-    cuda_host_rewrite_launches "$f" || return 1
+  for f in "$root"/src/cuda/*.cu "$root"/src/cuda/*.cuh "$root"/src/cuda/*.hpp; do
+    [[ $(basename "$f") == gemm.cu ]] && continue  # compiled as it is, against the simulated cuBLASLt
+    cuda_host_rewrite_file "$root" "$dest" "$(basename "$f")" || return 1
   done
-  {
-    sed -n '1,/^namespace lattice::cuda::mma {/p' "$root/src/cuda/mma.cuh"
-    echo 'using namespace detail;'
-    cat "$root/tests/host_sim/mma_emulated.inc"
-    # The header's fragment loads on (the line that opens them, and what follows).
-    sed -n "/^\/\/ ---- The fragments' loads/,\$p" "$root/src/cuda/mma.cuh"
-  } >"$dest/cuda/mma.cuh"
-  if ! grep -q 'load_b2_trans' "$dest/cuda/mma.cuh" || ! grep -q 'a_from_c' "$dest/cuda/mma.cuh"; then
-    echo "cuda-host: could not cut mma.cuh (markers moved?)" >&2
-    return 1
+}
+
+# cuda_host_rewrite_file ROOT DEST NAME: src/cuda/NAME rewritten into DEST/cuda/NAME (the build's
+# rule for each file: tests/host_sim/host_sim.cmake). mma.cuh's PTX becomes the emulation.
+cuda_host_rewrite_file() {
+  local root=$1 dest=$2 name=$3
+  mkdir -p "$dest/cuda"
+  if [[ $name == mma.cuh ]]; then
+    {
+      sed -n '1,/^namespace lattice::cuda::mma {/p' "$root/src/cuda/mma.cuh"
+      echo 'using namespace detail;'
+      cat "$root/tests/host_sim/mma_emulated.inc"
+      # The header's fragment loads on (the line that opens them, and what follows).
+      sed -n "/^\/\/ ---- The fragments' loads/,\$p" "$root/src/cuda/mma.cuh"
+    } >"$dest/cuda/mma.cuh.tmp"
+    if ! grep -q 'load_b2_trans' "$dest/cuda/mma.cuh.tmp" || ! grep -q 'a_from_c' "$dest/cuda/mma.cuh.tmp"; then
+      echo "cuda-host: could not cut mma.cuh (markers moved?)" >&2
+      rm -f "$dest/cuda/mma.cuh.tmp"
+      return 1
+    fi
+    mv "$dest/cuda/mma.cuh.tmp" "$dest/cuda/mma.cuh"
+    return 0
   fi
+  cp "$root/src/cuda/$name" "$dest/cuda/$name.tmp"
+  if [[ $name != *.hpp ]]; then
+    cuda_host_rewrite_launches "$dest/cuda/$name.tmp" || { rm -f "$dest/cuda/$name.tmp"; return 1; }
+  fi
+  mv "$dest/cuda/$name.tmp" "$dest/cuda/$name"
 }
 
 # cuda_host_rewrite_launches FILE: FILE's launches and dynamic shared arrays rewritten in place (what
@@ -43,7 +59,7 @@ cuda_host_rewrite() {
 # (a GPU refuses a larger launch: too many resources requested).
 cuda_host_rewrite_launches() {
   local f=$1
-  FILE=$(basename "$f") perl -0777 -pi -e '
+  FILE=$(basename "${f%.tmp}") perl -0777 -pi -e '
     s{([A-Za-z_][\w:]*(?:<[^;{}]*?>)?)<<<([^;]*?)>>>\(([^;]*?)\);}{
       my ($kernel, $cfg, $args) = ($1, $2, $3);
       my $line = 1 + (substr($_, 0, $-[0]) =~ tr/\n//);

@@ -18,7 +18,13 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "$1" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$root/scripts/cuda-host-trainer.sh" "$build" "$work/sim" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+# The build's program (tests/host_sim/host_sim.cmake, CUDA_HOST_TRAINER_PROGRAM) or one built here.
+if [[ -n ${CUDA_HOST_TRAINER_PROGRAM:-} ]]; then
+  [[ -x $CUDA_HOST_TRAINER_PROGRAM ]] || { echo "trainer_parity: $CUDA_HOST_TRAINER_PROGRAM is not a program" >&2; exit 1; }
+  mkdir -p "$work/sim" && ln -s "$CUDA_HOST_TRAINER_PROGRAM" "$work/sim/lattice"
+else
+  "$root/scripts/cuda-host-trainer.sh" "$build" "$work/sim" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+fi
 cd "$work"
 python3 -c "
 import random
