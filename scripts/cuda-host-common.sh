@@ -70,11 +70,11 @@ cuda_host_rewrite_launches() {
     s#(__launch_bounds__\(([^(),]*)[^()]*\)[^{;]*?[{])#$1 sim::launch_bound($2);#g;
   ' "$f"
   if grep -q '<<<\|extern __shared__' "$f"; then
-    echo "cuda-host: a launch or dynamic shared array in $(basename "$f") the rewrite did not take" >&2
+    echo "cuda-host: a launch or dynamic shared array in $(basename "${f%.tmp}") the rewrite did not take" >&2
     return 1
   fi
   if [[ $(grep -o '__launch_bounds__(' "$f" | wc -l) != $(grep -o 'sim::launch_bound(' "$f" | wc -l) ]]; then
-    echo "cuda-host: a __launch_bounds__ in $(basename "$f") the rewrite did not take" >&2
+    echo "cuda-host: a __launch_bounds__ in $(basename "${f%.tmp}") the rewrite did not take" >&2
     return 1
   fi
 }

@@ -668,9 +668,11 @@ int run_launch(int argc, char** argv) {
   // Every host of the hostfile answers before the first job (as a restart asks): one that does not
   // is named here, not left to mpirun's pages about an unreachable daemon.
   std::vector<std::string> silent;
-  for (const Host& h : hosts)
+  for (const Host& h : hosts) {
+    if (g_signal != 0) break;
     if (!launch::is_local_host(h.name, this_hostname()) && !host_answers(h, f.probe_timeout, f.mpi_args))
       silent.push_back(h.name);
+  }
   if (g_signal != 0) {
     std::fprintf(stderr, "lattice launch: interrupted (%s) while the hosts were asked; no job was started\n",
                  strsignal(g_signal));

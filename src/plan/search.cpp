@@ -6,7 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
-#include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "core/error.hpp"
@@ -215,37 +215,42 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
   const std::vector<LayoutPoint> points = layout_points(base, hw);
   // The points are weighed on every usable CPU, each taking the next unweighed one; their outcomes
   // are kept by point and merged in the points' order, so the ranking (its ties included) and the
-  // counts are those of one thread. The first error any thread meets is the search's.
+  // counts are those of one thread, and so is an error: the lowest point's that failed. This machine's
+  // own rates (--hardware local) time each GEMM shape once, when first asked, into a cache: one thread
+  // then, so that no timing runs beside the search's other work.
   std::vector<PointOutcome> outcomes(points.size());
+  std::vector<std::exception_ptr> errors(points.size());
   std::atomic<size_t> next{0}, considered{0};
   std::atomic<bool> stop{false};
-  std::exception_ptr error;
-  std::mutex error_guard;
   const auto work = [&](bool reports) {
     double next_report = 10.0;
     for (size_t i; !stop.load(std::memory_order_relaxed) && (i = next.fetch_add(1)) < points.size();) {
       try {
         outcomes[i] = weigh_point(base, hw, points[i]);
+        considered += outcomes[i].considered;
+        if (reports && progress) {  // on the calling thread only: the callback need not be thread-safe
+          const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+          if (s >= next_report) progress(considered.load(), s), next_report = s + 10.0;
+        }
       } catch (...) {
-        const std::lock_guard<std::mutex> hold(error_guard);
-        if (!error) error = std::current_exception();
-        stop = true;
+        errors[i] = std::current_exception();
+        stop = true;  // points claimed before this one still finish: one of them may fail first
         return;
-      }
-      considered += outcomes[i].considered;
-      if (reports && progress) {  // on the calling thread only: the callback need not be thread-safe
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-        if (s >= next_report) progress(considered.load(), s), next_report = s + 10.0;
       }
     }
   };
-  const size_t helpers =
-      std::min(points.size(), size_t(std::max(1, threads > 0 ? threads : usable_cpus()))) - (points.empty() ? 0 : 1);
+  const int wanted = hw.local.active() ? 1 : threads > 0 ? threads : usable_cpus();
   std::vector<std::thread> pool;
-  for (size_t k = 0; k < helpers; ++k) pool.emplace_back(work, false);
+  pool.reserve(size_t(wanted));  // so that only a thread's creation can throw below
+  try {
+    for (size_t k = 1; k < std::min(points.size(), size_t(wanted)); ++k) pool.emplace_back(work, false);
+  } catch (const std::system_error&) {
+    // No more threads to be had (a limit on processes): the ones made, and this one, do the work.
+  }
   work(true);
   for (std::thread& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
 
   std::vector<Candidate> fitting;
   for (PointOutcome& o : outcomes) {

@@ -33,9 +33,11 @@ endforeach()
 set_source_files_properties(${HOST_SIM_DIR}/cuda/check_main.cu ${HOST_SIM_KERNELS} PROPERTIES LANGUAGE CXX)
 add_custom_target(lattice_host_sim_sources DEPENDS ${HOST_SIM_REWRITTEN})
 
-# The scripts' flags, in place of the directory's (no -march, no -O3 after them).
+# The scripts' flags, in place of the directory's (no -march; -O2 and -UNDEBUG after the build
+# type's -O3 -DNDEBUG). -Werror with LATTICE_WERROR, as the rest of the build (the scripts always).
+# CUDA_HOST_SANITIZE_FLAGS changes the scripts' programs only.
 set(HOST_SIM_SANITIZE -fsanitize=alignment -fno-sanitize-recover=alignment)
-set(HOST_SIM_FLAGS -O2 -g ${HOST_SIM_SANITIZE} -fopenmp -Wall -Wextra -Wno-unknown-pragmas)
+set(HOST_SIM_FLAGS -O2 -UNDEBUG -g ${HOST_SIM_SANITIZE} -fopenmp -Wall -Wextra -Wno-unknown-pragmas)
 if(LATTICE_WERROR)
   list(APPEND HOST_SIM_FLAGS -Werror)
 endif()
@@ -67,7 +69,7 @@ target_link_libraries(lattice_host_sim_backend PRIVATE lattice_third_party)
 add_dependencies(lattice_host_sim_backend lattice_host_sim_sources lattice_version)
 
 add_library(lattice_host_sim_gemm OBJECT ${CMAKE_CURRENT_SOURCE_DIR}/host_sim/gemm_host.cpp)
-set_target_properties(lattice_host_sim_gemm PROPERTIES COMPILE_OPTIONS "-O2;-g;-fopenmp;-Wall;-Wextra;$<$<BOOL:${LATTICE_WERROR}>:-Werror>" CXX_STANDARD 17 CXX_EXTENSIONS OFF)
+set_target_properties(lattice_host_sim_gemm PROPERTIES COMPILE_OPTIONS "-O2;-UNDEBUG;-g;-fopenmp;-Wall;-Wextra;$<$<BOOL:${LATTICE_WERROR}>:-Werror>" CXX_STANDARD 17 CXX_EXTENSIONS OFF)
 target_include_directories(lattice_host_sim_gemm PRIVATE ${HOST_SIM_INCLUDES})
 add_dependencies(lattice_host_sim_gemm lattice_host_sim_sources lattice_version)
 

@@ -446,7 +446,7 @@ inline std::map<void*, Allocation>& allocations() {
 }
 // Freed mappings by their length, guard page kept, handed to the next allocation of that length: a
 // fresh mapping's every page faults once, which took a sixth of the kernel check's time. At most
-// 1 GiB is kept. Every allocation is filled with 0xff bytes (NaN as fp32 and bf16), as dynamic shared
+// 1 GiB is kept, unreadable while it waits (a freed buffer's pointer faults as an unmapped one did). Every allocation is filled with 0xff bytes (NaN as fp32 and bf16), as dynamic shared
 // memory is: neither zeros nor what the buffer last held can pass for a result a kernel did not write.
 struct FreeMaps {
   std::multimap<size_t, char*> maps;
@@ -467,6 +467,7 @@ inline cudaError_t cudaMalloc(void** p, size_t bytes) {
     m = it->second;
     kept.bytes -= pages * page;
     kept.maps.erase(it);
+    mprotect(m, (pages - 1) * page, PROT_READ | PROT_WRITE);
   } else {
     m = static_cast<char*>(mmap(nullptr, pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     if (m == MAP_FAILED) return cudaErrorMemoryAllocation;
@@ -492,6 +493,8 @@ inline cudaError_t cudaFree(void* p) {
   if (it == a.end()) return cudaErrorInvalidValue;
   sim::FreeMaps& kept = sim::free_maps();
   if (kept.bytes + it->second.map_bytes <= (size_t(1) << 30)) {
+    // Kept, but no access until handed out again: a freed buffer's pointer still faults when used.
+    mprotect(it->second.map, it->second.map_bytes - size_t(sysconf(_SC_PAGESIZE)), PROT_NONE);
     kept.maps.emplace(it->second.map_bytes, it->second.map);
     kept.bytes += it->second.map_bytes;
   } else {
