@@ -237,10 +237,11 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
   m.model_states = m.model_states_steady + m.model_states_transient;
   const int64_t transient_at_peak = zero_transient_bytes(c, stage, psi, bucket, true);
 
-  // Workspaces: the layer's (sized by layer_workspace), the step's losses and the GEMMs' scratchpads.
+  // Workspaces: the layer's (sized by layer_workspace), the GEMMs' scratchpads, and the larger of the
+  // step's losses and the fused attention's tiles, which are never held at once.
   const int64_t a_local = x.a / x.t, v_local = x.v / x.t;
   m.workspaces = layer_workspace(x.b, x.positions(), x.h, a_local, v_local, !x.fused_attention, x.packed_masks, x.cp)
-                     .bytes() + 4 * N +
+                     .bytes() + std::max(4 * N, c.attention_scratch) +
                  (stage == p - 1 ? c.gemm_scratchpad_last : c.gemm_scratchpad) + c.moe_workspace;
 
   // Communication: each reduce-scatter's ring scratch (one chunk with two ranks, two beyond) per

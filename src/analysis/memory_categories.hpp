@@ -44,6 +44,9 @@ struct MemoryCase {
   // oneDNN's GEMM scratchpads on this engine's threads (each thread's largest, summed: kernels/gemm.hpp),
   // for a stage of layers and for the last stage with the output layer; 0 for other devices.
   int64_t gemm_scratchpad = 0, gemm_scratchpad_last = 0;
+  // The same engine's fused attention: the tiles its largest call holds (kernels/flash_attention.hpp),
+  // never at once with the losses; 0 for unfused attention and other devices.
+  int64_t attention_scratch = 0;
   // MoE (one stage, no recompute): an MoE layer's kept bytes and the MoE block's scratch, both for the
   // most loaded rank (the capacity bound on the rows its experts receive); 0 for dense models.
   int64_t moe_layer_kept = 0, moe_workspace = 0;

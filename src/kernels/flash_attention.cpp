@@ -139,6 +139,18 @@ void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout
   flash_block_backward(dq, dk, dv, dout, q, k, v, out, lse, whole_sequence(x), drop);
 }
 
+// What flash_block_forward and flash_block_backward below allocate (their tracked_vectors).
+int64_t flash_block_forward_scratch_bytes(const FlashBlock& x, int threads) {
+  const int64_t nkb = (x.nk + kB - 1) / kB, kt = x.b * x.a * nkb * x.dh * kB;  // Kᵀ, tile by tile
+  const int64_t per_thread = 4 * (2 * kB * kB + kB * x.dh + 2 * kB) + kB * kB;  // S, P, acc, m, l; mask bytes
+  return 4 * kt + int64_t(std::max(1, threads)) * per_thread;
+}
+int64_t flash_block_backward_scratch_bytes(const FlashBlock& x, int threads) {
+  // S, dP, PZ; Kᵀ, Vᵀ, dK, dV tiles; D, a row sum per query; the mask bytes.
+  const int64_t per_thread = 4 * (3 * kB * kB + 4 * x.dh * kB + x.nq) + kB * kB;
+  return int64_t(std::max(1, threads)) * per_thread;
+}
+
 void check_flash_block(const FlashBlock& x) {
   if (x.nq > 0 && x.nk > 0 && x.k0 > x.q0)
     throw std::logic_error("flash block: its first query sees none of its keys (k0 > q0)");

@@ -89,6 +89,14 @@ void flash_block_backward(float* dq, float* dk, float* dv, const float* dout, co
                           const float* v, const float* out, const float* lse, const FlashBlock& x,
                           const AttentionDropout& drop);
 
+// The tracked scratch (MemoryCategory::workspaces) one call of the CPU's blocks holds while it runs on
+// `threads` OpenMP threads, at its largest: the forward's Kᵀ tiles and each thread's score,
+// probability, accumulator, row-statistic and mask tiles; the backward's per-thread tiles and the
+// queries' row sums. The planner adds the larger of a layer's calls to a rank's workspaces
+// (plan/memory_model.cpp); unit FlashScratch.* holds the kernels to these counts.
+int64_t flash_block_forward_scratch_bytes(const FlashBlock& x, int threads);
+int64_t flash_block_backward_scratch_bytes(const FlashBlock& x, int threads);
+
 // Context parallelism's ring (tensor_parallel/ring_attention.hpp) cuts the sequence S into 2c chunks
 // of C = S/(2c); rank o holds chunks o and 2c−1−o (its local chunk i is global chunk i ? 2c−1−o : o,
 // rows [i·C, (i + 1)·C) of every head). fn(block, query row offset, key row offset) for each of rank

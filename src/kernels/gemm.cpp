@@ -191,6 +191,13 @@ std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& s, bool bf16, int th
   if (s.batch <= 0 || s.M <= 0 || s.N <= 0 || s.K <= 0) return bytes;
   const int parts = parts_of(s, bf16, threads);
   Prim unused;
+  // oneDNN sizes a primitive's scratchpad for the OpenMP threads of the thread that creates it: those
+  // of the rank this describes (`threads`), not the asking process's (the planner's OMP_NUM_THREADS).
+  struct OmpThreads {
+    int saved = omp_get_max_threads();
+    explicit OmpThreads(int n) { omp_set_num_threads(n); }
+    ~OmpThreads() { omp_set_num_threads(saved); }
+  } as_the_rank(threads);
   if (parts < 2) {
     const Key whole{s.batch, s.M, s.N, s.K, s.M, s.trans_a, s.trans_b, s.accumulate, false, bf16, s.alpha, threads};
     bytes[0] = int64_t(describe(whole, unused).scratchpad_desc().get_size());

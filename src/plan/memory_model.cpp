@@ -7,6 +7,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "kernels/flash_attention.hpp"
 #include "kernels/gemm.hpp"
 #include "plan/gemm_shapes.hpp"
 
@@ -50,6 +51,17 @@ analysis::MemoryCase memory_case(const PlanRequest& r) {
     const std::vector<GemmCall> head = head_gemms(c.x);
     calls.insert(calls.end(), head.begin(), head.end());
     c.gemm_scratchpad_last = scratchpad_bytes(calls, r.bf16_compute(), r.threads);
+  }
+  if (r.engine_scratch && c.x.fused_attention) {
+    // The engine's calls (model/attention.cpp, tensor_parallel/): the whole causal square of a/t heads;
+    // under Ulysses a/(t·c) heads of it; the ring's blocks, a/t heads of one chunk of S/(2c) rows.
+    const analysis::ActivationShape& x = c.x;
+    const int64_t heads = x.a / x.t, dh = x.h / x.a;
+    FlashBlock blk = whole_sequence(FlashShape{x.b, heads, x.s, dh});
+    if (x.cp > 1 && r.layout.cp_comm == CpComm::a2a) blk = whole_sequence(FlashShape{x.b, heads / x.cp, x.s, dh});
+    if (x.cp > 1 && r.layout.cp_comm == CpComm::p2p) blk.nq = blk.nk = x.s / (2 * x.cp);
+    c.attention_scratch = std::max(flash_block_forward_scratch_bytes(blk, r.threads),
+                                   flash_block_backward_scratch_bytes(blk, r.threads));
   }
   if (r.model.moe.enabled()) {
     const analysis::MoEKeptShape loaded = moe_loaded_shape(r);

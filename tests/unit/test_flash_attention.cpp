@@ -5,8 +5,10 @@
 // tensor-parallel offsets (global rows and heads). Then finite differences of the fused kernel
 // itself, the model trained fused against unfused, and the kept bytes against the formula.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -374,4 +376,36 @@ TEST(FlashModel, FormulaRows) {
   EXPECT_EQ(analysis::layer_activation_bytes(x, true, false), 2 * sbh / 2);
   x.sp = false;
   EXPECT_EQ(analysis::layer_activation_bytes(x, false, false), sbh * (10 + 24 / 2) + 4 * 12 * 2048 / 2);
+}
+
+// The scratch each call of the CPU's blocks holds (the planner's count of it, kernels/flash_attention.hpp)
+// is what the workspaces tracker measures: the call's peak over what was live before it, exactly, for
+// lengths on and off the 64-wide tile, head dimensions on each path, and 1 to 3 threads.
+TEST(FlashScratch, EachCallHoldsItsFormula) {
+  const int before = omp_get_max_threads();
+  for (const Shape& x : {Shape{2, 3, 32, 16}, Shape{1, 2, 130, 64}, Shape{2, 1, 70, 80}})
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      const FlashBlock blk = whole_sequence(FlashShape{x.b, x.a, x.s, x.dh});
+      const size_t n = size_t(x.b * x.a * x.s * x.dh), rows = size_t(x.b * x.a * x.s);
+      std::vector<float> q(n), k(n), v(n), out(n), dout(n), dq(n), dk(n), dv(n), lse(rows);
+      for (size_t i = 0; i < n; ++i)
+        q[i] = std::sin(0.1f * float(i)), k[i] = std::cos(0.07f * float(i)), v[i] = std::sin(0.03f * float(i) + 1),
+        dout[i] = std::cos(0.05f * float(i));
+      const AttentionDropout drop{DropoutStream{5, 1, 0, DropoutSite::attention}, 0.1f, 0, x.a, 0};
+      MemoryTracker& ws = MemoryTracker::of(MemoryCategory::workspaces);
+      char what[96];
+      std::snprintf(what, sizeof what, "b %lld a %lld s %lld dh %lld, %d threads", static_cast<long long>(x.b),
+                    static_cast<long long>(x.a), static_cast<long long>(x.s), static_cast<long long>(x.dh), threads);
+      int64_t live = ws.live_bytes();
+      ws.reset_peak();
+      flash_block_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), blk, drop);
+      EXPECT_EQ(ws.peak_bytes() - live, flash_block_forward_scratch_bytes(blk, threads)) << "forward, " << what;
+      live = ws.live_bytes();
+      ws.reset_peak();
+      flash_block_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
+                           lse.data(), blk, drop);
+      EXPECT_EQ(ws.peak_bytes() - live, flash_block_backward_scratch_bytes(blk, threads)) << "backward, " << what;
+    }
+  omp_set_num_threads(before);
 }
