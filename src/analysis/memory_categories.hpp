@@ -47,6 +47,8 @@ struct MemoryCase {
   // The same engine's fused attention: the tiles its largest call holds (kernels/flash_attention.hpp),
   // never at once with the losses; 0 for unfused attention and other devices.
   int64_t attention_scratch = 0;
+  // ... and its cross-entropy over bf16 logits: the fp32 rows it widens at a time (kernels/bf16_fused.hpp).
+  int64_t head_scratch = 0;
   // MoE (one stage, no recompute): an MoE layer's kept bytes and the MoE block's scratch, both for the
   // most loaded rank (the capacity bound on the rows its experts receive); 0 for dense models.
   int64_t moe_layer_kept = 0, moe_workspace = 0;

@@ -137,6 +137,11 @@ void narrow_ce_grad_row(uint16_t* d16, const float* p, int64_t t, int64_t v_loca
 // block run their own parallel loops over its rows, each row's values computed as over all N, so the
 // bits are theirs); blocks of eight rows a thread, so no parallel region opens inside another.
 int64_t widened_block_rows() { return 8 * int64_t(omp_get_max_threads()); }
+}  // namespace
+int64_t ce_widened_block_bytes(int64_t N, int64_t v_local, int threads) {
+  return 4 * std::max<int64_t>(1, std::min<int64_t>(N, 8 * int64_t(std::max(1, threads))) * v_local);
+}
+namespace {
 template <class F>
 void for_each_widened_block(const uint16_t* logits16, int64_t v_local, int64_t N, F f) {
   const int64_t block = std::max<int64_t>(1, std::min<int64_t>(N, widened_block_rows()));

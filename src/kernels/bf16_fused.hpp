@@ -31,6 +31,10 @@ void unmerge_heads_bf16(float* heads, const uint16_t* rows16, const HeadShape& x
 // (linear_forward_bf16), the value the backward's gelu' reads too.
 void gelu_forward16(uint16_t* act16, const uint16_t* pre16, int64_t n);
 
+// The fp32 rows the cross-entropy passes over bf16 logits widen at a time (a block of 8 rows a
+// thread, at most N): the tracked bytes the planner adds to the head's transient (plan/memory_model.cpp).
+int64_t ce_widened_block_bytes(int64_t N, int64_t v_local, int threads);
+
 // ---- backward ----
 // dy16 = bf16(dy [N, out]); db += dy's column sums (bias_backward).
 void narrow_bias_backward(uint16_t* dy16, float* db, const float* dy, int64_t N, int64_t out);

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "kernels/bf16_fused.hpp"
 #include "kernels/flash_attention.hpp"
 #include "kernels/gemm.hpp"
 #include "plan/gemm_shapes.hpp"
@@ -52,6 +53,8 @@ analysis::MemoryCase memory_case(const PlanRequest& r) {
     calls.insert(calls.end(), head.begin(), head.end());
     c.gemm_scratchpad_last = scratchpad_bytes(calls, r.bf16_compute(), r.threads);
   }
+  if (r.engine_scratch && c.x.d == 2)
+    c.head_scratch = ce_widened_block_bytes(c.x.b * c.x.positions(), c.x.v / c.x.t, r.threads);
   if (r.engine_scratch && c.x.fused_attention) {
     // The engine's calls (model/attention.cpp, tensor_parallel/): the whole causal square of a/t heads;
     // under Ulysses a/(t·c) heads of it; the ring's blocks, a/t heads of one chunk of S/(2c) rows.
