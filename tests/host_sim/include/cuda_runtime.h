@@ -11,8 +11,8 @@
 // past CUDA's limits or its kernel's __launch_bounds__, dynamic shared memory past the card's or past
 // 48 KiB on a kernel not opted in to it (cudaFuncSetAttribute). Device memory is host memory ending
 // at a guard page (rounded to 256 bytes as cudaMalloc aligns), so a read well past a buffer's end
-// faults, and filled with 0xff bytes (NaN), so a result never written shows. One header past the usual length on purpose: it stands in for cuda_runtime.h, which the
-// sources include as one file.
+// faults, and filled with 0xff bytes (NaN), so a result never written shows. One header past the
+// usual length on purpose: it stands in for cuda_runtime.h, which the sources include as one file.
 #include <setjmp.h>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -445,8 +445,9 @@ inline std::map<void*, Allocation>& allocations() {
   return a;
 }
 // Freed mappings by their length, guard page kept, handed to the next allocation of that length: a
-// fresh mapping's every page faults once, which took a sixth of the kernel check's time. At most
-// 1 GiB is kept, unreadable while it waits (a freed buffer's pointer faults as an unmapped one did). Every allocation is filled with 0xff bytes (NaN as fp32 and bf16), as dynamic shared
+// fresh mapping's every page faults once (page faults were a sixth of the kernel check's profile).
+// At most 1 GiB is kept, unreadable while it waits (a freed buffer's pointer faults as an unmapped
+// one did). Every allocation is filled with 0xff bytes (NaN as fp32 and bf16), as dynamic shared
 // memory is: neither zeros nor what the buffer last held can pass for a result a kernel did not write.
 struct FreeMaps {
   std::multimap<size_t, char*> maps;
