@@ -240,10 +240,10 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
   // Workspaces: the layer's (sized by layer_workspace), the GEMMs' scratchpads, and the largest of the
   // kernels' transient buffers, which are never held at once: the head's losses with the rows'
   // maximum, sum and target logit (tensor_parallel/vocab_parallel.cpp; under bf16 activations the
-  // first two are kept with the logits, and a block of rows is widened: c.head_scratch), a LayerNorm backward's per-thread parameter sums
-  // (kernels/layernorm.cpp), the unfused softmax's row, output row and mask row per thread
-  // (kernels/softmax.cpp; s the attention's rows: the whole sequence, also under Ulysses), and the
-  // fused attention's tiles (c.attention_scratch).
+  // first two are kept with the logits, and a block of rows is widened: c.head_scratch), a
+  // LayerNorm backward's per-thread parameter sums (kernels/layernorm.cpp), the unfused softmax's
+  // row, output row and mask row per thread (kernels/softmax.cpp; s the attention's rows: the whole
+  // sequence, also under Ulysses), and the fused attention's tiles (c.attention_scratch).
   const int64_t a_local = x.a / x.t, v_local = x.v / x.t, threads = std::max<int64_t>(1, c.threads);
   const int64_t losses = x.d == 2 ? 8 * N + c.head_scratch : 16 * N, layernorm_sums = 8 * x.h * threads;
   const int64_t softmax_rows = x.fused_attention ? 0 : (8 * x.s + (x.dropout ? x.s : 0)) * threads;

@@ -136,15 +136,19 @@ void narrow_ce_grad_row(uint16_t* d16, const float* p, int64_t t, int64_t v_loca
 // f(rows, n0, count) for the rows widened a block at a time into one buffer (the fp32 pieces called on a
 // block run their own parallel loops over its rows, each row's values computed as over all N, so the
 // bits are theirs); blocks of eight rows a thread, so no parallel region opens inside another.
-int64_t widened_block_rows() { return 8 * int64_t(omp_get_max_threads()); }
+int64_t widened_block_rows(int threads = omp_get_max_threads()) { return 8 * int64_t(std::max(1, threads)); }
+// The rows of N a block holds.
+int64_t widened_block(int64_t N, int threads) {
+  return std::max<int64_t>(1, std::min<int64_t>(N, widened_block_rows(threads)));
+}
 }  // namespace
 int64_t ce_widened_block_bytes(int64_t N, int64_t v_local, int threads) {
-  return 4 * std::max<int64_t>(1, std::min<int64_t>(N, 8 * int64_t(std::max(1, threads))) * v_local);
+  return 4 * std::max<int64_t>(widened_block(N, threads) * v_local, 1);
 }
 namespace {
 template <class F>
 void for_each_widened_block(const uint16_t* logits16, int64_t v_local, int64_t N, F f) {
-  const int64_t block = std::max<int64_t>(1, std::min<int64_t>(N, widened_block_rows()));
+  const int64_t block = widened_block(N, omp_get_max_threads());
   RowBuffer rows(static_cast<size_t>(std::max<int64_t>(block * v_local, 1)));
   for (int64_t n0 = 0; n0 < N; n0 += block) {
     const int64_t count = std::min(block, N - n0);
