@@ -6,16 +6,31 @@
 # 1. builds the clang tree (tests/fuzz/CMakeLists.txt) into FUZZ_TREE (default build/fuzz-build);
 # 2. replays tests/fuzz/regressions/TARGET/ (inputs that once crashed): each must now pass;
 # 3. fuzzes for FUZZ_SECONDS (default 30) from tests/fuzz/seeds/TARGET/ plus the inputs earlier
-#    runs kept in FUZZ_TREE/corpus/TARGET/.
+#    runs kept in FUZZ_TREE/corpus/TARGET/, in FUZZ_WORKERS processes side by side (default: the
+#    CPUs this process may use), which share that corpus (libFuzzer rereads it every second). The
+#    suite sets FUZZ_SUITE_CPU_SECONDS instead: that many CPU-seconds a target, split over the
+#    workers (on the project's 2-vCPU machines two workers run about 1.2 times one's executions a
+#    second, so 10 s of two execute about half of what 20 s of one did: the suite's time, not its
+#    depth, is what this buys; a long run by hand is where the depth comes from).
 # Fails on any crash, sanitizer report, leak, timeout (>10 s on one input), allocation above
 # 512 MiB, or exception other than lattice::InputError; the input is saved under
 # FUZZ_TREE/artifacts/TARGET/ and the failure says how to replay it. Exits 77 (CTest: skipped)
-# when clang, lld or libFuzzer is missing. Environment: FUZZ_SECONDS, FUZZ_JOBS (build, default 2).
+# when clang, lld or libFuzzer is missing. Environment: FUZZ_SECONDS, FUZZ_WORKERS, FUZZ_JOBS (build,
+# default 2).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TARGET=${1:?usage: run.sh TARGET [FUZZ_TREE]}
 TREE=${2:-$HERE/../../build/fuzz-build}
-SECONDS_BUDGET=${FUZZ_SECONDS:-${FUZZ_SUITE_SECONDS:-30}}  # the suite sets FUZZ_SUITE_SECONDS (tests/fuzz/fuzz.cmake)
+WORKERS=${FUZZ_WORKERS:-$(nproc 2>/dev/null || echo 1)}
+[[ $WORKERS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: FUZZ_WORKERS=$WORKERS is not a positive count" >&2; exit 2; }
+if [ -n "${FUZZ_SECONDS:-}" ]; then
+  SECONDS_BUDGET=$FUZZ_SECONDS
+elif [ -n "${FUZZ_SUITE_CPU_SECONDS:-}" ]; then  # the suite's (tests/fuzz/fuzz.cmake)
+  SECONDS_BUDGET=$(( (FUZZ_SUITE_CPU_SECONDS + WORKERS - 1) / WORKERS ))
+else
+  SECONDS_BUDGET=30
+fi
+[[ $SECONDS_BUDGET =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: the fuzzing time '$SECONDS_BUDGET' is not a positive count of seconds" >&2; exit 2; }
 case "$TARGET" in
   safetensors|token_file|llmc|trainer_json|toml_config) ;;
   *) echo "run.sh: unknown target '$TARGET'" >&2; exit 2 ;;
@@ -85,19 +100,34 @@ EXTRA=()
 [ -f "$HERE/dicts/$TARGET.dict" ] && EXTRA+=(-dict="$HERE/dicts/$TARGET.dict")
 # parse_flags prints one line per rejected config (and --help its text): keep the log readable.
 [ "$TARGET" = toml_config ] && EXTRA+=(-close_fd_mask=3)
-LOG=$TREE/fuzz-$TARGET.log
-status=0
-"$BIN" "${LIMITS[@]}" -max_total_time="$SECONDS_BUDGET" -max_len="$MAX_LEN" -print_final_stats=1 \
-  -artifact_prefix="$ARTIFACTS/" "${EXTRA[@]}" "$CORPUS" "$HERE/seeds/$TARGET" >"$LOG" 2>&1 || status=$?
-runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$LOG" | tail -1)
+LOG=$TREE/fuzz-$TARGET.log  # the workers' logs: fuzz-TARGET.log, fuzz-TARGET-2.log, ...
+logs=() pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$TMPDIR"' EXIT
+for ((w = 1; w <= WORKERS; w++)); do
+  log=$LOG
+  [ "$w" -gt 1 ] && log=${LOG%.log}-$w.log
+  logs+=("$log")
+  "$BIN" "${LIMITS[@]}" -max_total_time="$SECONDS_BUDGET" -max_len="$MAX_LEN" -print_final_stats=1 \
+    -artifact_prefix="$ARTIFACTS/" "${EXTRA[@]}" "$CORPUS" "$HERE/seeds/$TARGET" >"$log" 2>&1 &
+  pids+=($!)
+done
+status=0 runs=0 failed_log=""
+for w in "${!pids[@]}"; do
+  rc=0
+  wait "${pids[$w]}" || rc=$?
+  n=$(sed -n 's/^stat::number_of_executed_units: *//p' "${logs[$w]}" | tail -1)
+  runs=$((runs + ${n:-0}))
+  if [ "$rc" -ne 0 ] && [ -z "$failed_log" ]; then status=$rc failed_log=${logs[$w]}; fi
+done
+pids=()
 if [ "$status" -ne 0 ]; then
-  grep -v -E '^(#[0-9]+|INFO:|MERGE|\s*$)' "$LOG" | tail -60 >&2
-  artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$LOG" | tail -1)
-  echo "fuzz.$TARGET: FAILED after ${runs:-?} executions (log: $LOG)" >&2
+  grep -v -E '^(#[0-9]+|INFO:|MERGE|\s*$)' "$failed_log" | tail -60 >&2
+  artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$failed_log" | tail -1)
+  echo "fuzz.$TARGET: FAILED after $runs executions (log: $failed_log)" >&2
   if [ -n "$artifact" ]; then
     echo "fuzz.$TARGET: the input: $artifact — replay it with: $BIN $artifact" >&2
     echo "fuzz.$TARGET: once fixed, keep it: cp $artifact $REG/" >&2
   fi
   exit 1
 fi
-echo "fuzz.$TARGET: passed: ${runs:-?} executions in $SECONDS_BUDGET s, corpus $(ls "$CORPUS" | wc -l) inputs (+ $(ls "$HERE/seeds/$TARGET" | wc -l) seeds)"
+echo "fuzz.$TARGET: passed: $runs executions in $SECONDS_BUDGET s on $WORKERS worker(s), corpus $(ls "$CORPUS" | wc -l) inputs (+ $(ls "$HERE/seeds/$TARGET" | wc -l) seeds)"
