@@ -39,10 +39,14 @@ done
 # the measurement (the LayerNorm statistics, which scale with the rank's s/c positions like the row);
 # the model states are the engine's (no ZeRO: every CP rank holds them whole).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+# fp32 and bf16 activations (the bf16 runs' losses, LayerNorm sums and softmax rows are their own
+# workspace sizes, docs/design.md §4).
 for c in 1 2 4; do
-  for how in "none:a2a" "selective:a2a" "none:p2p --attention fused"; do
-    recompute=${how%%:*} comm=${how#*:}
-    name="cp${c}_${recompute}_${comm%% *}"
+  for how in "none:a2a:fp32" "selective:a2a:fp32" "none:p2p --attention fused:fp32" "none:a2a:bf16" \
+             "none:p2p --attention fused:bf16"; do
+    recompute=${how%%:*} rest=${how#*:}
+    comm=${rest%:*} dtype=${rest##*:}
+    name="cp${c}_${recompute}_${comm%% *}_$dtype"
     launch=()
     [ "$c" -gt 1 ] && launch=(timeout 300 mpirun --oversubscribe -np "$c")
     # One rank has no ring or all-to-all: train and plan refuse --cp-comm-type there (an ignored flag).
@@ -53,9 +57,10 @@ for c in 1 2 4; do
     # Two micro-batches: the second's head runs after the first's backward has grown every buffer, as
     # the planner's workspaces assume (with one, the head's transients come before some of them).
     "${launch[@]}" "$LATTICE" train --data data "${model[@]}" --global-batch 4 --context-parallel-size "$c" \
-      --recompute "$recompute" "${comm_flags[@]}" --steps 1 --threads 1 --json 2> "train_$name.err" | tail -1 > "train_$name.json"
+      --recompute "$recompute" "${comm_flags[@]}" --activation-dtype "$dtype" --steps 1 --threads 1 --json \
+      2> "train_$name.err" | tail -1 > "train_$name.json"
     "$LATTICE" plan "${model[@]}" --global-batch 4 --context-parallel-size "$c" --gpus "$c" --recompute "$recompute" \
-      "${comm_flags[@]}" --activation-dtype fp32 --params-dtype fp32 --threads 1 --json > "plan_$name.json"
+      "${comm_flags[@]}" --activation-dtype "$dtype" --params-dtype fp32 --threads 1 --json > "plan_$name.json"
     python3 - "train_$name.json" "plan_$name.json" "$name" "$c" <<'PY'
 import json, sys
 ranks = json.load(open(sys.argv[1]))["memory"]["ranks"]

@@ -9,7 +9,7 @@
 #    runs kept in FUZZ_TREE/corpus/TARGET/, in FUZZ_WORKERS processes side by side (default: the
 #    CPUs this process may use), which share that corpus (libFuzzer rereads it every second). The
 #    suite sets FUZZ_SUITE_CPU_SECONDS instead: that many CPU-seconds a target, split over the
-#    workers (on the project's 2-vCPU machines two workers run about 1.2 times one's executions a
+#    workers, 10 s each at least (on the project's 2-vCPU machines two workers run about 1.2 times one's executions a
 #    second, so 10 s of two execute about half of what 20 s of one did: the suite's time, not its
 #    depth, is what this buys; a long run by hand is where the depth comes from).
 # Fails on any crash, sanitizer report, leak, timeout (>10 s on one input), allocation above
@@ -26,6 +26,10 @@ WORKERS=${FUZZ_WORKERS:-$(nproc 2>/dev/null || echo 1)}
 if [ -n "${FUZZ_SECONDS:-}" ]; then
   SECONDS_BUDGET=$FUZZ_SECONDS
 elif [ -n "${FUZZ_SUITE_CPU_SECONDS:-}" ]; then  # the suite's (tests/fuzz/fuzz.cmake)
+  [[ $FUZZ_SUITE_CPU_SECONDS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: FUZZ_SUITE_CPU_SECONDS=$FUZZ_SUITE_CPU_SECONDS is not a positive count" >&2; exit 2; }
+  # At least 10 s a worker unless chosen: loading the corpus takes a worker's first seconds.
+  [ -z "${FUZZ_WORKERS:-}" ] && [ "$WORKERS" -gt $((FUZZ_SUITE_CPU_SECONDS / 10)) ] && WORKERS=$((FUZZ_SUITE_CPU_SECONDS / 10))
+  [ "$WORKERS" -ge 1 ] || WORKERS=1
   SECONDS_BUDGET=$(( (FUZZ_SUITE_CPU_SECONDS + WORKERS - 1) / WORKERS ))
 else
   SECONDS_BUDGET=30
