@@ -18,6 +18,7 @@
 
 #include "core/error.hpp"
 #include "core/input_file.hpp"
+#include "core/machine_peak.hpp"
 #include "core/memory_limit.hpp"
 #include "kernels/dropout.hpp"
 #include "kernels/gelu.hpp"
@@ -228,6 +229,8 @@ Measurement measure_this_machine(double seconds, const std::function<void()>& be
   m.gemm_bf16_flops = gemm_rate(true, seconds);
   sync();
   m.memory_bandwidth = triad_bandwidth(seconds);
+  sync();
+  m.fma_fp32_flops = measure_fma_fp32_flops(m.threads);
   return m;
 }
 
@@ -246,6 +249,7 @@ std::string measurement_json(const Measurement& m) {
                         {"gemm_fp32_flops", m.gemm_fp32_flops},
                         {"gemm_bf16_flops", m.gemm_bf16_flops},
                         {"memory_bandwidth", m.memory_bandwidth},
+                        {"fma_fp32_flops", m.fma_fp32_flops},
                         {"runtime_rss_bytes", m.runtime_rss_bytes}}
       .dump();
 }
@@ -396,6 +400,12 @@ LocalBench read_local_bench(const std::string& path) {
   b.compute.gemm_bf16_flops = r.positive(j, "gemm_bf16_flops");
   b.compute.memory_bandwidth = r.positive(j, "memory_bandwidth");
   b.compute.threads = r.count(j, "threads", 1);
+  if (j.contains("fma_fp32_flops")) {  // since 2026-11-30; 0 where the CPU has no AVX-512
+    const auto& fma = j["fma_fp32_flops"];
+    if (!fma.is_number() || !(fma.get<double>() == 0 || measured_rate(fma.get<double>())))
+      r.bad("\"fma_fp32_flops\" must be 0 or a rate from 1e3 to 1e18 FLOP/s");
+    b.compute.fma_fp32_flops = fma.get<double>();
+  }
   if (j.contains("runtime_rss_bytes")) {
     const auto& rss = j["runtime_rss_bytes"];
     if (!rss.is_number() || rss.get<double>() < 0) r.bad("\"runtime_rss_bytes\" must be a number of bytes");

@@ -82,6 +82,12 @@ printf 'processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Some CPU\ncpu M
 LATTICE_CPUINFO=$PWD/slowclock LATTICE_CPU_SYSFS=$PWD/nosys "$LATTICE" train "${SMALL[@]}" --json > slow.jsonl 2>/dev/null
 check "a theoretical peak below the measured GEMM rate: the measured rate, labelled" ok slow.jsonl \
   "'above the theoretical' in summary['peak_source'] and summary['peak_flops'] > 0.01e9 * 64 and 0 < summary['mfu'] < 100"
+# The bench's FMA loop shows the clock the cores ran at (AVX-512 machines: every one this project
+# builds for): the fp32 peak at that clock is the FMA rate itself, never below it, and named so.
+check "bench prints the FMA rate and the clock it implies" grep -qE '^FMA fp32 [0-9.]+ GFLOP/s: .* so the cores ran at about [0-9.]+ GHz' bench.out
+fma=$(python3 -c "import json,glob; print(json.load(open(glob.glob('$LATTICE_BENCH_DIR/bench-*-np1.json')[0]))['fma_fp32_flops'])")
+check "the fp32 peak at the measured clock: the FMA rate ($fma FLOP/s), its source saying so" ok slow.jsonl \
+  "'FMA fp32 rate: the cores ran at' in summary['peak_source'] and abs(summary['peak_flops'] - $fma) <= 1e-9 * $fma + 1"
 
 echo "$failures failure(s)"
 test "$failures" -eq 0

@@ -194,3 +194,13 @@ TEST(MachinePeak, Parsers) {
 
 }  // namespace
 }  // namespace lattice
+
+TEST(MachinePeak, TheFmaLoopCountsWhatOneCoreCanDo) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512";
+  // One thread: at most 2 FMA units × 16 fp32 lanes × 2 FLOPs a cycle, and no x86 core runs above
+  // 6 GHz; a loop the compiler dropped, or FLOPs counted twice, would pass that bound.
+  const double one = lattice::measure_fma_fp32_flops(1);
+  EXPECT_GT(one, 0);
+  EXPECT_LE(one, 64 * 6e9);
+  EXPECT_EQ(lattice::measure_fma_fp32_flops(0), 0);
+}
