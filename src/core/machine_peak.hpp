@@ -50,7 +50,7 @@ struct PeakEstimate {
 PeakEstimate theoretical_peak(const MachineTexts& machine, DType dtype, int threads, GemmIsa isa = GemmIsa::any);
 
 // The fp32 FMA throughput (FLOP/s) `threads` OpenMP threads reach: twelve independent AVX-512 FMA
-// chains a thread, the best of five runs of about 5 ms. Against the theoretical AVX-512 fp32 peak it
+// chains a thread, the best of sixteen runs of about 5 ms. Against the theoretical AVX-512 fp32 peak it
 // shows the clock the cores ran at, where the one cpuinfo gives is a guest's base ("cpu MHz") below
 // it: `lattice bench` saves it and the trainer's peak takes the clock from it (docs/mfu.md). 0 where
 // the CPU has no AVX-512.
