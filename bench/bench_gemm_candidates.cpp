@@ -16,7 +16,8 @@
 // transpose/accumulate/batch combination (max relative error printed), and at the real shapes against
 // onednn-f32. Timings: every repetition runs the candidates one after another (rotating the order), the
 // figure is the median over repetitions; GFLOP/s per shape and candidate, and the GEMM time of one step
-// (each shape x its count per step). The fp32 peak is measured with an FMA-throughput loop on the threads.
+// (each shape x its count per step). The fp32 peak is measured with lattice bench's FMA-throughput loop
+// on the threads.
 // One file past ~400 lines on purpose: the candidate kernel, its checks and the timing belong together
 // and nothing else uses them.
 //
@@ -44,6 +45,7 @@
 
 #include "bench_util.hpp"
 #include "blis.h"
+#include "core/machine_peak.hpp"
 #include "kernels/gemm.hpp"
 #include "tensor/bf16.hpp"
 
@@ -345,41 +347,8 @@ bool verify_small(bool print) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Peak: FMA throughput with 12 independent zmm chains per thread.
-double measure_peak_gflops(int threads) {
-  constexpr int64_t iters = 20'000'000;
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = Clock::now();
-    float sink = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-    {
-      // Twelve named chains (an array would live on the stack across the asm barrier).
-      __m512 v0 = _mm512_set1_ps(0.0f), v1 = _mm512_set1_ps(0.1f), v2 = _mm512_set1_ps(0.2f), v3 = _mm512_set1_ps(0.3f);
-      __m512 v4 = _mm512_set1_ps(0.4f), v5 = _mm512_set1_ps(0.5f), v6 = _mm512_set1_ps(0.6f), v7 = _mm512_set1_ps(0.7f);
-      __m512 v8 = _mm512_set1_ps(0.8f), v9 = _mm512_set1_ps(0.9f), v10 = _mm512_set1_ps(1.0f), v11 = _mm512_set1_ps(1.1f);
-      const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
-      for (int64_t it = 0; it < iters; ++it) {
-        v0 = _mm512_fmadd_ps(v0, m, a), v1 = _mm512_fmadd_ps(v1, m, a), v2 = _mm512_fmadd_ps(v2, m, a);
-        v3 = _mm512_fmadd_ps(v3, m, a), v4 = _mm512_fmadd_ps(v4, m, a), v5 = _mm512_fmadd_ps(v5, m, a);
-        v6 = _mm512_fmadd_ps(v6, m, a), v7 = _mm512_fmadd_ps(v7, m, a), v8 = _mm512_fmadd_ps(v8, m, a);
-        v9 = _mm512_fmadd_ps(v9, m, a), v10 = _mm512_fmadd_ps(v10, m, a), v11 = _mm512_fmadd_ps(v11, m, a);
-        __asm__ volatile("" : "+v"(v0), "+v"(v1), "+v"(v2), "+v"(v3), "+v"(v4), "+v"(v5), "+v"(v6), "+v"(v7),
-                         "+v"(v8), "+v"(v9), "+v"(v10), "+v"(v11));
-      }
-      __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(v0, v1), _mm512_add_ps(v2, v3)),
-                               _mm512_add_ps(_mm512_add_ps(v4, v5), _mm512_add_ps(v6, v7)));
-      s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(v8, v9), _mm512_add_ps(v10, v11)));
-      alignas(64) float lanes[16];
-      _mm512_store_ps(lanes, s);
-      for (float x : lanes) sink += x;
-    }
-    const double t = seconds_since(t0);
-    if (sink == 12345.0f) std::printf(" ");
-    best = std::max(best, double(threads) * double(iters) * 12 * 32 / t / 1e9);
-  }
-  return best;
-}
+// Peak: FMA throughput on the threads, lattice bench's loop (core/machine_peak.hpp), in GFLOP/s.
+double measure_peak_gflops(int threads) { return lattice::measure_fma_fp32_flops(threads) / 1e9; }
 
 double cpuinfo_mhz() {
   std::ifstream f("/proc/cpuinfo");
