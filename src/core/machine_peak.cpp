@@ -283,6 +283,10 @@ PeakEstimate theoretical_peak(const MachineTexts& machine, DType dtype, int thre
     p.why_unknown = "no clock: no cpufreq, no GHz in the model name, no \"cpu MHz\" in /proc/cpuinfo";
     return p;
   }
+  if (machine.measured_ghz > p.ghz) {  // the cores ran faster than that clock says
+    clock_source = machine.measured_clock_source + ", above the " + fmt("%.2f", p.ghz) + " GHz of " + clock_source;
+    p.ghz = machine.measured_ghz;
+  }
   p.flop_per_cycle = path.flop_per_cycle;
   p.flops = double(p.cores) * p.ghz * 1e9 * p.flop_per_cycle;
   p.tag = path.tag;
@@ -335,6 +339,15 @@ double measure_fma_fp32_flops(int threads) {
     if (seconds > 0) best = std::max(best, double(threads) * double(kIterations) * 12 * 32 / seconds);
   }
   return best;
+}
+
+double clock_from_fma(const MachineTexts& machine, int threads, double fma_flops) {
+  MachineTexts texts = machine;
+  texts.measured_ghz = 0;
+  const PeakEstimate avx512 = theoretical_peak(texts, DType::fp32, threads, GemmIsa::avx512_core);
+  if (!(fma_flops > 0) || avx512.cores < 1 || avx512.tag != "AVX-512") return 0;  // the loop's path, or nothing
+
+  return fma_flops / (double(avx512.cores) * avx512.flop_per_cycle * 1e9);
 }
 
 }  // namespace lattice

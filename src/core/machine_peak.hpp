@@ -29,6 +29,10 @@ struct MachineTexts {
   std::string cpuinfo;        // /proc/cpuinfo
   std::vector<int> allowed;   // sched_getaffinity's CPUs; empty: unknown (every processor of cpuinfo)
   std::map<int, CpuSysfs> sysfs;  // by logical CPU
+  // A clock measured on this machine (a saved `lattice bench`'s FMA loop), and what to call it: where
+  // above the clock the texts give, the peak takes it (docs/mfu.md). 0: none.
+  double measured_ghz = 0;
+  std::string measured_clock_source;
 };
 
 // Reads this machine: /proc/cpuinfo, /sys/devices/system/cpu/cpuN/..., sched_getaffinity. The paths
@@ -50,11 +54,14 @@ struct PeakEstimate {
 PeakEstimate theoretical_peak(const MachineTexts& machine, DType dtype, int threads, GemmIsa isa = GemmIsa::any);
 
 // The fp32 FMA throughput (FLOP/s) `threads` OpenMP threads reach: twelve independent AVX-512 FMA
-// chains a thread, the best of sixteen runs of about 5 ms. Against the theoretical AVX-512 fp32 peak it
-// shows the clock the cores ran at, where the one cpuinfo gives is a guest's base ("cpu MHz") below
-// it: `lattice bench` saves it and the trainer's peak takes the clock from it (docs/mfu.md). 0 where
-// the CPU has no AVX-512.
+// chains a thread, the best of sixteen runs of about 5 ms. 0 where the CPU has no AVX-512.
 double measure_fma_fp32_flops(int threads);
+
+// The clock (GHz) the cores ran at while `threads` threads reached `fma_flops` in that loop: the rate
+// over the AVX-512 FMA path's FLOP/cycle and the cores the threads run on (theoretical_peak's count).
+// Where cpuinfo's clock is a guest's base ("cpu MHz"), this one is the truth: `lattice bench` saves it
+// as MachineTexts::measured_ghz's source. 0 where unknown (no AVX-512 path, no cores, no rate).
+double clock_from_fma(const MachineTexts& machine, int threads, double fma_flops);
 
 // --peak-flops: source "given (--peak-flops)".
 PeakEstimate given_peak(double flops);

@@ -231,6 +231,7 @@ Measurement measure_this_machine(double seconds, const std::function<void()>& be
   m.memory_bandwidth = triad_bandwidth(seconds);
   sync();
   m.fma_fp32_flops = measure_fma_fp32_flops(m.threads);
+  m.fma_clock_ghz = clock_from_fma(read_machine_texts(), m.threads, m.fma_fp32_flops);
   return m;
 }
 
@@ -250,6 +251,7 @@ std::string measurement_json(const Measurement& m) {
                         {"gemm_bf16_flops", m.gemm_bf16_flops},
                         {"memory_bandwidth", m.memory_bandwidth},
                         {"fma_fp32_flops", m.fma_fp32_flops},
+                        {"fma_clock_ghz", m.fma_clock_ghz},
                         {"runtime_rss_bytes", m.runtime_rss_bytes}}
       .dump();
 }
@@ -405,6 +407,12 @@ LocalBench read_local_bench(const std::string& path) {
     if (!fma.is_number() || !(fma.get<double>() == 0 || measured_rate(fma.get<double>())))
       r.bad("\"fma_fp32_flops\" must be 0 or a rate from 1e3 to 1e18 FLOP/s");
     b.compute.fma_fp32_flops = fma.get<double>();
+  }
+  if (j.contains("fma_clock_ghz")) {
+    const auto& ghz = j["fma_clock_ghz"];
+    if (!ghz.is_number() || !(ghz.get<double>() == 0 || (ghz.get<double>() >= 0.05 && ghz.get<double>() <= 20)))
+      r.bad("\"fma_clock_ghz\" must be 0 or a clock from 0.05 to 20 GHz");
+    b.compute.fma_clock_ghz = ghz.get<double>();
   }
   if (j.contains("runtime_rss_bytes")) {
     const auto& rss = j["runtime_rss_bytes"];

@@ -16,9 +16,9 @@ namespace lattice::plan {
 struct Measurement {
   double gemm_fp32_flops = 0, gemm_bf16_flops = 0;  // FLOP/s
   double memory_bandwidth = 0;                      // bytes/s of a triad a[i] = b[i] + s·c[i]
-  // AVX-512 FMA throughput on the threads (core/machine_peak.hpp): the clock the cores ran at, for the
-  // trainer's peak; 0 where not measured (no AVX-512, or a bench saved before it was).
-  double fma_fp32_flops = 0;
+  // AVX-512 FMA throughput on the threads, and the clock it shows the cores ran at (core/machine_peak.hpp),
+  // for the trainer's peak; 0 where not measured (no AVX-512, or a bench saved before it was).
+  double fma_fp32_flops = 0, fma_clock_ghz = 0;
   int threads = 0;
   // The runtime's resident constant: what this process holds with its libraries loaded, its
   // threads started and its GEMM kernels generated, beyond the tracking allocator's bytes — what

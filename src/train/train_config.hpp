@@ -48,13 +48,18 @@ struct TrainConfig {
   int64_t eval_every = 0, eval_batches = 8;
   // The MFU's peak a rank (docs/mfu.md): given, else the theoretical peak of the cores its threads
   // run on for the dtype's GEMM path (core/machine_peak.hpp, capped at gemm_isa: the cli asks
-  // oneDNN), else (or, with as many threads, above it) the GEMM rate a saved `lattice bench`
-  // measured (the cli reads it: measured_peak_*; Trainer::mfu_peak decides).
+  // oneDNN; at a saved bench's measured clock where faster), else (or, with as many threads, above
+  // it) the GEMM rate a saved `lattice bench` measured (the cli reads it: measured_*; Trainer::mfu_peak
+  // decides).
   double peak_flops = 0;  // --peak-flops; 0: not given
   GemmIsa gemm_isa = GemmIsa::any;
   double measured_peak_flops = 0;
   std::string measured_peak_source;
   int measured_peak_threads = 0;  // the threads a rank the bench ran
+  // The clock the same bench's FMA loop showed the cores ran at (0: none): the theoretical peak's clock
+  // where faster than cpuinfo's (core/machine_peak.hpp, MachineTexts::measured_ghz).
+  double measured_clock_ghz = 0;
+  std::string measured_clock_source;
   bool json = false;
   std::string settings;  // the run's flags as given, printed once at start (cli: given_flags)
   bool comm_report = false;

@@ -65,8 +65,9 @@ std::string Trainer::MfuPeak::long_text() const {
   return s;
 }
 
-// Given, else the theoretical peak of the cores this rank's threads run on, else what a saved
-// `lattice bench` measured (the cli read it); the sum over the ranks, every rank's counted.
+// Given, else the theoretical peak of the cores this rank's threads run on (at the clock a saved
+// `lattice bench`'s FMA loop ran at, where faster than cpuinfo's), else what that bench measured (the
+// cli read it); the sum over the ranks, every rank's counted.
 Trainer::MfuPeak Trainer::mfu_peak(int world) const {
   MfuPeak p;
   p.world = world;
@@ -74,7 +75,9 @@ Trainer::MfuPeak Trainer::mfu_peak(int world) const {
     p.rank = given_peak(config_.peak_flops);
   } else {
     const int threads = omp_get_max_threads();
-    p.rank = theoretical_peak(read_machine_texts(), layout_.activation_dtype, threads, config_.gemm_isa);
+    MachineTexts machine = read_machine_texts();
+    machine.measured_ghz = config_.measured_clock_ghz, machine.measured_clock_source = config_.measured_clock_source;
+    p.rank = theoretical_peak(machine, layout_.activation_dtype, threads, config_.gemm_isa);
     // A saved bench's GEMM rate stands in where the theoretical peak is unknown, and replaces it where,
     // with as many threads, it ran faster: the clock that peak assumed is too low (a guest's cpuinfo
     // "cpu MHz" under turbo), and an MFU against it could pass 100%.

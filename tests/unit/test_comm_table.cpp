@@ -148,7 +148,7 @@ TEST(CommTable, BadAndUnsortedInputIsCleanedOrDropped) {
 namespace {
 
 const char* kBench = R"({"event":"bench","schema":2,"threads":1,"gemm_fp32_flops":1e11,"gemm_bf16_flops":2e11,
-"memory_bandwidth":1e10,"fma_fp32_flops":4e11,"runtime_rss_bytes":1000,"host":"box","cores":2,"ranks":2,"threads_per_rank":1,
+"memory_bandwidth":1e10,"fma_fp32_flops":4e11,"fma_clock_ghz":3.5,"runtime_rss_bytes":1000,"host":"box","cores":2,"ranks":2,"threads_per_rank":1,
 "measured_at":"2026-01-01T00:00:00Z","elementwise":{"layernorm_fwd":3e10,"adamw":5e9},
 "mpi":{"ranks":2,"groups":[{"size":2,"stride":1,"concurrent":1,"ops":{
  "all_reduce":{"blocking":[[8,1e-6],[64,2e-6]],"engine_async":[[8,1.5e-6],[64,2.5e-6]]},
@@ -180,6 +180,7 @@ TEST(LocalBench, ReadsASchema2File) {
   EXPECT_EQ(b.compute.memory_bandwidth, 1e10);
   EXPECT_EQ(b.compute.runtime_rss_bytes, 1000);
   EXPECT_EQ(b.compute.fma_fp32_flops, 4e11);
+  EXPECT_EQ(b.compute.fma_clock_ghz, 3.5);
   EXPECT_EQ(b.elementwise.at("layernorm_fwd"), 3e10);
   EXPECT_EQ(b.elementwise.at("adamw"), 5e9);
   EXPECT_EQ(b.comm.seconds(MeasuredOp::all_reduce, 2, 1, 64), 2e-6);
@@ -200,8 +201,10 @@ TEST(LocalBench, OneProcessHasNoCommTable) {
   EXPECT_EQ(b.ranks, 1);
   EXPECT_TRUE(b.comm.empty());
   // A bench saved before the FMA rate was measured reads as not measured.
-  const LocalBench old = read_local_bench(write(dir, "old.json", replaced(text, "\"fma_fp32_flops\":4e11,", "")));
+  const std::string before = replaced(text, "\"fma_fp32_flops\":4e11,\"fma_clock_ghz\":3.5,", "");
+  const LocalBench old = read_local_bench(write(dir, "old.json", before));
   EXPECT_EQ(old.compute.fma_fp32_flops, 0);
+  EXPECT_EQ(old.compute.fma_clock_ghz, 0);
 }
 
 TEST(LocalBench, BadFilesAreOneLineNamingTheFile) {
@@ -225,6 +228,7 @@ TEST(LocalBench, BadFilesAreOneLineNamingTheFile) {
       {"\"gemm_fp32_flops\":1e11", "\"gemm_fp32_flops\":\"fast\"", "gemm_fp32_flops"},
       {"\"fma_fp32_flops\":4e11", "\"fma_fp32_flops\":-4e11", "fma_fp32_flops"},
       {"\"fma_fp32_flops\":4e11", "\"fma_fp32_flops\":1e300", "fma_fp32_flops"},
+      {"\"fma_clock_ghz\":3.5", "\"fma_clock_ghz\":3500", "fma_clock_ghz"},
       {"[[8,1e-6],[64,2e-6]]", "[[64,2e-6],[8,1e-6]]", "ascend"},
       {"[[8,1e-6],[64,2e-6]]", "[[8,0],[64,2e-6]]", "seconds from 1e-9 to 3600"},
       {"[[8,1e-6],[64,2e-6]]", "[[8,1e-6],[64,1e300]]", "seconds from 1e-9 to 3600"},  // inf% in a plan

@@ -204,3 +204,49 @@ TEST(MachinePeak, TheFmaLoopCountsWhatOneCoreCanDo) {
   EXPECT_LE(one, 64 * 6e9);
   EXPECT_EQ(lattice::measure_fma_fp32_flops(0), 0);
 }
+
+namespace lattice {
+namespace {
+
+// A 2-vCPU AMD Zen 5 guest as this project's: no cpufreq, no GHz in the name, cpuinfo's 2.1 GHz base.
+MachineTexts zen5_guest() {
+  MachineTexts m;
+  m.cpuinfo = cpuinfo({{0, 0, 0, "AMD EPYC", "2096.017"}, {1, 0, 1, "AMD EPYC", "2096.017"}},
+                      "fpu avx2 fma avx512f avx512bw avx512_bf16", "AuthenticAMD", 26);
+  m.allowed = {0, 1};
+  return m;
+}
+
+TEST(MachinePeak, AMeasuredClockAboveCpuinfosReplacesIt) {
+  MachineTexts m = zen5_guest();
+  EXPECT_DOUBLE_EQ(theoretical_peak(m, DType::bf16, 2).flops, 2 * 2.096017e9 * 128);
+  m.measured_ghz = 3.5, m.measured_clock_source = "the clock lattice bench's FMA loop ran at (b.json)";
+  const PeakEstimate p = theoretical_peak(m, DType::bf16, 2);
+  EXPECT_DOUBLE_EQ(p.flops, 2 * 3.5e9 * 128);  // cores and FLOP/cycle unchanged, the clock measured
+  EXPECT_EQ(p.tag, "AVX512-BF16");
+  EXPECT_NE(p.source.find("2 cores × 3.50 GHz (the clock lattice bench's FMA loop ran at (b.json), above the 2.10 GHz "
+                          "of cpuinfo \"cpu MHz\""),
+            std::string::npos)
+      << p.source;
+  m.measured_ghz = 1.5;  // slower than the texts' clock (a cpufreq maximum the cores did not hold): never lowered
+  EXPECT_DOUBLE_EQ(theoretical_peak(m, DType::bf16, 2).flops, 2 * 2.096017e9 * 128);
+}
+
+TEST(MachinePeak, TheClockFromTheFmaLoopDividesByItsPath) {
+  // Zen 5: 2 cores × 64 FLOP/cycle; Zen 4 runs the loop on one 512-bit unit (32); without AVX-512
+  // the loop does not run, and a rate there is no clock.
+  EXPECT_DOUBLE_EQ(clock_from_fma(zen5_guest(), 2, 2 * 64 * 3.5e9), 3.5);
+  EXPECT_DOUBLE_EQ(clock_from_fma(zen5_guest(), 1, 64 * 3.5e9), 3.5);
+  MachineTexts zen4 = zen5_guest();
+  zen4.cpuinfo = cpuinfo({{0, 0, 0, "AMD EPYC", "2000"}}, "fpu avx2 fma avx512f", "AuthenticAMD", 25);
+  zen4.allowed = {0};
+  EXPECT_DOUBLE_EQ(clock_from_fma(zen4, 1, 32 * 3e9), 3.0);
+  MachineTexts haswell = zen5_guest();
+  haswell.cpuinfo = cpuinfo({{0, 0, 0}}, kHaswellFlags);
+  haswell.allowed = {0};
+  EXPECT_EQ(clock_from_fma(haswell, 1, 64 * 3e9), 0);
+  EXPECT_EQ(clock_from_fma(zen5_guest(), 2, 0), 0);
+}
+
+}  // namespace
+}  // namespace lattice
