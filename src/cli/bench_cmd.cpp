@@ -411,11 +411,10 @@ int run_bench(int argc, char** argv) {
     }
     // The FMA loop: the clock the cores ran at, beside the one the peaks above assumed.
     const PeakEstimate avx512 = theoretical_peak(machine, DType::fp32, m.threads, GemmIsa::avx512_core);
+    const char* faster = "; with this bench saved the trainer's peak takes the faster clock (docs/mfu.md)";
     if (m.fma_clock_ghz > 0)
       std::printf("FMA fp32 %.1f GFLOP/s: the cores ran at about %.2f GHz (the peaks above: %.2f GHz)%s\n",
-                  m.fma_fp32_flops / 1e9, m.fma_clock_ghz, avx512.ghz,
-                  m.fma_clock_ghz > avx512.ghz ? "; with this bench saved the trainer's peak takes the faster clock (docs/mfu.md)"
-                                               : "");
+                  m.fma_fp32_flops / 1e9, m.fma_clock_ghz, avx512.ghz, m.fma_clock_ghz > avx512.ghz ? faster : "");
     std::printf("element-wise GB/s (over the time model's bytes):");
     for (const auto& [kernel, rate] : elementwise) std::printf(" %s %.1f", kernel.c_str(), rate / 1e9);
     std::printf("\n");

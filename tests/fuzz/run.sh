@@ -26,7 +26,8 @@ WORKERS=${FUZZ_WORKERS:-$(nproc 2>/dev/null || echo 1)}
 if [ -n "${FUZZ_SECONDS:-}" ]; then
   SECONDS_BUDGET=$FUZZ_SECONDS
 elif [ -n "${FUZZ_SUITE_CPU_SECONDS:-}" ]; then  # the suite's (tests/fuzz/fuzz.cmake)
-  [[ $FUZZ_SUITE_CPU_SECONDS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: FUZZ_SUITE_CPU_SECONDS=$FUZZ_SUITE_CPU_SECONDS is not a positive count" >&2; exit 2; }
+  [[ $FUZZ_SUITE_CPU_SECONDS =~ ^[1-9][0-9]*$ ]] ||
+    { echo "run.sh: FUZZ_SUITE_CPU_SECONDS=$FUZZ_SUITE_CPU_SECONDS is not a positive count" >&2; exit 2; }
   # At least 10 s a worker unless chosen: loading the corpus takes a worker's first seconds.
   [ -z "${FUZZ_WORKERS:-}" ] && [ "$WORKERS" -gt $((FUZZ_SUITE_CPU_SECONDS / 10)) ] && WORKERS=$((FUZZ_SUITE_CPU_SECONDS / 10))
   [ "$WORKERS" -ge 1 ] || WORKERS=1
@@ -34,7 +35,8 @@ elif [ -n "${FUZZ_SUITE_CPU_SECONDS:-}" ]; then  # the suite's (tests/fuzz/fuzz.
 else
   SECONDS_BUDGET=30
 fi
-[[ $SECONDS_BUDGET =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: the fuzzing time '$SECONDS_BUDGET' is not a positive count of seconds" >&2; exit 2; }
+[[ $SECONDS_BUDGET =~ ^[1-9][0-9]*$ ]] ||
+  { echo "run.sh: the fuzzing time '$SECONDS_BUDGET' is not a positive count of seconds" >&2; exit 2; }
 case "$TARGET" in
   safetensors|token_file|llmc|trainer_json|toml_config) ;;
   *) echo "run.sh: unknown target '$TARGET'" >&2; exit 2 ;;
