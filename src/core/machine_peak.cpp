@@ -342,11 +342,9 @@ double measure_fma_fp32_flops(int threads) {
 }
 
 double clock_from_fma(const MachineTexts& machine, int threads, double fma_flops) {
-  MachineTexts texts = machine;
-  texts.measured_ghz = 0;
-  const PeakEstimate avx512 = theoretical_peak(texts, DType::fp32, threads, GemmIsa::avx512_core);
+  // Cores and FLOP/cycle only: a measured clock in the texts changes neither.
+  const PeakEstimate avx512 = theoretical_peak(machine, DType::fp32, threads, GemmIsa::avx512_core);
   if (!(fma_flops > 0) || avx512.cores < 1 || avx512.tag != "AVX-512") return 0;  // the loop's path, or nothing
-
   return fma_flops / (double(avx512.cores) * avx512.flop_per_cycle * 1e9);
 }
 

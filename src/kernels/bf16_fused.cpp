@@ -148,8 +148,9 @@ int64_t ce_widened_block_bytes(int64_t N, int64_t v_local, int threads) {
 namespace {
 template <class F>
 void for_each_widened_block(const uint16_t* logits16, int64_t v_local, int64_t N, F f) {
-  const int64_t block = widened_block(N, omp_get_max_threads());
-  RowBuffer rows(static_cast<size_t>(std::max<int64_t>(block * v_local, 1)));
+  const int threads = omp_get_max_threads();
+  const int64_t block = widened_block(N, threads);
+  RowBuffer rows(static_cast<size_t>(ce_widened_block_bytes(N, v_local, threads) / 4));  // the planner's count
   for (int64_t n0 = 0; n0 < N; n0 += block) {
     const int64_t count = std::min(block, N - n0);
 #pragma omp parallel for schedule(static)
