@@ -1,6 +1,7 @@
 // `lattice launch --hostfile H [...] -- train <flags>`: a supervisor around mpirun (docs/recovery.md).
 // It starts mpirun as a user would, passes the job's output through, and when a rank is lost (train
-// exits 3, a rank is killed, or no output line comes for --no-progress-timeout seconds) it finds the
+// exits 3, a rank is killed, or no output line comes for --no-progress-timeout seconds; a job mpirun
+// still holds kLostJobGraceSeconds after a rank was lost is ended here) it finds the
 // hosts that still answer, asks the planner for the fastest layout on their slots and starts the
 // job again from the last promoted checkpoint. The decisions are in launch_supervisor.*; this file
 // holds the processes: mpirun, the probes, the signals. Past the usual length on purpose: the
@@ -234,6 +235,8 @@ class MpirunLauncher final : public launch::Launcher {
     const int fds[2] = {out_pipe[0], err_pipe[0]};
     std::optional<int> status;
     double reaped_at = 0, term_sent = 0, interrupted_at = 0;
+    double lost_at = 0;  // the first line saying a rank is lost or killed (0: none yet)
+    std::string lost_said;
     auto pass_raw = [&](int which, const std::string& bytes) {
       std::FILE* to = which == 0 ? stdout : stderr;
       std::fwrite(bytes.data(), 1, bytes.size(), to);
@@ -304,8 +307,14 @@ class MpirunLauncher final : public launch::Launcher {
                 {"seconds_since_last_step", std::round(lost_s * 10) / 10}});
         }
       }
-      if (const auto rank = launch::lost_rank_in_line(line)) job.ranks_reporting_lost.push_back(*rank);
+      if (const auto rank = launch::lost_rank_in_line(line)) {
+        job.ranks_reporting_lost.push_back(*rank);
+        if (lost_at == 0) lost_at = last_line, lost_said = "rank " + std::to_string(*rank) + " reported itself lost";
+      }
       if (const auto died = launch::died_rank_in_line(line)) {
+        if (lost_at == 0)
+          lost_at = last_line, lost_said = "rank " + std::to_string(died->rank) + " ended on signal " +
+                                           std::to_string(died->signal);
         job.hosts_died.push_back(launch::host_of_rank(hosts, died->rank));
         if (launch::is_crash_signal(died->signal) && job.crash_signal == 0)
           job.crash_signal = died->signal, job.crashed_rank = died->rank;
@@ -364,7 +373,16 @@ class MpirunLauncher final : public launch::Launcher {
       }
       // Daemons of other hosts may hold the pipes after mpirun ended: 2 s for their last lines.
       if (status && now - reaped_at > 2) break;
-      if (!status && !job.no_progress && flags_.no_progress_timeout > 0 && now - last_line > flags_.no_progress_timeout) {
+      if (!status && term_sent == 0 && lost_at > 0 && now - lost_at > launch::kLostJobGraceSeconds) {
+        std::fprintf(stderr,
+                     "lattice launch: %s %.0f s ago and mpirun has not ended the job (a host that no longer "
+                     "answers holds it): ending it\n",
+                     lost_said.c_str(), now - lost_at);
+        std::fflush(stderr);
+        kill(-pid, SIGTERM);
+        term_sent = now;
+      }
+      if (!status && term_sent == 0 && flags_.no_progress_timeout > 0 && now - last_line > flags_.no_progress_timeout) {
         job.no_progress = true;
         std::fprintf(stderr, "lattice launch: no output from the job for %.0f s (--no-progress-timeout): ending it\n",
                      flags_.no_progress_timeout);

@@ -64,6 +64,13 @@ struct JobResult {
 // failure (1: bad input, 2: usage), never restarted, and so is a rank's crash (a crash signal in
 // mpirun's line), whatever the other ranks said after it.
 enum class Verdict { completed, failed, lost, interrupted };
+
+// A job with a lost or killed rank has not ended this many seconds after the first such line: the
+// launcher ends it. mpirun ends a job within a second or two of a rank's non-zero exit, but waits on a
+// daemon whose host stopped answering for as long as TCP does (many minutes), and the job cannot
+// complete without that rank; --no-progress-timeout (600 s by default) would wait that long past the
+// job's last line.
+inline constexpr double kLostJobGraceSeconds = 10;
 Verdict classify(const JobResult& job);
 const char* verdict_name(Verdict v);
 

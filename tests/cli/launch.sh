@@ -176,6 +176,19 @@ check "another model: nothing ran" test ! -e ck_other
 # it; the launcher appended its restart records), and a job printing 64 MiB without a newline (the
 # launcher held it all, rescanning it at each read: quadratic, 436 MB held for 30 s of output).
 mkdir -p fake userdir
+# A job whose rank reported itself lost but which mpirun does not end (as when it waits on a host
+# that no longer answers), its output still flowing so that --no-progress-timeout never fires: the
+# launcher ends it 10 s after the line (kLostJobGraceSeconds) and stops at --max-restarts 0, its fake
+# "ranks" gone with it.
+cat > fake/held <<'EOF'
+#!/bin/sh
+echo '{"event":"rank_lost","rank":1,"reason":"peer_timeout"}'
+while :; do echo alive; sleep 0.5; done
+EOF
+chmod +x fake/held
+timeout 60 "$LATTICE" launch --hostfile hosts --mpirun fake/held --max-restarts 0 -- train "${MODEL[@]}" --steps 2 --save ck_held \
+  > held.out 2> held.err &
+HELD_PID=$!  # it idles 10 s: checked at the end, the rest runs meanwhile
 printf '#!/bin/sh\nexit 3\n' > fake/lost; chmod +x fake/lost
 echo "my notes" > userdir/run.jsonl
 "$LATTICE" launch --hostfile hosts --mpirun fake/lost --max-restarts 1 -- train "${MODEL[@]}" --steps 2 --save ck_fake \
@@ -278,5 +291,13 @@ for sig in TERM HUP; do
     python3 -c "import json; [json.loads(l) for l in open('sig$sig.jsonl')]"
 done
 
+# The held job started above.
+wait "$HELD_PID"
+STATUS=$?
+check "a lost rank's job that mpirun holds: exit 3 (got $STATUS)" test "$STATUS" -eq 3
+check "a lost rank's job that mpirun holds: ended by the launcher, naming the rank" \
+  grep -qE '^lattice launch: rank 1 reported itself lost 1[0-9] s ago and mpirun has not ended the job' held.err
+check "a lost rank's job that mpirun holds: not by the no-progress timeout" bash -c '! grep -q "no output from the job" held.err'
+check "a lost rank's job that mpirun holds: nothing of it left" bash -c '! pgrep -f "fake/hel[d]" > /dev/null'
 echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"
 [ "$failures" -eq 0 ]
