@@ -41,44 +41,60 @@ run() {  # NAME DEVICE BINARY FLAGS...
   shift 3
   "${launch[@]}" "$bin" train "${small[@]}" --device "$device" "$@" >"$name.jsonl" 2>"$name.err" || {
     echo "FAIL: $name (${launch[*]} $device $*): $(tail -n 2 "$name.err")"
+    touch "$name.failed"
     status=1
   }
+}
+# pool NAME ...: run in the background, two at a time (a simulated run takes one core); `wait` and
+# any *.failed after.
+pool() {
+  while (( $(jobs -rp | wc -l) >= 2 )); do wait -n || true; done
+  run "$@" &
+}
+pool_done() {
+  wait
+  if compgen -G "*.failed" >/dev/null; then status=1; fi
 }
 compare() {  # NAME A B TOL: the device check's loss comparison (scripts/device-compare.py)
   python3 "$root/scripts/device-compare.py" losses "$@" || status=1
 }
 # Without dropout the projection and FC2 add into the residual stream in their GEMM (linear_forward_residual).
-for spec in "fp32:1e-5:" "bf16:0.0078125:--activation-dtype bf16" "fused_bf16:0.0078125:--attention fused --activation-dtype bf16" \
-            "fp32_nodrop:1e-5:--dropout 0" "fused_bf16_nodrop:0.0078125:--attention fused --activation-dtype bf16 --dropout 0"; do
+specs=("fp32:1e-5:" "bf16:0.0078125:--activation-dtype bf16" "fused_bf16:0.0078125:--attention fused --activation-dtype bf16"
+       "fp32_nodrop:1e-5:--dropout 0" "fused_bf16_nodrop:0.0078125:--attention fused --activation-dtype bf16 --dropout 0")
+for spec in "${specs[@]}"; do
   name=${spec%%:*} rest=${spec#*:}
-  tol=${rest%%:*} flags=${rest#*:}
+  flags=${rest#*:}
   # shellcheck disable=SC2086
-  run "cpu_$name" cpu "$build/lattice" $flags
+  pool "cpu_$name" cpu "$build/lattice" $flags
   # shellcheck disable=SC2086
-  run "sim_$name" cuda "$work/sim/lattice" $flags
-  compare "host-simulated cuda vs cpu, $name" "cpu_$name.jsonl" "sim_$name.jsonl" "$tol"
+  pool "sim_$name" cuda "$work/sim/lattice" $flags
 done
 # The repeat runs every launch's blocks, and each block's threads, last first: the same bits in the
 # other order is what kernels free of races between threads and between blocks give (a GPU keeps no
 # order; the simulation keeps one, so only a second order shows a race).
-LATTICE_HOST_SIM_SCHEDULE=reverse run sim_fused_bf16_again cuda "$work/sim/lattice" --attention fused --activation-dtype bf16
-compare "host-simulated cuda repeats itself in the reverse schedule, fused bf16 (bits)" sim_fused_bf16.jsonl sim_fused_bf16_again.jsonl 0
+LATTICE_HOST_SIM_SCHEDULE=reverse pool sim_fused_bf16_again cuda "$work/sim/lattice" --attention fused --activation-dtype bf16
 # Without the GEMMs' epilogues (the backend's switch) the two calls run: within 2^-7 (an epilogue
 # rounds once where they round twice). A GEMM with no bf16 output for a shape (cuBLASLt may offer none,
 # the simulation's GEMM answers so under its variable): the fp32 product narrowed instead, and the
 # epilogues refused, the bits of the run without them.
-LATTICE_CUDA_GEMM_EPILOGUES=0 run sim_fused_bf16_noepi cuda "$work/sim/lattice" --attention fused --activation-dtype bf16
-compare "host-simulated cuda without the GEMMs' epilogues vs with, fused bf16" sim_fused_bf16.jsonl sim_fused_bf16_noepi.jsonl 0.0078125
-LATTICE_CUDA_GEMM_EPILOGUES=0 run sim_fused_bf16_nodrop_noepi cuda "$work/sim/lattice" --attention fused --activation-dtype bf16 --dropout 0
-compare "host-simulated cuda without the GEMMs' epilogues, dropout 0 (the residual's two calls)" sim_fused_bf16_nodrop.jsonl sim_fused_bf16_nodrop_noepi.jsonl 0.0078125
-LATTICE_HOST_SIM_GEMM_BF16_OUT=0 run sim_fused_bf16_no16 cuda "$work/sim/lattice" --attention fused --activation-dtype bf16
-compare "host-simulated cuda without a bf16 GEMM output, fused bf16 (bits)" sim_fused_bf16_noepi.jsonl sim_fused_bf16_no16.jsonl 0
+LATTICE_CUDA_GEMM_EPILOGUES=0 pool sim_fused_bf16_noepi cuda "$work/sim/lattice" --attention fused --activation-dtype bf16
+LATTICE_CUDA_GEMM_EPILOGUES=0 pool sim_fused_bf16_nodrop_noepi cuda "$work/sim/lattice" --attention fused --activation-dtype bf16 --dropout 0
+LATTICE_HOST_SIM_GEMM_BF16_OUT=0 pool sim_fused_bf16_no16 cuda "$work/sim/lattice" --attention fused --activation-dtype bf16
 # Context parallelism's ring (--cp-comm-type p2p) on the simulated device: two ranks, each its own
 # simulated card, K and V staged through host memory by MPI (cuda/flash_block.cu's blocks), against
 # one simulated rank with the fused attention; fp32, 2 steps (the blocks take a warp a row: slow here).
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ring=(--attention fused --steps 2 --threads 1)
-run sim_fused_fp32 cuda "$work/sim/lattice" "${ring[@]}"
+pool sim_fused_fp32 cuda "$work/sim/lattice" "${ring[@]}"
+pool_done
+for spec in "${specs[@]}"; do
+  name=${spec%%:*} rest=${spec#*:}
+  compare "host-simulated cuda vs cpu, $name" "cpu_$name.jsonl" "sim_$name.jsonl" "${rest%%:*}"
+done
+compare "host-simulated cuda repeats itself in the reverse schedule, fused bf16 (bits)" sim_fused_bf16.jsonl sim_fused_bf16_again.jsonl 0
+compare "host-simulated cuda without the GEMMs' epilogues vs with, fused bf16" sim_fused_bf16.jsonl sim_fused_bf16_noepi.jsonl 0.0078125
+compare "host-simulated cuda without the GEMMs' epilogues, dropout 0 (the residual's two calls)" sim_fused_bf16_nodrop.jsonl sim_fused_bf16_nodrop_noepi.jsonl 0.0078125
+compare "host-simulated cuda without a bf16 GEMM output, fused bf16 (bits)" sim_fused_bf16_noepi.jsonl sim_fused_bf16_no16.jsonl 0
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 launch=(timeout 300 mpirun --oversubscribe --bind-to none -np 2)
 run sim_ring2 cuda "$work/sim/lattice" "${ring[@]}" --cp 2 --cp-comm-type p2p
 compare "host-simulated cuda, CP 2 ring vs one rank, fused fp32" sim_fused_fp32.jsonl sim_ring2.jsonl 1e-5
