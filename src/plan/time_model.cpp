@@ -552,29 +552,47 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw) {
   // gathers parameters for every forward and backward. An MoE model's expert parameters do the same
   // over their expert-data-parallel group (the N_d/e ranks at the same expert-parallel position,
   // stride t·e), the dense ones over the whole data-parallel group.
+  // The dense model's collectives go a bucket at a time (each transformer layer, then the embeddings
+  // and the final LayerNorm, here one message: engine/model_states.hpp), so each costs what a message
+  // of its size costs: a measured table need not be linear (OpenMPI's all-reduce over 2 ranks of the
+  // 2-vCPU AMD EPYC: about 4 GB/s up to 24 MiB, 0.4 GB/s from 32 MiB), and the analytic model adds
+  // each message's latency. The whole-gradient message is costed for MoE's expert and dense parts.
   const MemoryPlan mem = plan_memory(r);
   const double psi = double(mem.dense_parameters), psi_experts = double(mem.expert_parameters);
   const double w = comm_element_bytes(hw, r.mixed_precision() ? 2 : 4);
-  auto data_parallel = [&](const GroupTopology& group, double params) {
+  const double bucket_layers =
+      r.model.moe.enabled() ? 0 : double(StagePartition::of(l, r.model.layers).layers_of_rank(mem.stage, l.pp).size());
+  const double layer_params = double(analysis::layer_shard_parameters(r.model, l.tp));
+  auto data_parallel = [&](const GroupTopology& group, double params, double layers) {
     CollectiveCost c;
     if (group.size <= 1 || params <= 0) return c;
+    const double rest = params - layers * layer_params;
+    auto bucketed = [&](auto collective) {  // collective(bytes) of every bucket
+      if (layers <= 0 || rest < 0) return collective(params * w);
+      CollectiveCost sum = collective(layer_params * w);
+      sum.seconds *= layers;
+      if (rest > 0) sum.seconds += collective(rest * w).seconds;
+      return sum;
+    };
+    auto rs = [&](double bytes) { return reduce_scatter(group, bytes); };
+    auto ag = [&](double bytes) { return all_gather(group, bytes); };
     if (l.zero == 0) {
-      c = all_reduce(group, params * w);
+      c = bucketed([&](double bytes) { return all_reduce(group, bytes); });
     } else if (l.zero == 1) {
-      c = reduce_scatter(group, params * w);
-      c.seconds += all_gather(group, params * w).seconds;
+      c = bucketed(rs);
+      c.seconds += bucketed(ag).seconds;
     } else if (l.zero == 2) {
-      c = reduce_scatter(group, params * w);
-      c.seconds = n_mb * c.seconds + all_gather(group, params * w).seconds;
+      c = bucketed(rs);
+      c.seconds = n_mb * c.seconds + bucketed(ag).seconds;
     } else {
-      c = reduce_scatter(group, params * w);
-      c.seconds = n_mb * (c.seconds + 2 * all_gather(group, params * w).seconds);
+      c = bucketed(rs);
+      c.seconds = n_mb * (c.seconds + 2 * bucketed(ag).seconds);
     }
     return c;
   };
-  const CollectiveCost dp_cost = data_parallel(dp_group, psi);
+  const CollectiveCost dp_cost = data_parallel(dp_group, psi, bucket_layers);
   const int expert_dp = l.dp_cp() / l.ep;  // EP folds over DP × CP
-  out.expert_dp_comm_s = data_parallel(group_topology(hw, expert_dp, l.tp * l.ep), psi_experts).seconds;
+  out.expert_dp_comm_s = data_parallel(group_topology(hw, expert_dp, l.tp * l.ep), psi_experts, 0).seconds;
   out.dp_algorithm = dp_cost.algorithm;
   out.dp_comm_s = dp_cost.seconds + out.expert_dp_comm_s;
   if (p > 1) {  // tied embedding gradient summed between first and last stage
