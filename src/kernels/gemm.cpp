@@ -178,7 +178,7 @@ Key part_key(const GemmShape& s, bool bias, bool bf16, int parts, int t, int64_t
 
 }  // namespace
 
-std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& s, bool bf16, int threads) {
+std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& s, bool bf16, int threads, bool out16) {
   threads = std::max(1, threads);
   std::vector<int64_t> bytes(size_t(threads), 0);
   // oneDNN's descriptor arithmetic faults (SIGFPE) on operands of ~2^60 elements, which only a
@@ -199,13 +199,18 @@ std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& s, bool bf16, int th
     ~OmpThreads() { omp_set_num_threads(saved); }
   } as_the_rank(threads);
   if (parts < 2) {
-    const Key whole{s.batch, s.M, s.N, s.K, s.M, s.trans_a, s.trans_b, s.accumulate, false, bf16, s.alpha, threads};
+    Key whole{s.batch, s.M, s.N, s.K, s.M, s.trans_a, s.trans_b, s.accumulate, false, bf16, s.alpha, threads};
+    whole.out16 = out16;
     bytes[0] = int64_t(describe(whole, unused).scratchpad_desc().get_size());
     return bytes;
   }
+  // Parts are made inside gemm_into's parallel region, each thread at one OpenMP thread.
+  omp_set_num_threads(1);
   for (int t = 0; t < parts; ++t) {
     int64_t b0 = 0, i0 = 0;
-    bytes[size_t(t)] = int64_t(describe(part_key(s, false, bf16, parts, t, b0, i0), unused).scratchpad_desc().get_size());
+    Key part = part_key(s, false, bf16, parts, t, b0, i0);
+    part.out16 = out16;
+    bytes[size_t(t)] = int64_t(describe(part, unused).scratchpad_desc().get_size());
   }
   return bytes;
 }

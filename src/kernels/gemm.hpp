@@ -37,8 +37,9 @@ void gemm_bf16_out(const GemmShape& shape, GemmOperand a, GemmOperand b, uint16_
 
 // The scratchpad bytes each of `threads` threads holds for this GEMM (oneDNN's per-primitive scratch, in a
 // per-thread buffer that grows to its largest: MemoryCategory::workspaces), asked of oneDNN without
-// making the primitive. The planner sums each thread's largest over a step's GEMMs.
-std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& shape, bool bf16, int threads);
+// making the primitive (out16: C in bf16, as gemm_bf16_out writes it). The planner sums each thread's
+// largest over a step's GEMMs.
+std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& shape, bool bf16, int threads, bool out16 = false);
 
 // The widest instruction set oneDNN's GEMMs use on this CPU: its effective ISA (ONEDNN_MAX_CPU_ISA may
 // lower it), the cap core/machine_peak.hpp's peak takes.

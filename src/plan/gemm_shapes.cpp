@@ -23,9 +23,10 @@ GemmShape shape(int64_t batch, int64_t M, int64_t N, int64_t K, bool trans_a = f
 }
 
 // A linear layer y[N, out] = x[N, in] · W[in, out]: forward, dX = dy · Wᵀ, dW += xᵀ · dy.
-void linear(std::vector<GemmCall>& calls, int64_t rows, int64_t in, int64_t out, bool mlp = false) {
-  calls.push_back({shape(1, rows, out, in), GemmPass::forward, false, mlp});
-  calls.push_back({shape(1, rows, in, out, false, true), GemmPass::backward_input, false, mlp});
+void linear(std::vector<GemmCall>& calls, int64_t rows, int64_t in, int64_t out, bool mlp = false,
+            bool forward16 = false, bool input_grad16 = false) {
+  calls.push_back({shape(1, rows, out, in), GemmPass::forward, false, mlp, forward16});
+  calls.push_back({shape(1, rows, in, out, false, true), GemmPass::backward_input, false, mlp, input_grad16});
   calls.push_back({shape(1, in, out, rows, true, false, true), GemmPass::backward_weight, false, mlp});
 }
 
@@ -36,7 +37,7 @@ std::vector<GemmCall> layer_gemms(const analysis::ActivationShape& x) {
   // a/(t·c) heads over the whole s.
   const int64_t rows = x.positions() * x.b, h = x.h, t = x.t, heads = x.a / x.t / x.cp, dh = x.h / x.a;
   std::vector<GemmCall> calls;
-  linear(calls, rows, h, 3 * h / t);  // QKV
+  linear(calls, rows, h, 3 * h / t, false, true);  // QKV
   const int64_t batch = x.b * heads;
   calls.push_back({shape(batch, x.s, x.s, dh, false, true), GemmPass::forward, true});           // QKᵀ
   calls.push_back({shape(batch, x.s, dh, x.s), GemmPass::forward, true});                        // P·V
@@ -45,8 +46,8 @@ std::vector<GemmCall> layer_gemms(const analysis::ActivationShape& x) {
   calls.push_back({shape(batch, x.s, dh, x.s), GemmPass::backward_input, true});                 // dQ = dS·K
   calls.push_back({shape(batch, x.s, dh, x.s, true, false), GemmPass::backward_input, true});    // dK = dSᵀ·Q
   linear(calls, rows, h / t, h);          // projection
-  linear(calls, rows, h, 4 * h / t, true);  // FC1
-  linear(calls, rows, 4 * h / t, h, true);  // FC2
+  linear(calls, rows, h, 4 * h / t, true, true);         // FC1
+  linear(calls, rows, 4 * h / t, h, true, false, true);  // FC2
   return calls;
 }
 
@@ -76,7 +77,7 @@ std::vector<GemmCall> moe_block_gemms(const analysis::MoEKeptShape& m, int local
 
 std::vector<GemmCall> head_gemms(const analysis::ActivationShape& x) {
   const int64_t rows = x.positions() * x.b, v = x.v / x.t;  // this rank's positions' logits
-  return {{shape(1, rows, v, x.h, false, true), GemmPass::forward, false},
+  return {{shape(1, rows, v, x.h, false, true), GemmPass::forward, false, false, true},
           {shape(1, rows, x.h, v), GemmPass::backward_input, false},
           {shape(1, v, x.h, rows, true, false, true), GemmPass::backward_weight, false}};
 }

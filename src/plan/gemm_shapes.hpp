@@ -21,6 +21,9 @@ struct GemmCall {
   GemmPass pass = GemmPass::forward;
   bool attention = false;  // the s² GEMMs (QKᵀ, P·V and their backward): what selective recompute re-runs
   bool mlp = false;        // the dense MLP's FC1 and FC2: what an MoE block replaces
+  // C written in bf16 under bf16 activations (kernels/gemm.hpp, gemm_bf16_out): QKV's and FC1's
+  // forward, FC2's input gradient and the head's logits, as the engine's direct bf16 path writes them.
+  bool out16 = false;
 };
 
 double gemm_flops(const GemmShape& s);  // 2·batch·M·N·K

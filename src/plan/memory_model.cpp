@@ -16,14 +16,14 @@ namespace lattice::plan {
 
 namespace {
 // oneDNN's answer for one shape, remembered: --search asks it of the same shapes for many layouts.
-std::vector<int64_t> remembered_scratchpad(const GemmShape& s, bool bf16, int threads) {
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, float, bool, bool, int>;
+std::vector<int64_t> remembered_scratchpad(const GemmShape& s, bool bf16, int threads, bool out16) {
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, float, bool, bool, int, bool>;
   static std::map<Key, std::vector<int64_t>> known;
   static std::mutex guard;
-  const Key key{s.batch, s.M, s.N, s.K, s.trans_a, s.trans_b, s.alpha, s.accumulate, bf16, threads};
+  const Key key{s.batch, s.M, s.N, s.K, s.trans_a, s.trans_b, s.alpha, s.accumulate, bf16, threads, out16};
   std::lock_guard<std::mutex> lock(guard);
   auto it = known.find(key);
-  if (it == known.end()) it = known.emplace(key, gemm_scratchpad_bytes(s, bf16, threads)).first;
+  if (it == known.end()) it = known.emplace(key, gemm_scratchpad_bytes(s, bf16, threads, out16)).first;
   return it->second;
 }
 
@@ -31,7 +31,9 @@ std::vector<int64_t> remembered_scratchpad(const GemmShape& s, bool bf16, int th
 int64_t scratchpad_bytes(const std::vector<GemmCall>& calls, bool bf16, int threads) {
   std::vector<int64_t> largest(size_t(std::max(1, threads)), 0);
   for (const GemmCall& call : calls) {
-    const std::vector<int64_t> bytes = remembered_scratchpad(call.shape, bf16, threads);
+    // A bf16 destination's fp32 accumulation is the library's scratch (at two threads a part's whole
+    // C in fp32: 32 MiB for GPT-2-small's head at micro-batch 4).
+    const std::vector<int64_t> bytes = remembered_scratchpad(call.shape, bf16, threads, bf16 && call.out16);
     for (size_t t = 0; t < largest.size() && t < bytes.size(); ++t) largest[t] = std::max(largest[t], bytes[t]);
   }
   int64_t sum = 0;
