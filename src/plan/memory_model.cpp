@@ -31,8 +31,8 @@ std::vector<int64_t> remembered_scratchpad(const GemmShape& s, bool bf16, int th
 int64_t scratchpad_bytes(const std::vector<GemmCall>& calls, bool bf16, int threads) {
   std::vector<int64_t> largest(size_t(std::max(1, threads)), 0);
   for (const GemmCall& call : calls) {
-    // A bf16 destination's fp32 accumulation is the library's scratch (at two threads a part's whole
-    // C in fp32: 32 MiB for GPT-2-small's head at micro-batch 4).
+    // A bf16 destination's fp32 accumulation is the library's scratch (at two threads each part's C in
+    // fp32: 16 MiB a thread for GPT-2-small's head at micro-batch 4, vocabulary 8192).
     const std::vector<int64_t> bytes = remembered_scratchpad(call.shape, bf16, threads, bf16 && call.out16);
     for (size_t t = 0; t < largest.size() && t < bytes.size(); ++t) largest[t] = std::max(largest[t], bytes[t]);
   }
