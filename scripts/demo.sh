@@ -2,6 +2,7 @@
 # Installs, builds, prepares the King James Bible (Debian's bible-kjv) with a 4096-piece BPE
 # tokenizer, trains the demo model (scripts/demo.toml: about five minutes on 2 cores) and prints
 # generated text; the run's HTML report is written to reports/demo/report.html as it trains.
+# A rerun trains again from scratch, replacing the last demo's checkpoint and report (--overwrite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -14,7 +15,7 @@ if [ ! -f "$DATA/tokenizer.model" ]; then
 fi
 STEPS_FLAG=()
 [ -n "${STEPS:-}" ] && STEPS_FLAG=(--steps "$STEPS")
-build/lattice train --config scripts/demo.toml --data "$DATA" "${STEPS_FLAG[@]}" --save checkpoints/demo \
+build/lattice train --config scripts/demo.toml --data "$DATA" "${STEPS_FLAG[@]}" --save checkpoints/demo --overwrite \
   --eval-every "$(( ${STEPS:-1500} / 3 > 0 ? ${STEPS:-1500} / 3 : 1 ))" --eval-batches 64 --report-dir reports/demo
 echo
 echo "--- sample (lattice sample --checkpoint checkpoints/demo --prompt 'And God said' --tokens 200) ---"

@@ -152,9 +152,11 @@ std::string file_sum(const std::string& path) {
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
   return text;
 }
-// The files a sum guards: the binary ones, whose damage no parser sees (a flipped byte in a tensor's
-// data read as a weight). The JSON files are checked field by field, the tokenizer by its fingerprint.
-bool summed(const std::string& name) { return name.size() > 12 && name.substr(name.size() - 12) == ".safetensors"; }
+// The files a sum guards: every one the save wrote but the manifest itself. The binary ones' damage
+// no parser sees (a flipped byte in a tensor's data read as a weight), nor a JSON file's that leaves
+// a valid value ("lr": 0.003 read as 0.007, one bit), which the field checks accept.
+bool summed(const std::string& name) { return name != kManifest && name.find('/') == std::string::npos; }
+bool binary(const std::string& name) { return name.size() > 12 && name.substr(name.size() - 12) == ".safetensors"; }
 }  // namespace
 
 StagedCheckpoint::StagedCheckpoint(const std::string& dir) : dir_(dir), out_(dir) {}
@@ -376,13 +378,24 @@ void check_hf_config(const std::string& dir, const ModelConfig& c) {
 }  // namespace
 
 namespace {
-// The binary files of a checkpoint against the sums its manifest recorded at the save (checkpoints
-// from before sums have none): a file changed or damaged since is named, not loaded as weights.
-// Files the manifest sums but the directory lacks are left to their readers to name.
-void check_file_sums(const std::string& dir) {
+// A checkpoint's files against the sums its manifest recorded at the save (checkpoints from before
+// sums have none; those from before 2026-11-30 sum the .safetensors files alone): a file changed or
+// damaged since is named, not loaded. Files the manifest sums but the directory lacks are left to
+// their readers to name. Called after the field checks, so a hand-edited field that is invalid gets
+// its own message: the model's readers check the binary files (`all` false), a resume every file at
+// the end of trainer.json's checks (the tokenizer files have their fingerprint checks besides).
+void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state, bool all) {
   const std::string path = dir + "/" + kManifest;
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return;
+  if (!fs::exists(fs::symlink_status(path, ec))) {
+    // Every lattice that records its version in trainer.json writes the manifest (the save's last
+    // file, renamed in with the rest): without it nothing can be checked, so it is not loaded.
+    require(!trainer_state.contains("lattice_version"),
+            "checkpoint " + dir + " has no " + kManifest + ", which the lattice that saved it writes with every "
+            "checkpoint: it was removed, so its files' sums cannot be checked (save the run again, or restore the file)");
+    return;
+  }
+  if (!fs::is_regular_file(path, ec)) fail("checkpoint " + path + " is not a regular file");
   nlohmann::json manifest;
   try {
     manifest = nlohmann::json::parse(read_regular_file(path, "checkpoint manifest", size_t(64) << 20));
@@ -393,10 +406,10 @@ void check_file_sums(const std::string& dir) {
   const nlohmann::json& sums = manifest["sums"];
   require(sums.is_object(), "checkpoint " + path + ": \"sums\" must be an object");
   for (const auto& [name, sum] : sums.items()) {
-    require(sum.is_string() && summed(name) && name.find('/') == std::string::npos,
+    require(sum.is_string() && summed(name),
             "checkpoint " + path + ": \"sums\" holds " + name + " = " + sum.dump() + ", not a file's sum");
     const std::string file = dir + "/" + name;
-    if (!fs::exists(file, ec)) continue;
+    if ((!all && !binary(name)) || !fs::exists(file, ec)) continue;
     // Before it is read: a FIFO there would block the read forever, a device (a link to /dev/zero)
     // never end it.
     require_regular_file(file, "checkpoint file");
@@ -412,10 +425,35 @@ bool holds_trainer_state(const std::string& dir) {
   return !dir.empty() && fs::is_regular_file(dir + "/trainer.json", ec);
 }
 
+int64_t checkpoint_tensor_bytes(const ModelConfig& config, int element_states, int64_t tensor_state_values,
+                                bool previous_version) {
+  int64_t model = 0;
+  for (const TensorSpec& spec : model_tensor_specs(config)) {
+    int64_t n = int64_t(dtype_bytes(spec.dtype));
+    for (const int64_t d : spec.shape) n *= d;
+    model += n;
+  }
+  return model * (1 + (previous_version ? 1 : 0) + element_states) + 4 * tensor_state_values;
+}
+
+std::string held_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec)) return "";
+  if (!holds_trainer_state(dir)) return fs::is_regular_file(dir + "/" + kManifest, ec) ? "a checkpoint" : "";
+  try {
+    const ResumeState state = read_resume_state(dir);
+    return "the checkpoint of an earlier run (step " + std::to_string(state.step) + "; L " +
+           std::to_string(state.model.layers) + ", h " + std::to_string(state.model.hidden) + ")";
+  } catch (const InputError&) {
+    return "a checkpoint";
+  }
+}
+
 ModelConfig read_model_config(const std::string& dir) {
-  const ModelConfig c = model_config_of(read_trainer_state(dir), "checkpoint " + dir + "/trainer.json");
+  const nlohmann::json state = read_trainer_state(dir);
+  const ModelConfig c = model_config_of(state, "checkpoint " + dir + "/trainer.json");
   check_hf_config(dir, c);
-  check_file_sums(dir);
+  check_file_sums(dir, state, false);
   return c;
 }
 
@@ -448,7 +486,6 @@ ResumeState read_resume_state(const std::string& dir) {
   ResumeState r;
   r.model = model_config_of(state, where);
   check_hf_config(dir, r.model);
-  check_file_sums(dir);
   r.step = integer(state, "step", 0, INT64_MAX / 2, where);
   const nlohmann::json seed = field(state, "seed", where);
   require(seed.is_number_unsigned() || (seed.is_number_integer() && seed.get<int64_t>() >= 0),
@@ -477,6 +514,7 @@ ResumeState read_resume_state(const std::string& dir) {
       r.recent_losses.push_back(loss.get<double>());
     }
   }
+  check_file_sums(dir, state, true);
   return r;
 }
 

@@ -22,6 +22,11 @@ std::vector<int64_t> stored_shape(const ParamInfo& p, const ModelConfig& config)
 // The tensors of model.safetensors in file order: every tensor of ParamTable(config) under its
 // Hugging Face name after `prefix`, fp32, the embedding without vocabulary padding.
 std::vector<TensorSpec> model_tensor_specs(const ModelConfig& config, const std::string& prefix = "");
+// The bytes of a checkpoint's tensors: the model file (twice with a previous version: PipeDream-2BW),
+// `element_states` model-shaped optimizer states and `tensor_state_values` fp32 values of its
+// per-tensor states; headers and small files aside. What a save needs free beside the one it replaces.
+int64_t checkpoint_tensor_bytes(const ModelConfig& config, int element_states, int64_t tensor_state_values,
+                                bool previous_version);
 
 // A checkpoint written to a temporary directory beside `dir`, not yet in place. Its files are
 // streamed: model_file() and optimizer_file() open writers the caller appends tensors to in file
@@ -68,6 +73,10 @@ nlohmann::json read_trainer_state(const std::string& dir);
 // Whether `dir` is a lattice checkpoint that records its run (holds a trainer.json, a regular file):
 // what a resume or --init takes settings and a model from.
 bool holds_trainer_state(const std::string& dir);
+// What `dir` holds of an earlier run, for a refusal to replace it: "the checkpoint of an earlier
+// run (step 40; L 2, h 64)", "a checkpoint" when its trainer.json cannot be read, "" when it holds
+// none (missing, empty, or a directory with neither trainer.json nor a manifest).
+std::string held_checkpoint(const std::string& dir);
 // What a resume reads from trainer.json, every field checked (InputError naming the field).
 struct ResumeState {
   ModelConfig model;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/statvfs.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -138,6 +139,15 @@ void check_file_writable(const std::string& path, const std::string& what) {
   if (fd >= 0) ::close(fd), ::unlink(probe.c_str());
   remove_empty_dirs(made);
   require(fd >= 0, head + why);
+}
+
+int64_t free_bytes_at(const std::string& path) {
+  std::error_code ec;
+  fs::path at = fs::absolute(path, ec).lexically_normal();
+  while (!fs::exists(at, ec) && at.has_parent_path() && at != at.parent_path()) at = at.parent_path();
+  struct statvfs st {};
+  if (::statvfs(at.c_str(), &st) != 0) return -1;
+  return int64_t(st.f_bavail) * int64_t(st.f_frsize);
 }
 
 AtomicFile::AtomicFile(const std::string& final_path)

@@ -3,6 +3,7 @@
 // sibling name, fsynced, and only then renamed over the final name. A crash at any point leaves
 // either the complete old version or the complete new one, never a mix or a half-written file.
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 #include <system_error>
@@ -34,6 +35,10 @@ void write_file_atomically(const std::string& path, const void* data, size_t byt
 // Before the work that will write it: `path` can be written (missing parent directories are
 // created, as the write would). Throws InputError naming `what` (e.g. "--trace") and the reason.
 void check_file_writable(const std::string& path, const std::string& what);
+
+// The bytes an unprivileged write may still take on the file system that holds `path` (or, where it
+// does not exist yet, its nearest existing parent); -1 when the system does not say.
+int64_t free_bytes_at(const std::string& path);
 
 // Makes `dir` with its missing parents and returns those it made, deepest first (empty, with `ec`
 // set, when it could not), so that a caller whose output is not written after all can take them

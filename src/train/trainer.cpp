@@ -232,6 +232,15 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
                 "--offload-optimizer " + off + " is inside " + owner.flag + " " + owner.path +
                     ", which holds that output alone");
     }
+    // Another run's checkpoint is not replaced unasked (as --report-dir's log is not): a mistyped
+    // --save would lose that run's training. Its own (--resume the same directory) is continued.
+    // After the rules above, which name a wrong path more precisely.
+    const bool continues_it = !config_.resume.empty() && path_within(config_.save, config_.resume) &&
+                              path_within(config_.resume, config_.save);
+    if (!config_.save.empty() && !continues_it && !config_.overwrite)
+      if (const std::string held = checkpoint::held_checkpoint(config_.save); !held.empty())
+        fail("--save " + config_.save + " holds " + held + ": continue it with --resume " + config_.save +
+             ", name a new directory, or pass --overwrite to replace it");
   }
   const auto train_file = data::TokenFile::load(train_path, model_config_.vocab);
   // Bits per byte need each file's text bytes: a SentencePiece directory must say them, for these files.
@@ -304,6 +313,20 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
         config_.micro_batch, *kept_, states_layout.versions == 2 ? states_.get() : nullptr);
   optimizer_ = make_optimizer(model_->table(), config_.optim, states_->owned(),
                               {dist_ && layout_.tp > 1 ? &dist_->tp() : nullptr, states_->shard_group()});
+  if (is_logging_rank() && !config_.save.empty()) {
+    // A file system that cannot take one checkpoint is said now, not after the training before the
+    // first save (each save is written beside the one it replaces, so it needs its whole size free).
+    int64_t tensor_values = 0;
+    for (const auto& t : optimizer_->tensor_states()) tensor_values += t.shape[0];
+    const int64_t needed = checkpoint::checkpoint_tensor_bytes(
+        model_config_, int(optimizer_->element_states().size()), tensor_values * layout_.pp, states_layout.versions == 2);
+    const int64_t free = free_bytes_at(config_.save);
+    char text[160];
+    std::snprintf(text, sizeof text, " has %.3g MB free, and a checkpoint of this run takes %.3g MB", free / 1e6,
+                  needed / 1e6);
+    require(free < 0 || free >= needed, "--save " + config_.save + ": its file system" + text +
+                                            " (each save is written beside the one it replaces): free space or save elsewhere");
+  }
   if (layout_.zero >= 1 && replicas == 1 && (!dist_ || dist_->rank() == 0))
     std::fprintf(stderr, "lattice train: note: --zero %d with data-parallel size 1 shards nothing\n", layout_.zero);
   if (!weights_path.empty() && !shard_in_place) checkpoint::load_weights(weights_path, *model_);
@@ -680,7 +703,7 @@ int Trainer::run() {
   // The log is opened (and locked against another run) before anything is printed: a refusal is one line.
   if (log && (config_.json || !config_.report_dir.empty()))
     run_log_ = std::make_unique<RunLog>(config_.json, config_.report_dir, config_.trace,
-                                        !config_.resume.empty() || config_.continue_report);
+                                        !config_.resume.empty() || config_.continue_report, config_.overwrite);
   // The mode, and each layer's when they differ (block N, segments, --recompute auto, --recompute-plan).
   const std::vector<LayerRecompute> modes = layer_recompute(layout_, model_config_.layers);
   std::string recompute_text = to_string(layout_.recompute);

@@ -22,12 +22,18 @@ check "train.bin and val.bin still there" test -s data/train.bin -a -s data/val.
 # A checkpoint directory replaced only when it holds nothing but what its manifest lists.
 "$LATTICE" "${SMALL[@]}" --steps 1 --save ck 2>/dev/null
 check "a checkpoint lists its files" grep -q '"model.safetensors"' ck/lattice-checkpoint.json
-"$LATTICE" "${SMALL[@]}" --steps 2 --save ck 2>/dev/null
-check "a checkpoint replaces a checkpoint" grep -q '"step": 2' ck/trainer.json
+# Another run's checkpoint is not replaced unasked: a mistyped --save would lose that run's training.
+sum_before=$(cat ck/* | md5sum)
+hostile "a new run into an earlier run's checkpoint" 1 \
+  "--save ck holds the checkpoint of an earlier run \(step 1; L 2, h 32\): continue it with --resume ck, name a new directory, or pass --overwrite to replace it" -- \
+  "${SMALL[@]}" --steps 2 --save ck
+check "the earlier run's checkpoint is as it was" test "$(cat ck/* | md5sum)" = "$sum_before"
+"$LATTICE" "${SMALL[@]}" --steps 2 --save ck --overwrite 2>/dev/null
+check "a checkpoint replaces a checkpoint (--overwrite)" grep -q '"step": 2' ck/trainer.json
 # A checkpoint of an earlier lattice (no manifest, no tokenizer: its three files only) may still be replaced.
 "$LATTICE" "${SMALL[@]}" --steps 1 --save legacy 2>/dev/null &&
   rm -f legacy/lattice-checkpoint.json legacy/.lattice-save legacy/tokenizer.json legacy/config.json
-"$LATTICE" "${SMALL[@]}" --steps 2 --save legacy 2>/dev/null
+"$LATTICE" "${SMALL[@]}" --steps 2 --save legacy --overwrite 2>/dev/null
 check "a checkpoint written before manifests is replaced" grep -q '"step": 2' legacy/trainer.json
 echo "my notes" > ck/notes.txt
 PROTECT=ck hostile "save over a checkpoint holding the user's notes" 1 "holds notes.txt, which its checkpoint manifest does not list" -- \
@@ -80,7 +86,7 @@ check "the killed runs' checkpoint is whole or absent" test ! -e runs/ck -o -s r
 # leaves no temporary copy behind, and the checkpoint stays as it was.
 "$LATTICE" "${SMALL[@]}" --steps 1 --save frozen 2>/dev/null
 if chattr +i frozen 2>/dev/null; then
-  "$LATTICE" "${SMALL[@]}" --steps 2 --save frozen > frozen.out 2> frozen.err
+  "$LATTICE" "${SMALL[@]}" --steps 2 --save frozen --overwrite > frozen.out 2> frozen.err
   status=$?
   chattr -i frozen
   check "an immutable checkpoint: exit 1 (got $status)" test "$status" -eq 1
@@ -116,6 +122,13 @@ if mkdir -p full && mount -t tmpfs -o size=2m tmpfs full 2>/dev/null; then
   "$LATTICE" prepare --input mid.txt --out full/q/r/s > /dev/null 2> full.err
   check "prepare to new folders on a full disk fails in one line" test $? -eq 1 -a "$(wc -l < full.err)" -eq 1
   check "... and leaves none of the folders it made" test ! -e full/q
+  # A file system that cannot take one checkpoint: refused at start with both figures, nothing made.
+  mkdir -p tiny && mount -t tmpfs -o size=200k tmpfs tiny
+  hostile "--save where one checkpoint does not fit" 1 \
+    "--save tiny/ck: its file system has 0\.[0-9]+ MB free, and a checkpoint of this run takes 0\.[0-9]+ MB" -- \
+    "${SMALL[@]}" --steps 1 --save tiny/ck
+  check "... and leaves nothing there" test -z "$(ls -A tiny)"
+  umount tiny
   dd if=/dev/zero of=full/filler bs=64k 2>/dev/null  # fills the disk
   "$LATTICE" groups --world 64 --json > full/g.json 2> full.err
   check "stdout to a full disk is an error" test $? -eq 1 && grep -q "cannot write standard output" full.err

@@ -177,8 +177,21 @@ for use in "eval --checkpoint flipped --data data/val.bin --batches 1" "sample -
   # shellcheck disable=SC2086
   hostile "a flipped bit in model.safetensors: ${use%% *}" 1 "checkpoint flipped: model.safetensors is not the file the save wrote \(its sum differs" -- $use
 done
-check "the manifest records a sum of every .safetensors file" python3 -c "
-import json; m = json.load(open('ck/lattice-checkpoint.json')); assert sorted(m['sums']) == ['model.safetensors', 'optimizer.safetensors'], m"
+check "the manifest records a sum of every file but itself" python3 -c "
+import json; m = json.load(open('ck/lattice-checkpoint.json'))
+assert sorted(m['sums']) == sorted(set(m['files']) - {'lattice-checkpoint.json'}) and 'trainer.json' in m['sums'], m"
+# A one-bit edit of trainer.json that leaves a valid value (lr 0.003 -> 0.007: 3 is 0x33, 7 0x37) passes
+# every field check; its sum names it on resume.
+rm -rf lr_bit && cp -r ck lr_bit && python3 -c "
+p = 'lr_bit/trainer.json'; t = open(p).read(); assert '\"lr\": 0.003' in t; open(p, 'w').write(t.replace('\"lr\": 0.003', '\"lr\": 0.007'))"
+hostile "a one-bit valid edit of trainer.json" 1 "checkpoint lr_bit: trainer.json is not the file the save wrote \(its sum differs" -- \
+  train "${MODEL[@]}" --steps 4 --resume lr_bit
+# Without its manifest a checkpoint's files cannot be checked: refused, not loaded unchecked.
+rm -rf no_manifest && cp -r ck no_manifest && rm no_manifest/lattice-checkpoint.json
+for use in "eval --checkpoint no_manifest --data data/val.bin --batches 1" "train ${MODEL[*]} --steps 4 --resume no_manifest"; do
+  # shellcheck disable=SC2086
+  hostile "a checkpoint without its manifest: ${use%% *}" 1 "checkpoint no_manifest has no lattice-checkpoint.json, which the lattice that saved it writes" -- $use
+done
 # SentencePiece's own words (its source file and line, a damaged model's raw bytes) are not the line.
 "$LATTICE" prepare --input corpus.txt --out bpe_data --tokenizer bpe --vocab-size 300 2>/dev/null
 rm -rf bad_model && cp -r bpe_data bad_model && head -c 100 /dev/urandom > bad_model/tokenizer.model

@@ -118,10 +118,17 @@ kill_at() {
   wait "$pid"
   STATUS=$?
 }
-# A restart before the run's first save starts again from step 0: the checkpoint --save held when the
-# launch began is an older run's (it resumed from it, another run's weights and schedule).
+# A --save holding an older run's checkpoint: the first job refuses it (train's one line, exit 1, the
+# checkpoint as it was); with --overwrite, a restart before the run's first save starts again from step
+# 0, not from that older run's checkpoint (another run's weights and schedule).
 "$LATTICE" train "${MODEL[@]}" --steps 2 --save ck_stale > /dev/null 2>&1
-kill_at stale 3 --save-every 1000 --report-dir rep_stale
+stale_sum=$(cat ck_stale/* | md5sum)
+"${L[@]}" -- train "${MODEL[@]}" --steps 300 --save ck_stale > stale_refused.out 2> stale_refused.err
+status=$?
+check "an older run's checkpoint in --save: exit 1 (got $status), one line naming it" bash -c \
+  "[ $status -eq 1 ] && [ \$(grep -c 'error: --save ck_stale holds the checkpoint of an earlier run (step 2' stale_refused.err) -eq 1 ]"
+check "an older run's checkpoint in --save: untouched" test "$(cat ck_stale/* | md5sum)" = "$stale_sum"
+kill_at stale 3 --save-every 1000 --report-dir rep_stale --overwrite
 check "a restart before the first save: exit 0 (got $STATUS)" test "$STATUS" -eq 0
 check "a restart before the first save: from step 0, not the older run's checkpoint" \
   grep -q "^lattice launch: restart 1 .*; from step 0 (no checkpoint saved yet)" stale.err
