@@ -33,6 +33,7 @@ int run_eval(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--micro-batch,--micro-batch-size", micro_batch, "sequences per micro-batch")->capture_default_str();
   add_model_flags(app, model);
+  app.get_option("--dropout")->group("");  // out of the help: inference runs without it (refused if given)
   std::string device = "cpu";
   add_device_flag(app, device);
   int threads = 0;
@@ -93,9 +94,11 @@ int run_eval(int argc, char** argv) {
     if (known) j["bits_per_byte"] = bpb;
     std::cout << j.dump() << "\n";
   } else {
-    std::fprintf(stderr, "eval loss %.4f%s over %lld tokens of %s%s\n", loss, bits_per_byte_note(known ? bpb : 0).c_str(),
-                 (long long)tokens, data_file.c_str(),
-                 capped ? " (all it holds: fewer than the default 8 batches)" : "");
+    // The command's result, on stdout as --json's is (`lattice eval ... > result.txt` keeps it).
+    char line[64];
+    std::snprintf(line, sizeof line, "eval loss %.4f", loss);
+    std::cout << line << bits_per_byte_note(known ? bpb : 0) << " over " << tokens << " tokens of " << data_file
+              << (capped ? " (all it holds: fewer than the default 8 batches)" : "") << "\n";
   }
   return 0;
 }

@@ -57,6 +57,7 @@ int run_sample(int argc, char** argv) {
   app.add_option("--top-k", top_k, "sample among the k most likely (0 = all)")->capture_default_str();
   app.add_option("--seed", seed, "sampling seed")->check(seed_range())->capture_default_str();
   add_model_flags(app, model);
+  app.get_option("--dropout")->group("");  // out of the help: inference runs without it (refused if given)
   std::string device = "cpu";
   add_device_flag(app, device);
   int threads = 0;

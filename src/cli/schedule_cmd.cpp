@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -167,14 +168,15 @@ int run_schedule(int argc, char** argv) {
     return print_split(from_trace, trace_step, json);
   }
 
-  for (const auto& [flag, value] : {std::pair<const char*, double>{"--forward-time", options.forward_time},
-                                   {"--backward-time", options.backward_time}, {"--p2p-latency", options.p2p_latency},
-                                   {"--head-time", options.head_time}, {"--weight-time", options.weight_time}})
-    require(std::isfinite(value) && value >= 0 && value <= 1e12,
-            std::string(flag) + " must be a finite number of time units between 0 and 1e12");
-  // A pass that takes no time has no place on the timeline (the simulator divides by them).
-  require(options.forward_time > 0 && options.backward_time > 0,
-          "--forward-time and --backward-time must be above 0");
+  // A pass that takes no time has no place on the timeline (the simulator divides by them): forward
+  // and backward above 0, the rest from 0.
+  for (const auto& [flag, value, positive] :
+       {std::tuple<const char*, double, bool>{"--forward-time", options.forward_time, true},
+        {"--backward-time", options.backward_time, true}, {"--p2p-latency", options.p2p_latency, false},
+        {"--head-time", options.head_time, false}, {"--weight-time", options.weight_time, false}})
+    require(std::isfinite(value) && (positive ? value > 0 : value >= 0) && value <= 1e12,
+            std::string(flag) + " must be a finite number of time units " +
+                (positive ? "above 0 and at most 1e12" : "between 0 and 1e12"));
   if (!svg.empty()) check_output_path(svg, OutputKind::svg, "--svg", rules);
   require(trace_step == -1 || !from_trace.empty(), "--trace-step needs --from-trace FILE");
   require(trace_step >= -1, "--trace-step must be >= 0");

@@ -172,6 +172,10 @@ void ModelConfig::validate() const {
   }
   within("--num-experts", moe.experts, 1, 1 << 16);
   within("--moe-layer-freq", moe.layer_freq, 1, kMaxLayers);
+  // k past E: a k the router chose by default (2 for topk and gshard) is named as such.
+  require(moe.topk > 0 || moe.k() <= moe.experts,
+          "--num-experts " + std::to_string(moe.experts) + " is fewer than the " + std::to_string(moe.k()) +
+              " experts a token goes to by default under this --moe-router: give --moe-router-topk 1, or more experts");
   within("--moe-router-topk", moe.k(), 1, moe.experts);
   within("--moe-ffn-hidden-size", ffn_hidden(), 1, 4 * kMaxHidden);
   within("--moe-groups", moe.groups, 1, 1 << 20);

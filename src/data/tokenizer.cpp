@@ -1,6 +1,7 @@
 #include "data/tokenizer.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <unordered_map>
 
 #include <sentencepiece_processor.h>
@@ -110,9 +111,16 @@ Tokenizer Tokenizer::train(std::string_view text, TokenizerKind kind, int vocab)
     const std::string why = status.message();
     const std::string head = "SentencePiece could not train a " + std::string(to_string(kind)) + " tokenizer of " +
                              std::to_string(vocab) + " pieces on this text: ";
-    if (why.find("required_chars") != std::string::npos)
-      fail(head + "it holds more distinct characters than " + std::to_string(vocab) +
-           " pieces leave room for; raise --vocab-size, or prepare it with --tokenizer bytes");
+    if (const size_t at = why.find("required_chars"); at != std::string::npos) {
+      // Every distinct character is a piece of its own beside <unk> and the 256 byte-fallback pieces;
+      // SentencePiece's message counts them all ("300 vs 328").
+      const size_t vs = why.find(" vs ", at);
+      const long needed = vs == std::string::npos ? 0 : std::strtol(why.c_str() + vs + 4, nullptr, 10);
+      fail(head + "each of its distinct characters is a piece, beside <unk> and the 256 byte pieces" +
+           (needed > 0 ? " (" + std::to_string(needed) + " in all)" : std::string()) + ", and " +
+           std::to_string(vocab) + " pieces leave no room for them; raise --vocab-size" +
+           (needed > 0 ? " above " + std::to_string(needed) : std::string()) + ", or prepare it with --tokenizer bytes");
+    }
     const size_t cc = why.find(".cc(");
     fail(head + (cc == std::string::npos ? why : "an internal check failed (" + why.substr(why.find(')', cc) + 1) + ")"));
   }

@@ -61,8 +61,9 @@ Tokenizer load_tokenizer(const std::string& dir) {
   Tokenizer t;
   if (kind != TokenizerKind::bytes) {
     const std::string model_path = (fs::path(dir) / kTokenizerModel).string();
-    require(fs::is_regular_file(model_path), path + " names a " + to_string(kind) + " tokenizer but " + model_path +
-                                                 " is missing");
+    std::error_code ec;
+    require(fs::is_regular_file(model_path, ec), path + " names a " + to_string(kind) + " tokenizer but " + model_path +
+                                                     (fs::exists(model_path, ec) ? " is not a regular file" : " is missing"));
     t = Tokenizer::from_model(read_all(model_path), kind, model_path);
   }
   // Say what differs: the model (another fingerprint), or the vocabulary alone (an edited "vocab":

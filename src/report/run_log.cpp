@@ -71,13 +71,22 @@ void check_report_dir(const std::string& dir, const std::string& save, const std
             "(it continues only the report of the run the launcher restarted)");
   }
   check_file_writable(log_path(dir), "--report-dir");
+  // The page drawn beside the log: one that is not lattice's is refused now, not after the run.
+  const std::string page = (fs::path(dir) / kRunReport).string();
+  if (fs::exists(fs::symlink_status(page, ec))) {
+    OutputRules own = rules;
+    own.own_report_dir = dir;
+    check_output_path(page, OutputKind::html, "--report-dir", own);
+  }
 }
 
-RunLog::RunLog(bool json_stdout, const std::string& report_dir, const std::string& trace_path, bool append)
+RunLog::RunLog(bool json_stdout, const std::string& report_dir, const std::string& trace_path, bool append,
+               bool overwrite)
     : json_stdout_(json_stdout),
       dir_(report_dir),
       trace_(trace_path),
       last_render_(std::chrono::steady_clock::now() - std::chrono::hours(1)) {  // the first step draws a page
+  overwrite_ = overwrite;
   if (dir_.empty()) return;
   const std::string path = log_path(dir_);
   std::error_code ec;
@@ -159,6 +168,7 @@ void RunLog::render(bool with_trace) {
     const std::string page = run_report_html(run_, trace);
     OutputRules own;
     own.own_report_dir = dir_;
+    own.overwrite = overwrite_;
     write_output_file((fs::path(dir_) / kRunReport).string(), OutputKind::html, "--report-dir", page, own);
   } catch (const std::exception& e) {
     // The page is for looking at: a full disk or an odd record must not stop the training, nor the

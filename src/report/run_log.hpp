@@ -29,7 +29,10 @@ class RunLog {
   static constexpr double kRenderSeconds = 30, kMinRenderSeconds = 5;
   // append: a resumed run continues the directory's run.jsonl (a last line cut short is cut off);
   // else it starts a new one. The log is locked against another run for as long as this one lives.
-  RunLog(bool json_stdout, const std::string& report_dir, const std::string& trace_path, bool append);
+  // overwrite (--overwrite): the page may replace a report.html lattice did not write (check_report_dir
+  // refused one without it before the run).
+  RunLog(bool json_stdout, const std::string& report_dir, const std::string& trace_path, bool append,
+         bool overwrite = false);
   ~RunLog();
   RunLog(const RunLog&) = delete;
   RunLog& operator=(const RunLog&) = delete;
@@ -48,6 +51,7 @@ class RunLog {
   RunRecords run_;
   std::chrono::steady_clock::time_point last_render_;
   bool warned_ = false;   // report.html could not be redrawn (said once)
+  bool overwrite_ = false;
   bool stopped_ = false;  // run.jsonl could not be written: the report stopped
 };
 

@@ -168,11 +168,12 @@ std::string resume_training_settings(TrainConfig& config, const nlohmann::json& 
               ")");
   // The cosine's last step: the run's own, so a longer --steps holds --min-lr past it rather than
   // stretching the curve (a jump of the learning rate); --override-schedule decays to the new --steps.
+  // 0: a run of --steps 0 (its initial weights saved) has no curve yet; the resumed run's --steps sets it.
   if (saved.contains("decay_steps") && !config.override_schedule) {
     const nlohmann::json& d = saved["decay_steps"];
-    require(d.is_number_integer() && d.get<int64_t>() >= 1 && d.get<int64_t>() <= (int64_t(1) << 62),
+    require(d.is_number_integer() && d.get<int64_t>() >= 0 && d.get<int64_t>() <= (int64_t(1) << 62),
             where + ": \"train\": \"decay_steps\" = " + d.dump() + " is not a step count");
-    config.decay_steps = d.get<int64_t>();
+    if (d.get<int64_t>() > 0) config.decay_steps = d.get<int64_t>();
   }
   return taken;
 }

@@ -213,6 +213,13 @@ hostile "--batches 2^31" 1 "--batches must be between 1 and 2\^30 \(got 21474836
 hostile "--world 2^63" 1 "--world must be between 1 and 2\^20 \(got 9223372036854775808\)" -- groups --world 9223372036854775808
 hostile "--lr 1,5" 2 "--lr takes a number in \[0, 1e12\] \(got 1,5\)" -- train "${MODEL[@]}" --steps 1 --lr 1,5
 hostile "--temperature with an Arabic digit" 2 "--temperature takes a number" -- sample --checkpoint ck --temperature $'\xd9\xa1'
+# A flag that would be meaningless: masks packed where dropout keeps none.
+hostile "--pack-masks --dropout 0" 1 "--pack-masks keeps dropout masks at one bit an element, and this model keeps none \(--dropout 0\)" -- \
+  train "${MODEL[@]}" --steps 1 --dropout 0 --pack-masks
+# Inference refuses --dropout: its help does not offer it.
+for cmd in eval sample; do
+  check "$cmd --help does not offer --dropout" sh -c "! '$LATTICE' $cmd --help | grep -q -- ' --dropout'"
+done
 
 hostile_summary
 [ "$failures" -eq 0 ] && echo "all flag-rule checks passed" || { echo "$failures failed"; exit 1; }

@@ -12,6 +12,9 @@ for i in $(seq 1 100); do echo "Experts $i route the tokens."; done > corpus.txt
 B=(train --data data --layers 2 --hidden 32 --heads 2 --seq-len 16 --micro-batch 2 --steps 1 --threads 1)
 
 expect_error "top-k above E" "--moe-router-topk must be between 1 and 4" "${B[@]}" --num-experts 4 --moe-router-topk 5
+expect_error "the router's default top-k above E: named as the default, not as a flag given" \
+  "--num-experts 1 is fewer than the 2 experts a token goes to by default under this --moe-router: give --moe-router-topk 1, or more experts" \
+  "${B[@]}" --num-experts 1
 expect_error "negative capacity factor" "--moe-expert-capacity-factor" "${B[@]}" --num-experts 4 --moe-expert-capacity-factor -1
 expect_error "unknown router" "--moe-router" "${B[@]}" --num-experts 4 --moe-router sinkhorn
 expect_error "unknown drop policy" "--moe-token-drop-policy" "${B[@]}" --num-experts 4 --moe-token-drop-policy random

@@ -76,6 +76,23 @@ check "--steps 0: the initial weights are saved" test -s ck0/model.safetensors
 "$LATTICE" report rep0 --html zero.html 2> zero_report.err
 check "--steps 0: its report reads back" test $? -eq 0 -a -s zero.html
 check "--steps 0: its summary has no NaN loss" sh -c "! grep -q NaN rep0/run.jsonl"
+# Its checkpoint resumes (it has no learning-rate curve yet: the resumed --steps sets it), and the
+# resumed run is the straight run, bit for bit.
+cp -r ck0 ck0_resumed
+"$LATTICE" train "${MODEL[@]}" --steps 2 --resume ck0_resumed --save ck0_resumed > /dev/null 2> resume0.err
+check "--steps 0: its checkpoint resumes ($(tail -1 resume0.err))" test $? -eq 0
+"$LATTICE" train "${MODEL[@]}" --steps 2 --save ck_straight > /dev/null 2>&1
+check "--steps 0, then resumed to 2: the weights of a straight --steps 2 run" \
+  cmp -s ck0_resumed/model.safetensors ck_straight/model.safetensors
+# A report directory whose report.html is the user's own file: refused at start (not one warning after
+# the run), and replaced under --overwrite.
+echo "my notes" > rep0/report.html
+expect_error "a user's report.html in the report directory: refused at start" \
+  "cannot write --report-dir rep0/report.html: it exists and is not an HTML page lattice wrote" \
+  train "${MODEL[@]}" --steps 2 --resume ck0 --save ck0 --report-dir rep0
+check "... and left as it was" test "$(cat rep0/report.html)" = "my notes"
+"$LATTICE" train "${MODEL[@]}" --steps 2 --resume ck0 --save ck0 --report-dir rep0 --overwrite > /dev/null 2> over.err
+check "... replaced under --overwrite, with no warning" sh -c "grep -q '<!DOCTYPE html>' rep0/report.html && ! grep -q warning over.err"
 
 # 4. The report reader validates each record: bad ones are left out with one warning naming the line.
 "$PY" - <<'EOF'
@@ -95,8 +112,8 @@ expect_error "eval --batches 3000" "--batches 3000 is more than data/val.bin hol
   eval --checkpoint ck --data data/val.bin --batches 3000
 expect_error "eval --micro-batch above the file" "fewer than one --micro-batch of 500" \
   eval --checkpoint ck --data data/val.bin --micro-batch 500
-"$LATTICE" eval --checkpoint ck --data data/val.bin --micro-batch 32 2> capped.err
-check "eval's default batches capped to the file, and said" grep -q "all it holds" capped.err
+"$LATTICE" eval --checkpoint ck --data data/val.bin --micro-batch 32 > capped.out 2> capped.err
+check "eval's default batches capped to the file, and said (its result on stdout)" grep -q "all it holds" capped.out
 
 # 6. A PipeDream-2BW checkpoint resumes only under --schedule pipedream-2bw.
 PP=(--data data --layers 2 --hidden 32 --heads 2 --seq-len 16 --micro-batch 2 --global-batch 4 --threads 1)

@@ -58,7 +58,7 @@ P=--pipeline-model-parallel-size
 expect 1 "micro-batches (6) to be a multiple of the pipeline-model-parallel size p = 4" \
   $P 4 --micro-batches 6 --schedule interleaved --virtual-stages 2
 expect 1 "needs virtual stages m >= 2" $P 4 --micro-batches 8 --schedule interleaved
-expect 1 "--forward-time and --backward-time must be above 0" $P 2 --micro-batches 4 --forward-time 0
+expect 1 "--forward-time must be a finite number of time units above 0 and at most 1e12" $P 2 --micro-batches 4 --forward-time 0
 expect 1 "--trace-step must be between 0 and 2^31 - 1" $P 2 --micro-batches 4 --from-trace x.json --trace-step 2147483648
 # pipedream-2bw holds every step's actions: the bound counts the steps (this ran out of memory).
 expect 1 "virtual stages · steps must be at most 4194304 (got 400000000)" $P 4 --micro-batches 100000 \
@@ -68,7 +68,7 @@ expect 1 "needs pipeline-model-parallel size p >= 2" $P 1 --micro-batches 4 --sc
 expect 1 "--pipeline-model-parallel-size must be between 1 and" $P 0 --micro-batches 4
 expect 1 "micro-batches must be between 1" $P 2 --micro-batches 0
 expect 1 "unknown schedule 'zb'" $P 2 --micro-batches 4 --schedule zb
-expect 1 "--forward-time and --backward-time must be above 0" $P 2 --micro-batches 4 --backward-time 0
+expect 1 "--backward-time must be a finite number of time units above 0 and at most 1e12" $P 2 --micro-batches 4 --backward-time 0
 expect 1 "--svg draws at most" $P 8 --micro-batches 4000 --svg "$SCRATCH/huge.svg"
 expect 1 "gives 2 stages; p·m = 4" $P 4 --micro-batches 8 --pipeline-layers 6,6
 expect 1 "positive layer counts" $P 4 --micro-batches 8 --pipeline-layers 3,3,0,3

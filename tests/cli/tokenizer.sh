@@ -63,6 +63,9 @@ expect_error "a data directory whose model was swapped" "but the directory holds
 cp -r bpe broken && head -c 100 bpe/tokenizer.model > broken/tokenizer.model
 expect_error "a damaged tokenizer model" "tokenizer.model is not a SentencePiece model" train --data broken \
   "${MODEL[@]}" --steps 1
+cp -r bpe dir_model && rm dir_model/tokenizer.model && mkdir dir_model/tokenizer.model
+expect_error "a tokenizer.model that is a directory: named so, not as missing" \
+  "names a bpe tokenizer but dir_model/tokenizer.model is not a regular file" train --data dir_model "${MODEL[@]}" --steps 1
 cp -r bpe no_sizes && rm no_sizes/data.json
 expect_error "a bpe directory without data.json" "but no data.json" train --data no_sizes "${MODEL[@]}" --steps 1
 cp -r bpe stale && cp bytes/train.bin stale/train.bin
@@ -114,7 +117,7 @@ check "one line of 600 kB: prepared" test $? -eq 0 -a -s oneline/train.bin
 head -c 100000 /dev/urandom > noise.bin
 "$LATTICE" prepare --input noise.bin --out noise --tokenizer bpe --vocab-size 300 > /dev/null 2> noise.err
 check "random bytes at 300 pieces: exit 1, one line naming --vocab-size" \
-  bash -c "[ $? -eq 1 ] && [ \$(wc -l < noise.err) -eq 1 ] && grep -q 'raise --vocab-size, or prepare it with --tokenizer bytes' noise.err"
+  bash -c "[ $? -eq 1 ] && [ \$(wc -l < noise.err) -eq 1 ] && grep -qE 'the 256 byte pieces \([0-9]+ in all\), and 300 pieces leave no room for them; raise --vocab-size above [0-9]+, or prepare it with --tokenizer bytes' noise.err"
 
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
 [ "$failures" -eq 0 ]
