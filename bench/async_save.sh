@@ -41,7 +41,8 @@ SHAPE=(--layers 12 --hidden 768 --heads 12 --seq-len 256 --vocab 8192 --micro-ba
 echo "async_save.sh: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start; checkpoints in $CKPT ($(df -T "$CKPT" | awk 'NR==2 {print $2}'))" >&2
 run() {  # $1 = none | sync | async, $2 = round
   local save=()
-  [[ "$1" != none ]] && save=(--save "$CKPT/ck_$1" --save-every "$SAVE_EVERY")
+  # Each round replaces the last round's checkpoint of its mode (--overwrite).
+  [[ "$1" != none ]] && save=(--save "$CKPT/ck_$1" --save-every "$SAVE_EVERY" --overwrite)
   [[ "$1" == async ]] && save+=(--async-save)
   echo "+ $LATTICE train --data $SCRATCH/data ${SHAPE[*]} --steps $STEPS --threads $THREADS --lr-schedule constant --warmup 0 ${save[*]} --json" >&2
   "$LATTICE" train --data "$SCRATCH/data" "${SHAPE[@]}" --steps "$STEPS" --threads "$THREADS" \

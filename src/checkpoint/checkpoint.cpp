@@ -152,11 +152,18 @@ std::string file_sum(const std::string& path) {
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
   return text;
 }
-// The files a sum guards: every one the save wrote but the manifest itself. The binary ones' damage
-// no parser sees (a flipped byte in a tensor's data read as a weight), nor a JSON file's that leaves
-// a valid value ("lr": 0.003 read as 0.007, one bit), which the field checks accept.
-bool summed(const std::string& name) { return name != kManifest && name.find('/') == std::string::npos; }
-bool binary(const std::string& name) { return name.size() > 12 && name.substr(name.size() - 12) == ".safetensors"; }
+// The files a sum guards: every one the save wrote but the manifest itself and config.json. The binary
+// ones' damage no parser sees (a flipped byte in a tensor's data read as a weight), nor a JSON file's
+// that leaves a valid value ("lr": 0.003 read as 0.007, one bit), which the field checks accept.
+// config.json, the Hugging Face export, may gain keys for other tools; each key lattice reads is
+// checked against trainer.json's model (check_hf_config).
+bool summed(const std::string& name) {
+  return name != kManifest && name != kHuggingFaceConfig && name.find('/') == std::string::npos;
+}
+// What the model's readers check (`all` false): the weights and optimizer files and trainer.json.
+bool read_with_the_model(const std::string& name) {
+  return name == "trainer.json" || (name.size() > 12 && name.substr(name.size() - 12) == ".safetensors");
+}
 }  // namespace
 
 StagedCheckpoint::StagedCheckpoint(const std::string& dir) : dir_(dir), out_(dir) {}
@@ -382,8 +389,9 @@ namespace {
 // sums have none; those from before 2026-11-30 sum the .safetensors files alone): a file changed or
 // damaged since is named, not loaded. Files the manifest sums but the directory lacks are left to
 // their readers to name. Called after the field checks, so a hand-edited field that is invalid gets
-// its own message: the model's readers check the binary files (`all` false), a resume every file at
-// the end of trainer.json's checks (the tokenizer files have their fingerprint checks besides).
+// its own message: the model's readers (eval, sample, --init, and first of all a resume) check the
+// binary files and trainer.json (`all` false), a resume every summed file at the end of trainer.json's
+// checks (the tokenizer files have their fingerprint checks besides).
 void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state, bool all) {
   const std::string path = dir + "/" + kManifest;
   std::error_code ec;
@@ -406,10 +414,10 @@ void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state
   const nlohmann::json& sums = manifest["sums"];
   require(sums.is_object(), "checkpoint " + path + ": \"sums\" must be an object");
   for (const auto& [name, sum] : sums.items()) {
-    require(sum.is_string() && summed(name),
+    require(sum.is_string() && (summed(name) || name == kHuggingFaceConfig),
             "checkpoint " + path + ": \"sums\" holds " + name + " = " + sum.dump() + ", not a file's sum");
     const std::string file = dir + "/" + name;
-    if ((!all && !binary(name)) || !fs::exists(file, ec)) continue;
+    if (!summed(name) || (!all && !read_with_the_model(name)) || !fs::exists(file, ec)) continue;
     // Before it is read: a FIFO there would block the read forever, a device (a link to /dev/zero)
     // never end it.
     require_regular_file(file, "checkpoint file");
@@ -440,10 +448,11 @@ std::string held_checkpoint(const std::string& dir) {
   std::error_code ec;
   if (dir.empty() || !fs::is_directory(dir, ec)) return "";
   if (!holds_trainer_state(dir)) return fs::is_regular_file(dir + "/" + kManifest, ec) ? "a checkpoint" : "";
-  try {
-    const ResumeState state = read_resume_state(dir);
-    return "the checkpoint of an earlier run (step " + std::to_string(state.step) + "; L " +
-           std::to_string(state.model.layers) + ", h " + std::to_string(state.model.hidden) + ")";
+  try {  // trainer.json alone: no file of a large checkpoint is read (its sums) to word a refusal
+    const nlohmann::json state = read_trainer_state(dir);
+    const ModelConfig model = model_config_of(state, dir);
+    return "the checkpoint of an earlier run (step " + std::to_string(integer(state, "step", 0, INT64_MAX / 2, dir)) +
+           "; L " + std::to_string(model.layers) + ", h " + std::to_string(model.hidden) + ")";
   } catch (const InputError&) {
     return "a checkpoint";
   }

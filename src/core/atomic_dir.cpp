@@ -108,6 +108,11 @@ void remove_stale_temporaries(const std::string& parent) {
 
 }  // namespace
 
+void remove_dead_saves_beside(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(parent_of(path), ec)) remove_stale_temporaries(parent_of(path));
+}
+
 std::vector<std::string> make_dirs_noting(const std::string& dir, std::error_code& ec) {
   std::vector<std::string> made;
   std::error_code probe;
@@ -143,11 +148,13 @@ void check_file_writable(const std::string& path, const std::string& what) {
 
 int64_t free_bytes_at(const std::string& path) {
   std::error_code ec;
-  fs::path at = fs::absolute(path, ec).lexically_normal();
+  fs::path at = fs::absolute(path, ec);  // not lexically normalised: "link/.." is the link target's parent
   while (!fs::exists(at, ec) && at.has_parent_path() && at != at.parent_path()) at = at.parent_path();
   struct statvfs st {};
-  if (::statvfs(at.c_str(), &st) != 0) return -1;
-  return int64_t(st.f_bavail) * int64_t(st.f_frsize);
+  // A file system that reports no size (some FUSE mounts) does not say what is free.
+  if (::statvfs(at.c_str(), &st) != 0 || st.f_blocks == 0) return -1;
+  // root may write into the blocks reserved for it (ext4's 5%), as a save run as root will.
+  return int64_t(::geteuid() == 0 ? st.f_bfree : st.f_bavail) * int64_t(st.f_frsize);
 }
 
 AtomicFile::AtomicFile(const std::string& final_path)

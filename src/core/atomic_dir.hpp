@@ -36,8 +36,12 @@ void write_file_atomically(const std::string& path, const void* data, size_t byt
 // created, as the write would). Throws InputError naming `what` (e.g. "--trace") and the reason.
 void check_file_writable(const std::string& path, const std::string& what);
 
-// The bytes an unprivileged write may still take on the file system that holds `path` (or, where it
-// does not exist yet, its nearest existing parent); -1 when the system does not say.
+// Removes what saves killed mid-write left beside `path` (AtomicDir's temporaries and trash of dead
+// processes of this host, as every save does first), so that the space they hold counts as free.
+void remove_dead_saves_beside(const std::string& path);
+
+// The bytes a write by this process may still take on the file system that holds `path` (or, where
+// it does not exist yet, its nearest existing parent); -1 when the system does not say.
 int64_t free_bytes_at(const std::string& path);
 
 // Makes `dir` with its missing parents and returns those it made, deepest first (empty, with `ec`

@@ -320,11 +320,15 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     for (const auto& t : optimizer_->tensor_states()) tensor_values += t.shape[0];
     const int64_t needed = checkpoint::checkpoint_tensor_bytes(
         model_config_, int(optimizer_->element_states().size()), tensor_values * layout_.pp, states_layout.versions == 2);
+    remove_dead_saves_beside(directory_path(config_.save));  // the first save would: their space is free
     const int64_t free = free_bytes_at(config_.save);
-    char text[160];
-    std::snprintf(text, sizeof text, " has %.3g MB free, and a checkpoint of this run takes %.3g MB", free / 1e6,
-                  needed / 1e6);
-    require(free < 0 || free >= needed, "--save " + config_.save + ": its file system" + text +
+    const auto size = [](int64_t bytes) {
+      char text[32];
+      std::snprintf(text, sizeof text, bytes >= 1e9 ? "%.3g GB" : "%.3g MB", bytes >= 1e9 ? bytes / 1e9 : bytes / 1e6);
+      return std::string(text);
+    };
+    require(free < 0 || free >= needed, "--save " + config_.save + ": its file system has " + size(free) +
+                                            " free, and a checkpoint of this run takes " + size(needed) +
                                             " (each save is written beside the one it replaces): free space or save elsewhere");
   }
   if (layout_.zero >= 1 && replicas == 1 && (!dist_ || dist_->rank() == 0))

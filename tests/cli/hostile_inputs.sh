@@ -15,10 +15,13 @@ MODEL=(--data data --layers 2 --hidden 32 --heads 4 --seq-len 32 --micro-batch 4
 "$LATTICE" train "${MODEL[@]}" --steps 2 --save ck --seed 7 2>/dev/null
 PROTECT=ck
 
-# trainer.json: every field it reads is checked (a copy of the checkpoint edited by python).
+# trainer.json: every field it reads is checked (a copy of the checkpoint edited by python). Its sum is
+# dropped from the manifest too (as by a hand-edit that mended the manifest, or a checkpoint saved
+# before trainer.json was summed): the field checks are the line behind the sum.
 edit() {  # edit NAME PYTHON-STATEMENT: a copy of ck with trainer.json changed
   rm -rf "$1" && cp -r ck "$1"
-  python3 -c "import json; p='$1/trainer.json'; d=json.load(open(p)); $2; json.dump(d, open(p, 'w'))"
+  python3 -c "import json; p='$1/trainer.json'; d=json.load(open(p)); $2; json.dump(d, open(p, 'w'))
+p='$1/lattice-checkpoint.json'; m=json.load(open(p)); del m['sums']['trainer.json']; json.dump(m, open(p, 'w'))"
 }
 edit no_step "del d['step']"
 hostile "trainer.json without step" 1 'no_step/trainer.json has no "step"' -- train "${MODEL[@]}" --steps 4 --resume no_step
@@ -177,15 +180,22 @@ for use in "eval --checkpoint flipped --data data/val.bin --batches 1" "sample -
   # shellcheck disable=SC2086
   hostile "a flipped bit in model.safetensors: ${use%% *}" 1 "checkpoint flipped: model.safetensors is not the file the save wrote \(its sum differs" -- $use
 done
-check "the manifest records a sum of every file but itself" python3 -c "
+check "the manifest records a sum of every file but itself and config.json" python3 -c "
 import json; m = json.load(open('ck/lattice-checkpoint.json'))
-assert sorted(m['sums']) == sorted(set(m['files']) - {'lattice-checkpoint.json'}) and 'trainer.json' in m['sums'], m"
+assert sorted(m['sums']) == sorted(set(m['files']) - {'lattice-checkpoint.json', 'config.json'}) and 'trainer.json' in m['sums'], m"
 # A one-bit edit of trainer.json that leaves a valid value (lr 0.003 -> 0.007: 3 is 0x33, 7 0x37) passes
 # every field check; its sum names it on resume.
 rm -rf lr_bit && cp -r ck lr_bit && python3 -c "
 p = 'lr_bit/trainer.json'; t = open(p).read(); assert '\"lr\": 0.003' in t; open(p, 'w').write(t.replace('\"lr\": 0.003', '\"lr\": 0.007'))"
-hostile "a one-bit valid edit of trainer.json" 1 "checkpoint lr_bit: trainer.json is not the file the save wrote \(its sum differs" -- \
-  train "${MODEL[@]}" --steps 4 --resume lr_bit
+for use in "train ${MODEL[*]} --steps 4 --resume lr_bit" "eval --checkpoint lr_bit --data data/val.bin --batches 1"; do
+  # shellcheck disable=SC2086
+  hostile "a one-bit valid edit of trainer.json: ${use%% *}" 1 "checkpoint lr_bit: trainer.json is not the file the save wrote \(its sum differs" -- $use
+done
+# config.json, the Hugging Face export, may gain keys for other tools: not summed, its keys checked.
+rm -rf hf_key && cp -r ck hf_key && python3 -c "
+import json; p = 'hf_key/config.json'; d = json.load(open(p)); d['eos_token_id'] = 0; json.dump(d, open(p, 'w'))"
+"$LATTICE" train "${MODEL[@]}" --steps 4 --resume hf_key --save hf_key > /dev/null 2> hf_key.err
+check "a config.json with a key added for another tool resumes ($(tail -1 hf_key.err))" test $? -eq 0
 # Without its manifest a checkpoint's files cannot be checked: refused, not loaded unchecked.
 rm -rf no_manifest && cp -r ck no_manifest && rm no_manifest/lattice-checkpoint.json
 for use in "eval --checkpoint no_manifest --data data/val.bin --batches 1" "train ${MODEL[*]} --steps 4 --resume no_manifest"; do

@@ -45,7 +45,8 @@ check "--save-every: the checkpoint still holds step 4" diff -q <(digest ck_ever
 check "the loss window survives --resume" "$PY" -c "
 import json; a = json.load(open('ck/trainer.json'))['recent_losses']; b = json.load(open('ck_resumed/trainer.json'))['recent_losses']
 assert len(b) == 6 and b[:4] == a, (a, b)"
-cp -r ck badwin && "$PY" -c "import json; p='badwin/trainer.json'; d=json.load(open(p)); d['recent_losses'] = [1, 'x']; json.dump(d, open(p, 'w'))"
+cp -r ck badwin && "$PY" -c "import json; p='badwin/trainer.json'; d=json.load(open(p)); d['recent_losses'] = [1, 'x']; json.dump(d, open(p, 'w'))
+p='badwin/lattice-checkpoint.json'; m=json.load(open(p)); del m['sums']['trainer.json']; json.dump(m, open(p, 'w'))"  # past the sum
 expect_error "a broken loss window in trainer.json" '"recent_losses" holds "x"' train "${MODEL[@]}" --steps 6 --resume badwin
 
 # 2. --report-dir on a full disk: one warning, training and the final --save go on.

@@ -115,7 +115,9 @@ expect_error "--dump-config of a resume from nothing" "--resume nothing holds no
 cp -r adaf damaged
 python3 -c "
 import json; t = json.load(open('damaged/trainer.json')); t['train']['micro_batch'] = 0
-json.dump(t, open('damaged/trainer.json', 'w'))"
+json.dump(t, open('damaged/trainer.json', 'w'))
+m = json.load(open('damaged/lattice-checkpoint.json')); del m['sums']['trainer.json']  # past the sum, to the field check
+json.dump(m, open('damaged/lattice-checkpoint.json', 'w'))"
 expect_error "a damaged micro_batch in trainer.json" 'damaged/trainer.json: "train": "micro_batch" = 0 is not a value of --micro-batch' \
   train "${NOBATCH[@]}" --steps 3 --resume damaged
 "$LATTICE" train "${NOBATCH[@]}" --steps 2 --optimizer sm3 --beta1 0 --save sm0 > /dev/null 2>&1

@@ -26,6 +26,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string dir = [] {
     const std::string d = fuzz::scratch() + "/checkpoint";
     std::filesystem::create_directories(d);
+    // A manifest with no sums: a trainer.json recording lattice_version is refused without one, and
+    // the fuzzed file cannot carry its own sum; the fields are what is under test.
+    const std::string manifest = R"({"format": "lattice checkpoint", "version": 1, "files": [], "sums": {}})";
+    fuzz::write_file(d + "/" + kManifest, reinterpret_cast<const uint8_t*>(manifest.data()), manifest.size());
     return d;
   }();
   fuzz::write_file(dir + "/trainer.json", data, size);
