@@ -152,13 +152,15 @@ std::string file_sum(const std::string& path) {
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
   return text;
 }
-// The files a sum guards: every one the save wrote but the manifest itself and config.json. The binary
-// ones' damage no parser sees (a flipped byte in a tensor's data read as a weight), nor a JSON file's
-// that leaves a valid value ("lr": 0.003 read as 0.007, one bit), which the field checks accept.
-// config.json, the Hugging Face export, may gain keys for other tools; each key lattice reads is
-// checked against trainer.json's model (check_hf_config).
+// The files a sum guards: every one the save wrote but the manifest itself, the save's marker (the
+// writing process's host and pid: no data, and two saves of the same state then write the same
+// manifest) and config.json. The binary ones' damage no parser sees (a flipped byte in a tensor's
+// data read as a weight), nor a JSON file's that leaves a valid value ("lr": 0.003 read as 0.007,
+// one bit), which the field checks accept. config.json, the Hugging Face export, may gain keys for
+// other tools; each key lattice reads is checked against trainer.json's model (check_hf_config).
 bool summed(const std::string& name) {
-  return name != kManifest && name != kHuggingFaceConfig && name.find('/') == std::string::npos;
+  return name != kManifest && name != AtomicDir::kMarker && name != kHuggingFaceConfig &&
+         name.find('/') == std::string::npos;
 }
 // What the model's readers check (`all` false): the weights and optimizer files and trainer.json.
 bool read_with_the_model(const std::string& name) {
@@ -414,7 +416,7 @@ void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state
   const nlohmann::json& sums = manifest["sums"];
   require(sums.is_object(), "checkpoint " + path + ": \"sums\" must be an object");
   for (const auto& [name, sum] : sums.items()) {
-    require(sum.is_string() && (summed(name) || name == kHuggingFaceConfig),
+    require(sum.is_string() && (summed(name) || name == kHuggingFaceConfig || name == AtomicDir::kMarker),
             "checkpoint " + path + ": \"sums\" holds " + name + " = " + sum.dump() + ", not a file's sum");
     const std::string file = dir + "/" + name;
     if (!summed(name) || (!all && !read_with_the_model(name)) || !fs::exists(file, ec)) continue;

@@ -23,18 +23,21 @@ same_files() {  # same_files A B: the checkpoint files of two directories byte f
   test "$(ls "$1")" = "$(ls "$2")"
 }
 # As same_files, but trainer.json's "steps" and "decay_steps" may differ: where each run meant to stop
-# (a kill run's 100000, a reference's --steps; the schedule is constant, so no value depends on them).
+# (a kill run's 100000, a reference's --steps; the schedule is constant, so no value depends on them),
+# and with them the manifest's sum of trainer.json.
 same_but_length() {
   local f
   for f in $(ls "$2"); do
-    [ "$f" = trainer.json ] && continue
+    [ "$f" = trainer.json ] || [ "$f" = lattice-checkpoint.json ] && continue
     cmp -s "$1/$f" "$2/$f" || { echo "$1/$f differs from $2/$f"; return 1; }
   done
   test "$(ls "$1")" = "$(ls "$2")" && "$PY" -c "
 import json, sys
 a, b = (json.load(open(d + '/trainer.json')) for d in sys.argv[1:])
 for t in (a, b): del t['train']['steps'], t['train']['decay_steps']
-sys.exit(a != b)" "$1" "$2"
+m, n = (json.load(open(d + '/lattice-checkpoint.json')) for d in sys.argv[1:])
+for t in (m, n): del t['sums']['trainer.json']
+sys.exit(a != b or m != n)" "$1" "$2"
 }
 loads() { "$LATTICE" eval --checkpoint "$1" --data data/val.bin --batches 1 --micro-batch 4 > /dev/null 2> eval.err; }
 events() { "$PY" -c "import json,sys; print([r['$2'] for r in map(json.loads, open(sys.argv[1])) if r.get('event') == '$3'])" "$1"; }

@@ -180,9 +180,9 @@ for use in "eval --checkpoint flipped --data data/val.bin --batches 1" "sample -
   # shellcheck disable=SC2086
   hostile "a flipped bit in model.safetensors: ${use%% *}" 1 "checkpoint flipped: model.safetensors is not the file the save wrote \(its sum differs" -- $use
 done
-check "the manifest records a sum of every file but itself and config.json" python3 -c "
+check "the manifest records a sum of every file but itself, the save's marker and config.json" python3 -c "
 import json; m = json.load(open('ck/lattice-checkpoint.json'))
-assert sorted(m['sums']) == sorted(set(m['files']) - {'lattice-checkpoint.json', 'config.json'}) and 'trainer.json' in m['sums'], m"
+assert sorted(m['sums']) == sorted(set(m['files']) - {'lattice-checkpoint.json', '.lattice-save', 'config.json'}) and 'trainer.json' in m['sums'], m"
 # A one-bit edit of trainer.json that leaves a valid value (lr 0.003 -> 0.007: 3 is 0x33, 7 0x37) passes
 # every field check; its sum names it on resume.
 rm -rf lr_bit && cp -r ck lr_bit && python3 -c "
