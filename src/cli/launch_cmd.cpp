@@ -183,14 +183,14 @@ class MpirunLauncher final : public launch::Launcher {
 
   void emit(const nlohmann::json& event) {
     if (json_) {
-      std::printf("%s\n", event.dump().c_str());
+      std::printf("%s\n", event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
       flush_output(stdout);
     }
     // Only into the run log a job of this launch made or took on: never a file of the user's, nor one
     // train refused, nor an older run's.
     if (report_written() && run_log_problem(report_log_).empty()) {
       std::ofstream log(report_log_, std::ios::app);
-      if (log) log << event.dump() << "\n";
+      if (log) log << event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     }
   }
 

@@ -61,7 +61,13 @@ int main(int argc, char** argv) {
     for (const char* item = env; *item;) {  // "4" or a nested list "4,2"
       char* end = nullptr;
       const long long n = std::strtoll(item, &end, 10);
-      if (end != item && n > kMaxThreads) {
+      // Not a count (0, -1, abc, 1.5): libgomp would warn and take every core; said here instead.
+      if (end == item || n < 1 || (*end && *end != ',' && *end != ' ')) {
+        std::fprintf(stderr, "lattice: error: OMP_NUM_THREADS=%s is not a thread count (a whole number of at least 1, "
+                     "or a list of them such as 4,2): unset it, or pass --threads\n", env);
+        return 1;
+      }
+      if (n > kMaxThreads) {
         std::fprintf(stderr, "lattice: error: OMP_NUM_THREADS=%s asks for more threads than lattice runs (at most %d; "
                      "unset it, or pass --threads)\n", env, kMaxThreads);
         return 1;

@@ -146,15 +146,19 @@ void check_file_writable(const std::string& path, const std::string& what) {
   require(fd >= 0, head + why);
 }
 
-int64_t free_bytes_at(const std::string& path) {
+FreeSpace free_space_at(const std::string& path) {
   std::error_code ec;
   fs::path at = fs::absolute(path, ec);  // not lexically normalised: "link/.." is the link target's parent
   while (!fs::exists(at, ec) && at.has_parent_path() && at != at.parent_path()) at = at.parent_path();
   struct statvfs st {};
-  // A file system that reports no size (some FUSE mounts) does not say what is free.
-  if (::statvfs(at.c_str(), &st) != 0 || st.f_blocks == 0) return -1;
-  // root may write into the blocks reserved for it (ext4's 5%), as a save run as root will.
-  return int64_t(::geteuid() == 0 ? st.f_bfree : st.f_bavail) * int64_t(st.f_frsize);
+  if (::statvfs(at.c_str(), &st) != 0) return {};
+  // root may write into the blocks reserved for it (ext4's 5%), as a save run as root will. A file
+  // system that reports no size, or no file count (some FUSE mounts, btrfs's inodes), does not say.
+  const bool root = ::geteuid() == 0;
+  FreeSpace free;
+  if (st.f_blocks > 0) free.bytes = int64_t(root ? st.f_bfree : st.f_bavail) * int64_t(st.f_frsize);
+  if (st.f_files > 0) free.files = int64_t(root ? st.f_ffree : st.f_favail);
+  return free;
 }
 
 AtomicFile::AtomicFile(const std::string& final_path)

@@ -40,9 +40,13 @@ void check_file_writable(const std::string& path, const std::string& what);
 // processes of this host, as every save does first), so that the space they hold counts as free.
 void remove_dead_saves_beside(const std::string& path);
 
-// The bytes a write by this process may still take on the file system that holds `path` (or, where
-// it does not exist yet, its nearest existing parent); -1 when the system does not say.
-int64_t free_bytes_at(const std::string& path);
+// What a write by this process may still take on the file system that holds `path` (or, where it
+// does not exist yet, its nearest existing parent): bytes and files (inodes); -1 where the system
+// does not say.
+struct FreeSpace {
+  int64_t bytes = -1, files = -1;
+};
+FreeSpace free_space_at(const std::string& path);
 
 // Makes `dir` with its missing parents and returns those it made, deepest first (empty, with `ec`
 // set, when it could not), so that a caller whose output is not written after all can take them

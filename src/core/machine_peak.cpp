@@ -3,6 +3,7 @@
 
 #include <immintrin.h>
 #include <sched.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,12 +17,19 @@ namespace lattice {
 
 namespace {
 
+// A text of /proc or /sys (or of a file LATTICE_CPUINFO / LATTICE_CPU_SYSFS name): a regular file
+// only, so that a FIFO named there cannot block the run and a device cannot feed it without end; at
+// most 16 MiB ("" otherwise, which reads as a machine that says nothing).
 std::string read_text(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
   std::ifstream in(path);
   if (!in) return "";
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  std::string text;
+  char piece[4096];
+  while (text.size() < (size_t(16) << 20) && in.read(piece, sizeof piece).gcount() > 0)
+    text.append(piece, size_t(in.gcount()));
+  return text;
 }
 
 std::string trim(const std::string& s) {

@@ -4,6 +4,9 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifndef STATX_ATTR_MOUNT_ROOT  // Linux 5.8's; older C libraries' headers lack the name
+#define STATX_ATTR_MOUNT_ROOT 0x00002000
+#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -103,6 +106,17 @@ bool is_legacy_checkpoint(const std::string& dir, const std::vector<std::string>
     if (name != "model.safetensors" && name != "optimizer.safetensors" && name != "trainer.json") return false;
   const nlohmann::json state = nlohmann::json::parse(sniff(dir + "/trainer.json", kSniffBytes), nullptr, false);
   return state.is_object() && state.contains("model") && state.contains("step") && holds(entries, "model.safetensors");
+}
+
+// Whether the directory `path` is the root of a mount (a file system's or a bind mount's): statx's
+// attribute where the kernel reports it, else a device other than its parent's.
+bool is_mount_point(const std::string& path) {
+  struct statx st {};
+  if (::statx(AT_FDCWD, path.c_str(), 0, STATX_BASIC_STATS, &st) == 0 && (st.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT))
+    return (st.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
+  struct stat self {}, parent {};
+  const std::string up = directory_path(path) + "/..";
+  return ::stat(path.c_str(), &self) == 0 && ::stat(up.c_str(), &parent) == 0 && self.st_dev != parent.st_dev;
 }
 
 // Why the existing directory `dir` is not lattice's of `kind` ("" when it is). The messages keep the
@@ -220,6 +234,11 @@ void check_output_path(const std::string& path, OutputKind kind, const std::stri
   if (exists && directory && !fs::is_directory(status))
     fail(kind == OutputKind::checkpoint_dir ? "cannot save to " + path + ": it exists and is not a directory"
                                             : refuse + "it exists and is not a directory");
+  // A save replaces its directory whole by a rename, which a mount point refuses (EBUSY): said now,
+  // not after the training before the first save.
+  if (exists && kind == OutputKind::checkpoint_dir && is_mount_point(path))
+    fail("cannot save to " + path + ": it is a mount point, and a save replaces its directory whole (a rename the "
+         "mount refuses): save into a directory inside it (" + directory_path(path) + "/ck)");
   if (exists && directory) {
     const std::string why = why_not_own_dir(path, kind, rules.overwrite);
     if (!why.empty()) fail((kind == OutputKind::checkpoint_dir ? "cannot save to " + path + ": " : refuse) + why);

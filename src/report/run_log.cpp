@@ -127,7 +127,9 @@ void RunLog::record(const nlohmann::json& given) {
     std::error_code ec;
     record["report_trace"] = fs::relative(fs::weakly_canonical(fs::absolute(trace_)), fs::weakly_canonical(fs::absolute(dir_)), ec).string();
   }
-  const std::string line = record.dump() + "\n";
+  // A path of bytes that are not UTF-8 (a --save named so) is written with U+FFFD in their place,
+  // not an exception that would end the run.
+  const std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   if (json_stdout_) {
     // A closed stdout (`| head`) is reported once and the run goes on: the log and the save matter more.
     std::cout << line;

@@ -313,24 +313,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
         config_.micro_batch, *kept_, states_layout.versions == 2 ? states_.get() : nullptr);
   optimizer_ = make_optimizer(model_->table(), config_.optim, states_->owned(),
                               {dist_ && layout_.tp > 1 ? &dist_->tp() : nullptr, states_->shard_group()});
-  if (is_logging_rank() && !config_.save.empty()) {
-    // A file system that cannot take one checkpoint is said now, not after the training before the
-    // first save (each save is written beside the one it replaces, so it needs its whole size free).
-    int64_t tensor_values = 0;
-    for (const auto& t : optimizer_->tensor_states()) tensor_values += t.shape[0];
-    const int64_t needed = checkpoint::checkpoint_tensor_bytes(
-        model_config_, int(optimizer_->element_states().size()), tensor_values * layout_.pp, states_layout.versions == 2);
-    remove_dead_saves_beside(directory_path(config_.save));  // the first save would: their space is free
-    const int64_t free = free_bytes_at(config_.save);
-    const auto size = [](int64_t bytes) {
-      char text[32];
-      std::snprintf(text, sizeof text, bytes >= 1e9 ? "%.3g GB" : "%.3g MB", bytes >= 1e9 ? bytes / 1e9 : bytes / 1e6);
-      return std::string(text);
-    };
-    require(free < 0 || free >= needed, "--save " + config_.save + ": its file system has " + size(free) +
-                                            " free, and a checkpoint of this run takes " + size(needed) +
-                                            " (each save is written beside the one it replaces): free space or save elsewhere");
-  }
+  if (is_logging_rank() && !config_.save.empty()) check_save_room(resume_state.step, states_layout.versions == 2);
   if (layout_.zero >= 1 && replicas == 1 && (!dist_ || dist_->rank() == 0))
     std::fprintf(stderr, "lattice train: note: --zero %d with data-parallel size 1 shards nothing\n", layout_.zero);
   if (!weights_path.empty() && !shard_in_place) checkpoint::load_weights(weights_path, *model_);

@@ -8,6 +8,9 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "comm/gather_int64.hpp"
+#include "core/atomic_dir.hpp"
+#include "core/error.hpp"
+#include "core/output_path.hpp"
 #include "core/stage_partition.hpp"
 #include "core/version.hpp"
 #include "train/checkpoint_stream.hpp"
@@ -223,6 +226,37 @@ void Trainer::report_save(int64_t step, double stall_s, double waited_s, int64_t
   if (waited_for >= 0 && waited_s >= 1e-3 && is_logging_rank() && !config_.json)
     std::fprintf(stderr, "  save of step %lld waited %.3f s for the background save of step %lld (one is written at a "
                  "time)\n", (long long)step, waited_s, (long long)waited_for);
+}
+
+void Trainer::check_save_room(int64_t start_step, bool two_versions) {
+  // A save is written beside the checkpoint it replaces: with one there (a resume, --overwrite) the
+  // run needs one checkpoint's size free; into a new directory, one for the first save and, when the
+  // run saves again, a second while the first still stands. Said now, not after the training before
+  // the save that would not fit.
+  int64_t tensor_values = 0;
+  for (const auto& t : optimizer_->tensor_states()) tensor_values += t.shape[0];
+  const int64_t one = checkpoint::checkpoint_tensor_bytes(model_config_, int(optimizer_->element_states().size()),
+                                                          tensor_values * layout_.pp, two_versions);
+  const bool saves_again = config_.save_every_auto || (config_.save_every > 0 && config_.steps - start_step > config_.save_every);
+  const bool held = !checkpoint::held_checkpoint(config_.save).empty();
+  const int copies = held || !saves_again ? 1 : 2;
+  constexpr int64_t kFilesPerCopy = 10;  // a checkpoint's files, its directory and their temporaries
+  remove_dead_saves_beside(directory_path(config_.save));  // the first save would: their space is free
+  const FreeSpace free = free_space_at(config_.save);
+  const auto size = [](int64_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, bytes >= 1e9 ? "%.3g GB" : "%.3g MB", bytes >= 1e9 ? bytes / 1e9 : bytes / 1e6);
+    return std::string(text);
+  };
+  const std::string why = copies == 2 ? " (the second save is written beside the first)"
+                                      : " (a save is written beside the one it replaces)";
+  require(free.bytes < 0 || free.bytes >= copies * one,
+          "--save " + config_.save + ": its file system has " + size(free.bytes) + " free, and this run needs " +
+              size(copies * one) + why + ": free space or save elsewhere");
+  require(free.files < 0 || free.files >= copies * kFilesPerCopy,
+          "--save " + config_.save + ": its file system has room for " + std::to_string(free.files) +
+              " more files, and this run's saves need " + std::to_string(copies * kFilesPerCopy) +
+              ": free some or save elsewhere");
 }
 
 std::string Trainer::saved_note() const {

@@ -76,11 +76,22 @@ for layout in "--tensor-model-parallel-size 2" "--pipeline-model-parallel-size 2
   done
   check "async, $layout: the synchronous save's files" same_files "ck_${name}_async" "ck_${name}_sync"
 done
-# A full disk under two ranks: the rank that reports it aborts the job (MPI_Abort: no destructor runs),
-# so the failed save's temporary directory must be gone before the error is reported.
+# A disk that fills under two ranks: the rank that reports it aborts the job (MPI_Abort: no destructor
+# runs), so the failed save's temporary directory must be gone before the error is reported. The file
+# system has room for the run's two checkpoints at start (2.2 MB, two would not: refused at start);
+# it is filled once the first save is in place.
 if mkdir -p small && mount -t tmpfs -o size=2200k tmpfs small 2>/dev/null; then
   mpirun --oversubscribe -np 2 "$LATTICE" train "${MODEL[@]}" --layers 2 --hidden 64 --heads 4 --micro-batch 2 \
     --global-batch 4 --steps 20 --save small/ck --save-every 5 --async-save > /dev/null 2> small.err
+  check "async, two ranks, no room for the second save: refused at start" \
+    grep -q "this run needs .* (the second save is written beside the first)" small.err
+  umount small && mount -t tmpfs -o size=4000k tmpfs small
+  timeout 120 mpirun --oversubscribe -np 2 "$LATTICE" train "${MODEL[@]}" --layers 2 --hidden 64 --heads 4 \
+    --micro-batch 2 --global-batch 4 --steps 300 --save small/ck --save-every 5 --async-save > /dev/null 2> small.err &
+  job=$!
+  for _ in $(seq 1 600); do [ -f small/ck/lattice-checkpoint.json ] && break; sleep 0.1; done
+  dd if=/dev/zero of=small/filler bs=64k 2>/dev/null  # fills the disk
+  wait "$job"
   status=$?
   check "async, two ranks, a full disk: the job fails (exit $status)" test "$status" -ne 0
   check "async, two ranks, a full disk: says so" grep -q "No space left on device" small.err

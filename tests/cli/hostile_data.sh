@@ -81,6 +81,14 @@ check "the next save removed every dead temporary" test "$(ls -d runs/*.tmp-* ru
 check "a look-alike directory without our marker is kept" test -s runs/mine.tmp-31337/file
 check "the killed runs' checkpoint is whole or absent" test ! -e runs/ck -o -s runs/ck/lattice-checkpoint.json
 
+# Paths of bytes that are not UTF-8: the JSON stream and the run log carry them with U+FFFD (a JSON
+# encoder's exception ended the run, "invalid UTF-8 byte at index 106").
+"$LATTICE" "${SMALL[@]}" --steps 1 --save $'ck\xff' --report-dir $'rep\xff' --json > utf.jsonl 2> utf.err
+check "non-UTF-8 --save and --report-dir under --json: exit 0 ($(tail -1 utf.err))" test $? -eq 0
+check "... every JSON line parses, the path's byte replaced" python3 -c "
+import json; r = [json.loads(l) for l in open('utf.jsonl', encoding='utf-8')]; assert any('ck\ufffd' in json.dumps(x, ensure_ascii=False) for x in r), r[0]"
+check "... the checkpoint and the run log are there" test -s $'ck\xff/model.safetensors' -a -s $'rep\xff/run.jsonl'
+
 # A checkpoint directory made immutable (chattr +i) after its first save, as an admin might freeze a
 # run: the next save fails in one line naming the real cause (EPERM, not the errno of a later call),
 # leaves no temporary copy behind, and the checkpoint stays as it was.
@@ -125,9 +133,25 @@ if mkdir -p full && mount -t tmpfs -o size=2m tmpfs full 2>/dev/null; then
   # A file system that cannot take one checkpoint: refused at start with both figures, nothing made.
   mkdir -p tiny && mount -t tmpfs -o size=200k tmpfs tiny
   hostile "--save where one checkpoint does not fit" 1 \
-    "--save tiny/ck: its file system has 0\.[0-9]+ MB free, and a checkpoint of this run takes 0\.[0-9]+ MB" -- \
+    "--save tiny/ck: its file system has 0\.[0-9]+ MB free, and this run needs 0\.[0-9]+ MB \(a save is written beside the one it replaces\)" -- \
     "${SMALL[@]}" --steps 1 --save tiny/ck
   check "... and leaves nothing there" test -z "$(ls -A tiny)"
+  umount tiny
+  # Room for one checkpoint, not two: a run that saves twice into a new directory writes the second
+  # beside the first. Refused at start (it failed at its second save, after the training before it).
+  mount -t tmpfs -o size=600k tmpfs tiny
+  hostile "--save where the second save does not fit" 1 \
+    "--save tiny/ck: its file system has 0\.6[0-9]* MB free, and this run needs 0\.[6-9][0-9]* MB \(the second save is written beside the first\)" -- \
+    "${SMALL[@]}" --steps 4 --save-every 2 --save tiny/ck
+  umount tiny
+  # A mount point as --save: a save renames its directory whole, which the mount refuses (EBUSY).
+  mount -t tmpfs -o size=10m tmpfs tiny
+  hostile "--save at a mount point" 1 "cannot save to tiny: it is a mount point, and a save replaces its directory whole" -- \
+    "${SMALL[@]}" --steps 1 --save tiny
+  umount tiny
+  mount -t tmpfs -o size=10m,nr_inodes=6 tmpfs tiny
+  hostile "--save where the files do not fit" 1 "--save tiny/ck: its file system has room for [0-9] more files" -- \
+    "${SMALL[@]}" --steps 1 --save tiny/ck
   umount tiny
   # A save killed mid-write left its temporary (a dead process's, with this host's marker) taking the
   # room of the next: it counts as free, as the save would remove it first. 600 KiB, 400 of them held.

@@ -122,6 +122,8 @@ for i in range(8 + n + b, 8 + n + e, 4): raw[i:i + 4] = struct.pack("<f", float(
 open(p, "wb").write(raw)
 m = json.load(open("nanck/lattice-checkpoint.json"))  # as a checkpoint from before the manifest's sums
 m.pop("sums"); json.dump(m, open("nanck/lattice-checkpoint.json", "w"))
+t = json.load(open("nanck/trainer.json"))  # (and before lattice_version, which came with them)
+t.pop("lattice_version"); json.dump(t, open("nanck/trainer.json", "w"))
 PYEOF
 hostile "eval of NaN weights" 1 "give a NaN loss" -- eval --checkpoint nanck --data data/val.bin --batches 1
 
@@ -191,6 +193,23 @@ for use in "train ${MODEL[*]} --steps 4 --resume lr_bit" "eval --checkpoint lr_b
   # shellcheck disable=SC2086
   hostile "a one-bit valid edit of trainer.json: ${use%% *}" 1 "checkpoint lr_bit: trainer.json is not the file the save wrote \(its sum differs" -- $use
 done
+# A manifest edited so that nothing would be checked: refused, not taken as a checkpoint of no sums.
+manifest_edit() {  # manifest_edit NAME PYTHON-EXPRESSION-OF-m: a copy of ck whose manifest is replaced
+  rm -rf "$1" && cp -r ck "$1" && python3 -c "
+import json; p = '$1/lattice-checkpoint.json'; m = json.load(open(p)); json.dump($2, open(p, 'w'))"
+}
+manifest_edit no_sums "{k: v for k, v in m.items() if k != 'sums'}"
+manifest_edit empty_sums "dict(m, sums={})"
+manifest_edit list_manifest "[]"
+manifest_edit ghost "dict(m, sums=dict(m['sums'], ghost=m['sums']['trainer.json']))"
+hostile "a manifest without sums" 1 'no_sums/lattice-checkpoint.json has no "sums": its files cannot be checked' -- \
+  eval --checkpoint no_sums --data data/val.bin --batches 1
+hostile "a manifest with empty sums" 1 "empty_sums/lattice-checkpoint.json records no sum of [a-z]+.safetensors" -- \
+  eval --checkpoint empty_sums --data data/val.bin --batches 1
+hostile "a manifest that is a list" 1 "list_manifest/lattice-checkpoint.json is not a checkpoint manifest \(not a JSON object\)" -- \
+  train "${MODEL[@]}" --steps 4 --resume list_manifest
+hostile "a summed file gone: resume" 1 "checkpoint ghost: ghost, which lattice-checkpoint.json lists with its sum, is missing" -- \
+  train "${MODEL[@]}" --steps 4 --resume ghost
 # config.json, the Hugging Face export, may gain keys for other tools: not summed, its keys checked.
 rm -rf hf_key && cp -r ck hf_key && python3 -c "
 import json; p = 'hf_key/config.json'; d = json.load(open(p)); d['eos_token_id'] = 0; json.dump(d, open(p, 'w'))"
@@ -211,6 +230,16 @@ check "... without SentencePiece's source line" sh -c "! grep -q '\.cc(' hostile
 # The environment: an OMP_NUM_THREADS libgomp cannot start (100000 died of SIGSEGV inside it).
 OMP_NUM_THREADS=100000 hostile "OMP_NUM_THREADS=100000" 1 "OMP_NUM_THREADS=100000 asks for more threads than lattice runs \(at most 4096" -- \
   train "${MODEL[@]}" --steps 1
+# Not a count: libgomp warned (its own two lines, before main) and took every core; now exit 1 as well.
+for v in 0 abc 1.5 "2,x"; do
+  OMP_NUM_THREADS=$v "$LATTICE" train "${MODEL[@]}" --steps 1 > /dev/null 2> omp.err
+  check "OMP_NUM_THREADS=$v: exit 1, lattice's line naming it" \
+    bash -c "[ $? -eq 1 ] && grep -q 'lattice: error: OMP_NUM_THREADS=$v is not a thread count' omp.err"
+done
+# A test hook naming a FIFO (or a device) is not read: the run goes on, its MFU n/a (it hung on the FIFO).
+rm -f cpuinfo.fifo && mkfifo cpuinfo.fifo
+LATTICE_CPUINFO=cpuinfo.fifo timeout 60 "$LATTICE" train "${MODEL[@]}" --steps 1 > /dev/null 2> fifo_cpuinfo.err
+check "LATTICE_CPUINFO naming a FIFO: the run ends (exit $?), MFU n/a" grep -q "MFU n/a" fifo_cpuinfo.err
 # The GEMM A/B switch misspelt: refused, not silently the default.
 LATTICE_GEMM=Whole hostile "LATTICE_GEMM=Whole" 1 "LATTICE_GEMM=Whole is neither whole nor parts" -- \
   train "${MODEL[@]}" --steps 1
