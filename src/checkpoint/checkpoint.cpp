@@ -389,11 +389,11 @@ void check_hf_config(const std::string& dir, const ModelConfig& c) {
 namespace {
 // A checkpoint's files against the sums its manifest recorded at the save (checkpoints from before
 // sums have none; those from before 2026-11-30 sum the .safetensors files alone): a file changed or
-// damaged since is named, not loaded. Files the manifest sums but the directory lacks are left to
-// their readers to name. Called after the field checks, so a hand-edited field that is invalid gets
-// its own message: the model's readers (eval, sample, --init, and first of all a resume) check the
-// binary files and trainer.json (`all` false), a resume every summed file at the end of trainer.json's
-// checks (the tokenizer files have their fingerprint checks besides).
+// damaged since is named, not loaded. A file the manifest sums but the directory lacks is named on a
+// resume, and left to its reader otherwise. Called after the field checks, so a hand-edited field
+// that is invalid gets its own message: the model's readers (eval, sample, --init, and first of all
+// a resume) check the binary files and trainer.json (`all` false), a resume every summed file at the
+// end of trainer.json's checks (the tokenizer files have their fingerprint checks besides).
 void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state, bool all) {
   const std::string path = dir + "/" + kManifest;
   std::error_code ec;

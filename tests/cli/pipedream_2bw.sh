@@ -266,10 +266,14 @@ print(f, b)
 sys.exit(0 if f == b == 32 else 1)"
 
 # Refused, one line each.
-cp -r ck_half ck_no_previous && rm ck_no_previous/model_previous.safetensors
+cp -r ck_half ck_previous_gone && rm ck_previous_gone/model_previous.safetensors
+bad_layout "a 2BW checkpoint whose previous version was deleted" \
+  "model_previous.safetensors, which lattice-checkpoint.json lists with its sum, is missing" 2 "${P2[@]}" --resume ck_previous_gone
+cp -r ck_previous_gone ck_no_previous
 "$PY" -c "
 import json; m = json.load(open('ck_no_previous/lattice-checkpoint.json'))
-m['files'] = [f for f in m['files'] if f != 'model_previous.safetensors']; json.dump(m, open('ck_no_previous/lattice-checkpoint.json', 'w'))"
+m['files'] = [f for f in m['files'] if f != 'model_previous.safetensors']; m['sums'].pop('model_previous.safetensors')
+json.dump(m, open('ck_no_previous/lattice-checkpoint.json', 'w'))"
 bad_layout "a 2BW checkpoint without its previous version" "no model_previous.safetensors" 2 "${P2[@]}" \
   --resume ck_no_previous
 bad_layout "2BW with ZeRO-3" "zero 3" 4 "${P2[@]}" --zero 3

@@ -124,6 +124,8 @@ body = json.dumps(header).encode()
 open(path, "wb").write(struct.pack("<Q", len(body)) + body + raw[8 + n:])
 manifest = "ck_holes/lattice-checkpoint.json"  # as a checkpoint from before the manifest's sums (else its sum names the edit)
 m = json.load(open(manifest)); m.pop("sums"); json.dump(m, open(manifest, "w"))
+t = json.load(open("ck_holes/trainer.json")); t.pop("lattice_version")  # (and before lattice_version, which came with them)
+json.dump(t, open("ck_holes/trainer.json", "w"))
 PYEOF
 timeout 120 mpirun --oversubscribe -np 2 "$LATTICE" train "${MODEL[@]}" --zero 2 --resume ck_holes > holes.out 2> holes.err
 status=$?
