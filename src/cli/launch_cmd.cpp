@@ -182,15 +182,17 @@ class MpirunLauncher final : public launch::Launcher {
   double last_progress() const { return last_progress_; }
 
   void emit(const nlohmann::json& event) {
+    // Non-UTF-8 path bytes as U+FFFD, as the run log writes them (report/run_log.cpp).
+    const std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     if (json_) {
-      std::printf("%s\n", event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      std::printf("%s\n", line.c_str());
       flush_output(stdout);
     }
     // Only into the run log a job of this launch made or took on: never a file of the user's, nor one
     // train refused, nor an older run's.
     if (report_written() && run_log_problem(report_log_).empty()) {
       std::ofstream log(report_log_, std::ios::app);
-      if (log) log << event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      if (log) log << line << "\n";
     }
   }
 
