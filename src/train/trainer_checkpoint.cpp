@@ -13,6 +13,7 @@
 #include "core/output_path.hpp"
 #include "core/stage_partition.hpp"
 #include "core/version.hpp"
+#include "report/step_report.hpp"
 #include "train/checkpoint_stream.hpp"
 #include "train/resume_settings.hpp"
 #include "train/trainer.hpp"
@@ -243,11 +244,7 @@ void Trainer::check_save_room(int64_t start_step, bool two_versions) {
   constexpr int64_t kFilesPerCopy = 10;  // a checkpoint's files, its directory and their temporaries
   remove_dead_saves_beside(directory_path(config_.save));  // the first save would: their space is free
   const FreeSpace free = free_space_at(config_.save);
-  const auto size = [](int64_t bytes) {
-    char text[32];
-    std::snprintf(text, sizeof text, bytes >= 1e9 ? "%.3g GB" : "%.3g MB", bytes >= 1e9 ? bytes / 1e9 : bytes / 1e6);
-    return std::string(text);
-  };
+  const auto size = [](int64_t bytes) { return human_bytes(double(bytes)); };  // as `df -h` counts
   const std::string why = copies == 2 ? " (the second save is written beside the first)"
                                       : " (a save is written beside the one it replaces)";
   require(free.bytes < 0 || free.bytes >= copies * one,

@@ -133,7 +133,7 @@ if mkdir -p full && mount -t tmpfs -o size=2m tmpfs full 2>/dev/null; then
   # A file system that cannot take one checkpoint: refused at start with both figures, nothing made.
   mkdir -p tiny && mount -t tmpfs -o size=200k tmpfs tiny
   hostile "--save where one checkpoint does not fit" 1 \
-    "--save tiny/ck: its file system has 0\.[0-9]+ MB free, and this run needs 0\.[0-9]+ MB \(a save is written beside the one it replaces\)" -- \
+    "--save tiny/ck: its file system has [0-9]+\.[0-9]{2} KiB free, and this run needs [0-9]+\.[0-9]{2} [KM]iB \(a save is written beside the one it replaces\)" -- \
     "${SMALL[@]}" --steps 1 --save tiny/ck
   check "... and leaves nothing there" test -z "$(ls -A tiny)"
   umount tiny
@@ -141,7 +141,7 @@ if mkdir -p full && mount -t tmpfs -o size=2m tmpfs full 2>/dev/null; then
   # beside the first. Refused at start (it failed at its second save, after the training before it).
   mount -t tmpfs -o size=600k tmpfs tiny
   hostile "--save where the second save does not fit" 1 \
-    "--save tiny/ck: its file system has 0\.6[0-9]* MB free, and this run needs 0\.[6-9][0-9]* MB \(the second save is written beside the first\)" -- \
+    "--save tiny/ck: its file system has [56][0-9]{2}\.[0-9]{2} KiB free, and this run needs [0-9]+\.[0-9]{2} [KM]iB \(the second save is written beside the first\)" -- \
     "${SMALL[@]}" --steps 4 --save-every 2 --save tiny/ck
   umount tiny
   # A mount point as --save: a save renames its directory whole, which the mount refuses (EBUSY).
