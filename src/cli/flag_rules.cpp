@@ -11,6 +11,7 @@
 
 #include "cli/cli_util.hpp"
 #include "cli/model_flags.hpp"
+#include "core/config.hpp"
 #include "core/error.hpp"
 
 namespace lattice::cli {
@@ -28,7 +29,7 @@ const std::vector<FlagBound>& flag_bounds() {
       {"", "hidden", 1, k2(20)},
       {"", "heads", 1, k2(20)},
       {"", "seq-len", 1, k2(20)},
-      {"", "vocab", 2, 65536},
+      {"", "vocab", 2, kMaxVocab, false, false, false, "2^20"},  // train, eval, sample: 65536 (require_token_vocab)
       {"", "dropout", 0, 1, false, true},
       {"", "num-experts", 0, 65536},
       {"", "moe-layer-freq", 1, 10000},

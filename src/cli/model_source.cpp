@@ -65,6 +65,7 @@ std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, con
   }
   config.dropout = 0.0;
   config.validate();
+  config.require_token_vocab();
   LayoutConfig layout;
   layout.activation_dtype = activation_dtype;
   // As train's check (train/validate.cpp): the weights, the layer workspace, one layer's kept tensors

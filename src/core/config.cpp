@@ -142,6 +142,13 @@ T parameters_of(const ModelConfig& c) {
 
 int64_t ModelConfig::num_params() const { return parameters_of<int64_t>(*this); }
 
+void ModelConfig::require_token_vocab() const {
+  require(vocab <= kMaxTokenVocab,
+          "a vocabulary of " + std::to_string(vocab) + " pieces: lattice trains, evaluates and samples models of at most " +
+              std::to_string(kMaxTokenVocab) + " (its token files hold uint16 ids); lattice plan sizes up to " +
+              std::to_string(kMaxVocab));
+}
+
 void ModelConfig::validate() const {
   auto within = [](const char* flag, int v, int lo, int hi) {
     require(v >= lo && v <= hi, std::string(flag) + " must be between " + std::to_string(lo) + " and " +
@@ -154,8 +161,7 @@ void ModelConfig::validate() const {
   require(hidden % heads == 0, "--heads (" + std::to_string(heads) + ") must divide --hidden (" +
                                    std::to_string(hidden) + ")");
   require(seq_len >= 1, "--seq-len must be at least 1 (got " + std::to_string(seq_len) + ")");
-  require(vocab >= 2 && vocab <= 65536,
-          "--vocab must be between 2 and 65536 (tokens are uint16; got " + std::to_string(vocab) + ")");
+  within("--vocab", vocab, 2, kMaxVocab);
   require(dropout >= 0.0 && dropout < 1.0, "--dropout must be in [0, 1) (got " + std::to_string(dropout) + ")");
   if (!moe.enabled()) {
     const MoEConfig d;

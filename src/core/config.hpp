@@ -42,6 +42,10 @@ inline int bytes_of(DType d) { return d == DType::bf16 ? 2 : 4; }
 inline constexpr int kMaxLayers = 10000;
 inline constexpr int kMaxHidden = 1 << 20;
 inline constexpr int kMaxSeqLen = 1 << 20;
+// A vocabulary the planner sizes (today's largest hold about 2^18 pieces); a model lattice runs reads
+// its token ids from uint16 files, so it has at most kMaxTokenVocab (ModelConfig::require_token_vocab).
+inline constexpr int kMaxVocab = 1 << 20;
+inline constexpr int kMaxTokenVocab = 1 << 16;
 
 // Mixture-of-Experts (docs/design.md §12): the MLP of layer i is E experts behind a router when
 // experts > 0 and i % layer_freq == 0.
@@ -90,6 +94,8 @@ struct ModelConfig {
   }
   int64_t num_params() const;  // with the padded vocabulary (what the engine stores)
   void validate() const;       // throws InputError naming the bad field
+  // train, eval and sample: the vocabulary fits the uint16 token ids of lattice's token files.
+  void require_token_vocab() const;
 };
 
 // How the work is split; everything defaults to one rank.

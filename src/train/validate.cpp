@@ -89,6 +89,7 @@ void validate_moe(const ModelConfig& m, const LayoutConfig& layout, const TrainC
 
 void validate_training(const ModelConfig& m, const LayoutConfig& layout, const TrainConfig& t) {
   m.validate();
+  m.require_token_vocab();
   require(!layout.pack_masks || m.dropout > 0 || m.moe.expert_dropout > 0,
           "--pack-masks keeps dropout masks at one bit an element, and this model keeps none (--dropout 0): drop the flag");
   require(t.micro_batch >= 1 && t.micro_batch <= kMaxRows, "--micro-batch must be between 1 and " + std::to_string(kMaxRows));

@@ -74,6 +74,12 @@ check "config: a valid file of every kind of value trains" grep -q '"event":"sum
 hostile "train --threads 100000" 1 "--threads must be between 0" -- train "${MODEL[@]}" --steps 1 --threads 100000
 hostile "train --hidden 2000000000" 1 "--hidden must be between 1 and" -- train "${MODEL[@]}" --steps 1 --hidden 2000000000
 hostile "train --micro-batch 100000000" 1 "--micro-batch must be between 1 and" -- train "${MODEL[@]}" --steps 1 --micro-batch 100000000
+# plan sizes vocabularies up to 2^20; a model lattice runs reads uint16 token ids: one line says which.
+hostile "train --vocab 70000" 1 "a vocabulary of 70000 pieces: lattice trains, evaluates and samples models of at most 65536 \(its token files hold uint16 ids\); lattice plan sizes up to 1048576" -- \
+  train "${MODEL[@]}" --steps 1 --vocab 70000
+hostile "eval of llm.c weights at vocabulary 70000" 1 "a vocabulary of 70000 pieces: lattice trains, evaluates and samples" -- \
+  eval --checkpoint "$HERE/../fuzz/regressions/llmc/vp0_vocab65536.bin" --data data/val.bin \
+  --layers 1 --hidden 1 --heads 1 --seq-len 1 --vocab 70000 --batches 1
 hostile "train at 100k wide" 1 "needs at least .* GiB, more than this machine" -- train "${MODEL[@]}" --steps 1 --hidden 131072 --heads 1
 hostile "train --lr nan" 1 "--lr must be a finite" -- train "${MODEL[@]}" --steps 1 --lr nan
 hostile "eval --micro-batch 100000000" 1 "--micro-batch must be between 1 and" -- eval --checkpoint ck --data data/val.bin --micro-batch 100000000

@@ -40,6 +40,17 @@ expect 1 "--peak-flops must be a rate from 1000000 to 1e18" --peak-flops 1e-30T
 expect 1 "--iteration-time 1e-06 s is shorter than the" --iteration-time 1e-6
 mkdir -p "$SCRATCH/empty" && expect 1 "holds no train.bin or val.bin" --data "$SCRATCH/empty"
 expect 2 "--no-such-flag" --no-such-flag
+# The planner sizes today's large vocabularies (Llama 3's 128,256 pieces; token files, and so train,
+# stop at 65,536): planned, not refused, and counted, not clamped: the parameters grow by the padded
+# vocabulary's extra rows times h (128,256 pads to 128,256 at t = 1; 65,536 is a multiple of 128).
+params_at() { "$LATTICE" plan --layers 2 --hidden 64 --heads 2 --vocab "$1" --json 2> "$SCRATCH/err" |
+  python3 -c "import json, sys; print(json.load(sys.stdin)['parameters'])"; }
+p_small=$(params_at 65536) p_large=$(params_at 128256)
+[ -n "$p_small" ] && [ -n "$p_large" ] && [ $((p_large - p_small)) -eq $(((128256 - 65536) * 64)) ] ||
+  fail "plan --vocab 128256: parameters $p_large against $p_small at 65536 ($(cat "$SCRATCH/err"))"
+"$LATTICE" plan --layers 80 --hidden 8192 --heads 64 --seq-len 8192 --vocab 128256 --gpus 512 --search --top 1 \
+  > "$SCRATCH/out" 2> "$SCRATCH/err" || fail "plan --search at vocabulary 128256: $(cat "$SCRATCH/err")"
+expect 1 "--vocab must be between 2 and 2^20 (got 1048577)" --vocab 1048577
 expect 2 "--layers" --layers many
 
 "$LATTICE" plan --help > /dev/null || { echo "FAIL: --help"; fails=$((fails + 1)); }
