@@ -35,6 +35,8 @@
 #include "core/error.hpp"
 #include "core/machine_peak.hpp"
 #include "comm/silent_communicator.hpp"
+#include "analysis/formulas.hpp"
+#include "core/memory_limit.hpp"
 #include "kernels/gemm.hpp"
 #include "tensor/device_memory.hpp"
 #include "model/gpt.hpp"
@@ -58,6 +60,27 @@ double median(std::vector<double> v) {
 // `tp_share` > 1: one tensor-parallel rank's share of each layer (1/tp_share of its heads and FFN), its
 // communication left out (comm/silent_communicator.hpp). The times are the run's device's: each
 // clock is read after dev::synchronize().
+// As train's and eval's checks: a lower bound of what timing one micro-batch through the 3-layer model
+// holds (its weights and gradients, the forward's workspace, the three layers' kept tensors and the
+// head's, each layer's at its 1/tp_share), so a shape past the machine is refused in one line before
+// anything is allocated, not after minutes of growing towards the OOM killer.
+void require_layer_costs_fit(ModelConfig model, const LayoutConfig& layout, int micro_batch, int tp_share) {
+  model.layers = 3;
+  const double s = model.seq_len, b = micro_batch, h = model.hidden, v = model.padded_vocab();
+  const double weights = 8.0 * (v * h + s * h + 3.0 * 12.0 * h * h / tp_share);  // fp32 weights and gradients
+  const char* what = "--layer-costs (weights and gradients of 3 layers, one micro-batch's activations, workspace, logits)";
+  const double workspace = analysis::forward_workspace_bytes(s, b, h, double(model.heads) / tp_share, v);
+  require_fits_memory(weights + workspace, what, "lower --micro-batch, --seq-len or --vocab");
+  if (s * b * (4 * h + v) < 0x1p50 && double(model.heads) * s * s * b < 0x1p50) {  // the sizes fit int64
+    const analysis::ActivationShape shape{model.seq_len, micro_batch, model.hidden, model.heads, model.padded_vocab(),
+                                          tp_share, false, bytes_of(layout.activation_dtype), model.dropout > 0,
+                                          layout.fused_attention(), layout.pack_masks, layout.fp8_kept};
+    const double kept = 3.0 * double(analysis::layer_activation_bytes(shape, false, false)) +
+                        double(analysis::extra_activation_bytes(shape, 1, 1));
+    require_fits_memory(weights + workspace + kept, what, "lower --micro-batch, --seq-len or --vocab");
+  }
+}
+
 nlohmann::json measure_layer_costs(ModelConfig model, const LayoutConfig& layout, int micro_batch, double seconds,
                                    int tp_share) {
   model.layers = 3;
@@ -323,6 +346,7 @@ int run_bench(int argc, char** argv) {
       require(micro_batch >= 1 && micro_batch <= 4096, "--micro-batch must be between 1 and 4096");
       require(tp_share >= 1 && tp_share <= 1024 && model.heads % tp_share == 0,
               "--tp-share must divide --heads (" + std::to_string(model.heads) + "), between 1 and 1024");
+      require_layer_costs_fit(model, resolved, micro_batch, tp_share);
     }
     if (save && !launched) check_output_path(plan::bench_result_path(1), OutputKind::bench, "--save", rules);
   } catch (const InputError& e) {

@@ -71,5 +71,9 @@ bench_refuses "--cp-comm-type --layer-costs" "--cp-comm-type: lattice bench take
 bench_refuses "--budget without mpirun" "--budget applies under mpirun only" --budget 3
 bench_refuses "--save on cpu-guarded" "--save keeps the CPU's rates" --layer-costs --device cpu-guarded --hidden 32 --heads 2 \
   --seq-len 16 --save
+# A shape past any machine (its logits alone 1 TiB: 4096 x 1024 positions x 65,536 x 4 bytes) is refused
+# before anything is allocated; it grew towards the OOM killer (4.4 GB resident after 30 s) before.
+bench_refuses "--layer-costs past the machine" "--layer-costs (weights and gradients of 3 layers, one micro-batch's activations, workspace, logits) needs at least" \
+  --layer-costs --hidden 64 --heads 2 --seq-len 1024 --vocab 65536 --micro-batch 4096
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
 [ "$failures" -eq 0 ]
