@@ -499,6 +499,28 @@ ParamsDType read_params_dtype(const std::string& dir) {
   }
 }
 
+RecordedPrecision read_recorded_precision(const std::string& dir) {
+  const nlohmann::json state = read_trainer_state(dir);
+  RecordedPrecision out;
+  const std::string where = "checkpoint " + dir + "/trainer.json";
+  const nlohmann::json layout = state.contains("layout") ? state["layout"] : nlohmann::json();
+  if (layout.is_object() && layout.contains("params_dtype")) out.params = read_params_dtype(dir);
+  if (layout.is_object() && layout.contains("activation_dtype")) {
+    const nlohmann::json& d = layout["activation_dtype"];
+    require(d.is_string(), where + ": \"activation_dtype\" must be fp32 or bf16 (got " + d.dump() + ")");
+    try {
+      out.activations = parse_dtype(d.get<std::string>());
+    } catch (const InputError& e) {
+      fail(where + ": " + e.what());
+    }
+  }
+  if (state.contains("loss_scale"))
+    out.loss_scale = number(field(state, "loss_scale", where), "scale", 1.0, 4294967296.0, where + " (loss_scale)");
+  if (state.contains("train") && state["train"].is_object() && state["train"].contains("initial_loss_scale"))
+    out.initial_loss_scale = number(state["train"], "initial_loss_scale", 1.0, 4294967296.0, where + " (train)");
+  return out;
+}
+
 std::string read_tokenizer_fingerprint(const std::string& dir) {
   const nlohmann::json state = read_trainer_state(dir);
   if (!state.contains("tokenizer")) return "";

@@ -3,6 +3,7 @@
 // fp32, unpadded vocabulary rows), optimizer.safetensors (AdamW moments under the same names),
 // trainer.json (step, configs, seed). Written to a temporary directory, fsynced, renamed.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,15 @@ nlohmann::json model_config_json(const ModelConfig& config);
 ModelConfig read_model_config(const std::string& dir);
 // The precision the run kept its weights in (trainer.json's layout; fp32 when not recorded).
 ParamsDType read_params_dtype(const std::string& dir);
+// The run's precision as trainer.json records it, for a resume to continue: each field empty where
+// the checkpoint does not record it (written before it was), and the fp16 run's loss scale (0: none).
+struct RecordedPrecision {
+  std::optional<ParamsDType> params;
+  std::optional<DType> activations;
+  double loss_scale = 0;
+  double initial_loss_scale = 0;  // the scale the run started at (0: not recorded)
+};
+RecordedPrecision read_recorded_precision(const std::string& dir);
 // The fingerprint of the tokenizer the run trained with, as trainer.json records it ("" where it
 // records none). The tokenizer's own files in the directory are held to it (data::load_recorded_tokenizer).
 std::string read_tokenizer_fingerprint(const std::string& dir);

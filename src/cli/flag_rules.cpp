@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "cli/cli_util.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "cli/model_flags.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"
@@ -411,11 +412,26 @@ void check_flag_conflicts(const CLI::App& app, std::string_view command) {
     if (const auto min_lr = given(app, "min-lr"))
       require(schedule == "cosine", "--min-lr " + *min_lr + " applies to --lr-schedule cosine only (got --lr-schedule " +
                                         schedule + ")");
-    const std::string dtype = in_effect(app, "params-dtype", "fp32");
+    // A resume runs in its checkpoint's precision unless the flag is given (take_resumed_precision).
+    std::string dtype = in_effect(app, "params-dtype", "fp32");
+    const auto resume = given(app, "resume");
+    checkpoint::RecordedPrecision saved;
+    if (resume && checkpoint::holds_trainer_state(*resume)) {
+      saved = checkpoint::read_recorded_precision(*resume);
+      if (!given(app, "params-dtype") && saved.params) dtype = to_string(*saved.params);
+    }
     for (const char* fp16_only : {"initial-loss-scale", "loss-scale-window"})
       if (const auto v = given(app, fp16_only))
         require(dtype == "fp16", "--" + std::string(fp16_only) + " " + *v +
-                                     " applies to --params-dtype fp16 only (loss scaling; got --params-dtype " + dtype + ")");
+                                     " applies to --params-dtype fp16 only (loss scaling; got --params-dtype " + dtype +
+                                     (given(app, "params-dtype") || !resume ? ")" : ", checkpoint " + *resume + "'s)"));
+    // The run's own first scale (a relaunch repeats the job's flags) is no change; another would be
+    // ignored, the resume going on from the scale the run reached.
+    if (const auto v = given(app, "initial-loss-scale");
+        v && dtype == "fp16" && saved.loss_scale > 0 && saved.initial_loss_scale > 0 && number(*v) != saved.initial_loss_scale)
+      fail("--initial-loss-scale " + *v + " differs from checkpoint " + *resume + "'s " +
+           number_text(saved.initial_loss_scale) + ": a resume goes on from the loss scale the run reached (" +
+           number_text(saved.loss_scale) + "); leave the flag out");
   }
 }
 

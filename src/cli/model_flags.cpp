@@ -341,6 +341,22 @@ nlohmann::json take_resumed_settings(const CLI::App& app, TrainConfig& train) {
   return saved;
 }
 
+std::vector<std::pair<std::string, nlohmann::json>> take_resumed_precision(const CLI::App& app, LayoutFlags& layout,
+                                                                           const std::string& checkpoint) {
+  std::vector<std::pair<std::string, nlohmann::json>> taken;
+  if (checkpoint.empty() || !checkpoint::holds_trainer_state(checkpoint)) return taken;
+  const checkpoint::RecordedPrecision saved = checkpoint::read_recorded_precision(checkpoint);
+  if (saved.params && app.count("--params-dtype") == 0) {
+    layout.params_dtype = to_string(*saved.params);
+    taken.emplace_back("params-dtype", layout.params_dtype);
+  }
+  if (saved.activations && app.count("--activation-dtype") == 0) {
+    layout.activation_dtype = to_string(*saved.activations);
+    taken.emplace_back("activation-dtype", layout.activation_dtype);
+  }
+  return taken;
+}
+
 const std::vector<ModelFlag>& model_flag_table() {
   using J = nlohmann::json;
   using C = ModelConfig;

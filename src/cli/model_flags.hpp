@@ -72,6 +72,12 @@ std::vector<std::pair<std::string, nlohmann::json>> take_checkpoint_model(const 
                                                                           const std::string& checkpoint,
                                                                           CheckpointModel use, bool vocab_too,
                                                                           bool non_default_only = false);
+// A resume continues the run's precision as it continues its settings: --params-dtype and
+// --activation-dtype not given take checkpoint `checkpoint`'s recorded values (an fp16 run resumed
+// without the flag had run on in fp32, its loss scale dropped without a word); given, they change it
+// (the checkpoint's fp32 masters start the new precision). Returns the values taken, as flags.
+std::vector<std::pair<std::string, nlohmann::json>> take_resumed_precision(const CLI::App& app, LayoutFlags& layout,
+                                                                           const std::string& checkpoint);
 // --device cpu|cuda|cpu-guarded: which backend serves the kernels, memory and copies (backend/device_ops.hpp),
 // chosen once by the command before it builds a model.
 void add_device_flag(CLI::App& app, std::string& device);

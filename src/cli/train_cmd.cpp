@@ -190,6 +190,7 @@ int run_train(int argc, char** argv) {
       require(checkpoint::holds_trainer_state(train.resume),
               "--resume " + train.resume + " holds no trainer.json (not a lattice checkpoint): nothing to dump from");
       values = recorded_settings_by_flag(train, take_resumed_settings(app, train));
+      for (auto& flag_value : take_resumed_precision(app, layout, train.resume)) values.push_back(std::move(flag_value));
       for (auto& flag_value : take_checkpoint_model(app, model, train.resume, CheckpointModel::resume, no_tokenizer))
         values.push_back(std::move(flag_value));
     } else if (!train.init.empty()) {
@@ -211,6 +212,10 @@ int run_train(int argc, char** argv) {
   LayoutConfig resolved;
   try {
     take_resumed_settings(app, train);  // before anything is planned from the batch or the model
+    for (const auto& [flag, value] : take_resumed_precision(app, layout, train.resume))
+      if (value != "fp32")  // named where the flag's default would have differed, as the settings are
+        train.resumed_settings += std::string(train.resumed_settings.empty() ? "" : " ") + "--" + flag + " " +
+                                  value.get<std::string>();
     // The model values taken that differ from a fresh run's, named on the start line as the settings
     // are. Token files without a tokenizer (llm.c's) do not say the vocabulary: the checkpoint's is taken.
     // --init takes the shape its weights fix (both given is refused by the trainer).

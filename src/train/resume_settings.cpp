@@ -94,6 +94,10 @@ const std::vector<Setting>& settings() {
                       between(0.0, kHuge)),
       setting<int64_t>("loss-scale-window", "loss_scale_window", Change::with_override,
                        [](auto& t) -> auto& { return t.loss_scale_window; }, between<int64_t>(1, kMaxSteps)),
+      // fp16: the scale the run started at; a resume goes on from the scale it reached (a given other
+      // value is refused by the flag rules, which know whether the checkpoint holds that state).
+      setting<double>("initial-loss-scale", "initial_loss_scale", Change::free,
+                      [](auto& t) -> auto& { return t.initial_loss_scale; }, between(1.0, 4294967296.0)),
   };
   return table;
 }

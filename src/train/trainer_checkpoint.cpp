@@ -30,6 +30,7 @@ void Trainer::stage_save(const std::string& dir, bool background) {
                           {"train", training_settings_json(config_)},
                           {"layout", {{"tp", layout_.tp}, {"pp", layout_.pp}, {"dp", layout_.dp}, {"ep", layout_.ep}, {"cp", layout_.cp},
                                       {"params_dtype", to_string(layout_.params_dtype)},
+                                      {"activation_dtype", to_string(layout_.activation_dtype)},
                                       {"sequence_parallel", layout_.sequence_parallel},
                                       // recorded, not checked: weights are stored by name, so any partition resumes
                                       {"pipeline_layers",

@@ -103,10 +103,42 @@ a, b = steps('scaling.jsonl')[5:], steps('fp16_resumed.jsonl')
 print(a, b)
 sys.exit(0 if len(b) == 5 and a == b else 1)"
 
+# A resume continues the run's precision when --params-dtype is not given (it ran on in fp32, its loss
+# scale dropped, before): the same losses and scales as the whole fp16 run, named on the start line.
+"$LATTICE" train "${MODEL[@]}" --steps 10 --resume ck_fp16_half > fp16_taken.jsonl 2> fp16_taken.err
+check "fp16 resume without the flag continues in fp16, its scale and losses" "$PY" -c "
+import json, sys
+steps = lambda f: [(s['loss'], s['loss_scale'], s['skipped']) for s in map(json.loads, open(f)) if s.get('event') == 'step']
+a, b = steps('scaling.jsonl')[5:], steps('fp16_taken.jsonl')
+sys.exit(0 if len(b) == 5 and a == b else 1)"
+check "... and says it took --params-dtype fp16 and --initial-loss-scale from the checkpoint" "$PY" -c "
+import json, sys
+start = [e for e in map(json.loads, open('fp16_taken.jsonl')) if e.get('event') == 'start'][0]
+taken = start.get('resumed_settings', '')
+print(taken)
+sys.exit(0 if '--params-dtype fp16' in taken and '--initial-loss-scale 4194304' in taken else 1)"
+# Another first scale would be ignored (the run goes on from the scale it reached): refused, one line.
+expect_error "a resume given another --initial-loss-scale" \
+  "--initial-loss-scale 8 differs from checkpoint ck_fp16_half's 4194304: a resume goes on from the loss scale the run reached" \
+  train "${MODEL[@]}" --steps 10 --resume ck_fp16_half --initial-loss-scale 8
+# Given, the precision changes: the fp32 masters go on in fp32, and no loss scale applies.
+"$LATTICE" train "${MODEL[@]}" --steps 6 --resume ck_fp16_half --params-dtype fp32 > fp16_to_fp32.jsonl 2>/dev/null
+check "an fp16 checkpoint resumed with --params-dtype fp32 trains in fp32" "$PY" -c "
+import json, sys
+s = [json.loads(x) for x in open('fp16_to_fp32.jsonl')]
+start = [e for e in s if e.get('event') == 'start'][0]; steps = [e for e in s if e.get('event') == 'step']
+sys.exit(0 if start['layout']['params_dtype'] == 'fp32' and len(steps) == 1 and 'loss_scale' not in steps[0] else 1)"
+
 # Checkpoints keep the fp32 masters: half a bf16 run, resumed, equals the whole bf16 run.
 "$LATTICE" train "${MODEL[@]}" --steps 2 --params-dtype bf16 --save ck_bf16_half > bf16_half.jsonl 2>/dev/null
 "$LATTICE" train "${MODEL[@]}" --params-dtype bf16 --resume ck_bf16_half > bf16_resumed.jsonl 2>/dev/null
 check "bf16 checkpoint resumes bit for bit" continues bf16.jsonl bf16_resumed.jsonl
+# ... with bf16 activations too, both taken from the checkpoint when not given.
+"$LATTICE" train "${MODEL[@]}" --steps 2 --params-dtype bf16 --activation-dtype bf16 --save ck_bf16_act_half \
+  > /dev/null 2>&1
+"$LATTICE" train "${MODEL[@]}" --resume ck_bf16_act_half > bf16_act_resumed.jsonl 2>/dev/null
+check "a bf16-activation checkpoint resumed without the flags continues bit for bit" \
+  continues bf16_act_one.jsonl bf16_act_resumed.jsonl
 
 expect_error "unknown params dtype" "fp32, bf16 or fp16" train "${MODEL[@]}" --params-dtype fp8
 expect_error "loss scale below 1" "initial-loss-scale" train "${MODEL[@]}" --params-dtype fp16 --initial-loss-scale 0.5
