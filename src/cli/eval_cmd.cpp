@@ -51,13 +51,15 @@ int run_eval(int argc, char** argv) {
   require_device_runs(parse_device(device), c);
   // The tokens must be the checkpoint's tokenizer's: a data directory that records another is refused.
   const std::string data_dir = std::filesystem::path(data_file).parent_path().string();
-  const data::Tokenizer tokenizer =
-      checkpoint_tokenizer(checkpoint);
-  // A directory that records no tokenizer holds byte tokens (docs/design.md §15).
-  const data::Tokenizer of_data = data::load_tokenizer(data_dir.empty() ? "." : data_dir);
-  require(of_data.fingerprint() == tokenizer.fingerprint(),
-          data_file + " holds tokens of " + of_data.fingerprint() + ", but " + checkpoint + " was trained with " +
-              tokenizer.fingerprint());
+  require(!std::filesystem::is_directory(data_file),
+          "--data " + data_file + " is a directory: eval scores one token file (" +
+              (std::filesystem::path(data_file) / "val.bin").string() + ")");
+  const data::Tokenizer tokenizer = checkpoint_tokenizer(checkpoint, c.vocab);
+  // A directory that records no tokenizer holds byte tokens, or ids of a tokenizer not known above
+  // vocabulary 256 (docs/design.md §15), which no other is held to.
+  const data::Tokenizer of_data = data::tokens_tokenizer(data_dir.empty() ? "." : data_dir, c.vocab);
+  require(data::same_tokens(of_data, tokenizer), data_file + " holds tokens of " + of_data.fingerprint() + ", but " +
+                                                     checkpoint + " was trained with " + tokenizer.fingerprint());
   const auto file = data::TokenFile::load(data_file, c.vocab);
   const data::BatchLoader loader(file, c.seq_len, micro_batch, 0, false);
   // Past the file's windows the loader wraps to its start: those tokens would be counted twice.
@@ -87,7 +89,7 @@ int run_eval(int argc, char** argv) {
   const data::DataSizes sizes = data::read_data_sizes(data_dir.empty() ? "." : data_dir);
   const std::string name = std::filesystem::path(data_file).filename().string();
   const bool known = sizes.recorded ? (name == "train.bin" || name == "val.bin")
-                                    : tokenizer.kind() == data::TokenizerKind::bytes;
+                                    : of_data.kind() == data::TokenizerKind::bytes;
   const double bpb = data::bits_per_byte(loss, name == "train.bin" ? sizes.train : sizes.val);
   if (json) {
     nlohmann::json j{{"event", "eval"}, {"loss", loss}, {"tokens", tokens}, {"batches", batches}};

@@ -63,6 +63,9 @@ int run_prepare(int argc, char** argv) {
     require(known, "--tokenizer-from " + tokenizer_from + " holds no tokenizer: it is neither a prepared-data directory "
                    "(tokenizer.json, train.bin) nor a checkpoint (trainer.json)");
     const data::Tokenizer given = data::load_tokenizer(tokenizer_from);
+    require(given.kind() != data::TokenizerKind::none,
+            "--tokenizer-from " + tokenizer_from + " records no tokenizer lattice has (its run trained on token files "
+            "without one): there is none to encode the text with");
     const data::PrepareStats stats = data::prepare_corpus(input, out_dir, given);
     std::fprintf(stderr, "prepared %s: the %s tokenizer of %s (%s); train.bin %s tokens, val.bin %s tokens\n",
                  out_dir.c_str(), data::to_string(given.kind()), tokenizer_from.c_str(), given.fingerprint().c_str(),

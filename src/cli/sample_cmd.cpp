@@ -78,11 +78,14 @@ int run_sample(int argc, char** argv) {
           "sample cannot generate with an expert-choice MoE model: its routing sees future tokens "
           "(score it with lattice eval instead)");
   // The checkpoint's tokenizer (a weights file alone: bytes); its ids must be the model's.
-  const data::Tokenizer tokenizer =
-      checkpoint_tokenizer(checkpoint);
+  const data::Tokenizer tokenizer = checkpoint_tokenizer(checkpoint, c.vocab);
   require(std::filesystem::is_directory(checkpoint) || c.vocab == data::Tokenizer::kByteVocab,
           "a weights file carries no tokenizer: sample decodes it as bytes only with a vocabulary of 256 (give the "
           "checkpoint directory, which records its tokenizer)");
+  require(tokenizer.kind() != data::TokenizerKind::none,
+          "checkpoint " + checkpoint + " was trained on token files without a tokenizer (" + std::to_string(c.vocab) +
+              " ids, as llm.c's): sample has no tokenizer to turn a prompt into its ids or its ids into text (lattice "
+              "eval scores it)");
   require(c.vocab >= tokenizer.vocab(), "the model's vocabulary (" + std::to_string(c.vocab) + ") is smaller than its " +
                                             data::to_string(tokenizer.kind()) + " tokenizer's (" +
                                             std::to_string(tokenizer.vocab()) + ")");

@@ -70,6 +70,7 @@ const char* to_string(TokenizerKind kind) {
     case TokenizerKind::bytes: return "bytes";
     case TokenizerKind::bpe: return "bpe";
     case TokenizerKind::unigram: return "unigram";
+    case TokenizerKind::none: return "none";
   }
   return "?";
 }
@@ -82,6 +83,19 @@ TokenizerKind parse_tokenizer_kind(const std::string& name) {
 }
 
 Tokenizer::Tokenizer() = default;
+
+Tokenizer Tokenizer::ids_only(int vocab) {
+  Tokenizer t;
+  t.kind_ = TokenizerKind::none;
+  t.vocab_ = vocab;
+  return t;
+}
+
+namespace {
+const char* const kNoText =
+    "the tokens' tokenizer is not known (token files without a tokenizer.json, as llm.c's): lattice cannot turn "
+    "text into its ids or its ids into text";
+}  // namespace
 
 Tokenizer Tokenizer::train(std::string_view text, TokenizerKind kind, int vocab) {
   require(kind != TokenizerKind::bytes, "Tokenizer::train: the byte tokenizer is not trained");
@@ -162,12 +176,14 @@ Tokenizer Tokenizer::from_model(const std::string& serialized, TokenizerKind kin
 
 std::string Tokenizer::fingerprint() const {
   if (kind_ == TokenizerKind::bytes) return "bytes";
+  if (kind_ == TokenizerKind::none) return "none";
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(model_)));
   return std::string(to_string(kind_)) + "-" + std::to_string(vocab_) + "-" + hex;
 }
 
 std::vector<uint16_t> Tokenizer::encode(std::string_view text) const {
+  require(kind_ != TokenizerKind::none, kNoText);
   std::vector<uint16_t> ids;
   if (!sp_) {
     ids.reserve(text.size());
@@ -191,6 +207,7 @@ std::vector<uint16_t> Tokenizer::encode(std::string_view text) const {
 }
 
 std::string Tokenizer::decode(const std::vector<int>& ids) const {
+  require(kind_ != TokenizerKind::none, kNoText);
   for (size_t i = 0; i < ids.size(); ++i)
     require(ids[i] >= 0 && ids[i] < vocab_, "token " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
                                                 " is outside the tokenizer's vocabulary (" + std::to_string(vocab_) +

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/input_file.hpp"
 
@@ -40,7 +41,7 @@ std::vector<NamedFile> tokenizer_files(const Tokenizer& tokenizer) {
   const nlohmann::ordered_json j = {
       {"kind", to_string(tokenizer.kind())}, {"vocab", tokenizer.vocab()}, {"fingerprint", tokenizer.fingerprint()}};
   std::vector<NamedFile> files{{kTokenizerJson, j.dump(2) + "\n"}};
-  if (tokenizer.kind() != TokenizerKind::bytes) files.push_back({kTokenizerModel, tokenizer.model_bytes()});
+  if (!tokenizer.model_bytes().empty()) files.push_back({kTokenizerModel, tokenizer.model_bytes()});
   return files;
 }
 
@@ -55,11 +56,16 @@ Tokenizer load_tokenizer(const std::string& dir) {
   const std::string path = (fs::path(dir) / kTokenizerJson).string();
   const nlohmann::json j = read_json(path);
   require(j.is_object() && j.contains("kind") && j["kind"].is_string(), path + ": \"kind\" must be a string");
-  const TokenizerKind kind = parse_tokenizer_kind(j["kind"].get<std::string>());
+  const bool ids = j["kind"].get<std::string>() == "none";
+  const TokenizerKind kind = ids ? TokenizerKind::none : parse_tokenizer_kind(j["kind"].get<std::string>());
   const int64_t vocab = count(j, "vocab", path);
   require(j.contains("fingerprint") && j["fingerprint"].is_string(), path + ": \"fingerprint\" must be a string");
   Tokenizer t;
-  if (kind != TokenizerKind::bytes) {
+  if (ids) {
+    require(vocab > Tokenizer::kByteVocab && vocab <= kMaxTokenVocab,
+            path + ": a \"none\" tokenizer's \"vocab\" must be between 257 and " + std::to_string(kMaxTokenVocab));
+    t = Tokenizer::ids_only(int(vocab));
+  } else if (kind != TokenizerKind::bytes) {
     const std::string model_path = (fs::path(dir) / kTokenizerModel).string();
     std::error_code ec;
     require(fs::is_regular_file(model_path, ec), path + " names a " + to_string(kind) + " tokenizer but " + model_path +
@@ -70,10 +76,19 @@ Tokenizer load_tokenizer(const std::string& dir) {
   // the fingerprints then agree).
   require(t.fingerprint() == j["fingerprint"].get<std::string>(),
           path + " records tokenizer " + j["fingerprint"].get<std::string>() + " but the directory holds " +
-              t.fingerprint() + (kind == TokenizerKind::bytes ? "" : " (" + model_path_of(dir) + " was replaced)"));
+              t.fingerprint() + (kind == TokenizerKind::bytes || ids ? "" : " (" + model_path_of(dir) + " was replaced)"));
   require(t.vocab() == vocab, path + " records a vocabulary of " + std::to_string(vocab) + " but its " +
                                   to_string(kind) + " tokenizer has " + std::to_string(t.vocab()) + " tokens");
   return t;
+}
+
+Tokenizer tokens_tokenizer(const std::string& dir, int vocab) {
+  if (has_tokenizer(dir)) return load_tokenizer(dir);
+  return vocab <= Tokenizer::kByteVocab ? Tokenizer() : Tokenizer::ids_only(vocab);
+}
+
+bool same_tokens(const Tokenizer& a, const Tokenizer& b) {
+  return a.fingerprint() == b.fingerprint() || a.kind() == TokenizerKind::none || b.kind() == TokenizerKind::none;
 }
 
 Tokenizer load_recorded_tokenizer(const std::string& dir, const std::string& recorded, const std::string& what) {

@@ -142,7 +142,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   // The data's tokenizer: a SentencePiece model's vocabulary is the model's (byte tokens may be given
   // any, the token files' check below holding them to it), and a resumed checkpoint must have been
   // trained with it.
-  tokenizer_ = data::load_tokenizer(config_.data_dir);
+  tokenizer_ = data::tokens_tokenizer(config_.data_dir, model_config_.vocab);
   data_sizes_ = data::read_data_sizes(config_.data_dir);
   // The vocabulary is the recorded tokenizer's: lattice pads it for the GEMMs itself, so a larger
   // --vocab only adds embedding rows no token reaches. Token files that record no tokenizer (llm.c's)
@@ -153,12 +153,11 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
               "; lattice pads it to a multiple of 128 itself): leave --vocab out to take the data's");
   // A checkpoint's embeddings are its tokenizer's (a directory recording none: bytes).
   auto require_trained_on_these_tokens = [&](const std::string& dir, const std::string& remedy) {
-    const std::string of_checkpoint =
-        data::load_recorded_tokenizer(dir, checkpoint::read_tokenizer_fingerprint(dir), "checkpoint " + dir)
-            .fingerprint();
-    require(of_checkpoint == tokenizer_.fingerprint(), "checkpoint " + dir + " was trained with tokenizer " +
-                                                           of_checkpoint + ", but " + config_.data_dir + " holds " +
-                                                           tokenizer_.fingerprint() + remedy);
+    const data::Tokenizer of_checkpoint =
+        data::load_recorded_tokenizer(dir, checkpoint::read_tokenizer_fingerprint(dir), "checkpoint " + dir);
+    require(data::same_tokens(of_checkpoint, tokenizer_), "checkpoint " + dir + " was trained with tokenizer " +
+                                                             of_checkpoint.fingerprint() + ", but " + config_.data_dir +
+                                                             " holds " + tokenizer_.fingerprint() + remedy);
   };
   if (!config_.init.empty() && std::filesystem::is_directory(config_.init))
     require_trained_on_these_tokens(config_.init, " (prepare the data with --tokenizer-from " + config_.init + ")");
@@ -244,7 +243,8 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   }
   const auto train_file = data::TokenFile::load(train_path, model_config_.vocab);
   // Bits per byte need each file's text bytes: a SentencePiece directory must say them, for these files.
-  require(data_sizes_.recorded || tokenizer_.kind() == data::TokenizerKind::bytes,
+  require(data_sizes_.recorded || tokenizer_.kind() == data::TokenizerKind::bytes ||
+              tokenizer_.kind() == data::TokenizerKind::none,
           config_.data_dir + " has a " + data::to_string(tokenizer_.kind()) + " tokenizer but no " + data::kDataJson +
               " (prepare it again with lattice prepare)");
   require(!data_sizes_.recorded || data_sizes_.train.tokens == int64_t(train_file.size()),

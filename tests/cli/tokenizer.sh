@@ -78,8 +78,12 @@ check "prepare --tokenizer-from a checkpoint keeps its tokenizer" cmp -s again/t
 "$LATTICE" train --data again "${MODEL[@]}" --steps 2 --init ck > /dev/null 2> init.err
 check "... and --init from that checkpoint trains on it" test $? -eq 0
 rm bytes/tokenizer.json
-expect_error "eval of unrecorded (byte) tokens with a bpe checkpoint" "holds tokens of bytes" eval --checkpoint ck \
-  --data bytes/val.bin --batches 1 --micro-batch 1
+# Tokens that record no tokenizer are bytes only to a model of 256 ids: to the bpe model they are ids of
+# a tokenizer not known (refused as bytes before 2026-11-30, and a loose copy of the bpe data with them),
+# and scored (bits per byte from data.json's bytes of text). Recorded byte tokens are still refused above.
+"$LATTICE" eval --checkpoint ck --data bytes/val.bin --batches 1 --micro-batch 1 > unrecorded.txt 2>&1
+check "eval of unrecorded tokens with a bpe checkpoint: scored as ids" \
+  bash -c "[ $? -eq 0 ] && grep -q '^eval loss' unrecorded.txt"
 # The checkpoint's own tokenizer.json missing, or not a file: its trainer.json names the tokenizer, so
 # it is named missing (sample decoded the bpe model's tokens as bytes, eval and --resume said the
 # checkpoint was trained with bytes).
@@ -119,5 +123,33 @@ head -c 100000 /dev/urandom > noise.bin
 check "random bytes at 300 pieces: exit 1, one line naming --vocab-size" \
   bash -c "[ $? -eq 1 ] && [ \$(wc -l < noise.err) -eq 1 ] && grep -qE 'the 256 byte pieces \([0-9]+ in all\), and 300 pieces leave no room for them; raise --vocab-size above [0-9]+, or prepare it with --tokenizer bytes' noise.err"
 
+# Token files with no tokenizer (llm.c's) at a vocabulary above 256 are ids of a tokenizer not known:
+# trained on and scored, recorded as such; never decoded as bytes (sample printed them as raw bytes,
+# eval gave bits per byte of them, before), never held to another tokenizer.
+mkdir -p ids && cp bpe/train.bin bpe/val.bin ids/
+IDS=(--layers 1 --hidden 32 --heads 2 --seq-len 16 --micro-batch 2 --threads 1 --vocab "$VOCAB")
+"$LATTICE" train --data ids "${IDS[@]}" --steps 2 --save ck_ids > /dev/null 2>&1
+check "train on token files without a tokenizer at vocabulary $VOCAB: exit 0" test $? -eq 0
+check "... the checkpoint records no tokenizer, not bytes" "$PY" -c "
+import json, sys
+t = json.load(open('ck_ids/tokenizer.json'))
+sys.exit(0 if t == {'kind': 'none', 'vocab': $VOCAB, 'fingerprint': 'none'} else 1)"
+expect_error "sample of a checkpoint trained on ids" "was trained on token files without a tokenizer ($VOCAB ids" \
+  sample --checkpoint ck_ids --prompt hi --tokens 5 --threads 1
+"$LATTICE" eval --checkpoint ck_ids --data ids/val.bin --threads 1 > ids_eval.txt 2>&1
+check "eval of it: exit 0, a loss and no bits per byte" \
+  bash -c "[ $? -eq 0 ] && grep -q '^eval loss [0-9.]* over' ids_eval.txt && ! grep -q bits/byte ids_eval.txt"
+"$LATTICE" train --data ids "${IDS[@]}" --steps 3 --resume ck_ids > /dev/null 2>&1
+check "a resume of it on the same ids: exit 0" test $? -eq 0
+# The bpe checkpoint scored on a copy of its val.bin without the tokenizer beside it: ids not known,
+# scored (not refused as bytes), without bits per byte; a directory for --data is named as one.
+mkdir -p loose && cp bpe/val.bin loose/v.bin
+"$LATTICE" eval --checkpoint ck --data loose/v.bin --threads 1 > loose_eval.txt 2>&1
+check "eval of a loose token file: exit 0, no bits per byte" \
+  bash -c "[ $? -eq 0 ] && grep -q '^eval loss' loose_eval.txt && ! grep -q bits/byte loose_eval.txt"
+expect_error "eval --data a directory" "--data bpe is a directory: eval scores one token file (bpe/val.bin)" \
+  eval --checkpoint ck --data bpe --threads 1
+expect_error "prepare --tokenizer-from a checkpoint of ids" "--tokenizer-from ck_ids records no tokenizer lattice has" \
+  prepare --input corpus.txt --out from_ids --tokenizer-from ck_ids
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
 [ "$failures" -eq 0 ]

@@ -96,6 +96,34 @@ TEST(TokenizerFiles, RoundTripAndDetectTampering) {
   expect_input_error([&] { load_tokenizer(dir); }, "is not valid JSON");
 }
 
+// Token files with no tokenizer beside them hold bytes at vocabulary 256 and ids of a tokenizer not
+// known above it (llm.c's): no text in or out, recorded as such, and held to no other tokenizer.
+TEST(TokenizerFiles, IdsWithoutATokenizer) {
+  const std::string dir = lattice::testing_util::scratch_dir("tokenizer_ids");
+  EXPECT_EQ(tokens_tokenizer(dir, 256).kind(), TokenizerKind::bytes);
+  const Tokenizer ids = tokens_tokenizer(dir, 4096);
+  EXPECT_EQ(ids.kind(), TokenizerKind::none);
+  EXPECT_EQ(ids.vocab(), 4096);
+  EXPECT_EQ(ids.fingerprint(), "none");
+  expect_input_error([&] { ids.encode("hi"); }, "cannot turn text into its ids");
+  expect_input_error([&] { ids.decode({1, 2}); }, "cannot turn text into its ids");
+  // Recorded as "none", read back as the same; a bpe directory's tokenizer is its own.
+  for (const NamedFile& f : tokenizer_files(ids)) write(dir + "/" + f.name, f.contents);
+  EXPECT_FALSE(fs::exists(dir + "/" + kTokenizerModel));
+  EXPECT_EQ(load_tokenizer(dir).kind(), TokenizerKind::none);
+  EXPECT_EQ(load_tokenizer(dir).vocab(), 4096);
+  EXPECT_EQ(tokens_tokenizer(dir, 4096).fingerprint(), "none");
+  write(dir + "/" + kTokenizerJson, "{\"kind\": \"none\", \"vocab\": 100, \"fingerprint\": \"none\"}");
+  expect_input_error([&] { load_tokenizer(dir); }, "must be between 257 and 65536");
+  // Held to no other (unknown), while two known ones must agree.
+  const Tokenizer bpe = trained(TokenizerKind::bpe), bytes;
+  EXPECT_TRUE(same_tokens(ids, bpe));
+  EXPECT_TRUE(same_tokens(bytes, ids));
+  EXPECT_FALSE(same_tokens(bytes, bpe));
+  EXPECT_TRUE(same_tokens(bpe, bpe));
+  expect_input_error([] { parse_tokenizer_kind("none"); }, "choose bytes, bpe or unigram");  // prepare makes none
+}
+
 // prepare with a trained tokenizer: the token files decode to the text, split 90/10 by tokens, and
 // data.json's byte counts add up to the text, so bits per byte are exact.
 TEST(TokenizerFiles, PrepareRecordsTokensAndBytes) {
