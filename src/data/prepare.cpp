@@ -5,6 +5,8 @@
 #include <iterator>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.hpp"
 #include "core/input_file.hpp"
 #include "data/token_file.hpp"
@@ -78,6 +80,16 @@ PrepareStats write_corpus(const std::string& text, const std::string& input_text
   sizes.val = {int64_t(val_count), int64_t(text.size()) - sizes.train.bytes};
   // Every file written and synced before any replaces its old version: a full disk or a kill while
   // writing leaves the previous set as it was, never a new train.bin beside an old val.bin.
+  // A bytes prepare records no tokenizer.model: one an earlier SentencePiece prepare left here (its
+  // tokenizer.json named one) goes, and one no tokenizer.json of ours named (the user's, let stand
+  // by --overwrite) stays: --overwrite lets outputs replace files, and this prepare writes none there.
+  bool earlier_model = false;
+  if (kind == TokenizerKind::bytes) {
+    std::ifstream in(fs::path(out_dir) / kTokenizerJson);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    earlier_model = j.is_object() && j.contains("kind") && j["kind"].is_string() &&
+                    (j["kind"] == "bpe" || j["kind"] == "unigram");
+  }
   const auto write_all = [&] {  // the staged files' temporaries are gone when it returns or throws
     std::vector<std::unique_ptr<AtomicFile>> staged;
     staged.push_back(stage_token_file((fs::path(out_dir) / "train.bin").string(), train));
@@ -97,7 +109,7 @@ PrepareStats write_corpus(const std::string& text, const std::string& input_text
     remove_empty_dirs(made);
     throw;
   }
-  if (kind == TokenizerKind::bytes) fs::remove(fs::path(out_dir) / kTokenizerModel, ec);  // an earlier prepare's
+  if (earlier_model) fs::remove(fs::path(out_dir) / kTokenizerModel, ec);
   return {train_count, val_count, text.size(), tokenizer.vocab()};
 }
 }  // namespace

@@ -123,6 +123,15 @@ head -c 100000 /dev/urandom > noise.bin
 check "random bytes at 300 pieces: exit 1, one line naming --vocab-size" \
   bash -c "[ $? -eq 1 ] && [ \$(wc -l < noise.err) -eq 1 ] && grep -qE 'the 256 byte pieces \([0-9]+ in all\), and 300 pieces leave no room for them; raise --vocab-size above [0-9]+, or prepare it with --tokenizer bytes' noise.err"
 
+# A bytes prepare over an earlier bpe one removes that one's tokenizer.model; a user's file it does not
+# write stays, even under --overwrite (it was deleted, not replaced, before).
+cp -r bpe rebytes && "$LATTICE" prepare --input corpus.txt --out rebytes 2> /dev/null
+check "a bytes prepare over a bpe directory: its tokenizer.model removed" test $? -eq 0 -a ! -e rebytes/tokenizer.model
+mkdir -p users && echo "my own sentencepiece model" > users/tokenizer.model
+"$LATTICE" prepare --input corpus.txt --out users --overwrite 2> /dev/null
+check "a bytes prepare --overwrite keeps the user's tokenizer.model" \
+  bash -c "[ $? -eq 0 ] && [ \"\$(cat users/tokenizer.model)\" = 'my own sentencepiece model' ] && [ -s users/train.bin ]"
+
 # Token files with no tokenizer (llm.c's) at a vocabulary above 256 are ids of a tokenizer not known:
 # trained on and scored, recorded as such; never decoded as bytes (sample printed them as raw bytes,
 # eval gave bits per byte of them, before), never held to another tokenizer.
