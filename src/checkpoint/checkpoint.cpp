@@ -396,6 +396,13 @@ namespace {
 // end of trainer.json's checks (the tokenizer files have their fingerprint checks besides).
 void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state, bool all) {
   const std::string path = dir + "/" + kManifest;
+  const auto identity = directory_identity(dir);
+  // A file that differs from its sum, or is gone, because a save replaced the directory meanwhile.
+  const auto replaced = [&] {
+    if (directory_identity(dir) != identity)
+      throw CheckpointReplaced("checkpoint " + dir + " was replaced by a save while it was read (a run is saving "
+                               "into it): read it again");
+  };
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) {
     // Every lattice that records its version in trainer.json writes the manifest (the save's last
@@ -434,18 +441,27 @@ void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state
     // A resume reads every summed file: one gone since the save is named. The model's readers leave a
     // missing file to the reader that needs it (eval needs no optimizer.safetensors).
     if (!fs::exists(fs::symlink_status(file, ec))) {
+      if (all) replaced();
       require(!all, "checkpoint " + dir + ": " + name + ", which " + kManifest + " lists with its sum, is missing");
       continue;
     }
     // Before it is read: a FIFO there would block the read forever, a device (a link to /dev/zero)
     // never end it.
     require_regular_file(file, "checkpoint file");
-    require(file_sum(file) == sum.get<std::string>(),
+    const bool as_saved = file_sum(file) == sum.get<std::string>();
+    if (!as_saved) replaced();
+    require(as_saved,
             "checkpoint " + dir + ": " + name + " is not the file the save wrote (its sum differs from the one " +
                 kManifest + " recorded): it was changed or damaged since");
   }
 }
 }  // namespace
+
+std::pair<uint64_t, uint64_t> directory_identity(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return {0, 0};
+  return {uint64_t(st.st_dev), uint64_t(st.st_ino)};
+}
 
 bool holds_trainer_state(const std::string& dir) {
   std::error_code ec;

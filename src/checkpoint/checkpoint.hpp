@@ -5,12 +5,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/safetensors.hpp"
 #include "core/atomic_dir.hpp"
+#include "core/error.hpp"
 #include "core/output_path.hpp"
 #include "model/gpt.hpp"
 #include "optim/optimizer.hpp"
@@ -95,6 +97,16 @@ struct ResumeState {
 };
 inline constexpr size_t kMaxRecentLosses = 4096;  // a bound on what a resume reads, above any window
 ResumeState read_resume_state(const std::string& dir);
+
+// A save swaps a whole new directory in (core/atomic_dir.hpp): a reader without --save's lock (eval,
+// sample, and a run reading another run's checkpoint) may read the manifest of one version and a file
+// of the next. That is said as this, not as a damaged file; `directory_identity` (device and inode of
+// the directory at a path, 0 when there is none) lets a reader read again, whole, when it changed.
+class CheckpointReplaced : public InputError {
+ public:
+  using InputError::InputError;
+};
+std::pair<uint64_t, uint64_t> directory_identity(const std::string& dir);
 
 // The model configuration as trainer.json records it ("model"), and read back from a checkpoint.
 nlohmann::json model_config_json(const ModelConfig& config);

@@ -42,9 +42,9 @@ data::Tokenizer checkpoint_tokenizer(const std::string& checkpoint, int vocab) {
                                        "checkpoint " + checkpoint);
 }
 
-std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, const CLI::App& app, ModelConfig config,
-                                              DType activation_dtype, int64_t rows) {
-  require(!checkpoint.empty(), "--checkpoint is required");
+namespace {
+std::unique_ptr<GPT> load_once(const std::string& checkpoint, const CLI::App& app, ModelConfig config,
+                               DType activation_dtype, int64_t rows) {
   require(std::filesystem::exists(checkpoint), "checkpoint " + checkpoint + " does not exist");
   ParamsDType params_dtype = ParamsDType::fp32;
   if (std::filesystem::is_directory(checkpoint)) {
@@ -95,6 +95,24 @@ std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, con
   round_to_params_dtype(model->params(), model->num_params(), params_dtype);
   model->refresh_compute_weights();
   return model;
+}
+}  // namespace
+
+std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, const CLI::App& app, ModelConfig config,
+                                              DType activation_dtype, int64_t rows) {
+  require(!checkpoint.empty(), "--checkpoint is required");
+  // A run saving into the checkpoint may replace it while it is read (every step, with --save-every 1):
+  // it is read again, whole, until one version was read throughout, a few times at most.
+  constexpr int kAttempts = 5;
+  for (int attempt = 1;; ++attempt) {
+    const auto identity = checkpoint::directory_identity(checkpoint);
+    try {
+      auto model = load_once(checkpoint, app, config, activation_dtype, rows);
+      if (attempt == kAttempts || checkpoint::directory_identity(checkpoint) == identity) return model;
+    } catch (const checkpoint::CheckpointReplaced&) {
+      if (attempt == kAttempts) throw;
+    }
+  }
 }
 
 }  // namespace lattice::cli
