@@ -252,6 +252,12 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
               " tokens for train.bin, which holds " + std::to_string(train_file.size()) + " (prepare it again)");
   train_loader_ = std::make_unique<data::BatchLoader>(train_file, model_config_.seq_len, config_.global_batch,
                                                       config_.seed, config_.shuffle);
+  // Fewer sequences than one global batch: every batch holds some of them more than once (as eval
+  // refuses such a file, a run is told; small corpora train so on purpose).
+  if (train_loader_->windows() < config_.global_batch && is_logging_rank())
+    std::fprintf(stderr, "lattice train: note: %s holds %lld sequence(s) of %d tokens, fewer than one global batch "
+                 "of %lld: each batch repeats them\n", train_path.c_str(), (long long)train_loader_->windows(),
+                 model_config_.seq_len, (long long)config_.global_batch);
   if (std::filesystem::exists(val_path)) {
     const auto val_file = data::TokenFile::load(val_path, model_config_.vocab);
     if (val_file.size() > size_t(model_config_.seq_len))

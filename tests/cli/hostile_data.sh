@@ -171,6 +171,14 @@ else
   echo "skipped: the full-disk cases need a tmpfs mount (root)"
 fi
 
+# A train.bin of fewer sequences than one global batch trains (small corpora do so on purpose), and
+# says so: every batch repeats them (eval refuses such a file; train was silent).
+printf 'In the beginning God' > few.txt && "$LATTICE" prepare --input few.txt --out few > /dev/null 2>&1
+"$LATTICE" train --data few --layers 1 --hidden 32 --heads 2 --seq-len 16 --micro-batch 16 --global-batch 64 \
+  --threads 1 --steps 1 > /dev/null 2> few.err
+check "train on fewer sequences than a batch: exit 0, the note" \
+  bash -c "[ $? -eq 0 ] && grep -q 'few/train.bin holds 1 sequence(s) of 16 tokens, fewer than one global batch of 64: each batch repeats them' few.err"
+
 # eval and sample of a checkpoint a run replaces at every step: a reader between two versions read the
 # manifest of one and a file of the next, and named a good checkpoint "changed or damaged" (about one
 # eval in twelve, found by a hostile pass). They read it again, whole; none of 20 may fail.
