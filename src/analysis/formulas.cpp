@@ -2,11 +2,27 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 
+#include "core/error.hpp"
 #include "core/recompute_plan.hpp"
 #include "core/stage_partition.hpp"
 
 namespace lattice::analysis {
+
+void require_countable_activations(const ActivationShape& x) {
+  // Bounds of the products each formula forms before dividing: a layer's sbh terms (at most 66·sbh at
+  // 4 bytes: 18 replicated, 16 of Q, K, V and the projection input, 32 of the MLP's), its s² terms
+  // (2d + 1 = 9 bytes an element, before ÷ t and ÷ c), the head's logits (4·s·b·v before ÷ t).
+  const double s = double(x.s), b = double(x.b), h = double(x.h), a = double(x.a), v = double(x.v);
+  const double largest = std::max({66.0 * s * b * h, 9.0 * a * s * s * b, 4.0 * s * b * v});
+  if (largest < 0x1p62) return;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g", largest);
+  fail(std::string("the activations of a rank would be ") + text +
+       " bytes, past the 2^62 a size is counted in: lower --layers, --hidden, --seq-len or --micro-batch");
+}
 
 LayerBytes layer_activation_parts(const ActivationShape& x) {
   const int64_t sbh = x.positions() * x.b * x.h;

@@ -42,6 +42,11 @@ int64_t mlp_4h_kept_bytes(const ActivationShape& x);
 // (there is no s² tensor left to drop: selective = none, docs/design.md §3.1).
 int64_t layer_activation_bytes(const ActivationShape& x, bool full, bool selective);
 
+// The formulas count bytes in int64, multiplying before they divide (by t, c): refuses, in one line
+// and in double, a shape whose products could pass 2^62 (the planner's absurd sizes: a·s²·b at 2^20
+// heads, sequence and batch), before any of them is formed.
+void require_countable_activations(const ActivationShape& x);
+
 // The three parts of the per-layer row, exposed so reports can show where bytes go.
 struct LayerBytes {
   int64_t replicated;  // LN1/LN2/QKV/FC1 inputs + two residual masks (divided by t only under SP)

@@ -78,6 +78,7 @@ analysis::MemoryCase memory_case(const PlanRequest& r) {
 
 MemoryPlan plan_memory(const PlanRequest& r) {
   const analysis::ActivationShape x = activation_shape(r);
+  analysis::require_countable_activations(x);
   const LayoutConfig& l = r.layout;
   const bool first_full = analysis::layer_fully_recomputed(l, 0, r.model.layers);
   const bool selective = l.recompute == Recompute::selective;

@@ -40,6 +40,11 @@ expect 1 "--peak-flops must be a rate from 1000000 to 1e18" --peak-flops 1e-30T
 expect 1 "--iteration-time 1e-06 s is shorter than the" --iteration-time 1e-6
 mkdir -p "$SCRATCH/empty" && expect 1 "holds no train.bin or val.bin" --data "$SCRATCH/empty"
 expect 2 "--no-such-flag" --no-such-flag
+# Shapes whose int64 products would overflow before the formulas divide (a·s²·b at 2^20 heads, sequence
+# and batch; UBSan saw the signed overflow) are refused in double first, naming the bytes.
+expect 1 "the activations of a rank would be 1.09e+25 bytes, past the 2^62" --layers 1 --hidden 1048576 \
+  --heads 1048576 --tensor-model-parallel-size 1048576 --gpus 1048576 --seq-len 1048576 --micro-batch 1048576 \
+  --global-batch 1048576 --vocab 1048576
 # The planner sizes today's large vocabularies (Llama 3's 128,256 pieces; token files, and so train,
 # stop at 65,536): planned, not refused, and counted, not clamped: the parameters grow by the padded
 # vocabulary's extra rows times h (128,256 pads to 128,256 at t = 1; 65,536 is a multiple of 128).
