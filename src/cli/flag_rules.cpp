@@ -424,7 +424,7 @@ void check_flag_conflicts(const CLI::App& app, std::string_view command) {
       if (const auto v = given(app, fp16_only))
         require(dtype == "fp16", "--" + std::string(fp16_only) + " " + *v +
                                      " applies to --params-dtype fp16 only (loss scaling; got --params-dtype " + dtype +
-                                     (given(app, "params-dtype") || !resume ? ")" : ", checkpoint " + *resume + "'s)"));
+                                     (!given(app, "params-dtype") && saved.params ? ", checkpoint " + *resume + "'s)" : ")"));
     // The run's own first scale (a relaunch repeats the job's flags) is no change; another would be
     // ignored, the resume going on from the scale the run reached.
     if (const auto v = given(app, "initial-loss-scale");
