@@ -501,11 +501,11 @@ ModelConfig read_model_config(const std::string& dir) {
   return c;
 }
 
-ParamsDType read_params_dtype(const std::string& dir) {
-  const nlohmann::json state = read_trainer_state(dir);
-  const std::string where = "checkpoint " + dir + "/trainer.json";
+namespace {
+// The weights' precision a parsed trainer.json records (`where` names it), or none (written before it was).
+std::optional<ParamsDType> recorded_params_dtype(const nlohmann::json& state, const std::string& where) {
   if (!state.contains("layout") || !state["layout"].is_object() || !state["layout"].contains("params_dtype"))
-    return ParamsDType::fp32;  // written before it was recorded
+    return std::nullopt;
   const nlohmann::json& d = state["layout"]["params_dtype"];
   require(d.is_string(), where + ": \"params_dtype\" must be fp32, bf16 or fp16 (got " + d.dump() + ")");
   try {
@@ -514,13 +514,18 @@ ParamsDType read_params_dtype(const std::string& dir) {
     fail(where + ": " + e.what());
   }
 }
+}  // namespace
+
+ParamsDType read_params_dtype(const std::string& dir) {
+  return recorded_params_dtype(read_trainer_state(dir), "checkpoint " + dir + "/trainer.json").value_or(ParamsDType::fp32);
+}
 
 RecordedPrecision read_recorded_precision(const std::string& dir) {
   const nlohmann::json state = read_trainer_state(dir);
   RecordedPrecision out;
   const std::string where = "checkpoint " + dir + "/trainer.json";
   const nlohmann::json layout = state.contains("layout") ? state["layout"] : nlohmann::json();
-  if (layout.is_object() && layout.contains("params_dtype")) out.params = read_params_dtype(dir);
+  out.params = recorded_params_dtype(state, where);
   if (layout.is_object() && layout.contains("activation_dtype")) {
     const nlohmann::json& d = layout["activation_dtype"];
     require(d.is_string(), where + ": \"activation_dtype\" must be fp32 or bf16 (got " + d.dump() + ")");

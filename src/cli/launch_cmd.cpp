@@ -39,6 +39,7 @@
 #include "core/input_file.hpp"
 #include "core/memory_limit.hpp"
 #include "core/output_path.hpp"
+#include "report/run_log.hpp"
 #include "core/standard_output.hpp"
 #include "data/tokenizer_files.hpp"
 #include "train/resume_settings.hpp"
@@ -182,8 +183,7 @@ class MpirunLauncher final : public launch::Launcher {
   double last_progress() const { return last_progress_; }
 
   void emit(const nlohmann::json& event) {
-    // Non-UTF-8 path bytes as U+FFFD, as the run log writes them (report/run_log.cpp).
-    const std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    const std::string line = json_line(event);  // as the run log writes its records
     if (json_) {
       std::printf("%s\n", line.c_str());
       flush_output(stdout);

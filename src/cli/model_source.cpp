@@ -34,8 +34,7 @@ void round_to_params_dtype(float* weights, int64_t n, ParamsDType dtype) {
 }  // namespace
 
 data::Tokenizer checkpoint_tokenizer(const std::string& checkpoint, int vocab) {
-  if (!std::filesystem::is_directory(checkpoint))
-    return vocab <= data::Tokenizer::kByteVocab ? data::Tokenizer() : data::Tokenizer::ids_only(vocab);
+  if (!std::filesystem::is_directory(checkpoint)) return data::unrecorded_tokenizer(vocab);
   // A run of more ids on recorded byte tokens (a padded head) keeps "bytes": sample draws its 256.
   // One on token files without a tokenizer before 2026-11-30 recorded "bytes" too; it reads so still.
   return data::load_recorded_tokenizer(checkpoint, checkpoint::read_tokenizer_fingerprint(checkpoint),

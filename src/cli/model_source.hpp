@@ -11,8 +11,7 @@
 
 namespace lattice::cli {
 // The tokenizer a checkpoint of a model of `vocab` ids was trained with: its directory's records (a
-// directory recording none: bytes); a bare weights file holds byte tokens at vocabulary 256 and ids
-// of a tokenizer not known above it (data::tokens_tokenizer).
+// directory recording none: bytes); a bare weights file records none (data::unrecorded_tokenizer).
 data::Tokenizer checkpoint_tokenizer(const std::string& checkpoint, int vocab);
 // A checkpoint directory gives the model (a model flag of `app` given too must agree with it, or is
 // refused naming both values) and its weights' precision (16-bit runs: the weights rounded as the

@@ -212,10 +212,13 @@ int run_train(int argc, char** argv) {
   LayoutConfig resolved;
   try {
     take_resumed_settings(app, train);  // before anything is planned from the batch or the model
+    // A value taken from a checkpoint, named on the start line as the flag that would have given it.
+    const auto name_taken = [](std::string& line, const std::string& flag, const nlohmann::json& value) {
+      line += std::string(line.empty() ? "" : " ") + "--" + flag + " " +
+              (value.is_string() ? value.get<std::string>() : value.dump());
+    };
     for (const auto& [flag, value] : take_resumed_precision(app, layout, train.resume))
-      if (value != "fp32")  // named where the flag's default would have differed, as the settings are
-        train.resumed_settings += std::string(train.resumed_settings.empty() ? "" : " ") + "--" + flag + " " +
-                                  value.get<std::string>();
+      if (value != "fp32") name_taken(train.resumed_settings, flag, value);  // where the default would differ
     // The model values taken that differ from a fresh run's, named on the start line as the settings
     // are. Token files without a tokenizer (llm.c's) do not say the vocabulary: the checkpoint's is taken.
     // --init takes the shape its weights fix (both given is refused by the trainer).
@@ -226,9 +229,7 @@ int run_train(int argc, char** argv) {
          take_checkpoint_model(app, model, model_source, resuming ? CheckpointModel::resume : CheckpointModel::init,
                                no_tokenizer, resuming)) {
       vocab_taken = vocab_taken || flag == "vocab";
-      std::string& line = resuming ? train.resumed_settings : train.init_shape;
-      line += std::string(line.empty() ? "" : " ") + "--" + flag + " " +
-              (value.is_string() ? value.get<std::string>() : value.dump());
+      name_taken(resuming ? train.resumed_settings : train.init_shape, flag, value);
     }
     require(layout.pipeline_layers == "auto" || (app.count("--hardware") == 0 && memory_limit.empty()),
             "--hardware and --pipeline-memory-limit apply to --pipeline-layers auto only");

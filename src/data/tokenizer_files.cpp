@@ -82,9 +82,12 @@ Tokenizer load_tokenizer(const std::string& dir) {
   return t;
 }
 
-Tokenizer tokens_tokenizer(const std::string& dir, int vocab) {
-  if (has_tokenizer(dir)) return load_tokenizer(dir);
+Tokenizer unrecorded_tokenizer(int vocab) {
   return vocab <= Tokenizer::kByteVocab ? Tokenizer() : Tokenizer::ids_only(vocab);
+}
+
+Tokenizer tokens_tokenizer(const std::string& dir, int vocab) {
+  return has_tokenizer(dir) ? load_tokenizer(dir) : unrecorded_tokenizer(vocab);
 }
 
 bool same_tokens(const Tokenizer& a, const Tokenizer& b) {

@@ -27,9 +27,12 @@ std::vector<NamedFile> tokenizer_files(const Tokenizer& tokenizer);
 Tokenizer load_tokenizer(const std::string& dir);
 // Whether `dir` records a tokenizer (tokenizer.json).
 bool has_tokenizer(const std::string& dir);
+// The tokenizer of token ids nothing records, read by a model of `vocab` ids: bytes when `vocab` is the
+// byte one's, else ids of a tokenizer not known (llm.c's token files: read as bytes before 2026-11-30,
+// so eval gave bits per byte of them and sample printed their ids as bytes).
+Tokenizer unrecorded_tokenizer(int vocab);
 // The tokenizer of the token files in `dir` read by a model of `vocab` ids: the one it records, else
-// bytes when `vocab` is the byte one's, else ids of a tokenizer not known (llm.c's token files: read
-// as bytes before 2026-11-30, so eval gave bits per byte of them and sample printed their ids as bytes).
+// unrecorded_tokenizer(vocab).
 Tokenizer tokens_tokenizer(const std::string& dir, int vocab);
 // Whether token ids of `a` may be read as `b`'s: the same tokenizer, or either not known (not held).
 bool same_tokens(const Tokenizer& a, const Tokenizer& b);

@@ -119,6 +119,10 @@ RunLog::~RunLog() {
   if (fd_ >= 0) ::close(fd_);  // closing releases the lock
 }
 
+std::string json_line(const nlohmann::json& record) {
+  return record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 void RunLog::record(const nlohmann::json& given) {
   nlohmann::json record = given;
   // A trace written into the report directory is named in the start record, relative to it, so
@@ -127,9 +131,7 @@ void RunLog::record(const nlohmann::json& given) {
     std::error_code ec;
     record["report_trace"] = fs::relative(fs::weakly_canonical(fs::absolute(trace_)), fs::weakly_canonical(fs::absolute(dir_)), ec).string();
   }
-  // A path of bytes that are not UTF-8 (a --save named so) is written with U+FFFD in their place,
-  // not an exception that would end the run.
-  const std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const std::string line = json_line(record) + "\n";
   if (json_stdout_) {
     // A closed stdout (`| head`) is reported once and the run goes on: the log and the save matter more.
     std::cout << line;

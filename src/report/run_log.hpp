@@ -13,6 +13,11 @@
 
 namespace lattice {
 
+// A record as the one line a run log (and --json) writes, without its newline: bytes that are not
+// UTF-8 (a path named so) as U+FFFD, not an exception that would end the run. lattice launch's
+// records go through it too.
+std::string json_line(const nlohmann::json& record);
+
 // Before training starts: DIR is new, empty, or the report directory of an earlier run (its
 // run.jsonl a lattice run log: core/output_path.hpp's OutputKind::report_dir, under `rules`);
 // neither the checkpoint directory nor inside it (or it inside DIR), nor the trace file. `append` (a

@@ -200,6 +200,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   }
   // Destinations are checked before hours of training, not after (world rank 0 writes them), under
   // the one output rule (core/output_path.hpp); the checkpoint directory is locked for the run's life.
+  std::string save_holds;  // the checkpoint --save holds already ("" none), for the refusal and the room check
   if (is_logging_rank()) {
     output_rules_ = {config_.overwrite, {{"--data", config_.data_dir}, {"--resume", config_.resume}, {"--init", config_.init}},
                      {{"--save", config_.save}}};
@@ -236,10 +237,10 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     // After the rules above, which name a wrong path more precisely.
     const bool continues_it = !config_.resume.empty() && path_within(config_.save, config_.resume) &&
                               path_within(config_.resume, config_.save);
-    if (!config_.save.empty() && !continues_it && !config_.overwrite)
-      if (const std::string held = checkpoint::held_checkpoint(config_.save); !held.empty())
-        fail("--save " + config_.save + " holds " + held + ": continue it with --resume " + config_.save +
-             ", name a new directory, or pass --overwrite to replace it");
+    if (!config_.save.empty()) save_holds = checkpoint::held_checkpoint(config_.save);
+    if (!save_holds.empty() && !continues_it && !config_.overwrite)
+      fail("--save " + config_.save + " holds " + save_holds + ": continue it with --resume " + config_.save +
+           ", name a new directory, or pass --overwrite to replace it");
   }
   const auto train_file = data::TokenFile::load(train_path, model_config_.vocab);
   // Bits per byte need each file's text bytes: a SentencePiece directory must say them, for these files.
@@ -319,7 +320,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
         config_.micro_batch, *kept_, states_layout.versions == 2 ? states_.get() : nullptr);
   optimizer_ = make_optimizer(model_->table(), config_.optim, states_->owned(),
                               {dist_ && layout_.tp > 1 ? &dist_->tp() : nullptr, states_->shard_group()});
-  if (is_logging_rank() && !config_.save.empty()) check_save_room(resume_state.step, states_layout.versions == 2);
+  if (is_logging_rank() && !config_.save.empty()) check_save_room(resume_state.step, states_layout.versions == 2, !save_holds.empty());
   if (layout_.zero >= 1 && replicas == 1 && (!dist_ || dist_->rank() == 0))
     std::fprintf(stderr, "lattice train: note: --zero %d with data-parallel size 1 shards nothing\n", layout_.zero);
   if (!weights_path.empty() && !shard_in_place) checkpoint::load_weights(weights_path, *model_);

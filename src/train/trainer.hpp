@@ -149,8 +149,9 @@ class Trainer {
   // adds the loads to the run's histogram when `count`.
   MoEStepStats moe_step_stats(bool count);
   std::string saved_note() const;  // "; the checkpoint in DIR holds step N" (or that none was written)
-  // Before training: the file system of --save has room for the run's saves (InputError otherwise).
-  void check_save_room(int64_t start_step, bool two_versions);
+  // Before training: the file system of --save has room for the run's saves (InputError otherwise);
+  // `held`: --save holds a checkpoint already, which each save replaces.
+  void check_save_room(int64_t start_step, bool two_versions, bool held);
   std::unique_ptr<checkpoint::StagedCheckpoint> staged_;  // rank 0: written, not yet promoted
   // --async-save: the staged save is being written in the background (rank 0's thread in
   // background_); `staged_sound_`: the guard allowed it, so it is promoted once written.

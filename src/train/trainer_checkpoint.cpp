@@ -230,7 +230,7 @@ void Trainer::report_save(int64_t step, double stall_s, double waited_s, int64_t
                  "time)\n", (long long)step, waited_s, (long long)waited_for);
 }
 
-void Trainer::check_save_room(int64_t start_step, bool two_versions) {
+void Trainer::check_save_room(int64_t start_step, bool two_versions, bool held) {
   // A save is written beside the checkpoint it replaces: with one there (a resume, --overwrite) the
   // run needs one checkpoint's size free; into a new directory, one for the first save and, when the
   // run saves again, a second while the first still stands. Said now, not after the training before
@@ -240,17 +240,15 @@ void Trainer::check_save_room(int64_t start_step, bool two_versions) {
   const int64_t one = checkpoint::checkpoint_tensor_bytes(model_config_, int(optimizer_->element_states().size()),
                                                           tensor_values * layout_.pp, two_versions);
   const bool saves_again = config_.save_every_auto || (config_.save_every > 0 && config_.steps - start_step > config_.save_every);
-  const bool held = !checkpoint::held_checkpoint(config_.save).empty();
   const int copies = held || !saves_again ? 1 : 2;
   constexpr int64_t kFilesPerCopy = 10;  // a checkpoint's files, its directory and their temporaries
   remove_dead_saves_beside(directory_path(config_.save));  // the first save would: their space is free
   const FreeSpace free = free_space_at(config_.save);
-  const auto size = [](int64_t bytes) { return human_bytes(double(bytes)); };  // as `df -h` counts
   const std::string why = copies == 2 ? " (the second save is written beside the first)"
                                       : " (a save is written beside the one it replaces)";
   require(free.bytes < 0 || free.bytes >= copies * one,
-          "--save " + config_.save + ": its file system has " + size(free.bytes) + " free, and this run needs " +
-              size(copies * one) + why + ": free space or save elsewhere");
+          "--save " + config_.save + ": its file system has " + human_bytes(double(free.bytes)) +
+              " free, and this run needs " + human_bytes(double(copies * one)) + why + ": free space or save elsewhere");
   require(free.files < 0 || free.files >= copies * kFilesPerCopy,
           "--save " + config_.save + ": its file system has room for " + std::to_string(free.files) +
               " more files, and this run's saves need " + std::to_string(copies * kFilesPerCopy) +
