@@ -570,6 +570,12 @@ ResumeState read_resume_state(const std::string& dir) {
     require(sh.is_boolean(), where + ": \"shuffle\" must be true or false");
     r.shuffle = sh.get<bool>() ? 1 : 0;
   }
+  if (state.contains("data_position") && state["data_position"].contains("train_bin")) {
+    const nlohmann::json& file = state["data_position"]["train_bin"];
+    require(file.is_string() && file.get<std::string>().size() <= 64,
+            where + ": \"train_bin\" must be a string of at most 64 characters");
+    r.train_bin = file.get<std::string>();
+  }
   if (state.contains("loss_scale")) {
     const nlohmann::json& ls = state["loss_scale"];
     r.loss_scale = number(ls, "scale", 1.0, 4294967296.0, where + " (loss_scale)");

@@ -91,6 +91,7 @@ struct ResumeState {
   int64_t clean_steps = 0;
   nlohmann::json train_settings;  // "train": the run's settings (train/resume_settings.hpp), null if none
   int shuffle = -1;          // -1: not recorded
+  std::string train_bin;     // the train.bin it was trained on (data::token_file_fingerprint); "": not recorded
   // The run's last step losses, oldest first ("recent_losses"): the loss-spike guard's window
   // (train/loss_spike_guard.hpp). Empty where not recorded (an older checkpoint).
   std::vector<double> recent_losses;

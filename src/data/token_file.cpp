@@ -12,32 +12,29 @@
 
 namespace lattice::data {
 
-std::string token_files_fingerprint(const std::string& dir) {
-  std::string out;
-  for (const char* name : {"train.bin", "val.bin"}) {
-    const std::string path = dir + "/" + name;
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec)) {
-      out += std::string(out.empty() ? "" : " ") + name + " -";
-      continue;
-    }
-    const uint64_t size = std::filesystem::file_size(path, ec);
-    std::ifstream in(path, std::ios::binary);
-    constexpr uint64_t kEdge = 64 << 10;
-    std::vector<char> bytes(size_t(std::min(size, 2 * kEdge)));
-    const uint64_t head = std::min(size, kEdge);
-    in.read(bytes.data(), std::streamsize(head));
-    if (size > head) {
-      in.seekg(std::streamoff(size - (bytes.size() - head)));
-      in.read(bytes.data() + head, std::streamsize(bytes.size() - head));
-    }
-    uint64_t h = 1469598103934665603ULL;  // FNV-1a
-    for (const char c : bytes) h = (h ^ uint64_t(uint8_t(c))) * 1099511628211ULL;
-    char text[64];
-    std::snprintf(text, sizeof text, " %llu-%016llx", (unsigned long long)size, (unsigned long long)h);
-    out += std::string(out.empty() ? "" : " ") + name + text;
+std::string token_file_fingerprint(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return "-";
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  std::ifstream in(path, std::ios::binary);
+  constexpr uint64_t kEdge = 64 << 10;
+  std::vector<char> bytes(size_t(std::min(size, 2 * kEdge)));
+  const uint64_t head = std::min(size, kEdge);
+  in.read(bytes.data(), std::streamsize(head));
+  if (size > head) {
+    in.seekg(std::streamoff(size - (bytes.size() - head)));
+    in.read(bytes.data() + head, std::streamsize(bytes.size() - head));
   }
-  return out;
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (const char c : bytes) h = (h ^ uint64_t(uint8_t(c))) * 1099511628211ULL;
+  char text[64];
+  std::snprintf(text, sizeof text, "%llu-%016llx", (unsigned long long)size, (unsigned long long)h);
+  return text;
+}
+
+std::string token_files_fingerprint(const std::string& dir) {
+  return "train.bin " + token_file_fingerprint(dir + "/train.bin") + " val.bin " +
+         token_file_fingerprint(dir + "/val.bin");
 }
 
 std::unique_ptr<AtomicFile> stage_token_file(const std::string& path, std::span<const uint16_t> tokens) {

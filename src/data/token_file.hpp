@@ -30,6 +30,9 @@ std::unique_ptr<AtomicFile> stage_token_file(const std::string& path, std::span<
 // there). Cheap at any size; a file differing only in its middle passes, which per-host copies made
 // by one prepare (the case it guards) never do.
 std::string token_files_fingerprint(const std::string& dir);
+// One file's part of it: "<bytes>-<16 hex digits>", or "-" where no regular file is. A checkpoint
+// records its train.bin's, so a resume on another file is told its batches are not the run's.
+std::string token_file_fingerprint(const std::string& path);
 
 // A validated token file held in memory (MemoryCategory::data). Copies are cheap and share the tokens.
 class TokenFile {

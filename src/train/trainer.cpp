@@ -259,6 +259,14 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     std::fprintf(stderr, "lattice train: note: %s holds %lld sequence(s) of %d tokens, fewer than one global batch "
                  "of %lld: each batch repeats them\n", train_path.c_str(), (long long)train_loader_->windows(),
                  model_config_.seq_len, (long long)config_.global_batch);
+  // A resume on another train.bin is a run of its own from here (a curriculum, or a mistake): said,
+  // not refused. The checkpoint records its file by size and edges (data::token_file_fingerprint).
+  train_bin_fingerprint_ = data::token_file_fingerprint(train_path);
+  if (!resume_state.train_bin.empty() && resume_state.train_bin != train_bin_fingerprint_ && is_logging_rank())
+    std::fprintf(stderr, "lattice train: note: %s is not the train.bin checkpoint %s was trained on (its size or first "
+                 "and last 64 KiB differ: %s then, %s now): from step %lld the batches are this file's, not the run's\n",
+                 train_path.c_str(), config_.resume.c_str(), resume_state.train_bin.c_str(),
+                 train_bin_fingerprint_.c_str(), (long long)resume_state.step + 1);
   if (std::filesystem::exists(val_path)) {
     const auto val_file = data::TokenFile::load(val_path, model_config_.vocab);
     if (val_file.size() > size_t(model_config_.seq_len))

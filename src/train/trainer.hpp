@@ -12,6 +12,7 @@
 #include "comm/distributed.hpp"
 #include "core/config.hpp"
 #include "data/loader.hpp"
+#include "data/token_file.hpp"
 #include "data/tokenizer_files.hpp"
 #include "engine/executor.hpp"
 #include "engine/model_states.hpp"
@@ -75,6 +76,7 @@ class Trainer {
   LrSchedule schedule_;
   comm::Distributed* dist_ = nullptr;
   data::Tokenizer tokenizer_;  // the data's (recorded in every checkpoint)
+  std::string train_bin_fingerprint_;  // recorded in a checkpoint's data_position (a resume compares it)
   data::DataSizes data_sizes_;  // tokens and text bytes of train.bin and val.bin: bits per byte
   bool bits_per_byte_known() const { return data_sizes_.recorded || model_config_.vocab == data::Tokenizer::kByteVocab; }
   std::unique_ptr<parallel::ModelStates> states_;  // weights, gradients, masters: as the layout keeps them

@@ -25,7 +25,7 @@ void Trainer::stage_save(const std::string& dir, bool background) {
                           {"step", step_},
                           {"seed", config_.seed},
                           {"model", checkpoint::model_config_json(model_config_)},
-                          {"data_position", {{"step", step_}, {"shuffle", config_.shuffle}}},
+                          {"data_position", {{"step", step_}, {"shuffle", config_.shuffle}, {"train_bin", train_bin_fingerprint_}}},
                           {"generator", {{"kind", "philox4x32-10"}, {"seed", config_.seed}, {"step", step_}}},
                           {"train", training_settings_json(config_)},
                           {"layout", {{"tp", layout_.tp}, {"pp", layout_.pp}, {"dp", layout_.dp}, {"ep", layout_.ep}, {"cp", layout_.cp},

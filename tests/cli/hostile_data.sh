@@ -179,6 +179,17 @@ printf 'In the beginning God' > few.txt && "$LATTICE" prepare --input few.txt --
 check "train on fewer sequences than a batch: exit 0, the note" \
   bash -c "[ $? -eq 0 ] && grep -q 'few/train.bin holds 1 sequence(s) of 16 tokens, fewer than one global batch of 64: each batch repeats them' few.err"
 
+# A resume on another train.bin (same tokenizer) trains on, and says so: the checkpoint records its
+# file's size and edges. On its own file, no note.
+"$LATTICE" "${SMALL[@]}" --steps 2 --save ck_order > /dev/null 2>&1
+"$LATTICE" "${SMALL[@]}" --steps 3 --resume ck_order --save ck_order > same_data.out 2>&1
+check "a resume on the run's own train.bin: exit 0, no note of other data" \
+  bash -c "[ $? -eq 0 ] && ! grep -q 'is not the train.bin' same_data.out"
+head -c 20000 corpus.txt > other.txt && "$LATTICE" prepare --input other.txt --out other_data > /dev/null 2>&1
+"$LATTICE" "${SMALL[@]/#data/other_data}" --steps 4 --resume ck_order --save ck_order_other > other_data.out 2>&1
+check "a resume on another train.bin: exit 0, the note naming the step its batches start at" \
+  bash -c "[ $? -eq 0 ] && grep -q 'note: other_data/train.bin is not the train.bin checkpoint ck_order was trained on (its size or first and last 64 KiB differ: [0-9]*-[0-9a-f]* then, [0-9]*-[0-9a-f]* now): from step 4 the batches' other_data.out"
+
 # eval and sample of a checkpoint a run replaces at every step: a reader between two versions read the
 # manifest of one and a file of the next, and named a good checkpoint "changed or damaged" (about one
 # eval in twelve, found by a hostile pass). They read it again, whole; none of 20 may fail.
