@@ -11,12 +11,25 @@
 
 namespace lattice::analysis {
 
-void require_countable_activations(const ActivationShape& x) {
-  // Bounds of the products each formula forms before dividing: a layer's sbh terms (at most 66·sbh at
-  // 4 bytes: 18 replicated, 16 of Q, K, V and the projection input, 32 of the MLP's), its s² terms
-  // (2d + 1 = 9 bytes an element, before ÷ t and ÷ c), the head's logits (4·s·b·v before ÷ t).
+namespace {
+// The largest product the formulas form before dividing: a layer's sbh terms (at most 66·sbh at
+// 4 bytes: 18 replicated, 16 of Q, K, V and the projection input, 32 of the MLP's), its s² terms
+// (2d + 1 = 9 bytes an element, before ÷ t and ÷ c), the head's logits (4·s·b·v before ÷ t).
+double largest_activation_product(const ActivationShape& x) {
   const double s = double(x.s), b = double(x.b), h = double(x.h), a = double(x.a), v = double(x.v);
-  const double largest = std::max({66.0 * s * b * h, 9.0 * a * s * s * b, 4.0 * s * b * v});
+  return std::max({66.0 * s * b * h, 9.0 * a * s * s * b, 4.0 * s * b * v});
+}
+}  // namespace
+
+double kept_activation_bound(const ActivationShape& x, double layers, bool full, bool selective, bool with_head) {
+  if (largest_activation_product(x) >= 0x1p62)
+    return double(x.s) * double(x.b) * double(x.h) + double(x.a) * double(x.s) * double(x.s) * double(x.b);
+  return layers * double(layer_activation_bytes(x, full, selective)) +
+         (with_head ? double(extra_activation_bytes(x, 1, 1)) : 0.0);
+}
+
+void require_countable_activations(const ActivationShape& x) {
+  const double largest = largest_activation_product(x);
   if (largest < 0x1p62) return;
   char text[32];
   std::snprintf(text, sizeof text, "%.3g", largest);

@@ -71,14 +71,11 @@ void require_layer_costs_fit(ModelConfig model, const LayoutConfig& layout, int 
   const char* what = "--layer-costs (weights and gradients of 3 layers, one micro-batch's activations, workspace, logits)";
   const double workspace = analysis::forward_workspace_bytes(s, b, h, double(model.heads) / tp_share, v);
   require_fits_memory(weights + workspace, what, "lower --micro-batch, --seq-len or --vocab");
-  if (s * b * (4 * h + v) < 0x1p50 && double(model.heads) * s * s * b < 0x1p50) {  // the sizes fit int64
-    const analysis::ActivationShape shape{model.seq_len, micro_batch, model.hidden, model.heads, model.padded_vocab(),
-                                          tp_share, false, bytes_of(layout.activation_dtype), model.dropout > 0,
-                                          layout.fused_attention(), layout.pack_masks, layout.fp8_kept};
-    const double kept = 3.0 * double(analysis::layer_activation_bytes(shape, false, false)) +
-                        double(analysis::extra_activation_bytes(shape, 1, 1));
-    require_fits_memory(weights + workspace + kept, what, "lower --micro-batch, --seq-len or --vocab");
-  }
+  const analysis::ActivationShape shape{model.seq_len, micro_batch, model.hidden, model.heads, model.padded_vocab(),
+                                        tp_share, false, bytes_of(layout.activation_dtype), model.dropout > 0,
+                                        layout.fused_attention(), layout.pack_masks, layout.fp8_kept};
+  const double kept = analysis::kept_activation_bound(shape, 3, false, false, true);
+  require_fits_memory(weights + workspace + kept, what, "lower --micro-batch, --seq-len or --vocab");
 }
 
 nlohmann::json measure_layer_costs(ModelConfig model, const LayoutConfig& layout, int micro_batch, double seconds,

@@ -76,17 +76,15 @@ std::unique_ptr<GPT> load_once(const std::string& checkpoint, const CLI::App& ap
   const double weights = 4.0 * double(config.num_params());
   const char* what = "the model and one micro-batch (weights, workspace, one layer's activations, logits)";
   require_fits_memory(weights + analysis::forward_workspace_bytes(s, b, h, a, v), what, "lower --micro-batch");
-  if (s * b * (4 * h + v) < 0x1p50 && a * s * s * b < 0x1p50) {
-    const analysis::ActivationShape shape{config.seq_len, rows, config.hidden, config.heads, config.padded_vocab(), 1,
-                                          false, bytes_of(activation_dtype), false, layout.fused_attention(),
-                                          layout.pack_masks, layout.fp8_kept};
-    const double forward = double(analysis::layer_workspace(rows, config.seq_len, config.hidden, config.heads,
-                                                            config.padded_vocab(), !layout.fused_attention(),
-                                                            layout.pack_masks).bytes()) +
-                           double(analysis::layer_activation_bytes(shape, false, false)) +
-                           double(analysis::extra_activation_bytes(shape, 1, 1));
-    require_fits_memory(weights + forward, what, "lower --micro-batch");
-  }
+  // Past the check above, the exact sizes are far below int64's range.
+  const analysis::ActivationShape shape{config.seq_len, rows, config.hidden, config.heads, config.padded_vocab(), 1,
+                                        false, bytes_of(activation_dtype), false, layout.fused_attention(),
+                                        layout.pack_masks, layout.fp8_kept};
+  const double forward = double(analysis::layer_workspace(rows, config.seq_len, config.hidden, config.heads,
+                                                          config.padded_vocab(), !layout.fused_attention(),
+                                                          layout.pack_masks).bytes()) +
+                         analysis::kept_activation_bound(shape, 1, false, false, true);
+  require_fits_memory(weights + forward, what, "lower --micro-batch");
   auto model = std::make_unique<GPT>(config, layout, 0);
   checkpoint::load_weights(checkpoint, *model);
   // The run computed with its 16-bit weights (its own evaluation too), not with the fp32 masters the

@@ -37,18 +37,12 @@ void require_fits(const ModelConfig& m, const LayoutConfig& layout, const TrainC
                                             m, layout.tp, layout.pp, r, int(stages.layers_of_rank(r, layout.pp).size()))));
   if (layout.pp == 1) most_params = double(m.num_params()) / tp;
   const double states = 16.0 * most_params / (layout.zero >= 3 ? layout.dp : 1);
-  double kept = 0;
-  const double sbh = s * b * h, as2b = a_local * s * s * b;
-  if (sbh < 0x1p50 && as2b < 0x1p50) {  // the formula's 64-bit sizes cannot overflow
-    const analysis::ActivationShape shape{m.seq_len, t.micro_batch, m.hidden, m.heads,
-                                          m.padded_vocab(layout.tp), layout.tp, layout.sequence_parallel,
-                                          bytes_of(layout.activation_dtype), m.dropout > 0,
-                                          layout.fused_attention(), layout.pack_masks, layout.fp8_kept};
-    kept = double(analysis::layer_activation_bytes(shape, layout.recompute == Recompute::full,
-                                                   layout.recompute == Recompute::selective)) * layers;
-  } else {
-    kept = sbh + as2b;  // already past any machine
-  }
+  const analysis::ActivationShape shape{m.seq_len, t.micro_batch, m.hidden, m.heads,
+                                        m.padded_vocab(layout.tp), layout.tp, layout.sequence_parallel,
+                                        bytes_of(layout.activation_dtype), m.dropout > 0,
+                                        layout.fused_attention(), layout.pack_masks, layout.fp8_kept};
+  const double kept = analysis::kept_activation_bound(shape, layers, layout.recompute == Recompute::full,
+                                                      layout.recompute == Recompute::selective, false);
   // Fused attention allocates no s² workspace (docs/design.md §3.1).
   const double workspace = analysis::forward_workspace_bytes(s, b, h, layout.fused_attention() ? 0.0 : a_local, v_local);
   require_fits_memory(states + kept + workspace, "this configuration (per rank: model states, kept activations, workspace)",

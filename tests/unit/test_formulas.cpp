@@ -108,6 +108,19 @@ TEST(Formulas, ExtrasOutsideTheLayers) {
   EXPECT_EQ(extra_activation_bytes(x32, 1, 1), sbh + 2 * sbh * 4 + 4 * d.s * d.b * 51200 / 8);
 }
 
+// The refusals' kept part: the formulas' own bytes where they can count them (a layer per layer, the
+// head's at p = 1), and past 2^62 no int64 product formed, still past any machine.
+TEST(Formulas, KeptActivationBoundIsTheFormulasOrPastAnyMachine) {
+  const ActivationShape x = shape(Dims{2048, 4, 6144, 64, 8}, true, 8);  // the paper's 22B layer
+  EXPECT_EQ(kept_activation_bound(x, 3, false, true, false), 3.0 * double(layer_activation_bytes(x, false, true)));
+  EXPECT_EQ(kept_activation_bound(x, 2, true, false, true),
+            2.0 * double(layer_activation_bytes(x, true, false)) + double(extra_activation_bytes(x, 1, 1)));
+  ActivationShape huge = x;
+  huge.s = huge.b = huge.a = int64_t(1) << 20;  // 9·a·s²·b = 9·2^80: uncountable in int64
+  EXPECT_THROW(require_countable_activations(huge), InputError);
+  EXPECT_GE(kept_activation_bound(huge, 1, false, false, true), 0x1p80);
+}
+
 // docs/design.md §8: 16Ψ; ZeRO-1 4Ψ + 12Ψ/N; ZeRO-2 2Ψ + 14Ψ/N; ZeRO-3 16Ψ/N.
 TEST(Formulas, ModelStateBytesFollowZeroStages) {
   const int64_t psi = 1000000, n = 8;
