@@ -1,8 +1,11 @@
 #include "core/standard_output.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cerrno>
 #include <cstdio>
@@ -13,6 +16,19 @@ namespace lattice::standard_output {
 namespace {
 const char* command_name = "";
 int first_error = 0;  // errno of the first failed write (0: none yet)
+// A regular file's offset after the last flush that wrote all it had (-1: not a regular file). The
+// commands flush after each whole line (JSON lines, progress lines) and at their end.
+off_t whole_to = -1;
+
+// A write that failed part way (a full disk) leaves a line cut short: the file is cut back to where
+// the last good flush left it, so it stays whole lines (JSON lines stay JSON). That is never below
+// where this command's output began: what the file held before is the user's. (The shell's `>`
+// opens the file write-only, so the cut is by offset, not by reading for the last newline.)
+void cut_partial_line() {
+  struct stat st {};
+  if (whole_to >= 0 && ::fstat(STDOUT_FILENO, &st) == 0 && st.st_size > whole_to)
+    (void)!::ftruncate(STDOUT_FILENO, whole_to);
+}
 }  // namespace
 
 void start(const char* command) {
@@ -21,16 +37,30 @@ void start(const char* command) {
   // A file past `ulimit -f` is a failed write (EFBIG) said in one line like a full disk, not a
   // process killed by SIGXFSZ in the middle of a save.
   std::signal(SIGXFSZ, SIG_IGN);
+  struct stat st {};
+  if (::fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode)) {
+    const int flags = ::fcntl(STDOUT_FILENO, F_GETFL);
+    // `>>`: writes land at the end, whatever the offset says.
+    whole_to = flags >= 0 && (flags & O_APPEND) ? st.st_size : ::lseek(STDOUT_FILENO, 0, SEEK_CUR);
+  }
 }
 
 bool flush(bool going_on) {
   if (first_error != 0) return false;
   const bool flushed = std::fflush(stdout) == 0;
   const int seen = errno;  // of the failed flush, or (likely) of the write that set the error flag
-  if (flushed && !std::ferror(stdout)) return true;
+  if (flushed && !std::ferror(stdout)) {
+    if (whole_to >= 0) whole_to = std::max<off_t>(whole_to, ::lseek(STDOUT_FILENO, 0, SEEK_CUR));
+    return true;
+  }
   // A pipe whose reader left polls as an error, however long ago the failed write was.
   pollfd out{STDOUT_FILENO, POLLOUT, 0};
   first_error = ::poll(&out, 1, 0) == 1 && (out.revents & POLLERR) ? EPIPE : seen != 0 ? seen : EIO;
+  // Nothing more goes there: a write after room came back would start in the middle of a line.
+  cut_partial_line();
+  const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (null >= 0) ::dup2(null, STDOUT_FILENO), ::close(null);
+  std::clearerr(stdout);
   // A reader that left is no failure (the exit status stays the command's): a note, not an error.
   if (first_error == EPIPE)
     std::fprintf(stderr, "lattice %s: note: cannot write standard output: its reader left (%s)%s\n", command_name,

@@ -11,7 +11,8 @@ void start(const char* command);
 
 // Flushes stdout and, on its first failure, writes one line on stderr ("lattice CMD: error: cannot
 // write standard output: WHY", `going_on` adding that the command carries on). Returns whether
-// stdout still works.
+// stdout still works. After a failure nothing more is written there, and a regular file is cut back
+// to its last whole line (never below where this command's output began).
 bool flush(bool going_on = true);
 
 // The exit status of a command that returned `status`, given what became of stdout.

@@ -138,12 +138,16 @@ void RunLog::record(const nlohmann::json& given) {
     standard_output::flush();
   }
   if (dir_.empty() || stopped_) return;
+  const off_t whole = ::lseek(fd_, 0, SEEK_END);  // where this line starts (O_APPEND writes at the end)
   for (size_t done = 0; done < line.size();) {
     const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
+      const int why = n < 0 ? errno : ENOSPC;
+      // The log stays whole lines (a full disk took part of this one): cut back to where it began.
+      if (done > 0 && whole >= 0) (void)!::ftruncate(fd_, whole);
       // The report is for looking at: a log that cannot be written stops it, never the training or its --save.
-      stop_log("cannot write " + log_path(dir_) + ": " + std::strerror(n < 0 ? errno : ENOSPC));
+      stop_log("cannot write " + log_path(dir_) + ": " + std::strerror(why));
       return;
     }
     done += size_t(n);

@@ -64,6 +64,20 @@ if mount -t tmpfs -o size=64k tmpfs full 2>/dev/null; then
       test "$(grep -c '"event":"step"' full/rep/run.jsonl)" -eq 4
     rm -rf full/rep full/fill
   done
+  # Room for part of the output: the disk fills in the middle of a line of the log and of stdout
+  # (`--json > file`). Both stay whole JSON lines (the line a write cut short was left half-written,
+  # and after room came back the next write would start mid-line); stdout's failure is exit 1.
+  dd if=/dev/zero of=full/fill bs=1k count=52 2>/dev/null
+  "$LATTICE" train "${MODEL[@]}" --steps 40 --report-dir full/rep --json --save ck_part > full/out.jsonl 2> part.err
+  check "a disk full mid-line: exit 1, stdout's failure said" \
+    bash -c "[ $? -eq 1 ] && grep -q 'cannot write standard output: No space left on device' part.err"
+  check "... stdout and the log are whole JSON lines" "$PY" -c "
+import json, sys
+for f in sys.argv[1:]:
+    t = open(f, 'rb').read()
+    assert t == b'' or t.endswith(b'\\n'), f
+    for line in t.splitlines(): json.loads(line)" full/out.jsonl full/rep/run.jsonl
+  rm -rf full/rep full/fill full/out.jsonl
   umount full
 else
   echo "skip: cannot mount a tmpfs here (not root?): the full-disk case is not run"
