@@ -565,6 +565,8 @@ int run_launch(int argc, char** argv) {
   add_config_file(tapp, config_path);
   tapp.add_flag("--dump-config", dump);
   if (const auto status = parse_flags(tapp, train_argc, train_argv)) return *status;
+  // Train's settings printed as train prints them (as --help shows train's flags): no job starts.
+  if (dump) return run_train(train_argc, train_argv);
   if (train.save.empty()) {
     std::fprintf(stderr, "lattice launch: error: the train flags must include --save DIR: a restart resumes from its "
                          "last promoted checkpoint\n");

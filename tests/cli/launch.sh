@@ -56,6 +56,12 @@ usage "--hostfile twice" 2 "--hostfile given twice" --hostfile hosts --hostfile 
 usage "--mpi-arg=-np" 1 "--mpi-arg -np: the launcher sets the ranks and hosts itself" \
   --hostfile hosts --mpi-arg=-np --mpi-arg=1 -- train "${MODEL[@]}" --steps 2 --save ck
 check "refused runs wrote nothing" test ! -e ck
+# --dump-config among train's flags prints train's settings, as train does, and starts no job (it
+# printed them, then called the run unfinished: exit 1).
+"$LATTICE" launch --hostfile hosts -- train "${MODEL[@]}" --steps 2 --save ck --dump-config > dump_launch.toml 2> dump.err
+check "launch -- train --dump-config: exit 0, nothing on stderr" bash -c "[ $? -eq 0 ] && [ ! -s dump.err ]"
+"$LATTICE" train "${MODEL[@]}" --steps 2 --save ck --dump-config > dump_train.toml
+check "... train's own dump, byte for byte, and no job ran" bash -c "cmp -s dump_launch.toml dump_train.toml && [ ! -e ck ]"
 
 # The job's own failure (bad input: exit 1) is passed on, not restarted.
 "${L[@]}" -- train "${MODEL[@]}" --steps 2 --save ck_bad --lr -1 > bad.out 2> bad.err
