@@ -146,9 +146,16 @@ RunRecords read_run_records(const std::string& path) {
     previous_event = event;
     run.add(record);
   }
-  // A finished run may have trained no step (--steps 0 saves the initial weights): its summary stands.
-  require(!run.steps.empty() || (run.start.is_object() && run.summary.is_object()),
-          path + " holds no training step (is it the output of lattice train --json?)" +
+  // A finished run may have trained no step (--steps 0 saves the initial weights): its summary stands,
+  // where it says so. One whose summary counts steps, none of them readable, is refused as empty.
+  const bool trained_none = run.start.is_object() && run.summary.is_object() &&
+                            !(run.summary.contains("steps") && run.summary["steps"].is_number() &&
+                              run.summary["steps"].get<double>() > 0);
+  require(!run.steps.empty() || trained_none,
+          path + " holds no training step" +
+              (run.summary.is_object() && !trained_none ? " it can read (its summary counts " +
+                                                              run.summary["steps"].dump() + ")"
+                                                        : std::string(" (is it the output of lattice train --json?)")) +
               (run.skipped_lines > 0 ? "; bad records left out: " + run.skipped_warning() : ""));
   return run;
 }

@@ -121,6 +121,18 @@ check "bad records: the report is drawn" test $? -eq 0 -a -s bad.html
 check "bad records: one warning naming the first bad line and the count" \
   grep -q 'warning: bad.jsonl line 4: "step" is -5, not a step number >= 0: left out (and 3 more bad lines)' bad.err
 check "bad records: the history is kept (4 steps drawn)" grep -q "wrote bad.html (4 steps" bad.err
+# Every step record bad, the summary counting them: refused as a log of no step (a page of 0 steps, exit 0,
+# was drawn), where a --steps 0 run's log (its summary counting none) draws.
+"$PY" -c "
+import json
+out = open('nosteps.jsonl', 'w')
+for line in open('sane.jsonl'):
+    r = json.loads(line)
+    if r.get('event') == 'step': r['loss'] = 'x'
+    out.write(json.dumps(r) + '\\n')"
+expect_error "every step record bad" "nosteps.jsonl holds no training step it can read (its summary counts [0-9]*); bad records left out" \
+  report nosteps.jsonl --html nosteps.html
+check "... no page written" test ! -e nosteps.html
 
 # 5. eval never wraps around its file: more batches than it holds are refused; the default is capped.
 expect_error "eval --batches 3000" "--batches 3000 is more than data/val.bin holds: [0-9]* batches of 8" \
