@@ -1,12 +1,13 @@
 // The --config reader (config_file.hpp): the `key = value` subset of TOML that flags need, parsed
 // here line by line (a general TOML library brought assertion failures on malformed input, found
-// by fuzzing). Anything outside the subset — tables, arrays, inline tables, dotted or quoted keys,
-// multi-line strings — is an error naming the line, never a guess.
+// by fuzzing). Anything outside the subset — tables, arrays, inline tables, dotted keys, multi-line
+// strings — is an error naming the line, never a guess. A quoted key ("steps" = 2) is its bare key.
 #include "cli/config_file.hpp"
 #include "cli/cli_util.hpp"
 
 #include <algorithm>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -122,6 +123,11 @@ Value parse_value(const std::string& s, size_t& i, const std::string& at) {
   (void)std::strtod(digits.c_str(), &stop);
   const bool number = !digits.empty() && *stop == '\0' && digits.find_first_of("xX") == std::string::npos;
   require(number, at + ": '" + quoted(token) + "' is not a value (strings go in quotes)");
+  // TOML's decimal point has a digit on each side (.5 and 5. are not TOML, though strtod reads them).
+  for (size_t k = digits.find('.'); k != std::string::npos; k = digits.find('.', k + 1))
+    require(k > 0 && k + 1 < digits.size() && std::isdigit(static_cast<unsigned char>(digits[k - 1])) &&
+                std::isdigit(static_cast<unsigned char>(digits[k + 1])),
+            at + ": '" + quoted(token) + "' is not a TOML number (a digit on each side of the point: 0.5, 5.0)");
   return {Kind::number, digits};
 }
 
@@ -148,9 +154,17 @@ std::vector<std::string> config_file_args(const std::string& path, const CLI::Ap
     skip_blanks();
     if (i == line.size() || line[i] == '#') continue;
     require(line[i] != '[', where + ": tables are not flags (write key = value at the top level)");
-    const size_t key_begin = i;
-    while (i < line.size() && bare_key_char(line[i])) ++i;
-    const std::string key = line.substr(key_begin, i - key_begin);
+    std::string key;
+    if (line[i] == '"' || line[i] == '\'') {  // a quoted key names the flag as the bare one does
+      const char quote = line[i++];
+      key = quoted(line, i, quote, where);
+      require(!key.empty() && std::all_of(key.begin(), key.end(), bare_key_char),
+              where + ": the quoted key \"" + (quoted)(key) + "\" is not a flag of " + app.get_name() + " (see --help)");
+    } else {
+      const size_t key_begin = i;
+      while (i < line.size() && bare_key_char(line[i])) ++i;
+      key = line.substr(key_begin, i - key_begin);
+    }
     require(!key.empty(), where + ": expected key = value");
     // No flag's name is this long: said without echoing a key of any size into one line.
     require(key.size() <= kLongestKey, where + ": a key of " + std::to_string(key.size()) +

@@ -65,10 +65,16 @@ bad_config "a key alone" barekey.toml 'layers\n' "barekey.toml:1: layers: a key 
 bad_config "a comment for a value" commentvalue.toml 'layers = # two\n' "commentvalue.toml:1: layers: a key without a value"
 bad_config "dump-config in the file" dumpkey.toml 'dump-config = true\n' \
   "dumpkey.toml:1: dump-config: --dump-config is given on the command line"
+# TOML's number grammar (a digit on each side of the point; strtod read .5 and 5.), and a quoted key
+# that is no flag's name (quoted keys were all refused as "expected key = value").
+bad_config "a point without a digit before it" point.toml 'lr = .5\n' "point.toml:1: lr: '.5' is not a TOML number"
+bad_config "a point without a digit after it" point2.toml 'lr = 5.\n' "point2.toml:1: lr: '5.' is not a TOML number"
+bad_config "a quoted key that is no flag" qkey.toml '"lay ers" = 2\n' 'qkey.toml:1: the quoted key "lay ers" is not a flag'
+bad_config "a quoted key twice" qdup.toml '"layers" = 1\nlayers = 2\n' "qdup.toml:2: layers is defined twice"
 hostile "config: missing file" 2 "config nowhere.toml" -- train "${MODEL[@]}" --steps 1 --config nowhere.toml
-printf 'layers = 1\nhidden = 16\nheads = 2\nsequence-parallel = false\nlr-schedule = "constant"\nlr = 1e-3\n' > good.toml
+printf 'layers = 1\n"hidden" = 16\n\x27heads\x27 = 2\nsequence-parallel = false\nlr-schedule = "constant"\nlr = 1e-3\n' > good.toml
 "$LATTICE" train --data data --seq-len 16 --micro-batch 2 --steps 1 --config good.toml --json > good.jsonl 2>/dev/null
-check "config: a valid file of every kind of value trains" grep -q '"event":"summary"' good.jsonl
+check "config: a valid file of every kind of value (and key) trains" grep -q '"event":"summary"' good.jsonl
 
 # Numeric flags have bounds in every command.
 hostile "train --threads 100000" 1 "--threads must be between 0" -- train "${MODEL[@]}" --steps 1 --threads 100000
