@@ -9,11 +9,12 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "core/atomic_dir.hpp"
 #include "checkpoint/llmc_import.hpp"
@@ -398,11 +399,7 @@ void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state
   const std::string path = dir + "/" + kManifest;
   const auto identity = directory_identity(dir);
   // A file that differs from its sum, or is gone, because a save replaced the directory meanwhile.
-  const auto replaced = [&] {
-    if (directory_identity(dir) != identity)
-      throw CheckpointReplaced("checkpoint " + dir + " was replaced by a save while it was read (a run is saving "
-                               "into it): read it again");
-  };
+  const auto replaced = [&] { require_not_replaced(dir, identity); };
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) {
     // Every lattice that records its version in trainer.json writes the manifest (the save's last
@@ -457,10 +454,28 @@ void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state
 }
 }  // namespace
 
-std::pair<uint64_t, uint64_t> directory_identity(const std::string& dir) {
+DirectoryIdentity directory_identity(const std::string& dir) {
   struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0) return {0, 0};
-  return {uint64_t(st.st_dev), uint64_t(st.st_ino)};
+  if (::stat(dir.c_str(), &st) != 0) return {0, 0, 0, 0};
+  return {uint64_t(st.st_dev), uint64_t(st.st_ino), uint64_t(st.st_ctim.tv_sec), uint64_t(st.st_ctim.tv_nsec)};
+}
+
+void require_not_replaced(const std::string& dir, const DirectoryIdentity& identity) {
+  if (directory_identity(dir) != identity)
+    throw CheckpointReplaced("checkpoint " + dir + " was replaced by a save while it was read (a run is saving "
+                             "into it): read it again");
+}
+
+std::string saved_version(const std::string& dir) {
+  const std::string path = dir + "/" + kManifest;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return "";
+  std::ifstream in(path, std::ios::binary);
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (char c; in.get(c);) h = (h ^ uint64_t(uint8_t(c))) * 1099511628211ULL;
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", (unsigned long long)h);
+  return text;
 }
 
 bool holds_trainer_state(const std::string& dir) {
@@ -493,12 +508,29 @@ std::string held_checkpoint(const std::string& dir) {
   }
 }
 
+namespace {
+// A reader whose file sums met a save swapping the directory in (CheckpointReplaced) reads it all
+// again, trainer.json first, so what it returns is one save's: a few times at most.
+template <class Read>
+auto reading_again(Read read) {
+  for (int attempt = 1;; ++attempt) {
+    try {
+      return read();
+    } catch (const CheckpointReplaced&) {
+      if (attempt == kCheckpointReadAttempts) throw;
+    }
+  }
+}
+}  // namespace
+
 ModelConfig read_model_config(const std::string& dir) {
-  const nlohmann::json state = read_trainer_state(dir);
-  const ModelConfig c = model_config_of(state, "checkpoint " + dir + "/trainer.json");
-  check_hf_config(dir, c);
-  check_file_sums(dir, state, false);
-  return c;
+  return reading_again([&] {
+    const nlohmann::json state = read_trainer_state(dir);
+    const ModelConfig c = model_config_of(state, "checkpoint " + dir + "/trainer.json");
+    check_hf_config(dir, c);
+    check_file_sums(dir, state, false);
+    return c;
+  });
 }
 
 namespace {
@@ -551,7 +583,8 @@ std::string read_tokenizer_fingerprint(const std::string& dir) {
   return t.get<std::string>();
 }
 
-ResumeState read_resume_state(const std::string& dir) {
+namespace {
+ResumeState read_resume_state_once(const std::string& dir) {
   const auto state = read_trainer_state(dir);
   const std::string where = "checkpoint " + dir + "/trainer.json";
   ResumeState r;
@@ -593,6 +626,11 @@ ResumeState read_resume_state(const std::string& dir) {
   }
   check_file_sums(dir, state, true);
   return r;
+}
+}  // namespace
+
+ResumeState read_resume_state(const std::string& dir) {
+  return reading_again([&] { return read_resume_state_once(dir); });
 }
 
 void load_weights(const std::string& path, GPT& model) {

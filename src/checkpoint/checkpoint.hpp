@@ -101,13 +101,24 @@ ResumeState read_resume_state(const std::string& dir);
 
 // A save swaps a whole new directory in (core/atomic_dir.hpp): a reader without --save's lock (eval,
 // sample, and a run reading another run's checkpoint) may read the manifest of one version and a file
-// of the next. That is said as this, not as a damaged file; `directory_identity` (device and inode of
-// the directory at a path, 0 when there is none) lets a reader read again, whole, when it changed.
+// of the next. That is said as this, not as a damaged file; `directory_identity` lets a reader read
+// again, whole, when it changed.
 class CheckpointReplaced : public InputError {
  public:
   using InputError::InputError;
 };
-std::pair<uint64_t, uint64_t> directory_identity(const std::string& dir);
+// The directory at a path: its device, inode and change time (all 0 when there is none). The inode
+// alone is not enough: a save's new directory often takes the inode the one before last freed (seen
+// after 0.5 s of saves every few milliseconds); its change time, set as it was made and renamed in,
+// tells them apart.
+using DirectoryIdentity = std::array<uint64_t, 4>;
+DirectoryIdentity directory_identity(const std::string& dir);
+inline constexpr int kCheckpointReadAttempts = 5;  // reads of a checkpoint being replaced, at most
+// Which save a checkpoint directory holds, by content: a hash of its manifest, which sums every file
+// ("" without one). Ranks reading per-host copies of one save agree; two saves differ.
+std::string saved_version(const std::string& dir);
+// Throws CheckpointReplaced when `dir` is no longer the directory whose identity was `identity`.
+void require_not_replaced(const std::string& dir, const DirectoryIdentity& identity);
 
 // The model configuration as trainer.json records it ("model"), and read back from a checkpoint.
 nlohmann::json model_config_json(const ModelConfig& config);

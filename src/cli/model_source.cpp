@@ -100,7 +100,7 @@ std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, con
   require(!checkpoint.empty(), "--checkpoint is required");
   // A run saving into the checkpoint may replace it while it is read (every step, with --save-every 1):
   // it is read again, whole, until one version was read throughout, a few times at most.
-  constexpr int kAttempts = 5;
+  constexpr int kAttempts = checkpoint::kCheckpointReadAttempts;
   for (int attempt = 1;; ++attempt) {
     const auto identity = checkpoint::directory_identity(checkpoint);
     try {

@@ -147,6 +147,12 @@ nlohmann::json predicted_memory(const ModelConfig& model, const LayoutConfig& la
   }
 }
 
+// A checkpoint replaced while it was read (checkpoint::CheckpointReplaced) is read again: said.
+void say_reading_again(const TrainConfig& train) {
+  std::fprintf(stderr, "lattice train: note: checkpoint %s was replaced by a save while it was read: reading it again\n",
+               (train.resume.empty() ? train.init : train.resume).c_str());
+}
+
 }  // namespace
 
 int run_train(int argc, char** argv) {
@@ -257,8 +263,18 @@ int run_train(int argc, char** argv) {
       choose_recompute_automatically(resolved, model, train, 1, layout.memory_budget_bytes, true);
     if (train.json || !train.report_dir.empty()) train.predicted_memory = predicted_memory(model, resolved, train, 1);
     peak_inputs(train, resolved.activation_dtype, 1);
-    Trainer trainer(model, resolved, train);
-    return trainer.run();
+    // A checkpoint another run replaces while it is read (--save-every 1) is read again, whole, a few
+    // times at most, as eval and sample do.
+    std::unique_ptr<Trainer> trainer;
+    for (int attempt = 1; !trainer; ++attempt) {
+      try {
+        trainer = std::make_unique<Trainer>(model, resolved, train);
+      } catch (const checkpoint::CheckpointReplaced&) {
+        if (attempt == checkpoint::kCheckpointReadAttempts) throw;
+        say_reading_again(train);
+      }
+    }
+    return trainer->run();
   }
   // Several processes: bad input is reported once, by rank 0, and every rank exits 1; a rank that
   // fails later aborts the whole job.
@@ -305,7 +321,31 @@ int run_train(int argc, char** argv) {
     train.predicted_memory = predicted_memory(model, resolved, train, dist.world_size());
   // Every rank asks (the same flags on every rank: the host count is collective).
   peak_inputs(train, resolved.activation_dtype, train.peak_flops > 0 ? 1 : dist.ranks_on_this_host());
-  comm::check_on_all_ranks("train", [&] { trainer = std::make_unique<Trainer>(model, resolved, train, &dist); });
+  // Each rank reads --resume on its own: a run saving into that directory may swap in a new save
+  // during a rank's read (the rank says so: CheckpointReplaced) or between two ranks' reads (their
+  // saves differ). Then every rank reads it again, a few times at most, as eval and sample do.
+  for (int attempt = 1;; ++attempt) {
+    bool replaced = false;
+    comm::check_on_all_ranks("train", [&] {
+      try {
+        trainer = std::make_unique<Trainer>(model, resolved, train, &dist);
+      } catch (const checkpoint::CheckpointReplaced&) {
+        if (attempt == checkpoint::kCheckpointReadAttempts) throw;
+        replaced = true;
+      }
+    });
+    // Any rank's read replaced makes the texts differ (each names its rank), so all ranks agree on this.
+    const bool agree =
+        comm::all_ranks_agree(replaced ? "replaced on rank " + std::to_string(dist.rank()) : trainer->resumed_version());
+    if (agree && !replaced) break;
+    comm::check_on_all_ranks("train", [&] {
+      require(attempt < checkpoint::kCheckpointReadAttempts,
+              "the ranks read different saves of checkpoint " + train.resume + " " + std::to_string(attempt) +
+                  " times (a run saves into it, or the hosts' copies differ)");
+    });
+    if (dist.rank() == 0) say_reading_again(train);
+    trainer.reset();  // its --save lock and memory go before the next read
+  }
   return comm::run_or_abort_all("train", [&] { return trainer->run(); });
 }
 

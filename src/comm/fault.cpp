@@ -128,6 +128,14 @@ void require_same_configuration(const std::string& settings) {
   }
 }
 
+bool all_ranks_agree(const std::string& text) {
+  if (world_size() <= 1) return true;
+  int same = message_of(0, text) == text ? 1 : 0;
+  const WaitScope wait("all_reduce", "world");
+  MPI_Allreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return same == 1;
+}
+
 void abort_all_ranks_on_terminate(const std::string& command) {
   terminate_command() = command;
   std::set_terminate([] {

@@ -30,6 +30,10 @@ void check_on_all_ranks(const std::string& command, const std::function<void()>&
 // disagree would otherwise fail in ways unrelated to the cause, or hang. Collective over the world.
 void require_same_configuration(const std::string& settings);
 
+// Whether every rank holds the same `text` as rank 0, known to every rank. Collective over the world;
+// true in a world of one.
+bool all_ranks_agree(const std::string& text);
+
 // Makes an uncaught exception or std::terminate on this rank abort the whole job with one line.
 void abort_all_ranks_on_terminate(const std::string& command);
 

@@ -12,16 +12,21 @@
 
 #include <array>
 #include <chrono>
-#include <cstring>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <random>
+#include <string>
+#include <thread>
 
 #include "analysis/formulas.hpp"
 #include "checkpoint/checkpoint.hpp"
+#include "comm/distributed.hpp"
 #include "comm/gather_int64.hpp"
 #include "core/atomic_dir.hpp"
+#include "core/env_switch.hpp"
 #include "core/error.hpp"
 #include "core/machine_peak.hpp"
 #include "core/output_path.hpp"
@@ -107,6 +112,22 @@ Trainer::MfuPeak Trainer::mfu_peak(int world) const {
   return p;
 }
 
+namespace {
+// A test's stand-in for a slow file system under --resume: LATTICE_TEST_PAUSE_RESUME_READ=R:S:WHERE
+// pauses launcher rank R (0 alone) for S seconds, once a process, before it reads the checkpoint
+// ("before") or between its trainer.json and its weights ("during").
+void test_pause_reading(const char* where) {
+  static bool paused = false;
+  const std::string text = env_value("LATTICE_TEST_PAUSE_RESUME_READ");
+  const size_t a = text.find(':'), b = text.find(':', a == std::string::npos ? 0 : a + 1);
+  if (paused || b == std::string::npos || text.substr(b + 1) != where ||
+      std::atoi(text.substr(0, a).c_str()) != comm::launcher_rank())
+    return;
+  paused = true;
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(text.substr(a + 1, b - a - 1).c_str())));
+}
+}  // namespace
+
 Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const TrainConfig& train,
                  comm::Distributed* dist)
     : model_config_(model), layout_(layout), config_(train), dist_(dist), spike_guard_(model.vocab) {
@@ -122,8 +143,15 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   // A resume continues the run's settings (train/resume_settings.hpp): taken before the defaults
   // below are resolved and the whole is validated.
   checkpoint::ResumeState resume_state;
+  // A run saving into --resume's directory (another run's, not under this one's --save lock) may swap
+  // in a new save while it is read: the directory it was at the start must be the one read to the
+  // end, or the step of one save would go on with the weights of the next.
+  test_pause_reading("before");
+  const auto resume_identity = checkpoint::directory_identity(config_.resume);
   if (!config_.resume.empty()) {
     resume_state = checkpoint::read_resume_state(config_.resume);
+    resumed_version_ = checkpoint::saved_version(config_.resume);
+    test_pause_reading("during");
     if (!config_.settings_resumed)  // the cli took them before planning; a caller of its own, here
       config_.resumed_settings = resume_training_settings(config_, resume_state.train_settings, config_.resume);
     const bool shuffle_given = std::ranges::find(config_.given_settings, "shuffle") != config_.given_settings.end();
@@ -390,6 +418,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
     std::fprintf(stderr, "lattice train: note: %s holds one weight version (not a PipeDream-2BW checkpoint): both "
                  "versions start from its model (docs/design.md §6.3)\n", config_.resume.c_str());
   }
+  if (!config_.resume.empty()) checkpoint::require_not_replaced(config_.resume, resume_identity);  // read whole
   // A resume filled the offloaded states through their mapping: those pages leave the resident set.
   if (OffloadedStates* file = optimizer_->offloaded()) file->drop_mapped_pages();
   timing_ = std::make_unique<StepTiming>(dist_, !config_.trace.empty(), config_.straggler_threshold);  // turns tracing on

@@ -52,6 +52,9 @@ class Trainer {
   StepResult train_step();  // one optimizer step, timed by rank (StepTiming; collective)
   int run();                // the whole run with reports and checkpoints; returns exit status
   double evaluate(int64_t batches);  // mean validation loss (or train data when no val.bin)
+  // Which save --resume read (checkpoint::saved_version; "" without --resume): ranks that read
+  // different saves of one directory (a run saved into it meanwhile) must not train on.
+  const std::string& resumed_version() const { return resumed_version_; }
 
   GPT& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -185,6 +188,7 @@ class Trainer {
   // function of the run's settings (two equal runs save equal files).
   std::string start_id_;
   std::string weights_from_;  // --resume or --init: where the first step's weights came from
+  std::string resumed_version_;  // --resume's save (checkpoint::saved_version): the ranks compare it
   int64_t activation_peak_ = 0;
   std::vector<std::vector<int64_t>> moe_load_;  // [MoE layer][expert]: tokens over the run
   std::array<int64_t, comm::kGroupKinds> step_sent_bytes_{};  // by comm::GroupKind, measured at the end of the last step

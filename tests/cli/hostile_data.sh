@@ -194,7 +194,7 @@ check "a resume on another train.bin: exit 0, the note naming the step its batch
 # manifest of one and a file of the next, and named a good checkpoint "changed or damaged" (about one
 # eval in twelve, found by a hostile pass). They read it again, whole; none of 20 may fail.
 "$LATTICE" "${SMALL[@]}" --steps 2 --save live > /dev/null 2>&1
-timeout 60 "$LATTICE" train --data data --threads 1 --resume live --save live --steps 1000000 --save-every 1 \
+timeout 90 "$LATTICE" train --data data --threads 1 --resume live --save live --steps 10000000 --save-every 1 \
   > /dev/null 2>&1 & saver=$!
 sleep 2
 read_fails=0
@@ -205,6 +205,26 @@ for i in $(seq 4); do
   "$LATTICE" sample --checkpoint live --tokens 2 --threads 1 --prompt x > /dev/null 2>> live.err || read_fails=$((read_fails + 1))
 done
 check "20 reads of a checkpoint replaced at every step: none failed ($(head -c 300 live.err))" test "$read_fails" -eq 0
+# A resume from it (a run forked from a live one): a save swapped in while a rank reads (a file system
+# paused for 0.5 s between its trainer.json and its weights, LATTICE_TEST_PAUSE_RESUME_READ), or between
+# two ranks' reads, is read again, said, and the fork trains. It failed "replaced" at random before, or
+# went on from one save's step with the next save's weights without a word.
+saving() {  # the saver is still replacing live (its directory's inode changes within 5 s)
+  local first k; first=$(stat -c %i live 2>/dev/null)
+  for k in $(seq 100); do [ "$(stat -c %i live 2>/dev/null)" != "$first" ] && return 0; sleep 0.05; done
+  return 1
+}
+check "the saver still replaces live" saving
+LATTICE_TEST_PAUSE_RESUME_READ=0:0.5:during timeout -s INT 4 "$LATTICE" train --data data --threads 1 --resume live \
+  --save fork_one --steps 1000000 --json > fork_one.jsonl 2> fork_one.err
+check "a resume whose read a save interrupts: read again, said, and it trains" bash -c \
+  "grep -q 'note: checkpoint live was replaced by a save while it was read: reading it again' fork_one.err &&
+   grep -q '\"event\":\"step\"' fork_one.jsonl && ! grep -q error fork_one.err"
+LATTICE_TEST_PAUSE_RESUME_READ=1:0.5:before OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+  OMP_WAIT_POLICY=passive timeout -s INT 8 mpirun --oversubscribe -np 2 "$LATTICE" train --data data --threads 1 \
+  --resume live --save fork_two --steps 1000000 --json > fork_two.jsonl 2> fork_two.err
+check "two ranks that read different saves: read again, said, and they train" bash -c \
+  "grep -q 'reading it again' fork_two.err && grep -q '\"event\":\"step\"' fork_two.jsonl && ! grep -q error fork_two.err"
 kill "$saver" 2> /dev/null; wait "$saver" 2> /dev/null
 
 hostile_summary
