@@ -89,8 +89,12 @@ bool layer_fully_recomputed(const LayoutConfig& layout, int layer, int layers) {
   if (!layout.recompute_plan.empty()) return forward_recomputed(layout.recompute_plan[size_t(layer)]);
   if (layout.recompute != Recompute::full) return false;
   if (layout.recompute_method == RecomputeMethod::uniform) return true;  // every layer is in a segment
-  const int n = layout.recompute_layers < 0 ? layers : layout.recompute_layers;
-  return layer < n;
+  if (layout.recompute_layers < 0) return true;
+  // Block: the first k layers of each stage (core/recompute_plan.hpp).
+  const StagePartition stages = StagePartition::of(layout, layers);
+  int s = 0;
+  while (stages.end(s) <= layer) ++s;
+  return layer - stages.begin(s) < layout.recompute_layers;
 }
 
 int64_t layer_norm_stats_bytes(const ActivationShape& x) { return 16 * x.positions() * x.b / (x.sp ? x.t : 1); }

@@ -79,7 +79,8 @@ int64_t extra_activation_bytes(const ActivationShape& x, int pp, int in_flight);
 double forward_workspace_bytes(double s, double b, double h, double a_local, double v_local);
 
 // Is layer `layer` (0-based) of `layers` re-run whole in backward under this layout (a checkpoint or
-// in a segment of its list, core/recompute_plan.hpp)? O(1): the planner asks it of every layer.
+// in a segment of its list, core/recompute_plan.hpp)? O(1), but for the block method's first k of each
+// stage (O(stages)): the planner asks it of every layer.
 bool layer_fully_recomputed(const LayoutConfig& layout, int layer, int layers);
 
 // One layer's bytes by its recompute mode (core/recompute_plan.hpp; docs/design.md §4), for one micro-batch

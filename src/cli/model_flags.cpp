@@ -88,10 +88,10 @@ void add_layout_flags(CLI::App& app, LayoutFlags& f) {
                  "with --recompute auto: the accounted bytes a rank may hold (e.g. 1.5GiB; the tracking "
                  "allocator's bytes, not RSS)");
   app.add_option("--recompute-layers,--recompute-num-layers", l.recompute_layers,
-                 "block: full recompute of the first N layers only; uniform: the layers k of each segment")
+                 "block: full recompute of the first N layers of each pipeline stage only; uniform: the layers k of each segment")
       ->check(CLI::Range(0, kMaxLayers));
   app.add_option("--recompute-method", f.recompute_method,
-                 "with --recompute full: block (the first --recompute-layers N layers, default all) | uniform "
+                 "with --recompute full: block (the first --recompute-layers N layers of each stage, default all) | uniform "
                  "(segments of --recompute-layers k layers, only each segment's input kept; Chen et al.)");
   app.add_option("--recompute-plan", f.recompute_plan,
                  "every layer's mode, one character a layer: n none, s selective, c checkpoint (keeps its input, "

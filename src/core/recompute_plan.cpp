@@ -79,8 +79,12 @@ std::vector<LayerRecompute> layer_recompute(const LayoutConfig& layout, int laye
   std::vector<LayerRecompute> plan(size_t(layers), LayerRecompute::none);
   const int k = layout.recompute_layers;
   if (!uniform) {
-    const int n = k < 0 ? layers : std::min(k, layers);
-    for (int l = 0; l < n; ++l) plan[size_t(l)] = LayerRecompute::checkpoint;
+    // Block: the first k layers of each (virtual) stage, as Megatron's block method counts them per
+    // pipeline stage (-1: every layer). With one stage, the model's first k.
+    if (k < 0) return std::vector<LayerRecompute>(size_t(layers), LayerRecompute::checkpoint);
+    const StagePartition stages = StagePartition::of(layout, layers);
+    for (int s = 0; s < stages.stages(); ++s)
+      for (int j = 0; j < std::min(k, stages.layers(s)); ++j) plan[size_t(stages.begin(s) + j)] = LayerRecompute::checkpoint;
     return plan;
   }
   require(k >= 0, "--recompute-method uniform needs --recompute-layers k (the layers of a segment)");

@@ -1,5 +1,10 @@
 #include "plan/evaluate.hpp"
 
+#include <algorithm>
+#include <vector>
+
+#include "core/recompute_plan.hpp"
+
 namespace lattice::plan {
 
 FlopsPlan plan_flops(const PlanRequest& r) {
@@ -21,8 +26,10 @@ FlopsPlan plan_flops(const PlanRequest& r) {
     out.hardware_flops_counted = analysis::hardware_flops_counted(f, recompute) + fused_extra;
   }
   // Full recompute of only some layers re-runs only their forward.
-  if (r.layout.recompute == Recompute::full && r.layout.recompute_layers >= 0) {
-    const double share = double(r.layout.recompute_layers) / r.model.layers;
+  if (r.layout.recompute == Recompute::full && r.layout.recompute_layers >= 0 &&
+      r.layout.recompute_method == RecomputeMethod::block && r.layout.recompute_plan.empty()) {
+    const std::vector<LayerRecompute> plan = layer_recompute(r.layout, r.model.layers);  // k of each stage
+    const double share = double(std::count(plan.begin(), plan.end(), LayerRecompute::checkpoint)) / r.model.layers;
     const double extra = out.hardware_flops_counted - fused_extra - out.model_flops;
     out.hardware_flops = out.hardware_flops_counted = out.model_flops + share * extra + fused_extra;
   }

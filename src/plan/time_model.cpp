@@ -461,12 +461,22 @@ StageSeconds stage_seconds(const PlanRequest& r, const Hardware& hw) {
   const LayerWork dense = layer_work(r, hw, false);
   const bool moe = r.model.moe.enabled();
   const LayerWork moe_work = moe ? layer_work(r, hw, true) : LayerWork{};
-  const std::vector<LayerRecompute> plan = layer_recompute(r.layout, r.model.layers);
+  const LayoutConfig& l = r.layout;
+  if (l.recompute == Recompute::full && l.recompute_method == RecomputeMethod::block && l.recompute_layers >= 0 &&
+      l.recompute_plan.empty())
+    out.block_k = l.recompute_layers;
+  const std::vector<LayerRecompute> plan = out.block_k >= 0
+                                               ? std::vector<LayerRecompute>(size_t(r.model.layers), LayerRecompute::none)
+                                               : layer_recompute(l, r.model.layers);
   for (int layer = 0; layer < r.model.layers; ++layer) {
-    StageWork w;
     const bool is_moe = moe && r.model.moe.is_moe_layer(layer);
+    StageWork w;
     w.add_layer(is_moe ? moe_work : dense, plan[size_t(layer)], is_moe);
     out.layer.push_back(w.total());
+    if (out.block_k < 0) continue;
+    StageWork checkpointed;
+    checkpointed.add_layer(is_moe ? moe_work : dense, LayerRecompute::checkpoint, is_moe);
+    out.recompute.push_back(checkpointed.total() - w.total());
   }
   out.head = head_work(r, hw).total();
   return out;

@@ -37,6 +37,10 @@ TimePlan plan_time(const PlanRequest& r, const Hardware& hw);
 // partitioner (analysis/partition.hpp) balances.
 struct StageSeconds {
   std::vector<double> layer;
+  // The block method's first k layers of each stage (k = block_k >= 0): which layers those are
+  // depends on the partition, so `layer` counts none and `recompute` what re-running each would add.
+  int block_k = -1;
+  std::vector<double> recompute;
   double head = 0;
   bool measured = false;  // from the hardware's MeasuredLayerCosts (its shape and layout are this run's)
 };

@@ -46,6 +46,9 @@ run pp4_1f1b 4 --pipeline-model-parallel-size 4 --schedule 1f1b
 run pp2_interleaved 2 --pipeline-model-parallel-size 2 --schedule interleaved --virtual-stages 2
 run tp2_pp2_dp2_sp 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel
 run pp2_full_recompute 2 --pipeline-model-parallel-size 2 --recompute full --recompute-layers 1
+# Block k counts per stage, as Megatron's --recompute-num-layers: each stage's first layer of 4 (it was
+# the model's first layer, cnnn, so stage 1 recomputed nothing).
+check "pp2 --recompute-layers 1: the first layer of each stage" grep -q '"recompute_plan":"cncn"' pp2_full_recompute.jsonl
 # --pack-masks keeps the same masks at one bit an element: every layout still trains the one-rank model.
 run tp2_pp2_sp_selective_packed 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
   --sequence-parallel --recompute selective --pack-masks

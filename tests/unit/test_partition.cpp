@@ -162,7 +162,9 @@ TEST(Partition, NothingFitsNamesTheSmallestPeak) {
 }
 
 // The planner's costs are the planner's own: a stage's bytes are rank_memory of that stage holding
-// those layers, and the slowest stage the time model's per-layer seconds plus the head.
+// those layers, and the slowest stage the time model's per-layer seconds plus the head, and the
+// re-runs of the block method's first k layers of that stage (k = 3 here, of each stage, as Megatron's
+// --recompute-num-layers counts them).
 TEST(Partition, PlannerCostsAreThePlannersFigures) {
   plan::PlanRequest r;
   r.model.layers = 10, r.model.hidden = 256, r.model.heads = 8, r.model.seq_len = 128, r.model.vocab = 32768;
@@ -180,6 +182,8 @@ TEST(Partition, PlannerCostsAreThePlannersFigures) {
     EXPECT_DOUBLE_EQ(c.bytes(stage, first, end), double(rank_memory(m, stage).accounted_peak)) << stage;
     double seconds = stage == 3 ? s.head : 0.0;
     for (int l = first; l < end; ++l) seconds += s.layer[size_t(l)];
+    ASSERT_EQ(s.block_k, 3);
+    for (int l = first; l < std::min(end, first + 3); ++l) seconds += s.recompute[size_t(l)];
     EXPECT_DOUBLE_EQ(c.seconds(stage, first, end), seconds);
     first = end;
   }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/formulas.hpp"
 #include "core/error.hpp"
 #include "core/recompute_plan.hpp"
 #include "gradcheck_util.hpp"
@@ -120,6 +121,18 @@ TEST(Recompute, LayerRecomputeExpandsAndRejects) {
   EXPECT_EQ(recompute_plan_text(layer_recompute(uniform(3), 6)), "c~~c~~");
   EXPECT_EQ(recompute_plan_text(layer_recompute(modeltest::layout(Recompute::full, DType::fp32, 2), 5)), "ccnnn");
   EXPECT_EQ(recompute_plan_text(layer_recompute(modeltest::layout(Recompute::selective, DType::fp32), 3)), "sss");
+  // Block k counts per (virtual) stage, as Megatron's --recompute-num-layers does under pipelines: the
+  // first k of each stage, where it took the model's first k (stages after the first kept everything).
+  LayoutConfig block = modeltest::layout(Recompute::full, DType::fp32, 1);
+  block.pp = 2;
+  EXPECT_EQ(recompute_plan_text(layer_recompute(block, 4)), "cncn");
+  block.stage_layers = {3, 1};
+  block.recompute_layers = 2;
+  EXPECT_EQ(recompute_plan_text(layer_recompute(block, 4)), "ccnc");
+  block.stage_layers = {1, 2, 2, 3}, block.virtual_stages = 2;
+  EXPECT_EQ(recompute_plan_text(layer_recompute(block, 8)), "cccccccn");
+  for (int layer = 0; layer < 8; ++layer)  // the formulas' question asks the same plan
+    EXPECT_EQ(analysis::layer_fully_recomputed(block, layer, 8), layer != 7) << layer;
   LayoutConfig pp = uniform(2);
   pp.pp = 2, pp.virtual_stages = 2;
   EXPECT_EQ(recompute_plan_text(layer_recompute(pp, 8)), "c~c~c~c~");
