@@ -73,6 +73,10 @@ expect_error "--offload-params without ZeRO-3" "zero 3" train "${MODEL[@]}" --of
 expect_error "--offload-params with bf16 weights" "fp32" train "${MODEL[@]}" --zero 3 --params-dtype bf16 --offload-params off_bad
 expect_error "--offload-params and --offload-optimizer apart" "same directory" train "${MODEL[@]}" \
   --offload-optimizer off_a --offload-params off_b
+# Refused by the flag's own callback: said once under mpirun, as every refusal is (each rank said it).
+timeout 60 mpirun --oversubscribe -np 2 "$LATTICE" train "${MODEL[@]}" --zero 3 --offload-params off_bad \
+  --offload-optimizer off_other > /dev/null 2> apart_mpi.err
+check "... under mpirun -np 2: one line" test "$(grep -c 'share one file' apart_mpi.err)" -eq 1
 
 # Resume: two steps saved with offload, two more resumed with offload = the four-step run.
 "$LATTICE" train "${MODEL[@]}" --steps 2 --offload-optimizer off_half --save ck_half > half.jsonl 2> half.err
