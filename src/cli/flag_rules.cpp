@@ -46,8 +46,9 @@ const std::vector<FlagBound>& flag_bounds() {
       {"", "tensor-model-parallel-size", 1, k2(20)},
       {"", "pipeline-model-parallel-size", 1, k2(20)},
       {"", "virtual-stages", 1, 1024},
-      {"", "decoder-first-pipeline-num-layers", 0, 10000},  // 0: not set
-      {"", "decoder-last-pipeline-num-layers", 0, 10000},
+      // Not given: even stages. Given, a stage of at least one layer (0 read as not given, silently).
+      {"", "decoder-first-pipeline-num-layers", 1, 10000},
+      {"", "decoder-last-pipeline-num-layers", 1, 10000},
       {"", "zero", 0, 3},
       {"", "expert-model-parallel-size", 1, k2(20)},
       {"", "context-parallel-size", 1, k2(20)},

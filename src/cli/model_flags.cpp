@@ -154,6 +154,9 @@ std::vector<int> first_last_counts(int first, int last, int layers, int p, int m
   const int64_t middle = int64_t(p) - (first > 0) - (last > 0), rest = int64_t(layers) - first - last;
   require(rest >= 0, "--decoder-first/last-pipeline-num-layers (" + std::to_string(first) + " + " +
                          std::to_string(last) + ") are more than --layers " + std::to_string(layers));
+  require(middle > 0 || rest == 0, "--decoder-first/last-pipeline-num-layers (" + std::to_string(first) + " + " +
+                                       std::to_string(last) + ") must add up to --layers " + std::to_string(layers) +
+                                       ": the " + std::to_string(p) + " stages are the first and the last");
   require(rest >= middle, "--decoder-first/last-pipeline-num-layers leave " + std::to_string(rest) + " of --layers " +
                              std::to_string(layers) + " for the other " + std::to_string(middle) +
                              " stages, which need at least one each");

@@ -135,6 +135,12 @@ bad_layout "two counts not adding up to L" "adds up to 6 layers" 2 --pipeline-mo
 bad_layout "first/last leaving an uneven middle" "spread evenly" 4 --pipeline-model-parallel-size 4 \
   --decoder-first-pipeline-num-layers 1
 bad_layout "5 layers, even stages" "pipeline-layers" 2 --pipeline-model-parallel-size 2
+# A first or last stage given 0 layers was read as not given (even stages, exit 0); first + last on
+# two stages not adding up to L was said as layers "which do not spread evenly over the other 0 stages".
+bad_layout "a first stage of 0 layers" "decoder-first-pipeline-num-layers must be between 1 and" 2 \
+  --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 0
+bad_layout "first + last short of L on two stages" "(1 + 1) must add up to --layers 5: the 2 stages are the first and the last" 2 \
+  --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 1 --decoder-last-pipeline-num-layers 1
 
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed"
 [ "$failures" -eq 0 ]
