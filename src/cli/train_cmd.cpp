@@ -31,6 +31,7 @@
 #include "plan/report.hpp"
 #include "plan/time_model.hpp"
 #include "plan/units.hpp"
+#include "report/step_report.hpp"
 #include "train/resume_settings.hpp"
 #include "train/trainer.hpp"
 
@@ -101,10 +102,10 @@ void partition_automatically(LayoutConfig& layout, const ModelConfig& model, con
   if (print)
     std::fprintf(stderr,
                  "lattice train: pipeline layers (auto): %s — slowest stage %.4g s a micro-batch at %s (%s), peak "
-                 "%.1f MiB of %.1f MiB a rank\n",
+                 "%s of %s a rank\n",
                  layer_counts_text(chosen.counts).c_str(), chosen.slowest_seconds, hardware.c_str(),
                  plan::stage_seconds(r, hw).measured ? "measured layer costs" : "the time model's layer costs",
-                 chosen.peak_bytes / double(1 << 20), cap / double(1 << 20));
+                 human_bytes(chosen.peak_bytes).c_str(), human_bytes(cap).c_str());
 }
 
 // --recompute auto: each stage's plan with the least recompute FLOPs whose predicted accounted peak a

@@ -51,8 +51,9 @@ AutoRecompute choose_recompute_plan(const PlanRequest& request, int64_t budget) 
     const double elsewhere = double(fixed.accounted_peak) > least.peak ? double(fixed.accounted_peak) : 0.0;
     const std::string where = l.pp > 1 ? "stage " + std::to_string(stage) + "'s" : "a rank's";
     require(costs.fixed <= double(budget) && elsewhere <= double(budget),
-            "--memory-budget " + mib_text(double(budget)) + " is below " + where + " model states and buffers (" +
-                mib_text(std::max(costs.fixed, elsewhere)) + " before any activation)");
+            "--memory-budget " + mib_text(double(budget)) + " (" + std::to_string(int64_t(budget)) + " bytes) is below " +
+                where + " model states and buffers (" + std::to_string(int64_t(std::max(costs.fixed, elsewhere))) +
+                " bytes before any activation)");
     require(least.peak <= double(budget),
             "--memory-budget " + mib_text(double(budget)) + ": the least peak any recompute plan reaches on " + where +
                 " layers is " + mib_text(least.peak) + " (" + recompute_plan_text(least.plan) +

@@ -7,9 +7,9 @@
 namespace lattice {
 
 std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   int u = 0;
-  while (b >= 1024.0 && u < 4) b /= 1024.0, ++u;
+  while (b >= 1024.0 && u < 6) b /= 1024.0, ++u;
   char buf[32];
   std::snprintf(buf, sizeof(buf), u ? "%.2f %s" : "%.0f %s", b, units[u]);
   return buf;
