@@ -260,8 +260,10 @@ int run_plan(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     // A long search (hundreds of thousands of GPUs have many layouts) says it is under way.
     const plan::SearchResult found =
-        plan::search_layouts(request, hw, size_t(f.top), peak, [](size_t weighed, double s) {
-          std::fprintf(stderr, "lattice plan: searching: %zu layouts weighed in %.0f s\n", weighed, s);
+        plan::search_layouts(request, hw, size_t(f.top), peak, [](size_t weighed, size_t done, size_t points, double s) {
+          // Points differ in cost (deep stages choose each layer's recompute), so the share is a guide.
+          std::fprintf(stderr, "lattice plan: searching: %zu layouts weighed in %.0f s, %zu of %zu layout points done\n",
+                       weighed, s, done, points);
         });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!f.html.empty()) {

@@ -209,7 +209,7 @@ int usable_cpus() {
 }  // namespace
 
 SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t top, double peak_flops,
-                            const std::function<void(size_t, double)>& progress, int threads) {
+                            const std::function<void(size_t, size_t, size_t, double)>& progress, int threads) {
   SearchResult result;
   const auto started = std::chrono::steady_clock::now();
   const std::vector<LayoutPoint> points = layout_points(base, hw);
@@ -220,7 +220,7 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
   // then, so that no timing runs beside the search's other work.
   std::vector<PointOutcome> outcomes(points.size());
   std::vector<std::exception_ptr> errors(points.size());
-  std::atomic<size_t> next{0}, considered{0};
+  std::atomic<size_t> next{0}, considered{0}, done{0};
   std::atomic<bool> stop{false};
   const auto work = [&](bool reports) {
     double next_report = 10.0;
@@ -228,9 +228,10 @@ SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t 
       try {
         outcomes[i] = weigh_point(base, hw, points[i]);
         considered += outcomes[i].considered;
+        ++done;
         if (reports && progress) {  // on the calling thread only: the callback need not be thread-safe
           const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-          if (s >= next_report) progress(considered.load(), s), next_report = s + 10.0;
+          if (s >= next_report) progress(considered.load(), done.load(), points.size(), s), next_report = s + 10.0;
         }
       } catch (...) {
         errors[i] = std::current_exception();

@@ -18,10 +18,11 @@ struct SearchResult {
 
 // `base` supplies the model, global batch, gpus, memory and activation dtype; its layout is
 // ignored. peak_flops <= 0 takes the preset's peak for the MFU column. `progress`, when given, is
-// called about every 10 s of a long search, on the calling thread, with the layouts weighed so far and
-// the seconds spent. The layouts are weighed on `threads` threads (0: every CPU this process may run
+// called about every 10 s of a long search, on the calling thread, with the layouts weighed so far,
+// the search's points (t, c, p, m, DP, e, micro-batch, ZeRO) done and in all, and the seconds spent. The layouts are weighed on `threads` threads (0: every CPU this process may run
 // on); the result does not depend on how many.
 SearchResult search_layouts(const PlanRequest& base, const Hardware& hw, size_t top, double peak_flops = 0,
-                            const std::function<void(size_t, double)>& progress = {}, int threads = 0);
+                            const std::function<void(size_t, size_t, size_t, double)>& progress = {},
+                            int threads = 0);
 
 }  // namespace lattice::plan
