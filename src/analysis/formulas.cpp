@@ -22,8 +22,7 @@ double largest_activation_product(const ActivationShape& x) {
 }  // namespace
 
 double kept_activation_bound(const ActivationShape& x, double layers, bool full, bool selective, bool with_head) {
-  if (largest_activation_product(x) >= 0x1p62)
-    return double(x.s) * double(x.b) * double(x.h) + double(x.a) * double(x.s) * double(x.s) * double(x.b);
+  if (const double largest = largest_activation_product(x); largest >= 0x1p62) return largest;
   return layers * double(layer_activation_bytes(x, full, selective)) +
          (with_head ? double(extra_activation_bytes(x, 1, 1)) : 0.0);
 }

@@ -50,8 +50,8 @@ void require_countable_activations(const ActivationShape& x);
 // What `layers` layers keep for one micro-batch on one rank (each `full` or `selective` as given),
 // plus, `with_head`, what the embedding and head keep at p = 1 (extra_activation_bytes): the kept
 // part of the lower bound by which train, eval, sample and bench refuse a shape past the machine.
-// In double; a shape the int64 formulas could not count is past any machine and gets its
-// s·b·h + a·s²·b, uncounted.
+// In double; a shape the int64 formulas could not count is past any machine and gets the largest
+// product they would form (at least 2^62), uncounted.
 double kept_activation_bound(const ActivationShape& x, double layers, bool full, bool selective, bool with_head);
 
 // The three parts of the per-layer row, exposed so reports can show where bytes go.

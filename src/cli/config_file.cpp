@@ -158,8 +158,11 @@ std::vector<std::string> config_file_args(const std::string& path, const CLI::Ap
     if (line[i] == '"' || line[i] == '\'') {  // a quoted key names the flag as the bare one does
       const char quote = line[i++];
       key = quoted(line, i, quote, where);
+      std::string shown = (quoted)(key);  // one line: control bytes (a \n, an escape) not echoed
+      for (char& c : shown)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
       require(!key.empty() && std::all_of(key.begin(), key.end(), bare_key_char),
-              where + ": the quoted key \"" + (quoted)(key) + "\" is not a flag of " + app.get_name() + " (see --help)");
+              where + ": the quoted key \"" + shown + "\" is not a flag of " + app.get_name() + " (see --help)");
     } else {
       const size_t key_begin = i;
       while (i < line.size() && bare_key_char(line[i])) ++i;

@@ -191,8 +191,8 @@ class MpirunLauncher final : public launch::Launcher {
     // Only into the run log a job of this launch made or took on: never a file of the user's, nor one
     // train refused, nor an older run's.
     if (report_written() && run_log_problem(report_log_).empty()) {
-      std::ofstream log(report_log_, std::ios::app);
-      if (log) log << line << "\n";
+      const int log = ::open(report_log_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NONBLOCK);
+      if (log >= 0) (void)append_whole_line(log, line + "\n"), ::close(log);
     }
   }
 

@@ -96,7 +96,7 @@ struct Layout {
   bool sequence_parallel = false;
   std::vector<int> stage_layers;               // empty: even stages
   Recompute recompute = Recompute::none;
-  int recompute_layers = -1;                   // full: the first N layers (-1: all)
+  int recompute_layers = -1;                   // full: each stage's first N layers (-1: all)
   std::vector<LayerRecompute> recompute_plan;  // per layer, when the planner chose one
   double predicted_step_s = 0;                 // the planner's iteration time (0: not planned)
 

@@ -1,6 +1,8 @@
 // `lattice train`: train a GPT model on a prepared token directory.
 #include <algorithm>
 #include <cstdio>
+#include <chrono>
+#include <thread>
 #include <cstdlib>
 #include <filesystem>
 
@@ -148,10 +150,15 @@ nlohmann::json predicted_memory(const ModelConfig& model, const LayoutConfig& la
   }
 }
 
-// A checkpoint replaced while it was read (checkpoint::CheckpointReplaced) is read again: said.
-void say_reading_again(const TrainConfig& train) {
+// The checkpoint a run reads at its start: --resume's, else --init's.
+const std::string& read_checkpoint(const TrainConfig& train) { return train.resume.empty() ? train.init : train.resume; }
+
+// A checkpoint replaced while it was read (checkpoint::CheckpointReplaced) is read again after a pause
+// that grows with the attempts (a save every step can overtake reads at once again): said.
+void say_reading_again(const TrainConfig& train, int attempt) {
   std::fprintf(stderr, "lattice train: note: checkpoint %s was replaced by a save while it was read: reading it again\n",
-               (train.resume.empty() ? train.init : train.resume).c_str());
+               read_checkpoint(train).c_str());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100 * attempt));
 }
 
 }  // namespace
@@ -272,7 +279,7 @@ int run_train(int argc, char** argv) {
         trainer = std::make_unique<Trainer>(model, resolved, train);
       } catch (const checkpoint::CheckpointReplaced&) {
         if (attempt == checkpoint::kCheckpointReadAttempts) throw;
-        say_reading_again(train);
+        say_reading_again(train, attempt);
       }
     }
     return trainer->run();
@@ -341,10 +348,11 @@ int run_train(int argc, char** argv) {
     if (agree && !replaced) break;
     comm::check_on_all_ranks("train", [&] {
       require(attempt < checkpoint::kCheckpointReadAttempts,
-              "the ranks read different saves of checkpoint " + train.resume + " " + std::to_string(attempt) +
+              "the ranks read different saves of checkpoint " + read_checkpoint(train) + " " + std::to_string(attempt) +
                   " times (a run saves into it, or the hosts' copies differ)");
     });
-    if (dist.rank() == 0) say_reading_again(train);
+    if (dist.rank() == 0) say_reading_again(train, attempt);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(100 * attempt));
     trainer.reset();  // its --save lock and memory go before the next read
   }
   return comm::run_or_abort_all("train", [&] { return trainer->run(); });

@@ -106,7 +106,7 @@ struct LayoutConfig {
   int dp = 1;             // data-parallel size N_d
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
-  int recompute_layers = -1;  // block: full recompute of the first N layers only, -1 = all; uniform: k
+  int recompute_layers = -1;  // block: full recompute of each stage's first N layers, -1 = all; uniform: k
   RecomputeMethod recompute_method = RecomputeMethod::block;
   // --recompute-plan: each layer's mode given outright (L entries, core/recompute_plan.hpp); empty =
   // derived from recompute, recompute_method and recompute_layers (layer_recompute).

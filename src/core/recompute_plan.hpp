@@ -25,7 +25,8 @@ std::vector<LayerRecompute> parse_recompute_plan(const std::string& text);  // t
 
 // The list a layout runs for a model of `layers` layers: its recompute_plan when given (checked: L
 // entries, every in_segment above a checkpoint or in_segment of its own virtual stage), else none /
-// selective (none under fused attention) everywhere, block's first N layers as checkpoints, or uniform's
+// selective (none under fused attention) everywhere, block's first N layers of each (virtual) stage as
+// checkpoints, or uniform's
 // k-layer segments. Throws InputError for k <= 0, k > L, k not dividing a virtual stage's layer count,
 // uniform without --recompute full, and a stage partition that does not fit the layout.
 std::vector<LayerRecompute> layer_recompute(const LayoutConfig& layout, int layers);

@@ -25,9 +25,11 @@ off_t whole_to = -1;
 // where this command's output began: what the file held before is the user's. (The shell's `>`
 // opens the file write-only, so the cut is by offset, not by reading for the last newline.)
 void cut_partial_line() {
-  struct stat st {};
-  if (whole_to >= 0 && ::fstat(STDOUT_FILENO, &st) == 0 && st.st_size > whole_to)
-    (void)!::ftruncate(STDOUT_FILENO, whole_to);
+  struct stat out {}, err {};
+  if (whole_to < 0 || ::fstat(STDOUT_FILENO, &out) != 0 || out.st_size <= whole_to) return;
+  // `> f 2>&1`: stderr's lines share the file (a human stream, not JSON lines): none is cut.
+  if (::fstat(STDERR_FILENO, &err) == 0 && err.st_dev == out.st_dev && err.st_ino == out.st_ino) return;
+  (void)!::ftruncate(STDOUT_FILENO, whole_to);
 }
 }  // namespace
 
@@ -38,11 +40,10 @@ void start(const char* command) {
   // process killed by SIGXFSZ in the middle of a save.
   std::signal(SIGXFSZ, SIG_IGN);
   struct stat st {};
-  if (::fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode)) {
-    const int flags = ::fcntl(STDOUT_FILENO, F_GETFL);
-    // `>>`: writes land at the end, whatever the offset says.
-    whole_to = flags >= 0 && (flags & O_APPEND) ? st.st_size : ::lseek(STDOUT_FILENO, 0, SEEK_CUR);
-  }
+  // Never below the file's size at the start (`>>`; and `1<>f`, which writes over the user's bytes
+  // from its offset, must not shorten the file), nor below the offset.
+  if (::fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode))
+    whole_to = std::max<off_t>(st.st_size, ::lseek(STDOUT_FILENO, 0, SEEK_CUR));
 }
 
 bool flush(bool going_on) {

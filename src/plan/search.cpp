@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/stage_partition.hpp"
 #include "plan/auto_partition.hpp"
 #include "plan/recompute_auto.hpp"
 
@@ -30,10 +31,12 @@ struct Candidate {
   PlanRequest request;
 };
 
-// Full recompute of the first N layers: memory falls and time rises with N, so the best N is the
-// smallest that fits; binary search it. Returns -1 when even N = L does not fit.
+// Full recompute of the first N layers of each stage: memory falls and time rises with N, so the best
+// N is the smallest that fits; binary search it up to the longest stage's layers (every layer).
+// Returns that count when only every layer fits, -1 when not even that fits.
 int fewest_recomputed_layers(PlanRequest r) {
-  int lo = 1, hi = r.model.layers;
+  const std::vector<int> counts = StagePartition::of(r.layout, r.model.layers).counts();
+  int lo = 1, hi = *std::max_element(counts.begin(), counts.end());
   r.layout.recompute_layers = hi;
   if (!plan_memory(r).fits()) return -1;
   while (lo < hi) {
@@ -192,7 +195,8 @@ PointOutcome weigh_point(const PlanRequest& base, const Hardware& hw, const Layo
     ++out.considered;
     return out;
   }
-  r.layout.recompute_layers = n == L ? -1 : n;
+  const std::vector<int> counts = StagePartition::of(r.layout, L).counts();
+  r.layout.recompute_layers = n == *std::max_element(counts.begin(), counts.end()) ? -1 : n;
   if (uneven && !partition(r)) return out;  // balanced for the layers actually recomputed
   consider(r);
   return out;

@@ -1,6 +1,7 @@
 #include "report/run_log.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -123,6 +124,24 @@ std::string json_line(const nlohmann::json& record) {
   return record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+int append_whole_line(int fd, const std::string& line) {
+  const off_t before = ::lseek(fd, 0, SEEK_END);  // where this line starts (O_APPEND writes at the end)
+  for (size_t done = 0; done < line.size();) {
+    const ssize_t n = ::write(fd, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n > 0) {
+      done += size_t(n);
+      continue;
+    }
+    const int why = n < 0 ? errno : ENOSPC;
+    struct stat st {};
+    if (done > 0 && before >= 0 && ::fstat(fd, &st) == 0 && st.st_size == before + off_t(done))
+      (void)!::ftruncate(fd, before);
+    return why;
+  }
+  return 0;
+}
+
 void RunLog::record(const nlohmann::json& given) {
   nlohmann::json record = given;
   // A trace written into the report directory is named in the start record, relative to it, so
@@ -138,19 +157,10 @@ void RunLog::record(const nlohmann::json& given) {
     standard_output::flush();
   }
   if (dir_.empty() || stopped_) return;
-  const off_t whole = ::lseek(fd_, 0, SEEK_END);  // where this line starts (O_APPEND writes at the end)
-  for (size_t done = 0; done < line.size();) {
-    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int why = n < 0 ? errno : ENOSPC;
-      // The log stays whole lines (a full disk took part of this one): cut back to where it began.
-      if (done > 0 && whole >= 0) (void)!::ftruncate(fd_, whole);
-      // The report is for looking at: a log that cannot be written stops it, never the training or its --save.
-      stop_log("cannot write " + log_path(dir_) + ": " + std::strerror(why));
-      return;
-    }
-    done += size_t(n);
+  if (const int why = append_whole_line(fd_, line)) {
+    // The report is for looking at: a log that cannot be written stops it, never the training or its --save.
+    stop_log("cannot write " + log_path(dir_) + ": " + std::strerror(why));
+    return;
   }
   run_.add(record);
   const std::string event = record.value("event", std::string());

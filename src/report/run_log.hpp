@@ -18,6 +18,11 @@ namespace lattice {
 // records go through it too.
 std::string json_line(const nlohmann::json& record);
 
+// Appends `line` (its newline included) to the O_APPEND file `fd`. A write the disk cut short is cut
+// off again, back to where the line began, when nothing else was appended meanwhile (train and
+// lattice launch both append to a run.jsonl), so the log stays whole lines. Returns 0, or the errno.
+int append_whole_line(int fd, const std::string& line);
+
 // Before training starts: DIR is new, empty, or the report directory of an earlier run (its
 // run.jsonl a lattice run log: core/output_path.hpp's OutputKind::report_dir, under `rules`);
 // neither the checkpoint directory nor inside it (or it inside DIR), nor the trace file. `append` (a

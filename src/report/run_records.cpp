@@ -153,8 +153,8 @@ RunRecords read_run_records(const std::string& path) {
                               run.summary["steps"].get<double>() > 0);
   require(!run.steps.empty() || trained_none,
           path + " holds no training step" +
-              (run.summary.is_object() && !trained_none ? " it can read (its summary counts " +
-                                                              run.summary["steps"].dump() + ")"
+              (run.summary.is_object() && run.summary.contains("steps") && !trained_none
+                   ? " it can read (its summary counts " + run.summary["steps"].dump() + ")"
                                                         : std::string(" (is it the output of lattice train --json?)")) +
               (run.skipped_lines > 0 ? "; bad records left out: " + run.skipped_warning() : ""));
   return run;

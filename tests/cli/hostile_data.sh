@@ -215,14 +215,23 @@ saving() {  # the saver is still replacing live (its directory's inode changes w
   return 1
 }
 check "the saver still replaces live" saving
-LATTICE_TEST_PAUSE_RESUME_READ=0:0.5:during timeout -s INT 4 "$LATTICE" train --data data --threads 1 --resume live \
-  --save fork_one --steps 1000000 --json > fork_one.jsonl 2> fork_one.err
+# until_a_step NAME CMD...: runs CMD (stdout to NAME.jsonl, stderr to NAME.err) until its first step
+# record, then ends it with SIGTERM (60 s at most; a background job of a script ignores SIGINT): a fork
+# trains on for as long as the live run goes.
+until_a_step() {
+  local name=$1 k; shift
+  "$@" > "$name.jsonl" 2> "$name.err" & local pid=$!
+  for k in $(seq 600); do grep -q '"event":"step"' "$name.jsonl" 2>/dev/null && break; sleep 0.1; done
+  kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+}
+until_a_step fork_one env LATTICE_TEST_PAUSE_RESUME_READ=0:0.5:during "$LATTICE" train --data data --threads 1 \
+  --resume live --save fork_one --steps 1000000 --json
 check "a resume whose read a save interrupts: read again, said, and it trains" bash -c \
   "grep -q 'note: checkpoint live was replaced by a save while it was read: reading it again' fork_one.err &&
    grep -q '\"event\":\"step\"' fork_one.jsonl && ! grep -q error fork_one.err"
-LATTICE_TEST_PAUSE_RESUME_READ=1:0.5:before OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
-  OMP_WAIT_POLICY=passive timeout -s INT 8 mpirun --oversubscribe -np 2 "$LATTICE" train --data data --threads 1 \
-  --resume live --save fork_two --steps 1000000 --json > fork_two.jsonl 2> fork_two.err
+until_a_step fork_two env LATTICE_TEST_PAUSE_RESUME_READ=1:0.5:before OMPI_ALLOW_RUN_AS_ROOT=1 \
+  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive mpirun --oversubscribe -np 2 "$LATTICE" \
+  train --data data --threads 1 --resume live --save fork_two --steps 1000000 --json
 check "two ranks that read different saves: read again, said, and they train" bash -c \
   "grep -q 'reading it again' fork_two.err && grep -q '\"event\":\"step\"' fork_two.jsonl && ! grep -q error fork_two.err"
 kill "$saver" 2> /dev/null; wait "$saver" 2> /dev/null

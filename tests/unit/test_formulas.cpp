@@ -119,6 +119,9 @@ TEST(Formulas, KeptActivationBoundIsTheFormulasOrPastAnyMachine) {
   huge.s = huge.b = huge.a = int64_t(1) << 20;  // 9·a·s²·b = 9·2^80: uncountable in int64
   EXPECT_THROW(require_countable_activations(huge), InputError);
   EXPECT_GE(kept_activation_bound(huge, 1, false, false, true), 0x1p80);
+  ActivationShape wide = x;  // the logits' 4·s·b·v alone past 2^62
+  wide.b = int64_t(1) << 30, wide.v = int64_t(1) << 20;
+  EXPECT_GE(kept_activation_bound(wide, 1, false, false, true), 0x1p62);
 }
 
 // docs/design.md §8: 16Ψ; ZeRO-1 4Ψ + 12Ψ/N; ZeRO-2 2Ψ + 14Ψ/N; ZeRO-3 16Ψ/N.
