@@ -1,10 +1,10 @@
 // `lattice train`: train a GPT model on a prepared token directory.
 #include <algorithm>
-#include <cstdio>
 #include <chrono>
-#include <thread>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include <omp.h>
 
