@@ -20,6 +20,7 @@
 #include "checkpoint/llmc_import.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "core/error.hpp"
+#include "core/fnv1a.hpp"
 #include "core/input_file.hpp"
 
 namespace lattice::checkpoint {
@@ -471,11 +472,8 @@ std::string saved_version(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return "";
   std::ifstream in(path, std::ios::binary);
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a
-  for (char c; in.get(c);) h = (h ^ uint64_t(uint8_t(c))) * 1099511628211ULL;
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", (unsigned long long)h);
-  return text;
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return hex16(fnv1a(bytes));
 }
 
 bool holds_trainer_state(const std::string& dir) {

@@ -8,6 +8,7 @@
 
 #include "core/atomic_dir.hpp"
 #include "core/error.hpp"
+#include "core/fnv1a.hpp"
 #include "core/input_file.hpp"
 
 namespace lattice::data {
@@ -25,11 +26,7 @@ std::string token_file_fingerprint(const std::string& path) {
     in.seekg(std::streamoff(size - (bytes.size() - head)));
     in.read(bytes.data() + head, std::streamsize(bytes.size() - head));
   }
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a
-  for (const char c : bytes) h = (h ^ uint64_t(uint8_t(c))) * 1099511628211ULL;
-  char text[64];
-  std::snprintf(text, sizeof text, "%llu-%016llx", (unsigned long long)size, (unsigned long long)h);
-  return text;
+  return std::to_string(size) + "-" + hex16(fnv1a(std::string_view(bytes.data(), bytes.size())));
 }
 
 std::string token_files_fingerprint(const std::string& dir) {

@@ -8,6 +8,7 @@
 #include <sentencepiece_trainer.h>
 
 #include "core/error.hpp"
+#include "core/fnv1a.hpp"
 
 namespace lattice::data {
 
@@ -54,12 +55,6 @@ class LineIterator final : public sentencepiece::SentenceIterator {
   std::string line_;
   bool done_ = false;
 };
-
-uint64_t fnv1a(const std::string& bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 constexpr const char* kNewlinePiece = "<0x0A>";  // byte fallback's piece for '\n'
 
@@ -177,9 +172,7 @@ Tokenizer Tokenizer::from_model(const std::string& serialized, TokenizerKind kin
 std::string Tokenizer::fingerprint() const {
   if (kind_ == TokenizerKind::bytes) return "bytes";
   if (kind_ == TokenizerKind::none) return "none";
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(model_)));
-  return std::string(to_string(kind_)) + "-" + std::to_string(vocab_) + "-" + hex;
+  return std::string(to_string(kind_)) + "-" + std::to_string(vocab_) + "-" + hex16(fnv1a(model_));
 }
 
 std::vector<uint16_t> Tokenizer::encode(std::string_view text) const {
