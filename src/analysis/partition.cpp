@@ -24,12 +24,32 @@ std::string binary_bytes(double bytes) {
   return buf;
 }
 
+// The largest `key` of one stage of the even split (the first L mod p stages one layer longer), when
+// every stage of it passes `allowed`: a bound the least largest key cannot exceed. Infinite otherwise.
+template <class Key, class Allowed>
+double even_split_bound(const PartitionCosts& c, Key key, Allowed allowed) {
+  double bound = 0;
+  for (int r = 0, i = 0; r < c.stages; ++r) {
+    const int j = i + c.layers / c.stages + (r < c.layers % c.stages ? 1 : 0);
+    if (!allowed(r, i, j)) return kInf;
+    bound = std::max(bound, double(key(r, i, j)));
+    i = j;
+  }
+  return bound;
+}
+
 // One DP over (stage, end layer) minimising a cost that is the max over stages of `key`, with a
 // second key (also max over stages) breaking ties; `allowed` filters stages. Returns the counts,
 // or an empty vector when no partition passes.
+// A (stage, first, last) whose key exceeds a feasible partition's (even_split_bound) is never weighed:
+// every path through it costs more than the answer, so the answer and its counts, ties included, are
+// those of the whole DP. As a stage's key grows with its layers (seconds and bytes both; infinite bytes
+// aside), its first layer's loop stops there: about L/p lasts weighed per first instead of L, which is
+// what makes --search's uneven stages affordable at hundreds of layers.
 template <class Key, class Tie, class Allowed>
 std::vector<int> minimise_max(const PartitionCosts& c, Key key, Tie tie, Allowed allowed) {
   const int L = c.layers, p = c.stages;
+  const double bound = even_split_bound(c, key, allowed);
   struct Cell {
     double best = kInf, tie = kInf;
     int from = -1;
@@ -42,13 +62,18 @@ std::vector<int> minimise_max(const PartitionCosts& c, Key key, Tie tie, Allowed
   for (int r = 1; r < p; ++r)
     for (int i = r; i < L - (p - 1 - r); ++i) {
       const Cell prev = A[size_t(r - 1)][size_t(i)];
-      if (prev.from < 0) continue;
+      if (prev.from < 0 || prev.best > bound) continue;
       for (int j = i + 1; j <= L - (p - 1 - r); ++j) {
         if (!allowed(r, i, j)) {
           if (c.bytes(r, i, j) == kInf) continue;
           break;
         }
-        const double best = std::max(prev.best, key(r, i, j)), second = std::max(prev.tie, tie(r, i, j));
+        const double stage_key = key(r, i, j);
+        if (stage_key > bound) {
+          if (stage_key == kInf) continue;
+          break;
+        }
+        const double best = std::max(prev.best, stage_key), second = std::max(prev.tie, tie(r, i, j));
         Cell& cell = A[size_t(r)][size_t(j)];
         if (best < cell.best || (best == cell.best && second < cell.tie)) cell = {best, second, i};
       }

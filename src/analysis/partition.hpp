@@ -4,8 +4,9 @@
 // memory cap (docs/design.md §6). With T_r(i, j) and M_r(i, j) the time and memory of stage r
 // holding layers [i, j):
 //   A[0][j] = T_0(0, j),  A[r][j] = min over i of max(A[r−1][i], T_r(i, j)),  answer A[p−1][L],
-// over the (i, j) whose M_r(i, j) fits. O(p·L²) evaluations of each cost; a stage's bytes must not
-// shrink as it takes more layers (the search stops growing a stage at the first that does not fit).
+// over the (i, j) whose M_r(i, j) fits. At most O(p·L²) evaluations of each cost, about O(L²) when
+// the even split fits (no stage costlier than its slowest is weighed); a stage's time and bytes must
+// not shrink as it takes more layers (the search stops growing a stage at the first that does not fit).
 #include <functional>
 #include <string>
 #include <vector>

@@ -261,7 +261,7 @@ int run_bench(int argc, char** argv) {
                  "under mpirun: the largest buffer all-reduce, reduce-scatter and all-gather are timed at (p2p and "
                  "all-to-all stop at 16 MiB or this; lowered to fit in half the memory), e.g. 64KiB, 16MiB")
       ->capture_default_str();
-  app.add_option("--threads", threads, "OpenMP threads of each process (default: all cores, as lattice train)");
+  app.add_option("--threads", threads, "OpenMP threads of each process (default or 0: $OMP_NUM_THREADS if set, else all cores, as lattice train)");
   app.add_flag("--layer-costs", layer_costs,
                "also time a transformer layer (forward, input and weight passes) and the output layer at the "
                "model flags' shape: --pipeline-layers auto balances these with --hardware FILE.json");
@@ -348,7 +348,7 @@ int run_bench(int argc, char** argv) {
     if (save && !launched) check_output_path(plan::bench_result_path(1), OutputKind::bench, "--save", rules);
   } catch (const InputError& e) {
     // Every rank parses the same flags: rank 0 reports.
-    if (launched && comm::launcher_rank() != 0) return report_after_rank0("bench", e.what(), 1);
+    if (launched && comm::launcher_rank() != 0) return report_after_rank0("bench", e.what(), exit_status_of(e));
     throw;
   }
   if (threads > 0) omp_set_num_threads(threads);

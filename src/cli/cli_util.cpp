@@ -125,7 +125,7 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
     std::fprintf(stderr, "lattice %s: error: %s\n", command.c_str(), message.c_str());
     return 2;
   } catch (const InputError& e) {  // a flag's own callback refused its value: said once, as below
-    return refuse_value(command, e.what(), 1);
+    return refuse_value(command, e.what(), exit_status_of(e));
   }
   // The flag rules (cli/flag_rules.hpp): a value out of its bounds or two flags that contradict is
   // an invalid value (exit 1, as the commands' own checks), said once under a launcher (by rank 0;
@@ -134,7 +134,7 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
     check_flag_conflicts(app, command);
     check_flag_bounds(app, command);
   } catch (const InputError& e) {
-    return refuse_value(command, e.what(), 1);
+    return refuse_value(command, e.what(), exit_status_of(e));
   }
   return std::nullopt;
 }

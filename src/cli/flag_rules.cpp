@@ -293,8 +293,9 @@ void check_flag_bounds(const CLI::App& app, std::string_view command) {
     if (!bound->word.empty() && value == bound->word) continue;
     if (duration) {  // bounded in seconds, named as given
       const std::optional<double> seconds = parse_duration(value);
-      require(seconds.has_value(), "--" + name + " takes a duration: seconds, or a number with s, m, h or d (90m, 6h; got " +
-                                       value + ")");
+      if (!seconds)  // not a duration at all: usage, exit 2 (out of bounds below: exit 1)
+        throw UsageError("--" + name + " takes a duration: seconds, or a number with s, m, h or d (90m, 6h; got " +
+                         value + ")");
       char text[48];
       std::snprintf(text, sizeof text, "%.17g", *seconds);
       const std::string message = bound_violation(*bound, text, false);

@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
         // than a library's (core/error.hpp).
         const std::string what = lattice::error_line(e);
         std::fprintf(stderr, "lattice %s: error: %s\n", c.name, what.c_str());
-        return 1;
+        return lattice::exit_status_of(e);
       }
     }
   }

@@ -73,7 +73,7 @@ void add_device_flag(CLI::App& app, std::string& device) {
 }
 
 void add_threads_flag(CLI::App& app, int& threads) {
-  app.add_option("--threads", threads, "OpenMP threads (default: all cores, as lattice train)");
+  app.add_option("--threads", threads, "OpenMP threads (default or 0: $OMP_NUM_THREADS if set, else all cores, as lattice train)");
 }
 void use_threads(int threads) {  // bounded by cli/flag_rules.cpp, as every number flag
   if (threads > 0) omp_set_num_threads(threads);
@@ -292,7 +292,7 @@ void add_train_flags(CLI::App& app, TrainConfig& t, std::string& shuffle) {
   app.add_option("--eval-batches,--eval-iters", t.eval_batches, "micro-batches per validation");
   app.add_option("--peak-flops", t.peak_flops, "peak FLOP/s a rank for MFU (default: the theoretical peak of the rank's "
                  "cores for the dtype's GEMM path, docs/mfu.md)");
-  app.add_option("--threads", t.threads, "OpenMP threads (default: all cores)");
+  app.add_option("--threads", t.threads, "OpenMP threads (default or 0: $OMP_NUM_THREADS if set, else all cores)");
   app.add_option("--comm-timeout", t.comm_timeout,
                  "seconds a rank may wait on one communication before it stops the job (0 = off)")
       ->capture_default_str();

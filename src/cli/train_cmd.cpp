@@ -261,7 +261,7 @@ int run_train(int argc, char** argv) {
     if (app.count("--vocab") == 0 && !vocab_taken) model.vocab = data::load_tokenizer(train.data_dir).vocab();
   } catch (const InputError& e) {
     // Every rank parses the same flags before any communicator exists: rank 0 reports.
-    if (comm::started_by_launcher() && comm::launcher_rank() != 0) return report_after_rank0("train", e.what(), 1);
+    if (comm::started_by_launcher() && comm::launcher_rank() != 0) return report_after_rank0("train", e.what(), exit_status_of(e));
     throw;
   }
   if (!comm::started_by_launcher() && resolved.tp == 1 && resolved.pp == 1 && resolved.ep == 1 &&

@@ -15,8 +15,9 @@ double leading_number(const std::string& text, const std::string& flag, std::str
   const char* begin = text.c_str();
   char* end = nullptr;
   const double v = std::strtod(begin, &end);
-  require(end != begin && std::isfinite(v) && v > 0,
-          flag + " must be a positive number with an optional unit (got '" + text + "')");
+  const std::string wanted = flag + " must be a positive number with an optional unit (got '" + text + "')";
+  if (end == begin || !std::isfinite(v)) throw UsageError(wanted);  // not a number: usage, exit 2
+  require(v > 0, wanted);
   unit.clear();
   for (const char* c = end; *c; ++c)
     if (!std::isspace(static_cast<unsigned char>(*c))) unit += char(std::tolower(static_cast<unsigned char>(*c)));
@@ -39,7 +40,8 @@ int64_t parse_bytes(const std::string& text, const std::string& flag) {
       require(v * u.scale <= 1152921504606846976.0, flag + " must be at most 1 EiB (got '" + text + "')");
       return int64_t(std::llround(v * u.scale));
     }
-  fail(flag + " has an unknown unit '" + unit + "' (use B, kB, MB, GB, TB, PB, EB, KiB, MiB, GiB, TiB, PiB or EiB)");
+  throw UsageError(flag + " has an unknown unit '" + unit +
+                   "' (use B, kB, MB, GB, TB, PB, EB, KiB, MiB, GiB, TiB, PiB or EiB)");
 }
 
 double parse_rate(const std::string& text, const std::string& flag) {
@@ -49,7 +51,7 @@ double parse_rate(const std::string& text, const std::string& flag) {
   if (unit == "g") return v * 1e9;
   if (unit == "t") return v * 1e12;
   if (unit == "p") return v * 1e15;
-  fail(flag + " has an unknown suffix '" + unit + "' (use G, T or P, or a plain number)");
+  throw UsageError(flag + " has an unknown suffix '" + unit + "' (use G, T or P, or a plain number)");
 }
 
 }  // namespace lattice::plan

@@ -13,7 +13,12 @@ expect 1 "must be divisible by p·m" --layers 6 --pipeline-model-parallel-size 4
 expect 1 "multiple of p" --layers 8 --pipeline-model-parallel-size 2 --virtual-stages 2 --global-batch 3 --gpus 2
 expect 1 "multiple of micro-batch" --micro-batch 4 --global-batch 6
 expect 1 "--recompute must be" --recompute sometimes
-expect 1 "--gpu-memory" --gpu-memory 80XB
+# A size or rate that does not parse as one is a usage error, as "--layers abc" (exit 2); one that
+# parses but is out of bounds is 1, as "--layers 0".
+expect 2 "--gpu-memory has an unknown unit 'xb'" --gpu-memory 80XB
+expect 2 "--gpu-memory must be a positive number with an optional unit (got 'abc')" --gpu-memory abc
+expect 1 "--gpu-memory must be a positive number with an optional unit (got '0')" --gpu-memory 0
+expect 2 "--peak-flops has an unknown suffix 'q'" --peak-flops 312Q
 expect 1 "--hardware must be one of" --hardware TPU
 expect 1 "--svg needs --paper" --svg "$SCRATCH/figs"
 # A model whose bytes would pass int64 (experts: 5.8e17 parameters) is refused, not counted negative as

@@ -58,6 +58,25 @@ PY
 LATTICE_BENCH_DIR=$PWD/absurd_bench hostile "--hardware local with an absurd MPI sample" 1 \
   "every sample must be \[bytes from 1 to 2\^40, seconds from 1e-9 to 3600\] \(got \[1, 1e\+?300\]\)" -- \
   plan --hardware local --gpus 2 --threads 1 "${MODEL[@]}"
+# A bench its --budget cut short: the plan says so (a TP step's all-gather, timed at small sizes only,
+# came out 100 times the full bench's), with the count and the command that measures more; a whole
+# bench says nothing of it.
+mkdir -p short_bench && "$PY" - "$BENCH_FILE" short_bench/"$(basename "$BENCH_FILE")" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["mpi"]["skipped"] = 91
+json.dump(d, open(sys.argv[2], "w"))
+PY
+LATTICE_BENCH_DIR=$PWD/short_bench "$LATTICE" plan --hardware local --gpus 2 --threads 1 --tensor-model-parallel-size 2 \
+  "${MODEL[@]}" > short.txt 2> short.err
+check "a bench that left cells out: the plan still runs" test $? -eq 0
+check "... and says how many, and how to measure them" \
+  grep -q "warning: the MPI bench .* left 91 cells unmeasured .*mpirun -np 2 lattice bench --save --budget 60" short.err
+if [ "$("$PY" -c "import json; print(json.load(open('$BENCH_FILE'))['mpi']['skipped'])")" = 0 ]; then
+  check "a bench that measured every cell: no such warning" sh -c "! grep -q 'cells unmeasured' tp2.err"
+else
+  check "this run's own short bench is said to be short too" grep -q "cells unmeasured" tp2.err
+fi
 hostile_summary
 
 # The benchmark script end to end on the tiny model: every column printed.

@@ -108,7 +108,7 @@ expect_status train 1 "without --recompute-method, --recompute-layers" "${MODEL[
   --memory-budget 1GiB --recompute-layers 2
 expect_status train 1 "--pipeline-layers auto" "${MODEL[@]}" --data data --recompute auto --memory-budget 1GiB \
   --pipeline-layers auto
-expect_status train 1 "--memory-budget has an unknown unit" "${MODEL[@]}" --data data --recompute auto --memory-budget 12XB
+expect_status train 2 "--memory-budget has an unknown unit" "${MODEL[@]}" --data data --recompute auto --memory-budget 12XB
 expect_status train 1 "--memory-budget" "${MODEL[@]}" --data data --recompute auto --memory-budget -5
 expect_status train 1 "below a rank's model states" "${MODEL[@]}" --data data --recompute auto --memory-budget 1000
 expect_status plan 1 "dense models" "${PLAN[@]}" --recompute auto --memory-budget 1GiB --num-experts 4

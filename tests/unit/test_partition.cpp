@@ -2,9 +2,11 @@
 // brute force over every composition, its memory cap, and the planner's costs against the planner.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "analysis/memory_categories.hpp"
@@ -130,6 +132,81 @@ TEST(Partition, DynamicProgramEqualsBruteForce) {
       }
   EXPECT_GT(checked, 200);  // both kinds of case were exercised
   EXPECT_GT(refused, 2);
+}
+
+// The whole dynamic program, every (stage, first, last) weighed: what partition_layers answered before
+// it skipped the stages costlier than the even split's slowest.
+std::vector<int> whole_program(const PartitionCosts& c, double cap, bool by_bytes) {
+  const int L = c.layers, p = c.stages;
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto& key = by_bytes ? c.bytes : c.seconds;
+  const auto& tie = by_bytes ? c.seconds : c.bytes;
+  struct Cell {
+    double best, tie;
+    int from;
+  };
+  std::vector<std::vector<Cell>> A(size_t(p), std::vector<Cell>(size_t(L) + 1, Cell{inf, inf, -1}));
+  for (int j = 1; j <= L - (p - 1); ++j)
+    if (c.bytes(0, 0, j) <= cap) A[0][size_t(j)] = {key(0, 0, j), tie(0, 0, j), 0};
+  for (int r = 1; r < p; ++r)
+    for (int i = r; i < L - (p - 1 - r); ++i) {
+      const Cell prev = A[size_t(r - 1)][size_t(i)];
+      if (prev.from < 0) continue;
+      for (int j = i + 1; j <= L - (p - 1 - r); ++j) {
+        if (c.bytes(r, i, j) > cap) break;
+        const double best = std::max(prev.best, key(r, i, j)), second = std::max(prev.tie, tie(r, i, j));
+        Cell& cell = A[size_t(r)][size_t(j)];
+        if (best < cell.best || (best == cell.best && second < cell.tie)) cell = {best, second, i};
+      }
+    }
+  if (A[size_t(p - 1)][size_t(L)].from < 0) return {};
+  std::vector<int> counts(static_cast<size_t>(p));
+  for (int r = p - 1, j = L; r >= 0; --r) {
+    const int i = A[size_t(r)][size_t(j)].from;
+    counts[size_t(r)] = j - i;
+    j = i;
+  }
+  return counts;
+}
+
+// Skipping the stages costlier than a feasible partition's slowest leaves the answer the whole
+// program gives, counts and ties included: on costs of whole numbers, where most partitions tie, with
+// and without a cap, and for the smallest peak named when nothing fits.
+TEST(Partition, BoundedProgramChoosesAsTheWholeOne) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> small(1, 3);
+  int fitted = 0, refused = 0, uneven_bound = 0;
+  for (int L = 2; L <= 40; L += 3)
+    for (int p = 2; p <= std::min(L, 7); ++p)
+      for (int trial = 0; trial < 4; ++trial) {
+        RandomCosts rc;
+        for (int l = 0; l < L; ++l) rc.t.push_back(small(rng)), rc.a.push_back(small(rng));
+        rc.head_t = {double(small(rng) - 1)};
+        for (int s = 0; s < p; ++s) rc.stage_fixed.push_back(small(rng) - 1), rc.in_flight.push_back(p - s);
+        const PartitionCosts c = rc.costs(L, p);
+        // A cap the even split meets (the bound prunes), one it may miss (no bound: the whole program),
+        // and one nothing meets.
+        for (double cap : {1e9, 1.5 * p * L, double(p)}) {
+          const std::vector<int> want = whole_program(c, cap, false);
+          if (want.empty()) {
+            const std::vector<int> least = whole_program(c, 1e300, true);
+            try {
+              partition_layers(c, cap);
+              ADD_FAILURE() << "L=" << L << " p=" << p << " cap " << cap << ": no partition fits, yet one was given";
+            } catch (const InputError& e) {
+              EXPECT_NE(std::string(e.what()).find(" at " + layer_counts_text(least)), std::string::npos) << e.what();
+            }
+            ++refused;
+            continue;
+          }
+          EXPECT_EQ(partition_layers(c, cap).counts, want) << "L=" << L << " p=" << p << " cap " << cap;
+          ++fitted;
+          if (L % p != 0) ++uneven_bound;
+        }
+      }
+  EXPECT_GT(fitted, 300);
+  EXPECT_GT(refused, 50);
+  EXPECT_GT(uneven_bound, 100);
 }
 
 TEST(Partition, AHeavyHeadMovesLayersOffTheLastStage) {
