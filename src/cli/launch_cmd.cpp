@@ -198,6 +198,7 @@ class MpirunLauncher final : public launch::Launcher {
 
   JobResult run(const std::vector<Host>& hosts, int world, const std::vector<std::string>& args) override {
     JobResult job;
+    job.relaunched = jobs_run_++ > 0;
     char hostfile[] = "/tmp/lattice-launch-hosts-XXXXXX";
     const int hf = mkstemp(hostfile);
     if (hf < 0) throw std::runtime_error(std::string("cannot create a hostfile in /tmp: ") + std::strerror(errno));
@@ -317,7 +318,7 @@ class MpirunLauncher final : public launch::Launcher {
         if (lost_at == 0)
           lost_at = last_line, lost_said = "rank " + std::to_string(died->rank) + " ended on signal " +
                                            std::to_string(died->signal);
-        job.hosts_died.push_back(launch::host_of_rank(hosts, died->rank));
+        job.hosts_died.push_back(launch::host_of_died_rank(hosts, *died));
         if (launch::is_crash_signal(died->signal) && job.crash_signal == 0)
           job.crash_signal = died->signal, job.crashed_rank = died->rank;
       }
@@ -377,8 +378,8 @@ class MpirunLauncher final : public launch::Launcher {
       if (status && now - reaped_at > 2) break;
       if (!status && term_sent == 0 && lost_at > 0 && now - lost_at > launch::kLostJobGraceSeconds) {
         std::fprintf(stderr,
-                     "lattice launch: %s %.0f s ago and mpirun has not ended the job (a host that no longer "
-                     "answers holds it): ending it\n",
+                     "lattice launch: %s %.0f s ago and mpirun has not ended the job (a daemon it waits on: a "
+                     "host that stopped answering, or stopped without dying): ending it\n",
                      lost_said.c_str(), now - lost_at);
         std::fflush(stderr);
         kill(-pid, SIGTERM);
@@ -418,7 +419,7 @@ class MpirunLauncher final : public launch::Launcher {
     job.interrupt_signal = g_signal;
     job.seconds_since_progress = now_s() - last_progress_;
     // Held for the relaunch a lost rank brings; a job done, or failed on its own, has none to wait for.
-    if (launch::classify(job) == launch::Verdict::lost) hold_save_lock();
+    if (launch::classify(job) == launch::Verdict::lost) job.save_locked_by = hold_save_lock();
     return job;
   }
 
@@ -428,22 +429,30 @@ class MpirunLauncher final : public launch::Launcher {
   std::string report_log_, report_at_start_;
   double last_progress_ = 0, restart_at_ = 0, failed_progress_at_ = 0;
   bool awaiting_first_step_ = false;
+  int jobs_run_ = 0;
   DirLock save_lock_;  // --save's, held between jobs
 
   // After a job: --save's lock, held until the next job starts (docs/recovery.md), so that no other
   // run writes the checkpoint the relaunch resumes from in between, and taken only once every rank
-  // of the job before (on another host, or still ending here) has let go of it. Waits up to 30 s;
-  // past that the relaunch runs, and train refuses in one line naming the holder.
-  void hold_save_lock() {
-    if (flags_.save.empty()) return;
-    const double until = now_s() + 30;
+  // of the job before (on another host, or still ending here) has let go of it. Waits up to
+  // kSaveLockWaitSeconds: an NFS server frees a dead client's lock when its lease ends (90 s by
+  // Linux's default). Returns why the lock is still held past that (a rank on a host that stopped
+  // without dying, which could yet write there: the launcher then stops), else "".
+  static constexpr double kSaveLockWaitSeconds = 120;
+  std::string hold_save_lock() {
+    if (flags_.save.empty()) return "";
+    const double until = now_s() + kSaveLockWaitSeconds;
     for (bool said = false;; said = true) {
       try {
         save_lock_ = DirLock(flags_.save, "--save");
-        return;
+        return "";
       } catch (const InputError& e) {
         const bool held = std::string(e.what()).find("being written by another lattice run") != std::string::npos;
-        if (!held || now_s() >= until || g_signal != 0) return;  // another cause: train will name it
+        if (!held || g_signal != 0) return "";  // another cause: train will name it
+        if (now_s() >= until)
+          return std::string(e.what()) + " still, " + std::to_string(int(kSaveLockWaitSeconds)) +
+                 " s after the job before ended (a rank of it on a host that stopped without dying, which could "
+                 "yet write there): end that process, then run this launch again to go on from the checkpoint";
         if (!said) std::fprintf(stderr, "lattice launch: waiting for the job before to let go of it: %s\n", e.what());
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -511,6 +520,24 @@ std::optional<int64_t> checkpoint_step(const std::string& dir, const std::string
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) return j["step"].get<int64_t>();
   return std::nullopt;
+}
+
+// The checkpoint manifest in `dir` as bytes (empty: none): a save of this launch's changes it.
+std::string manifest_identity(const std::string& dir) {
+  std::ifstream in(dir + "/" + kCheckpointManifest, std::ios::binary);
+  std::string text(size_t(1) << 20, '\0');
+  in.read(text.data(), std::streamsize(text.size()));
+  text.resize(size_t(std::max<std::streamsize>(0, in.gcount())));
+  return text;
+}
+
+// A checkpoint this launch promoted in `dir` (its manifest is not the one found then) whose
+// trainer.json gives no step: damaged, which the relaunch's train names when it resumes it.
+bool checkpoint_unreadable(const std::string& dir, const std::string& manifest_at_start) {
+  const std::string manifest = manifest_identity(dir);
+  if (manifest.empty() || manifest == manifest_at_start) return false;
+  const nlohmann::json j = nlohmann::json::parse(checkpoint_identity(dir), nullptr, false);
+  return !(j.is_object() && j.contains("step") && j["step"].is_number_integer());
 }
 
 constexpr const char* kUsage =
@@ -653,6 +680,30 @@ int run_launch(int argc, char** argv) {
             var.substr(0, var.find('=')) + " (environment): the launcher reads the job's output line by line as the "
                                            "ranks write it; unset it");
   }
+  // And the placement as MCA parameters (--mca rmaps_base_mapping_policy node, or OMPI_MCA_... in the
+  // environment, as a site's module may set it): a mapping or ranking policy of slot or core only, as
+  // --map-by; a per-node count or a rankfile not at all.
+  const auto placement_refusal = [](const std::string& key, const std::string& value) -> std::string {
+    for (const char* policy : {"rmaps_base_mapping_policy", "rmaps_base_ranking_policy"})
+      if (key == policy && value.rfind("slot", 0) != 0 && value.rfind("core", 0) != 0)
+        return key + " " + value + ": slot or core only";
+    for (const char* count : {"n_pernode", "n_persocket", "ppr", "rank_file", "rankfile"})
+      if (key.rfind("rmaps_", 0) == 0 && key.find(count) != std::string::npos) return key;
+    return "";
+  };
+  const std::string placement_why =
+      ": the launcher finds a lost rank's host by the hostfile's slot order, as mpirun places ranks by slot";
+  for (size_t i = 0; i < f.mpi_args.size(); ++i) {
+    const std::string why = placement_refusal(f.mpi_args[i], i + 1 < f.mpi_args.size() ? f.mpi_args[i + 1] : "");
+    require(why.empty(), "--mpi-arg " + why + placement_why);
+  }
+  for (char** e = environ; *e; ++e) {
+    const std::string var = *e;
+    if (var.rfind("OMPI_MCA_", 0) != 0) continue;
+    const size_t eq = var.find('=');
+    const std::string why = placement_refusal(var.substr(9, eq - 9), eq == std::string::npos ? "" : var.substr(eq + 1));
+    require(why.empty(), "OMPI_MCA_" + why + " (environment)" + placement_why + "; unset it");
+  }
   require(runnable(f.mpirun), "--mpirun " + f.mpirun + " (or $MPIEXEC) is not a program this machine can run");
   f.save = train.save;
   if (tapp.count("--vocab") == 0 && !vocab_taken) model.vocab = data::load_tokenizer(train.data_dir).vocab();
@@ -712,6 +763,8 @@ int run_launch(int argc, char** argv) {
   env.local = [](const Host& h) { return launch::is_local_host(h.name, this_hostname()); };
   const std::string found_at_start = checkpoint_identity(train.save);
   env.checkpoint_step = [&] { return checkpoint_step(train.save, found_at_start); };
+  const std::string manifest_at_start = manifest_identity(train.save);
+  env.checkpoint_unreadable = [&] { return checkpoint_unreadable(train.save, manifest_at_start); };
   env.plan = [&](int ranks, int slots_per_host) {
     plan::PlanRequest base;
     base.model = model;

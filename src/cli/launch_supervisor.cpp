@@ -182,10 +182,20 @@ Verdict classify(const JobResult& job) {
   if (job.exit_status == 0 && !job.no_progress) return Verdict::completed;
   if (job.no_progress || !job.ranks_reporting_lost.empty() || !job.hosts_died.empty()) return Verdict::lost;
   if (job.exit_status == kExitRankLost) return Verdict::lost;
+  // mpirun's own failure: in a relaunch (its daemon on a host that answers the probe but cannot take
+  // the job, a link cut one way) or after steps, a lost host the next probe may find, and bounded by
+  // --max-restarts; before the first job's first step, passed on (an mpirun or --mpi-arg that fails).
+  if (mpirun_own_status(job.exit_status) && !job.refused && (job.relaunched || job.last_step > 0))
+    return Verdict::lost;
   // A rank ended by a signal a lost host or an operator sends (not a crash of lattice itself).
   if (job.exit_status == 128 + SIGKILL || job.exit_status == 128 + SIGTERM || job.exit_status == 128 + SIGHUP)
     return Verdict::lost;
   return Verdict::failed;
+}
+
+bool mpirun_own_status(int exit_status) {
+  return exit_status != 0 && !(exit_status >= 1 && exit_status <= kExitRankLost) &&
+         !(exit_status > 128 && exit_status <= 128 + 64);
 }
 
 const char* verdict_name(Verdict v) {
@@ -227,10 +237,23 @@ std::optional<int> lost_rank_in_line(const std::string& line) {
 
 std::optional<DiedRank> died_rank_in_line(const std::string& line) {
   static const std::regex noticed(
-      R"(mpirun noticed that process rank ([0-9]{1,9}) with PID [0-9]+ on node \S+ exited on signal ([0-9]{1,3}))");
+      R"(mpirun noticed that process rank ([0-9]{1,9}) with PID [0-9]+ on node (\S+) exited on signal ([0-9]{1,3}))");
   std::smatch m;
-  if (std::regex_search(line, m, noticed)) return DiedRank{std::stoi(m[1].str()), std::stoi(m[2].str())};
+  if (std::regex_search(line, m, noticed))
+    return DiedRank{std::stoi(m[1].str()), std::stoi(m[3].str()), m[2].str()};
   return std::nullopt;
+}
+
+std::string host_of_died_rank(const std::vector<Host>& hosts, const DiedRank& died) {
+  const auto lower = [](std::string s) {
+    for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  // mpirun names the node as the hostfile does (an MCA mapping policy the launcher did not see may
+  // have put the rank elsewhere than its slot order says).
+  for (const Host& h : hosts)
+    if (lower(h.name) == lower(died.node)) return h.name;
+  return host_of_rank(hosts, died.rank);
 }
 
 std::string Layout::describe() const {
@@ -420,12 +443,17 @@ std::string restart_line(const Restart& r) {
   std::string lost = r.lost_hosts.empty() ? "no host lost (every host answers)" : "lost " + joined(r.lost_hosts, ", ");
   std::string out = "lattice launch: restart " + std::to_string(r.number) + " of at most " +
                     std::to_string(r.max_restarts) + " (" + r.reason + "): " + lost + "; " + r.from.describe() +
-                    " → " + r.to.describe() + " on " + joined(r.hosts, ", ") + "; ";
+                    " → " + r.to.describe() + " on " + joined(r.hosts, ", ") +
+                    (r.idle_slots > 0 ? " (" + std::to_string(r.idle_slots) + " slot(s) idle: no layout of " +
+                                            std::to_string(r.to.world + r.idle_slots) + " ranks fits)"
+                                      : std::string()) +
+                    "; ";
   if (r.resume_dir.empty() && !r.own_start.empty())
     out += "from the run's own " + r.own_start +
            (r.own_start.rfind("--resume", 0) == 0 ? " at step " + std::to_string(r.resume_step) : "") +
            " (no checkpoint saved yet)";
   else if (r.resume_dir.empty()) out += "from step 0 (no checkpoint saved yet)";
+  else if (r.resume_unreadable) out += "resuming " + r.resume_dir + ", whose trainer.json cannot be read (the job will say why)";
   else out += "resuming " + r.resume_dir + " at step " + std::to_string(r.resume_step);
   out += ", " + std::to_string(r.steps_redone) + " step(s) redone, " + seconds_text(r.seconds_lost) + " s lost";
   return out;
@@ -438,7 +466,8 @@ nlohmann::json restart_event(const Restart& r) {
           {"from", r.from.to_json()},    {"to", r.to.to_json()},
           {"from_text", r.from.describe()}, {"to_text", r.to.describe()},  // as the line says them (the report shows these)
           {"resume_step", r.resume_step}, {"resume", r.resume_dir.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.resume_dir)},
-          {"steps_redone", r.steps_redone}, {"seconds_lost", std::round(r.seconds_lost * 10) / 10}};
+          {"steps_redone", r.steps_redone}, {"seconds_lost", std::round(r.seconds_lost * 10) / 10},
+          {"resume_unreadable", r.resume_unreadable}, {"idle_slots", r.idle_slots}};
 }
 
 int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& train_args, const Layout& first,
@@ -449,9 +478,11 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
   std::set<std::string> dead;  // hosts where a rank was killed: not used again
   const auto interrupted = [&] { return env.interrupted ? env.interrupted() : 0; };
   // What the promoted checkpoint holds, as every stop line ends.
+  const auto unreadable = [&] { return env.checkpoint_unreadable && env.checkpoint_unreadable(); };
   const auto kept_text = [&](const std::optional<int64_t>& saved) {
-    return saved ? "the checkpoint in " + options.save_dir + " holds step " + std::to_string(*saved)
-                 : std::string("this run saved no checkpoint yet");
+    return saved        ? "the checkpoint in " + options.save_dir + " holds step " + std::to_string(*saved)
+           : unreadable() ? "the checkpoint in " + options.save_dir + " cannot be read (its trainer.json)"
+                          : std::string("this run saved no checkpoint yet");
   };
   const auto stop_interrupted = [&](int signal) {
     env.say("lattice launch: interrupted before the next job started; " + kept_text(env.checkpoint_step()));
@@ -487,7 +518,18 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
     }
     // A lost rank.
     // Exit 3 and rank_lost lines come from a rank that lost a peer (a stall or an MPI error).
-    const std::string reason = !job.hosts_died.empty() ? "rank died" : job.no_progress ? "no progress" : "rank lost";
+    const std::string reason = !job.hosts_died.empty() ? "rank died"
+                               : job.no_progress       ? "no progress"
+                               : mpirun_own_status(job.exit_status) && job.ranks_reporting_lost.empty()
+                                   ? "mpirun failed (exit " + std::to_string(job.exit_status) + ")"
+                                   : "rank lost";
+    // A rank of the job before still holds --save's lock (its host stopped without dying): a relaunch
+    // would be refused it, and that rank could yet write the checkpoint the relaunch resumes from.
+    if (!job.save_locked_by.empty()) {
+      env.say("lattice launch: stopping: " + job.save_locked_by + "; " + kept);
+      env.event({{"event", "launch_stopped"}, {"reason", "save_locked"}, {"checkpoint_step", saved ? *saved : 0}});
+      return kExitRankLost;
+    }
     if (restarts >= options.max_restarts) {
       env.say("lattice launch: stopping: a rank was lost (" + reason + ") after " + std::to_string(restarts) +
               " restart(s), the limit (--max-restarts " + std::to_string(options.max_restarts) + "); " + kept);
@@ -523,11 +565,25 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
     int slots_per_host = next.front().slots;
     for (const Host& h : next) slots_per_host = std::min(slots_per_host, h.slots);
     if (const int signal = interrupted()) return stop_interrupted(signal);
+    // The most ranks that a layout fits, from every slot down to --min-ranks: a global batch that
+    // 3 ranks cannot split may train on 2 of them.
     Layout chosen;
-    try {
-      chosen = env.plan(slots, slots_per_host);
-    } catch (const InputError& e) {
-      env.say(std::string("lattice launch: stopping: ") + e.what() + "; " + kept);
+    std::string no_layout;
+    bool found = false;
+    for (int ranks = slots; !found && ranks >= std::max(1, options.min_ranks); --ranks) {
+      if (const int signal = interrupted()) return stop_interrupted(signal);
+      try {
+        chosen = env.plan(ranks, slots_per_host);
+        found = true;
+      } catch (const InputError& e) {
+        if (no_layout.empty()) no_layout = e.what();
+      }
+    }
+    if (!found) {
+      const int least = std::max(1, options.min_ranks);
+      env.say("lattice launch: stopping: " + no_layout +
+              (slots > least ? ", nor of fewer down to " + std::to_string(least) + " (--min-ranks)" : std::string()) +
+              "; " + kept);
       env.event({{"event", "launch_stopped"}, {"reason", "no_layout"}, {"checkpoint_step", saved ? *saved : 0}});
       return kExitRankLost;
     }
@@ -539,9 +595,11 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
     for (const Host& h : next) r.hosts.push_back(h.name);
     r.from = layout;
     r.to = chosen;
+    r.idle_slots = slots - chosen.world;
     r.resume_step = saved ? *saved : 0;
-    r.resume_dir = saved ? options.save_dir : "";
-    if (!saved)
+    r.resume_unreadable = !saved && unreadable();
+    r.resume_dir = saved || r.resume_unreadable ? options.save_dir : "";
+    if (!saved && !r.resume_unreadable)
       for (const char* start : {"--resume", "--init", "--load"})
         if (const auto dir = flag_value(args, {start})) {
           r.own_start = std::string(start) + " " + *dir;

@@ -57,12 +57,18 @@ struct JobResult {
   int64_t last_step = 0;                 // the highest step the job reported (0: none)
   bool refused = false;                  // train said why in its own line ("lattice train: error:")
   double seconds_since_progress = 0;     // from its last step line (or its start) to its end
+  bool relaunched = false;               // a restart's job, not the launch's first
+  // --save's lock still held by a rank of the job before when the next would start (a process on a
+  // host that stopped without dying, which could yet write there): why, in words. Empty: let go.
+  std::string save_locked_by;
 };
 
 // What a finished job means. A lost rank is a stall or death (exit 3, a rank_lost line, a rank ended
-// by SIGKILL/SIGTERM/SIGHUP, the no-progress timeout); any other non-zero exit is the run's own
-// failure (1: bad input, 2: usage), never restarted, and so is a rank's crash (a crash signal in
-// mpirun's line), whatever the other ranks said after it.
+// by SIGKILL/SIGTERM/SIGHUP, the no-progress timeout), or mpirun's own failure (a status no lattice
+// rank exits with: 255 when a daemon could not start or a rank's MPI library aborted on a broken link)
+// in a relaunch or after the job trained; any other non-zero exit is the run's own failure (1: bad
+// input, 2: usage), never restarted, and so is a rank's crash (a crash signal in mpirun's line),
+// whatever the other ranks said after it.
 enum class Verdict { completed, failed, lost, interrupted };
 
 // A job with a lost or killed rank has not ended this many seconds after the first such line: the
@@ -72,6 +78,8 @@ enum class Verdict { completed, failed, lost, interrupted };
 // job's last line.
 inline constexpr double kLostJobGraceSeconds = 10;
 Verdict classify(const JobResult& job);
+// An exit status of mpirun's own: none of lattice's 0 to 3, nor 128 + a signal.
+bool mpirun_own_status(int exit_status);
 const char* verdict_name(Verdict v);
 
 // Readers of the job's output lines, for the launcher to fill a JobResult as lines pass.
@@ -83,7 +91,11 @@ std::optional<int> lost_rank_in_line(const std::string& line);
 // the daemon's hostname, not the hostfile's name: host_of_rank maps N to the hostfile's host).
 struct DiedRank {
   int rank = 0, signal = 0;
+  std::string node;  // as mpirun names it
 };
+// The host a dead rank ran on: the hostfile's host mpirun's line names (in any case), else the one
+// whose slots hold its number (mpirun's default placement).
+std::string host_of_died_rank(const std::vector<Host>& hosts, const DiedRank& died);
 std::optional<DiedRank> died_rank_in_line(const std::string& line);
 // SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL: a process's own fault, not a lost host or an operator.
 bool is_crash_signal(int signal);
@@ -154,6 +166,9 @@ struct Environment {
   // launcher runs on it). Unset: no host is local.
   std::function<bool(const Host&)> local;
   std::function<std::optional<int64_t>()> checkpoint_step;  // the promoted checkpoint's step, if any
+  // A checkpoint this launch promoted is in --save but its trainer.json cannot be read (damaged):
+  // the relaunch resumes it anyway, so that train names the damage. Unset: never.
+  std::function<bool()> checkpoint_unreadable;
   // The planner's layout for `world` ranks, at most `slots_per_host` a host (throws InputError).
   std::function<Layout(int world, int slots_per_host)> plan;
   std::function<double()> now;                             // seconds, monotonic
@@ -169,7 +184,7 @@ struct Environment {
 // The restart's record: one line and one event.
 struct Restart {
   int number = 0, max_restarts = 0;
-  std::string reason;                  // "rank died", "rank stalled", "no progress"
+  std::string reason;                  // "rank died", "rank lost", "no progress", "mpirun failed (exit N)"
   std::vector<std::string> lost_hosts;  // died or no longer answering
   std::vector<std::string> hosts;       // the next job's
   Layout from, to;
@@ -178,6 +193,8 @@ struct Restart {
   double seconds_lost = 0;              // from the failed job's last step to the relaunch
   std::string resume_dir;               // empty: from step 0
   std::string own_start;                // with no checkpoint of this run's: its own --resume/--init, if any
+  bool resume_unreadable = false;       // resume_dir's trainer.json cannot be read (the job says why)
+  int idle_slots = 0;                   // slots answering that no layout could use (fewer ranks fit)
 };
 std::string restart_line(const Restart& r);
 nlohmann::json restart_event(const Restart& r);

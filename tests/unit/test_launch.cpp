@@ -430,7 +430,8 @@ TEST(LaunchSupervisor, StopsWhenNoLayoutFits) {
   Environment env = w.env();
   env.plan = [](int, int) -> Layout { throw InputError("no layout fits 2 rank(s)"); };
   EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, env), kExitRankLost);
-  EXPECT_EQ(w.lines.back(), "lattice launch: stopping: no layout fits 2 rank(s); this run saved no checkpoint yet");
+  EXPECT_EQ(w.lines.back(), "lattice launch: stopping: no layout fits 2 rank(s), nor of fewer down to 1 "
+                            "(--min-ranks); this run saved no checkpoint yet");
 }
 
 TEST(LaunchSupervisor, ACrashIsPassedOnNotRestarted) {
@@ -488,6 +489,121 @@ TEST(LaunchSupervisor, InterruptedIsNotRestarted) {
   fake.results = {j};
   EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, w.env()), 130);
   EXPECT_EQ(fake.calls.size(), 1u);
+}
+
+// mpirun's own status (255: a daemon that could not start, a rank's MPI library aborting on a broken
+// link) is a lost host in a relaunch or after steps, and passed on before the first job's first step.
+TEST(LaunchVerdict, MpirunsOwnFailureIsLostOnceTheRunIsUnderWay) {
+  EXPECT_TRUE(mpirun_own_status(255));
+  EXPECT_TRUE(mpirun_own_status(4));
+  for (int s : {0, 1, 2, 3, 128 + SIGKILL, 128 + SIGSEGV}) EXPECT_FALSE(mpirun_own_status(s)) << s;
+  JobResult j;
+  j.exit_status = 255;
+  EXPECT_EQ(classify(j), Verdict::failed);  // the first job, no step: an mpirun or --mpi-arg that fails
+  j.last_step = 4;
+  EXPECT_EQ(classify(j), Verdict::lost);
+  j.last_step = 0;
+  j.relaunched = true;
+  EXPECT_EQ(classify(j), Verdict::lost);
+  j.refused = true;  // train said why: its own
+  EXPECT_EQ(classify(j), Verdict::failed);
+}
+
+// The dead rank's host is the one mpirun's line names, whatever the placement; else by slot order.
+TEST(LaunchOutput, ADeadRanksHostIsTheNodeMpirunNames) {
+  const std::vector<Host> hosts = {{"10.0.0.2", 2}, {"Node-B", 2}};
+  const auto named = died_rank_in_line(
+      "mpirun noticed that process rank 1 with PID 77 on node node-b exited on signal 9 (Killed).");
+  ASSERT_TRUE(named.has_value());
+  EXPECT_EQ(named->node, "node-b");
+  EXPECT_EQ(host_of_rank(hosts, 1), "10.0.0.2");        // slot order would say the first host
+  EXPECT_EQ(host_of_died_rank(hosts, *named), "Node-B");  // mpirun put it on the second (--map-by node)
+  EXPECT_EQ(host_of_died_rank(hosts, DiedRank{3, 9, "b.example.org"}), "Node-B");  // a name not in the file
+}
+
+// A relaunch that mpirun itself fails (exit 255: a host answers the probe but its daemon cannot start)
+// is restarted like any lost rank, within --max-restarts, and says so.
+TEST(LaunchSupervisor, ARelaunchMpirunFailsIsRestarted) {
+  World w;
+  FakeLauncher fake;
+  JobResult broken;
+  broken.exit_status = 255;
+  broken.relaunched = true;
+  fake.results = {died_on("B", 7), broken, JobResult{}};
+  w.saved = 6;
+  w.hosts = {{"A", 2}, {"B", 2}, {"C", 2}};
+  w.answering = {"A", "B", "C"};
+  EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, w.env()), 0);
+  ASSERT_EQ(fake.calls.size(), 3u);
+  ASSERT_EQ(w.lines.size(), 2u);
+  EXPECT_NE(w.lines[1].find("restart 2 of at most 3 (mpirun failed (exit 255)): no host lost"), std::string::npos)
+      << w.lines[1];
+}
+
+// A rank of the job before still holding --save's lock (its host stopped without dying): no relaunch,
+// which train would refuse, while that rank could yet write the checkpoint; exit 3, said why.
+TEST(LaunchSupervisor, ASaveLockStillHeldStops) {
+  World w;
+  FakeLauncher fake;
+  JobResult stalled;
+  stalled.exit_status = 3;
+  stalled.ranks_reporting_lost = {1};
+  stalled.save_locked_by = "--save ck is being written by another lattice run (pid 17) still";
+  fake.results = {stalled};
+  w.saved = 6;
+  EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, w.env()), kExitRankLost);
+  EXPECT_EQ(fake.calls.size(), 1u);
+  ASSERT_EQ(w.lines.size(), 1u);
+  EXPECT_EQ(w.lines[0], "lattice launch: stopping: --save ck is being written by another lattice run (pid 17) still; "
+                        "the checkpoint in ck holds step 6");
+  EXPECT_EQ(w.events.back()["reason"], "save_locked");
+}
+
+// Slots no layout can use all of (a global batch 3 ranks cannot split) train on fewer: the most that
+// fit, down to --min-ranks, the idle slots said (none at all: StopsWhenNoLayoutFits).
+TEST(LaunchSupervisor, FewerRanksThanSlotsWhenAllCannotFit) {
+  World w;
+  w.hosts = {{"A", 2}, {"B", 1}, {"C", 1}};
+  w.answering = {"A", "B"};
+  FakeLauncher fake;
+  fake.results = {died_on("C", 7), JobResult{}};
+  w.saved = 6;
+  Environment env = w.env();
+  const auto plan = env.plan;
+  env.plan = [&](int world, int slots_per_host) {
+    if (8 % world != 0) throw InputError("no layout of the model and global batch 8 fits " + std::to_string(world) + " rank(s)");
+    return plan(world, slots_per_host);
+  };
+  EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, env), 0);
+  ASSERT_EQ(fake.calls.size(), 2u);
+  EXPECT_EQ(fake.calls[1].world, 2);
+  EXPECT_EQ(fake.calls[1].hosts, (std::vector<std::string>{"A", "B"}));
+  EXPECT_NE(w.lines[0].find("on A, B (1 slot(s) idle: no layout of 3 ranks fits); resuming ck at step 6"),
+            std::string::npos) << w.lines[0];
+  EXPECT_EQ(w.events[0]["idle_slots"], 1);
+
+}
+
+// A checkpoint this launch promoted whose trainer.json cannot be read is resumed anyway, so that the
+// job names the damage, never taken for "no checkpoint yet" (a relaunch from step 0 that train refuses
+// for the checkpoint in --save, and a last line saying none was saved).
+TEST(LaunchSupervisor, AnUnreadableCheckpointIsResumedForTheJobToName) {
+  World w;
+  FakeLauncher fake;
+  JobResult damaged_refused;
+  damaged_refused.exit_status = 1;
+  damaged_refused.refused = true;
+  damaged_refused.relaunched = true;
+  fake.results = {died_on("B", 9), damaged_refused};
+  Environment env = w.env();
+  env.checkpoint_unreadable = [] { return true; };
+  EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, env), 1);
+  ASSERT_EQ(fake.calls.size(), 2u);
+  EXPECT_EQ(flag_value(fake.calls[1].args, {"--resume"}), "ck");
+  EXPECT_NE(w.lines[0].find("resuming ck, whose trainer.json cannot be read (the job will say why), 9 step(s) redone"),
+            std::string::npos) << w.lines[0];
+  EXPECT_EQ(w.lines[1], "lattice launch: the job failed on its own (exit 1), not by a lost rank: not restarted; the "
+                        "checkpoint in ck cannot be read (its trainer.json)");
 }
 
 }  // namespace
