@@ -452,7 +452,8 @@ class MpirunLauncher final : public launch::Launcher {
         if (now_s() >= until)
           return std::string(e.what()) + " still, " + std::to_string(int(kSaveLockWaitSeconds)) +
                  " s after the job before ended (a rank of it on a host that stopped without dying, which could "
-                 "yet write there): end that process, then run this launch again to go on from the checkpoint";
+                 "yet write there): end that process, then launch again with --resume " + flags_.save +
+                 " among train's flags to go on from its checkpoint";
         if (!said) std::fprintf(stderr, "lattice launch: waiting for the job before to let go of it: %s\n", e.what());
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
