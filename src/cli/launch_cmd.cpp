@@ -418,8 +418,12 @@ class MpirunLauncher final : public launch::Launcher {
     job.interrupted = g_signal != 0;
     job.interrupt_signal = g_signal;
     job.seconds_since_progress = now_s() - last_progress_;
-    // Held for the relaunch a lost rank brings; a job done, or failed on its own, has none to wait for.
-    if (launch::classify(job) == launch::Verdict::lost) job.save_locked_by = hold_save_lock();
+    // Held for the relaunch a lost rank brings; a job done, or failed on its own, or the last restart's,
+    // has none to wait for. Interrupted while waiting: the job counts as interrupted.
+    if (launch::classify(job) == launch::Verdict::lost && jobs_run_ <= flags_.max_restarts) {
+      job.save_locked_by = hold_save_lock();
+      if (g_signal != 0) job.interrupted = true, job.interrupt_signal = g_signal;
+    }
     return job;
   }
 
@@ -452,8 +456,7 @@ class MpirunLauncher final : public launch::Launcher {
         if (now_s() >= until)
           return std::string(e.what()) + " still, " + std::to_string(int(kSaveLockWaitSeconds)) +
                  " s after the job before ended (a rank of it on a host that stopped without dying, which could "
-                 "yet write there): end that process, then launch again with --resume " + flags_.save +
-                 " among train's flags to go on from its checkpoint";
+                 "yet write there)";
         if (!said) std::fprintf(stderr, "lattice launch: waiting for the job before to let go of it: %s\n", e.what());
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -685,9 +688,12 @@ int run_launch(int argc, char** argv) {
   // environment, as a site's module may set it): a mapping or ranking policy of slot or core only, as
   // --map-by; a per-node count or a rankfile not at all.
   const auto placement_refusal = [](const std::string& key, const std::string& value) -> std::string {
-    for (const char* policy : {"rmaps_base_mapping_policy", "rmaps_base_ranking_policy"})
+    // OpenMPI 4's names and PRRTE's (OpenMPI 5: rmaps_default_...).
+    for (const char* policy : {"rmaps_base_mapping_policy", "rmaps_base_ranking_policy", "rmaps_default_mapping_policy",
+                               "rmaps_default_ranking_policy"})
       if (key == policy && value.rfind("slot", 0) != 0 && value.rfind("core", 0) != 0)
-        return key + " " + value + ": slot or core only";
+        return key + " '" + value + "': slot or core only";
+    if (key == "rmaps" && value != "round_robin") return "rmaps '" + value + "'";  // seq, ppr, rank_file, ...
     for (const char* count : {"n_pernode", "n_persocket", "ppr", "rank_file", "rankfile"})
       if (key.rfind("rmaps_", 0) == 0 && key.find(count) != std::string::npos) return key;
     return "";
@@ -700,10 +706,13 @@ int run_launch(int argc, char** argv) {
   }
   for (char** e = environ; *e; ++e) {
     const std::string var = *e;
-    if (var.rfind("OMPI_MCA_", 0) != 0) continue;
-    const size_t eq = var.find('=');
-    const std::string why = placement_refusal(var.substr(9, eq - 9), eq == std::string::npos ? "" : var.substr(eq + 1));
-    require(why.empty(), "OMPI_MCA_" + why + " (environment)" + placement_why + "; unset it");
+    for (const std::string prefix : {"OMPI_MCA_", "PRTE_MCA_"}) {
+      if (var.rfind(prefix, 0) != 0) continue;
+      const size_t eq = var.find('=');
+      const std::string key = var.substr(prefix.size(), eq - prefix.size());
+      const std::string why = placement_refusal(key, eq == std::string::npos ? "" : var.substr(eq + 1));
+      require(why.empty(), prefix + why + " (environment)" + placement_why + "; unset it");
+    }
   }
   require(runnable(f.mpirun), "--mpirun " + f.mpirun + " (or $MPIEXEC) is not a program this machine can run");
   f.save = train.save;

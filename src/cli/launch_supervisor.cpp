@@ -459,13 +459,19 @@ std::string restart_line(const Restart& r) {
   return out;
 }
 
+// The checkpoint the relaunch resumes: --save's, else the run's own --resume (as the line says).
+std::string resumed_dir(const Restart& r) {
+  if (!r.resume_dir.empty()) return r.resume_dir;
+  return r.own_start.rfind("--resume ", 0) == 0 ? r.own_start.substr(9) : "";
+}
+
 nlohmann::json restart_event(const Restart& r) {
   return {{"event", "restart"},       {"restart", r.number},
           {"max_restarts", r.max_restarts}, {"reason", r.reason},
           {"lost_hosts", r.lost_hosts},  {"hosts", r.hosts},
           {"from", r.from.to_json()},    {"to", r.to.to_json()},
           {"from_text", r.from.describe()}, {"to_text", r.to.describe()},  // as the line says them (the report shows these)
-          {"resume_step", r.resume_step}, {"resume", r.resume_dir.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.resume_dir)},
+          {"resume_step", r.resume_step}, {"resume", resumed_dir(r).empty() ? nlohmann::json(nullptr) : nlohmann::json(resumed_dir(r))},
           {"steps_redone", r.steps_redone}, {"seconds_lost", std::round(r.seconds_lost * 10) / 10},
           {"resume_unreadable", r.resume_unreadable}, {"idle_slots", r.idle_slots}};
 }
@@ -526,7 +532,10 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
     // A rank of the job before still holds --save's lock (its host stopped without dying): a relaunch
     // would be refused it, and that rank could yet write the checkpoint the relaunch resumes from.
     if (!job.save_locked_by.empty()) {
-      env.say("lattice launch: stopping: " + job.save_locked_by + "; " + kept);
+      env.say("lattice launch: stopping: " + job.save_locked_by + ": end that process, then launch again " +
+              (saved ? "with --resume " + options.save_dir + " among train's flags to go on from its checkpoint"
+                     : std::string("as before")) +
+              "; " + kept);
       env.event({{"event", "launch_stopped"}, {"reason", "save_locked"}, {"checkpoint_step", saved ? *saved : 0}});
       return kExitRankLost;
     }
@@ -565,12 +574,14 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
     int slots_per_host = next.front().slots;
     for (const Host& h : next) slots_per_host = std::min(slots_per_host, h.slots);
     if (const int signal = interrupted()) return stop_interrupted(signal);
-    // The most ranks that a layout fits, from every slot down to --min-ranks: a global batch that
-    // 3 ranks cannot split may train on 2 of them.
+    // The most ranks that a layout fits, from every slot down to --min-ranks, at most
+    // kFewerRanksTried counts (each a whole search): a global batch that 3 ranks cannot split may
+    // train on 2 of them, while a model too large for a rank's memory fits no fewer ranks either.
     Layout chosen;
     std::string no_layout;
     bool found = false;
-    for (int ranks = slots; !found && ranks >= std::max(1, options.min_ranks); --ranks) {
+    const int least = std::max({1, options.min_ranks, slots - kFewerRanksTried + 1});
+    for (int ranks = slots; !found && ranks >= least; --ranks) {
       if (const int signal = interrupted()) return stop_interrupted(signal);
       try {
         chosen = env.plan(ranks, slots_per_host);
@@ -580,9 +591,10 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
       }
     }
     if (!found) {
-      const int least = std::max(1, options.min_ranks);
       env.say("lattice launch: stopping: " + no_layout +
-              (slots > least ? ", nor of fewer down to " + std::to_string(least) + " (--min-ranks)" : std::string()) +
+              (slots > least ? ", nor of fewer down to " + std::to_string(least) +
+                                   (least == std::max(1, options.min_ranks) ? " (--min-ranks)" : "")
+                             : std::string()) +
               "; " + kept);
       env.event({{"event", "launch_stopped"}, {"reason", "no_layout"}, {"checkpoint_step", saved ? *saved : 0}});
       return kExitRankLost;
@@ -592,6 +604,16 @@ int supervise(const std::vector<Host>& hosts, const std::vector<std::string>& tr
     r.max_restarts = options.max_restarts;
     r.reason = reason;
     r.lost_hosts = lost;
+    // Fewer ranks than slots: mpirun fills the hosts' slots in order, so the hosts past the last rank
+    // get none, and are neither named nor given to the job.
+    {
+      std::vector<Host> used;
+      for (const Host& h : next) {
+        if (total_slots(used) >= chosen.world) break;
+        used.push_back(h);
+      }
+      next = used;
+    }
     for (const Host& h : next) r.hosts.push_back(h.name);
     r.from = layout;
     r.to = chosen;

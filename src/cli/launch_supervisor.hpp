@@ -22,6 +22,8 @@ namespace lattice::cli::launch {
 // Exit statuses of `lattice launch`: the job's own 0/1/2, 3 when ranks were lost and the run could
 // not go on (fewer than --min-ranks, --max-restarts reached, no layout fits), 130/143 interrupted.
 inline constexpr int kExitRankLost = 3;
+// A restart whose slots no layout fits tries this many rank counts at most, every slot first.
+inline constexpr int kFewerRanksTried = 8;
 
 struct Host {
   std::string name;
@@ -87,8 +89,9 @@ const char* verdict_name(Verdict v);
 std::optional<int64_t> step_in_line(const std::string& line);
 // {"event":"rank_lost","rank":N,...} or "lattice: rank N: ...; stopping (exit 3: rank lost)".
 std::optional<int> lost_rank_in_line(const std::string& line);
-// "mpirun noticed that process rank N with PID P on node NAME exited on signal S": N and S (NAME is
-// the daemon's hostname, not the hostfile's name: host_of_rank maps N to the hostfile's host).
+// "mpirun noticed that process rank N with PID P on node NAME exited on signal S": N, S and NAME (the
+// hostfile's name for the host, or the daemon's own hostname, by OpenMPI's version and setup:
+// host_of_died_rank takes it where it names a hostfile host, else maps N by slot order).
 struct DiedRank {
   int rank = 0, signal = 0;
   std::string node;  // as mpirun names it

@@ -248,6 +248,9 @@ int run_train(int argc, char** argv) {
     require(layout.pipeline_layers == "auto" || (app.count("--hardware") == 0 && memory_limit.empty()),
             "--hardware and --pipeline-memory-limit apply to --pipeline-layers auto only");
     require(layout.memory_budget.empty() || layout.recompute == "auto", "--memory-budget applies to --recompute auto only");
+    // Read here, before any communicator: under mpirun the partition runs where one rank's refusal
+    // stops all with exit 1, and a size that does not parse is a usage error (exit 2).
+    if (!memory_limit.empty()) (void)plan::parse_bytes(memory_limit, "--pipeline-memory-limit");
     layout.context_parallel_runs = true;
     resolved = layout.resolve(model.layers);
     // Before the planner is asked (--pipeline-layers auto, --recompute auto): a layout CP cannot run

@@ -33,9 +33,8 @@ class InputError : public std::runtime_error {
   }
 };
 
-// Raised when training diverges (NaN/inf loss): not the user's input, but still a clean exit 1.
-// A flag's value that is not of its kind at all ("abc" or "80XB" for a size): a usage error, exit 2
-// as the flag parser's own ("--layers abc"). A value of its kind that is out of bounds ("0" for a
+// A flag's value that does not parse as its kind ("abc" or "80XB" for a size): a usage error, exit 2
+// as the flag parser's own ("--layers abc"). One that parses but is out of bounds ("0", "inf" for a
 // size) stays an InputError, exit 1, as the flag bounds' ("--layers 0").
 class UsageError : public InputError {
  public:
@@ -45,6 +44,7 @@ class UsageError : public InputError {
 // The exit status an error of the user's input ends with: 2 for usage, 1 otherwise.
 inline int exit_status_of(const std::exception& e) { return dynamic_cast<const UsageError*>(&e) ? 2 : 1; }
 
+// Raised when training diverges (NaN/inf loss): not the user's input, but still a clean exit 1.
 class TrainingError : public std::runtime_error {
  public:
   explicit TrainingError(const std::string& what) : std::runtime_error(what) {}

@@ -315,14 +315,14 @@ DirLock::DirLock(const std::string& dir, const std::string& flag) {
       fail("cannot lock " + flag + " " + dir + ": cannot open " + lock.string() + ": " + why);
     }
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      char holder[32] = {};
+      char holder[320] = {};
       const ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
       ::close(fd_), fd_ = -1;
       lock_path_.clear();  // the holder's file, not ours to remove
       made_dirs_.clear();
-      std::string pid = n > 0 ? std::string(holder, size_t(n)) : "";
-      pid.erase(std::remove(pid.begin(), pid.end(), '\n'), pid.end());
-      fail(flag + " " + dir + " is being written by another lattice run" + (pid.empty() ? "" : " (pid " + pid + ")"));
+      std::string who = n > 0 ? std::string(holder, size_t(n)) : "";  // "PID on HOST"
+      who.erase(std::remove(who.begin(), who.end(), '\n'), who.end());
+      fail(flag + " " + dir + " is being written by another lattice run" + (who.empty() ? "" : " (pid " + who + ")"));
     }
     // Locked: but a holder that released it meanwhile removed the file this descriptor names, and a
     // third run may have made a new one and locked that. Ours only if the path is still this file.
@@ -332,8 +332,11 @@ DirLock::DirLock(const std::string& dir, const std::string& flag) {
       break;
     ::close(fd_), fd_ = -1;
   }
-  // Who holds it, for the message above (best effort: the lock holds without it).
-  const std::string pid = std::to_string(::getpid()) + "\n";
+  // Who holds it, for the message above (best effort: the lock holds without it): the host too, since
+  // under lattice launch the holder may be a rank on another host.
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string pid = std::to_string(::getpid()) + " on " + host + "\n";
   const bool noted = ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) == ssize_t(pid.size());
   (void)noted;
 }

@@ -102,10 +102,12 @@ Hardware local_hardware(int ranks, int threads, bool announce) {
     // step's all-gather, timed at 8 KiB only, came out 100 times the full bench's. Said, not hidden.
     if (announce && bench.comm_cells_left_out > 0)
       std::fprintf(stderr,
-                   "lattice plan: warning: the MPI bench %s left %d cells unmeasured (its --budget ran out, or "
-                   "--max-bytes): messages larger than an operation's largest measured size are extrapolated from "
-                   "it; mpirun -np %d lattice bench --save --budget 60 measures more\n",
-                   path.c_str(), bench.comm_cells_left_out, ranks);
+                   "lattice plan: warning: the MPI bench %s left %d cells unmeasured (its --budget ran out): "
+                   "messages larger than an operation's largest measured size are extrapolated from it%s\n",
+                   path.c_str(), bench.comm_cells_left_out,
+                   bench.comm_seconds < 55 ? ("; mpirun -np " + std::to_string(ranks) +
+                                              " lattice bench --save --budget 60 measures more").c_str()
+                                           : " (60 s, the most --budget allows, did not reach them)");
     if (bench.threads_per_rank == threads && bench.compute.memory_bandwidth > 0 && !oversubscribed) {
       // Measured by this many ranks of these threads at once: the sharing of the cores is in them.
       take_rates(l, bench, bench.ranks == ranks);

@@ -431,6 +431,7 @@ LocalBench read_local_bench(const std::string& path) {
   const auto& mpi = j["mpi"];
   if (r.count(mpi, "ranks", 1, " in \"mpi\"") != b.ranks) r.bad("\"mpi\".\"ranks\" differs from \"ranks\"");
   if (mpi.contains("skipped")) b.comm_cells_left_out = r.count(mpi, "skipped", 0, " in \"mpi\"");
+  if (mpi.contains("seconds") && mpi["seconds"].is_number()) b.comm_seconds = mpi["seconds"].get<double>();
   const auto& groups = r.field(mpi, "groups", " in \"mpi\"");
   if (!groups.is_array()) r.bad("\"mpi\".\"groups\" must be an array");
   for (size_t g = 0; g < groups.size(); ++g) {

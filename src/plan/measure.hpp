@@ -75,7 +75,8 @@ struct LocalBench {  // a schema-2 `lattice bench --json` result
   Measurement compute;                        // today's GEMM rates, triad bandwidth, runtime RSS
   std::map<std::string, double> elementwise;  // kernel -> bytes/s (keys as written in the JSON)
   CommTable comm;                             // empty for a one-process bench
-  int comm_cells_left_out = 0;                // MPI cells its --budget or --max-bytes left unmeasured
+  int comm_cells_left_out = 0;                // MPI cells its --budget ran out before
+  double comm_seconds = 0;                    // what the MPI part took (its budget is at most 60 s)
 };
 LocalBench read_local_bench(const std::string& path);  // InputError naming the file and the problem
 

@@ -16,8 +16,8 @@ double leading_number(const std::string& text, const std::string& flag, std::str
   char* end = nullptr;
   const double v = std::strtod(begin, &end);
   const std::string wanted = flag + " must be a positive number with an optional unit (got '" + text + "')";
-  if (end == begin || !std::isfinite(v)) throw UsageError(wanted);  // not a number: usage, exit 2
-  require(v > 0, wanted);
+  if (end == begin) throw UsageError(wanted);  // not a number: usage, exit 2
+  require(std::isfinite(v) && v > 0, wanted);  // a number out of bounds (0, -1, inf): exit 1
   unit.clear();
   for (const char* c = end; *c; ++c)
     if (!std::isspace(static_cast<unsigned char>(*c))) unit += char(std::tolower(static_cast<unsigned char>(*c)));

@@ -76,10 +76,10 @@ usage "--mpi-arg=--tag-output" 1 "--mpi-arg --tag-output: the launcher reads the
 # The same placement as MCA parameters, on the command line or in the environment (accepted before,
 # and a killed rank's healthy neighbour host was then dropped); slot and core stay allowed.
 usage "--mpi-arg -mca rmaps_base_mapping_policy node" 1 \
-  "--mpi-arg rmaps_base_mapping_policy node: slot or core only: the launcher finds a lost rank's host" \
+  "--mpi-arg rmaps_base_mapping_policy 'node': slot or core only: the launcher finds a lost rank's host" \
   --hostfile hosts --mpi-arg=-mca --mpi-arg=rmaps_base_mapping_policy --mpi-arg=node -- train "${MODEL[@]}" --steps 2 --save ck
 OMPI_MCA_rmaps_base_mapping_policy=node usage "OMPI_MCA_rmaps_base_mapping_policy=node" 1 \
-  "OMPI_MCA_rmaps_base_mapping_policy node: slot or core only (environment).*unset it" \
+  "OMPI_MCA_rmaps_base_mapping_policy 'node': slot or core only (environment).*unset it" \
   --hostfile hosts -- train "${MODEL[@]}" --steps 2 --save ck
 OMPI_MCA_rmaps_ppr_n_pernode=1 usage "OMPI_MCA_rmaps_ppr_n_pernode=1" 1 "OMPI_MCA_rmaps_ppr_n_pernode (environment)" \
   --hostfile hosts -- train "${MODEL[@]}" --steps 2 --save ck

@@ -79,6 +79,13 @@ check "printed once" test "$(grep -c 'pipeline layers (auto)' pp2_auto.err)" -eq
 check "the partition is uneven for 5 layers on 2 stages" test "$counts" = 3,2 -o "$counts" = 2,3
 bad_layout "auto under a limit nothing fits" "the smallest peak is .* at [0-9],[0-9]" 2 --pipeline-model-parallel-size 2 \
   --pipeline-layers auto --pipeline-memory-limit 1MB
+# A limit that does not parse as a size: a usage error, exit 2, on two ranks too (it was read where one
+# rank's refusal stops all with exit 1), said once.
+timeout 60 mpirun --oversubscribe -np 2 "$LATTICE" train "${MODEL[@]}" --pipeline-model-parallel-size 2 \
+  --pipeline-layers auto --pipeline-memory-limit 80XB > bad.out 2> bad.err
+status=$?
+check "a limit of no known unit, on two ranks: exit 2 (got $status), one line naming it" \
+  bash -c "[ $status -eq 2 ] && [ \$(grep -c error bad.err) -eq 1 ] && grep -q \"unknown unit 'xb'\" bad.err"
 bad_layout "auto with interleaving" "virtual-stages 1" 2 --pipeline-model-parallel-size 2 --pipeline-layers auto \
   --schedule interleaved --virtual-stages 2
 expect_error "--hardware without auto" "auto only" train "${MODEL[@]}" --hardware cpu

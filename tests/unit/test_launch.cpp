@@ -548,14 +548,15 @@ TEST(LaunchSupervisor, ASaveLockStillHeldStops) {
   JobResult stalled;
   stalled.exit_status = 3;
   stalled.ranks_reporting_lost = {1};
-  stalled.save_locked_by = "--save ck is being written by another lattice run (pid 17) still";
+  stalled.save_locked_by = "--save ck is being written by another lattice run (pid 17 on b) still";
   fake.results = {stalled};
   w.saved = 6;
   EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, w.env()), kExitRankLost);
   EXPECT_EQ(fake.calls.size(), 1u);
   ASSERT_EQ(w.lines.size(), 1u);
-  EXPECT_EQ(w.lines[0], "lattice launch: stopping: --save ck is being written by another lattice run (pid 17) still; "
-                        "the checkpoint in ck holds step 6");
+  EXPECT_EQ(w.lines[0], "lattice launch: stopping: --save ck is being written by another lattice run (pid 17 on b) "
+                        "still: end that process, then launch again with --resume ck among train's flags to go on "
+                        "from its checkpoint; the checkpoint in ck holds step 6");
   EXPECT_EQ(w.events.back()["reason"], "save_locked");
 }
 
@@ -577,8 +578,8 @@ TEST(LaunchSupervisor, FewerRanksThanSlotsWhenAllCannotFit) {
   EXPECT_EQ(supervise(w.hosts, kArgs, tp2dp2(), 8, {1, 3, "ck"}, fake, env), 0);
   ASSERT_EQ(fake.calls.size(), 2u);
   EXPECT_EQ(fake.calls[1].world, 2);
-  EXPECT_EQ(fake.calls[1].hosts, (std::vector<std::string>{"A", "B"}));
-  EXPECT_NE(w.lines[0].find("on A, B (1 slot(s) idle: no layout of 3 ranks fits); resuming ck at step 6"),
+  EXPECT_EQ(fake.calls[1].hosts, std::vector<std::string>{"A"});  // its 2 slots hold both ranks: B idles
+  EXPECT_NE(w.lines[0].find("on A (1 slot(s) idle: no layout of 3 ranks fits); resuming ck at step 6"),
             std::string::npos) << w.lines[0];
   EXPECT_EQ(w.events[0]["idle_slots"], 1);
 
