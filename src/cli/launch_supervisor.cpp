@@ -459,11 +459,13 @@ std::string restart_line(const Restart& r) {
   return out;
 }
 
+namespace {
 // The checkpoint the relaunch resumes: --save's, else the run's own --resume (as the line says).
 std::string resumed_dir(const Restart& r) {
   if (!r.resume_dir.empty()) return r.resume_dir;
   return r.own_start.rfind("--resume ", 0) == 0 ? r.own_start.substr(9) : "";
 }
+}  // namespace
 
 nlohmann::json restart_event(const Restart& r) {
   return {{"event", "restart"},       {"restart", r.number},

@@ -20,7 +20,8 @@
 namespace lattice::cli::launch {
 
 // Exit statuses of `lattice launch`: the job's own 0/1/2, 3 when ranks were lost and the run could
-// not go on (fewer than --min-ranks, --max-restarts reached, no layout fits), 130/143 interrupted.
+// not go on (fewer than --min-ranks, --max-restarts reached, no layout fits, --save still locked by
+// a rank of the job before), 130/143 interrupted.
 inline constexpr int kExitRankLost = 3;
 // A restart whose slots no layout fits tries this many rank counts at most, every slot first.
 inline constexpr int kFewerRanksTried = 8;
