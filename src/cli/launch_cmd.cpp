@@ -505,15 +505,18 @@ bool host_answers(const Host& host, double timeout, const std::vector<std::strin
 }
 
 
-// trainer.json of the checkpoint in `dir` as bytes (empty: none): what tells one promoted checkpoint
-// from another (its step, losses and settings).
-std::string checkpoint_identity(const std::string& dir) {
-  std::ifstream in(dir + "/trainer.json", std::ios::binary);
+// The first MiB of `path` (empty: none, or unreadable).
+std::string file_head(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
   std::string text(size_t(1) << 20, '\0');
   in.read(text.data(), std::streamsize(text.size()));
   text.resize(size_t(std::max<std::streamsize>(0, in.gcount())));
   return text;
 }
+
+// trainer.json of the checkpoint in `dir` as bytes (empty: none): what tells one promoted checkpoint
+// from another (its step, losses and settings).
+std::string checkpoint_identity(const std::string& dir) { return file_head(dir + "/trainer.json"); }
 
 // The step of the checkpoint in `dir` promoted since the launch began (its trainer.json is not the one
 // found then): nullopt when this run has saved none, so that a restart never resumes from an older
@@ -527,21 +530,13 @@ std::optional<int64_t> checkpoint_step(const std::string& dir, const std::string
 }
 
 // The checkpoint manifest in `dir` as bytes (empty: none): a save of this launch's changes it.
-std::string manifest_identity(const std::string& dir) {
-  std::ifstream in(dir + "/" + kCheckpointManifest, std::ios::binary);
-  std::string text(size_t(1) << 20, '\0');
-  in.read(text.data(), std::streamsize(text.size()));
-  text.resize(size_t(std::max<std::streamsize>(0, in.gcount())));
-  return text;
-}
+std::string manifest_identity(const std::string& dir) { return file_head(dir + "/" + kCheckpointManifest); }
 
 // A checkpoint this launch promoted in `dir` (its manifest is not the one found then) whose
 // trainer.json gives no step: damaged, which the relaunch's train names when it resumes it.
 bool checkpoint_unreadable(const std::string& dir, const std::string& manifest_at_start) {
   const std::string manifest = manifest_identity(dir);
-  if (manifest.empty() || manifest == manifest_at_start) return false;
-  const nlohmann::json j = nlohmann::json::parse(checkpoint_identity(dir), nullptr, false);
-  return !(j.is_object() && j.contains("step") && j["step"].is_number_integer());
+  return !manifest.empty() && manifest != manifest_at_start && !checkpoint_step(dir, "").has_value();
 }
 
 constexpr const char* kUsage =

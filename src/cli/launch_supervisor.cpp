@@ -141,15 +141,18 @@ std::string host_of_rank(const std::vector<Host>& hosts, int rank) {
   return "";
 }
 
+namespace {
+// Host names are case-insensitive (LOCALHOST is this machine too): compared lowered.
+std::string lowercase(std::string s) {
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+}  // namespace
+
 bool is_local_host(const std::string& name, const std::string& this_hostname) {
-  // Host names are case-insensitive (LOCALHOST is this machine too).
-  const auto lower = [](std::string s) {
-    for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-  };
-  const std::string n = lower(name);
+  const std::string n = lowercase(name);
   return n == "localhost" || n == "::1" || n.rfind("127.", 0) == 0 ||
-         (!this_hostname.empty() && n == lower(this_hostname));
+         (!this_hostname.empty() && n == lowercase(this_hostname));
 }
 
 std::vector<std::vector<std::string>> remote_agents(const std::vector<std::string>& mpi_args, const char* env_agent) {
@@ -245,14 +248,10 @@ std::optional<DiedRank> died_rank_in_line(const std::string& line) {
 }
 
 std::string host_of_died_rank(const std::vector<Host>& hosts, const DiedRank& died) {
-  const auto lower = [](std::string s) {
-    for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-  };
   // mpirun names the node as the hostfile does (an MCA mapping policy the launcher did not see may
   // have put the rank elsewhere than its slot order says).
   for (const Host& h : hosts)
-    if (lower(h.name) == lower(died.node)) return h.name;
+    if (lowercase(h.name) == lowercase(died.node)) return h.name;
   return host_of_rank(hosts, died.rank);
 }
 

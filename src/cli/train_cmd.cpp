@@ -87,13 +87,12 @@ void peak_inputs(TrainConfig& train, DType dtype, int host_ranks) {
 
 // --pipeline-layers auto: the planner's partition of this run's layers (analysis/partition.hpp),
 // from the time model at `hardware` and the per-category memory prediction within `limit` bytes a
-// rank (default: this machine's memory shared by its ranks). Every rank computes the same counts
-// from the same flags; world rank 0 prints them.
+// rank (0: this machine's memory shared by its ranks). Every rank computes the same counts from the
+// same flags; world rank 0 prints them.
 void partition_automatically(LayoutConfig& layout, const ModelConfig& model, const TrainConfig& train, int world,
-                             int local_ranks, const std::string& hardware, const std::string& limit, bool print) {
+                             int local_ranks, const std::string& hardware, int64_t limit, bool print) {
   plan::PlanRequest r = run_request(model, layout, train, world);
-  const double cap = limit.empty() ? physical_memory_bytes() / std::max(1, local_ranks)
-                                   : double(plan::parse_bytes(limit, "--pipeline-memory-limit"));
+  const double cap = limit == 0 ? physical_memory_bytes() / std::max(1, local_ranks) : double(limit);
   r.gpu_memory = int64_t(cap);
   require(r.micro_batch >= 1 && r.global_batch % (r.micro_batch * r.layout.dp) == 0,
           "--pipeline-layers auto needs --global-batch a multiple of --micro-batch × data-parallel size");
@@ -179,6 +178,7 @@ int run_train(int argc, char** argv) {
                "time every kernel and GEMM call (each between two device synchronisations) and print where the "
                "time went, by operation (docs/performance.md)");
   std::string hardware = "cpu", memory_limit;
+  int64_t memory_limit_bytes = 0;  // --pipeline-memory-limit read (0: not given)
   app.add_option("--hardware", hardware,
                  "--pipeline-layers auto: the machine its time model plans for (a preset, or a lattice bench "
                  "--json file)")
@@ -250,7 +250,7 @@ int run_train(int argc, char** argv) {
     require(layout.memory_budget.empty() || layout.recompute == "auto", "--memory-budget applies to --recompute auto only");
     // Read here, before any communicator: under mpirun the partition runs where one rank's refusal
     // stops all with exit 1, and a size that does not parse is a usage error (exit 2).
-    if (!memory_limit.empty()) (void)plan::parse_bytes(memory_limit, "--pipeline-memory-limit");
+    if (!memory_limit.empty()) memory_limit_bytes = plan::parse_bytes(memory_limit, "--pipeline-memory-limit");
     layout.context_parallel_runs = true;
     resolved = layout.resolve(model.layers);
     // Before the planner is asked (--pipeline-layers auto, --recompute auto): a layout CP cannot run
@@ -269,7 +269,7 @@ int run_train(int argc, char** argv) {
   }
   if (!comm::started_by_launcher() && resolved.tp == 1 && resolved.pp == 1 && resolved.ep == 1 &&
       resolved.cp == 1) {
-    if (layout.partition_auto) partition_automatically(resolved, model, train, 1, 1, hardware, memory_limit, false);
+    if (layout.partition_auto) partition_automatically(resolved, model, train, 1, 1, hardware, memory_limit_bytes, false);
     if (layout.recompute_auto)
       choose_recompute_automatically(resolved, model, train, 1, layout.memory_budget_bytes, true);
     if (train.json || !train.report_dir.empty()) train.predicted_memory = predicted_memory(model, resolved, train, 1);
@@ -312,7 +312,7 @@ int run_train(int argc, char** argv) {
     // then the counts are compared: ranks on hosts of unlike memory could choose differently.
     const int host_ranks = dist.ranks_on_this_host();
     comm::check_on_all_ranks("train", [&] {
-      partition_automatically(resolved, model, train, dist.world_size(), host_ranks, hardware, memory_limit,
+      partition_automatically(resolved, model, train, dist.world_size(), host_ranks, hardware, memory_limit_bytes,
                               dist.rank() == 0);
     });
     comm::check_on_all_ranks("train",

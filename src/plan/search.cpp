@@ -31,12 +31,17 @@ struct Candidate {
   PlanRequest request;
 };
 
+// The layers of r's longest (virtual) stage: block N at that count recomputes every layer.
+int longest_stage(const PlanRequest& r) {
+  const std::vector<int> counts = StagePartition::of(r.layout, r.model.layers).counts();
+  return *std::max_element(counts.begin(), counts.end());
+}
+
 // Full recompute of the first N layers of each stage: memory falls and time rises with N, so the best
 // N is the smallest that fits; binary search it up to the longest stage's layers (every layer).
 // Returns that count when only every layer fits, -1 when not even that fits.
 int fewest_recomputed_layers(PlanRequest r) {
-  const std::vector<int> counts = StagePartition::of(r.layout, r.model.layers).counts();
-  int lo = 1, hi = *std::max_element(counts.begin(), counts.end());
+  int lo = 1, hi = longest_stage(r);
   r.layout.recompute_layers = hi;
   if (!plan_memory(r).fits()) return -1;
   while (lo < hi) {
@@ -195,8 +200,7 @@ PointOutcome weigh_point(const PlanRequest& base, const Hardware& hw, const Layo
     ++out.considered;
     return out;
   }
-  const std::vector<int> counts = StagePartition::of(r.layout, L).counts();
-  r.layout.recompute_layers = n == *std::max_element(counts.begin(), counts.end()) ? -1 : n;
+  r.layout.recompute_layers = n == longest_stage(r) ? -1 : n;
   if (uneven && !partition(r)) return out;  // balanced for the layers actually recomputed
   consider(r);
   return out;
