@@ -54,9 +54,10 @@ std::string unexpected_arguments(const CLI::App& app, const std::vector<std::str
   return text + "; " + app.get_name() + " --help lists its flags";
 }
 
-// A refused value said once under a launcher (report_after_rank0).
+// A refused flag or value, a usage error or not, said once under a launcher (report_after_rank0):
+// 64 ranks given the same command line wrote 64 copies of a usage line.
 int refuse_value(const std::string& command, const std::string& message, int status) {
-  if (status == 1 && comm::started_by_launcher() && comm::launcher_rank() != 0)
+  if (comm::started_by_launcher() && comm::launcher_rank() != 0)
     return report_after_rank0(command, message, status);
   std::fprintf(stderr, "lattice %s: error: %s\n", command.c_str(), message.c_str());
   return status;
@@ -112,18 +113,19 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
         break;
       }
   } catch (const InputError& e) {
-    std::fprintf(stderr, "lattice %s: error: %s\n", command.c_str(), e.what());
-    return 2;
+    return refuse_value(command, e.what(), 2);
   }
   std::reverse(args.begin(), args.end());  // CLI11 takes a vector last argument first
   try {
     app.parse(args);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help (or --version): print it, succeed
+    if (e.get_exit_code() == 0) {  // --help (or --version): print it (once under a launcher), succeed
+      if (comm::started_by_launcher() && comm::launcher_rank() != 0) return 0;
+      return app.exit(e);
+    }
     std::string message = dynamic_cast<const CLI::ExtrasError*>(&e) ? unexpected_arguments(app, app.remaining()) : e.what();
     std::replace(message.begin(), message.end(), '\n', ' ');  // the one-line error contract
-    std::fprintf(stderr, "lattice %s: error: %s\n", command.c_str(), message.c_str());
-    return 2;
+    return refuse_value(command, message, 2);
   } catch (const InputError& e) {  // a flag's own callback refused its value: said once, as below
     return refuse_value(command, e.what(), exit_status_of(e));
   }

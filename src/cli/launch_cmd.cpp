@@ -450,14 +450,15 @@ class MpirunLauncher final : public launch::Launcher {
       try {
         save_lock_ = DirLock(flags_.save, "--save");
         return "";
-      } catch (const InputError& e) {
-        const bool held = std::string(e.what()).find("being written by another lattice run") != std::string::npos;
-        if (!held || g_signal != 0) return "";  // another cause: train will name it
+      } catch (const LockHeldError& e) {
+        if (g_signal != 0) return "";
         if (now_s() >= until)
           return std::string(e.what()) + " still, " + std::to_string(int(kSaveLockWaitSeconds)) +
                  " s after the job before ended (a rank of it on a host that stopped without dying, which could "
                  "yet write there)";
         if (!said) std::fprintf(stderr, "lattice launch: waiting for the job before to let go of it: %s\n", e.what());
+      } catch (const InputError&) {
+        return "";  // another cause: train will name it
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }

@@ -322,7 +322,8 @@ DirLock::DirLock(const std::string& dir, const std::string& flag) {
       made_dirs_.clear();
       std::string who = n > 0 ? std::string(holder, size_t(n)) : "";  // "PID on HOST"
       who.erase(std::remove(who.begin(), who.end(), '\n'), who.end());
-      fail(flag + " " + dir + " is being written by another lattice run" + (who.empty() ? "" : " (pid " + who + ")"));
+      throw LockHeldError(flag + " " + dir + " is being written by another lattice run" +
+                          (who.empty() ? "" : " (pid " + who + ")"));
     }
     // Locked: but a holder that released it meanwhile removed the file this descriptor names, and a
     // third run may have made a new one and locked that. Ours only if the path is still this file.

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
+
 namespace lattice {
 
 enum class OutputKind {
@@ -82,10 +84,18 @@ bool path_within(const std::string& inner, const std::string& outer);
 // kernel drops the lock when its process ends, however it ends, so a relaunch after a crash or a
 // kill -9 is never refused. The holder removes the file when it lets go (a run killed leaves it,
 // harmlessly); a run that locked a file since removed retries on the path's new file.
+// The one refusal that means another run holds the lock (a caller may wait for it), apart from the
+// others (a directory that cannot be made, a lock file that cannot be opened).
+class LockHeldError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
 class DirLock {
  public:
   DirLock() = default;
-  // Throws InputError "<flag> <dir> is being written by another lattice run (pid N)" if it is held.
+  // Throws LockHeldError "<flag> <dir> is being written by another lattice run (pid N on HOST)" if
+  // it is held, InputError for any other cause.
   DirLock(const std::string& dir, const std::string& flag);
   ~DirLock() { release(); }
   DirLock(DirLock&& other) noexcept { take(other); }

@@ -116,4 +116,20 @@ double Executor::run(uint64_t step, float loss_scale, const MicroBatchSource& so
   return loss;
 }
 
+double Executor::forward_loss(const MicroBatch& mb) noexcept {
+  const int p = pp_.size(), me = pp_.rank(), stages = partition_.stages();
+  const int64_t act = int64_t(mb.rows) * model_.s_local(model_.config().seq_len) * model_.config().hidden;
+  float* in = received_.ensure(act);
+  double loss = 0.0;
+  for (int stage = me; stage < stages; stage += p) {
+    const auto [l0, l1] = layers_of(stage);
+    if (stage > 0) pp_.recv({in, size_t(act)}, (stage - 1) % p, kActivationTag);
+    float* out = stage + 1 < stages ? free_send_buffer(size_t(act) * sizeof(float)) : nullptr;
+    loss += model_.forward_loss_chunk(mb, l0, l1, stage > 0 ? in : nullptr, out);
+    // Waited at once: the next stage's rank is blocked on this receive, and the slot is free again.
+    if (out) pp_.send_async({out, size_t(act)}, (stage + 1) % p, kActivationTag).wait();
+  }
+  return loss;
+}
+
 }  // namespace lattice::parallel::pipeline

@@ -45,6 +45,12 @@ class Executor {
   // rank at once instead of unwinding through sends that peers may never receive.
   double run(uint64_t step, float loss_scale, const MicroBatchSource& source, Phase phase = Phase::whole) noexcept;
 
+  // Validation's forward of one micro-batch (GPT::forward_loss split into this layout's stages): the
+  // virtual stages run one after another, stage k on rank k mod p, each waiting for the previous
+  // one's activations, so no schedule is needed. No dropout, nothing kept. Returns the loss sum on
+  // the rank of the last stage, 0 on the others. noexcept as run().
+  double forward_loss(const MicroBatch& mb) noexcept;
+
   // The layers [l0, l1) of global virtual stage `stage`.
   std::pair<int, int> layers_of(int stage) const;
   bool owns_layer(int layer) const;

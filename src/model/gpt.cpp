@@ -530,8 +530,11 @@ double GPT::forward_backward(const MicroBatch& mb, uint64_t step, float loss_sca
   return loss;
 }
 
-double GPT::forward_loss(const MicroBatch& mb) {
-  const double loss = forward_chunk(mb, -1, 0, false, model_.seq_len, 0, model_.layers, nullptr, nullptr);
+double GPT::forward_loss(const MicroBatch& mb) { return forward_loss_chunk(mb, 0, model_.layers, nullptr, nullptr); }
+
+double GPT::forward_loss_chunk(const MicroBatch& mb, int l0, int l1, const float* x_in, float* x_out) {
+  // Id −1 is no training micro-batch's (theirs count from 0), and it is forgotten at once.
+  const double loss = forward_chunk(mb, -1, 0, false, model_.seq_len, l0, l1, x_in, x_out);
   in_flight_.erase(-1);
   return loss;
 }

@@ -94,6 +94,9 @@ class GPT {
   void backward_weight_chunk(int64_t id, int l0, int l1);
   // Forward only, no dropout, nothing kept: the loss sum of the micro-batch.
   double forward_loss(const MicroBatch& mb);
+  // Its pipeline stage: layers [l0, l1), from the embedding (l0 == 0) or x_in, to the loss sum
+  // (l1 == layers, returned) or x_out (0 returned). Stages in order equal forward_loss.
+  double forward_loss_chunk(const MicroBatch& mb, int l0, int l1, const float* x_in, float* x_out);
   // Probabilities of the next token after ids[0..len) (len <= seq_len), real vocabulary only.
   std::vector<float> next_token_probs(const int32_t* ids, int64_t len);
 

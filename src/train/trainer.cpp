@@ -697,10 +697,13 @@ double Trainer::evaluate(int64_t batches) {
   double sum = 0.0;
   for (int64_t k = 0; k < batches; ++k) {
     loader.fill(k, 0, int(b), inputs.data(), targets.data());
-    sum += model_->forward_loss({inputs.data(), targets.data(), b, 0});
+    const MicroBatch mb{inputs.data(), targets.data(), b, 0};
+    sum += pipeline_ ? pipeline_->forward_loss(mb) : model_->forward_loss(mb);
   }
-  // Every rank evaluates the same rows; a CP rank's sum covers its positions of them.
+  // Every rank evaluates the same rows; a CP rank's sum covers its positions of them, and only the
+  // last pipeline stage's holds a loss.
   if (layout_.cp > 1) sum = sum_double(dist_->cp(), sum);
+  if (pipeline_) sum = sum_double(dist_->pp(), sum);
   parallel::conjugate_traffic() = step_traffic;
   return sum / double(batches * b * s);
 }

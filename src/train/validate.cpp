@@ -179,7 +179,6 @@ void validate_training(const ModelConfig& m, const LayoutConfig& layout, const T
     StagePartition::of(layout, m.layers);  // the stages' layer counts fit the model and the layout
     const int n_mb = t.global_batch / (t.micro_batch * layout.dp);
     parallel::pipeline::validate_schedule(schedule, layout.pp, n_mb, layout.virtual_stages);
-    require(t.eval_every == 0, "--eval-every is not available with pipeline parallelism yet");
   } else {
     require(layout.virtual_stages == 1, "--virtual-stages needs --pipeline-model-parallel-size > 1");
     StagePartition::of(layout, m.layers);  // one stage: --pipeline-layers, if given, must be L

@@ -38,6 +38,20 @@ disagree "a bad --lr on rank 1 only" "^lattice train: rank 1: error: --lr must b
 disagree "a bad --lr on both ranks" "^lattice train: error: --lr must be a finite number" --layers 2 --steps 5 --lr -1 -- \
   --layers 2 --steps 5 --lr -1
 
+# A usage error (exit 2) and --help, the same on every rank: said once, as the refusals above (each
+# rank wrote its own copy: 64 ranks, 64 lines).
+for bad in "--layers abc" "--bogus" "--offload-params"; do
+  # shellcheck disable=SC2086
+  "${MPIRUN[@]}" -np 2 "$LATTICE" "${A[@]}" --steps 1 $bad > usage.out 2> usage.err
+  status=$?
+  check "$bad under mpirun -np 2: exit 2 (got $status), one line from lattice" test "$status" -eq 2 -a \
+    "$(grep -c '^lattice' usage.err)" -eq 1 -a "$(grep -c '^lattice train: error: ' usage.err)" -eq 1
+done
+"${MPIRUN[@]}" -np 2 "$LATTICE" train --help > help.out 2> help.err
+status=$?
+check "train --help under mpirun -np 2: exit 0 (got $status), the help once" test "$status" -eq 0 -a \
+  "$(grep -c '^Usage: lattice train' help.out)" -eq 1 -a "$(grep -c -- '--eval-every' help.out)" -eq 1
+
 # Other token files under the same --data path (per-host copies that differ): the replicas trained on
 # different datasets without a word. Compared by size and a hash of each file's ends.
 mkdir -p other_host && (cd other_host && for i in $(seq 1 330); do echo "Another text entirely, number $i here."; done > c.txt &&

@@ -36,9 +36,10 @@ for name in tp2_sp_fp8 tp2_dp2_full_fp8; do
   check "$name trains the one-rank fp8 model" compare_fp8 "$name" one_fp8 one
 done
 
-# Pipeline schedules (4 layers, 4 micro-batches a step), alone and in 3D with TP + SP and DP.
+# Pipeline schedules (4 layers, 4 micro-batches a step), alone and in 3D with TP + SP and DP; the
+# validation losses of --eval-every too (compare), which run through the stages one after another.
 MODEL_SAVED=("${MODEL[@]}")
-MODEL=("${MODEL[@]}" --layers 4)
+MODEL=("${MODEL[@]}" --layers 4 --eval-every 2 --eval-batches 3)
 run one_l4 1
 run pp2_gpipe 2 --pipeline-model-parallel-size 2 --schedule gpipe
 run pp2_1f1b 2 --pipeline-model-parallel-size 2 --schedule 1f1b

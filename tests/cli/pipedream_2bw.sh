@@ -69,6 +69,18 @@ layout pp2_selective 2 "${P2[@]}" --recompute selective
 layout pp2_full 2 "${P2[@]}" --recompute full
 layout pp2_fused 2 "${P2[@]}" --attention fused
 layout pp2_uneven 2 "${P2[@]}" --pipeline-layers 3,1
+# --eval-every drains the pipeline at its steps, and the validation reads the newest weights: the
+# one-rank run's validation losses, while training the same model through the extra drain.
+run one_eval 1 --eval-every 2 --eval-batches 3
+run pp2_eval 2 "${P2[@]}" --eval-every 2 --eval-batches 3
+check "pp2_eval trains the one-rank 2BW model and validates it" compare pp2_eval one_eval
+check "pp2_eval keeps the one-rank previous version" previous_matches pp2_eval one_eval
+check "validation leaves one rank's training alone (losses and weights bit for bit)" "$PY" -c "
+import json, sys
+l = lambda f: [json.loads(x)['loss'] for x in open(f) if '\"event\":\"step\"' in x]
+same = open('ck_one/model.safetensors', 'rb').read() == open('ck_one_eval/model.safetensors', 'rb').read()
+print(l('one.jsonl'), l('one_eval.jsonl'), same)
+sys.exit(0 if len(l('one.jsonl')) == 4 and l('one.jsonl') == l('one_eval.jsonl') and same else 1)"
 # The summary's traffic is the last step's, which drains: on stage r the previous batch's last
 # p − r − 1 backwards beside the step's own, and two updates. Each rank's formulas count its passes.
 check "the drained last step's TP and DP bytes are each rank's formulas" "$PY" -c "

@@ -1,5 +1,6 @@
 # compare NAME [REFERENCE]: NAME.jsonl's per-step losses and ck_NAME's final weights against
-# REFERENCE's (default one) — losses within LOSS_TOL relative, weights within WEIGHT_TOL absolute
+# REFERENCE's (default one) — losses (and --eval-every's validation losses, when either has them)
+# within LOSS_TOL relative, weights within WEIGHT_TOL absolute
 # (both default 1e-5; WEIGHT_GAP_REF scales the weight bound, below). Sourced by the layout tests; needs PY and the current directory set.
 compare() {  # compare NAME [REFERENCE]: losses and weights against the one-rank run
   "$PY" - "$1" "${2:-one}" <<'PYEOF'
@@ -20,6 +21,14 @@ def tensors(d):
 a, b = losses(ref + ".jsonl"), losses(name + ".jsonl")
 assert len(a) == len(b) == 4, (a, b)
 worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+# --eval-every's validation losses, when either run has them: the same steps, the same bound.
+evals = lambda f: [(e["step"], e["loss"]) for e in (json.loads(l) for l in open(f) if '"event":"eval"' in l)]
+ea, eb = evals(ref + ".jsonl"), evals(name + ".jsonl")
+assert [s for s, _ in ea] == [s for s, _ in eb], (ea, eb)
+if ea:
+    eworst = max(abs(x - y) / abs(x) for (_, x), (_, y) in zip(ea, eb))
+    print("%s: %d validation losses within %.2e relative" % (name, len(ea), eworst))
+    worst = max(worst, eworst)
 wa, wb = tensors("ck_" + ref), tensors("ck_" + name)
 assert wa.keys() == wb.keys()
 # The key bias's gradient is zero in exact arithmetic (softmax ignores a constant added to every
