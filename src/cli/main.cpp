@@ -81,6 +81,11 @@ int main(int argc, char** argv) {
                  "are cut over the threads: unset it)\n", std::getenv("LATTICE_GEMM"));
     return 1;
   }
+  if (!lattice::gemm_bf16_env_valid()) {
+    std::fprintf(stderr, "lattice: error: LATTICE_GEMM_BF16=%s is neither native nor widened (an A/B switch for how "
+                 "bf16 GEMMs run on the CPU: unset it)\n", std::getenv("LATTICE_GEMM_BF16"));
+    return 1;
+  }
   // The GPU's A/B switches (docs/gpu.md), misspelt: refused on any build, not silently the default.
   struct Switch {
     const char* name;

@@ -113,6 +113,7 @@ std::string cpu_list_text(const std::vector<int>& cpus) {  // 0 1 2 5 -> "0-2,5"
 struct GemmPath {
   std::string name, tag, per_cycle_text;
   double flop_per_cycle = 0;
+  bool bf16_widened = false;  // bf16 operands widened to fp32 for the FMA path (bf16_gemm_widens)
 };
 
 // How many 512-bit FMA results a core retires a cycle. Not in /proc/cpuinfo: decided from what is.
@@ -125,6 +126,20 @@ std::pair<int, std::string> fma512_units(const CpuInfoEntry& cpu, bool amx) {
   if (cpu.vendor == "AuthenticAMD" && cpu.family >= 26) return {2, "2 FMA units: AMD Zen 5"};
   if (amx) return {2, "2 FMA units, as in every AMX core"};
   return {2, "2 FMA units assumed; some Xeon Scalable SKUs have one"};
+}
+
+// VDPBF16PS zmm instructions a core retires a cycle, and why. AMD runs them on its FMA units (Zen 4
+// one a cycle, Zen 5 two). Intel's run one every two cycles: measured by `lattice bench`'s dot-product
+// loop (measure_dpbf16_flops) on an Emerald Rapids guest, 1.35 G a second a thread beside 5.5 G
+// FMAs at the same clock; so 32 FLOP/cycle a core, half the FMAs' 64, and oneDNN's bf16 GEMM ran
+// at 164 GFLOP/s there against its fp32 GEMM's 289. Taken for every Intel core with the instruction.
+struct DotRate {
+  double per_cycle;
+  std::string rate, why;
+};
+DotRate dpbf16_rate(const CpuInfoEntry& cpu, int fma_units, const std::string& units_text) {
+  if (cpu.vendor == "AuthenticAMD") return {double(fma_units), std::to_string(fma_units), units_text};
+  return {0.5, "one every 2 cycles", "Intel, as measured on an Emerald Rapids"};
 }
 
 GemmPath gemm_path(const CpuInfoEntry& cpu, DType dtype, GemmIsa isa) {
@@ -141,10 +156,20 @@ GemmPath gemm_path(const CpuInfoEntry& cpu, DType dtype, GemmIsa isa) {
     if (amx && allows(GemmIsa::amx))
       return {"AMX bf16", "AMX", "1024 FLOP/cycle (TMUL: 16·16·32 multiply-adds a 16-cycle TDPBF16PS)", 1024};
     // VDPBF16PS zmm: 16 fp32 lanes, each the sum of 2 bf16 products: 32 multiply-adds an instruction.
-    if (has_flag(f, "avx512_bf16") && allows(GemmIsa::avx512_core_bf16))
-      return {"AVX512_BF16", "AVX512-BF16", std::to_string(units * 64) + " FLOP/cycle (vdpbf16ps: " + u +
-                                                " × 32 bf16 multiply-adds × 2; " + units_text + ")",
-              double(units * 64)};
+    // Where that is fewer FLOPs a cycle than the fp32 FMAs', bf16 GEMMs widen their operands to fp32
+    // (exactly) and take the FMA path below (kernels/gemm.cpp).
+    if (has_flag(f, "avx512_bf16") && allows(GemmIsa::avx512_core_bf16)) {
+      const DotRate dot = dpbf16_rate(cpu, units, units_text);
+      const double per_cycle = dot.per_cycle * 64;
+      const std::string dot_text = fmt("%g", per_cycle) + " FLOP/cycle (vdpbf16ps: " + dot.rate +
+                                   " × 32 bf16 multiply-adds × 2; " + dot.why + ")";
+      if (!(per_cycle < units * 32 && has_flag(f, "avx512f"))) return {"AVX512_BF16", "AVX512-BF16", dot_text, per_cycle};
+      GemmPath fma = gemm_path(cpu, DType::fp32, isa);
+      fma.name += " (bf16 widened to fp32: vdpbf16ps gives " + fmt("%g", per_cycle) + " FLOP/cycle here, " + dot.rate +
+                  "; " + dot.why + ")";
+      fma.bf16_widened = true;
+      return fma;
+    }
   }
   const std::string converted = dtype == DType::bf16 ? " (bf16 converted to fp32)" : "";
   if (has_flag(f, "avx512f") && allows(GemmIsa::avx512_core))
@@ -274,6 +299,7 @@ PeakEstimate theoretical_peak(const MachineTexts& machine, DType dtype, int thre
   const int first = cpus.front();
   const CpuInfoEntry& cpu = by_processor.count(first) ? *by_processor.at(first) : entries.front();
   const GemmPath path = gemm_path(cpu, dtype, isa);
+  p.bf16_widened = path.bf16_widened;
   if (path.flop_per_cycle <= 0) {
     p.why_unknown = "no GEMM path known for these CPU flags (AMX, AVX-512 or AVX2 FMA)";
     return p;
@@ -298,6 +324,7 @@ PeakEstimate theoretical_peak(const MachineTexts& machine, DType dtype, int thre
   p.flop_per_cycle = path.flop_per_cycle;
   p.flops = double(p.cores) * p.ghz * 1e9 * p.flop_per_cycle;
   p.tag = path.tag;
+  p.bf16_widened = path.bf16_widened;
   p.source = path.name + ": " + cores_text + " × " + fmt("%.2f", p.ghz) + " GHz (" + clock_source + ") × " +
              path.per_cycle_text;
   return p;
@@ -332,6 +359,58 @@ __attribute__((target("avx512f"))) float fma_chains(int64_t iterations) {
 }
 
 }  // namespace
+
+bool bf16_gemm_widens(const MachineTexts& machine, GemmIsa isa) {
+  const std::vector<CpuInfoEntry> entries = parse_cpuinfo(machine.cpuinfo);
+  if (entries.empty()) return false;
+  const CpuInfoEntry* cpu = &entries.front();
+  if (!machine.allowed.empty()) {
+    const int first = *std::min_element(machine.allowed.begin(), machine.allowed.end());
+    for (const CpuInfoEntry& e : entries)
+      if (e.processor == first) cpu = &e;
+  }
+  return gemm_path(*cpu, DType::bf16, isa).bf16_widened;
+}
+
+namespace {
+// One thread's 24 independent VDPBF16PS chains (its latency × rate in flight, with room), as fma_chains.
+__attribute__((target("avx512f,avx512bf16"))) float dpbf16_chains(int64_t iterations) {
+  __m512 v[24];
+  for (int j = 0; j < 24; ++j) v[j] = _mm512_set1_ps(0.01f * float(j));
+  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3380);  // 1, 2^-24
+  for (int64_t i = 0; i < iterations; ++i) {
+#pragma GCC unroll 24
+    for (int j = 0; j < 24; ++j) v[j] = _mm512_dpbf16_ps(v[j], x, y);
+    __asm__ volatile("" : "+v"(v[0]), "+v"(v[1]), "+v"(v[2]), "+v"(v[3]), "+v"(v[4]), "+v"(v[5]), "+v"(v[6]), "+v"(v[7]),
+                     "+v"(v[8]), "+v"(v[9]), "+v"(v[10]), "+v"(v[11]));
+    __asm__ volatile("" : "+v"(v[12]), "+v"(v[13]), "+v"(v[14]), "+v"(v[15]), "+v"(v[16]), "+v"(v[17]), "+v"(v[18]),
+                     "+v"(v[19]), "+v"(v[20]), "+v"(v[21]), "+v"(v[22]), "+v"(v[23]));
+  }
+  __m512 s = v[0];
+  for (int j = 1; j < 24; ++j) s = _mm512_add_ps(s, v[j]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, s);
+  float sum = 0;
+  for (float l : lanes) sum += l;
+  return sum;
+}
+}  // namespace
+
+double measure_dpbf16_flops(int threads) {
+  if (threads < 1 || !__builtin_cpu_supports("avx512bf16")) return 0;
+  constexpr int64_t kIterations = 1 << 19;  // 24 instructions each: about 5 ms a run at one every 2 cycles
+  double best = 0;
+  for (int run = 0; run < 16; ++run) {
+    const auto t0 = std::chrono::steady_clock::now();
+    float sink = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    sink += dpbf16_chains(kIterations);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (sink == 12345.0f) std::fprintf(stderr, " ");
+    if (seconds > 0) best = std::max(best, double(threads) * double(kIterations) * 24 * 64 / seconds);
+  }
+  return best;
+}
 
 double measure_fma_fp32_flops(int threads) {
   if (threads < 1 || !__builtin_cpu_supports("avx512f")) return 0;

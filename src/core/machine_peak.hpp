@@ -47,11 +47,22 @@ struct PeakEstimate {
   std::string why_unknown;
   int cores = 0;
   double ghz = 0, flop_per_cycle = 0;
+  bool bf16_widened = false;  // bf16 GEMMs take the fp32 FMA path, their operands widened (below)
 };
 
 // The theoretical peak of the physical cores `threads` OpenMP threads run on (at most one thread a
 // core counts; hyperthread siblings count once), for `dtype`'s GEMM path capped at `isa`.
 PeakEstimate theoretical_peak(const MachineTexts& machine, DType dtype, int threads, GemmIsa isa = GemmIsa::any);
+
+// Whether bf16 GEMMs widen their operands to fp32 (exactly) and run the fp32 GEMM: where the CPU's
+// bf16 dot product (VDPBF16PS) gives fewer FLOPs a cycle than its fp32 FMAs and no AMX is in reach
+// (`isa`): Intel cores without AMX (kernels/gemm.cpp; docs/mfu.md). The first CPU this process may
+// run on stands for all, as in theoretical_peak.
+bool bf16_gemm_widens(const MachineTexts& machine, GemmIsa isa);
+
+// The bf16 dot-product throughput (FLOP/s) `threads` threads reach: VDPBF16PS chains as the FMA loop
+// below. 0 where the CPU has no AVX512-BF16.
+double measure_dpbf16_flops(int threads);
 
 // The fp32 FMA throughput (FLOP/s) `threads` OpenMP threads reach: twelve independent AVX-512 FMA
 // chains a thread, the best of sixteen runs of about 5 ms. 0 where the CPU has no AVX-512.

@@ -1,6 +1,7 @@
 #include "kernels/gemm.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -16,6 +17,7 @@
 
 #include "core/trace.hpp"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "tensor/bf16.hpp"
 #include "tensor/memory_tracker.hpp"
 
 namespace lattice {
@@ -144,6 +146,17 @@ Forced forced_split() {
   return forced;
 }
 
+// LATTICE_GEMM_BF16=native or =widened forces how bf16 products run (A/B benchmarks); unset,
+// machine_peak's rule (bf16_gemm_widens) decides: widened where the CPU's bf16 dot product gives
+// fewer FLOPs a cycle than its fp32 FMAs.
+enum class Bf16Forced { none, native, widened, unknown };
+Bf16Forced parse_bf16_forced(const char* v) {
+  if (!v || !*v) return Bf16Forced::none;
+  if (std::strcmp(v, "native") == 0) return Bf16Forced::native;
+  if (std::strcmp(v, "widened") == 0) return Bf16Forced::widened;
+  return Bf16Forced::unknown;
+}
+
 // Whether an unbatched GEMM runs as one oneDNN-threaded primitive rather than in row parts. Measured
 // per kind of product (docs/design.md §7): on AMX, bf16 products that do not accumulate (a linear's
 // forward and input gradient) run faster whole, since every row part re-packs all of B into AMX's
@@ -176,6 +189,42 @@ Key part_key(const GemmShape& s, bool bias, bool bf16, int parts, int t, int64_t
   return Key{nb, s.M, s.N, s.K, m, s.trans_a, s.trans_b, s.accumulate, bias, bf16, s.alpha, 1};
 }
 
+// A widened bf16 GEMM's fp32 copies, in one per-thread buffer (MemoryCategory::workspaces): A and B
+// whole, and C (for a bf16 destination) in pieces of rows, so that a vocabulary-wide head's fp32
+// product is not held whole: each piece the rows `threads` parts need, at least kWidenedPieceBytes.
+constexpr int64_t kWidenedPieceBytes = int64_t(16) << 20;
+struct Widened {
+  int64_t a = 0, b = 0, c_rows = 0, c = 0;  // elements of A, B and C held; C's rows a piece
+  int64_t elements() const { return a + b + c; }
+};
+Widened widened_sizes(const GemmShape& s, bool out16, int threads) {
+  Widened w;
+  w.a = s.batch * s.M * s.K, w.b = s.batch * s.K * s.N;
+  if (!out16) return w;
+  // A transposed operand's rows are not contiguous, nor a batch's: those are held whole.
+  if (s.trans_a || s.batch > 1) return w.c_rows = s.M, w.c = s.batch * s.M * s.N, w;
+  const int64_t rows = std::max<int64_t>(kMinPartRows * threads, kWidenedPieceBytes / (4 * s.N));
+  w.c_rows = std::min(s.M, (rows + 15) / 16 * 16);
+  w.c = w.c_rows * s.N;
+  return w;
+}
+
+bool bf16_rule() {
+  switch (parse_bf16_forced(std::getenv("LATTICE_GEMM_BF16"))) {
+    case Bf16Forced::native: return false;
+    case Bf16Forced::widened: return true;
+    case Bf16Forced::none:
+    case Bf16Forced::unknown: break;  // refused by the CLI before a run (gemm_bf16_env_valid); here: the rule
+  }
+  return bf16_gemm_widens(read_machine_texts(), gemm_isa());
+}
+std::atomic<int> g_widens_bf16{-1};  // -1: not decided yet; else the decision (tests may set it)
+bool widens_bf16() {
+  int widen = g_widens_bf16.load(std::memory_order_relaxed);
+  if (widen < 0) g_widens_bf16.store(widen = bf16_rule() ? 1 : 0, std::memory_order_relaxed);
+  return widen == 1;
+}
+
 }  // namespace
 
 std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& s, bool bf16, int threads, bool out16) {
@@ -189,6 +238,19 @@ std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& s, bool bf16, int th
   // No work, no primitive (oneDNN refuses to describe one): the planner's unfused attention calls of
   // a context-parallel ring with fewer heads a rank than ranks (a/t < c), which the ring never makes.
   if (s.batch <= 0 || s.M <= 0 || s.N <= 0 || s.K <= 0) return bytes;
+  if (bf16 && widens_bf16()) {  // fp32 primitives run it: a bf16 destination's in pieces of rows (two sizes)
+    if (!out16) return gemm_scratchpad_bytes(s, false, threads, false);
+    const Widened w = widened_sizes(s, true, threads);
+    GemmShape piece = s;
+    piece.M = w.c_rows;
+    bytes = gemm_scratchpad_bytes(piece, false, threads, false);
+    if (s.M % w.c_rows != 0) {
+      piece.M = s.M % w.c_rows;
+      const std::vector<int64_t> last = gemm_scratchpad_bytes(piece, false, threads, false);
+      for (size_t t = 0; t < bytes.size(); ++t) bytes[t] = std::max(bytes[t], last[t]);
+    }
+    return bytes;
+  }
   const int parts = parts_of(s, bf16, threads);
   Prim unused;
   // oneDNN sizes a primitive's scratchpad for the OpenMP threads of the thread that creates it: those
@@ -216,18 +278,48 @@ std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& s, bool bf16, int th
 }
 
 namespace {
+void run_gemm(const GemmShape& s, GemmOperand a, GemmOperand b, void* c, const float* bias, bool out16, int threads);
+
+// bf16 operands widened to fp32 (exact: a bf16 is an fp32 with 16 low zero bits), then the fp32 GEMM:
+// its products are exact in both forms and its sums fp32 in both; a bf16 destination is the fp32
+// product (bias added in fp32) rounded by to_bf16, as oneDNN's own bf16 destination (gemm.hpp).
+void run_widened(const GemmShape& s, GemmOperand a, GemmOperand b, void* c, const float* bias, bool out16,
+                 int threads) {
+  static thread_local ScratchArray<float> widened(MemoryCategory::workspaces, "gemm_widened");
+  const Widened w = widened_sizes(s, out16, threads);
+  float* a32 = widened.ensure(w.elements());
+  float* b32 = a32 + w.a;
+  float* c32 = b32 + w.b;
+  from_bf16(static_cast<const uint16_t*>(a.ptr), a32, w.a);
+  from_bf16(static_cast<const uint16_t*>(b.ptr), b32, w.b);
+  if (!out16) return run_gemm(s, f32_operand(a32), f32_operand(b32), c, bias, false, threads);
+  auto* c16 = static_cast<uint16_t*>(c);
+  for (int64_t i0 = 0; i0 < s.M; i0 += w.c_rows) {
+    GemmShape piece = s;
+    piece.M = std::min(w.c_rows, s.M - i0);
+    // Whole (c_rows = M) when A is transposed or batched; otherwise rows [i0, i0 + M') of A and C.
+    run_gemm(piece, f32_operand(a32 + i0 * s.K), f32_operand(b32), c32, bias, false, threads);
+    to_bf16(c32, c16 + i0 * s.N, s.batch * piece.M * s.N);
+  }
+}
+
 // The one body of gemm and gemm_bf16_out: C as fp32 or (out16) bf16.
 void gemm_into(const GemmShape& s, GemmOperand a, GemmOperand b, void* c, const float* bias, bool out16) {
   if (a.dtype != b.dtype) throw std::logic_error("gemm: A and B must share a dtype");
-  const bool bf16 = a.dtype == DType::bf16;
-  // oneDNN's own threading of one matmul left one thread waiting for the other at its end (docs/design.md
-  // §7), so a GEMM is cut into equal parts, one per thread, each a single-threaded primitive: a batch by
-  // its matrices, an unbatched GEMM with enough rows by its rows (measured faster than by columns on
-  // every weight-gradient shape and no slower elsewhere).
   const bool nested = omp_in_parallel();
   const int threads = nested ? 1 : omp_get_max_threads();
   std::optional<TraceSpan> span;  // a GEMM of the step (one inside a parallel region is its caller's time)
   if (!nested) span.emplace(Trace::Kind::gemm);
+  if (a.dtype == DType::bf16 && widens_bf16()) return run_widened(s, a, b, c, bias, out16, threads);
+  run_gemm(s, a, b, c, bias, out16, threads);
+}
+
+// oneDNN's own threading of one matmul left one thread waiting for the other at its end (docs/design.md
+// §7), so a GEMM is cut into equal parts, one per thread, each a single-threaded primitive: a batch by
+// its matrices, an unbatched GEMM with enough rows by its rows (measured faster than by columns on
+// every weight-gradient shape and no slower elsewhere).
+void run_gemm(const GemmShape& s, GemmOperand a, GemmOperand b, void* c, const float* bias, bool out16, int threads) {
+  const bool bf16 = a.dtype == DType::bf16;
   const int parts = parts_of(s, bf16, threads);
   if (parts < 2) {
     Key key{s.batch, s.M, s.N, s.K, s.M, s.trans_a, s.trans_b, s.accumulate, bias != nullptr, bf16, s.alpha, threads};
@@ -265,6 +357,17 @@ void gemm_bf16_out(const GemmShape& s, GemmOperand a, GemmOperand b, uint16_t* c
 }
 
 bool gemm_split_env_valid() { return parse_forced(std::getenv("LATTICE_GEMM")) != Forced::unknown; }
+bool gemm_bf16_env_valid() { return parse_bf16_forced(std::getenv("LATTICE_GEMM_BF16")) != Bf16Forced::unknown; }
+
+bool gemm_bf16_widened() { return widens_bf16(); }
+void gemm_set_bf16_widened(std::optional<bool> widened) {
+  g_widens_bf16.store(widened ? int(*widened) : int(bf16_rule()), std::memory_order_relaxed);
+}
+
+int64_t gemm_widened_bytes(const GemmShape& s, bool bf16, int threads, bool out16) {
+  if (!bf16 || !widens_bf16()) return 0;
+  return int64_t(sizeof(float)) * widened_sizes(s, out16, std::max(1, threads)).elements();
+}
 
 GemmIsa gemm_isa() {
   // oneDNN's ISA values are bit masks, each holding the bits of the ISAs it extends.

@@ -1,12 +1,14 @@
 #pragma once
 // Matrix multiplication through oneDNN: C[M,N] (+)= alpha · op(A)[M,K] · op(B)[K,N] (+ bias),
 // optionally batched over `batch` contiguous matrices. A and B are fp32 or bf16 (both the same),
-// accumulation and C are fp32. Primitives are created once per shape and cached. A GEMM runs as equal
+// accumulation and C are fp32; bf16 operands are widened to fp32 first on CPUs whose bf16 dot product
+// is slower than their fp32 FMAs (gemm_bf16_widened). Primitives are created once per shape and cached. A GEMM runs as equal
 // parts, one single-threaded primitive per thread: a batch by its matrices, an unbatched GEMM with at
 // least 256 rows per thread by its rows; except a bf16 product that does not accumulate, on AMX, which
 // runs as one oneDNN-threaded primitive (docs/design.md §7). LATTICE_GEMM=whole or =parts in the
 // environment runs every GEMM one way (for A/B benchmarks).
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/config.hpp"
@@ -46,6 +48,18 @@ std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& shape, bool bf16, in
 GemmIsa gemm_isa();
 // Whether LATTICE_GEMM is unset, "whole" or "parts"; the CLI refuses anything else in one line.
 bool gemm_split_env_valid();
+// Whether LATTICE_GEMM_BF16 is unset, "native" or "widened"; the same.
+bool gemm_bf16_env_valid();
+
+// Whether bf16 products run widened to fp32 here (core/machine_peak.hpp bf16_gemm_widens, or
+// LATTICE_GEMM_BF16): the operands are widened exactly into fp32 copies and the fp32 GEMM runs; a
+// bf16 destination is its product rounded by to_bf16, in pieces of rows.
+bool gemm_bf16_widened();
+// Sets that choice (nullopt: back to the rule): for tests of both forms on one machine.
+void gemm_set_bf16_widened(std::optional<bool> widened);
+// The bytes of those copies for one GEMM, held by the calling thread in one buffer that grows to its
+// largest (MemoryCategory::workspaces); 0 where bf16 products run natively or `bf16` is false.
+int64_t gemm_widened_bytes(const GemmShape& shape, bool bf16, int threads, bool out16 = false);
 
 // Number of cached primitives (for tests of the cache).
 int64_t gemm_cached_primitives();

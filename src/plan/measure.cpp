@@ -232,6 +232,7 @@ Measurement measure_this_machine(double seconds, const std::function<void()>& be
   sync();
   m.fma_fp32_flops = measure_fma_fp32_flops(m.threads);
   m.fma_clock_ghz = clock_from_fma(read_machine_texts(), m.threads, m.fma_fp32_flops);
+  m.dpbf16_flops = measure_dpbf16_flops(m.threads);
   return m;
 }
 
@@ -252,6 +253,7 @@ std::string measurement_json(const Measurement& m) {
                         {"memory_bandwidth", m.memory_bandwidth},
                         {"fma_fp32_flops", m.fma_fp32_flops},
                         {"fma_clock_ghz", m.fma_clock_ghz},
+                        {"dpbf16_flops", m.dpbf16_flops},
                         {"runtime_rss_bytes", m.runtime_rss_bytes}}
       .dump();
 }
@@ -407,6 +409,12 @@ LocalBench read_local_bench(const std::string& path) {
     if (!fma.is_number() || !(fma.get<double>() == 0 || measured_rate(fma.get<double>())))
       r.bad("\"fma_fp32_flops\" must be 0 or a rate from 1e3 to 1e18 FLOP/s");
     b.compute.fma_fp32_flops = fma.get<double>();
+  }
+  if (j.contains("dpbf16_flops")) {  // since 2026-12-01; 0 where the CPU has no AVX512-BF16
+    const auto& dot = j["dpbf16_flops"];
+    if (!dot.is_number() || !(dot.get<double>() == 0 || measured_rate(dot.get<double>())))
+      r.bad("\"dpbf16_flops\" must be 0 or a rate from 1e3 to 1e18 FLOP/s");
+    b.compute.dpbf16_flops = dot.get<double>();
   }
   if (j.contains("fma_clock_ghz")) {
     const auto& ghz = j["fma_clock_ghz"];

@@ -19,6 +19,9 @@ struct Measurement {
   // AVX-512 FMA throughput on the threads, and the clock it shows the cores ran at (core/machine_peak.hpp),
   // for the trainer's peak; 0 where not measured (no AVX-512, or a bench saved before it was).
   double fma_fp32_flops = 0, fma_clock_ghz = 0;
+  // The bf16 dot product's throughput on the threads (VDPBF16PS chains), which decides whether bf16
+  // GEMMs widen to fp32 (core/machine_peak.hpp); 0 where not measured (no AVX512-BF16, or older).
+  double dpbf16_flops = 0;
   int threads = 0;
   // The runtime's resident constant: what this process holds with its libraries loaded, its
   // threads started and its GEMM kernels generated, beyond the tracking allocator's bytes — what

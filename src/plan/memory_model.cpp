@@ -27,16 +27,19 @@ std::vector<int64_t> remembered_scratchpad(const GemmShape& s, bool bf16, int th
   return it->second;
 }
 
-// Each thread's largest GEMM scratchpad over `calls`, summed over the threads.
+// Each thread's largest GEMM scratchpad over `calls`, summed over the threads, and the calling
+// thread's largest widened copies (kernels/gemm.hpp gemm_widened_bytes: bf16 GEMMs widened to fp32).
 int64_t scratchpad_bytes(const std::vector<GemmCall>& calls, bool bf16, int threads) {
   std::vector<int64_t> largest(size_t(std::max(1, threads)), 0);
+  int64_t widened = 0;
   for (const GemmCall& call : calls) {
+    widened = std::max(widened, gemm_widened_bytes(call.shape, bf16, threads, bf16 && call.out16));
     // A bf16 destination's fp32 accumulation is the library's scratch (at two threads each part's C in
     // fp32: 16 MiB a thread for GPT-2-small's head at micro-batch 4, vocabulary 8192).
     const std::vector<int64_t> bytes = remembered_scratchpad(call.shape, bf16, threads, bf16 && call.out16);
     for (size_t t = 0; t < largest.size() && t < bytes.size(); ++t) largest[t] = std::max(largest[t], bytes[t]);
   }
-  int64_t sum = 0;
+  int64_t sum = widened;
   for (int64_t b : largest) sum += b;
   return sum;
 }

@@ -255,6 +255,8 @@ check "LATTICE_CPUINFO naming a FIFO: the run ends (exit $?), MFU n/a" grep -q "
 # The GEMM A/B switch misspelt: refused, not silently the default.
 LATTICE_GEMM=Whole hostile "LATTICE_GEMM=Whole" 1 "LATTICE_GEMM=Whole is neither whole nor parts" -- \
   train "${MODEL[@]}" --steps 1
+LATTICE_GEMM_BF16=wide hostile "LATTICE_GEMM_BF16=wide" 1 "LATTICE_GEMM_BF16=wide is neither native nor widened" -- \
+  train "${MODEL[@]}" --steps 1
 # The GPU's epilogue switch misspelt: refused on any build, not silently on.
 LATTICE_CUDA_GEMM_EPILOGUES=off hostile "LATTICE_CUDA_GEMM_EPILOGUES=off" 1 \
   "LATTICE_CUDA_GEMM_EPILOGUES=off is neither 0 nor 1" -- train "${MODEL[@]}" --steps 1

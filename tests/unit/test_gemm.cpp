@@ -90,11 +90,19 @@ TEST(Gemm, MatchesReferenceWholeAndInRowParts) {
   omp_set_num_threads(saved);
 }
 
+// Each bf16 test runs both forms on any machine: natively and widened to fp32 (gemm_bf16_widened),
+// then goes back to this machine's rule.
+struct Bf16Form {
+  explicit Bf16Form(bool widened) { gemm_set_bf16_widened(widened); }
+  ~Bf16Form() { gemm_set_bf16_widened(std::nullopt); }
+};
+
 TEST(Gemm, Bf16OperandsWholeAndInRowParts) {
   // bf16 operands: against the reference of the bf16-rounded operands. Accumulating products run in
   // row parts; on AMX the others run as one oneDNN-threaded primitive (gemm.hpp): both ways checked.
   const int saved = omp_get_max_threads();
   omp_set_num_threads(2);
+  for (const bool widened : {false, true})
   for (const bool acc : {true, false})
     for (const bool tb : {false, true}) {
       Problem p = make_problem(640, 6, 48, false, tb, acc, 1.0f, true, (tb ? 21u : 22u) + (acc ? 0u : 10u));
@@ -102,9 +110,42 @@ TEST(Gemm, Bf16OperandsWholeAndInRowParts) {
       for (size_t i = 0; i < a16.size(); ++i) a16[i] = to_bf16(p.a[i]), p.a[i] = from_bf16(a16[i]);
       for (size_t i = 0; i < b16.size(); ++i) b16[i] = to_bf16(p.b[i]), p.b[i] = from_bf16(b16[i]);
       std::vector<float> c = p.c0;
+      const Bf16Form form(widened);
       gemm(p.s, {a16.data(), DType::bf16}, {b16.data(), DType::bf16}, c.data(), p.bias.data());
       expect_matches_reference(p, c);
     }
+  omp_set_num_threads(saved);
+}
+
+// Widened, a bf16 product is the fp32 GEMM of the widened operands, bit for bit: the widening is
+// exact and keeps every layout (transposes, batches, alpha, accumulation, bias), where a misplaced
+// operand or a lost flag differs in most elements.
+TEST(Gemm, WidenedBf16IsTheFp32ProductOfTheWidenedOperands) {
+  const int saved = omp_get_max_threads();
+  const Bf16Form form(true);
+  uint32_t seed = 70;
+  for (const int threads : {1, 2})
+    for (const int64_t batch : {int64_t(1), int64_t(3)})
+      for (const bool ta : {false, true})
+        for (const bool tb : {false, true}) {
+          omp_set_num_threads(threads);
+          const bool acc = (seed % 2) == 0;
+          Problem p = make_problem(batch * 520, 20, 36, false, false, false, 1.0f, false, seed++);
+          GemmShape s = p.s;
+          s.batch = batch, s.M = 520, s.trans_a = ta, s.trans_b = tb, s.accumulate = acc, s.alpha = acc ? 0.5f : 1.0f;
+          std::vector<uint16_t> a16(p.a.size()), b16(size_t(batch) * p.b.size());
+          std::vector<float> a32(a16.size()), b32(b16.size());
+          for (size_t i = 0; i < a16.size(); ++i) a16[i] = to_bf16(p.a[i]), a32[i] = from_bf16(a16[i]);
+          for (size_t i = 0; i < b16.size(); ++i) b16[i] = to_bf16(p.b[i % p.b.size()] * 0.75f), b32[i] = from_bf16(b16[i]);
+          std::vector<float> want(size_t(batch) * p.c0.size()), got;
+          for (size_t i = 0; i < want.size(); ++i) want[i] = p.c0[i % p.c0.size()];
+          got = want;
+          gemm(s, f32_operand(a32.data()), f32_operand(b32.data()), want.data());
+          gemm(s, {a16.data(), DType::bf16}, {b16.data(), DType::bf16}, got.data());
+          int64_t differing = 0;
+          for (size_t i = 0; i < got.size(); ++i) differing += got[i] != want[i];
+          EXPECT_EQ(differing, 0) << "threads " << threads << " batch " << batch << " ta " << ta << " tb " << tb;
+        }
   omp_set_num_threads(saved);
 }
 
@@ -120,11 +161,17 @@ TEST(Gemm, Bf16DestinationIsTheFp32ProductRounded) {
     std::vector<uint16_t> c16(p.c0.size());
     EXPECT_THROW(gemm_bf16_out(p.s, f32_operand(p.a.data()), f32_operand(p.b.data()), c16.data()), std::logic_error);
   }
+  // Widened, a destination wider than 16 MiB of fp32 rows is made in pieces of rows (1024 rows of 4096
+  // columns here: 1024 and 476), each rounded as the whole product would be.
+  for (const bool widened : {false, true})
   for (const int threads : {1, 2})
     for (const bool tb : {false, true})
       for (const bool with_bias : {false, true}) {
         omp_set_num_threads(threads);
-        Problem p = make_problem(600, 24, 40, false, tb, false, 1.0f, with_bias, seed++);
+        const Bf16Form form(widened);
+        const bool pieces = widened && with_bias;
+        Problem p = make_problem(pieces ? 1500 : 600, pieces ? 4096 : 24, pieces ? 16 : 40, false, tb, false, 1.0f,
+                                 with_bias, seed++);
         std::vector<uint16_t> a16(p.a.size()), b16(p.b.size());
         for (size_t i = 0; i < a16.size(); ++i) a16[i] = to_bf16(p.a[i]);
         for (size_t i = 0; i < b16.size(); ++i) b16[i] = to_bf16(p.b[i]);
@@ -137,7 +184,8 @@ TEST(Gemm, Bf16DestinationIsTheFp32ProductRounded) {
         gemm_bf16_out(p.s, a, b, got.data(), bias);
         int64_t differing = 0;
         for (size_t i = 0; i < got.size(); ++i) differing += got[i] != want[i];
-        EXPECT_EQ(differing, 0) << "threads " << threads << " tb " << tb << " bias " << with_bias;
+        EXPECT_EQ(differing, 0) << "threads " << threads << " tb " << tb << " bias " << with_bias << " widened "
+                                << widened;
       }
   omp_set_num_threads(saved);
 }

@@ -79,23 +79,39 @@ TEST(MachinePeak, AffinityLimitsTheCores) {
 }
 
 TEST(MachinePeak, OneDnnIsaCapsThePath) {
+  // Capped below AMX, an Intel core's vdpbf16ps (one every 2 cycles: 32 FLOP/cycle) is slower than its
+  // FMAs (64): bf16 GEMMs widen to fp32 and take the FMA path.
   const PeakEstimate p = theoretical_peak(spr_with_hyperthreads(), DType::bf16, 2, GemmIsa::avx512_core_bf16);
-  EXPECT_DOUBLE_EQ(p.flop_per_cycle, 128);  // vdpbf16ps: 2 × 32 × 2
-  EXPECT_EQ(p.tag, "AVX512-BF16");
+  EXPECT_DOUBLE_EQ(p.flop_per_cycle, 64);
+  EXPECT_EQ(p.tag, "AVX-512");
+  EXPECT_TRUE(p.bf16_widened);
+  EXPECT_TRUE(bf16_gemm_widens(spr_with_hyperthreads(), GemmIsa::avx512_core_bf16));
+  EXPECT_FALSE(bf16_gemm_widens(spr_with_hyperthreads(), GemmIsa::amx));  // AMX's 1024 runs bf16 itself
+  EXPECT_FALSE(theoretical_peak(spr_with_hyperthreads(), DType::bf16, 2).bf16_widened);
   const PeakEstimate q = theoretical_peak(spr_with_hyperthreads(), DType::bf16, 2, GemmIsa::avx512_core);
   EXPECT_DOUBLE_EQ(q.flop_per_cycle, 64);
   EXPECT_NE(q.source.find("bf16 converted to fp32"), std::string::npos) << q.source;
   EXPECT_EQ(theoretical_peak(spr_with_hyperthreads(), DType::bf16, 2, GemmIsa::sse41).flops, 0);
 }
 
-TEST(MachinePeak, Avx512Bf16WithoutAmxAssumesTwoUnits) {
+TEST(MachinePeak, IntelAvx512Bf16WithoutAmxWidensToTheFmaPath) {
   MachineTexts m;
   m.cpuinfo = cpuinfo({{0, 0, 0}}, kCooperLakeFlags);
   m.allowed = {0};
   m.sysfs[0] = {"0", "0", "0", "3000000"};
   const PeakEstimate p = theoretical_peak(m, DType::bf16, 1);
-  EXPECT_DOUBLE_EQ(p.flops, 3e9 * 128);
+  EXPECT_DOUBLE_EQ(p.flops, 3e9 * 64);  // the FMAs' 2 × 16 × 2, not vdpbf16ps's 0.5 × 32 × 2
+  EXPECT_TRUE(p.bf16_widened);
+  EXPECT_TRUE(bf16_gemm_widens(m, GemmIsa::any));
+  EXPECT_NE(p.source.find("AVX-512 FMA (bf16 widened to fp32: vdpbf16ps gives 32 FLOP/cycle here, one every 2 cycles"),
+            std::string::npos)
+      << p.source;
   EXPECT_NE(p.source.find("2 FMA units assumed"), std::string::npos) << p.source;
+  EXPECT_FALSE(theoretical_peak(m, DType::fp32, 1).bf16_widened);
+  // Without AVX512-BF16 oneDNN converts bf16 itself: nothing for lattice to widen.
+  m.cpuinfo = cpuinfo({{0, 0, 0}}, kIceLakeFlags);
+  EXPECT_FALSE(bf16_gemm_widens(m, GemmIsa::any));
+  EXPECT_FALSE(theoretical_peak(m, DType::bf16, 1).bf16_widened);
 }
 
 TEST(MachinePeak, NoAvx512FallsToAvx2Fma) {
@@ -205,6 +221,15 @@ TEST(MachinePeak, TheFmaLoopCountsWhatOneCoreCanDo) {
   EXPECT_EQ(lattice::measure_fma_fp32_flops(0), 0);
 }
 
+TEST(MachinePeak, TheDotProductLoopCountsWhatOneCoreCanDo) {
+  if (!__builtin_cpu_supports("avx512bf16")) GTEST_SKIP() << "no AVX512-BF16";
+  // One thread: at most 2 VDPBF16PS a cycle × 32 multiply-adds × 2 FLOPs, at most 6 GHz.
+  const double one = lattice::measure_dpbf16_flops(1);
+  EXPECT_GT(one, 0);
+  EXPECT_LE(one, 128 * 6e9);
+  EXPECT_EQ(lattice::measure_dpbf16_flops(0), 0);
+}
+
 namespace lattice {
 namespace {
 
@@ -215,6 +240,22 @@ MachineTexts zen5_guest() {
                       "fpu avx2 fma avx512f avx512bw avx512_bf16", "AuthenticAMD", 26);
   m.allowed = {0, 1};
   return m;
+}
+
+TEST(MachinePeak, AmdRunsBf16DotProductsOnItsFmaUnits) {
+  // Zen 5: two 512-bit units, vdpbf16ps twice the FMAs' FLOPs: bf16 GEMMs stay bf16. Zen 4: one
+  // (a 512-bit instruction split in two), the same ratio.
+  const PeakEstimate p = theoretical_peak(zen5_guest(), DType::bf16, 2);
+  EXPECT_DOUBLE_EQ(p.flop_per_cycle, 128);
+  EXPECT_EQ(p.tag, "AVX512-BF16");
+  EXPECT_FALSE(p.bf16_widened);
+  EXPECT_FALSE(bf16_gemm_widens(zen5_guest(), GemmIsa::any));
+  MachineTexts zen4 = zen5_guest();
+  zen4.cpuinfo = cpuinfo({{0, 0, 0, "AMD EPYC", "2096.017"}}, "fpu avx2 fma avx512f avx512bw avx512_bf16",
+                         "AuthenticAMD", 25);
+  zen4.allowed = {0};
+  EXPECT_DOUBLE_EQ(theoretical_peak(zen4, DType::bf16, 1).flop_per_cycle, 64);
+  EXPECT_FALSE(bf16_gemm_widens(zen4, GemmIsa::any));
 }
 
 TEST(MachinePeak, AMeasuredClockAboveCpuinfosReplacesIt) {
