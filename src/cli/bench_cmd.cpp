@@ -381,6 +381,7 @@ int run_bench(int argc, char** argv) {
       m.memory_bandwidth = comm::world_min(m.memory_bandwidth);
       m.fma_fp32_flops = comm::world_min(m.fma_fp32_flops);
       m.fma_clock_ghz = comm::world_min(m.fma_clock_ghz);
+      m.dpbf16_flops = comm::world_min(m.dpbf16_flops);
       m.runtime_rss_bytes = int64_t(comm::world_max(double(m.runtime_rss_bytes)));
       for (auto& [kernel, rate] : elementwise) rate = comm::world_min(rate);  // same keys, same order everywhere
     }
@@ -436,13 +437,17 @@ int run_bench(int argc, char** argv) {
     if (m.fma_clock_ghz > 0)
       std::printf("FMA fp32 %.1f GFLOP/s: the cores ran at about %.2f GHz (the peaks above: %.2f GHz)%s\n",
                   m.fma_fp32_flops / 1e9, m.fma_clock_ghz, avx512.ghz, m.fma_clock_ghz > avx512.ghz ? faster : "");
-    // The bf16 dot product at the same clock: what decides whether bf16 GEMMs widen to fp32 here.
-    if (m.dpbf16_flops > 0 && m.fma_fp32_flops > 0)
+    // The bf16 dot product at the same clock: what decides whether bf16 GEMMs widen to fp32 here
+    // (where AMX is in reach it computes bf16 instead, whatever this rate).
+    if (m.dpbf16_flops > 0 && m.fma_fp32_flops > 0) {
+      const bool measured_says = gemm_isa() != GemmIsa::amx && m.dpbf16_flops < m.fma_fp32_flops;
       std::printf("VDPBF16PS bf16 %.1f GFLOP/s: %.2f× the FMAs' FLOPs (bf16 GEMMs %s: %s)\n", m.dpbf16_flops / 1e9,
-                  m.dpbf16_flops / m.fma_fp32_flops, gemm_bf16_widened() ? "widened to fp32" : "native",
-                  bf16_gemm_widens(machine, gemm_isa()) == (m.dpbf16_flops < m.fma_fp32_flops)
+                  m.dpbf16_flops / m.fma_fp32_flops,
+                  gemm_isa() == GemmIsa::amx ? "on AMX" : gemm_bf16_widened() ? "widened to fp32" : "native",
+                  bf16_gemm_widens(read_machine_texts(true), gemm_isa()) == measured_says
                       ? "as this measurement says"
-                      : "the rule of core/machine_peak.cpp, which this measurement contradicts: please report it");
+                      : "by the rule of core/machine_peak.cpp, which this measurement contradicts: please report it");
+    }
     std::printf("element-wise GB/s (over the time model's bytes):");
     for (const auto& [kernel, rate] : elementwise) std::printf(" %s %.1f", kernel.c_str(), rate / 1e9);
     std::printf("\n");

@@ -227,10 +227,10 @@ PeakEstimate given_peak(double flops) {
   return p;
 }
 
-MachineTexts read_machine_texts() {
+MachineTexts read_machine_texts(bool this_machine) {
   MachineTexts m;
-  const char* info = std::getenv("LATTICE_CPUINFO");
-  const char* sys = std::getenv("LATTICE_CPU_SYSFS");
+  const char* info = this_machine ? nullptr : std::getenv("LATTICE_CPUINFO");
+  const char* sys = this_machine ? nullptr : std::getenv("LATTICE_CPU_SYSFS");
   m.cpuinfo = read_text(info && *info ? info : "/proc/cpuinfo");
   const std::string root = sys && *sys ? sys : "/sys/devices/system/cpu";
   cpu_set_t set;

@@ -38,7 +38,9 @@ struct MachineTexts {
 // Reads this machine: /proc/cpuinfo, /sys/devices/system/cpu/cpuN/..., sched_getaffinity. The paths
 // can be redirected (tests, or describing another machine): LATTICE_CPUINFO names a cpuinfo file,
 // LATTICE_CPU_SYSFS a directory standing for /sys/devices/system/cpu.
-MachineTexts read_machine_texts();
+// `this_machine`: the real files whatever the variables say (how this process computes, not what
+// it reports).
+MachineTexts read_machine_texts(bool this_machine = false);
 
 struct PeakEstimate {
   double flops = 0;    // FLOP/s; 0: unknown (why_unknown says why)

@@ -190,9 +190,13 @@ Key part_key(const GemmShape& s, bool bias, bool bf16, int parts, int t, int64_t
 }
 
 // A widened bf16 GEMM's fp32 copies, in one per-thread buffer (MemoryCategory::workspaces): A and B
-// whole, and C (for a bf16 destination) in pieces of rows, so that a vocabulary-wide head's fp32
-// product is not held whole: each piece the rows `threads` parts need, at least kWidenedPieceBytes.
+// whole, and C (for a bf16 destination) in pieces of rows, each the rows `threads` parts need and at
+// least kWidenedPieceBytes. A GEMM whose copies would pass kWidenedMaxBytes runs natively instead
+// (slower, no copies): the head's backward at a 50,304-token vocabulary would otherwise hold its
+// whole fp32 logit gradient again (823 MB at GPT-2-small's 4 × 1024 tokens), the tensor bf16 logits
+// exist to avoid.
 constexpr int64_t kWidenedPieceBytes = int64_t(16) << 20;
+constexpr double kWidenedMaxBytes = double(int64_t(64) << 20);
 struct Widened {
   int64_t a = 0, b = 0, c_rows = 0, c = 0;  // elements of A, B and C held; C's rows a piece
   int64_t elements() const { return a + b + c; }
@@ -216,13 +220,24 @@ bool bf16_rule() {
     case Bf16Forced::none:
     case Bf16Forced::unknown: break;  // refused by the CLI before a run (gemm_bf16_env_valid); here: the rule
   }
-  return bf16_gemm_widens(read_machine_texts(), gemm_isa());
+  // This machine's own CPU, whatever LATTICE_CPUINFO describes for the MFU's peak (tests and `plan`
+  // describe other machines with it): how GEMMs run is not theirs to change.
+  return bf16_gemm_widens(read_machine_texts(/*this_machine=*/true), gemm_isa());
 }
 std::atomic<int> g_widens_bf16{-1};  // -1: not decided yet; else the decision (tests may set it)
 bool widens_bf16() {
   int widen = g_widens_bf16.load(std::memory_order_relaxed);
   if (widen < 0) g_widens_bf16.store(widen = bf16_rule() ? 1 : 0, std::memory_order_relaxed);
   return widen == 1;
+}
+
+// Whether this bf16 GEMM runs widened: the rule, and copies within kWidenedMaxBytes (sized in double
+// first: a planned shape past any machine must not overflow the count).
+bool runs_widened(const GemmShape& s, bool out16, int threads) {
+  if (!widens_bf16() || s.batch <= 0 || s.M <= 0 || s.N <= 0 || s.K <= 0) return false;  // empty: native's rules
+  const double a = double(s.batch) * double(s.M) * double(s.K), b = double(s.batch) * double(s.K) * double(s.N);
+  if (4 * (a + b) > kWidenedMaxBytes) return false;
+  return 4 * double(widened_sizes(s, out16, threads).elements()) <= kWidenedMaxBytes;
 }
 
 }  // namespace
@@ -238,7 +253,7 @@ std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& s, bool bf16, int th
   // No work, no primitive (oneDNN refuses to describe one): the planner's unfused attention calls of
   // a context-parallel ring with fewer heads a rank than ranks (a/t < c), which the ring never makes.
   if (s.batch <= 0 || s.M <= 0 || s.N <= 0 || s.K <= 0) return bytes;
-  if (bf16 && widens_bf16()) {  // fp32 primitives run it: a bf16 destination's in pieces of rows (two sizes)
+  if (bf16 && runs_widened(s, out16, threads)) {  // fp32 primitives: a bf16 destination's in pieces of rows (two sizes)
     if (!out16) return gemm_scratchpad_bytes(s, false, threads, false);
     const Widened w = widened_sizes(s, true, threads);
     GemmShape piece = s;
@@ -310,7 +325,7 @@ void gemm_into(const GemmShape& s, GemmOperand a, GemmOperand b, void* c, const 
   const int threads = nested ? 1 : omp_get_max_threads();
   std::optional<TraceSpan> span;  // a GEMM of the step (one inside a parallel region is its caller's time)
   if (!nested) span.emplace(Trace::Kind::gemm);
-  if (a.dtype == DType::bf16 && widens_bf16()) return run_widened(s, a, b, c, bias, out16, threads);
+  if (a.dtype == DType::bf16 && runs_widened(s, out16, threads)) return run_widened(s, a, b, c, bias, out16, threads);
   run_gemm(s, a, b, c, bias, out16, threads);
 }
 
@@ -365,8 +380,9 @@ void gemm_set_bf16_widened(std::optional<bool> widened) {
 }
 
 int64_t gemm_widened_bytes(const GemmShape& s, bool bf16, int threads, bool out16) {
-  if (!bf16 || !widens_bf16()) return 0;
-  return int64_t(sizeof(float)) * widened_sizes(s, out16, std::max(1, threads)).elements();
+  threads = std::max(1, threads);
+  if (!bf16 || s.batch <= 0 || s.M <= 0 || s.N <= 0 || s.K <= 0 || !runs_widened(s, out16, threads)) return 0;
+  return int64_t(sizeof(float)) * widened_sizes(s, out16, threads).elements();
 }
 
 GemmIsa gemm_isa() {

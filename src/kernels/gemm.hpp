@@ -51,14 +51,15 @@ bool gemm_split_env_valid();
 // Whether LATTICE_GEMM_BF16 is unset, "native" or "widened"; the same.
 bool gemm_bf16_env_valid();
 
-// Whether bf16 products run widened to fp32 here (core/machine_peak.hpp bf16_gemm_widens, or
-// LATTICE_GEMM_BF16): the operands are widened exactly into fp32 copies and the fp32 GEMM runs; a
-// bf16 destination is its product rounded by to_bf16, in pieces of rows.
+// Whether bf16 products run widened to fp32 here (core/machine_peak.hpp bf16_gemm_widens on this
+// machine's own CPU, or LATTICE_GEMM_BF16): the operands are widened exactly into fp32 copies and the
+// fp32 GEMM runs; a bf16 destination is its product rounded by to_bf16, in pieces of rows. A GEMM
+// whose copies would pass 64 MiB runs natively (a vocabulary-wide head's backward).
 bool gemm_bf16_widened();
 // Sets that choice (nullopt: back to the rule): for tests of both forms on one machine.
 void gemm_set_bf16_widened(std::optional<bool> widened);
 // The bytes of those copies for one GEMM, held by the calling thread in one buffer that grows to its
-// largest (MemoryCategory::workspaces); 0 where bf16 products run natively or `bf16` is false.
+// largest (MemoryCategory::workspaces); 0 where this one runs natively or `bf16` is false.
 int64_t gemm_widened_bytes(const GemmShape& shape, bool bf16, int threads, bool out16 = false);
 
 // Number of cached primitives (for tests of the cache).

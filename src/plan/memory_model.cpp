@@ -29,10 +29,17 @@ std::vector<int64_t> remembered_scratchpad(const GemmShape& s, bool bf16, int th
 
 // Each thread's largest GEMM scratchpad over `calls`, summed over the threads, and the calling
 // thread's largest widened copies (kernels/gemm.hpp gemm_widened_bytes: bf16 GEMMs widened to fp32).
-int64_t scratchpad_bytes(const std::vector<GemmCall>& calls, bool bf16, int threads) {
+// With fused attention the engine makes none of the s² GEMMs: they are left out. `experts`: an MoE
+// block's expert GEMMs, counted for their widened copies, which grow with their rows (an expert can
+// receive more than the dense MLP's; oneDNN's scratchpads barely do, and the MLP's stand in there).
+int64_t scratchpad_bytes(const std::vector<GemmCall>& calls, bool bf16, int threads, bool fused_attention,
+                         const std::vector<GemmCall>& experts = {}) {
   std::vector<int64_t> largest(size_t(std::max(1, threads)), 0);
   int64_t widened = 0;
+  for (const GemmCall& call : experts)
+    widened = std::max(widened, gemm_widened_bytes(call.shape, bf16, threads, bf16 && call.out16));
   for (const GemmCall& call : calls) {
+    if (fused_attention && call.attention) continue;
     widened = std::max(widened, gemm_widened_bytes(call.shape, bf16, threads, bf16 && call.out16));
     // A bf16 destination's fp32 accumulation is the library's scratch (at two threads each part's C in
     // fp32: 16 MiB a thread for GPT-2-small's head at micro-batch 4, vocabulary 8192).
@@ -53,10 +60,14 @@ analysis::MemoryCase memory_case(const PlanRequest& r) {
   c.gpipe = r.gpipe;
   if (r.engine_scratch) {  // (an MoE layer's experts: its dense MLP's shapes stand in for theirs)
     std::vector<GemmCall> calls = layer_gemms(c.x);
-    c.gemm_scratchpad = scratchpad_bytes(calls, r.bf16_compute(), r.threads);
+    const std::vector<GemmCall> experts =
+        r.model.moe.enabled()
+            ? moe_block_gemms(moe_loaded_shape(r), int(r.model.moe.experts / std::max(1, r.layout.ep)))
+            : std::vector<GemmCall>{};
+    c.gemm_scratchpad = scratchpad_bytes(calls, r.bf16_compute(), r.threads, c.x.fused_attention, experts);
     const std::vector<GemmCall> head = head_gemms(c.x);
     calls.insert(calls.end(), head.begin(), head.end());
-    c.gemm_scratchpad_last = scratchpad_bytes(calls, r.bf16_compute(), r.threads);
+    c.gemm_scratchpad_last = scratchpad_bytes(calls, r.bf16_compute(), r.threads, c.x.fused_attention, experts);
   }
   if (r.engine_scratch && c.x.d == 2)
     c.head_scratch = ce_widened_block_bytes(c.x.b * c.x.positions(), c.x.v / c.x.t, r.threads);

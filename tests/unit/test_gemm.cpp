@@ -137,15 +137,62 @@ TEST(Gemm, WidenedBf16IsTheFp32ProductOfTheWidenedOperands) {
           std::vector<float> a32(a16.size()), b32(b16.size());
           for (size_t i = 0; i < a16.size(); ++i) a16[i] = to_bf16(p.a[i]), a32[i] = from_bf16(a16[i]);
           for (size_t i = 0; i < b16.size(); ++i) b16[i] = to_bf16(p.b[i % p.b.size()] * 0.75f), b32[i] = from_bf16(b16[i]);
-          std::vector<float> want(size_t(batch) * p.c0.size()), got;
-          for (size_t i = 0; i < want.size(); ++i) want[i] = p.c0[i % p.c0.size()];
+          std::vector<float> want(size_t(s.batch * s.M * s.N)), got;
+          for (size_t i = 0; i < want.size(); ++i) want[i] = p.c0[i];
           got = want;
           gemm(s, f32_operand(a32.data()), f32_operand(b32.data()), want.data());
           gemm(s, {a16.data(), DType::bf16}, {b16.data(), DType::bf16}, got.data());
           int64_t differing = 0;
           for (size_t i = 0; i < got.size(); ++i) differing += got[i] != want[i];
           EXPECT_EQ(differing, 0) << "threads " << threads << " batch " << batch << " ta " << ta << " tb " << tb;
+          // A bf16 destination of the same (held whole when A is transposed or batched): the product
+          // above rounded, bit for bit.
+          s.accumulate = false, s.alpha = 1.0f;
+          std::vector<float> c32(size_t(s.batch * s.M * s.N));
+          gemm(s, {a16.data(), DType::bf16}, {b16.data(), DType::bf16}, c32.data());
+          std::vector<uint16_t> rounded(c32.size()), c16(c32.size(), 0xffff);
+          to_bf16(c32.data(), rounded.data(), int64_t(c32.size()));
+          gemm_bf16_out(s, {a16.data(), DType::bf16}, {b16.data(), DType::bf16}, c16.data());
+          size_t first_diff = c16.size(), ndiff = 0;
+          for (size_t i = 0; i < c16.size(); ++i)
+            if (c16[i] != rounded[i]) ndiff++, first_diff = std::min(first_diff, i);
+          EXPECT_EQ(ndiff, 0u) << "bf16 destination: threads " << threads << " batch " << batch << " ta " << ta
+                               << " first at " << first_diff << " of " << c16.size();
         }
+  omp_set_num_threads(saved);
+}
+
+// Copies past 64 MiB are not made: such a GEMM (a vocabulary-wide head's backward) runs natively,
+// its bits the native form's, and the planner charges no copies for it; one just under is widened.
+TEST(Gemm, WideningStopsAt64MiBOfCopies) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  GemmShape big;
+  big.M = 4096, big.N = 16, big.K = 4096;  // A alone 64 MiB in fp32, B 256 KiB: past the bound
+  GemmShape small = big;
+  small.M = 4000;  // 62.5 MiB + 256 KiB: within
+  EXPECT_EQ(gemm_widened_bytes(big, true, 2), 0);
+  EXPECT_EQ(gemm_widened_bytes(small, false, 2), 0);  // fp32 operands are never copied
+  {
+    const Bf16Form form(true);
+    EXPECT_EQ(gemm_widened_bytes(big, true, 2), 0);
+    EXPECT_EQ(gemm_widened_bytes(small, true, 2), 4 * (4000 * 4096 + 4096 * 16));
+  }
+  std::mt19937 rng(90);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<uint16_t> a16(size_t(big.M * big.K)), b16(size_t(big.K * big.N));
+  for (auto& x : a16) x = to_bf16(d(rng));
+  for (auto& x : b16) x = to_bf16(d(rng));
+  std::vector<float> native(size_t(big.M * big.N)), widened(native.size());
+  {
+    const Bf16Form form(false);
+    gemm(big, {a16.data(), DType::bf16}, {b16.data(), DType::bf16}, native.data());
+  }
+  {
+    const Bf16Form form(true);
+    gemm(big, {a16.data(), DType::bf16}, {b16.data(), DType::bf16}, widened.data());
+  }
+  EXPECT_EQ(widened, native);
   omp_set_num_threads(saved);
 }
 
