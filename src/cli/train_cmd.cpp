@@ -152,12 +152,21 @@ nlohmann::json predicted_memory(const ModelConfig& model, const LayoutConfig& la
 // The checkpoint a run reads at its start: --resume's, else --init's.
 const std::string& read_checkpoint(const TrainConfig& train) { return train.resume.empty() ? train.init : train.resume; }
 
-// A checkpoint replaced while it was read (checkpoint::CheckpointReplaced) is read again after a pause
-// that grows with the attempts (a save every step can overtake reads at once again): said.
+// A checkpoint replaced while it was read (checkpoint::CheckpointReplaced) is read again as soon as the
+// next save lands (its directory changes), so that the read has a whole interval between two saves
+// before it, not what was left of one (a run saving every step overtook four reads in a row on a
+// loaded machine); at most 250 ms × the attempt, after which the saves have stopped or are slower.
+void wait_for_next_save(const TrainConfig& train, int attempt) {
+  const std::string& dir = read_checkpoint(train);
+  const checkpoint::DirectoryIdentity seen = checkpoint::directory_identity(dir);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(250 * attempt);
+  while (std::chrono::steady_clock::now() < until && checkpoint::directory_identity(dir) == seen)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+}
 void say_reading_again(const TrainConfig& train, int attempt) {
   std::fprintf(stderr, "lattice train: note: checkpoint %s was replaced by a save while it was read: reading it again\n",
                read_checkpoint(train).c_str());
-  std::this_thread::sleep_for(std::chrono::milliseconds(100 * attempt));
+  wait_for_next_save(train, attempt);
 }
 
 }  // namespace
@@ -355,7 +364,7 @@ int run_train(int argc, char** argv) {
                   " times (a run saves into it, or the hosts' copies differ)");
     });
     if (dist.rank() == 0) say_reading_again(train, attempt);
-    else std::this_thread::sleep_for(std::chrono::milliseconds(100 * attempt));
+    else wait_for_next_save(train, attempt);
     trainer.reset();  // its --save lock and memory go before the next read
   }
   return comm::run_or_abort_all("train", [&] { return trainer->run(); });
