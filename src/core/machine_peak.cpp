@@ -324,7 +324,6 @@ PeakEstimate theoretical_peak(const MachineTexts& machine, DType dtype, int thre
   p.flop_per_cycle = path.flop_per_cycle;
   p.flops = double(p.cores) * p.ghz * 1e9 * p.flop_per_cycle;
   p.tag = path.tag;
-  p.bf16_widened = path.bf16_widened;
   p.source = path.name + ": " + cores_text + " × " + fmt("%.2f", p.ghz) + " GHz (" + clock_source + ") × " +
              path.per_cycle_text;
   return p;
