@@ -154,7 +154,7 @@ const std::string& read_checkpoint(const TrainConfig& train) { return train.resu
 
 // A checkpoint replaced while it was read (checkpoint::CheckpointReplaced) is read again as soon as the
 // next save lands (its directory changes), so that the read has a whole interval between two saves
-// before it, not what was left of one (a run saving every step overtook four reads in a row on a
+// before it, not what was left of one (a run saving every step overtook five reads in a row on a
 // loaded machine); at most 250 ms × the attempt, after which the saves have stopped or are slower.
 void wait_for_next_save(const TrainConfig& train, int attempt) {
   const std::string& dir = read_checkpoint(train);
