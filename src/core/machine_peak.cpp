@@ -253,6 +253,19 @@ MachineTexts read_machine_texts(bool this_machine) {
   return m;
 }
 
+namespace {
+// The CPU that stands for all (its flags, vendor and clock): the lowest-numbered one this process
+// may run on, or cpuinfo's first where that one is not listed. `entries` is not empty.
+const CpuInfoEntry& first_allowed_cpu(const MachineTexts& machine, const std::vector<CpuInfoEntry>& entries) {
+  int first = entries.front().processor;
+  for (const CpuInfoEntry& e : entries) first = std::min(first, e.processor);
+  if (!machine.allowed.empty()) first = *std::min_element(machine.allowed.begin(), machine.allowed.end());
+  for (const CpuInfoEntry& e : entries)
+    if (e.processor == first) return e;
+  return entries.front();
+}
+}  // namespace
+
 PeakEstimate theoretical_peak(const MachineTexts& machine, DType dtype, int threads, GemmIsa isa) {
   PeakEstimate p;
   const std::vector<CpuInfoEntry> entries = parse_cpuinfo(machine.cpuinfo);
@@ -297,7 +310,7 @@ PeakEstimate theoretical_peak(const MachineTexts& machine, DType dtype, int thre
 
   // The first CPU this process may run on stands for all: its flags, vendor and clock.
   const int first = cpus.front();
-  const CpuInfoEntry& cpu = by_processor.count(first) ? *by_processor.at(first) : entries.front();
+  const CpuInfoEntry& cpu = first_allowed_cpu(machine, entries);
   const GemmPath path = gemm_path(cpu, dtype, isa);
   p.bf16_widened = path.bf16_widened;
   if (path.flop_per_cycle <= 0) {
@@ -361,14 +374,7 @@ __attribute__((target("avx512f"))) float fma_chains(int64_t iterations) {
 
 bool bf16_gemm_widens(const MachineTexts& machine, GemmIsa isa) {
   const std::vector<CpuInfoEntry> entries = parse_cpuinfo(machine.cpuinfo);
-  if (entries.empty()) return false;
-  const CpuInfoEntry* cpu = &entries.front();
-  if (!machine.allowed.empty()) {
-    const int first = *std::min_element(machine.allowed.begin(), machine.allowed.end());
-    for (const CpuInfoEntry& e : entries)
-      if (e.processor == first) cpu = &e;
-  }
-  return gemm_path(*cpu, DType::bf16, isa).bf16_widened;
+  return !entries.empty() && gemm_path(first_allowed_cpu(machine, entries), DType::bf16, isa).bf16_widened;
 }
 
 namespace {
@@ -395,36 +401,35 @@ __attribute__((target("avx512f,avx512bf16"))) float dpbf16_chains(int64_t iterat
 }
 }  // namespace
 
-double measure_dpbf16_flops(int threads) {
-  if (threads < 1 || !__builtin_cpu_supports("avx512bf16")) return 0;
-  constexpr int64_t kIterations = 1 << 19;  // 24 instructions each: about 5 ms a run at one every 2 cycles
+namespace {
+// The FLOP/s of `threads` threads each running `chains` (which does `flops_a_thread` and returns its
+// sums): the best of 16 runs, so that a shared host's bursts pass.
+template <class Chains>
+double best_rate(int threads, double flops_a_thread, Chains chains) {
   double best = 0;
   for (int run = 0; run < 16; ++run) {
     const auto t0 = std::chrono::steady_clock::now();
     float sink = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : sink)
-    sink += dpbf16_chains(kIterations);
+    sink += chains();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (sink == 12345.0f) std::fprintf(stderr, " ");
-    if (seconds > 0) best = std::max(best, double(threads) * double(kIterations) * 24 * 64 / seconds);
+    if (sink == 12345.0f) std::fprintf(stderr, " ");  // the sums are used
+    if (seconds > 0) best = std::max(best, double(threads) * flops_a_thread / seconds);
   }
   return best;
+}
+}  // namespace
+
+double measure_dpbf16_flops(int threads) {
+  if (threads < 1 || !__builtin_cpu_supports("avx512bf16")) return 0;
+  constexpr int64_t kIterations = 1 << 19;  // 24 instructions each: about 5 ms a run at one every 2 cycles
+  return best_rate(threads, double(kIterations) * 24 * 64, [] { return dpbf16_chains(kIterations); });
 }
 
 double measure_fma_fp32_flops(int threads) {
   if (threads < 1 || !__builtin_cpu_supports("avx512f")) return 0;
   constexpr int64_t kIterations = 1 << 21;  // 12 FMAs each: about 5 ms a run at 3 GHz and 2 FMA units
-  double best = 0;
-  for (int run = 0; run < 16; ++run) {  // the best of 16: a shared host's bursts pass
-    const auto t0 = std::chrono::steady_clock::now();
-    float sink = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-    sink += fma_chains(kIterations);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (sink == 12345.0f) std::fprintf(stderr, " ");  // the sums are used
-    if (seconds > 0) best = std::max(best, double(threads) * double(kIterations) * 12 * 32 / seconds);
-  }
-  return best;
+  return best_rate(threads, double(kIterations) * 12 * 32, [] { return fma_chains(kIterations); });
 }
 
 double clock_from_fma(const MachineTexts& machine, int threads, double fma_flops) {

@@ -79,18 +79,18 @@ std::string directory_path(const std::string& path);
 // they exist (an output path need not exist yet).
 bool path_within(const std::string& inner, const std::string& outer);
 
-// An exclusive lock on an output directory for as long as the object lives: flock on a file beside
-// it, "<parent>/.<name>.lattice-lock" (the directory itself is swapped out by each atomic save). The
-// kernel drops the lock when its process ends, however it ends, so a relaunch after a crash or a
-// kill -9 is never refused. The holder removes the file when it lets go (a run killed leaves it,
-// harmlessly); a run that locked a file since removed retries on the path's new file.
-// The one refusal that means another run holds the lock (a caller may wait for it), apart from the
-// others (a directory that cannot be made, a lock file that cannot be opened).
+// DirLock's one refusal that means another run holds the lock (a caller may wait for it), apart from
+// the others (a directory that cannot be made, a lock file that cannot be opened).
 class LockHeldError : public InputError {
  public:
   using InputError::InputError;
 };
 
+// An exclusive lock on an output directory for as long as the object lives: flock on a file beside
+// it, "<parent>/.<name>.lattice-lock" (the directory itself is swapped out by each atomic save). The
+// kernel drops the lock when its process ends, however it ends, so a relaunch after a crash or a
+// kill -9 is never refused. The holder removes the file when it lets go (a run killed leaves it,
+// harmlessly); a run that locked a file since removed retries on the path's new file.
 class DirLock {
  public:
   DirLock() = default;
