@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs, builds, prepares the King James Bible (Debian's bible-kjv) with a 4096-piece BPE
-# tokenizer, trains the demo model (scripts/demo.toml: about five minutes on 2 cores) and prints
+# tokenizer, trains the demo model (scripts/demo.toml: about five minutes on 2 cores, thirteen on an
+# Intel Xeon without AMX: docs/training.md, "The demo") and prints
 # generated text; the run's HTML report is written to reports/demo/report.html as it trains.
 # A rerun trains again from scratch, replacing the last demo's checkpoint and report (--overwrite).
 set -euo pipefail

@@ -27,6 +27,20 @@ namespace lattice::checkpoint {
 
 namespace fs = std::filesystem;
 
+namespace {
+// What to open or look up for a path of a checkpoint being read (core/pinned_path.hpp): the pinned
+// version's file while the directory is pinned, the path itself otherwise.
+fs::path at(const std::string& path) { return pinned_path(path); }
+// The entries of a checkpoint directory: those of the pinned version, or of the directory as it is.
+std::vector<std::string> entry_names(const std::string& dir) {
+  std::vector<std::string> names;
+  if (pinned_names(dir, names)) return names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
+  return names;
+}
+}  // namespace
+
 ModelArrayReader::ModelArrayReader(const std::string& file, const ParamTable& table, const ModelConfig& config)
     : file_(SafetensorsFile::open(file)), table_(table), config_(config) {}
 
@@ -67,11 +81,11 @@ void ModelArrayReader::read(const std::string& prefix, FlatPiece range, float* o
 
 std::string weights_file(const std::string& path, const ModelConfig& config) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) fail("checkpoint " + path + (ec ? ": " + ec.message() : std::string(" does not exist")));
-  if (!fs::is_directory(path)) return path;
+  if (!fs::exists(at(path), ec)) fail("checkpoint " + path + (ec ? ": " + ec.message() : std::string(" does not exist")));
+  if (!fs::is_directory(at(path))) return path;
   const std::string file = path + "/model.safetensors";
-  if (!fs::exists(file)) fail("checkpoint " + path + " has no model.safetensors");
-  if (fs::exists(path + "/trainer.json")) {  // a lattice checkpoint says what model it holds
+  if (!fs::exists(at(file))) fail("checkpoint " + path + " has no model.safetensors");
+  if (fs::exists(at(path + "/trainer.json"))) {  // a lattice checkpoint says what model it holds
     // Its shape, every field that differs at once: the sizes, and the experts' count, placement, size
     // and router (whose kind has its own tensors). Dropout and the routing's training values may differ.
     const nlohmann::json saved = model_config_json(read_model_config(path)), mine = model_config_json(config);
@@ -114,7 +128,7 @@ namespace {
 std::string file_sum(const std::string& path) {
   // O_NONBLOCK and the fstat: a path that became a FIFO or device after the caller's check is not
   // waited on or read forever (its sum is "", which matches no recorded sum).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  const int fd = ::open(pinned_path(path).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return "";
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -238,12 +252,12 @@ void check_save_target(const std::string& dir, const OutputRules& rules) {
 nlohmann::json read_trainer_state(const std::string& dir) {
   const std::string path = dir + "/trainer.json";
   std::error_code ec;
-  if (!fs::exists(dir, ec))  // a loop of links is not "does not exist"
+  if (!fs::exists(at(dir), ec))  // a loop of links is not "does not exist"
     fail("checkpoint " + dir + (ec ? ": " + ec.message() : std::string(" does not exist")));
-  if (!fs::is_directory(dir, ec)) fail("checkpoint " + dir + " is not a directory (a run's checkpoint is one)");
-  if (!fs::exists(path, ec))
+  if (!fs::is_directory(at(dir), ec)) fail("checkpoint " + dir + " is not a directory (a run's checkpoint is one)");
+  if (!fs::exists(at(path), ec))
     fail("checkpoint " + dir + " has no trainer.json: it is not a lattice checkpoint directory" +
-         (fs::is_empty(dir, ec) ? std::string(" (it is empty)") : std::string()));
+         (fs::is_empty(at(dir), ec) ? std::string(" (it is empty)") : std::string()));
   try {
     return nlohmann::json::parse(read_regular_file(path, "checkpoint file", size_t(64) << 20));
   } catch (const nlohmann::json::exception& e) {
@@ -369,7 +383,7 @@ namespace {
 void check_hf_config(const std::string& dir, const ModelConfig& c) {
   const std::string path = dir + "/" + kHuggingFaceConfig;
   std::error_code ec;
-  if (!fs::exists(path, ec)) return;
+  if (!fs::exists(at(path), ec)) return;
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_regular_file(path, "config.json", size_t(64) << 20));
@@ -402,7 +416,7 @@ void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state
   // A file that differs from its sum, or is gone, because a save replaced the directory meanwhile.
   const auto replaced = [&] { require_not_replaced(dir, identity); };
   std::error_code ec;
-  if (!fs::exists(fs::symlink_status(path, ec))) {
+  if (!fs::exists(fs::symlink_status(at(path), ec))) {
     // Every lattice that records its version in trainer.json writes the manifest (the save's last
     // file, renamed in with the rest): without it nothing can be checked, so it is not loaded.
     require(!trainer_state.contains("lattice_version"),
@@ -410,7 +424,7 @@ void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state
             "checkpoint: it was removed, so its files' sums cannot be checked (save the run again, or restore the file)");
     return;
   }
-  if (!fs::is_regular_file(path, ec)) fail("checkpoint " + path + " is not a regular file");
+  if (!fs::is_regular_file(at(path), ec)) fail("checkpoint " + path + " is not a regular file");
   nlohmann::json manifest;
   try {
     manifest = nlohmann::json::parse(read_regular_file(path, "checkpoint manifest", size_t(64) << 20));
@@ -426,8 +440,7 @@ void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state
   const nlohmann::json& sums = manifest["sums"];
   require(sums.is_object(), "checkpoint " + path + ": \"sums\" must be an object");
   if (modern)
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-      const std::string name = e.path().filename().string();
+    for (const std::string& name : entry_names(dir)) {
       require(!read_with_the_model(name) || name == "trainer.json" || sums.contains(name),
               "checkpoint " + path + " records no sum of " + name + ": it cannot be checked");
     }
@@ -438,7 +451,7 @@ void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state
     if (!summed(name) || (!all && !read_with_the_model(name))) continue;
     // A resume reads every summed file: one gone since the save is named. The model's readers leave a
     // missing file to the reader that needs it (eval needs no optimizer.safetensors).
-    if (!fs::exists(fs::symlink_status(file, ec))) {
+    if (!fs::exists(fs::symlink_status(at(file), ec))) {
       if (all) replaced();
       require(!all, "checkpoint " + dir + ": " + name + ", which " + kManifest + " lists with its sum, is missing");
       continue;
@@ -455,12 +468,6 @@ void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state
 }
 }  // namespace
 
-DirectoryIdentity directory_identity(const std::string& dir) {
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0) return {0, 0, 0, 0};
-  return {uint64_t(st.st_dev), uint64_t(st.st_ino), uint64_t(st.st_ctim.tv_sec), uint64_t(st.st_ctim.tv_nsec)};
-}
-
 void require_not_replaced(const std::string& dir, const DirectoryIdentity& identity) {
   if (directory_identity(dir) != identity)
     throw CheckpointReplaced("checkpoint " + dir + " was replaced by a save while it was read (a run is saving "
@@ -470,15 +477,15 @@ void require_not_replaced(const std::string& dir, const DirectoryIdentity& ident
 std::string saved_version(const std::string& dir) {
   const std::string path = dir + "/" + kManifest;
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return "";
-  std::ifstream in(path, std::ios::binary);
+  if (!fs::is_regular_file(at(path), ec)) return "";
+  std::ifstream in(at(path), std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return hex16(fnv1a(bytes));
 }
 
 bool holds_trainer_state(const std::string& dir) {
   std::error_code ec;
-  return !dir.empty() && fs::is_regular_file(dir + "/trainer.json", ec);
+  return !dir.empty() && fs::is_regular_file(at(dir + "/trainer.json"), ec);
 }
 
 int64_t checkpoint_tensor_bytes(const ModelConfig& config, int element_states, int64_t tensor_state_values,
@@ -494,8 +501,8 @@ int64_t checkpoint_tensor_bytes(const ModelConfig& config, int element_states, i
 
 std::string held_checkpoint(const std::string& dir) {
   std::error_code ec;
-  if (dir.empty() || !fs::is_directory(dir, ec)) return "";
-  if (!holds_trainer_state(dir)) return fs::is_regular_file(dir + "/" + kManifest, ec) ? "a checkpoint" : "";
+  if (dir.empty() || !fs::is_directory(at(dir), ec)) return "";
+  if (!holds_trainer_state(dir)) return fs::is_regular_file(at(dir + "/" + kManifest), ec) ? "a checkpoint" : "";
   try {  // trainer.json alone: no file of a large checkpoint is read (its sums) to word a refusal
     const nlohmann::json state = read_trainer_state(dir);
     const ModelConfig model = model_config_of(state, dir);
@@ -644,7 +651,7 @@ void load_weights(const std::string& path, GPT& model) {
 
 void load_optimizer(const std::string& dir, const ParamTable& table, const ModelConfig& config, Optimizer& optimizer) {
   const std::string file = dir + "/optimizer.safetensors";
-  if (!fs::exists(file)) fail("checkpoint " + dir + " has no optimizer.safetensors");
+  if (!fs::exists(at(file))) fail("checkpoint " + dir + " has no optimizer.safetensors");
   ModelArrayReader reader(file, table, config);
   const SafetensorsFile& st = reader.file();
   const auto kind = st.metadata().find("optimizer");

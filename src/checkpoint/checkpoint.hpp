@@ -14,6 +14,7 @@
 #include "core/atomic_dir.hpp"
 #include "core/error.hpp"
 #include "core/output_path.hpp"
+#include "core/pinned_path.hpp"
 #include "model/gpt.hpp"
 #include "optim/optimizer.hpp"
 
@@ -100,22 +101,23 @@ inline constexpr size_t kMaxRecentLosses = 4096;  // a bound on what a resume re
 ResumeState read_resume_state(const std::string& dir);
 
 // A save swaps a whole new directory in (core/atomic_dir.hpp): a reader without --save's lock (eval,
-// sample, and a run reading another run's checkpoint) may read the manifest of one version and a file
-// of the next. That is said as this, not as a damaged file; `directory_identity` lets a reader read
+// sample, and a run reading another run's checkpoint) pins the directory for its whole read
+// (core/pinned_path.hpp) and so reads one version to the end, whatever saves land meanwhile. Where no
+// pin could be taken (a path the pin does not recognise, no /proc), a manifest of one version with a
+// file of the next is said as this, not as a damaged file; `directory_identity` lets a reader read
 // again, whole, when it changed.
 class CheckpointReplaced : public InputError {
  public:
   using InputError::InputError;
 };
-// The directory at a path: its device, inode and change time (all 0 when there is none). The inode
-// alone is not enough: a save's new directory often takes the inode the one before last freed (seen
-// after 0.5 s of saves every few milliseconds); its change time, set as it was made and renamed in,
-// tells them apart.
-using DirectoryIdentity = std::array<uint64_t, 4>;
-DirectoryIdentity directory_identity(const std::string& dir);
-// Reads of a checkpoint being replaced, at most. A resume constructs its whole trainer between the
-// first file and the check that the directory is still the one it began with; under a run saving every
-// 7.7 ms (a 2-layer model) that window lost five reads in a row on a loaded machine (cli.hostile_data).
+// The directory at a path (core/pinned_path.hpp: a pinned one's as it was pinned).
+using lattice::DirectoryIdentity;
+using lattice::directory_identity;
+// Reads of a checkpoint being replaced, at most: for readers without a pin, and for ranks that each
+// pinned another save (a resume under mpirun, read again until all read one). Unpinned, a resume
+// constructs its whole trainer between the first file and the check that the directory is still the one
+// it began with; under a run saving every 7.7 ms (a 2-layer model) that window lost five reads in a row
+// on a loaded machine (cli.hostile_data).
 inline constexpr int kCheckpointReadAttempts = 20;
 // Which save a checkpoint directory holds, by content: a hash of its manifest, which sums every file
 // ("" without one). Ranks reading per-host copies of one save agree; two saves differ.

@@ -11,6 +11,7 @@
 #include "core/atomic_dir.hpp"
 #include "core/error.hpp"
 #include "core/input_file.hpp"
+#include "core/pinned_path.hpp"
 
 namespace lattice::checkpoint {
 namespace {
@@ -176,7 +177,7 @@ void SafetensorsFile::read(const std::string& name, size_t offset, size_t bytes,
     std::memcpy(out, static_cast<const char*>(t.data) + offset, bytes);
     return;
   }
-  std::ifstream in(path_, std::ios::binary);
+  std::ifstream in(pinned_path(path_), std::ios::binary);
   in.seekg(static_cast<std::streamoff>(file_offset_.at(name) + offset));
   in.read(static_cast<char*>(out), static_cast<std::streamsize>(bytes));
   require(in.good() || bytes == 0, "cannot read tensor '" + printable(name) + "' of checkpoint " + path_ +
@@ -187,9 +188,9 @@ SafetensorsFile SafetensorsFile::parse(const std::string& path, bool hold_data) 
   const std::string who = "checkpoint " + path;
   std::error_code ec;
   require_regular_file(path, "checkpoint");
-  const uint64_t file_bytes = std::filesystem::file_size(path, ec);
+  const uint64_t file_bytes = std::filesystem::file_size(pinned_path(path), ec);
   require(!ec, "cannot read " + who + ": " + ec.message());
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(pinned_path(path), std::ios::binary);
   require(in.good(), "cannot open " + who);
 
   require(file_bytes >= 8, who + " is truncated: " + std::to_string(file_bytes) +

@@ -12,6 +12,7 @@
 #include "analysis/memory_categories.hpp"
 #include "core/error.hpp"
 #include "core/memory_limit.hpp"
+#include "core/pinned_path.hpp"
 #include "data/tokenizer_files.hpp"
 #include "tensor/half.hpp"
 
@@ -99,9 +100,11 @@ std::unique_ptr<GPT> load_model_for_inference(const std::string& checkpoint, con
                                               DType activation_dtype, int64_t rows) {
   require(!checkpoint.empty(), "--checkpoint is required");
   // A run saving into the checkpoint may replace it while it is read (every step, with --save-every 1):
-  // it is read again, whole, until one version was read throughout, a few times at most.
+  // it is pinned (core/pinned_path.hpp), so the read is of one version; one that cannot be pinned is
+  // read again, whole, until one version was read throughout, a few times at most.
   constexpr int kAttempts = checkpoint::kCheckpointReadAttempts;
   for (int attempt = 1;; ++attempt) {
+    const PinnedPath pinned(checkpoint);
     const auto identity = checkpoint::directory_identity(checkpoint);
     try {
       auto model = load_once(checkpoint, app, config, activation_dtype, rows);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/pinned_path.hpp"
 
 namespace lattice {
 
@@ -25,7 +26,7 @@ const char* what_it_is(mode_t mode) {
 
 void require_regular_file(const std::string& path, const std::string& what) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
+  if (::stat(pinned_path(path).c_str(), &st) != 0)
     fail(what + " " + path + (errno == ENOENT ? " does not exist" : ": " + std::string(std::strerror(errno))));
   require(S_ISREG(st.st_mode), what + " " + path + " is not a regular file (it is " + what_it_is(st.st_mode) + ")");
 }
@@ -33,7 +34,7 @@ void require_regular_file(const std::string& path, const std::string& what) {
 std::string read_regular_file(const std::string& path, const std::string& what, size_t max_bytes) {
   require_regular_file(path, what);
   // O_NONBLOCK: should the path turn into a FIFO after the check, the open does not wait for a writer.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  const int fd = ::open(pinned_path(path).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   require(fd >= 0, "cannot read " + what + " " + path + ": " + std::strerror(errno));
   std::string text, why;
   struct stat st {};

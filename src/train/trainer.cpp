@@ -30,6 +30,7 @@
 #include "core/error.hpp"
 #include "core/machine_peak.hpp"
 #include "core/output_path.hpp"
+#include "core/pinned_path.hpp"
 #include "core/recompute_plan.hpp"
 #include "core/stage_partition.hpp"
 #include "report/step_report.hpp"
@@ -144,9 +145,11 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   // below are resolved and the whole is validated.
   checkpoint::ResumeState resume_state;
   // A run saving into --resume's directory (another run's, not under this one's --save lock) may swap
-  // in a new save while it is read: the directory it was at the start must be the one read to the
-  // end, or the step of one save would go on with the weights of the next.
+  // in a new save while it is read: the directory is pinned (core/pinned_path.hpp), so every file below
+  // is the version it held now, or the step of one save would go on with the weights of the next.
+  // Unpinned, the directory it was at the start must be the one read to the end.
   test_pause_reading("before");
+  const PinnedPath pinned_checkpoint(!config_.resume.empty() ? config_.resume : config_.init);
   const auto resume_identity = checkpoint::directory_identity(config_.resume);
   if (!config_.resume.empty()) {
     resume_state = checkpoint::read_resume_state(config_.resume);
@@ -187,7 +190,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
                                                              of_checkpoint.fingerprint() + ", but " + config_.data_dir +
                                                              " holds " + tokenizer_.fingerprint() + remedy);
   };
-  if (!config_.init.empty() && std::filesystem::is_directory(config_.init))
+  if (!config_.init.empty() && std::filesystem::is_directory(pinned_path(config_.init)))
     require_trained_on_these_tokens(config_.init, " (prepare the data with --tokenizer-from " + config_.init + ")");
   if (!config_.resume.empty()) {
     require_trained_on_these_tokens(config_.resume, ": a run continues on its own tokens");
@@ -407,7 +410,7 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   // (docs/design.md §6.3).
   const std::string previous = config_.resume + "/" + checkpoint::kPreviousModelFile;
   if (!config_.resume.empty() && resume_state.weight_versions == 2)
-    require(std::filesystem::is_regular_file(previous), "checkpoint " + config_.resume + " records two weight versions "
+    require(std::filesystem::is_regular_file(pinned_path(previous)), "checkpoint " + config_.resume + " records two weight versions "
             "(PipeDream-2BW) but has no " + checkpoint::kPreviousModelFile);
   if (states_->versions() == 2 && !config_.resume.empty() && resume_state.weight_versions == 2) {
     checkpoint::ModelArrayReader previous_reader(previous, model_->table(), model_config_);

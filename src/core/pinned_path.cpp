@@ -1,0 +1,176 @@
+#include "core/pinned_path.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+namespace lattice {
+
+namespace {
+
+struct Pin {
+  int dir_fd = -1;                   // the directory, or the file pinned alone
+  std::map<std::string, int> files;  // regular files by name
+  std::vector<std::string> names;    // every entry, sorted
+  DirectoryIdentity identity{};
+};
+
+std::mutex pins_mutex;
+std::map<std::string, Pin>& pins() {
+  static std::map<std::string, Pin> all;
+  return all;
+}
+
+// One spelling per directory: "ck", "ck/" and "./ck" are the same key (a reader composes
+// "<dir>/<name>" from the string the pin was made with, so no file system lookup is needed).
+std::string key_of(const std::string& path) {
+  std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  if (!p.has_filename() && p.has_parent_path() && p != p.root_path()) p = p.parent_path();
+  return p.string();
+}
+
+std::string fd_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
+
+DirectoryIdentity identity_of(const struct stat& st) {
+  return {uint64_t(st.st_dev), uint64_t(st.st_ino), uint64_t(st.st_ctim.tv_sec), uint64_t(st.st_ctim.tv_nsec)};
+}
+
+void release(Pin& pin) {
+  for (const auto& [name, fd] : pin.files) ::close(fd);
+  if (pin.dir_fd >= 0) ::close(pin.dir_fd);
+  pin = Pin{};
+}
+
+enum class Outcome { pinned, again, unpinnable };
+
+// One try. A regular file is opened alone. A directory is opened, its entries listed and every
+// regular file opened through the directory's descriptor, so each file is this one directory's
+// whatever is renamed meanwhile. The directory must still be at `dir` once all are open: it was then
+// not yet moved aside, so no save had begun removing its files, and the list is whole.
+Outcome try_pin(const std::string& dir, Pin& pin) {
+  struct stat named {};
+  // What the path is, before anything is opened: a FIFO's open would wait for a writer, a device's
+  // might act.
+  if (::stat(dir.c_str(), &named) != 0) return errno == ENOENT ? Outcome::again : Outcome::unpinnable;  // ENOENT: between two renames
+  if (!S_ISDIR(named.st_mode) && !S_ISREG(named.st_mode)) return Outcome::unpinnable;
+  pin.dir_fd = ::open(dir.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | (S_ISDIR(named.st_mode) ? O_DIRECTORY : 0));
+  if (pin.dir_fd < 0) return errno == ENOENT || errno == ENOTDIR ? Outcome::again : Outcome::unpinnable;
+  struct stat held {};
+  if (::fstat(pin.dir_fd, &held) != 0 || ::access(fd_path(pin.dir_fd).c_str(), F_OK) != 0) return Outcome::unpinnable;
+  if (S_ISREG(held.st_mode)) {
+    pin.identity = identity_of(held);
+    return Outcome::pinned;
+  }
+  if (!S_ISDIR(held.st_mode)) return Outcome::again;  // replaced by something else between stat and open
+  const int list_fd = ::dup(pin.dir_fd);
+  DIR* listing = list_fd < 0 ? nullptr : ::fdopendir(list_fd);
+  if (!listing) {
+    if (list_fd >= 0) ::close(list_fd);
+    return Outcome::unpinnable;
+  }
+  while (const dirent* entry = ::readdir(listing)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") pin.names.push_back(name);
+  }
+  ::closedir(listing);
+  if (int(pin.names.size()) > kMaxPinnedFiles) return Outcome::unpinnable;
+  std::sort(pin.names.begin(), pin.names.end());
+  for (const std::string& name : pin.names) {
+    struct stat st {};
+    // Only regular files are opened (a FIFO or a device is left to the reader's own check, which names
+    // it); a link is followed, as the reader's open would.
+    if (::fstatat(pin.dir_fd, name.c_str(), &st, 0) != 0) {
+      if (errno == ENOENT) return Outcome::again;
+      continue;
+    }
+    if (!S_ISREG(st.st_mode)) continue;
+    const int fd = ::openat(pin.dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+      if (errno == ENOENT) return Outcome::again;
+      continue;  // unreadable: the reader's open says why
+    }
+    pin.files[name] = fd;
+  }
+  struct stat now {};
+  if (::stat(dir.c_str(), &now) != 0 || now.st_dev != held.st_dev || now.st_ino != held.st_ino) return Outcome::again;
+  pin.identity = identity_of(now);
+  return Outcome::pinned;
+}
+
+}  // namespace
+
+PinnedPath::PinnedPath(const std::string& path) : key_(key_of(path)) {
+  if (path.empty()) return;
+  const std::lock_guard<std::mutex> lock(pins_mutex);
+  if (pins().count(key_)) return;  // an outer pin serves
+  // A save swaps directories within microseconds and a try takes about as long: a try that met one
+  // is made again, a bounded number of times (after which the path is read as it stands).
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    Pin pin;
+    const Outcome outcome = try_pin(path, pin);
+    if (outcome == Outcome::pinned) {
+      pins()[key_] = std::move(pin);
+      owner_ = true;
+      return;
+    }
+    release(pin);
+    if (outcome == Outcome::unpinnable) return;
+  }
+}
+
+PinnedPath::~PinnedPath() {
+  if (!owner_) return;
+  const std::lock_guard<std::mutex> lock(pins_mutex);
+  auto it = pins().find(key_);
+  if (it == pins().end()) return;
+  release(it->second);
+  pins().erase(it);
+}
+
+std::string pinned_path(const std::string& path) {
+  const std::lock_guard<std::mutex> lock(pins_mutex);
+  if (pins().empty() || path.empty()) return path;
+  const std::filesystem::path p(key_of(path));
+  if (const auto it = pins().find(p.string()); it != pins().end()) return fd_path(it->second.dir_fd);
+  // The nearest pinned directory above `path`: a file in it is its pinned file, anything else (a
+  // name it did not hold, a deeper path) is looked up in the pinned version's own directory.
+  for (std::filesystem::path up = p.parent_path(); !up.empty(); up = up.parent_path()) {
+    const auto it = pins().find(up.string());
+    if (it != pins().end()) {
+      const Pin& pin = it->second;
+      if (up == p.parent_path())
+        if (const auto file = pin.files.find(p.filename().string()); file != pin.files.end())
+          return fd_path(file->second);
+      return fd_path(pin.dir_fd) + "/" + p.lexically_relative(up).string();
+    }
+    if (up == up.parent_path()) break;  // the root
+  }
+  return path;
+}
+
+bool pinned_names(const std::string& dir, std::vector<std::string>& names) {
+  const std::lock_guard<std::mutex> lock(pins_mutex);
+  const auto it = pins().find(key_of(dir));
+  if (it == pins().end()) return false;
+  names = it->second.names;
+  return true;
+}
+
+DirectoryIdentity directory_identity(const std::string& dir) {
+  {
+    const std::lock_guard<std::mutex> lock(pins_mutex);
+    if (const auto it = pins().find(key_of(dir)); !dir.empty() && it != pins().end()) return it->second.identity;
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return {0, 0, 0, 0};
+  return identity_of(st);
+}
+
+}  // namespace lattice

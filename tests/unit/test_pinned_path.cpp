@@ -1,0 +1,120 @@
+// PinnedPath (core/pinned_path.hpp): a reader of a directory that a save replaces whole (AtomicDir,
+// the way a checkpoint is saved) reads the version it pinned to the end, through the same path
+// strings and the same readers (input_file.hpp) as an unpinned one, and never sees the next version.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/atomic_dir.hpp"
+#include "core/error.hpp"
+#include "core/input_file.hpp"
+#include "core/pinned_path.hpp"
+
+namespace lattice {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("lattice-pinned-" + std::to_string(::getpid()) + "-" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// A save of `files` (name, contents) into `dir` as a checkpoint's: a whole new directory swapped in,
+// the previous one removed.
+void save(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& files) {
+  AtomicDir out(dir);
+  for (const auto& [name, text] : files) std::ofstream(fs::path(out.path()) / name) << text;
+  out.commit();
+}
+
+std::string text_of(const std::string& path) { return read_regular_file(path, "file"); }
+
+TEST(PinnedPath, ReadsThePinnedVersionAfterSavesReplacedAndRemovedIt) {
+  const fs::path root = scratch("versions");
+  const std::string ck = (root / "ck").string();
+  save(ck, {{"trainer.json", "step 1"}, {"model", "weights 1"}, {"old_only", "gone next"}});
+  const DirectoryIdentity before = directory_identity(ck);
+  {
+    const PinnedPath pin(ck);
+    ASSERT_TRUE(pin.holds());
+    EXPECT_EQ(text_of(ck + "/trainer.json"), "step 1");
+    save(ck, {{"trainer.json", "step 2"}, {"model", "weights 2"}, {"new_only", "new"}});
+    save(ck, {{"trainer.json", "step 3"}, {"model", "weights 3"}, {"new_only", "new"}});
+    // Two saves later (the pinned version's files unlinked), every file is still the pinned save's.
+    EXPECT_EQ(text_of(ck + "/model"), "weights 1");
+    EXPECT_EQ(text_of(ck + "/old_only"), "gone next");
+    // A name only the later saves hold is not there for this reader, and the message names the path.
+    try {
+      text_of(ck + "/new_only");
+      ADD_FAILURE() << "a later save's file was read under the pin";
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()), "file " + ck + "/new_only does not exist");
+    }
+    // Other spellings of the directory reach the same pin; its identity is the pinned one.
+    EXPECT_EQ(text_of(ck + "//model"), "weights 1");
+    EXPECT_EQ(text_of((root / "." / "ck" / "model").string()), "weights 1");
+    EXPECT_EQ(directory_identity(ck + "/"), before);
+    std::vector<std::string> names;
+    ASSERT_TRUE(pinned_names(ck, names));
+    EXPECT_EQ(names, (std::vector<std::string>{std::string(AtomicDir::kMarker), "model", "old_only", "trainer.json"}));
+    {
+      const PinnedPath inner(ck);  // a nested reader shares the outer version
+      EXPECT_FALSE(inner.holds());
+      EXPECT_EQ(text_of(ck + "/model"), "weights 1");
+    }
+    EXPECT_EQ(text_of(ck + "/model"), "weights 1");  // the inner one let go of nothing
+  }
+  // Let go: the path is the directory as it is now.
+  EXPECT_EQ(text_of(ck + "/model"), "weights 3");
+  EXPECT_NE(directory_identity(ck), before);
+  EXPECT_EQ(pinned_path(ck + "/model"), ck + "/model");
+  fs::remove_all(root);
+}
+
+TEST(PinnedPath, WhatIsNotARegularFileIsLeftToTheReadersCheck) {
+  const fs::path root = scratch("fifo");
+  const std::string ck = (root / "ck").string();
+  save(ck, {{"model", "weights"}});
+  ASSERT_EQ(::mkfifo((ck + "/pipe").c_str(), 0600), 0);
+  const PinnedPath pin(ck);
+  ASSERT_TRUE(pin.holds());  // the FIFO was not opened (that would wait for a writer)
+  try {
+    text_of(ck + "/pipe");
+    ADD_FAILURE() << "a FIFO was read";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "file " + ck + "/pipe is not a regular file (it is a FIFO)");
+  }
+  EXPECT_EQ(text_of(ck + "/model"), "weights");
+  fs::remove_all(root);
+}
+
+TEST(PinnedPath, AFileNamedAloneIsPinnedWhatIsNeitherIsReadAsItStands) {
+  const fs::path root = scratch("file");
+  const std::string file = (root / "model.safetensors").string();
+  std::ofstream(file) << "version 1";
+  {
+    const PinnedPath pin(file);
+    ASSERT_TRUE(pin.holds());
+    write_file_atomically(file, "version 2", 9);  // renamed over it, the old one unlinked
+    EXPECT_EQ(text_of(file), "version 1");
+  }
+  EXPECT_EQ(text_of(file), "version 2");
+  ASSERT_EQ(::mkfifo((root / "pipe").c_str(), 0600), 0);
+  const PinnedPath on_fifo((root / "pipe").string()), on_nothing((root / "missing").string()), on_empty("");
+  EXPECT_FALSE(on_fifo.holds());  // and not opened: the test would wait here for a writer
+  EXPECT_FALSE(on_nothing.holds());
+  EXPECT_FALSE(on_empty.holds());
+  EXPECT_EQ(pinned_path((root / "pipe").string()), (root / "pipe").string());
+  EXPECT_EQ(directory_identity((root / "missing").string()), (DirectoryIdentity{0, 0, 0, 0}));
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace lattice
