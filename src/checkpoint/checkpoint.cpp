@@ -9,16 +9,20 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "core/atomic_dir.hpp"
 #include "checkpoint/llmc_import.hpp"
 #include "checkpoint/safetensors.hpp"
+#include "core/env_switch.hpp"
 #include "core/error.hpp"
 #include "core/fnv1a.hpp"
 #include "core/input_file.hpp"
@@ -31,6 +35,14 @@ namespace {
 // What to open or look up for a path of a checkpoint being read (core/pinned_path.hpp): the pinned
 // version's file while the directory is pinned, the path itself otherwise.
 fs::path at(const std::string& path) { return pinned_path(path); }
+// Whether a file of a checkpoint is there (through the pin). One that cannot be looked up (a loop of
+// links, no permission) is named with the reason, by the user's path, never the pin's /proc one.
+bool exists_at(const std::string& path) {
+  std::error_code ec;
+  const bool there = fs::exists(at(path), ec);
+  if (ec) fail("cannot read checkpoint file " + path + ": " + ec.message());
+  return there;
+}
 // The entries of a checkpoint directory: those of the pinned version, or of the directory as it is.
 std::vector<std::string> entry_names(const std::string& dir) {
   std::vector<std::string> names;
@@ -82,10 +94,10 @@ void ModelArrayReader::read(const std::string& prefix, FlatPiece range, float* o
 std::string weights_file(const std::string& path, const ModelConfig& config) {
   std::error_code ec;
   if (!fs::exists(at(path), ec)) fail("checkpoint " + path + (ec ? ": " + ec.message() : std::string(" does not exist")));
-  if (!fs::is_directory(at(path))) return path;
+  if (!fs::is_directory(at(path), ec)) return path;
   const std::string file = path + "/model.safetensors";
-  if (!fs::exists(at(file))) fail("checkpoint " + path + " has no model.safetensors");
-  if (fs::exists(at(path + "/trainer.json"))) {  // a lattice checkpoint says what model it holds
+  if (!exists_at(file)) fail("checkpoint " + path + " has no model.safetensors");
+  if (exists_at(path + "/trainer.json")) {  // a lattice checkpoint says what model it holds
     // Its shape, every field that differs at once: the sizes, and the experts' count, placement, size
     // and router (whose kind has its own tensors). Dropout and the routing's training values may differ.
     const nlohmann::json saved = model_config_json(read_model_config(path)), mine = model_config_json(config);
@@ -124,12 +136,15 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& config, const std:
 
 namespace {
 // A 64-bit sum of a file's bytes, read in 64 KiB pieces (no buffer that grows): a changed byte
-// anywhere changes it. Written as 16 hex digits; "" when the file cannot be read.
+// anywhere changes it. Written as 16 hex digits.
 std::string file_sum(const std::string& path) {
   // O_NONBLOCK and the fstat: a path that became a FIFO or device after the caller's check is not
   // waited on or read forever (its sum is "", which matches no recorded sum).
   const int fd = ::open(pinned_path(path).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return "";
+  // Gone since the caller's check ("": a save replaced the directory, which the caller tells), or not
+  // readable (named, not called damaged).
+  if (fd < 0 && errno == ENOENT) return "";
+  if (fd < 0) fail("cannot read checkpoint file " + path + ": " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -255,7 +270,7 @@ nlohmann::json read_trainer_state(const std::string& dir) {
   if (!fs::exists(at(dir), ec))  // a loop of links is not "does not exist"
     fail("checkpoint " + dir + (ec ? ": " + ec.message() : std::string(" does not exist")));
   if (!fs::is_directory(at(dir), ec)) fail("checkpoint " + dir + " is not a directory (a run's checkpoint is one)");
-  if (!fs::exists(at(path), ec))
+  if (!exists_at(path))
     fail("checkpoint " + dir + " has no trainer.json: it is not a lattice checkpoint directory" +
          (fs::is_empty(at(dir), ec) ? std::string(" (it is empty)") : std::string()));
   try {
@@ -382,8 +397,7 @@ namespace {
 // another model. Checkpoints written before it existed have none.
 void check_hf_config(const std::string& dir, const ModelConfig& c) {
   const std::string path = dir + "/" + kHuggingFaceConfig;
-  std::error_code ec;
-  if (!fs::exists(at(path), ec)) return;
+  if (!exists_at(path)) return;
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_regular_file(path, "config.json", size_t(64) << 20));
@@ -403,6 +417,15 @@ void check_hf_config(const std::string& dir, const ModelConfig& c) {
 }  // namespace
 
 namespace {
+// A test's stand-in for a slow file system: LATTICE_TEST_PAUSE_SUMS=S pauses S seconds between a
+// checkpoint's manifest and its files' sums, at every read (a run saving meanwhile swaps in the next
+// save: an unpinned reader then meets its files at every attempt, and gives up; cli.hostile_data).
+void test_pause_before_sums() {
+  const std::string seconds = env_value("LATTICE_TEST_PAUSE_SUMS");
+  if (seconds.empty()) return;
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(seconds.c_str())));
+}
+
 // A checkpoint's files against the sums its manifest recorded at the save (checkpoints from before
 // sums have none; those from before 2026-11-30 sum the .safetensors files alone): a file changed or
 // damaged since is named, not loaded. A file the manifest sums but the directory lacks is named on a
@@ -444,6 +467,7 @@ void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state
       require(!read_with_the_model(name) || name == "trainer.json" || sums.contains(name),
               "checkpoint " + path + " records no sum of " + name + ": it cannot be checked");
     }
+  test_pause_before_sums();
   for (const auto& [name, sum] : sums.items()) {
     require(sum.is_string() && (summed(name) || name == kHuggingFaceConfig || name == AtomicDir::kMarker),
             "checkpoint " + path + ": \"sums\" holds " + name + " = " + sum.dump() + ", not a file's sum");
@@ -651,7 +675,7 @@ void load_weights(const std::string& path, GPT& model) {
 
 void load_optimizer(const std::string& dir, const ParamTable& table, const ModelConfig& config, Optimizer& optimizer) {
   const std::string file = dir + "/optimizer.safetensors";
-  if (!fs::exists(at(file))) fail("checkpoint " + dir + " has no optimizer.safetensors");
+  if (!exists_at(file)) fail("checkpoint " + dir + " has no optimizer.safetensors");
   ModelArrayReader reader(file, table, config);
   const SafetensorsFile& st = reader.file();
   const auto kind = st.metadata().find("optimizer");

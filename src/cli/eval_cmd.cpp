@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
@@ -12,6 +13,7 @@
 #include "cli/model_flags.hpp"
 #include "cli/model_source.hpp"
 #include "core/error.hpp"
+#include "core/pinned_path.hpp"
 #include "data/loader.hpp"
 #include "data/tokenizer_files.hpp"
 #include "report/step_report.hpp"
@@ -46,6 +48,9 @@ int run_eval(int argc, char** argv) {
   require(micro_batch >= 1 && micro_batch <= (1 << 20), "--micro-batch must be between 1 and 2^20");
 
   select_device(parse_device(device));  // once, before the model is built
+  // The model and the tokenizer read from one version of a checkpoint a run may be saving into
+  // (core/pinned_path.hpp); let go once both are read.
+  std::optional<PinnedPath> pinned_checkpoint(std::in_place, checkpoint);
   auto gpt = load_model_for_inference(checkpoint, app, model, DType::fp32, micro_batch);
   const ModelConfig& c = gpt->config();
   require_device_runs(parse_device(device), c);
@@ -55,6 +60,7 @@ int run_eval(int argc, char** argv) {
           "--data " + data_file + " is a directory: eval scores one token file (" +
               (std::filesystem::path(data_file) / "val.bin").string() + ")");
   const data::Tokenizer tokenizer = checkpoint_tokenizer(checkpoint, c.vocab);
+  pinned_checkpoint.reset();
   // A directory that records no tokenizer holds byte tokens, or ids of a tokenizer not known above
   // vocabulary 256 (docs/design.md §15), which no other is held to.
   const data::Tokenizer of_data = data::tokens_tokenizer(data_dir.empty() ? "." : data_dir, c.vocab);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 
 #include "cli/cli_util.hpp"
 #include "cli/commands.hpp"
@@ -13,6 +14,7 @@
 #include "cli/model_flags.hpp"
 #include "cli/model_source.hpp"
 #include "core/error.hpp"
+#include "core/pinned_path.hpp"
 #include "core/standard_output.hpp"
 #include "data/tokenizer_files.hpp"
 #include "random/philox.hpp"
@@ -70,6 +72,9 @@ int run_sample(int argc, char** argv) {
   require(top_k >= 0, "--top-k must be >= 0 (0 = all)");
 
   select_device(parse_device(device));  // once, before the model is built
+  // The model and the tokenizer read from one version of a checkpoint a run may be saving into
+  // (core/pinned_path.hpp); let go once both are read.
+  std::optional<PinnedPath> pinned_checkpoint(std::in_place, checkpoint);
   auto gpt = load_model_for_inference(checkpoint, app, model, DType::fp32, 1);
   const ModelConfig& c = gpt->config();
   require_device_runs(parse_device(device), c);
@@ -79,6 +84,7 @@ int run_sample(int argc, char** argv) {
           "(score it with lattice eval instead)");
   // The checkpoint's tokenizer (a weights file alone: bytes); its ids must be the model's.
   const data::Tokenizer tokenizer = checkpoint_tokenizer(checkpoint, c.vocab);
+  pinned_checkpoint.reset();
   require(std::filesystem::is_directory(checkpoint) || c.vocab == data::Tokenizer::kByteVocab,
           "a weights file carries no tokenizer: sample decodes it as bytes only with a vocabulary of 256 (give the "
           "checkpoint directory, which records its tokenizer)");

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include <omp.h>
@@ -20,6 +21,7 @@
 #include "comm/fault.hpp"
 #include "comm/watchdog.hpp"
 #include "core/error.hpp"
+#include "core/pinned_path.hpp"
 #include "core/machine_peak.hpp"
 #include "data/token_file.hpp"
 #include "data/tokenizer_files.hpp"
@@ -200,6 +202,11 @@ int run_train(int argc, char** argv) {
   app.add_flag("--dump-config", dump, "print every setting as a TOML file for --config, and exit");
   if (const auto status = parse_flags(app, argc, argv)) return *status;
   const bool first_rank = !comm::started_by_launcher() || comm::launcher_rank() == 0;
+  // Every read of --resume's (or --init's) checkpoint from here to the trainer's is of one version,
+  // whatever a run saving into it swaps in meanwhile: it is pinned now (core/pinned_path.hpp; the
+  // trainer's own pin shares it) and let go once a trainer was built from it.
+  test_pause_checkpoint_read("before");
+  std::optional<PinnedPath> pinned_checkpoint(std::in_place, read_checkpoint(train));
   if (dump) {
     // A resume's dump shows the settings the run takes from its checkpoint, not the flags' defaults.
     std::map<std::string, std::string> taken;
@@ -289,11 +296,13 @@ int run_train(int argc, char** argv) {
     for (int attempt = 1; !trainer; ++attempt) {
       try {
         trainer = std::make_unique<Trainer>(model, resolved, train);
-      } catch (const checkpoint::CheckpointReplaced&) {
+      } catch (const checkpoint::CheckpointReplaced&) {  // a checkpoint that could not be pinned
         if (attempt == checkpoint::kCheckpointReadAttempts) throw;
+        pinned_checkpoint.reset();
         say_reading_again(train, attempt);
       }
     }
+    pinned_checkpoint.reset();  // the trainer holds what it read; its own saves may replace the files
     return trainer->run();
   }
   // Several processes: bad input is reported once, by rank 0, and every rank exits 1; a rank that
@@ -354,6 +363,9 @@ int run_train(int argc, char** argv) {
         replaced = true;
       }
     });
+    // A read again pins the checkpoint anew (the trainer's own pin): the save it reads then may be
+    // another rank's. The settings above came from the first read, the same in every save of a run.
+    pinned_checkpoint.reset();
     // Any rank's read replaced makes the texts differ (each names its rank), so all ranks agree on this.
     const bool agree =
         comm::all_ranks_agree(replaced ? "replaced on rank " + std::to_string(dist.rank()) : trainer->resumed_version());

@@ -28,10 +28,14 @@ std::map<std::string, Pin>& pins() {
   return all;
 }
 
-// One spelling per directory: "ck", "ck/" and "./ck" are the same key (a reader composes
-// "<dir>/<name>" from the string the pin was made with, so no file system lookup is needed).
+// One spelling per path: "ck", "ck/", "./ck" and, from inside it, "." are the same key (absolute and
+// lexically normal: a reader composes "<dir>/<name>" from the string the pin was made with, and no
+// link is resolved, so no file system lookup is needed).
 std::string key_of(const std::string& path) {
-  std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(path, ec);
+  if (ec) p = path;
+  p = p.lexically_normal();
   if (!p.has_filename() && p.has_parent_path() && p != p.root_path()) p = p.parent_path();
   return p.string();
 }
@@ -58,7 +62,9 @@ Outcome try_pin(const std::string& dir, Pin& pin) {
   struct stat named {};
   // What the path is, before anything is opened: a FIFO's open would wait for a writer, a device's
   // might act.
-  if (::stat(dir.c_str(), &named) != 0) return errno == ENOENT ? Outcome::again : Outcome::unpinnable;  // ENOENT: between two renames
+  // A path that is not there is left to the reader, which names it (a save by two renames, where the
+  // file system has no exchange, leaves no directory there for a moment: that reader reads again).
+  if (::stat(dir.c_str(), &named) != 0) return Outcome::unpinnable;
   if (!S_ISDIR(named.st_mode) && !S_ISREG(named.st_mode)) return Outcome::unpinnable;
   pin.dir_fd = ::open(dir.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | (S_ISDIR(named.st_mode) ? O_DIRECTORY : 0));
   if (pin.dir_fd < 0) return errno == ENOENT || errno == ENOTDIR ? Outcome::again : Outcome::unpinnable;
@@ -87,13 +93,17 @@ Outcome try_pin(const std::string& dir, Pin& pin) {
     // Only regular files are opened (a FIFO or a device is left to the reader's own check, which names
     // it); a link is followed, as the reader's open would.
     if (::fstatat(pin.dir_fd, name.c_str(), &st, 0) != 0) {
-      if (errno == ENOENT) return Outcome::again;
+      // Gone since the listing (a save removing this version: try again), or a link to nothing or a
+      // loop, which the reader names.
+      if (errno == ENOENT && ::fstatat(pin.dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return Outcome::again;
       continue;
     }
     if (!S_ISREG(st.st_mode)) continue;
     const int fd = ::openat(pin.dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
       if (errno == ENOENT) return Outcome::again;
+      // Out of descriptors: the pin gives up rather than leave the reader none.
+      if (errno == EMFILE || errno == ENFILE) return Outcome::unpinnable;
       continue;  // unreadable: the reader's open says why
     }
     pin.files[name] = fd;

@@ -19,8 +19,9 @@
 
 namespace lattice {
 
-// Entries of a directory a pin holds open at most (a checkpoint holds about ten).
-inline constexpr int kMaxPinnedFiles = 256;
+// Entries of a directory a pin holds open at most (a checkpoint holds about ten; a pin takes no more of
+// the process's descriptors than this, and none where it runs out).
+inline constexpr int kMaxPinnedFiles = 64;
 
 class PinnedPath {
  public:

@@ -113,11 +113,7 @@ Trainer::MfuPeak Trainer::mfu_peak(int world) const {
   return p;
 }
 
-namespace {
-// A test's stand-in for a slow file system under --resume: LATTICE_TEST_PAUSE_RESUME_READ=R:S:WHERE
-// pauses launcher rank R (0 alone) for S seconds, once a process, before it reads the checkpoint
-// ("before") or between its trainer.json and its weights ("during").
-void test_pause_reading(const char* where) {
+void test_pause_checkpoint_read(const char* where) {
   static bool paused = false;
   const std::string text = env_value("LATTICE_TEST_PAUSE_RESUME_READ");
   const size_t a = text.find(':'), b = text.find(':', a == std::string::npos ? 0 : a + 1);
@@ -127,7 +123,6 @@ void test_pause_reading(const char* where) {
   paused = true;
   std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(text.substr(a + 1, b - a - 1).c_str())));
 }
-}  // namespace
 
 Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const TrainConfig& train,
                  comm::Distributed* dist)
@@ -145,16 +140,16 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   // below are resolved and the whole is validated.
   checkpoint::ResumeState resume_state;
   // A run saving into --resume's directory (another run's, not under this one's --save lock) may swap
-  // in a new save while it is read: the directory is pinned (core/pinned_path.hpp), so every file below
-  // is the version it held now, or the step of one save would go on with the weights of the next.
-  // Unpinned, the directory it was at the start must be the one read to the end.
-  test_pause_reading("before");
+  // in a new save while it is read: the directory is pinned (core/pinned_path.hpp; the cli pins it
+  // before its own reads, and this pin then shares that version), so every file below is one save's,
+  // or the step of one save would go on with the weights of the next. Unpinned, the directory it was
+  // at the start must be the one read to the end.
   const PinnedPath pinned_checkpoint(!config_.resume.empty() ? config_.resume : config_.init);
   const auto resume_identity = checkpoint::directory_identity(config_.resume);
   if (!config_.resume.empty()) {
     resume_state = checkpoint::read_resume_state(config_.resume);
     resumed_version_ = checkpoint::saved_version(config_.resume);
-    test_pause_reading("during");
+    test_pause_checkpoint_read("during");
     if (!config_.settings_resumed)  // the cli took them before planning; a caller of its own, here
       config_.resumed_settings = resume_training_settings(config_, resume_state.train_settings, config_.resume);
     const bool shuffle_given = std::ranges::find(config_.given_settings, "shuffle") != config_.given_settings.end();
@@ -190,7 +185,8 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
                                                              of_checkpoint.fingerprint() + ", but " + config_.data_dir +
                                                              " holds " + tokenizer_.fingerprint() + remedy);
   };
-  if (!config_.init.empty() && std::filesystem::is_directory(pinned_path(config_.init)))
+  std::error_code init_ec;  // a path that cannot be looked up is left to the weights' reader, which names it
+  if (!config_.init.empty() && std::filesystem::is_directory(pinned_path(config_.init), init_ec))
     require_trained_on_these_tokens(config_.init, " (prepare the data with --tokenizer-from " + config_.init + ")");
   if (!config_.resume.empty()) {
     require_trained_on_these_tokens(config_.resume, ": a run continues on its own tokens");
@@ -409,8 +405,9 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   // the next batch reads; from a checkpoint without it (another schedule's), both are the model
   // (docs/design.md §6.3).
   const std::string previous = config_.resume + "/" + checkpoint::kPreviousModelFile;
+  std::error_code previous_ec;
   if (!config_.resume.empty() && resume_state.weight_versions == 2)
-    require(std::filesystem::is_regular_file(pinned_path(previous)), "checkpoint " + config_.resume + " records two weight versions "
+    require(std::filesystem::is_regular_file(pinned_path(previous), previous_ec), "checkpoint " + config_.resume + " records two weight versions "
             "(PipeDream-2BW) but has no " + checkpoint::kPreviousModelFile);
   if (states_->versions() == 2 && !config_.resume.empty() && resume_state.weight_versions == 2) {
     checkpoint::ModelArrayReader previous_reader(previous, model_->table(), model_config_);

@@ -41,6 +41,12 @@ struct StepResult {
   std::vector<Straggler> stragglers;  // named by the step-time rule at this step (report/step_time.hpp)
 };
 
+// A test's stand-in for a slow file system under --resume: LATTICE_TEST_PAUSE_RESUME_READ=R:S:WHERE
+// pauses launcher rank R (0 alone) for S seconds, once a process, before it reads the checkpoint
+// ("before": the cli, before its first read) or between its trainer.json and its weights ("during":
+// the trainer).
+void test_pause_checkpoint_read(const char* where);
+
 class Trainer {
  public:
   // Validates everything (throws InputError) before any training work starts. `dist` is the

@@ -190,11 +190,35 @@ head -c 20000 corpus.txt > other.txt && "$LATTICE" prepare --input other.txt --o
 check "a resume on another train.bin: exit 0, the note naming the step its batches start at" \
   bash -c "[ $? -eq 0 ] && grep -q 'note: other_data/train.bin is not the train.bin checkpoint ck_order was trained on (its size or first and last 64 KiB differ: [0-9]*-[0-9a-f]* then, [0-9]*-[0-9a-f]* now): from step 4 the batches' other_data.out"
 
+# A file of a checkpoint that cannot be looked up or read is named by the user's path with the reason:
+# never by the pin's /proc/self/fd path (core/pinned_path.hpp), and never as changed or damaged.
+"$LATTICE" "${SMALL[@]}" --steps 1 --save loop 2>/dev/null
+rm loop/model.safetensors && ln -s model.safetensors loop/model.safetensors
+hostile "eval, its model file a loop of links" 1 \
+  "^lattice eval: error: checkpoint file loop/model.safetensors: Too many levels of symbolic links$" -- \
+  eval --checkpoint loop --data data/val.bin --threads 1
+cp -r loop loop_old && rm loop_old/lattice-checkpoint.json  # before manifests (trainer.json without a version)
+python3 -c "import json; j = json.load(open('loop_old/trainer.json')); j.pop('lattice_version'); json.dump(j, open('loop_old/trainer.json', 'w'))"
+hostile "resume of a checkpoint without a manifest, its model file a loop" 1 \
+  "^lattice train: error: cannot read checkpoint file loop_old/model.safetensors: Too many levels of symbolic links$" -- \
+  "${SMALL[@]}" --steps 3 --resume loop_old --save loop_fork
+"$LATTICE" "${SMALL[@]}" --steps 1 --save locked 2>/dev/null
+chmod 000 locked/optimizer.safetensors
+# As an unprivileged user (root reads any file): a user namespace with no mapping is nobody.
+if unshare -U true 2>/dev/null; then
+  unshare -U "$LATTICE" "${SMALL[@]}" --steps 3 --resume locked --save locked_fork > /dev/null 2> locked.err
+  check "resume of a file it may not read: exit 1, the reason named, not \"damaged\" ($(head -c 200 locked.err))" \
+    grep -qx "lattice train: error: cannot read checkpoint file locked/optimizer.safetensors: Permission denied" locked.err
+else
+  echo "skipped: unshare -U is not available here"
+fi
+chmod 644 locked/optimizer.safetensors
+
 # eval and sample of a checkpoint a run replaces at every step: a reader between two versions read the
 # manifest of one and a file of the next, and named a good checkpoint "changed or damaged" (about one
 # eval in twelve, found by a hostile pass). They read it again, whole; none of 20 may fail.
 "$LATTICE" "${SMALL[@]}" --steps 2 --save live > /dev/null 2>&1
-timeout 90 "$LATTICE" train --data data --threads 1 --resume live --save live --steps 10000000 --save-every 1 \
+timeout 150 "$LATTICE" train --data data --threads 1 --resume live --save live --steps 10000000 --save-every 1 \
   > /dev/null 2>&1 & saver=$!
 sleep 2
 read_fails=0
@@ -232,6 +256,22 @@ until_a_step fork_one env LATTICE_TEST_PAUSE_RESUME_READ=0:0.5:during "$LATTICE"
 check "a resume whose read spans saves: it reads the save it pinned, not again, and trains ($(head -c 300 fork_one.err))" \
   bash -c "! grep -q 'reading it again' fork_one.err && grep -q '\"event\":\"step\"' fork_one.jsonl &&
    ! grep -q error fork_one.err"
+# The command's own reads before the trainer's (the settings, the precision and the model it takes, each
+# summing the files) are of the pinned save too. Paused 0.2 s between the manifest and the sums of every
+# read (a slow file system), an unpinned read met the next save's files at each of its 20 attempts and
+# gave up ("replaced"), as a resume under strace's delayed reads did.
+until_a_step fork_sums env LATTICE_TEST_PAUSE_SUMS=0.2 "$LATTICE" train --data data --threads 1 \
+  --resume live --save fork_sums --steps 1000000 --json
+check "a resume whose first sums span saves: one read, and it trains ($(head -c 300 fork_sums.err))" \
+  bash -c "! grep -q 'reading it again' fork_sums.err && grep -q '\"event\":\"step\"' fork_sums.jsonl &&
+   ! grep -q error fork_sums.err"
+check "the saver still replaces live (before eval's sums)" saving
+LATTICE_TEST_PAUSE_SUMS=0.2 "$LATTICE" eval --checkpoint live --data data/val.bin --threads 1 --batches 1 \
+  > /dev/null 2> eval_sums.err
+eval_status=$?
+check "eval whose sums span saves: exit 0 (got $eval_status), one read ($(head -c 300 eval_sums.err))" \
+  bash -c "test $eval_status -eq 0 && ! grep -q 'reading it again' eval_sums.err"
+check "the saver still replaces live (before two ranks read)" saving
 until_a_step fork_two env LATTICE_TEST_PAUSE_RESUME_READ=1:0.5:before OMPI_ALLOW_RUN_AS_ROOT=1 \
   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive mpirun --oversubscribe -np 2 "$LATTICE" \
   train --data data --threads 1 --resume live --save fork_two --steps 1000000 --json

@@ -36,14 +36,23 @@ void save(const std::string& dir, const std::vector<std::pair<std::string, std::
 
 std::string text_of(const std::string& path) { return read_regular_file(path, "file"); }
 
+// This process's open descriptors: a pin lets go of every one it opened.
+size_t open_descriptors() {
+  size_t n = 0;
+  for (auto it = fs::directory_iterator("/proc/self/fd"); it != fs::directory_iterator(); ++it) ++n;
+  return n;
+}
+
 TEST(PinnedPath, ReadsThePinnedVersionAfterSavesReplacedAndRemovedIt) {
   const fs::path root = scratch("versions");
   const std::string ck = (root / "ck").string();
   save(ck, {{"trainer.json", "step 1"}, {"model", "weights 1"}, {"old_only", "gone next"}});
   const DirectoryIdentity before = directory_identity(ck);
+  const size_t descriptors = open_descriptors();
   {
     const PinnedPath pin(ck);
     ASSERT_TRUE(pin.holds());
+    EXPECT_EQ(open_descriptors(), descriptors + 5);  // the directory and its four files (the marker too)
     EXPECT_EQ(text_of(ck + "/trainer.json"), "step 1");
     save(ck, {{"trainer.json", "step 2"}, {"model", "weights 2"}, {"new_only", "new"}});
     save(ck, {{"trainer.json", "step 3"}, {"model", "weights 3"}, {"new_only", "new"}});
@@ -71,7 +80,8 @@ TEST(PinnedPath, ReadsThePinnedVersionAfterSavesReplacedAndRemovedIt) {
     }
     EXPECT_EQ(text_of(ck + "/model"), "weights 1");  // the inner one let go of nothing
   }
-  // Let go: the path is the directory as it is now.
+  // Let go: the path is the directory as it is now, and no descriptor is left open.
+  EXPECT_EQ(open_descriptors(), descriptors);
   EXPECT_EQ(text_of(ck + "/model"), "weights 3");
   EXPECT_NE(directory_identity(ck), before);
   EXPECT_EQ(pinned_path(ck + "/model"), ck + "/model");
@@ -92,6 +102,30 @@ TEST(PinnedPath, WhatIsNotARegularFileIsLeftToTheReadersCheck) {
     EXPECT_EQ(std::string(e.what()), "file " + ck + "/pipe is not a regular file (it is a FIFO)");
   }
   EXPECT_EQ(text_of(ck + "/model"), "weights");
+  fs::remove_all(root);
+}
+
+TEST(PinnedPath, TheWorkingDirectoryAndALinkToNothingPin) {
+  const fs::path root = scratch("spellings");
+  const std::string ck = (root / "ck").string();
+  save(ck, {{"model", "weights"}});
+  fs::create_symlink("nowhere", fs::path(ck) / "dangling");
+  {
+    // A link to nothing is no file of this version (not a save removing it): pinned in one try.
+    const PinnedPath pin(ck);
+    EXPECT_TRUE(pin.holds());
+    EXPECT_EQ(pinned_path(ck + "/dangling").rfind("/proc/self/fd/", 0), 0u);  // looked up in the pinned version
+  }
+  const fs::path cwd = fs::current_path();
+  fs::current_path(ck);  // `--checkpoint .`: its files are "./model", or "model"
+  {
+    const PinnedPath pin(".");
+    EXPECT_TRUE(pin.holds());
+    EXPECT_EQ(pinned_path("./model").rfind("/proc/self/fd/", 0), 0u) << pinned_path("./model");
+    EXPECT_EQ(pinned_path("model").rfind("/proc/self/fd/", 0), 0u) << pinned_path("model");
+    EXPECT_EQ(text_of("./model"), "weights");
+  }
+  fs::current_path(cwd);
   fs::remove_all(root);
 }
 
