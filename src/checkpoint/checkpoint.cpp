@@ -119,7 +119,8 @@ std::string weights_file(const std::string& path, const ModelConfig& config) {
 }
 
 bool is_llmc_file(const std::string& path) {
-  return !fs::is_directory(path) && path.size() > 4 && path.substr(path.size() - 4) == ".bin";
+  std::error_code ec;
+  return !fs::is_directory(at(path), ec) && path.size() > 4 && path.substr(path.size() - 4) == ".bin";
 }
 
 std::vector<int64_t> stored_shape(const ParamInfo& p, const ModelConfig& c) {
@@ -538,8 +539,9 @@ std::string held_checkpoint(const std::string& dir) {
 }
 
 namespace {
-// A reader whose file sums met a save swapping the directory in (CheckpointReplaced) reads it all
-// again, trainer.json first, so what it returns is one save's: a few times at most.
+// A reader whose file sums met a save swapping the directory in (CheckpointReplaced: a directory that
+// could not be pinned, core/pinned_path.hpp) reads it all again, trainer.json first, so what it
+// returns is one save's: a few times at most.
 template <class Read>
 auto reading_again(Read read) {
   for (int attempt = 1;; ++attempt) {

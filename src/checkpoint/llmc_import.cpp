@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/input_file.hpp"
+#include "core/pinned_path.hpp"
 #include "model/gpt.hpp"
 
 namespace lattice::checkpoint {
@@ -46,12 +47,12 @@ LlmcCheckpoint LlmcCheckpoint::load(const std::string& path) {
   const std::string who = "llm.c checkpoint " + path;
   std::error_code ec;
   require_regular_file(path, "llm.c checkpoint");
-  const uint64_t file_bytes = std::filesystem::file_size(path, ec);
+  const uint64_t file_bytes = std::filesystem::file_size(pinned_path(path), ec);  // core/pinned_path.hpp
   require(!ec, "cannot read " + who + ": " + ec.message());
   require(file_bytes >= kLlmcHeaderBytes, who + " is too short for an llm.c header: " +
                                               std::to_string(file_bytes) + " bytes, less than " +
                                               std::to_string(kLlmcHeaderBytes));
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(pinned_path(path), std::ios::binary);
   require(in.good(), "cannot open " + who);
   int32_t header[kLlmcHeaderInts];
   in.read(reinterpret_cast<char*>(header), sizeof(header));

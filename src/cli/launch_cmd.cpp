@@ -25,6 +25,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -36,6 +37,7 @@
 #include "cli/model_flags.hpp"
 #include "core/child_process.hpp"
 #include "core/error.hpp"
+#include "core/pinned_path.hpp"
 #include "core/input_file.hpp"
 #include "core/memory_limit.hpp"
 #include "core/output_path.hpp"
@@ -599,6 +601,9 @@ int run_launch(int argc, char** argv) {
                          "last promoted checkpoint\n");
     return 2;
   }
+  // What launch reads of --resume's (or --init's) checkpoint before the first job is of one version,
+  // should a run be saving into it (core/pinned_path.hpp); let go before any job starts.
+  std::optional<PinnedPath> pinned_checkpoint(std::in_place, train.resume.empty() ? train.init : train.resume);
   take_resumed_settings(tapp, train);  // a resumed run's batch, which restarts keep
   bool vocab_taken = false;  // and its model, which restarts plan for
   const bool resuming = !train.resume.empty();
@@ -731,6 +736,7 @@ int run_launch(int argc, char** argv) {
   }
   const int global_batch = train.global_batch > 0 ? train.global_batch : train.micro_batch * first.dp;
   const plan::Hardware hw = plan::hardware_preset(f.hardware);
+  pinned_checkpoint.reset();
 
   std::string report_log;
   if (!train.report_dir.empty()) report_log = train.report_dir + "/run.jsonl";

@@ -35,7 +35,8 @@ void round_to_params_dtype(float* weights, int64_t n, ParamsDType dtype) {
 }  // namespace
 
 data::Tokenizer checkpoint_tokenizer(const std::string& checkpoint, int vocab) {
-  if (!std::filesystem::is_directory(checkpoint)) return data::unrecorded_tokenizer(vocab);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(pinned_path(checkpoint), ec)) return data::unrecorded_tokenizer(vocab);
   // A run of more ids on recorded byte tokens (a padded head) keeps "bytes": sample draws its 256.
   // One on token files without a tokenizer before 2026-11-30 recorded "bytes" too; it reads so still.
   return data::load_recorded_tokenizer(checkpoint, checkpoint::read_tokenizer_fingerprint(checkpoint),
@@ -45,9 +46,10 @@ data::Tokenizer checkpoint_tokenizer(const std::string& checkpoint, int vocab) {
 namespace {
 std::unique_ptr<GPT> load_once(const std::string& checkpoint, const CLI::App& app, ModelConfig config,
                                DType activation_dtype, int64_t rows) {
-  require(std::filesystem::exists(checkpoint), "checkpoint " + checkpoint + " does not exist");
+  std::error_code ec;  // through the pin (core/pinned_path.hpp); a path that cannot be looked up is named below
+  require(std::filesystem::exists(pinned_path(checkpoint), ec) || ec, "checkpoint " + checkpoint + " does not exist");
   ParamsDType params_dtype = ParamsDType::fp32;
-  if (std::filesystem::is_directory(checkpoint)) {
+  if (std::filesystem::is_directory(pinned_path(checkpoint), ec)) {
     // The checkpoint gives the model: a model flag given too must say the same, or it would be ignored.
     const ModelConfig saved = checkpoint::read_model_config(checkpoint);
     const auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };

@@ -84,8 +84,10 @@ int run_sample(int argc, char** argv) {
           "(score it with lattice eval instead)");
   // The checkpoint's tokenizer (a weights file alone: bytes); its ids must be the model's.
   const data::Tokenizer tokenizer = checkpoint_tokenizer(checkpoint, c.vocab);
+  std::error_code ec;
+  const bool a_directory = std::filesystem::is_directory(pinned_path(checkpoint), ec);
   pinned_checkpoint.reset();
-  require(std::filesystem::is_directory(checkpoint) || c.vocab == data::Tokenizer::kByteVocab,
+  require(a_directory || c.vocab == data::Tokenizer::kByteVocab,
           "a weights file carries no tokenizer: sample decodes it as bytes only with a vocabulary of 256 (give the "
           "checkpoint directory, which records its tokenizer)");
   require(tokenizer.kind() != data::TokenizerKind::none,

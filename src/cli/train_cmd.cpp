@@ -154,9 +154,10 @@ nlohmann::json predicted_memory(const ModelConfig& model, const LayoutConfig& la
 // The checkpoint a run reads at its start: --resume's, else --init's.
 const std::string& read_checkpoint(const TrainConfig& train) { return train.resume.empty() ? train.init : train.resume; }
 
-// A checkpoint replaced while it was read (checkpoint::CheckpointReplaced) is read again as soon as the
-// next save lands (its directory changes), so that the read has a whole interval between two saves
-// before it, not what was left of one (a run saving every step overtook five reads in a row on a
+// A checkpoint read again (one that could not be pinned and was replaced while it was read:
+// checkpoint::CheckpointReplaced, or ranks that each pinned another save) is read as soon as the next
+// save lands (its directory changes), so that the read has a whole interval between two saves before
+// it, not what was left of one (a run saving every step overtook five unpinned reads in a row on a
 // loaded machine); at most 250 ms × the attempt, after which the saves have stopped or are slower.
 void wait_for_next_save(const TrainConfig& train, int attempt) {
   const std::string& dir = read_checkpoint(train);
@@ -290,8 +291,8 @@ int run_train(int argc, char** argv) {
       choose_recompute_automatically(resolved, model, train, 1, layout.memory_budget_bytes, true);
     if (train.json || !train.report_dir.empty()) train.predicted_memory = predicted_memory(model, resolved, train, 1);
     peak_inputs(train, resolved.activation_dtype, 1);
-    // A checkpoint another run replaces while it is read (--save-every 1) is read again, whole, a few
-    // times at most, as eval and sample do.
+    // A checkpoint another run replaces while it is read (--save-every 1) is pinned above; one that
+    // could not be pinned is read again, whole, a few times at most, as eval and sample do.
     std::unique_ptr<Trainer> trainer;
     for (int attempt = 1; !trainer; ++attempt) {
       try {
@@ -350,9 +351,9 @@ int run_train(int argc, char** argv) {
     train.predicted_memory = predicted_memory(model, resolved, train, dist.world_size());
   // Every rank asks (the same flags on every rank: the host count is collective).
   peak_inputs(train, resolved.activation_dtype, train.peak_flops > 0 ? 1 : dist.ranks_on_this_host());
-  // Each rank reads --resume on its own: a run saving into that directory may swap in a new save
-  // during a rank's read (the rank says so: CheckpointReplaced) or between two ranks' reads (their
-  // saves differ). Then every rank reads it again, a few times at most, as eval and sample do.
+  // Each rank reads --resume on its own, pinned: a run saving into that directory may swap in a new
+  // save between two ranks' pins (their saves differ), or during a read it could not pin (the rank
+  // says so: CheckpointReplaced). Then every rank reads it again, a few times at most.
   for (int attempt = 1;; ++attempt) {
     bool replaced = false;
     comm::check_on_all_ranks("train", [&] {

@@ -2,7 +2,9 @@
 // The one check before lattice opens a file the user named (a hardware JSON, a --config TOML, token
 // files, tokenizers, checkpoints, a run.jsonl, a trace): it must be a regular file. A FIFO would
 // block the open forever, a directory reads as empty, a device never ends; each is refused with one
-// line naming the path and what it is instead.
+// line naming the path and what it is instead. Both look the path up through core/pinned_path.hpp: a
+// file of a pinned checkpoint is its pinned version (a caller that opens the path itself after the
+// check opens pinned_path(path) too, as safetensors and the llm.c import do).
 #include <cstddef>
 #include <string>
 

@@ -9,17 +9,34 @@
 #include <cerrno>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <thread>
+#include <utility>
 
 namespace lattice {
 
 namespace {
 
+// The descriptors of one pinned path, closed when it goes (also when a try throws halfway).
 struct Pin {
   int dir_fd = -1;                   // the directory, or the file pinned alone
   std::map<std::string, int> files;  // regular files by name
   std::vector<std::string> names;    // every entry, sorted
   DirectoryIdentity identity{};
+
+  Pin() = default;
+  Pin(const Pin&) = delete;
+  Pin& operator=(const Pin&) = delete;
+  Pin(Pin&& other) noexcept
+      : dir_fd(std::exchange(other.dir_fd, -1)), files(std::move(other.files)), names(std::move(other.names)),
+        identity(other.identity) {
+    other.files.clear();
+  }
+  ~Pin() {
+    for (const auto& [name, fd] : files) ::close(fd);
+    if (dir_fd >= 0) ::close(dir_fd);
+  }
 };
 
 std::mutex pins_mutex;
@@ -46,13 +63,7 @@ DirectoryIdentity identity_of(const struct stat& st) {
   return {uint64_t(st.st_dev), uint64_t(st.st_ino), uint64_t(st.st_ctim.tv_sec), uint64_t(st.st_ctim.tv_nsec)};
 }
 
-void release(Pin& pin) {
-  for (const auto& [name, fd] : pin.files) ::close(fd);
-  if (pin.dir_fd >= 0) ::close(pin.dir_fd);
-  pin = Pin{};
-}
-
-enum class Outcome { pinned, again, unpinnable };
+enum class Outcome { pinned, again, missing, unpinnable };
 
 // One try. A regular file is opened alone. A directory is opened, its entries listed and every
 // regular file opened through the directory's descriptor, so each file is this one directory's
@@ -62,9 +73,9 @@ Outcome try_pin(const std::string& dir, Pin& pin) {
   struct stat named {};
   // What the path is, before anything is opened: a FIFO's open would wait for a writer, a device's
   // might act.
-  // A path that is not there is left to the reader, which names it (a save by two renames, where the
-  // file system has no exchange, leaves no directory there for a moment: that reader reads again).
-  if (::stat(dir.c_str(), &named) != 0) return Outcome::unpinnable;
+  // Not there: a save by two renames (a file system without the exchange) leaves no directory there
+  // for a moment, so a few tries more; a path that is not there at all is left to its reader to name.
+  if (::stat(dir.c_str(), &named) != 0) return errno == ENOENT ? Outcome::missing : Outcome::unpinnable;
   if (!S_ISDIR(named.st_mode) && !S_ISREG(named.st_mode)) return Outcome::unpinnable;
   pin.dir_fd = ::open(dir.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | (S_ISDIR(named.st_mode) ? O_DIRECTORY : 0));
   if (pin.dir_fd < 0) return errno == ENOENT || errno == ENOTDIR ? Outcome::again : Outcome::unpinnable;
@@ -81,12 +92,12 @@ Outcome try_pin(const std::string& dir, Pin& pin) {
     if (list_fd >= 0) ::close(list_fd);
     return Outcome::unpinnable;
   }
+  const std::unique_ptr<DIR, int (*)(DIR*)> closes_listing(listing, ::closedir);
   while (const dirent* entry = ::readdir(listing)) {
     const std::string name = entry->d_name;
     if (name != "." && name != "..") pin.names.push_back(name);
+    if (int(pin.names.size()) > kMaxPinnedEntries) return Outcome::unpinnable;
   }
-  ::closedir(listing);
-  if (int(pin.names.size()) > kMaxPinnedFiles) return Outcome::unpinnable;
   std::sort(pin.names.begin(), pin.names.end());
   for (const std::string& name : pin.names) {
     struct stat st {};
@@ -106,7 +117,12 @@ Outcome try_pin(const std::string& dir, Pin& pin) {
       if (errno == EMFILE || errno == ENFILE) return Outcome::unpinnable;
       continue;  // unreadable: the reader's open says why
     }
-    pin.files[name] = fd;
+    try {
+      pin.files.emplace(name, fd);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
   }
   struct stat now {};
   if (::stat(dir.c_str(), &now) != 0 || now.st_dev != held.st_dev || now.st_ino != held.st_ino) return Outcome::again;
@@ -118,30 +134,33 @@ Outcome try_pin(const std::string& dir, Pin& pin) {
 
 PinnedPath::PinnedPath(const std::string& path) : key_(key_of(path)) {
   if (path.empty()) return;
+  // An outer pin serves: of this path, or of a directory that holds it (pinning its file anew would
+  // take the live one, another version than the directory's).
+  if (pinned_path(path) != path) return;
   const std::lock_guard<std::mutex> lock(pins_mutex);
-  if (pins().count(key_)) return;  // an outer pin serves
   // A save swaps directories within microseconds and a try takes about as long: a try that met one
-  // is made again, a bounded number of times (after which the path is read as it stands).
-  for (int attempt = 0; attempt < 1000; ++attempt) {
+  // is made again, a bounded number of times (after which the path is read as it stands). A path
+  // missing gets a few tries (the gap of a save by two renames), not a thousand.
+  for (int attempt = 0, missing = 0; attempt < 1000 && missing < 20; ++attempt) {
     Pin pin;
     const Outcome outcome = try_pin(path, pin);
     if (outcome == Outcome::pinned) {
-      pins()[key_] = std::move(pin);
+      pins().emplace(key_, std::move(pin));
       owner_ = true;
       return;
     }
-    release(pin);
     if (outcome == Outcome::unpinnable) return;
+    if (outcome == Outcome::missing) {
+      ++missing;
+      std::this_thread::yield();
+    }
   }
 }
 
 PinnedPath::~PinnedPath() {
   if (!owner_) return;
   const std::lock_guard<std::mutex> lock(pins_mutex);
-  auto it = pins().find(key_);
-  if (it == pins().end()) return;
-  release(it->second);
-  pins().erase(it);
+  pins().erase(key_);  // its descriptors closed
 }
 
 std::string pinned_path(const std::string& path) {

@@ -10,7 +10,7 @@
 // directory_identity gives the identity it had when pinned: the readers below (input_file.hpp,
 // safetensors, the checkpoint's checks) open files through pinned_path and need no descriptor of
 // their own. Linux's /proc/self/fd names the pinned files; a path that cannot be pinned (gone,
-// unreadable, neither a directory nor a regular file, or a directory of over kMaxPinnedFiles entries)
+// unreadable, neither a directory nor a regular file, or a directory of over kMaxPinnedEntries entries)
 // is read as it stands, as before.
 #include <array>
 #include <cstdint>
@@ -21,7 +21,7 @@ namespace lattice {
 
 // Entries of a directory a pin holds open at most (a checkpoint holds about ten; a pin takes no more of
 // the process's descriptors than this, and none where it runs out).
-inline constexpr int kMaxPinnedFiles = 64;
+inline constexpr int kMaxPinnedEntries = 64;
 
 class PinnedPath {
  public:
@@ -40,7 +40,8 @@ class PinnedPath {
 
 // The path to open for `path`: a pinned path's pinned file or directory; under a pinned directory its
 // pinned file, a name the pinned version did not hold (or not as a regular file) resolved in that
-// version's directory; `path` otherwise. Messages still name `path`.
+// version's directory; `path` otherwise. Messages still name `path`. The result names a descriptor
+// of the pin: open it while the pin lives (each reader opens it at once).
 std::string pinned_path(const std::string& path);
 
 // The names a pinned directory held when it was pinned (its entries' names, sorted), or `false`

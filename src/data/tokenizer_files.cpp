@@ -10,6 +10,7 @@
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/input_file.hpp"
+#include "core/pinned_path.hpp"
 
 namespace fs = std::filesystem;
 
@@ -45,7 +46,11 @@ std::vector<NamedFile> tokenizer_files(const Tokenizer& tokenizer) {
   return files;
 }
 
-bool has_tokenizer(const std::string& dir) { return fs::is_regular_file(fs::path(dir) / kTokenizerJson); }
+// Each lookup below goes through core/pinned_path.hpp: a checkpoint being read is the pinned version.
+bool has_tokenizer(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(pinned_path((fs::path(dir) / kTokenizerJson).string()), ec);
+}
 
 namespace {
 std::string model_path_of(const std::string& dir) { return (fs::path(dir) / kTokenizerModel).string(); }
@@ -68,8 +73,9 @@ Tokenizer load_tokenizer(const std::string& dir) {
   } else if (kind != TokenizerKind::bytes) {
     const std::string model_path = (fs::path(dir) / kTokenizerModel).string();
     std::error_code ec;
-    require(fs::is_regular_file(model_path, ec), path + " names a " + to_string(kind) + " tokenizer but " + model_path +
-                                                     (fs::exists(model_path, ec) ? " is not a regular file" : " is missing"));
+    require(fs::is_regular_file(pinned_path(model_path), ec),
+            path + " names a " + to_string(kind) + " tokenizer but " + model_path +
+                (fs::exists(pinned_path(model_path), ec) ? " is not a regular file" : " is missing"));
     t = Tokenizer::from_model(read_all(model_path), kind, model_path);
   }
   // Say what differs: the model (another fingerprint), or the vocabulary alone (an edited "vocab":
@@ -101,7 +107,7 @@ Tokenizer load_recorded_tokenizer(const std::string& dir, const std::string& rec
   std::error_code ec;
   if (recorded != bytes.fingerprint() && !has_tokenizer(dir))
     fail(what + " was trained with tokenizer " + recorded + " (its trainer.json), but " + path +
-         (fs::exists(path, ec) ? " is not a regular file" : " is missing"));
+         (fs::exists(pinned_path(path), ec) ? " is not a regular file" : " is missing"));
   const Tokenizer t = load_tokenizer(dir);
   require(t.fingerprint() == recorded, what + " was trained with tokenizer " + recorded + " (its trainer.json), but " +
                                            path + " holds tokenizer " + t.fingerprint());

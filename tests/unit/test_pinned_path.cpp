@@ -74,8 +74,9 @@ TEST(PinnedPath, ReadsThePinnedVersionAfterSavesReplacedAndRemovedIt) {
     ASSERT_TRUE(pinned_names(ck, names));
     EXPECT_EQ(names, (std::vector<std::string>{std::string(AtomicDir::kMarker), "model", "old_only", "trainer.json"}));
     {
-      const PinnedPath inner(ck);  // a nested reader shares the outer version
+      const PinnedPath inner(ck), file_inside(ck + "/model");  // nested readers share the outer version
       EXPECT_FALSE(inner.holds());
+      EXPECT_FALSE(file_inside.holds());  // pinned anew, it would be the live (third) save's file
       EXPECT_EQ(text_of(ck + "/model"), "weights 1");
     }
     EXPECT_EQ(text_of(ck + "/model"), "weights 1");  // the inner one let go of nothing
