@@ -8,21 +8,15 @@
 #include <string>
 
 #include "core/output_path.hpp"
+#include "test_util.hpp"
 
 namespace lattice {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("lattice-dirlock-" + std::to_string(::getpid()) + "-" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
 TEST(DirLock, HeldLockIsItsOwnErrorAndNamesTheHolder) {
-  const fs::path dir = scratch("held");
+  const fs::path dir = testing_util::scratch_dir("dirlock");
   const std::string save = (dir / "ck").string();
   {
     DirLock first(save, "--save");
@@ -39,11 +33,10 @@ TEST(DirLock, HeldLockIsItsOwnErrorAndNamesTheHolder) {
     }
   }
   DirLock again(save, "--save");  // let go: free for the next holder
-  fs::remove_all(dir);
 }
 
 TEST(DirLock, OtherCausesAreNotAHeldLock) {
-  const fs::path dir = scratch("other");
+  const fs::path dir = testing_util::scratch_dir("dirlock");
   std::ofstream(dir / "file") << "the user's\n";
   // The lock's parent would have to be made under a regular file.
   const std::string save = (dir / "file" / "sub" / "ck").string();
@@ -60,7 +53,6 @@ TEST(DirLock, OtherCausesAreNotAHeldLock) {
   std::string line;
   std::getline(in, line);
   EXPECT_EQ(line, "the user's");  // untouched
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -13,18 +13,12 @@
 #include "core/error.hpp"
 #include "core/input_file.hpp"
 #include "core/pinned_path.hpp"
+#include "test_util.hpp"
 
 namespace lattice {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("lattice-pinned-" + std::to_string(::getpid()) + "-" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 // A save of `files` (name, contents) into `dir` as a checkpoint's: a whole new directory swapped in,
 // the previous one removed.
@@ -44,7 +38,7 @@ size_t open_descriptors() {
 }
 
 TEST(PinnedPath, ReadsThePinnedVersionAfterSavesReplacedAndRemovedIt) {
-  const fs::path root = scratch("versions");
+  const fs::path root = testing_util::scratch_dir("pinned");
   const std::string ck = (root / "ck").string();
   save(ck, {{"trainer.json", "step 1"}, {"model", "weights 1"}, {"old_only", "gone next"}});
   const DirectoryIdentity before = directory_identity(ck);
@@ -60,12 +54,7 @@ TEST(PinnedPath, ReadsThePinnedVersionAfterSavesReplacedAndRemovedIt) {
     EXPECT_EQ(text_of(ck + "/model"), "weights 1");
     EXPECT_EQ(text_of(ck + "/old_only"), "gone next");
     // A name only the later saves hold is not there for this reader, and the message names the path.
-    try {
-      text_of(ck + "/new_only");
-      ADD_FAILURE() << "a later save's file was read under the pin";
-    } catch (const InputError& e) {
-      EXPECT_EQ(std::string(e.what()), "file " + ck + "/new_only does not exist");
-    }
+    testing_util::expect_input_error([&] { text_of(ck + "/new_only"); }, "file " + ck + "/new_only does not exist");
     // Other spellings of the directory reach the same pin; its identity is the pinned one.
     EXPECT_EQ(text_of(ck + "//model"), "weights 1");
     EXPECT_EQ(text_of((root / "." / "ck" / "model").string()), "weights 1");
@@ -86,28 +75,22 @@ TEST(PinnedPath, ReadsThePinnedVersionAfterSavesReplacedAndRemovedIt) {
   EXPECT_EQ(text_of(ck + "/model"), "weights 3");
   EXPECT_NE(directory_identity(ck), before);
   EXPECT_EQ(pinned_path(ck + "/model"), ck + "/model");
-  fs::remove_all(root);
 }
 
 TEST(PinnedPath, WhatIsNotARegularFileIsLeftToTheReadersCheck) {
-  const fs::path root = scratch("fifo");
+  const fs::path root = testing_util::scratch_dir("pinned");
   const std::string ck = (root / "ck").string();
   save(ck, {{"model", "weights"}});
   ASSERT_EQ(::mkfifo((ck + "/pipe").c_str(), 0600), 0);
   const PinnedPath pin(ck);
   ASSERT_TRUE(pin.holds());  // the FIFO was not opened (that would wait for a writer)
-  try {
-    text_of(ck + "/pipe");
-    ADD_FAILURE() << "a FIFO was read";
-  } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), "file " + ck + "/pipe is not a regular file (it is a FIFO)");
-  }
+  testing_util::expect_input_error([&] { text_of(ck + "/pipe"); },
+                                   "file " + ck + "/pipe is not a regular file (it is a FIFO)");
   EXPECT_EQ(text_of(ck + "/model"), "weights");
-  fs::remove_all(root);
 }
 
 TEST(PinnedPath, TheWorkingDirectoryAndALinkToNothingPin) {
-  const fs::path root = scratch("spellings");
+  const fs::path root = testing_util::scratch_dir("pinned");
   const std::string ck = (root / "ck").string();
   save(ck, {{"model", "weights"}});
   fs::create_symlink("nowhere", fs::path(ck) / "dangling");
@@ -127,11 +110,10 @@ TEST(PinnedPath, TheWorkingDirectoryAndALinkToNothingPin) {
     EXPECT_EQ(text_of("./model"), "weights");
   }
   fs::current_path(cwd);
-  fs::remove_all(root);
 }
 
 TEST(PinnedPath, AFileNamedAloneIsPinnedWhatIsNeitherIsReadAsItStands) {
-  const fs::path root = scratch("file");
+  const fs::path root = testing_util::scratch_dir("pinned");
   const std::string file = (root / "model.safetensors").string();
   std::ofstream(file) << "version 1";
   {
@@ -148,7 +130,6 @@ TEST(PinnedPath, AFileNamedAloneIsPinnedWhatIsNeitherIsReadAsItStands) {
   EXPECT_FALSE(on_empty.holds());
   EXPECT_EQ(pinned_path((root / "pipe").string()), (root / "pipe").string());
   EXPECT_EQ(directory_identity((root / "missing").string()), (DirectoryIdentity{0, 0, 0, 0}));
-  fs::remove_all(root);
 }
 
 }  // namespace
