@@ -103,7 +103,7 @@ ResumeState read_resume_state(const std::string& dir);
 // A save swaps a whole new directory in (core/atomic_dir.hpp): a reader without --save's lock (eval,
 // sample, and a run reading another run's checkpoint) pins the directory for its whole read
 // (core/pinned_path.hpp) and so reads one version to the end, whatever saves land meanwhile. Where no
-// pin could be taken (a path the pin does not recognise, no /proc), a manifest of one version with a
+// pin could be taken (no /proc, too many entries, no descriptors left), a manifest of one version with a
 // file of the next is said as this, not as a damaged file; `directory_identity` lets a reader read
 // again, whole, when it changed.
 class CheckpointReplaced : public InputError {

@@ -70,11 +70,10 @@ enum class Outcome { pinned, again, missing, unpinnable };
 // whatever is renamed meanwhile. The directory must still be at `dir` once all are open: it was then
 // not yet moved aside, so no save had begun removing its files, and the list is whole.
 Outcome try_pin(const std::string& dir, Pin& pin) {
-  struct stat named {};
   // What the path is, before anything is opened: a FIFO's open would wait for a writer, a device's
-  // might act.
-  // Not there: a save by two renames (a file system without the exchange) leaves no directory there
-  // for a moment, so a few tries more; a path that is not there at all is left to its reader to name.
+  // might act. Not there: a save by two renames (a file system without the exchange) leaves no
+  // directory there for a moment, hence a few tries more; a path not there at all is its reader's to name.
+  struct stat named {};
   if (::stat(dir.c_str(), &named) != 0) return errno == ENOENT ? Outcome::missing : Outcome::unpinnable;
   if (!S_ISDIR(named.st_mode) && !S_ISREG(named.st_mode)) return Outcome::unpinnable;
   pin.dir_fd = ::open(dir.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | (S_ISDIR(named.st_mode) ? O_DIRECTORY : 0));
@@ -145,8 +144,7 @@ PinnedPath::PinnedPath(const std::string& path) : key_(key_of(path)) {
     Pin pin;
     const Outcome outcome = try_pin(path, pin);
     if (outcome == Outcome::pinned) {
-      pins().emplace(key_, std::move(pin));
-      owner_ = true;
+      owner_ = pins().emplace(key_, std::move(pin)).second;  // another thread's pin of it first: that one serves
       return;
     }
     if (outcome == Outcome::unpinnable) return;

@@ -407,8 +407,9 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
   const std::string previous = config_.resume + "/" + checkpoint::kPreviousModelFile;
   std::error_code previous_ec;
   if (!config_.resume.empty() && resume_state.weight_versions == 2)
-    require(std::filesystem::is_regular_file(pinned_path(previous), previous_ec), "checkpoint " + config_.resume + " records two weight versions "
-            "(PipeDream-2BW) but has no " + checkpoint::kPreviousModelFile);
+    require(std::filesystem::is_regular_file(pinned_path(previous), previous_ec),
+            "checkpoint " + config_.resume + " records two weight versions (PipeDream-2BW) but has no " +
+                checkpoint::kPreviousModelFile);
   if (states_->versions() == 2 && !config_.resume.empty() && resume_state.weight_versions == 2) {
     checkpoint::ModelArrayReader previous_reader(previous, model_->table(), model_config_);
     previous_reader.check_model_file();
