@@ -31,15 +31,14 @@ namespace lattice::checkpoint {
 
 namespace fs = std::filesystem;
 
+// What this file's readers open or look up is pinned_path(p) (core/pinned_path.hpp): the pinned
+// version's file while the checkpoint is pinned, p itself otherwise.
 namespace {
-// What to open or look up for a path of a checkpoint being read (core/pinned_path.hpp): the pinned
-// version's file while the directory is pinned, the path itself otherwise.
-fs::path at(const std::string& path) { return pinned_path(path); }
 // Whether a file of a checkpoint is there (through the pin). One that cannot be looked up (a loop of
 // links, no permission) is named with the reason, by the user's path, never the pin's /proc one.
 bool exists_at(const std::string& path) {
   std::error_code ec;
-  const bool there = fs::exists(at(path), ec);
+  const bool there = fs::exists(pinned_path(path), ec);
   if (ec) fail("cannot read checkpoint file " + path + ": " + ec.message());
   return there;
 }
@@ -93,8 +92,8 @@ void ModelArrayReader::read(const std::string& prefix, FlatPiece range, float* o
 
 std::string weights_file(const std::string& path, const ModelConfig& config) {
   std::error_code ec;
-  if (!fs::exists(at(path), ec)) fail("checkpoint " + path + (ec ? ": " + ec.message() : std::string(" does not exist")));
-  if (!fs::is_directory(at(path), ec)) return path;
+  if (!fs::exists(pinned_path(path), ec)) fail("checkpoint " + path + (ec ? ": " + ec.message() : std::string(" does not exist")));
+  if (!fs::is_directory(pinned_path(path), ec)) return path;
   const std::string file = path + "/model.safetensors";
   if (!exists_at(file)) fail("checkpoint " + path + " has no model.safetensors");
   if (exists_at(path + "/trainer.json")) {  // a lattice checkpoint says what model it holds
@@ -120,7 +119,7 @@ std::string weights_file(const std::string& path, const ModelConfig& config) {
 
 bool is_llmc_file(const std::string& path) {
   std::error_code ec;
-  return !fs::is_directory(at(path), ec) && path.size() > 4 && path.substr(path.size() - 4) == ".bin";
+  return !fs::is_directory(pinned_path(path), ec) && path.size() > 4 && path.substr(path.size() - 4) == ".bin";
 }
 
 std::vector<int64_t> stored_shape(const ParamInfo& p, const ModelConfig& c) {
@@ -268,12 +267,12 @@ void check_save_target(const std::string& dir, const OutputRules& rules) {
 nlohmann::json read_trainer_state(const std::string& dir) {
   const std::string path = dir + "/trainer.json";
   std::error_code ec;
-  if (!fs::exists(at(dir), ec))  // a loop of links is not "does not exist"
+  if (!fs::exists(pinned_path(dir), ec))  // a loop of links is not "does not exist"
     fail("checkpoint " + dir + (ec ? ": " + ec.message() : std::string(" does not exist")));
-  if (!fs::is_directory(at(dir), ec)) fail("checkpoint " + dir + " is not a directory (a run's checkpoint is one)");
+  if (!fs::is_directory(pinned_path(dir), ec)) fail("checkpoint " + dir + " is not a directory (a run's checkpoint is one)");
   if (!exists_at(path))
     fail("checkpoint " + dir + " has no trainer.json: it is not a lattice checkpoint directory" +
-         (fs::is_empty(at(dir), ec) ? std::string(" (it is empty)") : std::string()));
+         (fs::is_empty(pinned_path(dir), ec) ? std::string(" (it is empty)") : std::string()));
   try {
     return nlohmann::json::parse(read_regular_file(path, "checkpoint file", size_t(64) << 20));
   } catch (const nlohmann::json::exception& e) {
@@ -440,7 +439,7 @@ void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state
   // A file that differs from its sum, or is gone, because a save replaced the directory meanwhile.
   const auto replaced = [&] { require_not_replaced(dir, identity); };
   std::error_code ec;
-  if (!fs::exists(fs::symlink_status(at(path), ec))) {
+  if (!fs::exists(fs::symlink_status(pinned_path(path), ec))) {
     // Every lattice that records its version in trainer.json writes the manifest (the save's last
     // file, renamed in with the rest): without it nothing can be checked, so it is not loaded.
     require(!trainer_state.contains("lattice_version"),
@@ -448,7 +447,7 @@ void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state
             "checkpoint: it was removed, so its files' sums cannot be checked (save the run again, or restore the file)");
     return;
   }
-  if (!fs::is_regular_file(at(path), ec)) fail("checkpoint " + path + " is not a regular file");
+  if (!fs::is_regular_file(pinned_path(path), ec)) fail("checkpoint " + path + " is not a regular file");
   nlohmann::json manifest;
   try {
     manifest = nlohmann::json::parse(read_regular_file(path, "checkpoint manifest", size_t(64) << 20));
@@ -476,7 +475,7 @@ void check_file_sums(const std::string& dir, const nlohmann::json& trainer_state
     if (!summed(name) || (!all && !read_with_the_model(name))) continue;
     // A resume reads every summed file: one gone since the save is named. The model's readers leave a
     // missing file to the reader that needs it (eval needs no optimizer.safetensors).
-    if (!fs::exists(fs::symlink_status(at(file), ec))) {
+    if (!fs::exists(fs::symlink_status(pinned_path(file), ec))) {
       if (all) replaced();
       require(!all, "checkpoint " + dir + ": " + name + ", which " + kManifest + " lists with its sum, is missing");
       continue;
@@ -502,15 +501,15 @@ void require_not_replaced(const std::string& dir, const DirectoryIdentity& ident
 std::string saved_version(const std::string& dir) {
   const std::string path = dir + "/" + kManifest;
   std::error_code ec;
-  if (!fs::is_regular_file(at(path), ec)) return "";
-  std::ifstream in(at(path), std::ios::binary);
+  if (!fs::is_regular_file(pinned_path(path), ec)) return "";
+  std::ifstream in(pinned_path(path), std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return hex16(fnv1a(bytes));
 }
 
 bool holds_trainer_state(const std::string& dir) {
   std::error_code ec;
-  return !dir.empty() && fs::is_regular_file(at(dir + "/trainer.json"), ec);
+  return !dir.empty() && fs::is_regular_file(pinned_path(dir + "/trainer.json"), ec);
 }
 
 int64_t checkpoint_tensor_bytes(const ModelConfig& config, int element_states, int64_t tensor_state_values,
@@ -526,8 +525,8 @@ int64_t checkpoint_tensor_bytes(const ModelConfig& config, int element_states, i
 
 std::string held_checkpoint(const std::string& dir) {
   std::error_code ec;
-  if (dir.empty() || !fs::is_directory(at(dir), ec)) return "";
-  if (!holds_trainer_state(dir)) return fs::is_regular_file(at(dir + "/" + kManifest), ec) ? "a checkpoint" : "";
+  if (dir.empty() || !fs::is_directory(pinned_path(dir), ec)) return "";
+  if (!holds_trainer_state(dir)) return fs::is_regular_file(pinned_path(dir + "/" + kManifest), ec) ? "a checkpoint" : "";
   try {  // trainer.json alone: no file of a large checkpoint is read (its sums) to word a refusal
     const nlohmann::json state = read_trainer_state(dir);
     const ModelConfig model = model_config_of(state, dir);

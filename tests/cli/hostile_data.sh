@@ -252,11 +252,15 @@ until_a_step() {
   for k in $(seq 600); do grep -q '"event":"step"' "$name.jsonl" 2>/dev/null && break; sleep 0.1; done
   kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 }
+# trained NAME: the run's NAME.jsonl holds a step and its NAME.err no error; read_once NAME: and it did
+# not read the checkpoint again; read_again NAME: and it did, and said so.
+trained() { grep -q '"event":"step"' "$1.jsonl" && ! grep -q error "$1.err"; }
+read_once() { ! grep -q 'reading it again' "$1.err" && trained "$1"; }
+read_again() { grep -q 'reading it again' "$1.err" && trained "$1"; }
 until_a_step fork_one env LATTICE_TEST_PAUSE_RESUME_READ=0:0.5:during "$LATTICE" train --data data --threads 1 \
   --resume live --save fork_one --steps 1000000 --json
 check "a resume whose read spans saves: it reads the save it pinned, not again, and trains ($(head -c 300 fork_one.err))" \
-  bash -c "! grep -q 'reading it again' fork_one.err && grep -q '\"event\":\"step\"' fork_one.jsonl &&
-   ! grep -q error fork_one.err"
+  read_once fork_one
 # The command's own reads before the trainer's (the settings, the precision and the model it takes, each
 # summing the files) are of the pinned save too. Paused 0.2 s between the manifest and the sums of every
 # read (a slow file system), an unpinned read met the next save's files at each of its 20 attempts and
@@ -264,8 +268,7 @@ check "a resume whose read spans saves: it reads the save it pinned, not again, 
 until_a_step fork_sums env LATTICE_TEST_PAUSE_SUMS=0.2 "$LATTICE" train --data data --threads 1 \
   --resume live --save fork_sums --steps 1000000 --json
 check "a resume whose first sums span saves: one read, and it trains ($(head -c 300 fork_sums.err))" \
-  bash -c "! grep -q 'reading it again' fork_sums.err && grep -q '\"event\":\"step\"' fork_sums.jsonl &&
-   ! grep -q error fork_sums.err"
+  read_once fork_sums
 check "the saver still replaces live (before eval's sums)" saving
 LATTICE_TEST_PAUSE_SUMS=0.2 "$LATTICE" eval --checkpoint live --data data/val.bin --threads 1 --batches 1 \
   > /dev/null 2> eval_sums.err
@@ -276,8 +279,7 @@ check "the saver still replaces live (before two ranks read)" saving
 until_a_step fork_two env LATTICE_TEST_PAUSE_RESUME_READ=1:0.5:before OMPI_ALLOW_RUN_AS_ROOT=1 \
   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive mpirun --oversubscribe -np 2 "$LATTICE" \
   train --data data --threads 1 --resume live --save fork_two --steps 1000000 --json
-check "two ranks that read different saves: read again, said, and they train" bash -c \
-  "grep -q 'reading it again' fork_two.err && grep -q '\"event\":\"step\"' fork_two.jsonl && ! grep -q error fork_two.err"
+check "two ranks that read different saves: read again, said, and they train" read_again fork_two
 kill "$saver" 2> /dev/null; wait "$saver" 2> /dev/null
 
 hostile_summary
