@@ -6,19 +6,20 @@
 # each run is warm-up) and new / old (below 1.03 = no slowdown beyond 3%).
 #
 # Usage: bench/ab_speed.sh OLD_LATTICE NEW_LATTICE
-# Env:   ROUNDS (default 3), STEPS (default 4), THREADS (default 2), LAYOUTS (default 0).
+# Env:   ROUNDS (default 3), STEPS (default 4), THREADS (default 2), LAYOUTS (default 0), VOCAB
+#        (default 8192; GPT-2's 50304 times its vocabulary-wide head too).
 set -euo pipefail
 OLD=${1:?usage: ab_speed.sh OLD_LATTICE NEW_LATTICE} NEW=${2:?usage: ab_speed.sh OLD_LATTICE NEW_LATTICE}
 for b in "$OLD" "$NEW"; do [[ -x "$b" ]] || { echo "ab_speed.sh: $b is not an executable" >&2; exit 2; }; done
-ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-4} THREADS=${THREADS:-2} LAYOUTS=${LAYOUTS:-0}
+ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-4} THREADS=${THREADS:-2} LAYOUTS=${LAYOUTS:-0} VOCAB=${VOCAB:-8192}
 PY=python3; [[ -x /usr/bin/python3 ]] && PY=/usr/bin/python3
 . "$(dirname "${BASH_SOURCE[0]}")/lib/token_file.sh"
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/lattice-ab.XXXXXX"); trap 'rm -rf "$SCRATCH"' EXIT
 
-random_token_file "$SCRATCH/data" 300000 8192 8192
+random_token_file "$SCRATCH/data" 300000 "$VOCAB" 8192
 
-BIG=(--layers 12 --hidden 768 --heads 12 --seq-len 256 --vocab 8192 --micro-batch 4 --dropout 0)
-SMALL=(--layers 4 --hidden 256 --heads 4 --seq-len 128 --vocab 8192 --micro-batch 4 --global-batch 8 --dropout 0)
+BIG=(--layers 12 --hidden 768 --heads 12 --seq-len 256 --vocab "$VOCAB" --micro-batch 4 --dropout 0)
+SMALL=(--layers 4 --hidden 256 --heads 4 --seq-len 128 --vocab "$VOCAB" --micro-batch 4 --global-batch 8 --dropout 0)
 COMMON=(--data "$SCRATCH/data" --steps "$STEPS" --lr-schedule constant --warmup 0 --json)
 MPI=(mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1)
 cases=("fp32" "bf16")

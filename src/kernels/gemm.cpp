@@ -16,6 +16,7 @@
 #include <omp.h>
 
 #include "core/trace.hpp"
+#include "kernels/gemm_widened.hpp"
 #include "oneapi/dnnl/dnnl.hpp"
 #include "tensor/bf16.hpp"
 #include "tensor/memory_tracker.hpp"
@@ -189,30 +190,6 @@ Key part_key(const GemmShape& s, bool bias, bool bf16, int parts, int t, int64_t
   return Key{nb, s.M, s.N, s.K, m, s.trans_a, s.trans_b, s.accumulate, bias, bf16, s.alpha, 1};
 }
 
-// A widened bf16 GEMM's fp32 copies, in one per-thread buffer (MemoryCategory::workspaces): A and B
-// whole, and C (for a bf16 destination) in pieces of rows, each the rows `threads` parts need and at
-// least kWidenedPieceBytes. A GEMM whose copies would pass kWidenedMaxBytes runs natively instead
-// (slower, no copies): the head's backward at a 50,304-token vocabulary would otherwise hold its
-// whole fp32 logit gradient again (823 MB at GPT-2-small's 4 × 1024 tokens), the tensor bf16 logits
-// exist to avoid.
-constexpr int64_t kWidenedPieceBytes = int64_t(16) << 20;
-constexpr double kWidenedMaxBytes = double(int64_t(64) << 20);
-struct Widened {
-  int64_t a = 0, b = 0, c_rows = 0, c = 0;  // elements of A, B and C held; C's rows a piece
-  int64_t elements() const { return a + b + c; }
-};
-Widened widened_sizes(const GemmShape& s, bool out16, int threads) {
-  Widened w;
-  w.a = s.batch * s.M * s.K, w.b = s.batch * s.K * s.N;
-  if (!out16) return w;
-  // A transposed operand's rows are not contiguous, nor a batch's: those are held whole.
-  if (s.trans_a || s.batch > 1) return w.c_rows = s.M, w.c = s.batch * s.M * s.N, w;
-  const int64_t rows = std::max<int64_t>(kMinPartRows * threads, kWidenedPieceBytes / (4 * s.N));
-  w.c_rows = std::min(s.M, (rows + 15) / 16 * 16);
-  w.c = w.c_rows * s.N;
-  return w;
-}
-
 bool bf16_rule() {
   switch (parse_bf16_forced(std::getenv("LATTICE_GEMM_BF16"))) {
     case Bf16Forced::native: return false;
@@ -231,13 +208,10 @@ bool widens_bf16() {
   return widen == 1;
 }
 
-// Whether this bf16 GEMM runs widened: the rule, and copies within kWidenedMaxBytes (sized in double
-// first: a planned shape past any machine must not overflow the count).
-bool runs_widened(const GemmShape& s, bool out16, int threads) {
-  if (!widens_bf16() || s.batch <= 0 || s.M <= 0 || s.N <= 0 || s.K <= 0) return false;  // empty: native's rules
-  const double a = double(s.batch) * double(s.M) * double(s.K), b = double(s.batch) * double(s.K) * double(s.N);
-  if (4 * (a + b) > kWidenedMaxBytes) return false;
-  return 4 * double(widened_sizes(s, out16, threads).elements()) <= kWidenedMaxBytes;
+// How this bf16 GEMM runs widened (kernels/gemm_widened.hpp), or nullopt where it runs natively.
+std::optional<widened::Tiles> widening(const GemmShape& s, bool out16, int threads) {
+  if (!widens_bf16()) return std::nullopt;
+  return widened::plan(s, out16, threads);
 }
 
 }  // namespace
@@ -253,16 +227,10 @@ std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& s, bool bf16, int th
   // No work, no primitive (oneDNN refuses to describe one): the planner's unfused attention calls of
   // a context-parallel ring with fewer heads a rank than ranks (a/t < c), which the ring never makes.
   if (s.batch <= 0 || s.M <= 0 || s.N <= 0 || s.K <= 0) return bytes;
-  if (bf16 && runs_widened(s, out16, threads)) {  // fp32 primitives: a bf16 destination's in pieces of rows (two sizes)
-    if (!out16) return gemm_scratchpad_bytes(s, false, threads, false);
-    const Widened w = widened_sizes(s, true, threads);
-    GemmShape piece = s;
-    piece.M = w.c_rows;
-    bytes = gemm_scratchpad_bytes(piece, false, threads, false);
-    if (s.M % w.c_rows != 0) {
-      piece.M = s.M % w.c_rows;
-      const std::vector<int64_t> last = gemm_scratchpad_bytes(piece, false, threads, false);
-      for (size_t t = 0; t < bytes.size(); ++t) bytes[t] = std::max(bytes[t], last[t]);
+  if (const auto tiles = bf16 ? widening(s, out16, threads) : std::nullopt) {  // the fp32 GEMMs its tiles run
+    for (const GemmShape& g : widened::tile_gemms(*tiles, s)) {
+      const std::vector<int64_t> tile = gemm_scratchpad_bytes(g, false, threads, false);
+      for (size_t t = 0; t < bytes.size(); ++t) bytes[t] = std::max(bytes[t], tile[t]);
     }
     return bytes;
   }
@@ -295,29 +263,6 @@ std::vector<int64_t> gemm_scratchpad_bytes(const GemmShape& s, bool bf16, int th
 namespace {
 void run_gemm(const GemmShape& s, GemmOperand a, GemmOperand b, void* c, const float* bias, bool out16, int threads);
 
-// bf16 operands widened to fp32 (exact: a bf16 is an fp32 with 16 low zero bits), then the fp32 GEMM:
-// its products are exact in both forms and its sums fp32 in both; a bf16 destination is the fp32
-// product (bias added in fp32) rounded by to_bf16, as oneDNN's own bf16 destination (gemm.hpp).
-void run_widened(const GemmShape& s, GemmOperand a, GemmOperand b, void* c, const float* bias, bool out16,
-                 int threads) {
-  static thread_local ScratchArray<float> widened(MemoryCategory::workspaces, "gemm_widened");
-  const Widened w = widened_sizes(s, out16, threads);
-  float* a32 = widened.ensure(w.elements());
-  float* b32 = a32 + w.a;
-  float* c32 = b32 + w.b;
-  from_bf16(static_cast<const uint16_t*>(a.ptr), a32, w.a);
-  from_bf16(static_cast<const uint16_t*>(b.ptr), b32, w.b);
-  if (!out16) return run_gemm(s, f32_operand(a32), f32_operand(b32), c, bias, false, threads);
-  auto* c16 = static_cast<uint16_t*>(c);
-  for (int64_t i0 = 0; i0 < s.M; i0 += w.c_rows) {
-    GemmShape piece = s;
-    piece.M = std::min(w.c_rows, s.M - i0);
-    // Whole (c_rows = M) when A is transposed or batched; otherwise rows [i0, i0 + M') of A and C.
-    run_gemm(piece, f32_operand(a32 + i0 * s.K), f32_operand(b32), c32, bias, false, threads);
-    to_bf16(c32, c16 + i0 * s.N, s.batch * piece.M * s.N);
-  }
-}
-
 // The one body of gemm and gemm_bf16_out: C as fp32 or (out16) bf16.
 void gemm_into(const GemmShape& s, GemmOperand a, GemmOperand b, void* c, const float* bias, bool out16) {
   if (a.dtype != b.dtype) throw std::logic_error("gemm: A and B must share a dtype");
@@ -325,7 +270,15 @@ void gemm_into(const GemmShape& s, GemmOperand a, GemmOperand b, void* c, const 
   const int threads = nested ? 1 : omp_get_max_threads();
   std::optional<TraceSpan> span;  // a GEMM of the step (one inside a parallel region is its caller's time)
   if (!nested) span.emplace(Trace::Kind::gemm);
-  if (a.dtype == DType::bf16 && runs_widened(s, out16, threads)) return run_widened(s, a, b, c, bias, out16, threads);
+  // bf16 operands widened to fp32 (exact: a bf16 is an fp32 with 16 low zero bits), then fp32 GEMMs:
+  // products exact in both forms, sums fp32 in both; a bf16 destination is the fp32 product (bias
+  // added in fp32) rounded by to_bf16, as oneDNN's own bf16 destination (gemm.hpp).
+  if (const auto tiles = a.dtype == DType::bf16 ? widening(s, out16, threads) : std::nullopt)
+    return widened::run(*tiles, s, static_cast<const uint16_t*>(a.ptr), static_cast<const uint16_t*>(b.ptr), c, bias,
+                        out16, threads, [&](const GemmShape& g, const float* a32, const float* b32, float* c32,
+                                            const float* tile_bias) {
+                          run_gemm(g, f32_operand(a32), f32_operand(b32), c32, tile_bias, false, threads);
+                        });
   run_gemm(s, a, b, c, bias, out16, threads);
 }
 
@@ -380,9 +333,8 @@ void gemm_set_bf16_widened(std::optional<bool> widened) {
 }
 
 int64_t gemm_widened_bytes(const GemmShape& s, bool bf16, int threads, bool out16) {
-  threads = std::max(1, threads);
-  if (!bf16 || s.batch <= 0 || s.M <= 0 || s.N <= 0 || s.K <= 0 || !runs_widened(s, out16, threads)) return 0;
-  return int64_t(sizeof(float)) * widened_sizes(s, out16, threads).elements();
+  const auto tiles = bf16 ? widening(s, out16, std::max(1, threads)) : std::nullopt;
+  return tiles ? int64_t(sizeof(float)) * tiles->elements() : 0;
 }
 
 GemmIsa gemm_isa() {

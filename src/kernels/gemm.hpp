@@ -54,7 +54,8 @@ bool gemm_bf16_env_valid();
 // Whether bf16 products run widened to fp32 here (core/machine_peak.hpp bf16_gemm_widens on this
 // machine's own CPU, or LATTICE_GEMM_BF16): the operands are widened exactly into fp32 copies and the
 // fp32 GEMM runs; a bf16 destination is its product rounded by to_bf16, in pieces of rows. A GEMM
-// whose copies would pass 64 MiB runs natively (a vocabulary-wide head's backward).
+// whose whole copies would pass 64 MiB (a vocabulary-wide head) runs in tiles whose copies do not
+// (kernels/gemm_widened.hpp); a batch that large runs natively.
 bool gemm_bf16_widened();
 // Sets that choice (nullopt: back to the rule): for tests of both forms on one machine.
 void gemm_set_bf16_widened(std::optional<bool> widened);

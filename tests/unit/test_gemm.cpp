@@ -6,12 +6,15 @@
 
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "kernels/gemm.hpp"
+#include "kernels/gemm_widened.hpp"
 #include "tensor/bf16.hpp"
 
 namespace lattice {
@@ -43,7 +46,8 @@ Problem make_problem(int64_t M, int64_t N, int64_t K, bool ta, bool tb, bool acc
 
 // Element by element within fp32's worst-case summation bound (K + 3)·ε·(Σ|alpha·a·b| + |bias| + |c0|):
 // a part written at the wrong offset, a lost bias or accumulate is off by O(1).
-void expect_matches_reference(const Problem& p, const std::vector<float>& c) {
+// rounded_to_bf16: c is that result rounded to bf16 as well (half an ulp: 2⁻⁸ of its magnitude more).
+void expect_matches_reference(const Problem& p, const std::vector<float>& c, bool rounded_to_bf16 = false) {
   const GemmShape& s = p.s;
   const double eps = std::numeric_limits<float>::epsilon();
   for (int64_t i = 0; i < s.M; ++i)
@@ -59,7 +63,9 @@ void expect_matches_reference(const Problem& p, const std::vector<float>& c) {
       mag *= std::fabs(double(s.alpha));
       if (!p.bias.empty()) want += p.bias[size_t(j)], mag += std::fabs(p.bias[size_t(j)]);
       if (s.accumulate) want += p.c0[size_t(i * s.N + j)], mag += std::fabs(p.c0[size_t(i * s.N + j)]);
-      ASSERT_LE(std::fabs(double(c[size_t(i * s.N + j)]) - want), double(s.K + 3) * eps * mag + 1e-30)
+      double bound = double(s.K + 3) * eps * mag + 1e-30;
+      if (rounded_to_bf16) bound += std::ldexp(std::fabs(want) + bound, -8);
+      ASSERT_LE(std::fabs(double(c[size_t(i * s.N + j)]) - want), bound)
           << "at (" << i << ", " << j << ") of " << s.M << "x" << s.N << "x" << s.K << " ta " << s.trans_a << " tb "
           << s.trans_b << " acc " << s.accumulate << " threads " << omp_get_max_threads();
     }
@@ -162,37 +168,121 @@ TEST(Gemm, WidenedBf16IsTheFp32ProductOfTheWidenedOperands) {
   omp_set_num_threads(saved);
 }
 
-// Copies past 64 MiB are not made: such a GEMM (a vocabulary-wide head's backward) runs natively,
-// its bits the native form's, and the planner charges no copies for it; one just under is widened.
-TEST(Gemm, WideningStopsAt64MiBOfCopies) {
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(2);
+// Copies past 64 MiB are not made whole: such a GEMM (a vocabulary-wide head) runs in tiles whose
+// copies stay within the bound; a batch that large runs natively. GPT-2's head at 4 × 1024 tokens: the
+// logits (B 154 MB in fp32), the input gradient (A, the logit gradient, 824 MB) and the weight gradient.
+TEST(Gemm, WideningPast64MiBRunsInTilesWithinTheBound) {
+  constexpr int64_t kBound = int64_t(64) << 20;
   GemmShape big;
   big.M = 4096, big.N = 16, big.K = 4096;  // A alone 64 MiB in fp32, B 256 KiB: past the bound
   GemmShape small = big;
-  small.M = 4000;  // 62.5 MiB + 256 KiB: within
-  EXPECT_EQ(gemm_widened_bytes(big, true, 2), 0);
+  small.M = 4000;  // 62.5 MiB + 256 KiB: within, whole
+  GemmShape logits, input_grad, weight_grad, batch;
+  logits.M = 4096, logits.N = 50304, logits.K = 768, logits.trans_b = true;
+  input_grad.M = 4096, input_grad.N = 768, input_grad.K = 50304;
+  weight_grad.M = 50304, weight_grad.N = 768, weight_grad.K = 4096, weight_grad.trans_a = true;
+  weight_grad.accumulate = true;
+  batch.batch = 48, batch.M = 1024, batch.N = 1024, batch.K = 512;  // 200 MiB of copies: not tiled
   EXPECT_EQ(gemm_widened_bytes(small, false, 2), 0);  // fp32 operands are never copied
   {
-    const Bf16Form form(true);
-    EXPECT_EQ(gemm_widened_bytes(big, true, 2), 0);
-    EXPECT_EQ(gemm_widened_bytes(small, true, 2), 4 * (4000 * 4096 + 4096 * 16));
-  }
-  std::mt19937 rng(90);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::vector<uint16_t> a16(size_t(big.M * big.K)), b16(size_t(big.K * big.N));
-  for (auto& x : a16) x = to_bf16(d(rng));
-  for (auto& x : b16) x = to_bf16(d(rng));
-  std::vector<float> native(size_t(big.M * big.N)), widened(native.size());
-  {
     const Bf16Form form(false);
-    gemm(big, {a16.data(), DType::bf16}, {b16.data(), DType::bf16}, native.data());
+    EXPECT_EQ(gemm_widened_bytes(big, true, 2), 0);
   }
-  {
-    const Bf16Form form(true);
-    gemm(big, {a16.data(), DType::bf16}, {b16.data(), DType::bf16}, widened.data());
+  const Bf16Form form(true);
+  EXPECT_EQ(gemm_widened_bytes(small, true, 2), 4 * (4000 * 4096 + 4096 * 16));
+  EXPECT_EQ(gemm_widened_bytes(batch, true, 2), 0);
+  for (const auto& [shape, out16] : {std::pair{big, false}, std::pair{logits, true}, std::pair{input_grad, false},
+                                     std::pair{input_grad, true}, std::pair{weight_grad, false}}) {
+    const int64_t bytes = gemm_widened_bytes(shape, true, 2, out16);
+    EXPECT_GT(bytes, 0) << shape.M << "x" << shape.N << "x" << shape.K;
+    EXPECT_LE(bytes, kBound) << shape.M << "x" << shape.N << "x" << shape.K;
+    const auto tiles = widened::plan(shape, out16, 2);
+    ASSERT_TRUE(tiles);
+    EXPECT_EQ(bytes, 4 * tiles->elements());
+    EXPECT_GE(tiles->mt, std::min<int64_t>(shape.M, 512));  // a row tile gives each thread a part
   }
-  EXPECT_EQ(widened, native);
+}
+
+// Tiled, a widened product is still the product: against the double reference for rows, columns and
+// depth cut (each with a shorter last tile), both loop orders, 1 and 2 threads, each transpose, alpha
+// and accumulation, bias and bf16 destination. A tile written at the wrong offset, a bias added twice,
+// a depth tile that overwrites instead of adding, a staged tile added where it should be written, or an
+// operand's tile kept where the loop moved on, is off by O(1).
+TEST(Gemm, WidenedTilesMakeTheProduct) {
+  const int saved = omp_get_max_threads();
+  struct Variant {
+    bool ta, tb, acc, bias, out16;  // out16: alpha 1, no accumulation (gemm_bf16_out)
+  };
+  const Variant variants[] = {{false, false, false, true, false}, {true, false, true, false, false},
+                              {false, true, true, true, false},   {true, true, false, true, true},
+                              {false, true, false, false, true},  {true, true, true, false, false}};
+  struct Cut {
+    int64_t mt, nt, kt;
+  };
+  constexpr int64_t M = 600, N = 300, K = 280;
+  uint32_t seed = 300;
+  size_t next = 0;
+  for (const Cut cut : {Cut{M, N, K}, Cut{256, N, K}, Cut{M, 112, K}, Cut{M, N, 96}, Cut{208, 112, 96}})
+    for (const bool n_outer : {false, true}) {
+      // Every variant on the tiles cut every way; one each, in turn, on the others.
+      const bool all = cut.mt < M && cut.nt < N && cut.kt < K;
+      for (size_t i = 0; i < (all ? std::size(variants) : 1); ++i) {
+        const Variant v = variants[all ? i : next++ % std::size(variants)];
+        const int threads = 1 + int(seed % 2);
+        omp_set_num_threads(threads);
+        Problem p = make_problem(M, N, K, v.ta, v.tb, v.acc, v.acc && !v.bias ? 0.75f : 1.0f, v.bias, seed++);
+        std::vector<uint16_t> a16(p.a.size()), b16(p.b.size());
+        for (size_t j = 0; j < a16.size(); ++j) a16[j] = to_bf16(p.a[j]), p.a[j] = from_bf16(a16[j]);
+        for (size_t j = 0; j < b16.size(); ++j) b16[j] = to_bf16(p.b[j]), p.b[j] = from_bf16(b16[j]);
+        widened::Tiles t = widened::tiles(p.s, cut.mt, cut.nt, cut.kt, v.out16);
+        t.n_outer = n_outer;
+        const widened::Fp32Gemm fp32 = [](const GemmShape& g, const float* a, const float* b, float* c,
+                                          const float* bias) { gemm(g, f32_operand(a), f32_operand(b), c, bias); };
+        const float* bias = v.bias ? p.bias.data() : nullptr;
+        std::vector<float> c = p.c0;
+        std::vector<uint16_t> c16(c.size(), 0xffff);
+        widened::run(t, p.s, a16.data(), b16.data(), v.out16 ? static_cast<void*>(c16.data()) : c.data(), bias,
+                     v.out16, threads, fp32);
+        SCOPED_TRACE(::testing::Message() << "tiles " << cut.mt << "x" << cut.nt << "x" << cut.kt << " n outer "
+                                          << n_outer << " out16 " << v.out16);
+        // A bf16 destination: the fp32 result within its bound, then rounded to nearest (half a bf16
+        // ulp: at most 2⁻⁸ of the value).
+        if (v.out16)
+          for (size_t j = 0; j < c.size(); ++j) c[j] = from_bf16(c16[j]);
+        expect_matches_reference(p, c, v.out16);
+      }
+    }
+  omp_set_num_threads(saved);
+}
+
+// gemm() takes the tiles past its bound (here set small, to keep the test's reference quick), and
+// they make the product.
+TEST(Gemm, GemmRunsTiledPastTheBound) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  const Bf16Form form(true);
+  widened::set_max_bytes(int64_t(800) << 10);
+  for (const bool out16 : {false, true}) {
+    Problem p = make_problem(1100, 40, 300, false, true, !out16, 1.0f, true, out16 ? 401u : 400u);
+    const auto tiles = widened::plan(p.s, out16, 2);
+    ASSERT_TRUE(tiles);
+    EXPECT_LT(tiles->mt, p.s.M);
+    EXPECT_LE(4 * tiles->elements(), int64_t(800) << 10);
+    EXPECT_EQ(gemm_widened_bytes(p.s, true, 2, out16), 4 * tiles->elements());
+    std::vector<uint16_t> a16(p.a.size()), b16(p.b.size());
+    for (size_t j = 0; j < a16.size(); ++j) a16[j] = to_bf16(p.a[j]), p.a[j] = from_bf16(a16[j]);
+    for (size_t j = 0; j < b16.size(); ++j) b16[j] = to_bf16(p.b[j]), p.b[j] = from_bf16(b16[j]);
+    std::vector<float> c = p.c0;
+    if (out16) {
+      std::vector<uint16_t> c16(c.size(), 0xffff);
+      gemm_bf16_out(p.s, {a16.data(), DType::bf16}, {b16.data(), DType::bf16}, c16.data(), p.bias.data());
+      for (size_t j = 0; j < c.size(); ++j) c[j] = from_bf16(c16[j]);
+    } else {
+      gemm(p.s, {a16.data(), DType::bf16}, {b16.data(), DType::bf16}, c.data(), p.bias.data());
+    }
+    expect_matches_reference(p, c, out16);
+  }
+  widened::set_max_bytes(std::nullopt);
   omp_set_num_threads(saved);
 }
 
