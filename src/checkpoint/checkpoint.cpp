@@ -92,7 +92,7 @@ void ModelArrayReader::read(const std::string& prefix, FlatPiece range, float* o
 
 std::string weights_file(const std::string& path, const ModelConfig& config) {
   std::error_code ec;
-  if (!fs::exists(pinned_path(path), ec)) fail("checkpoint " + path + (ec ? ": " + ec.message() : std::string(" does not exist")));
+  if (!fs::exists(pinned_path(path), ec)) fail("checkpoint " + path + (ec ? ": " + ec.message() : why_absent(path)));
   if (!fs::is_directory(pinned_path(path), ec)) return path;
   const std::string file = path + "/model.safetensors";
   if (!exists_at(file)) fail("checkpoint " + path + " has no model.safetensors");
@@ -268,7 +268,7 @@ nlohmann::json read_trainer_state(const std::string& dir) {
   const std::string path = dir + "/trainer.json";
   std::error_code ec;
   if (!fs::exists(pinned_path(dir), ec))  // a loop of links is not "does not exist"
-    fail("checkpoint " + dir + (ec ? ": " + ec.message() : std::string(" does not exist")));
+    fail("checkpoint " + dir + (ec ? ": " + ec.message() : why_absent(dir)));
   if (!fs::is_directory(pinned_path(dir), ec)) fail("checkpoint " + dir + " is not a directory (a run's checkpoint is one)");
   if (!exists_at(path))
     fail("checkpoint " + dir + " has no trainer.json: it is not a lattice checkpoint directory" +

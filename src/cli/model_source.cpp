@@ -12,6 +12,7 @@
 #include "analysis/memory_categories.hpp"
 #include "core/error.hpp"
 #include "core/memory_limit.hpp"
+#include "core/input_file.hpp"
 #include "core/pinned_path.hpp"
 #include "data/tokenizer_files.hpp"
 #include "tensor/half.hpp"
@@ -47,7 +48,7 @@ namespace {
 std::unique_ptr<GPT> load_once(const std::string& checkpoint, const CLI::App& app, ModelConfig config,
                                DType activation_dtype, int64_t rows) {
   std::error_code ec;  // through the pin (core/pinned_path.hpp); a path that cannot be looked up is named below
-  require(std::filesystem::exists(pinned_path(checkpoint), ec) || ec, "checkpoint " + checkpoint + " does not exist");
+  require(std::filesystem::exists(pinned_path(checkpoint), ec) || ec, "checkpoint " + checkpoint + why_absent(checkpoint));
   ParamsDType params_dtype = ParamsDType::fp32;
   if (std::filesystem::is_directory(pinned_path(checkpoint), ec)) {
     // The checkpoint gives the model: a model flag given too must say the same, or it would be ignored.

@@ -21,6 +21,7 @@
 #include "comm/fault.hpp"
 #include "comm/watchdog.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/pinned_path.hpp"
 #include "core/machine_peak.hpp"
 #include "data/token_file.hpp"
@@ -225,7 +226,9 @@ int run_train(int argc, char** argv) {
       for (auto& flag_value : take_checkpoint_model(app, model, train.resume, CheckpointModel::resume, no_tokenizer))
         values.push_back(std::move(flag_value));
     } else if (!train.init.empty()) {
-      require(std::filesystem::exists(train.init), "checkpoint " + train.init + " does not exist: nothing to dump from");
+      std::error_code ec;
+      require(std::filesystem::exists(pinned_path(train.init), ec) || ec,
+              "checkpoint " + train.init + why_absent(train.init) + ": nothing to dump from");
       values = take_checkpoint_model(app, model, train.init, CheckpointModel::init, no_tokenizer);
     }
     for (const auto& [flag, value] : values)

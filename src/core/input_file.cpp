@@ -24,6 +24,12 @@ const char* what_it_is(mode_t mode) {
 
 }  // namespace
 
+std::string why_absent(const std::string& path) {
+  struct stat st {};
+  if (::stat(pinned_path(path).c_str(), &st) != 0 && errno == ENOTDIR) return ": " + std::string(std::strerror(ENOTDIR));
+  return " does not exist";
+}
+
 void require_regular_file(const std::string& path, const std::string& what) {
   struct stat st {};
   if (::stat(pinned_path(path).c_str(), &st) != 0)

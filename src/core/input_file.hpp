@@ -13,6 +13,11 @@ namespace lattice {
 // Throws InputError "<what> <path> ..." unless `path` exists and is (or links to) a regular file.
 void require_regular_file(const std::string& path, const std::string& what);
 
+// Why `path` cannot be found, as a message's tail: " does not exist", or where a part of it is a
+// file (`ck/model.safetensors/`, a file named with a trailing slash) ": Not a directory", which
+// std::filesystem::exists reports as a path that does not exist. Looked up through the pin.
+std::string why_absent(const std::string& path);
+
 // The whole of a regular file (require_regular_file first), at most `max_bytes` of it; a longer
 // file is refused. Throws InputError naming `what`, the path and the reason.
 std::string read_regular_file(const std::string& path, const std::string& what, size_t max_bytes = size_t(1) << 30);

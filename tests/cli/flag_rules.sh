@@ -157,6 +157,13 @@ hostile "sample with a broken config.json" 1 "hf/config.json is not valid JSON" 
 hostile "--init of a text file" 1 "checkpoint corpus.txt is not a safetensors file" -- train "${MODEL[@]}" --steps 1 --init corpus.txt
 hostile "--resume of a missing path" 1 "checkpoint nowhere does not exist" -- train "${MODEL[@]}" --steps 1 --resume nowhere
 hostile "--init of a missing path" 1 "checkpoint nowhere does not exist" -- train "${MODEL[@]}" --steps 1 --init nowhere
+# A file named with a trailing slash (or as a directory on the way) is not "missing": it is a file.
+hostile "--init of a file named as a directory" 1 "checkpoint ck/model.safetensors/: Not a directory" -- \
+  train "${MODEL[@]}" --steps 1 --init ck/model.safetensors/
+hostile "--resume of a file named as a directory" 1 "checkpoint ck/trainer.json/: Not a directory" -- \
+  train "${MODEL[@]}" --steps 1 --resume ck/trainer.json/
+hostile "eval of a path through a file" 1 "checkpoint ck/model.safetensors/x: Not a directory" -- \
+  eval --checkpoint ck/model.safetensors/x --data data/val.bin --batches 1
 mkdir -p empty_dir
 hostile "--resume of an empty directory" 1 "has no trainer.json: it is not a lattice checkpoint directory \(it is empty\)" -- \
   train "${MODEL[@]}" --steps 1 --resume empty_dir
