@@ -13,7 +13,9 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/output_path.hpp"
+#include "core/pinned_path.hpp"
 #include "core/stage_partition.hpp"
 #include "plan/units.hpp"
 #include "train/resume_settings.hpp"
@@ -433,6 +435,11 @@ std::vector<std::pair<std::string, nlohmann::json>> take_checkpoint_model(const 
              why);
   };
   if (!checkpoint::holds_trainer_state(checkpoint)) {
+    // A path that names nothing is said first, before anything read by the model it would have given
+    // (the data's tokens checked against a vocabulary the checkpoint would have set).
+    std::error_code ec;
+    require(checkpoint.empty() || std::filesystem::exists(pinned_path(checkpoint), ec) || ec,
+            "checkpoint " + checkpoint + why_absent(checkpoint));
     // A checkpoint that says no model (a file, llm.c's): the flag rule as for a new run.
     if (!checkpoint.empty() && !model_flag_given(app, experts) && model.moe.experts == 0)
       moe_flags_need(" (--num-experts E; got none)");

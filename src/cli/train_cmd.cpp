@@ -219,6 +219,9 @@ int run_train(int argc, char** argv) {
     std::vector<std::pair<std::string, nlohmann::json>> values;
     if (!train.resume.empty()) {
       // A dump shows what the resume takes: from nothing, it would show the defaults as the run's.
+      std::error_code ec;
+      require(std::filesystem::exists(pinned_path(train.resume), ec) || ec,
+              "checkpoint " + train.resume + why_absent(train.resume) + ": nothing to dump from");
       require(checkpoint::holds_trainer_state(train.resume),
               "--resume " + train.resume + " holds no trainer.json (not a lattice checkpoint): nothing to dump from");
       values = recorded_settings_by_flag(train, take_resumed_settings(app, train));

@@ -30,6 +30,12 @@ std::string why_absent(const std::string& path) {
   return " does not exist";
 }
 
+bool names_a_non_directory(const std::string& path) {
+  struct stat st {};
+  if (::stat(pinned_path(path).c_str(), &st) != 0) return errno == ENOTDIR;
+  return !S_ISDIR(st.st_mode);
+}
+
 void require_regular_file(const std::string& path, const std::string& what) {
   struct stat st {};
   if (::stat(pinned_path(path).c_str(), &st) != 0)

@@ -18,6 +18,10 @@ void require_regular_file(const std::string& path, const std::string& what);
 // std::filesystem::exists reports as a path that does not exist. Looked up through the pin.
 std::string why_absent(const std::string& path);
 
+// Whether `path` names something that is not a directory where a directory is wanted: it exists and
+// is not one (nor links to one), or a part of it is a file (ENOTDIR). Looked up through the pin.
+bool names_a_non_directory(const std::string& path);
+
 // The whole of a regular file (require_regular_file first), at most `max_bytes` of it; a longer
 // file is refused. Throws InputError naming `what`, the path and the reason.
 std::string read_regular_file(const std::string& path, const std::string& what, size_t max_bytes = size_t(1) << 30);

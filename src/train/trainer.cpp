@@ -28,6 +28,7 @@
 #include "core/atomic_dir.hpp"
 #include "core/env_switch.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/machine_peak.hpp"
 #include "core/output_path.hpp"
 #include "core/pinned_path.hpp"
@@ -163,6 +164,10 @@ Trainer::Trainer(const ModelConfig& model, const LayoutConfig& layout, const Tra
 
   const std::string train_path = config_.data_dir + "/train.bin", val_path = config_.data_dir + "/val.bin";
   require(!config_.data_dir.empty(), "--data DIR is required (make one with: lattice prepare --input TEXT --out DIR)");
+  // A file named as the directory (--data data/train.bin, or data/train.bin/): said so, not "no
+  // data/train.bin/train.bin".
+  require(!names_a_non_directory(config_.data_dir),
+          "--data " + config_.data_dir + " is not a directory (lattice prepare --out DIR makes one, of train.bin and val.bin)");
   require(std::filesystem::exists(train_path), "no " + train_path + " (make it with: lattice prepare --input TEXT --out " +
                                                    config_.data_dir + ")");
   // The data's tokenizer: a SentencePiece model's vocabulary is the model's (byte tokens may be given

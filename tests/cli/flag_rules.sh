@@ -164,6 +164,23 @@ hostile "--resume of a file named as a directory" 1 "checkpoint ck/trainer.json/
   train "${MODEL[@]}" --steps 1 --resume ck/trainer.json/
 hostile "eval of a path through a file" 1 "checkpoint ck/model.safetensors/x: Not a directory" -- \
   eval --checkpoint ck/model.safetensors/x --data data/val.bin --batches 1
+hostile "--dump-config of a --resume through a file" 1 "checkpoint ck/trainer.json/: Not a directory" -- \
+  train "${MODEL[@]}" --dump-config --resume ck/trainer.json/
+# A missing --init is said before the token files are checked against the vocabulary it would have
+# given (tokens past the bytes' 256, llm.c's format: no tokenizer).
+python3 - <<'PY'
+import os, struct
+os.makedirs("llmc_tokens", exist_ok=True)
+with open("llmc_tokens/train.bin", "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, 4000, *([0] * 253)))
+    f.write(struct.pack("<4000H", *((i * 7) % 1000 for i in range(4000))))
+PY
+hostile "--init of a missing path, over tokens it would have sized" 1 "checkpoint nowhere/ does not exist" -- \
+  train --data llmc_tokens --layers 1 --hidden 32 --heads 2 --seq-len 16 --steps 1 --init nowhere/
+hostile "--data naming a token file" 1 "--data data/train.bin is not a directory \(lattice prepare --out DIR makes one" -- \
+  train --data data/train.bin --layers 1 --hidden 32 --heads 2 --seq-len 16 --steps 1 --vocab 256
+hostile "--data through a token file" 1 "--data data/train.bin/ is not a directory" -- \
+  train --data data/train.bin/ --layers 1 --hidden 32 --heads 2 --seq-len 16 --steps 1 --vocab 256
 mkdir -p empty_dir
 hostile "--resume of an empty directory" 1 "has no trainer.json: it is not a lattice checkpoint directory \(it is empty\)" -- \
   train "${MODEL[@]}" --steps 1 --resume empty_dir
