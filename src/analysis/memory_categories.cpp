@@ -243,12 +243,19 @@ CategoryBytes rank_memory(const MemoryCase& c, int stage, const StageLayers& min
   // first two are kept with the logits, and a block of rows is widened: c.head_scratch), a
   // LayerNorm backward's per-thread parameter sums (kernels/layernorm.cpp), the unfused softmax's
   // row, output row and mask row per thread (kernels/softmax.cpp; s the attention's rows: the whole
-  // sequence, also under Ulysses), and the fused attention's tiles (c.attention_scratch).
+  // sequence, also under Ulysses), the fused attention's tiles (c.attention_scratch), and under bf16
+  // activations a bias gradient's running column sums as its gradient is narrowed (kernels/
+  // bf16_fused.cpp narrow_columns: the threads' stretches together one float a column, FC1's 4h/t
+  // the widest).
   const int64_t a_local = x.a / x.t, v_local = x.v / x.t, threads = std::max<int64_t>(1, c.threads);
-  const int64_t losses = x.d == 2 ? 8 * N + c.head_scratch : 16 * N, layernorm_sums = 8 * x.h * threads;
+  // LayerNorm's sums: dγ and dβ a thread; under bf16 activations also its widened input row
+  // (kernels/bf16_fused.cpp layernorm_backward_bf16).
+  const int64_t losses = x.d == 2 ? 8 * N + c.head_scratch : 16 * N;
+  const int64_t layernorm_sums = (x.d == 2 ? 12 : 8) * x.h * threads;
   const int64_t softmax_rows = x.fused_attention ? 0 : (8 * x.s + (x.dropout ? x.s : 0)) * threads;
+  const int64_t bias_sums = x.d == 2 ? 4 * (4 * x.h / x.t) : 0;
   m.workspaces = layer_workspace(x.b, x.positions(), x.h, a_local, v_local, !x.fused_attention, x.packed_masks, x.cp)
-                     .bytes() + std::max({losses, layernorm_sums, softmax_rows, c.attention_scratch}) +
+                     .bytes() + std::max({losses, layernorm_sums, softmax_rows, bias_sums, c.attention_scratch}) +
                  (stage == p - 1 ? c.gemm_scratchpad_last : c.gemm_scratchpad) + c.moe_workspace;
 
   // Communication: each reduce-scatter's ring scratch (one chunk with two ranks, two beyond) per

@@ -84,6 +84,28 @@ PY
   done
 done
 
+# Wider layers, bf16: the kernels' transient buffers the planner takes the largest of (memory_categories.cpp)
+# grow with h, and past h 1024 two of them outgrew the head's losses: a bias gradient's running column
+# sums as it is narrowed (16h/t bytes) and LayerNorm's widened input rows (4h a thread beside its sums).
+# Before 2026-12-01 the planner was 8h to 16h bytes below the measurement here; it is now exact.
+for threads in 1 2; do
+  for hidden in 1024 1536; do
+    name="wide_h${hidden}_$threads"
+    layer=(--layers 1 --hidden "$hidden" --heads 8 --seq-len 64 --micro-batch 1 --activation-dtype bf16 --threads "$threads")
+    OMP_NUM_THREADS=$threads "$LATTICE" train --data data "${layer[@]}" --steps 1 --json 2> /dev/null | tail -1 \
+      > "train_$name.json"
+    OMP_NUM_THREADS=$threads "$LATTICE" plan "${layer[@]}" --json > "plan_$name.json"
+    python3 - "train_$name.json" "plan_$name.json" "$name" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["memory"]["ranks"][0]
+plan = json.load(open(sys.argv[2]))
+got, want = r["category_peak_bytes"]["workspaces"], plan["memory_by_stage"][0]["workspaces"]
+assert got == want, (sys.argv[3], "workspaces", got, want)
+print("ok:", sys.argv[3], "workspaces", got)
+PY
+  done
+done
+
 # At two threads a GEMM is cut into one part a thread, and a part writing bf16 (the head's logits,
 # QKV's and FC1's forward, FC2's input gradient) holds its C in fp32 in oneDNN's scratch: 16 MiB a
 # thread for 512 rows of 8192 logits. The planner's workspaces are never below the measured ones and
