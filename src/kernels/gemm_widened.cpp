@@ -4,10 +4,10 @@
 #include <atomic>
 #include <map>
 #include <mutex>
-#include <set>
-#include <vector>
 #include <stdexcept>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include <omp.h>
 
@@ -143,23 +143,24 @@ std::vector<GemmShape> tile_gemms(const Tiles& t, const GemmShape& s) {
     out.push_back(g);
     return out;
   }
+  // Rows and columns: every tile's size with every other's (the last row tile meets each column tile).
   auto sizes = [](int64_t whole, int64_t tile) {
     std::vector<int64_t> v{std::min(whole, tile)};
     if (whole > tile && whole % tile != 0) v.push_back(whole % tile);
     return v;
   };
-  std::set<std::tuple<int64_t, int64_t, int64_t, bool>> seen;
+  // Depth: the first tile is whole-sized and takes the caller's flag; the later ones add.
+  const int64_t k_tiles = ceil_div(s.K, t.kt), k_last = s.K - (k_tiles - 1) * t.kt;
+  std::vector<std::pair<int64_t, bool>> depths{{std::min(s.K, t.kt), !t.stage && s.accumulate}};
+  if (k_tiles > 2 || (k_tiles == 2 && k_last == t.kt)) depths.push_back({t.kt, true});
+  if (k_tiles > 1 && k_last != t.kt) depths.push_back({k_last, true});
   for (const int64_t m : sizes(s.M, t.mt))
     for (const int64_t n : sizes(s.N, t.nt))
-      for (const int64_t k : sizes(s.K, t.kt))
-        for (const bool first : {true, false}) {
-          if (!first && s.K <= t.kt) continue;  // one depth tile: no later ones
-          const bool acc = first ? !t.stage && s.accumulate : true;
-          if (!seen.insert({m, n, k, acc}).second) continue;
-          GemmShape g = s;
-          g.M = m, g.N = n, g.K = k, g.accumulate = acc;
-          out.push_back(g);
-        }
+      for (const auto& [k, acc] : depths) {
+        GemmShape g = s;
+        g.M = m, g.N = n, g.K = k, g.accumulate = acc;
+        out.push_back(g);
+      }
   return out;
 }
 

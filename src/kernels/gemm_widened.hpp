@@ -38,7 +38,8 @@ using Fp32Gemm = std::function<void(const GemmShape&, const float* a, const floa
 void run(const Tiles& t, const GemmShape& s, const uint16_t* a, const uint16_t* b, void* c, const float* bias,
          bool out16, int threads, const Fp32Gemm& fp32);
 
-// The distinct fp32 GEMMs run (shape, with its accumulate flag), for their scratchpads.
+// The shapes of the fp32 GEMMs run (with their accumulate flags), each at least once, no other: what
+// the planner asks oneDNN's scratchpads of.
 std::vector<GemmShape> tile_gemms(const Tiles& t, const GemmShape& s);
 
 // For tests: the bound on a GEMM's copies (64 MiB; nullopt: back to it).

@@ -109,8 +109,11 @@ mkdir -p tokens_only && cp data/train.bin data/val.bin tokens_only/
   --save v300 > /dev/null 2>&1
 "$LATTICE" train --data tokens_only --threads 1 --steps 3 --resume v300 > /dev/null 2> v300.err
 check "a resume on token files without a tokenizer takes the run's --vocab" grep -q "resumed with checkpoint v300's .*--vocab 300" v300.err
-expect_error "--dump-config of a resume from nothing" "--resume nothing holds no trainer.json" \
+expect_error "--dump-config of a resume from nothing" "checkpoint nothing does not exist: nothing to dump from" \
   train "${NOBATCH[@]}" --resume nothing --dump-config
+mkdir -p not_a_checkpoint
+expect_error "--dump-config of a resume from a directory of no checkpoint" "--resume not_a_checkpoint holds no trainer.json" \
+  train "${NOBATCH[@]}" --resume not_a_checkpoint --dump-config
 # A damaged value in trainer.json is named as the checkpoint's, not as a flag nobody gave.
 cp -r adaf damaged
 python3 -c "

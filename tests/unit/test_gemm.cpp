@@ -9,7 +9,9 @@
 #include <iterator>
 #include <limits>
 #include <random>
+#include <set>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -236,8 +238,12 @@ TEST(Gemm, WidenedTilesMakeTheProduct) {
         for (size_t j = 0; j < b16.size(); ++j) b16[j] = to_bf16(p.b[j]), p.b[j] = from_bf16(b16[j]);
         widened::Tiles t = widened::tiles(p.s, cut.mt, cut.nt, cut.kt, v.out16);
         t.n_outer = n_outer;
-        const widened::Fp32Gemm fp32 = [](const GemmShape& g, const float* a, const float* b, float* c,
-                                          const float* bias) { gemm(g, f32_operand(a), f32_operand(b), c, bias); };
+        std::set<std::tuple<int64_t, int64_t, int64_t, bool>> ran, listed;  // the planner's list is what runs
+        const widened::Fp32Gemm fp32 = [&ran](const GemmShape& g, const float* a, const float* b, float* c,
+                                              const float* bias) {
+          ran.insert({g.M, g.N, g.K, g.accumulate});
+          gemm(g, f32_operand(a), f32_operand(b), c, bias);
+        };
         const float* bias = v.bias ? p.bias.data() : nullptr;
         std::vector<float> c = p.c0;
         std::vector<uint16_t> c16(c.size(), 0xffff);
@@ -250,6 +256,8 @@ TEST(Gemm, WidenedTilesMakeTheProduct) {
         if (v.out16)
           for (size_t j = 0; j < c.size(); ++j) c[j] = from_bf16(c16[j]);
         expect_matches_reference(p, c, v.out16);
+        for (const GemmShape& g : widened::tile_gemms(t, p.s)) listed.insert({g.M, g.N, g.K, g.accumulate});
+        EXPECT_EQ(listed, ran);
       }
     }
   omp_set_num_threads(saved);
